@@ -1,0 +1,193 @@
+#include "blob.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device.h"
+#include "nvtx.h"
+
+static int shape_ok(int n, int c, int h, int w)
+{
+    return n > 0 && c > 0 && h > 0 && w > 0;
+}
+
+static size_t shape_count(int n, int c, int h, int w)
+{
+    return (size_t)n * (size_t)c * (size_t)h * (size_t)w;
+}
+
+bn_blob *bn_blob_new(const char *name, int n, int c, int h, int w)
+{
+    if (!shape_ok(n, c, h, w)) {
+        bn_error(BN_ERR_INTERNAL, "blob %s: shape %dx%dx%dx%d has a non-positive dimension",
+                 name, n, c, h, w);
+        return NULL;
+    }
+    bn_blob *b = calloc(1, sizeof *b);
+    if (!b) {
+        bn_error(BN_ERR_NOMEM, "blob %s: out of host memory", name);
+        return NULL;
+    }
+    snprintf(b->name, sizeof b->name, "%s", name);
+    b->n = n, b->c = c, b->h = h, b->w = w;
+    b->capacity = shape_count(n, c, h, w);
+    b->root = b;
+    return b;
+}
+
+bn_blob *bn_blob_new_view(const char *name, bn_blob *root, size_t offset, int n, int c, int h, int w)
+{
+    if (!shape_ok(n, c, h, w) || root->root != root ||
+        offset + shape_count(n, c, h, w) > root->capacity) {
+        bn_error(BN_ERR_INTERNAL, "view %s does not fit inside blob %s", name, root->name);
+        return NULL;
+    }
+    bn_blob *b = calloc(1, sizeof *b);
+    if (!b) {
+        bn_error(BN_ERR_NOMEM, "view %s: out of host memory", name);
+        return NULL;
+    }
+    snprintf(b->name, sizeof b->name, "%s", name);
+    b->n = n, b->c = c, b->h = h, b->w = w;
+    b->capacity = shape_count(n, c, h, w);
+    b->root = root;
+    b->offset = offset;
+    return b;
+}
+
+void bn_blob_free(bn_blob *b)
+{
+    if (!b) return;
+    if (b->root == b) {
+        free(b->host);
+        bn_device_free(b->dev);
+    }
+    bn_tensor_desc_free(b->desc);
+    free(b);
+}
+
+size_t bn_blob_count(const bn_blob *b)
+{
+    return shape_count(b->n, b->c, b->h, b->w);
+}
+
+bn_status bn_blob_reshape(bn_blob *b, int n, int c, int h, int w)
+{
+    if (!shape_ok(n, c, h, w) || shape_count(n, c, h, w) > b->capacity)
+        return bn_error(BN_ERR_INTERNAL, "blob %s: shape %dx%dx%dx%d exceeds its capacity of %zu",
+                        b->name, n, c, h, w, b->capacity);
+    b->n = n, b->c = c, b->h = h, b->w = w;
+    return BN_OK;
+}
+
+bn_status bn_blob_reserve_host(bn_blob *b)
+{
+    bn_blob *r = b->root;
+    if (r->host) return BN_OK;
+    r->host = calloc(r->capacity, sizeof(float));
+    if (!r->host) return bn_error(BN_ERR_NOMEM, "blob %s: cannot allocate %zu floats on the host",
+                                  r->name, r->capacity);
+    return BN_OK;
+}
+
+bn_status bn_blob_reserve_device(bn_blob *b)
+{
+    bn_blob *r = b->root;
+    if (r->dev) return BN_OK;
+    BN_TRY(bn_device_alloc((void **)&r->dev, r->capacity * sizeof(float)));
+    bn_status s = bn_device_zero(r->dev, r->capacity * sizeof(float));
+    if (s != BN_OK) {
+        bn_device_free(r->dev);
+        r->dev = NULL;
+    }
+    return s;
+}
+
+/* The one place where blob data crosses between host and device. */
+static bn_status transfer(bn_blob *r, int to_device)
+{
+    char range[96];
+    snprintf(range, sizeof range, "%s %s", to_device ? "h2d" : "d2h", r->name);
+    bn_nvtx_push(range, BN_NVTX_TRANSFER);
+    size_t bytes = r->capacity * sizeof(float);
+    bn_status s = to_device ? bn_device_h2d(r->dev, r->host, bytes)
+                            : bn_device_d2h(r->host, r->dev, bytes);
+    bn_nvtx_pop();
+    if (s == BN_OK) r->state = BN_SYNC_BOTH;
+    return s;
+}
+
+static bn_status make_host_current(bn_blob *r)
+{
+    BN_TRY(bn_blob_reserve_host(r));
+    if (r->state == BN_SYNC_DEVICE) return transfer(r, 0);
+    return BN_OK;
+}
+
+static bn_status make_device_current(bn_blob *r)
+{
+    BN_TRY(bn_blob_reserve_device(r));
+    if (r->state == BN_SYNC_HOST) return transfer(r, 1);
+    return BN_OK;
+}
+
+const float *bn_blob_host_rd(bn_blob *b)
+{
+    bn_blob *r = b->root;
+    if (make_host_current(r) != BN_OK) return NULL;
+    if (r->state == BN_SYNC_NONE) r->state = r->dev ? BN_SYNC_BOTH : BN_SYNC_HOST;
+    return r->host + b->offset;
+}
+
+float *bn_blob_host_wr(bn_blob *b)
+{
+    bn_blob *r = b->root;
+    if (make_host_current(r) != BN_OK) return NULL;
+    r->state = BN_SYNC_HOST;
+    return r->host + b->offset;
+}
+
+const float *bn_blob_dev_rd(bn_blob *b)
+{
+    bn_blob *r = b->root;
+    if (make_device_current(r) != BN_OK) return NULL;
+    if (r->state == BN_SYNC_NONE) r->state = r->host ? BN_SYNC_BOTH : BN_SYNC_DEVICE;
+    return r->dev + b->offset;
+}
+
+float *bn_blob_dev_wr(bn_blob *b)
+{
+    bn_blob *r = b->root;
+    if (make_device_current(r) != BN_OK) return NULL;
+    r->state = BN_SYNC_DEVICE;
+    return r->dev + b->offset;
+}
+
+bn_status bn_blob_zero(bn_blob *b)
+{
+    size_t bytes = bn_blob_count(b) * sizeof(float);
+    if (b->root->dev) {
+        float *d = bn_blob_dev_wr(b);
+        if (!d) return bn_last_status();
+        return bn_device_zero(d, bytes);
+    }
+    float *h = bn_blob_host_wr(b);
+    if (!h) return bn_last_status();
+    memset(h, 0, bytes);
+    return BN_OK;
+}
+
+bn_sync bn_blob_state(const bn_blob *b)
+{
+    return b->root->state;
+}
+
+void *bn_blob_tensor_desc(bn_blob *b)
+{
+    int shape[4] = {b->n, b->c, b->h, b->w};
+    if (b->desc && memcmp(shape, b->desc_shape, sizeof shape) == 0) return b->desc;
+    if (bn_tensor_desc_set(&b->desc, b->n, b->c, b->h, b->w) != BN_OK) return NULL;
+    memcpy(b->desc_shape, shape, sizeof shape);
+    return b->desc;
+}

@@ -1,0 +1,80 @@
+/* blob.h - a float32 NCHW tensor with a host copy and a device copy.
+ *
+ * Each copy is allocated on first use. The blob records which copy is current, so a
+ * reader on one side gets a transfer only when the other side wrote last; all transfers
+ * go through one function (blob.c: transfer) so a hidden copy shows up in a profile.
+ * A view is a window into a larger root blob (parameters live in one slab): it shares the
+ * root's buffers and sync state. */
+#ifndef BN_BLOB_H
+#define BN_BLOB_H
+
+#include <stddef.h>
+
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum bn_sync {
+    BN_SYNC_NONE,    /* nothing written yet */
+    BN_SYNC_HOST,    /* host copy is newer */
+    BN_SYNC_DEVICE,  /* device copy is newer */
+    BN_SYNC_BOTH     /* both copies hold the same values */
+} bn_sync;
+
+typedef struct bn_blob bn_blob;
+struct bn_blob {
+    char name[64];
+    int n, c, h, w;      /* current shape; n*c*h*w <= capacity */
+    size_t capacity;     /* elements the buffers hold */
+    float *host;         /* root only: host buffer, NULL until first use */
+    float *dev;          /* root only: device buffer, NULL until first use */
+    bn_sync state;       /* root only */
+    bn_blob *root;       /* the blob owning the buffers (itself for a root) */
+    size_t offset;       /* element offset of a view inside its root */
+    void *desc;          /* cudnnTensorDescriptor_t, made on demand for the current shape */
+    int desc_shape[4];
+};
+
+/* A new root blob of shape (n,c,h,w); no buffer is allocated yet. NULL on allocation failure. */
+bn_blob *bn_blob_new(const char *name, int n, int c, int h, int w);
+
+/* A view of count = n*c*h*w elements of root starting at offset; NULL if it does not fit. */
+bn_blob *bn_blob_new_view(const char *name, bn_blob *root, size_t offset, int n, int c, int h, int w);
+
+/* Frees the blob, its buffers (roots only) and its descriptor. NULL is fine. */
+void bn_blob_free(bn_blob *b);
+
+/* Elements in the current shape. */
+size_t bn_blob_count(const bn_blob *b);
+
+/* Changes the shape; the new count must fit the capacity allocated at creation. */
+bn_status bn_blob_reshape(bn_blob *b, int n, int c, int h, int w);
+
+/* Pointers to current data. _rd makes that side current; _wr also marks it the newest copy
+ * (the other side becomes stale). The pointer is owned by the blob. NULL on failure, with
+ * the error recorded. A never-written blob reads as zeros. */
+const float *bn_blob_host_rd(bn_blob *b);
+float *bn_blob_host_wr(bn_blob *b);
+const float *bn_blob_dev_rd(bn_blob *b);
+float *bn_blob_dev_wr(bn_blob *b);
+
+/* Allocates the host (or device) buffer now, so that no allocation happens later in a step. */
+bn_status bn_blob_reserve_host(bn_blob *b);
+bn_status bn_blob_reserve_device(bn_blob *b);
+
+/* Sets every element to zero on the side that is current (the device if it has a buffer). */
+bn_status bn_blob_zero(bn_blob *b);
+
+/* The sync state of the blob's root. */
+bn_sync bn_blob_state(const bn_blob *b);
+
+/* A cuDNN tensor descriptor (cudnnTensorDescriptor_t) for the current NCHW shape, owned by
+ * the blob; NULL without CUDA. */
+void *bn_blob_tensor_desc(bn_blob *b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,193 @@
+/* device.cu - the CUDA device context and memory primitives behind device.h. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda_check.h"
+#include "device.h"
+
+static bn_ctx the_ctx;
+static int ctx_open;
+
+extern "C" const char *bn_curand_status_string(curandStatus_t s)
+{
+    switch (s) {
+    case CURAND_STATUS_SUCCESS: return "success";
+    case CURAND_STATUS_VERSION_MISMATCH: return "header and library versions differ";
+    case CURAND_STATUS_NOT_INITIALIZED: return "generator not initialised";
+    case CURAND_STATUS_ALLOCATION_FAILED: return "memory allocation failed";
+    case CURAND_STATUS_TYPE_ERROR: return "wrong generator type";
+    case CURAND_STATUS_OUT_OF_RANGE: return "argument out of range";
+    case CURAND_STATUS_LENGTH_NOT_MULTIPLE: return "length not a multiple of the dimension";
+    case CURAND_STATUS_DOUBLE_PRECISION_REQUIRED: return "device lacks double precision";
+    case CURAND_STATUS_LAUNCH_FAILURE: return "kernel launch failed";
+    case CURAND_STATUS_PREEXISTING_FAILURE: return "an earlier failure is pending";
+    case CURAND_STATUS_INITIALIZATION_FAILED: return "initialisation failed";
+    case CURAND_STATUS_ARCH_MISMATCH: return "architecture mismatch";
+    case CURAND_STATUS_INTERNAL_ERROR: return "internal error";
+    }
+    return "unknown cuRAND status";
+}
+
+extern "C" int bn_device_compiled(void) { return 1; }
+
+extern "C" int bn_device_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError(); /* clear the sticky "no driver" error */
+        return 0;
+    }
+    return n;
+}
+
+static cudaStream_t stream(void)
+{
+    return ctx_open ? (cudaStream_t)the_ctx.stream : 0;
+}
+
+static bn_status open_handles(bn_ctx *c)
+{
+    cudaStream_t s;
+    BN_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    c->stream = s;
+    cublasHandle_t blas;
+    BN_CUBLAS(cublasCreate(&blas));
+    c->cublas = blas;
+    BN_CUBLAS(cublasSetStream(blas, s));
+    cudnnHandle_t dnn;
+    BN_CUDNN(cudnnCreate(&dnn));
+    c->cudnn = dnn;
+    BN_CUDNN(cudnnSetStream(dnn, s));
+    curandGenerator_t gen;
+    BN_CURAND(curandCreateGenerator(&gen, CURAND_RNG_PSEUDO_PHILOX4_32_10));
+    c->curand = gen;
+    BN_CURAND(curandSetStream(gen, s));
+    return BN_OK;
+}
+
+extern "C" bn_status bn_ctx_open(int device, bn_ctx **out)
+{
+    *out = NULL;
+    if (ctx_open) {
+        if (the_ctx.device != device)
+            return bn_error(BN_ERR_DEVICE, "a context on gpu:%d is already open; blobnet uses one device per process",
+                            the_ctx.device);
+        *out = &the_ctx;
+        return BN_OK;
+    }
+    int count = bn_device_count();
+    if (count == 0)
+        return bn_error(BN_ERR_DEVICE, "no CUDA device is available (no GPU, or no driver); use --device cpu");
+    if (device < 0 || device >= count)
+        return bn_error(BN_ERR_DEVICE, "gpu:%d does not exist; this machine has %d CUDA device%s (gpu:0..gpu:%d)",
+                        device, count, count == 1 ? "" : "s", count - 1);
+    BN_CUDA(cudaSetDevice(device));
+    memset(&the_ctx, 0, sizeof the_ctx);
+    the_ctx.device = device;
+    cudaDeviceProp prop;
+    BN_CUDA(cudaGetDeviceProperties(&prop, device));
+    snprintf(the_ctx.name, sizeof the_ctx.name, "%s", prop.name);
+    bn_status s = open_handles(&the_ctx);
+    ctx_open = 1; /* so that close releases whatever was created, on failure too */
+    if (s != BN_OK) {
+        bn_ctx_close();
+        return s;
+    }
+    *out = &the_ctx;
+    return BN_OK;
+}
+
+extern "C" bn_ctx *bn_ctx_current(void)
+{
+    return ctx_open ? &the_ctx : NULL;
+}
+
+extern "C" void bn_ctx_close(void)
+{
+    if (!ctx_open) return;
+    bn_ctx *c = &the_ctx;
+    if (c->stream) cudaStreamSynchronize((cudaStream_t)c->stream);
+    if (c->curand) curandDestroyGenerator((curandGenerator_t)c->curand);
+    if (c->cudnn) cudnnDestroy((cudnnHandle_t)c->cudnn);
+    if (c->cublas) cublasDestroy((cublasHandle_t)c->cublas);
+    if (c->workspace) cudaFree(c->workspace);
+    if (c->stream) cudaStreamDestroy((cudaStream_t)c->stream);
+    memset(c, 0, sizeof *c);
+    ctx_open = 0;
+}
+
+extern "C" bn_status bn_ctx_reserve_workspace(bn_ctx *ctx, size_t bytes)
+{
+    if (bytes <= ctx->workspace_size) return BN_OK;
+    if (ctx->workspace) {
+        BN_CUDA(cudaStreamSynchronize((cudaStream_t)ctx->stream));
+        BN_CUDA(cudaFree(ctx->workspace));
+        ctx->workspace = NULL;
+        ctx->workspace_size = 0;
+    }
+    BN_CUDA(cudaMalloc(&ctx->workspace, bytes));
+    ctx->workspace_size = bytes;
+    return BN_OK;
+}
+
+extern "C" bn_status bn_device_alloc(void **ptr, size_t bytes)
+{
+    *ptr = NULL;
+    if (!ctx_open) return bn_error(BN_ERR_DEVICE, "no device context is open (use --device gpu)");
+    cudaError_t e = cudaMalloc(ptr, bytes);
+    if (e != cudaSuccess) {
+        *ptr = NULL;
+        return bn_error(BN_ERR_DEVICE, "cannot allocate %zu bytes on gpu:%d: %s", bytes, the_ctx.device,
+                        cudaGetErrorString(e));
+    }
+    return BN_OK;
+}
+
+extern "C" void bn_device_free(void *ptr)
+{
+    if (ptr) cudaFree(ptr);
+}
+
+extern "C" bn_status bn_device_zero(void *ptr, size_t bytes)
+{
+    BN_CUDA(cudaMemsetAsync(ptr, 0, bytes, stream()));
+    return BN_OK;
+}
+
+extern "C" bn_status bn_device_h2d(void *dst, const void *src, size_t bytes)
+{
+    /* Synchronous w.r.t. the host buffer: the caller may reuse it at once. */
+    BN_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream()));
+    BN_CUDA(cudaStreamSynchronize(stream()));
+    return BN_OK;
+}
+
+extern "C" bn_status bn_device_d2h(void *dst, const void *src, size_t bytes)
+{
+    BN_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream()));
+    BN_CUDA(cudaStreamSynchronize(stream()));
+    return BN_OK;
+}
+
+extern "C" bn_status bn_device_sync(void)
+{
+    BN_CUDA(cudaStreamSynchronize(stream()));
+    return BN_OK;
+}
+
+extern "C" bn_status bn_tensor_desc_set(void **desc, int n, int c, int h, int w)
+{
+    if (!*desc) {
+        cudnnTensorDescriptor_t d;
+        BN_CUDNN(cudnnCreateTensorDescriptor(&d));
+        *desc = d;
+    }
+    BN_CUDNN(cudnnSetTensor4dDescriptor((cudnnTensorDescriptor_t)*desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h,
+                                        w));
+    return BN_OK;
+}
+
+extern "C" void bn_tensor_desc_free(void *desc)
+{
+    if (desc) cudnnDestroyTensorDescriptor((cudnnTensorDescriptor_t)desc);
+}

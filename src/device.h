@@ -1,0 +1,69 @@
+/* device.h - the CUDA device seen from C: the process's one device context, memory and
+ * transfers. Built from device.cu with CUDA, or device_none.c without it, where every
+ * call reports that this build has no GPU support. */
+#ifndef BN_DEVICE_H
+#define BN_DEVICE_H
+
+#include <stddef.h>
+
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The device context: one per process. Handles are opaque here so that C code needs no
+ * CUDA headers; CUDA code casts them (cudaStream_t, cublasHandle_t, cudnnHandle_t,
+ * curandGenerator_t). */
+typedef struct bn_ctx {
+    int device;            /* CUDA device ordinal */
+    char name[256];        /* device name as the driver reports it */
+    void *stream;          /* every launch and library call goes to this stream */
+    void *cublas;          /* bound to stream */
+    void *cudnn;           /* bound to stream */
+    void *curand;          /* bound to stream */
+    void *workspace;       /* cuDNN workspace arena shared by all layers */
+    size_t workspace_size;
+    int deterministic;     /* restrict cuDNN to deterministic algorithms */
+    int tf32;              /* allow TF32 tensor-core math */
+} bn_ctx;
+
+/* 1 when this build has CUDA support. */
+int bn_device_compiled(void);
+
+/* Number of usable CUDA devices (0 without CUDA, a driver or a device). */
+int bn_device_count(void);
+
+/* Opens the process context on device ordinal `device`; a second call with the same
+ * ordinal returns the same context. The context is owned by the library. */
+bn_status bn_ctx_open(int device, bn_ctx **out);
+
+/* The open context, or NULL when none is open. */
+bn_ctx *bn_ctx_current(void);
+
+/* Releases the context and its handles. */
+void bn_ctx_close(void);
+
+/* Grows the shared cuDNN workspace to at least bytes (never inside a step). */
+bn_status bn_ctx_reserve_workspace(bn_ctx *ctx, size_t bytes);
+
+/* Device memory: allocation, release, and zero fill on the context stream. */
+bn_status bn_device_alloc(void **ptr, size_t bytes);
+void bn_device_free(void *ptr);
+bn_status bn_device_zero(void *ptr, size_t bytes);
+
+/* Copies on the context stream; d2h waits for the copy so the host data is usable. */
+bn_status bn_device_h2d(void *dst, const void *src, size_t bytes);
+bn_status bn_device_d2h(void *dst, const void *src, size_t bytes);
+
+/* Waits until everything queued on the context stream has finished. */
+bn_status bn_device_sync(void);
+
+/* (Re)describes a cuDNN NCHW float tensor in *desc, creating it when NULL. */
+bn_status bn_tensor_desc_set(void **desc, int n, int c, int h, int w);
+void bn_tensor_desc_free(void *desc);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

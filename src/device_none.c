@@ -1,0 +1,68 @@
+/* device_none.c - the device API in a build without CUDA: no devices, every request is
+ * refused with a message that says how to get GPU support. Host-side helpers that the
+ * CPU path also calls (free, descriptors) are harmless no-ops. */
+#include "device.h"
+
+static bn_status no_cuda(void)
+{
+    return bn_error(BN_ERR_DEVICE, "this blobnet was built without CUDA (CPU_ONLY=1 or no nvcc); "
+                                   "rebuild with the CUDA toolkit to use a GPU");
+}
+
+int bn_device_compiled(void) { return 0; }
+int bn_device_count(void) { return 0; }
+
+bn_status bn_ctx_open(int device, bn_ctx **out)
+{
+    (void)device;
+    *out = NULL;
+    return no_cuda();
+}
+
+bn_ctx *bn_ctx_current(void) { return NULL; }
+void bn_ctx_close(void) {}
+
+bn_status bn_ctx_reserve_workspace(bn_ctx *ctx, size_t bytes)
+{
+    (void)ctx;
+    (void)bytes;
+    return no_cuda();
+}
+
+bn_status bn_device_alloc(void **ptr, size_t bytes)
+{
+    (void)bytes;
+    *ptr = NULL;
+    return no_cuda();
+}
+
+void bn_device_free(void *ptr) { (void)ptr; }
+
+bn_status bn_device_zero(void *ptr, size_t bytes)
+{
+    (void)ptr;
+    (void)bytes;
+    return no_cuda();
+}
+
+bn_status bn_device_h2d(void *dst, const void *src, size_t bytes)
+{
+    (void)dst, (void)src, (void)bytes;
+    return no_cuda();
+}
+
+bn_status bn_device_d2h(void *dst, const void *src, size_t bytes)
+{
+    (void)dst, (void)src, (void)bytes;
+    return no_cuda();
+}
+
+bn_status bn_device_sync(void) { return no_cuda(); }
+
+bn_status bn_tensor_desc_set(void **desc, int n, int c, int h, int w)
+{
+    (void)desc, (void)n, (void)c, (void)h, (void)w;
+    return no_cuda();
+}
+
+void bn_tensor_desc_free(void *desc) { (void)desc; }

@@ -1,0 +1,93 @@
+#include "layer.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+int bn_layer_add_param(bn_layer *l, const char *name, int n, int c, int h, int w,
+                       bn_init init, int fan_in, int fan_out)
+{
+    if (l->num_params >= BN_MAX_PARAMS) {
+        bn_layer_error(l, "declares more than %d parameters", BN_MAX_PARAMS);
+        return -1;
+    }
+    if (n <= 0 || c <= 0 || h <= 0 || w <= 0) {
+        bn_layer_error(l, "parameter %s has shape %dx%dx%dx%d", name, n, c, h, w);
+        return -1;
+    }
+    int i = l->num_params++;
+    bn_param *p = &l->params[i];
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->init = init;
+    p->fan_in = fan_in;
+    p->fan_out = fan_out;
+    p->lr_mult = 1.0f;
+    p->decay_mult = 1.0f;
+    /* The network creates the views once every layer has declared its parameters; the
+     * declared shape waits in a detached blob header until then. */
+    p->value = bn_blob_new(name, n, c, h, w);
+    if (!p->value) {
+        l->num_params--;
+        return -1;
+    }
+    return i;
+}
+
+void bn_param_mark_bias(bn_layer *l, int i)
+{
+    bn_param *p = &l->params[i];
+    p->is_bias = 1;
+    p->lr_mult = l->bias_lr_mult;
+    p->decay_mult = 0.0f;
+}
+
+bn_status bn_layer_error(const bn_layer *l, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return bn_error(BN_ERR_USAGE, "layer %s (%s): %s", l->name, l->ops->type, msg);
+}
+
+int bn_window_out(int in, int size, int stride, int pad)
+{
+    if (in <= 0 || size <= 0 || stride <= 0 || pad < 0) return 0;
+    long span = (long)in + 2L * pad - size;
+    if (span < 0) return 0;
+    return (int)(span / stride + 1);
+}
+
+typedef bn_status (*pass_fn)(bn_layer *, const bn_pass *);
+
+static bn_status run_pass(bn_layer *l, const bn_pass *p, pass_fn cpu, pass_fn gpu, const char *what)
+{
+    char range[96];
+    snprintf(range, sizeof range, "%s/%s", l->name, what);
+    bn_nvtx_push(range, l->ops->kind);
+    bn_status s;
+    if (p->ctx && gpu) {
+        s = gpu(l, p);
+    } else {
+        if (p->ctx && !l->fallback_warned) {
+            fprintf(stderr, "blobnet: warning: layer %s (%s) has no GPU code; it runs on the CPU\n",
+                    l->name, l->ops->type);
+            l->fallback_warned = 1;
+        }
+        s = cpu ? cpu(l, p) : bn_layer_error(l, "has no %s function", what);
+    }
+    bn_nvtx_pop();
+    return s;
+}
+
+bn_status bn_layer_forward(bn_layer *l, const bn_pass *p)
+{
+    return run_pass(l, p, l->ops->forward_cpu, l->ops->forward_gpu, "forward");
+}
+
+bn_status bn_layer_backward(bn_layer *l, const bn_pass *p)
+{
+    return run_pass(l, p, l->ops->backward_cpu, l->ops->backward_gpu, "backward");
+}

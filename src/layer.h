@@ -1,0 +1,128 @@
+/* layer.h - the layer contract: what every layer type, built in or written by a user,
+ * provides (a const bn_layer_ops table) and what it is given (a bn_layer).
+ *
+ * The network owns every blob a layer touches. A layer reads `in`, writes `out` in
+ * forward; in backward it reads `out_grad`, writes `in_grad` (when it is not NULL: the
+ * first layer's input needs no gradient) and ADDS its parameter gradients into the
+ * param grad views (the network zeroes them once per step). */
+#ifndef BN_LAYER_H
+#define BN_LAYER_H
+
+#include "blob.h"
+#include "device.h"
+#include "nvtx.h"
+#include "options.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BN_MAX_PARAMS 4
+
+/* The shape of one example, without the batch dimension. */
+typedef struct bn_shape {
+    int c, h, w;
+} bn_shape;
+
+typedef enum bn_init {
+    BN_INIT_ZERO,     /* all zeros (biases) */
+    BN_INIT_HE,       /* normal, std sqrt(2 / fan_in): for layers followed by ReLU */
+    BN_INIT_XAVIER,   /* uniform in +-sqrt(6 / (fan_in + fan_out)) */
+    BN_INIT_CONSTANT  /* every element equal to the param's init_value */
+} bn_init;
+
+typedef struct bn_param {
+    char name[32];        /* "weight", "bias", ... ; the checkpoint key is "<layer>.<name>" */
+    bn_blob *value;       /* view into the network's parameter slab */
+    bn_blob *grad;        /* view into the network's gradient slab, same layout */
+    bn_init init;
+    int fan_in, fan_out;
+    float init_value;     /* for BN_INIT_CONSTANT */
+    float lr_mult;        /* multiplies the learning rate (biases: the [train] bias_lr_mult) */
+    float decay_mult;     /* multiplies the weight decay (0 for biases) */
+    int is_bias;
+} bn_param;
+
+/* What one forward or backward pass is given besides the layer's blobs. */
+typedef struct bn_pass {
+    int train;                 /* 1 in training (dropout active), 0 in evaluation */
+    unsigned long long step;   /* optimizer step number, for per-step randomness */
+    unsigned long long seed;   /* the run's seed */
+    bn_blob *labels;           /* n class indices stored as floats (loss layers) */
+    bn_blob *metrics;          /* loss layers write [sum of losses, correct predictions] */
+    bn_ctx *ctx;               /* device context on the GPU path, NULL on the CPU path */
+} bn_pass;
+
+typedef struct bn_layer bn_layer;
+typedef struct bn_layer_ops bn_layer_ops;
+
+struct bn_layer {
+    char name[64];
+    const bn_layer_ops *ops;
+    int index;                 /* position in the network */
+    bn_blob *in, *out;
+    bn_blob *in_grad;          /* NULL when the input needs no gradient */
+    bn_blob *out_grad;         /* NULL for a loss layer */
+    bn_param params[BN_MAX_PARAMS];
+    int num_params;
+    void *priv;                /* the layer type's own state, allocated by parse */
+    float bias_lr_mult;        /* from [train], for bn_layer_add_param */
+    int fallback_warned;       /* the CPU-fallback warning was printed for this layer */
+};
+
+struct bn_layer_ops {
+    const char *type;          /* the model-file section name, e.g. "conv2d" */
+    const char *help;          /* one line: what it computes and its keys */
+    int is_loss;               /* takes labels, writes metrics, needs no out_grad */
+    bn_nvtx_kind kind;         /* colour of its ranges on the profiler timeline */
+
+    /* Reads the layer's keys from opts into l->priv (allocated here). May be NULL. */
+    bn_status (*parse)(bn_layer *l, bn_options *opts);
+    /* Computes the output shape from the input shape and declares the parameters
+     * (bn_layer_add_param). Rejects inputs it cannot handle with a usage error. */
+    bn_status (*setup)(bn_layer *l, bn_shape in, bn_shape *out);
+    bn_status (*forward_cpu)(bn_layer *l, const bn_pass *p);
+    bn_status (*backward_cpu)(bn_layer *l, const bn_pass *p);
+    /* GPU versions; NULL falls back to the CPU ones (with a one-time warning). */
+    bn_status (*forward_gpu)(bn_layer *l, const bn_pass *p);
+    bn_status (*backward_gpu)(bn_layer *l, const bn_pass *p);
+    /* Forward floating-point operations for one example, for summaries. May be NULL. */
+    double (*flops)(const bn_layer *l);
+    /* Releases l->priv and what it holds. May be NULL (then priv is free()d). */
+    void (*destroy)(bn_layer *l);
+};
+
+/* Declares a parameter of shape (n,c,h,w) during setup; returns its index or -1 on error. */
+int bn_layer_add_param(bn_layer *l, const char *name, int n, int c, int h, int w,
+                       bn_init init, int fan_in, int fan_out);
+
+/* Marks param i as a bias: no weight decay, learning rate times bias_lr_mult. */
+void bn_param_mark_bias(bn_layer *l, int i);
+
+/* Records a usage error prefixed with the layer's name and type. */
+bn_status bn_layer_error(const bn_layer *l, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* Output size of a window of `size` with `stride` and `pad` over `in` cells (floor mode),
+ * or 0 when the window does not fit. */
+int bn_window_out(int in, int size, int stride, int pad);
+
+/* Runs forward (or backward) on the device when ctx is set and the type has a GPU
+ * function, else on the CPU; inside an NVTX range "<name>/forward" ("<name>/backward"). */
+bn_status bn_layer_forward(bn_layer *l, const bn_pass *p);
+bn_status bn_layer_backward(bn_layer *l, const bn_pass *p);
+
+/* Shorthands for layer code: fetch a blob pointer or return the recorded error. */
+#define BN_HOST_RD(var, blob) const float *var = bn_blob_host_rd(blob); if (!var) return bn_last_status()
+#define BN_HOST_WR(var, blob) float *var = bn_blob_host_wr(blob); if (!var) return bn_last_status()
+#define BN_DEV_RD(var, blob) const float *var = bn_blob_dev_rd(blob); if (!var) return bn_last_status()
+#define BN_DEV_WR(var, blob) float *var = bn_blob_dev_wr(blob); if (!var) return bn_last_status()
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,86 @@
+/* net.h - a network: layers in order, built from a model file.
+ *
+ * Setup walks the shapes from the input, allocates every activation and gradient blob
+ * once for the batch size, and carves all parameters out of one contiguous slab and all
+ * parameter gradients out of another, so the optimizer is one pass and a checkpoint one
+ * write. Smaller batches (the last one of an epoch) reuse the same buffers. */
+#ifndef BN_NET_H
+#define BN_NET_H
+
+#include <stdint.h>
+
+#include "layer.h"
+#include "train_config.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct bn_net {
+    char source[256];          /* the model file's path (or a name given for text) */
+    uint64_t model_hash;       /* FNV-1a of the model text: checkpoints refuse another model */
+    bn_shape input_shape;
+    bn_train_config train;     /* the [train] section over the defaults */
+    bn_layer **layers;
+    int num_layers;
+
+    /* Filled by bn_net_setup: */
+    int capacity;              /* the largest batch the blobs hold */
+    int batch;                 /* the current batch size */
+    bn_blob *input;            /* (batch, C, H, W) */
+    bn_blob *input_grad;       /* only when setup was asked for it (gradient checks) */
+    bn_blob *labels;           /* (batch, 1, 1, 1) class indices as floats */
+    bn_blob *metrics;          /* [sum of losses, correct predictions] of the last forward */
+    bn_blob *params;           /* the parameter slab */
+    bn_blob *grads;            /* the gradient slab, same layout */
+    size_t num_params;         /* elements in each slab */
+    bn_pass pass;              /* what forward/backward hand the layers; ctx NULL on the CPU */
+} bn_net;
+
+/* Reads a model file and creates its layers (not yet set up). *out is owned by the caller
+ * (bn_net_free). Errors name file:line. */
+bn_status bn_net_from_file(const char *path, bn_net **out);
+
+/* The same from text in memory; `name` stands for the file in messages. */
+bn_status bn_net_from_text(const char *text, const char *name, bn_net **out);
+
+/* Infers shapes, allocates blobs for `batch` examples and initialises the parameters from
+ * `seed`. With ctx the network runs on that device; with want_input_grad the input's
+ * gradient is computed too. */
+bn_status bn_net_setup(bn_net *net, int batch, bn_ctx *ctx, int want_input_grad, uint64_t seed);
+
+/* Draws fresh initial parameters from seed (the same values on every path). */
+bn_status bn_net_init_params(bn_net *net, uint64_t seed);
+
+/* Uses the first n (<= capacity) examples of every blob for the following passes. */
+bn_status bn_net_set_batch(bn_net *net, int n);
+
+/* Forward through every layer; train selects training behaviour (dropout). */
+bn_status bn_net_forward(bn_net *net, int train);
+
+/* Backward from the loss layer (or, without one, from the output gradient already in the
+ * last layer's out_grad). Parameter gradients are added to the gradient slab. */
+bn_status bn_net_backward(bn_net *net);
+
+/* Zeroes the gradient slab. */
+bn_status bn_net_zero_grad(bn_net *net);
+
+/* The loss sum and correct count of the last forward (reads them to the host). */
+bn_status bn_net_metrics(bn_net *net, double *loss_sum, double *correct);
+
+/* The network's final output blob. */
+bn_blob *bn_net_output(bn_net *net);
+
+/* The last layer when it is a loss layer, else NULL. */
+bn_layer *bn_net_loss_layer(bn_net *net);
+
+/* The layer named `name`, or NULL. */
+bn_layer *bn_net_find_layer(bn_net *net, const char *name);
+
+/* Frees the network, its layers and blobs. NULL is fine. */
+void bn_net_free(bn_net *net);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,175 @@
+#include "options.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bn_option *find(bn_options *o, const char *key)
+{
+    /* The last occurrence wins, as in most INI readers; earlier ones count as read. */
+    bn_option *hit = NULL;
+    for (int i = 0; i < o->count; i++)
+        if (strcmp(o->items[i].key, key) == 0) {
+            o->items[i].used = 1;
+            hit = &o->items[i];
+        }
+    return hit;
+}
+
+bn_status bn_opt_error(const bn_options *o, const char *key, const char *fmt, ...)
+{
+    int line = o->line;
+    for (int i = 0; key && i < o->count; i++)
+        if (strcmp(o->items[i].key, key) == 0) line = o->items[i].line;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return bn_error(BN_ERR_USAGE, "%s:%d: [%s] %s", o->file ? o->file : "<options>", line,
+                    o->section ? o->section : "?", msg);
+}
+
+static bn_status parse_long(bn_options *o, const bn_option *it, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(it->value, &end, 10);
+    if (end == it->value || *end != '\0' || errno == ERANGE)
+        return bn_opt_error(o, it->key, "%s = '%s' is not an integer", it->key, it->value);
+    if (v < lo || v > hi)
+        return bn_opt_error(o, it->key, "%s = %ld is out of range [%ld, %ld]", it->key, v, lo, hi);
+    *out = v;
+    return BN_OK;
+}
+
+bn_status bn_opt_int(bn_options *o, const char *key, int def, int lo, int hi, int *out)
+{
+    bn_option *it = find(o, key);
+    if (!it) {
+        *out = def;
+        return BN_OK;
+    }
+    long v = 0;
+    BN_TRY(parse_long(o, it, lo, hi, &v));
+    *out = (int)v;
+    return BN_OK;
+}
+
+bn_status bn_opt_int_required(bn_options *o, const char *key, int lo, int hi, int *out)
+{
+    if (!find(o, key)) return bn_opt_error(o, NULL, "missing required key '%s'", key);
+    return bn_opt_int(o, key, 0, lo, hi, out);
+}
+
+bn_status bn_opt_float(bn_options *o, const char *key, double def, double lo, double hi, double *out)
+{
+    bn_option *it = find(o, key);
+    if (!it) {
+        *out = def;
+        return BN_OK;
+    }
+    char *end;
+    errno = 0;
+    double v = strtod(it->value, &end);
+    if (end == it->value || *end != '\0' || errno == ERANGE || !isfinite(v))
+        return bn_opt_error(o, key, "%s = '%s' is not a finite number", key, it->value);
+    if (v < lo || v > hi)
+        return bn_opt_error(o, key, "%s = %g is out of range [%g, %g]", key, v, lo, hi);
+    *out = v;
+    return BN_OK;
+}
+
+bn_status bn_opt_str(bn_options *o, const char *key, const char *def, const char **out)
+{
+    bn_option *it = find(o, key);
+    *out = it ? it->value : def;
+    return BN_OK;
+}
+
+bn_status bn_opt_choice(bn_options *o, const char *key, const char *const *choices, int def, int *out)
+{
+    bn_option *it = find(o, key);
+    if (!it) {
+        *out = def;
+        return BN_OK;
+    }
+    char list[256] = "";
+    for (int i = 0; choices[i]; i++) {
+        if (strcmp(choices[i], it->value) == 0) {
+            *out = i;
+            return BN_OK;
+        }
+        size_t len = strlen(list);
+        snprintf(list + len, sizeof list - len, "%s%s", i ? ", " : "", choices[i]);
+    }
+    return bn_opt_error(o, key, "%s = '%s' is not one of: %s", key, it->value, list);
+}
+
+bn_status bn_options_check_unused(const bn_options *o)
+{
+    for (int i = 0; i < o->count; i++)
+        if (!o->items[i].used)
+            return bn_error(BN_ERR_USAGE, "%s:%d: [%s] unknown key '%s'", o->file ? o->file : "<options>",
+                            o->items[i].line, o->section ? o->section : "?", o->items[i].key);
+    return BN_OK;
+}
+
+bn_status bn_options_add(bn_options *o, const char *key, const char *value, int line)
+{
+    bn_option *grown = realloc(o->items, (size_t)(o->count + 1) * sizeof *grown);
+    if (!grown) return bn_error(BN_ERR_NOMEM, "out of host memory reading options");
+    o->items = grown;
+    bn_option *it = &o->items[o->count];
+    it->key = strdup(key);
+    it->value = strdup(value);
+    it->line = line;
+    it->used = 0;
+    if (!it->key || !it->value) {
+        free(it->key);
+        free(it->value);
+        return bn_error(BN_ERR_NOMEM, "out of host memory reading options");
+    }
+    o->count++;
+    return BN_OK;
+}
+
+bn_status bn_options_parse_inline(bn_options *o, const char *text)
+{
+    const char *p = text;
+    while (*p) {
+        while (*p && (isspace((unsigned char)*p) || *p == ',')) p++;
+        if (!*p) break;
+        const char *start = p;
+        while (*p && !isspace((unsigned char)*p) && *p != ',') p++;
+        char pair[256];
+        size_t len = (size_t)(p - start);
+        if (len >= sizeof pair) return bn_error(BN_ERR_USAGE, "option '%.40s...' is too long", start);
+        memcpy(pair, start, len);
+        pair[len] = '\0';
+        char *eq = strchr(pair, '=');
+        if (!eq || eq == pair || !eq[1])
+            return bn_error(BN_ERR_USAGE, "option '%s' is not of the form key=value", pair);
+        *eq = '\0';
+        BN_TRY(bn_options_add(o, pair, eq + 1, 0));
+    }
+    return BN_OK;
+}
+
+void bn_options_clear(bn_options *o)
+{
+    for (int i = 0; i < o->count; i++) {
+        free(o->items[i].key);
+        free(o->items[i].value);
+    }
+    free(o->items);
+    free(o->section);
+    o->items = NULL;
+    o->section = NULL;
+    o->count = 0;
+}
