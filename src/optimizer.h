@@ -1,0 +1,49 @@
+/* optimizer.h - SGD with momentum and L2 weight decay over the network's contiguous
+ * parameter slab (Caffe's rule, with per-parameter multipliers):
+ *     g = grad + weight_decay * decay_mult * w
+ *     v = momentum * v + lr(iter) * lr_mult * g
+ *     w = w - v
+ * The momentum lives in a slab of the same layout as the parameters. */
+#ifndef BN_OPTIMIZER_H
+#define BN_OPTIMIZER_H
+
+#include "net.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A run of the slab sharing one pair of multipliers (one parameter, or several in a row). */
+typedef struct bn_param_segment {
+    size_t offset, count;
+    float lr_mult, decay_mult;
+} bn_param_segment;
+
+typedef struct bn_sgd {
+    bn_train_config cfg;
+    long iter;                  /* steps taken: the lr policy's clock */
+    long max_iter;              /* steps of the whole run, for the cosine policy */
+    bn_blob *momentum;          /* same layout as net->params */
+    bn_param_segment *segments;
+    int num_segments;
+    void *device_segments;      /* the segment table on the device (GPU path) */
+} bn_sgd;
+
+/* An optimizer for net's parameters with zero momentum; *out is freed with bn_sgd_free. */
+bn_status bn_sgd_create(bn_net *net, const bn_train_config *cfg, bn_sgd **out);
+
+/* The learning rate the policy gives at step iter. */
+double bn_sgd_lr(const bn_sgd *o, long iter);
+
+/* Applies one update from net's gradient slab and advances iter. */
+bn_status bn_sgd_step(bn_sgd *o, bn_net *net);
+
+void bn_sgd_free(bn_sgd *o);
+
+/* The update on the device: one kernel over the slab (optimizer_gpu.cu). */
+bn_status bn_sgd_step_gpu(bn_sgd *o, bn_net *net, float lr);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
