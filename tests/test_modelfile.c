@@ -1,0 +1,80 @@
+/* Model-file parsing: every error kind names file:line and the problem. */
+#include "net.h"
+#include "testing.h"
+
+#define INPUT "[input]\nchannels = 1\nheight = 8\nwidth = 8\n"
+
+static bn_status build(const char *text)
+{
+    bn_net *net = NULL;
+    bn_status s = bn_net_from_text(text, "m.cfg", &net);
+    if (s == BN_OK) s = bn_net_setup(net, 2, NULL, 0, 1);
+    bn_net_free(net);
+    return s;
+}
+
+BN_TEST(modelfile_accepts_comments_and_spacing)
+{
+    bn_net *net;
+    CHECK_OK(bn_net_from_text("# a comment\n" INPUT "  [ dense ]  \n outputs=3 ; trailing\n\n", "m.cfg", &net));
+    CHECK(net->num_layers == 1);
+    CHECK(strcmp(net->layers[0]->name, "dense1") == 0);
+    CHECK(net->input_shape.c == 1 && net->input_shape.h == 8 && net->input_shape.w == 8);
+    bn_net_free(net);
+    return BN_PASS;
+}
+
+BN_TEST(modelfile_syntax_errors_name_the_line)
+{
+    CHECK_ERR(build("outputs = 3\n" INPUT), BN_ERR_USAGE, "m.cfg:1: key 'outputs' appears before any [section]");
+    CHECK_ERR(build(INPUT "[dense\n"), BN_ERR_USAGE, "m.cfg:5: section header");
+    CHECK_ERR(build(INPUT "[dense]\noutputs\n"), BN_ERR_USAGE, "m.cfg:6: expected 'key = value'");
+    CHECK_ERR(build(INPUT "[dense]\noutputs =\n"), BN_ERR_USAGE, "m.cfg:6: key 'outputs' has no value");
+    CHECK_ERR(build(INPUT "[dense]\nout puts = 3\n"), BN_ERR_USAGE, "m.cfg:6: 'out puts' is not a valid key");
+    CHECK_ERR(build(INPUT "[de nse]\n"), BN_ERR_USAGE, "not a valid section name");
+    return BN_PASS;
+}
+
+BN_TEST(modelfile_semantic_errors_name_the_line)
+{
+    CHECK_ERR(build(INPUT "[convolution]\n"), BN_ERR_USAGE, "m.cfg:5: unknown section [convolution]; layer types are: dense");
+    CHECK_ERR(build(INPUT "[dense]\noutputs = 3\ncolour = red\n"), BN_ERR_USAGE, "m.cfg:7: [dense] unknown key 'colour'");
+    CHECK_ERR(build(INPUT "[dense]\n"), BN_ERR_USAGE, "m.cfg:5: [dense] missing required key 'outputs'");
+    CHECK_ERR(build(INPUT "[dense]\noutputs = ten\n"), BN_ERR_USAGE, "m.cfg:6: [dense] outputs = 'ten' is not an integer");
+    CHECK_ERR(build(INPUT "[dense]\noutputs = 0\n"), BN_ERR_USAGE, "outputs = 0 is out of range");
+    CHECK_ERR(build(INPUT "[dense]\noutputs = -4\n"), BN_ERR_USAGE, "out of range");
+    CHECK_ERR(build(INPUT "[dense]\noutputs = 99999999999999\n"), BN_ERR_USAGE, "not an integer");
+    CHECK_ERR(build(INPUT "[train]\nlr = fast\n[dense]\noutputs=2\n"), BN_ERR_USAGE, "m.cfg:6: [train] lr = 'fast' is not a finite number");
+    CHECK_ERR(build(INPUT "[train]\nlr = nan\n[dense]\noutputs=2\n"), BN_ERR_USAGE, "not a finite number");
+    CHECK_ERR(build(INPUT "[train]\nlr_policy = warp\n[dense]\noutputs=2\n"), BN_ERR_USAGE, "is not one of: fixed, step, inv, cosine");
+    CHECK_ERR(build(INPUT "[train]\nbatchsize = 3\n[dense]\noutputs=2\n"), BN_ERR_USAGE, "m.cfg:6: [train] unknown key 'batchsize'");
+    return BN_PASS;
+}
+
+BN_TEST(modelfile_structure_errors)
+{
+    CHECK_ERR(build("[dense]\noutputs = 3\n"), BN_ERR_USAGE, "no [input] section");
+    CHECK_ERR(build(INPUT), BN_ERR_USAGE, "m.cfg: no layers");
+    CHECK_ERR(build(INPUT INPUT "[dense]\noutputs=1\n"), BN_ERR_USAGE, "m.cfg:5: second [input] section");
+    CHECK_ERR(build("[input]\nchannels = 1\nheight = 0\nwidth = 8\n[dense]\noutputs=1\n"), BN_ERR_USAGE, "height = 0 is out of range");
+    CHECK_ERR(build("[input]\nchannels = 1\nwidth = 8\n[dense]\noutputs=1\n"), BN_ERR_USAGE, "missing required key 'height'");
+    CHECK_ERR(build(INPUT "[softmax_ce]\n[dense]\noutputs=2\n"), BN_ERR_USAGE, "loss layer softmax_ce1 must be the last layer");
+    CHECK_ERR(build(INPUT "[dense]\nname = a\noutputs=2\n[relu]\nname = a\n"), BN_ERR_USAGE, "layer name 'a' is used twice");
+    CHECK_ERR(build(INPUT "[dense]\nname = a/b\noutputs=2\n"), BN_ERR_USAGE, "without spaces");
+    return BN_PASS;
+}
+
+BN_TEST(modelfile_shape_errors_name_the_layer)
+{
+    CHECK_ERR(build(INPUT "[conv2d]\nname = big\nfilters = 2\nsize = 9\n"), BN_ERR_USAGE, "layer big (conv2d)");
+    CHECK_ERR(build(INPUT "[maxpool]\nsize = 2\npad = 2\n"), BN_ERR_USAGE, "maxpool");
+    return BN_PASS;
+}
+
+BN_TEST(modelfile_missing_file_is_reported)
+{
+    bn_net *net = NULL;
+    CHECK_ERR(bn_net_from_file("/nonexistent/model.cfg", &net), BN_ERR_USAGE, "/nonexistent/model.cfg: cannot open");
+    CHECK(net == NULL);
+    return BN_PASS;
+}
