@@ -41,7 +41,8 @@ ifeq ($(SANITIZE),1)
 endif
 
 C_SRCS  := $(wildcard src/*.c layers/*.c datasets/*.c)
-C_SRCS  := $(filter-out src/main.c src/device_none.c,$(C_SRCS))
+CLI_SRCS := src/main.c src/cli.c $(wildcard src/cmd_*.c)
+C_SRCS  := $(filter-out $(CLI_SRCS) src/device_none.c,$(C_SRCS))
 CU_SRCS :=
 ifeq ($(WITH_CUDA),1)
   CU_SRCS  := $(wildcard src/*.cu layers/*.cu)
@@ -65,7 +66,7 @@ libblobnet.a: $(LIB_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
-blobnet: $(BUILD)/src/main.o libblobnet.a
+blobnet: $(CLI_SRCS:%.c=$(BUILD)/%.o) libblobnet.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 tests/run_tests: $(TEST_OBJS) libblobnet.a

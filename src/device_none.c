@@ -1,7 +1,10 @@
-/* device_none.c - the device API in a build without CUDA: no devices, every request is
- * refused with a message that says how to get GPU support. Host-side helpers that the
+/* device_none.c - every device entry point in a build without CUDA: no devices, every
+ * request is refused with a message that says how to get GPU support. Host-side helpers that the
  * CPU path also calls (free, descriptors) are harmless no-ops. */
 #include "device.h"
+#include "kernels.h"
+#include "loader.h"
+#include "optimizer.h"
 
 static bn_status no_cuda(void)
 {
@@ -66,3 +69,39 @@ bn_status bn_tensor_desc_set(void **desc, int n, int c, int h, int w)
 }
 
 void bn_tensor_desc_free(void *desc) { (void)desc; }
+
+bn_status bn_gpu_add(float *dst, const float *src, size_t n, bn_ctx *ctx)
+{
+    (void)dst, (void)src, (void)n, (void)ctx;
+    return no_cuda();
+}
+
+bn_status bn_gpu_fill(float *dst, float value, size_t n, bn_ctx *ctx)
+{
+    (void)dst, (void)value, (void)n, (void)ctx;
+    return no_cuda();
+}
+
+bn_status bn_sgd_step_gpu(bn_sgd *o, bn_net *net, float lr)
+{
+    (void)o, (void)net, (void)lr;
+    return no_cuda();
+}
+
+bn_status bn_loader_upload(bn_loader *ld)
+{
+    (void)ld;
+    return no_cuda();
+}
+
+bn_status bn_loader_upload_order(bn_loader *ld)
+{
+    (void)ld;
+    return no_cuda();
+}
+
+bn_status bn_loader_fill_gpu(bn_loader *ld, bn_net *net, int start, int n)
+{
+    (void)ld, (void)net, (void)start, (void)n;
+    return no_cuda();
+}

@@ -1,8 +1,101 @@
-/* main.c - the blobnet command line. */
+/* main.c - the blobnet command line: dispatch to subcommands, help and version. */
 #include <stdio.h>
+#include <string.h>
 
-int main(void)
+#include "commands.h"
+
+#define BLOBNET_VERSION "0.1.0"
+
+static const char train_usage[] =
+    "usage: blobnet train MODEL [options]\n"
+    "Trains the network described by MODEL on MNIST or Fashion-MNIST.\n"
+    "  --data DIR          dataset directory (default: $BLOBNET_DATA, else data/mnist;\n"
+    "                      fashion-mnist: /usr/share/datasets/fashion-mnist)\n"
+    "  --dataset NAME      mnist (default) or fashion-mnist\n"
+    "  --device SPEC       cpu, gpu, gpu:N or auto (default: auto, the GPU when present)\n"
+    "  --epochs N          epochs to train (a resumed run continues up to N)\n"
+    "  --batch N           mini-batch size\n"
+    "  --lr X              base learning rate\n"
+    "  --momentum X        SGD momentum\n"
+    "  --weight-decay X    L2 weight decay\n"
+    "  --lr-policy NAME    fixed, step, inv or cosine\n"
+    "  --seed N            seed of initial weights, shuffling and dropout\n"
+    "  --train-limit N     train on the first N training images only\n"
+    "  --save FILE         write a checkpoint (safetensors) after every epoch\n"
+    "  --resume FILE       continue from a checkpoint written by --save\n"
+    "  --quiet             print only errors and the final line\n"
+    "Flags override the model file's [train] section.\n";
+
+static const char test_usage[] =
+    "usage: blobnet test MODEL WEIGHTS [options]\n"
+    "Evaluates saved weights on the test set and prints the accuracy.\n"
+    "  --data DIR          dataset directory (as for train)\n"
+    "  --dataset NAME      mnist (default) or fashion-mnist\n"
+    "  --device SPEC       cpu, gpu, gpu:N or auto (default auto)\n"
+    "  --batch N           evaluation batch size (default 1000)\n";
+
+static const char summary_usage[] =
+    "usage: blobnet summary MODEL\n"
+    "Prints each layer's name, type, output shape, parameters and forward MFLOPs per image.\n";
+
+const bn_command bn_commands[] = {
+    {"train", "train a model on MNIST", train_usage, bn_cmd_train},
+    {"test", "evaluate saved weights on the test set", test_usage, bn_cmd_test},
+    {"summary", "print a model's layers, shapes and sizes", summary_usage, bn_cmd_summary},
+    {NULL, NULL, NULL, NULL},
+};
+
+static void print_main_help(void)
 {
-    puts("blobnet");
-    return 0;
+    printf("blobnet %s - a small deep-learning trainer in C on CUDA\n\n"
+           "usage: blobnet COMMAND [options]\n\ncommands:\n", BLOBNET_VERSION);
+    for (const bn_command *c = bn_commands; c->name; c++) printf("  %-10s %s\n", c->name, c->summary);
+    printf("  %-10s %s\n\n", "help CMD", "show a command's options");
+    printf("Run 'blobnet CMD --help' for a command's options.\n"
+           "Exit codes: 0 success, 1 failure at run time, 2 usage error.\n");
+}
+
+void bn_print_command_help(const char *cmd)
+{
+    for (const bn_command *c = bn_commands; c->name; c++)
+        if (strcmp(c->name, cmd) == 0) fputs(c->usage, stdout);
+}
+
+static const bn_command *find_command(const char *name)
+{
+    for (const bn_command *c = bn_commands; c->name; c++)
+        if (strcmp(c->name, name) == 0) return c;
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        print_main_help();
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+        print_main_help();
+        return 0;
+    }
+    if (strcmp(cmd, "--version") == 0) {
+        printf("blobnet %s\n", BLOBNET_VERSION);
+        return 0;
+    }
+    if (strcmp(cmd, "help") == 0) {
+        if (argc < 3) {
+            print_main_help();
+            return 0;
+        }
+        if (!find_command(argv[2])) return bn_usage_error(NULL, "help: unknown command");
+        bn_print_command_help(argv[2]);
+        return 0;
+    }
+    const bn_command *c = find_command(cmd);
+    if (!c) {
+        fprintf(stderr, "blobnet: error: unknown command '%s'; run 'blobnet --help'\n", cmd);
+        return 2;
+    }
+    return c->run(argc - 1, argv + 1);
 }

@@ -101,11 +101,3 @@ void bn_sgd_free(bn_sgd *o)
     free(o->segments);
     free(o);
 }
-
-#ifndef BN_WITH_CUDA
-bn_status bn_sgd_step_gpu(bn_sgd *o, bn_net *net, float lr)
-{
-    (void)o, (void)net, (void)lr;
-    return bn_error(BN_ERR_DEVICE, "this blobnet was built without CUDA");
-}
-#endif

@@ -43,7 +43,7 @@ BN_TEST(modelfile_semantic_errors_name_the_line)
     CHECK_ERR(build(INPUT "[dense]\noutputs = ten\n"), BN_ERR_USAGE, "m.cfg:6: [dense] outputs = 'ten' is not an integer");
     CHECK_ERR(build(INPUT "[dense]\noutputs = 0\n"), BN_ERR_USAGE, "outputs = 0 is out of range");
     CHECK_ERR(build(INPUT "[dense]\noutputs = -4\n"), BN_ERR_USAGE, "out of range");
-    CHECK_ERR(build(INPUT "[dense]\noutputs = 99999999999999\n"), BN_ERR_USAGE, "not an integer");
+    CHECK_ERR(build(INPUT "[dense]\noutputs = 99999999999999999999\n"), BN_ERR_USAGE, "not an integer");
     CHECK_ERR(build(INPUT "[train]\nlr = fast\n[dense]\noutputs=2\n"), BN_ERR_USAGE, "m.cfg:6: [train] lr = 'fast' is not a finite number");
     CHECK_ERR(build(INPUT "[train]\nlr = nan\n[dense]\noutputs=2\n"), BN_ERR_USAGE, "not a finite number");
     CHECK_ERR(build(INPUT "[train]\nlr_policy = warp\n[dense]\noutputs=2\n"), BN_ERR_USAGE, "is not one of: fixed, step, inv, cosine");

@@ -1,0 +1,151 @@
+/* cmd_train.c - `blobnet train MODEL [options]`. */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "trainer.h"
+
+typedef struct train_args {
+    const char *model, *data, *dataset, *device, *save, *resume;
+    long epochs, batch, seed, train_limit;
+    double lr, momentum, weight_decay;
+    const char *lr_policy;
+    int quiet;
+} train_args;
+
+enum { OPT_DATA = 256, OPT_DATASET, OPT_DEVICE, OPT_EPOCHS, OPT_BATCH, OPT_LR, OPT_MOMENTUM, OPT_WD,
+       OPT_POLICY, OPT_SEED, OPT_LIMIT, OPT_SAVE, OPT_RESUME, OPT_QUIET, OPT_HELP };
+
+static const struct option train_options[] = {
+    {"data", required_argument, 0, OPT_DATA},       {"dataset", required_argument, 0, OPT_DATASET},
+    {"device", required_argument, 0, OPT_DEVICE},   {"epochs", required_argument, 0, OPT_EPOCHS},
+    {"batch", required_argument, 0, OPT_BATCH},     {"lr", required_argument, 0, OPT_LR},
+    {"momentum", required_argument, 0, OPT_MOMENTUM}, {"weight-decay", required_argument, 0, OPT_WD},
+    {"lr-policy", required_argument, 0, OPT_POLICY}, {"seed", required_argument, 0, OPT_SEED},
+    {"train-limit", required_argument, 0, OPT_LIMIT}, {"save", required_argument, 0, OPT_SAVE},
+    {"resume", required_argument, 0, OPT_RESUME},   {"quiet", no_argument, 0, OPT_QUIET},
+    {"help", no_argument, 0, OPT_HELP},             {0, 0, 0, 0},
+};
+
+/* Returns BN_OK, a usage error, or -1 after printing help. */
+static int parse_args(int argc, char **argv, train_args *a)
+{
+    *a = (train_args){.dataset = "mnist", .device = "auto", .epochs = -1, .batch = -1, .seed = -1,
+                      .lr = -1, .momentum = -1, .weight_decay = -1};
+    opterr = 0;
+    optind = 1;
+    int opt;
+    while ((opt = getopt_long(argc, argv, ":", train_options, NULL)) != -1) {
+        switch (opt) {
+        case OPT_DATA: a->data = optarg; break;
+        case OPT_DATASET: a->dataset = optarg; break;
+        case OPT_DEVICE: a->device = optarg; break;
+        case OPT_EPOCHS: BN_TRY(bn_cli_int("--epochs", optarg, 0, 1000000, &a->epochs)); break;
+        case OPT_BATCH: BN_TRY(bn_cli_int("--batch", optarg, 1, 65536, &a->batch)); break;
+        case OPT_LR: BN_TRY(bn_cli_float("--lr", optarg, 0, 1000, &a->lr)); break;
+        case OPT_MOMENTUM: BN_TRY(bn_cli_float("--momentum", optarg, 0, 1, &a->momentum)); break;
+        case OPT_WD: BN_TRY(bn_cli_float("--weight-decay", optarg, 0, 1, &a->weight_decay)); break;
+        case OPT_POLICY: a->lr_policy = optarg; break;
+        case OPT_SEED: BN_TRY(bn_cli_int("--seed", optarg, 0, 2147483647L, &a->seed)); break;
+        case OPT_LIMIT: BN_TRY(bn_cli_int("--train-limit", optarg, 1, 2147483647L, &a->train_limit)); break;
+        case OPT_SAVE: a->save = optarg; break;
+        case OPT_RESUME: a->resume = optarg; break;
+        case OPT_QUIET: a->quiet = 1; break;
+        case OPT_HELP: return -1;
+        default: return bn_cli_option_error(opt, optopt, argv[optind - 1]);
+        }
+    }
+    if (optind >= argc) return bn_error(BN_ERR_USAGE, "train: missing MODEL (see 'blobnet train --help')");
+    if (optind + 1 < argc) return bn_error(BN_ERR_USAGE, "train: unexpected argument '%s'", argv[optind + 1]);
+    a->model = argv[optind];
+    return BN_OK;
+}
+
+static bn_status apply_overrides(const train_args *a, bn_train_config *c)
+{
+    if (a->epochs >= 0) c->epochs = (int)a->epochs;
+    if (a->batch > 0) c->batch = (int)a->batch;
+    if (a->lr >= 0) c->lr = a->lr;
+    if (a->momentum >= 0) c->momentum = a->momentum;
+    if (a->weight_decay >= 0) c->weight_decay = a->weight_decay;
+    if (a->seed >= 0) c->seed = (unsigned long long)a->seed;
+    if (a->lr_policy) {
+        int i = 0;
+        while (bn_lr_policy_names[i] && strcmp(bn_lr_policy_names[i], a->lr_policy) != 0) i++;
+        if (!bn_lr_policy_names[i])
+            return bn_error(BN_ERR_USAGE, "--lr-policy: '%s' is not one of fixed, step, inv, cosine", a->lr_policy);
+        c->lr_policy = (bn_lr_policy)i;
+    }
+    return BN_OK;
+}
+
+/* Data and model must agree on the image shape. */
+static bn_status check_input(const bn_net *net, const bn_dataset *d, const char *dir)
+{
+    bn_shape s = net->input_shape;
+    if (s.c != d->channels || s.h != d->height || s.w != d->width)
+        return bn_error(BN_ERR_USAGE, "%s expects %dx%dx%d inputs but %s holds %dx%dx%d images", net->source, s.c,
+                        s.h, s.w, dir, d->channels, d->height, d->width);
+    return BN_OK;
+}
+
+typedef struct train_run {
+    bn_net *net;
+    bn_sgd *opt;
+    bn_dataset train, test;
+    bn_ctx *ctx;
+} train_run;
+
+static bn_status prepare(const train_args *a, train_run *r, bn_train_state *st)
+{
+    BN_TRY(bn_net_from_file(a->model, &r->net));
+    bn_train_config *cfg = &r->net->train;
+    BN_TRY(apply_overrides(a, cfg));
+    const char *dir;
+    BN_TRY(bn_cli_data_dir(a->data, a->dataset, &dir));
+    BN_TRY(bn_cli_open_device(a->device, a->quiet, &r->ctx));
+    BN_TRY(bn_dataset_load(dir, 1, (int)a->train_limit, &r->train));
+    BN_TRY(bn_dataset_load(dir, 0, 0, &r->test));
+    BN_TRY(check_input(r->net, &r->train, dir));
+    BN_TRY(bn_net_setup(r->net, cfg->batch, r->ctx, 0, cfg->seed));
+    BN_TRY(bn_sgd_create(r->net, cfg, &r->opt));
+    *st = (bn_train_state){.seed = cfg->seed};
+    if (a->resume) BN_TRY(bn_checkpoint_load(a->resume, r->net, r->opt, st));
+    if (!a->quiet)
+        printf("blobnet: training %s on %s%s%s: %d train / %d test images, batch %d, %zu parameters\n",
+               a->model, r->ctx ? "gpu " : "cpu", r->ctx ? r->ctx->name : "", a->resume ? " (resumed)" : "",
+               r->train.count, r->test.count, cfg->batch, r->net->num_params);
+    return BN_OK;
+}
+
+static bn_status run(const train_args *a, train_run *r)
+{
+    bn_train_state st;
+    BN_TRY(prepare(a, r, &st));
+    bn_trainer_opts opts = {.epochs = r->net->train.epochs, .save_path = a->save, .out = a->quiet ? NULL : stdout};
+    bn_epoch_report last;
+    BN_TRY(bn_train(r->net, r->opt, &r->train, &r->test, &opts, &st, &last));
+    if (last.epoch == 0) BN_TRY(bn_evaluate(r->net, &r->test, &last.test_loss, &last.test_acc));
+    printf("final test accuracy: %.2f%%\n", 100.0 * last.test_acc);
+    return BN_OK;
+}
+
+int bn_cmd_train(int argc, char **argv)
+{
+    train_args a;
+    int p = parse_args(argc, argv, &a);
+    if (p < 0) {
+        bn_print_command_help("train");
+        return 0;
+    }
+    if (p != BN_OK) return bn_fail((bn_status)p);
+    train_run r = {0};
+    bn_status s = run(&a, &r);
+    bn_sgd_free(r.opt);
+    bn_net_free(r.net);
+    bn_dataset_free(&r.train);
+    bn_dataset_free(&r.test);
+    bn_ctx_close();
+    return s == BN_OK ? 0 : bn_fail(s);
+}

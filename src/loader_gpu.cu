@@ -1,0 +1,58 @@
+/* loader_gpu.cu - batches gathered on the device from the uint8 dataset uploaded once. */
+#include "cuda_check.h"
+#include "loader.h"
+
+__global__ void gather_batch(const unsigned char *__restrict__ pixels, const unsigned char *__restrict__ labels,
+                             const int *__restrict__ order, int start, int n, int per_example, float *__restrict__ x,
+                             float *__restrict__ y)
+{
+    size_t total = (size_t)n * per_example;
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+        int e = (int)(i / per_example);
+        int src = order[start + e];
+        x[i] = pixels[(size_t)src * per_example + i % per_example] * (1.0f / 255.0f);
+        if (i % per_example == 0) y[e] = (float)labels[src];
+    }
+}
+
+static int per_example(const bn_dataset *d)
+{
+    return d->channels * d->height * d->width;
+}
+
+extern "C" bn_status bn_loader_upload(bn_loader *ld)
+{
+    const bn_dataset *d = ld->data;
+    size_t pixel_bytes = (size_t)d->count * per_example(d);
+    BN_TRY(bn_device_alloc(&ld->dev_pixels, pixel_bytes));
+    BN_TRY(bn_device_alloc(&ld->dev_labels, (size_t)d->count));
+    BN_TRY(bn_device_alloc(&ld->dev_order, (size_t)d->count * sizeof(int)));
+    BN_TRY(bn_device_h2d(ld->dev_pixels, d->pixels, pixel_bytes));
+    BN_TRY(bn_device_h2d(ld->dev_labels, d->labels, (size_t)d->count));
+    return bn_loader_upload_order(ld);
+}
+
+extern "C" bn_status bn_loader_upload_order(bn_loader *ld)
+{
+    bn_nvtx_push("h2d order", BN_NVTX_TRANSFER);
+    bn_status s = bn_device_h2d(ld->dev_order, ld->order, (size_t)ld->data->count * sizeof(int));
+    bn_nvtx_pop();
+    return s;
+}
+
+extern "C" bn_status bn_loader_fill_gpu(bn_loader *ld, bn_net *net, int start, int n)
+{
+    BN_DEV_WR(x, net->input);
+    BN_DEV_WR(y, net->labels);
+    int per = per_example(ld->data);
+    size_t total = (size_t)n * per;
+    int threads = 256;
+    int blocks = (int)((total + threads - 1) / threads);
+    if (blocks > 4096) blocks = 4096;
+    gather_batch<<<blocks, threads, 0, (cudaStream_t)ld->ctx->stream>>>(
+        (const unsigned char *)ld->dev_pixels, (const unsigned char *)ld->dev_labels, (const int *)ld->dev_order,
+        start, n, per, x, y);
+    BN_CUDA_LAUNCH();
+    return BN_OK;
+}

@@ -1,0 +1,156 @@
+#include "trainer.h"
+
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels.h"
+#include "nvtx.h"
+
+static double now_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+unsigned long long bn_epoch_seed(unsigned long long seed, int epoch)
+{
+    return seed * 0x9e3779b97f4a7c15ULL + (unsigned long long)epoch + 1;
+}
+
+/* Adds the last batch's [loss sum, correct] into acc without a host round trip on the GPU. */
+static bn_status accumulate_metrics(bn_net *net, bn_blob *acc)
+{
+    if (net->pass.ctx) {
+        BN_DEV_WR(dst, acc);
+        BN_DEV_RD(src, net->metrics);
+        return bn_gpu_add(dst, src, 2, net->pass.ctx);
+    }
+    BN_HOST_WR(dst, acc);
+    BN_HOST_RD(src, net->metrics);
+    dst[0] += src[0];
+    dst[1] += src[1];
+    return BN_OK;
+}
+
+static bn_status check_finite(double loss, long step)
+{
+    if (!isfinite(loss))
+        return bn_error(BN_ERR_NUMERIC, "the training loss became %s by step %ld; lower the learning rate",
+                        isnan(loss) ? "NaN" : "infinite", step);
+    return BN_OK;
+}
+
+static bn_status train_step(bn_net *net, bn_sgd *opt, bn_loader *ld, int start, int n, long step)
+{
+    char range[48];
+    snprintf(range, sizeof range, "step %ld", step);
+    bn_nvtx_push(range, BN_NVTX_STEP);
+    net->pass.step = (unsigned long long)step;
+    bn_status s = bn_loader_fill(ld, net, start, n);
+    if (s == BN_OK) s = bn_net_zero_grad(net);
+    if (s == BN_OK) s = bn_net_forward(net, 1);
+    if (s == BN_OK) s = bn_net_backward(net);
+    if (s == BN_OK) s = bn_sgd_step(opt, net);
+    bn_nvtx_pop();
+    return s;
+}
+
+/* Trains the rest of the current epoch; sums of loss and correct answers go into st. */
+static bn_status train_epoch(bn_net *net, bn_sgd *opt, bn_loader *ld, bn_blob *acc, bn_train_state *st)
+{
+    int count = ld->data->count, batch = net->capacity;
+    BN_TRY(bn_loader_set_order(ld, 1, bn_epoch_seed(st->seed, st->epoch)));
+    float *a = bn_blob_host_wr(acc);
+    if (!a) return bn_last_status();
+    a[0] = (float)st->epoch_loss_sum;
+    a[1] = (float)st->epoch_correct;
+    for (int start = st->batch_in_epoch * batch; start < count; start += batch) {
+        int n = count - start < batch ? count - start : batch;
+        BN_TRY(train_step(net, opt, ld, start, n, st->step));
+        BN_TRY(accumulate_metrics(net, acc));
+        st->step++;
+        st->batch_in_epoch++;
+        st->epoch_seen += n;
+    }
+    const float *sums = bn_blob_host_rd(acc);
+    if (!sums) return bn_last_status();
+    st->epoch_loss_sum = sums[0];
+    st->epoch_correct = sums[1];
+    return check_finite(st->epoch_loss_sum, st->step);
+}
+
+bn_status bn_evaluate(bn_net *net, const bn_dataset *data, double *loss, double *acc)
+{
+    bn_loader ld;
+    BN_TRY(bn_loader_init(&ld, data, net->pass.ctx));
+    bn_blob *sum = bn_blob_new("eval.metrics", 2, 1, 1, 1);
+    bn_status s = sum ? bn_blob_zero(sum) : bn_last_status();
+    bn_nvtx_push("eval", BN_NVTX_STEP);
+    for (int start = 0; s == BN_OK && start < data->count; start += net->capacity) {
+        int n = data->count - start < net->capacity ? data->count - start : net->capacity;
+        s = bn_loader_fill(&ld, net, start, n);
+        if (s == BN_OK) s = bn_net_forward(net, 0);
+        if (s == BN_OK) s = accumulate_metrics(net, sum);
+    }
+    bn_nvtx_pop();
+    const float *m = s == BN_OK ? bn_blob_host_rd(sum) : NULL;
+    if (m) {
+        *loss = m[0] / data->count;
+        *acc = m[1] / data->count;
+    } else if (s == BN_OK) {
+        s = bn_last_status();
+    }
+    bn_blob_free(sum);
+    bn_loader_free(&ld);
+    return s;
+}
+
+static void print_epoch(FILE *out, const bn_epoch_report *r)
+{
+    if (!out) return;
+    fprintf(out, "epoch %*d/%d  lr %.6f  train loss %.4f  train acc %6.2f%%  test acc %6.2f%%  %7.2f s  %8.0f img/s\n",
+            r->epochs >= 10 ? 2 : 1, r->epoch, r->epochs, r->lr, r->train_loss, 100.0 * r->train_acc,
+            100.0 * r->test_acc, r->seconds, r->images_per_s);
+    fflush(out);
+}
+
+bn_status bn_train(bn_net *net, bn_sgd *opt, const bn_dataset *train, const bn_dataset *test,
+                   const bn_trainer_opts *opts, bn_train_state *st, bn_epoch_report *last)
+{
+    if (!bn_net_loss_layer(net))
+        return bn_error(BN_ERR_USAGE, "%s: training needs a loss layer (softmax_ce) at the end", net->source);
+    memset(last, 0, sizeof *last);
+    long steps_per_epoch = (train->count + net->capacity - 1) / net->capacity;
+    opt->max_iter = steps_per_epoch * opts->epochs;
+    bn_loader ld;
+    BN_TRY(bn_loader_init(&ld, train, net->pass.ctx));
+    bn_blob *acc = bn_blob_new("epoch.metrics", 2, 1, 1, 1);
+    bn_status s = acc ? BN_OK : bn_last_status();
+    char range[32];
+    while (s == BN_OK && st->epoch < opts->epochs) {
+        snprintf(range, sizeof range, "epoch %d", st->epoch + 1);
+        bn_nvtx_push(range, BN_NVTX_STEP);
+        long seen_before = st->epoch_seen;
+        double t0 = now_seconds();
+        s = train_epoch(net, opt, &ld, acc, st);
+        if (s == BN_OK && net->pass.ctx) s = bn_device_sync();
+        double seconds = now_seconds() - t0;
+        bn_nvtx_pop();
+        if (s != BN_OK) break;
+        bn_epoch_report r = {.epoch = st->epoch + 1, .epochs = opts->epochs, .lr = bn_sgd_lr(opt, opt->iter - 1),
+                             .train_loss = st->epoch_loss_sum / st->epoch_seen,
+                             .train_acc = st->epoch_correct / st->epoch_seen, .seconds = seconds,
+                             .images_per_s = (st->epoch_seen - seen_before) / (seconds > 0 ? seconds : 1e-9)};
+        s = bn_evaluate(net, test, &r.test_loss, &r.test_acc);
+        if (s != BN_OK) break;
+        *st = (bn_train_state){.seed = st->seed, .epoch = st->epoch + 1, .step = st->step};
+        if (opts->save_path) s = bn_checkpoint_save(opts->save_path, net, opt, st);
+        print_epoch(opts->out, &r);
+        *last = r;
+    }
+    bn_blob_free(acc);
+    bn_loader_free(&ld);
+    return s;
+}

@@ -1,0 +1,47 @@
+/* trainer.h - epochs of shuffled mini-batches, evaluation after each epoch, checkpoints. */
+#ifndef BN_TRAINER_H
+#define BN_TRAINER_H
+
+#include <stdio.h>
+
+#include "checkpoint.h"
+#include "idx.h"
+#include "loader.h"
+#include "optimizer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct bn_epoch_report {
+    int epoch;              /* 1-based */
+    int epochs;
+    double lr;              /* at the epoch's last step */
+    double train_loss, train_acc;
+    double test_loss, test_acc;
+    double seconds;         /* training time of the epoch, evaluation excluded */
+    double images_per_s;
+} bn_epoch_report;
+
+typedef struct bn_trainer_opts {
+    int epochs;             /* train until this many epochs are complete */
+    const char *save_path;  /* checkpoint written after every epoch, or NULL */
+    FILE *out;              /* epoch lines go here; NULL prints nothing */
+} bn_trainer_opts;
+
+/* Trains net with opt from state st (zeroed for a fresh run; loaded for a resume) until
+ * opts->epochs are complete, evaluating on test after every epoch. *last receives the last
+ * epoch's report (test_acc is the final accuracy). */
+bn_status bn_train(bn_net *net, bn_sgd *opt, const bn_dataset *train, const bn_dataset *test,
+                   const bn_trainer_opts *opts, bn_train_state *st, bn_epoch_report *last);
+
+/* Mean loss and accuracy of net over the whole dataset, in batches of the net's capacity. */
+bn_status bn_evaluate(bn_net *net, const bn_dataset *data, double *loss, double *acc);
+
+/* The seed of the shuffle of epoch `epoch` (0-based) of a run seeded with seed. */
+unsigned long long bn_epoch_seed(unsigned long long seed, int epoch);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
