@@ -1,0 +1,86 @@
+/* The command line: exit codes, messages, summary, and short real trainings. */
+#include <stdlib.h>
+
+#include "testing.h"
+
+static char out[1 << 16];
+
+static int cli(const char *args)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s %s", bn_test_cli(), args);
+    return bn_test_run(cmd, out, sizeof out);
+}
+
+#define CHECK_CLI(args, code, needle)                                                              \
+    do {                                                                                           \
+        int rc_ = cli(args);                                                                       \
+        CHECK_MSG(rc_ == (code), "'%s' exited %d, expected %d; output:\n%s", args, rc_, code, out); \
+        CHECK_MSG(strstr(out, needle) != NULL, "'%s' output lacks \"%s\":\n%s", args, needle, out); \
+    } while (0)
+
+BN_TEST(cli_help_and_version)
+{
+    CHECK_CLI("--version", 0, "blobnet 0.");
+    CHECK_CLI("--help", 0, "train");
+    CHECK_CLI("help train", 0, "--train-limit N");
+    CHECK_CLI("train --help", 0, "--resume FILE");
+    CHECK_CLI("test --help", 0, "usage: blobnet test MODEL WEIGHTS");
+    CHECK_CLI("", 2, "usage: blobnet COMMAND");
+    return BN_PASS;
+}
+
+BN_TEST(cli_usage_errors_exit_2_with_one_line)
+{
+    CHECK_CLI("fly", 2, "blobnet: error: unknown command 'fly'");
+    CHECK_CLI("train", 2, "blobnet: error: train: missing MODEL");
+    CHECK_CLI("train models/lenet.cfg --epochs abc", 2, "blobnet: error: --epochs: 'abc' is not an integer");
+    CHECK_CLI("train models/lenet.cfg --epochs", 2, "blobnet: error: option --epochs needs a value");
+    CHECK_CLI("train models/lenet.cfg --batch 0", 2, "--batch: 0 is outside 1..65536");
+    CHECK_CLI("train models/lenet.cfg --lr 1e999", 2, "--lr: '1e999' is not a finite number");
+    CHECK_CLI("train models/lenet.cfg --colour red", 2, "unknown option '--colour'");
+    CHECK_CLI("train models/lenet.cfg --lr-policy warp", 2, "--lr-policy: 'warp' is not one of");
+    CHECK_CLI("train models/lenet.cfg --dataset cifar", 2, "--dataset: 'cifar' is not one of mnist, fashion-mnist");
+    CHECK_CLI("train models/lenet.cfg --device tpu", 2, "--device: 'tpu' is not one of cpu, gpu, gpu:N, auto");
+    CHECK_CLI("train models/lenet.cfg --device gpu:x", 2, "--device: 'x' is not an integer");
+    CHECK_CLI("train models/none.cfg", 2, "models/none.cfg: cannot open");
+    CHECK_CLI("train models/lenet.cfg extra", 2, "unexpected argument 'extra'");
+    CHECK_CLI("test models/lenet.cfg", 2, "test: expected MODEL and WEIGHTS");
+    CHECK_CLI("summary", 2, "summary: expected exactly one MODEL");
+    int rc = cli("train models/lenet.cfg --epochs abc");
+    CHECK(rc == 2);
+    CHECK_MSG(strchr(out, '\n') == out + strlen(out) - 1, "more than one line: %s", out);
+    return BN_PASS;
+}
+
+BN_TEST(cli_bad_model_file_exit_2_names_line)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/bad.cfg", bn_test_tmpdir());
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    fputs("[input]\nchannels=1\nheight=28\nwidth=28\n[dense]\noutputs=10\nsize=3\n", f);
+    fclose(f);
+    char args[600];
+    snprintf(args, sizeof args, "summary %s", path);
+    CHECK_CLI(args, 2, "bad.cfg:7: [dense] unknown key 'size'");
+    return BN_PASS;
+}
+
+BN_TEST(cli_missing_data_exit_1_says_how_to_get_it)
+{
+    CHECK_CLI("train models/lenet.cfg --device cpu --data /nonexistent/mnist", 1, "fetch_mnist.sh");
+    CHECK_CLI("test models/lenet.cfg w.safetensors --device cpu --data /nonexistent/mnist", 1, "/nonexistent/mnist");
+    return BN_PASS;
+}
+
+BN_TEST(cli_summary_lists_lenet)
+{
+    CHECK_CLI("summary models/lenet.cfg", 0, "total: 8 layers, 431080 parameters");
+    CHECK(strstr(out, "conv1") && strstr(out, "pool2") && strstr(out, "ip2") && strstr(out, "softmax_ce"));
+    CHECK(strstr(out, "   20x  24x24") != NULL);
+    /* conv1 forward: 2 * 25 * 20 * 24 * 24 = 576,000 FLOPs (bias adds not counted). */
+    CHECK(strstr(out, "0.576") != NULL);
+    CHECK_CLI("summary models/mlp.cfg", 0, "397510 parameters");
+    return BN_PASS;
+}

@@ -1,0 +1,85 @@
+/* Real training on MNIST through the CLI: accuracy after a short run, and exact resume. */
+#include <stdlib.h>
+
+#include "testing.h"
+
+static char out[1 << 16];
+
+static int train(const char *args)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s train %s --device cpu --data %s", bn_test_cli(), args, bn_test_data_dir());
+    return bn_test_run(cmd, out, sizeof out);
+}
+
+static double final_accuracy(void)
+{
+    const char *p = strstr(out, "final test accuracy: ");
+    return p ? atof(p + strlen("final test accuracy: ")) : -1.0;
+}
+
+static int files_equal(const char *a, const char *b)
+{
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", a, b);
+    return system(cmd) == 0;
+}
+
+/* 2,000 images (32 steps) of LeNet: it must be well past chance; 90% is the bar. */
+#define SHORT_RUN_MIN_ACCURACY 90.0
+
+BN_TEST(train_lenet_cpu_short_run_learns)
+{
+    if (!bn_test_data_dir()) BN_SKIP_TEST("BLOBNET_TEST_DATA not set");
+    int rc = train("models/lenet.cfg --epochs 1 --train-limit 2000");
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, out);
+    CHECK_MSG(strstr(out, "epoch 1/1") != NULL, "no epoch line:\n%s", out);
+    double acc = final_accuracy();
+    printf("    lenet, 2000 images, 1 epoch: %.2f%% test accuracy\n", acc);
+    CHECK_MSG(acc >= SHORT_RUN_MIN_ACCURACY, "accuracy %.2f%% below %.1f%%", acc, SHORT_RUN_MIN_ACCURACY);
+    const char *last = strstr(out, "final test accuracy: ");
+    CHECK(last && strchr(last, '\n') && strchr(last, '\n')[1] == '\0'); /* the last line of the run */
+    return BN_PASS;
+}
+
+/* Training 2 epochs equals training 1, saving, and resuming for 1 more: the two final
+ * checkpoints (weights, momentum, counters) are identical byte for byte. */
+BN_TEST(train_resume_is_bit_exact_on_cpu)
+{
+    if (!bn_test_data_dir()) BN_SKIP_TEST("BLOBNET_TEST_DATA not set");
+    char full[512], half[512], resumed[512], args[2048];
+    snprintf(full, sizeof full, "%s/full.safetensors", bn_test_tmpdir());
+    snprintf(half, sizeof half, "%s/half.safetensors", bn_test_tmpdir());
+    snprintf(resumed, sizeof resumed, "%s/resumed.safetensors", bn_test_tmpdir());
+    const char *common = "models/lenet.cfg --train-limit 600 --batch 50 --quiet";
+    snprintf(args, sizeof args, "%s --epochs 2 --save %s", common, full);
+    CHECK_MSG(train(args) == 0, "%s", out);
+    double acc_full = final_accuracy();
+    snprintf(args, sizeof args, "%s --epochs 1 --save %s", common, half);
+    CHECK_MSG(train(args) == 0, "%s", out);
+    CHECK(!files_equal(full, half));
+    snprintf(args, sizeof args, "%s --epochs 2 --resume %s --save %s", common, half, resumed);
+    CHECK_MSG(train(args) == 0, "%s", out);
+    CHECK(final_accuracy() == acc_full);
+    CHECK_MSG(files_equal(full, resumed), "resumed checkpoint differs from the uninterrupted one");
+    return BN_PASS;
+}
+
+BN_TEST(train_resume_refuses_other_model)
+{
+    if (!bn_test_data_dir()) BN_SKIP_TEST("BLOBNET_TEST_DATA not set");
+    char ckpt[512], args[2048];
+    snprintf(ckpt, sizeof ckpt, "%s/mlp.safetensors", bn_test_tmpdir());
+    snprintf(args, sizeof args, "models/mlp.cfg --epochs 1 --train-limit 100 --quiet --save %s", ckpt);
+    CHECK_MSG(train(args) == 0, "%s", out);
+    snprintf(args, sizeof args, "models/lenet.cfg --epochs 1 --train-limit 100 --resume %s", ckpt);
+    int rc = train(args);
+    CHECK_MSG(rc == 1, "exit %d: %s", rc, out);
+    CHECK_MSG(strstr(out, "blobnet: error: ") && strstr(out, ckpt), "%s", out);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s test models/mlp.cfg %s --device cpu --data %s", bn_test_cli(), ckpt,
+             bn_test_data_dir());
+    CHECK(bn_test_run(cmd, out, sizeof out) == 0);
+    CHECK_MSG(strstr(out, "test accuracy: ") && strstr(out, "/10000)"), "%s", out);
+    return BN_PASS;
+}
