@@ -1,4 +1,5 @@
 /* cmd_train.c - `blobnet train MODEL [options]`. */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
@@ -7,15 +8,15 @@
 #include "trainer.h"
 
 typedef struct train_args {
-    const char *model, *data, *dataset, *device, *save, *resume;
-    long epochs, batch, seed, train_limit;
+    const char *model, *data, *dataset, *device, *save, *resume, *log;
+    long epochs, batch, seed, train_limit, log_every;
     double lr, momentum, weight_decay;
     const char *lr_policy;
     int quiet;
 } train_args;
 
 enum { OPT_DATA = 256, OPT_DATASET, OPT_DEVICE, OPT_EPOCHS, OPT_BATCH, OPT_LR, OPT_MOMENTUM, OPT_WD,
-       OPT_POLICY, OPT_SEED, OPT_LIMIT, OPT_SAVE, OPT_RESUME, OPT_QUIET, OPT_HELP };
+       OPT_POLICY, OPT_SEED, OPT_LIMIT, OPT_SAVE, OPT_RESUME, OPT_QUIET, OPT_LOG, OPT_LOG_EVERY, OPT_HELP };
 
 static const struct option train_options[] = {
     {"data", required_argument, 0, OPT_DATA},       {"dataset", required_argument, 0, OPT_DATASET},
@@ -25,6 +26,7 @@ static const struct option train_options[] = {
     {"lr-policy", required_argument, 0, OPT_POLICY}, {"seed", required_argument, 0, OPT_SEED},
     {"train-limit", required_argument, 0, OPT_LIMIT}, {"save", required_argument, 0, OPT_SAVE},
     {"resume", required_argument, 0, OPT_RESUME},   {"quiet", no_argument, 0, OPT_QUIET},
+    {"log", required_argument, 0, OPT_LOG},         {"log-every", required_argument, 0, OPT_LOG_EVERY},
     {"help", no_argument, 0, OPT_HELP},             {0, 0, 0, 0},
 };
 
@@ -52,10 +54,13 @@ static int parse_args(int argc, char **argv, train_args *a)
         case OPT_SAVE: a->save = optarg; break;
         case OPT_RESUME: a->resume = optarg; break;
         case OPT_QUIET: a->quiet = 1; break;
+        case OPT_LOG: a->log = optarg; break;
+        case OPT_LOG_EVERY: BN_TRY(bn_cli_int("--log-every", optarg, 1, 2147483647L, &a->log_every)); break;
         case OPT_HELP: return -1;
         default: return bn_cli_option_error(opt, optopt, argv[optind - 1]);
         }
     }
+    if (a->log_every && !a->log) return bn_error(BN_ERR_USAGE, "--log-every needs --log FILE");
     if (optind >= argc) return bn_error(BN_ERR_USAGE, "train: missing MODEL (see 'blobnet train --help')");
     if (optind + 1 < argc) return bn_error(BN_ERR_USAGE, "train: unexpected argument '%s'", argv[optind + 1]);
     a->model = argv[optind];
@@ -95,6 +100,7 @@ typedef struct train_run {
     bn_sgd *opt;
     bn_dataset train, test;
     bn_ctx *ctx;
+    FILE *log;
 } train_run;
 
 static bn_status prepare(const train_args *a, train_run *r, bn_train_state *st)
@@ -123,10 +129,17 @@ static bn_status run(const train_args *a, train_run *r)
 {
     bn_train_state st;
     BN_TRY(prepare(a, r, &st));
-    bn_trainer_opts opts = {.epochs = r->net->train.epochs, .save_path = a->save, .out = a->quiet ? NULL : stdout};
+    if (a->log && !(r->log = fopen(a->log, "w")))
+        return bn_error(BN_ERR_IO, "%s: cannot write the metrics log: %s", a->log, strerror(errno));
+    bn_trainer_opts opts = {.epochs = r->net->train.epochs, .save_path = a->save, .out = a->quiet ? NULL : stdout,
+                            .log = r->log, .log_every = (int)a->log_every};
     bn_epoch_report last;
     BN_TRY(bn_train(r->net, r->opt, &r->train, &r->test, &opts, &st, &last));
-    if (last.epoch == 0) BN_TRY(bn_evaluate(r->net, &r->test, &last.test_loss, &last.test_acc));
+    if (last.epoch == 0) {
+        /* Nothing left to train: still evaluate, and save (with --epochs 0, the initial weights). */
+        BN_TRY(bn_evaluate(r->net, &r->test, &last.test_loss, &last.test_acc));
+        if (a->save) BN_TRY(bn_checkpoint_save(a->save, r->net, r->opt, &st));
+    }
     printf("final test accuracy: %.2f%%\n", 100.0 * last.test_acc);
     return BN_OK;
 }
@@ -142,6 +155,8 @@ int bn_cmd_train(int argc, char **argv)
     if (p != BN_OK) return bn_fail((bn_status)p);
     train_run r = {0};
     bn_status s = run(&a, &r);
+    if (r.log && fclose(r.log) != 0 && s == BN_OK)
+        s = bn_error(BN_ERR_IO, "%s: cannot finish the metrics log", a.log);
     bn_sgd_free(r.opt);
     bn_net_free(r.net);
     bn_dataset_free(&r.train);

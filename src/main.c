@@ -24,6 +24,8 @@ static const char train_usage[] =
     "  --save FILE         write a checkpoint (safetensors) after every epoch\n"
     "  --resume FILE       continue from a checkpoint written by --save\n"
     "  --quiet             print only errors and the final line\n"
+    "  --log FILE          write a CSV metrics log (a row per epoch)\n"
+    "  --log-every N       with --log, also a row every N steps\n"
     "Flags override the model file's [train] section.\n";
 
 static const char test_usage[] =

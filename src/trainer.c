@@ -42,6 +42,26 @@ static bn_status check_finite(double loss, long step)
     return BN_OK;
 }
 
+const char bn_metrics_csv_header[] =
+    "epoch,step,lr,train_loss,train_acc,test_loss,test_acc,seconds,images_per_s";
+
+/* A CSV row for one logged step: that batch's loss and accuracy (reads them to the host). */
+static bn_status log_step(const bn_trainer_opts *opts, bn_net *net, int epoch, long step, double lr, double t0)
+{
+    double loss, correct;
+    BN_TRY(bn_net_metrics(net, &loss, &correct));
+    fprintf(opts->log, "%d,%ld,%.9g,%.9g,%.9g,,,%.3f,\n", epoch, step, lr, loss / net->batch, correct / net->batch,
+            now_seconds() - t0);
+    return BN_OK;
+}
+
+static void log_epoch(const bn_trainer_opts *opts, const bn_epoch_report *r, long step)
+{
+    fprintf(opts->log, "%d,%ld,%.9g,%.9g,%.9g,%.9g,%.9g,%.3f,%.1f\n", r->epoch, step, r->lr, r->train_loss,
+            r->train_acc, r->test_loss, r->test_acc, r->seconds, r->images_per_s);
+    fflush(opts->log);
+}
+
 static bn_status train_step(bn_net *net, bn_sgd *opt, bn_loader *ld, int start, int n, long step)
 {
     char range[48];
@@ -58,8 +78,10 @@ static bn_status train_step(bn_net *net, bn_sgd *opt, bn_loader *ld, int start, 
 }
 
 /* Trains the rest of the current epoch; sums of loss and correct answers go into st. */
-static bn_status train_epoch(bn_net *net, bn_sgd *opt, bn_loader *ld, bn_blob *acc, bn_train_state *st)
+static bn_status train_epoch(bn_net *net, bn_sgd *opt, bn_loader *ld, bn_blob *acc, bn_train_state *st,
+                             const bn_trainer_opts *opts)
 {
+    double t0 = now_seconds();
     int count = ld->data->count, batch = net->capacity;
     BN_TRY(bn_loader_set_order(ld, 1, bn_epoch_seed(st->seed, st->epoch)));
     float *a = bn_blob_host_wr(acc);
@@ -68,9 +90,12 @@ static bn_status train_epoch(bn_net *net, bn_sgd *opt, bn_loader *ld, bn_blob *a
     a[1] = (float)st->epoch_correct;
     for (int start = st->batch_in_epoch * batch; start < count; start += batch) {
         int n = count - start < batch ? count - start : batch;
+        double lr = bn_sgd_lr(opt, opt->iter);
         BN_TRY(train_step(net, opt, ld, start, n, st->step));
         BN_TRY(accumulate_metrics(net, acc));
         st->step++;
+        if (opts->log && opts->log_every > 0 && st->step % opts->log_every == 0)
+            BN_TRY(log_step(opts, net, st->epoch + 1, st->step, lr, t0));
         st->batch_in_epoch++;
         st->epoch_seen += n;
     }
@@ -129,12 +154,13 @@ bn_status bn_train(bn_net *net, bn_sgd *opt, const bn_dataset *train, const bn_d
     bn_blob *acc = bn_blob_new("epoch.metrics", 2, 1, 1, 1);
     bn_status s = acc ? BN_OK : bn_last_status();
     char range[32];
+    if (opts->log) fprintf(opts->log, "%s\n", bn_metrics_csv_header);
     while (s == BN_OK && st->epoch < opts->epochs) {
         snprintf(range, sizeof range, "epoch %d", st->epoch + 1);
         bn_nvtx_push(range, BN_NVTX_STEP);
         long seen_before = st->epoch_seen;
         double t0 = now_seconds();
-        s = train_epoch(net, opt, &ld, acc, st);
+        s = train_epoch(net, opt, &ld, acc, st, opts);
         if (s == BN_OK && net->pass.ctx) s = bn_device_sync();
         double seconds = now_seconds() - t0;
         bn_nvtx_pop();
@@ -148,6 +174,7 @@ bn_status bn_train(bn_net *net, bn_sgd *opt, const bn_dataset *train, const bn_d
         *st = (bn_train_state){.seed = st->seed, .epoch = st->epoch + 1, .step = st->step};
         if (opts->save_path) s = bn_checkpoint_save(opts->save_path, net, opt, st);
         print_epoch(opts->out, &r);
+        if (opts->log) log_epoch(opts, &r, st->step);
         *last = r;
     }
     bn_blob_free(acc);

@@ -27,7 +27,12 @@ typedef struct bn_trainer_opts {
     int epochs;             /* train until this many epochs are complete */
     const char *save_path;  /* checkpoint written after every epoch, or NULL */
     FILE *out;              /* epoch lines go here; NULL prints nothing */
+    FILE *log;              /* CSV metrics log, or NULL */
+    int log_every;          /* with log: also a row every this many steps (0: epochs only) */
 } bn_trainer_opts;
+
+/* The header line of the CSV metrics log. */
+extern const char bn_metrics_csv_header[];
 
 /* Trains net with opt from state st (zeroed for a fresh run; loaded for a resume) until
  * opts->epochs are complete, evaluating on test after every epoch. *last receives the last

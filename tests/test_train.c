@@ -7,7 +7,7 @@ static char out[1 << 16];
 
 static int train(const char *args)
 {
-    char cmd[2048];
+    char cmd[4096];
     snprintf(cmd, sizeof cmd, "%s train %s --device cpu --data %s", bn_test_cli(), args, bn_test_data_dir());
     return bn_test_run(cmd, out, sizeof out);
 }
@@ -76,7 +76,7 @@ BN_TEST(train_resume_refuses_other_model)
     int rc = train(args);
     CHECK_MSG(rc == 1, "exit %d: %s", rc, out);
     CHECK_MSG(strstr(out, "blobnet: error: ") && strstr(out, ckpt), "%s", out);
-    char cmd[2048];
+    char cmd[4096];
     snprintf(cmd, sizeof cmd, "%s test models/mlp.cfg %s --device cpu --data %s", bn_test_cli(), ckpt,
              bn_test_data_dir());
     CHECK(bn_test_run(cmd, out, sizeof out) == 0);
