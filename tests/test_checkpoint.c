@@ -1,0 +1,858 @@
+/* test_checkpoint.c - safetensors checkpoints: bit-exact round trips of weights, momentum
+ * and training state; the file read back as plain safetensors; atomic saves that leave the
+ * old file alone when they fail; and one hand-made broken file per error the loader names,
+ * each time checking that the network was left untouched. */
+#include "testing.h"
+
+#include <dirent.h>
+#include <float.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "device.h"
+#include "json.h"
+#include "status.h"
+
+/* conv2d1.weight [2,1,3,3], conv2d1.bias [2], dense1.weight [3,32], dense1.bias [3]:
+ * 119 floats, 476 bytes of weights, then as many of momentum. */
+static const char *const MODEL =
+    "[input]\nchannels=1\nheight=6\nwidth=6\n[conv2d]\nfilters=2\nsize=3\n[dense]\noutputs=3\n[softmax_ce]\n";
+#define NUM_PARAMS 119
+#define WEIGHT_BYTES (4 * NUM_PARAMS)
+
+typedef struct fixture {
+    bn_net *net;
+    bn_sgd *opt;
+    bn_train_state st;
+} fixture;
+
+static const char *tmp_path(char *buf, size_t cap, const char *name)
+{
+    snprintf(buf, cap, "%s/%s", bn_test_tmpdir(), name);
+    return buf;
+}
+
+/* Distinct values in every element, derived from base. */
+static void fill(bn_blob *b, float base)
+{
+    float *p = bn_blob_host_wr(b);
+    for (size_t i = 0; i < bn_blob_count(b); i++) p[i] = base + 0.013f * (float)i * ((i % 2) ? -1.0f : 1.0f);
+}
+
+/* A set-up net with an optimizer whose weights, momentum, iter and state all differ from
+ * their defaults, with a few awkward floats. Returns BN_PASS or BN_FAIL. */
+static int make_fixture(fixture *f, const char *model, float base)
+{
+    memset(f, 0, sizeof *f);
+    CHECK_OK(bn_net_from_text(model, "ckpt_test.cfg", &f->net));
+    CHECK_OK(bn_net_setup(f->net, 2, NULL, 0, 7));
+    CHECK(f->net->num_params == NUM_PARAMS);
+    CHECK_OK(bn_sgd_create(f->net, &f->net->train, &f->opt));
+    fill(f->net->params, base);
+    fill(f->opt->momentum, -base / 3.0f);
+    float *w = bn_blob_host_wr(f->net->params);
+    w[1] = -0.0f, w[2] = 1e-40f /* subnormal */, w[3] = FLT_MAX, w[4] = -FLT_MIN;
+    f->opt->iter = 1234;
+    f->st = (bn_train_state){.seed = 0xFFFFFFFFFFFFFFFFULL, .epoch = 3, .batch_in_epoch = 17, .step = 4321,
+                             .epoch_loss_sum = 0.1 + 0.2, .epoch_correct = 1.0 / 3.0, .epoch_seen = 99};
+    return BN_PASS;
+}
+
+static void free_fixture(fixture *f)
+{
+    bn_sgd_free(f->opt);
+    bn_net_free(f->net);
+}
+
+static float *copy_floats(bn_blob *b)
+{
+    float *c = malloc(bn_blob_count(b) * sizeof *c);
+    if (c) memcpy(c, bn_blob_host_rd(b), bn_blob_count(b) * sizeof *c);
+    return c;
+}
+
+static int same_floats(bn_blob *b, const float *ref)
+{
+    return memcmp(bn_blob_host_rd(b), ref, bn_blob_count(b) * sizeof *ref) == 0;
+}
+
+static int same_state(const bn_train_state *a, const bn_train_state *b)
+{
+    return a->seed == b->seed && a->epoch == b->epoch && a->batch_in_epoch == b->batch_in_epoch &&
+           a->step == b->step && memcmp(&a->epoch_loss_sum, &b->epoch_loss_sum, sizeof(double)) == 0 &&
+           memcmp(&a->epoch_correct, &b->epoch_correct, sizeof(double)) == 0 && a->epoch_seen == b->epoch_seen;
+}
+
+/* ---- raw file helpers ---- */
+
+static int write_raw(const char *path, const void *bytes, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    int ok = fwrite(bytes, 1, n, f) == n;
+    return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+/* A safetensors file with this header (no padding added) and data. */
+static int write_parts(const char *path, const char *header, size_t hlen, const void *data, size_t dlen)
+{
+    unsigned char *buf = malloc(8 + hlen + dlen + 1);
+    if (!buf) return -1;
+    for (int i = 0; i < 8; i++) buf[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
+    memcpy(buf + 8, header, hlen);
+    if (dlen) memcpy(buf + 8 + hlen, data, dlen);
+    int r = write_raw(path, buf, 8 + hlen + dlen);
+    free(buf);
+    return r;
+}
+
+typedef struct file_parts {
+    unsigned char *bytes;   /* the whole file */
+    size_t size;
+    char *header;           /* NUL-terminated copy of the header */
+    size_t header_len;
+    unsigned char *data;    /* points into bytes */
+    size_t data_len;
+} file_parts;
+
+static int read_parts(const char *path, file_parts *p)
+{
+    memset(p, 0, sizeof *p);
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    p->bytes = malloc((size_t)size + 1);
+    int ok = p->bytes && size >= 8 && fread(p->bytes, 1, (size_t)size, f) == (size_t)size;
+    fclose(f);
+    if (!ok) return -1;
+    p->size = (size_t)size;
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--) n = n << 8 | p->bytes[i];
+    if (n > p->size - 8 || !(p->header = malloc(n + 1))) return -1;
+    memcpy(p->header, p->bytes + 8, n);
+    p->header[n] = '\0';
+    p->header_len = n;
+    p->data = p->bytes + 8 + n;
+    p->data_len = p->size - 8 - n;
+    return 0;
+}
+
+static void free_parts(file_parts *p)
+{
+    free(p->bytes);
+    free(p->header);
+}
+
+/* Copies src to dst with the first `from` in the header replaced by `to`; -1 if absent. */
+static int edit_header(const char *src, const char *dst, const char *from, const char *to)
+{
+    file_parts p;
+    if (read_parts(src, &p) != 0) return -1;
+    char *at = strstr(p.header, from);
+    int r = -1;
+    if (at) {
+        size_t head = (size_t)(at - p.header), fl = strlen(from), tl = strlen(to);
+        size_t len = p.header_len - fl + tl;
+        char *h = malloc(len + 1);
+        if (h) {
+            memcpy(h, p.header, head);
+            memcpy(h + head, to, tl);
+            memcpy(h + head + tl, at + fl, p.header_len - head - fl);
+            r = write_parts(dst, h, len, p.data, p.data_len);
+            free(h);
+        }
+    }
+    free_parts(&p);
+    return r;
+}
+
+/* Copies src to dst without the header entry `"name":{...}` (and its leading comma). */
+static int drop_entry(const char *src, const char *dst, const char *name)
+{
+    char key[160], entry[512];
+    snprintf(key, sizeof key, ",\"%s\":{", name);
+    file_parts p;
+    if (read_parts(src, &p) != 0) return -1;
+    char *at = strstr(p.header, key);
+    char *close = at ? strchr(at, '}') : NULL;
+    int r = -1;
+    if (close && (size_t)(close + 1 - at) < sizeof entry) {
+        snprintf(entry, sizeof entry, "%.*s", (int)(close + 1 - at), at);
+        r = edit_header(src, dst, entry, "");
+    }
+    free_parts(&p);
+    return r;
+}
+
+/* Copies src to dst with the 4 data bytes at byte offset `at` of the data section set to v. */
+static int poke_float(const char *src, const char *dst, size_t at, float v)
+{
+    file_parts p;
+    if (read_parts(src, &p) != 0) return -1;
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    for (int i = 0; i < 4; i++) p.data[at + (size_t)i] = (unsigned char)(u >> (8 * i));
+    int r = write_raw(dst, p.bytes, p.size);
+    free_parts(&p);
+    return r;
+}
+
+static int has_temp_files(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return 1;
+    int found = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strstr(e->d_name, ".tmp.")) found = 1;
+    closedir(d);
+    return found;
+}
+
+/* Fails unless bn_checkpoint_load(path) fails with code and needle, and leaves weights,
+ * momentum, iter and state exactly as they were. */
+static int load_fails(fixture *f, const char *path, bn_status code, const char *needle)
+{
+    float *w = copy_floats(f->net->params), *m = copy_floats(f->opt->momentum);
+    CHECK(w && m);
+    bn_train_state st = f->st;
+    long iter = f->opt->iter;
+    CHECK_ERR(bn_checkpoint_load(path, f->net, f->opt, &st), code, needle);
+    CHECK(strchr(bn_last_error(), '\n') == NULL);
+    CHECK(same_floats(f->net->params, w) && same_floats(f->opt->momentum, m));
+    CHECK(f->opt->iter == iter && same_state(&st, &f->st));
+    free(w);
+    free(m);
+    return BN_PASS;
+}
+
+/* The same for bn_checkpoint_load_weights. */
+static int load_weights_fails(fixture *f, const char *path, bn_status code, const char *needle)
+{
+    float *w = copy_floats(f->net->params);
+    CHECK(w);
+    CHECK_ERR(bn_checkpoint_load_weights(path, f->net), code, needle);
+    CHECK(same_floats(f->net->params, w));
+    free(w);
+    return BN_PASS;
+}
+
+/* A fixture and a checkpoint of it at tmpdir/name. */
+static int saved_fixture(fixture *f, char *path, size_t cap, const char *name)
+{
+    CHECK(make_fixture(f, MODEL, 0.25f) == BN_PASS);
+    CHECK_OK(bn_checkpoint_save(tmp_path(path, cap, name), f->net, f->opt, &f->st));
+    return BN_PASS;
+}
+
+/* ---- round trips ---- */
+
+BN_TEST(checkpoint_round_trip_is_bit_exact)
+{
+    fixture f;
+    char path[512];
+    CHECK(saved_fixture(&f, path, sizeof path, "round.safetensors") == BN_PASS);
+    float *w = copy_floats(f.net->params), *m = copy_floats(f.opt->momentum);
+    CHECK(w && m);
+
+    fill(f.net->params, 9.0f);
+    fill(f.opt->momentum, 5.0f);
+    f.opt->iter = 0;
+    CHECK(!same_floats(f.net->params, w) && !same_floats(f.opt->momentum, m));
+    bn_train_state st = {0};
+    CHECK_OK(bn_checkpoint_load(path, f.net, f.opt, &st));
+    CHECK(same_floats(f.net->params, w));
+    CHECK(same_floats(f.opt->momentum, m));
+    CHECK(f.opt->iter == 1234);
+    CHECK(same_state(&st, &f.st));
+    CHECK(st.seed == 0xFFFFFFFFFFFFFFFFULL && st.epoch_loss_sum == 0.1 + 0.2);
+    const float *p = bn_blob_host_rd(f.net->params);
+    CHECK(signbit(p[1]) && p[1] == 0.0f && p[2] == 1e-40f && p[3] == FLT_MAX);
+
+    /* A fresh net of the same model (other initial values) takes the file too. */
+    fixture g;
+    CHECK(make_fixture(&g, MODEL, -3.0f) == BN_PASS);
+    CHECK_OK(bn_checkpoint_load(path, g.net, g.opt, NULL));
+    CHECK(same_floats(g.net->params, w) && same_floats(g.opt->momentum, m) && g.opt->iter == 1234);
+    fill(g.net->params, 2.0f);
+    CHECK_OK(bn_checkpoint_load_weights(path, g.net));
+    CHECK(same_floats(g.net->params, w));
+
+    /* Saving again over the old file replaces it. */
+    CHECK_OK(bn_checkpoint_save(path, g.net, NULL, NULL));
+    CHECK_OK(bn_checkpoint_load(path, f.net, NULL, &st));
+    CHECK(st.epoch == 0 && st.step == 0 && st.seed == 0);
+    free(w);
+    free(m);
+    free_fixture(&f);
+    free_fixture(&g);
+    return BN_PASS;
+}
+
+BN_TEST(checkpoint_file_is_plain_safetensors)
+{
+    fixture f;
+    char path[512];
+    CHECK(saved_fixture(&f, path, sizeof path, "plain.safetensors") == BN_PASS);
+    file_parts p;
+    CHECK(read_parts(path, &p) == 0);
+    CHECK((8 + p.header_len) % 8 == 0);
+    CHECK(p.data_len == 2 * WEIGHT_BYTES);
+    bn_json *h;
+    CHECK_OK(bn_json_parse(p.header, p.header_len, &h));
+    CHECK(h->type == BN_JSON_OBJECT && h->count == 1 + 2 * 4);
+
+    const bn_json *meta = bn_json_get(h, "__metadata__");
+    char hash[32];
+    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)f.net->model_hash);
+    const char *want[][2] = {{"format", "blobnet"}, {"version", "1"}, {"model_hash", hash},
+                             {"model_file", "ckpt_test.cfg"}, {"seed", "18446744073709551615"},
+                             {"epoch", "3"}, {"batch_in_epoch", "17"}, {"step", "4321"}, {"iter", "1234"},
+                             {"epoch_loss_sum", "0.30000000000000004"}, {"epoch_correct", "0.33333333333333331"},
+                             {"epoch_seen", "99"}, {"has_momentum", "1"}};
+    CHECK(meta && meta->count == sizeof want / sizeof want[0]);
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const bn_json *v = bn_json_get(meta, want[i][0]);
+        CHECK_MSG(v && v->type == BN_JSON_STRING && strcmp(v->text, want[i][1]) == 0, "%s is %s", want[i][0],
+                  v ? v->text : "missing");
+    }
+
+    /* Shapes by the rule in checkpoint.c; offsets contiguous, weights then momentum. */
+    const struct {
+        const char *name;
+        const char *shape;
+        uint64_t begin, end;
+    } tensors[] = {{"conv2d1.weight", "2,1,3,3", 0, 72},  {"conv2d1.bias", "2", 72, 80},
+                   {"dense1.weight", "3,32", 80, 464},     {"dense1.bias", "3", 464, 476},
+                   {"momentum.conv2d1.weight", "2,1,3,3", 476, 548},
+                   {"momentum.dense1.bias", "3", 940, 952}};
+    for (size_t i = 0; i < sizeof tensors / sizeof tensors[0]; i++) {
+        const bn_json *t = bn_json_get(h, tensors[i].name);
+        CHECK_MSG(t, "%s missing", tensors[i].name);
+        CHECK(strcmp(bn_json_get(t, "dtype")->text, "F32") == 0);
+        const bn_json *shape = bn_json_get(t, "shape"), *off = bn_json_get(t, "data_offsets");
+        char got[64] = "";
+        for (size_t k = 0; k < shape->count; k++)
+            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%s", k ? "," : "", shape->items[k]->text);
+        CHECK_MSG(strcmp(got, tensors[i].shape) == 0, "%s has shape %s", tensors[i].name, got);
+        uint64_t b, e;
+        CHECK(off->count == 2 && bn_json_u64(off->items[0], &b) && bn_json_u64(off->items[1], &e));
+        CHECK_MSG(b == tensors[i].begin && e == tensors[i].end, "%s at [%llu,%llu]", tensors[i].name,
+                  (unsigned long long)b, (unsigned long long)e);
+    }
+    /* The data are the slabs as little-endian float32, whatever this host's byte order. */
+    const float *w = bn_blob_host_rd(f.net->params), *m = bn_blob_host_rd(f.opt->momentum);
+    for (size_t i = 0; i < NUM_PARAMS; i++) {
+        uint32_t uw = 0, um = 0, bw, bm;
+        for (int k = 3; k >= 0; k--) {
+            uw = uw << 8 | p.data[4 * i + (size_t)k];
+            um = um << 8 | p.data[WEIGHT_BYTES + 4 * i + (size_t)k];
+        }
+        memcpy(&bw, &w[i], 4);
+        memcpy(&bm, &m[i], 4);
+        CHECK_MSG(uw == bw && um == bm, "element %zu", i);
+    }
+    bn_json_free(h);
+    free_parts(&p);
+    free_fixture(&f);
+    return BN_PASS;
+}
+
+BN_TEST(checkpoint_without_optimizer_holds_weights_only)
+{
+    fixture f;
+    char path[512];
+    CHECK(make_fixture(&f, MODEL, 0.5f) == BN_PASS);
+    CHECK_OK(bn_checkpoint_save(tmp_path(path, sizeof path, "weights.safetensors"), f.net, NULL, NULL));
+    file_parts p;
+    CHECK(read_parts(path, &p) == 0);
+    CHECK(p.data_len == WEIGHT_BYTES);
+    CHECK(strstr(p.header, "\"has_momentum\":\"0\"") && strstr(p.header, "\"iter\":\"0\""));
+    CHECK(strstr(p.header, "\"epoch\":\"0\"") && !strstr(p.header, "momentum."));
+    free_parts(&p);
+
+    CHECK(load_fails(&f, path, BN_ERR_DATA, "holds no optimizer momentum (has_momentum is 0)") == BN_PASS);
+    float *w = copy_floats(f.net->params);
+    fill(f.net->params, 4.0f);
+    bn_train_state st = f.st;
+    CHECK_OK(bn_checkpoint_load(path, f.net, NULL, &st));
+    CHECK(same_floats(f.net->params, w));
+    CHECK(st.seed == 0 && st.epoch == 0 && st.step == 0 && st.epoch_loss_sum == 0.0 && st.epoch_seen == 0);
+    fill(f.net->params, 4.0f);
+    CHECK_OK(bn_checkpoint_load_weights(path, f.net));
+    CHECK(same_floats(f.net->params, w));
+    free(w);
+    free_fixture(&f);
+    return BN_PASS;
+}
+
+/* ---- atomic saves ---- */
+
+/* Saves as an unprivileged user in a child process; 0 when that save failed as it should.
+ * The answer comes back through a pipe, not the exit status, which valgrind may replace;
+ * the child frees what it inherited (f, held) to keep valgrind's report of it clean. */
+static int save_unprivileged(const char *path, fixture *f, file_parts *held)
+{
+    int fds[2];
+    if (pipe(fds) != 0) return -1;
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        char answer = '1';
+        close(fds[0]);
+        if (setgid(65534) == 0 && setuid(65534) == 0) {
+            bn_status s = bn_checkpoint_save(path, f->net, f->opt, &f->st);
+            if (s == BN_ERR_IO && strstr(bn_last_error(), path)) answer = '0';
+        }
+        free_fixture(f);
+        free_parts(held);
+        ssize_t wrote = write(fds[1], &answer, 1);
+        _exit(wrote == 1 ? 0 : 1);
+    }
+    close(fds[1]);
+    char answer = 0;
+    ssize_t got = read(fds[0], &answer, 1);
+    close(fds[0]);
+    int status;
+    waitpid(pid, &status, 0);
+    return got == 1 && answer == '0' ? 0 : -1;
+}
+
+BN_TEST(checkpoint_save_to_unwritable_directory_keeps_old_file)
+{
+    fixture f;
+    char dir[512], path[600];
+    tmp_path(dir, sizeof dir, "readonly");
+    CHECK(mkdir(dir, 0755) == 0);
+    snprintf(path, sizeof path, "%s/ck.safetensors", dir);
+    CHECK(make_fixture(&f, MODEL, 0.25f) == BN_PASS);
+    CHECK_OK(bn_checkpoint_save(path, f.net, f.opt, &f.st));
+    file_parts before;
+    CHECK(read_parts(path, &before) == 0);
+
+    fill(f.net->params, 7.0f);
+    CHECK(chmod(dir, 0555) == 0);
+    if (geteuid() == 0) {
+        /* root writes anywhere: drop to nobody, for whom the directory is closed. */
+        CHECK(save_unprivileged(path, &f, &before) == 0);
+    } else {
+        CHECK_ERR(bn_checkpoint_save(path, f.net, f.opt, &f.st), BN_ERR_IO, "cannot save checkpoint");
+        CHECK(strstr(bn_last_error(), path) && strstr(bn_last_error(), "Permission denied"));
+    }
+    CHECK(chmod(dir, 0755) == 0);
+
+    file_parts after;
+    CHECK(read_parts(path, &after) == 0);
+    CHECK(after.size == before.size && memcmp(after.bytes, before.bytes, before.size) == 0);
+    CHECK(!has_temp_files(dir));
+    free_parts(&before);
+    free_parts(&after);
+    free_fixture(&f);
+    return BN_PASS;
+}
+
+/* A write that fails half-way (the file-size limit stops it) removes its temporary file. */
+BN_TEST(checkpoint_failed_write_removes_temp_file)
+{
+    fixture f;
+    char dir[512], path[600];
+    tmp_path(dir, sizeof dir, "fsize");
+    CHECK(mkdir(dir, 0755) == 0);
+    snprintf(path, sizeof path, "%s/ck.safetensors", dir);
+    CHECK(make_fixture(&f, MODEL, 0.25f) == BN_PASS);
+    CHECK_OK(bn_checkpoint_save(path, f.net, f.opt, &f.st));
+    file_parts before;
+    CHECK(read_parts(path, &before) == 0);
+
+    fill(f.net->params, 7.0f);
+    struct rlimit old, small;
+    CHECK(getrlimit(RLIMIT_FSIZE, &old) == 0);
+    small = old;
+    small.rlim_cur = 512;
+    void (*old_handler)(int) = signal(SIGXFSZ, SIG_IGN);
+    CHECK(setrlimit(RLIMIT_FSIZE, &small) == 0);
+    bn_clear_error();
+    bn_status s = bn_checkpoint_save(path, f.net, f.opt, &f.st);
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, old_handler);
+    CHECK_MSG(s == BN_ERR_IO, "status %d: %s", (int)s, bn_last_error());
+    CHECK(strstr(bn_last_error(), "cannot save checkpoint") && strstr(bn_last_error(), path));
+    CHECK(strstr(bn_last_error(), "File too large"));
+
+    file_parts after;
+    CHECK(read_parts(path, &after) == 0);
+    CHECK(after.size == before.size && memcmp(after.bytes, before.bytes, before.size) == 0);
+    CHECK(!has_temp_files(dir));
+    free_parts(&before);
+    free_parts(&after);
+    free_fixture(&f);
+    return BN_PASS;
+}
+
+BN_TEST(checkpoint_save_names_path_and_reason)
+{
+    fixture f;
+    CHECK(make_fixture(&f, MODEL, 0.25f) == BN_PASS);
+    CHECK_ERR(bn_checkpoint_save("/nonexistent-dir/ck.safetensors", f.net, f.opt, NULL), BN_ERR_IO,
+              "cannot save checkpoint /nonexistent-dir/ck.safetensors");
+    CHECK(strstr(bn_last_error(), "No such file or directory"));
+    free_fixture(&f);
+    return BN_PASS;
+}
+
+/* ---- files the loader must refuse ---- */
+
+BN_TEST(checkpoint_rejects_missing_and_short_files)
+{
+    fixture f;
+    char path[512];
+    CHECK(make_fixture(&f, MODEL, 0.25f) == BN_PASS);
+    CHECK(load_fails(&f, tmp_path(path, sizeof path, "absent.safetensors"), BN_ERR_DATA,
+                     "No such file or directory") == BN_PASS);
+    CHECK(strstr(bn_last_error(), path));
+    CHECK(load_weights_fails(&f, path, BN_ERR_DATA, "cannot open checkpoint") == BN_PASS);
+    CHECK(load_fails(&f, bn_test_tmpdir(), BN_ERR_DATA, "is not a regular file") == BN_PASS);
+
+    CHECK(write_raw(tmp_path(path, sizeof path, "short.safetensors"), "\x10\0\0\0\0", 5) == 0);
+    CHECK(load_fails(&f, path, BN_ERR_DATA, "file is 5 bytes, too short") == BN_PASS);
+    CHECK(write_raw(path, "", 0) == 0);
+    CHECK(load_weights_fails(&f, path, BN_ERR_DATA, "file is 0 bytes") == BN_PASS);
+    free_fixture(&f);
+    return BN_PASS;
+}
+
+BN_TEST(checkpoint_rejects_bad_header_length)
+{
+    fixture f;
+    char path[512];
+    CHECK(make_fixture(&f, MODEL, 0.25f) == BN_PASS);
+    tmp_path(path, sizeof path, "len.safetensors");
+    unsigned char zero[16] = {0};
+    CHECK(write_raw(path, zero, sizeof zero) == 0);
+    CHECK(load_fails(&f, path, BN_ERR_DATA, "header length is 0") == BN_PASS);
+
+    unsigned char past[16] = {0xE8, 0x03}; /* 1000 bytes of header in a 16-byte file */
+    CHECK(write_raw(path, past, sizeof past) == 0);
+    CHECK(load_fails(&f, path, BN_ERR_DATA, "header length 1000 runs past the end of the file (16 bytes)") ==
+          BN_PASS);
+
+    unsigned char absurd[16] = {0, 0, 0, 0, 0, 1}; /* 2^40 */
+    CHECK(write_raw(path, absurd, sizeof absurd) == 0);
+    CHECK(load_fails(&f, path, BN_ERR_DATA, "header length 1099511627776 is absurd") == BN_PASS);
+    free_fixture(&f);
+    return BN_PASS;
+}
+
+BN_TEST(checkpoint_rejects_invalid_json_header)
+{
+    fixture f;
+    char path[512];
+    CHECK(make_fixture(&f, MODEL, 0.25f) == BN_PASS);
+    tmp_path(path, sizeof path, "json.safetensors");
+    CHECK(write_parts(path, "{\"a\":", 5, NULL, 0) == 0);
+    CHECK(load_fails(&f, path, BN_ERR_DATA, "header is not valid JSON at header byte 5: expected a value") ==
+          BN_PASS);
+    CHECK(write_parts(path, "{\"a\":1}x", 8, NULL, 0) == 0);
+    CHECK(load_weights_fails(&f, path, BN_ERR_DATA, "at header byte 7: expected end of input") == BN_PASS);
+    CHECK(write_parts(path, "[1,2]   ", 8, NULL, 0) == 0);
+    CHECK(load_fails(&f, path, BN_ERR_DATA, "header is a JSON array, not an object") == BN_PASS);
+    CHECK(write_parts(path, "{\"__metadata__\":{\"format\":1}}", 29, NULL, 0) == 0);
+    CHECK(load_fails(&f, path, BN_ERR_DATA, "__metadata__ value of \"format\" is a number") == BN_PASS);
+    free_fixture(&f);
+    return BN_PASS;
+}
+
+BN_TEST(checkpoint_rejects_malformed_tensor_entries)
+{
+    fixture f;
+    char src[512], path[512];
+    CHECK(saved_fixture(&f, src, sizeof src, "entries.safetensors") == BN_PASS);
+    tmp_path(path, sizeof path, "entries-bad.safetensors");
+    const struct {
+        const char *from, *to, *needle;
+    } cases[] = {
+        {"\"dtype\":\"F32\",", "", "tensor conv2d1.weight lacks \"dtype\""},
+        {"\"shape\":[2,1,3,3],", "", "tensor conv2d1.weight lacks \"shape\""},
+        {",\"data_offsets\":[0,72]", "", "tensor conv2d1.weight lacks \"data_offsets\""},
+        {"{\"dtype\":\"F32\",\"shape\":[2,1,3,3],\"data_offsets\":[0,72]}", "7", "tensor conv2d1.weight is a number"},
+        {"\"dtype\":\"F32\"", "\"dtype\":32", "dtype that is not a string"},
+        {"[2,1,3,3]", "[2,1,-3,3]", "tensor conv2d1.weight: shape entry 2 is not a non-negative integer"},
+        {"[2,1,3,3]", "[2,1,3.0,3]", "shape entry 2 is not a non-negative integer"},
+        {"[2,1,3,3]", "[4294967296,4294967296,4294967296]", "element count overflows 64 bits"},
+        {"[2,1,3,3]", "\"2x1x3x3\"", "shape that is not an array"},
+        {"[0,72]", "[0,68]", "tensor conv2d1.weight: data_offsets [0,68] hold 68 bytes but shape [2,1,3,3] needs 72"},
+        {"[0,72]", "[72,0]", "data_offsets must be [begin,end]"},
+        {"[0,72]", "[0,72,0]", "data_offsets must be [begin,end]"},
+        {"[940,952]", "[944,956]", "tensor momentum.dense1.bias: data_offsets end 956 is past the data section (952 bytes)"},
+        {"\"iter\":\"1234\"", "\"iter\":\"1234\",\"iter\":\"1\"", "duplicate key \"iter\""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        CHECK_MSG(edit_header(src, path, cases[i].from, cases[i].to) == 0, "case %zu", i);
+        CHECK_MSG(load_fails(&f, path, BN_ERR_DATA, cases[i].needle) == BN_PASS, "case %zu", i);
+    }
+    /* A file cut short inside its data: the tensors' offsets run past what is left. */
+    file_parts p;
+    CHECK(read_parts(src, &p) == 0);
+    CHECK(write_raw(path, p.bytes, p.size - 100) == 0);
+    free_parts(&p);
+    CHECK(load_fails(&f, path, BN_ERR_DATA, "is past the data section (852 bytes)") == BN_PASS);
+    free_fixture(&f);
+    return BN_PASS;
+}
+
+BN_TEST(checkpoint_rejects_wrong_dtype)
+{
+    fixture f;
+    char src[512], path[512];
+    CHECK(saved_fixture(&f, src, sizeof src, "dtype.safetensors") == BN_PASS);
+    tmp_path(path, sizeof path, "dtype-bad.safetensors");
+    CHECK(edit_header(src, path, "\"F32\"", "\"F16\"") == 0);
+    CHECK(load_fails(&f, path, BN_ERR_DATA, "tensor conv2d1.weight has dtype F16; blobnet checkpoints hold F32") ==
+          BN_PASS);
+    CHECK(load_weights_fails(&f, path, BN_ERR_DATA, "has dtype F16") == BN_PASS);
+    free_fixture(&f);
+    return BN_PASS;
+}
+
+BN_TEST(checkpoint_rejects_wrong_shape)
+{
+    fixture f;
+    char src[512], path[512];
+    CHECK(saved_fixture(&f, src, sizeof src, "shape.safetensors") == BN_PASS);
+    tmp_path(path, sizeof path, "shape-bad.safetensors");
+    /* Same element count, other shape: a transposed dense weight. */
+    CHECK(edit_header(src, path, "[3,32]", "[32,3]") == 0);
+    CHECK(load_fails(&f, path, BN_ERR_DATA, "tensor dense1.weight has shape [32,3] but the model expects [3,32]") ==
+          BN_PASS);
+    CHECK(load_weights_fails(&f, path, BN_ERR_DATA, "has shape [32,3]") == BN_PASS);
+    /* The conv kernel written 4-d as [2,1,3,3], not flattened. */
+    CHECK(edit_header(src, path, "[2,1,3,3]", "[2,9]") == 0);
+    CHECK(load_fails(&f, path, BN_ERR_DATA, "tensor conv2d1.weight has shape [2,9] but the model expects [2,1,3,3]") ==
+          BN_PASS);
+    /* A momentum tensor is checked too when the optimizer is restored. */
+    CHECK(edit_header(src, path, "\"momentum.dense1.weight\":{\"dtype\":\"F32\",\"shape\":[3,32]",
+                      "\"momentum.dense1.weight\":{\"dtype\":\"F32\",\"shape\":[96]") == 0);
+    CHECK(load_fails(&f, path, BN_ERR_DATA, "tensor momentum.dense1.weight has shape [96] but the model expects [3,32]") ==
+          BN_PASS);
+    free_fixture(&f);
+    return BN_PASS;
+}
+
+BN_TEST(checkpoint_rejects_missing_tensor)
+{
+    fixture f;
+    char src[512], path[512];
+    CHECK(saved_fixture(&f, src, sizeof src, "missing.safetensors") == BN_PASS);
+    tmp_path(path, sizeof path, "missing-bad.safetensors");
+    CHECK(drop_entry(src, path, "conv2d1.bias") == 0);
+    CHECK(load_fails(&f, path, BN_ERR_DATA, "parameter conv2d1.bias of the model is missing from the file") ==
+          BN_PASS);
+    CHECK(load_weights_fails(&f, path, BN_ERR_DATA, "conv2d1.bias of the model is missing") == BN_PASS);
+
+    /* Without a momentum tensor the optimizer cannot resume, but the weights still load. */
+    CHECK(drop_entry(src, path, "momentum.dense1.bias") == 0);
+    CHECK(load_fails(&f, path, BN_ERR_DATA, "momentum of dense1.bias (tensor momentum.dense1.bias) is missing") ==
+          BN_PASS);
+    float *w = copy_floats(f.net->params);
+    fill(f.net->params, 3.0f);
+    CHECK_OK(bn_checkpoint_load_weights(path, f.net));
+    CHECK(same_floats(f.net->params, w));
+    free(w);
+    free_fixture(&f);
+    return BN_PASS;
+}
+
+BN_TEST(checkpoint_rejects_extra_tensor)
+{
+    fixture f;
+    char src[512], path[512];
+    CHECK(saved_fixture(&f, src, sizeof src, "extra.safetensors") == BN_PASS);
+    tmp_path(path, sizeof path, "extra-bad.safetensors");
+    CHECK(edit_header(src, path, "\"dense1.bias\"", "\"dense9.bias\"") == 0);
+    CHECK(load_fails(&f, path, BN_ERR_DATA, "tensor dense9.bias is not in the model") == BN_PASS);
+    CHECK(load_weights_fails(&f, path, BN_ERR_DATA, "tensor dense9.bias is not in the model") == BN_PASS);
+
+    /* A stray momentum entry: refused when resuming, ignored by a weights-only load. */
+    CHECK(edit_header(src, path, "\"momentum.dense1.bias\"", "\"momentum.dense9.bias\"") == 0);
+    CHECK(load_fails(&f, path, BN_ERR_DATA, "tensor momentum.dense9.bias is not in the model") == BN_PASS);
+    float *w = copy_floats(f.net->params);
+    fill(f.net->params, 3.0f);
+    CHECK_OK(bn_checkpoint_load_weights(path, f.net));
+    CHECK(same_floats(f.net->params, w));
+    free(w);
+    /* Names from the file are printed on one line even when they hold control characters. */
+    CHECK(edit_header(src, path, "\"dense1.bias\"", "\"dense1\\nbias\"") == 0);
+    CHECK(load_fails(&f, path, BN_ERR_DATA, "tensor dense1?bias is not in the model") == BN_PASS);
+    free_fixture(&f);
+    return BN_PASS;
+}
+
+BN_TEST(checkpoint_rejects_other_model)
+{
+    fixture f, g;
+    char src[512], path[512];
+    CHECK(saved_fixture(&f, src, sizeof src, "hash.safetensors") == BN_PASS);
+    /* The same layers from a different model text: another hash. */
+    CHECK(make_fixture(&g, "# another model file\n[input]\nchannels=1\nheight=6\nwidth=6\n[conv2d]\nfilters=2\n"
+                           "size=3\n[dense]\noutputs=3\n[softmax_ce]\n", 1.0f) == BN_PASS);
+    CHECK(g.net->model_hash != f.net->model_hash);
+    char needle[800];
+    snprintf(needle, sizeof needle, "%s was saved from a different model file (hash %016llx, this model %016llx)",
+             src, (unsigned long long)f.net->model_hash, (unsigned long long)g.net->model_hash);
+    CHECK(load_fails(&g, src, BN_ERR_DATA, needle) == BN_PASS);
+    CHECK(load_weights_fails(&g, src, BN_ERR_DATA, needle) == BN_PASS);
+
+    /* Without a model_hash a weights-only load goes by names and shapes alone. */
+    tmp_path(path, sizeof path, "hash-none.safetensors");
+    char entry[64];
+    snprintf(entry, sizeof entry, ",\"model_hash\":\"%016llx\"", (unsigned long long)f.net->model_hash);
+    CHECK(edit_header(src, path, entry, "") == 0);
+    CHECK(load_fails(&g, path, BN_ERR_DATA, "__metadata__ lacks \"model_hash\"") == BN_PASS);
+    float *w = copy_floats(f.net->params);
+    CHECK_OK(bn_checkpoint_load_weights(path, g.net));
+    CHECK(same_floats(g.net->params, w));
+    free(w);
+
+    CHECK(edit_header(src, path, "\"model_hash\":\"", "\"model_hash\":\"z") == 0);
+    CHECK(load_fails(&f, path, BN_ERR_DATA, "is not 16 hex digits") == BN_PASS);
+    free_fixture(&f);
+    free_fixture(&g);
+    return BN_PASS;
+}
+
+BN_TEST(checkpoint_rejects_non_finite_values)
+{
+    fixture f;
+    char src[512], path[512];
+    CHECK(saved_fixture(&f, src, sizeof src, "nan.safetensors") == BN_PASS);
+    tmp_path(path, sizeof path, "nan-bad.safetensors");
+    /* In the last weight tensor, so that every earlier one was already staged. */
+    CHECK(poke_float(src, path, 464 + 8, NAN) == 0);
+    CHECK(load_fails(&f, path, BN_ERR_DATA, "tensor dense1.bias holds NaN at element 2") == BN_PASS);
+    CHECK(load_weights_fails(&f, path, BN_ERR_DATA, "holds NaN") == BN_PASS);
+    CHECK(poke_float(src, path, WEIGHT_BYTES + 4, -INFINITY) == 0);
+    CHECK(load_fails(&f, path, BN_ERR_DATA, "tensor momentum.conv2d1.weight holds infinity at element 1") ==
+          BN_PASS);
+    free_fixture(&f);
+    return BN_PASS;
+}
+
+BN_TEST(checkpoint_rejects_bad_metadata)
+{
+    fixture f;
+    char src[512], path[512];
+    CHECK(saved_fixture(&f, src, sizeof src, "meta.safetensors") == BN_PASS);
+    tmp_path(path, sizeof path, "meta-bad.safetensors");
+    const struct {
+        const char *from, *to, *needle;
+    } cases[] = {
+        {"\"epoch\":\"3\"", "\"epoch\":\"3x\"", "metadata epoch = \"3x\" is not an integer in range"},
+        {"\"epoch\":\"3\"", "\"epoch\":\" 3\"", "metadata epoch = \" 3\" is not an integer"},
+        {"\"epoch\":\"3\"", "\"epoch\":\"3000000000\"", "metadata epoch = \"3000000000\" is not an integer in range"},
+        {"\"step\":\"4321\"", "\"step\":\"\"", "metadata step = \"\" is not an integer"},
+        {"\"seed\":\"18446744073709551615\"", "\"seed\":\"-1\"", "metadata seed = \"-1\" is not an unsigned"},
+        {"\"seed\":\"18446744073709551615\"", "\"seed\":\"18446744073709551616\"", "is not an unsigned 64-bit"},
+        {"\"epoch_loss_sum\":\"", "\"epoch_loss_sum\":\"1.5.", "metadata epoch_loss_sum = \"1.5.0.3"},
+        {"\"iter\":\"1234\",", "", "__metadata__ lacks \"iter\""},
+        {"\"has_momentum\":\"1\"", "\"has_momentum\":\"yes\"", "has_momentum is \"yes\", not \"0\" or \"1\""},
+        {"\"format\":\"blobnet\"", "\"format\":\"pytorch\"", "format is \"pytorch\", not \"blobnet\""},
+        {"\"version\":\"1\"", "\"version\":\"2\"", "checkpoint version \"2\" is not supported"},
+        {"\"__metadata__\"", "\"__other__\"", "no __metadata__; not a blobnet checkpoint"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        CHECK_MSG(edit_header(src, path, cases[i].from, cases[i].to) == 0, "case %zu", i);
+        CHECK_MSG(load_fails(&f, path, BN_ERR_DATA, cases[i].needle) == BN_PASS, "case %zu", i);
+    }
+    free_fixture(&f);
+    return BN_PASS;
+}
+
+/* A plain safetensors file (no metadata, as NumPy or PyTorch would write it) loads as weights. */
+BN_TEST(checkpoint_load_weights_reads_plain_safetensors)
+{
+    fixture f;
+    char src[512], path[512];
+    CHECK(saved_fixture(&f, src, sizeof src, "foreign.safetensors") == BN_PASS);
+    file_parts p;
+    CHECK(read_parts(src, &p) == 0);
+    const char *start = strstr(p.header, "},\"conv2d1.weight\"");
+    CHECK(start);
+    char header[2048];
+    snprintf(header, sizeof header, "{%s", start + 2); /* everything after the metadata */
+    CHECK(write_parts(tmp_path(path, sizeof path, "foreign-plain.safetensors"), header, strlen(header), p.data,
+                      p.data_len) == 0);
+    free_parts(&p);
+    float *w = copy_floats(f.net->params);
+    fill(f.net->params, -1.0f);
+    CHECK_OK(bn_checkpoint_load_weights(path, f.net));
+    CHECK(same_floats(f.net->params, w));
+    CHECK(load_fails(&f, path, BN_ERR_DATA, "no __metadata__") == BN_PASS);
+    free(w);
+    free_fixture(&f);
+    return BN_PASS;
+}
+
+/* On the GPU path the newest values live on the device: save must read them from there and
+ * load must leave the device seeing the file's values. */
+BN_TEST(gpu_checkpoint_round_trip_syncs_device_copies)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    bn_net *net;
+    CHECK_OK(bn_net_from_text(MODEL, "ckpt_test.cfg", &net));
+    CHECK_OK(bn_net_setup(net, 2, ctx, 0, 7));
+    bn_sgd *opt;
+    CHECK_OK(bn_sgd_create(net, &net->train, &opt));
+    float w[NUM_PARAMS], m[NUM_PARAMS], back[NUM_PARAMS];
+    for (int i = 0; i < NUM_PARAMS; i++) w[i] = 0.5f - 0.01f * (float)i, m[i] = 0.002f * (float)i;
+    float *dw = bn_blob_dev_wr(net->params), *dm = bn_blob_dev_wr(opt->momentum);
+    CHECK(dw && dm);
+    CHECK_OK(bn_device_h2d(dw, w, sizeof w));
+    CHECK_OK(bn_device_h2d(dm, m, sizeof m));
+    char path[512];
+    CHECK_OK(bn_checkpoint_save(tmp_path(path, sizeof path, "gpu.safetensors"), net, opt, NULL));
+
+    CHECK_OK(bn_blob_zero(net->params)); /* on the device: the host copy goes stale */
+    CHECK_OK(bn_blob_zero(opt->momentum));
+    CHECK(bn_blob_state(net->params) == BN_SYNC_DEVICE);
+    CHECK_OK(bn_checkpoint_load(path, net, opt, NULL));
+    CHECK_OK(bn_device_d2h(back, bn_blob_dev_rd(net->params), sizeof back));
+    CHECK(memcmp(back, w, sizeof w) == 0);
+    CHECK_OK(bn_device_d2h(back, bn_blob_dev_rd(opt->momentum), sizeof back));
+    CHECK(memcmp(back, m, sizeof m) == 0);
+    bn_sgd_free(opt);
+    bn_net_free(net);
+    return BN_PASS;
+}
+
+/* A layer may be named "momentum": its weights are not taken for optimizer state. */
+BN_TEST(checkpoint_layer_named_momentum_round_trips)
+{
+    fixture f;
+    char path[512];
+    CHECK(make_fixture(&f, "[input]\nchannels=1\nheight=6\nwidth=6\n[conv2d]\nfilters=2\nsize=3\n[dense]\n"
+                           "name=momentum\noutputs=3\n[softmax_ce]\n", 0.75f) == BN_PASS);
+    CHECK_OK(bn_checkpoint_save(tmp_path(path, sizeof path, "named.safetensors"), f.net, f.opt, &f.st));
+    float *w = copy_floats(f.net->params), *m = copy_floats(f.opt->momentum);
+    CHECK(w && m);
+    fill(f.net->params, 2.0f);
+    fill(f.opt->momentum, 2.0f);
+    CHECK_OK(bn_checkpoint_load(path, f.net, f.opt, NULL));
+    CHECK(same_floats(f.net->params, w) && same_floats(f.opt->momentum, m));
+    fill(f.net->params, 2.0f);
+    CHECK_OK(bn_checkpoint_load_weights(path, f.net));
+    CHECK(same_floats(f.net->params, w));
+    free(w);
+    free(m);
+    free_fixture(&f);
+    return BN_PASS;
+}
