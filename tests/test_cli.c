@@ -79,8 +79,8 @@ BN_TEST(cli_summary_lists_lenet)
     CHECK_CLI("summary models/lenet.cfg", 0, "total: 8 layers, 431080 parameters");
     CHECK(strstr(out, "conv1") && strstr(out, "pool2") && strstr(out, "ip2") && strstr(out, "softmax_ce"));
     CHECK(strstr(out, "   20x  24x24") != NULL);
-    /* conv1 forward: 2 * 25 * 20 * 24 * 24 = 576,000 FLOPs (bias adds not counted). */
-    CHECK(strstr(out, "0.576") != NULL);
+    /* conv1 forward: (2 * 25 + 1) * 20 * 24 * 24 = 587,520 FLOPs (multiply-adds and the bias). */
+    CHECK(strstr(out, "0.588") != NULL);
     CHECK_CLI("summary models/mlp.cfg", 0, "397510 parameters");
     return BN_PASS;
 }

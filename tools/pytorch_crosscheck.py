@@ -1,0 +1,151 @@
+"""Cross-checks blobnet's GPU training against PyTorch, step by step.
+
+blobnet writes its initial LeNet weights (--epochs 0 --save) and then trains STEPS steps
+with a per-step CSV log. This script loads the same initial weights into a PyTorch LeNet,
+feeds the same batches in the same order (blobnet's shuffle, reimplemented below), applies
+the same SGD rule (Caffe's: v = m*v + lr*mult*(g + wd*w), w -= v; biases: 2x lr, no decay;
+lr policy inv) and compares every step's mean loss. TF32 is off on both sides.
+
+    python3 tools/pytorch_crosscheck.py --data DIR [--blobnet ./blobnet] [--steps 20]
+
+Exit status 0 when every step's relative difference is below --tolerance (1e-4).
+"""
+import argparse, csv, gzip, json, os, struct, subprocess, sys, tempfile
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+MASK = (1 << 64) - 1
+
+
+def splitmix64(state):
+    state = (state + 0x9E3779B97F4A7C15) & MASK
+    z = state
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
+    return state, z ^ (z >> 31)
+
+
+def blobnet_shuffle(count, seed):
+    """datasets/idx.c: Fisher-Yates driven by splitmix64 with rejection of biased draws."""
+    order = list(range(count))
+    state = seed & MASK
+    for i in range(count - 1, 0, -1):
+        bound = i + 1
+        threshold = ((1 << 64) - bound) % bound
+        while True:
+            state, r = splitmix64(state)
+            if r >= threshold:
+                break
+        j = r % bound
+        order[i], order[j] = order[j], order[i]
+    return order
+
+
+def epoch_seed(seed, epoch):
+    """src/trainer.c: bn_epoch_seed."""
+    return (seed * 0x9E3779B97F4A7C15 + epoch + 1) & MASK
+
+
+def read_idx(path):
+    with gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb") as f:
+        raw = f.read()
+    magic, n = struct.unpack(">II", raw[:8])
+    if magic == 2051:
+        rows, cols = struct.unpack(">II", raw[8:16])
+        return np.frombuffer(raw, np.uint8, offset=16).reshape(n, 1, rows, cols)
+    return np.frombuffer(raw, np.uint8, offset=8)
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    meta = header.pop("__metadata__", {})
+    base = 8 + n
+    tensors = {}
+    for name, t in header.items():
+        assert t["dtype"] == "F32", name
+        begin, end = t["data_offsets"]
+        tensors[name] = np.frombuffer(data[base + begin:base + end], "<f4").reshape(t["shape"])
+    return tensors, meta
+
+
+def lenet_forward(p, x):
+    x = F.max_pool2d(F.conv2d(x, p["conv1.weight"], p["conv1.bias"]), 2)
+    x = F.max_pool2d(F.conv2d(x, p["conv2.weight"], p["conv2.bias"]), 2)
+    x = F.relu(F.linear(x.flatten(1), p["ip1.weight"], p["ip1.bias"]))
+    return F.linear(x, p["ip2.weight"], p["ip2.bias"])
+
+
+def run(cmd):
+    print("+", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--blobnet", default="./blobnet")
+    ap.add_argument("--model", default="models/lenet.cfg")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--device", default="gpu")
+    ap.add_argument("--tolerance", type=float, default=1e-4)
+    a = ap.parse_args()
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.deterministic = True
+
+    work = tempfile.mkdtemp(prefix="crosscheck-")
+    init, log = os.path.join(work, "init.safetensors"), os.path.join(work, "steps.csv")
+    common = [a.blobnet, "train", a.model, "--data", a.data, "--device", a.device, "--batch", str(a.batch), "--quiet"]
+    run(common + ["--epochs", "0", "--save", init])
+    run(common + ["--epochs", "1", "--train-limit", str(a.steps * a.batch), "--log", log, "--log-every", "1"])
+    with open(log) as f:
+        rows = [r for r in csv.DictReader(f) if r["test_acc"] == ""]
+    blob_losses = [float(r["train_loss"]) for r in rows]
+    blob_lrs = [float(r["lr"]) for r in rows]
+
+    weights, meta = read_safetensors(init)
+    dev = torch.device("cuda")
+    params = {k: torch.tensor(v.copy(), device=dev, requires_grad=True) for k, v in weights.items()
+              if not k.startswith("momentum.")}
+    velocity = {k: torch.zeros_like(v) for k, v in params.items()}
+    seed = int(meta["seed"])
+    count = a.steps * a.batch
+    order = blobnet_shuffle(count, epoch_seed(seed, 0))
+    images = read_idx(os.path.join(a.data, "train-images-idx3-ubyte.gz"))[:count]
+    labels = read_idx(os.path.join(a.data, "train-labels-idx1-ubyte.gz"))[:count]
+    base_lr, gamma, power, momentum, wd, bias_mult = 0.01, 1e-4, 0.75, 0.9, 5e-4, 2.0
+
+    worst = 0.0
+    for step in range(a.steps):
+        idx = order[step * a.batch:(step + 1) * a.batch]
+        x = torch.tensor(images[idx].astype(np.float32) / 255.0, device=dev)
+        y = torch.tensor(labels[idx].astype(np.int64), device=dev)
+        loss = F.cross_entropy(lenet_forward(params, x), y)
+        for p in params.values():
+            p.grad = None
+        loss.backward()
+        lr = base_lr * (1 + gamma * step) ** -power
+        with torch.no_grad():
+            for k, p in params.items():
+                is_bias = k.endswith(".bias")
+                rate, decay = lr * (bias_mult if is_bias else 1.0), 0.0 if is_bias else wd
+                velocity[k].mul_(momentum).add_(rate * (p.grad + decay * p))
+                p.sub_(velocity[k])
+        ours, theirs = blob_losses[step], loss.item()
+        rel = abs(ours - theirs) / max(abs(theirs), 1e-12)
+        worst = max(worst, rel)
+        print(f"step {step + 1:3d}  lr {blob_lrs[step]:.6f}/{lr:.6f}  blobnet {ours:.7f}  pytorch {theirs:.7f}  rel {rel:.2e}")
+    ok = worst < a.tolerance and len(blob_losses) == a.steps
+    print(f"worst relative loss difference over {a.steps} steps: {worst:.3e} "
+          f"(tolerance {a.tolerance:g}): {'ok' if ok else 'FAILED'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
