@@ -1,0 +1,160 @@
+/* activation.c - elementwise activations: relu, sigmoid, tanh, leaky_relu, elu. One set of
+ * layer functions serves all five types; the type's kind and its one parameter (slope or
+ * alpha) live in priv.
+ *
+ * Derivatives at the kink follow the usual conventions: relu'(0) = 0, leaky_relu'(0) =
+ * slope, and elu takes its linear branch only for x > 0. Sigmoid and tanh take their
+ * derivatives from the output, which is what backward has at hand without recomputing. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "layers.h"
+
+typedef enum act_kind { ACT_RELU, ACT_SIGMOID, ACT_TANH, ACT_LEAKY, ACT_ELU } act_kind;
+
+typedef struct act_priv {
+    act_kind kind;
+    float a;           /* leaky_relu: slope; elu: alpha */
+    double per_example; /* elements of one example, from setup */
+} act_priv;
+
+static bn_status make_priv(bn_layer *l, act_kind kind, double a)
+{
+    act_priv *p = malloc(sizeof *p);
+    if (!p) return bn_error(BN_ERR_NOMEM, "layer %s: out of host memory", l->name);
+    p->kind = kind;
+    p->a = (float)a;
+    p->per_example = 0.0;
+    l->priv = p;
+    return BN_OK;
+}
+
+static bn_status parse_relu(bn_layer *l, bn_options *o) { return make_priv(l, ACT_RELU, 0.0); }
+static bn_status parse_sigmoid(bn_layer *l, bn_options *o) { return make_priv(l, ACT_SIGMOID, 0.0); }
+static bn_status parse_tanh(bn_layer *l, bn_options *o) { return make_priv(l, ACT_TANH, 0.0); }
+
+static bn_status parse_leaky(bn_layer *l, bn_options *o)
+{
+    double slope;
+    BN_TRY(bn_opt_float(o, "slope", 0.01, 0.0, 1.0, &slope));
+    /* A slope of 1 is the identity: almost certainly a mistake in the model file. */
+    if (slope >= 1.0) return bn_opt_error(o, "slope", "slope = %g must be below 1", slope);
+    return make_priv(l, ACT_LEAKY, slope);
+}
+
+static bn_status parse_elu(bn_layer *l, bn_options *o)
+{
+    double alpha;
+    BN_TRY(bn_opt_float(o, "alpha", 1.0, 0.0, 1e6, &alpha));
+    if (alpha <= 0.0) return bn_opt_error(o, "alpha", "alpha = %g must be positive", alpha);
+    return make_priv(l, ACT_ELU, alpha);
+}
+
+static bn_status act_setup(bn_layer *l, bn_shape in, bn_shape *out)
+{
+    act_priv *p = l->priv;
+    p->per_example = (double)in.c * in.h * in.w;
+    *out = in;
+    return BN_OK;
+}
+
+/* exp of a non-positive argument only, so neither branch overflows. */
+static float sigmoid(float x)
+{
+    if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
+    float e = expf(x);
+    return e / (1.0f + e);
+}
+
+static void apply(const act_priv *p, const float *x, float *y, size_t count)
+{
+    float a = p->a;
+    switch (p->kind) {
+    case ACT_RELU:
+        for (size_t i = 0; i < count; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+        break;
+    case ACT_SIGMOID:
+        for (size_t i = 0; i < count; i++) y[i] = sigmoid(x[i]);
+        break;
+    case ACT_TANH:
+        for (size_t i = 0; i < count; i++) y[i] = tanhf(x[i]);
+        break;
+    case ACT_LEAKY:
+        for (size_t i = 0; i < count; i++) y[i] = x[i] > 0.0f ? x[i] : a * x[i];
+        break;
+    case ACT_ELU:
+        for (size_t i = 0; i < count; i++) y[i] = x[i] > 0.0f ? x[i] : a * expm1f(x[i]);
+        break;
+    }
+}
+
+/* dx = dy * f'(x), with f' written in whichever of x and y = f(x) is cheaper. */
+static void apply_grad(const act_priv *p, const float *x, const float *y, const float *dy,
+                       float *dx, size_t count)
+{
+    float a = p->a;
+    switch (p->kind) {
+    case ACT_RELU:
+        for (size_t i = 0; i < count; i++) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+        break;
+    case ACT_SIGMOID:
+        for (size_t i = 0; i < count; i++) dx[i] = dy[i] * y[i] * (1.0f - y[i]);
+        break;
+    case ACT_TANH:
+        for (size_t i = 0; i < count; i++) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
+        break;
+    case ACT_LEAKY:
+        for (size_t i = 0; i < count; i++) dx[i] = x[i] > 0.0f ? dy[i] : a * dy[i];
+        break;
+    case ACT_ELU: /* for x <= 0, d/dx a(e^x - 1) = a e^x = y + a */
+        for (size_t i = 0; i < count; i++) dx[i] = x[i] > 0.0f ? dy[i] : dy[i] * (y[i] + a);
+        break;
+    }
+}
+
+static bn_status act_forward(bn_layer *l, const bn_pass *pass)
+{
+    BN_HOST_RD(x, l->in);
+    BN_HOST_WR(y, l->out);
+    apply(l->priv, x, y, bn_blob_count(l->in));
+    return BN_OK;
+}
+
+static bn_status act_backward(bn_layer *l, const bn_pass *pass)
+{
+    if (!l->in_grad) return BN_OK;
+    BN_HOST_RD(x, l->in);
+    BN_HOST_RD(y, l->out);
+    BN_HOST_RD(dy, l->out_grad);
+    BN_HOST_WR(dx, l->in_grad);
+    apply_grad(l->priv, x, y, dy, dx, bn_blob_count(l->in));
+    return BN_OK;
+}
+
+/* A rough count: one operation for the piecewise-linear types, a few for the others. */
+static double act_flops(const bn_layer *l)
+{
+    const act_priv *p = l->priv;
+    double per = p->kind == ACT_RELU || p->kind == ACT_LEAKY ? 1.0 : 4.0;
+    return per * p->per_example;
+}
+
+#define ACTIVATION_OPS(sym, name, parser, text)  \
+    const bn_layer_ops sym = {                   \
+        .type = name,                            \
+        .help = text,                            \
+        .kind = BN_NVTX_LAYER_ACTIVATION,        \
+        .parse = parser,                         \
+        .setup = act_setup,                      \
+        .forward_cpu = act_forward,              \
+        .backward_cpu = act_backward,            \
+        .flops = act_flops,                      \
+    }
+
+ACTIVATION_OPS(bn_relu_ops, "relu", parse_relu, "max(x, 0) elementwise; no keys");
+ACTIVATION_OPS(bn_sigmoid_ops, "sigmoid", parse_sigmoid, "1 / (1 + exp(-x)) elementwise; no keys");
+ACTIVATION_OPS(bn_tanh_ops, "tanh", parse_tanh, "tanh(x) elementwise; no keys");
+ACTIVATION_OPS(bn_leaky_relu_ops, "leaky_relu", parse_leaky,
+               "x for x > 0, slope * x otherwise; keys: slope (0.01, in [0, 1))");
+ACTIVATION_OPS(bn_elu_ops, "elu", parse_elu,
+               "x for x > 0, alpha * (exp(x) - 1) otherwise; keys: alpha (1.0, > 0)");

@@ -1,0 +1,156 @@
+/* conv2d.c - 2-D convolution (cross-correlation) with square kernels, zero padding and a
+ * stride. CPU path: per example, im2col then one GEMM, W (filters x c*k*k) times the
+ * column matrix (c*k*k x oh*ow). */
+#include <cblas.h>
+#include <stdlib.h>
+
+#include "im2col.h"
+#include "layers.h"
+
+typedef struct conv_priv {
+    int filters, size, stride, pad, init;
+    bn_conv_geom g;  /* from setup */
+    float *col;      /* one example's column matrix, reused by forward and backward */
+} conv_priv;
+
+static const char *const init_names[] = {"xavier", "he", NULL};
+static const bn_init init_kinds[] = {BN_INIT_XAVIER, BN_INIT_HE};
+
+enum { WEIGHT, BIAS };
+
+static bn_status conv_parse(bn_layer *l, bn_options *o)
+{
+    conv_priv c = {0};
+    BN_TRY(bn_opt_int_required(o, "filters", 1, 1 << 20, &c.filters));
+    BN_TRY(bn_opt_int_required(o, "size", 1, 1 << 12, &c.size));
+    BN_TRY(bn_opt_int(o, "stride", 1, 1, 1 << 12, &c.stride));
+    BN_TRY(bn_opt_int(o, "pad", 0, 0, 1 << 12, &c.pad));
+    BN_TRY(bn_opt_choice(o, "init", init_names, 0, &c.init));
+    /* A window lying wholly in the padding would see no input at all. */
+    if (c.pad >= c.size)
+        return bn_opt_error(o, "pad", "pad = %d must be smaller than size = %d", c.pad, c.size);
+    conv_priv *p = malloc(sizeof *p);
+    if (!p) return bn_error(BN_ERR_NOMEM, "layer %s: out of host memory", l->name);
+    *p = c;
+    l->priv = p;
+    return BN_OK;
+}
+
+static bn_status conv_setup(bn_layer *l, bn_shape in, bn_shape *out)
+{
+    conv_priv *c = l->priv;
+    int oh = bn_window_out(in.h, c->size, c->stride, c->pad);
+    int ow = bn_window_out(in.w, c->size, c->stride, c->pad);
+    if (oh == 0 || ow == 0)
+        return bn_layer_error(l, "kernel %dx%d is larger than the padded input %dx%d", c->size,
+                              c->size, in.h + 2 * c->pad, in.w + 2 * c->pad);
+    c->g = (bn_conv_geom){in.c, in.h, in.w, c->size, c->stride, c->pad, oh, ow};
+    int taps = in.c * c->size * c->size;
+    if (bn_layer_add_param(l, "weight", c->filters, in.c, c->size, c->size, init_kinds[c->init],
+                           taps, c->filters * c->size * c->size) != WEIGHT)
+        return bn_last_status();
+    if (bn_layer_add_param(l, "bias", c->filters, 1, 1, 1, BN_INIT_ZERO, taps, c->filters) != BIAS)
+        return bn_last_status();
+    bn_param_mark_bias(l, BIAS);
+    /* Setup does not know the batch, and one example's columns suffice: examples run in turn. */
+    free(c->col);
+    c->col = malloc(bn_col_count(&c->g) * sizeof *c->col);
+    if (!c->col) return bn_layer_error(l, "cannot allocate its %zu-float column buffer",
+                                       bn_col_count(&c->g));
+    *out = (bn_shape){c->filters, oh, ow};
+    return BN_OK;
+}
+
+static bn_status conv_forward(bn_layer *l, const bn_pass *p)
+{
+    conv_priv *c = l->priv;
+    const bn_conv_geom *g = &c->g;
+    int taps = g->c * g->k * g->k, pos = g->oh * g->ow;
+    size_t in_size = (size_t)g->c * g->h * g->w, out_size = (size_t)c->filters * pos;
+    BN_HOST_RD(x, l->in);
+    BN_HOST_RD(w, l->params[WEIGHT].value);
+    BN_HOST_RD(b, l->params[BIAS].value);
+    BN_HOST_WR(y, l->out);
+    for (int i = 0; i < l->in->n; i++) {
+        float *yi = y + i * out_size;
+        for (int f = 0; f < c->filters; f++)
+            for (int q = 0; q < pos; q++) yi[(size_t)f * pos + q] = b[f];
+        bn_im2col(g, x + i * in_size, c->col);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, c->filters, pos, taps, 1.0f, w,
+                    taps, c->col, pos, 1.0f, yi, pos);
+    }
+    return BN_OK;
+}
+
+/* Bias gradient: each filter's output-gradient plane summed over positions and examples. */
+static void add_bias_grad(const float *dy, int n, int filters, int pos, float *db)
+{
+    for (int i = 0; i < n; i++)
+        for (int f = 0; f < filters; f++) {
+            const float *plane = dy + ((size_t)i * filters + f) * pos;
+            double s = 0.0;
+            for (int q = 0; q < pos; q++) s += plane[q];
+            db[f] += (float)s;
+        }
+}
+
+static bn_status conv_backward(bn_layer *l, const bn_pass *p)
+{
+    conv_priv *c = l->priv;
+    const bn_conv_geom *g = &c->g;
+    int taps = g->c * g->k * g->k, pos = g->oh * g->ow, n = l->in->n;
+    size_t in_size = (size_t)g->c * g->h * g->w, out_size = (size_t)c->filters * pos;
+    BN_HOST_RD(x, l->in);
+    BN_HOST_RD(w, l->params[WEIGHT].value);
+    BN_HOST_RD(dy, l->out_grad);
+    BN_HOST_WR(dw, l->params[WEIGHT].grad);
+    BN_HOST_WR(db, l->params[BIAS].grad);
+    float *dx = NULL;
+    if (l->in_grad) {
+        dx = bn_blob_host_wr(l->in_grad);
+        if (!dx) return bn_last_status();
+    }
+    add_bias_grad(dy, n, c->filters, pos, db);
+    for (int i = 0; i < n; i++) {
+        const float *dyi = dy + i * out_size;
+        bn_im2col(g, x + i * in_size, c->col);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, c->filters, taps, pos, 1.0f, dyi,
+                    pos, c->col, pos, 1.0f, dw, taps);
+        if (!dx) continue;
+        /* The columns are spent: reuse the buffer for the gradient of the columns. */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, taps, pos, c->filters, 1.0f, w,
+                    taps, dyi, pos, 0.0f, c->col, pos);
+        float *dxi = dx + i * in_size;
+        for (size_t j = 0; j < in_size; j++) dxi[j] = 0.0f;
+        bn_col2im_add(g, c->col, dxi);
+    }
+    return BN_OK;
+}
+
+static double conv_flops(const bn_layer *l)
+{
+    const conv_priv *c = l->priv;
+    double pos = (double)c->g.oh * c->g.ow;
+    return pos * c->filters * (2.0 * c->g.c * c->g.k * c->g.k + 1.0);
+}
+
+static void conv_destroy(bn_layer *l)
+{
+    conv_priv *c = l->priv;
+    if (c) free(c->col);
+    free(c);
+    l->priv = NULL;
+}
+
+const bn_layer_ops bn_conv2d_ops = {
+    .type = "conv2d",
+    .help = "2-D convolution with square kernels; keys: filters (required), size (required), "
+            "stride (1), pad (0, < size), init = xavier|he (xavier)",
+    .kind = BN_NVTX_LAYER_COMPUTE,
+    .parse = conv_parse,
+    .setup = conv_setup,
+    .forward_cpu = conv_forward,
+    .backward_cpu = conv_backward,
+    .flops = conv_flops,
+    .destroy = conv_destroy,
+};

@@ -1,0 +1,100 @@
+/* dense.c - fully connected layer: flattens each example to c*h*w inputs and computes
+ * Y = X W^T + b with W of shape (outputs, inputs). CPU path on OpenBLAS. */
+#include <cblas.h>
+#include <stdlib.h>
+
+#include "layers.h"
+
+typedef struct dense_priv {
+    int outputs;
+    int init; /* index into init_names */
+    int inputs; /* from setup */
+} dense_priv;
+
+static const char *const init_names[] = {"xavier", "he", NULL};
+static const bn_init init_kinds[] = {BN_INIT_XAVIER, BN_INIT_HE};
+
+enum { WEIGHT, BIAS };
+
+static bn_status dense_parse(bn_layer *l, bn_options *o)
+{
+    int outputs, init;
+    BN_TRY(bn_opt_int_required(o, "outputs", 1, 1 << 24, &outputs));
+    BN_TRY(bn_opt_choice(o, "init", init_names, 0, &init));
+    dense_priv *d = calloc(1, sizeof *d);
+    if (!d) return bn_error(BN_ERR_NOMEM, "layer %s: out of host memory", l->name);
+    d->outputs = outputs;
+    d->init = init;
+    l->priv = d;
+    return BN_OK;
+}
+
+static bn_status dense_setup(bn_layer *l, bn_shape in, bn_shape *out)
+{
+    dense_priv *d = l->priv;
+    long inputs = (long)in.c * in.h * in.w;
+    if (inputs <= 0 || inputs > (1L << 30))
+        return bn_layer_error(l, "input %dx%dx%d has no usable size", in.c, in.h, in.w);
+    d->inputs = (int)inputs;
+    if (bn_layer_add_param(l, "weight", d->outputs, d->inputs, 1, 1, init_kinds[d->init],
+                           d->inputs, d->outputs) != WEIGHT)
+        return bn_last_status();
+    if (bn_layer_add_param(l, "bias", d->outputs, 1, 1, 1, BN_INIT_ZERO, d->inputs,
+                           d->outputs) != BIAS)
+        return bn_last_status();
+    bn_param_mark_bias(l, BIAS);
+    *out = (bn_shape){d->outputs, 1, 1};
+    return BN_OK;
+}
+
+static bn_status dense_forward(bn_layer *l, const bn_pass *p)
+{
+    const dense_priv *d = l->priv;
+    int n = l->in->n, k = d->inputs, m = d->outputs;
+    BN_HOST_RD(x, l->in);
+    BN_HOST_RD(w, l->params[WEIGHT].value);
+    BN_HOST_RD(b, l->params[BIAS].value);
+    BN_HOST_WR(y, l->out);
+    /* Seed every row with the bias so the GEMM can accumulate on top of it (beta = 1). */
+    for (int i = 0; i < n; i++)
+        for (int o = 0; o < m; o++) y[(size_t)i * m + o] = b[o];
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, m, k, 1.0f, x, k, w, k, 1.0f, y, m);
+    return BN_OK;
+}
+
+static bn_status dense_backward(bn_layer *l, const bn_pass *p)
+{
+    const dense_priv *d = l->priv;
+    int n = l->in->n, k = d->inputs, m = d->outputs;
+    BN_HOST_RD(x, l->in);
+    BN_HOST_RD(w, l->params[WEIGHT].value);
+    BN_HOST_RD(dy, l->out_grad);
+    BN_HOST_WR(dw, l->params[WEIGHT].grad);
+    BN_HOST_WR(db, l->params[BIAS].grad);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, k, n, 1.0f, dy, m, x, k, 1.0f, dw, k);
+    for (int i = 0; i < n; i++)
+        for (int o = 0; o < m; o++) db[o] += dy[(size_t)i * m + o];
+    if (l->in_grad) {
+        BN_HOST_WR(dx, l->in_grad);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, k, m, 1.0f, dy, m, w, k, 0.0f, dx, k);
+    }
+    return BN_OK;
+}
+
+static double dense_flops(const bn_layer *l)
+{
+    const dense_priv *d = l->priv;
+    return 2.0 * d->inputs * d->outputs + d->outputs;
+}
+
+const bn_layer_ops bn_dense_ops = {
+    .type = "dense",
+    .help = "fully connected Y = X W^T + b over the flattened input; keys: outputs (required), "
+            "init = xavier|he (xavier)",
+    .kind = BN_NVTX_LAYER_COMPUTE,
+    .parse = dense_parse,
+    .setup = dense_setup,
+    .forward_cpu = dense_forward,
+    .backward_cpu = dense_backward,
+    .flops = dense_flops,
+};

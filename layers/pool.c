@@ -1,0 +1,206 @@
+/* pool.c - max and average pooling over square windows, per channel. The two types share
+ * parsing, shape inference and the window walk; they differ in what a window reduces to.
+ *
+ * Average pooling divides by the cells of the window that lie inside the input (padding
+ * excluded), as cuDNN's CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING does, so the CPU and
+ * GPU paths agree. Max pooling never lets a padding cell win, and on ties keeps the first
+ * maximum in row-major window order. */
+#include <stdlib.h>
+
+#include "layers.h"
+
+typedef struct pool_priv {
+    int size, stride, pad;
+    int c, h, w, oh, ow;  /* from setup */
+    int *argmax;          /* maxpool: input cell (within its plane) of each output cell */
+    size_t argmax_cap;    /* elements argmax holds */
+} pool_priv;
+
+static bn_status pool_parse(bn_layer *l, bn_options *o)
+{
+    pool_priv p = {0};
+    BN_TRY(bn_opt_int_required(o, "size", 1, 1 << 12, &p.size));
+    BN_TRY(bn_opt_int(o, "stride", p.size, 1, 1 << 12, &p.stride));
+    BN_TRY(bn_opt_int(o, "pad", 0, 0, 1 << 12, &p.pad));
+    /* With pad < size every window covers at least one input cell. */
+    if (p.pad >= p.size)
+        return bn_opt_error(o, "pad", "pad = %d must be smaller than size = %d", p.pad, p.size);
+    pool_priv *q = malloc(sizeof *q);
+    if (!q) return bn_error(BN_ERR_NOMEM, "layer %s: out of host memory", l->name);
+    *q = p;
+    l->priv = q;
+    return BN_OK;
+}
+
+static bn_status pool_setup(bn_layer *l, bn_shape in, bn_shape *out)
+{
+    pool_priv *p = l->priv;
+    p->oh = bn_window_out(in.h, p->size, p->stride, p->pad);
+    p->ow = bn_window_out(in.w, p->size, p->stride, p->pad);
+    if (p->oh == 0 || p->ow == 0)
+        return bn_layer_error(l, "window %dx%d is larger than the padded input %dx%d", p->size,
+                              p->size, in.h + 2 * p->pad, in.w + 2 * p->pad);
+    p->c = in.c, p->h = in.h, p->w = in.w;
+    *out = (bn_shape){in.c, p->oh, p->ow};
+    return BN_OK;
+}
+
+/* The window of output cell (oy, ox) clipped to the input: rows [y0, y1), columns [x0, x1). */
+typedef struct window {
+    int y0, y1, x0, x1;
+} window;
+
+static window clip(const pool_priv *p, int oy, int ox)
+{
+    window r;
+    r.y0 = oy * p->stride - p->pad;
+    r.x0 = ox * p->stride - p->pad;
+    r.y1 = r.y0 + p->size < p->h ? r.y0 + p->size : p->h;
+    r.x1 = r.x0 + p->size < p->w ? r.x0 + p->size : p->w;
+    if (r.y0 < 0) r.y0 = 0;
+    if (r.x0 < 0) r.x0 = 0;
+    return r;
+}
+
+/* Grows the argmax store to the output blob's capacity once; later steps reuse it. */
+static bn_status reserve_argmax(bn_layer *l, pool_priv *p)
+{
+    size_t need = l->out->capacity;
+    if (p->argmax_cap >= need) return BN_OK;
+    int *grown = realloc(p->argmax, need * sizeof *grown);
+    if (!grown) return bn_error(BN_ERR_NOMEM, "layer %s: cannot allocate %zu argmax indices",
+                                l->name, need);
+    p->argmax = grown;
+    p->argmax_cap = need;
+    return BN_OK;
+}
+
+static int argmax_in(const float *plane, int w, window r)
+{
+    int best = r.y0 * w + r.x0;
+    for (int y = r.y0; y < r.y1; y++)
+        for (int x = r.x0; x < r.x1; x++)
+            if (plane[y * w + x] > plane[best]) best = y * w + x;
+    return best;
+}
+
+static bn_status maxpool_forward(bn_layer *l, const bn_pass *pass)
+{
+    pool_priv *p = l->priv;
+    BN_TRY(reserve_argmax(l, p));
+    BN_HOST_RD(x, l->in);
+    BN_HOST_WR(y, l->out);
+    size_t planes = (size_t)l->in->n * p->c, in_plane = (size_t)p->h * p->w;
+    int *am = p->argmax;
+    for (size_t pl = 0; pl < planes; pl++) {
+        const float *xp = x + pl * in_plane;
+        for (int oy = 0; oy < p->oh; oy++)
+            for (int ox = 0; ox < p->ow; ox++) {
+                int best = argmax_in(xp, p->w, clip(p, oy, ox));
+                *am++ = best;
+                *y++ = xp[best];
+            }
+    }
+    return BN_OK;
+}
+
+static bn_status maxpool_backward(bn_layer *l, const bn_pass *pass)
+{
+    pool_priv *p = l->priv;
+    if (!l->in_grad) return BN_OK;
+    if (p->argmax_cap < bn_blob_count(l->out))
+        return bn_error(BN_ERR_INTERNAL, "layer %s: backward before forward", l->name);
+    BN_HOST_RD(dy, l->out_grad);
+    BN_HOST_WR(dx, l->in_grad);
+    size_t planes = (size_t)l->in->n * p->c, in_plane = (size_t)p->h * p->w;
+    size_t out_plane = (size_t)p->oh * p->ow;
+    for (size_t pl = 0; pl < planes; pl++) {
+        float *dxp = dx + pl * in_plane;
+        for (size_t j = 0; j < in_plane; j++) dxp[j] = 0.0f;
+        const int *am = p->argmax + pl * out_plane;
+        const float *dyp = dy + pl * out_plane;
+        for (size_t q = 0; q < out_plane; q++) dxp[am[q]] += dyp[q];
+    }
+    return BN_OK;
+}
+
+static bn_status avgpool_forward(bn_layer *l, const bn_pass *pass)
+{
+    const pool_priv *p = l->priv;
+    BN_HOST_RD(x, l->in);
+    BN_HOST_WR(y, l->out);
+    size_t planes = (size_t)l->in->n * p->c, in_plane = (size_t)p->h * p->w;
+    for (size_t pl = 0; pl < planes; pl++) {
+        const float *xp = x + pl * in_plane;
+        for (int oy = 0; oy < p->oh; oy++)
+            for (int ox = 0; ox < p->ow; ox++) {
+                window r = clip(p, oy, ox);
+                double s = 0.0;
+                for (int yy = r.y0; yy < r.y1; yy++)
+                    for (int xx = r.x0; xx < r.x1; xx++) s += xp[yy * p->w + xx];
+                *y++ = (float)(s / ((r.y1 - r.y0) * (r.x1 - r.x0)));
+            }
+    }
+    return BN_OK;
+}
+
+static bn_status avgpool_backward(bn_layer *l, const bn_pass *pass)
+{
+    const pool_priv *p = l->priv;
+    if (!l->in_grad) return BN_OK;
+    BN_HOST_RD(dy, l->out_grad);
+    BN_HOST_WR(dx, l->in_grad);
+    size_t planes = (size_t)l->in->n * p->c, in_plane = (size_t)p->h * p->w;
+    for (size_t pl = 0; pl < planes; pl++) {
+        float *dxp = dx + pl * in_plane;
+        for (size_t j = 0; j < in_plane; j++) dxp[j] = 0.0f;
+        for (int oy = 0; oy < p->oh; oy++)
+            for (int ox = 0; ox < p->ow; ox++) {
+                window r = clip(p, oy, ox);
+                float share = *dy++ / (float)((r.y1 - r.y0) * (r.x1 - r.x0));
+                for (int yy = r.y0; yy < r.y1; yy++)
+                    for (int xx = r.x0; xx < r.x1; xx++) dxp[yy * p->w + xx] += share;
+            }
+    }
+    return BN_OK;
+}
+
+static double pool_flops(const bn_layer *l)
+{
+    const pool_priv *p = l->priv;
+    return (double)p->c * p->oh * p->ow * p->size * p->size;
+}
+
+static void pool_destroy(bn_layer *l)
+{
+    pool_priv *p = l->priv;
+    if (p) free(p->argmax);
+    free(p);
+    l->priv = NULL;
+}
+
+const bn_layer_ops bn_maxpool_ops = {
+    .type = "maxpool",
+    .help = "maximum over square windows per channel (padding never wins); keys: size "
+            "(required), stride (= size), pad (0, < size)",
+    .kind = BN_NVTX_LAYER_POOL,
+    .parse = pool_parse,
+    .setup = pool_setup,
+    .forward_cpu = maxpool_forward,
+    .backward_cpu = maxpool_backward,
+    .flops = pool_flops,
+    .destroy = pool_destroy,
+};
+
+const bn_layer_ops bn_avgpool_ops = {
+    .type = "avgpool",
+    .help = "mean over square windows per channel, counting only cells inside the input; "
+            "keys: size (required), stride (= size), pad (0, < size)",
+    .kind = BN_NVTX_LAYER_POOL,
+    .parse = pool_parse,
+    .setup = pool_setup,
+    .forward_cpu = avgpool_forward,
+    .backward_cpu = avgpool_backward,
+    .flops = pool_flops,
+    .destroy = pool_destroy,
+};

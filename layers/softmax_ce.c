@@ -1,0 +1,123 @@
+/* softmax_ce.c - softmax followed by cross-entropy against integer labels, the loss layer.
+ * Outputs the class probabilities; writes the batch's loss sum and correct count to the
+ * pass's metrics. The loss is computed as logsumexp(z) - z[label] after subtracting the
+ * row maximum, so neither exp overflows nor log sees a zero. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "layers.h"
+
+typedef struct softmax_priv {
+    int classes; /* from setup */
+} softmax_priv;
+
+static bn_status softmax_parse(bn_layer *l, bn_options *o)
+{
+    softmax_priv *p = calloc(1, sizeof *p);
+    if (!p) return bn_error(BN_ERR_NOMEM, "layer %s: out of host memory", l->name);
+    l->priv = p;
+    return BN_OK;
+}
+
+static bn_status softmax_setup(bn_layer *l, bn_shape in, bn_shape *out)
+{
+    softmax_priv *p = l->priv;
+    long classes = (long)in.c * in.h * in.w;
+    if (classes < 2)
+        return bn_layer_error(l, "needs at least 2 classes, but its input %dx%dx%d has %ld",
+                              in.c, in.h, in.w, classes);
+    if (classes > (1L << 24)) /* labels are floats: larger indices are not exact */
+        return bn_layer_error(l, "has %ld classes; at most %ld are supported", classes, 1L << 24);
+    p->classes = (int)classes;
+    *out = (bn_shape){p->classes, 1, 1};
+    return BN_OK;
+}
+
+/* The class index held in a label, or an error naming the example. */
+static bn_status read_label(const bn_layer *l, const float *labels, int i, int classes, int *out)
+{
+    float v = labels[i];
+    if (!(v >= 0.0f && v < (float)classes) || v != floorf(v))
+        return bn_error(BN_ERR_DATA, "layer %s: example %d has label %g, not a class index in "
+                        "[0, %d)", l->name, i, (double)v, classes);
+    *out = (int)v;
+    return BN_OK;
+}
+
+/* Writes one example's probabilities to p; returns log(sum(exp(z))). */
+static double softmax_row(const float *z, int classes, float *p)
+{
+    float zmax = z[0];
+    for (int k = 1; k < classes; k++) if (z[k] > zmax) zmax = z[k];
+    double sum = 0.0;
+    for (int k = 0; k < classes; k++) sum += exp((double)z[k] - zmax);
+    double lse = zmax + log(sum);
+    for (int k = 0; k < classes; k++) p[k] = (float)exp((double)z[k] - lse);
+    return lse;
+}
+
+static int first_argmax(const float *z, int classes)
+{
+    int best = 0;
+    for (int k = 1; k < classes; k++) if (z[k] > z[best]) best = k;
+    return best;
+}
+
+static bn_status softmax_forward(bn_layer *l, const bn_pass *pass)
+{
+    const softmax_priv *sp = l->priv;
+    int n = l->in->n, classes = sp->classes;
+    BN_HOST_RD(z, l->in);
+    BN_HOST_RD(labels, pass->labels);
+    BN_HOST_WR(prob, l->out);
+    double loss = 0.0, correct = 0.0;
+    for (int i = 0; i < n; i++) {
+        int label;
+        BN_TRY(read_label(l, labels, i, classes, &label));
+        const float *zi = z + (size_t)i * classes;
+        loss += softmax_row(zi, classes, prob + (size_t)i * classes) - zi[label];
+        correct += first_argmax(zi, classes) == label;
+    }
+    BN_HOST_WR(metrics, pass->metrics);
+    metrics[0] = (float)loss;
+    metrics[1] = (float)correct;
+    return BN_OK;
+}
+
+static bn_status softmax_backward(bn_layer *l, const bn_pass *pass)
+{
+    const softmax_priv *sp = l->priv;
+    if (!l->in_grad) return BN_OK;
+    int n = l->in->n, classes = sp->classes;
+    BN_HOST_RD(prob, l->out);
+    BN_HOST_RD(labels, pass->labels);
+    BN_HOST_WR(dz, l->in_grad);
+    float scale = 1.0f / (float)n;
+    for (int i = 0; i < n; i++) {
+        int label;
+        BN_TRY(read_label(l, labels, i, classes, &label));
+        const float *pi = prob + (size_t)i * classes;
+        float *di = dz + (size_t)i * classes;
+        for (int k = 0; k < classes; k++) di[k] = (pi[k] - (k == label)) * scale;
+    }
+    return BN_OK;
+}
+
+static double softmax_flops(const bn_layer *l)
+{
+    const softmax_priv *p = l->priv;
+    return 4.0 * p->classes;
+}
+
+const bn_layer_ops bn_softmax_ce_ops = {
+    .type = "softmax_ce",
+    .help = "softmax over the flattened input and mean cross-entropy against the labels (the "
+            "loss layer); no keys",
+    .is_loss = 1,
+    .kind = BN_NVTX_LAYER_LOSS,
+    .parse = softmax_parse,
+    .setup = softmax_setup,
+    .forward_cpu = softmax_forward,
+    .backward_cpu = softmax_backward,
+    .flops = softmax_flops,
+};

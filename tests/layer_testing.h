@@ -1,0 +1,51 @@
+/* layer_testing.h - helpers shared by the layer tests: small networks from model text,
+ * seeded inputs (also ones kept away from kinks), blob access, and a gradient check that
+ * prints one line per call:
+ *     gradcheck <what>: <checked> coords, worst rel err <e>
+ *
+ * Inputs come from a fresh seed each run (time and pid), so repeated runs explore new
+ * points; a failing check prints its seed, and BLOBNET_TEST_SEED=<seed> replays it. */
+#ifndef BN_LAYER_TESTING_H
+#define BN_LAYER_TESTING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gradcheck.h"
+#include "net.h"
+
+/* A seed for this check: BLOBNET_TEST_SEED when set, else new on every call. */
+uint64_t lt_fresh_seed(void);
+
+/* Builds a network from text and sets it up on the CPU for `batch` examples with the
+ * input gradient, parameters drawn from seed. */
+bn_status lt_net(const char *text, int batch, uint64_t seed, bn_net **out);
+
+/* Fills net->input with normal values times scale; values with |x| < gap are pushed out to
+ * +-gap (away from the kink of relu-like layers). */
+bn_status lt_fill_normal(bn_net *net, uint64_t seed, double scale, double gap);
+
+/* Fills net->input with distinct values `spacing` apart in random order, centred on 0, so
+ * that no max-pooling window holds two values within a perturbation of each other. */
+bn_status lt_fill_distinct(bn_net *net, uint64_t seed, double spacing);
+
+/* Random class indices in [0, classes) for the current batch. */
+bn_status lt_fill_labels(bn_net *net, uint64_t seed, int classes);
+
+/* Copies count floats into (or out of) a blob's host copy. */
+bn_status lt_write(bn_blob *b, const float *v, size_t count);
+bn_status lt_read(bn_blob *b, float *v, size_t count);
+
+/* Gradient check with the library defaults except eps (when > 0), tol and 200 coordinates
+ * per blob; prints the per-check line, and the seed when it fails. BN_PASS or BN_FAIL. */
+int lt_gradcheck(bn_net *net, const char *what, uint64_t seed, double eps, double tol);
+
+/* Sets up text for batch, fills inputs (distinct when spacing > 0, else normal with gap) and,
+ * with a loss layer, labels for `classes`; then lt_gradcheck. Frees the network. */
+int lt_gradcheck_text(const char *text, const char *what, int batch, double gap, double spacing,
+                      int classes, double tol);
+
+/* Builds text's network for one example and returns its setup status; the network is freed. */
+bn_status lt_setup_status(const char *text);
+
+#endif
