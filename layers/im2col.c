@@ -1,8 +1,22 @@
 #include "im2col.h"
 
+#include <string.h>
+
 size_t bn_col_count(const bn_conv_geom *g)
 {
     return (size_t)g->c * g->k * g->k * (size_t)g->oh * g->ow;
+}
+
+/* The output columns [lo, hi) whose tap kx lands inside the input row; outside them the
+ * tap sees padding. Computing the range once per row keeps the copy loop branch-free. */
+static void inside_range(const bn_conv_geom *g, int kx, int *lo, int *hi)
+{
+    int first = g->pad - kx; /* ix = ox*stride - pad + kx >= 0 */
+    *lo = first <= 0 ? 0 : (first + g->stride - 1) / g->stride;
+    int last = g->w - 1 + g->pad - kx; /* ix <= w - 1 */
+    *hi = last < 0 ? 0 : last / g->stride + 1;
+    if (*hi > g->ow) *hi = g->ow;
+    if (*lo > *hi) *lo = *hi;
 }
 
 /* One row of the column matrix is one (channel, ky, kx): the input cells that kernel tap
@@ -14,13 +28,22 @@ void bn_im2col(const bn_conv_geom *g, const float *x, float *col)
         for (int ky = 0; ky < g->k; ky++)
             for (int kx = 0; kx < g->k; kx++) {
                 const float *xc = x + c * plane;
-                for (int oy = 0; oy < g->oh; oy++) {
+                int lo, hi;
+                inside_range(g, kx, &lo, &hi);
+                for (int oy = 0; oy < g->oh; oy++, col += g->ow) {
                     int iy = oy * g->stride - g->pad + ky;
-                    for (int ox = 0; ox < g->ow; ox++) {
-                        int ix = ox * g->stride - g->pad + kx;
-                        int inside = iy >= 0 && iy < g->h && ix >= 0 && ix < g->w;
-                        *col++ = inside ? xc[(size_t)iy * g->w + ix] : 0.0f;
+                    if (iy < 0 || iy >= g->h) {
+                        memset(col, 0, (size_t)g->ow * sizeof *col);
+                        continue;
                     }
+                    const float *row = xc + (size_t)iy * g->w;
+                    int shift = kx - g->pad;
+                    for (int ox = 0; ox < lo; ox++) col[ox] = 0.0f;
+                    if (g->stride == 1 && hi > lo)
+                        memcpy(col + lo, row + lo + shift, (size_t)(hi - lo) * sizeof *col);
+                    else
+                        for (int ox = lo; ox < hi; ox++) col[ox] = row[ox * g->stride + shift];
+                    for (int ox = hi; ox < g->ow; ox++) col[ox] = 0.0f;
                 }
             }
 }
@@ -32,13 +55,14 @@ void bn_col2im_add(const bn_conv_geom *g, const float *col, float *x)
         for (int ky = 0; ky < g->k; ky++)
             for (int kx = 0; kx < g->k; kx++) {
                 float *xc = x + c * plane;
-                for (int oy = 0; oy < g->oh; oy++) {
+                int lo, hi;
+                inside_range(g, kx, &lo, &hi);
+                for (int oy = 0; oy < g->oh; oy++, col += g->ow) {
                     int iy = oy * g->stride - g->pad + ky;
-                    for (int ox = 0; ox < g->ow; ox++, col++) {
-                        int ix = ox * g->stride - g->pad + kx;
-                        if (iy >= 0 && iy < g->h && ix >= 0 && ix < g->w)
-                            xc[(size_t)iy * g->w + ix] += *col;
-                    }
+                    if (iy < 0 || iy >= g->h) continue;
+                    float *row = xc + (size_t)iy * g->w;
+                    int shift = kx - g->pad;
+                    for (int ox = lo; ox < hi; ox++) row[ox * g->stride + shift] += col[ox];
                 }
             }
 }

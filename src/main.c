@@ -1,6 +1,8 @@
 /* main.c - the blobnet command line: dispatch to subcommands, help and version. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "commands.h"
 
@@ -70,8 +72,30 @@ static const bn_command *find_command(const char *name)
     return NULL;
 }
 
+/* OpenBLAS picks its GEMM kernels from the CPU model at load time and falls back to its
+ * slowest x86-64 kernels on processors it does not recognise, which is what virtual CPUs
+ * often report. When the user has not chosen, pick by the instruction sets the CPU really
+ * has and restart once, since the choice is read only when the library loads. */
+static void choose_blas_kernels(char **argv)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (getenv("OPENBLAS_CORETYPE")) return;
+    const char *core = NULL;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+        core = "SkylakeX";
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        core = "Haswell";
+    if (!core || setenv("OPENBLAS_CORETYPE", core, 0) != 0) return;
+    execv("/proc/self/exe", argv); /* returns only on failure: carry on as we are */
+#else
+    (void)argv;
+#endif
+}
+
 int main(int argc, char **argv)
 {
+    choose_blas_kernels(argv);
     if (argc < 2) {
         print_main_help();
         return 2;
