@@ -116,6 +116,14 @@ int bn_window_out(int in, int size, int stride, int pad);
 bn_status bn_layer_forward(bn_layer *l, const bn_pass *p);
 bn_status bn_layer_backward(bn_layer *l, const bn_pass *p);
 
+/* A GPU function for an ops table: the function in a CUDA build, NULL (CPU fallback) in a
+ * build without CUDA, where the .cu file that defines it is not compiled. */
+#ifdef BN_WITH_CUDA
+#define BN_GPU(fn) fn
+#else
+#define BN_GPU(fn) NULL
+#endif
+
 /* Shorthands for layer code: fetch a blob pointer or return the recorded error. */
 #define BN_HOST_RD(var, blob) const float *var = bn_blob_host_rd(blob); if (!var) return bn_last_status()
 #define BN_HOST_WR(var, blob) float *var = bn_blob_host_wr(blob); if (!var) return bn_last_status()
