@@ -31,6 +31,11 @@ bn_status bn_loader_fill(bn_loader *ld, bn_net *net, int start, int n)
     BN_HOST_WR(x, net->input);
     BN_HOST_WR(y, net->labels);
     bn_dataset_gather(ld->data, ld->order + start, n, x, y);
+    if (net->input_mean != 0.0f || net->input_std != 1.0f) {
+        size_t count = bn_blob_count(net->input);
+        /* The same two operations as the device gather, so both paths see the same bits. */
+        for (size_t i = 0; i < count; i++) x[i] = (x[i] - net->input_mean) / net->input_std;
+    }
     return BN_OK;
 }
 

@@ -26,7 +26,8 @@ bn_status bn_loader_init(bn_loader *ld, const bn_dataset *data, bn_ctx *ctx);
 /* Sets the order of examples: shuffled from seed, or 0..count-1 when shuffle is 0. */
 bn_status bn_loader_set_order(bn_loader *ld, int shuffle, unsigned long long seed);
 
-/* Puts examples order[start .. start+n) into net's input and labels and sets the batch to n. */
+/* Puts examples order[start .. start+n) into net's input (standardised with the model's
+ * [input] mean and std) and labels, and sets the batch to n. */
 bn_status bn_loader_fill(bn_loader *ld, bn_net *net, int start, int n);
 
 void bn_loader_free(bn_loader *ld);

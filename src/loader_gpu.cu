@@ -3,15 +3,16 @@
 #include "loader.h"
 
 __global__ void gather_batch(const unsigned char *__restrict__ pixels, const unsigned char *__restrict__ labels,
-                             const int *__restrict__ order, int start, int n, int per_example, float *__restrict__ x,
-                             float *__restrict__ y)
+                             const int *__restrict__ order, int start, int n, int per_example, float mean, float std,
+                             float *__restrict__ x, float *__restrict__ y)
 {
     size_t total = (size_t)n * per_example;
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
         int e = (int)(i / per_example);
         int src = order[start + e];
-        x[i] = pixels[(size_t)src * per_example + i % per_example] * (1.0f / 255.0f);
+        /* The CPU path's operations in its order, so both give the same bits. */
+        x[i] = (pixels[(size_t)src * per_example + i % per_example] / 255.0f - mean) / std;
         if (i % per_example == 0) y[e] = (float)labels[src];
     }
 }
@@ -52,7 +53,7 @@ extern "C" bn_status bn_loader_fill_gpu(bn_loader *ld, bn_net *net, int start, i
     if (blocks > 4096) blocks = 4096;
     gather_batch<<<blocks, threads, 0, (cudaStream_t)ld->ctx->stream>>>(
         (const unsigned char *)ld->dev_pixels, (const unsigned char *)ld->dev_labels, (const int *)ld->dev_order,
-        start, n, per, x, y);
+        start, n, per, net->input_mean, net->input_std, x, y);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }

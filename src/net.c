@@ -18,11 +18,17 @@ static uint64_t fnv1a(const char *s)
     return h;
 }
 
-static bn_status parse_input(bn_options *o, bn_shape *in)
+static bn_status parse_input(bn_options *o, bn_net *net)
 {
+    bn_shape *in = &net->input_shape;
+    double mean, std;
     BN_TRY(bn_opt_int_required(o, "channels", 1, 1 << 16, &in->c));
     BN_TRY(bn_opt_int_required(o, "height", 1, 1 << 16, &in->h));
     BN_TRY(bn_opt_int_required(o, "width", 1, 1 << 16, &in->w));
+    BN_TRY(bn_opt_float(o, "mean", 0.0, -1e3, 1e3, &mean));
+    BN_TRY(bn_opt_float(o, "std", 1.0, 1e-6, 1e3, &std));
+    net->input_mean = (float)mean;
+    net->input_std = (float)std;
     return bn_options_check_unused(o);
 }
 
@@ -53,8 +59,8 @@ static bn_status add_layer(bn_net *net, bn_options *o, const bn_layer_ops *ops)
     const char *name;
     BN_TRY(bn_opt_str(o, "name", NULL, &name));
     if (name) {
-        if (!name[0] || strlen(name) >= sizeof l->name || strpbrk(name, " \t/\"\\"))
-            return bn_opt_error(o, "name", "name '%s' must be 1-63 characters without spaces, '/', '\"' or '\\'",
+        if (!name[0] || strlen(name) >= sizeof l->name || strpbrk(name, " \t/.\"\\"))
+            return bn_opt_error(o, "name", "name '%s' must be 1-63 characters without spaces, '/', '.', '\"' or '\\'",
                                 name);
         snprintf(l->name, sizeof l->name, "%s", name);
     } else {
@@ -74,7 +80,7 @@ static bn_status build(bn_net *net, bn_modelfile *m)
         bn_options *o = &m->sections[i];
         if (strcmp(o->section, "input") == 0) {
             if (seen_input++) return bn_error(BN_ERR_USAGE, "%s:%d: second [input] section", o->file, o->line);
-            BN_TRY(parse_input(o, &net->input_shape));
+            BN_TRY(parse_input(o, net));
         } else if (strcmp(o->section, "train") == 0) {
             if (seen_train++) return bn_error(BN_ERR_USAGE, "%s:%d: second [train] section", o->file, o->line);
             BN_TRY(bn_train_config_parse(o, &net->train));
@@ -103,6 +109,7 @@ bn_status bn_net_from_text(const char *text, const char *name, bn_net **out)
     snprintf(net->source, sizeof net->source, "%s", name);
     net->model_hash = fnv1a(text);
     net->train = bn_train_config_defaults();
+    net->input_std = 1.0f;
     bn_modelfile m;
     bn_status s = bn_modelfile_parse(text, net->source, &m);
     if (s == BN_OK) {

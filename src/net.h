@@ -20,6 +20,7 @@ typedef struct bn_net {
     char source[256];          /* the model file's path (or a name given for text) */
     uint64_t model_hash;       /* FNV-1a of the model text: checkpoints refuse another model */
     bn_shape input_shape;
+    float input_mean, input_std;  /* [input] mean and std: pixels in [0,1] become (x - mean) / std */
     bn_train_config train;     /* the [train] section over the defaults */
     bn_layer **layers;
     int num_layers;
