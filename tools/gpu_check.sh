@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Runs blobnet's GPU checks on a machine with a CUDA device, in stages; logs go to $OUT
+# (or ./gpu-logs) and a short summary is printed last.
+#
+#   tools/gpu_check.sh DATA_DIR [STAGE...]
+#
+# Stages: build, test, sanitize, crosscheck, accuracy, speed, peer (default: all).
+# DATA_DIR holds the four MNIST gzip IDX files.
+set -uo pipefail
+data=${1:?usage: tools/gpu_check.sh DATA_DIR [STAGE...]}
+shift
+stages=${*:-build test sanitize crosscheck accuracy speed peer}
+logs=${OUT:-gpu-logs}
+mkdir -p "$logs"
+summary=()
+note() { summary+=("$*"); echo "== $*"; }
+has() { [[ " $stages " == *" $1 "* ]]; }
+jobs=$(nproc)
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$logs/device.txt"
+
+if has build; then
+    start=$(date +%s)
+    if make -j"$jobs" >"$logs/build.log" 2>&1; then note "build: ok in $(( $(date +%s) - start )) s"
+    else note "build: FAILED (see build.log)"; tail -30 "$logs/build.log"; exit 1; fi
+fi
+
+if has test; then
+    BLOBNET_TEST_DATA=$data make test >"$logs/test.log" 2>&1
+    note "make test: $(tail -1 "$logs/test.log")"
+    grep -E "^(FAIL|skip)|gpu vs cpu|worst" "$logs/test.log" | head -40
+fi
+
+if has sanitize; then
+    # The layer and kernel tests; the one-epoch training comparison is too slow under the tools.
+    for tool in memcheck racecheck initcheck; do
+        compute-sanitizer --tool "$tool" --error-exitcode 9 ./tests/run_tests gpu_layer >"$logs/sanitize-$tool.log" 2>&1
+        rc=$?
+        note "compute-sanitizer $tool: exit $rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$logs/sanitize-$tool.log" | tail -1) $(grep -E '^[0-9]+ passed' "$logs/sanitize-$tool.log")"
+    done
+fi
+
+if has crosscheck; then
+    python3 tools/pytorch_crosscheck.py --data "$data" --steps 20 >"$logs/crosscheck.log" 2>&1
+    note "pytorch cross-check: $(tail -1 "$logs/crosscheck.log")"
+fi
+
+if has accuracy; then
+    ./blobnet train models/lenet.cfg --device gpu --epochs 10 --data "$data" --save "$logs/lenet.safetensors" \
+        >"$logs/lenet-gpu-10.log" 2>&1
+    cat "$logs/lenet-gpu-10.log"
+    first=$(awk '/^epoch/ { for (i = 1; i <= NF; i++) if ($i == "test") { v = $(i + 2); sub("%", "", v); if (v + 0 >= 99.0) { print $2; exit } } }' "$logs/lenet-gpu-10.log")
+    note "lenet gpu 10 epochs: $(tail -1 "$logs/lenet-gpu-10.log"); first epoch at >= 99%: ${first:-none}"
+fi
+
+if has speed; then
+    for batch in 64 256; do
+        ./blobnet train models/lenet.cfg --device gpu --epochs 4 --batch "$batch" --data "$data" \
+            >"$logs/speed-$batch.log" 2>&1
+        med=$(awk '/^epoch/ && NR > 2 { for (i = 1; i <= NF; i++) if ($i == "s") print $(i - 1) }' "$logs/speed-$batch.log" | sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
+        note "lenet gpu batch $batch: median epoch ${med} s (epochs 2-4), $(tail -1 "$logs/speed-$batch.log")"
+    done
+fi
+
+if has peer; then
+    if [ -f .gpu/peer/pytorch_lenet.py ]; then
+        MNIST_DIR=$data python3 .gpu/peer/pytorch_lenet.py --epochs 3 >"$logs/peer.log" 2>&1
+        note "pytorch peer:"; cat "$logs/peer.log"
+    fi
+fi
+
+echo
+echo "== summary ($(cat "$logs/device.txt"))"
+printf '%s\n' "${summary[@]}"
