@@ -1,5 +1,6 @@
 /* runner.c - runs every BN_TEST collected by the Makefile and prints the closing count
- * line. An optional argument runs only the tests whose name contains it. */
+ * line.  run_tests [-x EXCLUDE] [FILTER]: only tests whose name contains FILTER, and none
+ * whose name contains EXCLUDE. */
 #define _POSIX_C_SOURCE 200809L
 #include "testing.h"
 
@@ -74,11 +75,16 @@ int bn_test_run(const char *command, char *out, size_t cap)
 
 int main(int argc, char **argv)
 {
-    const char *filter = argc > 1 ? argv[1] : NULL;
+    const char *filter = NULL, *exclude = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-x") == 0 && i + 1 < argc) exclude = argv[++i];
+        else filter = argv[i];
+    }
     int passed = 0, failed = 0, skipped = 0;
     size_t n = sizeof all_tests / sizeof all_tests[0];
     for (size_t i = 0; i < n; i++) {
         if (filter && !strstr(all_tests[i].name, filter)) continue;
+        if (exclude && strstr(all_tests[i].name, exclude)) continue;
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         bn_clear_error();

@@ -34,7 +34,7 @@ fi
 if has sanitize; then
     # The layer and kernel tests; the one-epoch training comparison is too slow under the tools.
     for tool in memcheck racecheck initcheck; do
-        compute-sanitizer --tool "$tool" --error-exitcode 9 ./tests/run_tests gpu_layer >"$logs/sanitize-$tool.log" 2>&1
+        compute-sanitizer --tool "$tool" --error-exitcode 9 ./tests/run_tests -x gpu_training gpu_ >"$logs/sanitize-$tool.log" 2>&1
         rc=$?
         note "compute-sanitizer $tool: exit $rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$logs/sanitize-$tool.log" | tail -1) $(grep -E '^[0-9]+ passed' "$logs/sanitize-$tool.log")"
     done
