@@ -84,3 +84,19 @@ BN_TEST(train_resume_refuses_other_model)
     CHECK_MSG(strstr(out, "test accuracy: ") && strstr(out, "/10000)"), "%s", out);
     return BN_PASS;
 }
+
+/* The same reader and trainer on Fashion-MNIST, from Debian's dataset-fashion-mnist. */
+BN_TEST(train_fashion_mnist_from_its_default_directory)
+{
+    if (system("test -f /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz") != 0)
+        BN_SKIP_TEST("dataset-fashion-mnist is not installed");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s train models/lenet.cfg --device cpu --dataset fashion-mnist --epochs 1 "
+             "--train-limit 3000 --quiet", bn_test_cli());
+    int rc = bn_test_run(cmd, out, sizeof out);
+    CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
+    double acc = final_accuracy();
+    printf("    fashion-mnist, 3000 images, 1 epoch: %.2f%% test accuracy\n", acc);
+    CHECK_MSG(acc >= 60.0, "accuracy %.2f%% below 60%%", acc); /* chance is 10% */
+    return BN_PASS;
+}
