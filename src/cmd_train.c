@@ -12,11 +12,11 @@ typedef struct train_args {
     long epochs, batch, seed, train_limit, log_every;
     double lr, momentum, weight_decay;
     const char *lr_policy;
-    int quiet;
+    int quiet, tf32, deterministic;
 } train_args;
 
 enum { OPT_DATA = 256, OPT_DATASET, OPT_DEVICE, OPT_EPOCHS, OPT_BATCH, OPT_LR, OPT_MOMENTUM, OPT_WD,
-       OPT_POLICY, OPT_SEED, OPT_LIMIT, OPT_SAVE, OPT_RESUME, OPT_QUIET, OPT_LOG, OPT_LOG_EVERY, OPT_HELP };
+       OPT_POLICY, OPT_SEED, OPT_LIMIT, OPT_SAVE, OPT_RESUME, OPT_QUIET, OPT_LOG, OPT_LOG_EVERY, OPT_TF32, OPT_DETERMINISTIC, OPT_HELP };
 
 static const struct option train_options[] = {
     {"data", required_argument, 0, OPT_DATA},       {"dataset", required_argument, 0, OPT_DATASET},
@@ -27,6 +27,7 @@ static const struct option train_options[] = {
     {"train-limit", required_argument, 0, OPT_LIMIT}, {"save", required_argument, 0, OPT_SAVE},
     {"resume", required_argument, 0, OPT_RESUME},   {"quiet", no_argument, 0, OPT_QUIET},
     {"log", required_argument, 0, OPT_LOG},         {"log-every", required_argument, 0, OPT_LOG_EVERY},
+    {"tf32", no_argument, 0, OPT_TF32},             {"deterministic", no_argument, 0, OPT_DETERMINISTIC},
     {"help", no_argument, 0, OPT_HELP},             {0, 0, 0, 0},
 };
 
@@ -55,6 +56,8 @@ static int parse_args(int argc, char **argv, train_args *a)
         case OPT_RESUME: a->resume = optarg; break;
         case OPT_QUIET: a->quiet = 1; break;
         case OPT_LOG: a->log = optarg; break;
+        case OPT_TF32: a->tf32 = 1; break;
+        case OPT_DETERMINISTIC: a->deterministic = 1; break;
         case OPT_LOG_EVERY: BN_TRY(bn_cli_int("--log-every", optarg, 1, 2147483647L, &a->log_every)); break;
         case OPT_HELP: return -1;
         default: return bn_cli_option_error(opt, optopt, argv[optind - 1]);
@@ -111,6 +114,10 @@ static bn_status prepare(const train_args *a, train_run *r, bn_train_state *st)
     const char *dir;
     BN_TRY(bn_cli_data_dir(a->data, a->dataset, &dir));
     BN_TRY(bn_cli_open_device(a->device, a->quiet, &r->ctx));
+    if (r->ctx) {
+        r->ctx->tf32 = a->tf32;
+        r->ctx->deterministic = a->deterministic;
+    }
     BN_TRY(bn_dataset_load(dir, 1, (int)a->train_limit, &r->train));
     BN_TRY(bn_dataset_load(dir, 0, 0, &r->test));
     BN_TRY(check_input(r->net, &r->train, dir));

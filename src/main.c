@@ -28,6 +28,8 @@ static const char train_usage[] =
     "  --quiet             print only errors and the final line\n"
     "  --log FILE          write a CSV metrics log (a row per epoch)\n"
     "  --log-every N       with --log, also a row every N steps\n"
+    "  --tf32              allow TF32 tensor-core math on the GPU (faster, less exact)\n"
+    "  --deterministic     only deterministic cuDNN algorithms: GPU runs repeat exactly\n"
     "Flags override the model file's [train] section.\n";
 
 static const char test_usage[] =
