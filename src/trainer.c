@@ -106,27 +106,34 @@ static bn_status train_epoch(bn_net *net, bn_sgd *opt, bn_loader *ld, bn_blob *a
     return check_finite(st->epoch_loss_sum, st->step);
 }
 
+/* Evaluation over a loader in its natural order, summing into sum (a 2-float scratch blob). */
+static bn_status evaluate_with(bn_net *net, bn_loader *ld, bn_blob *sum, double *loss, double *acc)
+{
+    int count = ld->data->count;
+    BN_TRY(bn_blob_zero(sum));
+    bn_nvtx_push("eval", BN_NVTX_STEP);
+    bn_status s = BN_OK;
+    for (int start = 0; s == BN_OK && start < count; start += net->capacity) {
+        int n = count - start < net->capacity ? count - start : net->capacity;
+        s = bn_loader_fill(ld, net, start, n);
+        if (s == BN_OK) s = bn_net_forward(net, 0);
+        if (s == BN_OK) s = accumulate_metrics(net, sum);
+    }
+    bn_nvtx_pop();
+    BN_TRY(s);
+    const float *m = bn_blob_host_rd(sum);
+    if (!m) return bn_last_status();
+    *loss = m[0] / count;
+    *acc = m[1] / count;
+    return BN_OK;
+}
+
 bn_status bn_evaluate(bn_net *net, const bn_dataset *data, double *loss, double *acc)
 {
     bn_loader ld;
     BN_TRY(bn_loader_init(&ld, data, net->pass.ctx));
     bn_blob *sum = bn_blob_new("eval.metrics", 2, 1, 1, 1);
-    bn_status s = sum ? bn_blob_zero(sum) : bn_last_status();
-    bn_nvtx_push("eval", BN_NVTX_STEP);
-    for (int start = 0; s == BN_OK && start < data->count; start += net->capacity) {
-        int n = data->count - start < net->capacity ? data->count - start : net->capacity;
-        s = bn_loader_fill(&ld, net, start, n);
-        if (s == BN_OK) s = bn_net_forward(net, 0);
-        if (s == BN_OK) s = accumulate_metrics(net, sum);
-    }
-    bn_nvtx_pop();
-    const float *m = s == BN_OK ? bn_blob_host_rd(sum) : NULL;
-    if (m) {
-        *loss = m[0] / data->count;
-        *acc = m[1] / data->count;
-    } else if (s == BN_OK) {
-        s = bn_last_status();
-    }
+    bn_status s = sum ? evaluate_with(net, &ld, sum, loss, acc) : bn_last_status();
     bn_blob_free(sum);
     bn_loader_free(&ld);
     return s;
@@ -149,10 +156,12 @@ bn_status bn_train(bn_net *net, bn_sgd *opt, const bn_dataset *train, const bn_d
     memset(last, 0, sizeof *last);
     long steps_per_epoch = (train->count + net->capacity - 1) / net->capacity;
     opt->max_iter = steps_per_epoch * opts->epochs;
-    bn_loader ld;
+    bn_loader ld, test_ld;
     BN_TRY(bn_loader_init(&ld, train, net->pass.ctx));
-    bn_blob *acc = bn_blob_new("epoch.metrics", 2, 1, 1, 1);
-    bn_status s = acc ? BN_OK : bn_last_status();
+    bn_status s = bn_loader_init(&test_ld, test, net->pass.ctx);
+    bn_blob *acc = s == BN_OK ? bn_blob_new("epoch.metrics", 2, 1, 1, 1) : NULL;
+    bn_blob *eval_sum = acc ? bn_blob_new("eval.metrics", 2, 1, 1, 1) : NULL;
+    if (s == BN_OK && !eval_sum) s = bn_last_status();
     char range[32];
     if (opts->log) fprintf(opts->log, "%s\n", bn_metrics_csv_header);
     while (s == BN_OK && st->epoch < opts->epochs) {
@@ -169,7 +178,7 @@ bn_status bn_train(bn_net *net, bn_sgd *opt, const bn_dataset *train, const bn_d
                              .train_loss = st->epoch_loss_sum / st->epoch_seen,
                              .train_acc = st->epoch_correct / st->epoch_seen, .seconds = seconds,
                              .images_per_s = (st->epoch_seen - seen_before) / (seconds > 0 ? seconds : 1e-9)};
-        s = bn_evaluate(net, test, &r.test_loss, &r.test_acc);
+        s = evaluate_with(net, &test_ld, eval_sum, &r.test_loss, &r.test_acc);
         if (s != BN_OK) break;
         *st = (bn_train_state){.seed = st->seed, .epoch = st->epoch + 1, .step = st->step};
         if (opts->save_path) s = bn_checkpoint_save(opts->save_path, net, opt, st);
@@ -178,6 +187,8 @@ bn_status bn_train(bn_net *net, bn_sgd *opt, const bn_dataset *train, const bn_d
         *last = r;
     }
     bn_blob_free(acc);
+    bn_blob_free(eval_sum);
     bn_loader_free(&ld);
+    bn_loader_free(&test_ld);
     return s;
 }
