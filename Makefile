@@ -31,6 +31,7 @@ CFLAGS   += -std=c11 $(OPT) -g $(WARN) -fno-strict-aliasing -MMD -MP
 ifneq ($(NVTX_INC),)
   ifneq ($(NVTX),0)
     CPPFLAGS += -DBN_NVTX -I$(NVTX_INC)..
+    NVTX_RECORDER := $(BUILD)/tests/libnvtx_record.so
   endif
 endif
 LDLIBS   := -lopenblas -lz -lm -lpthread -ldl
@@ -60,7 +61,7 @@ TEST_SRCS := $(wildcard tests/test_*.c) tests/runner.c
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 
 .PHONY: all test clean
-all: libblobnet.a blobnet tests/run_tests
+all: libblobnet.a blobnet tests/run_tests $(NVTX_RECORDER)
 
 libblobnet.a: $(LIB_OBJS)
 	@rm -f $@
@@ -71,6 +72,11 @@ blobnet: $(CLI_SRCS:%.c=$(BUILD)/%.o) libblobnet.a
 
 tests/run_tests: $(TEST_OBJS) libblobnet.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# An NVTX injection library the tests load to record every range the CLI opens.
+$(BUILD)/tests/libnvtx_record.so: tests/nvtx_record.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O2 -Wall -Wextra -fPIC -shared -I$(NVTX_INC).. $< -o $@ -ldl
 
 # The list of tests: every BN_TEST(name) in tests/test_*.c, regenerated when they change.
 $(BUILD)/tests_list.h: $(wildcard tests/test_*.c)
@@ -90,7 +96,7 @@ $(BUILD)/%.cu.o: %.cu
 
 # Tests read real MNIST from BLOBNET_TEST_DATA when it is set.
 test: all
-	BLOBNET_CLI=./blobnet ./tests/run_tests $(TESTS)
+	BLOBNET_CLI=./blobnet BLOBNET_NVTX_RECORDER=$(NVTX_RECORDER) ./tests/run_tests $(TESTS)
 
 clean:
 	rm -rf $(BUILD) libblobnet.a blobnet tests/run_tests

@@ -9,14 +9,14 @@
 
 typedef struct train_args {
     const char *model, *data, *dataset, *device, *save, *resume, *log;
-    long epochs, batch, seed, train_limit, log_every;
+    long epochs, batch, seed, train_limit, log_every, profile_first, profile_last;
     double lr, momentum, weight_decay;
     const char *lr_policy;
     int quiet, tf32, deterministic;
 } train_args;
 
 enum { OPT_DATA = 256, OPT_DATASET, OPT_DEVICE, OPT_EPOCHS, OPT_BATCH, OPT_LR, OPT_MOMENTUM, OPT_WD,
-       OPT_POLICY, OPT_SEED, OPT_LIMIT, OPT_SAVE, OPT_RESUME, OPT_QUIET, OPT_LOG, OPT_LOG_EVERY, OPT_TF32, OPT_DETERMINISTIC, OPT_HELP };
+       OPT_POLICY, OPT_SEED, OPT_LIMIT, OPT_SAVE, OPT_RESUME, OPT_QUIET, OPT_LOG, OPT_LOG_EVERY, OPT_TF32, OPT_DETERMINISTIC, OPT_PROFILE, OPT_HELP };
 
 static const struct option train_options[] = {
     {"data", required_argument, 0, OPT_DATA},       {"dataset", required_argument, 0, OPT_DATASET},
@@ -28,8 +28,23 @@ static const struct option train_options[] = {
     {"resume", required_argument, 0, OPT_RESUME},   {"quiet", no_argument, 0, OPT_QUIET},
     {"log", required_argument, 0, OPT_LOG},         {"log-every", required_argument, 0, OPT_LOG_EVERY},
     {"tf32", no_argument, 0, OPT_TF32},             {"deterministic", no_argument, 0, OPT_DETERMINISTIC},
+    {"profile-steps", required_argument, 0, OPT_PROFILE},
     {"help", no_argument, 0, OPT_HELP},             {0, 0, 0, 0},
 };
+
+/* "A:B" with 1 <= A <= B, or a single step "A". */
+static bn_status parse_step_range(const char *text, long *first, long *last)
+{
+    char buf[64];
+    snprintf(buf, sizeof buf, "%s", text);
+    char *colon = strchr(buf, ':');
+    if (colon) *colon = '\0';
+    BN_TRY(bn_cli_int("--profile-steps", buf, 1, 2147483647L, first));
+    *last = *first;
+    if (colon) BN_TRY(bn_cli_int("--profile-steps", colon + 1, 1, 2147483647L, last));
+    if (*last < *first) return bn_error(BN_ERR_USAGE, "--profile-steps: %s ends before it starts", text);
+    return BN_OK;
+}
 
 /* Returns BN_OK, a usage error, or -1 after printing help. */
 static int parse_args(int argc, char **argv, train_args *a)
@@ -57,6 +72,7 @@ static int parse_args(int argc, char **argv, train_args *a)
         case OPT_QUIET: a->quiet = 1; break;
         case OPT_LOG: a->log = optarg; break;
         case OPT_TF32: a->tf32 = 1; break;
+        case OPT_PROFILE: BN_TRY(parse_step_range(optarg, &a->profile_first, &a->profile_last)); break;
         case OPT_DETERMINISTIC: a->deterministic = 1; break;
         case OPT_LOG_EVERY: BN_TRY(bn_cli_int("--log-every", optarg, 1, 2147483647L, &a->log_every)); break;
         case OPT_HELP: return -1;
@@ -139,7 +155,8 @@ static bn_status run(const train_args *a, train_run *r)
     if (a->log && !(r->log = fopen(a->log, "w")))
         return bn_error(BN_ERR_IO, "%s: cannot write the metrics log: %s", a->log, strerror(errno));
     bn_trainer_opts opts = {.epochs = r->net->train.epochs, .save_path = a->save, .out = a->quiet ? NULL : stdout,
-                            .log = r->log, .log_every = (int)a->log_every};
+                            .log = r->log, .log_every = (int)a->log_every,
+                            .profile_first = a->profile_first, .profile_last = a->profile_last};
     bn_epoch_report last;
     BN_TRY(bn_train(r->net, r->opt, &r->train, &r->test, &opts, &st, &last));
     if (last.epoch == 0) {

@@ -2,6 +2,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <cuda_profiler_api.h>
+
 #include "cuda_check.h"
 #include "device.h"
 
@@ -190,4 +192,42 @@ extern "C" bn_status bn_tensor_desc_set(void **desc, int n, int c, int h, int w)
 extern "C" void bn_tensor_desc_free(void *desc)
 {
     if (desc) cudnnDestroyTensorDescriptor((cudnnTensorDescriptor_t)desc);
+}
+
+extern "C" bn_status bn_event_create(void **event)
+{
+    cudaEvent_t e;
+    BN_CUDA(cudaEventCreate(&e));
+    *event = e;
+    return BN_OK;
+}
+
+extern "C" bn_status bn_event_record(void *event)
+{
+    BN_CUDA(cudaEventRecord((cudaEvent_t)event, stream()));
+    return BN_OK;
+}
+
+extern "C" bn_status bn_event_elapsed_ms(void *start, void *end, float *ms)
+{
+    BN_CUDA(cudaEventSynchronize((cudaEvent_t)end));
+    BN_CUDA(cudaEventElapsedTime(ms, (cudaEvent_t)start, (cudaEvent_t)end));
+    return BN_OK;
+}
+
+extern "C" void bn_event_destroy(void *event)
+{
+    if (event) cudaEventDestroy((cudaEvent_t)event);
+}
+
+extern "C" bn_status bn_profiler_start(void)
+{
+    BN_CUDA(cudaProfilerStart());
+    return BN_OK;
+}
+
+extern "C" bn_status bn_profiler_stop(void)
+{
+    BN_CUDA(cudaProfilerStop());
+    return BN_OK;
 }

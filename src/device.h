@@ -59,6 +59,18 @@ bn_status bn_device_d2h(void *dst, const void *src, size_t bytes);
 /* Waits until everything queued on the context stream has finished. */
 bn_status bn_device_sync(void);
 
+/* Timing events on the context stream: create, record now, milliseconds between two
+ * recorded events (waits for the later one), destroy. */
+bn_status bn_event_create(void **event);
+bn_status bn_event_record(void *event);
+bn_status bn_event_elapsed_ms(void *start, void *end, float *ms);
+void bn_event_destroy(void *event);
+
+/* Starts and stops profiler capture (cudaProfilerStart/Stop), for `nsys
+ * --capture-range=cudaProfilerApi` and `ncu --profile-from-start off`. */
+bn_status bn_profiler_start(void);
+bn_status bn_profiler_stop(void);
+
 /* (Re)describes a cuDNN NCHW float tensor in *desc, creating it when NULL. */
 bn_status bn_tensor_desc_set(void **desc, int n, int c, int h, int w);
 void bn_tensor_desc_free(void *desc);

@@ -70,6 +70,31 @@ bn_status bn_tensor_desc_set(void **desc, int n, int c, int h, int w)
 
 void bn_tensor_desc_free(void *desc) { (void)desc; }
 
+bn_status bn_event_create(void **event)
+{
+    *event = NULL;
+    return no_cuda();
+}
+
+bn_status bn_event_record(void *event)
+{
+    (void)event;
+    return no_cuda();
+}
+
+bn_status bn_event_elapsed_ms(void *start, void *end, float *ms)
+{
+    (void)start, (void)end;
+    *ms = 0.0f;
+    return no_cuda();
+}
+
+void bn_event_destroy(void *event) { (void)event; }
+
+/* Without a GPU there is nothing to capture: the CPU path's NVTX ranges still appear. */
+bn_status bn_profiler_start(void) { return BN_OK; }
+bn_status bn_profiler_stop(void) { return BN_OK; }
+
 bn_status bn_gpu_add(float *dst, const float *src, size_t n, bn_ctx *ctx)
 {
     (void)dst, (void)src, (void)n, (void)ctx;

@@ -30,6 +30,7 @@ static const char train_usage[] =
     "  --log-every N       with --log, also a row every N steps\n"
     "  --tf32              allow TF32 tensor-core math on the GPU (faster, less exact)\n"
     "  --deterministic     only deterministic cuDNN algorithms: GPU runs repeat exactly\n"
+    "  --profile-steps A:B profiler capture (cudaProfilerStart/Stop) around steps A..B\n"
     "Flags override the model file's [train] section.\n";
 
 static const char test_usage[] =
@@ -44,10 +45,17 @@ static const char summary_usage[] =
     "usage: blobnet summary MODEL\n"
     "Prints each layer's name, type, output shape, parameters and forward MFLOPs per image.\n";
 
+static const char time_usage[] =
+    "usage: blobnet time MODEL [--batch N] [--iters N] [--device SPEC] [--tf32]\n"
+    "Times each layer's forward and backward pass and the update over N training steps\n"
+    "(default 50, after 5 warm-up steps) on random data: CUDA events on the GPU, a\n"
+    "monotonic clock on the CPU. --batch defaults to the model's [train] batch.\n";
+
 const bn_command bn_commands[] = {
     {"train", "train a model on MNIST", train_usage, bn_cmd_train},
     {"test", "evaluate saved weights on the test set", test_usage, bn_cmd_test},
     {"summary", "print a model's layers, shapes and sizes", summary_usage, bn_cmd_summary},
+    {"time", "time each layer's forward and backward pass", time_usage, bn_cmd_time},
     {NULL, NULL, NULL, NULL},
 };
 

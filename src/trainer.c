@@ -65,7 +65,7 @@ static void log_epoch(const bn_trainer_opts *opts, const bn_epoch_report *r, lon
 static bn_status train_step(bn_net *net, bn_sgd *opt, bn_loader *ld, int start, int n, long step)
 {
     char range[48];
-    snprintf(range, sizeof range, "step %ld", step);
+    snprintf(range, sizeof range, "step %ld", step + 1);
     bn_nvtx_push(range, BN_NVTX_STEP);
     net->pass.step = (unsigned long long)step;
     bn_status s = bn_loader_fill(ld, net, start, n);
@@ -91,7 +91,9 @@ static bn_status train_epoch(bn_net *net, bn_sgd *opt, bn_loader *ld, bn_blob *a
     for (int start = st->batch_in_epoch * batch; start < count; start += batch) {
         int n = count - start < batch ? count - start : batch;
         double lr = bn_sgd_lr(opt, opt->iter);
+        if (opts->profile_first && st->step + 1 == opts->profile_first) BN_TRY(bn_profiler_start());
         BN_TRY(train_step(net, opt, ld, start, n, st->step));
+        if (opts->profile_first && st->step + 1 == opts->profile_last) BN_TRY(bn_profiler_stop());
         BN_TRY(accumulate_metrics(net, acc));
         st->step++;
         if (opts->log && opts->log_every > 0 && st->step % opts->log_every == 0)

@@ -29,6 +29,8 @@ typedef struct bn_trainer_opts {
     FILE *out;              /* epoch lines go here; NULL prints nothing */
     FILE *log;              /* CSV metrics log, or NULL */
     int log_every;          /* with log: also a row every this many steps (0: epochs only) */
+    long profile_first;     /* capture steps profile_first..profile_last (1-based, as the */
+    long profile_last;      /* "step <n>" NVTX ranges) for a profiler; 0 captures nothing */
 } bn_trainer_opts;
 
 /* The header line of the CSV metrics log. */
