@@ -8,23 +8,15 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "activation.h"
 #include "layers.h"
-
-typedef enum act_kind { ACT_RELU, ACT_SIGMOID, ACT_TANH, ACT_LEAKY, ACT_ELU } act_kind;
-
-typedef struct act_priv {
-    act_kind kind;
-    float a;           /* leaky_relu: slope; elu: alpha */
-    double per_example; /* elements of one example, from setup */
-} act_priv;
 
 static bn_status make_priv(bn_layer *l, act_kind kind, double a)
 {
-    act_priv *p = malloc(sizeof *p);
+    act_priv *p = calloc(1, sizeof *p);
     if (!p) return bn_error(BN_ERR_NOMEM, "layer %s: out of host memory", l->name);
     p->kind = kind;
     p->a = (float)a;
-    p->per_example = 0.0;
     l->priv = p;
     return BN_OK;
 }
@@ -139,16 +131,29 @@ static double act_flops(const bn_layer *l)
     return per * p->per_example;
 }
 
-#define ACTIVATION_OPS(sym, name, parser, text)  \
-    const bn_layer_ops sym = {                   \
-        .type = name,                            \
-        .help = text,                            \
-        .kind = BN_NVTX_LAYER_ACTIVATION,        \
-        .parse = parser,                         \
-        .setup = act_setup,                      \
-        .forward_cpu = act_forward,              \
-        .backward_cpu = act_backward,            \
-        .flops = act_flops,                      \
+static void act_destroy(bn_layer *l)
+{
+    act_priv *p = l->priv;
+#ifdef BN_WITH_CUDA
+    if (p) bn_activation_gpu_release(p);
+#endif
+    free(p);
+    l->priv = NULL;
+}
+
+#define ACTIVATION_OPS(sym, name, parser, text)                   \
+    const bn_layer_ops sym = {                                    \
+        .type = name,                                             \
+        .help = text,                                             \
+        .kind = BN_NVTX_LAYER_ACTIVATION,                         \
+        .parse = parser,                                          \
+        .setup = act_setup,                                       \
+        .forward_cpu = act_forward,                               \
+        .backward_cpu = act_backward,                             \
+        .forward_gpu = BN_GPU(bn_activation_forward_gpu),         \
+        .backward_gpu = BN_GPU(bn_activation_backward_gpu),       \
+        .flops = act_flops,                                       \
+        .destroy = act_destroy,                                   \
     }
 
 ACTIVATION_OPS(bn_relu_ops, "relu", parse_relu, "max(x, 0) elementwise; no keys");

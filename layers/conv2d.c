@@ -4,14 +4,8 @@
 #include <cblas.h>
 #include <stdlib.h>
 
-#include "im2col.h"
+#include "conv2d.h"
 #include "layers.h"
-
-typedef struct conv_priv {
-    int filters, size, stride, pad, init;
-    bn_conv_geom g;  /* from setup */
-    float *col;      /* one example's column matrix, reused by forward and backward */
-} conv_priv;
 
 static const char *const init_names[] = {"xavier", "he", NULL};
 static const bn_init init_kinds[] = {BN_INIT_XAVIER, BN_INIT_HE};
@@ -137,7 +131,12 @@ static double conv_flops(const bn_layer *l)
 static void conv_destroy(bn_layer *l)
 {
     conv_priv *c = l->priv;
-    if (c) free(c->col);
+    if (c) {
+#ifdef BN_WITH_CUDA
+        bn_conv2d_gpu_release(c);
+#endif
+        free(c->col);
+    }
     free(c);
     l->priv = NULL;
 }
@@ -151,6 +150,8 @@ const bn_layer_ops bn_conv2d_ops = {
     .setup = conv_setup,
     .forward_cpu = conv_forward,
     .backward_cpu = conv_backward,
+    .forward_gpu = BN_GPU(bn_conv2d_forward_gpu),
+    .backward_gpu = BN_GPU(bn_conv2d_backward_gpu),
     .flops = conv_flops,
     .destroy = conv_destroy,
 };

@@ -3,13 +3,8 @@
 #include <cblas.h>
 #include <stdlib.h>
 
+#include "dense.h"
 #include "layers.h"
-
-typedef struct dense_priv {
-    int outputs;
-    int init; /* index into init_names */
-    int inputs; /* from setup */
-} dense_priv;
 
 static const char *const init_names[] = {"xavier", "he", NULL};
 static const bn_init init_kinds[] = {BN_INIT_XAVIER, BN_INIT_HE};
@@ -96,5 +91,7 @@ const bn_layer_ops bn_dense_ops = {
     .setup = dense_setup,
     .forward_cpu = dense_forward,
     .backward_cpu = dense_backward,
+    .forward_gpu = BN_GPU(bn_dense_forward_gpu),
+    .backward_gpu = BN_GPU(bn_dense_backward_gpu),
     .flops = dense_flops,
 };

@@ -6,16 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dropout.h"
 #include "layers.h"
 #include "rng.h"
-
-typedef struct dropout_priv {
-    float rate;
-    float *mask;      /* 0 or 1 / (1 - rate) per element of the last training forward */
-    size_t mask_cap;  /* elements mask holds */
-    int masked;       /* the last forward applied the mask (training) */
-    double per_example; /* elements of one example, from setup */
-} dropout_priv;
 
 static bn_status dropout_parse(bn_layer *l, bn_options *o)
 {
@@ -104,7 +97,12 @@ static double dropout_flops(const bn_layer *l)
 static void dropout_destroy(bn_layer *l)
 {
     dropout_priv *d = l->priv;
-    if (d) free(d->mask);
+    if (d) {
+#ifdef BN_WITH_CUDA
+        bn_dropout_gpu_release(d);
+#endif
+        free(d->mask);
+    }
     free(d);
     l->priv = NULL;
 }
@@ -118,6 +116,8 @@ const bn_layer_ops bn_dropout_ops = {
     .setup = dropout_setup,
     .forward_cpu = dropout_forward,
     .backward_cpu = dropout_backward,
+    .forward_gpu = BN_GPU(bn_dropout_forward_gpu),
+    .backward_gpu = BN_GPU(bn_dropout_backward_gpu),
     .flops = dropout_flops,
     .destroy = dropout_destroy,
 };

@@ -8,13 +8,7 @@
 #include <stdlib.h>
 
 #include "layers.h"
-
-typedef struct pool_priv {
-    int size, stride, pad;
-    int c, h, w, oh, ow;  /* from setup */
-    int *argmax;          /* maxpool: input cell (within its plane) of each output cell */
-    size_t argmax_cap;    /* elements argmax holds */
-} pool_priv;
+#include "pool.h"
 
 static bn_status pool_parse(bn_layer *l, bn_options *o)
 {
@@ -174,7 +168,12 @@ static double pool_flops(const bn_layer *l)
 static void pool_destroy(bn_layer *l)
 {
     pool_priv *p = l->priv;
-    if (p) free(p->argmax);
+    if (p) {
+#ifdef BN_WITH_CUDA
+        bn_pool_gpu_release(p);
+#endif
+        free(p->argmax);
+    }
     free(p);
     l->priv = NULL;
 }
@@ -188,6 +187,8 @@ const bn_layer_ops bn_maxpool_ops = {
     .setup = pool_setup,
     .forward_cpu = maxpool_forward,
     .backward_cpu = maxpool_backward,
+    .forward_gpu = BN_GPU(bn_maxpool_forward_gpu),
+    .backward_gpu = BN_GPU(bn_maxpool_backward_gpu),
     .flops = pool_flops,
     .destroy = pool_destroy,
 };
@@ -201,6 +202,8 @@ const bn_layer_ops bn_avgpool_ops = {
     .setup = pool_setup,
     .forward_cpu = avgpool_forward,
     .backward_cpu = avgpool_backward,
+    .forward_gpu = BN_GPU(bn_avgpool_forward_gpu),
+    .backward_gpu = BN_GPU(bn_avgpool_backward_gpu),
     .flops = pool_flops,
     .destroy = pool_destroy,
 };

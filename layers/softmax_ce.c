@@ -6,10 +6,7 @@
 #include <stdlib.h>
 
 #include "layers.h"
-
-typedef struct softmax_priv {
-    int classes; /* from setup */
-} softmax_priv;
+#include "softmax_ce.h"
 
 static bn_status softmax_parse(bn_layer *l, bn_options *o)
 {
@@ -109,6 +106,16 @@ static double softmax_flops(const bn_layer *l)
     return 4.0 * p->classes;
 }
 
+static void softmax_destroy(bn_layer *l)
+{
+    softmax_priv *p = l->priv;
+#ifdef BN_WITH_CUDA
+    if (p) bn_softmax_ce_gpu_release(p);
+#endif
+    free(p);
+    l->priv = NULL;
+}
+
 const bn_layer_ops bn_softmax_ce_ops = {
     .type = "softmax_ce",
     .help = "softmax over the flattened input and mean cross-entropy against the labels (the "
@@ -119,5 +126,8 @@ const bn_layer_ops bn_softmax_ce_ops = {
     .setup = softmax_setup,
     .forward_cpu = softmax_forward,
     .backward_cpu = softmax_backward,
+    .forward_gpu = BN_GPU(bn_softmax_ce_forward_gpu),
+    .backward_gpu = BN_GPU(bn_softmax_ce_backward_gpu),
     .flops = softmax_flops,
+    .destroy = softmax_destroy,
 };

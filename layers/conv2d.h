@@ -1,0 +1,38 @@
+/* conv2d.h - the conv2d layer's private state, shared by conv2d.c (setup, CPU path) and
+ * conv2d.cu (GPU path through cuDNN), and its GPU entry points. */
+#ifndef BN_CONV2D_H
+#define BN_CONV2D_H
+
+#include <stddef.h>
+
+#include "im2col.h"
+#include "layer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* cuDNN descriptors and the algorithms chosen per batch size; defined in conv2d.cu. */
+typedef struct conv_gpu conv_gpu;
+
+typedef struct conv_priv {
+    int filters, size, stride, pad, init;
+    bn_conv_geom g;  /* from setup */
+    float *col;      /* one example's column matrix, reused by forward and backward */
+    conv_gpu *gpu;   /* NULL until the first GPU pass; released by bn_conv2d_gpu_release */
+} conv_priv;
+
+bn_status bn_conv2d_forward_gpu(bn_layer *l, const bn_pass *p);
+bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p);
+
+/* Frees the GPU state (descriptors, chosen algorithms) and sets c->gpu to NULL. */
+void bn_conv2d_gpu_release(conv_priv *c);
+
+/* Writes the cuDNN algorithms chosen so far, one "n=<batch>: fwd X, bwd_data Y, bwd_filter Z"
+ * entry per batch size, into buf (for logs and tests). */
+void bn_conv2d_gpu_describe(const conv_priv *c, char *buf, size_t cap);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

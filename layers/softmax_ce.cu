@@ -1,0 +1,136 @@
+/* softmax_ce.cu - softmax + cross-entropy on the GPU, for any batch size and class count.
+ *
+ * Forward: one warp per example row finds the row maximum and its first index (the CPU's
+ * argmax), sums exp(z - max) in double, writes the probabilities and the row's loss
+ * (logsumexp - z[label]) and correct flag to a scratch array; one block then adds the rows
+ * in a fixed order into metrics = [loss sum, correct count]. No atomics, so the metrics are
+ * the same on every run, and nothing past the current batch is read. The loss stays on the
+ * device: the host reads it only when it asks (bn_net_metrics).
+ * Backward: dz = (p - onehot(label)) / n, elementwise. */
+#include <math.h>
+
+#include "cuda_check.h"
+#include "softmax_ce.h"
+
+#define ROW_THREADS 256            /* 8 warps: 8 rows per block */
+#define TOTAL_THREADS 256
+
+/* The class index a label holds, or -1 when it is not an integer in [0, classes). */
+static __device__ int label_of(float v, int classes)
+{
+    return v >= 0.0f && v < (float)classes && v == floorf(v) ? (int)v : -1;
+}
+
+static __global__ void softmax_rows(const float *__restrict__ z, const float *__restrict__ labels, int n,
+                                    int classes, float *__restrict__ prob, double *__restrict__ row_loss,
+                                    double *__restrict__ row_correct)
+{
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= n) return; /* whole warps leave together */
+    const float *zi = z + (size_t)row * classes;
+    float *pi = prob + (size_t)row * classes;
+
+    /* Each lane scans its classes in increasing order and keeps its first maximum; merging
+     * prefers the larger value, then the smaller index: the first maximum of the row. */
+    float best = -INFINITY;
+    int at = classes;
+    for (int k = lane; k < classes; k += 32)
+        if (at == classes || zi[k] > best) best = zi[k], at = k;
+    for (int off = 16; off > 0; off >>= 1) {
+        float ob = __shfl_xor_sync(0xffffffffu, best, off);
+        int oa = __shfl_xor_sync(0xffffffffu, at, off);
+        if (ob > best || (ob == best && oa < at)) best = ob, at = oa;
+    }
+
+    double sum = 0.0;
+    for (int k = lane; k < classes; k += 32) sum += exp((double)zi[k] - best);
+    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    double lse = best + log(sum);
+    for (int k = lane; k < classes; k += 32) pi[k] = (float)exp((double)zi[k] - lse);
+
+    if (lane == 0) {
+        int label = label_of(labels[row], classes);
+        row_loss[row] = label >= 0 ? lse - zi[label] : (double)NAN;
+        row_correct[row] = label >= 0 && at == label ? 1.0 : 0.0;
+    }
+}
+
+/* metrics[0] = sum of row_loss[0..n), metrics[1] = sum of row_correct[0..n), by one block. */
+static __global__ void sum_rows(const double *__restrict__ row_loss, const double *__restrict__ row_correct, int n,
+                                float *__restrict__ metrics)
+{
+    __shared__ double loss[TOTAL_THREADS], correct[TOTAL_THREADS];
+    double l = 0.0, c = 0.0;
+    for (int i = threadIdx.x; i < n; i += TOTAL_THREADS) {
+        l += row_loss[i];
+        c += row_correct[i];
+    }
+    loss[threadIdx.x] = l;
+    correct[threadIdx.x] = c;
+    __syncthreads();
+    for (int half = TOTAL_THREADS / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half) {
+            loss[threadIdx.x] += loss[threadIdx.x + half];
+            correct[threadIdx.x] += correct[threadIdx.x + half];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        metrics[0] = (float)loss[0];
+        metrics[1] = (float)correct[0];
+    }
+}
+
+static __global__ void softmax_grad(const float *__restrict__ prob, const float *__restrict__ labels, int n,
+                                    int classes, float scale, float *__restrict__ dz)
+{
+    size_t total = (size_t)n * classes, stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+        int row = (int)(i / classes), k = (int)(i % classes);
+        int label = label_of(labels[row], classes);
+        dz[i] = label >= 0 ? (prob[i] - (k == label)) * scale : NAN;
+    }
+}
+
+extern "C" void bn_softmax_ce_gpu_release(softmax_priv *p)
+{
+    bn_device_free(p->dev_rows);
+    p->dev_rows = NULL;
+}
+
+extern "C" bn_status bn_softmax_ce_forward_gpu(bn_layer *l, const bn_pass *pass)
+{
+    softmax_priv *sp = (softmax_priv *)l->priv;
+    int n = l->in->n, classes = sp->classes;
+    size_t rows = l->in->capacity / (size_t)classes;
+    if (!sp->dev_rows) BN_TRY(bn_device_alloc((void **)&sp->dev_rows, 2 * rows * sizeof(double)));
+    BN_DEV_RD(z, l->in);
+    BN_DEV_RD(labels, pass->labels);
+    BN_DEV_WR(prob, l->out);
+    BN_DEV_WR(metrics, pass->metrics);
+    cudaStream_t s = (cudaStream_t)pass->ctx->stream;
+    int rows_per_block = ROW_THREADS / 32;
+    softmax_rows<<<(n + rows_per_block - 1) / rows_per_block, ROW_THREADS, 0, s>>>(z, labels, n, classes, prob,
+                                                                                   sp->dev_rows, sp->dev_rows + rows);
+    BN_CUDA_LAUNCH();
+    sum_rows<<<1, TOTAL_THREADS, 0, s>>>(sp->dev_rows, sp->dev_rows + rows, n, metrics);
+    BN_CUDA_LAUNCH();
+    return BN_OK;
+}
+
+extern "C" bn_status bn_softmax_ce_backward_gpu(bn_layer *l, const bn_pass *pass)
+{
+    const softmax_priv *sp = (const softmax_priv *)l->priv;
+    if (!l->in_grad) return BN_OK;
+    int n = l->in->n, classes = sp->classes;
+    BN_DEV_RD(prob, l->out);
+    BN_DEV_RD(labels, pass->labels);
+    BN_DEV_WR(dz, l->in_grad);
+    size_t total = (size_t)n * classes;
+    size_t blocks = (total + 255) / 256;
+    softmax_grad<<<(int)(blocks > 4096 ? 4096 : blocks), 256, 0, (cudaStream_t)pass->ctx->stream>>>(
+        prob, labels, n, classes, 1.0f / (float)n, dz);
+    BN_CUDA_LAUNCH();
+    return BN_OK;
+}

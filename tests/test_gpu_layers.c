@@ -1,0 +1,599 @@
+/* test_gpu_layers.c - every built-in layer's GPU path against its CPU reference.
+ *
+ * Each case builds the same model twice (same seed, so the same weights), one on the CPU and
+ * one on the device, feeds both the same fresh random inputs, labels, output gradient and
+ * starting parameter gradients, runs forward and backward, and compares every output, every
+ * intermediate and input gradient and every parameter gradient. Before the pass the device
+ * copies of all outputs and gradients are poisoned with NaN, and the input rows past the
+ * current batch are NaN on both sides, so an element the GPU forgets to write, or a row it
+ * reads past the batch, fails the comparison. Parameter gradients start from the same random
+ * values rather than zero: both paths must add to them.
+ *
+ * A difference is measured as max |gpu - cpu| over the blob divided by the blob's scale:
+ * max |cpu|, or for a parameter gradient max |cpu - start|, what backward added (1 when that
+ * is all zeros). A failure prints the seed; BLOBNET_TEST_SEED=<seed> replays it. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "layer_testing.h"
+#include "net.h"
+#include "rng.h"
+#include "testing.h"
+
+/* GEMM-based layers (dense, conv2d) in FP32: the two sides add up to a few hundred products per
+ * element in different orders, and cuDNN may use Winograd or FFT transforms; that moves results
+ * by a few 1e-6 of the blob's scale. TF32 tensor cores (10-bit mantissa) would be off by
+ * about 1e-3, so this bound also catches a silent switch to TF32. */
+#define TOL_GEMM 1e-4
+/* Elementwise layers, pooling and softmax: the same formula per element; CUDA's and libm's
+ * exp/tanh differ by a few ulps, and overlapping pooling windows add gradients in another order. */
+#define TOL_ELEMENTWISE 1e-5
+/* The loss sum is accumulated in double on both sides and rounded to float once. */
+#define TOL_LOSS_SUM 1e-5
+
+/* (capacity, batch) pairs: batch sizes 1, 3, 64, 257, and a last batch smaller than the blobs. */
+static const int capacities[] = {1, 3, 64, 257, 64};
+static const int batches[] = {1, 3, 64, 257, 37};
+#define NUM_SIZES (int)(sizeof batches / sizeof batches[0])
+
+typedef struct layer_case {
+    const char *what;
+    const char *text;   /* the model; without a loss layer the test sets the last output gradient */
+    double tol;
+    int classes;        /* with a loss layer: labels in [0, classes) */
+    int zeros;          /* put exact zeros among the inputs (the kinks of relu-like layers) */
+} layer_case;
+
+/* Writes the whole capacity of b's host copy (rows past the current batch included). */
+static bn_status put(bn_blob *b, const float *v)
+{
+    float *h = bn_blob_host_wr(b);
+    if (!h) return bn_last_status();
+    memcpy(h, v, b->capacity * sizeof *h);
+    return BN_OK;
+}
+
+/* Fills b's device copy with NaN (the whole capacity). */
+static bn_status poison(bn_blob *b, bn_ctx *ctx)
+{
+    if (!b) return BN_OK;
+    float *d = bn_blob_dev_wr(b);
+    if (!d) return bn_last_status();
+    return bn_gpu_fill(d, NAN, b->capacity, ctx);
+}
+
+static bn_status poison_net(bn_net *net, bn_ctx *ctx)
+{
+    BN_TRY(poison(net->input_grad, ctx));
+    BN_TRY(poison(net->metrics, ctx));
+    for (int i = 0; i < net->num_layers; i++) {
+        BN_TRY(poison(net->layers[i]->out, ctx));
+        BN_TRY(poison(net->layers[i]->out_grad, ctx));
+    }
+    return BN_OK;
+}
+
+/* A buffer of b's capacity: normal values times scale for the first `count`, then NaN. Freed
+ * by the caller. */
+static float *random_rows(const bn_blob *b, size_t count, bn_rng *r, double scale, int zeros)
+{
+    float *v = malloc(b->capacity * sizeof *v);
+    if (!v) return NULL;
+    for (size_t i = 0; i < b->capacity; i++) v[i] = i < count ? (float)(scale * bn_rng_normal(r)) : NAN;
+    if (zeros)
+        for (size_t i = 0; i < count; i += 7) v[i] = 0.0f;
+    return v;
+}
+
+/* Writes the same random rows to both blobs; with kept, hands the values to the caller. */
+static bn_status feed_blob(bn_blob *cpu, bn_blob *gpu, bn_rng *r, double scale, int zeros, float **kept)
+{
+    float *v = random_rows(cpu, bn_blob_count(cpu), r, scale, zeros);
+    if (!v) return bn_error(BN_ERR_NOMEM, "test: out of host memory");
+    bn_status s = put(cpu, v);
+    if (s == BN_OK) s = put(gpu, v);
+    if (kept && s == BN_OK) *kept = v;
+    else free(v);
+    return s;
+}
+
+/* Same inputs, labels, last output gradient and starting parameter gradients on both nets;
+ * *start receives the latter (NULL without parameters), freed by the caller. */
+static bn_status feed(bn_net *cpu, bn_net *gpu, const layer_case *lc, uint64_t seed, float **start)
+{
+    bn_rng r;
+    bn_rng_seed(&r, seed, 7);
+    *start = NULL;
+    BN_TRY(feed_blob(cpu->input, gpu->input, &r, 1.0, lc->zeros, NULL));
+    if (lc->classes) {
+        float *y = malloc(cpu->labels->capacity * sizeof *y);
+        if (!y) return bn_error(BN_ERR_NOMEM, "test: out of host memory");
+        /* Past the batch: a label no class has, which the GPU would turn into NaN. */
+        for (size_t i = 0; i < cpu->labels->capacity; i++)
+            y[i] = i < (size_t)cpu->batch ? (float)bn_rng_below(&r, (uint64_t)lc->classes) : -1.0f;
+        bn_status s = put(cpu->labels, y);
+        if (s == BN_OK) s = put(gpu->labels, y);
+        free(y);
+        BN_TRY(s);
+    } else {
+        BN_TRY(feed_blob(cpu->layers[cpu->num_layers - 1]->out_grad, gpu->layers[gpu->num_layers - 1]->out_grad, &r,
+                         1.0, 0, NULL));
+    }
+    if (cpu->grads) BN_TRY(feed_blob(cpu->grads, gpu->grads, &r, 0.1, 0, start));
+    return BN_OK;
+}
+
+/* max |g - c| / max |c - base| (base: zeros when NULL) over the blob's current elements;
+ * infinite when either holds a NaN. */
+static double rel_diff(const float *g, const float *c, const float *base, size_t count, size_t *where)
+{
+    double worst = 0.0, scale = 0.0;
+    *where = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (!isfinite(g[i]) || !isfinite(c[i])) {
+            *where = i;
+            return INFINITY;
+        }
+        double d = fabs((double)g[i] - c[i]);
+        if (d > worst) worst = d, *where = i;
+        double added = fabs(c[i] - (base ? base[i] : 0.0f));
+        if (added > scale) scale = added;
+    }
+    return worst / (scale > 0.0 ? scale : 1.0);
+}
+
+static int compare_blob(const char *what, int n, bn_blob *gpu, bn_blob *cpu, const float *base, double tol,
+                        uint64_t seed, double *worst)
+{
+    const float *g = bn_blob_host_rd(gpu);
+    const float *c = bn_blob_host_rd(cpu);
+    CHECK_MSG(g && c, "%s", bn_last_error());
+    size_t at;
+    double d = rel_diff(g, c, base, bn_blob_count(cpu), &at);
+    if (d > *worst) *worst = d;
+    CHECK_MSG(d <= tol,
+              "%s, batch %d: %s differs by %.3g of its scale (tolerance %g); element %zu: gpu %.9g, cpu %.9g; "
+              "seed %llu (rerun with BLOBNET_TEST_SEED=%llu)",
+              what, n, cpu->name, d, tol, at, g[at], c[at], (unsigned long long)seed, (unsigned long long)seed);
+    return BN_PASS;
+}
+
+static int compare_nets(const layer_case *lc, bn_net *gpu, bn_net *cpu, const float *start, uint64_t seed,
+                        double *worst)
+{
+    int n = cpu->batch;
+    for (int i = 0; i < cpu->num_layers; i++) {
+        bn_layer *lg = gpu->layers[i], *lcpu = cpu->layers[i];
+        CHECK(compare_blob(lc->what, n, lg->out, lcpu->out, NULL, lc->tol, seed, worst) == BN_PASS);
+        if (i + 1 < cpu->num_layers)
+            CHECK(compare_blob(lc->what, n, lg->out_grad, lcpu->out_grad, NULL, lc->tol, seed, worst) == BN_PASS);
+        for (int k = 0; k < lcpu->num_params; k++) {
+            bn_blob *grad = lcpu->params[k].grad;
+            CHECK(compare_blob(lc->what, n, lg->params[k].grad, grad, start + grad->offset, lc->tol, seed, worst) ==
+                  BN_PASS);
+        }
+    }
+    CHECK(compare_blob(lc->what, n, gpu->input_grad, cpu->input_grad, NULL, lc->tol, seed, worst) == BN_PASS);
+    if (lc->classes) {
+        double gl, gc, cl, cc;
+        CHECK_OK(bn_net_metrics(gpu, &gl, &gc));
+        CHECK_OK(bn_net_metrics(cpu, &cl, &cc));
+        CHECK_MSG(fabs(gl - cl) <= TOL_LOSS_SUM * fabs(cl), "%s, batch %d: loss sum %.9g on the GPU, %.9g on the CPU",
+                  lc->what, n, gl, cl);
+        CHECK_MSG(gc == cc, "%s, batch %d: %g correct on the GPU, %g on the CPU", lc->what, n, gc, cc);
+    }
+    return BN_PASS;
+}
+
+static int compare_once(const layer_case *lc, int capacity, int n, uint64_t seed, bn_ctx *ctx, double *worst)
+{
+    bn_net *cpu, *gpu;
+    CHECK_OK(bn_net_from_text(lc->text, lc->what, &cpu));
+    CHECK_OK(bn_net_from_text(lc->text, lc->what, &gpu));
+    CHECK_OK(bn_net_setup(cpu, capacity, NULL, 1, seed));
+    CHECK_OK(bn_net_setup(gpu, capacity, ctx, 1, seed));
+    CHECK_OK(bn_net_set_batch(cpu, n));
+    CHECK_OK(bn_net_set_batch(gpu, n));
+    float *start;
+    CHECK_OK(poison_net(gpu, ctx));
+    CHECK_OK(feed(cpu, gpu, lc, seed, &start)); /* after the poison: it sets the last output gradient */
+    CHECK_OK(bn_net_forward(cpu, 1));
+    CHECK_OK(bn_net_forward(gpu, 1));
+    CHECK_OK(bn_net_backward(cpu));
+    CHECK_OK(bn_net_backward(gpu));
+    int r = compare_nets(lc, gpu, cpu, start, seed, worst);
+    free(start);
+    bn_net_free(cpu);
+    bn_net_free(gpu);
+    return r;
+}
+
+static int run_case(const layer_case *lc)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    uint64_t seed = lt_fresh_seed();
+    double worst = 0.0;
+    for (int k = 0; k < NUM_SIZES; k++)
+        CHECK(compare_once(lc, capacities[k], batches[k], seed + (uint64_t)k, ctx, &worst) == BN_PASS);
+    printf("    gpu vs cpu %s, batches 1, 3, 64, 257, 37 of 64: worst difference %.3g of scale (tolerance %g)\n",
+           lc->what, worst, lc->tol);
+    return BN_PASS;
+}
+
+BN_TEST(gpu_layer_dense_matches_cpu)
+{
+    static const layer_case lc = {"dense 3x5x7 -> 13 -> 6",
+                                  "[input]\nchannels=3\nheight=5\nwidth=7\n[dense]\noutputs=13\n"
+                                  "[dense]\noutputs=6\ninit=he\n",
+                                  TOL_GEMM, 0, 0};
+    return run_case(&lc);
+}
+
+BN_TEST(gpu_layer_conv2d_matches_cpu)
+{
+    /* 3x7x9 -> 5x4x5 (k3 s2 p1) -> 4x6x7 (k3 s1 p2) -> 2x3x3 (k4 s2 p1) */
+    static const layer_case lc = {"conv2d 3x7x9 k3s2p1, k3s1p2, k4s2p1",
+                                  "[input]\nchannels=3\nheight=7\nwidth=9\n"
+                                  "[conv2d]\nfilters=5\nsize=3\nstride=2\npad=1\n"
+                                  "[conv2d]\nfilters=4\nsize=3\nstride=1\npad=2\ninit=he\n"
+                                  "[conv2d]\nfilters=2\nsize=4\nstride=2\npad=1\n",
+                                  TOL_GEMM, 0, 0};
+    return run_case(&lc);
+}
+
+BN_TEST(gpu_layer_conv2d_lenet_shapes_match_cpu)
+{
+    static const layer_case lc = {"conv2d 1x28x28 k5 x20, k5 x50 (LeNet)",
+                                  "[input]\nchannels=1\nheight=28\nwidth=28\n"
+                                  "[conv2d]\nfilters=20\nsize=5\n[conv2d]\nfilters=50\nsize=5\n",
+                                  TOL_GEMM, 0, 0};
+    return run_case(&lc);
+}
+
+BN_TEST(gpu_layer_maxpool_matches_cpu)
+{
+    /* 4x7x9 -> 4x4x5 (3, stride 2, pad 1) -> 4x2x2 (2: floor drops the odd column) */
+    static const layer_case lc = {"maxpool 4x7x9 s3 st2 p1, s2",
+                                  "[input]\nchannels=4\nheight=7\nwidth=9\n"
+                                  "[maxpool]\nsize=3\nstride=2\npad=1\n[maxpool]\nsize=2\n",
+                                  TOL_ELEMENTWISE, 0, 0};
+    return run_case(&lc);
+}
+
+BN_TEST(gpu_layer_avgpool_matches_cpu)
+{
+    static const layer_case lc = {"avgpool 4x7x9 s3 st2 p1, s2 p1",
+                                  "[input]\nchannels=4\nheight=7\nwidth=9\n"
+                                  "[avgpool]\nsize=3\nstride=2\npad=1\n[avgpool]\nsize=2\npad=1\n",
+                                  TOL_ELEMENTWISE, 0, 0};
+    return run_case(&lc);
+}
+
+BN_TEST(gpu_layer_activations_match_cpu)
+{
+    static const layer_case cases[] = {
+        {"relu", "[input]\nchannels=3\nheight=5\nwidth=7\n[relu]\n", TOL_ELEMENTWISE, 0, 1},
+        {"sigmoid", "[input]\nchannels=3\nheight=5\nwidth=7\n[sigmoid]\n", TOL_ELEMENTWISE, 0, 1},
+        {"tanh", "[input]\nchannels=3\nheight=5\nwidth=7\n[tanh]\n", TOL_ELEMENTWISE, 0, 1},
+        {"leaky_relu", "[input]\nchannels=3\nheight=5\nwidth=7\n[leaky_relu]\nslope=0.1\n", TOL_ELEMENTWISE, 0, 1},
+        {"elu", "[input]\nchannels=3\nheight=5\nwidth=7\n[elu]\nalpha=0.7\n", TOL_ELEMENTWISE, 0, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int r = run_case(&cases[i]);
+        if (r != BN_PASS) return r;
+    }
+    return BN_PASS;
+}
+
+BN_TEST(gpu_layer_softmax_ce_matches_cpu)
+{
+    static const layer_case direct = {"softmax_ce 10 classes", "[input]\nchannels=10\nheight=1\nwidth=1\n[softmax_ce]\n",
+                                      TOL_ELEMENTWISE, 10, 0};
+    static const layer_case after_dense = {"dense 2x3x1 -> 7 + softmax_ce",
+                                           "[input]\nchannels=2\nheight=3\nwidth=1\n[dense]\noutputs=7\n[softmax_ce]\n",
+                                           TOL_GEMM, 7, 0};
+    int r = run_case(&direct);
+    return r == BN_PASS ? run_case(&after_dense) : r;
+}
+
+static const layer_case stack_case = {"conv+maxpool+relu+avgpool+dense+tanh+dense+softmax_ce",
+                                      "[input]\nchannels=2\nheight=11\nwidth=9\n"
+                                      "[conv2d]\nfilters=6\nsize=3\npad=1\n[maxpool]\nsize=2\n[relu]\n"
+                                      "[avgpool]\nsize=3\nstride=1\npad=1\n[dense]\noutputs=20\n[tanh]\n"
+                                      "[dense]\noutputs=5\n[softmax_ce]\n",
+                                      TOL_GEMM, 5, 0};
+
+BN_TEST(gpu_layer_stack_matches_cpu)
+{
+    return run_case(&stack_case);
+}
+
+/* Fails unless the two blobs' current elements are bit for bit the same. */
+static int same_bits(bn_blob *a, bn_blob *b, uint64_t seed)
+{
+    const float *x = bn_blob_host_rd(a), *y = bn_blob_host_rd(b);
+    CHECK_MSG(x && y, "%s", bn_last_error());
+    CHECK_MSG(memcmp(x, y, bn_blob_count(a) * sizeof *x) == 0, "%s differs between two identical passes (seed %llu)",
+              a->name, (unsigned long long)seed);
+    return BN_PASS;
+}
+
+/* Runs the same forward and backward on two fresh GPU networks and compares every output and
+ * gradient bit for bit. */
+static int repeat_bitwise(const layer_case *lc, int batch, bn_ctx *ctx)
+{
+    uint64_t seed = lt_fresh_seed();
+    bn_net *a, *b;
+    float *start;
+    CHECK_OK(bn_net_from_text(lc->text, lc->what, &a));
+    CHECK_OK(bn_net_from_text(lc->text, lc->what, &b));
+    CHECK_OK(bn_net_setup(a, batch, ctx, 1, seed));
+    CHECK_OK(bn_net_setup(b, batch, ctx, 1, seed));
+    CHECK_OK(feed(a, b, lc, seed, &start));
+    free(start);
+    for (int pass = 0; pass < 2; pass++) {
+        bn_net *net = pass ? b : a;
+        CHECK_OK(bn_net_forward(net, 1));
+        CHECK_OK(bn_net_backward(net));
+    }
+    for (int i = 0; i < a->num_layers; i++) {
+        CHECK(same_bits(a->layers[i]->out, b->layers[i]->out, seed) == BN_PASS);
+        for (int k = 0; k < a->layers[i]->num_params; k++)
+            CHECK(same_bits(a->layers[i]->params[k].grad, b->layers[i]->params[k].grad, seed) == BN_PASS);
+    }
+    CHECK(same_bits(a->input_grad, b->input_grad, seed) == BN_PASS);
+    bn_net_free(a);
+    bn_net_free(b);
+    return BN_PASS;
+}
+
+static int deterministic_checks(bn_ctx *ctx)
+{
+    static const layer_case lenet_like = {"LeNet-like, deterministic",
+                                          "[input]\nchannels=1\nheight=28\nwidth=28\n"
+                                          "[conv2d]\nfilters=20\nsize=5\n[maxpool]\nsize=2\n"
+                                          "[conv2d]\nfilters=50\nsize=5\n[maxpool]\nsize=2\n"
+                                          "[dense]\noutputs=100\n[relu]\n[dense]\noutputs=10\n[softmax_ce]\n",
+                                          TOL_GEMM, 10, 0};
+    CHECK(run_case(&stack_case) == BN_PASS);
+    CHECK(run_case(&lenet_like) == BN_PASS);
+    CHECK(repeat_bitwise(&lenet_like, 257, ctx) == BN_PASS);
+    return BN_PASS;
+}
+
+/* In a deterministic context the convolutions take cuDNN's heuristic choice among the
+ * deterministic algorithms (no atomics): the results still match the CPU, and two runs of the
+ * same pass give bit-identical outputs and gradients. */
+BN_TEST(gpu_layer_deterministic_context_repeats_bitwise)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    ctx->deterministic = 1;
+    int r = deterministic_checks(ctx);
+    ctx->deterministic = 0;
+    return r;
+}
+
+/* Logits for rows [0, n): normal times 3; every fourth row gets two equal maxima, and its label
+ * is one of the two, so the first-maximum rule decides whether it counts as correct. */
+static void tie_logits(bn_rng *r, int n, int classes, float *z, float *labels)
+{
+    for (int i = 0; i < n; i++) {
+        float *zi = z + (size_t)i * classes;
+        float top = -INFINITY;
+        for (int k = 0; k < classes; k++) {
+            zi[k] = (float)(3.0 * bn_rng_normal(r));
+            if (zi[k] > top) top = zi[k];
+        }
+        labels[i] = (float)bn_rng_below(r, (uint64_t)classes);
+        if (i % 4 == 0) {
+            int a = (int)bn_rng_below(r, (uint64_t)classes), b = (int)bn_rng_below(r, (uint64_t)classes);
+            if (a == b) b = (a + 1) % classes;
+            zi[a] = zi[b] = top + 1.0f;
+            labels[i] = (float)(bn_rng_below(r, 2) ? a : b);
+        }
+    }
+}
+
+static int metrics_sweep(int classes, int max_batch, bn_ctx *ctx, uint64_t seed, double *worst)
+{
+    char text[128];
+    snprintf(text, sizeof text, "[input]\nchannels=%d\nheight=1\nwidth=1\n[softmax_ce]\n", classes);
+    bn_net *cpu, *gpu;
+    CHECK_OK(bn_net_from_text(text, "softmax-sweep", &cpu));
+    CHECK_OK(bn_net_from_text(text, "softmax-sweep", &gpu));
+    CHECK_OK(bn_net_setup(cpu, max_batch, NULL, 0, seed));
+    CHECK_OK(bn_net_setup(gpu, max_batch, ctx, 0, seed));
+    size_t cap = (size_t)max_batch * classes;
+    float *z = malloc(cap * sizeof *z), *labels = malloc((size_t)max_batch * sizeof *labels);
+    CHECK(z && labels);
+    bn_rng r;
+    bn_rng_seed(&r, seed, 11);
+    for (int n = 1; n <= max_batch; n++) {
+        for (size_t i = 0; i < cap; i++) z[i] = NAN;
+        for (int i = 0; i < max_batch; i++) labels[i] = -1.0f;
+        tie_logits(&r, n, classes, z, labels);
+        CHECK_OK(bn_net_set_batch(cpu, n));
+        CHECK_OK(bn_net_set_batch(gpu, n));
+        CHECK_OK(put(cpu->input, z));
+        CHECK_OK(put(gpu->input, z));
+        CHECK_OK(put(cpu->labels, labels));
+        CHECK_OK(put(gpu->labels, labels));
+        CHECK_OK(poison(gpu->metrics, ctx));
+        CHECK_OK(bn_net_forward(cpu, 0));
+        CHECK_OK(bn_net_forward(gpu, 0));
+        double gl, gc, cl, cc;
+        CHECK_OK(bn_net_metrics(gpu, &gl, &gc));
+        CHECK_OK(bn_net_metrics(cpu, &cl, &cc));
+        double d = fabs(gl - cl) / fabs(cl);
+        if (d > *worst) *worst = d;
+        CHECK_MSG(d <= TOL_LOSS_SUM, "%d classes, batch %d: loss sum %.9g on the GPU, %.9g on the CPU (seed %llu)",
+                  classes, n, gl, cl, (unsigned long long)seed);
+        CHECK_MSG(gc == cc, "%d classes, batch %d: %g correct on the GPU, %g on the CPU (seed %llu)", classes, n, gc,
+                  cc, (unsigned long long)seed);
+    }
+    free(z);
+    free(labels);
+    bn_net_free(cpu);
+    bn_net_free(gpu);
+    return BN_PASS;
+}
+
+/* The loss and accuracy reductions for every batch size 1..300: not only powers of two, and
+ * never reading past the batch (the rows past it hold NaN logits and invalid labels). */
+BN_TEST(gpu_layer_softmax_ce_metrics_every_batch_size)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    uint64_t seed = lt_fresh_seed();
+    static const int classes[] = {10, 7, 1000};
+    for (size_t i = 0; i < sizeof classes / sizeof classes[0]; i++) {
+        double worst = 0.0;
+        CHECK(metrics_sweep(classes[i], 300, ctx, seed + i, &worst) == BN_PASS);
+        printf("    softmax_ce metrics, %d classes, batches 1..300: worst relative loss-sum difference %.3g, "
+               "correct counts equal\n", classes[i], worst);
+    }
+    return BN_PASS;
+}
+
+/* ---- dropout: the GPU draws other masks than the CPU, so its structure is checked instead ---- */
+
+#define DROPOUT_TEXT "[input]\nchannels=16\nheight=5\nwidth=7\n[dropout]\nrate=0.3\n"
+#define DROPOUT_RATE 0.3
+
+/* A GPU dropout net of `capacity` at batch n, fed inputs away from zero (so a dropped element
+ * is exactly the zeros of the output) and a random output gradient. */
+static bn_status dropout_net(int capacity, int n, uint64_t seed, bn_ctx *ctx, bn_net **out)
+{
+    bn_net *net;
+    BN_TRY(bn_net_from_text(DROPOUT_TEXT, "dropout", &net));
+    *out = net;
+    BN_TRY(bn_net_setup(net, capacity, ctx, 1, seed));
+    BN_TRY(bn_net_set_batch(net, n));
+    BN_TRY(lt_fill_normal(net, seed, 1.0, 0.1));
+    bn_rng r;
+    bn_rng_seed(&r, seed, 5);
+    bn_blob *g = net->layers[0]->out_grad;
+    float *dy = bn_blob_host_wr(g);
+    if (!dy) return bn_last_status();
+    for (size_t i = 0; i < g->capacity; i++) dy[i] = (float)bn_rng_normal(&r);
+    return BN_OK;
+}
+
+static int check_dropout_pass(bn_net *net, bn_ctx *ctx, int train, uint64_t seed, double *kept_fraction)
+{
+    bn_layer *l = net->layers[0];
+    CHECK_OK(poison(l->out, ctx));
+    CHECK_OK(poison(net->input_grad, ctx));
+    net->pass.step = 5;
+    CHECK_OK(bn_net_forward(net, train));
+    CHECK_OK(bn_net_backward(net));
+    size_t count = bn_blob_count(l->in);
+    const float *x = bn_blob_host_rd(net->input), *y = bn_blob_host_rd(l->out);
+    const float *dy = bn_blob_host_rd(l->out_grad), *dx = bn_blob_host_rd(net->input_grad);
+    CHECK(x && y && dy && dx);
+    const float scale = 1.0f / (1.0f - (float)DROPOUT_RATE);
+    size_t kept = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (!train) {
+            CHECK_MSG(y[i] == x[i] && dx[i] == dy[i], "eval element %zu: y %g for x %g, dx %g for dy %g", i, y[i],
+                      x[i], dx[i], dy[i]);
+            continue;
+        }
+        if (y[i] == 0.0f) {
+            CHECK_MSG(dx[i] == 0.0f, "dropped element %zu has gradient %g (seed %llu)", i, dx[i],
+                      (unsigned long long)seed);
+            continue;
+        }
+        kept++;
+        CHECK_MSG(y[i] == x[i] * scale, "kept element %zu: y %.9g, x / (1 - rate) %.9g (seed %llu)", i, y[i],
+                  x[i] * scale, (unsigned long long)seed);
+        CHECK_MSG(dx[i] == dy[i] * scale, "kept element %zu: dx %.9g, dy / (1 - rate) %.9g (seed %llu)", i, dx[i],
+                  dy[i] * scale, (unsigned long long)seed);
+    }
+    *kept_fraction = (double)kept / (double)count;
+    return BN_PASS;
+}
+
+BN_TEST(gpu_layer_dropout_keeps_rate_and_scales)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    uint64_t seed = lt_fresh_seed();
+    for (int k = 0; k < NUM_SIZES; k++) {
+        bn_net *net;
+        CHECK_OK(dropout_net(capacities[k], batches[k], seed + (uint64_t)k, ctx, &net));
+        double kept, unused;
+        CHECK(check_dropout_pass(net, ctx, 1, seed, &kept) == BN_PASS);
+        /* Five standard deviations of a binomial fraction over this many elements. */
+        double count = (double)bn_blob_count(net->input);
+        double bound = 5.0 * sqrt(DROPOUT_RATE * (1.0 - DROPOUT_RATE) / count);
+        CHECK_MSG(fabs(kept - (1.0 - DROPOUT_RATE)) <= bound, "batch %d: kept %.4f of %g elements, expected %.2f +- %.4f",
+                  batches[k], kept, count, 1.0 - DROPOUT_RATE, bound);
+        if (batches[k] == 257) printf("    gpu dropout rate 0.3, batch 257: kept fraction %.4f\n", kept);
+        CHECK(check_dropout_pass(net, ctx, 0, seed, &unused) == BN_PASS);
+        bn_net_free(net);
+    }
+    return BN_PASS;
+}
+
+/* The output of one training forward at `step` (count floats into y). */
+static bn_status dropout_output(bn_net *net, unsigned long long step, float *y, size_t count)
+{
+    net->pass.step = step;
+    BN_TRY(bn_net_forward(net, 1));
+    return lt_read(net->layers[0]->out, y, count);
+}
+
+static size_t mask_differences(const float *a, const float *b, size_t count)
+{
+    size_t d = 0;
+    for (size_t i = 0; i < count; i++) d += (a[i] == 0.0f) != (b[i] == 0.0f);
+    return d;
+}
+
+/* The mask depends on (seed, layer, step) alone: a repeated step, and a fresh network replaying
+ * it after other draws, drop the same elements; another step or seed drops others. */
+BN_TEST(gpu_layer_dropout_mask_repeats_per_step)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    uint64_t seed = lt_fresh_seed();
+    bn_net *a, *b, *c;
+    CHECK_OK(dropout_net(64, 64, seed, ctx, &a));
+    size_t count = bn_blob_count(a->input);
+    float *y1 = malloc(count * sizeof *y1), *y2 = malloc(count * sizeof *y2);
+    CHECK(y1 && y2);
+    CHECK_OK(dropout_output(a, 7, y1, count));
+    CHECK_OK(dropout_output(a, 8, y2, count));
+    size_t other_step = mask_differences(y1, y2, count);
+    CHECK_OK(dropout_output(a, 7, y2, count));
+    CHECK_MSG(memcmp(y1, y2, count * sizeof *y1) == 0, "step 7 repeated gives another output (seed %llu)",
+              (unsigned long long)seed);
+    CHECK_OK(dropout_net(64, 64, seed, ctx, &b));
+    CHECK_OK(dropout_output(b, 7, y2, count));
+    CHECK_MSG(memcmp(y1, y2, count * sizeof *y1) == 0, "a fresh network replaying step 7 differs (seed %llu)",
+              (unsigned long long)seed);
+    CHECK_OK(dropout_net(64, 64, seed + 1, ctx, &c));
+    CHECK_OK(dropout_output(c, 7, y2, count));
+    size_t other_seed = mask_differences(y1, y2, count);
+    /* Independent masks disagree on 2 * 0.3 * 0.7 = 42% of the elements. */
+    CHECK_MSG(other_step > count / 4 && other_seed > count / 4,
+              "masks of other steps or seeds differ in only %zu and %zu of %zu elements", other_step, other_seed,
+              count);
+    free(y1);
+    free(y2);
+    bn_net_free(a);
+    bn_net_free(b);
+    bn_net_free(c);
+    return BN_PASS;
+}
