@@ -34,7 +34,7 @@ ifneq ($(NVTX_INC),)
     NVTX_RECORDER := $(BUILD)/tests/libnvtx_record.so
   endif
 endif
-LDLIBS   := -lopenblas -lz -lm -lpthread -ldl
+LDLIBS   := -lopenblas -lpng -lz -lm -lpthread -ldl
 
 ifeq ($(SANITIZE),1)
   CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer
@@ -60,18 +60,41 @@ LIB_OBJS  := $(C_SRCS:%.c=$(BUILD)/%.o) $(CU_SRCS:%.cu=$(BUILD)/%.cu.o)
 TEST_SRCS := $(wildcard tests/test_*.c) tests/runner.c
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 
-.PHONY: all test clean
-all: libblobnet.a blobnet tests/run_tests $(NVTX_RECORDER)
+# Layer plugins, kept out of the library: layers/examples/X.c (and X.cu with CUDA) make
+# $(BUILD)/plugins/X.so. A plugin's bn_* calls resolve against the program that loads it, so
+# the programs link the whole library and export its symbols (EXPORT_LIB).
+PLUGINS     := $(patsubst layers/examples/%.c,$(BUILD)/plugins/%.so,$(wildcard layers/examples/*.c))
+PLUGIN_CUS  := $(if $(WITH_CUDA),$(patsubst layers/examples/%.cu,$(BUILD)/plugins/%.so,$(wildcard layers/examples/*.cu)))
+PLUGIN_LIBS := $(if $(WITH_CUDA),-L$(CUDA_HOME)/lib64 -lcudart)
+EXPORT_LIB  := -rdynamic -Wl,--whole-archive libblobnet.a -Wl,--no-whole-archive
+
+.PHONY: all test clean plugins
+all: libblobnet.a blobnet tests/run_tests $(NVTX_RECORDER) plugins
 
 libblobnet.a: $(LIB_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
 blobnet: $(CLI_SRCS:%.c=$(BUILD)/%.o) libblobnet.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(EXPORT_LIB) $(LDLIBS)
 
 tests/run_tests: $(TEST_OBJS) libblobnet.a
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(EXPORT_LIB) $(LDLIBS)
+
+plugins: $(PLUGINS)
+
+$(PLUGINS): $(BUILD)/plugins/%.so: $(BUILD)/plugins/%.o
+	$(CC) $(LDFLAGS) -shared -o $@ $^ $(PLUGIN_LIBS)
+
+$(PLUGIN_CUS): $(BUILD)/plugins/%.so: $(BUILD)/plugins/%.cu.o
+
+$(BUILD)/plugins/%.o: layers/examples/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -fPIC -c $< -o $@
+
+$(BUILD)/plugins/%.cu.o: layers/examples/%.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -Xcompiler -fPIC -MMD -MP -c $< -o $@
 
 # An NVTX injection library the tests load to record every range the CLI opens.
 $(BUILD)/tests/libnvtx_record.so: tests/nvtx_record.c
@@ -94,9 +117,52 @@ $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -MMD -MP -c $< -o $@
 
-# Tests read real MNIST from BLOBNET_TEST_DATA when it is set.
+# Tests read real MNIST from BLOBNET_TEST_DATA when it is set. BLOBNET_MAKE is how the
+# install test calls make with this build's settings.
 test: all
-	BLOBNET_CLI=./blobnet BLOBNET_NVTX_RECORDER=$(NVTX_RECORDER) ./tests/run_tests $(TESTS)
+	BLOBNET_CLI=./blobnet BLOBNET_NVTX_RECORDER=$(NVTX_RECORDER) BLOBNET_PLUGINS=$(BUILD)/plugins \
+	  BLOBNET_MAKE='$(MAKE) BUILD=$(BUILD) CPU_ONLY=$(CPU_ONLY) SANITIZE=$(SANITIZE) NVTX=$(NVTX) CUDA_HOME=$(CUDA_HOME)' \
+	  ./tests/run_tests $(TESTS)
+
+# The quick start: MNIST fetched into MNIST_DIR when it is not there, then LeNet trained.
+MNIST_DIR   ?= data/mnist
+EPOCHS      ?= 2
+MNIST_FILES := train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte
+train: blobnet
+	@for f in $(MNIST_FILES); do \
+	    [ -f $(MNIST_DIR)/$$f.gz ] || [ -f $(MNIST_DIR)/$$f ] || { tools/fetch_mnist.sh $(MNIST_DIR) && break; } || exit 1; \
+	done
+	@mkdir -p runs
+	./blobnet train models/lenet.cfg --data $(MNIST_DIR) --epochs $(EPOCHS) \
+	    --save runs/lenet.safetensors --log runs/lenet.csv --log-every 20
+
+# make install PREFIX=DIR (default /usr/local; DESTDIR stages it): the CLI, the library, its
+# headers in include/blobnet/, the model files and a pkg-config file, all listed in
+# share/blobnet/install-manifest.txt, which make uninstall follows (tools/install.sh).
+PREFIX  ?= /usr/local
+VERSION := $(shell sed -n 's/^\#define BLOBNET_VERSION "\(.*\)"/\1/p' src/main.c)
+# The headers of the library; cli.h and commands.h belong to the CLI alone.
+INSTALL_HEADERS := $(filter-out src/cli.h src/commands.h,$(wildcard src/*.h)) datasets/idx.h
+INSTALL_ITEMS   := bin/blobnet=blobnet lib/libblobnet.a=libblobnet.a lib/pkgconfig/blobnet.pc=$(BUILD)/blobnet.pc \
+                   $(foreach h,$(INSTALL_HEADERS),include/blobnet/$(notdir $(h))=$(h)) \
+                   $(foreach m,$(wildcard models/*.cfg),share/blobnet/models/$(notdir $(m))=$(m))
+# A static library: its users link everything it needs, so all of it goes in Libs.
+comma     := ,
+PC_CFLAGS := $(strip -I$${includedir}/blobnet $(if $(WITH_CUDA),-DBN_WITH_CUDA))
+PC_LIBS   := $(strip -L$${libdir} -lblobnet $(LDLIBS) $(if $(filter 1,$(SANITIZE)),-fsanitize=address$(comma)undefined))
+
+install: blobnet libblobnet.a
+	@mkdir -p $(BUILD)
+	@printf '%s\n' 'prefix=$(PREFIX)' 'exec_prefix=$${prefix}' 'libdir=$${exec_prefix}/lib' \
+	    'includedir=$${prefix}/include' '' 'Name: blobnet' \
+	    'Description: a small deep-learning training framework in C on CUDA' 'Version: $(VERSION)' \
+	    'Cflags: $(PC_CFLAGS)' 'Libs: $(PC_LIBS)' > $(BUILD)/blobnet.pc
+	@tools/install.sh install '$(DESTDIR)$(PREFIX)' $(INSTALL_ITEMS)
+
+uninstall:
+	@tools/install.sh uninstall '$(DESTDIR)$(PREFIX)'
+
+.PHONY: train install uninstall
 
 clean:
 	rm -rf $(BUILD) libblobnet.a blobnet tests/run_tests

@@ -4,6 +4,7 @@
 
 #include "cli.h"
 #include "net.h"
+#include "plugin.h"
 
 static size_t layer_params(const bn_layer *l)
 {
@@ -35,10 +36,17 @@ int bn_cmd_summary(int argc, char **argv)
         bn_print_command_help("summary");
         return 0;
     }
-    if (argc != 2) return bn_usage_error("summary", "expected exactly one MODEL");
+    if (argc < 2) return bn_usage_error("summary", "expected exactly one MODEL");
     if (argv[1][0] == '-') return bn_usage_error("summary", "unknown option");
+    bn_status s = BN_OK;
+    for (int i = 2; i < argc && s == BN_OK; i += 2) {
+        if (strcmp(argv[i], "--plugin") != 0)
+            return bn_usage_error("summary", argv[i][0] == '-' ? "unknown option" : "expected exactly one MODEL");
+        if (i + 1 == argc) return bn_usage_error("summary", "option --plugin needs a value");
+        s = bn_plugin_load(argv[i + 1]);
+    }
     bn_net *net = NULL;
-    bn_status s = bn_net_from_file(argv[1], &net);
+    if (s == BN_OK) s = bn_net_from_file(argv[1], &net);
     if (s == BN_OK) s = bn_net_setup(net, 1, NULL, 0, net->train.seed);
     if (s == BN_OK) print_table(net);
     bn_net_free(net);

@@ -3,8 +3,11 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
+#include "plugin.h"
+#include "progress.h"
 #include "trainer.h"
 
 typedef struct train_args {
@@ -16,7 +19,7 @@ typedef struct train_args {
 } train_args;
 
 enum { OPT_DATA = 256, OPT_DATASET, OPT_DEVICE, OPT_EPOCHS, OPT_BATCH, OPT_LR, OPT_MOMENTUM, OPT_WD,
-       OPT_POLICY, OPT_SEED, OPT_LIMIT, OPT_SAVE, OPT_RESUME, OPT_QUIET, OPT_LOG, OPT_LOG_EVERY, OPT_TF32, OPT_DETERMINISTIC, OPT_PROFILE, OPT_HELP };
+       OPT_POLICY, OPT_SEED, OPT_LIMIT, OPT_SAVE, OPT_RESUME, OPT_QUIET, OPT_LOG, OPT_LOG_EVERY, OPT_TF32, OPT_DETERMINISTIC, OPT_PROFILE, OPT_PLUGIN, OPT_HELP };
 
 static const struct option train_options[] = {
     {"data", required_argument, 0, OPT_DATA},       {"dataset", required_argument, 0, OPT_DATASET},
@@ -28,7 +31,7 @@ static const struct option train_options[] = {
     {"resume", required_argument, 0, OPT_RESUME},   {"quiet", no_argument, 0, OPT_QUIET},
     {"log", required_argument, 0, OPT_LOG},         {"log-every", required_argument, 0, OPT_LOG_EVERY},
     {"tf32", no_argument, 0, OPT_TF32},             {"deterministic", no_argument, 0, OPT_DETERMINISTIC},
-    {"profile-steps", required_argument, 0, OPT_PROFILE},
+    {"profile-steps", required_argument, 0, OPT_PROFILE}, {"plugin", required_argument, 0, OPT_PLUGIN},
     {"help", no_argument, 0, OPT_HELP},             {0, 0, 0, 0},
 };
 
@@ -75,6 +78,7 @@ static int parse_args(int argc, char **argv, train_args *a)
         case OPT_PROFILE: BN_TRY(parse_step_range(optarg, &a->profile_first, &a->profile_last)); break;
         case OPT_DETERMINISTIC: a->deterministic = 1; break;
         case OPT_LOG_EVERY: BN_TRY(bn_cli_int("--log-every", optarg, 1, 2147483647L, &a->log_every)); break;
+        case OPT_PLUGIN: BN_TRY(bn_plugin_load(optarg)); break;
         case OPT_HELP: return -1;
         default: return bn_cli_option_error(opt, optopt, argv[optind - 1]);
         }
@@ -157,8 +161,17 @@ static bn_status run(const train_args *a, train_run *r)
     bn_trainer_opts opts = {.epochs = r->net->train.epochs, .save_path = a->save, .out = a->quiet ? NULL : stdout,
                             .log = r->log, .log_every = (int)a->log_every,
                             .profile_first = a->profile_first, .profile_last = a->profile_last};
+    /* The live line only on a terminal: logs and pipes get the epoch lines alone. */
+    bn_progress progress;
+    if (!a->quiet && isatty(fileno(stdout))) {
+        bn_progress_init(&progress, stdout);
+        opts.progress = bn_progress_hook;
+        opts.progress_user = &progress;
+    }
     bn_epoch_report last;
-    BN_TRY(bn_train(r->net, r->opt, &r->train, &r->test, &opts, &st, &last));
+    bn_status s = bn_train(r->net, r->opt, &r->train, &r->test, &opts, &st, &last);
+    if (opts.progress) bn_progress_clear(&progress);
+    BN_TRY(s);
     if (last.epoch == 0) {
         /* Nothing left to train: still evaluate, and save (with --epochs 0, the initial weights). */
         BN_TRY(bn_evaluate(r->net, &r->test, &last.test_loss, &last.test_acc));

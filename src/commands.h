@@ -14,7 +14,9 @@ typedef struct bn_command {
 
 int bn_cmd_train(int argc, char **argv);
 int bn_cmd_test(int argc, char **argv);
+int bn_cmd_predict(int argc, char **argv);
 int bn_cmd_summary(int argc, char **argv);
+int bn_cmd_check_layer(int argc, char **argv);
 int bn_cmd_time(int argc, char **argv);
 
 extern const bn_command bn_commands[];

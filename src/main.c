@@ -30,8 +30,10 @@ static const char train_usage[] =
     "  --log-every N       with --log, also a row every N steps\n"
     "  --tf32              allow TF32 tensor-core math on the GPU (faster, less exact)\n"
     "  --deterministic     only deterministic cuDNN algorithms: GPU runs repeat exactly\n"
+    "  --plugin FILE       load a layer plugin (.so) first; may be given several times\n"
     "  --profile-steps A:B profiler capture (cudaProfilerStart/Stop) around steps A..B\n"
-    "Flags override the model file's [train] section.\n";
+    "Flags override the model file's [train] section. On a terminal, a live line shows\n"
+    "each epoch's progress (batch, images/s, running loss and accuracy, time left).\n";
 
 static const char test_usage[] =
     "usage: blobnet test MODEL WEIGHTS [options]\n"
@@ -39,11 +41,47 @@ static const char test_usage[] =
     "  --data DIR          dataset directory (as for train)\n"
     "  --dataset NAME      mnist (default) or fashion-mnist\n"
     "  --device SPEC       cpu, gpu, gpu:N or auto (default auto)\n"
-    "  --batch N           evaluation batch size (default 1000)\n";
+    "  --batch N           evaluation batch size (default 1000)\n"
+    "  --plugin FILE       load a layer plugin (.so) first; may be given several times\n"
+    "  --misclassified DIR write each misclassified image to DIR as\n"
+    "                      <index>-true<label>-pred<class>.png\n"
+    "Also prints the confusion matrix (rows: true class, columns: predicted class)\n"
+    "and each class's accuracy.\n";
+
+static const char predict_usage[] =
+    "usage: blobnet predict MODEL WEIGHTS IMAGE... [options]\n"
+    "Prints the 3 most likely classes of each image with their probabilities.\n"
+    "Images are PNG (any colour type and bit depth) or PGM (P5 or P2, maxval up to 65535)\n"
+    "of any size; each is made grayscale and fitted into the model's input as MNIST's\n"
+    "digits were: cropped to the ink, scaled so its longer side is 20 of 28 pixels and\n"
+    "centred by centre of mass. MNIST digits are light on dark.\n"
+    "  --invert            the images are dark on light (ink on paper): invert them\n"
+    "                      (transparent pixels count as background either way)\n"
+    "  --json              one JSON object per image and line:\n"
+    "                      {\"file\":\"7.png\",\"top\":[{\"class\":7,\"p\":0.99},...]}\n"
+    "  --device SPEC       cpu, gpu, gpu:N or auto (default auto)\n"
+    "  --plugin FILE       load a layer plugin (.so) first; may be given several times\n"
+    "An image that cannot be read gets a one-line error on stderr and the others are\n"
+    "still predicted; the exit code is then 1. A light background draws a warning.\n";
 
 static const char summary_usage[] =
-    "usage: blobnet summary MODEL\n"
-    "Prints each layer's name, type, output shape, parameters and forward MFLOPs per image.\n";
+    "usage: blobnet summary MODEL [--plugin FILE]...\n"
+    "Prints each layer's name, type, output shape, parameters and forward MFLOPs per image.\n"
+    "  --plugin FILE       load a layer plugin (.so) first; may be given several times\n";
+
+static const char check_layer_usage[] =
+    "usage: blobnet check-layer TYPE [options]\n"
+    "Checks a layer type against the layer contract on a one-layer network: shapes at batch 1\n"
+    "and N, every output and input-gradient element written, gradients against central\n"
+    "differences (CPU), parameter gradients added not overwritten, CPU against GPU, and\n"
+    "bit-identical repeated passes. Prints a table; exits 1 when a check fails.\n"
+    "  --plugin FILE       load a layer plugin (.so) first; may be given several times\n"
+    "  --input C,H,W       shape of one input example (default 3,8,8)\n"
+    "  --options \"k=v ...\" the layer's keys, as in its model-file section\n"
+    "  --device SPEC       cpu, gpu, gpu:N or auto (default auto: GPU checks when there is one)\n"
+    "  --batch N           examples per pass, also compared with 1 (default 3)\n"
+    "  --stochastic        the layer draws random numbers in training (dropout): compare\n"
+    "                      CPU and GPU in evaluation mode\n";
 
 static const char time_usage[] =
     "usage: blobnet time MODEL [--batch N] [--iters N] [--device SPEC] [--tf32]\n"
@@ -54,7 +92,9 @@ static const char time_usage[] =
 const bn_command bn_commands[] = {
     {"train", "train a model on MNIST", train_usage, bn_cmd_train},
     {"test", "evaluate saved weights on the test set", test_usage, bn_cmd_test},
+    {"predict", "classify PNG or PGM images with saved weights", predict_usage, bn_cmd_predict},
     {"summary", "print a model's layers, shapes and sizes", summary_usage, bn_cmd_summary},
+    {"check-layer", "check a layer type against the layer contract", check_layer_usage, bn_cmd_check_layer},
     {"time", "time each layer's forward and backward pass", time_usage, bn_cmd_time},
     {NULL, NULL, NULL, NULL},
 };
@@ -63,8 +103,8 @@ static void print_main_help(void)
 {
     printf("blobnet %s - a small deep-learning trainer in C on CUDA\n\n"
            "usage: blobnet COMMAND [options]\n\ncommands:\n", BLOBNET_VERSION);
-    for (const bn_command *c = bn_commands; c->name; c++) printf("  %-10s %s\n", c->name, c->summary);
-    printf("  %-10s %s\n\n", "help CMD", "show a command's options");
+    for (const bn_command *c = bn_commands; c->name; c++) printf("  %-12s %s\n", c->name, c->summary);
+    printf("  %-12s %s\n\n", "help CMD", "show a command's options");
     printf("Run 'blobnet CMD --help' for a command's options.\n"
            "Exit codes: 0 success, 1 failure at run time, 2 usage error.\n");
 }

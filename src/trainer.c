@@ -62,6 +62,16 @@ static void log_epoch(const bn_trainer_opts *opts, const bn_epoch_report *r, lon
     fflush(opts->log);
 }
 
+bn_status bn_step_running_metrics(const bn_step_info *info, double *loss, double *acc)
+{
+    const float *sums = bn_blob_host_rd(info->sums);
+    if (!sums) return bn_last_status();
+    double seen = info->seen > 0 ? (double)info->seen : 1.0;
+    *loss = sums[0] / seen;
+    *acc = sums[1] / seen;
+    return BN_OK;
+}
+
 static bn_status train_step(bn_net *net, bn_sgd *opt, bn_loader *ld, int start, int n, long step)
 {
     char range[48];
@@ -83,6 +93,8 @@ static bn_status train_epoch(bn_net *net, bn_sgd *opt, bn_loader *ld, bn_blob *a
 {
     double t0 = now_seconds();
     int count = ld->data->count, batch = net->capacity;
+    bn_step_info info = {.epoch = st->epoch + 1, .epochs = opts->epochs, .batches = (count + batch - 1) / batch,
+                         .count = count, .sums = acc};
     BN_TRY(bn_loader_set_order(ld, 1, bn_epoch_seed(st->seed, st->epoch)));
     float *a = bn_blob_host_wr(acc);
     if (!a) return bn_last_status();
@@ -100,6 +112,13 @@ static bn_status train_epoch(bn_net *net, bn_sgd *opt, bn_loader *ld, bn_blob *a
             BN_TRY(log_step(opts, net, st->epoch + 1, st->step, lr, t0));
         st->batch_in_epoch++;
         st->epoch_seen += n;
+        if (opts->progress) {
+            info.batch = st->batch_in_epoch;
+            info.seen = st->epoch_seen;
+            info.images += n;
+            info.seconds = now_seconds() - t0;
+            BN_TRY(opts->progress(opts->progress_user, BN_PROGRESS_STEP, &info));
+        }
     }
     const float *sums = bn_blob_host_rd(acc);
     if (!sums) return bn_last_status();
@@ -175,6 +194,8 @@ bn_status bn_train(bn_net *net, bn_sgd *opt, const bn_dataset *train, const bn_d
         if (s == BN_OK && net->pass.ctx) s = bn_device_sync();
         double seconds = now_seconds() - t0;
         bn_nvtx_pop();
+        bn_step_info info = {.epoch = st->epoch + 1, .epochs = opts->epochs, .seen = st->epoch_seen, .sums = acc};
+        if (s == BN_OK && opts->progress) s = opts->progress(opts->progress_user, BN_PROGRESS_EVAL, &info);
         if (s != BN_OK) break;
         bn_epoch_report r = {.epoch = st->epoch + 1, .epochs = opts->epochs, .lr = bn_sgd_lr(opt, opt->iter - 1),
                              .train_loss = st->epoch_loss_sum / st->epoch_seen,
@@ -184,6 +205,10 @@ bn_status bn_train(bn_net *net, bn_sgd *opt, const bn_dataset *train, const bn_d
         if (s != BN_OK) break;
         *st = (bn_train_state){.seed = st->seed, .epoch = st->epoch + 1, .step = st->step};
         if (opts->save_path) s = bn_checkpoint_save(opts->save_path, net, opt, st);
+        if (opts->progress) {
+            bn_status p = opts->progress(opts->progress_user, BN_PROGRESS_DONE, &info);
+            if (s == BN_OK) s = p;
+        }
         print_epoch(opts->out, &r);
         if (opts->log) log_epoch(opts, &r, st->step);
         *last = r;

@@ -23,6 +23,30 @@ typedef struct bn_epoch_report {
     double images_per_s;
 } bn_epoch_report;
 
+/* What a progress hook is told after every training step: counters that cost nothing. */
+typedef struct bn_step_info {
+    int epoch, epochs;      /* the current epoch (1-based) and the last one of the run */
+    int batch, batches;     /* batches of this epoch done, and in all */
+    long seen, count;       /* images of this epoch done, and in all */
+    long images;            /* images trained since this process began the epoch */
+    double seconds;         /* since this process began the epoch */
+    bn_blob *sums;          /* the epoch's [loss sum, correct]: read through bn_step_running_metrics */
+} bn_step_info;
+
+typedef enum bn_progress_event {
+    BN_PROGRESS_STEP,       /* a training step has been queued */
+    BN_PROGRESS_EVAL,       /* the epoch's training is done; evaluation begins */
+    BN_PROGRESS_DONE        /* the epoch is complete; its summary line comes next */
+} bn_progress_event;
+
+/* A progress hook: must be cheap, since it runs after every step; a status other than BN_OK
+ * stops training with that status. */
+typedef bn_status (*bn_progress_fn)(void *user, bn_progress_event event, const bn_step_info *info);
+
+/* The epoch's running mean loss and accuracy. On the GPU this copies the device accumulator
+ * to the host, which waits for every queued step: a few calls a second, never every step. */
+bn_status bn_step_running_metrics(const bn_step_info *info, double *loss, double *acc);
+
 typedef struct bn_trainer_opts {
     int epochs;             /* train until this many epochs are complete */
     const char *save_path;  /* checkpoint written after every epoch, or NULL */
@@ -31,6 +55,8 @@ typedef struct bn_trainer_opts {
     int log_every;          /* with log: also a row every this many steps (0: epochs only) */
     long profile_first;     /* capture steps profile_first..profile_last (1-based, as the */
     long profile_last;      /* "step <n>" NVTX ranges) for a profiler; 0 captures nothing */
+    bn_progress_fn progress; /* called after every step and around evaluation, or NULL */
+    void *progress_user;    /* handed to progress */
 } bn_trainer_opts;
 
 /* The header line of the CSV metrics log. */

@@ -1,4 +1,4 @@
-/* Real training on MNIST through the CLI: accuracy after a short run, and exact resume. */
+/* Real training on MNIST through the CLI: accuracy after a short run, exact resume and the metrics log. */
 #include <stdlib.h>
 
 #include "testing.h"
@@ -98,5 +98,57 @@ BN_TEST(train_fashion_mnist_from_its_default_directory)
     double acc = final_accuracy();
     printf("    fashion-mnist, 3000 images, 1 epoch: %.2f%% test accuracy\n", acc);
     CHECK_MSG(acc >= 60.0, "accuracy %.2f%% below 60%%", acc); /* chance is 10% */
+    return BN_PASS;
+}
+
+/* Splits a CSV line (without its newline) into at most max fields, empty ones included. */
+static int split_csv(char *line, char **fields, int max)
+{
+    int n = 0;
+    for (char *p = line; n < max; p++) {
+        fields[n++] = p;
+        p = strchr(p, ',');
+        if (!p) break;
+        *p = '\0';
+    }
+    return n;
+}
+
+/* The metrics log: its header, a row every --log-every steps and a row per epoch. 640 images
+ * in batches of 64 are 10 steps an epoch; over 2 epochs with --log-every 4 that is step rows
+ * at steps 4, 8, 12, 16 and 20 and epoch rows at steps 10 and 20: 7 rows under the header. */
+BN_TEST(train_metrics_log_has_a_row_per_n_steps_and_per_epoch)
+{
+    if (!bn_test_data_dir()) BN_SKIP_TEST("BLOBNET_TEST_DATA not set");
+    char path[512], args[1024];
+    snprintf(path, sizeof path, "%s/metrics.csv", bn_test_tmpdir());
+    snprintf(args, sizeof args, "models/lenet.cfg --epochs 2 --train-limit 640 --batch 64 --log-every 4 --log %s --quiet",
+             path);
+    CHECK_MSG(train(args) == 0, "%s", out);
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL);
+    static const struct { int epoch, step, is_epoch; } want[] = {
+        {1, 4, 0}, {1, 8, 0}, {1, 10, 1}, {2, 12, 0}, {2, 16, 0}, {2, 20, 0}, {2, 20, 1}};
+    char line[512];
+    int rows = -1;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        if (rows++ < 0) {
+            CHECK_MSG(strcmp(line, "epoch,step,lr,train_loss,train_acc,test_loss,test_acc,seconds,images_per_s") == 0,
+                      "header: %s", line);
+            continue;
+        }
+        CHECK_MSG(rows <= 7, "extra row %s", line);
+        char *v[10];
+        CHECK_MSG(split_csv(line, v, 10) == 9, "row %d: %s", rows, line);
+        CHECK_MSG(atoi(v[0]) == want[rows - 1].epoch && atol(v[1]) == want[rows - 1].step, "row %d: %s", rows, v[0]);
+        CHECK(atof(v[2]) > 0.009 && atof(v[2]) <= 0.01); /* inv policy from 0.01 */
+        CHECK(atof(v[3]) > 0 && atof(v[4]) >= 0 && atof(v[4]) <= 1 && atof(v[7]) >= 0);
+        int test_filled = *v[5] && *v[6] && *v[8];
+        CHECK_MSG(test_filled == want[rows - 1].is_epoch, "row %d: test fields '%s' '%s' '%s'", rows, v[5], v[6], v[8]);
+        if (test_filled) CHECK(atof(v[5]) > 0 && atof(v[6]) > 0.1 && atof(v[6]) <= 1 && atof(v[8]) > 0);
+    }
+    fclose(f);
+    CHECK_MSG(rows == 7, "%d rows", rows);
     return BN_PASS;
 }

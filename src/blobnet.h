@@ -1,0 +1,69 @@
+/* blobnet.h - the one header a layer author includes: the layer contract and everything a
+ * layer's code touches (blobs, options, errors, the device context, the registry), plus the
+ * entry point of an out-of-tree layer plugin. docs/custom-layers.md walks through an example.
+ *
+ * A layer type is a const bn_layer_ops table (layer.h). What each op must do:
+ *   parse        read the section's keys with the bn_opt_* readers (options.h; a bad value is
+ *                reported with file:line) into l->priv, which it allocates. Optional.
+ *   setup        from the input shape of one example, set *out and declare every parameter with
+ *                bn_layer_add_param (shape and initialiser; for BN_INIT_CONSTANT set
+ *                l->params[i].init_value after it). It must not depend on the batch size, and
+ *                refuses an input it cannot handle with bn_layer_error (a usage error).
+ *   forward_cpu  read l->in, write EVERY element of l->out (first l->in->n examples).
+ *   backward_cpu read l->out_grad (and in, out), write every element of l->in_grad when it is not
+ *                NULL, and ADD into each l->params[i].grad: the network zeroes them once a step.
+ *   forward_gpu, backward_gpu   the same on the device, on pass->ctx->stream (cuBLAS and cuDNN
+ *                handles in pass->ctx are bound to it); take device pointers with BN_DEV_RD/WR.
+ *                Optional: NULL runs the CPU function instead. In the ops table write
+ *                BN_GPU(fn), which is NULL in a build without CUDA.
+ *   flops        forward floating-point operations per example, for `blobnet summary`. Optional.
+ *   destroy      free l->priv and what it holds. Optional (NULL frees l->priv).
+ * A loss layer (is_loss = 1) reads pass->labels, writes pass->metrics [loss sum, correct count]
+ * and has no out_grad: its backward starts the gradient. Every op returns BN_OK or the status
+ * of bn_error / bn_layer_error / bn_opt_error. The framework opens an NVTX range around every
+ * forward and backward call, so a user layer is named on the profiler timeline like the others.
+ *
+ * CUDA files (.cu) including this header also get cuda_check.h: BN_CUDA, BN_CUBLAS, BN_CUDNN
+ * and BN_CUDA_LAUNCH turn a failed call into a status naming file:line.
+ *
+ * Adding a layer type, in tree: a file pair layers/X.c and layers/X.cu plus one line in the
+ * builtin table of src/registry.c. Out of tree: build the pair into a shared library that
+ * defines blobnet_plugin_register (below) and run `blobnet train MODEL --plugin FILE.so`; or
+ * link the pair into your own program against libblobnet.a and call bn_register_layer. */
+#ifndef BN_BLOBNET_H
+#define BN_BLOBNET_H
+
+#include "blob.h"
+#include "device.h"
+#include "layer.h"
+#include "options.h"
+#include "registry.h"
+#include "status.h"
+
+#ifdef __CUDACC__
+#include "cuda_check.h"
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The name of the one symbol a plugin exports (bn_plugin_load looks it up). */
+#define BN_PLUGIN_ENTRY "blobnet_plugin_register"
+
+#if defined(__GNUC__)
+#define BN_PLUGIN_EXPORT __attribute__((visibility("default")))
+#else
+#define BN_PLUGIN_EXPORT
+#endif
+
+/* Defined by a plugin, called once when blobnet loads it: registers the plugin's layer types
+ * with bn_register_layer and returns the first failure. The ops tables it registers must stay
+ * valid for the life of the process (a loaded plugin is never unloaded). A plugin is built
+ * against the blobnet headers of the binary that loads it. */
+BN_PLUGIN_EXPORT bn_status blobnet_plugin_register(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

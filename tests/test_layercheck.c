@@ -1,0 +1,386 @@
+/* test_layercheck.c - the check kit: the built-in layers pass it, and test-only layer types
+ * that each break one rule of the layer contract are caught by the check for that rule. */
+#include "layercheck.h"
+#include "registry.h"
+#include "testing.h"
+
+/* ---- test-only layer types: y = 2x, or y = w * x with one learnable scalar ---- */
+
+static bn_status same_setup(bn_layer *l, bn_shape in, bn_shape *out)
+{
+    *out = in;
+    return BN_OK;
+}
+
+static bn_status times(bn_layer *l, float k, size_t count)
+{
+    BN_HOST_RD(x, l->in);
+    BN_HOST_WR(y, l->out);
+    for (size_t i = 0; i < count; i++) y[i] = k * x[i];
+    return BN_OK;
+}
+
+static bn_status double_forward(bn_layer *l, const bn_pass *p)
+{
+    return times(l, 2.0f, bn_blob_count(l->out));
+}
+
+/* Forgets the second half of the output. */
+static bn_status half_forward(bn_layer *l, const bn_pass *p)
+{
+    return times(l, 2.0f, bn_blob_count(l->out) / 2);
+}
+
+/* A different result on every other call, like a reduction whose order changes. */
+static bn_status noisy_forward(bn_layer *l, const bn_pass *p)
+{
+    static unsigned calls;
+    return times(l, (calls++ & 1) ? 2.0f : 2.0f + 1e-6f, bn_blob_count(l->out));
+}
+
+/* A "GPU" path one percent off: it runs on the host, which is all the comparison needs. */
+static bn_status off_forward(bn_layer *l, const bn_pass *p)
+{
+    return times(l, 2.02f, bn_blob_count(l->out));
+}
+
+static bn_status input_grad_times(bn_layer *l, float k)
+{
+    if (!l->in_grad) return BN_OK;
+    BN_HOST_RD(dy, l->out_grad);
+    BN_HOST_WR(dx, l->in_grad);
+    for (size_t i = 0; i < bn_blob_count(l->in); i++) dx[i] = k * dy[i];
+    return BN_OK;
+}
+
+static bn_status double_backward(bn_layer *l, const bn_pass *p)
+{
+    return input_grad_times(l, 2.0f);
+}
+
+/* The derivative of 2x is not 3. */
+static bn_status wrong_backward(bn_layer *l, const bn_pass *p)
+{
+    return input_grad_times(l, 3.0f);
+}
+
+/* Output one channel wider on every call: setup depends on something besides the input. */
+static bn_status growing_setup(bn_layer *l, bn_shape in, bn_shape *out)
+{
+    static int calls;
+    *out = (bn_shape){in.c + calls++, in.h, in.w};
+    return BN_OK;
+}
+
+static bn_status scale_setup(bn_layer *l, bn_shape in, bn_shape *out)
+{
+    if (bn_layer_add_param(l, "w", 1, 1, 1, 1, BN_INIT_CONSTANT, 1, 1) != 0) return bn_last_status();
+    l->params[0].init_value = 1.5f;
+    *out = in;
+    return BN_OK;
+}
+
+static bn_status scale_forward(bn_layer *l, const bn_pass *p)
+{
+    BN_HOST_RD(w, l->params[0].value);
+    return times(l, w[0], bn_blob_count(l->out));
+}
+
+/* dx = w dy and dw = sum x dy, which is added to the gradient or, wrongly, overwrites it. */
+static bn_status scale_backward(bn_layer *l, int add)
+{
+    BN_HOST_RD(w, l->params[0].value);
+    BN_TRY(input_grad_times(l, w[0]));
+    BN_HOST_RD(x, l->in);
+    BN_HOST_RD(dy, l->out_grad);
+    BN_HOST_WR(dw, l->params[0].grad);
+    double s = 0.0;
+    for (size_t i = 0; i < bn_blob_count(l->in); i++) s += (double)x[i] * dy[i];
+    dw[0] = (add ? dw[0] : 0.0f) + (float)s;
+    return BN_OK;
+}
+
+static bn_status scale_backward_adds(bn_layer *l, const bn_pass *p)
+{
+    return scale_backward(l, 1);
+}
+
+static bn_status scale_backward_overwrites(bn_layer *l, const bn_pass *p)
+{
+    return scale_backward(l, 0);
+}
+
+#define TEST_OPS(sym, name, setup_fn, fwd, bwd)                                                          \
+    static const bn_layer_ops sym = {.type = name, .help = "test only", .setup = setup_fn, .forward_cpu = fwd, \
+                                     .backward_cpu = bwd}
+
+TEST_OPS(good_ops, "lc_test_double", same_setup, double_forward, double_backward);
+TEST_OPS(wrong_backward_ops, "lc_test_wrong_backward", same_setup, double_forward, wrong_backward);
+TEST_OPS(half_forward_ops, "lc_test_half_forward", same_setup, half_forward, double_backward);
+TEST_OPS(noisy_ops, "lc_test_noisy", same_setup, noisy_forward, double_backward);
+TEST_OPS(growing_ops, "lc_test_growing", growing_setup, double_forward, double_backward);
+TEST_OPS(scale_ops, "lc_test_scale", scale_setup, scale_forward, scale_backward_adds);
+TEST_OPS(overwrite_ops, "lc_test_overwrites", scale_setup, scale_forward, scale_backward_overwrites);
+
+static const bn_layer_ops wrong_gpu_ops = {
+    .type = "lc_test_wrong_gpu", .help = "test only", .setup = same_setup, .forward_cpu = double_forward,
+    .backward_cpu = double_backward, .forward_gpu = off_forward, .backward_gpu = double_backward,
+};
+
+/* Registers ops unless an earlier test did. */
+static bn_status ensure(const bn_layer_ops *ops)
+{
+    return bn_find_layer(ops->type) == ops ? BN_OK : bn_register_layer(ops);
+}
+
+static bn_status run_kit(const char *type, const char *options, bn_ctx *ctx, bn_layercheck_report *r)
+{
+    bn_layercheck_opts o = bn_layercheck_defaults();
+    o.type = type;
+    o.options = options;
+    o.input = (bn_shape){2, 3, 4};
+    o.ctx = ctx;
+    return bn_layercheck_run(&o, r);
+}
+
+static void print_report(const char *type, const bn_layercheck_report *r)
+{
+    for (int i = 0; i < BN_CHECK_COUNT; i++)
+        fprintf(stderr, "    %s: %-16s %s %s\n", type, r->checks[i].name, bn_check_outcome_name(r->checks[i].outcome),
+                r->checks[i].detail);
+}
+
+/* The outcome of check id, printing the whole report when it is not the expected one. */
+#define CHECK_OUTCOME(type, r, id, want)                                                      \
+    do {                                                                                     \
+        if ((r).checks[id].outcome != (want)) print_report(type, &(r));                      \
+        CHECK_MSG((r).checks[id].outcome == (want), "%s: check '%s' is %s", type,            \
+                  (r).checks[id].name, bn_check_outcome_name((r).checks[id].outcome));       \
+    } while (0)
+
+static const bn_check_id cpu_checks[] = {BN_CHECK_SHAPES, BN_CHECK_WRITES, BN_CHECK_GRADIENT,
+                                         BN_CHECK_DETERMINISM_CPU};
+
+BN_TEST(layercheck_builtin_types_pass_on_cpu)
+{
+    static const struct {
+        const char *type, *options;
+        int has_params;
+    } cases[] = {
+        {"dense", "outputs=5", 1}, {"conv2d", "filters=3 size=3 pad=1", 1}, {"maxpool", "size=2", 0},
+        {"avgpool", "size=3 stride=2 pad=1", 0}, {"relu", NULL, 0}, {"sigmoid", NULL, 0}, {"tanh", NULL, 0},
+        {"leaky_relu", "slope=0.1", 0}, {"elu", NULL, 0}, {"dropout", "rate=0.3", 0}, {"softmax_ce", NULL, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        bn_layercheck_report r;
+        CHECK_OK(run_kit(cases[i].type, cases[i].options, NULL, &r));
+        for (size_t k = 0; k < sizeof cpu_checks / sizeof cpu_checks[0]; k++)
+            CHECK_OUTCOME(cases[i].type, r, cpu_checks[k], BN_CHECK_PASS);
+        CHECK_OUTCOME(cases[i].type, r, BN_CHECK_ACCUMULATES, cases[i].has_params ? BN_CHECK_PASS : BN_CHECK_SKIP);
+        CHECK_OUTCOME(cases[i].type, r, BN_CHECK_DEVICES, BN_CHECK_SKIP);
+        CHECK_OUTCOME(cases[i].type, r, BN_CHECK_DETERMINISM_GPU, BN_CHECK_SKIP);
+        CHECK(r.failed == 0 && r.passed + r.skipped == BN_CHECK_COUNT);
+    }
+    return BN_PASS;
+}
+
+BN_TEST(layercheck_correct_test_layers_pass)
+{
+    CHECK_OK(ensure(&good_ops));
+    CHECK_OK(ensure(&scale_ops));
+    bn_layercheck_report r;
+    CHECK_OK(run_kit("lc_test_double", NULL, NULL, &r));
+    CHECK(r.failed == 0 && r.passed == 4);
+    CHECK(strstr(r.checks[BN_CHECK_SHAPES].detail, "2x3x4 -> 2x3x4 at batch 1 and 3; no parameters") != NULL);
+    CHECK(strstr(r.checks[BN_CHECK_WRITES].detail, "all 72 outputs and 72 input-gradient elements") != NULL);
+    CHECK_OK(run_kit("lc_test_scale", NULL, NULL, &r));
+    CHECK(r.failed == 0 && r.passed == 5);
+    CHECK(strstr(r.checks[BN_CHECK_SHAPES].detail, "w 1x1x1x1") != NULL);
+    return BN_PASS;
+}
+
+BN_TEST(layercheck_catches_a_wrong_backward)
+{
+    CHECK_OK(ensure(&wrong_backward_ops));
+    bn_layercheck_report r;
+    CHECK_OK(run_kit("lc_test_wrong_backward", NULL, NULL, &r));
+    CHECK_OUTCOME("wrong backward", r, BN_CHECK_GRADIENT, BN_CHECK_FAIL);
+    /* dJ/dx is 2 R but the layer says 3 R: a relative error of 1 / 5. */
+    CHECK_MSG(strstr(r.checks[BN_CHECK_GRADIENT].detail, "gradient check failed at input[") != NULL, "%s",
+              r.checks[BN_CHECK_GRADIENT].detail);
+    CHECK_MSG(strstr(r.checks[BN_CHECK_GRADIENT].detail, "relative error 0.2 >") != NULL, "%s",
+              r.checks[BN_CHECK_GRADIENT].detail);
+    CHECK_OUTCOME("wrong backward", r, BN_CHECK_SHAPES, BN_CHECK_PASS);
+    CHECK_OUTCOME("wrong backward", r, BN_CHECK_WRITES, BN_CHECK_PASS);
+    CHECK(r.failed == 1);
+    return BN_PASS;
+}
+
+BN_TEST(layercheck_catches_an_unwritten_output)
+{
+    CHECK_OK(ensure(&half_forward_ops));
+    bn_layercheck_report r;
+    CHECK_OK(run_kit("lc_test_half_forward", NULL, NULL, &r));
+    CHECK_OUTCOME("half forward", r, BN_CHECK_WRITES, BN_CHECK_FAIL);
+    CHECK_MSG(strstr(r.checks[BN_CHECK_WRITES].detail, "36 of 72 outputs, 0 of 72 input-gradient") != NULL, "%s",
+              r.checks[BN_CHECK_WRITES].detail);
+    return BN_PASS;
+}
+
+BN_TEST(layercheck_catches_an_overwritten_parameter_gradient)
+{
+    CHECK_OK(ensure(&overwrite_ops));
+    bn_layercheck_report r;
+    CHECK_OK(run_kit("lc_test_overwrites", NULL, NULL, &r));
+    /* One backward from zero gives the right gradient; only the second one shows the fault. */
+    CHECK_OUTCOME("overwrites", r, BN_CHECK_GRADIENT, BN_CHECK_PASS);
+    CHECK_OUTCOME("overwrites", r, BN_CHECK_ACCUMULATES, BN_CHECK_FAIL);
+    CHECK_MSG(strstr(r.checks[BN_CHECK_ACCUMULATES].detail, "w gradient[0] at") != NULL, "%s",
+              r.checks[BN_CHECK_ACCUMULATES].detail);
+    CHECK(r.failed == 1);
+    return BN_PASS;
+}
+
+BN_TEST(layercheck_catches_nondeterminism)
+{
+    CHECK_OK(ensure(&noisy_ops));
+    bn_layercheck_report r;
+    CHECK_OK(run_kit("lc_test_noisy", NULL, NULL, &r));
+    CHECK_OUTCOME("noisy", r, BN_CHECK_DETERMINISM_CPU, BN_CHECK_FAIL);
+    CHECK_MSG(strstr(r.checks[BN_CHECK_DETERMINISM_CPU].detail, "output[") != NULL, "%s",
+              r.checks[BN_CHECK_DETERMINISM_CPU].detail);
+    return BN_PASS;
+}
+
+BN_TEST(layercheck_catches_a_setup_that_changes)
+{
+    CHECK_OK(ensure(&growing_ops));
+    bn_layercheck_report r;
+    CHECK_OK(run_kit("lc_test_growing", NULL, NULL, &r));
+    CHECK_OUTCOME("growing", r, BN_CHECK_SHAPES, BN_CHECK_FAIL);
+    CHECK_MSG(strstr(r.checks[BN_CHECK_SHAPES].detail, "setup depends on the batch") != NULL, "%s",
+              r.checks[BN_CHECK_SHAPES].detail);
+    /* Nothing else runs on a network whose shapes are not the layer's. */
+    CHECK(r.failed == 1 && r.skipped == BN_CHECK_COUNT - 1);
+    CHECK(strstr(r.checks[BN_CHECK_GRADIENT].detail, "not run") != NULL);
+    return BN_PASS;
+}
+
+BN_TEST(layercheck_usage_errors)
+{
+    bn_layercheck_report r;
+    CHECK_ERR(run_kit("no_such_type", NULL, NULL, &r), BN_ERR_USAGE, "unknown layer type 'no_such_type'");
+    CHECK_ERR(run_kit("dense", NULL, NULL, &r), BN_ERR_USAGE, "check-layer:5: [dense] missing required key 'outputs'");
+    CHECK_ERR(run_kit("dense", "outputs=abc", NULL, &r), BN_ERR_USAGE, "check-layer:6: [dense] outputs = 'abc'");
+    CHECK_ERR(run_kit("dense", "outputs", NULL, &r), BN_ERR_USAGE, "not of the form key=value");
+    CHECK_ERR(run_kit("dense", "outputs=2 colour=red", NULL, &r), BN_ERR_USAGE, "unknown key 'colour'");
+    CHECK_ERR(run_kit("conv2d", "filters=2 size=5", NULL, &r), BN_ERR_USAGE, "larger than the padded input");
+    bn_layercheck_opts o = bn_layercheck_defaults();
+    o.type = "relu";
+    o.batch = 0;
+    CHECK_ERR(bn_layercheck_run(&o, &r), BN_ERR_USAGE, "batch 0 is not positive");
+    return BN_PASS;
+}
+
+BN_TEST(layercheck_gpu_matches_cpu_for_builtins)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    static const struct {
+        const char *type, *options;
+    } cases[] = {
+        {"dense", "outputs=5"}, {"conv2d", "filters=3 size=3 pad=1"}, {"maxpool", "size=2"},
+        {"avgpool", "size=3 pad=1"}, {"relu", NULL}, {"tanh", NULL}, {"leaky_relu", NULL}, {"softmax_ce", NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        bn_layercheck_report r;
+        CHECK_OK(run_kit(cases[i].type, cases[i].options, ctx, &r));
+        CHECK_OUTCOME(cases[i].type, r, BN_CHECK_DEVICES, BN_CHECK_PASS);
+        CHECK_OUTCOME(cases[i].type, r, BN_CHECK_DETERMINISM_GPU, BN_CHECK_PASS);
+        CHECK(r.failed == 0);
+    }
+    return BN_PASS;
+}
+
+/* Dropout's GPU masks are not the CPU's: the kit says so, and compares evaluation passes when
+ * told the layer is stochastic. */
+BN_TEST(layercheck_gpu_dropout_needs_stochastic)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    bn_layercheck_report r;
+    CHECK_OK(run_kit("dropout", "rate=0.3", ctx, &r));
+    CHECK_OUTCOME("dropout", r, BN_CHECK_DEVICES, BN_CHECK_FAIL);
+    CHECK_MSG(strstr(r.checks[BN_CHECK_DEVICES].detail, "in evaluation mode the devices agree") != NULL, "%s",
+              r.checks[BN_CHECK_DEVICES].detail);
+    CHECK_OUTCOME("dropout", r, BN_CHECK_DETERMINISM_GPU, BN_CHECK_PASS);
+    bn_layercheck_opts o = bn_layercheck_defaults();
+    o.type = "dropout";
+    o.options = "rate=0.3";
+    o.ctx = ctx;
+    o.stochastic = 1;
+    CHECK_OK(bn_layercheck_run(&o, &r));
+    CHECK_OUTCOME("dropout", r, BN_CHECK_DEVICES, BN_CHECK_PASS);
+    CHECK(r.failed == 0);
+    return BN_PASS;
+}
+
+BN_TEST(layercheck_gpu_catches_a_wrong_gpu_path)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    CHECK_OK(ensure(&wrong_gpu_ops));
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    bn_layercheck_report r;
+    CHECK_OK(run_kit("lc_test_wrong_gpu", NULL, ctx, &r));
+    CHECK_OUTCOME("wrong gpu", r, BN_CHECK_DEVICES, BN_CHECK_FAIL);
+    /* 2.02 x against 2 x: one percent of the blob's largest value at its largest element. */
+    CHECK_MSG(strstr(r.checks[BN_CHECK_DEVICES].detail, "difference 0.01 of the blob's scale") != NULL, "%s",
+              r.checks[BN_CHECK_DEVICES].detail);
+    CHECK(r.failed == 1);
+    return BN_PASS;
+}
+
+/* ---- the command line ---- */
+
+static char out[1 << 15];
+
+static int cli(const char *args)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s check-layer %s", bn_test_cli(), args);
+    return bn_test_run(cmd, out, sizeof out);
+}
+
+BN_TEST(layercheck_cli_table_and_exit_codes)
+{
+    int rc = cli("leaky_relu --options slope=0.2 --input 4,3,3 --batch 2 --device cpu");
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, out);
+    CHECK(strstr(out, "check-layer leaky_relu: input 4x3x3, batch 2, options \"slope=0.2\", device cpu\n") != NULL);
+    CHECK(strstr(out, "check            result  detail\n") != NULL);
+    CHECK(strstr(out, "shapes           pass    4x3x3 -> 4x3x3 at batch 1 and 2; no parameters\n") != NULL);
+    CHECK(strstr(out, "gradient         pass    72 coordinates") != NULL);
+    CHECK(strstr(out, "accumulates      skip    no parameters\n") != NULL);
+    CHECK_MSG(strstr(out, "4 passed, 0 failed, 3 skipped\n") != NULL, "%s", out);
+
+    rc = cli("no_such_type");
+    CHECK(rc == 2 && strcmp(out, "blobnet: error: check-layer: unknown layer type 'no_such_type' (a plugin's "
+                                 "types are known once it is loaded)\n") == 0);
+    rc = cli("dense --options outputs=abc --device cpu");
+    CHECK(rc == 2 && strstr(out, "blobnet: error: check-layer:6: [dense] outputs = 'abc' is not an integer") == out);
+    rc = cli("dense --input 3,4 --options outputs=2");
+    CHECK(rc == 2 && strstr(out, "blobnet: error: --input: '3,4' is not C,H,W (three integers)") == out);
+    rc = cli("dense --input 3,0,4 --options outputs=2");
+    CHECK(rc == 2 && strstr(out, "--input: 0 is outside 1..65536") != NULL);
+    rc = cli("relu --batch 0");
+    CHECK(rc == 2 && strstr(out, "--batch: 0 is outside 1..4096") != NULL);
+    rc = cli("relu --device tpu");
+    CHECK(rc == 2 && strstr(out, "--device: 'tpu' is not one of") != NULL);
+    rc = cli("");
+    CHECK(rc == 2 && strstr(out, "check-layer: missing TYPE") != NULL);
+    rc = cli("--help");
+    CHECK(rc == 0 && strstr(out, "usage: blobnet check-layer TYPE [options]") == out);
+    return BN_PASS;
+}
