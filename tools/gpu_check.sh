@@ -10,8 +10,9 @@ set -uo pipefail
 data=${1:?usage: tools/gpu_check.sh DATA_DIR [STAGE...]}
 shift
 stages=${*:-build test sanitize crosscheck accuracy speed peer}
-logs=${OUT:-gpu-logs}
-mkdir -p "$logs"
+# Logs are written to a scratch folder and packed into one archive under $OUT at the end.
+logs=$(mktemp -d)
+trap 'tar -czf "${OUT:-.}/gpu-logs.tgz" -C "$logs" . 2>/dev/null' EXIT
 summary=()
 note() { summary+=("$*"); echo "== $*"; }
 has() { [[ " $stages " == *" $1 "* ]]; }
@@ -46,7 +47,7 @@ if has crosscheck; then
 fi
 
 if has accuracy; then
-    ./blobnet train models/lenet.cfg --device gpu --epochs 10 --data "$data" --save "$logs/lenet.safetensors" \
+    ./blobnet train models/lenet.cfg --device gpu --epochs 10 --data "$data" \
         >"$logs/lenet-gpu-10.log" 2>&1
     cat "$logs/lenet-gpu-10.log"
     first=$(awk '/^epoch/ { for (i = 1; i <= NF; i++) if ($i == "test") { v = $(i + 2); sub("%", "", v); if (v + 0 >= 99.0) { print $2; exit } } }' "$logs/lenet-gpu-10.log")

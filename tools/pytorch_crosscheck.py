@@ -73,6 +73,23 @@ def read_safetensors(path):
     return tensors, meta
 
 
+def input_standardisation(model_path):
+    """The [input] section's mean and std (defaults 0 and 1), as blobnet applies them."""
+    mean, std, section = 0.0, 1.0, None
+    with open(model_path) as f:
+        for line in f:
+            line = line.split("#")[0].split(";")[0].strip()
+            if line.startswith("["):
+                section = line.strip("[] ")
+            elif section == "input" and "=" in line:
+                key, value = (t.strip() for t in line.split("=", 1))
+                if key == "mean":
+                    mean = float(value)
+                elif key == "std":
+                    std = float(value)
+    return np.float32(mean), np.float32(std)
+
+
 def lenet_forward(p, x):
     x = F.max_pool2d(F.conv2d(x, p["conv1.weight"], p["conv1.bias"]), 2)
     x = F.max_pool2d(F.conv2d(x, p["conv2.weight"], p["conv2.bias"]), 2)
@@ -120,11 +137,12 @@ def main():
     images = read_idx(os.path.join(a.data, "train-images-idx3-ubyte.gz"))[:count]
     labels = read_idx(os.path.join(a.data, "train-labels-idx1-ubyte.gz"))[:count]
     base_lr, gamma, power, momentum, wd, bias_mult = 0.01, 1e-4, 0.75, 0.9, 5e-4, 2.0
+    mean, std = input_standardisation(a.model)
 
     worst = 0.0
     for step in range(a.steps):
         idx = order[step * a.batch:(step + 1) * a.batch]
-        x = torch.tensor(images[idx].astype(np.float32) / 255.0, device=dev)
+        x = torch.tensor((images[idx].astype(np.float32) / np.float32(255.0) - mean) / std, device=dev)
         y = torch.tensor(labels[idx].astype(np.int64), device=dev)
         loss = F.cross_entropy(lenet_forward(params, x), y)
         for p in params.values():
