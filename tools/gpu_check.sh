@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs blobnet's GPU checks on a machine with a CUDA device, in stages; logs go to $OUT
-# (or ./gpu-logs) and a short summary is printed last.
+# Runs blobnet's GPU checks on a machine with a CUDA device, in stages; the logs end up in
+# $OUT/gpu-logs.tgz (or ./gpu-logs.tgz) and a short summary is printed last.
 #
 #   tools/gpu_check.sh DATA_DIR [STAGE...]
 #
@@ -29,7 +29,8 @@ fi
 if has test; then
     BLOBNET_TEST_DATA=$data make test >"$logs/test.log" 2>&1
     note "make test: $(tail -1 "$logs/test.log")"
-    grep -E "^(FAIL|skip)|gpu vs cpu|worst" "$logs/test.log" | head -40
+    grep -E -A3 "^FAIL" "$logs/test.log" | head -40
+    grep -E "^FAIL" -B6 "$logs/test.log" | grep -E "check failed" | head -20
 fi
 
 if has sanitize; then
