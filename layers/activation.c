@@ -146,6 +146,7 @@ static void act_destroy(bn_layer *l)
         .type = name,                                             \
         .help = text,                                             \
         .kind = BN_NVTX_LAYER_ACTIVATION,                         \
+        .graph_safe = 1,                                          \
         .parse = parser,                                          \
         .setup = act_setup,                                       \
         .forward_cpu = act_forward,                               \

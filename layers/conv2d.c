@@ -12,6 +12,9 @@ static const bn_init init_kinds[] = {BN_INIT_XAVIER, BN_INIT_HE};
 
 enum { WEIGHT, BIAS };
 
+/* 2^28 floats (1 GiB): a bound on the weights and on one example's column buffer. */
+#define CONV_MAX_FLOATS (1 << 28)
+
 static bn_status conv_parse(bn_layer *l, bn_options *o)
 {
     conv_priv c = {0};
@@ -38,6 +41,14 @@ static bn_status conv_setup(bn_layer *l, bn_shape in, bn_shape *out)
     if (oh == 0 || ow == 0)
         return bn_layer_error(l, "kernel %dx%d is larger than the padded input %dx%d", c->size,
                               c->size, in.h + 2 * c->pad, in.w + 2 * c->pad);
+    /* The passes count weights and column cells in ints, and the column buffer is allocated
+     * here: sizes past CONV_MAX_FLOATS are refused before either can go wrong. */
+    double weights = (double)c->filters * in.c * c->size * c->size;
+    double cols = (double)in.c * c->size * c->size * oh * ow;
+    if (weights > CONV_MAX_FLOATS || cols > CONV_MAX_FLOATS)
+        return bn_layer_error(l, "input %dx%dx%d and %d filters of %dx%d need %.3g weights and a column buffer of "
+                              "%.3g floats; at most %d each", in.c, in.h, in.w, c->filters, c->size, c->size,
+                              weights, cols, CONV_MAX_FLOATS);
     c->g = (bn_conv_geom){in.c, in.h, in.w, c->size, c->stride, c->pad, oh, ow};
     int taps = in.c * c->size * c->size;
     if (bn_layer_add_param(l, "weight", c->filters, in.c, c->size, c->size, init_kinds[c->init],
@@ -146,6 +157,7 @@ const bn_layer_ops bn_conv2d_ops = {
     .help = "2-D convolution with square kernels; keys: filters (required), size (required), "
             "stride (1), pad (0, < size), init = xavier|he (xavier)",
     .kind = BN_NVTX_LAYER_COMPUTE,
+    .graph_safe = 1,
     .parse = conv_parse,
     .setup = conv_setup,
     .forward_cpu = conv_forward,

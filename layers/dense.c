@@ -87,6 +87,7 @@ const bn_layer_ops bn_dense_ops = {
     .help = "fully connected Y = X W^T + b over the flattened input; keys: outputs (required), "
             "init = xavier|he (xavier)",
     .kind = BN_NVTX_LAYER_COMPUTE,
+    .graph_safe = 1,
     .parse = dense_parse,
     .setup = dense_setup,
     .forward_cpu = dense_forward,

@@ -122,6 +122,7 @@ const bn_layer_ops bn_softmax_ce_ops = {
             "loss layer); no keys",
     .is_loss = 1,
     .kind = BN_NVTX_LAYER_LOSS,
+    .graph_safe = 1,
     .parse = softmax_parse,
     .setup = softmax_setup,
     .forward_cpu = softmax_forward,

@@ -15,11 +15,13 @@ typedef struct train_args {
     long epochs, batch, seed, train_limit, log_every, profile_first, profile_last;
     double lr, momentum, weight_decay;
     const char *lr_policy;
-    int quiet, tf32, deterministic;
+    int quiet, tf32, deterministic, no_graph;
 } train_args;
 
 enum { OPT_DATA = 256, OPT_DATASET, OPT_DEVICE, OPT_EPOCHS, OPT_BATCH, OPT_LR, OPT_MOMENTUM, OPT_WD,
-       OPT_POLICY, OPT_SEED, OPT_LIMIT, OPT_SAVE, OPT_RESUME, OPT_QUIET, OPT_LOG, OPT_LOG_EVERY, OPT_TF32, OPT_DETERMINISTIC, OPT_PROFILE, OPT_PLUGIN, OPT_HELP };
+       OPT_POLICY, OPT_SEED, OPT_LIMIT, OPT_SAVE, OPT_RESUME, OPT_QUIET, OPT_LOG, OPT_LOG_EVERY,
+       OPT_TF32, OPT_DETERMINISTIC, OPT_PROFILE, OPT_PLUGIN, OPT_NO_GRAPH,
+       OPT_HELP };
 
 static const struct option train_options[] = {
     {"data", required_argument, 0, OPT_DATA},       {"dataset", required_argument, 0, OPT_DATASET},
@@ -31,7 +33,7 @@ static const struct option train_options[] = {
     {"resume", required_argument, 0, OPT_RESUME},   {"quiet", no_argument, 0, OPT_QUIET},
     {"log", required_argument, 0, OPT_LOG},         {"log-every", required_argument, 0, OPT_LOG_EVERY},
     {"tf32", no_argument, 0, OPT_TF32},             {"deterministic", no_argument, 0, OPT_DETERMINISTIC},
-    {"profile-steps", required_argument, 0, OPT_PROFILE}, {"plugin", required_argument, 0, OPT_PLUGIN},
+    {"profile-steps", required_argument, 0, OPT_PROFILE}, {"no-graph", no_argument, 0, OPT_NO_GRAPH}, {"plugin", required_argument, 0, OPT_PLUGIN},
     {"help", no_argument, 0, OPT_HELP},             {0, 0, 0, 0},
 };
 
@@ -75,6 +77,7 @@ static int parse_args(int argc, char **argv, train_args *a)
         case OPT_QUIET: a->quiet = 1; break;
         case OPT_LOG: a->log = optarg; break;
         case OPT_TF32: a->tf32 = 1; break;
+        case OPT_NO_GRAPH: a->no_graph = 1; break;
         case OPT_PROFILE: BN_TRY(parse_step_range(optarg, &a->profile_first, &a->profile_last)); break;
         case OPT_DETERMINISTIC: a->deterministic = 1; break;
         case OPT_LOG_EVERY: BN_TRY(bn_cli_int("--log-every", optarg, 1, 2147483647L, &a->log_every)); break;
@@ -160,7 +163,8 @@ static bn_status run(const train_args *a, train_run *r)
         return bn_error(BN_ERR_IO, "%s: cannot write the metrics log: %s", a->log, strerror(errno));
     bn_trainer_opts opts = {.epochs = r->net->train.epochs, .save_path = a->save, .out = a->quiet ? NULL : stdout,
                             .log = r->log, .log_every = (int)a->log_every,
-                            .profile_first = a->profile_first, .profile_last = a->profile_last};
+                            .profile_first = a->profile_first, .profile_last = a->profile_last,
+                            .no_graph = a->no_graph};
     /* The live line only on a terminal: logs and pipes get the epoch lines alone. */
     bn_progress progress;
     if (!a->quiet && isatty(fileno(stdout))) {

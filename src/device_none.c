@@ -4,6 +4,7 @@
 #include "device.h"
 #include "kernels.h"
 #include "loader.h"
+#include "graph.h"
 #include "optimizer.h"
 
 static bn_status no_cuda(void)
@@ -107,6 +108,12 @@ bn_status bn_gpu_fill(float *dst, float value, size_t n, bn_ctx *ctx)
     return no_cuda();
 }
 
+bn_status bn_sgd_schedule(bn_sgd *o, long first, long count)
+{
+    (void)o, (void)first, (void)count;
+    return no_cuda();
+}
+
 bn_status bn_sgd_step_gpu(bn_sgd *o, bn_net *net, float lr)
 {
     (void)o, (void)net, (void)lr;
@@ -125,8 +132,23 @@ bn_status bn_loader_upload_order(bn_loader *ld)
     return no_cuda();
 }
 
+bn_status bn_loader_fill_next_gpu(bn_loader *ld, bn_net *net, int n)
+{
+    (void)ld, (void)net, (void)n;
+    return no_cuda();
+}
+
 bn_status bn_loader_fill_gpu(bn_loader *ld, bn_net *net, int start, int n)
 {
     (void)ld, (void)net, (void)start, (void)n;
     return no_cuda();
 }
+
+bn_status bn_step_graph_run(bn_step_graph *g, bn_ctx *ctx, bn_status (*body)(void *), void *arg, int *replayed)
+{
+    (void)g, (void)ctx;
+    *replayed = 0;
+    return body(arg);
+}
+
+void bn_step_graph_free(bn_step_graph *g) { (void)g; }

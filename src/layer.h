@@ -76,6 +76,8 @@ struct bn_layer_ops {
     const char *help;          /* one line: what it computes and its keys */
     int is_loss;               /* takes labels, writes metrics, needs no out_grad */
     bn_nvtx_kind kind;         /* colour of its ranges on the profiler timeline */
+    int graph_safe;            /* its GPU passes keep no per-step host state and never
+                                * synchronise, so a captured CUDA graph may replay them */
 
     /* Reads the layer's keys from opts into l->priv (allocated here). May be NULL. */
     bn_status (*parse)(bn_layer *l, bn_options *opts);

@@ -39,11 +39,29 @@ bn_status bn_loader_fill(bn_loader *ld, bn_net *net, int start, int n)
     return BN_OK;
 }
 
+bn_status bn_loader_set_cursor(bn_loader *ld, int start)
+{
+    ld->host_cursor = start;
+    return ld->ctx ? bn_device_h2d(ld->dev_cursor, &start, sizeof start) : BN_OK;
+}
+
+bn_status bn_loader_fill_next(bn_loader *ld, bn_net *net, int n)
+{
+    int start = ld->host_cursor;
+    if (start < 0 || n <= 0 || start + n > ld->data->count)
+        return bn_error(BN_ERR_INTERNAL, "batch %d..%d outside the dataset of %d", start, start + n, ld->data->count);
+    ld->host_cursor += n;
+    if (!ld->ctx) return bn_loader_fill(ld, net, start, n);
+    BN_TRY(bn_net_set_batch(net, n));
+    return bn_loader_fill_next_gpu(ld, net, n);
+}
+
 void bn_loader_free(bn_loader *ld)
 {
     free(ld->order);
     bn_device_free(ld->dev_pixels);
     bn_device_free(ld->dev_labels);
     bn_device_free(ld->dev_order);
+    bn_device_free(ld->dev_cursor);
     memset(ld, 0, sizeof *ld);
 }

@@ -2,10 +2,12 @@
 #include "cuda_check.h"
 #include "loader.h"
 
+/* cursor, when set, gives start: *cursor (a captured step reads its batch's position). */
 __global__ void gather_batch(const unsigned char *__restrict__ pixels, const unsigned char *__restrict__ labels,
-                             const int *__restrict__ order, int start, int n, int per_example, float mean, float std,
-                             float *__restrict__ x, float *__restrict__ y)
+                             const int *__restrict__ order, int start, const int *__restrict__ cursor, int n,
+                             int per_example, float mean, float std, float *__restrict__ x, float *__restrict__ y)
 {
+    if (cursor) start = *cursor;
     size_t total = (size_t)n * per_example;
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
@@ -29,6 +31,7 @@ extern "C" bn_status bn_loader_upload(bn_loader *ld)
     BN_TRY(bn_device_alloc(&ld->dev_pixels, pixel_bytes));
     BN_TRY(bn_device_alloc(&ld->dev_labels, (size_t)d->count));
     BN_TRY(bn_device_alloc(&ld->dev_order, (size_t)d->count * sizeof(int)));
+    BN_TRY(bn_device_alloc((void **)&ld->dev_cursor, sizeof(int)));
     BN_TRY(bn_device_h2d(ld->dev_pixels, d->pixels, pixel_bytes));
     BN_TRY(bn_device_h2d(ld->dev_labels, d->labels, (size_t)d->count));
     return bn_loader_upload_order(ld);
@@ -42,7 +45,13 @@ extern "C" bn_status bn_loader_upload_order(bn_loader *ld)
     return s;
 }
 
-extern "C" bn_status bn_loader_fill_gpu(bn_loader *ld, bn_net *net, int start, int n)
+/* One thread: moves the cursor past the batch just gathered. */
+__global__ void advance_cursor(int *cursor, int n)
+{
+    *cursor += n;
+}
+
+static bn_status gather(bn_loader *ld, bn_net *net, int start, const int *cursor, int n)
 {
     BN_DEV_WR(x, net->input);
     BN_DEV_WR(y, net->labels);
@@ -53,7 +62,20 @@ extern "C" bn_status bn_loader_fill_gpu(bn_loader *ld, bn_net *net, int start, i
     if (blocks > 4096) blocks = 4096;
     gather_batch<<<blocks, threads, 0, (cudaStream_t)ld->ctx->stream>>>(
         (const unsigned char *)ld->dev_pixels, (const unsigned char *)ld->dev_labels, (const int *)ld->dev_order,
-        start, n, per, net->input_mean, net->input_std, x, y);
+        start, cursor, n, per, net->input_mean, net->input_std, x, y);
+    BN_CUDA_LAUNCH();
+    return BN_OK;
+}
+
+extern "C" bn_status bn_loader_fill_gpu(bn_loader *ld, bn_net *net, int start, int n)
+{
+    return gather(ld, net, start, NULL, n);
+}
+
+extern "C" bn_status bn_loader_fill_next_gpu(bn_loader *ld, bn_net *net, int n)
+{
+    BN_TRY(gather(ld, net, 0, ld->dev_cursor, n));
+    advance_cursor<<<1, 1, 0, (cudaStream_t)ld->ctx->stream>>>(ld->dev_cursor, n);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }

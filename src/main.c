@@ -32,6 +32,8 @@ static const char train_usage[] =
     "  --deterministic     only deterministic cuDNN algorithms: GPU runs repeat exactly\n"
     "  --plugin FILE       load a layer plugin (.so) first; may be given several times\n"
     "  --profile-steps A:B profiler capture (cudaProfilerStart/Stop) around steps A..B\n"
+    "  --no-graph          launch every kernel of every step instead of replaying the\n"
+    "                      step as a CUDA graph (the default on the GPU where it is safe)\n"
     "Flags override the model file's [train] section. On a terminal, a live line shows\n"
     "each epoch's progress (batch, images/s, running loss and accuracy, time left).\n";
 

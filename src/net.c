@@ -140,9 +140,40 @@ static bn_blob *new_blob(const char *layer, const char *what, int n, bn_shape s)
     return bn_blob_new(name, n, s.c, s.h, s.w);
 }
 
+/* Adds count floats (in doubles, which cannot overflow here) to *bytes and refuses the net once
+ * they pass its limit, before the blobs exist: no allocation is ever attempted for them. */
+static bn_status add_bytes(bn_net *net, double count, const char *what, double *bytes)
+{
+    *bytes += 4.0 * count;
+    size_t limit = net->max_bytes ? net->max_bytes : BN_NET_MAX_BYTES;
+    if (*bytes <= (double)limit) return BN_OK;
+    return bn_error(BN_ERR_USAGE, "%s: at batch %d the network needs over %.3g GB of memory (at %s), more than "
+                    "the limit of %.3g GB; use a smaller batch or smaller layers", net->source, net->capacity,
+                    *bytes / 1e9, what, (double)limit / 1e9);
+}
+
+/* The floats of one example's blob of shape s, with its gradient when it has one. */
+static double blob_floats(const bn_net *net, bn_shape s, int with_grad)
+{
+    return (double)s.c * s.h * s.w * net->capacity * (with_grad ? 2 : 1);
+}
+
+/* Parameters and their gradients, as declared by the layer's setup. */
+static double param_floats(const bn_layer *l)
+{
+    double n = 0;
+    for (int k = 0; k < l->num_params; k++) {
+        const bn_blob *d = l->params[k].value;
+        n += 2.0 * d->n * d->c * d->h * d->w;
+    }
+    return n;
+}
+
 static bn_status setup_layers(bn_net *net, int want_input_grad)
 {
     bn_shape in = net->input_shape;
+    double bytes = 0;
+    BN_TRY(add_bytes(net, blob_floats(net, in, want_input_grad), "the input", &bytes));
     net->input = new_blob("input", "", net->capacity, in);
     if (!net->input) return bn_last_status();
     if (want_input_grad && !(net->input_grad = new_blob("input", ".grad", net->capacity, in)))
@@ -156,6 +187,7 @@ static bn_status setup_layers(bn_net *net, int want_input_grad)
         if (out.c <= 0 || out.h <= 0 || out.w <= 0)
             return bn_layer_error(l, "input %dx%dx%d gives an empty output %dx%dx%d", in.c, in.h, in.w,
                                   out.c, out.h, out.w);
+        BN_TRY(add_bytes(net, blob_floats(net, out, !l->ops->is_loss) + param_floats(l), l->name, &bytes));
         l->in = prev_out;
         l->in_grad = prev_grad;
         if (!(l->out = new_blob(l->name, ".out", net->capacity, out))) return bn_last_status();
@@ -361,4 +393,13 @@ void bn_net_free(bn_net *net)
     bn_blob *own[] = {net->input, net->input_grad, net->labels, net->metrics, net->params, net->grads};
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) bn_blob_free(own[i]);
     free(net);
+}
+
+int bn_net_graph_safe(const bn_net *net)
+{
+    for (int i = 0; i < net->num_layers; i++) {
+        const bn_layer_ops *ops = net->layers[i]->ops;
+        if (!ops->graph_safe || !ops->forward_gpu || !ops->backward_gpu) return 0;
+    }
+    return 1;
 }

@@ -36,7 +36,13 @@ typedef struct bn_net {
     bn_blob *grads;            /* the gradient slab, same layout */
     size_t num_params;         /* elements in each slab */
     bn_pass pass;              /* what forward/backward hand the layers; ctx NULL on the CPU */
+    size_t max_bytes;          /* setup refuses a net whose blobs and parameters need more host
+                                * memory than this; 0 stands for BN_NET_MAX_BYTES */
 } bn_net;
+
+/* The default memory limit of setup: far above any sensible model, low enough that a typo
+ * in a model file (outputs = 10000000) is an error, not a machine brought to its knees. */
+#define BN_NET_MAX_BYTES ((size_t)32 << 30)
 
 /* Reads a model file and creates its layers (not yet set up). *out is owned by the caller
  * (bn_net_free). Errors name file:line. */
@@ -77,6 +83,10 @@ bn_layer *bn_net_loss_layer(bn_net *net);
 
 /* The layer named `name`, or NULL. */
 bn_layer *bn_net_find_layer(bn_net *net, const char *name);
+
+/* Whether every layer can be captured in a CUDA graph (GPU passes without per-step host
+ * state: see bn_layer_ops.graph_safe). */
+int bn_net_graph_safe(const bn_net *net);
 
 /* Frees the network, its layers and blobs. NULL is fine. */
 void bn_net_free(bn_net *net);

@@ -98,6 +98,8 @@ void bn_sgd_free(bn_sgd *o)
     if (!o) return;
     bn_blob_free(o->momentum);
     bn_device_free(o->device_segments);
+    bn_device_free(o->dev_schedule);
+    bn_device_free(o->dev_cursor);
     free(o->segments);
     free(o);
 }

@@ -27,6 +27,9 @@ typedef struct bn_sgd {
     bn_param_segment *segments;
     int num_segments;
     void *device_segments;      /* the segment table on the device (GPU path) */
+    float *dev_schedule;        /* GPU: learning rates of a run of steps (bn_sgd_schedule) */
+    int *dev_cursor;            /* GPU: index into dev_schedule of the next update */
+    long schedule_first, schedule_len, schedule_cap;
 } bn_sgd;
 
 /* An optimizer for net's parameters with zero momentum; *out is freed with bn_sgd_free. */
@@ -40,8 +43,14 @@ bn_status bn_sgd_step(bn_sgd *o, bn_net *net);
 
 void bn_sgd_free(bn_sgd *o);
 
-/* The update on the device: one kernel over the slab (optimizer_gpu.cu). */
+/* The update on the device: one kernel over the slab (optimizer_gpu.cu). While a schedule
+ * covers the step, the kernel reads its rate from the device, so a captured step replays
+ * with the right rate; otherwise it takes lr. */
 bn_status bn_sgd_step_gpu(bn_sgd *o, bn_net *net, float lr);
+
+/* GPU: uploads the learning rates of steps first .. first+count-1 (as bn_sgd_lr gives them)
+ * and points the device cursor at `first`; updates then advance the cursor on the device. */
+bn_status bn_sgd_schedule(bn_sgd *o, long first, long count);
 
 #ifdef __cplusplus
 }

@@ -3,10 +3,14 @@
 #include "cuda_check.h"
 #include "optimizer.h"
 
+#include <stdlib.h>
+
+/* schedule/cursor, when set, give the rate of this update: schedule[*cursor]. */
 __global__ void sgd_update(float *__restrict__ w, const float *__restrict__ g, float *__restrict__ v,
                            const bn_param_segment *__restrict__ segs, int nseg, size_t n, float lr,
-                           float mom, float wd)
+                           const float *__restrict__ schedule, const int *__restrict__ cursor, float mom, float wd)
 {
+    if (schedule) lr = schedule[*cursor];
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         int s = 0;
@@ -25,6 +29,34 @@ static bn_status upload_segments(bn_sgd *o)
     return bn_device_h2d(o->device_segments, o->segments, bytes);
 }
 
+/* One thread: moves the schedule cursor to the next step once the update has read it. */
+__global__ void advance_cursor(int *cursor)
+{
+    *cursor += 1;
+}
+
+extern "C" bn_status bn_sgd_schedule(bn_sgd *o, long first, long count)
+{
+    if (count <= 0) return BN_OK;
+    if (count > o->schedule_cap) {
+        bn_device_free(o->dev_schedule);
+        o->dev_schedule = NULL;
+        o->schedule_cap = 0;
+        BN_TRY(bn_device_alloc((void **)&o->dev_schedule, (size_t)count * sizeof(float)));
+        o->schedule_cap = count;
+    }
+    if (!o->dev_cursor) BN_TRY(bn_device_alloc((void **)&o->dev_cursor, sizeof(int)));
+    float *rates = (float *)malloc((size_t)count * sizeof(float));
+    if (!rates) return bn_error(BN_ERR_NOMEM, "out of host memory for the learning-rate schedule");
+    for (long i = 0; i < count; i++) rates[i] = (float)bn_sgd_lr(o, first + i);
+    int zero = 0;
+    bn_status s = bn_device_h2d(o->dev_schedule, rates, (size_t)count * sizeof(float));
+    if (s == BN_OK) s = bn_device_h2d(o->dev_cursor, &zero, sizeof zero);
+    free(rates);
+    if (s == BN_OK) o->schedule_first = first, o->schedule_len = count;
+    return s;
+}
+
 extern "C" bn_status bn_sgd_step_gpu(bn_sgd *o, bn_net *net, float lr)
 {
     if (!o->device_segments) BN_TRY(upload_segments(o));
@@ -36,8 +68,14 @@ extern "C" bn_status bn_sgd_step_gpu(bn_sgd *o, bn_net *net, float lr)
     int blocks = (int)((n + threads - 1) / threads);
     if (blocks > 1024) blocks = 1024;
     cudaStream_t s = (cudaStream_t)net->pass.ctx->stream;
+    int scheduled = o->schedule_len && o->iter >= o->schedule_first && o->iter < o->schedule_first + o->schedule_len;
     sgd_update<<<blocks, threads, 0, s>>>(w, g, v, (const bn_param_segment *)o->device_segments, o->num_segments,
-                                          n, lr, (float)o->cfg.momentum, (float)o->cfg.weight_decay);
+                                          n, lr, scheduled ? o->dev_schedule : NULL, o->dev_cursor,
+                                          (float)o->cfg.momentum, (float)o->cfg.weight_decay);
     BN_CUDA_LAUNCH();
+    if (scheduled) {
+        advance_cursor<<<1, 1, 0, s>>>(o->dev_cursor);
+        BN_CUDA_LAUNCH();
+    }
     return BN_OK;
 }

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "graph.h"
 #include "kernels.h"
 #include "nvtx.h"
 
@@ -72,24 +73,63 @@ bn_status bn_step_running_metrics(const bn_step_info *info, double *loss, double
     return BN_OK;
 }
 
-static bn_status train_step(bn_net *net, bn_sgd *opt, bn_loader *ld, int start, int n, long step)
+/* One training step's work, as one function so that it can be captured as a CUDA graph. */
+typedef struct step_body {
+    bn_net *net;
+    bn_sgd *opt;
+    bn_loader *ld;
+    bn_blob *acc;
+    int n;
+} step_body;
+
+static bn_status run_step_body(void *arg)
+{
+    step_body *b = arg;
+    BN_TRY(bn_loader_fill_next(b->ld, b->net, b->n));
+    BN_TRY(bn_net_zero_grad(b->net));
+    BN_TRY(bn_net_forward(b->net, 1));
+    BN_TRY(bn_net_backward(b->net));
+    BN_TRY(bn_sgd_step(b->opt, b->net));
+    return accumulate_metrics(b->net, b->acc);
+}
+
+/* Whether steps of n examples may replay a captured graph: on the GPU, full batches only (the
+ * capture is for one shape), after one eager step has made every layer's per-shape choices,
+ * with capturable layers and no profiler capture range (its NVTX ranges are per step). */
+static int may_replay(const bn_net *net, const bn_trainer_opts *opts, int n, int warm)
+{
+    return net->pass.ctx && !opts->no_graph && !opts->profile_first && warm && n == net->capacity &&
+           bn_net_graph_safe(net);
+}
+
+static bn_status train_step(step_body *b, bn_step_graph *graph, int *warm, const bn_trainer_opts *opts, long step)
 {
     char range[48];
     snprintf(range, sizeof range, "step %ld", step + 1);
     bn_nvtx_push(range, BN_NVTX_STEP);
-    net->pass.step = (unsigned long long)step;
-    bn_status s = bn_loader_fill(ld, net, start, n);
-    if (s == BN_OK) s = bn_net_zero_grad(net);
-    if (s == BN_OK) s = bn_net_forward(net, 1);
-    if (s == BN_OK) s = bn_net_backward(net);
-    if (s == BN_OK) s = bn_sgd_step(opt, net);
+    b->net->pass.step = (unsigned long long)step;
+    bn_status s;
+    if (may_replay(b->net, opts, b->n, *warm)) {
+        int replayed;
+        /* Evaluation may have left other shapes on the blobs; the graph has its own. */
+        BN_TRY(bn_net_set_batch(b->net, b->n));
+        s = bn_step_graph_run(graph, b->net->pass.ctx, run_step_body, b, &replayed);
+        if (s == BN_OK && replayed) {
+            /* The body's host-side bookkeeping, which a replay skips. */
+            b->opt->iter++;
+            b->ld->host_cursor += b->n;
+        }
+    } else {
+        s = run_step_body(b);
+        if (b->n == b->net->capacity) *warm = 1;
+    }
     bn_nvtx_pop();
     return s;
 }
 
 /* Trains the rest of the current epoch; sums of loss and correct answers go into st. */
 static bn_status train_epoch(bn_net *net, bn_sgd *opt, bn_loader *ld, bn_blob *acc, bn_train_state *st,
-                             const bn_trainer_opts *opts)
+                             const bn_trainer_opts *opts, bn_step_graph *graph, int *warm)
 {
     double t0 = now_seconds();
     int count = ld->data->count, batch = net->capacity;
@@ -100,13 +140,17 @@ static bn_status train_epoch(bn_net *net, bn_sgd *opt, bn_loader *ld, bn_blob *a
     if (!a) return bn_last_status();
     a[0] = (float)st->epoch_loss_sum;
     a[1] = (float)st->epoch_correct;
+    /* A replayed graph adds into the device copy without a transfer: make it current now. */
+    if (net->pass.ctx && !bn_blob_dev_rd(acc)) return bn_last_status();
+    BN_TRY(bn_loader_set_cursor(ld, st->batch_in_epoch * batch));
+    if (net->pass.ctx) BN_TRY(bn_sgd_schedule(opt, opt->iter, info.batches - st->batch_in_epoch));
     for (int start = st->batch_in_epoch * batch; start < count; start += batch) {
         int n = count - start < batch ? count - start : batch;
         double lr = bn_sgd_lr(opt, opt->iter);
         if (opts->profile_first && st->step + 1 == opts->profile_first) BN_TRY(bn_profiler_start());
-        BN_TRY(train_step(net, opt, ld, start, n, st->step));
+        step_body body = {net, opt, ld, acc, n};
+        BN_TRY(train_step(&body, graph, warm, opts, st->step));
         if (opts->profile_first && st->step + 1 == opts->profile_last) BN_TRY(bn_profiler_stop());
-        BN_TRY(accumulate_metrics(net, acc));
         st->step++;
         if (opts->log && opts->log_every > 0 && st->step % opts->log_every == 0)
             BN_TRY(log_step(opts, net, st->epoch + 1, st->step, lr, t0));
@@ -184,13 +228,15 @@ bn_status bn_train(bn_net *net, bn_sgd *opt, const bn_dataset *train, const bn_d
     bn_blob *eval_sum = acc ? bn_blob_new("eval.metrics", 2, 1, 1, 1) : NULL;
     if (s == BN_OK && !eval_sum) s = bn_last_status();
     char range[32];
+    bn_step_graph graph = {0};
+    int warm = 0;
     if (opts->log) fprintf(opts->log, "%s\n", bn_metrics_csv_header);
     while (s == BN_OK && st->epoch < opts->epochs) {
         snprintf(range, sizeof range, "epoch %d", st->epoch + 1);
         bn_nvtx_push(range, BN_NVTX_STEP);
         long seen_before = st->epoch_seen;
         double t0 = now_seconds();
-        s = train_epoch(net, opt, &ld, acc, st, opts);
+        s = train_epoch(net, opt, &ld, acc, st, opts, &graph, &warm);
         if (s == BN_OK && net->pass.ctx) s = bn_device_sync();
         double seconds = now_seconds() - t0;
         bn_nvtx_pop();
@@ -213,6 +259,7 @@ bn_status bn_train(bn_net *net, bn_sgd *opt, const bn_dataset *train, const bn_d
         if (opts->log) log_epoch(opts, &r, st->step);
         *last = r;
     }
+    bn_step_graph_free(&graph);
     bn_blob_free(acc);
     bn_blob_free(eval_sum);
     bn_loader_free(&ld);

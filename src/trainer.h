@@ -57,6 +57,7 @@ typedef struct bn_trainer_opts {
     long profile_last;      /* "step <n>" NVTX ranges) for a profiler; 0 captures nothing */
     bn_progress_fn progress; /* called after every step and around evaluation, or NULL */
     void *progress_user;    /* handed to progress */
+    int no_graph;           /* GPU: run every step kernel by kernel, never as a CUDA graph */
 } bn_trainer_opts;
 
 /* The header line of the CSV metrics log. */

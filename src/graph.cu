@@ -1,0 +1,62 @@
+/* graph.cu - capture and replay of a training step (graph.h). */
+#include <stdio.h>
+
+#include "cuda_check.h"
+#include "graph.h"
+
+/* Ends a capture that the body broke off and drops whatever was recorded. */
+static void abandon_capture(cudaStream_t s)
+{
+    cudaGraph_t partial = NULL;
+    cudaStreamEndCapture(s, &partial);
+    if (partial) cudaGraphDestroy(partial);
+    cudaGetLastError();
+}
+
+static bn_status capture(bn_step_graph *g, cudaStream_t s, bn_status (*body)(void *), void *arg)
+{
+    BN_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    bn_status st = body(arg);
+    if (st != BN_OK) {
+        abandon_capture(s);
+        return st;
+    }
+    cudaGraph_t graph;
+    BN_CUDA(cudaStreamEndCapture(s, &graph));
+    cudaGraphExec_t exec;
+    cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (e != cudaSuccess)
+        return bn_error(BN_ERR_DEVICE, "%s:%d: cudaGraphInstantiate: %s", __FILE__, __LINE__, cudaGetErrorString(e));
+    g->exec = exec;
+    return BN_OK;
+}
+
+extern "C" bn_status bn_step_graph_run(bn_step_graph *g, bn_ctx *ctx, bn_status (*body)(void *), void *arg,
+                                       int *replayed)
+{
+    cudaStream_t s = (cudaStream_t)ctx->stream;
+    *replayed = 0;
+    if (g->failed) return body(arg);
+    if (!g->exec) {
+        bn_status st = capture(g, s, body, arg);
+        if (st != BN_OK) {
+            /* The body's host-side effects have happened once; its device work has not. Run
+             * the step eagerly instead and keep doing so. */
+            fprintf(stderr, "blobnet: warning: cannot capture the training step as a CUDA graph (%s); "
+                            "running it kernel by kernel\n", bn_last_error());
+            g->failed = 1;
+            return st;
+        }
+    } else {
+        *replayed = 1;
+    }
+    BN_CUDA(cudaGraphLaunch((cudaGraphExec_t)g->exec, s));
+    return BN_OK;
+}
+
+extern "C" void bn_step_graph_free(bn_step_graph *g)
+{
+    if (g->exec) cudaGraphExecDestroy((cudaGraphExec_t)g->exec);
+    g->exec = NULL;
+}
