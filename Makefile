@@ -68,7 +68,7 @@ PLUGIN_CUS  := $(if $(WITH_CUDA),$(patsubst layers/examples/%.cu,$(BUILD)/plugin
 PLUGIN_LIBS := $(if $(WITH_CUDA),-L$(CUDA_HOME)/lib64 -lcudart)
 EXPORT_LIB  := -rdynamic -Wl,--whole-archive libblobnet.a -Wl,--no-whole-archive
 
-.PHONY: all test clean plugins
+.PHONY: all test clean bench plugins
 all: libblobnet.a blobnet tests/run_tests $(NVTX_RECORDER) plugins
 
 libblobnet.a: $(LIB_OBJS)
@@ -163,6 +163,10 @@ uninstall:
 	@tools/install.sh uninstall '$(DESTDIR)$(PREFIX)'
 
 .PHONY: train install uninstall
+
+# GPU speed beside the PyTorch peer (a benchmark, not a test): make bench DATA=dir PEER=script
+bench: all
+	tools/bench.sh $(or $(DATA),$(BLOBNET_DATA),data/mnist) $(or $(PEER),../shared/peer/pytorch_lenet.py)
 
 clean:
 	rm -rf $(BUILD) libblobnet.a blobnet tests/run_tests

@@ -16,12 +16,13 @@ typedef struct train_args {
     double lr, momentum, weight_decay;
     const char *lr_policy;
     int quiet, tf32, deterministic, no_graph;
+    double until_accuracy;
 } train_args;
 
 enum { OPT_DATA = 256, OPT_DATASET, OPT_DEVICE, OPT_EPOCHS, OPT_BATCH, OPT_LR, OPT_MOMENTUM, OPT_WD,
        OPT_POLICY, OPT_SEED, OPT_LIMIT, OPT_SAVE, OPT_RESUME, OPT_QUIET, OPT_LOG, OPT_LOG_EVERY,
        OPT_TF32, OPT_DETERMINISTIC, OPT_PROFILE, OPT_PLUGIN, OPT_NO_GRAPH,
-       OPT_HELP };
+       OPT_UNTIL, OPT_HELP };
 
 static const struct option train_options[] = {
     {"data", required_argument, 0, OPT_DATA},       {"dataset", required_argument, 0, OPT_DATASET},
@@ -33,7 +34,8 @@ static const struct option train_options[] = {
     {"resume", required_argument, 0, OPT_RESUME},   {"quiet", no_argument, 0, OPT_QUIET},
     {"log", required_argument, 0, OPT_LOG},         {"log-every", required_argument, 0, OPT_LOG_EVERY},
     {"tf32", no_argument, 0, OPT_TF32},             {"deterministic", no_argument, 0, OPT_DETERMINISTIC},
-    {"profile-steps", required_argument, 0, OPT_PROFILE}, {"no-graph", no_argument, 0, OPT_NO_GRAPH}, {"plugin", required_argument, 0, OPT_PLUGIN},
+    {"profile-steps", required_argument, 0, OPT_PROFILE}, {"no-graph", no_argument, 0, OPT_NO_GRAPH},
+    {"until-accuracy", required_argument, 0, OPT_UNTIL}, {"plugin", required_argument, 0, OPT_PLUGIN},
     {"help", no_argument, 0, OPT_HELP},             {0, 0, 0, 0},
 };
 
@@ -78,6 +80,7 @@ static int parse_args(int argc, char **argv, train_args *a)
         case OPT_LOG: a->log = optarg; break;
         case OPT_TF32: a->tf32 = 1; break;
         case OPT_NO_GRAPH: a->no_graph = 1; break;
+        case OPT_UNTIL: BN_TRY(bn_cli_float("--until-accuracy", optarg, 0.01, 100, &a->until_accuracy)); break;
         case OPT_PROFILE: BN_TRY(parse_step_range(optarg, &a->profile_first, &a->profile_last)); break;
         case OPT_DETERMINISTIC: a->deterministic = 1; break;
         case OPT_LOG_EVERY: BN_TRY(bn_cli_int("--log-every", optarg, 1, 2147483647L, &a->log_every)); break;
@@ -155,6 +158,20 @@ static bn_status prepare(const train_args *a, train_run *r, bn_train_state *st)
     return BN_OK;
 }
 
+/* What the run holds on the device; the datasets (uint8 images, labels and the order) are
+ * shown apart, since they scale with the data rather than the model. */
+static void print_device_memory(const train_run *r)
+{
+    size_t used;
+    if (bn_device_memory_used(&used) != BN_OK) return;
+    const bn_dataset *sets[] = {&r->train, &r->test};
+    double data = 0;
+    for (int i = 0; i < 2; i++)
+        data += (double)sets[i]->count * (sets[i]->channels * sets[i]->height * sets[i]->width + 1 + sizeof(int));
+    printf("device memory: %.1f MiB in use, %.1f MiB of it the datasets, %.1f MiB the rest\n", used / 1048576.0,
+           data / 1048576.0, (used - data) / 1048576.0);
+}
+
 static bn_status run(const train_args *a, train_run *r)
 {
     bn_train_state st;
@@ -164,7 +181,7 @@ static bn_status run(const train_args *a, train_run *r)
     bn_trainer_opts opts = {.epochs = r->net->train.epochs, .save_path = a->save, .out = a->quiet ? NULL : stdout,
                             .log = r->log, .log_every = (int)a->log_every,
                             .profile_first = a->profile_first, .profile_last = a->profile_last,
-                            .no_graph = a->no_graph};
+                            .no_graph = a->no_graph, .until_accuracy = a->until_accuracy / 100.0};
     /* The live line only on a terminal: logs and pipes get the epoch lines alone. */
     bn_progress progress;
     if (!a->quiet && isatty(fileno(stdout))) {
@@ -181,6 +198,7 @@ static bn_status run(const train_args *a, train_run *r)
         BN_TRY(bn_evaluate(r->net, &r->test, &last.test_loss, &last.test_acc));
         if (a->save) BN_TRY(bn_checkpoint_save(a->save, r->net, r->opt, &st));
     }
+    if (r->ctx && !a->quiet) print_device_memory(r);
     printf("final test accuracy: %.2f%%\n", 100.0 * last.test_acc);
     return BN_OK;
 }

@@ -9,6 +9,7 @@
 
 static bn_ctx the_ctx;
 static int ctx_open;
+static size_t free_at_open; /* the driver's free memory once the context's handles exist */
 
 extern "C" const char *bn_curand_status_string(curandStatus_t s)
 {
@@ -90,6 +91,8 @@ extern "C" bn_status bn_ctx_open(int device, bn_ctx **out)
     BN_CUDA(cudaGetDeviceProperties(&prop, device));
     snprintf(the_ctx.name, sizeof the_ctx.name, "%s", prop.name);
     bn_status s = open_handles(&the_ctx);
+    size_t total;
+    if (s == BN_OK && cudaMemGetInfo(&free_at_open, &total) != cudaSuccess) free_at_open = 0;
     ctx_open = 1; /* so that close releases whatever was created, on failure too */
     if (s != BN_OK) {
         bn_ctx_close();
@@ -192,6 +195,14 @@ extern "C" bn_status bn_tensor_desc_set(void **desc, int n, int c, int h, int w)
 extern "C" void bn_tensor_desc_free(void *desc)
 {
     if (desc) cudnnDestroyTensorDescriptor((cudnnTensorDescriptor_t)desc);
+}
+
+extern "C" bn_status bn_device_memory_used(size_t *bytes)
+{
+    size_t free_now, total;
+    BN_CUDA(cudaMemGetInfo(&free_now, &total));
+    *bytes = free_at_open > free_now ? free_at_open - free_now : 0;
+    return BN_OK;
 }
 
 extern "C" bn_status bn_event_create(void **event)

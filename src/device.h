@@ -59,6 +59,11 @@ bn_status bn_device_d2h(void *dst, const void *src, size_t bytes);
 /* Waits until everything queued on the context stream has finished. */
 bn_status bn_device_sync(void);
 
+/* Device memory taken since the context opened (by blobnet and by the CUDA libraries on its
+ * behalf), from the driver's free-memory figure: blobnet frees nothing while it trains, so
+ * after a step and an evaluation this is the run's peak. */
+bn_status bn_device_memory_used(size_t *bytes);
+
 /* Timing events on the context stream: create, record now, milliseconds between two
  * recorded events (waits for the later one), destroy. */
 bn_status bn_event_create(void **event);

@@ -71,6 +71,12 @@ bn_status bn_tensor_desc_set(void **desc, int n, int c, int h, int w)
 
 void bn_tensor_desc_free(void *desc) { (void)desc; }
 
+bn_status bn_device_memory_used(size_t *bytes)
+{
+    *bytes = 0;
+    return no_cuda();
+}
+
 bn_status bn_event_create(void **event)
 {
     *event = NULL;

@@ -34,6 +34,7 @@ static const char train_usage[] =
     "  --profile-steps A:B profiler capture (cudaProfilerStart/Stop) around steps A..B\n"
     "  --no-graph          launch every kernel of every step instead of replaying the\n"
     "                      step as a CUDA graph (the default on the GPU where it is safe)\n"
+    "  --until-accuracy P  stop after the first epoch whose test accuracy reaches P percent\n"
     "Flags override the model file's [train] section. On a terminal, a live line shows\n"
     "each epoch's progress (batch, images/s, running loss and accuracy, time left).\n";
 

@@ -207,9 +207,11 @@ bn_status bn_evaluate(bn_net *net, const bn_dataset *data, double *loss, double 
 static void print_epoch(FILE *out, const bn_epoch_report *r)
 {
     if (!out) return;
-    fprintf(out, "epoch %*d/%d  lr %.6f  train loss %.4f  train acc %6.2f%%  test acc %6.2f%%  %7.2f s  %8.0f img/s\n",
+    fprintf(out,
+            "epoch %*d/%d  lr %.6f  train loss %.4f  train acc %6.2f%%  test acc %6.2f%%  %7.2f s  %8.0f img/s"
+            "  eval %.1f ms\n",
             r->epochs >= 10 ? 2 : 1, r->epoch, r->epochs, r->lr, r->train_loss, 100.0 * r->train_acc,
-            100.0 * r->test_acc, r->seconds, r->images_per_s);
+            100.0 * r->test_acc, r->seconds, r->images_per_s, 1e3 * r->eval_seconds);
     fflush(out);
 }
 
@@ -247,7 +249,9 @@ bn_status bn_train(bn_net *net, bn_sgd *opt, const bn_dataset *train, const bn_d
                              .train_loss = st->epoch_loss_sum / st->epoch_seen,
                              .train_acc = st->epoch_correct / st->epoch_seen, .seconds = seconds,
                              .images_per_s = (st->epoch_seen - seen_before) / (seconds > 0 ? seconds : 1e-9)};
+        double eval_start = now_seconds();
         s = evaluate_with(net, &test_ld, eval_sum, &r.test_loss, &r.test_acc);
+        r.eval_seconds = now_seconds() - eval_start;
         if (s != BN_OK) break;
         *st = (bn_train_state){.seed = st->seed, .epoch = st->epoch + 1, .step = st->step};
         if (opts->save_path) s = bn_checkpoint_save(opts->save_path, net, opt, st);
@@ -258,6 +262,7 @@ bn_status bn_train(bn_net *net, bn_sgd *opt, const bn_dataset *train, const bn_d
         print_epoch(opts->out, &r);
         if (opts->log) log_epoch(opts, &r, st->step);
         *last = r;
+        if (opts->until_accuracy > 0 && r.test_acc >= opts->until_accuracy) break;
     }
     bn_step_graph_free(&graph);
     bn_blob_free(acc);

@@ -20,6 +20,7 @@ typedef struct bn_epoch_report {
     double train_loss, train_acc;
     double test_loss, test_acc;
     double seconds;         /* training time of the epoch, evaluation excluded */
+    double eval_seconds;    /* the evaluation of the test set after it */
     double images_per_s;
 } bn_epoch_report;
 
@@ -58,6 +59,8 @@ typedef struct bn_trainer_opts {
     bn_progress_fn progress; /* called after every step and around evaluation, or NULL */
     void *progress_user;    /* handed to progress */
     int no_graph;           /* GPU: run every step kernel by kernel, never as a CUDA graph */
+    double until_accuracy;  /* stop after the first epoch whose test accuracy reaches this
+                             * fraction (0: train all epochs) */
 } bn_trainer_opts;
 
 /* The header line of the CSV metrics log. */
