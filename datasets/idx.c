@@ -21,6 +21,10 @@
 /* Bounding a file's data by INT_MAX keeps every count, offset and example index an int. */
 #define IDX_MAX_BYTES ((uint64_t)INT_MAX)
 
+/* deflate cannot expand data more than 1032 times: a gzip file of n bytes holds at most this
+ * many, which bounds what a header may promise before anything is allocated for it. */
+#define GZIP_MAX_RATIO 1032u
+
 /* gzread takes an unsigned length and returns an int, so large reads go in pieces. */
 #define IDX_READ_CHUNK (1u << 24)
 
@@ -63,7 +67,7 @@ static void format_dims(const uint32_t *dims, int ndims, char *buf, size_t cap)
 
 /* Opens path for gzread, which reads raw files unchanged. *is_gzip tells whether the file starts
  * with the gzip magic, so messages can say whether a size is of the file or of its decompressed data. */
-static bn_status idx_open(const char *path, gzFile *out, int *is_gzip)
+static bn_status idx_open(const char *path, gzFile *out, int *is_gzip, uint64_t *file_size)
 {
     *out = NULL;
     int fd = open(path, O_RDONLY);
@@ -78,6 +82,8 @@ static bn_status idx_open(const char *path, gzFile *out, int *is_gzip)
         close(fd);
         return bn_error(BN_ERR_DATA, "%s: is a directory, not an IDX file", path);
     }
+    /* Pipes and other files of unknown size get no early bound; reading still finds the end. */
+    *file_size = S_ISREG(st.st_mode) ? (uint64_t)st.st_size : UINT64_MAX;
     unsigned char head[2];
     ssize_t got = read(fd, head, sizeof head);
     if (got < 0) {
@@ -130,8 +136,8 @@ static bn_status read_bytes(gzFile gz, const char *path, unsigned char *buf, uin
 /* Parses an open IDX file whose magic must be `magic`. Keeps the first `keep` items (all when
  * keep <= 0 or beyond the count) in a caller-owned *data and reads past the rest, so the whole
  * file is checked whatever is kept. dims receives the header's dimensions. */
-static bn_status idx_parse(gzFile gz, int is_gzip, const char *path, uint32_t magic, int keep,
-                           uint32_t dims[3], unsigned char **data)
+static bn_status idx_parse(gzFile gz, int is_gzip, uint64_t file_size, const char *path, uint32_t magic,
+                           int keep, uint32_t dims[3], unsigned char **data)
 {
     *data = NULL;
     const int ndims = (int)(magic & 0xff);
@@ -165,6 +171,14 @@ static bn_status idx_parse(gzFile gz, int is_gzip, const char *path, uint32_t ma
     if (too_big)
         return bn_error(BN_ERR_DATA, "%s: dimensions %s exceed the limit of %llu bytes", path, shape,
                         (unsigned long long)IDX_MAX_BYTES);
+
+    /* A header that promises more than the file can hold is caught before the allocation. */
+    if (file_size != UINT64_MAX && !is_gzip && total > file_size - (4 + 4 * (uint64_t)ndims))
+        return bn_error(BN_ERR_DATA, "%s: truncated: the header (%s) promises %llu data bytes, the file has %llu", path,
+                        shape, (unsigned long long)total, (unsigned long long)(file_size - 4 - 4 * (uint64_t)ndims));
+    if (file_size != UINT64_MAX && is_gzip && total > file_size * GZIP_MAX_RATIO)
+        return bn_error(BN_ERR_DATA, "%s: truncated: the header (%s) promises %llu data bytes, more than a %llu-byte "
+                        "gzip file can hold", path, shape, (unsigned long long)total, (unsigned long long)file_size);
 
     const uint64_t item = total / dims[0];
     const uint64_t kept = keep > 0 && (uint64_t)keep < dims[0] ? (uint64_t)keep : dims[0];
@@ -208,8 +222,9 @@ static bn_status idx_read(const char *path, uint32_t magic, int keep, uint32_t d
     *data = NULL;
     gzFile gz;
     int is_gzip;
-    BN_TRY(idx_open(path, &gz, &is_gzip));
-    bn_status s = idx_parse(gz, is_gzip, path, magic, keep, dims, data);
+    uint64_t file_size;
+    BN_TRY(idx_open(path, &gz, &is_gzip, &file_size));
+    bn_status s = idx_parse(gz, is_gzip, file_size, path, magic, keep, dims, data);
     gzclose(gz);
     return s;
 }

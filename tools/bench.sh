@@ -30,7 +30,7 @@ run_blobnet() { # name, extra args...
     acc=$(awk '/^final test accuracy/ { print $4 }' "$work/$name.log")
     eval=$(awk '/^epoch/ { e = $(NF - 1) } END { print e }' "$work/$name.log")
     rows+=("$(printf '%-34s %9.1f %10.0f %6s %9s MiB %8s  eval %s ms' "blobnet $name" "$ms" \
-        "$(echo "60000 / ($ms / 1000)" | bc -l)" "@" "$mem" "$acc" "$eval")")
+        "$(awk -v m="$ms" 'BEGIN { print 60000 / (m / 1000) }')" "@" "$mem" "$acc" "$eval")")
     echo "${rows[-1]}"
 }
 
@@ -48,8 +48,8 @@ if [ -f "$peer" ]; then
         name=$(echo "$line" | sed 's/ *epoch median.*//')
         ms=$(echo "$line" | awk '{ for (i = 1; i <= NF; i++) if ($i == "median") print $(i + 1) }')
         acc=$(echo "$line" | awk '{ for (i = 1; i <= NF; i++) if ($i == "acc") print $(i + 1) }')
-        rows+=("$(printf '%-34s %9.1f %10.0f %6s %9s     %8s' "pytorch $name" "$ms" "$(echo "60000 / ($ms / 1000)" | bc -l)" "@" "-" "$acc")")
-        if [ -z "$best" ] || [ "$(echo "$ms < $best" | bc -l)" = 1 ]; then best=$ms; fi
+        rows+=("$(printf '%-34s %9.1f %10.0f %6s %9s     %8s' "pytorch $name" "$ms" "$(awk -v m="$ms" 'BEGIN { print 60000 / (m / 1000) }')" "@" "-" "$acc")")
+        if [ -z "$best" ] || awk -v a="$ms" -v b="$best" 'BEGIN { exit !(a < b) }'; then best=$ms; fi
     done < <(grep "epoch median" "$work/peer.log")
 fi
 
@@ -58,7 +58,7 @@ nvidia-smi --query-gpu=name --format=csv,noheader
 printf '%-34s %9s %10s %6s %13s %8s\n' variant "ms/epoch" "images/s" "vs pt" "device mem" "test acc"
 for row in "${rows[@]}"; do
     ms=$(echo "$row" | awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^[0-9.]+$/) { print $i; exit } }')
-    ratio=$([ -n "$best" ] && printf '%.2fx' "$(echo "$best / $ms" | bc -l)" || echo "-")
+    ratio=$([ -n "$best" ] && awk -v b="$best" -v m="$ms" 'BEGIN { printf "%.2fx", b / m }' || echo "-")
     echo "${row/@/$ratio}"
 done
 
@@ -68,4 +68,4 @@ start=$(date +%s.%N)
 end=$(date +%s.%N)
 cat "$work/t99.log"
 printf 'process start to 99%% test accuracy: %.2f s wall (models/lenet.cfg, --until-accuracy 99)\n' \
-    "$(echo "$end - $start" | bc -l)"
+    "$(awk -v a="$start" -v b="$end" 'BEGIN { print b - a }')"
