@@ -178,6 +178,11 @@ bn_status bn_blob_zero(bn_blob *b)
     return BN_OK;
 }
 
+void bn_blob_mark_device_written(bn_blob *b)
+{
+    if (b && b->root->dev) b->root->state = BN_SYNC_DEVICE;
+}
+
 bn_sync bn_blob_state(const bn_blob *b)
 {
     return b->root->state;

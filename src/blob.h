@@ -67,6 +67,10 @@ bn_status bn_blob_reserve_device(bn_blob *b);
 /* Sets every element to zero on the side that is current (the device if it has a buffer). */
 bn_status bn_blob_zero(bn_blob *b);
 
+/* Records that the device copy changed behind the blob's back (a replayed CUDA graph wrote
+ * it): a blob with a device buffer becomes device-newer, so the next host read transfers. */
+void bn_blob_mark_device_written(bn_blob *b);
+
 /* The sync state of the blob's root. */
 bn_sync bn_blob_state(const bn_blob *b);
 

@@ -395,6 +395,16 @@ void bn_net_free(bn_net *net)
     free(net);
 }
 
+void bn_net_mark_device_written(bn_net *net)
+{
+    bn_blob *fixed[] = {net->input, net->input_grad, net->labels, net->metrics, net->params, net->grads};
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) bn_blob_mark_device_written(fixed[i]);
+    for (int i = 0; i < net->num_layers; i++) {
+        bn_blob_mark_device_written(net->layers[i]->out);
+        bn_blob_mark_device_written(net->layers[i]->out_grad);
+    }
+}
+
 int bn_net_graph_safe(const bn_net *net)
 {
     for (int i = 0; i < net->num_layers; i++) {

@@ -84,6 +84,10 @@ bn_layer *bn_net_loss_layer(bn_net *net);
 /* The layer named `name`, or NULL. */
 bn_layer *bn_net_find_layer(bn_net *net, const char *name);
 
+/* Marks every blob of the network device-newer: after a replayed graph, whose writes the
+ * sync states did not see. */
+void bn_net_mark_device_written(bn_net *net);
+
 /* Whether every layer can be captured in a CUDA graph (GPU passes without per-step host
  * state: see bn_layer_ops.graph_safe). */
 int bn_net_graph_safe(const bn_net *net);

@@ -6,6 +6,7 @@
 
 #include "graph.h"
 #include "kernels.h"
+#include "numerics.h"
 #include "nvtx.h"
 
 static double now_seconds(void)
@@ -35,24 +36,40 @@ static bn_status accumulate_metrics(bn_net *net, bn_blob *acc)
     return BN_OK;
 }
 
-static bn_status check_finite(double loss, long step)
+/* A loss seen after step `last`, the loss having last been seen finite before step `first`:
+ * when it is not finite, names those steps and the first layer that holds a non-finite value
+ * (a host scan, made once, at failure). */
+static bn_status check_finite(bn_net *net, double loss, long first, long last)
 {
-    if (!isfinite(loss))
-        return bn_error(BN_ERR_NUMERIC, "the training loss became %s by step %ld; lower the learning rate",
-                        isnan(loss) ? "NaN" : "infinite", step);
-    return BN_OK;
+    if (isfinite(loss)) return BN_OK;
+    char where[384], steps[64];
+    if (!bn_numerics_locate(net, where, sizeof where)) snprintf(where, sizeof where, "none left in any layer");
+    if (first >= last) snprintf(steps, sizeof steps, "at step %ld", last);
+    else snprintf(steps, sizeof steps, "between steps %ld and %ld", first, last);
+    return bn_error(BN_ERR_NUMERIC, "the training loss became %s %s; first non-finite value: %s; lower the "
+                    "learning rate", isnan(loss) ? "NaN" : "infinite", steps, where);
 }
 
 const char bn_metrics_csv_header[] =
     "epoch,step,lr,train_loss,train_acc,test_loss,test_acc,seconds,images_per_s";
 
+/* Reads on the host a blob that the steps keep writing on the device. A replayed CUDA graph
+ * writes the device copy without telling the blob, so the device copy is marked the newest
+ * again after the read; otherwise later reads would return this one's values. */
+static const float *read_running(bn_blob *b)
+{
+    const float *h = bn_blob_host_rd(b);
+    if (h && bn_blob_state(b) == BN_SYNC_BOTH && !bn_blob_dev_wr(b)) return NULL;
+    return h;
+}
+
 /* A CSV row for one logged step: that batch's loss and accuracy (reads them to the host). */
 static bn_status log_step(const bn_trainer_opts *opts, bn_net *net, int epoch, long step, double lr, double t0)
 {
-    double loss, correct;
-    BN_TRY(bn_net_metrics(net, &loss, &correct));
-    fprintf(opts->log, "%d,%ld,%.9g,%.9g,%.9g,,,%.3f,\n", epoch, step, lr, loss / net->batch, correct / net->batch,
-            now_seconds() - t0);
+    const float *m = read_running(net->metrics);
+    if (!m) return bn_last_status();
+    fprintf(opts->log, "%d,%ld,%.9g,%.9g,%.9g,,,%.3f,\n", epoch, step, lr, (double)m[0] / net->batch,
+            (double)m[1] / net->batch, now_seconds() - t0);
     return BN_OK;
 }
 
@@ -65,7 +82,7 @@ static void log_epoch(const bn_trainer_opts *opts, const bn_epoch_report *r, lon
 
 bn_status bn_step_running_metrics(const bn_step_info *info, double *loss, double *acc)
 {
-    const float *sums = bn_blob_host_rd(info->sums);
+    const float *sums = read_running(info->sums);
     if (!sums) return bn_last_status();
     double seen = info->seen > 0 ? (double)info->seen : 1.0;
     *loss = sums[0] / seen;
@@ -118,6 +135,9 @@ static bn_status train_step(step_body *b, bn_step_graph *graph, int *warm, const
             /* The body's host-side bookkeeping, which a replay skips. */
             b->opt->iter++;
             b->ld->host_cursor += b->n;
+            bn_net_mark_device_written(b->net);
+            bn_blob_mark_device_written(b->opt->momentum);
+            bn_blob_mark_device_written(b->acc);
         }
     } else {
         s = run_step_body(b);
@@ -127,9 +147,58 @@ static bn_status train_step(step_body *b, bn_step_graph *graph, int *warm, const
     return s;
 }
 
+/* Saves st to path. The save reads the weights to the host, which marks them current there; a
+ * replayed graph then updates the device copy behind the blobs' backs, so the device copies
+ * are marked the newest again for the next save to read fresh values. */
+static bn_status save_checkpoint(const char *path, bn_net *net, bn_sgd *opt, const bn_train_state *st)
+{
+    bn_status s = bn_checkpoint_save(path, net, opt, st);
+    if (net->pass.ctx && net->num_params && (!bn_blob_dev_wr(net->params) || !bn_blob_dev_wr(opt->momentum)))
+        return bn_last_status();
+    return s;
+}
+
+static bn_status interrupted(const bn_trainer_opts *opts, const bn_train_state *st)
+{
+    if (opts->save_path)
+        return bn_error(BN_ERR_INTERRUPTED, "interrupted at step %ld; checkpoint saved to %s", st->step,
+                        opts->save_path);
+    return bn_error(BN_ERR_INTERRUPTED, "interrupted at step %ld; nothing was saved (no --save FILE)", st->step);
+}
+
+/* Between two steps: the CPU's loss check, the numerics table, a checkpoint every
+ * checkpoint_every steps (the epoch's last step excepted: its end saves anyway) and a stop on
+ * request. *checked is the last step whose loss was seen finite. */
+static bn_status after_step(bn_net *net, bn_sgd *opt, bn_blob *acc, bn_train_state *st, const bn_trainer_opts *opts,
+                            long *checked, int last_of_epoch)
+{
+    if (!net->pass.ctx) {
+        /* On the CPU the step's loss is on the host already: checking every step costs nothing. */
+        const float *m = bn_blob_host_rd(net->metrics);
+        if (!m) return bn_last_status();
+        BN_TRY(check_finite(net, m[0], st->step, st->step));
+        *checked = st->step;
+    }
+    if (opts->debug_numerics > 0 && st->step % opts->debug_numerics == 0)
+        BN_TRY(bn_numerics_print(net, stderr, st->step));
+    int stop = opts->stop && *opts->stop;
+    int periodic = opts->checkpoint_every > 0 && st->step % opts->checkpoint_every == 0 && !last_of_epoch;
+    if (opts->save_path && (stop || periodic)) {
+        /* The epoch's running sums go into the checkpoint, so that a resume continues them. */
+        const float *sums = read_running(acc);
+        if (!sums) return bn_last_status();
+        st->epoch_loss_sum = sums[0];
+        st->epoch_correct = sums[1];
+        BN_TRY(check_finite(net, st->epoch_loss_sum, *checked + 1, st->step));
+        *checked = st->step;
+        BN_TRY(save_checkpoint(opts->save_path, net, opt, st));
+    }
+    return stop ? interrupted(opts, st) : BN_OK;
+}
+
 /* Trains the rest of the current epoch; sums of loss and correct answers go into st. */
 static bn_status train_epoch(bn_net *net, bn_sgd *opt, bn_loader *ld, bn_blob *acc, bn_train_state *st,
-                             const bn_trainer_opts *opts, bn_step_graph *graph, int *warm)
+                             const bn_trainer_opts *opts, bn_step_graph *graph, int *warm, long *checked)
 {
     double t0 = now_seconds();
     int count = ld->data->count, batch = net->capacity;
@@ -140,8 +209,8 @@ static bn_status train_epoch(bn_net *net, bn_sgd *opt, bn_loader *ld, bn_blob *a
     if (!a) return bn_last_status();
     a[0] = (float)st->epoch_loss_sum;
     a[1] = (float)st->epoch_correct;
-    /* A replayed graph adds into the device copy without a transfer: make it current now. */
-    if (net->pass.ctx && !bn_blob_dev_rd(acc)) return bn_last_status();
+    /* A replayed graph adds into the device copy without a transfer: make it the newest now. */
+    if (net->pass.ctx && !bn_blob_dev_wr(acc)) return bn_last_status();
     BN_TRY(bn_loader_set_cursor(ld, st->batch_in_epoch * batch));
     if (net->pass.ctx) BN_TRY(bn_sgd_schedule(opt, opt->iter, info.batches - st->batch_in_epoch));
     for (int start = st->batch_in_epoch * batch; start < count; start += batch) {
@@ -163,12 +232,15 @@ static bn_status train_epoch(bn_net *net, bn_sgd *opt, bn_loader *ld, bn_blob *a
             info.seconds = now_seconds() - t0;
             BN_TRY(opts->progress(opts->progress_user, BN_PROGRESS_STEP, &info));
         }
+        BN_TRY(after_step(net, opt, acc, st, opts, checked, start + n >= count));
     }
     const float *sums = bn_blob_host_rd(acc);
     if (!sums) return bn_last_status();
     st->epoch_loss_sum = sums[0];
     st->epoch_correct = sums[1];
-    return check_finite(st->epoch_loss_sum, st->step);
+    BN_TRY(check_finite(net, st->epoch_loss_sum, *checked + 1, st->step));
+    *checked = st->step;
+    return BN_OK;
 }
 
 /* Evaluation over a loader in its natural order, summing into sum (a 2-float scratch blob). */
@@ -232,13 +304,14 @@ bn_status bn_train(bn_net *net, bn_sgd *opt, const bn_dataset *train, const bn_d
     char range[32];
     bn_step_graph graph = {0};
     int warm = 0;
+    long checked = st->step;
     if (opts->log) fprintf(opts->log, "%s\n", bn_metrics_csv_header);
     while (s == BN_OK && st->epoch < opts->epochs) {
         snprintf(range, sizeof range, "epoch %d", st->epoch + 1);
         bn_nvtx_push(range, BN_NVTX_STEP);
         long seen_before = st->epoch_seen;
         double t0 = now_seconds();
-        s = train_epoch(net, opt, &ld, acc, st, opts, &graph, &warm);
+        s = train_epoch(net, opt, &ld, acc, st, opts, &graph, &warm, &checked);
         if (s == BN_OK && net->pass.ctx) s = bn_device_sync();
         double seconds = now_seconds() - t0;
         bn_nvtx_pop();
@@ -254,7 +327,7 @@ bn_status bn_train(bn_net *net, bn_sgd *opt, const bn_dataset *train, const bn_d
         r.eval_seconds = now_seconds() - eval_start;
         if (s != BN_OK) break;
         *st = (bn_train_state){.seed = st->seed, .epoch = st->epoch + 1, .step = st->step};
-        if (opts->save_path) s = bn_checkpoint_save(opts->save_path, net, opt, st);
+        if (opts->save_path) s = save_checkpoint(opts->save_path, net, opt, st);
         if (opts->progress) {
             bn_status p = opts->progress(opts->progress_user, BN_PROGRESS_DONE, &info);
             if (s == BN_OK) s = p;
@@ -262,6 +335,7 @@ bn_status bn_train(bn_net *net, bn_sgd *opt, const bn_dataset *train, const bn_d
         print_epoch(opts->out, &r);
         if (opts->log) log_epoch(opts, &r, st->step);
         *last = r;
+        if (s == BN_OK && opts->stop && *opts->stop) s = interrupted(opts, st);
         if (opts->until_accuracy > 0 && r.test_acc >= opts->until_accuracy) break;
     }
     bn_step_graph_free(&graph);
