@@ -1,4 +1,5 @@
 /* device.cu - the CUDA device context and memory primitives behind device.h. */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -9,7 +10,56 @@
 
 static bn_ctx the_ctx;
 static int ctx_open;
-static size_t free_at_open; /* the driver's free memory once the context's handles exist */
+
+/* Accounting of blobnet's own device memory: every bn_device_alloc and the cuDNN workspace.
+ * A small open-addressing table maps each live pointer to its size. */
+#define ALLOC_SLOTS 16384
+static struct { void *ptr; size_t bytes; } allocs[ALLOC_SLOTS];
+static size_t bytes_now, bytes_peak;
+
+static size_t slot_of(const void *p)
+{
+    return (size_t)(((uintptr_t)p >> 8) * 0x9e3779b97f4a7c15ULL % ALLOC_SLOTS);
+}
+
+static void account(size_t add, size_t sub)
+{
+    bytes_now = bytes_now + add - sub;
+    if (bytes_now > bytes_peak) bytes_peak = bytes_now;
+}
+
+static void remember(void *p, size_t bytes)
+{
+    for (size_t i = slot_of(p), k = 0; k < ALLOC_SLOTS; k++, i = (i + 1) % ALLOC_SLOTS)
+        if (!allocs[i].ptr) {
+            allocs[i].ptr = p;
+            allocs[i].bytes = bytes;
+            break;
+        }
+    account(bytes, 0); /* a full table loses the pointer, never the count */
+}
+
+static void forget(void *p)
+{
+    for (size_t i = slot_of(p), k = 0; k < ALLOC_SLOTS && allocs[i].ptr; k++, i = (i + 1) % ALLOC_SLOTS)
+        if (allocs[i].ptr == p) {
+            account(0, allocs[i].bytes);
+            /* Re-insert the rest of the probe run so that later lookups still find them. */
+            allocs[i].ptr = NULL;
+            for (size_t j = (i + 1) % ALLOC_SLOTS; allocs[j].ptr; j = (j + 1) % ALLOC_SLOTS) {
+                void *q = allocs[j].ptr;
+                size_t n = allocs[j].bytes;
+                allocs[j].ptr = NULL;
+                for (size_t m = slot_of(q);; m = (m + 1) % ALLOC_SLOTS)
+                    if (!allocs[m].ptr) {
+                        allocs[m].ptr = q;
+                        allocs[m].bytes = n;
+                        break;
+                    }
+            }
+            return;
+        }
+}
 
 extern "C" const char *bn_curand_status_string(curandStatus_t s)
 {
@@ -91,8 +141,6 @@ extern "C" bn_status bn_ctx_open(int device, bn_ctx **out)
     BN_CUDA(cudaGetDeviceProperties(&prop, device));
     snprintf(the_ctx.name, sizeof the_ctx.name, "%s", prop.name);
     bn_status s = open_handles(&the_ctx);
-    size_t total;
-    if (s == BN_OK && cudaMemGetInfo(&free_at_open, &total) != cudaSuccess) free_at_open = 0;
     ctx_open = 1; /* so that close releases whatever was created, on failure too */
     if (s != BN_OK) {
         bn_ctx_close();
@@ -127,11 +175,13 @@ extern "C" bn_status bn_ctx_reserve_workspace(bn_ctx *ctx, size_t bytes)
     if (ctx->workspace) {
         BN_CUDA(cudaStreamSynchronize((cudaStream_t)ctx->stream));
         BN_CUDA(cudaFree(ctx->workspace));
+        account(0, ctx->workspace_size);
         ctx->workspace = NULL;
         ctx->workspace_size = 0;
     }
     BN_CUDA(cudaMalloc(&ctx->workspace, bytes));
     ctx->workspace_size = bytes;
+    account(bytes, 0);
     return BN_OK;
 }
 
@@ -145,12 +195,15 @@ extern "C" bn_status bn_device_alloc(void **ptr, size_t bytes)
         return bn_error(BN_ERR_DEVICE, "cannot allocate %zu bytes on gpu:%d: %s", bytes, the_ctx.device,
                         cudaGetErrorString(e));
     }
+    remember(*ptr, bytes);
     return BN_OK;
 }
 
 extern "C" void bn_device_free(void *ptr)
 {
-    if (ptr) cudaFree(ptr);
+    if (!ptr) return;
+    forget(ptr);
+    cudaFree(ptr);
 }
 
 extern "C" bn_status bn_device_zero(void *ptr, size_t bytes)
@@ -197,12 +250,10 @@ extern "C" void bn_tensor_desc_free(void *desc)
     if (desc) cudnnDestroyTensorDescriptor((cudnnTensorDescriptor_t)desc);
 }
 
-extern "C" bn_status bn_device_memory_used(size_t *bytes)
+extern "C" void bn_device_memory(size_t *now, size_t *peak)
 {
-    size_t free_now, total;
-    BN_CUDA(cudaMemGetInfo(&free_now, &total));
-    *bytes = free_at_open > free_now ? free_at_open - free_now : 0;
-    return BN_OK;
+    *now = bytes_now;
+    *peak = bytes_peak;
 }
 
 extern "C" bn_status bn_event_create(void **event)

@@ -59,10 +59,9 @@ bn_status bn_device_d2h(void *dst, const void *src, size_t bytes);
 /* Waits until everything queued on the context stream has finished. */
 bn_status bn_device_sync(void);
 
-/* Device memory taken since the context opened (by blobnet and by the CUDA libraries on its
- * behalf), from the driver's free-memory figure: blobnet frees nothing while it trains, so
- * after a step and an evaluation this is the run's peak. */
-bn_status bn_device_memory_used(size_t *bytes);
+/* blobnet's own device memory (every bn_device_alloc and the cuDNN workspace), now and at
+ * its peak; what cuBLAS and cuDNN allocate inside their handles is not included. */
+void bn_device_memory(size_t *now, size_t *peak);
 
 /* Timing events on the context stream: create, record now, milliseconds between two
  * recorded events (waits for the later one), destroy. */

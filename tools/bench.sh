@@ -26,7 +26,7 @@ run_blobnet() { # name, extra args...
         { echo "$name failed:"; tail -3 "$work/$name.log"; return; }
     local ms mem acc eval
     ms=$(median_epoch_ms "$work/$name.log")
-    mem=$(awk '/^device memory/ { print $8 }' "$work/$name.log")
+    mem=$(awk '/^peak device memory/ { print $4 }' "$work/$name.log")
     acc=$(awk '/^final test accuracy/ { print $4 }' "$work/$name.log")
     eval=$(awk '/^epoch/ { e = $(NF - 1) } END { print e }' "$work/$name.log")
     rows+=("$(printf '%-34s %9.1f %10.0f %6s %9s MiB %8s  eval %s ms' "blobnet $name" "$ms" \
