@@ -192,6 +192,8 @@ static bn_status after_step(bn_net *net, bn_sgd *opt, bn_blob *acc, bn_train_sta
         BN_TRY(check_finite(net, st->epoch_loss_sum, *checked + 1, st->step));
         *checked = st->step;
         BN_TRY(save_checkpoint(opts->save_path, net, opt, st));
+        /* A stop asked for during this save finds the checkpoint up to date already. */
+        stop = opts->stop && *opts->stop;
     }
     return stop ? interrupted(opts, st) : BN_OK;
 }
@@ -243,18 +245,48 @@ static bn_status train_epoch(bn_net *net, bn_sgd *opt, bn_loader *ld, bn_blob *a
     return BN_OK;
 }
 
-/* Evaluation over a loader in its natural order, summing into sum (a 2-float scratch blob). */
-static bn_status evaluate_with(bn_net *net, bn_loader *ld, bn_blob *sum, double *loss, double *acc)
+/* One evaluation batch from the loader's cursor, as one function for graph capture. */
+typedef struct eval_body {
+    bn_net *net;
+    bn_loader *ld;
+    bn_blob *sum;
+    int n;
+} eval_body;
+
+static bn_status run_eval_body(void *arg)
 {
-    int count = ld->data->count;
+    eval_body *b = arg;
+    BN_TRY(bn_loader_fill_next(b->ld, b->net, b->n));
+    BN_TRY(bn_net_forward(b->net, 0));
+    return accumulate_metrics(b->net, b->sum);
+}
+
+/* Evaluation over a loader in its natural order, summing into sum (a 2-float scratch blob).
+ * With graph (GPU), full batches after the first replay a captured forward pass. */
+static bn_status evaluate_with(bn_net *net, bn_loader *ld, bn_blob *sum, bn_step_graph *graph, double *loss,
+                               double *acc)
+{
+    int count = ld->data->count, batch = net->capacity;
     BN_TRY(bn_blob_zero(sum));
+    if (net->pass.ctx && !bn_blob_dev_rd(sum)) return bn_last_status();
+    BN_TRY(bn_loader_set_cursor(ld, 0));
     bn_nvtx_push("eval", BN_NVTX_STEP);
     bn_status s = BN_OK;
-    for (int start = 0; s == BN_OK && start < count; start += net->capacity) {
-        int n = count - start < net->capacity ? count - start : net->capacity;
-        s = bn_loader_fill(ld, net, start, n);
-        if (s == BN_OK) s = bn_net_forward(net, 0);
-        if (s == BN_OK) s = accumulate_metrics(net, sum);
+    for (int start = 0; s == BN_OK && start < count; start += batch) {
+        eval_body b = {net, ld, sum, count - start < batch ? count - start : batch};
+        int replayable = graph && net->pass.ctx && b.n == batch && start > 0 && bn_net_graph_safe(net);
+        if (!replayable) {
+            s = run_eval_body(&b);
+            continue;
+        }
+        int replayed;
+        s = bn_net_set_batch(net, b.n);
+        if (s == BN_OK) s = bn_step_graph_run(graph, net->pass.ctx, run_eval_body, &b, &replayed);
+        if (s == BN_OK && replayed) {
+            ld->host_cursor += b.n;
+            bn_net_mark_device_written(net);
+            bn_blob_mark_device_written(sum);
+        }
     }
     bn_nvtx_pop();
     BN_TRY(s);
@@ -270,7 +302,7 @@ bn_status bn_evaluate(bn_net *net, const bn_dataset *data, double *loss, double 
     bn_loader ld;
     BN_TRY(bn_loader_init(&ld, data, net->pass.ctx));
     bn_blob *sum = bn_blob_new("eval.metrics", 2, 1, 1, 1);
-    bn_status s = sum ? evaluate_with(net, &ld, sum, loss, acc) : bn_last_status();
+    bn_status s = sum ? evaluate_with(net, &ld, sum, NULL, loss, acc) : bn_last_status();
     bn_blob_free(sum);
     bn_loader_free(&ld);
     return s;
@@ -280,7 +312,7 @@ static void print_epoch(FILE *out, const bn_epoch_report *r)
 {
     if (!out) return;
     fprintf(out,
-            "epoch %*d/%d  lr %.6f  train loss %.4f  train acc %6.2f%%  test acc %6.2f%%  %7.2f s  %8.0f img/s"
+            "epoch %*d/%d  lr %.6f  train loss %.4f  train acc %6.2f%%  test acc %6.2f%%  %7.3f s  %8.0f img/s"
             "  eval %.1f ms\n",
             r->epochs >= 10 ? 2 : 1, r->epoch, r->epochs, r->lr, r->train_loss, 100.0 * r->train_acc,
             100.0 * r->test_acc, r->seconds, r->images_per_s, 1e3 * r->eval_seconds);
@@ -302,7 +334,7 @@ bn_status bn_train(bn_net *net, bn_sgd *opt, const bn_dataset *train, const bn_d
     bn_blob *eval_sum = acc ? bn_blob_new("eval.metrics", 2, 1, 1, 1) : NULL;
     if (s == BN_OK && !eval_sum) s = bn_last_status();
     char range[32];
-    bn_step_graph graph = {0};
+    bn_step_graph graph = {0}, eval_graph = {0};
     int warm = 0;
     long checked = st->step;
     if (opts->log) fprintf(opts->log, "%s\n", bn_metrics_csv_header);
@@ -323,7 +355,7 @@ bn_status bn_train(bn_net *net, bn_sgd *opt, const bn_dataset *train, const bn_d
                              .train_acc = st->epoch_correct / st->epoch_seen, .seconds = seconds,
                              .images_per_s = (st->epoch_seen - seen_before) / (seconds > 0 ? seconds : 1e-9)};
         double eval_start = now_seconds();
-        s = evaluate_with(net, &test_ld, eval_sum, &r.test_loss, &r.test_acc);
+        s = evaluate_with(net, &test_ld, eval_sum, opts->no_graph ? NULL : &eval_graph, &r.test_loss, &r.test_acc);
         r.eval_seconds = now_seconds() - eval_start;
         if (s != BN_OK) break;
         *st = (bn_train_state){.seed = st->seed, .epoch = st->epoch + 1, .step = st->step};
@@ -339,6 +371,7 @@ bn_status bn_train(bn_net *net, bn_sgd *opt, const bn_dataset *train, const bn_d
         if (opts->until_accuracy > 0 && r.test_acc >= opts->until_accuracy) break;
     }
     bn_step_graph_free(&graph);
+    bn_step_graph_free(&eval_graph);
     bn_blob_free(acc);
     bn_blob_free(eval_sum);
     bn_loader_free(&ld);
