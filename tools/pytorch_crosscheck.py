@@ -111,6 +111,7 @@ def main():
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--device", default="gpu")
     ap.add_argument("--tolerance", type=float, default=1e-4)
+    ap.add_argument("--lr", type=float, default=None, help="override the model's base learning rate on both sides")
     a = ap.parse_args()
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -119,6 +120,8 @@ def main():
     work = tempfile.mkdtemp(prefix="crosscheck-")
     init, log = os.path.join(work, "init.safetensors"), os.path.join(work, "steps.csv")
     common = [a.blobnet, "train", a.model, "--data", a.data, "--device", a.device, "--batch", str(a.batch), "--quiet"]
+    if a.lr is not None:
+        common += ["--lr", repr(a.lr)]
     run(common + ["--epochs", "0", "--save", init])
     run(common + ["--epochs", "1", "--train-limit", str(a.steps * a.batch), "--log", log, "--log-every", "1"])
     with open(log) as f:
@@ -136,26 +139,45 @@ def main():
     order = blobnet_shuffle(count, epoch_seed(seed, 0))
     images = read_idx(os.path.join(a.data, "train-images-idx3-ubyte.gz"))[:count]
     labels = read_idx(os.path.join(a.data, "train-labels-idx1-ubyte.gz"))[:count]
-    base_lr, gamma, power, momentum, wd, bias_mult = 0.01, 1e-4, 0.75, 0.9, 5e-4, 2.0
+    base_lr, gamma, power, momentum, wd, bias_mult = a.lr or 0.01, 1e-4, 0.75, 0.9, 5e-4, 2.0
     mean, std = input_standardisation(a.model)
 
+    def train_torch(params, velocity, nudge):
+        """PyTorch's losses for the run; nudge moves one weight by one float32 ulp, to measure
+        how far rounding alone carries two correct runs apart."""
+        params = {k: v.detach().clone().requires_grad_(True) for k, v in params.items()}
+        velocity = {k: v.clone() for k, v in velocity.items()}
+        if nudge:
+            with torch.no_grad():
+                w = params["ip1.weight"].view(-1)
+                w[0] = torch.nextafter(w[0], torch.tensor(1.0, device=dev))
+        losses = []
+        for step in range(a.steps):
+            idx = order[step * a.batch:(step + 1) * a.batch]
+            x = torch.tensor((images[idx].astype(np.float32) / np.float32(255.0) - mean) / std, device=dev)
+            y = torch.tensor(labels[idx].astype(np.int64), device=dev)
+            loss = F.cross_entropy(lenet_forward(params, x), y)
+            for p in params.values():
+                p.grad = None
+            loss.backward()
+            lr = base_lr * (1 + gamma * step) ** -power
+            with torch.no_grad():
+                for k, p in params.items():
+                    is_bias = k.endswith(".bias")
+                    rate, decay = lr * (bias_mult if is_bias else 1.0), 0.0 if is_bias else wd
+                    velocity[k].mul_(momentum).add_(rate * (p.grad + decay * p))
+                    p.sub_(velocity[k])
+            losses.append(loss.item())
+        return losses
+
+    ref = train_torch(params, velocity, False)
+    nudged = train_torch(params, velocity, True)
+    floor = max(abs(u - v) / max(abs(v), 1e-12) for u, v in zip(nudged, ref))
+    print(f"noise floor: PyTorch against itself with one weight moved by one ulp differs by up to {floor:.3e}")
     worst = 0.0
     for step in range(a.steps):
-        idx = order[step * a.batch:(step + 1) * a.batch]
-        x = torch.tensor((images[idx].astype(np.float32) / np.float32(255.0) - mean) / std, device=dev)
-        y = torch.tensor(labels[idx].astype(np.int64), device=dev)
-        loss = F.cross_entropy(lenet_forward(params, x), y)
-        for p in params.values():
-            p.grad = None
-        loss.backward()
         lr = base_lr * (1 + gamma * step) ** -power
-        with torch.no_grad():
-            for k, p in params.items():
-                is_bias = k.endswith(".bias")
-                rate, decay = lr * (bias_mult if is_bias else 1.0), 0.0 if is_bias else wd
-                velocity[k].mul_(momentum).add_(rate * (p.grad + decay * p))
-                p.sub_(velocity[k])
-        ours, theirs = blob_losses[step], loss.item()
+        ours, theirs = blob_losses[step], ref[step]
         rel = abs(ours - theirs) / max(abs(theirs), 1e-12)
         worst = max(worst, rel)
         print(f"step {step + 1:3d}  lr {blob_lrs[step]:.6f}/{lr:.6f}  blobnet {ours:.7f}  pytorch {theirs:.7f}  rel {rel:.2e}")
