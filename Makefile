@@ -71,9 +71,16 @@ EXPORT_LIB  := -rdynamic -Wl,--whole-archive libblobnet.a -Wl,--no-whole-archive
 .PHONY: all test clean bench plugins
 all: libblobnet.a blobnet tests/run_tests $(NVTX_RECORDER) plugins
 
-libblobnet.a: $(LIB_OBJS)
+# The top-level outputs are shared by every configuration (BUILD, CPU_ONLY, SANITIZE, NVTX):
+# this file changes whenever the configuration does, so switching relinks them.
+CONFIG_ID := $(BUILD) cuda=$(WITH_CUDA) sanitize=$(SANITIZE) nvtx=$(NVTX) opt=$(OPT)
+.build-config: FORCE
+	@echo '$(CONFIG_ID)' | cmp -s - $@ 2>/dev/null || echo '$(CONFIG_ID)' > $@
+.PHONY: FORCE
+
+libblobnet.a: $(LIB_OBJS) .build-config
 	@rm -f $@
-	ar rcs $@ $^
+	ar rcs $@ $(filter %.o,$^)
 
 blobnet: $(CLI_SRCS:%.c=$(BUILD)/%.o) libblobnet.a
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(EXPORT_LIB) $(LDLIBS)
