@@ -62,11 +62,13 @@ int bn_window_out(int in, int size, int stride, int pad)
 
 typedef bn_status (*pass_fn)(bn_layer *, const bn_pass *);
 
+/* The pass runs inside the range path <layer>/<pass>: a range named after the layer holding one
+ * named "forward" or "backward". Nsight Compute reads '/' in a filter as nesting, so
+ * `--nvtx-include "blobnet@conv1/forward/"` selects exactly these kernels. */
 static bn_status run_pass(bn_layer *l, const bn_pass *p, pass_fn cpu, pass_fn gpu, const char *what)
 {
-    char range[96];
-    snprintf(range, sizeof range, "%s/%s", l->name, what);
-    bn_nvtx_push(range, l->ops->kind);
+    bn_nvtx_push(l->name, l->ops->kind);
+    bn_nvtx_push(what, l->ops->kind);
     bn_status s;
     if (p->ctx && gpu) {
         s = gpu(l, p);
@@ -78,6 +80,7 @@ static bn_status run_pass(bn_layer *l, const bn_pass *p, pass_fn cpu, pass_fn gp
         }
         s = cpu ? cpu(l, p) : bn_layer_error(l, "has no %s function", what);
     }
+    bn_nvtx_pop();
     bn_nvtx_pop();
     return s;
 }

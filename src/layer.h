@@ -114,7 +114,8 @@ bn_status bn_layer_error(const bn_layer *l, const char *fmt, ...)
 int bn_window_out(int in, int size, int stride, int pad);
 
 /* Runs forward (or backward) on the device when ctx is set and the type has a GPU
- * function, else on the CPU; inside an NVTX range "<name>/forward" ("<name>/backward"). */
+ * function, else on the CPU; inside the NVTX range path "<name>/forward" ("<name>/backward"):
+ * a range named after the layer holding one named after the pass. */
 bn_status bn_layer_forward(bn_layer *l, const bn_pass *p);
 bn_status bn_layer_backward(bn_layer *l, const bn_pass *p);
 

@@ -1,4 +1,5 @@
-/* Profiling: the NVTX ranges a training run opens (recorded by an injection library) and
+/* Profiling: the NVTX ranges a training run opens, recorded by an injection library (the
+ * path <layer>/forward is a range named after the layer holding one named "forward"), and
  * the `blobnet time` table. */
 #include <stdlib.h>
 
@@ -36,12 +37,6 @@ static int read_events(const char *path)
     }
     fclose(f);
     return n;
-}
-
-static int ends_with(const char *s, const char *suffix)
-{
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
 static const char *const layers[] = {"conv1", "pool1", "conv2", "pool2", "ip1", "relu1", "ip2", "loss"};
@@ -87,13 +82,18 @@ BN_TEST(profiling_nvtx_ranges_of_a_cpu_training_run)
             updates++;
             CHECK_MSG(strncmp(parent, "step ", 5) == 0, "update inside '%s'", parent);
         }
+        /* A layer's range sits in a step or in eval and holds one "forward" or "backward". */
+        const char *grandparent = depth >= 3 ? stack[depth - 3] : "";
         for (int k = 0; k < NUM_LAYERS; k++) {
-            size_t len = strlen(layers[k]);
-            if (strncmp(name, layers[k], len) != 0 || name[len] != '/') continue;
-            int in_step = strncmp(parent, "step ", 5) == 0, in_eval = strcmp(parent, "eval") == 0;
-            CHECK_MSG(in_step || in_eval, "'%s' inside '%s'", name, parent);
-            if (in_step && ends_with(name, "/forward")) fwd[k]++;
-            if (in_step && ends_with(name, "/backward")) bwd[k]++;
+            if (strcmp(name, layers[k]) == 0) {
+                int in_step = strncmp(parent, "step ", 5) == 0, in_eval = strcmp(parent, "eval") == 0;
+                CHECK_MSG(in_step || in_eval, "layer range '%s' inside '%s'", name, parent);
+            }
+            if (strcmp(parent, layers[k]) != 0 || strncmp(grandparent, "step ", 5) != 0) continue;
+            CHECK_MSG(strcmp(name, "forward") == 0 || strcmp(name, "backward") == 0, "'%s' inside layer %s", name,
+                      parent);
+            fwd[k] += strcmp(name, "forward") == 0;
+            bwd[k] += strcmp(name, "backward") == 0;
         }
     }
     CHECK_MSG(depth == 0, "%d ranges left open", depth);
