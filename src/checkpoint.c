@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "json.h"
@@ -269,6 +270,15 @@ static bn_status sync_directory(const char *path)
     return BN_OK;
 }
 
+/* A test hook: with BLOBNET_TEST_SAVE_PAUSE_MS set, a save waits that long between writing
+ * the temporary file and renaming it, so that a test can kill the process inside a save. */
+static void pause_before_rename(void)
+{
+    const char *ms = getenv("BLOBNET_TEST_SAVE_PAUSE_MS");
+    long v = ms ? strtol(ms, NULL, 10) : 0;
+    if (v > 0) nanosleep(&(struct timespec){.tv_sec = v / 1000, .tv_nsec = v % 1000 * 1000000L}, NULL);
+}
+
 /* Writes the file next to path under a temporary name and renames it over path only when
  * it is complete and on disk; on any failure the temporary file is removed. */
 static bn_status write_atomically(const char *path, const text_buf *header, const tensor_spec *specs,
@@ -300,6 +310,7 @@ static bn_status write_atomically(const char *path, const text_buf *header, cons
     } else {
         close(fd);
     }
+    if (!failed) pause_before_rename();
     if (!failed && rename(tmp, path) != 0) failed = "renaming", err = errno;
     if (failed) {
         unlink(tmp);
@@ -312,6 +323,18 @@ static bn_status write_atomically(const char *path, const text_buf *header, cons
     return sync_directory(path);
 }
 
+static bn_status refuse_non_finite(const char *path, const char *prefix, const tensor_spec *t, const float *slab)
+{
+    for (size_t i = 0; i < t->count; i++) {
+        float v = slab[t->offset + i];
+        if (!isfinite(v))
+            return bn_error(BN_ERR_NUMERIC, "not saving checkpoint %s: %s%s holds %s at element %zu (the file "
+                            "already there, if any, is left as it was)", path, prefix, t->name,
+                            isnan(v) ? "NaN" : "infinity", i);
+    }
+    return BN_OK;
+}
+
 bn_status bn_checkpoint_save(const char *path, bn_net *net, const bn_sgd *opt, const bn_train_state *st)
 {
     tensor_spec *specs;
@@ -322,6 +345,12 @@ bn_status bn_checkpoint_save(const char *path, bn_net *net, const bn_sgd *opt, c
     if (s == BN_OK && net->num_params) {
         if (!(weights = bn_blob_host_rd(net->params))) s = bn_last_status();
         else if (opt && !(momentum = bn_blob_host_rd(opt->momentum))) s = bn_last_status();
+    }
+    /* The loader refuses NaN and infinity, so a file holding them could never be resumed:
+     * refusing it here keeps the last good checkpoint in place instead. */
+    for (size_t i = 0; s == BN_OK && i < n; i++) {
+        s = refuse_non_finite(path, "", &specs[i], weights);
+        if (s == BN_OK && momentum) s = refuse_non_finite(path, MOMENTUM_PREFIX, &specs[i], momentum);
     }
     text_buf header = {0};
     if (s == BN_OK) s = build_header(net, opt, st, specs, n, &header);

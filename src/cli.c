@@ -30,12 +30,23 @@ bn_status bn_cli_float(const char *flag, const char *text, double lo, double hi,
     return BN_OK;
 }
 
+/* Opens a device the user asked for; a failure names the --device value it came from, unless
+ * the message names it already. */
+static bn_status open_ordinal(const char *spec, int ordinal, bn_ctx **ctx)
+{
+    bn_status s = bn_ctx_open(ordinal, ctx);
+    if (s == BN_OK || strstr(bn_last_error(), spec)) return s;
+    char why[900];
+    snprintf(why, sizeof why, "%s", bn_last_error());
+    return bn_error(s, "--device %s: %s", spec, why);
+}
+
 bn_status bn_cli_open_device(const char *spec, int quiet, bn_ctx **ctx)
 {
     *ctx = NULL;
     if (strcmp(spec, "cpu") == 0) return BN_OK;
     if (strcmp(spec, "auto") == 0) {
-        if (bn_device_count() > 0) return bn_ctx_open(0, ctx);
+        if (bn_device_count() > 0) return open_ordinal(spec, 0, ctx);
         if (bn_device_compiled() && !quiet)
             fprintf(stderr, "blobnet: warning: no CUDA device found; running on the CPU\n");
         return BN_OK;
@@ -46,7 +57,7 @@ bn_status bn_cli_open_device(const char *spec, int quiet, bn_ctx **ctx)
             return bn_error(BN_ERR_USAGE, "--device: '%s' is not one of cpu, gpu, gpu:N, auto", spec);
         BN_TRY(bn_cli_int("--device", spec + 4, 0, 1024, &ordinal));
     }
-    return bn_ctx_open((int)ordinal, ctx);
+    return open_ordinal(spec, (int)ordinal, ctx);
 }
 
 bn_status bn_cli_data_dir(const char *flag, const char *dataset, const char **dir)

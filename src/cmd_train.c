@@ -1,8 +1,10 @@
 /* cmd_train.c - `blobnet train MODEL [options]`. */
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -12,7 +14,7 @@
 
 typedef struct train_args {
     const char *model, *data, *dataset, *device, *save, *resume, *log;
-    long epochs, batch, seed, train_limit, log_every, profile_first, profile_last;
+    long epochs, batch, seed, train_limit, log_every, profile_first, profile_last, checkpoint_every, debug_numerics;
     double lr, momentum, weight_decay;
     const char *lr_policy;
     int quiet, tf32, deterministic, no_graph;
@@ -22,7 +24,7 @@ typedef struct train_args {
 enum { OPT_DATA = 256, OPT_DATASET, OPT_DEVICE, OPT_EPOCHS, OPT_BATCH, OPT_LR, OPT_MOMENTUM, OPT_WD,
        OPT_POLICY, OPT_SEED, OPT_LIMIT, OPT_SAVE, OPT_RESUME, OPT_QUIET, OPT_LOG, OPT_LOG_EVERY,
        OPT_TF32, OPT_DETERMINISTIC, OPT_PROFILE, OPT_PLUGIN, OPT_NO_GRAPH,
-       OPT_UNTIL, OPT_HELP };
+       OPT_UNTIL, OPT_CHECKPOINT_EVERY, OPT_DEBUG_NUMERICS, OPT_HELP };
 
 static const struct option train_options[] = {
     {"data", required_argument, 0, OPT_DATA},       {"dataset", required_argument, 0, OPT_DATASET},
@@ -36,6 +38,8 @@ static const struct option train_options[] = {
     {"tf32", no_argument, 0, OPT_TF32},             {"deterministic", no_argument, 0, OPT_DETERMINISTIC},
     {"profile-steps", required_argument, 0, OPT_PROFILE}, {"no-graph", no_argument, 0, OPT_NO_GRAPH},
     {"until-accuracy", required_argument, 0, OPT_UNTIL}, {"plugin", required_argument, 0, OPT_PLUGIN},
+    {"checkpoint-every", required_argument, 0, OPT_CHECKPOINT_EVERY},
+    {"debug-numerics", required_argument, 0, OPT_DEBUG_NUMERICS},
     {"help", no_argument, 0, OPT_HELP},             {0, 0, 0, 0},
 };
 
@@ -50,6 +54,22 @@ static bn_status parse_step_range(const char *text, long *first, long *last)
     *last = *first;
     if (colon) BN_TRY(bn_cli_int("--profile-steps", colon + 1, 1, 2147483647L, last));
     if (*last < *first) return bn_error(BN_ERR_USAGE, "--profile-steps: %s ends before it starts", text);
+    return BN_OK;
+}
+
+/* The directory --save writes into must exist before training starts, not when the first
+ * checkpoint is due. */
+static bn_status check_save_dir(const char *path)
+{
+    char dir[4096] = ".";
+    const char *slash = strrchr(path, '/');
+    if (slash == path) snprintf(dir, sizeof dir, "/");
+    else if (slash) snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return bn_error(BN_ERR_USAGE, "--save: directory %s does not exist", dir);
+    if (access(dir, W_OK) != 0)
+        return bn_error(BN_ERR_USAGE, "--save: cannot write into directory %s: %s", dir, strerror(errno));
     return BN_OK;
 }
 
@@ -85,11 +105,19 @@ static int parse_args(int argc, char **argv, train_args *a)
         case OPT_DETERMINISTIC: a->deterministic = 1; break;
         case OPT_LOG_EVERY: BN_TRY(bn_cli_int("--log-every", optarg, 1, 2147483647L, &a->log_every)); break;
         case OPT_PLUGIN: BN_TRY(bn_plugin_load(optarg)); break;
+        case OPT_CHECKPOINT_EVERY:
+            BN_TRY(bn_cli_int("--checkpoint-every", optarg, 1, 2147483647L, &a->checkpoint_every));
+            break;
+        case OPT_DEBUG_NUMERICS:
+            BN_TRY(bn_cli_int("--debug-numerics", optarg, 1, 2147483647L, &a->debug_numerics));
+            break;
         case OPT_HELP: return -1;
         default: return bn_cli_option_error(opt, optopt, argv[optind - 1]);
         }
     }
     if (a->log_every && !a->log) return bn_error(BN_ERR_USAGE, "--log-every needs --log FILE");
+    if (a->checkpoint_every && !a->save) return bn_error(BN_ERR_USAGE, "--checkpoint-every needs --save FILE");
+    if (a->save) BN_TRY(check_save_dir(a->save));
     if (optind >= argc) return bn_error(BN_ERR_USAGE, "train: missing MODEL (see 'blobnet train --help')");
     if (optind + 1 < argc) return bn_error(BN_ERR_USAGE, "train: unexpected argument '%s'", argv[optind + 1]);
     a->model = argv[optind];
@@ -114,13 +142,13 @@ static bn_status apply_overrides(const train_args *a, bn_train_config *c)
     return BN_OK;
 }
 
-/* Data and model must agree on the image shape. */
-static bn_status check_input(const bn_net *net, const bn_dataset *d, const char *dir)
+/* Data and model must agree on the image shape, in both splits. */
+static bn_status check_input(const bn_net *net, const bn_dataset *d, const char *dir, const char *split)
 {
     bn_shape s = net->input_shape;
     if (s.c != d->channels || s.h != d->height || s.w != d->width)
-        return bn_error(BN_ERR_USAGE, "%s expects %dx%dx%d inputs but %s holds %dx%dx%d images", net->source, s.c,
-                        s.h, s.w, dir, d->channels, d->height, d->width);
+        return bn_error(BN_ERR_USAGE, "%s expects %dx%dx%d inputs but the %s set in %s holds %dx%dx%d images",
+                        net->source, s.c, s.h, s.w, split, dir, d->channels, d->height, d->width);
     return BN_OK;
 }
 
@@ -146,7 +174,8 @@ static bn_status prepare(const train_args *a, train_run *r, bn_train_state *st)
     }
     BN_TRY(bn_dataset_load(dir, 1, (int)a->train_limit, &r->train));
     BN_TRY(bn_dataset_load(dir, 0, 0, &r->test));
-    BN_TRY(check_input(r->net, &r->train, dir));
+    BN_TRY(check_input(r->net, &r->train, dir, "training"));
+    BN_TRY(check_input(r->net, &r->test, dir, "test"));
     BN_TRY(bn_net_setup(r->net, cfg->batch, r->ctx, 0, cfg->seed));
     BN_TRY(bn_sgd_create(r->net, cfg, &r->opt));
     *st = (bn_train_state){.seed = cfg->seed};
@@ -162,14 +191,36 @@ static bn_status prepare(const train_args *a, train_run *r, bn_train_state *st)
  * shown apart, since they scale with the data rather than the model. */
 static void print_device_memory(const train_run *r)
 {
-    size_t used;
-    if (bn_device_memory_used(&used) != BN_OK) return;
+    size_t now, peak;
+    bn_device_memory(&now, &peak);
     const bn_dataset *sets[] = {&r->train, &r->test};
     double data = 0;
     for (int i = 0; i < 2; i++)
         data += (double)sets[i]->count * (sets[i]->channels * sets[i]->height * sets[i]->width + 1 + sizeof(int));
-    printf("device memory: %.1f MiB in use, %.1f MiB of it the datasets, %.1f MiB the rest\n", used / 1048576.0,
-           data / 1048576.0, (used - data) / 1048576.0);
+    printf("peak device memory: %.1f MiB without the datasets (%.1f MiB with them)\n", (peak - data) / 1048576.0,
+           peak / 1048576.0);
+}
+
+/* The signal that asked training to stop (SIGINT or SIGTERM), 0 while none has. The handler
+ * only sets it; the trainer looks at it between steps, saves and returns. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
+{
+    stop_signal = sig;
+}
+
+/* From now on SIGINT and SIGTERM stop training cleanly; a second one has its default effect,
+ * for a user who does not want to wait for the save. */
+static void catch_stop_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
 }
 
 static bn_status run(const train_args *a, train_run *r)
@@ -181,7 +232,9 @@ static bn_status run(const train_args *a, train_run *r)
     bn_trainer_opts opts = {.epochs = r->net->train.epochs, .save_path = a->save, .out = a->quiet ? NULL : stdout,
                             .log = r->log, .log_every = (int)a->log_every,
                             .profile_first = a->profile_first, .profile_last = a->profile_last,
-                            .no_graph = a->no_graph, .until_accuracy = a->until_accuracy / 100.0};
+                            .no_graph = a->no_graph, .until_accuracy = a->until_accuracy / 100.0,
+                            .checkpoint_every = a->checkpoint_every, .debug_numerics = a->debug_numerics,
+                            .stop = &stop_signal};
     /* The live line only on a terminal: logs and pipes get the epoch lines alone. */
     bn_progress progress;
     if (!a->quiet && isatty(fileno(stdout))) {
@@ -190,6 +243,7 @@ static bn_status run(const train_args *a, train_run *r)
         opts.progress_user = &progress;
     }
     bn_epoch_report last;
+    catch_stop_signals();
     bn_status s = bn_train(r->net, r->opt, &r->train, &r->test, &opts, &st, &last);
     if (opts.progress) bn_progress_clear(&progress);
     BN_TRY(s);
@@ -221,5 +275,11 @@ int bn_cmd_train(int argc, char **argv)
     bn_dataset_free(&r.train);
     bn_dataset_free(&r.test);
     bn_ctx_close();
+    if (s == BN_ERR_INTERRUPTED) {
+        /* "blobnet: interrupted at step S; checkpoint saved to FILE", and the shell's code for
+         * death by that signal (130 for SIGINT, 143 for SIGTERM). */
+        fprintf(stderr, "blobnet: %s\n", bn_last_error());
+        return 128 + stop_signal;
+    }
     return s == BN_OK ? 0 : bn_fail(s);
 }

@@ -118,6 +118,29 @@ static bn_status open_handles(bn_ctx *c)
     return BN_OK;
 }
 
+/* Why gpu:device cannot be used, and what to do about it. */
+static bn_status open_error(cudaError_t e, int device)
+{
+    cudaGetLastError(); /* leave no error behind for the next call to report */
+    const char *hint;
+    switch (e) {
+    case cudaErrorDevicesUnavailable:
+        hint = "it is busy (exclusive-process mode, held by another process) or unavailable; wait for it, pick "
+               "another with --device gpu:N, or use --device cpu";
+        break;
+    case cudaErrorInsufficientDriver:
+        hint = "the NVIDIA driver is older than the CUDA runtime blobnet was built with; update the driver or use "
+               "--device cpu";
+        break;
+    case cudaErrorNoDevice: hint = "use --device cpu"; break;
+    case cudaErrorMemoryAllocation:
+        hint = "it has no memory left even for a context; free some or pick another with --device gpu:N";
+        break;
+    default: hint = "use --device cpu to run without it"; break;
+    }
+    return bn_error(BN_ERR_DEVICE, "cannot open gpu:%d: %s; %s", device, cudaGetErrorString(e), hint);
+}
+
 extern "C" bn_status bn_ctx_open(int device, bn_ctx **out)
 {
     *out = NULL;
@@ -128,13 +151,21 @@ extern "C" bn_status bn_ctx_open(int device, bn_ctx **out)
         *out = &the_ctx;
         return BN_OK;
     }
-    int count = bn_device_count();
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    /* Without any driver the runtime says the driver is too old: that is just "no GPU" here. */
+    int driver = 0;
+    if (e == cudaErrorInsufficientDriver && (cudaDriverGetVersion(&driver) != cudaSuccess || driver == 0))
+        e = cudaErrorNoDevice, count = 0;
+    if (e != cudaSuccess && e != cudaErrorNoDevice) return open_error(e, device);
+    cudaGetLastError();
     if (count == 0)
         return bn_error(BN_ERR_DEVICE, "no CUDA device is available (no GPU, or no driver); use --device cpu");
     if (device < 0 || device >= count)
         return bn_error(BN_ERR_DEVICE, "gpu:%d does not exist; this machine has %d CUDA device%s (gpu:0..gpu:%d)",
                         device, count, count == 1 ? "" : "s", count - 1);
-    BN_CUDA(cudaSetDevice(device));
+    /* cudaFree(0) creates the context now, where a busy or failing device says so plainly. */
+    if ((e = cudaSetDevice(device)) != cudaSuccess || (e = cudaFree(0)) != cudaSuccess) return open_error(e, device);
     memset(&the_ctx, 0, sizeof the_ctx);
     the_ctx.device = device;
     cudaDeviceProp prop;
@@ -169,6 +200,25 @@ extern "C" void bn_ctx_close(void)
     ctx_open = 0;
 }
 
+/* A failed cudaMalloc of bytes for `what`: short of memory, the message gives what the device
+ * has free and what blobnet holds, and suggests a smaller batch. */
+static bn_status alloc_error(cudaError_t e, size_t bytes, const char *what)
+{
+    cudaGetLastError();
+    size_t free_bytes = 0, total_bytes = 0;
+    if (e != cudaErrorMemoryAllocation || cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+        cudaGetLastError();
+        return bn_error(BN_ERR_DEVICE, "cannot allocate %zu bytes for %s on gpu:%d: %s", bytes, what, the_ctx.device,
+                        cudaGetErrorString(e));
+    }
+    const double mib = 1024.0 * 1024.0;
+    return bn_error(BN_ERR_DEVICE,
+                    "out of device memory on gpu:%d (%s): %s needs %zu bytes (%.1f MiB) but %.1f MiB of %.1f MiB "
+                    "are free, %.1f MiB of them held by blobnet; use a smaller --batch or model",
+                    the_ctx.device, the_ctx.name, what, bytes, bytes / mib, free_bytes / mib, total_bytes / mib,
+                    bytes_now / mib);
+}
+
 extern "C" bn_status bn_ctx_reserve_workspace(bn_ctx *ctx, size_t bytes)
 {
     if (bytes <= ctx->workspace_size) return BN_OK;
@@ -179,7 +229,11 @@ extern "C" bn_status bn_ctx_reserve_workspace(bn_ctx *ctx, size_t bytes)
         ctx->workspace = NULL;
         ctx->workspace_size = 0;
     }
-    BN_CUDA(cudaMalloc(&ctx->workspace, bytes));
+    cudaError_t e = cudaMalloc(&ctx->workspace, bytes);
+    if (e != cudaSuccess) {
+        ctx->workspace = NULL;
+        return alloc_error(e, bytes, "the cuDNN workspace");
+    }
     ctx->workspace_size = bytes;
     account(bytes, 0);
     return BN_OK;
@@ -192,8 +246,7 @@ extern "C" bn_status bn_device_alloc(void **ptr, size_t bytes)
     cudaError_t e = cudaMalloc(ptr, bytes);
     if (e != cudaSuccess) {
         *ptr = NULL;
-        return bn_error(BN_ERR_DEVICE, "cannot allocate %zu bytes on gpu:%d: %s", bytes, the_ctx.device,
-                        cudaGetErrorString(e));
+        return alloc_error(e, bytes, "a buffer");
     }
     remember(*ptr, bytes);
     return BN_OK;

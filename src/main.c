@@ -25,6 +25,10 @@ static const char train_usage[] =
     "  --train-limit N     train on the first N training images only\n"
     "  --save FILE         write a checkpoint (safetensors) after every epoch\n"
     "  --resume FILE       continue from a checkpoint written by --save\n"
+    "  --checkpoint-every N  with --save, also write the checkpoint every N steps (it is\n"
+    "                      replaced each time; a resume continues mid-epoch)\n"
+    "  --debug-numerics N  every N steps, print each layer's mean |output|, |gradient|,\n"
+    "                      |weights| and |weight gradients| to stderr\n"
     "  --quiet             print only errors and the final line\n"
     "  --log FILE          write a CSV metrics log (a row per epoch)\n"
     "  --log-every N       with --log, also a row every N steps\n"
@@ -36,7 +40,11 @@ static const char train_usage[] =
     "                      step as a CUDA graph (the default on the GPU where it is safe)\n"
     "  --until-accuracy P  stop after the first epoch whose test accuracy reaches P percent\n"
     "Flags override the model file's [train] section. On a terminal, a live line shows\n"
-    "each epoch's progress (batch, images/s, running loss and accuracy, time left).\n";
+    "each epoch's progress (batch, images/s, running loss and accuracy, time left).\n"
+    "SIGINT (Ctrl-C) or SIGTERM finishes the current step, saves the checkpoint (with\n"
+    "--save) and exits with 130 or 143. A loss or weight that turns NaN or infinite stops\n"
+    "training with an error naming the steps and the first layer where it shows; no\n"
+    "checkpoint is written from then on, so the last good one stays.\n";
 
 static const char test_usage[] =
     "usage: blobnet test MODEL WEIGHTS [options]\n"

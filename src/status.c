@@ -37,6 +37,7 @@ const char *bn_status_name(bn_status s)
     case BN_ERR_DEVICE: return "device";
     case BN_ERR_NUMERIC: return "numeric";
     case BN_ERR_INTERNAL: return "internal";
+    case BN_ERR_INTERRUPTED: return "interrupted";
     }
     return "unknown";
 }

@@ -15,7 +15,8 @@ typedef enum bn_status {
     BN_ERR_NOMEM,    /* host allocation failed */
     BN_ERR_DEVICE,   /* CUDA, cuBLAS, cuDNN or cuRAND reported an error, or no device */
     BN_ERR_NUMERIC,  /* a NaN or infinity where a number was expected */
-    BN_ERR_INTERNAL  /* a broken invariant inside blobnet */
+    BN_ERR_INTERNAL, /* a broken invariant inside blobnet */
+    BN_ERR_INTERRUPTED /* not a fault: stopped on request (SIGINT, SIGTERM) after saving */
 } bn_status;
 
 /* Records a printf-style message for this thread and returns code (so `return bn_error(...)`). */

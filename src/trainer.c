@@ -42,12 +42,18 @@ static bn_status accumulate_metrics(bn_net *net, bn_blob *acc)
 static bn_status check_finite(bn_net *net, double loss, long first, long last)
 {
     if (isfinite(loss)) return BN_OK;
-    char where[384], steps[64];
-    if (!bn_numerics_locate(net, where, sizeof where)) snprintf(where, sizeof where, "none left in any layer");
+    char where[384], found[448], steps[64];
+    if (bn_numerics_locate(net, where, sizeof where)) {
+        snprintf(found, sizeof found, "first non-finite value: %s", where);
+    } else {
+        /* Every blob is finite: the loss itself overflowed, on finite inputs. */
+        const bn_layer *l = bn_net_loss_layer(net);
+        snprintf(found, sizeof found, "every value is finite: layer %s (%s) overflowed", l->name, l->ops->type);
+    }
     if (first >= last) snprintf(steps, sizeof steps, "at step %ld", last);
     else snprintf(steps, sizeof steps, "between steps %ld and %ld", first, last);
-    return bn_error(BN_ERR_NUMERIC, "the training loss became %s %s; first non-finite value: %s; lower the "
-                    "learning rate", isnan(loss) ? "NaN" : "infinite", steps, where);
+    return bn_error(BN_ERR_NUMERIC, "the training loss became %s %s; %s; lower the learning rate",
+                    isnan(loss) ? "NaN" : "infinite", steps, found);
 }
 
 const char bn_metrics_csv_header[] =

@@ -2,6 +2,7 @@
 #ifndef BN_TRAINER_H
 #define BN_TRAINER_H
 
+#include <signal.h>
 #include <stdio.h>
 
 #include "checkpoint.h"
@@ -61,6 +62,10 @@ typedef struct bn_trainer_opts {
     int no_graph;           /* GPU: run every step kernel by kernel, never as a CUDA graph */
     double until_accuracy;  /* stop after the first epoch whose test accuracy reaches this
                              * fraction (0: train all epochs) */
+    long checkpoint_every;  /* with save_path: also save every this many steps (0: epochs only) */
+    long debug_numerics;    /* print bn_numerics_print's table to stderr every this many steps */
+    const volatile sig_atomic_t *stop; /* when it turns non-zero (a signal handler sets it), training
+                             * stops after the current step, saves, and returns BN_ERR_INTERRUPTED */
 } bn_trainer_opts;
 
 /* The header line of the CSV metrics log. */
@@ -68,7 +73,9 @@ extern const char bn_metrics_csv_header[];
 
 /* Trains net with opt from state st (zeroed for a fresh run; loaded for a resume) until
  * opts->epochs are complete, evaluating on test after every epoch. *last receives the last
- * epoch's report (test_acc is the final accuracy). */
+ * epoch's report (test_acc is the final accuracy). A loss or parameter that turns NaN or
+ * infinite is BN_ERR_NUMERIC naming the steps and the first layer where it shows; no
+ * checkpoint is written from then on. */
 bn_status bn_train(bn_net *net, bn_sgd *opt, const bn_dataset *train, const bn_dataset *test,
                    const bn_trainer_opts *opts, bn_train_state *st, bn_epoch_report *last);
 

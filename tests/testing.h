@@ -77,4 +77,10 @@ int bn_test_run(const char *command, char *out, size_t cap);
 /* A fresh temporary directory for this test run (created once, removed by the runner). */
 const char *bn_test_tmpdir(void);
 
+/* Makes dir (inside the temporary directory) an MNIST-shaped data set of raw IDX files with
+ * `train` and `test` 28x28 images of fixed pseudo-random pixels, labels i % 10: for tests that
+ * need real files and fast runs but no particular accuracy. Returns dir's full path (static
+ * storage) or NULL when it cannot be written. */
+const char *bn_test_synthetic_mnist(const char *dir, int train, int test);
+
 #endif
