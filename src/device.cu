@@ -236,6 +236,8 @@ extern "C" bn_status bn_ctx_reserve_workspace(bn_ctx *ctx, size_t bytes)
     }
     ctx->workspace_size = bytes;
     account(bytes, 0);
+    /* Zeroed once, so that no algorithm can read uninitialised memory from it. */
+    BN_CUDA(cudaMemsetAsync(ctx->workspace, 0, bytes, (cudaStream_t)ctx->stream));
     return BN_OK;
 }
 
