@@ -45,8 +45,13 @@ if has sanitize; then
 fi
 
 if has crosscheck; then
-    python3 tools/pytorch_crosscheck.py --data "$data" --steps 20 >"$logs/crosscheck.log" 2>&1
-    note "pytorch cross-check: $(tail -1 "$logs/crosscheck.log")"
+    # At LeNet's lr 0.01 the early steps are so steep that PyTorch disagrees with itself by
+    # ~4e-3 over 20 steps when only cuDNN's summation order changes (the script prints that
+    # floor); at lr 0.001 the 1e-4 bar is meaningful.
+    python3 tools/pytorch_crosscheck.py --data "$data" --steps 20 --lr 0.001 >"$logs/crosscheck.log" 2>&1
+    note "pytorch cross-check, lr 0.001: $(tail -1 "$logs/crosscheck.log")"
+    python3 tools/pytorch_crosscheck.py --data "$data" --steps 20 >"$logs/crosscheck-lr0.01.log" 2>&1
+    note "pytorch cross-check, lr 0.01: $(tail -1 "$logs/crosscheck-lr0.01.log"); $(grep 'other cuDNN' "$logs/crosscheck-lr0.01.log")"
 fi
 
 if has accuracy; then
