@@ -10,7 +10,7 @@
 #include "checkpoint.h"
 #include "fuzz_common.h"
 
-static void die(const char *what)
+static _Noreturn void die(const char *what)
 {
     fprintf(stderr, "make_seeds: %s: %s\n", what, bn_last_error());
     exit(1);
