@@ -21,6 +21,9 @@ uint64_t lt_fresh_seed(void);
  * input gradient, parameters drawn from seed. */
 bn_status lt_net(const char *text, int batch, uint64_t seed, bn_net **out);
 
+/* The output shape (per example) of the network described by text. */
+bn_status lt_out_shape(const char *text, int *c, int *h, int *w);
+
 /* Fills net->input with normal values times scale; values with |x| < gap are pushed out to
  * +-gap (away from the kink of relu-like layers). */
 bn_status lt_fill_normal(bn_net *net, uint64_t seed, double scale, double gap);

@@ -42,6 +42,13 @@ const char *bn_test_cli(void)
     return (c && *c) ? c : "./blobnet";
 }
 
+int bn_test_cli_run(const char *args, char *out, size_t cap)
+{
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s %s", bn_test_cli(), args);
+    return bn_test_run(cmd, out, cap);
+}
+
 const char *bn_test_tmpdir(void)
 {
     if (!tmpdir[0]) {

@@ -7,17 +7,8 @@ static char out[1 << 16];
 
 static int cli(const char *args)
 {
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s %s", bn_test_cli(), args);
-    return bn_test_run(cmd, out, sizeof out);
+    return bn_test_cli_run(args, out, sizeof out);
 }
-
-#define CHECK_CLI(args, code, needle)                                                              \
-    do {                                                                                           \
-        int rc_ = cli(args);                                                                       \
-        CHECK_MSG(rc_ == (code), "'%s' exited %d, expected %d; output:\n%s", args, rc_, code, out); \
-        CHECK_MSG(strstr(out, needle) != NULL, "'%s' output lacks \"%s\":\n%s", args, needle, out); \
-    } while (0)
 
 BN_TEST(cli_help_and_version)
 {

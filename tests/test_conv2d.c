@@ -12,29 +12,19 @@
  * explains the choice of eps); a wrong gradient is off by far more. */
 #define GRAD_TOL 1e-2
 
-static bn_status out_shape(const char *text, int *c, int *h, int *w)
-{
-    bn_net *net;
-    BN_TRY(lt_net(text, 1, 1, &net));
-    bn_blob *o = bn_net_output(net);
-    *c = o->c, *h = o->h, *w = o->w;
-    bn_net_free(net);
-    return BN_OK;
-}
-
 BN_TEST(conv2d_output_shapes)
 {
     int c, h, w;
-    CHECK_OK(out_shape("[input]\nchannels=2\nheight=7\nwidth=7\n[conv2d]\nfilters=3\nsize=3\nstride=2\npad=1\n",
+    CHECK_OK(lt_out_shape("[input]\nchannels=2\nheight=7\nwidth=7\n[conv2d]\nfilters=3\nsize=3\nstride=2\npad=1\n",
                        &c, &h, &w));
     CHECK(c == 3 && h == 4 && w == 4);
     /* floor: (6 - 3) / 2 + 1 = 2, the last column is never a window's start */
-    CHECK_OK(out_shape("[input]\nchannels=1\nheight=6\nwidth=9\n[conv2d]\nfilters=2\nsize=3\nstride=2\n",
+    CHECK_OK(lt_out_shape("[input]\nchannels=1\nheight=6\nwidth=9\n[conv2d]\nfilters=2\nsize=3\nstride=2\n",
                        &c, &h, &w));
     CHECK(c == 2 && h == 2 && w == 4);
-    CHECK_OK(out_shape("[input]\nchannels=1\nheight=5\nwidth=5\n[conv2d]\nfilters=1\nsize=5\n", &c, &h, &w));
+    CHECK_OK(lt_out_shape("[input]\nchannels=1\nheight=5\nwidth=5\n[conv2d]\nfilters=1\nsize=5\n", &c, &h, &w));
     CHECK(c == 1 && h == 1 && w == 1);
-    CHECK_OK(out_shape("[input]\nchannels=1\nheight=3\nwidth=3\n[conv2d]\nfilters=4\nsize=5\npad=1\n", &c, &h, &w));
+    CHECK_OK(lt_out_shape("[input]\nchannels=1\nheight=3\nwidth=3\n[conv2d]\nfilters=4\nsize=5\npad=1\n", &c, &h, &w));
     CHECK(c == 4 && h == 1 && w == 1);
     return BN_PASS;
 }

@@ -266,20 +266,6 @@ BN_TEST(plugin_prelu_net_learns)
 
 /* ---- the command line ---- */
 
-static int cli(const char *args)
-{
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "%s %s", bn_test_cli(), args);
-    return bn_test_run(cmd, out, sizeof out);
-}
-
-#define CHECK_CLI(args, code, needle)                                                              \
-    do {                                                                                           \
-        int rc_ = cli(args);                                                                       \
-        CHECK_MSG(rc_ == (code), "'%s' exited %d, expected %d; output:\n%s", args, rc_, code, out); \
-        CHECK_MSG(strstr(out, needle) != NULL, "'%s' output lacks \"%s\":\n%s", args, needle, out); \
-    } while (0)
-
 BN_TEST(plugin_cli_loads_and_reports_errors)
 {
     char args[1400];

@@ -11,26 +11,16 @@
 /* Input spacing for maxpool checks: four times eps, so no perturbation changes a winner. */
 #define MAX_SPACING 0.04
 
-static bn_status out_shape(const char *text, int *c, int *h, int *w)
-{
-    bn_net *net;
-    BN_TRY(lt_net(text, 1, 1, &net));
-    bn_blob *o = bn_net_output(net);
-    *c = o->c, *h = o->h, *w = o->w;
-    bn_net_free(net);
-    return BN_OK;
-}
-
 BN_TEST(pool_output_shapes)
 {
     int c, h, w;
-    CHECK_OK(out_shape("[input]\nchannels=3\nheight=5\nwidth=5\n[maxpool]\nsize=2\nstride=2\n", &c, &h, &w));
+    CHECK_OK(lt_out_shape("[input]\nchannels=3\nheight=5\nwidth=5\n[maxpool]\nsize=2\nstride=2\n", &c, &h, &w));
     CHECK(c == 3 && h == 2 && w == 2); /* floor: the last row and column are dropped */
-    CHECK_OK(out_shape("[input]\nchannels=1\nheight=6\nwidth=9\n[avgpool]\nsize=3\n", &c, &h, &w));
+    CHECK_OK(lt_out_shape("[input]\nchannels=1\nheight=6\nwidth=9\n[avgpool]\nsize=3\n", &c, &h, &w));
     CHECK(c == 1 && h == 2 && w == 3); /* stride defaults to size */
-    CHECK_OK(out_shape("[input]\nchannels=2\nheight=5\nwidth=5\n[maxpool]\nsize=3\nstride=2\npad=1\n", &c, &h, &w));
+    CHECK_OK(lt_out_shape("[input]\nchannels=2\nheight=5\nwidth=5\n[maxpool]\nsize=3\nstride=2\npad=1\n", &c, &h, &w));
     CHECK(c == 2 && h == 3 && w == 3);
-    CHECK_OK(out_shape("[input]\nchannels=1\nheight=4\nwidth=7\n[avgpool]\nsize=2\nstride=1\n", &c, &h, &w));
+    CHECK_OK(lt_out_shape("[input]\nchannels=1\nheight=4\nwidth=7\n[avgpool]\nsize=2\nstride=1\n", &c, &h, &w));
     CHECK(c == 1 && h == 3 && w == 6);
     return BN_PASS;
 }

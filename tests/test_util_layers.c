@@ -143,3 +143,13 @@ bn_status lt_setup_status(const char *text)
     bn_net_free(net);
     return s;
 }
+
+bn_status lt_out_shape(const char *text, int *c, int *h, int *w)
+{
+    bn_net *net;
+    BN_TRY(lt_net(text, 1, 1, &net));
+    bn_blob *o = bn_net_output(net);
+    *c = o->c, *h = o->h, *w = o->w;
+    bn_net_free(net);
+    return BN_OK;
+}

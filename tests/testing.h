@@ -74,6 +74,18 @@ const char *bn_test_cli(void);
  * truncated to cap) and returns the exit status (or -1 when it could not run). */
 int bn_test_run(const char *command, char *out, size_t cap);
 
+/* Runs the blobnet CLI with args (a shell-quoted string) like bn_test_run. */
+int bn_test_cli_run(const char *args, char *out, size_t cap);
+
+/* Fails unless the CLI run with args exits with code and prints needle; the output lands in
+ * the calling file's `out` buffer (static char out[...]). */
+#define CHECK_CLI(args, code, needle)                                                              \
+    do {                                                                                           \
+        int rc_ = bn_test_cli_run(args, out, sizeof out);                                          \
+        CHECK_MSG(rc_ == (code), "'%s' exited %d, expected %d; output:\n%s", args, rc_, code, out); \
+        CHECK_MSG(strstr(out, needle) != NULL, "'%s' output lacks \"%s\":\n%s", args, needle, out); \
+    } while (0)
+
 /* A fresh temporary directory for this test run (created once, removed by the runner). */
 const char *bn_test_tmpdir(void);
 
