@@ -5,10 +5,6 @@
 #include "activation.h"
 #include "cuda_check.h"
 
-#define TENSOR_DESC(var, blob)                                                           \
-    cudnnTensorDescriptor_t var = (cudnnTensorDescriptor_t)bn_blob_tensor_desc(blob); \
-    if (!var) return bn_last_status()
-
 /* leaky_relu and elu: x for x > 0; slope * x, or alpha * (e^x - 1), otherwise. */
 static __global__ void piecewise_forward(const float *__restrict__ x, float *__restrict__ y, size_t n, int elu,
                                          float a)
@@ -83,8 +79,8 @@ extern "C" bn_status bn_activation_forward_gpu(bn_layer *l, const bn_pass *pass)
     }
     cudnnActivationDescriptor_t d = NULL;
     BN_TRY(prepare(p, &d));
-    TENSOR_DESC(xd, l->in);
-    TENSOR_DESC(yd, l->out);
+    BN_TENSOR_DESC(xd, l->in);
+    BN_TENSOR_DESC(yd, l->out);
     const float one = 1.0f, zero = 0.0f;
     BN_CUDNN(cudnnActivationForward((cudnnHandle_t)pass->ctx->cudnn, d, &one, xd, x, &zero, yd, y));
     return BN_OK;
@@ -107,10 +103,10 @@ extern "C" bn_status bn_activation_backward_gpu(bn_layer *l, const bn_pass *pass
     }
     cudnnActivationDescriptor_t d = NULL;
     BN_TRY(prepare(p, &d));
-    TENSOR_DESC(xd, l->in);
-    TENSOR_DESC(yd, l->out);
-    TENSOR_DESC(dyd, l->out_grad);
-    TENSOR_DESC(dxd, l->in_grad);
+    BN_TENSOR_DESC(xd, l->in);
+    BN_TENSOR_DESC(yd, l->out);
+    BN_TENSOR_DESC(dyd, l->out_grad);
+    BN_TENSOR_DESC(dxd, l->in_grad);
     const float one = 1.0f, zero = 0.0f;
     BN_CUDNN(cudnnActivationBackward((cudnnHandle_t)pass->ctx->cudnn, d, &one, yd, y, dyd, dy, xd, x, &zero, dxd,
                                      dx));

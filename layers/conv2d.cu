@@ -23,10 +23,6 @@ enum { WEIGHT, BIAS };
 #define WORKSPACE_LIMIT ((size_t)256 << 20)
 
 /* A blob's cuDNN tensor descriptor for its current shape, or return the recorded error. */
-#define TENSOR_DESC(var, blob)                                                           \
-    cudnnTensorDescriptor_t var = (cudnnTensorDescriptor_t)bn_blob_tensor_desc(blob); \
-    if (!var) return bn_last_status()
-
 typedef struct conv_plan {
     int n;                                     /* batch size the algorithms were chosen for */
     cudnnConvolutionFwdAlgo_t fwd;
@@ -172,8 +168,8 @@ static bn_status choose_bwd_filter(const bn_layer *l, const bn_ctx *ctx, const c
 static bn_status make_plan(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *plan)
 {
     conv_gpu *g = c->gpu;
-    TENSOR_DESC(x, l->in);
-    TENSOR_DESC(y, l->out);
+    BN_TENSOR_DESC(x, l->in);
+    BN_TENSOR_DESC(y, l->out);
     int n, k, oh, ow;
     BN_CUDNN(cudnnGetConvolution2dForwardOutputDim(g->conv_desc, x, g->w_desc, &n, &k, &oh, &ow));
     if (n != l->in->n || k != c->filters || oh != c->g.oh || ow != c->g.ow)
@@ -225,8 +221,8 @@ extern "C" bn_status bn_conv2d_forward_gpu(bn_layer *l, const bn_pass *p)
     const conv_gpu *g = NULL;
     const conv_plan *plan = NULL;
     BN_TRY(prepare(l, ctx, &g, &plan));
-    TENSOR_DESC(xd, l->in);
-    TENSOR_DESC(yd, l->out);
+    BN_TENSOR_DESC(xd, l->in);
+    BN_TENSOR_DESC(yd, l->out);
     BN_DEV_RD(x, l->in);
     BN_DEV_RD(w, l->params[WEIGHT].value);
     BN_DEV_RD(b, l->params[BIAS].value);
@@ -245,8 +241,8 @@ extern "C" bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p)
     const conv_gpu *g = NULL;
     const conv_plan *plan = NULL;
     BN_TRY(prepare(l, ctx, &g, &plan));
-    TENSOR_DESC(xd, l->in);
-    TENSOR_DESC(dyd, l->out_grad);
+    BN_TENSOR_DESC(xd, l->in);
+    BN_TENSOR_DESC(dyd, l->out_grad);
     BN_DEV_RD(x, l->in);
     BN_DEV_RD(w, l->params[WEIGHT].value);
     BN_DEV_RD(dy, l->out_grad);
@@ -259,7 +255,7 @@ extern "C" bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p)
     BN_CUDNN(cudnnConvolutionBackwardFilter(h, &one, xd, x, dyd, dy, g->conv_desc, plan->bwd_filter, ctx->workspace,
                                             ctx->workspace_size, &one, g->w_desc, dw));
     if (l->in_grad) {
-        TENSOR_DESC(dxd, l->in_grad);
+        BN_TENSOR_DESC(dxd, l->in_grad);
         BN_DEV_WR(dx, l->in_grad);
         BN_CUDNN(cudnnConvolutionBackwardData(h, &one, g->w_desc, w, dyd, dy, g->conv_desc, plan->bwd_data,
                                               ctx->workspace, ctx->workspace_size, &zero, dxd, dx));

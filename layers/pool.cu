@@ -6,10 +6,6 @@
 #include "cuda_check.h"
 #include "pool.h"
 
-#define TENSOR_DESC(var, blob)                                                           \
-    cudnnTensorDescriptor_t var = (cudnnTensorDescriptor_t)bn_blob_tensor_desc(blob); \
-    if (!var) return bn_last_status()
-
 extern "C" void bn_pool_gpu_release(pool_priv *p)
 {
     if (p->pool_desc) cudnnDestroyPoolingDescriptor((cudnnPoolingDescriptor_t)p->pool_desc);
@@ -20,7 +16,7 @@ static bn_status configure(const bn_layer *l, const pool_priv *p, cudnnPoolingMo
 {
     BN_CUDNN(cudnnSetPooling2dDescriptor(d, mode, CUDNN_NOT_PROPAGATE_NAN, p->size, p->size, p->pad, p->pad,
                                          p->stride, p->stride));
-    TENSOR_DESC(xd, l->in);
+    BN_TENSOR_DESC(xd, l->in);
     int n, c, oh, ow;
     BN_CUDNN(cudnnGetPooling2dForwardOutputDim(d, xd, &n, &c, &oh, &ow));
     if (c != p->c || oh != p->oh || ow != p->ow)
@@ -50,8 +46,8 @@ static bn_status pool_forward(bn_layer *l, const bn_pass *pass, cudnnPoolingMode
 {
     cudnnPoolingDescriptor_t d = NULL;
     BN_TRY(prepare(l, (pool_priv *)l->priv, mode, &d));
-    TENSOR_DESC(xd, l->in);
-    TENSOR_DESC(yd, l->out);
+    BN_TENSOR_DESC(xd, l->in);
+    BN_TENSOR_DESC(yd, l->out);
     BN_DEV_RD(x, l->in);
     BN_DEV_WR(y, l->out);
     const float one = 1.0f, zero = 0.0f;
@@ -64,10 +60,10 @@ static bn_status pool_backward(bn_layer *l, const bn_pass *pass, cudnnPoolingMod
     if (!l->in_grad) return BN_OK;
     cudnnPoolingDescriptor_t d = NULL;
     BN_TRY(prepare(l, (pool_priv *)l->priv, mode, &d));
-    TENSOR_DESC(xd, l->in);
-    TENSOR_DESC(yd, l->out);
-    TENSOR_DESC(dyd, l->out_grad);
-    TENSOR_DESC(dxd, l->in_grad);
+    BN_TENSOR_DESC(xd, l->in);
+    BN_TENSOR_DESC(yd, l->out);
+    BN_TENSOR_DESC(dyd, l->out_grad);
+    BN_TENSOR_DESC(dxd, l->in_grad);
     BN_DEV_RD(x, l->in);
     BN_DEV_RD(y, l->out);
     BN_DEV_RD(dy, l->out_grad);

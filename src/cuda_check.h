@@ -9,6 +9,7 @@
 #include <cudnn.h>
 #include <curand.h>
 
+#include "blob.h"
 #include "status.h"
 
 #ifdef __cplusplus
@@ -53,6 +54,11 @@ const char *bn_curand_status_string(curandStatus_t s);
             return bn_error(BN_ERR_DEVICE, "%s:%d: %s: %s", __FILE__, __LINE__, #call,         \
                             bn_curand_status_string(bn_e_));                                   \
     } while (0)
+
+/* Declares var as the blob's cuDNN descriptor for its current shape, or returns the error. */
+#define BN_TENSOR_DESC(var, blob)                                                        \
+    cudnnTensorDescriptor_t var = (cudnnTensorDescriptor_t)bn_blob_tensor_desc(blob); \
+    if (!var) return bn_last_status()
 
 /* Checks the launch of the kernel just queued. */
 #define BN_CUDA_LAUNCH() BN_CUDA(cudaGetLastError())

@@ -59,20 +59,10 @@ static bn_status check_finite(bn_net *net, double loss, long first, long last)
 const char bn_metrics_csv_header[] =
     "epoch,step,lr,train_loss,train_acc,test_loss,test_acc,seconds,images_per_s";
 
-/* Reads on the host a blob that the steps keep writing on the device. A replayed CUDA graph
- * writes the device copy without telling the blob, so the device copy is marked the newest
- * again after the read; otherwise later reads would return this one's values. */
-static const float *read_running(bn_blob *b)
-{
-    const float *h = bn_blob_host_rd(b);
-    if (h && bn_blob_state(b) == BN_SYNC_BOTH && !bn_blob_dev_wr(b)) return NULL;
-    return h;
-}
-
 /* A CSV row for one logged step: that batch's loss and accuracy (reads them to the host). */
 static bn_status log_step(const bn_trainer_opts *opts, bn_net *net, int epoch, long step, double lr, double t0)
 {
-    const float *m = read_running(net->metrics);
+    const float *m = bn_blob_host_rd(net->metrics);
     if (!m) return bn_last_status();
     fprintf(opts->log, "%d,%ld,%.9g,%.9g,%.9g,,,%.3f,\n", epoch, step, lr, (double)m[0] / net->batch,
             (double)m[1] / net->batch, now_seconds() - t0);
@@ -88,7 +78,7 @@ static void log_epoch(const bn_trainer_opts *opts, const bn_epoch_report *r, lon
 
 bn_status bn_step_running_metrics(const bn_step_info *info, double *loss, double *acc)
 {
-    const float *sums = read_running(info->sums);
+    const float *sums = bn_blob_host_rd(info->sums);
     if (!sums) return bn_last_status();
     double seen = info->seen > 0 ? (double)info->seen : 1.0;
     *loss = sums[0] / seen;
@@ -125,6 +115,16 @@ static int may_replay(const bn_net *net, const bn_trainer_opts *opts, int n, int
            bn_net_graph_safe(net);
 }
 
+/* A replayed graph skipped the body's host side: the loader's cursor moves on, and every blob
+ * it wrote on the device (the network's and `sums`) is marked device-newer, so that the next
+ * host read transfers. */
+static void note_replay(bn_loader *ld, bn_net *net, int n, bn_blob *sums)
+{
+    ld->host_cursor += n;
+    bn_net_mark_device_written(net);
+    bn_blob_mark_device_written(sums);
+}
+
 static bn_status train_step(step_body *b, bn_step_graph *graph, int *warm, const bn_trainer_opts *opts, long step)
 {
     char range[48];
@@ -138,29 +138,15 @@ static bn_status train_step(step_body *b, bn_step_graph *graph, int *warm, const
         BN_TRY(bn_net_set_batch(b->net, b->n));
         s = bn_step_graph_run(graph, b->net->pass.ctx, run_step_body, b, &replayed);
         if (s == BN_OK && replayed) {
-            /* The body's host-side bookkeeping, which a replay skips. */
+            note_replay(b->ld, b->net, b->n, b->acc);
             b->opt->iter++;
-            b->ld->host_cursor += b->n;
-            bn_net_mark_device_written(b->net);
             bn_blob_mark_device_written(b->opt->momentum);
-            bn_blob_mark_device_written(b->acc);
         }
     } else {
         s = run_step_body(b);
         if (b->n == b->net->capacity) *warm = 1;
     }
     bn_nvtx_pop();
-    return s;
-}
-
-/* Saves st to path. The save reads the weights to the host, which marks them current there; a
- * replayed graph then updates the device copy behind the blobs' backs, so the device copies
- * are marked the newest again for the next save to read fresh values. */
-static bn_status save_checkpoint(const char *path, bn_net *net, bn_sgd *opt, const bn_train_state *st)
-{
-    bn_status s = bn_checkpoint_save(path, net, opt, st);
-    if (net->pass.ctx && net->num_params && (!bn_blob_dev_wr(net->params) || !bn_blob_dev_wr(opt->momentum)))
-        return bn_last_status();
     return s;
 }
 
@@ -191,13 +177,13 @@ static bn_status after_step(bn_net *net, bn_sgd *opt, bn_blob *acc, bn_train_sta
     int periodic = opts->checkpoint_every > 0 && st->step % opts->checkpoint_every == 0 && !last_of_epoch;
     if (opts->save_path && (stop || periodic)) {
         /* The epoch's running sums go into the checkpoint, so that a resume continues them. */
-        const float *sums = read_running(acc);
+        const float *sums = bn_blob_host_rd(acc);
         if (!sums) return bn_last_status();
         st->epoch_loss_sum = sums[0];
         st->epoch_correct = sums[1];
         BN_TRY(check_finite(net, st->epoch_loss_sum, *checked + 1, st->step));
         *checked = st->step;
-        BN_TRY(save_checkpoint(opts->save_path, net, opt, st));
+        BN_TRY(bn_checkpoint_save(opts->save_path, net, opt, st));
         /* A stop asked for during this save finds the checkpoint up to date already. */
         stop = opts->stop && *opts->stop;
     }
@@ -288,11 +274,7 @@ static bn_status evaluate_with(bn_net *net, bn_loader *ld, bn_blob *sum, bn_step
         int replayed;
         s = bn_net_set_batch(net, b.n);
         if (s == BN_OK) s = bn_step_graph_run(graph, net->pass.ctx, run_eval_body, &b, &replayed);
-        if (s == BN_OK && replayed) {
-            ld->host_cursor += b.n;
-            bn_net_mark_device_written(net);
-            bn_blob_mark_device_written(sum);
-        }
+        if (s == BN_OK && replayed) note_replay(ld, net, b.n, sum);
     }
     bn_nvtx_pop();
     BN_TRY(s);
@@ -365,7 +347,7 @@ bn_status bn_train(bn_net *net, bn_sgd *opt, const bn_dataset *train, const bn_d
         r.eval_seconds = now_seconds() - eval_start;
         if (s != BN_OK) break;
         *st = (bn_train_state){.seed = st->seed, .epoch = st->epoch + 1, .step = st->step};
-        if (opts->save_path) s = save_checkpoint(opts->save_path, net, opt, st);
+        if (opts->save_path) s = bn_checkpoint_save(opts->save_path, net, opt, st);
         if (opts->progress) {
             bn_status p = opts->progress(opts->progress_user, BN_PROGRESS_DONE, &info);
             if (s == BN_OK) s = p;

@@ -570,15 +570,28 @@ BN_TEST(checkpoint_rejects_invalid_json_header)
     return BN_PASS;
 }
 
+/* One broken variant of a saved checkpoint: its header with `from` replaced by `to`, which
+ * loading must refuse with a message containing `needle`. */
+typedef struct header_edit {
+    const char *from, *to, *needle;
+} header_edit;
+
+static int every_edit_fails(fixture *f, const char *src, const char *path, const header_edit *cases, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        CHECK_MSG(edit_header(src, path, cases[i].from, cases[i].to) == 0, "case %zu", i);
+        CHECK_MSG(load_fails(f, path, BN_ERR_DATA, cases[i].needle) == BN_PASS, "case %zu", i);
+    }
+    return BN_PASS;
+}
+
 BN_TEST(checkpoint_rejects_malformed_tensor_entries)
 {
     fixture f;
     char src[512], path[512];
     CHECK(saved_fixture(&f, src, sizeof src, "entries.safetensors") == BN_PASS);
     tmp_path(path, sizeof path, "entries-bad.safetensors");
-    const struct {
-        const char *from, *to, *needle;
-    } cases[] = {
+    const header_edit cases[] = {
         {"\"dtype\":\"F32\",", "", "tensor conv2d1.weight lacks \"dtype\""},
         {"\"shape\":[2,1,3,3],", "", "tensor conv2d1.weight lacks \"shape\""},
         {",\"data_offsets\":[0,72]", "", "tensor conv2d1.weight lacks \"data_offsets\""},
@@ -594,10 +607,7 @@ BN_TEST(checkpoint_rejects_malformed_tensor_entries)
         {"[940,952]", "[944,956]", "tensor momentum.dense1.bias: data_offsets end 956 is past the data section (952 bytes)"},
         {"\"iter\":\"1234\"", "\"iter\":\"1234\",\"iter\":\"1\"", "duplicate key \"iter\""},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        CHECK_MSG(edit_header(src, path, cases[i].from, cases[i].to) == 0, "case %zu", i);
-        CHECK_MSG(load_fails(&f, path, BN_ERR_DATA, cases[i].needle) == BN_PASS, "case %zu", i);
-    }
+    CHECK(every_edit_fails(&f, src, path, cases, sizeof cases / sizeof cases[0]) == BN_PASS);
     /* A file cut short inside its data: the tensors' offsets run past what is left. */
     file_parts p;
     CHECK(read_parts(src, &p) == 0);
@@ -751,9 +761,7 @@ BN_TEST(checkpoint_rejects_bad_metadata)
     char src[512], path[512];
     CHECK(saved_fixture(&f, src, sizeof src, "meta.safetensors") == BN_PASS);
     tmp_path(path, sizeof path, "meta-bad.safetensors");
-    const struct {
-        const char *from, *to, *needle;
-    } cases[] = {
+    const header_edit cases[] = {
         {"\"epoch\":\"3\"", "\"epoch\":\"3x\"", "metadata epoch = \"3x\" is not an integer in range"},
         {"\"epoch\":\"3\"", "\"epoch\":\" 3\"", "metadata epoch = \" 3\" is not an integer"},
         {"\"epoch\":\"3\"", "\"epoch\":\"3000000000\"", "metadata epoch = \"3000000000\" is not an integer in range"},
@@ -767,10 +775,7 @@ BN_TEST(checkpoint_rejects_bad_metadata)
         {"\"version\":\"1\"", "\"version\":\"2\"", "checkpoint version \"2\" is not supported"},
         {"\"__metadata__\"", "\"__other__\"", "no __metadata__; not a blobnet checkpoint"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        CHECK_MSG(edit_header(src, path, cases[i].from, cases[i].to) == 0, "case %zu", i);
-        CHECK_MSG(load_fails(&f, path, BN_ERR_DATA, cases[i].needle) == BN_PASS, "case %zu", i);
-    }
+    CHECK(every_edit_fails(&f, src, path, cases, sizeof cases / sizeof cases[0]) == BN_PASS);
     free_fixture(&f);
     return BN_PASS;
 }
