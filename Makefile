@@ -49,7 +49,7 @@ ifeq ($(WITH_CUDA),1)
   CU_SRCS  := $(wildcard src/*.cu layers/*.cu)
   CPPFLAGS += -DBN_WITH_CUDA -I$(CUDA_HOME)/include $(if $(CUDNN_INC),-I$(CUDNN_INC))
   LDLIBS   := -L$(CUDA_HOME)/lib64 $(if $(CUDNN_LIB),-L$(CUDNN_LIB)) \
-              -lcudnn -lcublas -lcurand -lcudart $(LDLIBS) -lstdc++
+              -lcudnn -lcublas -lcublasLt -lcurand -lcudart $(LDLIBS) -lstdc++
   NVFLAGS  := -std=c++17 -O3 $(CUDA_ARCH) -lineinfo -Isrc -Ilayers -Idatasets \
               -I$(CUDNN_INC) -DBN_WITH_CUDA -Xcompiler -Wall,-Wextra,-Wno-unused-parameter
 else

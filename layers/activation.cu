@@ -1,29 +1,65 @@
-/* activation.cu - the activations on the GPU: relu, sigmoid and tanh through cuDNN's
- * activation calls (descriptor made on the first GPU pass); leaky_relu, which cuDNN lacks, and
- * elu, whose cuDNN backward takes the linear branch at x = 0 where the CPU takes the
- * exponential one, as elementwise kernels with the CPU's formulas and kink conventions. */
+/* activation.cu - the activations on the GPU, all five as elementwise kernels of our own (one
+ * launch per pass) with the CPU's formulas and kink conventions (activation.c): relu'(0) = 0,
+ * leaky_relu'(0) = slope, elu takes its linear branch only for x > 0, and sigmoid and tanh take
+ * their derivatives from the output y. Sigmoid evaluates exp of a non-positive argument only,
+ * as the CPU does, so neither branch overflows. No cuDNN descriptor is needed any more. */
 #include "activation.h"
 #include "cuda_check.h"
 
-/* leaky_relu and elu: x for x > 0; slope * x, or alpha * (e^x - 1), otherwise. */
-static __global__ void piecewise_forward(const float *__restrict__ x, float *__restrict__ y, size_t n, int elu,
-                                         float a)
+static __device__ __forceinline__ float sigmoid_of(float x)
+{
+    if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
+    float e = expf(x);
+    return e / (1.0f + e);
+}
+
+/* y = f(x); a is leaky_relu's slope or elu's alpha. */
+template <act_kind K>
+static __device__ __forceinline__ float act_value(float x, float a)
+{
+    switch (K) {
+    case ACT_RELU: return x > 0.0f ? x : 0.0f;
+    case ACT_SIGMOID: return sigmoid_of(x);
+    case ACT_TANH: return tanhf(x);
+    case ACT_LEAKY: return x > 0.0f ? x : a * x;
+    case ACT_ELU: return x > 0.0f ? x : a * expm1f(x);
+    }
+    return x;
+}
+
+/* dx = dy * f'(x), f' written in x (relu-like) or in y = f(x) (sigmoid, tanh, elu's left side,
+ * where a e^x = y + a). */
+template <act_kind K>
+static __device__ __forceinline__ float act_grad(float x, float y, float dy, float a)
+{
+    switch (K) {
+    case ACT_RELU: return x > 0.0f ? dy : 0.0f;
+    case ACT_SIGMOID: return dy * y * (1.0f - y);
+    case ACT_TANH: return dy * (1.0f - y * y);
+    case ACT_LEAKY: return x > 0.0f ? dy : a * dy;
+    case ACT_ELU: return x > 0.0f ? dy : dy * (y + a);
+    }
+    return dy;
+}
+
+template <act_kind K>
+static __global__ void act_forward(const float *__restrict__ x, float *__restrict__ y, size_t n, float a)
+{
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) y[i] = act_value<K>(x[i], a);
+}
+
+template <act_kind K>
+static __global__ void act_backward(const float *__restrict__ x, const float *__restrict__ y,
+                                    const float *__restrict__ dy, float *__restrict__ dx, size_t n, float a)
 {
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        float v = x[i];
-        y[i] = v > 0.0f ? v : elu ? a * expm1f(v) : a * v;
+        /* Only the operands the formula uses are loaded (the compiler drops the others). */
+        float xi = K == ACT_SIGMOID || K == ACT_TANH ? 0.0f : x[i];
+        float yi = K == ACT_RELU || K == ACT_LEAKY ? 0.0f : y[i];
+        dx[i] = act_grad<K>(xi, yi, dy[i], a);
     }
-}
-
-/* dx = dy for x > 0; else slope * dy, or (for elu, a e^x = y + a) dy * (y + alpha). */
-static __global__ void piecewise_backward(const float *__restrict__ x, const float *__restrict__ y,
-                                          const float *__restrict__ dy, float *__restrict__ dx, size_t n, int elu,
-                                          float a)
-{
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        dx[i] = x[i] > 0.0f ? dy[i] : elu ? dy[i] * (y[i] + a) : a * dy[i];
 }
 
 static int grid_for(size_t n)
@@ -32,83 +68,62 @@ static int grid_for(size_t n)
     return (int)(b < 1 ? 1 : b > 4096 ? 4096 : b);
 }
 
+/* The GPU path keeps no state; act_desc is never set now. Kept so that activation.c's destroy
+ * stays as it is. */
 extern "C" void bn_activation_gpu_release(act_priv *p)
 {
     if (p->act_desc) cudnnDestroyActivationDescriptor((cudnnActivationDescriptor_t)p->act_desc);
     p->act_desc = NULL;
 }
 
-static int by_kernel(act_kind k)
+template <act_kind K>
+static void launch_forward(const float *x, float *y, size_t count, float a, cudaStream_t s)
 {
-    return k == ACT_LEAKY || k == ACT_ELU;
+    act_forward<K><<<grid_for(count), 256, 0, s>>>(x, y, count, a);
 }
 
-static cudnnActivationMode_t mode_of(act_kind k)
+template <act_kind K>
+static void launch_backward(const float *x, const float *y, const float *dy, float *dx, size_t count, float a,
+                            cudaStream_t s)
 {
-    return k == ACT_SIGMOID ? CUDNN_ACTIVATION_SIGMOID : k == ACT_TANH ? CUDNN_ACTIVATION_TANH : CUDNN_ACTIVATION_RELU;
-}
-
-/* The cuDNN descriptor for relu, sigmoid and tanh, made on first use. */
-static bn_status prepare(act_priv *p, cudnnActivationDescriptor_t *out)
-{
-    if (!p->act_desc) {
-        cudnnActivationDescriptor_t d;
-        BN_CUDNN(cudnnCreateActivationDescriptor(&d));
-        cudnnStatus_t s = cudnnSetActivationDescriptor(d, mode_of(p->kind), CUDNN_NOT_PROPAGATE_NAN, 0.0);
-        if (s != CUDNN_STATUS_SUCCESS) {
-            cudnnDestroyActivationDescriptor(d);
-            BN_CUDNN(s);
-        }
-        p->act_desc = d;
-    }
-    *out = (cudnnActivationDescriptor_t)p->act_desc;
-    return BN_OK;
+    act_backward<K><<<grid_for(count), 256, 0, s>>>(x, y, dy, dx, count, a);
 }
 
 extern "C" bn_status bn_activation_forward_gpu(bn_layer *l, const bn_pass *pass)
 {
-    act_priv *p = (act_priv *)l->priv;
+    const act_priv *p = (const act_priv *)l->priv;
     size_t count = bn_blob_count(l->in);
     BN_DEV_RD(x, l->in);
     BN_DEV_WR(y, l->out);
-    if (by_kernel(p->kind)) {
-        piecewise_forward<<<grid_for(count), 256, 0, (cudaStream_t)pass->ctx->stream>>>(x, y, count,
-                                                                                        p->kind == ACT_ELU, p->a);
-        BN_CUDA_LAUNCH();
-        return BN_OK;
+    cudaStream_t s = (cudaStream_t)pass->ctx->stream;
+    switch (p->kind) {
+    case ACT_RELU: launch_forward<ACT_RELU>(x, y, count, p->a, s); break;
+    case ACT_SIGMOID: launch_forward<ACT_SIGMOID>(x, y, count, p->a, s); break;
+    case ACT_TANH: launch_forward<ACT_TANH>(x, y, count, p->a, s); break;
+    case ACT_LEAKY: launch_forward<ACT_LEAKY>(x, y, count, p->a, s); break;
+    case ACT_ELU: launch_forward<ACT_ELU>(x, y, count, p->a, s); break;
     }
-    cudnnActivationDescriptor_t d = NULL;
-    BN_TRY(prepare(p, &d));
-    BN_TENSOR_DESC(xd, l->in);
-    BN_TENSOR_DESC(yd, l->out);
-    const float one = 1.0f, zero = 0.0f;
-    BN_CUDNN(cudnnActivationForward((cudnnHandle_t)pass->ctx->cudnn, d, &one, xd, x, &zero, yd, y));
+    BN_CUDA_LAUNCH();
     return BN_OK;
 }
 
 extern "C" bn_status bn_activation_backward_gpu(bn_layer *l, const bn_pass *pass)
 {
     if (!l->in_grad) return BN_OK;
-    act_priv *p = (act_priv *)l->priv;
+    const act_priv *p = (const act_priv *)l->priv;
     size_t count = bn_blob_count(l->in);
     BN_DEV_RD(x, l->in);
     BN_DEV_RD(y, l->out);
     BN_DEV_RD(dy, l->out_grad);
     BN_DEV_WR(dx, l->in_grad);
-    if (by_kernel(p->kind)) {
-        piecewise_backward<<<grid_for(count), 256, 0, (cudaStream_t)pass->ctx->stream>>>(
-            x, y, dy, dx, count, p->kind == ACT_ELU, p->a);
-        BN_CUDA_LAUNCH();
-        return BN_OK;
+    cudaStream_t s = (cudaStream_t)pass->ctx->stream;
+    switch (p->kind) {
+    case ACT_RELU: launch_backward<ACT_RELU>(x, y, dy, dx, count, p->a, s); break;
+    case ACT_SIGMOID: launch_backward<ACT_SIGMOID>(x, y, dy, dx, count, p->a, s); break;
+    case ACT_TANH: launch_backward<ACT_TANH>(x, y, dy, dx, count, p->a, s); break;
+    case ACT_LEAKY: launch_backward<ACT_LEAKY>(x, y, dy, dx, count, p->a, s); break;
+    case ACT_ELU: launch_backward<ACT_ELU>(x, y, dy, dx, count, p->a, s); break;
     }
-    cudnnActivationDescriptor_t d = NULL;
-    BN_TRY(prepare(p, &d));
-    BN_TENSOR_DESC(xd, l->in);
-    BN_TENSOR_DESC(yd, l->out);
-    BN_TENSOR_DESC(dyd, l->out_grad);
-    BN_TENSOR_DESC(dxd, l->in_grad);
-    const float one = 1.0f, zero = 0.0f;
-    BN_CUDNN(cudnnActivationBackward((cudnnHandle_t)pass->ctx->cudnn, d, &one, yd, y, dyd, dy, xd, x, &zero, dxd,
-                                     dx));
+    BN_CUDA_LAUNCH();
     return BN_OK;
 }

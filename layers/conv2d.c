@@ -9,6 +9,7 @@
 
 static const char *const init_names[] = {"xavier", "he", NULL};
 static const bn_init init_kinds[] = {BN_INIT_XAVIER, BN_INIT_HE};
+static const char *const engine_names[] = {"auto", "cudnn", "blobnet", NULL};
 
 enum { WEIGHT, BIAS };
 
@@ -23,6 +24,7 @@ static bn_status conv_parse(bn_layer *l, bn_options *o)
     BN_TRY(bn_opt_int(o, "stride", 1, 1, 1 << 12, &c.stride));
     BN_TRY(bn_opt_int(o, "pad", 0, 0, 1 << 12, &c.pad));
     BN_TRY(bn_opt_choice(o, "init", init_names, 0, &c.init));
+    BN_TRY(bn_opt_choice(o, "engine", engine_names, BN_CONV_ENGINE_AUTO, &c.engine));
     /* A window lying wholly in the padding would see no input at all. */
     if (c.pad >= c.size)
         return bn_opt_error(o, "pad", "pad = %d must be smaller than size = %d", c.pad, c.size);
@@ -155,7 +157,8 @@ static void conv_destroy(bn_layer *l)
 const bn_layer_ops bn_conv2d_ops = {
     .type = "conv2d",
     .help = "2-D convolution with square kernels; keys: filters (required), size (required), "
-            "stride (1), pad (0, < size), init = xavier|he (xavier)",
+            "stride (1), pad (0, < size), init = xavier|he (xavier), engine = auto|cudnn|blobnet (auto: "
+            "the faster on the GPU, measured per batch size)",
     .kind = BN_NVTX_LAYER_COMPUTE,
     .graph_safe = 1,
     .parse = conv_parse,

@@ -1,6 +1,9 @@
-/* conv2d.cu - the conv2d layer on the GPU through cuDNN: forward, backward-data and
- * backward-filter convolutions (cross-correlation, FP32 compute), the bias added with
- * cudnnAddTensor and its gradient with cudnnConvolutionBackwardBias.
+/* conv2d.cu - the conv2d layer on the GPU: forward, backward-data and backward-filter
+ * convolutions (cross-correlation, FP32 compute), each run either by blobnet's own kernels
+ * (conv_direct.cu: bias and its gradient fused) or by cuDNN (the bias added with
+ * cudnnAddTensor, its gradient with cudnnConvolutionBackwardBias). The layer's engine key
+ * decides; by default each pass takes whichever of the two ran faster when the plan for a
+ * batch size was made, and with a deterministic context blobnet's wherever they apply.
  *
  * The descriptors are made on the first GPU pass. The algorithms are chosen once per batch
  * size (the last batch of an epoch is smaller) and cached: measured with cudnnFind*, or, in a
@@ -13,9 +16,12 @@
  * on an H200), so they are allowed with tf32 only. All layers share the context's one workspace. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "conv2d.h"
+#include "conv_direct.h"
 #include "cuda_check.h"
+#include "device.h"
 
 enum { WEIGHT, BIAS };
 
@@ -29,6 +35,8 @@ typedef struct conv_plan {
     cudnnConvolutionBwdFilterAlgo_t bwd_filter;
     int with_data;                             /* the layer has an input gradient: */
     cudnnConvolutionBwdDataAlgo_t bwd_data;    /* then this is chosen too */
+    int own_fwd, own_data, own_filter;         /* passes run by blobnet's kernels instead */
+    bn_direct_plan direct;                     /* their launch shapes */
 } conv_plan;
 
 struct conv_gpu {
@@ -106,7 +114,7 @@ static bn_status none_usable(const bn_layer *l, const char *pass)
 }
 
 static bn_status choose_fwd(const bn_layer *l, const bn_ctx *ctx, const conv_gpu *g, cudnnTensorDescriptor_t x,
-                            cudnnTensorDescriptor_t y, conv_plan *plan, size_t *need)
+                            cudnnTensorDescriptor_t y, conv_plan *plan, size_t *need, float *ms)
 {
     cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
     cudnnConvolutionFwdAlgoPerf_t r[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
@@ -120,12 +128,13 @@ static bn_status choose_fwd(const bn_layer *l, const bn_ctx *ctx, const conv_gpu
     int i = pick(r, got, ctx);
     if (i < 0) return none_usable(l, "forward");
     plan->fwd = r[i].algo;
+    *ms = r[i].time;
     if (r[i].memory > *need) *need = r[i].memory;
     return BN_OK;
 }
 
 static bn_status choose_bwd_data(const bn_layer *l, const bn_ctx *ctx, const conv_gpu *g, cudnnTensorDescriptor_t dx,
-                                 cudnnTensorDescriptor_t dy, conv_plan *plan, size_t *need)
+                                 cudnnTensorDescriptor_t dy, conv_plan *plan, size_t *need, float *ms)
 {
     cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
     cudnnConvolutionBwdDataAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
@@ -139,13 +148,14 @@ static bn_status choose_bwd_data(const bn_layer *l, const bn_ctx *ctx, const con
     int i = pick(r, got, ctx);
     if (i < 0) return none_usable(l, "backward-data");
     plan->bwd_data = r[i].algo;
+    *ms = r[i].time;
     if (r[i].memory > *need) *need = r[i].memory;
     return BN_OK;
 }
 
 static bn_status choose_bwd_filter(const bn_layer *l, const bn_ctx *ctx, const conv_gpu *g,
                                    cudnnTensorDescriptor_t x, cudnnTensorDescriptor_t dy, conv_plan *plan,
-                                   size_t *need)
+                                   size_t *need, float *ms)
 {
     cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
     cudnnConvolutionBwdFilterAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
@@ -159,12 +169,51 @@ static bn_status choose_bwd_filter(const bn_layer *l, const bn_ctx *ctx, const c
     int i = pick(r, got, ctx);
     if (i < 0) return none_usable(l, "backward-filter");
     plan->bwd_filter = r[i].algo;
+    *ms = r[i].time;
     if (r[i].memory > *need) *need = r[i].memory;
     return BN_OK;
 }
 
-/* Chooses the three algorithms for the current batch size and grows the shared workspace to
- * what they need. Runs once per batch size: cudnnFind* synchronises and allocates. */
+/* Milliseconds per call of blobnet's passes for this plan (the ones marked to be timed), each the
+ * mean of 5 runs after one to warm up, on zeroed scratch buffers of the layer's sizes. */
+static bn_status time_direct(const conv_priv *c, const conv_plan *plan, const bool timed[3], float ms[3])
+{
+    const bn_direct_plan *d = &plan->direct;
+    const bn_conv_geom *g = &c->g;
+    size_t in = (size_t)d->n * g->c * g->h * g->w, out = (size_t)d->n * c->filters * g->oh * g->ow;
+    size_t wts = (size_t)c->filters * g->c * g->k * g->k, parts = d->workspace / sizeof(float);
+    size_t total = 2 * in + out + 2 * wts + 2 * (size_t)c->filters + parts;
+    float *buf = NULL;
+    BN_TRY(bn_device_alloc((void **)&buf, total * sizeof(float)));
+    float *x = buf, *dx = x + in, *y = dx + in, *w = y + out, *dw = w + wts, *b = dw + wts, *db = b + c->filters;
+    float *ws = db + c->filters;
+    void *start = NULL, *end = NULL;
+    bn_status s = bn_device_zero(buf, total * sizeof(float));
+    if (s == BN_OK) s = bn_event_create(&start);
+    if (s == BN_OK) s = bn_event_create(&end);
+    bn_ctx *ctx = bn_ctx_current();
+    for (int pass = 0; pass < 3 && s == BN_OK; pass++) {
+        if (!timed[pass]) continue;
+        for (int rep = 0; rep < 6 && s == BN_OK; rep++) {
+            if (rep == 1) s = bn_event_record(start);
+            if (s != BN_OK) break;
+            if (pass == 0) s = bn_direct_forward(d, ctx->stream, x, w, b, y);
+            else if (pass == 1) s = bn_direct_backward_data(d, ctx->stream, y, w, dx);
+            else s = bn_direct_backward_filter(d, ctx->stream, x, y, dw, db, ws);
+        }
+        if (s == BN_OK) s = bn_event_record(end);
+        if (s == BN_OK) s = bn_event_elapsed_ms(start, end, &ms[pass]);
+        ms[pass] /= 5;
+    }
+    if (start) bn_event_destroy(start);
+    if (end) bn_event_destroy(end);
+    bn_device_free(buf);
+    return s;
+}
+
+/* Chooses who runs each pass for the current batch size (see the engine key) and cuDNN's
+ * algorithm for the passes cuDNN may run, and grows the shared workspace to what they need.
+ * Runs once per batch size: cudnnFind* and the timing synchronise and allocate. */
 static bn_status make_plan(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *plan)
 {
     conv_gpu *g = c->gpu;
@@ -176,11 +225,33 @@ static bn_status make_plan(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *pl
         return bn_error(BN_ERR_INTERNAL, "layer %s: cuDNN computes a %dx%dx%dx%d output where blobnet has %dx%dx%dx%d",
                         l->name, n, k, oh, ow, l->in->n, c->filters, c->g.oh, c->g.ow);
     plan->n = n;
-    size_t need = 0;
-    BN_TRY(choose_fwd(l, ctx, g, x, y, plan, &need));
-    BN_TRY(choose_bwd_filter(l, ctx, g, x, y, plan, &need));
     plan->with_data = l->in_grad != NULL;
-    if (plan->with_data) BN_TRY(choose_bwd_data(l, ctx, g, x, y, plan, &need));
+    int sms = 0;
+    BN_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ctx->device));
+    bn_direct_plan_make(&plan->direct, &c->g, c->filters, n, sms);
+    const bn_direct_plan *d = &plan->direct;
+    /* Per pass (forward, data, filter): blobnet's kernels apply; cuDNN must be asked. */
+    const bool ok[3] = {d->fwd_ok != 0, plan->with_data && d->data_ok, d->filter_ok != 0};
+    const bool needed[3] = {true, plan->with_data != 0, true};
+    bool ours[3], ask[3], timed[3];
+    for (int i = 0; i < 3; i++) {
+        bool settled = c->engine == BN_CONV_ENGINE_BLOBNET || (c->engine == BN_CONV_ENGINE_AUTO && ctx->deterministic);
+        ours[i] = ok[i] && c->engine != BN_CONV_ENGINE_CUDNN;
+        ask[i] = needed[i] && !(ours[i] && settled);
+        timed[i] = ours[i] && ask[i];
+    }
+    size_t need = 0;
+    float theirs_ms[3] = {0, 0, 0}, ours_ms[3] = {0, 0, 0};
+    if (ask[0]) BN_TRY(choose_fwd(l, ctx, g, x, y, plan, &need, &theirs_ms[0]));
+    if (ask[1]) BN_TRY(choose_bwd_data(l, ctx, g, x, y, plan, &need, &theirs_ms[1]));
+    if (ask[2]) BN_TRY(choose_bwd_filter(l, ctx, g, x, y, plan, &need, &theirs_ms[2]));
+    if (timed[0] || timed[1] || timed[2]) BN_TRY(time_direct(c, plan, timed, ours_ms));
+    for (int i = 0; i < 3; i++)
+        if (timed[i] && ours_ms[i] > theirs_ms[i]) ours[i] = false;
+    plan->own_fwd = ours[0];
+    plan->own_data = ours[1];
+    plan->own_filter = ours[2];
+    if (plan->own_filter && d->workspace > need) need = d->workspace;
     return bn_ctx_reserve_workspace(ctx, need);
 }
 
@@ -204,8 +275,11 @@ static bn_status prepare(bn_layer *l, bn_ctx *ctx, const conv_gpu **gpu, const c
             *plan = &g->plans[i];
             return BN_OK;
         }
-    conv_plan made = {0, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, 0,
-                      CUDNN_CONVOLUTION_BWD_DATA_ALGO_1};
+    conv_plan made;
+    memset(&made, 0, sizeof made);
+    made.fwd = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+    made.bwd_filter = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
+    made.bwd_data = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
     BN_TRY(make_plan(l, c, ctx, &made));
     conv_plan *grown = (conv_plan *)realloc(g->plans, (size_t)(g->num_plans + 1) * sizeof *grown);
     if (!grown) return bn_error(BN_ERR_NOMEM, "layer %s: out of host memory", l->name);
@@ -221,12 +295,13 @@ extern "C" bn_status bn_conv2d_forward_gpu(bn_layer *l, const bn_pass *p)
     const conv_gpu *g = NULL;
     const conv_plan *plan = NULL;
     BN_TRY(prepare(l, ctx, &g, &plan));
-    BN_TENSOR_DESC(xd, l->in);
-    BN_TENSOR_DESC(yd, l->out);
     BN_DEV_RD(x, l->in);
     BN_DEV_RD(w, l->params[WEIGHT].value);
     BN_DEV_RD(b, l->params[BIAS].value);
     BN_DEV_WR(y, l->out);
+    if (plan->own_fwd) return bn_direct_forward(&plan->direct, ctx->stream, x, w, b, y);
+    BN_TENSOR_DESC(xd, l->in);
+    BN_TENSOR_DESC(yd, l->out);
     cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
     const float one = 1.0f, zero = 0.0f;
     BN_CUDNN(cudnnConvolutionForward(h, &one, xd, x, g->w_desc, w, g->conv_desc, plan->fwd, ctx->workspace,
@@ -241,8 +316,6 @@ extern "C" bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p)
     const conv_gpu *g = NULL;
     const conv_plan *plan = NULL;
     BN_TRY(prepare(l, ctx, &g, &plan));
-    BN_TENSOR_DESC(xd, l->in);
-    BN_TENSOR_DESC(dyd, l->out_grad);
     BN_DEV_RD(x, l->in);
     BN_DEV_RD(w, l->params[WEIGHT].value);
     BN_DEV_RD(dy, l->out_grad);
@@ -250,13 +323,20 @@ extern "C" bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p)
     BN_DEV_WR(db, l->params[BIAS].grad);
     cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
     const float one = 1.0f, zero = 0.0f;
-    /* beta = 1: both parameter gradients accumulate, as the layer contract asks. */
-    BN_CUDNN(cudnnConvolutionBackwardBias(h, &one, dyd, dy, &one, g->bias_desc, db));
-    BN_CUDNN(cudnnConvolutionBackwardFilter(h, &one, xd, x, dyd, dy, g->conv_desc, plan->bwd_filter, ctx->workspace,
-                                            ctx->workspace_size, &one, g->w_desc, dw));
+    BN_TENSOR_DESC(dyd, l->out_grad);
+    /* Both parameter gradients accumulate (beta = 1 for cuDNN), as the layer contract asks. */
+    if (plan->own_filter) {
+        BN_TRY(bn_direct_backward_filter(&plan->direct, ctx->stream, x, dy, dw, db, (float *)ctx->workspace));
+    } else {
+        BN_TENSOR_DESC(xd, l->in);
+        BN_CUDNN(cudnnConvolutionBackwardBias(h, &one, dyd, dy, &one, g->bias_desc, db));
+        BN_CUDNN(cudnnConvolutionBackwardFilter(h, &one, xd, x, dyd, dy, g->conv_desc, plan->bwd_filter,
+                                                ctx->workspace, ctx->workspace_size, &one, g->w_desc, dw));
+    }
     if (l->in_grad) {
-        BN_TENSOR_DESC(dxd, l->in_grad);
         BN_DEV_WR(dx, l->in_grad);
+        if (plan->own_data) return bn_direct_backward_data(&plan->direct, ctx->stream, dy, w, dx);
+        BN_TENSOR_DESC(dxd, l->in_grad);
         BN_CUDNN(cudnnConvolutionBackwardData(h, &one, g->w_desc, w, dyd, dy, g->conv_desc, plan->bwd_data,
                                               ctx->workspace, ctx->workspace_size, &zero, dxd, dx));
     }
@@ -282,11 +362,14 @@ extern "C" void bn_conv2d_gpu_describe(const conv_priv *c, char *buf, size_t cap
     int plans = c->gpu ? c->gpu->num_plans : 0;
     for (int i = 0; i < plans && len < cap; i++) {
         const conv_plan *pl = &c->gpu->plans[i];
+        const char *data = !pl->with_data ? "-"
+                           : pl->own_data ? "blobnet"
+                                          : name_of(bwd_data_names, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, pl->bwd_data);
         int w = snprintf(buf + len, cap - len, "%sn=%d: fwd %s, bwd_data %s, bwd_filter %s", i ? "; " : "", pl->n,
-                         name_of(fwd_names, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, pl->fwd),
-                         pl->with_data ? name_of(bwd_data_names, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, pl->bwd_data)
-                                       : "-",
-                         name_of(bwd_filter_names, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, pl->bwd_filter));
+                         pl->own_fwd ? "blobnet" : name_of(fwd_names, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, pl->fwd), data,
+                         pl->own_filter ? "blobnet"
+                                        : name_of(bwd_filter_names, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+                                                  pl->bwd_filter));
         if (w < 0) break;
         len += (size_t)w;
     }

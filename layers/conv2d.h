@@ -15,8 +15,13 @@ extern "C" {
 /* cuDNN descriptors and the algorithms chosen per batch size; defined in conv2d.cu. */
 typedef struct conv_gpu conv_gpu;
 
+/* Which kernels run a GPU pass: the faster of the two as measured once per batch size (with a
+ * deterministic context: blobnet's, which are deterministic, wherever they apply), cuDNN's
+ * only, or blobnet's own (conv_direct.cu) wherever they apply. The CPU path ignores it. */
+enum { BN_CONV_ENGINE_AUTO, BN_CONV_ENGINE_CUDNN, BN_CONV_ENGINE_BLOBNET };
+
 typedef struct conv_priv {
-    int filters, size, stride, pad, init;
+    int filters, size, stride, pad, init, engine;
     bn_conv_geom g;  /* from setup */
     float *col;      /* one example's column matrix, reused by forward and backward */
     conv_gpu *gpu;   /* NULL until the first GPU pass; released by bn_conv2d_gpu_release */
@@ -28,8 +33,8 @@ bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p);
 /* Frees the GPU state (descriptors, chosen algorithms) and sets c->gpu to NULL. */
 void bn_conv2d_gpu_release(conv_priv *c);
 
-/* Writes the cuDNN algorithms chosen so far, one "n=<batch>: fwd X, bwd_data Y, bwd_filter Z"
- * entry per batch size, into buf (for logs and tests). */
+/* Writes the algorithms chosen so far, one "n=<batch>: fwd X, bwd_data Y, bwd_filter Z" entry
+ * per batch size, into buf (for logs and tests); blobnet's own kernels are named "blobnet". */
 void bn_conv2d_gpu_describe(const conv_priv *c, char *buf, size_t cap);
 
 #ifdef __cplusplus

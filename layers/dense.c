@@ -82,6 +82,16 @@ static double dense_flops(const bn_layer *l)
     return 2.0 * d->inputs * d->outputs + d->outputs;
 }
 
+static void dense_destroy(bn_layer *l)
+{
+    dense_priv *d = l->priv;
+#ifdef BN_WITH_CUDA
+    if (d) bn_dense_gpu_release(d);
+#endif
+    free(d);
+    l->priv = NULL;
+}
+
 const bn_layer_ops bn_dense_ops = {
     .type = "dense",
     .help = "fully connected Y = X W^T + b over the flattened input; keys: outputs (required), "
@@ -95,4 +105,5 @@ const bn_layer_ops bn_dense_ops = {
     .forward_gpu = BN_GPU(bn_dense_forward_gpu),
     .backward_gpu = BN_GPU(bn_dense_backward_gpu),
     .flops = dense_flops,
+    .destroy = dense_destroy,
 };

@@ -1,5 +1,6 @@
 /* dense.h - the dense layer's private state, shared by dense.c (setup, CPU path) and
- * dense.cu (GPU path), and its GPU entry points. The GPU path keeps no state of its own. */
+ * dense.cu (GPU path), and its GPU entry points. The GPU path keeps its cuBLASLt handle and
+ * the GEMM algorithms it chose (per batch size) in `gpu`. */
 #ifndef BN_DENSE_H
 #define BN_DENSE_H
 
@@ -9,15 +10,22 @@
 extern "C" {
 #endif
 
+/* The cuBLASLt handle and the chosen GEMM plans; defined in dense.cu. */
+typedef struct dense_gpu dense_gpu;
+
 typedef struct dense_priv {
     int outputs;
-    int init;   /* index into dense.c's init_names */
-    int inputs; /* from setup */
+    int init;       /* index into dense.c's init_names */
+    int inputs;     /* from setup */
+    dense_gpu *gpu; /* NULL until the first GPU pass; released by bn_dense_gpu_release */
 } dense_priv;
 
-/* Y = X W^T + b and its gradients through cuBLAS on the context stream. */
+/* Y = X W^T + b and its gradients through cuBLASLt on the context stream. */
 bn_status bn_dense_forward_gpu(bn_layer *l, const bn_pass *p);
 bn_status bn_dense_backward_gpu(bn_layer *l, const bn_pass *p);
+
+/* Frees the GPU state (handle, descriptors, chosen algorithms) and sets d->gpu to NULL. */
+void bn_dense_gpu_release(dense_priv *d);
 
 #ifdef __cplusplus
 }

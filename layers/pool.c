@@ -168,12 +168,7 @@ static double pool_flops(const bn_layer *l)
 static void pool_destroy(bn_layer *l)
 {
     pool_priv *p = l->priv;
-    if (p) {
-#ifdef BN_WITH_CUDA
-        bn_pool_gpu_release(p);
-#endif
-        free(p->argmax);
-    }
+    if (p) free(p->argmax);
     free(p);
     l->priv = NULL;
 }

@@ -1,19 +1,20 @@
 /* softmax_ce.cu - softmax + cross-entropy on the GPU, for any batch size and class count.
  *
- * Forward: one warp per example row finds the row maximum and its first index (the CPU's
- * argmax), sums exp(z - max) in double, writes the probabilities and the row's loss
- * (logsumexp - z[label]) and correct flag to a scratch array; one block then adds the rows
- * in a fixed order into metrics = [loss sum, correct count]. No atomics, so the metrics are
- * the same on every run, and nothing past the current batch is read. The loss stays on the
- * device: the host reads it only when it asks (bn_net_metrics).
+ * Forward, one kernel: one warp per example row finds the row maximum and its first index (the
+ * CPU's argmax), sums exp(z - max) in double, writes the probabilities and the row's loss
+ * (logsumexp - z[label]) and correct flag to a scratch array. Every block then counts itself
+ * in on a device counter; the block that arrives last (all rows are written by then) adds the
+ * rows in a fixed order into metrics = [loss sum, correct count] and leaves the counter at
+ * zero for the next launch. Which block is last varies, the order of the sums does not, so
+ * the metrics are the same on every run; nothing past the current batch is read. The loss
+ * stays on the device: the host reads it only when it asks (bn_net_metrics).
  * Backward: dz = (p - onehot(label)) / n, elementwise. */
 #include <math.h>
 
 #include "cuda_check.h"
 #include "softmax_ce.h"
 
-#define ROW_THREADS 256            /* 8 warps: 8 rows per block */
-#define TOTAL_THREADS 256
+#define ROW_THREADS 256            /* 8 warps: 8 rows per block; also the final sum's threads */
 
 /* The class index a label holds, or -1 when it is not an integer in [0, classes). */
 static __device__ int label_of(float v, int classes)
@@ -21,55 +22,69 @@ static __device__ int label_of(float v, int classes)
     return v >= 0.0f && v < (float)classes && v == floorf(v) ? (int)v : -1;
 }
 
+/* One row per warp as described above; `arrived` counts the blocks that are done (zero before
+ * the launch, and again after it). */
 static __global__ void softmax_rows(const float *__restrict__ z, const float *__restrict__ labels, int n,
-                                    int classes, float *__restrict__ prob, double *__restrict__ row_loss,
-                                    double *__restrict__ row_correct)
+                                    int classes, float *__restrict__ prob, double *row_loss, double *row_correct,
+                                    unsigned *arrived, float *__restrict__ metrics)
 {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
-    if (row >= n) return; /* whole warps leave together */
-    const float *zi = z + (size_t)row * classes;
-    float *pi = prob + (size_t)row * classes;
+    if (row < n) { /* the same for the whole warp, so the shuffles below see every lane */
+        const float *zi = z + (size_t)row * classes;
+        float *pi = prob + (size_t)row * classes;
 
-    /* Each lane scans its classes in increasing order and keeps its first maximum; merging
-     * prefers the larger value, then the smaller index: the first maximum of the row. */
-    float best = -INFINITY;
-    int at = classes;
-    for (int k = lane; k < classes; k += 32)
-        if (at == classes || zi[k] > best) best = zi[k], at = k;
-    for (int off = 16; off > 0; off >>= 1) {
-        float ob = __shfl_xor_sync(0xffffffffu, best, off);
-        int oa = __shfl_xor_sync(0xffffffffu, at, off);
-        if (ob > best || (ob == best && oa < at)) best = ob, at = oa;
+        /* Each lane scans its classes in increasing order and keeps its first maximum; merging
+         * prefers the larger value, then the smaller index: the first maximum of the row. */
+        float best = -INFINITY;
+        int at = classes;
+        for (int k = lane; k < classes; k += 32)
+            if (at == classes || zi[k] > best) best = zi[k], at = k;
+        for (int off = 16; off > 0; off >>= 1) {
+            float ob = __shfl_xor_sync(0xffffffffu, best, off);
+            int oa = __shfl_xor_sync(0xffffffffu, at, off);
+            if (ob > best || (ob == best && oa < at)) best = ob, at = oa;
+        }
+
+        double sum = 0.0;
+        for (int k = lane; k < classes; k += 32) sum += exp((double)zi[k] - best);
+        for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+        double lse = best + log(sum);
+        for (int k = lane; k < classes; k += 32) pi[k] = (float)exp((double)zi[k] - lse);
+
+        if (lane == 0) {
+            int label = label_of(labels[row], classes);
+            row_loss[row] = label >= 0 ? lse - zi[label] : (double)NAN;
+            row_correct[row] = label >= 0 && at == label ? 1.0 : 0.0;
+        }
     }
 
-    double sum = 0.0;
-    for (int k = lane; k < classes; k += 32) sum += exp((double)zi[k] - best);
-    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-    double lse = best + log(sum);
-    for (int k = lane; k < classes; k += 32) pi[k] = (float)exp((double)zi[k] - lse);
-
-    if (lane == 0) {
-        int label = label_of(labels[row], classes);
-        row_loss[row] = label >= 0 ? lse - zi[label] : (double)NAN;
-        row_correct[row] = label >= 0 && at == label ? 1.0 : 0.0;
+    /* Make this block's rows visible to every block before counting it in. */
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        /* atomicInc wraps to 0 once it reaches gridDim.x - 1: the last block resets it. */
+        unsigned before = atomicInc(arrived, gridDim.x - 1);
+        last = before == gridDim.x - 1;
     }
-}
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
 
-/* metrics[0] = sum of row_loss[0..n), metrics[1] = sum of row_correct[0..n), by one block. */
-static __global__ void sum_rows(const double *__restrict__ row_loss, const double *__restrict__ row_correct, int n,
-                                float *__restrict__ metrics)
-{
-    __shared__ double loss[TOTAL_THREADS], correct[TOTAL_THREADS];
+    /* The last block: metrics[0] = sum of row_loss[0..n), metrics[1] = sum of row_correct[0..n),
+     * each thread over a fixed stride of rows, then a tree in shared memory. The rows of other
+     * blocks are read through L2 (__ldcg), where their writes went. */
+    __shared__ double loss[ROW_THREADS], correct[ROW_THREADS];
     double l = 0.0, c = 0.0;
-    for (int i = threadIdx.x; i < n; i += TOTAL_THREADS) {
-        l += row_loss[i];
-        c += row_correct[i];
+    for (int i = threadIdx.x; i < n; i += ROW_THREADS) {
+        l += __ldcg(row_loss + i);
+        c += __ldcg(row_correct + i);
     }
     loss[threadIdx.x] = l;
     correct[threadIdx.x] = c;
     __syncthreads();
-    for (int half = TOTAL_THREADS / 2; half > 0; half /= 2) {
+    for (int half = ROW_THREADS / 2; half > 0; half /= 2) {
         if (threadIdx.x < half) {
             loss[threadIdx.x] += loss[threadIdx.x + half];
             correct[threadIdx.x] += correct[threadIdx.x + half];
@@ -104,17 +119,25 @@ extern "C" bn_status bn_softmax_ce_forward_gpu(bn_layer *l, const bn_pass *pass)
     softmax_priv *sp = (softmax_priv *)l->priv;
     int n = l->in->n, classes = sp->classes;
     size_t rows = l->in->capacity / (size_t)classes;
-    if (!sp->dev_rows) BN_TRY(bn_device_alloc((void **)&sp->dev_rows, 2 * rows * sizeof(double)));
+    /* Scratch: per-row loss, per-row correct flag, then one double's room for the block counter,
+     * zeroed once here; each launch leaves it at zero. */
+    if (!sp->dev_rows) {
+        BN_TRY(bn_device_alloc((void **)&sp->dev_rows, (2 * rows + 1) * sizeof(double)));
+        bn_status st = bn_device_zero(sp->dev_rows + 2 * rows, sizeof(double));
+        if (st != BN_OK) {
+            bn_softmax_ce_gpu_release(sp);
+            return st;
+        }
+    }
+    unsigned *arrived = (unsigned *)(sp->dev_rows + 2 * rows);
     BN_DEV_RD(z, l->in);
     BN_DEV_RD(labels, pass->labels);
     BN_DEV_WR(prob, l->out);
     BN_DEV_WR(metrics, pass->metrics);
     cudaStream_t s = (cudaStream_t)pass->ctx->stream;
     int rows_per_block = ROW_THREADS / 32;
-    softmax_rows<<<(n + rows_per_block - 1) / rows_per_block, ROW_THREADS, 0, s>>>(z, labels, n, classes, prob,
-                                                                                   sp->dev_rows, sp->dev_rows + rows);
-    BN_CUDA_LAUNCH();
-    sum_rows<<<1, TOTAL_THREADS, 0, s>>>(sp->dev_rows, sp->dev_rows + rows, n, metrics);
+    softmax_rows<<<(n + rows_per_block - 1) / rows_per_block, ROW_THREADS, 0, s>>>(
+        z, labels, n, classes, prob, sp->dev_rows, sp->dev_rows + rows, arrived, metrics);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }

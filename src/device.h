@@ -24,6 +24,7 @@ typedef struct bn_ctx {
     void *curand;          /* bound to stream */
     void *workspace;       /* cuDNN workspace arena shared by all layers */
     size_t workspace_size;
+    unsigned workspace_generation; /* counts reallocations: a captured graph holds the old one */
     int deterministic;     /* restrict cuDNN to deterministic algorithms */
     int tf32;              /* allow TF32 tensor-core math */
 } bn_ctx;

@@ -16,11 +16,14 @@ extern "C" {
 typedef struct bn_step_graph {
     void *exec;        /* cudaGraphExec_t once captured */
     int failed;        /* capture was refused: run eagerly from now on */
+    unsigned workspace_generation; /* the context's workspace when captured */
 } bn_step_graph;
 
 /* Runs body(arg) as a captured graph: captures on the first call, replays afterwards.
  * *replayed is 1 when the body did not run (the caller repeats its host-side effects).
- * A capture that fails leaves the graph marked failed and runs the body eagerly. */
+ * A capture that fails leaves the graph marked failed and runs the body eagerly. A graph whose
+ * capture saw a workspace the context has since replaced (a larger one, for another batch
+ * size) is captured again. */
 bn_status bn_step_graph_run(bn_step_graph *g, bn_ctx *ctx, bn_status (*body)(void *), void *arg, int *replayed);
 
 void bn_step_graph_free(bn_step_graph *g);

@@ -1,10 +1,12 @@
 /* loader_gpu.cu - batches gathered on the device from the uint8 dataset uploaded once. */
 #include "cuda_check.h"
+#include "last_block.cuh"
 #include "loader.h"
 
-/* cursor, when set, gives start: *cursor (a captured step reads its batch's position). */
+/* cursor, when set, gives start: *cursor (a captured step reads its batch's position), and the
+ * last block moves it past the batch (cursor[1] counts the blocks done). */
 __global__ void gather_batch(const unsigned char *__restrict__ pixels, const unsigned char *__restrict__ labels,
-                             const int *__restrict__ order, int start, const int *__restrict__ cursor, int n,
+                             const int *__restrict__ order, int start, int *cursor, int n,
                              int per_example, float mean, float std, float *__restrict__ x, float *__restrict__ y)
 {
     if (cursor) start = *cursor;
@@ -17,6 +19,7 @@ __global__ void gather_batch(const unsigned char *__restrict__ pixels, const uns
         x[i] = (pixels[(size_t)src * per_example + i % per_example] / 255.0f - mean) / std;
         if (i % per_example == 0) y[e] = (float)labels[src];
     }
+    if (cursor && bn_last_block(cursor + 1) && threadIdx.x == 0) *cursor = start + n;
 }
 
 static int per_example(const bn_dataset *d)
@@ -31,7 +34,9 @@ extern "C" bn_status bn_loader_upload(bn_loader *ld)
     BN_TRY(bn_device_alloc(&ld->dev_pixels, pixel_bytes));
     BN_TRY(bn_device_alloc(&ld->dev_labels, (size_t)d->count));
     BN_TRY(bn_device_alloc(&ld->dev_order, (size_t)d->count * sizeof(int)));
-    BN_TRY(bn_device_alloc((void **)&ld->dev_cursor, sizeof(int)));
+    /* The cursor and the count of gather blocks done with it. */
+    BN_TRY(bn_device_alloc((void **)&ld->dev_cursor, 2 * sizeof(int)));
+    BN_TRY(bn_device_zero(ld->dev_cursor, 2 * sizeof(int)));
     BN_TRY(bn_device_h2d(ld->dev_pixels, d->pixels, pixel_bytes));
     BN_TRY(bn_device_h2d(ld->dev_labels, d->labels, (size_t)d->count));
     return bn_loader_upload_order(ld);
@@ -45,13 +50,7 @@ extern "C" bn_status bn_loader_upload_order(bn_loader *ld)
     return s;
 }
 
-/* One thread: moves the cursor past the batch just gathered. */
-__global__ void advance_cursor(int *cursor, int n)
-{
-    *cursor += n;
-}
-
-static bn_status gather(bn_loader *ld, bn_net *net, int start, const int *cursor, int n)
+static bn_status gather(bn_loader *ld, bn_net *net, int start, int *cursor, int n)
 {
     BN_DEV_WR(x, net->input);
     BN_DEV_WR(y, net->labels);
@@ -74,8 +73,5 @@ extern "C" bn_status bn_loader_fill_gpu(bn_loader *ld, bn_net *net, int start, i
 
 extern "C" bn_status bn_loader_fill_next_gpu(bn_loader *ld, bn_net *net, int n)
 {
-    BN_TRY(gather(ld, net, 0, ld->dev_cursor, n));
-    advance_cursor<<<1, 1, 0, (cudaStream_t)ld->ctx->stream>>>(ld->dev_cursor, n);
-    BN_CUDA_LAUNCH();
-    return BN_OK;
+    return gather(ld, net, 0, ld->dev_cursor, n);
 }

@@ -1,16 +1,19 @@
 /* optimizer_gpu.cu - the SGD update as one kernel over the whole parameter slab. Each
  * block row walks the segment table (a handful of entries) to find its multipliers. */
 #include "cuda_check.h"
+#include "last_block.cuh"
 #include "optimizer.h"
 
 #include <stdlib.h>
 
-/* schedule/cursor, when set, give the rate of this update: schedule[*cursor]. */
+/* schedule/cursor, when set, give the rate of this update: schedule[*cursor]; the last block
+ * then moves the cursor to the next step (cursor[1] counts the blocks done). */
 __global__ void sgd_update(float *__restrict__ w, const float *__restrict__ g, float *__restrict__ v,
                            const bn_param_segment *__restrict__ segs, int nseg, size_t n, float lr,
-                           const float *__restrict__ schedule, const int *__restrict__ cursor, float mom, float wd)
+                           const float *__restrict__ schedule, int *cursor, float mom, float wd)
 {
-    if (schedule) lr = schedule[*cursor];
+    int at = 0;
+    if (schedule) at = *cursor, lr = schedule[at];
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         int s = 0;
@@ -20,6 +23,7 @@ __global__ void sgd_update(float *__restrict__ w, const float *__restrict__ g, f
         v[i] = vi;
         w[i] -= vi;
     }
+    if (schedule && bn_last_block(cursor + 1) && threadIdx.x == 0) *cursor = at + 1;
 }
 
 static bn_status upload_segments(bn_sgd *o)
@@ -27,12 +31,6 @@ static bn_status upload_segments(bn_sgd *o)
     size_t bytes = (size_t)o->num_segments * sizeof *o->segments;
     BN_TRY(bn_device_alloc(&o->device_segments, bytes));
     return bn_device_h2d(o->device_segments, o->segments, bytes);
-}
-
-/* One thread: moves the schedule cursor to the next step once the update has read it. */
-__global__ void advance_cursor(int *cursor)
-{
-    *cursor += 1;
 }
 
 extern "C" bn_status bn_sgd_schedule(bn_sgd *o, long first, long count)
@@ -45,7 +43,11 @@ extern "C" bn_status bn_sgd_schedule(bn_sgd *o, long first, long count)
         BN_TRY(bn_device_alloc((void **)&o->dev_schedule, (size_t)count * sizeof(float)));
         o->schedule_cap = count;
     }
-    if (!o->dev_cursor) BN_TRY(bn_device_alloc((void **)&o->dev_cursor, sizeof(int)));
+    /* The cursor and the count of update blocks done with it. */
+    if (!o->dev_cursor) {
+        BN_TRY(bn_device_alloc((void **)&o->dev_cursor, 2 * sizeof(int)));
+        BN_TRY(bn_device_zero(o->dev_cursor, 2 * sizeof(int)));
+    }
     float *rates = (float *)malloc((size_t)count * sizeof(float));
     if (!rates) return bn_error(BN_ERR_NOMEM, "out of host memory for the learning-rate schedule");
     for (long i = 0; i < count; i++) rates[i] = (float)bn_sgd_lr(o, first + i);
@@ -73,9 +75,5 @@ extern "C" bn_status bn_sgd_step_gpu(bn_sgd *o, bn_net *net, float lr)
                                           n, lr, scheduled ? o->dev_schedule : NULL, o->dev_cursor,
                                           (float)o->cfg.momentum, (float)o->cfg.weight_decay);
     BN_CUDA_LAUNCH();
-    if (scheduled) {
-        advance_cursor<<<1, 1, 0, s>>>(o->dev_cursor);
-        BN_CUDA_LAUNCH();
-    }
     return BN_OK;
 }

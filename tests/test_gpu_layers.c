@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "conv2d.h"
 #include "kernels.h"
 #include "layer_testing.h"
 #include "net.h"
@@ -45,6 +46,7 @@ typedef struct layer_case {
     double tol;
     int classes;        /* with a loss layer: labels in [0, classes) */
     int zeros;          /* put exact zeros among the inputs (the kinks of relu-like layers) */
+    int own_convs;      /* every conv2d pass that blobnet's kernels can run must have run on them */
 } layer_case;
 
 /* Writes the whole capacity of b's host copy (rows past the current batch included). */
@@ -188,6 +190,32 @@ static int compare_nets(const layer_case *lc, bn_net *gpu, bn_net *cpu, const fl
     return BN_PASS;
 }
 
+/* Every conv2d layer's plan for batch n runs forward and backward-filter on blobnet's kernels,
+ * and backward-data too where there is an input gradient and the stride is 1. */
+static int check_own_convs(const layer_case *lc, bn_net *net, int n)
+{
+#ifdef BN_WITH_CUDA
+    for (int i = 0; i < net->num_layers; i++) {
+        bn_layer *l = net->layers[i];
+        if (strcmp(l->ops->type, "conv2d") != 0) continue;
+        const conv_priv *c = l->priv;
+        char buf[1024], head[32];
+        bn_conv2d_gpu_describe(c, buf, sizeof buf);
+        snprintf(head, sizeof head, "n=%d: ", n);
+        char *plan = strstr(buf, head);
+        CHECK_MSG(plan != NULL, "%s, layer %s: no plan for batch %d in \"%s\"", lc->what, l->name, n, buf);
+        char *end = strchr(plan, ';');
+        if (end) *end = '\0';
+        const char *data = !l->in_grad ? "bwd_data -" : c->stride == 1 ? "bwd_data blobnet" : "bwd_data";
+        CHECK_MSG(strstr(plan, "fwd blobnet") && strstr(plan, "bwd_filter blobnet") && strstr(plan, data),
+                  "%s, layer %s: plan \"%s\" does not run blobnet's kernels where it should", lc->what, l->name, plan);
+    }
+#else
+    (void)lc, (void)net, (void)n;
+#endif
+    return BN_PASS;
+}
+
 static int compare_once(const layer_case *lc, int capacity, int n, uint64_t seed, bn_ctx *ctx, double *worst)
 {
     bn_net *cpu, *gpu;
@@ -205,6 +233,7 @@ static int compare_once(const layer_case *lc, int capacity, int n, uint64_t seed
     CHECK_OK(bn_net_backward(cpu));
     CHECK_OK(bn_net_backward(gpu));
     int r = compare_nets(lc, gpu, cpu, start, seed, worst);
+    if (r == BN_PASS && lc->own_convs) r = check_own_convs(lc, gpu, n);
     free(start);
     bn_net_free(cpu);
     bn_net_free(gpu);
@@ -230,7 +259,7 @@ BN_TEST(gpu_layer_dense_matches_cpu)
     static const layer_case lc = {"dense 3x5x7 -> 13 -> 6",
                                   "[input]\nchannels=3\nheight=5\nwidth=7\n[dense]\noutputs=13\n"
                                   "[dense]\noutputs=6\ninit=he\n",
-                                  TOL_GEMM, 0, 0};
+                                  TOL_GEMM, 0, 0, 0};
     return run_case(&lc);
 }
 
@@ -242,7 +271,7 @@ BN_TEST(gpu_layer_conv2d_matches_cpu)
                                   "[conv2d]\nfilters=5\nsize=3\nstride=2\npad=1\n"
                                   "[conv2d]\nfilters=4\nsize=3\nstride=1\npad=2\ninit=he\n"
                                   "[conv2d]\nfilters=2\nsize=4\nstride=2\npad=1\n",
-                                  TOL_GEMM, 0, 0};
+                                  TOL_GEMM, 0, 0, 0};
     return run_case(&lc);
 }
 
@@ -251,8 +280,45 @@ BN_TEST(gpu_layer_conv2d_lenet_shapes_match_cpu)
     static const layer_case lc = {"conv2d 1x28x28 k5 x20, k5 x50 (LeNet)",
                                   "[input]\nchannels=1\nheight=28\nwidth=28\n"
                                   "[conv2d]\nfilters=20\nsize=5\n[conv2d]\nfilters=50\nsize=5\n",
-                                  TOL_GEMM, 0, 0};
+                                  TOL_GEMM, 0, 0, 0};
     return run_case(&lc);
+}
+
+/* engine = blobnet: the same comparisons for blobnet's own convolution kernels, on shapes that
+ * take each of their launch forms: stride 2 (backward data then falls back to cuDNN), more
+ * input channels than one shared-memory chunk holds, split reductions, a position tile per
+ * block (large images), several images per block (tiny outputs), fewer than 5 filters. */
+BN_TEST(gpu_layer_conv2d_blobnet_engine_matches_cpu)
+{
+    static const layer_case cases[] = {
+        {"blobnet conv2d 3x7x9 k3s2p1, k3s1p2, k4s2p1",
+         "[input]\nchannels=3\nheight=7\nwidth=9\n"
+         "[conv2d]\nfilters=5\nsize=3\nstride=2\npad=1\nengine=blobnet\n"
+         "[conv2d]\nfilters=4\nsize=3\nstride=1\npad=2\ninit=he\nengine=blobnet\n"
+         "[conv2d]\nfilters=2\nsize=4\nstride=2\npad=1\nengine=blobnet\n",
+         TOL_GEMM, 0, 0, 1},
+        {"blobnet conv2d 1x28x28 k5 x20, k5 x50 (LeNet)",
+         "[input]\nchannels=1\nheight=28\nwidth=28\n"
+         "[conv2d]\nfilters=20\nsize=5\nengine=blobnet\n[conv2d]\nfilters=50\nsize=5\nengine=blobnet\n",
+         TOL_GEMM, 0, 0, 1},
+        {"blobnet conv2d 3x10x10 k1 x40, k3p1 x33, k5p2 x6 (chunked, split)",
+         "[input]\nchannels=3\nheight=10\nwidth=10\n"
+         "[conv2d]\nfilters=40\nsize=1\nengine=blobnet\n"
+         "[conv2d]\nfilters=33\nsize=3\npad=1\nengine=blobnet\n"
+         "[conv2d]\nfilters=6\nsize=5\npad=2\nengine=blobnet\n",
+         TOL_GEMM, 0, 0, 1},
+        {"blobnet conv2d 2x40x36 k3p1 x5, k3 x3 (position tiles)",
+         "[input]\nchannels=2\nheight=40\nwidth=36\n"
+         "[conv2d]\nfilters=5\nsize=3\npad=1\nengine=blobnet\n[conv2d]\nfilters=3\nsize=3\nengine=blobnet\n",
+         TOL_GEMM, 0, 0, 1},
+        {"blobnet conv2d 4x5x5 k3 x9, k2 x2 (images per block)",
+         "[input]\nchannels=4\nheight=5\nwidth=5\n"
+         "[conv2d]\nfilters=9\nsize=3\nengine=blobnet\n[conv2d]\nfilters=2\nsize=2\nengine=blobnet\n",
+         TOL_GEMM, 0, 0, 1},
+    };
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) CHECK(run_case(&cases[i]) == BN_PASS);
+    return BN_PASS;
 }
 
 BN_TEST(gpu_layer_maxpool_matches_cpu)
@@ -261,7 +327,7 @@ BN_TEST(gpu_layer_maxpool_matches_cpu)
     static const layer_case lc = {"maxpool 4x7x9 s3 st2 p1, s2",
                                   "[input]\nchannels=4\nheight=7\nwidth=9\n"
                                   "[maxpool]\nsize=3\nstride=2\npad=1\n[maxpool]\nsize=2\n",
-                                  TOL_ELEMENTWISE, 0, 0};
+                                  TOL_ELEMENTWISE, 0, 0, 0};
     return run_case(&lc);
 }
 
@@ -270,18 +336,18 @@ BN_TEST(gpu_layer_avgpool_matches_cpu)
     static const layer_case lc = {"avgpool 4x7x9 s3 st2 p1, s2 p1",
                                   "[input]\nchannels=4\nheight=7\nwidth=9\n"
                                   "[avgpool]\nsize=3\nstride=2\npad=1\n[avgpool]\nsize=2\npad=1\n",
-                                  TOL_ELEMENTWISE, 0, 0};
+                                  TOL_ELEMENTWISE, 0, 0, 0};
     return run_case(&lc);
 }
 
 BN_TEST(gpu_layer_activations_match_cpu)
 {
     static const layer_case cases[] = {
-        {"relu", "[input]\nchannels=3\nheight=5\nwidth=7\n[relu]\n", TOL_ELEMENTWISE, 0, 1},
-        {"sigmoid", "[input]\nchannels=3\nheight=5\nwidth=7\n[sigmoid]\n", TOL_ELEMENTWISE, 0, 1},
-        {"tanh", "[input]\nchannels=3\nheight=5\nwidth=7\n[tanh]\n", TOL_ELEMENTWISE, 0, 1},
-        {"leaky_relu", "[input]\nchannels=3\nheight=5\nwidth=7\n[leaky_relu]\nslope=0.1\n", TOL_ELEMENTWISE, 0, 1},
-        {"elu", "[input]\nchannels=3\nheight=5\nwidth=7\n[elu]\nalpha=0.7\n", TOL_ELEMENTWISE, 0, 1},
+        {"relu", "[input]\nchannels=3\nheight=5\nwidth=7\n[relu]\n", TOL_ELEMENTWISE, 0, 1, 0},
+        {"sigmoid", "[input]\nchannels=3\nheight=5\nwidth=7\n[sigmoid]\n", TOL_ELEMENTWISE, 0, 1, 0},
+        {"tanh", "[input]\nchannels=3\nheight=5\nwidth=7\n[tanh]\n", TOL_ELEMENTWISE, 0, 1, 0},
+        {"leaky_relu", "[input]\nchannels=3\nheight=5\nwidth=7\n[leaky_relu]\nslope=0.1\n", TOL_ELEMENTWISE, 0, 1, 0},
+        {"elu", "[input]\nchannels=3\nheight=5\nwidth=7\n[elu]\nalpha=0.7\n", TOL_ELEMENTWISE, 0, 1, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int r = run_case(&cases[i]);
@@ -293,10 +359,10 @@ BN_TEST(gpu_layer_activations_match_cpu)
 BN_TEST(gpu_layer_softmax_ce_matches_cpu)
 {
     static const layer_case direct = {"softmax_ce 10 classes", "[input]\nchannels=10\nheight=1\nwidth=1\n[softmax_ce]\n",
-                                      TOL_ELEMENTWISE, 10, 0};
+                                      TOL_ELEMENTWISE, 10, 0, 0};
     static const layer_case after_dense = {"dense 2x3x1 -> 7 + softmax_ce",
                                            "[input]\nchannels=2\nheight=3\nwidth=1\n[dense]\noutputs=7\n[softmax_ce]\n",
-                                           TOL_GEMM, 7, 0};
+                                           TOL_GEMM, 7, 0, 0};
     int r = run_case(&direct);
     return r == BN_PASS ? run_case(&after_dense) : r;
 }
@@ -306,7 +372,7 @@ static const layer_case stack_case = {"conv+maxpool+relu+avgpool+dense+tanh+dens
                                       "[conv2d]\nfilters=6\nsize=3\npad=1\n[maxpool]\nsize=2\n[relu]\n"
                                       "[avgpool]\nsize=3\nstride=1\npad=1\n[dense]\noutputs=20\n[tanh]\n"
                                       "[dense]\noutputs=5\n[softmax_ce]\n",
-                                      TOL_GEMM, 5, 0};
+                                      TOL_GEMM, 5, 0, 0};
 
 BN_TEST(gpu_layer_stack_matches_cpu)
 {
@@ -359,7 +425,7 @@ static int deterministic_checks(bn_ctx *ctx)
                                           "[conv2d]\nfilters=20\nsize=5\n[maxpool]\nsize=2\n"
                                           "[conv2d]\nfilters=50\nsize=5\n[maxpool]\nsize=2\n"
                                           "[dense]\noutputs=100\n[relu]\n[dense]\noutputs=10\n[softmax_ce]\n",
-                                          TOL_GEMM, 10, 0};
+                                          TOL_GEMM, 10, 0, 0};
     CHECK(run_case(&stack_case) == BN_PASS);
     CHECK(run_case(&lenet_like) == BN_PASS);
     CHECK(repeat_bitwise(&lenet_like, 257, ctx) == BN_PASS);

@@ -1,0 +1,292 @@
+/* test_gpu_dense.c - the dense layer's cuBLASLt path at LeNet's shapes (800 -> 500 -> 10), where
+ * the GEMMs are large enough for split-K algorithms, and the plans it keeps per batch size.
+ *
+ * - One pair of networks (CPU, GPU) runs batches 64, 37, 64, 1, 64 in turn, so the GPU makes a
+ *   plan per batch size and reuses it when the size comes back; every output and gradient must
+ *   match the CPU each time. Parameter gradients start from random values (backward must add to
+ *   them), the device outputs and gradients are poisoned with NaN before each pass, and rows
+ *   past the batch hold NaN on both sides.
+ * - With TF32 allowed the results stay near the CPU's (within TF32's precision).
+ * - After an eager warm-up, a captured and replayed training pass (dense, relu, dense,
+ *   softmax_ce) gives the eager pass's outputs, gradients and metrics bit for bit, replay after
+ *   replay: nothing in the passes breaks capture, and softmax_ce's block counter is back at
+ *   zero after every launch.
+ * A failure prints the seed; BLOBNET_TEST_SEED=<seed> replays it. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph.h"
+#include "kernels.h"
+#include "layer_testing.h"
+#include "net.h"
+#include "rng.h"
+#include "testing.h"
+
+#define DENSE_TEXT "[input]\nchannels=50\nheight=4\nwidth=4\n[dense]\noutputs=500\n[dense]\noutputs=10\ninit=he\n"
+#define TRAIN_TEXT                                                                                       \
+    "[input]\nchannels=50\nheight=4\nwidth=4\n[dense]\noutputs=500\n[relu]\n[dense]\noutputs=10\n" \
+    "[softmax_ce]\n"
+#define CAPACITY 64
+#define CLASSES 10
+
+/* FP32 on both sides: sums of 800 products in different orders (test_gpu_layers.c's bound). */
+#define TOL_FP32 1e-4
+/* TF32 rounds the inputs to 10 mantissa bits: about 1e-3 of the scale. */
+#define TOL_TF32 1e-2
+
+static bn_status poison(bn_blob *b, bn_ctx *ctx)
+{
+    if (!b) return BN_OK;
+    float *d = bn_blob_dev_wr(b);
+    if (!d) return bn_last_status();
+    return bn_gpu_fill(d, NAN, b->capacity, ctx);
+}
+
+/* The same values into both blobs' host copies: `count` normal values times scale, NaN past them. */
+static bn_status feed_pair(bn_blob *cpu, bn_blob *gpu, size_t count, bn_rng *r, double scale)
+{
+    float *a = bn_blob_host_wr(cpu), *b = bn_blob_host_wr(gpu);
+    if (!a || !b) return bn_last_status();
+    for (size_t i = 0; i < cpu->capacity; i++) a[i] = b[i] = i < count ? (float)(scale * bn_rng_normal(r)) : NAN;
+    return BN_OK;
+}
+
+/* max |g - c| over max |c - base| (base zeros when NULL); infinite when either holds a NaN. */
+static double rel_diff(const float *g, const float *c, const float *base, size_t count, size_t *where)
+{
+    double worst = 0.0, scale = 0.0;
+    *where = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (!isfinite(g[i]) || !isfinite(c[i])) {
+            *where = i;
+            return INFINITY;
+        }
+        double d = fabs((double)g[i] - c[i]);
+        if (d > worst) worst = d, *where = i;
+        double added = fabs(c[i] - (base ? base[i] : 0.0f));
+        if (added > scale) scale = added;
+    }
+    return worst / (scale > 0.0 ? scale : 1.0);
+}
+
+static int close_enough(bn_blob *gpu, bn_blob *cpu, const float *base, double tol, int n, uint64_t seed,
+                        double *worst)
+{
+    const float *g = bn_blob_host_rd(gpu), *c = bn_blob_host_rd(cpu);
+    CHECK_MSG(g && c, "%s", bn_last_error());
+    size_t at;
+    double d = rel_diff(g, c, base, bn_blob_count(cpu), &at);
+    if (d > *worst) *worst = d;
+    CHECK_MSG(d <= tol,
+              "batch %d: %s differs by %.3g of its scale (tolerance %g); element %zu: gpu %.9g, cpu %.9g (seed %llu)",
+              n, cpu->name, d, tol, at, g[at], c[at], (unsigned long long)seed);
+    return BN_PASS;
+}
+
+/* One forward and backward at batch n on both networks, from fresh inputs, output gradient
+ * and starting parameter gradients; then every blob compared. */
+static int pass_and_compare(bn_net *cpu, bn_net *gpu, bn_ctx *ctx, int n, uint64_t seed, double tol, double *worst)
+{
+    CHECK_OK(bn_net_set_batch(cpu, n));
+    CHECK_OK(bn_net_set_batch(gpu, n));
+    CHECK_OK(poison(gpu->input_grad, ctx));
+    for (int i = 0; i < gpu->num_layers; i++) {
+        CHECK_OK(poison(gpu->layers[i]->out, ctx));
+        CHECK_OK(poison(gpu->layers[i]->out_grad, ctx));
+    }
+    bn_rng r;
+    bn_rng_seed(&r, seed, 3);
+    bn_layer *last_cpu = cpu->layers[cpu->num_layers - 1], *last_gpu = gpu->layers[gpu->num_layers - 1];
+    CHECK_OK(feed_pair(cpu->input, gpu->input, bn_blob_count(cpu->input), &r, 1.0));
+    CHECK_OK(feed_pair(last_cpu->out_grad, last_gpu->out_grad, bn_blob_count(last_cpu->out_grad), &r, 1.0));
+    CHECK_OK(feed_pair(cpu->grads, gpu->grads, cpu->grads->capacity, &r, 0.1));
+    const float *given = bn_blob_host_rd(cpu->grads);
+    float *start = malloc(cpu->grads->capacity * sizeof *start);
+    CHECK(given && start);
+    memcpy(start, given, cpu->grads->capacity * sizeof *start);
+    CHECK_OK(bn_net_forward(cpu, 1));
+    CHECK_OK(bn_net_forward(gpu, 1));
+    CHECK_OK(bn_net_backward(cpu));
+    CHECK_OK(bn_net_backward(gpu));
+    int r_ok = BN_PASS;
+    for (int i = 0; i < cpu->num_layers && r_ok == BN_PASS; i++) {
+        bn_layer *lc = cpu->layers[i], *lg = gpu->layers[i];
+        r_ok = close_enough(lg->out, lc->out, NULL, tol, n, seed, worst);
+        if (r_ok == BN_PASS && i + 1 < cpu->num_layers)
+            r_ok = close_enough(lg->out_grad, lc->out_grad, NULL, tol, n, seed, worst);
+        for (int k = 0; k < lc->num_params && r_ok == BN_PASS; k++)
+            r_ok = close_enough(lg->params[k].grad, lc->params[k].grad, start + lc->params[k].grad->offset, tol, n,
+                                seed, worst);
+    }
+    if (r_ok == BN_PASS) r_ok = close_enough(gpu->input_grad, cpu->input_grad, NULL, tol, n, seed, worst);
+    free(start);
+    return r_ok;
+}
+
+static int batches_against_cpu(bn_ctx *ctx, const int *batches, int count, double tol, const char *what)
+{
+    uint64_t seed = lt_fresh_seed();
+    bn_net *cpu, *gpu;
+    CHECK_OK(bn_net_from_text(DENSE_TEXT, "dense-lenet", &cpu));
+    CHECK_OK(bn_net_from_text(DENSE_TEXT, "dense-lenet", &gpu));
+    CHECK_OK(bn_net_setup(cpu, CAPACITY, NULL, 1, seed));
+    CHECK_OK(bn_net_setup(gpu, CAPACITY, ctx, 1, seed));
+    double worst = 0.0;
+    for (int i = 0; i < count; i++)
+        CHECK(pass_and_compare(cpu, gpu, ctx, batches[i], seed + (uint64_t)i, tol, &worst) == BN_PASS);
+    printf("    gpu vs cpu, dense 800 -> 500 -> 10, %s: worst difference %.3g of scale (tolerance %g)\n", what, worst,
+           tol);
+    bn_net_free(cpu);
+    bn_net_free(gpu);
+    return BN_PASS;
+}
+
+BN_TEST(gpu_dense_lenet_shapes_match_cpu_as_batch_sizes_change)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    static const int batches[] = {64, 37, 64, 1, 64};
+    return batches_against_cpu(ctx, batches, 5, TOL_FP32, "batches 64, 37, 64, 1, 64 on one network");
+}
+
+BN_TEST(gpu_dense_deterministic_context_matches_cpu)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    static const int batches[] = {64, 37, 64};
+    ctx->deterministic = 1;
+    int r = batches_against_cpu(ctx, batches, 3, TOL_FP32, "deterministic, batches 64, 37, 64");
+    ctx->deterministic = 0;
+    return r;
+}
+
+BN_TEST(gpu_dense_tf32_stays_near_cpu)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    static const int batches[] = {64, 37};
+    ctx->tf32 = 1;
+    int r = batches_against_cpu(ctx, batches, 2, TOL_TF32, "tf32, batches 64, 37");
+    ctx->tf32 = 0;
+    return r;
+}
+
+/* ---- graph capture ---- */
+
+static bn_status train_body(void *arg)
+{
+    bn_net *net = arg;
+    BN_TRY(bn_net_zero_grad(net));
+    BN_TRY(bn_net_forward(net, 1));
+    return bn_net_backward(net);
+}
+
+/* Every blob a training pass writes, in a fixed order; NULL entries are skipped. */
+static int written_blobs(bn_net *net, bn_blob **out, int cap)
+{
+    int k = 0;
+    for (int i = 0; i < net->num_layers && k + 2 <= cap; i++) {
+        out[k++] = net->layers[i]->out;
+        if (net->layers[i]->out_grad) out[k++] = net->layers[i]->out_grad;
+    }
+    if (k + 3 <= cap) {
+        out[k++] = net->grads;
+        out[k++] = net->input_grad;
+        out[k++] = net->metrics;
+    }
+    return k;
+}
+
+/* Copies of the current elements of the blobs, concatenated; freed by the caller. */
+static float *snapshot(bn_blob **blobs, int count)
+{
+    size_t total = 0;
+    for (int i = 0; i < count; i++) total += bn_blob_count(blobs[i]);
+    float *s = malloc(total * sizeof *s);
+    if (!s) return NULL;
+    size_t at = 0;
+    for (int i = 0; i < count; i++) {
+        const float *h = bn_blob_host_rd(blobs[i]);
+        if (!h) {
+            free(s);
+            return NULL;
+        }
+        memcpy(s + at, h, bn_blob_count(blobs[i]) * sizeof *s);
+        at += bn_blob_count(blobs[i]);
+    }
+    return s;
+}
+
+static int same_as(bn_blob **blobs, int count, const float *ref, const char *when, uint64_t seed)
+{
+    size_t at = 0;
+    for (int i = 0; i < count; i++) {
+        const float *h = bn_blob_host_rd(blobs[i]);
+        CHECK_MSG(h, "%s", bn_last_error());
+        size_t c = bn_blob_count(blobs[i]);
+        CHECK_MSG(memcmp(h, ref + at, c * sizeof *h) == 0, "%s: %s differs from the eager pass (seed %llu)", when,
+                  blobs[i]->name, (unsigned long long)seed);
+        at += c;
+    }
+    return BN_PASS;
+}
+
+BN_TEST(gpu_dense_graph_replay_matches_eager_pass)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    uint64_t seed = lt_fresh_seed();
+    bn_net *net;
+    CHECK_OK(bn_net_from_text(TRAIN_TEXT, "dense-graph", &net));
+    CHECK_OK(bn_net_setup(net, CAPACITY, ctx, 1, seed));
+    bn_rng r;
+    bn_rng_seed(&r, seed, 9);
+    float *x = bn_blob_host_wr(net->input);
+    CHECK(x);
+    for (size_t i = 0; i < net->input->capacity; i++) x[i] = (float)bn_rng_normal(&r);
+    float *labels = bn_blob_host_wr(net->labels);
+    CHECK(labels);
+    for (int i = 0; i < CAPACITY; i++) labels[i] = (float)bn_rng_below(&r, CLASSES);
+
+    /* The first eager pass makes the plans (and times algorithms); the second is the reference. */
+    CHECK_OK(train_body(net));
+    CHECK_OK(train_body(net));
+    bn_blob *blobs[32];
+    int count = written_blobs(net, blobs, 32);
+    float *ref = snapshot(blobs, count);
+    CHECK_MSG(ref, "%s", bn_last_error());
+    double loss_ref, correct_ref;
+    CHECK_OK(bn_net_metrics(net, &loss_ref, &correct_ref));
+    CHECK_MSG(isfinite(loss_ref) && loss_ref > 0.0, "eager loss sum %g", loss_ref);
+
+    bn_step_graph graph = {0};
+    for (int round = 0; round < 4; round++) {
+        for (int i = 0; i < count; i++) CHECK_OK(poison(blobs[i], ctx));
+        int replayed = -1;
+        CHECK_OK(bn_step_graph_run(&graph, ctx, train_body, net, &replayed));
+        CHECK_MSG(!graph.failed && graph.exec, "the training pass could not be captured");
+        CHECK_MSG(replayed == (round > 0), "round %d: replayed %d", round, replayed);
+        bn_net_mark_device_written(net);
+        char when[48];
+        if (round == 0) snprintf(when, sizeof when, "captured pass");
+        else snprintf(when, sizeof when, "replay %d", round);
+        CHECK(same_as(blobs, count, ref, when, seed) == BN_PASS);
+        double loss, correct;
+        CHECK_OK(bn_net_metrics(net, &loss, &correct));
+        CHECK_MSG(loss == loss_ref && correct == correct_ref, "%s: metrics %.9g, %g; eager %.9g, %g", when, loss,
+                  correct, loss_ref, correct_ref);
+    }
+    printf("    dense+relu+dense+softmax_ce at batch %d: captured pass and 3 replays equal the eager pass bit for bit\n",
+           CAPACITY);
+    bn_step_graph_free(&graph);
+    free(ref);
+    bn_net_free(net);
+    return BN_PASS;
+}
