@@ -4,7 +4,9 @@
  * positions of one image when an image has more positions than a block). It copies the
  * zero-padded input windows of a chunk of input channels into shared memory, and the chunk's
  * weights as [channel][tap][kt], so that every thread reads the same kt weights at once (a
- * broadcast) and its own PT input values, and does PT x kt multiply-adds per tap. When the
+ * broadcast) and its own PT input values, and does PT x kt multiply-adds per tap. Shared memory
+ * is filled with asynchronous copies (every copy of a thread in flight at once: the fills are
+ * bound by memory latency, not bandwidth), a row of the window per warp. When the
  * reduction (input channels x taps) is long, `split` groups of threads take the input channels
  * in turn and add their partial sums through shared memory at the end, in group order. The
  * backward-data pass is the same kernel over dy padded by k-1-pad, with every weight read
@@ -13,8 +15,10 @@
  * Filter kernel. dW (filters x c*k*k) is the product of dY^T with the column matrix, summed
  * over every image and output position m. Blocks take a tile of filters x taps and a span of
  * m, stage 16 values of m at a time in shared memory (dy directly, the columns gathered from
- * x), and each thread keeps a 4x4 tile of sums. Each span writes its own partial matrix; the
+ * x; two stages, the next one copied asynchronously while the current one is used), and each
+ * thread keeps a 4x4 tile of sums. Each span writes its own partial matrix; the
  * finishing kernel adds the partials in span order into dw and sums dy per filter into db. */
+#include <cuda_pipeline.h>
 #include <limits.h>
 #include <string.h>
 
@@ -37,13 +41,16 @@ typedef struct direct_args {
 
 static __host__ __device__ size_t round4(size_t v) { return (v + 3) & ~(size_t)3; }
 
-template <int KT>
+/* KT output channels per thread; K the window size when known at compile time (its taps are
+ * then unrolled), 0 for any. */
+template <int KT, int K>
 static __global__ void __launch_bounds__(512) direct_conv(direct_args a)
 {
     extern __shared__ float4 smem4[];
     float *smem = (float *)smem4;
     const bn_direct_shape &s = a.s;
-    const int kk = s.k * s.k, plane = s.hp * s.wp, npos = s.ho * s.wo;
+    const int k = K ? K : s.k;
+    const int kk = k * k, plane = s.hp * s.wp, npos = s.ho * s.wo;
     float *sx = smem;                                                   /* [image][chunk][hp][wp] */
     float *sw = smem + round4((size_t)s.images * s.chunk * plane);      /* [chunk][tap][KT] */
     const int t = threadIdx.x % s.threads, group = threadIdx.x / s.threads;
@@ -71,43 +78,54 @@ static __global__ void __launch_bounds__(512) direct_conv(direct_args a)
     for (int c0 = 0; c0 < s.ci; c0 += s.chunk) {
         const int cc = min(s.chunk, s.ci - c0);
         __syncthreads(); /* the previous chunk is no longer read */
-        const int xs = s.images * cc * plane;
-        for (int e = threadIdx.x; e < xs; e += blockDim.x) {
-            int xx = e % s.wp, r = e / s.wp;
-            int yy = r % s.hp;
-            r /= s.hp;
-            int c = r % cc, im = r / cc, nn = n0 + im;
-            int iy = yy - s.pad, ix = xx - s.pad;
-            float v = 0.0f;
-            if (nn < a.n && iy >= 0 && iy < s.hi && ix >= 0 && ix < s.wi)
-                v = a.in[(((size_t)nn * s.ci + c0 + c) * s.hi + iy) * s.wi + ix];
-            sx[(im * s.chunk + c) * plane + yy * s.wp + xx] = v;
-        }
-        /* Weights: consecutive threads read consecutive taps of one output channel. */
-        const int span = cc * kk;
-        for (int e = threadIdx.x; e < span * KT; e += blockDim.x) {
-            int ct = e % span, j = e / span, o = o0 + j;
-            float v = 0.0f;
-            if (o < s.co) {
-                if (!s.flip) {
-                    v = a.w[((size_t)o * s.ci + c0) * kk + ct];
-                } else {
-                    int c = ct / kk, tap = ct - c * kk;
-                    v = a.w[((size_t)(c0 + c) * s.co + o) * kk + (kk - 1 - tap)];
+        /* The windows: the block's threads along a plane, the same cell of every (image,
+         * channel) plane in turn. */
+        for (int e = threadIdx.x; e < plane; e += blockDim.x) {
+            const int yy = e / s.wp, xx = e - yy * s.wp, iy = yy - s.pad, ix = xx - s.pad;
+            const bool inside = iy >= 0 && iy < s.hi && ix >= 0 && ix < s.wi;
+            for (int im = 0; im < s.images; im++) {
+                const int nn = n0 + im;
+                const float *src = a.in + ((size_t)nn * s.ci + c0) * s.hi * s.wi + iy * s.wi + ix;
+                float *dst = sx + im * s.chunk * plane + e;
+                for (int c = 0; c < cc; c++) {
+                    if (inside && nn < a.n)
+                        __pipeline_memcpy_async(dst + c * plane, src + (size_t)c * s.hi * s.wi, sizeof(float));
+                    else
+                        dst[c * plane] = 0.0f;
                 }
             }
-            sw[ct * KT + j] = v;
         }
+        /* Weights: consecutive threads copy consecutive taps of one output channel. */
+        const int span = cc * kk;
+        for (int j = 0; j < KT; j++) {
+            const int o = o0 + j;
+            for (int ct = threadIdx.x; ct < span; ct += blockDim.x) {
+                float *dst = sw + ct * KT + j;
+                if (o >= s.co) {
+                    *dst = 0.0f;
+                } else if (!s.flip) {
+                    __pipeline_memcpy_async(dst, a.w + ((size_t)o * s.ci + c0) * kk + ct, sizeof(float));
+                } else {
+                    int c = ct / kk, tap = ct - c * kk;
+                    __pipeline_memcpy_async(dst, a.w + ((size_t)(c0 + c) * s.co + o) * kk + (kk - 1 - tap),
+                                            sizeof(float));
+                }
+            }
+        }
+        __pipeline_commit();
+        __pipeline_wait_prior(0);
         __syncthreads();
         for (int c = group; c < cc; c += s.split) {
             const float *xc = sx + c * plane;
             const float4 *wc = (const float4 *)(sw + c * kk * KT);
-            for (int ky = 0; ky < s.k; ky++) {
-                for (int kx = 0; kx < s.k; kx++) {
+#pragma unroll
+            for (int ky = 0; ky < k; ky++) {
+#pragma unroll
+                for (int kx = 0; kx < k; kx++) {
                     float wr[KT];
 #pragma unroll
                     for (int i = 0; i < KT / 4; i++) {
-                        float4 v = wc[(ky * s.k + kx) * (KT / 4) + i];
+                        float4 v = wc[(ky * k + kx) * (KT / 4) + i];
                         wr[4 * i] = v.x;
                         wr[4 * i + 1] = v.y;
                         wr[4 * i + 2] = v.z;
@@ -163,53 +181,82 @@ typedef struct wgrad_args {
 template <int T>
 static __global__ void __launch_bounds__((T / 4) * (T / 4)) wgrad_tiles(wgrad_args a)
 {
-    __shared__ __align__(16) float sa[MT][T + 4]; /* dy: [m][filter] */
-    __shared__ __align__(16) float sb[MT][T + 4]; /* columns: [m][tap] */
-    const int nthr = (T / 4) * (T / 4);
+    constexpr int NT = (T / 4) * (T / 4); /* threads */
+    constexpr int PER = MT * T / NT;      /* tile cells a thread copies per stage */
+    __shared__ __align__(16) float sa[2][MT][T + 4]; /* dy: [stage][m][filter] */
+    __shared__ __align__(16) float sb[2][MT][T + 4]; /* columns: [stage][m][tap] */
     const int tid = threadIdx.x, tx = tid % (T / 4), ty = tid / (T / 4);
-    const int kk = a.k * a.k, taps = a.c * kk, npos = a.oh * a.ow;
+    const int kk = a.k * a.k, taps = a.c * kk, npos = a.oh * a.ow, plane = a.h * a.w;
     const int o0 = blockIdx.y * T, r0 = blockIdx.x * T;
     const int m_begin = blockIdx.z * a.span, m_end = min(m_begin + a.span, a.m_total);
+
+    /* A thread always copies the same m offset (mm) and the same PER columns. */
+    const int mm = tid % MT;
+    int col[PER], ky[PER], kx[PER], xoff[PER];
+#pragma unroll
+    for (int i = 0; i < PER; i++) {
+        col[i] = tid / MT + i * (NT / MT);
+        int r = r0 + col[i];
+        int ch = r / kk, tap = r - ch * kk;
+        ky[i] = r < taps ? tap / a.k : -1000000; /* a tap past the end is never in bounds */
+        kx[i] = tap - (tap / a.k) * a.k;
+        xoff[i] = ch * plane + (ky[i] - a.pad) * a.w + kx[i] - a.pad;
+    }
+    auto stage = [&](int buf, int m0) {
+        int m = m0 + mm;
+        bool live = m < m_end;
+        int im = live ? m / npos : 0, p = m - im * npos, oy = p / a.ow, ox = p - oy * a.ow;
+        const float *dyp = a.dy + (size_t)im * a.filters * npos + p;
+        const float *xp = a.x + (size_t)im * a.c * plane + oy * a.stride * a.w + ox * a.stride;
+#pragma unroll
+        for (int i = 0; i < PER; i++) {
+            float *da = &sa[buf][mm][col[i]], *db = &sb[buf][mm][col[i]];
+            if (live && o0 + col[i] < a.filters)
+                __pipeline_memcpy_async(da, dyp + (size_t)(o0 + col[i]) * npos, sizeof(float));
+            else
+                *da = 0.0f;
+            int iy = oy * a.stride + ky[i] - a.pad, ix = ox * a.stride + kx[i] - a.pad;
+            if (live && iy >= 0 && iy < a.h && ix >= 0 && ix < a.w)
+                __pipeline_memcpy_async(db, xp + xoff[i], sizeof(float));
+            else
+                *db = 0.0f;
+        }
+    };
+
     float acc[4][4];
 #pragma unroll
     for (int i = 0; i < 4; i++)
 #pragma unroll
         for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+    /* The first column of tap tiles also sums dy per filter, for the bias gradient. */
+    const bool bias_sums = blockIdx.x == 0 && tid < T;
+    float dsum = 0.0f;
 
-    for (int m0 = m_begin; m0 < m_end; m0 += MT) {
-        for (int e = tid; e < MT * T; e += nthr) {
-            int mm = e % MT, col = e / MT, m = m0 + mm;
-            float va = 0.0f, vb = 0.0f;
-            if (m < m_end) {
-                int im = m / npos, p = m - im * npos;
-                int o = o0 + col;
-                if (o < a.filters) va = a.dy[((size_t)im * a.filters + o) * npos + p];
-                int r = r0 + col;
-                if (r < taps) {
-                    int ch = r / kk, tap = r - ch * kk, ky = tap / a.k, kx = tap - ky * a.k;
-                    int oy = p / a.ow, ox = p - oy * a.ow;
-                    int iy = oy * a.stride + ky - a.pad, ix = ox * a.stride + kx - a.pad;
-                    if (iy >= 0 && iy < a.h && ix >= 0 && ix < a.w)
-                        vb = a.x[(((size_t)im * a.c + ch) * a.h + iy) * a.w + ix];
-                }
-            }
-            sa[mm][col] = va;
-            sb[mm][col] = vb;
-        }
+    if (m_begin < m_end) stage(0, m_begin);
+    __pipeline_commit();
+    int buf = 0;
+    for (int m0 = m_begin; m0 < m_end; m0 += MT, buf ^= 1) {
+        if (m0 + MT < m_end) stage(buf ^ 1, m0 + MT);
+        __pipeline_commit();
+        __pipeline_wait_prior(1); /* this stage's copies have landed; the next may be in flight */
         __syncthreads();
 #pragma unroll 4
-        for (int mm = 0; mm < MT; mm++) {
-            float4 av = *(const float4 *)&sa[mm][ty * 4];
-            float4 bv = *(const float4 *)&sb[mm][tx * 4];
+        for (int q = 0; q < MT; q++) {
+            float4 av = *(const float4 *)&sa[buf][q][ty * 4];
+            float4 bv = *(const float4 *)&sb[buf][q][tx * 4];
             float ar[4] = {av.x, av.y, av.z, av.w}, br[4] = {bv.x, bv.y, bv.z, bv.w};
 #pragma unroll
             for (int i = 0; i < 4; i++)
 #pragma unroll
                 for (int j = 0; j < 4; j++) acc[i][j] = fmaf(ar[i], br[j], acc[i][j]);
         }
-        __syncthreads();
+        if (bias_sums)
+            for (int q = 0; q < MT; q++) dsum += sa[buf][q][tid];
+        __syncthreads(); /* done with buf before the next iteration's copies overwrite it */
     }
-    float *out = a.part + (size_t)blockIdx.z * a.filters * taps;
+    /* This span's partials: filters x taps for dw, then filters for db. */
+    float *out = a.part + (size_t)blockIdx.z * a.filters * (taps + 1);
+    if (bias_sums && o0 + tid < a.filters) out[(size_t)a.filters * taps + o0 + tid] = dsum;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         int o = o0 + ty * 4 + i;
@@ -224,34 +271,23 @@ static __global__ void __launch_bounds__((T / 4) * (T / 4)) wgrad_tiles(wgrad_ar
 
 #define FINISH_THREADS 256
 
-/* Blocks below dw_blocks: dw[i] += the partials of every span, in span order. The rest: one
- * filter each, db[o] += the sum of dy over every image and position, in a fixed order. */
+/* Element i < count of the partials, summed over the spans z < splits (part[z * count + i]), is
+ * added to dw[i] below `split_at` and to db[i - split_at] from there. `lanes` threads per element
+ * (a power of two up to 32) each add every lanes-th span, then combine in a fixed shuffle order,
+ * so the result does not depend on timing. */
 static __global__ void __launch_bounds__(FINISH_THREADS)
-    wgrad_finish(const float *__restrict__ part, int splits, int count, int dw_blocks, float *__restrict__ dw,
-                 const float *__restrict__ dy, int n, int filters, int npos, float *__restrict__ db)
+    wgrad_finish(const float *__restrict__ part, int splits, int count, int lanes, int split_at,
+                 float *__restrict__ dw, float *__restrict__ db)
 {
-    if ((int)blockIdx.x < dw_blocks) {
-        int i = blockIdx.x * FINISH_THREADS + threadIdx.x;
-        if (i >= count) return;
-        float s = 0.0f;
-        for (int z = 0; z < splits; z++) s += part[(size_t)z * count + i];
-        dw[i] += s;
-        return;
-    }
-    __shared__ float red[FINISH_THREADS];
-    const int o = blockIdx.x - dw_blocks, total = n * npos;
+    int g = (blockIdx.x * FINISH_THREADS + threadIdx.x) / lanes, lane = threadIdx.x % lanes;
     float s = 0.0f;
-    for (int i = threadIdx.x; i < total; i += FINISH_THREADS) {
-        int im = i / npos, p = i - im * npos;
-        s += dy[((size_t)im * filters + o) * npos + p];
+    if (g < count)
+        for (int z = lane; z < splits; z += lanes) s += part[(size_t)z * count + g];
+    for (int off = lanes / 2; off > 0; off /= 2) s += __shfl_down_sync(0xffffffffu, s, off, lanes);
+    if (g < count && lane == 0) {
+        if (g < split_at) dw[g] += s;
+        else db[g - split_at] += s;
     }
-    red[threadIdx.x] = s;
-    __syncthreads();
-    for (int half = FINISH_THREADS / 2; half > 0; half /= 2) {
-        if ((int)threadIdx.x < half) red[threadIdx.x] += red[threadIdx.x + half];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) db[o] += red[0];
 }
 
 /* Fills a direct shape for a batch of n; 0 when the kernel cannot run it. */
@@ -263,9 +299,10 @@ static int direct_shape(bn_direct_shape *d, int ci, int hi, int wi, int co, int 
     d->k = k, d->stride = stride, d->pad = pad, d->flip = flip;
     const int kk = d->k * d->k, npos = d->ho * d->wo;
     d->kt = d->co <= 4 ? 4 : 8;
+    /* Threads along the positions: a whole image when its positions fit 512 threads (the last
+     * warp may be partial), else tiles of 256 threads. */
     int bt = (npos + PT - 1) / PT;
-    bt = (bt + 31) / 32 * 32;
-    if (bt > 256) bt = 256;
+    if (bt > 512) bt = 256;
     if (npos > bt * PT) {
         d->tiles = (npos + bt * PT - 1) / (bt * PT);
         d->images = 1;
@@ -283,7 +320,7 @@ static int direct_shape(bn_direct_shape *d, int ci, int hi, int wi, int co, int 
     if (chunk < 1) return 0;
     if (chunk > d->ci) chunk = d->ci;
     d->chunk = (int)chunk;
-    int split = (d->ci * kk + 255) / 256;
+    int split = (d->ci * kk + 127) / 128;
     if (split > d->chunk) split = d->chunk;
     if (split > 512 / bt) split = 512 / bt;
     int red_room = 1 + SMEM_FLOATS / (PT * d->kt * bt);
@@ -317,15 +354,15 @@ extern "C" void bn_direct_plan_make(bn_direct_plan *p, const bn_conv_geom *g, in
     bn_wgrad_shape *f = &p->filter;
     f->tile = filters > 32 && taps > 32 ? 64 : 32;
     long long tiles = (long long)((taps + f->tile - 1) / f->tile) * ((filters + f->tile - 1) / f->tile);
-    long long want = (2LL * (sms > 0 ? sms : 100) + tiles - 1) / tiles;
+    long long want = (4LL * (sms > 0 ? sms : 100) + tiles - 1) / tiles;
     long long span = (m_total + want - 1) / want;
-    if (span < 256) span = 256;
+    if (span < 128) span = 128;
     span = (span + MT - 1) / MT * MT;
     long long splits = (m_total + span - 1) / span;
     if (splits > 65535 || (filters + f->tile - 1) / f->tile > 65535) return;
     f->span = span;
     f->splits = (int)splits;
-    p->workspace = (size_t)splits * filters * taps * sizeof(float);
+    p->workspace = (size_t)splits * filters * (taps + 1) * sizeof(float);
     p->filter_ok = 1;
 }
 
@@ -335,10 +372,16 @@ static bn_status launch_direct(const bn_direct_shape *s, int n, cudaStream_t str
     direct_args a = {*s, n, in, w, bias, out};
     dim3 grid((s->co + s->kt - 1) / s->kt, (n + s->images - 1) / s->images, s->tiles);
     int threads = s->threads * s->split;
-    if (s->kt == 4)
-        direct_conv<4><<<grid, threads, s->smem, stream>>>(a);
-    else
-        direct_conv<8><<<grid, threads, s->smem, stream>>>(a);
+    /* LeNet's 5x5 and the common 3x3 windows get unrolled taps. */
+    if (s->kt == 4) {
+        if (s->k == 5) direct_conv<4, 5><<<grid, threads, s->smem, stream>>>(a);
+        else if (s->k == 3) direct_conv<4, 3><<<grid, threads, s->smem, stream>>>(a);
+        else direct_conv<4, 0><<<grid, threads, s->smem, stream>>>(a);
+    } else {
+        if (s->k == 5) direct_conv<8, 5><<<grid, threads, s->smem, stream>>>(a);
+        else if (s->k == 3) direct_conv<8, 3><<<grid, threads, s->smem, stream>>>(a);
+        else direct_conv<8, 0><<<grid, threads, s->smem, stream>>>(a);
+    }
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
@@ -373,9 +416,11 @@ extern "C" bn_status bn_direct_backward_filter(const bn_direct_plan *p, void *st
     else
         wgrad_tiles<32><<<grid, 64, 0, st>>>(a);
     BN_CUDA_LAUNCH();
-    const int count = p->filters * taps, dw_blocks = (count + FINISH_THREADS - 1) / FINISH_THREADS;
-    wgrad_finish<<<dw_blocks + p->filters, FINISH_THREADS, 0, st>>>(workspace, f->splits, count, dw_blocks, dw, dy,
-                                                                     p->n, p->filters, npos, db);
+    int lanes = 1;
+    while (lanes < 32 && lanes < f->splits) lanes *= 2;
+    const int count = p->filters * (taps + 1);
+    const int blocks = (int)(((long long)count * lanes + FINISH_THREADS - 1) / FINISH_THREADS);
+    wgrad_finish<<<blocks, FINISH_THREADS, 0, st>>>(workspace, f->splits, count, lanes, p->filters * taps, dw, db);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }

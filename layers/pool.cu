@@ -14,10 +14,24 @@
  * is allocated: both passes are plain kernel launches on the context's stream and can be
  * captured in a CUDA graph.
  *
+ * Non-overlapping windows (stride == size, pad == 0: the windows tile the input, and floor
+ * mode may leave fewer than size rows below and columns to the right that no window covers)
+ * take a faster path in both directions: one thread per output window, consecutive threads on
+ * consecutive windows of a row. No window is clipped and every covered input cell lies in
+ * exactly one window, so backward finds the window's argmax once and writes its size x size
+ * gradients directly: 0.0f + dy at the argmax and 0.0f elsewhere for max pooling, 0.0f + dy /
+ * (size * size) everywhere for average pooling, the values the CPU gets by zeroing and adding
+ * once (0.0f + v, not v, turns a -0.0f into +0.0f as the CPU does). The threads of the last
+ * window column and row also zero the uncovered columns to their right and rows below, so
+ * every input gradient element is written exactly once. Size 2 is unrolled, and reads x and
+ * writes dx two floats at a time (float2) when the width is even and the pointers 8-byte
+ * aligned. Every other geometry uses the general kernels above.
+ *
  * Flat indices use 32-bit arithmetic when the element count allows it (the usual case, and
  * the cheaper one for the divisions that split an index into plane, row and column), 64-bit
  * otherwise. */
 #include <limits.h>
+#include <stdint.h>
 
 #include "cuda_check.h"
 #include "pool.h"
@@ -126,21 +140,158 @@ static __global__ void __launch_bounds__(THREADS)
     }
 }
 
-/* Queues OP over n elements on the pass's stream. With n <= INT_MAX the 32-bit kernel runs:
- * its grid covers n in one sweep and i + step stays below 2^32. */
-template <pool_op OP>
-static bn_status launch(const bn_pass *pass, const pool_priv *p, const float *x, const float *dy, float *out,
-                        size_t n)
+/* Two adjacent floats of a row, at p and p + 1: one 8-byte access when VEC (p 8-byte aligned). */
+template <bool VEC>
+static __device__ __forceinline__ float2 load2(const float *__restrict__ p)
 {
-    if (n == 0) return BN_OK;
-    geom g = {p->h, p->w, p->oh, p->ow, p->size, p->stride, p->pad};
-    size_t want = (n + THREADS - 1) / THREADS;
-    unsigned blocks = want < MAX_BLOCKS ? (unsigned)want : MAX_BLOCKS;
-    cudaStream_t s = (cudaStream_t)pass->ctx->stream;
-    if (n <= (size_t)INT_MAX)
-        pool_kernel<OP, unsigned><<<blocks, THREADS, 0, s>>>(x, dy, out, (unsigned)n, g);
+    if constexpr (VEC)
+        return *reinterpret_cast<const float2 *>(p);
     else
-        pool_kernel<OP, size_t><<<blocks, THREADS, 0, s>>>(x, dy, out, n, g);
+        return make_float2(p[0], p[1]);
+}
+
+template <bool VEC>
+static __device__ __forceinline__ void store2(float *__restrict__ p, float a, float b)
+{
+    if constexpr (VEC)
+        *reinterpret_cast<float2 *>(p) = make_float2(a, b);
+    else
+        p[0] = a, p[1] = b;
+}
+
+/* The non-overlapping case (stride == size, pad == 0): one thread per output window, n of them.
+ * S is the window size when fixed at compile time (2), else 0 and g.size holds it; VEC (S == 2
+ * only) moves rows of the window as float2. Forward writes `out` = y; backward writes `out` =
+ * dx over the window and, for the last window column and row, the uncovered cells to the
+ * right and below. */
+template <pool_op OP, typename I, int S, bool VEC>
+static __global__ void __launch_bounds__(THREADS)
+    tiled_kernel(const float *__restrict__ x, const float *__restrict__ dy, float *__restrict__ out, I n, geom g)
+{
+    static_assert(!VEC || S == 2, "float2 rows need size 2");
+    const int s = S ? S : g.size;
+    const I step = (I)gridDim.x * blockDim.x;
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
+        int ox = (int)(i % (I)g.ow);
+        I t = i / (I)g.ow;
+        int oy = (int)(t % (I)g.oh);
+        size_t plane = (size_t)(t / (I)g.oh);
+        /* Offset of the window's top-left cell within the planes of x and dx. */
+        const size_t corner = plane * ((size_t)g.h * g.w) + (size_t)(oy * s) * g.w + (size_t)(ox * s);
+        /* The window's argmax in row-major window order, first maximum on ties (max pooling), or
+         * its mean (average forward); average backward reads nothing from x. */
+        int best = 0;
+        float top = 0.0f;
+        if constexpr (OP == MAX_FORWARD || OP == MAX_BACKWARD) {
+            const float *xw = x + corner;
+            if constexpr (S == 2) {
+                float2 a = load2<VEC>(xw), b = load2<VEC>(xw + g.w);
+                top = a.x;
+                if (a.y > top) top = a.y, best = 1;
+                if (b.x > top) top = b.x, best = 2;
+                if (b.y > top) top = b.y, best = 3;
+            } else {
+                top = xw[0];
+                for (int ky = 0; ky < s; ky++)
+                    for (int kx = 0; kx < s; kx++) {
+                        float v = xw[ky * g.w + kx];
+                        if (v > top) top = v, best = ky * s + kx;
+                    }
+            }
+        }
+        if constexpr (OP == MAX_FORWARD) {
+            out[i] = top;
+        } else if constexpr (OP == AVG_FORWARD) {
+            const float *xw = x + corner;
+            double sum = 0.0;
+            if constexpr (S == 2) {
+                float2 a = load2<VEC>(xw), b = load2<VEC>(xw + g.w);
+                sum += a.x, sum += a.y, sum += b.x, sum += b.y;
+            } else {
+                for (int ky = 0; ky < s; ky++)
+                    for (int kx = 0; kx < s; kx++) sum += xw[ky * g.w + kx];
+            }
+            out[i] = (float)(sum / (s * s));
+        } else {
+            float *dxw = out + corner;
+            const float d = dy[i];
+            /* What the window's cells get: `on` at the argmax (every cell for average), `off` at
+             * the others. */
+            float on, off;
+            if constexpr (OP == MAX_BACKWARD) {
+                on = 0.0f + d, off = 0.0f;
+            } else {
+                on = 0.0f + d / (float)(s * s), off = on;
+                best = 0;
+            }
+            if constexpr (S == 2) {
+                store2<VEC>(dxw, best == 0 ? on : off, best == 1 ? on : off);
+                store2<VEC>(dxw + g.w, best == 2 ? on : off, best == 3 ? on : off);
+            } else {
+                for (int ky = 0; ky < s; ky++)
+                    for (int kx = 0; kx < s; kx++) dxw[ky * g.w + kx] = ky * s + kx == best ? on : off;
+            }
+            /* Cells no window covers: columns [ow * s, w) beside the last window column, rows
+             * [oh * s, h) below the last window row, and their corner with the last window. */
+            const bool right = ox == g.ow - 1, below = oy == g.oh - 1;
+            if (right)
+                for (int ky = 0; ky < s; ky++)
+                    for (int xx = s; xx < g.w - ox * s; xx++) dxw[ky * g.w + xx] = 0.0f;
+            if (below) {
+                const int x_end = right ? g.w - ox * s : s;
+                for (int yy = s; yy < g.h - oy * s; yy++)
+                    for (int xx = 0; xx < x_end; xx++) dxw[yy * g.w + xx] = 0.0f;
+            }
+        }
+    }
+}
+
+/* Grid for n threads: one per element up to MAX_BLOCKS blocks, a grid-stride loop past that. */
+static unsigned grid_for(size_t n)
+{
+    size_t want = (n + THREADS - 1) / THREADS;
+    return want < MAX_BLOCKS ? (unsigned)want : MAX_BLOCKS;
+}
+
+/* Queues OP on the pass's stream: the tiled kernel over the outputs when the windows do not
+ * overlap, else the general kernel over n elements (outputs for forward, inputs for backward).
+ * With a count <= INT_MAX the 32-bit kernel runs: its grid covers the count in one sweep and
+ * i + step stays below 2^32. */
+template <pool_op OP>
+static bn_status launch(const bn_pass *pass, const pool_priv *p, size_t planes, const float *x, const float *dy,
+                        float *out)
+{
+    const geom g = {p->h, p->w, p->oh, p->ow, p->size, p->stride, p->pad};
+    const bool fwd = OP == MAX_FORWARD || OP == AVG_FORWARD;
+    const size_t outputs = planes * p->oh * p->ow, n = fwd ? outputs : planes * p->h * p->w;
+    if (n == 0) return BN_OK;
+    cudaStream_t st = (cudaStream_t)pass->ctx->stream;
+    if (p->stride == p->size && p->pad == 0) {
+        const unsigned blocks = grid_for(outputs);
+        const bool small = outputs <= (size_t)INT_MAX;
+        if (p->size == 2) {
+            /* float2 rows: the window corners sit at even offsets when w is even; x is read that
+             * way (not by average backward, where it is null) and dx written that way. */
+            const uintptr_t rows = (uintptr_t)x | (fwd ? 0 : (uintptr_t)out);
+            const bool vec = p->w % 2 == 0 && rows % sizeof(float2) == 0;
+            if (vec && small)
+                tiled_kernel<OP, unsigned, 2, true><<<blocks, THREADS, 0, st>>>(x, dy, out, (unsigned)outputs, g);
+            else if (vec)
+                tiled_kernel<OP, size_t, 2, true><<<blocks, THREADS, 0, st>>>(x, dy, out, outputs, g);
+            else if (small)
+                tiled_kernel<OP, unsigned, 2, false><<<blocks, THREADS, 0, st>>>(x, dy, out, (unsigned)outputs, g);
+            else
+                tiled_kernel<OP, size_t, 2, false><<<blocks, THREADS, 0, st>>>(x, dy, out, outputs, g);
+        } else if (small) {
+            tiled_kernel<OP, unsigned, 0, false><<<blocks, THREADS, 0, st>>>(x, dy, out, (unsigned)outputs, g);
+        } else {
+            tiled_kernel<OP, size_t, 0, false><<<blocks, THREADS, 0, st>>>(x, dy, out, outputs, g);
+        }
+    } else if (n <= (size_t)INT_MAX) {
+        pool_kernel<OP, unsigned><<<grid_for(n), THREADS, 0, st>>>(x, dy, out, (unsigned)n, g);
+    } else {
+        pool_kernel<OP, size_t><<<grid_for(n), THREADS, 0, st>>>(x, dy, out, n, g);
+    }
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
@@ -151,7 +302,7 @@ static bn_status pool_forward(bn_layer *l, const bn_pass *pass)
     const pool_priv *p = (const pool_priv *)l->priv;
     BN_DEV_RD(x, l->in);
     BN_DEV_WR(y, l->out);
-    return launch<OP>(pass, p, x, nullptr, y, (size_t)l->in->n * p->c * p->oh * p->ow);
+    return launch<OP>(pass, p, (size_t)l->in->n * p->c, x, nullptr, y);
 }
 
 template <pool_op OP>
@@ -166,7 +317,7 @@ static bn_status pool_backward(bn_layer *l, const bn_pass *pass)
     }
     BN_DEV_RD(dy, l->out_grad);
     BN_DEV_WR(dx, l->in_grad);
-    return launch<OP>(pass, p, x, dy, dx, (size_t)l->in->n * p->c * p->h * p->w);
+    return launch<OP>(pass, p, (size_t)l->in->n * p->c, x, dy, dx);
 }
 
 extern "C" bn_status bn_maxpool_forward_gpu(bn_layer *l, const bn_pass *p)

@@ -5,7 +5,10 @@
  * CPU's order. So these tests compare with memcmp, not a tolerance, over geometries the
  * LeNet-shaped case in test_gpu_layers.c does not reach: overlapping windows, stride larger
  * than size, pads up to size - 1, floor mode dropping cells, one-row inputs, and inputs of a
- * few small integers so that most windows hold equal maxima. Before each pass the device
+ * few small integers so that most windows hold equal maxima. Geometries with stride == size
+ * and pad 0 take the kernels' non-overlapping path (size 2 with float2 rows when the width is
+ * even), with and without rows and columns that floor mode leaves uncovered (their gradient
+ * must still be written, as 0); the others take the general kernels. Before each pass the device
  * output and input gradient are poisoned with NaN (a cell left unwritten, or a gradient
  * added to instead of overwritten, fails) and rows past the current batch hold NaN on both
  * sides (a read past the batch fails). A failure prints the seed; BLOBNET_TEST_SEED=<seed>
@@ -40,6 +43,17 @@ static const geometry geometries[] = {
     {2, 5, 5, 1, 2, 0},    /* size 1: a strided subsample */
     {3, 1, 9, 2, 1, 1},    /* one row, padded above and below */
     {2, 3, 4, 3, 3, 2},    /* windows mostly padding */
+    /* Non-overlapping windows (stride == size, pad 0): the tiled path. */
+    {3, 9, 11, 2, 2, 0},   /* a row and a column left uncovered, odd width: scalar rows */
+    {2, 7, 10, 2, 2, 0},   /* a row left uncovered, even width: float2 rows */
+    {2, 10, 7, 2, 2, 0},   /* a column left uncovered */
+    {2, 2, 9, 2, 2, 0},    /* one row of windows */
+    {2, 3, 8, 2, 2, 0},    /* one row of windows and one row uncovered */
+    {3, 12, 12, 3, 3, 0},  /* size 3, exact tiling */
+    {2, 11, 14, 3, 3, 0},  /* size 3, two rows and two columns uncovered */
+    {2, 9, 9, 4, 4, 0},    /* size 4, one row and one column uncovered */
+    {2, 5, 7, 5, 5, 0},    /* a single window per plane, two columns uncovered */
+    {4, 6, 5, 1, 1, 0},    /* size 1: every cell its own window */
 };
 #define NUM_GEOMETRIES (int)(sizeof geometries / sizeof geometries[0])
 
