@@ -12,9 +12,9 @@
  * kernel in a fixed order, so it is deterministic, and it accumulates like dW.
  *
  * Each GEMM's algorithm is chosen once per (batch size, pointer alignment, TF32, determinism)
- * and kept in a plan, like conv2d.cu's: the cuBLASLt heuristic results (up to eight) are timed on
- * the context stream and the fastest kept, or, in a deterministic context, the first one is
- * taken so that every run makes the same choice. Plans are made on the first pass for a batch
+ * and kept in a plan, like conv2d.cu's: the cuBLASLt heuristic results (up to eight) and own_gemm
+ * are timed on the context stream and the fastest kept, or, in a deterministic context, own_gemm
+ * is taken so that every run makes the same choice. Plans are made on the first pass for a batch
  * size, which the trainer runs eagerly; once made, a pass only enqueues work (no allocation,
  * synchronisation or timing), so it can be captured in a CUDA graph. A plan asked for while
  * the stream is being captured takes the first heuristic result without timing.
@@ -24,6 +24,16 @@
  * batch must make do with the workspace already there (none in a deterministic context, so
  * that the choice does not depend on earlier reservations), so that they never free the
  * buffer a captured graph refers to.
+ *
+ * Besides cuBLASLt's algorithms, the layer has its own FP32 GEMM kernel (own_gemm, below) for
+ * these small products: register-tiled, the output tiled over the whole GPU and, when there are
+ * few tiles, the inner dimension split across blocks with the partial sums combined inside the
+ * same kernel in a fixed order (per-tile counters the plan owns; no float atomics), so it is
+ * deterministic. Its dW launch also adds the bias gradient, so no bias_grad launch follows it.
+ * It joins the timing in two tile configurations (a cuBLASLt dW candidate is timed together
+ * with its bias_grad launch) and runs when it is fastest; a deterministic context takes it
+ * always, its configuration and split by a fixed rule from the shape and the SM count (one
+ * inner range for a plan made during capture, which cannot allocate the counters).
  *
  * Without ctx->tf32 the compute type is CUBLAS_COMPUTE_32F (plain FP32, like the CPU); with it,
  * CUBLAS_COMPUTE_32F_FAST_TF32. Should cuBLASLt offer no algorithm for a product, that product
@@ -56,6 +66,25 @@ enum { GEMM_FWD, GEMM_DW, GEMM_DX };
 /* Operand slots of a plan's pointer alignments. */
 enum { OPND_A, OPND_B, OPND_D, OPND_BIAS, OPNDS };
 
+/* The tile shapes of own_gemm: {BM, BN, TM, TN}, 256 threads each. */
+enum { OWN_CONFIGS = 2 };
+static const int own_cfg[OWN_CONFIGS][4] = {{64, 64, 4, 4}, {32, 32, 2, 2}};
+/* At most this many inner ranges, at least OWN_MIN_SLICES slices per range (unless forced), and
+ * at most OWN_PART_LIMIT bytes of partial sums per plan. */
+#define OWN_MAX_SPLITS 32
+#define OWN_MIN_SLICES 2
+#define OWN_PART_LIMIT ((size_t)32 << 20)
+
+/* How one product runs through own_gemm, and the counters and partial sums it owns. */
+typedef struct own_plan {
+    int cfg;                /* index into own_cfg */
+    int rows, cols, inner;  /* the product as own_gemm sees it */
+    int tiles_n, tiles;     /* column tiles, all tiles */
+    int splits, ktps;       /* inner ranges, slices per range */
+    unsigned *counters;     /* splits > 1: per-tile counters, zeroed at creation */
+    float *part;            /* splits > 1: partial tiles */
+} own_plan;
+
 typedef struct dense_plan {
     int kind;                       /* GEMM_FWD, GEMM_DW or GEMM_DX */
     int n;                          /* batch size */
@@ -66,12 +95,16 @@ typedef struct dense_plan {
     cublasLtMatrixLayout_t a, b, d; /* C is D (same buffer, same layout) */
     cublasLtMatmulAlgo_t algo;
     size_t workspace;               /* bytes the algorithm needs */
+    int forced_cfg, forced_splits;  /* bn_dense_gpu_force_own's setting it was made under */
+    int own;                        /* 1: own_gemm runs the product (then use_lt is unused) */
+    own_plan ow;
 } dense_plan;
 
 struct dense_gpu {
     cublasLtHandle_t lt;
     dense_plan **plans;
     int num_plans;
+    int sms; /* the device's multiprocessors */
 };
 
 /* y[i][o] = b[o] for every row i of the batch (the cublasSgemm fallback only). */
@@ -105,6 +138,299 @@ static int grid_for(size_t n)
     return (int)(b < 1 ? 1 : b > 4096 ? 4096 : b);
 }
 
+/* ---- own GEMM kernels ---- */
+/* The three products as one row-major C (rows x cols) = sum over kk < inner of A(r, kk) B(kk, c):
+ *
+ *   FWD  rows n, cols m, inner k   A(r, kk) = X[r k + kk]    B(kk, c) = W[c k + kk]   C = Y = .. + b[c]
+ *   DW   rows m, cols k, inner n   A(r, kk) = dY[kk m + r]   B(kk, c) = X[kk k + c]   C = dW += ..,
+ *                                  and (optionally) db[r] += sum over kk of A(r, kk)
+ *   DX   rows n, cols k, inner m   A(r, kk) = dY[r m + kk]   B(kk, c) = W[kk k + c]   C = dX = ..
+ *
+ * A block computes a BM x BN tile of C with (BM/TM)(BN/TN) threads, each holding TM x TN
+ * outputs in registers (rows tr + i BM/TM, columns tc + j BN/TN: strided, so that shared-memory
+ * reads and global stores of a warp are consecutive), over OWN_BK-deep slices of the inner
+ * dimension staged in shared memory (the next slice is fetched into registers while the current
+ * one is used). Global loads are scalar (the parameters may sit at any 4-byte offset of their
+ * slab) and coalesced along whichever dimension is contiguous.
+ *
+ * With `splits` > 1 the inner dimension is cut into that many ranges (blockIdx.y): each block
+ * writes its partial tile to its own slot of `part`, and the block that finishes a tile last
+ * (a per-tile counter, atomicAdd after __threadfence) adds the partials in split order 0, 1, ..
+ * (its own from registers, the same value), applies the epilogue and sets the counter back to
+ * zero for the next launch. No float atomics: the result does not depend on which block comes
+ * last, so it is the same run after run. */
+#define OWN_BK 16
+
+typedef struct own_args {
+    const float *a, *b;  /* operands A and B as above */
+    float *c;            /* the output */
+    const float *bias;   /* FWD: b[m] */
+    float *db;           /* DW: the bias gradient, or NULL when it is not fused */
+    int rows, cols, inner;
+    int tiles_n;         /* column tiles */
+    int splits, ktps;    /* inner ranges, and OWN_BK slices per range */
+    float *part;         /* splits > 1: tiles x splits slots of BM BN + BM floats */
+    unsigned *counters;  /* splits > 1: one per tile, zero between launches */
+} own_args;
+
+template <int KIND, int BM, int BN, int TM, int TN>
+__global__ void __launch_bounds__((BM / TM) * (BN / TN)) own_gemm(own_args p)
+{
+    constexpr int RT = BM / TM, CT = BN / TN, NT = RT * CT;
+    constexpr int LA = BM * OWN_BK / NT, LB = BN * OWN_BK / NT;
+    static_assert(BM * OWN_BK % NT == 0 && BN * OWN_BK % NT == 0, "tile loads must divide evenly");
+    static_assert(NT >= BM, "a thread per row for the bias sums");
+    constexpr bool A_INNER = KIND != GEMM_DW; /* A contiguous along the inner dimension */
+    constexpr bool B_INNER = KIND == GEMM_FWD;
+    __shared__ float As[OWN_BK][BM + 1];
+    __shared__ float Bs[OWN_BK][BN + 1];
+    __shared__ int is_last;
+
+    const int tid = (int)threadIdx.x;
+    const int tile = (int)blockIdx.x, split = (int)blockIdx.y;
+    const int row0 = (tile / p.tiles_n) * BM, col0 = (tile % p.tiles_n) * BN;
+    const int k0 = split * p.ktps * OWN_BK;
+    const int k1 = min(p.inner, k0 + p.ktps * OWN_BK);
+    const int tr = tid / CT, tc = tid % CT;
+    const int lda = A_INNER ? p.inner : p.rows, ldb = B_INNER ? p.inner : p.cols;
+    const bool bias_rows = KIND == GEMM_DW && p.db != NULL && col0 == 0 && tid < BM;
+
+    float acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; i++)
+#pragma unroll
+        for (int j = 0; j < TN; j++) acc[i][j] = 0.0f;
+    float bsum = 0.0f;
+    float ra[LA], rb[LB];
+
+    /* Slice [kt, kt + OWN_BK) of A and B into registers, zero outside the matrices or the range. */
+    auto fetch = [&](int kt) {
+#pragma unroll
+        for (int l = 0; l < LA; l++) {
+            int e = tid + l * NT;
+            int r = A_INNER ? e / OWN_BK : e % BM, kk = A_INNER ? e % OWN_BK : e / BM;
+            int gr = row0 + r, gk = kt + kk;
+            ra[l] = 0.0f;
+            if (gr < p.rows && gk < k1)
+                ra[l] = A_INNER ? p.a[(size_t)gr * lda + gk] : p.a[(size_t)gk * lda + gr];
+        }
+#pragma unroll
+        for (int l = 0; l < LB; l++) {
+            int e = tid + l * NT;
+            int c = B_INNER ? e / OWN_BK : e % BN, kk = B_INNER ? e % OWN_BK : e / BN;
+            int gc = col0 + c, gk = kt + kk;
+            rb[l] = 0.0f;
+            if (gc < p.cols && gk < k1)
+                rb[l] = B_INNER ? p.b[(size_t)gc * ldb + gk] : p.b[(size_t)gk * ldb + gc];
+        }
+    };
+
+    if (k0 < k1) fetch(k0);
+    for (int kt = k0; kt < k1; kt += OWN_BK) {
+#pragma unroll
+        for (int l = 0; l < LA; l++) {
+            int e = tid + l * NT;
+            if (A_INNER) As[e % OWN_BK][e / OWN_BK] = ra[l];
+            else As[e / BM][e % BM] = ra[l];
+        }
+#pragma unroll
+        for (int l = 0; l < LB; l++) {
+            int e = tid + l * NT;
+            if (B_INNER) Bs[e % OWN_BK][e / OWN_BK] = rb[l];
+            else Bs[e / BN][e % BN] = rb[l];
+        }
+        __syncthreads();
+        if (kt + OWN_BK < k1) fetch(kt + OWN_BK);
+#pragma unroll
+        for (int kk = 0; kk < OWN_BK; kk++) {
+            float av[TM], bv[TN];
+#pragma unroll
+            for (int i = 0; i < TM; i++) av[i] = As[kk][tr + i * RT];
+#pragma unroll
+            for (int j = 0; j < TN; j++) bv[j] = Bs[kk][tc + j * CT];
+#pragma unroll
+            for (int i = 0; i < TM; i++)
+#pragma unroll
+                for (int j = 0; j < TN; j++) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+        }
+        if (bias_rows)
+#pragma unroll
+            for (int kk = 0; kk < OWN_BK; kk++) bsum += As[kk][tid];
+        __syncthreads();
+    }
+
+    if (p.splits > 1) {
+        constexpr size_t SLOT = (size_t)BM * BN + BM;
+        float *mine = p.part + ((size_t)tile * p.splits + split) * SLOT;
+#pragma unroll
+        for (int i = 0; i < TM; i++)
+#pragma unroll
+            for (int j = 0; j < TN; j++) mine[(i * TN + j) * NT + tid] = acc[i][j];
+        if (bias_rows) mine[BM * BN + tid] = bsum;
+        __threadfence();
+        __syncthreads();
+        if (tid == 0) is_last = atomicAdd(&p.counters[tile], 1u) == (unsigned)(p.splits - 1);
+        __syncthreads();
+        if (!is_last) return;
+        __threadfence();
+        float sum[TM][TN];
+#pragma unroll
+        for (int i = 0; i < TM; i++)
+#pragma unroll
+            for (int j = 0; j < TN; j++) sum[i][j] = 0.0f;
+        float bias_total = 0.0f;
+        for (int s = 0; s < p.splits; s++) {
+            const float *q = p.part + ((size_t)tile * p.splits + s) * SLOT;
+#pragma unroll
+            for (int i = 0; i < TM; i++)
+#pragma unroll
+                for (int j = 0; j < TN; j++)
+                    sum[i][j] += s == split ? acc[i][j] : __ldcg(q + (i * TN + j) * NT + tid);
+            if (bias_rows) bias_total += s == split ? bsum : __ldcg(q + BM * BN + tid);
+        }
+#pragma unroll
+        for (int i = 0; i < TM; i++)
+#pragma unroll
+            for (int j = 0; j < TN; j++) acc[i][j] = sum[i][j];
+        bsum = bias_total;
+        if (tid == 0) p.counters[tile] = 0u;
+    }
+
+#pragma unroll
+    for (int i = 0; i < TM; i++) {
+        int r = row0 + tr + i * RT;
+        if (r >= p.rows) continue;
+#pragma unroll
+        for (int j = 0; j < TN; j++) {
+            int c = col0 + tc + j * CT;
+            if (c >= p.cols) continue;
+            size_t at = (size_t)r * p.cols + c;
+            if (KIND == GEMM_FWD) p.c[at] = acc[i][j] + p.bias[c];
+            else if (KIND == GEMM_DW) p.c[at] = p.c[at] + acc[i][j];
+            else p.c[at] = acc[i][j];
+        }
+    }
+    if (bias_rows && row0 + tid < p.rows) p.db[row0 + tid] += bsum;
+}
+/* ---- end of own GEMM kernels ---- */
+
+/* ---- own GEMM plans ---- */
+
+
+
+/* Forced by bn_dense_gpu_force_own: -1, or the configuration every new plan takes. */
+static int force_cfg = -1, force_splits = 0;
+
+extern "C" void bn_dense_gpu_force_own(int config, int splits)
+{
+    force_cfg = config >= 0 && config < OWN_CONFIGS ? config : -1;
+    force_splits = splits > 0 ? splits : 0;
+}
+
+static void own_free(own_plan *o)
+{
+    bn_device_free(o->counters);
+    bn_device_free(o->part);
+    o->counters = NULL;
+    o->part = NULL;
+}
+
+static size_t own_part_bytes(const own_plan *o)
+{
+    const int *c = own_cfg[o->cfg];
+    return (size_t)o->tiles * o->splits * ((size_t)c[0] * c[1] + c[0]) * sizeof(float);
+}
+
+/* The tiling of the product for configuration cfg: inner ranges enough for about two blocks per
+ * SM (want_splits > 0 asks for that many instead); one range when `no_alloc` (a plan made
+ * during capture cannot allocate counters). */
+static own_plan own_layout(int kind, int n, int k, int m, int cfg, int sms, int want_splits, int no_alloc)
+{
+    own_plan o = {};
+    o.cfg = cfg;
+    o.rows = kind == GEMM_DW ? m : n;
+    o.cols = kind == GEMM_FWD ? m : k;
+    o.inner = kind == GEMM_FWD ? k : kind == GEMM_DW ? n : m;
+    const int bm = own_cfg[cfg][0], bn = own_cfg[cfg][1];
+    o.tiles_n = (o.cols + bn - 1) / bn;
+    o.tiles = ((o.rows + bm - 1) / bm) * o.tiles_n;
+    int slices = (o.inner + OWN_BK - 1) / OWN_BK;
+    long s;
+    if (want_splits > 0) s = want_splits;
+    else {
+        long target = 2L * (sms > 0 ? sms : 1);
+        s = (target + o.tiles - 1) / o.tiles;
+        if (s > slices / OWN_MIN_SLICES) s = slices / OWN_MIN_SLICES;
+    }
+    if (s > OWN_MAX_SPLITS) s = OWN_MAX_SPLITS;
+    if (s > slices) s = slices;
+    if (s < 1 || no_alloc) s = 1;
+    o.splits = (int)s;
+    while (o.splits > 1 && own_part_bytes(&o) > OWN_PART_LIMIT) o.splits--;
+    /* Equal ranges, none empty. */
+    o.ktps = (slices + o.splits - 1) / o.splits;
+    o.splits = (slices + o.ktps - 1) / o.ktps;
+    return o;
+}
+
+/* The configuration a deterministic context takes: the large tiles when they alone fill the
+ * GPU, the small ones (with inner ranges) otherwise. */
+static int own_rule(int kind, int n, int k, int m, int sms)
+{
+    own_plan big = own_layout(kind, n, k, m, 0, sms, 1, 1);
+    return big.tiles >= sms ? 0 : 1;
+}
+
+/* Allocates and zeroes the counters and partial sums a layout with splits needs. */
+static bn_status own_alloc(own_plan *o)
+{
+    if (o->splits <= 1) return BN_OK;
+    BN_TRY(bn_device_alloc((void **)&o->counters, (size_t)o->tiles * sizeof(unsigned)));
+    BN_TRY(bn_device_zero(o->counters, (size_t)o->tiles * sizeof(unsigned)));
+    BN_TRY(bn_device_alloc((void **)&o->part, own_part_bytes(o)));
+    return BN_OK;
+}
+
+/* One launch of own_gemm for the plan: A, B as own_gemm names them, C the output. */
+static bn_status run_own(const own_plan *o, int kind, const bn_ctx *ctx, const float *a, const float *b, float *c,
+                         const float *bias, float *db)
+{
+    own_args x;
+    x.a = a;
+    x.b = b;
+    x.c = c;
+    x.bias = bias;
+    x.db = db;
+    x.rows = o->rows;
+    x.cols = o->cols;
+    x.inner = o->inner;
+    x.tiles_n = o->tiles_n;
+    x.splits = o->splits;
+    x.ktps = o->ktps;
+    x.part = o->part;
+    x.counters = o->counters;
+    dim3 grid((unsigned)o->tiles, (unsigned)o->splits);
+    cudaStream_t s = (cudaStream_t)ctx->stream;
+    /* The cases follow own_cfg. */
+#define OWN_CASE(K, C, BM, BN, TM, TN)                                              \
+    case K * OWN_CONFIGS + C:                                                      \
+        own_gemm<K, BM, BN, TM, TN><<<grid, (BM / TM) * (BN / TN), 0, s>>>(x); \
+        break;
+    switch (kind * OWN_CONFIGS + o->cfg) {
+        OWN_CASE(GEMM_FWD, 0, 64, 64, 4, 4)
+        OWN_CASE(GEMM_FWD, 1, 32, 32, 2, 2)
+        OWN_CASE(GEMM_DW, 0, 64, 64, 4, 4)
+        OWN_CASE(GEMM_DW, 1, 32, 32, 2, 2)
+        OWN_CASE(GEMM_DX, 0, 64, 64, 4, 4)
+        OWN_CASE(GEMM_DX, 1, 32, 32, 2, 2)
+    default:
+        return bn_error(BN_ERR_DEVICE, "dense: no kernel for product %d, configuration %d", kind, o->cfg);
+    }
+#undef OWN_CASE
+    BN_CUDA_LAUNCH();
+    return BN_OK;
+}
+
 /* ---- plans ---- */
 
 static void plan_free(dense_plan *p)
@@ -114,6 +440,7 @@ static void plan_free(dense_plan *p)
     if (p->b) cublasLtMatrixLayoutDestroy(p->b);
     if (p->d) cublasLtMatrixLayoutDestroy(p->d);
     if (p->op) cublasLtMatmulDescDestroy(p->op);
+    own_free(&p->ow);
     free(p);
 }
 
@@ -244,21 +571,60 @@ static bn_status heuristics(const dense_gpu *g, const dense_plan *p, size_t limi
     return BN_OK;
 }
 
+/* The operands of one product: A, B, D (also C), the bias (forward only), beta, and the bias
+ * gradient (DW only: own_gemm adds to it when it runs the product). */
+typedef struct gemm_args {
+    const float *a, *b;
+    float *d;
+    const float *bias;
+    float beta;
+    float *db;
+} gemm_args;
+
+/* The candidates of a plan: `lt` cuBLASLt heuristic results, then `owns` own_gemm layouts. */
+typedef struct candidates {
+    const cublasLtMatmulHeuristicResult_t *r;
+    int lt;
+    const own_plan *own;
+    int owns;
+} candidates;
+
+/* One launch of candidate i with its output in d (and the bias gradient in db for DW: a
+ * cuBLASLt candidate is followed by the bias_grad launch it would need, own_gemm fuses it);
+ * *ok is 0 when a cuBLASLt candidate fails to run. */
+static bn_status run_candidate(const dense_gpu *g, const dense_plan *p, const bn_ctx *ctx, const gemm_args *ga,
+                               const candidates *c, int i, float *d, float *db, int n, int m, int *ok)
+{
+    if (i < c->lt) {
+        *ok = run_lt(g, p, ctx, ga->a, ga->b, ga->beta, d, &c->r[i].algo) == CUBLAS_STATUS_SUCCESS;
+        if (*ok && p->kind == GEMM_DW) {
+            dim3 threads(BIAS_COLS, BIAS_ROWS);
+            bias_grad<<<(m + BIAS_COLS - 1) / BIAS_COLS, threads, 0, (cudaStream_t)ctx->stream>>>(ga->b, n, m, db);
+            *ok = cudaGetLastError() == cudaSuccess;
+        }
+        return BN_OK;
+    }
+    cudaGetLastError(); /* nothing left over from a failed cuBLASLt candidate */
+    *ok = 1;
+    return run_own(&c->own[i - c->lt], p->kind, ctx, ga->b, ga->a, d, ga->bias, p->kind == GEMM_DW ? db : NULL);
+}
+
 /* Milliseconds per launch of each candidate (INFINITY for one that fails to run), timed on the
  * context stream with D in scratch, so that no real output is touched. */
-static bn_status time_candidates(const dense_gpu *g, const dense_plan *p, const bn_ctx *ctx, const void *A,
-                                 const void *B, float beta, void *scratch, const cublasLtMatmulHeuristicResult_t *r,
-                                 int count, cudaEvent_t start, cudaEvent_t stop, float *ms)
+static bn_status time_candidates(const dense_gpu *g, const dense_plan *p, const bn_ctx *ctx, const gemm_args *ga,
+                                 const candidates *c, float *scratch, float *scratch_db, int n, int m,
+                                 cudaEvent_t start, cudaEvent_t stop, float *ms)
 {
     cudaStream_t s = (cudaStream_t)ctx->stream;
-    for (int i = 0; i < count; i++) {
+    for (int i = 0; i < c->lt + c->owns; i++) {
         ms[i] = INFINITY;
         /* One untimed launch: it must run at all, and it warms caches and lazy loading. */
-        if (run_lt(g, p, ctx, A, B, beta, scratch, &r[i].algo) != CUBLAS_STATUS_SUCCESS) continue;
+        int ok = 0;
+        BN_TRY(run_candidate(g, p, ctx, ga, c, i, scratch, scratch_db, n, m, &ok));
+        if (!ok) continue;
         BN_CUDA(cudaEventRecord(start, s));
-        int ok = 1;
         for (int rep = 0; rep < TIMING_REPS && ok; rep++)
-            ok = run_lt(g, p, ctx, A, B, beta, scratch, &r[i].algo) == CUBLAS_STATUS_SUCCESS;
+            BN_TRY(run_candidate(g, p, ctx, ga, c, i, scratch, scratch_db, n, m, &ok));
         BN_CUDA(cudaEventRecord(stop, s));
         BN_CUDA(cudaEventSynchronize(stop));
         float total = 0.0f;
@@ -271,50 +637,37 @@ static bn_status time_candidates(const dense_gpu *g, const dense_plan *p, const 
 
 /* Times the candidates (scratch and events made and freed here) and returns the fastest in
  * *best, or -1 when none ran. */
-static bn_status fastest(const dense_gpu *g, const dense_plan *p, const bn_ctx *ctx, const void *A, const void *B,
-                         float beta, size_t out_bytes, const cublasLtMatmulHeuristicResult_t *r, int count, int *best)
+static bn_status fastest(const dense_gpu *g, const dense_plan *p, const bn_ctx *ctx, const gemm_args *ga,
+                         size_t out_bytes, int n, int m, const candidates *c, int *best)
 {
     *best = -1;
     void *scratch = NULL;
-    BN_TRY(bn_device_alloc(&scratch, out_bytes));
+    size_t bytes = out_bytes + (size_t)m * sizeof(float);
+    BN_TRY(bn_device_alloc(&scratch, bytes));
     void *start = NULL, *stop = NULL;
-    float ms[HEURISTIC_RESULTS];
-    bn_status st = bn_device_zero(scratch, out_bytes);
+    float ms[HEURISTIC_RESULTS + OWN_CONFIGS];
+    bn_status st = bn_device_zero(scratch, bytes);
     if (st == BN_OK) st = bn_event_create(&start);
     if (st == BN_OK) st = bn_event_create(&stop);
     if (st == BN_OK)
-        st = time_candidates(g, p, ctx, A, B, beta, scratch, r, count, (cudaEvent_t)start, (cudaEvent_t)stop, ms);
+        st = time_candidates(g, p, ctx, ga, c, (float *)scratch, (float *)scratch + out_bytes / sizeof(float), n, m,
+                             (cudaEvent_t)start, (cudaEvent_t)stop, ms);
     bn_event_destroy(start);
     bn_event_destroy(stop);
     bn_device_free(scratch); /* after the last timed launch: cudaFree waits for the device */
     BN_TRY(st);
-    for (int i = 0; i < count; i++)
+    for (int i = 0; i < c->lt + c->owns; i++)
         if (ms[i] < INFINITY && (*best < 0 || ms[i] < ms[*best])) *best = i;
     return BN_OK;
 }
 
-/* Chooses the algorithm of a described plan: the first usable heuristic result, or the fastest
- * of the first TIMED_RESULTS when `measure`. Reserves the workspace it needs (at most `limit`,
- * which never exceeds what is there unless growing is allowed). */
-static bn_status choose(const dense_gpu *g, dense_plan *p, bn_ctx *ctx, const void *A, const void *B, float beta,
-                        size_t out_bytes, size_t limit, int measure)
+/* Takes cuBLASLt result `pick` of r (or the cublasSgemm fallback when there is none) and
+ * reserves the workspace it needs. */
+static bn_status take_lt(dense_plan *p, bn_ctx *ctx, const cublasLtMatmulHeuristicResult_t *r, int got, int pick)
 {
-    cublasLtMatmulHeuristicResult_t r[HEURISTIC_RESULTS];
-    int got = 0;
-    BN_TRY(heuristics(g, p, limit, r, &got));
     if (got == 0) {
         p->use_lt = 0;
         return BN_OK;
-    }
-    int pick = 0;
-    if (measure && got > 1) {
-        int count = got < TIMED_RESULTS ? got : TIMED_RESULTS;
-        size_t need = 0;
-        for (int i = 0; i < count; i++)
-            if (r[i].workspaceSize > need) need = r[i].workspaceSize;
-        BN_TRY(bn_ctx_reserve_workspace(ctx, need));
-        BN_TRY(fastest(g, p, ctx, A, B, beta, out_bytes, r, count, &pick));
-        if (pick < 0) pick = 0; /* none ran while timed: the call below reports why */
     }
     BN_TRY(bn_ctx_reserve_workspace(ctx, r[pick].workspaceSize));
     p->use_lt = 1;
@@ -323,18 +676,60 @@ static bn_status choose(const dense_gpu *g, dense_plan *p, bn_ctx *ctx, const vo
     return BN_OK;
 }
 
-/* The operands of one product: A, B, D (also C), the bias (forward only) and beta. */
-typedef struct gemm_args {
-    const float *a, *b;
-    float *d;
-    const float *bias;
-    float beta;
-} gemm_args;
+/* Chooses how a described plan runs (n = p->n, inputs k, outputs m):
+ * - forced (bn_dense_gpu_force_own) or in a deterministic context: own_gemm, its configuration
+ *   and inner ranges by a fixed rule (own_rule, own_layout) from the shape and the SM count,
+ *   never by timing; a plan made during capture takes one inner range (it cannot allocate);
+ * - otherwise, with `measure`: the fastest of the first TIMED_RESULTS cuBLASLt heuristic
+ *   results (which fit `limit` bytes of workspace) and own_gemm in each configuration;
+ * - otherwise (capture): the first usable heuristic result.
+ * Reserves the workspace the chosen cuBLASLt algorithm needs. */
+static bn_status choose(const dense_gpu *g, dense_plan *p, bn_ctx *ctx, const gemm_args *ga, int k, int m,
+                        size_t out_bytes, size_t limit, int measure, int capturing)
+{
+    int n = p->n;
+    if (p->forced_cfg >= 0 || ctx->deterministic) {
+        int cfg = p->forced_cfg >= 0 ? p->forced_cfg : own_rule(p->kind, n, k, m, g->sms);
+        p->ow = own_layout(p->kind, n, k, m, cfg, g->sms, p->forced_cfg >= 0 ? p->forced_splits : 0, capturing);
+        BN_TRY(own_alloc(&p->ow));
+        p->own = 1;
+        return BN_OK;
+    }
+    cublasLtMatmulHeuristicResult_t r[HEURISTIC_RESULTS];
+    int got = 0;
+    BN_TRY(heuristics(g, p, limit, r, &got));
+    if (!measure) return take_lt(p, ctx, r, got, 0);
+    int count = got < TIMED_RESULTS ? got : TIMED_RESULTS;
+    size_t need = 0;
+    for (int i = 0; i < count; i++)
+        if (r[i].workspaceSize > need) need = r[i].workspaceSize;
+    BN_TRY(bn_ctx_reserve_workspace(ctx, need));
+    own_plan own[OWN_CONFIGS] = {};
+    bn_status st = BN_OK;
+    for (int c = 0; c < OWN_CONFIGS && st == BN_OK; c++) {
+        own[c] = own_layout(p->kind, n, k, m, c, g->sms, 0, 0);
+        st = own_alloc(&own[c]);
+    }
+    candidates cand = {r, count, own, OWN_CONFIGS};
+    int pick = -1;
+    if (st == BN_OK) st = fastest(g, p, ctx, ga, out_bytes, n, m, &cand, &pick);
+    for (int c = 0; c < OWN_CONFIGS; c++)
+        if (st != BN_OK || pick != count + c) own_free(&own[c]);
+    BN_TRY(st);
+    if (pick >= count) {
+        p->ow = own[pick - count];
+        p->own = 1;
+        return BN_OK;
+    }
+    /* A cuBLASLt result, or none ran while timed: the first (the call reports why). */
+    return take_lt(p, ctx, r, got, pick < 0 ? 0 : pick);
+}
 
 static bool plan_fits(const dense_plan *p, int kind, int n, const bn_ctx *ctx, const unsigned *align)
 {
     if (p->kind != kind || p->n != n || p->tf32 != (ctx->tf32 != 0) || p->deterministic != (ctx->deterministic != 0))
         return false;
+    if (p->forced_cfg != force_cfg || p->forced_splits != force_splits) return false;
     for (int i = 0; i < OPNDS; i++)
         if (align[i] < p->align[i]) return false;
     return true;
@@ -359,7 +754,7 @@ static bn_status make_plan(bn_layer *l, dense_gpu *g, bn_ctx *ctx, dense_plan *p
     else limit = ctx->workspace_size < WORKSPACE_LIMIT ? ctx->workspace_size : WORKSPACE_LIMIT;
     gemm_shape s = shape_of(p->kind, p->n, k, m);
     size_t out_bytes = (size_t)s.rows[2] * s.cols[2] * sizeof(float);
-    return choose(g, p, ctx, ga->a, ga->b, ga->beta, out_bytes, limit, !ctx->deterministic && !capturing);
+    return choose(g, p, ctx, ga, k, m, out_bytes, limit, !ctx->deterministic && !capturing, capturing);
 }
 
 /* The GPU state and the plan for this product at the current batch size and pointers, made on
@@ -378,6 +773,12 @@ static bn_status prepare(bn_layer *l, bn_ctx *ctx, int kind, const gemm_args *ga
             BN_CUBLAS(s);
         }
         dp->gpu->lt = h;
+        int sms = 0;
+        if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ctx->device) != cudaSuccess || sms < 1) {
+            cudaGetLastError();
+            sms = 1;
+        }
+        dp->gpu->sms = sms;
     }
     dense_gpu *g = dp->gpu;
     *gpu = g;
@@ -394,6 +795,8 @@ static bn_status prepare(bn_layer *l, bn_ctx *ctx, int kind, const gemm_args *ga
     p->n = n;
     p->tf32 = ctx->tf32 != 0;
     p->deterministic = ctx->deterministic != 0;
+    p->forced_cfg = force_cfg;
+    p->forced_splits = force_splits;
     for (int i = 0; i < OPNDS; i++) p->align[i] = align[i];
     bn_status s = make_plan(l, g, ctx, p, ga);
     dense_plan **grown = s == BN_OK ? (dense_plan **)realloc(g->plans, (size_t)(g->num_plans + 1) * sizeof *grown)
@@ -435,14 +838,22 @@ static bn_status run_sgemm(const bn_ctx *ctx, int kind, int n, int k, int m, con
     return BN_OK;
 }
 
-/* Runs one product through its plan (or the fallback). */
-static bn_status gemm(bn_layer *l, bn_ctx *ctx, int kind, const gemm_args *ga)
+/* Runs one product through its plan (or the fallback). *fused (DW, may be NULL) is set to 1
+ * when the bias gradient ga->db was added too. */
+static bn_status gemm(bn_layer *l, bn_ctx *ctx, int kind, const gemm_args *ga, int *fused)
 {
     const dense_priv *dp = (const dense_priv *)l->priv;
     dense_gpu *g = NULL;
     dense_plan *p = NULL;
+    if (fused) *fused = 0;
     BN_TRY(prepare(l, ctx, kind, ga, &g, &p));
     int n = l->in->n, k = dp->inputs, m = dp->outputs;
+    if (p->own) {
+        float *db = kind == GEMM_DW ? ga->db : NULL;
+        BN_TRY(run_own(&p->ow, kind, ctx, ga->b, ga->a, ga->d, ga->bias, db));
+        if (fused) *fused = db != NULL;
+        return BN_OK;
+    }
     if (!p->use_lt) {
         if (kind == GEMM_FWD) { /* seed the bias, then accumulate onto it */
             size_t total = (size_t)n * m;
@@ -468,8 +879,8 @@ extern "C" bn_status bn_dense_forward_gpu(bn_layer *l, const bn_pass *p)
     BN_DEV_RD(b, l->params[BIAS].value);
     BN_DEV_WR(y, l->out);
     /* Y^T = op_T(W) X^T + b, beta = 0: Y's old contents are not read. */
-    gemm_args ga = {w, x, y, b, 0.0f};
-    return gemm(l, p->ctx, GEMM_FWD, &ga);
+    gemm_args ga = {w, x, y, b, 0.0f, NULL};
+    return gemm(l, p->ctx, GEMM_FWD, &ga, NULL);
 }
 
 extern "C" bn_status bn_dense_backward_gpu(bn_layer *l, const bn_pass *p)
@@ -482,16 +893,19 @@ extern "C" bn_status bn_dense_backward_gpu(bn_layer *l, const bn_pass *p)
     BN_DEV_WR(dw, l->params[WEIGHT].grad);
     BN_DEV_WR(db, l->params[BIAS].grad);
     /* dW^T += X^T op_T(dY^T): beta = 1, the gradient accumulates. */
-    gemm_args gw = {x, dy, dw, NULL, 1.0f};
-    BN_TRY(gemm(l, p->ctx, GEMM_DW, &gw));
-    dim3 threads(BIAS_COLS, BIAS_ROWS);
-    bias_grad<<<(m + BIAS_COLS - 1) / BIAS_COLS, threads, 0, (cudaStream_t)p->ctx->stream>>>(dy, n, m, db);
-    BN_CUDA_LAUNCH();
+    gemm_args gw = {x, dy, dw, NULL, 1.0f, db};
+    int fused = 0;
+    BN_TRY(gemm(l, p->ctx, GEMM_DW, &gw, &fused));
+    if (!fused) { /* db += column sums of dY, unless own_gemm added them with dW */
+        dim3 threads(BIAS_COLS, BIAS_ROWS);
+        bias_grad<<<(m + BIAS_COLS - 1) / BIAS_COLS, threads, 0, (cudaStream_t)p->ctx->stream>>>(dy, n, m, db);
+        BN_CUDA_LAUNCH();
+    }
     if (l->in_grad) {
         BN_DEV_WR(dx, l->in_grad);
         /* dX^T = W^T dY^T: beta = 0, dX is overwritten. */
-        gemm_args gx = {w, dy, dx, NULL, 0.0f};
-        BN_TRY(gemm(l, p->ctx, GEMM_DX, &gx));
+        gemm_args gx = {w, dy, dx, NULL, 0.0f, NULL};
+        BN_TRY(gemm(l, p->ctx, GEMM_DX, &gx, NULL));
     }
     return BN_OK;
 }

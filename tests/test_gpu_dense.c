@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dense.h"
 #include "graph.h"
 #include "kernels.h"
 #include "layer_testing.h"
@@ -86,9 +87,11 @@ static int close_enough(bn_blob *gpu, bn_blob *cpu, const float *base, double to
     return BN_PASS;
 }
 
-/* One forward and backward at batch n on both networks, from fresh inputs, output gradient
- * and starting parameter gradients; then every blob compared. */
-static int pass_and_compare(bn_net *cpu, bn_net *gpu, bn_ctx *ctx, int n, uint64_t seed, double tol, double *worst)
+/* One forward and `backwards` backward passes at batch n on both networks, from fresh inputs,
+ * output gradient and starting parameter gradients (which every backward adds to); then every
+ * blob compared. */
+static int pass_and_compare(bn_net *cpu, bn_net *gpu, bn_ctx *ctx, int n, uint64_t seed, double tol, double *worst,
+                            int backwards)
 {
     CHECK_OK(bn_net_set_batch(cpu, n));
     CHECK_OK(bn_net_set_batch(gpu, n));
@@ -109,8 +112,10 @@ static int pass_and_compare(bn_net *cpu, bn_net *gpu, bn_ctx *ctx, int n, uint64
     memcpy(start, given, cpu->grads->capacity * sizeof *start);
     CHECK_OK(bn_net_forward(cpu, 1));
     CHECK_OK(bn_net_forward(gpu, 1));
-    CHECK_OK(bn_net_backward(cpu));
-    CHECK_OK(bn_net_backward(gpu));
+    for (int b = 0; b < backwards; b++) {
+        CHECK_OK(bn_net_backward(cpu));
+        CHECK_OK(bn_net_backward(gpu));
+    }
     int r_ok = BN_PASS;
     for (int i = 0; i < cpu->num_layers && r_ok == BN_PASS; i++) {
         bn_layer *lc = cpu->layers[i], *lg = gpu->layers[i];
@@ -126,22 +131,31 @@ static int pass_and_compare(bn_net *cpu, bn_net *gpu, bn_ctx *ctx, int n, uint64
     return r_ok;
 }
 
-static int batches_against_cpu(bn_ctx *ctx, const int *batches, int count, double tol, const char *what)
+/* Passes at the given batch sizes on a CPU and a GPU network made from `text` (capacity
+ * `capacity`), `backwards` backward passes each; everything compared with the CPU. */
+static int net_batches_against_cpu(bn_ctx *ctx, const char *text, int capacity, const int *batches, int count,
+                                   double tol, int backwards, const char *what)
 {
     uint64_t seed = lt_fresh_seed();
     bn_net *cpu, *gpu;
-    CHECK_OK(bn_net_from_text(DENSE_TEXT, "dense-lenet", &cpu));
-    CHECK_OK(bn_net_from_text(DENSE_TEXT, "dense-lenet", &gpu));
-    CHECK_OK(bn_net_setup(cpu, CAPACITY, NULL, 1, seed));
-    CHECK_OK(bn_net_setup(gpu, CAPACITY, ctx, 1, seed));
+    CHECK_OK(bn_net_from_text(text, "dense-test", &cpu));
+    CHECK_OK(bn_net_from_text(text, "dense-test", &gpu));
+    CHECK_OK(bn_net_setup(cpu, capacity, NULL, 1, seed));
+    CHECK_OK(bn_net_setup(gpu, capacity, ctx, 1, seed));
     double worst = 0.0;
     for (int i = 0; i < count; i++)
-        CHECK(pass_and_compare(cpu, gpu, ctx, batches[i], seed + (uint64_t)i, tol, &worst) == BN_PASS);
-    printf("    gpu vs cpu, dense 800 -> 500 -> 10, %s: worst difference %.3g of scale (tolerance %g)\n", what, worst,
-           tol);
+        CHECK(pass_and_compare(cpu, gpu, ctx, batches[i], seed + (uint64_t)i, tol, &worst, backwards) == BN_PASS);
+    printf("    gpu vs cpu, %s: worst difference %.3g of scale (tolerance %g)\n", what, worst, tol);
     bn_net_free(cpu);
     bn_net_free(gpu);
     return BN_PASS;
+}
+
+static int batches_against_cpu(bn_ctx *ctx, const int *batches, int count, double tol, const char *what)
+{
+    char full[160];
+    snprintf(full, sizeof full, "dense 800 -> 500 -> 10, %s", what);
+    return net_batches_against_cpu(ctx, DENSE_TEXT, CAPACITY, batches, count, tol, 1, full);
 }
 
 BN_TEST(gpu_dense_lenet_shapes_match_cpu_as_batch_sizes_change)
@@ -237,11 +251,9 @@ static int same_as(bn_blob **blobs, int count, const float *ref, const char *whe
     return BN_PASS;
 }
 
-BN_TEST(gpu_dense_graph_replay_matches_eager_pass)
+/* Eager warm-up, then a captured pass and replays, each equal to the eager pass bit for bit. */
+static int graph_replay_matches_eager(bn_ctx *ctx, const char *what)
 {
-    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
-    bn_ctx *ctx;
-    CHECK_OK(bn_ctx_open(0, &ctx));
     uint64_t seed = lt_fresh_seed();
     bn_net *net;
     CHECK_OK(bn_net_from_text(TRAIN_TEXT, "dense-graph", &net));
@@ -283,10 +295,121 @@ BN_TEST(gpu_dense_graph_replay_matches_eager_pass)
         CHECK_MSG(loss == loss_ref && correct == correct_ref, "%s: metrics %.9g, %g; eager %.9g, %g", when, loss,
                   correct, loss_ref, correct_ref);
     }
-    printf("    dense+relu+dense+softmax_ce at batch %d: captured pass and 3 replays equal the eager pass bit for bit\n",
-           CAPACITY);
+    printf("    dense+relu+dense+softmax_ce at batch %d, %s: captured pass and 3 replays equal the eager pass bit "
+           "for bit\n",
+           CAPACITY, what);
     bn_step_graph_free(&graph);
     free(ref);
     bn_net_free(net);
     return BN_PASS;
+}
+
+BN_TEST(gpu_dense_graph_replay_matches_eager_pass)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    return graph_replay_matches_eager(ctx, "timed choice");
+}
+
+/* ---- the layer's own GEMM kernels, forced ---- */
+
+/* The own kernels in both tile configurations with the shape's rule and with forced inner
+ * ranges (split-K reduced in the kernel through per-tile counters), on shapes whose n, m and k
+ * are no multiples of the tiles; two backward passes per step, so dW and db must have
+ * accumulated twice (and the counters be back at zero between launches). */
+BN_TEST(gpu_dense_own_kernels_match_cpu_on_odd_shapes_and_splits)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    static const struct {
+        const char *text;
+        int capacity;
+        int batches[3];
+        const char *what;
+    } nets[] = {
+        {"[input]\nchannels=29\nheight=1\nwidth=1\n[dense]\noutputs=13\n", 37, {37, 5, 37}, "37x13x29"},
+        {"[input]\nchannels=500\nheight=1\nwidth=1\n[dense]\noutputs=10\n", 4, {1, 4, 1}, "1x10x500"},
+        {"[input]\nchannels=800\nheight=1\nwidth=1\n[dense]\noutputs=500\n", 257, {257, 64, 257}, "257x500x800"},
+        {DENSE_TEXT, CAPACITY, {64, 37, 64}, "lenet 800 -> 500 -> 10"},
+    };
+    static const int forced[][2] = {{0, 0}, {1, 0}, {0, 3}, {1, 7}, {1, 32}};
+    int r = BN_PASS;
+    for (size_t i = 0; i < sizeof nets / sizeof nets[0] && r == BN_PASS; i++)
+        for (size_t f = 0; f < sizeof forced / sizeof forced[0] && r == BN_PASS; f++) {
+            char what[160];
+            snprintf(what, sizeof what, "own kernels %s, tiles %s, splits %d, backward twice", nets[i].what,
+                     forced[f][0] ? "32x32" : "64x64", forced[f][1]);
+            bn_dense_gpu_force_own(forced[f][0], forced[f][1]);
+            r = net_batches_against_cpu(ctx, nets[i].text, nets[i].capacity, nets[i].batches, 3, TOL_FP32, 2, what);
+        }
+    bn_dense_gpu_force_own(-1, 0);
+    return r;
+}
+
+/* The own kernels give the same bits launch after launch: one eager step twice (outputs and
+ * gradients equal), then captured and replayed (the per-tile counters must reset in the graph). */
+BN_TEST(gpu_dense_own_kernels_graph_replay_is_bit_exact)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    static const int forced[][2] = {{1, 0}, {0, 5}, {1, 16}};
+    int r = BN_PASS;
+    for (size_t f = 0; f < sizeof forced / sizeof forced[0] && r == BN_PASS; f++) {
+        char what[64];
+        snprintf(what, sizeof what, "own kernels, tiles %s, splits %d", forced[f][0] ? "32x32" : "64x64",
+                 forced[f][1]);
+        bn_dense_gpu_force_own(forced[f][0], forced[f][1]);
+        r = graph_replay_matches_eager(ctx, what);
+    }
+    bn_dense_gpu_force_own(-1, 0);
+    return r;
+}
+
+/* A deterministic context takes the own kernels by a fixed rule: two networks built alike give
+ * the same bits, and they match the CPU. */
+BN_TEST(gpu_dense_deterministic_own_kernels_repeat_bit_for_bit)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    ctx->deterministic = 1;
+    uint64_t seed = lt_fresh_seed();
+    float *first = NULL;
+    int r = BN_PASS;
+    for (int round = 0; round < 2 && r == BN_PASS; round++) {
+        bn_net *net;
+        CHECK_OK(bn_net_from_text(TRAIN_TEXT, "dense-det", &net));
+        CHECK_OK(bn_net_setup(net, CAPACITY, ctx, 1, seed));
+        bn_rng rg;
+        bn_rng_seed(&rg, seed, 5);
+        float *x = bn_blob_host_wr(net->input), *labels = bn_blob_host_wr(net->labels);
+        CHECK(x && labels);
+        for (size_t i = 0; i < net->input->capacity; i++) x[i] = (float)bn_rng_normal(&rg);
+        for (int i = 0; i < CAPACITY; i++) labels[i] = (float)bn_rng_below(&rg, CLASSES);
+        CHECK_OK(train_body(net));
+        CHECK_OK(train_body(net));
+        bn_blob *blobs[32];
+        int count = written_blobs(net, blobs, 32);
+        if (round == 0) {
+            first = snapshot(blobs, count);
+            CHECK_MSG(first, "%s", bn_last_error());
+            const float *g = bn_blob_host_rd(net->grads);
+            CHECK(g);
+            int nonzero = 0;
+            for (size_t i = 0; i < bn_blob_count(net->grads); i++) {
+                CHECK_MSG(isfinite(g[i]), "gradient %zu is %g (seed %llu)", i, g[i], (unsigned long long)seed);
+                nonzero += g[i] != 0.0f;
+            }
+            CHECK_MSG(nonzero > 0, "all gradients zero (seed %llu)", (unsigned long long)seed);
+        } else {
+            r = same_as(blobs, count, first, "second deterministic network", seed);
+        }
+        bn_net_free(net);
+    }
+    free(first);
+    ctx->deterministic = 0;
+    return r;
 }
