@@ -34,7 +34,8 @@ typedef struct conv_plan {
     cudnnConvolutionFwdAlgo_t fwd;
     cudnnConvolutionBwdFilterAlgo_t bwd_filter;
     int with_data;                             /* the layer has an input gradient: */
-    cudnnConvolutionBwdDataAlgo_t bwd_data;    /* then this is chosen too */
+    cudnnConvolutionBwdDataAlgo_t bwd_data;    /* then this is chosen too, */
+    size_t bwd_data_workspace;                 /* needing this much workspace */
     int own_fwd, own_data, own_filter;         /* passes run by blobnet's kernels instead */
     bn_direct_plan direct;                     /* their launch shapes */
 } conv_plan;
@@ -43,6 +44,7 @@ struct conv_gpu {
     cudnnFilterDescriptor_t w_desc;
     cudnnConvolutionDescriptor_t conv_desc;
     cudnnTensorDescriptor_t bias_desc;         /* (1, filters, 1, 1) */
+    cudaEvent_t fork, join;                    /* the filter pass on the side stream */
     conv_plan *plans;
     int num_plans;
 };
@@ -54,6 +56,8 @@ extern "C" void bn_conv2d_gpu_release(conv_priv *c)
     if (g->w_desc) cudnnDestroyFilterDescriptor(g->w_desc);
     if (g->conv_desc) cudnnDestroyConvolutionDescriptor(g->conv_desc);
     if (g->bias_desc) cudnnDestroyTensorDescriptor(g->bias_desc);
+    if (g->fork) cudaEventDestroy(g->fork);
+    if (g->join) cudaEventDestroy(g->join);
     free(g->plans);
     free(g);
     c->gpu = NULL;
@@ -70,6 +74,8 @@ static bn_status describe_layer(const conv_priv *c, const bn_ctx *ctx, conv_gpu 
     BN_CUDNN(cudnnSetConvolutionMathType(g->conv_desc, ctx->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
     BN_CUDNN(cudnnCreateTensorDescriptor(&g->bias_desc));
     BN_CUDNN(cudnnSetTensor4dDescriptor(g->bias_desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, c->filters, 1, 1));
+    BN_CUDA(cudaEventCreateWithFlags(&g->fork, cudaEventDisableTiming));
+    BN_CUDA(cudaEventCreateWithFlags(&g->join, cudaEventDisableTiming));
     return BN_OK;
 }
 
@@ -148,6 +154,7 @@ static bn_status choose_bwd_data(const bn_layer *l, const bn_ctx *ctx, const con
     int i = pick(r, got, ctx);
     if (i < 0) return none_usable(l, "backward-data");
     plan->bwd_data = r[i].algo;
+    plan->bwd_data_workspace = r[i].memory;
     *ms = r[i].time;
     if (r[i].memory > *need) *need = r[i].memory;
     return BN_OK;
@@ -174,36 +181,74 @@ static bn_status choose_bwd_filter(const bn_layer *l, const bn_ctx *ctx, const c
     return BN_OK;
 }
 
-/* Milliseconds per call of blobnet's passes for this plan (the ones marked to be timed), each the
- * mean of 5 runs after one to warm up, on zeroed scratch buffers of the layer's sizes. */
-static bn_status time_direct(const conv_priv *c, const conv_plan *plan, const bool timed[3], float ms[3])
+/* One pass on scratch buffers, by blobnet's kernels (own) or by cuDNN's chosen algorithm with
+ * its bias operation, which blobnet's kernels fuse. */
+typedef struct scratch {
+    float *x, *dx, *y, *w, *dw, *b, *db, *parts;
+} scratch;
+
+static bn_status run_pass(int pass, bool own, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
+                          cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t yd, const scratch *m)
+{
+    const bn_direct_plan *d = &plan->direct;
+    cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
+    const float one = 1.0f, zero = 0.0f;
+    if (pass == 0) {
+        if (own) return bn_direct_forward(d, ctx->stream, m->x, m->w, m->b, m->y);
+        BN_CUDNN(cudnnConvolutionForward(h, &one, xd, m->x, g->w_desc, m->w, g->conv_desc, plan->fwd, ctx->workspace,
+                                         ctx->workspace_size, &zero, yd, m->y));
+        BN_CUDNN(cudnnAddTensor(h, &one, g->bias_desc, m->b, &one, yd, m->y));
+    } else if (pass == 1) {
+        if (own) return bn_direct_backward_data(d, ctx->stream, m->y, m->w, m->dx);
+        BN_CUDNN(cudnnConvolutionBackwardData(h, &one, g->w_desc, m->w, yd, m->y, g->conv_desc, plan->bwd_data,
+                                              ctx->workspace, ctx->workspace_size, &zero, xd, m->dx));
+    } else {
+        if (own) return bn_direct_backward_filter(d, ctx->stream, m->x, m->y, m->dw, m->db, m->parts);
+        BN_CUDNN(cudnnConvolutionBackwardBias(h, &one, yd, m->y, &one, g->bias_desc, m->db));
+        BN_CUDNN(cudnnConvolutionBackwardFilter(h, &one, xd, m->x, yd, m->y, g->conv_desc, plan->bwd_filter,
+                                                ctx->workspace, ctx->workspace_size, &one, g->w_desc, m->dw));
+    }
+    return BN_OK;
+}
+
+/* count floats rounded up to a multiple of 64 (256 bytes). */
+static size_t round_up(size_t count)
+{
+    return (count + 63) / 64 * 64;
+}
+
+/* Milliseconds per call of each timed pass, [pass][0] by cuDNN and [pass][1] by blobnet's
+ * kernels, measured alike: the mean of 10 calls after 2 to warm up, on zeroed scratch buffers
+ * of the layer's sizes (the workspace already reserved for both). */
+static bn_status time_passes(const conv_priv *c, const conv_plan *plan, bn_ctx *ctx, cudnnTensorDescriptor_t xd,
+                             cudnnTensorDescriptor_t yd, const bool timed[3], float ms[3][2])
 {
     const bn_direct_plan *d = &plan->direct;
     const bn_conv_geom *g = &c->g;
-    size_t in = (size_t)d->n * g->c * g->h * g->w, out = (size_t)d->n * c->filters * g->oh * g->ow;
-    size_t wts = (size_t)c->filters * g->c * g->k * g->k, parts = d->workspace / sizeof(float);
-    size_t total = 2 * in + out + 2 * wts + 2 * (size_t)c->filters + parts;
+    /* Every buffer starts 256-byte aligned, as cudaMalloc's do: cuDNN's vector loads need it. */
+    size_t in = round_up((size_t)d->n * g->c * g->h * g->w), out = round_up((size_t)d->n * c->filters * g->oh * g->ow);
+    size_t wts = round_up((size_t)c->filters * g->c * g->k * g->k), parts = round_up(d->workspace / sizeof(float));
+    size_t bias = round_up((size_t)c->filters);
+    size_t total = 2 * in + out + 2 * wts + 2 * bias + parts;
     float *buf = NULL;
     BN_TRY(bn_device_alloc((void **)&buf, total * sizeof(float)));
-    float *x = buf, *dx = x + in, *y = dx + in, *w = y + out, *dw = w + wts, *b = dw + wts, *db = b + c->filters;
-    float *ws = db + c->filters;
+    scratch m;
+    m.x = buf, m.dx = m.x + in, m.y = m.dx + in, m.w = m.y + out, m.dw = m.w + wts, m.b = m.dw + wts;
+    m.db = m.b + bias, m.parts = m.db + bias;
     void *start = NULL, *end = NULL;
     bn_status s = bn_device_zero(buf, total * sizeof(float));
     if (s == BN_OK) s = bn_event_create(&start);
     if (s == BN_OK) s = bn_event_create(&end);
-    bn_ctx *ctx = bn_ctx_current();
     for (int pass = 0; pass < 3 && s == BN_OK; pass++) {
-        if (!timed[pass]) continue;
-        for (int rep = 0; rep < 6 && s == BN_OK; rep++) {
-            if (rep == 1) s = bn_event_record(start);
-            if (s != BN_OK) break;
-            if (pass == 0) s = bn_direct_forward(d, ctx->stream, x, w, b, y);
-            else if (pass == 1) s = bn_direct_backward_data(d, ctx->stream, y, w, dx);
-            else s = bn_direct_backward_filter(d, ctx->stream, x, y, dw, db, ws);
+        for (int own = 0; own < 2 && timed[pass] && s == BN_OK; own++) {
+            for (int rep = 0; rep < 12 && s == BN_OK; rep++) {
+                if (rep == 2) s = bn_event_record(start);
+                if (s == BN_OK) s = run_pass(pass, own, c->gpu, plan, ctx, xd, yd, &m);
+            }
+            if (s == BN_OK) s = bn_event_record(end);
+            if (s == BN_OK) s = bn_event_elapsed_ms(start, end, &ms[pass][own]);
+            ms[pass][own] /= 10;
         }
-        if (s == BN_OK) s = bn_event_record(end);
-        if (s == BN_OK) s = bn_event_elapsed_ms(start, end, &ms[pass]);
-        ms[pass] /= 5;
     }
     if (start) bn_event_destroy(start);
     if (end) bn_event_destroy(end);
@@ -241,18 +286,20 @@ static bn_status make_plan(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *pl
         timed[i] = ours[i] && ask[i];
     }
     size_t need = 0;
-    float theirs_ms[3] = {0, 0, 0}, ours_ms[3] = {0, 0, 0};
-    if (ask[0]) BN_TRY(choose_fwd(l, ctx, g, x, y, plan, &need, &theirs_ms[0]));
-    if (ask[1]) BN_TRY(choose_bwd_data(l, ctx, g, x, y, plan, &need, &theirs_ms[1]));
-    if (ask[2]) BN_TRY(choose_bwd_filter(l, ctx, g, x, y, plan, &need, &theirs_ms[2]));
-    if (timed[0] || timed[1] || timed[2]) BN_TRY(time_direct(c, plan, timed, ours_ms));
+    float found_ms[3] = {0, 0, 0}, ms[3][2] = {{0, 0}, {0, 0}, {0, 0}};
+    if (ask[0]) BN_TRY(choose_fwd(l, ctx, g, x, y, plan, &need, &found_ms[0]));
+    if (ask[1]) BN_TRY(choose_bwd_data(l, ctx, g, x, y, plan, &need, &found_ms[1]));
+    if (ask[2]) BN_TRY(choose_bwd_filter(l, ctx, g, x, y, plan, &need, &found_ms[2]));
+    /* Reserved before timing: both engines then run as they will in the steps. */
+    if (ours[2] && d->workspace > need) need = d->workspace;
+    BN_TRY(bn_ctx_reserve_workspace(ctx, need));
+    if (timed[0] || timed[1] || timed[2]) BN_TRY(time_passes(c, plan, ctx, x, y, timed, ms));
     for (int i = 0; i < 3; i++)
-        if (timed[i] && ours_ms[i] > theirs_ms[i]) ours[i] = false;
+        if (timed[i] && ms[i][1] > ms[i][0]) ours[i] = false;
     plan->own_fwd = ours[0];
     plan->own_data = ours[1];
     plan->own_filter = ours[2];
-    if (plan->own_filter && d->workspace > need) need = d->workspace;
-    return bn_ctx_reserve_workspace(ctx, need);
+    return BN_OK;
 }
 
 /* The GPU state and the plan for the current batch size, made on first use. */
@@ -324,7 +371,29 @@ extern "C" bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p)
     cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
     const float one = 1.0f, zero = 0.0f;
     BN_TENSOR_DESC(dyd, l->out_grad);
-    /* Both parameter gradients accumulate (beta = 1 for cuDNN), as the layer contract asks. */
+    /* Both parameter gradients accumulate (beta = 1 for cuDNN), as the layer contract asks.
+     * With blobnet's filter pass and a data pass that needs no workspace (blobnet's, or a cuDNN
+     * algorithm without one), the filter pass runs on the side stream beside the data pass
+     * (neither depends on the other), joined back before the pass returns. */
+    const bool fork = plan->own_filter && l->in_grad && ctx->side_stream &&
+                      (plan->own_data || plan->bwd_data_workspace == 0);
+    cudaStream_t main_stream = (cudaStream_t)ctx->stream, side = (cudaStream_t)ctx->side_stream;
+    if (fork) {
+        BN_CUDA(cudaEventRecord(g->fork, main_stream));
+        BN_CUDA(cudaStreamWaitEvent(side, g->fork, 0));
+        BN_TRY(bn_direct_backward_filter(&plan->direct, side, x, dy, dw, db, (float *)ctx->workspace));
+        BN_CUDA(cudaEventRecord(g->join, side));
+        BN_DEV_WR(dx, l->in_grad);
+        if (plan->own_data) {
+            BN_TRY(bn_direct_backward_data(&plan->direct, ctx->stream, dy, w, dx));
+        } else {
+            BN_TENSOR_DESC(dxd, l->in_grad);
+            BN_CUDNN(cudnnConvolutionBackwardData(h, &one, g->w_desc, w, dyd, dy, g->conv_desc, plan->bwd_data,
+                                                  ctx->workspace, ctx->workspace_size, &zero, dxd, dx));
+        }
+        BN_CUDA(cudaStreamWaitEvent(main_stream, g->join, 0));
+        return BN_OK;
+    }
     if (plan->own_filter) {
         BN_TRY(bn_direct_backward_filter(&plan->direct, ctx->stream, x, dy, dw, db, (float *)ctx->workspace));
     } else {

@@ -171,6 +171,87 @@ static __global__ void __launch_bounds__(512) direct_conv(direct_args a)
     }
 }
 
+typedef struct col_args {
+    bn_col_shape s;
+    const float *dy, *w;
+    float *dx;
+    int n, c, h, wd, k, stride, pad, oh, ow, filters;
+} col_args;
+
+/* Backward data for image blockIdx.y and input channels [blockIdx.x * ct, + ct): the column
+ * gradient dcol (ct*k*k rows x oh*ow) = W^T dy in shared memory, each thread 8 rows of one
+ * position, then every dx cell of those channels gathers its column cells (col2im). */
+static __global__ void __launch_bounds__(512) col_dgrad(col_args a)
+{
+    extern __shared__ float4 smem4[];
+    float *smem = (float *)smem4;
+    const bn_col_shape &s = a.s;
+    const int kk = a.k * a.k, npos = a.oh * a.ow, rows = s.rows, nn = blockIdx.y, c0 = blockIdx.x * s.ct;
+    const int cc = min(s.ct, a.c - c0), live_rows = cc * kk;
+    float *sdy = smem;                                  /* [filter][position] */
+    float *sw = sdy + round4((size_t)a.filters * npos); /* [filter][row] */
+    float *scol = sw + (size_t)a.filters * rows;        /* [row][position] */
+    const float *dyn = a.dy + (size_t)nn * a.filters * npos;
+    for (int e = threadIdx.x; e < a.filters * npos; e += blockDim.x) __pipeline_memcpy_async(sdy + e, dyn + e, sizeof(float));
+    /* Row r = (channel - c0) * kk + tap of filter o is w[o][c0 + channel][tap]: contiguous in r. */
+    for (int o = 0; o < a.filters; o++) {
+        const float *wo = a.w + ((size_t)o * a.c + c0) * kk;
+        for (int r = threadIdx.x; r < rows; r += blockDim.x) {
+            if (r < live_rows) __pipeline_memcpy_async(sw + o * rows + r, wo + r, sizeof(float));
+            else sw[o * rows + r] = 0.0f;
+        }
+    }
+    __pipeline_commit();
+    __pipeline_wait_prior(0);
+    __syncthreads();
+    const int items = rows / 8 * npos;
+    for (int it = threadIdx.x; it < items; it += blockDim.x) {
+        const int p = it % npos, r0 = it / npos * 8;
+        float acc[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) acc[i] = 0.0f;
+        for (int o = 0; o < a.filters; o++) {
+            const float d = sdy[o * npos + p];
+            const float4 w0 = *(const float4 *)(sw + o * rows + r0), w1 = *(const float4 *)(sw + o * rows + r0 + 4);
+            acc[0] = fmaf(w0.x, d, acc[0]);
+            acc[1] = fmaf(w0.y, d, acc[1]);
+            acc[2] = fmaf(w0.z, d, acc[2]);
+            acc[3] = fmaf(w0.w, d, acc[3]);
+            acc[4] = fmaf(w1.x, d, acc[4]);
+            acc[5] = fmaf(w1.y, d, acc[5]);
+            acc[6] = fmaf(w1.z, d, acc[6]);
+            acc[7] = fmaf(w1.w, d, acc[7]);
+        }
+#pragma unroll
+        for (int i = 0; i < 8; i++) scol[(r0 + i) * npos + p] = acc[i];
+    }
+    __syncthreads();
+    const int plane = a.h * a.wd;
+    for (int e = threadIdx.x; e < cc * plane; e += blockDim.x) {
+        const int ch = e / plane, q = e - ch * plane, y = q / a.wd, x = q - y * a.wd;
+        float sum = 0.0f;
+        /* Taps in increasing order: y + pad - ky falls, so the first negative one ends the loop;
+         * with stride 1 every other tap lands on an output position or past the last one. */
+        const bool unit = a.stride == 1;
+        for (int ky = 0; ky < a.k; ky++) {
+            int ty = y + a.pad - ky;
+            if (ty < 0) break;
+            if (!unit && ty % a.stride) continue;
+            int oy = unit ? ty : ty / a.stride;
+            if (oy >= a.oh) continue;
+            const float *crow = scol + (ch * kk + ky * a.k) * npos + oy * a.ow;
+            for (int kx = 0; kx < a.k; kx++) {
+                int tx = x + a.pad - kx;
+                if (tx < 0) break;
+                if (!unit && tx % a.stride) continue;
+                int ox = unit ? tx : tx / a.stride;
+                if (ox < a.ow) sum += crow[kx * npos + ox];
+            }
+        }
+        a.dx[((size_t)nn * a.c + c0 + ch) * plane + q] = sum;
+    }
+}
+
 typedef struct wgrad_args {
     const float *x, *dy;
     float *part;
@@ -346,8 +427,33 @@ extern "C" void bn_direct_plan_make(bn_direct_plan *p, const bn_conv_geom *g, in
     if (in_size >= INT_MAX || out_size >= INT_MAX || (long long)filters * g->c * g->k * g->k >= INT_MAX) return;
 
     p->fwd_ok = direct_shape(&p->fwd, g->c, g->h, g->w, filters, g->oh, g->ow, g->k, g->stride, g->pad, 0, n);
-    /* The input gradient as a convolution of dy needs stride 1. */
-    if (g->stride == 1)
+    /* Backward data: through column matrices where an image's dy and a channel's columns fit in
+     * shared memory, else as a convolution of dy, which needs stride 1. */
+    {
+        const long long kk = (long long)g->k * g->k, npos = (long long)g->oh * g->ow;
+        const long long dy_floats = round4((size_t)(filters * npos));
+        long long ct = 0;
+        for (long long t = g->c < 64 ? g->c : 64; t >= 1; t--) {
+            long long rows = (t * kk + 7) / 8 * 8;
+            if (dy_floats + rows * (filters + npos) <= SMEM_FLOATS) {
+                ct = t;
+                break;
+            }
+        }
+        /* Keep at least ~2 blocks per multiprocessor when channels allow. */
+        while (ct > 1 && (long long)n * ((g->c + ct - 1) / ct) < 2LL * (sms > 0 ? sms : 100)) ct = (ct + 1) / 2;
+        if (ct >= 1 && n <= 65535) {
+            bn_col_shape *cs = &p->cols;
+            cs->ct = (int)ct;
+            cs->rows = (int)((ct * kk + 7) / 8 * 8);
+            long long items = cs->rows / 8 * npos;
+            cs->threads = items >= 512 ? 512 : (int)((items + 31) / 32 * 32);
+            cs->smem = (size_t)(dy_floats + (long long)cs->rows * (filters + npos)) * sizeof(float);
+            p->data_cols = 1;
+            p->data_ok = 1;
+        }
+    }
+    if (!p->data_ok && g->stride == 1)
         p->data_ok = direct_shape(&p->data, filters, g->oh, g->ow, g->c, g->h, g->w, g->k, 1, g->k - 1 - g->pad, 1, n);
 
     const int taps = g->c * g->k * g->k, m_total = (int)(n * g->oh * g->ow);
@@ -397,7 +503,13 @@ extern "C" bn_status bn_direct_backward_data(const bn_direct_plan *p, void *stre
                                              float *dx)
 {
     if (!p->data_ok) return bn_error(BN_ERR_INTERNAL, "direct convolution cannot run this backward-data shape");
-    return launch_direct(&p->data, p->n, (cudaStream_t)stream, dy, w, NULL, dx);
+    if (!p->data_cols) return launch_direct(&p->data, p->n, (cudaStream_t)stream, dy, w, NULL, dx);
+    const bn_conv_geom *g = &p->g;
+    col_args a = {p->cols, dy, w, dx, p->n, g->c, g->h, g->w, g->k, g->stride, g->pad, g->oh, g->ow, p->filters};
+    dim3 grid((g->c + p->cols.ct - 1) / p->cols.ct, p->n);
+    col_dgrad<<<grid, p->cols.threads, p->cols.smem, (cudaStream_t)stream>>>(a);
+    BN_CUDA_LAUNCH();
+    return BN_OK;
 }
 
 extern "C" bn_status bn_direct_backward_filter(const bn_direct_plan *p, void *stream, const float *x,

@@ -4,7 +4,9 @@
  *
  * Three passes, each deterministic (fixed summation order, no atomics) and graph-capturable:
  *   forward           y = conv(x, w) + b, bias fused;
- *   backward data     dx = the transposed convolution of dy (stride 1 only);
+ *   backward data     dx = col2im(W^T dy) per image, the column matrix kept in shared memory
+ *                     (when an image's dy fits there), else the transposed convolution of dy
+ *                     read as a convolution (stride 1 only);
  *   backward filter   dw += dy (x) x and db += sum of dy, as one split reduction over the batch
  *                     into workspace partials, then one kernel that adds the partials in order.
  * A plan holds the launch shape for one batch size; making one needs no device work. */
@@ -31,6 +33,14 @@ typedef struct bn_direct_shape {
     size_t smem;         /* dynamic shared memory per block, bytes */
 } bn_direct_shape;
 
+/* Launch shape of the backward-data pass through shared column matrices. */
+typedef struct bn_col_shape {
+    int ct;              /* input channels per block */
+    int rows;            /* ct * k * k column rows, rounded up to a multiple of 8 */
+    int threads;
+    size_t smem;         /* bytes */
+} bn_col_shape;
+
 /* Launch shape of the weight-gradient reduction. */
 typedef struct bn_wgrad_shape {
     int tile;            /* 32 or 64: output channels x taps per block */
@@ -42,7 +52,9 @@ typedef struct bn_direct_plan {
     int n, filters;
     bn_conv_geom g;
     int fwd_ok, data_ok, filter_ok;  /* which passes these kernels can run for this geometry */
+    int data_cols;                   /* backward data through column matrices (else direct) */
     bn_direct_shape fwd, data;
+    bn_col_shape cols;
     bn_wgrad_shape filter;
     size_t workspace;                /* bytes of partial sums the filter pass needs */
 } bn_direct_plan;

@@ -102,6 +102,7 @@ typedef struct dense_plan {
 
 struct dense_gpu {
     cublasLtHandle_t lt;
+    cudaEvent_t fork, join; /* dW on the side stream beside dX */
     dense_plan **plans;
     int num_plans;
     int sms; /* the device's multiprocessors */
@@ -392,8 +393,17 @@ static bn_status own_alloc(own_plan *o)
 }
 
 /* One launch of own_gemm for the plan: A, B as own_gemm names them, C the output. */
+static bn_status run_own_on(const own_plan *o, int kind, cudaStream_t s, const float *a, const float *b, float *c,
+                            const float *bias, float *db);
+
 static bn_status run_own(const own_plan *o, int kind, const bn_ctx *ctx, const float *a, const float *b, float *c,
                          const float *bias, float *db)
+{
+    return run_own_on(o, kind, (cudaStream_t)ctx->stream, a, b, c, bias, db);
+}
+
+static bn_status run_own_on(const own_plan *o, int kind, cudaStream_t s, const float *a, const float *b, float *c,
+                            const float *bias, float *db)
 {
     own_args x;
     x.a = a;
@@ -410,7 +420,6 @@ static bn_status run_own(const own_plan *o, int kind, const bn_ctx *ctx, const f
     x.part = o->part;
     x.counters = o->counters;
     dim3 grid((unsigned)o->tiles, (unsigned)o->splits);
-    cudaStream_t s = (cudaStream_t)ctx->stream;
     /* The cases follow own_cfg. */
 #define OWN_CASE(K, C, BM, BN, TM, TN)                                              \
     case K * OWN_CONFIGS + C:                                                      \
@@ -451,6 +460,8 @@ extern "C" void bn_dense_gpu_release(dense_priv *dp)
     for (int i = 0; i < g->num_plans; i++) plan_free(g->plans[i]);
     free(g->plans);
     if (g->lt) cublasLtDestroy(g->lt);
+    if (g->fork) cudaEventDestroy(g->fork);
+    if (g->join) cudaEventDestroy(g->join);
     free(g);
     dp->gpu = NULL;
 }
@@ -773,6 +784,11 @@ static bn_status prepare(bn_layer *l, bn_ctx *ctx, int kind, const gemm_args *ga
             BN_CUBLAS(s);
         }
         dp->gpu->lt = h;
+        if (cudaEventCreateWithFlags(&dp->gpu->fork, cudaEventDisableTiming) != cudaSuccess ||
+            cudaEventCreateWithFlags(&dp->gpu->join, cudaEventDisableTiming) != cudaSuccess) {
+            bn_dense_gpu_release(dp);
+            BN_CUDA(cudaGetLastError());
+        }
         int sms = 0;
         if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ctx->device) != cudaSuccess || sms < 1) {
             cudaGetLastError();
@@ -894,6 +910,26 @@ extern "C" bn_status bn_dense_backward_gpu(bn_layer *l, const bn_pass *p)
     BN_DEV_WR(db, l->params[BIAS].grad);
     /* dW^T += X^T op_T(dY^T): beta = 1, the gradient accumulates. */
     gemm_args gw = {x, dy, dw, NULL, 1.0f, db};
+    if (l->in_grad && p->ctx->side_stream) {
+        /* When blobnet's kernels run both products (no shared workspace, their own partial
+         * sums), dW and db go to the side stream beside dX and are joined back here. */
+        BN_DEV_WR(dx, l->in_grad);
+        gemm_args gx = {w, dy, dx, NULL, 0.0f, NULL};
+        dense_gpu *g = NULL;
+        dense_plan *pw = NULL, *px = NULL;
+        BN_TRY(prepare(l, p->ctx, GEMM_DW, &gw, &g, &pw));
+        BN_TRY(prepare(l, p->ctx, GEMM_DX, &gx, &g, &px));
+        if (pw->own && px->own) {
+            cudaStream_t main_stream = (cudaStream_t)p->ctx->stream, side = (cudaStream_t)p->ctx->side_stream;
+            BN_CUDA(cudaEventRecord(g->fork, main_stream));
+            BN_CUDA(cudaStreamWaitEvent(side, g->fork, 0));
+            BN_TRY(run_own_on(&pw->ow, GEMM_DW, side, gw.b, gw.a, gw.d, gw.bias, db));
+            BN_CUDA(cudaEventRecord(g->join, side));
+            BN_TRY(run_own(&px->ow, GEMM_DX, p->ctx, gx.b, gx.a, gx.d, gx.bias, NULL));
+            BN_CUDA(cudaStreamWaitEvent(main_stream, g->join, 0));
+            return BN_OK;
+        }
+    }
     int fused = 0;
     BN_TRY(gemm(l, p->ctx, GEMM_DW, &gw, &fused));
     if (!fused) { /* db += column sums of dY, unless own_gemm added them with dW */

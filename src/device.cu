@@ -103,6 +103,9 @@ static bn_status open_handles(bn_ctx *c)
     cudaStream_t s;
     BN_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     c->stream = s;
+    cudaStream_t side;
+    BN_CUDA(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+    c->side_stream = side;
     cublasHandle_t blas;
     BN_CUBLAS(cublasCreate(&blas));
     c->cublas = blas;
@@ -196,6 +199,10 @@ extern "C" void bn_ctx_close(void)
     if (c->cublas) cublasDestroy((cublasHandle_t)c->cublas);
     if (c->workspace) cudaFree(c->workspace);
     if (c->stream) cudaStreamDestroy((cudaStream_t)c->stream);
+    if (c->side_stream) {
+        cudaStreamSynchronize((cudaStream_t)c->side_stream);
+        cudaStreamDestroy((cudaStream_t)c->side_stream);
+    }
     memset(c, 0, sizeof *c);
     ctx_open = 0;
 }

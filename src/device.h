@@ -19,6 +19,8 @@ typedef struct bn_ctx {
     int device;            /* CUDA device ordinal */
     char name[256];        /* device name as the driver reports it */
     void *stream;          /* every launch and library call goes to this stream */
+    void *side_stream;     /* a layer's independent work, forked from and joined back to stream
+                              within the same pass (kernels only: the handles stay on stream) */
     void *cublas;          /* bound to stream */
     void *cudnn;           /* bound to stream */
     void *curand;          /* bound to stream */
