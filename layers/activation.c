@@ -133,11 +133,7 @@ static double act_flops(const bn_layer *l)
 
 static void act_destroy(bn_layer *l)
 {
-    act_priv *p = l->priv;
-#ifdef BN_WITH_CUDA
-    if (p) bn_activation_gpu_release(p);
-#endif
-    free(p);
+    free(l->priv);
     l->priv = NULL;
 }
 

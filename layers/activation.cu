@@ -68,14 +68,6 @@ static int grid_for(size_t n)
     return (int)(b < 1 ? 1 : b > 4096 ? 4096 : b);
 }
 
-/* The GPU path keeps no state; act_desc is never set now. Kept so that activation.c's destroy
- * stays as it is. */
-extern "C" void bn_activation_gpu_release(act_priv *p)
-{
-    if (p->act_desc) cudnnDestroyActivationDescriptor((cudnnActivationDescriptor_t)p->act_desc);
-    p->act_desc = NULL;
-}
-
 template <act_kind K>
 static void launch_forward(const float *x, float *y, size_t count, float a, cudaStream_t s)
 {

@@ -15,15 +15,11 @@ typedef struct act_priv {
     act_kind kind;
     float a;            /* leaky_relu: slope; elu: alpha */
     double per_example; /* elements of one example, from setup */
-    void *act_desc;     /* cudnnActivationDescriptor_t, made on the first GPU pass (relu, sigmoid, tanh) */
 } act_priv;
 
-/* relu, sigmoid and tanh through cuDNN; leaky_relu and elu as kernels (activation.cu says why). */
+/* All five as elementwise kernels with the CPU path's formulas; no GPU state. */
 bn_status bn_activation_forward_gpu(bn_layer *l, const bn_pass *p);
 bn_status bn_activation_backward_gpu(bn_layer *l, const bn_pass *p);
-
-/* Frees the activation descriptor and sets p->act_desc to NULL. */
-void bn_activation_gpu_release(act_priv *p);
 
 #ifdef __cplusplus
 }

@@ -107,3 +107,12 @@ const bn_layer_ops bn_dense_ops = {
     .flops = dense_flops,
     .destroy = dense_destroy,
 };
+
+#ifndef BN_WITH_CUDA
+/* Without CUDA there are no GPU plans to force. */
+void bn_dense_gpu_force_own(int config, int splits)
+{
+    (void)config;
+    (void)splits;
+}
+#endif

@@ -15,8 +15,9 @@ extern "C" {
 
 typedef struct softmax_priv {
     int classes;     /* from setup */
-    double *dev_rows; /* device: per-row loss then per-row correct flag, 2 x capacity rows;
-                         NULL until the first GPU forward */
+    double *dev_rows; /* device: per-row loss then per-row correct flag, 2 x capacity rows,
+                         then the count of blocks done (see softmax_ce.cu); NULL until the
+                         first GPU forward */
 } softmax_priv;
 
 bn_status bn_softmax_ce_forward_gpu(bn_layer *l, const bn_pass *p);

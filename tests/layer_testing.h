@@ -17,6 +17,11 @@
 /* A seed for this check: BLOBNET_TEST_SEED when set, else new on every call. */
 uint64_t lt_fresh_seed(void);
 
+/* How far g is from c, relative to what c added to base (zeros when base is NULL): max |g - c|
+ * over max |c - base| (over 1 when c equals base); infinite when either holds a NaN or an
+ * infinity. *where receives the element of the largest difference (or of the non-finite one). */
+double lt_rel_diff(const float *g, const float *c, const float *base, size_t count, size_t *where);
+
 /* Builds a network from text and sets it up on the CPU for `batch` examples with the
  * input gradient, parameters drawn from seed. */
 bn_status lt_net(const char *text, int batch, uint64_t seed, bn_net **out);

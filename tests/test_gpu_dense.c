@@ -55,31 +55,13 @@ static bn_status feed_pair(bn_blob *cpu, bn_blob *gpu, size_t count, bn_rng *r, 
     return BN_OK;
 }
 
-/* max |g - c| over max |c - base| (base zeros when NULL); infinite when either holds a NaN. */
-static double rel_diff(const float *g, const float *c, const float *base, size_t count, size_t *where)
-{
-    double worst = 0.0, scale = 0.0;
-    *where = 0;
-    for (size_t i = 0; i < count; i++) {
-        if (!isfinite(g[i]) || !isfinite(c[i])) {
-            *where = i;
-            return INFINITY;
-        }
-        double d = fabs((double)g[i] - c[i]);
-        if (d > worst) worst = d, *where = i;
-        double added = fabs(c[i] - (base ? base[i] : 0.0f));
-        if (added > scale) scale = added;
-    }
-    return worst / (scale > 0.0 ? scale : 1.0);
-}
-
 static int close_enough(bn_blob *gpu, bn_blob *cpu, const float *base, double tol, int n, uint64_t seed,
                         double *worst)
 {
     const float *g = bn_blob_host_rd(gpu), *c = bn_blob_host_rd(cpu);
     CHECK_MSG(g && c, "%s", bn_last_error());
     size_t at;
-    double d = rel_diff(g, c, base, bn_blob_count(cpu), &at);
+    double d = lt_rel_diff(g, c, base, bn_blob_count(cpu), &at);
     if (d > *worst) *worst = d;
     CHECK_MSG(d <= tol,
               "batch %d: %s differs by %.3g of its scale (tolerance %g); element %zu: gpu %.9g, cpu %.9g (seed %llu)",

@@ -30,7 +30,7 @@
  * about 1e-3, so this bound also catches a silent switch to TF32. */
 #define TOL_GEMM 1e-4
 /* Elementwise layers, pooling and softmax: the same formula per element; CUDA's and libm's
- * exp/tanh differ by a few ulps, and overlapping pooling windows add gradients in another order. */
+ * exp/tanh differ by a few ulps (pooling itself matches bit for bit: test_gpu_pool.c). */
 #define TOL_ELEMENTWISE 1e-5
 /* The loss sum is accumulated in double on both sides and rounded to float once. */
 #define TOL_LOSS_SUM 1e-5
@@ -128,25 +128,6 @@ static bn_status feed(bn_net *cpu, bn_net *gpu, const layer_case *lc, uint64_t s
     return BN_OK;
 }
 
-/* max |g - c| / max |c - base| (base: zeros when NULL) over the blob's current elements;
- * infinite when either holds a NaN. */
-static double rel_diff(const float *g, const float *c, const float *base, size_t count, size_t *where)
-{
-    double worst = 0.0, scale = 0.0;
-    *where = 0;
-    for (size_t i = 0; i < count; i++) {
-        if (!isfinite(g[i]) || !isfinite(c[i])) {
-            *where = i;
-            return INFINITY;
-        }
-        double d = fabs((double)g[i] - c[i]);
-        if (d > worst) worst = d, *where = i;
-        double added = fabs(c[i] - (base ? base[i] : 0.0f));
-        if (added > scale) scale = added;
-    }
-    return worst / (scale > 0.0 ? scale : 1.0);
-}
-
 static int compare_blob(const char *what, int n, bn_blob *gpu, bn_blob *cpu, const float *base, double tol,
                         uint64_t seed, double *worst)
 {
@@ -154,7 +135,7 @@ static int compare_blob(const char *what, int n, bn_blob *gpu, bn_blob *cpu, con
     const float *c = bn_blob_host_rd(cpu);
     CHECK_MSG(g && c, "%s", bn_last_error());
     size_t at;
-    double d = rel_diff(g, c, base, bn_blob_count(cpu), &at);
+    double d = lt_rel_diff(g, c, base, bn_blob_count(cpu), &at);
     if (d > *worst) *worst = d;
     CHECK_MSG(d <= tol,
               "%s, batch %d: %s differs by %.3g of its scale (tolerance %g); element %zu: gpu %.9g, cpu %.9g; "

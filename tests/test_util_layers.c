@@ -24,6 +24,23 @@ uint64_t lt_fresh_seed(void)
     return bn_rng_next(&r) >> 11; /* small enough to print and paste back exactly */
 }
 
+double lt_rel_diff(const float *g, const float *c, const float *base, size_t count, size_t *where)
+{
+    double worst = 0.0, scale = 0.0;
+    *where = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (!isfinite(g[i]) || !isfinite(c[i])) {
+            *where = i;
+            return INFINITY;
+        }
+        double d = fabs((double)g[i] - c[i]);
+        if (d > worst) worst = d, *where = i;
+        double added = fabs(c[i] - (base ? base[i] : 0.0f));
+        if (added > scale) scale = added;
+    }
+    return worst / (scale > 0.0 ? scale : 1.0);
+}
+
 bn_status lt_net(const char *text, int batch, uint64_t seed, bn_net **out)
 {
     bn_net *net;
