@@ -181,8 +181,50 @@ static bn_status choose_bwd_filter(const bn_layer *l, const bn_ctx *ctx, const c
     return BN_OK;
 }
 
-/* One pass on scratch buffers, by blobnet's kernels (own) or by cuDNN's chosen algorithm with
- * its bias operation, which blobnet's kernels fuse. */
+/* The three passes on the given buffers, by blobnet's kernels (own) or by cuDNN's chosen
+ * algorithm with its bias operation, which blobnet's kernels fuse. Used by the layer's passes
+ * and by the timing that chooses between the two. */
+static bn_status forward_pass(bool own, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
+                              cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t yd, const float *x, const float *w,
+                              const float *b, float *y)
+{
+    if (own) return bn_direct_forward(&plan->direct, ctx->stream, x, w, b, y);
+    cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
+    const float one = 1.0f, zero = 0.0f;
+    BN_CUDNN(cudnnConvolutionForward(h, &one, xd, x, g->w_desc, w, g->conv_desc, plan->fwd, ctx->workspace,
+                                     ctx->workspace_size, &zero, yd, y));
+    BN_CUDNN(cudnnAddTensor(h, &one, g->bias_desc, b, &one, yd, y));
+    return BN_OK;
+}
+
+/* dx is overwritten. */
+static bn_status data_pass(bool own, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
+                           cudnnTensorDescriptor_t dxd, cudnnTensorDescriptor_t dyd, const float *dy, const float *w,
+                           float *dx)
+{
+    if (own) return bn_direct_backward_data(&plan->direct, ctx->stream, dy, w, dx);
+    const float one = 1.0f, zero = 0.0f;
+    BN_CUDNN(cudnnConvolutionBackwardData((cudnnHandle_t)ctx->cudnn, &one, g->w_desc, w, dyd, dy, g->conv_desc,
+                                          plan->bwd_data, ctx->workspace, ctx->workspace_size, &zero, dxd, dx));
+    return BN_OK;
+}
+
+/* dw and db accumulate (beta = 1 for cuDNN), as the layer contract asks. blobnet's kernels run
+ * on `stream`; cuDNN's handle is bound to the context stream. */
+static bn_status filter_pass(bool own, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx, cudaStream_t stream,
+                             cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t dyd, const float *x, const float *dy,
+                             float *dw, float *db)
+{
+    if (own) return bn_direct_backward_filter(&plan->direct, stream, x, dy, dw, db, (float *)ctx->workspace);
+    cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
+    const float one = 1.0f;
+    BN_CUDNN(cudnnConvolutionBackwardBias(h, &one, dyd, dy, &one, g->bias_desc, db));
+    BN_CUDNN(cudnnConvolutionBackwardFilter(h, &one, xd, x, dyd, dy, g->conv_desc, plan->bwd_filter, ctx->workspace,
+                                            ctx->workspace_size, &one, g->w_desc, dw));
+    return BN_OK;
+}
+
+/* Scratch buffers of the layer's sizes for timing the passes. */
 typedef struct scratch {
     float *x, *dx, *y, *w, *dw, *b, *db, *parts;
 } scratch;
@@ -190,25 +232,11 @@ typedef struct scratch {
 static bn_status run_pass(int pass, bool own, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
                           cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t yd, const scratch *m)
 {
-    const bn_direct_plan *d = &plan->direct;
-    cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
-    const float one = 1.0f, zero = 0.0f;
-    if (pass == 0) {
-        if (own) return bn_direct_forward(d, ctx->stream, m->x, m->w, m->b, m->y);
-        BN_CUDNN(cudnnConvolutionForward(h, &one, xd, m->x, g->w_desc, m->w, g->conv_desc, plan->fwd, ctx->workspace,
-                                         ctx->workspace_size, &zero, yd, m->y));
-        BN_CUDNN(cudnnAddTensor(h, &one, g->bias_desc, m->b, &one, yd, m->y));
-    } else if (pass == 1) {
-        if (own) return bn_direct_backward_data(d, ctx->stream, m->y, m->w, m->dx);
-        BN_CUDNN(cudnnConvolutionBackwardData(h, &one, g->w_desc, m->w, yd, m->y, g->conv_desc, plan->bwd_data,
-                                              ctx->workspace, ctx->workspace_size, &zero, xd, m->dx));
-    } else {
-        if (own) return bn_direct_backward_filter(d, ctx->stream, m->x, m->y, m->dw, m->db, m->parts);
-        BN_CUDNN(cudnnConvolutionBackwardBias(h, &one, yd, m->y, &one, g->bias_desc, m->db));
-        BN_CUDNN(cudnnConvolutionBackwardFilter(h, &one, xd, m->x, yd, m->y, g->conv_desc, plan->bwd_filter,
-                                                ctx->workspace, ctx->workspace_size, &one, g->w_desc, m->dw));
-    }
-    return BN_OK;
+    if (pass == 0) return forward_pass(own, g, plan, ctx, xd, yd, m->x, m->w, m->b, m->y);
+    if (pass == 1) return data_pass(own, g, plan, ctx, xd, yd, m->y, m->w, m->dx);
+    if (!own) return filter_pass(false, g, plan, ctx, (cudaStream_t)ctx->stream, xd, yd, m->x, m->y, m->dw, m->db);
+    /* blobnet's filter pass on its own partial sums, so that the workspace is not touched. */
+    return bn_direct_backward_filter(&plan->direct, ctx->stream, m->x, m->y, m->dw, m->db, m->parts);
 }
 
 /* count floats rounded up to a multiple of 64 (256 bytes). */
@@ -346,15 +374,9 @@ extern "C" bn_status bn_conv2d_forward_gpu(bn_layer *l, const bn_pass *p)
     BN_DEV_RD(w, l->params[WEIGHT].value);
     BN_DEV_RD(b, l->params[BIAS].value);
     BN_DEV_WR(y, l->out);
-    if (plan->own_fwd) return bn_direct_forward(&plan->direct, ctx->stream, x, w, b, y);
     BN_TENSOR_DESC(xd, l->in);
     BN_TENSOR_DESC(yd, l->out);
-    cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
-    const float one = 1.0f, zero = 0.0f;
-    BN_CUDNN(cudnnConvolutionForward(h, &one, xd, x, g->w_desc, w, g->conv_desc, plan->fwd, ctx->workspace,
-                                     ctx->workspace_size, &zero, yd, y));
-    BN_CUDNN(cudnnAddTensor(h, &one, g->bias_desc, b, &one, yd, y));
-    return BN_OK;
+    return forward_pass(plan->own_fwd, g, plan, ctx, xd, yd, x, w, b, y);
 }
 
 extern "C" bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p)
@@ -368,48 +390,26 @@ extern "C" bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p)
     BN_DEV_RD(dy, l->out_grad);
     BN_DEV_WR(dw, l->params[WEIGHT].grad);
     BN_DEV_WR(db, l->params[BIAS].grad);
-    cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
-    const float one = 1.0f, zero = 0.0f;
+    BN_TENSOR_DESC(xd, l->in);
     BN_TENSOR_DESC(dyd, l->out_grad);
-    /* Both parameter gradients accumulate (beta = 1 for cuDNN), as the layer contract asks.
-     * With blobnet's filter pass and a data pass that needs no workspace (blobnet's, or a cuDNN
+    cudaStream_t main_stream = (cudaStream_t)ctx->stream, side = (cudaStream_t)ctx->side_stream;
+    if (!l->in_grad) return filter_pass(plan->own_filter, g, plan, ctx, main_stream, xd, dyd, x, dy, dw, db);
+    BN_DEV_WR(dx, l->in_grad);
+    BN_TENSOR_DESC(dxd, l->in_grad);
+    /* With blobnet's filter pass and a data pass that needs no workspace (blobnet's, or a cuDNN
      * algorithm without one), the filter pass runs on the side stream beside the data pass
      * (neither depends on the other), joined back before the pass returns. */
-    const bool fork = plan->own_filter && l->in_grad && ctx->side_stream &&
-                      (plan->own_data || plan->bwd_data_workspace == 0);
-    cudaStream_t main_stream = (cudaStream_t)ctx->stream, side = (cudaStream_t)ctx->side_stream;
-    if (fork) {
+    if (plan->own_filter && side && (plan->own_data || plan->bwd_data_workspace == 0)) {
         BN_CUDA(cudaEventRecord(g->fork, main_stream));
         BN_CUDA(cudaStreamWaitEvent(side, g->fork, 0));
-        BN_TRY(bn_direct_backward_filter(&plan->direct, side, x, dy, dw, db, (float *)ctx->workspace));
+        BN_TRY(filter_pass(true, g, plan, ctx, side, xd, dyd, x, dy, dw, db));
         BN_CUDA(cudaEventRecord(g->join, side));
-        BN_DEV_WR(dx, l->in_grad);
-        if (plan->own_data) {
-            BN_TRY(bn_direct_backward_data(&plan->direct, ctx->stream, dy, w, dx));
-        } else {
-            BN_TENSOR_DESC(dxd, l->in_grad);
-            BN_CUDNN(cudnnConvolutionBackwardData(h, &one, g->w_desc, w, dyd, dy, g->conv_desc, plan->bwd_data,
-                                                  ctx->workspace, ctx->workspace_size, &zero, dxd, dx));
-        }
+        BN_TRY(data_pass(plan->own_data, g, plan, ctx, dxd, dyd, dy, w, dx));
         BN_CUDA(cudaStreamWaitEvent(main_stream, g->join, 0));
         return BN_OK;
     }
-    if (plan->own_filter) {
-        BN_TRY(bn_direct_backward_filter(&plan->direct, ctx->stream, x, dy, dw, db, (float *)ctx->workspace));
-    } else {
-        BN_TENSOR_DESC(xd, l->in);
-        BN_CUDNN(cudnnConvolutionBackwardBias(h, &one, dyd, dy, &one, g->bias_desc, db));
-        BN_CUDNN(cudnnConvolutionBackwardFilter(h, &one, xd, x, dyd, dy, g->conv_desc, plan->bwd_filter,
-                                                ctx->workspace, ctx->workspace_size, &one, g->w_desc, dw));
-    }
-    if (l->in_grad) {
-        BN_DEV_WR(dx, l->in_grad);
-        if (plan->own_data) return bn_direct_backward_data(&plan->direct, ctx->stream, dy, w, dx);
-        BN_TENSOR_DESC(dxd, l->in_grad);
-        BN_CUDNN(cudnnConvolutionBackwardData(h, &one, g->w_desc, w, dyd, dy, g->conv_desc, plan->bwd_data,
-                                              ctx->workspace, ctx->workspace_size, &zero, dxd, dx));
-    }
-    return BN_OK;
+    BN_TRY(filter_pass(plan->own_filter, g, plan, ctx, main_stream, xd, dyd, x, dy, dw, db));
+    return data_pass(plan->own_data, g, plan, ctx, dxd, dyd, dy, w, dx);
 }
 
 static const char *const fwd_names[] = {"implicit_gemm", "implicit_precomp_gemm", "gemm", "direct",
