@@ -120,7 +120,7 @@ static bn_status none_usable(const bn_layer *l, const char *pass)
 }
 
 static bn_status choose_fwd(const bn_layer *l, const bn_ctx *ctx, const conv_gpu *g, cudnnTensorDescriptor_t x,
-                            cudnnTensorDescriptor_t y, conv_plan *plan, size_t *need, float *ms)
+                            cudnnTensorDescriptor_t y, conv_plan *plan, size_t *need)
 {
     cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
     cudnnConvolutionFwdAlgoPerf_t r[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
@@ -134,13 +134,12 @@ static bn_status choose_fwd(const bn_layer *l, const bn_ctx *ctx, const conv_gpu
     int i = pick(r, got, ctx);
     if (i < 0) return none_usable(l, "forward");
     plan->fwd = r[i].algo;
-    *ms = r[i].time;
     if (r[i].memory > *need) *need = r[i].memory;
     return BN_OK;
 }
 
 static bn_status choose_bwd_data(const bn_layer *l, const bn_ctx *ctx, const conv_gpu *g, cudnnTensorDescriptor_t dx,
-                                 cudnnTensorDescriptor_t dy, conv_plan *plan, size_t *need, float *ms)
+                                 cudnnTensorDescriptor_t dy, conv_plan *plan, size_t *need)
 {
     cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
     cudnnConvolutionBwdDataAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
@@ -155,14 +154,13 @@ static bn_status choose_bwd_data(const bn_layer *l, const bn_ctx *ctx, const con
     if (i < 0) return none_usable(l, "backward-data");
     plan->bwd_data = r[i].algo;
     plan->bwd_data_workspace = r[i].memory;
-    *ms = r[i].time;
     if (r[i].memory > *need) *need = r[i].memory;
     return BN_OK;
 }
 
 static bn_status choose_bwd_filter(const bn_layer *l, const bn_ctx *ctx, const conv_gpu *g,
                                    cudnnTensorDescriptor_t x, cudnnTensorDescriptor_t dy, conv_plan *plan,
-                                   size_t *need, float *ms)
+                                   size_t *need)
 {
     cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
     cudnnConvolutionBwdFilterAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
@@ -176,7 +174,6 @@ static bn_status choose_bwd_filter(const bn_layer *l, const bn_ctx *ctx, const c
     int i = pick(r, got, ctx);
     if (i < 0) return none_usable(l, "backward-filter");
     plan->bwd_filter = r[i].algo;
-    *ms = r[i].time;
     if (r[i].memory > *need) *need = r[i].memory;
     return BN_OK;
 }
@@ -314,10 +311,10 @@ static bn_status make_plan(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *pl
         timed[i] = ours[i] && ask[i];
     }
     size_t need = 0;
-    float found_ms[3] = {0, 0, 0}, ms[3][2] = {{0, 0}, {0, 0}, {0, 0}};
-    if (ask[0]) BN_TRY(choose_fwd(l, ctx, g, x, y, plan, &need, &found_ms[0]));
-    if (ask[1]) BN_TRY(choose_bwd_data(l, ctx, g, x, y, plan, &need, &found_ms[1]));
-    if (ask[2]) BN_TRY(choose_bwd_filter(l, ctx, g, x, y, plan, &need, &found_ms[2]));
+    float ms[3][2] = {{0, 0}, {0, 0}, {0, 0}};
+    if (ask[0]) BN_TRY(choose_fwd(l, ctx, g, x, y, plan, &need));
+    if (ask[1]) BN_TRY(choose_bwd_data(l, ctx, g, x, y, plan, &need));
+    if (ask[2]) BN_TRY(choose_bwd_filter(l, ctx, g, x, y, plan, &need));
     /* Reserved before timing: both engines then run as they will in the steps. */
     if (ours[2] && d->workspace > need) need = d->workspace;
     BN_TRY(bn_ctx_reserve_workspace(ctx, need));

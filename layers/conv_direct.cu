@@ -6,7 +6,7 @@
  * weights as [channel][tap][kt], so that every thread reads the same kt weights at once (a
  * broadcast) and its own PT input values, and does PT x kt multiply-adds per tap. Shared memory
  * is filled with asynchronous copies (every copy of a thread in flight at once: the fills are
- * bound by memory latency, not bandwidth), a row of the window per warp. When the
+ * bound by memory latency, not bandwidth), each thread one cell of every plane. When the
  * reduction (input channels x taps) is long, `split` groups of threads take the input channels
  * in turn and add their partial sums through shared memory at the end, in group order. The
  * backward-data pass is the same kernel over dy padded by k-1-pad, with every weight read

@@ -19,11 +19,9 @@
  * synchronisation or timing), so it can be captured in a CUDA graph. A plan asked for while
  * the stream is being captured takes the first heuristic result without timing.
  *
- * Only full batches (the blob capacity) may grow the context's shared workspace: those plans
- * are made in the first, eager step, before any graph is captured; plans for a smaller last
- * batch must make do with the workspace already there (none in a deterministic context, so
- * that the choice does not depend on earlier reservations), so that they never free the
- * buffer a captured graph refers to.
+ * A plan may grow the context's shared workspace up to WORKSPACE_LIMIT, whatever the batch size:
+ * a graph captured before the workspace was replaced is captured again (graph.h). Only a plan
+ * asked for during a capture, when nothing may be allocated, makes do with what is there.
  *
  * Besides cuBLASLt's algorithms, the layer has its own FP32 GEMM kernel (own_gemm, below) for
  * these small products: register-tiled, the output tiled over the whole GPU and, when there are
@@ -44,6 +42,7 @@
 #include <cublasLt.h>
 
 #include "cuda_check.h"
+#include "last_arrival.cuh"
 #include "dense.h"
 
 enum { WEIGHT, BIAS };
@@ -156,9 +155,9 @@ static int grid_for(size_t n)
  *
  * With `splits` > 1 the inner dimension is cut into that many ranges (blockIdx.y): each block
  * writes its partial tile to its own slot of `part`, and the block that finishes a tile last
- * (a per-tile counter, atomicAdd after __threadfence) adds the partials in split order 0, 1, ..
- * (its own from registers, the same value), applies the epilogue and sets the counter back to
- * zero for the next launch. No float atomics: the result does not depend on which block comes
+ * (bn_last_arrival on a per-tile counter, which it leaves at zero for the next launch) adds the
+ * partials in split order 0, 1, .. (its own from registers, the same value) and applies the
+ * epilogue. No float atomics: the result does not depend on which block comes
  * last, so it is the same run after run. */
 #define OWN_BK 16
 
@@ -185,7 +184,6 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) own_gemm(own_args p)
     constexpr bool B_INNER = KIND == GEMM_FWD;
     __shared__ float As[OWN_BK][BM + 1];
     __shared__ float Bs[OWN_BK][BN + 1];
-    __shared__ int is_last;
 
     const int tid = (int)threadIdx.x;
     const int tile = (int)blockIdx.x, split = (int)blockIdx.y;
@@ -268,12 +266,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) own_gemm(own_args p)
 #pragma unroll
             for (int j = 0; j < TN; j++) mine[(i * TN + j) * NT + tid] = acc[i][j];
         if (bias_rows) mine[BM * BN + tid] = bsum;
-        __threadfence();
-        __syncthreads();
-        if (tid == 0) is_last = atomicAdd(&p.counters[tile], 1u) == (unsigned)(p.splits - 1);
-        __syncthreads();
-        if (!is_last) return;
-        __threadfence();
+        if (!bn_last_arrival(&p.counters[tile], (unsigned)p.splits)) return;
         float sum[TM][TN];
 #pragma unroll
         for (int i = 0; i < TM; i++)
@@ -294,7 +287,6 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) own_gemm(own_args p)
 #pragma unroll
             for (int j = 0; j < TN; j++) acc[i][j] = sum[i][j];
         bsum = bias_total;
-        if (tid == 0) p.counters[tile] = 0u;
     }
 
 #pragma unroll
@@ -755,14 +747,10 @@ static bn_status make_plan(bn_layer *l, dense_gpu *g, bn_ctx *ctx, dense_plan *p
     cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     BN_CUDA(cudaStreamIsCapturing((cudaStream_t)ctx->stream, &cap));
     int capturing = cap != cudaStreamCaptureStatusNone;
-    /* Full batches may grow the shared workspace up to WORKSPACE_LIMIT (see the top of the
-     * file). Other batch sizes may use what is there, except in a deterministic context: there
-     * the choice must not depend on what other layers reserved before, so they take none. */
-    size_t full = l->in->capacity / (size_t)k;
-    size_t limit;
-    if (!capturing && (size_t)p->n == full) limit = WORKSPACE_LIMIT;
-    else if (ctx->deterministic) limit = 0;
-    else limit = ctx->workspace_size < WORKSPACE_LIMIT ? ctx->workspace_size : WORKSPACE_LIMIT;
+    /* Up to WORKSPACE_LIMIT (see the top of the file), the same for every batch size, so that
+     * a deterministic context's choice does not depend on what other layers reserved. */
+    size_t limit = WORKSPACE_LIMIT;
+    if (capturing && ctx->workspace_size < limit) limit = ctx->workspace_size;
     gemm_shape s = shape_of(p->kind, p->n, k, m);
     size_t out_bytes = (size_t)s.rows[2] * s.cols[2] * sizeof(float);
     return choose(g, p, ctx, ga, k, m, out_bytes, limit, !ctx->deterministic && !capturing, capturing);

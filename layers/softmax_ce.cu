@@ -12,6 +12,7 @@
 #include <math.h>
 
 #include "cuda_check.h"
+#include "last_arrival.cuh"
 #include "softmax_ce.h"
 
 #define ROW_THREADS 256            /* 8 warps: 8 rows per block; also the final sum's threads */
@@ -59,18 +60,7 @@ static __global__ void softmax_rows(const float *__restrict__ z, const float *__
         }
     }
 
-    /* Make this block's rows visible to every block before counting it in. */
-    __shared__ bool last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        /* atomicInc wraps to 0 once it reaches gridDim.x - 1: the last block resets it. */
-        unsigned before = atomicInc(arrived, gridDim.x - 1);
-        last = before == gridDim.x - 1;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
+    if (!bn_last_arrival(arrived, gridDim.x)) return;
 
     /* The last block: metrics[0] = sum of row_loss[0..n), metrics[1] = sum of row_correct[0..n),
      * each thread over a fixed stride of rows, then a tree in shared memory. The rows of other

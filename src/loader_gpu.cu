@@ -1,6 +1,6 @@
 /* loader_gpu.cu - batches gathered on the device from the uint8 dataset uploaded once. */
 #include "cuda_check.h"
-#include "last_block.cuh"
+#include "last_arrival.cuh"
 #include "loader.h"
 
 /* cursor, when set, gives start: *cursor (a captured step reads its batch's position), and the
@@ -19,7 +19,7 @@ __global__ void gather_batch(const unsigned char *__restrict__ pixels, const uns
         x[i] = (pixels[(size_t)src * per_example + i % per_example] / 255.0f - mean) / std;
         if (i % per_example == 0) y[e] = (float)labels[src];
     }
-    if (cursor && bn_last_block(cursor + 1) && threadIdx.x == 0) *cursor = start + n;
+    if (cursor && bn_last_arrival((unsigned *)(cursor + 1), gridDim.x) && threadIdx.x == 0) *cursor = start + n;
 }
 
 static int per_example(const bn_dataset *d)

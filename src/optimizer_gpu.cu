@@ -1,7 +1,7 @@
 /* optimizer_gpu.cu - the SGD update as one kernel over the whole parameter slab. Each
  * block row walks the segment table (a handful of entries) to find its multipliers. */
 #include "cuda_check.h"
-#include "last_block.cuh"
+#include "last_arrival.cuh"
 #include "optimizer.h"
 
 #include <stdlib.h>
@@ -23,7 +23,7 @@ __global__ void sgd_update(float *__restrict__ w, const float *__restrict__ g, f
         v[i] = vi;
         w[i] -= vi;
     }
-    if (schedule && bn_last_block(cursor + 1) && threadIdx.x == 0) *cursor = at + 1;
+    if (schedule && bn_last_arrival((unsigned *)(cursor + 1), gridDim.x) && threadIdx.x == 0) *cursor = at + 1;
 }
 
 static bn_status upload_segments(bn_sgd *o)
