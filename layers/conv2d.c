@@ -170,3 +170,11 @@ const bn_layer_ops bn_conv2d_ops = {
     .flops = conv_flops,
     .destroy = conv_destroy,
 };
+
+#ifndef BN_WITH_CUDA
+/* Without CUDA there are no GPU plans to force. */
+void bn_conv2d_gpu_force_own(int family)
+{
+    (void)family;
+}
+#endif

@@ -25,6 +25,18 @@
 
 enum { WEIGHT, BIAS };
 
+/* Who runs a pass: cuDNN, or one of blobnet's two kernel families (conv_direct.h). */
+enum { BY_CUDNN, BY_DIRECT, BY_IGEMM, BY_COUNT };
+
+/* Forced by bn_conv2d_gpu_force_own: 0, or the family (BY_DIRECT, BY_IGEMM) that every new
+ * plan takes for the passes blobnet runs and the family can run. */
+static int force_family = 0;
+
+extern "C" void bn_conv2d_gpu_force_own(int family)
+{
+    force_family = family == BY_DIRECT || family == BY_IGEMM ? family : 0;
+}
+
 /* The most workspace one algorithm may ask for; faster ones that want more are skipped. */
 #define WORKSPACE_LIMIT ((size_t)256 << 20)
 
@@ -36,8 +48,9 @@ typedef struct conv_plan {
     int with_data;                             /* the layer has an input gradient: */
     cudnnConvolutionBwdDataAlgo_t bwd_data;    /* then this is chosen too, */
     size_t bwd_data_workspace;                 /* needing this much workspace */
-    int own_fwd, own_data, own_filter;         /* passes run by blobnet's kernels instead */
-    bn_direct_plan direct;                     /* their launch shapes */
+    int by[3];                                 /* who runs forward, data, filter: BY_* */
+    bn_direct_plan direct;                     /* launch shapes of blobnet's direct kernels */
+    bn_igemm_plan ig;                          /* and of its implicit-GEMM kernels */
 } conv_plan;
 
 struct conv_gpu {
@@ -181,11 +194,13 @@ static bn_status choose_bwd_filter(const bn_layer *l, const bn_ctx *ctx, const c
 /* The three passes on the given buffers, by blobnet's kernels (own) or by cuDNN's chosen
  * algorithm with its bias operation, which blobnet's kernels fuse. Used by the layer's passes
  * and by the timing that chooses between the two. */
-static bn_status forward_pass(bool own, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
+static bn_status forward_pass(int by, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
                               cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t yd, const float *x, const float *w,
                               const float *b, float *y)
 {
-    if (own) return bn_direct_forward(&plan->direct, ctx->stream, x, w, b, y);
+    const bn_direct_plan *d = &plan->direct;
+    if (by == BY_DIRECT) return bn_direct_forward(d, ctx->stream, x, w, b, y);
+    if (by == BY_IGEMM) return bn_igemm_forward(&plan->ig, &d->g, d->filters, d->n, ctx->stream, x, w, b, y);
     cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
     const float one = 1.0f, zero = 0.0f;
     BN_CUDNN(cudnnConvolutionForward(h, &one, xd, x, g->w_desc, w, g->conv_desc, plan->fwd, ctx->workspace,
@@ -195,11 +210,13 @@ static bn_status forward_pass(bool own, const conv_gpu *g, const conv_plan *plan
 }
 
 /* dx is overwritten. */
-static bn_status data_pass(bool own, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
+static bn_status data_pass(int by, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
                            cudnnTensorDescriptor_t dxd, cudnnTensorDescriptor_t dyd, const float *dy, const float *w,
                            float *dx)
 {
-    if (own) return bn_direct_backward_data(&plan->direct, ctx->stream, dy, w, dx);
+    const bn_direct_plan *d = &plan->direct;
+    if (by == BY_DIRECT) return bn_direct_backward_data(d, ctx->stream, dy, w, dx);
+    if (by == BY_IGEMM) return bn_igemm_backward_data(&plan->ig, &d->g, d->filters, d->n, ctx->stream, dy, w, dx);
     const float one = 1.0f, zero = 0.0f;
     BN_CUDNN(cudnnConvolutionBackwardData((cudnnHandle_t)ctx->cudnn, &one, g->w_desc, w, dyd, dy, g->conv_desc,
                                           plan->bwd_data, ctx->workspace, ctx->workspace_size, &zero, dxd, dx));
@@ -207,12 +224,19 @@ static bn_status data_pass(bool own, const conv_gpu *g, const conv_plan *plan, b
 }
 
 /* dw and db accumulate (beta = 1 for cuDNN), as the layer contract asks. blobnet's kernels run
- * on `stream`; cuDNN's handle is bound to the context stream. */
-static bn_status filter_pass(bool own, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx, cudaStream_t stream,
+ * on `stream` with their partial sums in `parts`; cuDNN's handle is bound to the context stream
+ * and uses the context's workspace. */
+static bn_status filter_pass(int by, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx, cudaStream_t stream,
                              cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t dyd, const float *x, const float *dy,
-                             float *dw, float *db)
+                             float *dw, float *db, float *parts)
 {
-    if (own) return bn_direct_backward_filter(&plan->direct, stream, x, dy, dw, db, (float *)ctx->workspace);
+    const bn_direct_plan *d = &plan->direct;
+    if (by == BY_DIRECT) return bn_direct_backward_filter(d, stream, x, dy, dw, db, parts);
+    if (by == BY_IGEMM) {
+        const bn_igemm_pass *f = &plan->ig.pass[2];
+        BN_TRY(bn_igemm_backward_filter_parts(&plan->ig, &d->g, d->filters, d->n, stream, x, dy, parts));
+        return bn_direct_finish_filter(stream, parts, f->splits, f->M, f->N, dw, db);
+    }
     cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
     const float one = 1.0f;
     BN_CUDNN(cudnnConvolutionBackwardBias(h, &one, dyd, dy, &one, g->bias_desc, db));
@@ -226,14 +250,35 @@ typedef struct scratch {
     float *x, *dx, *y, *w, *dw, *b, *db, *parts;
 } scratch;
 
-static bn_status run_pass(int pass, bool own, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
+/* Whether the backward pass runs the filter pass (by `filter`) on the side stream beside the
+ * data pass (by `data`): blobnet's filter pass, and a data pass that needs no workspace. */
+static bool overlapped(const conv_plan *plan, const bn_ctx *ctx, int filter, int data)
+{
+    return filter != BY_CUDNN && ctx->side_stream && (data != BY_CUDNN || plan->bwd_data_workspace == 0);
+}
+
+/* One call of a pass on scratch buffers (blobnet's filter passes on scratch partial sums, so
+ * that the workspace is not touched). `beside` >= 0: the data pass runs as the backward pass
+ * runs it, with the filter pass by `beside`, on the side stream when the two overlap there and
+ * before it otherwise, so that every data candidate is timed with the same filter work. */
+static bn_status run_pass(int pass, int by, int beside, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
                           cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t yd, const scratch *m)
 {
-    if (pass == 0) return forward_pass(own, g, plan, ctx, xd, yd, m->x, m->w, m->b, m->y);
-    if (pass == 1) return data_pass(own, g, plan, ctx, xd, yd, m->y, m->w, m->dx);
-    if (!own) return filter_pass(false, g, plan, ctx, (cudaStream_t)ctx->stream, xd, yd, m->x, m->y, m->dw, m->db);
-    /* blobnet's filter pass on its own partial sums, so that the workspace is not touched. */
-    return bn_direct_backward_filter(&plan->direct, ctx->stream, m->x, m->y, m->dw, m->db, m->parts);
+    cudaStream_t main_stream = (cudaStream_t)ctx->stream, side = (cudaStream_t)ctx->side_stream;
+    if (pass == 0) return forward_pass(by, g, plan, ctx, xd, yd, m->x, m->w, m->b, m->y);
+    if (pass == 2) return filter_pass(by, g, plan, ctx, main_stream, xd, yd, m->x, m->y, m->dw, m->db, m->parts);
+    if (beside < 0) return data_pass(by, g, plan, ctx, xd, yd, m->y, m->w, m->dx);
+    if (!overlapped(plan, ctx, beside, by)) {
+        BN_TRY(filter_pass(beside, g, plan, ctx, main_stream, xd, yd, m->x, m->y, m->dw, m->db, m->parts));
+        return data_pass(by, g, plan, ctx, xd, yd, m->y, m->w, m->dx);
+    }
+    BN_CUDA(cudaEventRecord(g->fork, main_stream));
+    BN_CUDA(cudaStreamWaitEvent(side, g->fork, 0));
+    BN_TRY(filter_pass(beside, g, plan, ctx, side, xd, yd, m->x, m->y, m->dw, m->db, m->parts));
+    BN_CUDA(cudaEventRecord(g->join, side));
+    BN_TRY(data_pass(by, g, plan, ctx, xd, yd, m->y, m->w, m->dx));
+    BN_CUDA(cudaStreamWaitEvent(main_stream, g->join, 0));
+    return BN_OK;
 }
 
 /* count floats rounded up to a multiple of 64 (256 bytes). */
@@ -242,17 +287,25 @@ static size_t round_up(size_t count)
     return (count + 63) / 64 * 64;
 }
 
-/* Milliseconds per call of each timed pass, [pass][0] by cuDNN and [pass][1] by blobnet's
- * kernels, measured alike: the mean of 10 calls after 2 to warm up, on zeroed scratch buffers
- * of the layer's sizes (the workspace already reserved for both). */
+/* The partial sums blobnet's filter pass needs, in bytes. */
+static size_t own_parts(const conv_plan *plan)
+{
+    return plan->direct.workspace > plan->ig.workspace ? plan->direct.workspace : plan->ig.workspace;
+}
+
+/* Milliseconds per call of pass p by runner r where timed[p][r], measured alike for every
+ * runner on zeroed scratch buffers of the layer's sizes (the workspace already reserved for
+ * all): after 2 calls to warm up, the least of 3 means of 4 calls each (the least, because
+ * other work on the device only ever adds time). `beside`: as for run_pass. */
 static bn_status time_passes(const conv_priv *c, const conv_plan *plan, bn_ctx *ctx, cudnnTensorDescriptor_t xd,
-                             cudnnTensorDescriptor_t yd, const bool timed[3], float ms[3][2])
+                             cudnnTensorDescriptor_t yd, const bool timed[3][BY_COUNT], int beside,
+                             float ms[3][BY_COUNT])
 {
     const bn_direct_plan *d = &plan->direct;
     const bn_conv_geom *g = &c->g;
     /* Every buffer starts 256-byte aligned, as cudaMalloc's do: cuDNN's vector loads need it. */
     size_t in = round_up((size_t)d->n * g->c * g->h * g->w), out = round_up((size_t)d->n * c->filters * g->oh * g->ow);
-    size_t wts = round_up((size_t)c->filters * g->c * g->k * g->k), parts = round_up(d->workspace / sizeof(float));
+    size_t wts = round_up((size_t)c->filters * g->c * g->k * g->k), parts = round_up(own_parts(plan) / sizeof(float));
     size_t bias = round_up((size_t)c->filters);
     size_t total = 2 * in + out + 2 * wts + 2 * bias + parts;
     float *buf = NULL;
@@ -265,14 +318,18 @@ static bn_status time_passes(const conv_priv *c, const conv_plan *plan, bn_ctx *
     if (s == BN_OK) s = bn_event_create(&start);
     if (s == BN_OK) s = bn_event_create(&end);
     for (int pass = 0; pass < 3 && s == BN_OK; pass++) {
-        for (int own = 0; own < 2 && timed[pass] && s == BN_OK; own++) {
-            for (int rep = 0; rep < 12 && s == BN_OK; rep++) {
-                if (rep == 2) s = bn_event_record(start);
-                if (s == BN_OK) s = run_pass(pass, own, c->gpu, plan, ctx, xd, yd, &m);
+        for (int by = 0; by < BY_COUNT && s == BN_OK; by++) {
+            if (!timed[pass][by]) continue;
+            for (int rep = 0; rep < 2 && s == BN_OK; rep++) s = run_pass(pass, by, beside, c->gpu, plan, ctx, xd, yd, &m);
+            for (int round = 0; round < 3 && s == BN_OK; round++) {
+                float t = 0.0f;
+                s = bn_event_record(start);
+                for (int rep = 0; rep < 4 && s == BN_OK; rep++)
+                    s = run_pass(pass, by, beside, c->gpu, plan, ctx, xd, yd, &m);
+                if (s == BN_OK) s = bn_event_record(end);
+                if (s == BN_OK) s = bn_event_elapsed_ms(start, end, &t);
+                if (s == BN_OK && (round == 0 || t / 4 < ms[pass][by])) ms[pass][by] = t / 4;
             }
-            if (s == BN_OK) s = bn_event_record(end);
-            if (s == BN_OK) s = bn_event_elapsed_ms(start, end, &ms[pass][own]);
-            ms[pass][own] /= 10;
         }
     }
     if (start) bn_event_destroy(start);
@@ -299,31 +356,65 @@ static bn_status make_plan(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *pl
     int sms = 0;
     BN_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ctx->device));
     bn_direct_plan_make(&plan->direct, &c->g, c->filters, n, sms);
+    bn_igemm_plan_make(&plan->ig, &c->g, c->filters, n, sms);
     const bn_direct_plan *d = &plan->direct;
-    /* Per pass (forward, data, filter): blobnet's kernels apply; cuDNN must be asked. */
-    const bool ok[3] = {d->fwd_ok != 0, plan->with_data && d->data_ok, d->filter_ok != 0};
+    /* Who can run each pass (forward, data, filter). */
     const bool needed[3] = {true, plan->with_data != 0, true};
-    bool ours[3], ask[3], timed[3];
+    const bool direct_ok[3] = {d->fwd_ok != 0, d->data_ok != 0, d->filter_ok != 0};
+    bool can[3][BY_COUNT], timed[3][BY_COUNT], ask[3];
     for (int i = 0; i < 3; i++) {
-        bool settled = c->engine == BN_CONV_ENGINE_BLOBNET || (c->engine == BN_CONV_ENGINE_AUTO && ctx->deterministic);
-        ours[i] = ok[i] && c->engine != BN_CONV_ENGINE_CUDNN;
-        ask[i] = needed[i] && !(ours[i] && settled);
-        timed[i] = ours[i] && ask[i];
+        const bool mine = needed[i] && c->engine != BN_CONV_ENGINE_CUDNN;
+        can[i][BY_CUDNN] = needed[i];
+        can[i][BY_DIRECT] = mine && direct_ok[i];
+        /* The implicit-GEMM forward and data kernels measured 1.7-3.5x slower than the direct
+         * ones at LeNet's sizes (docs/performance.md, version 11): they run when forced (tests)
+         * and are not timed otherwise, which keeps their first-launch and timing cost out of
+         * the start-up. */
+        can[i][BY_IGEMM] = mine && plan->ig.pass[i].ok && (i == 2 || force_family == BY_IGEMM);
+        if (force_family && can[i][force_family]) can[i][force_family == BY_DIRECT ? BY_IGEMM : BY_DIRECT] = false;
+        const bool own = can[i][BY_DIRECT] || can[i][BY_IGEMM];
+        /* blobnet's kernels settle the pass: cuDNN is not asked or timed. */
+        const bool settled = own && (c->engine == BN_CONV_ENGINE_BLOBNET ||
+                                     (c->engine == BN_CONV_ENGINE_AUTO && ctx->deterministic));
+        ask[i] = needed[i] && !settled;
+        can[i][BY_CUDNN] = ask[i];
+        /* A deterministic context takes one family by a fixed rule, so that every run picks the
+         * same kernels: the implicit GEMM for the filter pass (as fast as the tiles or faster at
+         * LeNet's sizes), the direct kernels for the others (2-4x faster there); otherwise the
+         * candidates are timed. */
+        if (ctx->deterministic && settled) {
+            const int first = i == 2 ? BY_IGEMM : BY_DIRECT;
+            can[i][can[i][first] ? (first == BY_IGEMM ? BY_DIRECT : BY_IGEMM) : first] = false;
+        }
+        int candidates = 0;
+        for (int r = 0; r < BY_COUNT; r++) candidates += can[i][r];
+        for (int r = 0; r < BY_COUNT; r++) timed[i][r] = candidates > 1 && can[i][r];
     }
     size_t need = 0;
-    float ms[3][2] = {{0, 0}, {0, 0}, {0, 0}};
+    float ms[3][BY_COUNT] = {{0}};
     if (ask[0]) BN_TRY(choose_fwd(l, ctx, g, x, y, plan, &need));
     if (ask[1]) BN_TRY(choose_bwd_data(l, ctx, g, x, y, plan, &need));
     if (ask[2]) BN_TRY(choose_bwd_filter(l, ctx, g, x, y, plan, &need));
-    /* Reserved before timing: both engines then run as they will in the steps. */
-    if (ours[2] && d->workspace > need) need = d->workspace;
+    /* Reserved before timing: every runner then runs as it will in the steps. */
+    if ((can[2][BY_DIRECT] || can[2][BY_IGEMM]) && own_parts(plan) > need) need = own_parts(plan);
     BN_TRY(bn_ctx_reserve_workspace(ctx, need));
-    if (timed[0] || timed[1] || timed[2]) BN_TRY(time_passes(c, plan, ctx, x, y, timed, ms));
-    for (int i = 0; i < 3; i++)
-        if (timed[i] && ms[i][1] > ms[i][0]) ours[i] = false;
-    plan->own_fwd = ours[0];
-    plan->own_data = ours[1];
-    plan->own_filter = ours[2];
+    /* Forward and filter first; then the data pass, timed beside the chosen filter pass as the
+     * backward pass will run the two. */
+    static const int order[3] = {0, 2, 1};
+    for (int o = 0; o < 3; o++) {
+        const int i = order[o];
+        bool timing = false, only[3][BY_COUNT] = {{false}};
+        for (int r = 0; r < BY_COUNT; r++) {
+            only[i][r] = timed[i][r];
+            timing = timing || timed[i][r];
+        }
+        const int beside = i == 1 && needed[2] ? plan->by[2] : -1;
+        if (timing) BN_TRY(time_passes(c, plan, ctx, x, y, only, beside, ms));
+        int best = -1;
+        for (int r = BY_COUNT - 1; r >= 0; r--)
+            if (can[i][r] && (best < 0 || !timed[i][r] || ms[i][r] < ms[i][best])) best = r;
+        plan->by[i] = best < 0 ? BY_CUDNN : best;
+    }
     return BN_OK;
 }
 
@@ -373,7 +464,7 @@ extern "C" bn_status bn_conv2d_forward_gpu(bn_layer *l, const bn_pass *p)
     BN_DEV_WR(y, l->out);
     BN_TENSOR_DESC(xd, l->in);
     BN_TENSOR_DESC(yd, l->out);
-    return forward_pass(plan->own_fwd, g, plan, ctx, xd, yd, x, w, b, y);
+    return forward_pass(plan->by[0], g, plan, ctx, xd, yd, x, w, b, y);
 }
 
 extern "C" bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p)
@@ -390,23 +481,24 @@ extern "C" bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p)
     BN_TENSOR_DESC(xd, l->in);
     BN_TENSOR_DESC(dyd, l->out_grad);
     cudaStream_t main_stream = (cudaStream_t)ctx->stream, side = (cudaStream_t)ctx->side_stream;
-    if (!l->in_grad) return filter_pass(plan->own_filter, g, plan, ctx, main_stream, xd, dyd, x, dy, dw, db);
+    float *parts = (float *)ctx->workspace;
+    if (!l->in_grad) return filter_pass(plan->by[2], g, plan, ctx, main_stream, xd, dyd, x, dy, dw, db, parts);
     BN_DEV_WR(dx, l->in_grad);
     BN_TENSOR_DESC(dxd, l->in_grad);
     /* With blobnet's filter pass and a data pass that needs no workspace (blobnet's, or a cuDNN
      * algorithm without one), the filter pass runs on the side stream beside the data pass
      * (neither depends on the other), joined back before the pass returns. */
-    if (plan->own_filter && side && (plan->own_data || plan->bwd_data_workspace == 0)) {
+    if (overlapped(plan, ctx, plan->by[2], plan->by[1])) {
         BN_CUDA(cudaEventRecord(g->fork, main_stream));
         BN_CUDA(cudaStreamWaitEvent(side, g->fork, 0));
-        BN_TRY(filter_pass(true, g, plan, ctx, side, xd, dyd, x, dy, dw, db));
+        BN_TRY(filter_pass(plan->by[2], g, plan, ctx, side, xd, dyd, x, dy, dw, db, parts));
         BN_CUDA(cudaEventRecord(g->join, side));
-        BN_TRY(data_pass(plan->own_data, g, plan, ctx, dxd, dyd, dy, w, dx));
+        BN_TRY(data_pass(plan->by[1], g, plan, ctx, dxd, dyd, dy, w, dx));
         BN_CUDA(cudaStreamWaitEvent(main_stream, g->join, 0));
         return BN_OK;
     }
-    BN_TRY(filter_pass(plan->own_filter, g, plan, ctx, main_stream, xd, dyd, x, dy, dw, db));
-    return data_pass(plan->own_data, g, plan, ctx, dxd, dyd, dy, w, dx);
+    BN_TRY(filter_pass(plan->by[2], g, plan, ctx, main_stream, xd, dyd, x, dy, dw, db, parts));
+    return data_pass(plan->by[1], g, plan, ctx, dxd, dyd, dy, w, dx);
 }
 
 static const char *const fwd_names[] = {"implicit_gemm", "implicit_precomp_gemm", "gemm", "direct",
@@ -421,6 +513,13 @@ static const char *name_of(const char *const *names, int count, int algo)
     return algo >= 0 && algo < count ? names[algo] : "?";
 }
 
+static const char *runner_name(int by, const char *const *names, int count, int algo)
+{
+    if (by == BY_DIRECT) return "blobnet direct";
+    if (by == BY_IGEMM) return "blobnet igemm";
+    return name_of(names, count, algo);
+}
+
 extern "C" void bn_conv2d_gpu_describe(const conv_priv *c, char *buf, size_t cap)
 {
     size_t len = 0;
@@ -429,13 +528,12 @@ extern "C" void bn_conv2d_gpu_describe(const conv_priv *c, char *buf, size_t cap
     for (int i = 0; i < plans && len < cap; i++) {
         const conv_plan *pl = &c->gpu->plans[i];
         const char *data = !pl->with_data ? "-"
-                           : pl->own_data ? "blobnet"
-                                          : name_of(bwd_data_names, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, pl->bwd_data);
+                                          : runner_name(pl->by[1], bwd_data_names,
+                                                        CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, pl->bwd_data);
         int w = snprintf(buf + len, cap - len, "%sn=%d: fwd %s, bwd_data %s, bwd_filter %s", i ? "; " : "", pl->n,
-                         pl->own_fwd ? "blobnet" : name_of(fwd_names, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, pl->fwd), data,
-                         pl->own_filter ? "blobnet"
-                                        : name_of(bwd_filter_names, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
-                                                  pl->bwd_filter));
+                         runner_name(pl->by[0], fwd_names, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, pl->fwd), data,
+                         runner_name(pl->by[2], bwd_filter_names, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+                                     pl->bwd_filter));
         if (w < 0) break;
         len += (size_t)w;
     }

@@ -15,9 +15,9 @@ extern "C" {
 /* cuDNN descriptors and the algorithms chosen per batch size; defined in conv2d.cu. */
 typedef struct conv_gpu conv_gpu;
 
-/* Which kernels run a GPU pass: the faster of the two as measured once per batch size (with a
- * deterministic context: blobnet's, which are deterministic, wherever they apply), cuDNN's
- * only, or blobnet's own (conv_direct.cu) wherever they apply. The CPU path ignores it. */
+/* Which kernels run a GPU pass: the fastest of cuDNN's and blobnet's as measured once per batch
+ * size (with a deterministic context: blobnet's, which are deterministic, wherever they apply),
+ * cuDNN's only, or blobnet's own (conv_direct.h) wherever they apply. The CPU path ignores it. */
 enum { BN_CONV_ENGINE_AUTO, BN_CONV_ENGINE_CUDNN, BN_CONV_ENGINE_BLOBNET };
 
 typedef struct conv_priv {
@@ -34,8 +34,14 @@ bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p);
 void bn_conv2d_gpu_release(conv_priv *c);
 
 /* Writes the algorithms chosen so far, one "n=<batch>: fwd X, bwd_data Y, bwd_filter Z" entry
- * per batch size, into buf (for logs and tests); blobnet's own kernels are named "blobnet". */
+ * per batch size, into buf (for logs and tests); blobnet's own kernels are named "blobnet
+ * direct" and "blobnet igemm" (conv_direct.h). */
 void bn_conv2d_gpu_describe(const conv_priv *c, char *buf, size_t cap);
+
+/* For tests: plans made from now on run blobnet's passes with the direct kernels (family 1) or
+ * the implicit-GEMM kernels (family 2) wherever that family can; 0 restores the normal choice. */
+enum { BN_CONV_FAMILY_ANY = 0, BN_CONV_FAMILY_DIRECT = 1, BN_CONV_FAMILY_IGEMM = 2 };
+void bn_conv2d_gpu_force_own(int family);
 
 #ifdef __cplusplus
 }

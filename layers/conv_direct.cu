@@ -528,11 +528,18 @@ extern "C" bn_status bn_direct_backward_filter(const bn_direct_plan *p, void *st
     else
         wgrad_tiles<32><<<grid, 64, 0, st>>>(a);
     BN_CUDA_LAUNCH();
+    return bn_direct_finish_filter(stream, workspace, f->splits, p->filters, taps, dw, db);
+}
+
+extern "C" bn_status bn_direct_finish_filter(void *stream, const float *parts, int splits, int filters, int taps,
+                                             float *dw, float *db)
+{
     int lanes = 1;
-    while (lanes < 32 && lanes < f->splits) lanes *= 2;
-    const int count = p->filters * (taps + 1);
+    while (lanes < 32 && lanes < splits) lanes *= 2;
+    const int count = filters * (taps + 1);
     const int blocks = (int)(((long long)count * lanes + FINISH_THREADS - 1) / FINISH_THREADS);
-    wgrad_finish<<<blocks, FINISH_THREADS, 0, st>>>(workspace, f->splits, count, lanes, p->filters * taps, dw, db);
+    wgrad_finish<<<blocks, FINISH_THREADS, 0, (cudaStream_t)stream>>>(parts, splits, count, lanes, filters * taps, dw,
+                                                                      db);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }

@@ -68,11 +68,14 @@ enum { OPND_A, OPND_B, OPND_D, OPND_BIAS, OPNDS };
 /* The tile shapes of own_gemm: {BM, BN, TM, TN}, 256 threads each. */
 enum { OWN_CONFIGS = 2 };
 static const int own_cfg[OWN_CONFIGS][4] = {{64, 64, 4, 4}, {32, 32, 2, 2}};
-/* At most this many inner ranges, at least OWN_MIN_SLICES slices per range (unless forced), and
- * at most OWN_PART_LIMIT bytes of partial sums per plan. */
+/* At most OWN_MAX_SPLITS inner ranges (OWN_RULE_SPLITS unless forced), at least OWN_MIN_SLICES
+ * slices per range (unless forced), and at most OWN_PART_LIMIT bytes of partial sums per plan. */
 #define OWN_MAX_SPLITS 32
-#define OWN_MIN_SLICES 2
+#define OWN_RULE_SPLITS 16
+#define OWN_MIN_SLICES 4
 #define OWN_PART_LIMIT ((size_t)32 << 20)
+/* Partial sums a thread of the last block has in flight at once while it adds them up. */
+#define OWN_TAIL_FLOATS 32
 
 /* How one product runs through own_gemm, and the counters and partial sums it owns. */
 typedef struct own_plan {
@@ -156,9 +159,9 @@ static int grid_for(size_t n)
  * With `splits` > 1 the inner dimension is cut into that many ranges (blockIdx.y): each block
  * writes its partial tile to its own slot of `part`, and the block that finishes a tile last
  * (bn_last_arrival on a per-tile counter, which it leaves at zero for the next launch) adds the
- * partials in split order 0, 1, .. (its own from registers, the same value) and applies the
- * epilogue. No float atomics: the result does not depend on which block comes
- * last, so it is the same run after run. */
+ * partials in split order 0, 1, .. (its own from registers, the same value), loading those of
+ * several splits before adding them, and applies the epilogue. No float atomics: the result
+ * does not depend on which block comes last, so it is the same run after run. */
 #define OWN_BK 16
 
 typedef struct own_args {
@@ -267,20 +270,39 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) own_gemm(own_args p)
             for (int j = 0; j < TN; j++) mine[(i * TN + j) * NT + tid] = acc[i][j];
         if (bias_rows) mine[BM * BN + tid] = bsum;
         if (!bn_last_arrival(&p.counters[tile], (unsigned)p.splits)) return;
+        /* The partials are added in split order, but read G splits at a time: a group's loads
+         * come, unconditionally, before the first of its additions, so they can be in flight
+         * together and the group waits about one memory latency instead of G of them. A split
+         * past the last reads the last one again and is not added; the block's own split is
+         * read too, but added from registers. */
+        constexpr int G = OWN_TAIL_FLOATS / (TM * TN) > 0 ? OWN_TAIL_FLOATS / (TM * TN) : 1;
         float sum[TM][TN];
 #pragma unroll
         for (int i = 0; i < TM; i++)
 #pragma unroll
             for (int j = 0; j < TN; j++) sum[i][j] = 0.0f;
         float bias_total = 0.0f;
-        for (int s = 0; s < p.splits; s++) {
-            const float *q = p.part + ((size_t)tile * p.splits + s) * SLOT;
+        for (int s0 = 0; s0 < p.splits; s0 += G) {
+            float v[G][TM][TN], vb[G];
 #pragma unroll
-            for (int i = 0; i < TM; i++)
+            for (int g = 0; g < G; g++) {
+                const float *q = p.part + ((size_t)tile * p.splits + min(s0 + g, p.splits - 1)) * SLOT;
 #pragma unroll
-                for (int j = 0; j < TN; j++)
-                    sum[i][j] += s == split ? acc[i][j] : __ldcg(q + (i * TN + j) * NT + tid);
-            if (bias_rows) bias_total += s == split ? bsum : __ldcg(q + BM * BN + tid);
+                for (int i = 0; i < TM; i++)
+#pragma unroll
+                    for (int j = 0; j < TN; j++) v[g][i][j] = __ldcg(q + (i * TN + j) * NT + tid);
+                vb[g] = bias_rows ? __ldcg(q + BM * BN + tid) : 0.0f;
+            }
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                const int s = s0 + g;
+                if (s >= p.splits) break;
+#pragma unroll
+                for (int i = 0; i < TM; i++)
+#pragma unroll
+                    for (int j = 0; j < TN; j++) sum[i][j] += s == split ? acc[i][j] : v[g][i][j];
+                if (bias_rows) bias_total += s == split ? bsum : vb[g];
+            }
         }
 #pragma unroll
         for (int i = 0; i < TM; i++)
@@ -289,21 +311,39 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) own_gemm(own_args p)
         bsum = bias_total;
     }
 
+    /* The epilogue reads everything it needs (the bias, or the dW and db it adds to) before its
+     * first store: the compiler cannot rule out that a store changes what a later read gets, so
+     * it keeps such reads after the store, and each store would wait for the one read it needs,
+     * one memory latency per output. */
+    const bool db_row = bias_rows && row0 + tid < p.rows;
+    const float db_old = db_row ? p.db[row0 + tid] : 0.0f;
+    float add[TM][TN];
 #pragma unroll
     for (int i = 0; i < TM; i++) {
-        int r = row0 + tr + i * RT;
+        const int r = row0 + tr + i * RT;
+#pragma unroll
+        for (int j = 0; j < TN; j++) {
+            const int c = col0 + tc + j * CT;
+            add[i][j] = 0.0f;
+            if (KIND == GEMM_FWD && c < p.cols) add[i][j] = p.bias[c];
+            if (KIND == GEMM_DW && r < p.rows && c < p.cols) add[i][j] = p.c[(size_t)r * p.cols + c];
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < TM; i++) {
+        const int r = row0 + tr + i * RT;
         if (r >= p.rows) continue;
 #pragma unroll
         for (int j = 0; j < TN; j++) {
-            int c = col0 + tc + j * CT;
+            const int c = col0 + tc + j * CT;
             if (c >= p.cols) continue;
-            size_t at = (size_t)r * p.cols + c;
-            if (KIND == GEMM_FWD) p.c[at] = acc[i][j] + p.bias[c];
-            else if (KIND == GEMM_DW) p.c[at] = p.c[at] + acc[i][j];
+            const size_t at = (size_t)r * p.cols + c;
+            if (KIND == GEMM_FWD) p.c[at] = acc[i][j] + add[i][j];
+            else if (KIND == GEMM_DW) p.c[at] = add[i][j] + acc[i][j];
             else p.c[at] = acc[i][j];
         }
     }
-    if (bias_rows && row0 + tid < p.rows) p.db[row0 + tid] += bsum;
+    if (db_row) p.db[row0 + tid] = db_old + bsum;
 }
 /* ---- end of own GEMM kernels ---- */
 
@@ -335,8 +375,12 @@ static size_t own_part_bytes(const own_plan *o)
 }
 
 /* The tiling of the product for configuration cfg: inner ranges enough for about two blocks per
- * SM (want_splits > 0 asks for that many instead); one range when `no_alloc` (a plan made
- * during capture cannot allocate counters). */
+ * SM, but none shorter than OWN_MIN_SLICES slices and at most OWN_RULE_SPLITS of them
+ * (want_splits > 0 asks for that many instead); one range when `no_alloc` (a plan made during
+ * capture cannot allocate counters). A block waits about one memory latency per slice of its
+ * range, and the last block of a tile then about one per OWN_TAIL_FLOATS / (TM TN) of the
+ * splits it adds up: more, shorter ranges shorten the first part but lengthen the second, so
+ * both bounds keep the sum short. */
 static own_plan own_layout(int kind, int n, int k, int m, int cfg, int sms, int want_splits, int no_alloc)
 {
     own_plan o = {};
@@ -354,6 +398,7 @@ static own_plan own_layout(int kind, int n, int k, int m, int cfg, int sms, int 
         long target = 2L * (sms > 0 ? sms : 1);
         s = (target + o.tiles - 1) / o.tiles;
         if (s > slices / OWN_MIN_SLICES) s = slices / OWN_MIN_SLICES;
+        if (s > OWN_RULE_SPLITS) s = OWN_RULE_SPLITS;
     }
     if (s > OWN_MAX_SPLITS) s = OWN_MAX_SPLITS;
     if (s > slices) s = slices;

@@ -100,6 +100,16 @@ static bn_status softmax_backward(bn_layer *l, const bn_pass *pass)
     return BN_OK;
 }
 
+int bn_softmax_ce_fuse(bn_layer *l, const bn_pass *pass, bn_blob *acc, int grad)
+{
+    if (!l || l->ops != &bn_softmax_ce_ops || !pass->ctx || !l->ops->forward_gpu) return 0;
+    softmax_priv *p = l->priv;
+    p->acc = acc;
+    p->grad_in_forward = grad;
+    p->grad_written = 0;
+    return 1;
+}
+
 static double softmax_flops(const bn_layer *l)
 {
     const softmax_priv *p = l->priv;

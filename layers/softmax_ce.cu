@@ -8,7 +8,13 @@
  * zero for the next launch. Which block is last varies, the order of the sums does not, so
  * the metrics are the same on every run; nothing past the current batch is read. The loss
  * stays on the device: the host reads it only when it asks (bn_net_metrics).
- * Backward: dz = (p - onehot(label)) / n, elementwise. */
+ * Backward: dz = (p - onehot(label)) / n, elementwise.
+ *
+ * For the trainer (bn_softmax_ce_fuse) the forward kernel can do two more things, saving a
+ * launch each: the last block adds the metrics it has just written into an accumulator
+ * (acc[i] += metrics[i], the float additions a separate add would make), and in a training
+ * pass each warp writes its row's dz beside the probabilities, from the same float values and
+ * with the same expression as the backward kernel, which then is not launched. */
 #include <math.h>
 
 #include "cuda_check.h"
@@ -23,11 +29,20 @@ static __device__ int label_of(float v, int classes)
     return v >= 0.0f && v < (float)classes && v == floorf(v) ? (int)v : -1;
 }
 
+/* The input gradient of one element: what softmax_grad writes, and what softmax_rows writes
+ * when it is asked for it. */
+static __device__ float grad_of(float p, int k, int label, float scale)
+{
+    return label >= 0 ? (p - (k == label)) * scale : NAN;
+}
+
 /* One row per warp as described above; `arrived` counts the blocks that are done (zero before
- * the launch, and again after it). */
+ * the launch, and again after it). With dz, also the rows' input gradients (scale = 1/n); with
+ * acc, the last block also adds the metrics into acc[0..1]. */
 static __global__ void softmax_rows(const float *__restrict__ z, const float *__restrict__ labels, int n,
-                                    int classes, float *__restrict__ prob, double *row_loss, double *row_correct,
-                                    unsigned *arrived, float *__restrict__ metrics)
+                                    int classes, float *__restrict__ prob, float *__restrict__ dz, float scale,
+                                    double *row_loss, double *row_correct, unsigned *arrived,
+                                    float *__restrict__ metrics, float *__restrict__ acc)
 {
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
@@ -51,10 +66,19 @@ static __global__ void softmax_rows(const float *__restrict__ z, const float *__
         for (int k = lane; k < classes; k += 32) sum += exp((double)zi[k] - best);
         for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
         double lse = best + log(sum);
-        for (int k = lane; k < classes; k += 32) pi[k] = (float)exp((double)zi[k] - lse);
+        int label = label_of(labels[row], classes);
+        if (dz) { /* the same for the whole launch */
+            float *di = dz + (size_t)row * classes;
+            for (int k = lane; k < classes; k += 32) {
+                float p = (float)exp((double)zi[k] - lse);
+                pi[k] = p;
+                di[k] = grad_of(p, k, label, scale);
+            }
+        } else {
+            for (int k = lane; k < classes; k += 32) pi[k] = (float)exp((double)zi[k] - lse);
+        }
 
         if (lane == 0) {
-            int label = label_of(labels[row], classes);
             row_loss[row] = label >= 0 ? lse - zi[label] : (double)NAN;
             row_correct[row] = label >= 0 && at == label ? 1.0 : 0.0;
         }
@@ -82,8 +106,13 @@ static __global__ void softmax_rows(const float *__restrict__ z, const float *__
         __syncthreads();
     }
     if (threadIdx.x == 0) {
-        metrics[0] = (float)loss[0];
-        metrics[1] = (float)correct[0];
+        float l_sum = (float)loss[0], c_sum = (float)correct[0];
+        metrics[0] = l_sum;
+        metrics[1] = c_sum;
+        if (acc) {
+            acc[0] += l_sum;
+            acc[1] += c_sum;
+        }
     }
 }
 
@@ -93,8 +122,7 @@ static __global__ void softmax_grad(const float *__restrict__ prob, const float 
     size_t total = (size_t)n * classes, stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
         int row = (int)(i / classes), k = (int)(i % classes);
-        int label = label_of(labels[row], classes);
-        dz[i] = label >= 0 ? (prob[i] - (k == label)) * scale : NAN;
+        dz[i] = grad_of(prob[i], k, label_of(labels[row], classes), scale);
     }
 }
 
@@ -120,21 +148,32 @@ extern "C" bn_status bn_softmax_ce_forward_gpu(bn_layer *l, const bn_pass *pass)
         }
     }
     unsigned *arrived = (unsigned *)(sp->dev_rows + 2 * rows);
+    sp->grad_written = 0;
     BN_DEV_RD(z, l->in);
     BN_DEV_RD(labels, pass->labels);
     BN_DEV_WR(prob, l->out);
     BN_DEV_WR(metrics, pass->metrics);
+    float *dz = NULL, *acc = NULL;
+    if (sp->grad_in_forward && pass->train && l->in_grad && !(dz = bn_blob_dev_wr(l->in_grad)))
+        return bn_last_status();
+    if (sp->acc && !(acc = bn_blob_dev_wr(sp->acc))) return bn_last_status();
     cudaStream_t s = (cudaStream_t)pass->ctx->stream;
     int rows_per_block = ROW_THREADS / 32;
     softmax_rows<<<(n + rows_per_block - 1) / rows_per_block, ROW_THREADS, 0, s>>>(
-        z, labels, n, classes, prob, sp->dev_rows, sp->dev_rows + rows, arrived, metrics);
+        z, labels, n, classes, prob, dz, 1.0f / (float)n, sp->dev_rows, sp->dev_rows + rows, arrived, metrics,
+        acc);
     BN_CUDA_LAUNCH();
+    sp->grad_written = dz != NULL;
     return BN_OK;
 }
 
 extern "C" bn_status bn_softmax_ce_backward_gpu(bn_layer *l, const bn_pass *pass)
 {
-    const softmax_priv *sp = (const softmax_priv *)l->priv;
+    softmax_priv *sp = (softmax_priv *)l->priv;
+    if (sp->grad_written) { /* the forward before it wrote dz already, as this would */
+        sp->grad_written = 0;
+        return BN_OK;
+    }
     if (!l->in_grad) return BN_OK;
     int n = l->in->n, classes = sp->classes;
     BN_DEV_RD(prob, l->out);

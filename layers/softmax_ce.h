@@ -1,5 +1,6 @@
 /* softmax_ce.h - the softmax_ce loss layer's private state, shared by softmax_ce.c (setup,
- * CPU path) and softmax_ce.cu (GPU path), and its GPU entry points.
+ * CPU path) and softmax_ce.cu (GPU path), its GPU entry points, and the trainer's hook into
+ * its GPU forward.
  *
  * On the GPU the loss and the correct count stay on the device (pass->metrics); a label that
  * is not a class index cannot raise an error there without a host round trip, so its row's
@@ -18,6 +19,12 @@ typedef struct softmax_priv {
     double *dev_rows; /* device: per-row loss then per-row correct flag, 2 x capacity rows,
                          then the count of blocks done (see softmax_ce.cu); NULL until the
                          first GPU forward */
+    /* Set by bn_softmax_ce_fuse around one trainer step; read by the GPU path only. */
+    bn_blob *acc;     /* when not NULL, the forward also adds [loss sum, correct] into it */
+    int grad_in_forward; /* a training forward also writes in_grad */
+    int grad_written; /* set by a GPU forward that wrote in_grad, cleared by the backward after
+                         it, which then has nothing to do: both happen in the same step body,
+                         so a captured step holds the same launches as an eager one */
 } softmax_priv;
 
 bn_status bn_softmax_ce_forward_gpu(bn_layer *l, const bn_pass *p);
@@ -25,6 +32,21 @@ bn_status bn_softmax_ce_backward_gpu(bn_layer *l, const bn_pass *p);
 
 /* Frees the device scratch rows and sets p->dev_rows to NULL. */
 void bn_softmax_ce_gpu_release(softmax_priv *p);
+
+/* Lets the trainer save kernel launches. When l is a softmax_ce layer whose forward on `pass`
+ * runs on the GPU, its following forwards also
+ *   - add the batch's [loss sum, correct count] into acc (2 floats; when not NULL), in the
+ *     launch that computes them, with the float additions that adding pass->metrics into acc
+ *     afterwards would make;
+ *   - with grad, in a training pass (pass->train), write the input gradient beside the
+ *     probabilities, with the values the backward would write; the GPU backward that follows
+ *     then launches nothing. The caller must run that backward next, with nothing in between
+ *     that reads or writes in_grad.
+ * A captured CUDA graph keeps both: the pointers are taken when the forward is queued. Returns
+ * 1 when the layer took the request, 0 (changing nothing) for another layer type, the CPU
+ * path or a build without CUDA; l may be NULL. bn_softmax_ce_fuse(l, pass, NULL, 0) turns
+ * both off again, which the caller does once its step is done. */
+int bn_softmax_ce_fuse(bn_layer *l, const bn_pass *pass, bn_blob *acc, int grad);
 
 #ifdef __cplusplus
 }

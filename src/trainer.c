@@ -8,6 +8,7 @@
 #include "kernels.h"
 #include "numerics.h"
 #include "nvtx.h"
+#include "softmax_ce.h"
 
 static double now_seconds(void)
 {
@@ -19,6 +20,20 @@ static double now_seconds(void)
 unsigned long long bn_epoch_seed(unsigned long long seed, int epoch)
 {
     return seed * 0x9e3779b97f4a7c15ULL + (unsigned long long)epoch + 1;
+}
+
+/* On the GPU, asks the loss layer to add each forward's [loss sum, correct] into acc itself
+ * and, with grad, to write its input gradient in a training forward (bn_softmax_ce_fuse: a
+ * kernel launch fewer for each). Returns whether it will; then accumulate_metrics must not
+ * add them again. end_fusion turns it off again once the step's passes are done. */
+static int begin_fusion(bn_net *net, bn_blob *acc, int grad)
+{
+    return net->pass.ctx && bn_softmax_ce_fuse(bn_net_loss_layer(net), &net->pass, acc, grad);
+}
+
+static void end_fusion(bn_net *net, int fused)
+{
+    if (fused) bn_softmax_ce_fuse(bn_net_loss_layer(net), &net->pass, NULL, 0);
 }
 
 /* Adds the last batch's [loss sum, correct] into acc without a host round trip on the GPU. */
@@ -95,15 +110,25 @@ typedef struct step_body {
     int n;
 } step_body;
 
-static bn_status run_step_body(void *arg)
+static bn_status step_passes(step_body *b, int fused)
 {
-    step_body *b = arg;
     BN_TRY(bn_loader_fill_next(b->ld, b->net, b->n));
     BN_TRY(bn_net_zero_grad(b->net));
     BN_TRY(bn_net_forward(b->net, 1));
     BN_TRY(bn_net_backward(b->net));
     BN_TRY(bn_sgd_step(b->opt, b->net));
-    return accumulate_metrics(b->net, b->acc);
+    return fused ? BN_OK : accumulate_metrics(b->net, b->acc);
+}
+
+/* The loss layer's forward is the last pass of the forward and its backward the first of the
+ * backward, so nothing comes between them to disturb a gradient written in the forward. */
+static bn_status run_step_body(void *arg)
+{
+    step_body *b = arg;
+    int fused = begin_fusion(b->net, b->acc, 1);
+    bn_status s = step_passes(b, fused);
+    end_fusion(b->net, fused);
+    return s;
 }
 
 /* Whether steps of n examples may replay a captured graph: on the GPU, full batches only (the
@@ -248,9 +273,12 @@ typedef struct eval_body {
 static bn_status run_eval_body(void *arg)
 {
     eval_body *b = arg;
-    BN_TRY(bn_loader_fill_next(b->ld, b->net, b->n));
-    BN_TRY(bn_net_forward(b->net, 0));
-    return accumulate_metrics(b->net, b->sum);
+    int fused = begin_fusion(b->net, b->sum, 0);
+    bn_status s = bn_loader_fill_next(b->ld, b->net, b->n);
+    if (s == BN_OK) s = bn_net_forward(b->net, 0);
+    if (s == BN_OK && !fused) s = accumulate_metrics(b->net, b->sum);
+    end_fusion(b->net, fused);
+    return s;
 }
 
 /* Evaluation over a loader in its natural order, summing into sum (a 2-float scratch blob).

@@ -171,11 +171,18 @@ static int compare_nets(const layer_case *lc, bn_net *gpu, bn_net *cpu, const fl
     return BN_PASS;
 }
 
-/* Every conv2d layer's plan for batch n runs forward and backward-filter on blobnet's kernels,
- * and backward-data too where there is an input gradient and the stride is 1. */
+/* The conv2d kernel family the blobnet-engine cases force (BN_CONV_FAMILY_*). */
+static int forced_family = BN_CONV_FAMILY_ANY;
+
+/* Every conv2d layer's plan for batch n runs forward and backward-filter on blobnet's kernels
+ * (of the forced family, when one is), and backward-data too where there is an input gradient
+ * and the stride is 1. */
 static int check_own_convs(const layer_case *lc, bn_net *net, int n)
 {
 #ifdef BN_WITH_CUDA
+    const char *family = forced_family == BN_CONV_FAMILY_DIRECT  ? "blobnet direct"
+                         : forced_family == BN_CONV_FAMILY_IGEMM ? "blobnet igemm"
+                                                                 : "blobnet";
     for (int i = 0; i < net->num_layers; i++) {
         bn_layer *l = net->layers[i];
         if (strcmp(l->ops->type, "conv2d") != 0) continue;
@@ -187,9 +194,15 @@ static int check_own_convs(const layer_case *lc, bn_net *net, int n)
         CHECK_MSG(plan != NULL, "%s, layer %s: no plan for batch %d in \"%s\"", lc->what, l->name, n, buf);
         char *end = strchr(plan, ';');
         if (end) *end = '\0';
-        const char *data = !l->in_grad ? "bwd_data -" : c->stride == 1 ? "bwd_data blobnet" : "bwd_data";
-        CHECK_MSG(strstr(plan, "fwd blobnet") && strstr(plan, "bwd_filter blobnet") && strstr(plan, data),
-                  "%s, layer %s: plan \"%s\" does not run blobnet's kernels where it should", lc->what, l->name, plan);
+        char fwd[64], filter[64], data[64];
+        snprintf(fwd, sizeof fwd, "fwd %s", family);
+        snprintf(filter, sizeof filter, "bwd_filter %s", family);
+        if (!l->in_grad) snprintf(data, sizeof data, "bwd_data -");
+        else if (c->stride == 1) snprintf(data, sizeof data, "bwd_data %s", family);
+        else snprintf(data, sizeof data, "bwd_data");
+        CHECK_MSG(strstr(plan, fwd) && strstr(plan, filter) && strstr(plan, data),
+                  "%s, layer %s: plan \"%s\" does not run %s's kernels where it should", lc->what, l->name, plan,
+                  family);
     }
 #else
     (void)lc, (void)net, (void)n;
@@ -298,8 +311,17 @@ BN_TEST(gpu_layer_conv2d_blobnet_engine_matches_cpu)
          TOL_GEMM, 0, 0, 1},
     };
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) CHECK(run_case(&cases[i]) == BN_PASS);
-    return BN_PASS;
+    /* Each case with the normal choice, then with each kernel family forced. */
+    static const int families[] = {BN_CONV_FAMILY_ANY, BN_CONV_FAMILY_DIRECT, BN_CONV_FAMILY_IGEMM};
+    int r = BN_PASS;
+    for (size_t f = 0; f < 3 && r == BN_PASS; f++) {
+        forced_family = families[f];
+        bn_conv2d_gpu_force_own(forced_family);
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0] && r == BN_PASS; i++) r = run_case(&cases[i]);
+    }
+    forced_family = BN_CONV_FAMILY_ANY;
+    bn_conv2d_gpu_force_own(BN_CONV_FAMILY_ANY);
+    return r;
 }
 
 BN_TEST(gpu_layer_maxpool_matches_cpu)
