@@ -20,6 +20,7 @@
 
 #include "conv2d.h"
 #include "conv_direct.h"
+#include "conv_igemm.h"
 #include "cuda_check.h"
 #include "device.h"
 
@@ -257,28 +258,40 @@ static bool overlapped(const conv_plan *plan, const bn_ctx *ctx, int filter, int
     return filter != BY_CUDNN && ctx->side_stream && (data != BY_CUDNN || plan->bwd_data_workspace == 0);
 }
 
-/* One call of a pass on scratch buffers (blobnet's filter passes on scratch partial sums, so
- * that the workspace is not touched). `beside` >= 0: the data pass runs as the backward pass
- * runs it, with the filter pass by `beside`, on the side stream when the two overlap there and
- * before it otherwise, so that every data candidate is timed with the same filter work. */
-static bn_status run_pass(int pass, int by, int beside, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
-                          cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t yd, const scratch *m)
+/* Both gradients, the filter pass by `filter` and the data pass by `data`. When they overlap
+ * (see overlapped) the filter pass runs on the side stream beside the data pass (neither
+ * depends on the other), joined back before returning; else the filter pass runs first. */
+static bn_status both_passes(int filter, int data, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
+                             cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t dxd, cudnnTensorDescriptor_t dyd,
+                             const float *x, const float *dy, const float *w, float *dw, float *db, float *dx,
+                             float *parts)
 {
     cudaStream_t main_stream = (cudaStream_t)ctx->stream, side = (cudaStream_t)ctx->side_stream;
-    if (pass == 0) return forward_pass(by, g, plan, ctx, xd, yd, m->x, m->w, m->b, m->y);
-    if (pass == 2) return filter_pass(by, g, plan, ctx, main_stream, xd, yd, m->x, m->y, m->dw, m->db, m->parts);
-    if (beside < 0) return data_pass(by, g, plan, ctx, xd, yd, m->y, m->w, m->dx);
-    if (!overlapped(plan, ctx, beside, by)) {
-        BN_TRY(filter_pass(beside, g, plan, ctx, main_stream, xd, yd, m->x, m->y, m->dw, m->db, m->parts));
-        return data_pass(by, g, plan, ctx, xd, yd, m->y, m->w, m->dx);
+    if (!overlapped(plan, ctx, filter, data)) {
+        BN_TRY(filter_pass(filter, g, plan, ctx, main_stream, xd, dyd, x, dy, dw, db, parts));
+        return data_pass(data, g, plan, ctx, dxd, dyd, dy, w, dx);
     }
     BN_CUDA(cudaEventRecord(g->fork, main_stream));
     BN_CUDA(cudaStreamWaitEvent(side, g->fork, 0));
-    BN_TRY(filter_pass(beside, g, plan, ctx, side, xd, yd, m->x, m->y, m->dw, m->db, m->parts));
+    BN_TRY(filter_pass(filter, g, plan, ctx, side, xd, dyd, x, dy, dw, db, parts));
     BN_CUDA(cudaEventRecord(g->join, side));
-    BN_TRY(data_pass(by, g, plan, ctx, xd, yd, m->y, m->w, m->dx));
+    BN_TRY(data_pass(data, g, plan, ctx, dxd, dyd, dy, w, dx));
     BN_CUDA(cudaStreamWaitEvent(main_stream, g->join, 0));
     return BN_OK;
+}
+
+/* One call of a pass on scratch buffers (blobnet's filter passes on scratch partial sums, so
+ * that the workspace is not touched). `beside` >= 0: the data pass runs as the backward pass
+ * runs it, with the filter pass by `beside` (both_passes), so that every data candidate is
+ * timed with the same filter work. */
+static bn_status run_pass(int pass, int by, int beside, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
+                          cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t yd, const scratch *m)
+{
+    if (pass == 0) return forward_pass(by, g, plan, ctx, xd, yd, m->x, m->w, m->b, m->y);
+    if (pass == 2)
+        return filter_pass(by, g, plan, ctx, (cudaStream_t)ctx->stream, xd, yd, m->x, m->y, m->dw, m->db, m->parts);
+    if (beside < 0) return data_pass(by, g, plan, ctx, xd, yd, m->y, m->w, m->dx);
+    return both_passes(beside, by, g, plan, ctx, xd, xd, yd, m->x, m->y, m->w, m->dw, m->db, m->dx, m->parts);
 }
 
 /* count floats rounded up to a multiple of 64 (256 bytes). */
@@ -480,25 +493,12 @@ extern "C" bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p)
     BN_DEV_WR(db, l->params[BIAS].grad);
     BN_TENSOR_DESC(xd, l->in);
     BN_TENSOR_DESC(dyd, l->out_grad);
-    cudaStream_t main_stream = (cudaStream_t)ctx->stream, side = (cudaStream_t)ctx->side_stream;
     float *parts = (float *)ctx->workspace;
-    if (!l->in_grad) return filter_pass(plan->by[2], g, plan, ctx, main_stream, xd, dyd, x, dy, dw, db, parts);
+    if (!l->in_grad)
+        return filter_pass(plan->by[2], g, plan, ctx, (cudaStream_t)ctx->stream, xd, dyd, x, dy, dw, db, parts);
     BN_DEV_WR(dx, l->in_grad);
     BN_TENSOR_DESC(dxd, l->in_grad);
-    /* With blobnet's filter pass and a data pass that needs no workspace (blobnet's, or a cuDNN
-     * algorithm without one), the filter pass runs on the side stream beside the data pass
-     * (neither depends on the other), joined back before the pass returns. */
-    if (overlapped(plan, ctx, plan->by[2], plan->by[1])) {
-        BN_CUDA(cudaEventRecord(g->fork, main_stream));
-        BN_CUDA(cudaStreamWaitEvent(side, g->fork, 0));
-        BN_TRY(filter_pass(plan->by[2], g, plan, ctx, side, xd, dyd, x, dy, dw, db, parts));
-        BN_CUDA(cudaEventRecord(g->join, side));
-        BN_TRY(data_pass(plan->by[1], g, plan, ctx, dxd, dyd, dy, w, dx));
-        BN_CUDA(cudaStreamWaitEvent(main_stream, g->join, 0));
-        return BN_OK;
-    }
-    BN_TRY(filter_pass(plan->by[2], g, plan, ctx, main_stream, xd, dyd, x, dy, dw, db, parts));
-    return data_pass(plan->by[1], g, plan, ctx, dxd, dyd, dy, w, dx);
+    return both_passes(plan->by[2], plan->by[1], g, plan, ctx, xd, dxd, dyd, x, dy, w, dw, db, dx, parts);
 }
 
 static const char *const fwd_names[] = {"implicit_gemm", "implicit_precomp_gemm", "gemm", "direct",

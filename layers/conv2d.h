@@ -17,7 +17,8 @@ typedef struct conv_gpu conv_gpu;
 
 /* Which kernels run a GPU pass: the fastest of cuDNN's and blobnet's as measured once per batch
  * size (with a deterministic context: blobnet's, which are deterministic, wherever they apply),
- * cuDNN's only, or blobnet's own (conv_direct.h) wherever they apply. The CPU path ignores it. */
+ * cuDNN's only, or blobnet's own (conv_direct.h, conv_igemm.h) wherever they apply. The CPU
+ * path ignores it. */
 enum { BN_CONV_ENGINE_AUTO, BN_CONV_ENGINE_CUDNN, BN_CONV_ENGINE_BLOBNET };
 
 typedef struct conv_priv {
@@ -35,7 +36,7 @@ void bn_conv2d_gpu_release(conv_priv *c);
 
 /* Writes the algorithms chosen so far, one "n=<batch>: fwd X, bwd_data Y, bwd_filter Z" entry
  * per batch size, into buf (for logs and tests); blobnet's own kernels are named "blobnet
- * direct" and "blobnet igemm" (conv_direct.h). */
+ * direct" and "blobnet igemm" (conv_direct.h, conv_igemm.h). */
 void bn_conv2d_gpu_describe(const conv_priv *c, char *buf, size_t cap);
 
 /* For tests: plans made from now on run blobnet's passes with the direct kernels (family 1) or

@@ -78,32 +78,6 @@ bn_status bn_direct_backward_filter(const bn_direct_plan *p, void *stream, const
 bn_status bn_direct_finish_filter(void *stream, const float *parts, int splits, int filters, int taps, float *dw,
                                   float *db);
 
-/* The implicit-GEMM kernels (conv_igemm.cu): each pass one register-tiled matrix product whose
- * operands are read from the tensors through a table of offsets. */
-enum { BN_IG_CONFIGS = 4 };
-
-typedef struct bn_igemm_pass {
-    int ok;              /* the kernel can run this pass */
-    int cfg;             /* tile configuration */
-    int M, N, K;         /* the product */
-    int span, splits;    /* K per block and blocks along K (filter pass; else K and 1) */
-} bn_igemm_pass;
-
-typedef struct bn_igemm_plan {
-    bn_igemm_pass pass[3]; /* forward, data, filter */
-    size_t workspace;      /* bytes of partial sums the filter pass needs */
-} bn_igemm_plan;
-
-void bn_igemm_plan_make(bn_igemm_plan *p, const bn_conv_geom *g, int filters, int n, int sms);
-/* forward writes y (bias added); data writes dx; filter_parts writes the partial sums that
- * bn_direct_finish_filter adds into dw and db (plan->pass[2].splits spans). */
-bn_status bn_igemm_forward(const bn_igemm_plan *p, const bn_conv_geom *g, int filters, int n, void *stream,
-                           const float *x, const float *w, const float *b, float *y);
-bn_status bn_igemm_backward_data(const bn_igemm_plan *p, const bn_conv_geom *g, int filters, int n, void *stream,
-                                 const float *dy, const float *w, float *dx);
-bn_status bn_igemm_backward_filter_parts(const bn_igemm_plan *p, const bn_conv_geom *g, int filters, int n,
-                                         void *stream, const float *x, const float *dy, float *parts);
-
 #ifdef __cplusplus
 }
 #endif

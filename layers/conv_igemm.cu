@@ -1,4 +1,4 @@
-/* conv_igemm.cu - the conv2d layer's implicit-GEMM kernels (see conv_direct.h).
+/* conv_igemm.cu - the conv2d layer's implicit-GEMM kernels (see conv_igemm.h).
  *
  * Each pass is one matrix product C (M x N) = A (M x K) B (K x N) whose operands are read
  * straight from the layer's tensors, never written out as column matrices:
@@ -22,20 +22,21 @@
  * in increasing order in every thread, so the results do not depend on timing. The forward pass
  * adds the bias; the data pass writes dx; the filter pass cuts K into `splits` spans and writes
  * each span's tile of partial sums (and, from the blocks of the first column tile, the sum of dy
- * per filter for the bias gradient) to the workspace, for the finishing kernel of
- * conv_direct.cu to add in span order. */
+ * per filter for the bias gradient) to the workspace, for bn_direct_finish_filter
+ * (conv_direct.cu) to add in span order. */
 #include <cuda_pipeline.h>
 #include <limits.h>
 #include <string.h>
 
-#include "conv_direct.h"
+#include "conv_igemm.h"
 #include "cuda_check.h"
 
 #define BK 16
 /* Stages in the shared-memory ring: STAGES - 1 are in flight while one is used. */
 #define STAGES 4
-/* Extra floats per shared row: As rows are written along k by consecutive threads. */
-#define PAD 4
+/* Extra floats per shared-memory row of a stage: A rows are written along k by consecutive
+ * threads, and the padding spreads those writes over the banks. */
+#define ROW_PAD 4
 /* The most summed-index entries a block's table holds (16 bytes each). */
 #define TABLE_MAX 1280
 
@@ -116,7 +117,7 @@ static __global__ void __launch_bounds__((BM / TM) * (BN / TN)) igemm(ig_args g)
     static_assert(NT % BK == 0, "a thread copies A at one k");
     static_assert(BN % NT == 0 || NT % BN == 0, "a thread copies B at fixed columns");
     static_assert(TM == 4 && TN == 4, "float4 reads of the thread tiles");
-    constexpr int SA = BM + PAD, SB = BN + PAD;
+    constexpr int SA = BM + ROW_PAD, SB = BN + ROW_PAD;
 
     extern __shared__ float4 smem4[];
     k_entry *tab = (k_entry *)smem4;
@@ -252,7 +253,7 @@ static const int ig_tiles[BN_IG_CONFIGS][2] = {{64, 64}, {64, 32}, {32, 64}, {32
 static size_t ig_smem(int cfg)
 {
     return TABLE_MAX * sizeof(k_entry) +
-           (size_t)STAGES * BK * ((ig_tiles[cfg][0] + PAD) + (ig_tiles[cfg][1] + PAD)) * sizeof(float);
+           (size_t)STAGES * BK * ((ig_tiles[cfg][0] + ROW_PAD) + (ig_tiles[cfg][1] + ROW_PAD)) * sizeof(float);
 }
 
 /* The configuration for a product of M rows and N columns: rows tiles of 32 when M fits them;
