@@ -1,9 +1,10 @@
 /* conv2d.cu - the conv2d layer on the GPU: forward, backward-data and backward-filter
- * convolutions (cross-correlation, FP32 compute), each run either by blobnet's own kernels
- * (conv_direct.cu: bias and its gradient fused) or by cuDNN (the bias added with
- * cudnnAddTensor, its gradient with cudnnConvolutionBackwardBias). The layer's engine key
- * decides; by default each pass takes whichever of the two ran faster when the plan for a
- * batch size was made, and with a deterministic context blobnet's wherever they apply.
+ * convolutions (cross-correlation, FP32 compute), each run either by one of blobnet's three
+ * families of own kernels (conv_direct.cu, conv_igemm.cu, conv_rows.cu: bias and its gradient
+ * fused) or by cuDNN (the bias added with cudnnAddTensor, its gradient with
+ * cudnnConvolutionBackwardBias). The layer's engine key decides; by default each pass takes
+ * whichever runner was fastest when the plan for a batch size was made, and with a
+ * deterministic context blobnet's wherever they apply.
  *
  * The descriptors are made on the first GPU pass. The algorithms are chosen once per batch
  * size (the last batch of an epoch is smaller) and cached: measured with cudnnFind*, or, in a
@@ -21,21 +22,23 @@
 #include "conv2d.h"
 #include "conv_direct.h"
 #include "conv_igemm.h"
+#include "conv_rows.h"
 #include "cuda_check.h"
 #include "device.h"
 
 enum { WEIGHT, BIAS };
 
-/* Who runs a pass: cuDNN, or one of blobnet's two kernel families (conv_direct.h). */
-enum { BY_CUDNN, BY_DIRECT, BY_IGEMM, BY_COUNT };
+/* Who runs a pass: cuDNN, or one of blobnet's three kernel families (conv_direct.h,
+ * conv_igemm.h, conv_rows.h). The values match BN_CONV_FAMILY_*. */
+enum { BY_CUDNN, BY_DIRECT, BY_IGEMM, BY_ROWS, BY_COUNT };
 
-/* Forced by bn_conv2d_gpu_force_own: 0, or the family (BY_DIRECT, BY_IGEMM) that every new
- * plan takes for the passes blobnet runs and the family can run. */
+/* Forced by bn_conv2d_gpu_force_own: 0, or the family (BY_DIRECT, BY_IGEMM, BY_ROWS) that every
+ * new plan takes for the passes blobnet runs and the family can run. */
 static int force_family = 0;
 
 extern "C" void bn_conv2d_gpu_force_own(int family)
 {
-    force_family = family == BY_DIRECT || family == BY_IGEMM ? family : 0;
+    force_family = family > BY_CUDNN && family < BY_COUNT ? family : 0;
 }
 
 /* The most workspace one algorithm may ask for; faster ones that want more are skipped. */
@@ -51,7 +54,8 @@ typedef struct conv_plan {
     size_t bwd_data_workspace;                 /* needing this much workspace */
     int by[3];                                 /* who runs forward, data, filter: BY_* */
     bn_direct_plan direct;                     /* launch shapes of blobnet's direct kernels */
-    bn_igemm_plan ig;                          /* and of its implicit-GEMM kernels */
+    bn_igemm_plan ig;                          /* of its implicit-GEMM kernels */
+    bn_rows_plan rows;                         /* and of its row-tiled kernels */
 } conv_plan;
 
 struct conv_gpu {
@@ -59,6 +63,9 @@ struct conv_gpu {
     cudnnConvolutionDescriptor_t conv_desc;
     cudnnTensorDescriptor_t bias_desc;         /* (1, filters, 1, 1) */
     cudaEvent_t fork, join;                    /* the filter pass on the side stream */
+    float *parts;                              /* partial sums of blobnet's filter passes: the */
+    size_t parts_bytes;                        /* layer's own, as the pass may outlive the layer's
+                                                  backward on the side stream (bn_pass.defer_joins) */
     conv_plan *plans;
     int num_plans;
 };
@@ -72,6 +79,7 @@ extern "C" void bn_conv2d_gpu_release(conv_priv *c)
     if (g->bias_desc) cudnnDestroyTensorDescriptor(g->bias_desc);
     if (g->fork) cudaEventDestroy(g->fork);
     if (g->join) cudaEventDestroy(g->join);
+    bn_device_free(g->parts);
     free(g->plans);
     free(g);
     c->gpu = NULL;
@@ -202,6 +210,7 @@ static bn_status forward_pass(int by, const conv_gpu *g, const conv_plan *plan, 
     const bn_direct_plan *d = &plan->direct;
     if (by == BY_DIRECT) return bn_direct_forward(d, ctx->stream, x, w, b, y);
     if (by == BY_IGEMM) return bn_igemm_forward(&plan->ig, &d->g, d->filters, d->n, ctx->stream, x, w, b, y);
+    if (by == BY_ROWS) return bn_rows_forward(&plan->rows, ctx->stream, x, w, b, y);
     cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
     const float one = 1.0f, zero = 0.0f;
     BN_CUDNN(cudnnConvolutionForward(h, &one, xd, x, g->w_desc, w, g->conv_desc, plan->fwd, ctx->workspace,
@@ -218,6 +227,7 @@ static bn_status data_pass(int by, const conv_gpu *g, const conv_plan *plan, bn_
     const bn_direct_plan *d = &plan->direct;
     if (by == BY_DIRECT) return bn_direct_backward_data(d, ctx->stream, dy, w, dx);
     if (by == BY_IGEMM) return bn_igemm_backward_data(&plan->ig, &d->g, d->filters, d->n, ctx->stream, dy, w, dx);
+    if (by == BY_ROWS) return bn_rows_backward_data(&plan->rows, ctx->stream, dy, w, dx);
     const float one = 1.0f, zero = 0.0f;
     BN_CUDNN(cudnnConvolutionBackwardData((cudnnHandle_t)ctx->cudnn, &one, g->w_desc, w, dyd, dy, g->conv_desc,
                                           plan->bwd_data, ctx->workspace, ctx->workspace_size, &zero, dxd, dx));
@@ -233,6 +243,7 @@ static bn_status filter_pass(int by, const conv_gpu *g, const conv_plan *plan, b
 {
     const bn_direct_plan *d = &plan->direct;
     if (by == BY_DIRECT) return bn_direct_backward_filter(d, stream, x, dy, dw, db, parts);
+    if (by == BY_ROWS) return bn_rows_backward_filter(&plan->rows, stream, x, dy, dw, db, parts);
     if (by == BY_IGEMM) {
         const bn_igemm_pass *f = &plan->ig.pass[2];
         BN_TRY(bn_igemm_backward_filter_parts(&plan->ig, &d->g, d->filters, d->n, stream, x, dy, parts));
@@ -260,11 +271,13 @@ static bool overlapped(const conv_plan *plan, const bn_ctx *ctx, int filter, int
 
 /* Both gradients, the filter pass by `filter` and the data pass by `data`. When they overlap
  * (see overlapped) the filter pass runs on the side stream beside the data pass (neither
- * depends on the other), joined back before returning; else the filter pass runs first. */
+ * depends on the other), joined back before returning, or with `defer` left for the net to
+ * join at the end of its backward pass (bn_ctx_defer_side), so that it also runs beside the
+ * layers below; else the filter pass runs first. */
 static bn_status both_passes(int filter, int data, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
                              cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t dxd, cudnnTensorDescriptor_t dyd,
                              const float *x, const float *dy, const float *w, float *dw, float *db, float *dx,
-                             float *parts)
+                             float *parts, bool defer)
 {
     cudaStream_t main_stream = (cudaStream_t)ctx->stream, side = (cudaStream_t)ctx->side_stream;
     if (!overlapped(plan, ctx, filter, data)) {
@@ -274,6 +287,10 @@ static bn_status both_passes(int filter, int data, const conv_gpu *g, const conv
     BN_CUDA(cudaEventRecord(g->fork, main_stream));
     BN_CUDA(cudaStreamWaitEvent(side, g->fork, 0));
     BN_TRY(filter_pass(filter, g, plan, ctx, side, xd, dyd, x, dy, dw, db, parts));
+    if (defer) {
+        bn_ctx_defer_side(ctx);
+        return data_pass(data, g, plan, ctx, dxd, dyd, dy, w, dx);
+    }
     BN_CUDA(cudaEventRecord(g->join, side));
     BN_TRY(data_pass(data, g, plan, ctx, dxd, dyd, dy, w, dx));
     BN_CUDA(cudaStreamWaitEvent(main_stream, g->join, 0));
@@ -291,7 +308,8 @@ static bn_status run_pass(int pass, int by, int beside, const conv_gpu *g, const
     if (pass == 2)
         return filter_pass(by, g, plan, ctx, (cudaStream_t)ctx->stream, xd, yd, m->x, m->y, m->dw, m->db, m->parts);
     if (beside < 0) return data_pass(by, g, plan, ctx, xd, yd, m->y, m->w, m->dx);
-    return both_passes(beside, by, g, plan, ctx, xd, xd, yd, m->x, m->y, m->w, m->dw, m->db, m->dx, m->parts);
+    return both_passes(beside, by, g, plan, ctx, xd, xd, yd, m->x, m->y, m->w, m->dw, m->db, m->dx, m->parts,
+                       false);
 }
 
 /* count floats rounded up to a multiple of 64 (256 bytes). */
@@ -303,7 +321,8 @@ static size_t round_up(size_t count)
 /* The partial sums blobnet's filter pass needs, in bytes. */
 static size_t own_parts(const conv_plan *plan)
 {
-    return plan->direct.workspace > plan->ig.workspace ? plan->direct.workspace : plan->ig.workspace;
+    size_t most = plan->direct.workspace > plan->ig.workspace ? plan->direct.workspace : plan->ig.workspace;
+    return plan->rows.workspace > most ? plan->rows.workspace : most;
 }
 
 /* Milliseconds per call of pass p by runner r where timed[p][r], measured alike for every
@@ -370,10 +389,13 @@ static bn_status make_plan(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *pl
     BN_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ctx->device));
     bn_direct_plan_make(&plan->direct, &c->g, c->filters, n, sms);
     bn_igemm_plan_make(&plan->ig, &c->g, c->filters, n, sms);
+    bn_rows_plan_make(&plan->rows, &c->g, c->filters, n, sms);
     const bn_direct_plan *d = &plan->direct;
     /* Who can run each pass (forward, data, filter). */
     const bool needed[3] = {true, plan->with_data != 0, true};
     const bool direct_ok[3] = {d->fwd_ok != 0, d->data_ok != 0, d->filter_ok != 0};
+    const bn_rows_plan *rw = &plan->rows;
+    const bool rows_ok[3] = {rw->fwd_ok != 0, rw->data_ok != 0, rw->filter_ok != 0};
     bool can[3][BY_COUNT], timed[3][BY_COUNT], ask[3];
     for (int i = 0; i < 3; i++) {
         const bool mine = needed[i] && c->engine != BN_CONV_ENGINE_CUDNN;
@@ -384,20 +406,29 @@ static bn_status make_plan(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *pl
          * and are not timed otherwise, which keeps their first-launch and timing cost out of
          * the start-up. */
         can[i][BY_IGEMM] = mine && plan->ig.pass[i].ok && (i == 2 || force_family == BY_IGEMM);
-        if (force_family && can[i][force_family]) can[i][force_family == BY_DIRECT ? BY_IGEMM : BY_DIRECT] = false;
-        const bool own = can[i][BY_DIRECT] || can[i][BY_IGEMM];
+        can[i][BY_ROWS] = mine && rows_ok[i];
+        if (force_family && can[i][force_family])
+            for (int r = BY_DIRECT; r < BY_COUNT; r++)
+                if (r != force_family) can[i][r] = false;
+        const bool own = can[i][BY_DIRECT] || can[i][BY_IGEMM] || can[i][BY_ROWS];
         /* blobnet's kernels settle the pass: cuDNN is not asked or timed. */
         const bool settled = own && (c->engine == BN_CONV_ENGINE_BLOBNET ||
                                      (c->engine == BN_CONV_ENGINE_AUTO && ctx->deterministic));
         ask[i] = needed[i] && !settled;
         can[i][BY_CUDNN] = ask[i];
-        /* A deterministic context takes one family by a fixed rule, so that every run picks the
-         * same kernels: the implicit GEMM for the filter pass (as fast as the tiles or faster at
-         * LeNet's sizes), the direct kernels for the others (2-4x faster there); otherwise the
-         * candidates are timed. */
+        /* A deterministic context takes one family by a fixed order of preference, so that every
+         * run picks the same kernels: the row tiles wherever they apply, then the implicit GEMM
+         * for the filter pass and the direct kernels for the others (the faster of the two at
+         * LeNet's sizes, docs/performance.md); otherwise the candidates are timed. */
         if (ctx->deterministic && settled) {
-            const int first = i == 2 ? BY_IGEMM : BY_DIRECT;
-            can[i][can[i][first] ? (first == BY_IGEMM ? BY_DIRECT : BY_IGEMM) : first] = false;
+            static const int prefer[3][3] = {{BY_ROWS, BY_DIRECT, BY_IGEMM},
+                                             {BY_ROWS, BY_DIRECT, BY_IGEMM},
+                                             {BY_ROWS, BY_IGEMM, BY_DIRECT}};
+            int keep = -1;
+            for (int r = 0; r < 3 && keep < 0; r++)
+                if (can[i][prefer[i][r]]) keep = prefer[i][r];
+            for (int r = BY_DIRECT; r < BY_COUNT; r++)
+                if (r != keep) can[i][r] = false;
         }
         int candidates = 0;
         for (int r = 0; r < BY_COUNT; r++) candidates += can[i][r];
@@ -409,8 +440,17 @@ static bn_status make_plan(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *pl
     if (ask[1]) BN_TRY(choose_bwd_data(l, ctx, g, x, y, plan, &need));
     if (ask[2]) BN_TRY(choose_bwd_filter(l, ctx, g, x, y, plan, &need));
     /* Reserved before timing: every runner then runs as it will in the steps. */
-    if ((can[2][BY_DIRECT] || can[2][BY_IGEMM]) && own_parts(plan) > need) need = own_parts(plan);
     BN_TRY(bn_ctx_reserve_workspace(ctx, need));
+    if ((can[2][BY_DIRECT] || can[2][BY_IGEMM] || can[2][BY_ROWS]) && own_parts(plan) > g->parts_bytes) {
+        /* cudaFree waits for the device, so no pass still uses the old buffer; a captured step
+         * graph holds its address, so it is recaptured as after a workspace change. */
+        bn_device_free(g->parts);
+        g->parts = NULL;
+        g->parts_bytes = 0;
+        BN_TRY(bn_device_alloc((void **)&g->parts, own_parts(plan)));
+        g->parts_bytes = own_parts(plan);
+        ctx->workspace_generation++;
+    }
     /* Forward and filter first; then the data pass, timed beside the chosen filter pass as the
      * backward pass will run the two. */
     static const int order[3] = {0, 2, 1};
@@ -493,12 +533,12 @@ extern "C" bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p)
     BN_DEV_WR(db, l->params[BIAS].grad);
     BN_TENSOR_DESC(xd, l->in);
     BN_TENSOR_DESC(dyd, l->out_grad);
-    float *parts = (float *)ctx->workspace;
     if (!l->in_grad)
-        return filter_pass(plan->by[2], g, plan, ctx, (cudaStream_t)ctx->stream, xd, dyd, x, dy, dw, db, parts);
+        return filter_pass(plan->by[2], g, plan, ctx, (cudaStream_t)ctx->stream, xd, dyd, x, dy, dw, db, g->parts);
     BN_DEV_WR(dx, l->in_grad);
     BN_TENSOR_DESC(dxd, l->in_grad);
-    return both_passes(plan->by[2], plan->by[1], g, plan, ctx, xd, dxd, dyd, x, dy, w, dw, db, dx, parts);
+    return both_passes(plan->by[2], plan->by[1], g, plan, ctx, xd, dxd, dyd, x, dy, w, dw, db, dx, g->parts,
+                       p->defer_joins != 0);
 }
 
 static const char *const fwd_names[] = {"implicit_gemm", "implicit_precomp_gemm", "gemm", "direct",
@@ -517,6 +557,7 @@ static const char *runner_name(int by, const char *const *names, int count, int 
 {
     if (by == BY_DIRECT) return "blobnet direct";
     if (by == BY_IGEMM) return "blobnet igemm";
+    if (by == BY_ROWS) return "blobnet rows";
     return name_of(names, count, algo);
 }
 

@@ -106,6 +106,9 @@ static bn_status open_handles(bn_ctx *c)
     cudaStream_t side;
     BN_CUDA(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
     c->side_stream = side;
+    cudaEvent_t done;
+    BN_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    c->side_done = done;
     cublasHandle_t blas;
     BN_CUBLAS(cublasCreate(&blas));
     c->cublas = blas;
@@ -203,6 +206,7 @@ extern "C" void bn_ctx_close(void)
         cudaStreamSynchronize((cudaStream_t)c->side_stream);
         cudaStreamDestroy((cudaStream_t)c->side_stream);
     }
+    if (c->side_done) cudaEventDestroy((cudaEvent_t)c->side_done);
     memset(c, 0, sizeof *c);
     ctx_open = 0;
 }
@@ -224,6 +228,20 @@ static bn_status alloc_error(cudaError_t e, size_t bytes, const char *what)
                     "are free, %.1f MiB of them held by blobnet; use a smaller --batch or model",
                     the_ctx.device, the_ctx.name, what, bytes, bytes / mib, free_bytes / mib, total_bytes / mib,
                     bytes_now / mib);
+}
+
+extern "C" void bn_ctx_defer_side(bn_ctx *ctx)
+{
+    ctx->side_pending = 1;
+}
+
+extern "C" bn_status bn_ctx_join_side(bn_ctx *ctx)
+{
+    if (!ctx->side_pending) return BN_OK;
+    ctx->side_pending = 0;
+    BN_CUDA(cudaEventRecord((cudaEvent_t)ctx->side_done, (cudaStream_t)ctx->side_stream));
+    BN_CUDA(cudaStreamWaitEvent((cudaStream_t)ctx->stream, (cudaEvent_t)ctx->side_done, 0));
+    return BN_OK;
 }
 
 extern "C" bn_status bn_ctx_reserve_workspace(bn_ctx *ctx, size_t bytes)

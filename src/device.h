@@ -20,7 +20,10 @@ typedef struct bn_ctx {
     char name[256];        /* device name as the driver reports it */
     void *stream;          /* every launch and library call goes to this stream */
     void *side_stream;     /* a layer's independent work, forked from and joined back to stream
-                              within the same pass (kernels only: the handles stay on stream) */
+                              within the same pass, or at the end of the net's backward pass
+                              (kernels only: the handles stay on stream) */
+    void *side_done;       /* event for that late join */
+    int side_pending;      /* side_stream holds work that stream has not waited for */
     void *cublas;          /* bound to stream */
     void *cudnn;           /* bound to stream */
     void *curand;          /* bound to stream */
@@ -46,6 +49,12 @@ bn_ctx *bn_ctx_current(void);
 
 /* Releases the context and its handles. */
 void bn_ctx_close(void);
+
+/* Marks side_stream as holding work that stream must wait for before the pass ends. */
+void bn_ctx_defer_side(bn_ctx *ctx);
+
+/* Makes stream wait for everything queued on side_stream so far, when anything is pending. */
+bn_status bn_ctx_join_side(bn_ctx *ctx);
 
 /* Grows the shared cuDNN workspace to at least bytes (never inside a step). */
 bn_status bn_ctx_reserve_workspace(bn_ctx *ctx, size_t bytes);

@@ -26,6 +26,17 @@ bn_status bn_ctx_open(int device, bn_ctx **out)
 bn_ctx *bn_ctx_current(void) { return NULL; }
 void bn_ctx_close(void) {}
 
+void bn_ctx_defer_side(bn_ctx *ctx)
+{
+    (void)ctx;
+}
+
+bn_status bn_ctx_join_side(bn_ctx *ctx)
+{
+    (void)ctx;
+    return BN_OK;
+}
+
 bn_status bn_ctx_reserve_workspace(bn_ctx *ctx, size_t bytes)
 {
     (void)ctx;

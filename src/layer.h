@@ -52,6 +52,9 @@ typedef struct bn_pass {
     bn_blob *labels;           /* n class indices stored as floats (loss layers) */
     bn_blob *metrics;          /* loss layers write [sum of losses, correct predictions] */
     bn_ctx *ctx;               /* device context on the GPU path, NULL on the CPU path */
+    int defer_joins;           /* set by bn_net_backward: a layer's backward pass may leave work
+                                  on ctx->side_stream unjoined (bn_ctx_defer_side); the net joins
+                                  it once all layers have run */
 } bn_pass;
 
 typedef struct bn_layer bn_layer;

@@ -336,8 +336,18 @@ bn_status bn_net_forward(bn_net *net, int train)
 
 bn_status bn_net_backward(bn_net *net)
 {
-    for (int i = net->num_layers - 1; i >= 0; i--) BN_TRY(bn_layer_backward(net->layers[i], &net->pass));
-    return BN_OK;
+    bn_ctx *ctx = net->pass.ctx;
+    bn_status s = BN_OK;
+    net->pass.defer_joins = ctx != NULL;
+    for (int i = net->num_layers - 1; i >= 0 && s == BN_OK; i--) s = bn_layer_backward(net->layers[i], &net->pass);
+    net->pass.defer_joins = 0;
+    /* Work the layers left on the side stream (weight gradients) ends here, before anything
+     * reads the gradients. */
+    if (ctx) {
+        bn_status j = bn_ctx_join_side(ctx);
+        if (s == BN_OK) s = j;
+    }
+    return s;
 }
 
 bn_status bn_net_zero_grad(bn_net *net)

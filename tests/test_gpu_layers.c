@@ -180,13 +180,17 @@ static int forced_family = BN_CONV_FAMILY_ANY;
 static int check_own_convs(const layer_case *lc, bn_net *net, int n)
 {
 #ifdef BN_WITH_CUDA
-    const char *family = forced_family == BN_CONV_FAMILY_DIRECT  ? "blobnet direct"
-                         : forced_family == BN_CONV_FAMILY_IGEMM ? "blobnet igemm"
-                                                                 : "blobnet";
     for (int i = 0; i < net->num_layers; i++) {
         bn_layer *l = net->layers[i];
         if (strcmp(l->ops->type, "conv2d") != 0) continue;
         const conv_priv *c = l->priv;
+        /* The row tiles take stride 1 and odd windows up to 7 (conv_rows.h); where they do not
+         * apply the plan times the other families. */
+        const int rows_apply = c->stride == 1 && c->size % 2 == 1 && c->size <= 7;
+        const char *family = forced_family == BN_CONV_FAMILY_DIRECT                ? "blobnet direct"
+                             : forced_family == BN_CONV_FAMILY_IGEMM               ? "blobnet igemm"
+                             : forced_family == BN_CONV_FAMILY_ROWS && rows_apply ? "blobnet rows"
+                                                                                   : "blobnet";
         char buf[1024], head[32];
         bn_conv2d_gpu_describe(c, buf, sizeof buf);
         snprintf(head, sizeof head, "n=%d: ", n);
@@ -312,9 +316,10 @@ BN_TEST(gpu_layer_conv2d_blobnet_engine_matches_cpu)
     };
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
     /* Each case with the normal choice, then with each kernel family forced. */
-    static const int families[] = {BN_CONV_FAMILY_ANY, BN_CONV_FAMILY_DIRECT, BN_CONV_FAMILY_IGEMM};
+    static const int families[] = {BN_CONV_FAMILY_ANY, BN_CONV_FAMILY_DIRECT, BN_CONV_FAMILY_IGEMM,
+                                   BN_CONV_FAMILY_ROWS};
     int r = BN_PASS;
-    for (size_t f = 0; f < 3 && r == BN_PASS; f++) {
+    for (size_t f = 0; f < sizeof families / sizeof families[0] && r == BN_PASS; f++) {
         forced_family = families[f];
         bn_conv2d_gpu_force_own(forced_family);
         for (size_t i = 0; i < sizeof cases / sizeof cases[0] && r == BN_PASS; i++) r = run_case(&cases[i]);
