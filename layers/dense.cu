@@ -945,7 +945,9 @@ extern "C" bn_status bn_dense_backward_gpu(bn_layer *l, const bn_pass *p)
     gemm_args gw = {x, dy, dw, NULL, 1.0f, db};
     if (l->in_grad && p->ctx->side_stream) {
         /* When blobnet's kernels run both products (no shared workspace, their own partial
-         * sums), dW and db go to the side stream beside dX and are joined back here. */
+         * sums), dW and db go to the side stream beside dX and are joined back here, or by the
+         * net at the end of its backward pass (bn_pass.defer_joins), so that they also run
+         * beside the layers below. */
         BN_DEV_WR(dx, l->in_grad);
         gemm_args gx = {w, dy, dx, NULL, 0.0f, NULL};
         dense_gpu *g = NULL;
@@ -957,6 +959,10 @@ extern "C" bn_status bn_dense_backward_gpu(bn_layer *l, const bn_pass *p)
             BN_CUDA(cudaEventRecord(g->fork, main_stream));
             BN_CUDA(cudaStreamWaitEvent(side, g->fork, 0));
             BN_TRY(run_own_on(&pw->ow, GEMM_DW, side, gw.b, gw.a, gw.d, gw.bias, db));
+            if (p->defer_joins) {
+                bn_ctx_defer_side(p->ctx);
+                return run_own(&px->ow, GEMM_DX, p->ctx, gx.b, gx.a, gx.d, gx.bias, NULL);
+            }
             BN_CUDA(cudaEventRecord(g->join, side));
             BN_TRY(run_own(&px->ow, GEMM_DX, p->ctx, gx.b, gx.a, gx.d, gx.bias, NULL));
             BN_CUDA(cudaStreamWaitEvent(main_stream, g->join, 0));
