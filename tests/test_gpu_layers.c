@@ -139,8 +139,8 @@ static int compare_blob(const char *what, int n, bn_blob *gpu, bn_blob *cpu, con
     if (d > *worst) *worst = d;
     CHECK_MSG(d <= tol,
               "%s, batch %d: %s differs by %.3g of its scale (tolerance %g); element %zu: gpu %.9g, cpu %.9g; "
-              "seed %llu (rerun with BLOBNET_TEST_SEED=%llu)",
-              what, n, cpu->name, d, tol, at, g[at], c[at], (unsigned long long)seed, (unsigned long long)seed);
+              "data seed %llu",
+              what, n, cpu->name, d, tol, at, g[at], c[at], (unsigned long long)seed);
     return BN_PASS;
 }
 
@@ -243,10 +243,12 @@ static int run_case(const layer_case *lc)
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
     bn_ctx *ctx;
     CHECK_OK(bn_ctx_open(0, &ctx));
+    /* Batch size k draws its data from seed + k; BLOBNET_TEST_SEED sets seed. */
     uint64_t seed = lt_fresh_seed();
     double worst = 0.0;
     for (int k = 0; k < NUM_SIZES; k++)
-        CHECK(compare_once(lc, capacities[k], batches[k], seed + (uint64_t)k, ctx, &worst) == BN_PASS);
+        CHECK_MSG(compare_once(lc, capacities[k], batches[k], seed + (uint64_t)k, ctx, &worst) == BN_PASS,
+                  "%s, batch %d: rerun with BLOBNET_TEST_SEED=%llu", lc->what, batches[k], (unsigned long long)seed);
     printf("    gpu vs cpu %s, batches 1, 3, 64, 257, 37 of 64: worst difference %.3g of scale (tolerance %g)\n",
            lc->what, worst, lc->tol);
     return BN_PASS;
@@ -434,8 +436,19 @@ static int deterministic_checks(bn_ctx *ctx)
                                           "[conv2d]\nfilters=50\nsize=5\n[maxpool]\nsize=2\n"
                                           "[dense]\noutputs=100\n[relu]\n[dense]\noutputs=10\n[softmax_ce]\n",
                                           TOL_GEMM, 10, 0, 0};
+    /* Against the CPU the stack pools by averages: behind two convolutions, two inputs of a
+     * max-pool window can lie within rounding of each other, and then the CPU and the GPU may
+     * pick different winners and route the gradient differently, which is no error. Max-pool
+     * itself is compared on exact inputs (gpu_layer_maxpool_matches_cpu); the bitwise repeat
+     * below keeps it. */
+    static const layer_case lenet_avg = {"LeNet-like with average pooling, deterministic",
+                                         "[input]\nchannels=1\nheight=28\nwidth=28\n"
+                                         "[conv2d]\nfilters=20\nsize=5\n[avgpool]\nsize=2\n"
+                                         "[conv2d]\nfilters=50\nsize=5\n[avgpool]\nsize=2\n"
+                                         "[dense]\noutputs=100\n[relu]\n[dense]\noutputs=10\n[softmax_ce]\n",
+                                         TOL_GEMM, 10, 0, 0};
     CHECK(run_case(&stack_case) == BN_PASS);
-    CHECK(run_case(&lenet_like) == BN_PASS);
+    CHECK(run_case(&lenet_avg) == BN_PASS);
     CHECK(repeat_bitwise(&lenet_like, 257, ctx) == BN_PASS);
     return BN_PASS;
 }
