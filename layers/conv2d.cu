@@ -1,7 +1,7 @@
 /* conv2d.cu - the conv2d layer on the GPU: forward, backward-data and backward-filter
- * convolutions (cross-correlation, FP32 compute), each run either by one of blobnet's three
- * families of own kernels (conv_direct.cu, conv_igemm.cu, conv_rows.cu: bias and its gradient
- * fused) or by cuDNN (the bias added with cudnnAddTensor, its gradient with
+ * convolutions (cross-correlation, FP32 results), each run either by one of blobnet's four
+ * families of own kernels (conv_direct.cu, conv_igemm.cu, conv_rows.cu, conv_tensor.cu: bias and
+ * its gradient fused; the tensor-core one keeps FP32 accuracy with split TF32 products) or by cuDNN (the bias added with cudnnAddTensor, its gradient with
  * cudnnConvolutionBackwardBias). The layer's engine key decides; by default each pass takes
  * whichever runner was fastest when the plan for a batch size was made, and with a
  * deterministic context blobnet's wherever they apply.
@@ -23,17 +23,18 @@
 #include "conv_direct.h"
 #include "conv_igemm.h"
 #include "conv_rows.h"
+#include "conv_tensor.h"
 #include "cuda_check.h"
 #include "device.h"
 
 enum { WEIGHT, BIAS };
 
-/* Who runs a pass: cuDNN, or one of blobnet's three kernel families (conv_direct.h,
- * conv_igemm.h, conv_rows.h). The values match BN_CONV_FAMILY_*. */
-enum { BY_CUDNN, BY_DIRECT, BY_IGEMM, BY_ROWS, BY_COUNT };
+/* Who runs a pass: cuDNN, or one of blobnet's four kernel families (conv_direct.h,
+ * conv_igemm.h, conv_rows.h, conv_tensor.h). The values match BN_CONV_FAMILY_*. */
+enum { BY_CUDNN, BY_DIRECT, BY_IGEMM, BY_ROWS, BY_TENSOR, BY_COUNT };
 
-/* Forced by bn_conv2d_gpu_force_own: 0, or the family (BY_DIRECT, BY_IGEMM, BY_ROWS) that every
- * new plan takes for the passes blobnet runs and the family can run. */
+/* Forced by bn_conv2d_gpu_force_own: 0, or the family (BY_DIRECT ... BY_TENSOR) that every new
+ * plan takes for the passes blobnet runs and the family can run. */
 static int force_family = 0;
 
 extern "C" void bn_conv2d_gpu_force_own(int family)
@@ -55,7 +56,8 @@ typedef struct conv_plan {
     int by[3];                                 /* who runs forward, data, filter: BY_* */
     bn_direct_plan direct;                     /* launch shapes of blobnet's direct kernels */
     bn_igemm_plan ig;                          /* of its implicit-GEMM kernels */
-    bn_rows_plan rows;                         /* and of its row-tiled kernels */
+    bn_rows_plan rows;                         /* of its row-tiled kernels */
+    bn_tensor_plan tc;                         /* and of its tensor-core kernels */
 } conv_plan;
 
 struct conv_gpu {
@@ -211,6 +213,7 @@ static bn_status forward_pass(int by, const conv_gpu *g, const conv_plan *plan, 
     if (by == BY_DIRECT) return bn_direct_forward(d, ctx->stream, x, w, b, y);
     if (by == BY_IGEMM) return bn_igemm_forward(&plan->ig, &d->g, d->filters, d->n, ctx->stream, x, w, b, y);
     if (by == BY_ROWS) return bn_rows_forward(&plan->rows, ctx->stream, x, w, b, y);
+    if (by == BY_TENSOR) return bn_tensor_forward(&plan->tc, ctx->stream, x, w, b, y);
     cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
     const float one = 1.0f, zero = 0.0f;
     BN_CUDNN(cudnnConvolutionForward(h, &one, xd, x, g->w_desc, w, g->conv_desc, plan->fwd, ctx->workspace,
@@ -228,6 +231,7 @@ static bn_status data_pass(int by, const conv_gpu *g, const conv_plan *plan, bn_
     if (by == BY_DIRECT) return bn_direct_backward_data(d, ctx->stream, dy, w, dx);
     if (by == BY_IGEMM) return bn_igemm_backward_data(&plan->ig, &d->g, d->filters, d->n, ctx->stream, dy, w, dx);
     if (by == BY_ROWS) return bn_rows_backward_data(&plan->rows, ctx->stream, dy, w, dx);
+    if (by == BY_TENSOR) return bn_tensor_backward_data(&plan->tc, ctx->stream, dy, w, dx);
     const float one = 1.0f, zero = 0.0f;
     BN_CUDNN(cudnnConvolutionBackwardData((cudnnHandle_t)ctx->cudnn, &one, g->w_desc, w, dyd, dy, g->conv_desc,
                                           plan->bwd_data, ctx->workspace, ctx->workspace_size, &zero, dxd, dx));
@@ -390,12 +394,14 @@ static bn_status make_plan(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *pl
     bn_direct_plan_make(&plan->direct, &c->g, c->filters, n, sms);
     bn_igemm_plan_make(&plan->ig, &c->g, c->filters, n, sms);
     bn_rows_plan_make(&plan->rows, &c->g, c->filters, n, sms);
+    bn_tensor_plan_make(&plan->tc, &c->g, c->filters, n, sms);
     const bn_direct_plan *d = &plan->direct;
     /* Who can run each pass (forward, data, filter). */
     const bool needed[3] = {true, plan->with_data != 0, true};
     const bool direct_ok[3] = {d->fwd_ok != 0, d->data_ok != 0, d->filter_ok != 0};
     const bn_rows_plan *rw = &plan->rows;
     const bool rows_ok[3] = {rw->fwd_ok != 0, rw->data_ok != 0, rw->filter_ok != 0};
+    const bool tensor_ok[3] = {plan->tc.fwd_ok != 0, plan->tc.data_ok != 0, false};
     bool can[3][BY_COUNT], timed[3][BY_COUNT], ask[3];
     for (int i = 0; i < 3; i++) {
         const bool mine = needed[i] && c->engine != BN_CONV_ENGINE_CUDNN;
@@ -407,10 +413,12 @@ static bn_status make_plan(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *pl
          * the start-up. */
         can[i][BY_IGEMM] = mine && plan->ig.pass[i].ok && (i == 2 || force_family == BY_IGEMM);
         can[i][BY_ROWS] = mine && rows_ok[i];
+        can[i][BY_TENSOR] = mine && tensor_ok[i];
         if (force_family && can[i][force_family])
             for (int r = BY_DIRECT; r < BY_COUNT; r++)
                 if (r != force_family) can[i][r] = false;
-        const bool own = can[i][BY_DIRECT] || can[i][BY_IGEMM] || can[i][BY_ROWS];
+        bool own = false;
+        for (int r = BY_DIRECT; r < BY_COUNT; r++) own = own || can[i][r];
         /* blobnet's kernels settle the pass: cuDNN is not asked or timed. */
         const bool settled = own && (c->engine == BN_CONV_ENGINE_BLOBNET ||
                                      (c->engine == BN_CONV_ENGINE_AUTO && ctx->deterministic));
@@ -421,11 +429,11 @@ static bn_status make_plan(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *pl
          * for the filter pass and the direct kernels for the others (the faster of the two at
          * LeNet's sizes, docs/performance.md); otherwise the candidates are timed. */
         if (ctx->deterministic && settled) {
-            static const int prefer[3][3] = {{BY_ROWS, BY_DIRECT, BY_IGEMM},
-                                             {BY_ROWS, BY_DIRECT, BY_IGEMM},
-                                             {BY_ROWS, BY_IGEMM, BY_DIRECT}};
+            static const int prefer[3][4] = {{BY_ROWS, BY_DIRECT, BY_IGEMM, BY_TENSOR},
+                                             {BY_ROWS, BY_DIRECT, BY_IGEMM, BY_TENSOR},
+                                             {BY_ROWS, BY_IGEMM, BY_DIRECT, BY_TENSOR}};
             int keep = -1;
-            for (int r = 0; r < 3 && keep < 0; r++)
+            for (int r = 0; r < 4 && keep < 0; r++)
                 if (can[i][prefer[i][r]]) keep = prefer[i][r];
             for (int r = BY_DIRECT; r < BY_COUNT; r++)
                 if (r != keep) can[i][r] = false;
@@ -558,6 +566,7 @@ static const char *runner_name(int by, const char *const *names, int count, int 
     if (by == BY_DIRECT) return "blobnet direct";
     if (by == BY_IGEMM) return "blobnet igemm";
     if (by == BY_ROWS) return "blobnet rows";
+    if (by == BY_TENSOR) return "blobnet tensor";
     return name_of(names, count, algo);
 }
 

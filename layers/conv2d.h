@@ -36,13 +36,20 @@ void bn_conv2d_gpu_release(conv_priv *c);
 
 /* Writes the algorithms chosen so far, one "n=<batch>: fwd X, bwd_data Y, bwd_filter Z" entry
  * per batch size, into buf (for logs and tests); blobnet's own kernels are named "blobnet
- * direct", "blobnet igemm" and "blobnet rows" (conv_direct.h, conv_igemm.h, conv_rows.h). */
+ * direct", "blobnet igemm", "blobnet rows" and "blobnet tensor" (conv_direct.h, conv_igemm.h,
+ * conv_rows.h, conv_tensor.h). */
 void bn_conv2d_gpu_describe(const conv_priv *c, char *buf, size_t cap);
 
 /* For tests: plans made from now on run blobnet's passes with the direct kernels (family 1), the
- * implicit-GEMM kernels (family 2) or the row-tiled kernels (family 3) wherever that family can;
- * 0 restores the normal choice. */
-enum { BN_CONV_FAMILY_ANY = 0, BN_CONV_FAMILY_DIRECT = 1, BN_CONV_FAMILY_IGEMM = 2, BN_CONV_FAMILY_ROWS = 3 };
+ * implicit-GEMM kernels (family 2), the row-tiled kernels (family 3) or the tensor-core kernels
+ * (family 4) wherever that family can; 0 restores the normal choice. */
+enum {
+    BN_CONV_FAMILY_ANY = 0,
+    BN_CONV_FAMILY_DIRECT = 1,
+    BN_CONV_FAMILY_IGEMM = 2,
+    BN_CONV_FAMILY_ROWS = 3,
+    BN_CONV_FAMILY_TENSOR = 4
+};
 void bn_conv2d_gpu_force_own(int family);
 
 #ifdef __cplusplus

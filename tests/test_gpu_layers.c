@@ -18,6 +18,10 @@
 #include <string.h>
 
 #include "conv2d.h"
+#ifdef BN_WITH_CUDA
+#include "conv_rows.h"
+#include "conv_tensor.h"
+#endif
 #include "kernels.h"
 #include "layer_testing.h"
 #include "net.h"
@@ -184,13 +188,23 @@ static int check_own_convs(const layer_case *lc, bn_net *net, int n)
         bn_layer *l = net->layers[i];
         if (strcmp(l->ops->type, "conv2d") != 0) continue;
         const conv_priv *c = l->priv;
-        /* The row tiles take stride 1 and odd windows up to 7 (conv_rows.h); where they do not
-         * apply the plan times the other families. */
-        const int rows_apply = c->stride == 1 && c->size % 2 == 1 && c->size <= 7;
-        const char *family = forced_family == BN_CONV_FAMILY_DIRECT                ? "blobnet direct"
-                             : forced_family == BN_CONV_FAMILY_IGEMM               ? "blobnet igemm"
-                             : forced_family == BN_CONV_FAMILY_ROWS && rows_apply ? "blobnet rows"
-                                                                                   : "blobnet";
+        /* The forced family where it can run the pass (its plan says so), else any of blobnet's,
+         * as the plan then times the others. */
+        static const char *const names[] = {"blobnet", "blobnet direct", "blobnet igemm", "blobnet rows",
+                                            "blobnet tensor"};
+        int can[3] = {1, 1, 1};
+        if (forced_family == BN_CONV_FAMILY_ROWS) {
+            bn_rows_plan rp;
+            bn_rows_plan_make(&rp, &c->g, c->filters, n, 1);
+            can[0] = rp.fwd_ok, can[1] = rp.data_ok, can[2] = rp.filter_ok;
+        } else if (forced_family == BN_CONV_FAMILY_TENSOR) {
+            bn_tensor_plan tp;
+            bn_tensor_plan_make(&tp, &c->g, c->filters, n, 1);
+            can[0] = tp.fwd_ok, can[1] = tp.data_ok, can[2] = 0;
+        }
+        const char *pass_family[3];
+        for (int k = 0; k < 3; k++) pass_family[k] = names[can[k] ? forced_family : 0];
+        const char *family = names[forced_family];
         char buf[1024], head[32];
         bn_conv2d_gpu_describe(c, buf, sizeof buf);
         snprintf(head, sizeof head, "n=%d: ", n);
@@ -199,10 +213,10 @@ static int check_own_convs(const layer_case *lc, bn_net *net, int n)
         char *end = strchr(plan, ';');
         if (end) *end = '\0';
         char fwd[64], filter[64], data[64];
-        snprintf(fwd, sizeof fwd, "fwd %s", family);
-        snprintf(filter, sizeof filter, "bwd_filter %s", family);
+        snprintf(fwd, sizeof fwd, "fwd %s", pass_family[0]);
+        snprintf(filter, sizeof filter, "bwd_filter %s", pass_family[2]);
         if (!l->in_grad) snprintf(data, sizeof data, "bwd_data -");
-        else if (c->stride == 1) snprintf(data, sizeof data, "bwd_data %s", family);
+        else if (c->stride == 1) snprintf(data, sizeof data, "bwd_data %s", pass_family[1]);
         else snprintf(data, sizeof data, "bwd_data");
         CHECK_MSG(strstr(plan, fwd) && strstr(plan, filter) && strstr(plan, data),
                   "%s, layer %s: plan \"%s\" does not run %s's kernels where it should", lc->what, l->name, plan,
@@ -319,7 +333,7 @@ BN_TEST(gpu_layer_conv2d_blobnet_engine_matches_cpu)
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
     /* Each case with the normal choice, then with each kernel family forced. */
     static const int families[] = {BN_CONV_FAMILY_ANY, BN_CONV_FAMILY_DIRECT, BN_CONV_FAMILY_IGEMM,
-                                   BN_CONV_FAMILY_ROWS};
+                                   BN_CONV_FAMILY_ROWS, BN_CONV_FAMILY_TENSOR};
     int r = BN_PASS;
     for (size_t f = 0; f < sizeof families / sizeof families[0] && r == BN_PASS; f++) {
         forced_family = families[f];
