@@ -36,6 +36,11 @@
 /* Elementwise layers, pooling and softmax: the same formula per element; CUDA's and libm's
  * exp/tanh differ by a few ulps (pooling itself matches bit for bit: test_gpu_pool.c). */
 #define TOL_ELEMENTWISE 1e-5
+/* Weight gradients summed over a batch of 257 behind average pooling: every one of the 16,448
+ * products of a sum is non-zero and they cancel, so two FP32 summation orders (the CPU's GEMM
+ * and blobnet's split sums) end further apart relative to the result (1.03e-4 seen once); still
+ * well below the ~1e-3 of TF32 products. */
+#define TOL_LONG_SUMS 4e-4
 /* The loss sum is accumulated in double on both sides and rounded to float once. */
 #define TOL_LOSS_SUM 1e-5
 
@@ -460,7 +465,7 @@ static int deterministic_checks(bn_ctx *ctx)
                                          "[conv2d]\nfilters=20\nsize=5\n[avgpool]\nsize=2\n"
                                          "[conv2d]\nfilters=50\nsize=5\n[avgpool]\nsize=2\n"
                                          "[dense]\noutputs=100\n[relu]\n[dense]\noutputs=10\n[softmax_ce]\n",
-                                         TOL_GEMM, 10, 0, 0};
+                                         TOL_LONG_SUMS, 10, 0, 0};
     CHECK(run_case(&stack_case) == BN_PASS);
     CHECK(run_case(&lenet_avg) == BN_PASS);
     CHECK(repeat_bitwise(&lenet_like, 257, ctx) == BN_PASS);
