@@ -454,13 +454,13 @@ static bn_status make_plan(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *pl
     BN_TRY(bn_ctx_reserve_workspace(ctx, need));
     if ((can[2][BY_DIRECT] || can[2][BY_IGEMM] || can[2][BY_ROWS]) && own_parts(plan) > g->parts_bytes) {
         /* cudaFree waits for the device, so no pass still uses the old buffer; a captured step
-         * graph holds its address, so it is recaptured as after a workspace change. */
+         * graph holds its address, so the context's buffer generation moves on. */
         bn_device_free(g->parts);
         g->parts = NULL;
         g->parts_bytes = 0;
         BN_TRY(bn_device_alloc((void **)&g->parts, own_parts(plan)));
         g->parts_bytes = own_parts(plan);
-        ctx->workspace_generation++;
+        ctx->buffer_generation++;
     }
     /* Forward and filter first; then the data pass, timed beside the chosen filter pass as the
      * backward pass will run the two. */

@@ -30,6 +30,7 @@
 
 #include "conv_igemm.h"
 #include "cuda_check.h"
+#include "smem_opt_in.cuh"
 
 #define BK 16
 /* Stages in the shared-memory ring: STAGES - 1 are in flight while one is used. */
@@ -313,12 +314,8 @@ template <int P, int BM, int BN, bool CHECK>
 static cudaError_t launch_one(const ig_args &a, dim3 grid, size_t smem, cudaStream_t st)
 {
     static bool opted;
-    if (!opted) {
-        cudaError_t e = cudaFuncSetAttribute(igemm<P, BM, BN, 4, 4, CHECK>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) return e;
-        opted = true;
-    }
+    cudaError_t e = bn_smem_opt_in(igemm<P, BM, BN, 4, 4, CHECK>, &opted, smem);
+    if (e != cudaSuccess) return e;
     igemm<P, BM, BN, 4, 4, CHECK><<<grid, (BM / 4) * (BN / 4), smem, st>>>(a);
     return cudaSuccess;
 }

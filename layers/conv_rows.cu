@@ -25,6 +25,7 @@
 #include "conv_rows.h"
 #include "conv_stage.cuh"
 #include "cuda_check.h"
+#include "smem_opt_in.cuh"
 
 /* Outputs per thread along a row. */
 #define PX 4
@@ -378,10 +379,7 @@ template <typename Args>
 static bn_status launch(void (*kern)(Args), bool *opted, dim3 grid, int threads, size_t smem, cudaStream_t st,
                         const Args &a)
 {
-    if (!*opted) {
-        BN_CUDA(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM_LIMIT));
-        *opted = true;
-    }
+    BN_CUDA(bn_smem_opt_in(kern, opted, SMEM_LIMIT));
     kern<<<grid, threads, smem, st>>>(a);
     BN_CUDA_LAUNCH();
     return BN_OK;

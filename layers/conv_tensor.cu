@@ -22,6 +22,7 @@
 #include "conv_stage.cuh"
 #include "conv_tensor.h"
 #include "cuda_check.h"
+#include "smem_opt_in.cuh"
 
 /* 16-position tiles per warp. */
 #define MW 2
@@ -204,14 +205,14 @@ static int tensor_shape(bn_tensor_conv *d, int ci, int hi, int wi, int pad, int 
     d->threads = 32 * d->mper * splits;
     d->hp = (ho - 1) * stride + k;
     d->wp = round4i((wo - 1) * stride + k);
-    const long long wcount = (long long)co * ci * k * k;
-    const long long plane = (long long)d->hp * d->wp;
-    d->a_off = (size_t)round4i((int)(wcount < (1 << 28) ? wcount : (1 << 28)));
-    d->tab_off = d->a_off + (size_t)((ci + 1) * plane);
+    /* Shared memory: the weights, the planes, the two tables, the warps' sums (in floats). */
+    const size_t wcount = (size_t)co * ci * k * k, plane = (size_t)d->hp * d->wp;
+    if (wcount * sizeof(float) > TENSOR_SMEM || plane * (ci + 1) * sizeof(float) > TENSOR_SMEM) return 0;
+    d->a_off = (wcount + 3) / 4 * 4;
+    d->tab_off = d->a_off + (ci + 1) * plane;
     d->red_off = d->tab_off + (size_t)round4i(2 * d->ksteps * 8);
-    const size_t floats = d->red_off + (size_t)d->mper * 32 * d->ntiles * 8;
-    d->smem = floats * sizeof(float);
-    if (wcount >= (1 << 28) || d->smem > TENSOR_SMEM) return 0;
+    d->smem = (d->red_off + (size_t)d->mper * 32 * d->ntiles * 8) * sizeof(float);
+    if (d->smem > TENSOR_SMEM) return 0;
     const long long items = (long long)n * d->mparts;
     if (items > (1LL << 30)) return 0;
     d->blocks = (int)(items < sms ? items : sms);
@@ -232,10 +233,7 @@ template <int NT>
 static bn_status launch_nt(const tensor_args &a, cudaStream_t st)
 {
     static bool opted;
-    if (!opted) {
-        BN_CUDA(cudaFuncSetAttribute(tensor_conv<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, TENSOR_SMEM));
-        opted = true;
-    }
+    BN_CUDA(bn_smem_opt_in(tensor_conv<NT>, &opted, TENSOR_SMEM));
     tensor_conv<NT><<<a.s.blocks, a.s.threads, a.s.smem, st>>>(a);
     BN_CUDA_LAUNCH();
     return BN_OK;

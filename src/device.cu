@@ -260,7 +260,7 @@ extern "C" bn_status bn_ctx_reserve_workspace(bn_ctx *ctx, size_t bytes)
         return alloc_error(e, bytes, "the cuDNN workspace");
     }
     ctx->workspace_size = bytes;
-    ctx->workspace_generation++;
+    ctx->buffer_generation++;
     account(bytes, 0);
     /* Zeroed once, so that no algorithm can read uninitialised memory from it. */
     BN_CUDA(cudaMemsetAsync(ctx->workspace, 0, bytes, (cudaStream_t)ctx->stream));

@@ -29,7 +29,9 @@ typedef struct bn_ctx {
     void *curand;          /* bound to stream */
     void *workspace;       /* cuDNN workspace arena shared by all layers */
     size_t workspace_size;
-    unsigned workspace_generation; /* counts reallocations: a captured graph holds the old one */
+    unsigned buffer_generation; /* counts replacements of device buffers that steps reuse (the
+                                   workspace, a layer's own scratch): a captured graph holds the
+                                   old addresses and must be captured again */
     int deterministic;     /* restrict cuDNN to deterministic algorithms */
     int tf32;              /* allow TF32 tensor-core math */
 } bn_ctx;

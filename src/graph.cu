@@ -38,9 +38,9 @@ extern "C" bn_status bn_step_graph_run(bn_step_graph *g, bn_ctx *ctx, bn_status 
     cudaStream_t s = (cudaStream_t)ctx->stream;
     *replayed = 0;
     if (g->failed) return body(arg);
-    if (g->exec && g->workspace_generation != ctx->workspace_generation) bn_step_graph_free(g);
+    if (g->exec && g->buffer_generation != ctx->buffer_generation) bn_step_graph_free(g);
     if (!g->exec) {
-        g->workspace_generation = ctx->workspace_generation;
+        g->buffer_generation = ctx->buffer_generation;
         bn_status st = capture(g, s, body, arg);
         if (st != BN_OK) {
             /* The body's host-side effects have happened once; its device work has not. Run

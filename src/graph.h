@@ -16,7 +16,7 @@ extern "C" {
 typedef struct bn_step_graph {
     void *exec;        /* cudaGraphExec_t once captured */
     int failed;        /* capture was refused: run eagerly from now on */
-    unsigned workspace_generation; /* the context's workspace when captured */
+    unsigned buffer_generation; /* the context's buffer_generation when captured */
 } bn_step_graph;
 
 /* Runs body(arg) as a captured graph: captures on the first call, replays afterwards.
