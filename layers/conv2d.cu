@@ -248,6 +248,7 @@ static bn_status filter_pass(int by, const conv_gpu *g, const conv_plan *plan, b
     const bn_direct_plan *d = &plan->direct;
     if (by == BY_DIRECT) return bn_direct_backward_filter(d, stream, x, dy, dw, db, parts);
     if (by == BY_ROWS) return bn_rows_backward_filter(&plan->rows, stream, x, dy, dw, db, parts);
+    if (by == BY_TENSOR) return bn_tensor_backward_filter(&plan->tc, stream, x, dy, dw, db, parts);
     if (by == BY_IGEMM) {
         const bn_igemm_pass *f = &plan->ig.pass[2];
         BN_TRY(bn_igemm_backward_filter_parts(&plan->ig, &d->g, d->filters, d->n, stream, x, dy, parts));
@@ -326,7 +327,8 @@ static size_t round_up(size_t count)
 static size_t own_parts(const conv_plan *plan)
 {
     size_t most = plan->direct.workspace > plan->ig.workspace ? plan->direct.workspace : plan->ig.workspace;
-    return plan->rows.workspace > most ? plan->rows.workspace : most;
+    if (plan->rows.workspace > most) most = plan->rows.workspace;
+    return plan->tc.workspace > most ? plan->tc.workspace : most;
 }
 
 /* Milliseconds per call of pass p by runner r where timed[p][r], measured alike for every
@@ -401,7 +403,7 @@ static bn_status make_plan(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *pl
     const bool direct_ok[3] = {d->fwd_ok != 0, d->data_ok != 0, d->filter_ok != 0};
     const bn_rows_plan *rw = &plan->rows;
     const bool rows_ok[3] = {rw->fwd_ok != 0, rw->data_ok != 0, rw->filter_ok != 0};
-    const bool tensor_ok[3] = {plan->tc.fwd_ok != 0, plan->tc.data_ok != 0, false};
+    const bool tensor_ok[3] = {plan->tc.fwd_ok != 0, plan->tc.data_ok != 0, plan->tc.filter_ok != 0};
     bool can[3][BY_COUNT], timed[3][BY_COUNT], ask[3];
     for (int i = 0; i < 3; i++) {
         const bool mine = needed[i] && c->engine != BN_CONV_ENGINE_CUDNN;
@@ -413,10 +415,7 @@ static bn_status make_plan(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *pl
          * the start-up. */
         can[i][BY_IGEMM] = mine && plan->ig.pass[i].ok && (i == 2 || force_family == BY_IGEMM);
         can[i][BY_ROWS] = mine && rows_ok[i];
-        /* The tensor-core input gradient measured 1.1-1.4x slower than the row tiles' at LeNet's
-         * sizes (it multiplies the zero border of the padded dy too): like the two kernels
-         * above it runs when forced and is not timed otherwise. */
-        can[i][BY_TENSOR] = mine && tensor_ok[i] && (i == 0 || force_family == BY_TENSOR);
+        can[i][BY_TENSOR] = mine && tensor_ok[i];
         if (force_family && can[i][force_family])
             for (int r = BY_DIRECT; r < BY_COUNT; r++)
                 if (r != force_family) can[i][r] = false;
@@ -452,7 +451,8 @@ static bn_status make_plan(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *pl
     if (ask[2]) BN_TRY(choose_bwd_filter(l, ctx, g, x, y, plan, &need));
     /* Reserved before timing: every runner then runs as it will in the steps. */
     BN_TRY(bn_ctx_reserve_workspace(ctx, need));
-    if ((can[2][BY_DIRECT] || can[2][BY_IGEMM] || can[2][BY_ROWS]) && own_parts(plan) > g->parts_bytes) {
+    if ((can[2][BY_DIRECT] || can[2][BY_IGEMM] || can[2][BY_ROWS] || can[2][BY_TENSOR]) &&
+        own_parts(plan) > g->parts_bytes) {
         /* cudaFree waits for the device, so no pass still uses the old buffer; a captured step
          * graph holds its address, so the context's buffer generation moves on. */
         bn_device_free(g->parts);

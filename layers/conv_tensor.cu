@@ -1,24 +1,39 @@
-/* conv_tensor.cu - the conv2d layer's tensor-core kernels (see conv_tensor.h).
+/* conv_tensor.cu - the conv2d layer's tensor-core kernels (see conv_tensor.h), all on mma.sync
+ * m16n8k8 TF32 products.
  *
- * One block stages all of the layer's weights in shared memory once, in their own layout, then
- * takes work items in turn, an item being an image or, when there are fewer images than
- * multiprocessors, a share of an image's positions: it stages the image's zero-padded input
- * planes (plus one plane of zeros) and computes out[position][channel] = sum over k = (input channel, tap) of
- * A[position][k] * B[k][channel] with mma.sync m16n8k8 TF32 products. Two tables give, per k,
- * the offset of A's element within the staged planes (for position 0) and of B's element within
- * the weights (for channel 0): A's element for position m is at row offset(m) + tableA[k], B's
- * for channel n at tableB[k] + n * stride, which covers the forward pass (B = W^T) and the
- * backward-data pass (B = W read transposed and rotated) alike. k past the reduction reads the
- * zero plane. Each warp owns two 16-position tiles and every channel tile, for every
- * splits-th step of 8 along k; the warps then add their sums into shared memory one split after
- * another, and the block writes the image's outputs with the bias.
+ * Forward: one block stages all of the layer's weights in shared memory once, then takes work
+ * items in turn, an item being an image or, when there are fewer images than multiprocessors, a
+ * share of an image's positions: it stages the image's zero-padded input planes (plus one plane
+ * of zeros) and computes out[position][channel] = sum over k = (input channel, tap) of
+ * A[position][k] * B[k][channel]. Two tables give, per k, the offset of A's element within the
+ * staged planes (for position 0) and of B's element within the weights (for channel 0). k past
+ * the reduction reads the zero plane. Each warp owns two 16-position tiles and every channel
+ * tile, for every splits-th step of 8 along k; the warps then add their sums into shared memory
+ * one split after another, and the block writes the image's outputs with the bias.
  *
- * FP32 accuracy from TF32 products: x = hi + lo with hi = tf32(x) and lo = tf32(x - hi); a*b is
- * taken as lo_a*hi_b + hi_a*lo_b + hi_a*hi_b (the lo*lo term is below FP32's rounding). */
+ * Backward data, by scattering rather than by convolving the zero-padded dy: for each tap t,
+ * P_t[q][c] = sum over filters o of dy[o][q] * w[o][c][t] is a product with no zeros in it, and
+ * P_t[q][c] belongs to dx[c] at q shifted by t. A block takes 8 input channels and images in
+ * turn; warp ky computes the taps of window row ky and adds them, tap after tap, into its own
+ * copy of the 8 zero-bordered dx planes; the block then adds the warps' copies in warp order.
+ *
+ * Backward filter: dw[o][(c, t)] = sum over images and positions q of dy[o][q] * x[c][q
+ * shifted by t], one product per block over its span of images (K = positions), the bias
+ * gradient as one more column of B that reads a plane of ones. A block takes 4 * warps column
+ * tiles; warps that share columns take alternate steps along the positions and add their sums
+ * in warp order; each span of images writes its own partial sums, which
+ * bn_direct_finish_filter adds in span order.
+ *
+ * FP32 accuracy from TF32 products: x = hi + lo, hi being x rounded to TF32's 10 fraction bits
+ * (by adding half of the dropped part and masking it off: two integer instructions, where the
+ * cvt.rna.tf32 conversion takes several) and lo = x - hi, exact in FP32, of which the tensor cores
+ * read the TF32 part; a*b is taken as lo_a*hi_b + hi_a*lo_b + hi_a*hi_b, with an error near
+ * 2^-22 of |a*b| (the lo*lo term and lo's dropped bits). */
 #include <cuda_pipeline.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "conv_direct.h"
 #include "conv_stage.cuh"
 #include "conv_tensor.h"
 #include "cuda_check.h"
@@ -41,11 +56,9 @@ typedef struct tensor_args {
 
 static __device__ __forceinline__ void split_tf32(float x, uint32_t &hi, uint32_t &lo)
 {
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(hi) : "f"(x));
-    const float rest = x - __uint_as_float(hi);
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(lo) : "f"(rest));
+    hi = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+    lo = __float_as_uint(x - __uint_as_float(hi));
 }
-
 static __device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
 {
     asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -62,8 +75,8 @@ static __global__ void __launch_bounds__(MAX_WARPS * 32) tensor_conv(tensor_args
     const bn_tensor_conv &s = a.s;
     const int kk = s.k * s.k, K = s.ci * kk, kpad = s.ksteps * 8;
     const int npos = s.ho * s.wo, plane = s.hp * s.wp, np = NT * 8;
-    /* The weights as stored: (filters, channels, k, k) of the forward layer. */
-    const int wcount = (s.flip ? s.ci * s.co : s.co * s.ci) * kk;
+    /* The weights as stored: (filters, channels, k, k). */
+    const int wcount = s.co * s.ci * kk;
     float *sb = smem;
     float *sa = smem + s.a_off;                 /* [ci + 1][hp][wp], the last plane zeros */
     int *ta = (int *)(smem + s.tab_off);        /* [kpad] */
@@ -84,13 +97,13 @@ static __global__ void __launch_bounds__(MAX_WARPS * 32) tensor_conv(tensor_args
         if (k < K) {
             const int c = k / kk, tap = k - c * kk, ky = tap / s.k, kx = tap - ky * s.k;
             ta[k] = c * plane + ky * s.wp + kx;
-            tb[k] = s.flip ? c * s.co * kk + (kk - 1 - tap) : c * kk + tap;
+            tb[k] = c * kk + tap;
         } else {
             ta[k] = s.ci * plane;
             tb[k] = 0;
         }
     }
-    const int nstride = s.flip ? kk : s.ci * kk;
+    const int nstride = s.ci * kk;
     int no[NT];
 #pragma unroll
     for (int j = 0; j < NT; j++) no[j] = min(j * 8 + gid, s.co - 1) * nstride;
@@ -177,12 +190,12 @@ static int round4i(int v)
 
 /* Fills a shape; 0 when the kernel cannot run it. */
 static int tensor_shape(bn_tensor_conv *d, int ci, int hi, int wi, int pad, int stride, int co, int ho, int wo, int k,
-                        int flip, int n, int sms)
+                        int n, int sms)
 {
     memset(d, 0, sizeof *d);
     if (co < 1 || co > 64 || ci < 1 || ho < 1 || wo < 1 || k < 1 || stride < 1 || pad < 0 || n < 1) return 0;
     d->ci = ci, d->hi = hi, d->wi = wi, d->pad = pad, d->stride = stride;
-    d->co = co, d->ho = ho, d->wo = wo, d->k = k, d->flip = flip;
+    d->co = co, d->ho = ho, d->wo = wo, d->k = k;
     d->ntiles = (co + 7) / 8;
     const int npos = ho * wo, mtiles = (npos + 15) / 16;
     d->mgroups = (mtiles + MW - 1) / MW;
@@ -219,14 +232,419 @@ static int tensor_shape(bn_tensor_conv *d, int ci, int hi, int wi, int pad, int 
     return 1;
 }
 
+/* ---- Backward data ---- */
+
+typedef struct data_args {
+    bn_tensor_data s;
+    int n;
+    const float *dy, *w;
+    float *dx;
+} data_args;
+
+/* e / d and e % d for 0 <= e < 2^24 and d > 0, given inv = 1.0f / d: a float product and one
+ * correction, far fewer instructions than an integer division by a value known only at run time. */
+static __device__ __forceinline__ int div_small(int e, int d, float inv, int &rem)
+{
+    int q = __float2int_rz(__int2float_rn(e) * inv), r = e - q * d;
+    if (r < 0) q--, r += d;
+    else if (r >= d) q++, r -= d;
+    rem = r;
+    return q;
+}
+
+/* Starts copying `rows` rows of `count` floats, src + r * src_step to dst + r * dst_step (shared
+ * memory), with cp.async: 16-byte pieces where every row start is 16-byte aligned and count is a
+ * multiple of 4, else 4-byte ones. */
+static __device__ void copy_rows_async(float *dst, int dst_step, const float *src, int src_step, int rows, int count)
+{
+    const bool vec = count % 4 == 0 && dst_step % 4 == 0 && src_step % 4 == 0 && ((uintptr_t)src & 15) == 0 &&
+                     ((uintptr_t)dst & 15) == 0;
+    const int piece = vec ? 4 : 1, per_row = count / piece;
+    const float inv = 1.0f / per_row;
+    for (int e = threadIdx.x; e < rows * per_row; e += blockDim.x) {
+        int i;
+        const int r = div_small(e, per_row, inv, i);
+        i *= piece;
+        __pipeline_memcpy_async(dst + (size_t)r * dst_step + i, src + (size_t)r * src_step + i, 4 * piece);
+    }
+}
+
+template <int KW>
+static __global__ void __launch_bounds__(KW * 32) tensor_data(data_args a)
+{
+    extern __shared__ float4 smem4[];
+    const bn_tensor_data &s = a.s;
+    constexpr int KK = KW * KW;
+    float *ws = (float *)smem4;             /* [kp][ws_row]: w[o][c0 + cl][t] at o * ws_row + cl * KK + t */
+    float *abuf = ws + s.a_off;             /* [2][kp][sa]: two images' dy[o][q], zeros past f and npos */
+    float *priv = ws + s.p_off;             /* [KW][8][tps]: each warp's zero-bordered dx planes */
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane >> 2, tig = lane & 3;
+    const int c0 = blockIdx.y * 8, cvalid = min(8, s.c - c0), npos = s.oh * s.ow, mtot = s.mpasses * 64;
+    const size_t abytes = (size_t)s.kp * s.sa;
+
+    /* The weight tile, once per block, as stored: per filter the 8 channels' taps are one run.
+     * Zeros for the filters past f (dy's rows there are zeros too, and 0 * garbage could be NaN)
+     * and for the channels past the layer's. */
+    copy_rows_async(ws, s.ws_row, a.w + (size_t)c0 * KK, s.c * KK, s.f, cvalid * KK);
+    for (int e = threadIdx.x; e < (s.kp - s.f) * s.ws_row; e += blockDim.x) ws[s.f * s.ws_row + e] = 0.0f;
+    if (cvalid < 8)
+        for (int e = threadIdx.x; e < s.f * 8 * KK; e += blockDim.x) {
+            int i;
+            const int o = div_small(e, 8 * KK, 1.0f / (8 * KK), i);
+            if (i >= cvalid * KK) ws[o * s.ws_row + i] = 0.0f;
+        }
+    /* Zeros where dy has no rows or positions, in both buffers (the copies never write there). */
+    for (int b = 0; b < 2; b++) {
+        float *ab = abuf + b * abytes;
+        for (int e = threadIdx.x; e < (s.kp - s.f) * s.sa; e += blockDim.x) ab[s.f * s.sa + e] = 0.0f;
+        if (npos < mtot)
+            for (int o = warp; o < s.f; o += KW)
+                for (int q = npos + lane; q < mtot; q += 32) ab[o * s.sa + q] = 0.0f;
+    }
+    if (blockIdx.x < a.n) copy_rows_async(abuf, s.sa, a.dy + (size_t)blockIdx.x * s.f * npos, npos, s.f, npos);
+    __pipeline_commit();
+
+    int b = 0;
+    for (int img = blockIdx.x; img < a.n; img += gridDim.x, b ^= 1) {
+        __syncthreads(); /* the other buffer and the warps' planes are no longer read */
+        const int next = img + gridDim.x;
+        if (next < a.n)
+            copy_rows_async(abuf + (b ^ 1) * abytes, s.sa, a.dy + (size_t)next * s.f * npos, npos, s.f, npos);
+        __pipeline_commit();
+        __pipeline_wait_prior(1);
+        __syncthreads();
+
+        const int ky = warp;
+        const float *av = abuf + b * abytes;
+        float *mine = priv + (size_t)warp * 8 * s.tps;
+        for (int e = lane; e < 2 * s.tps; e += 32) ((float4 *)mine)[e] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        __syncwarp();
+        for (int mp = 0; mp < s.mpasses; mp++) {
+            float acc[4][KW][4];
+#pragma unroll
+            for (int m = 0; m < 4; m++)
+#pragma unroll
+                for (int kx = 0; kx < KW; kx++)
+#pragma unroll
+                    for (int q = 0; q < 4; q++) acc[m][kx][q] = 0.0f;
+            for (int k0 = 0; k0 < s.kp; k0 += 8) {
+                uint32_t ah[4][4], al[4][4];
+#pragma unroll
+                for (int m = 0; m < 4; m++) {
+                    const int r = mp * 64 + m * 16 + gid, i0 = (k0 + tig) * s.sa + r, i1 = i0 + 4 * s.sa;
+                    split_tf32(av[i0], ah[m][0], al[m][0]);
+                    split_tf32(av[i0 + 8], ah[m][1], al[m][1]);
+                    split_tf32(av[i1], ah[m][2], al[m][2]);
+                    split_tf32(av[i1 + 8], ah[m][3], al[m][3]);
+                }
+#pragma unroll
+                for (int kx = 0; kx < KW; kx++) {
+                    const float *wt = ws + (k0 + tig) * s.ws_row + gid * KK + ky * KW + kx;
+                    uint32_t bh0, bl0, bh1, bl1;
+                    split_tf32(wt[0], bh0, bl0);
+                    split_tf32(wt[4 * s.ws_row], bh1, bl1);
+#pragma unroll
+                    for (int m = 0; m < 4; m++) {
+                        mma_tf32(acc[m][kx], al[m], bh0, bh1);
+                        mma_tf32(acc[m][kx], ah[m], bl0, bl1);
+                        mma_tf32(acc[m][kx], ah[m], bh0, bh1);
+                    }
+                }
+            }
+            /* Each tap's sums into this warp's planes at the tap's shift; one tap's targets are
+             * all different, the next tap's may meet them, so the lanes agree between taps. */
+            int at[4][2];
+#pragma unroll
+            for (int m = 0; m < 4; m++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int q = mp * 64 + m * 16 + gid + 8 * h, qy = q / s.ow;
+                    at[m][h] = q < npos ? (qy + ky) * s.tw + q - qy * s.ow : -1;
+                }
+#pragma unroll
+            for (int kx = 0; kx < KW; kx++) {
+#pragma unroll
+                for (int m = 0; m < 4; m++)
+#pragma unroll
+                    for (int q = 0; q < 4; q++) {
+                        const int pos = at[m][q >> 1], cl = 2 * tig + (q & 1);
+                        if (pos >= 0 && cl < cvalid) mine[cl * s.tps + pos + kx] += acc[m][kx][q];
+                    }
+                __syncwarp();
+            }
+        }
+        __syncthreads();
+        /* dx = the warps' planes added in warp order, without their border. */
+        float *dx = a.dx + ((size_t)img * s.c + c0) * s.h * s.w;
+        const int hw = s.h * s.w;
+        const float inv_hw = 1.0f / hw, inv_w = 1.0f / s.w;
+        for (int e = threadIdx.x; e < cvalid * hw; e += blockDim.x) {
+            int r, ix;
+            const int cl = div_small(e, hw, inv_hw, r), iy = div_small(r, s.w, inv_w, ix);
+            const float *src = priv + cl * s.tps + (iy + s.pad) * s.tw + ix + s.pad;
+            float sum = src[0];
+#pragma unroll
+            for (int w = 1; w < KW; w++) sum += src[(size_t)w * 8 * s.tps];
+            dx[e] = sum;
+        }
+    }
+}
+
+/* Fills the data shape; 0 when the kernel cannot run it. */
+static int data_shape(bn_tensor_data *d, const bn_conv_geom *g, int filters, int n, int sms)
+{
+    memset(d, 0, sizeof *d);
+    if (g->stride != 1 || g->k < 1 || g->k > 7 || g->pad < 0 || filters < 1 || g->c < 1 || n < 1) return 0;
+    d->c = g->c, d->h = g->h, d->w = g->w, d->pad = g->pad;
+    d->f = filters, d->oh = g->oh, d->ow = g->ow, d->k = g->k;
+    if (d->oh < 1 || d->ow < 1) return 0;
+    d->ctiles = (g->c + 7) / 8;
+    d->kp = (filters + 7) / 8 * 8;
+    /* A filter's row of the weight tile: 8 channels' taps, padded to 8 more than a multiple of
+     * 32 floats, so that the 32 lanes' reads (4 filters x 8 channels) fall in different banks
+     * when k * k is odd. */
+    d->ws_row = (8 * g->k * g->k + 23) / 32 * 32 + 8;
+    const long long npos = (long long)d->oh * d->ow;
+    if (npos > 4096) return 0;
+    d->mpasses = (int)((npos + 63) / 64);
+    d->sa = d->mpasses * 64 + 8;
+    d->th = d->oh + g->k - 1, d->tw = d->ow + g->k - 1;
+    const int tp = d->th * d->tw;
+    d->tps = (tp + 11) / 16 * 16 + 4;
+    const size_t ws = (size_t)d->kp * d->ws_row;
+    d->a_off = (ws + 3) / 4 * 4;
+    d->p_off = d->a_off + (size_t)2 * d->kp * d->sa; /* two buffers */
+    d->smem = (d->p_off + (size_t)g->k * 8 * d->tps) * sizeof(float);
+    if (d->smem > TENSOR_SMEM) return 0;
+    /* Blocks resident per multiprocessor by shared memory (228 KiB, 1 KiB reserved per block). */
+    int per_sm = (int)((228 * 1024) / (d->smem + 1024));
+    if (per_sm < 1) per_sm = 1;
+    const int want = (sms * per_sm + d->ctiles - 1) / d->ctiles;
+    d->blocks = n < want ? n : want;
+    if (d->blocks < 1) d->blocks = 1;
+    if (d->blocks > 65535) d->blocks = 65535;
+    return 1;
+}
+
+/* ---- Backward filter ---- */
+
+typedef struct filter_args {
+    bn_tensor_filter s;
+    int n;
+    const float *x, *dy;
+    float *parts;
+} filter_args;
+
+/* Column tiles per warp, and the row of a warp's sums while warps add them (8 floats more than
+ * its 32, so that rows 8 apart do not share banks). */
+#define NTW 4
+#define RED_ROW (NTW * 8 + 8)
+
+/* Starts copying image img's dy (rows of npos) and x (into the zero-bordered planes) into the
+ * given buffers. */
+static __device__ void filter_stage(const bn_tensor_filter &s, const filter_args &a, int img, float *dbuf, float *xbuf)
+{
+    const bn_conv_geom &g = s.g;
+    const int npos = g.oh * g.ow;
+    copy_rows_async(dbuf, s.sa, a.dy + (size_t)img * s.filters * npos, npos, s.filters, npos);
+    const float *x = a.x + (size_t)img * g.c * g.h * g.w;
+    const int rows = min(g.h, s.hp - g.pad), cols = min(g.w, s.wp - g.pad);
+    const bool vec = cols % 4 == 0 && g.w % 4 == 0 && g.pad % 4 == 0 && ((uintptr_t)x & 15) == 0;
+    const int piece = vec ? 4 : 1, per_row = cols / piece;
+    const float inv_row = 1.0f / per_row, inv_rows = 1.0f / rows;
+    for (int e = threadIdx.x; e < g.c * rows * per_row; e += blockDim.x) {
+        int i, iy;
+        const int r = div_small(e, per_row, inv_row, i), c = div_small(r, rows, inv_rows, iy);
+        i *= piece;
+        __pipeline_memcpy_async(xbuf + (size_t)(c * s.hp + iy + g.pad) * s.wp + g.pad + i,
+                                x + ((size_t)c * g.h + iy) * g.w + i, 4 * piece);
+    }
+}
+
+template <int MT>
+static __global__ void __launch_bounds__(256) tensor_filter(filter_args a)
+{
+    extern __shared__ float4 smem4[];
+    const bn_tensor_filter &s = a.s;
+    const bn_conv_geom &g = s.g;
+    const int filters = s.filters, rows = MT * 16, kk = g.k * g.k, ckk = g.c * kk, npos = g.oh * g.ow;
+    const int plane = s.hp * s.wp;
+    const size_t dsize = (size_t)rows * s.sa, xsize = (size_t)(g.c + 1) * plane;
+    float *dbuf = (float *)smem4;                    /* [2][rows][sa]: dy[o][q], zeros past filters and npos */
+    float *xbuf = (float *)smem4 + s.x_off;          /* [2][c + 1][hp][wp]: x with its zero border, then ones */
+    int *qo = (int *)((float *)smem4 + s.q_off);     /* [kq]: position q's offset in a plane */
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane >> 2, tig = lane & 3;
+    const int nw = warp % s.nwarps, ks = warp / s.nwarps;
+    const int tile0 = (blockIdx.x * s.nwarps + nw) * NTW;
+
+    /* Both buffers: zeros, and the plane of ones; the copies write only x's and dy's cells. */
+    for (int e = threadIdx.x; e < (int)(2 * dsize); e += blockDim.x) dbuf[e] = 0.0f;
+    for (int b = 0; b < 2; b++)
+        for (int e = threadIdx.x; e < (int)xsize; e += blockDim.x) xbuf[b * xsize + e] = e >= g.c * plane ? 1.0f : 0.0f;
+    const float inv_ow = 1.0f / g.ow;
+    for (int q = threadIdx.x; q < s.kq; q += blockDim.x) {
+        int qx;
+        const int qy = div_small(q, g.ow, inv_ow, qx);
+        qo[q] = q < npos ? qy * g.stride * s.wp + qx * g.stride : 0;
+    }
+    /* This lane's column offsets: weight (c, t) reads plane c at the tap's shift; the bias column
+     * and the columns past it read the ones. */
+    int tb[NTW];
+#pragma unroll
+    for (int j = 0; j < NTW; j++) {
+        const int col = (tile0 + j) * 8 + gid;
+        if (col < ckk) {
+            const int c = col / kk, t = col - c * kk, ky = t / g.k;
+            tb[j] = c * plane + ky * s.wp + t - ky * g.k;
+        } else {
+            tb[j] = g.c * plane;
+        }
+    }
+    float acc[MT][NTW][4];
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int j = 0; j < NTW; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) acc[m][j][q] = 0.0f;
+
+    const int first = blockIdx.y * s.span, last = min(a.n, first + s.span);
+    __syncthreads(); /* the zeros are written before any copy lands beside them */
+    filter_stage(s, a, first, dbuf, xbuf);
+    __pipeline_commit();
+    int b = 0;
+    for (int img = first; img < last; img++, b ^= 1) {
+        __syncthreads(); /* the other buffers are no longer read */
+        if (img + 1 < last) filter_stage(s, a, img + 1, dbuf + (b ^ 1) * dsize, xbuf + (b ^ 1) * xsize);
+        __pipeline_commit();
+        __pipeline_wait_prior(1);
+        __syncthreads();
+        const float *dv = dbuf + b * dsize, *xv = xbuf + b * xsize;
+        for (int k0 = ks * 8; k0 < s.kq; k0 += s.ksplit * 8) {
+            uint32_t ah[MT][4], al[MT][4];
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                const int i0 = (m * 16 + gid) * s.sa + k0 + tig, i1 = i0 + 8 * s.sa;
+                split_tf32(dv[i0], ah[m][0], al[m][0]);
+                split_tf32(dv[i1], ah[m][1], al[m][1]);
+                split_tf32(dv[i0 + 4], ah[m][2], al[m][2]);
+                split_tf32(dv[i1 + 4], ah[m][3], al[m][3]);
+            }
+            const int q0 = qo[k0 + tig], q1 = qo[k0 + tig + 4];
+#pragma unroll
+            for (int j = 0; j < NTW; j++) {
+                uint32_t bh0, bl0, bh1, bl1;
+                split_tf32(xv[q0 + tb[j]], bh0, bl0);
+                split_tf32(xv[q1 + tb[j]], bh1, bl1);
+#pragma unroll
+                for (int m = 0; m < MT; m++) {
+                    mma_tf32(acc[m][j], al[m], bh0, bh1);
+                    mma_tf32(acc[m][j], ah[m], bl0, bl1);
+                    mma_tf32(acc[m][j], ah[m], bh0, bh1);
+                }
+            }
+        }
+    }
+    /* The warps that share columns add their sums in warp order (where the buffers were),
+     * then the block writes its span's partial sums: dw's [filters][c * k * k], then db's. */
+    float *red = dbuf + (size_t)nw * rows * RED_ROW;
+    if (s.ksplit > 1) {
+        for (int r = 0; r < s.ksplit; r++) {
+            __syncthreads();
+            if (ks == r) {
+#pragma unroll
+                for (int m = 0; m < MT; m++)
+#pragma unroll
+                    for (int j = 0; j < NTW; j++)
+#pragma unroll
+                        for (int q = 0; q < 4; q++) {
+                            float *d = red + (m * 16 + gid + 8 * (q >> 1)) * RED_ROW + j * 8 + 2 * tig + (q & 1);
+                            *d = r == 0 ? acc[m][j][q] : *d + acc[m][j][q];
+                        }
+            }
+        }
+        __syncthreads();
+        if (ks != 0) return;
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+#pragma unroll
+            for (int j = 0; j < NTW; j++)
+#pragma unroll
+                for (int q = 0; q < 4; q++)
+                    acc[m][j][q] = red[(m * 16 + gid + 8 * (q >> 1)) * RED_ROW + j * 8 + 2 * tig + (q & 1)];
+    }
+    float *part = a.parts + (size_t)blockIdx.y * filters * (ckk + 1);
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int j = 0; j < NTW; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const int o = m * 16 + gid + 8 * (q >> 1), col = (tile0 + j) * 8 + 2 * tig + (q & 1);
+                if (o >= filters || col > ckk) continue;
+                part[col < ckk ? (size_t)o * ckk + col : (size_t)filters * ckk + o] = acc[m][j][q];
+            }
+}
+
+/* Fills the filter shape; 0 when the kernel cannot run it. */
+static int filter_shape(bn_tensor_filter *d, const bn_conv_geom *g, int filters, int n, int sms)
+{
+    memset(d, 0, sizeof *d);
+    if (filters < 1 || filters > 64 || g->c < 1 || g->k < 1 || g->stride < 1 || n < 1 || g->oh < 1 || g->ow < 1)
+        return 0;
+    d->g = *g;
+    d->filters = filters;
+    d->mt = (filters + 15) / 16;
+    const long long ncols = (long long)g->c * g->k * g->k + 1, npos = (long long)g->oh * g->ow;
+    if (ncols > (1 << 20) || npos > (1 << 16)) return 0;
+    d->ntiles = (int)((ncols + 7) / 8);
+    const int wtiles = (d->ntiles + NTW - 1) / NTW;
+    d->nwarps = wtiles < 4 ? wtiles : 4;
+    d->groups = (wtiles + d->nwarps - 1) / d->nwarps;
+    d->kq = (int)((npos + 7) / 8 * 8);
+    /* Warps along the positions: up to 8 warps a block, each with at least 2 steps of 8. */
+    int ksplit = 8 / d->nwarps;
+    if (ksplit > d->kq / 16) ksplit = d->kq / 16;
+    if (ksplit < 1) ksplit = 1;
+    d->ksplit = ksplit;
+    d->threads = 32 * d->nwarps * ksplit;
+    d->sa = (d->kq + 27) / 32 * 32 + 4;
+    d->hp = (g->oh - 1) * g->stride + g->k;
+    d->wp = round4i((g->ow - 1) * g->stride + g->k);
+    /* Two buffers each of dy and of x (the next image's copies land beside the products). */
+    const size_t rows = (size_t)d->mt * 16, plane = (size_t)d->hp * d->wp;
+    d->x_off = 2 * rows * d->sa;
+    d->q_off = d->x_off + 2 * (g->c + 1) * plane;
+    d->smem = (d->q_off + (size_t)d->kq) * sizeof(float);
+    /* The warps' sums are added where the buffers were. */
+    if (ksplit > 1 && (size_t)d->nwarps * rows * RED_ROW > d->q_off) return 0;
+    if (d->q_off > (1u << 24)) return 0;
+    if (d->smem > TENSOR_SMEM) return 0;
+    int per_sm = (int)((228 * 1024) / (d->smem + 1024));
+    if (per_sm < 1) per_sm = 1;
+    if (per_sm > 64 / (d->threads / 32)) per_sm = 64 / (d->threads / 32);
+    /* Spans of images: about one wave of blocks, and at most 4 MiB of partial sums. */
+    const size_t count = (size_t)filters * (size_t)ncols;
+    long long spans = ((long long)sms * per_sm + d->groups - 1) / d->groups;
+    const long long cap = (long long)((4u << 20) / (count * sizeof(float)));
+    if (spans > cap) spans = cap;
+    if (spans > n) spans = n;
+    if (spans < 1) spans = 1;
+    d->span = (int)((n + spans - 1) / spans);
+    d->spans = (n + d->span - 1) / d->span;
+    if (d->spans > 65535) return 0;
+    d->workspace = (size_t)d->spans * count * sizeof(float);
+    return 1;
+}
+
 extern "C" void bn_tensor_plan_make(bn_tensor_plan *p, const bn_conv_geom *g, int filters, int n, int sms)
 {
     memset(p, 0, sizeof *p);
     p->n = n, p->filters = filters, p->g = *g;
-    p->fwd_ok = tensor_shape(&p->fwd, g->c, g->h, g->w, g->pad, g->stride, filters, g->oh, g->ow, g->k, 0, n, sms);
-    const int dpad = g->k - 1 - g->pad;
-    p->data_ok = g->stride == 1 && dpad >= 0 &&
-                 tensor_shape(&p->data, filters, g->oh, g->ow, dpad, 1, g->c, g->h, g->w, g->k, 1, n, sms);
+    p->fwd_ok = tensor_shape(&p->fwd, g->c, g->h, g->w, g->pad, g->stride, filters, g->oh, g->ow, g->k, n, sms);
+    p->data_ok = data_shape(&p->data, g, filters, n, sms);
+    p->filter_ok = filter_shape(&p->filter, g, filters, n, sms);
+    p->workspace = p->filter_ok ? p->filter.workspace : 0;
 }
 
 template <int NT>
@@ -239,10 +657,13 @@ static bn_status launch_nt(const tensor_args &a, cudaStream_t st)
     return BN_OK;
 }
 
-static bn_status run(const bn_tensor_conv *s, int n, cudaStream_t st, const float *in, const float *w,
-                     const float *bias, float *out)
+extern "C" bn_status bn_tensor_forward(const bn_tensor_plan *p, void *stream, const float *x, const float *w,
+                                       const float *b, float *y)
 {
-    tensor_args a = {*s, n, ((uintptr_t)in & 15) == 0 && s->wi % 4 == 0 && s->pad % 4 == 0, in, w, bias, out};
+    if (!p->fwd_ok) return bn_error(BN_ERR_INTERNAL, "tensor-core convolution cannot run this forward shape");
+    const bn_tensor_conv *s = &p->fwd;
+    const cudaStream_t st = (cudaStream_t)stream;
+    tensor_args a = {*s, p->n, ((uintptr_t)x & 15) == 0 && s->wi % 4 == 0 && s->pad % 4 == 0, x, w, b, y};
     switch (s->ntiles) {
     case 1: return launch_nt<1>(a, st);
     case 2: return launch_nt<2>(a, st);
@@ -256,16 +677,61 @@ static bn_status run(const bn_tensor_conv *s, int n, cudaStream_t st, const floa
     }
 }
 
-extern "C" bn_status bn_tensor_forward(const bn_tensor_plan *p, void *stream, const float *x, const float *w,
-                                       const float *b, float *y)
+template <int KW>
+static bn_status launch_data(const data_args &a, cudaStream_t st)
 {
-    if (!p->fwd_ok) return bn_error(BN_ERR_INTERNAL, "tensor-core convolution cannot run this forward shape");
-    return run(&p->fwd, p->n, (cudaStream_t)stream, x, w, b, y);
+    static bool opted;
+    BN_CUDA(bn_smem_opt_in(tensor_data<KW>, &opted, TENSOR_SMEM));
+    tensor_data<KW><<<dim3(a.s.blocks, a.s.ctiles), KW * 32, a.s.smem, st>>>(a);
+    BN_CUDA_LAUNCH();
+    return BN_OK;
 }
 
 extern "C" bn_status bn_tensor_backward_data(const bn_tensor_plan *p, void *stream, const float *dy, const float *w,
                                              float *dx)
 {
     if (!p->data_ok) return bn_error(BN_ERR_INTERNAL, "tensor-core convolution cannot run this backward-data shape");
-    return run(&p->data, p->n, (cudaStream_t)stream, dy, w, NULL, dx);
+    const data_args a = {p->data, p->n, dy, w, dx};
+    const cudaStream_t st = (cudaStream_t)stream;
+    switch (p->data.k) {
+    case 1: return launch_data<1>(a, st);
+    case 2: return launch_data<2>(a, st);
+    case 3: return launch_data<3>(a, st);
+    case 4: return launch_data<4>(a, st);
+    case 5: return launch_data<5>(a, st);
+    case 6: return launch_data<6>(a, st);
+    case 7: return launch_data<7>(a, st);
+    default: return bn_error(BN_ERR_INTERNAL, "tensor-core convolution: no data kernel for %dx%d windows", p->data.k,
+                             p->data.k);
+    }
+}
+
+template <int MT>
+static bn_status launch_filter(const filter_args &a, cudaStream_t st)
+{
+    static bool opted;
+    BN_CUDA(bn_smem_opt_in(tensor_filter<MT>, &opted, TENSOR_SMEM));
+    tensor_filter<MT><<<dim3(a.s.groups, a.s.spans), a.s.threads, a.s.smem, st>>>(a);
+    BN_CUDA_LAUNCH();
+    return BN_OK;
+}
+
+extern "C" bn_status bn_tensor_backward_filter(const bn_tensor_plan *p, void *stream, const float *x, const float *dy,
+                                               float *dw, float *db, float *workspace)
+{
+    if (!p->filter_ok) return bn_error(BN_ERR_INTERNAL, "tensor-core convolution cannot run this filter shape");
+    const filter_args a = {p->filter, p->n, x, dy, workspace};
+    const cudaStream_t st = (cudaStream_t)stream;
+    bn_status s;
+    switch (p->filter.mt) {
+    case 1: s = launch_filter<1>(a, st); break;
+    case 2: s = launch_filter<2>(a, st); break;
+    case 3: s = launch_filter<3>(a, st); break;
+    case 4: s = launch_filter<4>(a, st); break;
+    default: return bn_error(BN_ERR_INTERNAL, "tensor-core convolution: no filter kernel for %d filter tiles",
+                             p->filter.mt);
+    }
+    if (s != BN_OK) return s;
+    const bn_conv_geom *g = &p->g;
+    return bn_direct_finish_filter(stream, workspace, p->filter.spans, p->filters, g->c * g->k * g->k, dw, db);
 }

@@ -1,13 +1,20 @@
 /* conv_tensor.h - blobnet's tensor-core convolution kernels (conv_tensor.cu), the conv2d layer's
- * fourth family of own kernels: the forward pass, and the backward-data pass read as the
- * convolution of dy with the transposed, rotated weights, each as one matrix product per image
- * (positions x output channels, summed over input channels x taps) on the tensor cores with
+ * fourth family of own kernels, all three passes as matrix products on the tensor cores with
  * FP32 accuracy: every operand is split into a TF32 value and a TF32 remainder, and three
  * products (remainder x value, value x remainder, value x value) are summed, which keeps about
- * the 24 bits of an FP32 product. A block keeps the layer's weights in shared memory and takes
- * images (or shares of an image's positions) in turn; its warps share the reduction and add their sums in a fixed order, so the
- * results are deterministic. Up to 64 output channels and 512 positions per image; other shapes
- * clear the pass's ok flag. No weight-gradient pass. */
+ * the 24 bits of an FP32 product.
+ *
+ * - forward: per image (or share of an image's positions), positions x output channels summed
+ *   over input channels x taps; up to 64 output channels and 512 positions per image.
+ * - backward data (stride 1, windows up to 7): per image and tap, positions of dy x 8 input
+ *   channels summed over the filters, scattered into dx at the tap's shift; no zero border is
+ *   multiplied.
+ * - backward filter (up to 64 filters): filters x (input channels x taps, plus a bias column)
+ *   summed over a span of images' positions, with partial sums per span that
+ *   bn_direct_finish_filter adds.
+ *
+ * Every sum is taken in a fixed order (no atomics), so the results are deterministic. Shapes a
+ * pass cannot run clear its ok flag. */
 #ifndef BN_CONV_TENSOR_H
 #define BN_CONV_TENSOR_H
 
@@ -23,7 +30,6 @@ extern "C" {
 typedef struct bn_tensor_conv {
     int ci, hi, wi, pad, stride; /* input channels and size as stored, zero border, step */
     int co, ho, wo, k;           /* output channels and size, window */
-    int flip;                    /* 1: weights are the forward ones, read transposed and rotated */
     int ntiles;                  /* tiles of 8 output channels */
     int mgroups;                 /* groups of 32 positions (two tiles of 16) of an image */
     int mparts, mper;            /* blocks' shares of an image: mper groups each, one per warp */
@@ -34,22 +40,54 @@ typedef struct bn_tensor_conv {
     size_t smem;                 /* bytes */
 } bn_tensor_conv;
 
+/* Launch shape of the backward-data kernel: blocks of k warps (warp ky: window row ky). */
+typedef struct bn_tensor_data {
+    int c, h, w, pad;            /* dx: the forward layer's input channels and size; its padding */
+    int f, oh, ow, k;            /* dy: filters and size; window */
+    int ctiles;                  /* blocks along the input channels, 8 each */
+    int kp, ws_row;              /* filters rounded up to 8; a filter's row of the weight tile */
+    int mpasses, sa;             /* passes of 64 dy positions; staged dy row (a multiple of 64, + 8) */
+    int th, tw, tps;             /* the warps' dx planes with their border, and their stride */
+    int blocks;                  /* along the images */
+    size_t a_off, p_off, smem;   /* floats: staged dy, the warps' planes; bytes */
+} bn_tensor_data;
+
+/* Launch shape of the backward-filter kernel. */
+typedef struct bn_tensor_filter {
+    bn_conv_geom g;
+    int filters, mt;             /* filters, tiles of 16 of them (1..4) */
+    int ntiles;                  /* tiles of 8 columns: c * k * k weights, then the bias */
+    int nwarps, ksplit;          /* warps along the columns (4 tiles each), along the positions */
+    int threads, groups;         /* per block; blocks along the columns */
+    int span, spans;             /* images per block, blocks along the images */
+    int kq, sa;                  /* positions rounded up to 8; staged dy row */
+    int hp, wp;                  /* staged x plane */
+    size_t x_off, q_off, smem;   /* floats: staged x planes, position offsets; bytes */
+    size_t workspace;            /* bytes of partial sums */
+} bn_tensor_filter;
+
 typedef struct bn_tensor_plan {
     int n, filters;
     bn_conv_geom g;
-    int fwd_ok, data_ok;
-    bn_tensor_conv fwd, data;
+    int fwd_ok, data_ok, filter_ok;
+    bn_tensor_conv fwd;
+    bn_tensor_data data;
+    bn_tensor_filter filter;
+    size_t workspace;            /* bytes of partial sums the filter pass needs */
 } bn_tensor_plan;
 
 /* Fills a plan for a batch of n; sms is the device's multiprocessor count. Never fails: a pass
  * these kernels cannot run has its ok flag cleared. */
 void bn_tensor_plan_make(bn_tensor_plan *p, const bn_conv_geom *g, int filters, int n, int sms);
 
-/* forward writes y (bias added), data writes dx; shapes as in conv_direct.h. */
+/* forward writes y (bias added), data writes dx, filter adds into dw and db and uses workspace
+ * (plan->workspace bytes); shapes as in conv_direct.h. */
 bn_status bn_tensor_forward(const bn_tensor_plan *p, void *stream, const float *x, const float *w, const float *b,
                             float *y);
 bn_status bn_tensor_backward_data(const bn_tensor_plan *p, void *stream, const float *dy, const float *w,
                                   float *dx);
+bn_status bn_tensor_backward_filter(const bn_tensor_plan *p, void *stream, const float *x, const float *dy,
+                                    float *dw, float *db, float *workspace);
 
 #ifdef __cplusplus
 }

@@ -205,7 +205,7 @@ static int check_own_convs(const layer_case *lc, bn_net *net, int n)
         } else if (forced_family == BN_CONV_FAMILY_TENSOR) {
             bn_tensor_plan tp;
             bn_tensor_plan_make(&tp, &c->g, c->filters, n, 1);
-            can[0] = tp.fwd_ok, can[1] = tp.data_ok, can[2] = 0;
+            can[0] = tp.fwd_ok, can[1] = tp.data_ok, can[2] = tp.filter_ok;
         }
         const char *pass_family[3];
         for (int k = 0; k < 3; k++) pass_family[k] = names[can[k] ? forced_family : 0];
