@@ -33,6 +33,11 @@
  * always, its configuration and split by a fixed rule from the shape and the SM count (one
  * inner range for a plan made during capture, which cannot allocate the counters).
  *
+ * A layer with at most SKINNY_M outputs (LeNet's last) also has the few-outputs kernels for its
+ * forward and input-gradient products: no tiles and no split reduction, a warp per example row
+ * or a thread per group of inputs (skinny_fwd, skinny_dx). They join the timing too, and a
+ * deterministic context takes them wherever they fit (they are deterministic as well).
+ *
  * Without ctx->tf32 the compute type is CUBLAS_COMPUTE_32F (plain FP32, like the CPU); with it,
  * CUBLAS_COMPUTE_32F_FAST_TF32. Should cuBLASLt offer no algorithm for a product, that product
  * goes through cublasSgemm as before (the bias then seeded into Y first). */
@@ -65,8 +70,9 @@ enum { GEMM_FWD, GEMM_DW, GEMM_DX };
 /* Operand slots of a plan's pointer alignments. */
 enum { OPND_A, OPND_B, OPND_D, OPND_BIAS, OPNDS };
 
-/* The tile shapes of own_gemm: {BM, BN, TM, TN}, 256 threads each. */
-enum { OWN_CONFIGS = 2 };
+/* The tile shapes of own_gemm: {BM, BN, TM, TN}, 256 threads each. OWN_SKINNY, as a forced
+ * configuration: the few-outputs kernels where they can run, else the 32x32 tiles. */
+enum { OWN_CONFIGS = 2, OWN_SKINNY = OWN_CONFIGS };
 static const int own_cfg[OWN_CONFIGS][4] = {{64, 64, 4, 4}, {32, 32, 2, 2}};
 /* At most OWN_MAX_SPLITS inner ranges (OWN_RULE_SPLITS unless forced), at least OWN_MIN_SLICES
  * slices per range (unless forced), and at most OWN_PART_LIMIT bytes of partial sums per plan. */
@@ -99,6 +105,7 @@ typedef struct dense_plan {
     size_t workspace;               /* bytes the algorithm needs */
     int forced_cfg, forced_splits;  /* bn_dense_gpu_force_own's setting it was made under */
     int own;                        /* 1: own_gemm runs the product (then use_lt is unused) */
+    int skinny;                     /* 1: the few-outputs kernels run it (then own and use_lt are unused) */
     own_plan ow;
 } dense_plan;
 
@@ -139,6 +146,160 @@ static int grid_for(size_t n)
 {
     size_t b = (n + 255) / 256;
     return (int)(b < 1 ? 1 : b > 4096 ? 4096 : b);
+}
+
+/* ---- few outputs ---- */
+/* Products of a layer with at most SKINNY_M outputs (a classifier's last layer), where a tiled
+ * GEMM has almost nothing to tile and pays for a split reduction:
+ *
+ *   skinny_fwd: SKINNY_PARTS warps per example row i, each taking every SKINNY_PARTS-th piece
+ *               of V inputs per lane and keeping one sum per output; each warp adds its lanes'
+ *               sums by a fixed shuffle tree, then y[i][o] = the warps' sums in warp order + b[o].
+ *   skinny_dx:  a thread per V consecutive inputs of a row: dx[i][c] = sum over o of
+ *               dy[i][o] W[o][c], o in order.
+ *
+ * Both sum in a fixed order, so they are deterministic. */
+#define SKINNY_M 16
+
+/* V consecutive floats (V = 1, 2 or 4, the pointer aligned to 4 V bytes). */
+template <int V> struct vec_of;
+template <> struct vec_of<1> { typedef float t; };
+template <> struct vec_of<2> { typedef float2 t; };
+template <> struct vec_of<4> { typedef float4 t; };
+
+static __device__ __forceinline__ float dot_v(float a, float b, float acc) { return fmaf(a, b, acc); }
+static __device__ __forceinline__ float dot_v(float2 a, float2 b, float acc)
+{
+    return fmaf(a.x, b.x, fmaf(a.y, b.y, acc));
+}
+static __device__ __forceinline__ float dot_v(float4 a, float4 b, float acc)
+{
+    return fmaf(a.x, b.x, fmaf(a.y, b.y, fmaf(a.z, b.z, fmaf(a.w, b.w, acc))));
+}
+static __device__ __forceinline__ void axpy_v(float s, float x, float &y) { y = fmaf(s, x, y); }
+static __device__ __forceinline__ void axpy_v(float s, float2 x, float2 &y)
+{
+    y.x = fmaf(s, x.x, y.x), y.y = fmaf(s, x.y, y.y);
+}
+static __device__ __forceinline__ void axpy_v(float s, float4 x, float4 &y)
+{
+    y.x = fmaf(s, x.x, y.x), y.y = fmaf(s, x.y, y.y), y.z = fmaf(s, x.z, y.z), y.w = fmaf(s, x.w, y.w);
+}
+
+/* Rows per block of skinny_fwd, and warps per row (each takes every SKINNY_PARTS-th piece of the
+ * row's inputs). */
+#define SKINNY_ROWS 2
+#define SKINNY_PARTS 4
+
+template <int M, int V>
+static __global__ void __launch_bounds__(256) skinny_fwd(const float *__restrict__ x, const float *__restrict__ w,
+                                                         const float *__restrict__ b, float *__restrict__ y, int n,
+                                                         int k)
+{
+    typedef typename vec_of<V>::t vt;
+    __shared__ float part[SKINNY_ROWS][SKINNY_PARTS][M];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int r = warp / SKINNY_PARTS, pt = warp % SKINNY_PARTS, row = blockIdx.x * SKINNY_ROWS + r;
+    float acc[M];
+#pragma unroll
+    for (int o = 0; o < M; o++) acc[o] = 0.0f;
+    if (row < n) {
+        const vt *xr = (const vt *)(x + (size_t)row * k);
+        const int kv = k / V;
+#pragma unroll 2
+        for (int i = pt * 32 + lane; i < kv; i += 32 * SKINNY_PARTS) {
+            const vt xv = xr[i];
+#pragma unroll
+            for (int o = 0; o < M; o++) acc[o] = dot_v(xv, ((const vt *)(w + (size_t)o * k))[i], acc[o]);
+        }
+    }
+#pragma unroll
+    for (int o = 0; o < M; o++) {
+        float v = acc[o];
+#pragma unroll
+        for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+        if (lane == 0) part[r][pt][o] = v;
+    }
+    __syncthreads();
+    /* The warps' sums of a row in part order, then the bias. */
+    if (threadIdx.x < SKINNY_ROWS * M) {
+        const int rr = threadIdx.x / M, o = threadIdx.x - rr * M, orow = blockIdx.x * SKINNY_ROWS + rr;
+        if (orow < n) {
+            float sum = part[rr][0][o];
+#pragma unroll
+            for (int q = 1; q < SKINNY_PARTS; q++) sum += part[rr][q][o];
+            y[(size_t)orow * M + o] = sum + b[o];
+        }
+    }
+}
+
+template <int M, int V>
+static __global__ void __launch_bounds__(256) skinny_dx(const float *__restrict__ dy, const float *__restrict__ w,
+                                                        float *__restrict__ dx, int n, int k)
+{
+    typedef typename vec_of<V>::t vt;
+    const int groups = k / V;
+    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (long long)n * groups) return;
+    const int row = (int)(idx / groups), g = (int)(idx - (long long)row * groups);
+    const float *d = dy + (size_t)row * M;
+    vt acc = vt(); /* zeros */
+#pragma unroll
+    for (int o = 0; o < M; o++) axpy_v(d[o], ((const vt *)(w + (size_t)o * k))[g], acc);
+    ((vt *)(dx + (size_t)row * k))[g] = acc;
+}
+
+template <int M, int V>
+static void launch_skinny(int kind, cudaStream_t s, const float *a, const float *b, float *d, const float *bias, int n,
+                          int k)
+{
+    if (kind == GEMM_FWD) {
+        const unsigned blocks = (unsigned)((n + SKINNY_ROWS - 1) / SKINNY_ROWS);
+        skinny_fwd<M, V><<<blocks, 32 * SKINNY_ROWS * SKINNY_PARTS, 0, s>>>(b, a, bias, d, n, k);
+    } else {
+        const long long threads = (long long)n * (k / V);
+        skinny_dx<M, V><<<(unsigned)((threads + 255) / 256), 256, 0, s>>>(b, a, d, n, k);
+    }
+}
+
+template <int M>
+static void launch_skinny_m(int kind, cudaStream_t s, int v, const float *a, const float *b, float *d,
+                            const float *bias, int n, int k)
+{
+    if (v == 4) launch_skinny<M, 4>(kind, s, a, b, d, bias, n, k);
+    else if (v == 2) launch_skinny<M, 2>(kind, s, a, b, d, bias, n, k);
+    else launch_skinny<M, 1>(kind, s, a, b, d, bias, n, k);
+}
+
+/* The forward (ga: W, X, Y, b) or input-gradient (ga: W, dY, dX) product by the kernels above,
+ * one instance per output count (1 .. SKINNY_M), so that every loop over the outputs unrolls
+ * and a lane's loads are all in flight at once, and per width of the loads the operands'
+ * alignment allows (the parameters may sit at any 4-byte offset of their slab). */
+static bn_status run_skinny(int kind, cudaStream_t s, const float *a, const float *b, float *d, const float *bias,
+                            int n, int k, int m)
+{
+    const uintptr_t all = (uintptr_t)a | (uintptr_t)b | (uintptr_t)d;
+    const int v = k % 4 == 0 && (all & 15) == 0 ? 4 : k % 2 == 0 && (all & 7) == 0 ? 2 : 1;
+    switch (m) {
+#define SKINNY_CASE(M)                                           \
+    case M:                                                      \
+        launch_skinny_m<M>(kind, s, v, a, b, d, bias, n, k);     \
+        break;
+        SKINNY_CASE(1) SKINNY_CASE(2) SKINNY_CASE(3) SKINNY_CASE(4) SKINNY_CASE(5) SKINNY_CASE(6)
+        SKINNY_CASE(7) SKINNY_CASE(8) SKINNY_CASE(9) SKINNY_CASE(10) SKINNY_CASE(11) SKINNY_CASE(12)
+        SKINNY_CASE(13) SKINNY_CASE(14) SKINNY_CASE(15) SKINNY_CASE(16)
+#undef SKINNY_CASE
+    default: return bn_error(BN_ERR_INTERNAL, "dense: no few-outputs kernel for %d outputs", m);
+    }
+    BN_CUDA_LAUNCH();
+    return BN_OK;
+}
+
+/* Whether the few-outputs kernels can run a product. */
+static bool skinny_fits(int kind, int n, int k, int m)
+{
+    return kind != GEMM_DW && m >= 1 && m <= SKINNY_M && k >= 1 && (long long)n * k < (1LL << 40) &&
+           (long long)(n + 7) / 8 < (1LL << 31);
 }
 
 /* ---- own GEMM kernels ---- */
@@ -356,7 +517,7 @@ static int force_cfg = -1, force_splits = 0;
 
 extern "C" void bn_dense_gpu_force_own(int config, int splits)
 {
-    force_cfg = config >= 0 && config < OWN_CONFIGS ? config : -1;
+    force_cfg = config >= 0 && config <= OWN_SKINNY ? config : -1;
     force_splits = splits > 0 ? splits : 0;
 }
 
@@ -629,12 +790,15 @@ typedef struct gemm_args {
     float *db;
 } gemm_args;
 
-/* The candidates of a plan: `lt` cuBLASLt heuristic results, then `owns` own_gemm layouts. */
+/* The candidates of a plan: `lt` cuBLASLt heuristic results, then `owns` own_gemm layouts, then
+ * (skinny = 1) the few-outputs kernels. */
 typedef struct candidates {
     const cublasLtMatmulHeuristicResult_t *r;
     int lt;
     const own_plan *own;
     int owns;
+    int skinny;
+    int k;      /* the layer's inputs (the few-outputs kernels take the shape) */
 } candidates;
 
 /* One launch of candidate i with its output in d (and the bias gradient in db for DW: a
@@ -654,6 +818,8 @@ static bn_status run_candidate(const dense_gpu *g, const dense_plan *p, const bn
     }
     cudaGetLastError(); /* nothing left over from a failed cuBLASLt candidate */
     *ok = 1;
+    if (i == c->lt + c->owns)
+        return run_skinny(p->kind, (cudaStream_t)ctx->stream, ga->a, ga->b, d, ga->bias, n, c->k, m);
     return run_own(&c->own[i - c->lt], p->kind, ctx, ga->b, ga->a, d, ga->bias, p->kind == GEMM_DW ? db : NULL);
 }
 
@@ -664,7 +830,7 @@ static bn_status time_candidates(const dense_gpu *g, const dense_plan *p, const 
                                  cudaEvent_t start, cudaEvent_t stop, float *ms)
 {
     cudaStream_t s = (cudaStream_t)ctx->stream;
-    for (int i = 0; i < c->lt + c->owns; i++) {
+    for (int i = 0; i < c->lt + c->owns + c->skinny; i++) {
         ms[i] = INFINITY;
         /* One untimed launch: it must run at all, and it warms caches and lazy loading. */
         int ok = 0;
@@ -693,7 +859,7 @@ static bn_status fastest(const dense_gpu *g, const dense_plan *p, const bn_ctx *
     size_t bytes = out_bytes + (size_t)m * sizeof(float);
     BN_TRY(bn_device_alloc(&scratch, bytes));
     void *start = NULL, *stop = NULL;
-    float ms[HEURISTIC_RESULTS + OWN_CONFIGS];
+    float ms[HEURISTIC_RESULTS + OWN_CONFIGS + 1];
     bn_status st = bn_device_zero(scratch, bytes);
     if (st == BN_OK) st = bn_event_create(&start);
     if (st == BN_OK) st = bn_event_create(&stop);
@@ -704,7 +870,7 @@ static bn_status fastest(const dense_gpu *g, const dense_plan *p, const bn_ctx *
     bn_event_destroy(stop);
     bn_device_free(scratch); /* after the last timed launch: cudaFree waits for the device */
     BN_TRY(st);
-    for (int i = 0; i < c->lt + c->owns; i++)
+    for (int i = 0; i < c->lt + c->owns + c->skinny; i++)
         if (ms[i] < INFINITY && (*best < 0 || ms[i] < ms[*best])) *best = i;
     return BN_OK;
 }
@@ -736,8 +902,14 @@ static bn_status choose(const dense_gpu *g, dense_plan *p, bn_ctx *ctx, const ge
                         size_t out_bytes, size_t limit, int measure, int capturing)
 {
     int n = p->n;
+    const bool skinny = skinny_fits(p->kind, n, k, m);
+    /* The few-outputs kernels when forced, and in a deterministic context wherever they fit. */
+    if (skinny && (p->forced_cfg == OWN_SKINNY || (p->forced_cfg < 0 && ctx->deterministic))) {
+        p->skinny = 1;
+        return BN_OK;
+    }
     if (p->forced_cfg >= 0 || ctx->deterministic) {
-        int cfg = p->forced_cfg >= 0 ? p->forced_cfg : own_rule(p->kind, n, k, m, g->sms);
+        int cfg = p->forced_cfg == OWN_SKINNY ? 1 : p->forced_cfg >= 0 ? p->forced_cfg : own_rule(p->kind, n, k, m, g->sms);
         p->ow = own_layout(p->kind, n, k, m, cfg, g->sms, p->forced_cfg >= 0 ? p->forced_splits : 0, capturing);
         BN_TRY(own_alloc(&p->ow));
         p->own = 1;
@@ -758,12 +930,16 @@ static bn_status choose(const dense_gpu *g, dense_plan *p, bn_ctx *ctx, const ge
         own[c] = own_layout(p->kind, n, k, m, c, g->sms, 0, 0);
         st = own_alloc(&own[c]);
     }
-    candidates cand = {r, count, own, OWN_CONFIGS};
+    candidates cand = {r, count, own, OWN_CONFIGS, skinny ? 1 : 0, k};
     int pick = -1;
     if (st == BN_OK) st = fastest(g, p, ctx, ga, out_bytes, n, m, &cand, &pick);
     for (int c = 0; c < OWN_CONFIGS; c++)
         if (st != BN_OK || pick != count + c) own_free(&own[c]);
     BN_TRY(st);
+    if (pick == count + OWN_CONFIGS) {
+        p->skinny = 1;
+        return BN_OK;
+    }
     if (pick >= count) {
         p->ow = own[pick - count];
         p->own = 1;
@@ -897,6 +1073,7 @@ static bn_status gemm(bn_layer *l, bn_ctx *ctx, int kind, const gemm_args *ga, i
     if (fused) *fused = 0;
     BN_TRY(prepare(l, ctx, kind, ga, &g, &p));
     int n = l->in->n, k = dp->inputs, m = dp->outputs;
+    if (p->skinny) return run_skinny(kind, (cudaStream_t)ctx->stream, ga->a, ga->b, ga->d, ga->bias, n, k, m);
     if (p->own) {
         float *db = kind == GEMM_DW ? ga->db : NULL;
         BN_TRY(run_own(&p->ow, kind, ctx, ga->b, ga->a, ga->d, ga->bias, db));
@@ -932,6 +1109,13 @@ extern "C" bn_status bn_dense_forward_gpu(bn_layer *l, const bn_pass *p)
     return gemm(l, p->ctx, GEMM_FWD, &ga, NULL);
 }
 
+/* The input gradient by an own plan (own_gemm or the few-outputs kernels). */
+static bn_status run_dx(const dense_plan *px, const bn_ctx *ctx, const gemm_args *gx, int n, int k, int m)
+{
+    if (px->skinny) return run_skinny(GEMM_DX, (cudaStream_t)ctx->stream, gx->a, gx->b, gx->d, NULL, n, k, m);
+    return run_own(&px->ow, GEMM_DX, ctx, gx->b, gx->a, gx->d, gx->bias, NULL);
+}
+
 extern "C" bn_status bn_dense_backward_gpu(bn_layer *l, const bn_pass *p)
 {
     const dense_priv *d = (const dense_priv *)l->priv;
@@ -954,17 +1138,17 @@ extern "C" bn_status bn_dense_backward_gpu(bn_layer *l, const bn_pass *p)
         dense_plan *pw = NULL, *px = NULL;
         BN_TRY(prepare(l, p->ctx, GEMM_DW, &gw, &g, &pw));
         BN_TRY(prepare(l, p->ctx, GEMM_DX, &gx, &g, &px));
-        if (pw->own && px->own) {
+        if (pw->own && (px->own || px->skinny)) {
             cudaStream_t main_stream = (cudaStream_t)p->ctx->stream, side = (cudaStream_t)p->ctx->side_stream;
             BN_CUDA(cudaEventRecord(g->fork, main_stream));
             BN_CUDA(cudaStreamWaitEvent(side, g->fork, 0));
             BN_TRY(run_own_on(&pw->ow, GEMM_DW, side, gw.b, gw.a, gw.d, gw.bias, db));
             if (p->defer_joins) {
                 bn_ctx_defer_side(p->ctx);
-                return run_own(&px->ow, GEMM_DX, p->ctx, gx.b, gx.a, gx.d, gx.bias, NULL);
+                return run_dx(px, p->ctx, &gx, n, d->inputs, m);
             }
             BN_CUDA(cudaEventRecord(g->join, side));
-            BN_TRY(run_own(&px->ow, GEMM_DX, p->ctx, gx.b, gx.a, gx.d, gx.bias, NULL));
+            BN_TRY(run_dx(px, p->ctx, &gx, n, d->inputs, m));
             BN_CUDA(cudaStreamWaitEvent(main_stream, g->join, 0));
             return BN_OK;
         }

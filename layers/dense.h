@@ -27,7 +27,9 @@ bn_status bn_dense_backward_gpu(bn_layer *l, const bn_pass *p);
 /* Test hook: every dense plan made from now on runs through the layer's own FP32 GEMM kernels
  * in tile configuration `config` (0: 64x64 tiles, 1: 32x32) with `splits` inner-dimension
  * ranges (0: the shape's rule; clamped to what the shape allows), whatever the context's
- * flags; config -1 restores the normal choice. Plans made under another setting are not reused. */
+ * flags; config 2 takes the few-outputs kernels for the forward and input-gradient products of
+ * a layer with at most 16 outputs and the 32x32 tiles for the rest; config -1 restores the
+ * normal choice. Plans made under another setting are not reused. */
 void bn_dense_gpu_force_own(int config, int splits);
 
 /* Frees the GPU state (handle, descriptors, chosen algorithms) and sets d->gpu to NULL. */

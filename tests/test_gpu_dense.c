@@ -316,13 +316,16 @@ BN_TEST(gpu_dense_own_kernels_match_cpu_on_odd_shapes_and_splits)
         {"[input]\nchannels=800\nheight=1\nwidth=1\n[dense]\noutputs=500\n", 257, {257, 64, 257}, "257x500x800"},
         {DENSE_TEXT, CAPACITY, {64, 37, 64}, "lenet 800 -> 500 -> 10"},
     };
-    static const int forced[][2] = {{0, 0}, {1, 0}, {0, 3}, {1, 7}, {1, 32}};
+    /* Configuration 2: the few-outputs kernels for the forward and input-gradient products of
+     * layers with at most 16 outputs (here 13 and 10), the 32x32 tiles elsewhere. */
+    static const int forced[][2] = {{0, 0}, {1, 0}, {0, 3}, {1, 7}, {1, 32}, {2, 0}};
+    static const char *const tiles[] = {"64x64", "32x32", "few-outputs"};
     int r = BN_PASS;
     for (size_t i = 0; i < sizeof nets / sizeof nets[0] && r == BN_PASS; i++)
         for (size_t f = 0; f < sizeof forced / sizeof forced[0] && r == BN_PASS; f++) {
             char what[160];
             snprintf(what, sizeof what, "own kernels %s, tiles %s, splits %d, backward twice", nets[i].what,
-                     forced[f][0] ? "32x32" : "64x64", forced[f][1]);
+                     tiles[forced[f][0]], forced[f][1]);
             bn_dense_gpu_force_own(forced[f][0], forced[f][1]);
             r = net_batches_against_cpu(ctx, nets[i].text, nets[i].capacity, nets[i].batches, 3, TOL_FP32, 2, what);
         }
@@ -337,12 +340,12 @@ BN_TEST(gpu_dense_own_kernels_graph_replay_is_bit_exact)
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
     bn_ctx *ctx;
     CHECK_OK(bn_ctx_open(0, &ctx));
-    static const int forced[][2] = {{1, 0}, {0, 5}, {1, 16}};
+    static const int forced[][2] = {{1, 0}, {0, 5}, {1, 16}, {2, 0}};
+    static const char *const tiles[] = {"64x64", "32x32", "few-outputs"};
     int r = BN_PASS;
     for (size_t f = 0; f < sizeof forced / sizeof forced[0] && r == BN_PASS; f++) {
         char what[64];
-        snprintf(what, sizeof what, "own kernels, tiles %s, splits %d", forced[f][0] ? "32x32" : "64x64",
-                 forced[f][1]);
+        snprintf(what, sizeof what, "own kernels, tiles %s, splits %d", tiles[forced[f][0]], forced[f][1]);
         bn_dense_gpu_force_own(forced[f][0], forced[f][1]);
         r = graph_replay_matches_eager(ctx, what);
     }
