@@ -427,13 +427,15 @@ static bn_status make_plan(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *pl
         ask[i] = needed[i] && !settled;
         can[i][BY_CUDNN] = ask[i];
         /* A deterministic context takes one family by a fixed order of preference, so that every
-         * run picks the same kernels: the row tiles wherever they apply, then the implicit GEMM
-         * for the filter pass and the direct kernels for the others (the faster of the two at
-         * LeNet's sizes, docs/performance.md); otherwise the candidates are timed. */
+         * run picks the same kernels, the faster ones at LeNet's sizes first (docs/performance.md):
+         * the tensor-core kernels for the forward and data passes, the row tiles for the filter
+         * pass (conv1's, where they beat the tensor cores most), then the row tiles, the
+         * implicit GEMM for the filter pass and the direct kernels for the others; otherwise the
+         * candidates are timed. */
         if (ctx->deterministic && settled) {
-            static const int prefer[3][4] = {{BY_ROWS, BY_DIRECT, BY_IGEMM, BY_TENSOR},
-                                             {BY_ROWS, BY_DIRECT, BY_IGEMM, BY_TENSOR},
-                                             {BY_ROWS, BY_IGEMM, BY_DIRECT, BY_TENSOR}};
+            static const int prefer[3][4] = {{BY_TENSOR, BY_ROWS, BY_DIRECT, BY_IGEMM},
+                                             {BY_TENSOR, BY_ROWS, BY_DIRECT, BY_IGEMM},
+                                             {BY_ROWS, BY_IGEMM, BY_TENSOR, BY_DIRECT}};
             int keep = -1;
             for (int r = 0; r < 4 && keep < 0; r++)
                 if (can[i][prefer[i][r]]) keep = prefer[i][r];
