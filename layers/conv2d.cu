@@ -464,39 +464,23 @@ static bn_status make_plan(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *pl
         g->parts_bytes = own_parts(plan);
         ctx->buffer_generation++;
     }
-    /* The forward pass, and a filter pass without a data pass, alone. */
-    for (int i = 0; i < 3; i += 2) {
-        if (i == 2 && needed[1]) break;
+    /* Forward and filter first; then the data pass, timed beside the chosen filter pass as the
+     * backward pass will run the two. */
+    static const int order[3] = {0, 2, 1};
+    for (int o = 0; o < 3; o++) {
+        const int i = order[o];
         bool timing = false, only[3][BY_COUNT] = {{false}};
         for (int r = 0; r < BY_COUNT; r++) {
             only[i][r] = timed[i][r];
             timing = timing || timed[i][r];
         }
-        if (timing) BN_TRY(time_passes(c, plan, ctx, x, y, only, -1, ms));
+        const int beside = i == 1 && needed[2] ? plan->by[2] : -1;
+        if (timing) BN_TRY(time_passes(c, plan, ctx, x, y, only, beside, ms));
         int best = -1;
         for (int r = BY_COUNT - 1; r >= 0; r--)
             if (can[i][r] && (best < 0 || !timed[i][r] || ms[i][r] < ms[i][best])) best = r;
         plan->by[i] = best < 0 ? BY_CUDNN : best;
     }
-    if (!needed[1]) return BN_OK;
-    /* The two gradients as pairs, each timed as the backward pass runs them (both_passes: the
-     * filter pass on the side stream beside the data pass): which filter pass is best depends on
-     * how it shares the device with the data pass, more than on its time alone. */
-    int nf = 0, nd = 0;
-    for (int r = 0; r < BY_COUNT; r++) nf += can[2][r], nd += can[1][r];
-    float best_ms = 0.0f;
-    int best_f = -1, best_d = -1;
-    for (int f = BY_COUNT - 1; f >= 0; f--) {
-        if (!can[2][f]) continue;
-        bool only[3][BY_COUNT] = {{false}};
-        float pair[3][BY_COUNT] = {{0}};
-        for (int r = 0; r < BY_COUNT; r++) only[1][r] = can[1][r] && (nf > 1 || nd > 1);
-        BN_TRY(time_passes(c, plan, ctx, x, y, only, f, pair));
-        for (int d = BY_COUNT - 1; d >= 0; d--)
-            if (can[1][d] && (best_f < 0 || pair[1][d] < best_ms)) best_ms = pair[1][d], best_f = f, best_d = d;
-    }
-    plan->by[2] = best_f < 0 ? BY_CUDNN : best_f;
-    plan->by[1] = best_d < 0 ? BY_CUDNN : best_d;
     return BN_OK;
 }
 
