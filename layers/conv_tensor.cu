@@ -67,6 +67,15 @@ static __device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* acc += a * b from their split parts: remainder x value, value x remainder, value x value. */
+static __device__ __forceinline__ void mma_split(float (&acc)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4],
+                                                 uint32_t bh0, uint32_t bl0, uint32_t bh1, uint32_t bl1)
+{
+    mma_tf32(acc, al, bh0, bh1);
+    mma_tf32(acc, ah, bl0, bl1);
+    mma_tf32(acc, ah, bh0, bh1);
+}
+
 template <int NT>
 static __global__ void __launch_bounds__(MAX_WARPS * 32) tensor_conv(tensor_args a)
 {
@@ -152,9 +161,7 @@ static __global__ void __launch_bounds__(MAX_WARPS * 32) tensor_conv(tensor_args
                 split_tf32(sb[kb1 + no[j]], bh1, bl1);
 #pragma unroll
                 for (int i = 0; i < MW; i++) {
-                    mma_tf32(acc[i][j], al[i], bh0, bh1);
-                    mma_tf32(acc[i][j], ah[i], bl0, bl1);
-                    mma_tf32(acc[i][j], ah[i], bh0, bh1);
+                    mma_split(acc[i][j], ah[i], al[i], bh0, bl0, bh1, bl1);
                 }
             }
         }
@@ -230,6 +237,15 @@ static int tensor_shape(bn_tensor_conv *d, int ci, int hi, int wi, int pad, int 
     if (items > (1LL << 30)) return 0;
     d->blocks = (int)(items < sms ? items : sms);
     return 1;
+}
+
+/* Blocks of `warps` warps and `smem` bytes of shared memory that fit one multiprocessor at once
+ * (228 KiB of shared memory with 1 KiB reserved per block, 64 warps), at least 1. */
+static int resident(size_t smem, int warps)
+{
+    int by_smem = (int)((228 * 1024) / (smem + 1024)), by_warps = 64 / (warps > 0 ? warps : 1);
+    const int r = by_smem < by_warps ? by_smem : by_warps;
+    return r > 0 ? r : 1;
 }
 
 /* ---- Backward data ---- */
@@ -345,9 +361,7 @@ static __global__ void __launch_bounds__(KW * 32) tensor_data(data_args a)
                     split_tf32(wt[4 * s.ws_row], bh1, bl1);
 #pragma unroll
                     for (int m = 0; m < 4; m++) {
-                        mma_tf32(acc[m][kx], al[m], bh0, bh1);
-                        mma_tf32(acc[m][kx], ah[m], bl0, bl1);
-                        mma_tf32(acc[m][kx], ah[m], bh0, bh1);
+                        mma_split(acc[m][kx], ah[m], al[m], bh0, bl0, bh1, bl1);
                     }
                 }
             }
@@ -417,9 +431,7 @@ static int data_shape(bn_tensor_data *d, const bn_conv_geom *g, int filters, int
     d->smem = (d->p_off + (size_t)g->k * 8 * d->tps) * sizeof(float);
     if (d->smem > TENSOR_SMEM) return 0;
     /* Blocks resident per multiprocessor by shared memory (228 KiB, 1 KiB reserved per block). */
-    int per_sm = (int)((228 * 1024) / (d->smem + 1024));
-    if (per_sm < 1) per_sm = 1;
-    const int want = (sms * per_sm + d->ctiles - 1) / d->ctiles;
+    const int want = (sms * resident(d->smem, g->k) + d->ctiles - 1) / d->ctiles;
     d->blocks = n < want ? n : want;
     if (d->blocks < 1) d->blocks = 1;
     if (d->blocks > 65535) d->blocks = 65535;
@@ -538,9 +550,7 @@ static __global__ void __launch_bounds__(256) tensor_filter(filter_args a)
                 split_tf32(xv[q1 + tb[j]], bh1, bl1);
 #pragma unroll
                 for (int m = 0; m < MT; m++) {
-                    mma_tf32(acc[m][j], al[m], bh0, bh1);
-                    mma_tf32(acc[m][j], ah[m], bl0, bl1);
-                    mma_tf32(acc[m][j], ah[m], bh0, bh1);
+                    mma_split(acc[m][j], ah[m], al[m], bh0, bl0, bh1, bl1);
                 }
             }
         }
@@ -620,9 +630,7 @@ static int filter_shape(bn_tensor_filter *d, const bn_conv_geom *g, int filters,
     if (ksplit > 1 && (size_t)d->nwarps * rows * RED_ROW > d->q_off) return 0;
     if (d->q_off > (1u << 24)) return 0;
     if (d->smem > TENSOR_SMEM) return 0;
-    int per_sm = (int)((228 * 1024) / (d->smem + 1024));
-    if (per_sm < 1) per_sm = 1;
-    if (per_sm > 64 / (d->threads / 32)) per_sm = 64 / (d->threads / 32);
+    const int per_sm = resident(d->smem, d->threads / 32);
     /* Spans of images: about one wave of blocks, and at most 4 MiB of partial sums. */
     const size_t count = (size_t)filters * (size_t)ncols;
     long long spans = ((long long)sms * per_sm + d->groups - 1) / d->groups;
