@@ -290,21 +290,22 @@ static __global__ void __launch_bounds__(KW * 32) tensor_data(data_args a)
 {
     extern __shared__ float4 smem4[];
     const bn_tensor_data &s = a.s;
+    const bn_conv_geom &g = s.g;
     constexpr int KK = KW * KW;
     float *ws = (float *)smem4;             /* [kp][ws_row]: w[o][c0 + cl][t] at o * ws_row + cl * KK + t */
     float *abuf = ws + s.a_off;             /* [2][kp][sa]: two images' dy[o][q], zeros past f and npos */
     float *priv = ws + s.p_off;             /* [KW][8][tps]: each warp's zero-bordered dx planes */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane >> 2, tig = lane & 3;
-    const int c0 = blockIdx.y * 8, cvalid = min(8, s.c - c0), npos = s.oh * s.ow, mtot = s.mpasses * 64;
+    const int c0 = blockIdx.y * 8, cvalid = min(8, g.c - c0), npos = g.oh * g.ow, mtot = s.mpasses * 64;
     const size_t abytes = (size_t)s.kp * s.sa;
 
     /* The weight tile, once per block, as stored: per filter the 8 channels' taps are one run.
      * Zeros for the filters past f (dy's rows there are zeros too, and 0 * garbage could be NaN)
      * and for the channels past the layer's. */
-    copy_rows_async(ws, s.ws_row, a.w + (size_t)c0 * KK, s.c * KK, s.f, cvalid * KK);
-    for (int e = threadIdx.x; e < (s.kp - s.f) * s.ws_row; e += blockDim.x) ws[s.f * s.ws_row + e] = 0.0f;
+    copy_rows_async(ws, s.ws_row, a.w + (size_t)c0 * KK, g.c * KK, s.filters, cvalid * KK);
+    for (int e = threadIdx.x; e < (s.kp - s.filters) * s.ws_row; e += blockDim.x) ws[s.filters * s.ws_row + e] = 0.0f;
     if (cvalid < 8)
-        for (int e = threadIdx.x; e < s.f * 8 * KK; e += blockDim.x) {
+        for (int e = threadIdx.x; e < s.filters * 8 * KK; e += blockDim.x) {
             int i;
             const int o = div_small(e, 8 * KK, 1.0f / (8 * KK), i);
             if (i >= cvalid * KK) ws[o * s.ws_row + i] = 0.0f;
@@ -312,12 +313,12 @@ static __global__ void __launch_bounds__(KW * 32) tensor_data(data_args a)
     /* Zeros where dy has no rows or positions, in both buffers (the copies never write there). */
     for (int b = 0; b < 2; b++) {
         float *ab = abuf + b * abytes;
-        for (int e = threadIdx.x; e < (s.kp - s.f) * s.sa; e += blockDim.x) ab[s.f * s.sa + e] = 0.0f;
+        for (int e = threadIdx.x; e < (s.kp - s.filters) * s.sa; e += blockDim.x) ab[s.filters * s.sa + e] = 0.0f;
         if (npos < mtot)
-            for (int o = warp; o < s.f; o += KW)
+            for (int o = warp; o < s.filters; o += KW)
                 for (int q = npos + lane; q < mtot; q += 32) ab[o * s.sa + q] = 0.0f;
     }
-    if (blockIdx.x < a.n) copy_rows_async(abuf, s.sa, a.dy + (size_t)blockIdx.x * s.f * npos, npos, s.f, npos);
+    if (blockIdx.x < a.n) copy_rows_async(abuf, s.sa, a.dy + (size_t)blockIdx.x * s.filters * npos, npos, s.filters, npos);
     __pipeline_commit();
 
     int b = 0;
@@ -325,7 +326,7 @@ static __global__ void __launch_bounds__(KW * 32) tensor_data(data_args a)
         __syncthreads(); /* the other buffer and the warps' planes are no longer read */
         const int next = img + gridDim.x;
         if (next < a.n)
-            copy_rows_async(abuf + (b ^ 1) * abytes, s.sa, a.dy + (size_t)next * s.f * npos, npos, s.f, npos);
+            copy_rows_async(abuf + (b ^ 1) * abytes, s.sa, a.dy + (size_t)next * s.filters * npos, npos, s.filters, npos);
         __pipeline_commit();
         __pipeline_wait_prior(1);
         __syncthreads();
@@ -372,8 +373,8 @@ static __global__ void __launch_bounds__(KW * 32) tensor_data(data_args a)
             for (int m = 0; m < 4; m++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    const int q = mp * 64 + m * 16 + gid + 8 * h, qy = q / s.ow;
-                    at[m][h] = q < npos ? (qy + ky) * s.tw + q - qy * s.ow : -1;
+                    const int q = mp * 64 + m * 16 + gid + 8 * h, qy = q / g.ow;
+                    at[m][h] = q < npos ? (qy + ky) * s.tw + q - qy * g.ow : -1;
                 }
 #pragma unroll
             for (int kx = 0; kx < KW; kx++) {
@@ -389,13 +390,13 @@ static __global__ void __launch_bounds__(KW * 32) tensor_data(data_args a)
         }
         __syncthreads();
         /* dx = the warps' planes added in warp order, without their border. */
-        float *dx = a.dx + ((size_t)img * s.c + c0) * s.h * s.w;
-        const int hw = s.h * s.w;
-        const float inv_hw = 1.0f / hw, inv_w = 1.0f / s.w;
+        float *dx = a.dx + ((size_t)img * g.c + c0) * g.h * g.w;
+        const int hw = g.h * g.w;
+        const float inv_hw = 1.0f / hw, inv_w = 1.0f / g.w;
         for (int e = threadIdx.x; e < cvalid * hw; e += blockDim.x) {
             int r, ix;
-            const int cl = div_small(e, hw, inv_hw, r), iy = div_small(r, s.w, inv_w, ix);
-            const float *src = priv + cl * s.tps + (iy + s.pad) * s.tw + ix + s.pad;
+            const int cl = div_small(e, hw, inv_hw, r), iy = div_small(r, g.w, inv_w, ix);
+            const float *src = priv + cl * s.tps + (iy + g.pad) * s.tw + ix + g.pad;
             float sum = src[0];
 #pragma unroll
             for (int w = 1; w < KW; w++) sum += src[(size_t)w * 8 * s.tps];
@@ -409,20 +410,22 @@ static int data_shape(bn_tensor_data *d, const bn_conv_geom *g, int filters, int
 {
     memset(d, 0, sizeof *d);
     if (g->stride != 1 || g->k < 1 || g->k > 7 || g->pad < 0 || filters < 1 || g->c < 1 || n < 1) return 0;
-    d->c = g->c, d->h = g->h, d->w = g->w, d->pad = g->pad;
-    d->f = filters, d->oh = g->oh, d->ow = g->ow, d->k = g->k;
-    if (d->oh < 1 || d->ow < 1) return 0;
+    d->g = *g;
+    d->filters = filters;
+    if (g->oh < 1 || g->ow < 1) return 0;
     d->ctiles = (g->c + 7) / 8;
     d->kp = (filters + 7) / 8 * 8;
     /* A filter's row of the weight tile: 8 channels' taps, padded to 8 more than a multiple of
      * 32 floats, so that the 32 lanes' reads (4 filters x 8 channels) fall in different banks
      * when k * k is odd. */
     d->ws_row = (8 * g->k * g->k + 23) / 32 * 32 + 8;
-    const long long npos = (long long)d->oh * d->ow;
+    const long long npos = (long long)g->oh * g->ow;
     if (npos > 4096) return 0;
     d->mpasses = (int)((npos + 63) / 64);
     d->sa = d->mpasses * 64 + 8;
-    d->th = d->oh + g->k - 1, d->tw = d->ow + g->k - 1;
+    d->th = g->oh + g->k - 1, d->tw = g->ow + g->k - 1;
+    /* A warp's plane stride: 4 more than a multiple of 16 floats, so that the lanes' adds for
+     * channels 2 apart (2 tps = 8 mod 32) fall in different banks. */
     const int tp = d->th * d->tw;
     d->tps = (tp + 11) / 16 * 16 + 4;
     const size_t ws = (size_t)d->kp * d->ws_row;
@@ -430,7 +433,7 @@ static int data_shape(bn_tensor_data *d, const bn_conv_geom *g, int filters, int
     d->p_off = d->a_off + (size_t)2 * d->kp * d->sa; /* two buffers */
     d->smem = (d->p_off + (size_t)g->k * 8 * d->tps) * sizeof(float);
     if (d->smem > TENSOR_SMEM) return 0;
-    /* Blocks resident per multiprocessor by shared memory (228 KiB, 1 KiB reserved per block). */
+    /* About one wave of blocks, the channel tiles together. */
     const int want = (sms * resident(d->smem, g->k) + d->ctiles - 1) / d->ctiles;
     d->blocks = n < want ? n : want;
     if (d->blocks < 1) d->blocks = 1;
@@ -628,6 +631,7 @@ static int filter_shape(bn_tensor_filter *d, const bn_conv_geom *g, int filters,
     d->smem = (d->q_off + (size_t)d->kq) * sizeof(float);
     /* The warps' sums are added where the buffers were. */
     if (ksplit > 1 && (size_t)d->nwarps * rows * RED_ROW > d->q_off) return 0;
+    /* Offsets into the buffers stay ints, and the staging's indices within div_small's range. */
     if (d->q_off > (1u << 24)) return 0;
     if (d->smem > TENSOR_SMEM) return 0;
     const int per_sm = resident(d->smem, d->threads / 32);
@@ -701,7 +705,7 @@ extern "C" bn_status bn_tensor_backward_data(const bn_tensor_plan *p, void *stre
     if (!p->data_ok) return bn_error(BN_ERR_INTERNAL, "tensor-core convolution cannot run this backward-data shape");
     const data_args a = {p->data, p->n, dy, w, dx};
     const cudaStream_t st = (cudaStream_t)stream;
-    switch (p->data.k) {
+    switch (p->data.g.k) {
     case 1: return launch_data<1>(a, st);
     case 2: return launch_data<2>(a, st);
     case 3: return launch_data<3>(a, st);
@@ -709,8 +713,8 @@ extern "C" bn_status bn_tensor_backward_data(const bn_tensor_plan *p, void *stre
     case 5: return launch_data<5>(a, st);
     case 6: return launch_data<6>(a, st);
     case 7: return launch_data<7>(a, st);
-    default: return bn_error(BN_ERR_INTERNAL, "tensor-core convolution: no data kernel for %dx%d windows", p->data.k,
-                             p->data.k);
+    default: return bn_error(BN_ERR_INTERNAL, "tensor-core convolution: no data kernel for %dx%d windows", p->data.g.k,
+                             p->data.g.k);
     }
 }
 

@@ -6,9 +6,9 @@
  *
  * - forward: per image (or share of an image's positions), positions x output channels summed
  *   over input channels x taps; up to 64 output channels and 512 positions per image.
- * - backward data (stride 1, windows up to 7): per image and tap, positions of dy x 8 input
- *   channels summed over the filters, scattered into dx at the tap's shift; no zero border is
- *   multiplied.
+ * - backward data (stride 1, windows up to 7, at most 4096 positions of dy): per image and
+ *   tap, positions of dy x 8 input channels summed over the filters, scattered into dx at the
+ *   tap's shift; no zero border is multiplied.
  * - backward filter (up to 64 filters): filters x (input channels x taps, plus a bias column)
  *   summed over a span of images' positions, with partial sums per span that
  *   bn_direct_finish_filter adds.
@@ -42,8 +42,8 @@ typedef struct bn_tensor_conv {
 
 /* Launch shape of the backward-data kernel: blocks of k warps (warp ky: window row ky). */
 typedef struct bn_tensor_data {
-    int c, h, w, pad;            /* dx: the forward layer's input channels and size; its padding */
-    int f, oh, ow, k;            /* dy: filters and size; window */
+    bn_conv_geom g;              /* the forward layer's: dx is its input, dy its output */
+    int filters;                 /* dy's channels */
     int ctiles;                  /* blocks along the input channels, 8 each */
     int kp, ws_row;              /* filters rounded up to 8; a filter's row of the weight tile */
     int mpasses, sa;             /* passes of 64 dy positions; staged dy row (a multiple of 64, + 8) */

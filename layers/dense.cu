@@ -298,8 +298,8 @@ static bn_status run_skinny(int kind, cudaStream_t s, const float *a, const floa
 /* Whether the few-outputs kernels can run a product. */
 static bool skinny_fits(int kind, int n, int k, int m)
 {
-    return kind != GEMM_DW && m >= 1 && m <= SKINNY_M && k >= 1 && (long long)n * k < (1LL << 40) &&
-           (long long)(n + 7) / 8 < (1LL << 31);
+    /* skinny_dx's grid of n * k threads (at most one per input) stays within 2^31 blocks of 256. */
+    return kind != GEMM_DW && m >= 1 && m <= SKINNY_M && k >= 1 && n >= 1 && (long long)n * k < (1LL << 39);
 }
 
 /* ---- own GEMM kernels ---- */
