@@ -3,8 +3,9 @@
  * families of own kernels (conv_direct.cu, conv_igemm.cu, conv_rows.cu, conv_tensor.cu: bias and
  * its gradient fused; the tensor-core one keeps FP32 accuracy with split TF32 products) or by cuDNN (the bias added with cudnnAddTensor, its gradient with
  * cudnnConvolutionBackwardBias). The layer's engine key decides; by default each pass takes
- * whichever runner was fastest when the plan for a batch size was made, and with a
- * deterministic context blobnet's wherever they apply.
+ * blobnet's kernels wherever they apply, by a fixed order of preference (cuDNN where none
+ * does), and with an autotuning context whichever runner was fastest when the plan for a batch
+ * size was made.
  *
  * The descriptors are made on the first GPU pass. The algorithms are chosen once per batch
  * size (the last batch of an epoch is smaller) and cached: measured with cudnnFind*, or, in a
@@ -423,16 +424,17 @@ static bn_status make_plan(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *pl
         for (int r = BY_DIRECT; r < BY_COUNT; r++) own = own || can[i][r];
         /* blobnet's kernels settle the pass: cuDNN is not asked or timed. */
         const bool settled = own && (c->engine == BN_CONV_ENGINE_BLOBNET ||
-                                     (c->engine == BN_CONV_ENGINE_AUTO && ctx->deterministic));
+                                     (c->engine == BN_CONV_ENGINE_AUTO && bn_ctx_by_rule(ctx)));
         ask[i] = needed[i] && !settled;
         can[i][BY_CUDNN] = ask[i];
-        /* A deterministic context takes one family by a fixed order of preference, so that every
-         * run picks the same kernels, the faster ones at LeNet's sizes first (docs/performance.md):
+        /* The rule (bn_ctx_by_rule: by default, and always in a deterministic context) takes one
+         * family by a fixed order of preference, so that every run picks the same kernels and
+         * none is timed, the faster ones at LeNet's sizes first (docs/performance.md):
          * the tensor-core kernels for the forward and data passes, the row tiles for the filter
          * pass (conv1's, where they beat the tensor cores most), then the row tiles, the
-         * implicit GEMM for the filter pass and the direct kernels for the others; otherwise the
-         * candidates are timed. */
-        if (ctx->deterministic && settled) {
+         * implicit GEMM for the filter pass and the direct kernels for the others. With
+         * ctx->autotune the candidates are timed instead. */
+        if (bn_ctx_by_rule(ctx) && settled) {
             static const int prefer[3][4] = {{BY_TENSOR, BY_ROWS, BY_DIRECT, BY_IGEMM},
                                              {BY_TENSOR, BY_ROWS, BY_DIRECT, BY_IGEMM},
                                              {BY_ROWS, BY_IGEMM, BY_TENSOR, BY_DIRECT}};

@@ -15,10 +15,10 @@ extern "C" {
 /* cuDNN descriptors and the algorithms chosen per batch size; defined in conv2d.cu. */
 typedef struct conv_gpu conv_gpu;
 
-/* Which kernels run a GPU pass: the fastest of cuDNN's and blobnet's as measured once per batch
- * size (with a deterministic context: blobnet's, which are deterministic, wherever they apply),
- * cuDNN's only, or blobnet's own (conv_direct.h, conv_igemm.h) wherever they apply. The CPU
- * path ignores it. */
+/* Which kernels run a GPU pass: auto (blobnet's wherever they apply, by a fixed order of
+ * preference, cuDNN elsewhere; with an autotuning context the fastest of cuDNN's and blobnet's
+ * as measured once per batch size), cuDNN's only, or blobnet's own (conv_direct.h,
+ * conv_igemm.h, conv_rows.h, conv_tensor.h) wherever they apply. The CPU path ignores it. */
 enum { BN_CONV_ENGINE_AUTO, BN_CONV_ENGINE_CUDNN, BN_CONV_ENGINE_BLOBNET };
 
 typedef struct conv_priv {

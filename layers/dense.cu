@@ -11,10 +11,11 @@
  * unit, broadcast over the n columns (examples). The bias gradient is a column sum done by a
  * kernel in a fixed order, so it is deterministic, and it accumulates like dW.
  *
- * Each GEMM's algorithm is chosen once per (batch size, pointer alignment, TF32, determinism)
- * and kept in a plan, like conv2d.cu's: the cuBLASLt heuristic results (up to eight) and own_gemm
- * are timed on the context stream and the fastest kept, or, in a deterministic context, own_gemm
- * is taken so that every run makes the same choice. Plans are made on the first pass for a batch
+ * Each GEMM's algorithm is chosen once per (batch size, pointer alignment, TF32, rule or timing)
+ * and kept in a plan, like conv2d.cu's: by the fixed rule (bn_ctx_by_rule: the default, and
+ * always in a deterministic context) blobnet's kernels are taken, so that every run makes the
+ * same choice; with ctx->autotune the cuBLASLt heuristic results (up to eight) and own_gemm are
+ * timed on the context stream and the fastest kept. Plans are made on the first pass for a batch
  * size, which the trainer runs eagerly; once made, a pass only enqueues work (no allocation,
  * synchronisation or timing), so it can be captured in a CUDA graph. A plan asked for while
  * the stream is being captured takes the first heuristic result without timing.
@@ -29,14 +30,14 @@
  * same kernel in a fixed order (per-tile counters the plan owns; no float atomics), so it is
  * deterministic. Its dW launch also adds the bias gradient, so no bias_grad launch follows it.
  * It joins the timing in two tile configurations (a cuBLASLt dW candidate is timed together
- * with its bias_grad launch) and runs when it is fastest; a deterministic context takes it
- * always, its configuration and split by a fixed rule from the shape and the SM count (one
+ * with its bias_grad launch) and runs when it is fastest; the rule takes it always, its
+ * configuration and split by a fixed rule from the shape and the SM count (one
  * inner range for a plan made during capture, which cannot allocate the counters).
  *
  * A layer with at most SKINNY_M outputs (LeNet's last) also has the few-outputs kernels for its
  * forward and input-gradient products: no tiles and no split reduction, a warp per example row
- * or a thread per group of inputs (skinny_fwd, skinny_dx). They join the timing too, and a
- * deterministic context takes them wherever they fit (they are deterministic as well).
+ * or a thread per group of inputs (skinny_fwd, skinny_dx). They join the timing too, and the
+ * rule takes them wherever they fit (they are deterministic as well).
  *
  * Without ctx->tf32 the compute type is CUBLAS_COMPUTE_32F (plain FP32, like the CPU); with it,
  * CUBLAS_COMPUTE_32F_FAST_TF32. Should cuBLASLt offer no algorithm for a product, that product
@@ -96,7 +97,7 @@ typedef struct own_plan {
 typedef struct dense_plan {
     int kind;                       /* GEMM_FWD, GEMM_DW or GEMM_DX */
     int n;                          /* batch size */
-    int tf32, deterministic;        /* the context flags it was made under */
+    int tf32, by_rule;              /* the context's TF32 flag and bn_ctx_by_rule when made */
     unsigned align[OPNDS];          /* pointer alignment (bytes) it was chosen for */
     int use_lt;                     /* 0: cuBLASLt offered nothing, use cublasSgemm */
     cublasLtMatmulDesc_t op;
@@ -572,7 +573,7 @@ static own_plan own_layout(int kind, int n, int k, int m, int cfg, int sms, int 
     return o;
 }
 
-/* The configuration a deterministic context takes: the large tiles when they alone fill the
+/* The configuration the rule takes: the large tiles when they alone fill the
  * GPU, the small ones (with inner ranges) otherwise. */
 static int own_rule(int kind, int n, int k, int m, int sms)
 {
@@ -891,7 +892,7 @@ static bn_status take_lt(dense_plan *p, bn_ctx *ctx, const cublasLtMatmulHeurist
 }
 
 /* Chooses how a described plan runs (n = p->n, inputs k, outputs m):
- * - forced (bn_dense_gpu_force_own) or in a deterministic context: own_gemm, its configuration
+ * - forced (bn_dense_gpu_force_own) or by the rule (bn_ctx_by_rule): own_gemm, its configuration
  *   and inner ranges by a fixed rule (own_rule, own_layout) from the shape and the SM count,
  *   never by timing; a plan made during capture takes one inner range (it cannot allocate);
  * - otherwise, with `measure`: the fastest of the first TIMED_RESULTS cuBLASLt heuristic
@@ -903,12 +904,12 @@ static bn_status choose(const dense_gpu *g, dense_plan *p, bn_ctx *ctx, const ge
 {
     int n = p->n;
     const bool skinny = skinny_fits(p->kind, n, k, m);
-    /* The few-outputs kernels when forced, and in a deterministic context wherever they fit. */
-    if (skinny && (p->forced_cfg == OWN_SKINNY || (p->forced_cfg < 0 && ctx->deterministic))) {
+    /* The few-outputs kernels when forced, and by the rule wherever they fit. */
+    if (skinny && (p->forced_cfg == OWN_SKINNY || (p->forced_cfg < 0 && bn_ctx_by_rule(ctx)))) {
         p->skinny = 1;
         return BN_OK;
     }
-    if (p->forced_cfg >= 0 || ctx->deterministic) {
+    if (p->forced_cfg >= 0 || bn_ctx_by_rule(ctx)) {
         int cfg = p->forced_cfg == OWN_SKINNY ? 1 : p->forced_cfg >= 0 ? p->forced_cfg : own_rule(p->kind, n, k, m, g->sms);
         p->ow = own_layout(p->kind, n, k, m, cfg, g->sms, p->forced_cfg >= 0 ? p->forced_splits : 0, capturing);
         BN_TRY(own_alloc(&p->ow));
@@ -951,7 +952,7 @@ static bn_status choose(const dense_gpu *g, dense_plan *p, bn_ctx *ctx, const ge
 
 static bool plan_fits(const dense_plan *p, int kind, int n, const bn_ctx *ctx, const unsigned *align)
 {
-    if (p->kind != kind || p->n != n || p->tf32 != (ctx->tf32 != 0) || p->deterministic != (ctx->deterministic != 0))
+    if (p->kind != kind || p->n != n || p->tf32 != (ctx->tf32 != 0) || p->by_rule != (bn_ctx_by_rule(ctx) != 0))
         return false;
     if (p->forced_cfg != force_cfg || p->forced_splits != force_splits) return false;
     for (int i = 0; i < OPNDS; i++)
@@ -969,12 +970,12 @@ static bn_status make_plan(bn_layer *l, dense_gpu *g, bn_ctx *ctx, dense_plan *p
     BN_CUDA(cudaStreamIsCapturing((cudaStream_t)ctx->stream, &cap));
     int capturing = cap != cudaStreamCaptureStatusNone;
     /* Up to WORKSPACE_LIMIT (see the top of the file), the same for every batch size, so that
-     * a deterministic context's choice does not depend on what other layers reserved. */
+     * a choice does not depend on what other layers reserved. */
     size_t limit = WORKSPACE_LIMIT;
     if (capturing && ctx->workspace_size < limit) limit = ctx->workspace_size;
     gemm_shape s = shape_of(p->kind, p->n, k, m);
     size_t out_bytes = (size_t)s.rows[2] * s.cols[2] * sizeof(float);
-    return choose(g, p, ctx, ga, k, m, out_bytes, limit, !ctx->deterministic && !capturing, capturing);
+    return choose(g, p, ctx, ga, k, m, out_bytes, limit, !capturing, capturing);
 }
 
 /* The GPU state and the plan for this product at the current batch size and pointers, made on
@@ -1019,7 +1020,7 @@ static bn_status prepare(bn_layer *l, bn_ctx *ctx, int kind, const gemm_args *ga
     p->kind = kind;
     p->n = n;
     p->tf32 = ctx->tf32 != 0;
-    p->deterministic = ctx->deterministic != 0;
+    p->by_rule = bn_ctx_by_rule(ctx) != 0;
     p->forced_cfg = force_cfg;
     p->forced_splits = force_splits;
     for (int i = 0; i < OPNDS; i++) p->align[i] = align[i];

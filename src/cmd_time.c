@@ -10,18 +10,19 @@
 #include "conv2d.h"
 #endif
 
-enum { OPT_BATCH = 256, OPT_ITERS, OPT_DEVICE, OPT_TF32, OPT_HELP };
+enum { OPT_BATCH = 256, OPT_ITERS, OPT_DEVICE, OPT_TF32, OPT_AUTOTUNE, OPT_HELP };
 
 static const struct option time_options[] = {
     {"batch", required_argument, 0, OPT_BATCH}, {"iters", required_argument, 0, OPT_ITERS},
     {"device", required_argument, 0, OPT_DEVICE}, {"tf32", no_argument, 0, OPT_TF32},
-    {"help", no_argument, 0, OPT_HELP},         {0, 0, 0, 0},
+    {"autotune", no_argument, 0, OPT_AUTOTUNE}, {"help", no_argument, 0, OPT_HELP},
+    {0, 0, 0, 0},
 };
 
 typedef struct time_args {
     const char *model, *device;
     long batch, iters;
-    int tf32;
+    int tf32, autotune;
 } time_args;
 
 static int parse_args(int argc, char **argv, time_args *a)
@@ -36,6 +37,7 @@ static int parse_args(int argc, char **argv, time_args *a)
         case OPT_ITERS: BN_TRY(bn_cli_int("--iters", optarg, 1, 1000000, &a->iters)); break;
         case OPT_DEVICE: a->device = optarg; break;
         case OPT_TF32: a->tf32 = 1; break;
+        case OPT_AUTOTUNE: a->autotune = 1; break;
         case OPT_HELP: return -1;
         default: return bn_cli_option_error(opt, optopt, argv[optind - 1]);
         }
@@ -78,7 +80,7 @@ static bn_status run(const time_args *a, bn_net **net, bn_sgd **opt)
     BN_TRY(bn_net_from_file(a->model, net));
     bn_ctx *ctx;
     BN_TRY(bn_cli_open_device(a->device, 0, &ctx));
-    if (ctx) ctx->tf32 = a->tf32;
+    if (ctx) ctx->tf32 = a->tf32, ctx->autotune = a->autotune;
     int batch = a->batch ? (int)a->batch : (*net)->train.batch;
     BN_TRY(bn_net_setup(*net, batch, ctx, 0, (*net)->train.seed));
     BN_TRY(bn_sgd_create(*net, &(*net)->train, opt));

@@ -17,13 +17,13 @@ typedef struct train_args {
     long epochs, batch, seed, train_limit, log_every, profile_first, profile_last, checkpoint_every, debug_numerics;
     double lr, momentum, weight_decay;
     const char *lr_policy;
-    int quiet, tf32, deterministic, no_graph;
+    int quiet, tf32, deterministic, autotune, no_graph;
     double until_accuracy;
 } train_args;
 
 enum { OPT_DATA = 256, OPT_DATASET, OPT_DEVICE, OPT_EPOCHS, OPT_BATCH, OPT_LR, OPT_MOMENTUM, OPT_WD,
        OPT_POLICY, OPT_SEED, OPT_LIMIT, OPT_SAVE, OPT_RESUME, OPT_QUIET, OPT_LOG, OPT_LOG_EVERY,
-       OPT_TF32, OPT_DETERMINISTIC, OPT_PROFILE, OPT_PLUGIN, OPT_NO_GRAPH,
+       OPT_TF32, OPT_DETERMINISTIC, OPT_AUTOTUNE, OPT_PROFILE, OPT_PLUGIN, OPT_NO_GRAPH,
        OPT_UNTIL, OPT_CHECKPOINT_EVERY, OPT_DEBUG_NUMERICS, OPT_HELP };
 
 static const struct option train_options[] = {
@@ -36,6 +36,7 @@ static const struct option train_options[] = {
     {"resume", required_argument, 0, OPT_RESUME},   {"quiet", no_argument, 0, OPT_QUIET},
     {"log", required_argument, 0, OPT_LOG},         {"log-every", required_argument, 0, OPT_LOG_EVERY},
     {"tf32", no_argument, 0, OPT_TF32},             {"deterministic", no_argument, 0, OPT_DETERMINISTIC},
+    {"autotune", no_argument, 0, OPT_AUTOTUNE},
     {"profile-steps", required_argument, 0, OPT_PROFILE}, {"no-graph", no_argument, 0, OPT_NO_GRAPH},
     {"until-accuracy", required_argument, 0, OPT_UNTIL}, {"plugin", required_argument, 0, OPT_PLUGIN},
     {"checkpoint-every", required_argument, 0, OPT_CHECKPOINT_EVERY},
@@ -103,6 +104,7 @@ static int parse_args(int argc, char **argv, train_args *a)
         case OPT_UNTIL: BN_TRY(bn_cli_float("--until-accuracy", optarg, 0.01, 100, &a->until_accuracy)); break;
         case OPT_PROFILE: BN_TRY(parse_step_range(optarg, &a->profile_first, &a->profile_last)); break;
         case OPT_DETERMINISTIC: a->deterministic = 1; break;
+        case OPT_AUTOTUNE: a->autotune = 1; break;
         case OPT_LOG_EVERY: BN_TRY(bn_cli_int("--log-every", optarg, 1, 2147483647L, &a->log_every)); break;
         case OPT_PLUGIN: BN_TRY(bn_plugin_load(optarg)); break;
         case OPT_CHECKPOINT_EVERY:
@@ -171,6 +173,7 @@ static bn_status prepare(const train_args *a, train_run *r, bn_train_state *st)
     if (r->ctx) {
         r->ctx->tf32 = a->tf32;
         r->ctx->deterministic = a->deterministic;
+        r->ctx->autotune = a->autotune;
     }
     BN_TRY(bn_dataset_load(dir, 1, (int)a->train_limit, &r->train));
     BN_TRY(bn_dataset_load(dir, 0, 0, &r->test));

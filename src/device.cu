@@ -109,6 +109,9 @@ static bn_status open_handles(bn_ctx *c)
     cudaEvent_t done;
     BN_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
     c->side_done = done;
+    cudaEvent_t fork;
+    BN_CUDA(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+    c->side_fork = fork;
     cublasHandle_t blas;
     BN_CUBLAS(cublasCreate(&blas));
     c->cublas = blas;
@@ -207,6 +210,7 @@ extern "C" void bn_ctx_close(void)
         cudaStreamDestroy((cudaStream_t)c->side_stream);
     }
     if (c->side_done) cudaEventDestroy((cudaEvent_t)c->side_done);
+    if (c->side_fork) cudaEventDestroy((cudaEvent_t)c->side_fork);
     memset(c, 0, sizeof *c);
     ctx_open = 0;
 }
@@ -241,6 +245,21 @@ extern "C" bn_status bn_ctx_join_side(bn_ctx *ctx)
     ctx->side_pending = 0;
     BN_CUDA(cudaEventRecord((cudaEvent_t)ctx->side_done, (cudaStream_t)ctx->side_stream));
     BN_CUDA(cudaStreamWaitEvent((cudaStream_t)ctx->stream, (cudaEvent_t)ctx->side_done, 0));
+    return BN_OK;
+}
+
+extern "C" bn_status bn_ctx_fork_side(bn_ctx *ctx)
+{
+    BN_CUDA(cudaEventRecord((cudaEvent_t)ctx->side_fork, (cudaStream_t)ctx->stream));
+    BN_CUDA(cudaStreamWaitEvent((cudaStream_t)ctx->side_stream, (cudaEvent_t)ctx->side_fork, 0));
+    ctx->side_pending = 1;
+    return BN_OK;
+}
+
+extern "C" bn_status bn_ctx_zero_beside(bn_ctx *ctx, void *ptr, size_t bytes)
+{
+    BN_TRY(bn_ctx_fork_side(ctx));
+    BN_CUDA(cudaMemsetAsync(ptr, 0, bytes, (cudaStream_t)ctx->side_stream));
     return BN_OK;
 }
 

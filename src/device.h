@@ -23,6 +23,7 @@ typedef struct bn_ctx {
                               within the same pass, or at the end of the net's backward pass
                               (kernels only: the handles stay on stream) */
     void *side_done;       /* event for that late join */
+    void *side_fork;       /* event for side work that follows what stream holds (bn_ctx_zero_beside) */
     int side_pending;      /* side_stream holds work that stream has not waited for */
     void *cublas;          /* bound to stream */
     void *cudnn;           /* bound to stream */
@@ -34,7 +35,18 @@ typedef struct bn_ctx {
                                    old addresses and must be captured again */
     int deterministic;     /* restrict cuDNN to deterministic algorithms */
     int tf32;              /* allow TF32 tensor-core math */
+    int autotune;          /* choose each layer's kernels by timing the candidates (cuDNN's and
+                              cuBLASLt's included) instead of by the fixed rule; ignored in a
+                              deterministic context */
 } bn_ctx;
+
+/* Whether layers choose their kernels by the fixed rule (blobnet's own kernels wherever they
+ * apply, in a set order) rather than by timing: always unless the context asks for autotuning,
+ * and always in a deterministic context, whose runs must pick the same kernels. */
+static inline int bn_ctx_by_rule(const bn_ctx *ctx)
+{
+    return ctx->deterministic || !ctx->autotune;
+}
 
 /* 1 when this build has CUDA support. */
 int bn_device_compiled(void);
@@ -57,6 +69,14 @@ void bn_ctx_defer_side(bn_ctx *ctx);
 
 /* Makes stream wait for everything queued on side_stream so far, when anything is pending. */
 bn_status bn_ctx_join_side(bn_ctx *ctx);
+
+/* Makes side_stream wait for everything queued on stream so far, for side work that must come
+ * after it but may run beside what stream does next. The side work is then pending: the next
+ * bn_ctx_join_side orders stream after it. */
+bn_status bn_ctx_fork_side(bn_ctx *ctx);
+
+/* Zeroes bytes at ptr on side_stream after a bn_ctx_fork_side. */
+bn_status bn_ctx_zero_beside(bn_ctx *ctx, void *ptr, size_t bytes);
 
 /* Grows the shared cuDNN workspace to at least bytes (never inside a step). */
 bn_status bn_ctx_reserve_workspace(bn_ctx *ctx, size_t bytes);

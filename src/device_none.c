@@ -37,6 +37,20 @@ bn_status bn_ctx_join_side(bn_ctx *ctx)
     return BN_OK;
 }
 
+bn_status bn_ctx_fork_side(bn_ctx *ctx)
+{
+    (void)ctx;
+    return no_cuda();
+}
+
+bn_status bn_ctx_zero_beside(bn_ctx *ctx, void *ptr, size_t bytes)
+{
+    (void)ctx;
+    (void)ptr;
+    (void)bytes;
+    return no_cuda();
+}
+
 bn_status bn_ctx_reserve_workspace(bn_ctx *ctx, size_t bytes)
 {
     (void)ctx;
@@ -133,6 +147,12 @@ bn_status bn_sgd_schedule(bn_sgd *o, long first, long count)
 bn_status bn_sgd_step_gpu(bn_sgd *o, bn_net *net, float lr)
 {
     (void)o, (void)net, (void)lr;
+    return no_cuda();
+}
+
+bn_status bn_sgd_update_layer_gpu(bn_sgd *o, bn_net *net, const bn_layer *l, float lr, int last)
+{
+    (void)o, (void)net, (void)l, (void)lr, (void)last;
     return no_cuda();
 }
 

@@ -34,6 +34,8 @@ static const char train_usage[] =
     "  --log-every N       with --log, also a row every N steps\n"
     "  --tf32              allow TF32 tensor-core math on the GPU (faster, less exact)\n"
     "  --deterministic     only deterministic cuDNN algorithms: GPU runs repeat exactly\n"
+    "  --autotune          choose each layer's GPU kernels by timing every candidate\n"
+    "                      (blobnet's, cuDNN's, cuBLASLt's) instead of by the fixed rule\n"
     "  --plugin FILE       load a layer plugin (.so) first; may be given several times\n"
     "  --profile-steps A:B profiler capture (cudaProfilerStart/Stop) around steps A..B\n"
     "  --no-graph          launch every kernel of every step instead of replaying the\n"
@@ -95,7 +97,7 @@ static const char check_layer_usage[] =
     "                      CPU and GPU in evaluation mode\n";
 
 static const char time_usage[] =
-    "usage: blobnet time MODEL [--batch N] [--iters N] [--device SPEC] [--tf32]\n"
+    "usage: blobnet time MODEL [--batch N] [--iters N] [--device SPEC] [--tf32] [--autotune]\n"
     "Times each layer's forward and backward pass and the update over N training steps\n"
     "(default 50, after 5 warm-up steps) on random data: CUDA events on the GPU, a\n"
     "monotonic clock on the CPU. --batch defaults to the model's [train] batch.\n";

@@ -336,10 +336,21 @@ bn_status bn_net_forward(bn_net *net, int train)
 
 bn_status bn_net_backward(bn_net *net)
 {
+    return bn_net_backward_each(net, NULL, NULL);
+}
+
+bn_status bn_net_backward_each(bn_net *net, bn_status (*done)(void *arg, bn_net *net, bn_layer *l), void *arg)
+{
     bn_ctx *ctx = net->pass.ctx;
     bn_status s = BN_OK;
+    /* Side work queued before the backward pass (bn_net_zero_grad_beside) ends before any layer
+     * adds into the gradients. */
+    if (ctx) BN_TRY(bn_ctx_join_side(ctx));
     net->pass.defer_joins = ctx != NULL;
-    for (int i = net->num_layers - 1; i >= 0 && s == BN_OK; i--) s = bn_layer_backward(net->layers[i], &net->pass);
+    for (int i = net->num_layers - 1; i >= 0 && s == BN_OK; i--) {
+        s = bn_layer_backward(net->layers[i], &net->pass);
+        if (s == BN_OK && done) s = done(arg, net, net->layers[i]);
+    }
     net->pass.defer_joins = 0;
     /* Work the layers left on the side stream (weight gradients) ends here, before anything
      * reads the gradients. */
@@ -353,6 +364,15 @@ bn_status bn_net_backward(bn_net *net)
 bn_status bn_net_zero_grad(bn_net *net)
 {
     return net->grads ? bn_blob_zero(net->grads) : BN_OK;
+}
+
+bn_status bn_net_zero_grad_beside(bn_net *net)
+{
+    bn_ctx *ctx = net->pass.ctx;
+    if (!net->grads || !ctx || !ctx->side_stream) return bn_net_zero_grad(net);
+    float *d = bn_blob_dev_wr(net->grads);
+    if (!d) return bn_last_status();
+    return bn_ctx_zero_beside(ctx, d, bn_blob_count(net->grads) * sizeof(float));
 }
 
 bn_status bn_net_metrics(bn_net *net, double *loss_sum, double *correct)

@@ -69,8 +69,18 @@ bn_status bn_net_forward(bn_net *net, int train);
  * last layer's out_grad). Parameter gradients are added to the gradient slab. */
 bn_status bn_net_backward(bn_net *net);
 
+/* The same, calling done(arg, net, l) after each layer's backward pass has been run or
+ * enqueued, in the order of the pass (the last layer first). An error from done ends it. */
+bn_status bn_net_backward_each(bn_net *net, bn_status (*done)(void *arg, bn_net *net, bn_layer *l), void *arg);
+
 /* Zeroes the gradient slab. */
 bn_status bn_net_zero_grad(bn_net *net);
+
+/* The same for a training step on the GPU: the fill runs on the context's side stream, beside
+ * the forward pass, and the next bn_net_backward waits for it before any layer adds into the
+ * slab (nothing else may read or write the gradients in between). Without a device context it
+ * is bn_net_zero_grad. */
+bn_status bn_net_zero_grad_beside(bn_net *net);
 
 /* The loss sum and correct count of the last forward (reads them to the host). */
 bn_status bn_net_metrics(bn_net *net, double *loss_sum, double *correct);

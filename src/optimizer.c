@@ -93,6 +93,25 @@ bn_status bn_sgd_step(bn_sgd *o, bn_net *net)
     return BN_OK;
 }
 
+bn_status bn_sgd_update_layer(bn_sgd *o, bn_net *net, const bn_layer *l)
+{
+    if (!l->num_params) return BN_OK;
+    if (!net->pass.ctx || !net->pass.ctx->side_stream)
+        return bn_error(BN_ERR_INTERNAL, "layer %s: a layer-by-layer update needs a device context", l->name);
+    int last = 1;
+    for (int i = 0; i < l->index; i++)
+        if (net->layers[i]->num_params) last = 0;
+    bn_nvtx_push("optimizer/update", BN_NVTX_OPTIMIZER);
+    bn_status s = bn_sgd_update_layer_gpu(o, net, l, (float)bn_sgd_lr(o, o->iter), last);
+    bn_nvtx_pop();
+    return s;
+}
+
+void bn_sgd_end_layered_step(bn_sgd *o)
+{
+    o->iter++;
+}
+
 void bn_sgd_free(bn_sgd *o)
 {
     if (!o) return;

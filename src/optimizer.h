@@ -41,12 +41,24 @@ double bn_sgd_lr(const bn_sgd *o, long iter);
 /* Applies one update from net's gradient slab and advances iter. */
 bn_status bn_sgd_step(bn_sgd *o, bn_net *net);
 
+/* The same step layer by layer, on the GPU: called after each layer's backward pass (through
+ * bn_net_backward_each), it enqueues the update of that layer's parameters on the context's
+ * side stream once everything the context stream holds has run, so that it runs beside the
+ * backward passes of the layers below; the net's backward pass joins it. The update of the
+ * net's first layer with parameters, the last to come, moves the device's schedule cursor.
+ * bn_sgd_end_layered_step then advances iter. Layers without parameters are skipped. */
+bn_status bn_sgd_update_layer(bn_sgd *o, bn_net *net, const bn_layer *l);
+void bn_sgd_end_layered_step(bn_sgd *o);
+
 void bn_sgd_free(bn_sgd *o);
 
 /* The update on the device: one kernel over the slab (optimizer_gpu.cu). While a schedule
  * covers the step, the kernel reads its rate from the device, so a captured step replays
  * with the right rate; otherwise it takes lr. */
 bn_status bn_sgd_step_gpu(bn_sgd *o, bn_net *net, float lr);
+
+/* One layer's update on the side stream (bn_sgd_update_layer); `last`: the step's last update. */
+bn_status bn_sgd_update_layer_gpu(bn_sgd *o, bn_net *net, const bn_layer *l, float lr, int last);
 
 /* GPU: uploads the learning rates of steps first .. first+count-1 (as bn_sgd_lr gives them)
  * and points the device cursor at `first`; updates then advance the cursor on the device. */

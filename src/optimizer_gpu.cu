@@ -1,21 +1,23 @@
-/* optimizer_gpu.cu - the SGD update as one kernel over the whole parameter slab. Each
- * block row walks the segment table (a handful of entries) to find its multipliers. */
+/* optimizer_gpu.cu - the SGD update as one kernel over the parameter slab, or over one layer's
+ * run of it. Each element walks the segment table (a handful of entries) to find its
+ * multipliers. */
 #include "cuda_check.h"
 #include "last_arrival.cuh"
 #include "optimizer.h"
 
 #include <stdlib.h>
 
-/* schedule/cursor, when set, give the rate of this update: schedule[*cursor]; the last block
- * then moves the cursor to the next step (cursor[1] counts the blocks done). */
+/* Updates elements [lo, hi); segs (nseg entries) starts with the segment holding lo.
+ * schedule/cursor, when set, give the rate of this update: schedule[*cursor]; with `advance`,
+ * the last block then moves the cursor to the next step (cursor[1] counts the blocks done). */
 __global__ void sgd_update(float *__restrict__ w, const float *__restrict__ g, float *__restrict__ v,
-                           const bn_param_segment *__restrict__ segs, int nseg, size_t n, float lr,
-                           const float *__restrict__ schedule, int *cursor, float mom, float wd)
+                           const bn_param_segment *__restrict__ segs, int nseg, size_t lo, size_t hi, float lr,
+                           const float *__restrict__ schedule, int *cursor, int advance, float mom, float wd)
 {
     int at = 0;
     if (schedule) at = *cursor, lr = schedule[at];
     size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+    for (size_t i = lo + (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < hi; i += stride) {
         int s = 0;
         while (s + 1 < nseg && i >= segs[s + 1].offset) s++;
         float rate = lr * segs[s].lr_mult, decay = wd * segs[s].decay_mult;
@@ -23,7 +25,8 @@ __global__ void sgd_update(float *__restrict__ w, const float *__restrict__ g, f
         v[i] = vi;
         w[i] -= vi;
     }
-    if (schedule && bn_last_arrival((unsigned *)(cursor + 1), gridDim.x) && threadIdx.x == 0) *cursor = at + 1;
+    if (schedule && advance && bn_last_arrival((unsigned *)(cursor + 1), gridDim.x) && threadIdx.x == 0)
+        *cursor = at + 1;
 }
 
 static bn_status upload_segments(bn_sgd *o)
@@ -59,21 +62,37 @@ extern "C" bn_status bn_sgd_schedule(bn_sgd *o, long first, long count)
     return s;
 }
 
-extern "C" bn_status bn_sgd_step_gpu(bn_sgd *o, bn_net *net, float lr)
+/* The update of elements [lo, hi) on stream s; `advance`: this launch is the step's last. */
+static bn_status launch(bn_sgd *o, bn_net *net, size_t lo, size_t hi, float lr, int advance, cudaStream_t s)
 {
     if (!o->device_segments) BN_TRY(upload_segments(o));
     BN_DEV_WR(w, net->params);
     BN_DEV_RD(g, net->grads);
     BN_DEV_WR(v, o->momentum);
-    size_t n = net->num_params;
+    int seg0 = 0;
+    while (seg0 + 1 < o->num_segments && lo >= o->segments[seg0 + 1].offset) seg0++;
     int threads = 256;
-    int blocks = (int)((n + threads - 1) / threads);
-    if (blocks > 1024) blocks = 1024;
-    cudaStream_t s = (cudaStream_t)net->pass.ctx->stream;
+    size_t want = (hi - lo + threads - 1) / threads;
+    int blocks = want < 1 ? 1 : want > 1024 ? 1024 : (int)want;
     int scheduled = o->schedule_len && o->iter >= o->schedule_first && o->iter < o->schedule_first + o->schedule_len;
-    sgd_update<<<blocks, threads, 0, s>>>(w, g, v, (const bn_param_segment *)o->device_segments, o->num_segments,
-                                          n, lr, scheduled ? o->dev_schedule : NULL, o->dev_cursor,
+    sgd_update<<<blocks, threads, 0, s>>>(w, g, v, (const bn_param_segment *)o->device_segments + seg0,
+                                          o->num_segments - seg0, lo, hi, lr,
+                                          scheduled ? o->dev_schedule : NULL, o->dev_cursor, advance,
                                           (float)o->cfg.momentum, (float)o->cfg.weight_decay);
     BN_CUDA_LAUNCH();
     return BN_OK;
+}
+
+extern "C" bn_status bn_sgd_step_gpu(bn_sgd *o, bn_net *net, float lr)
+{
+    return launch(o, net, 0, net->num_params, lr, 1, (cudaStream_t)net->pass.ctx->stream);
+}
+
+extern "C" bn_status bn_sgd_update_layer_gpu(bn_sgd *o, bn_net *net, const bn_layer *l, float lr, int last)
+{
+    size_t lo = l->params[0].value->offset, hi = lo;
+    for (int k = 0; k < l->num_params; k++) hi += bn_blob_count(l->params[k].value);
+    bn_ctx *ctx = net->pass.ctx;
+    BN_TRY(bn_ctx_fork_side(ctx));
+    return launch(o, net, lo, hi, lr, last, (cudaStream_t)ctx->side_stream);
 }

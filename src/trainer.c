@@ -110,13 +110,25 @@ typedef struct step_body {
     int n;
 } step_body;
 
+static bn_status update_layer(void *opt, bn_net *net, bn_layer *l)
+{
+    return bn_sgd_update_layer((bn_sgd *)opt, net, l);
+}
+
+/* On the GPU the gradients are zeroed beside the forward pass and each layer's update runs
+ * beside the backward passes of the layers below it, so that neither waits in line. */
 static bn_status step_passes(step_body *b, int fused)
 {
     BN_TRY(bn_loader_fill_next(b->ld, b->net, b->n));
-    BN_TRY(bn_net_zero_grad(b->net));
+    BN_TRY(bn_net_zero_grad_beside(b->net));
     BN_TRY(bn_net_forward(b->net, 1));
-    BN_TRY(bn_net_backward(b->net));
-    BN_TRY(bn_sgd_step(b->opt, b->net));
+    if (b->net->pass.ctx && b->net->pass.ctx->side_stream) {
+        BN_TRY(bn_net_backward_each(b->net, update_layer, b->opt));
+        bn_sgd_end_layered_step(b->opt);
+    } else {
+        BN_TRY(bn_net_backward(b->net));
+        BN_TRY(bn_sgd_step(b->opt, b->net));
+    }
     return fused ? BN_OK : accumulate_metrics(b->net, b->acc);
 }
 

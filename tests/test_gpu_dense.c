@@ -149,6 +149,20 @@ BN_TEST(gpu_dense_lenet_shapes_match_cpu_as_batch_sizes_change)
     return batches_against_cpu(ctx, batches, 5, TOL_FP32, "batches 64, 37, 64, 1, 64 on one network");
 }
 
+/* With ctx->autotune the products run on whichever of cuBLASLt's algorithms and blobnet's
+ * kernels timed fastest. */
+BN_TEST(gpu_dense_autotuned_context_matches_cpu)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    static const int batches[] = {64, 37, 64, 1};
+    ctx->autotune = 1;
+    int r = batches_against_cpu(ctx, batches, 4, TOL_FP32, "autotuned, batches 64, 37, 64, 1");
+    ctx->autotune = 0;
+    return r;
+}
+
 BN_TEST(gpu_dense_deterministic_context_matches_cpu)
 {
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
@@ -168,8 +182,10 @@ BN_TEST(gpu_dense_tf32_stays_near_cpu)
     CHECK_OK(bn_ctx_open(0, &ctx));
     static const int batches[] = {64, 37};
     ctx->tf32 = 1;
+    ctx->autotune = 1; /* the rule takes blobnet's FP32 kernels; cuBLASLt's TF32 ones are timed */
     int r = batches_against_cpu(ctx, batches, 2, TOL_TF32, "tf32, batches 64, 37");
     ctx->tf32 = 0;
+    ctx->autotune = 0;
     return r;
 }
 
@@ -291,7 +307,10 @@ BN_TEST(gpu_dense_graph_replay_matches_eager_pass)
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
     bn_ctx *ctx;
     CHECK_OK(bn_ctx_open(0, &ctx));
-    return graph_replay_matches_eager(ctx, "timed choice");
+    ctx->autotune = 1;
+    int r = graph_replay_matches_eager(ctx, "timed choice");
+    ctx->autotune = 0;
+    return r;
 }
 
 /* ---- the layer's own GEMM kernels, forced ---- */

@@ -56,6 +56,8 @@ typedef struct layer_case {
     int classes;        /* with a loss layer: labels in [0, classes) */
     int zeros;          /* put exact zeros among the inputs (the kinks of relu-like layers) */
     int own_convs;      /* every conv2d pass that blobnet's kernels can run must have run on them */
+    int autotuned_too;  /* run the comparisons a second time with an autotuning context (the
+                           kernels chosen by timing, cuDNN's and cuBLASLt's among them) */
 } layer_case;
 
 /* Writes the whole capacity of b's host copy (rows past the current batch included). */
@@ -264,12 +266,21 @@ static int run_case(const layer_case *lc)
     CHECK_OK(bn_ctx_open(0, &ctx));
     /* Batch size k draws its data from seed + k; BLOBNET_TEST_SEED sets seed. */
     uint64_t seed = lt_fresh_seed();
-    double worst = 0.0;
-    for (int k = 0; k < NUM_SIZES; k++)
-        CHECK_MSG(compare_once(lc, capacities[k], batches[k], seed + (uint64_t)k, ctx, &worst) == BN_PASS,
-                  "%s, batch %d: rerun with BLOBNET_TEST_SEED=%llu", lc->what, batches[k], (unsigned long long)seed);
-    printf("    gpu vs cpu %s, batches 1, 3, 64, 257, 37 of 64: worst difference %.3g of scale (tolerance %g)\n",
-           lc->what, worst, lc->tol);
+    for (int tune = 0; tune <= (lc->autotuned_too ? 1 : 0); tune++) {
+        double worst = 0.0;
+        ctx->autotune = tune;
+        int r = BN_PASS;
+        for (int k = 0; k < NUM_SIZES && r == BN_PASS; k++) {
+            r = compare_once(lc, capacities[k], batches[k], seed + (uint64_t)k, ctx, &worst);
+            if (r != BN_PASS)
+                printf("    %s%s, batch %d: rerun with BLOBNET_TEST_SEED=%llu\n", lc->what,
+                       tune ? " (autotuned)" : "", batches[k], (unsigned long long)seed);
+        }
+        ctx->autotune = 0;
+        if (r != BN_PASS) return r;
+        printf("    gpu vs cpu %s%s, batches 1, 3, 64, 257, 37 of 64: worst difference %.3g of scale (tolerance %g)\n",
+               lc->what, tune ? " (autotuned)" : "", worst, lc->tol);
+    }
     return BN_PASS;
 }
 
@@ -278,7 +289,7 @@ BN_TEST(gpu_layer_dense_matches_cpu)
     static const layer_case lc = {"dense 3x5x7 -> 13 -> 6",
                                   "[input]\nchannels=3\nheight=5\nwidth=7\n[dense]\noutputs=13\n"
                                   "[dense]\noutputs=6\ninit=he\n",
-                                  TOL_GEMM, 0, 0, 0};
+                                  TOL_GEMM, 0, 0, 0, 1};
     return run_case(&lc);
 }
 
@@ -290,7 +301,7 @@ BN_TEST(gpu_layer_conv2d_matches_cpu)
                                   "[conv2d]\nfilters=5\nsize=3\nstride=2\npad=1\n"
                                   "[conv2d]\nfilters=4\nsize=3\nstride=1\npad=2\ninit=he\n"
                                   "[conv2d]\nfilters=2\nsize=4\nstride=2\npad=1\n",
-                                  TOL_GEMM, 0, 0, 0};
+                                  TOL_GEMM, 0, 0, 0, 1};
     return run_case(&lc);
 }
 
@@ -299,7 +310,7 @@ BN_TEST(gpu_layer_conv2d_lenet_shapes_match_cpu)
     static const layer_case lc = {"conv2d 1x28x28 k5 x20, k5 x50 (LeNet)",
                                   "[input]\nchannels=1\nheight=28\nwidth=28\n"
                                   "[conv2d]\nfilters=20\nsize=5\n[conv2d]\nfilters=50\nsize=5\n",
-                                  TOL_GEMM, 0, 0, 0};
+                                  TOL_GEMM, 0, 0, 0, 1};
     return run_case(&lc);
 }
 
@@ -315,25 +326,25 @@ BN_TEST(gpu_layer_conv2d_blobnet_engine_matches_cpu)
          "[conv2d]\nfilters=5\nsize=3\nstride=2\npad=1\nengine=blobnet\n"
          "[conv2d]\nfilters=4\nsize=3\nstride=1\npad=2\ninit=he\nengine=blobnet\n"
          "[conv2d]\nfilters=2\nsize=4\nstride=2\npad=1\nengine=blobnet\n",
-         TOL_GEMM, 0, 0, 1},
+         TOL_GEMM, 0, 0, 1, 0},
         {"blobnet conv2d 1x28x28 k5 x20, k5 x50 (LeNet)",
          "[input]\nchannels=1\nheight=28\nwidth=28\n"
          "[conv2d]\nfilters=20\nsize=5\nengine=blobnet\n[conv2d]\nfilters=50\nsize=5\nengine=blobnet\n",
-         TOL_GEMM, 0, 0, 1},
+         TOL_GEMM, 0, 0, 1, 0},
         {"blobnet conv2d 3x10x10 k1 x40, k3p1 x33, k5p2 x6 (chunked, split)",
          "[input]\nchannels=3\nheight=10\nwidth=10\n"
          "[conv2d]\nfilters=40\nsize=1\nengine=blobnet\n"
          "[conv2d]\nfilters=33\nsize=3\npad=1\nengine=blobnet\n"
          "[conv2d]\nfilters=6\nsize=5\npad=2\nengine=blobnet\n",
-         TOL_GEMM, 0, 0, 1},
+         TOL_GEMM, 0, 0, 1, 0},
         {"blobnet conv2d 2x40x36 k3p1 x5, k3 x3 (position tiles)",
          "[input]\nchannels=2\nheight=40\nwidth=36\n"
          "[conv2d]\nfilters=5\nsize=3\npad=1\nengine=blobnet\n[conv2d]\nfilters=3\nsize=3\nengine=blobnet\n",
-         TOL_GEMM, 0, 0, 1},
+         TOL_GEMM, 0, 0, 1, 0},
         {"blobnet conv2d 4x5x5 k3 x9, k2 x2 (images per block)",
          "[input]\nchannels=4\nheight=5\nwidth=5\n"
          "[conv2d]\nfilters=9\nsize=3\nengine=blobnet\n[conv2d]\nfilters=2\nsize=2\nengine=blobnet\n",
-         TOL_GEMM, 0, 0, 1},
+         TOL_GEMM, 0, 0, 1, 0},
     };
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
     /* Each case with the normal choice, then with each kernel family forced. */
@@ -356,7 +367,7 @@ BN_TEST(gpu_layer_maxpool_matches_cpu)
     static const layer_case lc = {"maxpool 4x7x9 s3 st2 p1, s2",
                                   "[input]\nchannels=4\nheight=7\nwidth=9\n"
                                   "[maxpool]\nsize=3\nstride=2\npad=1\n[maxpool]\nsize=2\n",
-                                  TOL_ELEMENTWISE, 0, 0, 0};
+                                  TOL_ELEMENTWISE, 0, 0, 0, 0};
     return run_case(&lc);
 }
 
@@ -365,18 +376,18 @@ BN_TEST(gpu_layer_avgpool_matches_cpu)
     static const layer_case lc = {"avgpool 4x7x9 s3 st2 p1, s2 p1",
                                   "[input]\nchannels=4\nheight=7\nwidth=9\n"
                                   "[avgpool]\nsize=3\nstride=2\npad=1\n[avgpool]\nsize=2\npad=1\n",
-                                  TOL_ELEMENTWISE, 0, 0, 0};
+                                  TOL_ELEMENTWISE, 0, 0, 0, 0};
     return run_case(&lc);
 }
 
 BN_TEST(gpu_layer_activations_match_cpu)
 {
     static const layer_case cases[] = {
-        {"relu", "[input]\nchannels=3\nheight=5\nwidth=7\n[relu]\n", TOL_ELEMENTWISE, 0, 1, 0},
-        {"sigmoid", "[input]\nchannels=3\nheight=5\nwidth=7\n[sigmoid]\n", TOL_ELEMENTWISE, 0, 1, 0},
-        {"tanh", "[input]\nchannels=3\nheight=5\nwidth=7\n[tanh]\n", TOL_ELEMENTWISE, 0, 1, 0},
-        {"leaky_relu", "[input]\nchannels=3\nheight=5\nwidth=7\n[leaky_relu]\nslope=0.1\n", TOL_ELEMENTWISE, 0, 1, 0},
-        {"elu", "[input]\nchannels=3\nheight=5\nwidth=7\n[elu]\nalpha=0.7\n", TOL_ELEMENTWISE, 0, 1, 0},
+        {"relu", "[input]\nchannels=3\nheight=5\nwidth=7\n[relu]\n", TOL_ELEMENTWISE, 0, 1, 0, 0},
+        {"sigmoid", "[input]\nchannels=3\nheight=5\nwidth=7\n[sigmoid]\n", TOL_ELEMENTWISE, 0, 1, 0, 0},
+        {"tanh", "[input]\nchannels=3\nheight=5\nwidth=7\n[tanh]\n", TOL_ELEMENTWISE, 0, 1, 0, 0},
+        {"leaky_relu", "[input]\nchannels=3\nheight=5\nwidth=7\n[leaky_relu]\nslope=0.1\n", TOL_ELEMENTWISE, 0, 1, 0, 0},
+        {"elu", "[input]\nchannels=3\nheight=5\nwidth=7\n[elu]\nalpha=0.7\n", TOL_ELEMENTWISE, 0, 1, 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int r = run_case(&cases[i]);
@@ -388,10 +399,10 @@ BN_TEST(gpu_layer_activations_match_cpu)
 BN_TEST(gpu_layer_softmax_ce_matches_cpu)
 {
     static const layer_case direct = {"softmax_ce 10 classes", "[input]\nchannels=10\nheight=1\nwidth=1\n[softmax_ce]\n",
-                                      TOL_ELEMENTWISE, 10, 0, 0};
+                                      TOL_ELEMENTWISE, 10, 0, 0, 0};
     static const layer_case after_dense = {"dense 2x3x1 -> 7 + softmax_ce",
                                            "[input]\nchannels=2\nheight=3\nwidth=1\n[dense]\noutputs=7\n[softmax_ce]\n",
-                                           TOL_GEMM, 7, 0, 0};
+                                           TOL_GEMM, 7, 0, 0, 0};
     int r = run_case(&direct);
     return r == BN_PASS ? run_case(&after_dense) : r;
 }
@@ -401,7 +412,7 @@ static const layer_case stack_case = {"conv+maxpool+relu+avgpool+dense+tanh+dens
                                       "[conv2d]\nfilters=6\nsize=3\npad=1\n[maxpool]\nsize=2\n[relu]\n"
                                       "[avgpool]\nsize=3\nstride=1\npad=1\n[dense]\noutputs=20\n[tanh]\n"
                                       "[dense]\noutputs=5\n[softmax_ce]\n",
-                                      TOL_GEMM, 5, 0, 0};
+                                      TOL_GEMM, 5, 0, 0, 0};
 
 BN_TEST(gpu_layer_stack_matches_cpu)
 {
@@ -454,7 +465,7 @@ static int deterministic_checks(bn_ctx *ctx)
                                           "[conv2d]\nfilters=20\nsize=5\n[maxpool]\nsize=2\n"
                                           "[conv2d]\nfilters=50\nsize=5\n[maxpool]\nsize=2\n"
                                           "[dense]\noutputs=100\n[relu]\n[dense]\noutputs=10\n[softmax_ce]\n",
-                                          TOL_GEMM, 10, 0, 0};
+                                          TOL_GEMM, 10, 0, 0, 0};
     /* Against the CPU the stack pools by averages: behind two convolutions, two inputs of a
      * max-pool window can lie within rounding of each other, and then the CPU and the GPU may
      * pick different winners and route the gradient differently, which is no error. Max-pool
@@ -465,7 +476,7 @@ static int deterministic_checks(bn_ctx *ctx)
                                          "[conv2d]\nfilters=20\nsize=5\n[avgpool]\nsize=2\n"
                                          "[conv2d]\nfilters=50\nsize=5\n[avgpool]\nsize=2\n"
                                          "[dense]\noutputs=100\n[relu]\n[dense]\noutputs=10\n[softmax_ce]\n",
-                                         TOL_LONG_SUMS, 10, 0, 0};
+                                         TOL_LONG_SUMS, 10, 0, 0, 0};
     CHECK(run_case(&stack_case) == BN_PASS);
     CHECK(run_case(&lenet_avg) == BN_PASS);
     CHECK(repeat_bitwise(&lenet_like, 257, ctx) == BN_PASS);
