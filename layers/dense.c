@@ -106,6 +106,7 @@ const bn_layer_ops bn_dense_ops = {
     .backward_gpu = BN_GPU(bn_dense_backward_gpu),
     .flops = dense_flops,
     .destroy = dense_destroy,
+    .fuse_gpu = BN_GPU(bn_dense_fuse_relu),
 };
 
 #ifndef BN_WITH_CUDA

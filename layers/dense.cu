@@ -125,6 +125,18 @@ static __global__ void seed_bias(float *__restrict__ y, const float *__restrict_
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) y[i] = b[i % m];
 }
 
+/* A fused ReLU's epilogue after a product that has none (cuBLASLt, cublasSgemm): with relu_y,
+ * relu_y = max(v, 0); otherwise relu_dx = v where mask > 0, else 0. */
+static __global__ void relu_epilogue(const float *__restrict__ v, float *__restrict__ relu_y,
+                                     const float *__restrict__ mask, float *__restrict__ relu_dx, size_t total)
+{
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+        if (relu_y) relu_y[i] = v[i] > 0.0f ? v[i] : 0.0f;
+        else relu_dx[i] = mask[i] > 0.0f ? v[i] : 0.0f;
+    }
+}
+
 /* db[o] += sum over the n rows of dy[i][o]. Threads of a warp read consecutive columns (coalesced);
  * the BIAS_ROWS partial sums of a column are then added in a fixed order. */
 static __global__ void bias_grad(const float *__restrict__ dy, int n, int m, float *__restrict__ db)
@@ -192,10 +204,28 @@ static __device__ __forceinline__ void axpy_v(float s, float4 x, float4 &y)
 #define SKINNY_ROWS 2
 #define SKINNY_PARTS 4
 
+/* A fused ReLU (net fusion, bn_layer_ops.fuse_gpu) in a product's epilogue: FWD also writes
+ * relu_y = max(Y, 0), the ReLU layer's output; DX also writes relu_dx = dX where mask (the
+ * layer's input, which the ReLU wrote) is above 0 and 0 elsewhere, the ReLU layer's input
+ * gradient. The CPU's rules (activation.c), so both give the same bits. */
+typedef struct relu_epi {
+    float *relu_y;
+    const float *mask;
+    float *relu_dx;
+} relu_epi;
+
+static __device__ __forceinline__ float relu_of(float v) { return v > 0.0f ? v : 0.0f; }
+static __device__ __forceinline__ float masked(float v, float m) { return m > 0.0f ? v : 0.0f; }
+static __device__ __forceinline__ float2 masked(float2 v, float2 m) { return make_float2(masked(v.x, m.x), masked(v.y, m.y)); }
+static __device__ __forceinline__ float4 masked(float4 v, float4 m)
+{
+    return make_float4(masked(v.x, m.x), masked(v.y, m.y), masked(v.z, m.z), masked(v.w, m.w));
+}
+
 template <int M, int V>
 static __global__ void __launch_bounds__(256) skinny_fwd(const float *__restrict__ x, const float *__restrict__ w,
                                                          const float *__restrict__ b, float *__restrict__ y, int n,
-                                                         int k)
+                                                         int k, float *__restrict__ relu_y)
 {
     typedef typename vec_of<V>::t vt;
     __shared__ float part[SKINNY_ROWS][SKINNY_PARTS][M];
@@ -229,14 +259,17 @@ static __global__ void __launch_bounds__(256) skinny_fwd(const float *__restrict
             float sum = part[rr][0][o];
 #pragma unroll
             for (int q = 1; q < SKINNY_PARTS; q++) sum += part[rr][q][o];
-            y[(size_t)orow * M + o] = sum + b[o];
+            const float v = sum + b[o];
+            y[(size_t)orow * M + o] = v;
+            if (relu_y) relu_y[(size_t)orow * M + o] = relu_of(v);
         }
     }
 }
 
 template <int M, int V>
 static __global__ void __launch_bounds__(256) skinny_dx(const float *__restrict__ dy, const float *__restrict__ w,
-                                                        float *__restrict__ dx, int n, int k)
+                                                        float *__restrict__ dx, int n, int k,
+                                                        const float *__restrict__ mask, float *__restrict__ relu_dx)
 {
     typedef typename vec_of<V>::t vt;
     const int groups = k / V;
@@ -248,28 +281,29 @@ static __global__ void __launch_bounds__(256) skinny_dx(const float *__restrict_
 #pragma unroll
     for (int o = 0; o < M; o++) axpy_v(d[o], ((const vt *)(w + (size_t)o * k))[g], acc);
     ((vt *)(dx + (size_t)row * k))[g] = acc;
+    if (relu_dx) ((vt *)(relu_dx + (size_t)row * k))[g] = masked(acc, ((const vt *)(mask + (size_t)row * k))[g]);
 }
 
 template <int M, int V>
 static void launch_skinny(int kind, cudaStream_t s, const float *a, const float *b, float *d, const float *bias, int n,
-                          int k)
+                          int k, relu_epi e)
 {
     if (kind == GEMM_FWD) {
         const unsigned blocks = (unsigned)((n + SKINNY_ROWS - 1) / SKINNY_ROWS);
-        skinny_fwd<M, V><<<blocks, 32 * SKINNY_ROWS * SKINNY_PARTS, 0, s>>>(b, a, bias, d, n, k);
+        skinny_fwd<M, V><<<blocks, 32 * SKINNY_ROWS * SKINNY_PARTS, 0, s>>>(b, a, bias, d, n, k, e.relu_y);
     } else {
         const long long threads = (long long)n * (k / V);
-        skinny_dx<M, V><<<(unsigned)((threads + 255) / 256), 256, 0, s>>>(b, a, d, n, k);
+        skinny_dx<M, V><<<(unsigned)((threads + 255) / 256), 256, 0, s>>>(b, a, d, n, k, e.mask, e.relu_dx);
     }
 }
 
 template <int M>
 static void launch_skinny_m(int kind, cudaStream_t s, int v, const float *a, const float *b, float *d,
-                            const float *bias, int n, int k)
+                            const float *bias, int n, int k, relu_epi e)
 {
-    if (v == 4) launch_skinny<M, 4>(kind, s, a, b, d, bias, n, k);
-    else if (v == 2) launch_skinny<M, 2>(kind, s, a, b, d, bias, n, k);
-    else launch_skinny<M, 1>(kind, s, a, b, d, bias, n, k);
+    if (v == 4) launch_skinny<M, 4>(kind, s, a, b, d, bias, n, k, e);
+    else if (v == 2) launch_skinny<M, 2>(kind, s, a, b, d, bias, n, k, e);
+    else launch_skinny<M, 1>(kind, s, a, b, d, bias, n, k, e);
 }
 
 /* The forward (ga: W, X, Y, b) or input-gradient (ga: W, dY, dX) product by the kernels above,
@@ -277,14 +311,14 @@ static void launch_skinny_m(int kind, cudaStream_t s, int v, const float *a, con
  * and a lane's loads are all in flight at once, and per width of the loads the operands'
  * alignment allows (the parameters may sit at any 4-byte offset of their slab). */
 static bn_status run_skinny(int kind, cudaStream_t s, const float *a, const float *b, float *d, const float *bias,
-                            int n, int k, int m)
+                            int n, int k, int m, relu_epi e)
 {
-    const uintptr_t all = (uintptr_t)a | (uintptr_t)b | (uintptr_t)d;
+    const uintptr_t all = (uintptr_t)a | (uintptr_t)b | (uintptr_t)d | (uintptr_t)e.mask | (uintptr_t)e.relu_dx;
     const int v = k % 4 == 0 && (all & 15) == 0 ? 4 : k % 2 == 0 && (all & 7) == 0 ? 2 : 1;
     switch (m) {
 #define SKINNY_CASE(M)                                           \
     case M:                                                      \
-        launch_skinny_m<M>(kind, s, v, a, b, d, bias, n, k);     \
+        launch_skinny_m<M>(kind, s, v, a, b, d, bias, n, k, e);  \
         break;
         SKINNY_CASE(1) SKINNY_CASE(2) SKINNY_CASE(3) SKINNY_CASE(4) SKINNY_CASE(5) SKINNY_CASE(6)
         SKINNY_CASE(7) SKINNY_CASE(8) SKINNY_CASE(9) SKINNY_CASE(10) SKINNY_CASE(11) SKINNY_CASE(12)
@@ -336,6 +370,7 @@ typedef struct own_args {
     int splits, ktps;    /* inner ranges, and OWN_BK slices per range */
     float *part;         /* splits > 1: tiles x splits slots of BM BN + BM floats */
     unsigned *counters;  /* splits > 1: one per tile, zero between launches */
+    relu_epi relu;       /* FWD, DX: a fused ReLU, or NULLs */
 } own_args;
 
 template <int KIND, int BM, int BN, int TM, int TN>
@@ -489,6 +524,8 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) own_gemm(own_args p)
             add[i][j] = 0.0f;
             if (KIND == GEMM_FWD && c < p.cols) add[i][j] = p.bias[c];
             if (KIND == GEMM_DW && r < p.rows && c < p.cols) add[i][j] = p.c[(size_t)r * p.cols + c];
+            if (KIND == GEMM_DX && p.relu.relu_dx && r < p.rows && c < p.cols)
+                add[i][j] = p.relu.mask[(size_t)r * p.cols + c];
         }
     }
 #pragma unroll
@@ -500,9 +537,16 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) own_gemm(own_args p)
             const int c = col0 + tc + j * CT;
             if (c >= p.cols) continue;
             const size_t at = (size_t)r * p.cols + c;
-            if (KIND == GEMM_FWD) p.c[at] = acc[i][j] + add[i][j];
-            else if (KIND == GEMM_DW) p.c[at] = add[i][j] + acc[i][j];
-            else p.c[at] = acc[i][j];
+            if (KIND == GEMM_FWD) {
+                const float v = acc[i][j] + add[i][j];
+                p.c[at] = v;
+                if (p.relu.relu_y) p.relu.relu_y[at] = relu_of(v);
+            } else if (KIND == GEMM_DW) {
+                p.c[at] = add[i][j] + acc[i][j];
+            } else {
+                p.c[at] = acc[i][j];
+                if (p.relu.relu_dx) p.relu.relu_dx[at] = masked(acc[i][j], add[i][j]);
+            }
         }
     }
     if (db_row) p.db[row0 + tid] = db_old + bsum;
@@ -592,19 +636,22 @@ static bn_status own_alloc(own_plan *o)
 }
 
 /* One launch of own_gemm for the plan: A, B as own_gemm names them, C the output. */
+static const relu_epi NO_RELU = {NULL, NULL, NULL};
+
 static bn_status run_own_on(const own_plan *o, int kind, cudaStream_t s, const float *a, const float *b, float *c,
-                            const float *bias, float *db);
+                            const float *bias, float *db, relu_epi e);
 
 static bn_status run_own(const own_plan *o, int kind, const bn_ctx *ctx, const float *a, const float *b, float *c,
-                         const float *bias, float *db)
+                         const float *bias, float *db, relu_epi e)
 {
-    return run_own_on(o, kind, (cudaStream_t)ctx->stream, a, b, c, bias, db);
+    return run_own_on(o, kind, (cudaStream_t)ctx->stream, a, b, c, bias, db, e);
 }
 
 static bn_status run_own_on(const own_plan *o, int kind, cudaStream_t s, const float *a, const float *b, float *c,
-                            const float *bias, float *db)
+                            const float *bias, float *db, relu_epi e)
 {
     own_args x;
+    x.relu = e;
     x.a = a;
     x.b = b;
     x.c = c;
@@ -789,6 +836,7 @@ typedef struct gemm_args {
     const float *bias;
     float beta;
     float *db;
+    relu_epi relu;  /* FWD, DX: a fused ReLU (zeros: none) */
 } gemm_args;
 
 /* The candidates of a plan: `lt` cuBLASLt heuristic results, then `owns` own_gemm layouts, then
@@ -820,8 +868,9 @@ static bn_status run_candidate(const dense_gpu *g, const dense_plan *p, const bn
     cudaGetLastError(); /* nothing left over from a failed cuBLASLt candidate */
     *ok = 1;
     if (i == c->lt + c->owns)
-        return run_skinny(p->kind, (cudaStream_t)ctx->stream, ga->a, ga->b, d, ga->bias, n, c->k, m);
-    return run_own(&c->own[i - c->lt], p->kind, ctx, ga->b, ga->a, d, ga->bias, p->kind == GEMM_DW ? db : NULL);
+        return run_skinny(p->kind, (cudaStream_t)ctx->stream, ga->a, ga->b, d, ga->bias, n, c->k, m, NO_RELU);
+    return run_own(&c->own[i - c->lt], p->kind, ctx, ga->b, ga->a, d, ga->bias, p->kind == GEMM_DW ? db : NULL,
+                   NO_RELU);
 }
 
 /* Milliseconds per launch of each candidate (INFINITY for one that fails to run), timed on the
@@ -1065,8 +1114,26 @@ static bn_status run_sgemm(const bn_ctx *ctx, int kind, int n, int k, int m, con
 }
 
 /* Runs one product through its plan (or the fallback). *fused (DW, may be NULL) is set to 1
- * when the bias gradient ga->db was added too. */
+ * when the bias gradient ga->db was added too. A fused ReLU (ga->relu) goes into the epilogue of
+ * blobnet's kernels, or into a kernel of its own after cuBLAS's. */
+static bn_status product(bn_layer *l, bn_ctx *ctx, int kind, const gemm_args *ga, int *fused);
+
 static bn_status gemm(bn_layer *l, bn_ctx *ctx, int kind, const gemm_args *ga, int *fused)
+{
+    BN_TRY(product(l, ctx, kind, ga, fused));
+    const dense_priv *dp = (const dense_priv *)l->priv;
+    dense_plan *p = NULL;
+    dense_gpu *g = NULL;
+    BN_TRY(prepare(l, ctx, kind, ga, &g, &p));
+    if (p->skinny || p->own || (!ga->relu.relu_y && !ga->relu.relu_dx)) return BN_OK;
+    size_t total = (size_t)l->in->n * (kind == GEMM_FWD ? dp->outputs : dp->inputs);
+    relu_epilogue<<<grid_for(total), 256, 0, (cudaStream_t)ctx->stream>>>(ga->d, ga->relu.relu_y, ga->relu.mask,
+                                                                         ga->relu.relu_dx, total);
+    BN_CUDA_LAUNCH();
+    return BN_OK;
+}
+
+static bn_status product(bn_layer *l, bn_ctx *ctx, int kind, const gemm_args *ga, int *fused)
 {
     const dense_priv *dp = (const dense_priv *)l->priv;
     dense_gpu *g = NULL;
@@ -1074,10 +1141,10 @@ static bn_status gemm(bn_layer *l, bn_ctx *ctx, int kind, const gemm_args *ga, i
     if (fused) *fused = 0;
     BN_TRY(prepare(l, ctx, kind, ga, &g, &p));
     int n = l->in->n, k = dp->inputs, m = dp->outputs;
-    if (p->skinny) return run_skinny(kind, (cudaStream_t)ctx->stream, ga->a, ga->b, ga->d, ga->bias, n, k, m);
+    if (p->skinny) return run_skinny(kind, (cudaStream_t)ctx->stream, ga->a, ga->b, ga->d, ga->bias, n, k, m, ga->relu);
     if (p->own) {
         float *db = kind == GEMM_DW ? ga->db : NULL;
-        BN_TRY(run_own(&p->ow, kind, ctx, ga->b, ga->a, ga->d, ga->bias, db));
+        BN_TRY(run_own(&p->ow, kind, ctx, ga->b, ga->a, ga->d, ga->bias, db, ga->relu));
         if (fused) *fused = db != NULL;
         return BN_OK;
     }
@@ -1106,15 +1173,20 @@ extern "C" bn_status bn_dense_forward_gpu(bn_layer *l, const bn_pass *p)
     BN_DEV_RD(b, l->params[BIAS].value);
     BN_DEV_WR(y, l->out);
     /* Y^T = op_T(W) X^T + b, beta = 0: Y's old contents are not read. */
-    gemm_args ga = {w, x, y, b, 0.0f, NULL};
+    gemm_args ga = {w, x, y, b, 0.0f, NULL, NO_RELU};
+    const dense_priv *d = (const dense_priv *)l->priv;
+    if (d->relu_after) {
+        BN_DEV_WR(relu_y, d->relu_after->out);
+        ga.relu.relu_y = relu_y;
+    }
     return gemm(l, p->ctx, GEMM_FWD, &ga, NULL);
 }
 
 /* The input gradient by an own plan (own_gemm or the few-outputs kernels). */
 static bn_status run_dx(const dense_plan *px, const bn_ctx *ctx, const gemm_args *gx, int n, int k, int m)
 {
-    if (px->skinny) return run_skinny(GEMM_DX, (cudaStream_t)ctx->stream, gx->a, gx->b, gx->d, NULL, n, k, m);
-    return run_own(&px->ow, GEMM_DX, ctx, gx->b, gx->a, gx->d, gx->bias, NULL);
+    if (px->skinny) return run_skinny(GEMM_DX, (cudaStream_t)ctx->stream, gx->a, gx->b, gx->d, NULL, n, k, m, gx->relu);
+    return run_own(&px->ow, GEMM_DX, ctx, gx->b, gx->a, gx->d, gx->bias, NULL, gx->relu);
 }
 
 extern "C" bn_status bn_dense_backward_gpu(bn_layer *l, const bn_pass *p)
@@ -1127,14 +1199,22 @@ extern "C" bn_status bn_dense_backward_gpu(bn_layer *l, const bn_pass *p)
     BN_DEV_WR(dw, l->params[WEIGHT].grad);
     BN_DEV_WR(db, l->params[BIAS].grad);
     /* dW^T += X^T op_T(dY^T): beta = 1, the gradient accumulates. */
-    gemm_args gw = {x, dy, dw, NULL, 1.0f, db};
+    gemm_args gw = {x, dy, dw, NULL, 1.0f, db, NO_RELU};
+    /* dX^T = W^T dY^T: beta = 0, dX is overwritten; with a fused ReLU before this layer, the
+     * ReLU's input gradient too (dX masked where the ReLU's output, this layer's input, is 0). */
+    relu_epi rx = NO_RELU;
+    if (d->relu_before && l->in_grad) {
+        BN_DEV_WR(relu_dx, d->relu_before->in_grad);
+        rx.mask = x;
+        rx.relu_dx = relu_dx;
+    }
     if (l->in_grad && p->ctx->side_stream) {
         /* When blobnet's kernels run both products (no shared workspace, their own partial
          * sums), dW and db go to the side stream beside dX and are joined back here, or by the
          * net at the end of its backward pass (bn_pass.defer_joins), so that they also run
          * beside the layers below. */
         BN_DEV_WR(dx, l->in_grad);
-        gemm_args gx = {w, dy, dx, NULL, 0.0f, NULL};
+        gemm_args gx = {w, dy, dx, NULL, 0.0f, NULL, rx};
         dense_gpu *g = NULL;
         dense_plan *pw = NULL, *px = NULL;
         BN_TRY(prepare(l, p->ctx, GEMM_DW, &gw, &g, &pw));
@@ -1143,7 +1223,7 @@ extern "C" bn_status bn_dense_backward_gpu(bn_layer *l, const bn_pass *p)
             cudaStream_t main_stream = (cudaStream_t)p->ctx->stream, side = (cudaStream_t)p->ctx->side_stream;
             BN_CUDA(cudaEventRecord(g->fork, main_stream));
             BN_CUDA(cudaStreamWaitEvent(side, g->fork, 0));
-            BN_TRY(run_own_on(&pw->ow, GEMM_DW, side, gw.b, gw.a, gw.d, gw.bias, db));
+            BN_TRY(run_own_on(&pw->ow, GEMM_DW, side, gw.b, gw.a, gw.d, gw.bias, db, NO_RELU));
             if (p->defer_joins) {
                 bn_ctx_defer_side(p->ctx);
                 return run_dx(px, p->ctx, &gx, n, d->inputs, m);
@@ -1163,9 +1243,16 @@ extern "C" bn_status bn_dense_backward_gpu(bn_layer *l, const bn_pass *p)
     }
     if (l->in_grad) {
         BN_DEV_WR(dx, l->in_grad);
-        /* dX^T = W^T dY^T: beta = 0, dX is overwritten. */
-        gemm_args gx = {w, dy, dx, NULL, 0.0f, NULL};
+        gemm_args gx = {w, dy, dx, NULL, 0.0f, NULL, rx};
         BN_TRY(gemm(l, p->ctx, GEMM_DX, &gx, NULL));
     }
     return BN_OK;
+}
+
+extern "C" int bn_dense_fuse_relu(bn_layer *l, bn_layer *relu, int after)
+{
+    dense_priv *d = (dense_priv *)l->priv;
+    if (after) d->relu_after = relu;
+    else d->relu_before = relu;
+    return 1;
 }

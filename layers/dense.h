@@ -18,11 +18,17 @@ typedef struct dense_priv {
     int init;       /* index into dense.c's init_names */
     int inputs;     /* from setup */
     dense_gpu *gpu; /* NULL until the first GPU pass; released by bn_dense_gpu_release */
+    bn_layer *relu_after;  /* a ReLU layer whose GPU forward this layer's does (fuse_gpu) */
+    bn_layer *relu_before; /* a ReLU layer whose GPU backward this layer's does (fuse_gpu) */
 } dense_priv;
 
 /* Y = X W^T + b and its gradients through cuBLASLt on the context stream. */
 bn_status bn_dense_forward_gpu(bn_layer *l, const bn_pass *p);
 bn_status bn_dense_backward_gpu(bn_layer *l, const bn_pass *p);
+
+/* bn_layer_ops.fuse_gpu: takes over a neighbouring ReLU layer's GPU forward (after = 1) or
+ * backward (after = 0) pass. */
+int bn_dense_fuse_relu(bn_layer *l, bn_layer *relu, int after);
 
 /* Test hook: every dense plan made from now on runs through the layer's own FP32 GEMM kernels
  * in tile configuration `config` (0: 64x64 tiles, 1: 32x32) with `splits` inner-dimension

@@ -65,12 +65,14 @@ typedef bn_status (*pass_fn)(bn_layer *, const bn_pass *);
 /* The pass runs inside the range path <layer>/<pass>: a range named after the layer holding one
  * named "forward" or "backward". Nsight Compute reads '/' in a filter as nesting, so
  * `--nvtx-include "blobnet@conv1/forward/"` selects exactly these kernels. */
-static bn_status run_pass(bn_layer *l, const bn_pass *p, pass_fn cpu, pass_fn gpu, const char *what)
+static bn_status run_pass(bn_layer *l, const bn_pass *p, pass_fn cpu, pass_fn gpu, const char *what, int fused)
 {
     bn_nvtx_push(l->name, l->ops->kind);
     bn_nvtx_push(what, l->ops->kind);
     bn_status s;
-    if (p->ctx && gpu) {
+    if (p->ctx && gpu && (l->gpu_fused & fused)) {
+        s = BN_OK; /* a neighbour's kernels did it (bn_layer_ops.fuse_gpu) */
+    } else if (p->ctx && gpu) {
         s = gpu(l, p);
     } else {
         if (p->ctx && !l->fallback_warned) {
@@ -87,10 +89,10 @@ static bn_status run_pass(bn_layer *l, const bn_pass *p, pass_fn cpu, pass_fn gp
 
 bn_status bn_layer_forward(bn_layer *l, const bn_pass *p)
 {
-    return run_pass(l, p, l->ops->forward_cpu, l->ops->forward_gpu, "forward");
+    return run_pass(l, p, l->ops->forward_cpu, l->ops->forward_gpu, "forward", BN_FUSED_FORWARD);
 }
 
 bn_status bn_layer_backward(bn_layer *l, const bn_pass *p)
 {
-    return run_pass(l, p, l->ops->backward_cpu, l->ops->backward_gpu, "backward");
+    return run_pass(l, p, l->ops->backward_cpu, l->ops->backward_gpu, "backward", BN_FUSED_BACKWARD);
 }

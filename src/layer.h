@@ -72,7 +72,13 @@ struct bn_layer {
     void *priv;                /* the layer type's own state, allocated by parse */
     float bias_lr_mult;        /* from [train], for bn_layer_add_param */
     int fallback_warned;       /* the CPU-fallback warning was printed for this layer */
+    int gpu_fused;             /* BN_FUSED_* bits: GPU passes a neighbour's kernels do (fuse_gpu) */
 };
+
+/* The bits of bn_layer.gpu_fused: the layer's GPU forward (backward) pass is done by its
+ * neighbour's kernels, so running the layer's own pass on the device does nothing. */
+#define BN_FUSED_FORWARD 1
+#define BN_FUSED_BACKWARD 2
 
 struct bn_layer_ops {
     const char *type;          /* the model-file section name, e.g. "conv2d" */
@@ -96,6 +102,12 @@ struct bn_layer_ops {
     double (*flops)(const bn_layer *l);
     /* Releases l->priv and what it holds. May be NULL (then priv is free()d). */
     void (*destroy)(bn_layer *l);
+    /* GPU fusion with a neighbouring ReLU layer `relu`, asked by the network when it is set up
+     * on a device: `after` = 1: relu reads l's output, and l's GPU forward pass is to write
+     * relu's output too; `after` = 0: l reads relu's output, and l's GPU backward pass is to
+     * write relu's input gradient (its own input gradient masked where relu's output is 0)
+     * instead of its input gradient. Returns 1 when l takes that pass over. May be NULL. */
+    int (*fuse_gpu)(bn_layer *l, bn_layer *relu, int after);
 };
 
 /* Declares a parameter of shape (n,c,h,w) during setup; returns its index or -1 on error. */

@@ -293,6 +293,32 @@ BN_TEST(gpu_layer_dense_matches_cpu)
     return run_case(&lc);
 }
 
+/* Between two dense layers a ReLU's GPU passes run in the dense kernels' epilogues
+ * (bn_layer_ops.fuse_gpu): every blob still matches the CPU, with the rule's kernels (the
+ * few-outputs ones for 13 and 6 outputs, split-K for 17) and with the autotuned ones (cuBLASLt's
+ * among them, followed by the layer's epilogue kernel). */
+BN_TEST(gpu_layer_relu_fused_between_dense_layers_matches_cpu)
+{
+    static const layer_case lc = {"dense 13, relu, dense 17, relu, dense 6 (relus fused)",
+                                  "[input]\nchannels=3\nheight=5\nwidth=7\n[dense]\noutputs=13\n[relu]\n"
+                                  "[dense]\noutputs=17\ninit=he\n[relu]\n[dense]\noutputs=6\n",
+                                  TOL_GEMM, 0, 0, 0, 1};
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    bn_net *net;
+    CHECK_OK(bn_net_from_text(lc.text, lc.what, &net));
+    bn_status s = bn_net_setup(net, 8, ctx, 1, 1);
+    const int both = BN_FUSED_FORWARD | BN_FUSED_BACKWARD;
+    const int f1 = s == BN_OK ? net->layers[1]->gpu_fused : -1, f3 = s == BN_OK ? net->layers[3]->gpu_fused : -1;
+    const int others = s == BN_OK ? net->layers[0]->gpu_fused | net->layers[2]->gpu_fused | net->layers[4]->gpu_fused : -1;
+    bn_net_free(net);
+    CHECK_OK(s);
+    CHECK_MSG(f1 == both && f3 == both && others == 0, "fused passes: relus %d and %d, dense layers %d (want %d, %d, 0)",
+              f1, f3, others, both, both);
+    return run_case(&lc);
+}
+
 BN_TEST(gpu_layer_conv2d_matches_cpu)
 {
     /* 3x7x9 -> 5x4x5 (k3 s2 p1) -> 4x6x7 (k3 s1 p2) -> 2x3x3 (k4 s2 p1) */
