@@ -24,6 +24,7 @@
 
 #include "conv_direct.h"
 #include "cuda_check.h"
+#include "pdl.cuh"
 
 /* Shared memory a block may take without opting in: 48 KiB. */
 #define SMEM_FLOATS (48 * 1024 / 4)
@@ -360,6 +361,7 @@ static __global__ void __launch_bounds__(FINISH_THREADS)
     wgrad_finish(const float *__restrict__ part, int splits, int count, int lanes, int split_at,
                  float *__restrict__ dw, float *__restrict__ db)
 {
+    bn_early_entry(); /* pdl.cuh */
     int g = (blockIdx.x * FINISH_THREADS + threadIdx.x) / lanes, lane = threadIdx.x % lanes;
     float s = 0.0f;
     if (g < count)
@@ -538,8 +540,8 @@ extern "C" bn_status bn_direct_finish_filter(void *stream, const float *parts, i
     while (lanes < 32 && lanes < splits) lanes *= 2;
     const int count = filters * (taps + 1);
     const int blocks = (int)(((long long)count * lanes + FINISH_THREADS - 1) / FINISH_THREADS);
-    wgrad_finish<<<blocks, FINISH_THREADS, 0, (cudaStream_t)stream>>>(parts, splits, count, lanes, filters * taps, dw,
-                                                                      db);
+    bn_launch_early(wgrad_finish, dim3(blocks), dim3(FINISH_THREADS), 0, (cudaStream_t)stream, parts, splits, count,
+                    lanes, filters * taps, dw, db);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }

@@ -25,6 +25,7 @@
 #include "conv_rows.h"
 #include "conv_stage.cuh"
 #include "cuda_check.h"
+#include "pdl.cuh"
 #include "smem_opt_in.cuh"
 
 /* Outputs per thread along a row. */
@@ -72,6 +73,7 @@ typedef struct conv_args {
 template <int CT, int K>
 static __global__ void __launch_bounds__(512) rows_conv(conv_args a)
 {
+    bn_early_entry(); /* pdl.cuh */
     extern __shared__ float4 smem4[];
     float *smem = (float *)smem4;
     const bn_rows_conv &s = a.s;
@@ -183,6 +185,7 @@ typedef struct filter_args {
 template <int CT, int K>
 static __global__ void __launch_bounds__(512) rows_filter(filter_args a)
 {
+    bn_early_entry(); /* pdl.cuh */
     extern __shared__ float4 smem4[];
     float *smem = (float *)smem4;
     const bn_rows_filter &s = a.s;
@@ -380,7 +383,7 @@ static bn_status launch(void (*kern)(Args), bool *opted, dim3 grid, int threads,
                         const Args &a)
 {
     BN_CUDA(bn_smem_opt_in(kern, opted, SMEM_LIMIT));
-    kern<<<grid, threads, smem, st>>>(a);
+    bn_launch_early(kern, grid, dim3(threads), smem, st, a);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }

@@ -37,6 +37,7 @@
 #include "conv_stage.cuh"
 #include "conv_tensor.h"
 #include "cuda_check.h"
+#include "pdl.cuh"
 #include "smem_opt_in.cuh"
 
 /* 16-position tiles per warp. */
@@ -79,6 +80,7 @@ static __device__ __forceinline__ void mma_split(float (&acc)[4], const uint32_t
 template <int NT>
 static __global__ void __launch_bounds__(MAX_WARPS * 32) tensor_conv(tensor_args a)
 {
+    bn_early_entry(); /* pdl.cuh */
     extern __shared__ float4 smem4[];
     float *smem = (float *)smem4;
     const bn_tensor_conv &s = a.s;
@@ -288,6 +290,7 @@ static __device__ void copy_rows_async(float *dst, int dst_step, const float *sr
 template <int KW>
 static __global__ void __launch_bounds__(KW * 32) tensor_data(data_args a)
 {
+    bn_early_entry(); /* pdl.cuh */
     extern __shared__ float4 smem4[];
     const bn_tensor_data &s = a.s;
     const bn_conv_geom &g = s.g;
@@ -479,6 +482,7 @@ static __device__ void filter_stage(const bn_tensor_filter &s, const filter_args
 template <int MT>
 static __global__ void __launch_bounds__(256) tensor_filter(filter_args a)
 {
+    bn_early_entry(); /* pdl.cuh */
     extern __shared__ float4 smem4[];
     const bn_tensor_filter &s = a.s;
     const bn_conv_geom &g = s.g;
@@ -664,7 +668,7 @@ static bn_status launch_nt(const tensor_args &a, cudaStream_t st)
 {
     static bool opted;
     BN_CUDA(bn_smem_opt_in(tensor_conv<NT>, &opted, TENSOR_SMEM));
-    tensor_conv<NT><<<a.s.blocks, a.s.threads, a.s.smem, st>>>(a);
+    bn_launch_early(tensor_conv<NT>, dim3(a.s.blocks), dim3(a.s.threads), a.s.smem, st, a);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
@@ -694,7 +698,7 @@ static bn_status launch_data(const data_args &a, cudaStream_t st)
 {
     static bool opted;
     BN_CUDA(bn_smem_opt_in(tensor_data<KW>, &opted, TENSOR_SMEM));
-    tensor_data<KW><<<dim3(a.s.blocks, a.s.ctiles), KW * 32, a.s.smem, st>>>(a);
+    bn_launch_early(tensor_data<KW>, dim3(a.s.blocks, a.s.ctiles), dim3(KW * 32), a.s.smem, st, a);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
@@ -723,7 +727,7 @@ static bn_status launch_filter(const filter_args &a, cudaStream_t st)
 {
     static bool opted;
     BN_CUDA(bn_smem_opt_in(tensor_filter<MT>, &opted, TENSOR_SMEM));
-    tensor_filter<MT><<<dim3(a.s.groups, a.s.spans), a.s.threads, a.s.smem, st>>>(a);
+    bn_launch_early(tensor_filter<MT>, dim3(a.s.groups, a.s.spans), dim3(a.s.threads), a.s.smem, st, a);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }

@@ -48,6 +48,7 @@
 #include <cublasLt.h>
 
 #include "cuda_check.h"
+#include "pdl.cuh"
 #include "last_arrival.cuh"
 #include "dense.h"
 
@@ -216,7 +217,10 @@ typedef struct relu_epi {
 
 static __device__ __forceinline__ float relu_of(float v) { return v > 0.0f ? v : 0.0f; }
 static __device__ __forceinline__ float masked(float v, float m) { return m > 0.0f ? v : 0.0f; }
-static __device__ __forceinline__ float2 masked(float2 v, float2 m) { return make_float2(masked(v.x, m.x), masked(v.y, m.y)); }
+static __device__ __forceinline__ float2 masked(float2 v, float2 m)
+{
+    return make_float2(masked(v.x, m.x), masked(v.y, m.y));
+}
 static __device__ __forceinline__ float4 masked(float4 v, float4 m)
 {
     return make_float4(masked(v.x, m.x), masked(v.y, m.y), masked(v.z, m.z), masked(v.w, m.w));
@@ -227,6 +231,7 @@ static __global__ void __launch_bounds__(256) skinny_fwd(const float *__restrict
                                                          const float *__restrict__ b, float *__restrict__ y, int n,
                                                          int k, float *__restrict__ relu_y)
 {
+    bn_early_entry(); /* pdl.cuh */
     typedef typename vec_of<V>::t vt;
     __shared__ float part[SKINNY_ROWS][SKINNY_PARTS][M];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -271,6 +276,7 @@ static __global__ void __launch_bounds__(256) skinny_dx(const float *__restrict_
                                                         float *__restrict__ dx, int n, int k,
                                                         const float *__restrict__ mask, float *__restrict__ relu_dx)
 {
+    bn_early_entry(); /* pdl.cuh */
     typedef typename vec_of<V>::t vt;
     const int groups = k / V;
     const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -290,10 +296,12 @@ static void launch_skinny(int kind, cudaStream_t s, const float *a, const float 
 {
     if (kind == GEMM_FWD) {
         const unsigned blocks = (unsigned)((n + SKINNY_ROWS - 1) / SKINNY_ROWS);
-        skinny_fwd<M, V><<<blocks, 32 * SKINNY_ROWS * SKINNY_PARTS, 0, s>>>(b, a, bias, d, n, k, e.relu_y);
+        bn_launch_early(skinny_fwd<M, V>, dim3(blocks), dim3(32 * SKINNY_ROWS * SKINNY_PARTS), 0, s, b, a, bias, d, n,
+                        k, e.relu_y);
     } else {
         const long long threads = (long long)n * (k / V);
-        skinny_dx<M, V><<<(unsigned)((threads + 255) / 256), 256, 0, s>>>(b, a, d, n, k, e.mask, e.relu_dx);
+        bn_launch_early(skinny_dx<M, V>, dim3((unsigned)((threads + 255) / 256)), dim3(256), 0, s, b, a, d, n, k,
+                        e.mask, e.relu_dx);
     }
 }
 
@@ -376,6 +384,7 @@ typedef struct own_args {
 template <int KIND, int BM, int BN, int TM, int TN>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN)) own_gemm(own_args p)
 {
+    bn_early_entry(); /* pdl.cuh */
     constexpr int RT = BM / TM, CT = BN / TN, NT = RT * CT;
     constexpr int LA = BM * OWN_BK / NT, LB = BN * OWN_BK / NT;
     static_assert(BM * OWN_BK % NT == 0 && BN * OWN_BK % NT == 0, "tile loads must divide evenly");
@@ -669,7 +678,7 @@ static bn_status run_own_on(const own_plan *o, int kind, cudaStream_t s, const f
     /* The cases follow own_cfg. */
 #define OWN_CASE(K, C, BM, BN, TM, TN)                                              \
     case K * OWN_CONFIGS + C:                                                      \
-        own_gemm<K, BM, BN, TM, TN><<<grid, (BM / TM) * (BN / TN), 0, s>>>(x); \
+        bn_launch_early(own_gemm<K, BM, BN, TM, TN>, grid, dim3((BM / TM) * (BN / TN)), 0, s, x); \
         break;
     switch (kind * OWN_CONFIGS + o->cfg) {
         OWN_CASE(GEMM_FWD, 0, 64, 64, 4, 4)
@@ -1141,7 +1150,8 @@ static bn_status product(bn_layer *l, bn_ctx *ctx, int kind, const gemm_args *ga
     if (fused) *fused = 0;
     BN_TRY(prepare(l, ctx, kind, ga, &g, &p));
     int n = l->in->n, k = dp->inputs, m = dp->outputs;
-    if (p->skinny) return run_skinny(kind, (cudaStream_t)ctx->stream, ga->a, ga->b, ga->d, ga->bias, n, k, m, ga->relu);
+    if (p->skinny)
+        return run_skinny(kind, (cudaStream_t)ctx->stream, ga->a, ga->b, ga->d, ga->bias, n, k, m, ga->relu);
     if (p->own) {
         float *db = kind == GEMM_DW ? ga->db : NULL;
         BN_TRY(run_own(&p->ow, kind, ctx, ga->b, ga->a, ga->d, ga->bias, db, ga->relu));
@@ -1185,7 +1195,8 @@ extern "C" bn_status bn_dense_forward_gpu(bn_layer *l, const bn_pass *p)
 /* The input gradient by an own plan (own_gemm or the few-outputs kernels). */
 static bn_status run_dx(const dense_plan *px, const bn_ctx *ctx, const gemm_args *gx, int n, int k, int m)
 {
-    if (px->skinny) return run_skinny(GEMM_DX, (cudaStream_t)ctx->stream, gx->a, gx->b, gx->d, NULL, n, k, m, gx->relu);
+    if (px->skinny)
+        return run_skinny(GEMM_DX, (cudaStream_t)ctx->stream, gx->a, gx->b, gx->d, NULL, n, k, m, gx->relu);
     return run_own(&px->ow, GEMM_DX, ctx, gx->b, gx->a, gx->d, gx->bias, NULL, gx->relu);
 }
 

@@ -34,6 +34,7 @@
 #include <stdint.h>
 
 #include "cuda_check.h"
+#include "pdl.cuh"
 #include "pool.h"
 
 #define THREADS 256
@@ -96,6 +97,7 @@ template <pool_op OP, typename I>
 static __global__ void __launch_bounds__(THREADS)
     pool_kernel(const float *__restrict__ x, const float *__restrict__ dy, float *__restrict__ out, I n, geom g)
 {
+    bn_early_entry(); /* pdl.cuh */
     const I step = (I)gridDim.x * blockDim.x;
     for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
         if constexpr (OP == MAX_FORWARD || OP == AVG_FORWARD) {
@@ -168,6 +170,7 @@ template <pool_op OP, typename I, int S, bool VEC>
 static __global__ void __launch_bounds__(THREADS)
     tiled_kernel(const float *__restrict__ x, const float *__restrict__ dy, float *__restrict__ out, I n, geom g)
 {
+    bn_early_entry(); /* pdl.cuh */
     static_assert(!VEC || S == 2, "float2 rows need size 2");
     const int s = S ? S : g.size;
     const I step = (I)gridDim.x * blockDim.x;
@@ -275,22 +278,25 @@ static bn_status launch(const bn_pass *pass, const pool_priv *p, size_t planes, 
             const uintptr_t rows = (uintptr_t)x | (fwd ? 0 : (uintptr_t)out);
             const bool vec = p->w % 2 == 0 && rows % sizeof(float2) == 0;
             if (vec && small)
-                tiled_kernel<OP, unsigned, 2, true><<<blocks, THREADS, 0, st>>>(x, dy, out, (unsigned)outputs, g);
+                bn_launch_early(tiled_kernel<OP, unsigned, 2, true>, blocks, THREADS, 0, st, x, dy, out,
+                                (unsigned)outputs, g);
             else if (vec)
-                tiled_kernel<OP, size_t, 2, true><<<blocks, THREADS, 0, st>>>(x, dy, out, outputs, g);
+                bn_launch_early(tiled_kernel<OP, size_t, 2, true>, blocks, THREADS, 0, st, x, dy, out, outputs, g);
             else if (small)
-                tiled_kernel<OP, unsigned, 2, false><<<blocks, THREADS, 0, st>>>(x, dy, out, (unsigned)outputs, g);
+                bn_launch_early(tiled_kernel<OP, unsigned, 2, false>, blocks, THREADS, 0, st, x, dy, out,
+                                (unsigned)outputs, g);
             else
-                tiled_kernel<OP, size_t, 2, false><<<blocks, THREADS, 0, st>>>(x, dy, out, outputs, g);
+                bn_launch_early(tiled_kernel<OP, size_t, 2, false>, blocks, THREADS, 0, st, x, dy, out, outputs, g);
         } else if (small) {
-            tiled_kernel<OP, unsigned, 0, false><<<blocks, THREADS, 0, st>>>(x, dy, out, (unsigned)outputs, g);
+            bn_launch_early(tiled_kernel<OP, unsigned, 0, false>, blocks, THREADS, 0, st, x, dy, out,
+                            (unsigned)outputs, g);
         } else {
-            tiled_kernel<OP, size_t, 0, false><<<blocks, THREADS, 0, st>>>(x, dy, out, outputs, g);
+            bn_launch_early(tiled_kernel<OP, size_t, 0, false>, blocks, THREADS, 0, st, x, dy, out, outputs, g);
         }
     } else if (n <= (size_t)INT_MAX) {
-        pool_kernel<OP, unsigned><<<grid_for(n), THREADS, 0, st>>>(x, dy, out, (unsigned)n, g);
+        bn_launch_early(pool_kernel<OP, unsigned>, grid_for(n), THREADS, 0, st, x, dy, out, (unsigned)n, g);
     } else {
-        pool_kernel<OP, size_t><<<grid_for(n), THREADS, 0, st>>>(x, dy, out, n, g);
+        bn_launch_early(pool_kernel<OP, size_t>, grid_for(n), THREADS, 0, st, x, dy, out, n, g);
     }
     BN_CUDA_LAUNCH();
     return BN_OK;

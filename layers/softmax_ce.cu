@@ -18,6 +18,7 @@
 #include <math.h>
 
 #include "cuda_check.h"
+#include "pdl.cuh"
 #include "last_arrival.cuh"
 #include "softmax_ce.h"
 
@@ -44,6 +45,7 @@ static __global__ void softmax_rows(const float *__restrict__ z, const float *__
                                     double *row_loss, double *row_correct, unsigned *arrived,
                                     float *__restrict__ metrics, float *__restrict__ acc)
 {
+    bn_early_entry(); /* pdl.cuh */
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     int lane = threadIdx.x % 32;
     if (row < n) { /* the same for the whole warp, so the shuffles below see every lane */
@@ -159,9 +161,8 @@ extern "C" bn_status bn_softmax_ce_forward_gpu(bn_layer *l, const bn_pass *pass)
     if (sp->acc && !(acc = bn_blob_dev_wr(sp->acc))) return bn_last_status();
     cudaStream_t s = (cudaStream_t)pass->ctx->stream;
     int rows_per_block = ROW_THREADS / 32;
-    softmax_rows<<<(n + rows_per_block - 1) / rows_per_block, ROW_THREADS, 0, s>>>(
-        z, labels, n, classes, prob, dz, 1.0f / (float)n, sp->dev_rows, sp->dev_rows + rows, arrived, metrics,
-        acc);
+    bn_launch_early(softmax_rows, dim3((n + rows_per_block - 1) / rows_per_block), dim3(ROW_THREADS), 0, s, z, labels,
+                    n, classes, prob, dz, 1.0f / (float)n, sp->dev_rows, sp->dev_rows + rows, arrived, metrics, acc);
     BN_CUDA_LAUNCH();
     sp->grad_written = dz != NULL;
     return BN_OK;

@@ -1,25 +1,26 @@
 /* loader_gpu.cu - batches gathered on the device from the uint8 dataset uploaded once. */
 #include "cuda_check.h"
+#include "pdl.cuh"
 #include "last_arrival.cuh"
 #include "loader.h"
 
-/* cursor, when set, gives start: *cursor (a captured step reads its batch's position), and the
- * last block moves it past the batch (cursor[1] counts the blocks done). */
+/* A column of blocks per example (blockIdx.x), a thread per pixel: no divisions, and every load
+ * of a thread in flight at once. cursor, when set, gives start: *cursor (a captured step reads
+ * its batch's position), and the last block moves it past the batch (cursor[1] counts the
+ * blocks done). */
 __global__ void gather_batch(const unsigned char *__restrict__ pixels, const unsigned char *__restrict__ labels,
                              const int *__restrict__ order, int start, int *cursor, int n,
                              int per_example, float mean, float std, float *__restrict__ x, float *__restrict__ y)
 {
+    bn_early_entry(); /* pdl.cuh */
     if (cursor) start = *cursor;
-    size_t total = (size_t)n * per_example;
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
-        int e = (int)(i / per_example);
-        int src = order[start + e];
-        /* The CPU path's operations in its order, so both give the same bits. */
-        x[i] = (pixels[(size_t)src * per_example + i % per_example] / 255.0f - mean) / std;
-        if (i % per_example == 0) y[e] = (float)labels[src];
-    }
-    if (cursor && bn_last_arrival((unsigned *)(cursor + 1), gridDim.x) && threadIdx.x == 0) *cursor = start + n;
+    const int e = (int)blockIdx.x, src = order[start + e];
+    const int i = (int)(blockIdx.y * blockDim.x + threadIdx.x);
+    /* The CPU path's operations in its order, so both give the same bits. */
+    if (i < per_example) x[(size_t)e * per_example + i] = (pixels[(size_t)src * per_example + i] / 255.0f - mean) / std;
+    if (i == 0) y[e] = (float)labels[src];
+    if (cursor && bn_last_arrival((unsigned *)(cursor + 1), gridDim.x * gridDim.y) && threadIdx.x == 0)
+        *cursor = start + n;
 }
 
 static int per_example(const bn_dataset *d)
@@ -52,16 +53,15 @@ extern "C" bn_status bn_loader_upload_order(bn_loader *ld)
 
 static bn_status gather(bn_loader *ld, bn_net *net, int start, int *cursor, int n)
 {
+    if (n <= 0) return BN_OK;
     BN_DEV_WR(x, net->input);
     BN_DEV_WR(y, net->labels);
     int per = per_example(ld->data);
-    size_t total = (size_t)n * per;
-    int threads = 256;
-    int blocks = (int)((total + threads - 1) / threads);
-    if (blocks > 4096) blocks = 4096;
-    gather_batch<<<blocks, threads, 0, (cudaStream_t)ld->ctx->stream>>>(
-        (const unsigned char *)ld->dev_pixels, (const unsigned char *)ld->dev_labels, (const int *)ld->dev_order,
-        start, cursor, n, per, net->input_mean, net->input_std, x, y);
+    const int threads = 256;
+    const dim3 grid((unsigned)n, (unsigned)((per + threads - 1) / threads));
+    bn_launch_early(gather_batch, grid, dim3(threads), 0, (cudaStream_t)ld->ctx->stream,
+                    (const unsigned char *)ld->dev_pixels, (const unsigned char *)ld->dev_labels,
+                    (const int *)ld->dev_order, start, cursor, n, per, net->input_mean, net->input_std, x, y);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
