@@ -37,6 +37,7 @@ run_blobnet() { # name, extra args...
 run_blobnet "bs64" --batch 64
 run_blobnet "bs64 tf32" --batch 64 --tf32
 run_blobnet "bs64 no graph" --batch 64 --no-graph
+run_blobnet "bs64 autotune" --batch 64 --autotune
 run_blobnet "bs256" --batch 256
 run_blobnet "bs256 tf32" --batch 256 --tf32
 
