@@ -126,18 +126,6 @@ static __global__ void seed_bias(float *__restrict__ y, const float *__restrict_
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) y[i] = b[i % m];
 }
 
-/* A fused ReLU's epilogue after a product that has none (cuBLASLt, cublasSgemm): with relu_y,
- * relu_y = max(v, 0); otherwise relu_dx = v where mask > 0, else 0. */
-static __global__ void relu_epilogue(const float *__restrict__ v, float *__restrict__ relu_y,
-                                     const float *__restrict__ mask, float *__restrict__ relu_dx, size_t total)
-{
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
-        if (relu_y) relu_y[i] = v[i] > 0.0f ? v[i] : 0.0f;
-        else relu_dx[i] = mask[i] > 0.0f ? v[i] : 0.0f;
-    }
-}
-
 /* db[o] += sum over the n rows of dy[i][o]. Threads of a warp read consecutive columns (coalesced);
  * the BIAS_ROWS partial sums of a column are then added in a fixed order. */
 static __global__ void bias_grad(const float *__restrict__ dy, int n, int m, float *__restrict__ db)
@@ -1124,31 +1112,15 @@ static bn_status run_sgemm(const bn_ctx *ctx, int kind, int n, int k, int m, con
 
 /* Runs one product through its plan (or the fallback). *fused (DW, may be NULL) is set to 1
  * when the bias gradient ga->db was added too. A fused ReLU (ga->relu) goes into the epilogue of
- * blobnet's kernels, or into a kernel of its own after cuBLAS's. */
-static bn_status product(bn_layer *l, bn_ctx *ctx, int kind, const gemm_args *ga, int *fused);
-
-static bn_status gemm(bn_layer *l, bn_ctx *ctx, int kind, const gemm_args *ga, int *fused)
-{
-    BN_TRY(product(l, ctx, kind, ga, fused));
-    const dense_priv *dp = (const dense_priv *)l->priv;
-    dense_plan *p = NULL;
-    dense_gpu *g = NULL;
-    BN_TRY(prepare(l, ctx, kind, ga, &g, &p));
-    if (p->skinny || p->own || (!ga->relu.relu_y && !ga->relu.relu_dx)) return BN_OK;
-    size_t total = (size_t)l->in->n * (kind == GEMM_FWD ? dp->outputs : dp->inputs);
-    relu_epilogue<<<grid_for(total), 256, 0, (cudaStream_t)ctx->stream>>>(ga->d, ga->relu.relu_y, ga->relu.mask,
-                                                                         ga->relu.relu_dx, total);
-    BN_CUDA_LAUNCH();
-    return BN_OK;
-}
-
-static bn_status product(bn_layer *l, bn_ctx *ctx, int kind, const gemm_args *ga, int *fused)
+ * blobnet's kernels; cuBLAS's have none, so *relu_done (may be NULL) says whether it ran. */
+static bn_status gemm(bn_layer *l, bn_ctx *ctx, int kind, const gemm_args *ga, int *fused, int *relu_done)
 {
     const dense_priv *dp = (const dense_priv *)l->priv;
     dense_gpu *g = NULL;
     dense_plan *p = NULL;
     if (fused) *fused = 0;
     BN_TRY(prepare(l, ctx, kind, ga, &g, &p));
+    if (relu_done) *relu_done = p->skinny || p->own;
     int n = l->in->n, k = dp->inputs, m = dp->outputs;
     if (p->skinny)
         return run_skinny(kind, (cudaStream_t)ctx->stream, ga->a, ga->b, ga->d, ga->bias, n, k, m, ga->relu);
@@ -1189,7 +1161,11 @@ extern "C" bn_status bn_dense_forward_gpu(bn_layer *l, const bn_pass *p)
         BN_DEV_WR(relu_y, d->relu_after->out);
         ga.relu.relu_y = relu_y;
     }
-    return gemm(l, p->ctx, GEMM_FWD, &ga, NULL);
+    int relu_done = 0;
+    BN_TRY(gemm(l, p->ctx, GEMM_FWD, &ga, NULL, &relu_done));
+    /* After a cuBLAS product the ReLU layer runs its own pass on what it wrote. */
+    if (d->relu_after && !relu_done) return d->relu_after->ops->forward_gpu(d->relu_after, p);
+    return BN_OK;
 }
 
 /* The input gradient by an own plan (own_gemm or the few-outputs kernels). */
@@ -1246,7 +1222,7 @@ extern "C" bn_status bn_dense_backward_gpu(bn_layer *l, const bn_pass *p)
         }
     }
     int fused = 0;
-    BN_TRY(gemm(l, p->ctx, GEMM_DW, &gw, &fused));
+    BN_TRY(gemm(l, p->ctx, GEMM_DW, &gw, &fused, NULL));
     if (!fused) { /* db += column sums of dY, unless own_gemm added them with dW */
         dim3 threads(BIAS_COLS, BIAS_ROWS);
         bias_grad<<<(m + BIAS_COLS - 1) / BIAS_COLS, threads, 0, (cudaStream_t)p->ctx->stream>>>(dy, n, m, db);
@@ -1255,7 +1231,10 @@ extern "C" bn_status bn_dense_backward_gpu(bn_layer *l, const bn_pass *p)
     if (l->in_grad) {
         BN_DEV_WR(dx, l->in_grad);
         gemm_args gx = {w, dy, dx, NULL, 0.0f, NULL, rx};
-        BN_TRY(gemm(l, p->ctx, GEMM_DX, &gx, NULL));
+        int relu_done = 0;
+        BN_TRY(gemm(l, p->ctx, GEMM_DX, &gx, NULL, &relu_done));
+        /* After a cuBLAS product the ReLU layer runs its own pass on the gradient written. */
+        if (d->relu_before && !relu_done) return d->relu_before->ops->backward_gpu(d->relu_before, p);
     }
     return BN_OK;
 }

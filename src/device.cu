@@ -98,6 +98,15 @@ static cudaStream_t stream(void)
     return ctx_open ? (cudaStream_t)the_ctx.stream : 0;
 }
 
+/* An event for ordering the two streams (no timing). */
+static bn_status new_order_event(void **out)
+{
+    cudaEvent_t e;
+    BN_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    *out = e;
+    return BN_OK;
+}
+
 static bn_status open_handles(bn_ctx *c)
 {
     cudaStream_t s;
@@ -106,12 +115,8 @@ static bn_status open_handles(bn_ctx *c)
     cudaStream_t side;
     BN_CUDA(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
     c->side_stream = side;
-    cudaEvent_t done;
-    BN_CUDA(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    c->side_done = done;
-    cudaEvent_t fork;
-    BN_CUDA(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
-    c->side_fork = fork;
+    BN_TRY(new_order_event(&c->side_done));
+    BN_TRY(new_order_event(&c->side_fork));
     cublasHandle_t blas;
     BN_CUBLAS(cublasCreate(&blas));
     c->cublas = blas;

@@ -296,7 +296,7 @@ BN_TEST(gpu_layer_dense_matches_cpu)
 /* Between two dense layers a ReLU's GPU passes run in the dense kernels' epilogues
  * (bn_layer_ops.fuse_gpu): every blob still matches the CPU, with the rule's kernels (the
  * few-outputs ones for 13 and 6 outputs, split-K for 17) and with the autotuned ones (cuBLASLt's
- * among them, followed by the layer's epilogue kernel). */
+ * among them, followed by the ReLU layer's own pass). */
 BN_TEST(gpu_layer_relu_fused_between_dense_layers_matches_cpu)
 {
     static const layer_case lc = {"dense 13, relu, dense 17, relu, dense 6 (relus fused)",
