@@ -24,11 +24,7 @@
  * in warp order; each span of images writes its own partial sums, which
  * bn_direct_finish_filter adds in span order.
  *
- * FP32 accuracy from TF32 products: x = hi + lo, hi being x rounded to TF32's 10 fraction bits
- * (by adding half of the dropped part and masking it off: two integer instructions, where the
- * cvt.rna.tf32 conversion takes several) and lo = x - hi, exact in FP32, of which the tensor cores
- * read the TF32 part; a*b is taken as lo_a*hi_b + hi_a*lo_b + hi_a*hi_b, with an error near
- * 2^-22 of |a*b| (the lo*lo term and lo's dropped bits). */
+ * FP32 accuracy from the TF32 products by splitting each operand (mma_tf32.cuh). */
 #include <cuda_pipeline.h>
 #include <stdint.h>
 #include <string.h>
@@ -36,6 +32,7 @@
 #include "conv_direct.h"
 #include "conv_stage.cuh"
 #include "conv_tensor.h"
+#include "mma_tf32.cuh"
 #include "cuda_check.h"
 #include "pdl.cuh"
 #include "smem_opt_in.cuh"
@@ -54,28 +51,6 @@ typedef struct tensor_args {
     const float *in, *w, *bias;
     float *out;
 } tensor_args;
-
-static __device__ __forceinline__ void split_tf32(float x, uint32_t &hi, uint32_t &lo)
-{
-    hi = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
-    lo = __float_as_uint(x - __uint_as_float(hi));
-}
-static __device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
-{
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-/* acc += a * b from their split parts: remainder x value, value x remainder, value x value. */
-static __device__ __forceinline__ void mma_split(float (&acc)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4],
-                                                 uint32_t bh0, uint32_t bl0, uint32_t bh1, uint32_t bl1)
-{
-    mma_tf32(acc, al, bh0, bh1);
-    mma_tf32(acc, ah, bl0, bl1);
-    mma_tf32(acc, ah, bh0, bh1);
-}
 
 template <int NT>
 static __global__ void __launch_bounds__(MAX_WARPS * 32) tensor_conv(tensor_args a)

@@ -24,15 +24,18 @@
  * a graph captured before the workspace was replaced is captured again (graph.h). Only a plan
  * asked for during a capture, when nothing may be allocated, makes do with what is there.
  *
- * Besides cuBLASLt's algorithms, the layer has its own FP32 GEMM kernel (own_gemm, below) for
- * these small products: register-tiled, the output tiled over the whole GPU and, when there are
+ * Besides cuBLASLt's algorithms, the layer has its own GEMM kernels for these small products,
+ * in two kinds: own_gemm (FP32 FMA, register-tiled) and own_gemm_tc (the TF32 tensor cores with
+ * each operand split in two, so FP32 accuracy; mma_tf32.cuh), both with the same outer
+ * structure: the output tiled over the whole GPU and, when there are
  * few tiles, the inner dimension split across blocks with the partial sums combined inside the
  * same kernel in a fixed order (per-tile counters the plan owns; no float atomics), so it is
  * deterministic. Its dW launch also adds the bias gradient, so no bias_grad launch follows it.
- * It joins the timing in two tile configurations (a cuBLASLt dW candidate is timed together
- * with its bias_grad launch) and runs when it is fastest; the rule takes it always, its
- * configuration and split by a fixed rule from the shape and the SM count (one
- * inner range for a plan made during capture, which cannot allocate the counters).
+ * They join the timing in three configurations (a cuBLASLt dW candidate is timed together
+ * with its bias_grad launch) and run when fastest; the rule takes them always, the tensor-core
+ * kernel where the device has TF32 tensor cores, and the split by a fixed rule from the shape
+ * and the SM count (one inner range for a plan made during capture, which cannot allocate the
+ * counters).
  *
  * A layer with at most SKINNY_M outputs (LeNet's last) also has the few-outputs kernels for its
  * forward and input-gradient products: no tiles and no split reduction, a warp per example row
@@ -47,9 +50,12 @@
 
 #include <cublasLt.h>
 
+#include <cuda_pipeline.h>
+
 #include "cuda_check.h"
 #include "pdl.cuh"
 #include "last_arrival.cuh"
+#include "mma_tf32.cuh"
 #include "dense.h"
 
 enum { WEIGHT, BIAS };
@@ -72,10 +78,12 @@ enum { GEMM_FWD, GEMM_DW, GEMM_DX };
 /* Operand slots of a plan's pointer alignments. */
 enum { OPND_A, OPND_B, OPND_D, OPND_BIAS, OPNDS };
 
-/* The tile shapes of own_gemm: {BM, BN, TM, TN}, 256 threads each. OWN_SKINNY, as a forced
- * configuration: the few-outputs kernels where they can run, else the 32x32 tiles. */
-enum { OWN_CONFIGS = 2, OWN_SKINNY = OWN_CONFIGS };
-static const int own_cfg[OWN_CONFIGS][4] = {{64, 64, 4, 4}, {32, 32, 2, 2}};
+/* The configurations of own_gemm, by their tiles {BM, BN}: OWN_FMA64 and OWN_FMA32, the FP32
+ * FMA kernel (256 threads, 4 x 4 or 2 x 2 outputs each); OWN_TC64 and OWN_TC32, the tensor-core
+ * kernel (128 threads). OWN_SKINNY, as a forced configuration: the few-outputs kernels where they
+ * can run, else OWN_FMA32. */
+enum { OWN_FMA64, OWN_FMA32, OWN_TC64, OWN_TC32, OWN_CONFIGS, OWN_SKINNY = OWN_CONFIGS };
+static const int own_cfg[OWN_CONFIGS][2] = {{64, 64}, {32, 32}, {64, 64}, {32, 32}};
 /* At most OWN_MAX_SPLITS inner ranges (OWN_RULE_SPLITS unless forced), at least OWN_MIN_SLICES
  * slices per range (unless forced), and at most OWN_PART_LIMIT bytes of partial sums per plan. */
 #define OWN_MAX_SPLITS 32
@@ -116,7 +124,8 @@ struct dense_gpu {
     cudaEvent_t fork, join; /* dW on the side stream beside dX */
     dense_plan **plans;
     int num_plans;
-    int sms; /* the device's multiprocessors */
+    int sms;        /* the device's multiprocessors */
+    int tensor_ok;  /* compute capability 8.0 or later: the TF32 tensor cores (OWN_TC64, OWN_TC32) */
 };
 
 /* y[i][o] = b[o] for every row i of the batch (the cublasSgemm fallback only). */
@@ -369,6 +378,92 @@ typedef struct own_args {
     relu_epi relu;       /* FWD, DX: a fused ReLU, or NULLs */
 } own_args;
 
+/* The end of an own_gemm block, whatever computed its E outputs acc[e] at tile positions
+ * pos(e) (an int2: row, column within the tile), with bsum its rows' bias-gradient sums when
+ * bias_rows: with splits, the partials' reduction in split order by the tile's last block; then
+ * the epilogue. Partial e of thread tid is slot element e NT + tid. */
+template <int KIND, int BM, int BN, int NT, int E, typename Pos>
+static __device__ __forceinline__ void own_tail(const own_args &p, int tile, int split, int row0, int col0,
+                                                float (&acc)[E], float bsum, bool bias_rows, Pos pos)
+{
+    const int tid = (int)threadIdx.x;
+    if (p.splits > 1) {
+        constexpr size_t SLOT = (size_t)BM * BN + BM;
+        float *mine = p.part + ((size_t)tile * p.splits + split) * SLOT;
+#pragma unroll
+        for (int e = 0; e < E; e++) mine[e * NT + tid] = acc[e];
+        if (bias_rows) mine[BM * BN + tid] = bsum;
+        if (!bn_last_arrival(&p.counters[tile], (unsigned)p.splits)) return;
+        /* The partials are added in split order, but read G splits at a time: a group's loads
+         * come, unconditionally, before the first of its additions, so they can be in flight
+         * together and the group waits about one memory latency instead of G of them. A split
+         * past the last reads the last one again and is not added; the block's own split is
+         * read too, but added from registers. */
+        constexpr int G = OWN_TAIL_FLOATS / E > 0 ? OWN_TAIL_FLOATS / E : 1;
+        float sum[E];
+#pragma unroll
+        for (int e = 0; e < E; e++) sum[e] = 0.0f;
+        float bias_total = 0.0f;
+        for (int s0 = 0; s0 < p.splits; s0 += G) {
+            float v[G][E], vb[G];
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                const float *q = p.part + ((size_t)tile * p.splits + min(s0 + g, p.splits - 1)) * SLOT;
+#pragma unroll
+                for (int e = 0; e < E; e++) v[g][e] = __ldcg(q + e * NT + tid);
+                vb[g] = bias_rows ? __ldcg(q + BM * BN + tid) : 0.0f;
+            }
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                const int s = s0 + g;
+                if (s >= p.splits) break;
+#pragma unroll
+                for (int e = 0; e < E; e++) sum[e] += s == split ? acc[e] : v[g][e];
+                if (bias_rows) bias_total += s == split ? bsum : vb[g];
+            }
+        }
+#pragma unroll
+        for (int e = 0; e < E; e++) acc[e] = sum[e];
+        bsum = bias_total;
+    }
+
+    /* The epilogue reads everything it needs (the bias, or the dW and db it adds to) before its
+     * first store: the compiler cannot rule out that a store changes what a later read gets, so
+     * it keeps such reads after the store, and each store would wait for the one read it needs,
+     * one memory latency per output. */
+    const bool db_row = bias_rows && row0 + tid < p.rows;
+    const float db_old = db_row ? p.db[row0 + tid] : 0.0f;
+    float add[E];
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        const int2 at = pos(e);
+        const int r = row0 + at.x, c = col0 + at.y;
+        add[e] = 0.0f;
+        if (KIND == GEMM_FWD && c < p.cols) add[e] = p.bias[c];
+        if (KIND == GEMM_DW && r < p.rows && c < p.cols) add[e] = p.c[(size_t)r * p.cols + c];
+        if (KIND == GEMM_DX && p.relu.relu_dx && r < p.rows && c < p.cols) add[e] = p.relu.mask[(size_t)r * p.cols + c];
+    }
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        const int2 at = pos(e);
+        const int r = row0 + at.x, c = col0 + at.y;
+        if (r >= p.rows || c >= p.cols) continue;
+        const size_t i = (size_t)r * p.cols + c;
+        if (KIND == GEMM_FWD) {
+            const float v = acc[e] + add[e];
+            p.c[i] = v;
+            if (p.relu.relu_y) p.relu.relu_y[i] = relu_of(v);
+        } else if (KIND == GEMM_DW) {
+            p.c[i] = add[e] + acc[e];
+        } else {
+            p.c[i] = acc[e];
+            if (p.relu.relu_dx) p.relu.relu_dx[i] = masked(acc[e], add[e]);
+        }
+    }
+    if (db_row) p.db[row0 + tid] = db_old + bsum;
+}
+
+/* The FP32 FMA kernel: see the comment above. */
 template <int KIND, int BM, int BN, int TM, int TN>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN)) own_gemm(own_args p)
 {
@@ -391,11 +486,9 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) own_gemm(own_args p)
     const int lda = A_INNER ? p.inner : p.rows, ldb = B_INNER ? p.inner : p.cols;
     const bool bias_rows = KIND == GEMM_DW && p.db != NULL && col0 == 0 && tid < BM;
 
-    float acc[TM][TN];
+    float acc[TM * TN];
 #pragma unroll
-    for (int i = 0; i < TM; i++)
-#pragma unroll
-        for (int j = 0; j < TN; j++) acc[i][j] = 0.0f;
+    for (int e = 0; e < TM * TN; e++) acc[e] = 0.0f;
     float bsum = 0.0f;
     float ra[LA], rb[LB];
 
@@ -447,106 +540,195 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) own_gemm(own_args p)
 #pragma unroll
             for (int i = 0; i < TM; i++)
 #pragma unroll
-                for (int j = 0; j < TN; j++) acc[i][j] = fmaf(av[i], bv[j], acc[i][j]);
+                for (int j = 0; j < TN; j++) acc[i * TN + j] = fmaf(av[i], bv[j], acc[i * TN + j]);
         }
         if (bias_rows)
 #pragma unroll
             for (int kk = 0; kk < OWN_BK; kk++) bsum += As[kk][tid];
         __syncthreads();
     }
+    own_tail<KIND, BM, BN, NT>(p, tile, split, row0, col0, acc, bsum, bias_rows,
+                               [&](int e) { return make_int2(tr + (e / TN) * RT, tc + (e % TN) * CT); });
+}
 
-    if (p.splits > 1) {
-        constexpr size_t SLOT = (size_t)BM * BN + BM;
-        float *mine = p.part + ((size_t)tile * p.splits + split) * SLOT;
-#pragma unroll
-        for (int i = 0; i < TM; i++)
-#pragma unroll
-            for (int j = 0; j < TN; j++) mine[(i * TN + j) * NT + tid] = acc[i][j];
-        if (bias_rows) mine[BM * BN + tid] = bsum;
-        if (!bn_last_arrival(&p.counters[tile], (unsigned)p.splits)) return;
-        /* The partials are added in split order, but read G splits at a time: a group's loads
-         * come, unconditionally, before the first of its additions, so they can be in flight
-         * together and the group waits about one memory latency instead of G of them. A split
-         * past the last reads the last one again and is not added; the block's own split is
-         * read too, but added from registers. */
-        constexpr int G = OWN_TAIL_FLOATS / (TM * TN) > 0 ? OWN_TAIL_FLOATS / (TM * TN) : 1;
-        float sum[TM][TN];
-#pragma unroll
-        for (int i = 0; i < TM; i++)
-#pragma unroll
-            for (int j = 0; j < TN; j++) sum[i][j] = 0.0f;
-        float bias_total = 0.0f;
-        for (int s0 = 0; s0 < p.splits; s0 += G) {
-            float v[G][TM][TN], vb[G];
-#pragma unroll
-            for (int g = 0; g < G; g++) {
-                const float *q = p.part + ((size_t)tile * p.splits + min(s0 + g, p.splits - 1)) * SLOT;
-#pragma unroll
-                for (int i = 0; i < TM; i++)
-#pragma unroll
-                    for (int j = 0; j < TN; j++) v[g][i][j] = __ldcg(q + (i * TN + j) * NT + tid);
-                vb[g] = bias_rows ? __ldcg(q + BM * BN + tid) : 0.0f;
-            }
-#pragma unroll
-            for (int g = 0; g < G; g++) {
-                const int s = s0 + g;
-                if (s >= p.splits) break;
-#pragma unroll
-                for (int i = 0; i < TM; i++)
-#pragma unroll
-                    for (int j = 0; j < TN; j++) sum[i][j] += s == split ? acc[i][j] : v[g][i][j];
-                if (bias_rows) bias_total += s == split ? bsum : vb[g];
-            }
-        }
-#pragma unroll
-        for (int i = 0; i < TM; i++)
-#pragma unroll
-            for (int j = 0; j < TN; j++) acc[i][j] = sum[i][j];
-        bsum = bias_total;
-    }
+/* The tensor-core kernel (mma_tf32.cuh: split TF32, FP32 accuracy): a BM x BN tile of C per
+ * block of four warps, each warp a (BM / 2) x (BN / 2) quarter (MT x NTL m16n8k8 products per
+ * step of 8 along the inner dimension, independent of each other), over OWN_BK-deep slices that
+ * cp.async brings into TC_STAGES shared buffers ahead of their use (zeros outside the matrices
+ * or the range).
+ *
+ * Staging: an operand contiguous along the inner dimension is kept row by row (TC_LDI floats
+ * apart), one contiguous along the rows or columns slice by slice (tile side + 8 floats apart).
+ * Within a row, the inner offsets of each step of 8 are stored in the order 0 4 1 5 2 6 3 7,
+ * and within a slice, the rows (columns) of each group of 16 in the order 0 8 1 9 .. 7 15: the
+ * two values a thread takes for one fragment are then side by side, one 8-byte load, and with
+ * those pitches a warp's loads meet no bank conflicts. Each thread's copies are worked out
+ * once, so that a slice costs it a bounds test, a cp.async and an address step per element.
+ * Split reduction and epilogue as own_gemm's. */
+#define TC_WARPS 4
+#define TC_STAGES 3
+#define TC_LDI (OWN_BK + 8)
 
-    /* The epilogue reads everything it needs (the bias, or the dW and db it adds to) before its
-     * first store: the compiler cannot rule out that a store changes what a later read gets, so
-     * it keeps such reads after the store, and each store would wait for the one read it needs,
-     * one memory latency per output. */
-    const bool db_row = bias_rows && row0 + tid < p.rows;
-    const float db_old = db_row ? p.db[row0 + tid] : 0.0f;
-    float add[TM][TN];
+/* Four bytes from global src to shared dst (a shared-space address) by cp.async, or four zero
+ * bytes when !in (src is then not read, and need not be valid). */
+static __device__ __forceinline__ void copy4(uint32_t dst, const float *src, bool in)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(in ? 4 : 0) : "memory");
+}
+
+/* Where a staged element lives (see above): `i` the row (column) within the tile, kk the inner
+ * offset within the slice. */
+template <bool INNER, int SIDE>
+static __device__ __forceinline__ int tc_at(int i, int kk)
+{
+    return INNER ? i * TC_LDI + (kk & ~7) + ((kk & 3) << 1) + ((kk >> 2) & 1)
+                 : kk * (SIDE + 8) + (i & ~15) + ((i & 7) << 1) + ((i >> 3) & 1);
+}
+
+template <int KIND, int BM, int BN>
+__global__ void __launch_bounds__(TC_WARPS * 32) own_gemm_tc(own_args p)
+{
+    bn_early_entry(); /* pdl.cuh */
+    constexpr int BK = OWN_BK, NT = TC_WARPS * 32;
+    constexpr int MT = BM / 32, NTL = BN / 16; /* m16 and n8 products per warp */
+    constexpr bool A_INNER = KIND != GEMM_DW, B_INNER = KIND == GEMM_FWD;
+    constexpr int A_SIZE = A_INNER ? BM * TC_LDI : BK * (BM + 8), B_SIZE = B_INNER ? BN * TC_LDI : BK * (BN + 8);
+    constexpr int LA = BM * BK / NT, LB = BN * BK / NT;
+    static_assert(BM % 32 == 0 && BN % 16 == 0 && LA * NT == BM * BK && LB * NT == BN * BK && NT >= BM, "tile shape");
+    __shared__ __align__(16) float sa[TC_STAGES][A_SIZE];
+    __shared__ __align__(16) float sb[TC_STAGES][B_SIZE];
+
+    const int tid = (int)threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
+    const int wm = warp >> 1, wn = warp & 1;
+    const int tile = (int)blockIdx.x, split = (int)blockIdx.y;
+    const int row0 = (tile / p.tiles_n) * BM, col0 = (tile % p.tiles_n) * BN;
+    const int k0 = split * p.ktps * BK;
+    const int k1 = min(p.inner, k0 + p.ktps * BK);
+    const int lda = A_INNER ? p.inner : p.rows, ldb = B_INNER ? p.inner : p.cols;
+    const bool bias_rows = KIND == GEMM_DW && p.db != NULL && col0 == 0 && tid < BM;
+
+    /* What a thread copies of every slice, worked out once: elements of A and of B, each at a
+     * fixed place of the buffer and inner offset kk, from an address that moves by a fixed step
+     * per slice; a row or column past the matrix reads nothing (zeros). */
+    const float *src_a[LA], *src_b[LB];
+    uint32_t dst_a[LA], dst_b[LB];
+    int kk_a[LA], kk_b[LB];
+    bool ok_a[LA], ok_b[LB];
 #pragma unroll
-    for (int i = 0; i < TM; i++) {
-        const int r = row0 + tr + i * RT;
-#pragma unroll
-        for (int j = 0; j < TN; j++) {
-            const int c = col0 + tc + j * CT;
-            add[i][j] = 0.0f;
-            if (KIND == GEMM_FWD && c < p.cols) add[i][j] = p.bias[c];
-            if (KIND == GEMM_DW && r < p.rows && c < p.cols) add[i][j] = p.c[(size_t)r * p.cols + c];
-            if (KIND == GEMM_DX && p.relu.relu_dx && r < p.rows && c < p.cols)
-                add[i][j] = p.relu.mask[(size_t)r * p.cols + c];
-        }
+    for (int l = 0; l < LA; l++) {
+        const int e = tid + l * NT;
+        const int i = A_INNER ? e / BK : e % BM, kk = A_INNER ? e % BK : e / BM;
+        ok_a[l] = row0 + i < p.rows;
+        kk_a[l] = kk;
+        const size_t ri = (size_t)(ok_a[l] ? row0 + i : 0), ki = (size_t)(k0 + kk);
+        src_a[l] = p.a + (A_INNER ? ri * lda + ki : ki * lda + ri);
+        dst_a[l] = (uint32_t)__cvta_generic_to_shared(&sa[0][tc_at<A_INNER, BM>(i, kk)]);
     }
 #pragma unroll
-    for (int i = 0; i < TM; i++) {
-        const int r = row0 + tr + i * RT;
-        if (r >= p.rows) continue;
+    for (int l = 0; l < LB; l++) {
+        const int e = tid + l * NT;
+        const int i = B_INNER ? e / BK : e % BN, kk = B_INNER ? e % BK : e / BN;
+        ok_b[l] = col0 + i < p.cols;
+        kk_b[l] = kk;
+        const size_t ci = (size_t)(ok_b[l] ? col0 + i : 0), kj = (size_t)(k0 + kk);
+        src_b[l] = p.b + (B_INNER ? ci * ldb + kj : kj * ldb + ci);
+        dst_b[l] = (uint32_t)__cvta_generic_to_shared(&sb[0][tc_at<B_INNER, BN>(i, kk)]);
+    }
+    const size_t step_a = A_INNER ? BK : (size_t)BK * lda, step_b = B_INNER ? BK : (size_t)BK * ldb;
+
+    /* The next slice (they are staged in order), inner offsets from kt, into buffer `buf`. */
+    auto stage = [&](int buf, int kt) {
+        const int rem = k1 - kt;
 #pragma unroll
-        for (int j = 0; j < TN; j++) {
-            const int c = col0 + tc + j * CT;
-            if (c >= p.cols) continue;
-            const size_t at = (size_t)r * p.cols + c;
-            if (KIND == GEMM_FWD) {
-                const float v = acc[i][j] + add[i][j];
-                p.c[at] = v;
-                if (p.relu.relu_y) p.relu.relu_y[at] = relu_of(v);
-            } else if (KIND == GEMM_DW) {
-                p.c[at] = add[i][j] + acc[i][j];
-            } else {
-                p.c[at] = acc[i][j];
-                if (p.relu.relu_dx) p.relu.relu_dx[at] = masked(acc[i][j], add[i][j]);
+        for (int l = 0; l < LA; l++) {
+            copy4(dst_a[l] + buf * (A_SIZE * 4), src_a[l], ok_a[l] && kk_a[l] < rem);
+            src_a[l] += step_a;
+        }
+#pragma unroll
+        for (int l = 0; l < LB; l++) {
+            copy4(dst_b[l] + buf * (B_SIZE * 4), src_b[l], ok_b[l] && kk_b[l] < rem);
+            src_b[l] += step_b;
+        }
+    };
+
+    float acc[MT][NTL][4] = {}, lo[MT][NTL][4] = {}; /* value x value, and the remainder products */
+    float bsum = 0.0f;
+    const int slices = k1 > k0 ? (k1 - k0 + BK - 1) / BK : 0;
+#pragma unroll
+    for (int s = 0; s < TC_STAGES - 1; s++) {
+        if (s < slices) stage(s, k0 + s * BK);
+        __pipeline_commit();
+    }
+    int buf = 0;
+    for (int it = 0; it < slices; it++) {
+        __pipeline_wait_prior(TC_STAGES - 2);
+        __syncthreads(); /* slice it is in, and every warp is done with the buffer refilled next */
+        const int next = it + TC_STAGES - 1;
+        if (next < slices) stage(buf == 0 ? TC_STAGES - 1 : buf - 1, k0 + next * BK);
+        __pipeline_commit();
+        const float *A = sa[buf], *B = sb[buf];
+#pragma unroll
+        for (int kb = 0; kb < BK; kb += 8) {
+            /* The fragments as pairs: A (g, t) and (g, t+4) or (g, t) and (g+8, t); B (t, g) and
+             * (t+4, g), or the n tiles 2j and 2j+1 at (t, g). */
+            uint32_t ah[MT][4], al[MT][4];
+#pragma unroll
+            for (int mi = 0; mi < MT; mi++) {
+                const int r = wm * (BM / 2) + mi * 16 + g;
+                float2 u, v;
+                if (A_INNER) {
+                    u = *(const float2 *)&A[tc_at<true, BM>(r, kb + t)];     /* a0 a2 */
+                    v = *(const float2 *)&A[tc_at<true, BM>(r + 8, kb + t)]; /* a1 a3 */
+                    split_tf32(u.x, ah[mi][0], al[mi][0]);
+                    split_tf32(v.x, ah[mi][1], al[mi][1]);
+                    split_tf32(u.y, ah[mi][2], al[mi][2]);
+                    split_tf32(v.y, ah[mi][3], al[mi][3]);
+                } else {
+                    u = *(const float2 *)&A[tc_at<false, BM>(r, kb + t)];     /* a0 a1 */
+                    v = *(const float2 *)&A[tc_at<false, BM>(r, kb + t + 4)]; /* a2 a3 */
+                    split_tf32(u.x, ah[mi][0], al[mi][0]);
+                    split_tf32(u.y, ah[mi][1], al[mi][1]);
+                    split_tf32(v.x, ah[mi][2], al[mi][2]);
+                    split_tf32(v.y, ah[mi][3], al[mi][3]);
+                }
             }
+            uint32_t bh[NTL][2], bl[NTL][2];
+#pragma unroll
+            for (int ni = 0; ni < NTL; ni++) {
+                const int c = wn * (BN / 2) + ni * 8 + g;
+                if (B_INNER) {
+                    const float2 u = *(const float2 *)&B[tc_at<true, BN>(c, kb + t)]; /* b0 b1 */
+                    split_tf32(u.x, bh[ni][0], bl[ni][0]);
+                    split_tf32(u.y, bh[ni][1], bl[ni][1]);
+                } else if (ni % 2 == 0) {
+                    const float2 u = *(const float2 *)&B[tc_at<false, BN>(c, kb + t)];     /* b0 of ni, ni+1 */
+                    const float2 v = *(const float2 *)&B[tc_at<false, BN>(c, kb + t + 4)]; /* b1 of ni, ni+1 */
+                    split_tf32(u.x, bh[ni][0], bl[ni][0]);
+                    split_tf32(v.x, bh[ni][1], bl[ni][1]);
+                    split_tf32(u.y, bh[ni + 1][0], bl[ni + 1][0]);
+                    split_tf32(v.y, bh[ni + 1][1], bl[ni + 1][1]);
+                }
+            }
+#pragma unroll
+            for (int ni = 0; ni < NTL; ni++)
+#pragma unroll
+                for (int mi = 0; mi < MT; mi++)
+                    mma_split_apart(acc[mi][ni], lo[mi][ni], ah[mi], al[mi], bh[ni][0], bl[ni][0], bh[ni][1],
+                                    bl[ni][1]);
         }
+        if (bias_rows)
+#pragma unroll
+            for (int kk = 0; kk < BK; kk++) bsum += A[tc_at<A_INNER, BM>(tid, kk)];
+        buf = buf == TC_STAGES - 1 ? 0 : buf + 1;
     }
-    if (db_row) p.db[row0 + tid] = db_old + bsum;
+    constexpr int E = MT * NTL * 4;
+    float flat[E];
+#pragma unroll
+    for (int e = 0; e < E; e++) flat[e] = acc[e / (NTL * 4)][(e / 4) % NTL][e % 4] + lo[e / (NTL * 4)][(e / 4) % NTL][e % 4];
+    own_tail<KIND, BM, BN, NT>(p, tile, split, row0, col0, flat, bsum, bias_rows, [&](int e) {
+        const int mi = e / (NTL * 4), ni = (e / 4) % NTL, q = e % 4;
+        return make_int2(wm * (BM / 2) + mi * 16 + g + (q >> 1) * 8, wn * (BN / 2) + ni * 8 + 2 * t + (q & 1));
+    });
 }
 /* ---- end of own GEMM kernels ---- */
 
@@ -578,7 +760,7 @@ static size_t own_part_bytes(const own_plan *o)
 }
 
 /* The tiling of the product for configuration cfg: inner ranges enough for about two blocks per
- * SM, but none shorter than OWN_MIN_SLICES slices and at most OWN_RULE_SPLITS of them
+ * SM (four for the tensor-core kernel, whose blocks have half the threads), but none shorter than OWN_MIN_SLICES slices and at most OWN_RULE_SPLITS of them
  * (want_splits > 0 asks for that many instead); one range when `no_alloc` (a plan made during
  * capture cannot allocate counters). A block waits about one memory latency per slice of its
  * range, and the last block of a tile then about one per OWN_TAIL_FLOATS / (TM TN) of the
@@ -598,7 +780,7 @@ static own_plan own_layout(int kind, int n, int k, int m, int cfg, int sms, int 
     long s;
     if (want_splits > 0) s = want_splits;
     else {
-        long target = 2L * (sms > 0 ? sms : 1);
+        long target = (cfg == OWN_TC64 || cfg == OWN_TC32 ? 4L : 2L) * (sms > 0 ? sms : 1);
         s = (target + o.tiles - 1) / o.tiles;
         if (s > slices / OWN_MIN_SLICES) s = slices / OWN_MIN_SLICES;
         if (s > OWN_RULE_SPLITS) s = OWN_RULE_SPLITS;
@@ -614,12 +796,16 @@ static own_plan own_layout(int kind, int n, int k, int m, int cfg, int sms, int 
     return o;
 }
 
-/* The configuration the rule takes: the large tiles when they alone fill the
- * GPU, the small ones (with inner ranges) otherwise. */
-static int own_rule(int kind, int n, int k, int m, int sms)
+/* The configuration the rule takes: the tensor-core kernel's 32x32 tiles where the device has
+ * them (measured on an H100 for LeNet's ip1 at batch 64 and 256, they beat the 64x64 tiles in
+ * all three products: the larger tiles need more inner ranges to fill the GPU, and a longer
+ * reduction after them); otherwise the large FMA tiles when they alone fill the GPU, the small
+ * ones (with inner ranges) if not. */
+static int own_rule(const dense_gpu *g, int kind, int n, int k, int m)
 {
-    own_plan big = own_layout(kind, n, k, m, 0, sms, 1, 1);
-    return big.tiles >= sms ? 0 : 1;
+    if (g->tensor_ok) return OWN_TC32;
+    own_plan big = own_layout(kind, n, k, m, OWN_FMA64, g->sms, 1, 1);
+    return big.tiles >= g->sms ? OWN_FMA64 : OWN_FMA32;
 }
 
 /* Allocates and zeroes the counters and partial sums a layout with splits needs. */
@@ -668,17 +854,28 @@ static bn_status run_own_on(const own_plan *o, int kind, cudaStream_t s, const f
     case K * OWN_CONFIGS + C:                                                      \
         bn_launch_early(own_gemm<K, BM, BN, TM, TN>, grid, dim3((BM / TM) * (BN / TN)), 0, s, x); \
         break;
+#define TC_CASE(K, C, BM, BN)                                                       \
+    case K * OWN_CONFIGS + C:                                                      \
+        bn_launch_early(own_gemm_tc<K, BM, BN>, grid, dim3(TC_WARPS * 32), 0, s, x); \
+        break;
     switch (kind * OWN_CONFIGS + o->cfg) {
-        OWN_CASE(GEMM_FWD, 0, 64, 64, 4, 4)
-        OWN_CASE(GEMM_FWD, 1, 32, 32, 2, 2)
-        OWN_CASE(GEMM_DW, 0, 64, 64, 4, 4)
-        OWN_CASE(GEMM_DW, 1, 32, 32, 2, 2)
-        OWN_CASE(GEMM_DX, 0, 64, 64, 4, 4)
-        OWN_CASE(GEMM_DX, 1, 32, 32, 2, 2)
+        OWN_CASE(GEMM_FWD, OWN_FMA64, 64, 64, 4, 4)
+        OWN_CASE(GEMM_FWD, OWN_FMA32, 32, 32, 2, 2)
+        OWN_CASE(GEMM_DW, OWN_FMA64, 64, 64, 4, 4)
+        OWN_CASE(GEMM_DW, OWN_FMA32, 32, 32, 2, 2)
+        OWN_CASE(GEMM_DX, OWN_FMA64, 64, 64, 4, 4)
+        OWN_CASE(GEMM_DX, OWN_FMA32, 32, 32, 2, 2)
+        TC_CASE(GEMM_FWD, OWN_TC64, 64, 64)
+        TC_CASE(GEMM_FWD, OWN_TC32, 32, 32)
+        TC_CASE(GEMM_DW, OWN_TC64, 64, 64)
+        TC_CASE(GEMM_DW, OWN_TC32, 32, 32)
+        TC_CASE(GEMM_DX, OWN_TC64, 64, 64)
+        TC_CASE(GEMM_DX, OWN_TC32, 32, 32)
     default:
         return bn_error(BN_ERR_DEVICE, "dense: no kernel for product %d, configuration %d", kind, o->cfg);
     }
 #undef OWN_CASE
+#undef TC_CASE
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
@@ -956,7 +1153,8 @@ static bn_status choose(const dense_gpu *g, dense_plan *p, bn_ctx *ctx, const ge
         return BN_OK;
     }
     if (p->forced_cfg >= 0 || bn_ctx_by_rule(ctx)) {
-        int cfg = p->forced_cfg == OWN_SKINNY ? 1 : p->forced_cfg >= 0 ? p->forced_cfg : own_rule(p->kind, n, k, m, g->sms);
+        int cfg = p->forced_cfg == OWN_SKINNY ? OWN_FMA32 : p->forced_cfg >= 0 ? p->forced_cfg : own_rule(g, p->kind, n, k, m);
+        if ((cfg == OWN_TC64 || cfg == OWN_TC32) && !g->tensor_ok) cfg = cfg == OWN_TC64 ? OWN_FMA64 : OWN_FMA32;
         p->ow = own_layout(p->kind, n, k, m, cfg, g->sms, p->forced_cfg >= 0 ? p->forced_splits : 0, capturing);
         BN_TRY(own_alloc(&p->ow));
         p->own = 1;
@@ -973,17 +1171,18 @@ static bn_status choose(const dense_gpu *g, dense_plan *p, bn_ctx *ctx, const ge
     BN_TRY(bn_ctx_reserve_workspace(ctx, need));
     own_plan own[OWN_CONFIGS] = {};
     bn_status st = BN_OK;
-    for (int c = 0; c < OWN_CONFIGS && st == BN_OK; c++) {
+    const int owns = g->tensor_ok ? OWN_CONFIGS : OWN_TC64;
+    for (int c = 0; c < owns && st == BN_OK; c++) {
         own[c] = own_layout(p->kind, n, k, m, c, g->sms, 0, 0);
         st = own_alloc(&own[c]);
     }
-    candidates cand = {r, count, own, OWN_CONFIGS, skinny ? 1 : 0, k};
+    candidates cand = {r, count, own, owns, skinny ? 1 : 0, k};
     int pick = -1;
     if (st == BN_OK) st = fastest(g, p, ctx, ga, out_bytes, n, m, &cand, &pick);
-    for (int c = 0; c < OWN_CONFIGS; c++)
+    for (int c = 0; c < owns; c++)
         if (st != BN_OK || pick != count + c) own_free(&own[c]);
     BN_TRY(st);
-    if (pick == count + OWN_CONFIGS) {
+    if (pick == count + owns) {
         p->skinny = 1;
         return BN_OK;
     }
@@ -1051,6 +1250,12 @@ static bn_status prepare(bn_layer *l, bn_ctx *ctx, int kind, const gemm_args *ga
             sms = 1;
         }
         dp->gpu->sms = sms;
+        int major = 0;
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ctx->device) != cudaSuccess) {
+            cudaGetLastError();
+            major = 0;
+        }
+        dp->gpu->tensor_ok = major >= 8;
     }
     dense_gpu *g = dp->gpu;
     *gpu = g;

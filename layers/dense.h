@@ -30,11 +30,12 @@ bn_status bn_dense_backward_gpu(bn_layer *l, const bn_pass *p);
  * backward (after = 0) pass. */
 int bn_dense_fuse_relu(bn_layer *l, bn_layer *relu, int after);
 
-/* Test hook: every dense plan made from now on runs through the layer's own FP32 GEMM kernels
- * in tile configuration `config` (0: 64x64 tiles, 1: 32x32) with `splits` inner-dimension
- * ranges (0: the shape's rule; clamped to what the shape allows), whatever the context's
- * flags; config 2 takes the few-outputs kernels for the forward and input-gradient products of
- * a layer with at most 16 outputs and the 32x32 tiles for the rest; config -1 restores the
+/* Test hook: every dense plan made from now on runs through the layer's own GEMM kernels in
+ * configuration `config` (0: FP32 FMA, 64x64 tiles; 1: FP32 FMA, 32x32; 2 and 3: tensor cores
+ * with split TF32, 64x64 and 32x32, or configs 0 and 1 on a device without them) with `splits`
+ * inner-dimension ranges (0: the shape's rule; clamped to what the shape allows), whatever the
+ * context's flags; config 4 takes the few-outputs kernels for the forward and input-gradient
+ * products of a layer with at most 16 outputs and config 1 for the rest; config -1 restores the
  * normal choice. Plans made under another setting are not reused. */
 void bn_dense_gpu_force_own(int config, int splits);
 

@@ -315,7 +315,7 @@ BN_TEST(gpu_dense_graph_replay_matches_eager_pass)
 
 /* ---- the layer's own GEMM kernels, forced ---- */
 
-/* The own kernels in both tile configurations with the shape's rule and with forced inner
+/* The own kernels in each configuration with the shape's rule and with forced inner
  * ranges (split-K reduced in the kernel through per-tile counters), on shapes whose n, m and k
  * are no multiples of the tiles; two backward passes per step, so dW and db must have
  * accumulated twice (and the counters be back at zero between launches). */
@@ -335,10 +335,11 @@ BN_TEST(gpu_dense_own_kernels_match_cpu_on_odd_shapes_and_splits)
         {"[input]\nchannels=800\nheight=1\nwidth=1\n[dense]\noutputs=500\n", 257, {257, 64, 257}, "257x500x800"},
         {DENSE_TEXT, CAPACITY, {64, 37, 64}, "lenet 800 -> 500 -> 10"},
     };
-    /* Configuration 2: the few-outputs kernels for the forward and input-gradient products of
-     * layers with at most 16 outputs (here 13 and 10), the 32x32 tiles elsewhere. */
-    static const int forced[][2] = {{0, 0}, {1, 0}, {0, 3}, {1, 7}, {1, 32}, {2, 0}};
-    static const char *const tiles[] = {"64x64", "32x32", "few-outputs"};
+    /* Configuration 4: the few-outputs kernels for the forward and input-gradient products of
+     * layers with at most 16 outputs (here 13 and 10), the 32x32 FMA tiles elsewhere. */
+    static const int forced[][2] = {{0, 0}, {1, 0}, {0, 3}, {1, 7}, {1, 32}, {2, 0},
+                                    {2, 5}, {3, 0}, {3, 3}, {3, 32}, {4, 0}};
+    static const char *const tiles[] = {"64x64", "32x32", "tensor-core 64x64", "tensor-core 32x32", "few-outputs"};
     int r = BN_PASS;
     for (size_t i = 0; i < sizeof nets / sizeof nets[0] && r == BN_PASS; i++)
         for (size_t f = 0; f < sizeof forced / sizeof forced[0] && r == BN_PASS; f++) {
@@ -359,8 +360,8 @@ BN_TEST(gpu_dense_own_kernels_graph_replay_is_bit_exact)
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
     bn_ctx *ctx;
     CHECK_OK(bn_ctx_open(0, &ctx));
-    static const int forced[][2] = {{1, 0}, {0, 5}, {1, 16}, {2, 0}};
-    static const char *const tiles[] = {"64x64", "32x32", "few-outputs"};
+    static const int forced[][2] = {{1, 0}, {0, 5}, {1, 16}, {2, 0}, {2, 4}, {3, 7}, {4, 0}};
+    static const char *const tiles[] = {"64x64", "32x32", "tensor-core 64x64", "tensor-core 32x32", "few-outputs"};
     int r = BN_PASS;
     for (size_t f = 0; f < sizeof forced / sizeof forced[0] && r == BN_PASS; f++) {
         char what[64];

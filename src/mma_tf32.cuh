@@ -1,0 +1,53 @@
+/* mma_tf32.cuh - FP32-accurate products on the TF32 tensor cores (sm_80 and later), for the
+ * conv2d layer's tensor-core kernels and the dense layer's tensor-core GEMM.
+ *
+ * x = hi + lo, hi being x rounded to TF32's 10 fraction bits (by adding half of the dropped part
+ * and masking it off: two integer instructions, where the cvt.rna.tf32 conversion takes several)
+ * and lo = x - hi, exact in FP32, of which the tensor cores read the TF32 part; a*b is taken as
+ * lo_a*hi_b + hi_a*lo_b + hi_a*hi_b, with an error near 2^-22 of |a*b| (the lo*lo term and lo's
+ * dropped bits).
+ *
+ * Fragments are those of mma.sync m16n8k8 (row.col), with g = lane / 4 and t = lane % 4:
+ * A (16 x 8): a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4);
+ * B (8 x 8):  b0 (t, g), b1 (t + 4, g);
+ * C (16 x 8): c0 (g, 2t), c1 (g, 2t + 1), c2 (g + 8, 2t), c3 (g + 8, 2t + 1). */
+#ifndef BN_MMA_TF32_CUH
+#define BN_MMA_TF32_CUH
+
+#include <stdint.h>
+
+static __device__ __forceinline__ void split_tf32(float x, uint32_t &hi, uint32_t &lo)
+{
+    hi = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+    lo = __float_as_uint(x - __uint_as_float(hi));
+}
+
+static __device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* acc += a * b from their split parts: remainder x value, value x remainder, value x value. */
+static __device__ __forceinline__ void mma_split(float (&acc)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4],
+                                                 uint32_t bh0, uint32_t bl0, uint32_t bh1, uint32_t bl1)
+{
+    mma_tf32(acc, al, bh0, bh1);
+    mma_tf32(acc, ah, bl0, bl1);
+    mma_tf32(acc, ah, bh0, bh1);
+}
+
+/* The same with the two remainder products in their own sum `lo` (acc + lo at the end), so
+ * that a warp's chains of dependent products are shorter. */
+static __device__ __forceinline__ void mma_split_apart(float (&acc)[4], float (&lo)[4], const uint32_t (&ah)[4],
+                                                       const uint32_t (&al)[4], uint32_t bh0, uint32_t bl0,
+                                                       uint32_t bh1, uint32_t bl1)
+{
+    mma_tf32(lo, al, bh0, bh1);
+    mma_tf32(acc, ah, bh0, bh1);
+    mma_tf32(lo, ah, bl0, bl1);
+}
+
+#endif
