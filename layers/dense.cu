@@ -760,7 +760,8 @@ static size_t own_part_bytes(const own_plan *o)
 }
 
 /* The tiling of the product for configuration cfg: inner ranges enough for about two blocks per
- * SM (four for the tensor-core kernel, whose blocks have half the threads), but none shorter than OWN_MIN_SLICES slices and at most OWN_RULE_SPLITS of them
+ * SM (for the tensor-core kernel too: on an H100, one, four or eight per SM, or ranges of two
+ * slices, gave LeNet's epochs no gain or a loss), but none shorter than OWN_MIN_SLICES slices and at most OWN_RULE_SPLITS of them
  * (want_splits > 0 asks for that many instead); one range when `no_alloc` (a plan made during
  * capture cannot allocate counters). A block waits about one memory latency per slice of its
  * range, and the last block of a tile then about one per OWN_TAIL_FLOATS / (TM TN) of the
@@ -780,7 +781,7 @@ static own_plan own_layout(int kind, int n, int k, int m, int cfg, int sms, int 
     long s;
     if (want_splits > 0) s = want_splits;
     else {
-        long target = (cfg == OWN_TC64 || cfg == OWN_TC32 ? 4L : 2L) * (sms > 0 ? sms : 1);
+        long target = 2L * (sms > 0 ? sms : 1);
         s = (target + o.tiles - 1) / o.tiles;
         if (s > slices / OWN_MIN_SLICES) s = slices / OWN_MIN_SLICES;
         if (s > OWN_RULE_SPLITS) s = OWN_RULE_SPLITS;
