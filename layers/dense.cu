@@ -585,6 +585,47 @@ static __device__ __forceinline__ int tc_at(int i, int kk)
                  : kk * (SIDE + 8) + (i & ~15) + ((i & 7) << 1) + ((i >> 3) & 1);
 }
 
+/* What a thread copies of every slice of one operand, worked out once: L elements, each at a
+ * fixed place of the buffer and inner offset kk, from an address that moves by a fixed step
+ * per slice; a row or column past the matrix reads nothing (zeros). */
+template <bool INNER, int SIDE>
+struct tc_copies {
+    static constexpr int NT = TC_WARPS * 32, L = SIDE * OWN_BK / NT;
+    const float *src[L];
+    uint32_t dst[L];
+    int kk[L];
+    bool ok[L];
+    size_t step;
+
+    /* Operand m (ld floats from one row or column to the next when INNER, from one inner offset
+     * to the next otherwise), the tile from row or column i0 of `count`, the slices from inner
+     * offset k0, into the buffer at `buf`. */
+    __device__ __forceinline__ void plan(const float *m, int ld, int i0, int count, int k0, float *buf, int tid)
+    {
+#pragma unroll
+        for (int l = 0; l < L; l++) {
+            const int e = tid + l * NT;
+            const int i = INNER ? e / OWN_BK : e % SIDE, k = INNER ? e % OWN_BK : e / SIDE;
+            ok[l] = i0 + i < count;
+            kk[l] = k;
+            const size_t r = (size_t)(ok[l] ? i0 + i : 0), c = (size_t)(k0 + k);
+            src[l] = m + (INNER ? r * ld + c : c * ld + r);
+            dst[l] = (uint32_t)__cvta_generic_to_shared(&buf[tc_at<INNER, SIDE>(i, k)]);
+        }
+        step = INNER ? OWN_BK : (size_t)OWN_BK * ld;
+    }
+
+    /* The next slice, `rem` inner offsets of which are in range, `offset` bytes past buffer 0. */
+    __device__ __forceinline__ void copy(uint32_t offset, int rem)
+    {
+#pragma unroll
+        for (int l = 0; l < L; l++) {
+            copy4(dst[l] + offset, src[l], ok[l] && kk[l] < rem);
+            src[l] += step;
+        }
+    }
+};
+
 template <int KIND, int BM, int BN>
 __global__ void __launch_bounds__(TC_WARPS * 32) own_gemm_tc(own_args p)
 {
@@ -593,8 +634,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32) own_gemm_tc(own_args p)
     constexpr int MT = BM / 32, NTL = BN / 16; /* m16 and n8 products per warp */
     constexpr bool A_INNER = KIND != GEMM_DW, B_INNER = KIND == GEMM_FWD;
     constexpr int A_SIZE = A_INNER ? BM * TC_LDI : BK * (BM + 8), B_SIZE = B_INNER ? BN * TC_LDI : BK * (BN + 8);
-    constexpr int LA = BM * BK / NT, LB = BN * BK / NT;
-    static_assert(BM % 32 == 0 && BN % 16 == 0 && LA * NT == BM * BK && LB * NT == BN * BK && NT >= BM, "tile shape");
+    static_assert(BM % 32 == 0 && BN % 16 == 0 && BM * BK % NT == 0 && BN * BK % NT == 0 && NT >= BM, "tile shape");
     __shared__ __align__(16) float sa[TC_STAGES][A_SIZE];
     __shared__ __align__(16) float sb[TC_STAGES][B_SIZE];
 
@@ -607,48 +647,14 @@ __global__ void __launch_bounds__(TC_WARPS * 32) own_gemm_tc(own_args p)
     const int lda = A_INNER ? p.inner : p.rows, ldb = B_INNER ? p.inner : p.cols;
     const bool bias_rows = KIND == GEMM_DW && p.db != NULL && col0 == 0 && tid < BM;
 
-    /* What a thread copies of every slice, worked out once: elements of A and of B, each at a
-     * fixed place of the buffer and inner offset kk, from an address that moves by a fixed step
-     * per slice; a row or column past the matrix reads nothing (zeros). */
-    const float *src_a[LA], *src_b[LB];
-    uint32_t dst_a[LA], dst_b[LB];
-    int kk_a[LA], kk_b[LB];
-    bool ok_a[LA], ok_b[LB];
-#pragma unroll
-    for (int l = 0; l < LA; l++) {
-        const int e = tid + l * NT;
-        const int i = A_INNER ? e / BK : e % BM, kk = A_INNER ? e % BK : e / BM;
-        ok_a[l] = row0 + i < p.rows;
-        kk_a[l] = kk;
-        const size_t ri = (size_t)(ok_a[l] ? row0 + i : 0), ki = (size_t)(k0 + kk);
-        src_a[l] = p.a + (A_INNER ? ri * lda + ki : ki * lda + ri);
-        dst_a[l] = (uint32_t)__cvta_generic_to_shared(&sa[0][tc_at<A_INNER, BM>(i, kk)]);
-    }
-#pragma unroll
-    for (int l = 0; l < LB; l++) {
-        const int e = tid + l * NT;
-        const int i = B_INNER ? e / BK : e % BN, kk = B_INNER ? e % BK : e / BN;
-        ok_b[l] = col0 + i < p.cols;
-        kk_b[l] = kk;
-        const size_t ci = (size_t)(ok_b[l] ? col0 + i : 0), kj = (size_t)(k0 + kk);
-        src_b[l] = p.b + (B_INNER ? ci * ldb + kj : kj * ldb + ci);
-        dst_b[l] = (uint32_t)__cvta_generic_to_shared(&sb[0][tc_at<B_INNER, BN>(i, kk)]);
-    }
-    const size_t step_a = A_INNER ? BK : (size_t)BK * lda, step_b = B_INNER ? BK : (size_t)BK * ldb;
-
+    tc_copies<A_INNER, BM> ca;
+    tc_copies<B_INNER, BN> cb;
+    ca.plan(p.a, lda, row0, p.rows, k0, sa[0], tid);
+    cb.plan(p.b, ldb, col0, p.cols, k0, sb[0], tid);
     /* The next slice (they are staged in order), inner offsets from kt, into buffer `buf`. */
     auto stage = [&](int buf, int kt) {
-        const int rem = k1 - kt;
-#pragma unroll
-        for (int l = 0; l < LA; l++) {
-            copy4(dst_a[l] + buf * (A_SIZE * 4), src_a[l], ok_a[l] && kk_a[l] < rem);
-            src_a[l] += step_a;
-        }
-#pragma unroll
-        for (int l = 0; l < LB; l++) {
-            copy4(dst_b[l] + buf * (B_SIZE * 4), src_b[l], ok_b[l] && kk_b[l] < rem);
-            src_b[l] += step_b;
-        }
+        ca.copy(buf * (A_SIZE * 4), k1 - kt);
+        cb.copy(buf * (B_SIZE * 4), k1 - kt);
     };
 
     float acc[MT][NTL][4] = {}, lo[MT][NTL][4] = {}; /* value x value, and the remainder products */
