@@ -32,8 +32,8 @@
 #include "conv_direct.h"
 #include "conv_stage.cuh"
 #include "conv_tensor.h"
-#include "mma_tf32.cuh"
 #include "cuda_check.h"
+#include "mma_tf32.cuh"
 #include "pdl.cuh"
 #include "smem_opt_in.cuh"
 

@@ -9,9 +9,9 @@
  * first thread, which releases them at GPU scope (a fence, then the count: atomicInc, which
  * wraps the counter back to 0 on the last arrival); in the last block that thread then acquires
  * everything the other blocks released before the barrier lets its threads read. One fence per
- * block and arrival rather than one per thread: under load a GPU-scope fence in every thread
- * cost the dense layer's split reduction several microseconds. Returns true in every thread of
- * the last block. */
+ * block and arrival rather than one per thread: a sequentially consistent GPU-scope fence in
+ * every thread showed under ncu as 0.4-0.8 cycles of membar stall per issued instruction in the
+ * dense layer's split reduction. Returns true in every thread of the last block. */
 #ifndef BN_LAST_ARRIVAL_CUH
 #define BN_LAST_ARRIVAL_CUH
 
