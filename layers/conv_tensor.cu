@@ -126,10 +126,8 @@ static __global__ void __launch_bounds__(MAX_WARPS * 32) tensor_conv(tensor_args
             uint32_t ah[MW][4], al[MW][4];
 #pragma unroll
             for (int i = 0; i < MW; i++) {
-                split_tf32(sa[mo[i][0] + ka0], ah[i][0], al[i][0]);
-                split_tf32(sa[mo[i][1] + ka0], ah[i][1], al[i][1]);
-                split_tf32(sa[mo[i][0] + ka1], ah[i][2], al[i][2]);
-                split_tf32(sa[mo[i][1] + ka1], ah[i][3], al[i][3]);
+                split_frag_a(sa[mo[i][0] + ka0], sa[mo[i][1] + ka0], sa[mo[i][0] + ka1], sa[mo[i][1] + ka1], ah[i],
+                             al[i]);
             }
 #pragma unroll
             for (int j = 0; j < NT; j++) {
@@ -327,10 +325,7 @@ static __global__ void __launch_bounds__(KW * 32) tensor_data(data_args a)
 #pragma unroll
                 for (int m = 0; m < 4; m++) {
                     const int r = mp * 64 + m * 16 + gid, i0 = (k0 + tig) * s.sa + r, i1 = i0 + 4 * s.sa;
-                    split_tf32(av[i0], ah[m][0], al[m][0]);
-                    split_tf32(av[i0 + 8], ah[m][1], al[m][1]);
-                    split_tf32(av[i1], ah[m][2], al[m][2]);
-                    split_tf32(av[i1 + 8], ah[m][3], al[m][3]);
+                    split_frag_a(av[i0], av[i0 + 8], av[i1], av[i1 + 8], ah[m], al[m]);
                 }
 #pragma unroll
                 for (int kx = 0; kx < KW; kx++) {
@@ -519,10 +514,7 @@ static __global__ void __launch_bounds__(256) tensor_filter(filter_args a)
 #pragma unroll
             for (int m = 0; m < MT; m++) {
                 const int i0 = (m * 16 + gid) * s.sa + k0 + tig, i1 = i0 + 8 * s.sa;
-                split_tf32(dv[i0], ah[m][0], al[m][0]);
-                split_tf32(dv[i1], ah[m][1], al[m][1]);
-                split_tf32(dv[i0 + 4], ah[m][2], al[m][2]);
-                split_tf32(dv[i1 + 4], ah[m][3], al[m][3]);
+                split_frag_a(dv[i0], dv[i1], dv[i0 + 4], dv[i1 + 4], ah[m], al[m]);
             }
             const int q0 = qo[k0 + tig], q1 = qo[k0 + tig + 4];
 #pragma unroll

@@ -685,17 +685,11 @@ __global__ void __launch_bounds__(TC_WARPS * 32) own_gemm_tc(own_args p)
                 if (A_INNER) {
                     u = *(const float2 *)&A[tc_at<true, BM>(r, kb + t)];     /* a0 a2 */
                     v = *(const float2 *)&A[tc_at<true, BM>(r + 8, kb + t)]; /* a1 a3 */
-                    split_tf32(u.x, ah[mi][0], al[mi][0]);
-                    split_tf32(v.x, ah[mi][1], al[mi][1]);
-                    split_tf32(u.y, ah[mi][2], al[mi][2]);
-                    split_tf32(v.y, ah[mi][3], al[mi][3]);
+                    split_frag_a(u.x, v.x, u.y, v.y, ah[mi], al[mi]);
                 } else {
                     u = *(const float2 *)&A[tc_at<false, BM>(r, kb + t)];     /* a0 a1 */
                     v = *(const float2 *)&A[tc_at<false, BM>(r, kb + t + 4)]; /* a2 a3 */
-                    split_tf32(u.x, ah[mi][0], al[mi][0]);
-                    split_tf32(u.y, ah[mi][1], al[mi][1]);
-                    split_tf32(v.x, ah[mi][2], al[mi][2]);
-                    split_tf32(v.y, ah[mi][3], al[mi][3]);
+                    split_frag_a(u.x, u.y, v.x, v.y, ah[mi], al[mi]);
                 }
             }
             uint32_t bh[NTL][2], bl[NTL][2];

@@ -22,6 +22,16 @@ static __device__ __forceinline__ void split_tf32(float x, uint32_t &hi, uint32_
     lo = __float_as_uint(x - __uint_as_float(hi));
 }
 
+/* An A fragment (a0 .. a3, in the order above) from its four values, split. */
+static __device__ __forceinline__ void split_frag_a(float a0, float a1, float a2, float a3, uint32_t (&hi)[4],
+                                                    uint32_t (&lo)[4])
+{
+    split_tf32(a0, hi[0], lo[0]);
+    split_tf32(a1, hi[1], lo[1]);
+    split_tf32(a2, hi[2], lo[2]);
+    split_tf32(a3, hi[3], lo[3]);
+}
+
 static __device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
 {
     asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
