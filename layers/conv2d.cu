@@ -377,6 +377,9 @@ static bn_status time_passes(const conv_priv *c, const conv_plan *plan, bn_ctx *
     return s;
 }
 
+/* The fewest filters for which the rule gives a large batch's filter pass to the tensor cores. */
+#define TENSOR_FILTER_MIN 32
+
 /* Chooses who runs each pass for the current batch size (see the engine key) and cuDNN's
  * algorithm for the passes cuDNN may run, and grows the shared workspace to what they need.
  * Runs once per batch size: cudnnFind* and the timing synchronise and allocate. */
@@ -432,13 +435,18 @@ static bn_status make_plan(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *pl
          * none is timed, the faster ones at LeNet's sizes first (docs/performance.md):
          * the tensor-core kernels for the forward and data passes, the row tiles for the filter
          * pass (conv1's, where they beat the tensor cores most), then the row tiles, the
-         * implicit GEMM for the filter pass and the direct kernels for the others. With
-         * ctx->autotune the candidates are timed instead. */
+         * implicit GEMM for the filter pass and the direct kernels for the others. One exception:
+         * the filter pass of a layer of at least TENSOR_FILTER_MIN filters takes the tensor
+         * cores when the batch holds at least one image per multiprocessor (LeNet's conv2 at
+         * batch 256: its row tiles, beside the data pass and conv1's filter pass, made the step
+         * 18 us longer; at batch 64 they are the faster). With ctx->autotune the candidates
+         * are timed instead. */
         if (bn_ctx_by_rule(ctx) && settled) {
             static const int prefer[3][4] = {{BY_TENSOR, BY_ROWS, BY_DIRECT, BY_IGEMM},
                                              {BY_TENSOR, BY_ROWS, BY_DIRECT, BY_IGEMM},
                                              {BY_ROWS, BY_IGEMM, BY_TENSOR, BY_DIRECT}};
             int keep = -1;
+            if (i == 2 && n >= sms && c->filters >= TENSOR_FILTER_MIN && can[i][BY_TENSOR]) keep = BY_TENSOR;
             for (int r = 0; r < 4 && keep < 0; r++)
                 if (can[i][prefer[i][r]]) keep = prefer[i][r];
             for (int r = BY_DIRECT; r < BY_COUNT; r++)

@@ -56,7 +56,9 @@
 #include "pdl.cuh"
 #include "last_arrival.cuh"
 #include "mma_tf32.cuh"
+#include "vec_ops.cuh"
 #include "dense.h"
+#include "softmax_ce.h"
 
 enum { WEIGHT, BIAS };
 
@@ -172,31 +174,6 @@ static int grid_for(size_t n)
  * Both sum in a fixed order, so they are deterministic. */
 #define SKINNY_M 16
 
-/* V consecutive floats (V = 1, 2 or 4, the pointer aligned to 4 V bytes). */
-template <int V> struct vec_of;
-template <> struct vec_of<1> { typedef float t; };
-template <> struct vec_of<2> { typedef float2 t; };
-template <> struct vec_of<4> { typedef float4 t; };
-
-static __device__ __forceinline__ float dot_v(float a, float b, float acc) { return fmaf(a, b, acc); }
-static __device__ __forceinline__ float dot_v(float2 a, float2 b, float acc)
-{
-    return fmaf(a.x, b.x, fmaf(a.y, b.y, acc));
-}
-static __device__ __forceinline__ float dot_v(float4 a, float4 b, float acc)
-{
-    return fmaf(a.x, b.x, fmaf(a.y, b.y, fmaf(a.z, b.z, fmaf(a.w, b.w, acc))));
-}
-static __device__ __forceinline__ void axpy_v(float s, float x, float &y) { y = fmaf(s, x, y); }
-static __device__ __forceinline__ void axpy_v(float s, float2 x, float2 &y)
-{
-    y.x = fmaf(s, x.x, y.x), y.y = fmaf(s, x.y, y.y);
-}
-static __device__ __forceinline__ void axpy_v(float s, float4 x, float4 &y)
-{
-    y.x = fmaf(s, x.x, y.x), y.y = fmaf(s, x.y, y.y), y.z = fmaf(s, x.z, y.z), y.w = fmaf(s, x.w, y.w);
-}
-
 /* Rows per block of skinny_fwd, and warps per row (each takes every SKINNY_PARTS-th piece of the
  * row's inputs). */
 #define SKINNY_ROWS 2
@@ -211,17 +188,6 @@ typedef struct relu_epi {
     const float *mask;
     float *relu_dx;
 } relu_epi;
-
-static __device__ __forceinline__ float relu_of(float v) { return v > 0.0f ? v : 0.0f; }
-static __device__ __forceinline__ float masked(float v, float m) { return m > 0.0f ? v : 0.0f; }
-static __device__ __forceinline__ float2 masked(float2 v, float2 m)
-{
-    return make_float2(masked(v.x, m.x), masked(v.y, m.y));
-}
-static __device__ __forceinline__ float4 masked(float4 v, float4 m)
-{
-    return make_float4(masked(v.x, m.x), masked(v.y, m.y), masked(v.z, m.z), masked(v.w, m.w));
-}
 
 template <int M, int V>
 static __global__ void __launch_bounds__(256) skinny_fwd(const float *__restrict__ x, const float *__restrict__ w,
@@ -1360,6 +1326,17 @@ extern "C" bn_status bn_dense_forward_gpu(bn_layer *l, const bn_pass *p)
     BN_DEV_RD(w, l->params[WEIGHT].value);
     BN_DEV_RD(b, l->params[BIAS].value);
     BN_DEV_WR(y, l->out);
+    dense_priv *dp = (dense_priv *)l->priv;
+    if (dp->loss_after) { /* the loss layer's kernel computes Y (bn_dense_fuse_next) */
+        bn_softmax_head h = {x, w, b, dp->inputs, y, NULL, NULL};
+        const int grad = l->in_grad && bn_softmax_ce_grad_in_forward(dp->loss_after, p);
+        if (grad && !(h.dx = bn_blob_dev_wr(l->in_grad))) return bn_last_status();
+        if (grad && dp->relu_before && !(h.relu_dx = bn_blob_dev_wr(dp->relu_before->in_grad)))
+            return bn_last_status();
+        BN_TRY(bn_softmax_ce_head_gpu(dp->loss_after, p, &h));
+        dp->dx_written = grad;
+        return BN_OK;
+    }
     /* Y^T = op_T(W) X^T + b, beta = 0: Y's old contents are not read. */
     gemm_args ga = {w, x, y, b, 0.0f, NULL, NO_RELU};
     const dense_priv *d = (const dense_priv *)l->priv;
@@ -1384,8 +1361,11 @@ static bn_status run_dx(const dense_plan *px, const bn_ctx *ctx, const gemm_args
 
 extern "C" bn_status bn_dense_backward_gpu(bn_layer *l, const bn_pass *p)
 {
-    const dense_priv *d = (const dense_priv *)l->priv;
+    dense_priv *d = (dense_priv *)l->priv;
     int n = l->in->n, m = d->outputs;
+    /* The dense head wrote dX (and the fused ReLU's gradient) in this step's forward. */
+    const int dx_done = d->dx_written;
+    d->dx_written = 0;
     BN_DEV_RD(x, l->in);
     BN_DEV_RD(w, l->params[WEIGHT].value);
     BN_DEV_RD(dy, l->out_grad);
@@ -1396,7 +1376,7 @@ extern "C" bn_status bn_dense_backward_gpu(bn_layer *l, const bn_pass *p)
     /* dX^T = W^T dY^T: beta = 0, dX is overwritten; with a fused ReLU before this layer, the
      * ReLU's input gradient too (dX masked where the ReLU's output, this layer's input, is 0). */
     relu_epi rx = NO_RELU;
-    if (d->relu_before && l->in_grad) {
+    if (d->relu_before && l->in_grad && !dx_done) {
         BN_DEV_WR(relu_dx, d->relu_before->in_grad);
         rx.mask = x;
         rx.relu_dx = relu_dx;
@@ -1411,18 +1391,18 @@ extern "C" bn_status bn_dense_backward_gpu(bn_layer *l, const bn_pass *p)
         dense_gpu *g = NULL;
         dense_plan *pw = NULL, *px = NULL;
         BN_TRY(prepare(l, p->ctx, GEMM_DW, &gw, &g, &pw));
-        BN_TRY(prepare(l, p->ctx, GEMM_DX, &gx, &g, &px));
-        if (pw->own && (px->own || px->skinny)) {
+        if (!dx_done) BN_TRY(prepare(l, p->ctx, GEMM_DX, &gx, &g, &px));
+        if (pw->own && (dx_done || px->own || px->skinny)) {
             cudaStream_t main_stream = (cudaStream_t)p->ctx->stream, side = (cudaStream_t)p->ctx->side_stream;
             BN_CUDA(cudaEventRecord(g->fork, main_stream));
             BN_CUDA(cudaStreamWaitEvent(side, g->fork, 0));
             BN_TRY(run_own_on(&pw->ow, GEMM_DW, side, gw.b, gw.a, gw.d, gw.bias, db, NO_RELU));
             if (p->defer_joins) {
                 bn_ctx_defer_side(p->ctx);
-                return run_dx(px, p->ctx, &gx, n, d->inputs, m);
+                return dx_done ? BN_OK : run_dx(px, p->ctx, &gx, n, d->inputs, m);
             }
             BN_CUDA(cudaEventRecord(g->join, side));
-            BN_TRY(run_dx(px, p->ctx, &gx, n, d->inputs, m));
+            if (!dx_done) BN_TRY(run_dx(px, p->ctx, &gx, n, d->inputs, m));
             BN_CUDA(cudaStreamWaitEvent(main_stream, g->join, 0));
             return BN_OK;
         }
@@ -1434,7 +1414,7 @@ extern "C" bn_status bn_dense_backward_gpu(bn_layer *l, const bn_pass *p)
         bias_grad<<<(m + BIAS_COLS - 1) / BIAS_COLS, threads, 0, (cudaStream_t)p->ctx->stream>>>(dy, n, m, db);
         BN_CUDA_LAUNCH();
     }
-    if (l->in_grad) {
+    if (l->in_grad && !dx_done) {
         BN_DEV_WR(dx, l->in_grad);
         gemm_args gx = {w, dy, dx, NULL, 0.0f, NULL, rx};
         int relu_done = 0;
@@ -1450,5 +1430,14 @@ extern "C" int bn_dense_fuse_relu(bn_layer *l, bn_layer *relu, int after)
     dense_priv *d = (dense_priv *)l->priv;
     if (after) d->relu_after = relu;
     else d->relu_before = relu;
+    return 1;
+}
+
+extern "C" int bn_dense_fuse_next(bn_layer *l, bn_layer *next)
+{
+    dense_priv *d = (dense_priv *)l->priv;
+    if (d->relu_after || !bn_softmax_ce_head_fits(next, d->outputs)) return 0;
+    d->loss_after = next;
+    d->dx_written = 0;
     return 1;
 }

@@ -20,6 +20,10 @@ typedef struct dense_priv {
     dense_gpu *gpu; /* NULL until the first GPU pass; released by bn_dense_gpu_release */
     bn_layer *relu_after;  /* a ReLU layer whose GPU forward this layer's does (fuse_gpu) */
     bn_layer *relu_before; /* a ReLU layer whose GPU backward this layer's does (fuse_gpu) */
+    bn_layer *loss_after;  /* a softmax_ce layer that runs this layer's GPU forward as its dense
+                              head (fuse_next_gpu, softmax_ce.h) */
+    int dx_written;        /* the head wrote the input gradient in this step's forward: the GPU
+                              backward that follows leaves it (set and cleared in one step body) */
 } dense_priv;
 
 /* Y = X W^T + b and its gradients through cuBLASLt on the context stream. */
@@ -29,6 +33,8 @@ bn_status bn_dense_backward_gpu(bn_layer *l, const bn_pass *p);
 /* bn_layer_ops.fuse_gpu: takes over a neighbouring ReLU layer's GPU forward (after = 1) or
  * backward (after = 0) pass. */
 int bn_dense_fuse_relu(bn_layer *l, bn_layer *relu, int after);
+/* bn_layer_ops.fuse_next_gpu: a softmax_ce layer after it runs its forward as a dense head. */
+int bn_dense_fuse_next(bn_layer *l, bn_layer *next);
 
 /* Test hook: every dense plan made from now on runs through the layer's own GEMM kernels in
  * configuration `config` (0: FP32 FMA, 64x64 tiles; 1: FP32 FMA, 32x32; 2 and 3: tensor cores

@@ -110,6 +110,19 @@ int bn_softmax_ce_fuse(bn_layer *l, const bn_pass *pass, bn_blob *acc, int grad)
     return 1;
 }
 
+int bn_softmax_ce_head_fits(const bn_layer *l, int classes)
+{
+    if (!l || l->ops != &bn_softmax_ce_ops || !l->ops->forward_gpu) return 0;
+    const softmax_priv *p = l->priv;
+    return p->classes == classes && classes >= 1 && classes <= BN_SOFTMAX_HEAD_MAX;
+}
+
+int bn_softmax_ce_grad_in_forward(const bn_layer *l, const bn_pass *pass)
+{
+    const softmax_priv *p = l->priv;
+    return p->grad_in_forward && pass->train && l->in_grad != NULL;
+}
+
 static double softmax_flops(const bn_layer *l)
 {
     const softmax_priv *p = l->priv;

@@ -2,10 +2,11 @@
  *
  * Forward, one kernel: one warp per example row finds the row maximum and its first index (the
  * CPU's argmax), sums exp(z - max) in double, writes the probabilities and the row's loss
- * (logsumexp - z[label]) and correct flag to a scratch array. Every block then counts itself
- * in on a device counter; the block that arrives last (all rows are written by then) adds the
- * rows in a fixed order into metrics = [loss sum, correct count] and leaves the counter at
- * zero for the next launch. Which block is last varies, the order of the sums does not, so
+ * (logsumexp - z[label]) and correct flag. A block adds its rows' losses and flags in row order
+ * and writes the two sums to a scratch array; every block then counts itself in on a device
+ * counter, and the block that arrives last (all blocks' sums are written by then) adds the
+ * blocks' sums in block order into metrics = [loss sum, correct count] and leaves the counter
+ * at zero for the next launch. Which block is last varies, the order of the sums does not, so
  * the metrics are the same on every run; nothing past the current batch is read. The loss
  * stays on the device: the host reads it only when it asks (bn_net_metrics).
  * Backward: dz = (p - onehot(label)) / n, elementwise.
@@ -14,15 +15,26 @@
  * launch each: the last block adds the metrics it has just written into an accumulator
  * (acc[i] += metrics[i], the float additions a separate add would make), and in a training
  * pass each warp writes its row's dz beside the probabilities, from the same float values and
- * with the same expression as the backward kernel, which then is not launched. */
+ * with the same expression as the backward kernel, which then is not launched.
+ *
+ * The dense head (softmax_ce.h) is the same kernel with the dense layer before it in front and
+ * behind: the warps of a row take pieces of its inputs, V floats per lane, and keep one sum per
+ * class, which a shuffle tree adds up per warp and the row's first warp adds in warp order
+ * (z[o] = the sum + b[o]); the row is then the loss's as above, and with the gradient the warps
+ * go on to dx[c] = sum over o of dz[o] W[o][c], o in order from 0.0f, the expression and order
+ * of the dense layer's few-outputs kernel (dense.cu, skinny_dx), and the fused ReLU's mask. */
 #include <math.h>
+#include <stdint.h>
 
 #include "cuda_check.h"
 #include "pdl.cuh"
 #include "last_arrival.cuh"
 #include "softmax_ce.h"
+#include "vec_ops.cuh"
 
-#define ROW_THREADS 256            /* 8 warps: 8 rows per block; also the final sum's threads */
+#define ROW_THREADS 256            /* 8 warps: 8 rows per block */
+#define HEAD_ROWS 2                /* the dense head: rows per block, */
+#define HEAD_PARTS 4               /* and warps per row */
 
 /* The class index a label holds, or -1 when it is not an integer in [0, classes). */
 static __device__ int label_of(float v, int classes)
@@ -37,78 +49,76 @@ static __device__ float grad_of(float p, int k, int label, float scale)
     return label >= 0 ? (p - (k == label)) * scale : NAN;
 }
 
-/* One row per warp as described above; `arrived` counts the blocks that are done (zero before
- * the launch, and again after it). With dz, also the rows' input gradients (scale = 1/n); with
- * acc, the last block also adds the metrics into acc[0..1]. */
-static __global__ void softmax_rows(const float *__restrict__ z, const float *__restrict__ labels, int n,
-                                    int classes, float *__restrict__ prob, float *__restrict__ dz, float scale,
-                                    double *row_loss, double *row_correct, unsigned *arrived,
-                                    float *__restrict__ metrics, float *__restrict__ acc)
+/* A warp's row, lane j holding classes j, j + 32, ... (zat(k) gives z[k] for those): the first
+ * maximum's index in *first (each lane scans its classes in increasing order and keeps its first
+ * maximum; merging prefers the larger value, then the smaller index) and the log-sum-exp,
+ * summed in double, returned to every lane. */
+template <typename Z>
+static __device__ double row_lse(Z zat, int classes, int lane, int *first)
 {
-    bn_early_entry(); /* pdl.cuh */
-    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    int lane = threadIdx.x % 32;
-    if (row < n) { /* the same for the whole warp, so the shuffles below see every lane */
-        const float *zi = z + (size_t)row * classes;
-        float *pi = prob + (size_t)row * classes;
-
-        /* Each lane scans its classes in increasing order and keeps its first maximum; merging
-         * prefers the larger value, then the smaller index: the first maximum of the row. */
-        float best = -INFINITY;
-        int at = classes;
-        for (int k = lane; k < classes; k += 32)
-            if (at == classes || zi[k] > best) best = zi[k], at = k;
-        for (int off = 16; off > 0; off >>= 1) {
-            float ob = __shfl_xor_sync(0xffffffffu, best, off);
-            int oa = __shfl_xor_sync(0xffffffffu, at, off);
-            if (ob > best || (ob == best && oa < at)) best = ob, at = oa;
-        }
-
-        double sum = 0.0;
-        for (int k = lane; k < classes; k += 32) sum += exp((double)zi[k] - best);
-        for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-        double lse = best + log(sum);
-        int label = label_of(labels[row], classes);
-        if (dz) { /* the same for the whole launch */
-            float *di = dz + (size_t)row * classes;
-            for (int k = lane; k < classes; k += 32) {
-                float p = (float)exp((double)zi[k] - lse);
-                pi[k] = p;
-                di[k] = grad_of(p, k, label, scale);
-            }
-        } else {
-            for (int k = lane; k < classes; k += 32) pi[k] = (float)exp((double)zi[k] - lse);
-        }
-
-        if (lane == 0) {
-            row_loss[row] = label >= 0 ? lse - zi[label] : (double)NAN;
-            row_correct[row] = label >= 0 && at == label ? 1.0 : 0.0;
-        }
+    float best = -INFINITY;
+    int at = classes;
+    for (int k = lane; k < classes; k += 32) {
+        const float v = zat(k);
+        if (at == classes || v > best) best = v, at = k;
     }
-
-    if (!bn_last_arrival(arrived, gridDim.x)) return;
-
-    /* The last block: metrics[0] = sum of row_loss[0..n), metrics[1] = sum of row_correct[0..n),
-     * each thread over a fixed stride of rows, then a tree in shared memory. The rows of other
-     * blocks are read through L2 (__ldcg), where their writes went. */
-    __shared__ double loss[ROW_THREADS], correct[ROW_THREADS];
-    double l = 0.0, c = 0.0;
-    for (int i = threadIdx.x; i < n; i += ROW_THREADS) {
-        l += __ldcg(row_loss + i);
-        c += __ldcg(row_correct + i);
+    for (int off = 16; off > 0; off >>= 1) {
+        float ob = __shfl_xor_sync(0xffffffffu, best, off);
+        int oa = __shfl_xor_sync(0xffffffffu, at, off);
+        if (ob > best || (ob == best && oa < at)) best = ob, at = oa;
     }
-    loss[threadIdx.x] = l;
-    correct[threadIdx.x] = c;
+    double sum = 0.0;
+    for (int k = lane; k < classes; k += 32) sum += exp((double)zat(k) - best);
+    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    *first = at;
+    return best + log(sum);
+}
+
+/* The row's probabilities into pi and, with di, its input gradients; returns the gradient of
+ * the lane's last class (its only one when classes <= 32). */
+template <typename Z>
+static __device__ float row_write(Z zat, int classes, int lane, double lse, int label, float scale, float *pi,
+                                  float *di)
+{
+    float g = 0.0f;
+    for (int k = lane; k < classes; k += 32) {
+        const float p = (float)exp((double)zat(k) - lse);
+        pi[k] = p;
+        if (di) di[k] = g = grad_of(p, k, label, scale);
+    }
+    return g;
+}
+
+/* The metrics, once every warp of every block has its row's loss and correct flag in lane 0
+ * (0 for a warp past the batch): the block's sums in warp order to part_loss[block] and
+ * part_correct[block]; the last block to arrive adds the blocks' sums in block order (its first
+ * warp, each lane over a fixed stride of blocks, then a shuffle tree; the other blocks' sums
+ * read through L2 with __ldcg, where their writes went) into metrics and, when not NULL, acc. */
+static __device__ void finish_metrics(double loss, double correct, double *part_loss, double *part_correct,
+                                      unsigned *arrived, float *__restrict__ metrics, float *__restrict__ acc)
+{
+    __shared__ double wl[32], wc[32];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    if (lane == 0) wl[warp] = loss, wc[warp] = correct;
     __syncthreads();
-    for (int half = ROW_THREADS / 2; half > 0; half /= 2) {
-        if (threadIdx.x < half) {
-            loss[threadIdx.x] += loss[threadIdx.x + half];
-            correct[threadIdx.x] += correct[threadIdx.x + half];
-        }
-        __syncthreads();
-    }
     if (threadIdx.x == 0) {
-        float l_sum = (float)loss[0], c_sum = (float)correct[0];
+        double l = 0.0, c = 0.0;
+        for (int i = 0; i < warps; i++) l += wl[i], c += wc[i];
+        part_loss[blockIdx.x] = l;
+        part_correct[blockIdx.x] = c;
+    }
+    if (!bn_last_arrival(arrived, gridDim.x) || warp != 0) return;
+    double l = 0.0, c = 0.0;
+    for (unsigned i = lane; i < gridDim.x; i += 32) {
+        l += __ldcg(part_loss + i);
+        c += __ldcg(part_correct + i);
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+        l += __shfl_xor_sync(0xffffffffu, l, off);
+        c += __shfl_xor_sync(0xffffffffu, c, off);
+    }
+    if (lane == 0) {
+        const float l_sum = (float)l, c_sum = (float)c;
         metrics[0] = l_sum;
         metrics[1] = c_sum;
         if (acc) {
@@ -116,6 +126,122 @@ static __global__ void softmax_rows(const float *__restrict__ z, const float *__
             acc[1] += c_sum;
         }
     }
+}
+
+/* One row per warp as described above; `arrived` counts the blocks that are done (zero before
+ * the launch, and again after it). With dz, also the rows' input gradients (scale = 1/n); with
+ * acc, the last block also adds the metrics into acc[0..1]. */
+static __global__ void softmax_rows(const float *__restrict__ z, const float *__restrict__ labels, int n,
+                                    int classes, float *__restrict__ prob, float *__restrict__ dz, float scale,
+                                    double *part_loss, double *part_correct, unsigned *arrived,
+                                    float *__restrict__ metrics, float *__restrict__ acc)
+{
+    bn_early_entry(); /* pdl.cuh */
+    const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    double loss = 0.0, correct = 0.0;
+    if (row < n) { /* the same for the whole warp, so the shuffles see every lane */
+        const float *zi = z + (size_t)row * classes;
+        auto zat = [zi](int k) { return zi[k]; };
+        int at;
+        const double lse = row_lse(zat, classes, lane, &at);
+        const int label = label_of(labels[row], classes);
+        row_write(zat, classes, lane, lse, label, scale, prob + (size_t)row * classes,
+                  dz ? dz + (size_t)row * classes : NULL);
+        if (lane == 0) {
+            loss = label >= 0 ? lse - zi[label] : (double)NAN;
+            correct = label >= 0 && at == label ? 1.0 : 0.0;
+        }
+    }
+    finish_metrics(loss, correct, part_loss, part_correct, arrived, metrics, acc);
+}
+
+/* The dense head's operands and outputs (dz, dx and relu_dx NULL when not written). */
+typedef struct head_args {
+    const float *x, *w, *b, *labels;
+    int n, k;
+    float *z, *prob, *dz, *dx, *relu_dx;
+    float scale;
+    double *part_loss, *part_correct;
+    unsigned *arrived;
+    float *metrics, *acc;
+} head_args;
+
+/* The dense head for M classes: HEAD_ROWS rows per block, HEAD_PARTS warps per row, each warp
+ * over every HEAD_PARTS-th piece of 32 V-float groups of the row's inputs; the first warp of a row
+ * adds the warps' sums in warp order and runs the loss's row; then every warp takes its pieces
+ * of dx. */
+template <int M, int V>
+static __global__ void __launch_bounds__(HEAD_ROWS * HEAD_PARTS * 32) head_rows(head_args a)
+{
+    bn_early_entry(); /* pdl.cuh */
+    typedef typename vec_of<V>::t vt;
+    __shared__ float part[HEAD_ROWS][HEAD_PARTS][M], grad[HEAD_ROWS][M];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int r = warp / HEAD_PARTS, pt = warp % HEAD_PARTS, row = blockIdx.x * HEAD_ROWS + r;
+    const bool live = row < a.n; /* the same for the whole warp, so the shuffles see every lane */
+    const int kv = a.k / V;
+    const vt *xr = (const vt *)(a.x + (size_t)row * a.k), *wv = (const vt *)a.w;
+    float s[M];
+#pragma unroll
+    for (int o = 0; o < M; o++) s[o] = 0.0f;
+    if (live) {
+#pragma unroll 2
+        for (int i = pt * 32 + lane; i < kv; i += 32 * HEAD_PARTS) {
+            const vt xv = xr[i];
+#pragma unroll
+            for (int o = 0; o < M; o++) s[o] = dot_v(xv, wv[(size_t)o * kv + i], s[o]);
+        }
+    }
+#pragma unroll
+    for (int o = 0; o < M; o++) {
+        float v = s[o];
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+        if (lane == 0) part[r][pt][o] = v;
+    }
+    __syncthreads();
+    double loss = 0.0, correct = 0.0;
+    if (live && pt == 0) {
+        float zl = 0.0f; /* lane o < M: z[o] */
+        if (lane < M) {
+            zl = part[r][0][lane];
+#pragma unroll
+            for (int q = 1; q < HEAD_PARTS; q++) zl += part[r][q][lane];
+            zl += a.b[lane];
+            a.z[(size_t)row * M + lane] = zl;
+        }
+        auto zat = [zl](int) { return zl; };
+        int at;
+        const double lse = row_lse(zat, M, lane, &at);
+        const int label = label_of(a.labels[row], M);
+        const float g = row_write(zat, M, lane, lse, label, a.scale, a.prob + (size_t)row * M,
+                                  a.dz ? a.dz + (size_t)row * M : NULL);
+        if (lane < M) grad[r][lane] = g;
+        const float zlab = __shfl_sync(0xffffffffu, zl, label >= 0 ? label : 0);
+        if (lane == 0) {
+            loss = label >= 0 ? lse - zlab : (double)NAN;
+            correct = label >= 0 && at == label ? 1.0 : 0.0;
+        }
+    }
+    if (a.dx) { /* the same for the whole launch */
+        __syncthreads();
+        if (live) {
+            float d[M];
+#pragma unroll
+            for (int o = 0; o < M; o++) d[o] = grad[r][o];
+            vt *dxr = (vt *)(a.dx + (size_t)row * a.k);
+            vt *rxr = a.relu_dx ? (vt *)(a.relu_dx + (size_t)row * a.k) : NULL;
+#pragma unroll 2
+            for (int i = pt * 32 + lane; i < kv; i += 32 * HEAD_PARTS) {
+                vt acc = vt(); /* zeros */
+#pragma unroll
+                for (int o = 0; o < M; o++) axpy_v(d[o], wv[(size_t)o * kv + i], acc);
+                dxr[i] = acc;
+                if (rxr) rxr[i] = masked(acc, xr[i]);
+            }
+        }
+    }
+    finish_metrics(loss, correct, a.part_loss, a.part_correct, a.arrived, a.metrics, a.acc);
 }
 
 static __global__ void softmax_grad(const float *__restrict__ prob, const float *__restrict__ labels, int n,
@@ -134,13 +260,21 @@ extern "C" void bn_softmax_ce_gpu_release(softmax_priv *p)
     p->dev_rows = NULL;
 }
 
-extern "C" bn_status bn_softmax_ce_forward_gpu(bn_layer *l, const bn_pass *pass)
+/* What both forward kernels are given besides the dense head's operands. */
+typedef struct fwd_common {
+    const float *labels;
+    float *prob, *dz, *metrics, *acc; /* dz, acc: NULL when not written */
+    double *part_loss, *part_correct;
+    unsigned *arrived;
+} fwd_common;
+
+/* The scratch (made on the first GPU forward: per-block loss sums, per-block correct counts,
+ * one row's room each, then one double's room for the block counter, zeroed once here; each
+ * launch leaves it at zero) and the pointers of a forward pass. Clears grad_written. */
+static bn_status fwd_setup(bn_layer *l, const bn_pass *pass, fwd_common *c)
 {
     softmax_priv *sp = (softmax_priv *)l->priv;
-    int n = l->in->n, classes = sp->classes;
-    size_t rows = l->in->capacity / (size_t)classes;
-    /* Scratch: per-row loss, per-row correct flag, then one double's room for the block counter,
-     * zeroed once here; each launch leaves it at zero. */
+    size_t rows = l->in->capacity / (size_t)sp->classes;
     if (!sp->dev_rows) {
         BN_TRY(bn_device_alloc((void **)&sp->dev_rows, (2 * rows + 1) * sizeof(double)));
         bn_status st = bn_device_zero(sp->dev_rows + 2 * rows, sizeof(double));
@@ -149,22 +283,74 @@ extern "C" bn_status bn_softmax_ce_forward_gpu(bn_layer *l, const bn_pass *pass)
             return st;
         }
     }
-    unsigned *arrived = (unsigned *)(sp->dev_rows + 2 * rows);
     sp->grad_written = 0;
-    BN_DEV_RD(z, l->in);
-    BN_DEV_RD(labels, pass->labels);
-    BN_DEV_WR(prob, l->out);
-    BN_DEV_WR(metrics, pass->metrics);
-    float *dz = NULL, *acc = NULL;
-    if (sp->grad_in_forward && pass->train && l->in_grad && !(dz = bn_blob_dev_wr(l->in_grad)))
+    c->part_loss = sp->dev_rows;
+    c->part_correct = sp->dev_rows + rows;
+    c->arrived = (unsigned *)(sp->dev_rows + 2 * rows);
+    if (!(c->labels = bn_blob_dev_rd(pass->labels)) || !(c->prob = bn_blob_dev_wr(l->out)) ||
+        !(c->metrics = bn_blob_dev_wr(pass->metrics)))
         return bn_last_status();
-    if (sp->acc && !(acc = bn_blob_dev_wr(sp->acc))) return bn_last_status();
+    c->dz = c->acc = NULL;
+    if (bn_softmax_ce_grad_in_forward(l, pass) && !(c->dz = bn_blob_dev_wr(l->in_grad))) return bn_last_status();
+    if (sp->acc && !(c->acc = bn_blob_dev_wr(sp->acc))) return bn_last_status();
+    return BN_OK;
+}
+
+extern "C" bn_status bn_softmax_ce_forward_gpu(bn_layer *l, const bn_pass *pass)
+{
+    softmax_priv *sp = (softmax_priv *)l->priv;
+    int n = l->in->n, classes = sp->classes;
+    fwd_common c;
+    BN_TRY(fwd_setup(l, pass, &c));
+    BN_DEV_RD(z, l->in);
     cudaStream_t s = (cudaStream_t)pass->ctx->stream;
     int rows_per_block = ROW_THREADS / 32;
-    bn_launch_early(softmax_rows, dim3((n + rows_per_block - 1) / rows_per_block), dim3(ROW_THREADS), 0, s, z, labels,
-                    n, classes, prob, dz, 1.0f / (float)n, sp->dev_rows, sp->dev_rows + rows, arrived, metrics, acc);
+    bn_launch_early(softmax_rows, dim3((n + rows_per_block - 1) / rows_per_block), dim3(ROW_THREADS), 0, s, z,
+                    c.labels, n, classes, c.prob, c.dz, 1.0f / (float)n, c.part_loss, c.part_correct, c.arrived,
+                    c.metrics, c.acc);
     BN_CUDA_LAUNCH();
-    sp->grad_written = dz != NULL;
+    sp->grad_written = c.dz != NULL;
+    return BN_OK;
+}
+
+template <int M>
+static void launch_head(int v, const head_args &a, cudaStream_t s)
+{
+    const dim3 blocks((unsigned)((a.n + HEAD_ROWS - 1) / HEAD_ROWS)), threads(HEAD_ROWS * HEAD_PARTS * 32);
+    if (v == 4) bn_launch_early(head_rows<M, 4>, blocks, threads, 0, s, a);
+    else if (v == 2) bn_launch_early(head_rows<M, 2>, blocks, threads, 0, s, a);
+    else bn_launch_early(head_rows<M, 1>, blocks, threads, 0, s, a);
+}
+
+extern "C" bn_status bn_softmax_ce_head_gpu(bn_layer *l, const bn_pass *pass, const bn_softmax_head *h)
+{
+    softmax_priv *sp = (softmax_priv *)l->priv;
+    const int n = l->in->n, classes = sp->classes;
+    if (classes < 1 || classes > BN_SOFTMAX_HEAD_MAX)
+        return bn_error(BN_ERR_INTERNAL, "layer %s: a dense head takes at most %d classes, not %d", l->name,
+                        BN_SOFTMAX_HEAD_MAX, classes);
+    fwd_common c;
+    BN_TRY(fwd_setup(l, pass, &c));
+    head_args a = {h->x, h->w, h->b, c.labels, n, h->k, h->z, c.prob, c.dz, c.dz ? h->dx : NULL,
+                   c.dz ? h->relu_dx : NULL, 1.0f / (float)n, c.part_loss, c.part_correct, c.arrived, c.metrics,
+                   c.acc};
+    /* The widest loads every row allows (the parameters may sit at any 4-byte offset of their
+     * slab). */
+    const uintptr_t all = (uintptr_t)a.x | (uintptr_t)a.w | (uintptr_t)a.dx | (uintptr_t)a.relu_dx;
+    const int v = h->k % 4 == 0 && (all & 15) == 0 ? 4 : h->k % 2 == 0 && (all & 7) == 0 ? 2 : 1;
+    cudaStream_t s = (cudaStream_t)pass->ctx->stream;
+    switch (classes) {
+#define HEAD_CASE(M)                  \
+    case M:                           \
+        launch_head<M>(v, a, s);      \
+        break;
+        HEAD_CASE(1) HEAD_CASE(2) HEAD_CASE(3) HEAD_CASE(4) HEAD_CASE(5) HEAD_CASE(6) HEAD_CASE(7) HEAD_CASE(8)
+        HEAD_CASE(9) HEAD_CASE(10) HEAD_CASE(11) HEAD_CASE(12) HEAD_CASE(13) HEAD_CASE(14) HEAD_CASE(15)
+        HEAD_CASE(16)
+#undef HEAD_CASE
+    }
+    BN_CUDA_LAUNCH();
+    sp->grad_written = c.dz != NULL;
     return BN_OK;
 }
 

@@ -48,6 +48,35 @@ void bn_softmax_ce_gpu_release(softmax_priv *p);
  * both off again, which the caller does once its step is done. */
 int bn_softmax_ce_fuse(bn_layer *l, const bn_pass *pass, bn_blob *acc, int grad);
 
+/* The dense head: on a device, a dense layer of at most BN_SOFTMAX_HEAD_MAX outputs whose output
+ * only this loss reads can hand its forward pass to the loss (the net asks it through
+ * bn_layer_ops.fuse_next_gpu). One kernel then computes, per example row, the logits
+ * z = x W^T + b, the loss layer's whole forward pass and, when the loss writes its input
+ * gradient in the forward (bn_softmax_ce_fuse with grad), the dense layer's input gradient
+ * dx = dz W too, so that three launches become one. */
+#define BN_SOFTMAX_HEAD_MAX 16
+
+/* The dense layer's operands. */
+typedef struct bn_softmax_head {
+    const float *x, *w, *b; /* its input (n x k), weights (classes x k) and bias (classes) */
+    int k;
+    float *z;               /* its output, the loss layer's input: written */
+    float *dx;              /* its input gradient (NULL: none) */
+    float *relu_dx;         /* a ReLU fused before it: that layer's input gradient, dx where x > 0
+                               and 0 elsewhere (NULL: none) */
+} bn_softmax_head;
+
+/* 1 when l is a softmax_ce layer of `classes` classes that a dense head can run. */
+int bn_softmax_ce_head_fits(const bn_layer *l, int classes);
+/* 1 when the forward of loss layer l on `pass` is to write its input gradient (and so a dense
+ * head's dx): bn_softmax_ce_fuse asked for it, the pass trains and the input takes a gradient. */
+int bn_softmax_ce_grad_in_forward(const bn_layer *l, const bn_pass *pass);
+/* The loss layer l's forward on the device with the dense layer before it (h) in one kernel.
+ * With bn_softmax_ce_grad_in_forward, it writes dz, h->dx and h->relu_dx (those not NULL) as well
+ * and the loss's backward that follows launches nothing; the dense layer's backward then must
+ * not write dx again. */
+bn_status bn_softmax_ce_head_gpu(bn_layer *l, const bn_pass *pass, const bn_softmax_head *h);
+
 #ifdef __cplusplus
 }
 #endif

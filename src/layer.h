@@ -108,6 +108,11 @@ struct bn_layer_ops {
      * write relu's input gradient (its own input gradient masked where relu's output is 0)
      * instead of its input gradient. Returns 1 when l takes that pass over. May be NULL. */
     int (*fuse_gpu)(bn_layer *l, bn_layer *relu, int after);
+    /* GPU fusion with the layer after it, `next` (which reads l's output, and no other layer
+     * does), asked by the network when it is set up on a device after the ReLU fusions: l's GPU
+     * forward pass is to do next's forward pass too, which then does nothing. Returns 1 when l
+     * takes it over. May be NULL. */
+    int (*fuse_next_gpu)(bn_layer *l, bn_layer *next);
 };
 
 /* Declares a parameter of shape (n,c,h,w) during setup; returns its index or -1 on error. */

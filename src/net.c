@@ -266,6 +266,19 @@ static void fuse_relus(bn_net *net)
     }
 }
 
+/* On a device, a layer may take over the forward pass of the layer after it
+ * (bn_layer_ops.fuse_next_gpu; a dense layer before softmax_ce, for one): the pair then runs as
+ * one kernel. Neither layer's forward may already be done by another's. */
+static void fuse_nexts(bn_net *net)
+{
+    for (int i = 0; i + 1 < net->num_layers; i++) {
+        bn_layer *l = net->layers[i], *next = net->layers[i + 1];
+        if (next->in != l->out || !l->ops->fuse_next_gpu || !l->ops->forward_gpu || !next->ops->forward_gpu) continue;
+        if ((l->gpu_fused | next->gpu_fused) & BN_FUSED_FORWARD) continue;
+        if (l->ops->fuse_next_gpu(l, next)) next->gpu_fused |= BN_FUSED_FORWARD;
+    }
+}
+
 bn_status bn_net_setup(bn_net *net, int batch, bn_ctx *ctx, int want_input_grad, uint64_t seed)
 {
     if (net->capacity) return bn_error(BN_ERR_INTERNAL, "%s: network is already set up", net->source);
@@ -278,7 +291,10 @@ bn_status bn_net_setup(bn_net *net, int batch, bn_ctx *ctx, int want_input_grad,
     net->pass = (bn_pass){.seed = seed, .labels = net->labels, .metrics = net->metrics, .ctx = ctx};
     BN_TRY(reserve_all(net, bn_blob_reserve_host));
     if (ctx) BN_TRY(reserve_all(net, bn_blob_reserve_device));
-    if (ctx) fuse_relus(net);
+    if (ctx) {
+        fuse_relus(net);
+        fuse_nexts(net);
+    }
     BN_TRY(bn_net_init_params(net, seed));
     return net->grads ? bn_blob_zero(net->grads) : BN_OK;
 }

@@ -26,6 +26,7 @@
 #include "layer_testing.h"
 #include "net.h"
 #include "rng.h"
+#include "softmax_ce.h"
 #include "testing.h"
 
 /* GEMM-based layers (dense, conv2d) in FP32: the two sides add up to a few hundred products per
@@ -58,6 +59,8 @@ typedef struct layer_case {
     int own_convs;      /* every conv2d pass that blobnet's kernels can run must have run on them */
     int autotuned_too;  /* run the comparisons a second time with an autotuning context (the
                            kernels chosen by timing, cuDNN's and cuBLASLt's among them) */
+    int grad_in_forward; /* the loss layer writes its input gradient in the forward pass, as
+                            in the trainer's step (bn_softmax_ce_fuse) */
 } layer_case;
 
 /* Writes the whole capacity of b's host copy (rows past the current batch included). */
@@ -247,10 +250,14 @@ static int compare_once(const layer_case *lc, int capacity, int n, uint64_t seed
     float *start;
     CHECK_OK(poison_net(gpu, ctx));
     CHECK_OK(feed(cpu, gpu, lc, seed, &start)); /* after the poison: it sets the last output gradient */
+    if (lc->grad_in_forward)
+        CHECK_MSG(bn_softmax_ce_fuse(bn_net_loss_layer(gpu), &gpu->pass, NULL, 1), "%s: no softmax_ce to fuse",
+                  lc->what);
     CHECK_OK(bn_net_forward(cpu, 1));
     CHECK_OK(bn_net_forward(gpu, 1));
     CHECK_OK(bn_net_backward(cpu));
     CHECK_OK(bn_net_backward(gpu));
+    if (lc->grad_in_forward) bn_softmax_ce_fuse(bn_net_loss_layer(gpu), &gpu->pass, NULL, 0);
     int r = compare_nets(lc, gpu, cpu, start, seed, worst);
     if (r == BN_PASS && lc->own_convs) r = check_own_convs(lc, gpu, n);
     free(start);
@@ -289,7 +296,7 @@ BN_TEST(gpu_layer_dense_matches_cpu)
     static const layer_case lc = {"dense 3x5x7 -> 13 -> 6",
                                   "[input]\nchannels=3\nheight=5\nwidth=7\n[dense]\noutputs=13\n"
                                   "[dense]\noutputs=6\ninit=he\n",
-                                  TOL_GEMM, 0, 0, 0, 1};
+                                  TOL_GEMM, 0, 0, 0, 1, 0};
     return run_case(&lc);
 }
 
@@ -302,7 +309,7 @@ BN_TEST(gpu_layer_relu_fused_between_dense_layers_matches_cpu)
     static const layer_case lc = {"dense 13, relu, dense 17, relu, dense 6 (relus fused)",
                                   "[input]\nchannels=3\nheight=5\nwidth=7\n[dense]\noutputs=13\n[relu]\n"
                                   "[dense]\noutputs=17\ninit=he\n[relu]\n[dense]\noutputs=6\n",
-                                  TOL_GEMM, 0, 0, 0, 1};
+                                  TOL_GEMM, 0, 0, 0, 1, 0};
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
     bn_ctx *ctx;
     CHECK_OK(bn_ctx_open(0, &ctx));
@@ -327,7 +334,7 @@ BN_TEST(gpu_layer_conv2d_matches_cpu)
                                   "[conv2d]\nfilters=5\nsize=3\nstride=2\npad=1\n"
                                   "[conv2d]\nfilters=4\nsize=3\nstride=1\npad=2\ninit=he\n"
                                   "[conv2d]\nfilters=2\nsize=4\nstride=2\npad=1\n",
-                                  TOL_GEMM, 0, 0, 0, 1};
+                                  TOL_GEMM, 0, 0, 0, 1, 0};
     return run_case(&lc);
 }
 
@@ -336,7 +343,7 @@ BN_TEST(gpu_layer_conv2d_lenet_shapes_match_cpu)
     static const layer_case lc = {"conv2d 1x28x28 k5 x20, k5 x50 (LeNet)",
                                   "[input]\nchannels=1\nheight=28\nwidth=28\n"
                                   "[conv2d]\nfilters=20\nsize=5\n[conv2d]\nfilters=50\nsize=5\n",
-                                  TOL_GEMM, 0, 0, 0, 1};
+                                  TOL_GEMM, 0, 0, 0, 1, 0};
     return run_case(&lc);
 }
 
@@ -352,25 +359,25 @@ BN_TEST(gpu_layer_conv2d_blobnet_engine_matches_cpu)
          "[conv2d]\nfilters=5\nsize=3\nstride=2\npad=1\nengine=blobnet\n"
          "[conv2d]\nfilters=4\nsize=3\nstride=1\npad=2\ninit=he\nengine=blobnet\n"
          "[conv2d]\nfilters=2\nsize=4\nstride=2\npad=1\nengine=blobnet\n",
-         TOL_GEMM, 0, 0, 1, 0},
+         TOL_GEMM, 0, 0, 1, 0, 0},
         {"blobnet conv2d 1x28x28 k5 x20, k5 x50 (LeNet)",
          "[input]\nchannels=1\nheight=28\nwidth=28\n"
          "[conv2d]\nfilters=20\nsize=5\nengine=blobnet\n[conv2d]\nfilters=50\nsize=5\nengine=blobnet\n",
-         TOL_GEMM, 0, 0, 1, 0},
+         TOL_GEMM, 0, 0, 1, 0, 0},
         {"blobnet conv2d 3x10x10 k1 x40, k3p1 x33, k5p2 x6 (chunked, split)",
          "[input]\nchannels=3\nheight=10\nwidth=10\n"
          "[conv2d]\nfilters=40\nsize=1\nengine=blobnet\n"
          "[conv2d]\nfilters=33\nsize=3\npad=1\nengine=blobnet\n"
          "[conv2d]\nfilters=6\nsize=5\npad=2\nengine=blobnet\n",
-         TOL_GEMM, 0, 0, 1, 0},
+         TOL_GEMM, 0, 0, 1, 0, 0},
         {"blobnet conv2d 2x40x36 k3p1 x5, k3 x3 (position tiles)",
          "[input]\nchannels=2\nheight=40\nwidth=36\n"
          "[conv2d]\nfilters=5\nsize=3\npad=1\nengine=blobnet\n[conv2d]\nfilters=3\nsize=3\nengine=blobnet\n",
-         TOL_GEMM, 0, 0, 1, 0},
+         TOL_GEMM, 0, 0, 1, 0, 0},
         {"blobnet conv2d 4x5x5 k3 x9, k2 x2 (images per block)",
          "[input]\nchannels=4\nheight=5\nwidth=5\n"
          "[conv2d]\nfilters=9\nsize=3\nengine=blobnet\n[conv2d]\nfilters=2\nsize=2\nengine=blobnet\n",
-         TOL_GEMM, 0, 0, 1, 0},
+         TOL_GEMM, 0, 0, 1, 0, 0},
     };
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
     /* Each case with the normal choice, then with each kernel family forced. */
@@ -393,7 +400,7 @@ BN_TEST(gpu_layer_maxpool_matches_cpu)
     static const layer_case lc = {"maxpool 4x7x9 s3 st2 p1, s2",
                                   "[input]\nchannels=4\nheight=7\nwidth=9\n"
                                   "[maxpool]\nsize=3\nstride=2\npad=1\n[maxpool]\nsize=2\n",
-                                  TOL_ELEMENTWISE, 0, 0, 0, 0};
+                                  TOL_ELEMENTWISE, 0, 0, 0, 0, 0};
     return run_case(&lc);
 }
 
@@ -402,18 +409,18 @@ BN_TEST(gpu_layer_avgpool_matches_cpu)
     static const layer_case lc = {"avgpool 4x7x9 s3 st2 p1, s2 p1",
                                   "[input]\nchannels=4\nheight=7\nwidth=9\n"
                                   "[avgpool]\nsize=3\nstride=2\npad=1\n[avgpool]\nsize=2\npad=1\n",
-                                  TOL_ELEMENTWISE, 0, 0, 0, 0};
+                                  TOL_ELEMENTWISE, 0, 0, 0, 0, 0};
     return run_case(&lc);
 }
 
 BN_TEST(gpu_layer_activations_match_cpu)
 {
     static const layer_case cases[] = {
-        {"relu", "[input]\nchannels=3\nheight=5\nwidth=7\n[relu]\n", TOL_ELEMENTWISE, 0, 1, 0, 0},
-        {"sigmoid", "[input]\nchannels=3\nheight=5\nwidth=7\n[sigmoid]\n", TOL_ELEMENTWISE, 0, 1, 0, 0},
-        {"tanh", "[input]\nchannels=3\nheight=5\nwidth=7\n[tanh]\n", TOL_ELEMENTWISE, 0, 1, 0, 0},
-        {"leaky_relu", "[input]\nchannels=3\nheight=5\nwidth=7\n[leaky_relu]\nslope=0.1\n", TOL_ELEMENTWISE, 0, 1, 0, 0},
-        {"elu", "[input]\nchannels=3\nheight=5\nwidth=7\n[elu]\nalpha=0.7\n", TOL_ELEMENTWISE, 0, 1, 0, 0},
+        {"relu", "[input]\nchannels=3\nheight=5\nwidth=7\n[relu]\n", TOL_ELEMENTWISE, 0, 1, 0, 0, 0},
+        {"sigmoid", "[input]\nchannels=3\nheight=5\nwidth=7\n[sigmoid]\n", TOL_ELEMENTWISE, 0, 1, 0, 0, 0},
+        {"tanh", "[input]\nchannels=3\nheight=5\nwidth=7\n[tanh]\n", TOL_ELEMENTWISE, 0, 1, 0, 0, 0},
+        {"leaky_relu", "[input]\nchannels=3\nheight=5\nwidth=7\n[leaky_relu]\nslope=0.1\n", TOL_ELEMENTWISE, 0, 1, 0, 0, 0},
+        {"elu", "[input]\nchannels=3\nheight=5\nwidth=7\n[elu]\nalpha=0.7\n", TOL_ELEMENTWISE, 0, 1, 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int r = run_case(&cases[i]);
@@ -425,12 +432,60 @@ BN_TEST(gpu_layer_activations_match_cpu)
 BN_TEST(gpu_layer_softmax_ce_matches_cpu)
 {
     static const layer_case direct = {"softmax_ce 10 classes", "[input]\nchannels=10\nheight=1\nwidth=1\n[softmax_ce]\n",
-                                      TOL_ELEMENTWISE, 10, 0, 0, 0};
+                                      TOL_ELEMENTWISE, 10, 0, 0, 0, 0};
     static const layer_case after_dense = {"dense 2x3x1 -> 7 + softmax_ce",
                                            "[input]\nchannels=2\nheight=3\nwidth=1\n[dense]\noutputs=7\n[softmax_ce]\n",
-                                           TOL_GEMM, 7, 0, 0, 0};
+                                           TOL_GEMM, 7, 0, 0, 0, 0};
     int r = run_case(&direct);
     return r == BN_PASS ? run_case(&after_dense) : r;
+}
+
+/* A dense layer of at most 16 outputs before softmax_ce hands its forward pass to the loss
+ * layer's kernel (the dense head, softmax_ce.h), which in the trainer's step also writes the
+ * dense layer's input gradient (and a fused ReLU's): every blob still matches the CPU, with
+ * rows of 1, 2 and 4 floats (13, 6 and 100 inputs), and with the gradient written in the forward
+ * pass or by the backward passes. */
+BN_TEST(gpu_layer_dense_head_matches_cpu)
+{
+    static const layer_case cases[] = {
+        {"dense 6 -> 7, softmax_ce (head)", "[input]\nchannels=2\nheight=3\nwidth=1\n[dense]\noutputs=7\n[softmax_ce]\n",
+         TOL_GEMM, 7, 0, 0, 0, 1},
+        {"dense 35 -> 13, relu, dense 3, softmax_ce (head, relu fused)",
+         "[input]\nchannels=5\nheight=7\nwidth=1\n[dense]\noutputs=13\n[relu]\n[dense]\noutputs=3\n[softmax_ce]\n",
+         TOL_GEMM, 3, 0, 0, 0, 1},
+        {"dense 64 -> 100, relu, dense 10, softmax_ce (head, relu fused)",
+         "[input]\nchannels=4\nheight=4\nwidth=4\n[dense]\noutputs=100\n[relu]\n[dense]\noutputs=10\n[softmax_ce]\n",
+         TOL_GEMM, 10, 0, 0, 0, 1},
+        {"dense 64 -> 100, relu, dense 16, softmax_ce (head, gradient by the backward passes)",
+         "[input]\nchannels=4\nheight=4\nwidth=4\n[dense]\noutputs=100\n[relu]\n[dense]\noutputs=16\n[softmax_ce]\n",
+         TOL_GEMM, 16, 0, 0, 0, 0},
+    };
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    /* Which passes are fused: the loss's forward (the dense head) and the ReLU's two; a dense
+     * layer of 17 outputs is no head. */
+    static const char *const texts[] = {
+        "[input]\nchannels=8\nheight=1\nwidth=1\n[dense]\noutputs=9\n[relu]\n[dense]\noutputs=16\n[softmax_ce]\n",
+        "[input]\nchannels=8\nheight=1\nwidth=1\n[dense]\noutputs=9\n[relu]\n[dense]\noutputs=17\n[softmax_ce]\n"};
+    for (int t = 0; t < 2; t++) {
+        bn_net *net;
+        CHECK_OK(bn_net_from_text(texts[t], "head", &net));
+        bn_status st = bn_net_setup(net, 4, ctx, 1, 1);
+        const int relu = st == BN_OK ? net->layers[1]->gpu_fused : -1, loss = st == BN_OK ? net->layers[3]->gpu_fused : -1;
+        const int dense = st == BN_OK ? net->layers[0]->gpu_fused | net->layers[2]->gpu_fused : -1;
+        bn_net_free(net);
+        CHECK_OK(st);
+        const int want_loss = t == 0 ? BN_FUSED_FORWARD : 0;
+        CHECK_MSG(relu == (BN_FUSED_FORWARD | BN_FUSED_BACKWARD) && loss == want_loss && dense == 0,
+                  "%s outputs: fused passes relu %d, softmax_ce %d, dense layers %d (want 3, %d, 0)",
+                  t == 0 ? "16" : "17", relu, loss, dense, want_loss);
+    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int r = run_case(&cases[i]);
+        if (r != BN_PASS) return r;
+    }
+    return BN_PASS;
 }
 
 static const layer_case stack_case = {"conv+maxpool+relu+avgpool+dense+tanh+dense+softmax_ce",
@@ -438,7 +493,7 @@ static const layer_case stack_case = {"conv+maxpool+relu+avgpool+dense+tanh+dens
                                       "[conv2d]\nfilters=6\nsize=3\npad=1\n[maxpool]\nsize=2\n[relu]\n"
                                       "[avgpool]\nsize=3\nstride=1\npad=1\n[dense]\noutputs=20\n[tanh]\n"
                                       "[dense]\noutputs=5\n[softmax_ce]\n",
-                                      TOL_GEMM, 5, 0, 0, 0};
+                                      TOL_GEMM, 5, 0, 0, 0, 0};
 
 BN_TEST(gpu_layer_stack_matches_cpu)
 {
@@ -491,7 +546,7 @@ static int deterministic_checks(bn_ctx *ctx)
                                           "[conv2d]\nfilters=20\nsize=5\n[maxpool]\nsize=2\n"
                                           "[conv2d]\nfilters=50\nsize=5\n[maxpool]\nsize=2\n"
                                           "[dense]\noutputs=100\n[relu]\n[dense]\noutputs=10\n[softmax_ce]\n",
-                                          TOL_GEMM, 10, 0, 0, 0};
+                                          TOL_GEMM, 10, 0, 0, 0, 0};
     /* Against the CPU the stack pools by averages: behind two convolutions, two inputs of a
      * max-pool window can lie within rounding of each other, and then the CPU and the GPU may
      * pick different winners and route the gradient differently, which is no error. Max-pool
@@ -502,7 +557,7 @@ static int deterministic_checks(bn_ctx *ctx)
                                          "[conv2d]\nfilters=20\nsize=5\n[avgpool]\nsize=2\n"
                                          "[conv2d]\nfilters=50\nsize=5\n[avgpool]\nsize=2\n"
                                          "[dense]\noutputs=100\n[relu]\n[dense]\noutputs=10\n[softmax_ce]\n",
-                                         TOL_LONG_SUMS, 10, 0, 0, 0};
+                                         TOL_LONG_SUMS, 10, 0, 0, 0, 0};
     CHECK(run_case(&stack_case) == BN_PASS);
     CHECK(run_case(&lenet_avg) == BN_PASS);
     CHECK(repeat_bitwise(&lenet_like, 257, ctx) == BN_PASS);
@@ -603,6 +658,76 @@ BN_TEST(gpu_layer_softmax_ce_metrics_every_batch_size)
         printf("    softmax_ce metrics, %d classes, batches 1..300: worst relative loss-sum difference %.3g, "
                "correct counts equal\n", classes[i], worst);
     }
+    return BN_PASS;
+}
+
+/* The dense head's loss and accuracy for every batch size 1..300 on small integers (inputs in
+ * -2..2, weights and biases in -3..3), so that the logits are exact on both sides and hold many
+ * ties, which the first-maximum rule must break as the CPU does. */
+BN_TEST(gpu_layer_dense_head_metrics_every_batch_size)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    uint64_t seed = lt_fresh_seed();
+    const int max_batch = 300, inputs = 12, classes = 10;
+    const char *text = "[input]\nchannels=12\nheight=1\nwidth=1\n[dense]\noutputs=10\n[softmax_ce]\n";
+    bn_net *cpu, *gpu;
+    CHECK_OK(bn_net_from_text(text, "head-sweep", &cpu));
+    CHECK_OK(bn_net_from_text(text, "head-sweep", &gpu));
+    CHECK_OK(bn_net_setup(cpu, max_batch, NULL, 0, seed));
+    CHECK_OK(bn_net_setup(gpu, max_batch, ctx, 0, seed));
+    CHECK_MSG(gpu->layers[1]->gpu_fused == BN_FUSED_FORWARD, "softmax_ce's forward is not the dense head's");
+    bn_rng r;
+    bn_rng_seed(&r, seed, 13);
+    size_t np = bn_blob_count(cpu->params);
+    float *pv = malloc(np * sizeof *pv), *x = malloc((size_t)max_batch * inputs * sizeof *x),
+          *labels = malloc((size_t)max_batch * sizeof *labels);
+    CHECK(pv && x && labels);
+    for (size_t i = 0; i < np; i++) pv[i] = (float)bn_rng_below(&r, 7) - 3.0f;
+    CHECK_OK(put(cpu->params, pv));
+    CHECK_OK(put(gpu->params, pv));
+    int ties = 0;
+    for (int n = 1; n <= max_batch; n++) {
+        for (int i = 0; i < max_batch * inputs; i++) x[i] = i < n * inputs ? (float)bn_rng_below(&r, 5) - 2.0f : NAN;
+        for (int i = 0; i < max_batch; i++) labels[i] = i < n ? (float)bn_rng_below(&r, (uint64_t)classes) : -1.0f;
+        CHECK_OK(bn_net_set_batch(cpu, n));
+        CHECK_OK(bn_net_set_batch(gpu, n));
+        CHECK_OK(put(cpu->input, x));
+        CHECK_OK(put(gpu->input, x));
+        CHECK_OK(put(cpu->labels, labels));
+        CHECK_OK(put(gpu->labels, labels));
+        CHECK_OK(poison(gpu->metrics, ctx));
+        CHECK_OK(bn_net_forward(cpu, 0));
+        CHECK_OK(bn_net_forward(gpu, 0));
+        /* The logits are exact, so both sides hold the same bits. */
+        const float *zc = bn_blob_host_rd(cpu->layers[0]->out), *zg = bn_blob_host_rd(gpu->layers[0]->out);
+        CHECK(zc && zg);
+        CHECK_MSG(memcmp(zc, zg, (size_t)n * classes * sizeof *zc) == 0, "batch %d: logits differ (seed %llu)", n,
+                  (unsigned long long)seed);
+        for (int i = 0; i < n; i++) {
+            int top = 0;
+            for (int k = 1; k < classes; k++)
+                if (zc[i * classes + k] == zc[i * classes + top]) ties++;
+                else if (zc[i * classes + k] > zc[i * classes + top]) top = k;
+        }
+        double gl, gc, cl, cc;
+        CHECK_OK(bn_net_metrics(gpu, &gl, &gc));
+        CHECK_OK(bn_net_metrics(cpu, &cl, &cc));
+        CHECK_MSG(fabs(gl - cl) <= TOL_LOSS_SUM * fabs(cl),
+                  "batch %d: loss sum %.9g on the GPU, %.9g on the CPU (seed %llu)", n, gl, cl,
+                  (unsigned long long)seed);
+        CHECK_MSG(gc == cc, "batch %d: %g correct on the GPU, %g on the CPU (seed %llu)", n, gc, cc,
+                  (unsigned long long)seed);
+    }
+    CHECK_MSG(ties > 1000, "only %d ties at a row's running maximum: the data do not test the tie rule", ties);
+    printf("    dense head metrics, batches 1..300: loss sums within %g, correct counts equal, %d ties met\n",
+           TOL_LOSS_SUM, ties);
+    free(pv);
+    free(x);
+    free(labels);
+    bn_net_free(cpu);
+    bn_net_free(gpu);
     return BN_PASS;
 }
 
