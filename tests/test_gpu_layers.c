@@ -599,6 +599,21 @@ static void tie_logits(bn_rng *r, int n, int classes, float *z, float *labels)
     }
 }
 
+/* Batch n of inputs x and labels on both nets, then an evaluation pass on each, the GPU's
+ * metrics poisoned before it. */
+static bn_status eval_both(bn_net *cpu, bn_net *gpu, int n, const float *x, const float *labels, bn_ctx *ctx)
+{
+    BN_TRY(bn_net_set_batch(cpu, n));
+    BN_TRY(bn_net_set_batch(gpu, n));
+    BN_TRY(put(cpu->input, x));
+    BN_TRY(put(gpu->input, x));
+    BN_TRY(put(cpu->labels, labels));
+    BN_TRY(put(gpu->labels, labels));
+    BN_TRY(poison(gpu->metrics, ctx));
+    BN_TRY(bn_net_forward(cpu, 0));
+    return bn_net_forward(gpu, 0);
+}
+
 static int metrics_sweep(int classes, int max_batch, bn_ctx *ctx, uint64_t seed, double *worst)
 {
     char text[128];
@@ -617,15 +632,7 @@ static int metrics_sweep(int classes, int max_batch, bn_ctx *ctx, uint64_t seed,
         for (size_t i = 0; i < cap; i++) z[i] = NAN;
         for (int i = 0; i < max_batch; i++) labels[i] = -1.0f;
         tie_logits(&r, n, classes, z, labels);
-        CHECK_OK(bn_net_set_batch(cpu, n));
-        CHECK_OK(bn_net_set_batch(gpu, n));
-        CHECK_OK(put(cpu->input, z));
-        CHECK_OK(put(gpu->input, z));
-        CHECK_OK(put(cpu->labels, labels));
-        CHECK_OK(put(gpu->labels, labels));
-        CHECK_OK(poison(gpu->metrics, ctx));
-        CHECK_OK(bn_net_forward(cpu, 0));
-        CHECK_OK(bn_net_forward(gpu, 0));
+        CHECK_OK(eval_both(cpu, gpu, n, z, labels, ctx));
         double gl, gc, cl, cc;
         CHECK_OK(bn_net_metrics(gpu, &gl, &gc));
         CHECK_OK(bn_net_metrics(cpu, &cl, &cc));
@@ -691,15 +698,7 @@ BN_TEST(gpu_layer_dense_head_metrics_every_batch_size)
     for (int n = 1; n <= max_batch; n++) {
         for (int i = 0; i < max_batch * inputs; i++) x[i] = i < n * inputs ? (float)bn_rng_below(&r, 5) - 2.0f : NAN;
         for (int i = 0; i < max_batch; i++) labels[i] = i < n ? (float)bn_rng_below(&r, (uint64_t)classes) : -1.0f;
-        CHECK_OK(bn_net_set_batch(cpu, n));
-        CHECK_OK(bn_net_set_batch(gpu, n));
-        CHECK_OK(put(cpu->input, x));
-        CHECK_OK(put(gpu->input, x));
-        CHECK_OK(put(cpu->labels, labels));
-        CHECK_OK(put(gpu->labels, labels));
-        CHECK_OK(poison(gpu->metrics, ctx));
-        CHECK_OK(bn_net_forward(cpu, 0));
-        CHECK_OK(bn_net_forward(gpu, 0));
+        CHECK_OK(eval_both(cpu, gpu, n, x, labels, ctx));
         /* The logits are exact, so both sides hold the same bits. */
         const float *zc = bn_blob_host_rd(cpu->layers[0]->out), *zg = bn_blob_host_rd(gpu->layers[0]->out);
         CHECK(zc && zg);
