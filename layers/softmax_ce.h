@@ -16,9 +16,10 @@ extern "C" {
 
 typedef struct softmax_priv {
     int classes;     /* from setup */
-    double *dev_rows; /* device: per-row loss then per-row correct flag, 2 x capacity rows,
-                         then the count of blocks done (see softmax_ce.cu); NULL until the
-                         first GPU forward */
+    double *dev_rows; /* device scratch: the forward kernel's per-block loss sums, then its
+                         per-block correct counts (room for one block per row of capacity
+                         each), then the count of blocks done (see softmax_ce.cu); NULL until
+                         the first GPU forward */
     /* Set by bn_softmax_ce_fuse around one trainer step; read by the GPU path only. */
     bn_blob *acc;     /* when not NULL, the forward also adds [loss sum, correct] into it */
     int grad_in_forward; /* a training forward also writes in_grad */
