@@ -27,6 +27,8 @@
 #include "conv_tensor.h"
 #include "cuda_check.h"
 #include "device.h"
+#include "layers.h"
+#include "pool.h"
 
 enum { WEIGHT, BIAS };
 
@@ -223,16 +225,27 @@ static bn_status forward_pass(int by, const conv_gpu *g, const conv_plan *plan, 
     return BN_OK;
 }
 
-/* dx is overwritten. */
+/* Whether pass 1 (data) or 2 (filter) by `by` can read dy through a max pooling
+ * (conv_pooled.h): the row tiles' filter pass and the tensor cores' passes where their buffers
+ * fit. */
+static bool reads_pooled(const conv_plan *plan, int by, int pass)
+{
+    if (by == BY_ROWS) return pass == 2 && plan->rows.filter_ok;
+    return by == BY_TENSOR && bn_tensor_pooled_fits(&plan->tc, pass);
+}
+
+/* dx is overwritten. dy is read through `pooled` when it is not NULL (reads_pooled). */
 static bn_status data_pass(int by, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
-                           cudnnTensorDescriptor_t dxd, cudnnTensorDescriptor_t dyd, const float *dy, const float *w,
-                           float *dx)
+                           cudnnTensorDescriptor_t dxd, cudnnTensorDescriptor_t dyd, const float *dy,
+                           const bn_pooled_dy *pooled, const float *w, float *dx)
 {
     const bn_direct_plan *d = &plan->direct;
+    if (pooled && !reads_pooled(plan, by, 1))
+        return bn_error(BN_ERR_INTERNAL, "this backward-data pass cannot read dy through a pooling");
     if (by == BY_DIRECT) return bn_direct_backward_data(d, ctx->stream, dy, w, dx);
     if (by == BY_IGEMM) return bn_igemm_backward_data(&plan->ig, &d->g, d->filters, d->n, ctx->stream, dy, w, dx);
     if (by == BY_ROWS) return bn_rows_backward_data(&plan->rows, ctx->stream, dy, w, dx);
-    if (by == BY_TENSOR) return bn_tensor_backward_data(&plan->tc, ctx->stream, dy, w, dx);
+    if (by == BY_TENSOR) return bn_tensor_backward_data(&plan->tc, ctx->stream, dy, pooled, w, dx);
     const float one = 1.0f, zero = 0.0f;
     BN_CUDNN(cudnnConvolutionBackwardData((cudnnHandle_t)ctx->cudnn, &one, g->w_desc, w, dyd, dy, g->conv_desc,
                                           plan->bwd_data, ctx->workspace, ctx->workspace_size, &zero, dxd, dx));
@@ -244,12 +257,14 @@ static bn_status data_pass(int by, const conv_gpu *g, const conv_plan *plan, bn_
  * and uses the context's workspace. */
 static bn_status filter_pass(int by, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx, cudaStream_t stream,
                              cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t dyd, const float *x, const float *dy,
-                             float *dw, float *db, float *parts)
+                             const bn_pooled_dy *pooled, float *dw, float *db, float *parts)
 {
     const bn_direct_plan *d = &plan->direct;
+    if (pooled && !reads_pooled(plan, by, 2))
+        return bn_error(BN_ERR_INTERNAL, "this backward-filter pass cannot read dy through a pooling");
     if (by == BY_DIRECT) return bn_direct_backward_filter(d, stream, x, dy, dw, db, parts);
-    if (by == BY_ROWS) return bn_rows_backward_filter(&plan->rows, stream, x, dy, dw, db, parts);
-    if (by == BY_TENSOR) return bn_tensor_backward_filter(&plan->tc, stream, x, dy, dw, db, parts);
+    if (by == BY_ROWS) return bn_rows_backward_filter(&plan->rows, stream, x, dy, pooled, dw, db, parts);
+    if (by == BY_TENSOR) return bn_tensor_backward_filter(&plan->tc, stream, x, dy, pooled, dw, db, parts);
     if (by == BY_IGEMM) {
         const bn_igemm_pass *f = &plan->ig.pass[2];
         BN_TRY(bn_igemm_backward_filter_parts(&plan->ig, &d->g, d->filters, d->n, stream, x, dy, parts));
@@ -282,23 +297,23 @@ static bool overlapped(const conv_plan *plan, const bn_ctx *ctx, int filter, int
  * layers below; else the filter pass runs first. */
 static bn_status both_passes(int filter, int data, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
                              cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t dxd, cudnnTensorDescriptor_t dyd,
-                             const float *x, const float *dy, const float *w, float *dw, float *db, float *dx,
-                             float *parts, bool defer)
+                             const float *x, const float *dy, const bn_pooled_dy *pooled, const float *w, float *dw,
+                             float *db, float *dx, float *parts, bool defer)
 {
     cudaStream_t main_stream = (cudaStream_t)ctx->stream, side = (cudaStream_t)ctx->side_stream;
     if (!overlapped(plan, ctx, filter, data)) {
-        BN_TRY(filter_pass(filter, g, plan, ctx, main_stream, xd, dyd, x, dy, dw, db, parts));
-        return data_pass(data, g, plan, ctx, dxd, dyd, dy, w, dx);
+        BN_TRY(filter_pass(filter, g, plan, ctx, main_stream, xd, dyd, x, dy, pooled, dw, db, parts));
+        return data_pass(data, g, plan, ctx, dxd, dyd, dy, pooled, w, dx);
     }
     BN_CUDA(cudaEventRecord(g->fork, main_stream));
     BN_CUDA(cudaStreamWaitEvent(side, g->fork, 0));
-    BN_TRY(filter_pass(filter, g, plan, ctx, side, xd, dyd, x, dy, dw, db, parts));
+    BN_TRY(filter_pass(filter, g, plan, ctx, side, xd, dyd, x, dy, pooled, dw, db, parts));
     if (defer) {
         bn_ctx_defer_side(ctx);
-        return data_pass(data, g, plan, ctx, dxd, dyd, dy, w, dx);
+        return data_pass(data, g, plan, ctx, dxd, dyd, dy, pooled, w, dx);
     }
     BN_CUDA(cudaEventRecord(g->join, side));
-    BN_TRY(data_pass(data, g, plan, ctx, dxd, dyd, dy, w, dx));
+    BN_TRY(data_pass(data, g, plan, ctx, dxd, dyd, dy, pooled, w, dx));
     BN_CUDA(cudaStreamWaitEvent(main_stream, g->join, 0));
     return BN_OK;
 }
@@ -312,9 +327,10 @@ static bn_status run_pass(int pass, int by, int beside, const conv_gpu *g, const
 {
     if (pass == 0) return forward_pass(by, g, plan, ctx, xd, yd, m->x, m->w, m->b, m->y);
     if (pass == 2)
-        return filter_pass(by, g, plan, ctx, (cudaStream_t)ctx->stream, xd, yd, m->x, m->y, m->dw, m->db, m->parts);
-    if (beside < 0) return data_pass(by, g, plan, ctx, xd, yd, m->y, m->w, m->dx);
-    return both_passes(beside, by, g, plan, ctx, xd, xd, yd, m->x, m->y, m->w, m->dw, m->db, m->dx, m->parts,
+        return filter_pass(by, g, plan, ctx, (cudaStream_t)ctx->stream, xd, yd, m->x, m->y, NULL, m->dw, m->db,
+                           m->parts);
+    if (beside < 0) return data_pass(by, g, plan, ctx, xd, yd, m->y, NULL, m->w, m->dx);
+    return both_passes(beside, by, g, plan, ctx, xd, xd, yd, m->x, m->y, NULL, m->w, m->dw, m->db, m->dx, m->parts,
                        false);
 }
 
@@ -549,19 +565,50 @@ extern "C" bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p)
     const conv_gpu *g = NULL;
     const conv_plan *plan = NULL;
     BN_TRY(prepare(l, ctx, &g, &plan));
+    const conv_priv *c = (const conv_priv *)l->priv;
+    /* The max pooling after the layer (bn_conv2d_fuse_next): read its gradient through its
+     * argmax mask, or, where the chosen kernels cannot, run its backward pass first. */
+    bn_pooled_dy pd;
+    const bn_pooled_dy *pooled = NULL;
+    const float *dy = NULL;
+    if (c->pool_after) {
+        if (reads_pooled(plan, plan->by[2], 2) && (!l->in_grad || reads_pooled(plan, plan->by[1], 1))) {
+            const pool_priv *pp = (const pool_priv *)c->pool_after->priv;
+            if (!(pd.dy = bn_blob_dev_rd(c->pool_after->out_grad))) return bn_last_status();
+            pd.mask = pp->dev_mask, pd.ph = pp->oh, pd.pw = pp->ow;
+            pooled = &pd;
+        } else {
+            BN_TRY(bn_maxpool_backward_gpu(c->pool_after, p));
+        }
+    }
+    if (!pooled && !(dy = bn_blob_dev_rd(l->out_grad))) return bn_last_status();
     BN_DEV_RD(x, l->in);
     BN_DEV_RD(w, l->params[WEIGHT].value);
-    BN_DEV_RD(dy, l->out_grad);
     BN_DEV_WR(dw, l->params[WEIGHT].grad);
     BN_DEV_WR(db, l->params[BIAS].grad);
     BN_TENSOR_DESC(xd, l->in);
     BN_TENSOR_DESC(dyd, l->out_grad);
     if (!l->in_grad)
-        return filter_pass(plan->by[2], g, plan, ctx, (cudaStream_t)ctx->stream, xd, dyd, x, dy, dw, db, g->parts);
+        return filter_pass(plan->by[2], g, plan, ctx, (cudaStream_t)ctx->stream, xd, dyd, x, dy, pooled, dw, db,
+                           g->parts);
     BN_DEV_WR(dx, l->in_grad);
     BN_TENSOR_DESC(dxd, l->in_grad);
-    return both_passes(plan->by[2], plan->by[1], g, plan, ctx, xd, dxd, dyd, x, dy, w, dw, db, dx, g->parts,
+    return both_passes(plan->by[2], plan->by[1], g, plan, ctx, xd, dxd, dyd, x, dy, pooled, w, dw, db, dx, g->parts,
                        p->defer_joins != 0);
+}
+
+extern "C" int bn_conv2d_fuse_next(bn_layer *l, bn_layer *next)
+{
+    conv_priv *c = (conv_priv *)l->priv;
+    if (next->ops != &bn_maxpool_ops || !l->out_grad || !next->out_grad) return 0;
+    pool_priv *pp = (pool_priv *)next->priv;
+    if (pp->size != 2 || pp->stride != 2 || pp->pad != 0 || pp->oh < 1 || pp->ow < 1) return 0;
+    if (!pp->dev_mask && bn_device_alloc((void **)&pp->dev_mask, next->out->capacity) != BN_OK) {
+        pp->dev_mask = NULL;
+        return 0; /* the passes stay apart */
+    }
+    c->pool_after = next;
+    return BN_FUSED_BACKWARD | BN_FUSED_NO_IN_GRAD;
 }
 
 static const char *const fwd_names[] = {"implicit_gemm", "implicit_precomp_gemm", "gemm", "direct",

@@ -352,25 +352,46 @@ static __global__ void __launch_bounds__((T / 4) * (T / 4)) wgrad_tiles(wgrad_ar
 }
 
 #define FINISH_THREADS 256
+/* Columns of elements per finishing block, and threads per column (FINISH_THREADS in all). */
+#define FINISH_COLS 32
+#define FINISH_ROWS (FINISH_THREADS / FINISH_COLS)
 
 /* Element i < count of the partials, summed over the spans z < splits (part[z * count + i]), is
- * added to dw[i] below `split_at` and to db[i - split_at] from there. `lanes` threads per element
- * (a power of two up to 32) each add every lanes-th span, then combine in a fixed shuffle order,
- * so the result does not depend on timing. */
+ * added to dw[i] below `split_at` and to db[i - split_at] from there. A block takes FINISH_COLS
+ * consecutive elements; its FINISH_ROWS rows of threads each add every FINISH_ROWS-th span (one
+ * row's loads are consecutive floats), and the first row adds the rows' sums in row order, so
+ * the result does not depend on timing. */
 static __global__ void __launch_bounds__(FINISH_THREADS)
-    wgrad_finish(const float *__restrict__ part, int splits, int count, int lanes, int split_at,
-                 float *__restrict__ dw, float *__restrict__ db)
+    wgrad_finish(const float *__restrict__ part, int splits, int count, int split_at, float *__restrict__ dw,
+                 float *__restrict__ db)
 {
     bn_early_entry(); /* pdl.cuh */
-    int g = (blockIdx.x * FINISH_THREADS + threadIdx.x) / lanes, lane = threadIdx.x % lanes;
+    __shared__ float sums[FINISH_ROWS][FINISH_COLS];
+    const int col = threadIdx.x % FINISH_COLS, row = threadIdx.x / FINISH_COLS;
+    const int g = blockIdx.x * FINISH_COLS + col;
     float s = 0.0f;
-    if (g < count)
-        for (int z = lane; z < splits; z += lanes) s += part[(size_t)z * count + g];
-    for (int off = lanes / 2; off > 0; off /= 2) s += __shfl_down_sync(0xffffffffu, s, off, lanes);
-    if (g < count && lane == 0) {
-        if (g < split_at) dw[g] += s;
-        else db[g - split_at] += s;
+    if (g < count) {
+        const float *p = part + g;
+        const size_t step = (size_t)count * FINISH_ROWS;
+        int z = row;
+        for (; z + 3 * FINISH_ROWS < splits; z += 4 * FINISH_ROWS) {
+            const float v0 = p[(size_t)z * count], v1 = p[(size_t)z * count + step],
+                        v2 = p[(size_t)z * count + 2 * step], v3 = p[(size_t)z * count + 3 * step];
+            s += v0;
+            s += v1;
+            s += v2;
+            s += v3;
+        }
+        for (; z < splits; z += FINISH_ROWS) s += p[(size_t)z * count];
     }
+    sums[row][col] = s;
+    __syncthreads();
+    if (row != 0 || g >= count) return;
+    float t = sums[0][col];
+#pragma unroll
+    for (int r = 1; r < FINISH_ROWS; r++) t += sums[r][col];
+    if (g < split_at) dw[g] += t;
+    else db[g - split_at] += t;
 }
 
 /* Fills a direct shape for a batch of n; 0 when the kernel cannot run it. */
@@ -536,12 +557,10 @@ extern "C" bn_status bn_direct_backward_filter(const bn_direct_plan *p, void *st
 extern "C" bn_status bn_direct_finish_filter(void *stream, const float *parts, int splits, int filters, int taps,
                                              float *dw, float *db)
 {
-    int lanes = 1;
-    while (lanes < 32 && lanes < splits) lanes *= 2;
     const int count = filters * (taps + 1);
-    const int blocks = (int)(((long long)count * lanes + FINISH_THREADS - 1) / FINISH_THREADS);
+    const int blocks = (count + FINISH_COLS - 1) / FINISH_COLS;
     bn_launch_early(wgrad_finish, dim3(blocks), dim3(FINISH_THREADS), 0, (cudaStream_t)stream, parts, splits, count,
-                    lanes, filters * taps, dw, db);
+                    filters * taps, dw, db);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }

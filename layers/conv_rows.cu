@@ -16,7 +16,9 @@
  * 4 x k multiply-adds per filter. `lanes` neighbouring threads share (c, ky) and take the pieces
  * of a span of images in turn; their sums are combined by a fixed shuffle tree and written as
  * the span's partial sums, which bn_direct_finish_filter adds in span order. The bias gradient
- * (the sum of dy per filter) rides along in the thread of channel 0, window row 0. */
+ * (the sum of dy per filter) rides along in the thread of channel 0, window row 0. Through a
+ * max pooling (conv_pooled.h) the staged dy planes are expanded from the pooled gradient and
+ * its argmax mask instead of copied. */
 #include <cuda_pipeline.h>
 #include <stdint.h>
 #include <string.h>
@@ -178,6 +180,8 @@ typedef struct filter_args {
     bn_rows_filter s;
     int n, ci, hi, wi, pad, co, ho, wo;
     bool vec_x, vec_dy;
+    bool pooled;      /* dy given through a max pooling (pd) */
+    bn_pooled_dy pd;
     const float *x, *dy;
     float *part;
 } filter_args;
@@ -208,6 +212,11 @@ static __global__ void __launch_bounds__(512) rows_filter(filter_args a)
 #pragma unroll
         for (int kx = 0; kx < K; kx++) acc[j][kx] = 0.0f;
     }
+    /* Through a pooling, dy's planes are expanded into the staged ones cell by cell; the filters
+     * past the layer's and the columns past ow stay the zeros written here. */
+    if (a.pooled)
+        for (int e = threadIdx.x; e < s.chunk * CT * dplane; e += blockDim.x) sd[e] = 0.0f;
+    const int pp = a.pd.ph * a.pd.pw;
 
     for (int i0 = i_begin; i0 < i_end; i0 += s.chunk) {
         const int ni = min(s.chunk, i_end - i0);
@@ -215,8 +224,14 @@ static __global__ void __launch_bounds__(512) rows_filter(filter_args a)
         for (int i = 0; i < ni; i++) {
             stage_planes(sx + i * s.cb * xplane, a.x + ((size_t)(i0 + i) * a.ci + c0) * a.hi * a.wi, cc, cc, a.hi,
                          a.wi, a.pad, s.hp, s.wp, a.vec_x);
-            stage_planes(sd + i * CT * dplane, a.dy + ((size_t)(i0 + i) * a.co + o0) * a.ho * a.wo, CT,
-                         min(CT, a.co - o0), a.ho, a.wo, 0, a.ho, s.dwp, a.vec_dy);
+            if (a.pooled) {
+                const size_t at = ((size_t)(i0 + i) * a.co + o0) * pp;
+                expand_pooled(sd + i * CT * dplane, dplane, s.dwp, a.pd.dy + at, a.pd.mask + at,
+                              min(CT, a.co - o0), a.ho, a.wo, a.pd.ph, a.pd.pw);
+            } else {
+                stage_planes(sd + i * CT * dplane, a.dy + ((size_t)(i0 + i) * a.co + o0) * a.ho * a.wo, CT,
+                             min(CT, a.co - o0), a.ho, a.wo, 0, a.ho, s.dwp, a.vec_dy);
+            }
         }
         __pipeline_commit();
         __pipeline_wait_prior(0);
@@ -447,7 +462,8 @@ extern "C" bn_status bn_rows_backward_data(const bn_rows_plan *p, void *stream, 
     return run_conv(&p->data, p->n, (cudaStream_t)stream, dy, w, NULL, dx);
 }
 
-static bn_status run_filter(const bn_rows_plan *p, cudaStream_t st, const float *x, const float *dy, float *parts)
+static bn_status run_filter(const bn_rows_plan *p, cudaStream_t st, const float *x, const float *dy,
+                            const bn_pooled_dy *pooled, float *parts)
 {
     const bn_rows_filter *f = &p->filter;
     const bn_conv_geom *g = &p->g;
@@ -457,14 +473,17 @@ static bn_status run_filter(const bn_rows_plan *p, cudaStream_t st, const float 
     a.vec_x = aligned16(x) && g->w % 4 == 0 && g->pad % 4 == 0;
     a.vec_dy = aligned16(dy) && g->ow % 4 == 0;
     a.x = x, a.dy = dy, a.part = parts;
+    a.pooled = pooled != NULL;
+    if (pooled) a.pd = *pooled;
+    else memset(&a.pd, 0, sizeof a.pd);
     dim3 grid(f->groups, f->spans, f->cgroups);
     ROWS_DISPATCH(launch_filter, f->ct, g->k, grid, f->threads, f->smem, st, a)
 }
 
 extern "C" bn_status bn_rows_backward_filter(const bn_rows_plan *p, void *stream, const float *x, const float *dy,
-                                             float *dw, float *db, float *workspace)
+                                             const bn_pooled_dy *pooled, float *dw, float *db, float *workspace)
 {
     if (!p->filter_ok) return bn_error(BN_ERR_INTERNAL, "row-tiled convolution cannot run this backward-filter shape");
-    BN_TRY(run_filter(p, (cudaStream_t)stream, x, dy, workspace));
+    BN_TRY(run_filter(p, (cudaStream_t)stream, x, dy, pooled, workspace));
     return bn_direct_finish_filter(stream, workspace, p->filter.spans, p->filters, p->g.c * p->g.k * p->g.k, dw, db);
 }

@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 
+#include "conv_pooled.h"
 #include "im2col.h"
 #include "status.h"
 
@@ -63,12 +64,13 @@ void bn_rows_plan_make(bn_rows_plan *p, const bn_conv_geom *g, int filters, int 
 
 /* The three passes on stream (a cudaStream_t), with the shapes and contracts of conv_direct.h:
  * forward writes y (bias added); data writes dx; filter adds into dw and db and uses workspace
- * (plan->workspace bytes). */
+ * (plan->workspace bytes), and reads dy through a 2x2 max pooling when `pooled` is not NULL
+ * (conv_pooled.h; dy is then not read). */
 bn_status bn_rows_forward(const bn_rows_plan *p, void *stream, const float *x, const float *w, const float *b,
                           float *y);
 bn_status bn_rows_backward_data(const bn_rows_plan *p, void *stream, const float *dy, const float *w, float *dx);
-bn_status bn_rows_backward_filter(const bn_rows_plan *p, void *stream, const float *x, const float *dy, float *dw,
-                                  float *db, float *workspace);
+bn_status bn_rows_backward_filter(const bn_rows_plan *p, void *stream, const float *x, const float *dy,
+                                  const bn_pooled_dy *pooled, float *dw, float *db, float *workspace);
 
 #ifdef __cplusplus
 }

@@ -5,6 +5,9 @@
 #define BN_CONV_STAGE_CUH
 
 #include <cuda_pipeline.h>
+#include <stdint.h>
+
+#include "conv_pooled.h"
 
 /* Copies `planes` consecutive hi x wi planes from src into shared memory as hp x wp planes, each
  * input value at (row + pad, column + pad), zeros everywhere else; planes from `valid` on are all
@@ -33,6 +36,68 @@ static __device__ void stage_planes(float *dst, const float *src, int planes, in
             else
                 d[q] = 0.0f;
         }
+    }
+}
+
+/* Writes `filters` planes of a convolution's output gradient (oh x ow) from a 2x2 max pooling's
+ * gradient and argmax mask (conv_pooled.h): plane o's cell (y, x) lands at
+ * dst[o * dst_plane + y * dst_row + x]. A window's maximum cell gets 0.0f + dy (as the pooling
+ * layer's backward pass writes it), its other cells and the cells of a last odd row or column
+ * 0.0f. pdy and mask point at the first filter's pooled plane (global or shared memory). */
+static __device__ void expand_pooled(float *dst, int dst_plane, int dst_row, const float *pdy,
+                                     const unsigned char *mask, int filters, int oh, int ow, int ph, int pw)
+{
+    const int pp = ph * pw;
+    for (int e = threadIdx.x; e < filters * pp; e += blockDim.x) {
+        const int o = e / pp, p = e - o * pp, py = p / pw, px = p - py * pw;
+        const float v = 0.0f + pdy[e];
+        const int m = mask[e];
+        float *d = dst + o * dst_plane + 2 * py * dst_row + 2 * px;
+        d[0] = m == 0 ? v : 0.0f;
+        d[1] = m == 1 ? v : 0.0f;
+        d[dst_row] = m == 2 ? v : 0.0f;
+        d[dst_row + 1] = m == 3 ? v : 0.0f;
+    }
+    if (oh == 2 * ph && ow == 2 * pw) return;
+    /* The cells no window covers: column ow - 1 when ow is odd, row oh - 1 when oh is odd. */
+    const int extra = oh + ow;
+    for (int e = threadIdx.x; e < filters * extra; e += blockDim.x) {
+        const int o = e / extra, i = e - o * extra;
+        if (i < oh) {
+            if (ow != 2 * pw) dst[o * dst_plane + i * dst_row + ow - 1] = 0.0f;
+        } else if (oh != 2 * ph) {
+            dst[o * dst_plane + (oh - 1) * dst_row + i - oh] = 0.0f;
+        }
+    }
+}
+
+/* Bytes of one image's pooled gradient and mask staged together: `count` floats, then `count`
+ * bytes, rounded up to 16 bytes. */
+static __host__ __device__ inline size_t pooled_stage_bytes(int count)
+{
+    return ((size_t)count * 5 + 15) / 16 * 16;
+}
+
+/* Starts copying image img's pooled gradient and mask (`count` = filters * ph * pw each) into
+ * dst (pooled_stage_bytes(count), 16-byte aligned) with cp.async: 16-byte pieces where source
+ * and size allow, else 4-byte ones, the mask byte by byte (at once) when not even that. */
+static __device__ void stage_pooled(float *dst, const bn_pooled_dy &pd, int img, int count)
+{
+    const float *src = pd.dy + (size_t)img * count;
+    if ((((uintptr_t)src) & 15) == 0 && count % 4 == 0) {
+        for (int e = threadIdx.x; e < count / 4; e += blockDim.x) __pipeline_memcpy_async(dst + 4 * e, src + 4 * e, 16);
+    } else {
+        for (int e = threadIdx.x; e < count; e += blockDim.x) __pipeline_memcpy_async(dst + e, src + e, 4);
+    }
+    unsigned char *mdst = (unsigned char *)(dst + count);
+    const unsigned char *msrc = pd.mask + (size_t)img * count;
+    if (((((uintptr_t)msrc) | ((uintptr_t)mdst)) & 15) == 0 && count % 16 == 0) {
+        for (int e = threadIdx.x; e < count / 16; e += blockDim.x)
+            __pipeline_memcpy_async(mdst + 16 * e, msrc + 16 * e, 16);
+    } else if (((((uintptr_t)msrc) | ((uintptr_t)mdst)) & 3) == 0 && count % 4 == 0) {
+        for (int e = threadIdx.x; e < count / 4; e += blockDim.x) __pipeline_memcpy_async(mdst + 4 * e, msrc + 4 * e, 4);
+    } else {
+        for (int e = threadIdx.x; e < count; e += blockDim.x) mdst[e] = msrc[e];
     }
 }
 

@@ -24,6 +24,10 @@
  * in warp order; each span of images writes its own partial sums, which
  * bn_direct_finish_filter adds in span order.
  *
+ * Through a max pooling (conv_pooled.h), the data and filter passes stage each image's pooled
+ * gradient and argmax mask (two images' worth after the plan's shared memory) and expand them
+ * into the dy buffer once they have landed.
+ *
  * FP32 accuracy from the TF32 products by splitting each operand (mma_tf32.cuh). */
 #include <cuda_pipeline.h>
 #include <stdint.h>
@@ -228,6 +232,8 @@ static int resident(size_t smem, int warps)
 typedef struct data_args {
     bn_tensor_data s;
     int n;
+    bool pooled;     /* dy given through a max pooling (pd), staged after the plan's shared memory */
+    bn_pooled_dy pd;
     const float *dy, *w;
     float *dx;
 } data_args;
@@ -258,6 +264,28 @@ static __device__ void copy_rows_async(float *dst, int dst_step, const float *sr
         i *= piece;
         __pipeline_memcpy_async(dst + (size_t)r * dst_step + i, src + (size_t)r * src_step + i, 4 * piece);
     }
+}
+
+/* The shared memory a pass needs beyond its plan's to read dy through a pooling: two images'
+ * pooled gradients and masks, in floats. */
+static size_t pooled_extra(const bn_conv_geom *g, int filters)
+{
+    return 2 * pooled_stage_bytes(filters * (g->oh / 2) * (g->ow / 2)) / sizeof(float) + 4;
+}
+
+/* Where those buffers start: the first 16-byte boundary after `smem` bytes. */
+static __device__ float *pooled_raw(float *base, size_t smem)
+{
+    return base + (smem / sizeof(float) + 3) / 4 * 4;
+}
+
+/* Starts staging image img's dy: its rows (npos floats each, into rows of `row` floats), or
+ * through the pooling its pooled gradient and mask into raw. */
+static __device__ void stage_dy(bool pooled, const bn_pooled_dy &pd, const float *dy, int img, int filters, int npos,
+                                float *rows, int row, float *raw, int pcount)
+{
+    if (pooled) stage_pooled(raw, pd, img, pcount);
+    else copy_rows_async(rows, row, dy + (size_t)img * filters * npos, npos, filters, npos);
 }
 
 template <int KW>
@@ -294,7 +322,12 @@ static __global__ void __launch_bounds__(KW * 32) tensor_data(data_args a)
             for (int o = warp; o < s.filters; o += KW)
                 for (int q = npos + lane; q < mtot; q += 32) ab[o * s.sa + q] = 0.0f;
     }
-    if (blockIdx.x < a.n) copy_rows_async(abuf, s.sa, a.dy + (size_t)blockIdx.x * s.filters * npos, npos, s.filters, npos);
+    /* Through a pooling: two buffers of pooled gradients and masks after the plan's memory, each
+     * expanded into its dy buffer once it has landed. */
+    const int pcount = s.filters * a.pd.ph * a.pd.pw;
+    float *raw = pooled_raw(ws, s.smem);
+    const size_t rbytes = pooled_stage_bytes(pcount) / sizeof(float);
+    if (blockIdx.x < a.n) stage_dy(a.pooled, a.pd, a.dy, blockIdx.x, s.filters, npos, abuf, s.sa, raw, pcount);
     __pipeline_commit();
 
     int b = 0;
@@ -302,10 +335,16 @@ static __global__ void __launch_bounds__(KW * 32) tensor_data(data_args a)
         __syncthreads(); /* the other buffer and the warps' planes are no longer read */
         const int next = img + gridDim.x;
         if (next < a.n)
-            copy_rows_async(abuf + (b ^ 1) * abytes, s.sa, a.dy + (size_t)next * s.filters * npos, npos, s.filters, npos);
+            stage_dy(a.pooled, a.pd, a.dy, next, s.filters, npos, abuf + (b ^ 1) * abytes, s.sa,
+                     raw + (b ^ 1) * rbytes, pcount);
         __pipeline_commit();
         __pipeline_wait_prior(1);
         __syncthreads();
+        if (a.pooled) {
+            expand_pooled(abuf + b * abytes, s.sa, g.ow, raw + b * rbytes, (const unsigned char *)(raw + b * rbytes + pcount),
+                          s.filters, g.oh, g.ow, a.pd.ph, a.pd.pw);
+            __syncthreads();
+        }
 
         const int ky = warp;
         const float *av = abuf + b * abytes;
@@ -419,6 +458,8 @@ static int data_shape(bn_tensor_data *d, const bn_conv_geom *g, int filters, int
 typedef struct filter_args {
     bn_tensor_filter s;
     int n;
+    bool pooled;     /* dy given through a max pooling (pd), staged after the plan's shared memory */
+    bn_pooled_dy pd;
     const float *x, *dy;
     float *parts;
 } filter_args;
@@ -428,13 +469,14 @@ typedef struct filter_args {
 #define NTW 4
 #define RED_ROW (NTW * 8 + 8)
 
-/* Starts copying image img's dy (rows of npos) and x (into the zero-bordered planes) into the
- * given buffers. */
-static __device__ void filter_stage(const bn_tensor_filter &s, const filter_args &a, int img, float *dbuf, float *xbuf)
+/* Starts copying image img's dy (rows of npos, or through the pooling into raw) and x (into the
+ * zero-bordered planes) into the given buffers. */
+static __device__ void filter_stage(const bn_tensor_filter &s, const filter_args &a, int img, float *dbuf, float *xbuf,
+                                    float *raw)
 {
     const bn_conv_geom &g = s.g;
     const int npos = g.oh * g.ow;
-    copy_rows_async(dbuf, s.sa, a.dy + (size_t)img * s.filters * npos, npos, s.filters, npos);
+    stage_dy(a.pooled, a.pd, a.dy, img, s.filters, npos, dbuf, s.sa, raw, s.filters * a.pd.ph * a.pd.pw);
     const float *x = a.x + (size_t)img * g.c * g.h * g.w;
     const int rows = min(g.h, s.hp - g.pad), cols = min(g.w, s.wp - g.pad);
     const bool vec = cols % 4 == 0 && g.w % 4 == 0 && g.pad % 4 == 0 && ((uintptr_t)x & 15) == 0;
@@ -498,16 +540,25 @@ static __global__ void __launch_bounds__(256) tensor_filter(filter_args a)
             for (int q = 0; q < 4; q++) acc[m][j][q] = 0.0f;
 
     const int first = blockIdx.y * s.span, last = min(a.n, first + s.span);
+    const int pcount = filters * a.pd.ph * a.pd.pw;
+    float *raw = pooled_raw((float *)smem4, s.smem);
+    const size_t rsize = pooled_stage_bytes(pcount) / sizeof(float);
     __syncthreads(); /* the zeros are written before any copy lands beside them */
-    filter_stage(s, a, first, dbuf, xbuf);
+    filter_stage(s, a, first, dbuf, xbuf, raw);
     __pipeline_commit();
     int b = 0;
     for (int img = first; img < last; img++, b ^= 1) {
         __syncthreads(); /* the other buffers are no longer read */
-        if (img + 1 < last) filter_stage(s, a, img + 1, dbuf + (b ^ 1) * dsize, xbuf + (b ^ 1) * xsize);
+        if (img + 1 < last)
+            filter_stage(s, a, img + 1, dbuf + (b ^ 1) * dsize, xbuf + (b ^ 1) * xsize, raw + (b ^ 1) * rsize);
         __pipeline_commit();
         __pipeline_wait_prior(1);
         __syncthreads();
+        if (a.pooled) {
+            expand_pooled(dbuf + b * dsize, s.sa, g.ow, raw + b * rsize, (const unsigned char *)(raw + b * rsize + pcount),
+                          filters, g.oh, g.ow, a.pd.ph, a.pd.pw);
+            __syncthreads();
+        }
         const float *dv = dbuf + b * dsize, *xv = xbuf + b * xsize;
         for (int k0 = ks * 8; k0 < s.kq; k0 += s.ksplit * 8) {
             uint32_t ah[MT][4], al[MT][4];
@@ -606,10 +657,12 @@ static int filter_shape(bn_tensor_filter *d, const bn_conv_geom *g, int filters,
     if (d->q_off > (1u << 24)) return 0;
     if (d->smem > TENSOR_SMEM) return 0;
     const int per_sm = resident(d->smem, d->threads / 32);
-    /* Spans of images: about one wave of blocks, and at most 4 MiB of partial sums. */
+    /* Spans of images: about one wave of blocks, and at most 8 MiB of partial sums (LeNet's
+     * conv2 at batch 256: 66 spans, a full wave of 264 blocks, where a cap of 4 MiB left 148,
+     * half the multiprocessors' room, and the step 1 ms per epoch longer). */
     const size_t count = (size_t)filters * (size_t)ncols;
     long long spans = ((long long)sms * per_sm + d->groups - 1) / d->groups;
-    const long long cap = (long long)((4u << 20) / (count * sizeof(float)));
+    const long long cap = (long long)((8u << 20) / (count * sizeof(float)));
     if (spans > cap) spans = cap;
     if (spans > n) spans = n;
     if (spans < 1) spans = 1;
@@ -665,16 +718,27 @@ static bn_status launch_data(const data_args &a, cudaStream_t st)
 {
     static bool opted;
     BN_CUDA(bn_smem_opt_in(tensor_data<KW>, &opted, TENSOR_SMEM));
-    bn_launch_early(tensor_data<KW>, dim3(a.s.blocks, a.s.ctiles), dim3(KW * 32), a.s.smem, st, a);
+    const size_t smem = a.s.smem + (a.pooled ? pooled_extra(&a.s.g, a.s.filters) * sizeof(float) : 0);
+    bn_launch_early(tensor_data<KW>, dim3(a.s.blocks, a.s.ctiles), dim3(KW * 32), smem, st, a);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
 
-extern "C" bn_status bn_tensor_backward_data(const bn_tensor_plan *p, void *stream, const float *dy, const float *w,
-                                             float *dx)
+extern "C" int bn_tensor_pooled_fits(const bn_tensor_plan *p, int pass)
+{
+    if (pass == 1)
+        return p->data_ok && p->data.smem + pooled_extra(&p->g, p->filters) * sizeof(float) <= TENSOR_SMEM;
+    return p->filter_ok && p->filter.smem + pooled_extra(&p->g, p->filters) * sizeof(float) <= TENSOR_SMEM;
+}
+
+extern "C" bn_status bn_tensor_backward_data(const bn_tensor_plan *p, void *stream, const float *dy,
+                                             const bn_pooled_dy *pooled, const float *w, float *dx)
 {
     if (!p->data_ok) return bn_error(BN_ERR_INTERNAL, "tensor-core convolution cannot run this backward-data shape");
-    const data_args a = {p->data, p->n, dy, w, dx};
+    if (pooled && !bn_tensor_pooled_fits(p, 1))
+        return bn_error(BN_ERR_INTERNAL, "tensor-core convolution cannot read this dy through a pooling");
+    data_args a = {p->data, p->n, pooled != NULL, {}, dy, w, dx};
+    if (pooled) a.pd = *pooled;
     const cudaStream_t st = (cudaStream_t)stream;
     switch (p->data.g.k) {
     case 1: return launch_data<1>(a, st);
@@ -694,16 +758,20 @@ static bn_status launch_filter(const filter_args &a, cudaStream_t st)
 {
     static bool opted;
     BN_CUDA(bn_smem_opt_in(tensor_filter<MT>, &opted, TENSOR_SMEM));
-    bn_launch_early(tensor_filter<MT>, dim3(a.s.groups, a.s.spans), dim3(a.s.threads), a.s.smem, st, a);
+    const size_t smem = a.s.smem + (a.pooled ? pooled_extra(&a.s.g, a.s.filters) * sizeof(float) : 0);
+    bn_launch_early(tensor_filter<MT>, dim3(a.s.groups, a.s.spans), dim3(a.s.threads), smem, st, a);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
 
 extern "C" bn_status bn_tensor_backward_filter(const bn_tensor_plan *p, void *stream, const float *x, const float *dy,
-                                               float *dw, float *db, float *workspace)
+                                               const bn_pooled_dy *pooled, float *dw, float *db, float *workspace)
 {
     if (!p->filter_ok) return bn_error(BN_ERR_INTERNAL, "tensor-core convolution cannot run this filter shape");
-    const filter_args a = {p->filter, p->n, x, dy, workspace};
+    if (pooled && !bn_tensor_pooled_fits(p, 2))
+        return bn_error(BN_ERR_INTERNAL, "tensor-core convolution cannot read this dy through a pooling");
+    filter_args a = {p->filter, p->n, pooled != NULL, {}, x, dy, workspace};
+    if (pooled) a.pd = *pooled;
     const cudaStream_t st = (cudaStream_t)stream;
     bn_status s;
     switch (p->filter.mt) {

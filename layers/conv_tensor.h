@@ -13,13 +13,15 @@
  *   summed over a span of images' positions, with partial sums per span that
  *   bn_direct_finish_filter adds.
  *
- * Every sum is taken in a fixed order (no atomics), so the results are deterministic. Shapes a
- * pass cannot run clear its ok flag. */
+ * The data and filter passes can read dy through a 2x2 max pooling (conv_pooled.h). Every sum
+ * is taken in a fixed order (no atomics), so the results are deterministic. Shapes a pass
+ * cannot run clear its ok flag. */
 #ifndef BN_CONV_TENSOR_H
 #define BN_CONV_TENSOR_H
 
 #include <stddef.h>
 
+#include "conv_pooled.h"
 #include "im2col.h"
 #include "status.h"
 
@@ -84,10 +86,15 @@ void bn_tensor_plan_make(bn_tensor_plan *p, const bn_conv_geom *g, int filters, 
  * (plan->workspace bytes); shapes as in conv_direct.h. */
 bn_status bn_tensor_forward(const bn_tensor_plan *p, void *stream, const float *x, const float *w, const float *b,
                             float *y);
-bn_status bn_tensor_backward_data(const bn_tensor_plan *p, void *stream, const float *dy, const float *w,
-                                  float *dx);
+bn_status bn_tensor_backward_data(const bn_tensor_plan *p, void *stream, const float *dy,
+                                  const bn_pooled_dy *pooled, const float *w, float *dx);
 bn_status bn_tensor_backward_filter(const bn_tensor_plan *p, void *stream, const float *x, const float *dy,
-                                    float *dw, float *db, float *workspace);
+                                    const bn_pooled_dy *pooled, float *dw, float *db, float *workspace);
+
+/* Whether the data pass (pass 1) or the filter pass (pass 2) of the plan can read dy through a
+ * 2x2 max pooling (the `pooled` argument above; conv_pooled.h): its two images' pooled
+ * gradients and masks must fit in shared memory beside the plan's buffers. */
+int bn_tensor_pooled_fits(const bn_tensor_plan *p, int pass);
 
 #ifdef __cplusplus
 }

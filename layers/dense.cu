@@ -1439,5 +1439,5 @@ extern "C" int bn_dense_fuse_next(bn_layer *l, bn_layer *next)
     if (d->relu_after || !bn_softmax_ce_head_fits(next, d->outputs)) return 0;
     d->loss_after = next;
     d->dx_written = 0;
-    return 1;
+    return BN_FUSED_FORWARD;
 }

@@ -168,7 +168,10 @@ static double pool_flops(const bn_layer *l)
 static void pool_destroy(bn_layer *l)
 {
     pool_priv *p = l->priv;
-    if (p) free(p->argmax);
+    if (p) {
+        free(p->argmax);
+        bn_device_free(p->dev_mask);
+    }
     free(p);
     l->priv = NULL;
 }

@@ -10,9 +10,11 @@
  * order in which the CPU adds into that cell, and overwrites the input gradient with the sum.
  * For max pooling the thread recomputes each covering window's argmax from the input with
  * the CPU's tie rule and takes the window's gradient only when that argmax is its own cell;
- * for average pooling it adds dy / count, the CPU's share. No argmax is stored, so nothing
- * is allocated: both passes are plain kernel launches on the context's stream and can be
- * captured in a CUDA graph.
+ * for average pooling it adds dy / count, the CPU's share. No argmax is stored for the
+ * layer's own backward pass, so both passes are plain kernel launches on the context's stream
+ * and can be captured in a CUDA graph. Only a max pooling whose backward pass the convolution
+ * before it does (bn_conv2d_fuse_next) has its forward pass record each window's argmax cell in
+ * pool_priv.dev_mask, allocated once when the pair is fused.
  *
  * Non-overlapping windows (stride == size, pad == 0: the windows tile the input, and floor
  * mode may leave fewer than size rows below and columns to the right that no window covers)
@@ -168,7 +170,8 @@ static __device__ __forceinline__ void store2(float *__restrict__ p, float a, fl
  * right and below. */
 template <pool_op OP, typename I, int S, bool VEC>
 static __global__ void __launch_bounds__(THREADS)
-    tiled_kernel(const float *__restrict__ x, const float *__restrict__ dy, float *__restrict__ out, I n, geom g)
+    tiled_kernel(const float *__restrict__ x, const float *__restrict__ dy, float *__restrict__ out, I n, geom g,
+                 unsigned char *__restrict__ mask)
 {
     bn_early_entry(); /* pdl.cuh */
     static_assert(!VEC || S == 2, "float2 rows need size 2");
@@ -204,6 +207,7 @@ static __global__ void __launch_bounds__(THREADS)
         }
         if constexpr (OP == MAX_FORWARD) {
             out[i] = top;
+            if (mask) mask[i] = (unsigned char)best;
         } else if constexpr (OP == AVG_FORWARD) {
             const float *xw = x + corner;
             double sum = 0.0;
@@ -262,7 +266,7 @@ static unsigned grid_for(size_t n)
  * i + step stays below 2^32. */
 template <pool_op OP>
 static bn_status launch(const bn_pass *pass, const pool_priv *p, size_t planes, const float *x, const float *dy,
-                        float *out)
+                        float *out, unsigned char *mask = nullptr)
 {
     const geom g = {p->h, p->w, p->oh, p->ow, p->size, p->stride, p->pad};
     const bool fwd = OP == MAX_FORWARD || OP == AVG_FORWARD;
@@ -279,19 +283,19 @@ static bn_status launch(const bn_pass *pass, const pool_priv *p, size_t planes, 
             const bool vec = p->w % 2 == 0 && rows % sizeof(float2) == 0;
             if (vec && small)
                 bn_launch_early(tiled_kernel<OP, unsigned, 2, true>, blocks, THREADS, 0, st, x, dy, out,
-                                (unsigned)outputs, g);
+                                (unsigned)outputs, g, mask);
             else if (vec)
-                bn_launch_early(tiled_kernel<OP, size_t, 2, true>, blocks, THREADS, 0, st, x, dy, out, outputs, g);
+                bn_launch_early(tiled_kernel<OP, size_t, 2, true>, blocks, THREADS, 0, st, x, dy, out, outputs, g, mask);
             else if (small)
                 bn_launch_early(tiled_kernel<OP, unsigned, 2, false>, blocks, THREADS, 0, st, x, dy, out,
-                                (unsigned)outputs, g);
+                                (unsigned)outputs, g, mask);
             else
-                bn_launch_early(tiled_kernel<OP, size_t, 2, false>, blocks, THREADS, 0, st, x, dy, out, outputs, g);
+                bn_launch_early(tiled_kernel<OP, size_t, 2, false>, blocks, THREADS, 0, st, x, dy, out, outputs, g, mask);
         } else if (small) {
             bn_launch_early(tiled_kernel<OP, unsigned, 0, false>, blocks, THREADS, 0, st, x, dy, out,
-                            (unsigned)outputs, g);
+                            (unsigned)outputs, g, mask);
         } else {
-            bn_launch_early(tiled_kernel<OP, size_t, 0, false>, blocks, THREADS, 0, st, x, dy, out, outputs, g);
+            bn_launch_early(tiled_kernel<OP, size_t, 0, false>, blocks, THREADS, 0, st, x, dy, out, outputs, g, mask);
         }
     } else if (n <= (size_t)INT_MAX) {
         bn_launch_early(pool_kernel<OP, unsigned>, grid_for(n), THREADS, 0, st, x, dy, out, (unsigned)n, g);
@@ -308,7 +312,7 @@ static bn_status pool_forward(bn_layer *l, const bn_pass *pass)
     const pool_priv *p = (const pool_priv *)l->priv;
     BN_DEV_RD(x, l->in);
     BN_DEV_WR(y, l->out);
-    return launch<OP>(pass, p, (size_t)l->in->n * p->c, x, nullptr, y);
+    return launch<OP>(pass, p, (size_t)l->in->n * p->c, x, nullptr, y, p->dev_mask);
 }
 
 template <pool_op OP>

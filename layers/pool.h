@@ -16,6 +16,10 @@ typedef struct pool_priv {
     int c, h, w, oh, ow;  /* from setup */
     int *argmax;          /* maxpool on the CPU: input cell (within its plane) of each output cell */
     size_t argmax_cap;    /* elements argmax holds */
+    unsigned char *dev_mask; /* maxpool on a device whose backward pass the convolution before it
+                                does (bn_conv2d_fuse_next): per output cell, the window cell that
+                                held the maximum (row * size + column), written by the forward
+                                pass; NULL otherwise */
 } pool_priv;
 
 /* The CPU path's results bit for bit: the same max tie rule and mean divisor, and backward

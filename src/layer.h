@@ -76,9 +76,13 @@ struct bn_layer {
 };
 
 /* The bits of bn_layer.gpu_fused: the layer's GPU forward (backward) pass is done by its
- * neighbour's kernels, so running the layer's own pass on the device does nothing. */
+ * neighbour's kernels, so running the layer's own pass on the device does nothing. With
+ * BN_FUSED_BACKWARD, BN_FUSED_NO_IN_GRAD says that the neighbour reads this layer's output
+ * gradient directly and nothing writes its input gradient on the device (only that neighbour
+ * would read it). */
 #define BN_FUSED_FORWARD 1
 #define BN_FUSED_BACKWARD 2
+#define BN_FUSED_NO_IN_GRAD 4
 
 struct bn_layer_ops {
     const char *type;          /* the model-file section name, e.g. "conv2d" */
@@ -109,9 +113,11 @@ struct bn_layer_ops {
      * instead of its input gradient. Returns 1 when l takes that pass over. May be NULL. */
     int (*fuse_gpu)(bn_layer *l, bn_layer *relu, int after);
     /* GPU fusion with the layer after it, `next` (which reads l's output, and no other layer
-     * does), asked by the network when it is set up on a device after the ReLU fusions: l's GPU
-     * forward pass is to do next's forward pass too, which then does nothing. Returns 1 when l
-     * takes it over. May be NULL. */
+     * does), asked by the network when it is set up on a device after the ReLU fusions, when
+     * neither layer has a pass fused yet: l's GPU passes are to do some of next's passes too,
+     * which then do nothing. Returns the BN_FUSED_* bits of next's passes that l takes over
+     * (BN_FUSED_FORWARD: l's forward pass does next's; BN_FUSED_BACKWARD: l's backward pass
+     * does next's first), 0 for none. May be NULL. */
     int (*fuse_next_gpu)(bn_layer *l, bn_layer *next);
 };
 

@@ -266,16 +266,17 @@ static void fuse_relus(bn_net *net)
     }
 }
 
-/* On a device, a layer may take over the forward pass of the layer after it
- * (bn_layer_ops.fuse_next_gpu; a dense layer before softmax_ce, for one): the pair then runs as
- * one kernel. Neither layer's forward may already be done by another's. */
+/* On a device, a layer may take over passes of the layer after it (bn_layer_ops.fuse_next_gpu:
+ * a dense layer's forward pass does softmax_ce's, a convolution's backward pass does the max
+ * pooling's after it): the pair then runs as fewer kernels. Neither layer may have a pass done
+ * by another's already. */
 static void fuse_nexts(bn_net *net)
 {
     for (int i = 0; i + 1 < net->num_layers; i++) {
         bn_layer *l = net->layers[i], *next = net->layers[i + 1];
         if (next->in != l->out || !l->ops->fuse_next_gpu || !l->ops->forward_gpu || !next->ops->forward_gpu) continue;
-        if ((l->gpu_fused | next->gpu_fused) & BN_FUSED_FORWARD) continue;
-        if (l->ops->fuse_next_gpu(l, next)) next->gpu_fused |= BN_FUSED_FORWARD;
+        if (l->gpu_fused || next->gpu_fused) continue;
+        next->gpu_fused |= l->ops->fuse_next_gpu(l, next);
     }
 }
 

@@ -165,7 +165,9 @@ static int compare_nets(const layer_case *lc, bn_net *gpu, bn_net *cpu, const fl
     for (int i = 0; i < cpu->num_layers; i++) {
         bn_layer *lg = gpu->layers[i], *lcpu = cpu->layers[i];
         CHECK(compare_blob(lc->what, n, lg->out, lcpu->out, NULL, lc->tol, seed, worst) == BN_PASS);
-        if (i + 1 < cpu->num_layers)
+        /* Not where the next layer's backward pass is another's that reads past it (a max
+         * pooling done by the convolution before it): nothing writes it on the device. */
+        if (i + 1 < cpu->num_layers && !(gpu->layers[i + 1]->gpu_fused & BN_FUSED_NO_IN_GRAD))
             CHECK(compare_blob(lc->what, n, lg->out_grad, lcpu->out_grad, NULL, lc->tol, seed, worst) == BN_PASS);
         for (int k = 0; k < lcpu->num_params; k++) {
             bn_blob *grad = lcpu->params[k].grad;
@@ -508,6 +510,142 @@ static int same_bits(bn_blob *a, bn_blob *b, uint64_t seed)
     CHECK_MSG(memcmp(x, y, bn_blob_count(a) * sizeof *x) == 0, "%s differs between two identical passes (seed %llu)",
               a->name, (unsigned long long)seed);
     return BN_PASS;
+}
+
+/* The gpu_fused bits of the last layer of a model set up on the device. */
+static int fused_bits(const char *text, bn_ctx *ctx)
+{
+    bn_net *net;
+    if (bn_net_from_text(text, "fusion probe", &net) != BN_OK) return -1;
+    int bits = bn_net_setup(net, 4, ctx, 0, 1) == BN_OK ? net->layers[net->num_layers - 1]->gpu_fused : -1;
+    bn_net_free(net);
+    return bits;
+}
+
+/* Undoes every convolution-pooling fusion of a net set up on the device: the pooling then runs
+ * its own backward pass and the convolution reads the full-size gradient. */
+static void unfuse_pools(bn_net *net)
+{
+    for (int i = 0; i + 1 < net->num_layers; i++) {
+        if (!(net->layers[i + 1]->gpu_fused & BN_FUSED_NO_IN_GRAD)) continue;
+        ((conv_priv *)net->layers[i]->priv)->pool_after = NULL;
+        net->layers[i + 1]->gpu_fused = 0;
+    }
+}
+
+/* 1 when every current element of b is NaN (the poison: nothing wrote it), else 0. */
+static int all_nan(bn_blob *b)
+{
+    const float *v = bn_blob_host_rd(b);
+    if (!v) return 0;
+    for (size_t i = 0; i < bn_blob_count(b); i++)
+        if (!isnan(v[i])) return 0;
+    return 1;
+}
+
+/* One fused and one unfused net on the same data: every output, parameter gradient and the
+ * gradients outside the fused pairs bit for bit the same; per convolution, `through` (1: its
+ * kernels read the pooled gradient, so its own output gradient stays the poison; 0: the
+ * pooling's backward pass wrote it, the same as the unfused net's; -1: either). */
+static int fused_vs_unfused(const layer_case *lc, int capacity, int n, const int *through, bn_ctx *ctx)
+{
+    uint64_t seed = lt_fresh_seed();
+    bn_net *a, *b;
+    float *start;
+    CHECK_OK(bn_net_from_text(lc->text, lc->what, &a));
+    CHECK_OK(bn_net_from_text(lc->text, lc->what, &b));
+    CHECK_OK(bn_net_setup(a, capacity, ctx, 0, seed));
+    CHECK_OK(bn_net_setup(b, capacity, ctx, 0, seed));
+    unfuse_pools(b);
+    CHECK_OK(bn_net_set_batch(a, n));
+    CHECK_OK(bn_net_set_batch(b, n));
+    CHECK_OK(poison_net(a, ctx));
+    CHECK_OK(poison_net(b, ctx));
+    CHECK_OK(feed(a, b, lc, seed, &start));
+    free(start);
+    for (int pass = 0; pass < 2; pass++) {
+        bn_net *net = pass ? b : a;
+        CHECK_OK(bn_net_forward(net, 1));
+        CHECK_OK(bn_net_backward(net));
+    }
+    for (int i = 0, conv = 0; i < a->num_layers; i++) {
+        bn_layer *la = a->layers[i], *lb = b->layers[i];
+        CHECK(same_bits(la->out, lb->out, seed) == BN_PASS);
+        for (int k = 0; k < la->num_params; k++) CHECK(same_bits(la->params[k].grad, lb->params[k].grad, seed) == BN_PASS);
+        if (i + 1 == a->num_layers) continue;
+        if (!(a->layers[i + 1]->gpu_fused & BN_FUSED_NO_IN_GRAD)) {
+            CHECK(same_bits(la->out_grad, lb->out_grad, seed) == BN_PASS);
+            continue;
+        }
+        const int want = through[conv++], nan = all_nan(la->out_grad);
+        CHECK_MSG(want < 0 || nan == want, "%s, batch %d, layer %s: the output gradient was %s, expected %s", lc->what,
+                  n, la->name, nan ? "never written" : "written", want ? "the pooled one read through" : "written");
+        if (!nan) CHECK(same_bits(la->out_grad, lb->out_grad, seed) == BN_PASS);
+    }
+    bn_net_free(a);
+    bn_net_free(b);
+    return BN_PASS;
+}
+
+/* A conv2d layer followed by a 2x2 max pooling at stride 2 does the pooling's backward pass on
+ * the device (bn_conv2d_fuse_next): its filter and data kernels read the pooled gradient through
+ * the argmax mask the pooling's forward pass recorded, or the pooling's own pass runs first when
+ * the kernels chosen cannot. Either way every result is the unfused net's bit for bit (the same
+ * kernels, fed the same expanded gradient), with each kernel family and batch size, odd output
+ * sizes (a last row and column no window covers) included. The comparison with the CPU is
+ * gpu_layer_stack_matches_cpu's. */
+BN_TEST(gpu_layer_conv_maxpool_fused_matches_unfused_bitwise)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    static const char *const probes[] = {
+        "[input]\nchannels=2\nheight=8\nwidth=8\n[conv2d]\nfilters=3\nsize=3\n[maxpool]\nsize=2\n",
+        "[input]\nchannels=2\nheight=8\nwidth=8\n[conv2d]\nfilters=3\nsize=3\n[maxpool]\nsize=3\nstride=2\n",
+        "[input]\nchannels=2\nheight=8\nwidth=8\n[conv2d]\nfilters=3\nsize=3\n[maxpool]\nsize=2\nstride=1\n",
+        "[input]\nchannels=2\nheight=8\nwidth=8\n[conv2d]\nfilters=3\nsize=3\n[avgpool]\nsize=2\n",
+        "[input]\nchannels=2\nheight=8\nwidth=8\n[conv2d]\nfilters=3\nsize=3\n[relu]\n[maxpool]\nsize=2\n",
+    };
+    const int want_bits[] = {BN_FUSED_BACKWARD | BN_FUSED_NO_IN_GRAD, 0, 0, 0, 0};
+    for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
+        const int bits = fused_bits(probes[i], ctx);
+        CHECK_MSG(bits == want_bits[i], "probe %zu: the pooling has fused bits %d, want %d", i, bits, want_bits[i]);
+    }
+    /* 3x13x11 -> 8x13x11 (odd: the last row and column get no gradient) -> 8x6x5 -> 12x4x3 ->
+     * 12x2x1 -> 7 classes; and LeNet's first layer. */
+    static const layer_case cases[] = {
+        {"conv k3p1 x8, maxpool 2, conv k3 x12, maxpool 2, dense 7",
+         "[input]\nchannels=3\nheight=13\nwidth=11\n"
+         "[conv2d]\nfilters=8\nsize=3\npad=1\n[maxpool]\nsize=2\n"
+         "[conv2d]\nfilters=12\nsize=3\ninit=he\n[maxpool]\nsize=2\n"
+         "[dense]\noutputs=7\n[softmax_ce]\n",
+         0, 7, 0, 0, 0, 0},
+        {"conv 1x28x28 k5 x20, maxpool 2, dense 10 (LeNet's first layer)",
+         "[input]\nchannels=1\nheight=28\nwidth=28\n"
+         "[conv2d]\nfilters=20\nsize=5\n[maxpool]\nsize=2\n[dense]\noutputs=10\n[softmax_ce]\n",
+         0, 10, 0, 0, 0, 0},
+    };
+    /* Per case and family, whether each convolution reads the pooled gradient: a first layer
+     * (no input gradient: the filter pass alone) with the row tiles and the tensor cores; a
+     * second one (filter and data passes) with the tensor cores (both passes can), not the row
+     * tiles (their data pass cannot); neither with the direct or implicit-GEMM kernels. */
+    static const int families[] = {BN_CONV_FAMILY_ANY, BN_CONV_FAMILY_DIRECT, BN_CONV_FAMILY_IGEMM,
+                                   BN_CONV_FAMILY_ROWS, BN_CONV_FAMILY_TENSOR};
+    static const int through[2][5][2] = {{{-1, -1}, {0, 0}, {0, 0}, {1, 0}, {1, 1}},
+                                         {{-1, -1}, {0, -1}, {0, -1}, {1, -1}, {1, -1}}};
+    int r = BN_PASS;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0] && r == BN_PASS; i++)
+        for (size_t f = 0; f < sizeof families / sizeof families[0] && r == BN_PASS; f++) {
+            bn_conv2d_gpu_force_own(families[f]);
+            for (int k = 0; k < NUM_SIZES && r == BN_PASS; k++) {
+                r = fused_vs_unfused(&cases[i], capacities[k], batches[k], through[i][f], ctx);
+                if (r != BN_PASS) printf("    %s: family %d, batch %d failed\n", cases[i].what, families[f], batches[k]);
+            }
+        }
+    bn_conv2d_gpu_force_own(BN_CONV_FAMILY_ANY);
+    if (r == BN_PASS)
+        printf("    fused and unfused bit for bit: 2 nets, 5 kernel families, batches 1, 3, 64, 257, 37 of 64\n");
+    return r;
 }
 
 /* Runs the same forward and backward on two fresh GPU networks and compares every output and
