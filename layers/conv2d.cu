@@ -559,28 +559,34 @@ extern "C" bn_status bn_conv2d_forward_gpu(bn_layer *l, const bn_pass *p)
     return forward_pass(plan->by[0], g, plan, ctx, xd, yd, x, w, b, y);
 }
 
+/* The max pooling after the layer, if any (bn_conv2d_fuse_next): *pooled = pd, its gradient
+ * and argmax mask, when the passes chosen for this batch size read dy through it; else its own
+ * backward pass writes the layer's output gradient first and *pooled stays NULL. */
+static bn_status through_pool(bn_layer *l, const conv_plan *plan, const bn_pass *p, bn_pooled_dy *pd,
+                              const bn_pooled_dy **pooled)
+{
+    bn_layer *pool = ((const conv_priv *)l->priv)->pool_after;
+    *pooled = NULL;
+    if (!pool) return BN_OK;
+    if (!reads_pooled(plan, plan->by[2], 2) || (l->in_grad && !reads_pooled(plan, plan->by[1], 1)))
+        return bn_maxpool_backward_gpu(pool, p);
+    const pool_priv *pp = (const pool_priv *)pool->priv;
+    if (!(pd->dy = bn_blob_dev_rd(pool->out_grad))) return bn_last_status();
+    pd->mask = pp->dev_mask, pd->ph = pp->oh, pd->pw = pp->ow;
+    *pooled = pd;
+    return BN_OK;
+}
+
 extern "C" bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p)
 {
     bn_ctx *ctx = p->ctx;
     const conv_gpu *g = NULL;
     const conv_plan *plan = NULL;
     BN_TRY(prepare(l, ctx, &g, &plan));
-    const conv_priv *c = (const conv_priv *)l->priv;
-    /* The max pooling after the layer (bn_conv2d_fuse_next): read its gradient through its
-     * argmax mask, or, where the chosen kernels cannot, run its backward pass first. */
     bn_pooled_dy pd;
     const bn_pooled_dy *pooled = NULL;
+    BN_TRY(through_pool(l, plan, p, &pd, &pooled));
     const float *dy = NULL;
-    if (c->pool_after) {
-        if (reads_pooled(plan, plan->by[2], 2) && (!l->in_grad || reads_pooled(plan, plan->by[1], 1))) {
-            const pool_priv *pp = (const pool_priv *)c->pool_after->priv;
-            if (!(pd.dy = bn_blob_dev_rd(c->pool_after->out_grad))) return bn_last_status();
-            pd.mask = pp->dev_mask, pd.ph = pp->oh, pd.pw = pp->ow;
-            pooled = &pd;
-        } else {
-            BN_TRY(bn_maxpool_backward_gpu(c->pool_after, p));
-        }
-    }
     if (!pooled && !(dy = bn_blob_dev_rd(l->out_grad))) return bn_last_status();
     BN_DEV_RD(x, l->in);
     BN_DEV_RD(w, l->params[WEIGHT].value);

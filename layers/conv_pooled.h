@@ -6,7 +6,6 @@
 #ifndef BN_CONV_POOLED_H
 #define BN_CONV_POOLED_H
 
-
 #ifdef __cplusplus
 extern "C" {
 #endif

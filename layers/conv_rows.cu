@@ -180,8 +180,7 @@ typedef struct filter_args {
     bn_rows_filter s;
     int n, ci, hi, wi, pad, co, ho, wo;
     bool vec_x, vec_dy;
-    bool pooled;      /* dy given through a max pooling (pd) */
-    bn_pooled_dy pd;
+    bn_pooled_dy pd;  /* pd.dy set: dy given through a max pooling */
     const float *x, *dy;
     float *part;
 } filter_args;
@@ -214,7 +213,7 @@ static __global__ void __launch_bounds__(512) rows_filter(filter_args a)
     }
     /* Through a pooling, dy's planes are expanded into the staged ones cell by cell; the filters
      * past the layer's and the columns past ow stay the zeros written here. */
-    if (a.pooled)
+    if (a.pd.dy)
         for (int e = threadIdx.x; e < s.chunk * CT * dplane; e += blockDim.x) sd[e] = 0.0f;
     const int pp = a.pd.ph * a.pd.pw;
 
@@ -224,7 +223,7 @@ static __global__ void __launch_bounds__(512) rows_filter(filter_args a)
         for (int i = 0; i < ni; i++) {
             stage_planes(sx + i * s.cb * xplane, a.x + ((size_t)(i0 + i) * a.ci + c0) * a.hi * a.wi, cc, cc, a.hi,
                          a.wi, a.pad, s.hp, s.wp, a.vec_x);
-            if (a.pooled) {
+            if (a.pd.dy) {
                 const size_t at = ((size_t)(i0 + i) * a.co + o0) * pp;
                 expand_pooled(sd + i * CT * dplane, dplane, s.dwp, a.pd.dy + at, a.pd.mask + at,
                               min(CT, a.co - o0), a.ho, a.wo, a.pd.ph, a.pd.pw);
@@ -473,7 +472,6 @@ static bn_status run_filter(const bn_rows_plan *p, cudaStream_t st, const float 
     a.vec_x = aligned16(x) && g->w % 4 == 0 && g->pad % 4 == 0;
     a.vec_dy = aligned16(dy) && g->ow % 4 == 0;
     a.x = x, a.dy = dy, a.part = parts;
-    a.pooled = pooled != NULL;
     if (pooled) a.pd = *pooled;
     else memset(&a.pd, 0, sizeof a.pd);
     dim3 grid(f->groups, f->spans, f->cgroups);

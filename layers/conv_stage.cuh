@@ -71,8 +71,8 @@ static __device__ void expand_pooled(float *dst, int dst_plane, int dst_row, con
     }
 }
 
-/* Bytes of one image's pooled gradient and mask staged together: `count` floats, then `count`
- * bytes, rounded up to 16 bytes. */
+/* Bytes of one image's pooled gradient and mask staged together by stage_pooled: `count`
+ * floats, then `count` bytes, rounded up to 16 bytes. */
 static __host__ __device__ inline size_t pooled_stage_bytes(int count)
 {
     return ((size_t)count * 5 + 15) / 16 * 16;
@@ -99,6 +99,14 @@ static __device__ void stage_pooled(float *dst, const bn_pooled_dy &pd, int img,
     } else {
         for (int e = threadIdx.x; e < count; e += blockDim.x) mdst[e] = msrc[e];
     }
+}
+
+/* expand_pooled from what stage_pooled staged at `staged` (`filters` * ph * pw of each). */
+static __device__ void expand_staged(float *dst, int dst_plane, int dst_row, const float *staged, int filters, int oh,
+                                     int ow, int ph, int pw)
+{
+    const int count = filters * ph * pw;
+    expand_pooled(dst, dst_plane, dst_row, staged, (const unsigned char *)(staged + count), filters, oh, ow, ph, pw);
 }
 
 #endif

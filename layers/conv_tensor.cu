@@ -232,8 +232,7 @@ static int resident(size_t smem, int warps)
 typedef struct data_args {
     bn_tensor_data s;
     int n;
-    bool pooled;     /* dy given through a max pooling (pd), staged after the plan's shared memory */
-    bn_pooled_dy pd;
+    bn_pooled_dy pd; /* pd.dy set: dy given through a max pooling, staged after the plan's shared memory */
     const float *dy, *w;
     float *dx;
 } data_args;
@@ -266,25 +265,26 @@ static __device__ void copy_rows_async(float *dst, int dst_step, const float *sr
     }
 }
 
-/* The shared memory a pass needs beyond its plan's to read dy through a pooling: two images'
- * pooled gradients and masks, in floats. */
-static size_t pooled_extra(const bn_conv_geom *g, int filters)
+/* The shared memory a pass launches with, in bytes: its plan's, and to read dy through a
+ * pooling two images' pooled gradients and masks after it (from a 16-byte boundary). */
+static size_t launch_smem(size_t plan_smem, const bn_conv_geom *g, int filters, bool pooled)
 {
-    return 2 * pooled_stage_bytes(filters * (g->oh / 2) * (g->ow / 2)) / sizeof(float) + 4;
+    if (!pooled) return plan_smem;
+    return plan_smem + 16 + 2 * pooled_stage_bytes(filters * (g->oh / 2) * (g->ow / 2));
 }
 
-/* Where those buffers start: the first 16-byte boundary after `smem` bytes. */
+/* Where those buffers start (launch_smem): the first 16-byte boundary after `smem` bytes. */
 static __device__ float *pooled_raw(float *base, size_t smem)
 {
     return base + (smem / sizeof(float) + 3) / 4 * 4;
 }
 
 /* Starts staging image img's dy: its rows (npos floats each, into rows of `row` floats), or
- * through the pooling its pooled gradient and mask into raw. */
-static __device__ void stage_dy(bool pooled, const bn_pooled_dy &pd, const float *dy, int img, int filters, int npos,
-                                float *rows, int row, float *raw, int pcount)
+ * through the pooling (pd.dy set) its pooled gradient and mask into raw. */
+static __device__ void stage_dy(const bn_pooled_dy &pd, const float *dy, int img, int filters, int npos, float *rows,
+                                int row, float *raw, int pcount)
 {
-    if (pooled) stage_pooled(raw, pd, img, pcount);
+    if (pd.dy) stage_pooled(raw, pd, img, pcount);
     else copy_rows_async(rows, row, dy + (size_t)img * filters * npos, npos, filters, npos);
 }
 
@@ -327,7 +327,7 @@ static __global__ void __launch_bounds__(KW * 32) tensor_data(data_args a)
     const int pcount = s.filters * a.pd.ph * a.pd.pw;
     float *raw = pooled_raw(ws, s.smem);
     const size_t rbytes = pooled_stage_bytes(pcount) / sizeof(float);
-    if (blockIdx.x < a.n) stage_dy(a.pooled, a.pd, a.dy, blockIdx.x, s.filters, npos, abuf, s.sa, raw, pcount);
+    if (blockIdx.x < a.n) stage_dy(a.pd, a.dy, blockIdx.x, s.filters, npos, abuf, s.sa, raw, pcount);
     __pipeline_commit();
 
     int b = 0;
@@ -335,14 +335,13 @@ static __global__ void __launch_bounds__(KW * 32) tensor_data(data_args a)
         __syncthreads(); /* the other buffer and the warps' planes are no longer read */
         const int next = img + gridDim.x;
         if (next < a.n)
-            stage_dy(a.pooled, a.pd, a.dy, next, s.filters, npos, abuf + (b ^ 1) * abytes, s.sa,
+            stage_dy(a.pd, a.dy, next, s.filters, npos, abuf + (b ^ 1) * abytes, s.sa,
                      raw + (b ^ 1) * rbytes, pcount);
         __pipeline_commit();
         __pipeline_wait_prior(1);
         __syncthreads();
-        if (a.pooled) {
-            expand_pooled(abuf + b * abytes, s.sa, g.ow, raw + b * rbytes, (const unsigned char *)(raw + b * rbytes + pcount),
-                          s.filters, g.oh, g.ow, a.pd.ph, a.pd.pw);
+        if (a.pd.dy) {
+            expand_staged(abuf + b * abytes, s.sa, g.ow, raw + b * rbytes, s.filters, g.oh, g.ow, a.pd.ph, a.pd.pw);
             __syncthreads();
         }
 
@@ -458,8 +457,7 @@ static int data_shape(bn_tensor_data *d, const bn_conv_geom *g, int filters, int
 typedef struct filter_args {
     bn_tensor_filter s;
     int n;
-    bool pooled;     /* dy given through a max pooling (pd), staged after the plan's shared memory */
-    bn_pooled_dy pd;
+    bn_pooled_dy pd; /* pd.dy set: dy given through a max pooling, staged after the plan's shared memory */
     const float *x, *dy;
     float *parts;
 } filter_args;
@@ -476,7 +474,7 @@ static __device__ void filter_stage(const bn_tensor_filter &s, const filter_args
 {
     const bn_conv_geom &g = s.g;
     const int npos = g.oh * g.ow;
-    stage_dy(a.pooled, a.pd, a.dy, img, s.filters, npos, dbuf, s.sa, raw, s.filters * a.pd.ph * a.pd.pw);
+    stage_dy(a.pd, a.dy, img, s.filters, npos, dbuf, s.sa, raw, s.filters * a.pd.ph * a.pd.pw);
     const float *x = a.x + (size_t)img * g.c * g.h * g.w;
     const int rows = min(g.h, s.hp - g.pad), cols = min(g.w, s.wp - g.pad);
     const bool vec = cols % 4 == 0 && g.w % 4 == 0 && g.pad % 4 == 0 && ((uintptr_t)x & 15) == 0;
@@ -554,9 +552,8 @@ static __global__ void __launch_bounds__(256) tensor_filter(filter_args a)
         __pipeline_commit();
         __pipeline_wait_prior(1);
         __syncthreads();
-        if (a.pooled) {
-            expand_pooled(dbuf + b * dsize, s.sa, g.ow, raw + b * rsize, (const unsigned char *)(raw + b * rsize + pcount),
-                          filters, g.oh, g.ow, a.pd.ph, a.pd.pw);
+        if (a.pd.dy) {
+            expand_staged(dbuf + b * dsize, s.sa, g.ow, raw + b * rsize, filters, g.oh, g.ow, a.pd.ph, a.pd.pw);
             __syncthreads();
         }
         const float *dv = dbuf + b * dsize, *xv = xbuf + b * xsize;
@@ -718,7 +715,7 @@ static bn_status launch_data(const data_args &a, cudaStream_t st)
 {
     static bool opted;
     BN_CUDA(bn_smem_opt_in(tensor_data<KW>, &opted, TENSOR_SMEM));
-    const size_t smem = a.s.smem + (a.pooled ? pooled_extra(&a.s.g, a.s.filters) * sizeof(float) : 0);
+    const size_t smem = launch_smem(a.s.smem, &a.s.g, a.s.filters, a.pd.dy != nullptr);
     bn_launch_early(tensor_data<KW>, dim3(a.s.blocks, a.s.ctiles), dim3(KW * 32), smem, st, a);
     BN_CUDA_LAUNCH();
     return BN_OK;
@@ -726,9 +723,8 @@ static bn_status launch_data(const data_args &a, cudaStream_t st)
 
 extern "C" int bn_tensor_pooled_fits(const bn_tensor_plan *p, int pass)
 {
-    if (pass == 1)
-        return p->data_ok && p->data.smem + pooled_extra(&p->g, p->filters) * sizeof(float) <= TENSOR_SMEM;
-    return p->filter_ok && p->filter.smem + pooled_extra(&p->g, p->filters) * sizeof(float) <= TENSOR_SMEM;
+    if (pass == 1) return p->data_ok && launch_smem(p->data.smem, &p->g, p->filters, true) <= TENSOR_SMEM;
+    return p->filter_ok && launch_smem(p->filter.smem, &p->g, p->filters, true) <= TENSOR_SMEM;
 }
 
 extern "C" bn_status bn_tensor_backward_data(const bn_tensor_plan *p, void *stream, const float *dy,
@@ -737,7 +733,7 @@ extern "C" bn_status bn_tensor_backward_data(const bn_tensor_plan *p, void *stre
     if (!p->data_ok) return bn_error(BN_ERR_INTERNAL, "tensor-core convolution cannot run this backward-data shape");
     if (pooled && !bn_tensor_pooled_fits(p, 1))
         return bn_error(BN_ERR_INTERNAL, "tensor-core convolution cannot read this dy through a pooling");
-    data_args a = {p->data, p->n, pooled != NULL, {}, dy, w, dx};
+    data_args a = {p->data, p->n, {}, dy, w, dx};
     if (pooled) a.pd = *pooled;
     const cudaStream_t st = (cudaStream_t)stream;
     switch (p->data.g.k) {
@@ -758,7 +754,7 @@ static bn_status launch_filter(const filter_args &a, cudaStream_t st)
 {
     static bool opted;
     BN_CUDA(bn_smem_opt_in(tensor_filter<MT>, &opted, TENSOR_SMEM));
-    const size_t smem = a.s.smem + (a.pooled ? pooled_extra(&a.s.g, a.s.filters) * sizeof(float) : 0);
+    const size_t smem = launch_smem(a.s.smem, &a.s.g, a.s.filters, a.pd.dy != nullptr);
     bn_launch_early(tensor_filter<MT>, dim3(a.s.groups, a.s.spans), dim3(a.s.threads), smem, st, a);
     BN_CUDA_LAUNCH();
     return BN_OK;
@@ -770,7 +766,7 @@ extern "C" bn_status bn_tensor_backward_filter(const bn_tensor_plan *p, void *st
     if (!p->filter_ok) return bn_error(BN_ERR_INTERNAL, "tensor-core convolution cannot run this filter shape");
     if (pooled && !bn_tensor_pooled_fits(p, 2))
         return bn_error(BN_ERR_INTERNAL, "tensor-core convolution cannot read this dy through a pooling");
-    filter_args a = {p->filter, p->n, pooled != NULL, {}, x, dy, workspace};
+    filter_args a = {p->filter, p->n, {}, x, dy, workspace};
     if (pooled) a.pd = *pooled;
     const cudaStream_t st = (cudaStream_t)stream;
     bn_status s;
