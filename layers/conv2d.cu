@@ -416,7 +416,7 @@ static bn_status make_plan(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *pl
     bn_direct_plan_make(&plan->direct, &c->g, c->filters, n, sms);
     bn_igemm_plan_make(&plan->ig, &c->g, c->filters, n, sms);
     bn_rows_plan_make(&plan->rows, &c->g, c->filters, n, sms);
-    bn_tensor_plan_make(&plan->tc, &c->g, c->filters, n, sms);
+    bn_tensor_plan_make(&plan->tc, &c->g, c->filters, n, sms, ctx->tf32);
     const bn_direct_plan *d = &plan->direct;
     /* Who can run each pass (forward, data, filter). */
     const bool needed[3] = {true, plan->with_data != 0, true};

@@ -39,30 +39,52 @@ static __device__ void stage_planes(float *dst, const float *src, int planes, in
     }
 }
 
+/* e / d and e % d for 0 <= e < 2^24 and d > 0, given inv = 1.0f / d: a float product and one
+ * correction, far fewer instructions than an integer division by a value known only at run time. */
+static __device__ __forceinline__ int div_small(int e, int d, float inv, int &rem)
+{
+    int q = __float2int_rz(__int2float_rn(e) * inv), r = e - q * d;
+    if (r < 0) q--, r += d;
+    else if (r >= d) q++, r -= d;
+    rem = r;
+    return q;
+}
+
 /* Writes `filters` planes of a convolution's output gradient (oh x ow) from a 2x2 max pooling's
  * gradient and argmax mask (conv_pooled.h): plane o's cell (y, x) lands at
  * dst[o * dst_plane + y * dst_row + x]. A window's maximum cell gets 0.0f + dy (as the pooling
  * layer's backward pass writes it), its other cells and the cells of a last odd row or column
- * 0.0f. pdy and mask point at the first filter's pooled plane (global or shared memory). */
+ * 0.0f. pdy and mask point at the first filter's pooled plane (global or shared memory). Each
+ * row of a window is one 8-byte store where dst, dst_plane and dst_row allow it. */
 static __device__ void expand_pooled(float *dst, int dst_plane, int dst_row, const float *pdy,
                                      const unsigned char *mask, int filters, int oh, int ow, int ph, int pw)
 {
     const int pp = ph * pw;
+    const float inv_pp = 1.0f / pp, inv_pw = 1.0f / pw;
+    const bool pairs = ((dst_plane | dst_row) & 1) == 0 && ((uintptr_t)dst & 7) == 0;
     for (int e = threadIdx.x; e < filters * pp; e += blockDim.x) {
-        const int o = e / pp, p = e - o * pp, py = p / pw, px = p - py * pw;
+        int p, px;
+        const int o = div_small(e, pp, inv_pp, p), py = div_small(p, pw, inv_pw, px);
         const float v = 0.0f + pdy[e];
         const int m = mask[e];
+        const float2 top = make_float2(m == 0 ? v : 0.0f, m == 1 ? v : 0.0f);
+        const float2 bottom = make_float2(m == 2 ? v : 0.0f, m == 3 ? v : 0.0f);
         float *d = dst + o * dst_plane + 2 * py * dst_row + 2 * px;
-        d[0] = m == 0 ? v : 0.0f;
-        d[1] = m == 1 ? v : 0.0f;
-        d[dst_row] = m == 2 ? v : 0.0f;
-        d[dst_row + 1] = m == 3 ? v : 0.0f;
+        if (pairs) {
+            *(float2 *)d = top;
+            *(float2 *)(d + dst_row) = bottom;
+        } else {
+            d[0] = top.x, d[1] = top.y;
+            d[dst_row] = bottom.x, d[dst_row + 1] = bottom.y;
+        }
     }
     if (oh == 2 * ph && ow == 2 * pw) return;
     /* The cells no window covers: column ow - 1 when ow is odd, row oh - 1 when oh is odd. */
     const int extra = oh + ow;
+    const float inv_extra = 1.0f / extra;
     for (int e = threadIdx.x; e < filters * extra; e += blockDim.x) {
-        const int o = e / extra, i = e - o * extra;
+        int i;
+        const int o = div_small(e, extra, inv_extra, i);
         if (i < oh) {
             if (ow != 2 * pw) dst[o * dst_plane + i * dst_row + ow - 1] = 0.0f;
         } else if (oh != 2 * ph) {

@@ -56,7 +56,7 @@ typedef struct tensor_args {
     float *out;
 } tensor_args;
 
-template <int NT>
+template <int NT, int P>
 static __global__ void __launch_bounds__(MAX_WARPS * 32) tensor_conv(tensor_args a)
 {
     bn_early_entry(); /* pdl.cuh */
@@ -117,13 +117,13 @@ static __global__ void __launch_bounds__(MAX_WARPS * 32) tensor_conv(tensor_args
         __pipeline_wait_prior(0);
         __syncthreads();
 
-        float acc[MW][NT][4];
+        float acc[NT][MW][4];
 #pragma unroll
-        for (int i = 0; i < MW; i++)
+        for (int j = 0; j < NT; j++)
 #pragma unroll
-            for (int j = 0; j < NT; j++)
+            for (int i = 0; i < MW; i++)
 #pragma unroll
-                for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;
+                for (int q = 0; q < 4; q++) acc[j][i][q] = 0.0f;
         for (int step = sp; step < s.ksteps; step += s.splits) {
             const int k0 = step * 8;
             const int ka0 = ta[k0 + tig], ka1 = ta[k0 + tig + 4], kb0 = tb[k0 + tig], kb1 = tb[k0 + tig + 4];
@@ -138,10 +138,7 @@ static __global__ void __launch_bounds__(MAX_WARPS * 32) tensor_conv(tensor_args
                 uint32_t bh0, bl0, bh1, bl1;
                 split_tf32(sb[kb0 + no[j]], bh0, bl0);
                 split_tf32(sb[kb1 + no[j]], bh1, bl1);
-#pragma unroll
-                for (int i = 0; i < MW; i++) {
-                    mma_split(acc[i][j], ah[i], al[i], bh0, bl0, bh1, bl1);
-                }
+                mma_tiles<P>(acc[j], ah, al, bh0, bl0, bh1, bl1);
             }
         }
         /* The splits' sums into red, one split after another (split 0 stores). */
@@ -155,7 +152,7 @@ static __global__ void __launch_bounds__(MAX_WARPS * 32) tensor_conv(tensor_args
                         for (int q = 0; q < 4; q++) {
                             const int row = (wg * MW + i) * 16 + gid + 8 * (q >> 1), col = j * 8 + 2 * tig + (q & 1);
                             float *d = red + row * np + col;
-                            *d = r == 0 ? acc[i][j][q] : *d + acc[i][j][q];
+                            *d = r == 0 ? acc[j][i][q] : *d + acc[j][i][q];
                         }
             }
             __syncthreads();
@@ -237,17 +234,6 @@ typedef struct data_args {
     float *dx;
 } data_args;
 
-/* e / d and e % d for 0 <= e < 2^24 and d > 0, given inv = 1.0f / d: a float product and one
- * correction, far fewer instructions than an integer division by a value known only at run time. */
-static __device__ __forceinline__ int div_small(int e, int d, float inv, int &rem)
-{
-    int q = __float2int_rz(__int2float_rn(e) * inv), r = e - q * d;
-    if (r < 0) q--, r += d;
-    else if (r >= d) q++, r -= d;
-    rem = r;
-    return q;
-}
-
 /* Starts copying `rows` rows of `count` floats, src + r * src_step to dst + r * dst_step (shared
  * memory), with cp.async: 16-byte pieces where every row start is 16-byte aligned and count is a
  * multiple of 4, else 4-byte ones. */
@@ -288,7 +274,7 @@ static __device__ void stage_dy(const bn_pooled_dy &pd, const float *dy, int img
     else copy_rows_async(rows, row, dy + (size_t)img * filters * npos, npos, filters, npos);
 }
 
-template <int KW>
+template <int KW, int P>
 static __global__ void __launch_bounds__(KW * 32) tensor_data(data_args a)
 {
     bn_early_entry(); /* pdl.cuh */
@@ -308,12 +294,8 @@ static __global__ void __launch_bounds__(KW * 32) tensor_data(data_args a)
      * and for the channels past the layer's. */
     copy_rows_async(ws, s.ws_row, a.w + (size_t)c0 * KK, g.c * KK, s.filters, cvalid * KK);
     for (int e = threadIdx.x; e < (s.kp - s.filters) * s.ws_row; e += blockDim.x) ws[s.filters * s.ws_row + e] = 0.0f;
-    if (cvalid < 8)
-        for (int e = threadIdx.x; e < s.filters * 8 * KK; e += blockDim.x) {
-            int i;
-            const int o = div_small(e, 8 * KK, 1.0f / (8 * KK), i);
-            if (i >= cvalid * KK) ws[o * s.ws_row + i] = 0.0f;
-        }
+    for (int o = warp; o < s.filters; o += KW)
+        for (int i = cvalid * KK + lane; i < 8 * KK; i += 32) ws[o * s.ws_row + i] = 0.0f;
     /* Zeros where dy has no rows or positions, in both buffers (the copies never write there). */
     for (int b = 0; b < 2; b++) {
         float *ab = abuf + b * abytes;
@@ -351,13 +333,13 @@ static __global__ void __launch_bounds__(KW * 32) tensor_data(data_args a)
         for (int e = lane; e < 2 * s.tps; e += 32) ((float4 *)mine)[e] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         __syncwarp();
         for (int mp = 0; mp < s.mpasses; mp++) {
-            float acc[4][KW][4];
+            float acc[KW][4][4];
 #pragma unroll
-            for (int m = 0; m < 4; m++)
+            for (int kx = 0; kx < KW; kx++)
 #pragma unroll
-                for (int kx = 0; kx < KW; kx++)
+                for (int m = 0; m < 4; m++)
 #pragma unroll
-                    for (int q = 0; q < 4; q++) acc[m][kx][q] = 0.0f;
+                    for (int q = 0; q < 4; q++) acc[kx][m][q] = 0.0f;
             for (int k0 = 0; k0 < s.kp; k0 += 8) {
                 uint32_t ah[4][4], al[4][4];
 #pragma unroll
@@ -371,10 +353,7 @@ static __global__ void __launch_bounds__(KW * 32) tensor_data(data_args a)
                     uint32_t bh0, bl0, bh1, bl1;
                     split_tf32(wt[0], bh0, bl0);
                     split_tf32(wt[4 * s.ws_row], bh1, bl1);
-#pragma unroll
-                    for (int m = 0; m < 4; m++) {
-                        mma_split(acc[m][kx], ah[m], al[m], bh0, bl0, bh1, bl1);
-                    }
+                    mma_tiles<P>(acc[kx], ah, al, bh0, bl0, bh1, bl1);
                 }
             }
             /* Each tap's sums into this warp's planes at the tap's shift; one tap's targets are
@@ -394,7 +373,7 @@ static __global__ void __launch_bounds__(KW * 32) tensor_data(data_args a)
 #pragma unroll
                     for (int q = 0; q < 4; q++) {
                         const int pos = at[m][q >> 1], cl = 2 * tig + (q & 1);
-                        if (pos >= 0 && cl < cvalid) mine[cl * s.tps + pos + kx] += acc[m][kx][q];
+                        if (pos >= 0 && cl < cvalid) mine[cl * s.tps + pos + kx] += acc[kx][m][q];
                     }
                 __syncwarp();
             }
@@ -489,7 +468,7 @@ static __device__ void filter_stage(const bn_tensor_filter &s, const filter_args
     }
 }
 
-template <int MT>
+template <int MT, int P>
 static __global__ void __launch_bounds__(256) tensor_filter(filter_args a)
 {
     bn_early_entry(); /* pdl.cuh */
@@ -529,13 +508,13 @@ static __global__ void __launch_bounds__(256) tensor_filter(filter_args a)
             tb[j] = g.c * plane;
         }
     }
-    float acc[MT][NTW][4];
+    float acc[NTW][MT][4];
 #pragma unroll
-    for (int m = 0; m < MT; m++)
+    for (int j = 0; j < NTW; j++)
 #pragma unroll
-        for (int j = 0; j < NTW; j++)
+        for (int m = 0; m < MT; m++)
 #pragma unroll
-            for (int q = 0; q < 4; q++) acc[m][j][q] = 0.0f;
+            for (int q = 0; q < 4; q++) acc[j][m][q] = 0.0f;
 
     const int first = blockIdx.y * s.span, last = min(a.n, first + s.span);
     const int pcount = filters * a.pd.ph * a.pd.pw;
@@ -570,10 +549,7 @@ static __global__ void __launch_bounds__(256) tensor_filter(filter_args a)
                 uint32_t bh0, bl0, bh1, bl1;
                 split_tf32(xv[q0 + tb[j]], bh0, bl0);
                 split_tf32(xv[q1 + tb[j]], bh1, bl1);
-#pragma unroll
-                for (int m = 0; m < MT; m++) {
-                    mma_split(acc[m][j], ah[m], al[m], bh0, bl0, bh1, bl1);
-                }
+                mma_tiles<P>(acc[j], ah, al, bh0, bl0, bh1, bl1);
             }
         }
     }
@@ -591,7 +567,7 @@ static __global__ void __launch_bounds__(256) tensor_filter(filter_args a)
 #pragma unroll
                         for (int q = 0; q < 4; q++) {
                             float *d = red + (m * 16 + gid + 8 * (q >> 1)) * RED_ROW + j * 8 + 2 * tig + (q & 1);
-                            *d = r == 0 ? acc[m][j][q] : *d + acc[m][j][q];
+                            *d = r == 0 ? acc[j][m][q] : *d + acc[j][m][q];
                         }
             }
         }
@@ -603,7 +579,7 @@ static __global__ void __launch_bounds__(256) tensor_filter(filter_args a)
             for (int j = 0; j < NTW; j++)
 #pragma unroll
                 for (int q = 0; q < 4; q++)
-                    acc[m][j][q] = red[(m * 16 + gid + 8 * (q >> 1)) * RED_ROW + j * 8 + 2 * tig + (q & 1)];
+                    acc[j][m][q] = red[(m * 16 + gid + 8 * (q >> 1)) * RED_ROW + j * 8 + 2 * tig + (q & 1)];
     }
     float *part = a.parts + (size_t)blockIdx.y * filters * (ckk + 1);
 #pragma unroll
@@ -614,7 +590,7 @@ static __global__ void __launch_bounds__(256) tensor_filter(filter_args a)
             for (int q = 0; q < 4; q++) {
                 const int o = m * 16 + gid + 8 * (q >> 1), col = (tile0 + j) * 8 + 2 * tig + (q & 1);
                 if (o >= filters || col > ckk) continue;
-                part[col < ckk ? (size_t)o * ckk + col : (size_t)filters * ckk + o] = acc[m][j][q];
+                part[col < ckk ? (size_t)o * ckk + col : (size_t)filters * ckk + o] = acc[j][m][q];
             }
 }
 
@@ -670,24 +646,44 @@ static int filter_shape(bn_tensor_filter *d, const bn_conv_geom *g, int filters,
     return 1;
 }
 
-extern "C" void bn_tensor_plan_make(bn_tensor_plan *p, const bn_conv_geom *g, int filters, int n, int sms)
+extern "C" void bn_tensor_plan_make(bn_tensor_plan *p, const bn_conv_geom *g, int filters, int n, int sms, int tf32)
 {
     memset(p, 0, sizeof *p);
     p->n = n, p->filters = filters, p->g = *g;
+    p->products = tf32 ? 1 : 3;
     p->fwd_ok = tensor_shape(&p->fwd, g->c, g->h, g->w, g->pad, g->stride, filters, g->oh, g->ow, g->k, n, sms);
     p->data_ok = data_shape(&p->data, g, filters, n, sms);
     p->filter_ok = filter_shape(&p->filter, g, filters, n, sms);
     p->workspace = p->filter_ok ? p->filter.workspace : 0;
 }
 
-template <int NT>
+/* F<P>(args...) for the plan's TF32 products per multiply. */
+#define BY_PRODUCTS(p, F, ...) ((p)->products == 1 ? F<1>(__VA_ARGS__) : F<3>(__VA_ARGS__))
+
+template <int NT, int P>
 static bn_status launch_nt(const tensor_args &a, cudaStream_t st)
 {
     static bool opted;
-    BN_CUDA(bn_smem_opt_in(tensor_conv<NT>, &opted, TENSOR_SMEM));
-    bn_launch_early(tensor_conv<NT>, dim3(a.s.blocks), dim3(a.s.threads), a.s.smem, st, a);
+    BN_CUDA(bn_smem_opt_in(tensor_conv<NT, P>, &opted, TENSOR_SMEM));
+    bn_launch_early(tensor_conv<NT, P>, dim3(a.s.blocks), dim3(a.s.threads), a.s.smem, st, a);
     BN_CUDA_LAUNCH();
     return BN_OK;
+}
+
+template <int P>
+static bn_status forward_p(const tensor_args &a, cudaStream_t st)
+{
+    switch (a.s.ntiles) {
+    case 1: return launch_nt<1, P>(a, st);
+    case 2: return launch_nt<2, P>(a, st);
+    case 3: return launch_nt<3, P>(a, st);
+    case 4: return launch_nt<4, P>(a, st);
+    case 5: return launch_nt<5, P>(a, st);
+    case 6: return launch_nt<6, P>(a, st);
+    case 7: return launch_nt<7, P>(a, st);
+    case 8: return launch_nt<8, P>(a, st);
+    default: return bn_error(BN_ERR_INTERNAL, "tensor-core convolution: no kernel for %d channel tiles", a.s.ntiles);
+    }
 }
 
 extern "C" bn_status bn_tensor_forward(const bn_tensor_plan *p, void *stream, const float *x, const float *w,
@@ -695,30 +691,35 @@ extern "C" bn_status bn_tensor_forward(const bn_tensor_plan *p, void *stream, co
 {
     if (!p->fwd_ok) return bn_error(BN_ERR_INTERNAL, "tensor-core convolution cannot run this forward shape");
     const bn_tensor_conv *s = &p->fwd;
-    const cudaStream_t st = (cudaStream_t)stream;
     tensor_args a = {*s, p->n, ((uintptr_t)x & 15) == 0 && s->wi % 4 == 0 && s->pad % 4 == 0, x, w, b, y};
-    switch (s->ntiles) {
-    case 1: return launch_nt<1>(a, st);
-    case 2: return launch_nt<2>(a, st);
-    case 3: return launch_nt<3>(a, st);
-    case 4: return launch_nt<4>(a, st);
-    case 5: return launch_nt<5>(a, st);
-    case 6: return launch_nt<6>(a, st);
-    case 7: return launch_nt<7>(a, st);
-    case 8: return launch_nt<8>(a, st);
-    default: return bn_error(BN_ERR_INTERNAL, "tensor-core convolution: no kernel for %d channel tiles", s->ntiles);
-    }
+    return BY_PRODUCTS(p, forward_p, a, (cudaStream_t)stream);
 }
 
-template <int KW>
+template <int KW, int P>
 static bn_status launch_data(const data_args &a, cudaStream_t st)
 {
     static bool opted;
-    BN_CUDA(bn_smem_opt_in(tensor_data<KW>, &opted, TENSOR_SMEM));
+    BN_CUDA(bn_smem_opt_in(tensor_data<KW, P>, &opted, TENSOR_SMEM));
     const size_t smem = launch_smem(a.s.smem, &a.s.g, a.s.filters, a.pd.dy != nullptr);
-    bn_launch_early(tensor_data<KW>, dim3(a.s.blocks, a.s.ctiles), dim3(KW * 32), smem, st, a);
+    bn_launch_early(tensor_data<KW, P>, dim3(a.s.blocks, a.s.ctiles), dim3(KW * 32), smem, st, a);
     BN_CUDA_LAUNCH();
     return BN_OK;
+}
+
+template <int P>
+static bn_status data_p(const data_args &a, cudaStream_t st)
+{
+    switch (a.s.g.k) {
+    case 1: return launch_data<1, P>(a, st);
+    case 2: return launch_data<2, P>(a, st);
+    case 3: return launch_data<3, P>(a, st);
+    case 4: return launch_data<4, P>(a, st);
+    case 5: return launch_data<5, P>(a, st);
+    case 6: return launch_data<6, P>(a, st);
+    case 7: return launch_data<7, P>(a, st);
+    default: return bn_error(BN_ERR_INTERNAL, "tensor-core convolution: no data kernel for %dx%d windows", a.s.g.k,
+                             a.s.g.k);
+    }
 }
 
 extern "C" int bn_tensor_pooled_fits(const bn_tensor_plan *p, int pass)
@@ -735,29 +736,30 @@ extern "C" bn_status bn_tensor_backward_data(const bn_tensor_plan *p, void *stre
         return bn_error(BN_ERR_INTERNAL, "tensor-core convolution cannot read this dy through a pooling");
     data_args a = {p->data, p->n, {}, dy, w, dx};
     if (pooled) a.pd = *pooled;
-    const cudaStream_t st = (cudaStream_t)stream;
-    switch (p->data.g.k) {
-    case 1: return launch_data<1>(a, st);
-    case 2: return launch_data<2>(a, st);
-    case 3: return launch_data<3>(a, st);
-    case 4: return launch_data<4>(a, st);
-    case 5: return launch_data<5>(a, st);
-    case 6: return launch_data<6>(a, st);
-    case 7: return launch_data<7>(a, st);
-    default: return bn_error(BN_ERR_INTERNAL, "tensor-core convolution: no data kernel for %dx%d windows", p->data.g.k,
-                             p->data.g.k);
-    }
+    return BY_PRODUCTS(p, data_p, a, (cudaStream_t)stream);
 }
 
-template <int MT>
+template <int MT, int P>
 static bn_status launch_filter(const filter_args &a, cudaStream_t st)
 {
     static bool opted;
-    BN_CUDA(bn_smem_opt_in(tensor_filter<MT>, &opted, TENSOR_SMEM));
+    BN_CUDA(bn_smem_opt_in(tensor_filter<MT, P>, &opted, TENSOR_SMEM));
     const size_t smem = launch_smem(a.s.smem, &a.s.g, a.s.filters, a.pd.dy != nullptr);
-    bn_launch_early(tensor_filter<MT>, dim3(a.s.groups, a.s.spans), dim3(a.s.threads), smem, st, a);
+    bn_launch_early(tensor_filter<MT, P>, dim3(a.s.groups, a.s.spans), dim3(a.s.threads), smem, st, a);
     BN_CUDA_LAUNCH();
     return BN_OK;
+}
+
+template <int P>
+static bn_status filter_p(const filter_args &a, cudaStream_t st)
+{
+    switch (a.s.mt) {
+    case 1: return launch_filter<1, P>(a, st);
+    case 2: return launch_filter<2, P>(a, st);
+    case 3: return launch_filter<3, P>(a, st);
+    case 4: return launch_filter<4, P>(a, st);
+    default: return bn_error(BN_ERR_INTERNAL, "tensor-core convolution: no filter kernel for %d filter tiles", a.s.mt);
+    }
 }
 
 extern "C" bn_status bn_tensor_backward_filter(const bn_tensor_plan *p, void *stream, const float *x, const float *dy,
@@ -768,16 +770,7 @@ extern "C" bn_status bn_tensor_backward_filter(const bn_tensor_plan *p, void *st
         return bn_error(BN_ERR_INTERNAL, "tensor-core convolution cannot read this dy through a pooling");
     filter_args a = {p->filter, p->n, {}, x, dy, workspace};
     if (pooled) a.pd = *pooled;
-    const cudaStream_t st = (cudaStream_t)stream;
-    bn_status s;
-    switch (p->filter.mt) {
-    case 1: s = launch_filter<1>(a, st); break;
-    case 2: s = launch_filter<2>(a, st); break;
-    case 3: s = launch_filter<3>(a, st); break;
-    case 4: s = launch_filter<4>(a, st); break;
-    default: return bn_error(BN_ERR_INTERNAL, "tensor-core convolution: no filter kernel for %d filter tiles",
-                             p->filter.mt);
-    }
+    const bn_status s = BY_PRODUCTS(p, filter_p, a, (cudaStream_t)stream);
     if (s != BN_OK) return s;
     const bn_conv_geom *g = &p->g;
     return bn_direct_finish_filter(stream, workspace, p->filter.spans, p->filters, g->c * g->k * g->k, dw, db);

@@ -70,6 +70,7 @@ typedef struct bn_tensor_filter {
 
 typedef struct bn_tensor_plan {
     int n, filters;
+    int products;                /* TF32 products per multiply: 3 (FP32 accuracy), 1 with tf32 */
     bn_conv_geom g;
     int fwd_ok, data_ok, filter_ok;
     bn_tensor_conv fwd;
@@ -78,9 +79,11 @@ typedef struct bn_tensor_plan {
     size_t workspace;            /* bytes of partial sums the filter pass needs */
 } bn_tensor_plan;
 
-/* Fills a plan for a batch of n; sms is the device's multiprocessor count. Never fails: a pass
- * these kernels cannot run has its ok flag cleared. */
-void bn_tensor_plan_make(bn_tensor_plan *p, const bn_conv_geom *g, int filters, int n, int sms);
+/* Fills a plan for a batch of n; sms is the device's multiprocessor count; tf32 nonzero: one
+ * TF32 product per multiply (TF32 accuracy, as cuDNN's and cuBLAS's tensor-core math under the
+ * tf32 option) instead of three. Never fails: a pass these kernels cannot run has its ok flag
+ * cleared. */
+void bn_tensor_plan_make(bn_tensor_plan *p, const bn_conv_geom *g, int filters, int n, int sms, int tf32);
 
 /* forward writes y (bias added), data writes dx, filter adds into dw and db and uses workspace
  * (plan->workspace bytes); shapes as in conv_direct.h. */

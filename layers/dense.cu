@@ -103,6 +103,7 @@ typedef struct own_plan {
     int splits, ktps;       /* inner ranges, slices per range */
     unsigned *counters;     /* splits > 1: per-tile counters, zeroed at creation */
     float *part;            /* splits > 1: partial tiles */
+    int one_product;        /* tensor cores: one TF32 product per multiply (tf32), not three */
 } own_plan;
 
 typedef struct dense_plan {
@@ -592,7 +593,7 @@ struct tc_copies {
     }
 };
 
-template <int KIND, int BM, int BN>
+template <int KIND, int BM, int BN, int P>
 __global__ void __launch_bounds__(TC_WARPS * 32) own_gemm_tc(own_args p)
 {
     bn_early_entry(); /* pdl.cuh */
@@ -678,9 +679,11 @@ __global__ void __launch_bounds__(TC_WARPS * 32) own_gemm_tc(own_args p)
 #pragma unroll
             for (int ni = 0; ni < NTL; ni++)
 #pragma unroll
-                for (int mi = 0; mi < MT; mi++)
-                    mma_split_apart(acc[mi][ni], lo[mi][ni], ah[mi], al[mi], bh[ni][0], bl[ni][0], bh[ni][1],
-                                    bl[ni][1]);
+                for (int mi = 0; mi < MT; mi++) {
+                    if (P == 1) mma_tf32(acc[mi][ni], ah[mi], bh[ni][0], bh[ni][1]);
+                    else mma_split_apart(acc[mi][ni], lo[mi][ni], ah[mi], al[mi], bh[ni][0], bl[ni][0], bh[ni][1],
+                                         bl[ni][1]);
+                }
         }
         if (bias_rows)
 #pragma unroll
@@ -821,9 +824,10 @@ static bn_status run_own_on(const own_plan *o, int kind, cudaStream_t s, const f
     case K * OWN_CONFIGS + C:                                                      \
         bn_launch_early(own_gemm<K, BM, BN, TM, TN>, grid, dim3((BM / TM) * (BN / TN)), 0, s, x); \
         break;
-#define TC_CASE(K, C, BM, BN)                                                       \
-    case K * OWN_CONFIGS + C:                                                      \
-        bn_launch_early(own_gemm_tc<K, BM, BN>, grid, dim3(TC_WARPS * 32), 0, s, x); \
+#define TC_CASE(K, C, BM, BN)                                                                   \
+    case K * OWN_CONFIGS + C:                                                                  \
+        if (o->one_product) bn_launch_early(own_gemm_tc<K, BM, BN, 1>, grid, dim3(TC_WARPS * 32), 0, s, x); \
+        else bn_launch_early(own_gemm_tc<K, BM, BN, 3>, grid, dim3(TC_WARPS * 32), 0, s, x);          \
         break;
     switch (kind * OWN_CONFIGS + o->cfg) {
         OWN_CASE(GEMM_FWD, OWN_FMA64, 64, 64, 4, 4)
@@ -1123,6 +1127,7 @@ static bn_status choose(const dense_gpu *g, dense_plan *p, bn_ctx *ctx, const ge
         int cfg = p->forced_cfg == OWN_SKINNY ? OWN_FMA32 : p->forced_cfg >= 0 ? p->forced_cfg : own_rule(g, p->kind, n, k, m);
         if ((cfg == OWN_TC64 || cfg == OWN_TC32) && !g->tensor_ok) cfg = cfg == OWN_TC64 ? OWN_FMA64 : OWN_FMA32;
         p->ow = own_layout(p->kind, n, k, m, cfg, g->sms, p->forced_cfg >= 0 ? p->forced_splits : 0, capturing);
+        p->ow.one_product = p->tf32;
         BN_TRY(own_alloc(&p->ow));
         p->own = 1;
         return BN_OK;
@@ -1141,6 +1146,7 @@ static bn_status choose(const dense_gpu *g, dense_plan *p, bn_ctx *ctx, const ge
     const int owns = g->tensor_ok ? OWN_CONFIGS : OWN_TC64;
     for (int c = 0; c < owns && st == BN_OK; c++) {
         own[c] = own_layout(p->kind, n, k, m, c, g->sms, 0, 0);
+        own[c].one_product = p->tf32;
         st = own_alloc(&own[c]);
     }
     candidates cand = {r, count, own, owns, skinny ? 1 : 0, k};

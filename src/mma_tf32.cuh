@@ -60,4 +60,19 @@ static __device__ __forceinline__ void mma_split_apart(float (&acc)[4], float (&
     mma_tf32(lo, ah, bl0, bl1);
 }
 
+/* acc[i] += a[i] * b for the M row tiles i of one B fragment, with P products each: 3 as
+ * mma_split (FP32 accuracy), or 1, the value x value product alone (TF32 accuracy, the `tf32`
+ * option; the remainders are then never read, and the compiler drops their computation). */
+template <int P, int M>
+static __device__ __forceinline__ void mma_tiles(float (&acc)[M][4], const uint32_t (&ah)[M][4],
+                                                 const uint32_t (&al)[M][4], uint32_t bh0, uint32_t bl0,
+                                                 uint32_t bh1, uint32_t bl1)
+{
+#pragma unroll
+    for (int i = 0; i < M; i++) {
+        if (P == 1) mma_tf32(acc[i], ah[i], bh0, bh1);
+        else mma_split(acc[i], ah[i], al[i], bh0, bl0, bh1, bl1);
+    }
+}
+
 #endif

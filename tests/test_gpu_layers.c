@@ -211,7 +211,7 @@ static int check_own_convs(const layer_case *lc, bn_net *net, int n)
             can[0] = rp.fwd_ok, can[1] = rp.data_ok, can[2] = rp.filter_ok;
         } else if (forced_family == BN_CONV_FAMILY_TENSOR) {
             bn_tensor_plan tp;
-            bn_tensor_plan_make(&tp, &c->g, c->filters, n, 1);
+            bn_tensor_plan_make(&tp, &c->g, c->filters, n, 1, 0);
             can[0] = tp.fwd_ok, can[1] = tp.data_ok, can[2] = tp.filter_ok;
         }
         const char *pass_family[3];
@@ -646,6 +646,52 @@ BN_TEST(gpu_layer_conv_maxpool_fused_matches_unfused_bitwise)
     if (r == BN_PASS)
         printf("    fused and unfused bit for bit: 2 nets, 5 kernel families, batches 1, 3, 64, 257, 37 of 64\n");
     return r;
+}
+
+/* TF32 products (a 10-bit fraction) put a blob about 1e-3 of its scale from the CPU's FP32 sums. */
+#define TOL_TF32 1e-2
+/* The FP32-accurate kernels stay within about 1e-6 of scale; a worst difference of more than
+ * this says the TF32 products ran. */
+#define TF32_SEEN 2e-5
+
+/* With the tf32 option, blobnet's tensor-core kernels (the conv2d family, forced here, and the
+ * dense layers' own) take one TF32 product per multiply instead of three: every blob stays
+ * within TF32's error of the CPU, and the worst difference is beyond what the FP32-accurate
+ * products reach, so the option took effect. Average pooling and tanh: a max-pool window's
+ * near-ties, or a ReLU's input near 0, may fall the other way under TF32 rounding and route a
+ * gradient elsewhere, which is no error; no loss layer, whose summed metrics the comparison holds
+ * to FP32's error. */
+BN_TEST(gpu_layer_tensor_kernels_tf32_stay_near_cpu)
+{
+    static const layer_case lc = {"conv 3x12x10 k5p2 x12, avgpool 2, conv k3p1 x40, tanh, dense 64, tanh, dense 10 "
+                                  "(tf32)",
+                                  "[input]\nchannels=3\nheight=12\nwidth=10\n"
+                                  "[conv2d]\nfilters=12\nsize=5\npad=2\n[avgpool]\nsize=2\n"
+                                  "[conv2d]\nfilters=40\nsize=3\npad=1\n[tanh]\n"
+                                  "[dense]\noutputs=64\n[tanh]\n[dense]\noutputs=10\n",
+                                  TOL_TF32, 0, 0, 1, 0, 0};
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    uint64_t seed = lt_fresh_seed();
+    forced_family = BN_CONV_FAMILY_TENSOR;
+    bn_conv2d_gpu_force_own(BN_CONV_FAMILY_TENSOR);
+    ctx->tf32 = 1;
+    double worst = 0.0;
+    int r = BN_PASS;
+    for (int k = 0; k < NUM_SIZES && r == BN_PASS; k++) {
+        r = compare_once(&lc, capacities[k], batches[k], seed + (uint64_t)k, ctx, &worst);
+        if (r != BN_PASS) printf("    batch %d: rerun with BLOBNET_TEST_SEED=%llu\n", batches[k], (unsigned long long)seed);
+    }
+    ctx->tf32 = 0;
+    forced_family = BN_CONV_FAMILY_ANY;
+    bn_conv2d_gpu_force_own(BN_CONV_FAMILY_ANY);
+    if (r != BN_PASS) return r;
+    printf("    tf32 vs cpu, batches 1, 3, 64, 257, 37 of 64: worst difference %.3g of scale (tolerance %g)\n", worst,
+           TOL_TF32);
+    CHECK_MSG(worst > TF32_SEEN, "tf32: worst difference %.3g of scale, no more than FP32-accurate products give (%g)",
+              worst, TF32_SEEN);
+    return BN_PASS;
 }
 
 /* Runs the same forward and backward on two fresh GPU networks and compares every output and
