@@ -15,7 +15,8 @@
  * CUDNN_FMA_MATH (CUDNN_DEFAULT_MATH would allow TF32 tensor cores on Ampere and Hopper), and
  * only algorithms that sum products directly are taken. The FFT and Winograd ones trade
  * precision for speed (an FFT backward-filter on LeNet's conv1 measured 1.4e-3 relative error
- * on an H200), so they are allowed with tf32 only. All layers share the context's one workspace. */
+ * on an H200), so they are allowed with tf32 only; with tf32 the tensor-core family takes one
+ * TF32 product per multiply (bn_tensor_plan_make). All layers share the context's one workspace. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

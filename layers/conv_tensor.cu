@@ -28,7 +28,8 @@
  * gradient and argmax mask (two images' worth after the plan's shared memory) and expand them
  * into the dy buffer once they have landed.
  *
- * FP32 accuracy from the TF32 products by splitting each operand (mma_tf32.cuh). */
+ * FP32 accuracy from the TF32 products by splitting each operand (mma_tf32.cuh); a plan made for
+ * a tf32 context takes the value x value product alone (TF32 accuracy, the P = 1 kernels). */
 #include <cuda_pipeline.h>
 #include <stdint.h>
 #include <string.h>

@@ -43,7 +43,8 @@
  * rule takes them wherever they fit (they are deterministic as well).
  *
  * Without ctx->tf32 the compute type is CUBLAS_COMPUTE_32F (plain FP32, like the CPU); with it,
- * CUBLAS_COMPUTE_32F_FAST_TF32. Should cuBLASLt offer no algorithm for a product, that product
+ * CUBLAS_COMPUTE_32F_FAST_TF32, and own_gemm_tc takes one TF32 product per multiply instead of
+ * three (own_plan.one_product). Should cuBLASLt offer no algorithm for a product, that product
  * goes through cublasSgemm as before (the bias then seeded into Y first). */
 #include <stdint.h>
 #include <stdlib.h>
