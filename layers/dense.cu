@@ -519,7 +519,8 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) own_gemm(own_args p)
                                [&](int e) { return make_int2(tr + (e / TN) * RT, tc + (e % TN) * CT); });
 }
 
-/* The tensor-core kernel (mma_tf32.cuh: split TF32, FP32 accuracy): a BM x BN tile of C per
+/* The tensor-core kernel (mma_tf32.cuh: split TF32, FP32 accuracy; P = 1, for a tf32 context,
+ * the value x value product alone, and `lo` stays zero): a BM x BN tile of C per
  * block of four warps, each warp a (BM / 2) x (BN / 2) quarter (MT x NTL m16n8k8 products per
  * step of 8 along the inner dimension, independent of each other), over OWN_BK-deep slices that
  * cp.async brings into TC_STAGES shared buffers ahead of their use (zeros outside the matrices

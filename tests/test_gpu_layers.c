@@ -655,7 +655,8 @@ BN_TEST(gpu_layer_conv_maxpool_fused_matches_unfused_bitwise)
 #define TF32_SEEN 2e-5
 
 /* With the tf32 option, blobnet's tensor-core kernels (the conv2d family, forced here, and the
- * dense layers' own) take one TF32 product per multiply instead of three: every blob stays
+ * tensor-core GEMM the rule gives the 64-output dense layer) take one TF32 product per multiply
+ * instead of three: every blob stays
  * within TF32's error of the CPU, and the worst difference is beyond what the FP32-accurate
  * products reach, so the option took effect. Average pooling and tanh: a max-pool window's
  * near-ties, or a ReLU's input near 0, may fall the other way under TF32 rounding and route a
