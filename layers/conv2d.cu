@@ -1,7 +1,8 @@
 /* conv2d.cu - the conv2d layer on the GPU: forward, backward-data and backward-filter
  * convolutions (cross-correlation, FP32 results), each run either by one of blobnet's four
  * families of own kernels (conv_direct.cu, conv_igemm.cu, conv_rows.cu, conv_tensor.cu: bias and
- * its gradient fused; the tensor-core one keeps FP32 accuracy with split TF32 products) or by cuDNN (the bias added with cudnnAddTensor, its gradient with
+ * its gradient fused; the tensor-core one keeps FP32 accuracy with split TF32 products; and for
+ * the filter pass through a max pooling, conv_argmax.cu) or by cuDNN (the bias added with cudnnAddTensor, its gradient with
  * cudnnConvolutionBackwardBias). The layer's engine key decides; by default each pass takes
  * blobnet's kernels wherever they apply, by a fixed order of preference (cuDNN where none
  * does), and with an autotuning context whichever runner was fastest when the plan for a batch
@@ -22,6 +23,7 @@
 #include <string.h>
 
 #include "conv2d.h"
+#include "conv_argmax.h"
 #include "conv_direct.h"
 #include "conv_igemm.h"
 #include "conv_rows.h"
@@ -33,11 +35,12 @@
 
 enum { WEIGHT, BIAS };
 
-/* Who runs a pass: cuDNN, or one of blobnet's four kernel families (conv_direct.h,
- * conv_igemm.h, conv_rows.h, conv_tensor.h). The values match BN_CONV_FAMILY_*. */
-enum { BY_CUDNN, BY_DIRECT, BY_IGEMM, BY_ROWS, BY_TENSOR, BY_COUNT };
+/* Who runs a pass: cuDNN, or one of blobnet's kernel families (conv_direct.h, conv_igemm.h,
+ * conv_rows.h, conv_tensor.h, and conv_argmax.h for the filter pass through a max pooling).
+ * The values match BN_CONV_FAMILY_*. */
+enum { BY_CUDNN, BY_DIRECT, BY_IGEMM, BY_ROWS, BY_TENSOR, BY_ARGMAX, BY_COUNT };
 
-/* Forced by bn_conv2d_gpu_force_own: 0, or the family (BY_DIRECT ... BY_TENSOR) that every new
+/* Forced by bn_conv2d_gpu_force_own: 0, or the family (BY_DIRECT ... BY_ARGMAX) that every new
  * plan takes for the passes blobnet runs and the family can run. */
 static int force_family = 0;
 
@@ -61,7 +64,8 @@ typedef struct conv_plan {
     bn_direct_plan direct;                     /* launch shapes of blobnet's direct kernels */
     bn_igemm_plan ig;                          /* of its implicit-GEMM kernels */
     bn_rows_plan rows;                         /* of its row-tiled kernels */
-    bn_tensor_plan tc;                         /* and of its tensor-core kernels */
+    bn_tensor_plan tc;                         /* of its tensor-core kernels */
+    bn_argmax_plan am;                         /* and of its filter pass through a max pooling */
 } conv_plan;
 
 struct conv_gpu {
@@ -227,10 +231,11 @@ static bn_status forward_pass(int by, const conv_gpu *g, const conv_plan *plan, 
 }
 
 /* Whether pass 1 (data) or 2 (filter) by `by` can read dy through a max pooling
- * (conv_pooled.h): the row tiles' filter pass and the tensor cores' passes where their buffers
- * fit. */
+ * (conv_pooled.h): the row tiles' filter pass, the tensor cores' passes where their buffers
+ * fit, and the argmax filter pass, which reads nothing else. */
 static bool reads_pooled(const conv_plan *plan, int by, int pass)
 {
+    if (by == BY_ARGMAX) return pass == 2 && plan->am.ok;
     if (by == BY_ROWS) return pass == 2 && plan->rows.filter_ok;
     return by == BY_TENSOR && bn_tensor_pooled_fits(&plan->tc, pass);
 }
@@ -264,6 +269,10 @@ static bn_status filter_pass(int by, const conv_gpu *g, const conv_plan *plan, b
     if (pooled && !reads_pooled(plan, by, 2))
         return bn_error(BN_ERR_INTERNAL, "this backward-filter pass cannot read dy through a pooling");
     if (by == BY_DIRECT) return bn_direct_backward_filter(d, stream, x, dy, dw, db, parts);
+    if (by == BY_ARGMAX) {
+        if (!pooled) return bn_error(BN_ERR_INTERNAL, "the argmax backward-filter pass needs dy through a pooling");
+        return bn_argmax_backward_filter(&plan->am, stream, x, pooled, dw, db, parts);
+    }
     if (by == BY_ROWS) return bn_rows_backward_filter(&plan->rows, stream, x, dy, pooled, dw, db, parts);
     if (by == BY_TENSOR) return bn_tensor_backward_filter(&plan->tc, stream, x, dy, pooled, dw, db, parts);
     if (by == BY_IGEMM) {
@@ -282,6 +291,7 @@ static bn_status filter_pass(int by, const conv_gpu *g, const conv_plan *plan, b
 /* Scratch buffers of the layer's sizes for timing the passes. */
 typedef struct scratch {
     float *x, *dx, *y, *w, *dw, *b, *db, *parts;
+    bn_pooled_dy pooled; /* a pooled gradient and mask of zeros, for the argmax filter pass */
 } scratch;
 
 /* Whether the backward pass runs the filter pass (by `filter`) on the side stream beside the
@@ -291,24 +301,26 @@ static bool overlapped(const conv_plan *plan, const bn_ctx *ctx, int filter, int
     return filter != BY_CUDNN && ctx->side_stream && (data != BY_CUDNN || plan->bwd_data_workspace == 0);
 }
 
-/* Both gradients, the filter pass by `filter` and the data pass by `data`. When they overlap
+/* Both gradients, the filter pass by `filter` (reading dy through filter_pooled when that is
+ * not NULL) and the data pass by `data` (through pooled). When they overlap
  * (see overlapped) the filter pass runs on the side stream beside the data pass (neither
  * depends on the other), joined back before returning, or with `defer` left for the net to
  * join at the end of its backward pass (bn_ctx_defer_side), so that it also runs beside the
  * layers below; else the filter pass runs first. */
 static bn_status both_passes(int filter, int data, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
                              cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t dxd, cudnnTensorDescriptor_t dyd,
-                             const float *x, const float *dy, const bn_pooled_dy *pooled, const float *w, float *dw,
-                             float *db, float *dx, float *parts, bool defer)
+                             const float *x, const float *dy, const bn_pooled_dy *pooled,
+                             const bn_pooled_dy *filter_pooled, const float *w, float *dw, float *db, float *dx,
+                             float *parts, bool defer)
 {
     cudaStream_t main_stream = (cudaStream_t)ctx->stream, side = (cudaStream_t)ctx->side_stream;
     if (!overlapped(plan, ctx, filter, data)) {
-        BN_TRY(filter_pass(filter, g, plan, ctx, main_stream, xd, dyd, x, dy, pooled, dw, db, parts));
+        BN_TRY(filter_pass(filter, g, plan, ctx, main_stream, xd, dyd, x, dy, filter_pooled, dw, db, parts));
         return data_pass(data, g, plan, ctx, dxd, dyd, dy, pooled, w, dx);
     }
     BN_CUDA(cudaEventRecord(g->fork, main_stream));
     BN_CUDA(cudaStreamWaitEvent(side, g->fork, 0));
-    BN_TRY(filter_pass(filter, g, plan, ctx, side, xd, dyd, x, dy, pooled, dw, db, parts));
+    BN_TRY(filter_pass(filter, g, plan, ctx, side, xd, dyd, x, dy, filter_pooled, dw, db, parts));
     if (defer) {
         bn_ctx_defer_side(ctx);
         return data_pass(data, g, plan, ctx, dxd, dyd, dy, pooled, w, dx);
@@ -328,11 +340,11 @@ static bn_status run_pass(int pass, int by, int beside, const conv_gpu *g, const
 {
     if (pass == 0) return forward_pass(by, g, plan, ctx, xd, yd, m->x, m->w, m->b, m->y);
     if (pass == 2)
-        return filter_pass(by, g, plan, ctx, (cudaStream_t)ctx->stream, xd, yd, m->x, m->y, NULL, m->dw, m->db,
-                           m->parts);
+        return filter_pass(by, g, plan, ctx, (cudaStream_t)ctx->stream, xd, yd, m->x, m->y,
+                           by == BY_ARGMAX ? &m->pooled : NULL, m->dw, m->db, m->parts);
     if (beside < 0) return data_pass(by, g, plan, ctx, xd, yd, m->y, NULL, m->w, m->dx);
-    return both_passes(beside, by, g, plan, ctx, xd, xd, yd, m->x, m->y, NULL, m->w, m->dw, m->db, m->dx, m->parts,
-                       false);
+    return both_passes(beside, by, g, plan, ctx, xd, xd, yd, m->x, m->y, NULL, beside == BY_ARGMAX ? &m->pooled : NULL,
+                       m->w, m->dw, m->db, m->dx, m->parts, false);
 }
 
 /* count floats rounded up to a multiple of 64 (256 bytes). */
@@ -346,6 +358,7 @@ static size_t own_parts(const conv_plan *plan)
 {
     size_t most = plan->direct.workspace > plan->ig.workspace ? plan->direct.workspace : plan->ig.workspace;
     if (plan->rows.workspace > most) most = plan->rows.workspace;
+    if (plan->am.workspace > most) most = plan->am.workspace;
     return plan->tc.workspace > most ? plan->tc.workspace : most;
 }
 
@@ -363,12 +376,16 @@ static bn_status time_passes(const conv_priv *c, const conv_plan *plan, bn_ctx *
     size_t in = round_up((size_t)d->n * g->c * g->h * g->w), out = round_up((size_t)d->n * c->filters * g->oh * g->ow);
     size_t wts = round_up((size_t)c->filters * g->c * g->k * g->k), parts = round_up(own_parts(plan) / sizeof(float));
     size_t bias = round_up((size_t)c->filters);
-    size_t total = 2 * in + out + 2 * wts + 2 * bias + parts;
+    size_t pooled = round_up((size_t)d->n * c->filters * plan->am.ph * plan->am.pw);
+    size_t total = 2 * in + out + 2 * wts + 2 * bias + parts + pooled + pooled / 4;
     float *buf = NULL;
     BN_TRY(bn_device_alloc((void **)&buf, total * sizeof(float)));
     scratch m;
     m.x = buf, m.dx = m.x + in, m.y = m.dx + in, m.w = m.y + out, m.dw = m.w + wts, m.b = m.dw + wts;
     m.db = m.b + bias, m.parts = m.db + bias;
+    m.pooled.dy = m.parts + parts;
+    m.pooled.mask = (const unsigned char *)(m.pooled.dy + pooled);
+    m.pooled.ph = plan->am.ph, m.pooled.pw = plan->am.pw;
     void *start = NULL, *end = NULL;
     bn_status s = bn_device_zero(buf, total * sizeof(float));
     if (s == BN_OK) s = bn_event_create(&start);
@@ -418,6 +435,7 @@ static bn_status make_plan(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *pl
     bn_igemm_plan_make(&plan->ig, &c->g, c->filters, n, sms);
     bn_rows_plan_make(&plan->rows, &c->g, c->filters, n, sms);
     bn_tensor_plan_make(&plan->tc, &c->g, c->filters, n, sms, ctx->tf32);
+    bn_argmax_plan_make(&plan->am, &c->g, c->filters, n, sms);
     const bn_direct_plan *d = &plan->direct;
     /* Who can run each pass (forward, data, filter). */
     const bool needed[3] = {true, plan->with_data != 0, true};
@@ -437,6 +455,8 @@ static bn_status make_plan(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *pl
         can[i][BY_IGEMM] = mine && plan->ig.pass[i].ok && (i == 2 || force_family == BY_IGEMM);
         can[i][BY_ROWS] = mine && rows_ok[i];
         can[i][BY_TENSOR] = mine && tensor_ok[i];
+        /* The argmax filter pass reads dy only through the max pooling after the layer. */
+        can[i][BY_ARGMAX] = mine && i == 2 && plan->am.ok && c->pool_after != NULL;
         if (force_family && can[i][force_family])
             for (int r = BY_DIRECT; r < BY_COUNT; r++)
                 if (r != force_family) can[i][r] = false;
@@ -452,19 +472,24 @@ static bn_status make_plan(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *pl
          * none is timed, the faster ones at LeNet's sizes first (docs/performance.md):
          * the tensor-core kernels for the forward and data passes, the row tiles for the filter
          * pass (conv1's, where they beat the tensor cores most), then the row tiles, the
-         * implicit GEMM for the filter pass and the direct kernels for the others. One exception:
-         * the filter pass of a layer of at least TENSOR_FILTER_MIN filters takes the tensor
-         * cores when the batch holds at least one image per multiprocessor (LeNet's conv2 at
-         * batch 256: its row tiles, beside the data pass and conv1's filter pass, made the step
-         * 18 us longer; at batch 64 they are the faster). With ctx->autotune the candidates
-         * are timed instead. */
+         * implicit GEMM for the filter pass and the direct kernels for the others. Two
+         * exceptions for the filter pass. Through a max pooling, the argmax kernel where one
+         * block holds a thread for every filter, input channel and window row (LeNet's conv1:
+         * 11.6 us against the row tiles' 21.3 at batch 256, the epoch 44 -> 41 ms; LeNet's
+         * conv2 needs 5000 such threads, and a version with 8 filters per thread measured 2-4x
+         * slower than the tensor cores). Else a layer of at least TENSOR_FILTER_MIN filters takes the tensor cores
+         * when the batch holds at least one image per multiprocessor (LeNet's conv2 at batch
+         * 256: its row tiles, beside the data pass and conv1's filter pass, made the step 18 us
+         * longer; at batch 64 they are the faster). With ctx->autotune the candidates are
+         * timed instead. */
         if (bn_ctx_by_rule(ctx) && settled) {
-            static const int prefer[3][4] = {{BY_TENSOR, BY_ROWS, BY_DIRECT, BY_IGEMM},
-                                             {BY_TENSOR, BY_ROWS, BY_DIRECT, BY_IGEMM},
-                                             {BY_ROWS, BY_IGEMM, BY_TENSOR, BY_DIRECT}};
+            static const int prefer[3][5] = {{BY_TENSOR, BY_ROWS, BY_DIRECT, BY_IGEMM, BY_ARGMAX},
+                                             {BY_TENSOR, BY_ROWS, BY_DIRECT, BY_IGEMM, BY_ARGMAX},
+                                             {BY_ROWS, BY_IGEMM, BY_TENSOR, BY_DIRECT, BY_ARGMAX}};
             int keep = -1;
-            if (i == 2 && n >= sms && c->filters >= TENSOR_FILTER_MIN && can[i][BY_TENSOR]) keep = BY_TENSOR;
-            for (int r = 0; r < 4 && keep < 0; r++)
+            if (i == 2 && can[i][BY_ARGMAX] && plan->am.groups == 1) keep = BY_ARGMAX;
+            if (keep < 0 && i == 2 && n >= sms && c->filters >= TENSOR_FILTER_MIN && can[i][BY_TENSOR]) keep = BY_TENSOR;
+            for (int r = 0; r < 5 && keep < 0; r++)
                 if (can[i][prefer[i][r]]) keep = prefer[i][r];
             for (int r = BY_DIRECT; r < BY_COUNT; r++)
                 if (r != keep) can[i][r] = false;
@@ -480,7 +505,7 @@ static bn_status make_plan(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *pl
     if (ask[2]) BN_TRY(choose_bwd_filter(l, ctx, g, x, y, plan, &need));
     /* Reserved before timing: every runner then runs as it will in the steps. */
     BN_TRY(bn_ctx_reserve_workspace(ctx, need));
-    if ((can[2][BY_DIRECT] || can[2][BY_IGEMM] || can[2][BY_ROWS] || can[2][BY_TENSOR]) &&
+    if ((can[2][BY_DIRECT] || can[2][BY_IGEMM] || can[2][BY_ROWS] || can[2][BY_TENSOR] || can[2][BY_ARGMAX]) &&
         own_parts(plan) > g->parts_bytes) {
         /* cudaFree waits for the device, so no pass still uses the old buffer; a captured step
          * graph holds its address, so the context's buffer generation moves on. */
@@ -562,19 +587,22 @@ extern "C" bn_status bn_conv2d_forward_gpu(bn_layer *l, const bn_pass *p)
 
 /* The max pooling after the layer, if any (bn_conv2d_fuse_next): *pooled = pd, its gradient
  * and argmax mask, when the passes chosen for this batch size read dy through it; else its own
- * backward pass writes the layer's output gradient first and *pooled stays NULL. */
+ * backward pass writes the layer's output gradient first and *pooled stays NULL. The argmax
+ * filter pass reads only the pooled gradient: *filter_pooled is pd whenever it runs, and the
+ * other passes' *pooled as above. */
 static bn_status through_pool(bn_layer *l, const conv_plan *plan, const bn_pass *p, bn_pooled_dy *pd,
-                              const bn_pooled_dy **pooled)
+                              const bn_pooled_dy **pooled, const bn_pooled_dy **filter_pooled)
 {
     bn_layer *pool = ((const conv_priv *)l->priv)->pool_after;
-    *pooled = NULL;
+    *pooled = *filter_pooled = NULL;
     if (!pool) return BN_OK;
-    if (!reads_pooled(plan, plan->by[2], 2) || (l->in_grad && !reads_pooled(plan, plan->by[1], 1)))
-        return bn_maxpool_backward_gpu(pool, p);
     const pool_priv *pp = (const pool_priv *)pool->priv;
     if (!(pd->dy = bn_blob_dev_rd(pool->out_grad))) return bn_last_status();
     pd->mask = pp->dev_mask, pd->ph = pp->oh, pd->pw = pp->ow;
-    *pooled = pd;
+    if (plan->by[2] == BY_ARGMAX) *filter_pooled = pd;
+    if (!reads_pooled(plan, plan->by[2], 2) || (l->in_grad && !reads_pooled(plan, plan->by[1], 1)))
+        return bn_maxpool_backward_gpu(pool, p);
+    *pooled = *filter_pooled = pd;
     return BN_OK;
 }
 
@@ -585,8 +613,8 @@ extern "C" bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p)
     const conv_plan *plan = NULL;
     BN_TRY(prepare(l, ctx, &g, &plan));
     bn_pooled_dy pd;
-    const bn_pooled_dy *pooled = NULL;
-    BN_TRY(through_pool(l, plan, p, &pd, &pooled));
+    const bn_pooled_dy *pooled = NULL, *filter_pooled = NULL;
+    BN_TRY(through_pool(l, plan, p, &pd, &pooled, &filter_pooled));
     const float *dy = NULL;
     if (!pooled && !(dy = bn_blob_dev_rd(l->out_grad))) return bn_last_status();
     BN_DEV_RD(x, l->in);
@@ -596,12 +624,12 @@ extern "C" bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p)
     BN_TENSOR_DESC(xd, l->in);
     BN_TENSOR_DESC(dyd, l->out_grad);
     if (!l->in_grad)
-        return filter_pass(plan->by[2], g, plan, ctx, (cudaStream_t)ctx->stream, xd, dyd, x, dy, pooled, dw, db,
-                           g->parts);
+        return filter_pass(plan->by[2], g, plan, ctx, (cudaStream_t)ctx->stream, xd, dyd, x, dy, filter_pooled, dw,
+                           db, g->parts);
     BN_DEV_WR(dx, l->in_grad);
     BN_TENSOR_DESC(dxd, l->in_grad);
-    return both_passes(plan->by[2], plan->by[1], g, plan, ctx, xd, dxd, dyd, x, dy, pooled, w, dw, db, dx, g->parts,
-                       p->defer_joins != 0);
+    return both_passes(plan->by[2], plan->by[1], g, plan, ctx, xd, dxd, dyd, x, dy, pooled, filter_pooled, w, dw, db,
+                       dx, g->parts, p->defer_joins != 0);
 }
 
 extern "C" int bn_conv2d_fuse_next(bn_layer *l, bn_layer *next)
@@ -636,6 +664,7 @@ static const char *runner_name(int by, const char *const *names, int count, int 
     if (by == BY_IGEMM) return "blobnet igemm";
     if (by == BY_ROWS) return "blobnet rows";
     if (by == BY_TENSOR) return "blobnet tensor";
+    if (by == BY_ARGMAX) return "blobnet argmax";
     return name_of(names, count, algo);
 }
 

@@ -38,7 +38,8 @@ bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p);
  * each window's argmax (pool_priv.dev_mask), and this layer's filter and data kernels read the
  * pooled gradient through it where they can (conv_pooled.h), so the full-size output gradient
  * is never written; where the kernels chosen for a batch size cannot, the pooling's own
- * backward pass runs first. Returns BN_FUSED_BACKWARD | BN_FUSED_NO_IN_GRAD, or 0. */
+ * backward pass runs first (the argmax filter pass, conv_argmax.h, reads the pooled gradient
+ * even then). Returns BN_FUSED_BACKWARD | BN_FUSED_NO_IN_GRAD, or 0. */
 int bn_conv2d_fuse_next(bn_layer *l, bn_layer *next);
 
 /* Frees the GPU state (descriptors, chosen algorithms) and sets c->gpu to NULL. */
@@ -46,19 +47,21 @@ void bn_conv2d_gpu_release(conv_priv *c);
 
 /* Writes the algorithms chosen so far, one "n=<batch>: fwd X, bwd_data Y, bwd_filter Z" entry
  * per batch size, into buf (for logs and tests); blobnet's own kernels are named "blobnet
- * direct", "blobnet igemm", "blobnet rows" and "blobnet tensor" (conv_direct.h, conv_igemm.h,
- * conv_rows.h, conv_tensor.h). */
+ * direct", "blobnet igemm", "blobnet rows", "blobnet tensor" and "blobnet argmax" (conv_direct.h,
+ * conv_igemm.h, conv_rows.h, conv_tensor.h, conv_argmax.h). */
 void bn_conv2d_gpu_describe(const conv_priv *c, char *buf, size_t cap);
 
 /* For tests: plans made from now on run blobnet's passes with the direct kernels (family 1), the
- * implicit-GEMM kernels (family 2), the row-tiled kernels (family 3) or the tensor-core kernels
- * (family 4) wherever that family can; 0 restores the normal choice. */
+ * implicit-GEMM kernels (family 2), the row-tiled kernels (family 3), the tensor-core kernels
+ * (family 4) or the argmax filter pass (family 5: the filter pass of a layer whose output a 2x2
+ * max pooling reads) wherever that family can; 0 restores the normal choice. */
 enum {
     BN_CONV_FAMILY_ANY = 0,
     BN_CONV_FAMILY_DIRECT = 1,
     BN_CONV_FAMILY_IGEMM = 2,
     BN_CONV_FAMILY_ROWS = 3,
-    BN_CONV_FAMILY_TENSOR = 4
+    BN_CONV_FAMILY_TENSOR = 4,
+    BN_CONV_FAMILY_ARGMAX = 5
 };
 void bn_conv2d_gpu_force_own(int family);
 

@@ -2,7 +2,8 @@
  * its output (conv2d.cu fuses the pair on a device): the pooled gradient and, per pooled cell,
  * which cell of its window held the maximum. blobnet's filter and data kernels that take one
  * (conv_rows.h, conv_tensor.h) expand it while they stage dy, so the full-size gradient (three
- * zeros in every window) is never written to memory. */
+ * zeros in every window) is never written to memory; the argmax filter pass (conv_argmax.h)
+ * takes the products at the maxima alone. */
 #ifndef BN_CONV_POOLED_H
 #define BN_CONV_POOLED_H
 

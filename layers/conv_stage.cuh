@@ -100,19 +100,20 @@ static __host__ __device__ inline size_t pooled_stage_bytes(int count)
     return ((size_t)count * 5 + 15) / 16 * 16;
 }
 
-/* Starts copying image img's pooled gradient and mask (`count` = filters * ph * pw each) into
- * dst (pooled_stage_bytes(count), 16-byte aligned) with cp.async: 16-byte pieces where source
- * and size allow, else 4-byte ones, the mask byte by byte (at once) when not even that. */
-static __device__ void stage_pooled(float *dst, const bn_pooled_dy &pd, int img, int count)
+/* Starts copying `count` consecutive pooled cells' gradients and mask bytes, from cell `first`
+ * of pd on, into dst (pooled_stage_bytes(count), 16-byte aligned) with cp.async: 16-byte pieces
+ * where source and size allow, else 4-byte ones, the mask byte by byte (at once) when not even
+ * that. */
+static __device__ void stage_pooled_cells(float *dst, const bn_pooled_dy &pd, size_t first, int count)
 {
-    const float *src = pd.dy + (size_t)img * count;
+    const float *src = pd.dy + first;
     if ((((uintptr_t)src) & 15) == 0 && count % 4 == 0) {
         for (int e = threadIdx.x; e < count / 4; e += blockDim.x) __pipeline_memcpy_async(dst + 4 * e, src + 4 * e, 16);
     } else {
         for (int e = threadIdx.x; e < count; e += blockDim.x) __pipeline_memcpy_async(dst + e, src + e, 4);
     }
     unsigned char *mdst = (unsigned char *)(dst + count);
-    const unsigned char *msrc = pd.mask + (size_t)img * count;
+    const unsigned char *msrc = pd.mask + first;
     if (((((uintptr_t)msrc) | ((uintptr_t)mdst)) & 15) == 0 && count % 16 == 0) {
         for (int e = threadIdx.x; e < count / 16; e += blockDim.x)
             __pipeline_memcpy_async(mdst + 16 * e, msrc + 16 * e, 16);
@@ -121,6 +122,13 @@ static __device__ void stage_pooled(float *dst, const bn_pooled_dy &pd, int img,
     } else {
         for (int e = threadIdx.x; e < count; e += blockDim.x) mdst[e] = msrc[e];
     }
+}
+
+/* Starts copying image img's pooled gradient and mask (`count` = filters * ph * pw each) into
+ * dst, as stage_pooled_cells. */
+static __device__ void stage_pooled(float *dst, const bn_pooled_dy &pd, int img, int count)
+{
+    stage_pooled_cells(dst, pd, (size_t)img * count, count);
 }
 
 /* expand_pooled from what stage_pooled staged at `staged` (`filters` * ph * pw of each). */
