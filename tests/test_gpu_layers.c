@@ -546,6 +546,10 @@ static int all_nan(bn_blob *b)
 /* Whether layer l (a conv2d) runs its filter pass for batch n by the argmax kernel. */
 static int by_argmax(const bn_layer *l, int n)
 {
+#ifndef BN_WITH_CUDA
+    (void)l, (void)n;
+    return 0; /* no GPU plans */
+#else
     char buf[1024], want[64];
     bn_conv2d_gpu_describe(l->priv, buf, sizeof buf);
     snprintf(want, sizeof want, "n=%d: ", n);
@@ -553,6 +557,7 @@ static int by_argmax(const bn_layer *l, int n)
     if (!plan) return 0;
     const char *end = strchr(plan, ';'), *at = strstr(plan, "bwd_filter blobnet argmax");
     return at && (!end || at < end);
+#endif
 }
 
 /* One fused and one unfused net on the same data: every output, parameter gradient and the
