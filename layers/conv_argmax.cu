@@ -76,6 +76,10 @@ static __global__ void __launch_bounds__(MAX_THREADS) argmax_filter(argmax_args 
     const int first = blockIdx.y * s.span, last = min(s.n, first + s.span);
     const int count = fv * pp;
     const float inv_fv = 1.0f / fv, inv_pw = 1.0f / s.pw;
+    /* Where this thread's first pairs entry is, and how far each next one lies. */
+    int ol0, px0, dol, dpx;
+    const int p0 = div_small(tid, fv, inv_fv, ol0), py0 = div_small(p0, s.pw, inv_pw, px0);
+    const int dp = div_small((int)blockDim.x, fv, inv_fv, dol), dpy = div_small(dp, s.pw, inv_pw, dpx);
 
     float acc[K], accb = 0.0f;
 #pragma unroll
@@ -96,11 +100,14 @@ static __global__ void __launch_bounds__(MAX_THREADS) argmax_filter(argmax_args 
         __syncthreads();
         const float *pg = pb + b * s.psize;
         const unsigned char *pm = (const unsigned char *)(pg + count);
-        for (int e = tid; e < count; e += blockDim.x) {
-            int ol, px;
-            const int p = div_small(e, fv, inv_fv, ol), py = div_small(p, s.pw, inv_pw, px);
-            const int at = ol * pp + p, m = pm[at];
+        /* Entry e = p * fv + ol, thread tid taking e = tid, tid + step, ...: its (ol, p, py, px)
+         * advance by fixed amounts (worked out once, before the loop). */
+        for (int e = tid, eo = ol0, p = p0, py = py0, px = px0; e < count; e += blockDim.x) {
+            const int at = eo * pp + p, m = pm[at];
             pairs[e] = make_float2(pg[at], __int_as_float((2 * py + (m >> 1)) * s.wp + 2 * px + (m & 1)));
+            eo += dol, p += dp, px += dpx, py += dpy;
+            if (eo >= fv) eo -= fv, p++, px++;
+            if (px >= s.pw) px -= s.pw, py++;
         }
         __syncthreads();
         if (bias)
