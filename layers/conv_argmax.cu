@@ -66,7 +66,7 @@ static __global__ void __launch_bounds__(MAX_THREADS) argmax_filter(argmax_args 
     const int o0 = blockIdx.x * s.fb, fv = min(s.fb, s.filters - o0);
     float *xb = (float *)smem4;                      /* [2][xsize]: the staged planes */
     float *pb = xb + 2 * s.xsize;                    /* [2][psize]: pooled gradients, then masks */
-    float2 *pairs = (float2 *)(pb + 2 * s.psize);    /* [pp][fb]: (gradient, window offset) */
+    float2 *pairs = (float2 *)(pb + 2 * s.psize);    /* [pp][fv]: (gradient, window offset) */
     const int tid = threadIdx.x, part = tid / s.items, it = tid - part * s.items;
     const int c = it % C, r = it / C, ky = r % K, ol = r / K;
     const bool live = part < s.parts && ol < fv;
