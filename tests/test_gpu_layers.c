@@ -596,8 +596,12 @@ static int fused_vs_unfused(const layer_case *lc, int capacity, int n, const int
                 CHECK(same_bits(la->params[k].grad, lb->params[k].grad, seed) == BN_PASS);
                 continue;
             }
+            /* compare_blob's message calls its two sides "gpu" and "cpu": here the fused and the
+             * unfused net. */
+            char what[256];
+            snprintf(what, sizeof what, "%s, fused (\"gpu\") vs unfused (\"cpu\")", lc->what);
             double worst = 0.0;
-            CHECK(compare_blob(lc->what, n, la->params[k].grad, lb->params[k].grad, start + lb->params[k].grad->offset,
+            CHECK(compare_blob(what, n, la->params[k].grad, lb->params[k].grad, start + lb->params[k].grad->offset,
                                TOL_GEMM, seed, &worst) == BN_PASS);
         }
         if (i + 1 == a->num_layers) continue;
