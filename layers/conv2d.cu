@@ -210,18 +210,29 @@ static bn_status choose_bwd_filter(const bn_layer *l, const bn_ctx *ctx, const c
     return BN_OK;
 }
 
+/* Whether the forward pass by `by` can write a 2x2 max pooling's output instead of its own
+ * (conv_pooled.h): the row tiles' and the tensor cores' where their buffers allow. */
+static bool writes_pooled(const conv_plan *plan, int by)
+{
+    if (by == BY_ROWS) return bn_rows_pools(&plan->rows) != 0;
+    return by == BY_TENSOR && plan->tc.fwd_ok && plan->tc.fwd.pools;
+}
+
 /* The three passes on the given buffers, by blobnet's kernels (own) or by cuDNN's chosen
  * algorithm with its bias operation, which blobnet's kernels fuse. Used by the layer's passes
- * and by the timing that chooses between the two. */
+ * and by the timing that chooses between the two. The forward pass writes y, or with `pooled`
+ * (writes_pooled) the pooling's output and mask instead. */
 static bn_status forward_pass(int by, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
                               cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t yd, const float *x, const float *w,
-                              const float *b, float *y)
+                              const float *b, float *y, const bn_pooled_out *pooled)
 {
     const bn_direct_plan *d = &plan->direct;
+    if (pooled && !writes_pooled(plan, by))
+        return bn_error(BN_ERR_INTERNAL, "this forward pass cannot write a pooled output");
     if (by == BY_DIRECT) return bn_direct_forward(d, ctx->stream, x, w, b, y);
     if (by == BY_IGEMM) return bn_igemm_forward(&plan->ig, &d->g, d->filters, d->n, ctx->stream, x, w, b, y);
-    if (by == BY_ROWS) return bn_rows_forward(&plan->rows, ctx->stream, x, w, b, y);
-    if (by == BY_TENSOR) return bn_tensor_forward(&plan->tc, ctx->stream, x, w, b, y);
+    if (by == BY_ROWS) return bn_rows_forward(&plan->rows, ctx->stream, x, w, b, y, pooled);
+    if (by == BY_TENSOR) return bn_tensor_forward(&plan->tc, ctx->stream, x, w, b, y, pooled);
     cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
     const float one = 1.0f, zero = 0.0f;
     BN_CUDNN(cudnnConvolutionForward(h, &one, xd, x, g->w_desc, w, g->conv_desc, plan->fwd, ctx->workspace,
@@ -338,7 +349,7 @@ static bn_status both_passes(int filter, int data, const conv_gpu *g, const conv
 static bn_status run_pass(int pass, int by, int beside, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
                           cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t yd, const scratch *m)
 {
-    if (pass == 0) return forward_pass(by, g, plan, ctx, xd, yd, m->x, m->w, m->b, m->y);
+    if (pass == 0) return forward_pass(by, g, plan, ctx, xd, yd, m->x, m->w, m->b, m->y, NULL);
     if (pass == 2)
         return filter_pass(by, g, plan, ctx, (cudaStream_t)ctx->stream, xd, yd, m->x, m->y,
                            by == BY_ARGMAX ? &m->pooled : NULL, m->dw, m->db, m->parts);
@@ -582,7 +593,19 @@ extern "C" bn_status bn_conv2d_forward_gpu(bn_layer *l, const bn_pass *p)
     BN_DEV_WR(y, l->out);
     BN_TENSOR_DESC(xd, l->in);
     BN_TENSOR_DESC(yd, l->out);
-    return forward_pass(plan->by[0], g, plan, ctx, xd, yd, x, w, b, y);
+    /* The max pooling after the layer, if any (bn_conv2d_fuse_next): its forward pass is this
+     * one's, in the kernel's epilogue where the kernel chosen for this batch size can (y is then
+     * left unwritten), else by the pooling's own kernel after it. */
+    bn_layer *pool = ((const conv_priv *)l->priv)->pool_after;
+    if (!pool) return forward_pass(plan->by[0], g, plan, ctx, xd, yd, x, w, b, y, NULL);
+    if (!writes_pooled(plan, plan->by[0])) {
+        BN_TRY(forward_pass(plan->by[0], g, plan, ctx, xd, yd, x, w, b, y, NULL));
+        return bn_maxpool_forward_gpu(pool, p);
+    }
+    const pool_priv *pp = (const pool_priv *)pool->priv;
+    bn_pooled_out po = {bn_blob_dev_wr(pool->out), pp->dev_mask, pp->oh, pp->ow};
+    if (!po.y) return bn_last_status();
+    return forward_pass(plan->by[0], g, plan, ctx, xd, yd, x, w, b, y, &po);
 }
 
 /* The max pooling after the layer, if any (bn_conv2d_fuse_next): *pooled = pd, its gradient
@@ -643,7 +666,7 @@ extern "C" int bn_conv2d_fuse_next(bn_layer *l, bn_layer *next)
         return 0; /* the passes stay apart */
     }
     c->pool_after = next;
-    return BN_FUSED_BACKWARD | BN_FUSED_NO_IN_GRAD;
+    return BN_FUSED_FORWARD | BN_FUSED_NO_IN | BN_FUSED_BACKWARD | BN_FUSED_NO_IN_GRAD;
 }
 
 static const char *const fwd_names[] = {"implicit_gemm", "implicit_precomp_gemm", "gemm", "direct",

@@ -26,20 +26,24 @@ typedef struct conv_priv {
     bn_conv_geom g;  /* from setup */
     float *col;      /* one example's column matrix, reused by forward and backward */
     conv_gpu *gpu;   /* NULL until the first GPU pass; released by bn_conv2d_gpu_release */
-    bn_layer *pool_after; /* a 2x2 max pooling after it whose GPU backward pass this layer's
-                             does (bn_conv2d_fuse_next), else NULL */
+    bn_layer *pool_after; /* a 2x2 max pooling after it whose GPU passes this layer's do
+                             (bn_conv2d_fuse_next), else NULL */
 } conv_priv;
 
 bn_status bn_conv2d_forward_gpu(bn_layer *l, const bn_pass *p);
 bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p);
 
 /* bn_layer_ops.fuse_next_gpu: a max pooling of 2x2 windows at stride 2 without padding after
- * the layer has its GPU backward pass done by this layer's: the pooling's forward pass records
- * each window's argmax (pool_priv.dev_mask), and this layer's filter and data kernels read the
- * pooled gradient through it where they can (conv_pooled.h), so the full-size output gradient
- * is never written; where the kernels chosen for a batch size cannot, the pooling's own
- * backward pass runs first (the argmax filter pass, conv_argmax.h, reads the pooled gradient
- * even then). Returns BN_FUSED_BACKWARD | BN_FUSED_NO_IN_GRAD, or 0. */
+ * the layer has both GPU passes done by this layer's (conv_pooled.h).
+ * - Forward: the forward kernel writes the pooled output and each window's argmax
+ *   (pool_priv.dev_mask) from its epilogue, so this layer's full-size output is never written;
+ *   where the kernel chosen for a batch size cannot, it writes that output and the pooling's
+ *   own forward pass runs after it.
+ * - Backward: this layer's filter and data kernels read the pooled gradient through the mask
+ *   where they can, so the full-size output gradient is never written; where the kernels
+ *   chosen for a batch size cannot, the pooling's own backward pass (from the mask) runs first
+ *   (the argmax filter pass, conv_argmax.h, reads the pooled gradient even then).
+ * Returns BN_FUSED_FORWARD | BN_FUSED_NO_IN | BN_FUSED_BACKWARD | BN_FUSED_NO_IN_GRAD, or 0. */
 int bn_conv2d_fuse_next(bn_layer *l, bn_layer *next);
 
 /* Frees the GPU state (descriptors, chosen algorithms) and sets c->gpu to NULL. */

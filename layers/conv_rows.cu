@@ -7,7 +7,9 @@
  * input values that its outputs' windows cover once, then for each of the k taps of that row
  * the ct weights (the same for every thread of a warp: a broadcast), and does 4 x ct
  * multiply-adds per tap. With `split` thread groups the input channels are dealt out in turn
- * and the groups' sums are added in group order through shared memory at the end.
+ * and the groups' sums are added in group order through shared memory at the end. For a 2x2
+ * max pooling after the layer (conv_pooled.h) every output of the block goes to shared memory
+ * that way, biased, and the block writes each window's maximum and its cell instead.
  *
  * Filter kernel. dW[o][c][ky][kx] = sum over images and outputs (y, x) of
  * dy[o][y][x] * xpad[c][y + ky][x + kx]. A thread owns one input channel c and window row ky
@@ -70,7 +72,32 @@ typedef struct conv_args {
     bool vec;
     const float *in, *w, *bias;
     float *out;
+    bn_pooled_out po; /* po.y set: the 2x2 max pooling's output and mask instead of out */
 } conv_args;
+
+/* The pooled epilogue: the block's outputs, biased, lie in shared memory as
+ * [channel][image][cell][PX]; writes each 2x2 window's maximum and its cell. */
+template <int CT>
+static __device__ void pool_outputs(const conv_args &a, const float *outs, int o0, int n0, int live)
+{
+    const bn_rows_conv &s = a.s;
+    const int pcells = a.po.ph * a.po.pw, per = s.cells * s.images, row = s.segs * PX;
+    for (int e = threadIdx.x; e < s.images * pcells; e += blockDim.x) {
+        const int im = e / pcells, pc = e - im * pcells, py = pc / a.po.pw, px = pc - py * a.po.pw;
+        if (im >= live) continue;
+        /* The window's top-left output: row 2 py, column 2 px, of one row piece (PX is even). */
+        const float *q = outs + (size_t)(im * s.cells + 2 * py * s.segs) * PX + 2 * px;
+        const size_t at = ((size_t)(n0 + im) * s.co + o0) * pcells + pc;
+#pragma unroll
+        for (int j = 0; j < CT; j++) {
+            if (o0 + j >= s.co) break;
+            const float *w = q + (size_t)j * per * PX;
+            int cell;
+            a.po.y[at + (size_t)j * pcells] = bn_window_max2(w[0], w[1], w[row], w[row + 1], &cell);
+            a.po.mask[at + (size_t)j * pcells] = (unsigned char)cell;
+        }
+    }
+}
 
 template <int CT, int K>
 static __global__ void __launch_bounds__(512) rows_conv(conv_args a)
@@ -141,6 +168,33 @@ static __global__ void __launch_bounds__(512) rows_conv(conv_args a)
     }
 
     const int npos = s.ho * s.wo;
+    if (a.po.y) {
+        /* Every output, biased, to shared memory as [channel][thread][PX] (the groups' sums
+         * added in group order as below, in group 0's place), then the windows' maxima. */
+        const int outs = CT * per * PX;
+        __syncthreads(); /* the staged planes are no longer read */
+#pragma unroll
+        for (int j = 0; j < CT; j++) {
+            const float b = a.bias && o0 + j < s.co ? a.bias[o0 + j] : 0.0f;
+            float *d = smem + (size_t)grp * outs + (j * per + t) * PX;
+            if (s.split == 1)
+                *(float4 *)d = make_float4(acc[j][0] + b, acc[j][1] + b, acc[j][2] + b, acc[j][3] + b);
+            else
+                *(float4 *)d = make_float4(acc[j][0], acc[j][1], acc[j][2], acc[j][3]);
+        }
+        __syncthreads();
+        if (s.split > 1) {
+            for (int e = threadIdx.x; e < outs; e += blockDim.x) {
+                const int o = o0 + e / (PX * per);
+                float v = smem[e];
+                for (int g = 1; g < s.split; g++) v += smem[(size_t)g * outs + e];
+                smem[e] = v + (a.bias && o < s.co ? a.bias[o] : 0.0f);
+            }
+            __syncthreads();
+        }
+        pool_outputs<CT>(a, smem, o0, n0, live);
+        return;
+    }
     if (s.split == 1) {
         if (im >= live) return;
         const int x_end = min(PX, s.wo - ox);
@@ -337,6 +391,10 @@ static int conv_shape(bn_rows_conv *d, int ci, int hi, int wi, int pad, int co, 
     size_t main_floats = (size_t)round4i((int)(d->images * d->chunk * plane)) + (size_t)d->chunk * k * k * d->ct;
     size_t red_floats = split > 1 ? (size_t)split * d->ct * per * PX : 0;
     d->smem = (main_floats > red_floats ? main_floats : red_floats) * sizeof(float);
+    /* The pooled epilogue holds every output of the block, split or not. */
+    red_floats = (size_t)split * d->ct * per * PX;
+    d->pool_smem = (main_floats > red_floats ? main_floats : red_floats) * sizeof(float);
+    if (d->pool_smem > SMEM_LIMIT) d->pool_smem = 0;
     const long long blocks_y = ((long long)n + d->images - 1) / d->images;
     return blocks_y <= 65535 && d->smem <= SMEM_LIMIT;
 }
@@ -440,25 +498,33 @@ static bool aligned16(const void *p)
 }
 
 static bn_status run_conv(const bn_rows_conv *s, int n, cudaStream_t st, const float *in, const float *w,
-                          const float *bias, float *out)
+                          const float *bias, float *out, const bn_pooled_out *po)
 {
-    conv_args a = {*s, n, aligned16(in) && s->wi % 4 == 0 && s->pad % 4 == 0, in, w, bias, out};
+    conv_args a = {*s, n, aligned16(in) && s->wi % 4 == 0 && s->pad % 4 == 0, in, w, bias, out, {}};
+    if (po) a.po = *po;
     dim3 grid(s->groups, (n + s->images - 1) / s->images);
-    ROWS_DISPATCH(launch_conv, s->ct, s->k, grid, s->threads, s->smem, st, a)
+    ROWS_DISPATCH(launch_conv, s->ct, s->k, grid, s->threads, po ? s->pool_smem : s->smem, st, a)
+}
+
+extern "C" int bn_rows_pools(const bn_rows_plan *p)
+{
+    return p->fwd_ok && p->fwd.pool_smem > 0 && p->g.oh >= 2 && p->g.ow >= 2;
 }
 
 extern "C" bn_status bn_rows_forward(const bn_rows_plan *p, void *stream, const float *x, const float *w,
-                                     const float *b, float *y)
+                                     const float *b, float *y, const bn_pooled_out *pooled)
 {
     if (!p->fwd_ok) return bn_error(BN_ERR_INTERNAL, "row-tiled convolution cannot run this forward shape");
-    return run_conv(&p->fwd, p->n, (cudaStream_t)stream, x, w, b, y);
+    if (pooled && !bn_rows_pools(p))
+        return bn_error(BN_ERR_INTERNAL, "row-tiled convolution cannot write this forward shape's pooled output");
+    return run_conv(&p->fwd, p->n, (cudaStream_t)stream, x, w, b, y, pooled);
 }
 
 extern "C" bn_status bn_rows_backward_data(const bn_rows_plan *p, void *stream, const float *dy, const float *w,
                                            float *dx)
 {
     if (!p->data_ok) return bn_error(BN_ERR_INTERNAL, "row-tiled convolution cannot run this backward-data shape");
-    return run_conv(&p->data, p->n, (cudaStream_t)stream, dy, w, NULL, dx);
+    return run_conv(&p->data, p->n, (cudaStream_t)stream, dy, w, NULL, dx, NULL);
 }
 
 static bn_status run_filter(const bn_rows_plan *p, cudaStream_t st, const float *x, const float *dy,

@@ -35,6 +35,8 @@ typedef struct bn_rows_conv {
     int hp, wp;           /* staged plane: ho + k - 1 rows of wp floats (a multiple of 4) */
     int threads;          /* cells * images * split */
     size_t smem;          /* dynamic shared memory per block, bytes */
+    size_t pool_smem;     /* the same with room for all of the block's outputs, for the pooled
+                             epilogue; 0 when that does not fit */
 } bn_rows_conv;
 
 /* Launch shape of the filter kernel. */
@@ -63,11 +65,16 @@ typedef struct bn_rows_plan {
 void bn_rows_plan_make(bn_rows_plan *p, const bn_conv_geom *g, int filters, int n, int sms);
 
 /* The three passes on stream (a cudaStream_t), with the shapes and contracts of conv_direct.h:
- * forward writes y (bias added); data writes dx; filter adds into dw and db and uses workspace
- * (plan->workspace bytes), and reads dy through a 2x2 max pooling when `pooled` is not NULL
- * (conv_pooled.h; dy is then not read). */
+ * forward writes y (bias added), or with `pooled` not NULL the 2x2 max pooling's output and
+ * mask instead (conv_pooled.h; y is then not written, and bn_rows_pools must hold); data writes
+ * dx; filter adds into dw and db and uses workspace (plan->workspace bytes), and reads dy
+ * through a 2x2 max pooling when `pooled` is not NULL (dy is then not read). */
 bn_status bn_rows_forward(const bn_rows_plan *p, void *stream, const float *x, const float *w, const float *b,
-                          float *y);
+                          float *y, const bn_pooled_out *pooled);
+
+/* Whether the plan's forward pass can write a 2x2 max pooling's output (its outputs fit in
+ * shared memory beside the staged input). */
+int bn_rows_pools(const bn_rows_plan *p);
 bn_status bn_rows_backward_data(const bn_rows_plan *p, void *stream, const float *dy, const float *w, float *dx);
 bn_status bn_rows_backward_filter(const bn_rows_plan *p, void *stream, const float *x, const float *dy,
                                   const bn_pooled_dy *pooled, float *dw, float *db, float *workspace);

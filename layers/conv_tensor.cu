@@ -9,7 +9,8 @@
  * staged planes (for position 0) and of B's element within the weights (for channel 0). k past
  * the reduction reads the zero plane. Each warp owns two 16-position tiles and every channel
  * tile, for every splits-th step of 8 along k; the warps then add their sums into shared memory
- * one split after another, and the block writes the image's outputs with the bias.
+ * one split after another, and the block writes the image's outputs with the bias, or, for a
+ * 2x2 max pooling after the layer (conv_pooled.h), each window's maximum and its cell.
  *
  * Backward data, by scattering rather than by convolving the zero-padded dy: for each tap t,
  * P_t[q][c] = sum over filters o of dy[o][q] * w[o][c][t] is a product with no zeros in it, and
@@ -55,6 +56,7 @@ typedef struct tensor_args {
     bool vec;
     const float *in, *w, *bias;
     float *out;
+    bn_pooled_out po; /* po.y set: the 2x2 max pooling's output and mask instead of out */
 } tensor_args;
 
 template <int NT, int P>
@@ -158,8 +160,24 @@ static __global__ void __launch_bounds__(MAX_WARPS * 32) tensor_conv(tensor_args
             }
             __syncthreads();
         }
-        float *y = a.out + (size_t)img * s.co * npos;
         const int span = min(s.mper * 32, npos - m0);
+        if (a.po.y) {
+            /* The windows whose rows lie in this share (it starts on an even row: s.pools). */
+            const int pw = a.po.pw, pcells = a.po.ph * pw, py0 = m0 / (2 * s.wo);
+            const int prows = min(a.po.ph - py0, span / s.wo / 2), count = prows * pw;
+            const size_t base = (size_t)img * s.co * pcells + (size_t)py0 * pw;
+            for (int e = threadIdx.x; e < s.co * count; e += blockDim.x) {
+                const int o = e / count, c = e - o * count, py = c / pw, px = c - py * pw;
+                const float b = a.bias ? a.bias[o] : 0.0f;
+                const float *r = red + (2 * py * s.wo + 2 * px) * np + o; /* the window's top-left */
+                int cell;
+                const float top = bn_window_max2(r[0] + b, r[np] + b, r[s.wo * np] + b, r[(s.wo + 1) * np] + b, &cell);
+                a.po.y[base + (size_t)o * pcells + c] = top;
+                a.po.mask[base + (size_t)o * pcells + c] = (unsigned char)cell;
+            }
+            continue;
+        }
+        float *y = a.out + (size_t)img * s.co * npos;
         for (int e = threadIdx.x; e < s.co * span; e += blockDim.x) {
             const int o = e / span, m = e - o * span;
             y[(size_t)o * npos + m0 + m] = red[m * np + o] + (a.bias ? a.bias[o] : 0.0f);
@@ -213,6 +231,8 @@ static int tensor_shape(bn_tensor_conv *d, int ci, int hi, int wi, int pad, int 
     const long long items = (long long)n * d->mparts;
     if (items > (1LL << 30)) return 0;
     d->blocks = (int)(items < sms ? items : sms);
+    /* A pooled epilogue needs each share to start on an even output row. */
+    d->pools = ho >= 2 && wo >= 2 && (d->mparts == 1 || (d->mper * 32) % (2 * wo) == 0);
     return 1;
 }
 
@@ -688,11 +708,14 @@ static bn_status forward_p(const tensor_args &a, cudaStream_t st)
 }
 
 extern "C" bn_status bn_tensor_forward(const bn_tensor_plan *p, void *stream, const float *x, const float *w,
-                                       const float *b, float *y)
+                                       const float *b, float *y, const bn_pooled_out *pooled)
 {
     if (!p->fwd_ok) return bn_error(BN_ERR_INTERNAL, "tensor-core convolution cannot run this forward shape");
     const bn_tensor_conv *s = &p->fwd;
-    tensor_args a = {*s, p->n, ((uintptr_t)x & 15) == 0 && s->wi % 4 == 0 && s->pad % 4 == 0, x, w, b, y};
+    if (pooled && !s->pools)
+        return bn_error(BN_ERR_INTERNAL, "tensor-core convolution cannot write this forward shape's pooled output");
+    tensor_args a = {*s, p->n, ((uintptr_t)x & 15) == 0 && s->wi % 4 == 0 && s->pad % 4 == 0, x, w, b, y, {}};
+    if (pooled) a.po = *pooled;
     return BY_PRODUCTS(p, forward_p, a, (cudaStream_t)stream);
 }
 

@@ -14,7 +14,8 @@
  *   summed over a span of images' positions, with partial sums per span that
  *   bn_direct_finish_filter adds.
  *
- * The data and filter passes can read dy through a 2x2 max pooling (conv_pooled.h). Every sum
+ * The forward pass can write a 2x2 max pooling's output instead of its own, and the data and
+ * filter passes can read dy through that pooling (conv_pooled.h). Every sum
  * is taken in a fixed order (no atomics), so the results are deterministic. Shapes a pass
  * cannot run clear its ok flag. */
 #ifndef BN_CONV_TENSOR_H
@@ -41,6 +42,8 @@ typedef struct bn_tensor_conv {
     int threads, blocks;
     size_t a_off, tab_off, red_off; /* floats: staged planes, offset tables, the warps' sums */
     size_t smem;                 /* bytes */
+    int pools;                   /* can write a 2x2 max pooling's output: every share of an
+                                    image starts on an even output row */
 } bn_tensor_conv;
 
 /* Launch shape of the backward-data kernel: blocks of k warps (warp ky: window row ky). */
@@ -86,10 +89,11 @@ typedef struct bn_tensor_plan {
  * cleared. */
 void bn_tensor_plan_make(bn_tensor_plan *p, const bn_conv_geom *g, int filters, int n, int sms, int tf32);
 
-/* forward writes y (bias added), data writes dx, filter adds into dw and db and uses workspace
- * (plan->workspace bytes); shapes as in conv_direct.h. */
+/* forward writes y (bias added), or with `pooled` not NULL the 2x2 max pooling's output and
+ * mask instead (y is then not written; p->fwd.pools must hold); data writes dx, filter adds
+ * into dw and db and uses workspace (plan->workspace bytes); shapes as in conv_direct.h. */
 bn_status bn_tensor_forward(const bn_tensor_plan *p, void *stream, const float *x, const float *w, const float *b,
-                            float *y);
+                            float *y, const bn_pooled_out *pooled);
 bn_status bn_tensor_backward_data(const bn_tensor_plan *p, void *stream, const float *dy,
                                   const bn_pooled_dy *pooled, const float *w, float *dx);
 bn_status bn_tensor_backward_filter(const bn_tensor_plan *p, void *stream, const float *x, const float *dy,

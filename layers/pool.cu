@@ -12,9 +12,10 @@
  * the CPU's tie rule and takes the window's gradient only when that argmax is its own cell;
  * for average pooling it adds dy / count, the CPU's share. No argmax is stored for the
  * layer's own backward pass, so both passes are plain kernel launches on the context's stream
- * and can be captured in a CUDA graph. Only a max pooling whose backward pass the convolution
- * before it does (bn_conv2d_fuse_next) has its forward pass record each window's argmax cell in
- * pool_priv.dev_mask, allocated once when the pair is fused.
+ * and can be captured in a CUDA graph. Only a max pooling fused with the convolution before it
+ * (bn_conv2d_fuse_next) has its forward pass record each window's argmax cell in
+ * pool_priv.dev_mask, allocated once when the pair is fused; its own backward pass then reads
+ * the mask instead of x, which the convolution may have left unwritten (conv_pooled.h).
  *
  * Non-overlapping windows (stride == size, pad == 0: the windows tile the input, and floor
  * mode may leave fewer than size rows below and columns to the right that no window covers)
@@ -35,6 +36,7 @@
 #include <limits.h>
 #include <stdint.h>
 
+#include "conv_pooled.h"
 #include "cuda_check.h"
 #include "pdl.cuh"
 #include "pool.h"
@@ -188,14 +190,14 @@ static __global__ void __launch_bounds__(THREADS)
          * its mean (average forward); average backward reads nothing from x. */
         int best = 0;
         float top = 0.0f;
-        if constexpr (OP == MAX_FORWARD || OP == MAX_BACKWARD) {
+        if constexpr (OP == MAX_BACKWARD) {
+            if (mask) best = mask[i]; /* recorded by the forward pass: x is not read */
+        }
+        if (OP == MAX_FORWARD || (OP == MAX_BACKWARD && !mask)) {
             const float *xw = x + corner;
             if constexpr (S == 2) {
                 float2 a = load2<VEC>(xw), b = load2<VEC>(xw + g.w);
-                top = a.x;
-                if (a.y > top) top = a.y, best = 1;
-                if (b.x > top) top = b.x, best = 2;
-                if (b.y > top) top = b.y, best = 3;
+                top = bn_window_max2(a.x, a.y, b.x, b.y, &best);
             } else {
                 top = xw[0];
                 for (int ky = 0; ky < s; ky++)
@@ -321,13 +323,13 @@ static bn_status pool_backward(bn_layer *l, const bn_pass *pass)
     if (!l->in_grad) return BN_OK;
     const pool_priv *p = (const pool_priv *)l->priv;
     const float *x = nullptr;
-    if constexpr (OP == MAX_BACKWARD) {
+    if (OP == MAX_BACKWARD && !p->dev_mask) {
         BN_DEV_RD(xin, l->in);
         x = xin;
     }
     BN_DEV_RD(dy, l->out_grad);
     BN_DEV_WR(dx, l->in_grad);
-    return launch<OP>(pass, p, (size_t)l->in->n * p->c, x, dy, dx);
+    return launch<OP>(pass, p, (size_t)l->in->n * p->c, x, dy, dx, OP == MAX_BACKWARD ? p->dev_mask : nullptr);
 }
 
 extern "C" bn_status bn_maxpool_forward_gpu(bn_layer *l, const bn_pass *p)

@@ -79,10 +79,13 @@ struct bn_layer {
  * neighbour's kernels, so running the layer's own pass on the device does nothing. With
  * BN_FUSED_BACKWARD, BN_FUSED_NO_IN_GRAD says that the neighbour reads this layer's output
  * gradient directly and nothing writes its input gradient on the device (only that neighbour
- * would read it). */
+ * would read it). With BN_FUSED_FORWARD, BN_FUSED_NO_IN says that the neighbour may leave this
+ * layer's input (the neighbour's own output) unwritten on the device: it computes this layer's
+ * output without storing it, and nothing else reads it (bn_net_blob_unwritten). */
 #define BN_FUSED_FORWARD 1
 #define BN_FUSED_BACKWARD 2
 #define BN_FUSED_NO_IN_GRAD 4
+#define BN_FUSED_NO_IN 8
 
 struct bn_layer_ops {
     const char *type;          /* the model-file section name, e.g. "conv2d" */

@@ -470,6 +470,12 @@ void bn_net_mark_device_written(bn_net *net)
     }
 }
 
+int bn_net_blob_unwritten(const bn_net *net, int i, int grad)
+{
+    if (i < 0 || i + 1 >= net->num_layers) return 0;
+    return (net->layers[i + 1]->gpu_fused & (grad ? BN_FUSED_NO_IN_GRAD : BN_FUSED_NO_IN)) != 0;
+}
+
 int bn_net_graph_safe(const bn_net *net)
 {
     for (int i = 0; i < net->num_layers; i++) {

@@ -98,6 +98,11 @@ bn_layer *bn_net_find_layer(bn_net *net, const char *name);
  * sync states did not see. */
 void bn_net_mark_device_written(bn_net *net);
 
+/* Whether layer i's output (grad = 0) or output gradient (grad = 1) may be left unwritten on
+ * the device, the next layer's pass being fused into a neighbour's kernels that read past it
+ * (BN_FUSED_NO_IN, BN_FUSED_NO_IN_GRAD): its contents are then not the layer's. */
+int bn_net_blob_unwritten(const bn_net *net, int i, int grad);
+
 /* Whether every layer can be captured in a CUDA graph (GPU passes without per-step host
  * state: see bn_layer_ops.graph_safe). */
 int bn_net_graph_safe(const bn_net *net);

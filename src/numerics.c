@@ -51,11 +51,13 @@ int bn_numerics_locate(bn_net *net, char *buf, size_t cap)
             if (describe(l->params[k].value, l, what, buf, cap)) return 1;
         }
     }
+    /* Blobs that fused kernels read past hold nothing of this step. */
     for (int i = 0; i < net->num_layers; i++)
-        if (describe(net->layers[i]->out, net->layers[i], "output", buf, cap)) return 1;
+        if (!bn_net_blob_unwritten(net, i, 0) && describe(net->layers[i]->out, net->layers[i], "output", buf, cap))
+            return 1;
     for (int i = net->num_layers - 1; i >= 0; i--) {
         bn_layer *l = net->layers[i];
-        if (describe(l->out_grad, l, "output gradient", buf, cap)) return 1;
+        if (!bn_net_blob_unwritten(net, i, 1) && describe(l->out_grad, l, "output gradient", buf, cap)) return 1;
         for (int k = 0; k < l->num_params; k++) {
             snprintf(what, sizeof what, "gradient of %s", l->params[k].name);
             if (describe(l->params[k].grad, l, what, buf, cap)) return 1;
@@ -89,8 +91,9 @@ bn_status bn_numerics_print(bn_net *net, FILE *out, long step)
     for (int i = 0; i < net->num_layers; i++) {
         bn_layer *l = net->layers[i];
         double s[4] = {0}, n[4] = {0};
-        BN_TRY(add_abs(l->out, &s[0], &n[0]));
-        if (l->out_grad) BN_TRY(add_abs(l->out_grad, &s[1], &n[1]));
+        /* "-" for blobs that fused kernels read past (they hold nothing of this step). */
+        if (!bn_net_blob_unwritten(net, i, 0)) BN_TRY(add_abs(l->out, &s[0], &n[0]));
+        if (l->out_grad && !bn_net_blob_unwritten(net, i, 1)) BN_TRY(add_abs(l->out_grad, &s[1], &n[1]));
         for (int k = 0; k < l->num_params; k++) {
             BN_TRY(add_abs(l->params[k].value, &s[2], &n[2]));
             BN_TRY(add_abs(l->params[k].grad, &s[3], &n[3]));
