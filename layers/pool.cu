@@ -186,14 +186,14 @@ static __global__ void __launch_bounds__(THREADS)
         size_t plane = (size_t)(t / (I)g.oh);
         /* Offset of the window's top-left cell within the planes of x and dx. */
         const size_t corner = plane * ((size_t)g.h * g.w) + (size_t)(oy * s) * g.w + (size_t)(ox * s);
-        /* The window's argmax in row-major window order, first maximum on ties (max pooling), or
-         * its mean (average forward); average backward reads nothing from x. */
+        /* The window's argmax in row-major window order, first maximum on ties (max pooling;
+         * backward takes it from the mask where the forward pass recorded one, and then reads
+         * nothing from x), or its mean (average forward); average backward reads nothing from x. */
         int best = 0;
         float top = 0.0f;
-        if constexpr (OP == MAX_BACKWARD) {
-            if (mask) best = mask[i]; /* recorded by the forward pass: x is not read */
-        }
-        if (OP == MAX_FORWARD || (OP == MAX_BACKWARD && !mask)) {
+        const bool recorded = OP == MAX_BACKWARD && mask;
+        if (recorded) best = mask[i];
+        if ((OP == MAX_FORWARD || OP == MAX_BACKWARD) && !recorded) {
             const float *xw = x + corner;
             if constexpr (S == 2) {
                 float2 a = load2<VEC>(xw), b = load2<VEC>(xw + g.w);
