@@ -616,13 +616,14 @@ static int by_argmax(const bn_layer *l, int n)
 }
 
 /* One fused and one unfused net on the same data: every parameter gradient, and every output
- * and output gradient outside the fused pairs, bit for bit the same; per convolution, `out` (1: its forward kernel wrote the pooled output, so its own output stays
- * the poison; 0: it wrote its output, the same as the unfused net's; -1: either) and `through`
- * (1: its kernels read the pooled gradient, so its own output gradient stays the poison; 0:
- * the pooling's backward pass wrote it, the same as the unfused net's; -1: either). A convolution
- * whose fused filter pass is the argmax kernel (which needs the pooling, so the unfused net
- * cannot run it) sums other products in another order: its parameter gradients must agree
- * within TOL_GEMM of their scale instead. */
+ * and output gradient outside the fused pairs, bit for bit the same. `out`, for every
+ * convolution a pooling reads (1: its forward kernel wrote the pooled output, so its own output
+ * stays the poison; 0: it wrote its output, the same as the unfused net's; -1: either), and
+ * `through`, per such convolution (1: its kernels read the pooled gradient, so its own output
+ * gradient stays the poison; 0: the pooling's backward pass wrote it, the same as the unfused
+ * net's; -1: either). A convolution whose fused filter pass is the argmax kernel (which needs
+ * the pooling, so the unfused net cannot run it) sums other products in another order: its
+ * parameter gradients must agree within TOL_GEMM of their scale instead. */
 static int fused_vs_unfused(const layer_case *lc, int capacity, int n, int out, const int *through, bn_ctx *ctx)
 {
     uint64_t seed = lt_fresh_seed();
@@ -694,10 +695,10 @@ static int fused_vs_unfused(const layer_case *lc, int capacity, int n, int out, 
  * filter and data kernels read the pooled gradient through the mask, or the pooling's own
  * backward pass (from the mask) runs first when the kernels chosen cannot. Either way every
  * result is the unfused net's bit for bit (the same sums, the same tie rule, the same expanded
- * gradient), with each kernel family and batch size, odd output
- * sizes (a last row and column no window covers) included; only the argmax filter pass, which
- * the unfused net cannot run, gives the weight gradients within rounding. The comparison with
- * the CPU is gpu_layer_stack_matches_cpu's and gpu_layer_conv_argmax_filter_matches_cpu's. */
+ * gradient), with each kernel family and batch size, odd output sizes (a last row and column
+ * no window covers) included; only the argmax filter pass, which the unfused net cannot run,
+ * gives the weight gradients within rounding. The comparison with the CPU is
+ * gpu_layer_stack_matches_cpu's and gpu_layer_conv_argmax_filter_matches_cpu's. */
 BN_TEST(gpu_layer_conv_maxpool_fused_matches_unfused_bitwise)
 {
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
