@@ -41,19 +41,24 @@ ifeq ($(SANITIZE),1)
   LDFLAGS += -fsanitize=address,undefined
 endif
 
-C_SRCS  := $(wildcard src/*.c layers/*.c datasets/*.c)
-CLI_SRCS := src/main.c src/cli.c $(wildcard src/cmd_*.c)
-C_SRCS  := $(filter-out $(CLI_SRCS) src/device_none.c,$(C_SRCS))
+# The library: src/ by concern (core, gpu, io, train, check; cli/ is the program), layers/ (a
+# file pair per type, a folder for a type with kernel families), datasets/. A file X_none.c
+# stands in for the .cu files of its folder in a build without CUDA.
+LIB_DIRS := src/core src/gpu src/io src/train src/check layers $(filter-out layers/examples/,$(wildcard layers/*/)) datasets
+C_SRCS   := $(foreach d,$(LIB_DIRS),$(wildcard $(d:%/=%)/*.c))
+NONE_SRCS := $(filter %_none.c,$(C_SRCS))
+C_SRCS   := $(filter-out $(NONE_SRCS),$(C_SRCS))
+CLI_SRCS := $(wildcard src/cli/*.c)
 CU_SRCS :=
 ifeq ($(WITH_CUDA),1)
-  CU_SRCS  := $(wildcard src/*.cu layers/*.cu)
+  CU_SRCS  := $(foreach d,$(LIB_DIRS),$(wildcard $(d:%/=%)/*.cu))
   CPPFLAGS += -DBN_WITH_CUDA -I$(CUDA_HOME)/include $(if $(CUDNN_INC),-I$(CUDNN_INC))
   LDLIBS   := -L$(CUDA_HOME)/lib64 $(if $(CUDNN_LIB),-L$(CUDNN_LIB)) \
               -lcudnn -lcublas -lcublasLt -lcurand -lcudart $(LDLIBS) -lstdc++
   NVFLAGS  := -std=c++17 -O3 $(CUDA_ARCH) -lineinfo -Isrc -Ilayers -Idatasets \
               -I$(CUDNN_INC) -DBN_WITH_CUDA -Xcompiler -Wall,-Wextra,-Wno-unused-parameter
 else
-  C_SRCS += src/device_none.c
+  C_SRCS += $(NONE_SRCS)
 endif
 
 LIB_OBJS  := $(C_SRCS:%.c=$(BUILD)/%.o) $(CU_SRCS:%.cu=$(BUILD)/%.cu.o)
@@ -147,11 +152,12 @@ train: blobnet
 # headers in include/blobnet/, the model files and a pkg-config file, all listed in
 # share/blobnet/install-manifest.txt, which make uninstall follows (tools/install.sh).
 PREFIX  ?= /usr/local
-VERSION := $(shell sed -n 's/^\#define BLOBNET_VERSION "\(.*\)"/\1/p' src/main.c)
-# The headers of the library; cli.h and commands.h belong to the CLI alone.
-INSTALL_HEADERS := $(filter-out src/cli.h src/commands.h,$(wildcard src/*.h)) datasets/idx.h
+VERSION := $(shell sed -n 's/^\#define BLOBNET_VERSION "\(.*\)"/\1/p' src/cli/main.c)
+# The headers of the library, in their folders under include/blobnet/ as under src/ (the CLI's
+# own headers stay behind); datasets/idx.h beside blobnet.h.
+INSTALL_HEADERS := src/blobnet.h $(foreach d,core gpu io train check,$(wildcard src/$(d)/*.h))
 INSTALL_ITEMS   := bin/blobnet=blobnet lib/libblobnet.a=libblobnet.a lib/pkgconfig/blobnet.pc=$(BUILD)/blobnet.pc \
-                   $(foreach h,$(INSTALL_HEADERS),include/blobnet/$(notdir $(h))=$(h)) \
+                   $(foreach h,$(INSTALL_HEADERS),include/blobnet/$(h:src/%=%)=$(h)) include/blobnet/idx.h=datasets/idx.h \
                    $(foreach m,$(wildcard models/*.cfg),share/blobnet/models/$(notdir $(m))=$(m))
 # A static library: its users link everything it needs, so all of it goes in Libs.
 comma     := ,

@@ -3,7 +3,7 @@
 #ifndef BN_IDX_H
 #define BN_IDX_H
 
-#include "status.h"
+#include "core/status.h"
 
 #ifdef __cplusplus
 extern "C" {

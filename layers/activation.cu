@@ -4,7 +4,7 @@
  * their derivatives from the output y. Sigmoid evaluates exp of a non-positive argument only,
  * as the CPU does, so neither branch overflows. No cuDNN descriptor is needed any more. */
 #include "activation.h"
-#include "cuda_check.h"
+#include "gpu/cuda_check.h"
 
 static __device__ __forceinline__ float sigmoid_of(float x)
 {

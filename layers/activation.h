@@ -3,7 +3,7 @@
 #ifndef BN_ACTIVATION_H
 #define BN_ACTIVATION_H
 
-#include "layer.h"
+#include "core/layer.h"
 
 #ifdef __cplusplus
 extern "C" {

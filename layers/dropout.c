@@ -8,7 +8,7 @@
 
 #include "dropout.h"
 #include "layers.h"
-#include "rng.h"
+#include "core/rng.h"
 
 static bn_status dropout_parse(bn_layer *l, bn_options *o)
 {

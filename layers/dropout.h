@@ -9,7 +9,7 @@
 
 #include <stddef.h>
 
-#include "layer.h"
+#include "core/layer.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -2,7 +2,7 @@
 #ifndef BN_LAYERS_H
 #define BN_LAYERS_H
 
-#include "layer.h"
+#include "core/layer.h"
 
 extern const bn_layer_ops bn_dense_ops;
 extern const bn_layer_ops bn_conv2d_ops;

@@ -36,9 +36,9 @@
 #include <limits.h>
 #include <stdint.h>
 
-#include "conv_pooled.h"
-#include "cuda_check.h"
-#include "pdl.cuh"
+#include "conv2d/conv_pooled.h"
+#include "gpu/cuda_check.h"
+#include "gpu/pdl.cuh"
 #include "pool.h"
 
 #define THREADS 256

@@ -26,11 +26,11 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "cuda_check.h"
-#include "pdl.cuh"
-#include "last_arrival.cuh"
+#include "gpu/cuda_check.h"
+#include "gpu/pdl.cuh"
+#include "gpu/last_arrival.cuh"
 #include "softmax_ce.h"
-#include "vec_ops.cuh"
+#include "gpu/vec_ops.cuh"
 
 #define ROW_THREADS 256            /* 8 warps: 8 rows per block */
 #define HEAD_ROWS 2                /* the dense head: rows per block, */

@@ -8,7 +8,7 @@
 #ifndef BN_SOFTMAX_CE_H
 #define BN_SOFTMAX_CE_H
 
-#include "layer.h"
+#include "core/layer.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -33,15 +33,15 @@
 #ifndef BN_BLOBNET_H
 #define BN_BLOBNET_H
 
-#include "blob.h"
-#include "device.h"
-#include "layer.h"
-#include "options.h"
-#include "registry.h"
-#include "status.h"
+#include "core/blob.h"
+#include "core/device.h"
+#include "core/layer.h"
+#include "core/options.h"
+#include "core/registry.h"
+#include "core/status.h"
 
 #ifdef __CUDACC__
-#include "cuda_check.h"
+#include "gpu/cuda_check.h"
 #endif
 
 #ifdef __cplusplus

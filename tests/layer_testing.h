@@ -11,8 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gradcheck.h"
-#include "net.h"
+#include "check/gradcheck.h"
+#include "core/net.h"
 
 /* A seed for this check: BLOBNET_TEST_SEED when set, else new on every call. */
 uint64_t lt_fresh_seed(void);

@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "status.h"
+#include "core/status.h"
 
 #define X(name) int test_##name(void);
 #include "tests_list.h"

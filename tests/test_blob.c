@@ -1,6 +1,6 @@
 /* Blob sync-state behaviour on the host side, views and reshape limits. */
-#include "blob.h"
-#include "device.h"
+#include "core/blob.h"
+#include "core/device.h"
 #include "testing.h"
 
 BN_TEST(blob_starts_unsynced_and_reads_zeros)

@@ -2,10 +2,10 @@
  * and its errors, the im2col/col2im pair, and gradient checks through the network. */
 #include <stdlib.h>
 
-#include "im2col.h"
+#include "conv2d/im2col.h"
 #include "layer_testing.h"
 #include "layers.h"
-#include "rng.h"
+#include "core/rng.h"
 #include "testing.h"
 
 /* Central differences through a float32 forward agree to a few 1e-3 at worst (gradcheck.h

@@ -4,7 +4,7 @@
 
 #include <stdlib.h>
 
-#include "digit.h"
+#include "io/digit.h"
 #include "idx.h"
 
 #define SIDE 28

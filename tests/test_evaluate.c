@@ -5,9 +5,9 @@
 #include <dirent.h>
 #include <stdlib.h>
 
-#include "evaluate.h"
-#include "image.h"
-#include "trainer.h"
+#include "train/evaluate.h"
+#include "io/image.h"
+#include "train/trainer.h"
 
 #define COUNT 10
 

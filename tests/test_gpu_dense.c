@@ -18,12 +18,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dense.h"
-#include "graph.h"
-#include "kernels.h"
+#include "dense/dense.h"
+#include "gpu/graph.h"
+#include "gpu/kernels.h"
 #include "layer_testing.h"
-#include "net.h"
-#include "rng.h"
+#include "core/net.h"
+#include "core/rng.h"
 #include "testing.h"
 
 #define DENSE_TEXT "[input]\nchannels=50\nheight=4\nwidth=4\n[dense]\noutputs=500\n[dense]\noutputs=10\ninit=he\n"

@@ -3,7 +3,7 @@
  * byte-identical checkpoints. */
 #include <stdlib.h>
 
-#include "device.h"
+#include "core/device.h"
 #include "testing.h"
 
 static char out[1 << 16];

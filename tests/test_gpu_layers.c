@@ -17,16 +17,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "conv2d.h"
+#include "conv2d/conv2d.h"
 #ifdef BN_WITH_CUDA
-#include "conv_rows.h"
-#include "conv_tensor.h"
+#include "conv2d/conv_rows.h"
+#include "conv2d/conv_tensor.h"
 #endif
-#include "kernels.h"
+#include "gpu/kernels.h"
 #include "layer_testing.h"
-#include "net.h"
-#include "numerics.h"
-#include "rng.h"
+#include "core/net.h"
+#include "train/numerics.h"
+#include "core/rng.h"
 #include "softmax_ce.h"
 #include "testing.h"
 

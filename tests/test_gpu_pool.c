@@ -19,10 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels.h"
+#include "gpu/kernels.h"
 #include "layer_testing.h"
-#include "net.h"
-#include "rng.h"
+#include "core/net.h"
+#include "core/rng.h"
 #include "testing.h"
 
 typedef struct geometry {

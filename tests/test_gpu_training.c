@@ -8,16 +8,16 @@
 #ifdef BN_WITH_CUDA
 #include <cuda_runtime_api.h>
 
-#include "conv2d.h"
+#include "conv2d/conv2d.h"
 #endif
 #include "idx.h"
 #include "layer_testing.h"
-#include "loader.h"
-#include "net.h"
-#include "optimizer.h"
-#include "rng.h"
+#include "train/loader.h"
+#include "core/net.h"
+#include "train/optimizer.h"
+#include "core/rng.h"
 #include "testing.h"
-#include "trainer.h"
+#include "train/trainer.h"
 
 /* The two paths run the same arithmetic in FP32 with sums in other orders (cuDNN and cuBLAS
  * against im2col and OpenBLAS), so their per-step mean losses start equal to ~1e-7. Training

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 #include "layer_testing.h"
-#include "registry.h"
+#include "core/registry.h"
 #include "testing.h"
 
 /* Central differences through a float32 forward agree to a few 1e-3 at worst (gradcheck.h

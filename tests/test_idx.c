@@ -9,7 +9,7 @@
 #include <zlib.h>
 
 #include "idx.h"
-#include "status.h"
+#include "core/status.h"
 
 #define IMAGES_MAGIC 0x00000803u
 #define LABELS_MAGIC 0x00000801u

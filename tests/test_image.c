@@ -5,7 +5,7 @@
 #include <png.h>
 #include <stdlib.h>
 
-#include "image.h"
+#include "io/image.h"
 
 static const char *tmp_path(char *buf, size_t cap, const char *name)
 {

@@ -28,8 +28,8 @@ static int exists(const char *prefix, const char *rel)
 /* A custom layer that doubles its input, in a program of its own. */
 static const char my_layer_c[] =
     "#include <stdio.h>\n"
-    "#include \"net.h\"\n"
-    "#include \"registry.h\"\n"
+    "#include \"blobnet.h\"\n"
+    "#include \"core/net.h\"\n"
     "static bn_status setup(bn_layer *l, bn_shape in, bn_shape *out) { (void)l; *out = in; return BN_OK; }\n"
     "static bn_status forward(bn_layer *l, const bn_pass *p)\n"
     "{\n"
@@ -86,13 +86,14 @@ BN_TEST(install_builds_with_pkg_config_and_uninstall_removes_it_all)
     int rc = run_make("install", prefix);
     CHECK_MSG(rc == 0, "make install exited %d:\n%s", rc, out);
     static const char *const installed[] = {
-        "bin/blobnet", "lib/libblobnet.a", "lib/pkgconfig/blobnet.pc", "include/blobnet/layer.h",
-        "include/blobnet/net.h", "include/blobnet/registry.h", "include/blobnet/blob.h", "include/blobnet/status.h",
-        "include/blobnet/trainer.h", "include/blobnet/idx.h", "include/blobnet/image.h",
+        "bin/blobnet", "lib/libblobnet.a", "lib/pkgconfig/blobnet.pc", "include/blobnet/blobnet.h",
+        "include/blobnet/core/layer.h", "include/blobnet/core/net.h", "include/blobnet/core/registry.h",
+        "include/blobnet/core/blob.h", "include/blobnet/core/status.h", "include/blobnet/gpu/cuda_check.h",
+        "include/blobnet/train/trainer.h", "include/blobnet/idx.h", "include/blobnet/io/image.h",
         "share/blobnet/models/lenet.cfg", "share/blobnet/models/mlp.cfg", "share/blobnet/install-manifest.txt"};
     for (size_t i = 0; i < sizeof installed / sizeof *installed; i++)
         CHECK_MSG(exists(prefix, installed[i]), "%s was not installed", installed[i]);
-    CHECK(!exists(prefix, "include/blobnet/cli.h") && !exists(prefix, "include/blobnet/commands.h"));
+    CHECK(!exists(prefix, "include/blobnet/cli") && !exists(prefix, "include/blobnet/cli.h"));
     snprintf(cmd, sizeof cmd, "%s/bin/blobnet --version", prefix);
     CHECK(bn_test_run(cmd, out, sizeof out) == 0 && strncmp(out, "blobnet 0.", 10) == 0);
 
@@ -104,6 +105,15 @@ BN_TEST(install_builds_with_pkg_config_and_uninstall_removes_it_all)
              "./my_layer", bn_test_tmpdir(), prefix);
     rc = bn_test_run(cmd, out, sizeof out);
     CHECK_MSG(rc == 0 && strcmp(out, "doubled: 2 4 6 8\n") == 0, "exit %d:\n%s", rc, out);
+
+    /* The example plugin compiles against the installed headers alone. */
+    char here[512];
+    CHECK(getcwd(here, sizeof here) != NULL);
+    snprintf(cmd, sizeof cmd, "cd %s && export PKG_CONFIG_PATH=%s/lib/pkgconfig && "
+             "cc -std=c11 -Wall -Wextra -Wno-unused-parameter -Werror -fPIC -c %s/layers/examples/prelu.c $(pkg-config --cflags blobnet) "
+             "-o prelu.o", bn_test_tmpdir(), prefix, here);
+    rc = bn_test_run(cmd, out, sizeof out);
+    CHECK_MSG(rc == 0, "the PReLU plugin did not compile against the installed headers: exit %d:\n%s", rc, out);
 
     rc = run_make("uninstall", prefix);
     CHECK_MSG(rc == 0, "make uninstall exited %d:\n%s", rc, out);

@@ -11,8 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
-#include "device.h"
+#include "train/checkpoint.h"
+#include "core/device.h"
 
 static char out[1 << 16];
 

@@ -1,7 +1,7 @@
 /* test_layercheck.c - the check kit: the built-in layers pass it, and test-only layer types
  * that each break one rule of the layer contract are caught by the check for that rule. */
-#include "layercheck.h"
-#include "registry.h"
+#include "check/layercheck.h"
+#include "core/registry.h"
 #include "testing.h"
 
 /* ---- test-only layer types: y = 2x, or y = w * x with one learnable scalar ---- */

@@ -1,7 +1,7 @@
 /* The batch loader: order, standardisation and partial batches on the CPU path. */
 #include <stdlib.h>
 
-#include "loader.h"
+#include "train/loader.h"
 #include "testing.h"
 
 static unsigned char pixels[5 * 4];

@@ -1,5 +1,5 @@
 /* Model-file parsing: every error kind names file:line and the problem. */
-#include "net.h"
+#include "core/net.h"
 #include "testing.h"
 
 #define INPUT "[input]\nchannels = 1\nheight = 8\nwidth = 8\n"

@@ -1,5 +1,5 @@
 /* Network setup: shapes, the parameter slab, initialisation and batch changes. */
-#include "net.h"
+#include "core/net.h"
 #include "testing.h"
 
 static bn_status load_lenet(bn_net **net)

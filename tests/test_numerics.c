@@ -7,9 +7,9 @@
 
 #include <stdlib.h>
 
-#include "checkpoint.h"
-#include "device.h"
-#include "numerics.h"
+#include "train/checkpoint.h"
+#include "core/device.h"
+#include "train/numerics.h"
 
 static char out[1 << 16];
 

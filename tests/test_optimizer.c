@@ -1,5 +1,5 @@
 /* SGD updates and learning-rate policies against hand-computed values. */
-#include "optimizer.h"
+#include "train/optimizer.h"
 #include "testing.h"
 
 BN_TEST(optimizer_lr_policies_match_formulas)

@@ -4,7 +4,7 @@
 
 #include <stdlib.h>
 
-#include "image.h"
+#include "io/image.h"
 
 static char out[1 << 14];
 

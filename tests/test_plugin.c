@@ -7,11 +7,11 @@
 #include <stdlib.h>
 
 #include "layer_testing.h"
-#include "layercheck.h"
-#include "optimizer.h"
-#include "plugin.h"
-#include "registry.h"
-#include "rng.h"
+#include "check/layercheck.h"
+#include "train/optimizer.h"
+#include "core/plugin.h"
+#include "core/registry.h"
+#include "core/rng.h"
 #include "testing.h"
 
 static char out[1 << 16];

@@ -7,12 +7,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
-#include "digit.h"
+#include "train/checkpoint.h"
+#include "io/digit.h"
 #include "idx.h"
-#include "image.h"
-#include "json.h"
-#include "net.h"
+#include "io/image.h"
+#include "io/json.h"
+#include "core/net.h"
 
 static char out[1 << 16], err[1 << 14];
 

@@ -4,7 +4,7 @@
 
 #include <stdlib.h>
 
-#include "progress.h"
+#include "train/progress.h"
 
 /* A step info half way through epoch 1 of 2: 320 of 640 images, 160 img/s. */
 static bn_step_info half_way(bn_blob *sums)

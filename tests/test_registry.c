@@ -1,5 +1,5 @@
 /* Registry lookups: built-in types, unknown names, user registration and duplicates. */
-#include "registry.h"
+#include "core/registry.h"
 #include "testing.h"
 
 static bn_status noop_setup(bn_layer *l, bn_shape in, bn_shape *out)

@@ -8,7 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "rng.h"
+#include "core/rng.h"
 #include "testing.h"
 
 uint64_t lt_fresh_seed(void)

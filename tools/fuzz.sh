@@ -32,11 +32,11 @@ libs=(-lopenblas -lpng -lz -lm -lpthread -ldl)
 # coverage; an object is rebuilt when its source or any header is newer.
 mkdir -p "$build/obj"
 srcs=()
-for f in src/*.c layers/*.c datasets/*.c; do
-    case $f in src/main.c|src/cli.c|src/cmd_*.c) continue ;; esac
+for f in src/*/*.c layers/*.c layers/*/*.c datasets/*.c; do
+    case $f in src/cli/*|layers/examples/*) continue ;; esac
     srcs+=("$f")
 done
-newest_header=$(ls -t src/*.h layers/*.h datasets/*.h tests/fuzz/*.h | head -1)
+newest_header=$(ls -t src/*.h src/*/*.h layers/*.h layers/*/*.h datasets/*.h tests/fuzz/*.h | head -1)
 objs=()
 for f in "${srcs[@]}"; do
     o="$build/obj/$(echo "${f%.c}" | tr / _).o"

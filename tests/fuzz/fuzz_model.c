@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "net.h"
+#include "core/net.h"
 
 #define FUZZ_MAX_BYTES ((size_t)256 << 20)
 /* Nets up to this many floats (activations and parameters) also run one step. */

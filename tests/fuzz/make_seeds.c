@@ -7,7 +7,7 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "checkpoint.h"
+#include "train/checkpoint.h"
 #include "fuzz_common.h"
 
 static _Noreturn void die(const char *what)

@@ -1,0 +1,711 @@
+/* conv2d.cu - the conv2d layer on the GPU: forward, backward-data and backward-filter
+ * convolutions (cross-correlation, FP32 results), each run either by one of blobnet's four
+ * families of own kernels (conv_direct.cu, conv_igemm.cu, conv_rows.cu, conv_tensor.cu: bias and
+ * its gradient fused; the tensor-core one keeps FP32 accuracy with split TF32 products; and for
+ * the filter pass through a max pooling, conv_argmax.cu) or by cuDNN (the bias added with cudnnAddTensor, its gradient with
+ * cudnnConvolutionBackwardBias). The layer's engine key decides; by default each pass takes
+ * blobnet's kernels wherever they apply, by a fixed order of preference (cuDNN where none
+ * does), and with an autotuning context whichever runner was fastest when the plan for a batch
+ * size was made.
+ *
+ * The descriptors are made on the first GPU pass. The algorithms are chosen once per batch
+ * size (the last batch of an epoch is smaller) and cached: measured with cudnnFind*, or, in a
+ * deterministic context, taken from cudnnGet*_v7's heuristics restricted to deterministic
+ * algorithms, so that every run picks the same ones (measured timings vary between runs).
+ * Without ctx->tf32 the results must match the CPU's FP32 sums: the math type is
+ * CUDNN_FMA_MATH (CUDNN_DEFAULT_MATH would allow TF32 tensor cores on Ampere and Hopper), and
+ * only algorithms that sum products directly are taken. The FFT and Winograd ones trade
+ * precision for speed (an FFT backward-filter on LeNet's conv1 measured 1.4e-3 relative error
+ * on an H200), so they are allowed with tf32 only; with tf32 the tensor-core family takes one
+ * TF32 product per multiply (bn_tensor_plan_make). All layers share the context's one workspace. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conv2d.h"
+#include "conv_argmax.h"
+#include "conv_direct.h"
+#include "conv_igemm.h"
+#include "conv_rows.h"
+#include "conv_tensor.h"
+#include "gpu/cuda_check.h"
+#include "core/device.h"
+#include "layers.h"
+#include "pool.h"
+
+enum { WEIGHT, BIAS };
+
+/* Who runs a pass: cuDNN, or one of blobnet's kernel families (conv_direct.h, conv_igemm.h,
+ * conv_rows.h, conv_tensor.h, and conv_argmax.h for the filter pass through a max pooling).
+ * The values match BN_CONV_FAMILY_*. */
+enum { BY_CUDNN, BY_DIRECT, BY_IGEMM, BY_ROWS, BY_TENSOR, BY_ARGMAX, BY_COUNT };
+
+/* Forced by bn_conv2d_gpu_force_own: 0, or the family (BY_DIRECT ... BY_ARGMAX) that every new
+ * plan takes for the passes blobnet runs and the family can run. */
+static int force_family = 0;
+
+extern "C" void bn_conv2d_gpu_force_own(int family)
+{
+    force_family = family > BY_CUDNN && family < BY_COUNT ? family : 0;
+}
+
+/* The most workspace one algorithm may ask for; faster ones that want more are skipped. */
+#define WORKSPACE_LIMIT ((size_t)256 << 20)
+
+/* A blob's cuDNN tensor descriptor for its current shape, or return the recorded error. */
+typedef struct conv_plan {
+    int n;                                     /* batch size the algorithms were chosen for */
+    cudnnConvolutionFwdAlgo_t fwd;
+    cudnnConvolutionBwdFilterAlgo_t bwd_filter;
+    int with_data;                             /* the layer has an input gradient: */
+    cudnnConvolutionBwdDataAlgo_t bwd_data;    /* then this is chosen too, */
+    size_t bwd_data_workspace;                 /* needing this much workspace */
+    int by[3];                                 /* who runs forward, data, filter: BY_* */
+    bn_direct_plan direct;                     /* launch shapes of blobnet's direct kernels */
+    bn_igemm_plan ig;                          /* of its implicit-GEMM kernels */
+    bn_rows_plan rows;                         /* of its row-tiled kernels */
+    bn_tensor_plan tc;                         /* of its tensor-core kernels */
+    bn_argmax_plan am;                         /* and of its filter pass through a max pooling */
+} conv_plan;
+
+struct conv_gpu {
+    cudnnFilterDescriptor_t w_desc;
+    cudnnConvolutionDescriptor_t conv_desc;
+    cudnnTensorDescriptor_t bias_desc;         /* (1, filters, 1, 1) */
+    cudaEvent_t fork, join;                    /* the filter pass on the side stream */
+    float *parts;                              /* partial sums of blobnet's filter passes: the */
+    size_t parts_bytes;                        /* layer's own, as the pass may outlive the layer's
+                                                  backward on the side stream (bn_pass.defer_joins) */
+    conv_plan *plans;
+    int num_plans;
+};
+
+extern "C" void bn_conv2d_gpu_release(conv_priv *c)
+{
+    conv_gpu *g = c->gpu;
+    if (!g) return;
+    if (g->w_desc) cudnnDestroyFilterDescriptor(g->w_desc);
+    if (g->conv_desc) cudnnDestroyConvolutionDescriptor(g->conv_desc);
+    if (g->bias_desc) cudnnDestroyTensorDescriptor(g->bias_desc);
+    if (g->fork) cudaEventDestroy(g->fork);
+    if (g->join) cudaEventDestroy(g->join);
+    bn_device_free(g->parts);
+    free(g->plans);
+    free(g);
+    c->gpu = NULL;
+}
+
+static bn_status describe_layer(const conv_priv *c, const bn_ctx *ctx, conv_gpu *g)
+{
+    BN_CUDNN(cudnnCreateFilterDescriptor(&g->w_desc));
+    BN_CUDNN(cudnnSetFilter4dDescriptor(g->w_desc, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, c->filters, c->g.c, c->size,
+                                        c->size));
+    BN_CUDNN(cudnnCreateConvolutionDescriptor(&g->conv_desc));
+    BN_CUDNN(cudnnSetConvolution2dDescriptor(g->conv_desc, c->pad, c->pad, c->stride, c->stride, 1, 1,
+                                             CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    BN_CUDNN(cudnnSetConvolutionMathType(g->conv_desc, ctx->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+    BN_CUDNN(cudnnCreateTensorDescriptor(&g->bias_desc));
+    BN_CUDNN(cudnnSetTensor4dDescriptor(g->bias_desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, c->filters, 1, 1));
+    BN_CUDA(cudaEventCreateWithFlags(&g->fork, cudaEventDisableTiming));
+    BN_CUDA(cudaEventCreateWithFlags(&g->join, cudaEventDisableTiming));
+    return BN_OK;
+}
+
+/* Whether an algorithm sums products directly (no FFT or Winograd transform). */
+static bool sums_products(cudnnConvolutionFwdAlgo_t a)
+{
+    return a == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM || a == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM ||
+           a == CUDNN_CONVOLUTION_FWD_ALGO_GEMM || a == CUDNN_CONVOLUTION_FWD_ALGO_DIRECT;
+}
+
+static bool sums_products(cudnnConvolutionBwdDataAlgo_t a)
+{
+    return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 || a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
+}
+
+static bool sums_products(cudnnConvolutionBwdFilterAlgo_t a)
+{
+    return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 || a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1 ||
+           a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3;
+}
+
+/* The first usable result (cuDNN lists the fastest first): it ran, fits the workspace limit,
+ * is deterministic when the context asks for that, and, unless the context allows TF32, uses
+ * neither tensor-core math nor a transform. -1 when none qualifies. */
+template <typename Perf>
+static int pick(const Perf *r, int count, const bn_ctx *ctx)
+{
+    for (int i = 0; i < count; i++) {
+        if (r[i].status != CUDNN_STATUS_SUCCESS || r[i].memory > WORKSPACE_LIMIT) continue;
+        if (ctx->deterministic && r[i].determinism != CUDNN_DETERMINISTIC) continue;
+        if (!ctx->tf32 && (r[i].mathType == CUDNN_TENSOR_OP_MATH ||
+                           r[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION || !sums_products(r[i].algo)))
+            continue;
+        return i;
+    }
+    return -1;
+}
+
+static bn_status none_usable(const bn_layer *l, const char *pass)
+{
+    return bn_error(BN_ERR_DEVICE, "layer %s: cuDNN offers no usable %s algorithm for this shape", l->name, pass);
+}
+
+static bn_status choose_fwd(const bn_layer *l, const bn_ctx *ctx, const conv_gpu *g, cudnnTensorDescriptor_t x,
+                            cudnnTensorDescriptor_t y, conv_plan *plan, size_t *need)
+{
+    cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
+    cudnnConvolutionFwdAlgoPerf_t r[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int got = 0;
+    if (ctx->deterministic)
+        BN_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(h, x, g->w_desc, g->conv_desc, y,
+                                                        CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, r));
+    else
+        BN_CUDNN(cudnnFindConvolutionForwardAlgorithm(h, x, g->w_desc, g->conv_desc, y,
+                                                      CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, r));
+    int i = pick(r, got, ctx);
+    if (i < 0) return none_usable(l, "forward");
+    plan->fwd = r[i].algo;
+    if (r[i].memory > *need) *need = r[i].memory;
+    return BN_OK;
+}
+
+static bn_status choose_bwd_data(const bn_layer *l, const bn_ctx *ctx, const conv_gpu *g, cudnnTensorDescriptor_t dx,
+                                 cudnnTensorDescriptor_t dy, conv_plan *plan, size_t *need)
+{
+    cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
+    cudnnConvolutionBwdDataAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    int got = 0;
+    if (ctx->deterministic)
+        BN_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, g->w_desc, dy, g->conv_desc, dx,
+                                                             CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, r));
+    else
+        BN_CUDNN(cudnnFindConvolutionBackwardDataAlgorithm(h, g->w_desc, dy, g->conv_desc, dx,
+                                                           CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, r));
+    int i = pick(r, got, ctx);
+    if (i < 0) return none_usable(l, "backward-data");
+    plan->bwd_data = r[i].algo;
+    plan->bwd_data_workspace = r[i].memory;
+    if (r[i].memory > *need) *need = r[i].memory;
+    return BN_OK;
+}
+
+static bn_status choose_bwd_filter(const bn_layer *l, const bn_ctx *ctx, const conv_gpu *g,
+                                   cudnnTensorDescriptor_t x, cudnnTensorDescriptor_t dy, conv_plan *plan,
+                                   size_t *need)
+{
+    cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
+    cudnnConvolutionBwdFilterAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+    int got = 0;
+    if (ctx->deterministic)
+        BN_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x, dy, g->conv_desc, g->w_desc,
+                                                               CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, r));
+    else
+        BN_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithm(h, x, dy, g->conv_desc, g->w_desc,
+                                                             CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, r));
+    int i = pick(r, got, ctx);
+    if (i < 0) return none_usable(l, "backward-filter");
+    plan->bwd_filter = r[i].algo;
+    if (r[i].memory > *need) *need = r[i].memory;
+    return BN_OK;
+}
+
+/* Whether the forward pass by `by` can write a 2x2 max pooling's output instead of its own
+ * (conv_pooled.h): the row tiles' and the tensor cores' where their buffers allow. */
+static bool writes_pooled(const conv_plan *plan, int by)
+{
+    if (by == BY_ROWS) return bn_rows_pools(&plan->rows) != 0;
+    return by == BY_TENSOR && plan->tc.fwd_ok && plan->tc.fwd.pools;
+}
+
+/* The three passes on the given buffers, by blobnet's kernels (own) or by cuDNN's chosen
+ * algorithm with its bias operation, which blobnet's kernels fuse. Used by the layer's passes
+ * and by the timing that chooses between the two. The forward pass writes y, or with `pooled`
+ * (writes_pooled) the pooling's output and mask instead. */
+static bn_status forward_pass(int by, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
+                              cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t yd, const float *x, const float *w,
+                              const float *b, float *y, const bn_pooled_out *pooled)
+{
+    const bn_direct_plan *d = &plan->direct;
+    if (pooled && !writes_pooled(plan, by))
+        return bn_error(BN_ERR_INTERNAL, "this forward pass cannot write a pooled output");
+    if (by == BY_DIRECT) return bn_direct_forward(d, ctx->stream, x, w, b, y);
+    if (by == BY_IGEMM) return bn_igemm_forward(&plan->ig, &d->g, d->filters, d->n, ctx->stream, x, w, b, y);
+    if (by == BY_ROWS) return bn_rows_forward(&plan->rows, ctx->stream, x, w, b, y, pooled);
+    if (by == BY_TENSOR) return bn_tensor_forward(&plan->tc, ctx->stream, x, w, b, y, pooled);
+    cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
+    const float one = 1.0f, zero = 0.0f;
+    BN_CUDNN(cudnnConvolutionForward(h, &one, xd, x, g->w_desc, w, g->conv_desc, plan->fwd, ctx->workspace,
+                                     ctx->workspace_size, &zero, yd, y));
+    BN_CUDNN(cudnnAddTensor(h, &one, g->bias_desc, b, &one, yd, y));
+    return BN_OK;
+}
+
+/* Whether pass 1 (data) or 2 (filter) by `by` can read dy through a max pooling
+ * (conv_pooled.h): the row tiles' filter pass, the tensor cores' passes where their buffers
+ * fit, and the argmax filter pass, which reads nothing else. */
+static bool reads_pooled(const conv_plan *plan, int by, int pass)
+{
+    if (by == BY_ARGMAX) return pass == 2 && plan->am.ok;
+    if (by == BY_ROWS) return pass == 2 && plan->rows.filter_ok;
+    return by == BY_TENSOR && bn_tensor_pooled_fits(&plan->tc, pass);
+}
+
+/* dx is overwritten. dy is read through `pooled` when it is not NULL (reads_pooled). */
+static bn_status data_pass(int by, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
+                           cudnnTensorDescriptor_t dxd, cudnnTensorDescriptor_t dyd, const float *dy,
+                           const bn_pooled_dy *pooled, const float *w, float *dx)
+{
+    const bn_direct_plan *d = &plan->direct;
+    if (pooled && !reads_pooled(plan, by, 1))
+        return bn_error(BN_ERR_INTERNAL, "this backward-data pass cannot read dy through a pooling");
+    if (by == BY_DIRECT) return bn_direct_backward_data(d, ctx->stream, dy, w, dx);
+    if (by == BY_IGEMM) return bn_igemm_backward_data(&plan->ig, &d->g, d->filters, d->n, ctx->stream, dy, w, dx);
+    if (by == BY_ROWS) return bn_rows_backward_data(&plan->rows, ctx->stream, dy, w, dx);
+    if (by == BY_TENSOR) return bn_tensor_backward_data(&plan->tc, ctx->stream, dy, pooled, w, dx);
+    const float one = 1.0f, zero = 0.0f;
+    BN_CUDNN(cudnnConvolutionBackwardData((cudnnHandle_t)ctx->cudnn, &one, g->w_desc, w, dyd, dy, g->conv_desc,
+                                          plan->bwd_data, ctx->workspace, ctx->workspace_size, &zero, dxd, dx));
+    return BN_OK;
+}
+
+/* dw and db accumulate (beta = 1 for cuDNN), as the layer contract asks. blobnet's kernels run
+ * on `stream` with their partial sums in `parts`; cuDNN's handle is bound to the context stream
+ * and uses the context's workspace. */
+static bn_status filter_pass(int by, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx, cudaStream_t stream,
+                             cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t dyd, const float *x, const float *dy,
+                             const bn_pooled_dy *pooled, float *dw, float *db, float *parts)
+{
+    const bn_direct_plan *d = &plan->direct;
+    if (pooled && !reads_pooled(plan, by, 2))
+        return bn_error(BN_ERR_INTERNAL, "this backward-filter pass cannot read dy through a pooling");
+    if (by == BY_DIRECT) return bn_direct_backward_filter(d, stream, x, dy, dw, db, parts);
+    if (by == BY_ARGMAX) {
+        if (!pooled) return bn_error(BN_ERR_INTERNAL, "the argmax backward-filter pass needs dy through a pooling");
+        return bn_argmax_backward_filter(&plan->am, stream, x, pooled, dw, db, parts);
+    }
+    if (by == BY_ROWS) return bn_rows_backward_filter(&plan->rows, stream, x, dy, pooled, dw, db, parts);
+    if (by == BY_TENSOR) return bn_tensor_backward_filter(&plan->tc, stream, x, dy, pooled, dw, db, parts);
+    if (by == BY_IGEMM) {
+        const bn_igemm_pass *f = &plan->ig.pass[2];
+        BN_TRY(bn_igemm_backward_filter_parts(&plan->ig, &d->g, d->filters, d->n, stream, x, dy, parts));
+        return bn_direct_finish_filter(stream, parts, f->splits, f->M, f->N, dw, db);
+    }
+    cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
+    const float one = 1.0f;
+    BN_CUDNN(cudnnConvolutionBackwardBias(h, &one, dyd, dy, &one, g->bias_desc, db));
+    BN_CUDNN(cudnnConvolutionBackwardFilter(h, &one, xd, x, dyd, dy, g->conv_desc, plan->bwd_filter, ctx->workspace,
+                                            ctx->workspace_size, &one, g->w_desc, dw));
+    return BN_OK;
+}
+
+/* Scratch buffers of the layer's sizes for timing the passes. */
+typedef struct scratch {
+    float *x, *dx, *y, *w, *dw, *b, *db, *parts;
+    bn_pooled_dy pooled; /* a pooled gradient and mask of zeros, for the argmax filter pass */
+} scratch;
+
+/* Whether the backward pass runs the filter pass (by `filter`) on the side stream beside the
+ * data pass (by `data`): blobnet's filter pass, and a data pass that needs no workspace. */
+static bool overlapped(const conv_plan *plan, const bn_ctx *ctx, int filter, int data)
+{
+    return filter != BY_CUDNN && ctx->side_stream && (data != BY_CUDNN || plan->bwd_data_workspace == 0);
+}
+
+/* Both gradients, the filter pass by `filter` (reading dy through filter_pooled when that is
+ * not NULL) and the data pass by `data` (through pooled). When they overlap
+ * (see overlapped) the filter pass runs on the side stream beside the data pass (neither
+ * depends on the other), joined back before returning, or with `defer` left for the net to
+ * join at the end of its backward pass (bn_ctx_defer_side), so that it also runs beside the
+ * layers below; else the filter pass runs first. */
+static bn_status both_passes(int filter, int data, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
+                             cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t dxd, cudnnTensorDescriptor_t dyd,
+                             const float *x, const float *dy, const bn_pooled_dy *pooled,
+                             const bn_pooled_dy *filter_pooled, const float *w, float *dw, float *db, float *dx,
+                             float *parts, bool defer)
+{
+    cudaStream_t main_stream = (cudaStream_t)ctx->stream, side = (cudaStream_t)ctx->side_stream;
+    if (!overlapped(plan, ctx, filter, data)) {
+        BN_TRY(filter_pass(filter, g, plan, ctx, main_stream, xd, dyd, x, dy, filter_pooled, dw, db, parts));
+        return data_pass(data, g, plan, ctx, dxd, dyd, dy, pooled, w, dx);
+    }
+    BN_CUDA(cudaEventRecord(g->fork, main_stream));
+    BN_CUDA(cudaStreamWaitEvent(side, g->fork, 0));
+    BN_TRY(filter_pass(filter, g, plan, ctx, side, xd, dyd, x, dy, filter_pooled, dw, db, parts));
+    if (defer) {
+        bn_ctx_defer_side(ctx);
+        return data_pass(data, g, plan, ctx, dxd, dyd, dy, pooled, w, dx);
+    }
+    BN_CUDA(cudaEventRecord(g->join, side));
+    BN_TRY(data_pass(data, g, plan, ctx, dxd, dyd, dy, pooled, w, dx));
+    BN_CUDA(cudaStreamWaitEvent(main_stream, g->join, 0));
+    return BN_OK;
+}
+
+/* One call of a pass on scratch buffers (blobnet's filter passes on scratch partial sums, so
+ * that the workspace is not touched). `beside` >= 0: the data pass runs as the backward pass
+ * runs it, with the filter pass by `beside` (both_passes), so that every data candidate is
+ * timed with the same filter work. */
+static bn_status run_pass(int pass, int by, int beside, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
+                          cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t yd, const scratch *m)
+{
+    if (pass == 0) return forward_pass(by, g, plan, ctx, xd, yd, m->x, m->w, m->b, m->y, NULL);
+    if (pass == 2)
+        return filter_pass(by, g, plan, ctx, (cudaStream_t)ctx->stream, xd, yd, m->x, m->y,
+                           by == BY_ARGMAX ? &m->pooled : NULL, m->dw, m->db, m->parts);
+    if (beside < 0) return data_pass(by, g, plan, ctx, xd, yd, m->y, NULL, m->w, m->dx);
+    return both_passes(beside, by, g, plan, ctx, xd, xd, yd, m->x, m->y, NULL, beside == BY_ARGMAX ? &m->pooled : NULL,
+                       m->w, m->dw, m->db, m->dx, m->parts, false);
+}
+
+/* count floats rounded up to a multiple of 64 (256 bytes). */
+static size_t round_up(size_t count)
+{
+    return (count + 63) / 64 * 64;
+}
+
+/* The partial sums blobnet's filter pass needs, in bytes. */
+static size_t own_parts(const conv_plan *plan)
+{
+    size_t most = plan->direct.workspace > plan->ig.workspace ? plan->direct.workspace : plan->ig.workspace;
+    if (plan->rows.workspace > most) most = plan->rows.workspace;
+    if (plan->am.workspace > most) most = plan->am.workspace;
+    return plan->tc.workspace > most ? plan->tc.workspace : most;
+}
+
+/* Milliseconds per call of pass p by runner r where timed[p][r], measured alike for every
+ * runner on zeroed scratch buffers of the layer's sizes (the workspace already reserved for
+ * all): after 2 calls to warm up, the least of 3 means of 4 calls each (the least, because
+ * other work on the device only ever adds time). `beside`: as for run_pass. */
+static bn_status time_passes(const conv_priv *c, const conv_plan *plan, bn_ctx *ctx, cudnnTensorDescriptor_t xd,
+                             cudnnTensorDescriptor_t yd, const bool timed[3][BY_COUNT], int beside,
+                             float ms[3][BY_COUNT])
+{
+    const bn_direct_plan *d = &plan->direct;
+    const bn_conv_geom *g = &c->g;
+    /* Every buffer starts 256-byte aligned, as cudaMalloc's do: cuDNN's vector loads need it. */
+    size_t in = round_up((size_t)d->n * g->c * g->h * g->w), out = round_up((size_t)d->n * c->filters * g->oh * g->ow);
+    size_t wts = round_up((size_t)c->filters * g->c * g->k * g->k), parts = round_up(own_parts(plan) / sizeof(float));
+    size_t bias = round_up((size_t)c->filters);
+    size_t pooled = round_up((size_t)d->n * c->filters * plan->am.ph * plan->am.pw);
+    size_t total = 2 * in + out + 2 * wts + 2 * bias + parts + pooled + pooled / 4;
+    float *buf = NULL;
+    BN_TRY(bn_device_alloc((void **)&buf, total * sizeof(float)));
+    scratch m;
+    m.x = buf, m.dx = m.x + in, m.y = m.dx + in, m.w = m.y + out, m.dw = m.w + wts, m.b = m.dw + wts;
+    m.db = m.b + bias, m.parts = m.db + bias;
+    m.pooled.dy = m.parts + parts;
+    m.pooled.mask = (const unsigned char *)(m.pooled.dy + pooled);
+    m.pooled.ph = plan->am.ph, m.pooled.pw = plan->am.pw;
+    void *start = NULL, *end = NULL;
+    bn_status s = bn_device_zero(buf, total * sizeof(float));
+    if (s == BN_OK) s = bn_event_create(&start);
+    if (s == BN_OK) s = bn_event_create(&end);
+    for (int pass = 0; pass < 3 && s == BN_OK; pass++) {
+        for (int by = 0; by < BY_COUNT && s == BN_OK; by++) {
+            if (!timed[pass][by]) continue;
+            for (int rep = 0; rep < 2 && s == BN_OK; rep++) s = run_pass(pass, by, beside, c->gpu, plan, ctx, xd, yd, &m);
+            for (int round = 0; round < 3 && s == BN_OK; round++) {
+                float t = 0.0f;
+                s = bn_event_record(start);
+                for (int rep = 0; rep < 4 && s == BN_OK; rep++)
+                    s = run_pass(pass, by, beside, c->gpu, plan, ctx, xd, yd, &m);
+                if (s == BN_OK) s = bn_event_record(end);
+                if (s == BN_OK) s = bn_event_elapsed_ms(start, end, &t);
+                if (s == BN_OK && (round == 0 || t / 4 < ms[pass][by])) ms[pass][by] = t / 4;
+            }
+        }
+    }
+    if (start) bn_event_destroy(start);
+    if (end) bn_event_destroy(end);
+    bn_device_free(buf);
+    return s;
+}
+
+/* The fewest filters for which the rule gives a large batch's filter pass to the tensor cores. */
+#define TENSOR_FILTER_MIN 32
+
+/* Chooses who runs each pass for the current batch size (see the engine key) and cuDNN's
+ * algorithm for the passes cuDNN may run, and grows the shared workspace to what they need.
+ * Runs once per batch size: cudnnFind* and the timing synchronise and allocate. */
+static bn_status make_plan(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *plan)
+{
+    conv_gpu *g = c->gpu;
+    BN_TENSOR_DESC(x, l->in);
+    BN_TENSOR_DESC(y, l->out);
+    int n, k, oh, ow;
+    BN_CUDNN(cudnnGetConvolution2dForwardOutputDim(g->conv_desc, x, g->w_desc, &n, &k, &oh, &ow));
+    if (n != l->in->n || k != c->filters || oh != c->g.oh || ow != c->g.ow)
+        return bn_error(BN_ERR_INTERNAL, "layer %s: cuDNN computes a %dx%dx%dx%d output where blobnet has %dx%dx%dx%d",
+                        l->name, n, k, oh, ow, l->in->n, c->filters, c->g.oh, c->g.ow);
+    plan->n = n;
+    plan->with_data = l->in_grad != NULL;
+    int sms = 0;
+    BN_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ctx->device));
+    bn_direct_plan_make(&plan->direct, &c->g, c->filters, n, sms);
+    bn_igemm_plan_make(&plan->ig, &c->g, c->filters, n, sms);
+    bn_rows_plan_make(&plan->rows, &c->g, c->filters, n, sms);
+    bn_tensor_plan_make(&plan->tc, &c->g, c->filters, n, sms, ctx->tf32);
+    bn_argmax_plan_make(&plan->am, &c->g, c->filters, n, sms);
+    const bn_direct_plan *d = &plan->direct;
+    /* Who can run each pass (forward, data, filter). */
+    const bool needed[3] = {true, plan->with_data != 0, true};
+    const bool direct_ok[3] = {d->fwd_ok != 0, d->data_ok != 0, d->filter_ok != 0};
+    const bn_rows_plan *rw = &plan->rows;
+    const bool rows_ok[3] = {rw->fwd_ok != 0, rw->data_ok != 0, rw->filter_ok != 0};
+    const bool tensor_ok[3] = {plan->tc.fwd_ok != 0, plan->tc.data_ok != 0, plan->tc.filter_ok != 0};
+    bool can[3][BY_COUNT], timed[3][BY_COUNT], ask[3];
+    for (int i = 0; i < 3; i++) {
+        const bool mine = needed[i] && c->engine != BN_CONV_ENGINE_CUDNN;
+        can[i][BY_CUDNN] = needed[i];
+        can[i][BY_DIRECT] = mine && direct_ok[i];
+        /* The implicit-GEMM forward and data kernels measured 1.7-3.5x slower than the direct
+         * ones at LeNet's sizes (docs/performance.md, version 11): they run when forced (tests)
+         * and are not timed otherwise, which keeps their first-launch and timing cost out of
+         * the start-up. */
+        can[i][BY_IGEMM] = mine && plan->ig.pass[i].ok && (i == 2 || force_family == BY_IGEMM);
+        can[i][BY_ROWS] = mine && rows_ok[i];
+        can[i][BY_TENSOR] = mine && tensor_ok[i];
+        /* The argmax filter pass reads dy only through the max pooling after the layer. */
+        can[i][BY_ARGMAX] = mine && i == 2 && plan->am.ok && c->pool_after != NULL;
+        if (force_family && can[i][force_family])
+            for (int r = BY_DIRECT; r < BY_COUNT; r++)
+                if (r != force_family) can[i][r] = false;
+        bool own = false;
+        for (int r = BY_DIRECT; r < BY_COUNT; r++) own = own || can[i][r];
+        /* blobnet's kernels settle the pass: cuDNN is not asked or timed. */
+        const bool settled = own && (c->engine == BN_CONV_ENGINE_BLOBNET ||
+                                     (c->engine == BN_CONV_ENGINE_AUTO && bn_ctx_by_rule(ctx)));
+        ask[i] = needed[i] && !settled;
+        can[i][BY_CUDNN] = ask[i];
+        /* The rule (bn_ctx_by_rule: by default, and always in a deterministic context) takes one
+         * family by a fixed order of preference, so that every run picks the same kernels and
+         * none is timed, the faster ones at LeNet's sizes first (docs/performance.md):
+         * the tensor-core kernels for the forward and data passes, the row tiles for the filter
+         * pass (conv1's, where they beat the tensor cores most), then the row tiles, the
+         * implicit GEMM for the filter pass and the direct kernels for the others. Two
+         * exceptions for the filter pass. Through a max pooling, the argmax kernel where one
+         * block holds a thread for every filter, input channel and window row (LeNet's conv1:
+         * 11.6 us against the row tiles' 21.3 at batch 256, the epoch 44 -> 41 ms; LeNet's
+         * conv2 needs 5000 such threads, and a version with 8 filters per thread measured 2-4x
+         * slower than the tensor cores). Else a layer of at least TENSOR_FILTER_MIN filters takes the tensor cores
+         * when the batch holds at least one image per multiprocessor (LeNet's conv2 at batch
+         * 256: its row tiles, beside the data pass and conv1's filter pass, made the step 18 us
+         * longer; at batch 64 they are the faster). With ctx->autotune the candidates are
+         * timed instead. */
+        if (bn_ctx_by_rule(ctx) && settled) {
+            static const int prefer[3][5] = {{BY_TENSOR, BY_ROWS, BY_DIRECT, BY_IGEMM, BY_ARGMAX},
+                                             {BY_TENSOR, BY_ROWS, BY_DIRECT, BY_IGEMM, BY_ARGMAX},
+                                             {BY_ROWS, BY_IGEMM, BY_TENSOR, BY_DIRECT, BY_ARGMAX}};
+            int keep = -1;
+            if (i == 2 && can[i][BY_ARGMAX] && plan->am.groups == 1) keep = BY_ARGMAX;
+            if (keep < 0 && i == 2 && n >= sms && c->filters >= TENSOR_FILTER_MIN && can[i][BY_TENSOR]) keep = BY_TENSOR;
+            for (int r = 0; r < 5 && keep < 0; r++)
+                if (can[i][prefer[i][r]]) keep = prefer[i][r];
+            for (int r = BY_DIRECT; r < BY_COUNT; r++)
+                if (r != keep) can[i][r] = false;
+        }
+        int candidates = 0;
+        for (int r = 0; r < BY_COUNT; r++) candidates += can[i][r];
+        for (int r = 0; r < BY_COUNT; r++) timed[i][r] = candidates > 1 && can[i][r];
+    }
+    size_t need = 0;
+    float ms[3][BY_COUNT] = {{0}};
+    if (ask[0]) BN_TRY(choose_fwd(l, ctx, g, x, y, plan, &need));
+    if (ask[1]) BN_TRY(choose_bwd_data(l, ctx, g, x, y, plan, &need));
+    if (ask[2]) BN_TRY(choose_bwd_filter(l, ctx, g, x, y, plan, &need));
+    /* Reserved before timing: every runner then runs as it will in the steps. */
+    BN_TRY(bn_ctx_reserve_workspace(ctx, need));
+    if ((can[2][BY_DIRECT] || can[2][BY_IGEMM] || can[2][BY_ROWS] || can[2][BY_TENSOR] || can[2][BY_ARGMAX]) &&
+        own_parts(plan) > g->parts_bytes) {
+        /* cudaFree waits for the device, so no pass still uses the old buffer; a captured step
+         * graph holds its address, so the context's buffer generation moves on. */
+        bn_device_free(g->parts);
+        g->parts = NULL;
+        g->parts_bytes = 0;
+        BN_TRY(bn_device_alloc((void **)&g->parts, own_parts(plan)));
+        g->parts_bytes = own_parts(plan);
+        ctx->buffer_generation++;
+    }
+    /* Forward and filter first; then the data pass, timed beside the chosen filter pass as the
+     * backward pass will run the two. */
+    static const int order[3] = {0, 2, 1};
+    for (int o = 0; o < 3; o++) {
+        const int i = order[o];
+        bool timing = false, only[3][BY_COUNT] = {{false}};
+        for (int r = 0; r < BY_COUNT; r++) {
+            only[i][r] = timed[i][r];
+            timing = timing || timed[i][r];
+        }
+        const int beside = i == 1 && needed[2] ? plan->by[2] : -1;
+        if (timing) BN_TRY(time_passes(c, plan, ctx, x, y, only, beside, ms));
+        int best = -1;
+        for (int r = BY_COUNT - 1; r >= 0; r--)
+            if (can[i][r] && (best < 0 || !timed[i][r] || ms[i][r] < ms[i][best])) best = r;
+        plan->by[i] = best < 0 ? BY_CUDNN : best;
+    }
+    return BN_OK;
+}
+
+/* The GPU state and the plan for the current batch size, made on first use. */
+static bn_status prepare(bn_layer *l, bn_ctx *ctx, const conv_gpu **gpu, const conv_plan **plan)
+{
+    conv_priv *c = (conv_priv *)l->priv;
+    if (!c->gpu) {
+        c->gpu = (conv_gpu *)calloc(1, sizeof *c->gpu);
+        if (!c->gpu) return bn_error(BN_ERR_NOMEM, "layer %s: out of host memory", l->name);
+        bn_status s = describe_layer(c, ctx, c->gpu);
+        if (s != BN_OK) {
+            bn_conv2d_gpu_release(c);
+            return s;
+        }
+    }
+    conv_gpu *g = c->gpu;
+    *gpu = g;
+    for (int i = 0; i < g->num_plans; i++)
+        if (g->plans[i].n == l->in->n) {
+            *plan = &g->plans[i];
+            return BN_OK;
+        }
+    conv_plan made;
+    memset(&made, 0, sizeof made);
+    made.fwd = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+    made.bwd_filter = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
+    made.bwd_data = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
+    BN_TRY(make_plan(l, c, ctx, &made));
+    conv_plan *grown = (conv_plan *)realloc(g->plans, (size_t)(g->num_plans + 1) * sizeof *grown);
+    if (!grown) return bn_error(BN_ERR_NOMEM, "layer %s: out of host memory", l->name);
+    g->plans = grown;
+    g->plans[g->num_plans] = made;
+    *plan = &g->plans[g->num_plans++];
+    return BN_OK;
+}
+
+extern "C" bn_status bn_conv2d_forward_gpu(bn_layer *l, const bn_pass *p)
+{
+    bn_ctx *ctx = p->ctx;
+    const conv_gpu *g = NULL;
+    const conv_plan *plan = NULL;
+    BN_TRY(prepare(l, ctx, &g, &plan));
+    BN_DEV_RD(x, l->in);
+    BN_DEV_RD(w, l->params[WEIGHT].value);
+    BN_DEV_RD(b, l->params[BIAS].value);
+    BN_DEV_WR(y, l->out);
+    BN_TENSOR_DESC(xd, l->in);
+    BN_TENSOR_DESC(yd, l->out);
+    /* The max pooling after the layer, if any (bn_conv2d_fuse_next): its forward pass is this
+     * one's, in the kernel's epilogue where the kernel chosen for this batch size can (y is then
+     * left unwritten), else by the pooling's own kernel after it. */
+    bn_layer *pool = ((const conv_priv *)l->priv)->pool_after;
+    if (!pool) return forward_pass(plan->by[0], g, plan, ctx, xd, yd, x, w, b, y, NULL);
+    if (!writes_pooled(plan, plan->by[0])) {
+        BN_TRY(forward_pass(plan->by[0], g, plan, ctx, xd, yd, x, w, b, y, NULL));
+        return bn_maxpool_forward_gpu(pool, p);
+    }
+    const pool_priv *pp = (const pool_priv *)pool->priv;
+    bn_pooled_out po = {bn_blob_dev_wr(pool->out), pp->dev_mask, pp->oh, pp->ow};
+    if (!po.y) return bn_last_status();
+    return forward_pass(plan->by[0], g, plan, ctx, xd, yd, x, w, b, y, &po);
+}
+
+/* The max pooling after the layer, if any (bn_conv2d_fuse_next): *pooled = pd, its gradient
+ * and argmax mask, when the passes chosen for this batch size read dy through it; else its own
+ * backward pass writes the layer's output gradient first and *pooled stays NULL. The argmax
+ * filter pass reads only the pooled gradient: *filter_pooled is pd whenever it runs, and the
+ * other passes' *pooled as above. */
+static bn_status through_pool(bn_layer *l, const conv_plan *plan, const bn_pass *p, bn_pooled_dy *pd,
+                              const bn_pooled_dy **pooled, const bn_pooled_dy **filter_pooled)
+{
+    bn_layer *pool = ((const conv_priv *)l->priv)->pool_after;
+    *pooled = *filter_pooled = NULL;
+    if (!pool) return BN_OK;
+    const pool_priv *pp = (const pool_priv *)pool->priv;
+    if (!(pd->dy = bn_blob_dev_rd(pool->out_grad))) return bn_last_status();
+    pd->mask = pp->dev_mask, pd->ph = pp->oh, pd->pw = pp->ow;
+    if (plan->by[2] == BY_ARGMAX) *filter_pooled = pd;
+    if (!reads_pooled(plan, plan->by[2], 2) || (l->in_grad && !reads_pooled(plan, plan->by[1], 1)))
+        return bn_maxpool_backward_gpu(pool, p);
+    *pooled = *filter_pooled = pd;
+    return BN_OK;
+}
+
+extern "C" bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p)
+{
+    bn_ctx *ctx = p->ctx;
+    const conv_gpu *g = NULL;
+    const conv_plan *plan = NULL;
+    BN_TRY(prepare(l, ctx, &g, &plan));
+    bn_pooled_dy pd;
+    const bn_pooled_dy *pooled = NULL, *filter_pooled = NULL;
+    BN_TRY(through_pool(l, plan, p, &pd, &pooled, &filter_pooled));
+    const float *dy = NULL;
+    if (!pooled && !(dy = bn_blob_dev_rd(l->out_grad))) return bn_last_status();
+    BN_DEV_RD(x, l->in);
+    BN_DEV_RD(w, l->params[WEIGHT].value);
+    BN_DEV_WR(dw, l->params[WEIGHT].grad);
+    BN_DEV_WR(db, l->params[BIAS].grad);
+    BN_TENSOR_DESC(xd, l->in);
+    BN_TENSOR_DESC(dyd, l->out_grad);
+    if (!l->in_grad)
+        return filter_pass(plan->by[2], g, plan, ctx, (cudaStream_t)ctx->stream, xd, dyd, x, dy, filter_pooled, dw,
+                           db, g->parts);
+    BN_DEV_WR(dx, l->in_grad);
+    BN_TENSOR_DESC(dxd, l->in_grad);
+    return both_passes(plan->by[2], plan->by[1], g, plan, ctx, xd, dxd, dyd, x, dy, pooled, filter_pooled, w, dw, db,
+                       dx, g->parts, p->defer_joins != 0);
+}
+
+extern "C" int bn_conv2d_fuse_next(bn_layer *l, bn_layer *next)
+{
+    conv_priv *c = (conv_priv *)l->priv;
+    if (next->ops != &bn_maxpool_ops || !l->out_grad || !next->out_grad) return 0;
+    pool_priv *pp = (pool_priv *)next->priv;
+    if (pp->size != 2 || pp->stride != 2 || pp->pad != 0 || pp->oh < 1 || pp->ow < 1) return 0;
+    if (!pp->dev_mask && bn_device_alloc((void **)&pp->dev_mask, next->out->capacity) != BN_OK) {
+        pp->dev_mask = NULL;
+        return 0; /* the passes stay apart */
+    }
+    c->pool_after = next;
+    return BN_FUSED_FORWARD | BN_FUSED_NO_IN | BN_FUSED_BACKWARD | BN_FUSED_NO_IN_GRAD;
+}
+
+static const char *const fwd_names[] = {"implicit_gemm", "implicit_precomp_gemm", "gemm", "direct",
+                                        "fft", "fft_tiling", "winograd", "winograd_nonfused"};
+static const char *const bwd_data_names[] = {"algo_0", "algo_1", "fft", "fft_tiling", "winograd",
+                                             "winograd_nonfused"};
+static const char *const bwd_filter_names[] = {"algo_0", "algo_1", "fft", "algo_3", "winograd",
+                                               "winograd_nonfused", "fft_tiling"};
+
+static const char *name_of(const char *const *names, int count, int algo)
+{
+    return algo >= 0 && algo < count ? names[algo] : "?";
+}
+
+static const char *runner_name(int by, const char *const *names, int count, int algo)
+{
+    if (by == BY_DIRECT) return "blobnet direct";
+    if (by == BY_IGEMM) return "blobnet igemm";
+    if (by == BY_ROWS) return "blobnet rows";
+    if (by == BY_TENSOR) return "blobnet tensor";
+    if (by == BY_ARGMAX) return "blobnet argmax";
+    return name_of(names, count, algo);
+}
+
+extern "C" void bn_conv2d_gpu_describe(const conv_priv *c, char *buf, size_t cap)
+{
+    size_t len = 0;
+    if (cap) buf[0] = '\0';
+    int plans = c->gpu ? c->gpu->num_plans : 0;
+    for (int i = 0; i < plans && len < cap; i++) {
+        const conv_plan *pl = &c->gpu->plans[i];
+        const char *data = !pl->with_data ? "-"
+                                          : runner_name(pl->by[1], bwd_data_names,
+                                                        CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, pl->bwd_data);
+        int w = snprintf(buf + len, cap - len, "%sn=%d: fwd %s, bwd_data %s, bwd_filter %s", i ? "; " : "", pl->n,
+                         runner_name(pl->by[0], fwd_names, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, pl->fwd), data,
+                         runner_name(pl->by[2], bwd_filter_names, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
+                                     pl->bwd_filter));
+        if (w < 0) break;
+        len += (size_t)w;
+    }
+}

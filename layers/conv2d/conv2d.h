@@ -1,0 +1,75 @@
+/* conv2d.h - the conv2d layer's private state, shared by conv2d.c (setup, CPU path) and
+ * conv2d.cu (GPU path through cuDNN), and its GPU entry points. */
+#ifndef BN_CONV2D_H
+#define BN_CONV2D_H
+
+#include <stddef.h>
+
+#include "im2col.h"
+#include "core/layer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* cuDNN descriptors and the algorithms chosen per batch size; defined in conv2d.cu. */
+typedef struct conv_gpu conv_gpu;
+
+/* Which kernels run a GPU pass: auto (blobnet's wherever they apply, by a fixed order of
+ * preference, cuDNN elsewhere; with an autotuning context the fastest of cuDNN's and blobnet's
+ * as measured once per batch size), cuDNN's only, or blobnet's own (conv_direct.h,
+ * conv_igemm.h, conv_rows.h, conv_tensor.h) wherever they apply. The CPU path ignores it. */
+enum { BN_CONV_ENGINE_AUTO, BN_CONV_ENGINE_CUDNN, BN_CONV_ENGINE_BLOBNET };
+
+typedef struct conv_priv {
+    int filters, size, stride, pad, init, engine;
+    bn_conv_geom g;  /* from setup */
+    float *col;      /* one example's column matrix, reused by forward and backward */
+    conv_gpu *gpu;   /* NULL until the first GPU pass; released by bn_conv2d_gpu_release */
+    bn_layer *pool_after; /* a 2x2 max pooling after it whose GPU passes this layer's do
+                             (bn_conv2d_fuse_next), else NULL */
+} conv_priv;
+
+bn_status bn_conv2d_forward_gpu(bn_layer *l, const bn_pass *p);
+bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p);
+
+/* bn_layer_ops.fuse_next_gpu: a max pooling of 2x2 windows at stride 2 without padding after
+ * the layer has both GPU passes done by this layer's (conv_pooled.h).
+ * - Forward: the forward kernel writes the pooled output and each window's argmax
+ *   (pool_priv.dev_mask) from its epilogue, so this layer's full-size output is never written;
+ *   where the kernel chosen for a batch size cannot, it writes that output and the pooling's
+ *   own forward pass runs after it.
+ * - Backward: this layer's filter and data kernels read the pooled gradient through the mask
+ *   where they can, so the full-size output gradient is never written; where the kernels
+ *   chosen for a batch size cannot, the pooling's own backward pass (from the mask) runs first
+ *   (the argmax filter pass, conv_argmax.h, reads the pooled gradient even then).
+ * Returns BN_FUSED_FORWARD | BN_FUSED_NO_IN | BN_FUSED_BACKWARD | BN_FUSED_NO_IN_GRAD, or 0. */
+int bn_conv2d_fuse_next(bn_layer *l, bn_layer *next);
+
+/* Frees the GPU state (descriptors, chosen algorithms) and sets c->gpu to NULL. */
+void bn_conv2d_gpu_release(conv_priv *c);
+
+/* Writes the algorithms chosen so far, one "n=<batch>: fwd X, bwd_data Y, bwd_filter Z" entry
+ * per batch size, into buf (for logs and tests); blobnet's own kernels are named "blobnet
+ * direct", "blobnet igemm", "blobnet rows", "blobnet tensor" and "blobnet argmax" (conv_direct.h,
+ * conv_igemm.h, conv_rows.h, conv_tensor.h, conv_argmax.h). */
+void bn_conv2d_gpu_describe(const conv_priv *c, char *buf, size_t cap);
+
+/* For tests: plans made from now on run blobnet's passes with the direct kernels (family 1), the
+ * implicit-GEMM kernels (family 2), the row-tiled kernels (family 3), the tensor-core kernels
+ * (family 4) or the argmax filter pass (family 5: the filter pass of a layer whose output a 2x2
+ * max pooling reads) wherever that family can; 0 restores the normal choice. */
+enum {
+    BN_CONV_FAMILY_ANY = 0,
+    BN_CONV_FAMILY_DIRECT = 1,
+    BN_CONV_FAMILY_IGEMM = 2,
+    BN_CONV_FAMILY_ROWS = 3,
+    BN_CONV_FAMILY_TENSOR = 4,
+    BN_CONV_FAMILY_ARGMAX = 5
+};
+void bn_conv2d_gpu_force_own(int family);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

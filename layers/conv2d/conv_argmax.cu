@@ -1,0 +1,267 @@
+/* conv_argmax.cu - the conv2d layer's weight gradient through a 2x2 max pooling, from the
+ * windows' maxima alone (see conv_argmax.h).
+ *
+ * dW[o][c][ky][kx] = sum over images and pooled cells p of g[o][p] * x[c][r + ky][s + kx], where
+ * (r, s) is the cell of p's window that held the maximum (x with its zero border); db[o] = sum
+ * of g[o][p]. Per image a block stages the input planes it needs and its filters' pooled
+ * gradients and masks, then turns every (filter, cell) into a pair (gradient, offset of the
+ * window's first tap in a staged plane), so that a thread's step over a cell is one 8-byte
+ * load, k loads of x and k multiply-adds. */
+#include <cuda_pipeline.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "conv_argmax.h"
+#include "conv_direct.h"
+#include "conv_stage.cuh"
+#include "gpu/cuda_check.h"
+#include "gpu/pdl.cuh"
+#include "gpu/smem_opt_in.cuh"
+
+/* Threads a block takes at most, and aims for. */
+#define MAX_THREADS 1024
+#define AIM_THREADS 512
+/* Shared memory a block may take (opted into once per kernel). */
+#define ARGMAX_SMEM (100 * 1024)
+/* Partial sums are kept below this many bytes. */
+#define PARTS_LIMIT ((size_t)4 << 20)
+/* Cell groups at most. */
+#define MAX_PARTS 16
+
+typedef struct argmax_args {
+    bn_argmax_plan s;
+    bn_pooled_dy pd;
+    const float *x;
+    float *part;
+} argmax_args;
+
+/* Starts copying image img's input planes into dst: plane c's cell (yy, xx) of the hp x wv
+ * staged ones at dst[c * plane + yy * wp + xx], x's value at (yy - pad, xx - pad) or zero. */
+static __device__ void stage_x(float *dst, const bn_argmax_plan &s, const float *x, int img)
+{
+    const bn_conv_geom &g = s.g;
+    const float *src = x + (size_t)img * g.c * g.h * g.w;
+    const int per_plane = s.hp * s.wv, total = g.c * per_plane;
+    const float inv_plane = 1.0f / per_plane, inv_row = 1.0f / s.wv;
+    for (int e = threadIdx.x; e < total; e += blockDim.x) {
+        int rem, xx;
+        const int c = div_small(e, per_plane, inv_plane, rem), yy = div_small(rem, s.wv, inv_row, xx);
+        const int iy = yy - g.pad, ix = xx - g.pad;
+        float *d = dst + c * s.plane + yy * s.wp + xx;
+        if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w)
+            __pipeline_memcpy_async(d, src + ((size_t)c * g.h + iy) * g.w + ix, 4);
+        else
+            *d = 0.0f;
+    }
+}
+
+template <int K>
+static __global__ void __launch_bounds__(MAX_THREADS) argmax_filter(argmax_args a)
+{
+    bn_early_entry(); /* pdl.cuh */
+    extern __shared__ float4 smem4[];
+    const bn_argmax_plan &s = a.s;
+    const bn_conv_geom &g = s.g;
+    const int pp = s.ph * s.pw, C = g.c, taps = C * K * K;
+    const int o0 = blockIdx.x * s.fb, fv = min(s.fb, s.filters - o0);
+    float *xb = (float *)smem4;                      /* [2][xsize]: the staged planes */
+    float *pb = xb + 2 * s.xsize;                    /* [2][psize]: pooled gradients, then masks */
+    float2 *pairs = (float2 *)(pb + 2 * s.psize);    /* [pp][fv]: (gradient, window offset) */
+    const int tid = threadIdx.x, part = tid / s.items, it = tid - part * s.items;
+    const int c = it % C, r = it / C, ky = r % K, ol = r / K;
+    const bool live = part < s.parts && ol < fv;
+    /* The bias gradient: thread (q, o) for q < parts adds filter o's cells q, q + parts, ... */
+    const int bq = tid / s.fb, bo = tid - bq * s.fb;
+    const bool bias = bq < s.parts && bo < fv;
+    const int first = blockIdx.y * s.span, last = min(s.n, first + s.span);
+    const int count = fv * pp;
+    const float inv_fv = 1.0f / fv, inv_pw = 1.0f / s.pw;
+    /* Where this thread's first pairs entry is, and how far each next one lies. */
+    int ol0, px0, dol, dpx;
+    const int p0 = div_small(tid, fv, inv_fv, ol0), py0 = div_small(p0, s.pw, inv_pw, px0);
+    const int dp = div_small((int)blockDim.x, fv, inv_fv, dol), dpy = div_small(dp, s.pw, inv_pw, dpx);
+
+    float acc[K], accb = 0.0f;
+#pragma unroll
+    for (int kx = 0; kx < K; kx++) acc[kx] = 0.0f;
+
+    stage_x(xb, s, a.x, first);
+    stage_pooled_cells(pb, a.pd, ((size_t)first * s.filters + o0) * pp, count);
+    __pipeline_commit();
+    int b = 0;
+    for (int img = first; img < last; img++, b ^= 1) {
+        __syncthreads(); /* the other buffers and the pairs are no longer read */
+        if (img + 1 < last) {
+            stage_x(xb + (b ^ 1) * s.xsize, s, a.x, img + 1);
+            stage_pooled_cells(pb + (b ^ 1) * s.psize, a.pd, ((size_t)(img + 1) * s.filters + o0) * pp, count);
+        }
+        __pipeline_commit();
+        __pipeline_wait_prior(1);
+        __syncthreads();
+        const float *pg = pb + b * s.psize;
+        const unsigned char *pm = (const unsigned char *)(pg + count);
+        /* Entry e = p * fv + ol, thread tid taking e = tid, tid + step, ...: its (ol, p, py, px)
+         * advance by fixed amounts (worked out once, before the loop). */
+        for (int e = tid, eo = ol0, p = p0, py = py0, px = px0; e < count; e += blockDim.x) {
+            const int at = eo * pp + p, m = pm[at];
+            pairs[e] = make_float2(pg[at], __int_as_float((2 * py + (m >> 1)) * s.wp + 2 * px + (m & 1)));
+            eo += dol, p += dp, px += dpx, py += dpy;
+            if (eo >= fv) eo -= fv, p++, px++;
+            if (px >= s.pw) px -= s.pw, py++;
+        }
+        __syncthreads();
+        if (bias)
+            for (int p = bq; p < pp; p += s.parts) accb += pairs[p * fv + bo].x;
+        if (!live) continue;
+        const float *xr = xb + b * s.xsize + c * s.plane + ky * s.wp;
+        for (int p = part; p < pp; p += s.parts) {
+            const float2 v = pairs[p * fv + ol];
+            const float *w = xr + __float_as_int(v.y);
+#pragma unroll
+            for (int kx = 0; kx < K; kx++) acc[kx] = fmaf(v.x, w[kx], acc[kx]);
+        }
+    }
+
+    /* The groups' sums, added in group order by group 0 (where the planes were). */
+    float *red = xb, *redb = xb + (size_t)s.parts * s.items * K;
+    if (s.parts > 1) {
+        __syncthreads();
+        if (live) {
+            float *d = red + (size_t)(part * s.items + it) * K;
+#pragma unroll
+            for (int kx = 0; kx < K; kx++) d[kx] = acc[kx];
+        }
+        if (bias) redb[bq * s.fb + bo] = accb;
+        __syncthreads();
+        if (part == 0 && live)
+            for (int q = 1; q < s.parts; q++) {
+                const float *d = red + (size_t)(q * s.items + it) * K;
+#pragma unroll
+                for (int kx = 0; kx < K; kx++) acc[kx] += d[kx];
+            }
+        if (bq == 0 && bias)
+            for (int q = 1; q < s.parts; q++) accb += redb[q * s.fb + bo];
+    }
+    float *out = a.part + (size_t)blockIdx.y * s.filters * (taps + 1);
+    if (bq == 0 && bias) out[(size_t)s.filters * taps + o0 + bo] = accb;
+    if (part != 0 || !live) return;
+#pragma unroll
+    for (int kx = 0; kx < K; kx++) out[(size_t)(o0 + ol) * taps + (c * K + ky) * K + kx] = acc[kx];
+}
+
+/* How many ways the lanes of the plan's warps meet in one shared-memory bank when all read the
+ * same cell of the same filter (the most distinct addresses on one bank, over the first warps of
+ * group 0). */
+static int bank_ways(const bn_argmax_plan *p, int wp, int plane)
+{
+    const int C = p->g.c, K = p->g.k;
+    int worst = 0;
+    for (int w0 = 0; w0 < p->items && w0 < 8 * 32; w0 += 32) {
+        int addr[32], n = 0, ways[32] = {0};
+        for (int it = w0; it < w0 + 32 && it < p->items; it++) {
+            const int c = it % C, ky = (it / C) % K, a = c * plane + ky * wp;
+            bool seen = false;
+            for (int j = 0; j < n && !seen; j++) seen = addr[j] == a;
+            if (seen) continue;
+            addr[n++] = a;
+            if (++ways[a & 31] > worst) worst = ways[a & 31];
+        }
+    }
+    return worst;
+}
+
+static size_t round4(size_t v)
+{
+    return (v + 3) / 4 * 4;
+}
+
+extern "C" void bn_argmax_plan_make(bn_argmax_plan *p, const bn_conv_geom *g, int filters, int n, int sms)
+{
+    memset(p, 0, sizeof *p);
+    p->n = n, p->filters = filters, p->g = *g;
+    if (g->stride != 1 || g->k < 1 || g->k > 7 || g->pad < 0 || g->c < 1 || filters < 1 || n < 1) return;
+    p->ph = g->oh / 2, p->pw = g->ow / 2;
+    if (p->ph < 1 || p->pw < 1) return;
+    const long long pp = (long long)p->ph * p->pw, ck = (long long)g->c * g->k;
+    if (ck > MAX_THREADS || pp > (1 << 20)) return;
+    /* A thread per (filter, window row, input channel): every filter in one block where
+     * MAX_THREADS allow, else blocks along the filters. */
+    long long fb = MAX_THREADS / ck;
+    if (fb > filters) fb = filters;
+    p->fb = (int)fb;
+    p->groups = (filters + p->fb - 1) / p->fb;
+    p->items = (int)(fb * ck);
+    long long parts = AIM_THREADS / p->items;
+    if (parts > MAX_PARTS) parts = MAX_PARTS;
+    if (parts > pp) parts = pp;
+    if (parts < 1) parts = 1;
+    p->parts = (int)parts;
+    long long threads = (long long)p->items * p->parts;
+    if (threads < (long long)p->fb * p->parts) threads = (long long)p->fb * p->parts; /* the bias's threads */
+    if (threads > MAX_THREADS) return;
+    p->threads = (int)((threads + 31) / 32 * 32);
+    /* The rows and columns a window at a maximum can reach. */
+    p->hp = 2 * p->ph + g->k - 1, p->wv = 2 * p->pw + g->k - 1;
+    /* Strides with the fewest lanes on one bank, the smaller on a tie. */
+    int best = -1;
+    for (int wp = p->wv; wp < p->wv + 8 && best != 1; wp++)
+        for (int extra = 0; extra < 32 && best != 1; extra++) {
+            const int plane = p->hp * wp + extra, ways = bank_ways(p, wp, plane);
+            if (best < 0 || ways < best) best = ways, p->wp = wp, p->plane = plane;
+        }
+    p->xsize = round4((size_t)g->c * p->plane);
+    p->psize = pooled_stage_bytes(p->fb * (int)pp) / sizeof(float);
+    const size_t buffers = 2 * p->xsize + 2 * p->psize + 2 * (size_t)p->fb * pp;
+
+    const size_t red = p->parts > 1 ? (size_t)p->parts * ((size_t)p->items * g->k + p->fb) : 0;
+    p->smem = (buffers > red ? buffers : red) * sizeof(float);
+    if (p->smem > ARGMAX_SMEM) return;
+    /* Spans: about one wave of blocks, partial sums kept small. */
+    int resident = 2048 / p->threads;
+    const int by_smem = (int)((228 * 1024) / (p->smem + 1024));
+    if (by_smem < resident) resident = by_smem;
+    if (resident < 1) resident = 1;
+    const size_t count = (size_t)filters * ((size_t)g->c * g->k * g->k + 1);
+    long long spans = ((long long)sms * resident + p->groups - 1) / p->groups;
+    const long long most = (long long)(PARTS_LIMIT / (count * sizeof(float)));
+    if (spans > most) spans = most;
+    if (spans > n) spans = n;
+    if (spans < 1) spans = 1;
+    p->span = (int)((n + spans - 1) / spans);
+    p->spans = (n + p->span - 1) / p->span;
+    if (p->spans > 65535 || p->groups > 65535) return;
+    p->workspace = (size_t)p->spans * count * sizeof(float);
+    p->ok = 1;
+}
+
+template <int K>
+static bn_status launch(const argmax_args &a, cudaStream_t st)
+{
+    static bool opted;
+    BN_CUDA(bn_smem_opt_in(argmax_filter<K>, &opted, ARGMAX_SMEM));
+    bn_launch_early(argmax_filter<K>, dim3(a.s.groups, a.s.spans), dim3(a.s.threads), a.s.smem, st, a);
+    BN_CUDA_LAUNCH();
+    return BN_OK;
+}
+
+extern "C" bn_status bn_argmax_backward_filter(const bn_argmax_plan *p, void *stream, const float *x,
+                                               const bn_pooled_dy *pooled, float *dw, float *db, float *workspace)
+{
+    if (!p->ok || !pooled || pooled->ph != p->ph || pooled->pw != p->pw)
+        return bn_error(BN_ERR_INTERNAL, "argmax weight gradient cannot run this shape");
+    const argmax_args a = {*p, *pooled, x, workspace};
+    const cudaStream_t st = (cudaStream_t)stream;
+    bn_status s;
+    switch (p->g.k) {
+    case 1: s = launch<1>(a, st); break;
+    case 2: s = launch<2>(a, st); break;
+    case 3: s = launch<3>(a, st); break;
+    case 4: s = launch<4>(a, st); break;
+    case 5: s = launch<5>(a, st); break;
+    case 6: s = launch<6>(a, st); break;
+    case 7: s = launch<7>(a, st); break;
+    default: return bn_error(BN_ERR_INTERNAL, "argmax weight gradient: no kernel for a %d-wide window", p->g.k);
+    }
+    if (s != BN_OK) return s;
+    return bn_direct_finish_filter(stream, workspace, p->spans, p->filters, p->g.c * p->g.k * p->g.k, dw, db);
+}

@@ -1,0 +1,48 @@
+/* conv_igemm.h - blobnet's implicit-GEMM convolution kernels (conv_igemm.cu), the conv2d
+ * layer's second family of own kernels beside the direct ones (conv_direct.h): each pass one
+ * register-tiled matrix product whose operands are read from the tensors through a table of
+ * offsets. Deterministic and graph-capturable; the filter pass leaves partial sums that
+ * bn_direct_finish_filter adds up. A plan needs no device work to make. */
+#ifndef BN_CONV_IGEMM_H
+#define BN_CONV_IGEMM_H
+
+#include <stddef.h>
+
+#include "im2col.h"
+#include "core/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Tile configurations (block tile sizes) the kernels come in. */
+enum { BN_IG_CONFIGS = 4 };
+
+typedef struct bn_igemm_pass {
+    int ok;              /* the kernel can run this pass */
+    int cfg;             /* tile configuration */
+    int M, N, K;         /* the product */
+    int span, splits;    /* K per block and blocks along K (filter pass; else K and 1) */
+} bn_igemm_pass;
+
+typedef struct bn_igemm_plan {
+    bn_igemm_pass pass[3]; /* forward, data, filter */
+    size_t workspace;      /* bytes of partial sums the filter pass needs */
+} bn_igemm_plan;
+
+/* Fills a plan for a batch of n; sms is the device's multiprocessor count. Never fails: a pass
+ * these kernels cannot run has its ok flag cleared. */
+void bn_igemm_plan_make(bn_igemm_plan *p, const bn_conv_geom *g, int filters, int n, int sms);
+/* forward writes y (bias added); data writes dx; filter_parts writes the partial sums that
+ * bn_direct_finish_filter adds into dw and db (plan->pass[2].splits spans). */
+bn_status bn_igemm_forward(const bn_igemm_plan *p, const bn_conv_geom *g, int filters, int n, void *stream,
+                           const float *x, const float *w, const float *b, float *y);
+bn_status bn_igemm_backward_data(const bn_igemm_plan *p, const bn_conv_geom *g, int filters, int n, void *stream,
+                                 const float *dy, const float *w, float *dx);
+bn_status bn_igemm_backward_filter_parts(const bn_igemm_plan *p, const bn_conv_geom *g, int filters, int n,
+                                         void *stream, const float *x, const float *dy, float *parts);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,801 @@
+/* conv_tensor.cu - the conv2d layer's tensor-core kernels (see conv_tensor.h), all on mma.sync
+ * m16n8k8 TF32 products.
+ *
+ * Forward: one block stages all of the layer's weights in shared memory once, then takes work
+ * items in turn, an item being an image or, when there are fewer images than multiprocessors, a
+ * share of an image's positions: it stages the image's zero-padded input planes (plus one plane
+ * of zeros) and computes out[position][channel] = sum over k = (input channel, tap) of
+ * A[position][k] * B[k][channel]. Two tables give, per k, the offset of A's element within the
+ * staged planes (for position 0) and of B's element within the weights (for channel 0). k past
+ * the reduction reads the zero plane. Each warp owns two 16-position tiles and every channel
+ * tile, for every splits-th step of 8 along k; the warps then add their sums into shared memory
+ * one split after another, and the block writes the image's outputs with the bias, or, for a
+ * 2x2 max pooling after the layer (conv_pooled.h), each window's maximum and its cell.
+ *
+ * Backward data, by scattering rather than by convolving the zero-padded dy: for each tap t,
+ * P_t[q][c] = sum over filters o of dy[o][q] * w[o][c][t] is a product with no zeros in it, and
+ * P_t[q][c] belongs to dx[c] at q shifted by t. A block takes 8 input channels and images in
+ * turn; warp ky computes the taps of window row ky and adds them, tap after tap, into its own
+ * copy of the 8 zero-bordered dx planes; the block then adds the warps' copies in warp order.
+ *
+ * Backward filter: dw[o][(c, t)] = sum over images and positions q of dy[o][q] * x[c][q
+ * shifted by t], one product per block over its span of images (K = positions), the bias
+ * gradient as one more column of B that reads a plane of ones. A block takes 4 * warps column
+ * tiles; warps that share columns take alternate steps along the positions and add their sums
+ * in warp order; each span of images writes its own partial sums, which
+ * bn_direct_finish_filter adds in span order.
+ *
+ * Through a max pooling (conv_pooled.h), the data and filter passes stage each image's pooled
+ * gradient and argmax mask (two images' worth after the plan's shared memory) and expand them
+ * into the dy buffer once they have landed.
+ *
+ * FP32 accuracy from the TF32 products by splitting each operand (mma_tf32.cuh); a plan made for
+ * a tf32 context takes the value x value product alone (TF32 accuracy, the P = 1 kernels). */
+#include <cuda_pipeline.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "conv_direct.h"
+#include "conv_stage.cuh"
+#include "conv_tensor.h"
+#include "gpu/cuda_check.h"
+#include "gpu/mma_tf32.cuh"
+#include "gpu/pdl.cuh"
+#include "gpu/smem_opt_in.cuh"
+
+/* 16-position tiles per warp. */
+#define MW 2
+/* Shared memory a block may take (opted into once per kernel). */
+#define TENSOR_SMEM (200 * 1024)
+/* Warps per block at most. */
+#define MAX_WARPS 16
+
+typedef struct tensor_args {
+    bn_tensor_conv s;
+    int n;
+    bool vec;
+    const float *in, *w, *bias;
+    float *out;
+    bn_pooled_out po; /* po.y set: the 2x2 max pooling's output and mask instead of out */
+} tensor_args;
+
+template <int NT, int P>
+static __global__ void __launch_bounds__(MAX_WARPS * 32) tensor_conv(tensor_args a)
+{
+    bn_early_entry(); /* pdl.cuh */
+    extern __shared__ float4 smem4[];
+    float *smem = (float *)smem4;
+    const bn_tensor_conv &s = a.s;
+    const int kk = s.k * s.k, K = s.ci * kk, kpad = s.ksteps * 8;
+    const int npos = s.ho * s.wo, plane = s.hp * s.wp, np = NT * 8;
+    /* The weights as stored: (filters, channels, k, k). */
+    const int wcount = s.co * s.ci * kk;
+    float *sb = smem;
+    float *sa = smem + s.a_off;                 /* [ci + 1][hp][wp], the last plane zeros */
+    int *ta = (int *)(smem + s.tab_off);        /* [kpad] */
+    int *tb = ta + kpad;                        /* [kpad] */
+    float *red = smem + s.red_off;              /* [mper * 32][np] */
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane >> 2, tig = lane & 3;
+    const int wg = warp % s.mper, sp = warp / s.mper;
+
+    /* Weights and tables, once per block. */
+    if (((uintptr_t)a.w & 15) == 0) {
+        for (int e = threadIdx.x; e < wcount / 4; e += blockDim.x) __pipeline_memcpy_async(sb + 4 * e, a.w + 4 * e, 16);
+        for (int e = wcount / 4 * 4 + threadIdx.x; e < wcount; e += blockDim.x)
+            __pipeline_memcpy_async(sb + e, a.w + e, 4);
+    } else {
+        for (int e = threadIdx.x; e < wcount; e += blockDim.x) __pipeline_memcpy_async(sb + e, a.w + e, 4);
+    }
+    for (int k = threadIdx.x; k < kpad; k += blockDim.x) {
+        if (k < K) {
+            const int c = k / kk, tap = k - c * kk, ky = tap / s.k, kx = tap - ky * s.k;
+            ta[k] = c * plane + ky * s.wp + kx;
+            tb[k] = c * kk + tap;
+        } else {
+            ta[k] = s.ci * plane;
+            tb[k] = 0;
+        }
+    }
+    const int nstride = s.ci * kk;
+    int no[NT];
+#pragma unroll
+    for (int j = 0; j < NT; j++) no[j] = min(j * 8 + gid, s.co - 1) * nstride;
+
+    /* Work items: (image, share of its positions). */
+    for (int item = blockIdx.x; item < a.n * s.mparts; item += gridDim.x) {
+        const int img = item / s.mparts, m0 = (item - img * s.mparts) * s.mper * 32;
+        int mo[MW][2];
+#pragma unroll
+        for (int i = 0; i < MW; i++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int m = m0 + (wg * MW + i) * 16 + gid + 8 * h;
+                const int oy = m / s.wo, ox = m - oy * s.wo;
+                mo[i][h] = m < npos ? oy * s.stride * s.wp + ox * s.stride : 0;
+            }
+        __syncthreads(); /* the previous image's planes and sums are no longer read */
+        stage_planes(sa, a.in + (size_t)img * s.ci * s.hi * s.wi, s.ci + 1, s.ci, s.hi, s.wi, s.pad, s.hp, s.wp,
+                     a.vec);
+        __pipeline_commit();
+        __pipeline_wait_prior(0);
+        __syncthreads();
+
+        float acc[NT][MW][4];
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int i = 0; i < MW; i++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) acc[j][i][q] = 0.0f;
+        for (int step = sp; step < s.ksteps; step += s.splits) {
+            const int k0 = step * 8;
+            const int ka0 = ta[k0 + tig], ka1 = ta[k0 + tig + 4], kb0 = tb[k0 + tig], kb1 = tb[k0 + tig + 4];
+            uint32_t ah[MW][4], al[MW][4];
+#pragma unroll
+            for (int i = 0; i < MW; i++) {
+                split_frag_a(sa[mo[i][0] + ka0], sa[mo[i][1] + ka0], sa[mo[i][0] + ka1], sa[mo[i][1] + ka1], ah[i],
+                             al[i]);
+            }
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                uint32_t bh0, bl0, bh1, bl1;
+                split_tf32(sb[kb0 + no[j]], bh0, bl0);
+                split_tf32(sb[kb1 + no[j]], bh1, bl1);
+                mma_tiles<P>(acc[j], ah, al, bh0, bl0, bh1, bl1);
+            }
+        }
+        /* The splits' sums into red, one split after another (split 0 stores). */
+        for (int r = 0; r < s.splits; r++) {
+            if (sp == r) {
+#pragma unroll
+                for (int i = 0; i < MW; i++)
+#pragma unroll
+                    for (int j = 0; j < NT; j++)
+#pragma unroll
+                        for (int q = 0; q < 4; q++) {
+                            const int row = (wg * MW + i) * 16 + gid + 8 * (q >> 1), col = j * 8 + 2 * tig + (q & 1);
+                            float *d = red + row * np + col;
+                            *d = r == 0 ? acc[j][i][q] : *d + acc[j][i][q];
+                        }
+            }
+            __syncthreads();
+        }
+        const int span = min(s.mper * 32, npos - m0);
+        if (a.po.y) {
+            /* The windows whose rows lie in this share (it starts on an even row: s.pools). */
+            const int pw = a.po.pw, pcells = a.po.ph * pw, py0 = m0 / (2 * s.wo);
+            const int prows = min(a.po.ph - py0, span / s.wo / 2), count = prows * pw;
+            const size_t base = (size_t)img * s.co * pcells + (size_t)py0 * pw;
+            for (int e = threadIdx.x; e < s.co * count; e += blockDim.x) {
+                const int o = e / count, c = e - o * count, py = c / pw, px = c - py * pw;
+                const float b = a.bias ? a.bias[o] : 0.0f;
+                const float *r = red + (2 * py * s.wo + 2 * px) * np + o; /* the window's top-left */
+                int cell;
+                const float top = bn_window_max2(r[0] + b, r[np] + b, r[s.wo * np] + b, r[(s.wo + 1) * np] + b, &cell);
+                a.po.y[base + (size_t)o * pcells + c] = top;
+                a.po.mask[base + (size_t)o * pcells + c] = (unsigned char)cell;
+            }
+            continue;
+        }
+        float *y = a.out + (size_t)img * s.co * npos;
+        for (int e = threadIdx.x; e < s.co * span; e += blockDim.x) {
+            const int o = e / span, m = e - o * span;
+            y[(size_t)o * npos + m0 + m] = red[m * np + o] + (a.bias ? a.bias[o] : 0.0f);
+        }
+    }
+}
+
+static int round4i(int v)
+{
+    return (v + 3) & ~3;
+}
+
+/* Fills a shape; 0 when the kernel cannot run it. */
+static int tensor_shape(bn_tensor_conv *d, int ci, int hi, int wi, int pad, int stride, int co, int ho, int wo, int k,
+                        int n, int sms)
+{
+    memset(d, 0, sizeof *d);
+    if (co < 1 || co > 64 || ci < 1 || ho < 1 || wo < 1 || k < 1 || stride < 1 || pad < 0 || n < 1) return 0;
+    d->ci = ci, d->hi = hi, d->wi = wi, d->pad = pad, d->stride = stride;
+    d->co = co, d->ho = ho, d->wo = wo, d->k = k;
+    d->ntiles = (co + 7) / 8;
+    const int npos = ho * wo, mtiles = (npos + 15) / 16;
+    d->mgroups = (mtiles + MW - 1) / MW;
+    if (d->mgroups > MAX_WARPS) return 0;
+    /* An image's positions shared by several blocks while there are fewer images than
+     * multiprocessors. */
+    int mparts = (sms + n - 1) / n;
+    if (mparts > d->mgroups) mparts = d->mgroups;
+    if (mparts < 1) mparts = 1;
+    d->mper = (d->mgroups + mparts - 1) / mparts;
+    d->mparts = (d->mgroups + d->mper - 1) / d->mper;
+    const long long K = (long long)ci * k * k;
+    if (K > (1 << 20)) return 0;
+    d->ksteps = (int)((K + 7) / 8);
+    /* Warps along the reduction: as many as fit, each with at least 4 steps. */
+    int splits = MAX_WARPS / d->mper;
+    if (splits > d->ksteps / 4) splits = d->ksteps / 4;
+    if (splits < 1) splits = 1;
+    d->splits = splits;
+    d->threads = 32 * d->mper * splits;
+    d->hp = (ho - 1) * stride + k;
+    d->wp = round4i((wo - 1) * stride + k);
+    /* Shared memory: the weights, the planes, the two tables, the warps' sums (in floats). */
+    const size_t wcount = (size_t)co * ci * k * k, plane = (size_t)d->hp * d->wp;
+    if (wcount * sizeof(float) > TENSOR_SMEM || plane * (ci + 1) * sizeof(float) > TENSOR_SMEM) return 0;
+    d->a_off = (wcount + 3) / 4 * 4;
+    d->tab_off = d->a_off + (ci + 1) * plane;
+    d->red_off = d->tab_off + (size_t)round4i(2 * d->ksteps * 8);
+    d->smem = (d->red_off + (size_t)d->mper * 32 * d->ntiles * 8) * sizeof(float);
+    if (d->smem > TENSOR_SMEM) return 0;
+    const long long items = (long long)n * d->mparts;
+    if (items > (1LL << 30)) return 0;
+    d->blocks = (int)(items < sms ? items : sms);
+    /* A pooled epilogue needs each share to start on an even output row. */
+    d->pools = ho >= 2 && wo >= 2 && (d->mparts == 1 || (d->mper * 32) % (2 * wo) == 0);
+    return 1;
+}
+
+/* Blocks of `warps` warps and `smem` bytes of shared memory that fit one multiprocessor at once
+ * (228 KiB of shared memory with 1 KiB reserved per block, 64 warps), at least 1. */
+static int resident(size_t smem, int warps)
+{
+    int by_smem = (int)((228 * 1024) / (smem + 1024)), by_warps = 64 / (warps > 0 ? warps : 1);
+    const int r = by_smem < by_warps ? by_smem : by_warps;
+    return r > 0 ? r : 1;
+}
+
+/* ---- Backward data ---- */
+
+typedef struct data_args {
+    bn_tensor_data s;
+    int n;
+    bn_pooled_dy pd; /* pd.dy set: dy given through a max pooling, staged after the plan's shared memory */
+    const float *dy, *w;
+    float *dx;
+} data_args;
+
+/* Starts copying `rows` rows of `count` floats, src + r * src_step to dst + r * dst_step (shared
+ * memory), with cp.async: 16-byte pieces where every row start is 16-byte aligned and count is a
+ * multiple of 4, else 4-byte ones. */
+static __device__ void copy_rows_async(float *dst, int dst_step, const float *src, int src_step, int rows, int count)
+{
+    const bool vec = count % 4 == 0 && dst_step % 4 == 0 && src_step % 4 == 0 && ((uintptr_t)src & 15) == 0 &&
+                     ((uintptr_t)dst & 15) == 0;
+    const int piece = vec ? 4 : 1, per_row = count / piece;
+    const float inv = 1.0f / per_row;
+    for (int e = threadIdx.x; e < rows * per_row; e += blockDim.x) {
+        int i;
+        const int r = div_small(e, per_row, inv, i);
+        i *= piece;
+        __pipeline_memcpy_async(dst + (size_t)r * dst_step + i, src + (size_t)r * src_step + i, 4 * piece);
+    }
+}
+
+/* The shared memory a pass launches with, in bytes: its plan's, and to read dy through a
+ * pooling two images' pooled gradients and masks after it (from a 16-byte boundary). */
+static size_t launch_smem(size_t plan_smem, const bn_conv_geom *g, int filters, bool pooled)
+{
+    if (!pooled) return plan_smem;
+    return plan_smem + 16 + 2 * pooled_stage_bytes(filters * (g->oh / 2) * (g->ow / 2));
+}
+
+/* Where those buffers start (launch_smem): the first 16-byte boundary after `smem` bytes. */
+static __device__ float *pooled_raw(float *base, size_t smem)
+{
+    return base + (smem / sizeof(float) + 3) / 4 * 4;
+}
+
+/* Starts staging image img's dy: its rows (npos floats each, into rows of `row` floats), or
+ * through the pooling (pd.dy set) its pooled gradient and mask into raw. */
+static __device__ void stage_dy(const bn_pooled_dy &pd, const float *dy, int img, int filters, int npos, float *rows,
+                                int row, float *raw, int pcount)
+{
+    if (pd.dy) stage_pooled(raw, pd, img, pcount);
+    else copy_rows_async(rows, row, dy + (size_t)img * filters * npos, npos, filters, npos);
+}
+
+template <int KW, int P>
+static __global__ void __launch_bounds__(KW * 32) tensor_data(data_args a)
+{
+    bn_early_entry(); /* pdl.cuh */
+    extern __shared__ float4 smem4[];
+    const bn_tensor_data &s = a.s;
+    const bn_conv_geom &g = s.g;
+    constexpr int KK = KW * KW;
+    float *ws = (float *)smem4;             /* [kp][ws_row]: w[o][c0 + cl][t] at o * ws_row + cl * KK + t */
+    float *abuf = ws + s.a_off;             /* [2][kp][sa]: two images' dy[o][q], zeros past f and npos */
+    float *priv = ws + s.p_off;             /* [KW][8][tps]: each warp's zero-bordered dx planes */
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane >> 2, tig = lane & 3;
+    const int c0 = blockIdx.y * 8, cvalid = min(8, g.c - c0), npos = g.oh * g.ow, mtot = s.mpasses * 64;
+    const size_t abytes = (size_t)s.kp * s.sa;
+
+    /* The weight tile, once per block, as stored: per filter the 8 channels' taps are one run.
+     * Zeros for the filters past f (dy's rows there are zeros too, and 0 * garbage could be NaN)
+     * and for the channels past the layer's. */
+    copy_rows_async(ws, s.ws_row, a.w + (size_t)c0 * KK, g.c * KK, s.filters, cvalid * KK);
+    for (int e = threadIdx.x; e < (s.kp - s.filters) * s.ws_row; e += blockDim.x) ws[s.filters * s.ws_row + e] = 0.0f;
+    for (int o = warp; o < s.filters; o += KW)
+        for (int i = cvalid * KK + lane; i < 8 * KK; i += 32) ws[o * s.ws_row + i] = 0.0f;
+    /* Zeros where dy has no rows or positions, in both buffers (the copies never write there). */
+    for (int b = 0; b < 2; b++) {
+        float *ab = abuf + b * abytes;
+        for (int e = threadIdx.x; e < (s.kp - s.filters) * s.sa; e += blockDim.x) ab[s.filters * s.sa + e] = 0.0f;
+        if (npos < mtot)
+            for (int o = warp; o < s.filters; o += KW)
+                for (int q = npos + lane; q < mtot; q += 32) ab[o * s.sa + q] = 0.0f;
+    }
+    /* Through a pooling: two buffers of pooled gradients and masks after the plan's memory, each
+     * expanded into its dy buffer once it has landed. */
+    const int pcount = s.filters * a.pd.ph * a.pd.pw;
+    float *raw = pooled_raw(ws, s.smem);
+    const size_t rbytes = pooled_stage_bytes(pcount) / sizeof(float);
+    if (blockIdx.x < a.n) stage_dy(a.pd, a.dy, blockIdx.x, s.filters, npos, abuf, s.sa, raw, pcount);
+    __pipeline_commit();
+
+    int b = 0;
+    for (int img = blockIdx.x; img < a.n; img += gridDim.x, b ^= 1) {
+        __syncthreads(); /* the other buffer and the warps' planes are no longer read */
+        const int next = img + gridDim.x;
+        if (next < a.n)
+            stage_dy(a.pd, a.dy, next, s.filters, npos, abuf + (b ^ 1) * abytes, s.sa,
+                     raw + (b ^ 1) * rbytes, pcount);
+        __pipeline_commit();
+        __pipeline_wait_prior(1);
+        __syncthreads();
+        if (a.pd.dy) {
+            expand_staged(abuf + b * abytes, s.sa, g.ow, raw + b * rbytes, s.filters, g.oh, g.ow, a.pd.ph, a.pd.pw);
+            __syncthreads();
+        }
+
+        const int ky = warp;
+        const float *av = abuf + b * abytes;
+        float *mine = priv + (size_t)warp * 8 * s.tps;
+        for (int e = lane; e < 2 * s.tps; e += 32) ((float4 *)mine)[e] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        __syncwarp();
+        for (int mp = 0; mp < s.mpasses; mp++) {
+            float acc[KW][4][4];
+#pragma unroll
+            for (int kx = 0; kx < KW; kx++)
+#pragma unroll
+                for (int m = 0; m < 4; m++)
+#pragma unroll
+                    for (int q = 0; q < 4; q++) acc[kx][m][q] = 0.0f;
+            for (int k0 = 0; k0 < s.kp; k0 += 8) {
+                uint32_t ah[4][4], al[4][4];
+#pragma unroll
+                for (int m = 0; m < 4; m++) {
+                    const int r = mp * 64 + m * 16 + gid, i0 = (k0 + tig) * s.sa + r, i1 = i0 + 4 * s.sa;
+                    split_frag_a(av[i0], av[i0 + 8], av[i1], av[i1 + 8], ah[m], al[m]);
+                }
+#pragma unroll
+                for (int kx = 0; kx < KW; kx++) {
+                    const float *wt = ws + (k0 + tig) * s.ws_row + gid * KK + ky * KW + kx;
+                    uint32_t bh0, bl0, bh1, bl1;
+                    split_tf32(wt[0], bh0, bl0);
+                    split_tf32(wt[4 * s.ws_row], bh1, bl1);
+                    mma_tiles<P>(acc[kx], ah, al, bh0, bl0, bh1, bl1);
+                }
+            }
+            /* Each tap's sums into this warp's planes at the tap's shift; one tap's targets are
+             * all different, the next tap's may meet them, so the lanes agree between taps. */
+            int at[4][2];
+#pragma unroll
+            for (int m = 0; m < 4; m++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int q = mp * 64 + m * 16 + gid + 8 * h, qy = q / g.ow;
+                    at[m][h] = q < npos ? (qy + ky) * s.tw + q - qy * g.ow : -1;
+                }
+#pragma unroll
+            for (int kx = 0; kx < KW; kx++) {
+#pragma unroll
+                for (int m = 0; m < 4; m++)
+#pragma unroll
+                    for (int q = 0; q < 4; q++) {
+                        const int pos = at[m][q >> 1], cl = 2 * tig + (q & 1);
+                        if (pos >= 0 && cl < cvalid) mine[cl * s.tps + pos + kx] += acc[kx][m][q];
+                    }
+                __syncwarp();
+            }
+        }
+        __syncthreads();
+        /* dx = the warps' planes added in warp order, without their border. */
+        float *dx = a.dx + ((size_t)img * g.c + c0) * g.h * g.w;
+        const int hw = g.h * g.w;
+        const float inv_hw = 1.0f / hw, inv_w = 1.0f / g.w;
+        for (int e = threadIdx.x; e < cvalid * hw; e += blockDim.x) {
+            int r, ix;
+            const int cl = div_small(e, hw, inv_hw, r), iy = div_small(r, g.w, inv_w, ix);
+            const float *src = priv + cl * s.tps + (iy + g.pad) * s.tw + ix + g.pad;
+            float sum = src[0];
+#pragma unroll
+            for (int w = 1; w < KW; w++) sum += src[(size_t)w * 8 * s.tps];
+            dx[e] = sum;
+        }
+    }
+}
+
+/* Fills the data shape; 0 when the kernel cannot run it. */
+static int data_shape(bn_tensor_data *d, const bn_conv_geom *g, int filters, int n, int sms)
+{
+    memset(d, 0, sizeof *d);
+    if (g->stride != 1 || g->k < 1 || g->k > 7 || g->pad < 0 || filters < 1 || g->c < 1 || n < 1) return 0;
+    d->g = *g;
+    d->filters = filters;
+    if (g->oh < 1 || g->ow < 1) return 0;
+    d->ctiles = (g->c + 7) / 8;
+    d->kp = (filters + 7) / 8 * 8;
+    /* A filter's row of the weight tile: 8 channels' taps, padded to 8 more than a multiple of
+     * 32 floats, so that the 32 lanes' reads (4 filters x 8 channels) fall in different banks
+     * when k * k is odd. */
+    d->ws_row = (8 * g->k * g->k + 23) / 32 * 32 + 8;
+    const long long npos = (long long)g->oh * g->ow;
+    if (npos > 4096) return 0;
+    d->mpasses = (int)((npos + 63) / 64);
+    d->sa = d->mpasses * 64 + 8;
+    d->th = g->oh + g->k - 1, d->tw = g->ow + g->k - 1;
+    /* A warp's plane stride: 4 more than a multiple of 16 floats, so that the lanes' adds for
+     * channels 2 apart (2 tps = 8 mod 32) fall in different banks. */
+    const int tp = d->th * d->tw;
+    d->tps = (tp + 11) / 16 * 16 + 4;
+    const size_t ws = (size_t)d->kp * d->ws_row;
+    d->a_off = (ws + 3) / 4 * 4;
+    d->p_off = d->a_off + (size_t)2 * d->kp * d->sa; /* two buffers */
+    d->smem = (d->p_off + (size_t)g->k * 8 * d->tps) * sizeof(float);
+    if (d->smem > TENSOR_SMEM) return 0;
+    /* About one wave of blocks, the channel tiles together. */
+    const int want = (sms * resident(d->smem, g->k) + d->ctiles - 1) / d->ctiles;
+    d->blocks = n < want ? n : want;
+    if (d->blocks < 1) d->blocks = 1;
+    if (d->blocks > 65535) d->blocks = 65535;
+    return 1;
+}
+
+/* ---- Backward filter ---- */
+
+typedef struct filter_args {
+    bn_tensor_filter s;
+    int n;
+    bn_pooled_dy pd; /* pd.dy set: dy given through a max pooling, staged after the plan's shared memory */
+    const float *x, *dy;
+    float *parts;
+} filter_args;
+
+/* Column tiles per warp, and the row of a warp's sums while warps add them (8 floats more than
+ * its 32, so that rows 8 apart do not share banks). */
+#define NTW 4
+#define RED_ROW (NTW * 8 + 8)
+
+/* Starts copying image img's dy (rows of npos, or through the pooling into raw) and x (into the
+ * zero-bordered planes) into the given buffers. */
+static __device__ void filter_stage(const bn_tensor_filter &s, const filter_args &a, int img, float *dbuf, float *xbuf,
+                                    float *raw)
+{
+    const bn_conv_geom &g = s.g;
+    const int npos = g.oh * g.ow;
+    stage_dy(a.pd, a.dy, img, s.filters, npos, dbuf, s.sa, raw, s.filters * a.pd.ph * a.pd.pw);
+    const float *x = a.x + (size_t)img * g.c * g.h * g.w;
+    const int rows = min(g.h, s.hp - g.pad), cols = min(g.w, s.wp - g.pad);
+    const bool vec = cols % 4 == 0 && g.w % 4 == 0 && g.pad % 4 == 0 && ((uintptr_t)x & 15) == 0;
+    const int piece = vec ? 4 : 1, per_row = cols / piece;
+    const float inv_row = 1.0f / per_row, inv_rows = 1.0f / rows;
+    for (int e = threadIdx.x; e < g.c * rows * per_row; e += blockDim.x) {
+        int i, iy;
+        const int r = div_small(e, per_row, inv_row, i), c = div_small(r, rows, inv_rows, iy);
+        i *= piece;
+        __pipeline_memcpy_async(xbuf + (size_t)(c * s.hp + iy + g.pad) * s.wp + g.pad + i,
+                                x + ((size_t)c * g.h + iy) * g.w + i, 4 * piece);
+    }
+}
+
+template <int MT, int P>
+static __global__ void __launch_bounds__(256) tensor_filter(filter_args a)
+{
+    bn_early_entry(); /* pdl.cuh */
+    extern __shared__ float4 smem4[];
+    const bn_tensor_filter &s = a.s;
+    const bn_conv_geom &g = s.g;
+    const int filters = s.filters, rows = MT * 16, kk = g.k * g.k, ckk = g.c * kk, npos = g.oh * g.ow;
+    const int plane = s.hp * s.wp;
+    const size_t dsize = (size_t)rows * s.sa, xsize = (size_t)(g.c + 1) * plane;
+    float *dbuf = (float *)smem4;                    /* [2][rows][sa]: dy[o][q], zeros past filters and npos */
+    float *xbuf = (float *)smem4 + s.x_off;          /* [2][c + 1][hp][wp]: x with its zero border, then ones */
+    int *qo = (int *)((float *)smem4 + s.q_off);     /* [kq]: position q's offset in a plane */
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane >> 2, tig = lane & 3;
+    const int nw = warp % s.nwarps, ks = warp / s.nwarps;
+    const int tile0 = (blockIdx.x * s.nwarps + nw) * NTW;
+
+    /* Both buffers: zeros, and the plane of ones; the copies write only x's and dy's cells. */
+    for (int e = threadIdx.x; e < (int)(2 * dsize); e += blockDim.x) dbuf[e] = 0.0f;
+    for (int b = 0; b < 2; b++)
+        for (int e = threadIdx.x; e < (int)xsize; e += blockDim.x) xbuf[b * xsize + e] = e >= g.c * plane ? 1.0f : 0.0f;
+    const float inv_ow = 1.0f / g.ow;
+    for (int q = threadIdx.x; q < s.kq; q += blockDim.x) {
+        int qx;
+        const int qy = div_small(q, g.ow, inv_ow, qx);
+        qo[q] = q < npos ? qy * g.stride * s.wp + qx * g.stride : 0;
+    }
+    /* This lane's column offsets: weight (c, t) reads plane c at the tap's shift; the bias column
+     * and the columns past it read the ones. */
+    int tb[NTW];
+#pragma unroll
+    for (int j = 0; j < NTW; j++) {
+        const int col = (tile0 + j) * 8 + gid;
+        if (col < ckk) {
+            const int c = col / kk, t = col - c * kk, ky = t / g.k;
+            tb[j] = c * plane + ky * s.wp + t - ky * g.k;
+        } else {
+            tb[j] = g.c * plane;
+        }
+    }
+    float acc[NTW][MT][4];
+#pragma unroll
+    for (int j = 0; j < NTW; j++)
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) acc[j][m][q] = 0.0f;
+
+    const int first = blockIdx.y * s.span, last = min(a.n, first + s.span);
+    const int pcount = filters * a.pd.ph * a.pd.pw;
+    float *raw = pooled_raw((float *)smem4, s.smem);
+    const size_t rsize = pooled_stage_bytes(pcount) / sizeof(float);
+    __syncthreads(); /* the zeros are written before any copy lands beside them */
+    filter_stage(s, a, first, dbuf, xbuf, raw);
+    __pipeline_commit();
+    int b = 0;
+    for (int img = first; img < last; img++, b ^= 1) {
+        __syncthreads(); /* the other buffers are no longer read */
+        if (img + 1 < last)
+            filter_stage(s, a, img + 1, dbuf + (b ^ 1) * dsize, xbuf + (b ^ 1) * xsize, raw + (b ^ 1) * rsize);
+        __pipeline_commit();
+        __pipeline_wait_prior(1);
+        __syncthreads();
+        if (a.pd.dy) {
+            expand_staged(dbuf + b * dsize, s.sa, g.ow, raw + b * rsize, filters, g.oh, g.ow, a.pd.ph, a.pd.pw);
+            __syncthreads();
+        }
+        const float *dv = dbuf + b * dsize, *xv = xbuf + b * xsize;
+        for (int k0 = ks * 8; k0 < s.kq; k0 += s.ksplit * 8) {
+            uint32_t ah[MT][4], al[MT][4];
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                const int i0 = (m * 16 + gid) * s.sa + k0 + tig, i1 = i0 + 8 * s.sa;
+                split_frag_a(dv[i0], dv[i1], dv[i0 + 4], dv[i1 + 4], ah[m], al[m]);
+            }
+            const int q0 = qo[k0 + tig], q1 = qo[k0 + tig + 4];
+#pragma unroll
+            for (int j = 0; j < NTW; j++) {
+                uint32_t bh0, bl0, bh1, bl1;
+                split_tf32(xv[q0 + tb[j]], bh0, bl0);
+                split_tf32(xv[q1 + tb[j]], bh1, bl1);
+                mma_tiles<P>(acc[j], ah, al, bh0, bl0, bh1, bl1);
+            }
+        }
+    }
+    /* The warps that share columns add their sums in warp order (where the buffers were),
+     * then the block writes its span's partial sums: dw's [filters][c * k * k], then db's. */
+    float *red = dbuf + (size_t)nw * rows * RED_ROW;
+    if (s.ksplit > 1) {
+        for (int r = 0; r < s.ksplit; r++) {
+            __syncthreads();
+            if (ks == r) {
+#pragma unroll
+                for (int m = 0; m < MT; m++)
+#pragma unroll
+                    for (int j = 0; j < NTW; j++)
+#pragma unroll
+                        for (int q = 0; q < 4; q++) {
+                            float *d = red + (m * 16 + gid + 8 * (q >> 1)) * RED_ROW + j * 8 + 2 * tig + (q & 1);
+                            *d = r == 0 ? acc[j][m][q] : *d + acc[j][m][q];
+                        }
+            }
+        }
+        __syncthreads();
+        if (ks != 0) return;
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+#pragma unroll
+            for (int j = 0; j < NTW; j++)
+#pragma unroll
+                for (int q = 0; q < 4; q++)
+                    acc[j][m][q] = red[(m * 16 + gid + 8 * (q >> 1)) * RED_ROW + j * 8 + 2 * tig + (q & 1)];
+    }
+    float *part = a.parts + (size_t)blockIdx.y * filters * (ckk + 1);
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int j = 0; j < NTW; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const int o = m * 16 + gid + 8 * (q >> 1), col = (tile0 + j) * 8 + 2 * tig + (q & 1);
+                if (o >= filters || col > ckk) continue;
+                part[col < ckk ? (size_t)o * ckk + col : (size_t)filters * ckk + o] = acc[j][m][q];
+            }
+}
+
+/* Fills the filter shape; 0 when the kernel cannot run it. */
+static int filter_shape(bn_tensor_filter *d, const bn_conv_geom *g, int filters, int n, int sms)
+{
+    memset(d, 0, sizeof *d);
+    if (filters < 1 || filters > 64 || g->c < 1 || g->k < 1 || g->stride < 1 || n < 1 || g->oh < 1 || g->ow < 1)
+        return 0;
+    d->g = *g;
+    d->filters = filters;
+    d->mt = (filters + 15) / 16;
+    const long long ncols = (long long)g->c * g->k * g->k + 1, npos = (long long)g->oh * g->ow;
+    if (ncols > (1 << 20) || npos > (1 << 16)) return 0;
+    d->ntiles = (int)((ncols + 7) / 8);
+    const int wtiles = (d->ntiles + NTW - 1) / NTW;
+    d->nwarps = wtiles < 4 ? wtiles : 4;
+    d->groups = (wtiles + d->nwarps - 1) / d->nwarps;
+    d->kq = (int)((npos + 7) / 8 * 8);
+    /* Warps along the positions: up to 8 warps a block, each with at least 2 steps of 8. */
+    int ksplit = 8 / d->nwarps;
+    if (ksplit > d->kq / 16) ksplit = d->kq / 16;
+    if (ksplit < 1) ksplit = 1;
+    d->ksplit = ksplit;
+    d->threads = 32 * d->nwarps * ksplit;
+    d->sa = (d->kq + 27) / 32 * 32 + 4;
+    d->hp = (g->oh - 1) * g->stride + g->k;
+    d->wp = round4i((g->ow - 1) * g->stride + g->k);
+    /* Two buffers each of dy and of x (the next image's copies land beside the products). */
+    const size_t rows = (size_t)d->mt * 16, plane = (size_t)d->hp * d->wp;
+    d->x_off = 2 * rows * d->sa;
+    d->q_off = d->x_off + 2 * (g->c + 1) * plane;
+    d->smem = (d->q_off + (size_t)d->kq) * sizeof(float);
+    /* The warps' sums are added where the buffers were. */
+    if (ksplit > 1 && (size_t)d->nwarps * rows * RED_ROW > d->q_off) return 0;
+    /* Offsets into the buffers stay ints, and the staging's indices within div_small's range. */
+    if (d->q_off > (1u << 24)) return 0;
+    if (d->smem > TENSOR_SMEM) return 0;
+    const int per_sm = resident(d->smem, d->threads / 32);
+    /* Spans of images: about one wave of blocks, and at most 8 MiB of partial sums (LeNet's
+     * conv2 at batch 256: 66 spans, a full wave of 264 blocks, where a cap of 4 MiB left 148,
+     * half the multiprocessors' room, and the step 1 ms per epoch longer). */
+    const size_t count = (size_t)filters * (size_t)ncols;
+    long long spans = ((long long)sms * per_sm + d->groups - 1) / d->groups;
+    const long long cap = (long long)((8u << 20) / (count * sizeof(float)));
+    if (spans > cap) spans = cap;
+    if (spans > n) spans = n;
+    if (spans < 1) spans = 1;
+    d->span = (int)((n + spans - 1) / spans);
+    d->spans = (n + d->span - 1) / d->span;
+    if (d->spans > 65535) return 0;
+    d->workspace = (size_t)d->spans * count * sizeof(float);
+    return 1;
+}
+
+extern "C" void bn_tensor_plan_make(bn_tensor_plan *p, const bn_conv_geom *g, int filters, int n, int sms, int tf32)
+{
+    memset(p, 0, sizeof *p);
+    p->n = n, p->filters = filters, p->g = *g;
+    p->products = tf32 ? 1 : 3;
+    p->fwd_ok = tensor_shape(&p->fwd, g->c, g->h, g->w, g->pad, g->stride, filters, g->oh, g->ow, g->k, n, sms);
+    p->data_ok = data_shape(&p->data, g, filters, n, sms);
+    p->filter_ok = filter_shape(&p->filter, g, filters, n, sms);
+    p->workspace = p->filter_ok ? p->filter.workspace : 0;
+}
+
+/* F<P>(args...) for the plan's TF32 products per multiply. */
+#define BY_PRODUCTS(p, F, ...) ((p)->products == 1 ? F<1>(__VA_ARGS__) : F<3>(__VA_ARGS__))
+
+template <int NT, int P>
+static bn_status launch_nt(const tensor_args &a, cudaStream_t st)
+{
+    static bool opted;
+    BN_CUDA(bn_smem_opt_in(tensor_conv<NT, P>, &opted, TENSOR_SMEM));
+    bn_launch_early(tensor_conv<NT, P>, dim3(a.s.blocks), dim3(a.s.threads), a.s.smem, st, a);
+    BN_CUDA_LAUNCH();
+    return BN_OK;
+}
+
+template <int P>
+static bn_status forward_p(const tensor_args &a, cudaStream_t st)
+{
+    switch (a.s.ntiles) {
+    case 1: return launch_nt<1, P>(a, st);
+    case 2: return launch_nt<2, P>(a, st);
+    case 3: return launch_nt<3, P>(a, st);
+    case 4: return launch_nt<4, P>(a, st);
+    case 5: return launch_nt<5, P>(a, st);
+    case 6: return launch_nt<6, P>(a, st);
+    case 7: return launch_nt<7, P>(a, st);
+    case 8: return launch_nt<8, P>(a, st);
+    default: return bn_error(BN_ERR_INTERNAL, "tensor-core convolution: no kernel for %d channel tiles", a.s.ntiles);
+    }
+}
+
+extern "C" bn_status bn_tensor_forward(const bn_tensor_plan *p, void *stream, const float *x, const float *w,
+                                       const float *b, float *y, const bn_pooled_out *pooled)
+{
+    if (!p->fwd_ok) return bn_error(BN_ERR_INTERNAL, "tensor-core convolution cannot run this forward shape");
+    const bn_tensor_conv *s = &p->fwd;
+    if (pooled && !s->pools)
+        return bn_error(BN_ERR_INTERNAL, "tensor-core convolution cannot write this forward shape's pooled output");
+    tensor_args a = {*s, p->n, ((uintptr_t)x & 15) == 0 && s->wi % 4 == 0 && s->pad % 4 == 0, x, w, b, y, {}};
+    if (pooled) a.po = *pooled;
+    return BY_PRODUCTS(p, forward_p, a, (cudaStream_t)stream);
+}
+
+template <int KW, int P>
+static bn_status launch_data(const data_args &a, cudaStream_t st)
+{
+    static bool opted;
+    BN_CUDA(bn_smem_opt_in(tensor_data<KW, P>, &opted, TENSOR_SMEM));
+    const size_t smem = launch_smem(a.s.smem, &a.s.g, a.s.filters, a.pd.dy != nullptr);
+    bn_launch_early(tensor_data<KW, P>, dim3(a.s.blocks, a.s.ctiles), dim3(KW * 32), smem, st, a);
+    BN_CUDA_LAUNCH();
+    return BN_OK;
+}
+
+template <int P>
+static bn_status data_p(const data_args &a, cudaStream_t st)
+{
+    switch (a.s.g.k) {
+    case 1: return launch_data<1, P>(a, st);
+    case 2: return launch_data<2, P>(a, st);
+    case 3: return launch_data<3, P>(a, st);
+    case 4: return launch_data<4, P>(a, st);
+    case 5: return launch_data<5, P>(a, st);
+    case 6: return launch_data<6, P>(a, st);
+    case 7: return launch_data<7, P>(a, st);
+    default: return bn_error(BN_ERR_INTERNAL, "tensor-core convolution: no data kernel for %dx%d windows", a.s.g.k,
+                             a.s.g.k);
+    }
+}
+
+extern "C" int bn_tensor_pooled_fits(const bn_tensor_plan *p, int pass)
+{
+    if (pass == 1) return p->data_ok && launch_smem(p->data.smem, &p->g, p->filters, true) <= TENSOR_SMEM;
+    return p->filter_ok && launch_smem(p->filter.smem, &p->g, p->filters, true) <= TENSOR_SMEM;
+}
+
+extern "C" bn_status bn_tensor_backward_data(const bn_tensor_plan *p, void *stream, const float *dy,
+                                             const bn_pooled_dy *pooled, const float *w, float *dx)
+{
+    if (!p->data_ok) return bn_error(BN_ERR_INTERNAL, "tensor-core convolution cannot run this backward-data shape");
+    if (pooled && !bn_tensor_pooled_fits(p, 1))
+        return bn_error(BN_ERR_INTERNAL, "tensor-core convolution cannot read this dy through a pooling");
+    data_args a = {p->data, p->n, {}, dy, w, dx};
+    if (pooled) a.pd = *pooled;
+    return BY_PRODUCTS(p, data_p, a, (cudaStream_t)stream);
+}
+
+template <int MT, int P>
+static bn_status launch_filter(const filter_args &a, cudaStream_t st)
+{
+    static bool opted;
+    BN_CUDA(bn_smem_opt_in(tensor_filter<MT, P>, &opted, TENSOR_SMEM));
+    const size_t smem = launch_smem(a.s.smem, &a.s.g, a.s.filters, a.pd.dy != nullptr);
+    bn_launch_early(tensor_filter<MT, P>, dim3(a.s.groups, a.s.spans), dim3(a.s.threads), smem, st, a);
+    BN_CUDA_LAUNCH();
+    return BN_OK;
+}
+
+template <int P>
+static bn_status filter_p(const filter_args &a, cudaStream_t st)
+{
+    switch (a.s.mt) {
+    case 1: return launch_filter<1, P>(a, st);
+    case 2: return launch_filter<2, P>(a, st);
+    case 3: return launch_filter<3, P>(a, st);
+    case 4: return launch_filter<4, P>(a, st);
+    default: return bn_error(BN_ERR_INTERNAL, "tensor-core convolution: no filter kernel for %d filter tiles", a.s.mt);
+    }
+}
+
+extern "C" bn_status bn_tensor_backward_filter(const bn_tensor_plan *p, void *stream, const float *x, const float *dy,
+                                               const bn_pooled_dy *pooled, float *dw, float *db, float *workspace)
+{
+    if (!p->filter_ok) return bn_error(BN_ERR_INTERNAL, "tensor-core convolution cannot run this filter shape");
+    if (pooled && !bn_tensor_pooled_fits(p, 2))
+        return bn_error(BN_ERR_INTERNAL, "tensor-core convolution cannot read this dy through a pooling");
+    filter_args a = {p->filter, p->n, {}, x, dy, workspace};
+    if (pooled) a.pd = *pooled;
+    const bn_status s = BY_PRODUCTS(p, filter_p, a, (cudaStream_t)stream);
+    if (s != BN_OK) return s;
+    const bn_conv_geom *g = &p->g;
+    return bn_direct_finish_filter(stream, workspace, p->filter.spans, p->filters, g->c * g->k * g->k, dw, db);
+}

@@ -1,0 +1,54 @@
+/* dense.h - the dense layer's private state, shared by dense.c (setup, CPU path) and
+ * dense.cu (GPU path), and its GPU entry points. The GPU path keeps its cuBLASLt handle and
+ * the GEMM algorithms it chose (per batch size) in `gpu`. */
+#ifndef BN_DENSE_H
+#define BN_DENSE_H
+
+#include "core/layer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The cuBLASLt handle and the chosen GEMM plans; defined in dense.cu. */
+typedef struct dense_gpu dense_gpu;
+
+typedef struct dense_priv {
+    int outputs;
+    int init;       /* index into dense.c's init_names */
+    int inputs;     /* from setup */
+    dense_gpu *gpu; /* NULL until the first GPU pass; released by bn_dense_gpu_release */
+    bn_layer *relu_after;  /* a ReLU layer whose GPU forward this layer's does (fuse_gpu) */
+    bn_layer *relu_before; /* a ReLU layer whose GPU backward this layer's does (fuse_gpu) */
+    bn_layer *loss_after;  /* a softmax_ce layer that runs this layer's GPU forward as its dense
+                              head (fuse_next_gpu, softmax_ce.h) */
+    int dx_written;        /* the head wrote the input gradient in this step's forward: the GPU
+                              backward that follows leaves it (set and cleared in one step body) */
+} dense_priv;
+
+/* Y = X W^T + b and its gradients through cuBLASLt on the context stream. */
+bn_status bn_dense_forward_gpu(bn_layer *l, const bn_pass *p);
+bn_status bn_dense_backward_gpu(bn_layer *l, const bn_pass *p);
+
+/* bn_layer_ops.fuse_gpu: takes over a neighbouring ReLU layer's GPU forward (after = 1) or
+ * backward (after = 0) pass. */
+int bn_dense_fuse_relu(bn_layer *l, bn_layer *relu, int after);
+/* bn_layer_ops.fuse_next_gpu: a softmax_ce layer after it runs its forward as a dense head. */
+int bn_dense_fuse_next(bn_layer *l, bn_layer *next);
+
+/* Test hook: every dense plan made from now on runs through the layer's own GEMM kernels in
+ * configuration `config` (0: FP32 FMA, 64x64 tiles; 1: FP32 FMA, 32x32; 2 and 3: tensor cores
+ * with split TF32, 64x64 and 32x32, or configs 0 and 1 on a device without them) with `splits`
+ * inner-dimension ranges (0: the shape's rule; clamped to what the shape allows), whatever the
+ * context's flags; config 4 takes the few-outputs kernels for the forward and input-gradient
+ * products of a layer with at most 16 outputs and config 1 for the rest; config -1 restores the
+ * normal choice. Plans made under another setting are not reused. */
+void bn_dense_gpu_force_own(int config, int splits);
+
+/* Frees the GPU state (handle, descriptors, chosen algorithms) and sets d->gpu to NULL. */
+void bn_dense_gpu_release(dense_priv *d);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,564 @@
+#include "layercheck.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/net.h"
+#include "core/registry.h"
+#include "core/rng.h"
+
+/* Streams of the seed for the kit's own draws. */
+enum { STREAM_INPUT = 21, STREAM_LABELS = 22, STREAM_OUT_GRAD = 23 };
+
+/* Inputs are spaced this many eps apart (see layercheck.h), and over about this range when
+ * there are enough of them. */
+#define SPACING_EPS 2.5
+#define INPUT_RANGE 6.0
+
+/* A backward run twice must give exactly twice the parameter gradients; this allows for a
+ * layer that sums in a different order the second time. */
+#define ACCUMULATE_TOL 1e-6
+
+/* One blob's values at the end of a pass. */
+typedef struct part {
+    char name[80];
+    float *v;
+    size_t n;
+} part;
+
+/* Output, input gradient, every parameter gradient and, for a loss layer, the metrics. */
+typedef struct snapshot {
+    part parts[3 + BN_MAX_PARAMS];
+    int count;
+} snapshot;
+
+typedef struct kit {
+    const bn_layercheck_opts *o;
+    bn_layercheck_report *rep;
+    char *text;        /* the one-layer model */
+    bn_net *one;       /* set up for 1 example on the CPU */
+    bn_net *cpu;       /* set up for o->batch on the CPU (by the shapes check) */
+    bn_net *gpu;       /* the same on o->ctx (by the device check) */
+    float *out_grad;   /* the output gradient fed to a layer that is not a loss */
+} kit;
+
+static const char *const check_names[BN_CHECK_COUNT] = {
+    "shapes", "writes", "gradient", "accumulates", "determinism cpu", "cpu vs gpu", "determinism gpu",
+};
+
+bn_layercheck_opts bn_layercheck_defaults(void)
+{
+    return (bn_layercheck_opts){.input = {3, 8, 8}, .batch = 3, .device_tolerance = 1e-4, .seed = 1,
+                                .grad = bn_gradcheck_defaults()};
+}
+
+const char *bn_check_outcome_name(bn_check_outcome c)
+{
+    return c == BN_CHECK_PASS ? "pass" : c == BN_CHECK_FAIL ? "FAIL" : "skip";
+}
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static void set(bn_check *c, bn_check_outcome r, const char *fmt, ...)
+{
+    c->outcome = r;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->detail, sizeof c->detail, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- the network and what it is fed ---- */
+
+/* "[input] ... [TYPE] key = value ..." from the options. *out is freed by the caller. */
+static bn_status model_text(const bn_layercheck_opts *o, char **out)
+{
+    bn_options opts = {0};
+    bn_status s = o->options ? bn_options_parse_inline(&opts, o->options) : BN_OK;
+    size_t cap = 128 + strlen(o->type);
+    for (int i = 0; i < opts.count; i++) cap += strlen(opts.items[i].key) + strlen(opts.items[i].value) + 8;
+    char *text = s == BN_OK ? malloc(cap) : NULL;
+    if (text) {
+        size_t len = (size_t)snprintf(text, cap, "[input]\nchannels = %d\nheight = %d\nwidth = %d\n[%s]\n",
+                                      o->input.c, o->input.h, o->input.w, o->type);
+        for (int i = 0; i < opts.count; i++)
+            len += (size_t)snprintf(text + len, cap - len, "%s = %s\n", opts.items[i].key, opts.items[i].value);
+        *out = text;
+    } else if (s == BN_OK) {
+        s = bn_error(BN_ERR_NOMEM, "check-layer: out of host memory");
+    }
+    bn_options_clear(&opts);
+    return s;
+}
+
+static bn_status build(const kit *k, int batch, bn_ctx *ctx, bn_net **out)
+{
+    BN_TRY(bn_net_from_text(k->text, "check-layer", out));
+    bn_status s = bn_net_setup(*out, batch, ctx, 1, k->o->seed);
+    if (s != BN_OK) {
+        bn_net_free(*out);
+        *out = NULL;
+    }
+    return s;
+}
+
+/* Distinct inputs in random order (see layercheck.h) and, for a loss layer, labels. */
+static bn_status feed(const kit *k, bn_net *net)
+{
+    size_t count = bn_blob_count(net->input);
+    float *x = bn_blob_host_wr(net->input);
+    if (!x) return bn_last_status();
+    double spacing = fmax(INPUT_RANGE / count, SPACING_EPS * k->o->grad.eps);
+    bn_rng r;
+    bn_rng_seed(&r, k->o->seed, STREAM_INPUT);
+    for (size_t i = 0; i < count; i++) x[i] = (float)(((double)i - (double)(count / 2) + 0.5) * spacing);
+    for (size_t i = count; i > 1; i--) {
+        size_t j = (size_t)bn_rng_below(&r, i);
+        float t = x[i - 1];
+        x[i - 1] = x[j];
+        x[j] = t;
+    }
+    bn_layer *l = net->layers[0];
+    if (!l->ops->is_loss) return BN_OK;
+    uint64_t classes = (uint64_t)l->out->c * l->out->h * l->out->w;
+    float *y = bn_blob_host_wr(net->labels);
+    if (!y) return bn_last_status();
+    bn_rng_seed(&r, k->o->seed, STREAM_LABELS);
+    for (int i = 0; i < net->batch; i++) y[i] = (float)bn_rng_below(&r, classes);
+    return BN_OK;
+}
+
+static bn_status make_out_grad(kit *k)
+{
+    bn_blob *g = k->cpu->layers[0]->out_grad;
+    if (!g) return BN_OK;
+    size_t count = bn_blob_count(g);
+    if (!(k->out_grad = malloc(count * sizeof *k->out_grad)))
+        return bn_error(BN_ERR_NOMEM, "check-layer: out of host memory");
+    bn_rng r;
+    bn_rng_seed(&r, k->o->seed, STREAM_OUT_GRAD);
+    for (size_t i = 0; i < count; i++) k->out_grad[i] = (float)bn_rng_normal(&r);
+    return BN_OK;
+}
+
+/* Backward from the loss layer's own gradient, or from the fixed output gradient. */
+static bn_status backward(const kit *k, bn_net *net)
+{
+    bn_blob *g = net->layers[0]->out_grad;
+    if (g) {
+        float *d = bn_blob_host_wr(g);
+        if (!d) return bn_last_status();
+        memcpy(d, k->out_grad, bn_blob_count(g) * sizeof *d);
+    }
+    return bn_net_backward(net);
+}
+
+/* Fresh inputs, zeroed parameter gradients, forward in the given mode, backward. */
+static bn_status run_pass(const kit *k, bn_net *net, int train)
+{
+    BN_TRY(feed(k, net));
+    BN_TRY(bn_net_zero_grad(net));
+    BN_TRY(bn_net_forward(net, train));
+    return backward(k, net);
+}
+
+static bn_status poison(bn_blob *b)
+{
+    if (!b) return BN_OK;
+    float *v = bn_blob_host_wr(b);
+    if (!v) return bn_last_status();
+    for (size_t i = 0; i < bn_blob_count(b); i++) v[i] = NAN;
+    return BN_OK;
+}
+
+/* ---- snapshots and comparisons ---- */
+
+static bn_status add_part(snapshot *s, const char *name, bn_blob *b)
+{
+    part *p = &s->parts[s->count];
+    const float *v = bn_blob_host_rd(b);
+    if (!v) return bn_last_status();
+    snprintf(p->name, sizeof p->name, "%s", name);
+    p->n = bn_blob_count(b);
+    if (!(p->v = malloc(p->n * sizeof *p->v))) return bn_error(BN_ERR_NOMEM, "check-layer: out of host memory");
+    memcpy(p->v, v, p->n * sizeof *p->v);
+    s->count++;
+    return BN_OK;
+}
+
+static void drop(snapshot *s)
+{
+    for (int i = 0; i < s->count; i++) free(s->parts[i].v);
+    s->count = 0;
+}
+
+static bn_status take(bn_net *net, snapshot *s)
+{
+    bn_layer *l = net->layers[0];
+    s->count = 0;
+    BN_TRY(add_part(s, "output", l->out));
+    BN_TRY(add_part(s, "input gradient", net->input_grad));
+    for (int k = 0; k < l->num_params; k++) {
+        char name[64];
+        snprintf(name, sizeof name, "%s gradient", l->params[k].name);
+        BN_TRY(add_part(s, name, l->params[k].grad));
+    }
+    if (l->ops->is_loss) BN_TRY(add_part(s, "metrics", net->metrics));
+    return BN_OK;
+}
+
+/* One forward and backward in `train` mode, copied out. */
+static bn_status pass_snapshot(const kit *k, bn_net *net, int train, snapshot *s)
+{
+    BN_TRY(run_pass(k, net, train));
+    bn_status st = take(net, s);
+    if (st != BN_OK) drop(s);
+    return st;
+}
+
+/* The largest |b - a| of one blob relative to max |a|, and where it is. */
+typedef struct gap {
+    double rel;
+    const part *where;
+    size_t index;
+    float a, b;
+} gap;
+
+static void widen(gap *g, const part *pa, const part *pb)
+{
+    double scale = 0.0;
+    for (size_t i = 0; i < pa->n; i++) scale = fmax(scale, fabs(pa->v[i]));
+    if (scale == 0.0) scale = 1.0; /* an all-zero blob is compared in absolute terms */
+    for (size_t i = 0; i < pa->n; i++) {
+        double rel = fabs((double)pb->v[i] - pa->v[i]) / scale;
+        if (!(rel <= g->rel)) { /* NaN, the mark of an unwritten element, always wins */
+            *g = (gap){.rel = isnan(rel) ? INFINITY : rel, .where = pa, .index = i, .a = pa->v[i], .b = pb->v[i]};
+            if (isinf(g->rel)) return;
+        }
+    }
+}
+
+/* ---- the checks; an error returned from one marks it failed with the message ---- */
+
+static int same_shape(const bn_blob *a, const bn_blob *b)
+{
+    return a->c == b->c && a->h == b->h && a->w == b->w;
+}
+
+static bn_status check_shapes(kit *k, bn_check *c)
+{
+    bn_layer *l1 = k->one->layers[0];
+    bn_status s = build(k, k->o->batch, NULL, &k->cpu);
+    if (s != BN_OK) {
+        set(c, BN_CHECK_FAIL, "set up for 1 example, but not for %d: %s", k->o->batch, bn_last_error());
+        return BN_OK;
+    }
+    bn_layer *ln = k->cpu->layers[0];
+    bn_blob *o1 = l1->out, *on = ln->out;
+    if (o1->c <= 0 || o1->h <= 0 || o1->w <= 0) {
+        set(c, BN_CHECK_FAIL, "output shape %dx%dx%d is not positive", o1->c, o1->h, o1->w);
+        return BN_OK;
+    }
+    if (!same_shape(o1, on) || l1->num_params != ln->num_params) {
+        set(c, BN_CHECK_FAIL, "setup depends on the batch: output %dx%dx%d with %d params at batch 1, "
+            "%dx%dx%d with %d at batch %d", o1->c, o1->h, o1->w, l1->num_params, on->c, on->h, on->w,
+            ln->num_params, k->o->batch);
+        return BN_OK;
+    }
+    char params[160] = "no parameters";
+    size_t len = 0;
+    for (int i = 0; i < l1->num_params; i++) {
+        const bn_blob *p1 = l1->params[i].value, *pn = ln->params[i].value;
+        if (p1->n <= 0 || p1->c <= 0 || p1->h <= 0 || p1->w <= 0) {
+            set(c, BN_CHECK_FAIL, "parameter %s has shape %dx%dx%dx%d", l1->params[i].name, p1->n, p1->c, p1->h,
+                p1->w);
+            return BN_OK;
+        }
+        if (p1->n != pn->n || !same_shape(p1, pn) || strcmp(l1->params[i].name, ln->params[i].name) != 0) {
+            set(c, BN_CHECK_FAIL, "setup depends on the batch: parameter %d is %s %dx%dx%dx%d at batch 1, %s "
+                "%dx%dx%dx%d at batch %d", i, l1->params[i].name, p1->n, p1->c, p1->h, p1->w, ln->params[i].name,
+                pn->n, pn->c, pn->h, pn->w, k->o->batch);
+            return BN_OK;
+        }
+        if (len < sizeof params)
+            len += (size_t)snprintf(params + len, sizeof params - len, "%s%s %dx%dx%dx%d", i ? ", " : "",
+                                    l1->params[i].name, p1->n, p1->c, p1->h, p1->w);
+    }
+    bn_shape in = k->o->input;
+    set(c, BN_CHECK_PASS, "%dx%dx%d -> %dx%dx%d at batch 1 and %d; %s", in.c, in.h, in.w, o1->c, o1->h, o1->w,
+        k->o->batch, params);
+    return BN_OK;
+}
+
+static size_t count_nonfinite(bn_blob *b, bn_status *s)
+{
+    size_t bad = 0;
+    if (!b) return 0;
+    const float *v = bn_blob_host_rd(b);
+    if (!v) {
+        *s = bn_last_status();
+        return 0;
+    }
+    for (size_t i = 0; i < bn_blob_count(b); i++) bad += !isfinite(v[i]);
+    return bad;
+}
+
+static bn_status check_writes(kit *k, bn_check *c)
+{
+    bn_net *net = k->cpu;
+    bn_layer *l = net->layers[0];
+    bn_status s = BN_OK;
+    BN_TRY(feed(k, net));
+    BN_TRY(poison(l->out));
+    BN_TRY(poison(net->input_grad));
+    BN_TRY(bn_net_zero_grad(net));
+    BN_TRY(bn_net_forward(net, 1));
+    size_t bad_out = count_nonfinite(l->out, &s);
+    BN_TRY(s);
+    BN_TRY(backward(k, net));
+    size_t bad_in = count_nonfinite(net->input_grad, &s), bad_param = 0;
+    for (int i = 0; i < l->num_params; i++) bad_param += count_nonfinite(l->params[i].grad, &s);
+    BN_TRY(s);
+    size_t n_out = bn_blob_count(l->out), n_in = bn_blob_count(net->input_grad);
+    if (bad_out || bad_in || bad_param)
+        set(c, BN_CHECK_FAIL, "NaN or infinity after the pass (filled with NaN before): %zu of %zu outputs, "
+            "%zu of %zu input-gradient elements, %zu parameter-gradient elements", bad_out, n_out, bad_in, n_in,
+            bad_param);
+    else
+        set(c, BN_CHECK_PASS, "all %zu outputs and %zu input-gradient elements written; parameter gradients "
+            "finite", n_out, n_in);
+    return BN_OK;
+}
+
+static bn_status check_gradient(kit *k, bn_check *c)
+{
+    BN_TRY(feed(k, k->cpu));
+    bn_gradcheck_result res;
+    BN_TRY(bn_gradcheck_net(k->cpu, &k->o->grad, &res));
+    set(c, BN_CHECK_PASS, "%ld coordinates, worst relative error %.2g (tolerance %g), %ld on kinks skipped",
+        res.checked, res.worst_rel_error, k->o->grad.tolerance, res.kinks_skipped);
+    return BN_OK;
+}
+
+static bn_status check_accumulates(kit *k, bn_check *c)
+{
+    bn_net *net = k->cpu;
+    bn_layer *l = net->layers[0];
+    if (l->num_params == 0) {
+        set(c, BN_CHECK_SKIP, "no parameters");
+        return BN_OK;
+    }
+    snapshot once = {0}, twice = {0};
+    bn_status s = pass_snapshot(k, net, 1, &once);
+    if (s == BN_OK) s = backward(k, net);
+    if (s == BN_OK) s = take(net, &twice);
+    if (s == BN_OK) {
+        /* The parameter gradients follow the output and the input gradient in a snapshot. */
+        gap worst = {0};
+        int nonzero = 0;
+        for (int i = 2; i < 2 + l->num_params; i++) {
+            part *p = &once.parts[i];
+            for (size_t j = 0; j < p->n; j++) {
+                nonzero |= p->v[j] != 0.0f;
+                p->v[j] *= 2.0f;
+            }
+            widen(&worst, p, &twice.parts[i]);
+        }
+        if (!nonzero)
+            set(c, BN_CHECK_SKIP, "the parameter gradients are all zero at this input");
+        else if (!(worst.rel <= ACCUMULATE_TOL))
+            set(c, BN_CHECK_FAIL, "a second backward left %s[%zu] at %.6g instead of %.6g (twice the first): "
+                "backward must add into parameter gradients, not overwrite them", worst.where->name, worst.index,
+                (double)worst.b, (double)worst.a);
+        else
+            set(c, BN_CHECK_PASS, "a second backward doubled the parameter gradients");
+    }
+    drop(&once);
+    drop(&twice);
+    return s;
+}
+
+/* Two identical passes on net, compared bit for bit. */
+static bn_status check_determinism(kit *k, bn_net *net, bn_check *c)
+{
+    snapshot a = {0}, b = {0};
+    bn_status s = pass_snapshot(k, net, 1, &a);
+    if (s == BN_OK) s = pass_snapshot(k, net, 1, &b);
+    if (s == BN_OK) {
+        set(c, BN_CHECK_PASS, "two passes bit-identical: output, input gradient, %d parameter gradient%s%s",
+            net->layers[0]->num_params, net->layers[0]->num_params == 1 ? "" : "s",
+            net->layers[0]->ops->is_loss ? ", metrics" : "");
+        for (int i = 0; i < a.count; i++) {
+            const part *pa = &a.parts[i], *pb = &b.parts[i];
+            size_t j = 0;
+            while (j < pa->n && memcmp(&pa->v[j], &pb->v[j], sizeof(float)) == 0) j++;
+            if (j < pa->n) {
+                set(c, BN_CHECK_FAIL, "%s[%zu] is %.9g, then %.9g in the same pass repeated", pa->name, j,
+                    (double)pa->v[j], (double)pb->v[j]);
+                break;
+            }
+        }
+    }
+    drop(&a);
+    drop(&b);
+    return s;
+}
+
+static const char *no_device_reason(void)
+{
+    if (!bn_device_compiled()) return "this build has no CUDA support";
+    if (bn_device_count() == 0) return "no CUDA device";
+    return "no device chosen (CPU only)";
+}
+
+/* The same pass on the CPU and on the device (its outputs and input gradient filled with NaN
+ * first); *worst receives the largest relative difference. */
+static bn_status compare_devices(kit *k, int train, gap *worst, snapshot *cpu, snapshot *gpu)
+{
+    bn_layer *l = k->gpu->layers[0];
+    BN_TRY(pass_snapshot(k, k->cpu, train, cpu));
+    BN_TRY(poison(l->out));
+    BN_TRY(poison(k->gpu->input_grad));
+    BN_TRY(pass_snapshot(k, k->gpu, train, gpu));
+    *worst = (gap){0};
+    for (int i = 0; i < cpu->count; i++) widen(worst, &cpu->parts[i], &gpu->parts[i]);
+    return BN_OK;
+}
+
+static bn_status check_devices(kit *k, bn_check *c)
+{
+    const bn_layercheck_opts *o = k->o;
+    if (!o->ctx) {
+        set(c, BN_CHECK_SKIP, "%s", no_device_reason());
+        return BN_OK;
+    }
+    BN_TRY(build(k, o->batch, o->ctx, &k->gpu));
+    const bn_layer_ops *ops = k->gpu->layers[0]->ops;
+    const char *fallback = ops->forward_gpu && ops->backward_gpu ? ""
+                           : ops->forward_gpu || ops->backward_gpu ? "; one pass has no GPU function and ran on the CPU"
+                                                                   : "; no GPU functions: both passes ran on the CPU";
+    snapshot cpu = {0}, gpu = {0};
+    gap worst;
+    bn_status s = compare_devices(k, !o->stochastic, &worst, &cpu, &gpu);
+    if (s == BN_OK && worst.rel <= o->device_tolerance) {
+        const char *mode = o->stochastic ? "evaluation" : "training";
+        if (!worst.where)
+            set(c, BN_CHECK_PASS, "%s mode: the same bits on both%s", mode, fallback);
+        else
+            set(c, BN_CHECK_PASS, "%s mode: largest difference %.2g of the blob's largest value (%s), "
+                "tolerance %g%s", mode, worst.rel, worst.where->name, o->device_tolerance, fallback);
+    } else if (s == BN_OK) {
+        set(c, BN_CHECK_FAIL, "%s[%zu]: cpu %.7g, gpu %.7g, difference %.2g of the blob's scale > %g%s",
+            worst.where->name, worst.index, (double)worst.a, (double)worst.b, worst.rel, o->device_tolerance,
+            fallback);
+        if (!o->stochastic) {
+            /* Randomness in training legitimately differs between the devices: say so when the
+             * evaluation passes agree. */
+            snapshot ce = {0}, ge = {0};
+            gap eval;
+            s = compare_devices(k, 0, &eval, &ce, &ge);
+            if (s == BN_OK && eval.rel <= o->device_tolerance) {
+                size_t len = strlen(c->detail);
+                snprintf(c->detail + len, sizeof c->detail - len, " (training mode; in evaluation mode the devices "
+                         "agree: a layer that draws random numbers in training is checked with --stochastic)");
+            }
+            drop(&ce);
+            drop(&ge);
+        }
+    }
+    drop(&cpu);
+    drop(&gpu);
+    return s;
+}
+
+static bn_status check_determinism_cpu(kit *k, bn_check *c)
+{
+    return check_determinism(k, k->cpu, c);
+}
+
+static bn_status check_determinism_gpu(kit *k, bn_check *c)
+{
+    if (!k->o->ctx) {
+        set(c, BN_CHECK_SKIP, "%s", no_device_reason());
+        return BN_OK;
+    }
+    if (!k->gpu) {
+        set(c, BN_CHECK_SKIP, "the network could not be set up on the device");
+        return BN_OK;
+    }
+    return check_determinism(k, k->gpu, c);
+}
+
+typedef bn_status (*check_fn)(kit *k, bn_check *c);
+
+static void run_check(kit *k, bn_check_id id, check_fn fn)
+{
+    bn_check *c = &k->rep->checks[id];
+    bn_clear_error();
+    bn_status s = fn(k, c);
+    if (s != BN_OK) set(c, BN_CHECK_FAIL, "%s", bn_last_error());
+}
+
+static void tally(bn_layercheck_report *r)
+{
+    r->passed = r->failed = r->skipped = 0;
+    for (int i = 0; i < BN_CHECK_COUNT; i++) {
+        bn_check_outcome o = r->checks[i].outcome;
+        r->passed += o == BN_CHECK_PASS;
+        r->failed += o == BN_CHECK_FAIL;
+        r->skipped += o == BN_CHECK_SKIP;
+    }
+}
+
+static bn_status validate(const bn_layercheck_opts *o)
+{
+    if (!o->type || !bn_find_layer(o->type))
+        return bn_error(BN_ERR_USAGE, "check-layer: unknown layer type '%s' (a plugin's types are known once "
+                        "it is loaded)", o->type ? o->type : "");
+    bn_shape in = o->input;
+    if (in.c <= 0 || in.h <= 0 || in.w <= 0)
+        return bn_error(BN_ERR_USAGE, "check-layer: input shape %dx%dx%d is not positive", in.c, in.h, in.w);
+    if (o->batch <= 0) return bn_error(BN_ERR_USAGE, "check-layer: batch %d is not positive", o->batch);
+    if (!(o->device_tolerance > 0.0))
+        return bn_error(BN_ERR_USAGE, "check-layer: device tolerance %g is not positive", o->device_tolerance);
+    return BN_OK;
+}
+
+bn_status bn_layercheck_run(const bn_layercheck_opts *o, bn_layercheck_report *report)
+{
+    memset(report, 0, sizeof *report);
+    for (int i = 0; i < BN_CHECK_COUNT; i++) {
+        report->checks[i].name = check_names[i];
+        set(&report->checks[i], BN_CHECK_SKIP, "not run: the shapes check failed");
+    }
+    BN_TRY(validate(o));
+    kit k = {.o = o, .rep = report};
+    bn_status s = model_text(o, &k.text);
+    if (s == BN_OK) s = build(&k, 1, NULL, &k.one);
+    if (s == BN_OK) {
+        /* Deterministic cuDNN algorithms during the kit, so that cuDNN-based layers repeat exactly. */
+        int saved_deterministic = o->ctx ? o->ctx->deterministic : 0;
+        if (o->ctx) o->ctx->deterministic = 1;
+        run_check(&k, BN_CHECK_SHAPES, check_shapes);
+        if (report->checks[BN_CHECK_SHAPES].outcome == BN_CHECK_PASS && (s = make_out_grad(&k)) == BN_OK) {
+            run_check(&k, BN_CHECK_WRITES, check_writes);
+            run_check(&k, BN_CHECK_GRADIENT, check_gradient);
+            run_check(&k, BN_CHECK_ACCUMULATES, check_accumulates);
+            run_check(&k, BN_CHECK_DETERMINISM_CPU, check_determinism_cpu);
+            run_check(&k, BN_CHECK_DEVICES, check_devices);
+            run_check(&k, BN_CHECK_DETERMINISM_GPU, check_determinism_gpu);
+        }
+        if (o->ctx) o->ctx->deterministic = saved_deterministic;
+    }
+    bn_net_free(k.one);
+    bn_net_free(k.cpu);
+    bn_net_free(k.gpu);
+    free(k.out_grad);
+    free(k.text);
+    tally(report);
+    return s;
+}

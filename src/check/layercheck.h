@@ -1,0 +1,89 @@
+/* layercheck.h - the check kit for a layer type, built in or from a plugin: does it keep the
+ * layer contract (layer.h)? It builds a one-layer network, [input] then [TYPE] with the given
+ * keys, and runs these checks (`blobnet check-layer` prints them as a table):
+ *
+ *   shapes           setup gives a positive output shape and positive parameter shapes, the
+ *                    same when the network is set up for 1 example and for `batch`
+ *   writes           forward writes every output element and backward every input-gradient
+ *                    element (both are filled with NaN first); parameter gradients stay finite
+ *   gradient         analytic gradients of the input and every parameter against central
+ *                    differences (gradcheck.h), on the CPU path
+ *   accumulates      a second backward without zeroing doubles the parameter gradients:
+ *                    backward adds into them instead of overwriting
+ *   determinism cpu  two identical forward+backward passes give bit-identical outputs, input
+ *                    gradient, parameter gradients and metrics
+ *   cpu vs gpu       the same pass on both paths agrees within device_tolerance (relative to
+ *                    each blob's largest CPU value); skipped without a device
+ *   determinism gpu  as on the CPU, on the device; skipped without one
+ *
+ * Inputs are distinct values 2.5 * eps or more apart, all at least 1.25 * eps away from zero,
+ * so no perturbation of the gradient check crosses a relu's kink or swaps a max. A loss layer
+ * gets labels in [0, outputs per example). The passes run in training mode at step 0. */
+#ifndef BN_LAYERCHECK_H
+#define BN_LAYERCHECK_H
+
+#include <stdint.h>
+
+#include "core/device.h"
+#include "gradcheck.h"
+#include "core/layer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum bn_check_id {
+    BN_CHECK_SHAPES,
+    BN_CHECK_WRITES,
+    BN_CHECK_GRADIENT,
+    BN_CHECK_ACCUMULATES,
+    BN_CHECK_DETERMINISM_CPU,
+    BN_CHECK_DEVICES,
+    BN_CHECK_DETERMINISM_GPU,
+    BN_CHECK_COUNT
+} bn_check_id;
+
+typedef enum bn_check_outcome { BN_CHECK_SKIP, BN_CHECK_PASS, BN_CHECK_FAIL } bn_check_outcome;
+
+typedef struct bn_check {
+    const char *name;          /* "gradient", "cpu vs gpu", ... (static) */
+    bn_check_outcome outcome;
+    char detail[320];          /* what was measured, the first difference, or why it was skipped */
+} bn_check;
+
+typedef struct bn_layercheck_report {
+    bn_check checks[BN_CHECK_COUNT];  /* indexed by bn_check_id */
+    int passed, failed, skipped;
+} bn_layercheck_report;
+
+typedef struct bn_layercheck_opts {
+    const char *type;          /* the registered layer type */
+    const char *options;       /* the section's keys as "k=v k2=v2" (spaces or commas), or NULL */
+    bn_shape input;            /* one example */
+    int batch;                 /* examples in the passes; the shapes check compares it with 1 */
+    bn_ctx *ctx;               /* device for the GPU checks; NULL skips them */
+    int stochastic;            /* the layer draws random numbers in training (dropout): compare
+                                * the devices in evaluation mode, where it must not */
+    double device_tolerance;   /* largest accepted |gpu - cpu| / max |cpu| per blob */
+    uint64_t seed;             /* parameters, inputs, labels and the output gradient */
+    bn_gradcheck_opts grad;    /* the gradient check's eps, tolerance and coordinates */
+} bn_layercheck_opts;
+
+/* Input 3x8x8, batch 3, no options, no device, device tolerance 1e-4 (float32 sums taken in
+ * another order, as cuBLAS and cuDNN do, stay near 1e-6; TF32 would be off by 1e-3), seed 1,
+ * and the gradient checker's defaults. */
+bn_layercheck_opts bn_layercheck_defaults(void);
+
+/* Runs every check on o->type and fills *report (also when a check fails). Returns BN_OK
+ * when the checks could run, whatever their outcome; a usage error for an unknown type, bad
+ * options or an input the layer's setup refuses; another error when memory or the device
+ * fails outside a check. */
+bn_status bn_layercheck_run(const bn_layercheck_opts *o, bn_layercheck_report *report);
+
+/* "pass", "FAIL" or "skip". */
+const char *bn_check_outcome_name(bn_check_outcome c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,24 @@
+/* cli.h - the command line's shared pieces: strict flag parsing and device choice. */
+#ifndef BN_CLI_H
+#define BN_CLI_H
+
+#include "commands.h"
+#include "core/device.h"
+#include "core/status.h"
+
+/* Parses a whole-string integer in [lo, hi] given to `flag`; usage error otherwise. */
+bn_status bn_cli_int(const char *flag, const char *text, long lo, long hi, long *out);
+
+/* Parses a whole-string finite number in [lo, hi] given to `flag`. */
+bn_status bn_cli_float(const char *flag, const char *text, double lo, double hi, double *out);
+
+/* Opens the device named by spec (cpu, gpu, gpu:N, auto): *ctx is NULL for the CPU. */
+bn_status bn_cli_open_device(const char *spec, int quiet, bn_ctx **ctx);
+
+/* The data directory: flag, else $BLOBNET_DATA (MNIST only), else the dataset's default. */
+bn_status bn_cli_data_dir(const char *flag, const char *dataset, const char **dir);
+
+/* The usage error for getopt's ':' (missing value) or '?' (unknown option) at arg. */
+bn_status bn_cli_option_error(int opt, int optopt_value, const char *arg);
+
+#endif

@@ -1,0 +1,288 @@
+/* cmd_train.c - `blobnet train MODEL [options]`. */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "core/plugin.h"
+#include "train/progress.h"
+#include "train/trainer.h"
+
+typedef struct train_args {
+    const char *model, *data, *dataset, *device, *save, *resume, *log;
+    long epochs, batch, seed, train_limit, log_every, profile_first, profile_last, checkpoint_every, debug_numerics;
+    double lr, momentum, weight_decay;
+    const char *lr_policy;
+    int quiet, tf32, deterministic, autotune, no_graph;
+    double until_accuracy;
+} train_args;
+
+enum { OPT_DATA = 256, OPT_DATASET, OPT_DEVICE, OPT_EPOCHS, OPT_BATCH, OPT_LR, OPT_MOMENTUM, OPT_WD,
+       OPT_POLICY, OPT_SEED, OPT_LIMIT, OPT_SAVE, OPT_RESUME, OPT_QUIET, OPT_LOG, OPT_LOG_EVERY,
+       OPT_TF32, OPT_DETERMINISTIC, OPT_AUTOTUNE, OPT_PROFILE, OPT_PLUGIN, OPT_NO_GRAPH,
+       OPT_UNTIL, OPT_CHECKPOINT_EVERY, OPT_DEBUG_NUMERICS, OPT_HELP };
+
+static const struct option train_options[] = {
+    {"data", required_argument, 0, OPT_DATA},       {"dataset", required_argument, 0, OPT_DATASET},
+    {"device", required_argument, 0, OPT_DEVICE},   {"epochs", required_argument, 0, OPT_EPOCHS},
+    {"batch", required_argument, 0, OPT_BATCH},     {"lr", required_argument, 0, OPT_LR},
+    {"momentum", required_argument, 0, OPT_MOMENTUM}, {"weight-decay", required_argument, 0, OPT_WD},
+    {"lr-policy", required_argument, 0, OPT_POLICY}, {"seed", required_argument, 0, OPT_SEED},
+    {"train-limit", required_argument, 0, OPT_LIMIT}, {"save", required_argument, 0, OPT_SAVE},
+    {"resume", required_argument, 0, OPT_RESUME},   {"quiet", no_argument, 0, OPT_QUIET},
+    {"log", required_argument, 0, OPT_LOG},         {"log-every", required_argument, 0, OPT_LOG_EVERY},
+    {"tf32", no_argument, 0, OPT_TF32},             {"deterministic", no_argument, 0, OPT_DETERMINISTIC},
+    {"autotune", no_argument, 0, OPT_AUTOTUNE},
+    {"profile-steps", required_argument, 0, OPT_PROFILE}, {"no-graph", no_argument, 0, OPT_NO_GRAPH},
+    {"until-accuracy", required_argument, 0, OPT_UNTIL}, {"plugin", required_argument, 0, OPT_PLUGIN},
+    {"checkpoint-every", required_argument, 0, OPT_CHECKPOINT_EVERY},
+    {"debug-numerics", required_argument, 0, OPT_DEBUG_NUMERICS},
+    {"help", no_argument, 0, OPT_HELP},             {0, 0, 0, 0},
+};
+
+/* "A:B" with 1 <= A <= B, or a single step "A". */
+static bn_status parse_step_range(const char *text, long *first, long *last)
+{
+    char buf[64];
+    snprintf(buf, sizeof buf, "%s", text);
+    char *colon = strchr(buf, ':');
+    if (colon) *colon = '\0';
+    BN_TRY(bn_cli_int("--profile-steps", buf, 1, 2147483647L, first));
+    *last = *first;
+    if (colon) BN_TRY(bn_cli_int("--profile-steps", colon + 1, 1, 2147483647L, last));
+    if (*last < *first) return bn_error(BN_ERR_USAGE, "--profile-steps: %s ends before it starts", text);
+    return BN_OK;
+}
+
+/* The directory --save writes into must exist before training starts, not when the first
+ * checkpoint is due. */
+static bn_status check_save_dir(const char *path)
+{
+    char dir[4096] = ".";
+    const char *slash = strrchr(path, '/');
+    if (slash == path) snprintf(dir, sizeof dir, "/");
+    else if (slash) snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return bn_error(BN_ERR_USAGE, "--save: directory %s does not exist", dir);
+    if (access(dir, W_OK) != 0)
+        return bn_error(BN_ERR_USAGE, "--save: cannot write into directory %s: %s", dir, strerror(errno));
+    return BN_OK;
+}
+
+/* Returns BN_OK, a usage error, or -1 after printing help. */
+static int parse_args(int argc, char **argv, train_args *a)
+{
+    *a = (train_args){.dataset = "mnist", .device = "auto", .epochs = -1, .batch = -1, .seed = -1,
+                      .lr = -1, .momentum = -1, .weight_decay = -1};
+    opterr = 0;
+    optind = 1;
+    int opt;
+    while ((opt = getopt_long(argc, argv, ":", train_options, NULL)) != -1) {
+        switch (opt) {
+        case OPT_DATA: a->data = optarg; break;
+        case OPT_DATASET: a->dataset = optarg; break;
+        case OPT_DEVICE: a->device = optarg; break;
+        case OPT_EPOCHS: BN_TRY(bn_cli_int("--epochs", optarg, 0, 1000000, &a->epochs)); break;
+        case OPT_BATCH: BN_TRY(bn_cli_int("--batch", optarg, 1, 65536, &a->batch)); break;
+        case OPT_LR: BN_TRY(bn_cli_float("--lr", optarg, 0, 1000, &a->lr)); break;
+        case OPT_MOMENTUM: BN_TRY(bn_cli_float("--momentum", optarg, 0, 1, &a->momentum)); break;
+        case OPT_WD: BN_TRY(bn_cli_float("--weight-decay", optarg, 0, 1, &a->weight_decay)); break;
+        case OPT_POLICY: a->lr_policy = optarg; break;
+        case OPT_SEED: BN_TRY(bn_cli_int("--seed", optarg, 0, 2147483647L, &a->seed)); break;
+        case OPT_LIMIT: BN_TRY(bn_cli_int("--train-limit", optarg, 1, 2147483647L, &a->train_limit)); break;
+        case OPT_SAVE: a->save = optarg; break;
+        case OPT_RESUME: a->resume = optarg; break;
+        case OPT_QUIET: a->quiet = 1; break;
+        case OPT_LOG: a->log = optarg; break;
+        case OPT_TF32: a->tf32 = 1; break;
+        case OPT_NO_GRAPH: a->no_graph = 1; break;
+        case OPT_UNTIL: BN_TRY(bn_cli_float("--until-accuracy", optarg, 0.01, 100, &a->until_accuracy)); break;
+        case OPT_PROFILE: BN_TRY(parse_step_range(optarg, &a->profile_first, &a->profile_last)); break;
+        case OPT_DETERMINISTIC: a->deterministic = 1; break;
+        case OPT_AUTOTUNE: a->autotune = 1; break;
+        case OPT_LOG_EVERY: BN_TRY(bn_cli_int("--log-every", optarg, 1, 2147483647L, &a->log_every)); break;
+        case OPT_PLUGIN: BN_TRY(bn_plugin_load(optarg)); break;
+        case OPT_CHECKPOINT_EVERY:
+            BN_TRY(bn_cli_int("--checkpoint-every", optarg, 1, 2147483647L, &a->checkpoint_every));
+            break;
+        case OPT_DEBUG_NUMERICS:
+            BN_TRY(bn_cli_int("--debug-numerics", optarg, 1, 2147483647L, &a->debug_numerics));
+            break;
+        case OPT_HELP: return -1;
+        default: return bn_cli_option_error(opt, optopt, argv[optind - 1]);
+        }
+    }
+    if (a->log_every && !a->log) return bn_error(BN_ERR_USAGE, "--log-every needs --log FILE");
+    if (a->checkpoint_every && !a->save) return bn_error(BN_ERR_USAGE, "--checkpoint-every needs --save FILE");
+    if (a->save) BN_TRY(check_save_dir(a->save));
+    if (optind >= argc) return bn_error(BN_ERR_USAGE, "train: missing MODEL (see 'blobnet train --help')");
+    if (optind + 1 < argc) return bn_error(BN_ERR_USAGE, "train: unexpected argument '%s'", argv[optind + 1]);
+    a->model = argv[optind];
+    return BN_OK;
+}
+
+static bn_status apply_overrides(const train_args *a, bn_train_config *c)
+{
+    if (a->epochs >= 0) c->epochs = (int)a->epochs;
+    if (a->batch > 0) c->batch = (int)a->batch;
+    if (a->lr >= 0) c->lr = a->lr;
+    if (a->momentum >= 0) c->momentum = a->momentum;
+    if (a->weight_decay >= 0) c->weight_decay = a->weight_decay;
+    if (a->seed >= 0) c->seed = (unsigned long long)a->seed;
+    if (a->lr_policy) {
+        int i = 0;
+        while (bn_lr_policy_names[i] && strcmp(bn_lr_policy_names[i], a->lr_policy) != 0) i++;
+        if (!bn_lr_policy_names[i])
+            return bn_error(BN_ERR_USAGE, "--lr-policy: '%s' is not one of fixed, step, inv, cosine", a->lr_policy);
+        c->lr_policy = (bn_lr_policy)i;
+    }
+    return BN_OK;
+}
+
+/* Data and model must agree on the image shape, in both splits. */
+static bn_status check_input(const bn_net *net, const bn_dataset *d, const char *dir, const char *split)
+{
+    bn_shape s = net->input_shape;
+    if (s.c != d->channels || s.h != d->height || s.w != d->width)
+        return bn_error(BN_ERR_USAGE, "%s expects %dx%dx%d inputs but the %s set in %s holds %dx%dx%d images",
+                        net->source, s.c, s.h, s.w, split, dir, d->channels, d->height, d->width);
+    return BN_OK;
+}
+
+typedef struct train_run {
+    bn_net *net;
+    bn_sgd *opt;
+    bn_dataset train, test;
+    bn_ctx *ctx;
+    FILE *log;
+} train_run;
+
+static bn_status prepare(const train_args *a, train_run *r, bn_train_state *st)
+{
+    BN_TRY(bn_net_from_file(a->model, &r->net));
+    bn_train_config *cfg = &r->net->train;
+    BN_TRY(apply_overrides(a, cfg));
+    const char *dir;
+    BN_TRY(bn_cli_data_dir(a->data, a->dataset, &dir));
+    BN_TRY(bn_cli_open_device(a->device, a->quiet, &r->ctx));
+    if (r->ctx) {
+        r->ctx->tf32 = a->tf32;
+        r->ctx->deterministic = a->deterministic;
+        r->ctx->autotune = a->autotune;
+    }
+    BN_TRY(bn_dataset_load(dir, 1, (int)a->train_limit, &r->train));
+    BN_TRY(bn_dataset_load(dir, 0, 0, &r->test));
+    BN_TRY(check_input(r->net, &r->train, dir, "training"));
+    BN_TRY(check_input(r->net, &r->test, dir, "test"));
+    BN_TRY(bn_net_setup(r->net, cfg->batch, r->ctx, 0, cfg->seed));
+    BN_TRY(bn_sgd_create(r->net, cfg, &r->opt));
+    *st = (bn_train_state){.seed = cfg->seed};
+    if (a->resume) BN_TRY(bn_checkpoint_load(a->resume, r->net, r->opt, st));
+    if (!a->quiet)
+        printf("blobnet: training %s on %s%s%s: %d train / %d test images, batch %d, %zu parameters\n",
+               a->model, r->ctx ? "gpu " : "cpu", r->ctx ? r->ctx->name : "", a->resume ? " (resumed)" : "",
+               r->train.count, r->test.count, cfg->batch, r->net->num_params);
+    return BN_OK;
+}
+
+/* What the run holds on the device; the datasets (uint8 images, labels and the order) are
+ * shown apart, since they scale with the data rather than the model. */
+static void print_device_memory(const train_run *r)
+{
+    size_t now, peak;
+    bn_device_memory(&now, &peak);
+    const bn_dataset *sets[] = {&r->train, &r->test};
+    double data = 0;
+    for (int i = 0; i < 2; i++)
+        data += (double)sets[i]->count * (sets[i]->channels * sets[i]->height * sets[i]->width + 1 + sizeof(int));
+    printf("peak device memory: %.1f MiB without the datasets (%.1f MiB with them)\n", (peak - data) / 1048576.0,
+           peak / 1048576.0);
+}
+
+/* The signal that asked training to stop (SIGINT or SIGTERM), 0 while none has. The handler
+ * only sets it; the trainer looks at it between steps, saves and returns. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
+{
+    stop_signal = sig;
+}
+
+/* From now on SIGINT and SIGTERM stop training cleanly; a second one has its default effect,
+ * for a user who does not want to wait for the save. */
+static void catch_stop_signals(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sa.sa_flags = SA_RESETHAND;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+static bn_status run(const train_args *a, train_run *r)
+{
+    bn_train_state st;
+    BN_TRY(prepare(a, r, &st));
+    if (a->log && !(r->log = fopen(a->log, "w")))
+        return bn_error(BN_ERR_IO, "%s: cannot write the metrics log: %s", a->log, strerror(errno));
+    bn_trainer_opts opts = {.epochs = r->net->train.epochs, .save_path = a->save, .out = a->quiet ? NULL : stdout,
+                            .log = r->log, .log_every = (int)a->log_every,
+                            .profile_first = a->profile_first, .profile_last = a->profile_last,
+                            .no_graph = a->no_graph, .until_accuracy = a->until_accuracy / 100.0,
+                            .checkpoint_every = a->checkpoint_every, .debug_numerics = a->debug_numerics,
+                            .stop = &stop_signal};
+    /* The live line only on a terminal: logs and pipes get the epoch lines alone. */
+    bn_progress progress;
+    if (!a->quiet && isatty(fileno(stdout))) {
+        bn_progress_init(&progress, stdout);
+        opts.progress = bn_progress_hook;
+        opts.progress_user = &progress;
+    }
+    bn_epoch_report last;
+    catch_stop_signals();
+    bn_status s = bn_train(r->net, r->opt, &r->train, &r->test, &opts, &st, &last);
+    if (opts.progress) bn_progress_clear(&progress);
+    BN_TRY(s);
+    if (last.epoch == 0) {
+        /* Nothing left to train: still evaluate, and save (with --epochs 0, the initial weights). */
+        BN_TRY(bn_evaluate(r->net, &r->test, &last.test_loss, &last.test_acc));
+        if (a->save) BN_TRY(bn_checkpoint_save(a->save, r->net, r->opt, &st));
+    }
+    if (r->ctx && !a->quiet) print_device_memory(r);
+    printf("final test accuracy: %.2f%%\n", 100.0 * last.test_acc);
+    return BN_OK;
+}
+
+int bn_cmd_train(int argc, char **argv)
+{
+    train_args a;
+    int p = parse_args(argc, argv, &a);
+    if (p < 0) {
+        bn_print_command_help("train");
+        return 0;
+    }
+    if (p != BN_OK) return bn_fail((bn_status)p);
+    train_run r = {0};
+    bn_status s = run(&a, &r);
+    if (r.log && fclose(r.log) != 0 && s == BN_OK)
+        s = bn_error(BN_ERR_IO, "%s: cannot finish the metrics log", a.log);
+    bn_sgd_free(r.opt);
+    bn_net_free(r.net);
+    bn_dataset_free(&r.train);
+    bn_dataset_free(&r.test);
+    bn_ctx_close();
+    if (s == BN_ERR_INTERRUPTED) {
+        /* "blobnet: interrupted at step S; checkpoint saved to FILE", and the shell's code for
+         * death by that signal (130 for SIGINT, 143 for SIGTERM). */
+        fprintf(stderr, "blobnet: %s\n", bn_last_error());
+        return 128 + stop_signal;
+    }
+    return s == BN_OK ? 0 : bn_fail(s);
+}

@@ -1,0 +1,125 @@
+/* device.h - the CUDA device seen from C: the process's one device context, memory and
+ * transfers. Built from device.cu with CUDA, or device_none.c without it, where every
+ * call reports that this build has no GPU support. */
+#ifndef BN_DEVICE_H
+#define BN_DEVICE_H
+
+#include <stddef.h>
+
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The device context: one per process. Handles are opaque here so that C code needs no
+ * CUDA headers; CUDA code casts them (cudaStream_t, cublasHandle_t, cudnnHandle_t,
+ * curandGenerator_t). */
+typedef struct bn_ctx {
+    int device;            /* CUDA device ordinal */
+    char name[256];        /* device name as the driver reports it */
+    void *stream;          /* every launch and library call goes to this stream */
+    void *side_stream;     /* a layer's independent work, forked from and joined back to stream
+                              within the same pass, or at the end of the net's backward pass
+                              (kernels only: the handles stay on stream) */
+    void *side_done;       /* event for that late join */
+    void *side_fork;       /* event for side work that follows what stream holds (bn_ctx_zero_beside) */
+    int side_pending;      /* side_stream holds work that stream has not waited for */
+    void *cublas;          /* bound to stream */
+    void *cudnn;           /* bound to stream */
+    void *curand;          /* bound to stream */
+    void *workspace;       /* cuDNN workspace arena shared by all layers */
+    size_t workspace_size;
+    unsigned buffer_generation; /* counts replacements of device buffers that steps reuse (the
+                                   workspace, a layer's own scratch): a captured graph holds the
+                                   old addresses and must be captured again */
+    int deterministic;     /* restrict cuDNN to deterministic algorithms */
+    int tf32;              /* allow TF32 tensor-core math */
+    int autotune;          /* choose each layer's kernels by timing the candidates (cuDNN's and
+                              cuBLASLt's included) instead of by the fixed rule; ignored in a
+                              deterministic context */
+} bn_ctx;
+
+/* Whether layers choose their kernels by the fixed rule (blobnet's own kernels wherever they
+ * apply, in a set order) rather than by timing: always unless the context asks for autotuning,
+ * and always in a deterministic context, whose runs must pick the same kernels. */
+static inline int bn_ctx_by_rule(const bn_ctx *ctx)
+{
+    return ctx->deterministic || !ctx->autotune;
+}
+
+#ifndef BN_WITH_CUDA
+/* In a build without CUDA (gpu/device_none.c): the error every device entry point returns,
+ * saying how to get GPU support. */
+bn_status bn_no_cuda(void);
+#endif
+
+/* 1 when this build has CUDA support. */
+int bn_device_compiled(void);
+
+/* Number of usable CUDA devices (0 without CUDA, a driver or a device). */
+int bn_device_count(void);
+
+/* Opens the process context on device ordinal `device`; a second call with the same
+ * ordinal returns the same context. The context is owned by the library. */
+bn_status bn_ctx_open(int device, bn_ctx **out);
+
+/* The open context, or NULL when none is open. */
+bn_ctx *bn_ctx_current(void);
+
+/* Releases the context and its handles. */
+void bn_ctx_close(void);
+
+/* Marks side_stream as holding work that stream must wait for before the pass ends. */
+void bn_ctx_defer_side(bn_ctx *ctx);
+
+/* Makes stream wait for everything queued on side_stream so far, when anything is pending. */
+bn_status bn_ctx_join_side(bn_ctx *ctx);
+
+/* Makes side_stream wait for everything queued on stream so far, for side work that must come
+ * after it but may run beside what stream does next. The side work is then pending: the next
+ * bn_ctx_join_side orders stream after it. */
+bn_status bn_ctx_fork_side(bn_ctx *ctx);
+
+/* Zeroes bytes at ptr on side_stream after a bn_ctx_fork_side. */
+bn_status bn_ctx_zero_beside(bn_ctx *ctx, void *ptr, size_t bytes);
+
+/* Grows the shared cuDNN workspace to at least bytes (never inside a step). */
+bn_status bn_ctx_reserve_workspace(bn_ctx *ctx, size_t bytes);
+
+/* Device memory: allocation, release, and zero fill on the context stream. */
+bn_status bn_device_alloc(void **ptr, size_t bytes);
+void bn_device_free(void *ptr);
+bn_status bn_device_zero(void *ptr, size_t bytes);
+
+/* Copies on the context stream; d2h waits for the copy so the host data is usable. */
+bn_status bn_device_h2d(void *dst, const void *src, size_t bytes);
+bn_status bn_device_d2h(void *dst, const void *src, size_t bytes);
+
+/* Waits until everything queued on the context stream has finished. */
+bn_status bn_device_sync(void);
+
+/* blobnet's own device memory (every bn_device_alloc and the cuDNN workspace), now and at
+ * its peak; what cuBLAS and cuDNN allocate inside their handles is not included. */
+void bn_device_memory(size_t *now, size_t *peak);
+
+/* Timing events on the context stream: create, record now, milliseconds between two
+ * recorded events (waits for the later one), destroy. */
+bn_status bn_event_create(void **event);
+bn_status bn_event_record(void *event);
+bn_status bn_event_elapsed_ms(void *start, void *end, float *ms);
+void bn_event_destroy(void *event);
+
+/* Starts and stops profiler capture (cudaProfilerStart/Stop), for `nsys
+ * --capture-range=cudaProfilerApi` and `ncu --profile-from-start off`. */
+bn_status bn_profiler_start(void);
+bn_status bn_profiler_stop(void);
+
+/* (Re)describes a cuDNN NCHW float tensor in *desc, creating it when NULL. */
+bn_status bn_tensor_desc_set(void **desc, int n, int c, int h, int w);
+void bn_tensor_desc_free(void *desc);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,400 @@
+/* device.cu - the CUDA device context and memory primitives behind device.h. */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cuda_profiler_api.h>
+
+#include "cuda_check.h"
+#include "core/device.h"
+
+static bn_ctx the_ctx;
+static int ctx_open;
+
+/* Accounting of blobnet's own device memory: every bn_device_alloc and the cuDNN workspace.
+ * A small open-addressing table maps each live pointer to its size. */
+#define ALLOC_SLOTS 16384
+static struct { void *ptr; size_t bytes; } allocs[ALLOC_SLOTS];
+static size_t bytes_now, bytes_peak;
+
+static size_t slot_of(const void *p)
+{
+    return (size_t)(((uintptr_t)p >> 8) * 0x9e3779b97f4a7c15ULL % ALLOC_SLOTS);
+}
+
+static void account(size_t add, size_t sub)
+{
+    bytes_now = bytes_now + add - sub;
+    if (bytes_now > bytes_peak) bytes_peak = bytes_now;
+}
+
+static void remember(void *p, size_t bytes)
+{
+    for (size_t i = slot_of(p), k = 0; k < ALLOC_SLOTS; k++, i = (i + 1) % ALLOC_SLOTS)
+        if (!allocs[i].ptr) {
+            allocs[i].ptr = p;
+            allocs[i].bytes = bytes;
+            break;
+        }
+    account(bytes, 0); /* a full table loses the pointer, never the count */
+}
+
+static void forget(void *p)
+{
+    for (size_t i = slot_of(p), k = 0; k < ALLOC_SLOTS && allocs[i].ptr; k++, i = (i + 1) % ALLOC_SLOTS)
+        if (allocs[i].ptr == p) {
+            account(0, allocs[i].bytes);
+            /* Re-insert the rest of the probe run so that later lookups still find them. */
+            allocs[i].ptr = NULL;
+            for (size_t j = (i + 1) % ALLOC_SLOTS; allocs[j].ptr; j = (j + 1) % ALLOC_SLOTS) {
+                void *q = allocs[j].ptr;
+                size_t n = allocs[j].bytes;
+                allocs[j].ptr = NULL;
+                for (size_t m = slot_of(q);; m = (m + 1) % ALLOC_SLOTS)
+                    if (!allocs[m].ptr) {
+                        allocs[m].ptr = q;
+                        allocs[m].bytes = n;
+                        break;
+                    }
+            }
+            return;
+        }
+}
+
+extern "C" const char *bn_curand_status_string(curandStatus_t s)
+{
+    switch (s) {
+    case CURAND_STATUS_SUCCESS: return "success";
+    case CURAND_STATUS_VERSION_MISMATCH: return "header and library versions differ";
+    case CURAND_STATUS_NOT_INITIALIZED: return "generator not initialised";
+    case CURAND_STATUS_ALLOCATION_FAILED: return "memory allocation failed";
+    case CURAND_STATUS_TYPE_ERROR: return "wrong generator type";
+    case CURAND_STATUS_OUT_OF_RANGE: return "argument out of range";
+    case CURAND_STATUS_LENGTH_NOT_MULTIPLE: return "length not a multiple of the dimension";
+    case CURAND_STATUS_DOUBLE_PRECISION_REQUIRED: return "device lacks double precision";
+    case CURAND_STATUS_LAUNCH_FAILURE: return "kernel launch failed";
+    case CURAND_STATUS_PREEXISTING_FAILURE: return "an earlier failure is pending";
+    case CURAND_STATUS_INITIALIZATION_FAILED: return "initialisation failed";
+    case CURAND_STATUS_ARCH_MISMATCH: return "architecture mismatch";
+    case CURAND_STATUS_INTERNAL_ERROR: return "internal error";
+    }
+    return "unknown cuRAND status";
+}
+
+extern "C" int bn_device_compiled(void) { return 1; }
+
+extern "C" int bn_device_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError(); /* clear the sticky "no driver" error */
+        return 0;
+    }
+    return n;
+}
+
+static cudaStream_t stream(void)
+{
+    return ctx_open ? (cudaStream_t)the_ctx.stream : 0;
+}
+
+/* An event for ordering the two streams (no timing). */
+static bn_status new_order_event(void **out)
+{
+    cudaEvent_t e;
+    BN_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    *out = e;
+    return BN_OK;
+}
+
+static bn_status open_handles(bn_ctx *c)
+{
+    cudaStream_t s;
+    BN_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    c->stream = s;
+    cudaStream_t side;
+    BN_CUDA(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+    c->side_stream = side;
+    BN_TRY(new_order_event(&c->side_done));
+    BN_TRY(new_order_event(&c->side_fork));
+    cublasHandle_t blas;
+    BN_CUBLAS(cublasCreate(&blas));
+    c->cublas = blas;
+    BN_CUBLAS(cublasSetStream(blas, s));
+    cudnnHandle_t dnn;
+    BN_CUDNN(cudnnCreate(&dnn));
+    c->cudnn = dnn;
+    BN_CUDNN(cudnnSetStream(dnn, s));
+    curandGenerator_t gen;
+    BN_CURAND(curandCreateGenerator(&gen, CURAND_RNG_PSEUDO_PHILOX4_32_10));
+    c->curand = gen;
+    BN_CURAND(curandSetStream(gen, s));
+    return BN_OK;
+}
+
+/* Why gpu:device cannot be used, and what to do about it. */
+static bn_status open_error(cudaError_t e, int device)
+{
+    cudaGetLastError(); /* leave no error behind for the next call to report */
+    const char *hint;
+    switch (e) {
+    case cudaErrorDevicesUnavailable:
+        hint = "it is busy (exclusive-process mode, held by another process) or unavailable; wait for it, pick "
+               "another with --device gpu:N, or use --device cpu";
+        break;
+    case cudaErrorInsufficientDriver:
+        hint = "the NVIDIA driver is older than the CUDA runtime blobnet was built with; update the driver or use "
+               "--device cpu";
+        break;
+    case cudaErrorNoDevice: hint = "use --device cpu"; break;
+    case cudaErrorMemoryAllocation:
+        hint = "it has no memory left even for a context; free some or pick another with --device gpu:N";
+        break;
+    default: hint = "use --device cpu to run without it"; break;
+    }
+    return bn_error(BN_ERR_DEVICE, "cannot open gpu:%d: %s; %s", device, cudaGetErrorString(e), hint);
+}
+
+extern "C" bn_status bn_ctx_open(int device, bn_ctx **out)
+{
+    *out = NULL;
+    if (ctx_open) {
+        if (the_ctx.device != device)
+            return bn_error(BN_ERR_DEVICE, "a context on gpu:%d is already open; blobnet uses one device per process",
+                            the_ctx.device);
+        *out = &the_ctx;
+        return BN_OK;
+    }
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    /* Without any driver the runtime says the driver is too old: that is just "no GPU" here. */
+    int driver = 0;
+    if (e == cudaErrorInsufficientDriver && (cudaDriverGetVersion(&driver) != cudaSuccess || driver == 0))
+        e = cudaErrorNoDevice, count = 0;
+    if (e != cudaSuccess && e != cudaErrorNoDevice) return open_error(e, device);
+    cudaGetLastError();
+    if (count == 0)
+        return bn_error(BN_ERR_DEVICE, "no CUDA device is available (no GPU, or no driver); use --device cpu");
+    if (device < 0 || device >= count)
+        return bn_error(BN_ERR_DEVICE, "gpu:%d does not exist; this machine has %d CUDA device%s (gpu:0..gpu:%d)",
+                        device, count, count == 1 ? "" : "s", count - 1);
+    /* cudaFree(0) creates the context now, where a busy or failing device says so plainly. */
+    if ((e = cudaSetDevice(device)) != cudaSuccess || (e = cudaFree(0)) != cudaSuccess) return open_error(e, device);
+    memset(&the_ctx, 0, sizeof the_ctx);
+    the_ctx.device = device;
+    cudaDeviceProp prop;
+    BN_CUDA(cudaGetDeviceProperties(&prop, device));
+    snprintf(the_ctx.name, sizeof the_ctx.name, "%s", prop.name);
+    bn_status s = open_handles(&the_ctx);
+    ctx_open = 1; /* so that close releases whatever was created, on failure too */
+    if (s != BN_OK) {
+        bn_ctx_close();
+        return s;
+    }
+    *out = &the_ctx;
+    return BN_OK;
+}
+
+extern "C" bn_ctx *bn_ctx_current(void)
+{
+    return ctx_open ? &the_ctx : NULL;
+}
+
+extern "C" void bn_ctx_close(void)
+{
+    if (!ctx_open) return;
+    bn_ctx *c = &the_ctx;
+    if (c->stream) cudaStreamSynchronize((cudaStream_t)c->stream);
+    if (c->curand) curandDestroyGenerator((curandGenerator_t)c->curand);
+    if (c->cudnn) cudnnDestroy((cudnnHandle_t)c->cudnn);
+    if (c->cublas) cublasDestroy((cublasHandle_t)c->cublas);
+    if (c->workspace) cudaFree(c->workspace);
+    if (c->stream) cudaStreamDestroy((cudaStream_t)c->stream);
+    if (c->side_stream) {
+        cudaStreamSynchronize((cudaStream_t)c->side_stream);
+        cudaStreamDestroy((cudaStream_t)c->side_stream);
+    }
+    if (c->side_done) cudaEventDestroy((cudaEvent_t)c->side_done);
+    if (c->side_fork) cudaEventDestroy((cudaEvent_t)c->side_fork);
+    memset(c, 0, sizeof *c);
+    ctx_open = 0;
+}
+
+/* A failed cudaMalloc of bytes for `what`: short of memory, the message gives what the device
+ * has free and what blobnet holds, and suggests a smaller batch. */
+static bn_status alloc_error(cudaError_t e, size_t bytes, const char *what)
+{
+    cudaGetLastError();
+    size_t free_bytes = 0, total_bytes = 0;
+    if (e != cudaErrorMemoryAllocation || cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+        cudaGetLastError();
+        return bn_error(BN_ERR_DEVICE, "cannot allocate %zu bytes for %s on gpu:%d: %s", bytes, what, the_ctx.device,
+                        cudaGetErrorString(e));
+    }
+    const double mib = 1024.0 * 1024.0;
+    return bn_error(BN_ERR_DEVICE,
+                    "out of device memory on gpu:%d (%s): %s needs %zu bytes (%.1f MiB) but %.1f MiB of %.1f MiB "
+                    "are free, %.1f MiB of them held by blobnet; use a smaller --batch or model",
+                    the_ctx.device, the_ctx.name, what, bytes, bytes / mib, free_bytes / mib, total_bytes / mib,
+                    bytes_now / mib);
+}
+
+extern "C" void bn_ctx_defer_side(bn_ctx *ctx)
+{
+    ctx->side_pending = 1;
+}
+
+extern "C" bn_status bn_ctx_join_side(bn_ctx *ctx)
+{
+    if (!ctx->side_pending) return BN_OK;
+    ctx->side_pending = 0;
+    BN_CUDA(cudaEventRecord((cudaEvent_t)ctx->side_done, (cudaStream_t)ctx->side_stream));
+    BN_CUDA(cudaStreamWaitEvent((cudaStream_t)ctx->stream, (cudaEvent_t)ctx->side_done, 0));
+    return BN_OK;
+}
+
+extern "C" bn_status bn_ctx_fork_side(bn_ctx *ctx)
+{
+    BN_CUDA(cudaEventRecord((cudaEvent_t)ctx->side_fork, (cudaStream_t)ctx->stream));
+    BN_CUDA(cudaStreamWaitEvent((cudaStream_t)ctx->side_stream, (cudaEvent_t)ctx->side_fork, 0));
+    ctx->side_pending = 1;
+    return BN_OK;
+}
+
+extern "C" bn_status bn_ctx_zero_beside(bn_ctx *ctx, void *ptr, size_t bytes)
+{
+    BN_TRY(bn_ctx_fork_side(ctx));
+    BN_CUDA(cudaMemsetAsync(ptr, 0, bytes, (cudaStream_t)ctx->side_stream));
+    return BN_OK;
+}
+
+extern "C" bn_status bn_ctx_reserve_workspace(bn_ctx *ctx, size_t bytes)
+{
+    if (bytes <= ctx->workspace_size) return BN_OK;
+    if (ctx->workspace) {
+        BN_CUDA(cudaStreamSynchronize((cudaStream_t)ctx->stream));
+        BN_CUDA(cudaFree(ctx->workspace));
+        account(0, ctx->workspace_size);
+        ctx->workspace = NULL;
+        ctx->workspace_size = 0;
+    }
+    cudaError_t e = cudaMalloc(&ctx->workspace, bytes);
+    if (e != cudaSuccess) {
+        ctx->workspace = NULL;
+        return alloc_error(e, bytes, "the cuDNN workspace");
+    }
+    ctx->workspace_size = bytes;
+    ctx->buffer_generation++;
+    account(bytes, 0);
+    /* Zeroed once, so that no algorithm can read uninitialised memory from it. */
+    BN_CUDA(cudaMemsetAsync(ctx->workspace, 0, bytes, (cudaStream_t)ctx->stream));
+    return BN_OK;
+}
+
+extern "C" bn_status bn_device_alloc(void **ptr, size_t bytes)
+{
+    *ptr = NULL;
+    if (!ctx_open) return bn_error(BN_ERR_DEVICE, "no device context is open (use --device gpu)");
+    cudaError_t e = cudaMalloc(ptr, bytes);
+    if (e != cudaSuccess) {
+        *ptr = NULL;
+        return alloc_error(e, bytes, "a buffer");
+    }
+    remember(*ptr, bytes);
+    return BN_OK;
+}
+
+extern "C" void bn_device_free(void *ptr)
+{
+    if (!ptr) return;
+    forget(ptr);
+    cudaFree(ptr);
+}
+
+extern "C" bn_status bn_device_zero(void *ptr, size_t bytes)
+{
+    BN_CUDA(cudaMemsetAsync(ptr, 0, bytes, stream()));
+    return BN_OK;
+}
+
+extern "C" bn_status bn_device_h2d(void *dst, const void *src, size_t bytes)
+{
+    /* Synchronous w.r.t. the host buffer: the caller may reuse it at once. */
+    BN_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream()));
+    BN_CUDA(cudaStreamSynchronize(stream()));
+    return BN_OK;
+}
+
+extern "C" bn_status bn_device_d2h(void *dst, const void *src, size_t bytes)
+{
+    BN_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream()));
+    BN_CUDA(cudaStreamSynchronize(stream()));
+    return BN_OK;
+}
+
+extern "C" bn_status bn_device_sync(void)
+{
+    BN_CUDA(cudaStreamSynchronize(stream()));
+    return BN_OK;
+}
+
+extern "C" bn_status bn_tensor_desc_set(void **desc, int n, int c, int h, int w)
+{
+    if (!*desc) {
+        cudnnTensorDescriptor_t d;
+        BN_CUDNN(cudnnCreateTensorDescriptor(&d));
+        *desc = d;
+    }
+    BN_CUDNN(cudnnSetTensor4dDescriptor((cudnnTensorDescriptor_t)*desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h,
+                                        w));
+    return BN_OK;
+}
+
+extern "C" void bn_tensor_desc_free(void *desc)
+{
+    if (desc) cudnnDestroyTensorDescriptor((cudnnTensorDescriptor_t)desc);
+}
+
+extern "C" void bn_device_memory(size_t *now, size_t *peak)
+{
+    *now = bytes_now;
+    *peak = bytes_peak;
+}
+
+extern "C" bn_status bn_event_create(void **event)
+{
+    cudaEvent_t e;
+    BN_CUDA(cudaEventCreate(&e));
+    *event = e;
+    return BN_OK;
+}
+
+extern "C" bn_status bn_event_record(void *event)
+{
+    BN_CUDA(cudaEventRecord((cudaEvent_t)event, stream()));
+    return BN_OK;
+}
+
+extern "C" bn_status bn_event_elapsed_ms(void *start, void *end, float *ms)
+{
+    BN_CUDA(cudaEventSynchronize((cudaEvent_t)end));
+    BN_CUDA(cudaEventElapsedTime(ms, (cudaEvent_t)start, (cudaEvent_t)end));
+    return BN_OK;
+}
+
+extern "C" void bn_event_destroy(void *event)
+{
+    if (event) cudaEventDestroy((cudaEvent_t)event);
+}
+
+extern "C" bn_status bn_profiler_start(void)
+{
+    BN_CUDA(cudaProfilerStart());
+    return BN_OK;
+}
+
+extern "C" bn_status bn_profiler_stop(void)
+{
+    BN_CUDA(cudaProfilerStop());
+    return BN_OK;
+}

@@ -1,0 +1,146 @@
+/* device_none.c - every device entry point in a build without CUDA: no devices, every
+ * request is refused with a message that says how to get GPU support. Host-side helpers that the
+ * CPU path also calls (free, descriptors) are harmless no-ops. */
+#include "core/device.h"
+#include "kernels.h"
+#include "graph.h"
+
+bn_status bn_no_cuda(void)
+{
+    return bn_error(BN_ERR_DEVICE, "this blobnet was built without CUDA (CPU_ONLY=1 or no nvcc); "
+                                   "rebuild with the CUDA toolkit to use a GPU");
+}
+
+int bn_device_compiled(void) { return 0; }
+int bn_device_count(void) { return 0; }
+
+bn_status bn_ctx_open(int device, bn_ctx **out)
+{
+    (void)device;
+    *out = NULL;
+    return bn_no_cuda();
+}
+
+bn_ctx *bn_ctx_current(void) { return NULL; }
+void bn_ctx_close(void) {}
+
+void bn_ctx_defer_side(bn_ctx *ctx)
+{
+    (void)ctx;
+}
+
+bn_status bn_ctx_join_side(bn_ctx *ctx)
+{
+    (void)ctx;
+    return BN_OK;
+}
+
+bn_status bn_ctx_fork_side(bn_ctx *ctx)
+{
+    (void)ctx;
+    return bn_no_cuda();
+}
+
+bn_status bn_ctx_zero_beside(bn_ctx *ctx, void *ptr, size_t bytes)
+{
+    (void)ctx;
+    (void)ptr;
+    (void)bytes;
+    return bn_no_cuda();
+}
+
+bn_status bn_ctx_reserve_workspace(bn_ctx *ctx, size_t bytes)
+{
+    (void)ctx;
+    (void)bytes;
+    return bn_no_cuda();
+}
+
+bn_status bn_device_alloc(void **ptr, size_t bytes)
+{
+    (void)bytes;
+    *ptr = NULL;
+    return bn_no_cuda();
+}
+
+void bn_device_free(void *ptr) { (void)ptr; }
+
+bn_status bn_device_zero(void *ptr, size_t bytes)
+{
+    (void)ptr;
+    (void)bytes;
+    return bn_no_cuda();
+}
+
+bn_status bn_device_h2d(void *dst, const void *src, size_t bytes)
+{
+    (void)dst, (void)src, (void)bytes;
+    return bn_no_cuda();
+}
+
+bn_status bn_device_d2h(void *dst, const void *src, size_t bytes)
+{
+    (void)dst, (void)src, (void)bytes;
+    return bn_no_cuda();
+}
+
+bn_status bn_device_sync(void) { return bn_no_cuda(); }
+
+bn_status bn_tensor_desc_set(void **desc, int n, int c, int h, int w)
+{
+    (void)desc, (void)n, (void)c, (void)h, (void)w;
+    return bn_no_cuda();
+}
+
+void bn_tensor_desc_free(void *desc) { (void)desc; }
+
+void bn_device_memory(size_t *now, size_t *peak)
+{
+    *now = *peak = 0;
+}
+
+bn_status bn_event_create(void **event)
+{
+    *event = NULL;
+    return bn_no_cuda();
+}
+
+bn_status bn_event_record(void *event)
+{
+    (void)event;
+    return bn_no_cuda();
+}
+
+bn_status bn_event_elapsed_ms(void *start, void *end, float *ms)
+{
+    (void)start, (void)end;
+    *ms = 0.0f;
+    return bn_no_cuda();
+}
+
+void bn_event_destroy(void *event) { (void)event; }
+
+/* Without a GPU there is nothing to capture: the CPU path's NVTX ranges still appear. */
+bn_status bn_profiler_start(void) { return BN_OK; }
+bn_status bn_profiler_stop(void) { return BN_OK; }
+
+bn_status bn_gpu_add(float *dst, const float *src, size_t n, bn_ctx *ctx)
+{
+    (void)dst, (void)src, (void)n, (void)ctx;
+    return bn_no_cuda();
+}
+
+bn_status bn_gpu_fill(float *dst, float value, size_t n, bn_ctx *ctx)
+{
+    (void)dst, (void)value, (void)n, (void)ctx;
+    return bn_no_cuda();
+}
+
+bn_status bn_step_graph_run(bn_step_graph *g, bn_ctx *ctx, bn_status (*body)(void *), void *arg, int *replayed)
+{
+    (void)g, (void)ctx;
+    *replayed = 0;
+    return body(arg);
+}
+
+void bn_step_graph_free(bn_step_graph *g) { (void)g; }

@@ -1,0 +1,34 @@
+/* graph.h - replaying a training step as a CUDA graph. The first call captures the step's
+ * device work (the body runs once, enqueuing on the context stream, and its host-side
+ * effects happen once); later calls launch the captured graph, which costs one launch
+ * instead of one per kernel. Whatever varies between steps must therefore live on the
+ * device: the loader's cursor and the optimizer's learning-rate schedule do. */
+#ifndef BN_GRAPH_H
+#define BN_GRAPH_H
+
+#include "core/device.h"
+#include "core/net.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct bn_step_graph {
+    void *exec;        /* cudaGraphExec_t once captured */
+    int failed;        /* capture was refused: run eagerly from now on */
+    unsigned buffer_generation; /* the context's buffer_generation when captured */
+} bn_step_graph;
+
+/* Runs body(arg) as a captured graph: captures on the first call, replays afterwards.
+ * *replayed is 1 when the body did not run (the caller repeats its host-side effects).
+ * A capture that fails leaves the graph marked failed and runs the body eagerly. A graph whose
+ * capture saw a workspace the context has since replaced (a larger one, for another batch
+ * size) is captured again. */
+bn_status bn_step_graph_run(bn_step_graph *g, bn_ctx *ctx, bn_status (*body)(void *), void *arg, int *replayed);
+
+void bn_step_graph_free(bn_step_graph *g);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

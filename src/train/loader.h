@@ -1,0 +1,53 @@
+/* loader.h - feeds batches of a dataset into a network's input and label blobs. On the
+ * CPU it gathers on the host; on the GPU the dataset is uploaded once as uint8 and each
+ * batch is gathered and scaled by a kernel, from an order uploaded once per epoch. */
+#ifndef BN_LOADER_H
+#define BN_LOADER_H
+
+#include "idx.h"
+#include "core/net.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct bn_loader {
+    const bn_dataset *data;
+    int *order;            /* the epoch's order of examples (host) */
+    bn_ctx *ctx;           /* NULL on the CPU path */
+    void *dev_pixels;      /* uint8 copy of the dataset on the device */
+    void *dev_labels;
+    void *dev_order;
+    int *dev_cursor;       /* GPU: first example of the next bn_loader_fill_next batch */
+    int host_cursor;       /* the same on the CPU path */
+} bn_loader;
+
+/* Prepares a loader for data (which must outlive it); with ctx, uploads the dataset. */
+bn_status bn_loader_init(bn_loader *ld, const bn_dataset *data, bn_ctx *ctx);
+
+/* Sets the order of examples: shuffled from seed, or 0..count-1 when shuffle is 0. */
+bn_status bn_loader_set_order(bn_loader *ld, int shuffle, unsigned long long seed);
+
+/* Puts examples order[start .. start+n) into net's input (standardised with the model's
+ * [input] mean and std) and labels, and sets the batch to n. */
+bn_status bn_loader_fill(bn_loader *ld, bn_net *net, int start, int n);
+
+/* Sets where bn_loader_fill_next starts (an example index into the order). */
+bn_status bn_loader_set_cursor(bn_loader *ld, int start);
+
+/* Fills the next n examples from the cursor and advances it. On the GPU the cursor lives on
+ * the device, so a captured step replays with the following batch each time. */
+bn_status bn_loader_fill_next(bn_loader *ld, bn_net *net, int n);
+
+void bn_loader_free(bn_loader *ld);
+
+/* Device halves (loader_gpu.cu). */
+bn_status bn_loader_upload(bn_loader *ld);
+bn_status bn_loader_upload_order(bn_loader *ld);
+bn_status bn_loader_fill_gpu(bn_loader *ld, bn_net *net, int start, int n);
+bn_status bn_loader_fill_next_gpu(bn_loader *ld, bn_net *net, int n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,77 @@
+/* loader_gpu.cu - batches gathered on the device from the uint8 dataset uploaded once. */
+#include "gpu/cuda_check.h"
+#include "gpu/pdl.cuh"
+#include "gpu/last_arrival.cuh"
+#include "loader.h"
+
+/* A column of blocks per example (blockIdx.x), a thread per pixel: no divisions, and every load
+ * of a thread in flight at once. cursor, when set, gives start: *cursor (a captured step reads
+ * its batch's position), and the last block moves it past the batch (cursor[1] counts the
+ * blocks done). */
+__global__ void gather_batch(const unsigned char *__restrict__ pixels, const unsigned char *__restrict__ labels,
+                             const int *__restrict__ order, int start, int *cursor, int n,
+                             int per_example, float mean, float std, float *__restrict__ x, float *__restrict__ y)
+{
+    bn_early_entry(); /* pdl.cuh */
+    if (cursor) start = *cursor;
+    const int e = (int)blockIdx.x, src = order[start + e];
+    const int i = (int)(blockIdx.y * blockDim.x + threadIdx.x);
+    /* The CPU path's operations in its order, so both give the same bits. */
+    if (i < per_example) x[(size_t)e * per_example + i] = (pixels[(size_t)src * per_example + i] / 255.0f - mean) / std;
+    if (i == 0) y[e] = (float)labels[src];
+    if (cursor && bn_last_arrival((unsigned *)(cursor + 1), gridDim.x * gridDim.y) && threadIdx.x == 0)
+        *cursor = start + n;
+}
+
+static int per_example(const bn_dataset *d)
+{
+    return d->channels * d->height * d->width;
+}
+
+extern "C" bn_status bn_loader_upload(bn_loader *ld)
+{
+    const bn_dataset *d = ld->data;
+    size_t pixel_bytes = (size_t)d->count * per_example(d);
+    BN_TRY(bn_device_alloc(&ld->dev_pixels, pixel_bytes));
+    BN_TRY(bn_device_alloc(&ld->dev_labels, (size_t)d->count));
+    BN_TRY(bn_device_alloc(&ld->dev_order, (size_t)d->count * sizeof(int)));
+    /* The cursor and the count of gather blocks done with it. */
+    BN_TRY(bn_device_alloc((void **)&ld->dev_cursor, 2 * sizeof(int)));
+    BN_TRY(bn_device_zero(ld->dev_cursor, 2 * sizeof(int)));
+    BN_TRY(bn_device_h2d(ld->dev_pixels, d->pixels, pixel_bytes));
+    BN_TRY(bn_device_h2d(ld->dev_labels, d->labels, (size_t)d->count));
+    return bn_loader_upload_order(ld);
+}
+
+extern "C" bn_status bn_loader_upload_order(bn_loader *ld)
+{
+    bn_nvtx_push("h2d order", BN_NVTX_TRANSFER);
+    bn_status s = bn_device_h2d(ld->dev_order, ld->order, (size_t)ld->data->count * sizeof(int));
+    bn_nvtx_pop();
+    return s;
+}
+
+static bn_status gather(bn_loader *ld, bn_net *net, int start, int *cursor, int n)
+{
+    if (n <= 0) return BN_OK;
+    BN_DEV_WR(x, net->input);
+    BN_DEV_WR(y, net->labels);
+    int per = per_example(ld->data);
+    const int threads = 256;
+    const dim3 grid((unsigned)n, (unsigned)((per + threads - 1) / threads));
+    bn_launch_early(gather_batch, grid, dim3(threads), 0, (cudaStream_t)ld->ctx->stream,
+                    (const unsigned char *)ld->dev_pixels, (const unsigned char *)ld->dev_labels,
+                    (const int *)ld->dev_order, start, cursor, n, per, net->input_mean, net->input_std, x, y);
+    BN_CUDA_LAUNCH();
+    return BN_OK;
+}
+
+extern "C" bn_status bn_loader_fill_gpu(bn_loader *ld, bn_net *net, int start, int n)
+{
+    return gather(ld, net, start, NULL, n);
+}
+
+extern "C" bn_status bn_loader_fill_next_gpu(bn_loader *ld, bn_net *net, int n)
+{
+    return gather(ld, net, 0, ld->dev_cursor, n);
+}

@@ -1,0 +1,48 @@
+/* train_none.c - the training code's device entry points in a build without CUDA (the
+ * optimizer's and the loader's GPU halves): every call is refused with a message that says how
+ * to get GPU support. */
+#include "core/device.h"
+#include "loader.h"
+#include "optimizer.h"
+
+bn_status bn_sgd_schedule(bn_sgd *o, long first, long count)
+{
+    (void)o, (void)first, (void)count;
+    return bn_no_cuda();
+}
+
+bn_status bn_sgd_step_gpu(bn_sgd *o, bn_net *net, float lr)
+{
+    (void)o, (void)net, (void)lr;
+    return bn_no_cuda();
+}
+
+bn_status bn_sgd_update_layer_gpu(bn_sgd *o, bn_net *net, const bn_layer *l, float lr, int last)
+{
+    (void)o, (void)net, (void)l, (void)lr, (void)last;
+    return bn_no_cuda();
+}
+
+bn_status bn_loader_upload(bn_loader *ld)
+{
+    (void)ld;
+    return bn_no_cuda();
+}
+
+bn_status bn_loader_upload_order(bn_loader *ld)
+{
+    (void)ld;
+    return bn_no_cuda();
+}
+
+bn_status bn_loader_fill_next_gpu(bn_loader *ld, bn_net *net, int n)
+{
+    (void)ld, (void)net, (void)n;
+    return bn_no_cuda();
+}
+
+bn_status bn_loader_fill_gpu(bn_loader *ld, bn_net *net, int start, int n)
+{
+    (void)ld, (void)net, (void)start, (void)n;
+    return bn_no_cuda();
+}

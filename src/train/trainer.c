@@ -1,0 +1,408 @@
+#include "trainer.h"
+
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+#include "gpu/graph.h"
+#include "gpu/kernels.h"
+#include "numerics.h"
+#include "core/nvtx.h"
+#include "softmax_ce.h"
+
+static double now_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+unsigned long long bn_epoch_seed(unsigned long long seed, int epoch)
+{
+    return seed * 0x9e3779b97f4a7c15ULL + (unsigned long long)epoch + 1;
+}
+
+/* On the GPU, asks the loss layer to add each forward's [loss sum, correct] into acc itself
+ * and, with grad, to write its input gradient in a training forward (bn_softmax_ce_fuse: a
+ * kernel launch fewer for each). Returns whether it will; then accumulate_metrics must not
+ * add them again. end_fusion turns it off again once the step's passes are done. */
+static int begin_fusion(bn_net *net, bn_blob *acc, int grad)
+{
+    return net->pass.ctx && bn_softmax_ce_fuse(bn_net_loss_layer(net), &net->pass, acc, grad);
+}
+
+static void end_fusion(bn_net *net, int fused)
+{
+    if (fused) bn_softmax_ce_fuse(bn_net_loss_layer(net), &net->pass, NULL, 0);
+}
+
+/* Adds the last batch's [loss sum, correct] into acc without a host round trip on the GPU. */
+static bn_status accumulate_metrics(bn_net *net, bn_blob *acc)
+{
+    if (net->pass.ctx) {
+        BN_DEV_WR(dst, acc);
+        BN_DEV_RD(src, net->metrics);
+        return bn_gpu_add(dst, src, 2, net->pass.ctx);
+    }
+    BN_HOST_WR(dst, acc);
+    BN_HOST_RD(src, net->metrics);
+    dst[0] += src[0];
+    dst[1] += src[1];
+    return BN_OK;
+}
+
+/* A loss seen after step `last`, the loss having last been seen finite before step `first`:
+ * when it is not finite, names those steps and the first layer that holds a non-finite value
+ * (a host scan, made once, at failure). */
+static bn_status check_finite(bn_net *net, double loss, long first, long last)
+{
+    if (isfinite(loss)) return BN_OK;
+    char where[384], found[448], steps[64];
+    if (bn_numerics_locate(net, where, sizeof where)) {
+        snprintf(found, sizeof found, "first non-finite value: %s", where);
+    } else {
+        /* Every blob is finite: the loss itself overflowed, on finite inputs. */
+        const bn_layer *l = bn_net_loss_layer(net);
+        snprintf(found, sizeof found, "every value is finite: layer %s (%s) overflowed", l->name, l->ops->type);
+    }
+    if (first >= last) snprintf(steps, sizeof steps, "at step %ld", last);
+    else snprintf(steps, sizeof steps, "between steps %ld and %ld", first, last);
+    return bn_error(BN_ERR_NUMERIC, "the training loss became %s %s; %s; lower the learning rate",
+                    isnan(loss) ? "NaN" : "infinite", steps, found);
+}
+
+const char bn_metrics_csv_header[] =
+    "epoch,step,lr,train_loss,train_acc,test_loss,test_acc,seconds,images_per_s";
+
+/* A CSV row for one logged step: that batch's loss and accuracy (reads them to the host). */
+static bn_status log_step(const bn_trainer_opts *opts, bn_net *net, int epoch, long step, double lr, double t0)
+{
+    const float *m = bn_blob_host_rd(net->metrics);
+    if (!m) return bn_last_status();
+    fprintf(opts->log, "%d,%ld,%.9g,%.9g,%.9g,,,%.3f,\n", epoch, step, lr, (double)m[0] / net->batch,
+            (double)m[1] / net->batch, now_seconds() - t0);
+    return BN_OK;
+}
+
+static void log_epoch(const bn_trainer_opts *opts, const bn_epoch_report *r, long step)
+{
+    fprintf(opts->log, "%d,%ld,%.9g,%.9g,%.9g,%.9g,%.9g,%.3f,%.1f\n", r->epoch, step, r->lr, r->train_loss,
+            r->train_acc, r->test_loss, r->test_acc, r->seconds, r->images_per_s);
+    fflush(opts->log);
+}
+
+bn_status bn_step_running_metrics(const bn_step_info *info, double *loss, double *acc)
+{
+    const float *sums = bn_blob_host_rd(info->sums);
+    if (!sums) return bn_last_status();
+    double seen = info->seen > 0 ? (double)info->seen : 1.0;
+    *loss = sums[0] / seen;
+    *acc = sums[1] / seen;
+    return BN_OK;
+}
+
+/* One training step's work, as one function so that it can be captured as a CUDA graph. */
+typedef struct step_body {
+    bn_net *net;
+    bn_sgd *opt;
+    bn_loader *ld;
+    bn_blob *acc;
+    int n;
+} step_body;
+
+static bn_status update_layer(void *opt, bn_net *net, bn_layer *l)
+{
+    return bn_sgd_update_layer((bn_sgd *)opt, net, l);
+}
+
+/* On the GPU the gradients are zeroed beside the forward pass and each layer's update runs
+ * beside the backward passes of the layers below it, so that neither waits in line. */
+static bn_status step_passes(step_body *b, int fused)
+{
+    BN_TRY(bn_loader_fill_next(b->ld, b->net, b->n));
+    BN_TRY(bn_net_zero_grad_beside(b->net));
+    BN_TRY(bn_net_forward(b->net, 1));
+    if (b->net->pass.ctx && b->net->pass.ctx->side_stream) {
+        BN_TRY(bn_net_backward_each(b->net, update_layer, b->opt));
+        bn_sgd_end_layered_step(b->opt);
+    } else {
+        BN_TRY(bn_net_backward(b->net));
+        BN_TRY(bn_sgd_step(b->opt, b->net));
+    }
+    return fused ? BN_OK : accumulate_metrics(b->net, b->acc);
+}
+
+/* The loss layer's forward is the last pass of the forward and its backward the first of the
+ * backward, so nothing comes between them to disturb a gradient written in the forward. */
+static bn_status run_step_body(void *arg)
+{
+    step_body *b = arg;
+    int fused = begin_fusion(b->net, b->acc, 1);
+    bn_status s = step_passes(b, fused);
+    end_fusion(b->net, fused);
+    return s;
+}
+
+/* Whether steps of n examples may replay a captured graph: on the GPU, full batches only (the
+ * capture is for one shape), after one eager step has made every layer's per-shape choices,
+ * with capturable layers and no profiler capture range (its NVTX ranges are per step). */
+static int may_replay(const bn_net *net, const bn_trainer_opts *opts, int n, int warm)
+{
+    return net->pass.ctx && !opts->no_graph && !opts->profile_first && warm && n == net->capacity &&
+           bn_net_graph_safe(net);
+}
+
+/* A replayed graph skipped the body's host side: the loader's cursor moves on, and every blob
+ * it wrote on the device (the network's and `sums`) is marked device-newer, so that the next
+ * host read transfers. */
+static void note_replay(bn_loader *ld, bn_net *net, int n, bn_blob *sums)
+{
+    ld->host_cursor += n;
+    bn_net_mark_device_written(net);
+    bn_blob_mark_device_written(sums);
+}
+
+static bn_status train_step(step_body *b, bn_step_graph *graph, int *warm, const bn_trainer_opts *opts, long step)
+{
+    char range[48];
+    snprintf(range, sizeof range, "step %ld", step + 1);
+    bn_nvtx_push(range, BN_NVTX_STEP);
+    b->net->pass.step = (unsigned long long)step;
+    bn_status s;
+    if (may_replay(b->net, opts, b->n, *warm)) {
+        int replayed;
+        /* Evaluation may have left other shapes on the blobs; the graph has its own. */
+        BN_TRY(bn_net_set_batch(b->net, b->n));
+        s = bn_step_graph_run(graph, b->net->pass.ctx, run_step_body, b, &replayed);
+        if (s == BN_OK && replayed) {
+            note_replay(b->ld, b->net, b->n, b->acc);
+            b->opt->iter++;
+            bn_blob_mark_device_written(b->opt->momentum);
+        }
+    } else {
+        s = run_step_body(b);
+        if (b->n == b->net->capacity) *warm = 1;
+    }
+    bn_nvtx_pop();
+    return s;
+}
+
+static bn_status interrupted(const bn_trainer_opts *opts, const bn_train_state *st)
+{
+    if (opts->save_path)
+        return bn_error(BN_ERR_INTERRUPTED, "interrupted at step %ld; checkpoint saved to %s", st->step,
+                        opts->save_path);
+    return bn_error(BN_ERR_INTERRUPTED, "interrupted at step %ld; nothing was saved (no --save FILE)", st->step);
+}
+
+/* Between two steps: the CPU's loss check, the numerics table, a checkpoint every
+ * checkpoint_every steps (the epoch's last step excepted: its end saves anyway) and a stop on
+ * request. *checked is the last step whose loss was seen finite. */
+static bn_status after_step(bn_net *net, bn_sgd *opt, bn_blob *acc, bn_train_state *st, const bn_trainer_opts *opts,
+                            long *checked, int last_of_epoch)
+{
+    if (!net->pass.ctx) {
+        /* On the CPU the step's loss is on the host already: checking every step costs nothing. */
+        const float *m = bn_blob_host_rd(net->metrics);
+        if (!m) return bn_last_status();
+        BN_TRY(check_finite(net, m[0], st->step, st->step));
+        *checked = st->step;
+    }
+    if (opts->debug_numerics > 0 && st->step % opts->debug_numerics == 0)
+        BN_TRY(bn_numerics_print(net, stderr, st->step));
+    int stop = opts->stop && *opts->stop;
+    int periodic = opts->checkpoint_every > 0 && st->step % opts->checkpoint_every == 0 && !last_of_epoch;
+    if (opts->save_path && (stop || periodic)) {
+        /* The epoch's running sums go into the checkpoint, so that a resume continues them. */
+        const float *sums = bn_blob_host_rd(acc);
+        if (!sums) return bn_last_status();
+        st->epoch_loss_sum = sums[0];
+        st->epoch_correct = sums[1];
+        BN_TRY(check_finite(net, st->epoch_loss_sum, *checked + 1, st->step));
+        *checked = st->step;
+        BN_TRY(bn_checkpoint_save(opts->save_path, net, opt, st));
+        /* A stop asked for during this save finds the checkpoint up to date already. */
+        stop = opts->stop && *opts->stop;
+    }
+    return stop ? interrupted(opts, st) : BN_OK;
+}
+
+/* Trains the rest of the current epoch; sums of loss and correct answers go into st. */
+static bn_status train_epoch(bn_net *net, bn_sgd *opt, bn_loader *ld, bn_blob *acc, bn_train_state *st,
+                             const bn_trainer_opts *opts, bn_step_graph *graph, int *warm, long *checked)
+{
+    double t0 = now_seconds();
+    int count = ld->data->count, batch = net->capacity;
+    bn_step_info info = {.epoch = st->epoch + 1, .epochs = opts->epochs, .batches = (count + batch - 1) / batch,
+                         .count = count, .sums = acc};
+    BN_TRY(bn_loader_set_order(ld, 1, bn_epoch_seed(st->seed, st->epoch)));
+    float *a = bn_blob_host_wr(acc);
+    if (!a) return bn_last_status();
+    a[0] = (float)st->epoch_loss_sum;
+    a[1] = (float)st->epoch_correct;
+    /* A replayed graph adds into the device copy without a transfer: make it the newest now. */
+    if (net->pass.ctx && !bn_blob_dev_wr(acc)) return bn_last_status();
+    BN_TRY(bn_loader_set_cursor(ld, st->batch_in_epoch * batch));
+    if (net->pass.ctx) BN_TRY(bn_sgd_schedule(opt, opt->iter, info.batches - st->batch_in_epoch));
+    for (int start = st->batch_in_epoch * batch; start < count; start += batch) {
+        int n = count - start < batch ? count - start : batch;
+        double lr = bn_sgd_lr(opt, opt->iter);
+        if (opts->profile_first && st->step + 1 == opts->profile_first) BN_TRY(bn_profiler_start());
+        step_body body = {net, opt, ld, acc, n};
+        BN_TRY(train_step(&body, graph, warm, opts, st->step));
+        if (opts->profile_first && st->step + 1 == opts->profile_last) BN_TRY(bn_profiler_stop());
+        st->step++;
+        if (opts->log && opts->log_every > 0 && st->step % opts->log_every == 0)
+            BN_TRY(log_step(opts, net, st->epoch + 1, st->step, lr, t0));
+        st->batch_in_epoch++;
+        st->epoch_seen += n;
+        if (opts->progress) {
+            info.batch = st->batch_in_epoch;
+            info.seen = st->epoch_seen;
+            info.images += n;
+            info.seconds = now_seconds() - t0;
+            BN_TRY(opts->progress(opts->progress_user, BN_PROGRESS_STEP, &info));
+        }
+        BN_TRY(after_step(net, opt, acc, st, opts, checked, start + n >= count));
+    }
+    const float *sums = bn_blob_host_rd(acc);
+    if (!sums) return bn_last_status();
+    st->epoch_loss_sum = sums[0];
+    st->epoch_correct = sums[1];
+    BN_TRY(check_finite(net, st->epoch_loss_sum, *checked + 1, st->step));
+    *checked = st->step;
+    return BN_OK;
+}
+
+/* One evaluation batch from the loader's cursor, as one function for graph capture. */
+typedef struct eval_body {
+    bn_net *net;
+    bn_loader *ld;
+    bn_blob *sum;
+    int n;
+} eval_body;
+
+static bn_status run_eval_body(void *arg)
+{
+    eval_body *b = arg;
+    int fused = begin_fusion(b->net, b->sum, 0);
+    bn_status s = bn_loader_fill_next(b->ld, b->net, b->n);
+    if (s == BN_OK) s = bn_net_forward(b->net, 0);
+    if (s == BN_OK && !fused) s = accumulate_metrics(b->net, b->sum);
+    end_fusion(b->net, fused);
+    return s;
+}
+
+/* Evaluation over a loader in its natural order, summing into sum (a 2-float scratch blob).
+ * With graph (GPU), full batches after the first replay a captured forward pass. */
+static bn_status evaluate_with(bn_net *net, bn_loader *ld, bn_blob *sum, bn_step_graph *graph, double *loss,
+                               double *acc)
+{
+    int count = ld->data->count, batch = net->capacity;
+    BN_TRY(bn_blob_zero(sum));
+    if (net->pass.ctx && !bn_blob_dev_rd(sum)) return bn_last_status();
+    BN_TRY(bn_loader_set_cursor(ld, 0));
+    bn_nvtx_push("eval", BN_NVTX_STEP);
+    bn_status s = BN_OK;
+    for (int start = 0; s == BN_OK && start < count; start += batch) {
+        eval_body b = {net, ld, sum, count - start < batch ? count - start : batch};
+        int replayable = graph && net->pass.ctx && b.n == batch && start > 0 && bn_net_graph_safe(net);
+        if (!replayable) {
+            s = run_eval_body(&b);
+            continue;
+        }
+        int replayed;
+        s = bn_net_set_batch(net, b.n);
+        if (s == BN_OK) s = bn_step_graph_run(graph, net->pass.ctx, run_eval_body, &b, &replayed);
+        if (s == BN_OK && replayed) note_replay(ld, net, b.n, sum);
+    }
+    bn_nvtx_pop();
+    BN_TRY(s);
+    const float *m = bn_blob_host_rd(sum);
+    if (!m) return bn_last_status();
+    *loss = m[0] / count;
+    *acc = m[1] / count;
+    return BN_OK;
+}
+
+bn_status bn_evaluate(bn_net *net, const bn_dataset *data, double *loss, double *acc)
+{
+    bn_loader ld;
+    BN_TRY(bn_loader_init(&ld, data, net->pass.ctx));
+    bn_blob *sum = bn_blob_new("eval.metrics", 2, 1, 1, 1);
+    bn_status s = sum ? evaluate_with(net, &ld, sum, NULL, loss, acc) : bn_last_status();
+    bn_blob_free(sum);
+    bn_loader_free(&ld);
+    return s;
+}
+
+static void print_epoch(FILE *out, const bn_epoch_report *r)
+{
+    if (!out) return;
+    fprintf(out,
+            "epoch %*d/%d  lr %.6f  train loss %.4f  train acc %6.2f%%  test acc %6.2f%%  %7.3f s  %8.0f img/s"
+            "  eval %.1f ms\n",
+            r->epochs >= 10 ? 2 : 1, r->epoch, r->epochs, r->lr, r->train_loss, 100.0 * r->train_acc,
+            100.0 * r->test_acc, r->seconds, r->images_per_s, 1e3 * r->eval_seconds);
+    fflush(out);
+}
+
+bn_status bn_train(bn_net *net, bn_sgd *opt, const bn_dataset *train, const bn_dataset *test,
+                   const bn_trainer_opts *opts, bn_train_state *st, bn_epoch_report *last)
+{
+    if (!bn_net_loss_layer(net))
+        return bn_error(BN_ERR_USAGE, "%s: training needs a loss layer (softmax_ce) at the end", net->source);
+    memset(last, 0, sizeof *last);
+    long steps_per_epoch = (train->count + net->capacity - 1) / net->capacity;
+    opt->max_iter = steps_per_epoch * opts->epochs;
+    bn_loader ld, test_ld;
+    BN_TRY(bn_loader_init(&ld, train, net->pass.ctx));
+    bn_status s = bn_loader_init(&test_ld, test, net->pass.ctx);
+    bn_blob *acc = s == BN_OK ? bn_blob_new("epoch.metrics", 2, 1, 1, 1) : NULL;
+    bn_blob *eval_sum = acc ? bn_blob_new("eval.metrics", 2, 1, 1, 1) : NULL;
+    if (s == BN_OK && !eval_sum) s = bn_last_status();
+    char range[32];
+    bn_step_graph graph = {0}, eval_graph = {0};
+    int warm = 0;
+    long checked = st->step;
+    if (opts->log) fprintf(opts->log, "%s\n", bn_metrics_csv_header);
+    while (s == BN_OK && st->epoch < opts->epochs) {
+        snprintf(range, sizeof range, "epoch %d", st->epoch + 1);
+        bn_nvtx_push(range, BN_NVTX_STEP);
+        long seen_before = st->epoch_seen;
+        double t0 = now_seconds();
+        s = train_epoch(net, opt, &ld, acc, st, opts, &graph, &warm, &checked);
+        if (s == BN_OK && net->pass.ctx) s = bn_device_sync();
+        double seconds = now_seconds() - t0;
+        bn_nvtx_pop();
+        bn_step_info info = {.epoch = st->epoch + 1, .epochs = opts->epochs, .seen = st->epoch_seen, .sums = acc};
+        if (s == BN_OK && opts->progress) s = opts->progress(opts->progress_user, BN_PROGRESS_EVAL, &info);
+        if (s != BN_OK) break;
+        bn_epoch_report r = {.epoch = st->epoch + 1, .epochs = opts->epochs, .lr = bn_sgd_lr(opt, opt->iter - 1),
+                             .train_loss = st->epoch_loss_sum / st->epoch_seen,
+                             .train_acc = st->epoch_correct / st->epoch_seen, .seconds = seconds,
+                             .images_per_s = (st->epoch_seen - seen_before) / (seconds > 0 ? seconds : 1e-9)};
+        double eval_start = now_seconds();
+        s = evaluate_with(net, &test_ld, eval_sum, opts->no_graph ? NULL : &eval_graph, &r.test_loss, &r.test_acc);
+        r.eval_seconds = now_seconds() - eval_start;
+        if (s != BN_OK) break;
+        *st = (bn_train_state){.seed = st->seed, .epoch = st->epoch + 1, .step = st->step};
+        if (opts->save_path) s = bn_checkpoint_save(opts->save_path, net, opt, st);
+        if (opts->progress) {
+            bn_status p = opts->progress(opts->progress_user, BN_PROGRESS_DONE, &info);
+            if (s == BN_OK) s = p;
+        }
+        print_epoch(opts->out, &r);
+        if (opts->log) log_epoch(opts, &r, st->step);
+        *last = r;
+        if (s == BN_OK && opts->stop && *opts->stop) s = interrupted(opts, st);
+        if (opts->until_accuracy > 0 && r.test_acc >= opts->until_accuracy) break;
+    }
+    bn_step_graph_free(&graph);
+    bn_step_graph_free(&eval_graph);
+    bn_blob_free(acc);
+    bn_blob_free(eval_sum);
+    bn_loader_free(&ld);
+    bn_loader_free(&test_ld);
+    return s;
+}
