@@ -100,9 +100,10 @@ static bn_status softmax_backward(bn_layer *l, const bn_pass *pass)
     return BN_OK;
 }
 
-int bn_softmax_ce_fuse(bn_layer *l, const bn_pass *pass, bn_blob *acc, int grad)
+/* bn_layer_ops.fuse_loss_gpu: the GPU forward reads these (softmax_ce.cu). */
+static int softmax_fuse_loss(bn_layer *l, const bn_pass *pass, bn_blob *acc, int grad)
 {
-    if (!l || l->ops != &bn_softmax_ce_ops || !pass->ctx || !l->ops->forward_gpu) return 0;
+    if (!pass->ctx || !l->ops->forward_gpu) return 0;
     softmax_priv *p = l->priv;
     p->acc = acc;
     p->grad_in_forward = grad;
@@ -154,4 +155,5 @@ const bn_layer_ops bn_softmax_ce_ops = {
     .backward_gpu = BN_GPU(bn_softmax_ce_backward_gpu),
     .flops = softmax_flops,
     .destroy = softmax_destroy,
+    .fuse_loss_gpu = softmax_fuse_loss,
 };

@@ -11,7 +11,7 @@
  * stays on the device: the host reads it only when it asks (bn_net_metrics).
  * Backward: dz = (p - onehot(label)) / n, elementwise.
  *
- * For the trainer (bn_softmax_ce_fuse) the forward kernel can do two more things, saving a
+ * For the step (the loss fusion, bn_net_fuse_loss) the forward kernel can do two more things, saving a
  * launch each: the last block adds the metrics it has just written into an accumulator
  * (acc[i] += metrics[i], the float additions a separate add would make), and in a training
  * pass each warp writes its row's dz beside the probabilities, from the same float values and

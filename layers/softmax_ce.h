@@ -1,6 +1,5 @@
 /* softmax_ce.h - the softmax_ce loss layer's private state, shared by softmax_ce.c (setup,
- * CPU path) and softmax_ce.cu (GPU path), its GPU entry points, and the trainer's hook into
- * its GPU forward.
+ * CPU path) and softmax_ce.cu (GPU path), and its GPU entry points.
  *
  * On the GPU the loss and the correct count stay on the device (pass->metrics); a label that
  * is not a class index cannot raise an error there without a host round trip, so its row's
@@ -20,7 +19,12 @@ typedef struct softmax_priv {
                          per-block correct counts (room for one block per row of capacity
                          each), then the count of blocks done (see softmax_ce.cu); NULL until
                          the first GPU forward */
-    /* Set by bn_softmax_ce_fuse around one trainer step; read by the GPU path only. */
+    /* Set around one step by the loss fusion (bn_layer_ops.fuse_loss_gpu, asked through
+     * bn_net_fuse_loss); read by the GPU path only. While acc is set, the forward also adds the
+     * batch's [loss sum, correct count] into it in the launch that computes them, with the float
+     * additions a separate add would make; with grad_in_forward a training forward writes the
+     * input gradient beside the probabilities, with the values the backward would write. A
+     * captured CUDA graph keeps both: the pointers are taken when the forward is queued. */
     bn_blob *acc;     /* when not NULL, the forward also adds [loss sum, correct] into it */
     int grad_in_forward; /* a training forward also writes in_grad */
     int grad_written; /* set by a GPU forward that wrote in_grad, cleared by the backward after
@@ -34,26 +38,11 @@ bn_status bn_softmax_ce_backward_gpu(bn_layer *l, const bn_pass *p);
 /* Frees the device scratch rows and sets p->dev_rows to NULL. */
 void bn_softmax_ce_gpu_release(softmax_priv *p);
 
-/* Lets the trainer save kernel launches. When l is a softmax_ce layer whose forward on `pass`
- * runs on the GPU, its following forwards also
- *   - add the batch's [loss sum, correct count] into acc (2 floats; when not NULL), in the
- *     launch that computes them, with the float additions that adding pass->metrics into acc
- *     afterwards would make;
- *   - with grad, in a training pass (pass->train), write the input gradient beside the
- *     probabilities, with the values the backward would write; the GPU backward that follows
- *     then launches nothing. The caller must run that backward next, with nothing in between
- *     that reads or writes in_grad.
- * A captured CUDA graph keeps both: the pointers are taken when the forward is queued. Returns
- * 1 when the layer took the request, 0 (changing nothing) for another layer type, the CPU
- * path or a build without CUDA; l may be NULL. bn_softmax_ce_fuse(l, pass, NULL, 0) turns
- * both off again, which the caller does once its step is done. */
-int bn_softmax_ce_fuse(bn_layer *l, const bn_pass *pass, bn_blob *acc, int grad);
-
 /* The dense head: on a device, a dense layer of at most BN_SOFTMAX_HEAD_MAX outputs whose output
  * only this loss reads can hand its forward pass to the loss (the net asks it through
  * bn_layer_ops.fuse_next_gpu). One kernel then computes, per example row, the logits
  * z = x W^T + b, the loss layer's whole forward pass and, when the loss writes its input
- * gradient in the forward (bn_softmax_ce_fuse with grad), the dense layer's input gradient
+ * gradient in the forward (bn_net_fuse_loss with grad), the dense layer's input gradient
  * dx = dz W too, so that three launches become one. */
 #define BN_SOFTMAX_HEAD_MAX 16
 
@@ -70,7 +59,7 @@ typedef struct bn_softmax_head {
 /* 1 when l is a softmax_ce layer of `classes` classes that a dense head can run. */
 int bn_softmax_ce_head_fits(const bn_layer *l, int classes);
 /* 1 when the forward of loss layer l on `pass` is to write its input gradient (and so a dense
- * head's dx): bn_softmax_ce_fuse asked for it, the pass trains and the input takes a gradient. */
+ * head's dx): the loss fusion asked for it, the pass trains and the input takes a gradient. */
 int bn_softmax_ce_grad_in_forward(const bn_layer *l, const bn_pass *pass);
 /* The loss layer l's forward on the device with the dense layer before it (h) in one kernel.
  * With bn_softmax_ce_grad_in_forward, it writes dz, h->dx and h->relu_dx (those not NULL) as well

@@ -61,7 +61,7 @@ typedef struct layer_case {
     int autotuned_too;  /* run the comparisons a second time with an autotuning context (the
                            kernels chosen by timing, cuDNN's and cuBLASLt's among them) */
     int grad_in_forward; /* the loss layer writes its input gradient in the forward pass, as
-                            in the trainer's step (bn_softmax_ce_fuse) */
+                            in the trainer's step (bn_net_fuse_loss) */
     int exact_convs;    /* inputs and conv2d weights and biases on a coarse grid (grid_params), so
                            that every convolution's sums are exact in FP32 in any order */
 } layer_case;
@@ -282,7 +282,7 @@ static int check_own_convs(const layer_case *lc, bn_net *net, int n)
         for (int k = 0; k < 3; k++) pass_family[k] = names[can[k] ? forced_family : 0];
         const char *family = names[forced_family];
         char buf[1024], head[32];
-        bn_conv2d_gpu_describe(c, buf, sizeof buf);
+        bn_conv2d_gpu_describe(l, buf, sizeof buf);
         snprintf(head, sizeof head, "n=%d: ", n);
         char *plan = strstr(buf, head);
         CHECK_MSG(plan != NULL, "%s, layer %s: no plan for batch %d in \"%s\"", lc->what, l->name, n, buf);
@@ -317,13 +317,12 @@ static int compare_once(const layer_case *lc, int capacity, int n, uint64_t seed
     CHECK_OK(poison_net(gpu, ctx));
     CHECK_OK(feed(cpu, gpu, lc, seed, &start)); /* after the poison: it sets the last output gradient */
     if (lc->grad_in_forward)
-        CHECK_MSG(bn_softmax_ce_fuse(bn_net_loss_layer(gpu), &gpu->pass, NULL, 1), "%s: no softmax_ce to fuse",
-                  lc->what);
+        CHECK_MSG(bn_net_fuse_loss(gpu, NULL, 1), "%s: no softmax_ce to fuse", lc->what);
     CHECK_OK(bn_net_forward(cpu, 1));
     CHECK_OK(bn_net_forward(gpu, 1));
     CHECK_OK(bn_net_backward(cpu));
     CHECK_OK(bn_net_backward(gpu));
-    if (lc->grad_in_forward) bn_softmax_ce_fuse(bn_net_loss_layer(gpu), &gpu->pass, NULL, 0);
+    if (lc->grad_in_forward) bn_net_unfuse_loss(gpu);
     int r = compare_nets(lc, gpu, cpu, start, seed, worst);
     if (r == BN_PASS && lc->own_convs) r = check_own_convs(lc, gpu, n);
     free(start);
@@ -606,7 +605,7 @@ static int by_argmax(const bn_layer *l, int n)
     return 0; /* no GPU plans */
 #else
     char buf[1024], want[64];
-    bn_conv2d_gpu_describe(l->priv, buf, sizeof buf);
+    bn_conv2d_gpu_describe(l, buf, sizeof buf);
     snprintf(want, sizeof want, "n=%d: ", n);
     const char *plan = strstr(buf, want);
     if (!plan) return 0;

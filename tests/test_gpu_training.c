@@ -80,7 +80,7 @@ static void print_conv_algorithms(bn_net *net)
         bn_layer *l = net->layers[i];
         if (strcmp(l->ops->type, "conv2d") != 0) continue;
         char buf[512];
-        bn_conv2d_gpu_describe(l->priv, buf, sizeof buf);
+        bn_conv2d_gpu_describe(l, buf, sizeof buf);
         printf("    %s cuDNN algorithms: %s\n", l->name, buf);
     }
 #else

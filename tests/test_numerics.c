@@ -1,4 +1,4 @@
-/* test_numerics.c - numeric faults (src/numerics.c and the trainer's checks): the first
+/* test_numerics.c - numeric faults (src/train/numerics.c and the trainer's checks): the first
  * non-finite value is found in the layer where it is; the --debug-numerics table shows each
  * layer's magnitudes; no checkpoint holding NaN or infinity is ever written; and a learning
  * rate that makes training diverge stops it with exit 1, a message naming the steps and the

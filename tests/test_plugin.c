@@ -1,4 +1,4 @@
-/* test_plugin.c - the plugin loader (src/plugin.c) and the PReLU example plugin
+/* test_plugin.c - the plugin loader (src/core/plugin.c) and the PReLU example plugin
  * (layers/examples/prelu.c): loading and its errors, PReLU's values and gradients, the check
  * kit on it, and training with it from the library and from the command line.
  *

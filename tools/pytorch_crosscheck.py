@@ -44,7 +44,7 @@ def blobnet_shuffle(count, seed):
 
 
 def epoch_seed(seed, epoch):
-    """src/trainer.c: bn_epoch_seed."""
+    """src/train/trainer.c: bn_epoch_seed."""
     return (seed * 0x9E3779B97F4A7C15 + epoch + 1) & MASK
 
 

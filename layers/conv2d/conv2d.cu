@@ -691,8 +691,9 @@ static const char *runner_name(int by, const char *const *names, int count, int 
     return name_of(names, count, algo);
 }
 
-extern "C" void bn_conv2d_gpu_describe(const conv_priv *c, char *buf, size_t cap)
+extern "C" void bn_conv2d_gpu_describe(const bn_layer *l, char *buf, size_t cap)
 {
+    const conv_priv *c = (const conv_priv *)l->priv;
     size_t len = 0;
     if (cap) buf[0] = '\0';
     int plans = c->gpu ? c->gpu->num_plans : 0;

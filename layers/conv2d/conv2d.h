@@ -53,7 +53,7 @@ void bn_conv2d_gpu_release(conv_priv *c);
  * per batch size, into buf (for logs and tests); blobnet's own kernels are named "blobnet
  * direct", "blobnet igemm", "blobnet rows", "blobnet tensor" and "blobnet argmax" (conv_direct.h,
  * conv_igemm.h, conv_rows.h, conv_tensor.h, conv_argmax.h). */
-void bn_conv2d_gpu_describe(const conv_priv *c, char *buf, size_t cap);
+void bn_conv2d_gpu_describe(const bn_layer *l, char *buf, size_t cap);
 
 /* For tests: plans made from now on run blobnet's passes with the direct kernels (family 1), the
  * implicit-GEMM kernels (family 2), the row-tiled kernels (family 3), the tensor-core kernels

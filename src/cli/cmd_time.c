@@ -2,13 +2,8 @@
 #include <getopt.h>
 #include <stdio.h>
 
-#include "cli.h"
 #include "check/timing.h"
-#ifdef BN_WITH_CUDA
-#include <string.h>
-
-#include "conv2d/conv2d.h"
-#endif
+#include "cli.h"
 
 enum { OPT_BATCH = 256, OPT_ITERS, OPT_DEVICE, OPT_TF32, OPT_AUTOTUNE, OPT_HELP };
 
@@ -63,16 +58,13 @@ static void print_report(const bn_net *net, const bn_time_report *r, const char 
     printf("%-16s %-12s %12.4f %12.4f\n", "layers", "", fwd, bwd);
     printf("step: %.4f ms (forward + backward + update, timed as a whole)  %.0f images/s\n", r->step_ms,
            r->batch / (r->step_ms / 1e3));
-#ifdef BN_WITH_CUDA
-    /* Who runs each convolution pass: blobnet's kernels or the cuDNN algorithm chosen. */
+    /* Who runs each layer's GPU passes: blobnet's kernels or the library algorithm chosen. */
     for (int i = 0; i < net->num_layers && net->pass.ctx; i++) {
         const bn_layer *l = net->layers[i];
-        if (strcmp(l->ops->type, "conv2d") != 0) continue;
-        char buf[512];
-        bn_conv2d_gpu_describe(l->priv, buf, sizeof buf);
-        printf("%s kernels: %s\n", l->name, buf);
+        char buf[512] = "";
+        if (l->ops->describe_gpu) l->ops->describe_gpu(l, buf, sizeof buf);
+        if (buf[0]) printf("%s kernels: %s\n", l->name, buf);
     }
-#endif
 }
 
 static bn_status run(const time_args *a, bn_net **net, bn_sgd **opt)

@@ -122,6 +122,16 @@ struct bn_layer_ops {
      * (BN_FUSED_FORWARD: l's forward pass does next's; BN_FUSED_BACKWARD: l's backward pass
      * does next's first), 0 for none. May be NULL. */
     int (*fuse_next_gpu)(bn_layer *l, bn_layer *next);
+    /* For a loss layer, asked before each training or evaluation step on a device (never by the
+     * network's setup, whose rules are in fusion.c): its following GPU forwards are also to add
+     * the batch's [loss sum, correct count] into acc (2 floats; when not NULL) and, with grad in
+     * a training pass, to write the input gradient the backward would write, so that the
+     * backward which follows launches nothing. Called again with (NULL, 0) when the step is
+     * done. Returns 1 when l takes the request. May be NULL. */
+    int (*fuse_loss_gpu)(bn_layer *l, const bn_pass *pass, bn_blob *acc, int grad);
+    /* Writes which kernels run the layer's GPU passes at the current batch size into buf (for
+     * `blobnet time`), or leaves buf empty when there is nothing to say. May be NULL. */
+    void (*describe_gpu)(const bn_layer *l, char *buf, size_t cap);
 };
 
 /* Declares a parameter of shape (n,c,h,w) during setup; returns its index or -1 on error. */

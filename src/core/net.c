@@ -249,37 +249,6 @@ static bn_status reserve_all(bn_net *net, bn_status (*reserve)(bn_blob *))
     return BN_OK;
 }
 
-/* On a device, a ReLU layer's passes go to its neighbours' kernels where they take them: its
- * forward to the layer before it (written in that layer's epilogue), its backward to the layer
- * after it (that layer's input gradient masked where the ReLU's output is 0). Each saves a
- * kernel launch and a pass over the activations. */
-static void fuse_relus(bn_net *net)
-{
-    for (int i = 1; i < net->num_layers; i++) {
-        bn_layer *r = net->layers[i], *prev = net->layers[i - 1];
-        if (strcmp(r->ops->type, "relu") != 0 || r->in != prev->out) continue;
-        if (prev->ops->fuse_gpu && prev->ops->fuse_gpu(prev, r, 1)) r->gpu_fused |= BN_FUSED_FORWARD;
-        bn_layer *next = i + 1 < net->num_layers ? net->layers[i + 1] : NULL;
-        if (next && r->in_grad && next->in == r->out && next->in_grad == r->out_grad && next->ops->fuse_gpu &&
-            next->ops->fuse_gpu(next, r, 0))
-            r->gpu_fused |= BN_FUSED_BACKWARD;
-    }
-}
-
-/* On a device, a layer may take over passes of the layer after it (bn_layer_ops.fuse_next_gpu:
- * a dense layer's forward pass does softmax_ce's, a convolution's backward pass does the max
- * pooling's after it): the pair then runs as fewer kernels. Neither layer may have a pass done
- * by another's already. */
-static void fuse_nexts(bn_net *net)
-{
-    for (int i = 0; i + 1 < net->num_layers; i++) {
-        bn_layer *l = net->layers[i], *next = net->layers[i + 1];
-        if (next->in != l->out || !l->ops->fuse_next_gpu || !l->ops->forward_gpu || !next->ops->forward_gpu) continue;
-        if (l->gpu_fused || next->gpu_fused) continue;
-        next->gpu_fused |= l->ops->fuse_next_gpu(l, next);
-    }
-}
-
 bn_status bn_net_setup(bn_net *net, int batch, bn_ctx *ctx, int want_input_grad, uint64_t seed)
 {
     if (net->capacity) return bn_error(BN_ERR_INTERNAL, "%s: network is already set up", net->source);
@@ -292,10 +261,7 @@ bn_status bn_net_setup(bn_net *net, int batch, bn_ctx *ctx, int want_input_grad,
     net->pass = (bn_pass){.seed = seed, .labels = net->labels, .metrics = net->metrics, .ctx = ctx};
     BN_TRY(reserve_all(net, bn_blob_reserve_host));
     if (ctx) BN_TRY(reserve_all(net, bn_blob_reserve_device));
-    if (ctx) {
-        fuse_relus(net);
-        fuse_nexts(net);
-    }
+    if (ctx) bn_net_fuse(net);
     BN_TRY(bn_net_init_params(net, seed));
     return net->grads ? bn_blob_zero(net->grads) : BN_OK;
 }
@@ -468,12 +434,6 @@ void bn_net_mark_device_written(bn_net *net)
         bn_blob_mark_device_written(net->layers[i]->out);
         bn_blob_mark_device_written(net->layers[i]->out_grad);
     }
-}
-
-int bn_net_blob_unwritten(const bn_net *net, int i, int grad)
-{
-    if (i < 0 || i + 1 >= net->num_layers) return 0;
-    return (net->layers[i + 1]->gpu_fused & (grad ? BN_FUSED_NO_IN_GRAD : BN_FUSED_NO_IN)) != 0;
 }
 
 int bn_net_graph_safe(const bn_net *net)

@@ -98,8 +98,24 @@ bn_layer *bn_net_find_layer(bn_net *net, const char *name);
  * sync states did not see. */
 void bn_net_mark_device_written(bn_net *net);
 
+/* The one layer that reads l's output, or NULL when none or several do. */
+bn_layer *bn_net_sole_consumer(const bn_net *net, const bn_layer *l);
+
+/* Fusion (fusion.c): on a device, hands layers' GPU passes to their neighbours' kernels where
+ * the network's rules allow it and the layer types accept. Called by bn_net_setup. */
+void bn_net_fuse(bn_net *net);
+
+/* Asks the loss layer to fold into its following GPU forwards the running sum of its metrics
+ * (into acc, when not NULL) and, with grad, its input gradient (bn_layer_ops.fuse_loss_gpu).
+ * Returns 1 when it will: the caller then must not add the metrics again, and runs the backward
+ * right after the forward. 0 on the CPU or when the loss layer cannot. */
+int bn_net_fuse_loss(bn_net *net, bn_blob *acc, int grad);
+
+/* Ends what bn_net_fuse_loss asked for, once the step is done. */
+void bn_net_unfuse_loss(bn_net *net);
+
 /* Whether layer i's output (grad = 0) or output gradient (grad = 1) may be left unwritten on
- * the device, the next layer's pass being fused into a neighbour's kernels that read past it
+ * the device, its consumer's pass being fused into a neighbour's kernels that read past it
  * (BN_FUSED_NO_IN, BN_FUSED_NO_IN_GRAD): its contents are then not the layer's. */
 int bn_net_blob_unwritten(const bn_net *net, int i, int grad);
 

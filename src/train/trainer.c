@@ -8,7 +8,6 @@
 #include "gpu/kernels.h"
 #include "numerics.h"
 #include "core/nvtx.h"
-#include "softmax_ce.h"
 
 static double now_seconds(void)
 {
@@ -20,20 +19,6 @@ static double now_seconds(void)
 unsigned long long bn_epoch_seed(unsigned long long seed, int epoch)
 {
     return seed * 0x9e3779b97f4a7c15ULL + (unsigned long long)epoch + 1;
-}
-
-/* On the GPU, asks the loss layer to add each forward's [loss sum, correct] into acc itself
- * and, with grad, to write its input gradient in a training forward (bn_softmax_ce_fuse: a
- * kernel launch fewer for each). Returns whether it will; then accumulate_metrics must not
- * add them again. end_fusion turns it off again once the step's passes are done. */
-static int begin_fusion(bn_net *net, bn_blob *acc, int grad)
-{
-    return net->pass.ctx && bn_softmax_ce_fuse(bn_net_loss_layer(net), &net->pass, acc, grad);
-}
-
-static void end_fusion(bn_net *net, int fused)
-{
-    if (fused) bn_softmax_ce_fuse(bn_net_loss_layer(net), &net->pass, NULL, 0);
 }
 
 /* Adds the last batch's [loss sum, correct] into acc without a host round trip on the GPU. */
@@ -137,9 +122,9 @@ static bn_status step_passes(step_body *b, int fused)
 static bn_status run_step_body(void *arg)
 {
     step_body *b = arg;
-    int fused = begin_fusion(b->net, b->acc, 1);
+    int fused = bn_net_fuse_loss(b->net, b->acc, 1);
     bn_status s = step_passes(b, fused);
-    end_fusion(b->net, fused);
+    if (fused) bn_net_unfuse_loss(b->net);
     return s;
 }
 
@@ -285,11 +270,11 @@ typedef struct eval_body {
 static bn_status run_eval_body(void *arg)
 {
     eval_body *b = arg;
-    int fused = begin_fusion(b->net, b->sum, 0);
+    int fused = bn_net_fuse_loss(b->net, b->sum, 0);
     bn_status s = bn_loader_fill_next(b->ld, b->net, b->n);
     if (s == BN_OK) s = bn_net_forward(b->net, 0);
     if (s == BN_OK && !fused) s = accumulate_metrics(b->net, b->sum);
-    end_fusion(b->net, fused);
+    if (fused) bn_net_unfuse_loss(b->net);
     return s;
 }
 

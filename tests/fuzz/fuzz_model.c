@@ -1,5 +1,5 @@
 /* fuzz_model.c - libFuzzer target for the model-file parser and network setup
- * (src/modelfile.c, src/options.c, src/net.c and every layer's parse and setup).
+ * (src/core/modelfile.c, src/core/options.c, src/core/net.c and every layer's parse and setup).
  * An input is a model file. One that parses is set up at batch 1 under a 256 MB memory
  * limit; a small one then runs a training step, forward and backward, on zero input. */
 #include <stdint.h>
