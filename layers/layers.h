@@ -15,5 +15,7 @@ extern const bn_layer_ops bn_leaky_relu_ops;
 extern const bn_layer_ops bn_elu_ops;
 extern const bn_layer_ops bn_softmax_ce_ops;
 extern const bn_layer_ops bn_dropout_ops;
+extern const bn_layer_ops bn_add_ops;
+extern const bn_layer_ops bn_concat_ops;
 
 #endif

@@ -82,13 +82,13 @@ BN_TEST(fusion_needs_a_sole_consumer)
     /* A second reader of a's output: a's output must be written and its gradient summed, so
      * nothing fuses across it; eat -> eat2 still does. */
     bn_blob *own_in = net->layers[2]->in;
-    net->layers[2]->in = net->layers[0]->out;
+    net->layers[2]->in = net->layers[2]->inputs[0] = net->layers[0]->out;
     CHECK(bn_net_sole_consumer(net, net->layers[0]) == NULL);
     asked[0] = '\0';
     bn_net_fuse(net);
     CHECK_MSG(asked[0] == '\0', "asked: %s", asked);
     CHECK(net->layers[1]->gpu_fused == 0 && net->layers[2]->gpu_fused == 0);
-    net->layers[2]->in = own_in;
+    net->layers[2]->in = net->layers[2]->inputs[0] = own_in;
     bn_net_fuse(net);
     CHECK_MSG(strcmp(asked, "a offered eat; ") == 0, "asked: %s", asked);
     CHECK(net->layers[1]->gpu_fused == BN_FUSED_FORWARD && net->layers[2]->gpu_fused == 0);

@@ -20,7 +20,6 @@
 
 #include "dense/dense.h"
 #include "gpu/graph.h"
-#include "gpu/kernels.h"
 #include "layer_testing.h"
 #include "core/net.h"
 #include "core/rng.h"

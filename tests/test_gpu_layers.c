@@ -22,7 +22,6 @@
 #include "conv2d/conv_rows.h"
 #include "conv2d/conv_tensor.h"
 #endif
-#include "gpu/kernels.h"
 #include "layer_testing.h"
 #include "core/net.h"
 #include "train/numerics.h"

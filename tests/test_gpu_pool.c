@@ -19,7 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu/kernels.h"
 #include "layer_testing.h"
 #include "core/net.h"
 #include "core/rng.h"

@@ -78,8 +78,10 @@ static const char predict_usage[] =
     "still predicted; the exit code is then 1. A light background draws a warning.\n";
 
 static const char summary_usage[] =
-    "usage: blobnet summary MODEL [--plugin FILE]...\n"
-    "Prints each layer's name, type, output shape, parameters and forward MFLOPs per image.\n"
+    "usage: blobnet summary MODEL [--dot] [--plugin FILE]...\n"
+    "Prints each layer's name, type, output shape, parameters, forward MFLOPs per image and inputs.\n"
+    "  --dot               print the network's graph in Graphviz's dot language instead\n"
+    "                      (blobnet summary MODEL --dot | dot -Tpng -o model.png)\n"
     "  --plugin FILE       load a layer plugin (.so) first; may be given several times\n";
 
 static const char check_layer_usage[] =

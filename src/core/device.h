@@ -54,6 +54,12 @@ static inline int bn_ctx_by_rule(const bn_ctx *ctx)
 bn_status bn_no_cuda(void);
 #endif
 
+/* dst[i] += src[i] for i < n, queued on ctx's stream. */
+bn_status bn_gpu_add(float *dst, const float *src, size_t n, bn_ctx *ctx);
+
+/* Sets n floats to value, queued on ctx's stream (poisoning outputs in tests, fills). */
+bn_status bn_gpu_fill(float *dst, float value, size_t n, bn_ctx *ctx);
+
 /* 1 when this build has CUDA support. */
 int bn_device_compiled(void);
 

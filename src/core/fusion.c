@@ -16,7 +16,7 @@
  * which side may ask.
  *
  * A pair is considered only when the consumer is the producer's one reader and the producer its
- * one input: a fused pass may leave a blob or a gradient unwritten (BN_FUSED_NO_IN,
+ * one input (nothing fuses across a branch or a join): a fused pass may leave a blob or a gradient unwritten (BN_FUSED_NO_IN,
  * BN_FUSED_NO_IN_GRAD), which a second reader would see, and a gradient fed by several readers
  * must be summed before anyone masks it. No pass is taken over twice: a layer whose pass is
  * already done by another's kernels is not offered again.
@@ -74,11 +74,12 @@ static bn_layer *producer_of(const bn_net *net, const bn_blob *b)
 bn_layer *bn_net_sole_consumer(const bn_net *net, const bn_layer *l)
 {
     bn_layer *found = NULL;
-    for (int i = 0; i < net->num_layers; i++) {
-        if (net->layers[i]->in != l->out) continue;
-        if (found) return NULL;
-        found = net->layers[i];
-    }
+    for (int i = 0; i < net->num_layers; i++)
+        for (int j = 0; j < net->layers[i]->num_inputs; j++) {
+            if (net->layers[i]->inputs[j] != l->out) continue;
+            if (found) return NULL;
+            found = net->layers[i];
+        }
     return found;
 }
 
@@ -86,7 +87,7 @@ void bn_net_fuse(bn_net *net)
 {
     for (int i = 0; i < net->num_layers; i++) {
         bn_layer *c = net->layers[i];
-        bn_layer *p = producer_of(net, c->in);
+        bn_layer *p = c->num_inputs == 1 ? producer_of(net, c->in) : NULL;
         if (!p || bn_net_sole_consumer(net, p) != c) continue;
         for (size_t r = 0; r < sizeof rules / sizeof rules[0]; r++) rules[r](p, c);
     }

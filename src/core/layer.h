@@ -3,8 +3,14 @@
  *
  * The network owns every blob a layer touches. A layer reads `in`, writes `out` in
  * forward; in backward it reads `out_grad`, writes `in_grad` (when it is not NULL: the
- * first layer's input needs no gradient) and ADDS its parameter gradients into the
- * param grad views (the network zeroes them once per step). */
+ * network's input needs no gradient) and ADDS its parameter gradients into the
+ * param grad views (the network zeroes them once per step).
+ *
+ * The network is a graph: a layer may read several earlier layers (a type that takes more than
+ * one input says so in min_inputs/max_inputs and reads inputs[] and input_grads[]; `in` and
+ * `in_grad` are the first of them), and a layer's output may feed several layers. Each reader
+ * then writes its own input gradient and the network adds them up into the output gradient
+ * before the layer's backward pass, so no layer ever sums what its readers sent back. */
 #ifndef BN_LAYER_H
 #define BN_LAYER_H
 
@@ -19,6 +25,7 @@ extern "C" {
 #endif
 
 #define BN_MAX_PARAMS 4
+#define BN_MAX_INPUTS 8
 
 /* The shape of one example, without the batch dimension. */
 typedef struct bn_shape {
@@ -73,6 +80,18 @@ struct bn_layer {
     float bias_lr_mult;        /* from [train], for bn_layer_add_param */
     int fallback_warned;       /* the CPU-fallback warning was printed for this layer */
     int gpu_fused;             /* BN_FUSED_* bits: GPU passes a neighbour's kernels do (fuse_gpu) */
+    /* The graph (kept after the fields above, so code written for one input is unchanged): */
+    int num_inputs;
+    bn_blob *inputs[BN_MAX_INPUTS];      /* inputs[0] == in */
+    bn_blob *input_grads[BN_MAX_INPUTS]; /* input_grads[0] == in_grad; each NULL when no gradient
+                                            is needed there */
+    bn_shape input_shapes[BN_MAX_INPUTS]; /* one example of each input, set before setup */
+    int sources[BN_MAX_INPUTS];          /* the index of the layer each input reads, -1 for the
+                                            network's input */
+    int line;                  /* the model file's line of the layer's section */
+    bn_blob **grad_parts;      /* when several inputs read `out`: the gradients of all but the
+                                  first, which the network adds into out_grad (owned by it) */
+    int num_grad_parts;
 };
 
 /* The bits of bn_layer.gpu_fused: the layer's GPU forward (backward) pass is done by its
@@ -94,6 +113,9 @@ struct bn_layer_ops {
     bn_nvtx_kind kind;         /* colour of its ranges on the profiler timeline */
     int graph_safe;            /* its GPU passes keep no per-step host state and never
                                 * synchronise, so a captured CUDA graph may replay them */
+    int min_inputs, max_inputs; /* how many inputs it reads (model file: `input = a, b`); 0 and 0
+                                 * for exactly one. setup gets the first input's shape and finds
+                                 * all of them in l->input_shapes */
 
     /* Reads the layer's keys from opts into l->priv (allocated here). May be NULL. */
     bn_status (*parse)(bn_layer *l, bn_options *opts);

@@ -43,7 +43,7 @@ static bn_status unknown_section(const bn_options *o)
                     o->section, known);
 }
 
-static bn_status add_layer(bn_net *net, bn_options *o, const bn_layer_ops *ops)
+static bn_status add_layer(bn_net *net, bn_options *o, const bn_layer_ops *ops, const char **inputs)
 {
     bn_layer **grown = realloc(net->layers, (size_t)(net->num_layers + 1) * sizeof *grown);
     if (!grown) return bn_error(BN_ERR_NOMEM, "out of host memory building %s", net->source);
@@ -52,6 +52,7 @@ static bn_status add_layer(bn_net *net, bn_options *o, const bn_layer_ops *ops)
     if (!l) return bn_error(BN_ERR_NOMEM, "out of host memory building %s", net->source);
     l->ops = ops;
     l->index = net->num_layers;
+    l->line = o->line;
     net->layers[net->num_layers++] = l;
 
     int same_type = 0;
@@ -66,14 +67,94 @@ static bn_status add_layer(bn_net *net, bn_options *o, const bn_layer_ops *ops)
     } else {
         snprintf(l->name, sizeof l->name, "%s%d", ops->type, same_type + 1);
     }
+    if (strcmp(l->name, "input") == 0)
+        return bn_opt_error(o, "name", "layer name 'input' is taken: it stands for the data in `input = ...`");
     for (int i = 0; i < l->index; i++)
         if (strcmp(net->layers[i]->name, l->name) == 0)
-            return bn_opt_error(o, "name", "layer name '%s' is used twice", l->name);
+            return bn_opt_error(o, "name", "layer name '%s' is used twice (also at line %d)", l->name,
+                                net->layers[i]->line);
+    BN_TRY(bn_opt_str(o, "input", NULL, inputs));
     if (ops->parse) BN_TRY(ops->parse(l, o));
     return bn_options_check_unused(o);
 }
 
-static bn_status build(bn_net *net, bn_modelfile *m)
+/* The layer index that `name` stands for in l's `input` key: -1 for the data, or an error. */
+static bn_status find_source(const bn_net *net, const bn_layer *l, const bn_options *o, const char *name, int *src)
+{
+    if (strcmp(name, "input") == 0) {
+        *src = -1;
+        return BN_OK;
+    }
+    for (int i = 0; i < net->num_layers; i++) {
+        if (strcmp(net->layers[i]->name, name) != 0) continue;
+        if (i == l->index) return bn_opt_error(o, "input", "layer %s cannot read its own output", l->name);
+        if (i > l->index)
+            return bn_opt_error(o, "input", "layer %s reads '%s', which comes later (line %d): a layer reads only "
+                                "the data and the layers above it", l->name, name, net->layers[i]->line);
+        *src = i;
+        return BN_OK;
+    }
+    return bn_opt_error(o, "input", "layer %s reads '%s', but no layer above it has that name ('input' is the data)",
+                        l->name, name);
+}
+
+/* Turns l's `input` key (a comma-separated list of names; without it, the layer above) into
+ * l->sources and checks the count against what the type takes. */
+static bn_status resolve_inputs(bn_net *net, bn_layer *l, const bn_options *o, const char *spec)
+{
+    int lo = l->ops->min_inputs > 0 ? l->ops->min_inputs : 1;
+    int hi = l->ops->max_inputs > 0 ? l->ops->max_inputs : 1;
+    l->num_inputs = 0;
+    if (!spec) {
+        l->sources[l->num_inputs++] = l->index - 1;
+    } else {
+        char buf[1024];
+        if (strlen(spec) >= sizeof buf) return bn_opt_error(o, "input", "the list of inputs is too long");
+        snprintf(buf, sizeof buf, "%s", spec);
+        char *save = NULL;
+        int pieces = 0;
+        for (char *p = buf; *p; p++) pieces += *p == ',';
+        for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+            while (*tok == ' ' || *tok == '\t') tok++;
+            char *end = tok + strlen(tok);
+            while (end > tok && (end[-1] == ' ' || end[-1] == '\t')) *--end = '\0';
+            if (!*tok) break;
+            if (l->num_inputs == BN_MAX_INPUTS)
+                return bn_opt_error(o, "input", "layer %s reads more than %d inputs", l->name, BN_MAX_INPUTS);
+            BN_TRY(find_source(net, l, o, tok, &l->sources[l->num_inputs]));
+            l->num_inputs++;
+        }
+        if (l->num_inputs == 0 || l->num_inputs != pieces + 1)
+            return bn_opt_error(o, "input", "'%s' is not a list of layer names separated by commas", spec);
+    }
+    if (l->num_inputs < lo || l->num_inputs > hi) {
+        if (lo == hi && hi == 1)
+            return bn_opt_error(o, "input", "layer %s (%s) takes one input, not %d", l->name, l->ops->type,
+                                l->num_inputs);
+        return bn_opt_error(o, "input", "layer %s (%s) takes %d to %d inputs, not %d", l->name, l->ops->type, lo, hi,
+                            l->num_inputs);
+    }
+    return BN_OK;
+}
+
+/* Every layer but the last must feed another: an output nobody reads is a model file mistake
+ * (a misspelt input), and its layer's backward pass would have no gradient to start from. */
+static bn_status check_all_read(const bn_net *net)
+{
+    for (int i = 0; i + 1 < net->num_layers; i++) {
+        const bn_layer *l = net->layers[i];
+        int read = 0;
+        for (int k = i + 1; k < net->num_layers && !read; k++)
+            for (int j = 0; j < net->layers[k]->num_inputs; j++) read |= net->layers[k]->sources[j] == i;
+        if (!read)
+            return bn_error(BN_ERR_USAGE, "%s:%d: the output of layer %s is read by no layer (only the last "
+                            "layer's may be left unread); name it in a later layer's `input`", net->source, l->line,
+                            l->name);
+    }
+    return BN_OK;
+}
+
+static bn_status build_sections(bn_net *net, bn_modelfile *m, bn_options **layer_opts, const char **layer_inputs)
 {
     int seen_input = 0, seen_train = 0;
     for (int i = 0; i < m->count; i++) {
@@ -88,17 +169,32 @@ static bn_status build(bn_net *net, bn_modelfile *m)
         } else {
             const bn_layer_ops *ops = bn_find_layer(o->section);
             if (!ops) return unknown_section(o);
-            BN_TRY(add_layer(net, o, ops));
+            layer_opts[net->num_layers] = o;
+            BN_TRY(add_layer(net, o, ops, &layer_inputs[net->num_layers]));
         }
     }
     if (!seen_input)
         return bn_error(BN_ERR_USAGE, "%s: no [input] section (channels, height, width)", net->source);
     if (net->num_layers == 0) return bn_error(BN_ERR_USAGE, "%s: no layers", net->source);
+    for (int i = 0; i < net->num_layers; i++) BN_TRY(resolve_inputs(net, net->layers[i], layer_opts[i], layer_inputs[i]));
     for (int i = 0; i + 1 < net->num_layers; i++)
         if (net->layers[i]->ops->is_loss)
             return bn_error(BN_ERR_USAGE, "%s: loss layer %s must be the last layer", net->source,
                             net->layers[i]->name);
-    return BN_OK;
+    return check_all_read(net);
+}
+
+/* Creates the layers of every section, then wires each layer's inputs by name (a name may only
+ * be resolved once the layers above it exist, and the messages say when it names one below). */
+static bn_status build(bn_net *net, bn_modelfile *m)
+{
+    bn_options **layer_opts = calloc((size_t)m->count + 1, sizeof *layer_opts);
+    const char **layer_inputs = calloc((size_t)m->count + 1, sizeof *layer_inputs);
+    bn_status s = layer_opts && layer_inputs ? build_sections(net, m, layer_opts, layer_inputs)
+                                             : bn_error(BN_ERR_NOMEM, "out of host memory building %s", net->source);
+    free(layer_opts);
+    free((void *)layer_inputs);
+    return s;
 }
 
 bn_status bn_net_from_text(const char *text, const char *name, bn_net **out)
@@ -169,35 +265,87 @@ static double param_floats(const bn_layer *l)
     return n;
 }
 
+/* Records a setup error again with the layer's place in the model file in front. */
+static bn_status at_layer_line(const bn_net *net, const bn_layer *l, bn_status s)
+{
+    char why[512];
+    snprintf(why, sizeof why, "%s", bn_last_error());
+    return bn_error(s, "%s:%d: %s", net->source, l->line, why);
+}
+
+/* Where the gradient of input j of layer l goes: the producer's own gradient blob for the first
+ * reader of its output (in layer order), a part of its own for every later one, which the
+ * network adds in before the producer's backward pass (add_grad_parts). */
+static bn_status wire_input_grad(bn_net *net, bn_layer *l, int j, int *first_reader, double *bytes)
+{
+    int src = l->sources[j];
+    bn_blob *grad = src < 0 ? net->input_grad : net->layers[src]->out_grad;
+    if (!grad) return BN_OK;
+    int *first = &first_reader[src + 1];
+    if (*first < 0) {
+        *first = l->index;
+        l->input_grads[j] = grad;
+        return BN_OK;
+    }
+    bn_blob ***parts = src < 0 ? &net->input_grad_parts : &net->layers[src]->grad_parts;
+    int *count = src < 0 ? &net->num_input_grad_parts : &net->layers[src]->num_grad_parts;
+    BN_TRY(add_bytes(net, (double)bn_blob_count(grad), l->name, bytes));
+    bn_blob **grown = realloc(*parts, (size_t)(*count + 1) * sizeof *grown);
+    if (!grown) return bn_error(BN_ERR_NOMEM, "out of host memory setting up %s", net->source);
+    *parts = grown;
+    char what[24];
+    snprintf(what, sizeof what, ".grad.%d", *count + 1);
+    bn_blob *part;
+    if (!(part = new_blob(src < 0 ? "input" : net->layers[src]->name, what, net->capacity,
+                          (bn_shape){grad->c, grad->h, grad->w})))
+        return bn_last_status();
+    grown[(*count)++] = part;
+    l->input_grads[j] = part;
+    return BN_OK;
+}
+
 static bn_status setup_layers(bn_net *net, int want_input_grad)
 {
-    bn_shape in = net->input_shape;
+    bn_shape data = net->input_shape;
     double bytes = 0;
-    BN_TRY(add_bytes(net, blob_floats(net, in, want_input_grad), "the input", &bytes));
-    net->input = new_blob("input", "", net->capacity, in);
+    BN_TRY(add_bytes(net, blob_floats(net, data, want_input_grad), "the input", &bytes));
+    net->input = new_blob("input", "", net->capacity, data);
     if (!net->input) return bn_last_status();
-    if (want_input_grad && !(net->input_grad = new_blob("input", ".grad", net->capacity, in)))
+    if (want_input_grad && !(net->input_grad = new_blob("input", ".grad", net->capacity, data)))
         return bn_last_status();
-    bn_blob *prev_out = net->input, *prev_grad = net->input_grad;
-    for (int i = 0; i < net->num_layers; i++) {
+    int *first_reader = malloc(((size_t)net->num_layers + 1) * sizeof *first_reader);
+    if (!first_reader) return bn_error(BN_ERR_NOMEM, "out of host memory setting up %s", net->source);
+    for (int i = 0; i <= net->num_layers; i++) first_reader[i] = -1;
+    bn_status s = BN_OK;
+    for (int i = 0; i < net->num_layers && s == BN_OK; i++) {
         bn_layer *l = net->layers[i];
-        bn_shape out = {0, 0, 0};
+        for (int j = 0; j < l->num_inputs; j++) {
+            int src = l->sources[j];
+            l->inputs[j] = src < 0 ? net->input : net->layers[src]->out;
+            l->input_shapes[j] = (bn_shape){l->inputs[j]->c, l->inputs[j]->h, l->inputs[j]->w};
+        }
+        bn_shape in = l->input_shapes[0], out = {0, 0, 0};
         l->bias_lr_mult = (float)net->train.bias_lr_mult;
-        BN_TRY(l->ops->setup(l, in, &out));
-        if (out.c <= 0 || out.h <= 0 || out.w <= 0)
-            return bn_layer_error(l, "input %dx%dx%d gives an empty output %dx%dx%d", in.c, in.h, in.w,
-                                  out.c, out.h, out.w);
-        BN_TRY(add_bytes(net, blob_floats(net, out, !l->ops->is_loss) + param_floats(l), l->name, &bytes));
-        l->in = prev_out;
-        l->in_grad = prev_grad;
-        if (!(l->out = new_blob(l->name, ".out", net->capacity, out))) return bn_last_status();
-        if (!l->ops->is_loss && !(l->out_grad = new_blob(l->name, ".grad", net->capacity, out)))
-            return bn_last_status();
-        prev_out = l->out;
-        prev_grad = l->out_grad;
-        in = out;
+        if ((s = l->ops->setup(l, in, &out)) != BN_OK) {
+            s = at_layer_line(net, l, s);
+            break;
+        }
+        if (out.c <= 0 || out.h <= 0 || out.w <= 0) {
+            s = at_layer_line(net, l, bn_layer_error(l, "input %dx%dx%d gives an empty output %dx%dx%d", in.c, in.h,
+                                                     in.w, out.c, out.h, out.w));
+            break;
+        }
+        s = add_bytes(net, blob_floats(net, out, !l->ops->is_loss) + param_floats(l), l->name, &bytes);
+        for (int j = 0; j < l->num_inputs && s == BN_OK; j++) s = wire_input_grad(net, l, j, first_reader, &bytes);
+        if (s != BN_OK) break;
+        l->in = l->inputs[0];
+        l->in_grad = l->input_grads[0];
+        if (!(l->out = new_blob(l->name, ".out", net->capacity, out)) ||
+            (!l->ops->is_loss && !(l->out_grad = new_blob(l->name, ".grad", net->capacity, out))))
+            s = bn_last_status();
     }
-    return BN_OK;
+    free(first_reader);
+    return s;
 }
 
 /* Moves every declared parameter into views of the two slabs, in layer order. */
@@ -237,16 +385,52 @@ static bn_status carve_params(bn_net *net)
     return BN_OK;
 }
 
-static bn_status reserve_all(bn_net *net, bn_status (*reserve)(bn_blob *))
+typedef bn_status (*blob_fn)(bn_blob *b, void *arg);
+
+static bn_status each_of(bn_blob **blobs, int n, blob_fn fn, void *arg)
 {
-    bn_blob *fixed[] = {net->input, net->input_grad, net->labels, net->metrics, net->params, net->grads};
-    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
-        if (fixed[i]) BN_TRY(reserve(fixed[i]));
+    for (int i = 0; i < n; i++)
+        if (blobs[i]) BN_TRY(fn(blobs[i], arg));
+    return BN_OK;
+}
+
+/* Calls fn on every blob of the net that holds a row per example: the input, labels, each
+ * layer's output and output gradient, and the gradient parts of outputs read several times. */
+static bn_status each_batch_blob(bn_net *net, blob_fn fn, void *arg)
+{
+    bn_blob *fixed[] = {net->input, net->input_grad, net->labels};
+    BN_TRY(each_of(fixed, 3, fn, arg));
+    BN_TRY(each_of(net->input_grad_parts, net->num_input_grad_parts, fn, arg));
     for (int i = 0; i < net->num_layers; i++) {
-        BN_TRY(reserve(net->layers[i]->out));
-        if (net->layers[i]->out_grad) BN_TRY(reserve(net->layers[i]->out_grad));
+        bn_layer *l = net->layers[i];
+        bn_blob *own[] = {l->out, l->out_grad};
+        BN_TRY(each_of(own, 2, fn, arg));
+        BN_TRY(each_of(l->grad_parts, l->num_grad_parts, fn, arg));
     }
     return BN_OK;
+}
+
+/* The same over every blob, the slabs and metrics too. */
+static bn_status each_blob(bn_net *net, blob_fn fn, void *arg)
+{
+    bn_blob *fixed[] = {net->metrics, net->params, net->grads};
+    BN_TRY(each_of(fixed, 3, fn, arg));
+    return each_batch_blob(net, fn, arg);
+}
+
+typedef struct reserve_arg {
+    bn_status (*reserve)(bn_blob *);
+} reserve_arg;
+
+static bn_status reserve_one(bn_blob *b, void *arg)
+{
+    return ((reserve_arg *)arg)->reserve(b);
+}
+
+static bn_status reserve_all(bn_net *net, bn_status (*reserve)(bn_blob *))
+{
+    reserve_arg r = {reserve};
+    return each_blob(net, reserve_one, &r);
 }
 
 bn_status bn_net_setup(bn_net *net, int batch, bn_ctx *ctx, int want_input_grad, uint64_t seed)
@@ -307,9 +491,9 @@ bn_status bn_net_init_params(bn_net *net, uint64_t seed)
     return BN_OK;
 }
 
-static bn_status reshape_batch(bn_blob *b, int n)
+static bn_status reshape_batch(bn_blob *b, void *n)
 {
-    return b ? bn_blob_reshape(b, n, b->c, b->h, b->w) : BN_OK;
+    return bn_blob_reshape(b, *(int *)n, b->c, b->h, b->w);
 }
 
 bn_status bn_net_set_batch(bn_net *net, int n)
@@ -317,13 +501,7 @@ bn_status bn_net_set_batch(bn_net *net, int n)
     if (n <= 0 || n > net->capacity)
         return bn_error(BN_ERR_INTERNAL, "%s: batch %d outside 1..%d", net->source, n, net->capacity);
     if (n == net->batch) return BN_OK;
-    BN_TRY(reshape_batch(net->input, n));
-    BN_TRY(reshape_batch(net->input_grad, n));
-    BN_TRY(reshape_batch(net->labels, n));
-    for (int i = 0; i < net->num_layers; i++) {
-        BN_TRY(reshape_batch(net->layers[i]->out, n));
-        BN_TRY(reshape_batch(net->layers[i]->out_grad, n));
-    }
+    BN_TRY(each_batch_blob(net, reshape_batch, &n));
     net->batch = n;
     return BN_OK;
 }
@@ -333,6 +511,41 @@ bn_status bn_net_forward(bn_net *net, int train)
     net->pass.train = train;
     for (int i = 0; i < net->num_layers; i++) BN_TRY(bn_layer_forward(net->layers[i], &net->pass));
     return BN_OK;
+}
+
+/* Adds the gradients that the second and later readers of an output wrote into the gradient
+ * its first reader wrote, in reader order: the same float additions on the CPU and the GPU. */
+static bn_status add_grad_parts(bn_net *net, bn_blob *grad, bn_blob **parts, int n)
+{
+    if (!grad || n == 0) return BN_OK;
+    size_t count = bn_blob_count(grad);
+    bn_ctx *ctx = net->pass.ctx;
+    for (int k = 0; k < n; k++) {
+        if (ctx) {
+            BN_DEV_WR(dst, grad);
+            BN_DEV_RD(src, parts[k]);
+            BN_TRY(bn_gpu_add(dst, src, count, ctx));
+        } else {
+            BN_HOST_WR(dst, grad);
+            BN_HOST_RD(src, parts[k]);
+            for (size_t e = 0; e < count; e++) dst[e] += src[e];
+        }
+    }
+    return BN_OK;
+}
+
+bn_status bn_net_backward_layer(bn_net *net, int i)
+{
+    bn_layer *l = net->layers[i];
+    if (l->num_grad_parts) {
+        bn_nvtx_push(l->name, l->ops->kind);
+        bn_nvtx_push("gradient sum", l->ops->kind);
+        bn_status s = add_grad_parts(net, l->out_grad, l->grad_parts, l->num_grad_parts);
+        bn_nvtx_pop();
+        bn_nvtx_pop();
+        BN_TRY(s);
+    }
+    return bn_layer_backward(l, &net->pass);
 }
 
 bn_status bn_net_backward(bn_net *net)
@@ -349,9 +562,10 @@ bn_status bn_net_backward_each(bn_net *net, bn_status (*done)(void *arg, bn_net 
     if (ctx) BN_TRY(bn_ctx_join_side(ctx));
     net->pass.defer_joins = ctx != NULL;
     for (int i = net->num_layers - 1; i >= 0 && s == BN_OK; i--) {
-        s = bn_layer_backward(net->layers[i], &net->pass);
+        s = bn_net_backward_layer(net, i);
         if (s == BN_OK && done) s = done(arg, net, net->layers[i]);
     }
+    if (s == BN_OK) s = add_grad_parts(net, net->input_grad, net->input_grad_parts, net->num_input_grad_parts);
     net->pass.defer_joins = 0;
     /* Work the layers left on the side stream (weight gradients) ends here, before anything
      * reads the gradients. */
@@ -413,6 +627,8 @@ static void free_layer(bn_layer *l)
     }
     bn_blob_free(l->out);
     bn_blob_free(l->out_grad);
+    for (int k = 0; k < l->num_grad_parts; k++) bn_blob_free(l->grad_parts[k]);
+    free(l->grad_parts);
     free(l);
 }
 
@@ -423,17 +639,21 @@ void bn_net_free(bn_net *net)
     free(net->layers);
     bn_blob *own[] = {net->input, net->input_grad, net->labels, net->metrics, net->params, net->grads};
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) bn_blob_free(own[i]);
+    for (int k = 0; k < net->num_input_grad_parts; k++) bn_blob_free(net->input_grad_parts[k]);
+    free(net->input_grad_parts);
     free(net);
+}
+
+static bn_status mark_written(bn_blob *b, void *arg)
+{
+    (void)arg;
+    bn_blob_mark_device_written(b);
+    return BN_OK;
 }
 
 void bn_net_mark_device_written(bn_net *net)
 {
-    bn_blob *fixed[] = {net->input, net->input_grad, net->labels, net->metrics, net->params, net->grads};
-    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) bn_blob_mark_device_written(fixed[i]);
-    for (int i = 0; i < net->num_layers; i++) {
-        bn_blob_mark_device_written(net->layers[i]->out);
-        bn_blob_mark_device_written(net->layers[i]->out_grad);
-    }
+    each_blob(net, mark_written, NULL);
 }
 
 int bn_net_graph_safe(const bn_net *net)

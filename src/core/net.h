@@ -1,4 +1,5 @@
-/* net.h - a network: layers in order, built from a model file.
+/* net.h - a network: a graph of layers, built from a model file, kept in the file's order,
+ * which is an order of the graph (a layer reads only the data and the layers above it).
  *
  * Setup walks the shapes from the input, allocates every activation and gradient blob
  * once for the batch size, and carves all parameters out of one contiguous slab and all
@@ -38,6 +39,9 @@ typedef struct bn_net {
     bn_pass pass;              /* what forward/backward hand the layers; ctx NULL on the CPU */
     size_t max_bytes;          /* setup refuses a net whose blobs and parameters need more host
                                 * memory than this; 0 stands for BN_NET_MAX_BYTES */
+    bn_blob **input_grad_parts; /* with input_grad, when several layers read the input: the
+                                   gradients of all readers but the first (see bn_layer.grad_parts) */
+    int num_input_grad_parts;
 } bn_net;
 
 /* The default memory limit of setup: far above any sensible model, low enough that a typo
@@ -72,6 +76,10 @@ bn_status bn_net_backward(bn_net *net);
 /* The same, calling done(arg, net, l) after each layer's backward pass has been run or
  * enqueued, in the order of the pass (the last layer first). An error from done ends it. */
 bn_status bn_net_backward_each(bn_net *net, bn_status (*done)(void *arg, bn_net *net, bn_layer *l), void *arg);
+
+/* Layer i's backward pass (bn_layer_backward), after adding into its output gradient the
+ * gradients of its output's other readers. bn_net_backward runs it for every layer. */
+bn_status bn_net_backward_layer(bn_net *net, int i);
 
 /* Zeroes the gradient slab. */
 bn_status bn_net_zero_grad(bn_net *net);

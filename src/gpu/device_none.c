@@ -2,7 +2,6 @@
  * request is refused with a message that says how to get GPU support. Host-side helpers that the
  * CPU path also calls (free, descriptors) are harmless no-ops. */
 #include "core/device.h"
-#include "kernels.h"
 #include "graph.h"
 
 bn_status bn_no_cuda(void)

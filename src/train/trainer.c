@@ -5,7 +5,6 @@
 #include <time.h>
 
 #include "gpu/graph.h"
-#include "gpu/kernels.h"
 #include "numerics.h"
 #include "core/nvtx.h"
 

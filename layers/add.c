@@ -1,0 +1,116 @@
+/* add.c - the element-wise sum of two or more inputs of one shape (residual connections),
+ * each optionally scaled by a coefficient. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "add.h"
+#include "layers.h"
+
+/* coeff = a, b, ...: finite numbers, one per input (checked against the inputs in setup). */
+static bn_status parse_coeffs(bn_options *o, add_priv *a)
+{
+    const char *text;
+    BN_TRY(bn_opt_str(o, "coeff", NULL, &text));
+    if (!text) return BN_OK;
+    const char *p = text;
+    for (;;) {
+        char *end;
+        errno = 0;
+        double v = strtod(p, &end);
+        if (end == p || errno || !isfinite(v) || fabs(v) > 1e6)
+            return bn_opt_error(o, "coeff", "'%s' is not a list of numbers (each within +-1e6) separated by commas",
+                                text);
+        if (a->num_coeffs == BN_MAX_INPUTS)
+            return bn_opt_error(o, "coeff", "more than %d coefficients", BN_MAX_INPUTS);
+        a->coeff[a->num_coeffs++] = (float)v;
+        while (*end == ' ' || *end == '\t') end++;
+        if (!*end) return BN_OK;
+        if (*end != ',')
+            return bn_opt_error(o, "coeff", "'%s' is not a list of numbers separated by commas", text);
+        p = end + 1;
+    }
+}
+
+static bn_status add_parse(bn_layer *l, bn_options *o)
+{
+    add_priv a = {0};
+    BN_TRY(parse_coeffs(o, &a));
+    add_priv *q = malloc(sizeof *q);
+    if (!q) return bn_error(BN_ERR_NOMEM, "layer %s: out of host memory", l->name);
+    *q = a;
+    l->priv = q;
+    return BN_OK;
+}
+
+static bn_status add_setup(bn_layer *l, bn_shape in, bn_shape *out)
+{
+    const add_priv *a = l->priv;
+    if (a->num_coeffs && a->num_coeffs != l->num_inputs)
+        return bn_layer_error(l, "coeff has %d values for %d inputs", a->num_coeffs, l->num_inputs);
+    for (int j = 1; j < l->num_inputs; j++) {
+        bn_shape s = l->input_shapes[j];
+        if (s.c != in.c || s.h != in.h || s.w != in.w)
+            return bn_layer_error(l, "input %d is %dx%dx%d but input 1 is %dx%dx%d: added inputs need one shape",
+                                  j + 1, s.c, s.h, s.w, in.c, in.h, in.w);
+    }
+    *out = in;
+    return BN_OK;
+}
+
+static bn_status add_forward(bn_layer *l, const bn_pass *p)
+{
+    const add_priv *a = l->priv;
+    size_t count = bn_blob_count(l->out);
+    BN_HOST_WR(y, l->out);
+    for (int j = 0; j < l->num_inputs; j++) {
+        BN_HOST_RD(x, l->inputs[j]);
+        float c = bn_add_coeff(a, j);
+        if (j == 0 && !a->num_coeffs) memcpy(y, x, count * sizeof *y);
+        else if (j == 0) for (size_t i = 0; i < count; i++) y[i] = c * x[i];
+        else if (!a->num_coeffs) for (size_t i = 0; i < count; i++) y[i] += x[i];
+        else for (size_t i = 0; i < count; i++) y[i] += c * x[i];
+    }
+    return BN_OK;
+}
+
+static bn_status add_backward(bn_layer *l, const bn_pass *p)
+{
+    const add_priv *a = l->priv;
+    size_t count = bn_blob_count(l->out);
+    BN_HOST_RD(dy, l->out_grad);
+    for (int j = 0; j < l->num_inputs; j++) {
+        if (!l->input_grads[j]) continue;
+        BN_HOST_WR(dx, l->input_grads[j]);
+        float c = bn_add_coeff(a, j);
+        if (!a->num_coeffs) memcpy(dx, dy, count * sizeof *dx);
+        else for (size_t i = 0; i < count; i++) dx[i] = c * dy[i];
+    }
+    return BN_OK;
+}
+
+/* A multiply and an add per element and input past the first. */
+static double add_flops(const bn_layer *l)
+{
+    const add_priv *a = l->priv;
+    double per_example = (double)l->out->c * l->out->h * l->out->w;
+    return per_example * (l->num_inputs - 1) * (a->num_coeffs ? 2 : 1);
+}
+
+const bn_layer_ops bn_add_ops = {
+    .type = "add",
+    .help = "element-wise sum of 2 to 8 inputs of one shape (input = a, b, ...); keys: coeff (a number per "
+            "input, all 1 by default)",
+    .kind = BN_NVTX_LAYER_OTHER,
+    .graph_safe = 1,
+    .min_inputs = 2,
+    .max_inputs = BN_MAX_INPUTS,
+    .parse = add_parse,
+    .setup = add_setup,
+    .forward_cpu = add_forward,
+    .backward_cpu = add_backward,
+    .forward_gpu = BN_GPU(bn_add_forward_gpu),
+    .backward_gpu = BN_GPU(bn_add_backward_gpu),
+    .flops = add_flops,
+};

@@ -1,0 +1,18 @@
+/* concat.h - the concat layer's GPU entry points (concat.cu); concat.c holds its keys, shapes
+ * and CPU path. The output holds the inputs' channels one input after the other, per example. */
+#ifndef BN_CONCAT_H
+#define BN_CONCAT_H
+
+#include "core/layer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+bn_status bn_concat_forward_gpu(bn_layer *l, const bn_pass *p);
+bn_status bn_concat_backward_gpu(bn_layer *l, const bn_pass *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,132 @@
+/* test_graph.c - networks that are graphs (src/core/net.c): `input = a, b` in the model file,
+ * outputs read by several layers with their gradients summed by the network, the add and
+ * concat layers (layers/add.c, layers/concat.c), and every error the graph adds. */
+#include <stdlib.h>
+
+#include "core/net.h"
+#include "layer_testing.h"
+#include "testing.h"
+
+#define GRAD_TOL 1e-2
+
+/* A residual sum and a channel join on a tiny image: the data is read by three layers. */
+static const char *const residual_concat =
+    "[input]\nchannels=2\nheight=4\nwidth=4\n"
+    "[conv2d]\nname=a\nfilters=2\nsize=3\npad=1\n"
+    "[tanh]\nname=at\n"
+    "[add]\nname=sum\ninput=at, input\ncoeff=1, 0.5\n"
+    "[conv2d]\nname=b\ninput=input\nfilters=3\nsize=1\n"
+    "[concat]\nname=join\ninput=sum, b, input\n"
+    "[dense]\noutputs=4\n"
+    "[softmax_ce]\n";
+
+BN_TEST(graph_gradcheck_through_residual_sum_and_concat)
+{
+    CHECK(lt_gradcheck_text(residual_concat, "residual sum + concat, data read three times", 3, 0.0, 0.0, 4,
+                            GRAD_TOL) == BN_PASS);
+    return BN_PASS;
+}
+
+BN_TEST(graph_output_read_three_times_gets_the_sum_of_three_gradients)
+{
+    /* y = x + 2x + 3x through three readers of one layer's output: dL/dx = 6 dL/dy. */
+    bn_net *net;
+    CHECK_OK(lt_net("[input]\nchannels=1\nheight=1\nwidth=3\n"
+                    "[tanh]\nname=t\n"
+                    "[add]\nname=s\ninput=t, t, t\ncoeff=1, 2, 3\n", 2, 1, &net));
+    CHECK(net->layers[0]->num_grad_parts == 2);
+    CHECK(net->layers[1]->num_inputs == 3 && net->layers[1]->input_grads[0] == net->layers[0]->out_grad);
+    float x[6] = {0.1f, -0.2f, 0.3f, 0.4f, -0.5f, 0.6f}, dy[6] = {1, 2, 3, 4, 5, 6}, out[6], dx[6];
+    CHECK_OK(lt_write(net->input, x, 6));
+    CHECK_OK(bn_net_forward(net, 1));
+    CHECK_OK(lt_read(bn_net_output(net), out, 6));
+    for (int i = 0; i < 6; i++) CHECK_NEAR(out[i], 6 * tanhf(x[i]), 1e-6);
+    CHECK_OK(lt_write(net->layers[1]->out_grad, dy, 6));
+    CHECK_OK(bn_net_backward(net));
+    CHECK_OK(lt_read(net->input_grad, dx, 6));
+    for (int i = 0; i < 6; i++) {
+        double t = tanh(x[i]);
+        CHECK_NEAR(dx[i], 6 * dy[i] * (1 - t * t), 1e-5);
+    }
+    bn_net_free(net);
+    return BN_PASS;
+}
+
+BN_TEST(graph_concat_places_inputs_along_the_channels)
+{
+    bn_net *net;
+    CHECK_OK(lt_net("[input]\nchannels=1\nheight=1\nwidth=2\n"
+                    "[tanh]\nname=t\n"
+                    "[concat]\ninput=input, t, input\n", 2, 1, &net));
+    bn_layer *cat = net->layers[1];
+    CHECK(cat->out->c == 3 && cat->out->h == 1 && cat->out->w == 2);
+    float x[4] = {0.5f, -1.0f, 2.0f, 0.25f}, y[12];
+    CHECK_OK(lt_write(net->input, x, 4));
+    CHECK_OK(bn_net_forward(net, 1));
+    CHECK_OK(lt_read(cat->out, y, 12));
+    for (int n = 0; n < 2; n++)
+        for (int k = 0; k < 2; k++) {
+            CHECK(y[n * 6 + k] == x[n * 2 + k] && y[n * 6 + 4 + k] == x[n * 2 + k]);
+            CHECK_NEAR(y[n * 6 + 2 + k], tanhf(x[n * 2 + k]), 1e-7);
+        }
+    bn_net_free(net);
+    return BN_PASS;
+}
+
+BN_TEST(graph_without_input_keys_is_the_chain_it_always_was)
+{
+    bn_net *net;
+    CHECK_OK(bn_net_from_text("[input]\nchannels=1\nheight=4\nwidth=4\n[conv2d]\nfilters=2\nsize=3\n[relu]\n"
+                              "[dense]\noutputs=3\n[softmax_ce]\n", "chain.cfg", &net));
+    for (int i = 0; i < net->num_layers; i++) CHECK(net->layers[i]->num_inputs == 1 && net->layers[i]->sources[0] == i - 1);
+    CHECK_OK(bn_net_setup(net, 2, NULL, 0, 1));
+    for (int i = 1; i < net->num_layers; i++) {
+        CHECK(net->layers[i]->in == net->layers[i - 1]->out && net->layers[i]->in_grad == net->layers[i - 1]->out_grad);
+        CHECK(net->layers[i - 1]->num_grad_parts == 0);
+    }
+    CHECK(net->layers[0]->in == net->input && net->layers[0]->in_grad == NULL);
+    bn_net_free(net);
+    return BN_PASS;
+}
+
+/* Each mistake of a graph model file, with what its message must say. */
+static const struct {
+    const char *what, *layers, *needle;
+} graph_errors[] = {
+    {"unknown input", "[relu]\nname=r\ninput=nothere\n", "g.cfg:7: [relu] layer r reads 'nothere', but no layer above"},
+    {"later input", "[relu]\nname=r\ninput=s\n[relu]\nname=s\ninput=r\n", "reads 's', which comes later (line 8)"},
+    {"own output", "[relu]\nname=r\ninput=r\n", "layer r cannot read its own output"},
+    {"two inputs to a one-input type", "[relu]\nname=r\n[relu]\nname=s\ninput=r, input\n",
+     "g.cfg:9: [relu] layer s (relu) takes one input, not 2"},
+    {"one input to add", "[add]\nname=s\ninput=input\n", "layer s (add) takes 2 to 8 inputs, not 1"},
+    {"empty name in the list", "[relu]\nname=r\n[add]\ninput=r,,input\n", "is not a list of layer names"},
+    {"add of two shapes", "[conv2d]\nname=c\nfilters=2\nsize=1\n[add]\ninput=c, input\n",
+     "g.cfg:9: layer add1 (add): input 2 is 1x4x4 but input 1 is 2x4x4"},
+    {"concat of two sizes", "[maxpool]\nname=p\nsize=2\n[concat]\ninput=p, input\n",
+     "g.cfg:8: layer concat1 (concat): input 2 is 1x4x4 but input 1 is 1x2x2"},
+    {"coeff count", "[relu]\nname=r\n[add]\ninput=r, input\ncoeff=1, 2, 3\n", "coeff has 3 values for 2 inputs"},
+    {"coeff not numbers", "[relu]\nname=r\n[add]\ninput=r, input\ncoeff=1, x\n", "is not a list of numbers"},
+    {"unread output", "[relu]\nname=r\n[relu]\nname=s\ninput=input\n",
+     "g.cfg:5: the output of layer r is read by no layer"},
+    {"duplicate name", "[relu]\nname=r\n[relu]\nname=r\n", "layer name 'r' is used twice (also at line 5)"},
+    {"layer named input", "[relu]\nname=input\n", "layer name 'input' is taken"},
+};
+
+BN_TEST(graph_errors_name_the_file_line_and_the_problem)
+{
+    for (size_t i = 0; i < sizeof graph_errors / sizeof graph_errors[0]; i++) {
+        char text[1024];
+        snprintf(text, sizeof text, "[input]\nchannels=1\nheight=4\nwidth=4\n%s", graph_errors[i].layers);
+        bn_net *net = NULL;
+        bn_clear_error();
+        bn_status s = bn_net_from_text(text, "g.cfg", &net);
+        if (s == BN_OK) {
+            s = bn_net_setup(net, 1, NULL, 0, 1);
+            bn_net_free(net);
+        }
+        CHECK_MSG(s == BN_ERR_USAGE, "%s: status %d (%s)", graph_errors[i].what, (int)s, bn_last_error());
+        CHECK_MSG(strstr(bn_last_error(), graph_errors[i].needle) != NULL, "%s: \"%s\" lacks \"%s\"",
+                  graph_errors[i].what, bn_last_error(), graph_errors[i].needle);
+    }
+    return BN_PASS;
+}
