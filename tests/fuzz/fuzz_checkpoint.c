@@ -1,7 +1,7 @@
-/* fuzz_checkpoint.c - libFuzzer target for the checkpoint loader (src/checkpoint.c and the
- * JSON reader under it). An input is a checkpoint file for FUZZ_CHECKPOINT_MODEL; it is
- * loaded for a resume (weights, momentum, state) and for weights alone. A load that
- * succeeds must leave only finite numbers in the net. */
+/* fuzz_checkpoint.c - libFuzzer target for the checkpoint loader (src/train/checkpoint.c, and
+ * src/io/safetensors.c and the JSON reader under them). An input is a checkpoint file for
+ * FUZZ_CHECKPOINT_MODEL; it is loaded for a resume (weights, momentum, state) and for weights
+ * alone. A load that succeeds must leave only finite numbers in the net. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
