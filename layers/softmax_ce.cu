@@ -22,7 +22,8 @@
  * class, which a shuffle tree adds up per warp and the row's first warp adds in warp order
  * (z[o] = the sum + b[o]); the row is then the loss's as above, and with the gradient the warps
  * go on to dx[c] = sum over o of dz[o] W[o][c], o in order from 0.0f, the expression and order
- * of the dense layer's few-outputs kernel (dense.cu, skinny_dx), and the fused ReLU's mask. */
+ * of the dense layer's few-outputs kernel (dense_skinny.cu, skinny_dx), and the fused ReLU's
+ * mask. */
 #include <math.h>
 #include <stdint.h>
 

@@ -1,6 +1,6 @@
 /* dense.h - the dense layer's private state, shared by dense.c (setup, CPU path) and
- * dense.cu (GPU path), and its GPU entry points. The GPU path keeps its cuBLASLt handle and
- * the GEMM algorithms it chose (per batch size) in `gpu`. */
+ * dense.cu (GPU path), and its GPU entry points (dense.cu; the test hook in dense_gemm.cu). The
+ * GPU path keeps its cuBLASLt handle and the GEMM algorithms it chose (per batch size) in `gpu`. */
 #ifndef BN_DENSE_H
 #define BN_DENSE_H
 

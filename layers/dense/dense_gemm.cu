@@ -1,0 +1,574 @@
+/* dense_gemm.cu - blobnet's own GEMM kernels for the dense layer's small products, beside
+ * cuBLASLt's algorithms (dense_gemm.h), in two kinds: own_gemm (FP32 FMA, register-tiled) and
+ * own_gemm_tc (the TF32 tensor cores with each operand split in two, so FP32 accuracy;
+ * mma_tf32.cuh), both with the same outer structure: the output tiled over the whole GPU and,
+ * when there are few tiles, the inner dimension split across blocks with the partial sums
+ * combined inside the same kernel in a fixed order (per-tile counters the plan owns; no float
+ * atomics), so it is deterministic and the fixed rule (bn_ctx_by_rule) can always take them.
+ * The dW launch also adds the bias gradient, so no bias_grad launch follows it. Their plans
+ * (tiles, inner ranges, counters and partial sums) and that rule are here as well; dense.cu
+ * decides when a product runs through one. */
+#include <stdint.h>
+
+#include <cuda_pipeline.h>
+
+#include "gpu/cuda_check.h"
+#include "gpu/pdl.cuh"
+#include "gpu/last_arrival.cuh"
+#include "gpu/mma_tf32.cuh"
+#include "gpu/vec_ops.cuh"
+#include "dense.h"
+#include "dense_gemm.h"
+
+/* The tiles {BM, BN} of each configuration (OWN_FMA64 .. OWN_TC32, dense_gemm.h). */
+static const int own_cfg[OWN_CONFIGS][2] = {{64, 64}, {32, 32}, {64, 64}, {32, 32}};
+/* At most OWN_MAX_SPLITS inner ranges (OWN_RULE_SPLITS unless forced), at least OWN_MIN_SLICES
+ * slices per range (unless forced), and at most OWN_PART_LIMIT bytes of partial sums per plan. */
+#define OWN_MAX_SPLITS 32
+#define OWN_RULE_SPLITS 16
+#define OWN_MIN_SLICES 4
+#define OWN_PART_LIMIT ((size_t)32 << 20)
+/* Partial sums a thread of the last block has in flight at once while it adds them up. */
+#define OWN_TAIL_FLOATS 32
+
+/* ---- own GEMM kernels ---- */
+/* The three products as one row-major C (rows x cols) = sum over kk < inner of A(r, kk) B(kk, c):
+ *
+ *   FWD  rows n, cols m, inner k   A(r, kk) = X[r k + kk]    B(kk, c) = W[c k + kk]   C = Y = .. + b[c]
+ *   DW   rows m, cols k, inner n   A(r, kk) = dY[kk m + r]   B(kk, c) = X[kk k + c]   C = dW += ..,
+ *                                  and (optionally) db[r] += sum over kk of A(r, kk)
+ *   DX   rows n, cols k, inner m   A(r, kk) = dY[r m + kk]   B(kk, c) = W[kk k + c]   C = dX = ..
+ *
+ * A block computes a BM x BN tile of C with (BM/TM)(BN/TN) threads, each holding TM x TN
+ * outputs in registers (rows tr + i BM/TM, columns tc + j BN/TN: strided, so that shared-memory
+ * reads and global stores of a warp are consecutive), over OWN_BK-deep slices of the inner
+ * dimension staged in shared memory (the next slice is fetched into registers while the current
+ * one is used). Global loads are scalar (the parameters may sit at any 4-byte offset of their
+ * slab) and coalesced along whichever dimension is contiguous.
+ *
+ * With `splits` > 1 the inner dimension is cut into that many ranges (blockIdx.y): each block
+ * writes its partial tile to its own slot of `part`, and the block that finishes a tile last
+ * (bn_last_arrival on a per-tile counter, which it leaves at zero for the next launch) adds the
+ * partials in split order 0, 1, .. (its own from registers, the same value), loading those of
+ * several splits before adding them, and applies the epilogue. No float atomics: the result
+ * does not depend on which block comes last, so it is the same run after run. */
+#define OWN_BK 16
+
+typedef struct own_args {
+    const float *a, *b;  /* operands A and B as above */
+    float *c;            /* the output */
+    const float *bias;   /* FWD: b[m] */
+    float *db;           /* DW: the bias gradient, or NULL when it is not fused */
+    int rows, cols, inner;
+    int tiles_n;         /* column tiles */
+    int splits, ktps;    /* inner ranges, and OWN_BK slices per range */
+    float *part;         /* splits > 1: tiles x splits slots of BM BN + BM floats */
+    unsigned *counters;  /* splits > 1: one per tile, zero between launches */
+    relu_epi relu;       /* FWD, DX: a fused ReLU, or NULLs */
+} own_args;
+
+/* The end of an own_gemm block, whatever computed its E outputs acc[e] at tile positions
+ * pos(e) (an int2: row, column within the tile), with bsum its rows' bias-gradient sums when
+ * bias_rows: with splits, the partials' reduction in split order by the tile's last block; then
+ * the epilogue. Partial e of thread tid is slot element e NT + tid. */
+template <int KIND, int BM, int BN, int NT, int E, typename Pos>
+static __device__ __forceinline__ void own_tail(const own_args &p, int tile, int split, int row0, int col0,
+                                                float (&acc)[E], float bsum, bool bias_rows, Pos pos)
+{
+    const int tid = (int)threadIdx.x;
+    if (p.splits > 1) {
+        constexpr size_t SLOT = (size_t)BM * BN + BM;
+        float *mine = p.part + ((size_t)tile * p.splits + split) * SLOT;
+#pragma unroll
+        for (int e = 0; e < E; e++) mine[e * NT + tid] = acc[e];
+        if (bias_rows) mine[BM * BN + tid] = bsum;
+        if (!bn_last_arrival(&p.counters[tile], (unsigned)p.splits)) return;
+        /* The partials are added in split order, but read G splits at a time: a group's loads
+         * come, unconditionally, before the first of its additions, so they can be in flight
+         * together and the group waits about one memory latency instead of G of them. A split
+         * past the last reads the last one again and is not added; the block's own split is
+         * read too, but added from registers. */
+        constexpr int G = OWN_TAIL_FLOATS / E > 0 ? OWN_TAIL_FLOATS / E : 1;
+        float sum[E];
+#pragma unroll
+        for (int e = 0; e < E; e++) sum[e] = 0.0f;
+        float bias_total = 0.0f;
+        for (int s0 = 0; s0 < p.splits; s0 += G) {
+            float v[G][E], vb[G];
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                const float *q = p.part + ((size_t)tile * p.splits + min(s0 + g, p.splits - 1)) * SLOT;
+#pragma unroll
+                for (int e = 0; e < E; e++) v[g][e] = __ldcg(q + e * NT + tid);
+                vb[g] = bias_rows ? __ldcg(q + BM * BN + tid) : 0.0f;
+            }
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                const int s = s0 + g;
+                if (s >= p.splits) break;
+#pragma unroll
+                for (int e = 0; e < E; e++) sum[e] += s == split ? acc[e] : v[g][e];
+                if (bias_rows) bias_total += s == split ? bsum : vb[g];
+            }
+        }
+#pragma unroll
+        for (int e = 0; e < E; e++) acc[e] = sum[e];
+        bsum = bias_total;
+    }
+
+    /* The epilogue reads everything it needs (the bias, or the dW and db it adds to) before its
+     * first store: the compiler cannot rule out that a store changes what a later read gets, so
+     * it keeps such reads after the store, and each store would wait for the one read it needs,
+     * one memory latency per output. */
+    const bool db_row = bias_rows && row0 + tid < p.rows;
+    const float db_old = db_row ? p.db[row0 + tid] : 0.0f;
+    float add[E];
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        const int2 at = pos(e);
+        const int r = row0 + at.x, c = col0 + at.y;
+        add[e] = 0.0f;
+        if (KIND == GEMM_FWD && c < p.cols) add[e] = p.bias[c];
+        if (KIND == GEMM_DW && r < p.rows && c < p.cols) add[e] = p.c[(size_t)r * p.cols + c];
+        if (KIND == GEMM_DX && p.relu.relu_dx && r < p.rows && c < p.cols) add[e] = p.relu.mask[(size_t)r * p.cols + c];
+    }
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        const int2 at = pos(e);
+        const int r = row0 + at.x, c = col0 + at.y;
+        if (r >= p.rows || c >= p.cols) continue;
+        const size_t i = (size_t)r * p.cols + c;
+        if (KIND == GEMM_FWD) {
+            const float v = acc[e] + add[e];
+            p.c[i] = v;
+            if (p.relu.relu_y) p.relu.relu_y[i] = relu_of(v);
+        } else if (KIND == GEMM_DW) {
+            p.c[i] = add[e] + acc[e];
+        } else {
+            p.c[i] = acc[e];
+            if (p.relu.relu_dx) p.relu.relu_dx[i] = masked(acc[e], add[e]);
+        }
+    }
+    if (db_row) p.db[row0 + tid] = db_old + bsum;
+}
+
+/* The FP32 FMA kernel: see the comment above. */
+template <int KIND, int BM, int BN, int TM, int TN>
+__global__ void __launch_bounds__((BM / TM) * (BN / TN)) own_gemm(own_args p)
+{
+    bn_early_entry(); /* pdl.cuh */
+    constexpr int RT = BM / TM, CT = BN / TN, NT = RT * CT;
+    constexpr int LA = BM * OWN_BK / NT, LB = BN * OWN_BK / NT;
+    static_assert(BM * OWN_BK % NT == 0 && BN * OWN_BK % NT == 0, "tile loads must divide evenly");
+    static_assert(NT >= BM, "a thread per row for the bias sums");
+    constexpr bool A_INNER = KIND != GEMM_DW; /* A contiguous along the inner dimension */
+    constexpr bool B_INNER = KIND == GEMM_FWD;
+    __shared__ float As[OWN_BK][BM + 1];
+    __shared__ float Bs[OWN_BK][BN + 1];
+
+    const int tid = (int)threadIdx.x;
+    const int tile = (int)blockIdx.x, split = (int)blockIdx.y;
+    const int row0 = (tile / p.tiles_n) * BM, col0 = (tile % p.tiles_n) * BN;
+    const int k0 = split * p.ktps * OWN_BK;
+    const int k1 = min(p.inner, k0 + p.ktps * OWN_BK);
+    const int tr = tid / CT, tc = tid % CT;
+    const int lda = A_INNER ? p.inner : p.rows, ldb = B_INNER ? p.inner : p.cols;
+    const bool bias_rows = KIND == GEMM_DW && p.db != NULL && col0 == 0 && tid < BM;
+
+    float acc[TM * TN];
+#pragma unroll
+    for (int e = 0; e < TM * TN; e++) acc[e] = 0.0f;
+    float bsum = 0.0f;
+    float ra[LA], rb[LB];
+
+    /* Slice [kt, kt + OWN_BK) of A and B into registers, zero outside the matrices or the range. */
+    auto fetch = [&](int kt) {
+#pragma unroll
+        for (int l = 0; l < LA; l++) {
+            int e = tid + l * NT;
+            int r = A_INNER ? e / OWN_BK : e % BM, kk = A_INNER ? e % OWN_BK : e / BM;
+            int gr = row0 + r, gk = kt + kk;
+            ra[l] = 0.0f;
+            if (gr < p.rows && gk < k1)
+                ra[l] = A_INNER ? p.a[(size_t)gr * lda + gk] : p.a[(size_t)gk * lda + gr];
+        }
+#pragma unroll
+        for (int l = 0; l < LB; l++) {
+            int e = tid + l * NT;
+            int c = B_INNER ? e / OWN_BK : e % BN, kk = B_INNER ? e % OWN_BK : e / BN;
+            int gc = col0 + c, gk = kt + kk;
+            rb[l] = 0.0f;
+            if (gc < p.cols && gk < k1)
+                rb[l] = B_INNER ? p.b[(size_t)gc * ldb + gk] : p.b[(size_t)gk * ldb + gc];
+        }
+    };
+
+    if (k0 < k1) fetch(k0);
+    for (int kt = k0; kt < k1; kt += OWN_BK) {
+#pragma unroll
+        for (int l = 0; l < LA; l++) {
+            int e = tid + l * NT;
+            if (A_INNER) As[e % OWN_BK][e / OWN_BK] = ra[l];
+            else As[e / BM][e % BM] = ra[l];
+        }
+#pragma unroll
+        for (int l = 0; l < LB; l++) {
+            int e = tid + l * NT;
+            if (B_INNER) Bs[e % OWN_BK][e / OWN_BK] = rb[l];
+            else Bs[e / BN][e % BN] = rb[l];
+        }
+        __syncthreads();
+        if (kt + OWN_BK < k1) fetch(kt + OWN_BK);
+#pragma unroll
+        for (int kk = 0; kk < OWN_BK; kk++) {
+            float av[TM], bv[TN];
+#pragma unroll
+            for (int i = 0; i < TM; i++) av[i] = As[kk][tr + i * RT];
+#pragma unroll
+            for (int j = 0; j < TN; j++) bv[j] = Bs[kk][tc + j * CT];
+#pragma unroll
+            for (int i = 0; i < TM; i++)
+#pragma unroll
+                for (int j = 0; j < TN; j++) acc[i * TN + j] = fmaf(av[i], bv[j], acc[i * TN + j]);
+        }
+        if (bias_rows)
+#pragma unroll
+            for (int kk = 0; kk < OWN_BK; kk++) bsum += As[kk][tid];
+        __syncthreads();
+    }
+    own_tail<KIND, BM, BN, NT>(p, tile, split, row0, col0, acc, bsum, bias_rows,
+                               [&](int e) { return make_int2(tr + (e / TN) * RT, tc + (e % TN) * CT); });
+}
+
+/* The tensor-core kernel (mma_tf32.cuh: split TF32, FP32 accuracy; P = 1, for a tf32 context,
+ * the value x value product alone, and `lo` stays zero): a BM x BN tile of C per
+ * block of four warps, each warp a (BM / 2) x (BN / 2) quarter (MT x NTL m16n8k8 products per
+ * step of 8 along the inner dimension, independent of each other), over OWN_BK-deep slices that
+ * cp.async brings into TC_STAGES shared buffers ahead of their use (zeros outside the matrices
+ * or the range).
+ *
+ * Staging: an operand contiguous along the inner dimension is kept row by row (TC_LDI floats
+ * apart), one contiguous along the rows or columns slice by slice (tile side + 8 floats apart).
+ * Within a row, the inner offsets of each step of 8 are stored in the order 0 4 1 5 2 6 3 7,
+ * and within a slice, the rows (columns) of each group of 16 in the order 0 8 1 9 .. 7 15: the
+ * two values a thread takes for one fragment are then side by side, one 8-byte load, and with
+ * those pitches a warp's loads meet no bank conflicts. Each thread's copies are worked out
+ * once, so that a slice costs it a bounds test, a cp.async and an address step per element.
+ * Split reduction and epilogue as own_gemm's. */
+#define TC_WARPS 4
+#define TC_STAGES 3
+#define TC_LDI (OWN_BK + 8)
+
+/* Four bytes from global src to shared dst (a shared-space address) by cp.async, or four zero
+ * bytes when !in (src is then not read, and need not be valid). */
+static __device__ __forceinline__ void copy4(uint32_t dst, const float *src, bool in)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(in ? 4 : 0) : "memory");
+}
+
+/* Where a staged element lives (see above): `i` the row (column) within the tile, kk the inner
+ * offset within the slice. */
+template <bool INNER, int SIDE>
+static __device__ __forceinline__ int tc_at(int i, int kk)
+{
+    return INNER ? i * TC_LDI + (kk & ~7) + ((kk & 3) << 1) + ((kk >> 2) & 1)
+                 : kk * (SIDE + 8) + (i & ~15) + ((i & 7) << 1) + ((i >> 3) & 1);
+}
+
+/* What a thread copies of every slice of one operand, worked out once: L elements, each at a
+ * fixed place of the buffer and inner offset kk, from an address that moves by a fixed step
+ * per slice; a row or column past the matrix reads nothing (zeros). */
+template <bool INNER, int SIDE>
+struct tc_copies {
+    static constexpr int NT = TC_WARPS * 32, L = SIDE * OWN_BK / NT;
+    const float *src[L];
+    uint32_t dst[L];
+    int kk[L];
+    bool ok[L];
+    size_t step;
+
+    /* Operand m (ld floats from one row or column to the next when INNER, from one inner offset
+     * to the next otherwise), the tile from row or column i0 of `count`, the slices from inner
+     * offset k0, into the buffer at `buf`. */
+    __device__ __forceinline__ void plan(const float *m, int ld, int i0, int count, int k0, float *buf, int tid)
+    {
+#pragma unroll
+        for (int l = 0; l < L; l++) {
+            const int e = tid + l * NT;
+            const int i = INNER ? e / OWN_BK : e % SIDE, k = INNER ? e % OWN_BK : e / SIDE;
+            ok[l] = i0 + i < count;
+            kk[l] = k;
+            const size_t r = (size_t)(ok[l] ? i0 + i : 0), c = (size_t)(k0 + k);
+            src[l] = m + (INNER ? r * ld + c : c * ld + r);
+            dst[l] = (uint32_t)__cvta_generic_to_shared(&buf[tc_at<INNER, SIDE>(i, k)]);
+        }
+        step = INNER ? OWN_BK : (size_t)OWN_BK * ld;
+    }
+
+    /* The next slice, `rem` inner offsets of which are in range, `offset` bytes past buffer 0. */
+    __device__ __forceinline__ void copy(uint32_t offset, int rem)
+    {
+#pragma unroll
+        for (int l = 0; l < L; l++) {
+            copy4(dst[l] + offset, src[l], ok[l] && kk[l] < rem);
+            src[l] += step;
+        }
+    }
+};
+
+template <int KIND, int BM, int BN, int P>
+__global__ void __launch_bounds__(TC_WARPS * 32) own_gemm_tc(own_args p)
+{
+    bn_early_entry(); /* pdl.cuh */
+    constexpr int BK = OWN_BK, NT = TC_WARPS * 32;
+    constexpr int MT = BM / 32, NTL = BN / 16; /* m16 and n8 products per warp */
+    constexpr bool A_INNER = KIND != GEMM_DW, B_INNER = KIND == GEMM_FWD;
+    constexpr int A_SIZE = A_INNER ? BM * TC_LDI : BK * (BM + 8), B_SIZE = B_INNER ? BN * TC_LDI : BK * (BN + 8);
+    static_assert(BM % 32 == 0 && BN % 16 == 0 && BM * BK % NT == 0 && BN * BK % NT == 0 && NT >= BM, "tile shape");
+    __shared__ __align__(16) float sa[TC_STAGES][A_SIZE];
+    __shared__ __align__(16) float sb[TC_STAGES][B_SIZE];
+
+    const int tid = (int)threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
+    const int wm = warp >> 1, wn = warp & 1;
+    const int tile = (int)blockIdx.x, split = (int)blockIdx.y;
+    const int row0 = (tile / p.tiles_n) * BM, col0 = (tile % p.tiles_n) * BN;
+    const int k0 = split * p.ktps * BK;
+    const int k1 = min(p.inner, k0 + p.ktps * BK);
+    const int lda = A_INNER ? p.inner : p.rows, ldb = B_INNER ? p.inner : p.cols;
+    const bool bias_rows = KIND == GEMM_DW && p.db != NULL && col0 == 0 && tid < BM;
+
+    tc_copies<A_INNER, BM> ca;
+    tc_copies<B_INNER, BN> cb;
+    ca.plan(p.a, lda, row0, p.rows, k0, sa[0], tid);
+    cb.plan(p.b, ldb, col0, p.cols, k0, sb[0], tid);
+    /* The next slice (they are staged in order), inner offsets from kt, into buffer `buf`. */
+    auto stage = [&](int buf, int kt) {
+        ca.copy(buf * (A_SIZE * 4), k1 - kt);
+        cb.copy(buf * (B_SIZE * 4), k1 - kt);
+    };
+
+    float acc[MT][NTL][4] = {}, lo[MT][NTL][4] = {}; /* value x value, and the remainder products */
+    float bsum = 0.0f;
+    const int slices = k1 > k0 ? (k1 - k0 + BK - 1) / BK : 0;
+#pragma unroll
+    for (int s = 0; s < TC_STAGES - 1; s++) {
+        if (s < slices) stage(s, k0 + s * BK);
+        __pipeline_commit();
+    }
+    int buf = 0;
+    for (int it = 0; it < slices; it++) {
+        __pipeline_wait_prior(TC_STAGES - 2);
+        __syncthreads(); /* slice it is in, and every warp is done with the buffer refilled next */
+        const int next = it + TC_STAGES - 1;
+        if (next < slices) stage(buf == 0 ? TC_STAGES - 1 : buf - 1, k0 + next * BK);
+        __pipeline_commit();
+        const float *A = sa[buf], *B = sb[buf];
+#pragma unroll
+        for (int kb = 0; kb < BK; kb += 8) {
+            /* The fragments as pairs: A (g, t) and (g, t+4) or (g, t) and (g+8, t); B (t, g) and
+             * (t+4, g), or the n tiles 2j and 2j+1 at (t, g). */
+            uint32_t ah[MT][4], al[MT][4];
+#pragma unroll
+            for (int mi = 0; mi < MT; mi++) {
+                const int r = wm * (BM / 2) + mi * 16 + g;
+                float2 u, v;
+                if (A_INNER) {
+                    u = *(const float2 *)&A[tc_at<true, BM>(r, kb + t)];     /* a0 a2 */
+                    v = *(const float2 *)&A[tc_at<true, BM>(r + 8, kb + t)]; /* a1 a3 */
+                    split_frag_a(u.x, v.x, u.y, v.y, ah[mi], al[mi]);
+                } else {
+                    u = *(const float2 *)&A[tc_at<false, BM>(r, kb + t)];     /* a0 a1 */
+                    v = *(const float2 *)&A[tc_at<false, BM>(r, kb + t + 4)]; /* a2 a3 */
+                    split_frag_a(u.x, u.y, v.x, v.y, ah[mi], al[mi]);
+                }
+            }
+            uint32_t bh[NTL][2], bl[NTL][2];
+#pragma unroll
+            for (int ni = 0; ni < NTL; ni++) {
+                const int c = wn * (BN / 2) + ni * 8 + g;
+                if (B_INNER) {
+                    const float2 u = *(const float2 *)&B[tc_at<true, BN>(c, kb + t)]; /* b0 b1 */
+                    split_tf32(u.x, bh[ni][0], bl[ni][0]);
+                    split_tf32(u.y, bh[ni][1], bl[ni][1]);
+                } else if (ni % 2 == 0) {
+                    const float2 u = *(const float2 *)&B[tc_at<false, BN>(c, kb + t)];     /* b0 of ni, ni+1 */
+                    const float2 v = *(const float2 *)&B[tc_at<false, BN>(c, kb + t + 4)]; /* b1 of ni, ni+1 */
+                    split_tf32(u.x, bh[ni][0], bl[ni][0]);
+                    split_tf32(v.x, bh[ni][1], bl[ni][1]);
+                    split_tf32(u.y, bh[ni + 1][0], bl[ni + 1][0]);
+                    split_tf32(v.y, bh[ni + 1][1], bl[ni + 1][1]);
+                }
+            }
+#pragma unroll
+            for (int ni = 0; ni < NTL; ni++)
+#pragma unroll
+                for (int mi = 0; mi < MT; mi++) {
+                    if (P == 1) mma_tf32(acc[mi][ni], ah[mi], bh[ni][0], bh[ni][1]);
+                    else mma_split_apart(acc[mi][ni], lo[mi][ni], ah[mi], al[mi], bh[ni][0], bl[ni][0], bh[ni][1],
+                                         bl[ni][1]);
+                }
+        }
+        if (bias_rows)
+#pragma unroll
+            for (int kk = 0; kk < BK; kk++) bsum += A[tc_at<A_INNER, BM>(tid, kk)];
+        buf = buf == TC_STAGES - 1 ? 0 : buf + 1;
+    }
+    constexpr int E = MT * NTL * 4;
+    float flat[E];
+#pragma unroll
+    for (int e = 0; e < E; e++) flat[e] = acc[e / (NTL * 4)][(e / 4) % NTL][e % 4] + lo[e / (NTL * 4)][(e / 4) % NTL][e % 4];
+    own_tail<KIND, BM, BN, NT>(p, tile, split, row0, col0, flat, bsum, bias_rows, [&](int e) {
+        const int mi = e / (NTL * 4), ni = (e / 4) % NTL, q = e % 4;
+        return make_int2(wm * (BM / 2) + mi * 16 + g + (q >> 1) * 8, wn * (BN / 2) + ni * 8 + 2 * t + (q & 1));
+    });
+}
+
+/* ---- own GEMM plans ---- */
+
+/* Forced by bn_dense_gpu_force_own: -1, or the configuration every new plan takes. Kept here,
+ * beside the configurations it names; dense.cu reads it through bn_dense_own_forced. */
+static int force_cfg = -1, force_splits = 0;
+
+extern "C" void bn_dense_gpu_force_own(int config, int splits)
+{
+    force_cfg = config >= 0 && config <= OWN_SKINNY ? config : -1;
+    force_splits = splits > 0 ? splits : 0;
+}
+
+extern "C" void bn_dense_own_forced(int *config, int *splits)
+{
+    *config = force_cfg;
+    *splits = force_splits;
+}
+
+extern "C" void bn_dense_own_free(own_plan *o)
+{
+    bn_device_free(o->counters);
+    bn_device_free(o->part);
+    o->counters = NULL;
+    o->part = NULL;
+}
+
+static size_t own_part_bytes(const own_plan *o)
+{
+    const int *c = own_cfg[o->cfg];
+    return (size_t)o->tiles * o->splits * ((size_t)c[0] * c[1] + c[0]) * sizeof(float);
+}
+
+/* The tiling of the product for configuration cfg: inner ranges enough for about two blocks per
+ * SM (for the tensor-core kernel too: on an H100, one, four or eight per SM, or ranges of two
+ * slices, gave LeNet's epochs no gain or a loss), but none shorter than OWN_MIN_SLICES slices
+ * and at most OWN_RULE_SPLITS of them (want_splits > 0 asks for that many instead); one range
+ * when `no_alloc` (a plan made during capture cannot allocate counters). A block waits about one memory latency per slice of its
+ * range, and the last block of a tile then about one per OWN_TAIL_FLOATS / (TM TN) of the
+ * splits it adds up: more, shorter ranges shorten the first part but lengthen the second, so
+ * both bounds keep the sum short. */
+extern "C" own_plan bn_dense_own_layout(int kind, int n, int k, int m, int cfg, int sms, int want_splits,
+                                        int no_alloc)
+{
+    own_plan o = {};
+    o.cfg = cfg;
+    o.rows = kind == GEMM_DW ? m : n;
+    o.cols = kind == GEMM_FWD ? m : k;
+    o.inner = kind == GEMM_FWD ? k : kind == GEMM_DW ? n : m;
+    const int bm = own_cfg[cfg][0], bn = own_cfg[cfg][1];
+    o.tiles_n = (o.cols + bn - 1) / bn;
+    o.tiles = ((o.rows + bm - 1) / bm) * o.tiles_n;
+    int slices = (o.inner + OWN_BK - 1) / OWN_BK;
+    long s;
+    if (want_splits > 0) s = want_splits;
+    else {
+        long target = 2L * (sms > 0 ? sms : 1);
+        s = (target + o.tiles - 1) / o.tiles;
+        if (s > slices / OWN_MIN_SLICES) s = slices / OWN_MIN_SLICES;
+        if (s > OWN_RULE_SPLITS) s = OWN_RULE_SPLITS;
+    }
+    if (s > OWN_MAX_SPLITS) s = OWN_MAX_SPLITS;
+    if (s > slices) s = slices;
+    if (s < 1 || no_alloc) s = 1;
+    o.splits = (int)s;
+    while (o.splits > 1 && own_part_bytes(&o) > OWN_PART_LIMIT) o.splits--;
+    /* Equal ranges, none empty. */
+    o.ktps = (slices + o.splits - 1) / o.splits;
+    o.splits = (slices + o.ktps - 1) / o.ktps;
+    return o;
+}
+
+/* The configuration the rule takes: the tensor-core kernel's 32x32 tiles where the device has
+ * them (measured on an H100 for LeNet's ip1 at batch 64 and 256, they beat the 64x64 tiles in
+ * all three products: the larger tiles need more inner ranges to fill the GPU, and a longer
+ * reduction after them); otherwise the large FMA tiles when they alone fill the GPU, the small
+ * ones (with inner ranges) if not. */
+extern "C" int bn_dense_own_rule(int kind, int n, int k, int m, int sms, int tensor_ok)
+{
+    if (tensor_ok) return OWN_TC32;
+    own_plan big = bn_dense_own_layout(kind, n, k, m, OWN_FMA64, sms, 1, 1);
+    return big.tiles >= sms ? OWN_FMA64 : OWN_FMA32;
+}
+
+extern "C" bn_status bn_dense_own_alloc(own_plan *o)
+{
+    if (o->splits <= 1) return BN_OK;
+    BN_TRY(bn_device_alloc((void **)&o->counters, (size_t)o->tiles * sizeof(unsigned)));
+    BN_TRY(bn_device_zero(o->counters, (size_t)o->tiles * sizeof(unsigned)));
+    BN_TRY(bn_device_alloc((void **)&o->part, own_part_bytes(o)));
+    return BN_OK;
+}
+
+/* One launch of own_gemm for the plan: A, B as own_gemm names them, C the output. */
+extern "C" bn_status bn_dense_run_own_on(const own_plan *o, int kind, cudaStream_t s, const float *a, const float *b,
+                                         float *c, const float *bias, float *db, relu_epi e)
+{
+    own_args x;
+    x.relu = e;
+    x.a = a;
+    x.b = b;
+    x.c = c;
+    x.bias = bias;
+    x.db = db;
+    x.rows = o->rows;
+    x.cols = o->cols;
+    x.inner = o->inner;
+    x.tiles_n = o->tiles_n;
+    x.splits = o->splits;
+    x.ktps = o->ktps;
+    x.part = o->part;
+    x.counters = o->counters;
+    dim3 grid((unsigned)o->tiles, (unsigned)o->splits);
+    /* The cases follow own_cfg. */
+#define OWN_CASE(K, C, BM, BN, TM, TN)                                              \
+    case K * OWN_CONFIGS + C:                                                      \
+        bn_launch_early(own_gemm<K, BM, BN, TM, TN>, grid, dim3((BM / TM) * (BN / TN)), 0, s, x); \
+        break;
+#define TC_CASE(K, C, BM, BN)                                                                   \
+    case K * OWN_CONFIGS + C:                                                                  \
+        if (o->one_product) bn_launch_early(own_gemm_tc<K, BM, BN, 1>, grid, dim3(TC_WARPS * 32), 0, s, x); \
+        else bn_launch_early(own_gemm_tc<K, BM, BN, 3>, grid, dim3(TC_WARPS * 32), 0, s, x);          \
+        break;
+    switch (kind * OWN_CONFIGS + o->cfg) {
+        OWN_CASE(GEMM_FWD, OWN_FMA64, 64, 64, 4, 4)
+        OWN_CASE(GEMM_FWD, OWN_FMA32, 32, 32, 2, 2)
+        OWN_CASE(GEMM_DW, OWN_FMA64, 64, 64, 4, 4)
+        OWN_CASE(GEMM_DW, OWN_FMA32, 32, 32, 2, 2)
+        OWN_CASE(GEMM_DX, OWN_FMA64, 64, 64, 4, 4)
+        OWN_CASE(GEMM_DX, OWN_FMA32, 32, 32, 2, 2)
+        TC_CASE(GEMM_FWD, OWN_TC64, 64, 64)
+        TC_CASE(GEMM_FWD, OWN_TC32, 32, 32)
+        TC_CASE(GEMM_DW, OWN_TC64, 64, 64)
+        TC_CASE(GEMM_DW, OWN_TC32, 32, 32)
+        TC_CASE(GEMM_DX, OWN_TC64, 64, 64)
+        TC_CASE(GEMM_DX, OWN_TC32, 32, 32)
+    default:
+        return bn_error(BN_ERR_DEVICE, "dense: no kernel for product %d, configuration %d", kind, o->cfg);
+    }
+#undef OWN_CASE
+#undef TC_CASE
+    BN_CUDA_LAUNCH();
+    return BN_OK;
+}
+
+extern "C" bn_status bn_dense_run_own(const own_plan *o, int kind, const bn_ctx *ctx, const float *a, const float *b,
+                                      float *c, const float *bias, float *db, relu_epi e)
+{
+    return bn_dense_run_own_on(o, kind, (cudaStream_t)ctx->stream, a, b, c, bias, db, e);
+}
