@@ -565,6 +565,40 @@ BN_TEST(gpu_layer_stack_matches_cpu)
     return run_case(&stack_case);
 }
 
+/* A graph: c1's output has two readers (so its pooling is not fused), c1b's one (fused), a
+ * residual sum with coefficients, a channel join with a pooled view of the data, which is read
+ * by three layers, and a dense head with a fused ReLU. */
+static const layer_case graph_case = {"graph: conv read twice, fused and unfused poolings, add, concat, dense head",
+                                      "[input]\nchannels=2\nheight=8\nwidth=8\n"
+                                      "[conv2d]\nname=c1\nfilters=4\nsize=3\npad=1\n"
+                                      "[maxpool]\nname=p1\nsize=2\n"
+                                      "[conv2d]\nname=c1b\ninput=c1\nfilters=4\nsize=1\n"
+                                      "[maxpool]\nname=p2\nsize=2\n"
+                                      "[add]\nname=s\ninput=p1, p2\ncoeff=1, -0.5\n"
+                                      "[relu]\nname=r\n"
+                                      "[avgpool]\nname=a\ninput=input\nsize=2\n"
+                                      "[conv2d]\nname=c0\ninput=input\nfilters=2\nsize=2\nstride=2\n"
+                                      "[concat]\nname=j\ninput=r, a, c0\n"
+                                      "[dense]\nname=d1\noutputs=12\n[relu]\n"
+                                      "[dense]\nname=d2\noutputs=5\n[softmax_ce]\n",
+                                      TOL_GEMM, 5, 0, 0, 0, 1, 0};
+
+BN_TEST(gpu_layer_graph_matches_cpu)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    bn_net *net;
+    CHECK_OK(bn_net_from_text(graph_case.text, graph_case.what, &net));
+    CHECK_OK(bn_net_setup(net, 4, ctx, 0, 1));
+    /* Nothing fuses across a branch: p1 shares c1's output with c1b; p2 is c1b's sole reader. */
+    CHECK_MSG(bn_net_find_layer(net, "p1")->gpu_fused == 0, "p1 was fused into c1, which has two readers");
+    CHECK_MSG(bn_net_find_layer(net, "p2")->gpu_fused & BN_FUSED_BACKWARD, "p2 was not fused into c1b");
+    CHECK(bn_net_find_layer(net, "c1")->num_grad_parts == 1 && net->num_input_grad_parts == 0);
+    bn_net_free(net);
+    return run_case(&graph_case);
+}
+
 /* Fails unless the two blobs' current elements are bit for bit the same. */
 static int same_bits(bn_blob *a, bn_blob *b, uint64_t seed)
 {

@@ -4,12 +4,14 @@
 #
 #   tools/gpu_check.sh DATA_DIR [STAGE...]
 #
-# Stages: build, test, sanitize, crosscheck, accuracy, speed, peer (default: all).
-# DATA_DIR holds the four MNIST gzip IDX files.
+# Stages: build, test, sanitize, crosscheck, accuracy, speed, peer, graph (default: all).
+# DATA_DIR holds the four MNIST gzip IDX files; the graph stage trains models/resnet_mini.cfg on
+# Fashion-MNIST from $FASHION_DIR (default /usr/share/datasets/fashion-mnist) beside
+# tools/pytorch_peer.py on the same model file.
 set -uo pipefail
 data=${1:?usage: tools/gpu_check.sh DATA_DIR [STAGE...]}
 shift
-stages=${*:-build test sanitize crosscheck accuracy speed peer}
+stages=${*:-build test sanitize crosscheck accuracy speed peer graph}
 # Logs are written to a scratch folder and packed into one archive under $OUT at the end.
 logs=$(mktemp -d)
 trap 'tar -czf "${OUT:-.}/gpu-logs.tgz" -C "$logs" . 2>/dev/null' EXIT
@@ -76,6 +78,20 @@ if has peer; then
         MNIST_DIR=$data python3 .gpu/peer/pytorch_lenet.py --epochs 3 >"$logs/peer.log" 2>&1
         note "pytorch peer:"; cat "$logs/peer.log"
     fi
+fi
+
+if has graph; then
+    fashion=${FASHION_DIR:-/usr/share/datasets/fashion-mnist}
+    ./blobnet train models/resnet_mini.cfg --device gpu --dataset fashion-mnist --data "$fashion" \
+        >"$logs/resnet-mini.log" 2>&1
+    med=$(awk '/^epoch/ && $2 !~ /^1\// { for (i = 1; i <= NF; i++) if ($i == "s") print $(i - 1) }' "$logs/resnet-mini.log" |
+        sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }')
+    note "resnet_mini blobnet gpu: median epoch ${med} s (epochs 2-10), $(tail -1 "$logs/resnet-mini.log")"
+    for variant in graph eager; do
+        python3 tools/pytorch_peer.py models/resnet_mini.cfg --data "$fashion" --variant "$variant" \
+            >"$logs/resnet-mini-peer-$variant.log" 2>&1
+        note "resnet_mini $(tail -1 "$logs/resnet-mini-peer-$variant.log")"
+    done
 fi
 
 echo

@@ -86,7 +86,7 @@ static bn_status timed_step(bn_net *net, bn_sgd *opt, clocks *c)
     }
     for (int i = L - 1; i >= 0; i--) {
         BN_TRY(mark(c, 4 * i + 2));
-        BN_TRY(bn_layer_backward(net->layers[i], &net->pass));
+        BN_TRY(bn_net_backward_layer(net, i)); /* with the sum of its output's readers' gradients */
         BN_TRY(mark(c, 4 * i + 3));
     }
     BN_TRY(mark(c, 4 * L));

@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+"""The PyTorch peer of any blobnet model file: the same layers, wiring, initialisation scheme,
+input scaling, data order policy and recipe ([train] and the flags below), trained on the same
+IDX data, so that blobnet's speed and accuracy can be read beside PyTorch's from one run.
+
+    tools/pytorch_peer.py MODEL --data DIR [--epochs N] [--batch N] [--lr X] [--lr-policy P]
+                          [--variant eager|graph|graph-bf16] [--until-accuracy P] [--seed N]
+
+Variants: eager (data on the GPU, one launch per kernel), graph (the whole training step
+captured once as a CUDA graph and replayed; TF32 convolutions, PyTorch's default), graph-bf16
+(the same under bf16 autocast). Prints a line per epoch (training seconds without the
+evaluation, as blobnet's epoch lines) and a last line with the median epoch time, the final
+test accuracy and, with --until-accuracy, the seconds from process start to that accuracy.
+
+The update is blobnet's SGD, v = momentum * v + lr * lr_mult * (g + decay * w), w -= v, with
+biases at bias_lr_mult and no decay, and its learning-rate policies per step. Weights are drawn
+with the model's initialisers (He normal, Xavier uniform, zero biases) from the seed, but from
+PyTorch's generator: the runs start from other values than blobnet's.
+"""
+import argparse, gzip, math, os, struct, sys, time
+
+START = time.perf_counter()
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+
+def parse_model(path):
+    """[section] key = value blocks in file order, comments (# ;) dropped."""
+    sections = []
+    with open(path) as f:
+        for raw in f:
+            line = raw.split("#", 1)[0].split(";", 1)[0].strip()
+            if not line:
+                continue
+            if line.startswith("[") and line.endswith("]"):
+                sections.append((line[1:-1].strip(), {}))
+            elif "=" in line and sections:
+                k, v = line.split("=", 1)
+                sections[-1][1][k.strip()] = v.strip()
+            else:
+                sys.exit(f"{path}: cannot read line: {raw.rstrip()}")
+    return sections
+
+
+def window_out(n, size, stride, pad):
+    return (n + 2 * pad - size) // stride + 1
+
+
+class Net(torch.nn.Module):
+    """The model file's graph: layers in file order, each reading the layer above it or the
+    layers its `input` key names ('input' is the data)."""
+
+    def __init__(self, sections, gen):
+        super().__init__()
+        shapes = {"input": None}
+        self.nodes = []
+        prev = "input"
+        counts = {}
+        for kind, o in sections:
+            if kind == "input":
+                shapes["input"] = (int(o["channels"]), int(o["height"]), int(o["width"]))
+                self.mean, self.std = float(o.get("mean", 0)), float(o.get("std", 1))
+                continue
+            if kind == "train":
+                continue
+            counts[kind] = counts.get(kind, 0) + 1
+            name = o.get("name", f"{kind}{counts[kind]}")
+            inputs = [s.strip() for s in o["input"].split(",")] if "input" in o else [prev]
+            ins = [shapes[i] for i in inputs]
+            c, h, w = ins[0]
+            module, out = None, (c, h, w)
+            if kind == "conv2d":
+                k, st, pad, fo = int(o["size"]), int(o.get("stride", 1)), int(o.get("pad", 0)), int(o["filters"])
+                module = torch.nn.Conv2d(c, fo, k, st, pad)
+                init(module.weight, o.get("init", "xavier"), c * k * k, fo * k * k, gen)
+                out = (fo, window_out(h, k, st, pad), window_out(w, k, st, pad))
+            elif kind == "dense":
+                fo = int(o["outputs"])
+                module = torch.nn.Linear(c * h * w, fo)
+                init(module.weight, o.get("init", "xavier"), c * h * w, fo, gen)
+                out = (fo, 1, 1)
+            elif kind in ("maxpool", "avgpool"):
+                k = int(o["size"])
+                st, pad = int(o.get("stride", k)), int(o.get("pad", 0))
+                out = (c, window_out(h, k, st, pad), window_out(w, k, st, pad))
+                o = dict(size=k, stride=st, pad=pad)
+            elif kind == "concat":
+                out = (sum(s[0] for s in ins), h, w)
+            elif kind == "add":
+                o = dict(coeff=[float(x) for x in o["coeff"].split(",")] if "coeff" in o else [1.0] * len(inputs))
+            elif kind not in ("relu", "sigmoid", "tanh", "leaky_relu", "elu", "dropout", "softmax_ce"):
+                sys.exit(f"pytorch_peer: layer type {kind} has no PyTorch counterpart here")
+            if module is not None:
+                torch.nn.init.zeros_(module.bias)
+                self.add_module(name, module)
+            self.nodes.append((name, kind, inputs, module, o))
+            shapes[name] = out
+            prev = name
+        self.loss_last = self.nodes[-1][1] == "softmax_ce"
+
+    def forward(self, x):
+        vals = {"input": x}
+        for name, kind, inputs, module, o in self.nodes:
+            xs = [vals[i] for i in inputs]
+            x = xs[0]
+            if kind == "conv2d":
+                y = module(x)
+            elif kind == "dense":
+                y = module(x.flatten(1))
+            elif kind == "maxpool":
+                y = F.max_pool2d(x, o["size"], o["stride"], o["pad"])
+            elif kind == "avgpool":
+                y = F.avg_pool2d(x, o["size"], o["stride"], o["pad"], count_include_pad=False)
+            elif kind == "relu":
+                y = F.relu(x)
+            elif kind == "sigmoid":
+                y = torch.sigmoid(x)
+            elif kind == "tanh":
+                y = torch.tanh(x)
+            elif kind == "leaky_relu":
+                y = F.leaky_relu(x, float(o.get("slope", 0.01)))
+            elif kind == "elu":
+                y = F.elu(x, float(o.get("alpha", 1.0)))
+            elif kind == "dropout":
+                y = F.dropout(x, float(o.get("rate", 0.5)), self.training)
+            elif kind == "add":
+                y = sum(c * v for c, v in zip(o["coeff"], xs))
+            elif kind == "concat":
+                y = torch.cat(xs, 1)
+            elif kind == "softmax_ce":
+                y = x.flatten(1)  # logits; the loss is taken outside
+            vals[name] = y
+        return vals[self.nodes[-1][0]]
+
+
+def init(weight, how, fan_in, fan_out, gen):
+    with torch.no_grad():
+        if how == "he":
+            weight.copy_(torch.randn(weight.shape, generator=gen) * math.sqrt(2.0 / fan_in))
+        else:
+            limit = math.sqrt(6.0 / (fan_in + fan_out))
+            weight.copy_((torch.rand(weight.shape, generator=gen) * 2 - 1) * limit)
+
+
+def idx(path):
+    with gzip.open(path, "rb") as f:
+        raw = f.read()
+    magic, n = struct.unpack(">II", raw[:8])
+    if magic == 2051:
+        r, c = struct.unpack(">II", raw[8:16])
+        return np.frombuffer(raw, np.uint8, offset=16).reshape(n, 1, r, c)
+    return np.frombuffer(raw, np.uint8, offset=8)
+
+
+def lr_at(cfg, it, total):
+    lr, p = cfg["lr"], cfg["lr_policy"]
+    if p == "step":
+        return lr * cfg["gamma"] ** (it // cfg["stepsize"])
+    if p == "inv":
+        return lr * (1 + cfg["gamma"] * it) ** -cfg["power"]
+    if p == "cosine":
+        return cfg["lr_min"] + 0.5 * (lr - cfg["lr_min"]) * (1 + math.cos(math.pi * min(it, total) / total))
+    return lr
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model")
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--epochs", type=int)
+    ap.add_argument("--batch", type=int)
+    ap.add_argument("--lr", type=float)
+    ap.add_argument("--lr-policy")
+    ap.add_argument("--seed", type=int)
+    ap.add_argument("--variant", default="graph", choices=["eager", "graph", "graph-bf16"])
+    ap.add_argument("--until-accuracy", type=float)
+    a = ap.parse_args()
+
+    sections = parse_model(a.model)
+    t = dict(next((o for k, o in sections if k == "train"), {}))
+    cfg = dict(batch=64, epochs=10, lr=0.01, momentum=0.9, weight_decay=5e-4, lr_policy="fixed", gamma=1e-4,
+               power=0.75, stepsize=10000, lr_min=0.0, bias_lr_mult=1.0, seed=1)
+    for k, v in t.items():
+        cfg[k] = v if k == "lr_policy" else float(v)
+    for k in ("epochs", "batch", "lr", "lr_policy", "seed"):
+        if getattr(a, k) is not None:
+            cfg[k] = getattr(a, k)
+    bs, epochs = int(cfg["batch"]), int(cfg["epochs"])
+    torch.manual_seed(int(cfg["seed"]))
+    gen = torch.Generator().manual_seed(int(cfg["seed"]))
+    model = Net(sections, gen).cuda()
+    dev = torch.device("cuda")
+
+    def load(prefix):
+        x = torch.tensor(idx(os.path.join(a.data, prefix + "-images-idx3-ubyte.gz")), device=dev).float() / 255
+        y = torch.tensor(idx(os.path.join(a.data, prefix + "-labels-idx1-ubyte.gz")).astype(np.int64), device=dev)
+        return (x - model.mean) / model.std, y
+
+    xtr, ytr = load("train")
+    xte, yte = load("t10k")
+    n = xtr.shape[0]
+    steps_per_epoch = (n + bs - 1) // bs
+    total = steps_per_epoch * epochs
+
+    params, vel, mult, decay = [], [], [], []
+    for name, p in model.named_parameters():
+        bias = name.endswith("bias")
+        params.append(p)
+        vel.append(torch.zeros_like(p))
+        mult.append(cfg["bias_lr_mult"] if bias else 1.0)
+        decay.append(0.0 if bias else cfg["weight_decay"])
+    lr_t = torch.zeros((), device=dev)
+    bf16 = a.variant == "graph-bf16"
+
+    def step(x, y):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+            out = model(x)
+        loss = F.cross_entropy(out.float(), y)
+        for p in params:
+            p.grad = None
+        loss.backward()
+        with torch.no_grad():
+            for p, v, m, d in zip(params, vel, mult, decay):
+                g = p.grad.add(p, alpha=d) if d else p.grad
+                v.mul_(cfg["momentum"]).add_(g * (lr_t * m))
+                p.sub_(v)
+        return loss
+
+    def evaluate():
+        model.eval()
+        correct = 0
+        with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+            for i in range(0, xte.shape[0], 1000):
+                correct += (model(xte[i:i + 1000]).argmax(1) == yte[i:i + 1000]).sum().item()
+        model.train()
+        return 100.0 * correct / xte.shape[0]
+
+    graph = None
+    sx, sy = torch.zeros((bs,) + tuple(xtr.shape[1:]), device=dev), torch.zeros(bs, dtype=torch.long, device=dev)
+    order_gen = torch.Generator(device=dev).manual_seed(int(cfg["seed"]))
+    it, times, reached = 0, [], None
+    for ep in range(epochs):
+        order = torch.randperm(n, device=dev, generator=order_gen)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        loss_sum = torch.zeros((), device=dev)
+        for s in range(steps_per_epoch):
+            idxs = order[s * bs:(s + 1) * bs]
+            lr_t.fill_(lr_at(cfg, it, total))
+            if a.variant == "eager" or idxs.shape[0] < bs or it < 3:
+                loss = step(xtr[idxs], ytr[idxs])
+            else:
+                sx.copy_(xtr[idxs])
+                sy.copy_(ytr[idxs])
+                if graph is None:
+                    torch.cuda.synchronize()
+                    graph = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(graph):
+                        static_loss = step(sx, sy)
+                graph.replay()
+                loss = static_loss
+            loss_sum += loss.detach()
+            it += 1
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+        acc = evaluate()
+        print(f"pytorch {a.variant}: epoch {ep + 1}/{epochs}  lr {lr_at(cfg, it, total):.6f}  train loss "
+              f"{loss_sum.item() / steps_per_epoch:.4f}  test acc {acc:6.2f}%  {times[-1]:.3f} s", flush=True)
+        if a.until_accuracy is not None and reached is None and acc >= a.until_accuracy:
+            reached = time.perf_counter() - START
+            break
+    later = sorted(times[1:] or times)
+    line = (f"pytorch {a.variant}: {later[len(later) // 2] * 1000:.1f} ms per epoch (median of epochs 2-{len(times)}), "
+            f"final test accuracy {acc:.2f}%")
+    if a.until_accuracy is not None:
+        line += f", {a.until_accuracy:g}% " + (f"at {reached:.2f} s from start" if reached else "not reached")
+    print(line)
+
+
+if __name__ == "__main__":
+    main()
