@@ -6,6 +6,7 @@
 #include "core/net.h"
 #include "layer_testing.h"
 #include "testing.h"
+#include "train/optimizer.h"
 
 #define GRAD_TOL 1e-2
 
@@ -128,5 +129,48 @@ BN_TEST(graph_errors_name_the_file_line_and_the_problem)
         CHECK_MSG(strstr(bn_last_error(), graph_errors[i].needle) != NULL, "%s: \"%s\" lacks \"%s\"",
                   graph_errors[i].what, bn_last_error(), graph_errors[i].needle);
     }
+    return BN_PASS;
+}
+
+/* Three SGD steps of net on fixed data; the parameter slab afterwards into w. */
+static int train_three_steps(const char *text, float *w, size_t cap, size_t *count)
+{
+    bn_net *net;
+    bn_sgd *opt;
+    CHECK_OK(lt_net(text, 4, 7, &net));
+    CHECK_OK(bn_sgd_create(net, &net->train, &opt));
+    for (int step = 0; step < 3; step++) {
+        CHECK_OK(lt_fill_normal(net, 100 + (uint64_t)step, 1.0, 0));
+        CHECK_OK(lt_fill_labels(net, 200 + (uint64_t)step, 3));
+        CHECK_OK(bn_net_zero_grad(net));
+        CHECK_OK(bn_net_forward(net, 1));
+        CHECK_OK(bn_net_backward(net));
+        CHECK_OK(bn_sgd_step(opt, net));
+    }
+    *count = net->num_params;
+    CHECK(*count <= cap);
+    CHECK_OK(lt_read(net->params, w, *count));
+    bn_sgd_free(opt);
+    bn_net_free(net);
+    return BN_PASS;
+}
+
+BN_TEST(graph_explicit_chain_trains_bit_for_bit_like_the_implicit_one)
+{
+    static const char *implicit = "[input]\nchannels=1\nheight=6\nwidth=6\n"
+                                  "[conv2d]\nname=c\nfilters=2\nsize=3\n[maxpool]\nname=p\nsize=2\n"
+                                  "[dense]\nname=d\noutputs=5\n[relu]\nname=r\n[dense]\nname=o\noutputs=3\n"
+                                  "[softmax_ce]\nname=loss\n";
+    static const char *explicit_inputs = "[input]\nchannels=1\nheight=6\nwidth=6\n"
+                                         "[conv2d]\nname=c\ninput=input\nfilters=2\nsize=3\n"
+                                         "[maxpool]\nname=p\ninput=c\nsize=2\n"
+                                         "[dense]\nname=d\ninput=p\noutputs=5\n[relu]\nname=r\ninput=d\n"
+                                         "[dense]\nname=o\ninput=r\noutputs=3\n[softmax_ce]\nname=loss\ninput=o\n";
+    float a[256], b[256];
+    size_t na, nb;
+    CHECK(train_three_steps(implicit, a, 256, &na) == BN_PASS);
+    CHECK(train_three_steps(explicit_inputs, b, 256, &nb) == BN_PASS);
+    CHECK(na == nb && na > 50);
+    CHECK_MSG(memcmp(a, b, na * sizeof *a) == 0, "the weights differ after three steps");
     return BN_PASS;
 }

@@ -170,6 +170,7 @@ BN_TEST(layercheck_builtin_types_pass_on_cpu)
         {"dense", "outputs=5", 1}, {"conv2d", "filters=3 size=3 pad=1", 1}, {"maxpool", "size=2", 0},
         {"avgpool", "size=3 stride=2 pad=1", 0}, {"relu", NULL, 0}, {"sigmoid", NULL, 0}, {"tanh", NULL, 0},
         {"leaky_relu", "slope=0.1", 0}, {"elu", NULL, 0}, {"dropout", "rate=0.3", 0}, {"softmax_ce", NULL, 0},
+        {"add", "coeff=1,-0.5", 0}, {"concat", NULL, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         bn_layercheck_report r;
@@ -266,6 +267,67 @@ BN_TEST(layercheck_catches_a_setup_that_changes)
     return BN_PASS;
 }
 
+/* A two-input layer y = 2 x1 + x2 whose backward sends each input the other's gradient. */
+static bn_status pair_setup(bn_layer *l, bn_shape in, bn_shape *out)
+{
+    *out = in;
+    return BN_OK;
+}
+
+static bn_status pair_forward(bn_layer *l, const bn_pass *p)
+{
+    BN_HOST_RD(a, l->inputs[0]);
+    BN_HOST_RD(b, l->inputs[1]);
+    BN_HOST_WR(y, l->out);
+    for (size_t i = 0; i < bn_blob_count(l->out); i++) y[i] = 2 * a[i] + b[i];
+    return BN_OK;
+}
+
+static bn_status pair_backward_swapped(bn_layer *l, const bn_pass *p)
+{
+    BN_HOST_RD(dy, l->out_grad);
+    for (int j = 0; j < 2; j++) {
+        if (!l->input_grads[j]) continue;
+        BN_HOST_WR(dx, l->input_grads[j]);
+        for (size_t i = 0; i < bn_blob_count(l->out); i++) dx[i] = (j == 0 ? 1.0f : 2.0f) * dy[i];
+    }
+    return BN_OK;
+}
+
+static const bn_layer_ops pair_swapped_ops = {
+    .type = "lc_test_pair_swapped", .help = "test only", .min_inputs = 2, .max_inputs = 2, .setup = pair_setup,
+    .forward_cpu = pair_forward, .backward_cpu = pair_backward_swapped,
+};
+
+BN_TEST(layercheck_takes_several_inputs_of_their_own_shapes)
+{
+    bn_layercheck_opts o = bn_layercheck_defaults();
+    o.type = "concat";
+    o.num_inputs = 3;
+    o.input = (bn_shape){2, 3, 4};
+    o.more_inputs[0] = (bn_shape){1, 3, 4};
+    o.more_inputs[1] = (bn_shape){3, 3, 4};
+    bn_layercheck_report r;
+    CHECK_OK(bn_layercheck_run(&o, &r));
+    CHECK_OUTCOME("concat", r, BN_CHECK_GRADIENT, BN_CHECK_PASS);
+    CHECK_MSG(strstr(r.checks[BN_CHECK_SHAPES].detail, "2x3x4 + 1x3x4 + 3x3x4 -> 6x3x4"), "%s",
+              r.checks[BN_CHECK_SHAPES].detail);
+    CHECK(r.failed == 0);
+    o.type = "relu";
+    CHECK_ERR(bn_layercheck_run(&o, &r), BN_ERR_USAGE, "relu takes one input, not 3");
+    return BN_PASS;
+}
+
+BN_TEST(layercheck_catches_gradients_sent_to_the_wrong_input)
+{
+    CHECK_OK(ensure(&pair_swapped_ops));
+    bn_layercheck_report r;
+    CHECK_OK(run_kit(pair_swapped_ops.type, NULL, NULL, &r));
+    CHECK_OUTCOME(pair_swapped_ops.type, r, BN_CHECK_SHAPES, BN_CHECK_PASS);
+    CHECK_OUTCOME(pair_swapped_ops.type, r, BN_CHECK_GRADIENT, BN_CHECK_FAIL);
+    return BN_PASS;
+}
+
 BN_TEST(layercheck_usage_errors)
 {
     bn_layercheck_report r;
@@ -292,6 +354,7 @@ BN_TEST(layercheck_gpu_matches_cpu_for_builtins)
     } cases[] = {
         {"dense", "outputs=5"}, {"conv2d", "filters=3 size=3 pad=1"}, {"maxpool", "size=2"},
         {"avgpool", "size=3 pad=1"}, {"relu", NULL}, {"tanh", NULL}, {"leaky_relu", NULL}, {"softmax_ce", NULL},
+        {"add", "coeff=1,-0.5"}, {"concat", NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         bn_layercheck_report r;

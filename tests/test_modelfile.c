@@ -78,3 +78,17 @@ BN_TEST(modelfile_missing_file_is_reported)
     CHECK(net == NULL);
     return BN_PASS;
 }
+
+BN_TEST(modelfile_inline_options_take_list_values)
+{
+    bn_options o = {0};
+    CHECK_OK(bn_options_parse_inline(&o, "coeff=1,-2,0.5 outputs=3,seed=4"));
+    CHECK_MSG(o.count == 3, "%d pairs", o.count);
+    CHECK(strcmp(o.items[0].key, "coeff") == 0 && strcmp(o.items[0].value, "1,-2,0.5") == 0);
+    CHECK(strcmp(o.items[1].value, "3") == 0 && strcmp(o.items[2].key, "seed") == 0);
+    bn_options_clear(&o);
+    /* A piece after a space is a pair of its own, and must have '='. */
+    CHECK_ERR(bn_options_parse_inline(&o, "coeff=1 -2"), BN_ERR_USAGE, "option '-2' is not of the form key=value");
+    bn_options_clear(&o);
+    return BN_PASS;
+}

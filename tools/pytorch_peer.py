@@ -226,7 +226,7 @@ def main():
                 g = p.grad.add(p, alpha=d) if d else p.grad
                 v.mul_(cfg["momentum"]).add_(g * (lr_t * m))
                 p.sub_(v)
-        return loss
+        return loss.detach()  # nothing may keep the step's autograd graph alive into a capture
 
     def evaluate():
         model.eval()
@@ -237,7 +237,7 @@ def main():
         model.train()
         return 100.0 * correct / xte.shape[0]
 
-    graph = None
+    graph, warm = None, torch.cuda.Stream()
     sx, sy = torch.zeros((bs,) + tuple(xtr.shape[1:]), device=dev), torch.zeros(bs, dtype=torch.long, device=dev)
     order_gen = torch.Generator(device=dev).manual_seed(int(cfg["seed"]))
     it, times, reached = 0, [], None
@@ -249,19 +249,24 @@ def main():
         for s in range(steps_per_epoch):
             idxs = order[s * bs:(s + 1) * bs]
             lr_t.fill_(lr_at(cfg, it, total))
-            if a.variant == "eager" or idxs.shape[0] < bs or it < 3:
+            if a.variant == "eager" or idxs.shape[0] < bs:
                 loss = step(xtr[idxs], ytr[idxs])
             else:
                 sx.copy_(xtr[idxs])
                 sy.copy_(ytr[idxs])
-                if graph is None:
-                    torch.cuda.synchronize()
-                    graph = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(graph):
-                        static_loss = step(sx, sy)
-                graph.replay()
-                loss = static_loss
-            loss_sum += loss.detach()
+                if it < 3:  # warm-up steps on a side stream before the capture, as PyTorch asks
+                    warm.wait_stream(torch.cuda.current_stream())
+                    with torch.cuda.stream(warm):
+                        loss = step(sx, sy)
+                    torch.cuda.current_stream().wait_stream(warm)
+                else:
+                    if graph is None:
+                        graph = torch.cuda.CUDAGraph()
+                        with torch.cuda.graph(graph):
+                            static_loss = step(sx, sy)
+                    graph.replay()
+                    loss = static_loss
+            loss_sum += loss
             it += 1
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)

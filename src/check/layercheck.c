@@ -74,17 +74,138 @@ static void set(bn_check *c, bn_check_outcome r, const char *fmt, ...)
 
 /* ---- the network and what it is fed ---- */
 
-/* "[input] ... [TYPE] key = value ..." from the options. *out is freed by the caller. */
+/* The layer under test: the network's last layer (after the slices that feed a type of
+ * several inputs). */
+static bn_layer *under(bn_net *net)
+{
+    return net->layers[net->num_layers - 1];
+}
+
+/* A layer type of several inputs gets them as slices of one data input: `checkkit_slice`
+ * passes on `count` = channels x height x width elements of each example starting at
+ * `offset`, and in backward writes the data's whole gradient, zero outside its slice, so that
+ * the network's sum over the slices is the layer's input gradients laid end to end. The data
+ * then holds distinct values across all inputs and the gradient check perturbs each input. */
+typedef struct slice_priv {
+    int offset;
+    bn_shape shape;
+} slice_priv;
+
+static bn_status slice_parse(bn_layer *l, bn_options *o)
+{
+    slice_priv s;
+    BN_TRY(bn_opt_int_required(o, "offset", 0, 1 << 30, &s.offset));
+    BN_TRY(bn_opt_int_required(o, "channels", 1, 1 << 16, &s.shape.c));
+    BN_TRY(bn_opt_int_required(o, "height", 1, 1 << 16, &s.shape.h));
+    BN_TRY(bn_opt_int_required(o, "width", 1, 1 << 16, &s.shape.w));
+    if (!(l->priv = malloc(sizeof s))) return bn_error(BN_ERR_NOMEM, "check-layer: out of host memory");
+    *(slice_priv *)l->priv = s;
+    return BN_OK;
+}
+
+static bn_status slice_setup(bn_layer *l, bn_shape in, bn_shape *out)
+{
+    const slice_priv *s = l->priv;
+    if ((long)s->offset + (long)s->shape.c * s->shape.h * s->shape.w > (long)in.c * in.h * in.w)
+        return bn_layer_error(l, "slice past the data");
+    /* It has no GPU passes on purpose: on a device it runs on the host, without the warning. */
+    l->fallback_warned = 1;
+    *out = s->shape;
+    return BN_OK;
+}
+
+static bn_status slice_pass(bn_layer *l, const bn_pass *p, int backward)
+{
+    const slice_priv *s = l->priv;
+    size_t per = bn_blob_count(l->out) / (size_t)l->out->n, total = bn_blob_count(l->in) / (size_t)l->in->n;
+    if (backward) {
+        if (!l->in_grad) return BN_OK;
+        BN_HOST_RD(dy, l->out_grad);
+        BN_HOST_WR(dx, l->in_grad);
+        memset(dx, 0, bn_blob_count(l->in_grad) * sizeof *dx);
+        for (int n = 0; n < l->out->n; n++) memcpy(dx + n * total + s->offset, dy + n * per, per * sizeof *dx);
+        return BN_OK;
+    }
+    BN_HOST_RD(x, l->in);
+    BN_HOST_WR(y, l->out);
+    for (int n = 0; n < l->out->n; n++) memcpy(y + n * per, x + n * total + s->offset, per * sizeof *y);
+    return BN_OK;
+}
+
+static bn_status slice_forward(bn_layer *l, const bn_pass *p)
+{
+    return slice_pass(l, p, 0);
+}
+
+static bn_status slice_backward(bn_layer *l, const bn_pass *p)
+{
+    return slice_pass(l, p, 1);
+}
+
+static const bn_layer_ops slice_ops = {
+    .type = "checkkit_slice",
+    .help = "check-layer's own: one input of a layer under test, a slice of the data (keys offset, channels, "
+            "height, width)",
+    .kind = BN_NVTX_LAYER_OTHER,
+    .parse = slice_parse,
+    .setup = slice_setup,
+    .forward_cpu = slice_forward,
+    .backward_cpu = slice_backward,
+};
+
+int bn_layercheck_inputs(const bn_layercheck_opts *o)
+{
+    if (o->num_inputs > 0) return o->num_inputs;
+    const bn_layer_ops *ops = bn_find_layer(o->type);
+    return ops && ops->min_inputs > 1 ? ops->min_inputs : 1;
+}
+
+/* The shape of input j. */
+static bn_shape input_shape(const bn_layercheck_opts *o, int j)
+{
+    bn_shape s = j == 0 ? o->input : o->more_inputs[j - 1];
+    return s.c > 0 ? s : o->input;
+}
+
+/* "[input] ... [TYPE] key = value ..." from the options; for a type of several inputs, the data
+ * holds them all and a slice layer passes on each. *out is freed by the caller. */
 static bn_status model_text(const bn_layercheck_opts *o, char **out)
 {
+    int inputs = bn_layercheck_inputs(o);
+    const bn_layer_ops *ops = bn_find_layer(o->type);
+    int lo = ops && ops->min_inputs > 0 ? ops->min_inputs : 1, hi = ops && ops->max_inputs > 0 ? ops->max_inputs : 1;
+    if (ops && hi == 1 && inputs != 1)
+        return bn_error(BN_ERR_USAGE, "check-layer: %s takes one input, not %d (--inputs)", o->type, inputs);
+    if (ops && (inputs < lo || inputs > hi))
+        return bn_error(BN_ERR_USAGE, "check-layer: %s takes %d to %d inputs, not %d (--inputs)", o->type, lo, hi,
+                        inputs);
+    if (inputs > 1 && !bn_find_layer(slice_ops.type)) BN_TRY(bn_register_layer(&slice_ops));
     bn_options opts = {0};
     bn_status s = o->options ? bn_options_parse_inline(&opts, o->options) : BN_OK;
-    size_t cap = 128 + strlen(o->type);
+    size_t cap = 256 + strlen(o->type) + (size_t)inputs * 160;
     for (int i = 0; i < opts.count; i++) cap += strlen(opts.items[i].key) + strlen(opts.items[i].value) + 8;
     char *text = s == BN_OK ? malloc(cap) : NULL;
-    if (text) {
+    if (text && inputs == 1) {
         size_t len = (size_t)snprintf(text, cap, "[input]\nchannels = %d\nheight = %d\nwidth = %d\n[%s]\n",
                                       o->input.c, o->input.h, o->input.w, o->type);
+        for (int i = 0; i < opts.count; i++)
+            len += (size_t)snprintf(text + len, cap - len, "%s = %s\n", opts.items[i].key, opts.items[i].value);
+        *out = text;
+    } else if (text) {
+        long total = 0;
+        for (int j = 0; j < inputs; j++) total += (long)input_shape(o, j).c * input_shape(o, j).h * input_shape(o, j).w;
+        size_t len = (size_t)snprintf(text, cap, "[input]\nchannels = 1\nheight = 1\nwidth = %ld\n", total);
+        long offset = 0;
+        for (int j = 0; j < inputs; j++) {
+            bn_shape sh = input_shape(o, j);
+            len += (size_t)snprintf(text + len, cap - len, "[%s]\nname = in%d\ninput = input\noffset = %ld\n"
+                                    "channels = %d\nheight = %d\nwidth = %d\n", slice_ops.type, j + 1, offset, sh.c,
+                                    sh.h, sh.w);
+            offset += (long)sh.c * sh.h * sh.w;
+        }
+        len += (size_t)snprintf(text + len, cap - len, "[%s]\ninput = ", o->type);
+        for (int j = 0; j < inputs; j++) len += (size_t)snprintf(text + len, cap - len, "%sin%d", j ? ", " : "", j + 1);
+        len += (size_t)snprintf(text + len, cap - len, "\n");
         for (int i = 0; i < opts.count; i++)
             len += (size_t)snprintf(text + len, cap - len, "%s = %s\n", opts.items[i].key, opts.items[i].value);
         *out = text;
@@ -122,7 +243,7 @@ static bn_status feed(const kit *k, bn_net *net)
         x[i - 1] = x[j];
         x[j] = t;
     }
-    bn_layer *l = net->layers[0];
+    bn_layer *l = under(net);
     if (!l->ops->is_loss) return BN_OK;
     uint64_t classes = (uint64_t)l->out->c * l->out->h * l->out->w;
     float *y = bn_blob_host_wr(net->labels);
@@ -134,7 +255,7 @@ static bn_status feed(const kit *k, bn_net *net)
 
 static bn_status make_out_grad(kit *k)
 {
-    bn_blob *g = k->cpu->layers[0]->out_grad;
+    bn_blob *g = under(k->cpu)->out_grad;
     if (!g) return BN_OK;
     size_t count = bn_blob_count(g);
     if (!(k->out_grad = malloc(count * sizeof *k->out_grad)))
@@ -148,7 +269,7 @@ static bn_status make_out_grad(kit *k)
 /* Backward from the loss layer's own gradient, or from the fixed output gradient. */
 static bn_status backward(const kit *k, bn_net *net)
 {
-    bn_blob *g = net->layers[0]->out_grad;
+    bn_blob *g = under(net)->out_grad;
     if (g) {
         float *d = bn_blob_host_wr(g);
         if (!d) return bn_last_status();
@@ -198,7 +319,7 @@ static void drop(snapshot *s)
 
 static bn_status take(bn_net *net, snapshot *s)
 {
-    bn_layer *l = net->layers[0];
+    bn_layer *l = under(net);
     s->count = 0;
     BN_TRY(add_part(s, "output", l->out));
     BN_TRY(add_part(s, "input gradient", net->input_grad));
@@ -251,13 +372,13 @@ static int same_shape(const bn_blob *a, const bn_blob *b)
 
 static bn_status check_shapes(kit *k, bn_check *c)
 {
-    bn_layer *l1 = k->one->layers[0];
+    bn_layer *l1 = under(k->one);
     bn_status s = build(k, k->o->batch, NULL, &k->cpu);
     if (s != BN_OK) {
         set(c, BN_CHECK_FAIL, "set up for 1 example, but not for %d: %s", k->o->batch, bn_last_error());
         return BN_OK;
     }
-    bn_layer *ln = k->cpu->layers[0];
+    bn_layer *ln = under(k->cpu);
     bn_blob *o1 = l1->out, *on = ln->out;
     if (o1->c <= 0 || o1->h <= 0 || o1->w <= 0) {
         set(c, BN_CHECK_FAIL, "output shape %dx%dx%d is not positive", o1->c, o1->h, o1->w);
@@ -288,9 +409,13 @@ static bn_status check_shapes(kit *k, bn_check *c)
             len += (size_t)snprintf(params + len, sizeof params - len, "%s%s %dx%dx%dx%d", i ? ", " : "",
                                     l1->params[i].name, p1->n, p1->c, p1->h, p1->w);
     }
-    bn_shape in = k->o->input;
-    set(c, BN_CHECK_PASS, "%dx%dx%d -> %dx%dx%d at batch 1 and %d; %s", in.c, in.h, in.w, o1->c, o1->h, o1->w,
-        k->o->batch, params);
+    char ins[128] = "";
+    size_t at = 0;
+    for (int j = 0; j < l1->num_inputs && at < sizeof ins; j++) {
+        bn_shape in = l1->input_shapes[j];
+        at += (size_t)snprintf(ins + at, sizeof ins - at, "%s%dx%dx%d", j ? " + " : "", in.c, in.h, in.w);
+    }
+    set(c, BN_CHECK_PASS, "%s -> %dx%dx%d at batch 1 and %d; %s", ins, o1->c, o1->h, o1->w, k->o->batch, params);
     return BN_OK;
 }
 
@@ -310,7 +435,7 @@ static size_t count_nonfinite(bn_blob *b, bn_status *s)
 static bn_status check_writes(kit *k, bn_check *c)
 {
     bn_net *net = k->cpu;
-    bn_layer *l = net->layers[0];
+    bn_layer *l = under(net);
     bn_status s = BN_OK;
     BN_TRY(feed(k, net));
     BN_TRY(poison(l->out));
@@ -347,7 +472,7 @@ static bn_status check_gradient(kit *k, bn_check *c)
 static bn_status check_accumulates(kit *k, bn_check *c)
 {
     bn_net *net = k->cpu;
-    bn_layer *l = net->layers[0];
+    bn_layer *l = under(net);
     if (l->num_params == 0) {
         set(c, BN_CHECK_SKIP, "no parameters");
         return BN_OK;
@@ -390,8 +515,8 @@ static bn_status check_determinism(kit *k, bn_net *net, bn_check *c)
     if (s == BN_OK) s = pass_snapshot(k, net, 1, &b);
     if (s == BN_OK) {
         set(c, BN_CHECK_PASS, "two passes bit-identical: output, input gradient, %d parameter gradient%s%s",
-            net->layers[0]->num_params, net->layers[0]->num_params == 1 ? "" : "s",
-            net->layers[0]->ops->is_loss ? ", metrics" : "");
+            under(net)->num_params, under(net)->num_params == 1 ? "" : "s",
+            under(net)->ops->is_loss ? ", metrics" : "");
         for (int i = 0; i < a.count; i++) {
             const part *pa = &a.parts[i], *pb = &b.parts[i];
             size_t j = 0;
@@ -419,7 +544,7 @@ static const char *no_device_reason(void)
  * first); *worst receives the largest relative difference. */
 static bn_status compare_devices(kit *k, int train, gap *worst, snapshot *cpu, snapshot *gpu)
 {
-    bn_layer *l = k->gpu->layers[0];
+    bn_layer *l = under(k->gpu);
     BN_TRY(pass_snapshot(k, k->cpu, train, cpu));
     BN_TRY(poison(l->out));
     BN_TRY(poison(k->gpu->input_grad));
@@ -437,7 +562,7 @@ static bn_status check_devices(kit *k, bn_check *c)
         return BN_OK;
     }
     BN_TRY(build(k, o->batch, o->ctx, &k->gpu));
-    const bn_layer_ops *ops = k->gpu->layers[0]->ops;
+    const bn_layer_ops *ops = under(k->gpu)->ops;
     const char *fallback = ops->forward_gpu && ops->backward_gpu ? ""
                            : ops->forward_gpu || ops->backward_gpu ? "; one pass has no GPU function and ran on the CPU"
                                                                    : "; no GPU functions: both passes ran on the CPU";

@@ -1,6 +1,7 @@
 /* layercheck.h - the check kit for a layer type, built in or from a plugin: does it keep the
  * layer contract (layer.h)? It builds a one-layer network, [input] then [TYPE] with the given
- * keys, and runs these checks (`blobnet check-layer` prints them as a table):
+ * keys (a type of several inputs reads slices of the data, one per input, each of its own shape),
+ * and runs these checks (`blobnet check-layer` prints them as a table):
  *
  *   shapes           setup gives a positive output shape and positive parameter shapes, the
  *                    same when the network is set up for 1 example and for `batch`
@@ -59,7 +60,9 @@ typedef struct bn_layercheck_report {
 typedef struct bn_layercheck_opts {
     const char *type;          /* the registered layer type */
     const char *options;       /* the section's keys as "k=v k2=v2" (spaces or commas), or NULL */
-    bn_shape input;            /* one example */
+    bn_shape input;            /* one example (of the first input) */
+    int num_inputs;            /* inputs the layer reads: 0 for its type's least (1 for most) */
+    bn_shape more_inputs[BN_MAX_INPUTS - 1]; /* one example of inputs 2, 3, ...; zero: as input */
     int batch;                 /* examples in the passes; the shapes check compares it with 1 */
     bn_ctx *ctx;               /* device for the GPU checks; NULL skips them */
     int stochastic;            /* the layer draws random numbers in training (dropout): compare
@@ -79,6 +82,9 @@ bn_layercheck_opts bn_layercheck_defaults(void);
  * options or an input the layer's setup refuses; another error when memory or the device
  * fails outside a check. */
 bn_status bn_layercheck_run(const bn_layercheck_opts *o, bn_layercheck_report *report);
+
+/* How many inputs o's layer is checked with: o->num_inputs, else the least its type takes. */
+int bn_layercheck_inputs(const bn_layercheck_opts *o);
 
 /* "pass", "FAIL" or "skip". */
 const char *bn_check_outcome_name(bn_check_outcome c);

@@ -8,10 +8,11 @@
 #include "check/layercheck.h"
 #include "core/plugin.h"
 
-enum { OPT_PLUGIN = 256, OPT_INPUT, OPT_OPTIONS, OPT_DEVICE, OPT_BATCH, OPT_STOCHASTIC, OPT_HELP };
+enum { OPT_PLUGIN = 256, OPT_INPUT, OPT_INPUTS, OPT_OPTIONS, OPT_DEVICE, OPT_BATCH, OPT_STOCHASTIC, OPT_HELP };
 
 static const struct option check_options[] = {
     {"plugin", required_argument, 0, OPT_PLUGIN},   {"input", required_argument, 0, OPT_INPUT},
+    {"inputs", required_argument, 0, OPT_INPUTS},
     {"options", required_argument, 0, OPT_OPTIONS}, {"device", required_argument, 0, OPT_DEVICE},
     {"batch", required_argument, 0, OPT_BATCH},     {"stochastic", no_argument, 0, OPT_STOCHASTIC},
     {"help", no_argument, 0, OPT_HELP},             {0, 0, 0, 0},
@@ -48,12 +49,20 @@ static int parse_args(int argc, char **argv, check_args *a)
     *a = (check_args){.opts = bn_layercheck_defaults(), .device = "auto"};
     opterr = 0;
     optind = 1;
-    int opt;
-    long batch;
+    int opt, shapes = 0;
+    long batch, inputs;
     while ((opt = getopt_long(argc, argv, ":", check_options, NULL)) != -1) {
         switch (opt) {
         case OPT_PLUGIN: BN_TRY(bn_plugin_load(optarg)); break;
-        case OPT_INPUT: BN_TRY(parse_shape(optarg, &a->opts.input)); break;
+        case OPT_INPUT:
+            if (shapes == BN_MAX_INPUTS) return bn_error(BN_ERR_USAGE, "--input: at most %d shapes", BN_MAX_INPUTS);
+            BN_TRY(parse_shape(optarg, shapes ? &a->opts.more_inputs[shapes - 1] : &a->opts.input));
+            shapes++;
+            break;
+        case OPT_INPUTS:
+            BN_TRY(bn_cli_int("--inputs", optarg, 1, BN_MAX_INPUTS, &inputs));
+            a->opts.num_inputs = (int)inputs;
+            break;
         case OPT_OPTIONS: a->opts.options = optarg; break;
         case OPT_DEVICE: a->device = optarg; break;
         case OPT_BATCH:
@@ -69,6 +78,9 @@ static int parse_args(int argc, char **argv, check_args *a)
         return bn_error(BN_ERR_USAGE, "check-layer: missing TYPE (see 'blobnet check-layer --help')");
     if (optind + 1 < argc) return bn_error(BN_ERR_USAGE, "check-layer: unexpected argument '%s'", argv[optind + 1]);
     a->opts.type = argv[optind];
+    if (a->opts.num_inputs && shapes > a->opts.num_inputs)
+        return bn_error(BN_ERR_USAGE, "check-layer: %d --input shapes for --inputs %d", shapes, a->opts.num_inputs);
+    if (!a->opts.num_inputs && shapes > 1) a->opts.num_inputs = shapes;
     return BN_OK;
 }
 
@@ -76,8 +88,13 @@ static void print_report(const check_args *a, const bn_layercheck_report *r)
 {
     const bn_layercheck_opts *o = &a->opts;
     bn_shape in = o->input;
-    printf("check-layer %s: input %dx%dx%d, batch %d, options \"%s\", device %s\n", o->type, in.c, in.h, in.w,
-           o->batch, o->options ? o->options : "", o->ctx ? o->ctx->name : "cpu");
+    printf("check-layer %s: input %dx%dx%d", o->type, in.c, in.h, in.w);
+    for (int j = 1; j < bn_layercheck_inputs(o); j++) {
+        bn_shape s = o->more_inputs[j - 1].c ? o->more_inputs[j - 1] : in;
+        printf(" + %dx%dx%d", s.c, s.h, s.w);
+    }
+    printf(", batch %d, options \"%s\", device %s\n", o->batch, o->options ? o->options : "",
+           o->ctx ? o->ctx->name : "cpu");
     printf("%-16s %-7s %s\n", "check", "result", "detail");
     for (int i = 0; i < BN_CHECK_COUNT; i++)
         printf("%-16s %-7s %s\n", r->checks[i].name, bn_check_outcome_name(r->checks[i].outcome),

@@ -153,6 +153,17 @@ bn_status bn_options_parse_inline(bn_options *o, const char *text)
         memcpy(pair, start, len);
         pair[len] = '\0';
         char *eq = strchr(pair, '=');
+        if (!eq && o->count > 0 && start > text && start[-1] == ',') {
+            /* "coeff=1,-2": a piece right after a comma without '=' continues a list value. */
+            bn_option *last = &o->items[o->count - 1];
+            size_t had = strlen(last->value);
+            char *grown = realloc(last->value, had + len + 2);
+            if (!grown) return bn_error(BN_ERR_NOMEM, "out of host memory reading options");
+            grown[had] = ',';
+            memcpy(grown + had + 1, pair, len + 1);
+            last->value = grown;
+            continue;
+        }
         if (!eq || eq == pair || !eq[1])
             return bn_error(BN_ERR_USAGE, "option '%s' is not of the form key=value", pair);
         *eq = '\0';

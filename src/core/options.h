@@ -53,7 +53,8 @@ bn_status bn_opt_error(const bn_options *o, const char *key, const char *fmt, ..
 /* Adds key = value at `line` (copied); used by the model-file parser and by tests. */
 bn_status bn_options_add(bn_options *o, const char *key, const char *value, int line);
 
-/* Parses "k=v k2=v2" (spaces or commas between pairs) into o, for CLI and test use. */
+/* Parses "k=v k2=v2" (spaces or commas between pairs) into o, for CLI and test use; a piece
+ * without '=' right after a comma continues the value before it ("coeff=1,-2" is one pair). */
 bn_status bn_options_parse_inline(bn_options *o, const char *text);
 
 /* Frees the keys and values (not the struct itself). */
