@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/rng.h"
 #include "dropout.h"
 #include "layers.h"
-#include "core/rng.h"
 
 static bn_status dropout_parse(bn_layer *l, bn_options *o)
 {

@@ -3,9 +3,9 @@
  * uniforms; a kernel turns them in place into the mask (0 or 1 / (1 - rate)) and writes the
  * output. The draw depends on nothing else (not on earlier draws from the shared generator),
  * so a resumed or replayed step drops the same elements. Evaluation copies the input. */
-#include "gpu/cuda_check.h"
-#include "dropout.h"
 #include "core/rng.h"
+#include "dropout.h"
+#include "gpu/cuda_check.h"
 
 static __global__ void apply_mask(const float *__restrict__ x, float *__restrict__ mask, float *__restrict__ y,
                                   size_t n, float rate, float keep_scale)

@@ -28,10 +28,10 @@
 #include <stdint.h>
 
 #include "gpu/cuda_check.h"
-#include "gpu/pdl.cuh"
 #include "gpu/last_arrival.cuh"
-#include "softmax_ce.h"
+#include "gpu/pdl.cuh"
 #include "gpu/vec_ops.cuh"
+#include "softmax_ce.h"
 
 #define ROW_THREADS 256            /* 8 warps: 8 rows per block */
 #define HEAD_ROWS 2                /* the dense head: rows per block, */

@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
-#include "train/checkpoint.h"
 #include "core/device.h"
+#include "train/checkpoint.h"
 
 /* 1x4x4 inputs, ip.weight [10,16] and ip.bias [10]: 170 floats, then as many of momentum. */
 static const char MODEL[] = "[input]\nchannels=1\nheight=4\nwidth=4\n[dense]\nname=ip\noutputs=10\n[softmax_ce]\n";

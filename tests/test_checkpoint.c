@@ -14,10 +14,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "train/checkpoint.h"
 #include "core/device.h"
-#include "io/json.h"
 #include "core/status.h"
+#include "io/json.h"
+#include "train/checkpoint.h"
 
 /* conv2d1.weight [2,1,3,3], conv2d1.bias [2], dense1.weight [3,32], dense1.bias [3]:
  * 119 floats, 476 bytes of weights, then as many of momentum. */

@@ -3,9 +3,9 @@
 #include <stdlib.h>
 
 #include "conv2d/im2col.h"
+#include "core/rng.h"
 #include "layer_testing.h"
 #include "layers.h"
-#include "core/rng.h"
 #include "testing.h"
 
 /* Central differences through a float32 forward agree to a few 1e-3 at worst (gradcheck.h

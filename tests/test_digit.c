@@ -4,8 +4,8 @@
 
 #include <stdlib.h>
 
-#include "io/digit.h"
 #include "idx.h"
+#include "io/digit.h"
 
 #define SIDE 28
 

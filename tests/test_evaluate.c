@@ -5,8 +5,8 @@
 #include <dirent.h>
 #include <stdlib.h>
 
-#include "train/evaluate.h"
 #include "io/image.h"
+#include "train/evaluate.h"
 #include "train/trainer.h"
 
 #define COUNT 10

@@ -18,11 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/net.h"
+#include "core/rng.h"
 #include "dense/dense.h"
 #include "gpu/graph.h"
 #include "layer_testing.h"
-#include "core/net.h"
-#include "core/rng.h"
 #include "testing.h"
 
 #define DENSE_TEXT "[input]\nchannels=50\nheight=4\nwidth=4\n[dense]\noutputs=500\n[dense]\noutputs=10\ninit=he\n"

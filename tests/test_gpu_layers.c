@@ -22,12 +22,12 @@
 #include "conv2d/conv_rows.h"
 #include "conv2d/conv_tensor.h"
 #endif
-#include "layer_testing.h"
 #include "core/net.h"
-#include "train/numerics.h"
 #include "core/rng.h"
+#include "layer_testing.h"
 #include "softmax_ce.h"
 #include "testing.h"
+#include "train/numerics.h"
 
 /* GEMM-based layers (dense, conv2d) in FP32: the two sides add up to a few hundred products per
  * element in different orders, and cuDNN may use Winograd or FFT transforms; that moves results

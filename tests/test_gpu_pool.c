@@ -19,9 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "layer_testing.h"
 #include "core/net.h"
 #include "core/rng.h"
+#include "layer_testing.h"
 #include "testing.h"
 
 typedef struct geometry {

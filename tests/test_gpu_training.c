@@ -10,13 +10,13 @@
 
 #include "conv2d/conv2d.h"
 #endif
+#include "core/net.h"
+#include "core/rng.h"
 #include "idx.h"
 #include "layer_testing.h"
-#include "train/loader.h"
-#include "core/net.h"
-#include "train/optimizer.h"
-#include "core/rng.h"
 #include "testing.h"
+#include "train/loader.h"
+#include "train/optimizer.h"
 #include "train/trainer.h"
 
 /* The two paths run the same arithmetic in FP32 with sums in other orders (cuDNN and cuBLAS

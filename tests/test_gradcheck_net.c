@@ -3,8 +3,8 @@
  * checker's own contract (values restored, coordinates counted, nothing to check). */
 #include <stdlib.h>
 
-#include "layer_testing.h"
 #include "core/registry.h"
+#include "layer_testing.h"
 #include "testing.h"
 
 /* Central differences through a float32 forward agree to a few 1e-3 at worst (gradcheck.h

@@ -8,8 +8,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "idx.h"
 #include "core/status.h"
+#include "idx.h"
 
 #define IMAGES_MAGIC 0x00000803u
 #define LABELS_MAGIC 0x00000801u

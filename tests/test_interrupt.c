@@ -11,8 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "train/checkpoint.h"
 #include "core/device.h"
+#include "train/checkpoint.h"
 
 static char out[1 << 16];
 

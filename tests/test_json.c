@@ -5,8 +5,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "io/json.h"
 #include "core/status.h"
+#include "io/json.h"
 
 static bn_status parse(const char *text, bn_json **out)
 {

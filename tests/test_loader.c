@@ -1,8 +1,8 @@
 /* The batch loader: order, standardisation and partial batches on the CPU path. */
 #include <stdlib.h>
 
-#include "train/loader.h"
 #include "testing.h"
+#include "train/loader.h"
 
 static unsigned char pixels[5 * 4];
 static unsigned char labels[5] = {3, 1, 4, 1, 5};

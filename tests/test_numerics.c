@@ -7,8 +7,8 @@
 
 #include <stdlib.h>
 
-#include "train/checkpoint.h"
 #include "core/device.h"
+#include "train/checkpoint.h"
 #include "train/numerics.h"
 
 static char out[1 << 16];

@@ -1,6 +1,6 @@
 /* SGD updates and learning-rate policies against hand-computed values. */
-#include "train/optimizer.h"
 #include "testing.h"
+#include "train/optimizer.h"
 
 BN_TEST(optimizer_lr_policies_match_formulas)
 {

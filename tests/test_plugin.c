@@ -6,13 +6,13 @@
  * plugins are compiled here from a few lines of C with the system's cc. */
 #include <stdlib.h>
 
-#include "layer_testing.h"
 #include "check/layercheck.h"
-#include "train/optimizer.h"
 #include "core/plugin.h"
 #include "core/registry.h"
 #include "core/rng.h"
+#include "layer_testing.h"
 #include "testing.h"
+#include "train/optimizer.h"
 
 static char out[1 << 16];
 

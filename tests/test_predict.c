@@ -7,12 +7,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "train/checkpoint.h"
-#include "io/digit.h"
+#include "core/net.h"
 #include "idx.h"
+#include "io/digit.h"
 #include "io/image.h"
 #include "io/json.h"
-#include "core/net.h"
+#include "train/checkpoint.h"
 
 static char out[1 << 16], err[1 << 14];
 

@@ -7,8 +7,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "io/safetensors.h"
 #include "core/status.h"
+#include "io/safetensors.h"
 
 static const char *tmp_path(char *buf, size_t cap, const char *name)
 {

@@ -28,8 +28,8 @@
 #include "conv_igemm.h"
 #include "conv_rows.h"
 #include "conv_tensor.h"
-#include "gpu/cuda_check.h"
 #include "core/device.h"
+#include "gpu/cuda_check.h"
 #include "layers.h"
 #include "pool.h"
 

@@ -5,8 +5,8 @@
 
 #include <stddef.h>
 
-#include "im2col.h"
 #include "core/layer.h"
+#include "im2col.h"
 
 #ifdef __cplusplus
 extern "C" {

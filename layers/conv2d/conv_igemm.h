@@ -8,8 +8,8 @@
 
 #include <stddef.h>
 
-#include "im2col.h"
 #include "core/status.h"
+#include "im2col.h"
 
 #ifdef __cplusplus
 extern "C" {

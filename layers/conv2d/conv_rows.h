@@ -15,8 +15,8 @@
 #include <stddef.h>
 
 #include "conv_pooled.h"
-#include "im2col.h"
 #include "core/status.h"
+#include "im2col.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -47,11 +47,11 @@
 
 #include <cublasLt.h>
 
-#include "gpu/cuda_check.h"
 #include "dense.h"
 #include "dense_gemm.h"
 #include "dense_kernels.h"
 #include "dense_skinny.h"
+#include "gpu/cuda_check.h"
 #include "softmax_ce.h"
 
 enum { WEIGHT, BIAS };

@@ -12,13 +12,13 @@
 
 #include <cuda_pipeline.h>
 
-#include "gpu/cuda_check.h"
-#include "gpu/pdl.cuh"
-#include "gpu/last_arrival.cuh"
-#include "gpu/mma_tf32.cuh"
-#include "gpu/vec_ops.cuh"
 #include "dense.h"
 #include "dense_gemm.h"
+#include "gpu/cuda_check.h"
+#include "gpu/last_arrival.cuh"
+#include "gpu/mma_tf32.cuh"
+#include "gpu/pdl.cuh"
+#include "gpu/vec_ops.cuh"
 
 /* The tiles {BM, BN} of each configuration (OWN_FMA64 .. OWN_TC32, dense_gemm.h). */
 static const int own_cfg[OWN_CONFIGS][2] = {{64, 64}, {32, 32}, {64, 64}, {32, 32}};

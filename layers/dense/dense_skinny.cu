@@ -13,10 +13,10 @@
  * input gradient with skinny_dx's expression and order. */
 #include <stdint.h>
 
+#include "dense_skinny.h"
 #include "gpu/cuda_check.h"
 #include "gpu/pdl.cuh"
 #include "gpu/vec_ops.cuh"
-#include "dense_skinny.h"
 
 /* Rows per block of skinny_fwd, and warps per row (each takes every SKINNY_PARTS-th piece of the
  * row's inputs). */

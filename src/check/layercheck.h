@@ -26,8 +26,8 @@
 #include <stdint.h>
 
 #include "core/device.h"
-#include "gradcheck.h"
 #include "core/layer.h"
+#include "gradcheck.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli.h"
 #include "check/layercheck.h"
+#include "cli.h"
 #include "core/plugin.h"
 
 enum { OPT_PLUGIN = 256, OPT_INPUT, OPT_INPUTS, OPT_OPTIONS, OPT_DEVICE, OPT_BATCH, OPT_STOCHASTIC, OPT_HELP };

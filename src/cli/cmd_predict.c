@@ -5,12 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train/checkpoint.h"
 #include "cli.h"
-#include "io/digit.h"
-#include "train/evaluate.h"
-#include "io/json.h"
 #include "core/plugin.h"
+#include "io/digit.h"
+#include "io/json.h"
+#include "train/checkpoint.h"
+#include "train/evaluate.h"
 
 #define TOP_K 3
 

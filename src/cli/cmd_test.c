@@ -7,9 +7,9 @@
 #include <sys/stat.h>
 
 #include "cli.h"
-#include "train/evaluate.h"
-#include "io/image.h"
 #include "core/plugin.h"
+#include "io/image.h"
+#include "train/evaluate.h"
 #include "train/trainer.h"
 
 enum { OPT_DATA = 256, OPT_DATASET, OPT_DEVICE, OPT_BATCH, OPT_PLUGIN, OPT_MISCLASSIFIED, OPT_HELP };

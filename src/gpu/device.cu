@@ -5,8 +5,8 @@
 
 #include <cuda_profiler_api.h>
 
-#include "cuda_check.h"
 #include "core/device.h"
+#include "cuda_check.h"
 
 static bn_ctx the_ctx;
 static int ctx_open;

@@ -1,6 +1,6 @@
 /* kernels.cu - small generic device operations (declared in core/device.h). */
-#include "cuda_check.h"
 #include "core/device.h"
+#include "cuda_check.h"
 
 __global__ void add_kernel(float *dst, const float *src, size_t n)
 {

@@ -2,8 +2,8 @@
 
 #include <string.h>
 
-#include "loader.h"
 #include "core/nvtx.h"
+#include "loader.h"
 
 int bn_output_size(bn_net *net)
 {

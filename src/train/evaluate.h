@@ -3,8 +3,8 @@
 #ifndef BN_EVALUATE_H
 #define BN_EVALUATE_H
 
-#include "idx.h"
 #include "core/net.h"
+#include "idx.h"
 
 #ifdef __cplusplus
 extern "C" {

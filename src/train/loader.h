@@ -4,8 +4,8 @@
 #ifndef BN_LOADER_H
 #define BN_LOADER_H
 
-#include "idx.h"
 #include "core/net.h"
+#include "idx.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,7 +1,7 @@
 /* loader_gpu.cu - batches gathered on the device from the uint8 dataset uploaded once. */
 #include "gpu/cuda_check.h"
-#include "gpu/pdl.cuh"
 #include "gpu/last_arrival.cuh"
+#include "gpu/pdl.cuh"
 #include "loader.h"
 
 /* A column of blocks per example (blockIdx.x), a thread per pixel: no divisions, and every load

@@ -4,9 +4,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/nvtx.h"
 #include "gpu/graph.h"
 #include "numerics.h"
-#include "core/nvtx.h"
 
 static double now_seconds(void)
 {

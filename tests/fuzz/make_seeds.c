@@ -7,8 +7,8 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "train/checkpoint.h"
 #include "fuzz_common.h"
+#include "train/checkpoint.h"
 
 static _Noreturn void die(const char *what)
 {
