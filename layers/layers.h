@@ -17,5 +17,6 @@ extern const bn_layer_ops bn_softmax_ce_ops;
 extern const bn_layer_ops bn_dropout_ops;
 extern const bn_layer_ops bn_add_ops;
 extern const bn_layer_ops bn_concat_ops;
+extern const bn_layer_ops bn_batchnorm_ops;
 
 #endif

@@ -13,7 +13,17 @@
 static bn_status pool_parse(bn_layer *l, bn_options *o)
 {
     pool_priv p = {0};
-    BN_TRY(bn_opt_int_required(o, "size", 1, 1 << 12, &p.size));
+    if (l->ops == &bn_avgpool_ops) BN_TRY(bn_opt_int(o, "global", 0, 0, 1, &p.global));
+    if (p.global) {
+        for (const char *const *k = (const char *const[]){"size", "stride", "pad", NULL}; *k; k++) {
+            const char *v;
+            BN_TRY(bn_opt_str(o, *k, NULL, &v));
+            if (v) return bn_opt_error(o, *k, "%s does not go with global = 1, whose window is the whole input", *k);
+        }
+        p.size = p.stride = 1;
+    } else {
+        BN_TRY(bn_opt_int_required(o, "size", 1, 1 << 12, &p.size));
+    }
     BN_TRY(bn_opt_int(o, "stride", p.size, 1, 1 << 12, &p.stride));
     BN_TRY(bn_opt_int(o, "pad", 0, 0, 1 << 12, &p.pad));
     /* With pad < size every window covers at least one input cell. */
@@ -29,6 +39,11 @@ static bn_status pool_parse(bn_layer *l, bn_options *o)
 static bn_status pool_setup(bn_layer *l, bn_shape in, bn_shape *out)
 {
     pool_priv *p = l->priv;
+    if (p->global) {
+        p->c = in.c, p->h = in.h, p->w = in.w, p->oh = p->ow = 1;
+        *out = (bn_shape){in.c, 1, 1};
+        return BN_OK;
+    }
     p->oh = bn_window_out(in.h, p->size, p->stride, p->pad);
     p->ow = bn_window_out(in.w, p->size, p->stride, p->pad);
     if (p->oh == 0 || p->ow == 0)
@@ -47,6 +62,7 @@ typedef struct window {
 static window clip(const pool_priv *p, int oy, int ox)
 {
     window r;
+    if (p->global) return (window){0, p->h, 0, p->w};
     r.y0 = oy * p->stride - p->pad;
     r.x0 = ox * p->stride - p->pad;
     r.y1 = r.y0 + p->size < p->h ? r.y0 + p->size : p->h;
@@ -162,6 +178,7 @@ static bn_status avgpool_backward(bn_layer *l, const bn_pass *pass)
 static double pool_flops(const bn_layer *l)
 {
     const pool_priv *p = l->priv;
+    if (p->global) return (double)p->c * p->h * p->w;
     return (double)p->c * p->oh * p->ow * p->size * p->size;
 }
 
@@ -195,7 +212,8 @@ const bn_layer_ops bn_maxpool_ops = {
 const bn_layer_ops bn_avgpool_ops = {
     .type = "avgpool",
     .help = "mean over square windows per channel, counting only cells inside the input; "
-            "keys: size (required), stride (= size), pad (0, < size)",
+            "keys: size (required), stride (= size), pad (0, < size); or global = 1: the mean of each "
+            "whole channel (global average pooling), one output per channel",
     .kind = BN_NVTX_LAYER_POOL,
     .graph_safe = 1,
     .parse = pool_parse,

@@ -342,12 +342,46 @@ extern "C" bn_status bn_maxpool_backward_gpu(bn_layer *l, const bn_pass *p)
     return pool_backward<MAX_BACKWARD>(l, p);
 }
 
+/* Global average pooling, bit for bit the CPU's: a thread per plane sums it in double in row-major
+ * order and divides by its cells; backward a thread per input cell takes 0.0f + dy / cells. */
+static __global__ void global_avg_forward(const float *__restrict__ x, float *__restrict__ y, size_t planes, int cells)
+{
+    for (size_t pl = (size_t)blockIdx.x * blockDim.x + threadIdx.x; pl < planes; pl += (size_t)gridDim.x * blockDim.x) {
+        const float *xp = x + pl * cells;
+        double s = 0.0;
+        for (int i = 0; i < cells; i++) s += xp[i];
+        y[pl] = (float)(s / cells);
+    }
+}
+
+static __global__ void global_avg_backward(const float *__restrict__ dy, float *__restrict__ dx, size_t total,
+                                           int cells)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x)
+        dx[i] = 0.0f + dy[i / cells] / (float)cells;
+}
+
 extern "C" bn_status bn_avgpool_forward_gpu(bn_layer *l, const bn_pass *p)
 {
-    return pool_forward<AVG_FORWARD>(l, p);
+    const pool_priv *pp = (const pool_priv *)l->priv;
+    if (!pp->global) return pool_forward<AVG_FORWARD>(l, p);
+    BN_DEV_RD(x, l->in);
+    BN_DEV_WR(y, l->out);
+    size_t planes = (size_t)l->in->n * pp->c;
+    global_avg_forward<<<grid_for(planes), THREADS, 0, (cudaStream_t)p->ctx->stream>>>(x, y, planes, pp->h * pp->w);
+    BN_CUDA_LAUNCH();
+    return BN_OK;
 }
 
 extern "C" bn_status bn_avgpool_backward_gpu(bn_layer *l, const bn_pass *p)
 {
-    return pool_backward<AVG_BACKWARD>(l, p);
+    const pool_priv *pp = (const pool_priv *)l->priv;
+    if (!pp->global) return pool_backward<AVG_BACKWARD>(l, p);
+    if (!l->in_grad) return BN_OK;
+    BN_DEV_RD(dy, l->out_grad);
+    BN_DEV_WR(dx, l->in_grad);
+    size_t total = bn_blob_count(l->in_grad);
+    global_avg_backward<<<grid_for(total), THREADS, 0, (cudaStream_t)p->ctx->stream>>>(dy, dx, total, pp->h * pp->w);
+    BN_CUDA_LAUNCH();
+    return BN_OK;
 }

@@ -13,6 +13,8 @@ extern "C" {
 
 typedef struct pool_priv {
     int size, stride, pad;
+    int global;           /* avgpool over each whole plane (global average pooling): one output
+                             cell per channel; size, stride and pad unused */
     int c, h, w, oh, ow;  /* from setup */
     int *argmax;          /* maxpool on the CPU: input cell (within its plane) of each output cell */
     size_t argmax_cap;    /* elements argmax holds */

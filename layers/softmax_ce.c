@@ -1,7 +1,9 @@
 /* softmax_ce.c - softmax followed by cross-entropy against integer labels, the loss layer.
  * Outputs the class probabilities; writes the batch's loss sum and correct count to the
  * pass's metrics. The loss is computed as logsumexp(z) - z[label] after subtracting the
- * row maximum, so neither exp overflows nor log sees a zero. */
+ * row maximum, so neither exp overflows nor log sees a zero. With label smoothing s it is the
+ * cross-entropy against the target (1 - s) onehot + s / K (PyTorch's label_smoothing):
+ * logsumexp(z) - (1 - s) z[label] - s mean(z). */
 #include <math.h>
 #include <stdlib.h>
 
@@ -10,8 +12,11 @@
 
 static bn_status softmax_parse(bn_layer *l, bn_options *o)
 {
+    double smoothing;
+    BN_TRY(bn_opt_float(o, "smoothing", 0.0, 0.0, 0.999, &smoothing));
     softmax_priv *p = calloc(1, sizeof *p);
     if (!p) return bn_error(BN_ERR_NOMEM, "layer %s: out of host memory", l->name);
+    p->smoothing = smoothing;
     l->priv = p;
     return BN_OK;
 }
@@ -72,7 +77,14 @@ static bn_status softmax_forward(bn_layer *l, const bn_pass *pass)
         int label;
         BN_TRY(read_label(l, labels, i, classes, &label));
         const float *zi = z + (size_t)i * classes;
-        loss += softmax_row(zi, classes, prob + (size_t)i * classes) - zi[label];
+        double lse = softmax_row(zi, classes, prob + (size_t)i * classes);
+        if (sp->smoothing > 0.0) {
+            double sum = 0.0;
+            for (int k = 0; k < classes; k++) sum += zi[k];
+            loss += lse - (1.0 - sp->smoothing) * zi[label] - sp->smoothing * sum / classes;
+        } else {
+            loss += lse - zi[label];
+        }
         correct += first_argmax(zi, classes) == label;
     }
     BN_HOST_WR(metrics, pass->metrics);
@@ -95,7 +107,7 @@ static bn_status softmax_backward(bn_layer *l, const bn_pass *pass)
         BN_TRY(read_label(l, labels, i, classes, &label));
         const float *pi = prob + (size_t)i * classes;
         float *di = dz + (size_t)i * classes;
-        for (int k = 0; k < classes; k++) di[k] = (pi[k] - (k == label)) * scale;
+        for (int k = 0; k < classes; k++) di[k] = (pi[k] - bn_softmax_target(sp, k, label)) * scale;
     }
     return BN_OK;
 }
@@ -143,7 +155,7 @@ static void softmax_destroy(bn_layer *l)
 const bn_layer_ops bn_softmax_ce_ops = {
     .type = "softmax_ce",
     .help = "softmax over the flattened input and mean cross-entropy against the labels (the "
-            "loss layer); no keys",
+            "loss layer); keys: smoothing (0; label smoothing, the target (1 - s) onehot + s / classes)",
     .is_loss = 1,
     .kind = BN_NVTX_LAYER_LOSS,
     .graph_safe = 1,

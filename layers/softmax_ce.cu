@@ -9,7 +9,9 @@
  * at zero for the next launch. Which block is last varies, the order of the sums does not, so
  * the metrics are the same on every run; nothing past the current batch is read. The loss
  * stays on the device: the host reads it only when it asks (bn_net_metrics).
- * Backward: dz = (p - onehot(label)) / n, elementwise.
+ * Backward: dz = (p - target) / n, elementwise, the target onehot(label) or, with label smoothing
+ * s, (1 - s) onehot(label) + s / classes (bn_softmax_target's floats); the loss then subtracts
+ * (1 - s) z[label] + s mean(z) from the log-sum-exp instead of z[label].
  *
  * For the step (the loss fusion, bn_net_fuse_loss) the forward kernel can do two more things, saving a
  * launch each: the last block adds the metrics it has just written into an accumulator
@@ -43,11 +45,41 @@ static __device__ int label_of(float v, int classes)
     return v >= 0.0f && v < (float)classes && v == floorf(v) ? (int)v : -1;
 }
 
+/* The targets of a row: `on` at the label, `off` elsewhere (1 and 0 without smoothing). */
+typedef struct targets {
+    float on, off;
+    double smoothing;
+} targets;
+
+static targets targets_of(const softmax_priv *sp)
+{
+    return targets{bn_softmax_target(sp, 0, 0), bn_softmax_target(sp, 1, 0), sp->smoothing};
+}
+
 /* The input gradient of one element: what softmax_grad writes, and what softmax_rows writes
  * when it is asked for it. */
-static __device__ float grad_of(float p, int k, int label, float scale)
+static __device__ float grad_of(float p, int k, int label, float scale, targets t)
 {
-    return label >= 0 ? (p - (k == label)) * scale : NAN;
+    return label >= 0 ? (p - (k == label ? t.on : t.off)) * scale : NAN;
+}
+
+/* A row's loss from its log-sum-exp, z[label] and, with smoothing, the sum of its z. */
+static __device__ double row_loss(double lse, float zlabel, double zsum, int classes, targets t)
+{
+    if (t.smoothing > 0.0) return lse - (1.0 - t.smoothing) * zlabel - t.smoothing * zsum / classes;
+    return lse - zlabel;
+}
+
+/* The sum of a warp's row (lane j holding classes j, j + 32, ...), to every lane, in double;
+ * 0 without smoothing, which does not need it. */
+template <typename Z>
+static __device__ double row_sum(Z zat, int classes, int lane, targets t)
+{
+    double sum = 0.0;
+    if (t.smoothing > 0.0)
+        for (int k = lane; k < classes; k += 32) sum += zat(k);
+    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    return sum;
 }
 
 /* A warp's row, lane j holding classes j, j + 32, ... (zat(k) gives z[k] for those): the first
@@ -78,14 +110,14 @@ static __device__ double row_lse(Z zat, int classes, int lane, int *first)
 /* The row's probabilities into pi and, with di, its input gradients; returns the gradient of
  * the lane's last class (its only one when classes <= 32). */
 template <typename Z>
-static __device__ float row_write(Z zat, int classes, int lane, double lse, int label, float scale, float *pi,
-                                  float *di)
+static __device__ float row_write(Z zat, int classes, int lane, double lse, int label, float scale, targets t,
+                                  float *pi, float *di)
 {
     float g = 0.0f;
     for (int k = lane; k < classes; k += 32) {
         const float p = (float)exp((double)zat(k) - lse);
         pi[k] = p;
-        if (di) di[k] = g = grad_of(p, k, label, scale);
+        if (di) di[k] = g = grad_of(p, k, label, scale, t);
     }
     return g;
 }
@@ -134,7 +166,7 @@ static __device__ void finish_metrics(double loss, double correct, double *part_
  * acc, the last block also adds the metrics into acc[0..1]. */
 static __global__ void softmax_rows(const float *__restrict__ z, const float *__restrict__ labels, int n,
                                     int classes, float *__restrict__ prob, float *__restrict__ dz, float scale,
-                                    double *part_loss, double *part_correct, unsigned *arrived,
+                                    targets t, double *part_loss, double *part_correct, unsigned *arrived,
                                     float *__restrict__ metrics, float *__restrict__ acc)
 {
     bn_early_entry(); /* pdl.cuh */
@@ -146,10 +178,11 @@ static __global__ void softmax_rows(const float *__restrict__ z, const float *__
         int at;
         const double lse = row_lse(zat, classes, lane, &at);
         const int label = label_of(labels[row], classes);
-        row_write(zat, classes, lane, lse, label, scale, prob + (size_t)row * classes,
+        row_write(zat, classes, lane, lse, label, scale, t, prob + (size_t)row * classes,
                   dz ? dz + (size_t)row * classes : NULL);
+        const double zsum = row_sum(zat, classes, lane, t);
         if (lane == 0) {
-            loss = label >= 0 ? lse - zi[label] : (double)NAN;
+            loss = label >= 0 ? row_loss(lse, zi[label], zsum, classes, t) : (double)NAN;
             correct = label >= 0 && at == label ? 1.0 : 0.0;
         }
     }
@@ -162,6 +195,7 @@ typedef struct head_args {
     int n, k;
     float *z, *prob, *dz, *dx, *relu_dx;
     float scale;
+    targets t;
     double *part_loss, *part_correct;
     unsigned *arrived;
     float *metrics, *acc;
@@ -215,12 +249,13 @@ static __global__ void __launch_bounds__(HEAD_ROWS * HEAD_PARTS * 32) head_rows(
         int at;
         const double lse = row_lse(zat, M, lane, &at);
         const int label = label_of(a.labels[row], M);
-        const float g = row_write(zat, M, lane, lse, label, a.scale, a.prob + (size_t)row * M,
+        const float g = row_write(zat, M, lane, lse, label, a.scale, a.t, a.prob + (size_t)row * M,
                                   a.dz ? a.dz + (size_t)row * M : NULL);
         if (lane < M) grad[r][lane] = g;
         const float zlab = __shfl_sync(0xffffffffu, zl, label >= 0 ? label : 0);
+        const double zsum = row_sum([zl, lane](int) { return lane < M ? zl : 0.0f; }, 32, lane, a.t);
         if (lane == 0) {
-            loss = label >= 0 ? lse - zlab : (double)NAN;
+            loss = label >= 0 ? row_loss(lse, zlab, zsum, M, a.t) : (double)NAN;
             correct = label >= 0 && at == label ? 1.0 : 0.0;
         }
     }
@@ -246,12 +281,12 @@ static __global__ void __launch_bounds__(HEAD_ROWS * HEAD_PARTS * 32) head_rows(
 }
 
 static __global__ void softmax_grad(const float *__restrict__ prob, const float *__restrict__ labels, int n,
-                                    int classes, float scale, float *__restrict__ dz)
+                                    int classes, float scale, targets t, float *__restrict__ dz)
 {
     size_t total = (size_t)n * classes, stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
         int row = (int)(i / classes), k = (int)(i % classes);
-        dz[i] = grad_of(prob[i], k, label_of(labels[row], classes), scale);
+        dz[i] = grad_of(prob[i], k, label_of(labels[row], classes), scale, t);
     }
 }
 
@@ -307,8 +342,8 @@ extern "C" bn_status bn_softmax_ce_forward_gpu(bn_layer *l, const bn_pass *pass)
     cudaStream_t s = (cudaStream_t)pass->ctx->stream;
     int rows_per_block = ROW_THREADS / 32;
     bn_launch_early(softmax_rows, dim3((n + rows_per_block - 1) / rows_per_block), dim3(ROW_THREADS), 0, s, z,
-                    c.labels, n, classes, c.prob, c.dz, 1.0f / (float)n, c.part_loss, c.part_correct, c.arrived,
-                    c.metrics, c.acc);
+                    c.labels, n, classes, c.prob, c.dz, 1.0f / (float)n, targets_of(sp), c.part_loss,
+                    c.part_correct, c.arrived, c.metrics, c.acc);
     BN_CUDA_LAUNCH();
     sp->grad_written = c.dz != NULL;
     return BN_OK;
@@ -333,8 +368,8 @@ extern "C" bn_status bn_softmax_ce_head_gpu(bn_layer *l, const bn_pass *pass, co
     fwd_common c;
     BN_TRY(fwd_setup(l, pass, &c));
     head_args a = {h->x, h->w, h->b, c.labels, n, h->k, h->z, c.prob, c.dz, c.dz ? h->dx : NULL,
-                   c.dz ? h->relu_dx : NULL, 1.0f / (float)n, c.part_loss, c.part_correct, c.arrived, c.metrics,
-                   c.acc};
+                   c.dz ? h->relu_dx : NULL, 1.0f / (float)n, targets_of(sp), c.part_loss, c.part_correct,
+                   c.arrived, c.metrics, c.acc};
     /* The widest loads every row allows (the parameters may sit at any 4-byte offset of their
      * slab). */
     const uintptr_t all = (uintptr_t)a.x | (uintptr_t)a.w | (uintptr_t)a.dx | (uintptr_t)a.relu_dx;
@@ -370,7 +405,7 @@ extern "C" bn_status bn_softmax_ce_backward_gpu(bn_layer *l, const bn_pass *pass
     size_t total = (size_t)n * classes;
     size_t blocks = (total + 255) / 256;
     softmax_grad<<<(int)(blocks > 4096 ? 4096 : blocks), 256, 0, (cudaStream_t)pass->ctx->stream>>>(
-        prob, labels, n, classes, 1.0f / (float)n, dz);
+        prob, labels, n, classes, 1.0f / (float)n, targets_of(sp), dz);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }

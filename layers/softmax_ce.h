@@ -15,6 +15,7 @@ extern "C" {
 
 typedef struct softmax_priv {
     int classes;     /* from setup */
+    double smoothing; /* label smoothing s: the target is (1 - s) onehot + s / classes */
     double *dev_rows; /* device scratch: the forward kernel's per-block loss sums, then its
                          per-block correct counts (room for one block per row of capacity
                          each), then the count of blocks done (see softmax_ce.cu); NULL until
@@ -55,6 +56,14 @@ typedef struct bn_softmax_head {
     float *relu_dx;         /* a ReLU fused before it: that layer's input gradient, dx where x > 0
                                and 0 elsewhere (NULL: none) */
 } bn_softmax_head;
+
+/* The target of class k of a row whose label is `label`: (1 - s) [k == label] + s / classes;
+ * with s = 0 exactly 1 and 0. */
+static inline float bn_softmax_target(const softmax_priv *p, int k, int label)
+{
+    float off = (float)(p->smoothing / p->classes);
+    return k == label ? (float)(1.0 - p->smoothing) + off : off;
+}
 
 /* 1 when l is a softmax_ce layer of `classes` classes that a dense head can run. */
 int bn_softmax_ce_head_fits(const bn_layer *l, int classes);

@@ -468,6 +468,59 @@ BN_TEST(gpu_layer_maxpool_matches_cpu)
     return run_case(&lc);
 }
 
+/* Batch normalization after a convolution and after a dense layer, in training (the batch's
+ * statistics; run_case compares every blob and gradient) and in evaluation (the running averages
+ * the training passes left, compared too). */
+static const layer_case batchnorm_case = {"conv 3x9x7 k3 x6, batchnorm, relu, dense 20, batchnorm, softmax_ce",
+                                          "[input]\nchannels=3\nheight=9\nwidth=7\n"
+                                          "[conv2d]\nfilters=6\nsize=3\npad=1\n[batchnorm]\n[relu]\n"
+                                          "[dense]\noutputs=20\n[batchnorm]\nmomentum=0.3\n[softmax_ce]\n",
+                                          TOL_GEMM, 7, 0, 0, 0, 0, 0};
+
+BN_TEST(gpu_layer_batchnorm_matches_cpu_in_training_and_evaluation)
+{
+    int r = run_case(&batchnorm_case);
+    if (r != BN_PASS) return r;
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    uint64_t seed = lt_fresh_seed();
+    bn_net *cpu, *gpu;
+    CHECK_OK(bn_net_from_text(batchnorm_case.text, "batchnorm", &cpu));
+    CHECK_OK(bn_net_from_text(batchnorm_case.text, "batchnorm", &gpu));
+    CHECK_OK(bn_net_setup(cpu, 64, NULL, 0, seed));
+    CHECK_OK(bn_net_setup(gpu, 64, ctx, 0, seed));
+    float *start = NULL;
+    for (int step = 0; step < 3; step++) {
+        free(start);
+        CHECK_OK(feed(cpu, gpu, &batchnorm_case, seed + (uint64_t)step, &start));
+        CHECK_OK(bn_net_forward(cpu, 1));
+        CHECK_OK(bn_net_forward(gpu, 1));
+    }
+    CHECK_OK(bn_net_forward(cpu, 0));
+    CHECK_OK(bn_net_forward(gpu, 0));
+    free(start);
+    bn_blob *pairs[][2] = {{cpu->buffers, gpu->buffers}, {bn_net_output(cpu), bn_net_output(gpu)},
+                           {cpu->layers[1]->out, gpu->layers[1]->out}};
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        const float *a = bn_blob_host_rd(pairs[i][0]), *b = bn_blob_host_rd(pairs[i][1]);
+        CHECK(a && b);
+        size_t where;
+        double d = lt_rel_diff(b, a, NULL, bn_blob_count(pairs[i][0]), &where);
+        CHECK_MSG(d <= TOL_GEMM, "evaluation: %s differs by %.3g of scale at %zu (seed %llu)", pairs[i][0]->name, d,
+                  where, (unsigned long long)seed);
+    }
+    bn_net_free(cpu);
+    bn_net_free(gpu);
+    return BN_PASS;
+}
+
+BN_TEST(gpu_layer_global_avgpool_matches_cpu)
+{
+    static const layer_case lc = {"avgpool global 5x7x3", "[input]\nchannels=5\nheight=7\nwidth=3\n[avgpool]\nglobal=1\n",
+                                  TOL_ELEMENTWISE, 0, 0, 0, 0, 0, 0};
+    return run_case(&lc);
+}
+
 BN_TEST(gpu_layer_avgpool_matches_cpu)
 {
     static const layer_case lc = {"avgpool 4x7x9 s3 st2 p1, s2 p1",
@@ -501,7 +554,11 @@ BN_TEST(gpu_layer_softmax_ce_matches_cpu)
     static const layer_case after_dense = {"dense 2x3x1 -> 7 + softmax_ce",
                                            "[input]\nchannels=2\nheight=3\nwidth=1\n[dense]\noutputs=7\n[softmax_ce]\n",
                                            TOL_GEMM, 7, 0, 0, 0, 0, 0};
+    static const layer_case smoothed = {"softmax_ce 40 classes, smoothing 0.2",
+                                        "[input]\nchannels=40\nheight=1\nwidth=1\n[softmax_ce]\nsmoothing=0.2\n",
+                                        TOL_ELEMENTWISE, 40, 0, 0, 0, 1, 0};
     int r = run_case(&direct);
+    if (r == BN_PASS) r = run_case(&smoothed);
     return r == BN_PASS ? run_case(&after_dense) : r;
 }
 
@@ -521,6 +578,10 @@ BN_TEST(gpu_layer_dense_head_matches_cpu)
         {"dense 64 -> 100, relu, dense 10, softmax_ce (head, relu fused)",
          "[input]\nchannels=4\nheight=4\nwidth=4\n[dense]\noutputs=100\n[relu]\n[dense]\noutputs=10\n[softmax_ce]\n",
          TOL_GEMM, 10, 0, 0, 0, 1, 0},
+        {"dense 35 -> 13, relu, dense 5, softmax_ce smoothing 0.1 (head, relu fused)",
+         "[input]\nchannels=5\nheight=7\nwidth=1\n[dense]\noutputs=13\n[relu]\n[dense]\noutputs=5\n"
+         "[softmax_ce]\nsmoothing=0.1\n",
+         TOL_GEMM, 5, 0, 0, 0, 1, 0},
         {"dense 64 -> 100, relu, dense 16, softmax_ce (head, gradient by the backward passes)",
          "[input]\nchannels=4\nheight=4\nwidth=4\n[dense]\noutputs=100\n[relu]\n[dense]\noutputs=16\n[softmax_ce]\n",
          TOL_GEMM, 16, 0, 0, 0, 0, 0},

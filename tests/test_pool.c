@@ -150,3 +150,28 @@ BN_TEST(avgpool_gradcheck)
                             "avgpool 1x5x6 k2 s1 p1 + softmax_ce batch 2", 2, 0, 0, 42, GRAD_TOL) == BN_PASS);
     return BN_PASS;
 }
+
+BN_TEST(pool_global_average_is_the_mean_of_each_plane)
+{
+    bn_net *net;
+    CHECK_OK(lt_net("[input]\nchannels=2\nheight=2\nwidth=3\n[avgpool]\nglobal=1\n", 1, 1, &net));
+    CHECK(net->layers[0]->out->c == 2 && net->layers[0]->out->h == 1 && net->layers[0]->out->w == 1);
+    const float x[12] = {1, 2, 3, 4, 5, 6, -1, -1, -1, -1, -1, 5}, dy[2] = {6, 12};
+    float y[2], dx[12];
+    CHECK_OK(lt_write(net->input, x, 12));
+    CHECK_OK(bn_net_forward(net, 1));
+    CHECK_OK(lt_read(net->layers[0]->out, y, 2));
+    CHECK(y[0] == 3.5f && y[1] == 0.0f);
+    CHECK_OK(lt_write(net->layers[0]->out_grad, dy, 2));
+    CHECK_OK(bn_net_backward(net));
+    CHECK_OK(lt_read(net->input_grad, dx, 12));
+    for (int i = 0; i < 12; i++) CHECK(dx[i] == (i < 6 ? 1.0f : 2.0f));
+    bn_net_free(net);
+    CHECK(lt_gradcheck_text("[input]\nchannels=3\nheight=4\nwidth=5\n[avgpool]\nglobal=1\n", "avgpool global 3x4x5", 2,
+                            0.0, 0.0, 0, GRAD_TOL) == BN_PASS);
+    CHECK_ERR(lt_setup_status("[input]\nchannels=1\nheight=4\nwidth=4\n[avgpool]\nglobal=1\nsize=2\n"), BN_ERR_USAGE,
+              "size does not go with global = 1");
+    CHECK_ERR(lt_setup_status("[input]\nchannels=1\nheight=4\nwidth=4\n[maxpool]\nglobal=1\nsize=2\n"), BN_ERR_USAGE,
+              "global");
+    return BN_PASS;
+}

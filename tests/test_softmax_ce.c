@@ -105,3 +105,37 @@ BN_TEST(softmax_ce_gradcheck)
                             "softmax_ce 2 classes batch 3", 3, 0, 0, 2, GRAD_TOL) == BN_PASS);
     return BN_PASS;
 }
+
+/* Label smoothing s over K classes: the target (1 - s) onehot + s / K, so the loss is
+ * lse - (1 - s) z[label] - s mean(z) and the gradient (p - target) / n. */
+BN_TEST(softmax_ce_label_smoothing_matches_hand_values)
+{
+    static const float z[] = {1, 2, 3, 0.5f, -1, 2}, labels[] = {2, 0};
+    bn_net *net;
+    CHECK_OK(lt_net("[input]\nchannels=3\nheight=1\nwidth=1\n[softmax_ce]\nsmoothing=0.3\n", 2, 1, &net));
+    CHECK_OK(lt_write(net->input, z, 6));
+    CHECK_OK(lt_write(net->labels, labels, 2));
+    CHECK_OK(bn_net_forward(net, 1));
+    CHECK_OK(bn_net_backward(net));
+    float m[2], dz[6];
+    CHECK_OK(lt_read(net->metrics, m, 2));
+    CHECK_OK(lt_read(net->input_grad, dz, 6));
+    double want = 0.0;
+    for (int i = 0; i < 2; i++) {
+        const float *zi = z + 3 * i;
+        double lse = log(exp(zi[0]) + exp(zi[1]) + exp(zi[2]));
+        int label = (int)labels[i];
+        want += lse - 0.7 * zi[label] - 0.3 * (zi[0] + zi[1] + zi[2]) / 3.0;
+        for (int k = 0; k < 3; k++) {
+            double target = (k == label ? 0.7 : 0.0) + 0.1;
+            CHECK_NEAR(dz[3 * i + k], (exp(zi[k] - lse) - target) / 2.0, 1e-6);
+        }
+    }
+    CHECK_NEAR(m[0], want, 1e-5);
+    bn_net_free(net);
+    CHECK(lt_gradcheck_text("[input]\nchannels=5\nheight=1\nwidth=1\n[softmax_ce]\nsmoothing=0.1\n",
+                            "softmax_ce smoothing 0.1", 4, 0.0, 0.0, 5, GRAD_TOL) == BN_PASS);
+    CHECK_ERR(lt_setup_status("[input]\nchannels=5\nheight=1\nwidth=1\n[softmax_ce]\nsmoothing=1\n"), BN_ERR_USAGE,
+              "smoothing");
+    return BN_PASS;
+}

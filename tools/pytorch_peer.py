@@ -56,6 +56,7 @@ class Net(torch.nn.Module):
         super().__init__()
         shapes = {"input": None}
         self.nodes = []
+        self.smoothing = 0.0
         prev = "input"
         counts = {}
         for kind, o in sections:
@@ -81,19 +82,27 @@ class Net(torch.nn.Module):
                 module = torch.nn.Linear(c * h * w, fo)
                 init(module.weight, o.get("init", "xavier"), c * h * w, fo, gen)
                 out = (fo, 1, 1)
+            elif kind in ("maxpool", "avgpool") and o.get("global", "0") == "1":
+                out, o = (c, 1, 1), dict(size=(h, w), stride=(h, w), pad=0)
             elif kind in ("maxpool", "avgpool"):
                 k = int(o["size"])
                 st, pad = int(o.get("stride", k)), int(o.get("pad", 0))
                 out = (c, window_out(h, k, st, pad), window_out(w, k, st, pad))
                 o = dict(size=k, stride=st, pad=pad)
+            elif kind == "batchnorm":
+                bn_type = torch.nn.BatchNorm2d if h * w > 1 else torch.nn.BatchNorm1d
+                module = bn_type(c, eps=float(o.get("eps", 1e-5)), momentum=float(o.get("momentum", 0.1)))
             elif kind == "concat":
                 out = (sum(s[0] for s in ins), h, w)
             elif kind == "add":
                 o = dict(coeff=[float(x) for x in o["coeff"].split(",")] if "coeff" in o else [1.0] * len(inputs))
-            elif kind not in ("relu", "sigmoid", "tanh", "leaky_relu", "elu", "dropout", "softmax_ce"):
+            elif kind == "softmax_ce":
+                self.smoothing = float(o.get("smoothing", 0))
+            elif kind not in ("relu", "sigmoid", "tanh", "leaky_relu", "elu", "dropout"):
                 sys.exit(f"pytorch_peer: layer type {kind} has no PyTorch counterpart here")
             if module is not None:
-                torch.nn.init.zeros_(module.bias)
+                if kind != "batchnorm":
+                    torch.nn.init.zeros_(module.bias)
                 self.add_module(name, module)
             self.nodes.append((name, kind, inputs, module, o))
             shapes[name] = out
@@ -109,6 +118,8 @@ class Net(torch.nn.Module):
                 y = module(x)
             elif kind == "dense":
                 y = module(x.flatten(1))
+            elif kind == "batchnorm":
+                y = module(x if x.dim() == 4 and x.shape[2] * x.shape[3] > 1 else x.flatten(1))
             elif kind == "maxpool":
                 y = F.max_pool2d(x, o["size"], o["stride"], o["pad"])
             elif kind == "avgpool":
@@ -154,15 +165,48 @@ def idx(path):
     return np.frombuffer(raw, np.uint8, offset=8)
 
 
+def annealed(start, end, pct):
+    return end + (start - end) / 2 * (math.cos(math.pi * pct) + 1)
+
+
 def lr_at(cfg, it, total):
+    """blobnet's policies; onecycle is PyTorch's OneCycleLR (cosine, momentum not cycled); the
+    first `warmup` steps scale the policy's rate by (it + 1) / warmup."""
     lr, p = cfg["lr"], cfg["lr_policy"]
     if p == "step":
-        return lr * cfg["gamma"] ** (it // cfg["stepsize"])
-    if p == "inv":
-        return lr * (1 + cfg["gamma"] * it) ** -cfg["power"]
-    if p == "cosine":
-        return cfg["lr_min"] + 0.5 * (lr - cfg["lr_min"]) * (1 + math.cos(math.pi * min(it, total) / total))
-    return lr
+        rate = lr * cfg["gamma"] ** (it // cfg["stepsize"])
+    elif p == "inv":
+        rate = lr * (1 + cfg["gamma"] * it) ** -cfg["power"]
+    elif p == "cosine":
+        rate = cfg["lr_min"] + 0.5 * (lr - cfg["lr_min"]) * (1 + math.cos(math.pi * min(it, total) / total))
+    elif p == "onecycle":
+        initial = lr / cfg["div_factor"]
+        up = cfg["pct_start"] * total - 1
+        if it <= up:
+            rate = annealed(initial, lr, it / up)
+        else:
+            rate = annealed(lr, initial / cfg["final_div_factor"], min(1.0, (it - up) / (total - 1 - up)))
+    else:
+        rate = lr
+    warmup = int(cfg["warmup"])
+    return rate * (it + 1) / warmup if it < warmup else rate
+
+
+def augment(x, shift, flip, fill, gen):
+    """Each example moved by (dx, dy) in [-shift, shift] with `fill` moved in, then mirrored
+    left-right with probability 1/2 (blobnet draws its own numbers: the same law, not the same
+    draws)."""
+    n, c, h, w = x.shape
+    if shift:
+        d = torch.randint(-shift, shift + 1, (2, n), device=x.device, generator=gen)
+        padded = F.pad(x, (shift, shift, shift, shift), value=fill)
+        rows = (shift + d[0])[:, None, None] + torch.arange(h, device=x.device)[None, :, None]
+        cols = (shift + d[1])[:, None, None] + torch.arange(w, device=x.device)[None, None, :]
+        x = padded.permute(0, 2, 3, 1)[torch.arange(n, device=x.device)[:, None, None], rows, cols].permute(0, 3, 1, 2)
+    if flip:
+        mirrored = torch.rand(n, device=x.device, generator=gen) < 0.5
+        x = torch.where(mirrored[:, None, None, None], x.flip(3), x)
+    return x
 
 
 def main():
@@ -174,6 +218,7 @@ def main():
     ap.add_argument("--lr", type=float)
     ap.add_argument("--lr-policy")
     ap.add_argument("--seed", type=int)
+    ap.add_argument("--optimizer", choices=["sgd", "adam", "adamw"])
     ap.add_argument("--variant", default="graph", choices=["eager", "graph", "graph-bf16"])
     ap.add_argument("--until-accuracy", type=float)
     a = ap.parse_args()
@@ -181,10 +226,13 @@ def main():
     sections = parse_model(a.model)
     t = dict(next((o for k, o in sections if k == "train"), {}))
     cfg = dict(batch=64, epochs=10, lr=0.01, momentum=0.9, weight_decay=5e-4, lr_policy="fixed", gamma=1e-4,
-               power=0.75, stepsize=10000, lr_min=0.0, bias_lr_mult=1.0, seed=1)
+               power=0.75, stepsize=10000, lr_min=0.0, bias_lr_mult=1.0, seed=1, optimizer="sgd", beta1=0.9,
+               beta2=0.999, eps=1e-8, warmup=0, pct_start=0.3, div_factor=25.0, final_div_factor=1e4)
     for k, v in t.items():
-        cfg[k] = v if k == "lr_policy" else float(v)
-    for k in ("epochs", "batch", "lr", "lr_policy", "seed"):
+        cfg[k] = v if k in ("lr_policy", "optimizer") else float(v)
+    aug = dict(next((o for k, o in sections if k == "augment"), {}))
+    shift, flip = int(aug.get("shift", 0)), int(aug.get("flip", 0))
+    for k in ("epochs", "batch", "lr", "lr_policy", "seed", "optimizer"):
         if getattr(a, k) is not None:
             cfg[k] = getattr(a, k)
     bs, epochs = int(cfg["batch"]), int(cfg["epochs"])
@@ -204,28 +252,49 @@ def main():
     steps_per_epoch = (n + bs - 1) // bs
     total = steps_per_epoch * epochs
 
-    params, vel, mult, decay = [], [], [], []
+    params, vel, sq, mult, decay = [], [], [], [], []
     for name, p in model.named_parameters():
         bias = name.endswith("bias")
         params.append(p)
         vel.append(torch.zeros_like(p))
+        sq.append(torch.zeros_like(p))
         mult.append(cfg["bias_lr_mult"] if bias else 1.0)
         decay.append(0.0 if bias else cfg["weight_decay"])
     lr_t = torch.zeros((), device=dev)
+    t_t = torch.zeros((), device=dev)  # the Adam step, on the device for a replayed graph
     bf16 = a.variant == "graph-bf16"
+    opt, b1, b2, eps = cfg["optimizer"], cfg["beta1"], cfg["beta2"], cfg["eps"]
 
-    def step(x, y):
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
-            out = model(x)
-        loss = F.cross_entropy(out.float(), y)
-        for p in params:
-            p.grad = None
-        loss.backward()
-        with torch.no_grad():
+    def update():
+        """blobnet's rules: SGD v = mom v + lr (g + wd w), w -= v; Adam and AdamW as PyTorch's."""
+        if opt == "sgd":
             for p, v, m, d in zip(params, vel, mult, decay):
                 g = p.grad.add(p, alpha=d) if d else p.grad
                 v.mul_(cfg["momentum"]).add_(g * (lr_t * m))
                 p.sub_(v)
+            return
+        t_t.add_(1)
+        c1, c2 = 1 - b1 ** t_t, 1 - b2 ** t_t
+        for p, m1, m2, m, d in zip(params, vel, sq, mult, decay):
+            lr = lr_t * m
+            g = p.grad
+            if opt == "adamw" and d:
+                p.mul_(1 - lr * d)
+            elif d:
+                g = g.add(p, alpha=d)
+            m1.mul_(b1).add_(g, alpha=1 - b1)
+            m2.mul_(b2).addcmul_(g, g, value=1 - b2)
+            p.sub_(lr * (m1 / c1) / ((m2 / c2).sqrt() + eps))
+
+    def step(x, y):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+            out = model(x)
+        loss = F.cross_entropy(out.float(), y, label_smoothing=model.smoothing)
+        for p in params:
+            p.grad = None
+        loss.backward()
+        with torch.no_grad():
+            update()
         return loss.detach()  # nothing may keep the step's autograd graph alive into a capture
 
     def evaluate():
@@ -240,6 +309,11 @@ def main():
     graph, warm = None, torch.cuda.Stream()
     sx, sy = torch.zeros((bs,) + tuple(xtr.shape[1:]), device=dev), torch.zeros(bs, dtype=torch.long, device=dev)
     order_gen = torch.Generator(device=dev).manual_seed(int(cfg["seed"]))
+    fill = (0.0 - model.mean) / model.std
+
+    def batch(idxs):
+        x = xtr[idxs]
+        return augment(x, shift, flip, fill, order_gen) if shift or flip else x
     it, times, reached = 0, [], None
     for ep in range(epochs):
         order = torch.randperm(n, device=dev, generator=order_gen)
@@ -250,9 +324,9 @@ def main():
             idxs = order[s * bs:(s + 1) * bs]
             lr_t.fill_(lr_at(cfg, it, total))
             if a.variant == "eager" or idxs.shape[0] < bs:
-                loss = step(xtr[idxs], ytr[idxs])
+                loss = step(batch(idxs), ytr[idxs])
             else:
-                sx.copy_(xtr[idxs])
+                sx.copy_(batch(idxs))
                 sy.copy_(ytr[idxs])
                 if it < 3:  # warm-up steps on a side stream before the capture, as PyTorch asks
                     warm.wait_stream(torch.cuda.current_stream())

@@ -281,11 +281,24 @@ bn_status bn_gradcheck_net(bn_net *net, const bn_gradcheck_opts *o, bn_gradcheck
                         o->eps, o->tolerance);
     checker c = {.net = net, .o = o, .res = res};
     bn_rng_seed(&c.pick, o->seed, STREAM_PICK);
+    /* Every training pass moves running statistics; the check puts them back as it found them. */
+    float *buffers = NULL;
+    size_t nbuf = net->buffers ? bn_blob_count(net->buffers) : 0;
+    const float *held = nbuf ? bn_blob_host_rd(net->buffers) : NULL;
+    if (nbuf && (!held || !(buffers = malloc(nbuf * sizeof *buffers))))
+        return held ? bn_error(BN_ERR_NOMEM, "gradient check: out of host memory") : bn_last_status();
+    if (nbuf) memcpy(buffers, held, nbuf * sizeof *buffers);
     bn_status s = bn_net_loss_layer(net) ? BN_OK : make_projection(&c);
     if (s == BN_OK) s = analytic_pass(&c);
     if (s == BN_OK) s = set_floor(&c);
     if (s == BN_OK) s = check_all(&c);
     if (s == BN_OK) s = verdict(&c);
+    if (nbuf) {
+        float *back = bn_blob_host_wr(net->buffers);
+        if (back) memcpy(back, buffers, nbuf * sizeof *back);
+        else if (s == BN_OK) s = bn_last_status();
+    }
+    free(buffers);
     free(c.proj);
     return s;
 }

@@ -61,7 +61,7 @@ bn_gradcheck_opts bn_gradcheck_defaults(void);
 
 /* Compares analytic gradients of the network input (needs setup with want_input_grad) and
  * every parameter against central differences. Runs training-mode passes at the network's
- * current batch, labels and step; parameter and input values are restored exactly, and the
+ * current batch, labels and step; parameter, input and buffer values are restored exactly, and the
  * gradient slab holds the analytic gradients afterwards. res is filled even on failure.
  * BN_ERR_NUMERIC when the worst relative error exceeds the tolerance (the message names the
  * blob, index, analytic and numeric values), when J is not finite, or when more than 5% of

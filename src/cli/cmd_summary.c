@@ -42,8 +42,11 @@ static void print_table(const bn_net *net)
         printf("%-16s %-12s %5dx%4dx%-5d %12zu %12.3f  %s\n", l->name, l->ops->type, l->out->c, l->out->h, l->out->w,
                layer_params(l), flops / 1e6, inputs);
     }
-    printf("total: %d layers, %zu parameters (%.2f MiB), %.3f MFLOPs forward per image\n", net->num_layers,
-           net->num_params, net->num_params * 4.0 / (1 << 20), total_flops / 1e6);
+    printf("total: %d layers, %zu parameters (%.2f MiB), ", net->num_layers, net->num_params,
+           net->num_params * 4.0 / (1 << 20));
+    /* Buffers (running statistics) are saved with the weights but never learned. */
+    if (net->num_buffer_floats) printf("%zu buffer values, ", net->num_buffer_floats);
+    printf("%.3f MFLOPs forward per image\n", total_flops / 1e6);
 }
 
 /* Fill colours by the profiler's layer kinds, so the graph reads like the timeline. */

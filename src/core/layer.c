@@ -34,6 +34,30 @@ int bn_layer_add_param(bn_layer *l, const char *name, int n, int c, int h, int w
     return i;
 }
 
+int bn_layer_add_buffer(bn_layer *l, const char *name, int n, int c, int h, int w, float init_value)
+{
+    if (l->num_buffers >= BN_MAX_BUFFERS) {
+        bn_layer_error(l, "declares more than %d buffers", BN_MAX_BUFFERS);
+        return -1;
+    }
+    if (n <= 0 || c <= 0 || h <= 0 || w <= 0) {
+        bn_layer_error(l, "buffer %s has shape %dx%dx%dx%d", name, n, c, h, w);
+        return -1;
+    }
+    for (int k = 0; k < l->num_params; k++)
+        if (strcmp(l->params[k].name, name) == 0) {
+            bn_layer_error(l, "buffer %s has the name of a parameter", name);
+            return -1;
+        }
+    bn_buffer *b = &l->buffers[l->num_buffers];
+    memset(b, 0, sizeof *b);
+    snprintf(b->name, sizeof b->name, "%s", name);
+    b->init_value = init_value;
+    /* Like a parameter's: a detached header until the network carves the slab. */
+    if (!(b->value = bn_blob_new(name, n, c, h, w))) return -1;
+    return l->num_buffers++;
+}
+
 void bn_param_mark_bias(bn_layer *l, int i)
 {
     bn_param *p = &l->params[i];

@@ -26,6 +26,7 @@ extern "C" {
 
 #define BN_MAX_PARAMS 4
 #define BN_MAX_INPUTS 8
+#define BN_MAX_BUFFERS 4
 
 /* The shape of one example, without the batch dimension. */
 typedef struct bn_shape {
@@ -50,6 +51,15 @@ typedef struct bn_param {
     float decay_mult;     /* multiplies the weight decay (0 for biases) */
     int is_bias;
 } bn_param;
+
+/* State a layer keeps that is not learned (running statistics, counters): saved in checkpoints
+ * as "<layer>.<name>" and restored on resume, never touched by the optimizer, weight decay or
+ * gradient checks, and not counted as parameters. */
+typedef struct bn_buffer {
+    char name[32];
+    bn_blob *value;       /* view into the network's buffer slab */
+    float init_value;     /* every element's value when the network is initialised */
+} bn_buffer;
 
 /* What one forward or backward pass is given besides the layer's blobs. */
 typedef struct bn_pass {
@@ -92,6 +102,8 @@ struct bn_layer {
     bn_blob **grad_parts;      /* when several inputs read `out`: the gradients of all but the
                                   first, which the network adds into out_grad (owned by it) */
     int num_grad_parts;
+    bn_buffer buffers[BN_MAX_BUFFERS]; /* declared by setup (bn_layer_add_buffer) */
+    int num_buffers;
 };
 
 /* The bits of bn_layer.gpu_fused: the layer's GPU forward (backward) pass is done by its
@@ -159,6 +171,10 @@ struct bn_layer_ops {
 /* Declares a parameter of shape (n,c,h,w) during setup; returns its index or -1 on error. */
 int bn_layer_add_param(bn_layer *l, const char *name, int n, int c, int h, int w,
                        bn_init init, int fan_in, int fan_out);
+
+/* Declares a buffer of shape (n,c,h,w) during setup, every element init_value; returns its index
+ * or -1 on error. */
+int bn_layer_add_buffer(bn_layer *l, const char *name, int n, int c, int h, int w, float init_value);
 
 /* Marks param i as a bias: no weight decay, learning rate times bias_lr_mult. */
 void bn_param_mark_bias(bn_layer *l, int i);

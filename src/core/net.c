@@ -254,7 +254,7 @@ static double blob_floats(const bn_net *net, bn_shape s, int with_grad)
     return (double)s.c * s.h * s.w * net->capacity * (with_grad ? 2 : 1);
 }
 
-/* Parameters and their gradients, as declared by the layer's setup. */
+/* Parameters and their gradients, and buffers, as declared by the layer's setup. */
 static double param_floats(const bn_layer *l)
 {
     double n = 0;
@@ -262,6 +262,7 @@ static double param_floats(const bn_layer *l)
         const bn_blob *d = l->params[k].value;
         n += 2.0 * d->n * d->c * d->h * d->w;
     }
+    for (int k = 0; k < l->num_buffers; k++) n += (double)bn_blob_count(l->buffers[k].value);
     return n;
 }
 
@@ -385,6 +386,34 @@ static bn_status carve_params(bn_net *net)
     return BN_OK;
 }
 
+/* Moves every declared buffer into a view of the buffer slab, in layer order. */
+static bn_status carve_buffers(bn_net *net)
+{
+    size_t total = 0;
+    for (int i = 0; i < net->num_layers; i++)
+        for (int k = 0; k < net->layers[i]->num_buffers; k++)
+            total += bn_blob_count(net->layers[i]->buffers[k].value);
+    net->num_buffer_floats = total;
+    if (total == 0) return BN_OK;
+    if (total > (size_t)1 << 31) return bn_error(BN_ERR_USAGE, "%s: %zu buffer values is too many", net->source, total);
+    if (!(net->buffers = bn_blob_new("buffers", (int)total, 1, 1, 1))) return bn_last_status();
+    size_t offset = 0;
+    for (int i = 0; i < net->num_layers; i++) {
+        bn_layer *l = net->layers[i];
+        for (int k = 0; k < l->num_buffers; k++) {
+            bn_blob *d = l->buffers[k].value;
+            char name[128];
+            snprintf(name, sizeof name, "%s.%s", l->name, l->buffers[k].name);
+            bn_blob *v = bn_blob_new_view(name, net->buffers, offset, d->n, d->c, d->h, d->w);
+            if (!v) return bn_last_status();
+            offset += bn_blob_count(d);
+            bn_blob_free(d);
+            l->buffers[k].value = v;
+        }
+    }
+    return BN_OK;
+}
+
 typedef bn_status (*blob_fn)(bn_blob *b, void *arg);
 
 static bn_status each_of(bn_blob **blobs, int n, blob_fn fn, void *arg)
@@ -413,8 +442,8 @@ static bn_status each_batch_blob(bn_net *net, blob_fn fn, void *arg)
 /* The same over every blob, the slabs and metrics too. */
 static bn_status each_blob(bn_net *net, blob_fn fn, void *arg)
 {
-    bn_blob *fixed[] = {net->metrics, net->params, net->grads};
-    BN_TRY(each_of(fixed, 3, fn, arg));
+    bn_blob *fixed[] = {net->metrics, net->params, net->grads, net->buffers};
+    BN_TRY(each_of(fixed, 4, fn, arg));
     return each_batch_blob(net, fn, arg);
 }
 
@@ -440,6 +469,7 @@ bn_status bn_net_setup(bn_net *net, int batch, bn_ctx *ctx, int want_input_grad,
     net->capacity = net->batch = batch;
     BN_TRY(setup_layers(net, want_input_grad));
     BN_TRY(carve_params(net));
+    BN_TRY(carve_buffers(net));
     if (!(net->labels = bn_blob_new("labels", batch, 1, 1, 1))) return bn_last_status();
     if (!(net->metrics = bn_blob_new("metrics", 2, 1, 1, 1))) return bn_last_status();
     net->pass = (bn_pass){.seed = seed, .labels = net->labels, .metrics = net->metrics, .ctx = ctx};
@@ -486,6 +516,12 @@ bn_status bn_net_init_params(bn_net *net, uint64_t seed)
             float *v = bn_blob_host_wr(p->value);
             if (!v) return bn_last_status();
             fill_param(p, v, bn_blob_count(p->value), &r);
+        }
+        for (int k = 0; k < l->num_buffers; k++) {
+            bn_buffer *b = &l->buffers[k];
+            float *v = bn_blob_host_wr(b->value);
+            if (!v) return bn_last_status();
+            for (size_t e = 0; e < bn_blob_count(b->value); e++) v[e] = b->init_value;
         }
     }
     return BN_OK;
@@ -625,6 +661,7 @@ static void free_layer(bn_layer *l)
         bn_blob_free(l->params[k].value);
         bn_blob_free(l->params[k].grad);
     }
+    for (int k = 0; k < l->num_buffers; k++) bn_blob_free(l->buffers[k].value);
     bn_blob_free(l->out);
     bn_blob_free(l->out_grad);
     for (int k = 0; k < l->num_grad_parts; k++) bn_blob_free(l->grad_parts[k]);
@@ -637,7 +674,7 @@ void bn_net_free(bn_net *net)
     if (!net) return;
     for (int i = 0; i < net->num_layers; i++) free_layer(net->layers[i]);
     free(net->layers);
-    bn_blob *own[] = {net->input, net->input_grad, net->labels, net->metrics, net->params, net->grads};
+    bn_blob *own[] = {net->input, net->input_grad, net->labels, net->metrics, net->params, net->grads, net->buffers};
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) bn_blob_free(own[i]);
     for (int k = 0; k < net->num_input_grad_parts; k++) bn_blob_free(net->input_grad_parts[k]);
     free(net->input_grad_parts);

@@ -42,6 +42,8 @@ typedef struct bn_net {
     bn_blob **input_grad_parts; /* with input_grad, when several layers read the input: the
                                    gradients of all readers but the first (see bn_layer.grad_parts) */
     int num_input_grad_parts;
+    bn_blob *buffers;          /* the buffer slab: every layer's bn_buffer values, in layer order */
+    size_t num_buffer_floats;  /* elements in it */
 } bn_net;
 
 /* The default memory limit of setup: far above any sensible model, low enough that a typo
@@ -60,7 +62,8 @@ bn_status bn_net_from_text(const char *text, const char *name, bn_net **out);
  * gradient is computed too. */
 bn_status bn_net_setup(bn_net *net, int batch, bn_ctx *ctx, int want_input_grad, uint64_t seed);
 
-/* Draws fresh initial parameters from seed (the same values on every path). */
+/* Draws fresh initial parameters from seed (the same values on every path) and sets every
+ * buffer to its initial value. */
 bn_status bn_net_init_params(bn_net *net, uint64_t seed);
 
 /* Uses the first n (<= capacity) examples of every blob for the following passes. */

@@ -9,7 +9,7 @@ static const bn_layer_ops *const builtin[] = {
     &bn_dense_ops,   &bn_conv2d_ops,     &bn_maxpool_ops, &bn_avgpool_ops,
     &bn_relu_ops,    &bn_sigmoid_ops,    &bn_tanh_ops,    &bn_leaky_relu_ops,
     &bn_elu_ops,     &bn_softmax_ce_ops, &bn_dropout_ops, &bn_add_ops,
-    &bn_concat_ops,
+    &bn_concat_ops,  &bn_batchnorm_ops,
 };
 
 #define BUILTIN_COUNT ((int)(sizeof builtin / sizeof builtin[0]))

@@ -1,0 +1,39 @@
+/* batchnorm.h - the batchnorm layer's private state, shared by batchnorm.c (keys, shapes, CPU
+ * path) and batchnorm.cu (GPU path), and its GPU entry points.
+ *
+ * Per channel c over the batch and the plane (after a dense layer, whose output is F x 1 x 1,
+ * a channel is a feature): in training, with the batch's mean and biased variance,
+ *     y = (x - mean) / sqrt(var + eps) * weight + bias,
+ * and the running averages move towards the batch's: running = (1 - momentum) * running +
+ * momentum * batch value, with the unbiased variance (PyTorch's convention, its `momentum` 0.1
+ * and `eps` 1e-5 by default). In evaluation the running averages stand in for the batch's.
+ * Sums are taken in double on both paths, so CPU and GPU agree to float rounding. */
+#ifndef BN_BATCHNORM_H
+#define BN_BATCHNORM_H
+
+#include "core/layer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct batchnorm_priv {
+    double momentum, eps;
+    int channels, plane;   /* from setup: C and H x W */
+    int trained;           /* the last forward used the batch's statistics */
+    float *mean, *inv_std; /* CPU: the last training forward's, per channel (for backward) */
+    double *dev_sums;      /* GPU scratch: partial sums of every (channel, part), then per
+                              channel mean and 1 / sqrt(var + eps); NULL until the first GPU pass */
+    int dev_parts;         /* parts per channel the scratch was sized for */
+} batchnorm_priv;
+
+bn_status bn_batchnorm_forward_gpu(bn_layer *l, const bn_pass *p);
+bn_status bn_batchnorm_backward_gpu(bn_layer *l, const bn_pass *p);
+
+/* Frees the device scratch. */
+void bn_batchnorm_gpu_release(batchnorm_priv *b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
