@@ -10,6 +10,7 @@
 
 #include <stdint.h>
 
+#include "augment.h"
 #include "layer.h"
 #include "train_config.h"
 
@@ -42,6 +43,7 @@ typedef struct bn_net {
     bn_blob **input_grad_parts; /* with input_grad, when several layers read the input: the
                                    gradients of all readers but the first (see bn_layer.grad_parts) */
     int num_input_grad_parts;
+    bn_augment augment;        /* the [augment] section: how training examples move (none by default) */
 } bn_net;
 
 /* The default memory limit of setup: far above any sensible model, low enough that a typo
