@@ -1,6 +1,11 @@
-/* The batch loader: order, standardisation and partial batches on the CPU path. */
+/* The batch loader: order, standardisation and partial batches on the CPU path; training
+ * batches augmented as [augment] says, evaluation batches never; the GPU's gather against the
+ * CPU's, bit for bit, eagerly and through a replayed CUDA graph. */
 #include <stdlib.h>
 
+#include "core/rng.h"
+#include "gpu/graph.h"
+#include "layer_testing.h"
 #include "testing.h"
 #include "train/loader.h"
 
@@ -32,5 +37,326 @@ BN_TEST(loader_fills_standardised_batches_in_order)
     CHECK_ERR(bn_loader_fill(&ld, net, 4, 2), BN_ERR_INTERNAL, "outside the dataset");
     bn_loader_free(&ld);
     bn_net_free(net);
+    return BN_PASS;
+}
+
+/* A net over c x h x w inputs standardised with mean 0.5 and std 0.25, with `augment` (a model
+ * file's [augment] section, or "") after [input], set up for `batch` examples. */
+static bn_status augmented_net(int c, int h, int w, const char *augment, int batch, bn_ctx *ctx, uint64_t seed,
+                               bn_net **net)
+{
+    char text[512];
+    snprintf(text, sizeof text, "[input]\nchannels=%d\nheight=%d\nwidth=%d\nmean=0.5\nstd=0.25\n%s[dense]\noutputs=2\n",
+             c, h, w, augment);
+    BN_TRY(bn_net_from_text(text, "augment.cfg", net));
+    return bn_net_setup(*net, batch, ctx, 0, seed);
+}
+
+/* A raw pixel as the input sees it, with the nets' mean and std: the loader's two operations. */
+static float standardised(int v)
+{
+    return ((float)v / 255.0f - 0.5f) / 0.25f;
+}
+
+#define HAND_H 3
+#define HAND_W 4
+#define HAND_PIXELS (HAND_H * HAND_W)
+#define HAND_COPIES 16
+
+/* The example moved by draw d as the section says it is, in two steps: translated by (dx, dy)
+ * with 0 moved in, then each row reversed when d.flip is set. */
+static void move_by_hand(const unsigned char *image, bn_augment_draw d, unsigned char *out)
+{
+    unsigned char moved[HAND_PIXELS];
+    for (int r = 0; r < HAND_H; r++)
+        for (int c = 0; c < HAND_W; c++) {
+            int sr = r - d.dy, sc = c - d.dx;
+            moved[r * HAND_W + c] = sr >= 0 && sr < HAND_H && sc >= 0 && sc < HAND_W ? image[sr * HAND_W + sc] : 0;
+        }
+    for (int r = 0; r < HAND_H; r++)
+        for (int c = 0; c < HAND_W; c++) out[r * HAND_W + c] = moved[r * HAND_W + (d.flip ? HAND_W - 1 - c : c)];
+}
+
+/* One 3 x 4 image (pixel (r, c) is 10 + 20 * (4r + c)) 16 times over, shift 1 and flip: every
+ * example of 40 training batches is the image moved by its draw, and the two moves written out
+ * below come out exactly, the pixels moved in at (0 - mean) / std = -2. */
+BN_TEST(loader_shift_and_flip_move_a_hand_made_image)
+{
+    static unsigned char pixels_hm[HAND_COPIES * HAND_PIXELS], labels_hm[HAND_COPIES];
+    for (int e = 0; e < HAND_COPIES; e++) {
+        labels_hm[e] = (unsigned char)(e % 10);
+        for (int k = 0; k < HAND_PIXELS; k++) pixels_hm[e * HAND_PIXELS + k] = (unsigned char)(10 + 20 * k);
+    }
+    const unsigned char *image = pixels_hm;
+    /* Right and down by one; left by one, then mirrored. */
+    static const unsigned char right_down[HAND_PIXELS] = {0, 0, 0, 0, 0, 10, 30, 50, 0, 90, 110, 130};
+    static const unsigned char left_mirrored[HAND_PIXELS] = {0, 70, 50, 30, 0, 150, 130, 110, 0, 230, 210, 190};
+    bn_dataset d = {.count = HAND_COPIES, .channels = 1, .height = HAND_H, .width = HAND_W, .num_classes = 10,
+                    .pixels = pixels_hm, .labels = labels_hm};
+    bn_net *net;
+    CHECK_OK(augmented_net(1, HAND_H, HAND_W, "[augment]\nshift=1\nflip=1\n", HAND_COPIES, NULL, 5, &net));
+    CHECK(standardised(0) == -2.0f);
+    bn_loader ld;
+    CHECK_OK(bn_loader_init(&ld, &d, NULL));
+    int seen[3][3][2] = {{{0}}}, right_downs = 0, left_mirrors = 0;
+    for (unsigned long long step = 0; step < 40; step++) {
+        CHECK_OK(bn_loader_set_cursor(&ld, 0));
+        CHECK_OK(bn_loader_set_step(&ld, step));
+        CHECK_OK(bn_loader_fill_next(&ld, net, HAND_COPIES, 1));
+        const float *x = bn_blob_host_rd(net->input), *y = bn_blob_host_rd(net->labels);
+        CHECK(x && y);
+        for (int e = 0; e < HAND_COPIES; e++) {
+            bn_augment_draw dr = bn_augment_pick(net->augment, 5, step, (uint64_t)e);
+            seen[dr.dx + 1][dr.dy + 1][dr.flip] = 1;
+            unsigned char want[HAND_PIXELS];
+            move_by_hand(image, dr, want);
+            const unsigned char *written = NULL;
+            if (dr.dx == 1 && dr.dy == 1 && !dr.flip) written = right_down, right_downs++;
+            if (dr.dx == -1 && dr.dy == 0 && dr.flip) written = left_mirrored, left_mirrors++;
+            for (int k = 0; k < HAND_PIXELS; k++) {
+                const float got = x[e * HAND_PIXELS + k];
+                CHECK_MSG(got == standardised(want[k]), "step %llu, example %d (dx %d, dy %d, flip %d), pixel %d: "
+                          "%.9g, expected %.9g", step, e, dr.dx, dr.dy, dr.flip, k, got, standardised(want[k]));
+                if (written) CHECK_MSG(got == standardised(written[k]), "step %llu, example %d, pixel %d", step, e, k);
+            }
+            CHECK(y[e] == (float)(e % 10));
+        }
+    }
+    for (int i = 0; i < 18; i++)
+        CHECK_MSG(seen[i / 6][i / 2 % 3][i % 2], "no draw of dx %d, dy %d, flip %d in 640", i / 6 - 1, i / 2 % 3 - 1,
+                  i % 2);
+    CHECK(right_downs > 0 && left_mirrors > 0);
+    bn_loader_free(&ld);
+    bn_net_free(net);
+    return BN_PASS;
+}
+
+#define RAND_COUNT 51
+#define RAND_C 2
+#define RAND_H 7
+#define RAND_W 9
+#define RAND_PER (RAND_C * RAND_H * RAND_W)
+
+/* 51 images of 2 x 7 x 9 random pixels, labels random in [0, 10). */
+static bn_dataset random_images(void)
+{
+    static unsigned char pixels_r[RAND_COUNT * RAND_PER], labels_r[RAND_COUNT];
+    bn_rng r;
+    bn_rng_seed(&r, 2024, 0);
+    for (int i = 0; i < RAND_COUNT * RAND_PER; i++) pixels_r[i] = (unsigned char)bn_rng_below(&r, 256);
+    for (int i = 0; i < RAND_COUNT; i++) labels_r[i] = (unsigned char)bn_rng_below(&r, 10);
+    return (bn_dataset){.count = RAND_COUNT, .channels = RAND_C, .height = RAND_H, .width = RAND_W,
+                        .num_classes = 10, .pixels = pixels_r, .labels = labels_r};
+}
+
+/* The n examples from the cursor, for training (train) or not, into out. */
+static bn_status next_batch(bn_loader *ld, bn_net *net, int n, int train, float *out)
+{
+    BN_TRY(bn_loader_fill_next(ld, net, n, train));
+    return lt_read(net->input, out, (size_t)n * RAND_PER);
+}
+
+/* The first n examples of the order as the training batch of `step`, into out. */
+static bn_status batch_at(bn_loader *ld, bn_net *net, unsigned long long step, int n, float *out)
+{
+    BN_TRY(bn_loader_set_cursor(ld, 0));
+    BN_TRY(bn_loader_set_step(ld, step));
+    return next_batch(ld, net, n, 1, out);
+}
+
+#define REPEAT_N 8
+#define REPEAT_FLOATS (REPEAT_N * RAND_PER)
+
+BN_TEST(loader_augmented_batches_repeat_from_seed_and_step)
+{
+    bn_dataset d = random_images();
+    bn_net *net, *other_seed;
+    const char *aug = "[augment]\nshift=3\nflip=1\n";
+    CHECK_OK(augmented_net(RAND_C, RAND_H, RAND_W, aug, REPEAT_N, NULL, 3, &net));
+    CHECK_OK(augmented_net(RAND_C, RAND_H, RAND_W, aug, REPEAT_N, NULL, 4, &other_seed));
+    bn_loader ld;
+    CHECK_OK(bn_loader_init(&ld, &d, NULL));
+    CHECK_OK(bn_loader_set_order(&ld, 1, 9));
+    static float a[REPEAT_FLOATS], b[REPEAT_FLOATS], c[REPEAT_FLOATS];
+    CHECK_OK(batch_at(&ld, net, 10, REPEAT_N, a));
+    CHECK_OK(batch_at(&ld, net, 10, REPEAT_N, b));
+    CHECK_MSG(memcmp(a, b, sizeof a) == 0, "the same seed and step drew another batch");
+    CHECK_OK(batch_at(&ld, net, 11, REPEAT_N, c));
+    CHECK_MSG(memcmp(a, c, sizeof a) != 0, "steps 10 and 11 moved the same examples alike");
+    CHECK_OK(batch_at(&ld, other_seed, 10, REPEAT_N, c));
+    CHECK_MSG(memcmp(a, c, sizeof a) != 0, "seeds 3 and 4 moved the same examples alike");
+    /* Filled in turn, the second batch is the one of step 11 from its place in the order, and the
+     * step moves on once per training batch only. */
+    CHECK_OK(batch_at(&ld, net, 10, REPEAT_N, b));
+    CHECK_OK(next_batch(&ld, net, REPEAT_N, 1, b));
+    CHECK(ld.host_step == 12);
+    CHECK_OK(bn_loader_set_cursor(&ld, REPEAT_N));
+    CHECK_OK(bn_loader_set_step(&ld, 11));
+    CHECK_OK(next_batch(&ld, net, REPEAT_N, 1, c));
+    CHECK_MSG(memcmp(b, c, sizeof b) == 0, "the second batch in turn is not step 11's");
+    CHECK_OK(bn_loader_set_cursor(&ld, 0));
+    CHECK_OK(bn_loader_set_step(&ld, 10));
+    CHECK_OK(next_batch(&ld, net, REPEAT_N, 0, c));
+    CHECK(ld.host_step == 10);
+    CHECK_OK(bn_loader_set_cursor(&ld, 0));
+    CHECK_OK(next_batch(&ld, net, REPEAT_N, 1, c));
+    CHECK_MSG(memcmp(a, c, sizeof a) == 0, "an evaluation batch moved the step on");
+    bn_loader_free(&ld);
+    bn_net_free(net);
+    bn_net_free(other_seed);
+    return BN_PASS;
+}
+
+/* Whether the n examples in x differ from examples order[start ..) unaugmented (pixel / 255,
+ * standardised). */
+static int plain_batch_differs(const bn_loader *ld, int start, const float *x, int n)
+{
+    for (int e = 0; e < n; e++)
+        for (int k = 0; k < RAND_PER; k++)
+            if (x[e * RAND_PER + k] != standardised(ld->data->pixels[(size_t)ld->order[start + e] * RAND_PER + k]))
+                return 1;
+    return 0;
+}
+
+/* With shift 3 and flip: the training batch moves, the evaluation batches of bn_loader_fill and
+ * of bn_loader_fill_next are the plain examples. */
+BN_TEST(loader_evaluation_batches_are_never_augmented)
+{
+    bn_dataset d = random_images();
+    bn_net *net;
+    CHECK_OK(augmented_net(RAND_C, RAND_H, RAND_W, "[augment]\nshift=3\nflip=1\n", REPEAT_N, NULL, 3, &net));
+    bn_loader ld;
+    CHECK_OK(bn_loader_init(&ld, &d, NULL));
+    CHECK_OK(bn_loader_set_order(&ld, 1, 9));
+    static float x[REPEAT_FLOATS];
+    CHECK_OK(batch_at(&ld, net, 0, REPEAT_N, x));
+    CHECK(plain_batch_differs(&ld, 0, x, REPEAT_N));
+    CHECK_OK(bn_loader_set_cursor(&ld, 0));
+    for (int start = 0; start < 3 * REPEAT_N; start += REPEAT_N) {
+        CHECK_OK(next_batch(&ld, net, REPEAT_N, 0, x));
+        CHECK_MSG(!plain_batch_differs(&ld, start, x, REPEAT_N), "evaluation batch at %d was moved", start);
+        CHECK_OK(bn_loader_fill(&ld, net, start + 1, REPEAT_N));
+        CHECK_OK(lt_read(net->input, x, REPEAT_FLOATS));
+        CHECK_MSG(!plain_batch_differs(&ld, start + 1, x, REPEAT_N), "bn_loader_fill at %d was moved", start + 1);
+    }
+    bn_loader_free(&ld);
+    bn_net_free(net);
+    return BN_PASS;
+}
+
+/* shift 0 and flip 0, written or left out: a training batch is the plain one, bit for bit. */
+BN_TEST(loader_without_augmentation_trains_on_the_plain_batch)
+{
+    bn_dataset d = random_images();
+    const char *const sections[] = {"", "[augment]\nshift=0\nflip=0\n"};
+    for (int i = 0; i < 2; i++) {
+        bn_net *net;
+        CHECK_OK(augmented_net(RAND_C, RAND_H, RAND_W, sections[i], REPEAT_N, NULL, 3, &net));
+        bn_loader ld;
+        CHECK_OK(bn_loader_init(&ld, &d, NULL));
+        CHECK_OK(bn_loader_set_order(&ld, 1, 9));
+        CHECK_OK(bn_loader_set_step(&ld, 77));
+        static float x[REPEAT_FLOATS];
+        for (int start = 0; start < 3 * REPEAT_N; start += REPEAT_N) {
+            CHECK_OK(next_batch(&ld, net, REPEAT_N, 1, x));
+            CHECK_MSG(!plain_batch_differs(&ld, start, x, REPEAT_N), "'%s': training batch at %d was moved",
+                      sections[i], start);
+        }
+        bn_loader_free(&ld);
+        bn_net_free(net);
+    }
+    return BN_PASS;
+}
+
+typedef struct fill_args {
+    bn_loader *ld;
+    bn_net *net;
+    int n;
+} fill_args;
+
+static bn_status training_fill(void *arg)
+{
+    fill_args *f = arg;
+    return bn_loader_fill_next(f->ld, f->net, f->n, 1);
+}
+
+/* The GPU's batch (input and labels) against the CPU's, bit for bit. */
+static int same_batches(bn_net *gpu, bn_net *cpu, int n)
+{
+    const float *gx = bn_blob_host_rd(gpu->input), *gy = bn_blob_host_rd(gpu->labels);
+    const float *cx = bn_blob_host_rd(cpu->input), *cy = bn_blob_host_rd(cpu->labels);
+    return gx && gy && cx && cy && memcmp(gx, cx, (size_t)n * RAND_PER * sizeof *gx) == 0 &&
+           memcmp(gy, cy, (size_t)n * sizeof *gy) == 0;
+}
+
+/* An epoch of training batches from `step` on both paths, as the trainer runs them on the GPU:
+ * the first and the partial last eagerly, the full ones between through the captured graph g
+ * (captured by the first of them when g is empty); *replays counts the replayed ones. */
+static int epoch_against_cpu(bn_ctx *ctx, bn_step_graph *g, bn_loader *gld, bn_net *gpu, bn_loader *cld, bn_net *cpu,
+                             unsigned long long step, int *replays)
+{
+    CHECK_OK(bn_loader_set_cursor(gld, 0));
+    CHECK_OK(bn_loader_set_cursor(cld, 0));
+    CHECK_OK(bn_loader_set_step(gld, step));
+    CHECK_OK(bn_loader_set_step(cld, step));
+    for (int start = 0; start < RAND_COUNT; start += REPEAT_N) {
+        fill_args f = {gld, gpu, RAND_COUNT - start < REPEAT_N ? RAND_COUNT - start : REPEAT_N};
+        int replayed = 0;
+        if (start == 0 || f.n < REPEAT_N) {
+            CHECK_OK(training_fill(&f));
+        } else {
+            CHECK_OK(bn_net_set_batch(gpu, f.n));
+            CHECK_OK(bn_step_graph_run(g, ctx, training_fill, &f, &replayed));
+        }
+        if (replayed) {
+            /* What the trainer's note_replay does for the skipped host side. */
+            gld->host_cursor += f.n;
+            bn_net_mark_device_written(gpu);
+            ++*replays;
+        }
+        CHECK_OK(bn_loader_fill_next(cld, cpu, f.n, 1));
+        CHECK_MSG(same_batches(gpu, cpu, f.n), "step %llu: the GPU's batch at %d differs from the CPU's%s",
+                  step + (unsigned long long)(start / REPEAT_N), start, replayed ? " (a replay)" : "");
+    }
+    return BN_PASS;
+}
+
+BN_TEST(loader_gpu_augmented_gather_matches_cpu_through_graph_replays)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    bn_dataset d = random_images();
+    bn_net *gpu, *cpu;
+    const char *aug = "[augment]\nshift=3\nflip=1\n";
+    CHECK_OK(augmented_net(RAND_C, RAND_H, RAND_W, aug, REPEAT_N, ctx, 11, &gpu));
+    CHECK_OK(augmented_net(RAND_C, RAND_H, RAND_W, aug, REPEAT_N, NULL, 11, &cpu));
+    bn_loader gld, cld;
+    CHECK_OK(bn_loader_init(&gld, &d, ctx));
+    CHECK_OK(bn_loader_init(&cld, &d, NULL));
+    bn_step_graph g = {0};
+    int replays = 0;
+    /* Two epochs in other orders: the replays read the cursor and the step set on the device. */
+    CHECK_OK(bn_loader_set_order(&gld, 1, 21));
+    CHECK_OK(bn_loader_set_order(&cld, 1, 21));
+    CHECK(epoch_against_cpu(ctx, &g, &gld, gpu, &cld, cpu, 1000, &replays) == BN_PASS);
+    CHECK_OK(bn_loader_set_order(&gld, 1, 22));
+    CHECK_OK(bn_loader_set_order(&cld, 1, 22));
+    CHECK(epoch_against_cpu(ctx, &g, &gld, gpu, &cld, cpu, 5000, &replays) == BN_PASS);
+    CHECK_MSG(replays == 9, "%d batches were replays, not 9", replays);
+    /* Evaluation batches: unmoved on both paths, and the step stays where it was. */
+    CHECK_OK(bn_loader_set_cursor(&gld, 0));
+    CHECK_OK(bn_loader_set_cursor(&cld, 0));
+    CHECK_OK(bn_loader_fill_next(&gld, gpu, REPEAT_N, 0));
+    CHECK_OK(bn_loader_fill_next(&cld, cpu, REPEAT_N, 0));
+    CHECK(same_batches(gpu, cpu, REPEAT_N));
+    CHECK_OK(bn_loader_fill_next(&gld, gpu, REPEAT_N, 1));
+    CHECK_OK(bn_loader_fill_next(&cld, cpu, REPEAT_N, 1));
+    CHECK_MSG(same_batches(gpu, cpu, REPEAT_N), "the training batch after an evaluation batch differs");
+    bn_step_graph_free(&g);
+    bn_loader_free(&gld);
+    bn_loader_free(&cld);
+    bn_net_free(gpu);
+    bn_net_free(cpu);
     return BN_PASS;
 }

@@ -1,7 +1,12 @@
-/* Real training on MNIST through the CLI: accuracy after a short run, exact resume and the metrics log. */
+/* Real training on MNIST through the CLI: accuracy after a short run, exact resume and the metrics log;
+ * augmentation of the training batches only. */
 #include <stdlib.h>
 
+#include "core/net.h"
+#include "idx.h"
 #include "testing.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
 
 static char out[1 << 16];
 
@@ -150,5 +155,98 @@ BN_TEST(train_metrics_log_has_a_row_per_n_steps_and_per_epoch)
     }
     fclose(f);
     CHECK_MSG(rows == 7, "%d rows", rows);
+    return BN_PASS;
+}
+
+/* Trains LeNet on the CPU on the synthetic data in dir with args; the metrics log goes to log
+ * (or nowhere when NULL), the checkpoint to save. */
+static int train_synthetic(const char *dir, const char *args, const char *save, const char *log)
+{
+    char cmd[4096], log_arg[600] = "";
+    if (log) snprintf(log_arg, sizeof log_arg, "--log %s", log);
+    snprintf(cmd, sizeof cmd, "%s train models/lenet.cfg --device cpu --data %s --batch 50 --quiet --save %s %s %s",
+             bn_test_cli(), dir, save, log_arg, args);
+    return bn_test_run(cmd, out, sizeof out);
+}
+
+/* The epoch row (the last line) of a metrics log, split into v (9 fields); 0 when unreadable. */
+static int last_epoch_row(const char *path, char *line, size_t cap, char **v)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    int rows = 0;
+    while (fgets(line, (int)cap, f)) rows++;
+    fclose(f);
+    line[strcspn(line, "\n")] = '\0';
+    return rows == 2 && split_csv(line, v, 10) == 9;
+}
+
+/* --shift 2 --flip reaches the training batches and never the evaluation: the run trains
+ * otherwise than one without, and the test loss it logs is its weights' loss on the test set
+ * unaugmented. The draws follow the run's step: two epochs equal one, a save and a resume. */
+BN_TEST(train_augments_training_batches_only_and_resumes_exactly)
+{
+    const char *made = bn_test_synthetic_mnist("augment-data", 600, 200);
+    CHECK(made != NULL);
+    char dir[512], plain[512], plain_log[512], aug[512], aug_log[512], full[512], resumed[512], args[1200];
+    snprintf(dir, sizeof dir, "%s", made);
+    snprintf(plain, sizeof plain, "%s/plain.safetensors", bn_test_tmpdir());
+    snprintf(plain_log, sizeof plain_log, "%s/plain.csv", bn_test_tmpdir());
+    snprintf(aug, sizeof aug, "%s/augmented.safetensors", bn_test_tmpdir());
+    snprintf(aug_log, sizeof aug_log, "%s/augmented.csv", bn_test_tmpdir());
+    snprintf(full, sizeof full, "%s/augmented-full.safetensors", bn_test_tmpdir());
+    snprintf(resumed, sizeof resumed, "%s/augmented-resumed.safetensors", bn_test_tmpdir());
+    CHECK_MSG(train_synthetic(dir, "--epochs 1", plain, plain_log) == 0, "%s", out);
+    CHECK_MSG(train_synthetic(dir, "--epochs 1 --shift 2 --flip", aug, aug_log) == 0, "%s", out);
+    char plain_row[512], aug_row[512], *p[10], *a[10];
+    CHECK(last_epoch_row(plain_log, plain_row, sizeof plain_row, p));
+    CHECK(last_epoch_row(aug_log, aug_row, sizeof aug_row, a));
+    CHECK_MSG(strcmp(p[3], a[3]) != 0, "the same training loss %s with and without augmentation", p[3]);
+
+    bn_net *net;
+    CHECK_OK(bn_net_from_file("models/lenet.cfg", &net));
+    CHECK_OK(bn_net_setup(net, 50, NULL, 0, 1));
+    CHECK_OK(bn_checkpoint_load_weights(aug, net));
+    bn_dataset test;
+    CHECK_OK(bn_dataset_load(dir, 0, 0, &test));
+    double loss, acc;
+    CHECK_OK(bn_evaluate(net, &test, &loss, &acc));
+    char want[64];
+    snprintf(want, sizeof want, "%.9g", loss);
+    CHECK_MSG(strcmp(a[5], want) == 0, "the run logged test loss %s; its weights, unaugmented, give %s", a[5], want);
+    bn_dataset_free(&test);
+    bn_net_free(net);
+
+    CHECK_MSG(train_synthetic(dir, "--epochs 2 --shift 2 --flip", full, NULL) == 0, "%s", out);
+    snprintf(args, sizeof args, "--epochs 2 --shift 2 --flip --resume %s", aug);
+    CHECK_MSG(train_synthetic(dir, args, resumed, NULL) == 0, "%s", out);
+    CHECK_MSG(files_equal(full, resumed), "the resumed augmented run differs from the uninterrupted one");
+    return BN_PASS;
+}
+
+/* The model file's [augment] trains, and the flags override it: LeNet with `flip = 1` appended
+ * trains otherwise than LeNet, and exactly like it with --no-flip (same layers, same seed). */
+BN_TEST(train_augment_section_and_its_flags)
+{
+    const char *made = bn_test_synthetic_mnist("augment-data", 600, 200);
+    CHECK(made != NULL);
+    char dir[512], model[512], save[512], log[3][512], cmd[2048];
+    snprintf(dir, sizeof dir, "%s", made);
+    snprintf(model, sizeof model, "%s/flip.cfg", bn_test_tmpdir());
+    snprintf(save, sizeof save, "%s/flip.safetensors", bn_test_tmpdir());
+    snprintf(cmd, sizeof cmd, "(cat models/lenet.cfg; printf '\\n[augment]\\nflip = 1\\n') > %s", model);
+    CHECK(system(cmd) == 0);
+    const char *const models[3] = {"models/lenet.cfg", model, model}, *const flags[3] = {"", "", "--no-flip"};
+    char rows[3][512], *v[3][10];
+    for (int i = 0; i < 3; i++) {
+        snprintf(log[i], sizeof log[i], "%s/flip-%d.csv", bn_test_tmpdir(), i);
+        snprintf(cmd, sizeof cmd, "%s train %s --device cpu --data %s --batch 50 --epochs 1 --quiet --save %s "
+                 "--log %s %s", bn_test_cli(), models[i], dir, save, log[i], flags[i]);
+        CHECK_MSG(bn_test_run(cmd, out, sizeof out) == 0, "%s", out);
+        CHECK(last_epoch_row(log[i], rows[i], sizeof rows[i], v[i]));
+    }
+    CHECK_MSG(strcmp(v[0][3], v[1][3]) != 0, "flip = 1 trained like no [augment]: loss %s", v[0][3]);
+    CHECK_MSG(strcmp(v[0][3], v[2][3]) == 0, "flip = 1 with --no-flip: loss %s, without [augment] %s", v[2][3],
+              v[0][3]);
     return BN_PASS;
 }

@@ -19,11 +19,14 @@ typedef struct train_args {
     const char *lr_policy;
     int quiet, tf32, deterministic, autotune, no_graph;
     double until_accuracy;
+    const char *shift;      /* --shift's text, checked once the model's input size is known */
+    int flip;               /* 1 --flip, -1 --no-flip, 0 neither: the model file's [augment] */
 } train_args;
 
 enum { OPT_DATA = 256, OPT_DATASET, OPT_DEVICE, OPT_EPOCHS, OPT_BATCH, OPT_LR, OPT_MOMENTUM, OPT_WD,
        OPT_POLICY, OPT_SEED, OPT_LIMIT, OPT_SAVE, OPT_RESUME, OPT_QUIET, OPT_LOG, OPT_LOG_EVERY,
        OPT_TF32, OPT_DETERMINISTIC, OPT_AUTOTUNE, OPT_PROFILE, OPT_PLUGIN, OPT_NO_GRAPH,
+       OPT_SHIFT, OPT_FLIP, OPT_NO_FLIP,
        OPT_UNTIL, OPT_CHECKPOINT_EVERY, OPT_DEBUG_NUMERICS, OPT_HELP };
 
 static const struct option train_options[] = {
@@ -41,6 +44,8 @@ static const struct option train_options[] = {
     {"until-accuracy", required_argument, 0, OPT_UNTIL}, {"plugin", required_argument, 0, OPT_PLUGIN},
     {"checkpoint-every", required_argument, 0, OPT_CHECKPOINT_EVERY},
     {"debug-numerics", required_argument, 0, OPT_DEBUG_NUMERICS},
+    {"shift", required_argument, 0, OPT_SHIFT},     {"flip", no_argument, 0, OPT_FLIP},
+    {"no-flip", no_argument, 0, OPT_NO_FLIP},
     {"help", no_argument, 0, OPT_HELP},             {0, 0, 0, 0},
 };
 
@@ -113,6 +118,9 @@ static int parse_args(int argc, char **argv, train_args *a)
         case OPT_DEBUG_NUMERICS:
             BN_TRY(bn_cli_int("--debug-numerics", optarg, 1, 2147483647L, &a->debug_numerics));
             break;
+        case OPT_SHIFT: a->shift = optarg; break;
+        case OPT_FLIP: a->flip = 1; break;
+        case OPT_NO_FLIP: a->flip = -1; break;
         case OPT_HELP: return -1;
         default: return bn_cli_option_error(opt, optopt, argv[optind - 1]);
         }
@@ -144,6 +152,19 @@ static bn_status apply_overrides(const train_args *a, bn_train_config *c)
     return BN_OK;
 }
 
+/* --shift and --flip / --no-flip over the model file's [augment]; the shift's limit is the
+ * model's (half its input's smaller side). */
+static bn_status apply_augment(const train_args *a, bn_net *net)
+{
+    if (a->shift) {
+        long shift;
+        BN_TRY(bn_cli_int("--shift", a->shift, 0, bn_augment_max_shift(net->input_shape), &shift));
+        net->augment.shift = (int)shift;
+    }
+    if (a->flip) net->augment.flip = a->flip > 0;
+    return BN_OK;
+}
+
 /* Data and model must agree on the image shape, in both splits. */
 static bn_status check_input(const bn_net *net, const bn_dataset *d, const char *dir, const char *split)
 {
@@ -167,6 +188,7 @@ static bn_status prepare(const train_args *a, train_run *r, bn_train_state *st)
     BN_TRY(bn_net_from_file(a->model, &r->net));
     bn_train_config *cfg = &r->net->train;
     BN_TRY(apply_overrides(a, cfg));
+    BN_TRY(apply_augment(a, r->net));
     const char *dir;
     BN_TRY(bn_cli_data_dir(a->data, a->dataset, &dir));
     BN_TRY(bn_cli_open_device(a->device, a->quiet, &r->ctx));

@@ -156,7 +156,7 @@ static bn_status check_all_read(const bn_net *net)
 
 static bn_status build_sections(bn_net *net, bn_modelfile *m, bn_options **layer_opts, const char **layer_inputs)
 {
-    int seen_input = 0, seen_train = 0;
+    int seen_input = 0, seen_train = 0, seen_augment = 0;
     for (int i = 0; i < m->count; i++) {
         bn_options *o = &m->sections[i];
         if (strcmp(o->section, "input") == 0) {
@@ -165,6 +165,13 @@ static bn_status build_sections(bn_net *net, bn_modelfile *m, bn_options **layer
         } else if (strcmp(o->section, "train") == 0) {
             if (seen_train++) return bn_error(BN_ERR_USAGE, "%s:%d: second [train] section", o->file, o->line);
             BN_TRY(bn_train_config_parse(o, &net->train));
+            BN_TRY(bn_options_check_unused(o));
+        } else if (strcmp(o->section, "augment") == 0) {
+            if (seen_augment++) return bn_error(BN_ERR_USAGE, "%s:%d: second [augment] section", o->file, o->line);
+            /* Its shift is limited by the input's size, which must be known by then. */
+            if (!seen_input)
+                return bn_error(BN_ERR_USAGE, "%s:%d: [augment] must come after [input]", o->file, o->line);
+            BN_TRY(bn_augment_parse(o, net->input_shape, &net->augment));
             BN_TRY(bn_options_check_unused(o));
         } else {
             const bn_layer_ops *ops = bn_find_layer(o->section);

@@ -10,6 +10,7 @@
 
 #include <stdint.h>
 
+#include "augment.h"
 #include "layer.h"
 #include "train_config.h"
 
@@ -44,6 +45,7 @@ typedef struct bn_net {
     int num_input_grad_parts;
     bn_blob *buffers;          /* the buffer slab: every layer's bn_buffer values, in layer order */
     size_t num_buffer_floats;  /* elements in it */
+    bn_augment augment;        /* the [augment] section: how training examples move (none by default) */
 } bn_net;
 
 /* The default memory limit of setup: far above any sensible model, low enough that a typo

@@ -22,15 +22,37 @@ bn_status bn_loader_set_order(bn_loader *ld, int shuffle, unsigned long long see
     return ld->ctx ? bn_loader_upload_order(ld) : BN_OK;
 }
 
-bn_status bn_loader_fill(bn_loader *ld, bn_net *net, int start, int n)
+/* bn_dataset_gather's work with each example moved by its draw at training step `step`: the
+ * device gather's arithmetic, pixel for pixel. */
+static void gather_augmented(const bn_dataset *d, const int *indices, int n, bn_augment a, uint64_t seed,
+                             uint64_t step, float *x, float *y)
 {
-    if (start < 0 || n <= 0 || start + n > ld->data->count)
-        return bn_error(BN_ERR_INTERNAL, "batch %d..%d outside the dataset of %d", start, start + n, ld->data->count);
-    BN_TRY(bn_net_set_batch(net, n));
-    if (ld->ctx) return bn_loader_fill_gpu(ld, net, start, n);
+    const int h = d->height, w = d->width;
+    const size_t plane = (size_t)h * (size_t)w, size = (size_t)d->channels * plane;
+    for (int e = 0; e < n; e++) {
+        bn_augment_draw draw = bn_augment_pick(a, seed, step, (uint64_t)e);
+        const unsigned char *src = d->pixels + (size_t)indices[e] * size;
+        float *dst = x + (size_t)e * size;
+        for (int c = 0; c < d->channels; c++, src += plane, dst += plane)
+            for (int r = 0; r < h; r++)
+                for (int col = 0; col < w; col++) {
+                    int from = bn_augment_source(draw, h, w, r, col);
+                    dst[r * w + col] = (float)(from < 0 ? 0 : src[from]) / 255.0f;
+                }
+        y[e] = (float)d->labels[indices[e]];
+    }
+}
+
+/* The CPU path's gather of examples order[start .. start+n) into the batch the net is set to;
+ * with augment, each moved by its draw at the loader's step. */
+static bn_status fill_host(bn_loader *ld, bn_net *net, int start, int n, int augment)
+{
     BN_HOST_WR(x, net->input);
     BN_HOST_WR(y, net->labels);
-    bn_dataset_gather(ld->data, ld->order + start, n, x, y);
+    if (augment && bn_augment_active(net->augment))
+        gather_augmented(ld->data, ld->order + start, n, net->augment, net->pass.seed, ld->host_step, x, y);
+    else
+        bn_dataset_gather(ld->data, ld->order + start, n, x, y);
     if (net->input_mean != 0.0f || net->input_std != 1.0f) {
         size_t count = bn_blob_count(net->input);
         /* The same two operations as the device gather, so both paths see the same bits. */
@@ -39,21 +61,37 @@ bn_status bn_loader_fill(bn_loader *ld, bn_net *net, int start, int n)
     return BN_OK;
 }
 
+bn_status bn_loader_fill(bn_loader *ld, bn_net *net, int start, int n)
+{
+    if (start < 0 || n <= 0 || start + n > ld->data->count)
+        return bn_error(BN_ERR_INTERNAL, "batch %d..%d outside the dataset of %d", start, start + n, ld->data->count);
+    BN_TRY(bn_net_set_batch(net, n));
+    return ld->ctx ? bn_loader_fill_gpu(ld, net, start, n) : fill_host(ld, net, start, n, 0);
+}
+
 bn_status bn_loader_set_cursor(bn_loader *ld, int start)
 {
     ld->host_cursor = start;
     return ld->ctx ? bn_device_h2d(ld->dev_cursor, &start, sizeof start) : BN_OK;
 }
 
-bn_status bn_loader_fill_next(bn_loader *ld, bn_net *net, int n)
+bn_status bn_loader_set_step(bn_loader *ld, unsigned long long step)
+{
+    ld->host_step = step;
+    return ld->ctx ? bn_device_h2d(ld->dev_step, &step, sizeof step) : BN_OK;
+}
+
+bn_status bn_loader_fill_next(bn_loader *ld, bn_net *net, int n, int train)
 {
     int start = ld->host_cursor;
     if (start < 0 || n <= 0 || start + n > ld->data->count)
         return bn_error(BN_ERR_INTERNAL, "batch %d..%d outside the dataset of %d", start, start + n, ld->data->count);
     ld->host_cursor += n;
-    if (!ld->ctx) return bn_loader_fill(ld, net, start, n);
     BN_TRY(bn_net_set_batch(net, n));
-    return bn_loader_fill_next_gpu(ld, net, n);
+    if (ld->ctx) return train ? bn_loader_fill_train_gpu(ld, net, n) : bn_loader_fill_next_gpu(ld, net, n);
+    BN_TRY(fill_host(ld, net, start, n, train));
+    if (train) ld->host_step++;
+    return BN_OK;
 }
 
 void bn_loader_free(bn_loader *ld)
@@ -63,5 +101,6 @@ void bn_loader_free(bn_loader *ld)
     bn_device_free(ld->dev_labels);
     bn_device_free(ld->dev_order);
     bn_device_free(ld->dev_cursor);
+    bn_device_free(ld->dev_step);
     memset(ld, 0, sizeof *ld);
 }

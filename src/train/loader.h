@@ -1,6 +1,8 @@
 /* loader.h - feeds batches of a dataset into a network's input and label blobs. On the
  * CPU it gathers on the host; on the GPU the dataset is uploaded once as uint8 and each
- * batch is gathered and scaled by a kernel, from an order uploaded once per epoch. */
+ * batch is gathered and scaled by a kernel, from an order uploaded once per epoch. Training
+ * batches are augmented in the same gather (core/augment.h), with the same arithmetic on both
+ * paths, so that they give the same bits. */
 #ifndef BN_LOADER_H
 #define BN_LOADER_H
 
@@ -20,6 +22,8 @@ typedef struct bn_loader {
     void *dev_order;
     int *dev_cursor;       /* GPU: first example of the next bn_loader_fill_next batch */
     int host_cursor;       /* the same on the CPU path */
+    unsigned long long *dev_step;  /* GPU: the training step of the next training batch */
+    unsigned long long host_step;  /* the same on the CPU path (the GPU path reads only dev_step) */
 } bn_loader;
 
 /* Prepares a loader for data (which must outlive it); with ctx, uploads the dataset. */
@@ -29,15 +33,21 @@ bn_status bn_loader_init(bn_loader *ld, const bn_dataset *data, bn_ctx *ctx);
 bn_status bn_loader_set_order(bn_loader *ld, int shuffle, unsigned long long seed);
 
 /* Puts examples order[start .. start+n) into net's input (standardised with the model's
- * [input] mean and std) and labels, and sets the batch to n. */
+ * [input] mean and std; never augmented) and labels, and sets the batch to n. */
 bn_status bn_loader_fill(bn_loader *ld, bn_net *net, int start, int n);
 
 /* Sets where bn_loader_fill_next starts (an example index into the order). */
 bn_status bn_loader_set_cursor(bn_loader *ld, int start);
 
-/* Fills the next n examples from the cursor and advances it. On the GPU the cursor lives on
- * the device, so a captured step replays with the following batch each time. */
-bn_status bn_loader_fill_next(bn_loader *ld, bn_net *net, int n);
+/* Sets the training step of the next training batch (the step of the run, counted from its
+ * start): the augmentation's draws depend on it. */
+bn_status bn_loader_set_step(bn_loader *ld, unsigned long long step);
+
+/* Fills the next n examples from the cursor and advances it. With train, the examples are
+ * augmented as net->augment says, drawn from (net->pass.seed, the loader's step, position in the
+ * batch), and the step advances by one. On the GPU the cursor and the step live on the device,
+ * so a captured step replays with the following batch and draws each time. */
+bn_status bn_loader_fill_next(bn_loader *ld, bn_net *net, int n, int train);
 
 void bn_loader_free(bn_loader *ld);
 
@@ -46,6 +56,7 @@ bn_status bn_loader_upload(bn_loader *ld);
 bn_status bn_loader_upload_order(bn_loader *ld);
 bn_status bn_loader_fill_gpu(bn_loader *ld, bn_net *net, int start, int n);
 bn_status bn_loader_fill_next_gpu(bn_loader *ld, bn_net *net, int n);
+bn_status bn_loader_fill_train_gpu(bn_loader *ld, bn_net *net, int n);
 
 #ifdef __cplusplus
 }

@@ -4,23 +4,37 @@
 #include "gpu/pdl.cuh"
 #include "loader.h"
 
-/* A column of blocks per example (blockIdx.x), a thread per pixel: no divisions, and every load
- * of a thread in flight at once. cursor, when set, gives start: *cursor (a captured step reads
- * its batch's position), and the last block moves it past the batch (cursor[1] counts the
- * blocks done). */
+/* A column of blocks per example (blockIdx.x), a thread per pixel: no divisions unless the
+ * example moves, and every load of a thread in flight at once. cursor, when set, gives start:
+ * *cursor (a captured step reads its batch's position), and the last block moves it past the
+ * batch (cursor[1] counts the blocks done). step, when set, is the training step whose draws move
+ * the examples as aug says (core/augment.h), and the last block advances it too. */
 __global__ void gather_batch(const unsigned char *__restrict__ pixels, const unsigned char *__restrict__ labels,
-                             const int *__restrict__ order, int start, int *cursor, int n,
-                             int per_example, float mean, float std, float *__restrict__ x, float *__restrict__ y)
+                             const int *__restrict__ order, int start, int *cursor, unsigned long long *step,
+                             bn_augment aug, unsigned long long seed, int n, int height, int width, int per_example,
+                             float mean, float std, float *__restrict__ x, float *__restrict__ y)
 {
     bn_early_entry(); /* pdl.cuh */
     if (cursor) start = *cursor;
     const int e = (int)blockIdx.x, src = order[start + e];
     const int i = (int)(blockIdx.y * blockDim.x + threadIdx.x);
-    /* The CPU path's operations in its order, so both give the same bits. */
-    if (i < per_example) x[(size_t)e * per_example + i] = (pixels[(size_t)src * per_example + i] / 255.0f - mean) / std;
+    if (i < per_example) {
+        int from = i;
+        if (step && bn_augment_active(aug)) {
+            const int plane = height * width, c = i / plane, row = (i - c * plane) / width;
+            const int at = bn_augment_source(bn_augment_pick(aug, seed, *step, (unsigned long long)e), height, width,
+                                             row, i - c * plane - row * width);
+            from = at < 0 ? -1 : c * plane + at;
+        }
+        const unsigned char v = from < 0 ? 0 : pixels[(size_t)src * per_example + from];
+        /* The CPU path's operations in its order, so both give the same bits. */
+        x[(size_t)e * per_example + i] = (v / 255.0f - mean) / std;
+    }
     if (i == 0) y[e] = (float)labels[src];
-    if (cursor && bn_last_arrival((unsigned *)(cursor + 1), gridDim.x * gridDim.y) && threadIdx.x == 0)
+    if (cursor && bn_last_arrival((unsigned *)(cursor + 1), gridDim.x * gridDim.y) && threadIdx.x == 0) {
         *cursor = start + n;
+        if (step) ++*step;
+    }
 }
 
 static int per_example(const bn_dataset *d)
@@ -38,6 +52,8 @@ extern "C" bn_status bn_loader_upload(bn_loader *ld)
     /* The cursor and the count of gather blocks done with it. */
     BN_TRY(bn_device_alloc((void **)&ld->dev_cursor, 2 * sizeof(int)));
     BN_TRY(bn_device_zero(ld->dev_cursor, 2 * sizeof(int)));
+    BN_TRY(bn_device_alloc((void **)&ld->dev_step, sizeof *ld->dev_step));
+    BN_TRY(bn_device_zero(ld->dev_step, sizeof *ld->dev_step));
     BN_TRY(bn_device_h2d(ld->dev_pixels, d->pixels, pixel_bytes));
     BN_TRY(bn_device_h2d(ld->dev_labels, d->labels, (size_t)d->count));
     return bn_loader_upload_order(ld);
@@ -51,27 +67,34 @@ extern "C" bn_status bn_loader_upload_order(bn_loader *ld)
     return s;
 }
 
-static bn_status gather(bn_loader *ld, bn_net *net, int start, int *cursor, int n)
+static bn_status gather(bn_loader *ld, bn_net *net, int start, int *cursor, unsigned long long *step, int n)
 {
     if (n <= 0) return BN_OK;
     BN_DEV_WR(x, net->input);
     BN_DEV_WR(y, net->labels);
-    int per = per_example(ld->data);
+    const bn_dataset *d = ld->data;
+    int per = per_example(d);
     const int threads = 256;
     const dim3 grid((unsigned)n, (unsigned)((per + threads - 1) / threads));
     bn_launch_early(gather_batch, grid, dim3(threads), 0, (cudaStream_t)ld->ctx->stream,
                     (const unsigned char *)ld->dev_pixels, (const unsigned char *)ld->dev_labels,
-                    (const int *)ld->dev_order, start, cursor, n, per, net->input_mean, net->input_std, x, y);
+                    (const int *)ld->dev_order, start, cursor, step, net->augment, net->pass.seed, n, d->height,
+                    d->width, per, net->input_mean, net->input_std, x, y);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
 
 extern "C" bn_status bn_loader_fill_gpu(bn_loader *ld, bn_net *net, int start, int n)
 {
-    return gather(ld, net, start, NULL, n);
+    return gather(ld, net, start, NULL, NULL, n);
 }
 
 extern "C" bn_status bn_loader_fill_next_gpu(bn_loader *ld, bn_net *net, int n)
 {
-    return gather(ld, net, 0, ld->dev_cursor, n);
+    return gather(ld, net, 0, ld->dev_cursor, NULL, n);
+}
+
+extern "C" bn_status bn_loader_fill_train_gpu(bn_loader *ld, bn_net *net, int n)
+{
+    return gather(ld, net, 0, ld->dev_cursor, ld->dev_step, n);
 }

@@ -46,3 +46,9 @@ bn_status bn_loader_fill_gpu(bn_loader *ld, bn_net *net, int start, int n)
     (void)ld, (void)net, (void)start, (void)n;
     return bn_no_cuda();
 }
+
+bn_status bn_loader_fill_train_gpu(bn_loader *ld, bn_net *net, int n)
+{
+    (void)ld, (void)net, (void)n;
+    return bn_no_cuda();
+}

@@ -103,7 +103,7 @@ static bn_status update_layer(void *opt, bn_net *net, bn_layer *l)
  * beside the backward passes of the layers below it, so that neither waits in line. */
 static bn_status step_passes(step_body *b, int fused)
 {
-    BN_TRY(bn_loader_fill_next(b->ld, b->net, b->n));
+    BN_TRY(bn_loader_fill_next(b->ld, b->net, b->n, 1));
     BN_TRY(bn_net_zero_grad_beside(b->net));
     BN_TRY(bn_net_forward(b->net, 1));
     if (b->net->pass.ctx && b->net->pass.ctx->side_stream) {
@@ -220,6 +220,7 @@ static bn_status train_epoch(bn_net *net, bn_sgd *opt, bn_loader *ld, bn_blob *a
     bn_step_info info = {.epoch = st->epoch + 1, .epochs = opts->epochs, .batches = (count + batch - 1) / batch,
                          .count = count, .sums = acc};
     BN_TRY(bn_loader_set_order(ld, 1, bn_epoch_seed(st->seed, st->epoch)));
+    BN_TRY(bn_loader_set_step(ld, (unsigned long long)st->step));
     float *a = bn_blob_host_wr(acc);
     if (!a) return bn_last_status();
     a[0] = (float)st->epoch_loss_sum;
@@ -270,7 +271,7 @@ static bn_status run_eval_body(void *arg)
 {
     eval_body *b = arg;
     int fused = bn_net_fuse_loss(b->net, b->sum, 0);
-    bn_status s = bn_loader_fill_next(b->ld, b->net, b->n);
+    bn_status s = bn_loader_fill_next(b->ld, b->net, b->n, 0);
     if (s == BN_OK) s = bn_net_forward(b->net, 0);
     if (s == BN_OK && !fused) s = accumulate_metrics(b->net, b->sum);
     if (fused) bn_net_unfuse_loss(b->net);
