@@ -124,6 +124,12 @@ static const bad_case cases[] = {
      BIN("[input]\nchannels=1\nheight=4\nwidth=4\n[dense]\noutputs=16000000\n[dense]\noutputs=16000000\n[softmax_ce]\n"),
      TRAIN, 2, "more than the limit"},
     {"model: missing file", KEEP, NULL, NONE, "train @/none.cfg --device cpu --data @/data", 2, "none.cfg: cannot open"},
+    {"model: unknown optimizer", RAW, "m.cfg",
+     BIN("[input]\nchannels=1\nheight=4\nwidth=4\n[train]\noptimizer=lion\n[dense]\noutputs=10\n"), TRAIN, 2,
+     "m.cfg:6: [train] optimizer = 'lion' is not one of: sgd, adam, adamw"},
+    {"model: beta2 of 1", RAW, "m.cfg",
+     BIN("[input]\nchannels=1\nheight=4\nwidth=4\n[train]\noptimizer=adam\nbeta2=1\n[dense]\noutputs=10\n"), TRAIN,
+     2, "m.cfg:7: [train] beta2 = 1 is out of range [0, 1)"},
 
     /* ---- checkpoints ---- */
     {"checkpoint: missing file (--resume)", KEEP, NULL, NONE, TRAIN " --resume @/nope.safetensors", 1,
@@ -157,7 +163,9 @@ static const bad_case cases[] = {
                                                      "[softmax_ce]\n# edited\n"),
      RESUME, 1, "was saved from a different model file"},
     {"checkpoint: no momentum to resume", CKPT_EDIT, "ck.safetensors", "\"has_momentum\":\"1\"|\"has_momentum\":\"0\"", 0,
-     RESUME, 1, "holds no optimizer momentum"},
+     RESUME, 1, "holds no optimizer state"},
+    {"checkpoint: another optimizer's state", KEEP, NULL, NONE, RESUME " --optimizer adamw", 1,
+     "ck.safetensors holds the state of optimizer sgd, but this run's optimizer is adamw"},
     {"checkpoint: a directory (test)", KEEP, NULL, NONE, "test @/m.cfg @/data --device cpu --data @/data", 1,
      "is not a regular file"},
     {"checkpoint: wrong shape (test)", CKPT_EDIT, "ck.safetensors", "[10,16]|[10,15]", 0,
@@ -169,6 +177,9 @@ static const bad_case cases[] = {
     {"flag: non-numeric --batch", KEEP, NULL, NONE, TRAIN " --batch 8x", 2, "--batch: '8x' is not an integer"},
     {"flag: negative --batch", KEEP, NULL, NONE, TRAIN " --batch -3", 2, "--batch: -3 is outside 1..65536"},
     {"flag: --momentum above 1", KEEP, NULL, NONE, TRAIN " --momentum 2", 2, "--momentum: 2 is outside 0..1"},
+    {"flag: unknown --optimizer", KEEP, NULL, NONE, TRAIN " --optimizer lion", 2,
+     "--optimizer: 'lion' is not one of sgd, adam, adamw"},
+    {"flag: negative --warmup", KEEP, NULL, NONE, TRAIN " --warmup -1", 2, "--warmup: -1 is outside 0.."},
     {"flag: unknown flag", KEEP, NULL, NONE, TRAIN " --colour red", 2, "unknown option '--colour'"},
     {"flag: stray argument", KEEP, NULL, NONE, TRAIN " extra", 2, "unexpected argument 'extra'"},
     {"flag: bad --device", KEEP, NULL, NONE, TRAIN " --device tpu", 2, "--device: 'tpu' is not one of cpu, gpu, gpu:N, auto"},
@@ -261,13 +272,13 @@ static int write_checkpoint(const char *dir)
     char path[600];
     snprintf(path, sizeof path, "%s/ck.safetensors", dir);
     bn_net *net = NULL;
-    bn_sgd *opt = NULL;
+    bn_optimizer *opt = NULL;
     bn_train_state st = {.seed = 1};
     bn_status s = bn_net_from_text(MODEL, "m.cfg", &net);
     if (s == BN_OK) s = bn_net_setup(net, 1, NULL, 0, 1);
-    if (s == BN_OK) s = bn_sgd_create(net, &net->train, &opt);
+    if (s == BN_OK) s = bn_optimizer_create(net, &net->train, &opt);
     if (s == BN_OK) s = bn_checkpoint_save(path, net, opt, &st);
-    bn_sgd_free(opt);
+    bn_optimizer_free(opt);
     bn_net_free(net);
     return s == BN_OK ? 0 : -1;
 }

@@ -1,7 +1,8 @@
-/* test_checkpoint.c - safetensors checkpoints: bit-exact round trips of weights, momentum
- * and training state; the file read back as plain safetensors; atomic saves that leave the
- * old file alone when they fail; and one hand-made broken file per error the loader names,
- * each time checking that the network was left untouched. */
+/* test_checkpoint.c - safetensors checkpoints: bit-exact round trips of weights, optimizer
+ * state (SGD's momentum, Adam's moments) and training state; the file read back as plain
+ * safetensors; atomic saves that leave the old file alone when they fail; and one hand-made
+ * broken file per error the loader names, each time checking that the network was left
+ * untouched. */
 #include "testing.h"
 
 #include <dirent.h>
@@ -28,7 +29,7 @@ static const char *const MODEL =
 
 typedef struct fixture {
     bn_net *net;
-    bn_sgd *opt;
+    bn_optimizer *opt;
     bn_train_state st;
 } fixture;
 
@@ -45,17 +46,19 @@ static void fill(bn_blob *b, float base)
     for (size_t i = 0; i < bn_blob_count(b); i++) p[i] = base + 0.013f * (float)i * ((i % 2) ? -1.0f : 1.0f);
 }
 
-/* A set-up net with an optimizer whose weights, momentum, iter and state all differ from
- * their defaults, with a few awkward floats. Returns BN_PASS or BN_FAIL. */
-static int make_fixture(fixture *f, const char *model, float base)
+/* A set-up net with an optimizer of kind whose weights, optimizer state, iter and training
+ * state all differ from their defaults, with a few awkward floats. Returns BN_PASS or BN_FAIL. */
+static int make_fixture_of(fixture *f, const char *model, float base, bn_optimizer_kind kind)
 {
     memset(f, 0, sizeof *f);
     CHECK_OK(bn_net_from_text(model, "ckpt_test.cfg", &f->net));
     CHECK_OK(bn_net_setup(f->net, 2, NULL, 0, 7));
     CHECK(f->net->num_params == NUM_PARAMS);
-    CHECK_OK(bn_sgd_create(f->net, &f->net->train, &f->opt));
+    bn_train_config cfg = f->net->train;
+    cfg.optimizer = kind;
+    CHECK_OK(bn_optimizer_create(f->net, &cfg, &f->opt));
     fill(f->net->params, base);
-    fill(f->opt->momentum, -base / 3.0f);
+    for (int k = 0; k < f->opt->num_state; k++) fill(f->opt->state[k], -base / 3.0f - (float)k);
     float *w = bn_blob_host_wr(f->net->params);
     w[1] = -0.0f, w[2] = 1e-40f /* subnormal */, w[3] = FLT_MAX, w[4] = -FLT_MIN;
     f->opt->iter = 1234;
@@ -64,9 +67,14 @@ static int make_fixture(fixture *f, const char *model, float base)
     return BN_PASS;
 }
 
+static int make_fixture(fixture *f, const char *model, float base)
+{
+    return make_fixture_of(f, model, base, BN_OPT_SGD);
+}
+
 static void free_fixture(fixture *f)
 {
-    bn_sgd_free(f->opt);
+    bn_optimizer_free(f->opt);
     bn_net_free(f->net);
 }
 
@@ -218,19 +226,21 @@ static int has_temp_files(const char *dir)
 }
 
 /* Fails unless bn_checkpoint_load(path) fails with code and needle, and leaves weights,
- * momentum, iter and state exactly as they were. */
+ * optimizer state, iter and training state exactly as they were. */
 static int load_fails(fixture *f, const char *path, bn_status code, const char *needle)
 {
-    float *w = copy_floats(f->net->params), *m = copy_floats(f->opt->momentum);
-    CHECK(w && m);
+    float *w = copy_floats(f->net->params), *m[BN_OPTIMIZER_MAX_STATE] = {NULL};
+    CHECK(w);
+    for (int k = 0; k < f->opt->num_state; k++) CHECK((m[k] = copy_floats(f->opt->state[k])) != NULL);
     bn_train_state st = f->st;
     long iter = f->opt->iter;
     CHECK_ERR(bn_checkpoint_load(path, f->net, f->opt, &st), code, needle);
     CHECK(strchr(bn_last_error(), '\n') == NULL);
-    CHECK(same_floats(f->net->params, w) && same_floats(f->opt->momentum, m));
+    CHECK(same_floats(f->net->params, w));
+    for (int k = 0; k < f->opt->num_state; k++) CHECK(same_floats(f->opt->state[k], m[k]));
     CHECK(f->opt->iter == iter && same_state(&st, &f->st));
     free(w);
-    free(m);
+    for (int k = 0; k < f->opt->num_state; k++) free(m[k]);
     return BN_PASS;
 }
 
@@ -260,17 +270,17 @@ BN_TEST(checkpoint_round_trip_is_bit_exact)
     fixture f;
     char path[512];
     CHECK(saved_fixture(&f, path, sizeof path, "round.safetensors") == BN_PASS);
-    float *w = copy_floats(f.net->params), *m = copy_floats(f.opt->momentum);
+    float *w = copy_floats(f.net->params), *m = copy_floats(f.opt->state[0]);
     CHECK(w && m);
 
     fill(f.net->params, 9.0f);
-    fill(f.opt->momentum, 5.0f);
+    fill(f.opt->state[0], 5.0f);
     f.opt->iter = 0;
-    CHECK(!same_floats(f.net->params, w) && !same_floats(f.opt->momentum, m));
+    CHECK(!same_floats(f.net->params, w) && !same_floats(f.opt->state[0], m));
     bn_train_state st = {0};
     CHECK_OK(bn_checkpoint_load(path, f.net, f.opt, &st));
     CHECK(same_floats(f.net->params, w));
-    CHECK(same_floats(f.opt->momentum, m));
+    CHECK(same_floats(f.opt->state[0], m));
     CHECK(f.opt->iter == 1234);
     CHECK(same_state(&st, &f.st));
     CHECK(st.seed == 0xFFFFFFFFFFFFFFFFULL && st.epoch_loss_sum == 0.1 + 0.2);
@@ -281,7 +291,7 @@ BN_TEST(checkpoint_round_trip_is_bit_exact)
     fixture g;
     CHECK(make_fixture(&g, MODEL, -3.0f) == BN_PASS);
     CHECK_OK(bn_checkpoint_load(path, g.net, g.opt, NULL));
-    CHECK(same_floats(g.net->params, w) && same_floats(g.opt->momentum, m) && g.opt->iter == 1234);
+    CHECK(same_floats(g.net->params, w) && same_floats(g.opt->state[0], m) && g.opt->iter == 1234);
     fill(g.net->params, 2.0f);
     CHECK_OK(bn_checkpoint_load_weights(path, g.net));
     CHECK(same_floats(g.net->params, w));
@@ -349,7 +359,7 @@ BN_TEST(checkpoint_file_is_plain_safetensors)
                   (unsigned long long)b, (unsigned long long)e);
     }
     /* The data are the slabs as little-endian float32, whatever this host's byte order. */
-    const float *w = bn_blob_host_rd(f.net->params), *m = bn_blob_host_rd(f.opt->momentum);
+    const float *w = bn_blob_host_rd(f.net->params), *m = bn_blob_host_rd(f.opt->state[0]);
     for (size_t i = 0; i < NUM_PARAMS; i++) {
         uint32_t uw = 0, um = 0, bw, bm;
         for (int k = 3; k >= 0; k--) {
@@ -379,7 +389,7 @@ BN_TEST(checkpoint_without_optimizer_holds_weights_only)
     CHECK(strstr(p.header, "\"epoch\":\"0\"") && !strstr(p.header, "momentum."));
     free_parts(&p);
 
-    CHECK(load_fails(&f, path, BN_ERR_DATA, "holds no optimizer momentum (has_momentum is 0)") == BN_PASS);
+    CHECK(load_fails(&f, path, BN_ERR_DATA, "holds no optimizer state (has_momentum is 0)") == BN_PASS);
     float *w = copy_floats(f.net->params);
     fill(f.net->params, 4.0f);
     bn_train_state st = f.st;
@@ -815,11 +825,11 @@ BN_TEST(gpu_checkpoint_round_trip_syncs_device_copies)
     bn_net *net;
     CHECK_OK(bn_net_from_text(MODEL, "ckpt_test.cfg", &net));
     CHECK_OK(bn_net_setup(net, 2, ctx, 0, 7));
-    bn_sgd *opt;
-    CHECK_OK(bn_sgd_create(net, &net->train, &opt));
+    bn_optimizer *opt;
+    CHECK_OK(bn_optimizer_create(net, &net->train, &opt));
     float w[NUM_PARAMS], m[NUM_PARAMS], back[NUM_PARAMS];
     for (int i = 0; i < NUM_PARAMS; i++) w[i] = 0.5f - 0.01f * (float)i, m[i] = 0.002f * (float)i;
-    float *dw = bn_blob_dev_wr(net->params), *dm = bn_blob_dev_wr(opt->momentum);
+    float *dw = bn_blob_dev_wr(net->params), *dm = bn_blob_dev_wr(opt->state[0]);
     CHECK(dw && dm);
     CHECK_OK(bn_device_h2d(dw, w, sizeof w));
     CHECK_OK(bn_device_h2d(dm, m, sizeof m));
@@ -827,14 +837,14 @@ BN_TEST(gpu_checkpoint_round_trip_syncs_device_copies)
     CHECK_OK(bn_checkpoint_save(tmp_path(path, sizeof path, "gpu.safetensors"), net, opt, NULL));
 
     CHECK_OK(bn_blob_zero(net->params)); /* on the device: the host copy goes stale */
-    CHECK_OK(bn_blob_zero(opt->momentum));
+    CHECK_OK(bn_blob_zero(opt->state[0]));
     CHECK(bn_blob_state(net->params) == BN_SYNC_DEVICE);
     CHECK_OK(bn_checkpoint_load(path, net, opt, NULL));
     CHECK_OK(bn_device_d2h(back, bn_blob_dev_rd(net->params), sizeof back));
     CHECK(memcmp(back, w, sizeof w) == 0);
-    CHECK_OK(bn_device_d2h(back, bn_blob_dev_rd(opt->momentum), sizeof back));
+    CHECK_OK(bn_device_d2h(back, bn_blob_dev_rd(opt->state[0]), sizeof back));
     CHECK(memcmp(back, m, sizeof m) == 0);
-    bn_sgd_free(opt);
+    bn_optimizer_free(opt);
     bn_net_free(net);
     return BN_PASS;
 }
@@ -847,17 +857,131 @@ BN_TEST(checkpoint_layer_named_momentum_round_trips)
     CHECK(make_fixture(&f, "[input]\nchannels=1\nheight=6\nwidth=6\n[conv2d]\nfilters=2\nsize=3\n[dense]\n"
                            "name=momentum\noutputs=3\n[softmax_ce]\n", 0.75f) == BN_PASS);
     CHECK_OK(bn_checkpoint_save(tmp_path(path, sizeof path, "named.safetensors"), f.net, f.opt, &f.st));
-    float *w = copy_floats(f.net->params), *m = copy_floats(f.opt->momentum);
+    float *w = copy_floats(f.net->params), *m = copy_floats(f.opt->state[0]);
     CHECK(w && m);
     fill(f.net->params, 2.0f);
-    fill(f.opt->momentum, 2.0f);
+    fill(f.opt->state[0], 2.0f);
     CHECK_OK(bn_checkpoint_load(path, f.net, f.opt, NULL));
-    CHECK(same_floats(f.net->params, w) && same_floats(f.opt->momentum, m));
+    CHECK(same_floats(f.net->params, w) && same_floats(f.opt->state[0], m));
     fill(f.net->params, 2.0f);
     CHECK_OK(bn_checkpoint_load_weights(path, f.net));
     CHECK(same_floats(f.net->params, w));
     free(w);
     free(m);
     free_fixture(&f);
+    return BN_PASS;
+}
+
+/* ---- Adam and AdamW ---- */
+
+/* Copies of every state slab of f's optimizer. */
+static int copy_state(const fixture *f, float *out[BN_OPTIMIZER_MAX_STATE])
+{
+    for (int k = 0; k < f->opt->num_state; k++) CHECK((out[k] = copy_floats(f->opt->state[k])) != NULL);
+    return BN_PASS;
+}
+
+/* Adam's moments go into the file after the weights, as exp_avg.* and then exp_avg_sq.*, the
+ * metadata names the optimizer, and a load gives all of it back bit for bit; AdamW's too. */
+BN_TEST(checkpoint_adam_round_trip_is_bit_exact)
+{
+    static const bn_optimizer_kind kinds[] = {BN_OPT_ADAM, BN_OPT_ADAMW};
+    for (int i = 0; i < 2; i++) {
+        fixture f, g;
+        char path[512];
+        CHECK(make_fixture_of(&f, MODEL, 0.25f, kinds[i]) == BN_PASS);
+        CHECK(f.opt->num_state == 2);
+        CHECK_OK(bn_checkpoint_save(tmp_path(path, sizeof path, "adam.safetensors"), f.net, f.opt, &f.st));
+        file_parts p;
+        CHECK(read_parts(path, &p) == 0);
+        CHECK(p.data_len == 3 * WEIGHT_BYTES && !strstr(p.header, "momentum."));
+        bn_json *h;
+        CHECK_OK(bn_json_parse(p.header, p.header_len, &h));
+        CHECK(h->type == BN_JSON_OBJECT && h->count == 1 + 3 * 4);
+        const bn_json *meta = bn_json_get(h, "__metadata__"), *name = bn_json_get(meta, "optimizer");
+        CHECK(name && strcmp(name->text, bn_optimizer_names[kinds[i]]) == 0);
+        CHECK(strcmp(bn_json_get(meta, "has_momentum")->text, "1") == 0);
+        const struct {
+            const char *name;
+            uint64_t begin, end;
+        } tensors[] = {{"exp_avg.conv2d1.weight", 476, 548}, {"exp_avg.dense1.bias", 940, 952},
+                       {"exp_avg_sq.conv2d1.weight", 952, 1024}, {"exp_avg_sq.dense1.bias", 1416, 1428}};
+        for (size_t t = 0; t < sizeof tensors / sizeof tensors[0]; t++) {
+            const bn_json *e = bn_json_get(h, tensors[t].name);
+            CHECK_MSG(e, "%s missing", tensors[t].name);
+            const bn_json *off = bn_json_get(e, "data_offsets");
+            uint64_t b, end;
+            CHECK(off->count == 2 && bn_json_u64(off->items[0], &b) && bn_json_u64(off->items[1], &end));
+            CHECK_MSG(b == tensors[t].begin && end == tensors[t].end, "%s at [%llu,%llu]", tensors[t].name,
+                      (unsigned long long)b, (unsigned long long)end);
+        }
+        bn_json_free(h);
+        free_parts(&p);
+
+        float *w = copy_floats(f.net->params), *m[BN_OPTIMIZER_MAX_STATE] = {NULL};
+        CHECK(w && copy_state(&f, m) == BN_PASS);
+        CHECK(make_fixture_of(&g, MODEL, -3.0f, kinds[i]) == BN_PASS);
+        CHECK(!same_floats(g.opt->state[1], m[1]));
+        bn_train_state st = {0};
+        CHECK_OK(bn_checkpoint_load(path, g.net, g.opt, &st));
+        CHECK(same_floats(g.net->params, w) && same_floats(g.opt->state[0], m[0]) &&
+              same_floats(g.opt->state[1], m[1]));
+        CHECK(g.opt->iter == 1234 && same_state(&st, &f.st));
+        /* Weights alone, into a net whose optimizer is SGD: the moments are passed by. */
+        fixture s;
+        CHECK(make_fixture(&s, MODEL, 2.0f) == BN_PASS);
+        CHECK_OK(bn_checkpoint_load_weights(path, s.net));
+        CHECK(same_floats(s.net->params, w));
+        free(w);
+        free(m[0]);
+        free(m[1]);
+        free_fixture(&f);
+        free_fixture(&g);
+        free_fixture(&s);
+    }
+    return BN_PASS;
+}
+
+/* Resuming with another optimizer than the file's is refused in one line that names the file
+ * and both optimizers; the weights and progress still load without an optimizer. A file that
+ * names no optimizer holds SGD's state. */
+BN_TEST(checkpoint_refuses_another_optimizers_state)
+{
+    fixture sgd, adam, adamw;
+    char sgd_path[512], adam_path[512], path[512], needle[1200];
+    CHECK(saved_fixture(&sgd, sgd_path, sizeof sgd_path, "by-sgd.safetensors") == BN_PASS);
+    CHECK(make_fixture_of(&adam, MODEL, 0.5f, BN_OPT_ADAM) == BN_PASS);
+    CHECK(make_fixture_of(&adamw, MODEL, 0.75f, BN_OPT_ADAMW) == BN_PASS);
+    CHECK_OK(bn_checkpoint_save(tmp_path(adam_path, sizeof adam_path, "by-adam.safetensors"), adam.net, adam.opt,
+                                &adam.st));
+    snprintf(needle, sizeof needle, "%s holds the state of optimizer sgd, but this run's optimizer is adam", sgd_path);
+    CHECK(load_fails(&adam, sgd_path, BN_ERR_DATA, needle) == BN_PASS);
+    snprintf(needle, sizeof needle, "%s holds the state of optimizer adam, but this run's optimizer is sgd", adam_path);
+    CHECK(load_fails(&sgd, adam_path, BN_ERR_DATA, needle) == BN_PASS);
+    snprintf(needle, sizeof needle, "%s holds the state of optimizer adam, but this run's optimizer is adamw",
+             adam_path);
+    CHECK(load_fails(&adamw, adam_path, BN_ERR_DATA, needle) == BN_PASS);
+
+    float *w = copy_floats(adam.net->params);
+    CHECK(w);
+    bn_train_state st = {0};
+    CHECK_OK(bn_checkpoint_load(adam_path, sgd.net, NULL, &st));
+    CHECK(same_floats(sgd.net->params, w) && same_state(&st, &adam.st));
+    free(w);
+
+    tmp_path(path, sizeof path, "by-adam-bad.safetensors");
+    CHECK(edit_header(adam_path, path, ",\"optimizer\":\"adam\"", "") == 0);
+    CHECK(load_fails(&adam, path, BN_ERR_DATA, "holds the state of optimizer sgd, but this run's optimizer is adam") ==
+          BN_PASS);
+    CHECK(edit_header(adam_path, path, "\"optimizer\":\"adam\"", "\"optimizer\":\"lion\"") == 0);
+    CHECK(load_fails(&adam, path, BN_ERR_DATA, "optimizer \"lion\" is not one that blobnet knows") == BN_PASS);
+    CHECK(drop_entry(adam_path, path, "exp_avg_sq.dense1.bias") == 0);
+    CHECK(load_fails(&adam, path, BN_ERR_DATA,
+                     "exp_avg_sq of dense1.bias (tensor exp_avg_sq.dense1.bias) is missing from the file") == BN_PASS);
+    CHECK(edit_header(adam_path, path, "\"exp_avg.dense1.bias\"", "\"momentum.dense1.bias\"") == 0);
+    CHECK(load_fails(&adam, path, BN_ERR_DATA, "tensor momentum.dense1.bias is not in the model") == BN_PASS);
+    free_fixture(&sgd);
+    free_fixture(&adam);
+    free_fixture(&adamw);
     return BN_PASS;
 }

@@ -17,6 +17,8 @@ BN_TEST(cli_help_and_version)
     CHECK_CLI("help train", 0, "--train-limit N");
     CHECK_CLI("train --help", 0, "--resume FILE");
     CHECK_CLI("train --help", 0, "--flip, --no-flip");
+    CHECK_CLI("train --help", 0, "--optimizer NAME    sgd (default), adam or adamw");
+    CHECK_CLI("train --help", 0, "--warmup N");
     CHECK_CLI("test --help", 0, "usage: blobnet test MODEL WEIGHTS");
     CHECK_CLI("", 2, "usage: blobnet COMMAND");
     return BN_PASS;
@@ -31,7 +33,10 @@ BN_TEST(cli_usage_errors_exit_2_with_one_line)
     CHECK_CLI("train models/lenet.cfg --batch 0", 2, "--batch: 0 is outside 1..65536");
     CHECK_CLI("train models/lenet.cfg --lr 1e999", 2, "--lr: '1e999' is not a finite number");
     CHECK_CLI("train models/lenet.cfg --colour red", 2, "unknown option '--colour'");
-    CHECK_CLI("train models/lenet.cfg --lr-policy warp", 2, "--lr-policy: 'warp' is not one of");
+    CHECK_CLI("train models/lenet.cfg --lr-policy warp", 2, "--lr-policy: 'warp' is not one of fixed, step, inv, "
+              "cosine, onecycle");
+    CHECK_CLI("train models/lenet.cfg --optimizer lion", 2, "--optimizer: 'lion' is not one of sgd, adam, adamw");
+    CHECK_CLI("train models/lenet.cfg --warmup x", 2, "--warmup: 'x' is not an integer");
     CHECK_CLI("train models/lenet.cfg --shift 15", 2, "--shift: 15 is outside 0..14"); /* half of 28 */
     CHECK_CLI("train models/lenet.cfg --shift two", 2, "--shift: 'two' is not an integer");
     CHECK_CLI("train models/lenet.cfg --dataset cifar", 2, "--dataset: 'cifar' is not one of mnist, fashion-mnist");

@@ -1,6 +1,7 @@
 /* Replaying the training step as a CUDA graph changes nothing but speed: with deterministic
  * algorithms, a run with graphs and one without log the same per-step losses and end in
- * byte-identical checkpoints, for LeNet and for a network that is a graph. */
+ * byte-identical checkpoints, for LeNet and for a network that is a graph, with SGD and with
+ * Adam and AdamW, whose replayed updates read their rates and bias corrections from the device. */
 #include <stdlib.h>
 
 #include "core/device.h"
@@ -27,20 +28,23 @@ static int same_losses(const char *a, const char *b)
     return system(wrapped) == 0;
 }
 
-static int compare_runs(const char *model, const char *limit)
+/* `flags`: the optimizer and schedule of both runs. */
+static int compare_runs(const char *model, const char *limit, const char *flags)
 {
-    char graph[512], eager[512], glog[512], elog[512], cmd[1200];
+    char graph[512], eager[512], glog[512], elog[512], cmd[1200], no_graph[512];
     snprintf(graph, sizeof graph, "%s/graph-%s.safetensors", bn_test_tmpdir(), limit);
     snprintf(eager, sizeof eager, "%s/eager-%s.safetensors", bn_test_tmpdir(), limit);
     snprintf(glog, sizeof glog, "%s/graph-%s.csv", bn_test_tmpdir(), limit);
     snprintf(elog, sizeof elog, "%s/eager-%s.csv", bn_test_tmpdir(), limit);
-    CHECK_MSG(train(model, limit, "", graph, glog) == 0, "%s", out);
+    snprintf(no_graph, sizeof no_graph, "%s --no-graph", flags);
+    CHECK_MSG(train(model, limit, flags, graph, glog) == 0, "%s", out);
     CHECK_MSG(strstr(out, "warning") == NULL, "the graph was not used: %s", out);
-    CHECK_MSG(train(model, limit, "--no-graph", eager, elog) == 0, "%s", out);
-    CHECK_MSG(same_losses(glog, elog), "%s, %s images: graph and eager runs logged different losses", model, limit);
+    CHECK_MSG(train(model, limit, no_graph, eager, elog) == 0, "%s", out);
+    CHECK_MSG(same_losses(glog, elog), "%s, %s images, '%s': graph and eager runs logged different losses", model,
+              limit, flags);
     snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", graph, eager);
-    CHECK_MSG(system(cmd) == 0, "%s, %s images: graph and eager runs ended with different weights or momentum", model,
-              limit);
+    CHECK_MSG(system(cmd) == 0, "%s, %s images, '%s': graph and eager runs ended with different weights or optimizer "
+              "state", model, limit, flags);
     return BN_PASS;
 }
 
@@ -50,9 +54,24 @@ BN_TEST(gpu_graph_replay_matches_eager_steps)
     if (!bn_test_data_dir()) BN_SKIP_TEST("BLOBNET_TEST_DATA not set");
     /* 3,200 images are 50 full batches, every one replayed after the first two; 3,000 end each
      * epoch with a partial batch, which runs eagerly between replays. */
-    CHECK(compare_runs("models/lenet.cfg", "3200") == BN_PASS);
-    CHECK(compare_runs("models/lenet.cfg", "3000") == BN_PASS);
+    CHECK(compare_runs("models/lenet.cfg", "3200", "") == BN_PASS);
+    CHECK(compare_runs("models/lenet.cfg", "3000", "") == BN_PASS);
     /* A graph network: outputs read twice and three times, add, concat. */
-    CHECK(compare_runs("models/resnet_mini.cfg", "3000") == BN_PASS);
+    CHECK(compare_runs("models/resnet_mini.cfg", "3000", "") == BN_PASS);
+    return BN_PASS;
+}
+
+/* Adam's bias corrections change every step, so a replay that took the captured step's would
+ * drift from the eager run at once; the warmup and the one-cycle schedule change the rate
+ * every step too. The partial batch that ends each epoch of 3,000 images runs eagerly between
+ * replays and must move the device's cursor like them. */
+BN_TEST(gpu_graph_replay_matches_eager_steps_with_adam)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    if (!bn_test_data_dir()) BN_SKIP_TEST("BLOBNET_TEST_DATA not set");
+    CHECK(compare_runs("models/lenet.cfg", "3000", "--optimizer adam --lr 0.001 --warmup 20") == BN_PASS);
+    CHECK(compare_runs("models/lenet.cfg", "3200", "--optimizer adamw --lr 0.003 --lr-policy onecycle") == BN_PASS);
+    CHECK(compare_runs("models/resnet_mini.cfg", "3000", "--optimizer adamw --lr 0.003 --lr-policy onecycle") ==
+          BN_PASS);
     return BN_PASS;
 }

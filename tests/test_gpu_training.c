@@ -37,7 +37,7 @@
 /* One training run: a LeNet, its optimizer and its loader over the training set. */
 typedef struct trainee {
     bn_net *net;
-    bn_sgd *opt;
+    bn_optimizer *opt;
     bn_loader ld;
 } trainee;
 
@@ -45,7 +45,7 @@ static bn_status trainee_open(trainee *t, const bn_dataset *data, bn_ctx *ctx)
 {
     BN_TRY(bn_net_from_file("models/lenet.cfg", &t->net));
     BN_TRY(bn_net_setup(t->net, t->net->train.batch, ctx, 0, t->net->train.seed));
-    BN_TRY(bn_sgd_create(t->net, &t->net->train, &t->opt));
+    BN_TRY(bn_optimizer_create(t->net, &t->net->train, &t->opt));
     BN_TRY(bn_loader_init(&t->ld, data, ctx));
     return bn_loader_set_order(&t->ld, 1, bn_epoch_seed(t->net->train.seed, 0));
 }
@@ -53,7 +53,7 @@ static bn_status trainee_open(trainee *t, const bn_dataset *data, bn_ctx *ctx)
 static void trainee_close(trainee *t)
 {
     bn_loader_free(&t->ld);
-    bn_sgd_free(t->opt);
+    bn_optimizer_free(t->opt);
     bn_net_free(t->net);
 }
 
@@ -66,7 +66,7 @@ static bn_status train_step(trainee *t, long step, int start, int n, double *los
     BN_TRY(bn_net_zero_grad(net));
     BN_TRY(bn_net_forward(net, 1));
     BN_TRY(bn_net_backward(net));
-    BN_TRY(bn_sgd_step(t->opt, net));
+    BN_TRY(bn_optimizer_step(t->opt, net));
     double sum, correct;
     BN_TRY(bn_net_metrics(net, &sum, &correct));
     *loss = sum / n;
@@ -145,14 +145,14 @@ static const char *const all_layers_model =
     "[dense]\noutputs=16\n[elu]\n[dropout]\nrate=0.2\n[leaky_relu]\n[sigmoid]\n"
     "[dense]\noutputs=5\n[softmax_ce]\n";
 
-static bn_status steady_step(bn_net *net, bn_sgd *opt, int n, long step)
+static bn_status steady_step(bn_net *net, bn_optimizer *opt, int n, long step)
 {
     net->pass.step = (unsigned long long)step;
     BN_TRY(bn_net_set_batch(net, n));
     BN_TRY(bn_net_zero_grad(net));
     BN_TRY(bn_net_forward(net, 1));
     BN_TRY(bn_net_backward(net));
-    BN_TRY(bn_sgd_step(opt, net));
+    BN_TRY(bn_optimizer_step(opt, net));
     double loss, correct;
     return bn_net_metrics(net, &loss, &correct);
 }
@@ -180,10 +180,10 @@ BN_TEST(gpu_training_steady_steps_take_no_device_memory)
     CHECK_OK(bn_ctx_open(0, &ctx));
     uint64_t seed = lt_fresh_seed();
     bn_net *net;
-    bn_sgd *opt;
+    bn_optimizer *opt;
     CHECK_OK(bn_net_from_text(all_layers_model, "all-layers", &net));
     CHECK_OK(bn_net_setup(net, 32, ctx, 0, seed));
-    CHECK_OK(bn_sgd_create(net, &net->train, &opt));
+    CHECK_OK(bn_optimizer_create(net, &net->train, &opt));
     CHECK_OK(lt_fill_normal(net, seed, 1.0, 0.0));
     float *y = bn_blob_host_wr(net->labels);
     CHECK(y != NULL);
@@ -199,7 +199,7 @@ BN_TEST(gpu_training_steady_steps_take_no_device_memory)
     CHECK_OK(bn_device_sync());
     size_t after = device_free_bytes();
     CHECK_MSG(after == before, "free device memory went from %zu to %zu bytes over 20 steady steps", before, after);
-    bn_sgd_free(opt);
+    bn_optimizer_free(opt);
     bn_net_free(net);
     return BN_PASS;
 }

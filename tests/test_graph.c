@@ -136,21 +136,21 @@ BN_TEST(graph_errors_name_the_file_line_and_the_problem)
 static int train_three_steps(const char *text, float *w, size_t cap, size_t *count)
 {
     bn_net *net;
-    bn_sgd *opt;
+    bn_optimizer *opt;
     CHECK_OK(lt_net(text, 4, 7, &net));
-    CHECK_OK(bn_sgd_create(net, &net->train, &opt));
+    CHECK_OK(bn_optimizer_create(net, &net->train, &opt));
     for (int step = 0; step < 3; step++) {
         CHECK_OK(lt_fill_normal(net, 100 + (uint64_t)step, 1.0, 0));
         CHECK_OK(lt_fill_labels(net, 200 + (uint64_t)step, 3));
         CHECK_OK(bn_net_zero_grad(net));
         CHECK_OK(bn_net_forward(net, 1));
         CHECK_OK(bn_net_backward(net));
-        CHECK_OK(bn_sgd_step(opt, net));
+        CHECK_OK(bn_optimizer_step(opt, net));
     }
     *count = net->num_params;
     CHECK(*count <= cap);
     CHECK_OK(lt_read(net->params, w, *count));
-    bn_sgd_free(opt);
+    bn_optimizer_free(opt);
     bn_net_free(net);
     return BN_PASS;
 }

@@ -128,14 +128,14 @@ static int run_train(const char *args)
 static int resumable(const char *path)
 {
     bn_net *net = NULL;
-    bn_sgd *opt = NULL;
+    bn_optimizer *opt = NULL;
     bn_train_state st;
     bn_status s = bn_net_from_file("models/lenet.cfg", &net);
     if (s == BN_OK) s = bn_net_setup(net, 1, NULL, 0, 1);
-    if (s == BN_OK) s = bn_sgd_create(net, &net->train, &opt);
+    if (s == BN_OK) s = bn_optimizer_create(net, &net->train, &opt);
     if (s == BN_OK) s = bn_checkpoint_load(path, net, opt, &st);
     if (s != BN_OK) fprintf(stderr, "    %s\n", bn_last_error());
-    bn_sgd_free(opt);
+    bn_optimizer_free(opt);
     bn_net_free(net);
     return s == BN_OK;
 }

@@ -48,6 +48,32 @@ BN_TEST(modelfile_semantic_errors_name_the_line)
     CHECK_ERR(build(INPUT "[train]\nlr = nan\n[dense]\noutputs=2\n"), BN_ERR_USAGE, "not a finite number");
     CHECK_ERR(build(INPUT "[train]\nlr_policy = warp\n[dense]\noutputs=2\n"), BN_ERR_USAGE, "is not one of: fixed, step, inv, cosine");
     CHECK_ERR(build(INPUT "[train]\nbatchsize = 3\n[dense]\noutputs=2\n"), BN_ERR_USAGE, "m.cfg:6: [train] unknown key 'batchsize'");
+    CHECK_ERR(build(INPUT "[train]\noptimizer = lion\n[dense]\noutputs=2\n"), BN_ERR_USAGE, "m.cfg:6: [train] optimizer = 'lion' is not one of: sgd, adam, adamw");
+    CHECK_ERR(build(INPUT "[train]\nlr = 0.1\nbeta1 = 1\n[dense]\noutputs=2\n"), BN_ERR_USAGE, "m.cfg:7: [train] beta1 = 1 is out of range [0, 1)");
+    CHECK_ERR(build(INPUT "[train]\nbeta2 = 1.5\n[dense]\noutputs=2\n"), BN_ERR_USAGE, "m.cfg:6: [train] beta2 = 1.5 is out of range [0, 1]");
+    CHECK_ERR(build(INPUT "[train]\nwarmup = -3\n[dense]\noutputs=2\n"), BN_ERR_USAGE, "m.cfg:6: [train] warmup = -3 is out of range");
+    CHECK_ERR(build(INPUT "[train]\npct_start = 2\n[dense]\noutputs=2\n"), BN_ERR_USAGE, "m.cfg:6: [train] pct_start = 2 is out of range");
+    CHECK_ERR(build(INPUT "[train]\ndiv_factor = 0\n[dense]\noutputs=2\n"), BN_ERR_USAGE, "m.cfg:6: [train] div_factor = 0 is out of range");
+    return BN_PASS;
+}
+
+/* The optimizer's and the schedules' keys, and their defaults when absent. */
+BN_TEST(modelfile_train_section_reads_optimizer_and_schedule_keys)
+{
+    bn_net *net;
+    CHECK_OK(bn_net_from_text(INPUT "[train]\noptimizer = adamw\nbeta1 = 0.8\nbeta2 = 0.99\neps = 1e-6\n"
+                              "lr_policy = onecycle\npct_start = 0.25\ndiv_factor = 10\nfinal_div_factor = 100\n"
+                              "warmup = 50\n[dense]\noutputs=2\n", "m.cfg", &net));
+    const bn_train_config *c = &net->train;
+    CHECK(c->optimizer == BN_OPT_ADAMW && c->beta1 == 0.8 && c->beta2 == 0.99 && c->eps == 1e-6);
+    CHECK(c->lr_policy == BN_LR_ONECYCLE && c->pct_start == 0.25 && c->div_factor == 10);
+    CHECK(c->final_div_factor == 100 && c->warmup == 50);
+    bn_net_free(net);
+    CHECK_OK(bn_net_from_text(INPUT "[dense]\noutputs=2\n", "m.cfg", &net));
+    c = &net->train;
+    CHECK(c->optimizer == BN_OPT_SGD && c->beta1 == 0.9 && c->beta2 == 0.999 && c->eps == 1e-8 && c->warmup == 0);
+    CHECK(c->pct_start == 0.3 && c->div_factor == 25 && c->final_div_factor == 1e4);
+    bn_net_free(net);
     return BN_PASS;
 }
 

@@ -105,8 +105,8 @@ BN_TEST(numerics_checkpoint_save_refuses_nan_and_keeps_the_old_file)
     bn_net *net;
     int r = make_net(&net);
     if (r != BN_PASS) return r;
-    bn_sgd *opt;
-    CHECK_OK(bn_sgd_create(net, &net->train, &opt));
+    bn_optimizer *opt;
+    CHECK_OK(bn_optimizer_create(net, &net->train, &opt));
     char path[512], cmd[1200];
     snprintf(path, sizeof path, "%s/numerics.safetensors", bn_test_tmpdir());
     CHECK_OK(bn_checkpoint_save(path, net, opt, NULL));
@@ -115,11 +115,11 @@ BN_TEST(numerics_checkpoint_save_refuses_nan_and_keeps_the_old_file)
     bn_blob_host_wr(bn_net_find_layer(net, "dense1")->params[1].value)[2] = NAN;
     CHECK_ERR(bn_checkpoint_save(path, net, opt, NULL), BN_ERR_NUMERIC, "dense1.bias holds NaN at element 2");
     bn_blob_host_wr(bn_net_find_layer(net, "dense1")->params[1].value)[2] = 0;
-    bn_blob_host_wr(opt->momentum)[0] = INFINITY;
+    bn_blob_host_wr(opt->state[0])[0] = INFINITY;
     CHECK_ERR(bn_checkpoint_save(path, net, opt, NULL), BN_ERR_NUMERIC, "momentum.conv2d1.weight holds infinity");
     snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s.copy'", path, path);
     CHECK_MSG(system(cmd) == 0, "the checkpoint changed");
-    bn_sgd_free(opt);
+    bn_optimizer_free(opt);
     bn_net_free(net);
     return BN_PASS;
 }

@@ -1,54 +1,126 @@
-/* SGD updates and learning-rate policies against hand-computed values. */
+/* test_optimizer.c - the optimizers and learning-rate schedules against hand-worked values:
+ * SGD, Adam and AdamW steps with per-parameter multipliers, each policy, the warmup and the
+ * one-cycle schedule at chosen steps; on a device, the GPU's updates (one kernel over the slab,
+ * and per layer on the side stream reading rates from the device's schedule) against the
+ * CPU's. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "core/device.h"
+#include "layer_testing.h"
 #include "testing.h"
 #include "train/optimizer.h"
 
 BN_TEST(optimizer_lr_policies_match_formulas)
 {
-    bn_sgd o = {0};
+    bn_optimizer o = {0};
     o.cfg = bn_train_config_defaults();
     o.cfg.lr = 0.01;
     o.cfg.lr_policy = BN_LR_FIXED;
-    CHECK_NEAR(bn_sgd_lr(&o, 12345), 0.01, 1e-15);
+    CHECK_NEAR(bn_optimizer_lr(&o, 12345), 0.01, 1e-15);
     o.cfg.lr_policy = BN_LR_INV; /* Caffe's LeNet: 0.01 * (1 + 1e-4 * 1000)^-0.75 */
     o.cfg.gamma = 1e-4;
     o.cfg.power = 0.75;
-    CHECK_NEAR(bn_sgd_lr(&o, 0), 0.01, 1e-15);
-    CHECK_NEAR(bn_sgd_lr(&o, 1000), 0.0093101245, 1e-9);
-    CHECK_NEAR(bn_sgd_lr(&o, 10000), 0.0059460356, 1e-9);
+    CHECK_NEAR(bn_optimizer_lr(&o, 0), 0.01, 1e-15);
+    CHECK_NEAR(bn_optimizer_lr(&o, 1000), 0.0093101245, 1e-9);
+    CHECK_NEAR(bn_optimizer_lr(&o, 10000), 0.0059460356, 1e-9);
     o.cfg.lr_policy = BN_LR_STEP;
     o.cfg.gamma = 0.1;
     o.cfg.stepsize = 100;
-    CHECK_NEAR(bn_sgd_lr(&o, 99), 0.01, 1e-15);
-    CHECK_NEAR(bn_sgd_lr(&o, 100), 0.001, 1e-15);
-    CHECK_NEAR(bn_sgd_lr(&o, 250), 0.0001, 1e-15);
+    CHECK_NEAR(bn_optimizer_lr(&o, 99), 0.01, 1e-15);
+    CHECK_NEAR(bn_optimizer_lr(&o, 100), 0.001, 1e-15);
+    CHECK_NEAR(bn_optimizer_lr(&o, 250), 0.0001, 1e-15);
     o.cfg.lr_policy = BN_LR_COSINE;
     o.cfg.lr_min = 0.001;
     o.max_iter = 1000;
-    CHECK_NEAR(bn_sgd_lr(&o, 0), 0.01, 1e-15);
-    CHECK_NEAR(bn_sgd_lr(&o, 500), 0.0055, 1e-12);
-    CHECK_NEAR(bn_sgd_lr(&o, 1000), 0.001, 1e-15);
-    CHECK_NEAR(bn_sgd_lr(&o, 2000), 0.001, 1e-15);
+    CHECK_NEAR(bn_optimizer_lr(&o, 0), 0.01, 1e-15);
+    CHECK_NEAR(bn_optimizer_lr(&o, 500), 0.0055, 1e-12);
+    CHECK_NEAR(bn_optimizer_lr(&o, 1000), 0.001, 1e-15);
+    CHECK_NEAR(bn_optimizer_lr(&o, 2000), 0.001, 1e-15);
+    return BN_PASS;
+}
+
+/* Warmup: step s < warmup takes policy(s) * (s + 1) / warmup, later steps the policy's rate. */
+BN_TEST(optimizer_warmup_scales_the_policy)
+{
+    bn_optimizer o = {0};
+    o.cfg = bn_train_config_defaults();
+    o.cfg.lr = 0.01;
+    o.cfg.lr_policy = BN_LR_INV;
+    o.cfg.gamma = 1e-4;
+    o.cfg.power = 0.75;
+    o.cfg.warmup = 10;
+    CHECK_NEAR(bn_optimizer_lr(&o, 0), 0.001, 1e-15);                            /* 0.01 * 1/10 */
+    CHECK_NEAR(bn_optimizer_lr(&o, 4), 0.01 * pow(1.0004, -0.75) * 0.5, 1e-15); /* 5/10 */
+    CHECK_NEAR(bn_optimizer_lr(&o, 9), 0.01 * pow(1.0009, -0.75), 1e-15);       /* 10/10 */
+    CHECK_NEAR(bn_optimizer_lr(&o, 10), 0.01 * pow(1.001, -0.75), 1e-15);       /* the policy alone */
+    CHECK_NEAR(bn_optimizer_lr(&o, 1000), 0.0093101245, 1e-9);
+    o.cfg.lr_policy = BN_LR_FIXED;
+    o.cfg.warmup = 4;
+    CHECK_NEAR(bn_optimizer_lr(&o, 2), 0.0075, 1e-15);
+    CHECK_NEAR(bn_optimizer_lr(&o, 3), 0.01, 1e-15);
+    o.cfg.warmup = 0;
+    CHECK_NEAR(bn_optimizer_lr(&o, 0), 0.01, 1e-15);
+    return BN_PASS;
+}
+
+/* torch.optim.lr_scheduler.OneCycleLR(max_lr=0.1, total_steps=100) (pct_start 0.3, div_factor
+ * 25, final_div_factor 1e4, cos): it starts at 0.1 / 25 = 0.004, reaches 0.1 at step
+ * 0.3 * 100 - 1 = 29, is halfway down at step 29 + 70 / 2 = 64 and ends at 0.004 / 1e4 at step
+ * 99. */
+BN_TEST(optimizer_onecycle_matches_pytorch)
+{
+    bn_optimizer o = {0};
+    o.cfg = bn_train_config_defaults();
+    o.cfg.lr = 0.1;
+    o.cfg.lr_policy = BN_LR_ONECYCLE;
+    o.max_iter = 100;
+    const double pi = 3.14159265358979323846;
+    CHECK_NEAR(bn_optimizer_lr(&o, 0), 0.004, 1e-15);
+    CHECK_NEAR(bn_optimizer_lr(&o, 10), 0.1 + (0.004 - 0.1) / 2 * (cos(pi * 10 / 29) + 1), 1e-15);
+    CHECK_NEAR(bn_optimizer_lr(&o, 29), 0.1, 1e-15);
+    CHECK_NEAR(bn_optimizer_lr(&o, 30), 4e-7 + (0.1 - 4e-7) / 2 * (cos(pi / 70) + 1), 1e-15);
+    CHECK_NEAR(bn_optimizer_lr(&o, 64), 0.0500002, 1e-15);
+    CHECK_NEAR(bn_optimizer_lr(&o, 99), 4e-7, 1e-15);
+    CHECK_NEAR(bn_optimizer_lr(&o, 150), 4e-7, 1e-15); /* past the run: its last rate */
+    /* Other keys: from 0.1 / 10 up over the first half, down to 0.01 / 100. */
+    o.cfg.pct_start = 0.5;
+    o.cfg.div_factor = 10;
+    o.cfg.final_div_factor = 100;
+    CHECK_NEAR(bn_optimizer_lr(&o, 0), 0.01, 1e-15);
+    CHECK_NEAR(bn_optimizer_lr(&o, 49), 0.1, 1e-15);
+    CHECK_NEAR(bn_optimizer_lr(&o, 99), 1e-4, 1e-15);
+    /* A one-step first phase (pct_start * T = 1, where PyTorch would divide by zero) ends at lr. */
+    o.max_iter = 10;
+    o.cfg.pct_start = 0.1;
+    CHECK_NEAR(bn_optimizer_lr(&o, 0), 0.1, 1e-15);
+    CHECK_NEAR(bn_optimizer_lr(&o, 1), 1e-4 + (0.1 - 1e-4) / 2 * (cos(pi / 9) + 1), 1e-15);
+    /* The warmup scales it too. */
+    o.cfg.warmup = 2;
+    CHECK_NEAR(bn_optimizer_lr(&o, 0), 0.05, 1e-15);
     return BN_PASS;
 }
 
 /* A dense layer 2 -> 1: weight [w0, w1] (lr_mult 1, decay 1) and bias b (bias multipliers). */
+#define TINY "[input]\nchannels=2\nheight=1\nwidth=1\n[train]\nbias_lr_mult=2\n[dense]\noutputs=1\n"
+
 BN_TEST(optimizer_momentum_decay_and_bias_multipliers)
 {
     bn_net *net;
-    CHECK_OK(bn_net_from_text("[input]\nchannels=2\nheight=1\nwidth=1\n[train]\nbias_lr_mult=2\n"
-                              "[dense]\noutputs=1\n", "opt.cfg", &net));
+    CHECK_OK(bn_net_from_text(TINY, "opt.cfg", &net));
     CHECK_OK(bn_net_setup(net, 1, NULL, 0, 1));
     bn_train_config cfg = bn_train_config_defaults();
     cfg.lr = 0.1;
     cfg.momentum = 0.9;
     cfg.weight_decay = 0.01;
-    bn_sgd *o;
-    CHECK_OK(bn_sgd_create(net, &cfg, &o));
+    bn_optimizer *o;
+    CHECK_OK(bn_optimizer_create(net, &cfg, &o));
+    CHECK(o->num_state == 1 && strcmp(o->state[0]->name, "momentum") == 0);
     float *w = bn_blob_host_wr(net->params);
     w[0] = 1.0f, w[1] = -2.0f, w[2] = 0.5f;
     float *g = bn_blob_host_wr(net->grads);
     g[0] = 0.5f, g[1] = 1.0f, g[2] = -1.0f;
-    CHECK_OK(bn_sgd_step(o, net));
+    CHECK_OK(bn_optimizer_step(o, net));
     /* v = 0.1*(g + 0.01*w) for weights, v = 0.2*g for the bias (no decay); w -= v */
     const float *p = bn_blob_host_rd(net->params);
     CHECK_NEAR(p[0], 1.0 - 0.1 * (0.5 + 0.01), 1e-6);
@@ -57,11 +129,212 @@ BN_TEST(optimizer_momentum_decay_and_bias_multipliers)
     /* Second step with the same gradient: v2 = 0.9*v1 + lr*(g + wd*w1). */
     double v0 = 0.1 * (0.5 + 0.01), w0 = 1.0 - v0;
     double v0b = 0.9 * v0 + 0.1 * (0.5 + 0.01 * w0);
-    CHECK_OK(bn_sgd_step(o, net));
+    CHECK_OK(bn_optimizer_step(o, net));
     CHECK_NEAR(bn_blob_host_rd(net->params)[0], w0 - v0b, 1e-6);
     CHECK(o->iter == 2);
     CHECK(o->num_segments == 2);
-    bn_sgd_free(o);
+    bn_optimizer_free(o);
     bn_net_free(net);
+    return BN_PASS;
+}
+
+/* The update rules as written in the documentation, in double: one Adam (decoupled = 0) or
+ * AdamW element at step t, betas 0.9 and 0.999, eps 1e-8. */
+static void adam_by_hand(double *w, double g, double *m, double *v, double lr, double wd, int t, int decoupled)
+{
+    if (decoupled) *w *= 1.0 - lr * wd;
+    else g += wd * *w;
+    *m = 0.9 * *m + 0.1 * g;
+    *v = 0.999 * *v + 0.001 * g * g;
+    double mhat = *m / (1.0 - pow(0.9, t)), vhat = *v / (1.0 - pow(0.999, t));
+    *w -= lr * mhat / (sqrt(vhat) + 1e-8);
+}
+
+/* Three steps of kind on TINY with a new gradient each step, against adam_by_hand: the bias
+ * takes twice the rate and no decay. The first step is also worked out in full: Adam's first
+ * step moves each element by its rate against the sign of its (decayed) gradient. */
+static int adam_three_steps(bn_optimizer_kind kind)
+{
+    bn_net *net;
+    CHECK_OK(bn_net_from_text(TINY, "opt.cfg", &net));
+    CHECK_OK(bn_net_setup(net, 1, NULL, 0, 1));
+    bn_train_config cfg = bn_train_config_defaults();
+    cfg.optimizer = kind;
+    cfg.lr = 0.1;
+    cfg.weight_decay = 0.1;
+    bn_optimizer *o;
+    CHECK_OK(bn_optimizer_create(net, &cfg, &o));
+    CHECK(o->num_state == 2 && strcmp(o->state[0]->name, "exp_avg") == 0 &&
+          strcmp(o->state[1]->name, "exp_avg_sq") == 0);
+    const float start[3] = {1.0f, -2.0f, 0.5f};
+    const float grads[3][3] = {{0.5f, 1.0f, -1.0f}, {-0.3f, 0.8f, 0.2f}, {0.1f, -0.4f, -0.6f}};
+    const double rate[3] = {0.1, 0.1, 0.2}, decay[3] = {0.1, 0.1, 0.0};
+    double w[3], m[3] = {0}, v[3] = {0};
+    CHECK_OK(lt_write(net->params, start, 3));
+    for (int i = 0; i < 3; i++) w[i] = start[i];
+    for (int t = 1; t <= 3; t++) {
+        CHECK_OK(lt_write(net->grads, grads[t - 1], 3));
+        CHECK_OK(bn_optimizer_step(o, net));
+        for (int i = 0; i < 3; i++) adam_by_hand(&w[i], grads[t - 1][i], &m[i], &v[i], rate[i], decay[i], t,
+                                                 kind == BN_OPT_ADAMW);
+        const float *p = bn_blob_host_rd(net->params), *pm = bn_blob_host_rd(o->state[0]),
+                    *pv = bn_blob_host_rd(o->state[1]);
+        if (t == 1) {
+            /* adam: g + 0.1 w = 0.6, 0.8 and -1 (bias, no decay); adamw: w * (1 - 0.01) first */
+            double shrink = kind == BN_OPT_ADAMW ? 0.99 : 1.0;
+            CHECK_NEAR(p[0], 1.0 * shrink - 0.1, 1e-6);
+            CHECK_NEAR(p[1], -2.0 * shrink - 0.1, 1e-6);
+            CHECK_NEAR(p[2], 0.5 + 0.2, 1e-6);
+        }
+        for (int i = 0; i < 3; i++) {
+            CHECK_MSG(fabs(p[i] - w[i]) <= 1e-6, "%s step %d: w[%d] = %.9g, by hand %.9g", bn_optimizer_names[kind],
+                      t, i, p[i], w[i]);
+            CHECK_MSG(fabs(pm[i] - m[i]) <= 1e-6 * fabs(m[i]), "step %d: m[%d] = %.9g, by hand %.9g", t, i, pm[i],
+                      m[i]);
+            CHECK_MSG(fabs(pv[i] - v[i]) <= 1e-6 * v[i], "step %d: v[%d] = %.9g, by hand %.9g", t, i, pv[i], v[i]);
+        }
+    }
+    CHECK(o->iter == 3 && o->num_segments == 2);
+    bn_optimizer_free(o);
+    bn_net_free(net);
+    return BN_PASS;
+}
+
+BN_TEST(optimizer_adam_matches_hand_worked_steps)
+{
+    return adam_three_steps(BN_OPT_ADAM);
+}
+
+BN_TEST(optimizer_adamw_matches_hand_worked_steps)
+{
+    return adam_three_steps(BN_OPT_ADAMW);
+}
+
+/* Step t = iter + 1's bias corrections, in the table a GPU schedule uploads. */
+BN_TEST(optimizer_rates_carry_the_bias_corrections)
+{
+    bn_optimizer o = {0};
+    o.cfg = bn_train_config_defaults();
+    o.cfg.warmup = 4;
+    bn_step_rates r = bn_optimizer_rates(&o, 0);
+    CHECK(r.lr == (float)0.0025 && r.bias1 == (float)0.1 && r.bias2 == (float)sqrt(0.001));
+    r = bn_optimizer_rates(&o, 2);
+    CHECK(r.lr == (float)0.0075 && r.bias1 == (float)(1 - 0.729) && r.bias2 == (float)sqrt(1 - pow(0.999, 3)));
+    return BN_PASS;
+}
+
+/* ---- on the device ---- */
+
+/* Layers with and without parameters, biases at twice the rate and without decay. */
+static const char *const GPU_MODEL = "[input]\nchannels=1\nheight=8\nwidth=8\n[train]\nbias_lr_mult=2\n"
+                                     "[conv2d]\nfilters=3\nsize=3\n[relu]\n[dense]\noutputs=16\n[tanh]\n"
+                                     "[dense]\noutputs=4\n[softmax_ce]\n";
+
+/* The same FP32 rule on both sides, but nvcc fuses multiply-adds that the CPU rounds twice: an
+ * update comes out an ulp of itself apart, which now and then moves the weight by an ulp of the
+ * weight (below 6e-8 for weights below 1). With lr 0.1 the largest update of a step is 1e-3 or
+ * more, so these differences stay far under 1e-3 of it, where a wrong rate or bias correction
+ * is tens of percent off; the running state differs by a few ulps of itself. */
+#define UPDATE_TOL 1e-3
+#define STATE_TOL 1e-5
+
+static bn_status layered_update(void *opt, bn_net *net, bn_layer *l)
+{
+    return bn_optimizer_update_layer(opt, net, l);
+}
+
+/* Whether a's slab is within tol of b's, relative to what b moved from base (NULL: from 0). */
+static int slab_close(const char *what, int step, bn_blob *a, bn_blob *b, const float *base, double tol)
+{
+    size_t n = bn_blob_count(b), where;
+    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+    CHECK(x && y);
+    CHECK_OK(lt_read(a, x, n));
+    CHECK_OK(lt_read(b, y, n));
+    double d = lt_rel_diff(x, y, base, n, &where);
+    CHECK_MSG(d <= tol, "step %d: %s differs by %.3g relative (tolerance %g) at element %zu: gpu %.9g, cpu %.9g",
+              step, what, d, tol, where, x[where], y[where]);
+    free(x);
+    free(y);
+    return BN_PASS;
+}
+
+/* Three training steps of kind on the GPU against the CPU's update from the GPU's gradients.
+ * layered: the update runs per layer on the side stream during the backward pass, reading its
+ * rates from a schedule on the device (a warmup makes each step's rate differ, so a cursor that
+ * did not move would show); otherwise one kernel over the slab after it, taking its rates from
+ * the host. */
+static int gpu_update_matches_cpu(bn_optimizer_kind kind, int layered)
+{
+    uint64_t seed = lt_fresh_seed();
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    bn_net *gpu, *cpu;
+    CHECK_OK(bn_net_from_text(GPU_MODEL, "gpu-opt", &gpu));
+    CHECK_OK(bn_net_from_text(GPU_MODEL, "gpu-opt", &cpu));
+    CHECK_OK(bn_net_setup(gpu, 6, ctx, 0, seed));
+    CHECK_OK(bn_net_setup(cpu, 6, NULL, 0, seed));
+    bn_train_config cfg = gpu->train;
+    cfg.optimizer = kind;
+    cfg.lr = 0.1;
+    cfg.weight_decay = 0.01;
+    cfg.warmup = 3;
+    bn_optimizer *go, *co;
+    CHECK_OK(bn_optimizer_create(gpu, &cfg, &go));
+    CHECK_OK(bn_optimizer_create(cpu, &cfg, &co));
+    size_t n = gpu->num_params;
+    float *buf = malloc(n * sizeof *buf), *before = malloc(n * sizeof *before);
+    CHECK(buf && before);
+    CHECK_OK(lt_read(gpu->params, buf, n));
+    CHECK_OK(lt_write(cpu->params, buf, n));
+    CHECK_OK(lt_fill_normal(gpu, seed, 1.0, 0.0));
+    CHECK_OK(lt_fill_labels(gpu, seed, 4));
+    if (layered) CHECK_OK(bn_optimizer_schedule(go, gpu, 0, 3));
+    for (int step = 1; step <= 3; step++) {
+        CHECK_OK(lt_read(cpu->params, before, n));
+        CHECK_OK(bn_net_zero_grad(gpu));
+        CHECK_OK(bn_net_forward(gpu, 1));
+        if (layered) {
+            CHECK_OK(bn_net_backward_each(gpu, layered_update, go));
+            bn_optimizer_end_layered_step(go);
+        } else {
+            CHECK_OK(bn_net_backward(gpu));
+            CHECK_OK(bn_optimizer_step(go, gpu));
+        }
+        CHECK_OK(lt_read(gpu->grads, buf, n));
+        CHECK_OK(lt_write(cpu->grads, buf, n));
+        CHECK_OK(bn_optimizer_step(co, cpu));
+        CHECK(slab_close("the weights", step, gpu->params, cpu->params, before, UPDATE_TOL) == BN_PASS);
+        for (int k = 0; k < co->num_state; k++)
+            CHECK(slab_close(co->state[k]->name, step, go->state[k], co->state[k], NULL, STATE_TOL) == BN_PASS);
+    }
+    printf("    %s, %s: 3 steps agree with the CPU's\n", bn_optimizer_names[kind],
+           layered ? "per layer on the side stream, scheduled rates" : "one kernel over the slab");
+    free(buf);
+    free(before);
+    bn_optimizer_free(go);
+    bn_optimizer_free(co);
+    bn_net_free(gpu);
+    bn_net_free(cpu);
+    return BN_PASS;
+}
+
+BN_TEST(gpu_optimizer_adam_matches_cpu)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    return gpu_update_matches_cpu(BN_OPT_ADAM, 0);
+}
+
+BN_TEST(gpu_optimizer_adamw_matches_cpu)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    return gpu_update_matches_cpu(BN_OPT_ADAMW, 0);
+}
+
+BN_TEST(gpu_optimizer_layered_updates_match_cpu)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    for (int kind = BN_OPT_SGD; kind <= BN_OPT_ADAMW; kind++)
+        CHECK(gpu_update_matches_cpu((bn_optimizer_kind)kind, 1) == BN_PASS);
     return BN_PASS;
 }

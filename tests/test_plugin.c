@@ -237,14 +237,14 @@ BN_TEST(plugin_prelu_net_learns)
     }
     CHECK_OK(lt_write(net->input, x, 4 * N));
     CHECK_OK(lt_write(net->labels, y, N));
-    bn_sgd *opt;
-    CHECK_OK(bn_sgd_create(net, &net->train, &opt));
+    bn_optimizer *opt;
+    CHECK_OK(bn_optimizer_create(net, &net->train, &opt));
     double first = 0, loss = 0, correct = 0;
     for (int s = 0; s < STEPS; s++) {
         CHECK_OK(bn_net_zero_grad(net));
         CHECK_OK(bn_net_forward(net, 1));
         CHECK_OK(bn_net_backward(net));
-        CHECK_OK(bn_sgd_step(opt, net));
+        CHECK_OK(bn_optimizer_step(opt, net));
         CHECK_OK(bn_net_metrics(net, &loss, &correct));
         if (s == 0) first = loss / N;
     }
@@ -259,7 +259,7 @@ BN_TEST(plugin_prelu_net_learns)
     CHECK_MSG(loss / N < 0.25 * first, "loss %.4f from %.4f", loss / N, first);
     CHECK(correct >= N - 2);
     CHECK(moved >= 4);
-    bn_sgd_free(opt);
+    bn_optimizer_free(opt);
     bn_net_free(net);
     return BN_PASS;
 }

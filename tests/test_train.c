@@ -1,5 +1,6 @@
-/* Real training on MNIST through the CLI: accuracy after a short run, exact resume and the metrics log;
- * augmentation of the training batches only. */
+/* Real training on MNIST through the CLI: accuracy after a short run, exact resume (SGD,
+ * Adam, AdamW) and the metrics log; augmentation of the training batches only. */
+#include <math.h>
 #include <stdlib.h>
 
 #include "core/net.h"
@@ -49,15 +50,15 @@ BN_TEST(train_lenet_cpu_short_run_learns)
 }
 
 /* Training 2 epochs equals training 1, saving, and resuming for 1 more: the two final
- * checkpoints (weights, momentum, counters) are identical byte for byte. */
-BN_TEST(train_resume_is_bit_exact_on_cpu)
+ * checkpoints (weights, optimizer state, counters) are identical byte for byte. `extra`: more
+ * flags for all three runs. */
+static int resume_is_bit_exact(const char *extra)
 {
-    if (!bn_test_data_dir()) BN_SKIP_TEST("BLOBNET_TEST_DATA not set");
-    char full[512], half[512], resumed[512], args[2048];
+    char full[512], half[512], resumed[512], common[512], args[2048];
     snprintf(full, sizeof full, "%s/full.safetensors", bn_test_tmpdir());
     snprintf(half, sizeof half, "%s/half.safetensors", bn_test_tmpdir());
     snprintf(resumed, sizeof resumed, "%s/resumed.safetensors", bn_test_tmpdir());
-    const char *common = "models/lenet.cfg --train-limit 600 --batch 50 --quiet";
+    snprintf(common, sizeof common, "models/lenet.cfg --train-limit 600 --batch 50 --quiet %s", extra);
     snprintf(args, sizeof args, "%s --epochs 2 --save %s", common, full);
     CHECK_MSG(train(args) == 0, "%s", out);
     double acc_full = final_accuracy();
@@ -67,7 +68,23 @@ BN_TEST(train_resume_is_bit_exact_on_cpu)
     snprintf(args, sizeof args, "%s --epochs 2 --resume %s --save %s", common, half, resumed);
     CHECK_MSG(train(args) == 0, "%s", out);
     CHECK(final_accuracy() == acc_full);
-    CHECK_MSG(files_equal(full, resumed), "resumed checkpoint differs from the uninterrupted one");
+    CHECK_MSG(files_equal(full, resumed), "'%s': resumed checkpoint differs from the uninterrupted one", extra);
+    return BN_PASS;
+}
+
+BN_TEST(train_resume_is_bit_exact_on_cpu)
+{
+    if (!bn_test_data_dir()) BN_SKIP_TEST("BLOBNET_TEST_DATA not set");
+    return resume_is_bit_exact("");
+}
+
+/* Adam's moments and step count come back from the file: the resumed half continues their
+ * bias corrections, and a warmup of 15 steps (12 to an epoch) runs on into it. */
+BN_TEST(train_resume_is_bit_exact_on_cpu_with_adam)
+{
+    if (!bn_test_data_dir()) BN_SKIP_TEST("BLOBNET_TEST_DATA not set");
+    CHECK(resume_is_bit_exact("--optimizer adam --lr 0.001 --warmup 15") == BN_PASS);
+    CHECK(resume_is_bit_exact("--optimizer adamw --lr 0.001 --warmup 15") == BN_PASS);
     return BN_PASS;
 }
 
@@ -248,5 +265,36 @@ BN_TEST(train_augment_section_and_its_flags)
     CHECK_MSG(strcmp(v[0][3], v[1][3]) != 0, "flip = 1 trained like no [augment]: loss %s", v[0][3]);
     CHECK_MSG(strcmp(v[0][3], v[2][3]) == 0, "flip = 1 with --no-flip: loss %s, without [augment] %s", v[2][3],
               v[0][3]);
+    return BN_PASS;
+}
+
+/* The log's lr column follows the schedule: onecycle over the run's 20 steps (640 images in
+ * batches of 64, 2 epochs) from 0.1 / 25 up to 0.1 at step 0.3 * 20 - 1 = 5 and down to
+ * 0.004 / 1e4, under a warmup of 3 steps. Row s (after step s) shows step s - 1's rate. */
+BN_TEST(train_metrics_log_records_the_onecycle_and_warmup_rates)
+{
+    if (!bn_test_data_dir()) BN_SKIP_TEST("BLOBNET_TEST_DATA not set");
+    char path[512], args[1024];
+    snprintf(path, sizeof path, "%s/onecycle.csv", bn_test_tmpdir());
+    snprintf(args, sizeof args, "models/lenet.cfg --epochs 2 --train-limit 640 --batch 64 --optimizer adam "
+             "--lr 0.1 --lr-policy onecycle --warmup 3 --log-every 1 --log %s --quiet", path);
+    CHECK_MSG(train(args) == 0, "%s", out);
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL);
+    const double pi = 3.14159265358979323846;
+    char line[512];
+    int rows = 0;
+    while (fgets(line, sizeof line, f)) {
+        char *v[10];
+        if (split_csv(line, v, 10) != 9 || !*v[2] || *v[5]) continue; /* the header and epoch rows */
+        int s = atoi(v[1]) - 1;
+        double want = s <= 5 ? 0.1 + (0.004 - 0.1) / 2 * (cos(pi * s / 5) + 1)
+                             : 4e-7 + (0.1 - 4e-7) / 2 * (cos(pi * (s - 5) / 14) + 1);
+        if (s < 3) want *= (s + 1) / 3.0;
+        CHECK_MSG(fabs(atof(v[2]) - want) <= 1e-8 * want, "step %d: lr %s, expected %.9g", s + 1, v[2], want);
+        rows++;
+    }
+    fclose(f);
+    CHECK_MSG(rows == 20, "%d step rows", rows);
     return BN_PASS;
 }

@@ -73,7 +73,7 @@ static bn_status random_batch(bn_net *net, int classes)
 
 /* One step with a mark around every layer pass; mark indices: layer i forward 4i, backward
  * 4i+2, update 4L, the whole step 4L+2. */
-static bn_status timed_step(bn_net *net, bn_sgd *opt, clocks *c)
+static bn_status timed_step(bn_net *net, bn_optimizer *opt, clocks *c)
 {
     int L = net->num_layers;
     BN_TRY(mark(c, 4 * L + 2));
@@ -90,7 +90,7 @@ static bn_status timed_step(bn_net *net, bn_sgd *opt, clocks *c)
         BN_TRY(mark(c, 4 * i + 3));
     }
     BN_TRY(mark(c, 4 * L));
-    if (opt) BN_TRY(bn_sgd_step(opt, net));
+    if (opt) BN_TRY(bn_optimizer_step(opt, net));
     BN_TRY(mark(c, 4 * L + 1));
     return mark(c, 4 * L + 3);
 }
@@ -112,7 +112,7 @@ static bn_status accumulate(bn_net *net, clocks *c, bn_time_report *r)
     return BN_OK;
 }
 
-static bn_status run(bn_net *net, bn_sgd *opt, int warmup, int iters, clocks *c, bn_time_report *r)
+static bn_status run(bn_net *net, bn_optimizer *opt, int warmup, int iters, clocks *c, bn_time_report *r)
 {
     bn_layer *loss = bn_net_loss_layer(net);
     BN_TRY(random_batch(net, loss ? loss->in->c * loss->in->h * loss->in->w : 1));
@@ -131,7 +131,7 @@ static bn_status run(bn_net *net, bn_sgd *opt, int warmup, int iters, clocks *c,
     return BN_OK;
 }
 
-bn_status bn_time_net(bn_net *net, bn_sgd *opt, int warmup, int iters, bn_time_report *out)
+bn_status bn_time_net(bn_net *net, bn_optimizer *opt, int warmup, int iters, bn_time_report *out)
 {
     memset(out, 0, sizeof *out);
     if (iters <= 0) return bn_error(BN_ERR_USAGE, "timing needs at least one iteration");

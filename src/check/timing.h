@@ -26,7 +26,7 @@ typedef struct bn_time_report {
 /* Times `iters` training steps of a set-up net (after `warmup` untimed ones) on random
  * inputs and labels; opt may be NULL (no update timed). Free the report with
  * bn_time_report_free. */
-bn_status bn_time_net(bn_net *net, bn_sgd *opt, int warmup, int iters, bn_time_report *out);
+bn_status bn_time_net(bn_net *net, bn_optimizer *opt, int warmup, int iters, bn_time_report *out);
 
 void bn_time_report_free(bn_time_report *r);
 

@@ -54,7 +54,8 @@ static void print_report(const bn_net *net, const bn_time_report *r, const char 
         printf("%-16s %-12s %12.4f %12.4f %7.1f%%\n", net->layers[i]->name, net->layers[i]->ops->type, t->forward_ms,
                t->backward_ms, 100.0 * (t->forward_ms + t->backward_ms) / r->step_ms);
     }
-    printf("%-16s %-12s %12s %12.4f %7.1f%%\n", "update", "sgd", "", r->update_ms, 100.0 * r->update_ms / r->step_ms);
+    printf("%-16s %-12s %12s %12.4f %7.1f%%\n", "update", bn_optimizer_names[net->train.optimizer], "", r->update_ms,
+           100.0 * r->update_ms / r->step_ms);
     printf("%-16s %-12s %12.4f %12.4f\n", "layers", "", fwd, bwd);
     printf("step: %.4f ms (forward + backward + update, timed as a whole)  %.0f images/s\n", r->step_ms,
            r->batch / (r->step_ms / 1e3));
@@ -67,7 +68,7 @@ static void print_report(const bn_net *net, const bn_time_report *r, const char 
     }
 }
 
-static bn_status run(const time_args *a, bn_net **net, bn_sgd **opt)
+static bn_status run(const time_args *a, bn_net **net, bn_optimizer **opt)
 {
     BN_TRY(bn_net_from_file(a->model, net));
     bn_ctx *ctx;
@@ -75,7 +76,7 @@ static bn_status run(const time_args *a, bn_net **net, bn_sgd **opt)
     if (ctx) ctx->tf32 = a->tf32, ctx->autotune = a->autotune;
     int batch = a->batch ? (int)a->batch : (*net)->train.batch;
     BN_TRY(bn_net_setup(*net, batch, ctx, 0, (*net)->train.seed));
-    BN_TRY(bn_sgd_create(*net, &(*net)->train, opt));
+    BN_TRY(bn_optimizer_create(*net, &(*net)->train, opt));
     bn_time_report r;
     BN_TRY(bn_time_net(*net, *opt, 5, (int)a->iters, &r));
     print_report(*net, &r, ctx ? ctx->name : "cpu");
@@ -93,9 +94,9 @@ int bn_cmd_time(int argc, char **argv)
     }
     if (p != BN_OK) return bn_fail((bn_status)p);
     bn_net *net = NULL;
-    bn_sgd *opt = NULL;
+    bn_optimizer *opt = NULL;
     bn_status s = run(&a, &net, &opt);
-    bn_sgd_free(opt);
+    bn_optimizer_free(opt);
     bn_net_free(net);
     bn_ctx_close();
     return s == BN_OK ? 0 : bn_fail(s);

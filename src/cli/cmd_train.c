@@ -15,8 +15,9 @@
 typedef struct train_args {
     const char *model, *data, *dataset, *device, *save, *resume, *log;
     long epochs, batch, seed, train_limit, log_every, profile_first, profile_last, checkpoint_every, debug_numerics;
+    long warmup;
     double lr, momentum, weight_decay;
-    const char *lr_policy;
+    const char *optimizer, *lr_policy;
     int quiet, tf32, deterministic, autotune, no_graph;
     double until_accuracy;
     const char *shift;      /* --shift's text, checked once the model's input size is known */
@@ -27,13 +28,14 @@ enum { OPT_DATA = 256, OPT_DATASET, OPT_DEVICE, OPT_EPOCHS, OPT_BATCH, OPT_LR, O
        OPT_POLICY, OPT_SEED, OPT_LIMIT, OPT_SAVE, OPT_RESUME, OPT_QUIET, OPT_LOG, OPT_LOG_EVERY,
        OPT_TF32, OPT_DETERMINISTIC, OPT_AUTOTUNE, OPT_PROFILE, OPT_PLUGIN, OPT_NO_GRAPH,
        OPT_SHIFT, OPT_FLIP, OPT_NO_FLIP,
-       OPT_UNTIL, OPT_CHECKPOINT_EVERY, OPT_DEBUG_NUMERICS, OPT_HELP };
+       OPT_UNTIL, OPT_CHECKPOINT_EVERY, OPT_DEBUG_NUMERICS, OPT_OPTIMIZER, OPT_WARMUP, OPT_HELP };
 
 static const struct option train_options[] = {
     {"data", required_argument, 0, OPT_DATA},       {"dataset", required_argument, 0, OPT_DATASET},
     {"device", required_argument, 0, OPT_DEVICE},   {"epochs", required_argument, 0, OPT_EPOCHS},
     {"batch", required_argument, 0, OPT_BATCH},     {"lr", required_argument, 0, OPT_LR},
     {"momentum", required_argument, 0, OPT_MOMENTUM}, {"weight-decay", required_argument, 0, OPT_WD},
+    {"optimizer", required_argument, 0, OPT_OPTIMIZER}, {"warmup", required_argument, 0, OPT_WARMUP},
     {"lr-policy", required_argument, 0, OPT_POLICY}, {"seed", required_argument, 0, OPT_SEED},
     {"train-limit", required_argument, 0, OPT_LIMIT}, {"save", required_argument, 0, OPT_SAVE},
     {"resume", required_argument, 0, OPT_RESUME},   {"quiet", no_argument, 0, OPT_QUIET},
@@ -83,7 +85,7 @@ static bn_status check_save_dir(const char *path)
 static int parse_args(int argc, char **argv, train_args *a)
 {
     *a = (train_args){.dataset = "mnist", .device = "auto", .epochs = -1, .batch = -1, .seed = -1,
-                      .lr = -1, .momentum = -1, .weight_decay = -1};
+                      .warmup = -1, .lr = -1, .momentum = -1, .weight_decay = -1};
     opterr = 0;
     optind = 1;
     int opt;
@@ -97,6 +99,8 @@ static int parse_args(int argc, char **argv, train_args *a)
         case OPT_LR: BN_TRY(bn_cli_float("--lr", optarg, 0, 1000, &a->lr)); break;
         case OPT_MOMENTUM: BN_TRY(bn_cli_float("--momentum", optarg, 0, 1, &a->momentum)); break;
         case OPT_WD: BN_TRY(bn_cli_float("--weight-decay", optarg, 0, 1, &a->weight_decay)); break;
+        case OPT_OPTIMIZER: a->optimizer = optarg; break;
+        case OPT_WARMUP: BN_TRY(bn_cli_int("--warmup", optarg, 0, 2147483647L, &a->warmup)); break;
         case OPT_POLICY: a->lr_policy = optarg; break;
         case OPT_SEED: BN_TRY(bn_cli_int("--seed", optarg, 0, 2147483647L, &a->seed)); break;
         case OPT_LIMIT: BN_TRY(bn_cli_int("--train-limit", optarg, 1, 2147483647L, &a->train_limit)); break;
@@ -134,6 +138,21 @@ static int parse_args(int argc, char **argv, train_args *a)
     return BN_OK;
 }
 
+/* The index of text among names (NULL-terminated); an error naming flag and the choices. */
+static bn_status choice(const char *flag, const char *text, const char *const *names, int *out)
+{
+    char list[128] = "";
+    for (int i = 0; names[i]; i++) {
+        if (strcmp(names[i], text) == 0) {
+            *out = i;
+            return BN_OK;
+        }
+        size_t len = strlen(list);
+        snprintf(list + len, sizeof list - len, "%s%s", i ? ", " : "", names[i]);
+    }
+    return bn_error(BN_ERR_USAGE, "%s: '%s' is not one of %s", flag, text, list);
+}
+
 static bn_status apply_overrides(const train_args *a, bn_train_config *c)
 {
     if (a->epochs >= 0) c->epochs = (int)a->epochs;
@@ -142,11 +161,14 @@ static bn_status apply_overrides(const train_args *a, bn_train_config *c)
     if (a->momentum >= 0) c->momentum = a->momentum;
     if (a->weight_decay >= 0) c->weight_decay = a->weight_decay;
     if (a->seed >= 0) c->seed = (unsigned long long)a->seed;
+    if (a->warmup >= 0) c->warmup = (int)a->warmup;
+    int i;
+    if (a->optimizer) {
+        BN_TRY(choice("--optimizer", a->optimizer, bn_optimizer_names, &i));
+        c->optimizer = (bn_optimizer_kind)i;
+    }
     if (a->lr_policy) {
-        int i = 0;
-        while (bn_lr_policy_names[i] && strcmp(bn_lr_policy_names[i], a->lr_policy) != 0) i++;
-        if (!bn_lr_policy_names[i])
-            return bn_error(BN_ERR_USAGE, "--lr-policy: '%s' is not one of fixed, step, inv, cosine", a->lr_policy);
+        BN_TRY(choice("--lr-policy", a->lr_policy, bn_lr_policy_names, &i));
         c->lr_policy = (bn_lr_policy)i;
     }
     return BN_OK;
@@ -177,7 +199,7 @@ static bn_status check_input(const bn_net *net, const bn_dataset *d, const char 
 
 typedef struct train_run {
     bn_net *net;
-    bn_sgd *opt;
+    bn_optimizer *opt;
     bn_dataset train, test;
     bn_ctx *ctx;
     FILE *log;
@@ -202,7 +224,7 @@ static bn_status prepare(const train_args *a, train_run *r, bn_train_state *st)
     BN_TRY(check_input(r->net, &r->train, dir, "training"));
     BN_TRY(check_input(r->net, &r->test, dir, "test"));
     BN_TRY(bn_net_setup(r->net, cfg->batch, r->ctx, 0, cfg->seed));
-    BN_TRY(bn_sgd_create(r->net, cfg, &r->opt));
+    BN_TRY(bn_optimizer_create(r->net, cfg, &r->opt));
     *st = (bn_train_state){.seed = cfg->seed};
     if (a->resume) BN_TRY(bn_checkpoint_load(a->resume, r->net, r->opt, st));
     if (!a->quiet)
@@ -295,7 +317,7 @@ int bn_cmd_train(int argc, char **argv)
     bn_status s = run(&a, &r);
     if (r.log && fclose(r.log) != 0 && s == BN_OK)
         s = bn_error(BN_ERR_IO, "%s: cannot finish the metrics log", a.log);
-    bn_sgd_free(r.opt);
+    bn_optimizer_free(r.opt);
     bn_net_free(r.net);
     bn_dataset_free(&r.train);
     bn_dataset_free(&r.test);

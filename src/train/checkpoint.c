@@ -11,18 +11,17 @@
 
 #define FORMAT_NAME "blobnet"
 #define FORMAT_VERSION "1"
-#define MOMENTUM_PREFIX "momentum."
-#define PREFIX_LEN (sizeof MOMENTUM_PREFIX - 1)
+#define STATE_NAME_MAX 16 /* room for a state slab's name and its dot: "exp_avg_sq." is the longest */
 
 /* ---- the net's tensors ------------------------------------------------------------ */
 
 /* One parameter as the checkpoint names and shapes it, and where it lives in the slab. */
 typedef struct tensor_spec {
     char name[128];      /* "<layer>.<param>" */
-    char momentum_name[PREFIX_LEN + 128]; /* "momentum.<layer>.<param>" */
+    char state_name[BN_OPTIMIZER_MAX_STATE][STATE_NAME_MAX + 128]; /* "<state>.<layer>.<param>" */
     int rank;
     uint64_t dims[4];
-    size_t offset;       /* elements into net->params (and into the momentum slab) */
+    size_t offset;       /* elements into net->params (and into each state slab) */
     size_t count;
 } tensor_spec;
 
@@ -37,8 +36,10 @@ static int param_shape(const bn_blob *b, uint64_t dims[4])
     return 4;
 }
 
-/* Every parameter of the net in slab order; *out is the caller's to free. */
-static bn_status list_params(bn_net *net, tensor_spec **out, size_t *count)
+/* Every parameter of the net in slab order, with the tensor names of the num_state state
+ * slabs named in state; *out is the caller's to free. */
+static bn_status list_params(bn_net *net, const char *const *state, int num_state, tensor_spec **out,
+                             size_t *count)
 {
     *out = NULL;
     *count = 0;
@@ -55,7 +56,8 @@ static bn_status list_params(bn_net *net, tensor_spec **out, size_t *count)
             const bn_param *p = &l->params[j];
             tensor_spec *t = &specs[k];
             snprintf(t->name, sizeof t->name, "%s.%s", l->name, p->name);
-            snprintf(t->momentum_name, sizeof t->momentum_name, MOMENTUM_PREFIX "%s", t->name);
+            for (int s = 0; s < num_state; s++)
+                snprintf(t->state_name[s], sizeof t->state_name[s], "%s.%s", state[s], t->name);
             t->rank = param_shape(p->value, t->dims);
             t->offset = p->value->offset;
             t->count = bn_blob_count(p->value);
@@ -66,12 +68,17 @@ static bn_status list_params(bn_net *net, tensor_spec **out, size_t *count)
     return BN_OK;
 }
 
-static bn_status check_optimizer(const bn_net *net, const bn_sgd *opt)
+/* The optimizer holds one full slab per state name of its kind. */
+static bn_status check_optimizer(const bn_net *net, const bn_optimizer *opt)
 {
-    size_t have = opt->momentum ? bn_blob_count(opt->momentum) : 0;
-    if (have != net->num_params)
-        return bn_error(BN_ERR_INTERNAL, "%s: the optimizer holds %zu momentum values for %zu parameters",
-                        net->source, have, net->num_params);
+    const char *names[BN_OPTIMIZER_MAX_STATE];
+    int n = bn_optimizer_state_names(opt->cfg.optimizer, names);
+    for (int k = 0; k < n; k++) {
+        size_t have = k < opt->num_state ? bn_blob_count(opt->state[k]) : 0;
+        if (have != net->num_params)
+            return bn_error(BN_ERR_INTERNAL, "%s: the optimizer holds %zu %s values for %zu parameters",
+                            net->source, have, names[k], net->num_params);
+    }
     return BN_OK;
 }
 
@@ -99,8 +106,10 @@ static bn_status refuse_non_finite(const char *path, const char *name, const ten
     return BN_OK;
 }
 
-/* The metadata fields are the ones read_blobnet_meta reads back. */
-static bn_status write_file(const char *path, const bn_net *net, const bn_sgd *opt, const bn_train_state *st,
+/* The metadata fields are the ones read_blobnet_meta reads back. An SGD optimizer is not
+ * named: its files stay byte for byte what they were before there was a choice, and a file
+ * that names no optimizer holds SGD's state. */
+static bn_status write_file(const char *path, const bn_net *net, const bn_optimizer *opt, const bn_train_state *st,
                             const bn_safetensors_tensor *tensors, size_t count)
 {
     bn_train_state zero = {0};
@@ -116,43 +125,50 @@ static bn_status write_file(const char *path, const bn_net *net, const bn_sgd *o
     snprintf(loss, sizeof loss, "%.17g", st->epoch_loss_sum);
     snprintf(correct, sizeof correct, "%.17g", st->epoch_correct);
     snprintf(seen, sizeof seen, "%ld", st->epoch_seen);
+    bn_optimizer_kind kind = opt ? opt->cfg.optimizer : BN_OPT_SGD;
     const bn_safetensors_field meta[] = {
         {"format", FORMAT_NAME}, {"version", FORMAT_VERSION}, {"model_hash", hash},
         {"model_file", net->source}, {"seed", seed}, {"epoch", epoch}, {"batch_in_epoch", batch},
         {"step", step}, {"iter", iter}, {"epoch_loss_sum", loss}, {"epoch_correct", correct},
-        {"epoch_seen", seen}, {"has_momentum", opt ? "1" : "0"},
+        {"epoch_seen", seen}, {"has_momentum", opt ? "1" : "0"}, {"optimizer", bn_optimizer_names[kind]},
     };
-    return bn_safetensors_save(path, meta, sizeof meta / sizeof *meta, tensors, count);
+    size_t fields = sizeof meta / sizeof *meta - (kind == BN_OPT_SGD);
+    return bn_safetensors_save(path, meta, fields, tensors, count);
 }
 
-bn_status bn_checkpoint_save(const char *path, bn_net *net, const bn_sgd *opt, const bn_train_state *st)
+bn_status bn_checkpoint_save(const char *path, bn_net *net, const bn_optimizer *opt, const bn_train_state *st)
 {
+    const char *names[BN_OPTIMIZER_MAX_STATE];
+    int ns = opt ? bn_optimizer_state_names(opt->cfg.optimizer, names) : 0;
     tensor_spec *specs;
     size_t n;
-    BN_TRY(list_params(net, &specs, &n));
-    const float *weights = NULL, *momentum = NULL;
+    BN_TRY(list_params(net, names, ns, &specs, &n));
+    const float *weights = NULL, *state[BN_OPTIMIZER_MAX_STATE] = {NULL};
     bn_status s = opt ? check_optimizer(net, opt) : BN_OK;
     if (s == BN_OK && net->num_params) {
         if (!(weights = bn_blob_host_rd(net->params))) s = bn_last_status();
-        else if (opt && !(momentum = bn_blob_host_rd(opt->momentum))) s = bn_last_status();
+        for (int k = 0; k < ns && s == BN_OK; k++)
+            if (!(state[k] = bn_blob_host_rd(opt->state[k]))) s = bn_last_status();
     }
     /* The loader refuses NaN and infinity, so a file holding them could never be resumed:
      * refusing it here keeps the last good checkpoint in place instead. */
     for (size_t i = 0; s == BN_OK && i < n; i++) {
         s = refuse_non_finite(path, specs[i].name, &specs[i], weights);
-        if (s == BN_OK && momentum) s = refuse_non_finite(path, specs[i].momentum_name, &specs[i], momentum);
+        for (int k = 0; k < ns && s == BN_OK; k++)
+            s = refuse_non_finite(path, specs[i].state_name[k], &specs[i], state[k]);
     }
     bn_safetensors_tensor *tensors = NULL;
-    if (s == BN_OK && !(tensors = calloc(2 * (n ? n : 1), sizeof *tensors)))
+    if (s == BN_OK && !(tensors = calloc((size_t)(1 + ns) * (n ? n : 1), sizeof *tensors)))
         s = bn_error(BN_ERR_NOMEM, "out of host memory saving checkpoint %s", path);
     if (s == BN_OK) {
         size_t k = 0;
         for (size_t i = 0; i < n; i++)
             tensors[k++] = (bn_safetensors_tensor){specs[i].name, specs[i].rank, specs[i].dims,
                                                    weights + specs[i].offset};
-        for (size_t i = 0; opt && i < n; i++)
-            tensors[k++] = (bn_safetensors_tensor){specs[i].momentum_name, specs[i].rank, specs[i].dims,
-                                                   momentum + specs[i].offset};
+        for (int j = 0; j < ns; j++)
+            for (size_t i = 0; i < n; i++)
+                tensors[k++] = (bn_safetensors_tensor){specs[i].state_name[j], specs[i].rank, specs[i].dims,
+                                                       state[j] + specs[i].offset};
         s = write_file(path, net, opt, st, tensors, k);
     }
     free(tensors);
@@ -178,53 +194,71 @@ static bn_status check_shape(const bn_safetensors *f, const bn_safetensors_entry
                     bn_safetensors_printable(e->name, e->name_len, name, sizeof name), got, want);
 }
 
-/* Which of the file's tensors holds each parameter's weights (and momentum, when wanted).
- * A tensor the net does not have is an error, except momentum entries when they are not
- * wanted by a weights-only load. */
-static bn_status match_tensors(const bn_safetensors *f, const tensor_spec *specs, size_t n, int weights_only,
-                               int want_momentum, bn_safetensors_entry *weights,
-                               bn_safetensors_entry *momentum)
+/* Whether e is named as some optimizer's state tensor, "<state>.<...>". */
+static int is_state_tensor(const bn_safetensors_entry *e)
 {
-    int *seen_w = calloc(n ? n : 1, sizeof *seen_w), *seen_m = calloc(n ? n : 1, sizeof *seen_m);
+    for (int kind = 0; bn_optimizer_names[kind]; kind++) {
+        const char *names[BN_OPTIMIZER_MAX_STATE];
+        int n = bn_optimizer_state_names((bn_optimizer_kind)kind, names);
+        for (int k = 0; k < n; k++) {
+            size_t len = strlen(names[k]);
+            if (e->name_len > len + 1 && memcmp(e->name, names[k], len) == 0 && e->name[len] == '.') return 1;
+        }
+    }
+    return 0;
+}
+
+/* Where the tensor named as e goes: j for parameter j's weights, (1 + k) * n + j for its state
+ * slab k (of ns), (1 + ns) * n when the net has no such tensor. Weight names come first: a
+ * layer may itself be called "momentum". */
+static size_t slot_of(const bn_safetensors_entry *e, const tensor_spec *specs, size_t n, int ns)
+{
+    for (size_t j = 0; j < n; j++)
+        if (name_is(e, specs[j].name)) return j;
+    for (int k = 0; k < ns; k++)
+        for (size_t j = 0; j < n; j++)
+            if (name_is(e, specs[j].state_name[k])) return (size_t)(1 + k) * n + j;
+    return (size_t)(1 + ns) * n;
+}
+
+/* Which of the file's tensors holds each parameter's weights and, in found's later runs of n,
+ * its state in each of the ns slabs named in state (required when want_state). A tensor the net
+ * does not have is an error, except any optimizer's state in a weights-only load. */
+static bn_status match_tensors(const bn_safetensors *f, const tensor_spec *specs, size_t n,
+                               const char *const *state, int ns, int weights_only, int want_state,
+                               bn_safetensors_entry *found)
+{
+    size_t slots = (size_t)(1 + ns) * n;
+    int *seen = calloc(slots ? slots : 1, sizeof *seen);
     bn_status s = BN_OK;
-    if (!seen_w || !seen_m) s = bn_error(BN_ERR_NOMEM, "out of host memory reading %s", f->path);
+    if (!seen) s = bn_error(BN_ERR_NOMEM, "out of host memory reading %s", f->path);
     for (size_t i = 0; i < f->num_tensors && s == BN_OK; i++) {
         bn_safetensors_entry e;
         if ((s = bn_safetensors_check_entry(f, i, &e)) != BN_OK) break;
-        /* Weight names first: a layer may itself be called "momentum". */
-        size_t j = 0;
-        while (j < n && !name_is(&e, specs[j].name)) j++;
-        int is_momentum = j == n && e.name_len > PREFIX_LEN &&
-                          memcmp(e.name, MOMENTUM_PREFIX, PREFIX_LEN) == 0;
-        if (is_momentum && weights_only) continue;
-        if (is_momentum) {
-            j = 0;
-            while (j < n && !name_is(&e, specs[j].momentum_name)) j++;
-        }
-        if (j == n) {
+        size_t at = slot_of(&e, specs, n, ns);
+        if (at == slots && weights_only && is_state_tensor(&e)) continue;
+        if (at == slots) {
             char name[160];
             s = bn_error(BN_ERR_DATA, "%s: tensor %s is not in the model", f->path,
                          bn_safetensors_printable(e.name, e.name_len, name, sizeof name));
-        } else if (is_momentum) {
-            momentum[j] = e;
-            seen_m[j] = 1;
         } else {
-            weights[j] = e;
-            seen_w[j] = 1;
+            found[at] = e;
+            seen[at] = 1;
         }
     }
     for (size_t j = 0; j < n && s == BN_OK; j++) {
-        if (!seen_w[j])
+        if (!seen[j])
             s = bn_error(BN_ERR_DATA, "%s: parameter %s of the model is missing from the file", f->path,
                          specs[j].name);
-        else if (want_momentum && !seen_m[j])
-            s = bn_error(BN_ERR_DATA, "%s: momentum of %s (tensor %s) is missing from the file", f->path,
-                         specs[j].name, specs[j].momentum_name);
-        else if ((s = check_shape(f, &weights[j], &specs[j])) == BN_OK && want_momentum)
-            s = check_shape(f, &momentum[j], &specs[j]);
+        for (int k = 0; k < ns && want_state && s == BN_OK; k++)
+            if (!seen[(size_t)(1 + k) * n + j])
+                s = bn_error(BN_ERR_DATA, "%s: %s of %s (tensor %s) is missing from the file", f->path, state[k],
+                             specs[j].name, specs[j].state_name[k]);
+        if (s == BN_OK) s = check_shape(f, &found[j], &specs[j]);
+        for (int k = 0; k < ns && want_state && s == BN_OK; k++)
+            s = check_shape(f, &found[(size_t)(1 + k) * n + j], &specs[j]);
     }
-    free(seen_w);
-    free(seen_m);
+    free(seen);
     return s;
 }
 
@@ -318,7 +352,8 @@ static bn_status check_hash(const bn_safetensors *f, const bn_net *net, const ch
 typedef struct ckpt_state {
     bn_train_state st;
     long iter;
-    int has_momentum;
+    int has_state;                /* "has_momentum": the file holds the optimizer's state */
+    bn_optimizer_kind optimizer;  /* whose state: "optimizer", SGD's when absent */
 } ckpt_state;
 
 /* The full blobnet metadata that bn_checkpoint_load needs: format, version, hash, state. */
@@ -358,7 +393,15 @@ static bn_status read_blobnet_meta(const bn_safetensors *f, const bn_net *net, c
     if (strcmp(text, "0") != 0 && strcmp(text, "1") != 0)
         return bn_error(BN_ERR_DATA, "%s: has_momentum is \"%s\", not \"0\" or \"1\"", f->path,
                         bn_safetensors_printable(text, strlen(text), buf, sizeof buf));
-    cs->has_momentum = text[0] == '1';
+    cs->has_state = text[0] == '1';
+    cs->optimizer = BN_OPT_SGD;
+    if (!(text = bn_safetensors_meta(f, "optimizer"))) return BN_OK;
+    int k = 0;
+    while (bn_optimizer_names[k] && strcmp(bn_optimizer_names[k], text) != 0) k++;
+    if (!bn_optimizer_names[k])
+        return bn_error(BN_ERR_DATA, "%s: optimizer \"%s\" is not one that blobnet knows", f->path,
+                        bn_safetensors_printable(text, strlen(text), buf, sizeof buf));
+    cs->optimizer = (bn_optimizer_kind)k;
     return BN_OK;
 }
 
@@ -372,49 +415,49 @@ static bn_status stage_all(const bn_safetensors *f, const bn_safetensors_entry *
 /* Everything a load does once the file is open: check, stage into temporary buffers, and
  * only then copy into net and opt, so that a bad file leaves them untouched. cs is NULL
  * for a weights-only load. */
-static bn_status load_open(const bn_safetensors *f, bn_net *net, bn_sgd *opt, const ckpt_state *cs)
+static bn_status load_open(const bn_safetensors *f, bn_net *net, bn_optimizer *opt, const ckpt_state *cs)
 {
+    const char *names[BN_OPTIMIZER_MAX_STATE];
+    int ns = cs ? bn_optimizer_state_names(cs->optimizer, names) : 0;
     tensor_spec *specs;
     size_t n;
-    BN_TRY(list_params(net, &specs, &n));
-    int want_momentum = opt != NULL;
-    bn_safetensors_entry *found = calloc(2 * (n ? n : 1), sizeof *found);
-    size_t slab = net->num_params ? net->num_params : 1;
-    float *weights = malloc(slab * sizeof *weights);
-    float *momentum = want_momentum ? malloc(slab * sizeof *momentum) : NULL;
+    BN_TRY(list_params(net, names, ns, &specs, &n));
+    int want_state = opt != NULL;
+    size_t slab = net->num_params ? net->num_params : 1, staged = want_state ? (size_t)(1 + ns) : 1;
+    bn_safetensors_entry *found = calloc((size_t)(1 + ns) * (n ? n : 1), sizeof *found);
+    float *buf = malloc(staged * slab * sizeof *buf); /* the weights, then each state slab */
     bn_status s = BN_OK;
-    if (!found || !weights || (want_momentum && !momentum))
-        s = bn_error(BN_ERR_NOMEM, "out of host memory loading %s", f->path);
-    if (s == BN_OK) s = match_tensors(f, specs, n, cs == NULL, want_momentum, found, found + n);
-    if (s == BN_OK) s = stage_all(f, found, specs, n, weights);
-    if (s == BN_OK && want_momentum) s = stage_all(f, found + n, specs, n, momentum);
-    float *w = NULL, *m = NULL;
-    if (s == BN_OK && net->num_params) {
-        if (!(w = bn_blob_host_wr(net->params))) s = bn_last_status();
-        else if (want_momentum && !(m = bn_blob_host_wr(opt->momentum))) s = bn_last_status();
-    }
+    if (!found || !buf) s = bn_error(BN_ERR_NOMEM, "out of host memory loading %s", f->path);
+    if (s == BN_OK) s = match_tensors(f, specs, n, names, ns, cs == NULL, want_state, found);
+    for (size_t k = 0; k < staged && s == BN_OK; k++) s = stage_all(f, found + k * n, specs, n, buf + k * slab);
+    float *dst[1 + BN_OPTIMIZER_MAX_STATE] = {NULL};
+    for (size_t k = 0; k < staged && s == BN_OK && net->num_params; k++)
+        if (!(dst[k] = bn_blob_host_wr(k ? opt->state[k - 1] : net->params))) s = bn_last_status();
     if (s == BN_OK) {
-        if (w) memcpy(w, weights, net->num_params * sizeof *w);
-        if (m) memcpy(m, momentum, net->num_params * sizeof *m);
+        for (size_t k = 0; k < staged && net->num_params; k++)
+            memcpy(dst[k], buf + k * slab, net->num_params * sizeof *buf);
         if (opt) opt->iter = cs->iter;
     }
     free(found);
-    free(weights);
-    free(momentum);
+    free(buf);
     free(specs);
     return s;
 }
 
-bn_status bn_checkpoint_load(const char *path, bn_net *net, bn_sgd *opt, bn_train_state *st)
+bn_status bn_checkpoint_load(const char *path, bn_net *net, bn_optimizer *opt, bn_train_state *st)
 {
     if (opt) BN_TRY(check_optimizer(net, opt));
     bn_safetensors f;
     ckpt_state cs = {0};
     bn_status s = bn_safetensors_open(path, &f);
     if (s == BN_OK) s = read_blobnet_meta(&f, net, &cs);
-    if (s == BN_OK && opt && !cs.has_momentum)
-        s = bn_error(BN_ERR_DATA, "%s holds no optimizer momentum (has_momentum is 0), so training cannot "
+    if (s == BN_OK && opt && !cs.has_state)
+        s = bn_error(BN_ERR_DATA, "%s holds no optimizer state (has_momentum is 0), so training cannot "
                      "resume from it; load only its weights instead", path);
+    if (s == BN_OK && opt && cs.optimizer != opt->cfg.optimizer)
+        s = bn_error(BN_ERR_DATA, "%s holds the state of optimizer %s, but this run's optimizer is %s; resume "
+                     "with the optimizer it was saved with", path, bn_optimizer_names[cs.optimizer],
+                     bn_optimizer_names[opt->cfg.optimizer]);
     if (s == BN_OK) s = load_open(&f, net, opt, &cs);
     if (s == BN_OK && st) *st = cs.st;
     bn_safetensors_close(&f);

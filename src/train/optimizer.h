@@ -1,9 +1,13 @@
-/* optimizer.h - SGD with momentum and L2 weight decay over the network's contiguous
- * parameter slab (Caffe's rule, with per-parameter multipliers):
- *     g = grad + weight_decay * decay_mult * w
- *     v = momentum * v + lr(iter) * lr_mult * g
- *     w = w - v
- * The momentum lives in a slab of the same layout as the parameters. */
+/* optimizer.h - the optimizers over the network's contiguous parameter slab, with
+ * per-parameter multipliers: lr = lr(iter) * lr_mult and wd = weight_decay * decay_mult for
+ * each element (update_rules.h holds the per-element rules):
+ *   sgd (Caffe's rule):       g = grad + wd * w;  v = momentum * v + lr * g;  w -= v
+ *   adam (torch.optim.Adam):  g = grad + wd * w;  m = b1 * m + (1 - b1) * g;
+ *                             v = b2 * v + (1 - b2) * g * g;
+ *                             w -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+ *   adamw (torch.optim.AdamW): w *= 1 - lr * wd, then adam's update with g = grad
+ * where t = iter + 1 is the number of the step. The state (sgd's momentum v, adam's m and v)
+ * lives in slabs of the same layout as the parameters. */
 #ifndef BN_OPTIMIZER_H
 #define BN_OPTIMIZER_H
 
@@ -19,50 +23,75 @@ typedef struct bn_param_segment {
     float lr_mult, decay_mult;
 } bn_param_segment;
 
-typedef struct bn_sgd {
-    bn_train_config cfg;
+/* What an update reads that changes from step to step: the rate before lr_mult and Adam's
+ * bias corrections at step t = iter + 1. On the GPU a table of these, one per step, stays on
+ * the device (bn_optimizer_schedule), so that a captured step replays with the right ones. */
+typedef struct bn_step_rates {
+    float lr;
+    float bias1;    /* 1 - beta1^t */
+    float bias2;    /* sqrt(1 - beta2^t) */
+} bn_step_rates;
+
+/* The most state slabs an optimizer keeps. */
+#define BN_OPTIMIZER_MAX_STATE 2
+
+typedef struct bn_optimizer {
+    bn_train_config cfg;        /* cfg.optimizer chooses the rule */
     long iter;                  /* steps taken: the lr policy's clock */
-    long max_iter;              /* steps of the whole run, for the cosine policy */
-    bn_blob *momentum;          /* same layout as net->params */
+    long max_iter;              /* steps of the whole run, for the cosine and onecycle policies */
+    bn_blob *state[BN_OPTIMIZER_MAX_STATE]; /* named as bn_optimizer_state_names gives, each the
+                                               layout of net->params */
+    int num_state;
     bn_param_segment *segments;
     int num_segments;
     void *device_segments;      /* the segment table on the device (GPU path) */
-    float *dev_schedule;        /* GPU: learning rates of a run of steps (bn_sgd_schedule) */
+    bn_step_rates *dev_schedule; /* GPU: the rates of a run of steps (bn_optimizer_schedule) */
     int *dev_cursor;            /* GPU: index into dev_schedule of the next update */
     long schedule_first, schedule_len, schedule_cap;
-} bn_sgd;
+} bn_optimizer;
 
-/* An optimizer for net's parameters with zero momentum; *out is freed with bn_sgd_free. */
-bn_status bn_sgd_create(bn_net *net, const bn_train_config *cfg, bn_sgd **out);
+/* The names of kind's state slabs, which checkpoints put before each parameter's name:
+ * "momentum" for sgd, "exp_avg" and "exp_avg_sq" (PyTorch's names) for adam and adamw.
+ * Fills names and returns how many. */
+int bn_optimizer_state_names(bn_optimizer_kind kind, const char *names[BN_OPTIMIZER_MAX_STATE]);
 
-/* The learning rate the policy gives at step iter. */
-double bn_sgd_lr(const bn_sgd *o, long iter);
+/* An optimizer of kind cfg->optimizer for net's parameters with zeroed state; *out is freed
+ * with bn_optimizer_free. */
+bn_status bn_optimizer_create(bn_net *net, const bn_train_config *cfg, bn_optimizer **out);
+
+/* The learning rate at step iter: the policy's, scaled during the warmup. */
+double bn_optimizer_lr(const bn_optimizer *o, long iter);
+
+/* The rate and bias corrections of step iter. */
+bn_step_rates bn_optimizer_rates(const bn_optimizer *o, long iter);
 
 /* Applies one update from net's gradient slab and advances iter. */
-bn_status bn_sgd_step(bn_sgd *o, bn_net *net);
+bn_status bn_optimizer_step(bn_optimizer *o, bn_net *net);
 
 /* The same step layer by layer, on the GPU: called after each layer's backward pass (through
  * bn_net_backward_each), it enqueues the update of that layer's parameters on the context's
  * side stream once everything the context stream holds has run, so that it runs beside the
  * backward passes of the layers below; the net's backward pass joins it. The update of the
  * net's first layer with parameters, the last to come, moves the device's schedule cursor.
- * bn_sgd_end_layered_step then advances iter. Layers without parameters are skipped. */
-bn_status bn_sgd_update_layer(bn_sgd *o, bn_net *net, const bn_layer *l);
-void bn_sgd_end_layered_step(bn_sgd *o);
+ * bn_optimizer_end_layered_step then advances iter. Layers without parameters are skipped. */
+bn_status bn_optimizer_update_layer(bn_optimizer *o, bn_net *net, const bn_layer *l);
+void bn_optimizer_end_layered_step(bn_optimizer *o);
 
-void bn_sgd_free(bn_sgd *o);
+void bn_optimizer_free(bn_optimizer *o);
 
 /* The update on the device: one kernel over the slab (optimizer_gpu.cu). While a schedule
- * covers the step, the kernel reads its rate from the device, so a captured step replays
- * with the right rate; otherwise it takes lr. */
-bn_status bn_sgd_step_gpu(bn_sgd *o, bn_net *net, float lr);
+ * covers the step, the kernel reads its rates from the device, so a captured step replays
+ * with the right ones; otherwise it takes r. */
+bn_status bn_optimizer_step_gpu(bn_optimizer *o, bn_net *net, bn_step_rates r);
 
-/* One layer's update on the side stream (bn_sgd_update_layer); `last`: the step's last update. */
-bn_status bn_sgd_update_layer_gpu(bn_sgd *o, bn_net *net, const bn_layer *l, float lr, int last);
+/* One layer's update on the side stream (bn_optimizer_update_layer); `last`: the step's last
+ * update. */
+bn_status bn_optimizer_update_layer_gpu(bn_optimizer *o, bn_net *net, const bn_layer *l, bn_step_rates r, int last);
 
-/* GPU: uploads the learning rates of steps first .. first+count-1 (as bn_sgd_lr gives them)
- * and points the device cursor at `first`; updates then advance the cursor on the device. */
-bn_status bn_sgd_schedule(bn_sgd *o, long first, long count);
+/* GPU: uploads the rates of steps first .. first+count-1 (as bn_optimizer_rates gives them)
+ * and points the device cursor at `first`; updates then advance the cursor on the device. A
+ * table that has to grow moves, so net's context then tells captured graphs to capture again. */
+bn_status bn_optimizer_schedule(bn_optimizer *o, bn_net *net, long first, long count);
 
 #ifdef __cplusplus
 }

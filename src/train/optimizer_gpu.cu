@@ -1,61 +1,105 @@
-/* optimizer_gpu.cu - the SGD update as one kernel over the parameter slab, or over one layer's
- * run of it. Each element walks the segment table (a handful of entries) to find its
- * multipliers. */
+/* optimizer_gpu.cu - each optimizer's update as one kernel over the parameter slab, or over one
+ * layer's run of it. Each element walks the segment table (a handful of entries) to find its
+ * multipliers and applies its optimizer's rule from update_rules.h. */
 #include "gpu/cuda_check.h"
 #include "gpu/last_arrival.cuh"
 #include "optimizer.h"
+#include "update_rules.h"
 
 #include <stdlib.h>
 
-/* Updates elements [lo, hi); segs (nseg entries) starts with the segment holding lo.
- * schedule/cursor, when set, give the rate of this update: schedule[*cursor]; with `advance`,
- * the last block then moves the cursor to the next step (cursor[1] counts the blocks done). */
-__global__ void sgd_update(float *__restrict__ w, const float *__restrict__ g, float *__restrict__ v,
-                           const bn_param_segment *__restrict__ segs, int nseg, size_t lo, size_t hi, float lr,
-                           const float *__restrict__ schedule, int *cursor, int advance, float mom, float wd)
+/* The segment (of segs, nseg entries, the first holding lo) that holds element i. */
+static __device__ __forceinline__ const bn_param_segment *segment_at(const bn_param_segment *segs, int nseg, size_t i)
 {
-    int at = 0;
-    if (schedule) at = *cursor, lr = schedule[at];
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = lo + (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < hi; i += stride) {
-        int s = 0;
-        while (s + 1 < nseg && i >= segs[s + 1].offset) s++;
-        float rate = lr * segs[s].lr_mult, decay = wd * segs[s].decay_mult;
-        float vi = mom * v[i] + rate * (g[i] + decay * w[i]);
-        v[i] = vi;
-        w[i] -= vi;
-    }
+    int s = 0;
+    while (s + 1 < nseg && i >= segs[s + 1].offset) s++;
+    return &segs[s];
+}
+
+/* The step's rates: schedule[*cursor] while a schedule covers the step, else r. */
+static __device__ __forceinline__ bn_step_rates step_rates(bn_step_rates r, const bn_step_rates *schedule,
+                                                           const int *cursor, int *at)
+{
+    *at = 0;
+    if (schedule) *at = *cursor, r = schedule[*at];
+    return r;
+}
+
+/* With a schedule and `advance`, the last block to finish moves the cursor to the next step
+ * (cursor[1] counts the blocks done). */
+static __device__ __forceinline__ void finish_step(const bn_step_rates *schedule, int *cursor, int at, int advance)
+{
     if (schedule && advance && bn_last_arrival((unsigned *)(cursor + 1), gridDim.x) && threadIdx.x == 0)
         *cursor = at + 1;
 }
 
-static bn_status upload_segments(bn_sgd *o)
+/* SGD over elements [lo, hi); w, g and v are the weights, gradients and momentum. */
+__global__ void sgd_update(float *__restrict__ w, const float *__restrict__ g, float *__restrict__ v,
+                           const bn_param_segment *__restrict__ segs, int nseg, size_t lo, size_t hi, bn_step_rates r,
+                           const bn_step_rates *__restrict__ schedule, int *cursor, int advance, float mom, float wd)
+{
+    int at;
+    r = step_rates(r, schedule, cursor, &at);
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = lo + (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < hi; i += stride) {
+        const bn_param_segment *seg = segment_at(segs, nseg, i);
+        float wi = w[i], vi = v[i];
+        bn_sgd_rule(&wi, g[i], &vi, r.lr * seg->lr_mult, wd * seg->decay_mult, mom);
+        v[i] = vi;
+        w[i] = wi;
+    }
+    finish_step(schedule, cursor, at, advance);
+}
+
+/* Adam or AdamW (k.decoupled) over elements [lo, hi); m and v are the running mean and square. */
+__global__ void adam_update(float *__restrict__ w, const float *__restrict__ g, float *__restrict__ m,
+                            float *__restrict__ v, const bn_param_segment *__restrict__ segs, int nseg, size_t lo,
+                            size_t hi, bn_step_rates r, const bn_step_rates *__restrict__ schedule, int *cursor,
+                            int advance, bn_adam_consts k, float wd)
+{
+    int at;
+    r = step_rates(r, schedule, cursor, &at);
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = lo + (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < hi; i += stride) {
+        const bn_param_segment *seg = segment_at(segs, nseg, i);
+        float wi = w[i], mi = m[i], vi = v[i];
+        bn_adam_rule(&wi, g[i], &mi, &vi, r.lr * seg->lr_mult, wd * seg->decay_mult, r, k);
+        m[i] = mi;
+        v[i] = vi;
+        w[i] = wi;
+    }
+    finish_step(schedule, cursor, at, advance);
+}
+
+static bn_status upload_segments(bn_optimizer *o)
 {
     size_t bytes = (size_t)o->num_segments * sizeof *o->segments;
     BN_TRY(bn_device_alloc(&o->device_segments, bytes));
     return bn_device_h2d(o->device_segments, o->segments, bytes);
 }
 
-extern "C" bn_status bn_sgd_schedule(bn_sgd *o, long first, long count)
+extern "C" bn_status bn_optimizer_schedule(bn_optimizer *o, bn_net *net, long first, long count)
 {
     if (count <= 0) return BN_OK;
     if (count > o->schedule_cap) {
         bn_device_free(o->dev_schedule);
         o->dev_schedule = NULL;
         o->schedule_cap = 0;
-        BN_TRY(bn_device_alloc((void **)&o->dev_schedule, (size_t)count * sizeof(float)));
+        BN_TRY(bn_device_alloc((void **)&o->dev_schedule, (size_t)count * sizeof *o->dev_schedule));
         o->schedule_cap = count;
+        /* A step captured earlier reads the old table. */
+        net->pass.ctx->buffer_generation++;
     }
     /* The cursor and the count of update blocks done with it. */
     if (!o->dev_cursor) {
         BN_TRY(bn_device_alloc((void **)&o->dev_cursor, 2 * sizeof(int)));
         BN_TRY(bn_device_zero(o->dev_cursor, 2 * sizeof(int)));
     }
-    float *rates = (float *)malloc((size_t)count * sizeof(float));
+    bn_step_rates *rates = (bn_step_rates *)malloc((size_t)count * sizeof *rates);
     if (!rates) return bn_error(BN_ERR_NOMEM, "out of host memory for the learning-rate schedule");
-    for (long i = 0; i < count; i++) rates[i] = (float)bn_sgd_lr(o, first + i);
+    for (long i = 0; i < count; i++) rates[i] = bn_optimizer_rates(o, first + i);
     int zero = 0;
-    bn_status s = bn_device_h2d(o->dev_schedule, rates, (size_t)count * sizeof(float));
+    bn_status s = bn_device_h2d(o->dev_schedule, rates, (size_t)count * sizeof *rates);
     if (s == BN_OK) s = bn_device_h2d(o->dev_cursor, &zero, sizeof zero);
     free(rates);
     if (s == BN_OK) o->schedule_first = first, o->schedule_len = count;
@@ -63,36 +107,46 @@ extern "C" bn_status bn_sgd_schedule(bn_sgd *o, long first, long count)
 }
 
 /* The update of elements [lo, hi) on stream s; `advance`: this launch is the step's last. */
-static bn_status launch(bn_sgd *o, bn_net *net, size_t lo, size_t hi, float lr, int advance, cudaStream_t s)
+static bn_status launch(bn_optimizer *o, bn_net *net, size_t lo, size_t hi, bn_step_rates r, int advance,
+                        cudaStream_t s)
 {
     if (!o->device_segments) BN_TRY(upload_segments(o));
     BN_DEV_WR(w, net->params);
     BN_DEV_RD(g, net->grads);
-    BN_DEV_WR(v, o->momentum);
     int seg0 = 0;
     while (seg0 + 1 < o->num_segments && lo >= o->segments[seg0 + 1].offset) seg0++;
+    const bn_param_segment *segs = (const bn_param_segment *)o->device_segments + seg0;
+    int nseg = o->num_segments - seg0;
     int threads = 256;
     size_t want = (hi - lo + threads - 1) / threads;
     int blocks = want < 1 ? 1 : want > 1024 ? 1024 : (int)want;
     int scheduled = o->schedule_len && o->iter >= o->schedule_first && o->iter < o->schedule_first + o->schedule_len;
-    sgd_update<<<blocks, threads, 0, s>>>(w, g, v, (const bn_param_segment *)o->device_segments + seg0,
-                                          o->num_segments - seg0, lo, hi, lr,
-                                          scheduled ? o->dev_schedule : NULL, o->dev_cursor, advance,
-                                          (float)o->cfg.momentum, (float)o->cfg.weight_decay);
+    const bn_step_rates *schedule = scheduled ? o->dev_schedule : NULL;
+    const bn_train_config *c = &o->cfg;
+    BN_DEV_WR(s0, o->state[0]);
+    if (c->optimizer == BN_OPT_SGD) {
+        sgd_update<<<blocks, threads, 0, s>>>(w, g, s0, segs, nseg, lo, hi, r, schedule, o->dev_cursor, advance,
+                                              (float)c->momentum, (float)c->weight_decay);
+    } else {
+        BN_DEV_WR(s1, o->state[1]);
+        adam_update<<<blocks, threads, 0, s>>>(w, g, s0, s1, segs, nseg, lo, hi, r, schedule, o->dev_cursor, advance,
+                                               bn_adam_consts_of(c), (float)c->weight_decay);
+    }
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
 
-extern "C" bn_status bn_sgd_step_gpu(bn_sgd *o, bn_net *net, float lr)
+extern "C" bn_status bn_optimizer_step_gpu(bn_optimizer *o, bn_net *net, bn_step_rates r)
 {
-    return launch(o, net, 0, net->num_params, lr, 1, (cudaStream_t)net->pass.ctx->stream);
+    return launch(o, net, 0, net->num_params, r, 1, (cudaStream_t)net->pass.ctx->stream);
 }
 
-extern "C" bn_status bn_sgd_update_layer_gpu(bn_sgd *o, bn_net *net, const bn_layer *l, float lr, int last)
+extern "C" bn_status bn_optimizer_update_layer_gpu(bn_optimizer *o, bn_net *net, const bn_layer *l, bn_step_rates r,
+                                                   int last)
 {
     size_t lo = l->params[0].value->offset, hi = lo;
     for (int k = 0; k < l->num_params; k++) hi += bn_blob_count(l->params[k].value);
     bn_ctx *ctx = net->pass.ctx;
     BN_TRY(bn_ctx_fork_side(ctx));
-    return launch(o, net, lo, hi, lr, last, (cudaStream_t)ctx->side_stream);
+    return launch(o, net, lo, hi, r, last, (cudaStream_t)ctx->side_stream);
 }

@@ -5,21 +5,21 @@
 #include "loader.h"
 #include "optimizer.h"
 
-bn_status bn_sgd_schedule(bn_sgd *o, long first, long count)
+bn_status bn_optimizer_schedule(bn_optimizer *o, bn_net *net, long first, long count)
 {
-    (void)o, (void)first, (void)count;
+    (void)o, (void)net, (void)first, (void)count;
     return bn_no_cuda();
 }
 
-bn_status bn_sgd_step_gpu(bn_sgd *o, bn_net *net, float lr)
+bn_status bn_optimizer_step_gpu(bn_optimizer *o, bn_net *net, bn_step_rates r)
 {
-    (void)o, (void)net, (void)lr;
+    (void)o, (void)net, (void)r;
     return bn_no_cuda();
 }
 
-bn_status bn_sgd_update_layer_gpu(bn_sgd *o, bn_net *net, const bn_layer *l, float lr, int last)
+bn_status bn_optimizer_update_layer_gpu(bn_optimizer *o, bn_net *net, const bn_layer *l, bn_step_rates r, int last)
 {
-    (void)o, (void)net, (void)l, (void)lr, (void)last;
+    (void)o, (void)net, (void)l, (void)r, (void)last;
     return bn_no_cuda();
 }
 

@@ -88,7 +88,7 @@ bn_status bn_step_running_metrics(const bn_step_info *info, double *loss, double
 /* One training step's work, as one function so that it can be captured as a CUDA graph. */
 typedef struct step_body {
     bn_net *net;
-    bn_sgd *opt;
+    bn_optimizer *opt;
     bn_loader *ld;
     bn_blob *acc;
     int n;
@@ -96,7 +96,7 @@ typedef struct step_body {
 
 static bn_status update_layer(void *opt, bn_net *net, bn_layer *l)
 {
-    return bn_sgd_update_layer((bn_sgd *)opt, net, l);
+    return bn_optimizer_update_layer((bn_optimizer *)opt, net, l);
 }
 
 /* On the GPU the gradients are zeroed beside the forward pass and each layer's update runs
@@ -108,10 +108,10 @@ static bn_status step_passes(step_body *b, int fused)
     BN_TRY(bn_net_forward(b->net, 1));
     if (b->net->pass.ctx && b->net->pass.ctx->side_stream) {
         BN_TRY(bn_net_backward_each(b->net, update_layer, b->opt));
-        bn_sgd_end_layered_step(b->opt);
+        bn_optimizer_end_layered_step(b->opt);
     } else {
         BN_TRY(bn_net_backward(b->net));
-        BN_TRY(bn_sgd_step(b->opt, b->net));
+        BN_TRY(bn_optimizer_step(b->opt, b->net));
     }
     return fused ? BN_OK : accumulate_metrics(b->net, b->acc);
 }
@@ -161,7 +161,7 @@ static bn_status train_step(step_body *b, bn_step_graph *graph, int *warm, const
         if (s == BN_OK && replayed) {
             note_replay(b->ld, b->net, b->n, b->acc);
             b->opt->iter++;
-            bn_blob_mark_device_written(b->opt->momentum);
+            for (int k = 0; k < b->opt->num_state; k++) bn_blob_mark_device_written(b->opt->state[k]);
         }
     } else {
         s = run_step_body(b);
@@ -182,8 +182,8 @@ static bn_status interrupted(const bn_trainer_opts *opts, const bn_train_state *
 /* Between two steps: the CPU's loss check, the numerics table, a checkpoint every
  * checkpoint_every steps (the epoch's last step excepted: its end saves anyway) and a stop on
  * request. *checked is the last step whose loss was seen finite. */
-static bn_status after_step(bn_net *net, bn_sgd *opt, bn_blob *acc, bn_train_state *st, const bn_trainer_opts *opts,
-                            long *checked, int last_of_epoch)
+static bn_status after_step(bn_net *net, bn_optimizer *opt, bn_blob *acc, bn_train_state *st,
+                            const bn_trainer_opts *opts, long *checked, int last_of_epoch)
 {
     if (!net->pass.ctx) {
         /* On the CPU the step's loss is on the host already: checking every step costs nothing. */
@@ -212,7 +212,7 @@ static bn_status after_step(bn_net *net, bn_sgd *opt, bn_blob *acc, bn_train_sta
 }
 
 /* Trains the rest of the current epoch; sums of loss and correct answers go into st. */
-static bn_status train_epoch(bn_net *net, bn_sgd *opt, bn_loader *ld, bn_blob *acc, bn_train_state *st,
+static bn_status train_epoch(bn_net *net, bn_optimizer *opt, bn_loader *ld, bn_blob *acc, bn_train_state *st,
                              const bn_trainer_opts *opts, bn_step_graph *graph, int *warm, long *checked)
 {
     double t0 = now_seconds();
@@ -228,10 +228,10 @@ static bn_status train_epoch(bn_net *net, bn_sgd *opt, bn_loader *ld, bn_blob *a
     /* A replayed graph adds into the device copy without a transfer: make it the newest now. */
     if (net->pass.ctx && !bn_blob_dev_wr(acc)) return bn_last_status();
     BN_TRY(bn_loader_set_cursor(ld, st->batch_in_epoch * batch));
-    if (net->pass.ctx) BN_TRY(bn_sgd_schedule(opt, opt->iter, info.batches - st->batch_in_epoch));
+    if (net->pass.ctx) BN_TRY(bn_optimizer_schedule(opt, net, opt->iter, info.batches - st->batch_in_epoch));
     for (int start = st->batch_in_epoch * batch; start < count; start += batch) {
         int n = count - start < batch ? count - start : batch;
-        double lr = bn_sgd_lr(opt, opt->iter);
+        double lr = bn_optimizer_lr(opt, opt->iter);
         if (opts->profile_first && st->step + 1 == opts->profile_first) BN_TRY(bn_profiler_start());
         step_body body = {net, opt, ld, acc, n};
         BN_TRY(train_step(&body, graph, warm, opts, st->step));
@@ -332,7 +332,7 @@ static void print_epoch(FILE *out, const bn_epoch_report *r)
     fflush(out);
 }
 
-bn_status bn_train(bn_net *net, bn_sgd *opt, const bn_dataset *train, const bn_dataset *test,
+bn_status bn_train(bn_net *net, bn_optimizer *opt, const bn_dataset *train, const bn_dataset *test,
                    const bn_trainer_opts *opts, bn_train_state *st, bn_epoch_report *last)
 {
     if (!bn_net_loss_layer(net))
@@ -363,7 +363,7 @@ bn_status bn_train(bn_net *net, bn_sgd *opt, const bn_dataset *train, const bn_d
         bn_step_info info = {.epoch = st->epoch + 1, .epochs = opts->epochs, .seen = st->epoch_seen, .sums = acc};
         if (s == BN_OK && opts->progress) s = opts->progress(opts->progress_user, BN_PROGRESS_EVAL, &info);
         if (s != BN_OK) break;
-        bn_epoch_report r = {.epoch = st->epoch + 1, .epochs = opts->epochs, .lr = bn_sgd_lr(opt, opt->iter - 1),
+        bn_epoch_report r = {.epoch = st->epoch + 1, .epochs = opts->epochs, .lr = bn_optimizer_lr(opt, opt->iter - 1),
                              .train_loss = st->epoch_loss_sum / st->epoch_seen,
                              .train_acc = st->epoch_correct / st->epoch_seen, .seconds = seconds,
                              .images_per_s = (st->epoch_seen - seen_before) / (seconds > 0 ? seconds : 1e-9)};

@@ -76,7 +76,7 @@ extern const char bn_metrics_csv_header[];
  * epoch's report (test_acc is the final accuracy). A loss or parameter that turns NaN or
  * infinite is BN_ERR_NUMERIC naming the steps and the first layer where it shows; no
  * checkpoint is written from then on. */
-bn_status bn_train(bn_net *net, bn_sgd *opt, const bn_dataset *train, const bn_dataset *test,
+bn_status bn_train(bn_net *net, bn_optimizer *opt, const bn_dataset *train, const bn_dataset *test,
                    const bn_trainer_opts *opts, bn_train_state *st, bn_epoch_report *last);
 
 /* Mean loss and accuracy of net over the whole dataset, in batches of the net's capacity. */

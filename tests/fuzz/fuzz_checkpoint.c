@@ -12,7 +12,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static bn_net *net;
-static bn_sgd *opt;
+static bn_optimizer *opt;
 
 static void all_finite(bn_blob *b)
 {
@@ -25,7 +25,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (!net) {
         if (bn_net_from_text(FUZZ_CHECKPOINT_MODEL, "fuzz.cfg", &net) != BN_OK ||
-            bn_net_setup(net, 2, NULL, 0, 1) != BN_OK || bn_sgd_create(net, &net->train, &opt) != BN_OK)
+            bn_net_setup(net, 2, NULL, 0, 1) != BN_OK || bn_optimizer_create(net, &net->train, &opt) != BN_OK)
             abort();
     }
     char path[128];
@@ -33,7 +33,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     bn_train_state st;
     if (bn_checkpoint_load(path, net, opt, &st) == BN_OK) {
         all_finite(net->params);
-        all_finite(opt->momentum);
+        all_finite(opt->state[0]);
     }
     if (bn_checkpoint_load_weights(path, net) == BN_OK) all_finite(net->params);
     return 0;

@@ -70,9 +70,10 @@ static void write_pair(const char *dir, const char *name, int limit, int gz)
 static void write_checkpoints(const char *dir)
 {
     bn_net *net;
-    bn_sgd *opt;
+    bn_optimizer *opt;
     if (bn_net_from_text(FUZZ_CHECKPOINT_MODEL, "fuzz.cfg", &net) != BN_OK) die("model");
-    if (bn_net_setup(net, 2, NULL, 0, 1) != BN_OK || bn_sgd_create(net, &net->train, &opt) != BN_OK) die("setup");
+    if (bn_net_setup(net, 2, NULL, 0, 1) != BN_OK || bn_optimizer_create(net, &net->train, &opt) != BN_OK)
+        die("setup");
     char path[1024];
     bn_train_state st = {.seed = 1};
     snprintf(path, sizeof path, "%s/checkpoint/fresh.safetensors", dir);
@@ -84,7 +85,7 @@ static void write_checkpoints(const char *dir)
     if (bn_checkpoint_save(path, net, opt, &st)) die(path);
     snprintf(path, sizeof path, "%s/checkpoint/weights.safetensors", dir);
     if (bn_checkpoint_save(path, net, NULL, NULL)) die(path);
-    bn_sgd_free(opt);
+    bn_optimizer_free(opt);
     bn_net_free(net);
 }
 
