@@ -7,6 +7,8 @@
 #include "core/net.h"
 #include "layer_testing.h"
 #include "testing.h"
+#include "train/checkpoint.h"
+#include "train/optimizer.h"
 
 #define GRAD_TOL 1e-2
 
@@ -125,5 +127,73 @@ BN_TEST(batchnorm_buffers_are_not_parameters)
     CHECK_OK(lt_read(net->buffers, after, 6));
     CHECK(memcmp(before, after, sizeof before) == 0);
     bn_net_free(net);
+    return BN_PASS;
+}
+
+static bn_status bn_steps(bn_net *net, bn_optimizer *opt, int first, int count)
+{
+    for (int step = first; step < first + count; step++) {
+        BN_TRY(lt_fill_normal(net, 40 + (uint64_t)step, 1.0, 0));
+        BN_TRY(lt_fill_labels(net, 50 + (uint64_t)step, 4));
+        BN_TRY(bn_net_zero_grad(net));
+        BN_TRY(bn_net_forward(net, 1));
+        BN_TRY(bn_net_backward(net));
+        BN_TRY(bn_optimizer_step(opt, net));
+    }
+    return BN_OK;
+}
+
+/* Buffers go into checkpoints as "<layer>.<buffer>" and come back on a resume, so the resumed
+ * run goes on bit for bit, and a weights-only load (test, predict) brings them too. */
+BN_TEST(batchnorm_buffers_round_trip_through_checkpoints)
+{
+    static const char *text = "[input]\nchannels=2\nheight=4\nwidth=4\n[train]\noptimizer=adamw\nlr=0.01\n"
+                              "[conv2d]\nname=c\nfilters=3\nsize=3\n[batchnorm]\nname=bn\n[relu]\n"
+                              "[dense]\noutputs=4\n[softmax_ce]\n";
+    char path[512];
+    snprintf(path, sizeof path, "%s/bn.safetensors", bn_test_tmpdir());
+    bn_net *a, *b;
+    bn_optimizer *oa, *ob;
+    CHECK_OK(lt_net(text, 5, 9, &a));
+    CHECK_OK(lt_net(text, 5, 9, &b));
+    CHECK_OK(bn_optimizer_create(a, &a->train, &oa));
+    CHECK_OK(bn_optimizer_create(b, &b->train, &ob));
+    CHECK_OK(bn_steps(a, oa, 0, 3));
+    bn_train_state st = {.seed = 9, .step = 3};
+    CHECK_OK(bn_checkpoint_save(path, a, oa, &st));
+    CHECK_OK(bn_checkpoint_load(path, b, ob, &st));
+    float ra[6], rb[6];
+    CHECK_OK(lt_read(a->buffers, ra, 6));
+    CHECK_OK(lt_read(b->buffers, rb, 6));
+    CHECK(memcmp(ra, rb, sizeof ra) == 0 && ra[3] != 1.0f);
+    CHECK_OK(bn_steps(a, oa, 3, 2));
+    CHECK_OK(bn_steps(b, ob, 3, 2));
+    float wa[256], wb[256];
+    CHECK(a->num_params <= 256);
+    CHECK_OK(lt_read(a->params, wa, a->num_params));
+    CHECK_OK(lt_read(b->params, wb, b->num_params));
+    CHECK_OK(lt_read(a->buffers, ra, 6));
+    CHECK_OK(lt_read(b->buffers, rb, 6));
+    CHECK_MSG(memcmp(wa, wb, a->num_params * sizeof *wa) == 0 && memcmp(ra, rb, sizeof ra) == 0,
+              "the resumed run went another way");
+    /* The weights alone (test, predict) bring the running averages along too. */
+    bn_net *c;
+    CHECK_OK(lt_net(text, 5, 10, &c));
+    CHECK_OK(bn_checkpoint_save(path, a, NULL, NULL));
+    CHECK_OK(bn_checkpoint_load_weights(path, c));
+    float rc[6];
+    CHECK_OK(lt_read(c->buffers, rc, 6));
+    CHECK(memcmp(ra, rc, sizeof ra) == 0);
+    /* A model without the batchnorm cannot take the file. */
+    bn_net *plain;
+    CHECK_OK(lt_net("[input]\nchannels=2\nheight=4\nwidth=4\n[conv2d]\nname=c\nfilters=3\nsize=3\n[relu]\n"
+                    "[dense]\noutputs=4\n[softmax_ce]\n", 5, 9, &plain));
+    CHECK_ERR(bn_checkpoint_load_weights(path, plain), BN_ERR_DATA, "different model file");
+    bn_net_free(plain);
+    bn_net_free(c);
+    bn_optimizer_free(oa);
+    bn_optimizer_free(ob);
+    bn_net_free(a);
+    bn_net_free(b);
     return BN_PASS;
 }

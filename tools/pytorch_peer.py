@@ -64,7 +64,7 @@ class Net(torch.nn.Module):
                 shapes["input"] = (int(o["channels"]), int(o["height"]), int(o["width"]))
                 self.mean, self.std = float(o.get("mean", 0)), float(o.get("std", 1))
                 continue
-            if kind == "train":
+            if kind in ("train", "augment"):
                 continue
             counts[kind] = counts.get(kind, 0) + 1
             name = o.get("name", f"{kind}{counts[kind]}")

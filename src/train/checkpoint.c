@@ -15,6 +15,9 @@
 
 /* ---- the net's tensors ------------------------------------------------------------ */
 
+/* Buffers (running statistics) are saved flat, "<layer>.<buffer>" as 1-d [count], after the
+ * weights and before any optimizer state: a batch normalization's [C], as PyTorch keeps it. */
+
 /* One parameter as the checkpoint names and shapes it, and where it lives in the slab. */
 typedef struct tensor_spec {
     char name[128];      /* "<layer>.<param>" */
@@ -63,6 +66,27 @@ static bn_status list_params(bn_net *net, const char *const *state, int num_stat
             t->count = bn_blob_count(p->value);
         }
     }
+    *out = specs;
+    *count = total;
+    return BN_OK;
+}
+
+/* Every buffer of the net in slab order (offsets into net->buffers); *out is the caller's. */
+static bn_status list_buffers(bn_net *net, tensor_spec **out, size_t *count)
+{
+    size_t total = 0;
+    for (int i = 0; i < net->num_layers; i++) total += (size_t)net->layers[i]->num_buffers;
+    tensor_spec *specs = calloc(total ? total : 1, sizeof *specs);
+    if (!specs) return bn_error(BN_ERR_NOMEM, "out of host memory listing %s's buffers", net->source);
+    size_t k = 0;
+    for (int i = 0; i < net->num_layers; i++)
+        for (int j = 0; j < net->layers[i]->num_buffers; j++, k++) {
+            const bn_buffer *b = &net->layers[i]->buffers[j];
+            snprintf(specs[k].name, sizeof specs[k].name, "%s.%s", net->layers[i]->name, b->name);
+            specs[k].rank = 1;
+            specs[k].dims[0] = specs[k].count = bn_blob_count(b->value);
+            specs[k].offset = b->value->offset;
+        }
     *out = specs;
     *count = total;
     return BN_OK;
@@ -140,16 +164,19 @@ bn_status bn_checkpoint_save(const char *path, bn_net *net, const bn_optimizer *
 {
     const char *names[BN_OPTIMIZER_MAX_STATE];
     int ns = opt ? bn_optimizer_state_names(opt->cfg.optimizer, names) : 0;
-    tensor_spec *specs;
-    size_t n;
+    tensor_spec *specs, *bspecs = NULL;
+    size_t n, nb = 0;
     BN_TRY(list_params(net, names, ns, &specs, &n));
-    const float *weights = NULL, *state[BN_OPTIMIZER_MAX_STATE] = {NULL};
+    const float *weights = NULL, *buffers = NULL, *state[BN_OPTIMIZER_MAX_STATE] = {NULL};
     bn_status s = opt ? check_optimizer(net, opt) : BN_OK;
+    if (s == BN_OK) s = list_buffers(net, &bspecs, &nb);
     if (s == BN_OK && net->num_params) {
         if (!(weights = bn_blob_host_rd(net->params))) s = bn_last_status();
         for (int k = 0; k < ns && s == BN_OK; k++)
             if (!(state[k] = bn_blob_host_rd(opt->state[k]))) s = bn_last_status();
     }
+    if (s == BN_OK && nb && !(buffers = bn_blob_host_rd(net->buffers))) s = bn_last_status();
+    for (size_t i = 0; s == BN_OK && i < nb; i++) s = refuse_non_finite(path, bspecs[i].name, &bspecs[i], buffers);
     /* The loader refuses NaN and infinity, so a file holding them could never be resumed:
      * refusing it here keeps the last good checkpoint in place instead. */
     for (size_t i = 0; s == BN_OK && i < n; i++) {
@@ -158,13 +185,15 @@ bn_status bn_checkpoint_save(const char *path, bn_net *net, const bn_optimizer *
             s = refuse_non_finite(path, specs[i].state_name[k], &specs[i], state[k]);
     }
     bn_safetensors_tensor *tensors = NULL;
-    if (s == BN_OK && !(tensors = calloc((size_t)(1 + ns) * (n ? n : 1), sizeof *tensors)))
+    if (s == BN_OK && !(tensors = calloc((size_t)(1 + ns) * n + nb + 1, sizeof *tensors)))
         s = bn_error(BN_ERR_NOMEM, "out of host memory saving checkpoint %s", path);
     if (s == BN_OK) {
         size_t k = 0;
         for (size_t i = 0; i < n; i++)
             tensors[k++] = (bn_safetensors_tensor){specs[i].name, specs[i].rank, specs[i].dims,
                                                    weights + specs[i].offset};
+        for (size_t i = 0; i < nb; i++)
+            tensors[k++] = (bn_safetensors_tensor){bspecs[i].name, 1, bspecs[i].dims, buffers + bspecs[i].offset};
         for (int j = 0; j < ns; j++)
             for (size_t i = 0; i < n; i++)
                 tensors[k++] = (bn_safetensors_tensor){specs[i].state_name[j], specs[i].rank, specs[i].dims,
@@ -173,6 +202,7 @@ bn_status bn_checkpoint_save(const char *path, bn_net *net, const bn_optimizer *
     }
     free(tensors);
     free(specs);
+    free(bspecs);
     return s;
 }
 
@@ -208,34 +238,47 @@ static int is_state_tensor(const bn_safetensors_entry *e)
     return 0;
 }
 
+/* The net's tensors as a load matches them: n parameters with ns state slabs, nb buffers. */
+typedef struct tensor_lists {
+    const tensor_spec *specs, *bspecs;
+    size_t n, nb;
+    const char *const *state;
+    int ns;
+} tensor_lists;
+
 /* Where the tensor named as e goes: j for parameter j's weights, (1 + k) * n + j for its state
- * slab k (of ns), (1 + ns) * n when the net has no such tensor. Weight names come first: a
- * layer may itself be called "momentum". */
-static size_t slot_of(const bn_safetensors_entry *e, const tensor_spec *specs, size_t n, int ns)
+ * slab k (of ns), (1 + ns) * n + b for buffer b, past all of them when the net has no such
+ * tensor. Weight names come first: a layer may itself be called "momentum". */
+static size_t slot_of(const bn_safetensors_entry *e, const tensor_lists *t)
 {
-    for (size_t j = 0; j < n; j++)
-        if (name_is(e, specs[j].name)) return j;
-    for (int k = 0; k < ns; k++)
-        for (size_t j = 0; j < n; j++)
-            if (name_is(e, specs[j].state_name[k])) return (size_t)(1 + k) * n + j;
-    return (size_t)(1 + ns) * n;
+    for (size_t j = 0; j < t->n; j++)
+        if (name_is(e, t->specs[j].name)) return j;
+    size_t base = (size_t)(1 + t->ns) * t->n;
+    for (size_t b = 0; b < t->nb; b++)
+        if (name_is(e, t->bspecs[b].name)) return base + b;
+    for (int k = 0; k < t->ns; k++)
+        for (size_t j = 0; j < t->n; j++)
+            if (name_is(e, t->specs[j].state_name[k])) return (size_t)(1 + k) * t->n + j;
+    return base + t->nb;
 }
 
 /* Which of the file's tensors holds each parameter's weights and, in found's later runs of n,
  * its state in each of the ns slabs named in state (required when want_state). A tensor the net
  * does not have is an error, except any optimizer's state in a weights-only load. */
-static bn_status match_tensors(const bn_safetensors *f, const tensor_spec *specs, size_t n,
-                               const char *const *state, int ns, int weights_only, int want_state,
+static bn_status match_tensors(const bn_safetensors *f, const tensor_lists *t, int weights_only, int want_state,
                                bn_safetensors_entry *found)
 {
-    size_t slots = (size_t)(1 + ns) * n;
+    const tensor_spec *specs = t->specs;
+    const char *const *state = t->state;
+    size_t n = t->n, base = (size_t)(1 + t->ns) * n, slots = base + t->nb;
+    int ns = t->ns;
     int *seen = calloc(slots ? slots : 1, sizeof *seen);
     bn_status s = BN_OK;
     if (!seen) s = bn_error(BN_ERR_NOMEM, "out of host memory reading %s", f->path);
     for (size_t i = 0; i < f->num_tensors && s == BN_OK; i++) {
         bn_safetensors_entry e;
         if ((s = bn_safetensors_check_entry(f, i, &e)) != BN_OK) break;
-        size_t at = slot_of(&e, specs, n, ns);
+        size_t at = slot_of(&e, t);
         if (at == slots && weights_only && is_state_tensor(&e)) continue;
         if (at == slots) {
             char name[160];
@@ -257,6 +300,12 @@ static bn_status match_tensors(const bn_safetensors *f, const tensor_spec *specs
         if (s == BN_OK) s = check_shape(f, &found[j], &specs[j]);
         for (int k = 0; k < ns && want_state && s == BN_OK; k++)
             s = check_shape(f, &found[(size_t)(1 + k) * n + j], &specs[j]);
+    }
+    for (size_t b = 0; b < t->nb && s == BN_OK; b++) {
+        if (!seen[base + b])
+            s = bn_error(BN_ERR_DATA, "%s: buffer %s of the model is missing from the file", f->path, t->bspecs[b].name);
+        else
+            s = check_shape(f, &found[base + b], &t->bspecs[b]);
     }
     free(seen);
     return s;
@@ -419,28 +468,34 @@ static bn_status load_open(const bn_safetensors *f, bn_net *net, bn_optimizer *o
 {
     const char *names[BN_OPTIMIZER_MAX_STATE];
     int ns = cs ? bn_optimizer_state_names(cs->optimizer, names) : 0;
-    tensor_spec *specs;
-    size_t n;
+    tensor_spec *specs, *bspecs = NULL;
+    size_t n, nb = 0;
     BN_TRY(list_params(net, names, ns, &specs, &n));
+    bn_status s = list_buffers(net, &bspecs, &nb);
     int want_state = opt != NULL;
     size_t slab = net->num_params ? net->num_params : 1, staged = want_state ? (size_t)(1 + ns) : 1;
-    bn_safetensors_entry *found = calloc((size_t)(1 + ns) * (n ? n : 1), sizeof *found);
-    float *buf = malloc(staged * slab * sizeof *buf); /* the weights, then each state slab */
-    bn_status s = BN_OK;
-    if (!found || !buf) s = bn_error(BN_ERR_NOMEM, "out of host memory loading %s", f->path);
-    if (s == BN_OK) s = match_tensors(f, specs, n, names, ns, cs == NULL, want_state, found);
+    size_t nbuf = net->num_buffer_floats;
+    bn_safetensors_entry *found = calloc((size_t)(1 + ns) * n + nb + 1, sizeof *found);
+    float *buf = malloc((staged * slab + nbuf) * sizeof *buf); /* the weights, each state slab, the buffers */
+    if (s == BN_OK && (!found || !buf)) s = bn_error(BN_ERR_NOMEM, "out of host memory loading %s", f->path);
+    tensor_lists t = {specs, bspecs, n, nb, names, ns};
+    if (s == BN_OK) s = match_tensors(f, &t, cs == NULL, want_state, found);
     for (size_t k = 0; k < staged && s == BN_OK; k++) s = stage_all(f, found + k * n, specs, n, buf + k * slab);
-    float *dst[1 + BN_OPTIMIZER_MAX_STATE] = {NULL};
+    if (s == BN_OK) s = stage_all(f, found + (size_t)(1 + ns) * n, bspecs, nb, buf + staged * slab);
+    float *dst[1 + BN_OPTIMIZER_MAX_STATE] = {NULL}, *bdst = NULL;
     for (size_t k = 0; k < staged && s == BN_OK && net->num_params; k++)
         if (!(dst[k] = bn_blob_host_wr(k ? opt->state[k - 1] : net->params))) s = bn_last_status();
+    if (s == BN_OK && nbuf && !(bdst = bn_blob_host_wr(net->buffers))) s = bn_last_status();
     if (s == BN_OK) {
         for (size_t k = 0; k < staged && net->num_params; k++)
             memcpy(dst[k], buf + k * slab, net->num_params * sizeof *buf);
+        if (nbuf) memcpy(bdst, buf + staged * slab, nbuf * sizeof *buf);
         if (opt) opt->iter = cs->iter;
     }
     free(found);
     free(buf);
     free(specs);
+    free(bspecs);
     return s;
 }
 
