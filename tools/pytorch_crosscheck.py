@@ -4,9 +4,11 @@ blobnet writes its initial LeNet weights (--epochs 0 --save) and then trains STE
 with a per-step CSV log. This script loads the same initial weights into a PyTorch LeNet,
 feeds the same batches in the same order (blobnet's shuffle, reimplemented below), applies
 the same SGD rule (Caffe's: v = m*v + lr*mult*(g + wd*w), w -= v; biases: 2x lr, no decay;
-lr policy inv) and compares every step's mean loss. TF32 is off on both sides.
+lr policy inv) and compares every step's mean loss. TF32 is off on both sides. With
+--optimizer adam or adamw, blobnet trains with that optimizer and the PyTorch side with
+torch.optim.Adam or AdamW themselves (the same multipliers, the rate set every step).
 
-    python3 tools/pytorch_crosscheck.py --data DIR [--blobnet ./blobnet] [--steps 20]
+    python3 tools/pytorch_crosscheck.py --data DIR [--blobnet ./blobnet] [--steps 20] [--optimizer NAME]
 
 Exit status 0 when every step's relative difference is below --tolerance (1e-4).
 """
@@ -112,6 +114,7 @@ def main():
     ap.add_argument("--device", default="gpu")
     ap.add_argument("--tolerance", type=float, default=1e-4)
     ap.add_argument("--lr", type=float, default=None, help="override the model's base learning rate on both sides")
+    ap.add_argument("--optimizer", default="sgd", choices=["sgd", "adam", "adamw"])
     a = ap.parse_args()
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -122,6 +125,7 @@ def main():
     common = [a.blobnet, "train", a.model, "--data", a.data, "--device", a.device, "--batch", str(a.batch), "--quiet"]
     if a.lr is not None:
         common += ["--lr", repr(a.lr)]
+    common += ["--optimizer", a.optimizer]
     run(common + ["--epochs", "0", "--save", init])
     run(common + ["--epochs", "1", "--train-limit", str(a.steps * a.batch), "--log", log, "--log-every", "1"])
     with open(log) as f:
@@ -132,7 +136,7 @@ def main():
     weights, meta = read_safetensors(init)
     dev = torch.device("cuda")
     params = {k: torch.tensor(v.copy(), device=dev, requires_grad=True) for k, v in weights.items()
-              if not k.startswith("momentum.")}
+              if not k.startswith(("momentum.", "exp_avg.", "exp_avg_sq."))}
     velocity = {k: torch.zeros_like(v) for k, v in params.items()}
     seed = int(meta["seed"])
     count = a.steps * a.batch
@@ -152,6 +156,12 @@ def main():
                 w = params["ip1.weight"].view(-1)
                 w[0] = torch.nextafter(w[0], torch.tensor(1.0, device=dev))
         losses = []
+        opt, groups = None, []
+        if a.optimizer != "sgd":
+            kind = torch.optim.Adam if a.optimizer == "adam" else torch.optim.AdamW
+            groups = [dict(params=[p], mult=bias_mult if k.endswith(".bias") else 1.0,
+                           weight_decay=0.0 if k.endswith(".bias") else wd) for k, p in params.items()]
+            opt = kind(groups, lr=base_lr, betas=(0.9, 0.999), eps=1e-8)
         for step in range(a.steps):
             idx = order[step * a.batch:(step + 1) * a.batch]
             x = torch.tensor((images[idx].astype(np.float32) / np.float32(255.0) - mean) / std, device=dev)
@@ -161,6 +171,12 @@ def main():
                 p.grad = None
             loss.backward()
             lr = base_lr * (1 + gamma * step) ** -power
+            if opt:
+                for g in opt.param_groups:
+                    g["lr"] = lr * g["mult"]
+                opt.step()
+                losses.append(loss.item())
+                continue
             with torch.no_grad():
                 for k, p in params.items():
                     is_bias = k.endswith(".bias")
