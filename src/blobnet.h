@@ -17,11 +17,28 @@
  *                Optional: NULL runs the CPU function instead. In the ops table write
  *                BN_GPU(fn), which is NULL in a build without CUDA.
  *   flops        forward floating-point operations per example, for `blobnet summary`. Optional.
- *   destroy      free l->priv and what it holds. Optional (NULL frees l->priv).
+ *   destroy      free l->priv and what it holds (device scratch too). Optional (NULL frees l->priv).
+ *   graph_safe   set it to 1 to promise that the GPU passes only queue work on pass->ctx->stream
+ *                (and side_stream): no host state that changes from step to step (a seed, a
+ *                counter, a pointer chosen per step), no synchronisation, no cudaMalloc or
+ *                cudaFree, no reading device results on the host. The trainer then captures one
+ *                training step as a CUDA graph and replays it, so the host side of those passes
+ *                runs only in the captured step. Left 0 (or without GPU passes), every step of
+ *                a network holding the layer launches kernel by kernel: correct, but slower for
+ *                small layers, and `blobnet train` says so once on stderr, naming the layer.
  * A loss layer (is_loss = 1) reads pass->labels, writes pass->metrics [loss sum, correct count]
  * and has no out_grad: its backward starts the gradient. Every op returns BN_OK or the status
  * of bn_error / bn_layer_error / bn_opt_error. The framework opens an NVTX range around every
  * forward and backward call, so a user layer is named on the profiler timeline like the others.
+ *
+ * Device scratch memory (a mask, partial sums): bn_device_alloc in the layer's first GPU pass,
+ * sized for the batch capacity (l->in->capacity elements, not l->in->n, which is smaller on a
+ * last partial batch), kept in l->priv and released with bn_device_free in destroy. Never
+ * allocate or free per step: both synchronise the device, are refused while a step is being
+ * captured, and a captured graph replays the addresses it saw. The first step always runs
+ * eagerly, so an allocation there is never captured. A layer that must replace a buffer later
+ * (it needs a larger one) frees the old one, allocates the new one and increments
+ * pass->ctx->buffer_generation, so that the step is captured again with the new address.
  *
  * CUDA files (.cu) including this header also get cuda_check.h: BN_CUDA, BN_CUBLAS, BN_CUDNN
  * and BN_CUDA_LAUNCH turn a failed call into a status naming file:line.

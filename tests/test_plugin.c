@@ -217,6 +217,27 @@ BN_TEST(plugin_prelu_passes_the_kit_on_gpu)
     return BN_PASS;
 }
 
+/* PReLU says it may be captured in a CUDA graph; dropout, which seeds its generator from the
+ * host each step, does not, and the network names it. Without CUDA no layer has GPU passes, so
+ * the first one is named. */
+BN_TEST(plugin_graph_blocker_names_unsafe_layer)
+{
+    CHECK_OK(bn_plugin_load(prelu_path()));
+    CHECK(bn_find_layer("prelu")->graph_safe);
+    bn_net *net;
+    CHECK_OK(lt_net("[input]\nchannels=2\nheight=1\nwidth=3\n[prelu]\nname=p\n[dropout]\nname=d\n[prelu]\n", 1, 1,
+                    &net));
+    const bn_layer *b = bn_net_graph_blocker(net);
+    CHECK(b != NULL && strcmp(b->name, bn_device_compiled() ? "d" : "p") == 0);
+    CHECK(!bn_net_graph_safe(net));
+    bn_net_free(net);
+    CHECK_OK(lt_net(PRELU_NET, 1, 1, &net));
+    CHECK((bn_net_graph_blocker(net) == NULL) == bn_device_compiled());
+    CHECK(bn_net_graph_safe(net) == bn_device_compiled());
+    bn_net_free(net);
+    return BN_PASS;
+}
+
 /* A small net with a PReLU learns to tell which half of its input is larger: the loss falls and
  * the slopes move away from where they started. */
 BN_TEST(plugin_prelu_net_learns)

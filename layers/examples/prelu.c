@@ -96,6 +96,9 @@ const bn_layer_ops bn_prelu_ops = {
     .help = "x for x > 0, slope[c] * x otherwise, a learnable slope per channel; "
             "keys: init_slope (0.25, in [0, 1])",
     .kind = BN_NVTX_LAYER_ACTIVATION,
+    /* The GPU passes launch kernels on the stream and nothing else, so the training step may
+     * be captured and replayed as a CUDA graph. */
+    .graph_safe = 1,
     .parse = prelu_parse,
     .setup = prelu_setup,
     .forward_cpu = prelu_forward,

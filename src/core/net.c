@@ -700,11 +700,16 @@ void bn_net_mark_device_written(bn_net *net)
     each_blob(net, mark_written, NULL);
 }
 
-int bn_net_graph_safe(const bn_net *net)
+const bn_layer *bn_net_graph_blocker(const bn_net *net)
 {
     for (int i = 0; i < net->num_layers; i++) {
         const bn_layer_ops *ops = net->layers[i]->ops;
-        if (!ops->graph_safe || !ops->forward_gpu || !ops->backward_gpu) return 0;
+        if (!ops->graph_safe || !ops->forward_gpu || !ops->backward_gpu) return net->layers[i];
     }
-    return 1;
+    return NULL;
+}
+
+int bn_net_graph_safe(const bn_net *net)
+{
+    return bn_net_graph_blocker(net) == NULL;
 }

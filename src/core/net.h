@@ -132,8 +132,11 @@ void bn_net_unfuse_loss(bn_net *net);
  * (BN_FUSED_NO_IN, BN_FUSED_NO_IN_GRAD): its contents are then not the layer's. */
 int bn_net_blob_unwritten(const bn_net *net, int i, int grad);
 
-/* Whether every layer can be captured in a CUDA graph (GPU passes without per-step host
- * state: see bn_layer_ops.graph_safe). */
+/* The first layer that keeps the network's steps out of a CUDA graph (its type leaves
+ * bn_layer_ops.graph_safe unset or lacks a GPU pass), or NULL when every layer can be captured. */
+const bn_layer *bn_net_graph_blocker(const bn_net *net);
+
+/* Whether every layer can be captured in a CUDA graph (no bn_net_graph_blocker). */
 int bn_net_graph_safe(const bn_net *net);
 
 /* Frees the network, its layers and blobs. NULL is fine. */

@@ -136,6 +136,19 @@ static int may_replay(const bn_net *net, const bn_trainer_opts *opts, int n, int
            bn_net_graph_safe(net);
 }
 
+/* Says once, on stderr, which layer keeps the training steps from replaying a CUDA graph when
+ * they otherwise would: a user's type that leaves graph_safe unset trains slower without
+ * telling why. */
+static void note_no_replay(const bn_net *net, const bn_trainer_opts *opts)
+{
+    if (!net->pass.ctx || opts->no_graph || opts->profile_first) return;
+    const bn_layer *l = bn_net_graph_blocker(net);
+    if (!l) return;
+    fprintf(stderr, "blobnet: note: layer %s (%s) %s, so every training step launches its kernels instead of "
+            "replaying a CUDA graph\n", l->name, l->ops->type,
+            l->ops->graph_safe ? "has no GPU pass" : "leaves graph_safe unset");
+}
+
 /* A replayed graph skipped the body's host side: the loader's cursor moves on, and every blob
  * it wrote on the device (the network's and `sums`) is marked device-newer, so that the next
  * host read transfers. */
@@ -350,6 +363,7 @@ bn_status bn_train(bn_net *net, bn_optimizer *opt, const bn_dataset *train, cons
     bn_step_graph graph = {0}, eval_graph = {0};
     int warm = 0;
     long checked = st->step;
+    note_no_replay(net, opts);
     if (opts->log) fprintf(opts->log, "%s\n", bn_metrics_csv_header);
     while (s == BN_OK && st->epoch < opts->epochs) {
         snprintf(range, sizeof range, "epoch %d", st->epoch + 1);
