@@ -1,6 +1,7 @@
 /* The command line: exit codes, messages, summary, and short real trainings. */
 #include <stdlib.h>
 
+#include "core/device.h"
 #include "testing.h"
 
 static char out[1 << 16];
@@ -21,6 +22,36 @@ BN_TEST(cli_help_and_version)
     CHECK_CLI("train --help", 0, "--warmup N");
     CHECK_CLI("test --help", 0, "usage: blobnet test MODEL WEIGHTS");
     CHECK_CLI("", 2, "usage: blobnet COMMAND");
+    return BN_PASS;
+}
+
+BN_TEST(cli_version_names_the_build)
+{
+    CHECK_CLI("--version", 0, bn_device_compiled() ? "blobnet 0.1.0 (CUDA " : "blobnet 0.1.0 (CPU only)\n");
+    if (bn_device_compiled()) CHECK_MSG(strstr(out, ", cuDNN ") && strstr(out, ")\n"), "%s", out);
+    return BN_PASS;
+}
+
+BN_TEST(cli_help_lists_and_describes_layer_types)
+{
+    CHECK_CLI("help", 0, "layer types (model-file sections):\n  dense conv2d maxpool");
+    CHECK(strstr(out, "batchnorm\n") != NULL && strstr(out, "help TYPE") != NULL);
+    CHECK_CLI("help dense", 0, "[dense] fully connected Y = X W^T + b over the flattened input\n"
+                               "  keys: outputs (required), init = xavier|he (xavier)\n");
+    CHECK(strstr(out, "  inputs: 1\n") != NULL && strstr(out, "loss") == NULL);
+    CHECK_CLI("help concat", 0, "  keys: none\n");
+    CHECK(strstr(out, "  inputs: 2 to 8\n") != NULL);
+    CHECK_CLI("help softmax_ce", 0, "  a loss layer: reads the labels");
+    if (bn_device_compiled()) {
+        CHECK_CLI("help relu", 0, "  GPU: forward and backward, graph_safe\n");
+        CHECK_CLI("help dropout", 0, "  GPU: forward and backward, not graph_safe");
+    }
+    /* Commands keep their place. */
+    CHECK_CLI("help summary", 0, "usage: blobnet summary MODEL");
+    CHECK_CLI("help fly", 2, "blobnet: error: help: 'fly' is neither a command nor a layer type");
+    CHECK_CLI("help dense conv2d", 2, "help: expected one command or layer type");
+    CHECK_CLI("help --colour", 2, "help: unknown option");
+    CHECK_CLI("help dense --plugin", 2, "help: option --plugin needs a value");
     return BN_PASS;
 }
 

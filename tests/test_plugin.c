@@ -308,6 +308,25 @@ BN_TEST(plugin_cli_loads_and_reports_errors)
     return BN_PASS;
 }
 
+/* help and time take --plugin like the other commands. */
+BN_TEST(plugin_cli_help_and_time)
+{
+    char args[1400];
+    snprintf(args, sizeof args, "help prelu --plugin %s", prelu_path());
+    CHECK_CLI(args, 0, "[prelu] x for x > 0, slope[c] * x otherwise, a learnable slope per channel\n"
+                       "  keys: init_slope (0.25, in [0, 1])\n");
+    snprintf(args, sizeof args, "help --plugin %s", prelu_path());
+    CHECK_CLI(args, 0, "layer types (model-file sections):");
+    CHECK(strstr(out, " prelu\n") != NULL);
+    CHECK_CLI("help prelu", 2, "'prelu' is neither a command nor a layer type");
+    CHECK_CLI("help prelu --plugin /nonexistent/x.so", 2, "blobnet: error: plugin /nonexistent/x.so: cannot load");
+    snprintf(args, sizeof args, "time models/lenet_prelu.cfg --plugin %s --device cpu --batch 2 --iters 1",
+             prelu_path());
+    CHECK_CLI(args, 0, "\nprelu1           prelu ");
+    CHECK_CLI("time models/lenet_prelu.cfg --device cpu --batch 2 --iters 1", 2, "unknown section [prelu]");
+    return BN_PASS;
+}
+
 /* A plugin layer whose backward is wrong: check-layer prints FAIL for the gradient and exits 1. */
 BN_TEST(plugin_cli_check_layer_fails_a_wrong_backward)
 {

@@ -4,13 +4,15 @@
 
 #include "check/timing.h"
 #include "cli.h"
+#include "core/plugin.h"
 
-enum { OPT_BATCH = 256, OPT_ITERS, OPT_DEVICE, OPT_TF32, OPT_AUTOTUNE, OPT_HELP };
+enum { OPT_BATCH = 256, OPT_ITERS, OPT_DEVICE, OPT_TF32, OPT_AUTOTUNE, OPT_PLUGIN, OPT_HELP };
 
 static const struct option time_options[] = {
     {"batch", required_argument, 0, OPT_BATCH}, {"iters", required_argument, 0, OPT_ITERS},
     {"device", required_argument, 0, OPT_DEVICE}, {"tf32", no_argument, 0, OPT_TF32},
-    {"autotune", no_argument, 0, OPT_AUTOTUNE}, {"help", no_argument, 0, OPT_HELP},
+    {"autotune", no_argument, 0, OPT_AUTOTUNE}, {"plugin", required_argument, 0, OPT_PLUGIN},
+    {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0},
 };
 
@@ -33,6 +35,7 @@ static int parse_args(int argc, char **argv, time_args *a)
         case OPT_DEVICE: a->device = optarg; break;
         case OPT_TF32: a->tf32 = 1; break;
         case OPT_AUTOTUNE: a->autotune = 1; break;
+        case OPT_PLUGIN: BN_TRY(bn_plugin_load(optarg)); break;
         case OPT_HELP: return -1;
         default: return bn_cli_option_error(opt, optopt, argv[optind - 1]);
         }

@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "core/device.h"
+#include "core/plugin.h"
+#include "core/registry.h"
 
 #define BLOBNET_VERSION "0.1.0"
 
@@ -110,9 +113,11 @@ static const char check_layer_usage[] =
 
 static const char time_usage[] =
     "usage: blobnet time MODEL [--batch N] [--iters N] [--device SPEC] [--tf32] [--autotune]\n"
+    "                          [--plugin FILE]...\n"
     "Times each layer's forward and backward pass and the update over N training steps\n"
     "(default 50, after 5 warm-up steps) on random data: CUDA events on the GPU, a\n"
-    "monotonic clock on the CPU. --batch defaults to the model's [train] batch.\n";
+    "monotonic clock on the CPU. --batch defaults to the model's [train] batch.\n"
+    "  --plugin FILE       load a layer plugin (.so) first; may be given several times\n";
 
 const bn_command bn_commands[] = {
     {"train", "train a model on MNIST", train_usage, bn_cmd_train},
@@ -124,27 +129,102 @@ const bn_command bn_commands[] = {
     {NULL, NULL, NULL, NULL},
 };
 
+static const bn_command *find_command(const char *name)
+{
+    for (const bn_command *c = bn_commands; c->name; c++)
+        if (strcmp(c->name, name) == 0) return c;
+    return NULL;
+}
+
+/* The registered layer types, wrapped into indented lines. */
+static void print_layer_types(void)
+{
+    int col = 0;
+    for (int i = 0; i < bn_layer_type_count(); i++) {
+        const char *type = bn_layer_type_at(i)->type;
+        if (col && col + 1 + (int)strlen(type) > 88) {
+            putchar('\n');
+            col = 0;
+        }
+        col += printf("%s%s", col ? " " : "  ", type);
+    }
+    putchar('\n');
+}
+
 static void print_main_help(void)
 {
     printf("blobnet %s - a small deep-learning trainer in C on CUDA\n\n"
            "usage: blobnet COMMAND [options]\n\ncommands:\n", BLOBNET_VERSION);
     for (const bn_command *c = bn_commands; c->name; c++) printf("  %-12s %s\n", c->name, c->summary);
-    printf("  %-12s %s\n\n", "help CMD", "show a command's options");
-    printf("Run 'blobnet CMD --help' for a command's options.\n"
+    printf("  %-12s %s\n", "help CMD", "show a command's options");
+    printf("  %-12s %s\n\n", "help TYPE", "show a layer type's keys (--plugin FILE: a plugin's type)");
+    printf("layer types (model-file sections):\n");
+    print_layer_types();
+    printf("\nRun 'blobnet CMD --help' for a command's options.\n"
            "Exit codes: 0 success, 1 failure at run time, 2 usage error.\n");
+}
+
+/* A layer type's help line, split at its "; keys: " (or "; no keys"), as every built-in writes
+ * it; a line without either is printed whole. */
+static void print_layer_help(const bn_layer_ops *ops)
+{
+    const char *help = ops->help ? ops->help : "";
+    const char *keys = strstr(help, "; keys: "), *none = strstr(help, "; no keys");
+    const char *end = keys ? keys : none ? none : help + strlen(help);
+    printf("[%s] %.*s\n", ops->type, (int)(end - help), help);
+    if (keys || none) printf("  keys: %s\n", keys ? keys + strlen("; keys: ") : "none");
+    printf("  every section also takes: name, input (the layers it reads; default the one above)\n");
+    int lo = ops->min_inputs ? ops->min_inputs : 1, hi = ops->max_inputs ? ops->max_inputs : 1;
+    if (lo == hi) printf("  inputs: %d\n", lo);
+    else printf("  inputs: %d to %d\n", lo, hi);
+    if (ops->is_loss) printf("  a loss layer: reads the labels and starts the gradient\n");
+    if (!bn_device_compiled()) return;
+    if (!ops->forward_gpu || !ops->backward_gpu)
+        printf("  GPU: %s on the CPU when the network is on the GPU\n",
+               ops->forward_gpu ? "backward runs" : ops->backward_gpu ? "forward runs" : "runs");
+    else printf("  GPU: forward and backward, %s\n", ops->graph_safe ? "graph_safe" : "not graph_safe (steps run kernel by kernel)");
+}
+
+/* `blobnet help [CMD | TYPE] [--plugin FILE]...`: the plugins load first, so that their types
+ * are listed and described like the built-in ones. */
+static int run_help(int argc, char **argv)
+{
+    const char *topic = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--plugin") == 0) {
+            if (++i == argc) return bn_usage_error(NULL, "help: option --plugin needs a value");
+            bn_status s = bn_plugin_load(argv[i]);
+            if (s != BN_OK) return bn_fail(s);
+        } else if (argv[i][0] == '-') {
+            return bn_usage_error(NULL, "help: unknown option");
+        } else if (topic) {
+            return bn_usage_error(NULL, "help: expected one command or layer type");
+        } else {
+            topic = argv[i];
+        }
+    }
+    if (!topic) {
+        print_main_help();
+        return 0;
+    }
+    if (find_command(topic)) {
+        bn_print_command_help(topic);
+        return 0;
+    }
+    const bn_layer_ops *ops = bn_find_layer(topic);
+    if (!ops) {
+        fprintf(stderr, "blobnet: error: help: '%s' is neither a command nor a layer type (see 'blobnet help')\n",
+                topic);
+        return 2;
+    }
+    print_layer_help(ops);
+    return 0;
 }
 
 void bn_print_command_help(const char *cmd)
 {
     for (const bn_command *c = bn_commands; c->name; c++)
         if (strcmp(c->name, cmd) == 0) fputs(c->usage, stdout);
-}
-
-static const bn_command *find_command(const char *name)
-{
-    for (const bn_command *c = bn_commands; c->name; c++)
-        if (strcmp(c->name, name) == 0) return c;
-    return NULL;
 }
 
 /* OpenBLAS picks its GEMM kernels from the CPU model at load time and falls back to its
@@ -181,18 +261,10 @@ int main(int argc, char **argv)
         return 0;
     }
     if (strcmp(cmd, "--version") == 0) {
-        printf("blobnet %s\n", BLOBNET_VERSION);
+        printf("blobnet %s (%s)\n", BLOBNET_VERSION, bn_device_build_info());
         return 0;
     }
-    if (strcmp(cmd, "help") == 0) {
-        if (argc < 3) {
-            print_main_help();
-            return 0;
-        }
-        if (!find_command(argv[2])) return bn_usage_error(NULL, "help: unknown command");
-        bn_print_command_help(argv[2]);
-        return 0;
-    }
+    if (strcmp(cmd, "help") == 0) return run_help(argc - 1, argv + 1);
     const bn_command *c = find_command(cmd);
     if (!c) {
         fprintf(stderr, "blobnet: error: unknown command '%s'; run 'blobnet --help'\n", cmd);

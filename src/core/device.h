@@ -63,6 +63,10 @@ bn_status bn_gpu_fill(float *dst, float value, size_t n, bn_ctx *ctx);
 /* 1 when this build has CUDA support. */
 int bn_device_compiled(void);
 
+/* What the build was compiled against, for `blobnet --version`: "CUDA 13.0, cuDNN 9.10.2", or
+ * "CPU only" in a build without CUDA. */
+const char *bn_device_build_info(void);
+
 /* Number of usable CUDA devices (0 without CUDA, a driver or a device). */
 int bn_device_count(void);
 

@@ -83,6 +83,14 @@ extern "C" const char *bn_curand_status_string(curandStatus_t s)
 
 extern "C" int bn_device_compiled(void) { return 1; }
 
+extern "C" const char *bn_device_build_info(void)
+{
+    static char info[64];
+    snprintf(info, sizeof info, "CUDA %d.%d, cuDNN %d.%d.%d", CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10,
+             CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL);
+    return info;
+}
+
 extern "C" int bn_device_count(void)
 {
     int n = 0;
