@@ -149,7 +149,8 @@ train: blobnet
 	    --save runs/lenet.safetensors --log runs/lenet.csv --log-every 20
 
 # make install PREFIX=DIR (default /usr/local; DESTDIR stages it): the CLI, the library, its
-# headers in include/blobnet/, the model files and a pkg-config file, all listed in
+# headers in include/blobnet/, the model files, the example plugin with its recipe in
+# share/blobnet/examples/ and two pkg-config files, all listed in
 # share/blobnet/install-manifest.txt, which make uninstall follows (tools/install.sh).
 PREFIX  ?= /usr/local
 VERSION := $(shell sed -n 's/^\#define BLOBNET_VERSION "\(.*\)"/\1/p' src/cli/main.c)
@@ -158,18 +159,29 @@ VERSION := $(shell sed -n 's/^\#define BLOBNET_VERSION "\(.*\)"/\1/p' src/cli/ma
 INSTALL_HEADERS := src/blobnet.h $(foreach d,core gpu io train check,$(wildcard src/$(d)/*.h))
 INSTALL_ITEMS   := bin/blobnet=blobnet lib/libblobnet.a=libblobnet.a lib/pkgconfig/blobnet.pc=$(BUILD)/blobnet.pc \
                    $(foreach h,$(INSTALL_HEADERS),include/blobnet/$(h:src/%=%)=$(h)) include/blobnet/idx.h=datasets/idx.h \
-                   $(foreach m,$(wildcard models/*.cfg),share/blobnet/models/$(notdir $(m))=$(m))
+                   $(foreach m,$(wildcard models/*.cfg),share/blobnet/models/$(notdir $(m))=$(m)) \
+                   lib/pkgconfig/blobnet-plugin.pc=$(BUILD)/blobnet-plugin.pc \
+                   $(foreach e,$(wildcard layers/examples/*),share/blobnet/examples/$(notdir $(e))=$(e))
 # A static library: its users link everything it needs, so all of it goes in Libs.
 comma     := ,
 PC_CFLAGS := $(strip -I$${includedir}/blobnet $(if $(WITH_CUDA),-DBN_WITH_CUDA))
 PC_LIBS   := $(strip -L$${libdir} -lblobnet $(LDLIBS) $(if $(filter 1,$(SANITIZE)),-fsanitize=address$(comma)undefined))
+# A plugin is a shared library whose bn_* calls resolve against the blobnet binary that loads
+# it, so its Libs hold no libblobnet.a (whose objects are not position-independent: linked into
+# a .so they fail with a TPOFF32 relocation), only the CUDA runtime its .cu file calls. In a
+# CUDA build, nvcc and nvflags say how to compile that file (cuDNN's headers for cuda_check.h).
+PLUGIN_PC_CFLAGS := $(strip -fPIC $(PC_CFLAGS) $(if $(WITH_CUDA),$(if $(CUDNN_INC),-I$(CUDNN_INC:%/=%))))
+PLUGIN_PC_VARS   := $(if $(WITH_CUDA),'nvcc=$(NVCC)' 'nvflags=-std=c++17 -O3 $(CUDA_ARCH)')
+# The lines of a pkg-config file: name, description, Cflags, Libs, variables of its own.
+pc_lines = 'prefix=$(PREFIX)' 'exec_prefix=$${prefix}' 'libdir=$${exec_prefix}/lib' 'includedir=$${prefix}/include' \
+           $(5) '' 'Name: $(1)' 'Description: $(2)' 'Version: $(VERSION)' 'Cflags: $(3)' 'Libs: $(4)'
 
 install: blobnet libblobnet.a
 	@mkdir -p $(BUILD)
-	@printf '%s\n' 'prefix=$(PREFIX)' 'exec_prefix=$${prefix}' 'libdir=$${exec_prefix}/lib' \
-	    'includedir=$${prefix}/include' '' 'Name: blobnet' \
-	    'Description: a small deep-learning training framework in C on CUDA' 'Version: $(VERSION)' \
-	    'Cflags: $(PC_CFLAGS)' 'Libs: $(PC_LIBS)' > $(BUILD)/blobnet.pc
+	@printf '%s\n' $(call pc_lines,blobnet,a small deep-learning training framework in C on CUDA,$(PC_CFLAGS),$(PC_LIBS)) \
+	    > $(BUILD)/blobnet.pc
+	@printf '%s\n' $(call pc_lines,blobnet-plugin,build a layer plugin (.so) for the blobnet binary,$(PLUGIN_PC_CFLAGS),$(PLUGIN_LIBS),$(PLUGIN_PC_VARS)) \
+	    > $(BUILD)/blobnet-plugin.pc
 	@tools/install.sh install '$(DESTDIR)$(PREFIX)' $(INSTALL_ITEMS)
 
 uninstall:

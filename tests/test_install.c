@@ -1,6 +1,6 @@
 /* test_install.c - `make install PREFIX=...` into a temporary prefix: a layer author's program
- * builds against it with pkg-config and runs; `make uninstall` removes exactly what was
- * installed and leaves what was there before. */
+ * builds against it with pkg-config and runs, and so does the example plugin with the shipped
+ * recipe; `make uninstall` removes exactly what was installed and leaves what was there before. */
 #include "testing.h"
 
 #include <stdlib.h>
@@ -106,14 +106,26 @@ BN_TEST(install_builds_with_pkg_config_and_uninstall_removes_it_all)
     rc = bn_test_run(cmd, out, sizeof out);
     CHECK_MSG(rc == 0 && strcmp(out, "doubled: 2 4 6 8\n") == 0, "exit %d:\n%s", rc, out);
 
-    /* The example plugin compiles against the installed headers alone. */
-    char here[512];
-    CHECK(getcwd(here, sizeof here) != NULL);
-    snprintf(cmd, sizeof cmd, "cd %s && export PKG_CONFIG_PATH=%s/lib/pkgconfig && "
-             "cc -std=c11 -Wall -Wextra -Wno-unused-parameter -Werror -fPIC -c %s/layers/examples/prelu.c $(pkg-config --cflags blobnet) "
-             "-o prelu.o", bn_test_tmpdir(), prefix, here);
+    /* The example plugin, built out of tree from the installed sources with the installed recipe
+     * and blobnet-plugin.pc alone, loads into the installed blobnet. */
+    static const char *const shipped[] = {"lib/pkgconfig/blobnet-plugin.pc", "share/blobnet/examples/prelu.c",
+                                          "share/blobnet/examples/prelu.h", "share/blobnet/examples/prelu.cu",
+                                          "share/blobnet/examples/Makefile", "share/blobnet/models/lenet_prelu.cfg"};
+    for (size_t i = 0; i < sizeof shipped / sizeof *shipped; i++)
+        CHECK_MSG(exists(prefix, shipped[i]), "%s was not installed", shipped[i]);
+    snprintf(cmd, sizeof cmd, "export PKG_CONFIG_PATH=%s/lib/pkgconfig && pkg-config --libs blobnet-plugin",
+             prefix);
+    CHECK(bn_test_run(cmd, out, sizeof out) == 0);
+    CHECK_MSG(strstr(out, "blobnet") == NULL, "a plugin must not link the static library: %s", out);
+    snprintf(cmd, sizeof cmd, "cp -r %s/share/blobnet/examples %s/my-plugin && cd %s/my-plugin && "
+             "PKG_CONFIG_PATH=%s/lib/pkgconfig env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s && "
+             "%s/bin/blobnet check-layer prelu --plugin ./prelu.so --device cpu && "
+             "%s/bin/blobnet summary %s/share/blobnet/models/lenet_prelu.cfg --plugin ./prelu.so",
+             prefix, bn_test_tmpdir(), bn_test_tmpdir(), prefix, prefix, prefix, prefix);
     rc = bn_test_run(cmd, out, sizeof out);
-    CHECK_MSG(rc == 0, "the PReLU plugin did not compile against the installed headers: exit %d:\n%s", rc, out);
+    CHECK_MSG(rc == 0, "the out-of-tree PReLU plugin: exit %d:\n%s", rc, out);
+    CHECK_MSG(strstr(out, "5 passed, 0 failed, 2 skipped\n") && strstr(out, "total: 8 layers, 431580 parameters"),
+              "%s", out);
 
     rc = run_make("uninstall", prefix);
     CHECK_MSG(rc == 0, "make uninstall exited %d:\n%s", rc, out);

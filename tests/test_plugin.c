@@ -95,6 +95,19 @@ BN_TEST(plugin_without_entry_point_is_an_error)
     return BN_PASS;
 }
 
+/* A plugin compiled with BN_WITH_CUDA but linked without its .cu object names the missing GPU
+ * function (the guide's error table gives the fix). */
+BN_TEST(plugin_without_its_cuda_object_names_the_gpu_function)
+{
+    char path[600], cmd[1400];
+    snprintf(path, sizeof path, "%s/prelu_no_cu.so", bn_test_tmpdir());
+    snprintf(cmd, sizeof cmd, "${CC:-cc} -std=c11 -shared -fPIC -Isrc -DBN_WITH_CUDA -o '%s' layers/examples/prelu.c",
+             path);
+    CHECK_MSG(bn_test_run(cmd, out, sizeof out) == 0, "%s", out);
+    CHECK_ERR(bn_plugin_load(path), BN_ERR_USAGE, "undefined symbol: bn_prelu_forward_gpu");
+    return BN_PASS;
+}
+
 /* The registry's refusal of an incomplete ops table reaches the caller with the file's name. */
 BN_TEST(plugin_with_incomplete_ops_is_an_error)
 {
