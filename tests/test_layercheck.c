@@ -110,6 +110,35 @@ static bn_status scale_backward_overwrites(bn_layer *l, const bn_pass *p)
     return scale_backward(l, 0);
 }
 
+/* The sign of the input gradient flipped. */
+static bn_status flipped_backward(bn_layer *l, const bn_pass *p)
+{
+    return input_grad_times(l, -2.0f);
+}
+
+/* dw ten percent too large: one derivative term slightly off. */
+static bn_status scale_backward_off(bn_layer *l, const bn_pass *p)
+{
+    BN_TRY(scale_backward(l, 1));
+    BN_HOST_RD(x, l->in);
+    BN_HOST_RD(dy, l->out_grad);
+    BN_HOST_WR(dw, l->params[0].grad);
+    double s = 0.0;
+    for (size_t i = 0; i < bn_blob_count(l->in); i++) s += (double)x[i] * dy[i];
+    dw[0] += 0.1f * (float)s;
+    return BN_OK;
+}
+
+/* Writes the element after the output's last one (the spare row of the kit's network). */
+static bn_status past_end_forward(bn_layer *l, const bn_pass *p)
+{
+    BN_TRY(double_forward(l, p));
+    float *y = bn_blob_host_wr(l->out);
+    if (!y) return bn_last_status();
+    y[bn_blob_count(l->out)] = 0.0f;
+    return BN_OK;
+}
+
 #define TEST_OPS(sym, name, setup_fn, fwd, bwd)                                                          \
     static const bn_layer_ops sym = {.type = name, .help = "test only", .setup = setup_fn, .forward_cpu = fwd, \
                                      .backward_cpu = bwd}
@@ -121,6 +150,19 @@ TEST_OPS(noisy_ops, "lc_test_noisy", same_setup, noisy_forward, double_backward)
 TEST_OPS(growing_ops, "lc_test_growing", growing_setup, double_forward, double_backward);
 TEST_OPS(scale_ops, "lc_test_scale", scale_setup, scale_forward, scale_backward_adds);
 TEST_OPS(overwrite_ops, "lc_test_overwrites", scale_setup, scale_forward, scale_backward_overwrites);
+TEST_OPS(flipped_ops, "lc_test_flipped", same_setup, double_forward, flipped_backward);
+TEST_OPS(scale_off_ops, "lc_test_scale_off", scale_setup, scale_forward, scale_backward_off);
+TEST_OPS(past_end_ops, "lc_test_past_end", same_setup, past_end_forward, double_backward);
+
+/* The faults on the "GPU" path only (host functions stand in for it, as in wrong_gpu_ops). */
+static const bn_layer_ops overwrite_gpu_ops = {
+    .type = "lc_test_overwrites_gpu", .help = "test only", .setup = scale_setup, .forward_cpu = scale_forward,
+    .backward_cpu = scale_backward_adds, .forward_gpu = scale_forward, .backward_gpu = scale_backward_overwrites,
+};
+static const bn_layer_ops past_end_gpu_ops = {
+    .type = "lc_test_past_end_gpu", .help = "test only", .setup = same_setup, .forward_cpu = double_forward,
+    .backward_cpu = double_backward, .forward_gpu = past_end_forward, .backward_gpu = double_backward,
+};
 
 static const bn_layer_ops wrong_gpu_ops = {
     .type = "lc_test_wrong_gpu", .help = "test only", .setup = same_setup, .forward_cpu = double_forward,
@@ -242,6 +284,90 @@ BN_TEST(layercheck_catches_an_overwritten_parameter_gradient)
     return BN_PASS;
 }
 
+/* The input shape and batch of a small LeNet layer, where the inputs used to be spaced so widely
+ * that the rounding floor hid a flipped sign. */
+static bn_status run_kit_lenet(const char *type, bn_ctx *ctx, bn_layercheck_report *r)
+{
+    bn_layercheck_opts o = bn_layercheck_defaults();
+    o.type = type;
+    o.input = (bn_shape){20, 12, 12};
+    o.batch = 4;
+    o.ctx = ctx;
+    return bn_layercheck_run(&o, r);
+}
+
+BN_TEST(layercheck_catches_a_flipped_sign_at_a_realistic_shape)
+{
+    CHECK_OK(ensure(&flipped_ops));
+    CHECK_OK(ensure(&good_ops));
+    bn_layercheck_report r;
+    CHECK_OK(run_kit_lenet("lc_test_double", NULL, &r));
+    CHECK_OUTCOME("double", r, BN_CHECK_GRADIENT, BN_CHECK_PASS);
+    CHECK_MSG(strstr(r.checks[BN_CHECK_GRADIENT].detail, "rounding floor") != NULL, "%s",
+              r.checks[BN_CHECK_GRADIENT].detail);
+    CHECK_OK(run_kit_lenet("lc_test_flipped", NULL, &r));
+    CHECK_OUTCOME("flipped", r, BN_CHECK_GRADIENT, BN_CHECK_FAIL);
+    CHECK_MSG(strstr(r.checks[BN_CHECK_GRADIENT].detail, "gradient check failed at input[") != NULL &&
+              strstr(r.checks[BN_CHECK_GRADIENT].detail, "relative error 1 >") != NULL, "%s",
+              r.checks[BN_CHECK_GRADIENT].detail);
+    return BN_PASS;
+}
+
+BN_TEST(layercheck_catches_a_ten_percent_error_in_one_term)
+{
+    CHECK_OK(ensure(&scale_off_ops));
+    bn_layercheck_report r;
+    CHECK_OK(run_kit_lenet("lc_test_scale_off", NULL, &r));
+    CHECK_OUTCOME("scale off", r, BN_CHECK_GRADIENT, BN_CHECK_FAIL);
+    /* 1.1 g against g: 0.1 / 2.1. */
+    CHECK_MSG(strstr(r.checks[BN_CHECK_GRADIENT].detail, "w[0]") != NULL &&
+              strstr(r.checks[BN_CHECK_GRADIENT].detail, "relative error 0.0476") != NULL, "%s",
+              r.checks[BN_CHECK_GRADIENT].detail);
+    return BN_PASS;
+}
+
+BN_TEST(layercheck_catches_a_write_past_the_output)
+{
+    CHECK_OK(ensure(&past_end_ops));
+    bn_layercheck_report r;
+    CHECK_OK(run_kit("lc_test_past_end", NULL, NULL, &r));
+    CHECK_OUTCOME("past end", r, BN_CHECK_WRITES, BN_CHECK_FAIL);
+    CHECK_MSG(strstr(r.checks[BN_CHECK_WRITES].detail, "wrote past the end of lc_test_past_end1.out on the cpu: "
+                                                        "element 1 after its last (of 72)") != NULL, "%s",
+              r.checks[BN_CHECK_WRITES].detail);
+    CHECK_OUTCOME("past end", r, BN_CHECK_DETERMINISM_CPU, BN_CHECK_FAIL);
+    return BN_PASS;
+}
+
+BN_TEST(layercheck_gpu_catches_a_write_past_the_output)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    CHECK_OK(ensure(&past_end_gpu_ops));
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    bn_layercheck_report r;
+    CHECK_OK(run_kit(past_end_gpu_ops.type, NULL, ctx, &r));
+    CHECK_OUTCOME("past end gpu", r, BN_CHECK_WRITES, BN_CHECK_PASS);
+    CHECK_OUTCOME("past end gpu", r, BN_CHECK_DEVICES, BN_CHECK_FAIL);
+    CHECK_MSG(strstr(r.checks[BN_CHECK_DEVICES].detail, "wrote past the end of lc_test_past_end_gpu1.out on the "
+                                                         "gpu") != NULL, "%s", r.checks[BN_CHECK_DEVICES].detail);
+    return BN_PASS;
+}
+
+BN_TEST(layercheck_gpu_catches_an_overwritten_parameter_gradient)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    CHECK_OK(ensure(&overwrite_gpu_ops));
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    bn_layercheck_report r;
+    CHECK_OK(run_kit(overwrite_gpu_ops.type, NULL, ctx, &r));
+    CHECK_OUTCOME("overwrites gpu", r, BN_CHECK_ACCUMULATES, BN_CHECK_FAIL);
+    CHECK_MSG(strstr(r.checks[BN_CHECK_ACCUMULATES].detail, "on the gpu a second backward left w gradient[0]") != NULL,
+              "%s", r.checks[BN_CHECK_ACCUMULATES].detail);
+    return BN_PASS;
+}
+
 BN_TEST(layercheck_catches_nondeterminism)
 {
     CHECK_OK(ensure(&noisy_ops));
@@ -332,8 +458,10 @@ BN_TEST(layercheck_usage_errors)
 {
     bn_layercheck_report r;
     CHECK_ERR(run_kit("no_such_type", NULL, NULL, &r), BN_ERR_USAGE, "unknown layer type 'no_such_type'");
-    CHECK_ERR(run_kit("dense", NULL, NULL, &r), BN_ERR_USAGE, "check-layer:5: [dense] missing required key 'outputs'");
-    CHECK_ERR(run_kit("dense", "outputs=abc", NULL, &r), BN_ERR_USAGE, "check-layer:6: [dense] outputs = 'abc'");
+    /* The option is named, not a line of the model text the kit writes. */
+    CHECK_ERR(run_kit("dense", NULL, NULL, &r), BN_ERR_USAGE,
+              "check-layer: --options: [dense] missing required key 'outputs'");
+    CHECK_ERR(run_kit("dense", "outputs=abc", NULL, &r), BN_ERR_USAGE, "check-layer: --options: [dense] outputs = 'abc'");
     CHECK_ERR(run_kit("dense", "outputs", NULL, &r), BN_ERR_USAGE, "not of the form key=value");
     CHECK_ERR(run_kit("dense", "outputs=2 colour=red", NULL, &r), BN_ERR_USAGE, "unknown key 'colour'");
     CHECK_ERR(run_kit("conv2d", "filters=2 size=5", NULL, &r), BN_ERR_USAGE, "larger than the padded input");
@@ -432,7 +560,8 @@ BN_TEST(layercheck_cli_table_and_exit_codes)
     CHECK(rc == 2 && strcmp(out, "blobnet: error: check-layer: unknown layer type 'no_such_type' (a plugin's "
                                  "types are known once it is loaded)\n") == 0);
     rc = cli("dense --options outputs=abc --device cpu");
-    CHECK(rc == 2 && strstr(out, "blobnet: error: check-layer:6: [dense] outputs = 'abc' is not an integer") == out);
+    CHECK_MSG(rc == 2 && strstr(out, "blobnet: error: check-layer: --options: [dense] outputs = 'abc' is not an "
+                                     "integer") == out, "%s", out);
     rc = cli("dense --input 3,4 --options outputs=2");
     CHECK(rc == 2 && strstr(out, "blobnet: error: --input: '3,4' is not C,H,W (three integers)") == out);
     rc = cli("dense --input 3,0,4 --options outputs=2");

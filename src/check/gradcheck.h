@@ -45,15 +45,18 @@ typedef struct bn_gradcheck_result {
     long checked;             /* coordinates compared */
     long kinks_skipped;       /* coordinates skipped as sitting on a kink */
     double worst_rel_error;   /* largest relative error among those compared */
+    double floor;             /* the largest denominator floor of the blobs checked */
     char worst_where[128];    /* "blob[index]: analytic a, numeric n" of the worst one */
 } bn_gradcheck_result;
 
 /* Relative errors are |a - n| / max(|a| + |n|, floor): gradients below the floor are in
  * effect compared in absolute terms, where float32 rounding would otherwise make their
  * relative error meaningless. The floor is BN_GRADCHECK_FLOOR or, when larger, the rounding
- * noise of a central difference divided by the tolerance. That noise is estimated from the
- * analytic pass as FLT_EPSILON / eps times the quadrature sum of |J| and, for each layer
- * output v, sum |v * dJ/dv|: a bigger network gets a floor that matches its rounding. */
+ * noise of a central difference divided by the tolerance, measured per blob: at a few of its
+ * coordinates J is moved by a step far too small for curvature to show, and the gap between
+ * the one-sided slopes is rounding alone (gradcheck.c: set_floor). The perturbed coordinate
+ * moves only the outputs that depend on it, so the floor does not grow with the batch or the
+ * image, and a wrong gradient cannot hide below it. */
 #define BN_GRADCHECK_FLOOR 1e-3
 
 /* eps 1e-2, tolerance 1e-2, 100 coordinates per blob, seed 1. */

@@ -13,10 +13,20 @@
 /* Streams of the seed for the kit's own draws. */
 enum { STREAM_INPUT = 21, STREAM_LABELS = 22, STREAM_OUT_GRAD = 23 };
 
-/* Inputs are spaced this many eps apart (see layercheck.h), and over about this range when
- * there are enough of them. */
+/* Inputs lie in (-INPUT_RANGE / 2, INPUT_RANGE / 2) whatever their number, so the values a
+ * layer sees, and with them the rounding floor of the gradient check, do not grow with the
+ * shape. As many as fit are spaced SPACING_EPS eps apart; more are drawn at random in the
+ * range, at least MARGIN_EPS eps away from zero (see feed). */
 #define SPACING_EPS 2.5
+#define MARGIN_EPS 1.25
 #define INPUT_RANGE 6.0
+
+/* Guard zones (see arm_guards): the kit's networks hold one example more than they run, and
+ * that row, after every output and gradient of a row per example, is the guard; each parameter
+ * gradient is followed by GRAD_GUARD free elements of the gradient slab (bn_net.grad_guard).
+ * Every guard element holds GUARD_BITS (a NaN no arithmetic produces) before a pass. */
+#define GRAD_GUARD 16
+#define GUARD_BITS 0x7fa5c3e1u
 
 /* A backward run twice must give exactly twice the parameter gradients; this allows for a
  * layer that sums in a different order the second time. */
@@ -216,10 +226,31 @@ static bn_status model_text(const bn_layercheck_opts *o, char **out)
     return s;
 }
 
+/* The network is parsed from text the kit wrote, so a parse error's "check-layer:LINE:" points
+ * at a line the user never saw; the rest of the message names the section and key, which is
+ * what came from --options. */
+static bn_status options_error(bn_status s)
+{
+    const char *msg = bn_last_error(), *prefix = "check-layer:";
+    size_t at = strlen(prefix);
+    if (strncmp(msg, prefix, at) != 0 || msg[at] < '0' || msg[at] > '9') return s;
+    while (msg[at] >= '0' && msg[at] <= '9') at++;
+    if (msg[at] != ':') return s;
+    char rest[512];
+    snprintf(rest, sizeof rest, "%s", msg + at + 1 + (msg[at + 1] == ' '));
+    return bn_error(s, "check-layer: --options: %s", rest);
+}
+
+/* Set up for one example more than it runs: the spare row is the guard of every blob with a
+ * row per example, in the buffers the network allocates anyway (core/blob.c stays as the
+ * trainer uses it); the parameter gradients get theirs from grad_guard. */
 static bn_status build(const kit *k, int batch, bn_ctx *ctx, bn_net **out)
 {
-    BN_TRY(bn_net_from_text(k->text, "check-layer", out));
-    bn_status s = bn_net_setup(*out, batch, ctx, 1, k->o->seed);
+    bn_status s = bn_net_from_text(k->text, "check-layer", out);
+    if (s != BN_OK) return options_error(s);
+    (*out)->grad_guard = GRAD_GUARD;
+    s = bn_net_setup(*out, batch + 1, ctx, 1, k->o->seed);
+    if (s == BN_OK) s = bn_net_set_batch(*out, batch);
     if (s != BN_OK) {
         bn_net_free(*out);
         *out = NULL;
@@ -227,16 +258,26 @@ static bn_status build(const kit *k, int batch, bn_ctx *ctx, bn_net **out)
     return s;
 }
 
-/* Distinct inputs in random order (see layercheck.h) and, for a loss layer, labels. */
+/* Inputs in a fixed range (see layercheck.h) in random order and, for a loss layer, labels.
+ * When the range holds count values SPACING_EPS eps apart they are that grid, symmetric about
+ * zero, so no perturbation crosses a kink; past that, values drawn uniformly in the range
+ * keep clear of zero, and the rare near-tie of a max is a kink the gradient check skips. */
 static bn_status feed(const kit *k, bn_net *net)
 {
     size_t count = bn_blob_count(net->input);
     float *x = bn_blob_host_wr(net->input);
     if (!x) return bn_last_status();
-    double spacing = fmax(INPUT_RANGE / count, SPACING_EPS * k->o->grad.eps);
+    double eps = k->o->grad.eps, spacing = INPUT_RANGE / count, margin = MARGIN_EPS * eps;
     bn_rng r;
     bn_rng_seed(&r, k->o->seed, STREAM_INPUT);
-    for (size_t i = 0; i < count; i++) x[i] = (float)(((double)i - (double)(count / 2) + 0.5) * spacing);
+    if (spacing >= SPACING_EPS * eps) {
+        for (size_t i = 0; i < count; i++) x[i] = (float)(((double)i - (double)(count / 2) + 0.5) * spacing);
+    } else {
+        for (size_t i = 0; i < count; i++) {
+            double v = margin + bn_rng_uniform(&r) * (INPUT_RANGE / 2 - margin);
+            x[i] = (float)(i % 2 ? v : -v);
+        }
+    }
     for (size_t i = count; i > 1; i--) {
         size_t j = (size_t)bn_rng_below(&r, i);
         float t = x[i - 1];
@@ -278,13 +319,75 @@ static bn_status backward(const kit *k, bn_net *net)
     return bn_net_backward(net);
 }
 
-/* Fresh inputs, zeroed parameter gradients, forward in the given mode, backward. */
+/* ---- guard zones ---- */
+
+/* The blobs the layer under test writes: its output, its input gradients and its parameter
+ * gradients, into b; returns how many. */
+static int written_blobs(bn_net *net, bn_blob **b)
+{
+    bn_layer *l = under(net);
+    int n = 0;
+    b[n++] = l->out;
+    for (int j = 0; j < l->num_inputs; j++)
+        if (l->input_grads[j]) b[n++] = l->input_grads[j];
+    for (int i = 0; i < l->num_params; i++) b[n++] = l->params[i].grad;
+    return n;
+}
+
+/* Elements after b's last one that belong to its guard: the rest of a root's capacity (the
+ * spare example and whatever the buffer holds beyond), or GRAD_GUARD after a gradient view. */
+static size_t guard_length(const bn_blob *b)
+{
+    return b->root == b ? b->capacity - bn_blob_count(b) : GRAD_GUARD;
+}
+
+/* Fills every guard with GUARD_BITS; call after the gradients were zeroed, which clears the
+ * parameter gradients' guards with the slab. */
+static bn_status arm_guards(bn_net *net)
+{
+    bn_blob *b[2 + BN_MAX_INPUTS + BN_MAX_PARAMS];
+    int n = written_blobs(net, b);
+    uint32_t bits = GUARD_BITS;
+    for (int i = 0; i < n; i++) {
+        float *v = bn_blob_host_wr(b[i]);
+        if (!v) return bn_last_status();
+        for (size_t j = bn_blob_count(b[i]), end = j + guard_length(b[i]); j < end; j++) memcpy(&v[j], &bits, sizeof bits);
+    }
+    return BN_OK;
+}
+
+/* An error naming the first guard element a pass changed: the blob, the side and how far past
+ * its end. The host copy is read, which brings the device's back when the device wrote last. */
+static bn_status inspect_guards(const kit *k, bn_net *net)
+{
+    bn_blob *b[2 + BN_MAX_INPUTS + BN_MAX_PARAMS];
+    int n = written_blobs(net, b);
+    for (int i = 0; i < n; i++) {
+        const float *v = bn_blob_host_rd(b[i]);
+        if (!v) return bn_last_status();
+        size_t count = bn_blob_count(b[i]);
+        for (size_t j = count, end = j + guard_length(b[i]); j < end; j++) {
+            uint32_t bits;
+            memcpy(&bits, &v[j], sizeof bits);
+            if (bits != GUARD_BITS)
+                return bn_error(BN_ERR_NUMERIC, "wrote past the end of %s on the %s: element %zu after its last "
+                                "(of %zu) holds %.6g", b[i]->name, net == k->gpu ? "gpu" : "cpu", j - count + 1,
+                                count, (double)v[j]);
+        }
+    }
+    return BN_OK;
+}
+
+/* Fresh inputs, zeroed parameter gradients, armed guards, forward in the given mode, backward,
+ * and the guards inspected. */
 static bn_status run_pass(const kit *k, bn_net *net, int train)
 {
     BN_TRY(feed(k, net));
     BN_TRY(bn_net_zero_grad(net));
+    BN_TRY(arm_guards(net));
     BN_TRY(bn_net_forward(net, train));
-    return backward(k, net);
+    BN_TRY(backward(k, net));
+    return inspect_guards(k, net);
 }
 
 static bn_status poison(bn_blob *b)
@@ -441,10 +544,12 @@ static bn_status check_writes(kit *k, bn_check *c)
     BN_TRY(poison(l->out));
     BN_TRY(poison(net->input_grad));
     BN_TRY(bn_net_zero_grad(net));
+    BN_TRY(arm_guards(net));
     BN_TRY(bn_net_forward(net, 1));
     size_t bad_out = count_nonfinite(l->out, &s);
     BN_TRY(s);
     BN_TRY(backward(k, net));
+    BN_TRY(inspect_guards(k, net));
     size_t bad_in = count_nonfinite(net->input_grad, &s), bad_param = 0;
     for (int i = 0; i < l->num_params; i++) bad_param += count_nonfinite(l->params[i].grad, &s);
     BN_TRY(s);
@@ -455,7 +560,7 @@ static bn_status check_writes(kit *k, bn_check *c)
             bad_param);
     else
         set(c, BN_CHECK_PASS, "all %zu outputs and %zu input-gradient elements written; parameter gradients "
-            "finite", n_out, n_in);
+            "finite; nothing past their ends", n_out, n_in);
     return BN_OK;
 }
 
@@ -464,47 +569,64 @@ static bn_status check_gradient(kit *k, bn_check *c)
     BN_TRY(feed(k, k->cpu));
     bn_gradcheck_result res;
     BN_TRY(bn_gradcheck_net(k->cpu, &k->o->grad, &res));
-    set(c, BN_CHECK_PASS, "%ld coordinates, worst relative error %.2g (tolerance %g), %ld on kinks skipped",
-        res.checked, res.worst_rel_error, k->o->grad.tolerance, res.kinks_skipped);
+    set(c, BN_CHECK_PASS, "%ld coordinates, worst relative error %.2g (tolerance %g), %ld on kinks skipped, "
+        "rounding floor %.2g", res.checked, res.worst_rel_error, k->o->grad.tolerance, res.kinks_skipped, res.floor);
     return BN_OK;
 }
 
+/* A pass, then a second backward without zeroing, on net: *worst receives how far the second
+ * left the parameter gradients from twice the first, *nonzero whether the first gave any. */
+static bn_status accumulate(const kit *k, bn_net *net, gap *worst, int *nonzero, snapshot *once, snapshot *twice)
+{
+    BN_TRY(pass_snapshot(k, net, 1, once));
+    BN_TRY(arm_guards(net));
+    BN_TRY(backward(k, net));
+    BN_TRY(inspect_guards(k, net));
+    BN_TRY(take(net, twice));
+    /* The parameter gradients follow the output and the input gradient in a snapshot. */
+    *worst = (gap){0};
+    *nonzero = 0;
+    for (int i = 2; i < 2 + under(net)->num_params; i++) {
+        part *p = &once->parts[i];
+        for (size_t j = 0; j < p->n; j++) {
+            *nonzero |= p->v[j] != 0.0f;
+            p->v[j] *= 2.0f;
+        }
+        widen(worst, p, &twice->parts[i]);
+    }
+    return BN_OK;
+}
+
+/* On the CPU, and on the device when the device check set one up. */
 static bn_status check_accumulates(kit *k, bn_check *c)
 {
-    bn_net *net = k->cpu;
-    bn_layer *l = under(net);
-    if (l->num_params == 0) {
+    if (under(k->cpu)->num_params == 0) {
         set(c, BN_CHECK_SKIP, "no parameters");
         return BN_OK;
     }
-    snapshot once = {0}, twice = {0};
-    bn_status s = pass_snapshot(k, net, 1, &once);
-    if (s == BN_OK) s = backward(k, net);
-    if (s == BN_OK) s = take(net, &twice);
-    if (s == BN_OK) {
-        /* The parameter gradients follow the output and the input gradient in a snapshot. */
-        gap worst = {0};
+    bn_net *nets[2] = {k->cpu, k->gpu};
+    bn_status s = BN_OK;
+    int all_zero = 1;
+    for (int i = 0; i < 2 && nets[i] && s == BN_OK && c->outcome != BN_CHECK_FAIL; i++) {
+        snapshot once = {0}, twice = {0};
+        gap worst;
         int nonzero = 0;
-        for (int i = 2; i < 2 + l->num_params; i++) {
-            part *p = &once.parts[i];
-            for (size_t j = 0; j < p->n; j++) {
-                nonzero |= p->v[j] != 0.0f;
-                p->v[j] *= 2.0f;
-            }
-            widen(&worst, p, &twice.parts[i]);
+        s = accumulate(k, nets[i], &worst, &nonzero, &once, &twice);
+        all_zero &= !nonzero;
+        if (s == BN_OK && nonzero && !(worst.rel <= ACCUMULATE_TOL)) {
+            set(c, BN_CHECK_FAIL, "on the %s a second backward left %s[%zu] at %.6g instead of %.6g (twice the "
+                "first): backward must add into parameter gradients, not overwrite them", i ? "gpu" : "cpu",
+                worst.where->name, worst.index, (double)worst.b, (double)worst.a);
         }
-        if (!nonzero)
-            set(c, BN_CHECK_SKIP, "the parameter gradients are all zero at this input");
-        else if (!(worst.rel <= ACCUMULATE_TOL))
-            set(c, BN_CHECK_FAIL, "a second backward left %s[%zu] at %.6g instead of %.6g (twice the first): "
-                "backward must add into parameter gradients, not overwrite them", worst.where->name, worst.index,
-                (double)worst.b, (double)worst.a);
-        else
-            set(c, BN_CHECK_PASS, "a second backward doubled the parameter gradients");
+        drop(&once);
+        drop(&twice);
     }
-    drop(&once);
-    drop(&twice);
-    return s;
+    if (s != BN_OK || c->outcome == BN_CHECK_FAIL) return s;
+    if (all_zero)
+        set(c, BN_CHECK_SKIP, "the parameter gradients are all zero at this input");
+    else
+        set(c, BN_CHECK_PASS, "a second backward doubled the parameter gradients (%s)", k->gpu ? "cpu and gpu" : "cpu");
+    return BN_OK;
 }
 
 /* Two identical passes on net, compared bit for bit. */
@@ -672,10 +794,11 @@ bn_status bn_layercheck_run(const bn_layercheck_opts *o, bn_layercheck_report *r
         if (report->checks[BN_CHECK_SHAPES].outcome == BN_CHECK_PASS && (s = make_out_grad(&k)) == BN_OK) {
             run_check(&k, BN_CHECK_WRITES, check_writes);
             run_check(&k, BN_CHECK_GRADIENT, check_gradient);
-            run_check(&k, BN_CHECK_ACCUMULATES, check_accumulates);
             run_check(&k, BN_CHECK_DETERMINISM_CPU, check_determinism_cpu);
             run_check(&k, BN_CHECK_DEVICES, check_devices);
             run_check(&k, BN_CHECK_DETERMINISM_GPU, check_determinism_gpu);
+            /* After the device check, which sets up the device's network. */
+            run_check(&k, BN_CHECK_ACCUMULATES, check_accumulates);
         }
         if (o->ctx) o->ctx->deterministic = saved_deterministic;
     }

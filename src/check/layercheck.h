@@ -8,18 +8,21 @@
  *   writes           forward writes every output element and backward every input-gradient
  *                    element (both are filled with NaN first); parameter gradients stay finite
  *   gradient         analytic gradients of the input and every parameter against central
- *                    differences (gradcheck.h), on the CPU path
+ *                    differences (gradcheck.h), on the CPU path; the detail prints the measured
+ *                    rounding floor
  *   accumulates      a second backward without zeroing doubles the parameter gradients:
- *                    backward adds into them instead of overwriting
+ *                    backward adds into them instead of overwriting; on the CPU and the device
  *   determinism cpu  two identical forward+backward passes give bit-identical outputs, input
  *                    gradient, parameter gradients and metrics
  *   cpu vs gpu       the same pass on both paths agrees within device_tolerance (relative to
  *                    each blob's largest CPU value); skipped without a device
  *   determinism gpu  as on the CPU, on the device; skipped without one
  *
- * Inputs are distinct values 2.5 * eps or more apart, all at least 1.25 * eps away from zero,
- * so no perturbation of the gradient check crosses a relu's kink or swaps a max. A loss layer
- * gets labels in [0, outputs per example). The passes run in training mode at step 0. */
+ * Every pass also checks guard zones after each blob the layer writes (output, input
+ * gradients, parameter gradients): a write past one fails the check that ran the pass, naming
+ * the blob and the side. Inputs lie in a fixed range whatever the shape (layercheck.c: feed),
+ * distinct values 2.5 * eps apart while they fit, all at least 1.25 * eps away from zero. A
+ * loss layer gets labels in [0, outputs per example). The passes run in training mode at step 0. */
 #ifndef BN_LAYERCHECK_H
 #define BN_LAYERCHECK_H
 

@@ -359,16 +359,18 @@ static bn_status setup_layers(bn_net *net, int want_input_grad)
 /* Moves every declared parameter into views of the two slabs, in layer order. */
 static bn_status carve_params(bn_net *net)
 {
-    size_t total = 0;
+    size_t total = 0, guards = 0;
     for (int i = 0; i < net->num_layers; i++)
-        for (int k = 0; k < net->layers[i]->num_params; k++)
+        for (int k = 0; k < net->layers[i]->num_params; k++) {
             total += bn_blob_count(net->layers[i]->params[k].value);
+            guards += net->grad_guard;
+        }
     net->num_params = total;
     if (total == 0) return BN_OK;
     if (total > (size_t)1 << 31) return bn_error(BN_ERR_USAGE, "%s: %zu parameters is too many", net->source, total);
     if (!(net->params = bn_blob_new("params", (int)total, 1, 1, 1))) return bn_last_status();
-    if (!(net->grads = bn_blob_new("grads", (int)total, 1, 1, 1))) return bn_last_status();
-    size_t offset = 0;
+    if (!(net->grads = bn_blob_new("grads", (int)(total + guards), 1, 1, 1))) return bn_last_status();
+    size_t offset = 0, grad_offset = 0;
     for (int i = 0; i < net->num_layers; i++) {
         bn_layer *l = net->layers[i];
         for (int k = 0; k < l->num_params; k++) {
@@ -378,13 +380,14 @@ static bn_status carve_params(bn_net *net)
             snprintf(name, sizeof name, "%s.%s", l->name, p->name);
             bn_blob *v = bn_blob_new_view(name, net->params, offset, d->n, d->c, d->h, d->w);
             snprintf(name, sizeof name, "%s.%s.grad", l->name, p->name);
-            bn_blob *g = bn_blob_new_view(name, net->grads, offset, d->n, d->c, d->h, d->w);
+            bn_blob *g = bn_blob_new_view(name, net->grads, grad_offset, d->n, d->c, d->h, d->w);
             if (!v || !g) {
                 bn_blob_free(v);
                 bn_blob_free(g);
                 return bn_last_status();
             }
             offset += bn_blob_count(d);
+            grad_offset += bn_blob_count(d) + net->grad_guard;
             bn_blob_free(d);
             p->value = v;
             p->grad = g;

@@ -46,6 +46,10 @@ typedef struct bn_net {
     bn_blob *buffers;          /* the buffer slab: every layer's bn_buffer values, in layer order */
     size_t num_buffer_floats;  /* elements in it */
     bn_augment augment;        /* the [augment] section: how training examples move (none by default) */
+    size_t grad_guard;         /* set before setup, by the check kit only: free elements left after
+                                * each parameter gradient in the gradient slab, where a write past
+                                * a gradient lands instead of in the next one. The slab then no
+                                * longer mirrors the parameter slab: not for the optimizer. */
 } bn_net;
 
 /* The default memory limit of setup: far above any sensible model, low enough that a typo
