@@ -13,6 +13,7 @@
 
 #include "check/gradcheck.h"
 #include "core/net.h"
+#include "train/optimizer.h"
 
 /* A seed for this check: BLOBNET_TEST_SEED when set, else new on every call. */
 uint64_t lt_fresh_seed(void);
@@ -52,6 +53,11 @@ int lt_gradcheck(bn_net *net, const char *what, uint64_t seed, double eps, doubl
  * with a loss layer, labels for `classes`; then lt_gradcheck. Frees the network. */
 int lt_gradcheck_text(const char *text, const char *what, int batch, double gap, double spacing,
                       int classes, double tol);
+
+/* Training steps first .. first + count - 1 of net with opt: each on normal inputs drawn from
+ * input_seed + step and labels in [0, classes) from label_seed + step. */
+bn_status lt_train_steps(bn_net *net, bn_optimizer *opt, int first, int count, int classes, uint64_t input_seed,
+                         uint64_t label_seed);
 
 /* Builds text's network for one example and returns its setup status; the network is freed. */
 bn_status lt_setup_status(const char *text);

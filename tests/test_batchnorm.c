@@ -130,19 +130,6 @@ BN_TEST(batchnorm_buffers_are_not_parameters)
     return BN_PASS;
 }
 
-static bn_status bn_steps(bn_net *net, bn_optimizer *opt, int first, int count)
-{
-    for (int step = first; step < first + count; step++) {
-        BN_TRY(lt_fill_normal(net, 40 + (uint64_t)step, 1.0, 0));
-        BN_TRY(lt_fill_labels(net, 50 + (uint64_t)step, 4));
-        BN_TRY(bn_net_zero_grad(net));
-        BN_TRY(bn_net_forward(net, 1));
-        BN_TRY(bn_net_backward(net));
-        BN_TRY(bn_optimizer_step(opt, net));
-    }
-    return BN_OK;
-}
-
 /* Buffers go into checkpoints as "<layer>.<buffer>" and come back on a resume, so the resumed
  * run goes on bit for bit, and a weights-only load (test, predict) brings them too. */
 BN_TEST(batchnorm_buffers_round_trip_through_checkpoints)
@@ -158,7 +145,7 @@ BN_TEST(batchnorm_buffers_round_trip_through_checkpoints)
     CHECK_OK(lt_net(text, 5, 9, &b));
     CHECK_OK(bn_optimizer_create(a, &a->train, &oa));
     CHECK_OK(bn_optimizer_create(b, &b->train, &ob));
-    CHECK_OK(bn_steps(a, oa, 0, 3));
+    CHECK_OK(lt_train_steps(a, oa, 0, 3, 4, 40, 50));
     bn_train_state st = {.seed = 9, .step = 3};
     CHECK_OK(bn_checkpoint_save(path, a, oa, &st));
     CHECK_OK(bn_checkpoint_load(path, b, ob, &st));
@@ -166,8 +153,8 @@ BN_TEST(batchnorm_buffers_round_trip_through_checkpoints)
     CHECK_OK(lt_read(a->buffers, ra, 6));
     CHECK_OK(lt_read(b->buffers, rb, 6));
     CHECK(memcmp(ra, rb, sizeof ra) == 0 && ra[3] != 1.0f);
-    CHECK_OK(bn_steps(a, oa, 3, 2));
-    CHECK_OK(bn_steps(b, ob, 3, 2));
+    CHECK_OK(lt_train_steps(a, oa, 3, 2, 4, 40, 50));
+    CHECK_OK(lt_train_steps(b, ob, 3, 2, 4, 40, 50));
     float wa[256], wb[256];
     CHECK(a->num_params <= 256);
     CHECK_OK(lt_read(a->params, wa, a->num_params));

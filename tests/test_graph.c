@@ -139,14 +139,7 @@ static int train_three_steps(const char *text, float *w, size_t cap, size_t *cou
     bn_optimizer *opt;
     CHECK_OK(lt_net(text, 4, 7, &net));
     CHECK_OK(bn_optimizer_create(net, &net->train, &opt));
-    for (int step = 0; step < 3; step++) {
-        CHECK_OK(lt_fill_normal(net, 100 + (uint64_t)step, 1.0, 0));
-        CHECK_OK(lt_fill_labels(net, 200 + (uint64_t)step, 3));
-        CHECK_OK(bn_net_zero_grad(net));
-        CHECK_OK(bn_net_forward(net, 1));
-        CHECK_OK(bn_net_backward(net));
-        CHECK_OK(bn_optimizer_step(opt, net));
-    }
+    CHECK_OK(lt_train_steps(net, opt, 0, 3, 3, 100, 200));
     *count = net->num_params;
     CHECK(*count <= cap);
     CHECK_OK(lt_read(net->params, w, *count));

@@ -170,3 +170,17 @@ bn_status lt_out_shape(const char *text, int *c, int *h, int *w)
     bn_net_free(net);
     return BN_OK;
 }
+
+bn_status lt_train_steps(bn_net *net, bn_optimizer *opt, int first, int count, int classes, uint64_t input_seed,
+                         uint64_t label_seed)
+{
+    for (int step = first; step < first + count; step++) {
+        BN_TRY(lt_fill_normal(net, input_seed + (uint64_t)step, 1.0, 0));
+        BN_TRY(lt_fill_labels(net, label_seed + (uint64_t)step, classes));
+        BN_TRY(bn_net_zero_grad(net));
+        BN_TRY(bn_net_forward(net, 1));
+        BN_TRY(bn_net_backward(net));
+        BN_TRY(bn_optimizer_step(opt, net));
+    }
+    return BN_OK;
+}

@@ -17,13 +17,15 @@ biases at bias_lr_mult and no decay, and its learning-rate policies per step. We
 with the model's initialisers (He normal, Xavier uniform, zero biases) from the seed, but from
 PyTorch's generator: the runs start from other values than blobnet's.
 """
-import argparse, gzip, math, os, struct, sys, time
+import argparse, math, os, sys, time
 
 START = time.perf_counter()
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from pytorch_crosscheck import read_idx  # the IDX reader, beside this script
 
 
 def parse_model(path):
@@ -155,16 +157,6 @@ def init(weight, how, fan_in, fan_out, gen):
             weight.copy_((torch.rand(weight.shape, generator=gen) * 2 - 1) * limit)
 
 
-def idx(path):
-    with gzip.open(path, "rb") as f:
-        raw = f.read()
-    magic, n = struct.unpack(">II", raw[:8])
-    if magic == 2051:
-        r, c = struct.unpack(">II", raw[8:16])
-        return np.frombuffer(raw, np.uint8, offset=16).reshape(n, 1, r, c)
-    return np.frombuffer(raw, np.uint8, offset=8)
-
-
 def annealed(start, end, pct):
     return end + (start - end) / 2 * (math.cos(math.pi * pct) + 1)
 
@@ -242,8 +234,8 @@ def main():
     dev = torch.device("cuda")
 
     def load(prefix):
-        x = torch.tensor(idx(os.path.join(a.data, prefix + "-images-idx3-ubyte.gz")), device=dev).float() / 255
-        y = torch.tensor(idx(os.path.join(a.data, prefix + "-labels-idx1-ubyte.gz")).astype(np.int64), device=dev)
+        x = torch.tensor(read_idx(os.path.join(a.data, prefix + "-images-idx3-ubyte.gz")), device=dev).float() / 255
+        y = torch.tensor(read_idx(os.path.join(a.data, prefix + "-labels-idx1-ubyte.gz")).astype(np.int64), device=dev)
         return (x - model.mean) / model.std, y
 
     xtr, ytr = load("train")
@@ -351,7 +343,8 @@ def main():
             reached = time.perf_counter() - START
             break
     later = sorted(times[1:] or times)
-    line = (f"pytorch {a.variant}: {later[len(later) // 2] * 1000:.1f} ms per epoch (median of epochs 2-{len(times)}), "
+    line = (f"pytorch {a.variant}: {later[len(later) // 2] * 1000:.1f} ms per epoch ("
+            + (f"median of epochs 2-{len(times)}" if len(times) > 1 else "epoch 1") + "), "
             f"final test accuracy {acc:.2f}%")
     if a.until_accuracy is not None:
         line += f", {a.until_accuracy:g}% " + (f"at {reached:.2f} s from start" if reached else "not reached")
