@@ -124,7 +124,7 @@ BN_TEST(install_builds_with_pkg_config_and_uninstall_removes_it_all)
              prefix, bn_test_tmpdir(), bn_test_tmpdir(), prefix, prefix, prefix, prefix);
     rc = bn_test_run(cmd, out, sizeof out);
     CHECK_MSG(rc == 0, "the out-of-tree PReLU plugin: exit %d:\n%s", rc, out);
-    CHECK_MSG(strstr(out, "5 passed, 0 failed, 2 skipped\n") && strstr(out, "total: 8 layers, 431580 parameters"),
+    CHECK_MSG(strstr(out, "6 passed, 0 failed, 2 skipped\n") && strstr(out, "total: 8 layers, 431580 parameters"),
               "%s", out);
 
     rc = run_make("uninstall", prefix);

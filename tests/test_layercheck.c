@@ -182,6 +182,7 @@ static bn_status run_kit(const char *type, const char *options, bn_ctx *ctx, bn_
     o.options = options;
     o.input = (bn_shape){2, 3, 4};
     o.ctx = ctx;
+    o.stochastic = strcmp(type, "dropout") == 0;
     return bn_layercheck_run(&o, r);
 }
 
@@ -200,7 +201,7 @@ static void print_report(const char *type, const bn_layercheck_report *r)
                   (r).checks[id].name, bn_check_outcome_name((r).checks[id].outcome));       \
     } while (0)
 
-static const bn_check_id cpu_checks[] = {BN_CHECK_SHAPES, BN_CHECK_WRITES, BN_CHECK_GRADIENT,
+static const bn_check_id cpu_checks[] = {BN_CHECK_SHAPES, BN_CHECK_WRITES, BN_CHECK_GRADIENT, BN_CHECK_EVALUATION,
                                          BN_CHECK_DETERMINISM_CPU};
 
 BN_TEST(layercheck_builtin_types_pass_on_cpu)
@@ -212,7 +213,7 @@ BN_TEST(layercheck_builtin_types_pass_on_cpu)
         {"dense", "outputs=5", 1}, {"conv2d", "filters=3 size=3 pad=1", 1}, {"maxpool", "size=2", 0},
         {"avgpool", "size=3 stride=2 pad=1", 0}, {"relu", NULL, 0}, {"sigmoid", NULL, 0}, {"tanh", NULL, 0},
         {"leaky_relu", "slope=0.1", 0}, {"elu", NULL, 0}, {"dropout", "rate=0.3", 0}, {"softmax_ce", NULL, 0},
-        {"add", "coeff=1,-0.5", 0}, {"concat", NULL, 0},
+        {"add", "coeff=1,-0.5", 0}, {"concat", NULL, 0}, {"batchnorm", NULL, 1}, {"avgpool", "global=1", 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         bn_layercheck_report r;
@@ -233,11 +234,11 @@ BN_TEST(layercheck_correct_test_layers_pass)
     CHECK_OK(ensure(&scale_ops));
     bn_layercheck_report r;
     CHECK_OK(run_kit("lc_test_double", NULL, NULL, &r));
-    CHECK(r.failed == 0 && r.passed == 4);
+    CHECK(r.failed == 0 && r.passed == 5);
     CHECK(strstr(r.checks[BN_CHECK_SHAPES].detail, "2x3x4 -> 2x3x4 at batch 1 and 3; no parameters") != NULL);
     CHECK(strstr(r.checks[BN_CHECK_WRITES].detail, "all 72 outputs and 72 input-gradient elements") != NULL);
     CHECK_OK(run_kit("lc_test_scale", NULL, NULL, &r));
-    CHECK(r.failed == 0 && r.passed == 5);
+    CHECK(r.failed == 0 && r.passed == 6);
     CHECK(strstr(r.checks[BN_CHECK_SHAPES].detail, "w 1x1x1x1") != NULL);
     return BN_PASS;
 }
@@ -554,7 +555,9 @@ BN_TEST(layercheck_cli_table_and_exit_codes)
     CHECK(strstr(out, "shapes           pass    4x3x3 -> 4x3x3 at batch 1 and 2; no parameters\n") != NULL);
     CHECK(strstr(out, "gradient         pass    72 coordinates") != NULL);
     CHECK(strstr(out, "accumulates      skip    no parameters\n") != NULL);
-    CHECK_MSG(strstr(out, "4 passed, 0 failed, 3 skipped\n") != NULL, "%s", out);
+    CHECK(strstr(out, "evaluation       pass    writes all 72 outputs, repeats bit for bit, leaves the buffers, examples "
+                      "independent; no buffers: the same as training\n") != NULL);
+    CHECK_MSG(strstr(out, "5 passed, 0 failed, 3 skipped\n") != NULL, "%s", out);
 
     rc = cli("no_such_type");
     CHECK(rc == 2 && strcmp(out, "blobnet: error: check-layer: unknown layer type 'no_such_type' (a plugin's "

@@ -202,7 +202,7 @@ BN_TEST(plugin_prelu_passes_the_kit_on_cpu)
     /* 300 input values and 4 slopes, 100 coordinates of the input. */
     CHECK_MSG(strstr(r.checks[BN_CHECK_GRADIENT].detail, "104 coordinates") != NULL, "%s",
               r.checks[BN_CHECK_GRADIENT].detail);
-    CHECK(r.passed == 5 && r.failed == 0 && r.skipped == 2);
+    CHECK(r.passed == 6 && r.failed == 0 && r.skipped == 2);
     return BN_PASS;
 }
 
@@ -315,7 +315,7 @@ BN_TEST(plugin_cli_loads_and_reports_errors)
     CHECK_CLI("test models/lenet.cfg w.safetensors --plugin /nonexistent/x.so", 2, "plugin /nonexistent/x.so");
     snprintf(args, sizeof args, "check-layer prelu --plugin %s --plugin %s --device cpu --input 2,3,3", prelu_path(),
              prelu_path());
-    CHECK_CLI(args, 0, "5 passed, 0 failed, 2 skipped");
+    CHECK_CLI(args, 0, "6 passed, 0 failed, 2 skipped");
     CHECK(strstr(out, "shapes           pass    2x3x3 -> 2x3x3 at batch 1 and 3; slope 2x1x1x1") != NULL);
     CHECK_CLI("check-layer prelu --device cpu", 2, "unknown layer type 'prelu'");
     return BN_PASS;
@@ -364,8 +364,8 @@ BN_TEST(plugin_cli_check_layer_fails_a_wrong_backward)
     snprintf(args, sizeof args, "check-layer square_wrong --plugin %s --device cpu", path);
     CHECK_CLI(args, 1, "gradient         FAIL    gradient check failed at input[");
     CHECK(strstr(out, "writes           pass") != NULL);
-    CHECK(strstr(out, "3 passed, 1 failed, 3 skipped\n") != NULL);
-    CHECK(strstr(out, "blobnet: error: check-layer square_wrong: 1 of 4 checks failed\n") != NULL);
+    CHECK(strstr(out, "4 passed, 1 failed, 3 skipped\n") != NULL);
+    CHECK(strstr(out, "blobnet: error: check-layer square_wrong: 1 of 5 checks failed\n") != NULL);
     return BN_PASS;
 }
 

@@ -12,6 +12,14 @@
  *                    rounding floor
  *   accumulates      a second backward without zeroing doubles the parameter gradients:
  *                    backward adds into them instead of overwriting; on the CPU and the device
+ *   evaluation       the evaluation pass (train = 0) writes every output, repeats bit for bit,
+ *                    leaves the buffers alone and gives each example an output that does not
+ *                    depend on the rest of its batch. A layer with buffers must move them in a
+ *                    training pass (alike on the CPU and the device), and after training passes
+ *                    on one batch until they settle its evaluation output must come within
+ *                    eval_tolerance of the training output: what the running statistics say. A
+ *                    layer without buffers that is not stochastic gives the same in both modes.
+ *                    On the device, from the CPU's buffers: writes all, repeats, agrees.
  *   determinism cpu  two identical forward+backward passes give bit-identical outputs, input
  *                    gradient, parameter gradients and metrics
  *   cpu vs gpu       the same pass on both paths agrees within device_tolerance (relative to
@@ -41,6 +49,7 @@ typedef enum bn_check_id {
     BN_CHECK_WRITES,
     BN_CHECK_GRADIENT,
     BN_CHECK_ACCUMULATES,
+    BN_CHECK_EVALUATION,
     BN_CHECK_DETERMINISM_CPU,
     BN_CHECK_DEVICES,
     BN_CHECK_DETERMINISM_GPU,
@@ -71,13 +80,17 @@ typedef struct bn_layercheck_opts {
     int stochastic;            /* the layer draws random numbers in training (dropout): compare
                                 * the devices in evaluation mode, where it must not */
     double device_tolerance;   /* largest accepted |gpu - cpu| / max |cpu| per blob */
+    double eval_tolerance;     /* largest accepted |evaluation - training| / max |training| once a
+                                * layer's running statistics settled on one batch */
     uint64_t seed;             /* parameters, inputs, labels and the output gradient */
     bn_gradcheck_opts grad;    /* the gradient check's eps, tolerance and coordinates */
 } bn_layercheck_opts;
 
 /* Input 3x8x8, batch 3, no options, no device, device tolerance 1e-4 (float32 sums taken in
- * another order, as cuBLAS and cuDNN do, stay near 1e-6; TF32 would be off by 1e-3), seed 1,
- * and the gradient checker's defaults. */
+ * another order, as cuBLAS and cuDNN do, stay near 1e-6; TF32 would be off by 1e-3),
+ * evaluation tolerance 0.02 (a running variance kept unbiased, as batch normalization's is,
+ * puts evaluation about 1 / (2 m) off training for m values per statistic; the statistics
+ * settle on a batch of at least 64, so m >= 64), seed 1, and the gradient checker's defaults. */
 bn_layercheck_opts bn_layercheck_defaults(void);
 
 /* Runs every check on o->type and fills *report (also when a check fails). Returns BN_OK
