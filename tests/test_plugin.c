@@ -1,6 +1,7 @@
-/* test_plugin.c - the plugin loader (src/core/plugin.c) and the PReLU example plugin
- * (layers/examples/prelu.c): loading and its errors, PReLU's values and gradients, the check
- * kit on it, and training with it from the library and from the command line.
+/* test_plugin.c - the plugin loader (src/core/plugin.c) and the example plugins
+ * (layers/examples/): loading and its errors, PReLU's values and gradients, the check kit on
+ * PReLU and on batch RMS normalization (with evaluation-mode bugs planted in copies of it), and
+ * training with PReLU from the library and from the command line.
  *
  * The example is $BLOBNET_PLUGINS/prelu.so (the Makefile passes $(BUILD)/plugins). Broken
  * plugins are compiled here from a few lines of C with the system's cc. */
@@ -16,12 +17,18 @@
 
 static char out[1 << 16];
 
-static const char *prelu_path(void)
+/* $BLOBNET_PLUGINS/NAME.so */
+static const char *example_path(const char *name)
 {
     static char path[512];
     const char *dir = getenv("BLOBNET_PLUGINS");
-    snprintf(path, sizeof path, "%s/prelu.so", dir && *dir ? dir : "build/plugins");
+    snprintf(path, sizeof path, "%s/%s.so", dir && *dir ? dir : "build/plugins", name);
     return path;
+}
+
+static const char *prelu_path(void)
+{
+    return example_path("prelu");
 }
 
 /* Writes source to <tmp>/<name>.c and compiles it into <tmp>/<name>.so (path receives it). */
@@ -34,7 +41,8 @@ static bn_status build_plugin(const char *name, const char *source, char *path, 
     if (!f) return bn_error(BN_ERR_IO, "cannot write %s", src);
     fputs(source, f);
     fclose(f);
-    snprintf(cmd, sizeof cmd, "${CC:-cc} -std=c11 -Wall -Wextra -Werror -shared -fPIC -Isrc -o '%s' '%s'", path, src);
+    snprintf(cmd, sizeof cmd, "${CC:-cc} -std=c11 -Wall -Wextra -Werror -shared -fPIC -Isrc -Ilayers/examples -o '%s' "
+             "'%s' -lm", path, src);
     if (bn_test_run(cmd, out, sizeof out) != 0) return bn_error(BN_ERR_IO, "cannot build %s: %s", path, out);
     return BN_OK;
 }
@@ -365,7 +373,7 @@ BN_TEST(plugin_cli_check_layer_fails_a_wrong_backward)
     CHECK_CLI(args, 1, "gradient         FAIL    gradient check failed at input[");
     CHECK(strstr(out, "writes           pass") != NULL);
     CHECK(strstr(out, "4 passed, 1 failed, 3 skipped\n") != NULL);
-    CHECK(strstr(out, "blobnet: error: check-layer square_wrong: 1 of 5 checks failed\n") != NULL);
+    CHECK(strstr(out, "blobnet: error: check-layer square_wrong: 1 of 5 checks failed: gradient\n") != NULL);
     return BN_PASS;
 }
 
@@ -381,5 +389,121 @@ BN_TEST(plugin_cli_trains_lenet_prelu)
     double acc = atof(strstr(out, "final test accuracy: ") + strlen("final test accuracy: "));
     printf("    lenet_prelu, 5000 images, 1 epoch: %.2f%% test accuracy\n", acc);
     CHECK_MSG(acc >= 90.0, "accuracy %.2f%% below 90%%", acc);
+    return BN_PASS;
+}
+
+/* A layer whose input gradient is 5% off past the 1,000th element: the small shape (576
+ * elements) cannot see it, the realistic one does, and the error says which shape failed. */
+BN_TEST(plugin_cli_all_shapes_names_the_failing_shape)
+{
+    char path[600];
+    CHECK_OK(build_plugin("large_only",
+                          "#include \"blobnet.h\"\n"
+                          "static bn_status setup(bn_layer *l, bn_shape in, bn_shape *out)\n"
+                          "{ (void)l; *out = in; return BN_OK; }\n"
+                          "static bn_status fwd(bn_layer *l, const bn_pass *p)\n"
+                          "{ (void)p; BN_HOST_RD(x, l->in); BN_HOST_WR(y, l->out);\n"
+                          "  for (size_t i = 0; i < bn_blob_count(l->in); i++) y[i] = x[i] * x[i];\n"
+                          "  return BN_OK; }\n"
+                          "static bn_status bwd(bn_layer *l, const bn_pass *p)\n"
+                          "{ (void)p; BN_HOST_RD(x, l->in); BN_HOST_RD(dy, l->out_grad); BN_HOST_WR(dx, l->in_grad);\n"
+                          "  for (size_t i = 0; i < bn_blob_count(l->in); i++)\n"
+                          "    dx[i] = (i < 1000 ? 2.0f : 2.1f) * x[i] * dy[i];\n"
+                          "  return BN_OK; }\n"
+                          "static const bn_layer_ops ops = {.type = \"square_large\", .setup = setup,\n"
+                          "                                 .forward_cpu = fwd, .backward_cpu = bwd};\n"
+                          "bn_status blobnet_plugin_register(void) { return bn_register_layer(&ops); }\n",
+                          path, sizeof path));
+    char args[1400];
+    snprintf(args, sizeof args, "check-layer square_large --plugin %s --device cpu", path);
+    CHECK_CLI(args, 0, "5 passed, 0 failed, 3 skipped\n");
+    snprintf(args, sizeof args, "check-layer square_large --plugin %s --device cpu --all-shapes", path);
+    CHECK_CLI(args, 1, "realistic shape: check-layer square_large: input 20x12x12, batch 16");
+    CHECK(strstr(out, "small shape: check-layer square_large: input 3x8x8, batch 3") != NULL);
+    CHECK(strstr(out, "all shapes: 9 passed, 1 failed, 6 skipped\n") != NULL);
+    CHECK_MSG(strstr(out, "blobnet: error: check-layer square_large: 1 of 10 checks failed: gradient at the realistic "
+                          "shape (20x12x12, batch 16)\n") != NULL, "%s", out);
+    snprintf(args, sizeof args, "check-layer square_large --plugin %s --all-shapes --batch 4", path);
+    CHECK_CLI(args, 2, "--all-shapes picks the shapes and batches; leave out --batch");
+    return BN_PASS;
+}
+
+/* ---- batch RMS normalization, the example with a buffer ---- */
+
+BN_TEST(plugin_batchrms_passes_the_kit_at_all_shapes)
+{
+    char args[1400];
+    snprintf(args, sizeof args, "check-layer batchrms --plugin %s --device cpu --all-shapes", example_path("batchrms"));
+    CHECK_CLI(args, 0, "all shapes: 12 passed, 0 failed, 4 skipped\n");
+    CHECK(strstr(out, "evaluation       pass    writes all 46080 outputs, repeats bit for bit, leaves the buffers, "
+                      "examples independent; buffers moved by training, settled after") != NULL);
+    return BN_PASS;
+}
+
+BN_TEST(plugin_batchrms_passes_the_kit_on_gpu)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    CHECK_OK(bn_plugin_load(example_path("batchrms")));
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    for (int k = 0; k < BN_LAYERCHECK_SHAPES; k++) {
+        bn_layercheck_opts o = bn_layercheck_defaults();
+        o.type = "batchrms";
+        o.input = bn_layercheck_shapes[k].input;
+        o.batch = bn_layercheck_shapes[k].batch;
+        o.ctx = ctx;
+        bn_layercheck_report r;
+        CHECK_OK(bn_layercheck_run(&o, &r));
+        for (int i = 0; i < BN_CHECK_COUNT; i++)
+            CHECK_MSG(r.checks[i].outcome == BN_CHECK_PASS, "%s shape, %s: %s %s", bn_layercheck_shapes[k].name,
+                      r.checks[i].name, bn_check_outcome_name(r.checks[i].outcome), r.checks[i].detail);
+        CHECK_MSG(strstr(r.checks[BN_CHECK_EVALUATION].detail, "alike on cpu and gpu") &&
+                  strstr(r.checks[BN_CHECK_EVALUATION].detail, "; gpu writes all, repeats, agrees within"),
+                  "%s", r.checks[BN_CHECK_EVALUATION].detail);
+    }
+    return BN_PASS;
+}
+
+/* A copy of layers/examples/batchrms.c with `find` replaced by `replace`, built as NAME.so. */
+static bn_status plant(const char *name, const char *find, const char *replace, char *path, size_t cap)
+{
+    static char source[1 << 15], patched[1 << 15];
+    FILE *f = fopen("layers/examples/batchrms.c", "r");
+    if (!f) return bn_error(BN_ERR_IO, "cannot read layers/examples/batchrms.c");
+    size_t n = fread(source, 1, sizeof source - 1, f);
+    fclose(f);
+    source[n] = '\0';
+    const char *at = strstr(source, find);
+    if (!at) return bn_error(BN_ERR_USAGE, "'%s' is not in layers/examples/batchrms.c", find);
+    snprintf(patched, sizeof patched, "%.*s%s%s", (int)(at - source), source, replace, at + strlen(find));
+    return build_plugin(name, patched, path, cap);
+}
+
+/* The evaluation-mode bugs of a normalization layer, each planted in a copy of the example,
+ * on its CPU path: every other check passes, the evaluation check names the bug. */
+BN_TEST(plugin_check_layer_catches_evaluation_bugs)
+{
+    static const struct {
+        const char *name, *find, *replace, *message;
+    } bugs[] = {
+        {"eval_no_sqrt", "float scale = (float)(1.0 / sqrt(ms + b->eps));",
+         "float scale = (float)(p->train ? 1.0 / sqrt(ms + b->eps) : 1.0 / (ms + b->eps));",
+         "evaluation does not compute what the running statistics say"},
+        {"never_updated", "running[c] = (float)((1.0 - b->momentum) * running[c] + b->momentum * ms);", "",
+         "a training pass left every buffer as it was: running statistics are never updated"},
+        {"eval_batch_stats", "double ms = running[c];\n        if (p->train) {", "double ms = running[c];\n        {",
+         "the evaluation pass changed running_ms[0]"},
+        {"eval_skips_rows", "EACH_ROW(b, n, c, row) for (int k = 0; k < b->plane; k++) y[row + k]",
+         "EACH_ROW(b, p->train ? n : 1, c, row) for (int k = 0; k < b->plane; k++) y[row + k]",
+         "the evaluation pass left 384 of 576 outputs NaN or infinite"},
+    };
+    for (size_t i = 0; i < sizeof bugs / sizeof bugs[0]; i++) {
+        char path[600], args[1400];
+        CHECK_OK(plant(bugs[i].name, bugs[i].find, bugs[i].replace, path, sizeof path));
+        snprintf(args, sizeof args, "check-layer batchrms --plugin %s --device cpu", path);
+        CHECK_CLI(args, 1, "5 passed, 1 failed, 2 skipped\n");
+        CHECK_MSG(strstr(out, "evaluation       FAIL    ") && strstr(out, bugs[i].message), "%s: %s", bugs[i].name, out);
+        CHECK_MSG(strstr(out, "1 of 6 checks failed: evaluation\n"), "%s: %s", bugs[i].name, out);
+    }
     return BN_PASS;
 }

@@ -65,6 +65,11 @@ bn_layercheck_opts bn_layercheck_defaults(void)
                                 .seed = 1, .grad = bn_gradcheck_defaults()};
 }
 
+const bn_layercheck_shape bn_layercheck_shapes[BN_LAYERCHECK_SHAPES] = {
+    {"small", {3, 8, 8}, 3},
+    {"realistic", {20, 12, 12}, 16},
+};
+
 const char *bn_check_outcome_name(bn_check_outcome c)
 {
     return c == BN_CHECK_PASS ? "pass" : c == BN_CHECK_FAIL ? "FAIL" : "skip";

@@ -93,6 +93,17 @@ typedef struct bn_layercheck_opts {
  * settle on a batch of at least 64, so m >= 64), seed 1, and the gradient checker's defaults. */
 bn_layercheck_opts bn_layercheck_defaults(void);
 
+/* The shapes `check-layer --all-shapes` runs: a small one, where a wrong value stands out, and a
+ * realistic one (LeNet's second convolution's input), where sums are long and rounding grows. */
+typedef struct bn_layercheck_shape {
+    const char *name;  /* "small", "realistic" */
+    bn_shape input;    /* of every input */
+    int batch;
+} bn_layercheck_shape;
+
+#define BN_LAYERCHECK_SHAPES 2
+extern const bn_layercheck_shape bn_layercheck_shapes[BN_LAYERCHECK_SHAPES];
+
 /* Runs every check on o->type and fills *report (also when a check fails). Returns BN_OK
  * when the checks could run, whatever their outcome; a usage error for an unknown type, bad
  * options or an input the layer's setup refuses; another error when memory or the device

@@ -98,8 +98,9 @@ static const char check_layer_usage[] =
     "usage: blobnet check-layer TYPE [options]\n"
     "Checks a layer type against the layer contract on a one-layer network: shapes at batch 1\n"
     "and N, every output and input-gradient element written, gradients against central\n"
-    "differences (CPU), parameter gradients added not overwritten, CPU against GPU, and\n"
-    "bit-identical repeated passes. Prints a table; exits 1 when a check fails.\n"
+    "differences (CPU), parameter gradients added not overwritten (CPU and GPU), the evaluation\n"
+    "pass and buffers, CPU against GPU, and bit-identical repeated passes. Prints a table;\n"
+    "exits 1 when a check fails.\n"
     "  --plugin FILE       load a layer plugin (.so) first; may be given several times\n"
     "  --input C,H,W       shape of one input example (default 3,8,8); given again, the shape of\n"
     "                      the next input of a type that reads several\n"
@@ -108,8 +109,12 @@ static const char check_layer_usage[] =
     "  --options \"k=v ...\" the layer's keys, as in its model-file section\n"
     "  --device SPEC       cpu, gpu, gpu:N or auto (default auto: GPU checks when there is one)\n"
     "  --batch N           examples per pass, also compared with 1 (default 3)\n"
+    "  --all-shapes        run the checks at a small shape (3,8,8, batch 3) and a realistic one\n"
+    "                      (20,12,12, batch 16, every input); the error names the shape that failed\n"
     "  --stochastic        the layer draws random numbers in training (dropout): compare\n"
-    "                      CPU and GPU in evaluation mode\n";
+    "                      CPU and GPU in evaluation mode\n"
+    "  --eval-tolerance X  largest difference between evaluation and training once a layer's\n"
+    "                      running statistics settled on one batch, relative (default 0.02)\n";
 
 static const char time_usage[] =
     "usage: blobnet time MODEL [--batch N] [--iters N] [--device SPEC] [--tf32] [--autotune]\n"
