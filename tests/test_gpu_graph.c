@@ -86,6 +86,10 @@ BN_TEST(gpu_graph_replay_matches_eager_steps_with_a_plugin)
     char flags[600];
     snprintf(flags, sizeof flags, "--plugin %s/prelu.so", dir && *dir ? dir : "build/plugins");
     CHECK(compare_runs("models/lenet_prelu.cfg", "3000", flags) == BN_PASS);
+    /* A plugin with a buffer: the running mean squares are saved with the weights, so the
+     * checkpoints compared hold them too. */
+    snprintf(flags, sizeof flags, "--plugin %s/batchrms.so", dir && *dir ? dir : "build/plugins");
+    CHECK(compare_runs("models/lenet_batchrms.cfg", "3000", flags) == BN_PASS);
     return BN_PASS;
 }
 

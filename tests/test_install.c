@@ -110,7 +110,9 @@ BN_TEST(install_builds_with_pkg_config_and_uninstall_removes_it_all)
      * and blobnet-plugin.pc alone, loads into the installed blobnet. */
     static const char *const shipped[] = {"lib/pkgconfig/blobnet-plugin.pc", "share/blobnet/examples/prelu.c",
                                           "share/blobnet/examples/prelu.h", "share/blobnet/examples/prelu.cu",
-                                          "share/blobnet/examples/Makefile", "share/blobnet/models/lenet_prelu.cfg"};
+                                          "share/blobnet/examples/Makefile", "share/blobnet/models/lenet_prelu.cfg",
+                                          "share/blobnet/examples/batchrms.c", "share/blobnet/examples/batchrms.h",
+                                          "share/blobnet/examples/batchrms.cu", "share/blobnet/models/lenet_batchrms.cfg"};
     for (size_t i = 0; i < sizeof shipped / sizeof *shipped; i++)
         CHECK_MSG(exists(prefix, shipped[i]), "%s was not installed", shipped[i]);
     snprintf(cmd, sizeof cmd, "export PKG_CONFIG_PATH=%s/lib/pkgconfig && pkg-config --libs blobnet-plugin",
@@ -126,6 +128,15 @@ BN_TEST(install_builds_with_pkg_config_and_uninstall_removes_it_all)
     CHECK_MSG(rc == 0, "the out-of-tree PReLU plugin: exit %d:\n%s", rc, out);
     CHECK_MSG(strstr(out, "6 passed, 0 failed, 2 skipped\n") && strstr(out, "total: 8 layers, 431580 parameters"),
               "%s", out);
+    /* The second example, a layer with a buffer, from the same folder with NAME. */
+    snprintf(cmd, sizeof cmd, "cd %s/my-plugin && PKG_CONFIG_PATH=%s/lib/pkgconfig env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL "
+             "make -s NAME=batchrms && %s/bin/blobnet check-layer batchrms --plugin ./batchrms.so --device cpu "
+             "--all-shapes && %s/bin/blobnet summary %s/share/blobnet/models/lenet_batchrms.cfg --plugin ./batchrms.so",
+             bn_test_tmpdir(), prefix, prefix, prefix, prefix);
+    rc = bn_test_run(cmd, out, sizeof out);
+    CHECK_MSG(rc == 0, "the out-of-tree batch-RMS plugin: exit %d:\n%s", rc, out);
+    CHECK_MSG(strstr(out, "all shapes: 12 passed, 0 failed, 4 skipped\n") &&
+              strstr(out, "total: 10 layers, 431150 parameters (1.64 MiB), 70 buffer values"), "%s", out);
 
     rc = run_make("uninstall", prefix);
     CHECK_MSG(rc == 0, "make uninstall exited %d:\n%s", rc, out);
