@@ -175,15 +175,21 @@ static bn_status ensure(const bn_layer_ops *ops)
     return bn_find_layer(ops->type) == ops ? BN_OK : bn_register_layer(ops);
 }
 
-static bn_status run_kit(const char *type, const char *options, bn_ctx *ctx, bn_layercheck_report *r)
+static bn_status run_kit_as(const char *type, const char *options, int stochastic, bn_ctx *ctx,
+                            bn_layercheck_report *r)
 {
     bn_layercheck_opts o = bn_layercheck_defaults();
     o.type = type;
     o.options = options;
     o.input = (bn_shape){2, 3, 4};
     o.ctx = ctx;
-    o.stochastic = strcmp(type, "dropout") == 0;
+    o.stochastic = stochastic;
     return bn_layercheck_run(&o, r);
+}
+
+static bn_status run_kit(const char *type, const char *options, bn_ctx *ctx, bn_layercheck_report *r)
+{
+    return run_kit_as(type, options, 0, ctx, r);
 }
 
 static void print_report(const char *type, const bn_layercheck_report *r)
@@ -217,7 +223,7 @@ BN_TEST(layercheck_builtin_types_pass_on_cpu)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         bn_layercheck_report r;
-        CHECK_OK(run_kit(cases[i].type, cases[i].options, NULL, &r));
+        CHECK_OK(run_kit_as(cases[i].type, cases[i].options, strcmp(cases[i].type, "dropout") == 0, NULL, &r));
         for (size_t k = 0; k < sizeof cpu_checks / sizeof cpu_checks[0]; k++)
             CHECK_OUTCOME(cases[i].type, r, cpu_checks[k], BN_CHECK_PASS);
         CHECK_OUTCOME(cases[i].type, r, BN_CHECK_ACCUMULATES, cases[i].has_params ? BN_CHECK_PASS : BN_CHECK_SKIP);
@@ -531,7 +537,12 @@ BN_TEST(layercheck_gpu_catches_a_wrong_gpu_path)
     /* 2.02 x against 2 x: one percent of the blob's largest value at its largest element. */
     CHECK_MSG(strstr(r.checks[BN_CHECK_DEVICES].detail, "difference 0.01 of the blob's scale") != NULL, "%s",
               r.checks[BN_CHECK_DEVICES].detail);
-    CHECK(r.failed == 1);
+    /* The forward is wrong in evaluation too, and the evaluation check compares it. */
+    CHECK_OUTCOME("wrong gpu", r, BN_CHECK_EVALUATION, BN_CHECK_FAIL);
+    CHECK_MSG(strstr(r.checks[BN_CHECK_EVALUATION].detail, "evaluation output[") &&
+              strstr(r.checks[BN_CHECK_EVALUATION].detail, "difference 0.01 of the blob's scale"), "%s",
+              r.checks[BN_CHECK_EVALUATION].detail);
+    CHECK(r.failed == 2);
     return BN_PASS;
 }
 
