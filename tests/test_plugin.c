@@ -47,6 +47,30 @@ static bn_status build_plugin(const char *name, const char *source, char *path, 
     return BN_OK;
 }
 
+/* A plugin of type TYPE computing y = x * x whose backward multiplies x * dy by `factor` (an
+ * expression in the element index i; "2.0f" would be right), built as TYPE.so. */
+static bn_status build_square(const char *type, const char *factor, char *path, size_t cap)
+{
+    char source[2048];
+    snprintf(source, sizeof source,
+             "#include \"blobnet.h\"\n"
+             "static bn_status setup(bn_layer *l, bn_shape in, bn_shape *out)\n"
+             "{ (void)l; *out = in; return BN_OK; }\n"
+             "static bn_status fwd(bn_layer *l, const bn_pass *p)\n"
+             "{ (void)p; BN_HOST_RD(x, l->in); BN_HOST_WR(y, l->out);\n"
+             "  for (size_t i = 0; i < bn_blob_count(l->in); i++) y[i] = x[i] * x[i];\n"
+             "  return BN_OK; }\n"
+             "static bn_status bwd(bn_layer *l, const bn_pass *p)\n"
+             "{ (void)p; BN_HOST_RD(x, l->in); BN_HOST_RD(dy, l->out_grad); BN_HOST_WR(dx, l->in_grad);\n"
+             "  for (size_t i = 0; i < bn_blob_count(l->in); i++) dx[i] = %s * x[i] * dy[i];\n"
+             "  return BN_OK; }\n"
+             "static const bn_layer_ops ops = {.type = \"%s\", .setup = setup,\n"
+             "                                 .forward_cpu = fwd, .backward_cpu = bwd};\n"
+             "bn_status blobnet_plugin_register(void) { return bn_register_layer(&ops); }\n",
+             factor, type);
+    return build_plugin(type, source, path, cap);
+}
+
 BN_TEST(plugin_prelu_registers_its_type_once)
 {
     CHECK_OK(bn_plugin_load(prelu_path()));
@@ -352,22 +376,8 @@ BN_TEST(plugin_cli_help_and_time)
 BN_TEST(plugin_cli_check_layer_fails_a_wrong_backward)
 {
     char path[600];
-    CHECK_OK(build_plugin("wrong_backward",
-                          "#include \"blobnet.h\"\n"
-                          "static bn_status setup(bn_layer *l, bn_shape in, bn_shape *out)\n"
-                          "{ (void)l; *out = in; return BN_OK; }\n"
-                          "static bn_status fwd(bn_layer *l, const bn_pass *p)\n"
-                          "{ (void)p; BN_HOST_RD(x, l->in); BN_HOST_WR(y, l->out);\n"
-                          "  for (size_t i = 0; i < bn_blob_count(l->in); i++) y[i] = x[i] * x[i];\n"
-                          "  return BN_OK; }\n"
-                          "static bn_status bwd(bn_layer *l, const bn_pass *p)\n" /* d(x^2)/dx is 2x, not x */
-                          "{ (void)p; BN_HOST_RD(x, l->in); BN_HOST_RD(dy, l->out_grad); BN_HOST_WR(dx, l->in_grad);\n"
-                          "  for (size_t i = 0; i < bn_blob_count(l->in); i++) dx[i] = x[i] * dy[i];\n"
-                          "  return BN_OK; }\n"
-                          "static const bn_layer_ops ops = {.type = \"square_wrong\", .setup = setup,\n"
-                          "                                 .forward_cpu = fwd, .backward_cpu = bwd};\n"
-                          "bn_status blobnet_plugin_register(void) { return bn_register_layer(&ops); }\n",
-                          path, sizeof path));
+    /* d(x^2)/dx is 2x, not x */
+    CHECK_OK(build_square("square_wrong", "1.0f", path, sizeof path));
     char args[1400];
     snprintf(args, sizeof args, "check-layer square_wrong --plugin %s --device cpu", path);
     CHECK_CLI(args, 1, "gradient         FAIL    gradient check failed at input[");
@@ -397,23 +407,7 @@ BN_TEST(plugin_cli_trains_lenet_prelu)
 BN_TEST(plugin_cli_all_shapes_names_the_failing_shape)
 {
     char path[600];
-    CHECK_OK(build_plugin("large_only",
-                          "#include \"blobnet.h\"\n"
-                          "static bn_status setup(bn_layer *l, bn_shape in, bn_shape *out)\n"
-                          "{ (void)l; *out = in; return BN_OK; }\n"
-                          "static bn_status fwd(bn_layer *l, const bn_pass *p)\n"
-                          "{ (void)p; BN_HOST_RD(x, l->in); BN_HOST_WR(y, l->out);\n"
-                          "  for (size_t i = 0; i < bn_blob_count(l->in); i++) y[i] = x[i] * x[i];\n"
-                          "  return BN_OK; }\n"
-                          "static bn_status bwd(bn_layer *l, const bn_pass *p)\n"
-                          "{ (void)p; BN_HOST_RD(x, l->in); BN_HOST_RD(dy, l->out_grad); BN_HOST_WR(dx, l->in_grad);\n"
-                          "  for (size_t i = 0; i < bn_blob_count(l->in); i++)\n"
-                          "    dx[i] = (i < 1000 ? 2.0f : 2.1f) * x[i] * dy[i];\n"
-                          "  return BN_OK; }\n"
-                          "static const bn_layer_ops ops = {.type = \"square_large\", .setup = setup,\n"
-                          "                                 .forward_cpu = fwd, .backward_cpu = bwd};\n"
-                          "bn_status blobnet_plugin_register(void) { return bn_register_layer(&ops); }\n",
-                          path, sizeof path));
+    CHECK_OK(build_square("square_large", "(i < 1000 ? 2.0f : 2.1f)", path, sizeof path));
     char args[1400];
     snprintf(args, sizeof args, "check-layer square_large --plugin %s --device cpu", path);
     CHECK_CLI(args, 0, "5 passed, 0 failed, 3 skipped\n");
