@@ -130,7 +130,8 @@ static int unmeasured_shapes(bn_ctx *ctx)
               path);
     CHECK_MSG(strncmp(choice, "fwd=", 4) == 0 && strstr(choice, " data=") && strstr(choice, " filter="), "%s", choice);
     CHECK_MSG(cached(path, " dense dw n8 k2304 m24 ", choice, sizeof choice), "no entry for fc1's dW in %s", path);
-    CHECK_MSG(cached(path, " dense fwd n8 k2304 m24 ", choice, sizeof choice), "no entry for fc1's forward in %s", path);
+    CHECK_MSG(cached(path, " dense fwd n8 k2304 m24 ", choice, sizeof choice), "no entry for fc1's forward in %s",
+              path);
     /* A later run takes the cache's choices as they are, timing nothing: cuDNN's implicit GEMM
      * forward and blobnet's direct kernels for the convolution, own_gemm's 32x32 FMA tiles for
      * fc1's dW. */

@@ -89,9 +89,11 @@ static int keeps_choices(void)
     CHECK(lookup("gpu B dense dw n4", choice, sizeof choice) == 0);
     /* A new choice for a key replaces the old one, in the process and in the file. */
     CHECK_OK(bn_kernel_cache_put("gpu A conv2d 1x8x8", "fwd=cudnn:1 data=- filter=rows"));
-    CHECK(lookup("gpu A conv2d 1x8x8", choice, sizeof choice) == 1 && strcmp(choice, "fwd=cudnn:1 data=- filter=rows") == 0);
+    CHECK(lookup("gpu A conv2d 1x8x8", choice, sizeof choice) == 1 &&
+          strcmp(choice, "fwd=cudnn:1 data=- filter=rows") == 0);
     lines = entries_of(path);
-    CHECK_MSG(lines && strcmp(lines, "gpu A conv2d 1x8x8\tfwd=cudnn:1 data=- filter=rows|gpu A dense dw n4\town 3") == 0,
+    CHECK_MSG(lines &&
+                  strcmp(lines, "gpu A conv2d 1x8x8\tfwd=cudnn:1 data=- filter=rows|gpu A dense dw n4\town 3") == 0,
               "the file holds \"%s\"", lines ? lines : "(no file)");
     /* A choice that would not survive the file's format is refused. */
     CHECK_ERR(bn_kernel_cache_put("gpu A\tx", "own 1"), BN_ERR_INTERNAL, "cannot keep");
@@ -168,7 +170,8 @@ static int refuses_malformed(void)
     CHECK(fputs("\town 1\n", f) >= 0 && fclose(f) == 0);
     bn_kernel_cache_reset();
     int found = -1;
-    CHECK_ERR(bn_kernel_cache_get("k", choice, sizeof choice, &found), BN_ERR_DATA, "kernels.txt:1: a key or choice longer");
+    CHECK_ERR(bn_kernel_cache_get("k", choice, sizeof choice, &found), BN_ERR_DATA,
+              "kernels.txt:1: a key or choice longer");
     return BN_PASS;
 }
 

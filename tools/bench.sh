@@ -19,7 +19,8 @@
 #
 # blobnet's timed kernel choices go to a kernel cache of the bench's own that starts empty, so
 # the first run of each model measures as a first run on a new machine does.
-# BENCH_LOGS=DIR keeps every run's log (and that cache) in DIR.
+# BENCH_LOGS=DIR keeps every run's log (and that cache) in DIR; BENCH_PEER=0 leaves PyTorch out
+# (its columns then show "-").
 set -uo pipefail
 mnist=${1:?usage: tools/bench.sh MNIST_DIR FASHION_DIR [MODEL...]}
 fashion=${2:?usage: tools/bench.sh MNIST_DIR FASHION_DIR [MODEL...]}
@@ -117,8 +118,9 @@ for entry in "${suite[@]}"; do
     [ "$has_bf16" -gt 0 ] && read -r bf16 _ _ < <(run_blobnet "$logs/$name-bf16.log" "${args[@]}" --precision bf16)
     read -r auto _ _ < <(run_blobnet "$logs/$name-autotune.log" "${args[@]}" --autotune)
     peer=$logs/$name-pytorch.log
-    python3 tools/pytorch_peer.py "${peer_args[@]}" --variant eager,graph,graph-bf16 >"$peer" 2>&1 ||
-        { echo "pytorch peer of $name failed:" >&2; tail -3 "$peer" >&2; }
+    : >"$peer"
+    [ "${BENCH_PEER:-1}" = 0 ] || python3 tools/pytorch_peer.py "${peer_args[@]}" --variant eager,graph,graph-bf16 \
+        >"$peer" 2>&1 || { echo "pytorch peer of $name failed:" >&2; tail -3 "$peer" >&2; }
     eager=$(peer_field "$peer" eager ms); graph=$(peer_field "$peer" graph ms)
     pbf16=$(peer_field "$peer" graph-bf16 ms); pmem=$(peer_field "$peer" graph mem); pacc=$(peer_field "$peer" graph acc)
     rows+=("$(printf "$row" \

@@ -24,6 +24,7 @@
  * 1.4e-3 relative error on an H200), so they are allowed with tf32 only; with tf32 the
  * tensor-core family takes one TF32 product per multiply (bn_tensor_plan_make). All layers share
  * the context's one workspace. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -432,6 +433,14 @@ static bn_status time_passes(const conv_priv *c, const conv_plan *plan, bn_ctx *
 /* The fewest filters for which the rule gives a large batch's filter pass to the tensor cores. */
 #define TENSOR_FILTER_MIN 32
 
+/* blobnet's families in the rule's order of preference, per pass (forward, data, filter). */
+static const int rule_order[3][5] = {{BY_TENSOR, BY_ROWS, BY_DIRECT, BY_IGEMM, BY_ARGMAX},
+                                     {BY_TENSOR, BY_ROWS, BY_DIRECT, BY_IGEMM, BY_ARGMAX},
+                                     {BY_ROWS, BY_IGEMM, BY_TENSOR, BY_DIRECT, BY_ARGMAX}};
+
+/* Timed runners within this fraction of the fastest count as equally fast. */
+#define TIE 0.05f
+
 /* The layer shapes at which the rule's order of preference was measured against the timed
  * choice, in whole training steps: LeNet's two convolutions, each read by a 2x2 max pooling, at
  * batches 64 and 256 (docs/performance.md, versions 12-21; 83 against 89 ms per epoch at batch
@@ -492,7 +501,8 @@ static void runners(const conv_priv *c, const conv_plan *plan, bool by_rule, int
         bool own = false;
         for (int r = BY_DIRECT; r < BY_COUNT; r++) own = own || can[i][r];
         /* blobnet's kernels settle the pass: cuDNN is not asked or timed. */
-        const bool settled = own && (c->engine == BN_CONV_ENGINE_BLOBNET || (c->engine == BN_CONV_ENGINE_AUTO && by_rule));
+        const bool settled =
+            own && (c->engine == BN_CONV_ENGINE_BLOBNET || (c->engine == BN_CONV_ENGINE_AUTO && by_rule));
         ask[i] = needed[i] && !settled;
         can[i][BY_CUDNN] = ask[i];
         if (!by_rule || !settled) continue;
@@ -509,18 +519,35 @@ static void runners(const conv_priv *c, const conv_plan *plan, bool by_rule, int
          * takes the tensor cores when the batch holds at least one image per multiprocessor
          * (LeNet's conv2 at batch 256: its row tiles, beside the data pass and conv1's filter
          * pass, made the step 18 us longer; at batch 64 they are the faster). */
-        static const int prefer[3][5] = {{BY_TENSOR, BY_ROWS, BY_DIRECT, BY_IGEMM, BY_ARGMAX},
-                                         {BY_TENSOR, BY_ROWS, BY_DIRECT, BY_IGEMM, BY_ARGMAX},
-                                         {BY_ROWS, BY_IGEMM, BY_TENSOR, BY_DIRECT, BY_ARGMAX}};
         int keep = -1;
         if (i == 2 && can[i][BY_ARGMAX] && plan->am.groups == 1) keep = BY_ARGMAX;
         if (keep < 0 && i == 2 && plan->n >= sms && c->filters >= TENSOR_FILTER_MIN && can[i][BY_TENSOR])
             keep = BY_TENSOR;
         for (int r = 0; r < 5 && keep < 0; r++)
-            if (can[i][prefer[i][r]]) keep = prefer[i][r];
+            if (can[i][rule_order[i][r]]) keep = rule_order[i][r];
         for (int r = BY_DIRECT; r < BY_COUNT; r++)
             if (r != keep) can[i][r] = false;
     }
+}
+
+/* Pass i's runner among can: the only one, or of those timed within TIE of the fastest the first
+ * in the rule's order, cuDNN after blobnet's families. Taking the fastest alone was not
+ * reproducible: two runs of it gave strided_fashion 205 and 228 ms per epoch
+ * (docs/performance.md, version 24). This way runs agree where runners are that close, and a tie
+ * goes to blobnet's kernels, whose gradients overlap on the side stream and which take a max
+ * pooling's passes, which the timing of a pass alone does not see. */
+static int pick_runner(int i, const bool can[BY_COUNT], const bool timed[BY_COUNT], const float ms[BY_COUNT])
+{
+    float fastest = INFINITY;
+    int only = BY_CUDNN;
+    for (int r = 0; r < BY_COUNT; r++) {
+        if (can[r]) only = r;
+        if (timed[r] && ms[r] < fastest) fastest = ms[r];
+    }
+    if (fastest == INFINITY) return only;
+    for (int k = 0; k < 5; k++)
+        if (timed[rule_order[i][k]] && ms[rule_order[i][k]] <= fastest * (1.0f + TIE)) return rule_order[i][k];
+    return BY_CUDNN;
 }
 
 /* Reserves the shared workspace (need bytes) and, when blobnet's kernels may run the filter
@@ -544,8 +571,8 @@ static bn_status reserve(conv_priv *c, bn_ctx *ctx, const conv_plan *plan, size_
 
 /* Chooses the runners among can and ask: cuDNN's algorithms for the passes it may run (measured,
  * or in a deterministic context by its heuristics), then, where several runners remain, the one
- * timed fastest: forward and filter first, then the data pass timed beside the chosen filter
- * pass, as the backward pass runs the two. */
+ * timed fastest (pick_runner): forward and filter first, then the data pass timed beside the
+ * chosen filter pass, as the backward pass runs the two. */
 static bn_status choose_runners(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *plan, const bool can[3][BY_COUNT],
                                 const bool ask[3])
 {
@@ -575,10 +602,7 @@ static bn_status choose_runners(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_pla
         }
         const int beside = i == 1 && plan->with_data ? plan->by[2] : -1;
         if (timing) BN_TRY(time_passes(c, plan, ctx, x, y, only, beside, ms));
-        int best = -1;
-        for (int r = BY_COUNT - 1; r >= 0; r--)
-            if (can[i][r] && (best < 0 || !timed[i][r] || ms[i][r] < ms[i][best])) best = r;
-        plan->by[i] = best < 0 ? BY_CUDNN : best;
+        plan->by[i] = pick_runner(i, can[i], timed[i], ms[i]);
     }
     return BN_OK;
 }
@@ -594,7 +618,8 @@ static bn_status cache_key(const bn_layer *l, const conv_priv *c, const bn_ctx *
     int w = snprintf(key, cap, "%s conv2d %dx%dx%d k%d s%d p%d f%d n%d%s%s%s%s", scope, g->c, g->h, g->w, g->k,
                      g->stride, g->pad, c->filters, n, l->in_grad ? " data" : "", c->pool_after ? " pooled" : "",
                      ctx->tf32 ? " tf32" : "", engines[c->engine]);
-    if (w < 0 || (size_t)w >= cap) return bn_error(BN_ERR_INTERNAL, "layer %s: no room for its kernel cache key", l->name);
+    if (w < 0 || (size_t)w >= cap)
+        return bn_error(BN_ERR_INTERNAL, "layer %s: no room for its kernel cache key", l->name);
     return BN_OK;
 }
 
@@ -674,7 +699,8 @@ static bn_status from_cache(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *p
     BN_TENSOR_DESC(y, l->out);
     size_t bytes[3] = {0, 0, 0}, need = 0;
     cudnnStatus_t s[3] = {CUDNN_STATUS_SUCCESS, CUDNN_STATUS_SUCCESS, CUDNN_STATUS_SUCCESS};
-    if (by[0] == BY_CUDNN) s[0] = cudnnGetConvolutionForwardWorkspaceSize(h, x, g->w_desc, g->conv_desc, y, fwd, &bytes[0]);
+    if (by[0] == BY_CUDNN)
+        s[0] = cudnnGetConvolutionForwardWorkspaceSize(h, x, g->w_desc, g->conv_desc, y, fwd, &bytes[0]);
     if (by[1] == BY_CUDNN)
         s[1] = cudnnGetConvolutionBackwardDataWorkspaceSize(h, g->w_desc, y, g->conv_desc, x, data, &bytes[1]);
     if (by[2] == BY_CUDNN)

@@ -12,16 +12,16 @@
  * unit, broadcast over the n columns (examples). The bias gradient is a column sum done by a
  * kernel in a fixed order, so it is deterministic, and it accumulates like dW.
  *
- * Each GEMM's algorithm is chosen once per (batch size, pointer alignment, TF32, how it is
- * chosen) and kept in a plan, like conv2d.cu's (choice_mode, bn_kernel_choice): by the fixed rule
- * blobnet's kernels are taken, so that every run makes the same choice, in a deterministic
- * context and for the shapes the rule was measured on (rule_measured: LeNet's); with
- * ctx->autotune the cuBLASLt heuristic results (up to eight) and own_gemm are timed on the
- * context stream and the fastest kept; by default elsewhere the choice is the kernel cache's
- * (gpu/kernel_cache.h), timed as --autotune times it where the cache has none and kept there.
- * Plans are made on the first pass for a batch size, which the trainer runs eagerly; once made, a pass only enqueues work (no allocation,
- * synchronisation or timing), so it can be captured in a CUDA graph. A plan asked for while
- * the stream is being captured takes the first heuristic result without timing.
+ * Each GEMM's algorithm is chosen once per (batch size, pointer alignment, TF32, how it is chosen)
+ * and kept in a plan, like conv2d.cu's (choice_mode, bn_kernel_choice): by the fixed rule
+ * blobnet's kernels are taken, so that every run makes the same choice, in a deterministic context
+ * and for the shapes the rule was measured on (rule_measured: LeNet's); with ctx->autotune the
+ * cuBLASLt heuristic results (up to eight) and own_gemm are timed on the context stream and the
+ * fastest kept (within_tie); by default elsewhere the choice is the kernel cache's (gpu/kernel_cache.h), timed
+ * as --autotune times it where the cache has none and kept there. Plans are made on the first pass
+ * for a batch size, which the trainer runs eagerly; once made, a pass only enqueues work (no
+ * allocation, synchronisation or timing), so it can be captured in a CUDA graph. A plan asked for
+ * while the stream is being captured takes the first heuristic result without timing.
  *
  * A plan may grow the context's shared workspace up to WORKSPACE_LIMIT, whatever the batch size:
  * a graph captured before the workspace was replaced is captured again (graph.h). Only a plan
@@ -294,7 +294,8 @@ typedef struct candidates {
     const own_plan *own;
     int owns;
     int skinny;
-    int k;      /* the layer's inputs (the few-outputs kernels take the shape) */
+    int k;        /* the layer's inputs (the few-outputs kernels take the shape) */
+    int rule_own; /* the own_gemm configuration the rule takes for the product */
 } candidates;
 
 /* One launch of candidate i with its output in d (and the bias gradient in db for DW: a
@@ -346,6 +347,32 @@ static bn_status time_candidates(const dense_gpu *g, const dense_plan *p, const 
     return BN_OK;
 }
 
+/* Timed candidates within this fraction of the fastest count as equally fast. */
+#define TIE 0.05f
+
+/* Of the candidates that ran, those within TIE of the fastest taken in the rule's order: the
+ * few-outputs kernels, own_gemm in the rule's configuration, in the others, then cuBLASLt's
+ * results in the heuristics' order; -1 when none ran. As in conv2d.cu, so that runs of the timing
+ * agree where candidates are that close, and a tie goes to blobnet's kernels, whose two
+ * gradients overlap on the side stream and which take a fused ReLU, which the timing of one
+ * product alone does not see. */
+static int within_tie(const candidates *c, const float *ms)
+{
+    float fastest = INFINITY;
+    for (int i = 0; i < c->lt + c->owns + c->skinny; i++)
+        if (ms[i] < fastest) fastest = ms[i];
+    if (fastest == INFINITY) return -1;
+    int order[HEURISTIC_RESULTS + OWN_CONFIGS + 1], count = 0;
+    if (c->skinny) order[count++] = c->lt + c->owns;
+    order[count++] = c->lt + c->rule_own;
+    for (int o = 0; o < c->owns; o++)
+        if (o != c->rule_own) order[count++] = c->lt + o;
+    for (int i = 0; i < c->lt; i++) order[count++] = i;
+    for (int k = 0; k < count; k++)
+        if (ms[order[k]] <= fastest * (1.0f + TIE)) return order[k];
+    return -1;
+}
+
 /* Times the candidates (scratch and events made and freed here) and returns the fastest in
  * *best, or -1 when none ran. */
 static bn_status fastest(const dense_gpu *g, const dense_plan *p, const bn_ctx *ctx, const gemm_args *ga,
@@ -367,8 +394,7 @@ static bn_status fastest(const dense_gpu *g, const dense_plan *p, const bn_ctx *
     bn_event_destroy(stop);
     bn_device_free(scratch); /* after the last timed launch: cudaFree waits for the device */
     BN_TRY(st);
-    for (int i = 0; i < c->lt + c->owns + c->skinny; i++)
-        if (ms[i] < INFINITY && (*best < 0 || ms[i] < ms[*best])) *best = i;
+    *best = within_tie(c, ms);
     return BN_OK;
 }
 
@@ -402,6 +428,12 @@ static int choice_mode(const bn_ctx *ctx, int k, int m)
     for (size_t i = 0; i < sizeof rule_measured / sizeof rule_measured[0]; i++)
         measured = measured || (rule_measured[i].inputs == k && rule_measured[i].outputs == m);
     return bn_kernel_choice(ctx, measured);
+}
+
+/* The own_gemm configuration the rule takes for product `kind` (batch n, k inputs, m outputs). */
+static int own_rule(const dense_gpu *g, int kind, int n, int k, int m)
+{
+    return bn_dense_own_rule(kind, n, k, m, g->sms, g->tensor_ok);
 }
 
 /* own_gemm in configuration cfg for the plan's product, as the timing tries it. */
@@ -500,7 +532,7 @@ static bn_status choose(const dense_gpu *g, dense_plan *p, bn_ctx *ctx, const ge
     if (p->forced_cfg >= 0 || by_rule) {
         int cfg = p->forced_cfg == OWN_SKINNY ? OWN_FMA32
                   : p->forced_cfg >= 0       ? p->forced_cfg
-                                             : bn_dense_own_rule(p->kind, n, k, m, g->sms, g->tensor_ok);
+                                             : own_rule(g, p->kind, n, k, m);
         if ((cfg == OWN_TC64 || cfg == OWN_TC32) && !g->tensor_ok) cfg = cfg == OWN_TC64 ? OWN_FMA64 : OWN_FMA32;
         p->ow = bn_dense_own_layout(p->kind, n, k, m, cfg, g->sms, p->forced_cfg >= 0 ? p->forced_splits : 0,
                                     capturing);
@@ -532,7 +564,7 @@ static bn_status choose(const dense_gpu *g, dense_plan *p, bn_ctx *ctx, const ge
         own[c] = own_candidate(g, p, k, m, c);
         st = bn_dense_own_alloc(&own[c]);
     }
-    candidates cand = {r, count, own, owns, skinny ? 1 : 0, k};
+    candidates cand = {r, count, own, owns, skinny ? 1 : 0, k, own_rule(g, p->kind, n, k, m)};
     int pick = -1;
     if (st == BN_OK) st = fastest(g, p, ctx, ga, out_bytes, n, m, &cand, &pick);
     for (int c = 0; c < owns; c++)
@@ -846,7 +878,10 @@ extern "C" void bn_dense_gpu_describe(const bn_layer *l, char *buf, size_t cap)
     if (cap) buf[0] = '\0';
     for (int i = 0; g && i < g->num_plans && len < cap; i++) {
         const dense_plan *p = g->plans[i];
-        const char *runner = p->skinny ? "blobnet skinny" : p->own ? owns[p->ow.cfg] : p->use_lt ? "cublasLt" : "cublas sgemm";
+        const char *runner = p->skinny ? "blobnet skinny"
+                             : p->own  ? owns[p->ow.cfg]
+                             : p->use_lt ? "cublasLt"
+                                         : "cublas sgemm";
         int w = snprintf(buf + len, cap - len, "%sn=%d %s: %s", i ? "; " : "", p->n, products[p->kind], runner);
         if (w < 0) break;
         len += (size_t)w;

@@ -17,6 +17,7 @@ extern "C" bn_status bn_kernel_cache_scope(const bn_ctx *ctx, char *buf, size_t 
     BN_CUDA(cudaDriverGetVersion(&driver));
     int w = snprintf(buf, cap, "%s sm%d%d %dSM driver%d cuda%d cudnn%zu cublaslt%zu kernels%d", ctx->name, major, minor,
                      sms, driver, runtime, cudnnGetVersion(), cublasLtGetVersion(), BN_KERNEL_CACHE_VERSION);
-    if (w < 0 || (size_t)w >= cap) return bn_error(BN_ERR_INTERNAL, "kernel cache: no room for the scope of %s", ctx->name);
+    if (w < 0 || (size_t)w >= cap)
+        return bn_error(BN_ERR_INTERNAL, "kernel cache: no room for the scope of %s", ctx->name);
     return BN_OK;
 }
