@@ -3,9 +3,9 @@
  *
  * A choice is a line of text under a key; the layers that time their kernels (conv2d.cu,
  * dense.cu) build both. A key begins with the scope (bn_kernel_cache_scope): the device, its
- * multiprocessors, the CUDA runtime, cuDNN and cuBLAS versions and BN_KERNEL_CACHE_VERSION, so a
- * new driver stack, another GPU or a change to blobnet's kernels finds no old entry and times
- * afresh. Choices live in the process (the first layer of a shape times it, every later one takes
+ * compute capability and multiprocessors, the CUDA version of its driver, the CUDA runtime, cuDNN
+ * and cuBLASLt versions and BN_KERNEL_CACHE_VERSION, so a new driver stack, another GPU or a
+ * change to blobnet's kernels finds no old entry and times afresh. Choices live in the process (the first layer of a shape times it, every later one takes
  * its choice) and in a file of lines `KEY<TAB>CHOICE`, read at the first lookup and rewritten
  * whole (through a temporary file renamed over it) at every new choice:
  *
@@ -69,8 +69,9 @@ bn_status bn_kernel_cache_put(const char *key, const char *choice);
  * BLOBNET_KERNEL_CACHE and the file again (for tests). */
 void bn_kernel_cache_reset(void);
 
-/* Writes the scope of ctx's device (name, compute capability, multiprocessors, CUDA runtime, cuDNN
- * and cuBLAS versions, BN_KERNEL_CACHE_VERSION) into buf (CUDA builds). */
+/* Writes the scope of ctx's device (name, compute capability, multiprocessors, the CUDA version
+ * of the driver, CUDA runtime, cuDNN and cuBLASLt versions, BN_KERNEL_CACHE_VERSION) into buf
+ * (CUDA builds). */
 bn_status bn_kernel_cache_scope(const bn_ctx *ctx, char *buf, size_t cap);
 
 #ifdef __cplusplus
