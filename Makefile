@@ -189,9 +189,10 @@ uninstall:
 
 .PHONY: train install uninstall
 
-# GPU speed beside the PyTorch peer (a benchmark, not a test): make bench DATA=dir PEER=script
+# The model suite on the GPU beside its PyTorch peer (a benchmark, not a test):
+# make bench [DATA=mnist-dir] [FASHION=fashion-mnist-dir] [MODELS="vgg_fashion ..."]
 bench: all
-	tools/bench.sh $(or $(DATA),$(BLOBNET_DATA),data/mnist) $(or $(PEER),../shared/peer/pytorch_lenet.py)
+	tools/bench.sh $(or $(DATA),$(BLOBNET_DATA),data/mnist) $(or $(FASHION),/usr/share/datasets/fashion-mnist) $(MODELS)
 
 clean:
 	rm -rf $(BUILD) libblobnet.a blobnet tests/run_tests

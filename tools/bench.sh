@@ -1,72 +1,151 @@
 #!/usr/bin/env bash
-# LeNet training speed on the GPU, blobnet beside the PyTorch peer, in one run.
+# The model suite on the GPU, blobnet beside its PyTorch peer (tools/pytorch_peer.py, built from
+# the same model file), in one run.
 #
-#   tools/bench.sh DATA_DIR [PEER_SCRIPT]
+#   tools/bench.sh MNIST_DIR FASHION_DIR [MODEL...]
 #
-# Prints a table: variant, ms per epoch (median of epochs 2-4, epoch 1 being the warm-up),
-# images/s, the ratio to PyTorch's fastest variant, device memory, test accuracy; then the
-# time from process start to 99% test accuracy. PEER_SCRIPT defaults to
-# ../shared/peer/pytorch_lenet.py (any script printing its lines will do).
+# For every suite model (or the named ones: lenet, lenet256, mlp, mlp_wide, vgg_fashion,
+# strided_fashion, resnet_mini, resnet_fashion) blobnet trains it with the default kernel choice,
+# with --tf32, with --precision bf16 where the blobnet binary has that option, and with
+# --autotune, and the peer trains it eager, as a whole-step CUDA graph and as a CUDA graph under
+# bf16 autocast. Each run is $BENCH_EPOCHS epochs (default 3); a time is the median epoch time of
+# epochs 2.. (the first holds start-up work: kernel timing, graph capture, cuDNN's autotuner).
+# One table follows: milliseconds per epoch, the default against --autotune, the default run's
+# first epoch in seconds with its kernels timed into an empty kernel cache and again with them
+# read from the cache, PyTorch's times, how many times faster blobnet is than PyTorch's CUDA
+# graph (tf32 against the same; bf16 against PyTorch's bf16 graph), peak device memory without
+# the datasets and test accuracy after the run. Last, LeNet from process start to 99% test
+# accuracy.
+#
+# blobnet's timed kernel choices go to a kernel cache of the bench's own that starts empty, so
+# the first run of each model measures as a first run on a new machine does.
+# BENCH_LOGS=DIR keeps every run's log (and that cache) in DIR; BENCH_PEER=0 leaves PyTorch out
+# (its columns then show "-").
 set -uo pipefail
-data=${1:?usage: tools/bench.sh DATA_DIR [PEER_SCRIPT]}
-peer=${2:-../shared/peer/pytorch_lenet.py}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-rows=()
+mnist=${1:?usage: tools/bench.sh MNIST_DIR FASHION_DIR [MODEL...]}
+fashion=${2:?usage: tools/bench.sh MNIST_DIR FASHION_DIR [MODEL...]}
+shift 2
+epochs=${BENCH_EPOCHS:-3}
+logs=${BENCH_LOGS:-$(mktemp -d)}
+mkdir -p "$logs" || exit 1
+[ -n "${BENCH_LOGS:-}" ] || trap 'rm -rf "$logs"' EXIT
+export BLOBNET_KERNEL_CACHE=$logs/kernel-cache
 
-# median of the epoch seconds of epochs 2.. in a train log
-median_epoch_ms() {
-    awk '/^epoch/ && $2 !~ /^1\// { for (i = 1; i <= NF; i++) if ($i == "s") print $(i - 1) * 1000 }' "$1" |
-        sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)]; else print "nan" }'
-}
+# name, model file, dataset, batch (empty: the model's)
+suite=(
+    "lenet           models/lenet.cfg            mnist         64"
+    "lenet256        models/lenet.cfg            mnist         256"
+    "mlp             models/mlp.cfg              mnist         -"
+    "mlp_wide        models/mlp_wide.cfg         mnist         -"
+    "vgg_fashion     models/vgg_fashion.cfg      fashion-mnist -"
+    "strided_fashion models/strided_fashion.cfg  fashion-mnist -"
+    "resnet_mini     models/resnet_mini.cfg      fashion-mnist -"
+    "resnet_fashion  models/resnet_fashion.cfg   fashion-mnist -"
+)
 
-run_blobnet() { # name, extra args...
-    local name=$1; shift
-    ./blobnet train models/lenet.cfg --device gpu --epochs 4 --data "$data" "$@" >"$work/$name.log" 2>&1 ||
-        { echo "$name failed:"; tail -3 "$work/$name.log"; return; }
-    local ms mem acc eval
-    ms=$(median_epoch_ms "$work/$name.log")
-    mem=$(awk '/^peak device memory/ { print $4 }' "$work/$name.log")
-    acc=$(awk '/^final test accuracy/ { print $4 }' "$work/$name.log")
-    eval=$(awk '/^epoch/ { e = $(NF - 1) } END { print e }' "$work/$name.log")
-    rows+=("$(printf '%-34s %9.1f %10.0f %6s %9s MiB %8s  eval %s ms' "blobnet $name" "$ms" \
-        "$(awk -v m="$ms" 'BEGIN { print 60000 / (m / 1000) }')" "@" "$mem" "$acc" "$eval")")
-    echo "${rows[-1]}"
-}
-
-run_blobnet "bs64" --batch 64
-run_blobnet "bs64 tf32" --batch 64 --tf32
-run_blobnet "bs64 no graph" --batch 64 --no-graph
-run_blobnet "bs64 autotune" --batch 64 --autotune
-run_blobnet "bs256" --batch 256
-run_blobnet "bs256 tf32" --batch 256 --tf32
-
-best=""
-if [ -f "$peer" ]; then
-    MNIST_DIR=$data python3 "$peer" --epochs 3 >"$work/peer.log" 2>&1 || tail -3 "$work/peer.log"
-    head -2 "$work/peer.log"
-    while read -r line; do
-        name=$(echo "$line" | sed 's/ *epoch median.*//')
-        ms=$(echo "$line" | awk '{ for (i = 1; i <= NF; i++) if ($i == "median") print $(i + 1) }')
-        acc=$(echo "$line" | awk '{ for (i = 1; i <= NF; i++) if ($i == "acc") print $(i + 1) }')
-        rows+=("$(printf '%-34s %9.1f %10.0f %6s %9s     %8s' "pytorch $name" "$ms" "$(awk -v m="$ms" 'BEGIN { print 60000 / (m / 1000) }')" "@" "-" "$acc")")
-        if [ -z "$best" ] || awk -v a="$ms" -v b="$best" 'BEGIN { exit !(a < b) }'; then best=$ms; fi
-    done < <(grep "epoch median" "$work/peer.log")
+if ! ./blobnet --version | grep -q CUDA; then
+    echo "tools/bench.sh: ./blobnet is a CPU-only build; the bench needs the CUDA build" >&2
+    exit 2
 fi
+has_bf16=$(./blobnet train --help 2>&1 | grep -c -- '--precision')
 
-echo
-nvidia-smi --query-gpu=name --format=csv,noheader
-printf '%-34s %9s %10s %6s %13s %8s\n' variant "ms/epoch" "images/s" "vs pt" "device mem" "test acc"
-for row in "${rows[@]}"; do
-    ms=$(echo "$row" | awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^[0-9.]+$/) { print $i; exit } }')
-    ratio=$([ -n "$best" ] && awk -v b="$best" -v m="$ms" 'BEGIN { printf "%.2fx", b / m }' || echo "-")
-    echo "${row/@/$ratio}"
+# The median of the numbers on stdin (the mean of the middle two for an even count), or "-".
+median() {
+    sort -g | awk '{ v[NR] = $1 } END { if (!NR) print "-"; else if (NR % 2) print v[(NR + 1) / 2];
+                                        else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+# blobnet's epoch lines: milliseconds of each epoch after the first.
+blobnet_ms() {
+    awk '/^epoch/ && $2 !~ /^1\// { for (i = 1; i <= NF; i++) if ($i == "s") print $(i - 1) * 1000 }' "$1" | median
+}
+
+# Seconds of a blobnet log's first epoch, or "-".
+first_epoch() {
+    awk '/^epoch +1\// && !t { for (i = 1; i <= NF; i++) if ($i == "s") t = $(i - 1) } END { print t ? t : "-" }' "$1"
+}
+
+# One blobnet run: name, log, args...; prints "ms peak_mib accuracy" or "- - -".
+run_blobnet() {
+    local log=$1; shift
+    if ! ./blobnet train "$@" --device gpu --epochs "$epochs" >"$log" 2>&1; then
+        echo "blobnet $* failed:" >&2
+        tail -3 "$log" >&2
+        echo "- - -"
+        return
+    fi
+    echo "$(blobnet_ms "$log") $(awk '/^peak device memory/ { print $4 }' "$log") \
+$(awk '/^final test accuracy/ { sub("%", "", $4); print $4 }' "$log")"
+}
+
+# A field of the peer's summary line for a variant: ms, acc or mem.
+peer_field() { # log variant field
+    awk -v v="pytorch $2:" -v f="$3" 'index($0, v) == 1 && /per epoch/ {
+        if (f == "ms") print $3
+        for (i = 1; i <= NF; i++) {
+            if (f == "acc" && $i == "accuracy") { x = $(i + 1); sub("[%,]+$", "", x); print x }
+            if (f == "mem" && $i == "memory") print $(i + 1)
+        }
+    }' "$1"
+}
+
+# The batch of a model file's [train] section (64 when it names none).
+model_batch() {
+    awk -F= '/^\[/ { in_train = $0 ~ /^\[train\]/ } in_train && $1 ~ /^ *batch *$/ { gsub(/ /, "", $2); b = $2 }
+             END { print b ? b : 64 }' "$1"
+}
+
+# a / b to two places, or "-" unless both are numbers.
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { num = "^[0-9]+([.][0-9]*)?$"
+                                          if (a !~ num || b !~ num || b == 0) print "-"; else printf "%.2f", a / b }'; }
+
+row='%-16s %5s | %8s %8s %8s %8s %6s | %6s %6s | %8s %8s %8s | %6s %6s %6s | %8s %8s | %6s %6s'
+rows=()
+for entry in "${suite[@]}"; do
+    read -r name model dataset batch <<<"$entry"
+    if [ $# -gt 0 ] && [[ " $* " != *" $name "* ]]; then continue; fi
+    data=$mnist
+    [ "$dataset" = mnist ] || data=$fashion
+    args=("$model" --dataset "$dataset" --data "$data")
+    peer_args=("$model" --data "$data" --epochs "$epochs")
+    if [ "$batch" != - ]; then args+=(--batch "$batch"); peer_args+=(--batch "$batch"); fi
+    echo "== $name" >&2
+    read -r ms mem acc < <(run_blobnet "$logs/$name-default.log" "${args[@]}")
+    # The same again for one epoch: its kernel choices now come from the cache.
+    ./blobnet train "${args[@]}" --device gpu --epochs 1 >"$logs/$name-cached.log" 2>&1
+    read -r tf32 _ _ < <(run_blobnet "$logs/$name-tf32.log" "${args[@]}" --tf32)
+    bf16=n/a
+    [ "$has_bf16" -gt 0 ] && read -r bf16 _ _ < <(run_blobnet "$logs/$name-bf16.log" "${args[@]}" --precision bf16)
+    read -r auto _ _ < <(run_blobnet "$logs/$name-autotune.log" "${args[@]}" --autotune)
+    peer=$logs/$name-pytorch.log
+    : >"$peer"
+    [ "${BENCH_PEER:-1}" = 0 ] || python3 tools/pytorch_peer.py "${peer_args[@]}" --variant eager,graph,graph-bf16 \
+        >"$peer" 2>&1 || { echo "pytorch peer of $name failed:" >&2; tail -3 "$peer" >&2; }
+    eager=$(peer_field "$peer" eager ms); graph=$(peer_field "$peer" graph ms)
+    pbf16=$(peer_field "$peer" graph-bf16 ms); pmem=$(peer_field "$peer" graph mem); pacc=$(peer_field "$peer" graph acc)
+    rows+=("$(printf "$row" \
+        "$name" "$([ "$batch" != - ] && echo "$batch" || model_batch "$model")" \
+        "$ms" "$tf32" "$bf16" "$auto" "$(ratio "$ms" "$auto")" \
+        "$(first_epoch "$logs/$name-default.log")" "$(first_epoch "$logs/$name-cached.log")" \
+        "${eager:--}" "${graph:--}" "${pbf16:--}" \
+        "$(ratio "${graph:--}" "$ms")" "$(ratio "${graph:--}" "$tf32")" "$(ratio "${pbf16:--}" "$bf16")" \
+        "${mem:--}" "${pmem:--}" "${acc:--}" "${pacc:--}")")
 done
 
 echo
-start=$(date +%s.%N)
-./blobnet train models/lenet.cfg --device gpu --epochs 10 --until-accuracy 99 --data "$data" >"$work/t99.log" 2>&1
-end=$(date +%s.%N)
-cat "$work/t99.log"
-printf 'process start to 99%% test accuracy: %.2f s wall (models/lenet.cfg, --until-accuracy 99)\n' \
-    "$(awk -v a="$start" -v b="$end" 'BEGIN { print b - a }')"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+echo "ms per epoch, median of epochs 2-$epochs; x pt: PyTorch's CUDA graph (bf16: its bf16 graph) over blobnet's time"
+echo "1st ep: seconds of the default run's first epoch (its kernels timed into an empty cache); cached: the same from the cache"
+printf "$row\n" model batch default tf32 bf16 autotune "def/at" "1st ep" cached "pt eager" "pt graph" "pt bf16" \
+    "x pt" "tf32 x" "bf16 x" "MiB" "pt MiB" "acc" "pt acc"
+printf '%s\n' "${rows[@]}"
+
+if [ $# -eq 0 ] || [[ " $* " == *" lenet "* ]]; then
+    echo
+    start=$(date +%s.%N)
+    ./blobnet train models/lenet.cfg --device gpu --epochs 10 --until-accuracy 99 --data "$mnist" >"$logs/t99.log" 2>&1
+    end=$(date +%s.%N)
+    grep '^epoch' "$logs/t99.log"
+    printf 'process start to 99%% test accuracy: %.2f s wall (models/lenet.cfg, --until-accuracy 99)\n' \
+        "$(awk -v a="$start" -v b="$end" 'BEGIN { print b - a }')"
+fi

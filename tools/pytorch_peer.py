@@ -4,13 +4,16 @@ input scaling, data order policy and recipe ([train] and the flags below), train
 IDX data, so that blobnet's speed and accuracy can be read beside PyTorch's from one run.
 
     tools/pytorch_peer.py MODEL --data DIR [--epochs N] [--batch N] [--lr X] [--lr-policy P]
-                          [--variant eager|graph|graph-bf16] [--until-accuracy P] [--seed N]
+                          [--variant V[,V...]] [--until-accuracy P] [--seed N]
 
 Variants: eager (data on the GPU, one launch per kernel), graph (the whole training step
 captured once as a CUDA graph and replayed; TF32 convolutions, PyTorch's default), graph-bf16
-(the same under bf16 autocast). Prints a line per epoch (training seconds without the
-evaluation, as blobnet's epoch lines) and a last line with the median epoch time, the final
-test accuracy and, with --until-accuracy, the seconds from process start to that accuracy.
+(the same under bf16 autocast). Several variants separated by commas run one after the other in
+one process, each from fresh weights, on the datasets loaded once. Prints a line per epoch
+(training seconds without the evaluation, as blobnet's epoch lines) and for each variant a last
+line with the median epoch time of epochs 2.., the final test accuracy, the peak device memory
+without the datasets (as blobnet counts its own) and, with --until-accuracy, the seconds from
+process start to that accuracy.
 
 The update is blobnet's SGD, v = momentum * v + lr * lr_mult * (g + decay * w), w -= v, with
 biases at bias_lr_mult and no decay, and its learning-rate policies per step. Weights are drawn
@@ -20,6 +23,7 @@ PyTorch's generator: the runs start from other values than blobnet's.
 import argparse, math, os, sys, time
 
 START = time.perf_counter()
+VARIANTS = ("eager", "graph", "graph-bf16")
 
 import numpy as np
 import torch
@@ -46,6 +50,11 @@ def parse_model(path):
     return sections
 
 
+def input_scaling(o):
+    """An [input] section's standardisation: pixels in [0, 1] become (x - mean) / std."""
+    return float(o.get("mean", 0)), float(o.get("std", 1))
+
+
 def window_out(n, size, stride, pad):
     return (n + 2 * pad - size) // stride + 1
 
@@ -64,7 +73,7 @@ class Net(torch.nn.Module):
         for kind, o in sections:
             if kind == "input":
                 shapes["input"] = (int(o["channels"]), int(o["height"]), int(o["width"]))
-                self.mean, self.std = float(o.get("mean", 0)), float(o.get("std", 1))
+                self.mean, self.std = input_scaling(o)
                 continue
             if kind in ("train", "augment"):
                 continue
@@ -201,45 +210,36 @@ def augment(x, shift, flip, fill, gen):
     return x
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("model")
-    ap.add_argument("--data", required=True)
-    ap.add_argument("--epochs", type=int)
-    ap.add_argument("--batch", type=int)
-    ap.add_argument("--lr", type=float)
-    ap.add_argument("--lr-policy")
-    ap.add_argument("--seed", type=int)
-    ap.add_argument("--optimizer", choices=["sgd", "adam", "adamw"])
-    ap.add_argument("--variant", default="graph", choices=["eager", "graph", "graph-bf16"])
-    ap.add_argument("--until-accuracy", type=float)
-    a = ap.parse_args()
-
-    sections = parse_model(a.model)
+def read_recipe(sections, a):
+    """The model file's [train] recipe with the command line's overrides, and its [augment]."""
     t = dict(next((o for k, o in sections if k == "train"), {}))
     cfg = dict(batch=64, epochs=10, lr=0.01, momentum=0.9, weight_decay=5e-4, lr_policy="fixed", gamma=1e-4,
                power=0.75, stepsize=10000, lr_min=0.0, bias_lr_mult=1.0, seed=1, optimizer="sgd", beta1=0.9,
                beta2=0.999, eps=1e-8, warmup=0, pct_start=0.3, div_factor=25.0, final_div_factor=1e4)
     for k, v in t.items():
         cfg[k] = v if k in ("lr_policy", "optimizer") else float(v)
-    aug = dict(next((o for k, o in sections if k == "augment"), {}))
-    shift, flip = int(aug.get("shift", 0)), int(aug.get("flip", 0))
     for k in ("epochs", "batch", "lr", "lr_policy", "seed", "optimizer"):
         if getattr(a, k) is not None:
             cfg[k] = getattr(a, k)
+    aug = dict(next((o for k, o in sections if k == "augment"), {}))
+    return cfg, int(aug.get("shift", 0)), int(aug.get("flip", 0))
+
+
+def load_split(data, prefix, mean, std, dev):
+    x = torch.tensor(read_idx(os.path.join(data, prefix + "-images-idx3-ubyte.gz")), device=dev).float() / 255
+    y = torch.tensor(read_idx(os.path.join(data, prefix + "-labels-idx1-ubyte.gz")).astype(np.int64), device=dev)
+    return (x - mean) / std, y
+
+
+def train(variant, sections, cfg, shift, flip, data, until_accuracy):
+    """One variant's run from fresh weights; returns (epoch seconds, final test accuracy, seconds
+    from process start to until_accuracy or None)."""
     bs, epochs = int(cfg["batch"]), int(cfg["epochs"])
     torch.manual_seed(int(cfg["seed"]))
     gen = torch.Generator().manual_seed(int(cfg["seed"]))
     model = Net(sections, gen).cuda()
     dev = torch.device("cuda")
-
-    def load(prefix):
-        x = torch.tensor(read_idx(os.path.join(a.data, prefix + "-images-idx3-ubyte.gz")), device=dev).float() / 255
-        y = torch.tensor(read_idx(os.path.join(a.data, prefix + "-labels-idx1-ubyte.gz")).astype(np.int64), device=dev)
-        return (x - model.mean) / model.std, y
-
-    xtr, ytr = load("train")
-    xte, yte = load("t10k")
+    (xtr, ytr), (xte, yte) = data
     n = xtr.shape[0]
     steps_per_epoch = (n + bs - 1) // bs
     total = steps_per_epoch * epochs
@@ -254,7 +254,7 @@ def main():
         decay.append(0.0 if bias else cfg["weight_decay"])
     lr_t = torch.zeros((), device=dev)
     t_t = torch.zeros((), device=dev)  # the Adam step, on the device for a replayed graph
-    bf16 = a.variant == "graph-bf16"
+    bf16 = variant == "graph-bf16"
     opt, b1, b2, eps = cfg["optimizer"], cfg["beta1"], cfg["beta2"], cfg["eps"]
 
     def update():
@@ -315,7 +315,7 @@ def main():
         for s in range(steps_per_epoch):
             idxs = order[s * bs:(s + 1) * bs]
             lr_t.fill_(lr_at(cfg, it, total))
-            if a.variant == "eager" or idxs.shape[0] < bs:
+            if variant == "eager" or idxs.shape[0] < bs:
                 loss = step(batch(idxs), ytr[idxs])
             else:
                 sx.copy_(batch(idxs))
@@ -337,18 +337,61 @@ def main():
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
         acc = evaluate()
-        print(f"pytorch {a.variant}: epoch {ep + 1}/{epochs}  lr {lr_at(cfg, it, total):.6f}  train loss "
+        print(f"pytorch {variant}: epoch {ep + 1}/{epochs}  lr {lr_at(cfg, it, total):.6f}  train loss "
               f"{loss_sum.item() / steps_per_epoch:.4f}  test acc {acc:6.2f}%  {times[-1]:.3f} s", flush=True)
-        if a.until_accuracy is not None and reached is None and acc >= a.until_accuracy:
+        if until_accuracy is not None and reached is None and acc >= until_accuracy:
             reached = time.perf_counter() - START
             break
+    return times, acc, reached
+
+
+def median_later(times):
+    """The median epoch time of epochs 2.. (epoch 1 alone for a one-epoch run)."""
     later = sorted(times[1:] or times)
-    line = (f"pytorch {a.variant}: {later[len(later) // 2] * 1000:.1f} ms per epoch ("
-            + (f"median of epochs 2-{len(times)}" if len(times) > 1 else "epoch 1") + "), "
-            f"final test accuracy {acc:.2f}%")
-    if a.until_accuracy is not None:
-        line += f", {a.until_accuracy:g}% " + (f"at {reached:.2f} s from start" if reached else "not reached")
-    print(line)
+    mid = len(later) // 2
+    return later[mid] if len(later) % 2 else (later[mid - 1] + later[mid]) / 2
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model")
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--epochs", type=int)
+    ap.add_argument("--batch", type=int)
+    ap.add_argument("--lr", type=float)
+    ap.add_argument("--lr-policy")
+    ap.add_argument("--seed", type=int)
+    ap.add_argument("--optimizer", choices=["sgd", "adam", "adamw"])
+    ap.add_argument("--variant", default="graph",
+                    help="eager, graph or graph-bf16, or several of them separated by commas, run one after "
+                         "the other in this process")
+    ap.add_argument("--until-accuracy", type=float)
+    a = ap.parse_args()
+    variants = a.variant.split(",")
+    for v in variants:
+        if v not in VARIANTS:
+            ap.error(f"--variant: '{v}' is not one of {', '.join(VARIANTS)}")
+    if a.until_accuracy is not None and len(variants) > 1:
+        ap.error("--until-accuracy times one variant from the process start: give one --variant")
+
+    sections = parse_model(a.model)
+    cfg, shift, flip = read_recipe(sections, a)
+    mean, std = input_scaling(next(o for k, o in sections if k == "input"))
+    dev = torch.device("cuda")
+    data = (load_split(a.data, "train", mean, std, dev), load_split(a.data, "t10k", mean, std, dev))
+    torch.cuda.synchronize()
+    resident = torch.cuda.memory_allocated()  # the datasets, which blobnet's figure leaves out too
+    for variant in variants:
+        torch.cuda.reset_peak_memory_stats()
+        times, acc, reached = train(variant, sections, cfg, shift, flip, data, a.until_accuracy)
+        peak = (torch.cuda.max_memory_allocated() - resident) / 1048576
+        line = (f"pytorch {variant}: {median_later(times) * 1000:.1f} ms per epoch ("
+                + (f"median of epochs 2-{len(times)}" if len(times) > 1 else "epoch 1") + "), "
+                f"final test accuracy {acc:.2f}%, peak device memory {peak:.1f} MiB")
+        if a.until_accuracy is not None:
+            line += f", {a.until_accuracy:g}% " + (f"at {reached:.2f} s from start" if reached else "not reached")
+        print(line, flush=True)
+        torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

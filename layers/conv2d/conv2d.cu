@@ -2,22 +2,29 @@
  * convolutions (cross-correlation, FP32 results), each run either by one of blobnet's four
  * families of own kernels (conv_direct.cu, conv_igemm.cu, conv_rows.cu, conv_tensor.cu: bias and
  * its gradient fused; the tensor-core one keeps FP32 accuracy with split TF32 products; and for
- * the filter pass through a max pooling, conv_argmax.cu) or by cuDNN (the bias added with cudnnAddTensor, its gradient with
- * cudnnConvolutionBackwardBias). The layer's engine key decides; by default each pass takes
- * blobnet's kernels wherever they apply, by a fixed order of preference (cuDNN where none
- * does), and with an autotuning context whichever runner was fastest when the plan for a batch
- * size was made.
+ * the filter pass through a max pooling, conv_argmax.cu) or by cuDNN (the bias added with
+ * cudnnAddTensor, its gradient with cudnnConvolutionBackwardBias). The layer's engine key says
+ * which runners may run a pass; among them a plan for each batch size chooses (choice_mode):
  *
- * The descriptors are made on the first GPU pass. The algorithms are chosen once per batch
- * size (the last batch of an epoch is smaller) and cached: measured with cudnnFind*, or, in a
- * deterministic context, taken from cudnnGet*_v7's heuristics restricted to deterministic
- * algorithms, so that every run picks the same ones (measured timings vary between runs).
- * Without ctx->tf32 the results must match the CPU's FP32 sums: the math type is
- * CUDNN_FMA_MATH (CUDNN_DEFAULT_MATH would allow TF32 tensor cores on Ampere and Hopper), and
- * only algorithms that sum products directly are taken. The FFT and Winograd ones trade
- * precision for speed (an FFT backward-filter on LeNet's conv1 measured 1.4e-3 relative error
- * on an H200), so they are allowed with tf32 only; with tf32 the tensor-core family takes one
- * TF32 product per multiply (bn_tensor_plan_make). All layers share the context's one workspace. */
+ * - by the fixed rule, blobnet's kernels wherever they apply in a fixed order of preference
+ *   (cuDNN where none does), in a deterministic context and for the shapes the rule was
+ *   measured on (rule_measured: LeNet's), so that those pick the same kernels every run and
+ *   time nothing at start-up;
+ * - with --autotune, whichever runner was fastest when timed;
+ * - by default elsewhere, the timed choice taken from the kernel cache (gpu/kernel_cache.h),
+ *   keyed by the device, the libraries and the layer's shape; a shape the cache lacks is timed
+ *   as --autotune times it, once, and its choice is kept there for every later layer and run.
+ *
+ * cuDNN's algorithms are measured with cudnnFind*, or, in a deterministic context, taken from
+ * cudnnGet*_v7's heuristics restricted to deterministic algorithms, so that every run picks the
+ * same ones (measured timings vary between runs). Without ctx->tf32 the results must match the
+ * CPU's FP32 sums: the math type is CUDNN_FMA_MATH (CUDNN_DEFAULT_MATH would allow TF32 tensor
+ * cores on Ampere and Hopper), and only algorithms that sum products directly are taken. The FFT
+ * and Winograd ones trade precision for speed (an FFT backward-filter on LeNet's conv1 measured
+ * 1.4e-3 relative error on an H200), so they are allowed with tf32 only; with tf32 the
+ * tensor-core family takes one TF32 product per multiply (bn_tensor_plan_make). All layers share
+ * the context's one workspace. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +37,7 @@
 #include "conv_tensor.h"
 #include "core/device.h"
 #include "gpu/cuda_check.h"
+#include "gpu/kernel_cache.h"
 #include "layers.h"
 #include "pool.h"
 
@@ -425,9 +433,295 @@ static bn_status time_passes(const conv_priv *c, const conv_plan *plan, bn_ctx *
 /* The fewest filters for which the rule gives a large batch's filter pass to the tensor cores. */
 #define TENSOR_FILTER_MIN 32
 
-/* Chooses who runs each pass for the current batch size (see the engine key) and cuDNN's
- * algorithm for the passes cuDNN may run, and grows the shared workspace to what they need.
- * Runs once per batch size: cudnnFind* and the timing synchronise and allocate. */
+/* blobnet's families in the rule's order of preference, per pass (forward, data, filter). */
+static const int rule_order[3][5] = {{BY_TENSOR, BY_ROWS, BY_DIRECT, BY_IGEMM, BY_ARGMAX},
+                                     {BY_TENSOR, BY_ROWS, BY_DIRECT, BY_IGEMM, BY_ARGMAX},
+                                     {BY_ROWS, BY_IGEMM, BY_TENSOR, BY_DIRECT, BY_ARGMAX}};
+
+/* Timed runners within this fraction of the fastest count as equally fast. */
+#define TIE 0.05f
+
+/* The layer shapes at which the rule's order of preference was measured against the timed
+ * choice, in whole training steps: LeNet's two convolutions, each read by a 2x2 max pooling, at
+ * batches 64 and 256 (docs/performance.md, versions 12-21; 83 against 89 ms per epoch at batch
+ * 64, 38 against 39 at 256 on an H200). Elsewhere the rule's families were never measured
+ * against the others: VGG-style 3x3 layers of 32-64 filters ran 1.34x slower by the rule than
+ * timed, a strided and 1x1 network 1.79x (version 24). Input channels, size, window, stride,
+ * padding, filters. */
+static const struct {
+    int c, h, w, k, stride, pad, filters;
+} rule_measured[] = {{1, 28, 28, 5, 1, 0, 20}, {20, 12, 12, 5, 1, 0, 50}};
+
+static bool rule_was_measured(const conv_priv *c)
+{
+    if (!c->pool_after) return false;
+    for (size_t i = 0; i < sizeof rule_measured / sizeof rule_measured[0]; i++) {
+        const bn_conv_geom *g = &c->g;
+        if (g->c == rule_measured[i].c && g->h == rule_measured[i].h && g->w == rule_measured[i].w &&
+            g->k == rule_measured[i].k && g->stride == rule_measured[i].stride && g->pad == rule_measured[i].pad &&
+            c->filters == rule_measured[i].filters)
+            return true;
+    }
+    return false;
+}
+
+/* How the plan's runners are chosen (bn_kernel_choice); a family forced for tests keeps the
+ * rule, or timing with --autotune, and no cache. */
+static int choice_mode(const conv_priv *c, const bn_ctx *ctx)
+{
+    return bn_kernel_choice(ctx, force_family || rule_was_measured(c));
+}
+
+/* Who may run each pass (forward, data, filter) of the plan: can[i][r] for runner r, ask[i]
+ * when cuDNN is among them (its algorithm is then chosen too). By the rule, one runner each. */
+static void runners(const conv_priv *c, const conv_plan *plan, bool by_rule, int sms, bool can[3][BY_COUNT],
+                    bool ask[3])
+{
+    const bn_direct_plan *d = &plan->direct;
+    const bool needed[3] = {true, plan->with_data != 0, true};
+    const bool direct_ok[3] = {d->fwd_ok != 0, d->data_ok != 0, d->filter_ok != 0};
+    const bn_rows_plan *rw = &plan->rows;
+    const bool rows_ok[3] = {rw->fwd_ok != 0, rw->data_ok != 0, rw->filter_ok != 0};
+    const bool tensor_ok[3] = {plan->tc.fwd_ok != 0, plan->tc.data_ok != 0, plan->tc.filter_ok != 0};
+    for (int i = 0; i < 3; i++) {
+        const bool mine = needed[i] && c->engine != BN_CONV_ENGINE_CUDNN;
+        can[i][BY_DIRECT] = mine && direct_ok[i];
+        /* The implicit-GEMM forward and data kernels measured 1.7-3.5x slower than the direct
+         * ones at LeNet's sizes (docs/performance.md, version 11): they run when forced (tests)
+         * and are not timed otherwise, which keeps their first-launch and timing cost out of
+         * the start-up. */
+        can[i][BY_IGEMM] = mine && plan->ig.pass[i].ok && (i == 2 || force_family == BY_IGEMM);
+        can[i][BY_ROWS] = mine && rows_ok[i];
+        can[i][BY_TENSOR] = mine && tensor_ok[i];
+        /* The argmax filter pass reads dy only through the max pooling after the layer. */
+        can[i][BY_ARGMAX] = mine && i == 2 && plan->am.ok && c->pool_after != NULL;
+        if (force_family && can[i][force_family])
+            for (int r = BY_DIRECT; r < BY_COUNT; r++)
+                if (r != force_family) can[i][r] = false;
+        bool own = false;
+        for (int r = BY_DIRECT; r < BY_COUNT; r++) own = own || can[i][r];
+        /* blobnet's kernels settle the pass: cuDNN is not asked or timed. */
+        const bool settled =
+            own && (c->engine == BN_CONV_ENGINE_BLOBNET || (c->engine == BN_CONV_ENGINE_AUTO && by_rule));
+        ask[i] = needed[i] && !settled;
+        can[i][BY_CUDNN] = ask[i];
+        if (!by_rule || !settled) continue;
+        /* The rule takes one family by a fixed order of preference, so that every run picks the
+         * same kernels and none is timed, the faster ones at LeNet's sizes first
+         * (docs/performance.md): the tensor-core kernels for the forward and data passes, the
+         * row tiles for the filter pass (conv1's, where they beat the tensor cores most), then
+         * the row tiles, the implicit GEMM for the filter pass and the direct kernels for the
+         * others. Two exceptions for the filter pass. Through a max pooling, the argmax kernel
+         * where one block holds a thread for every filter, input channel and window row (LeNet's
+         * conv1: 11.6 us against the row tiles' 21.3 at batch 256, the epoch 44 -> 41 ms;
+         * LeNet's conv2 needs 5000 such threads, and a version with 8 filters per thread measured
+         * 2-4x slower than the tensor cores). Else a layer of at least TENSOR_FILTER_MIN filters
+         * takes the tensor cores when the batch holds at least one image per multiprocessor
+         * (LeNet's conv2 at batch 256: its row tiles, beside the data pass and conv1's filter
+         * pass, made the step 18 us longer; at batch 64 they are the faster). */
+        int keep = -1;
+        if (i == 2 && can[i][BY_ARGMAX] && plan->am.groups == 1) keep = BY_ARGMAX;
+        if (keep < 0 && i == 2 && plan->n >= sms && c->filters >= TENSOR_FILTER_MIN && can[i][BY_TENSOR])
+            keep = BY_TENSOR;
+        for (int r = 0; r < 5 && keep < 0; r++)
+            if (can[i][rule_order[i][r]]) keep = rule_order[i][r];
+        for (int r = BY_DIRECT; r < BY_COUNT; r++)
+            if (r != keep) can[i][r] = false;
+    }
+}
+
+/* Pass i's runner among can: the only one, or of those timed within TIE of the fastest the first
+ * in the rule's order, cuDNN after blobnet's families. Taking the fastest alone was not
+ * reproducible: two runs of it gave strided_fashion 205 and 228 ms per epoch
+ * (docs/performance.md, version 24). This way runs agree where runners are that close, and a tie
+ * goes to blobnet's kernels, whose gradients overlap on the side stream and which take a max
+ * pooling's passes, which the timing of a pass alone does not see. */
+static int pick_runner(int i, const bool can[BY_COUNT], const bool timed[BY_COUNT], const float ms[BY_COUNT])
+{
+    float fastest = INFINITY;
+    int only = BY_CUDNN;
+    for (int r = 0; r < BY_COUNT; r++) {
+        if (can[r]) only = r;
+        if (timed[r] && ms[r] < fastest) fastest = ms[r];
+    }
+    if (fastest == INFINITY) return only;
+    for (int k = 0; k < 5; k++)
+        if (timed[rule_order[i][k]] && ms[rule_order[i][k]] <= fastest * (1.0f + TIE)) return rule_order[i][k];
+    return BY_CUDNN;
+}
+
+/* Reserves the shared workspace (need bytes) and, when blobnet's kernels may run the filter
+ * pass, the layer's partial sums, before anything is timed or run: every runner then runs as it
+ * will in the steps. */
+static bn_status reserve(conv_priv *c, bn_ctx *ctx, const conv_plan *plan, size_t need, bool own_filter)
+{
+    BN_TRY(bn_ctx_reserve_workspace(ctx, need));
+    conv_gpu *g = c->gpu;
+    if (!own_filter || own_parts(plan) <= g->parts_bytes) return BN_OK;
+    /* cudaFree waits for the device, so no pass still uses the old buffer; a captured step graph
+     * holds its address, so the context's buffer generation moves on. */
+    bn_device_free(g->parts);
+    g->parts = NULL;
+    g->parts_bytes = 0;
+    BN_TRY(bn_device_alloc((void **)&g->parts, own_parts(plan)));
+    g->parts_bytes = own_parts(plan);
+    ctx->buffer_generation++;
+    return BN_OK;
+}
+
+/* Chooses the runners among can and ask: cuDNN's algorithms for the passes it may run (measured,
+ * or in a deterministic context by its heuristics), then, where several runners remain, the one
+ * timed fastest (pick_runner): forward and filter first, then the data pass timed beside the
+ * chosen filter pass, as the backward pass runs the two. */
+static bn_status choose_runners(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *plan, const bool can[3][BY_COUNT],
+                                const bool ask[3])
+{
+    conv_gpu *g = c->gpu;
+    BN_TENSOR_DESC(x, l->in);
+    BN_TENSOR_DESC(y, l->out);
+    size_t need = 0;
+    float ms[3][BY_COUNT] = {{0}};
+    if (ask[0]) BN_TRY(choose_fwd(l, ctx, g, x, y, plan, &need));
+    if (ask[1]) BN_TRY(choose_bwd_data(l, ctx, g, x, y, plan, &need));
+    if (ask[2]) BN_TRY(choose_bwd_filter(l, ctx, g, x, y, plan, &need));
+    bool own_filter = false, timed[3][BY_COUNT];
+    for (int i = 0; i < 3; i++) {
+        int candidates = 0;
+        for (int r = 0; r < BY_COUNT; r++) candidates += can[i][r];
+        for (int r = 0; r < BY_COUNT; r++) timed[i][r] = candidates > 1 && can[i][r];
+    }
+    for (int r = BY_DIRECT; r < BY_COUNT; r++) own_filter = own_filter || can[2][r];
+    BN_TRY(reserve(c, ctx, plan, need, own_filter));
+    static const int order[3] = {0, 2, 1};
+    for (int o = 0; o < 3; o++) {
+        const int i = order[o];
+        bool timing = false, only[3][BY_COUNT] = {{false}};
+        for (int r = 0; r < BY_COUNT; r++) {
+            only[i][r] = timed[i][r];
+            timing = timing || timed[i][r];
+        }
+        const int beside = i == 1 && plan->with_data ? plan->by[2] : -1;
+        if (timing) BN_TRY(time_passes(c, plan, ctx, x, y, only, beside, ms));
+        plan->by[i] = pick_runner(i, can[i], timed[i], ms[i]);
+    }
+    return BN_OK;
+}
+
+/* The kernel cache's key for the plan: the device's scope, then everything the candidates and
+ * their timing depend on. */
+static bn_status cache_key(const bn_layer *l, const conv_priv *c, const bn_ctx *ctx, int n, char *key, size_t cap)
+{
+    char scope[256];
+    BN_TRY(bn_kernel_cache_scope(ctx, scope, sizeof scope));
+    static const char *const engines[] = {"", " engine=cudnn", " engine=blobnet"};
+    const bn_conv_geom *g = &c->g;
+    int w = snprintf(key, cap, "%s conv2d %dx%dx%d k%d s%d p%d f%d n%d%s%s%s%s", scope, g->c, g->h, g->w, g->k,
+                     g->stride, g->pad, c->filters, n, l->in_grad ? " data" : "", c->pool_after ? " pooled" : "",
+                     ctx->tf32 ? " tf32" : "", engines[c->engine]);
+    if (w < 0 || (size_t)w >= cap)
+        return bn_error(BN_ERR_INTERNAL, "layer %s: no room for its kernel cache key", l->name);
+    return BN_OK;
+}
+
+/* Runner names in the cache's choices, by BY_*; cuDNN's carry the algorithm: "cudnn:1". */
+static const char *const cached_names[BY_COUNT] = {"cudnn", "direct", "igemm", "rows", "tensor", "argmax"};
+
+/* The plan's runners as a cache choice: "fwd=tensor data=cudnn:1 filter=rows" ("data=-" for a
+ * layer without an input gradient). */
+static void cache_choice(const conv_plan *plan, char *buf, size_t cap)
+{
+    const int algo[3] = {(int)plan->fwd, (int)plan->bwd_data, (int)plan->bwd_filter};
+    char pass[3][24];
+    for (int i = 0; i < 3; i++) {
+        if (i == 1 && !plan->with_data) snprintf(pass[i], sizeof pass[i], "-");
+        else if (plan->by[i] == BY_CUDNN) snprintf(pass[i], sizeof pass[i], "cudnn:%d", algo[i]);
+        else snprintf(pass[i], sizeof pass[i], "%s", cached_names[plan->by[i]]);
+    }
+    snprintf(buf, cap, "fwd=%s data=%s filter=%s", pass[0], pass[1], pass[2]);
+}
+
+/* One pass's runner in a cache choice: *by and, for cuDNN, *algo (below `count`); "-" gives
+ * *by = -1. 0 when the text is none of these. */
+static int read_runner(const char *text, int count, int *by, int *algo)
+{
+    *by = -1;
+    *algo = 0;
+    if (strcmp(text, "-") == 0) return 1;
+    for (int r = BY_DIRECT; r < BY_COUNT; r++)
+        if (strcmp(text, cached_names[r]) == 0) {
+            *by = r;
+            return 1;
+        }
+    int used = 0;
+    if (sscanf(text, "cudnn:%d%n", algo, &used) != 1 || text[used] || *algo < 0 || *algo >= count) return 0;
+    *by = BY_CUDNN;
+    return 1;
+}
+
+/* The cache's choice for the plan, if it has one that can run: the runners set in plan, cuDNN's
+ * algorithms with their workspace and the buffers reserved, *hit = true. A choice that some
+ * pass cannot take (another engine, an algorithm this context does not allow or cuDNN cannot
+ * run on this shape) is no hit; one that cannot be read is an error naming the cache file. */
+static bn_status from_cache(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *plan, const char *key,
+                            const bool can[3][BY_COUNT], bool *hit)
+{
+    *hit = false;
+    char choice[BN_KERNEL_CHOICE_MAX], text[3][24];
+    int found = 0, used = 0;
+    BN_TRY(bn_kernel_cache_get(key, choice, sizeof choice, &found));
+    if (!found) return BN_OK;
+    static const int counts[3] = {CUDNN_CONVOLUTION_FWD_ALGO_COUNT, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+                                  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT};
+    int by[3], algo[3];
+    bool readable = sscanf(choice, "fwd=%23s data=%23s filter=%23s%n", text[0], text[1], text[2], &used) == 3 &&
+                    !choice[used];
+    for (int i = 0; i < 3 && readable; i++) readable = read_runner(text[i], counts[i], &by[i], &algo[i]);
+    if (!readable)
+        return bn_error(BN_ERR_DATA, "kernel cache %s: cannot read the choice '%s' of layer %s; delete the file to "
+                        "time again", bn_kernel_cache_path(), choice, l->name);
+    const bool needed[3] = {true, plan->with_data != 0, true};
+    for (int i = 0; i < 3; i++) {
+        if (!needed[i]) {
+            if (by[i] != -1) return BN_OK;
+            continue;
+        }
+        if (by[i] < 0 || !can[i][by[i]]) return BN_OK;
+    }
+    const cudnnConvolutionFwdAlgo_t fwd = (cudnnConvolutionFwdAlgo_t)algo[0];
+    const cudnnConvolutionBwdDataAlgo_t data = (cudnnConvolutionBwdDataAlgo_t)algo[1];
+    const cudnnConvolutionBwdFilterAlgo_t filter = (cudnnConvolutionBwdFilterAlgo_t)algo[2];
+    if (!ctx->tf32 && ((by[0] == BY_CUDNN && !sums_products(fwd)) || (by[1] == BY_CUDNN && !sums_products(data)) ||
+                       (by[2] == BY_CUDNN && !sums_products(filter))))
+        return BN_OK;
+    conv_gpu *g = c->gpu;
+    cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
+    BN_TENSOR_DESC(x, l->in);
+    BN_TENSOR_DESC(y, l->out);
+    size_t bytes[3] = {0, 0, 0}, need = 0;
+    cudnnStatus_t s[3] = {CUDNN_STATUS_SUCCESS, CUDNN_STATUS_SUCCESS, CUDNN_STATUS_SUCCESS};
+    if (by[0] == BY_CUDNN)
+        s[0] = cudnnGetConvolutionForwardWorkspaceSize(h, x, g->w_desc, g->conv_desc, y, fwd, &bytes[0]);
+    if (by[1] == BY_CUDNN)
+        s[1] = cudnnGetConvolutionBackwardDataWorkspaceSize(h, g->w_desc, y, g->conv_desc, x, data, &bytes[1]);
+    if (by[2] == BY_CUDNN)
+        s[2] = cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x, y, g->conv_desc, g->w_desc, filter, &bytes[2]);
+    for (int i = 0; i < 3; i++) {
+        if (s[i] != CUDNN_STATUS_SUCCESS || bytes[i] > WORKSPACE_LIMIT) return BN_OK;
+        if (bytes[i] > need) need = bytes[i];
+    }
+    plan->fwd = fwd;
+    plan->bwd_data = data;
+    plan->bwd_filter = filter;
+    plan->bwd_data_workspace = bytes[1];
+    for (int i = 0; i < 3; i++) plan->by[i] = needed[i] ? by[i] : BY_CUDNN;
+    BN_TRY(reserve(c, ctx, plan, need, by[2] != BY_CUDNN));
+    *hit = true;
+    return BN_OK;
+}
+
+/* Chooses who runs each pass for the current batch size (see the engine key and choice_mode)
+ * and cuDNN's algorithm for the passes cuDNN runs, and grows the shared workspace to what they
+ * need. Runs once per batch size: cudnnFind* and the timing synchronise and allocate. */
 static bn_status make_plan(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *plan)
 {
     conv_gpu *g = c->gpu;
@@ -447,104 +741,22 @@ static bn_status make_plan(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *pl
     bn_rows_plan_make(&plan->rows, &c->g, c->filters, n, sms);
     bn_tensor_plan_make(&plan->tc, &c->g, c->filters, n, sms, ctx->tf32);
     bn_argmax_plan_make(&plan->am, &c->g, c->filters, n, sms);
-    const bn_direct_plan *d = &plan->direct;
-    /* Who can run each pass (forward, data, filter). */
-    const bool needed[3] = {true, plan->with_data != 0, true};
-    const bool direct_ok[3] = {d->fwd_ok != 0, d->data_ok != 0, d->filter_ok != 0};
-    const bn_rows_plan *rw = &plan->rows;
-    const bool rows_ok[3] = {rw->fwd_ok != 0, rw->data_ok != 0, rw->filter_ok != 0};
-    const bool tensor_ok[3] = {plan->tc.fwd_ok != 0, plan->tc.data_ok != 0, plan->tc.filter_ok != 0};
-    bool can[3][BY_COUNT], timed[3][BY_COUNT], ask[3];
-    for (int i = 0; i < 3; i++) {
-        const bool mine = needed[i] && c->engine != BN_CONV_ENGINE_CUDNN;
-        can[i][BY_CUDNN] = needed[i];
-        can[i][BY_DIRECT] = mine && direct_ok[i];
-        /* The implicit-GEMM forward and data kernels measured 1.7-3.5x slower than the direct
-         * ones at LeNet's sizes (docs/performance.md, version 11): they run when forced (tests)
-         * and are not timed otherwise, which keeps their first-launch and timing cost out of
-         * the start-up. */
-        can[i][BY_IGEMM] = mine && plan->ig.pass[i].ok && (i == 2 || force_family == BY_IGEMM);
-        can[i][BY_ROWS] = mine && rows_ok[i];
-        can[i][BY_TENSOR] = mine && tensor_ok[i];
-        /* The argmax filter pass reads dy only through the max pooling after the layer. */
-        can[i][BY_ARGMAX] = mine && i == 2 && plan->am.ok && c->pool_after != NULL;
-        if (force_family && can[i][force_family])
-            for (int r = BY_DIRECT; r < BY_COUNT; r++)
-                if (r != force_family) can[i][r] = false;
-        bool own = false;
-        for (int r = BY_DIRECT; r < BY_COUNT; r++) own = own || can[i][r];
-        /* blobnet's kernels settle the pass: cuDNN is not asked or timed. */
-        const bool settled = own && (c->engine == BN_CONV_ENGINE_BLOBNET ||
-                                     (c->engine == BN_CONV_ENGINE_AUTO && bn_ctx_by_rule(ctx)));
-        ask[i] = needed[i] && !settled;
-        can[i][BY_CUDNN] = ask[i];
-        /* The rule (bn_ctx_by_rule: by default, and always in a deterministic context) takes one
-         * family by a fixed order of preference, so that every run picks the same kernels and
-         * none is timed, the faster ones at LeNet's sizes first (docs/performance.md):
-         * the tensor-core kernels for the forward and data passes, the row tiles for the filter
-         * pass (conv1's, where they beat the tensor cores most), then the row tiles, the
-         * implicit GEMM for the filter pass and the direct kernels for the others. Two
-         * exceptions for the filter pass. Through a max pooling, the argmax kernel where one
-         * block holds a thread for every filter, input channel and window row (LeNet's conv1:
-         * 11.6 us against the row tiles' 21.3 at batch 256, the epoch 44 -> 41 ms; LeNet's
-         * conv2 needs 5000 such threads, and a version with 8 filters per thread measured 2-4x
-         * slower than the tensor cores). Else a layer of at least TENSOR_FILTER_MIN filters takes the tensor cores
-         * when the batch holds at least one image per multiprocessor (LeNet's conv2 at batch
-         * 256: its row tiles, beside the data pass and conv1's filter pass, made the step 18 us
-         * longer; at batch 64 they are the faster). With ctx->autotune the candidates are
-         * timed instead. */
-        if (bn_ctx_by_rule(ctx) && settled) {
-            static const int prefer[3][5] = {{BY_TENSOR, BY_ROWS, BY_DIRECT, BY_IGEMM, BY_ARGMAX},
-                                             {BY_TENSOR, BY_ROWS, BY_DIRECT, BY_IGEMM, BY_ARGMAX},
-                                             {BY_ROWS, BY_IGEMM, BY_TENSOR, BY_DIRECT, BY_ARGMAX}};
-            int keep = -1;
-            if (i == 2 && can[i][BY_ARGMAX] && plan->am.groups == 1) keep = BY_ARGMAX;
-            if (keep < 0 && i == 2 && n >= sms && c->filters >= TENSOR_FILTER_MIN && can[i][BY_TENSOR]) keep = BY_TENSOR;
-            for (int r = 0; r < 5 && keep < 0; r++)
-                if (can[i][prefer[i][r]]) keep = prefer[i][r];
-            for (int r = BY_DIRECT; r < BY_COUNT; r++)
-                if (r != keep) can[i][r] = false;
-        }
-        int candidates = 0;
-        for (int r = 0; r < BY_COUNT; r++) candidates += can[i][r];
-        for (int r = 0; r < BY_COUNT; r++) timed[i][r] = candidates > 1 && can[i][r];
+    const int mode = choice_mode(c, ctx);
+    bool can[3][BY_COUNT], ask[3];
+    runners(c, plan, mode == BN_CHOOSE_RULE, sms, can, ask);
+    /* Timed choices are kept in the kernel cache, except those of a forced family. */
+    char key[BN_KERNEL_KEY_MAX] = "";
+    if (mode != BN_CHOOSE_RULE && !force_family) BN_TRY(cache_key(l, c, ctx, n, key, sizeof key));
+    if (mode == BN_CHOOSE_CACHED) {
+        bool hit = false;
+        BN_TRY(from_cache(l, c, ctx, plan, key, can, &hit));
+        if (hit) return BN_OK;
     }
-    size_t need = 0;
-    float ms[3][BY_COUNT] = {{0}};
-    if (ask[0]) BN_TRY(choose_fwd(l, ctx, g, x, y, plan, &need));
-    if (ask[1]) BN_TRY(choose_bwd_data(l, ctx, g, x, y, plan, &need));
-    if (ask[2]) BN_TRY(choose_bwd_filter(l, ctx, g, x, y, plan, &need));
-    /* Reserved before timing: every runner then runs as it will in the steps. */
-    BN_TRY(bn_ctx_reserve_workspace(ctx, need));
-    if ((can[2][BY_DIRECT] || can[2][BY_IGEMM] || can[2][BY_ROWS] || can[2][BY_TENSOR] || can[2][BY_ARGMAX]) &&
-        own_parts(plan) > g->parts_bytes) {
-        /* cudaFree waits for the device, so no pass still uses the old buffer; a captured step
-         * graph holds its address, so the context's buffer generation moves on. */
-        bn_device_free(g->parts);
-        g->parts = NULL;
-        g->parts_bytes = 0;
-        BN_TRY(bn_device_alloc((void **)&g->parts, own_parts(plan)));
-        g->parts_bytes = own_parts(plan);
-        ctx->buffer_generation++;
-    }
-    /* Forward and filter first; then the data pass, timed beside the chosen filter pass as the
-     * backward pass will run the two. */
-    static const int order[3] = {0, 2, 1};
-    for (int o = 0; o < 3; o++) {
-        const int i = order[o];
-        bool timing = false, only[3][BY_COUNT] = {{false}};
-        for (int r = 0; r < BY_COUNT; r++) {
-            only[i][r] = timed[i][r];
-            timing = timing || timed[i][r];
-        }
-        const int beside = i == 1 && needed[2] ? plan->by[2] : -1;
-        if (timing) BN_TRY(time_passes(c, plan, ctx, x, y, only, beside, ms));
-        int best = -1;
-        for (int r = BY_COUNT - 1; r >= 0; r--)
-            if (can[i][r] && (best < 0 || !timed[i][r] || ms[i][r] < ms[i][best])) best = r;
-        plan->by[i] = best < 0 ? BY_CUDNN : best;
-    }
-    return BN_OK;
+    BN_TRY(choose_runners(l, c, ctx, plan, can, ask));
+    if (!key[0]) return BN_OK;
+    char choice[BN_KERNEL_CHOICE_MAX];
+    cache_choice(plan, choice, sizeof choice);
+    return bn_kernel_cache_put(key, choice);
 }
 
 /* The GPU state and the plan for the current batch size, made on first use. */

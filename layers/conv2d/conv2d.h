@@ -15,10 +15,10 @@ extern "C" {
 /* cuDNN descriptors and the algorithms chosen per batch size; defined in conv2d.cu. */
 typedef struct conv_gpu conv_gpu;
 
-/* Which kernels run a GPU pass: auto (blobnet's wherever they apply, by a fixed order of
- * preference, cuDNN elsewhere; with an autotuning context the fastest of cuDNN's and blobnet's
- * as measured once per batch size), cuDNN's only, or blobnet's own (conv_direct.h,
- * conv_igemm.h, conv_rows.h, conv_tensor.h) wherever they apply. The CPU path ignores it. */
+/* Which kernels may run a GPU pass: auto (cuDNN's and blobnet's), cuDNN's only, or blobnet's own
+ * (conv_direct.h, conv_igemm.h, conv_rows.h, conv_tensor.h, conv_argmax.h) wherever they apply;
+ * conv2d.cu says how one of them is chosen per batch size (the fixed rule, timing, or the kernel
+ * cache). The CPU path ignores it. */
 enum { BN_CONV_ENGINE_AUTO, BN_CONV_ENGINE_CUDNN, BN_CONV_ENGINE_BLOBNET };
 
 typedef struct conv_priv {

@@ -12,14 +12,16 @@
  * unit, broadcast over the n columns (examples). The bias gradient is a column sum done by a
  * kernel in a fixed order, so it is deterministic, and it accumulates like dW.
  *
- * Each GEMM's algorithm is chosen once per (batch size, pointer alignment, TF32, rule or timing)
- * and kept in a plan, like conv2d.cu's: by the fixed rule (bn_ctx_by_rule: the default, and
- * always in a deterministic context) blobnet's kernels are taken, so that every run makes the
- * same choice; with ctx->autotune the cuBLASLt heuristic results (up to eight) and own_gemm are
- * timed on the context stream and the fastest kept. Plans are made on the first pass for a batch
- * size, which the trainer runs eagerly; once made, a pass only enqueues work (no allocation,
- * synchronisation or timing), so it can be captured in a CUDA graph. A plan asked for while
- * the stream is being captured takes the first heuristic result without timing.
+ * Each GEMM's algorithm is chosen once per (batch size, pointer alignment, TF32, how it is chosen)
+ * and kept in a plan, like conv2d.cu's (choice_mode, bn_kernel_choice): by the fixed rule
+ * blobnet's kernels are taken, so that every run makes the same choice, in a deterministic context
+ * and for the shapes the rule was measured on (rule_measured: LeNet's); with ctx->autotune the
+ * cuBLASLt heuristic results (up to eight) and own_gemm are timed on the context stream and the
+ * fastest kept (within_tie); by default elsewhere the choice is the kernel cache's (gpu/kernel_cache.h), timed
+ * as --autotune times it where the cache has none and kept there. Plans are made on the first pass
+ * for a batch size, which the trainer runs eagerly; once made, a pass only enqueues work (no
+ * allocation, synchronisation or timing), so it can be captured in a CUDA graph. A plan asked for
+ * while the stream is being captured takes the first heuristic result without timing.
  *
  * A plan may grow the context's shared workspace up to WORKSPACE_LIMIT, whatever the batch size:
  * a graph captured before the workspace was replaced is captured again (graph.h). Only a plan
@@ -52,6 +54,7 @@
 #include "dense_kernels.h"
 #include "dense_skinny.h"
 #include "gpu/cuda_check.h"
+#include "gpu/kernel_cache.h"
 #include "softmax_ce.h"
 
 enum { WEIGHT, BIAS };
@@ -74,7 +77,7 @@ enum { OPND_A, OPND_B, OPND_D, OPND_BIAS, OPNDS };
 typedef struct dense_plan {
     int kind;                       /* GEMM_FWD, GEMM_DW or GEMM_DX */
     int n;                          /* batch size */
-    int tf32, by_rule;              /* the context's TF32 flag and bn_ctx_by_rule when made */
+    int tf32, mode;                 /* the context's TF32 flag and bn_kernel_choice when made */
     unsigned align[OPNDS];          /* pointer alignment (bytes) it was chosen for */
     int use_lt;                     /* 0: cuBLASLt offered nothing, use cublasSgemm */
     cublasLtMatmulDesc_t op;
@@ -291,7 +294,8 @@ typedef struct candidates {
     const own_plan *own;
     int owns;
     int skinny;
-    int k;      /* the layer's inputs (the few-outputs kernels take the shape) */
+    int k;        /* the layer's inputs (the few-outputs kernels take the shape) */
+    int rule_own; /* the own_gemm configuration the rule takes for the product */
 } candidates;
 
 /* One launch of candidate i with its output in d (and the bias gradient in db for DW: a
@@ -343,6 +347,32 @@ static bn_status time_candidates(const dense_gpu *g, const dense_plan *p, const 
     return BN_OK;
 }
 
+/* Timed candidates within this fraction of the fastest count as equally fast. */
+#define TIE 0.05f
+
+/* Of the candidates that ran, those within TIE of the fastest taken in the rule's order: the
+ * few-outputs kernels, own_gemm in the rule's configuration, in the others, then cuBLASLt's
+ * results in the heuristics' order; -1 when none ran. As in conv2d.cu, so that runs of the timing
+ * agree where candidates are that close, and a tie goes to blobnet's kernels, whose two
+ * gradients overlap on the side stream and which take a fused ReLU, which the timing of one
+ * product alone does not see. */
+static int within_tie(const candidates *c, const float *ms)
+{
+    float fastest = INFINITY;
+    for (int i = 0; i < c->lt + c->owns + c->skinny; i++)
+        if (ms[i] < fastest) fastest = ms[i];
+    if (fastest == INFINITY) return -1;
+    int order[HEURISTIC_RESULTS + OWN_CONFIGS + 1], count = 0;
+    if (c->skinny) order[count++] = c->lt + c->owns;
+    order[count++] = c->lt + c->rule_own;
+    for (int o = 0; o < c->owns; o++)
+        if (o != c->rule_own) order[count++] = c->lt + o;
+    for (int i = 0; i < c->lt; i++) order[count++] = i;
+    for (int k = 0; k < count; k++)
+        if (ms[order[k]] <= fastest * (1.0f + TIE)) return order[k];
+    return -1;
+}
+
 /* Times the candidates (scratch and events made and freed here) and returns the fastest in
  * *best, or -1 when none ran. */
 static bn_status fastest(const dense_gpu *g, const dense_plan *p, const bn_ctx *ctx, const gemm_args *ga,
@@ -364,8 +394,7 @@ static bn_status fastest(const dense_gpu *g, const dense_plan *p, const bn_ctx *
     bn_event_destroy(stop);
     bn_device_free(scratch); /* after the last timed launch: cudaFree waits for the device */
     BN_TRY(st);
-    for (int i = 0; i < c->lt + c->owns + c->skinny; i++)
-        if (ms[i] < INFINITY && (*best < 0 || ms[i] < ms[*best])) *best = i;
+    *best = within_tie(c, ms);
     return BN_OK;
 }
 
@@ -384,31 +413,126 @@ static bn_status take_lt(dense_plan *p, bn_ctx *ctx, const cublasLtMatmulHeurist
     return BN_OK;
 }
 
+/* The layer shapes (inputs, outputs) at which the rule was measured against the timed choice,
+ * in whole training steps: LeNet's ip1 and ip2 at batches 64 and 256 (docs/performance.md,
+ * versions 14-24: by timing, cuBLASLt products for ip1 kept its two gradients from overlapping
+ * on the side stream, which only blobnet's kernels do, and LeNet's epoch was the slower). */
+static const struct {
+    int inputs, outputs;
+} rule_measured[] = {{800, 500}, {500, 10}};
+
+/* How the products of a layer of k inputs and m outputs are chosen (bn_kernel_choice). */
+static int choice_mode(const bn_ctx *ctx, int k, int m)
+{
+    int measured = 0;
+    for (size_t i = 0; i < sizeof rule_measured / sizeof rule_measured[0]; i++)
+        measured = measured || (rule_measured[i].inputs == k && rule_measured[i].outputs == m);
+    return bn_kernel_choice(ctx, measured);
+}
+
+/* The own_gemm configuration the rule takes for product `kind` (batch n, k inputs, m outputs). */
+static int own_rule(const dense_gpu *g, int kind, int n, int k, int m)
+{
+    return bn_dense_own_rule(kind, n, k, m, g->sms, g->tensor_ok);
+}
+
+/* own_gemm in configuration cfg for the plan's product, as the timing tries it. */
+static own_plan own_candidate(const dense_gpu *g, const dense_plan *p, int k, int m, int cfg)
+{
+    own_plan o = bn_dense_own_layout(p->kind, p->n, k, m, cfg, g->sms, 0, 0);
+    o.one_product = p->tf32;
+    return o;
+}
+
+/* The kernel cache's key for the plan: the device's scope, the product and its operands'
+ * alignments, which the heuristic results depend on. */
+static bn_status cache_key(const bn_ctx *ctx, const dense_plan *p, int k, int m, char *key, size_t cap)
+{
+    char scope[256];
+    BN_TRY(bn_kernel_cache_scope(ctx, scope, sizeof scope));
+    static const char *const kinds[] = {"fwd", "dw", "dx"};
+    int w = snprintf(key, cap, "%s dense %s n%d k%d m%d align%u,%u,%u,%u%s", scope, kinds[p->kind], p->n, k, m,
+                     p->align[OPND_A], p->align[OPND_B], p->align[OPND_D], p->align[OPND_BIAS], p->tf32 ? " tf32" : "");
+    if (w < 0 || (size_t)w >= cap) return bn_error(BN_ERR_INTERNAL, "dense: no room for a kernel cache key");
+    return BN_OK;
+}
+
+/* The cache's choice for the plan, if it has one that can run (*hit): "skinny" (the few-outputs
+ * kernels), "own C" (own_gemm in configuration C), "lt I" (the I-th of the `got` heuristic
+ * results r) or "sgemm" (no heuristic result). One that cannot be read is an error naming the
+ * cache file. */
+static bn_status from_cache(const dense_gpu *g, dense_plan *p, bn_ctx *ctx, const char *key, int k, int m,
+                            bool skinny, const cublasLtMatmulHeuristicResult_t *r, int got, bool *hit)
+{
+    *hit = false;
+    char choice[BN_KERNEL_CHOICE_MAX];
+    int found = 0, index = -1, used = 0;
+    BN_TRY(bn_kernel_cache_get(key, choice, sizeof choice, &found));
+    if (!found) return BN_OK;
+    const int count = got < TIMED_RESULTS ? got : TIMED_RESULTS, owns = g->tensor_ok ? OWN_CONFIGS : OWN_TC64;
+    if (strcmp(choice, "skinny") == 0) {
+        p->skinny = *hit = skinny;
+        return BN_OK;
+    }
+    if (strcmp(choice, "sgemm") == 0) {
+        *hit = got == 0;
+        return *hit ? take_lt(p, ctx, r, 0, 0) : BN_OK;
+    }
+    if (sscanf(choice, "own %d%n", &index, &used) == 1 && !choice[used]) {
+        if (index < 0 || index >= owns) return BN_OK;
+        p->ow = own_candidate(g, p, k, m, index);
+        BN_TRY(bn_dense_own_alloc(&p->ow));
+        p->own = *hit = true;
+        return BN_OK;
+    }
+    if (sscanf(choice, "lt %d%n", &index, &used) == 1 && !choice[used]) {
+        *hit = index >= 0 && index < count;
+        return *hit ? take_lt(p, ctx, r, got, index) : BN_OK;
+    }
+    return bn_error(BN_ERR_DATA, "kernel cache %s: cannot read the choice '%s' of a dense product; delete the file to "
+                    "time again", bn_kernel_cache_path(), choice);
+}
+
+/* Keeps the timed choice (candidate `pick` of `count` cuBLASLt results, `owns` own_gemm
+ * configurations and the few-outputs kernels; -1 when none ran) under key, as from_cache reads
+ * it. */
+static bn_status remember(const char *key, int pick, int count, int owns, int got)
+{
+    char choice[32];
+    if (pick == count + owns) snprintf(choice, sizeof choice, "skinny");
+    else if (pick >= count) snprintf(choice, sizeof choice, "own %d", pick - count);
+    else if (pick >= 0) snprintf(choice, sizeof choice, "lt %d", pick);
+    else if (got == 0) snprintf(choice, sizeof choice, "sgemm");
+    else return BN_OK;
+    return bn_kernel_cache_put(key, choice);
+}
+
 /* Chooses how a described plan runs (n = p->n, inputs k, outputs m):
- * - forced (bn_dense_gpu_force_own) or by the rule (bn_ctx_by_rule): the few-outputs kernels
- *   where they fit (by the rule, or forced to OWN_SKINNY), else own_gemm, its configuration and
- *   inner ranges by a fixed rule (bn_dense_own_rule, bn_dense_own_layout) from the shape and the
- *   SM count, never by timing; a plan made during capture takes one inner range (it cannot
+ * - forced (bn_dense_gpu_force_own) or by the rule (p->mode): the few-outputs kernels where they
+ *   fit (by the rule, or forced to OWN_SKINNY), else own_gemm, its configuration and inner
+ *   ranges by a fixed rule (bn_dense_own_rule, bn_dense_own_layout) from the shape and the SM
+ *   count, never by timing; a plan made during capture takes one inner range (it cannot
  *   allocate);
- * - otherwise, with `measure`: the fastest of the first TIMED_RESULTS cuBLASLt heuristic
- *   results (which fit `limit` bytes of workspace), own_gemm in each configuration and the
- *   few-outputs kernels where they fit;
- * - otherwise (capture): the first usable heuristic result.
+ * - during capture (not `measure`): the first usable heuristic result;
+ * - from the kernel cache, when the plan's mode takes it and the cache has a choice;
+ * - otherwise the fastest of the first TIMED_RESULTS cuBLASLt heuristic results (which fit
+ *   `limit` bytes of workspace), own_gemm in each configuration and the few-outputs kernels
+ *   where they fit, kept in the cache.
  * Reserves the workspace the chosen cuBLASLt algorithm needs. */
 static bn_status choose(const dense_gpu *g, dense_plan *p, bn_ctx *ctx, const gemm_args *ga, int k, int m,
                         size_t out_bytes, size_t limit, int measure, int capturing)
 {
     int n = p->n;
-    const bool skinny = bn_dense_skinny_fits(p->kind, n, k, m);
+    const bool skinny = bn_dense_skinny_fits(p->kind, n, k, m), by_rule = p->mode == BN_CHOOSE_RULE;
     /* The few-outputs kernels when forced, and by the rule wherever they fit. */
-    if (skinny && (p->forced_cfg == OWN_SKINNY || (p->forced_cfg < 0 && bn_ctx_by_rule(ctx)))) {
+    if (skinny && (p->forced_cfg == OWN_SKINNY || (p->forced_cfg < 0 && by_rule))) {
         p->skinny = 1;
         return BN_OK;
     }
-    if (p->forced_cfg >= 0 || bn_ctx_by_rule(ctx)) {
+    if (p->forced_cfg >= 0 || by_rule) {
         int cfg = p->forced_cfg == OWN_SKINNY ? OWN_FMA32
                   : p->forced_cfg >= 0       ? p->forced_cfg
-                                             : bn_dense_own_rule(p->kind, n, k, m, g->sms, g->tensor_ok);
+                                             : own_rule(g, p->kind, n, k, m);
         if ((cfg == OWN_TC64 || cfg == OWN_TC32) && !g->tensor_ok) cfg = cfg == OWN_TC64 ? OWN_FMA64 : OWN_FMA32;
         p->ow = bn_dense_own_layout(p->kind, n, k, m, cfg, g->sms, p->forced_cfg >= 0 ? p->forced_splits : 0,
                                     capturing);
@@ -421,6 +545,13 @@ static bn_status choose(const dense_gpu *g, dense_plan *p, bn_ctx *ctx, const ge
     int got = 0;
     BN_TRY(heuristics(g, p, limit, r, &got));
     if (!measure) return take_lt(p, ctx, r, got, 0);
+    char key[BN_KERNEL_KEY_MAX];
+    BN_TRY(cache_key(ctx, p, k, m, key, sizeof key));
+    if (p->mode == BN_CHOOSE_CACHED) {
+        bool hit = false;
+        BN_TRY(from_cache(g, p, ctx, key, k, m, skinny, r, got, &hit));
+        if (hit) return BN_OK;
+    }
     int count = got < TIMED_RESULTS ? got : TIMED_RESULTS;
     size_t need = 0;
     for (int i = 0; i < count; i++)
@@ -430,16 +561,16 @@ static bn_status choose(const dense_gpu *g, dense_plan *p, bn_ctx *ctx, const ge
     bn_status st = BN_OK;
     const int owns = g->tensor_ok ? OWN_CONFIGS : OWN_TC64;
     for (int c = 0; c < owns && st == BN_OK; c++) {
-        own[c] = bn_dense_own_layout(p->kind, n, k, m, c, g->sms, 0, 0);
-        own[c].one_product = p->tf32;
+        own[c] = own_candidate(g, p, k, m, c);
         st = bn_dense_own_alloc(&own[c]);
     }
-    candidates cand = {r, count, own, owns, skinny ? 1 : 0, k};
+    candidates cand = {r, count, own, owns, skinny ? 1 : 0, k, own_rule(g, p->kind, n, k, m)};
     int pick = -1;
     if (st == BN_OK) st = fastest(g, p, ctx, ga, out_bytes, n, m, &cand, &pick);
     for (int c = 0; c < owns; c++)
         if (st != BN_OK || pick != count + c) bn_dense_own_free(&own[c]);
     BN_TRY(st);
+    BN_TRY(remember(key, pick, count, owns, got));
     if (pick == count + owns) {
         p->skinny = 1;
         return BN_OK;
@@ -453,12 +584,12 @@ static bn_status choose(const dense_gpu *g, dense_plan *p, bn_ctx *ctx, const ge
     return take_lt(p, ctx, r, got, pick < 0 ? 0 : pick);
 }
 
-/* Whether plan p serves the product now: forced_cfg and forced_splits are bn_dense_own_forced's. */
-static bool plan_fits(const dense_plan *p, int kind, int n, const bn_ctx *ctx, const unsigned *align, int forced_cfg,
-                      int forced_splits)
+/* Whether plan p serves the product now: forced_cfg and forced_splits are bn_dense_own_forced's,
+ * mode the layer's choice_mode. */
+static bool plan_fits(const dense_plan *p, int kind, int n, const bn_ctx *ctx, int mode, const unsigned *align,
+                      int forced_cfg, int forced_splits)
 {
-    if (p->kind != kind || p->n != n || p->tf32 != (ctx->tf32 != 0) || p->by_rule != (bn_ctx_by_rule(ctx) != 0))
-        return false;
+    if (p->kind != kind || p->n != n || p->tf32 != (ctx->tf32 != 0) || p->mode != mode) return false;
     if (p->forced_cfg != forced_cfg || p->forced_splits != forced_splits) return false;
     for (int i = 0; i < OPNDS; i++)
         if (align[i] < p->align[i]) return false;
@@ -523,8 +654,9 @@ static bn_status prepare(bn_layer *l, bn_ctx *ctx, int kind, const gemm_args *ga
     unsigned align[OPNDS] = {align_of(ga->a), align_of(ga->b), align_of(ga->d), align_of(ga->bias)};
     int forced_cfg = -1, forced_splits = 0;
     bn_dense_own_forced(&forced_cfg, &forced_splits);
+    const int mode = choice_mode(ctx, dp->inputs, dp->outputs);
     for (int i = 0; i < g->num_plans; i++)
-        if (plan_fits(g->plans[i], kind, n, ctx, align, forced_cfg, forced_splits)) {
+        if (plan_fits(g->plans[i], kind, n, ctx, mode, align, forced_cfg, forced_splits)) {
             *plan = g->plans[i];
             return BN_OK;
         }
@@ -533,7 +665,7 @@ static bn_status prepare(bn_layer *l, bn_ctx *ctx, int kind, const gemm_args *ga
     p->kind = kind;
     p->n = n;
     p->tf32 = ctx->tf32 != 0;
-    p->by_rule = bn_ctx_by_rule(ctx) != 0;
+    p->mode = mode;
     p->forced_cfg = forced_cfg;
     p->forced_splits = forced_splits;
     for (int i = 0; i < OPNDS; i++) p->align[i] = align[i];
@@ -735,4 +867,23 @@ extern "C" int bn_dense_fuse_next(bn_layer *l, bn_layer *next)
     d->loss_after = next;
     d->dx_written = 0;
     return BN_FUSED_FORWARD;
+}
+
+extern "C" void bn_dense_gpu_describe(const bn_layer *l, char *buf, size_t cap)
+{
+    static const char *const products[] = {"fwd", "dW", "dX"};
+    static const char *const owns[OWN_CONFIGS] = {"blobnet fma64", "blobnet fma32", "blobnet tc64", "blobnet tc32"};
+    const dense_gpu *g = ((const dense_priv *)l->priv)->gpu;
+    size_t len = 0;
+    if (cap) buf[0] = '\0';
+    for (int i = 0; g && i < g->num_plans && len < cap; i++) {
+        const dense_plan *p = g->plans[i];
+        const char *runner = p->skinny ? "blobnet skinny"
+                             : p->own  ? owns[p->ow.cfg]
+                             : p->use_lt ? "cublasLt"
+                                         : "cublas sgemm";
+        int w = snprintf(buf + len, cap - len, "%sn=%d %s: %s", i ? "; " : "", p->n, products[p->kind], runner);
+        if (w < 0) break;
+        len += (size_t)w;
+    }
 }

@@ -45,6 +45,11 @@ int bn_dense_fuse_next(bn_layer *l, bn_layer *next);
  * normal choice. Plans made under another setting are not reused. */
 void bn_dense_gpu_force_own(int config, int splits);
 
+/* Writes who runs each product planned so far, one "n=<batch> <product>: <runner>" entry per
+ * plan ("fwd", "dW", "dX"; runners "blobnet fma64", "fma32", "tc64", "tc32" for own_gemm's
+ * configurations, "blobnet skinny", "cublasLt", "cublas sgemm"), into buf (for logs and tests). */
+void bn_dense_gpu_describe(const bn_layer *l, char *buf, size_t cap);
+
 /* Frees the GPU state (handle, descriptors, chosen algorithms) and sets d->gpu to NULL. */
 void bn_dense_gpu_release(dense_priv *d);
 

@@ -1,0 +1,80 @@
+/* kernel_cache.h - the kernel choices timed on this machine, kept between runs, so that a layer
+ * shape is timed once per device and library versions rather than at every start.
+ *
+ * A choice is a line of text under a key; the layers that time their kernels (conv2d.cu,
+ * dense.cu) build both. A key begins with the scope (bn_kernel_cache_scope): the device, its
+ * compute capability and multiprocessors, the CUDA version of its driver, the CUDA runtime, cuDNN
+ * and cuBLASLt versions and BN_KERNEL_CACHE_VERSION, so a new driver stack, another GPU or a
+ * change to blobnet's kernels finds no old entry and times afresh. Choices live in the process (the first layer of a shape times it, every later one takes
+ * its choice) and in a file of lines `KEY<TAB>CHOICE`, read at the first lookup and rewritten
+ * whole (through a temporary file renamed over it) at every new choice:
+ *
+ *   $BLOBNET_KERNEL_CACHE                       when set; "off" keeps choices in the process only
+ *   $XDG_CACHE_HOME/blobnet/kernels.txt         else, when XDG_CACHE_HOME is set
+ *   $HOME/.cache/blobnet/kernels.txt            else
+ *
+ * Deleting the file makes every shape be timed again. Two processes that time at once may each
+ * rewrite the file; the later one's entries win and the other's shapes are timed again later. */
+#ifndef BN_KERNEL_CACHE_H
+#define BN_KERNEL_CACHE_H
+
+#include <stddef.h>
+
+#include "core/device.h"
+#include "core/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* How a layer chooses the kernels of a plan: by its fixed rule, by timing every candidate, or as
+ * the kernel cache says, timing only what the cache lacks. */
+enum { BN_CHOOSE_RULE, BN_CHOOSE_TIMED, BN_CHOOSE_CACHED };
+
+/* The choice for a plan in ctx: the rule in a deterministic context (whose runs must pick the
+ * same kernels) and where the layer says its rule was measured (rule_measured: the shape is one
+ * the rule's preferences were measured on against the timed choice), timing with --autotune, the
+ * cache otherwise. */
+static inline int bn_kernel_choice(const bn_ctx *ctx, int rule_measured)
+{
+    if (ctx->deterministic) return BN_CHOOSE_RULE;
+    if (ctx->autotune) return BN_CHOOSE_TIMED;
+    return rule_measured ? BN_CHOOSE_RULE : BN_CHOOSE_CACHED;
+}
+
+/* Part of every key: raise it whenever a kernel family, a candidate set or the timing changes,
+ * so that choices made by an older build are not taken. */
+#define BN_KERNEL_CACHE_VERSION 1
+
+/* The longest key and choice, with their terminating zeros. */
+#define BN_KERNEL_KEY_MAX 384
+#define BN_KERNEL_CHOICE_MAX 128
+
+/* The file the choices are kept in (owned by the library), or NULL when they are kept in the
+ * process only. */
+const char *bn_kernel_cache_path(void);
+
+/* Looks key up: *found is 1 and the choice is copied into choice (cap bytes) when there is one,
+ * else 0. Reads the file at the first lookup: a line that is not KEY<TAB>CHOICE, a key or choice
+ * too long, or a file that cannot be read is an error naming the file (and line). */
+bn_status bn_kernel_cache_get(const char *key, char *choice, size_t cap, int *found);
+
+/* Records choice under key for the process and rewrites the file with it. A file that cannot be
+ * written is reported once on stderr, as a warning: the run goes on with its choices in the
+ * process. Returns an error only for a key or choice that cannot be kept (too long, a tab or a
+ * line break in it). */
+bn_status bn_kernel_cache_put(const char *key, const char *choice);
+
+/* Forgets every choice of the process and the file's name, so that the next lookup reads
+ * BLOBNET_KERNEL_CACHE and the file again (for tests). */
+void bn_kernel_cache_reset(void);
+
+/* Writes the scope of ctx's device (name, compute capability, multiprocessors, the CUDA version
+ * of the driver, CUDA runtime, cuDNN and cuBLASLt versions, BN_KERNEL_CACHE_VERSION) into buf
+ * (CUDA builds). */
+bn_status bn_kernel_cache_scope(const bn_ctx *ctx, char *buf, size_t cap);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
