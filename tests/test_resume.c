@@ -158,6 +158,7 @@ BN_TEST(resume_save_and_log_targets_are_checked_before_training)
         {"--save", "@", "--save: @ is a directory, not a file that can be replaced"},
         {"--save", "@/save.fifo", "--save: @/save.fifo is not a regular file, not a file that can be replaced"},
         {"--save", "/proc/blobnet.safetensors", "--save: cannot create a file in directory /proc: "},
+        {"--save", "''", "--save: an empty path names no file"},
         {"--log", "@", "@: the metrics log must be a regular file, and this is a directory"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

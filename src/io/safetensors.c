@@ -240,6 +240,7 @@ static void remove_stale_temps(const char *path)
 bn_status bn_safetensors_check_target(const char *path)
 {
     struct stat sb;
+    if (!path[0]) return bn_error(BN_ERR_USAGE, "an empty path names no file");
     if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
         return bn_error(BN_ERR_USAGE, "%s is %s, not a file that can be replaced", path,
                         S_ISDIR(sb.st_mode) ? "a directory" : "not a regular file");
