@@ -6,10 +6,12 @@
 #include "testing.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <float.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -56,14 +58,15 @@ static int make_fixture_of(fixture *f, const char *model, float base, bn_optimiz
     CHECK(f->net->num_params == NUM_PARAMS);
     bn_train_config cfg = f->net->train;
     cfg.optimizer = kind;
+    cfg.seed = 2147483647; /* the seed of the progress below */
     CHECK_OK(bn_optimizer_create(f->net, &cfg, &f->opt));
     fill(f->net->params, base);
     for (int k = 0; k < f->opt->num_state; k++) fill(f->opt->state[k], -base / 3.0f - (float)k);
     float *w = bn_blob_host_wr(f->net->params);
     w[1] = -0.0f, w[2] = 1e-40f /* subnormal */, w[3] = FLT_MAX, w[4] = -FLT_MIN;
-    f->opt->iter = 1234;
-    f->st = (bn_train_state){.seed = 0xFFFFFFFFFFFFFFFFULL, .epoch = 3, .batch_in_epoch = 17, .step = 4321,
-                             .epoch_loss_sum = 0.1 + 0.2, .epoch_correct = 1.0 / 3.0, .epoch_seen = 99};
+    f->opt->iter = 4321;
+    f->st = (bn_train_state){.seed = 2147483647, .epoch = 3, .batch_in_epoch = 17, .step = 4321,
+                             .epoch_loss_sum = 0.1 + 0.2, .epoch_correct = 33, .epoch_seen = 99, .examples = 640};
     return BN_PASS;
 }
 
@@ -94,7 +97,8 @@ static int same_state(const bn_train_state *a, const bn_train_state *b)
 {
     return a->seed == b->seed && a->epoch == b->epoch && a->batch_in_epoch == b->batch_in_epoch &&
            a->step == b->step && memcmp(&a->epoch_loss_sum, &b->epoch_loss_sum, sizeof(double)) == 0 &&
-           memcmp(&a->epoch_correct, &b->epoch_correct, sizeof(double)) == 0 && a->epoch_seen == b->epoch_seen;
+           memcmp(&a->epoch_correct, &b->epoch_correct, sizeof(double)) == 0 && a->epoch_seen == b->epoch_seen &&
+           a->examples == b->examples;
 }
 
 /* ---- raw file helpers ---- */
@@ -281,9 +285,9 @@ BN_TEST(checkpoint_round_trip_is_bit_exact)
     CHECK_OK(bn_checkpoint_load(path, f.net, f.opt, &st));
     CHECK(same_floats(f.net->params, w));
     CHECK(same_floats(f.opt->state[0], m));
-    CHECK(f.opt->iter == 1234);
+    CHECK(f.opt->iter == 4321);
     CHECK(same_state(&st, &f.st));
-    CHECK(st.seed == 0xFFFFFFFFFFFFFFFFULL && st.epoch_loss_sum == 0.1 + 0.2);
+    CHECK(st.seed == 2147483647 && st.epoch_loss_sum == 0.1 + 0.2 && st.examples == 640);
     const float *p = bn_blob_host_rd(f.net->params);
     CHECK(signbit(p[1]) && p[1] == 0.0f && p[2] == 1e-40f && p[3] == FLT_MAX);
 
@@ -291,7 +295,7 @@ BN_TEST(checkpoint_round_trip_is_bit_exact)
     fixture g;
     CHECK(make_fixture(&g, MODEL, -3.0f) == BN_PASS);
     CHECK_OK(bn_checkpoint_load(path, g.net, g.opt, NULL));
-    CHECK(same_floats(g.net->params, w) && same_floats(g.opt->state[0], m) && g.opt->iter == 1234);
+    CHECK(same_floats(g.net->params, w) && same_floats(g.opt->state[0], m) && g.opt->iter == 4321);
     fill(g.net->params, 2.0f);
     CHECK_OK(bn_checkpoint_load_weights(path, g.net));
     CHECK(same_floats(g.net->params, w));
@@ -321,13 +325,17 @@ BN_TEST(checkpoint_file_is_plain_safetensors)
     CHECK(h->type == BN_JSON_OBJECT && h->count == 1 + 2 * 4);
 
     const bn_json *meta = bn_json_get(h, "__metadata__");
-    char hash[32];
-    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)f.net->model_hash);
-    const char *want[][2] = {{"format", "blobnet"}, {"version", "1"}, {"model_hash", hash},
-                             {"model_file", "ckpt_test.cfg"}, {"seed", "18446744073709551615"},
-                             {"epoch", "3"}, {"batch_in_epoch", "17"}, {"step", "4321"}, {"iter", "1234"},
-                             {"epoch_loss_sum", "0.30000000000000004"}, {"epoch_correct", "0.33333333333333331"},
-                             {"epoch_seen", "99"}, {"has_momentum", "1"}};
+    const char *want[][2] = {
+        {"format", "blobnet"}, {"version", "2"},
+        {"model", "input 1x6x6 mean=0 std=1\nconv2d1 conv2d <- input: filters=2 size=3\n"
+                  "dense1 dense <- conv2d1: outputs=3\nsoftmax_ce1 softmax_ce <- dense1\n"},
+        {"model_file", "ckpt_test.cfg"},
+        {"settings", "batch=64 epochs=10 optimizer=sgd lr=0.01 momentum=0.9 weight_decay=0.0005 beta1=0.9 "
+                     "beta2=0.999 eps=1e-08 lr_policy=fixed gamma=0.0001 power=0.75 stepsize=10000 lr_min=0 "
+                     "pct_start=0.3 div_factor=25 final_div_factor=10000 warmup=0 bias_lr_mult=1 shift=0 flip=0"},
+        {"seed", "2147483647"}, {"epoch", "3"}, {"batch_in_epoch", "17"}, {"step", "4321"}, {"iter", "4321"},
+        {"epoch_loss_sum", "0.30000000000000004"}, {"epoch_correct", "33"}, {"epoch_seen", "99"},
+        {"examples", "640"}, {"has_momentum", "1"}};
     CHECK(meta && meta->count == sizeof want / sizeof want[0]);
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const bn_json *v = bn_json_get(meta, want[i][0]);
@@ -518,6 +526,50 @@ BN_TEST(checkpoint_save_names_path_and_reason)
     return BN_PASS;
 }
 
+/* A save removes the temporary files that saves to the same path left when they were killed,
+ * but not one that a save in progress holds (locked), nor files of other names. */
+BN_TEST(checkpoint_save_removes_temporary_files_of_killed_saves)
+{
+    fixture f;
+    char dir[512], path[600], name[700];
+    tmp_path(dir, sizeof dir, "stale");
+    CHECK(mkdir(dir, 0755) == 0);
+    snprintf(path, sizeof path, "%s/ck.safetensors", dir);
+    static const char *const stale[] = {"ck.safetensors.tmp.Ab12Cd", "ck.safetensors.tmp.zzzzzz",
+                                        "ck.safetensors.tmp.Held00"};
+    static const char *const others[] = {"ck.safetensors.tmp.Ab12Cd7", "other.safetensors.tmp.Ab12Cd",
+                                         "ck.safetensors.tmpx.Ab12Cd", "ck.safetensors.tmp.Ab-2Cd"};
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(name, sizeof name, "%s/%s", dir, stale[i]);
+        CHECK(write_raw(name, "partial", 7) == 0);
+    }
+    for (size_t i = 0; i < 4; i++) {
+        snprintf(name, sizeof name, "%s/%s", dir, others[i]);
+        CHECK(write_raw(name, "mine", 4) == 0);
+    }
+    /* A save in progress: its file locked through a descriptor of its own. */
+    snprintf(name, sizeof name, "%s/%s", dir, stale[2]);
+    int held = open(name, O_RDONLY);
+    CHECK(held >= 0 && flock(held, LOCK_EX) == 0);
+
+    CHECK(make_fixture(&f, MODEL, 0.25f) == BN_PASS);
+    CHECK_OK(bn_checkpoint_save(path, f.net, f.opt, &f.st));
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(name, sizeof name, "%s/%s", dir, stale[i]);
+        CHECK_MSG((access(name, F_OK) == 0) == (i == 2), "%s %s", stale[i], i == 2 ? "was removed" : "is still there");
+    }
+    for (size_t i = 0; i < 4; i++) {
+        snprintf(name, sizeof name, "%s/%s", dir, others[i]);
+        CHECK_MSG(access(name, F_OK) == 0, "%s was removed", others[i]);
+    }
+    close(held);
+    CHECK_OK(bn_checkpoint_save(path, f.net, f.opt, &f.st));
+    snprintf(name, sizeof name, "%s/%s", dir, stale[2]);
+    CHECK_MSG(access(name, F_OK) != 0, "%s is still there once no save holds it", stale[2]);
+    free_fixture(&f);
+    return BN_PASS;
+}
+
 /* ---- files the loader must refuse ---- */
 
 BN_TEST(checkpoint_rejects_missing_and_short_files)
@@ -595,6 +647,18 @@ static int every_edit_fails(fixture *f, const char *src, const char *path, const
     return BN_PASS;
 }
 
+/* The same for the fixture saved as tmpdir/name, each broken variant written to name-bad. */
+static int saved_edits_fail(const char *name, const header_edit *cases, size_t n)
+{
+    fixture f;
+    char src[512], path[600];
+    CHECK(saved_fixture(&f, src, sizeof src, name) == BN_PASS);
+    snprintf(path, sizeof path, "%s-bad", src);
+    int r = every_edit_fails(&f, src, path, cases, n);
+    free_fixture(&f);
+    return r;
+}
+
 BN_TEST(checkpoint_rejects_malformed_tensor_entries)
 {
     fixture f;
@@ -615,7 +679,7 @@ BN_TEST(checkpoint_rejects_malformed_tensor_entries)
         {"[0,72]", "[72,0]", "data_offsets must be [begin,end]"},
         {"[0,72]", "[0,72,0]", "data_offsets must be [begin,end]"},
         {"[940,952]", "[944,956]", "tensor momentum.dense1.bias: data_offsets end 956 is past the data section (952 bytes)"},
-        {"\"iter\":\"1234\"", "\"iter\":\"1234\",\"iter\":\"1\"", "duplicate key \"iter\""},
+        {"\"iter\":\"4321\"", "\"iter\":\"4321\",\"iter\":\"1\"", "duplicate key \"iter\""},
     };
     CHECK(every_edit_fails(&f, src, path, cases, sizeof cases / sizeof cases[0]) == BN_PASS);
     /* A file cut short inside its data: the tensors' offsets run past what is left. */
@@ -715,36 +779,131 @@ BN_TEST(checkpoint_rejects_extra_tensor)
     return BN_PASS;
 }
 
-BN_TEST(checkpoint_rejects_other_model)
+/* A model file may change in every way that leaves its layers alone: comments, [train] and
+ * [augment], the order of keys, their spacing and the spelling of numbers. */
+static const char *const SAME_LAYERS =
+    "# the model of MODEL, written another way\n[train]\nepochs = 20\nlr = 0.5\n[input]\nwidth = 6\n"
+    "height=6\nchannels = 1 ; a comment\nmean = 0.0\n[augment]\nshift = 1\n[conv2d]\nsize = 3\nfilters=2\n"
+    "[dense]\n  outputs   =  3\n[softmax_ce]\n";
+
+/* The description of MODEL as the header writes it (newlines escaped). */
+#define MODEL_TEXT "input 1x6x6 mean=0 std=1\\nconv2d1 conv2d <- input: filters=2 size=3\\n" \
+                   "dense1 dense <- conv2d1: outputs=3\\nsoftmax_ce1 softmax_ce <- dense1\\n"
+
+BN_TEST(checkpoint_follows_the_layers_not_the_text)
 {
     fixture f, g;
     char src[512], path[512];
-    CHECK(saved_fixture(&f, src, sizeof src, "hash.safetensors") == BN_PASS);
-    /* The same layers from a different model text: another hash. */
-    CHECK(make_fixture(&g, "# another model file\n[input]\nchannels=1\nheight=6\nwidth=6\n[conv2d]\nfilters=2\n"
-                           "size=3\n[dense]\noutputs=3\n[softmax_ce]\n", 1.0f) == BN_PASS);
-    CHECK(g.net->model_hash != f.net->model_hash);
-    char needle[800];
-    snprintf(needle, sizeof needle, "%s was saved from a different model file (hash %016llx, this model %016llx)",
-             src, (unsigned long long)f.net->model_hash, (unsigned long long)g.net->model_hash);
-    CHECK(load_fails(&g, src, BN_ERR_DATA, needle) == BN_PASS);
-    CHECK(load_weights_fails(&g, src, BN_ERR_DATA, needle) == BN_PASS);
+    CHECK(saved_fixture(&f, src, sizeof src, "layers.safetensors") == BN_PASS);
+    float *w = copy_floats(f.net->params), *m = copy_floats(f.opt->state[0]);
+    CHECK(w && m);
+    CHECK(make_fixture(&g, SAME_LAYERS, 1.0f) == BN_PASS);
+    CHECK(g.net->text_hash != f.net->text_hash && strcmp(g.net->description, f.net->description) == 0);
+    bn_train_state st;
+    CHECK_OK(bn_checkpoint_load(src, g.net, g.opt, &st));
+    CHECK(same_floats(g.net->params, w) && same_floats(g.opt->state[0], m) && same_state(&st, &f.st));
+    fill(g.net->params, 3.0f);
+    CHECK_OK(bn_checkpoint_load_weights(src, g.net));
+    CHECK(same_floats(g.net->params, w));
+    free_fixture(&g);
 
-    /* Without a model_hash a weights-only load goes by names and shapes alone. */
-    tmp_path(path, sizeof path, "hash-none.safetensors");
-    char entry[64];
-    snprintf(entry, sizeof entry, ",\"model_hash\":\"%016llx\"", (unsigned long long)f.net->model_hash);
-    CHECK(edit_header(src, path, entry, "") == 0);
-    CHECK(load_fails(&g, path, BN_ERR_DATA, "__metadata__ lacks \"model_hash\"") == BN_PASS);
+    /* What changes the computation is another model, named at the first line that differs. */
+    static const struct {
+        const char *model, *needle;
+    } others[] = {
+        {"[input]\nchannels=1\nheight=6\nwidth=6\nmean=0.5\n[conv2d]\nfilters=2\nsize=3\n[dense]\noutputs=3\n"
+         "[softmax_ce]\n",
+         "the checkpoint has `input 1x6x6 mean=0 std=1` where the model has `input 1x6x6 mean=0.5 std=1`"},
+        {"[input]\nchannels=1\nheight=6\nwidth=6\n[conv2d]\nfilters=2\nsize=3\n[relu]\n[dense]\noutputs=3\n"
+         "[softmax_ce]\n",
+         "the checkpoint has `dense1 dense <- conv2d1: outputs=3` where the model has `relu1 relu <- conv2d1`"},
+        {"[input]\nchannels=1\nheight=6\nwidth=6\n[conv2d]\nfilters=2\nsize=3\n[dense]\noutputs=3\ninit=he\n"
+         "[softmax_ce]\n",
+         "the checkpoint has `dense1 dense <- conv2d1: outputs=3` where the model has "
+         "`dense1 dense <- conv2d1: init=he outputs=3`"},
+    };
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+        char needle[600];
+        CHECK(make_fixture(&g, others[i].model, 1.0f) == BN_PASS);
+        snprintf(needle, sizeof needle, "%s was saved from a different model than ckpt_test.cfg: %s", src,
+                 others[i].needle);
+        CHECK_MSG(load_fails(&g, src, BN_ERR_DATA, needle) == BN_PASS, "model %zu", i);
+        CHECK_MSG(load_weights_fails(&g, src, BN_ERR_DATA, needle) == BN_PASS, "model %zu", i);
+        free_fixture(&g);
+    }
+
+    /* Without its model a file resumes nothing; its weights load by names and shapes alone. */
+    tmp_path(path, sizeof path, "layers-none.safetensors");
+    CHECK(edit_header(src, path, ",\"model\":\"" MODEL_TEXT "\"", "") == 0);
+    CHECK(load_fails(&f, path, BN_ERR_DATA, "__metadata__ lacks \"model\"") == BN_PASS);
+    fill(f.net->params, 3.0f);
+    CHECK_OK(bn_checkpoint_load_weights(path, f.net));
+    CHECK(same_floats(f.net->params, w));
+    free(w);
+    free(m);
+    free_fixture(&f);
+    return BN_PASS;
+}
+
+/* The file src as the format before descriptions wrote it (version 1, the model file's text hash,
+ * no settings, no training set size) at dst. */
+static int to_format_1(const char *src, const char *dst, uint64_t text_hash)
+{
+    char hash[64];
+    snprintf(hash, sizeof hash, "\"version\":\"1\",\"model_hash\":\"%016llx\"", (unsigned long long)text_hash);
+    CHECK(edit_header(src, dst, "\"version\":\"2\",\"model\":\"" MODEL_TEXT "\"", hash) == 0);
+    file_parts p;
+    CHECK(read_parts(dst, &p) == 0);
+    char *from = strstr(p.header, ",\"settings\":\""), *to = from ? strstr(from, "\",\"seed\"") : NULL;
+    char cut[1024];
+    int ok = to && (size_t)(to + 2 - from) < sizeof cut;
+    if (ok) snprintf(cut, sizeof cut, "%.*s", (int)(to + 1 - from), from);
+    free_parts(&p);
+    CHECK(ok && edit_header(dst, dst, cut, "") == 0);
+    CHECK(edit_header(dst, dst, ",\"examples\":\"640\"", "") == 0);
+    return BN_PASS;
+}
+
+/* Files of format 1 recorded a hash of the model file's text: they load while it is the same,
+ * and when it has changed, as long as the tensors' names and shapes match the model. */
+BN_TEST(checkpoint_of_format_1_still_loads)
+{
+    fixture f, g;
+    char src[512], path[512];
+    CHECK(saved_fixture(&f, src, sizeof src, "old.safetensors") == BN_PASS);
+    tmp_path(path, sizeof path, "old-1.safetensors");
+    CHECK(to_format_1(src, path, f.net->text_hash) == BN_PASS);
+    file_parts p;
+    CHECK(read_parts(path, &p) == 0);
+    CHECK(strstr(p.header, "\"version\":\"1\"") && !strstr(p.header, "\"model\"") && !strstr(p.header, "settings"));
+    free_parts(&p);
     float *w = copy_floats(f.net->params);
+    bn_train_state want = f.st, st;
+    want.examples = 0;
+    fill(f.net->params, 3.0f);
+    CHECK_OK(bn_checkpoint_load(path, f.net, f.opt, &st));
+    CHECK(same_floats(f.net->params, w) && same_state(&st, &want));
+
+    CHECK(make_fixture(&g, SAME_LAYERS, 1.0f) == BN_PASS);
+    CHECK_OK(bn_checkpoint_load(path, g.net, g.opt, &st));
+    CHECK(same_floats(g.net->params, w));
+    fill(g.net->params, 3.0f);
     CHECK_OK(bn_checkpoint_load_weights(path, g.net));
     CHECK(same_floats(g.net->params, w));
-    free(w);
-
-    CHECK(edit_header(src, path, "\"model_hash\":\"", "\"model_hash\":\"z") == 0);
-    CHECK(load_fails(&f, path, BN_ERR_DATA, "is not 16 hex digits") == BN_PASS);
-    free_fixture(&f);
     free_fixture(&g);
+    bn_net *other;
+    CHECK_OK(bn_net_from_text("[input]\nchannels=1\nheight=6\nwidth=6\n[conv2d]\nfilters=2\nsize=3\n[dense]\n"
+                              "outputs=4\n[softmax_ce]\n", "other.cfg", &other));
+    CHECK_OK(bn_net_setup(other, 2, NULL, 0, 7));
+    CHECK_ERR(bn_checkpoint_load_weights(path, other), BN_ERR_DATA,
+              "tensor dense1.weight has shape [3,32] but the model expects [4,32]");
+    bn_net_free(other);
+
+    CHECK(edit_header(path, path, "\"model_hash\":\"", "\"model_hash\":\"z") == 0);
+    CHECK(load_fails(&f, path, BN_ERR_DATA, "metadata model_hash = \"z") == BN_PASS);
+    CHECK(strstr(bn_last_error(), "is not 16 hex digits"));
+    free(w);
+    free_fixture(&f);
     return BN_PASS;
 }
 
@@ -767,25 +926,122 @@ BN_TEST(checkpoint_rejects_non_finite_values)
 
 BN_TEST(checkpoint_rejects_bad_metadata)
 {
+    const header_edit cases[] = {
+        {"\"epoch\":\"3\"", "\"epoch\":\"3x\"", "metadata epoch = \"3x\" is not an integer"},
+        {"\"epoch\":\"3\"", "\"epoch\":\" 3\"", "metadata epoch = \" 3\" is not an integer"},
+        {"\"step\":\"4321\"", "\"step\":\"\"", "metadata step = \"\" is not an integer"},
+        {"\"seed\":\"2147483647\"", "\"seed\":\"99999999999999999999\"", "metadata seed = \"99999999999999999999\" is "
+                                                                          "outside 0..2147483647"},
+        {"\"epoch_loss_sum\":\"", "\"epoch_loss_sum\":\"1.5.", "metadata epoch_loss_sum = \"1.5.0.3"},
+        {"\"iter\":\"4321\",", "", "__metadata__ lacks \"iter\""},
+        {"\"has_momentum\":\"1\"", "\"has_momentum\":\"yes\"", "metadata has_momentum = \"yes\" is not 0 or 1"},
+        {"\"format\":\"blobnet\"", "\"format\":\"pytorch\"", "format is \"pytorch\", not \"blobnet\""},
+        {"\"version\":\"2\"", "\"version\":\"3\"", "checkpoint version \"3\" is not supported (this blobnet reads 1 "
+                                                   "and 2)"},
+        {"\"__metadata__\"", "\"__other__\"", "no __metadata__; not a blobnet checkpoint"},
+        {"\"settings\":\"batch=64 ", "\"settings\":\"batch=64  ", "metadata settings = \"batch=64  epochs"},
+        {"\"settings\":\"batch=64 ", "\"settings\":\"batch ", "is not a list of key=value settings"},
+    };
+    return saved_edits_fail("meta.safetensors", cases, sizeof cases / sizeof cases[0]);
+}
+
+/* Every number of the progress is checked against what the model, the other fields and the
+ * arithmetic that uses them allow, with a message naming the file and the field: a counter at
+ * LONG_MAX would overflow the trainer's and optimizer's arithmetic, a negative epoch start a
+ * million-epoch run, a NaN sum be blamed on the learning rate. The fixture was saved 99 examples
+ * (17 steps) into epoch 4 of a set of 640, at step 4321. */
+BN_TEST(checkpoint_range_checks_every_progress_field)
+{
+    const header_edit cases[] = {
+        {"\"seed\":\"2147483647\"", "\"seed\":\"-1\"", "range.safetensors-bad: metadata seed = \"-1\" is outside "
+                                                       "0..2147483647"},
+        {"\"seed\":\"2147483647\"", "\"seed\":\"2147483648\"", "metadata seed = \"2147483648\" is outside"},
+        {"\"epoch\":\"3\"", "\"epoch\":\"-1000000\"", "metadata epoch = \"-1000000\" is outside 0..1048576"},
+        {"\"epoch\":\"3\"", "\"epoch\":\"3000000000\"", "metadata epoch = \"3000000000\" is outside 0..1048576"},
+        {"\"batch_in_epoch\":\"17\"", "\"batch_in_epoch\":\"2000000000\"", "metadata batch_in_epoch = \"2000000000\" "
+                                                                           "is outside 1..99"},
+        {"\"batch_in_epoch\":\"17\"", "\"batch_in_epoch\":\"0\"", "metadata batch_in_epoch = \"0\" is outside 1..99"},
+        {"\"step\":\"4321\"", "\"step\":\"9223372036854775807\"", "metadata step = \"9223372036854775807\" is outside "
+                                                                  "4..8589934588"},
+        {"\"step\":\"4321\"", "\"step\":\"3\"", "metadata step = \"3\" is outside 4..8589934588"},
+        {"\"iter\":\"4321\"", "\"iter\":\"9223372036854775807\"", "metadata iter = \"9223372036854775807\" is outside "
+                                                                  "4321..4321"},
+        {"\"iter\":\"4321\"", "\"iter\":\"-5\"", "metadata iter = \"-5\" is outside 4321..4321"},
+        {"\"epoch_seen\":\"99\"", "\"epoch_seen\":\"641\"", "metadata epoch_seen = \"641\" is outside 0..640"},
+        {"\"epoch_seen\":\"99\"", "\"epoch_seen\":\"0\"", "metadata batch_in_epoch = \"17\" is outside 0..0"},
+        {"\"examples\":\"640\"", "\"examples\":\"-1\"", "metadata examples = \"-1\" is outside 0..2147483647"},
+        {"\"examples\":\"640\"", "\"examples\":\"98\"", "metadata epoch_seen = \"99\" is outside 0..98"},
+        {"\"epoch_correct\":\"33\"", "\"epoch_correct\":\"100\"", "metadata epoch_correct = \"100\" is outside 0..99"},
+        {"\"epoch_correct\":\"33\"", "\"epoch_correct\":\"33.5\"", "metadata epoch_correct = \"33.5\" is not a count"},
+        {"\"epoch_loss_sum\":\"0.30000000000000004\"", "\"epoch_loss_sum\":\"nan\"", "metadata epoch_loss_sum = "
+                                                                                     "\"nan\" is outside 0..3.40282347e+38"},
+        {"\"epoch_loss_sum\":\"0.30000000000000004\"", "\"epoch_loss_sum\":\"inf\"", "epoch_loss_sum = \"inf\" is "
+                                                                                     "outside"},
+        {"\"epoch_loss_sum\":\"0.30000000000000004\"", "\"epoch_loss_sum\":\"-1\"", "epoch_loss_sum = \"-1\" is "
+                                                                                    "outside"},
+        {"\"epoch_loss_sum\":\"0.30000000000000004\"", "\"epoch_loss_sum\":\"1e39\"", "epoch_loss_sum = \"1e39\" is "
+                                                                                      "outside"},
+    };
+    CHECK(saved_edits_fail("range.safetensors", cases, sizeof cases / sizeof cases[0]) == BN_PASS);
+    /* A file of weights alone has steps no optimizer took: iter is 0 there, and at most the step. */
     fixture f;
     char src[512], path[512];
-    CHECK(saved_fixture(&f, src, sizeof src, "meta.safetensors") == BN_PASS);
-    tmp_path(path, sizeof path, "meta-bad.safetensors");
-    const header_edit cases[] = {
-        {"\"epoch\":\"3\"", "\"epoch\":\"3x\"", "metadata epoch = \"3x\" is not an integer in range"},
-        {"\"epoch\":\"3\"", "\"epoch\":\" 3\"", "metadata epoch = \" 3\" is not an integer"},
-        {"\"epoch\":\"3\"", "\"epoch\":\"3000000000\"", "metadata epoch = \"3000000000\" is not an integer in range"},
-        {"\"step\":\"4321\"", "\"step\":\"\"", "metadata step = \"\" is not an integer"},
-        {"\"seed\":\"18446744073709551615\"", "\"seed\":\"-1\"", "metadata seed = \"-1\" is not an unsigned"},
-        {"\"seed\":\"18446744073709551615\"", "\"seed\":\"18446744073709551616\"", "is not an unsigned 64-bit"},
-        {"\"epoch_loss_sum\":\"", "\"epoch_loss_sum\":\"1.5.", "metadata epoch_loss_sum = \"1.5.0.3"},
-        {"\"iter\":\"1234\",", "", "__metadata__ lacks \"iter\""},
-        {"\"has_momentum\":\"1\"", "\"has_momentum\":\"yes\"", "has_momentum is \"yes\", not \"0\" or \"1\""},
-        {"\"format\":\"blobnet\"", "\"format\":\"pytorch\"", "format is \"pytorch\", not \"blobnet\""},
-        {"\"version\":\"1\"", "\"version\":\"2\"", "checkpoint version \"2\" is not supported"},
-        {"\"__metadata__\"", "\"__other__\"", "no __metadata__; not a blobnet checkpoint"},
-    };
-    CHECK(every_edit_fails(&f, src, path, cases, sizeof cases / sizeof cases[0]) == BN_PASS);
+    CHECK(make_fixture(&f, MODEL, 0.25f) == BN_PASS);
+    tmp_path(src, sizeof src, "range-weights.safetensors");
+    tmp_path(path, sizeof path, "range-weights-bad.safetensors");
+    CHECK_OK(bn_checkpoint_save(src, f.net, NULL, &f.st));
+    bn_train_state st;
+    CHECK_OK(bn_checkpoint_load(src, f.net, NULL, &st));
+    CHECK(edit_header(src, path, "\"iter\":\"0\"", "\"iter\":\"4322\"") == 0);
+    CHECK_ERR(bn_checkpoint_load(path, f.net, NULL, &st), BN_ERR_DATA, "metadata iter = \"4322\" is outside 0..4321");
+    free_fixture(&f);
+    return BN_PASS;
+}
+
+/* A resume goes on from the example where the checkpoint stopped, in the order of examples drawn
+ * for that epoch: it refuses a training set or seed that would draw another order mid-epoch, and
+ * at the end of an epoch takes this run's settings, listing what changed. */
+BN_TEST(checkpoint_resume_checks_the_place_against_the_run)
+{
+    fixture f;
+    char src[512], needle[1400];
+    CHECK(saved_fixture(&f, src, sizeof src, "resume.safetensors") == BN_PASS);
+    bn_train_state st;
+    bn_resume r = {.examples = 640};
+    CHECK_OK(bn_checkpoint_resume(src, f.net, f.opt, &st, &r));
+    CHECK_MSG(r.changes[0] == '\0', "changes: %s", r.changes);
+    CHECK(same_state(&st, &f.st));
+
+    r.examples = 600;
+    snprintf(needle, sizeof needle, "%s was saved 99 examples into epoch 4 of a training set of 640 examples, and "
+             "this run's has 600: the rest of the epoch would come in another order, so that some examples would be "
+             "skipped and others seen twice; resume with the same training set (--train-limit 640) or from a "
+             "checkpoint saved at the end of an epoch", src);
+    CHECK_ERR(bn_checkpoint_resume(src, f.net, f.opt, &st, &r), BN_ERR_USAGE, needle);
+    r.examples = 50;
+    CHECK_ERR(bn_checkpoint_resume(src, f.net, f.opt, &st, &r), BN_ERR_USAGE,
+              "was saved 99 examples into epoch 4, past the end of this run's training set of 50 examples");
+    r.examples = 640;
+    f.opt->cfg.seed = 5;
+    CHECK_ERR(bn_checkpoint_resume(src, f.net, f.opt, &st, &r), BN_ERR_USAGE,
+              "of a run with seed 2147483647, and this run's seed is 5: the rest of the epoch would come in another "
+              "order");
+    CHECK(strstr(bn_last_error(), "resume with --seed 2147483647 or from a checkpoint saved at the end of an epoch"));
+
+    /* At the end of an epoch every setting may change; the new ones are used. */
+    f.st = (bn_train_state){.seed = 2147483647, .epoch = 4, .step = 4400, .examples = 640};
+    f.opt->iter = 4400;
+    f.opt->cfg.seed = 2147483647;
+    CHECK_OK(bn_checkpoint_save(src, f.net, f.opt, &f.st));
+    f.opt->cfg.seed = 5;
+    f.opt->cfg.lr = 0.5;
+    f.opt->cfg.epochs = 20;
+    f.net->augment.flip = 1;
+    r.examples = 600;
+    CHECK_OK(bn_checkpoint_resume(src, f.net, f.opt, &st, &r));
+    CHECK_MSG(strcmp(r.changes, "epochs 10 -> 20, lr 0.01 -> 0.5, flip 0 -> 1, seed 2147483647 -> 5, training "
+                                "examples 640 -> 600") == 0, "changes: %s", r.changes);
+    CHECK(st.seed == 5 && st.epoch == 4 && st.step == 4400 && st.epoch_seen == 0);
     free_fixture(&f);
     return BN_PASS;
 }
@@ -926,7 +1182,7 @@ BN_TEST(checkpoint_adam_round_trip_is_bit_exact)
         CHECK_OK(bn_checkpoint_load(path, g.net, g.opt, &st));
         CHECK(same_floats(g.net->params, w) && same_floats(g.opt->state[0], m[0]) &&
               same_floats(g.opt->state[1], m[1]));
-        CHECK(g.opt->iter == 1234 && same_state(&st, &f.st));
+        CHECK(g.opt->iter == 4321 && same_state(&st, &f.st));
         /* Weights alone, into a net whose optimizer is SGD: the moments are passed by. */
         fixture s;
         CHECK(make_fixture(&s, MODEL, 2.0f) == BN_PASS);
@@ -974,7 +1230,8 @@ BN_TEST(checkpoint_refuses_another_optimizers_state)
     CHECK(load_fails(&adam, path, BN_ERR_DATA, "holds the state of optimizer sgd, but this run's optimizer is adam") ==
           BN_PASS);
     CHECK(edit_header(adam_path, path, "\"optimizer\":\"adam\"", "\"optimizer\":\"lion\"") == 0);
-    CHECK(load_fails(&adam, path, BN_ERR_DATA, "optimizer \"lion\" is not one that blobnet knows") == BN_PASS);
+    CHECK(load_fails(&adam, path, BN_ERR_DATA, "metadata optimizer = \"lion\" is not an optimizer that blobnet knows") ==
+          BN_PASS);
     CHECK(drop_entry(adam_path, path, "exp_avg_sq.dense1.bias") == 0);
     CHECK(load_fails(&adam, path, BN_ERR_DATA,
                      "exp_avg_sq of dense1.bias (tensor exp_avg_sq.dense1.bias) is missing from the file") == BN_PASS);

@@ -4,11 +4,11 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "core/plugin.h"
+#include "io/safetensors.h"
 #include "train/progress.h"
 #include "train/trainer.h"
 
@@ -65,20 +65,15 @@ static bn_status parse_step_range(const char *text, long *first, long *last)
     return BN_OK;
 }
 
-/* The directory --save writes into must exist before training starts, not when the first
- * checkpoint is due. */
-static bn_status check_save_dir(const char *path)
+/* Where --save writes must take a checkpoint before training starts, not when the first one is
+ * due. */
+static bn_status check_save_path(const char *path)
 {
-    char dir[4096] = ".";
-    const char *slash = strrchr(path, '/');
-    if (slash == path) snprintf(dir, sizeof dir, "/");
-    else if (slash) snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-    struct stat sb;
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return bn_error(BN_ERR_USAGE, "--save: directory %s does not exist", dir);
-    if (access(dir, W_OK) != 0)
-        return bn_error(BN_ERR_USAGE, "--save: cannot write into directory %s: %s", dir, strerror(errno));
-    return BN_OK;
+    bn_status s = bn_safetensors_check_target(path);
+    if (s == BN_OK) return BN_OK;
+    char why[512];
+    snprintf(why, sizeof why, "%s", bn_last_error());
+    return bn_error(s, "--save: %s", why);
 }
 
 /* Returns BN_OK, a usage error, or -1 after printing help. */
@@ -131,7 +126,7 @@ static int parse_args(int argc, char **argv, train_args *a)
     }
     if (a->log_every && !a->log) return bn_error(BN_ERR_USAGE, "--log-every needs --log FILE");
     if (a->checkpoint_every && !a->save) return bn_error(BN_ERR_USAGE, "--checkpoint-every needs --save FILE");
-    if (a->save) BN_TRY(check_save_dir(a->save));
+    if (a->save) BN_TRY(check_save_path(a->save));
     if (optind >= argc) return bn_error(BN_ERR_USAGE, "train: missing MODEL (see 'blobnet train --help')");
     if (optind + 1 < argc) return bn_error(BN_ERR_USAGE, "train: unexpected argument '%s'", argv[optind + 1]);
     a->model = argv[optind];
@@ -202,8 +197,21 @@ typedef struct train_run {
     bn_optimizer *opt;
     bn_dataset train, test;
     bn_ctx *ctx;
-    FILE *log;
+    bn_metrics_log log;     /* fd -1 while not open */
 } train_run;
+
+/* A fresh run starts its log; a resumed one appends to the log of the run it resumes, without the
+ * rows of the steps it trains again. */
+static bn_status open_log(const train_args *a, bn_metrics_log *log, long step)
+{
+    if (!a->resume) return bn_metrics_log_create(log, a->log);
+    long dropped;
+    BN_TRY(bn_metrics_log_resume(log, a->log, step, &dropped));
+    if (dropped)
+        fprintf(stderr, "blobnet: note: %s: removed %ld line%s after step %ld, where the checkpoint was saved; this "
+                "run writes them again\n", a->log, dropped, dropped == 1 ? "" : "s", step);
+    return BN_OK;
+}
 
 static bn_status prepare(const train_args *a, train_run *r, bn_train_state *st)
 {
@@ -225,8 +233,15 @@ static bn_status prepare(const train_args *a, train_run *r, bn_train_state *st)
     BN_TRY(check_input(r->net, &r->test, dir, "test"));
     BN_TRY(bn_net_setup(r->net, cfg->batch, r->ctx, 0, cfg->seed));
     BN_TRY(bn_optimizer_create(r->net, cfg, &r->opt));
-    *st = (bn_train_state){.seed = cfg->seed};
-    if (a->resume) BN_TRY(bn_checkpoint_load(a->resume, r->net, r->opt, st));
+    *st = (bn_train_state){.seed = cfg->seed, .examples = r->train.count};
+    if (a->resume) {
+        bn_resume resume = {.examples = r->train.count};
+        BN_TRY(bn_checkpoint_resume(a->resume, r->net, r->opt, st, &resume));
+        if (resume.changes[0])
+            fprintf(stderr, "blobnet: note: resuming %s with changed training settings: %s\n", a->resume,
+                    resume.changes);
+    }
+    if (a->log) BN_TRY(open_log(a, &r->log, st->step));
     if (!a->quiet)
         printf("blobnet: training %s on %s%s%s: %d train / %d test images, batch %d, %zu parameters\n",
                a->model, r->ctx ? "gpu " : "cpu", r->ctx ? r->ctx->name : "", a->resume ? " (resumed)" : "",
@@ -248,8 +263,8 @@ static void print_device_memory(const train_run *r)
            peak / 1048576.0);
 }
 
-/* The signal that asked training to stop (SIGINT or SIGTERM), 0 while none has. The handler
- * only sets it; the trainer looks at it between steps, saves and returns. */
+/* The signal that asked training to stop (SIGINT, SIGTERM or SIGHUP), 0 while none has. The
+ * handler only sets it; the trainer looks at it between steps, saves and returns. */
 static volatile sig_atomic_t stop_signal;
 
 static void on_stop_signal(int sig)
@@ -257,8 +272,9 @@ static void on_stop_signal(int sig)
     stop_signal = sig;
 }
 
-/* From now on SIGINT and SIGTERM stop training cleanly; a second one has its default effect,
- * for a user who does not want to wait for the save. */
+/* From now on SIGINT, SIGTERM and SIGHUP (a closed terminal or ssh session) stop training
+ * cleanly; a second one has its default effect, for a user who does not want to wait for the
+ * save. */
 static void catch_stop_signals(void)
 {
     struct sigaction sa;
@@ -268,16 +284,15 @@ static void catch_stop_signals(void)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
 }
 
 static bn_status run(const train_args *a, train_run *r)
 {
     bn_train_state st;
     BN_TRY(prepare(a, r, &st));
-    if (a->log && !(r->log = fopen(a->log, "w")))
-        return bn_error(BN_ERR_IO, "%s: cannot write the metrics log: %s", a->log, strerror(errno));
     bn_trainer_opts opts = {.epochs = r->net->train.epochs, .save_path = a->save, .out = a->quiet ? NULL : stdout,
-                            .log = r->log, .log_every = (int)a->log_every,
+                            .log = a->log ? &r->log : NULL, .log_every = (int)a->log_every,
                             .profile_first = a->profile_first, .profile_last = a->profile_last,
                             .no_graph = a->no_graph, .until_accuracy = a->until_accuracy / 100.0,
                             .checkpoint_every = a->checkpoint_every, .debug_numerics = a->debug_numerics,
@@ -301,6 +316,8 @@ static bn_status run(const train_args *a, train_run *r)
     }
     if (r->ctx && !a->quiet) print_device_memory(r);
     printf("final test accuracy: %.2f%%\n", 100.0 * last.test_acc);
+    if (fflush(stdout) != 0 || ferror(stdout))
+        return bn_error(BN_ERR_IO, "standard output: cannot write the run's lines: %s", strerror(errno));
     return BN_OK;
 }
 
@@ -313,10 +330,10 @@ int bn_cmd_train(int argc, char **argv)
         return 0;
     }
     if (p != BN_OK) return bn_fail((bn_status)p);
-    train_run r = {0};
+    train_run r = {.log = {.fd = -1}};
     bn_status s = run(&a, &r);
-    if (r.log && fclose(r.log) != 0 && s == BN_OK)
-        s = bn_error(BN_ERR_IO, "%s: cannot finish the metrics log", a.log);
+    bn_status closed = bn_metrics_log_close(&r.log);
+    if (s == BN_OK) s = closed;
     bn_optimizer_free(r.opt);
     bn_net_free(r.net);
     bn_dataset_free(&r.train);
@@ -324,7 +341,7 @@ int bn_cmd_train(int argc, char **argv)
     bn_ctx_close();
     if (s == BN_ERR_INTERRUPTED) {
         /* "blobnet: interrupted at step S; checkpoint saved to FILE", and the shell's code for
-         * death by that signal (130 for SIGINT, 143 for SIGTERM). */
+         * death by that signal (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP). */
         fprintf(stderr, "blobnet: %s\n", bn_last_error());
         return 128 + stop_signal;
     }

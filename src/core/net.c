@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "describe.h"
 #include "modelfile.h"
 #include "registry.h"
 #include "rng.h"
@@ -192,13 +193,15 @@ static bn_status build_sections(bn_net *net, bn_modelfile *m, bn_options **layer
 }
 
 /* Creates the layers of every section, then wires each layer's inputs by name (a name may only
- * be resolved once the layers above it exist, and the messages say when it names one below). */
+ * be resolved once the layers above it exist, and the messages say when it names one below),
+ * and describes the result for checkpoints while the sections are at hand. */
 static bn_status build(bn_net *net, bn_modelfile *m)
 {
     bn_options **layer_opts = calloc((size_t)m->count + 1, sizeof *layer_opts);
     const char **layer_inputs = calloc((size_t)m->count + 1, sizeof *layer_inputs);
     bn_status s = layer_opts && layer_inputs ? build_sections(net, m, layer_opts, layer_inputs)
                                              : bn_error(BN_ERR_NOMEM, "out of host memory building %s", net->source);
+    if (s == BN_OK) s = bn_describe_model(net, layer_opts, &net->description);
     free(layer_opts);
     free((void *)layer_inputs);
     return s;
@@ -210,7 +213,7 @@ bn_status bn_net_from_text(const char *text, const char *name, bn_net **out)
     bn_net *net = calloc(1, sizeof *net);
     if (!net) return bn_error(BN_ERR_NOMEM, "out of host memory building %s", name);
     snprintf(net->source, sizeof net->source, "%s", name);
-    net->model_hash = fnv1a(text);
+    net->text_hash = fnv1a(text);
     net->train = bn_train_config_defaults();
     net->input_std = 1.0f;
     bn_modelfile m;
@@ -688,6 +691,7 @@ void bn_net_free(bn_net *net)
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) bn_blob_free(own[i]);
     for (int k = 0; k < net->num_input_grad_parts; k++) bn_blob_free(net->input_grad_parts[k]);
     free(net->input_grad_parts);
+    free(net->description);
     free(net);
 }
 

@@ -20,7 +20,9 @@ extern "C" {
 
 typedef struct bn_net {
     char source[256];          /* the model file's path (or a name given for text) */
-    uint64_t model_hash;       /* FNV-1a of the model text: checkpoints refuse another model */
+    char *description;         /* what the weights mean (describe.h): checkpoints refuse another */
+    uint64_t text_hash;        /* FNV-1a of the model file's text, which checkpoints of format 1
+                                * were tied to */
     bn_shape input_shape;
     float input_mean, input_std;  /* [input] mean and std: pixels in [0,1] become (x - mean) / std */
     bn_train_config train;     /* the [train] section over the defaults */

@@ -1,5 +1,7 @@
 #include "safetensors.h"
 
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -7,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -147,15 +150,22 @@ static mode_t target_mode(const char *path)
     return 0666 & ~mask;
 }
 
+/* The directory path is in ("." for a bare name) into dir, and where its last part starts. */
+static const char *split_path(const char *path, char dir[4096])
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(dir, 4096, ".");
+    else if (slash == path) snprintf(dir, 4096, "/");
+    else snprintf(dir, 4096, "%.*s", (int)(slash - path), path);
+    return slash ? slash + 1 : path;
+}
+
 /* Makes the rename durable. Filesystems that cannot sync a directory say EINVAL: nothing
  * more can be done there, so that is not an error. */
 static bn_status sync_directory(const char *path)
 {
     char dir[4096];
-    const char *slash = strrchr(path, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == path) snprintf(dir, sizeof dir, "/");
-    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    split_path(path, dir);
     int fd = open(dir, O_RDONLY | O_DIRECTORY);
     int err = 0;
     if (fd < 0) err = errno;
@@ -176,22 +186,97 @@ static void pause_before_rename(void)
     if (v > 0) nanosleep(&(struct timespec){.tv_sec = v / 1000, .tv_nsec = v % 1000 * 1000000L}, NULL);
 }
 
+#define TEMP_SUFFIX ".tmp."
+#define PROBE_SUFFIX ".probe."
+#define TEMP_RANDOM 6 /* mkstemp's XXXXXX */
+
+/* A new file beside path, "<path><suffix>XXXXXX", open in *fd and named in *tmp (the caller frees
+ * it); -1 in *fd, with errno, when it cannot be made. */
+static bn_status create_beside(const char *path, const char *suffix, char **tmp, int *fd)
+{
+    size_t len = strlen(path) + strlen(suffix) + TEMP_RANDOM + 1;
+    *fd = -1;
+    if (!(*tmp = malloc(len))) return bn_error(BN_ERR_NOMEM, "out of host memory saving %s", path);
+    snprintf(*tmp, len, "%s%sXXXXXX", path, suffix);
+    *fd = mkstemp(*tmp);
+    return BN_OK;
+}
+
+/* Whether name is that of a temporary file of a save to base (write_atomically's name). */
+static int is_temp_of(const char *name, const char *base)
+{
+    size_t n = strlen(base), s = strlen(TEMP_SUFFIX);
+    if (strncmp(name, base, n) != 0 || strncmp(name + n, TEMP_SUFFIX, s) != 0) return 0;
+    const char *x = name + n + s;
+    if (strlen(x) != TEMP_RANDOM) return 0;
+    for (; *x; x++)
+        if (!isalnum((unsigned char)*x)) return 0;
+    return 1;
+}
+
+/* Removes the temporary files that saves to path left behind when they were killed: regular
+ * files of this user, named as write_atomically names them, that no save in progress holds locked
+ * (write_atomically locks its own until it is gone). Best effort: a file it cannot remove is
+ * left for the next save. */
+static void remove_stale_temps(const char *path)
+{
+    char dir[4096], full[8192];
+    const char *base = split_path(path, dir);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!is_temp_of(e->d_name, base)) continue;
+        snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
+        int fd = open(full, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        struct stat sb;
+        if (fd < 0) continue;
+        if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_uid == geteuid() && flock(fd, LOCK_EX | LOCK_NB) == 0)
+            unlink(full);
+        close(fd);
+    }
+    closedir(d);
+}
+
+bn_status bn_safetensors_check_target(const char *path)
+{
+    struct stat sb;
+    if (!path[0]) return bn_error(BN_ERR_USAGE, "an empty path names no file");
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return bn_error(BN_ERR_USAGE, "%s is %s, not a file that can be replaced", path,
+                        S_ISDIR(sb.st_mode) ? "a directory" : "not a regular file");
+    char dir[4096];
+    split_path(path, dir);
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return bn_error(BN_ERR_USAGE, "directory %s does not exist", dir);
+    /* A name of its own, which no one watching for a save's temporary file takes for one. */
+    char *tmp;
+    int fd;
+    BN_TRY(create_beside(path, PROBE_SUFFIX, &tmp, &fd));
+    bn_status s = BN_OK;
+    if (fd < 0) s = bn_error(BN_ERR_USAGE, "cannot create a file in directory %s: %s", dir, strerror(errno));
+    else close(fd), unlink(tmp);
+    free(tmp);
+    return s;
+}
+
 /* Writes the file next to path under a temporary name and renames it over path only when
- * it is complete and on disk; on any failure the temporary file is removed. */
+ * it is complete and on disk; on any failure the temporary file is removed. Temporary files
+ * that earlier saves to path left behind are removed first. */
 static bn_status write_atomically(const char *path, const text_buf *header,
                                   const bn_safetensors_tensor *tensors, size_t n)
 {
-    size_t tmp_len = strlen(path) + sizeof ".tmp.XXXXXX";
-    char *tmp = malloc(tmp_len);
-    if (!tmp) return bn_error(BN_ERR_NOMEM, "out of host memory saving checkpoint %s", path);
-    snprintf(tmp, tmp_len, "%s.tmp.XXXXXX", path);
-    int fd = mkstemp(tmp);
+    remove_stale_temps(path);
+    char *tmp;
+    int fd;
+    BN_TRY(create_beside(path, TEMP_SUFFIX, &tmp, &fd));
     if (fd < 0) {
         int err = errno;
         free(tmp);
         return bn_error(BN_ERR_IO, "cannot save checkpoint %s: cannot create a temporary file beside it: %s",
                         path, strerror(err));
     }
+    /* Held until the file is renamed or removed: the mark of a save in progress, which a save
+     * from another process then leaves alone. */
+    (void)flock(fd, LOCK_EX | LOCK_NB);
     const char *failed = NULL;
     int err = 0;
     FILE *f = NULL;

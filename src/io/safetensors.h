@@ -51,9 +51,15 @@ typedef struct bn_safetensors_entry {
 } bn_safetensors_entry;
 
 /* Writes the metadata and the tensors, in the order given, to path, replacing any file
- * there only once the new one is complete and on disk. */
+ * there only once the new one is complete and on disk. Temporary files that earlier saves to
+ * path left behind (killed during the write) are removed. */
 bn_status bn_safetensors_save(const char *path, const bn_safetensors_field *meta, size_t num_meta,
                               const bn_safetensors_tensor *tensors, size_t num_tensors);
+
+/* Whether bn_safetensors_save could write path, checked before any work is done: path is not a
+ * directory or another file that is not a regular one, and its directory exists and takes a
+ * new file (one is created and removed). Its errors are usage errors: path is the user's. */
+bn_status bn_safetensors_check_target(const char *path);
 
 /* Opens path and checks its header length, that the header is a JSON object and that all
  * "__metadata__" values are strings. f holds the open file and the parsed header until

@@ -1,16 +1,13 @@
 #include "checkpoint.h"
 
-#include <errno.h>
-#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkpoint_meta.h"
 #include "io/safetensors.h"
 
-#define FORMAT_NAME "blobnet"
-#define FORMAT_VERSION "1"
 #define STATE_NAME_MAX 16 /* room for a state slab's name and its dot: "exp_avg_sq." is the longest */
 
 /* ---- the net's tensors ------------------------------------------------------------ */
@@ -130,36 +127,6 @@ static bn_status refuse_non_finite(const char *path, const char *name, const ten
     return BN_OK;
 }
 
-/* The metadata fields are the ones read_blobnet_meta reads back. An SGD optimizer is not
- * named: its files stay byte for byte what they were before there was a choice, and a file
- * that names no optimizer holds SGD's state. */
-static bn_status write_file(const char *path, const bn_net *net, const bn_optimizer *opt, const bn_train_state *st,
-                            const bn_safetensors_tensor *tensors, size_t count)
-{
-    bn_train_state zero = {0};
-    if (!st) st = &zero;
-    char hash[32], seed[32], epoch[32], batch[32], step[32], iter[32], loss[32], correct[32], seen[32];
-    snprintf(hash, sizeof hash, "%016llx", (unsigned long long)net->model_hash);
-    snprintf(seed, sizeof seed, "%llu", st->seed);
-    snprintf(epoch, sizeof epoch, "%d", st->epoch);
-    snprintf(batch, sizeof batch, "%d", st->batch_in_epoch);
-    snprintf(step, sizeof step, "%ld", st->step);
-    snprintf(iter, sizeof iter, "%ld", opt ? opt->iter : 0L);
-    /* 17 significant digits print every double so that strtod gives back the same bits. */
-    snprintf(loss, sizeof loss, "%.17g", st->epoch_loss_sum);
-    snprintf(correct, sizeof correct, "%.17g", st->epoch_correct);
-    snprintf(seen, sizeof seen, "%ld", st->epoch_seen);
-    bn_optimizer_kind kind = opt ? opt->cfg.optimizer : BN_OPT_SGD;
-    const bn_safetensors_field meta[] = {
-        {"format", FORMAT_NAME}, {"version", FORMAT_VERSION}, {"model_hash", hash},
-        {"model_file", net->source}, {"seed", seed}, {"epoch", epoch}, {"batch_in_epoch", batch},
-        {"step", step}, {"iter", iter}, {"epoch_loss_sum", loss}, {"epoch_correct", correct},
-        {"epoch_seen", seen}, {"has_momentum", opt ? "1" : "0"}, {"optimizer", bn_optimizer_names[kind]},
-    };
-    size_t fields = sizeof meta / sizeof *meta - (kind == BN_OPT_SGD);
-    return bn_safetensors_save(path, meta, fields, tensors, count);
-}
-
 bn_status bn_checkpoint_save(const char *path, bn_net *net, const bn_optimizer *opt, const bn_train_state *st)
 {
     const char *names[BN_OPTIMIZER_MAX_STATE];
@@ -198,7 +165,9 @@ bn_status bn_checkpoint_save(const char *path, bn_net *net, const bn_optimizer *
             for (size_t i = 0; i < n; i++)
                 tensors[k++] = (bn_safetensors_tensor){specs[i].state_name[j], specs[i].rank, specs[i].dims,
                                                        state[j] + specs[i].offset};
-        s = write_file(path, net, opt, st, tensors, k);
+        bn_checkpoint_fields meta;
+        bn_checkpoint_fields_build(&meta, net, opt, st);
+        s = bn_safetensors_save(path, meta.list, meta.count, tensors, k);
     }
     free(tensors);
     free(specs);
@@ -311,149 +280,6 @@ static bn_status match_tensors(const bn_safetensors *f, const tensor_lists *t, i
     return s;
 }
 
-static bn_status meta_required(const bn_safetensors *f, const char *key, const char **out)
-{
-    if (!(*out = bn_safetensors_meta(f, key)))
-        return bn_error(BN_ERR_DATA, "%s: __metadata__ lacks \"%s\"", f->path, key);
-    return BN_OK;
-}
-
-static bn_status bad_number(const bn_safetensors *f, const char *key, const char *text, const char *kind)
-{
-    char buf[64];
-    return bn_error(BN_ERR_DATA, "%s: metadata %s = \"%s\" is not %s", f->path, key,
-                    bn_safetensors_printable(text, strlen(text), buf, sizeof buf), kind);
-}
-
-/* An integer in [min, max], written in full (no spaces, no trailing characters). */
-static bn_status meta_integer(const bn_safetensors *f, const char *key, long long min, long long max,
-                              long long *out)
-{
-    const char *text;
-    BN_TRY(meta_required(f, key, &text));
-    char *end;
-    errno = 0;
-    long long v = strtoll(text, &end, 10);
-    if (!(text[0] == '-' || (text[0] >= '0' && text[0] <= '9')) || *end || errno || v < min || v > max)
-        return bad_number(f, key, text, "an integer in range");
-    *out = v;
-    return BN_OK;
-}
-
-static bn_status meta_unsigned(const bn_safetensors *f, const char *key, unsigned long long *out)
-{
-    const char *text;
-    BN_TRY(meta_required(f, key, &text));
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(text, &end, 10);
-    if (!(text[0] >= '0' && text[0] <= '9') || *end || errno)
-        return bad_number(f, key, text, "an unsigned 64-bit integer");
-    *out = v;
-    return BN_OK;
-}
-
-static bn_status meta_double(const bn_safetensors *f, const char *key, double *out)
-{
-    const char *text;
-    BN_TRY(meta_required(f, key, &text));
-    char *end;
-    double v = strtod(text, &end);
-    /* strtod would skip leading white space; a number written by save has none. */
-    if (!text[0] || text[0] == ' ' || (unsigned char)text[0] < 0x20 || *end)
-        return bad_number(f, key, text, "a number");
-    *out = v;
-    return BN_OK;
-}
-
-/* 1 and *out set when s is exactly 16 hex digits, as save writes a model hash. */
-static int parse_hash(const char *s, uint64_t *out)
-{
-    if (strlen(s) != 16) return 0;
-    uint64_t h = 0;
-    for (int i = 0; i < 16; i++) {
-        char c = s[i];
-        int d = c >= '0' && c <= '9' ? c - '0'
-              : c >= 'a' && c <= 'f' ? c - 'a' + 10
-              : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-        if (d < 0) return 0;
-        h = h << 4 | (uint64_t)d;
-    }
-    *out = h;
-    return 1;
-}
-
-static bn_status check_hash(const bn_safetensors *f, const bn_net *net, const char *text)
-{
-    char buf[64];
-    uint64_t h;
-    if (!parse_hash(text, &h))
-        return bn_error(BN_ERR_DATA, "%s: model_hash \"%s\" is not 16 hex digits", f->path,
-                        bn_safetensors_printable(text, strlen(text), buf, sizeof buf));
-    if (h != net->model_hash)
-        return bn_error(BN_ERR_DATA,
-                        "%s was saved from a different model file (hash %016llx, this model %016llx)",
-                        f->path, (unsigned long long)h, (unsigned long long)net->model_hash);
-    return BN_OK;
-}
-
-/* Training progress as the metadata records it. */
-typedef struct ckpt_state {
-    bn_train_state st;
-    long iter;
-    int has_state;                /* "has_momentum": the file holds the optimizer's state */
-    bn_optimizer_kind optimizer;  /* whose state: "optimizer", SGD's when absent */
-} ckpt_state;
-
-/* The full blobnet metadata that bn_checkpoint_load needs: format, version, hash, state. */
-static bn_status read_blobnet_meta(const bn_safetensors *f, const bn_net *net, ckpt_state *cs)
-{
-    if (!f->meta)
-        return bn_error(BN_ERR_DATA, "%s: no __metadata__; not a blobnet checkpoint (only weights can be "
-                        "loaded from plain safetensors)", f->path);
-    const char *text;
-    char buf[64];
-    BN_TRY(meta_required(f, "format", &text));
-    if (strcmp(text, FORMAT_NAME) != 0)
-        return bn_error(BN_ERR_DATA, "%s: format is \"%s\", not \"" FORMAT_NAME "\"", f->path,
-                        bn_safetensors_printable(text, strlen(text), buf, sizeof buf));
-    BN_TRY(meta_required(f, "version", &text));
-    if (strcmp(text, FORMAT_VERSION) != 0)
-        return bn_error(BN_ERR_DATA, "%s: checkpoint version \"%s\" is not supported (this blobnet reads "
-                        FORMAT_VERSION ")", f->path,
-                        bn_safetensors_printable(text, strlen(text), buf, sizeof buf));
-    BN_TRY(meta_required(f, "model_hash", &text));
-    BN_TRY(check_hash(f, net, text));
-    long long v;
-    BN_TRY(meta_unsigned(f, "seed", &cs->st.seed));
-    BN_TRY(meta_integer(f, "epoch", INT_MIN, INT_MAX, &v));
-    cs->st.epoch = (int)v;
-    BN_TRY(meta_integer(f, "batch_in_epoch", INT_MIN, INT_MAX, &v));
-    cs->st.batch_in_epoch = (int)v;
-    BN_TRY(meta_integer(f, "step", LONG_MIN, LONG_MAX, &v));
-    cs->st.step = (long)v;
-    BN_TRY(meta_integer(f, "iter", LONG_MIN, LONG_MAX, &v));
-    cs->iter = (long)v;
-    BN_TRY(meta_double(f, "epoch_loss_sum", &cs->st.epoch_loss_sum));
-    BN_TRY(meta_double(f, "epoch_correct", &cs->st.epoch_correct));
-    BN_TRY(meta_integer(f, "epoch_seen", LONG_MIN, LONG_MAX, &v));
-    cs->st.epoch_seen = (long)v;
-    BN_TRY(meta_required(f, "has_momentum", &text));
-    if (strcmp(text, "0") != 0 && strcmp(text, "1") != 0)
-        return bn_error(BN_ERR_DATA, "%s: has_momentum is \"%s\", not \"0\" or \"1\"", f->path,
-                        bn_safetensors_printable(text, strlen(text), buf, sizeof buf));
-    cs->has_state = text[0] == '1';
-    cs->optimizer = BN_OPT_SGD;
-    if (!(text = bn_safetensors_meta(f, "optimizer"))) return BN_OK;
-    int k = 0;
-    while (bn_optimizer_names[k] && strcmp(bn_optimizer_names[k], text) != 0) k++;
-    if (!bn_optimizer_names[k])
-        return bn_error(BN_ERR_DATA, "%s: optimizer \"%s\" is not one that blobnet knows", f->path,
-                        bn_safetensors_printable(text, strlen(text), buf, sizeof buf));
-    cs->optimizer = (bn_optimizer_kind)k;
-    return BN_OK;
-}
-
 static bn_status stage_all(const bn_safetensors *f, const bn_safetensors_entry *found,
                            const tensor_spec *specs, size_t n, float *dst)
 {
@@ -464,7 +290,7 @@ static bn_status stage_all(const bn_safetensors *f, const bn_safetensors_entry *
 /* Everything a load does once the file is open: check, stage into temporary buffers, and
  * only then copy into net and opt, so that a bad file leaves them untouched. cs is NULL
  * for a weights-only load. */
-static bn_status load_open(const bn_safetensors *f, bn_net *net, bn_optimizer *opt, const ckpt_state *cs)
+static bn_status load_open(const bn_safetensors *f, bn_net *net, bn_optimizer *opt, const bn_checkpoint_meta *cs)
 {
     const char *names[BN_OPTIMIZER_MAX_STATE];
     int ns = cs ? bn_optimizer_state_names(cs->optimizer, names) : 0;
@@ -499,33 +325,47 @@ static bn_status load_open(const bn_safetensors *f, bn_net *net, bn_optimizer *o
     return s;
 }
 
-bn_status bn_checkpoint_load(const char *path, bn_net *net, bn_optimizer *opt, bn_train_state *st)
+/* A full load; with r, a resume's too. */
+static bn_status load(const char *path, bn_net *net, bn_optimizer *opt, bn_train_state *st, bn_resume *r)
 {
     if (opt) BN_TRY(check_optimizer(net, opt));
     bn_safetensors f;
-    ckpt_state cs = {0};
+    bn_checkpoint_meta m;
     bn_status s = bn_safetensors_open(path, &f);
-    if (s == BN_OK) s = read_blobnet_meta(&f, net, &cs);
-    if (s == BN_OK && opt && !cs.has_state)
+    if (s == BN_OK) s = bn_checkpoint_meta_read(&f, net, &m);
+    if (s == BN_OK && opt && !m.has_state)
         s = bn_error(BN_ERR_DATA, "%s holds no optimizer state (has_momentum is 0), so training cannot "
                      "resume from it; load only its weights instead", path);
-    if (s == BN_OK && opt && cs.optimizer != opt->cfg.optimizer)
+    if (s == BN_OK && opt && m.optimizer != opt->cfg.optimizer)
         s = bn_error(BN_ERR_DATA, "%s holds the state of optimizer %s, but this run's optimizer is %s; resume "
-                     "with the optimizer it was saved with", path, bn_optimizer_names[cs.optimizer],
+                     "with the optimizer it was saved with", path, bn_optimizer_names[m.optimizer],
                      bn_optimizer_names[opt->cfg.optimizer]);
-    if (s == BN_OK) s = load_open(&f, net, opt, &cs);
-    if (s == BN_OK && st) *st = cs.st;
+    if (s == BN_OK && r) s = bn_checkpoint_meta_resume(&f, net, opt ? &opt->cfg : &net->train, &m, r);
+    if (s == BN_OK) s = load_open(&f, net, opt, &m);
+    if (s == BN_OK && st) *st = m.st;
+    if (s == BN_OK && m.text_changed) bn_checkpoint_note_text_changed(path, net);
     bn_safetensors_close(&f);
     return s;
+}
+
+bn_status bn_checkpoint_load(const char *path, bn_net *net, bn_optimizer *opt, bn_train_state *st)
+{
+    return load(path, net, opt, st, NULL);
+}
+
+bn_status bn_checkpoint_resume(const char *path, bn_net *net, bn_optimizer *opt, bn_train_state *st, bn_resume *r)
+{
+    return load(path, net, opt, st, r);
 }
 
 bn_status bn_checkpoint_load_weights(const char *path, bn_net *net)
 {
     bn_safetensors f;
+    int text_changed = 0;
     bn_status s = bn_safetensors_open(path, &f);
-    const char *hash = s == BN_OK ? bn_safetensors_meta(&f, "model_hash") : NULL;
-    if (hash) s = check_hash(&f, net, hash);
+    if (s == BN_OK) s = bn_checkpoint_meta_check_model(&f, net, &text_changed);
     if (s == BN_OK) s = load_open(&f, net, NULL, NULL);
+    if (s == BN_OK && text_changed) bn_checkpoint_note_text_changed(path, net);
     bn_safetensors_close(&f);
     return s;
 }

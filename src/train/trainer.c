@@ -55,24 +55,19 @@ static bn_status check_finite(bn_net *net, double loss, long first, long last)
                     isnan(loss) ? "NaN" : "infinite", steps, found);
 }
 
-const char bn_metrics_csv_header[] =
-    "epoch,step,lr,train_loss,train_acc,test_loss,test_acc,seconds,images_per_s";
-
 /* A CSV row for one logged step: that batch's loss and accuracy (reads them to the host). */
 static bn_status log_step(const bn_trainer_opts *opts, bn_net *net, int epoch, long step, double lr, double t0)
 {
     const float *m = bn_blob_host_rd(net->metrics);
     if (!m) return bn_last_status();
-    fprintf(opts->log, "%d,%ld,%.9g,%.9g,%.9g,,,%.3f,\n", epoch, step, lr, (double)m[0] / net->batch,
-            (double)m[1] / net->batch, now_seconds() - t0);
-    return BN_OK;
+    return bn_metrics_log_row(opts->log, "%d,%ld,%.9g,%.9g,%.9g,,,%.3f,\n", epoch, step, lr,
+                              (double)m[0] / net->batch, (double)m[1] / net->batch, now_seconds() - t0);
 }
 
-static void log_epoch(const bn_trainer_opts *opts, const bn_epoch_report *r, long step)
+static bn_status log_epoch(const bn_trainer_opts *opts, const bn_epoch_report *r, long step)
 {
-    fprintf(opts->log, "%d,%ld,%.9g,%.9g,%.9g,%.9g,%.9g,%.3f,%.1f\n", r->epoch, step, r->lr, r->train_loss,
-            r->train_acc, r->test_loss, r->test_acc, r->seconds, r->images_per_s);
-    fflush(opts->log);
+    return bn_metrics_log_row(opts->log, "%d,%ld,%.9g,%.9g,%.9g,%.9g,%.9g,%.3f,%.1f\n", r->epoch, step, r->lr,
+                              r->train_loss, r->train_acc, r->test_loss, r->test_acc, r->seconds, r->images_per_s);
 }
 
 bn_status bn_step_running_metrics(const bn_step_info *info, double *loss, double *acc)
@@ -224,13 +219,24 @@ static bn_status after_step(bn_net *net, bn_optimizer *opt, bn_blob *acc, bn_tra
     return stop ? interrupted(opts, st) : BN_OK;
 }
 
-/* Trains the rest of the current epoch; sums of loss and correct answers go into st. */
+/* The steps of batch examples that cover count examples. */
+static long steps_for(long count, int batch)
+{
+    return (count + batch - 1) / batch;
+}
+
+/* Trains the rest of the current epoch, from example st->epoch_seen of its order (a resumed run
+ * may have another batch size than the run it resumes: the place is kept in examples, not
+ * batches); sums of loss and correct answers go into st. */
 static bn_status train_epoch(bn_net *net, bn_optimizer *opt, bn_loader *ld, bn_blob *acc, bn_train_state *st,
                              const bn_trainer_opts *opts, bn_step_graph *graph, int *warm, long *checked)
 {
     double t0 = now_seconds();
     int count = ld->data->count, batch = net->capacity;
-    bn_step_info info = {.epoch = st->epoch + 1, .epochs = opts->epochs, .batches = (count + batch - 1) / batch,
+    if (st->epoch_seen < 0 || st->epoch_seen > count)
+        return bn_error(BN_ERR_INTERNAL, "resuming at example %ld of an epoch of %d examples", st->epoch_seen, count);
+    int first = (int)st->epoch_seen;
+    bn_step_info info = {.epoch = st->epoch + 1, .epochs = opts->epochs, .batches = (int)steps_for(count, batch),
                          .count = count, .sums = acc};
     BN_TRY(bn_loader_set_order(ld, 1, bn_epoch_seed(st->seed, st->epoch)));
     BN_TRY(bn_loader_set_step(ld, (unsigned long long)st->step));
@@ -240,9 +246,9 @@ static bn_status train_epoch(bn_net *net, bn_optimizer *opt, bn_loader *ld, bn_b
     a[1] = (float)st->epoch_correct;
     /* A replayed graph adds into the device copy without a transfer: make it the newest now. */
     if (net->pass.ctx && !bn_blob_dev_wr(acc)) return bn_last_status();
-    BN_TRY(bn_loader_set_cursor(ld, st->batch_in_epoch * batch));
-    if (net->pass.ctx) BN_TRY(bn_optimizer_schedule(opt, net, opt->iter, info.batches - st->batch_in_epoch));
-    for (int start = st->batch_in_epoch * batch; start < count; start += batch) {
+    BN_TRY(bn_loader_set_cursor(ld, first));
+    if (net->pass.ctx) BN_TRY(bn_optimizer_schedule(opt, net, opt->iter, steps_for(count - first, batch)));
+    for (int start = first; start < count; start += batch) {
         int n = count - start < batch ? count - start : batch;
         double lr = bn_optimizer_lr(opt, opt->iter);
         if (opts->profile_first && st->step + 1 == opts->profile_first) BN_TRY(bn_profiler_start());
@@ -255,7 +261,7 @@ static bn_status train_epoch(bn_net *net, bn_optimizer *opt, bn_loader *ld, bn_b
         st->batch_in_epoch++;
         st->epoch_seen += n;
         if (opts->progress) {
-            info.batch = st->batch_in_epoch;
+            info.batch = info.batches - (int)steps_for(count - st->epoch_seen, batch);
             info.seen = st->epoch_seen;
             info.images += n;
             info.seconds = now_seconds() - t0;
@@ -363,8 +369,8 @@ bn_status bn_train(bn_net *net, bn_optimizer *opt, const bn_dataset *train, cons
     bn_step_graph graph = {0}, eval_graph = {0};
     int warm = 0;
     long checked = st->step;
+    st->examples = train->count;
     note_no_replay(net, opts);
-    if (opts->log) fprintf(opts->log, "%s\n", bn_metrics_csv_header);
     while (s == BN_OK && st->epoch < opts->epochs) {
         snprintf(range, sizeof range, "epoch %d", st->epoch + 1);
         bn_nvtx_push(range, BN_NVTX_STEP);
@@ -385,14 +391,16 @@ bn_status bn_train(bn_net *net, bn_optimizer *opt, const bn_dataset *train, cons
         s = evaluate_with(net, &test_ld, eval_sum, opts->no_graph ? NULL : &eval_graph, &r.test_loss, &r.test_acc);
         r.eval_seconds = now_seconds() - eval_start;
         if (s != BN_OK) break;
-        *st = (bn_train_state){.seed = st->seed, .epoch = st->epoch + 1, .step = st->step};
-        if (opts->save_path) s = bn_checkpoint_save(opts->save_path, net, opt, st);
+        *st = (bn_train_state){.seed = st->seed, .epoch = st->epoch + 1, .step = st->step, .examples = st->examples};
+        /* The row before the checkpoint: the log then holds every row up to a checkpoint's step, and
+         * a resume from it drops only rows it trains again. */
+        if (opts->log) s = log_epoch(opts, &r, st->step);
+        if (s == BN_OK && opts->save_path) s = bn_checkpoint_save(opts->save_path, net, opt, st);
         if (opts->progress) {
             bn_status p = opts->progress(opts->progress_user, BN_PROGRESS_DONE, &info);
             if (s == BN_OK) s = p;
         }
         print_epoch(opts->out, &r);
-        if (opts->log) log_epoch(opts, &r, st->step);
         *last = r;
         if (s == BN_OK && opts->stop && *opts->stop) s = interrupted(opts, st);
         if (opts->until_accuracy > 0 && r.test_acc >= opts->until_accuracy) break;

@@ -8,6 +8,7 @@
 #include "checkpoint.h"
 #include "idx.h"
 #include "loader.h"
+#include "metrics_log.h"
 #include "optimizer.h"
 
 #ifdef __cplusplus
@@ -53,7 +54,7 @@ typedef struct bn_trainer_opts {
     int epochs;             /* train until this many epochs are complete */
     const char *save_path;  /* checkpoint written after every epoch, or NULL */
     FILE *out;              /* epoch lines go here; NULL prints nothing */
-    FILE *log;              /* CSV metrics log, or NULL */
+    bn_metrics_log *log;    /* the CSV metrics log, open (metrics_log.h), or NULL */
     int log_every;          /* with log: also a row every this many steps (0: epochs only) */
     long profile_first;     /* capture steps profile_first..profile_last (1-based, as the */
     long profile_last;      /* "step <n>" NVTX ranges) for a profiler; 0 captures nothing */
@@ -67,9 +68,6 @@ typedef struct bn_trainer_opts {
     const volatile sig_atomic_t *stop; /* when it turns non-zero (a signal handler sets it), training
                              * stops after the current step, saves, and returns BN_ERR_INTERRUPTED */
 } bn_trainer_opts;
-
-/* The header line of the CSV metrics log. */
-extern const char bn_metrics_csv_header[];
 
 /* Trains net with opt from state st (zeroed for a fresh run; loaded for a resume) until
  * opts->epochs are complete, evaluating on test after every epoch. *last receives the last

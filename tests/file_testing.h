@@ -1,0 +1,23 @@
+/* file_testing.h - helpers shared by the tests of the files a run reads and writes (checkpoints,
+ * metrics logs, interrupted and resumed runs): paths in the test directory, small text files
+ * read and written whole, and one small MNIST-shaped data set for runs of the CLI. */
+#ifndef BN_FILE_TESTING_H
+#define BN_FILE_TESTING_H
+
+#include <stddef.h>
+
+/* "<test directory>/name" into buf (cap bytes); returns buf. */
+const char *ft_path(char *buf, size_t cap, const char *name);
+
+/* Reads path whole into buf (at most cap - 1 bytes, then a NUL); 0, or -1 when it cannot. */
+int ft_read_text(const char *path, char *buf, size_t cap);
+
+/* Writes text to path, replacing it; 0, or -1 when it cannot. */
+int ft_write_text(const char *path, const char *text);
+
+/* The directory of a synthetic MNIST-shaped set of 1000 training and 200 test images, made on
+ * the first call (bn_test_synthetic_mnist), or NULL when it cannot be written: for runs about
+ * files and signals, not accuracy, with a test set small enough to evaluate quickly. */
+const char *ft_small_mnist(void);
+
+#endif

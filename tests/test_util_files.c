@@ -1,0 +1,41 @@
+/* test_util_files.c - the helpers of file_testing.h; it holds no tests itself. */
+#include "file_testing.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "testing.h"
+
+const char *ft_path(char *buf, size_t cap, const char *name)
+{
+    snprintf(buf, cap, "%s/%s", bn_test_tmpdir(), name);
+    return buf;
+}
+
+int ft_read_text(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    size_t n = fread(buf, 1, cap - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    return 0;
+}
+
+int ft_write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    int ok = fputs(text, f) >= 0;
+    return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+const char *ft_small_mnist(void)
+{
+    static char dir[512];
+    if (!dir[0]) {
+        const char *made = bn_test_synthetic_mnist("small-mnist", 1000, 200);
+        if (made) snprintf(dir, sizeof dir, "%s", made);
+    }
+    return dir[0] ? dir : NULL;
+}
