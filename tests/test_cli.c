@@ -114,3 +114,21 @@ BN_TEST(cli_summary_lists_lenet)
     CHECK_CLI("summary models/mlp.cfg", 0, "397510 parameters");
     return BN_PASS;
 }
+
+/* Bytes of a binary file, or control characters in a name, reach the terminal escaped as \xNN
+ * in an error line; UTF-8 text passes as it is. */
+BN_TEST(cli_errors_escape_control_and_binary_bytes)
+{
+    char path[512], args[700];
+    snprintf(path, sizeof path, "%s/binary.cfg", bn_test_tmpdir());
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    fputs("[input]\n\x1b[2J\x07\xff\xfe caf\xc3\xa9 \xc2\x9b\n", f);
+    fclose(f);
+    snprintf(args, sizeof args, "summary %s", path);
+    CHECK_CLI(args, 2, "binary.cfg:2: expected 'key = value' or '[section]', got '\\x1b[2J\\x07\\xff\\xfe caf\xc3\xa9 \\xc2\\x9b'");
+    for (const char *p = out; *p; p++)
+        CHECK_MSG((unsigned char)*p >= 0x20 || *p == '\n', "raw byte 0x%02x in: %s", (unsigned char)*p, out);
+    CHECK_CLI("'fly\x1b]0;title\x07'", 2, "unknown command 'fly\\x1b]0;title\\x07'");
+    return BN_PASS;
+}

@@ -4,7 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "commands.h"
+#include "cli.h"
 #include "core/device.h"
 #include "core/plugin.h"
 #include "core/registry.h"
@@ -67,7 +67,7 @@ static const char test_usage[] =
     "  --batch N           evaluation batch size (default 1000)\n"
     "  --plugin FILE       load a layer plugin (.so) first; may be given several times\n"
     "  --misclassified DIR write each misclassified image to DIR as\n"
-    "                      <index>-true<label>-pred<class>.png\n"
+    "                      <index>-true<label>-pred<class>.png (DIR is checked first)\n"
     "Also prints the confusion matrix (rows: true class, columns: predicted class)\n"
     "and each class's accuracy.\n";
 
@@ -213,8 +213,7 @@ static int run_help(int argc, char **argv)
     }
     const bn_layer_ops *ops = bn_find_layer(topic);
     if (!ops) {
-        fprintf(stderr, "blobnet: error: help: '%s' is neither a command nor a layer type (see 'blobnet help')\n",
-                topic);
+        bn_cli_report("error", "help: '%s' is neither a command nor a layer type (see 'blobnet help')", topic);
         return 2;
     }
     print_layer_help(ops);
@@ -267,7 +266,7 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "help") == 0) return run_help(argc - 1, argv + 1);
     const bn_command *c = find_command(cmd);
     if (!c) {
-        fprintf(stderr, "blobnet: error: unknown command '%s'; run 'blobnet --help'\n", cmd);
+        bn_cli_report("error", "unknown command '%s'; run 'blobnet --help'", cmd);
         return 2;
     }
     return c->run(argc - 1, argv + 1);
