@@ -125,7 +125,7 @@ static const bad_case cases[] = {
      "pad = 3 must be smaller than size = 3"},
     {"model: terabytes of parameters", RAW, "m.cfg",
      BIN("[input]\nchannels=1\nheight=4\nwidth=4\n[dense]\noutputs=16000000\n[dense]\noutputs=16000000\n[softmax_ce]\n"),
-     TRAIN, 2, "more than the limit"},
+     TRAIN, 2, "GB of host memory (at dense"},
     {"model: a FIFO", FIFO, "m.cfg", NONE, TRAIN, 2, "m.cfg: is not a regular file but a FIFO (named pipe)"},
     {"model: a directory", KEEP, NULL, NONE, "train @/data --device cpu --data @/data", 2,
      "data: is not a regular file but a directory"},
@@ -459,5 +459,33 @@ BN_TEST(bad_input_gpu_out_of_memory_says_what_is_free)
     CHECK_OK(bn_device_alloc(&p, 1 << 20));
     bn_device_free(p);
     bn_ctx_close();
+    return BN_PASS;
+}
+
+/* Setup on a GPU refuses a network whose blobs need more than the device has free, with both
+ * figures, before allocating any of them (the host's limit is set out of the way). */
+BN_TEST(bad_input_gpu_setup_refuses_more_than_the_device_has_free)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    size_t free_bytes = 0, total_bytes = 0;
+    CHECK_OK(bn_ctx_memory(ctx, &free_bytes, &total_bytes));
+    CHECK_MSG(free_bytes > 0 && free_bytes <= total_bytes, "%zu of %zu bytes free", free_bytes, total_bytes);
+    bn_net *net;
+    CHECK_OK(bn_net_from_text("[input]\nchannels=1\nheight=1024\nwidth=1024\n[avgpool]\nglobal=1\n", "big.cfg", &net));
+    net->max_bytes = (size_t)1 << 50;
+    /* 4 MiB an example: 1 GiB more than is free. */
+    int batch = (int)(free_bytes / (4 << 20)) + 256;
+    bn_status s = bn_net_setup(net, batch, ctx, 0, 1);
+    char want[160], message[1100];
+    snprintf(message, sizeof message, "%s", bn_last_error());
+    bn_net_free(net);
+    bn_ctx_close();
+    CHECK_MSG(s == BN_ERR_USAGE, "status %d: %s", (int)s, message);
+    snprintf(want, sizeof want, "big.cfg: at batch %d the network needs ", batch);
+    CHECK_MSG(strstr(message, want) && strstr(message, " GB of device memory, more than the ") &&
+                  strstr(message, " GB free on gpu:0 ("),
+              "%s", message);
     return BN_PASS;
 }
