@@ -47,11 +47,13 @@ static bn_status open_ordinal(const char *spec, int ordinal, bn_ctx **ctx)
 bn_status bn_cli_open_device(const char *spec, int quiet, bn_ctx **ctx)
 {
     *ctx = NULL;
+    static int warned;
+    if (!spec) return bn_device_count() > 0 ? open_ordinal("auto", 0, ctx) : BN_OK;
     if (strcmp(spec, "cpu") == 0) return BN_OK;
     if (strcmp(spec, "auto") == 0) {
         if (bn_device_count() > 0) return open_ordinal(spec, 0, ctx);
-        if (bn_device_compiled() && !quiet)
-            fprintf(stderr, "blobnet: warning: no CUDA device found; running on the CPU\n");
+        if (bn_device_compiled() && !quiet && !warned++)
+            bn_cli_report("warning", "no CUDA device found; running on the CPU");
         return BN_OK;
     }
     long ordinal = 0;

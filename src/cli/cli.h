@@ -12,7 +12,9 @@ bn_status bn_cli_int(const char *flag, const char *text, long lo, long hi, long 
 /* Parses a whole-string finite number in [lo, hi] given to `flag`. */
 bn_status bn_cli_float(const char *flag, const char *text, double lo, double hi, double *out);
 
-/* Opens the device named by spec (cpu, gpu, gpu:N, auto): *ctx is NULL for the CPU. */
+/* Opens the device named by spec (cpu, gpu, gpu:N, auto): *ctx is NULL for the CPU. A NULL
+ * spec is auto left unsaid: the GPU when there is one, the CPU without a word otherwise; an
+ * "auto" falling back to the CPU warns once per process, unless quiet. */
 bn_status bn_cli_open_device(const char *spec, int quiet, bn_ctx **ctx);
 
 /* Prints "blobnet: KIND: message" on stderr, one line, with control characters and bytes that

@@ -28,7 +28,7 @@ typedef struct test_args {
 
 static int parse_args(int argc, char **argv, test_args *a)
 {
-    *a = (test_args){.dataset = "mnist", .device = "auto", .batch = 1000};
+    *a = (test_args){.dataset = "mnist", .batch = 1000};
     opterr = 0;
     optind = 1;
     int opt;
