@@ -1,6 +1,20 @@
 # blobnet build. `make` builds libblobnet.a, the blobnet CLI and the test runner;
 # `make test` runs every test; `make CPU_ONLY=1` builds without CUDA.
 
+# One job per core unless -j says otherwise (a -j on the command line wins), but not beside
+# a clean, which would race the build. Each step prints one short line; V=1 prints the whole
+# commands.
+ifeq ($(filter clean,$(MAKECMDGOALS)),)
+  MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 1)
+endif
+ifeq ($(V),1)
+  Q :=
+  say :=
+else
+  Q := @
+  say = printf '  %-5s %s\n' '$(1)' '$(2)';
+endif
+
 CUDA_HOME ?= /usr/local/cuda
 NVCC      ?= $(CUDA_HOME)/bin/nvcc
 CC        ?= cc
@@ -85,33 +99,33 @@ CONFIG_ID := $(BUILD) cuda=$(WITH_CUDA) sanitize=$(SANITIZE) nvtx=$(NVTX) opt=$(
 
 libblobnet.a: $(LIB_OBJS) .build-config
 	@rm -f $@
-	ar rcs $@ $(filter %.o,$^)
+	$(Q)$(call say,AR,$@)ar rcs $@ $(filter %.o,$^)
 
 blobnet: $(CLI_SRCS:%.c=$(BUILD)/%.o) libblobnet.a
-	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(EXPORT_LIB) $(LDLIBS)
+	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(EXPORT_LIB) $(LDLIBS)
 
 tests/run_tests: $(TEST_OBJS) libblobnet.a
-	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(EXPORT_LIB) $(LDLIBS)
+	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(EXPORT_LIB) $(LDLIBS)
 
 plugins: $(PLUGINS)
 
 $(PLUGINS): $(BUILD)/plugins/%.so: $(BUILD)/plugins/%.o
-	$(CC) $(LDFLAGS) -shared -o $@ $^ $(PLUGIN_LIBS)
+	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -shared -o $@ $^ $(PLUGIN_LIBS)
 
 $(PLUGIN_CUS): $(BUILD)/plugins/%.so: $(BUILD)/plugins/%.cu.o
 
 $(BUILD)/plugins/%.o: layers/examples/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -fPIC -c $< -o $@
+	$(Q)$(call say,CC,$<)$(CC) $(CPPFLAGS) $(CFLAGS) -fPIC -c $< -o $@
 
 $(BUILD)/plugins/%.cu.o: layers/examples/%.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVFLAGS) -Xcompiler -fPIC -MMD -MP -c $< -o $@
+	$(Q)$(call say,NVCC,$<)$(NVCC) $(NVFLAGS) -Xcompiler -fPIC -MMD -MP -c $< -o $@
 
 # An NVTX injection library the tests load to record every range the CLI opens.
 $(BUILD)/tests/libnvtx_record.so: tests/nvtx_record.c
 	@mkdir -p $(dir $@)
-	$(CC) -std=c11 -O2 -Wall -Wextra -fPIC -shared -I$(NVTX_INC).. $< -o $@ -ldl
+	$(Q)$(call say,LD,$@)$(CC) -std=c11 -O2 -Wall -Wextra -fPIC -shared -I$(NVTX_INC).. $< -o $@ -ldl
 
 # The list of tests: every BN_TEST(name) in tests/test_*.c, regenerated when they change.
 $(BUILD)/tests_list.h: $(wildcard tests/test_*.c)
@@ -123,14 +137,17 @@ $(BUILD)/tests/runner.o: $(BUILD)/tests_list.h
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+	$(Q)$(call say,CC,$<)$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVFLAGS) -MMD -MP -c $< -o $@
+	$(Q)$(call say,NVCC,$<)$(NVCC) $(NVFLAGS) -MMD -MP -c $< -o $@
 
-# Tests read real MNIST from BLOBNET_TEST_DATA when it is set. BLOBNET_MAKE is how the
-# install test calls make with this build's settings.
+# Tests read real MNIST from BLOBNET_TEST_DATA: by default the copy `make train` fetched into
+# MNIST_DIR, when all four files are there. BLOBNET_MAKE is how the install test calls make
+# with this build's settings.
+BLOBNET_TEST_DATA ?= $(if $(strip $(foreach f,$(MNIST_FILES),$(if $(wildcard $(MNIST_DIR)/$(f) $(MNIST_DIR)/$(f).gz),,$(f)))),,$(abspath $(MNIST_DIR)))
+export BLOBNET_TEST_DATA
 test: all
 	BLOBNET_CLI=./blobnet BLOBNET_NVTX_RECORDER=$(NVTX_RECORDER) BLOBNET_PLUGINS=$(BUILD)/plugins \
 	  BLOBNET_MAKE='$(MAKE) BUILD=$(BUILD) CPU_ONLY=$(CPU_ONLY) SANITIZE=$(SANITIZE) NVTX=$(NVTX) CUDA_HOME=$(CUDA_HOME)' \

@@ -15,6 +15,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "core/regular_file.h"
+
 #define IDX_IMAGES_MAGIC 0x00000803u /* unsigned bytes, 3 dimensions: count, rows, columns */
 #define IDX_LABELS_MAGIC 0x00000801u /* unsigned bytes, 1 dimension: count */
 
@@ -70,6 +72,7 @@ static void format_dims(const uint32_t *dims, int ndims, char *buf, size_t cap)
 static bn_status idx_open(const char *path, gzFile *out, int *is_gzip, uint64_t *file_size)
 {
     *out = NULL;
+    BN_TRY(bn_check_regular_file(path, BN_ERR_DATA));
     int fd = open(path, O_RDONLY);
     if (fd < 0) {
         char folder[IDX_PATH_MAX];
@@ -77,13 +80,10 @@ static bn_status idx_open(const char *path, gzFile *out, int *is_gzip, uint64_t 
         return bn_error(BN_ERR_DATA, "%s: cannot open (%s); run tools/fetch_mnist.sh %s or pass --data DIR",
                         path, strerror(errno), folder);
     }
+    /* A regular file (bn_check_regular_file): its size bounds what a header may promise. A size
+     * fstat cannot give leaves no early bound; reading still finds the end. */
     struct stat st;
-    if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
-        close(fd);
-        return bn_error(BN_ERR_DATA, "%s: is a directory, not an IDX file", path);
-    }
-    /* Pipes and other files of unknown size get no early bound; reading still finds the end. */
-    *file_size = S_ISREG(st.st_mode) ? (uint64_t)st.st_size : UINT64_MAX;
+    *file_size = fstat(fd, &st) == 0 ? (uint64_t)st.st_size : UINT64_MAX;
     unsigned char head[2];
     ssize_t got = read(fd, head, sizeof head);
     if (got < 0) {

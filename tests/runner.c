@@ -5,6 +5,7 @@
 #include "testing.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -29,6 +30,40 @@ static const struct test_entry all_tests[] = {
 };
 
 static char tmpdir[256];
+
+/* Why the test that just ran skipped, and the distinct reasons of the run with their counts. */
+#define MAX_REASONS 64
+static char skip_reason[256];
+static struct {
+    char text[256];
+    int count;
+} reasons[MAX_REASONS];
+static int num_reasons;
+
+int bn_test_skip(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(skip_reason, sizeof skip_reason, fmt, ap);
+    va_end(ap);
+    return BN_SKIP;
+}
+
+static void count_reason(const char *text)
+{
+    int i = 0;
+    while (i < num_reasons && strcmp(reasons[i].text, text) != 0) i++;
+    if (i == MAX_REASONS) i = MAX_REASONS - 1; /* the last slot takes what does not fit */
+    else if (i == num_reasons) snprintf(reasons[num_reasons++].text, sizeof reasons[i].text, "%s", text);
+    reasons[i].count++;
+}
+
+static void print_skip_summary(void)
+{
+    if (num_reasons == 0) return;
+    printf("skipped, by reason:\n");
+    for (int i = 0; i < num_reasons; i++) printf("  %4d  %s\n", reasons[i].count, reasons[i].text);
+}
 
 const char *bn_test_data_dir(void)
 {
@@ -141,15 +176,18 @@ int main(int argc, char **argv)
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         bn_clear_error();
+        skip_reason[0] = '\0';
         fflush(stdout);
         int r = all_tests[i].fn();
         clock_gettime(CLOCK_MONOTONIC, &t1);
         double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
         const char *word = r == BN_PASS ? "ok  " : r == BN_SKIP ? "skip" : "FAIL";
-        printf("%s %-44s %8.1f ms\n", word, all_tests[i].name, ms);
+        const char *why = skip_reason[0] ? skip_reason : "no reason given";
+        printf("%s %-44s %8.1f ms%s%s%s\n", word, all_tests[i].name, ms, r == BN_SKIP ? "  (" : "",
+               r == BN_SKIP ? why : "", r == BN_SKIP ? ")" : "");
         fflush(stdout);
         if (r == BN_PASS) passed++;
-        else if (r == BN_SKIP) skipped++;
+        else if (r == BN_SKIP) skipped++, count_reason(why);
         else failed++;
     }
     if (tmpdir[0]) {
@@ -157,6 +195,7 @@ int main(int argc, char **argv)
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
         if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
     }
+    print_skip_summary();
     printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
     return failed ? 1 : 0;
 }

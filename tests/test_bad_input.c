@@ -23,6 +23,7 @@ typedef enum change_kind {
     KEEP,       /* the valid inputs as they are: the arguments are what is wrong */
     RAW,        /* file gets exactly the bytes of content */
     REMOVE,     /* file is deleted */
+    FIFO,       /* file is replaced by a named pipe that nothing writes to */
     CKPT_EDIT   /* the valid checkpoint's header with "old|new" applied (once), data kept;
                  * "NAN" puts a NaN in the first weight, "CUT" drops the last 100 bytes */
 } change_kind;
@@ -86,6 +87,8 @@ static const bad_case cases[] = {
      "not a directory"},
     {"data directory missing", KEEP, NULL, NONE, "train @/m.cfg --device cpu --data @/nodata --epochs 1", 1,
      "data directory not found"},
+    {"images: a FIFO", FIFO, "data/train-images-idx3-ubyte", NONE, TRAIN, 1,
+     "train-images-idx3-ubyte: is not a regular file but a FIFO (named pipe)"},
     {"data directory lacks a file", REMOVE, "data/t10k-labels-idx1-ubyte", NONE, TRAIN, 1,
      "neither t10k-labels-idx1-ubyte.gz nor t10k-labels-idx1-ubyte found"},
 
@@ -122,7 +125,13 @@ static const bad_case cases[] = {
      "pad = 3 must be smaller than size = 3"},
     {"model: terabytes of parameters", RAW, "m.cfg",
      BIN("[input]\nchannels=1\nheight=4\nwidth=4\n[dense]\noutputs=16000000\n[dense]\noutputs=16000000\n[softmax_ce]\n"),
-     TRAIN, 2, "more than the limit"},
+     TRAIN, 2, "GB of host memory (at dense"},
+    {"model: a FIFO", FIFO, "m.cfg", NONE, TRAIN, 2, "m.cfg: is not a regular file but a FIFO (named pipe)"},
+    {"model: a directory", KEEP, NULL, NONE, "train @/data --device cpu --data @/data", 2,
+     "data: is not a regular file but a directory"},
+    {"model: a key given twice", RAW, "m.cfg",
+     BIN("[input]\nchannels=1\nheight=4\nwidth=4\n[dense]\noutputs=10\ninit=he\noutputs=12\n[softmax_ce]\n"), TRAIN, 2,
+     "m.cfg:8: [dense] key 'outputs' is given twice: also at @/m.cfg:6"},
     {"model: missing file", KEEP, NULL, NONE, "train @/none.cfg --device cpu --data @/data", 2, "none.cfg: cannot open"},
     {"model: unknown optimizer", RAW, "m.cfg",
      BIN("[input]\nchannels=1\nheight=4\nwidth=4\n[train]\noptimizer=lion\n[dense]\noutputs=10\n"), TRAIN, 2,
@@ -168,6 +177,8 @@ static const bad_case cases[] = {
      "ck.safetensors holds the state of optimizer sgd, but this run's optimizer is adamw"},
     {"checkpoint: a directory (test)", KEEP, NULL, NONE, "test @/m.cfg @/data --device cpu --data @/data", 1,
      "is not a regular file"},
+    {"checkpoint: a FIFO (--resume)", FIFO, "ck.safetensors", NONE, RESUME, 1,
+     "ck.safetensors: is not a regular file but a FIFO (named pipe)"},
     {"checkpoint: wrong shape (test)", CKPT_EDIT, "ck.safetensors", "[10,16]|[10,15]", 0,
      "test @/m.cfg @/ck.safetensors --device cpu --data @/data", 1, "hold 640 bytes but shape [10,15] needs 600"},
 
@@ -203,6 +214,12 @@ static const bad_case cases[] = {
     {"flag: non-numeric --debug-numerics", KEEP, NULL, NONE, TRAIN " --debug-numerics often", 2,
      "--debug-numerics: 'often' is not an integer"},
     {"flag: --dataset unknown", KEEP, NULL, NONE, TRAIN " --dataset cifar", 2, "--dataset: 'cifar' is not one of"},
+    {"flag: --misclassified names a file", KEEP, NULL, NONE,
+     "test @/m.cfg @/ck.safetensors --device cpu --data @/data --misclassified @/m.cfg", 2,
+     "--misclassified: @/m.cfg exists and is not a directory"},
+    {"flag: --misclassified in a missing directory", KEEP, NULL, NONE,
+     "test @/m.cfg @/ck.safetensors --device cpu --data @/data --misclassified @/nodir/wrong", 2,
+     "--misclassified: cannot create @/nodir/wrong: directory @/nodir does not exist"},
     {"flag: test without WEIGHTS", KEEP, NULL, NONE, "test @/m.cfg --device cpu", 2, "test: expected MODEL and WEIGHTS"},
 
     /* ---- images for predict ---- */
@@ -218,6 +235,7 @@ static const bad_case cases[] = {
      "PGM pixel 2 is 99, above maxval 15"},
     {"image: nothing but background", RAW, "img", BIN("P2\n4 4\n255\n0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n"), PREDICT, 1,
      "no digit"},
+    {"image: a FIFO", FIFO, "img", NONE, PREDICT, 1, "img: is not a regular file but a FIFO (named pipe)"},
     {"image: missing file", KEEP, NULL, NONE, "predict @/m.cfg @/ck.safetensors @/nope.png --device cpu", 1,
      "nope.png: cannot open"},
 };
@@ -358,6 +376,7 @@ static int apply_change(const bad_case *c, const char *dir)
     snprintf(path, sizeof path, "%s/%s", dir, c->file);
     if (c->kind == RAW) return write_file(path, c->content, c->len);
     if (c->kind == REMOVE) return remove(path);
+    if (c->kind == FIFO) return remove(path) == 0 && mkfifo(path, 0644) == 0 ? 0 : -1;
     return edit_checkpoint(path, c->content);
 }
 
@@ -440,5 +459,33 @@ BN_TEST(bad_input_gpu_out_of_memory_says_what_is_free)
     CHECK_OK(bn_device_alloc(&p, 1 << 20));
     bn_device_free(p);
     bn_ctx_close();
+    return BN_PASS;
+}
+
+/* Setup on a GPU refuses a network whose blobs need more than the device has free, with both
+ * figures, before allocating any of them (the host's limit is set out of the way). */
+BN_TEST(bad_input_gpu_setup_refuses_more_than_the_device_has_free)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    size_t free_bytes = 0, total_bytes = 0;
+    CHECK_OK(bn_ctx_memory(ctx, &free_bytes, &total_bytes));
+    CHECK_MSG(free_bytes > 0 && free_bytes <= total_bytes, "%zu of %zu bytes free", free_bytes, total_bytes);
+    bn_net *net;
+    CHECK_OK(bn_net_from_text("[input]\nchannels=1\nheight=1024\nwidth=1024\n[avgpool]\nglobal=1\n", "big.cfg", &net));
+    net->max_bytes = (size_t)1 << 50;
+    /* 4 MiB an example: 1 GiB more than is free. */
+    int batch = (int)(free_bytes / (4 << 20)) + 256;
+    bn_status s = bn_net_setup(net, batch, ctx, 0, 1);
+    char want[160], message[1100];
+    snprintf(message, sizeof message, "%s", bn_last_error());
+    bn_net_free(net);
+    bn_ctx_close();
+    CHECK_MSG(s == BN_ERR_USAGE, "status %d: %s", (int)s, message);
+    snprintf(want, sizeof want, "big.cfg: at batch %d the network needs ", batch);
+    CHECK_MSG(strstr(message, want) && strstr(message, " GB of device memory, more than the ") &&
+                  strstr(message, " GB free on gpu:0 ("),
+              "%s", message);
     return BN_PASS;
 }

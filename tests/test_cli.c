@@ -114,3 +114,56 @@ BN_TEST(cli_summary_lists_lenet)
     CHECK_CLI("summary models/mlp.cfg", 0, "397510 parameters");
     return BN_PASS;
 }
+
+/* Bytes of a binary file, or control characters in a name, reach the terminal escaped as \xNN
+ * in an error line; UTF-8 text passes as it is. */
+BN_TEST(cli_errors_escape_control_and_binary_bytes)
+{
+    char path[512], args[700];
+    snprintf(path, sizeof path, "%s/binary.cfg", bn_test_tmpdir());
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    fputs("[input]\n\x1b[2J\x07\xff\xfe caf\xc3\xa9 \xc2\x9b\n", f);
+    fclose(f);
+    snprintf(args, sizeof args, "summary %s", path);
+    CHECK_CLI(args, 2, "binary.cfg:2: expected 'key = value' or '[section]', got '\\x1b[2J\\x07\\xff\\xfe caf\xc3\xa9 \\xc2\\x9b'");
+    for (const char *p = out; *p; p++)
+        CHECK_MSG((unsigned char)*p >= 0x20 || *p == '\n', "raw byte 0x%02x in: %s", (unsigned char)*p, out);
+    CHECK_CLI("'fly\x1b]0;title\x07'", 2, "unknown command 'fly\\x1b]0;title\\x07'");
+    return BN_PASS;
+}
+
+/* "no CUDA device found" is said once, and only when the user asked for auto (train's default
+ * and time's too, where the device is what the run is about); test and predict use the GPU when
+ * there is one and the CPU without a word. */
+BN_TEST(cli_no_cuda_warning_only_where_auto_was_asked_for)
+{
+    const char *warning = "blobnet: warning: no CUDA device found";
+    CHECK_CLI("test models/lenet.cfg w.safetensors --data /nonexistent/mnist", 1, "/nonexistent/mnist");
+    CHECK_MSG(!strstr(out, warning), "%s", out);
+    CHECK_CLI("test models/lenet.cfg w.safetensors --data /nonexistent/mnist --device auto", 1, "/nonexistent/mnist");
+    int expected = bn_device_compiled() && bn_device_count() == 0;
+    const char *first = strstr(out, warning);
+    CHECK_MSG(expected ? first && !strstr(first + 1, warning) : !first, "%s", out);
+    return BN_PASS;
+}
+
+/* blobnet restarts itself once to choose OpenBLAS's kernels (main.c), but not when a tool runs
+ * it: under valgrind, /proc/self/exe is valgrind's, and executing it stopped the run with
+ * "You cannot run './blobnet' directly". Run natively, the restart still happens (seen with
+ * strace, where there is one, on a CPU with AVX2). */
+BN_TEST(cli_runs_under_valgrind_and_restarts_itself_natively)
+{
+    char cmd[1024];
+    if (bn_test_run("valgrind --version", out, sizeof out) != 0) BN_SKIP_TEST("no valgrind (Debian: valgrind)");
+    snprintf(cmd, sizeof cmd, "{ env -u OPENBLAS_CORETYPE valgrind -q %s --version 2>/dev/null; }", bn_test_cli());
+    int rc = bn_test_run(cmd, out, sizeof out);
+    CHECK_MSG(rc == 0 && strncmp(out, "blobnet ", 8) == 0, "exit %d: %s", rc, out);
+    snprintf(cmd, sizeof cmd, "env -u OPENBLAS_CORETYPE strace -f -e trace=execve %s --version 2>&1 | grep -c '^.*execve(\"'",
+             bn_test_cli());
+    if (bn_test_run("strace -V", out, sizeof out) == 0 && bn_test_run("grep -qw avx2 /proc/cpuinfo", out, sizeof out) == 0) {
+        CHECK(bn_test_run(cmd, out, sizeof out) == 0);
+        CHECK_MSG(atoi(out) == 2, "%d execve calls, expected the start and one restart", atoi(out));
+    }
+    return BN_PASS;
+}

@@ -300,7 +300,7 @@ BN_TEST(idx_directory_instead_of_file)
     CHECK(write_pair(img, lab, 2, 2, 2, 0) == 0);
     tmp_path(img, sizeof img, "a-directory");
     CHECK(mkdir(img, 0700) == 0);
-    return load_fails(img, lab, img, "is a directory");
+    return load_fails(img, lab, img, "a-directory: is not a regular file but a directory");
 }
 
 BN_TEST(idx_empty_file)

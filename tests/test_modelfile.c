@@ -118,3 +118,48 @@ BN_TEST(modelfile_inline_options_take_list_values)
     bn_options_clear(&o);
     return BN_PASS;
 }
+
+/* A key given twice in a section is an error naming both lines, whichever value would have
+ * won; the same key in two sections is fine. In inline options, the option is named. */
+BN_TEST(modelfile_key_given_twice_names_both_lines)
+{
+    CHECK_ERR(build(INPUT "[dense]\noutputs = 3\ninit = he\noutputs = 4\n"), BN_ERR_USAGE,
+              "m.cfg:8: [dense] key 'outputs' is given twice: also at m.cfg:6");
+    CHECK_ERR(build("[input]\nchannels = 1\nheight = 8\nheight = 8\nwidth = 8\n[dense]\noutputs=2\n"), BN_ERR_USAGE,
+              "m.cfg:4: [input] key 'height' is given twice: also at m.cfg:3");
+    CHECK_ERR(build(INPUT "[train]\nlr = 0.1\nlr = 0.2\n[dense]\noutputs=2\n"), BN_ERR_USAGE,
+              "m.cfg:7: [train] key 'lr' is given twice: also at m.cfg:6");
+    CHECK_OK(build(INPUT "[dense]\noutputs = 3\n[dense]\noutputs = 3\n"));
+    bn_options o = {0};
+    CHECK_ERR(bn_options_parse_inline(&o, "rate=0.1 rate=0.2"), BN_ERR_USAGE, "option 'rate' is given twice");
+    bn_options_clear(&o);
+    return BN_PASS;
+}
+
+/* A UTF-8 byte-order mark (as Windows editors write) is not part of the first line; elsewhere
+ * those bytes are still an error. */
+BN_TEST(modelfile_accepts_a_utf8_byte_order_mark)
+{
+    bn_net *net;
+    CHECK_OK(bn_net_from_text("\xEF\xBB\xBF" INPUT "[dense]\noutputs = 3\n", "m.cfg", &net));
+    CHECK(net->num_layers == 1 && net->input_shape.h == 8);
+    bn_net_free(net);
+    CHECK_OK(bn_net_from_text("\xEF\xBB\xBF# a comment first\n" INPUT "[dense]\noutputs = 3\n", "m.cfg", &net));
+    bn_net_free(net);
+    CHECK_ERR(build(INPUT "\xEF\xBB\xBF[dense]\noutputs = 3\n"), BN_ERR_USAGE, "m.cfg:5: expected 'key = value'");
+    return BN_PASS;
+}
+
+/* A binary file read as a model file: the message quotes at most 60 bytes of the line. */
+BN_TEST(modelfile_error_quotes_a_long_line_cut_short)
+{
+    char text[600] = INPUT;
+    size_t len = strlen(text);
+    memset(text + len, 'x', 400);
+    text[len + 400] = '\0';
+    CHECK_ERR(build(text), BN_ERR_USAGE, "m.cfg:5: expected 'key = value' or '[section]', got 'xxxxxxxxxx");
+    char want[80];
+    snprintf(want, sizeof want, "got '%.*s...'", 60, text + len);
+    CHECK_MSG(strstr(bn_last_error(), want), "%s", bn_last_error());
+    return BN_PASS;
+}

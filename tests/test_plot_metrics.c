@@ -63,3 +63,34 @@ BN_TEST(plot_metrics_draws_loss_and_accuracy_png)
     CHECK(bn_test_run(cmd, out, sizeof out) == 2);
     return BN_PASS;
 }
+
+/* Where the python3 that runs the script lacks matplotlib: another python3 that has it runs it
+ * (here the first python3 on PATH is a virtual environment without it), and where none has
+ * it, one line says how to get it, with no traceback. */
+BN_TEST(plot_metrics_finds_matplotlib_or_says_how_to_get_it)
+{
+    char log[512], png[512], fake[512], cmd[4096];
+    snprintf(log, sizeof log, "%s/run.csv", bn_test_tmpdir());
+    snprintf(png, sizeof png, "%s/rerun.png", bn_test_tmpdir());
+    CHECK(write_text(log, HEADER "1,10,0.01,1.2,0.6,0.6,0.8,1.0,640\n2,20,0.01,0.5,0.85,0.4,0.88,1.0,640\n") == 0);
+    /* A matplotlib that cannot be imported, first on every interpreter's path. */
+    snprintf(fake, sizeof fake, "%s/no-matplotlib/matplotlib", bn_test_tmpdir());
+    snprintf(cmd, sizeof cmd, "mkdir -p %s && echo 'raise ImportError(\"matplotlib hidden by the test\")' > %s/__init__.py",
+             fake, fake);
+    CHECK(bn_test_run(cmd, out, sizeof out) == 0);
+    snprintf(cmd, sizeof cmd, "PYTHONPATH=%s/no-matplotlib python3 tools/plot_metrics.py %s %s", bn_test_tmpdir(), log,
+             png);
+    int rc = bn_test_run(cmd, out, sizeof out);
+    CHECK_MSG(rc == 1 && !strstr(out, "Traceback") && strstr(out, "plot_metrics.py: error: no python3 here has matplotlib") &&
+                  strstr(out, "apt-get install python3-matplotlib") && strchr(out, '\n') == out + strlen(out) - 1,
+              "exit %d: %s", rc, out);
+
+    const char *python = python_with_matplotlib();
+    if (!python) BN_SKIP_TEST("no python3 with matplotlib (Debian: python3-matplotlib)");
+    snprintf(cmd, sizeof cmd, "python3 -m venv --without-pip %s/venv >/dev/null 2>&1", bn_test_tmpdir());
+    if (bn_test_run(cmd, out, sizeof out) != 0) BN_SKIP_TEST("python3 cannot make a virtual environment (python3-venv)");
+    snprintf(cmd, sizeof cmd, "PATH=%s/venv/bin:$PATH:/usr/bin tools/plot_metrics.py %s %s", bn_test_tmpdir(), log, png);
+    rc = bn_test_run(cmd, out, sizeof out);
+    CHECK_MSG(rc == 0 && strstr(out, "wrote "), "exit %d: %s", rc, out);
+    return BN_PASS;
+}

@@ -112,14 +112,16 @@ BN_TEST(predict_reports_bad_files_and_predicts_the_rest)
     /* One error line per bad file, naming it and the problem. */
     CHECK_MSG(count_lines(err) == 4, "%s", err);
     const char *const reasons[][2] = {{text, "not a PNG or PGM"}, {missing, "cannot open: No such file"},
-                                      {empty, "the file is empty"}, {blank, "no digit"}};
+                                      {empty, "the file is empty"},
+                                      {blank, "no digit: the image is blank (every pixel is 0)\n"}};
     for (int i = 0; i < 4; i++) {
         snprintf(want, sizeof want, "blobnet: error: %s: ", reasons[i][0]);
         const char *at = strstr(err, want);
         CHECK_MSG(at && strstr(at, reasons[i][1]) && strstr(at, reasons[i][1]) < strchr(at, '\n'), "no '%s%s' in:\n%s",
                   want, reasons[i][1], err);
     }
-    CHECK(strstr(err, "(dark-on-light images need --invert)"));
+    /* A blank image draws no --invert hint: inverting it would leave it blank. */
+    CHECK_MSG(!strstr(err, "--invert"), "%s", err);
     /* All good: exit 0 and nothing on stderr. */
     snprintf(args, sizeof args, "models/lenet.cfg %s %s", w, png);
     CHECK_MSG(predict(args) == 0 && err[0] == '\0', "%s", err);
@@ -135,6 +137,30 @@ BN_TEST(predict_reports_bad_files_and_predicts_the_rest)
     snprintf(args, sizeof args, "models/lenet.cfg %s %s --invert", w, light);
     CHECK_MSG(predict(args) == 0 && err[0] == '\0', "%s", err);
     CHECK_MSG(strncmp(strchr(out, ':'), first, strlen(first)) == 0, "%s vs %s", out, first);
+    return BN_PASS;
+}
+
+/* A 3x3 image is predicted with a warning that it cannot hold a digit; a blank white one is
+ * refused as blank, with neither the light-background warning nor an --invert hint. */
+BN_TEST(predict_warns_about_tiny_images_and_gives_blank_ones_no_hint)
+{
+    char w[512], tiny[512], white[512], args[2048];
+    if (save_initial_weights(tmp_path(w, sizeof w, "initial.safetensors")) != BN_PASS) return BN_FAIL;
+    static const unsigned char dot[9] = {0, 255, 0, 0, 255, 0, 0, 255, 0};
+    CHECK_OK(bn_image_write_png(tmp_path(tiny, sizeof tiny, "tiny.png"), dot, 3, 3));
+    snprintf(args, sizeof args, "models/lenet.cfg %s %s", w, tiny);
+    CHECK_MSG(predict(args) == 0 && count_lines(out) == 1, "stdout:\n%s\nstderr:\n%s", out, err);
+    char want[1024];
+    snprintf(want, sizeof want, "blobnet: warning: %s: the image is 3x3 pixels, too small to hold a digit (7 at "
+             "least); the prediction is a guess\n", tiny);
+    CHECK_MSG(strcmp(err, want) == 0, "%s", err);
+    static unsigned char paper[20 * 20];
+    memset(paper, 255, sizeof paper);
+    CHECK_OK(bn_image_write_png(tmp_path(white, sizeof white, "white.png"), paper, 20, 20));
+    snprintf(args, sizeof args, "models/lenet.cfg %s %s", w, white);
+    CHECK(predict(args) == 1);
+    snprintf(want, sizeof want, "blobnet: error: %s: no digit: the image is blank (every pixel is 255)\n", white);
+    CHECK_MSG(strcmp(err, want) == 0, "%s", err);
     return BN_PASS;
 }
 

@@ -3,7 +3,8 @@
  * A test is `BN_TEST(name) { ... }` in any tests/test_*.c file; the Makefile collects the
  * names into a generated list, so adding a test never means editing a table. A test passes
  * by returning BN_PASS; CHECK* macros print the failing condition and return BN_FAIL;
- * BN_SKIP_TEST(why) reports it skipped (GPU tests without a device). */
+ * BN_SKIP_TEST(why) reports it skipped (GPU tests without a device), the reason shown in the
+ * test's line and counted in the summary. */
 #ifndef BN_TESTING_H
 #define BN_TESTING_H
 
@@ -56,13 +57,15 @@ enum { BN_PASS = 0, BN_FAIL = 1, BN_SKIP = 2 };
                   (double)(tol));                                         \
     } while (0)
 
-#define BN_SKIP_TEST(...)                                                 \
-    do {                                                                  \
-        fprintf(stderr, "    skipped: ");                                 \
-        fprintf(stderr, __VA_ARGS__);                                     \
-        fputc('\n', stderr);                                              \
-        return BN_SKIP;                                                   \
-    } while (0)
+/* Records why the running test is skipped, for its line and the closing summary of the
+ * runner's output (stdout); returns BN_SKIP. */
+int bn_test_skip(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+
+#define BN_SKIP_TEST(...) return bn_test_skip(__VA_ARGS__)
 
 /* Directory of the real MNIST files ($BLOBNET_TEST_DATA), or NULL when unset. */
 const char *bn_test_data_dir(void);

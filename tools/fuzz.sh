@@ -3,7 +3,7 @@
 # AddressSanitizer and UndefinedBehaviorSanitizer, then prints its executions, coverage and
 # findings.
 #
-#   tools/fuzz.sh TARGET SECONDS    TARGET: idx, model or checkpoint
+#   tools/fuzz.sh TARGET SECONDS    TARGET: idx, model, checkpoint or image
 #   tools/fuzz.sh seeds             rewrites the binary seeds under tests/fuzz/corpus
 #
 # Needs clang with its runtime libraries (Debian: clang, libclang-rt-14-dev or the
@@ -11,13 +11,14 @@
 # $FUZZ_BUILD (default build-fuzz); the run's corpus grows in $FUZZ_BUILD/corpus/TARGET,
 # seeded from tests/fuzz/corpus/TARGET, and a crashing input is saved as
 # $FUZZ_BUILD/artifacts/TARGET-crash-<sha1> (add it to the seed corpus once fixed).
-# Extra libFuzzer flags can be passed in $FUZZ_FLAGS.
+# Extra libFuzzer flags can be passed in $FUZZ_FLAGS. The targets' scratch files live in one
+# folder in /dev/shm (else $TMPDIR or /tmp), removed when the run ends, however it ends.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 CLANG=${CLANG:-clang}
 build=${FUZZ_BUILD:-build-fuzz}
-usage() { echo "usage: tools/fuzz.sh idx|model|checkpoint SECONDS | tools/fuzz.sh seeds" >&2; exit 2; }
+usage() { echo "usage: tools/fuzz.sh idx|model|checkpoint|image SECONDS | tools/fuzz.sh seeds" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 target=$1
 
@@ -54,9 +55,9 @@ ar rcs "$lib" "${objs[@]}"
 
 if [ "$target" = seeds ]; then
     "$CLANG" "${cflags[@]}" tests/fuzz/make_seeds.c "$lib" "${libs[@]}" -o "$build/make_seeds"
-    mkdir -p tests/fuzz/corpus/idx tests/fuzz/corpus/checkpoint
+    mkdir -p tests/fuzz/corpus/idx tests/fuzz/corpus/checkpoint tests/fuzz/corpus/image
     "$build/make_seeds" tests/fuzz/corpus
-    ls -l tests/fuzz/corpus/idx tests/fuzz/corpus/checkpoint
+    ls -l tests/fuzz/corpus/idx tests/fuzz/corpus/checkpoint tests/fuzz/corpus/image
     exit 0
 fi
 
@@ -67,6 +68,13 @@ bin="$build/fuzz_$target"
 "$CLANG" "${cflags[@]}" -fsanitize=fuzzer "tests/fuzz/fuzz_$target.c" "$lib" "${libs[@]}" -o "$bin"
 
 mkdir -p "$build/corpus/$target" "$build/artifacts"
+shm=/dev/shm
+[ -d "$shm" ] && [ -w "$shm" ] || shm=${TMPDIR:-/tmp}
+scratch=$(mktemp -d "$shm/blobnet-fuzz.XXXXXX")
+trap 'rm -rf "$scratch"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+export BLOBNET_FUZZ_SCRATCH=$scratch
 log="$build/fuzz_$target.log"
 echo "fuzzing $target for $seconds s (log: $log)"
 set +e

@@ -6,10 +6,13 @@ two panels against the training step: loss and accuracy. Training curves come fr
 per-step rows when a log has them (else from the per-epoch rows); test curves from the
 per-epoch rows, as markers joined by a line. Per-step rows hold one batch each, so long runs
 are drawn faintly as logged with a moving average on top. Several logs are overlaid, each
-labelled with its file name. Needs matplotlib (Debian: python3-matplotlib).
+labelled with its file name. Needs matplotlib (Debian: python3-matplotlib); where the python3
+that runs it lacks matplotlib, it runs again with another python3 on PATH (or /usr/bin/python3)
+that has it.
 """
 import csv
 import os
+import subprocess
 import sys
 
 HEADER = ["epoch", "step", "lr", "train_loss", "train_acc", "test_loss", "test_acc", "seconds", "images_per_s"]
@@ -43,9 +46,41 @@ def smooth(values, keep=0.9):
     return out
 
 
-def plot(logs, out):
-    import matplotlib
+def other_python_with_matplotlib():
+    """A python3 other than this one, on PATH or Debian's, that imports matplotlib; or None."""
+    dirs = os.environ.get("PATH", "").split(os.pathsep) + ["/usr/bin"]
+    seen = {sys.executable}
+    for d in dirs:
+        candidate = os.path.join(d or ".", "python3")
+        if candidate in seen or not os.access(candidate, os.X_OK):
+            continue
+        seen.add(candidate)
+        check = subprocess.run([candidate, "-c", "import matplotlib"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if check.returncode == 0:
+            return candidate
+    return None
 
+
+def import_matplotlib(argv):
+    """matplotlib for this interpreter. Without it, runs this script with a python3 that has it
+    (once: the environment marks the second run), or says how to get it and exits 1."""
+    try:
+        import matplotlib
+
+        return matplotlib
+    except ImportError:
+        pass
+    other = None if os.environ.get("BLOBNET_PLOT_RERUN") else other_python_with_matplotlib()
+    if other:
+        os.environ["BLOBNET_PLOT_RERUN"] = "1"
+        os.execv(other, [other, os.path.abspath(__file__)] + argv[1:])
+    print(f"plot_metrics.py: error: no python3 here has matplotlib ({sys.executable} lacks it); "
+          "install it (Debian: apt-get install python3-matplotlib; or: python3 -m pip install matplotlib)",
+          file=sys.stderr)
+    sys.exit(1)
+
+
+def plot(logs, out, matplotlib):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -87,7 +122,7 @@ def main(argv):
     except (OSError, ValueError) as e:
         print(f"plot_metrics.py: error: {e}", file=sys.stderr)
         return 1
-    plot(logs, out)
+    plot(logs, out, import_matplotlib(argv))
     print(f"wrote {out}")
     return 0
 

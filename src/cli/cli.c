@@ -2,9 +2,12 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 bn_status bn_cli_int(const char *flag, const char *text, long lo, long hi, long *out)
 {
@@ -44,11 +47,13 @@ static bn_status open_ordinal(const char *spec, int ordinal, bn_ctx **ctx)
 bn_status bn_cli_open_device(const char *spec, int quiet, bn_ctx **ctx)
 {
     *ctx = NULL;
+    static int warned;
+    if (!spec) return bn_device_count() > 0 ? open_ordinal("auto", 0, ctx) : BN_OK;
     if (strcmp(spec, "cpu") == 0) return BN_OK;
     if (strcmp(spec, "auto") == 0) {
         if (bn_device_count() > 0) return open_ordinal(spec, 0, ctx);
-        if (bn_device_compiled() && !quiet)
-            fprintf(stderr, "blobnet: warning: no CUDA device found; running on the CPU\n");
+        if (bn_device_compiled() && !quiet && !warned++)
+            bn_cli_report("warning", "no CUDA device found; running on the CPU");
         return BN_OK;
     }
     long ordinal = 0;
@@ -58,6 +63,36 @@ bn_status bn_cli_open_device(const char *spec, int quiet, bn_ctx **ctx)
         BN_TRY(bn_cli_int("--device", spec + 4, 0, 1024, &ordinal));
     }
     return open_ordinal(spec, (int)ordinal, ctx);
+}
+
+/* The directory that holds the last name of path ("." when path has no slash). */
+static void parent_dir(const char *path, char *dir, size_t cap)
+{
+    size_t len = strlen(path);
+    while (len > 1 && path[len - 1] == '/') len--; /* "out/" names out */
+    while (len > 0 && path[len - 1] != '/') len--;
+    while (len > 1 && path[len - 1] == '/') len--;
+    if (len == 0) snprintf(dir, cap, ".");
+    else snprintf(dir, cap, "%.*s", (int)len, path);
+}
+
+bn_status bn_cli_check_output_dir(const char *flag, const char *dir)
+{
+    struct stat sb;
+    if (stat(dir, &sb) == 0) {
+        if (!S_ISDIR(sb.st_mode)) return bn_error(BN_ERR_USAGE, "%s: %s exists and is not a directory", flag, dir);
+        if (access(dir, W_OK | X_OK) != 0)
+            return bn_error(BN_ERR_USAGE, "%s: cannot write into directory %s: %s", flag, dir, strerror(errno));
+        return BN_OK;
+    }
+    if (errno != ENOENT) return bn_error(BN_ERR_USAGE, "%s: %s: %s", flag, dir, strerror(errno));
+    char parent[4096];
+    parent_dir(dir, parent, sizeof parent);
+    if (stat(parent, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return bn_error(BN_ERR_USAGE, "%s: cannot create %s: directory %s does not exist", flag, dir, parent);
+    if (access(parent, W_OK | X_OK) != 0)
+        return bn_error(BN_ERR_USAGE, "%s: cannot create %s in directory %s: %s", flag, dir, parent, strerror(errno));
+    return BN_OK;
 }
 
 bn_status bn_cli_data_dir(const char *flag, const char *dataset, const char **dir)
@@ -73,16 +108,55 @@ bn_status bn_cli_data_dir(const char *flag, const char *dataset, const char **di
     return BN_OK;
 }
 
+/* The length of the UTF-8 sequence that starts at p, or 0 when it is not one: a lone
+ * continuation byte, a truncated or overlong sequence, or a C1 control (U+0080..U+009F). */
+static int utf8_length(const unsigned char *p)
+{
+    int n = p[0] >= 0xC2 && p[0] <= 0xDF ? 2 : p[0] >= 0xE0 && p[0] <= 0xEF ? 3 : p[0] >= 0xF0 && p[0] <= 0xF4 ? 4 : 0;
+    for (int i = 1; i < n; i++)
+        if ((p[i] & 0xC0) != 0x80) return 0;
+    if (p[0] == 0xC2 && p[1] < 0xA0) return 0;
+    if ((p[0] == 0xE0 && p[1] < 0xA0) || (p[0] == 0xF0 && p[1] < 0x90)) return 0;
+    return n;
+}
+
+/* Writes text with every byte that could drive a terminal (control characters, DEL, bytes that
+ * are not UTF-8) as \xNN, so that a binary file's bytes echoed in a message stay inert. */
+static void put_escaped(FILE *f, const char *text)
+{
+    for (const unsigned char *p = (const unsigned char *)text; *p;) {
+        int n = *p >= 0x20 && *p < 0x7F ? 1 : *p >= 0x80 ? utf8_length(p) : 0;
+        if (n) {
+            fwrite(p, 1, (size_t)n, f);
+            p += n;
+        } else {
+            fprintf(f, "\\x%02x", *p++);
+        }
+    }
+}
+
+void bn_cli_report(const char *kind, const char *fmt, ...)
+{
+    char text[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "blobnet: %s: ", kind);
+    put_escaped(stderr, text);
+    fputc('\n', stderr);
+}
+
 int bn_fail(bn_status s)
 {
-    fprintf(stderr, "blobnet: error: %s\n", bn_last_error());
+    bn_cli_report("error", "%s", bn_last_error());
     return s == BN_ERR_USAGE ? 2 : 1;
 }
 
 int bn_usage_error(const char *cmd, const char *message)
 {
-    fprintf(stderr, "blobnet: error: %s%s%s (see 'blobnet %s%s--help')\n", cmd ? cmd : "", cmd ? ": " : "", message,
-            cmd ? cmd : "", cmd ? " " : "");
+    bn_cli_report("error", "%s%s%s (see 'blobnet %s%s--help')", cmd ? cmd : "", cmd ? ": " : "", message,
+                  cmd ? cmd : "", cmd ? " " : "");
     return 2;
 }
 

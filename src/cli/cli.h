@@ -12,8 +12,23 @@ bn_status bn_cli_int(const char *flag, const char *text, long lo, long hi, long 
 /* Parses a whole-string finite number in [lo, hi] given to `flag`. */
 bn_status bn_cli_float(const char *flag, const char *text, double lo, double hi, double *out);
 
-/* Opens the device named by spec (cpu, gpu, gpu:N, auto): *ctx is NULL for the CPU. */
+/* Opens the device named by spec (cpu, gpu, gpu:N, auto): *ctx is NULL for the CPU. A NULL
+ * spec is auto left unsaid: the GPU when there is one, the CPU without a word otherwise; an
+ * "auto" falling back to the CPU warns once per process, unless quiet. */
 bn_status bn_cli_open_device(const char *spec, int quiet, bn_ctx **ctx);
+
+/* Prints "blobnet: KIND: message" on stderr, one line, with control characters and bytes that
+ * are not UTF-8 (a binary file's, a strange file name's) escaped as \xNN. */
+void bn_cli_report(const char *kind, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* Checks before any work that the output directory given to `flag` can be written into: an
+ * existing directory that may be written, or a name that can be created in an existing,
+ * writable directory. A usage error naming the flag and what is wrong otherwise. */
+bn_status bn_cli_check_output_dir(const char *flag, const char *dir);
 
 /* The data directory: flag, else $BLOBNET_DATA (MNIST only), else the dataset's default. */
 bn_status bn_cli_data_dir(const char *flag, const char *dataset, const char **dir);

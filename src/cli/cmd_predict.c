@@ -31,7 +31,7 @@ typedef struct predict_args {
 /* Returns BN_OK, a usage error, or -1 after a request for help. */
 static int parse_args(int argc, char **argv, predict_args *a)
 {
-    *a = (predict_args){.device = "auto"};
+    *a = (predict_args){0};
     opterr = 0;
     optind = 1;
     int opt;
@@ -71,22 +71,35 @@ static bn_status load_model(const predict_args *a, int batch, bn_net **net)
     return bn_checkpoint_load_weights(a->weights, *net);
 }
 
-/* Reads, converts and fits one image into out (side x side bytes). */
+/* The warnings an image that is not blank draws before it is fitted: too small to hold a
+ * digit, or light on the side that should be dark. */
+static void warn_about(const char *path, const bn_image *img, int invert)
+{
+    int longer = img->width > img->height ? img->width : img->height;
+    if (longer < BN_DIGIT_MIN_SIDE)
+        bn_cli_report("warning", "%s: the image is %dx%d pixels, too small to hold a digit (%d at least); the "
+                                 "prediction is a guess", path, img->width, img->height, BN_DIGIT_MIN_SIDE);
+    if (bn_digit_background(img) >= 128)
+        bn_cli_report("warning", "%s: the background is light%s", path,
+                      invert ? " after --invert: is the digit light on dark already?" : ": dark-on-light images need --invert");
+}
+
+/* Reads, converts and fits one image into out (side x side bytes). A blank image draws no
+ * warning and no hint: its error says what it is, and inverting it would not help. */
 static bn_status fit_image(const char *path, int invert, int side, unsigned char *out)
 {
     bn_image img;
     /* Transparent pixels become background: black for light-on-dark, white for --invert. */
     BN_TRY(bn_image_read(path, invert ? 255 : 0, &img));
     if (invert) bn_image_invert(&img);
-    if (bn_digit_background(&img) >= 128)
-        fprintf(stderr, "blobnet: warning: %s: the background is light%s\n", path,
-                invert ? " after --invert: is the digit light on dark already?" : ": dark-on-light images need --invert");
+    int blank = bn_digit_blank(&img);
+    if (!blank) warn_about(path, &img, invert);
     bn_status s = bn_digit_fit(&img, side, out);
     bn_image_free(&img);
     if (s == BN_ERR_DATA) {
         char why[512];
         snprintf(why, sizeof why, "%s", bn_last_error());
-        return bn_error(s, "%s: %s%s", path, why, invert ? "" : " (dark-on-light images need --invert)");
+        return bn_error(s, "%s: %s%s", path, why, invert || blank ? "" : " (dark-on-light images need --invert)");
     }
     return s;
 }
@@ -148,7 +161,7 @@ static bn_status run(const predict_args *a, predict_run *r, int *failures)
         bn_status s = fit_image(a->images[i], a->invert, side, r->batch.pixels + r->batch.count * image_bytes);
         if (s == BN_ERR_NOMEM || s == BN_ERR_INTERNAL) return s;
         if (s != BN_OK) {
-            fprintf(stderr, "blobnet: error: %s\n", bn_last_error());
+            bn_cli_report("error", "%s", bn_last_error());
             ++*failures;
             continue;
         }

@@ -28,7 +28,7 @@ typedef struct test_args {
 
 static int parse_args(int argc, char **argv, test_args *a)
 {
-    *a = (test_args){.dataset = "mnist", .device = "auto", .batch = 1000};
+    *a = (test_args){.dataset = "mnist", .batch = 1000};
     opterr = 0;
     optind = 1;
     int opt;
@@ -48,7 +48,7 @@ static int parse_args(int argc, char **argv, test_args *a)
         return bn_error(BN_ERR_USAGE, "test: expected MODEL and WEIGHTS (see 'blobnet test --help')");
     a->model = argv[optind];
     a->weights = argv[optind + 1];
-    return BN_OK;
+    return a->misclassified ? bn_cli_check_output_dir("--misclassified", a->misclassified) : BN_OK;
 }
 
 /* The confusion matrix (rows: true class, columns: predicted) with each class's accuracy. */

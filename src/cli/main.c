@@ -1,10 +1,13 @@
 /* main.c - the blobnet command line: dispatch to subcommands, help and version. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include "commands.h"
+#include "cli.h"
 #include "core/device.h"
 #include "core/plugin.h"
 #include "core/registry.h"
@@ -63,11 +66,11 @@ static const char test_usage[] =
     "Evaluates saved weights on the test set and prints the accuracy.\n"
     "  --data DIR          dataset directory (as for train)\n"
     "  --dataset NAME      mnist (default) or fashion-mnist\n"
-    "  --device SPEC       cpu, gpu, gpu:N or auto (default auto)\n"
+    "  --device SPEC       cpu, gpu, gpu:N or auto (default: the GPU when there is one)\n"
     "  --batch N           evaluation batch size (default 1000)\n"
     "  --plugin FILE       load a layer plugin (.so) first; may be given several times\n"
     "  --misclassified DIR write each misclassified image to DIR as\n"
-    "                      <index>-true<label>-pred<class>.png\n"
+    "                      <index>-true<label>-pred<class>.png (DIR is checked first)\n"
     "Also prints the confusion matrix (rows: true class, columns: predicted class)\n"
     "and each class's accuracy.\n";
 
@@ -82,10 +85,11 @@ static const char predict_usage[] =
     "                      (transparent pixels count as background either way)\n"
     "  --json              one JSON object per image and line:\n"
     "                      {\"file\":\"7.png\",\"top\":[{\"class\":7,\"p\":0.99},...]}\n"
-    "  --device SPEC       cpu, gpu, gpu:N or auto (default auto)\n"
+    "  --device SPEC       cpu, gpu, gpu:N or auto (default: the GPU when there is one)\n"
     "  --plugin FILE       load a layer plugin (.so) first; may be given several times\n"
-    "An image that cannot be read gets a one-line error on stderr and the others are\n"
-    "still predicted; the exit code is then 1. A light background draws a warning.\n";
+    "An image that cannot be read, or is blank, gets a one-line error on stderr and the\n"
+    "others are still predicted; the exit code is then 1. A light background draws a\n"
+    "warning, and so does an image too small to hold a digit (under 7 pixels).\n";
 
 static const char summary_usage[] =
     "usage: blobnet summary MODEL [--dot] [--plugin FILE]...\n"
@@ -218,8 +222,7 @@ static int run_help(int argc, char **argv)
     }
     const bn_layer_ops *ops = bn_find_layer(topic);
     if (!ops) {
-        fprintf(stderr, "blobnet: error: help: '%s' is neither a command nor a layer type (see 'blobnet help')\n",
-                topic);
+        bn_cli_report("error", "help: '%s' is neither a command nor a layer type (see 'blobnet help')", topic);
         return 2;
     }
     print_layer_help(ops);
@@ -232,10 +235,36 @@ void bn_print_command_help(const char *cmd)
         if (strcmp(c->name, cmd) == 0) fputs(c->usage, stdout);
 }
 
+/* Whether /proc/self/exe is the file this code was loaded from. Under valgrind, or run by a
+ * loader (ld.so ./blobnet), it names the tool or the loader instead: executing it would start
+ * that without its launcher (valgrind stops with "You cannot run './blobnet' directly"). The
+ * file holding a function of ours is found in /proc/self/maps, which shows it either way. */
+static int exe_is_this_program(void)
+{
+    struct stat exe;
+    FILE *maps = stat("/proc/self/exe", &exe) == 0 ? fopen("/proc/self/maps", "r") : NULL;
+    if (!maps) return 0;
+    uintptr_t here = (uintptr_t)&exe_is_this_program;
+    char line[4096];
+    int same = 0;
+    while (fgets(line, sizeof line, maps)) {
+        unsigned long lo, hi, inode;
+        unsigned major_no, minor_no;
+        if (sscanf(line, "%lx-%lx %*s %*s %x:%x %lu", &lo, &hi, &major_no, &minor_no, &inode) == 5 && here >= lo &&
+            here < hi) {
+            same = inode == exe.st_ino && makedev(major_no, minor_no) == exe.st_dev;
+            break;
+        }
+    }
+    fclose(maps);
+    return same;
+}
+
 /* OpenBLAS picks its GEMM kernels from the CPU model at load time and falls back to its
  * slowest x86-64 kernels on processors it does not recognise, which is what virtual CPUs
  * often report. When the user has not chosen, pick by the instruction sets the CPU really
- * has and restart once, since the choice is read only when the library loads. */
+ * has and restart once, since the choice is read only when the library loads. A program run
+ * by a tool (valgrind) is not restarted: OpenBLAS keeps its own choice there. */
 static void choose_blas_kernels(char **argv)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -246,7 +275,7 @@ static void choose_blas_kernels(char **argv)
         core = "SkylakeX";
     else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         core = "Haswell";
-    if (!core || setenv("OPENBLAS_CORETYPE", core, 0) != 0) return;
+    if (!core || !exe_is_this_program() || setenv("OPENBLAS_CORETYPE", core, 0) != 0) return;
     execv("/proc/self/exe", argv); /* returns only on failure: carry on as we are */
 #else
     (void)argv;
@@ -272,7 +301,7 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "help") == 0) return run_help(argc - 1, argv + 1);
     const bn_command *c = find_command(cmd);
     if (!c) {
-        fprintf(stderr, "blobnet: error: unknown command '%s'; run 'blobnet --help'\n", cmd);
+        bn_cli_report("error", "unknown command '%s'; run 'blobnet --help'", cmd);
         return 2;
     }
     return c->run(argc - 1, argv + 1);

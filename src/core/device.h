@@ -97,6 +97,9 @@ bn_status bn_ctx_zero_beside(bn_ctx *ctx, void *ptr, size_t bytes);
 /* Grows the shared cuDNN workspace to at least bytes (never inside a step). */
 bn_status bn_ctx_reserve_workspace(bn_ctx *ctx, size_t bytes);
 
+/* The free and total memory of ctx's device, as the CUDA runtime reports them now. */
+bn_status bn_ctx_memory(bn_ctx *ctx, size_t *free_bytes, size_t *total_bytes);
+
 /* Device memory: allocation, release, and zero fill on the context stream. */
 bn_status bn_device_alloc(void **ptr, size_t bytes);
 void bn_device_free(void *ptr);

@@ -6,6 +6,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "regular_file.h"
+
+/* The most of a malformed line an error message repeats: enough to find it, not a binary
+ * file's worth. */
+#define ECHO_MAX 60
+
+/* What follows the first ECHO_MAX bytes of s in a message. */
+static const char *cut_mark(const char *s)
+{
+    return strlen(s) > ECHO_MAX ? "..." : "";
+}
+
 static char *trim(char *s)
 {
     while (isspace((unsigned char)*s)) s++;
@@ -46,28 +58,39 @@ static bn_status parse_line(bn_modelfile *m, char *raw, const char *name, int li
     if (*s == '[') {
         char *close = strchr(s, ']');
         if (!close || trim(close + 1)[0] != '\0')
-            return bn_error(BN_ERR_USAGE, "%s:%d: section header '%s' must look like [name]", name, line, s);
+            return bn_error(BN_ERR_USAGE, "%s:%d: section header '%.*s%s' must look like [name]", name, line,
+                            ECHO_MAX, s, cut_mark(s));
         *close = '\0';
         char *section = trim(s + 1);
         if (!is_name(section))
-            return bn_error(BN_ERR_USAGE, "%s:%d: '[%s]' is not a valid section name", name, line, section);
+            return bn_error(BN_ERR_USAGE, "%s:%d: '[%.*s%s]' is not a valid section name", name, line, ECHO_MAX,
+                            section, cut_mark(section));
         return add_section(m, name, section, line);
     }
     char *eq = strchr(s, '=');
-    if (!eq) return bn_error(BN_ERR_USAGE, "%s:%d: expected 'key = value' or '[section]', got '%s'", name, line, s);
+    if (!eq)
+        return bn_error(BN_ERR_USAGE, "%s:%d: expected 'key = value' or '[section]', got '%.*s%s'", name, line,
+                        ECHO_MAX, s, cut_mark(s));
     *eq = '\0';
     char *key = trim(s), *value = trim(eq + 1);
-    if (!is_name(key)) return bn_error(BN_ERR_USAGE, "%s:%d: '%s' is not a valid key", name, line, key);
+    if (!is_name(key))
+        return bn_error(BN_ERR_USAGE, "%s:%d: '%.*s%s' is not a valid key", name, line, ECHO_MAX, key, cut_mark(key));
     if (!*value) return bn_error(BN_ERR_USAGE, "%s:%d: key '%s' has no value", name, line, key);
     if (m->count == 0)
         return bn_error(BN_ERR_USAGE, "%s:%d: key '%s' appears before any [section]", name, line, key);
     return bn_options_add(&m->sections[m->count - 1], key, value, line);
 }
 
+/* Editors on Windows start UTF-8 files with a byte-order mark; it is not part of the text. */
+static const char *skip_bom(const char *text)
+{
+    return strncmp(text, "\xEF\xBB\xBF", 3) == 0 ? text + 3 : text;
+}
+
 bn_status bn_modelfile_parse(const char *text, const char *name, bn_modelfile *out)
 {
     memset(out, 0, sizeof *out);
-    char *copy = strdup(text);
+    char *copy = strdup(skip_bom(text));
     if (!copy) return bn_error(BN_ERR_NOMEM, "out of host memory reading %s", name);
     bn_status s = BN_OK;
     int line = 1;
@@ -85,6 +108,7 @@ bn_status bn_modelfile_parse(const char *text, const char *name, bn_modelfile *o
 bn_status bn_read_text_file(const char *path, size_t max_bytes, char **out)
 {
     *out = NULL;
+    BN_TRY(bn_check_regular_file(path, BN_ERR_USAGE));
     FILE *f = fopen(path, "rb");
     if (!f) return bn_error(BN_ERR_USAGE, "%s: cannot open: %s", path, strerror(errno));
     char *buf = malloc(max_bytes + 1);

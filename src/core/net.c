@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "describe.h"
+#include "host_memory.h"
 #include "modelfile.h"
 #include "registry.h"
 #include "rng.h"
@@ -246,16 +247,47 @@ static bn_blob *new_blob(const char *layer, const char *what, int n, bn_shape s)
     return bn_blob_new(name, n, s.c, s.h, s.w);
 }
 
-/* Adds count floats (in doubles, which cannot overflow here) to *bytes and refuses the net once
- * they pass its limit, before the blobs exist: no allocation is ever attempted for them. */
-static bn_status add_bytes(bn_net *net, double count, const char *what, double *bytes)
+/* The host memory setup may take, and what it has counted so far (in doubles, which cannot
+ * overflow here). */
+typedef struct mem_budget {
+    double need, limit;       /* bytes; a negative limit is unknown and refuses nothing */
+    char limit_text[340];     /* what the limit is, for the message */
+} mem_budget;
+
+static void budget_start(const bn_net *net, mem_budget *b)
 {
-    *bytes += 4.0 * count;
-    size_t limit = net->max_bytes ? net->max_bytes : BN_NET_MAX_BYTES;
-    if (*bytes <= (double)limit) return BN_OK;
-    return bn_error(BN_ERR_USAGE, "%s: at batch %d the network needs over %.3g GB of memory (at %s), more than "
-                    "the limit of %.3g GB; use a smaller batch or smaller layers", net->source, net->capacity,
-                    *bytes / 1e9, what, (double)limit / 1e9);
+    b->need = 0;
+    if (net->max_bytes) {
+        b->limit = (double)net->max_bytes;
+        snprintf(b->limit_text, sizeof b->limit_text, "the limit of %.3g GB set for it", b->limit / 1e9);
+        return;
+    }
+    bn_host_memory host;
+    bn_host_memory_available(&host);
+    b->limit = host.bytes;
+    snprintf(b->limit_text, sizeof b->limit_text, "%s", host.source);
+}
+
+/* Adds count floats to the need and refuses the net once it passes the limit, before the blobs
+ * exist: no allocation is ever attempted for them. */
+static bn_status add_bytes(bn_net *net, double count, const char *what, mem_budget *b)
+{
+    b->need += 4.0 * count;
+    if (b->limit < 0 || b->need <= b->limit) return BN_OK;
+    return bn_error(BN_ERR_USAGE, "%s: at batch %d the network needs over %.3g GB of host memory (at %s), more than "
+                    "%s; use a smaller batch or smaller layers", net->source, net->capacity, b->need / 1e9, what,
+                    b->limit_text);
+}
+
+/* The same blobs live on the device: refuses a net the device's free memory cannot hold. */
+static bn_status check_device_memory(const bn_net *net, bn_ctx *ctx, double need)
+{
+    size_t free_bytes, total_bytes;
+    BN_TRY(bn_ctx_memory(ctx, &free_bytes, &total_bytes));
+    if (need <= (double)free_bytes) return BN_OK;
+    return bn_error(BN_ERR_USAGE, "%s: at batch %d the network needs %.3g GB of device memory, more than the %.3g GB "
+                    "free on gpu:%d (%s, %.3g GB in all); use a smaller batch or smaller layers", net->source,
+                    net->capacity, need / 1e9, free_bytes / 1e9, ctx->device, ctx->name, total_bytes / 1e9);
 }
 
 /* The floats of one example's blob of shape s, with its gradient when it has one. */
@@ -287,7 +319,7 @@ static bn_status at_layer_line(const bn_net *net, const bn_layer *l, bn_status s
 /* Where the gradient of input j of layer l goes: the producer's own gradient blob for the first
  * reader of its output (in layer order), a part of its own for every later one, which the
  * network adds in before the producer's backward pass (add_grad_parts). */
-static bn_status wire_input_grad(bn_net *net, bn_layer *l, int j, int *first_reader, double *bytes)
+static bn_status wire_input_grad(bn_net *net, bn_layer *l, int j, int *first_reader, mem_budget *budget)
 {
     int src = l->sources[j];
     bn_blob *grad = src < 0 ? net->input_grad : net->layers[src]->out_grad;
@@ -300,7 +332,7 @@ static bn_status wire_input_grad(bn_net *net, bn_layer *l, int j, int *first_rea
     }
     bn_blob ***parts = src < 0 ? &net->input_grad_parts : &net->layers[src]->grad_parts;
     int *count = src < 0 ? &net->num_input_grad_parts : &net->layers[src]->num_grad_parts;
-    BN_TRY(add_bytes(net, (double)bn_blob_count(grad), l->name, bytes));
+    BN_TRY(add_bytes(net, (double)bn_blob_count(grad), l->name, budget));
     bn_blob **grown = realloc(*parts, (size_t)(*count + 1) * sizeof *grown);
     if (!grown) return bn_error(BN_ERR_NOMEM, "out of host memory setting up %s", net->source);
     *parts = grown;
@@ -315,11 +347,10 @@ static bn_status wire_input_grad(bn_net *net, bn_layer *l, int j, int *first_rea
     return BN_OK;
 }
 
-static bn_status setup_layers(bn_net *net, int want_input_grad)
+static bn_status setup_layers(bn_net *net, int want_input_grad, mem_budget *budget)
 {
     bn_shape data = net->input_shape;
-    double bytes = 0;
-    BN_TRY(add_bytes(net, blob_floats(net, data, want_input_grad), "the input", &bytes));
+    BN_TRY(add_bytes(net, blob_floats(net, data, want_input_grad), "the input", budget));
     net->input = new_blob("input", "", net->capacity, data);
     if (!net->input) return bn_last_status();
     if (want_input_grad && !(net->input_grad = new_blob("input", ".grad", net->capacity, data)))
@@ -346,8 +377,8 @@ static bn_status setup_layers(bn_net *net, int want_input_grad)
                                                      in.w, out.c, out.h, out.w));
             break;
         }
-        s = add_bytes(net, blob_floats(net, out, !l->ops->is_loss) + param_floats(l), l->name, &bytes);
-        for (int j = 0; j < l->num_inputs && s == BN_OK; j++) s = wire_input_grad(net, l, j, first_reader, &bytes);
+        s = add_bytes(net, blob_floats(net, out, !l->ops->is_loss) + param_floats(l), l->name, budget);
+        for (int j = 0; j < l->num_inputs && s == BN_OK; j++) s = wire_input_grad(net, l, j, first_reader, budget);
         if (s != BN_OK) break;
         l->in = l->inputs[0];
         l->in_grad = l->input_grads[0];
@@ -480,7 +511,10 @@ bn_status bn_net_setup(bn_net *net, int batch, bn_ctx *ctx, int want_input_grad,
     if (net->capacity) return bn_error(BN_ERR_INTERNAL, "%s: network is already set up", net->source);
     if (batch <= 0) return bn_error(BN_ERR_USAGE, "batch size %d must be positive", batch);
     net->capacity = net->batch = batch;
-    BN_TRY(setup_layers(net, want_input_grad));
+    mem_budget budget;
+    budget_start(net, &budget);
+    BN_TRY(setup_layers(net, want_input_grad, &budget));
+    if (ctx) BN_TRY(check_device_memory(net, ctx, budget.need));
     BN_TRY(carve_params(net));
     BN_TRY(carve_buffers(net));
     if (!(net->labels = bn_blob_new("labels", batch, 1, 1, 1))) return bn_last_status();

@@ -41,7 +41,8 @@ typedef struct bn_net {
     size_t num_params;         /* elements in each slab */
     bn_pass pass;              /* what forward/backward hand the layers; ctx NULL on the CPU */
     size_t max_bytes;          /* setup refuses a net whose blobs and parameters need more host
-                                * memory than this; 0 stands for BN_NET_MAX_BYTES */
+                                * memory than this; 0 stands for what the machine and the
+                                * process's cgroup leave (bn_host_memory_available) */
     bn_blob **input_grad_parts; /* with input_grad, when several layers read the input: the
                                    gradients of all readers but the first (see bn_layer.grad_parts) */
     int num_input_grad_parts;
@@ -54,10 +55,6 @@ typedef struct bn_net {
                                 * longer mirrors the parameter slab: not for the optimizer. */
 } bn_net;
 
-/* The default memory limit of setup: far above any sensible model, low enough that a typo
- * in a model file (outputs = 10000000) is an error, not a machine brought to its knees. */
-#define BN_NET_MAX_BYTES ((size_t)32 << 30)
-
 /* Reads a model file and creates its layers (not yet set up). *out is owned by the caller
  * (bn_net_free). Errors name file:line. */
 bn_status bn_net_from_file(const char *path, bn_net **out);
@@ -67,7 +64,9 @@ bn_status bn_net_from_text(const char *text, const char *name, bn_net **out);
 
 /* Infers shapes, allocates blobs for `batch` examples and initialises the parameters from
  * `seed`. With ctx the network runs on that device; with want_input_grad the input's
- * gradient is computed too. */
+ * gradient is computed too. A network that needs more host memory than max_bytes allows, or
+ * more device memory than ctx's device has free, is refused with both figures before
+ * anything is allocated. */
 bn_status bn_net_setup(bn_net *net, int batch, bn_ctx *ctx, int want_input_grad, uint64_t seed);
 
 /* Draws fresh initial parameters from seed (the same values on every path) and sets every

@@ -9,16 +9,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A key appears at most once in a section (bn_options_add refuses a second). */
 static bn_option *find(bn_options *o, const char *key)
 {
-    /* The last occurrence wins, as in most INI readers; earlier ones count as read. */
-    bn_option *hit = NULL;
     for (int i = 0; i < o->count; i++)
         if (strcmp(o->items[i].key, key) == 0) {
             o->items[i].used = 1;
-            hit = &o->items[i];
+            return &o->items[i];
         }
-    return hit;
+    return NULL;
 }
 
 bn_status bn_opt_error(const bn_options *o, const char *key, const char *fmt, ...)
@@ -120,8 +119,24 @@ bn_status bn_options_check_unused(const bn_options *o)
     return BN_OK;
 }
 
+/* A key given twice is refused rather than one of its values silently dropped: both places
+ * are named, file:line in a model file, the option itself in inline text (line 0). */
+static bn_status refuse_repeat(const bn_options *o, const char *key, int line)
+{
+    for (int i = 0; i < o->count; i++) {
+        const bn_option *first = &o->items[i];
+        if (strcmp(first->key, key) != 0) continue;
+        if (line <= 0) return bn_error(BN_ERR_USAGE, "option '%s' is given twice", key);
+        const char *file = o->file ? o->file : "<options>";
+        return bn_error(BN_ERR_USAGE, "%s:%d: [%s] key '%s' is given twice: also at %s:%d", file, line,
+                        o->section ? o->section : "?", key, file, first->line);
+    }
+    return BN_OK;
+}
+
 bn_status bn_options_add(bn_options *o, const char *key, const char *value, int line)
 {
+    BN_TRY(refuse_repeat(o, key, line));
     bn_option *grown = realloc(o->items, (size_t)(o->count + 1) * sizeof *grown);
     if (!grown) return bn_error(BN_ERR_NOMEM, "out of host memory reading options");
     o->items = grown;

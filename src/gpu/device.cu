@@ -247,6 +247,13 @@ static bn_status alloc_error(cudaError_t e, size_t bytes, const char *what)
                     bytes_now / mib);
 }
 
+extern "C" bn_status bn_ctx_memory(bn_ctx *ctx, size_t *free_bytes, size_t *total_bytes)
+{
+    (void)ctx; /* one device per process: its context is the current one */
+    BN_CUDA(cudaMemGetInfo(free_bytes, total_bytes));
+    return BN_OK;
+}
+
 extern "C" void bn_ctx_defer_side(bn_ctx *ctx)
 {
     ctx->side_pending = 1;

@@ -24,6 +24,13 @@ bn_status bn_ctx_open(int device, bn_ctx **out)
 bn_ctx *bn_ctx_current(void) { return NULL; }
 void bn_ctx_close(void) {}
 
+bn_status bn_ctx_memory(bn_ctx *ctx, size_t *free_bytes, size_t *total_bytes)
+{
+    (void)ctx;
+    *free_bytes = *total_bytes = 0;
+    return bn_no_cuda();
+}
+
 void bn_ctx_defer_side(bn_ctx *ctx)
 {
     (void)ctx;

@@ -21,6 +21,14 @@ int bn_digit_background(const bn_image *img)
     return median_pixel(img->pixels, (size_t)img->width * img->height);
 }
 
+int bn_digit_blank(const bn_image *img)
+{
+    size_t count = (size_t)img->width * img->height;
+    for (size_t i = 1; i < count; i++)
+        if (img->pixels[i] != img->pixels[0]) return 0;
+    return 1;
+}
+
 /* Photos and scans: lifts the paper off to black, clears faint noise, stretches the ink. */
 static void remove_background(unsigned char *p, size_t count, int background)
 {
@@ -108,7 +116,8 @@ bn_status bn_digit_fit(const bn_image *img, int side, unsigned char *out)
             }
     bn_status s = BN_OK;
     if (x1 < 0) {
-        s = bn_error(BN_ERR_DATA, "no digit: every pixel is background");
+        s = bn_digit_blank(img) ? bn_error(BN_ERR_DATA, "no digit: the image is blank (every pixel is %d)", img->pixels[0])
+                                : bn_error(BN_ERR_DATA, "no digit: every pixel is background");
         goto done;
     }
     int cw = x1 - x0 + 1, ch = y1 - y0 + 1, longer = cw > ch ? cw : ch;

@@ -21,8 +21,17 @@ extern "C" {
  *   3. scale by area averaging so the longer side is round(side * 20/28) pixels (20 of 28);
  *   4. shift by whole pixels so the centre of mass (the intensity-weighted mean of the row
  *      and column indices) comes nearest to row and column side/2, 14 of 0..27 as in MNIST.
- * BN_ERR_DATA when there is no ink left, which is also what a dark-on-light image gives. */
+ * BN_ERR_DATA when there is no ink left, which is also what a dark-on-light image gives; the
+ * message says when the image was blank to begin with. */
 bn_status bn_digit_fit(const bn_image *img, int side, unsigned char *out);
+
+/* Images whose longer side is shorter than this many pixels cannot hold a legible digit: the
+ * smallest fonts for digits are 5 pixels wide and 7 high. */
+#define BN_DIGIT_MIN_SIDE 7
+
+/* 1 when every pixel of img has the same value: a blank image, which holds no digit whatever
+ * its colour (so inverting it cannot help either). */
+int bn_digit_blank(const bn_image *img);
 
 /* The background level bn_digit_fit assumes: the median pixel. A light one (128 or more)
  * means the image is dark on light and wants inverting first. */

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/regular_file.h"
+
 static bn_status check_size(const char *path, unsigned long width, unsigned long height)
 {
     if (width == 0 || height == 0) return bn_error(BN_ERR_DATA, "%s: the image is empty (%lux%lu)", path, width, height);
@@ -222,6 +224,7 @@ bn_status bn_image_read(const char *path, int background, bn_image *out)
     memset(out, 0, sizeof *out);
     if (background < 0 || background > 255)
         return bn_error(BN_ERR_USAGE, "image background %d is outside 0..255", background);
+    BN_TRY(bn_check_regular_file(path, BN_ERR_DATA));
     FILE *f = fopen(path, "rb");
     if (!f) return bn_error(BN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     unsigned char head[8];

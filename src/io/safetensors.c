@@ -14,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/regular_file.h"
+
 /* The safetensors reference refuses headers over 100 MB; a larger one is not safetensors. */
 #define MAX_HEADER_BYTES 100000000ULL
 
@@ -404,12 +406,12 @@ static bn_status check_metadata(bn_safetensors *f)
 bn_status bn_safetensors_open(const char *path, bn_safetensors *f)
 {
     *f = (bn_safetensors){.path = path, .fd = -1};
+    BN_TRY(bn_check_regular_file(path, BN_ERR_DATA));
     f->fd = open(path, O_RDONLY);
     if (f->fd < 0) return bn_error(BN_ERR_DATA, "cannot open checkpoint %s: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(f->fd, &sb) != 0)
         return bn_error(BN_ERR_DATA, "cannot stat checkpoint %s: %s", path, strerror(errno));
-    if (!S_ISREG(sb.st_mode)) return bn_error(BN_ERR_DATA, "checkpoint %s is not a regular file", path);
     uint64_t size = (uint64_t)sb.st_size;
     if (size < 8)
         return bn_error(BN_ERR_DATA, "%s: file is %llu bytes, too short for a safetensors header length",

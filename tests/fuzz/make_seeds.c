@@ -1,6 +1,9 @@
-/* make_seeds.c - writes the binary seeds of the fuzz corpora into DIR/idx and DIR/checkpoint
- * (tools/fuzz.sh seeds): small IDX pairs in fuzz_idx's input format, raw and gzip, and
- * checkpoints of FUZZ_CHECKPOINT_MODEL as a fresh run, a mid-epoch run and weights alone. */
+/* make_seeds.c - writes the binary seeds of the fuzz corpora into DIR/idx, DIR/checkpoint and
+ * DIR/image (tools/fuzz.sh seeds): small IDX pairs in fuzz_idx's input format, raw and gzip;
+ * checkpoints of FUZZ_CHECKPOINT_MODEL as a fresh run, a mid-epoch run and weights alone; and
+ * a small digit in every PNG colour type and depth libpng writes (interlaced, with tRNS) and in
+ * PGM (P5 at 8 and 16 bits, P2 with comments), in fuzz_image's input format. */
+#include <png.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,6 +92,115 @@ static void write_checkpoints(const char *dir)
     bn_net_free(net);
 }
 
+/* ---- images ---- */
+
+enum { IMG_W = 12, IMG_H = 16 };
+
+/* The digit: a bar like a 1, light on dark (ink = 0) or dark on light (ink = 1), 0..255. */
+static unsigned gray_at(int x, int y, int ink)
+{
+    unsigned v = x >= 4 && x < 8 && y >= 2 && y < 14 ? 255u : 0u;
+    return ink ? 255u - v : v;
+}
+
+/* fuzz_image's input: the flag byte (1: --invert), then the file. */
+static FILE *open_seed(const char *dir, const char *name, int invert)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/image/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    if (!f || fputc(invert, f) == EOF) die(path);
+    return f;
+}
+
+/* One pixel of colour type `color` at `depth` bits into out (samples big-endian, one byte per
+ * sample below 8 bits, which png_set_packing packs); the number of bytes written. */
+static size_t put_pixel(unsigned char *out, int color, int depth, unsigned v)
+{
+    int samples = color == PNG_COLOR_TYPE_PALETTE || color == PNG_COLOR_TYPE_GRAY ? 1
+                  : color == PNG_COLOR_TYPE_GRAY_ALPHA                            ? 2
+                  : color == PNG_COLOR_TYPE_RGB                                   ? 3
+                                                                                  : 4;
+    size_t n = 0;
+    for (int s = 0; s < samples; s++) {
+        int alpha = (color & PNG_COLOR_MASK_ALPHA) && s == samples - 1;
+        unsigned level = alpha ? (v ? 255u : 96u) : color == PNG_COLOR_TYPE_PALETTE ? v / 86 : v;
+        if (depth == 16) {
+            out[n++] = (unsigned char)level;
+            out[n++] = (unsigned char)(level * 7);
+        } else {
+            out[n++] = (unsigned char)(depth < 8 && color != PNG_COLOR_TYPE_PALETTE ? level >> (8 - depth) : level);
+        }
+    }
+    return n;
+}
+
+static void write_png_seed(const char *dir, const char *name, int color, int depth, int interlace, int trns, int ink)
+{
+    FILE *f = open_seed(dir, name, ink);
+    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
+    png_infop info = png ? png_create_info_struct(png) : NULL;
+    if (!info || setjmp(png_jmpbuf(png))) die(name);
+    png_init_io(png, f);
+    png_set_IHDR(png, info, IMG_W, IMG_H, depth, color, interlace ? PNG_INTERLACE_ADAM7 : PNG_INTERLACE_NONE,
+                 PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+    if (color == PNG_COLOR_TYPE_PALETTE) {
+        png_color palette[4] = {{0, 0, 0}, {90, 40, 200}, {170, 250, 20}, {255, 255, 255}};
+        png_set_PLTE(png, info, palette, 4);
+        if (trns) {
+            png_byte alpha[4] = {0, 128, 255, 255};
+            png_set_tRNS(png, info, alpha, 4, NULL);
+        }
+    } else if (trns) {
+        png_color_16 key = {0, 0, 0, 0, 0};
+        png_set_tRNS(png, info, NULL, 0, &key);
+    }
+    png_write_info(png, info);
+    if (depth < 8) png_set_packing(png);
+    int passes = png_set_interlace_handling(png);
+    unsigned char row[IMG_W * 8];
+    for (int pass = 0; pass < passes; pass++)
+        for (int y = 0; y < IMG_H; y++) {
+            size_t n = 0;
+            for (int x = 0; x < IMG_W; x++) n += put_pixel(row + n, color, depth, gray_at(x, y, ink));
+            png_write_row(png, row);
+        }
+    png_write_end(png, NULL);
+    png_destroy_write_struct(&png, &info);
+    if (fclose(f) != 0) die(name);
+}
+
+/* A PGM: P5 at maxval 255 or 65535, or P2 at maxval 15 with comments. */
+static void write_pgm_seed(const char *dir, const char *name, int ascii, unsigned maxval, int ink)
+{
+    FILE *f = open_seed(dir, name, ink);
+    fprintf(f, ascii ? "P2\n# a bar\n%d %d\n# maxval next\n%u\n" : "P5\n%d %d\n%u\n", IMG_W, IMG_H, maxval);
+    for (int y = 0; y < IMG_H; y++)
+        for (int x = 0; x < IMG_W; x++) {
+            unsigned v = gray_at(x, y, ink) * maxval / 255;
+            if (ascii) fprintf(f, "%u%c", v, x == IMG_W - 1 ? '\n' : ' ');
+            else if (maxval > 255) fputc((int)(v >> 8), f), fputc((int)(v & 0xff), f);
+            else fputc((int)v, f);
+        }
+    if (fclose(f) != 0) die(name);
+}
+
+static void write_images(const char *dir)
+{
+    write_png_seed(dir, "gray1.png", PNG_COLOR_TYPE_GRAY, 1, 0, 0, 0);
+    write_png_seed(dir, "gray4-interlaced.png", PNG_COLOR_TYPE_GRAY, 4, 1, 0, 0);
+    write_png_seed(dir, "gray8-trns.png", PNG_COLOR_TYPE_GRAY, 8, 0, 1, 0);
+    write_png_seed(dir, "gray16.png", PNG_COLOR_TYPE_GRAY, 16, 0, 0, 0);
+    write_png_seed(dir, "gray-alpha8.png", PNG_COLOR_TYPE_GRAY_ALPHA, 8, 0, 0, 0);
+    write_png_seed(dir, "rgb8-ink-invert.png", PNG_COLOR_TYPE_RGB, 8, 0, 0, 1);
+    write_png_seed(dir, "rgb16-interlaced.png", PNG_COLOR_TYPE_RGB, 16, 1, 0, 0);
+    write_png_seed(dir, "rgba8-ink-invert.png", PNG_COLOR_TYPE_RGB_ALPHA, 8, 0, 0, 1);
+    write_png_seed(dir, "palette4-trns.png", PNG_COLOR_TYPE_PALETTE, 4, 0, 1, 0);
+    write_pgm_seed(dir, "p5-8bit.pgm", 0, 255, 0);
+    write_pgm_seed(dir, "p5-16bit-ink-invert.pgm", 0, 65535, 1);
+    write_pgm_seed(dir, "p2-comments.pgm", 1, 15, 0);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -99,5 +211,6 @@ int main(int argc, char **argv)
     write_pair(argv[1], "raw-pair-limit2", 2, 0);
     write_pair(argv[1], "gzip-pair", 0, 1);
     write_checkpoints(argv[1]);
+    write_images(argv[1]);
     return 0;
 }
