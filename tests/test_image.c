@@ -3,8 +3,12 @@
 #include "testing.h"
 
 #include <png.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "io/image.h"
 
@@ -86,6 +90,30 @@ BN_TEST(image_png_writer_round_trips_and_interlaced_png_reads)
                   .interlace = PNG_INTERLACE_ADAM7, .rows = px};
     CHECK(write_png_spec(tmp_path(path, sizeof path, "adam7.png"), &s) == 0);
     return check_read(path, 0, 7, 5, px);
+}
+
+/* A write that fails part way (here: a file-size limit of 200 bytes, in a child process, for a
+ * 64x64 image of noise) is an error naming the file, and leaves no truncated PNG behind. */
+BN_TEST(image_png_writer_leaves_no_partial_file)
+{
+    char path[512];
+    tmp_path(path, sizeof path, "truncated.png");
+    pid_t child = fork();
+    if (child == 0) {
+        struct rlimit lim = {200, 200};
+        signal(SIGXFSZ, SIG_IGN);
+        if (setrlimit(RLIMIT_FSIZE, &lim) != 0) _exit(3);
+        unsigned char px[64 * 64];
+        for (int i = 0; i < 64 * 64; i++) px[i] = (unsigned char)((i * 2654435761u) >> 13);
+        bn_status s = bn_image_write_png(path, px, 64, 64);
+        _exit(s == BN_ERR_IO && strstr(bn_last_error(), "truncated.png: cannot") ? 0 : 4);
+    }
+    int status = 0;
+    CHECK(child > 0 && waitpid(child, &status, 0) == child);
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+    struct stat st;
+    CHECK_MSG(stat(path, &st) != 0, "a %lld-byte partial PNG was left", (long long)st.st_size);
+    return BN_PASS;
 }
 
 BN_TEST(image_png_colour_becomes_luminance)

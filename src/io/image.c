@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/regular_file.h"
 
@@ -251,6 +252,15 @@ bn_status bn_image_read(const char *path, int background, bn_image *out)
     return s;
 }
 
+/* A PNG that could not be written whole is removed, so that no reader takes a truncated image
+ * for a result; only a regular file, which is what fopen made or emptied. */
+static bn_status drop_partial(const char *path, bn_status s)
+{
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) remove(path);
+    return s;
+}
+
 bn_status bn_image_write_png(const char *path, const unsigned char *pixels, int width, int height)
 {
     if (width <= 0 || height <= 0) return bn_error(BN_ERR_USAGE, "%s: cannot write a %dx%d image", path, width, height);
@@ -262,12 +272,12 @@ bn_status bn_image_write_png(const char *path, const unsigned char *pixels, int 
     if (!info) {
         png_destroy_write_struct(&png, NULL);
         fclose(f);
-        return bn_error(BN_ERR_NOMEM, "%s: out of memory for the PNG writer", path);
+        return drop_partial(path, bn_error(BN_ERR_NOMEM, "%s: out of memory for the PNG writer", path));
     }
     if (setjmp(png_jmpbuf(png))) {
         png_destroy_write_struct(&png, &info);
         fclose(f);
-        return bn_error(BN_ERR_IO, "%s: cannot write the PNG: %s", path, failure.message);
+        return drop_partial(path, bn_error(BN_ERR_IO, "%s: cannot write the PNG: %s", path, failure.message));
     }
     png_init_io(png, f);
     png_set_IHDR(png, info, (png_uint_32)width, (png_uint_32)height, 8, PNG_COLOR_TYPE_GRAY, PNG_INTERLACE_NONE,
@@ -276,7 +286,8 @@ bn_status bn_image_write_png(const char *path, const unsigned char *pixels, int 
     for (int y = 0; y < height; y++) png_write_row(png, pixels + (size_t)y * (size_t)width);
     png_write_end(png, NULL);
     png_destroy_write_struct(&png, &info);
-    if (fclose(f) != 0) return bn_error(BN_ERR_IO, "%s: cannot finish writing: %s", path, strerror(errno));
+    if (fclose(f) != 0)
+        return drop_partial(path, bn_error(BN_ERR_IO, "%s: cannot finish writing: %s", path, strerror(errno)));
     return BN_OK;
 }
 
