@@ -745,7 +745,9 @@ static bn_status check_determinism_gpu(kit *k, bn_check *c)
     return check_determinism(k, k->gpu, c);
 }
 
-/* ---- the evaluation check ---- */
+/* ---- the evaluation check ----
+ * Its parts return 1 when they passed, and 0 when they failed the check (its detail says why)
+ * or *s holds an error, so that the first part to fail ends the check. */
 
 /* Training passes on one batch until the running statistics stop moving by more than this part
  * of their largest value, at most SETTLE_PASSES of them. */
