@@ -1,0 +1,89 @@
+/* dist.h - data-parallel training over several GPUs: one process per GPU ("rank"), the
+ * gradients summed by NCCL after every step.
+ *
+ * Three pieces, each in its own file:
+ *   rendezvous.c  ranks find each other: rank 0 listens on HOST:PORT, every other rank connects
+ *                 and receives NCCL's unique id; all ranks prove they run the same training
+ *                 (a fingerprint) before any of them touches NCCL.
+ *   launch.c      `blobnet train --gpus N` on one machine: starts N rank processes of this
+ *                 program, forwards SIGINT/SIGTERM to them, and ends all of them when one dies.
+ *   comm.cu       the NCCL communicator of one rank and the collectives the trainer needs
+ *                 (comm_none.c stands in for it in a build without NCCL or without CUDA).
+ *
+ * A build without nccl.h has bn_dist_compiled() == 0 and every entry point of comm returns an
+ * error that says so; asking such a build for several GPUs is that one-line error. */
+#ifndef BN_DIST_H
+#define BN_DIST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/device.h"
+#include "core/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BN_DIST_ID_BYTES 128   /* sizeof(ncclUniqueId) */
+#define BN_DIST_MAX_RANKS 64
+
+/* One rank's view of the group. Owned by whoever called bn_dist_join (bn_dist_close). */
+typedef struct bn_dist {
+    int rank, world;           /* this process's rank, and how many ranks train together */
+    int device;                /* the CUDA ordinal this rank uses */
+    double timeout_s;          /* a collective or a rendezvous that makes no progress for this long
+                                  ends the run with an error naming the ranks (never a hang) */
+    void *comm;                /* ncclComm_t */
+    void *stream;              /* the communication stream (cudaStream_t), created by comm */
+    void *state;               /* comm.cu's own: events, scratch, the reduction op */
+} bn_dist;
+
+/* 1 when this build can train on several GPUs (CUDA and NCCL were both found at build time). */
+int bn_dist_compiled(void);
+
+/* Why it cannot, when bn_dist_compiled() is 0: e.g. "this blobnet was built without NCCL
+ * (nccl.h was not found at build time)". */
+const char *bn_dist_missing(void);
+
+/* ---- rendezvous.c ---- */
+
+/* Parses "HOST:PORT" (HOST a name or an IPv4 address, PORT 1-65535). */
+bn_status bn_rendezvous_parse(const char *text, char *host, size_t host_len, int *port);
+
+/* Meets the other ranks at host:port. Rank 0 listens there, takes world-1 connections, checks
+ * that each names a distinct rank in 1..world-1, the same world and a fingerprint equal to its
+ * own, then sends every rank the `id` bytes (rank 0's input). Every other rank connects
+ * (retrying until timeout_s) and receives `id`. A mismatch is a usage error on every rank that
+ * names both values; a rank that never comes is an error naming it after timeout_s. */
+bn_status bn_rendezvous(const char *host, int port, int rank, int world, uint64_t fingerprint,
+                        void *id, size_t id_len, double timeout_s);
+
+/* ---- launch.c ---- */
+
+/* Runs this program once per device: rank r gets `argv` (without argv[0]) followed by
+ * "--rank r --world n --rendezvous 127.0.0.1:PORT --device gpu:devices[r]", with a free port.
+ * Forwards SIGINT, SIGTERM and SIGHUP to every rank; when a rank ends with an error or a signal,
+ * the others are sent SIGTERM (SIGKILL after a grace period) and the status names that rank,
+ * its device and how it ended. *exit_code receives the code the CLI should exit with. */
+bn_status bn_launch_ranks(int argc, char **argv, int n, const int *devices, int *exit_code);
+
+/* ---- comm.cu / comm_none.c ---- */
+
+/* Makes a fresh NCCL unique id on rank 0 (id_len >= BN_DIST_ID_BYTES). */
+bn_status bn_dist_unique_id(void *id, size_t id_len);
+
+/* Joins the group as d->rank of d->world on ctx's device, from the id every rank received. */
+bn_status bn_dist_open(bn_dist *d, const void *id, bn_ctx *ctx);
+
+/* rendezvous + bn_dist_open: what a rank process does before it trains. */
+bn_status bn_dist_join(bn_dist *d, const char *host, int port, uint64_t fingerprint, bn_ctx *ctx);
+
+/* Leaves the group; after an error anywhere, aborts the communicator instead of waiting on
+ * the other ranks. NULL or an unopened d is fine. */
+void bn_dist_close(bn_dist *d, int aborting);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
