@@ -33,6 +33,24 @@ bn_status bn_cli_float(const char *flag, const char *text, double lo, double hi,
     return BN_OK;
 }
 
+bn_status bn_cli_precision(const char *text, int *bf16)
+{
+    if (strcmp(text, "fp32") == 0 || strcmp(text, "bf16") == 0) {
+        *bf16 = text[0] == 'b';
+        return BN_OK;
+    }
+    return bn_error(BN_ERR_USAGE, "--precision: '%s' is not one of fp32, bf16", text);
+}
+
+bn_status bn_cli_apply_precision(int bf16, bn_ctx *ctx)
+{
+    if (bf16 && !ctx)
+        return bn_error(BN_ERR_USAGE, "--precision bf16 needs a GPU, and this run is on the CPU; use --precision fp32 "
+                        "there");
+    if (ctx) ctx->bf16 = bf16;
+    return BN_OK;
+}
+
 /* Opens a device the user asked for; a failure names the --device value it came from, unless
  * the message names it already. */
 static bn_status open_ordinal(const char *spec, int ordinal, bn_ctx **ctx)

@@ -12,6 +12,13 @@ bn_status bn_cli_int(const char *flag, const char *text, long lo, long hi, long 
 /* Parses a whole-string finite number in [lo, hi] given to `flag`. */
 bn_status bn_cli_float(const char *flag, const char *text, double lo, double hi, double *out);
 
+/* Parses --precision's value: *bf16 is 0 for fp32, 1 for bf16; a usage error listing both otherwise. */
+bn_status bn_cli_precision(const char *text, int *bf16);
+
+/* Sets the opened device's precision; bf16 without a device (ctx NULL) is a usage error, the CPU
+ * path having no BF16. */
+bn_status bn_cli_apply_precision(int bf16, bn_ctx *ctx);
+
 /* Opens the device named by spec (cpu, gpu, gpu:N, auto): *ctx is NULL for the CPU. A NULL
  * spec is auto left unsaid: the GPU when there is one, the CPU without a word otherwise; an
  * "auto" falling back to the CPU warns once per process, unless quiet. */

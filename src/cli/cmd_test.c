@@ -12,18 +12,20 @@
 #include "train/evaluate.h"
 #include "train/trainer.h"
 
-enum { OPT_DATA = 256, OPT_DATASET, OPT_DEVICE, OPT_BATCH, OPT_PLUGIN, OPT_MISCLASSIFIED, OPT_HELP };
+enum { OPT_DATA = 256, OPT_DATASET, OPT_DEVICE, OPT_BATCH, OPT_PLUGIN, OPT_MISCLASSIFIED, OPT_PRECISION, OPT_HELP };
 
 static const struct option test_options[] = {
     {"data", required_argument, 0, OPT_DATA},   {"dataset", required_argument, 0, OPT_DATASET},
     {"device", required_argument, 0, OPT_DEVICE}, {"batch", required_argument, 0, OPT_BATCH},
     {"plugin", required_argument, 0, OPT_PLUGIN}, {"misclassified", required_argument, 0, OPT_MISCLASSIFIED},
-    {"help", no_argument, 0, OPT_HELP},         {0, 0, 0, 0},
+    {"precision", required_argument, 0, OPT_PRECISION}, {"help", no_argument, 0, OPT_HELP},
+    {0, 0, 0, 0},
 };
 
 typedef struct test_args {
     const char *model, *weights, *data, *dataset, *device, *misclassified;
     long batch;
+    int bf16;
 } test_args;
 
 static int parse_args(int argc, char **argv, test_args *a)
@@ -40,6 +42,7 @@ static int parse_args(int argc, char **argv, test_args *a)
         case OPT_BATCH: BN_TRY(bn_cli_int("--batch", optarg, 1, 65536, &a->batch)); break;
         case OPT_PLUGIN: BN_TRY(bn_plugin_load(optarg)); break;
         case OPT_MISCLASSIFIED: a->misclassified = optarg; break;
+        case OPT_PRECISION: BN_TRY(bn_cli_precision(optarg, &a->bf16)); break;
         case OPT_HELP: return -1;
         default: return bn_cli_option_error(opt, optopt, argv[optind - 1]);
         }
@@ -99,6 +102,7 @@ static bn_status run(const test_args *a, bn_net **net, bn_dataset *test, int **p
     bn_ctx *ctx;
     BN_TRY(bn_cli_data_dir(a->data, a->dataset, &dir));
     BN_TRY(bn_cli_open_device(a->device, 0, &ctx));
+    BN_TRY(bn_cli_apply_precision(a->bf16, ctx));
     BN_TRY(bn_dataset_load(dir, 0, 0, test));
     bn_shape s = (*net)->input_shape;
     if (s.c != test->channels || s.h != test->height || s.w != test->width)

@@ -6,20 +6,20 @@
 #include "cli.h"
 #include "core/plugin.h"
 
-enum { OPT_BATCH = 256, OPT_ITERS, OPT_DEVICE, OPT_TF32, OPT_AUTOTUNE, OPT_PLUGIN, OPT_HELP };
+enum { OPT_BATCH = 256, OPT_ITERS, OPT_DEVICE, OPT_TF32, OPT_AUTOTUNE, OPT_PLUGIN, OPT_PRECISION, OPT_HELP };
 
 static const struct option time_options[] = {
     {"batch", required_argument, 0, OPT_BATCH}, {"iters", required_argument, 0, OPT_ITERS},
     {"device", required_argument, 0, OPT_DEVICE}, {"tf32", no_argument, 0, OPT_TF32},
     {"autotune", no_argument, 0, OPT_AUTOTUNE}, {"plugin", required_argument, 0, OPT_PLUGIN},
-    {"help", no_argument, 0, OPT_HELP},
+    {"precision", required_argument, 0, OPT_PRECISION}, {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0},
 };
 
 typedef struct time_args {
     const char *model, *device;
     long batch, iters;
-    int tf32, autotune;
+    int tf32, autotune, bf16;
 } time_args;
 
 static int parse_args(int argc, char **argv, time_args *a)
@@ -36,6 +36,7 @@ static int parse_args(int argc, char **argv, time_args *a)
         case OPT_TF32: a->tf32 = 1; break;
         case OPT_AUTOTUNE: a->autotune = 1; break;
         case OPT_PLUGIN: BN_TRY(bn_plugin_load(optarg)); break;
+        case OPT_PRECISION: BN_TRY(bn_cli_precision(optarg, &a->bf16)); break;
         case OPT_HELP: return -1;
         default: return bn_cli_option_error(opt, optopt, argv[optind - 1]);
         }
@@ -77,6 +78,7 @@ static bn_status run(const time_args *a, bn_net **net, bn_optimizer **opt)
     bn_ctx *ctx;
     BN_TRY(bn_cli_open_device(a->device, 0, &ctx));
     if (ctx) ctx->tf32 = a->tf32, ctx->autotune = a->autotune;
+    BN_TRY(bn_cli_apply_precision(a->bf16, ctx));
     int batch = a->batch ? (int)a->batch : (*net)->train.batch;
     BN_TRY(bn_net_setup(*net, batch, ctx, 0, (*net)->train.seed));
     BN_TRY(bn_optimizer_create(*net, &(*net)->train, opt));

@@ -18,7 +18,7 @@ typedef struct train_args {
     long warmup;
     double lr, momentum, weight_decay;
     const char *optimizer, *lr_policy;
-    int quiet, tf32, deterministic, autotune, no_graph;
+    int quiet, tf32, deterministic, autotune, no_graph, bf16;
     double until_accuracy;
     const char *shift;      /* --shift's text, checked once the model's input size is known */
     int flip;               /* 1 --flip, -1 --no-flip, 0 neither: the model file's [augment] */
@@ -28,7 +28,7 @@ enum { OPT_DATA = 256, OPT_DATASET, OPT_DEVICE, OPT_EPOCHS, OPT_BATCH, OPT_LR, O
        OPT_POLICY, OPT_SEED, OPT_LIMIT, OPT_SAVE, OPT_RESUME, OPT_QUIET, OPT_LOG, OPT_LOG_EVERY,
        OPT_TF32, OPT_DETERMINISTIC, OPT_AUTOTUNE, OPT_PROFILE, OPT_PLUGIN, OPT_NO_GRAPH,
        OPT_SHIFT, OPT_FLIP, OPT_NO_FLIP,
-       OPT_UNTIL, OPT_CHECKPOINT_EVERY, OPT_DEBUG_NUMERICS, OPT_OPTIMIZER, OPT_WARMUP, OPT_HELP };
+       OPT_UNTIL, OPT_CHECKPOINT_EVERY, OPT_DEBUG_NUMERICS, OPT_OPTIMIZER, OPT_WARMUP, OPT_PRECISION, OPT_HELP };
 
 static const struct option train_options[] = {
     {"data", required_argument, 0, OPT_DATA},       {"dataset", required_argument, 0, OPT_DATASET},
@@ -47,7 +47,7 @@ static const struct option train_options[] = {
     {"checkpoint-every", required_argument, 0, OPT_CHECKPOINT_EVERY},
     {"debug-numerics", required_argument, 0, OPT_DEBUG_NUMERICS},
     {"shift", required_argument, 0, OPT_SHIFT},     {"flip", no_argument, 0, OPT_FLIP},
-    {"no-flip", no_argument, 0, OPT_NO_FLIP},
+    {"no-flip", no_argument, 0, OPT_NO_FLIP},       {"precision", required_argument, 0, OPT_PRECISION},
     {"help", no_argument, 0, OPT_HELP},             {0, 0, 0, 0},
 };
 
@@ -120,6 +120,7 @@ static int parse_args(int argc, char **argv, train_args *a)
         case OPT_SHIFT: a->shift = optarg; break;
         case OPT_FLIP: a->flip = 1; break;
         case OPT_NO_FLIP: a->flip = -1; break;
+        case OPT_PRECISION: BN_TRY(bn_cli_precision(optarg, &a->bf16)); break;
         case OPT_HELP: return -1;
         default: return bn_cli_option_error(opt, optopt, argv[optind - 1]);
         }
@@ -227,6 +228,7 @@ static bn_status prepare(const train_args *a, train_run *r, bn_train_state *st)
         r->ctx->deterministic = a->deterministic;
         r->ctx->autotune = a->autotune;
     }
+    BN_TRY(bn_cli_apply_precision(a->bf16, r->ctx));
     BN_TRY(bn_dataset_load(dir, 1, (int)a->train_limit, &r->train));
     BN_TRY(bn_dataset_load(dir, 0, 0, &r->test));
     BN_TRY(check_input(r->net, &r->train, dir, "training"));

@@ -44,6 +44,8 @@ static const char train_usage[] =
     "  --deterministic     only deterministic cuDNN algorithms: GPU runs repeat exactly\n"
     "  --autotune          choose each layer's GPU kernels by timing every candidate\n"
     "                      (blobnet's, cuDNN's, cuBLASLt's) instead of by the fixed rule\n"
+    "  --precision P       fp32 (default) or bf16: BF16 activations and products with FP32\n"
+    "                      master weights, gradients and optimizer (GPU only)\n"
     "  --plugin FILE       load a layer plugin (.so) first; may be given several times\n"
     "  --profile-steps A:B profiler capture (cudaProfilerStart/Stop) around steps A..B\n"
     "  --no-graph          launch every kernel of every step instead of replaying the\n"
@@ -68,6 +70,7 @@ static const char test_usage[] =
     "  --dataset NAME      mnist (default) or fashion-mnist\n"
     "  --device SPEC       cpu, gpu, gpu:N or auto (default: the GPU when there is one)\n"
     "  --batch N           evaluation batch size (default 1000)\n"
+    "  --precision P       fp32 (default) or bf16: evaluate with BF16 activations (GPU only)\n"
     "  --plugin FILE       load a layer plugin (.so) first; may be given several times\n"
     "  --misclassified DIR write each misclassified image to DIR as\n"
     "                      <index>-true<label>-pred<class>.png (DIR is checked first)\n"
@@ -122,7 +125,7 @@ static const char check_layer_usage[] =
 
 static const char time_usage[] =
     "usage: blobnet time MODEL [--batch N] [--iters N] [--device SPEC] [--tf32] [--autotune]\n"
-    "                          [--plugin FILE]...\n"
+    "                          [--precision fp32|bf16] [--plugin FILE]...\n"
     "Times each layer's forward and backward pass and the update over N training steps\n"
     "(default 50, after 5 warm-up steps) on random data: CUDA events on the GPU, a\n"
     "monotonic clock on the CPU. --batch defaults to the model's [train] batch.\n"

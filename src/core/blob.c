@@ -1,5 +1,6 @@
 #include "blob.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +82,29 @@ bn_status bn_blob_reshape(bn_blob *b, int n, int c, int h, int w)
     return BN_OK;
 }
 
+bn_status bn_blob_set_bf16(bn_blob *b)
+{
+    bn_blob *r = b->root;
+    if (r->dev)
+        return bn_error(BN_ERR_INTERNAL, "blob %s: its device buffer exists already, so it cannot become BF16", r->name);
+    r->dev_bf16 = 1;
+    /* A descriptor made earlier describes floats. */
+    bn_tensor_desc_free(b->desc);
+    b->desc = NULL;
+    return BN_OK;
+}
+
+int bn_blob_is_bf16(const bn_blob *b)
+{
+    return b->root->dev_bf16;
+}
+
+/* Bytes of one element in the device buffer. */
+static size_t dev_elem_bytes(const bn_blob *r)
+{
+    return r->dev_bf16 ? sizeof(uint16_t) : sizeof(float);
+}
+
 bn_status bn_blob_reserve_host(bn_blob *b)
 {
     bn_blob *r = b->root;
@@ -95,12 +119,52 @@ bn_status bn_blob_reserve_device(bn_blob *b)
 {
     bn_blob *r = b->root;
     if (r->dev) return BN_OK;
-    BN_TRY(bn_device_alloc((void **)&r->dev, r->capacity * sizeof(float)));
-    bn_status s = bn_device_zero(r->dev, r->capacity * sizeof(float));
+    BN_TRY(bn_device_alloc((void **)&r->dev, r->capacity * dev_elem_bytes(r)));
+    bn_status s = bn_device_zero(r->dev, r->capacity * dev_elem_bytes(r));
     if (s != BN_OK) {
         bn_device_free(r->dev);
         r->dev = NULL;
     }
+    return s;
+}
+
+/* The BF16 nearest to f, ties to even (what cuda_bf16.h's __float2bfloat16_rn gives); a NaN
+ * stays a NaN. */
+static uint16_t bf16_of(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static float float_of(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* A BF16 device copy crosses through a staging buffer. Going to the device, the host copy is
+ * rounded in place as well, so that the two copies hold the same values when both are current. */
+static bn_status transfer_bf16(bn_blob *r, int to_device)
+{
+    uint16_t *stage = malloc(r->capacity * sizeof *stage);
+    if (!stage) return bn_error(BN_ERR_NOMEM, "blob %s: cannot stage %zu BF16 values on the host", r->name, r->capacity);
+    bn_status s;
+    if (to_device) {
+        for (size_t i = 0; i < r->capacity; i++) {
+            stage[i] = bf16_of(r->host[i]);
+            r->host[i] = float_of(stage[i]);
+        }
+        s = bn_device_h2d(r->dev, stage, r->capacity * sizeof *stage);
+    } else {
+        s = bn_device_d2h(stage, r->dev, r->capacity * sizeof *stage);
+        for (size_t i = 0; s == BN_OK && i < r->capacity; i++) r->host[i] = float_of(stage[i]);
+    }
+    free(stage);
     return s;
 }
 
@@ -111,8 +175,9 @@ static bn_status transfer(bn_blob *r, int to_device)
     snprintf(range, sizeof range, "%s %s", to_device ? "h2d" : "d2h", r->name);
     bn_nvtx_push(range, BN_NVTX_TRANSFER);
     size_t bytes = r->capacity * sizeof(float);
-    bn_status s = to_device ? bn_device_h2d(r->dev, r->host, bytes)
-                            : bn_device_d2h(r->host, r->dev, bytes);
+    bn_status s = r->dev_bf16 ? transfer_bf16(r, to_device)
+                  : to_device ? bn_device_h2d(r->dev, r->host, bytes)
+                              : bn_device_d2h(r->host, r->dev, bytes);
     bn_nvtx_pop();
     if (s == BN_OK) r->state = BN_SYNC_BOTH;
     return s;
@@ -148,29 +213,61 @@ float *bn_blob_host_wr(bn_blob *b)
     return r->host + b->offset;
 }
 
-const float *bn_blob_dev_rd(bn_blob *b)
+/* Refuses a device pointer of the wrong type for the blob: a layer whose pass does not match
+ * the precision its blobs were set up for. */
+static int wrong_type(const bn_blob *b, int want_bf16)
+{
+    if (b->root->dev_bf16 == want_bf16) return 0;
+    if (want_bf16)
+        bn_error(BN_ERR_INTERNAL, "a layer read blob %s as BF16, but it holds FP32 (BF16 blobs exist only under "
+                 "--precision bf16)", b->name);
+    else
+        bn_error(BN_ERR_INTERNAL, "a layer read blob %s as FP32, but it holds BF16 under --precision bf16", b->name);
+    return 1;
+}
+
+/* The device copy made current for reading (write = 0) or writing; the root's buffer, NULL on
+ * failure. */
+static void *device_side(bn_blob *b, int write)
 {
     bn_blob *r = b->root;
     if (make_device_current(r) != BN_OK) return NULL;
-    if (r->state == BN_SYNC_NONE) r->state = r->host ? BN_SYNC_BOTH : BN_SYNC_DEVICE;
-    return r->dev + b->offset;
+    if (write) r->state = BN_SYNC_DEVICE;
+    else if (r->state == BN_SYNC_NONE) r->state = r->host ? BN_SYNC_BOTH : BN_SYNC_DEVICE;
+    return r->dev;
+}
+
+const float *bn_blob_dev_rd(bn_blob *b)
+{
+    float *d = wrong_type(b, 0) ? NULL : device_side(b, 0);
+    return d ? d + b->offset : NULL;
 }
 
 float *bn_blob_dev_wr(bn_blob *b)
 {
-    bn_blob *r = b->root;
-    if (make_device_current(r) != BN_OK) return NULL;
-    r->state = BN_SYNC_DEVICE;
-    return r->dev + b->offset;
+    float *d = wrong_type(b, 0) ? NULL : device_side(b, 1);
+    return d ? d + b->offset : NULL;
+}
+
+const void *bn_blob_dev16_rd(bn_blob *b)
+{
+    uint16_t *d = wrong_type(b, 1) ? NULL : device_side(b, 0);
+    return d ? d + b->offset : NULL;
+}
+
+void *bn_blob_dev16_wr(bn_blob *b)
+{
+    uint16_t *d = wrong_type(b, 1) ? NULL : device_side(b, 1);
+    return d ? d + b->offset : NULL;
 }
 
 bn_status bn_blob_zero(bn_blob *b)
 {
     size_t bytes = bn_blob_count(b) * sizeof(float);
     if (b->root->dev) {
-        float *d = bn_blob_dev_wr(b);
+        void *d = b->root->dev_bf16 ? bn_blob_dev16_wr(b) : (void *)bn_blob_dev_wr(b);
         if (!d) return bn_last_status();
-        return bn_device_zero(d, bytes);
+        return bn_device_zero(d, bn_blob_count(b) * dev_elem_bytes(b->root));
     }
     float *h = bn_blob_host_wr(b);
     if (!h) return bn_last_status();
@@ -192,7 +289,7 @@ void *bn_blob_tensor_desc(bn_blob *b)
 {
     int shape[4] = {b->n, b->c, b->h, b->w};
     if (b->desc && memcmp(shape, b->desc_shape, sizeof shape) == 0) return b->desc;
-    if (bn_tensor_desc_set(&b->desc, b->n, b->c, b->h, b->w) != BN_OK) return NULL;
+    if (bn_tensor_desc_set(&b->desc, b->n, b->c, b->h, b->w, b->root->dev_bf16) != BN_OK) return NULL;
     memcpy(b->desc_shape, shape, sizeof shape);
     return b->desc;
 }

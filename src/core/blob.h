@@ -1,5 +1,9 @@
 /* blob.h - a float32 NCHW tensor with a host copy and a device copy.
  *
+ * Under --precision bf16 the device copy of an activation blob holds BF16 (2 bytes an
+ * element) while the host copy stays float32: the transfer rounds (to nearest even) or widens,
+ * and the device pointers are taken with bn_blob_dev16_rd/wr instead of bn_blob_dev_rd/wr.
+ *
  * Each copy is allocated on first use. The blob records which copy is current, so a
  * reader on one side gets a transfer only when the other side wrote last; all transfers
  * go through one function (blob.c: transfer) so a hidden copy shows up in a profile.
@@ -35,6 +39,7 @@ struct bn_blob {
     size_t offset;       /* element offset of a view inside its root */
     void *desc;          /* cudnnTensorDescriptor_t, made on demand for the current shape */
     int desc_shape[4];
+    int dev_bf16;        /* root only: the device buffer holds BF16, 2 bytes per element */
 };
 
 /* A new root blob of shape (n,c,h,w); no buffer is allocated yet. NULL on allocation failure. */
@@ -60,6 +65,17 @@ float *bn_blob_host_wr(bn_blob *b);
 const float *bn_blob_dev_rd(bn_blob *b);
 float *bn_blob_dev_wr(bn_blob *b);
 
+/* Makes the device copy hold BF16; only before any device buffer exists (applies to b's root). */
+bn_status bn_blob_set_bf16(bn_blob *b);
+
+/* Whether the device copy holds BF16 (a view answers for its root). */
+int bn_blob_is_bf16(const bn_blob *b);
+
+/* The BF16 device data (__nv_bfloat16 in .cu files), with the sync rules of bn_blob_dev_rd/wr.
+ * Each pair refuses a blob of the other kind with an error naming it: NULL, the error recorded. */
+const void *bn_blob_dev16_rd(bn_blob *b);
+void *bn_blob_dev16_wr(bn_blob *b);
+
 /* Allocates the host (or device) buffer now, so that no allocation happens later in a step. */
 bn_status bn_blob_reserve_host(bn_blob *b);
 bn_status bn_blob_reserve_device(bn_blob *b);
@@ -74,8 +90,8 @@ void bn_blob_mark_device_written(bn_blob *b);
 /* The sync state of the blob's root. */
 bn_sync bn_blob_state(const bn_blob *b);
 
-/* A cuDNN tensor descriptor (cudnnTensorDescriptor_t) for the current NCHW shape, owned by
- * the blob; NULL without CUDA. */
+/* A cuDNN tensor descriptor (cudnnTensorDescriptor_t) for the current NCHW shape and the
+ * device copy's type (float or BF16), owned by the blob; NULL without CUDA. */
 void *bn_blob_tensor_desc(bn_blob *b);
 
 #ifdef __cplusplus

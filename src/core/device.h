@@ -38,6 +38,7 @@ typedef struct bn_ctx {
     int autotune;          /* choose each layer's kernels by timing the candidates (cuDNN's and
                               cuBLASLt's included) instead of by the fixed rule; ignored in a
                               deterministic context */
+    int bf16;              /* activations and products in BF16 (--precision bf16) */
 } bn_ctx;
 
 /* Whether layers choose their kernels by the fixed rule (blobnet's own kernels wherever they
@@ -56,6 +57,10 @@ bn_status bn_no_cuda(void);
 
 /* dst[i] += src[i] for i < n, queued on ctx's stream. */
 bn_status bn_gpu_add(float *dst, const float *src, size_t n, bn_ctx *ctx);
+
+/* dst[i] += src[i] for i < n over BF16 arrays (the sum rounded to nearest even), queued on
+ * ctx's stream: the network's sum of an output's gradients under --precision bf16. */
+bn_status bn_gpu_add_bf16(void *dst, const void *src, size_t n, bn_ctx *ctx);
 
 /* Sets n floats to value, queued on ctx's stream (poisoning outputs in tests, fills). */
 bn_status bn_gpu_fill(float *dst, float value, size_t n, bn_ctx *ctx);
@@ -128,8 +133,9 @@ void bn_event_destroy(void *event);
 bn_status bn_profiler_start(void);
 bn_status bn_profiler_stop(void);
 
-/* (Re)describes a cuDNN NCHW float tensor in *desc, creating it when NULL. */
-bn_status bn_tensor_desc_set(void **desc, int n, int c, int h, int w);
+/* (Re)describes a cuDNN NCHW tensor of floats (of BF16 with bf16 set) in *desc, creating it
+ * when NULL. */
+bn_status bn_tensor_desc_set(void **desc, int n, int c, int h, int w, int bf16);
 void bn_tensor_desc_free(void *desc);
 
 #ifdef __cplusplus

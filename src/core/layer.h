@@ -50,6 +50,8 @@ typedef struct bn_param {
     float lr_mult;        /* multiplies the learning rate (biases: the [train] bias_lr_mult) */
     float decay_mult;     /* multiplies the weight decay (0 for biases) */
     int is_bias;
+    bn_blob *value16;     /* BF16 device copy of value (a view into net->params16) under
+                             --precision bf16, else NULL */
 } bn_param;
 
 /* State a layer keeps that is not learned (running statistics, counters): saved in checkpoints
@@ -166,6 +168,9 @@ struct bn_layer_ops {
     /* Writes which kernels run the layer's GPU passes at the current batch size into buf (for
      * `blobnet time`), or leaves buf empty when there is nothing to say. May be NULL. */
     void (*describe_gpu)(const bn_layer *l, char *buf, size_t cap);
+    int bf16;  /* its GPU passes read and write BF16 blobs (--precision bf16): every output,
+                * output gradient and input gradient through bn_blob_dev16_rd/wr, the parameters
+                * through bn_param.value16, and the parameter gradients still FP32 */
 };
 
 /* Declares a parameter of shape (n,c,h,w) during setup; returns its index or -1 on error. */

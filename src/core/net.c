@@ -430,6 +430,26 @@ static bn_status carve_params(bn_net *net)
     return BN_OK;
 }
 
+/* Under --precision bf16: the BF16 copy of the parameter slab and a view of it per parameter. */
+static bn_status carve_params16(bn_net *net)
+{
+    if (!net->params) return BN_OK;
+    if (!(net->params16 = bn_blob_new("params16", (int)net->num_params, 1, 1, 1))) return bn_last_status();
+    BN_TRY(bn_blob_set_bf16(net->params16));
+    for (int i = 0; i < net->num_layers; i++) {
+        bn_layer *l = net->layers[i];
+        for (int k = 0; k < l->num_params; k++) {
+            bn_param *p = &l->params[k];
+            const bn_blob *v = p->value;
+            char name[128];
+            snprintf(name, sizeof name, "%s.%s.bf16", l->name, p->name);
+            if (!(p->value16 = bn_blob_new_view(name, net->params16, v->offset, v->n, v->c, v->h, v->w)))
+                return bn_last_status();
+        }
+    }
+    return BN_OK;
+}
+
 /* Moves every declared buffer into a view of the buffer slab, in layer order. */
 static bn_status carve_buffers(bn_net *net)
 {
@@ -486,8 +506,8 @@ static bn_status each_batch_blob(bn_net *net, blob_fn fn, void *arg)
 /* The same over every blob, the slabs and metrics too. */
 static bn_status each_blob(bn_net *net, blob_fn fn, void *arg)
 {
-    bn_blob *fixed[] = {net->metrics, net->params, net->grads, net->buffers};
-    BN_TRY(each_of(fixed, 4, fn, arg));
+    bn_blob *fixed[] = {net->metrics, net->params, net->grads, net->buffers, net->params16};
+    BN_TRY(each_of(fixed, 5, fn, arg));
     return each_batch_blob(net, fn, arg);
 }
 
@@ -506,23 +526,48 @@ static bn_status reserve_all(bn_net *net, bn_status (*reserve)(bn_blob *))
     return each_blob(net, reserve_one, &r);
 }
 
+/* Under --precision bf16 every layer must have BF16 GPU passes: refused before anything is
+ * allocated, naming the first that does not. */
+static bn_status check_bf16_types(const bn_net *net)
+{
+    for (int i = 0; i < net->num_layers; i++) {
+        const bn_layer *l = net->layers[i];
+        if (!l->ops->bf16)
+            return bn_error(BN_ERR_USAGE, "%s:%d: layer %s (%s) has no BF16 GPU pass; train it with --precision fp32",
+                            net->source, l->line, l->name, l->ops->type);
+    }
+    return BN_OK;
+}
+
+static bn_status set_bf16(bn_blob *b, void *arg)
+{
+    (void)arg;
+    return bn_blob_set_bf16(b);
+}
+
 bn_status bn_net_setup(bn_net *net, int batch, bn_ctx *ctx, int want_input_grad, uint64_t seed)
 {
+    int bf16 = ctx && ctx->bf16;
     if (net->capacity) return bn_error(BN_ERR_INTERNAL, "%s: network is already set up", net->source);
     if (batch <= 0) return bn_error(BN_ERR_USAGE, "batch size %d must be positive", batch);
+    if (bf16) BN_TRY(check_bf16_types(net));
     net->capacity = net->batch = batch;
     mem_budget budget;
     budget_start(net, &budget);
     BN_TRY(setup_layers(net, want_input_grad, &budget));
     if (ctx) BN_TRY(check_device_memory(net, ctx, budget.need));
+    /* The activations and their gradients; the labels, made below, stay FP32. */
+    if (bf16) BN_TRY(each_batch_blob(net, set_bf16, NULL));
     BN_TRY(carve_params(net));
+    if (bf16) BN_TRY(carve_params16(net));
     BN_TRY(carve_buffers(net));
     if (!(net->labels = bn_blob_new("labels", batch, 1, 1, 1))) return bn_last_status();
     if (!(net->metrics = bn_blob_new("metrics", 2, 1, 1, 1))) return bn_last_status();
     net->pass = (bn_pass){.seed = seed, .labels = net->labels, .metrics = net->metrics, .ctx = ctx};
     BN_TRY(reserve_all(net, bn_blob_reserve_host));
     if (ctx) BN_TRY(reserve_all(net, bn_blob_reserve_device));
-    if (ctx) bn_net_fuse(net);
+    /* The fusion rules' kernels are FP32 only. */
+    if (ctx && !bf16) bn_net_fuse(net);
     BN_TRY(bn_net_init_params(net, seed));
     return net->grads ? bn_blob_zero(net->grads) : BN_OK;
 }
@@ -571,7 +616,19 @@ bn_status bn_net_init_params(bn_net *net, uint64_t seed)
             for (size_t e = 0; e < bn_blob_count(b->value); e++) v[e] = b->init_value;
         }
     }
-    return BN_OK;
+    return bn_net_refresh_params16(net);
+}
+
+bn_status bn_net_refresh_params16(bn_net *net)
+{
+    if (!net->params16) return BN_OK;
+    const float *master = bn_blob_host_rd(net->params);
+    if (!master) return bn_last_status();
+    float *copy = bn_blob_host_wr(net->params16);
+    if (!copy) return bn_last_status();
+    memcpy(copy, master, net->num_params * sizeof *copy);
+    /* Rounded and sent now, so that no step meets a transfer (a captured one could not). */
+    return bn_blob_dev16_rd(net->params16) ? BN_OK : bn_last_status();
 }
 
 static bn_status reshape_batch(bn_blob *b, void *n)
@@ -604,7 +661,12 @@ static bn_status add_grad_parts(bn_net *net, bn_blob *grad, bn_blob **parts, int
     size_t count = bn_blob_count(grad);
     bn_ctx *ctx = net->pass.ctx;
     for (int k = 0; k < n; k++) {
-        if (ctx) {
+        if (ctx && bn_blob_is_bf16(grad)) {
+            void *dst = bn_blob_dev16_wr(grad);
+            const void *src = dst ? bn_blob_dev16_rd(parts[k]) : NULL;
+            if (!src) return bn_last_status();
+            BN_TRY(bn_gpu_add_bf16(dst, src, count, ctx));
+        } else if (ctx) {
             BN_DEV_WR(dst, grad);
             BN_DEV_RD(src, parts[k]);
             BN_TRY(bn_gpu_add(dst, src, count, ctx));
@@ -707,6 +769,7 @@ static void free_layer(bn_layer *l)
     for (int k = 0; k < l->num_params; k++) {
         bn_blob_free(l->params[k].value);
         bn_blob_free(l->params[k].grad);
+        bn_blob_free(l->params[k].value16);
     }
     for (int k = 0; k < l->num_buffers; k++) bn_blob_free(l->buffers[k].value);
     bn_blob_free(l->out);
@@ -721,7 +784,8 @@ void bn_net_free(bn_net *net)
     if (!net) return;
     for (int i = 0; i < net->num_layers; i++) free_layer(net->layers[i]);
     free(net->layers);
-    bn_blob *own[] = {net->input, net->input_grad, net->labels, net->metrics, net->params, net->grads, net->buffers};
+    bn_blob *own[] = {net->input,  net->input_grad, net->labels,  net->metrics,
+                      net->params, net->grads,      net->buffers, net->params16};
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) bn_blob_free(own[i]);
     for (int k = 0; k < net->num_input_grad_parts; k++) bn_blob_free(net->input_grad_parts[k]);
     free(net->input_grad_parts);

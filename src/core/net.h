@@ -53,6 +53,9 @@ typedef struct bn_net {
                                 * each parameter gradient in the gradient slab, where a write past
                                 * a gradient lands instead of in the next one. The slab then no
                                 * longer mirrors the parameter slab: not for the optimizer. */
+    bn_blob *params16;         /* under --precision bf16: the BF16 device copy of the parameter
+                                * slab, same layout, which the layers' products read (each
+                                * bn_param.value16 is a view of it); NULL otherwise */
 } bn_net;
 
 /* Reads a model file and creates its layers (not yet set up). *out is owned by the caller
@@ -64,14 +67,21 @@ bn_status bn_net_from_text(const char *text, const char *name, bn_net **out);
 
 /* Infers shapes, allocates blobs for `batch` examples and initialises the parameters from
  * `seed`. With ctx the network runs on that device; with want_input_grad the input's
- * gradient is computed too. A network that needs more host memory than max_bytes allows, or
+ * gradient is computed too. With ctx->bf16 the input, every layer's output and every
+ * activation gradient hold BF16 on the device, params16 is made, and a layer whose type has no
+ * BF16 GPU pass (bn_layer_ops.bf16) is refused. A network that needs more host memory than max_bytes allows, or
  * more device memory than ctx's device has free, is refused with both figures before
  * anything is allocated. */
 bn_status bn_net_setup(bn_net *net, int batch, bn_ctx *ctx, int want_input_grad, uint64_t seed);
 
 /* Draws fresh initial parameters from seed (the same values on every path) and sets every
- * buffer to its initial value. */
+ * buffer to its initial value (and refreshes params16). */
 bn_status bn_net_init_params(bn_net *net, uint64_t seed);
+
+/* Copies the parameter slab into params16, rounded to BF16, after the FP32 master weights were
+ * written other than by the optimizer's GPU update (initialisation, a checkpoint). Nothing to
+ * do without params16. */
+bn_status bn_net_refresh_params16(bn_net *net);
 
 /* Uses the first n (<= capacity) examples of every blob for the following passes. */
 bn_status bn_net_set_batch(bn_net *net, int n);

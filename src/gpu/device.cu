@@ -353,15 +353,15 @@ extern "C" bn_status bn_device_sync(void)
     return BN_OK;
 }
 
-extern "C" bn_status bn_tensor_desc_set(void **desc, int n, int c, int h, int w)
+extern "C" bn_status bn_tensor_desc_set(void **desc, int n, int c, int h, int w, int bf16)
 {
     if (!*desc) {
         cudnnTensorDescriptor_t d;
         BN_CUDNN(cudnnCreateTensorDescriptor(&d));
         *desc = d;
     }
-    BN_CUDNN(cudnnSetTensor4dDescriptor((cudnnTensorDescriptor_t)*desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h,
-                                        w));
+    BN_CUDNN(cudnnSetTensor4dDescriptor((cudnnTensorDescriptor_t)*desc, CUDNN_TENSOR_NCHW,
+                                        bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT, n, c, h, w));
     return BN_OK;
 }
 

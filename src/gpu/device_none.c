@@ -93,9 +93,9 @@ bn_status bn_device_d2h(void *dst, const void *src, size_t bytes)
 
 bn_status bn_device_sync(void) { return bn_no_cuda(); }
 
-bn_status bn_tensor_desc_set(void **desc, int n, int c, int h, int w)
+bn_status bn_tensor_desc_set(void **desc, int n, int c, int h, int w, int bf16)
 {
-    (void)desc, (void)n, (void)c, (void)h, (void)w;
+    (void)desc, (void)n, (void)c, (void)h, (void)w, (void)bf16;
     return bn_no_cuda();
 }
 
@@ -132,6 +132,30 @@ bn_status bn_profiler_start(void) { return BN_OK; }
 bn_status bn_profiler_stop(void) { return BN_OK; }
 
 bn_status bn_gpu_add(float *dst, const float *src, size_t n, bn_ctx *ctx)
+{
+    (void)dst, (void)src, (void)n, (void)ctx;
+    return bn_no_cuda();
+}
+
+bn_status bn_gpu_add_bf16(void *dst, const void *src, size_t n, bn_ctx *ctx)
+{
+    (void)dst, (void)src, (void)n, (void)ctx;
+    return bn_no_cuda();
+}
+
+bn_status bn_gpu_f32_to_bf16(void *dst, const float *src, size_t n, bn_ctx *ctx)
+{
+    (void)dst, (void)src, (void)n, (void)ctx;
+    return bn_no_cuda();
+}
+
+bn_status bn_gpu_bf16_to_f32(float *dst, const void *src, size_t n, bn_ctx *ctx)
+{
+    (void)dst, (void)src, (void)n, (void)ctx;
+    return bn_no_cuda();
+}
+
+bn_status bn_gpu_add_bf16_to_f32(float *dst, const void *src, size_t n, bn_ctx *ctx)
 {
     (void)dst, (void)src, (void)n, (void)ctx;
     return bn_no_cuda();

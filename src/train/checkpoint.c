@@ -318,6 +318,8 @@ static bn_status load_open(const bn_safetensors *f, bn_net *net, bn_optimizer *o
         if (nbuf) memcpy(bdst, buf + staged * slab, nbuf * sizeof *buf);
         if (opt) opt->iter = cs->iter;
     }
+    /* The products under --precision bf16 read the BF16 copy of the weights just loaded. */
+    if (s == BN_OK) s = bn_net_refresh_params16(net);
     free(found);
     free(buf);
     free(specs);

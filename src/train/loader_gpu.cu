@@ -1,4 +1,5 @@
 /* loader_gpu.cu - batches gathered on the device from the uint8 dataset uploaded once. */
+#include "gpu/bf16.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/last_arrival.cuh"
 #include "gpu/pdl.cuh"
@@ -9,10 +10,11 @@
  * *cursor (a captured step reads its batch's position), and the last block moves it past the
  * batch (cursor[1] counts the blocks done). step, when set, is the training step whose draws move
  * the examples as aug says (core/augment.h), and the last block advances it too. */
+template <typename T>
 __global__ void gather_batch(const unsigned char *__restrict__ pixels, const unsigned char *__restrict__ labels,
                              const int *__restrict__ order, int start, int *cursor, unsigned long long *step,
                              bn_augment aug, unsigned long long seed, int n, int height, int width, int per_example,
-                             float mean, float std, float *__restrict__ x, float *__restrict__ y)
+                             float mean, float std, T *__restrict__ x, float *__restrict__ y)
 {
     bn_early_entry(); /* pdl.cuh */
     if (cursor) start = *cursor;
@@ -28,7 +30,7 @@ __global__ void gather_batch(const unsigned char *__restrict__ pixels, const uns
         }
         const unsigned char v = from < 0 ? 0 : pixels[(size_t)src * per_example + from];
         /* The CPU path's operations in its order, so both give the same bits. */
-        x[(size_t)e * per_example + i] = (v / 255.0f - mean) / std;
+        bn_st(x + (size_t)e * per_example + i, (v / 255.0f - mean) / std);
     }
     if (i == 0) y[e] = (float)labels[src];
     if (cursor && bn_last_arrival((unsigned *)(cursor + 1), gridDim.x * gridDim.y) && threadIdx.x == 0) {
@@ -67,21 +69,33 @@ extern "C" bn_status bn_loader_upload_order(bn_loader *ld)
     return s;
 }
 
-static bn_status gather(bn_loader *ld, bn_net *net, int start, int *cursor, unsigned long long *step, int n)
+/* The batch's examples into x, the input's device data (float, or BF16 under --precision bf16). */
+template <typename T>
+static bn_status gather_into(bn_loader *ld, bn_net *net, int start, int *cursor, unsigned long long *step, int n,
+                             T *x)
 {
-    if (n <= 0) return BN_OK;
-    BN_DEV_WR(x, net->input);
     BN_DEV_WR(y, net->labels);
     const bn_dataset *d = ld->data;
     int per = per_example(d);
     const int threads = 256;
     const dim3 grid((unsigned)n, (unsigned)((per + threads - 1) / threads));
-    bn_launch_early(gather_batch, grid, dim3(threads), 0, (cudaStream_t)ld->ctx->stream,
+    bn_launch_early(gather_batch<T>, grid, dim3(threads), 0, (cudaStream_t)ld->ctx->stream,
                     (const unsigned char *)ld->dev_pixels, (const unsigned char *)ld->dev_labels,
                     (const int *)ld->dev_order, start, cursor, step, net->augment, net->pass.seed, n, d->height,
                     d->width, per, net->input_mean, net->input_std, x, y);
     BN_CUDA_LAUNCH();
     return BN_OK;
+}
+
+static bn_status gather(bn_loader *ld, bn_net *net, int start, int *cursor, unsigned long long *step, int n)
+{
+    if (n <= 0) return BN_OK;
+    if (bn_blob_is_bf16(net->input)) {
+        BN_DEV16_WR(x, net->input);
+        return gather_into(ld, net, start, cursor, step, n, x);
+    }
+    BN_DEV_WR(x, net->input);
+    return gather_into(ld, net, start, cursor, step, n, x);
 }
 
 extern "C" bn_status bn_loader_fill_gpu(bn_loader *ld, bn_net *net, int start, int n)

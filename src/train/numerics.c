@@ -8,7 +8,7 @@
 static const float *peek(bn_blob *b)
 {
     const float *h = bn_blob_host_rd(b);
-    if (h && bn_blob_state(b) == BN_SYNC_BOTH && !bn_blob_dev_wr(b)) return NULL;
+    if (h && bn_blob_state(b) == BN_SYNC_BOTH) bn_blob_mark_device_written(b);
     return h;
 }
 

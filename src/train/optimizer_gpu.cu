@@ -1,6 +1,7 @@
 /* optimizer_gpu.cu - each optimizer's update as one kernel over the parameter slab, or over one
  * layer's run of it. Each element walks the segment table (a handful of entries) to find its
  * multipliers and applies its optimizer's rule from update_rules.h. */
+#include "gpu/bf16.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/last_arrival.cuh"
 #include "optimizer.h"
@@ -33,8 +34,19 @@ static __device__ __forceinline__ void finish_step(const bn_step_rates *schedule
         *cursor = at + 1;
 }
 
+/* The updated weight written back; under --precision bf16 (W16 true) also its BF16 copy, which
+ * the layers' products read, in the same pass. The FP32 kernels are those without it. */
+template <bool W16>
+static __device__ __forceinline__ void store_weight(float *w, __nv_bfloat16 *w16, size_t i, float wi)
+{
+    w[i] = wi;
+    if (W16) bn_st_bf16(w16 + i, wi);
+}
+
 /* SGD over elements [lo, hi); w, g and v are the weights, gradients and momentum. */
-__global__ void sgd_update(float *__restrict__ w, const float *__restrict__ g, float *__restrict__ v,
+template <bool W16>
+__global__ void sgd_update(float *__restrict__ w, __nv_bfloat16 *__restrict__ w16, const float *__restrict__ g,
+                           float *__restrict__ v,
                            const bn_param_segment *__restrict__ segs, int nseg, size_t lo, size_t hi, bn_step_rates r,
                            const bn_step_rates *__restrict__ schedule, int *cursor, int advance, float mom, float wd)
 {
@@ -46,13 +58,15 @@ __global__ void sgd_update(float *__restrict__ w, const float *__restrict__ g, f
         float wi = w[i], vi = v[i];
         bn_sgd_rule(&wi, g[i], &vi, r.lr * seg->lr_mult, wd * seg->decay_mult, mom);
         v[i] = vi;
-        w[i] = wi;
+        store_weight<W16>(w, w16, i, wi);
     }
     finish_step(schedule, cursor, at, advance);
 }
 
 /* Adam or AdamW (k.decoupled) over elements [lo, hi); m and v are the running mean and square. */
-__global__ void adam_update(float *__restrict__ w, const float *__restrict__ g, float *__restrict__ m,
+template <bool W16>
+__global__ void adam_update(float *__restrict__ w, __nv_bfloat16 *__restrict__ w16, const float *__restrict__ g,
+                            float *__restrict__ m,
                             float *__restrict__ v, const bn_param_segment *__restrict__ segs, int nseg, size_t lo,
                             size_t hi, bn_step_rates r, const bn_step_rates *__restrict__ schedule, int *cursor,
                             int advance, bn_adam_consts k, float wd)
@@ -66,7 +80,7 @@ __global__ void adam_update(float *__restrict__ w, const float *__restrict__ g, 
         bn_adam_rule(&wi, g[i], &mi, &vi, r.lr * seg->lr_mult, wd * seg->decay_mult, r, k);
         m[i] = mi;
         v[i] = vi;
-        w[i] = wi;
+        store_weight<W16>(w, w16, i, wi);
     }
     finish_step(schedule, cursor, at, advance);
 }
@@ -113,6 +127,8 @@ static bn_status launch(bn_optimizer *o, bn_net *net, size_t lo, size_t hi, bn_s
     if (!o->device_segments) BN_TRY(upload_segments(o));
     BN_DEV_WR(w, net->params);
     BN_DEV_RD(g, net->grads);
+    __nv_bfloat16 *w16 = NULL;
+    if (net->params16 && !(w16 = (__nv_bfloat16 *)bn_blob_dev16_wr(net->params16))) return bn_last_status();
     int seg0 = 0;
     while (seg0 + 1 < o->num_segments && lo >= o->segments[seg0 + 1].offset) seg0++;
     const bn_param_segment *segs = (const bn_param_segment *)o->device_segments + seg0;
@@ -125,12 +141,14 @@ static bn_status launch(bn_optimizer *o, bn_net *net, size_t lo, size_t hi, bn_s
     const bn_train_config *c = &o->cfg;
     BN_DEV_WR(s0, o->state[0]);
     if (c->optimizer == BN_OPT_SGD) {
-        sgd_update<<<blocks, threads, 0, s>>>(w, g, s0, segs, nseg, lo, hi, r, schedule, o->dev_cursor, advance,
-                                              (float)c->momentum, (float)c->weight_decay);
+        auto kern = w16 ? sgd_update<true> : sgd_update<false>;
+        kern<<<blocks, threads, 0, s>>>(w, w16, g, s0, segs, nseg, lo, hi, r, schedule, o->dev_cursor, advance,
+                                        (float)c->momentum, (float)c->weight_decay);
     } else {
         BN_DEV_WR(s1, o->state[1]);
-        adam_update<<<blocks, threads, 0, s>>>(w, g, s0, s1, segs, nseg, lo, hi, r, schedule, o->dev_cursor, advance,
-                                               bn_adam_consts_of(c), (float)c->weight_decay);
+        auto kern = w16 ? adam_update<true> : adam_update<false>;
+        kern<<<blocks, threads, 0, s>>>(w, w16, g, s0, s1, segs, nseg, lo, hi, r, schedule, o->dev_cursor, advance,
+                                        bn_adam_consts_of(c), (float)c->weight_decay);
     }
     BN_CUDA_LAUNCH();
     return BN_OK;

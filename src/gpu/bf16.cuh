@@ -1,0 +1,34 @@
+/* bf16.cuh - BF16 in kernels: loads widen to float, stores round to nearest even, and the
+ * typed device pointers of a BF16 blob. All arithmetic happens in float. */
+#ifndef BN_BF16_CUH
+#define BN_BF16_CUH
+
+#include <cuda_bf16.h>
+
+#include "core/blob.h"
+
+static __device__ __forceinline__ float bn_ld_bf16(const __nv_bfloat16 *p)
+{
+    return __bfloat162float(*p);
+}
+
+static __device__ __forceinline__ void bn_st_bf16(__nv_bfloat16 *p, float v)
+{
+    *p = __float2bfloat16_rn(v);
+}
+
+/* A kernel written once for both precisions loads and stores its activations with these. */
+static __device__ __forceinline__ float bn_ld(const float *p) { return *p; }
+static __device__ __forceinline__ float bn_ld(const __nv_bfloat16 *p) { return bn_ld_bf16(p); }
+static __device__ __forceinline__ void bn_st(float *p, float v) { *p = v; }
+static __device__ __forceinline__ void bn_st(__nv_bfloat16 *p, float v) { bn_st_bf16(p, v); }
+
+/* Layer code: the BF16 device data of a blob as __nv_bfloat16, or return the recorded error. */
+#define BN_DEV16_RD(var, blob)                                                         \
+    const __nv_bfloat16 *var = (const __nv_bfloat16 *)bn_blob_dev16_rd(blob);          \
+    if (!var) return bn_last_status()
+#define BN_DEV16_WR(var, blob)                                                         \
+    __nv_bfloat16 *var = (__nv_bfloat16 *)bn_blob_dev16_wr(blob);                      \
+    if (!var) return bn_last_status()
+
+#endif
