@@ -151,6 +151,7 @@ static void act_destroy(bn_layer *l)
         .backward_gpu = BN_GPU(bn_activation_backward_gpu),       \
         .flops = act_flops,                                       \
         .destroy = act_destroy,                                   \
+        .bf16 = 1,                                                \
     }
 
 ACTIVATION_OPS(bn_relu_ops, "relu", parse_relu, "max(x, 0) elementwise; no keys");

@@ -4,6 +4,7 @@
  * their derivatives from the output y. Sigmoid evaluates exp of a non-positive argument only,
  * as the CPU does, so neither branch overflows. No cuDNN descriptor is needed any more. */
 #include "activation.h"
+#include "gpu/bf16.cuh"
 #include "gpu/cuda_check.h"
 
 static __device__ __forceinline__ float sigmoid_of(float x)
@@ -42,23 +43,26 @@ static __device__ __forceinline__ float act_grad(float x, float y, float dy, flo
     return dy;
 }
 
-template <act_kind K>
-static __global__ void act_forward(const float *__restrict__ x, float *__restrict__ y, size_t n, float a)
+/* T is the blobs' element type on the device: float, or __nv_bfloat16 under --precision bf16
+ * (loaded as float, the result rounded once on the store). */
+template <act_kind K, typename T>
+static __global__ void act_forward(const T *__restrict__ x, T *__restrict__ y, size_t n, float a)
 {
     size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) y[i] = act_value<K>(x[i], a);
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        bn_st(y + i, act_value<K>(bn_ld(x + i), a));
 }
 
-template <act_kind K>
-static __global__ void act_backward(const float *__restrict__ x, const float *__restrict__ y,
-                                    const float *__restrict__ dy, float *__restrict__ dx, size_t n, float a)
+template <act_kind K, typename T>
+static __global__ void act_backward(const T *__restrict__ x, const T *__restrict__ y, const T *__restrict__ dy,
+                                    T *__restrict__ dx, size_t n, float a)
 {
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         /* Only the operands the formula uses are loaded (the compiler drops the others). */
-        float xi = K == ACT_SIGMOID || K == ACT_TANH ? 0.0f : x[i];
-        float yi = K == ACT_RELU || K == ACT_LEAKY ? 0.0f : y[i];
-        dx[i] = act_grad<K>(xi, yi, dy[i], a);
+        float xi = K == ACT_SIGMOID || K == ACT_TANH ? 0.0f : bn_ld(x + i);
+        float yi = K == ACT_RELU || K == ACT_LEAKY ? 0.0f : bn_ld(y + i);
+        bn_st(dx + i, act_grad<K>(xi, yi, bn_ld(dy + i), a));
     }
 }
 
@@ -68,26 +72,21 @@ static int grid_for(size_t n)
     return (int)(b < 1 ? 1 : b > 4096 ? 4096 : b);
 }
 
-template <act_kind K>
-static void launch_forward(const float *x, float *y, size_t count, float a, cudaStream_t s)
+template <act_kind K, typename T>
+static void launch_forward(const T *x, T *y, size_t count, float a, cudaStream_t s)
 {
-    act_forward<K><<<grid_for(count), 256, 0, s>>>(x, y, count, a);
+    act_forward<K, T><<<grid_for(count), 256, 0, s>>>(x, y, count, a);
 }
 
-template <act_kind K>
-static void launch_backward(const float *x, const float *y, const float *dy, float *dx, size_t count, float a,
-                            cudaStream_t s)
+template <act_kind K, typename T>
+static void launch_backward(const T *x, const T *y, const T *dy, T *dx, size_t count, float a, cudaStream_t s)
 {
-    act_backward<K><<<grid_for(count), 256, 0, s>>>(x, y, dy, dx, count, a);
+    act_backward<K, T><<<grid_for(count), 256, 0, s>>>(x, y, dy, dx, count, a);
 }
 
-extern "C" bn_status bn_activation_forward_gpu(bn_layer *l, const bn_pass *pass)
+template <typename T>
+static bn_status forward_on(const act_priv *p, const T *x, T *y, size_t count, cudaStream_t s)
 {
-    const act_priv *p = (const act_priv *)l->priv;
-    size_t count = bn_blob_count(l->in);
-    BN_DEV_RD(x, l->in);
-    BN_DEV_WR(y, l->out);
-    cudaStream_t s = (cudaStream_t)pass->ctx->stream;
     switch (p->kind) {
     case ACT_RELU: launch_forward<ACT_RELU>(x, y, count, p->a, s); break;
     case ACT_SIGMOID: launch_forward<ACT_SIGMOID>(x, y, count, p->a, s); break;
@@ -99,16 +98,10 @@ extern "C" bn_status bn_activation_forward_gpu(bn_layer *l, const bn_pass *pass)
     return BN_OK;
 }
 
-extern "C" bn_status bn_activation_backward_gpu(bn_layer *l, const bn_pass *pass)
+template <typename T>
+static bn_status backward_on(const act_priv *p, const T *x, const T *y, const T *dy, T *dx, size_t count,
+                             cudaStream_t s)
 {
-    if (!l->in_grad) return BN_OK;
-    const act_priv *p = (const act_priv *)l->priv;
-    size_t count = bn_blob_count(l->in);
-    BN_DEV_RD(x, l->in);
-    BN_DEV_RD(y, l->out);
-    BN_DEV_RD(dy, l->out_grad);
-    BN_DEV_WR(dx, l->in_grad);
-    cudaStream_t s = (cudaStream_t)pass->ctx->stream;
     switch (p->kind) {
     case ACT_RELU: launch_backward<ACT_RELU>(x, y, dy, dx, count, p->a, s); break;
     case ACT_SIGMOID: launch_backward<ACT_SIGMOID>(x, y, dy, dx, count, p->a, s); break;
@@ -118,4 +111,39 @@ extern "C" bn_status bn_activation_backward_gpu(bn_layer *l, const bn_pass *pass
     }
     BN_CUDA_LAUNCH();
     return BN_OK;
+}
+
+extern "C" bn_status bn_activation_forward_gpu(bn_layer *l, const bn_pass *pass)
+{
+    const act_priv *p = (const act_priv *)l->priv;
+    size_t count = bn_blob_count(l->in);
+    cudaStream_t s = (cudaStream_t)pass->ctx->stream;
+    if (bn_blob_is_bf16(l->out)) {
+        BN_DEV16_RD(x, l->in);
+        BN_DEV16_WR(y, l->out);
+        return forward_on(p, x, y, count, s);
+    }
+    BN_DEV_RD(x, l->in);
+    BN_DEV_WR(y, l->out);
+    return forward_on(p, x, y, count, s);
+}
+
+extern "C" bn_status bn_activation_backward_gpu(bn_layer *l, const bn_pass *pass)
+{
+    if (!l->in_grad) return BN_OK;
+    const act_priv *p = (const act_priv *)l->priv;
+    size_t count = bn_blob_count(l->in);
+    cudaStream_t s = (cudaStream_t)pass->ctx->stream;
+    if (bn_blob_is_bf16(l->out)) {
+        BN_DEV16_RD(x, l->in);
+        BN_DEV16_RD(y, l->out);
+        BN_DEV16_RD(dy, l->out_grad);
+        BN_DEV16_WR(dx, l->in_grad);
+        return backward_on(p, x, y, dy, dx, count, s);
+    }
+    BN_DEV_RD(x, l->in);
+    BN_DEV_RD(y, l->out);
+    BN_DEV_RD(dy, l->out_grad);
+    BN_DEV_WR(dx, l->in_grad);
+    return backward_on(p, x, y, dy, dx, count, s);
 }

@@ -17,7 +17,8 @@ typedef struct act_priv {
     double per_example; /* elements of one example, from setup */
 } act_priv;
 
-/* All five as elementwise kernels with the CPU path's formulas; no GPU state. */
+/* All five as elementwise kernels with the CPU path's formulas, on float blobs or (under
+ * --precision bf16) BF16 ones, the arithmetic in float either way; no GPU state. */
 bn_status bn_activation_forward_gpu(bn_layer *l, const bn_pass *p);
 bn_status bn_activation_backward_gpu(bn_layer *l, const bn_pass *p);
 

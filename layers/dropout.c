@@ -120,4 +120,5 @@ const bn_layer_ops bn_dropout_ops = {
     .backward_gpu = BN_GPU(bn_dropout_backward_gpu),
     .flops = dropout_flops,
     .destroy = dropout_destroy,
+    .bf16 = 1,
 };

@@ -5,25 +5,30 @@
  * so a resumed or replayed step drops the same elements. Evaluation copies the input. */
 #include "core/rng.h"
 #include "dropout.h"
+#include "gpu/bf16.cuh"
 #include "gpu/cuda_check.h"
 
-static __global__ void apply_mask(const float *__restrict__ x, float *__restrict__ mask, float *__restrict__ y,
-                                  size_t n, float rate, float keep_scale)
+/* T is the blobs' element type on the device: float, or __nv_bfloat16 under --precision bf16;
+ * the mask stays float. */
+template <typename T>
+static __global__ void apply_mask(const T *__restrict__ x, float *__restrict__ mask, T *__restrict__ y, size_t n,
+                                  float rate, float keep_scale)
 {
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         /* cuRAND's uniforms lie in (0, 1]: u > rate keeps with probability 1 - rate. */
         float m = mask[i] > rate ? keep_scale : 0.0f;
         mask[i] = m;
-        y[i] = x[i] * m;
+        bn_st(y + i, bn_ld(x + i) * m);
     }
 }
 
-static __global__ void multiply(const float *__restrict__ a, const float *__restrict__ b, float *__restrict__ out,
-                                size_t n)
+template <typename T>
+static __global__ void multiply(const T *__restrict__ a, const float *__restrict__ b, T *__restrict__ out, size_t n)
 {
     size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) out[i] = a[i] * b[i];
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        bn_st(out + i, bn_ld(a + i) * b[i]);
 }
 
 static int grid_for(size_t n)
@@ -47,13 +52,12 @@ static unsigned long long draw_seed(const bn_layer *l, const bn_pass *p)
     return bn_rng_next(&r);
 }
 
-extern "C" bn_status bn_dropout_forward_gpu(bn_layer *l, const bn_pass *p)
+template <typename T>
+static bn_status forward_on(bn_layer *l, const bn_pass *p, const T *x, T *y)
 {
     dropout_priv *d = (dropout_priv *)l->priv;
     size_t count = bn_blob_count(l->in);
     cudaStream_t s = (cudaStream_t)p->ctx->stream;
-    BN_DEV_RD(x, l->in);
-    BN_DEV_WR(y, l->out);
     d->masked = 0;
     if (!p->train) {
         BN_CUDA(cudaMemcpyAsync(y, x, count * sizeof *y, cudaMemcpyDeviceToDevice, s));
@@ -64,26 +68,49 @@ extern "C" bn_status bn_dropout_forward_gpu(bn_layer *l, const bn_pass *p)
     BN_CURAND(curandSetPseudoRandomGeneratorSeed(gen, draw_seed(l, p)));
     BN_CURAND(curandSetGeneratorOffset(gen, 0));
     BN_CURAND(curandGenerateUniform(gen, d->dev_mask, count));
-    apply_mask<<<grid_for(count), 256, 0, s>>>(x, d->dev_mask, y, count, d->rate, 1.0f / (1.0f - d->rate));
+    apply_mask<T><<<grid_for(count), 256, 0, s>>>(x, d->dev_mask, y, count, d->rate, 1.0f / (1.0f - d->rate));
     BN_CUDA_LAUNCH();
     d->masked = 1;
     return BN_OK;
 }
 
+extern "C" bn_status bn_dropout_forward_gpu(bn_layer *l, const bn_pass *p)
+{
+    if (bn_blob_is_bf16(l->out)) {
+        BN_DEV16_RD(x, l->in);
+        BN_DEV16_WR(y, l->out);
+        return forward_on(l, p, x, y);
+    }
+    BN_DEV_RD(x, l->in);
+    BN_DEV_WR(y, l->out);
+    return forward_on(l, p, x, y);
+}
+
 /* Backward follows the forward that made the output: masked after training, else identity. */
-extern "C" bn_status bn_dropout_backward_gpu(bn_layer *l, const bn_pass *p)
+template <typename T>
+static bn_status backward_on(bn_layer *l, const bn_pass *p, const T *dy, T *dx)
 {
     const dropout_priv *d = (const dropout_priv *)l->priv;
-    if (!l->in_grad) return BN_OK;
     size_t count = bn_blob_count(l->in);
     cudaStream_t s = (cudaStream_t)p->ctx->stream;
-    BN_DEV_RD(dy, l->out_grad);
-    BN_DEV_WR(dx, l->in_grad);
     if (!d->masked) {
         BN_CUDA(cudaMemcpyAsync(dx, dy, count * sizeof *dx, cudaMemcpyDeviceToDevice, s));
         return BN_OK;
     }
-    multiply<<<grid_for(count), 256, 0, s>>>(dy, d->dev_mask, dx, count);
+    multiply<T><<<grid_for(count), 256, 0, s>>>(dy, d->dev_mask, dx, count);
     BN_CUDA_LAUNCH();
     return BN_OK;
+}
+
+extern "C" bn_status bn_dropout_backward_gpu(bn_layer *l, const bn_pass *p)
+{
+    if (!l->in_grad) return BN_OK;
+    if (bn_blob_is_bf16(l->out)) {
+        BN_DEV16_RD(dy, l->out_grad);
+        BN_DEV16_WR(dx, l->in_grad);
+        return backward_on(l, p, dy, dx);
+    }
+    BN_DEV_RD(dy, l->out_grad);
+    BN_DEV_WR(dx, l->in_grad);
+    return backward_on(l, p, dy, dx);
 }

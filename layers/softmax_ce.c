@@ -167,5 +167,6 @@ const bn_layer_ops bn_softmax_ce_ops = {
     .backward_gpu = BN_GPU(bn_softmax_ce_backward_gpu),
     .flops = softmax_flops,
     .destroy = softmax_destroy,
+    .bf16 = 1,
     .fuse_loss_gpu = softmax_fuse_loss,
 };

@@ -25,10 +25,17 @@
  * (z[o] = the sum + b[o]); the row is then the loss's as above, and with the gradient the warps
  * go on to dx[c] = sum over o of dz[o] W[o][c], o in order from 0.0f, the expression and order
  * of the dense layer's few-outputs kernel (dense_skinny.cu, skinny_dx), and the fused ReLU's
- * mask. */
+ * mask.
+ *
+ * Under --precision bf16 the logits, probabilities and input gradient are BF16 on the device
+ * (T = __nv_bfloat16 in softmax_rows and softmax_grad): each logit is widened once, every sum
+ * and the loss are computed as in FP32, and the probabilities and gradients are rounded once
+ * when stored. The metrics stay FP32. The dense head is FP32 only (the net's fusion rules, which
+ * make it, are not applied under bf16). */
 #include <math.h>
 #include <stdint.h>
 
+#include "gpu/bf16.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/last_arrival.cuh"
 #include "gpu/pdl.cuh"
@@ -109,15 +116,18 @@ static __device__ double row_lse(Z zat, int classes, int lane, int *first)
 
 /* The row's probabilities into pi and, with di, its input gradients; returns the gradient of
  * the lane's last class (its only one when classes <= 32). */
-template <typename Z>
+template <typename Z, typename T>
 static __device__ float row_write(Z zat, int classes, int lane, double lse, int label, float scale, targets t,
-                                  float *pi, float *di)
+                                  T *pi, T *di)
 {
     float g = 0.0f;
     for (int k = lane; k < classes; k += 32) {
         const float p = (float)exp((double)zat(k) - lse);
-        pi[k] = p;
-        if (di) di[k] = g = grad_of(p, k, label, scale, t);
+        bn_st(pi + k, p);
+        if (di) {
+            g = grad_of(p, k, label, scale, t);
+            bn_st(di + k, g);
+        }
     }
     return g;
 }
@@ -164,17 +174,18 @@ static __device__ void finish_metrics(double loss, double correct, double *part_
 /* One row per warp as described above; `arrived` counts the blocks that are done (zero before
  * the launch, and again after it). With dz, also the rows' input gradients (scale = 1/n); with
  * acc, the last block also adds the metrics into acc[0..1]. */
-static __global__ void softmax_rows(const float *__restrict__ z, const float *__restrict__ labels, int n,
-                                    int classes, float *__restrict__ prob, float *__restrict__ dz, float scale,
-                                    targets t, double *part_loss, double *part_correct, unsigned *arrived,
+template <typename T>
+static __global__ void softmax_rows(const T *__restrict__ z, const float *__restrict__ labels, int n, int classes,
+                                    T *__restrict__ prob, T *__restrict__ dz, float scale, targets t,
+                                    double *part_loss, double *part_correct, unsigned *arrived,
                                     float *__restrict__ metrics, float *__restrict__ acc)
 {
     bn_early_entry(); /* pdl.cuh */
     const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
     double loss = 0.0, correct = 0.0;
     if (row < n) { /* the same for the whole warp, so the shuffles see every lane */
-        const float *zi = z + (size_t)row * classes;
-        auto zat = [zi](int k) { return zi[k]; };
+        const T *zi = z + (size_t)row * classes;
+        auto zat = [zi](int k) { return bn_ld(zi + k); };
         int at;
         const double lse = row_lse(zat, classes, lane, &at);
         const int label = label_of(labels[row], classes);
@@ -182,7 +193,7 @@ static __global__ void softmax_rows(const float *__restrict__ z, const float *__
                   dz ? dz + (size_t)row * classes : NULL);
         const double zsum = row_sum(zat, classes, lane, t);
         if (lane == 0) {
-            loss = label >= 0 ? row_loss(lse, zi[label], zsum, classes, t) : (double)NAN;
+            loss = label >= 0 ? row_loss(lse, zat(label), zsum, classes, t) : (double)NAN;
             correct = label >= 0 && at == label ? 1.0 : 0.0;
         }
     }
@@ -280,13 +291,14 @@ static __global__ void __launch_bounds__(HEAD_ROWS * HEAD_PARTS * 32) head_rows(
     finish_metrics(loss, correct, a.part_loss, a.part_correct, a.arrived, a.metrics, a.acc);
 }
 
-static __global__ void softmax_grad(const float *__restrict__ prob, const float *__restrict__ labels, int n,
-                                    int classes, float scale, targets t, float *__restrict__ dz)
+template <typename T>
+static __global__ void softmax_grad(const T *__restrict__ prob, const float *__restrict__ labels, int n, int classes,
+                                    float scale, targets t, T *__restrict__ dz)
 {
     size_t total = (size_t)n * classes, stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
         int row = (int)(i / classes), k = (int)(i % classes);
-        dz[i] = grad_of(prob[i], k, label_of(labels[row], classes), scale, t);
+        bn_st(dz + i, grad_of(bn_ld(prob + i), k, label_of(labels[row], classes), scale, t));
     }
 }
 
@@ -299,10 +311,17 @@ extern "C" void bn_softmax_ce_gpu_release(softmax_priv *p)
 /* What both forward kernels are given besides the dense head's operands. */
 typedef struct fwd_common {
     const float *labels;
-    float *prob, *dz, *metrics, *acc; /* dz, acc: NULL when not written */
+    void *prob, *dz;                  /* float, or BF16 under --precision bf16; dz NULL when not written */
+    float *metrics, *acc;             /* acc: NULL when not written */
     double *part_loss, *part_correct;
     unsigned *arrived;
 } fwd_common;
+
+/* The blob's device data for writing, whichever type it holds. */
+static void *dev_wr_any(bn_blob *b)
+{
+    return bn_blob_is_bf16(b) ? bn_blob_dev16_wr(b) : (void *)bn_blob_dev_wr(b);
+}
 
 /* The scratch (made on the first GPU forward: per-block loss sums, per-block correct counts,
  * one row's room each, then one double's room for the block counter, zeroed once here; each
@@ -323,11 +342,11 @@ static bn_status fwd_setup(bn_layer *l, const bn_pass *pass, fwd_common *c)
     c->part_loss = sp->dev_rows;
     c->part_correct = sp->dev_rows + rows;
     c->arrived = (unsigned *)(sp->dev_rows + 2 * rows);
-    if (!(c->labels = bn_blob_dev_rd(pass->labels)) || !(c->prob = bn_blob_dev_wr(l->out)) ||
+    if (!(c->labels = bn_blob_dev_rd(pass->labels)) || !(c->prob = dev_wr_any(l->out)) ||
         !(c->metrics = bn_blob_dev_wr(pass->metrics)))
         return bn_last_status();
     c->dz = c->acc = NULL;
-    if (bn_softmax_ce_grad_in_forward(l, pass) && !(c->dz = bn_blob_dev_wr(l->in_grad))) return bn_last_status();
+    if (bn_softmax_ce_grad_in_forward(l, pass) && !(c->dz = dev_wr_any(l->in_grad))) return bn_last_status();
     if (sp->acc && !(c->acc = bn_blob_dev_wr(sp->acc))) return bn_last_status();
     return BN_OK;
 }
@@ -338,12 +357,21 @@ extern "C" bn_status bn_softmax_ce_forward_gpu(bn_layer *l, const bn_pass *pass)
     int n = l->in->n, classes = sp->classes;
     fwd_common c;
     BN_TRY(fwd_setup(l, pass, &c));
-    BN_DEV_RD(z, l->in);
     cudaStream_t s = (cudaStream_t)pass->ctx->stream;
     int rows_per_block = ROW_THREADS / 32;
-    bn_launch_early(softmax_rows, dim3((n + rows_per_block - 1) / rows_per_block), dim3(ROW_THREADS), 0, s, z,
-                    c.labels, n, classes, c.prob, c.dz, 1.0f / (float)n, targets_of(sp), c.part_loss,
-                    c.part_correct, c.arrived, c.metrics, c.acc);
+    const dim3 blocks((n + rows_per_block - 1) / rows_per_block);
+    if (bn_blob_is_bf16(l->in)) {
+        typedef __nv_bfloat16 T;
+        BN_DEV16_RD(z, l->in);
+        bn_launch_early(softmax_rows<T>, blocks, dim3(ROW_THREADS), 0, s, z, c.labels, n, classes, (T *)c.prob,
+                        (T *)c.dz, 1.0f / (float)n, targets_of(sp), c.part_loss, c.part_correct, c.arrived,
+                        c.metrics, c.acc);
+    } else {
+        BN_DEV_RD(z, l->in);
+        bn_launch_early(softmax_rows<float>, blocks, dim3(ROW_THREADS), 0, s, z, c.labels, n, classes,
+                        (float *)c.prob, (float *)c.dz, 1.0f / (float)n, targets_of(sp), c.part_loss,
+                        c.part_correct, c.arrived, c.metrics, c.acc);
+    }
     BN_CUDA_LAUNCH();
     sp->grad_written = c.dz != NULL;
     return BN_OK;
@@ -365,9 +393,12 @@ extern "C" bn_status bn_softmax_ce_head_gpu(bn_layer *l, const bn_pass *pass, co
     if (classes < 1 || classes > BN_SOFTMAX_HEAD_MAX)
         return bn_error(BN_ERR_INTERNAL, "layer %s: a dense head takes at most %d classes, not %d", l->name,
                         BN_SOFTMAX_HEAD_MAX, classes);
+    if (bn_blob_is_bf16(l->out))
+        return bn_error(BN_ERR_INTERNAL, "layer %s: the dense head runs in FP32 only, not under --precision bf16",
+                        l->name);
     fwd_common c;
     BN_TRY(fwd_setup(l, pass, &c));
-    head_args a = {h->x, h->w, h->b, c.labels, n, h->k, h->z, c.prob, c.dz, c.dz ? h->dx : NULL,
+    head_args a = {h->x, h->w, h->b, c.labels, n, h->k, h->z, (float *)c.prob, (float *)c.dz, c.dz ? h->dx : NULL,
                    c.dz ? h->relu_dx : NULL, 1.0f / (float)n, targets_of(sp), c.part_loss, c.part_correct,
                    c.arrived, c.metrics, c.acc};
     /* The widest loads every row allows (the parameters may sit at any 4-byte offset of their
@@ -399,13 +430,20 @@ extern "C" bn_status bn_softmax_ce_backward_gpu(bn_layer *l, const bn_pass *pass
     }
     if (!l->in_grad) return BN_OK;
     int n = l->in->n, classes = sp->classes;
-    BN_DEV_RD(prob, l->out);
     BN_DEV_RD(labels, pass->labels);
-    BN_DEV_WR(dz, l->in_grad);
     size_t total = (size_t)n * classes;
     size_t blocks = (total + 255) / 256;
-    softmax_grad<<<(int)(blocks > 4096 ? 4096 : blocks), 256, 0, (cudaStream_t)pass->ctx->stream>>>(
-        prob, labels, n, classes, 1.0f / (float)n, targets_of(sp), dz);
+    const int grid = (int)(blocks > 4096 ? 4096 : blocks);
+    cudaStream_t s = (cudaStream_t)pass->ctx->stream;
+    if (bn_blob_is_bf16(l->out)) {
+        BN_DEV16_RD(prob, l->out);
+        BN_DEV16_WR(dz, l->in_grad);
+        softmax_grad<<<grid, 256, 0, s>>>(prob, labels, n, classes, 1.0f / (float)n, targets_of(sp), dz);
+    } else {
+        BN_DEV_RD(prob, l->out);
+        BN_DEV_WR(dz, l->in_grad);
+        softmax_grad<<<grid, 256, 0, s>>>(prob, labels, n, classes, 1.0f / (float)n, targets_of(sp), dz);
+    }
     BN_CUDA_LAUNCH();
     return BN_OK;
 }

@@ -109,6 +109,7 @@ const bn_layer_ops bn_dense_ops = {
     .fuse_gpu = BN_GPU(bn_dense_fuse_relu),
     .fuse_next_gpu = BN_GPU(bn_dense_fuse_next),
     .describe_gpu = BN_GPU(bn_dense_gpu_describe),
+    .bf16 = 1,
 };
 
 #ifndef BN_WITH_CUDA

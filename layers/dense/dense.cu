@@ -749,6 +749,7 @@ static bn_status gemm(bn_layer *l, bn_ctx *ctx, int kind, const gemm_args *ga, i
 
 extern "C" bn_status bn_dense_forward_gpu(bn_layer *l, const bn_pass *p)
 {
+    if (bn_blob_is_bf16(l->out)) return bn_dense_forward_bf16(l, p);
     BN_DEV_RD(x, l->in);
     BN_DEV_RD(w, l->params[WEIGHT].value);
     BN_DEV_RD(b, l->params[BIAS].value);
@@ -788,6 +789,7 @@ static bn_status run_dx(const dense_plan *px, const bn_ctx *ctx, const gemm_args
 
 extern "C" bn_status bn_dense_backward_gpu(bn_layer *l, const bn_pass *p)
 {
+    if (bn_blob_is_bf16(l->out)) return bn_dense_backward_bf16(l, p);
     dense_priv *d = (dense_priv *)l->priv;
     int n = l->in->n, m = d->outputs;
     /* The dense head wrote dX (and the fused ReLU's gradient) in this step's forward. */

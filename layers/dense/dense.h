@@ -30,6 +30,12 @@ typedef struct dense_priv {
 bn_status bn_dense_forward_gpu(bn_layer *l, const bn_pass *p);
 bn_status bn_dense_backward_gpu(bn_layer *l, const bn_pass *p);
 
+/* The passes under --precision bf16 (dense_bf16.cu): BF16 activations and weights (value16)
+ * through cublasGemmEx with FP32 accumulation, the parameter gradients FP32. The two above
+ * hand a layer whose blobs hold BF16 to these. */
+bn_status bn_dense_forward_bf16(bn_layer *l, const bn_pass *p);
+bn_status bn_dense_backward_bf16(bn_layer *l, const bn_pass *p);
+
 /* bn_layer_ops.fuse_gpu: takes over a neighbouring ReLU layer's GPU forward (after = 1) or
  * backward (after = 0) pass. */
 int bn_dense_fuse_relu(bn_layer *l, bn_layer *relu, int after);
