@@ -32,11 +32,12 @@ endif
 CUDNN_INC := $(firstword $(dir $(wildcard $(CUDA_HOME)/include/cudnn.h /usr/include/x86_64-linux-gnu/cudnn.h /usr/include/cudnn.h)))
 CUDNN_LIB := $(firstword $(dir $(wildcard $(CUDA_HOME)/lib64/libcudnn.so /usr/lib/x86_64-linux-gnu/libcudnn.so)))
 
-# NCCL (several GPUs) is found like cuDNN; without nccl.h the build trains on one GPU at most.
+# NCCL (several GPUs) is found like cuDNN; without nccl.h (or with NCCL=0) the build trains on
+# one GPU at most.
 NCCL_INC := $(firstword $(dir $(wildcard $(if $(NCCL_HOME),$(NCCL_HOME)/include/nccl.h) $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h)))
 NCCL_LIB := $(firstword $(dir $(wildcard $(if $(NCCL_HOME),$(NCCL_HOME)/lib/libnccl.so $(NCCL_HOME)/lib64/libnccl.so) \
                                          $(CUDA_HOME)/lib64/libnccl.so /usr/lib/x86_64-linux-gnu/libnccl.so)))
-WITH_NCCL := $(if $(WITH_CUDA),$(if $(NCCL_INC),$(if $(NCCL_LIB),1)))
+WITH_NCCL := $(if $(filter 0,$(NCCL)),,$(if $(WITH_CUDA),$(if $(NCCL_INC),$(if $(NCCL_LIB),1))))
 # /usr/include is searched anyway; naming it with -I would reorder the system headers.
 NCCL_FLAGS := -DBN_WITH_NCCL $(if $(filter /usr/include/,$(NCCL_INC)),,-I$(NCCL_INC))
 
@@ -169,7 +170,7 @@ BLOBNET_TEST_DATA ?= $(if $(strip $(foreach f,$(MNIST_FILES),$(if $(wildcard $(M
 export BLOBNET_TEST_DATA
 test: all
 	BLOBNET_CLI=./blobnet BLOBNET_NVTX_RECORDER=$(NVTX_RECORDER) BLOBNET_PLUGINS=$(BUILD)/plugins \
-	  BLOBNET_MAKE='$(MAKE) BUILD=$(BUILD) CPU_ONLY=$(CPU_ONLY) SANITIZE=$(SANITIZE) NVTX=$(NVTX) CUDA_HOME=$(CUDA_HOME)' \
+	  BLOBNET_MAKE='$(MAKE) BUILD=$(BUILD) CPU_ONLY=$(CPU_ONLY) SANITIZE=$(SANITIZE) NVTX=$(NVTX) NCCL=$(NCCL) CUDA_HOME=$(CUDA_HOME)' \
 	  ./tests/run_tests $(TESTS)
 
 # The quick start: MNIST fetched into MNIST_DIR when it is not there, then LeNet trained.

@@ -160,8 +160,7 @@ static bn_status make_state(bn_dist *d)
     BN_CUDA(cudaEventCreateWithFlags(&st->done, cudaEventDisableTiming));
     size_t bytes = BN_DIST_MAX_RANKS * sizeof(uint64_t);
     if (bytes < BN_DIST_MAX_VALUES * sizeof(double)) bytes = BN_DIST_MAX_VALUES * sizeof(double);
-    BN_CUDA(cudaMalloc(&st->scratch, bytes));
-    return BN_OK;
+    return bn_device_alloc(&st->scratch, bytes);
 }
 
 static void release_state(bn_dist *d)
@@ -170,7 +169,7 @@ static void release_state(bn_dist *d)
     if (st) {
         if (st->ready) cudaEventDestroy(st->ready);
         if (st->done) cudaEventDestroy(st->done);
-        cudaFree(st->scratch);
+        bn_device_free(st->scratch);
         free(st);
     }
     if (d->stream) cudaStreamDestroy((cudaStream_t)d->stream);
@@ -307,6 +306,8 @@ extern "C" bn_status bn_dist_sum(bn_dist *d, bn_ctx *ctx, double *values, int n)
     comm_state *st = (comm_state *)d->state;
     cudaStream_t s = (cudaStream_t)ctx->stream;
     size_t bytes = (size_t)n * sizeof *values;
+    /* A copy from pageable memory may wait for the stream: first wait with the deadline. */
+    BN_TRY(wait_stream(d, s, "summing the metrics"));
     BN_CUDA(cudaMemcpyAsync(st->scratch, values, bytes, cudaMemcpyHostToDevice, s));
     BN_TRY(allreduce_on_stream(d, ctx, st->scratch, (size_t)n, ncclFloat64, ncclSum, "summing the metrics"));
     BN_CUDA(cudaMemcpyAsync(values, st->scratch, bytes, cudaMemcpyDeviceToHost, s));
@@ -319,6 +320,7 @@ extern "C" bn_status bn_dist_any(bn_dist *d, bn_ctx *ctx, int flag, int *any)
     comm_state *st = (comm_state *)d->state;
     cudaStream_t s = (cudaStream_t)ctx->stream;
     int32_t mine = flag != 0, most = 0;
+    BN_TRY(wait_stream(d, s, "agreeing on a stop"));
     BN_CUDA(cudaMemcpyAsync(st->scratch, &mine, sizeof mine, cudaMemcpyHostToDevice, s));
     BN_TRY(allreduce_on_stream(d, ctx, st->scratch, 1, ncclInt32, ncclMax, "agreeing on a stop"));
     BN_CUDA(cudaMemcpyAsync(&most, st->scratch, sizeof most, cudaMemcpyDeviceToHost, s));
@@ -334,10 +336,13 @@ extern "C" bn_status bn_dist_check_same(bn_dist *d, bn_ctx *ctx, uint64_t hash, 
     cudaStream_t s = (cudaStream_t)ctx->stream;
     uint64_t *all = (uint64_t *)st->scratch;
     uint64_t hashes[BN_DIST_MAX_RANKS];
+    BN_TRY(wait_stream(d, s, "comparing the parameters"));
     BN_CUDA(cudaMemcpyAsync(all + d->rank, &hash, sizeof hash, cudaMemcpyHostToDevice, s));
     BN_TRY(fork_comm(d, s));
     BN_NCCL(d, ncclAllGather(all + d->rank, all, 1, ncclUint64, (ncclComm_t)d->comm, (cudaStream_t)d->stream));
     BN_TRY(join_comm(d, s));
+    /* A copy into pageable memory waits for the stream without a deadline: wait with one first. */
+    BN_TRY(wait_stream(d, s, "comparing the parameters"));
     BN_CUDA(cudaMemcpyAsync(hashes, all, (size_t)d->world * sizeof *hashes, cudaMemcpyDeviceToHost, s));
     BN_TRY(wait_stream(d, s, "comparing the parameters"));
     char ranks[256] = "";
