@@ -7,8 +7,9 @@
  * the kernels stuck waiting on a dead peer) and the error names this rank.
  *
  * Gradients are summed on a communication stream of the rank's own, forked from the compute
- * work by an event and joined back by another, so the all-reduce of one layer runs beside the
- * backward pass of the layers below it, inside a captured CUDA graph as well. NVLink multicast
+ * streams by an event and joined back to the stream by another at the step's end, so the
+ * all-reduce (and update) of one layer runs beside the backward pass of the layers below it,
+ * inside a captured CUDA graph as well. NVLink multicast
  * (NCCL_NVLS_ENABLE) is left as the environment sets it. */
 #include <nccl.h>
 #include <stdio.h>
@@ -253,16 +254,12 @@ static bn_status allreduce_grads(bn_dist *d, bn_ctx *ctx, float *grads, size_t c
 {
     ncclRedOp_t op = ncclSum;
     BN_TRY(weighted_sum(d, weight, &op));
-    /* The layer's weight gradients may still be in flight on the side stream; forking it from
-     * the stream first makes it the one place that holds all of the layer's work. */
-    cudaStream_t work = (cudaStream_t)ctx->stream;
-    if (ctx->side_stream) {
-        BN_TRY(bn_ctx_fork_side(ctx));
-        work = (cudaStream_t)ctx->side_stream;
-    }
-    BN_TRY(fork_comm(d, work));
+    /* The layer's weight gradients may still be in flight on the side stream and its other work
+     * on the stream: the sum follows both, and holds up neither. */
+    BN_TRY(fork_comm(d, (cudaStream_t)ctx->stream));
+    if (ctx->side_stream) BN_TRY(fork_comm(d, (cudaStream_t)ctx->side_stream));
     BN_NCCL(d, ncclAllReduce(grads, grads, count, ncclFloat32, op, (ncclComm_t)d->comm, (cudaStream_t)d->stream));
-    return join_comm(d, work);
+    return BN_OK;
 }
 
 extern "C" bn_status bn_dist_allreduce_grads(bn_dist *d, bn_ctx *ctx, float *grads, size_t count, double weight)
@@ -272,6 +269,12 @@ extern "C" bn_status bn_dist_allreduce_grads(bn_dist *d, bn_ctx *ctx, float *gra
     bn_status s = allreduce_grads(d, ctx, grads, count, weight);
     bn_nvtx_pop();
     return s;
+}
+
+extern "C" bn_status bn_dist_join_comm(bn_dist *d, bn_ctx *ctx)
+{
+    BN_NEED_OPEN(d);
+    return join_comm(d, (cudaStream_t)ctx->stream);
 }
 
 extern "C" bn_status bn_dist_wait(bn_dist *d, bn_ctx *ctx)

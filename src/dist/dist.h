@@ -88,11 +88,16 @@ bn_status bn_dist_open(bn_dist *d, const void *id, bn_ctx *ctx);
 bn_status bn_dist_join(bn_dist *d, const char *host, int port, uint64_t fingerprint, bn_ctx *ctx);
 
 /* Sums `count` gradients at grads (device) across ranks, in place, each rank's scaled by its
- * weight (its share n_r / n of the global batch, so the sum is the global mean): on the
- * communication stream, after everything queued so far on ctx's stream and side stream; the
- * side stream (the stream when there is none) waits for it, so a layer's update queued there
- * next reads the sum. Capturable in a CUDA graph. NVTX range "allreduce". */
+ * weight (its share n_r / n of the global batch, so the sum is the global mean): queued on the
+ * communication stream d->stream after everything queued so far on ctx's stream and side stream,
+ * so the backward pass goes on beside it; what reads the sum is queued on d->stream too, and
+ * bn_dist_join_comm orders ctx's stream after all of it. Capturable in a CUDA graph. NVTX range
+ * "allreduce". */
 bn_status bn_dist_allreduce_grads(bn_dist *d, bn_ctx *ctx, float *grads, size_t count, double weight);
+
+/* Makes ctx's stream wait for everything queued so far on the communication stream (the end of a
+ * step's all-reduces and updates; in a graph capture, the join the capture needs). */
+bn_status bn_dist_join_comm(bn_dist *d, bn_ctx *ctx);
 
 /* Replaces `count` floats at data (device) by their mean across ranks, ordered on ctx's
  * stream, and waits for it (the buffer slab before an evaluation or a checkpoint). */

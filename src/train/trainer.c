@@ -106,16 +106,21 @@ static bn_status allreduce_layer(step_body *b, bn_layer *l)
 static bn_status update_layer(void *arg, bn_net *net, bn_layer *l)
 {
     step_body *b = arg;
-    if (b->dist && l->num_params) BN_TRY(allreduce_layer(b, l));
-    return bn_optimizer_update_layer(b->opt, net, l);
+    if (!b->dist) return bn_optimizer_update_layer(b->opt, net, l);
+    if (!l->num_params) return BN_OK;
+    /* The update follows the sum where it is made, holding up neither compute stream. */
+    BN_TRY(allreduce_layer(b, l));
+    return bn_optimizer_update_layer_on(b->opt, net, l, b->dist->stream);
 }
 
-/* The whole gradient slab summed across the ranks (when no side stream updates layer by layer). */
+/* The whole gradient slab summed across the ranks, before an update of all of it on the stream
+ * (when no side stream updates layer by layer). */
 static bn_status allreduce_all(step_body *b)
 {
     float *g = b->net->grads ? bn_blob_dev_wr(b->net->grads) : NULL;
     if (!g) return b->net->grads ? bn_last_status() : BN_OK;
-    return bn_dist_allreduce_grads(b->dist, b->net->pass.ctx, g, bn_blob_count(b->net->grads), b->weight);
+    BN_TRY(bn_dist_allreduce_grads(b->dist, b->net->pass.ctx, g, bn_blob_count(b->net->grads), b->weight));
+    return bn_dist_join_comm(b->dist, b->net->pass.ctx);
 }
 
 /* A rank whose share of a short last batch is empty: no examples, but it joins every all-reduce
@@ -125,7 +130,7 @@ static bn_status empty_share_step(step_body *b)
     BN_TRY(bn_net_zero_grad(b->net));
     if (b->net->pass.ctx->side_stream) {
         for (int i = b->net->num_layers - 1; i >= 0; i--) BN_TRY(update_layer(b, b->net, b->net->layers[i]));
-        BN_TRY(bn_ctx_join_side(b->net->pass.ctx));
+        BN_TRY(bn_dist_join_comm(b->dist, b->net->pass.ctx));
         bn_optimizer_end_layered_step(b->opt);
         return BN_OK;
     }
@@ -142,6 +147,7 @@ static bn_status step_passes(step_body *b, int fused)
     BN_TRY(bn_net_forward(b->net, 1));
     if (b->net->pass.ctx && b->net->pass.ctx->side_stream) {
         BN_TRY(bn_net_backward_each(b->net, update_layer, b));
+        if (b->dist) BN_TRY(bn_dist_join_comm(b->dist, b->net->pass.ctx));
         bn_optimizer_end_layered_step(b->opt);
     } else {
         BN_TRY(bn_net_backward(b->net));
