@@ -5,10 +5,12 @@
  * are tested on two GPUs (test_multigpu.c). */
 #include <stdlib.h>
 
+#include "core/rng.h"
 #include "dist/dist.h"
 #include "layer_testing.h"
 #include "testing.h"
 #include "train/loader.h"
+#include "train/trainer.h"
 
 BN_TEST(dist_shares_split_a_batch_in_rank_order)
 {
@@ -188,4 +190,120 @@ BN_TEST(gpu_dist_augmentation_share_draws_as_in_the_whole_batch)
     bn_ctx *ctx;
     CHECK_OK(bn_ctx_open(0, &ctx));
     return augmentation_split_matches(ctx);
+}
+
+#define ONE_TRAIN 300
+#define ONE_TEST 100
+#define ONE_PIXELS 64
+
+static const char one_rank_model[] =
+    "[input]\nchannels=1\nheight=8\nwidth=8\n[train]\nbatch=32\nlr=0.05\nmomentum=0.9\nseed=3\n"
+    "[conv2d]\nfilters=4\nsize=3\n[relu]\n[maxpool]\nsize=2\nstride=2\n[dense]\noutputs=16\n[relu]\n"
+    "[dense]\noutputs=4\n[softmax_ce]\n";
+
+/* Two epochs of the small net above on d and t from the same seed, as one rank of a group when
+ * dist is set, every step eager with no_graph; *params receives the final weights (malloc'd)
+ * and *acc the test accuracy. */
+static bn_status train_small(bn_ctx *ctx, const bn_dataset *d, const bn_dataset *t, bn_dist *dist, int no_graph,
+                             float **params, size_t *count, double *acc)
+{
+    bn_net *net;
+    bn_optimizer *opt = NULL;
+    BN_TRY(bn_net_from_text(one_rank_model, "one.cfg", &net));
+    bn_status s = bn_net_setup(net, 32, ctx, 0, 3);
+    if (s == BN_OK) s = bn_optimizer_create(net, &net->train, &opt);
+    bn_trainer_opts opts = {.epochs = 2, .dist = dist, .no_graph = no_graph};
+    bn_train_state st = {.seed = 3};
+    bn_epoch_report last;
+    if (s == BN_OK) s = bn_train(net, opt, d, t, &opts, &st, &last);
+    const float *w = s == BN_OK ? bn_blob_host_rd(net->params) : NULL;
+    if (s == BN_OK && !w) s = bn_last_status();
+    if (s == BN_OK) {
+        *count = bn_blob_count(net->params);
+        *params = malloc(*count * sizeof **params);
+        if (*params) memcpy(*params, w, *count * sizeof **params);
+        else s = bn_error(BN_ERR_NOMEM, "test: no memory for the weights");
+        *acc = last.test_acc;
+    }
+    bn_optimizer_free(opt);
+    bn_net_free(net);
+    return s;
+}
+
+/* The run of train_small in a group of one, against the run alone. */
+static int one_rank_run(bn_ctx *ctx, const bn_dataset *d, const bn_dataset *t, int no_graph, const float *alone,
+                        size_t n_alone, double acc_alone)
+{
+    float *grouped = NULL;
+    size_t n_grouped = 0;
+    double acc_grouped = 0;
+    unsigned char id[BN_DIST_ID_BYTES];
+    CHECK_OK(bn_dist_unique_id(id, sizeof id));
+    bn_dist group = {.rank = 0, .world = 1, .timeout_s = 60};
+    CHECK_OK(bn_dist_open(&group, id, ctx));
+    char dir[512], file[600];
+    snprintf(dir, sizeof dir, "%s", bn_test_tmpdir());
+    setenv("BLOBNET_RANK_WEIGHTS", dir, 1);
+    bn_status s = train_small(ctx, d, t, &group, no_graph, &grouped, &n_grouped, &acc_grouped);
+    unsetenv("BLOBNET_RANK_WEIGHTS");
+    bn_dist_close(&group, s != BN_OK);
+    CHECK_MSG(s == BN_OK, "training as a group of one%s: %s", no_graph ? " (eager)" : "", bn_last_error());
+    CHECK(group.comm == NULL && group.stream == NULL);
+    CHECK(n_alone == n_grouped && n_alone > 0);
+    size_t differ = 0, first = 0;
+    for (size_t i = 0; i < n_alone; i++)
+        if (alone[i] != grouped[i] && !differ++) first = i;
+    CHECK_MSG(differ == 0, "%s: %zu of %zu weights differ, the first at %zu: %.9g alone, %.9g in a group",
+              no_graph ? "eager" : "graph", differ, n_alone, first, alone[first], grouped[first]);
+    CHECK_NEAR(acc_alone, acc_grouped, 1e-6);
+    snprintf(file, sizeof file, "%s/rank0.safetensors", dir);
+    FILE *f = fopen(file, "rb");
+    CHECK_MSG(f != NULL, "BLOBNET_RANK_WEIGHTS wrote no %s", file);
+    fclose(f);
+    remove(file);
+    free(grouped);
+    return BN_PASS;
+}
+
+/* A group of one rank goes through every collective of the trainer (per-layer all-reduces in
+ * the eager steps and in the replayed graph, a short last batch, sharded evaluation, stop
+ * agreements, the parameter hash, BLOBNET_RANK_WEIGHTS) and must end with exactly the weights
+ * of the same run without a group, replaying graphs and eager: each sum of one rank's gradients
+ * scaled by 1 is that gradient. */
+BN_TEST(gpu_dist_one_rank_group_trains_exactly_like_one_gpu)
+{
+    if (!bn_dist_compiled()) BN_SKIP_TEST("built without NCCL");
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    int was_deterministic = ctx->deterministic;
+    ctx->deterministic = 1;
+    static unsigned char pixels[(ONE_TRAIN + ONE_TEST) * ONE_PIXELS], labels[ONE_TRAIN + ONE_TEST];
+    bn_rng r;
+    bn_rng_seed(&r, 11, 0);
+    for (int e = 0; e < ONE_TRAIN + ONE_TEST; e++) {
+        labels[e] = (unsigned char)bn_rng_below(&r, 4);
+        /* Each class lights its own quarter of the image, so the net learns something. */
+        for (int i = 0; i < ONE_PIXELS; i++)
+            pixels[e * ONE_PIXELS + i] = (unsigned char)((i / 16 == labels[e] ? 160 : 0) + bn_rng_below(&r, 90));
+    }
+    bn_dataset d = {.count = ONE_TRAIN, .channels = 1, .height = 8, .width = 8, .num_classes = 4,
+                    .pixels = pixels, .labels = labels};
+    bn_dataset t = d;
+    t.count = ONE_TEST;
+    t.pixels = pixels + ONE_TRAIN * ONE_PIXELS;
+    t.labels = labels + ONE_TRAIN;
+    float *alone = NULL;
+    size_t n_alone = 0;
+    double acc_alone = 0;
+    bn_status s = train_small(ctx, &d, &t, NULL, 0, &alone, &n_alone, &acc_alone);
+    int ok = s == BN_OK;
+    for (int no_graph = 0; ok && no_graph <= 1; no_graph++)
+        ok = one_rank_run(ctx, &d, &t, no_graph, alone, n_alone, acc_alone) == BN_PASS;
+    ctx->deterministic = was_deterministic;
+    free(alone);
+    CHECK_OK(s);
+    CHECK_MSG(acc_alone > 0.5, "the net learned nothing (test accuracy %.3f): the comparison proves little", acc_alone);
+    CHECK(ok);
+    return BN_PASS;
 }
