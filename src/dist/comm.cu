@@ -22,6 +22,8 @@
 #include "gpu/cuda_check.h"
 
 #define DEFAULT_TIMEOUT_S 120.0
+/* How long a host wait sleeps between two polls: short beside a step, long beside a spin. */
+static const struct timespec poll_pause = {0, 50000};
 #define MAX_WEIGHTS 8
 
 /* comm.cu's own part of a bn_dist (d->state). */
@@ -82,6 +84,7 @@ static bn_status settle(bn_dist *d, ncclResult_t r, const char *file, int line, 
         if (now_seconds() - start > timeout_of(d)) return no_progress(d, call);
         ncclResult_t q = ncclCommGetAsyncError((ncclComm_t)d->comm, &r);
         if (q != ncclSuccess) return nccl_failed(d, q, file, line, "ncclCommGetAsyncError");
+        if (r == ncclInProgress) nanosleep(&poll_pause, NULL);
     }
     return r == ncclSuccess ? BN_OK : nccl_failed(d, r, file, line, call);
 }
@@ -96,7 +99,6 @@ static bn_status settle(bn_dist *d, ncclResult_t r, const char *file, int line, 
 static bn_status wait_stream(bn_dist *d, cudaStream_t s, const char *what)
 {
     double start = now_seconds();
-    const struct timespec pause = {0, 50000};
     for (;;) {
         cudaError_t e = cudaStreamQuery(s);
         if (e == cudaSuccess) return BN_OK;
@@ -108,7 +110,7 @@ static bn_status wait_stream(bn_dist *d, cudaStream_t s, const char *what)
         if (q != ncclSuccess) return nccl_failed(d, q, __FILE__, __LINE__, "ncclCommGetAsyncError");
         if (async != ncclSuccess && async != ncclInProgress) return nccl_failed(d, async, __FILE__, __LINE__, what);
         if (now_seconds() - start > timeout_of(d)) return no_progress(d, what);
-        nanosleep(&pause, NULL);
+        nanosleep(&poll_pause, NULL);
     }
 }
 
