@@ -32,6 +32,15 @@ endif
 CUDNN_INC := $(firstword $(dir $(wildcard $(CUDA_HOME)/include/cudnn.h /usr/include/x86_64-linux-gnu/cudnn.h /usr/include/cudnn.h)))
 CUDNN_LIB := $(firstword $(dir $(wildcard $(CUDA_HOME)/lib64/libcudnn.so /usr/lib/x86_64-linux-gnu/libcudnn.so)))
 
+# NCCL (several GPUs) is found like cuDNN; without nccl.h (or with NCCL=0) the build trains on
+# one GPU at most.
+NCCL_INC := $(firstword $(dir $(wildcard $(if $(NCCL_HOME),$(NCCL_HOME)/include/nccl.h) $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h)))
+NCCL_LIB := $(firstword $(dir $(wildcard $(if $(NCCL_HOME),$(NCCL_HOME)/lib/libnccl.so $(NCCL_HOME)/lib64/libnccl.so) \
+                                         $(CUDA_HOME)/lib64/libnccl.so /usr/lib/x86_64-linux-gnu/libnccl.so)))
+WITH_NCCL := $(if $(filter 0,$(NCCL)),,$(if $(WITH_CUDA),$(if $(NCCL_INC),$(if $(NCCL_LIB),1))))
+# /usr/include is searched anyway; naming it with -I would reorder the system headers.
+NCCL_FLAGS := -DBN_WITH_NCCL $(if $(filter /usr/include/,$(NCCL_INC)),,-I$(NCCL_INC))
+
 # OpenBLAS: Debian and Ubuntu keep its cblas.h in a per-variant folder.
 BLAS_INC := $(firstword $(wildcard /usr/include/x86_64-linux-gnu/openblas-pthread /usr/include/openblas /usr/include/x86_64-linux-gnu))
 
@@ -57,11 +66,14 @@ endif
 
 # The library: src/ by concern (core, gpu, io, train, check; cli/ is the program), layers/ (a
 # file pair per type, a folder for a type with kernel families), datasets/. A file X_none.c
-# stands in for the .cu files of its folder in a build without CUDA.
-LIB_DIRS := src/core src/gpu src/io src/train src/check layers $(filter-out layers/examples/,$(wildcard layers/*/)) datasets
+# stands in for the .cu files of its folder in a build without CUDA; in src/dist, where the .cu
+# file needs NCCL too, in a build without NCCL.
+LIB_DIRS := src/core src/gpu src/io src/train src/check src/dist layers $(filter-out layers/examples/,$(wildcard layers/*/)) datasets
 C_SRCS   := $(foreach d,$(LIB_DIRS),$(wildcard $(d:%/=%)/*.c))
 NONE_SRCS := $(filter %_none.c,$(C_SRCS))
 C_SRCS   := $(filter-out $(NONE_SRCS),$(C_SRCS))
+DIST_NONE := $(filter src/dist/%,$(NONE_SRCS))
+NONE_SRCS := $(filter-out $(DIST_NONE),$(NONE_SRCS))
 CLI_SRCS := $(wildcard src/cli/*.c)
 CU_SRCS :=
 ifeq ($(WITH_CUDA),1)
@@ -71,8 +83,16 @@ ifeq ($(WITH_CUDA),1)
               -lcudnn -lcublas -lcublasLt -lcurand -lcudart $(LDLIBS) -lstdc++
   NVFLAGS  := -std=c++17 -O3 $(CUDA_ARCH) -lineinfo -Isrc -Ilayers -Idatasets \
               -I$(CUDNN_INC) -DBN_WITH_CUDA -Xcompiler -Wall,-Wextra,-Wno-unused-parameter
+  ifeq ($(WITH_NCCL),1)
+    CPPFLAGS += $(NCCL_FLAGS)
+    NVFLAGS  += $(NCCL_FLAGS)
+    LDLIBS   := -L$(NCCL_LIB) -lnccl $(LDLIBS)
+  else
+    CU_SRCS  := $(filter-out src/dist/%,$(CU_SRCS))
+    C_SRCS   += $(DIST_NONE)
+  endif
 else
-  C_SRCS += $(NONE_SRCS)
+  C_SRCS += $(NONE_SRCS) $(DIST_NONE)
 endif
 
 LIB_OBJS  := $(C_SRCS:%.c=$(BUILD)/%.o) $(CU_SRCS:%.cu=$(BUILD)/%.cu.o)
@@ -92,7 +112,7 @@ all: libblobnet.a blobnet tests/run_tests $(NVTX_RECORDER) plugins
 
 # The top-level outputs are shared by every configuration (BUILD, CPU_ONLY, SANITIZE, NVTX):
 # this file changes whenever the configuration does, so switching relinks them.
-CONFIG_ID := $(BUILD) cuda=$(WITH_CUDA) sanitize=$(SANITIZE) nvtx=$(NVTX) opt=$(OPT)
+CONFIG_ID := $(BUILD) cuda=$(WITH_CUDA) nccl=$(WITH_NCCL) sanitize=$(SANITIZE) nvtx=$(NVTX) opt=$(OPT)
 .build-config: FORCE
 	@echo '$(CONFIG_ID)' | cmp -s - $@ 2>/dev/null || echo '$(CONFIG_ID)' > $@
 .PHONY: FORCE
@@ -150,7 +170,7 @@ BLOBNET_TEST_DATA ?= $(if $(strip $(foreach f,$(MNIST_FILES),$(if $(wildcard $(M
 export BLOBNET_TEST_DATA
 test: all
 	BLOBNET_CLI=./blobnet BLOBNET_NVTX_RECORDER=$(NVTX_RECORDER) BLOBNET_PLUGINS=$(BUILD)/plugins \
-	  BLOBNET_MAKE='$(MAKE) BUILD=$(BUILD) CPU_ONLY=$(CPU_ONLY) SANITIZE=$(SANITIZE) NVTX=$(NVTX) CUDA_HOME=$(CUDA_HOME)' \
+	  BLOBNET_MAKE='$(MAKE) BUILD=$(BUILD) CPU_ONLY=$(CPU_ONLY) SANITIZE=$(SANITIZE) NVTX=$(NVTX) NCCL=$(NCCL) CUDA_HOME=$(CUDA_HOME)' \
 	  ./tests/run_tests $(TESTS)
 
 # The quick start: MNIST fetched into MNIST_DIR when it is not there, then LeNet trained.
@@ -173,7 +193,7 @@ PREFIX  ?= /usr/local
 VERSION := $(shell sed -n 's/^\#define BLOBNET_VERSION "\(.*\)"/\1/p' src/cli/main.c)
 # The headers of the library, in their folders under include/blobnet/ as under src/ (the CLI's
 # own headers stay behind); datasets/idx.h beside blobnet.h.
-INSTALL_HEADERS := src/blobnet.h $(foreach d,core gpu io train check,$(wildcard src/$(d)/*.h))
+INSTALL_HEADERS := src/blobnet.h $(foreach d,core gpu io train check dist,$(wildcard src/$(d)/*.h))
 INSTALL_ITEMS   := bin/blobnet=blobnet lib/libblobnet.a=libblobnet.a lib/pkgconfig/blobnet.pc=$(BUILD)/blobnet.pc \
                    $(foreach h,$(INSTALL_HEADERS),include/blobnet/$(h:src/%=%)=$(h)) include/blobnet/idx.h=datasets/idx.h \
                    $(foreach m,$(wildcard models/*.cfg),share/blobnet/models/$(notdir $(m))=$(m)) \

@@ -2,7 +2,8 @@
  * 1 - rate and scaled by 1 / (1 - rate), so evaluation is the identity.
  *
  * The mask comes from bn_rng seeded by (run seed, layer index, step): the same step draws
- * the same mask, which lets a gradient check repeat a forward pass exactly. */
+ * the same mask, which lets a gradient check repeat a forward pass exactly. A pass over a share
+ * of a global batch (p->offset) takes that share's part of the whole batch's mask. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,6 +49,8 @@ static void draw_mask(const bn_layer *l, const bn_pass *p, float *mask, size_t c
     const dropout_priv *d = l->priv;
     bn_rng r;
     bn_rng_seed(&r, p->seed, ((uint64_t)l->index << 40) ^ p->step);
+    /* The mask of a share is the part of the whole batch's mask that falls on it. */
+    for (uint64_t skip = (uint64_t)p->offset * (uint64_t)d->per_example; skip > 0; skip--) bn_rng_next(&r);
     float keep_scale = 1.0f / (1.0f - d->rate);
     for (size_t i = 0; i < count; i++)
         mask[i] = bn_rng_uniform(&r) >= d->rate ? keep_scale : 0.0f;

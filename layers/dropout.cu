@@ -66,7 +66,8 @@ static bn_status forward_on(bn_layer *l, const bn_pass *p, const T *x, T *y)
     if (!d->dev_mask) BN_TRY(bn_device_alloc((void **)&d->dev_mask, l->in->capacity * sizeof(float)));
     curandGenerator_t gen = (curandGenerator_t)p->ctx->curand;
     BN_CURAND(curandSetPseudoRandomGeneratorSeed(gen, draw_seed(l, p)));
-    BN_CURAND(curandSetGeneratorOffset(gen, 0));
+    /* A share of a global batch continues the whole batch's sequence where the share begins. */
+    BN_CURAND(curandSetGeneratorOffset(gen, (unsigned long long)p->offset * (unsigned long long)d->per_example));
     BN_CURAND(curandGenerateUniform(gen, d->dev_mask, count));
     apply_mask<T><<<grid_for(count), 256, 0, s>>>(x, d->dev_mask, y, count, d->rate, 1.0f / (1.0f - d->rate));
     BN_CUDA_LAUNCH();

@@ -19,7 +19,7 @@ static const folder_rule rules[] = {
     {"src/core", "core layers public"},
     {"src/gpu", "core gpu"},
     {"src/io", "core io"},
-    {"src/train", "core gpu io train datasets"},
+    {"src/train", "core gpu io train dist datasets"},
     {"src/check", "core gpu io train check datasets"},
     {"src/cli", "core gpu io train check cli datasets layers public"},
     {"layers", "core gpu layers"},

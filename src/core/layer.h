@@ -74,6 +74,10 @@ typedef struct bn_pass {
     int defer_joins;           /* set by bn_net_backward: a layer's backward pass may leave work
                                   on ctx->side_stream unjoined (bn_ctx_defer_side); the net joins
                                   it once all layers have run */
+    int offset;                /* the position of this pass's first example in the global batch:
+                                  a rank of data-parallel training holds a share of each batch,
+                                  and draws made per example (dropout, augmentation) follow the
+                                  example's global position; 0 on one GPU */
 } bn_pass;
 
 typedef struct bn_layer bn_layer;

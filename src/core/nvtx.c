@@ -15,6 +15,7 @@ static const unsigned int colours[] = {
     [BN_NVTX_LAYER_ACTIVATION] = 0xfff2b134, [BN_NVTX_LAYER_LOSS] = 0xffd83b3b,
     [BN_NVTX_LAYER_OTHER] = 0xff8a8a8a, [BN_NVTX_OPTIMIZER] = 0xff9b59b6,
     [BN_NVTX_STEP] = 0xff1abc9c, [BN_NVTX_TRANSFER] = 0xffe67e22,
+    [BN_NVTX_COMM] = 0xff34495e,
 };
 
 void bn_nvtx_push(const char *name, bn_nvtx_kind kind)

@@ -17,7 +17,8 @@ typedef enum bn_nvtx_kind {
     BN_NVTX_LAYER_OTHER,
     BN_NVTX_OPTIMIZER,
     BN_NVTX_STEP,           /* step, epoch, eval */
-    BN_NVTX_TRANSFER        /* host-device copies */
+    BN_NVTX_TRANSFER,       /* host-device copies */
+    BN_NVTX_COMM            /* collectives between GPUs (allreduce) */
 } bn_nvtx_kind;
 
 /* Opens a range named `name` (copied by NVTX) in the blobnet domain. */

@@ -46,6 +46,14 @@ int bn_dist_compiled(void);
  * (nccl.h was not found at build time)". */
 const char *bn_dist_missing(void);
 
+/* ---- shares.c ---- */
+
+/* Rank `rank`'s share of a global batch of n examples split among world ranks: positions
+ * [*offset, *offset + *count) of the batch, offset = rank * n / world, so the shares are
+ * contiguous, cover the batch in rank order and differ in size by at most one (empty when
+ * n < world). */
+void bn_dist_share(int n, int world, int rank, int *offset, int *count);
+
 /* ---- rendezvous.c ---- */
 
 /* Parses "HOST:PORT" (HOST a name or an IPv4 address, PORT 1-65535). */
@@ -78,6 +86,37 @@ bn_status bn_dist_open(bn_dist *d, const void *id, bn_ctx *ctx);
 
 /* rendezvous + bn_dist_open: what a rank process does before it trains. */
 bn_status bn_dist_join(bn_dist *d, const char *host, int port, uint64_t fingerprint, bn_ctx *ctx);
+
+/* Sums `count` gradients at grads (device) across ranks, in place, each rank's scaled by its
+ * weight (its share n_r / n of the global batch, so the sum is the global mean): queued on the
+ * communication stream d->stream after everything queued so far on ctx's stream and side stream,
+ * so the backward pass goes on beside it; what reads the sum is queued on d->stream too, and
+ * bn_dist_join_comm orders ctx's stream after all of it. Capturable in a CUDA graph. NVTX range
+ * "allreduce". */
+bn_status bn_dist_allreduce_grads(bn_dist *d, bn_ctx *ctx, float *grads, size_t count, double weight);
+
+/* Makes ctx's stream wait for everything queued so far on the communication stream (the end of a
+ * step's all-reduces and updates; in a graph capture, the join the capture needs). */
+bn_status bn_dist_join_comm(bn_dist *d, bn_ctx *ctx);
+
+/* Replaces `count` floats at data (device) by their mean across ranks, ordered on ctx's
+ * stream, and waits for it (the buffer slab before an evaluation or a checkpoint). */
+bn_status bn_dist_average(bn_dist *d, bn_ctx *ctx, float *data, size_t count);
+
+/* Replaces values[0..n) (host, n <= BN_DIST_MAX_VALUES) by their sums across ranks. */
+#define BN_DIST_MAX_VALUES 16
+bn_status bn_dist_sum(bn_dist *d, bn_ctx *ctx, double *values, int n);
+
+/* *any = 1 when flag is non-zero on any rank (a stop asked for anywhere), else 0. */
+bn_status bn_dist_any(bn_dist *d, bn_ctx *ctx, int flag, int *any);
+
+/* Compares every rank's hash of its parameters; a difference is an error naming the ranks
+ * whose hashes differ from rank 0's and `step`. */
+bn_status bn_dist_check_same(bn_dist *d, bn_ctx *ctx, uint64_t hash, long step);
+
+/* Waits until ctx's stream has done everything queued on it, polling it and NCCL's error state;
+ * past d->timeout_s without progress, aborts the communicator and says so, naming this rank. */
+bn_status bn_dist_wait(bn_dist *d, bn_ctx *ctx);
 
 /* Leaves the group; after an error anywhere, aborts the communicator instead of waiting on
  * the other ranks. NULL or an unopened d is fine. */

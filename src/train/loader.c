@@ -25,12 +25,12 @@ bn_status bn_loader_set_order(bn_loader *ld, int shuffle, unsigned long long see
 /* bn_dataset_gather's work with each example moved by its draw at training step `step`: the
  * device gather's arithmetic, pixel for pixel. */
 static void gather_augmented(const bn_dataset *d, const int *indices, int n, bn_augment a, uint64_t seed,
-                             uint64_t step, float *x, float *y)
+                             uint64_t step, int offset, float *x, float *y)
 {
     const int h = d->height, w = d->width;
     const size_t plane = (size_t)h * (size_t)w, size = (size_t)d->channels * plane;
     for (int e = 0; e < n; e++) {
-        bn_augment_draw draw = bn_augment_pick(a, seed, step, (uint64_t)e);
+        bn_augment_draw draw = bn_augment_pick(a, seed, step, (uint64_t)(offset + e));
         const unsigned char *src = d->pixels + (size_t)indices[e] * size;
         float *dst = x + (size_t)e * size;
         for (int c = 0; c < d->channels; c++, src += plane, dst += plane)
@@ -50,7 +50,8 @@ static bn_status fill_host(bn_loader *ld, bn_net *net, int start, int n, int aug
     BN_HOST_WR(x, net->input);
     BN_HOST_WR(y, net->labels);
     if (augment && bn_augment_active(net->augment))
-        gather_augmented(ld->data, ld->order + start, n, net->augment, net->pass.seed, ld->host_step, x, y);
+        gather_augmented(ld->data, ld->order + start, n, net->augment, net->pass.seed, ld->host_step, net->pass.offset,
+                         x, y);
     else
         bn_dataset_gather(ld->data, ld->order + start, n, x, y);
     if (net->input_mean != 0.0f || net->input_std != 1.0f) {
@@ -86,7 +87,7 @@ bn_status bn_loader_fill_next(bn_loader *ld, bn_net *net, int n, int train)
     int start = ld->host_cursor;
     if (start < 0 || n <= 0 || start + n > ld->data->count)
         return bn_error(BN_ERR_INTERNAL, "batch %d..%d outside the dataset of %d", start, start + n, ld->data->count);
-    ld->host_cursor += n;
+    ld->host_cursor += ld->stride ? ld->stride : n;
     BN_TRY(bn_net_set_batch(net, n));
     if (ld->ctx) return train ? bn_loader_fill_train_gpu(ld, net, n) : bn_loader_fill_next_gpu(ld, net, n);
     BN_TRY(fill_host(ld, net, start, n, train));

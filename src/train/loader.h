@@ -24,6 +24,8 @@ typedef struct bn_loader {
     int host_cursor;       /* the same on the CPU path */
     unsigned long long *dev_step;  /* GPU: the training step of the next training batch */
     unsigned long long host_step;  /* the same on the CPU path (the GPU path reads only dev_step) */
+    int stride;            /* bn_loader_fill_next moves the cursor this many examples on (0: by the
+                              batch's size); a data-parallel rank skips the other ranks' shares */
 } bn_loader;
 
 /* Prepares a loader for data (which must outlive it); with ctx, uploads the dataset. */
@@ -45,7 +47,7 @@ bn_status bn_loader_set_step(bn_loader *ld, unsigned long long step);
 
 /* Fills the next n examples from the cursor and advances it. With train, the examples are
  * augmented as net->augment says, drawn from (net->pass.seed, the loader's step, position in the
- * batch), and the step advances by one. On the GPU the cursor and the step live on the device,
+ * global batch: net->pass.offset plus the position in this share), and the step advances by one. On the GPU the cursor and the step live on the device,
  * so a captured step replays with the following batch and draws each time. */
 bn_status bn_loader_fill_next(bn_loader *ld, bn_net *net, int n, int train);
 

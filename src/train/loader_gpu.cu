@@ -9,12 +9,14 @@
  * example moves, and every load of a thread in flight at once. cursor, when set, gives start:
  * *cursor (a captured step reads its batch's position), and the last block moves it past the
  * batch (cursor[1] counts the blocks done). step, when set, is the training step whose draws move
- * the examples as aug says (core/augment.h), and the last block advances it too. */
+ * the examples as aug says (core/augment.h) from each example's position in the global batch
+ * (offset + its place here), and the last block advances it too. The cursor moves by advance. */
 template <typename T>
 __global__ void gather_batch(const unsigned char *__restrict__ pixels, const unsigned char *__restrict__ labels,
                              const int *__restrict__ order, int start, int *cursor, unsigned long long *step,
-                             bn_augment aug, unsigned long long seed, int n, int height, int width, int per_example,
-                             float mean, float std, T *__restrict__ x, float *__restrict__ y)
+                             bn_augment aug, unsigned long long seed, int offset, int n, int advance, int height,
+                             int width, int per_example, float mean, float std, T *__restrict__ x,
+                             float *__restrict__ y)
 {
     bn_early_entry(); /* pdl.cuh */
     if (cursor) start = *cursor;
@@ -24,8 +26,9 @@ __global__ void gather_batch(const unsigned char *__restrict__ pixels, const uns
         int from = i;
         if (step && bn_augment_active(aug)) {
             const int plane = height * width, c = i / plane, row = (i - c * plane) / width;
-            const int at = bn_augment_source(bn_augment_pick(aug, seed, *step, (unsigned long long)e), height, width,
-                                             row, i - c * plane - row * width);
+            const unsigned long long place = (unsigned long long)(offset + e);
+            const int at = bn_augment_source(bn_augment_pick(aug, seed, *step, place), height, width, row,
+                                             i - c * plane - row * width);
             from = at < 0 ? -1 : c * plane + at;
         }
         const unsigned char v = from < 0 ? 0 : pixels[(size_t)src * per_example + from];
@@ -34,7 +37,7 @@ __global__ void gather_batch(const unsigned char *__restrict__ pixels, const uns
     }
     if (i == 0) y[e] = (float)labels[src];
     if (cursor && bn_last_arrival((unsigned *)(cursor + 1), gridDim.x * gridDim.y) && threadIdx.x == 0) {
-        *cursor = start + n;
+        *cursor = start + advance;
         if (step) ++*step;
     }
 }
@@ -81,8 +84,8 @@ static bn_status gather_into(bn_loader *ld, bn_net *net, int start, int *cursor,
     const dim3 grid((unsigned)n, (unsigned)((per + threads - 1) / threads));
     bn_launch_early(gather_batch<T>, grid, dim3(threads), 0, (cudaStream_t)ld->ctx->stream,
                     (const unsigned char *)ld->dev_pixels, (const unsigned char *)ld->dev_labels,
-                    (const int *)ld->dev_order, start, cursor, step, net->augment, net->pass.seed, n, d->height,
-                    d->width, per, net->input_mean, net->input_std, x, y);
+                    (const int *)ld->dev_order, start, cursor, step, net->augment, net->pass.seed, net->pass.offset,
+                    n, ld->stride ? ld->stride : n, d->height, d->width, per, net->input_mean, net->input_std, x, y);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }

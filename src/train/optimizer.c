@@ -156,7 +156,8 @@ bn_status bn_optimizer_step(bn_optimizer *o, bn_net *net)
     return BN_OK;
 }
 
-bn_status bn_optimizer_update_layer(bn_optimizer *o, bn_net *net, const bn_layer *l)
+/* A layer's update on stream, or on the side stream when stream is NULL. */
+static bn_status update_layer(bn_optimizer *o, bn_net *net, const bn_layer *l, void *stream)
 {
     if (!l->num_params) return BN_OK;
     if (!net->pass.ctx || !net->pass.ctx->side_stream)
@@ -165,9 +166,19 @@ bn_status bn_optimizer_update_layer(bn_optimizer *o, bn_net *net, const bn_layer
     for (int i = 0; i < l->index; i++)
         if (net->layers[i]->num_params) last = 0;
     bn_nvtx_push("optimizer/update", BN_NVTX_OPTIMIZER);
-    bn_status s = bn_optimizer_update_layer_gpu(o, net, l, bn_optimizer_rates(o, o->iter), last);
+    bn_status s = bn_optimizer_update_layer_gpu(o, net, l, bn_optimizer_rates(o, o->iter), last, stream);
     bn_nvtx_pop();
     return s;
+}
+
+bn_status bn_optimizer_update_layer(bn_optimizer *o, bn_net *net, const bn_layer *l)
+{
+    return update_layer(o, net, l, NULL);
+}
+
+bn_status bn_optimizer_update_layer_on(bn_optimizer *o, bn_net *net, const bn_layer *l, void *stream)
+{
+    return update_layer(o, net, l, stream);
 }
 
 void bn_optimizer_end_layered_step(bn_optimizer *o)

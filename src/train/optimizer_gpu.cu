@@ -160,10 +160,11 @@ extern "C" bn_status bn_optimizer_step_gpu(bn_optimizer *o, bn_net *net, bn_step
 }
 
 extern "C" bn_status bn_optimizer_update_layer_gpu(bn_optimizer *o, bn_net *net, const bn_layer *l, bn_step_rates r,
-                                                   int last)
+                                                   int last, void *stream)
 {
     size_t lo = l->params[0].value->offset, hi = lo;
     for (int k = 0; k < l->num_params; k++) hi += bn_blob_count(l->params[k].value);
+    if (stream) return launch(o, net, lo, hi, r, last, (cudaStream_t)stream);
     bn_ctx *ctx = net->pass.ctx;
     BN_TRY(bn_ctx_fork_side(ctx));
     return launch(o, net, lo, hi, r, last, (cudaStream_t)ctx->side_stream);

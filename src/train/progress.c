@@ -37,13 +37,14 @@ void bn_progress_format(char *buf, size_t cap, int width, const bn_step_info *in
 {
     double done = info->count > 0 ? (double)info->seen / info->count : 0.0;
     double rate = info->seconds > 0 ? info->images / info->seconds : 0.0;
-    char head[64], tail[160], eta[32], bar[MAX_BAR_CELLS + 1];
+    char head[64], tail[192], eta[32], bar[MAX_BAR_CELLS + 1], per_gpu[32] = "";
     format_duration(eta, sizeof eta, rate > 0 ? (info->count - info->seen) / rate : -1.0);
     int h = snprintf(head, sizeof head, "epoch %d/%d %3d%% ", info->epoch, info->epochs, (int)(100.0 * done));
     /* Fixed widths, so the line does not jitter as it is redrawn. */
     int digits = snprintf(NULL, 0, "%d", info->batches);
-    int t = snprintf(tail, sizeof tail, "%*d/%d  %6.0f img/s  loss %.4f  acc %6.2f%%  ETA %s", digits, info->batch,
-                     info->batches, rate, loss, 100.0 * acc, eta);
+    if (info->gpus > 1) snprintf(per_gpu, sizeof per_gpu, " (%6.0f/GPU)", rate / info->gpus);
+    int t = snprintf(tail, sizeof tail, "%*d/%d  %6.0f img/s%s  loss %.4f  acc %6.2f%%  ETA %s", digits, info->batch,
+                     info->batches, rate, per_gpu, loss, 100.0 * acc, eta);
     /* The bar takes the columns the numbers leave, between its brackets and a space. */
     int cells = width - 1 - h - t - 3;
     if (cells > MAX_BAR_CELLS) cells = MAX_BAR_CELLS;

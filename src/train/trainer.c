@@ -1,6 +1,7 @@
 #include "trainer.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -74,7 +75,8 @@ bn_status bn_step_running_metrics(const bn_step_info *info, double *loss, double
 {
     const float *sums = bn_blob_host_rd(info->sums);
     if (!sums) return bn_last_status();
-    double seen = info->seen > 0 ? (double)info->seen : 1.0;
+    long covered = info->sums_seen > 0 ? info->sums_seen : info->seen;
+    double seen = covered > 0 ? (double)covered : 1.0;
     *loss = sums[0] / seen;
     *acc = sums[1] / seen;
     return BN_OK;
@@ -86,12 +88,54 @@ typedef struct step_body {
     bn_optimizer *opt;
     bn_loader *ld;
     bn_blob *acc;
-    int n;
+    int n;                  /* this process's examples of the step */
+    bn_dist *dist;          /* several GPUs: the group, and this rank's share of the global batch */
+    double weight;          /* as a fraction of the global batch (what its gradient counts for) */
 } step_body;
 
-static bn_status update_layer(void *opt, bn_net *net, bn_layer *l)
+/* The gradients of layer l summed across the ranks, queued before its update reads them. */
+static bn_status allreduce_layer(step_body *b, bn_layer *l)
 {
-    return bn_optimizer_update_layer((bn_optimizer *)opt, net, l);
+    size_t lo = l->params[0].value->offset, count = 0;
+    for (int k = 0; k < l->num_params; k++) count += bn_blob_count(l->params[k].value);
+    float *g = bn_blob_dev_wr(b->net->grads);
+    if (!g) return bn_last_status();
+    return bn_dist_allreduce_grads(b->dist, b->net->pass.ctx, g + lo, count, b->weight);
+}
+
+static bn_status update_layer(void *arg, bn_net *net, bn_layer *l)
+{
+    step_body *b = arg;
+    if (!b->dist) return bn_optimizer_update_layer(b->opt, net, l);
+    if (!l->num_params) return BN_OK;
+    /* The update follows the sum where it is made, holding up neither compute stream. */
+    BN_TRY(allreduce_layer(b, l));
+    return bn_optimizer_update_layer_on(b->opt, net, l, b->dist->stream);
+}
+
+/* The whole gradient slab summed across the ranks, before an update of all of it on the stream
+ * (when no side stream updates layer by layer). */
+static bn_status allreduce_all(step_body *b)
+{
+    float *g = b->net->grads ? bn_blob_dev_wr(b->net->grads) : NULL;
+    if (!g) return b->net->grads ? bn_last_status() : BN_OK;
+    BN_TRY(bn_dist_allreduce_grads(b->dist, b->net->pass.ctx, g, bn_blob_count(b->net->grads), b->weight));
+    return bn_dist_join_comm(b->dist, b->net->pass.ctx);
+}
+
+/* A rank whose share of a short last batch is empty: no examples, but it joins every all-reduce
+ * with zero gradients and makes the same update as the others. */
+static bn_status empty_share_step(step_body *b)
+{
+    BN_TRY(bn_net_zero_grad(b->net));
+    if (b->net->pass.ctx->side_stream) {
+        for (int i = b->net->num_layers - 1; i >= 0; i--) BN_TRY(update_layer(b, b->net, b->net->layers[i]));
+        BN_TRY(bn_dist_join_comm(b->dist, b->net->pass.ctx));
+        bn_optimizer_end_layered_step(b->opt);
+        return BN_OK;
+    }
+    BN_TRY(allreduce_all(b));
+    return bn_optimizer_step(b->opt, b->net);
 }
 
 /* On the GPU the gradients are zeroed beside the forward pass and each layer's update runs
@@ -102,10 +146,12 @@ static bn_status step_passes(step_body *b, int fused)
     BN_TRY(bn_net_zero_grad_beside(b->net));
     BN_TRY(bn_net_forward(b->net, 1));
     if (b->net->pass.ctx && b->net->pass.ctx->side_stream) {
-        BN_TRY(bn_net_backward_each(b->net, update_layer, b->opt));
+        BN_TRY(bn_net_backward_each(b->net, update_layer, b));
+        if (b->dist) BN_TRY(bn_dist_join_comm(b->dist, b->net->pass.ctx));
         bn_optimizer_end_layered_step(b->opt);
     } else {
         BN_TRY(bn_net_backward(b->net));
+        if (b->dist) BN_TRY(allreduce_all(b));
         BN_TRY(bn_optimizer_step(b->opt, b->net));
     }
     return fused ? BN_OK : accumulate_metrics(b->net, b->acc);
@@ -116,18 +162,20 @@ static bn_status step_passes(step_body *b, int fused)
 static bn_status run_step_body(void *arg)
 {
     step_body *b = arg;
+    if (b->n == 0) return empty_share_step(b);
     int fused = bn_net_fuse_loss(b->net, b->acc, 1);
     bn_status s = step_passes(b, fused);
     if (fused) bn_net_unfuse_loss(b->net);
     return s;
 }
 
-/* Whether steps of n examples may replay a captured graph: on the GPU, full batches only (the
- * capture is for one shape), after one eager step has made every layer's per-shape choices,
- * with capturable layers and no profiler capture range (its NVTX ranges are per step). */
-static int may_replay(const bn_net *net, const bn_trainer_opts *opts, int n, int warm)
+/* Whether steps of n examples may replay a captured graph: on the GPU, full batches only (`full`
+ * examples: the capacity, or a rank's share of it; the capture is for one shape), after one eager
+ * step has made every layer's per-shape choices, with capturable layers and no profiler capture
+ * range (its NVTX ranges are per step). */
+static int may_replay(const bn_net *net, const bn_trainer_opts *opts, int n, int full, int warm)
 {
-    return net->pass.ctx && !opts->no_graph && !opts->profile_first && warm && n == net->capacity &&
+    return net->pass.ctx && !opts->no_graph && !opts->profile_first && warm && n == full && n > 0 &&
            bn_net_graph_safe(net);
 }
 
@@ -149,19 +197,20 @@ static void note_no_replay(const bn_net *net, const bn_trainer_opts *opts)
  * host read transfers. */
 static void note_replay(bn_loader *ld, bn_net *net, int n, bn_blob *sums)
 {
-    ld->host_cursor += n;
+    ld->host_cursor += ld->stride ? ld->stride : n;
     bn_net_mark_device_written(net);
     bn_blob_mark_device_written(sums);
 }
 
-static bn_status train_step(step_body *b, bn_step_graph *graph, int *warm, const bn_trainer_opts *opts, long step)
+static bn_status train_step(step_body *b, bn_step_graph *graph, int *warm, int full, const bn_trainer_opts *opts,
+                            long step)
 {
     char range[48];
     snprintf(range, sizeof range, "step %ld", step + 1);
     bn_nvtx_push(range, BN_NVTX_STEP);
     b->net->pass.step = (unsigned long long)step;
     bn_status s;
-    if (may_replay(b->net, opts, b->n, *warm)) {
+    if (may_replay(b->net, opts, b->n, full, *warm)) {
         int replayed;
         /* Evaluation may have left other shapes on the blobs; the graph has its own. */
         BN_TRY(bn_net_set_batch(b->net, b->n));
@@ -173,10 +222,86 @@ static bn_status train_step(step_body *b, bn_step_graph *graph, int *warm, const
         }
     } else {
         s = run_step_body(b);
-        if (b->n == b->net->capacity) *warm = 1;
+        if (b->n == full) *warm = 1;
     }
     bn_nvtx_pop();
     return s;
+}
+
+/* Several GPUs: the ranks agree on a stop every this many steps (and at every epoch's end), a
+ * host round trip that also keeps the host from queueing steps far ahead of the devices. */
+#define STOP_EVERY 20
+
+/* FNV-1a over the bytes: every rank hashes its parameters alike. */
+static uint64_t hash_bytes(const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+/* Before the host reads what the device holds: with several GPUs, a wait with the group's
+ * deadline, so that a dead rank ends the run instead of hanging it. */
+static bn_status settle_group(const bn_trainer_opts *opts, bn_net *net)
+{
+    return opts->dist ? bn_dist_wait(opts->dist, net->pass.ctx) : BN_OK;
+}
+
+/* Several GPUs: every rank's share of [loss sum, correct] added up. */
+static bn_status sum_group(const bn_trainer_opts *opts, bn_net *net, double *loss_sum, double *correct)
+{
+    if (!opts->dist) return BN_OK;
+    double v[2] = {*loss_sum, *correct};
+    BN_TRY(bn_dist_sum(opts->dist, net->pass.ctx, v, 2));
+    *loss_sum = v[0];
+    *correct = v[1];
+    return BN_OK;
+}
+
+/* Several GPUs: each rank normalised its own share, so the running statistics differ; their
+ * mean is what an evaluation or a checkpoint uses. */
+static bn_status average_buffers(const bn_trainer_opts *opts, bn_net *net)
+{
+    if (!opts->dist || !net->buffers || !bn_blob_count(net->buffers)) return BN_OK;
+    float *b = bn_blob_dev_wr(net->buffers);
+    if (!b) return bn_last_status();
+    return bn_dist_average(opts->dist, net->pass.ctx, b, bn_blob_count(net->buffers));
+}
+
+/* Several GPUs: the ranks' parameters must be bit-identical after `step`. */
+static bn_status check_same_params(const bn_trainer_opts *opts, bn_net *net, long step)
+{
+    if (!opts->dist || !net->params) return BN_OK;
+    BN_TRY(settle_group(opts, net));
+    const float *w = bn_blob_host_rd(net->params);
+    if (!w) return bn_last_status();
+    uint64_t h = hash_bytes(w, bn_blob_count(net->params) * sizeof *w);
+    return bn_dist_check_same(opts->dist, net->pass.ctx, h, step);
+}
+
+/* Whether a stop was asked for: on several GPUs, on any rank (all of them ask together). */
+static bn_status agree_stop(const bn_trainer_opts *opts, bn_net *net, int *stop)
+{
+    int mine = opts->stop && *opts->stop;
+    if (!opts->dist) {
+        *stop = mine;
+        return BN_OK;
+    }
+    return bn_dist_any(opts->dist, net->pass.ctx, mine, stop);
+}
+
+/* BLOBNET_RANK_WEIGHTS=DIR: every rank also writes its final weights to DIR/rank<R>.safetensors,
+ * so that a test can compare them. */
+static bn_status write_rank_weights(const bn_trainer_opts *opts, bn_net *net)
+{
+    if (!opts->dist) return BN_OK;
+    const char *dir = getenv("BLOBNET_RANK_WEIGHTS");
+    if (!dir || !dir[0]) return BN_OK;
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/rank%d.safetensors", dir, opts->dist->rank) >= (int)sizeof path)
+        return bn_error(BN_ERR_USAGE, "BLOBNET_RANK_WEIGHTS=%s: the folder's name is too long", dir);
+    return bn_checkpoint_save(path, net, NULL, NULL);
 }
 
 static bn_status interrupted(const bn_trainer_opts *opts, const bn_train_state *st)
@@ -202,19 +327,28 @@ static bn_status after_step(bn_net *net, bn_optimizer *opt, bn_blob *acc, bn_tra
     }
     if (opts->debug_numerics > 0 && st->step % opts->debug_numerics == 0)
         BN_TRY(bn_numerics_print(net, stderr, st->step));
-    int stop = opts->stop && *opts->stop;
+    int stop = 0;
+    if (!opts->dist) stop = opts->stop && *opts->stop;
+    else if (st->step % STOP_EVERY == 0 || last_of_epoch) BN_TRY(agree_stop(opts, net, &stop));
     int periodic = opts->checkpoint_every > 0 && st->step % opts->checkpoint_every == 0 && !last_of_epoch;
-    if (opts->save_path && (stop || periodic)) {
+    /* Only rank 0 has a save path, but every rank joins the collectives of a save. */
+    if ((opts->save_path || opts->dist) && (stop || periodic)) {
         /* The epoch's running sums go into the checkpoint, so that a resume continues them. */
+        BN_TRY(settle_group(opts, net));
         const float *sums = bn_blob_host_rd(acc);
         if (!sums) return bn_last_status();
-        st->epoch_loss_sum = sums[0];
-        st->epoch_correct = sums[1];
+        double loss_sum = sums[0], correct = sums[1];
+        BN_TRY(sum_group(opts, net, &loss_sum, &correct));
+        st->epoch_loss_sum = loss_sum;
+        st->epoch_correct = correct;
         BN_TRY(check_finite(net, st->epoch_loss_sum, *checked + 1, st->step));
         *checked = st->step;
-        BN_TRY(bn_checkpoint_save(opts->save_path, net, opt, st));
-        /* A stop asked for during this save finds the checkpoint up to date already. */
-        stop = opts->stop && *opts->stop;
+        BN_TRY(average_buffers(opts, net));
+        BN_TRY(check_same_params(opts, net, st->step));
+        if (opts->save_path) BN_TRY(bn_checkpoint_save(opts->save_path, net, opt, st));
+        /* A stop asked for during this save finds the checkpoint up to date already (with several
+         * GPUs, the next agreement sees it). */
+        if (!opts->dist) stop = opts->stop && *opts->stop;
     }
     return stop ? interrupted(opts, st) : BN_OK;
 }
@@ -236,24 +370,40 @@ static bn_status train_epoch(bn_net *net, bn_optimizer *opt, bn_loader *ld, bn_b
     if (st->epoch_seen < 0 || st->epoch_seen > count)
         return bn_error(BN_ERR_INTERNAL, "resuming at example %ld of an epoch of %d examples", st->epoch_seen, count);
     int first = (int)st->epoch_seen;
+    bn_dist *dist = opts->dist;
+    int world = dist ? dist->world : 1, rank = dist ? dist->rank : 0;
+    /* A rank trains positions [off, off + mine) of each global batch; `full` of a full one. */
+    int full_off, full;
+    bn_dist_share(batch, world, rank, &full_off, &full);
     bn_step_info info = {.epoch = st->epoch + 1, .epochs = opts->epochs, .batches = (int)steps_for(count, batch),
-                         .count = count, .sums = acc};
+                         .count = count, .sums = acc, .gpus = world};
     BN_TRY(bn_loader_set_order(ld, 1, bn_epoch_seed(st->seed, st->epoch)));
     BN_TRY(bn_loader_set_step(ld, (unsigned long long)st->step));
     float *a = bn_blob_host_wr(acc);
     if (!a) return bn_last_status();
-    a[0] = (float)st->epoch_loss_sum;
-    a[1] = (float)st->epoch_correct;
+    /* The sums of a resumed epoch are the whole group's: one rank carries them on. */
+    a[0] = rank == 0 ? (float)st->epoch_loss_sum : 0.0f;
+    a[1] = rank == 0 ? (float)st->epoch_correct : 0.0f;
+    long sums_seen = rank == 0 ? first : 0;
     /* A replayed graph adds into the device copy without a transfer: make it the newest now. */
     if (net->pass.ctx && !bn_blob_dev_wr(acc)) return bn_last_status();
-    BN_TRY(bn_loader_set_cursor(ld, first));
+    BN_TRY(bn_loader_set_cursor(ld, first + full_off));
     if (net->pass.ctx) BN_TRY(bn_optimizer_schedule(opt, net, opt->iter, steps_for(count - first, batch)));
     for (int start = first; start < count; start += batch) {
         int n = count - start < batch ? count - start : batch;
+        int off = 0, mine = n;
+        if (dist) {
+            bn_dist_share(n, world, rank, &off, &mine);
+            /* Only a short last batch moves a share's start off the loader's stride. */
+            if (ld->host_cursor != start + off) BN_TRY(bn_loader_set_cursor(ld, start + off));
+            net->pass.offset = off;
+        }
         double lr = bn_optimizer_lr(opt, opt->iter);
         if (opts->profile_first && st->step + 1 == opts->profile_first) BN_TRY(bn_profiler_start());
-        step_body body = {net, opt, ld, acc, n};
-        BN_TRY(train_step(&body, graph, warm, opts, st->step));
+        step_body body = {net, opt, ld, acc, mine, dist, (double)mine / n};
+        BN_TRY(train_step(&body, graph, warm, full, opts, st->step));
+        /* An empty share drew no batch, so the loader's step did not move with the others'. */
+        if (mine == 0) BN_TRY(bn_loader_set_step(ld, (unsigned long long)st->step + 1));
         if (opts->profile_first && st->step + 1 == opts->profile_last) BN_TRY(bn_profiler_stop());
         st->step++;
         if (opts->log && opts->log_every > 0 && st->step % opts->log_every == 0)
@@ -264,15 +414,20 @@ static bn_status train_epoch(bn_net *net, bn_optimizer *opt, bn_loader *ld, bn_b
             info.batch = info.batches - (int)steps_for(count - st->epoch_seen, batch);
             info.seen = st->epoch_seen;
             info.images += n;
+            sums_seen += mine;
+            if (dist) info.sums_seen = sums_seen;
             info.seconds = now_seconds() - t0;
             BN_TRY(opts->progress(opts->progress_user, BN_PROGRESS_STEP, &info));
         }
         BN_TRY(after_step(net, opt, acc, st, opts, checked, start + n >= count));
     }
+    BN_TRY(settle_group(opts, net));
     const float *sums = bn_blob_host_rd(acc);
     if (!sums) return bn_last_status();
-    st->epoch_loss_sum = sums[0];
-    st->epoch_correct = sums[1];
+    double loss_sum = sums[0], correct = sums[1];
+    BN_TRY(sum_group(opts, net, &loss_sum, &correct));
+    st->epoch_loss_sum = loss_sum;
+    st->epoch_correct = correct;
     BN_TRY(check_finite(net, st->epoch_loss_sum, *checked + 1, st->step));
     *checked = st->step;
     return BN_OK;
@@ -298,19 +453,22 @@ static bn_status run_eval_body(void *arg)
 }
 
 /* Evaluation over a loader in its natural order, summing into sum (a 2-float scratch blob).
- * With graph (GPU), full batches after the first replay a captured forward pass. */
-static bn_status evaluate_with(bn_net *net, bn_loader *ld, bn_blob *sum, bn_step_graph *graph, double *loss,
-                               double *acc)
+ * With graph (GPU), full batches after the first replay a captured forward pass. With dist, this
+ * rank evaluates its share of the dataset and the sums are the whole group's. */
+static bn_status evaluate_with(bn_net *net, bn_loader *ld, bn_blob *sum, bn_step_graph *graph, bn_dist *dist,
+                               double *loss, double *acc)
 {
-    int count = ld->data->count, batch = net->capacity;
+    int count = ld->data->count, batch = net->capacity, first = 0, mine = count;
+    if (dist) bn_dist_share(count, dist->world, dist->rank, &first, &mine);
+    int end = first + mine;
     BN_TRY(bn_blob_zero(sum));
     if (net->pass.ctx && !bn_blob_dev_rd(sum)) return bn_last_status();
-    BN_TRY(bn_loader_set_cursor(ld, 0));
+    BN_TRY(bn_loader_set_cursor(ld, first));
     bn_nvtx_push("eval", BN_NVTX_STEP);
     bn_status s = BN_OK;
-    for (int start = 0; s == BN_OK && start < count; start += batch) {
-        eval_body b = {net, ld, sum, count - start < batch ? count - start : batch};
-        int replayable = graph && net->pass.ctx && b.n == batch && start > 0 && bn_net_graph_safe(net);
+    for (int start = first; s == BN_OK && start < end; start += batch) {
+        eval_body b = {net, ld, sum, end - start < batch ? end - start : batch};
+        int replayable = graph && net->pass.ctx && b.n == batch && start > first && bn_net_graph_safe(net);
         if (!replayable) {
             s = run_eval_body(&b);
             continue;
@@ -322,10 +480,19 @@ static bn_status evaluate_with(bn_net *net, bn_loader *ld, bn_blob *sum, bn_step
     }
     bn_nvtx_pop();
     BN_TRY(s);
+    if (dist) BN_TRY(bn_dist_wait(dist, net->pass.ctx));
     const float *m = bn_blob_host_rd(sum);
     if (!m) return bn_last_status();
-    *loss = m[0] / count;
-    *acc = m[1] / count;
+    if (!dist) {
+        /* Float divisions: the outputs of bn_evaluate_each agree with these to the bit. */
+        *loss = m[0] / count;
+        *acc = m[1] / count;
+        return BN_OK;
+    }
+    double v[2] = {m[0], m[1]};
+    BN_TRY(bn_dist_sum(dist, net->pass.ctx, v, 2));
+    *loss = v[0] / count;
+    *acc = v[1] / count;
     return BN_OK;
 }
 
@@ -334,7 +501,7 @@ bn_status bn_evaluate(bn_net *net, const bn_dataset *data, double *loss, double 
     bn_loader ld;
     BN_TRY(bn_loader_init(&ld, data, net->pass.ctx));
     bn_blob *sum = bn_blob_new("eval.metrics", 2, 1, 1, 1);
-    bn_status s = sum ? evaluate_with(net, &ld, sum, NULL, loss, acc) : bn_last_status();
+    bn_status s = sum ? evaluate_with(net, &ld, sum, NULL, NULL, loss, acc) : bn_last_status();
     bn_blob_free(sum);
     bn_loader_free(&ld);
     return s;
@@ -343,11 +510,13 @@ bn_status bn_evaluate(bn_net *net, const bn_dataset *data, double *loss, double 
 static void print_epoch(FILE *out, const bn_epoch_report *r)
 {
     if (!out) return;
+    char per_gpu[48] = "";
+    if (r->gpus > 1) snprintf(per_gpu, sizeof per_gpu, " (%.0f per GPU)", r->images_per_s / r->gpus);
     fprintf(out,
-            "epoch %*d/%d  lr %.6f  train loss %.4f  train acc %6.2f%%  test acc %6.2f%%  %7.3f s  %8.0f img/s"
+            "epoch %*d/%d  lr %.6f  train loss %.4f  train acc %6.2f%%  test acc %6.2f%%  %7.3f s  %8.0f img/s%s"
             "  eval %.1f ms\n",
             r->epochs >= 10 ? 2 : 1, r->epoch, r->epochs, r->lr, r->train_loss, 100.0 * r->train_acc,
-            100.0 * r->test_acc, r->seconds, r->images_per_s, 1e3 * r->eval_seconds);
+            100.0 * r->test_acc, r->seconds, r->images_per_s, per_gpu, 1e3 * r->eval_seconds);
     fflush(out);
 }
 
@@ -356,11 +525,16 @@ bn_status bn_train(bn_net *net, bn_optimizer *opt, const bn_dataset *train, cons
 {
     if (!bn_net_loss_layer(net))
         return bn_error(BN_ERR_USAGE, "%s: training needs a loss layer (softmax_ce) at the end", net->source);
+    if (opts->dist && !net->pass.ctx)
+        return bn_error(BN_ERR_USAGE, "rank %d: training on several GPUs needs the GPU path, not the CPU",
+                        opts->dist->rank);
     memset(last, 0, sizeof *last);
     long steps_per_epoch = (train->count + net->capacity - 1) / net->capacity;
     opt->max_iter = steps_per_epoch * opts->epochs;
     bn_loader ld, test_ld;
     BN_TRY(bn_loader_init(&ld, train, net->pass.ctx));
+    /* Each rank reads its share of every global batch and skips the others'. */
+    if (opts->dist) ld.stride = net->capacity;
     bn_status s = bn_loader_init(&test_ld, test, net->pass.ctx);
     bn_blob *acc = s == BN_OK ? bn_blob_new("epoch.metrics", 2, 1, 1, 1) : NULL;
     bn_blob *eval_sum = acc ? bn_blob_new("eval.metrics", 2, 1, 1, 1) : NULL;
@@ -377,7 +551,7 @@ bn_status bn_train(bn_net *net, bn_optimizer *opt, const bn_dataset *train, cons
         long seen_before = st->epoch_seen;
         double t0 = now_seconds();
         s = train_epoch(net, opt, &ld, acc, st, opts, &graph, &warm, &checked);
-        if (s == BN_OK && net->pass.ctx) s = bn_device_sync();
+        if (s == BN_OK && net->pass.ctx) s = opts->dist ? bn_dist_wait(opts->dist, net->pass.ctx) : bn_device_sync();
         double seconds = now_seconds() - t0;
         bn_nvtx_pop();
         bn_step_info info = {.epoch = st->epoch + 1, .epochs = opts->epochs, .seen = st->epoch_seen, .sums = acc};
@@ -386,15 +560,20 @@ bn_status bn_train(bn_net *net, bn_optimizer *opt, const bn_dataset *train, cons
         bn_epoch_report r = {.epoch = st->epoch + 1, .epochs = opts->epochs, .lr = bn_optimizer_lr(opt, opt->iter - 1),
                              .train_loss = st->epoch_loss_sum / st->epoch_seen,
                              .train_acc = st->epoch_correct / st->epoch_seen, .seconds = seconds,
-                             .images_per_s = (st->epoch_seen - seen_before) / (seconds > 0 ? seconds : 1e-9)};
+                             .images_per_s = (st->epoch_seen - seen_before) / (seconds > 0 ? seconds : 1e-9),
+                             .gpus = opts->dist ? opts->dist->world : 1};
         double eval_start = now_seconds();
-        s = evaluate_with(net, &test_ld, eval_sum, opts->no_graph ? NULL : &eval_graph, &r.test_loss, &r.test_acc);
+        s = average_buffers(opts, net);
+        if (s == BN_OK)
+            s = evaluate_with(net, &test_ld, eval_sum, opts->no_graph ? NULL : &eval_graph, opts->dist, &r.test_loss,
+                              &r.test_acc);
         r.eval_seconds = now_seconds() - eval_start;
         if (s != BN_OK) break;
         *st = (bn_train_state){.seed = st->seed, .epoch = st->epoch + 1, .step = st->step, .examples = st->examples};
         /* The row before the checkpoint: the log then holds every row up to a checkpoint's step, and
          * a resume from it drops only rows it trains again. */
         if (opts->log) s = log_epoch(opts, &r, st->step);
+        if (s == BN_OK) s = check_same_params(opts, net, st->step);
         if (s == BN_OK && opts->save_path) s = bn_checkpoint_save(opts->save_path, net, opt, st);
         if (opts->progress) {
             bn_status p = opts->progress(opts->progress_user, BN_PROGRESS_DONE, &info);
@@ -402,9 +581,13 @@ bn_status bn_train(bn_net *net, bn_optimizer *opt, const bn_dataset *train, cons
         }
         print_epoch(opts->out, &r);
         *last = r;
-        if (s == BN_OK && opts->stop && *opts->stop) s = interrupted(opts, st);
+        int stop = 0;
+        if (s == BN_OK) s = agree_stop(opts, net, &stop);
+        if (s == BN_OK && stop) s = interrupted(opts, st);
         if (opts->until_accuracy > 0 && r.test_acc >= opts->until_accuracy) break;
     }
+    /* The epoch's end compared the parameters already; these are the final weights. */
+    if (s == BN_OK) s = write_rank_weights(opts, net);
     bn_step_graph_free(&graph);
     bn_step_graph_free(&eval_graph);
     bn_blob_free(acc);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "checkpoint.h"
+#include "dist/dist.h"
 #include "idx.h"
 #include "loader.h"
 #include "metrics_log.h"
@@ -23,7 +24,8 @@ typedef struct bn_epoch_report {
     double test_loss, test_acc;
     double seconds;         /* training time of the epoch, evaluation excluded */
     double eval_seconds;    /* the evaluation of the test set after it */
-    double images_per_s;
+    double images_per_s;    /* of all GPUs together */
+    int gpus;               /* GPUs that trained together (1 on one GPU or the CPU) */
 } bn_epoch_report;
 
 /* What a progress hook is told after every training step: counters that cost nothing. */
@@ -34,6 +36,8 @@ typedef struct bn_step_info {
     long images;            /* images trained since this process began the epoch */
     double seconds;         /* since this process began the epoch */
     bn_blob *sums;          /* the epoch's [loss sum, correct]: read through bn_step_running_metrics */
+    int gpus;               /* GPUs that train together; images and seen count all of theirs */
+    long sums_seen;         /* the examples sums covers: this GPU's share of seen (0: all of seen) */
 } bn_step_info;
 
 typedef enum bn_progress_event {
@@ -67,10 +71,14 @@ typedef struct bn_trainer_opts {
     long debug_numerics;    /* print bn_numerics_print's table to stderr every this many steps */
     const volatile sig_atomic_t *stop; /* when it turns non-zero (a signal handler sets it), training
                              * stops after the current step, saves, and returns BN_ERR_INTERRUPTED */
+    bn_dist *dist;          /* several GPUs: this rank's group, or NULL */
 } bn_trainer_opts;
 
 /* Trains net with opt from state st (zeroed for a fresh run; loaded for a resume) until
- * opts->epochs are complete, evaluating on test after every epoch. *last receives the last
+ * opts->epochs are complete, evaluating on test after every epoch. With opts->dist, this is one
+ * rank of data-parallel training (docs/multi-gpu.md): it trains its share of every global batch
+ * (net->capacity examples), the gradients summed across ranks layer by layer; every rank must
+ * call it with the same net, settings and state. *last receives the last
  * epoch's report (test_acc is the final accuracy). A loss or parameter that turns NaN or
  * infinite is BN_ERR_NUMERIC naming the steps and the first layer where it shows; no
  * checkpoint is written from then on. */

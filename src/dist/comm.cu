@@ -1,0 +1,382 @@
+/* comm.cu - one rank's NCCL communicator and the collectives the trainer needs.
+ *
+ * The communicator is non-blocking (ncclConfig_t.blocking = 0), so that no NCCL call can hang
+ * the host: a call that answers ncclInProgress is polled with ncclCommGetAsyncError until it
+ * settles or d->timeout_s passes, and every host wait on the device polls the stream and NCCL's
+ * error state the same way. Past the deadline the communicator is aborted (which also releases
+ * the kernels stuck waiting on a dead peer) and the error names this rank.
+ *
+ * Gradients are summed on a communication stream of the rank's own, forked from the compute
+ * streams by an event and joined back to the stream by another at the step's end, so the
+ * all-reduce (and update) of one layer runs beside the backward pass of the layers below it,
+ * inside a captured CUDA graph as well. NVLink multicast
+ * (NCCL_NVLS_ENABLE) is left as the environment sets it. */
+#include <nccl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/nvtx.h"
+#include "dist.h"
+#include "gpu/cuda_check.h"
+
+#define DEFAULT_TIMEOUT_S 120.0
+/* How long a host wait sleeps between two polls: short beside a step, long beside a spin. */
+static const struct timespec poll_pause = {0, 50000};
+#define MAX_WEIGHTS 8
+
+/* comm.cu's own part of a bn_dist (d->state). */
+typedef struct comm_state {
+    cudaEvent_t ready;       /* the compute work a collective follows */
+    cudaEvent_t done;        /* the collective, for the compute work that follows it */
+    void *scratch;           /* device: BN_DIST_MAX_VALUES doubles or BN_DIST_MAX_RANKS hashes */
+    /* Pre-multiplied sums, one per weight seen: a captured graph keeps using the op it was
+     * captured with, so none is destroyed before the communicator. */
+    double weights[MAX_WEIGHTS];
+    ncclRedOp_t ops[MAX_WEIGHTS];
+    int num_ops;
+} comm_state;
+
+static double now_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static double timeout_of(const bn_dist *d)
+{
+    return d->timeout_s > 0 ? d->timeout_s : DEFAULT_TIMEOUT_S;
+}
+
+/* Aborts the communicator (no wait on the other ranks) and forgets it. */
+static void abort_comm(bn_dist *d)
+{
+    if (!d->comm) return;
+    ncclCommAbort((ncclComm_t)d->comm);
+    d->comm = NULL;
+}
+
+static bn_status nccl_failed(bn_dist *d, ncclResult_t r, const char *file, int line, const char *call)
+{
+    const char *detail = ncclGetLastError((ncclComm_t)d->comm);
+    bn_status s = bn_error(BN_ERR_DEVICE, "rank %d: %s:%d: %s: %s%s%s", d->rank, file, line, call,
+                           ncclGetErrorString(r), detail && detail[0] ? ": " : "", detail ? detail : "");
+    abort_comm(d);
+    return s;
+}
+
+static bn_status no_progress(bn_dist *d, const char *what)
+{
+    bn_status s = bn_error(BN_ERR_DEVICE, "rank %d: no progress from the other ranks for %g s (%s)", d->rank,
+                           timeout_of(d), what);
+    abort_comm(d);
+    return s;
+}
+
+/* Turns an NCCL result into a status: ncclInProgress (a non-blocking communicator still at
+ * work) is polled until it settles, with the deadline. */
+static bn_status settle(bn_dist *d, ncclResult_t r, const char *file, int line, const char *call)
+{
+    double start = now_seconds();
+    while (r == ncclInProgress) {
+        if (now_seconds() - start > timeout_of(d)) return no_progress(d, call);
+        ncclResult_t q = ncclCommGetAsyncError((ncclComm_t)d->comm, &r);
+        if (q != ncclSuccess) return nccl_failed(d, q, file, line, "ncclCommGetAsyncError");
+        if (r == ncclInProgress) nanosleep(&poll_pause, NULL);
+    }
+    return r == ncclSuccess ? BN_OK : nccl_failed(d, r, file, line, call);
+}
+
+#define BN_NCCL(d, call)                                                                      \
+    do {                                                                                      \
+        ncclResult_t bn_r_ = (call);                                                          \
+        if (bn_r_ != ncclSuccess) BN_TRY(settle((d), bn_r_, __FILE__, __LINE__, #call));      \
+    } while (0)
+
+/* Waits for everything queued on s, watching NCCL's error state; `what` names the wait. */
+static bn_status wait_stream(bn_dist *d, cudaStream_t s, const char *what)
+{
+    double start = now_seconds();
+    for (;;) {
+        cudaError_t e = cudaStreamQuery(s);
+        if (e == cudaSuccess) return BN_OK;
+        if (e != cudaErrorNotReady)
+            return bn_error(BN_ERR_DEVICE, "rank %d: %s:%d: cudaStreamQuery (%s): %s", d->rank, __FILE__, __LINE__,
+                            what, cudaGetErrorString(e));
+        ncclResult_t async;
+        ncclResult_t q = ncclCommGetAsyncError((ncclComm_t)d->comm, &async);
+        if (q != ncclSuccess) return nccl_failed(d, q, __FILE__, __LINE__, "ncclCommGetAsyncError");
+        if (async != ncclSuccess && async != ncclInProgress) return nccl_failed(d, async, __FILE__, __LINE__, what);
+        if (now_seconds() - start > timeout_of(d)) return no_progress(d, what);
+        nanosleep(&poll_pause, NULL);
+    }
+}
+
+static bn_status not_open(const bn_dist *d)
+{
+    return bn_error(BN_ERR_INTERNAL, "rank %d: the communicator is not open (closed, or aborted after an error)",
+                    d ? d->rank : -1);
+}
+
+#define BN_NEED_OPEN(d)                                 \
+    do {                                                \
+        if (!(d) || !(d)->comm) return not_open(d);     \
+    } while (0)
+
+extern "C" int bn_dist_compiled(void)
+{
+    return 1;
+}
+
+extern "C" const char *bn_dist_missing(void)
+{
+    return "";
+}
+
+extern "C" bn_status bn_dist_unique_id(void *id, size_t id_len)
+{
+    if (id_len < sizeof(ncclUniqueId))
+        return bn_error(BN_ERR_INTERNAL, "an NCCL unique id needs %zu bytes, not %zu", sizeof(ncclUniqueId), id_len);
+    ncclUniqueId u;
+    ncclResult_t r = ncclGetUniqueId(&u);
+    if (r != ncclSuccess) {
+        const char *detail = ncclGetLastError(NULL);
+        return bn_error(BN_ERR_DEVICE, "%s:%d: ncclGetUniqueId: %s%s%s", __FILE__, __LINE__, ncclGetErrorString(r),
+                        detail && detail[0] ? ": " : "", detail ? detail : "");
+    }
+    memcpy(id, &u, sizeof u);
+    return BN_OK;
+}
+
+/* The streams, events and scratch of an opened bn_dist; released by release_state. */
+static bn_status make_state(bn_dist *d)
+{
+    comm_state *st = (comm_state *)calloc(1, sizeof *st);
+    if (!st) return bn_error(BN_ERR_NOMEM, "rank %d: out of host memory for the communicator", d->rank);
+    d->state = st;
+    cudaStream_t s;
+    BN_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    d->stream = s;
+    BN_CUDA(cudaEventCreateWithFlags(&st->ready, cudaEventDisableTiming));
+    BN_CUDA(cudaEventCreateWithFlags(&st->done, cudaEventDisableTiming));
+    size_t bytes = BN_DIST_MAX_RANKS * sizeof(uint64_t);
+    if (bytes < BN_DIST_MAX_VALUES * sizeof(double)) bytes = BN_DIST_MAX_VALUES * sizeof(double);
+    return bn_device_alloc(&st->scratch, bytes);
+}
+
+static void release_state(bn_dist *d)
+{
+    comm_state *st = (comm_state *)d->state;
+    if (st) {
+        if (st->ready) cudaEventDestroy(st->ready);
+        if (st->done) cudaEventDestroy(st->done);
+        bn_device_free(st->scratch);
+        free(st);
+    }
+    if (d->stream) cudaStreamDestroy((cudaStream_t)d->stream);
+    d->state = NULL;
+    d->stream = NULL;
+}
+
+extern "C" bn_status bn_dist_open(bn_dist *d, const void *id, bn_ctx *ctx)
+{
+    if (d->world < 1 || d->world > BN_DIST_MAX_RANKS || d->rank < 0 || d->rank >= d->world)
+        return bn_error(BN_ERR_USAGE, "rank %d of %d: a rank lies in 0..world-1 and world in 1..%d", d->rank, d->world,
+                        BN_DIST_MAX_RANKS);
+    if (!ctx) return bn_error(BN_ERR_USAGE, "rank %d: training on several GPUs needs a GPU context", d->rank);
+    d->device = ctx->device;
+    BN_CUDA(cudaSetDevice(ctx->device));
+    bn_status s = make_state(d);
+    if (s != BN_OK) {
+        release_state(d);
+        return s;
+    }
+    ncclUniqueId u;
+    memcpy(&u, id, sizeof u);
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclComm_t comm = NULL;
+    ncclResult_t r = ncclCommInitRankConfig(&comm, d->world, u, d->rank, &config);
+    d->comm = comm;
+    if (r != ncclSuccess && r != ncclInProgress) {
+        /* d->comm may be unset: the message cannot ask the communicator for details. */
+        s = bn_error(BN_ERR_DEVICE, "rank %d: %s:%d: ncclCommInitRankConfig: %s", d->rank, __FILE__, __LINE__,
+                     ncclGetErrorString(r));
+        if (d->comm) abort_comm(d);
+    } else if (!d->comm) {
+        s = bn_error(BN_ERR_DEVICE, "rank %d: %s:%d: ncclCommInitRankConfig returned no communicator", d->rank,
+                     __FILE__, __LINE__);
+    } else {
+        s = settle(d, r, __FILE__, __LINE__, "ncclCommInitRankConfig (joining the other ranks)");
+    }
+    if (s != BN_OK) release_state(d);
+    return s;
+}
+
+/* The pre-multiplied sum that scales each contribution by weight, made once per weight. */
+static bn_status weighted_sum(bn_dist *d, double weight, ncclRedOp_t *op)
+{
+    comm_state *st = (comm_state *)d->state;
+    for (int i = 0; i < st->num_ops; i++)
+        if (st->weights[i] == weight) {
+            *op = st->ops[i];
+            return BN_OK;
+        }
+    if (st->num_ops == MAX_WEIGHTS)
+        return bn_error(BN_ERR_INTERNAL, "rank %d: more than %d gradient weights in one run", d->rank, MAX_WEIGHTS);
+    float scalar = (float)weight;
+    BN_NCCL(d, ncclRedOpCreatePreMulSum(&st->ops[st->num_ops], &scalar, ncclFloat32, ncclScalarHostImmediate,
+                                        (ncclComm_t)d->comm));
+    st->weights[st->num_ops] = weight;
+    *op = st->ops[st->num_ops++];
+    return BN_OK;
+}
+
+/* Makes the communication stream follow what `after` holds now. */
+static bn_status fork_comm(bn_dist *d, cudaStream_t after)
+{
+    comm_state *st = (comm_state *)d->state;
+    BN_CUDA(cudaEventRecord(st->ready, after));
+    BN_CUDA(cudaStreamWaitEvent((cudaStream_t)d->stream, st->ready, 0));
+    return BN_OK;
+}
+
+/* Makes `then` follow what the communication stream holds now. */
+static bn_status join_comm(bn_dist *d, cudaStream_t then)
+{
+    comm_state *st = (comm_state *)d->state;
+    BN_CUDA(cudaEventRecord(st->done, (cudaStream_t)d->stream));
+    BN_CUDA(cudaStreamWaitEvent(then, st->done, 0));
+    return BN_OK;
+}
+
+static bn_status allreduce_grads(bn_dist *d, bn_ctx *ctx, float *grads, size_t count, double weight)
+{
+    ncclRedOp_t op = ncclSum;
+    BN_TRY(weighted_sum(d, weight, &op));
+    /* The layer's weight gradients may still be in flight on the side stream and its other work
+     * on the stream: the sum follows both, and holds up neither. */
+    BN_TRY(fork_comm(d, (cudaStream_t)ctx->stream));
+    if (ctx->side_stream) BN_TRY(fork_comm(d, (cudaStream_t)ctx->side_stream));
+    BN_NCCL(d, ncclAllReduce(grads, grads, count, ncclFloat32, op, (ncclComm_t)d->comm, (cudaStream_t)d->stream));
+    return BN_OK;
+}
+
+extern "C" bn_status bn_dist_allreduce_grads(bn_dist *d, bn_ctx *ctx, float *grads, size_t count, double weight)
+{
+    BN_NEED_OPEN(d);
+    bn_nvtx_push("allreduce", BN_NVTX_COMM);
+    bn_status s = allreduce_grads(d, ctx, grads, count, weight);
+    bn_nvtx_pop();
+    return s;
+}
+
+extern "C" bn_status bn_dist_join_comm(bn_dist *d, bn_ctx *ctx)
+{
+    BN_NEED_OPEN(d);
+    return join_comm(d, (cudaStream_t)ctx->stream);
+}
+
+extern "C" bn_status bn_dist_wait(bn_dist *d, bn_ctx *ctx)
+{
+    BN_NEED_OPEN(d);
+    return wait_stream(d, (cudaStream_t)ctx->stream, "waiting for the step's collectives");
+}
+
+/* An in-place all-reduce of device data ordered on ctx's stream, waited for with the deadline. */
+static bn_status allreduce_on_stream(bn_dist *d, bn_ctx *ctx, void *data, size_t count, ncclDataType_t type,
+                                     ncclRedOp_t op, const char *what)
+{
+    cudaStream_t s = (cudaStream_t)ctx->stream;
+    BN_TRY(fork_comm(d, s));
+    BN_NCCL(d, ncclAllReduce(data, data, count, type, op, (ncclComm_t)d->comm, (cudaStream_t)d->stream));
+    BN_TRY(join_comm(d, s));
+    return wait_stream(d, s, what);
+}
+
+extern "C" bn_status bn_dist_average(bn_dist *d, bn_ctx *ctx, float *data, size_t count)
+{
+    BN_NEED_OPEN(d);
+    if (!count) return BN_OK;
+    return allreduce_on_stream(d, ctx, data, count, ncclFloat32, ncclAvg, "averaging the buffers");
+}
+
+extern "C" bn_status bn_dist_sum(bn_dist *d, bn_ctx *ctx, double *values, int n)
+{
+    BN_NEED_OPEN(d);
+    if (n < 1 || n > BN_DIST_MAX_VALUES)
+        return bn_error(BN_ERR_INTERNAL, "rank %d: summing %d values (1..%d)", d->rank, n, BN_DIST_MAX_VALUES);
+    comm_state *st = (comm_state *)d->state;
+    cudaStream_t s = (cudaStream_t)ctx->stream;
+    size_t bytes = (size_t)n * sizeof *values;
+    /* A copy from pageable memory may wait for the stream: first wait with the deadline. */
+    BN_TRY(wait_stream(d, s, "summing the metrics"));
+    BN_CUDA(cudaMemcpyAsync(st->scratch, values, bytes, cudaMemcpyHostToDevice, s));
+    BN_TRY(allreduce_on_stream(d, ctx, st->scratch, (size_t)n, ncclFloat64, ncclSum, "summing the metrics"));
+    BN_CUDA(cudaMemcpyAsync(values, st->scratch, bytes, cudaMemcpyDeviceToHost, s));
+    return wait_stream(d, s, "summing the metrics");
+}
+
+extern "C" bn_status bn_dist_any(bn_dist *d, bn_ctx *ctx, int flag, int *any)
+{
+    BN_NEED_OPEN(d);
+    comm_state *st = (comm_state *)d->state;
+    cudaStream_t s = (cudaStream_t)ctx->stream;
+    int32_t mine = flag != 0, most = 0;
+    BN_TRY(wait_stream(d, s, "agreeing on a stop"));
+    BN_CUDA(cudaMemcpyAsync(st->scratch, &mine, sizeof mine, cudaMemcpyHostToDevice, s));
+    BN_TRY(allreduce_on_stream(d, ctx, st->scratch, 1, ncclInt32, ncclMax, "agreeing on a stop"));
+    BN_CUDA(cudaMemcpyAsync(&most, st->scratch, sizeof most, cudaMemcpyDeviceToHost, s));
+    BN_TRY(wait_stream(d, s, "agreeing on a stop"));
+    *any = most != 0;
+    return BN_OK;
+}
+
+extern "C" bn_status bn_dist_check_same(bn_dist *d, bn_ctx *ctx, uint64_t hash, long step)
+{
+    BN_NEED_OPEN(d);
+    comm_state *st = (comm_state *)d->state;
+    cudaStream_t s = (cudaStream_t)ctx->stream;
+    uint64_t *all = (uint64_t *)st->scratch;
+    uint64_t hashes[BN_DIST_MAX_RANKS];
+    BN_TRY(wait_stream(d, s, "comparing the parameters"));
+    BN_CUDA(cudaMemcpyAsync(all + d->rank, &hash, sizeof hash, cudaMemcpyHostToDevice, s));
+    BN_TRY(fork_comm(d, s));
+    BN_NCCL(d, ncclAllGather(all + d->rank, all, 1, ncclUint64, (ncclComm_t)d->comm, (cudaStream_t)d->stream));
+    BN_TRY(join_comm(d, s));
+    /* A copy into pageable memory waits for the stream without a deadline: wait with one first. */
+    BN_TRY(wait_stream(d, s, "comparing the parameters"));
+    BN_CUDA(cudaMemcpyAsync(hashes, all, (size_t)d->world * sizeof *hashes, cudaMemcpyDeviceToHost, s));
+    BN_TRY(wait_stream(d, s, "comparing the parameters"));
+    char ranks[256] = "";
+    size_t used = 0;
+    int first = 0;
+    for (int r = 1; r < d->world && used < sizeof ranks - 16; r++)
+        if (hashes[r] != hashes[0]) {
+            if (!first) first = r;
+            used += (size_t)snprintf(ranks + used, sizeof ranks - used, " %d", r);
+        }
+    if (!first) return BN_OK;
+    return bn_error(BN_ERR_INTERNAL, "rank %d: after step %ld the parameters of rank(s)%s differ from rank 0's "
+                    "(rank %d's hash %016llx, rank 0's %016llx): the ranks no longer train the same model", d->rank,
+                    step, ranks, first, (unsigned long long)hashes[first], (unsigned long long)hashes[0]);
+}
+
+extern "C" void bn_dist_close(bn_dist *d, int aborting)
+{
+    if (!d) return;
+    comm_state *st = (comm_state *)d->state;
+    if (d->comm && !aborting) {
+        ncclComm_t comm = (ncclComm_t)d->comm;
+        for (int i = 0; st && i < st->num_ops; i++)
+            if (settle(d, ncclRedOpDestroy(st->ops[i], comm), __FILE__, __LINE__, "ncclRedOpDestroy") != BN_OK) break;
+        /* Finalize waits for the other ranks' last operations; a failed or late one aborts. */
+        if (d->comm && settle(d, ncclCommFinalize(comm), __FILE__, __LINE__, "ncclCommFinalize") == BN_OK)
+            ncclCommDestroy(comm);
+        d->comm = NULL;
+    }
+    abort_comm(d);
+    release_state(d);
+}
