@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "checkpoint.h"
+#include "dist/dist.h"
 #include "idx.h"
 #include "loader.h"
 #include "metrics_log.h"
@@ -67,6 +68,7 @@ typedef struct bn_trainer_opts {
     long debug_numerics;    /* print bn_numerics_print's table to stderr every this many steps */
     const volatile sig_atomic_t *stop; /* when it turns non-zero (a signal handler sets it), training
                              * stops after the current step, saves, and returns BN_ERR_INTERRUPTED */
+    bn_dist *dist;          /* several GPUs: this rank's group, or NULL */
 } bn_trainer_opts;
 
 /* Trains net with opt from state st (zeroed for a fresh run; loaded for a resume) until
