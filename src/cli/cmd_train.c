@@ -27,7 +27,7 @@ typedef struct train_args {
     const char *shift;      /* --shift's text, checked once the model's input size is known */
     int flip;               /* 1 --flip, -1 --no-flip, 0 neither: the model file's [augment] */
     long gpus;              /* --gpus, 0 when not given */
-    long rank, world;       /* --rank (-1 when not given) of --world (0 when not given) */
+    long rank, world;       /* --rank (-1 when not given) and --world (0 when not given) */
     const char *rendezvous; /* --rendezvous HOST:PORT */
     char host[256];         /* --rendezvous's host and port, once checked */
     int port;
@@ -272,12 +272,13 @@ static uint64_t fnv1a(uint64_t h, const char *text)
 }
 
 /* What every rank must share to train as one: the model's description, the training settings
- * (batch included), the seed and the size of the training set. */
+ * (batch included), the seed, the size of the training set and where a resume starts. */
 static uint64_t training_fingerprint(const train_run *r, const bn_train_state *st)
 {
     char settings[BN_SETTINGS_MAX], rest[96];
     bn_settings_format(&r->net->train, &r->net->augment, settings);
-    snprintf(rest, sizeof rest, "seed=%llu train=%d", (unsigned long long)st->seed, r->train.count);
+    snprintf(rest, sizeof rest, "seed=%llu train=%d step=%ld seen=%ld", (unsigned long long)st->seed, r->train.count,
+             st->step, st->epoch_seen);
     return fnv1a(fnv1a(fnv1a(0xcbf29ce484222325ull, r->net->description), settings), rest);
 }
 

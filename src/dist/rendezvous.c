@@ -234,7 +234,8 @@ static bn_status check_hello(host_state *h, int i)
                             h->host, h->port, rank, rank);
     if (fp != h->fingerprint)
         return bn_error(BN_ERR_USAGE, "rendezvous %s:%d: rank %ld trains something else: its fingerprint %016llx differs "
-                        "from rank 0's %016llx (model, batch, seed or training settings differ)", h->host, h->port,
+                        "from rank 0's %016llx (the model, the training settings, the seed, the training set or "
+                        "the checkpoint resumed differ)", h->host, h->port,
                         rank, (unsigned long long)fp, (unsigned long long)h->fingerprint);
     p->rank = (int)rank;
     h->joined++;
