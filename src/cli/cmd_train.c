@@ -307,7 +307,8 @@ static bn_status prepare(const train_args *a, train_run *r, bn_train_state *st)
     BN_TRY(apply_augment(a, r->net));
     const char *dir;
     BN_TRY(bn_cli_data_dir(a->data, a->dataset, &dir));
-    BN_TRY(bn_cli_open_device(a->device, a->quiet, &r->ctx));
+    /* A rank without a GPU is an error (join_ranks), not a warning and a run on the CPU. */
+    BN_TRY(bn_cli_open_device(a->device, a->quiet || a->rank >= 0, &r->ctx));
     if (r->ctx) {
         r->ctx->tf32 = a->tf32;
         r->ctx->deterministic = a->deterministic;
@@ -488,7 +489,9 @@ static int launch(int argc, char **argv, const train_args *a, const int *devices
         return bn_fail(bn_error(BN_ERR_DEVICE, "%s: there is no gpu %d; this machine has %d CUDA device%s", flag,
                                 devices[i], count, plural));
     }
-    bn_status s = check_model(a);
+    double timeout_s;
+    bn_status s = dist_timeout(&timeout_s);
+    if (s == BN_OK) s = check_model(a);
     if (s != BN_OK) return bn_fail(s);
     int code;
     s = bn_launch_ranks(argc, argv, n, devices, &code);
