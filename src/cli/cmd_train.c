@@ -421,11 +421,14 @@ static bn_status device_list(const char *spec, int *devices, int *n)
         const char *comma = strchr(p, ',');
         size_t len = comma ? (size_t)(comma - p) : strlen(p);
         char item[16];
-        snprintf(item, sizeof item, "%.*s", (int)(len < sizeof item ? len : sizeof item - 1), p);
-        long ordinal;
+        if (len >= sizeof item)
+            return bn_error(BN_ERR_USAGE, "--device %s: '%.*s' is not a GPU number", spec, (int)len, p);
+        memcpy(item, p, len);
+        item[len] = '\0';
         if (*n == BN_DIST_MAX_RANKS)
             return bn_error(BN_ERR_USAGE, "--device %s: more than %d GPUs", spec, BN_DIST_MAX_RANKS);
-        BN_TRY(bn_cli_int("--device", len < sizeof item ? item : p, 0, 1024, &ordinal));
+        long ordinal;
+        BN_TRY(bn_cli_int("--device", item, 0, 1024, &ordinal));
         for (int i = 0; i < *n; i++)
             if (devices[i] == ordinal) return bn_error(BN_ERR_USAGE, "--device %s: gpu %ld is named twice", spec, ordinal);
         devices[(*n)++] = (int)ordinal;
