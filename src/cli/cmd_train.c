@@ -2,14 +2,18 @@
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "core/plugin.h"
+#include "dist/dist.h"
 #include "io/safetensors.h"
 #include "train/progress.h"
+#include "train/settings.h"
 #include "train/trainer.h"
 
 typedef struct train_args {
@@ -22,13 +26,19 @@ typedef struct train_args {
     double until_accuracy;
     const char *shift;      /* --shift's text, checked once the model's input size is known */
     int flip;               /* 1 --flip, -1 --no-flip, 0 neither: the model file's [augment] */
+    long gpus;              /* --gpus, 0 when not given */
+    long rank, world;       /* --rank (-1 when not given) and --world (0 when not given) */
+    const char *rendezvous; /* --rendezvous HOST:PORT */
+    char host[256];         /* --rendezvous's host and port, once checked */
+    int port;
 } train_args;
 
 enum { OPT_DATA = 256, OPT_DATASET, OPT_DEVICE, OPT_EPOCHS, OPT_BATCH, OPT_LR, OPT_MOMENTUM, OPT_WD,
        OPT_POLICY, OPT_SEED, OPT_LIMIT, OPT_SAVE, OPT_RESUME, OPT_QUIET, OPT_LOG, OPT_LOG_EVERY,
        OPT_TF32, OPT_DETERMINISTIC, OPT_AUTOTUNE, OPT_PROFILE, OPT_PLUGIN, OPT_NO_GRAPH,
        OPT_SHIFT, OPT_FLIP, OPT_NO_FLIP,
-       OPT_UNTIL, OPT_CHECKPOINT_EVERY, OPT_DEBUG_NUMERICS, OPT_OPTIMIZER, OPT_WARMUP, OPT_PRECISION, OPT_HELP };
+       OPT_UNTIL, OPT_CHECKPOINT_EVERY, OPT_DEBUG_NUMERICS, OPT_OPTIMIZER, OPT_WARMUP, OPT_PRECISION,
+       OPT_GPUS, OPT_RANK, OPT_WORLD, OPT_RENDEZVOUS, OPT_HELP };
 
 static const struct option train_options[] = {
     {"data", required_argument, 0, OPT_DATA},       {"dataset", required_argument, 0, OPT_DATASET},
@@ -48,6 +58,8 @@ static const struct option train_options[] = {
     {"debug-numerics", required_argument, 0, OPT_DEBUG_NUMERICS},
     {"shift", required_argument, 0, OPT_SHIFT},     {"flip", no_argument, 0, OPT_FLIP},
     {"no-flip", no_argument, 0, OPT_NO_FLIP},       {"precision", required_argument, 0, OPT_PRECISION},
+    {"gpus", required_argument, 0, OPT_GPUS},       {"rank", required_argument, 0, OPT_RANK},
+    {"world", required_argument, 0, OPT_WORLD},     {"rendezvous", required_argument, 0, OPT_RENDEZVOUS},
     {"help", no_argument, 0, OPT_HELP},             {0, 0, 0, 0},
 };
 
@@ -76,11 +88,38 @@ static bn_status check_save_path(const char *path)
     return bn_error(s, "--save: %s", why);
 }
 
+/* --rank, --world and --rendezvous come together (a rank of a run on several GPUs) or not at
+ * all. */
+static bn_status check_rank_flags(train_args *a)
+{
+    int given = (a->rank >= 0) + (a->world > 0) + (a->rendezvous != NULL);
+    if (given == 0) return BN_OK;
+    if (given < 3) {
+        char missing[64] = "";
+        const char *names[] = {a->rank < 0 ? "--rank" : NULL, a->world == 0 ? "--world" : NULL,
+                               a->rendezvous ? NULL : "--rendezvous"};
+        for (int i = 0; i < 3; i++) {
+            size_t len = strlen(missing);
+            if (names[i]) snprintf(missing + len, sizeof missing - len, "%s%s", len ? " and " : "", names[i]);
+        }
+        return bn_error(BN_ERR_USAGE, "%s missing: --rank, --world and --rendezvous go together", missing);
+    }
+    if (a->rank >= a->world)
+        return bn_error(BN_ERR_USAGE, "--rank: %ld is outside 0..%ld (--world %ld)", a->rank, a->world - 1, a->world);
+    if (a->gpus && a->gpus != a->world)
+        return bn_error(BN_ERR_USAGE, "--gpus %ld disagrees with --world %ld", a->gpus, a->world);
+    bn_status s = bn_rendezvous_parse(a->rendezvous, a->host, sizeof a->host, &a->port);
+    if (s == BN_OK) return BN_OK;
+    char why[512];
+    snprintf(why, sizeof why, "%s", bn_last_error());
+    return bn_error(s, "--rendezvous: %s", why);
+}
+
 /* Returns BN_OK, a usage error, or -1 after printing help. */
 static int parse_args(int argc, char **argv, train_args *a)
 {
     *a = (train_args){.dataset = "mnist", .device = "auto", .epochs = -1, .batch = -1, .seed = -1,
-                      .warmup = -1, .lr = -1, .momentum = -1, .weight_decay = -1};
+                      .warmup = -1, .lr = -1, .momentum = -1, .weight_decay = -1, .rank = -1};
     opterr = 0;
     optind = 1;
     int opt;
@@ -121,6 +160,10 @@ static int parse_args(int argc, char **argv, train_args *a)
         case OPT_FLIP: a->flip = 1; break;
         case OPT_NO_FLIP: a->flip = -1; break;
         case OPT_PRECISION: BN_TRY(bn_cli_precision(optarg, &a->bf16)); break;
+        case OPT_GPUS: BN_TRY(bn_cli_int("--gpus", optarg, 1, BN_DIST_MAX_RANKS, &a->gpus)); break;
+        case OPT_RANK: BN_TRY(bn_cli_int("--rank", optarg, 0, BN_DIST_MAX_RANKS - 1, &a->rank)); break;
+        case OPT_WORLD: BN_TRY(bn_cli_int("--world", optarg, 1, BN_DIST_MAX_RANKS, &a->world)); break;
+        case OPT_RENDEZVOUS: a->rendezvous = optarg; break;
         case OPT_HELP: return -1;
         default: return bn_cli_option_error(opt, optopt, argv[optind - 1]);
         }
@@ -128,6 +171,7 @@ static int parse_args(int argc, char **argv, train_args *a)
     if (a->log_every && !a->log) return bn_error(BN_ERR_USAGE, "--log-every needs --log FILE");
     if (a->checkpoint_every && !a->save) return bn_error(BN_ERR_USAGE, "--checkpoint-every needs --save FILE");
     if (a->save) BN_TRY(check_save_path(a->save));
+    BN_TRY(check_rank_flags(a));
     if (optind >= argc) return bn_error(BN_ERR_USAGE, "train: missing MODEL (see 'blobnet train --help')");
     if (optind + 1 < argc) return bn_error(BN_ERR_USAGE, "train: unexpected argument '%s'", argv[optind + 1]);
     a->model = argv[optind];
@@ -193,12 +237,20 @@ static bn_status check_input(const bn_net *net, const bn_dataset *d, const char 
     return BN_OK;
 }
 
+/* A rank of a run on several GPUs other than rank 0: it trains and loads --resume like the
+ * others, but prints nothing but errors and writes no file. */
+static int follower(const train_args *a)
+{
+    return a->rank > 0;
+}
+
 typedef struct train_run {
     bn_net *net;
     bn_optimizer *opt;
     bn_dataset train, test;
     bn_ctx *ctx;
     bn_metrics_log log;     /* fd -1 while not open */
+    bn_dist dist;           /* this rank's place in a run on several GPUs, with --rank */
 } train_run;
 
 /* A fresh run starts its log; a resumed one appends to the log of the run it resumes, without the
@@ -214,6 +266,40 @@ static bn_status open_log(const train_args *a, bn_metrics_log *log, long step)
     return BN_OK;
 }
 
+static uint64_t fnv1a(uint64_t h, const char *text)
+{
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++) h = (h ^ *p) * 0x100000001b3ull;
+    return (h ^ 0xffu) * 0x100000001b3ull; /* a byte no text holds ends each part */
+}
+
+/* What every rank must share to train as one: the model's description, the training settings
+ * (batch included), the seed, the size of the training set and where a resume starts. */
+static uint64_t training_fingerprint(const train_run *r, const bn_train_state *st)
+{
+    char settings[BN_SETTINGS_MAX], rest[96];
+    bn_settings_format(&r->net->train, &r->net->augment, settings);
+    snprintf(rest, sizeof rest, "seed=%llu train=%d step=%ld seen=%ld", (unsigned long long)st->seed, r->train.count,
+             st->step, st->epoch_seen);
+    return fnv1a(fnv1a(fnv1a(0xcbf29ce484222325ull, r->net->description), settings), rest);
+}
+
+/* Every wait of a run on several GPUs: $BLOBNET_DIST_TIMEOUT seconds, or 120. */
+static bn_status dist_timeout(double *seconds)
+{
+    const char *env = getenv("BLOBNET_DIST_TIMEOUT");
+    *seconds = 120;
+    return env && *env ? bn_cli_float("BLOBNET_DIST_TIMEOUT", env, 0.001, 1e6, seconds) : BN_OK;
+}
+
+/* Meets the other ranks named by --rendezvous and opens the communicator on this rank's GPU. */
+static bn_status join_ranks(const train_args *a, train_run *r, const bn_train_state *st)
+{
+    if (!r->ctx) return bn_error(BN_ERR_USAGE, "--device %s: a rank trains on one GPU (gpu:K)", a->device);
+    r->dist = (bn_dist){.rank = (int)a->rank, .world = (int)a->world, .device = r->ctx->device};
+    BN_TRY(dist_timeout(&r->dist.timeout_s));
+    return bn_dist_join(&r->dist, a->host, a->port, training_fingerprint(r, st), r->ctx);
+}
+
 static bn_status prepare(const train_args *a, train_run *r, bn_train_state *st)
 {
     BN_TRY(bn_net_from_file(a->model, &r->net));
@@ -222,7 +308,8 @@ static bn_status prepare(const train_args *a, train_run *r, bn_train_state *st)
     BN_TRY(apply_augment(a, r->net));
     const char *dir;
     BN_TRY(bn_cli_data_dir(a->data, a->dataset, &dir));
-    BN_TRY(bn_cli_open_device(a->device, a->quiet, &r->ctx));
+    /* A rank without a GPU is an error (join_ranks), not a warning and a run on the CPU. */
+    BN_TRY(bn_cli_open_device(a->device, a->quiet || a->rank >= 0, &r->ctx));
     if (r->ctx) {
         r->ctx->tf32 = a->tf32;
         r->ctx->deterministic = a->deterministic;
@@ -239,12 +326,13 @@ static bn_status prepare(const train_args *a, train_run *r, bn_train_state *st)
     if (a->resume) {
         bn_resume resume = {.examples = r->train.count};
         BN_TRY(bn_checkpoint_resume(a->resume, r->net, r->opt, st, &resume));
-        if (resume.changes[0])
+        if (resume.changes[0] && !follower(a))
             fprintf(stderr, "blobnet: note: resuming %s with changed training settings: %s\n", a->resume,
                     resume.changes);
     }
-    if (a->log) BN_TRY(open_log(a, &r->log, st->step));
-    if (!a->quiet)
+    if (a->rank >= 0) BN_TRY(join_ranks(a, r, st));
+    if (a->log && !follower(a)) BN_TRY(open_log(a, &r->log, st->step));
+    if (!a->quiet && !follower(a))
         printf("blobnet: training %s on %s%s%s: %d train / %d test images, batch %d, %zu parameters\n",
                a->model, r->ctx ? "gpu " : "cpu", r->ctx ? r->ctx->name : "", a->resume ? " (resumed)" : "",
                r->train.count, r->test.count, cfg->batch, r->net->num_params);
@@ -293,15 +381,17 @@ static bn_status run(const train_args *a, train_run *r)
 {
     bn_train_state st;
     BN_TRY(prepare(a, r, &st));
-    bn_trainer_opts opts = {.epochs = r->net->train.epochs, .save_path = a->save, .out = a->quiet ? NULL : stdout,
-                            .log = a->log ? &r->log : NULL, .log_every = (int)a->log_every,
+    int quiet = a->quiet || follower(a);
+    bn_trainer_opts opts = {.epochs = r->net->train.epochs, .save_path = follower(a) ? NULL : a->save,
+                            .out = quiet ? NULL : stdout, .log = a->log && !follower(a) ? &r->log : NULL,
+                            .log_every = (int)a->log_every,
                             .profile_first = a->profile_first, .profile_last = a->profile_last,
                             .no_graph = a->no_graph, .until_accuracy = a->until_accuracy / 100.0,
                             .checkpoint_every = a->checkpoint_every, .debug_numerics = a->debug_numerics,
-                            .stop = &stop_signal};
+                            .stop = &stop_signal, .dist = a->rank >= 0 ? &r->dist : NULL};
     /* The live line only on a terminal: logs and pipes get the epoch lines alone. */
     bn_progress progress;
-    if (!a->quiet && isatty(fileno(stdout))) {
+    if (!quiet && isatty(fileno(stdout))) {
         bn_progress_init(&progress, stdout);
         opts.progress = bn_progress_hook;
         opts.progress_user = &progress;
@@ -314,13 +404,114 @@ static bn_status run(const train_args *a, train_run *r)
     if (last.epoch == 0) {
         /* Nothing left to train: still evaluate, and save (with --epochs 0, the initial weights). */
         BN_TRY(bn_evaluate(r->net, &r->test, &last.test_loss, &last.test_acc));
-        if (a->save) BN_TRY(bn_checkpoint_save(a->save, r->net, r->opt, &st));
+        if (opts.save_path) BN_TRY(bn_checkpoint_save(a->save, r->net, r->opt, &st));
     }
+    if (follower(a)) return BN_OK;
     if (r->ctx && !a->quiet) print_device_memory(r);
     printf("final test accuracy: %.2f%%\n", 100.0 * last.test_acc);
     if (fflush(stdout) != 0 || ferror(stdout))
         return bn_error(BN_ERR_IO, "standard output: cannot write the run's lines: %s", strerror(errno));
     return BN_OK;
+}
+
+/* The GPUs a --device list names ("gpu:0,1"); *n is 0 when spec is not a list. */
+static bn_status device_list(const char *spec, int *devices, int *n)
+{
+    *n = 0;
+    if (strncmp(spec, "gpu:", 4) != 0 || !strchr(spec, ',')) return BN_OK;
+    for (const char *p = spec + 4;; p++) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char item[16];
+        if (len >= sizeof item)
+            return bn_error(BN_ERR_USAGE, "--device %s: '%.*s' is not a GPU number", spec, (int)len, p);
+        memcpy(item, p, len);
+        item[len] = '\0';
+        if (*n == BN_DIST_MAX_RANKS)
+            return bn_error(BN_ERR_USAGE, "--device %s: more than %d GPUs", spec, BN_DIST_MAX_RANKS);
+        long ordinal;
+        BN_TRY(bn_cli_int("--device", item, 0, 1024, &ordinal));
+        for (int i = 0; i < *n; i++)
+            if (devices[i] == ordinal) return bn_error(BN_ERR_USAGE, "--device %s: gpu %ld is named twice", spec, ordinal);
+        devices[(*n)++] = (int)ordinal;
+        if (!comma) return BN_OK;
+        p = comma;
+    }
+}
+
+/* Whether this process launches ranks, and on which GPUs: *n stays 0 when it trains itself (on
+ * one device, or as the rank --rank names). flag receives how errors name the request. */
+static bn_status plan_ranks(const train_args *a, int *devices, int *n, char *flag, size_t cap)
+{
+    int listed;
+    BN_TRY(device_list(a->device, devices, &listed));
+    *n = 0;
+    if (a->rank >= 0) {
+        if (listed || strcmp(a->device, "cpu") == 0)
+            return bn_error(BN_ERR_USAGE, "--device %s: a rank trains on one GPU (gpu:K)", a->device);
+        return BN_OK;
+    }
+    if (listed) {
+        if (a->gpus && a->gpus != listed)
+            return bn_error(BN_ERR_USAGE, "--gpus %ld: --device %s names %d GPUs", a->gpus, a->device, listed);
+        snprintf(flag, cap, "--device %s", a->device);
+        *n = listed;
+        return BN_OK;
+    }
+    if (a->gpus <= 1) return BN_OK;
+    if (strcmp(a->device, "auto") != 0 && strcmp(a->device, "gpu") != 0)
+        return bn_error(BN_ERR_USAGE, "--gpus %ld: --device %s names one device; name %ld GPUs (--device gpu:0,1,...) "
+                        "or leave --device out", a->gpus, a->device, a->gpus);
+    for (int i = 0; i < a->gpus; i++) devices[i] = i;
+    snprintf(flag, cap, "--gpus %ld", a->gpus);
+    *n = (int)a->gpus;
+    return BN_OK;
+}
+
+/* Refuses a model file that does not parse before n processes each say so. */
+static bn_status check_model(const train_args *a)
+{
+    bn_net *net;
+    BN_TRY(bn_net_from_file(a->model, &net));
+    bn_train_config cfg = net->train;
+    bn_status s = apply_overrides(a, &cfg);
+    if (s == BN_OK) s = apply_augment(a, net);
+    bn_net_free(net);
+    return s;
+}
+
+/* This process as the launcher of n ranks: checks that the build and the machine can run them,
+ * runs them, and returns the exit code. */
+static int launch(int argc, char **argv, const train_args *a, const int *devices, int n, const char *flag)
+{
+    if (!bn_dist_compiled()) return bn_fail(bn_error(BN_ERR_DEVICE, "%s: %s", flag, bn_dist_missing()));
+    int count = bn_device_count();
+    const char *plural = count == 1 ? "" : "s";
+    for (int i = 0; i < n; i++) {
+        if (devices[i] < count) continue;
+        if (strncmp(flag, "--gpus", 6) == 0)
+            return bn_fail(bn_error(BN_ERR_DEVICE, "%s: this machine has %d CUDA device%s", flag, count, plural));
+        return bn_fail(bn_error(BN_ERR_DEVICE, "%s: there is no gpu %d; this machine has %d CUDA device%s", flag,
+                                devices[i], count, plural));
+    }
+    double timeout_s;
+    bn_status s = dist_timeout(&timeout_s);
+    if (s == BN_OK) s = check_model(a);
+    if (s != BN_OK) return bn_fail(s);
+    int code;
+    s = bn_launch_ranks(argc, argv, n, devices, &code);
+    if (s != BN_OK && s != BN_ERR_INTERRUPTED) bn_cli_report("error", "%s", bn_last_error());
+    return code;
+}
+
+/* The one line of a failed rank, "rank R: message", so that the launcher's output says which
+ * process it came from. */
+static bn_status name_rank(const train_args *a, bn_status s)
+{
+    if (s == BN_OK || s == BN_ERR_INTERRUPTED || a->rank < 0) return s;
+    char why[2048];
+    snprintf(why, sizeof why, "%s", bn_last_error());
+    return bn_error(s, "rank %ld: %s", a->rank, why);
 }
 
 int bn_cmd_train(int argc, char **argv)
@@ -332,10 +523,16 @@ int bn_cmd_train(int argc, char **argv)
         return 0;
     }
     if (p != BN_OK) return bn_fail((bn_status)p);
+    int devices[BN_DIST_MAX_RANKS], n;
+    char flag[320];
+    bn_status planned = plan_ranks(&a, devices, &n, flag, sizeof flag);
+    if (planned != BN_OK) return bn_fail(planned);
+    if (n > 0) return launch(argc, argv, &a, devices, n, flag);
     train_run r = {.log = {.fd = -1}};
-    bn_status s = run(&a, &r);
+    bn_status s = name_rank(&a, run(&a, &r));
     bn_status closed = bn_metrics_log_close(&r.log);
     if (s == BN_OK) s = closed;
+    if (a.rank >= 0) bn_dist_close(&r.dist, s != BN_OK);
     bn_optimizer_free(r.opt);
     bn_net_free(r.net);
     bn_dataset_free(&r.train);
@@ -344,7 +541,7 @@ int bn_cmd_train(int argc, char **argv)
     if (s == BN_ERR_INTERRUPTED) {
         /* "blobnet: interrupted at step S; checkpoint saved to FILE", and the shell's code for
          * death by that signal (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP). */
-        fprintf(stderr, "blobnet: %s\n", bn_last_error());
+        if (!follower(&a)) fprintf(stderr, "blobnet: %s\n", bn_last_error());
         return 128 + stop_signal;
     }
     return s == BN_OK ? 0 : bn_fail(s);

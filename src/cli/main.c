@@ -20,7 +20,12 @@ static const char train_usage[] =
     "  --data DIR          dataset directory (default: $BLOBNET_DATA, else data/mnist;\n"
     "                      fashion-mnist: /usr/share/datasets/fashion-mnist)\n"
     "  --dataset NAME      mnist (default) or fashion-mnist\n"
-    "  --device SPEC       cpu, gpu, gpu:N or auto (default: auto, the GPU when present)\n"
+    "  --device SPEC       cpu, gpu, gpu:N or auto (default: auto, the GPU when present),\n"
+    "                      or a list gpu:0,1,... to train on those GPUs as --gpus does\n"
+    "  --gpus N            train on N GPUs of this machine (gpu 0..N-1), one process each\n"
+    "  --rank R            with --world and --rendezvous: run as rank R (0..N-1) of N\n"
+    "  --world N           processes that train together, on this or other machines\n"
+    "  --rendezvous H:P    where the ranks meet: rank 0 listens on H:P, the others connect\n"
     "  --epochs N          epochs to train (a resumed run continues up to N)\n"
     "  --batch N           mini-batch size\n"
     "  --optimizer NAME    sgd (default), adam or adamw\n"
@@ -61,7 +66,14 @@ static const char train_usage[] =
     "SIGINT (Ctrl-C) or SIGTERM finishes the current step, saves the checkpoint (with\n"
     "--save) and exits with 130 or 143. A loss or weight that turns NaN or infinite stops\n"
     "training with an error naming the steps and the first layer where it shows; no\n"
-    "checkpoint is written from then on, so the last good one stays.\n";
+    "checkpoint is written from then on, so the last good one stays.\n"
+    "Several GPUs (a build with NCCL): --gpus N starts N copies of this program, ranks\n"
+    "0..N-1, each training its share of every batch; the gradients are summed after\n"
+    "every step. Rank 0 alone prints, logs and saves; the others print only errors,\n"
+    "\"rank R: ...\". A signal reaches every rank; when one rank fails, the others are\n"
+    "stopped and the exit code is the failed rank's. On several machines, start each\n"
+    "rank yourself with --rank R --world N --rendezvous HOST:PORT (rank 0's address).\n"
+    "BLOBNET_DIST_TIMEOUT (seconds, default 120) bounds every wait for the other ranks.\n";
 
 static const char test_usage[] =
     "usage: blobnet test MODEL WEIGHTS [options]\n"

@@ -1,0 +1,193 @@
+/* supervise.c - a group of child processes that live and die together (supervise.h).
+ *
+ * The signals the supervisor acts on (SIGCHLD and the three stop signals) are blocked and taken
+ * with sigtimedwait, so there is no handler and no race between a child ending and the wait for
+ * it. Each child runs in a process group of its own: a Ctrl-C on the terminal then reaches the
+ * supervisor alone, which passes it on exactly once (the trainer treats a second SIGINT as "stop
+ * without saving"). */
+#include "supervise.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct child {
+    pid_t pid;
+    int running;
+    int status;              /* waitpid's, once it has ended */
+} child;
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static void write_str(const char *s)
+{
+    ssize_t unused = write(STDERR_FILENO, s, strlen(s));
+    (void)unused;
+}
+
+/* In the child after fork: only calls that are safe there, up to the exec. */
+static void exec_child(const bn_children *c, int i, pid_t parent, const sigset_t *mask)
+{
+    setpgid(0, 0);
+    /* Dies with the supervisor; the check after it closes the window where the supervisor died
+     * before the request was made. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(137);
+    sigprocmask(SIG_SETMASK, mask, NULL);
+    execv(c->path, c->argv[i]);
+    write_str("blobnet: error: ");
+    write_str(c->name[i]);
+    write_str(": cannot execute ");
+    write_str(c->path);
+    write_str("\n");
+    _exit(127);
+}
+
+static void signal_running(child *k, int n, int sig)
+{
+    for (int i = 0; i < n; i++)
+        if (k[i].running) kill(k[i].pid, sig);
+}
+
+static int count_running(const child *k, int n)
+{
+    int r = 0;
+    for (int i = 0; i < n; i++) r += k[i].running;
+    return r;
+}
+
+/* The exit code a shell reports for a wait status. */
+static int exit_code_of(int status)
+{
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* What the supervision loop has seen so far. */
+typedef struct watch {
+    int first;               /* the first child that failed, -1 while none has */
+    int first_after_signal;  /* it failed after a stop signal was passed on */
+    int passed;              /* the last stop signal passed on, 0 while none */
+    int stopped_others;      /* others were running when the first failed, and were stopped */
+    double kill_at;          /* when to SIGKILL the children that were asked to stop; 0: never */
+} watch;
+
+/* Collects every child that has ended; the first to fail stops the rest, unless a stop signal
+ * passed on already asked them all to end. */
+static void reap(const bn_children *c, child *k, watch *w)
+{
+    for (int i = 0; i < c->n; i++) {
+        if (!k[i].running || waitpid(k[i].pid, &k[i].status, WNOHANG) != k[i].pid) continue;
+        k[i].running = 0;
+        if (exit_code_of(k[i].status) == 0 || w->first >= 0) continue;
+        w->first = i;
+        w->first_after_signal = w->passed != 0;
+        if (w->passed || count_running(k, c->n) == 0) continue;
+        signal_running(k, c->n, SIGTERM);
+        w->stopped_others = 1;
+        w->kill_at = now_s() + c->grace_s;
+    }
+}
+
+/* Waits for the children until all have ended, acting on signals meanwhile. */
+static void supervise_loop(const bn_children *c, child *k, const sigset_t *watched, watch *w)
+{
+    for (;;) {
+        reap(c, k, w);
+        if (count_running(k, c->n) == 0) return;
+        double left = 1.0;
+        if (w->kill_at > 0) {
+            left = w->kill_at - now_s();
+            if (left <= 0) {
+                signal_running(k, c->n, SIGKILL);
+                w->kill_at = 0;
+                continue;
+            }
+        }
+        struct timespec ts = {.tv_sec = (time_t)left, .tv_nsec = (long)((left - (double)(time_t)left) * 1e9)};
+        int sig = sigtimedwait(watched, NULL, &ts);
+        if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
+            w->passed = sig;
+            signal_running(k, c->n, sig);
+        }
+    }
+}
+
+/* Takes every watched signal still pending, so that none acts on this process once they are
+ * unblocked: the children it was meant for have ended. */
+static void drain(const sigset_t *watched)
+{
+    struct timespec zero = {0, 0};
+    while (sigtimedwait(watched, NULL, &zero) > 0) {}
+}
+
+static bn_status report(const bn_children *c, const child *k, const watch *w, int *exit_code)
+{
+    if (w->first < 0) {
+        *exit_code = 0;
+        return BN_OK;
+    }
+    int st = k[w->first].status;
+    *exit_code = exit_code_of(st);
+    if (w->first_after_signal) return BN_ERR_INTERRUPTED;
+    char how[128];
+    if (WIFEXITED(st)) snprintf(how, sizeof how, "exited with code %d", WEXITSTATUS(st));
+    else snprintf(how, sizeof how, "was killed by signal %d (%s)", WTERMSIG(st), strsignal(WTERMSIG(st)));
+    return bn_error(BN_ERR_IO, "%s %s%s%s%s", c->name[w->first], how, w->stopped_others ? "; the other " : "",
+                    w->stopped_others ? c->plural : "", w->stopped_others ? " were stopped" : "");
+}
+
+bn_status bn_supervise(const bn_children *c, int *exit_code)
+{
+    *exit_code = 1;
+    if (c->n < 1 || c->n > 4096) return bn_error(BN_ERR_USAGE, "cannot run %d %s: 1 to 4096", c->n, c->plural);
+    child *k = calloc((size_t)c->n, sizeof *k);
+    if (!k) return bn_error(BN_ERR_NOMEM, "no memory to watch %d %s", c->n, c->plural);
+    sigset_t watched, old;
+    sigemptyset(&watched);
+    sigaddset(&watched, SIGCHLD);
+    sigaddset(&watched, SIGINT);
+    sigaddset(&watched, SIGTERM);
+    sigaddset(&watched, SIGHUP);
+    /* SIGCHLD set to be ignored would reap the children behind waitpid's back. */
+    struct sigaction dfl = {.sa_handler = SIG_DFL}, old_chld;
+    sigemptyset(&dfl.sa_mask);
+    if (sigprocmask(SIG_BLOCK, &watched, &old) != 0 || sigaction(SIGCHLD, &dfl, &old_chld) != 0) {
+        free(k);
+        return bn_error(BN_ERR_IO, "cannot take the signals that %s need: %s", c->plural, strerror(errno));
+    }
+    fflush(NULL); /* buffered output must not be written twice, by a child too */
+    pid_t self = getpid();
+    bn_status s = BN_OK;
+    for (int i = 0; i < c->n; i++) {
+        pid_t pid = fork();
+        if (pid == 0) exec_child(c, i, self, &old);
+        if (pid < 0) {
+            s = bn_error(BN_ERR_IO, "cannot start %s: %s", c->name[i], strerror(errno));
+            signal_running(k, i, SIGKILL);
+            for (int j = 0; j < i; j++) waitpid(k[j].pid, &k[j].status, 0);
+            break;
+        }
+        setpgid(pid, pid); /* also here, so that no signal finds the child still in ours */
+        k[i] = (child){.pid = pid, .running = 1};
+    }
+    if (s == BN_OK) {
+        watch w = {.first = -1};
+        supervise_loop(c, k, &watched, &w);
+        s = report(c, k, &w, exit_code);
+    }
+    drain(&watched);
+    sigaction(SIGCHLD, &old_chld, NULL);
+    sigprocmask(SIG_SETMASK, &old, NULL);
+    free(k);
+    return s;
+}
