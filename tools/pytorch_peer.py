@@ -4,7 +4,7 @@ input scaling, data order policy and recipe ([train] and the flags below), train
 IDX data, so that blobnet's speed and accuracy can be read beside PyTorch's from one run.
 
     tools/pytorch_peer.py MODEL --data DIR [--epochs N] [--batch N] [--lr X] [--lr-policy P]
-                          [--variant V[,V...]] [--until-accuracy P] [--seed N]
+                          [--variant V[,V...]] [--until-accuracy P] [--seed N] [--ddp N]
 
 Variants: eager (data on the GPU, one launch per kernel), graph (the whole training step
 captured once as a CUDA graph and replayed; TF32 convolutions, PyTorch's default), graph-bf16
@@ -14,6 +14,16 @@ one process, each from fresh weights, on the datasets loaded once. Prints a line
 line with the median epoch time of epochs 2.., the final test accuracy, the peak device memory
 without the datasets (as blobnet counts its own) and, with --until-accuracy, the seconds from
 process start to that accuracy.
+
+--ddp N trains the same on N GPUs with DistributedDataParallel, as blobnet's --gpus N does: one
+process per GPU (torch.multiprocessing), NCCL on 127.0.0.1, each rank the contiguous share
+[r*n/N, (r+1)*n/N) of every global batch of n, its loss weighted by N*n_r/n so that DDP's average
+of the ranks' gradients is the mean over the global batch whatever the shares; batchnorm
+statistics are each rank's own (broadcast_buffers off, no SyncBatchNorm) and averaged before
+every evaluation, which each rank does on its share of the test set. The graph variants capture
+the step with DDP's all-reduces inside it after 11 eager steps (DDP settles its buckets in the
+first ones); where the capture fails, the run goes on eager and says so. Only rank 0 prints; its
+lines name the variant as V-ddpN (e.g. "pytorch graph-ddp2:").
 
 The update is blobnet's SGD, v = momentum * v + lr * lr_mult * (g + decay * w), w -= v, with
 biases at bias_lr_mult and no decay, and its learning-rate policies per step. Weights are drawn
@@ -27,6 +37,7 @@ VARIANTS = ("eager", "graph", "graph-bf16")
 
 import numpy as np
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 
 from pytorch_crosscheck import read_idx  # the IDX reader, beside this script
@@ -231,14 +242,37 @@ def load_split(data, prefix, mean, std, dev):
     return (x - mean) / std, y
 
 
-def train(variant, sections, cfg, shift, flip, data, until_accuracy):
-    """One variant's run from fresh weights; returns (epoch seconds, final test accuracy, seconds
-    from process start to until_accuracy or None)."""
+def share(n, rank, world):
+    """The positions [lo, hi) of a global batch of n that a rank trains on."""
+    return rank * n // world, (rank + 1) * n // world
+
+
+def average_buffers(model, world):
+    """Each rank's batchnorm statistics replaced by the ranks' mean (counters left alone)."""
+    for b in model.buffers():
+        if b.is_floating_point():
+            dist.all_reduce(b)
+            b.div_(world)
+
+
+def train(variant, sections, cfg, shift, flip, data, until_accuracy, rank=0, world=1):
+    """One variant's run from fresh weights, as rank `rank` of `world` (DDP when world > 1);
+    returns (epoch seconds, final test accuracy, seconds from process start to until_accuracy or
+    None)."""
     bs, epochs = int(cfg["batch"]), int(cfg["epochs"])
     torch.manual_seed(int(cfg["seed"]))
     gen = torch.Generator().manual_seed(int(cfg["seed"]))
     model = Net(sections, gen).cuda()
     dev = torch.device("cuda")
+    forward = model
+    if world > 1:
+        # Built on a side stream, as a later capture of its all-reduces needs.
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            forward = torch.nn.parallel.DistributedDataParallel(
+                model, device_ids=[rank], broadcast_buffers=False, gradient_as_bucket_view=True)
+        torch.cuda.current_stream().wait_stream(side)
     (xtr, ytr), (xte, yte) = data
     n = xtr.shape[0]
     steps_per_epoch = (n + bs - 1) // bs
@@ -278,10 +312,12 @@ def train(variant, sections, cfg, shift, flip, data, until_accuracy):
             m2.mul_(b2).addcmul_(g, g, value=1 - b2)
             p.sub_(lr * (m1 / c1) / ((m2 / c2).sqrt() + eps))
 
+    weight = torch.ones((), device=dev)  # N * n_r / n: DDP's mean of the ranks is the global mean
+
     def step(x, y):
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
-            out = model(x)
-        loss = F.cross_entropy(out.float(), y, label_smoothing=model.smoothing)
+            out = forward(x)
+        loss = F.cross_entropy(out.float(), y, label_smoothing=model.smoothing) * weight
         for p in params:
             p.grad = None
         loss.backward()
@@ -290,37 +326,58 @@ def train(variant, sections, cfg, shift, flip, data, until_accuracy):
         return loss.detach()  # nothing may keep the step's autograd graph alive into a capture
 
     def evaluate():
+        if world > 1:
+            average_buffers(model, world)
         model.eval()
-        correct = 0
+        lo, hi = share(xte.shape[0], rank, world)
+        correct = torch.zeros((), device=dev)
         with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
-            for i in range(0, xte.shape[0], 1000):
-                correct += (model(xte[i:i + 1000]).argmax(1) == yte[i:i + 1000]).sum().item()
+            for i in range(lo, hi, 1000):
+                j = min(i + 1000, hi)
+                correct += (model(xte[i:j]).argmax(1) == yte[i:j]).sum()
+        if world > 1:
+            dist.all_reduce(correct)
         model.train()
-        return 100.0 * correct / xte.shape[0]
+        return 100.0 * correct.item() / xte.shape[0]
 
     graph, warm = None, torch.cuda.Stream()
-    sx, sy = torch.zeros((bs,) + tuple(xtr.shape[1:]), device=dev), torch.zeros(bs, dtype=torch.long, device=dev)
+    warm_steps = 11 if world > 1 else 3
+    lo, hi = share(bs, rank, world)
+    sx = torch.zeros((hi - lo,) + tuple(xtr.shape[1:]), device=dev)
+    sy = torch.zeros(hi - lo, dtype=torch.long, device=dev)
     order_gen = torch.Generator(device=dev).manual_seed(int(cfg["seed"]))
+    # Under DDP the ranks' shares may differ in size, so augmentation draws from a generator of
+    # each rank's own: the data order's generator stays the same on every rank.
+    aug_gen = order_gen if world == 1 else torch.Generator(device=dev).manual_seed(int(cfg["seed"]) + 1 + rank)
     fill = (0.0 - model.mean) / model.std
 
     def batch(idxs):
         x = xtr[idxs]
-        return augment(x, shift, flip, fill, order_gen) if shift or flip else x
+        return augment(x, shift, flip, fill, aug_gen) if shift or flip else x
+    label = variant if world == 1 else f"{variant}-ddp{world}"
+    eager = variant == "eager"
     it, times, reached = 0, [], None
     for ep in range(epochs):
         order = torch.randperm(n, device=dev, generator=order_gen)
+        if world > 1:
+            dist.barrier(device_ids=[rank])
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         loss_sum = torch.zeros((), device=dev)
         for s in range(steps_per_epoch):
             idxs = order[s * bs:(s + 1) * bs]
+            m = idxs.shape[0]
+            i0, i1 = share(m, rank, world)
+            # An empty share still joins DDP's all-reduce: one example at weight 0.
+            mine = idxs[i0:i1] if i1 > i0 else idxs[:1]
+            weight.fill_(world * (i1 - i0) / m)
             lr_t.fill_(lr_at(cfg, it, total))
-            if variant == "eager" or idxs.shape[0] < bs:
-                loss = step(batch(idxs), ytr[idxs])
+            if eager or m < bs:
+                loss = step(batch(mine), ytr[mine])
             else:
-                sx.copy_(batch(idxs))
-                sy.copy_(ytr[idxs])
-                if it < 3:  # warm-up steps on a side stream before the capture, as PyTorch asks
+                sx.copy_(batch(mine))
+                sy.copy_(ytr[mine])
+                if it < warm_steps:  # warm-up steps on a side stream before the capture, as PyTorch asks
                     warm.wait_stream(torch.cuda.current_stream())
                     with torch.cuda.stream(warm):
                         loss = step(sx, sy)
@@ -328,17 +385,32 @@ def train(variant, sections, cfg, shift, flip, data, until_accuracy):
                 else:
                     if graph is None:
                         graph = torch.cuda.CUDAGraph()
-                        with torch.cuda.graph(graph):
-                            static_loss = step(sx, sy)
-                    graph.replay()
-                    loss = static_loss
-            loss_sum += loss
+                        try:
+                            with torch.cuda.graph(graph):
+                                static_loss = step(sx, sy)
+                        except RuntimeError as e:
+                            if world == 1:
+                                raise
+                            if rank == 0:
+                                print(f"pytorch {label}: the step with DDP could not be captured ({e}); "
+                                      "going on eager", flush=True)
+                            eager, graph = True, None
+                            torch.cuda.synchronize()
+                    if graph is not None:
+                        graph.replay()
+                        loss = static_loss
+                    else:
+                        loss = step(sx, sy)
+            loss_sum += loss / world
             it += 1
+        if world > 1:
+            dist.all_reduce(loss_sum)
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
         acc = evaluate()
-        print(f"pytorch {variant}: epoch {ep + 1}/{epochs}  lr {lr_at(cfg, it, total):.6f}  train loss "
-              f"{loss_sum.item() / steps_per_epoch:.4f}  test acc {acc:6.2f}%  {times[-1]:.3f} s", flush=True)
+        if rank == 0:
+            print(f"pytorch {label}: epoch {ep + 1}/{epochs}  lr {lr_at(cfg, it, total):.6f}  train loss "
+                  f"{loss_sum.item() / steps_per_epoch:.4f}  test acc {acc:6.2f}%  {times[-1]:.3f} s", flush=True)
         if until_accuracy is not None and reached is None and acc >= until_accuracy:
             reached = time.perf_counter() - START
             break
@@ -366,6 +438,8 @@ def main():
                     help="eager, graph or graph-bf16, or several of them separated by commas, run one after "
                          "the other in this process")
     ap.add_argument("--until-accuracy", type=float)
+    ap.add_argument("--ddp", type=int, default=1, metavar="N",
+                    help="train on N GPUs with DistributedDataParallel, one process per GPU")
     a = ap.parse_args()
     variants = a.variant.split(",")
     for v in variants:
@@ -373,25 +447,55 @@ def main():
             ap.error(f"--variant: '{v}' is not one of {', '.join(VARIANTS)}")
     if a.until_accuracy is not None and len(variants) > 1:
         ap.error("--until-accuracy times one variant from the process start: give one --variant")
+    if a.ddp < 1:
+        ap.error("--ddp: the number of GPUs must be 1 or more")
+    if a.ddp > 1:
+        if a.ddp > torch.cuda.device_count():
+            ap.error(f"--ddp {a.ddp}: this machine has {torch.cuda.device_count()} CUDA devices")
+        port = free_port()
+        torch.multiprocessing.spawn(run_rank, args=(a, variants, port), nprocs=a.ddp)
+    else:
+        run_rank(0, a, variants, None)
 
+
+def free_port():
+    """A TCP port on 127.0.0.1 that nothing listens on now, for the ranks' rendezvous."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_rank(rank, a, variants, port):
+    """Every variant in turn on GPU `rank` of a.ddp (one process, no group, when a.ddp is 1)."""
+    world = a.ddp
+    if world > 1:
+        torch.cuda.set_device(rank)
+        dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                                device_id=torch.device("cuda", rank))
     sections = parse_model(a.model)
     cfg, shift, flip = read_recipe(sections, a)
     mean, std = input_scaling(next(o for k, o in sections if k == "input"))
-    dev = torch.device("cuda")
+    dev = torch.device("cuda", rank)
     data = (load_split(a.data, "train", mean, std, dev), load_split(a.data, "t10k", mean, std, dev))
     torch.cuda.synchronize()
     resident = torch.cuda.memory_allocated()  # the datasets, which blobnet's figure leaves out too
     for variant in variants:
         torch.cuda.reset_peak_memory_stats()
-        times, acc, reached = train(variant, sections, cfg, shift, flip, data, a.until_accuracy)
+        times, acc, reached = train(variant, sections, cfg, shift, flip, data, a.until_accuracy, rank, world)
         peak = (torch.cuda.max_memory_allocated() - resident) / 1048576
-        line = (f"pytorch {variant}: {median_later(times) * 1000:.1f} ms per epoch ("
+        torch.cuda.empty_cache()
+        if rank != 0:
+            continue
+        label = variant if world == 1 else f"{variant}-ddp{world}"
+        line = (f"pytorch {label}: {median_later(times) * 1000:.1f} ms per epoch ("
                 + (f"median of epochs 2-{len(times)}" if len(times) > 1 else "epoch 1") + "), "
                 f"final test accuracy {acc:.2f}%, peak device memory {peak:.1f} MiB")
         if a.until_accuracy is not None:
             line += f", {a.until_accuracy:g}% " + (f"at {reached:.2f} s from start" if reached else "not reached")
         print(line, flush=True)
-        torch.cuda.empty_cache()
+    if world > 1:
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,638 @@
+/* test_multigpu.c - data-parallel training on two GPUs through the CLI (docs/multi-gpu.md): the
+ * ranks stay bit-identical, two GPUs train what one GPU trains at the same global batch, a
+ * checkpoint moves between 2 and 1 GPUs both ways, a killed rank or a SIGINT ends the whole run,
+ * the TCP rendezvous works for ranks started by hand, and a machine or build that cannot train
+ * on several GPUs says so in one line. All but the last need NCCL, two devices and real MNIST
+ * ($BLOBNET_TEST_DATA); they skip with the reason otherwise. */
+#include "testing.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/device.h"
+#include "core/net.h"
+#include "dist/dist.h"
+#include "file_testing.h"
+#include "io/safetensors.h"
+#include "train/checkpoint.h"
+#include "train/optimizer.h"
+
+static char out[1 << 16];
+
+/* 2-GPU and 1-GPU runs differ only in the order of floating-point sums: each rank's cuDNN and
+ * cuBLAS kernels sum 32 examples instead of 64 (other algorithms may be picked for the smaller
+ * batch), and NCCL adds the two halves. One such step differs by a few float32 ulps (about 1e-7
+ * relative); training amplifies it: in LeNet with this seed and data order, one ulp in one weight
+ * moves the per-step losses by up to 1e-3 relative by step 50 (tests/test_gpu_training.c), while
+ * the weights, which integrate 50 small updates, move far less. 1e-4 of the tensor's largest
+ * magnitude is above that drift and far below what a wrong gradient scale does (a missing
+ * division by the world size doubles every update: about 1e-1 of the largest weight after 50
+ * steps). The test prints the difference it observed, so the bound can be tightened from it. */
+#define WEIGHT_TOL 1e-4
+/* The epoch's mean training loss averages the 50 steps' losses, so the late steps' drift moves
+ * it much less than the last step's loss. */
+#define LOSS_TOL 1e-3
+
+/* 3200 training images at LeNet's batch 64: 50 steps an epoch. */
+#define LENET "models/lenet.cfg --batch 64 --seed 1 --quiet"
+#define STEPS_50 "--train-limit 3200 --epochs 1"
+
+static void sleep_ms(long ms)
+{
+    nanosleep(&(struct timespec){.tv_sec = ms / 1000, .tv_nsec = ms % 1000 * 1000000L}, NULL);
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Why the two-GPU tests cannot run here, or NULL when they can. */
+static const char *cannot_run(void)
+{
+    static char why[256];
+    if (!bn_dist_compiled()) {
+        snprintf(why, sizeof why, "%s", bn_dist_missing());
+        return why;
+    }
+    int n = bn_device_count();
+    if (n < 2) {
+        snprintf(why, sizeof why, "needs 2 CUDA devices, this machine has %d", n);
+        return why;
+    }
+    if (!bn_test_data_dir()) return "BLOBNET_TEST_DATA not set";
+    return NULL;
+}
+
+#define SKIP_WITHOUT_TWO_GPUS()                          \
+    do {                                                 \
+        const char *why_ = cannot_run();                 \
+        if (why_) BN_SKIP_TEST("%s", why_);              \
+    } while (0)
+
+/* Runs `env ENV blobnet train ARGS --data <real MNIST>` to completion; its output lands in out. */
+static int train(const char *env, const char *args)
+{
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "env %s %s train %s --data %s", env, bn_test_cli(), args, bn_test_data_dir());
+    return bn_test_run(cmd, out, sizeof out);
+}
+
+/* Starts `env ENV blobnet train ARGS --data DATA` in the background, stdout and stderr in log; the
+ * pid is blobnet's own (exec), so signals reach it directly. */
+static pid_t start_train(const char *env, const char *args, const char *data, const char *log)
+{
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "exec env %s %s train %s --data %s >'%s' 2>&1", env, bn_test_cli(), args, data, log);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* The exit code, or 128 + the signal, of child pid once it ends within timeout_s; -1 when it
+ * is still running then (it is killed and reaped so that nothing is left behind). */
+static int wait_exit_within(pid_t pid, double timeout_s)
+{
+    double end = now_s() + timeout_s;
+    for (;;) {
+        int st;
+        pid_t got = waitpid(pid, &st, WNOHANG);
+        if (got == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        if (got < 0) return -2;
+        if (now_s() > end) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            return -1;
+        }
+        sleep_ms(20);
+    }
+}
+
+/* The lines of a text file, or -1 when it cannot be read. */
+static int count_lines(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    int n = 0;
+    for (int c; (c = fgetc(f)) != EOF;) n += c == '\n';
+    fclose(f);
+    return n;
+}
+
+/* Waits up to timeout_s until the metrics log at path has more than `lines` lines: training has
+ * gone that many steps (with --log-every 1, after the header). 1 when it did. */
+static int wait_for_steps(const char *path, int lines, double timeout_s)
+{
+    for (double end = now_s() + timeout_s; now_s() < end; sleep_ms(20))
+        if (count_lines(path) > lines) return 1;
+    return 0;
+}
+
+/* The pids of parent's children (at most cap), from /proc/<pid>/stat's ppid field: every task
+ * is scanned, so that this works where the kernel has no /proc/<pid>/task/<tid>/children. */
+static int children_of(pid_t parent, pid_t *kids, int cap)
+{
+    DIR *d = opendir("/proc");
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) && n < cap;) {
+        char *end;
+        long pid = strtol(e->d_name, &end, 10);
+        if (*end || pid <= 0) continue;
+        char path[64], text[512];
+        snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+        if (ft_read_text(path, text, sizeof text) != 0) continue;
+        /* pid (comm) state ppid ...: comm may hold spaces and parentheses, so read after the last ')'. */
+        const char *close = strrchr(text, ')');
+        char state;
+        long ppid;
+        if (close && sscanf(close + 1, " %c %ld", &state, &ppid) == 2 && ppid == parent) kids[n++] = (pid_t)pid;
+    }
+    closedir(d);
+    return n;
+}
+
+/* Waits up to timeout_s for parent to have `want` children; their count (at most cap). */
+static int wait_for_children(pid_t parent, pid_t *kids, int cap, int want, double timeout_s)
+{
+    int n = 0;
+    for (double end = now_s() + timeout_s; now_s() < end; sleep_ms(20))
+        if ((n = children_of(parent, kids, cap)) >= want) break;
+    return n;
+}
+
+/* 1 when process pid is gone (or a zombie nobody will reap, which holds no GPU) within timeout_s. */
+static int gone_within(pid_t pid, double timeout_s)
+{
+    for (double end = now_s() + timeout_s; now_s() < end; sleep_ms(20)) {
+        if (kill(pid, 0) != 0 && errno == ESRCH) return 1;
+        char path[64], text[512];
+        snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+        const char *close = ft_read_text(path, text, sizeof text) == 0 ? strrchr(text, ')') : NULL;
+        if (close && close[1] == ' ' && close[2] == 'Z') return 1;
+    }
+    return 0;
+}
+
+static int files_equal(const char *a, const char *b)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", a, b);
+    return system(cmd) == 0;
+}
+
+/* A free TCP port on 127.0.0.1 (bound, read and closed: the rendezvous reuses it at once). */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+/* ---- comparing weight files ---- */
+
+/* How two files' parameter tensors ("<layer>.<param>", one dot: the optimizer's state tensors
+ * are "<state>.<layer>.<param>") compare: the largest difference as a fraction of that tensor's
+ * largest magnitude, the tensor where it is, and how many parameter tensors there were. */
+typedef struct weight_diff {
+    double worst;
+    char where[128];
+    int tensors;
+} weight_diff;
+
+static int dots(const char *s, size_t len)
+{
+    int n = 0;
+    for (size_t i = 0; i < len; i++) n += s[i] == '.';
+    return n;
+}
+
+/* Finds the entry of b named like ea; 0 when there is one. */
+static int find_entry(const bn_safetensors *b, const bn_safetensors_entry *ea, bn_safetensors_entry *eb)
+{
+    for (size_t j = 0; j < b->num_tensors; j++) {
+        if (bn_safetensors_check_entry(b, j, eb) != BN_OK) return -1;
+        if (eb->name_len == ea->name_len && memcmp(eb->name, ea->name, ea->name_len) == 0) return 0;
+    }
+    return -1;
+}
+
+/* Compares one pair of equally named tensors into d; -1 with a message when they cannot be. */
+static int diff_tensor(const bn_safetensors *a, const bn_safetensors_entry *ea, const bn_safetensors *b,
+                       const bn_safetensors_entry *eb, weight_diff *d)
+{
+    if (ea->count != eb->count || ea->count == 0) {
+        fprintf(stderr, "    %.*s: %llu values against %llu\n", (int)ea->name_len, ea->name,
+                (unsigned long long)ea->count, (unsigned long long)eb->count);
+        return -1;
+    }
+    float *va = malloc(ea->count * sizeof *va), *vb = malloc(eb->count * sizeof *vb);
+    int ok = va && vb && bn_safetensors_read_f32(a, ea, va) == BN_OK && bn_safetensors_read_f32(b, eb, vb) == BN_OK;
+    if (ok) {
+        double big = 0, diff = 0;
+        for (uint64_t i = 0; i < ea->count; i++) {
+            big = fmax(big, fabs(va[i]));
+            diff = fmax(diff, fabs((double)va[i] - vb[i]));
+        }
+        /* An all-zero tensor (a bias that never moved) compares absolutely. */
+        double rel = big > 0 ? diff / big : diff;
+        if (rel >= d->worst) {
+            d->worst = rel;
+            snprintf(d->where, sizeof d->where, "%.*s", (int)ea->name_len, ea->name);
+        }
+        d->tensors++;
+    } else {
+        fprintf(stderr, "    %.*s: %s\n", (int)ea->name_len, ea->name, bn_last_error());
+    }
+    free(va);
+    free(vb);
+    return ok ? 0 : -1;
+}
+
+/* Opens both files; -1 with a message (and nothing left open) when either cannot be. */
+static int open_pair(const char *pa, bn_safetensors *a, const char *pb, bn_safetensors *b)
+{
+    if (bn_safetensors_open(pa, a) != BN_OK) {
+        fprintf(stderr, "    %s\n", bn_last_error());
+        bn_safetensors_close(a);
+        return -1;
+    }
+    if (bn_safetensors_open(pb, b) != BN_OK) {
+        fprintf(stderr, "    %s\n", bn_last_error());
+        bn_safetensors_close(a);
+        bn_safetensors_close(b);
+        return -1;
+    }
+    return 0;
+}
+
+/* Compares the parameter tensors of the weight files a and b; -1 with a message when either
+ * cannot be read or their tensors do not match by name and size. */
+static int diff_weights(const char *pa, const char *pb, weight_diff *d)
+{
+    memset(d, 0, sizeof *d);
+    bn_safetensors a, b;
+    if (open_pair(pa, &a, pb, &b) != 0) return -1;
+    int ok = 1;
+    for (size_t i = 0; ok && i < a.num_tensors; i++) {
+        bn_safetensors_entry ea, eb;
+        ok = bn_safetensors_check_entry(&a, i, &ea) == BN_OK;
+        if (!ok || dots(ea.name, ea.name_len) != 1) continue;
+        ok = find_entry(&b, &ea, &eb) == 0;
+        if (!ok) fprintf(stderr, "    %s has no tensor %.*s of %s\n", pb, (int)ea.name_len, ea.name, pa);
+        ok = ok && diff_tensor(&a, &ea, &b, &eb, d) == 0;
+    }
+    bn_safetensors_close(&a);
+    bn_safetensors_close(&b);
+    return ok && d->tensors > 0 ? 0 : -1;
+}
+
+/* The epoch row's training loss of a metrics log (epoch,step,lr,train_loss,...) for the last
+ * epoch it holds, or NAN. */
+static double last_epoch_loss(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return NAN;
+    char line[512];
+    double loss = NAN;
+    while (fgets(line, sizeof line, f)) {
+        int epoch;
+        long step;
+        char lr[64], v[64], acc[64], test_loss[64];
+        /* Step rows leave the test fields empty, so only an epoch row fills all six. */
+        if (sscanf(line, "%d,%ld,%63[^,],%63[^,],%63[^,],%63[^,]", &epoch, &step, lr, v, acc, test_loss) == 6)
+            loss = atof(v);
+    }
+    fclose(f);
+    return loss;
+}
+
+/* Fails unless the weights at pa and pb agree to WEIGHT_TOL and, when both logs are given, the
+ * last epochs' training losses agree to LOSS_TOL relative; prints what was observed. */
+static int check_same_training(const char *what, const char *pa, const char *pb, const char *log_a,
+                               const char *log_b)
+{
+    weight_diff d;
+    CHECK_MSG(diff_weights(pa, pb, &d) == 0, "%s: cannot compare %s and %s", what, pa, pb);
+    printf("    %s: largest weight difference %.3g of the tensor's largest weight (%s, %d tensors)", what, d.worst,
+           d.where, d.tensors);
+    CHECK_MSG(d.worst <= WEIGHT_TOL, "%s: %s differs by %.3g of its largest weight (tolerance %g)", what, d.where,
+              d.worst, WEIGHT_TOL);
+    if (log_a) {
+        double la = last_epoch_loss(log_a), lb = last_epoch_loss(log_b);
+        printf(", training loss %.7g against %.7g", la, lb);
+        CHECK_MSG(la > 0 && lb > 0, "%s: no epoch row in %s or %s", what, log_a, log_b);
+        CHECK_MSG(fabs(la - lb) <= LOSS_TOL * la, "%s: training loss %.7g against %.7g (tolerance %g relative)", what,
+                  la, lb, LOSS_TOL);
+    }
+    printf("\n");
+    return BN_PASS;
+}
+
+/* The initial weights of LeNet with seed 1, as every run here starts from them. */
+static int initial_weights(const char *path)
+{
+    char args[4096];
+    snprintf(args, sizeof args, LENET " --device gpu --epochs 0 --save %s", path);
+    CHECK_MSG(train("", args) == 0, "%s", out);
+    return BN_PASS;
+}
+
+/* Fails unless training moved every parameter tensor of path away from init by more than
+ * 10 x WEIGHT_TOL: a run that never trained (or trained on zero gradients) cannot pass the
+ * comparisons above. */
+static int check_trained(const char *path, const char *init)
+{
+    bn_safetensors a, b;
+    CHECK_MSG(open_pair(path, &a, init, &b) == 0, "cannot read %s or %s", path, init);
+    double least = INFINITY;
+    char where[128] = "";
+    int ok = 1;
+    for (size_t i = 0; ok && i < a.num_tensors; i++) {
+        bn_safetensors_entry ea, eb;
+        ok = bn_safetensors_check_entry(&a, i, &ea) == BN_OK;
+        if (!ok || dots(ea.name, ea.name_len) != 1) continue;
+        weight_diff d = {0};
+        ok = find_entry(&b, &ea, &eb) == 0 && diff_tensor(&a, &ea, &b, &eb, &d) == 0;
+        if (ok && d.worst < least) {
+            least = d.worst;
+            snprintf(where, sizeof where, "%s", d.where);
+        }
+    }
+    bn_safetensors_close(&a);
+    bn_safetensors_close(&b);
+    CHECK_MSG(ok && least < INFINITY, "cannot compare %s with the initial weights %s", path, init);
+    CHECK_MSG(least > 10 * WEIGHT_TOL, "%s: %s moved only %.3g of its largest weight from its initial value", path,
+              where, least);
+    return BN_PASS;
+}
+
+#define CHECK_PASS(expr)                \
+    do {                                \
+        int r_ = (expr);                \
+        if (r_ != BN_PASS) return r_;   \
+    } while (0)
+
+/* ---- the tests ---- */
+
+/* After 50 steps on 2 GPUs both ranks hold the same weights, bit for bit, and training moved them. */
+BN_TEST(multigpu_ranks_are_bit_identical_after_50_steps)
+{
+    SKIP_WITHOUT_TWO_GPUS();
+    char dir[512], env[600], r0[600], r1[600], init[512], args[4096];
+    ft_path(dir, sizeof dir, "rank-weights");
+    snprintf(env, sizeof env, "BLOBNET_RANK_WEIGHTS=%s", dir);
+    snprintf(r0, sizeof r0, "%s/rank0.safetensors", dir);
+    snprintf(r1, sizeof r1, "%s/rank1.safetensors", dir);
+    ft_path(init, sizeof init, "init.safetensors");
+    snprintf(args, sizeof args, "rm -rf '%s' && mkdir -p '%s'", dir, dir);
+    CHECK(system(args) == 0);
+    snprintf(args, sizeof args, LENET " " STEPS_50 " --gpus 2");
+    CHECK_MSG(train(env, args) == 0, "%s", out);
+    CHECK_MSG(access(r0, F_OK) == 0 && access(r1, F_OK) == 0, "BLOBNET_RANK_WEIGHTS wrote no %s or %s:\n%s", r0, r1,
+              out);
+    CHECK_MSG(files_equal(r0, r1), "rank 0's and rank 1's final weights differ");
+    weight_diff d;
+    CHECK(diff_weights(r0, r1, &d) == 0);
+    CHECK_MSG(d.worst == 0, "%s differs by %.3g of its largest weight", d.where, d.worst);
+    CHECK_PASS(initial_weights(init));
+    CHECK_PASS(check_trained(r0, init));
+    printf("    50 steps on 2 GPUs: %d parameter tensors equal bit for bit on both ranks, all trained\n", d.tensors);
+    return BN_PASS;
+}
+
+/* 50 steps at global batch 64 on 2 GPUs (32 an rank) train what 50 steps at batch 64 on one GPU
+ * do, up to the order of the sums. */
+BN_TEST(multigpu_two_gpus_train_what_one_gpu_trains)
+{
+    SKIP_WITHOUT_TWO_GPUS();
+    char one[512], two[512], log1[512], log2[512], init[512], args[4096];
+    ft_path(one, sizeof one, "one-gpu.safetensors");
+    ft_path(two, sizeof two, "two-gpus.safetensors");
+    ft_path(log1, sizeof log1, "one-gpu.csv");
+    ft_path(log2, sizeof log2, "two-gpus.csv");
+    ft_path(init, sizeof init, "init.safetensors");
+    remove(log1);
+    remove(log2);
+    snprintf(args, sizeof args, LENET " " STEPS_50 " --device gpu --save %s --log %s", one, log1);
+    CHECK_MSG(train("", args) == 0, "%s", out);
+    snprintf(args, sizeof args, LENET " " STEPS_50 " --gpus 2 --save %s --log %s", two, log2);
+    CHECK_MSG(train("", args) == 0, "%s", out);
+    CHECK_PASS(check_same_training("2 GPUs against 1, 50 steps", one, two, log1, log2));
+    CHECK_PASS(initial_weights(init));
+    CHECK_PASS(check_trained(two, init));
+    return BN_PASS;
+}
+
+/* A run of 2 x 25 steps (1600 images an epoch) saved after its first epoch on `first` and resumed
+ * for the second on `second` ends where 50 steps on one GPU without a stop end. */
+static int resume_across(const char *first, const char *second, const char *tag)
+{
+    char full[512], part[512], resumed[512], log_full[512], log_resumed[512], args[4096], name[64], what[128];
+    ft_path(full, sizeof full, "resume-full.safetensors");
+    snprintf(name, sizeof name, "resume-part-%s.safetensors", tag);
+    ft_path(part, sizeof part, name);
+    snprintf(name, sizeof name, "resume-done-%s.safetensors", tag);
+    ft_path(resumed, sizeof resumed, name);
+    ft_path(log_full, sizeof log_full, "resume-full.csv");
+    snprintf(name, sizeof name, "resume-%s.csv", tag);
+    ft_path(log_resumed, sizeof log_resumed, name);
+    remove(log_full);
+    remove(log_resumed);
+    snprintf(args, sizeof args, LENET " --train-limit 1600 --epochs 2 --device gpu --save %s --log %s", full, log_full);
+    CHECK_MSG(train("", args) == 0, "%s", out);
+    snprintf(args, sizeof args, LENET " --train-limit 1600 --epochs 1 %s --save %s --log %s", first, part, log_resumed);
+    CHECK_MSG(train("", args) == 0, "%s", out);
+    snprintf(args, sizeof args, LENET " --train-limit 1600 --epochs 2 %s --resume %s --save %s --log %s", second, part,
+             resumed, log_resumed);
+    CHECK_MSG(train("", args) == 0, "%s", out);
+    snprintf(what, sizeof what, "epoch 1 on %s, epoch 2 on %s, against both on --device gpu", first, second);
+    return check_same_training(what, full, resumed, log_full, log_resumed);
+}
+
+/* A checkpoint saved on 2 GPUs resumes on 1, and one saved on 1 resumes on 2, and each ends where
+ * an uninterrupted one-GPU run ends. */
+BN_TEST(multigpu_checkpoint_moves_between_two_gpus_and_one)
+{
+    SKIP_WITHOUT_TWO_GPUS();
+    CHECK_PASS(resume_across("--gpus 2", "--device gpu", "2to1"));
+    CHECK_PASS(resume_across("--device gpu", "--gpus 2", "1to2"));
+    return BN_PASS;
+}
+
+/* SIGKILL to one rank in the middle of training: the launcher stops the other one and exits
+ * non-zero within 30 s, naming the rank, its GPU and the signal; no rank is left running. */
+BN_TEST(multigpu_killed_rank_ends_the_run_naming_it)
+{
+    SKIP_WITHOUT_TWO_GPUS();
+    char log[512], csv[512], args[4096], text[8192];
+    ft_path(log, sizeof log, "killed-rank.log");
+    ft_path(csv, sizeof csv, "killed-rank.csv");
+    remove(csv);
+    snprintf(args, sizeof args, LENET " --epochs 20 --gpus 2 --log %s --log-every 1", csv);
+    pid_t launcher = start_train("", args, bn_test_data_dir(), log);
+    CHECK(launcher > 0);
+    pid_t ranks[8];
+    int n = wait_for_children(launcher, ranks, 8, 2, 60);
+    /* A header and 5 step rows: both ranks are inside training, past NCCL's set-up. */
+    int training = n == 2 && wait_for_steps(csv, 6, 120);
+    pid_t victim = n == 2 ? ranks[1] : 0, other = n == 2 ? ranks[0] : 0;
+    if (victim > 0) kill(victim, SIGKILL);
+    double killed_at = now_s();
+    int rc = wait_exit_within(launcher, training ? 30 : 1);
+    double took = now_s() - killed_at;
+    int other_gone = other > 0 && gone_within(other, 5);
+    CHECK(ft_read_text(log, text, sizeof text) == 0);
+    CHECK_MSG(n == 2, "the launcher (pid %d) had %d children, not 2:\n%s", (int)launcher, n, text);
+    CHECK_MSG(training, "training never logged 5 steps:\n%s", text);
+    CHECK_MSG(rc > 0, "the launcher %s:\n%s", rc == -1 ? "was still running 30 s after the kill" : "exited 0", text);
+    CHECK_MSG(rc < 128, "the launcher died of signal %d instead of exiting with an error:\n%s", rc - 128, text);
+    /* Which rank the kill hit depends on the order of the children; either is named the same way. */
+    char want0[128], want1[128];
+    snprintf(want0, sizeof want0, "rank 0 (gpu 0) was killed by signal 9");
+    snprintf(want1, sizeof want1, "rank 1 (gpu 1) was killed by signal 9");
+    CHECK_MSG(strstr(text, want0) || strstr(text, want1), "no message naming the killed rank:\n%s", text);
+    CHECK_MSG(other_gone, "the other rank (pid %d) is still running after the launcher exited", (int)other);
+    printf("    rank killed: the launcher exited %d after %.1f s; the other rank is gone\n", rc, took);
+    return BN_PASS;
+}
+
+/* Whether path holds a checkpoint of models/lenet.cfg that a resume accepts. */
+static int resumable(const char *path)
+{
+    bn_net *net = NULL;
+    bn_optimizer *opt = NULL;
+    bn_train_state st;
+    bn_status s = bn_net_from_file("models/lenet.cfg", &net);
+    if (s == BN_OK) s = bn_net_setup(net, 1, NULL, 0, 1);
+    if (s == BN_OK) s = bn_optimizer_create(net, &net->train, &opt);
+    if (s == BN_OK) s = bn_checkpoint_load(path, net, opt, &st);
+    if (s != BN_OK) fprintf(stderr, "    %s\n", bn_last_error());
+    bn_optimizer_free(opt);
+    bn_net_free(net);
+    return s == BN_OK;
+}
+
+/* SIGINT to the launcher during training: every rank stops after the same step, rank 0 saves, the
+ * launcher exits 130 as one-GPU training does (tests/test_interrupt.c), and the checkpoint loads. */
+BN_TEST(multigpu_sigint_stops_all_ranks_and_saves)
+{
+    SKIP_WITHOUT_TWO_GPUS();
+    char log[512], csv[512], ck[512], args[4096], text[8192];
+    ft_path(log, sizeof log, "sigint.log");
+    ft_path(csv, sizeof csv, "sigint.csv");
+    ft_path(ck, sizeof ck, "sigint.safetensors");
+    remove(csv);
+    remove(ck);
+    snprintf(args, sizeof args, LENET " --epochs 20 --gpus 2 --log %s --log-every 1 --save %s", csv, ck);
+    pid_t launcher = start_train("", args, bn_test_data_dir(), log);
+    CHECK(launcher > 0);
+    pid_t ranks[8];
+    int n = wait_for_children(launcher, ranks, 8, 2, 60);
+    int training = n == 2 && wait_for_steps(csv, 6, 120);
+    kill(launcher, SIGINT);
+    int rc = wait_exit_within(launcher, 60);
+    int gone = n == 2 && gone_within(ranks[0], 5) && gone_within(ranks[1], 5);
+    CHECK(ft_read_text(log, text, sizeof text) == 0);
+    CHECK_MSG(training, "training never logged 5 steps (%d children):\n%s", n, text);
+    CHECK_MSG(rc == 130, "exit %d, expected 130:\n%s", rc, text);
+    const char *msg = strstr(text, "blobnet: interrupted at step ");
+    char saved[700];
+    snprintf(saved, sizeof saved, "; checkpoint saved to %s\n", ck);
+    CHECK_MSG(msg && strstr(msg, saved), "no 'interrupted at step N%s' line:\n%s", saved, text);
+    long step = atol(msg + strlen("blobnet: interrupted at step "));
+    CHECK_MSG(step >= 5, "stopped at step %ld, before the 5 steps logged", step);
+    CHECK_MSG(gone, "a rank is still running after the launcher exited");
+    CHECK_MSG(resumable(ck), "the checkpoint %s does not load", ck);
+    printf("    SIGINT: exit 130 after step %ld, the checkpoint loads\n", step);
+    return BN_PASS;
+}
+
+/* Two rank processes started by hand meet over the TCP rendezvous on 127.0.0.1, train 20 steps
+ * and end with the same weights, bit for bit. */
+BN_TEST(multigpu_rendezvous_by_hand_trains_in_step)
+{
+    SKIP_WITHOUT_TWO_GPUS();
+    int port = free_port();
+    CHECK_MSG(port > 0, "no free TCP port on 127.0.0.1");
+    char dir[512], env[700], logs[2][512], args[4096], text[2][4096], w[2][600], init[512], name[64];
+    ft_path(dir, sizeof dir, "by-hand");
+    snprintf(args, sizeof args, "rm -rf '%s' && mkdir -p '%s'", dir, dir);
+    CHECK(system(args) == 0);
+    snprintf(env, sizeof env, "BLOBNET_RANK_WEIGHTS=%s BLOBNET_DIST_TIMEOUT=60", dir);
+    pid_t pid[2];
+    for (int r = 0; r < 2; r++) {
+        snprintf(name, sizeof name, "by-hand-rank%d.log", r);
+        ft_path(logs[r], sizeof logs[r], name);
+        snprintf(w[r], sizeof w[r], "%s/rank%d.safetensors", dir, r);
+        /* 1280 images: 20 steps of 64. */
+        snprintf(args, sizeof args, LENET " --train-limit 1280 --epochs 1 --rendezvous 127.0.0.1:%d --rank %d "
+                 "--world 2 --device gpu:%d", port, r, r);
+        pid[r] = start_train(env, args, bn_test_data_dir(), logs[r]);
+        CHECK(pid[r] > 0);
+    }
+    int rc[2];
+    for (int r = 0; r < 2; r++) rc[r] = wait_exit_within(pid[r], 180);
+    for (int r = 0; r < 2; r++) {
+        CHECK(ft_read_text(logs[r], text[r], sizeof text[r]) == 0);
+        CHECK_MSG(rc[r] == 0, "rank %d exited %d:\n%s", r, rc[r], text[r]);
+    }
+    CHECK_MSG(access(w[0], F_OK) == 0 && access(w[1], F_OK) == 0, "BLOBNET_RANK_WEIGHTS wrote no %s or %s", w[0], w[1]);
+    CHECK_MSG(files_equal(w[0], w[1]), "the ranks' final weights differ");
+    ft_path(init, sizeof init, "init.safetensors");
+    CHECK_PASS(initial_weights(init));
+    CHECK_PASS(check_trained(w[0], init));
+    printf("    rendezvous on 127.0.0.1:%d: 20 steps, both ranks' weights equal bit for bit\n", port);
+    return BN_PASS;
+}
+
+/* Asking for more GPUs than can be had is one line and a non-zero exit: without NCCL it names
+ * what the build lacks; with NCCL, how many devices there are. Runs on every machine: it asks
+ * for one GPU more than there are (at least 2). */
+BN_TEST(multigpu_more_gpus_than_available_is_a_one_line_error)
+{
+    CHECK(ft_small_mnist() != NULL);
+    int have = bn_device_count(), want = have + 1 > 2 ? have + 1 : 2;
+    char args[256], cmd[2048];
+    snprintf(args, sizeof args, "models/lenet.cfg --quiet --epochs 1 --gpus %d", want);
+    snprintf(cmd, sizeof cmd, "%s train %s --data %s", bn_test_cli(), args, ft_small_mnist());
+    int rc = bn_test_run(cmd, out, sizeof out);
+    CHECK_MSG(rc > 0 && rc < 128, "'%s' exited %d:\n%s", args, rc, out);
+    const char *nl = strchr(out, '\n');
+    CHECK_MSG(nl && nl[1] == '\0', "not one line:\n%s", out);
+    char want_text[512];
+    if (!bn_dist_compiled()) {
+        snprintf(want_text, sizeof want_text, "blobnet: --gpus %d: %s\n", want, bn_dist_missing());
+        CHECK_MSG(strcmp(out, want_text) == 0, "got:\n%s\nexpected:\n%s", out, want_text);
+        CHECK_MSG(strstr(bn_dist_missing(), "NCCL") || strstr(bn_dist_missing(), "CUDA"),
+                  "the reason names neither NCCL nor CUDA: %s", bn_dist_missing());
+    } else {
+        snprintf(want_text, sizeof want_text, "blobnet: --gpus %d: ", want);
+        CHECK_MSG(strncmp(out, want_text, strlen(want_text)) == 0, "got:\n%s", out);
+        char count[32];
+        snprintf(count, sizeof count, "%d", have);
+        CHECK_MSG(strstr(out + strlen(want_text), count), "the message does not say there are %d:\n%s", have, out);
+    }
+    return BN_PASS;
+}
