@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "conv2d/conv2d.h"
 #include "core/net.h"
 #include "core/rng.h"
 #include "layer_testing.h"
@@ -40,6 +41,8 @@ typedef struct bf16_case {
     double tol;
     int exact_input;   /* inputs on a grid BF16 holds exactly (max pooling's ties and order kept) */
     int evaluate_too;  /* then an evaluation forward, compared too (batchnorm's running averages) */
+    int deterministic_too; /* run the comparisons a second time in a deterministic context (conv2d:
+                              cuDNN's heuristics choose instead of its timing) */
 } bf16_case;
 
 /* (capacity, batch) pairs: small, a full batch, and a last batch smaller than the blobs. */
@@ -192,19 +195,25 @@ static int run_case(const bf16_case *bc)
     bn_ctx *ctx;
     CHECK_OK(bn_ctx_open(0, &ctx));
     const uint64_t seed = lt_fresh_seed();
-    double worst = 0.0;
+    const int was_deterministic = ctx->deterministic;
     int r = BN_PASS;
-    ctx->bf16 = 1;
-    for (int k = 0; k < NUM_SIZES && r == BN_PASS; k++) {
-        r = compare_once(bc, capacities[k], batches[k], seed + (uint64_t)k, ctx, &worst);
-        if (r != BN_PASS)
-            printf("    %s, batch %d: rerun with BLOBNET_TEST_SEED=%llu\n", bc->what, batches[k],
-                   (unsigned long long)seed);
+    for (int det = 0; det <= (bc->deterministic_too ? 1 : 0) && r == BN_PASS; det++) {
+        double worst = 0.0;
+        ctx->bf16 = 1;
+        ctx->deterministic = det;
+        for (int k = 0; k < NUM_SIZES && r == BN_PASS; k++) {
+            r = compare_once(bc, capacities[k], batches[k], seed + (uint64_t)k, ctx, &worst);
+            if (r != BN_PASS)
+                printf("    %s%s, batch %d: rerun with BLOBNET_TEST_SEED=%llu\n", bc->what,
+                       det ? " (deterministic)" : "", batches[k], (unsigned long long)seed);
+        }
+        ctx->bf16 = 0;
+        ctx->deterministic = was_deterministic;
+        if (r == BN_PASS)
+            printf("    gpu bf16 vs cpu fp32 %s%s, batches 3, 64, 37 of 64: worst difference %.3g of scale "
+                   "(tolerance %g)\n",
+                   bc->what, det ? " (deterministic)" : "", worst, bc->tol);
     }
-    ctx->bf16 = 0;
-    if (r == BN_PASS)
-        printf("    gpu bf16 vs cpu fp32 %s, batches 3, 64, 37 of 64: worst difference %.3g of scale (tolerance %g)\n",
-               bc->what, worst, bc->tol);
     return r;
 }
 
@@ -224,14 +233,52 @@ BN_TEST(gpu_bf16_conv2d_matches_cpu)
          "[input]\nchannels=3\nheight=7\nwidth=9\n"
          "[conv2d]\nfilters=5\nsize=3\nstride=2\npad=1\n"
          "[conv2d]\nfilters=4\nsize=3\nstride=1\npad=2\ninit=he\n",
-         TOL_CHAIN, 0, 0},
+         TOL_CHAIN, 0, 0, 1},
         {"bf16 conv2d 16x14x14 k3p1 x32",
          "[input]\nchannels=16\nheight=14\nwidth=14\n[conv2d]\nfilters=32\nsize=3\npad=1\ninit=he\n", TOL_LAYER,
-         0, 0},
+         0, 0, 1},
         {"bf16 conv2d 8x5x5 k1 x16", "[input]\nchannels=8\nheight=5\nwidth=5\n[conv2d]\nfilters=16\nsize=1\n",
-         TOL_LAYER, 0, 0},
+         TOL_LAYER, 0, 0, 0},
     };
     return run_cases(cases, sizeof cases / sizeof cases[0]);
+}
+
+/* Under bf16 only cuDNN runs a convolution's passes (blobnet's kernel families are FP32-only):
+ * the plan says so, and a layer that asks for blobnet's engine is refused by name. */
+BN_TEST(gpu_bf16_conv2d_runs_on_cudnn_only)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    static const char *const texts[] = {
+        "[input]\nchannels=1\nheight=28\nwidth=28\n[conv2d]\nname=c1\nfilters=20\nsize=5\n"
+        "[conv2d]\nname=c2\nfilters=50\nsize=5\n",
+        "[input]\nchannels=1\nheight=28\nwidth=28\n[conv2d]\nname=c1\nfilters=20\nsize=5\nengine=blobnet\n",
+    };
+    char plan[1024] = "", error[512] = "";
+    bn_status s[2] = {BN_OK, BN_OK};
+    ctx->bf16 = 1;
+    for (int t = 0; t < 2; t++) {
+        bn_net *net = NULL;
+        s[t] = bn_net_from_text(texts[t], "conv", &net);
+        if (s[t] == BN_OK) s[t] = bn_net_setup(net, 8, ctx, 1, 3);
+        if (s[t] == BN_OK) s[t] = bn_net_forward(net, 1);
+        if (s[t] == BN_OK) s[t] = bn_net_backward(net);
+#ifdef BN_WITH_CUDA /* the plans exist only in a CUDA build */
+        if (s[t] == BN_OK) bn_conv2d_gpu_describe(bn_net_find_layer(net, "c2"), plan, sizeof plan);
+#endif
+        if (s[t] != BN_OK) snprintf(error, sizeof error, "%s", bn_last_error());
+        bn_net_free(net);
+        if (t == 0 && s[t] != BN_OK) break;
+    }
+    ctx->bf16 = 0;
+    CHECK_MSG(s[0] == BN_OK, "LeNet's convolutions under bf16: %s", error);
+    CHECK_MSG(strstr(plan, "n=8: fwd ") && strstr(plan, "(bf16)") && !strstr(plan, "blobnet"),
+              "c2's plan under bf16 is \"%s\": not cuDNN's BF16 passes alone", plan);
+    CHECK_MSG(s[1] == BN_ERR_USAGE && strstr(error, "c1") && strstr(error, "engine = blobnet"),
+              "engine = blobnet under bf16 gave status %d, \"%s\"; want a usage error naming c1 and the key", s[1],
+              error);
+    return BN_PASS;
 }
 
 /* The general kernel (3x3 windows at stride 2, padded) and the tiled one (2x2, stride 2). */
@@ -239,7 +286,7 @@ BN_TEST(gpu_bf16_maxpool_matches_cpu)
 {
     static const bf16_case bc = {"bf16 maxpool 4x7x9 s3 st2 p1, s2", "[input]\nchannels=4\nheight=7\nwidth=9\n"
                                  "[maxpool]\nsize=3\nstride=2\npad=1\n[maxpool]\nsize=2\n",
-                                 TOL_LAYER, 1, 0};
+                                 TOL_LAYER, 1, 0, 0};
     return run_case(&bc);
 }
 
@@ -248,10 +295,10 @@ BN_TEST(gpu_bf16_avgpool_matches_cpu)
     static const bf16_case cases[] = {
         {"bf16 avgpool 4x7x9 s3 st2 p1, s2 p1",
          "[input]\nchannels=4\nheight=7\nwidth=9\n[avgpool]\nsize=3\nstride=2\npad=1\n[avgpool]\nsize=2\npad=1\n",
-         TOL_CHAIN, 0, 0},
-        {"bf16 avgpool 3x8x6 s2", "[input]\nchannels=3\nheight=8\nwidth=6\n[avgpool]\nsize=2\n", TOL_LAYER, 0, 0},
+         TOL_CHAIN, 0, 0, 0},
+        {"bf16 avgpool 3x8x6 s2", "[input]\nchannels=3\nheight=8\nwidth=6\n[avgpool]\nsize=2\n", TOL_LAYER, 0, 0, 0},
         {"bf16 avgpool global 5x7x3", "[input]\nchannels=5\nheight=7\nwidth=3\n[avgpool]\nglobal=1\n", TOL_LAYER, 0,
-         0},
+         0, 0},
     };
     return run_cases(cases, sizeof cases / sizeof cases[0]);
 }
@@ -262,7 +309,7 @@ BN_TEST(gpu_bf16_batchnorm_matches_cpu)
 {
     static const bf16_case bc = {"bf16 batchnorm 6x5x4", "[input]\nchannels=6\nheight=5\nwidth=4\n"
                                  "[batchnorm]\nmomentum=0.3\n",
-                                 TOL_LAYER, 0, 1};
+                                 TOL_LAYER, 0, 1, 0};
     return run_case(&bc);
 }
 
@@ -277,14 +324,14 @@ BN_TEST(gpu_bf16_add_and_concat_match_cpu)
          "[avgpool]\nname=a\ninput=input\nsize=2\n"
          "[add]\nname=s\ninput=m, a\ncoeff=1, -0.5\n"
          "[add]\nname=t\ninput=s, m\n",
-         TOL_CHAIN, 1, 0},
+         TOL_CHAIN, 1, 0, 0},
         {"bf16 concat of three max poolings of the input",
          "[input]\nchannels=3\nheight=6\nwidth=6\n"
          "[maxpool]\nname=m\nsize=2\n"
          "[maxpool]\nname=q\ninput=input\nsize=3\nstride=2\npad=1\n"
          "[maxpool]\nname=r\ninput=input\nsize=2\nstride=2\n"
          "[concat]\nname=j\ninput=m, q, r\n",
-         TOL_LAYER, 1, 0},
+         TOL_LAYER, 1, 0, 0},
     };
     return run_cases(cases, sizeof cases / sizeof cases[0]);
 }
