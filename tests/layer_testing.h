@@ -59,6 +59,15 @@ int lt_gradcheck_text(const char *text, const char *what, int batch, double gap,
 bn_status lt_train_steps(bn_net *net, bn_optimizer *opt, int first, int count, int classes, uint64_t input_seed,
                          uint64_t label_seed);
 
+/* Runs text's network for `batch` examples twice from the same seed, in FP32 on the CPU and
+ * under --precision bf16 on ctx's device (ctx->bf16 is set for the setup only), on the same
+ * normal inputs and either labels in [0, classes) (classes > 0, a loss layer last) or the same
+ * random last output gradient: one forward (training when train is set) and one backward pass.
+ * *worst receives the largest lt_rel_diff, BF16 device against FP32 CPU, over every layer's
+ * output, the input gradient, every parameter gradient and the loss sum; `what` names where. */
+bn_status lt_bf16_vs_cpu(const char *text, int batch, int classes, int train, bn_ctx *ctx, uint64_t seed,
+                         double *worst, char *what, size_t cap);
+
 /* Builds text's network for one example and returns its setup status; the network is freed. */
 bn_status lt_setup_status(const char *text);
 

@@ -184,3 +184,95 @@ bn_status lt_train_steps(bn_net *net, bn_optimizer *opt, int first, int count, i
     }
     return BN_OK;
 }
+
+/* The networks of one lt_bf16_vs_cpu comparison. */
+typedef struct bf16_pair {
+    bn_net *cpu, *gpu;
+    double worst;
+    char *what;
+    size_t cap;
+} bf16_pair;
+
+/* Compares blob g (device side, read back as FP32) with c, keeping the worst in pair. */
+static bn_status bf16_compare(bf16_pair *p, bn_blob *g, bn_blob *c, const char *name)
+{
+    if (!g || !c) return BN_OK;
+    const float *gv = bn_blob_host_rd(g), *cv = gv ? bn_blob_host_rd(c) : NULL;
+    if (!cv) return bn_last_status();
+    size_t where;
+    double d = lt_rel_diff(gv, cv, NULL, bn_blob_count(c), &where);
+    if (d > p->worst || (isnan(d) && !isnan(p->worst))) {
+        p->worst = d;
+        snprintf(p->what, p->cap, "%s element %zu: bf16 gpu %g, fp32 cpu %g", name, where, gv[where], cv[where]);
+    }
+    return BN_OK;
+}
+
+/* Feeds both networks the same inputs and labels or last output gradient, runs the passes. */
+static bn_status bf16_run(bf16_pair *p, int classes, int train, uint64_t seed)
+{
+    bn_net *nets[2] = {p->cpu, p->gpu};
+    for (int i = 0; i < 2; i++) {
+        BN_TRY(lt_fill_normal(nets[i], seed, 1.0, 0.0));
+        if (classes > 0) BN_TRY(lt_fill_labels(nets[i], seed + 1, classes));
+        bn_layer *last = nets[i]->layers[nets[i]->num_layers - 1];
+        if (classes <= 0) {
+            float *dy = bn_blob_host_wr(last->out_grad);
+            if (!dy) return bn_last_status();
+            bn_rng r;
+            bn_rng_seed(&r, seed, 202);
+            for (size_t e = 0; e < bn_blob_count(last->out_grad); e++) dy[e] = (float)bn_rng_normal(&r);
+        }
+        BN_TRY(bn_net_zero_grad(nets[i]));
+        BN_TRY(bn_net_forward(nets[i], train));
+        BN_TRY(bn_net_backward(nets[i]));
+    }
+    return BN_OK;
+}
+
+static bn_status bf16_compare_all(bf16_pair *p, int classes)
+{
+    for (int i = 0; i < p->cpu->num_layers; i++) {
+        bn_layer *g = p->gpu->layers[i], *c = p->cpu->layers[i];
+        char name[160];
+        snprintf(name, sizeof name, "%s output", c->name);
+        BN_TRY(bf16_compare(p, g->out, c->out, name));
+        for (int k = 0; k < c->num_params; k++) {
+            snprintf(name, sizeof name, "%s.%s gradient", c->name, c->params[k].name);
+            BN_TRY(bf16_compare(p, g->params[k].grad, c->params[k].grad, name));
+        }
+    }
+    BN_TRY(bf16_compare(p, p->gpu->input_grad, p->cpu->input_grad, "input gradient"));
+    if (classes > 0) {
+        double gl, gc, cl, cc;
+        BN_TRY(bn_net_metrics(p->gpu, &gl, &gc));
+        BN_TRY(bn_net_metrics(p->cpu, &cl, &cc));
+        double d = fabs(gl - cl) / (fabs(cl) > 0 ? fabs(cl) : 1.0);
+        if (!(d <= p->worst)) {
+            p->worst = d;
+            snprintf(p->what, p->cap, "loss sum: bf16 gpu %g, fp32 cpu %g", gl, cl);
+        }
+    }
+    return BN_OK;
+}
+
+bn_status lt_bf16_vs_cpu(const char *text, int batch, int classes, int train, bn_ctx *ctx, uint64_t seed,
+                         double *worst, char *what, size_t cap)
+{
+    bf16_pair p = {NULL, NULL, 0.0, what, cap};
+    what[0] = '\0';
+    BN_TRY(lt_net(text, batch, seed, &p.cpu));
+    bn_status s = bn_net_from_text(text, "test-model", &p.gpu);
+    if (s == BN_OK) {
+        int was = ctx->bf16;
+        ctx->bf16 = 1;
+        s = bn_net_setup(p.gpu, batch, ctx, 1, seed);
+        ctx->bf16 = was;
+    }
+    if (s == BN_OK) s = bf16_run(&p, classes, train, seed);
+    if (s == BN_OK) s = bf16_compare_all(&p, classes);
+    *worst = p.worst;
+    bn_net_free(p.cpu);
+    bn_net_free(p.gpu);
+    return s;
+}
