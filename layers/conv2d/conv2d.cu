@@ -23,7 +23,8 @@
  * and Winograd ones trade precision for speed (an FFT backward-filter on LeNet's conv1 measured
  * 1.4e-3 relative error on an H200), so they are allowed with tf32 only; with tf32 the
  * tensor-core family takes one TF32 product per multiply (bn_tensor_plan_make). All layers share
- * the context's one workspace. */
+ * the context's one workspace. Under --precision bf16 (BF16 blobs) every pass goes to
+ * conv_bf16.cu instead: cuDNN alone, none of the FP32 families above. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
