@@ -113,4 +113,5 @@ const bn_layer_ops bn_add_ops = {
     .forward_gpu = BN_GPU(bn_add_forward_gpu),
     .backward_gpu = BN_GPU(bn_add_backward_gpu),
     .flops = add_flops,
+    .bf16 = 1,
 };

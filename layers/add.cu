@@ -1,32 +1,37 @@
 /* add.cu - the add layer on the GPU: one kernel per pass over every element, the inputs (or
  * input gradients) passed by value. Each element is summed with round-to-nearest operations that
- * the compiler may not fuse (__fmul_rn, __fadd_rn), in input order, as the CPU path sums it. */
+ * the compiler may not fuse (__fmul_rn, __fadd_rn), in input order, as the CPU path sums it.
+ * Under --precision bf16 the same kernels read and write BF16 (gpu/typed.cuh): the sum is taken
+ * in float and rounded to BF16 once. */
 #include "add.h"
 #include "gpu/cuda_check.h"
+#include "gpu/bf16.cuh"
+#include "gpu/typed.cuh"
 
-typedef struct add_args {
-    const float *x[BN_MAX_INPUTS];
-    float *dx[BN_MAX_INPUTS];
+template <typename T> struct add_args {
+    const T *x[BN_MAX_INPUTS];
+    T *dx[BN_MAX_INPUTS];
     float coeff[BN_MAX_INPUTS];
     int inputs;
     int scaled; /* 0: every coefficient is 1, no multiply */
-} add_args;
+};
 
-static __global__ void add_forward(add_args a, float *__restrict__ y, size_t n)
+template <typename T> static __global__ void add_forward(add_args<T> a, T *__restrict__ y, size_t n)
 {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float acc = a.scaled ? __fmul_rn(a.coeff[0], a.x[0][i]) : a.x[0][i];
-        for (int j = 1; j < a.inputs; j++) acc = __fadd_rn(acc, a.scaled ? __fmul_rn(a.coeff[j], a.x[j][i]) : a.x[j][i]);
-        y[i] = acc;
+        float acc = a.scaled ? __fmul_rn(a.coeff[0], bn_ld(&a.x[0][i])) : bn_ld(&a.x[0][i]);
+        for (int j = 1; j < a.inputs; j++)
+            acc = __fadd_rn(acc, a.scaled ? __fmul_rn(a.coeff[j], bn_ld(&a.x[j][i])) : bn_ld(&a.x[j][i]));
+        bn_st(&y[i], acc);
     }
 }
 
-static __global__ void add_backward(add_args a, const float *__restrict__ dy, size_t n)
+template <typename T> static __global__ void add_backward(add_args<T> a, const T *__restrict__ dy, size_t n)
 {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float g = dy[i];
+        float g = bn_ld(&dy[i]);
         for (int j = 0; j < a.inputs; j++)
-            if (a.dx[j]) a.dx[j][i] = a.scaled ? __fmul_rn(a.coeff[j], g) : g;
+            if (a.dx[j]) bn_st(&a.dx[j][i], a.scaled ? __fmul_rn(a.coeff[j], g) : g);
     }
 }
 
@@ -36,44 +41,56 @@ static int grid_for(size_t n)
     return (int)(b < 1 ? 1 : b > 4096 ? 4096 : b);
 }
 
-static add_args args_of(const bn_layer *l)
+template <typename T> static add_args<T> args_of(const bn_layer *l)
 {
     const add_priv *p = (const add_priv *)l->priv;
-    add_args a = {};
+    add_args<T> a = {};
     a.inputs = l->num_inputs;
     a.scaled = p->num_coeffs != 0;
     for (int j = 0; j < l->num_inputs; j++) a.coeff[j] = bn_add_coeff(p, j);
     return a;
 }
 
-extern "C" bn_status bn_add_forward_gpu(bn_layer *l, const bn_pass *p)
+template <typename T> static bn_status add_forward_as(bn_layer *l, const bn_pass *p)
 {
-    add_args a = args_of(l);
+    add_args<T> a = args_of<T>(l);
     for (int j = 0; j < l->num_inputs; j++) {
-        BN_DEV_RD(x, l->inputs[j]);
+        BN_TYPED_RD(T, x, l->inputs[j]);
         a.x[j] = x;
     }
-    BN_DEV_WR(y, l->out);
+    BN_TYPED_WR(T, y, l->out);
     size_t n = bn_blob_count(l->out);
-    add_forward<<<grid_for(n), 256, 0, (cudaStream_t)p->ctx->stream>>>(a, y, n);
+    add_forward<T><<<grid_for(n), 256, 0, (cudaStream_t)p->ctx->stream>>>(a, y, n);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
 
-extern "C" bn_status bn_add_backward_gpu(bn_layer *l, const bn_pass *p)
+template <typename T> static bn_status add_backward_as(bn_layer *l, const bn_pass *p)
 {
-    add_args a = args_of(l);
+    add_args<T> a = args_of<T>(l);
     int any = 0;
     for (int j = 0; j < l->num_inputs; j++) {
         if (!l->input_grads[j]) continue;
-        BN_DEV_WR(dx, l->input_grads[j]);
+        BN_TYPED_WR(T, dx, l->input_grads[j]);
         a.dx[j] = dx;
         any = 1;
     }
     if (!any) return BN_OK;
-    BN_DEV_RD(dy, l->out_grad);
+    BN_TYPED_RD(T, dy, l->out_grad);
     size_t n = bn_blob_count(l->out);
-    add_backward<<<grid_for(n), 256, 0, (cudaStream_t)p->ctx->stream>>>(a, dy, n);
+    add_backward<T><<<grid_for(n), 256, 0, (cudaStream_t)p->ctx->stream>>>(a, dy, n);
     BN_CUDA_LAUNCH();
     return BN_OK;
+}
+
+extern "C" bn_status bn_add_forward_gpu(bn_layer *l, const bn_pass *p)
+{
+    if (bn_blob_is_bf16(l->out)) return add_forward_as<__nv_bfloat16>(l, p);
+    return add_forward_as<float>(l, p);
+}
+
+extern "C" bn_status bn_add_backward_gpu(bn_layer *l, const bn_pass *p)
+{
+    if (bn_blob_is_bf16(l->out_grad)) return add_backward_as<__nv_bfloat16>(l, p);
+    return add_backward_as<float>(l, p);
 }

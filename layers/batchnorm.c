@@ -161,4 +161,5 @@ const bn_layer_ops bn_batchnorm_ops = {
     .backward_gpu = BN_GPU(bn_batchnorm_backward_gpu),
     .flops = batchnorm_flops,
     .destroy = batchnorm_destroy,
+    .bf16 = 1,
 };

@@ -5,11 +5,18 @@
  * paths differ only by the order of the double sums.
  *
  * Scratch (dev_sums, sized for the batch capacity): 2 doubles per (channel, part), then 4 floats
- * per channel: mean, 1 / sqrt(var + eps), and in backward the means of dy and dy * xhat. */
+ * per channel: mean, 1 / sqrt(var + eps), and in backward the means of dy and dy * xhat.
+ *
+ * Under --precision bf16 the data (x, y, dy, dx) is BF16 and the same kernels read it (element
+ * type T, gpu/typed.cuh); the sums, the statistics, the running averages, the parameters (their
+ * FP32 master copy) and their gradients stay as in FP32, and each output element is rounded to
+ * BF16 once. */
 #include <math.h>
 
 #include "batchnorm.h"
 #include "gpu/cuda_check.h"
+#include "gpu/bf16.cuh"
+#include "gpu/typed.cuh"
 
 #define THREADS 256
 #define PART_ELEMENTS 4096
@@ -56,8 +63,9 @@ static __device__ size_t at(const bn_geometry g, int c, long m)
 
 /* Block (part, channel): sum x and sum x * x over its span (forward), or sum dy and
  * sum dy * xhat (backward, stats holding each channel's mean and 1 / sqrt(var + eps)). */
+template <typename T>
 static __global__ void __launch_bounds__(THREADS)
-    partial_sums(bn_geometry g, const float *__restrict__ x, const float *__restrict__ dy, const float *stats,
+    partial_sums(bn_geometry g, const T *__restrict__ x, const T *__restrict__ dy, const float *stats,
                  double *__restrict__ sums)
 {
     int c = blockIdx.y, part = blockIdx.x;
@@ -67,11 +75,11 @@ static __global__ void __launch_bounds__(THREADS)
     for (long m = lo + threadIdx.x; m < hi; m += THREADS) {
         size_t i = at(g, c, m);
         if (dy) {
-            float grad = dy[i];
+            float grad = bn_ld(&dy[i]);
             a += grad;
-            b += (double)grad * __fmul_rn(__fsub_rn(x[i], mean), inv_std);
+            b += (double)grad * __fmul_rn(__fsub_rn(bn_ld(&x[i]), mean), inv_std);
         } else {
-            double v = x[i];
+            double v = bn_ld(&x[i]);
             a += v;
             b += v * v;
         }
@@ -126,27 +134,28 @@ static __global__ void backward_stats(bn_geometry g, const double *__restrict__ 
     stats[4 * c + 3] = trained ? (float)(sum_dy_xhat / (double)g.count) : 0.0f;
 }
 
-static __global__ void normalize(bn_geometry g, size_t total, const float *__restrict__ x, const float *stats,
-                                 const float *__restrict__ w, const float *__restrict__ b, float *__restrict__ y)
+template <typename T>
+static __global__ void normalize(bn_geometry g, size_t total, const T *__restrict__ x, const float *stats,
+                                 const float *__restrict__ w, const float *__restrict__ b, T *__restrict__ y)
 {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
         int c = (int)((i / (size_t)g.plane) % (size_t)g.channels);
         float scale = __fmul_rn(w[c], stats[4 * c + 1]);
         float shift = __fsub_rn(b[c], __fmul_rn(stats[4 * c], scale));
-        y[i] = __fadd_rn(__fmul_rn(x[i], scale), shift);
+        bn_st(&y[i], __fadd_rn(__fmul_rn(bn_ld(&x[i]), scale), shift));
     }
 }
 
-static __global__ void input_grad(bn_geometry g, size_t total, const float *__restrict__ x,
-                                  const float *__restrict__ dy, const float *stats, const float *__restrict__ w,
-                                  float *__restrict__ dx)
+template <typename T>
+static __global__ void input_grad(bn_geometry g, size_t total, const T *__restrict__ x, const T *__restrict__ dy,
+                                  const float *stats, const float *__restrict__ w, T *__restrict__ dx)
 {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
         int c = (int)((i / (size_t)g.plane) % (size_t)g.channels);
         const float *s = stats + 4 * c;
         float scale = __fmul_rn(w[c], s[1]);
-        float xhat = __fmul_rn(__fsub_rn(x[i], s[0]), s[1]);
-        dx[i] = __fmul_rn(scale, __fsub_rn(__fsub_rn(dy[i], s[2]), __fmul_rn(xhat, s[3])));
+        float xhat = __fmul_rn(__fsub_rn(bn_ld(&x[i]), s[0]), s[1]);
+        bn_st(&dx[i], __fmul_rn(scale, __fsub_rn(__fsub_rn(bn_ld(&dy[i]), s[2]), __fmul_rn(xhat, s[3]))));
     }
 }
 
@@ -178,53 +187,65 @@ static bn_status prepare(bn_layer *l, bn_geometry *g, float **stats)
     return BN_OK;
 }
 
-extern "C" bn_status bn_batchnorm_forward_gpu(bn_layer *l, const bn_pass *p)
+template <typename T> static bn_status forward_as(bn_layer *l, const bn_pass *p)
 {
     batchnorm_priv *b = (batchnorm_priv *)l->priv;
     bn_geometry g;
     float *stats;
     BN_TRY(prepare(l, &g, &stats));
     cudaStream_t s = (cudaStream_t)p->ctx->stream;
-    BN_DEV_RD(x, l->in);
+    BN_TYPED_RD(T, x, l->in);
     BN_DEV_RD(w, l->params[P_WEIGHT].value);
     BN_DEV_RD(bias, l->params[P_BIAS].value);
     BN_DEV_WR(rm, l->buffers[B_MEAN].value);
     BN_DEV_WR(rv, l->buffers[B_VAR].value);
-    BN_DEV_WR(y, l->out);
+    BN_TYPED_WR(T, y, l->out);
     b->trained = p->train;
     if (p->train) {
-        partial_sums<<<dim3(g.parts, g.channels), THREADS, 0, s>>>(g, x, NULL, NULL, b->dev_sums);
+        partial_sums<T><<<dim3(g.parts, g.channels), THREADS, 0, s>>>(g, x, NULL, NULL, b->dev_sums);
         BN_CUDA_LAUNCH();
     }
     forward_stats<<<(g.channels + 127) / 128, 128, 0, s>>>(g, p->train ? b->dev_sums : NULL, stats, rm, rv, b->momentum,
                                                             b->eps);
     BN_CUDA_LAUNCH();
     size_t total = bn_blob_count(l->out);
-    normalize<<<grid_for(total), THREADS, 0, s>>>(g, total, x, stats, w, bias, y);
+    normalize<T><<<grid_for(total), THREADS, 0, s>>>(g, total, x, stats, w, bias, y);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
 
-extern "C" bn_status bn_batchnorm_backward_gpu(bn_layer *l, const bn_pass *p)
+template <typename T> static bn_status backward_as(bn_layer *l, const bn_pass *p)
 {
     batchnorm_priv *b = (batchnorm_priv *)l->priv;
     bn_geometry g;
     float *stats;
     BN_TRY(prepare(l, &g, &stats));
     cudaStream_t s = (cudaStream_t)p->ctx->stream;
-    BN_DEV_RD(x, l->in);
-    BN_DEV_RD(dy, l->out_grad);
+    BN_TYPED_RD(T, x, l->in);
+    BN_TYPED_RD(T, dy, l->out_grad);
     BN_DEV_RD(w, l->params[P_WEIGHT].value);
     BN_DEV_WR(dw, l->params[P_WEIGHT].grad);
     BN_DEV_WR(db, l->params[P_BIAS].grad);
-    partial_sums<<<dim3(g.parts, g.channels), THREADS, 0, s>>>(g, x, dy, stats, b->dev_sums);
+    partial_sums<T><<<dim3(g.parts, g.channels), THREADS, 0, s>>>(g, x, dy, stats, b->dev_sums);
     BN_CUDA_LAUNCH();
     backward_stats<<<(g.channels + 127) / 128, 128, 0, s>>>(g, b->dev_sums, stats, dw, db, b->trained);
     BN_CUDA_LAUNCH();
     if (!l->in_grad) return BN_OK;
-    BN_DEV_WR(dx, l->in_grad);
+    BN_TYPED_WR(T, dx, l->in_grad);
     size_t total = bn_blob_count(l->in);
-    input_grad<<<grid_for(total), THREADS, 0, s>>>(g, total, x, dy, stats, w, dx);
+    input_grad<T><<<grid_for(total), THREADS, 0, s>>>(g, total, x, dy, stats, w, dx);
     BN_CUDA_LAUNCH();
     return BN_OK;
+}
+
+extern "C" bn_status bn_batchnorm_forward_gpu(bn_layer *l, const bn_pass *p)
+{
+    if (bn_blob_is_bf16(l->out)) return forward_as<__nv_bfloat16>(l, p);
+    return forward_as<float>(l, p);
+}
+
+extern "C" bn_status bn_batchnorm_backward_gpu(bn_layer *l, const bn_pass *p)
+{
+    if (bn_blob_is_bf16(l->out_grad)) return backward_as<__nv_bfloat16>(l, p);
+    return backward_as<float>(l, p);
 }

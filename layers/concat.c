@@ -67,4 +67,5 @@ const bn_layer_ops bn_concat_ops = {
     .backward_cpu = concat_backward,
     .forward_gpu = BN_GPU(bn_concat_forward_gpu),
     .backward_gpu = BN_GPU(bn_concat_backward_gpu),
+    .bf16 = 1,
 };

@@ -1,29 +1,47 @@
 /* concat.cu - the concat layer on the GPU: each input's block of channels is a strided 2-D copy
  * (one row per example) into or out of the output, queued on the context stream, which a
- * captured CUDA graph keeps as copy nodes. */
+ * captured CUDA graph keeps as copy nodes. Under --precision bf16 the blobs hold 2-byte
+ * elements and the same copies move them unchanged. */
+#include <cuda_bf16.h>
+
 #include "concat.h"
 #include "gpu/cuda_check.h"
+
+/* The layer's blobs' device data, for reading (forward) or writing (backward), whatever
+ * precision they hold; NULL on failure with the error recorded. */
+static const void *device_rd(bn_blob *b)
+{
+    return bn_blob_is_bf16(b) ? bn_blob_dev16_rd(b) : (const void *)bn_blob_dev_rd(b);
+}
+
+static void *device_wr(bn_blob *b)
+{
+    return bn_blob_is_bf16(b) ? bn_blob_dev16_wr(b) : (void *)bn_blob_dev_wr(b);
+}
 
 static bn_status concat_copy(bn_layer *l, const bn_pass *p, int backward)
 {
     cudaStream_t s = (cudaStream_t)p->ctx->stream;
-    size_t plane = (size_t)l->out->h * l->out->w, example = l->out->c * plane * sizeof(float), offset = 0;
+    const size_t elem = bn_blob_is_bf16(l->out) ? sizeof(__nv_bfloat16) : sizeof(float);
+    size_t plane = (size_t)l->out->h * l->out->w, example = l->out->c * plane * elem, offset = 0;
     size_t rows = (size_t)l->out->n;
-    const float *dy = NULL;
-    float *y = NULL;
+    const void *dy = NULL;
+    void *y = NULL;
     if (backward) {
-        if (!(dy = bn_blob_dev_rd(l->out_grad))) return bn_last_status();
-    } else if (!(y = bn_blob_dev_wr(l->out))) {
+        if (!(dy = device_rd(l->out_grad))) return bn_last_status();
+    } else if (!(y = device_wr(l->out))) {
         return bn_last_status();
     }
     for (int j = 0; j < l->num_inputs; j++) {
-        size_t block = (size_t)l->input_shapes[j].c * plane * sizeof(float);
+        size_t block = (size_t)l->input_shapes[j].c * plane * elem;
         if (backward && l->input_grads[j]) {
-            BN_DEV_WR(dx, l->input_grads[j]);
+            void *dx = device_wr(l->input_grads[j]);
+            if (!dx) return bn_last_status();
             BN_CUDA(cudaMemcpy2DAsync(dx, block, (const char *)dy + offset, example, block, rows,
                                       cudaMemcpyDeviceToDevice, s));
         } else if (!backward) {
-            BN_DEV_RD(x, l->inputs[j]);
+            const void *x = device_rd(l->inputs[j]);
+            if (!x) return bn_last_status();
             BN_CUDA(cudaMemcpy2DAsync((char *)y + offset, example, x, block, block, rows, cudaMemcpyDeviceToDevice, s));
         }
         offset += block;

@@ -207,6 +207,7 @@ const bn_layer_ops bn_maxpool_ops = {
     .backward_gpu = BN_GPU(bn_maxpool_backward_gpu),
     .flops = pool_flops,
     .destroy = pool_destroy,
+    .bf16 = 1,
 };
 
 const bn_layer_ops bn_avgpool_ops = {
@@ -224,4 +225,5 @@ const bn_layer_ops bn_avgpool_ops = {
     .backward_gpu = BN_GPU(bn_avgpool_backward_gpu),
     .flops = pool_flops,
     .destroy = pool_destroy,
+    .bf16 = 1,
 };

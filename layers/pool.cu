@@ -32,13 +32,19 @@
  *
  * Flat indices use 32-bit arithmetic when the element count allows it (the usual case, and
  * the cheaper one for the divisions that split an index into plane, row and column), 64-bit
- * otherwise. */
+ * otherwise.
+ *
+ * Under --precision bf16 the same kernels read and write BF16 (the element type T, gpu/typed.cuh):
+ * a maximum is one of its window's values, exact in BF16; a mean is summed in double as in FP32
+ * and rounded to BF16 once, and a gradient share likewise. The float2 rows are FP32's only. */
 #include <limits.h>
 #include <stdint.h>
 
 #include "conv2d/conv_pooled.h"
 #include "gpu/cuda_check.h"
 #include "gpu/pdl.cuh"
+#include "gpu/bf16.cuh"
+#include "gpu/typed.cuh"
 #include "pool.h"
 
 #define THREADS 256
@@ -70,13 +76,14 @@ static __device__ __forceinline__ window clip(const geom &g, int oy, int ox)
 
 /* The first maximum of the clipped window in row-major order, as an index within the plane:
  * a later cell replaces the best only when strictly greater (pool.c: argmax_in). */
-static __device__ __forceinline__ int argmax_in(const float *__restrict__ plane, int w, window r)
+template <typename T>
+static __device__ __forceinline__ int argmax_in(const T *__restrict__ plane, int w, window r)
 {
     int best = r.y0 * w + r.x0;
-    float top = plane[best];
+    float top = bn_ld(&plane[best]);
     for (int y = r.y0; y < r.y1; y++)
         for (int x = r.x0; x < r.x1; x++) {
-            float v = plane[y * w + x];
+            float v = bn_ld(&plane[y * w + x]);
             if (v > top) top = v, best = y * w + x;
         }
     return best;
@@ -96,10 +103,10 @@ static __device__ __forceinline__ void covering(int i, const geom &g, int out, i
 enum pool_op { MAX_FORWARD, MAX_BACKWARD, AVG_FORWARD, AVG_BACKWARD };
 
 /* One thread per element of `out` (n elements: outputs for forward, inputs for backward).
- * x is the input, dy the output gradient (backward only). */
-template <pool_op OP, typename I>
+ * x is the input, dy the output gradient (backward only), all of element type T. */
+template <pool_op OP, typename I, typename T>
 static __global__ void __launch_bounds__(THREADS)
-    pool_kernel(const float *__restrict__ x, const float *__restrict__ dy, float *__restrict__ out, I n, geom g)
+    pool_kernel(const T *__restrict__ x, const T *__restrict__ dy, T *__restrict__ out, I n, geom g)
 {
     bn_early_entry(); /* pdl.cuh */
     const I step = (I)gridDim.x * blockDim.x;
@@ -108,61 +115,62 @@ static __global__ void __launch_bounds__(THREADS)
             int ox = (int)(i % (I)g.ow);
             I t = i / (I)g.ow;
             int oy = (int)(t % (I)g.oh);
-            const float *xp = x + (size_t)(t / (I)g.oh) * ((size_t)g.h * g.w);
+            const T *xp = x + (size_t)(t / (I)g.oh) * ((size_t)g.h * g.w);
             window r = clip(g, oy, ox);
             if constexpr (OP == MAX_FORWARD) {
-                out[i] = xp[argmax_in(xp, g.w, r)];
+                bn_st(&out[i], bn_ld(&xp[argmax_in(xp, g.w, r)]));
             } else {
                 double s = 0.0;
                 for (int yy = r.y0; yy < r.y1; yy++)
-                    for (int xx = r.x0; xx < r.x1; xx++) s += xp[yy * g.w + xx];
-                out[i] = (float)(s / ((r.y1 - r.y0) * (r.x1 - r.x0)));
+                    for (int xx = r.x0; xx < r.x1; xx++) s += bn_ld(&xp[yy * g.w + xx]);
+                bn_st(&out[i], (float)(s / ((r.y1 - r.y0) * (r.x1 - r.x0))));
             }
         } else {
             int ix = (int)(i % (I)g.w);
             I t = i / (I)g.w;
             int iy = (int)(t % (I)g.h);
             size_t plane = (size_t)(t / (I)g.h);
-            const float *dyp = dy + plane * ((size_t)g.oh * g.ow);
+            const T *dyp = dy + plane * ((size_t)g.oh * g.ow);
             int y_lo, y_hi, x_lo, x_hi;
             covering(iy, g, g.oh, &y_lo, &y_hi);
             covering(ix, g, g.ow, &x_lo, &x_hi);
             float acc = 0.0f;
             if constexpr (OP == MAX_BACKWARD) {
-                const float *xp = x + plane * ((size_t)g.h * g.w);
+                const T *xp = x + plane * ((size_t)g.h * g.w);
                 const int self = iy * g.w + ix;
                 for (int oy = y_lo; oy <= y_hi; oy++)
                     for (int ox = x_lo; ox <= x_hi; ox++)
-                        if (argmax_in(xp, g.w, clip(g, oy, ox)) == self) acc += dyp[oy * g.ow + ox];
+                        if (argmax_in(xp, g.w, clip(g, oy, ox)) == self) acc += bn_ld(&dyp[oy * g.ow + ox]);
             } else {
                 for (int oy = y_lo; oy <= y_hi; oy++)
                     for (int ox = x_lo; ox <= x_hi; ox++) {
                         window r = clip(g, oy, ox);
-                        acc += dyp[oy * g.ow + ox] / (float)((r.y1 - r.y0) * (r.x1 - r.x0));
+                        acc += bn_ld(&dyp[oy * g.ow + ox]) / (float)((r.y1 - r.y0) * (r.x1 - r.x0));
                     }
             }
-            out[i] = acc;
+            bn_st(&out[i], acc);
         }
     }
 }
 
-/* Two adjacent floats of a row, at p and p + 1: one 8-byte access when VEC (p 8-byte aligned). */
-template <bool VEC>
-static __device__ __forceinline__ float2 load2(const float *__restrict__ p)
+/* Two adjacent elements of a row, at p and p + 1, as floats: one 8-byte access when VEC (FP32
+ * only, p 8-byte aligned). */
+template <bool VEC, typename T>
+static __device__ __forceinline__ float2 load2(const T *__restrict__ p)
 {
     if constexpr (VEC)
         return *reinterpret_cast<const float2 *>(p);
     else
-        return make_float2(p[0], p[1]);
+        return make_float2(bn_ld(&p[0]), bn_ld(&p[1]));
 }
 
-template <bool VEC>
-static __device__ __forceinline__ void store2(float *__restrict__ p, float a, float b)
+template <bool VEC, typename T>
+static __device__ __forceinline__ void store2(T *__restrict__ p, float a, float b)
 {
     if constexpr (VEC)
         *reinterpret_cast<float2 *>(p) = make_float2(a, b);
     else
-        p[0] = a, p[1] = b;
+        bn_st(&p[0], a), bn_st(&p[1], b);
 }
 
 /* The non-overlapping case (stride == size, pad == 0): one thread per output window, n of them.
@@ -170,13 +178,14 @@ static __device__ __forceinline__ void store2(float *__restrict__ p, float a, fl
  * only) moves rows of the window as float2. Forward writes `out` = y; backward writes `out` =
  * dx over the window and, for the last window column and row, the uncovered cells to the
  * right and below. */
-template <pool_op OP, typename I, int S, bool VEC>
+template <pool_op OP, typename I, int S, bool VEC, typename T>
 static __global__ void __launch_bounds__(THREADS)
-    tiled_kernel(const float *__restrict__ x, const float *__restrict__ dy, float *__restrict__ out, I n, geom g,
+    tiled_kernel(const T *__restrict__ x, const T *__restrict__ dy, T *__restrict__ out, I n, geom g,
                  unsigned char *__restrict__ mask)
 {
     bn_early_entry(); /* pdl.cuh */
     static_assert(!VEC || S == 2, "float2 rows need size 2");
+    static_assert(!VEC || sizeof(T) == sizeof(float), "float2 rows are FP32's");
     const int s = S ? S : g.size;
     const I step = (I)gridDim.x * blockDim.x;
     for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
@@ -194,36 +203,36 @@ static __global__ void __launch_bounds__(THREADS)
         const bool recorded = OP == MAX_BACKWARD && mask;
         if (recorded) best = mask[i];
         if ((OP == MAX_FORWARD || OP == MAX_BACKWARD) && !recorded) {
-            const float *xw = x + corner;
+            const T *xw = x + corner;
             if constexpr (S == 2) {
                 float2 a = load2<VEC>(xw), b = load2<VEC>(xw + g.w);
                 top = bn_window_max2(a.x, a.y, b.x, b.y, &best);
             } else {
-                top = xw[0];
+                top = bn_ld(&xw[0]);
                 for (int ky = 0; ky < s; ky++)
                     for (int kx = 0; kx < s; kx++) {
-                        float v = xw[ky * g.w + kx];
+                        float v = bn_ld(&xw[ky * g.w + kx]);
                         if (v > top) top = v, best = ky * s + kx;
                     }
             }
         }
         if constexpr (OP == MAX_FORWARD) {
-            out[i] = top;
+            bn_st(&out[i], top);
             if (mask) mask[i] = (unsigned char)best;
         } else if constexpr (OP == AVG_FORWARD) {
-            const float *xw = x + corner;
+            const T *xw = x + corner;
             double sum = 0.0;
             if constexpr (S == 2) {
                 float2 a = load2<VEC>(xw), b = load2<VEC>(xw + g.w);
                 sum += a.x, sum += a.y, sum += b.x, sum += b.y;
             } else {
                 for (int ky = 0; ky < s; ky++)
-                    for (int kx = 0; kx < s; kx++) sum += xw[ky * g.w + kx];
+                    for (int kx = 0; kx < s; kx++) sum += bn_ld(&xw[ky * g.w + kx]);
             }
-            out[i] = (float)(sum / (s * s));
+            bn_st(&out[i], (float)(sum / (s * s)));
         } else {
-            float *dxw = out + corner;
-            const float d = dy[i];
+            T *dxw = out + corner;
+            const float d = bn_ld(&dy[i]);
             /* What the window's cells get: `on` at the argmax (every cell for average), `off` at
              * the others. */
             float on, off;
@@ -238,18 +247,18 @@ static __global__ void __launch_bounds__(THREADS)
                 store2<VEC>(dxw + g.w, best == 2 ? on : off, best == 3 ? on : off);
             } else {
                 for (int ky = 0; ky < s; ky++)
-                    for (int kx = 0; kx < s; kx++) dxw[ky * g.w + kx] = ky * s + kx == best ? on : off;
+                    for (int kx = 0; kx < s; kx++) bn_st(&dxw[ky * g.w + kx], ky * s + kx == best ? on : off);
             }
             /* Cells no window covers: columns [ow * s, w) beside the last window column, rows
              * [oh * s, h) below the last window row, and their corner with the last window. */
             const bool right = ox == g.ow - 1, below = oy == g.oh - 1;
             if (right)
                 for (int ky = 0; ky < s; ky++)
-                    for (int xx = s; xx < g.w - ox * s; xx++) dxw[ky * g.w + xx] = 0.0f;
+                    for (int xx = s; xx < g.w - ox * s; xx++) bn_st(&dxw[ky * g.w + xx], 0.0f);
             if (below) {
                 const int x_end = right ? g.w - ox * s : s;
                 for (int yy = s; yy < g.h - oy * s; yy++)
-                    for (int xx = 0; xx < x_end; xx++) dxw[yy * g.w + xx] = 0.0f;
+                    for (int xx = 0; xx < x_end; xx++) bn_st(&dxw[yy * g.w + xx], 0.0f);
             }
         }
     }
@@ -266,9 +275,9 @@ static unsigned grid_for(size_t n)
  * overlap, else the general kernel over n elements (outputs for forward, inputs for backward).
  * With a count <= INT_MAX the 32-bit kernel runs: its grid covers the count in one sweep and
  * i + step stays below 2^32. */
-template <pool_op OP>
-static bn_status launch(const bn_pass *pass, const pool_priv *p, size_t planes, const float *x, const float *dy,
-                        float *out, unsigned char *mask = nullptr)
+template <pool_op OP, typename T>
+static bn_status launch(const bn_pass *pass, const pool_priv *p, size_t planes, const T *x, const T *dy, T *out,
+                        unsigned char *mask = nullptr)
 {
     const geom g = {p->h, p->w, p->oh, p->ow, p->size, p->stride, p->pad};
     const bool fwd = OP == MAX_FORWARD || OP == AVG_FORWARD;
@@ -282,54 +291,71 @@ static bn_status launch(const bn_pass *pass, const pool_priv *p, size_t planes, 
             /* float2 rows: the window corners sit at even offsets when w is even; x is read that
              * way (not by average backward, where it is null) and dx written that way. */
             const uintptr_t rows = (uintptr_t)x | (fwd ? 0 : (uintptr_t)out);
-            const bool vec = p->w % 2 == 0 && rows % sizeof(float2) == 0;
+            constexpr bool fp32 = sizeof(T) == sizeof(float);
+            const bool vec = fp32 && p->w % 2 == 0 && rows % sizeof(float2) == 0;
             if (vec && small)
-                bn_launch_early(tiled_kernel<OP, unsigned, 2, true>, blocks, THREADS, 0, st, x, dy, out,
+                bn_launch_early(tiled_kernel<OP, unsigned, 2, fp32, T>, blocks, THREADS, 0, st, x, dy, out,
                                 (unsigned)outputs, g, mask);
             else if (vec)
-                bn_launch_early(tiled_kernel<OP, size_t, 2, true>, blocks, THREADS, 0, st, x, dy, out, outputs, g, mask);
+                bn_launch_early(tiled_kernel<OP, size_t, 2, fp32, T>, blocks, THREADS, 0, st, x, dy, out, outputs, g,
+                                mask);
             else if (small)
-                bn_launch_early(tiled_kernel<OP, unsigned, 2, false>, blocks, THREADS, 0, st, x, dy, out,
+                bn_launch_early(tiled_kernel<OP, unsigned, 2, false, T>, blocks, THREADS, 0, st, x, dy, out,
                                 (unsigned)outputs, g, mask);
             else
-                bn_launch_early(tiled_kernel<OP, size_t, 2, false>, blocks, THREADS, 0, st, x, dy, out, outputs, g, mask);
+                bn_launch_early(tiled_kernel<OP, size_t, 2, false, T>, blocks, THREADS, 0, st, x, dy, out, outputs, g, mask);
         } else if (small) {
-            bn_launch_early(tiled_kernel<OP, unsigned, 0, false>, blocks, THREADS, 0, st, x, dy, out,
+            bn_launch_early(tiled_kernel<OP, unsigned, 0, false, T>, blocks, THREADS, 0, st, x, dy, out,
                             (unsigned)outputs, g, mask);
         } else {
-            bn_launch_early(tiled_kernel<OP, size_t, 0, false>, blocks, THREADS, 0, st, x, dy, out, outputs, g, mask);
+            bn_launch_early(tiled_kernel<OP, size_t, 0, false, T>, blocks, THREADS, 0, st, x, dy, out, outputs, g, mask);
         }
     } else if (n <= (size_t)INT_MAX) {
-        bn_launch_early(pool_kernel<OP, unsigned>, grid_for(n), THREADS, 0, st, x, dy, out, (unsigned)n, g);
+        bn_launch_early(pool_kernel<OP, unsigned, T>, grid_for(n), THREADS, 0, st, x, dy, out, (unsigned)n, g);
     } else {
-        bn_launch_early(pool_kernel<OP, size_t>, grid_for(n), THREADS, 0, st, x, dy, out, n, g);
+        bn_launch_early(pool_kernel<OP, size_t, T>, grid_for(n), THREADS, 0, st, x, dy, out, n, g);
     }
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
 
+template <pool_op OP, typename T>
+static bn_status pool_forward_as(bn_layer *l, const bn_pass *pass)
+{
+    const pool_priv *p = (const pool_priv *)l->priv;
+    BN_TYPED_RD(T, x, l->in);
+    BN_TYPED_WR(T, y, l->out);
+    return launch<OP, T>(pass, p, (size_t)l->in->n * p->c, x, nullptr, y, p->dev_mask);
+}
+
+template <pool_op OP, typename T>
+static bn_status pool_backward_as(bn_layer *l, const bn_pass *pass)
+{
+    if (!l->in_grad) return BN_OK;
+    const pool_priv *p = (const pool_priv *)l->priv;
+    const T *x = nullptr;
+    if (OP == MAX_BACKWARD && !p->dev_mask) {
+        BN_TYPED_RD(T, xin, l->in);
+        x = xin;
+    }
+    BN_TYPED_RD(T, dy, l->out_grad);
+    BN_TYPED_WR(T, dx, l->in_grad);
+    return launch<OP, T>(pass, p, (size_t)l->in->n * p->c, x, dy, dx, OP == MAX_BACKWARD ? p->dev_mask : nullptr);
+}
+
+/* The pass in the precision the layer's blobs hold. */
 template <pool_op OP>
 static bn_status pool_forward(bn_layer *l, const bn_pass *pass)
 {
-    const pool_priv *p = (const pool_priv *)l->priv;
-    BN_DEV_RD(x, l->in);
-    BN_DEV_WR(y, l->out);
-    return launch<OP>(pass, p, (size_t)l->in->n * p->c, x, nullptr, y, p->dev_mask);
+    if (bn_blob_is_bf16(l->out)) return pool_forward_as<OP, __nv_bfloat16>(l, pass);
+    return pool_forward_as<OP, float>(l, pass);
 }
 
 template <pool_op OP>
 static bn_status pool_backward(bn_layer *l, const bn_pass *pass)
 {
-    if (!l->in_grad) return BN_OK;
-    const pool_priv *p = (const pool_priv *)l->priv;
-    const float *x = nullptr;
-    if (OP == MAX_BACKWARD && !p->dev_mask) {
-        BN_DEV_RD(xin, l->in);
-        x = xin;
-    }
-    BN_DEV_RD(dy, l->out_grad);
-    BN_DEV_WR(dx, l->in_grad);
-    return launch<OP>(pass, p, (size_t)l->in->n * p->c, x, dy, dx, OP == MAX_BACKWARD ? p->dev_mask : nullptr);
+    if (l->in_grad && bn_blob_is_bf16(l->in_grad)) return pool_backward_as<OP, __nv_bfloat16>(l, pass);
+    return pool_backward_as<OP, float>(l, pass);
 }
 
 extern "C" bn_status bn_maxpool_forward_gpu(bn_layer *l, const bn_pass *p)
@@ -342,35 +368,55 @@ extern "C" bn_status bn_maxpool_backward_gpu(bn_layer *l, const bn_pass *p)
     return pool_backward<MAX_BACKWARD>(l, p);
 }
 
-/* Global average pooling, bit for bit the CPU's: a thread per plane sums it in double in row-major
- * order and divides by its cells; backward a thread per input cell takes 0.0f + dy / cells. */
-static __global__ void global_avg_forward(const float *__restrict__ x, float *__restrict__ y, size_t planes, int cells)
+/* Global average pooling, bit for bit the CPU's in FP32: a thread per plane sums it in double in
+ * row-major order and divides by its cells; backward a thread per input cell takes
+ * 0.0f + dy / cells. */
+template <typename T>
+static __global__ void global_avg_forward(const T *__restrict__ x, T *__restrict__ y, size_t planes, int cells)
 {
     for (size_t pl = (size_t)blockIdx.x * blockDim.x + threadIdx.x; pl < planes; pl += (size_t)gridDim.x * blockDim.x) {
-        const float *xp = x + pl * cells;
+        const T *xp = x + pl * cells;
         double s = 0.0;
-        for (int i = 0; i < cells; i++) s += xp[i];
-        y[pl] = (float)(s / cells);
+        for (int i = 0; i < cells; i++) s += bn_ld(&xp[i]);
+        bn_st(&y[pl], (float)(s / cells));
     }
 }
 
-static __global__ void global_avg_backward(const float *__restrict__ dy, float *__restrict__ dx, size_t total,
-                                           int cells)
+template <typename T>
+static __global__ void global_avg_backward(const T *__restrict__ dy, T *__restrict__ dx, size_t total, int cells)
 {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x)
-        dx[i] = 0.0f + dy[i / cells] / (float)cells;
+        bn_st(&dx[i], 0.0f + bn_ld(&dy[i / cells]) / (float)cells);
+}
+
+template <typename T> static bn_status global_forward(bn_layer *l, const bn_pass *p)
+{
+    const pool_priv *pp = (const pool_priv *)l->priv;
+    BN_TYPED_RD(T, x, l->in);
+    BN_TYPED_WR(T, y, l->out);
+    size_t planes = (size_t)l->in->n * pp->c;
+    global_avg_forward<T><<<grid_for(planes), THREADS, 0, (cudaStream_t)p->ctx->stream>>>(x, y, planes, pp->h * pp->w);
+    BN_CUDA_LAUNCH();
+    return BN_OK;
+}
+
+template <typename T> static bn_status global_backward(bn_layer *l, const bn_pass *p)
+{
+    const pool_priv *pp = (const pool_priv *)l->priv;
+    BN_TYPED_RD(T, dy, l->out_grad);
+    BN_TYPED_WR(T, dx, l->in_grad);
+    size_t total = bn_blob_count(l->in_grad);
+    global_avg_backward<T><<<grid_for(total), THREADS, 0, (cudaStream_t)p->ctx->stream>>>(dy, dx, total, pp->h * pp->w);
+    BN_CUDA_LAUNCH();
+    return BN_OK;
 }
 
 extern "C" bn_status bn_avgpool_forward_gpu(bn_layer *l, const bn_pass *p)
 {
     const pool_priv *pp = (const pool_priv *)l->priv;
     if (!pp->global) return pool_forward<AVG_FORWARD>(l, p);
-    BN_DEV_RD(x, l->in);
-    BN_DEV_WR(y, l->out);
-    size_t planes = (size_t)l->in->n * pp->c;
-    global_avg_forward<<<grid_for(planes), THREADS, 0, (cudaStream_t)p->ctx->stream>>>(x, y, planes, pp->h * pp->w);
-    BN_CUDA_LAUNCH();
-    return BN_OK;
+    if (bn_blob_is_bf16(l->out)) return global_forward<__nv_bfloat16>(l, p);
+    return global_forward<float>(l, p);
 }
 
 extern "C" bn_status bn_avgpool_backward_gpu(bn_layer *l, const bn_pass *p)
@@ -378,10 +424,6 @@ extern "C" bn_status bn_avgpool_backward_gpu(bn_layer *l, const bn_pass *p)
     const pool_priv *pp = (const pool_priv *)l->priv;
     if (!pp->global) return pool_backward<AVG_BACKWARD>(l, p);
     if (!l->in_grad) return BN_OK;
-    BN_DEV_RD(dy, l->out_grad);
-    BN_DEV_WR(dx, l->in_grad);
-    size_t total = bn_blob_count(l->in_grad);
-    global_avg_backward<<<grid_for(total), THREADS, 0, (cudaStream_t)p->ctx->stream>>>(dy, dx, total, pp->h * pp->w);
-    BN_CUDA_LAUNCH();
-    return BN_OK;
+    if (bn_blob_is_bf16(l->in_grad)) return global_backward<__nv_bfloat16>(l, p);
+    return global_backward<float>(l, p);
 }

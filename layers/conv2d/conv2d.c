@@ -171,6 +171,7 @@ const bn_layer_ops bn_conv2d_ops = {
     .destroy = conv_destroy,
     .fuse_next_gpu = BN_GPU(bn_conv2d_fuse_next),
     .describe_gpu = BN_GPU(bn_conv2d_gpu_describe),
+    .bf16 = 1,
 };
 
 #ifndef BN_WITH_CUDA

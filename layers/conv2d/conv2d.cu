@@ -23,7 +23,8 @@
  * and Winograd ones trade precision for speed (an FFT backward-filter on LeNet's conv1 measured
  * 1.4e-3 relative error on an H200), so they are allowed with tf32 only; with tf32 the
  * tensor-core family takes one TF32 product per multiply (bn_tensor_plan_make). All layers share
- * the context's one workspace. */
+ * the context's one workspace. Under --precision bf16 (BF16 blobs) every pass goes to
+ * conv_bf16.cu instead: cuDNN alone, none of the FP32 families above. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -90,6 +91,7 @@ struct conv_gpu {
 
 extern "C" void bn_conv2d_gpu_release(conv_priv *c)
 {
+    bn_conv_bf16_release(&c->bf16);
     conv_gpu *g = c->gpu;
     if (!g) return;
     if (g->w_desc) cudnnDestroyFilterDescriptor(g->w_desc);
@@ -795,6 +797,7 @@ static bn_status prepare(bn_layer *l, bn_ctx *ctx, const conv_gpu **gpu, const c
 
 extern "C" bn_status bn_conv2d_forward_gpu(bn_layer *l, const bn_pass *p)
 {
+    if (bn_blob_is_bf16(l->out)) return bn_conv_bf16_forward(l, p);
     bn_ctx *ctx = p->ctx;
     const conv_gpu *g = NULL;
     const conv_plan *plan = NULL;
@@ -843,6 +846,7 @@ static bn_status through_pool(bn_layer *l, const conv_plan *plan, const bn_pass 
 
 extern "C" bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p)
 {
+    if (bn_blob_is_bf16(l->out_grad)) return bn_conv_bf16_backward(l, p);
     bn_ctx *ctx = p->ctx;
     const conv_gpu *g = NULL;
     const conv_plan *plan = NULL;
@@ -921,4 +925,5 @@ extern "C" void bn_conv2d_gpu_describe(const bn_layer *l, char *buf, size_t cap)
         if (w < 0) break;
         len += (size_t)w;
     }
+    if (len < cap) bn_conv_bf16_describe(c->bf16, buf, len, cap);
 }

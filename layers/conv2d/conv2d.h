@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 
+#include "conv_bf16.h"
 #include "core/layer.h"
 #include "im2col.h"
 
@@ -28,6 +29,8 @@ typedef struct conv_priv {
     conv_gpu *gpu;   /* NULL until the first GPU pass; released by bn_conv2d_gpu_release */
     bn_layer *pool_after; /* a 2x2 max pooling after it whose GPU passes this layer's do
                              (bn_conv2d_fuse_next), else NULL */
+    conv_bf16 *bf16;      /* the passes' state under --precision bf16 (conv_bf16.h): NULL until the
+                             first BF16 pass; released by bn_conv2d_gpu_release */
 } conv_priv;
 
 bn_status bn_conv2d_forward_gpu(bn_layer *l, const bn_pass *p);
@@ -46,13 +49,15 @@ bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p);
  * Returns BN_FUSED_FORWARD | BN_FUSED_NO_IN | BN_FUSED_BACKWARD | BN_FUSED_NO_IN_GRAD, or 0. */
 int bn_conv2d_fuse_next(bn_layer *l, bn_layer *next);
 
-/* Frees the GPU state (descriptors, chosen algorithms) and sets c->gpu to NULL. */
+/* Frees the GPU state (descriptors, chosen algorithms), FP32's and BF16's, and sets c->gpu and
+ * c->bf16 to NULL. */
 void bn_conv2d_gpu_release(conv_priv *c);
 
 /* Writes the algorithms chosen so far, one "n=<batch>: fwd X, bwd_data Y, bwd_filter Z" entry
  * per batch size, into buf (for logs and tests); blobnet's own kernels are named "blobnet
  * direct", "blobnet igemm", "blobnet rows", "blobnet tensor" and "blobnet argmax" (conv_direct.h,
- * conv_igemm.h, conv_rows.h, conv_tensor.h, conv_argmax.h). */
+ * conv_igemm.h, conv_rows.h, conv_tensor.h, conv_argmax.h); the entries of BF16 passes end in
+ * " (bf16)" (conv_bf16.h). */
 void bn_conv2d_gpu_describe(const bn_layer *l, char *buf, size_t cap);
 
 /* For tests: plans made from now on run blobnet's passes with the direct kernels (family 1), the

@@ -1,0 +1,38 @@
+/* conv_bf16.h - conv2d's GPU passes under --precision bf16, all through cuDNN: BF16 input,
+ * output and filter (the weight's BF16 copy, bn_param.value16), FP32 accumulation on the tensor
+ * cores; the bias added and its gradient summed in FP32 by the layer's own kernels; the filter
+ * gradient written by cuDNN in BF16 (it writes the filter's type) into the layer's scratch and
+ * added into the FP32 gradient slab. blobnet's own kernel families are FP32-only and never run
+ * here. */
+#ifndef BN_CONV_BF16_H
+#define BN_CONV_BF16_H
+
+#include <stddef.h>
+
+#include "core/layer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The BF16 descriptors, scratch and the algorithms chosen per batch size; defined in conv_bf16.cu. */
+typedef struct conv_bf16 conv_bf16;
+
+/* The layer's passes on BF16 blobs. The first pass at a batch size chooses cuDNN's algorithms:
+ * timed by cudnnFind* or, in a deterministic context, by cuDNN's heuristics (deterministic
+ * algorithms only), among those that sum products directly; it allocates and synchronises, so
+ * it runs before a step is captured. */
+bn_status bn_conv_bf16_forward(bn_layer *l, const bn_pass *p);
+bn_status bn_conv_bf16_backward(bn_layer *l, const bn_pass *p);
+
+/* Frees *state and what it holds and sets it to NULL; NULL is fine. */
+void bn_conv_bf16_release(conv_bf16 **state);
+
+/* Appends "n=<batch>: fwd X, bwd_data Y, bwd_filter Z (bf16)" per batch size to buf, which holds
+ * len characters already; returns the new length. */
+size_t bn_conv_bf16_describe(const conv_bf16 *state, char *buf, size_t len, size_t cap);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
