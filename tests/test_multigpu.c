@@ -623,12 +623,12 @@ BN_TEST(multigpu_more_gpus_than_available_is_a_one_line_error)
     CHECK_MSG(nl && nl[1] == '\0', "not one line:\n%s", out);
     char want_text[512];
     if (!bn_dist_compiled()) {
-        snprintf(want_text, sizeof want_text, "blobnet: --gpus %d: %s\n", want, bn_dist_missing());
+        snprintf(want_text, sizeof want_text, "blobnet: error: --gpus %d: %s\n", want, bn_dist_missing());
         CHECK_MSG(strcmp(out, want_text) == 0, "got:\n%s\nexpected:\n%s", out, want_text);
         CHECK_MSG(strstr(bn_dist_missing(), "NCCL") || strstr(bn_dist_missing(), "CUDA"),
                   "the reason names neither NCCL nor CUDA: %s", bn_dist_missing());
     } else {
-        snprintf(want_text, sizeof want_text, "blobnet: --gpus %d: ", want);
+        snprintf(want_text, sizeof want_text, "blobnet: error: --gpus %d: ", want);
         CHECK_MSG(strncmp(out, want_text, strlen(want_text)) == 0, "got:\n%s", out);
         char count[32];
         snprintf(count, sizeof count, "%d", have);
