@@ -14,7 +14,7 @@
 
 /* How long a rank asked to stop, after another one failed, may take before it is killed: long
  * enough to leave NCCL and write its last lines, short enough not to look like a hang. */
-#define GRACE_S 10.0
+#define GRACE_S 3.0
 
 /* Holds a free TCP port of 127.0.0.1 for the whole run: a socket bound there, never listening.
  * Rank 0 binds the same port with SO_REUSEADDR, which Linux allows beside a socket that does not
