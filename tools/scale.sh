@@ -7,12 +7,13 @@
 # For LeNet (MNIST) and the suite's largest models, resnet_fashion and vgg_fashion (Fashion-MNIST
 # from $FASHION, default /usr/share/datasets/fashion-mnist), at the model's batch B (LeNet: 64):
 #   1 GPU at B        the baseline;
-#   2 GPUs at B       the same training, B/2 an GPU: speedup over the baseline / 2 is the scaling
+#   2 GPUs at B       the same training, B/2 per GPU: speedup over the baseline / 2 is the scaling
 #                     efficiency;
-#   2 GPUs at 2B      B an GPU: images/s over twice the baseline's is the efficiency;
-#   1 GPU at B/2      the per-GPU work of the 2-GPU run at B, alone: what the 2-GPU run takes
-#                     more than it is what the all-reduces and the ranks' waits for each other cost
-#                     (for 2 GPUs at 2B the same comparison is against the baseline).
+#   2 GPUs at 2B      B per GPU: images/s over twice the baseline's is the efficiency;
+#   1 GPU at B/2      the per-GPU batch of the 2-GPU run at B: each rank runs half of the epoch's
+#                     steps at it, so half of this epoch is a rank's work alone, and what the 2-GPU
+#                     run takes more is what the all-reduces and the ranks' waits for each other
+#                     cost (for 2 GPUs at 2B, against half of the baseline's epoch).
 # Each run is $SCALE_EPOCHS epochs (default 2); a time is the median of epochs 2.. (the first holds
 # the kernel timing, the graph capture and NCCL's set-up), as tools/bench.sh measures. The PyTorch
 # column is the peer's CUDA-graph variant on as many GPUs at the same batch (DDP for 2).
@@ -104,10 +105,12 @@ efficiency() { # ips n base_ips
     else echo -; fi
 }
 
-# What the multi-GPU run takes over the same per-GPU work on one GPU: "+X ms (Y%)".
+# What the 2-GPU run takes over the same per-GPU work on one GPU: "+X ms (Y%)". Each rank runs
+# half the epoch's steps at the per-GPU batch, so its work alone is half of a whole 1-GPU epoch at
+# that batch (ms_alone).
 overhead() { # ms ms_alone
     if num "$1" && num "$2"; then
-        awk -v a="$1" -v b="$2" 'BEGIN { printf "%+.1f ms (%+.0f%%)", a - b, 100 * (a - b) / b }'
+        awk -v a="$1" -v b="$2" 'BEGIN { b /= 2; printf "%+.1f ms (%+.0f%%)", a - b, 100 * (a - b) / a }'
     else echo -; fi
 }
 
@@ -139,8 +142,8 @@ done
 echo
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | sort | uniq -c
 echo "ms per epoch and images/s: medians of epochs 2-$epochs; efficiency: images/s / (GPUs x 1-GPU images/s at the"
-echo "model's batch); communication: the 2-GPU run's ms over one GPU doing one rank's share alone (batch/2 for the"
-echo "same batch, the model's batch for twice it); PyTorch: tools/pytorch_peer.py's CUDA graph, DDP on 2 GPUs"
+echo "model's batch); communication: the 2-GPU run's ms over one rank's work alone (half a 1-GPU epoch at the"
+echo "per-GPU batch), as a share of the 2-GPU epoch; PyTorch: tools/pytorch_peer.py's CUDA graph, DDP on 2 GPUs"
 echo
 echo "| model | batch | GPUs | ms/epoch | images/s | scaling efficiency | communication overhead | PyTorch (DDP) ms/epoch |"
 echo "|---|---|---|---|---|---|---|---|"
