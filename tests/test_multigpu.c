@@ -339,18 +339,17 @@ static int check_same_training(const char *what, const char *pa, const char *pb,
 {
     weight_diff d;
     CHECK_MSG(diff_weights(pa, pb, &d) == 0, "%s: cannot compare %s and %s", what, pa, pb);
-    printf("    %s: largest weight difference %.3g of the tensor's largest weight (%s, %d tensors)", what, d.worst,
+    printf("    %s: largest weight difference %.3g of the tensor's largest weight (%s, %d tensors)\n", what, d.worst,
            d.where, d.tensors);
     CHECK_MSG(d.worst <= WEIGHT_TOL, "%s: %s differs by %.3g of its largest weight (tolerance %g)", what, d.where,
               d.worst, WEIGHT_TOL);
     if (log_a) {
         double la = last_epoch_loss(log_a), lb = last_epoch_loss(log_b);
-        printf(", training loss %.7g against %.7g", la, lb);
+        printf("    %s: training loss %.7g against %.7g\n", what, la, lb);
         CHECK_MSG(la > 0 && lb > 0, "%s: no epoch row in %s or %s", what, log_a, log_b);
         CHECK_MSG(fabs(la - lb) <= LOSS_TOL * la, "%s: training loss %.7g against %.7g (tolerance %g relative)", what,
                   la, lb, LOSS_TOL);
     }
-    printf("\n");
     return BN_PASS;
 }
 
@@ -449,39 +448,40 @@ BN_TEST(multigpu_two_gpus_train_what_one_gpu_trains)
     return BN_PASS;
 }
 
-/* A run of 2 x 25 steps (1600 images an epoch) saved after its first epoch on `first` and resumed
- * for the second on `second` ends where 50 steps on one GPU without a stop end. */
-static int resume_across(const char *first, const char *second, const char *tag)
+/* A run of 2 x 25 steps (1600 images an epoch) saved after its first epoch on `first` resumes for
+ * its second epoch on 1 GPU and on 2 and ends at the same weights both ways, up to the order of
+ * the sums. The reference is the same checkpoint resumed elsewhere, not a run that never stopped
+ * on other GPUs: in these first steps at lr 0.01 LeNet amplifies the 1e-6 that separates a 2-GPU
+ * epoch from a 1-GPU epoch to 6e-3 of a bias within 25 steps (measured on 2 H200s), while a resume
+ * on one GPU is exact to the bit (tests/test_resume.c) and resumes from one file on 1 and 2 GPUs
+ * agree to 2e-7. A resume that lost the optimizer's state or the place in the data would differ by
+ * far more than WEIGHT_TOL. */
+static int resume_across(const char *first, const char *tag)
 {
-    char full[512], part[512], resumed[512], log_full[512], log_resumed[512], args[4096], name[64], what[128];
-    ft_path(full, sizeof full, "resume-full.safetensors");
+    char part[512], on1[512], on2[512], args[4096], name[64], what[128];
     snprintf(name, sizeof name, "resume-part-%s.safetensors", tag);
     ft_path(part, sizeof part, name);
-    snprintf(name, sizeof name, "resume-done-%s.safetensors", tag);
-    ft_path(resumed, sizeof resumed, name);
-    ft_path(log_full, sizeof log_full, "resume-full.csv");
-    snprintf(name, sizeof name, "resume-%s.csv", tag);
-    ft_path(log_resumed, sizeof log_resumed, name);
-    remove(log_full);
-    remove(log_resumed);
-    snprintf(args, sizeof args, LENET " --train-limit 1600 --epochs 2 --device gpu --save %s --log %s", full, log_full);
+    snprintf(name, sizeof name, "resume-on-1-%s.safetensors", tag);
+    ft_path(on1, sizeof on1, name);
+    snprintf(name, sizeof name, "resume-on-2-%s.safetensors", tag);
+    ft_path(on2, sizeof on2, name);
+    snprintf(args, sizeof args, LENET " --train-limit 1600 --epochs 1 %s --save %s", first, part);
     CHECK_MSG(train("", args) == 0, "%s", out);
-    snprintf(args, sizeof args, LENET " --train-limit 1600 --epochs 1 %s --save %s --log %s", first, part, log_resumed);
+    snprintf(args, sizeof args, LENET " --train-limit 1600 --epochs 2 --device gpu --resume %s --save %s", part, on1);
     CHECK_MSG(train("", args) == 0, "%s", out);
-    snprintf(args, sizeof args, LENET " --train-limit 1600 --epochs 2 %s --resume %s --save %s --log %s", second, part,
-             resumed, log_resumed);
+    snprintf(args, sizeof args, LENET " --train-limit 1600 --epochs 2 --gpus 2 --resume %s --save %s", part, on2);
     CHECK_MSG(train("", args) == 0, "%s", out);
-    snprintf(what, sizeof what, "epoch 1 on %s, epoch 2 on %s, against both on --device gpu", first, second);
-    return check_same_training(what, full, resumed, log_full, log_resumed);
+    snprintf(what, sizeof what, "epoch 1 on %s, epoch 2 on 1 GPU against on 2 GPUs", first);
+    return check_same_training(what, on1, on2, NULL, NULL);
 }
 
-/* A checkpoint saved on 2 GPUs resumes on 1, and one saved on 1 resumes on 2, and each ends where
- * an uninterrupted one-GPU run ends. */
+/* A checkpoint saved on 2 GPUs and one saved on 1 each resume on 1 GPU and on 2 and end at the
+ * same weights both ways. */
 BN_TEST(multigpu_checkpoint_moves_between_two_gpus_and_one)
 {
     SKIP_WITHOUT_TWO_GPUS();
-    CHECK_PASS(resume_across("--gpus 2", "--device gpu", "2to1"));
-    CHECK_PASS(resume_across("--device gpu", "--gpus 2", "1to2"));
+    CHECK_PASS(resume_across("--gpus 2", "from2"));
+    CHECK_PASS(resume_across("--device gpu", "from1"));
     return BN_PASS;
 }
 
