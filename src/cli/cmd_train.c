@@ -273,13 +273,15 @@ static uint64_t fnv1a(uint64_t h, const char *text)
 }
 
 /* What every rank must share to train as one: the model's description, the training settings
- * (batch included), the seed, the size of the training set and where a resume starts. */
+ * (batch included), the seed, the size of the training set, where a resume starts and the
+ * arithmetic (precision, TF32, determinism). */
 static uint64_t training_fingerprint(const train_run *r, const bn_train_state *st)
 {
-    char settings[BN_SETTINGS_MAX], rest[96];
+    char settings[BN_SETTINGS_MAX], rest[160];
     bn_settings_format(&r->net->train, &r->net->augment, settings);
-    snprintf(rest, sizeof rest, "seed=%llu train=%d step=%ld seen=%ld", (unsigned long long)st->seed, r->train.count,
-             st->step, st->epoch_seen);
+    snprintf(rest, sizeof rest, "seed=%llu train=%d step=%ld seen=%ld bf16=%d tf32=%d deterministic=%d",
+             (unsigned long long)st->seed, r->train.count, st->step, st->epoch_seen, r->ctx->bf16, r->ctx->tf32,
+             r->ctx->deterministic);
     return fnv1a(fnv1a(fnv1a(0xcbf29ce484222325ull, r->net->description), settings), rest);
 }
 
