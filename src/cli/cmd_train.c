@@ -273,15 +273,16 @@ static uint64_t fnv1a(uint64_t h, const char *text)
 }
 
 /* What every rank must share to train as one: the model's description, the training settings
- * (batch included), the seed, the size of the training set, where a resume starts and the
- * arithmetic (precision, TF32, determinism). */
+ * (batch included), the seed, the size of the training set, where a resume starts, the
+ * arithmetic (precision, TF32, determinism) and the gradient buckets (ranks that cut them
+ * differently would wait on each other's collectives). */
 static uint64_t training_fingerprint(const train_run *r, const bn_train_state *st)
 {
     char settings[BN_SETTINGS_MAX], rest[160];
     bn_settings_format(&r->net->train, &r->net->augment, settings);
-    snprintf(rest, sizeof rest, "seed=%llu train=%d step=%ld seen=%ld bf16=%d tf32=%d deterministic=%d",
+    snprintf(rest, sizeof rest, "seed=%llu train=%d step=%ld seen=%ld bf16=%d tf32=%d deterministic=%d bucket=%zu",
              (unsigned long long)st->seed, r->train.count, st->step, st->epoch_seen, r->ctx->bf16, r->ctx->tf32,
-             r->ctx->deterministic);
+             r->ctx->deterministic, r->dist.bucket_bytes);
     return fnv1a(fnv1a(fnv1a(0xcbf29ce484222325ull, r->net->description), settings), rest);
 }
 
@@ -293,12 +294,24 @@ static bn_status dist_timeout(double *seconds)
     return env && *env ? bn_cli_float("BLOBNET_DIST_TIMEOUT", env, 0.001, 1e6, seconds) : BN_OK;
 }
 
+/* The size of the trainer's gradient all-reduces: $BLOBNET_DIST_BUCKET bytes (0: one per layer), or
+ * BN_DIST_BUCKET_BYTES. */
+static bn_status dist_bucket(size_t *bytes)
+{
+    const char *env = getenv("BLOBNET_DIST_BUCKET");
+    long v = BN_DIST_BUCKET_BYTES;
+    if (env && *env) BN_TRY(bn_cli_int("BLOBNET_DIST_BUCKET", env, 0, 1L << 30, &v));
+    *bytes = (size_t)v;
+    return BN_OK;
+}
+
 /* Meets the other ranks named by --rendezvous and opens the communicator on this rank's GPU. */
 static bn_status join_ranks(const train_args *a, train_run *r, const bn_train_state *st)
 {
     if (!r->ctx) return bn_error(BN_ERR_USAGE, "--device %s: a rank trains on one GPU (gpu:K)", a->device);
     r->dist = (bn_dist){.rank = (int)a->rank, .world = (int)a->world, .device = r->ctx->device};
     BN_TRY(dist_timeout(&r->dist.timeout_s));
+    BN_TRY(dist_bucket(&r->dist.bucket_bytes));
     return bn_dist_join(&r->dist, a->host, a->port, training_fingerprint(r, st), r->ctx);
 }
 

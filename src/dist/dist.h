@@ -27,6 +27,9 @@ extern "C" {
 
 #define BN_DIST_ID_BYTES 128   /* sizeof(ncclUniqueId) */
 #define BN_DIST_MAX_RANKS 64
+#define BN_DIST_BUCKET_BYTES (2u << 20) /* 2 MiB: NCCL's latency (~10 us) is then a small part of
+                                           each all-reduce, and the backward pass still has several
+                                           to overlap in a net of a few MB of gradients */
 
 /* One rank's view of the group. Owned by whoever called bn_dist_join (bn_dist_close). */
 typedef struct bn_dist {
@@ -34,6 +37,9 @@ typedef struct bn_dist {
     int device;                /* the CUDA ordinal this rank uses */
     double timeout_s;          /* a collective or a rendezvous that makes no progress for this long
                                   ends the run with an error naming the ranks (never a hang) */
+    size_t bucket_bytes;       /* the trainer sums gradients in all-reduces of at least this many
+                                  bytes (whole layers, in the backward pass's order; 0: one per
+                                  layer): BN_DIST_BUCKET_BYTES unless $BLOBNET_DIST_BUCKET says */
     void *comm;                /* ncclComm_t */
     void *stream;              /* the communication stream (cudaStream_t), created by comm */
     void *state;               /* comm.cu's own: events, scratch, the reduction op */

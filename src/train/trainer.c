@@ -91,26 +91,51 @@ typedef struct step_body {
     int n;                  /* this process's examples of the step */
     bn_dist *dist;          /* several GPUs: the group, and this rank's share of the global batch */
     double weight;          /* as a fraction of the global batch (what its gradient counts for) */
+    size_t bucket_bytes;    /* several GPUs: gradients gathered for one all-reduce (0: one per layer) */
+    int pend_first, pend_last; /* the layers whose gradients wait in the bucket; -1 when none */
 } step_body;
 
-/* The gradients of layer l summed across the ranks, queued before its update reads them. */
-static bn_status allreduce_layer(step_body *b, bn_layer *l)
+/* The bucket: layers pend_first..pend_last, whose parameters and gradients are one contiguous
+ * range [*lo, *hi) of the slabs (layers are carved in order), in elements. */
+static void bucket_range(const step_body *b, size_t *lo, size_t *hi)
 {
-    size_t lo = l->params[0].value->offset, count = 0;
-    for (int k = 0; k < l->num_params; k++) count += bn_blob_count(l->params[k].value);
-    float *g = bn_blob_dev_wr(b->net->grads);
-    if (!g) return bn_last_status();
-    return bn_dist_allreduce_grads(b->dist, b->net->pass.ctx, g + lo, count, b->weight);
+    const bn_layer *first = b->net->layers[b->pend_first], *last = b->net->layers[b->pend_last];
+    const bn_blob *end = last->params[last->num_params - 1].value;
+    *lo = first->params[0].value->offset;
+    *hi = end->offset + bn_blob_count(end);
 }
 
+/* Sums the bucket's gradients across the ranks in one all-reduce and queues its layers' updates
+ * after it, on the communication stream, holding up neither compute stream. */
+static bn_status flush_bucket(step_body *b)
+{
+    if (b->pend_last < 0) return BN_OK;
+    size_t lo, hi;
+    bucket_range(b, &lo, &hi);
+    float *g = bn_blob_dev_wr(b->net->grads);
+    if (!g) return bn_last_status();
+    BN_TRY(bn_dist_allreduce_grads(b->dist, b->net->pass.ctx, g + lo, hi - lo, b->weight));
+    for (int i = b->pend_last; i >= b->pend_first; i--)
+        BN_TRY(bn_optimizer_update_layer_on(b->opt, b->net, b->net->layers[i], b->dist->stream));
+    b->pend_first = b->pend_last = -1;
+    return BN_OK;
+}
+
+/* Called as each layer's backward pass is queued (the last layer first). On one GPU the layer's
+ * update follows at once. On several, its gradients join the bucket, which is summed once it
+ * holds bucket_bytes: one all-reduce per layer costs each layer NCCL's latency (about 10 us),
+ * which small layers (biases, batchnorm) do not repay, while one for the whole slab would wait
+ * for the end of the backward pass. */
 static bn_status update_layer(void *arg, bn_net *net, bn_layer *l)
 {
     step_body *b = arg;
     if (!b->dist) return bn_optimizer_update_layer(b->opt, net, l);
     if (!l->num_params) return BN_OK;
-    /* The update follows the sum where it is made, holding up neither compute stream. */
-    BN_TRY(allreduce_layer(b, l));
-    return bn_optimizer_update_layer_on(b->opt, net, l, b->dist->stream);
+    if (b->pend_last < 0) b->pend_last = l->index;
+    b->pend_first = l->index;
+    size_t lo, hi;
+    bucket_range(b, &lo, &hi);
+    return (hi - lo) * sizeof(float) >= b->bucket_bytes ? flush_bucket(b) : BN_OK;
 }
 
 /* The whole gradient slab summed across the ranks, before an update of all of it on the stream
@@ -130,6 +155,7 @@ static bn_status empty_share_step(step_body *b)
     BN_TRY(bn_net_zero_grad(b->net));
     if (b->net->pass.ctx->side_stream) {
         for (int i = b->net->num_layers - 1; i >= 0; i--) BN_TRY(update_layer(b, b->net, b->net->layers[i]));
+        BN_TRY(flush_bucket(b));
         BN_TRY(bn_dist_join_comm(b->dist, b->net->pass.ctx));
         bn_optimizer_end_layered_step(b->opt);
         return BN_OK;
@@ -147,7 +173,10 @@ static bn_status step_passes(step_body *b, int fused)
     BN_TRY(bn_net_forward(b->net, 1));
     if (b->net->pass.ctx && b->net->pass.ctx->side_stream) {
         BN_TRY(bn_net_backward_each(b->net, update_layer, b));
-        if (b->dist) BN_TRY(bn_dist_join_comm(b->dist, b->net->pass.ctx));
+        if (b->dist) {
+            BN_TRY(flush_bucket(b));
+            BN_TRY(bn_dist_join_comm(b->dist, b->net->pass.ctx));
+        }
         bn_optimizer_end_layered_step(b->opt);
     } else {
         BN_TRY(bn_net_backward(b->net));
@@ -400,7 +429,7 @@ static bn_status train_epoch(bn_net *net, bn_optimizer *opt, bn_loader *ld, bn_b
         }
         double lr = bn_optimizer_lr(opt, opt->iter);
         if (opts->profile_first && st->step + 1 == opts->profile_first) BN_TRY(bn_profiler_start());
-        step_body body = {net, opt, ld, acc, mine, dist, (double)mine / n};
+        step_body body = {net, opt, ld, acc, mine, dist, (double)mine / n, dist ? dist->bucket_bytes : 0, -1, -1};
         BN_TRY(train_step(&body, graph, warm, full, opts, st->step));
         /* An empty share drew no batch, so the loader's step did not move with the others'. */
         if (mine == 0) BN_TRY(bn_loader_set_step(ld, (unsigned long long)st->step + 1));
