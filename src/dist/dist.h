@@ -27,9 +27,9 @@ extern "C" {
 
 #define BN_DIST_ID_BYTES 128   /* sizeof(ncclUniqueId) */
 #define BN_DIST_MAX_RANKS 64
-#define BN_DIST_BUCKET_BYTES (2u << 20) /* 2 MiB: NCCL's latency (~10 us) is then a small part of
-                                           each all-reduce, and the backward pass still has several
-                                           to overlap in a net of a few MB of gradients */
+#define BN_DIST_BUCKET_BYTES (512u << 10) /* 512 KiB: the fastest of 0 (one all-reduce per layer),
+                                             512 KiB, 2 and 8 MiB for LeNet, resnet_fashion and
+                                             vgg_fashion on 2 H200s (docs/multi-gpu.md) */
 
 /* One rank's view of the group. Owned by whoever called bn_dist_join (bn_dist_close). */
 typedef struct bn_dist {

@@ -123,9 +123,9 @@ static bn_status flush_bucket(step_body *b)
 
 /* Called as each layer's backward pass is queued (the last layer first). On one GPU the layer's
  * update follows at once. On several, its gradients join the bucket, which is summed once it
- * holds bucket_bytes: one all-reduce per layer costs each layer NCCL's latency (about 10 us),
- * which small layers (biases, batchnorm) do not repay, while one for the whole slab would wait
- * for the end of the backward pass. */
+ * holds bucket_bytes: one all-reduce per layer costs each layer NCCL's latency, which small
+ * layers (biases, batchnorm) do not repay, while one for the whole slab would wait for the end of
+ * the backward pass. */
 static bn_status update_layer(void *arg, bn_net *net, bn_layer *l)
 {
     step_body *b = arg;
