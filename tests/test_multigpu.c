@@ -540,15 +540,18 @@ static int resumable(const char *path)
     return s == BN_OK;
 }
 
-/* SIGINT to the launcher during training: every rank stops after the same step, rank 0 saves, the
- * launcher exits 130 as one-GPU training does (tests/test_interrupt.c), and the checkpoint loads. */
-BN_TEST(multigpu_sigint_stops_all_ranks_and_saves)
+/* SIGINT during training to the launcher (to_rank < 0) or to one rank alone (as `kill -INT` of
+ * that process would): every rank stops after the same step, rank 0 saves, the launcher exits 130
+ * as one-GPU training does (tests/test_interrupt.c), no rank is left and the checkpoint loads. */
+static int interrupt_run(int to_rank, const char *tag)
 {
-    SKIP_WITHOUT_TWO_GPUS();
-    char log[512], csv[512], ck[512], args[4096], text[8192];
-    ft_path(log, sizeof log, "sigint.log");
-    ft_path(csv, sizeof csv, "sigint.csv");
-    ft_path(ck, sizeof ck, "sigint.safetensors");
+    char log[512], csv[512], ck[512], args[4096], text[8192], name[64];
+    snprintf(name, sizeof name, "sigint-%s.log", tag);
+    ft_path(log, sizeof log, name);
+    snprintf(name, sizeof name, "sigint-%s.csv", tag);
+    ft_path(csv, sizeof csv, name);
+    snprintf(name, sizeof name, "sigint-%s.safetensors", tag);
+    ft_path(ck, sizeof ck, name);
     remove(csv);
     remove(ck);
     snprintf(args, sizeof args, LENET " --epochs 20 --gpus 2 --log %s --log-every 1 --save %s", csv, ck);
@@ -557,7 +560,20 @@ BN_TEST(multigpu_sigint_stops_all_ranks_and_saves)
     pid_t ranks[8];
     int n = wait_for_children(launcher, ranks, 8, 2, 60);
     int training = n == 2 && wait_for_steps(csv, 6, 120);
-    kill(launcher, SIGINT);
+    /* The launcher's children in the order /proc lists them: find rank to_rank by its arguments. */
+    pid_t target = launcher;
+    for (int i = 0; to_rank >= 0 && i < n; i++) {
+        char path[64], cmdline[4096], want[32];
+        snprintf(path, sizeof path, "/proc/%d/cmdline", (int)ranks[i]);
+        snprintf(want, sizeof want, "--rank%c%d", '\0', to_rank);
+        FILE *f = fopen(path, "rb");
+        size_t got = f ? fread(cmdline, 1, sizeof cmdline, f) : 0;
+        if (f) fclose(f);
+        for (size_t k = 0; k + 8 <= got; k++)
+            if (memcmp(cmdline + k, want, 8) == 0) target = ranks[i];
+    }
+    CHECK_MSG(to_rank < 0 || target != launcher, "no child of the launcher is rank %d", to_rank);
+    kill(target, SIGINT);
     int rc = wait_exit_within(launcher, 60);
     int gone = n == 2 && gone_within(ranks[0], 5) && gone_within(ranks[1], 5);
     CHECK(ft_read_text(log, text, sizeof text) == 0);
@@ -571,7 +587,59 @@ BN_TEST(multigpu_sigint_stops_all_ranks_and_saves)
     CHECK_MSG(step >= 5, "stopped at step %ld, before the 5 steps logged", step);
     CHECK_MSG(gone, "a rank is still running after the launcher exited");
     CHECK_MSG(resumable(ck), "the checkpoint %s does not load", ck);
-    printf("    SIGINT: exit 130 after step %ld, the checkpoint loads\n", step);
+    printf("    SIGINT to %s: exit 130 after step %ld, the checkpoint loads\n", to_rank < 0 ? "the launcher" : "rank 1",
+           step);
+    return BN_PASS;
+}
+
+BN_TEST(multigpu_sigint_stops_all_ranks_and_saves)
+{
+    SKIP_WITHOUT_TWO_GPUS();
+    return interrupt_run(-1, "launcher");
+}
+
+/* A signal that reaches one rank only stops the others too: the ranks agree on stopping. */
+BN_TEST(multigpu_sigint_to_one_rank_stops_all_and_saves)
+{
+    SKIP_WITHOUT_TWO_GPUS();
+    return interrupt_run(1, "rank1");
+}
+
+/* Ranks started by hand have no launcher to stop the others when one dies: rank 0, its peer
+ * killed in the middle of training, ends with an error at the deadline (BLOBNET_DIST_TIMEOUT)
+ * instead of waiting on the collective for ever. */
+BN_TEST(multigpu_rank_without_its_peer_ends_at_the_deadline)
+{
+    SKIP_WITHOUT_TWO_GPUS();
+    int port = free_port();
+    CHECK_MSG(port > 0, "no free TCP port on 127.0.0.1");
+    char logs[2][512], csv[512], args[4096], text[8192], name[64];
+    ft_path(csv, sizeof csv, "deadline.csv");
+    remove(csv);
+    pid_t pid[2];
+    for (int r = 0; r < 2; r++) {
+        snprintf(name, sizeof name, "deadline-rank%d.log", r);
+        ft_path(logs[r], sizeof logs[r], name);
+        snprintf(args, sizeof args, LENET " --epochs 20 --rendezvous 127.0.0.1:%d --rank %d --world 2 --device gpu:%d%s%s",
+                 port, r, r, r == 0 ? " --log-every 1 --log " : "", r == 0 ? csv : "");
+        pid[r] = start_train("BLOBNET_DIST_TIMEOUT=5", args, bn_test_data_dir(), logs[r]);
+        CHECK(pid[r] > 0);
+    }
+    int training = wait_for_steps(csv, 6, 120);
+    kill(pid[1], SIGKILL);
+    double killed_at = now_s();
+    int rc = wait_exit_within(pid[0], 60);
+    double took = now_s() - killed_at;
+    wait_exit_within(pid[1], 5);
+    CHECK(ft_read_text(logs[0], text, sizeof text) == 0);
+    CHECK_MSG(training, "training never logged 5 steps:\n%s", text);
+    CHECK_MSG(rc != -1, "rank 0 was still running 60 s after its peer was killed (deadline 5 s):\n%s", text);
+    CHECK_MSG(rc > 0 && rc < BY_SIGNAL, "rank 0 %s %d:\n%s", rc >= BY_SIGNAL ? "died of signal" : "exited",
+              rc >= BY_SIGNAL ? rc - BY_SIGNAL : rc, text);
+    const char *line = strstr(text, "rank 0: ");
+    CHECK_MSG(line, "rank 0's error does not name it:\n%s", text);
+    printf("    peer killed, no launcher: rank 0 exited %d after %.1f s: %.*s\n", rc, took, (int)strcspn(line, "\n"),
+           line);
     return BN_PASS;
 }
 
