@@ -1,8 +1,10 @@
 /* test_launch.c - the launcher of a run on several GPUs: the supervision of its processes
  * (src/dist/supervise.c) with /bin/sh scripts as the children (one that fails stops the others
- * and is named with its code or signal; a SIGINT to the supervisor reaches every child), and the
+ * and is named with its code or signal; one that stops cleanly on a signal of its own leaves the
+ * others to stop; a SIGINT to the supervisor reaches every child), and the
  * CLI's checks of --gpus, --device lists, --rank, --world and --rendezvous. */
 #include "testing.h"
+#include "file_testing.h"
 
 #include <signal.h>
 #include <stdlib.h>
@@ -102,6 +104,32 @@ BN_TEST(supervise_kills_a_child_that_ignores_sigterm)
     double took = seconds() - start;
     CHECK_MSG(took >= 1.1 && took < 4, "took %.2f s with a grace period of 1 s", took);
     CHECK(code == 1);
+    return BN_PASS;
+}
+
+/* A child that stops cleanly on a signal sent to it alone (exit 130) is an interruption, not a
+ * failure: the other is not sent SIGTERM (it would write the file) and may end on its own, as
+ * ranks that agree on stopping do; one that does not is killed after stop_grace_s. */
+BN_TEST(supervise_leaves_the_others_to_stop_after_a_clean_stop)
+{
+    char mark[512], script[1024];
+    ft_path(mark, sizeof mark, "supervise-term-mark");
+    remove(mark);
+    snprintf(script, sizeof script, "trap 'touch %s; exit 143' TERM; sleep 0.6; exit 130", mark);
+    sh_pair p;
+    sh_pair_init(&p, script, "sleep 0.1; exit 130", 5);
+    p.c.stop_grace_s = 5;
+    int code = -1;
+    CHECK_ERR(bn_supervise(&p.c, &code), BN_ERR_INTERRUPTED, "");
+    CHECK_MSG(code == 130, "exit code %d, expected 130", code);
+    CHECK_MSG(!exists(mark), "the other child was sent SIGTERM after a clean stop");
+
+    sh_pair_init(&p, "trap '' TERM; sleep 5", "sleep 0.1; exit 130", 5);
+    p.c.stop_grace_s = 0.5;
+    double start = seconds();
+    CHECK_ERR(bn_supervise(&p.c, &code), BN_ERR_INTERRUPTED, "");
+    double took = seconds() - start;
+    CHECK_MSG(took >= 0.5 && took < 3, "took %.2f s with 0.5 s to stop on its own", took);
     return BN_PASS;
 }
 

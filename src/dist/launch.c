@@ -16,6 +16,11 @@
  * enough to leave NCCL and write its last lines, short enough not to look like a hang. */
 #define GRACE_S 3.0
 
+/* How long the other ranks have to stop on their own after one stopped on a signal sent to it
+ * alone: they agree to stop after the same step (a check every 20 steps) and rank 0 then writes
+ * the checkpoint, which for a large model takes seconds. */
+#define STOP_GRACE_S 60.0
+
 /* Holds a free TCP port of 127.0.0.1 for the whole run: a socket bound there, never listening.
  * Rank 0 binds the same port with SO_REUSEADDR, which Linux allows beside a socket that does not
  * listen, while no other program can take the port between this choice and rank 0's bind. */
@@ -74,7 +79,8 @@ static bn_status run_ranks(int argc, char **argv, int n, const int *devices, int
         BN_TRY(rank_argv(argc, argv, &ra[r], &argvs[r]));
     }
     bn_children c = {.path = "/proc/self/exe", .argv = (char *const *const *)argvs, .name = names,
-                     .plural = "ranks", .n = n, .grace_s = GRACE_S};
+                     .plural = "ranks", .n = n, .grace_s = GRACE_S,
+                     .stop_grace_s = STOP_GRACE_S};
     return bn_supervise(&c, exit_code);
 }
 

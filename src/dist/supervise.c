@@ -72,6 +72,13 @@ static int exit_code_of(int status)
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+/* Whether a child exited with the code of a clean stop on SIGINT, SIGTERM or SIGHUP. */
+static int stopped_cleanly(int status)
+{
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
+    return code == 128 + SIGINT || code == 128 + SIGTERM || code == 128 + SIGHUP;
+}
+
 /* What the supervision loop has seen so far. */
 typedef struct watch {
     int first;               /* the first child that failed, -1 while none has */
@@ -90,8 +97,13 @@ static void reap(const bn_children *c, child *k, watch *w)
         k[i].running = 0;
         if (exit_code_of(k[i].status) == 0 || w->first >= 0) continue;
         w->first = i;
-        w->first_after_signal = w->passed != 0;
+        int stopped = stopped_cleanly(k[i].status);
+        w->first_after_signal = w->passed != 0 || stopped;
         if (w->passed || count_running(k, c->n) == 0) continue;
+        if (stopped) {
+            w->kill_at = now_s() + c->stop_grace_s;
+            continue;
+        }
         signal_running(k, c->n, SIGTERM);
         w->stopped_others = 1;
         w->kill_at = now_s() + c->grace_s;

@@ -19,15 +19,20 @@ typedef struct bn_children {
     const char *plural;           /* what messages call the children together, e.g. "ranks" */
     int n;
     double grace_s;               /* how long a child asked to stop (SIGTERM) has before SIGKILL */
+    double stop_grace_s;          /* how long the others have to end on their own after a child
+                                     stopped on a signal sent to it alone (before SIGKILL) */
 } bn_children;
 
 /* Starts every child (each in a process group of its own, killed when this process dies) and
  * waits for all of them. SIGINT, SIGTERM and SIGHUP sent to this process are passed to every
  * child still running. When a child ends with a non-zero code or by a signal that was not passed
- * on, the others are sent SIGTERM, then SIGKILL after grace_s. *exit_code receives 0 when every
+ * on, the others are sent SIGTERM, then SIGKILL after grace_s; except a child that exits with
+ * 128 + SIGINT, SIGTERM or SIGHUP, the code of a clean stop on such a signal sent to it alone:
+ * the others are then left stop_grace_s to end on their own (children that agree on stopping,
+ * as ranks do, stop with it) and the run counts as interrupted. *exit_code receives 0 when every
  * child exits 0, else the code the first child to fail ended with (128 + the signal when a
  * signal ended it). Returns BN_OK when every child exits 0; BN_ERR_INTERRUPTED when the children
- * ended after a signal passed on (no message of its own: the children report); otherwise
+ * ended after a signal passed on or a clean stop (no message of its own: the children report); otherwise
  * BN_ERR_IO, naming the first child that failed and how: "rank 1 (gpu 1) was killed by signal 9
  * (Killed); the other ranks were stopped". */
 bn_status bn_supervise(const bn_children *c, int *exit_code);
