@@ -59,6 +59,9 @@ static bn_status check_finite(bn_net *net, double loss, long first, long last)
 /* A CSV row for one logged step: that batch's loss and accuracy (reads them to the host). */
 static bn_status log_step(const bn_trainer_opts *opts, bn_net *net, int epoch, long step, double lr, double t0)
 {
+    /* A read waits for the queued steps: on several GPUs, with the deadline, since a step whose
+     * peer died never ends. */
+    if (opts->dist) BN_TRY(bn_dist_wait(opts->dist, net->pass.ctx));
     const float *m = bn_blob_host_rd(net->metrics);
     if (!m) return bn_last_status();
     return bn_metrics_log_row(opts->log, "%d,%ld,%.9g,%.9g,%.9g,,,%.3f,\n", epoch, step, lr,
@@ -73,6 +76,7 @@ static bn_status log_epoch(const bn_trainer_opts *opts, const bn_epoch_report *r
 
 bn_status bn_step_running_metrics(const bn_step_info *info, double *loss, double *acc)
 {
+    if (info->dist) BN_TRY(bn_dist_wait(info->dist, bn_ctx_current()));
     const float *sums = bn_blob_host_rd(info->sums);
     if (!sums) return bn_last_status();
     long covered = info->sums_seen > 0 ? info->sums_seen : info->seen;
@@ -354,8 +358,10 @@ static bn_status after_step(bn_net *net, bn_optimizer *opt, bn_blob *acc, bn_tra
         BN_TRY(check_finite(net, m[0], st->step, st->step));
         *checked = st->step;
     }
-    if (opts->debug_numerics > 0 && st->step % opts->debug_numerics == 0)
+    if (opts->debug_numerics > 0 && st->step % opts->debug_numerics == 0) {
+        if (opts->dist) BN_TRY(bn_dist_wait(opts->dist, net->pass.ctx));
         BN_TRY(bn_numerics_print(net, stderr, st->step));
+    }
     int stop = 0;
     if (!opts->dist) stop = opts->stop && *opts->stop;
     else if (st->step % STOP_EVERY == 0 || last_of_epoch) BN_TRY(agree_stop(opts, net, &stop));
@@ -405,7 +411,7 @@ static bn_status train_epoch(bn_net *net, bn_optimizer *opt, bn_loader *ld, bn_b
     int full_off, full;
     bn_dist_share(batch, world, rank, &full_off, &full);
     bn_step_info info = {.epoch = st->epoch + 1, .epochs = opts->epochs, .batches = (int)steps_for(count, batch),
-                         .count = count, .sums = acc, .gpus = world};
+                         .count = count, .sums = acc, .gpus = world, .dist = dist};
     BN_TRY(bn_loader_set_order(ld, 1, bn_epoch_seed(st->seed, st->epoch)));
     BN_TRY(bn_loader_set_step(ld, (unsigned long long)st->step));
     float *a = bn_blob_host_wr(acc);

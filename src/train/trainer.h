@@ -38,6 +38,8 @@ typedef struct bn_step_info {
     bn_blob *sums;          /* the epoch's [loss sum, correct]: read through bn_step_running_metrics */
     int gpus;               /* GPUs that train together; images and seen count all of theirs */
     long sums_seen;         /* the examples sums covers: this GPU's share of seen (0: all of seen) */
+    bn_dist *dist;          /* several GPUs: this rank's group, whose deadline bounds every wait on
+                             * the device (a read of sums waits for the queued steps); else NULL */
 } bn_step_info;
 
 typedef enum bn_progress_event {
