@@ -225,9 +225,18 @@ static int run_cases(const bf16_case *cases, size_t count)
     return r;
 }
 
+#ifdef BN_WITH_CUDA
+static const char *const layout_names[] = {"either (timed)", "nchw", "nhwc"};
+#endif
+
+/* Every case in each layout conv_bf16 can run (conv_bf16.h): NCHW alone, NHWC alone (the
+ * transposes), then the timed choice between them. Transposes only move values, so the
+ * tolerances are NCHW's. */
 BN_TEST(gpu_bf16_conv2d_matches_cpu)
 {
-    /* 3x7x9 -> 5x4x5 (k3 s2 p1) -> 4x6x7 (k3 s1 p2), then VGG's 3x3 with padding, 32 filters. */
+    /* 3x7x9 -> 5x4x5 (k3 s2 p1) -> 4x6x7 (k3 s1 p2), then VGG's 3x3 with padding (32 and 64
+     * filters), a strided layer to 7x7 (odd row lengths: the transposes move single elements),
+     * 1x1 filters (KCRS and KRSC coincide), and one input channel (NCHW and NHWC coincide). */
     static const bf16_case cases[] = {
         {"bf16 conv2d 3x7x9 k3s2p1 x5, k3s1p2 x4",
          "[input]\nchannels=3\nheight=7\nwidth=9\n"
@@ -237,10 +246,32 @@ BN_TEST(gpu_bf16_conv2d_matches_cpu)
         {"bf16 conv2d 16x14x14 k3p1 x32",
          "[input]\nchannels=16\nheight=14\nwidth=14\n[conv2d]\nfilters=32\nsize=3\npad=1\ninit=he\n", TOL_LAYER,
          0, 0, 1},
+        {"bf16 conv2d 32x14x14 k3p1 x64",
+         "[input]\nchannels=32\nheight=14\nwidth=14\n[conv2d]\nfilters=64\nsize=3\npad=1\ninit=he\n", TOL_LAYER,
+         0, 0, 1},
+        {"bf16 conv2d 24x13x13 k3s2p1 x48",
+         "[input]\nchannels=24\nheight=13\nwidth=13\n[conv2d]\nfilters=48\nsize=3\nstride=2\npad=1\ninit=he\n",
+         TOL_LAYER, 0, 0, 0},
+        {"bf16 conv2d 64x7x7 k1 x32", "[input]\nchannels=64\nheight=7\nwidth=7\n[conv2d]\nfilters=32\nsize=1\n",
+         TOL_LAYER, 0, 0, 0},
         {"bf16 conv2d 8x5x5 k1 x16", "[input]\nchannels=8\nheight=5\nwidth=5\n[conv2d]\nfilters=16\nsize=1\n",
          TOL_LAYER, 0, 0, 0},
+        {"bf16 conv2d 1x12x12 k5 x20", "[input]\nchannels=1\nheight=12\nwidth=12\n[conv2d]\nfilters=20\nsize=5\n",
+         TOL_LAYER, 0, 0, 0},
     };
-    return run_cases(cases, sizeof cases / sizeof cases[0]);
+    int r = BN_PASS;
+#ifdef BN_WITH_CUDA
+    const int layouts[] = {BN_CONV_BF16_NCHW, BN_CONV_BF16_NHWC, BN_CONV_BF16_EITHER};
+    for (int k = 0; k < 3 && r == BN_PASS; k++) {
+        if (bn_device_count() > 0) printf("    layout: %s\n", layout_names[layouts[k]]);
+        bn_conv_bf16_force_layout(layouts[k]);
+        r = run_cases(cases, sizeof cases / sizeof cases[0]);
+    }
+    bn_conv_bf16_force_layout(BN_CONV_BF16_EITHER);
+#else
+    r = run_cases(cases, sizeof cases / sizeof cases[0]);
+#endif
+    return r;
 }
 
 /* Under bf16 only cuDNN runs a convolution's passes (blobnet's kernel families are FP32-only):
@@ -278,6 +309,51 @@ BN_TEST(gpu_bf16_conv2d_runs_on_cudnn_only)
     CHECK_MSG(s[1] == BN_ERR_USAGE && strstr(error, "c1") && strstr(error, "engine = blobnet"),
               "engine = blobnet under bf16 gave status %d, \"%s\"; want a usage error naming c1 and the key", s[1],
               error);
+    return BN_PASS;
+}
+
+/* A forced layout is the one the plan runs in and reports; the timed choice times both and
+ * reports both times. */
+BN_TEST(gpu_bf16_conv2d_plans_each_layout)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+#ifdef BN_WITH_CUDA
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    static const char *const text = "[input]\nchannels=32\nheight=14\nwidth=14\n[conv2d]\nname=c\nfilters=64\n"
+                                    "size=3\npad=1\n";
+    static const int layouts[] = {BN_CONV_BF16_NCHW, BN_CONV_BF16_NHWC, BN_CONV_BF16_EITHER};
+    static const char *const want[] = {", nchw (bf16)", ", nhwc (bf16)", " timed: nchw "};
+    char plans[3][1024];
+    bn_status s = BN_OK;
+    const int was_deterministic = ctx->deterministic;
+    ctx->bf16 = 1;
+    ctx->deterministic = 0; /* the timed choice is made only then */
+    for (int k = 0; k < 3 && s == BN_OK; k++) {
+        bn_net *net = NULL;
+        plans[k][0] = '\0';
+        bn_conv_bf16_force_layout(layouts[k]);
+        s = bn_net_from_text(text, "conv", &net);
+        if (s == BN_OK) s = bn_net_setup(net, 16, ctx, 1, 5);
+        if (s == BN_OK) s = bn_net_forward(net, 1);
+        if (s == BN_OK) s = bn_net_backward(net);
+        if (s == BN_OK) bn_conv2d_gpu_describe(bn_net_find_layer(net, "c"), plans[k], sizeof plans[k]);
+        if (s != BN_OK) printf("    layout %s: %s\n", layout_names[layouts[k]], bn_last_error());
+        bn_net_free(net);
+    }
+    bn_conv_bf16_force_layout(BN_CONV_BF16_EITHER);
+    ctx->bf16 = 0;
+    ctx->deterministic = was_deterministic;
+    CHECK_OK(s);
+    for (int k = 0; k < 3; k++) {
+        printf("    layout %s: %s\n", layout_names[layouts[k]], plans[k]);
+        CHECK_MSG(strstr(plans[k], "n=16: fwd ") && strstr(plans[k], want[k]),
+                  "with layout %s the plan is \"%s\"; want \"%s\" in it", layout_names[layouts[k]], plans[k],
+                  want[k]);
+    }
+    CHECK_MSG(strstr(plans[2], ", nchw timed: ") || strstr(plans[2], ", nhwc timed: "),
+              "the timed plan \"%s\" names no layout before its times", plans[2]);
+#endif
     return BN_PASS;
 }
 

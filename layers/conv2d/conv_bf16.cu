@@ -20,6 +20,7 @@
 #include "gpu/cuda_check.h"
 
 enum { WEIGHT, BIAS };
+enum { NCHW, NHWC, LAYOUTS };
 
 /* The most workspace one algorithm may ask for, as in FP32 (conv2d.cu). */
 #define WORKSPACE_LIMIT ((size_t)256 << 20)
@@ -28,47 +29,89 @@ enum { WEIGHT, BIAS };
 #define PART_ELEMENTS 4096
 #define MAX_PARTS 64
 
-typedef struct bf16_plan {
-    int n;         /* batch size the algorithms were chosen for */
-    int with_data; /* the layer has an input gradient, so `data` was chosen too */
+static const char *const layout_names[LAYOUTS] = {"nchw", "nhwc"};
+
+/* The layout every plan from now on must use (bn_conv_bf16_force_layout). */
+static int forced_layout = BN_CONV_BF16_EITHER;
+
+extern "C" void bn_conv_bf16_force_layout(int layout)
+{
+    forced_layout = layout;
+}
+
+typedef struct bf16_algos {
     cudnnConvolutionFwdAlgo_t fwd;
     cudnnConvolutionBwdDataAlgo_t data;
     cudnnConvolutionBwdFilterAlgo_t filter;
+} bf16_algos;
+
+typedef struct bf16_plan {
+    int n;         /* batch size the algorithms were chosen for */
+    int with_data; /* the layer has an input gradient, so `data` was chosen too */
+    int layout;    /* the one the passes run in */
+    int usable[LAYOUTS];                  /* cuDNN offered an algorithm for every pass */
+    bf16_algos algos[LAYOUTS];            /* where usable */
+    float ms[LAYOUTS];                    /* one timed forward and backward pass; 0 where not timed */
+    cudnnTensorDescriptor_t x[LAYOUTS];   /* the input (and its gradient) at batch n */
+    cudnnTensorDescriptor_t y[LAYOUTS];   /* the output (and its gradient) at batch n */
 } bf16_plan;
 
 struct conv_bf16 {
-    cudnnFilterDescriptor_t w_desc;        /* BF16 */
-    cudnnConvolutionDescriptor_t conv_desc; /* FP32 compute, tensor-op math */
-    __nv_bfloat16 *dw;                     /* cuDNN's filter gradient, then added into the FP32 slab */
-    float *bias_parts;                     /* the bias gradient's partial sums: MAX_PARTS per filter */
+    cudnnFilterDescriptor_t w_desc[LAYOUTS]; /* BF16, KCRS and KRSC */
+    cudnnConvolutionDescriptor_t conv_desc;  /* FP32 compute, tensor-op math */
+    __nv_bfloat16 *dw;     /* cuDNN's filter gradient in the layout's filter order, then added into the FP32 slab */
+    __nv_bfloat16 *wt;     /* the filter as KRSC */
+    __nv_bfloat16 *xt;     /* the input as NHWC (the batch the blob holds at most); then its gradient */
+    __nv_bfloat16 *yt;     /* the output, or its gradient, as NHWC */
+    float *bias_parts;     /* the bias gradient's partial sums: MAX_PARTS per filter */
     bf16_plan *plans;
     int num_plans;
 };
+
+static void release_plan(bf16_plan *p)
+{
+    for (int L = 0; L < LAYOUTS; L++) {
+        if (p->x[L]) cudnnDestroyTensorDescriptor(p->x[L]);
+        if (p->y[L]) cudnnDestroyTensorDescriptor(p->y[L]);
+    }
+}
 
 extern "C" void bn_conv_bf16_release(conv_bf16 **state)
 {
     conv_bf16 *s = *state;
     if (!s) return;
-    if (s->w_desc) cudnnDestroyFilterDescriptor(s->w_desc);
+    for (int L = 0; L < LAYOUTS; L++)
+        if (s->w_desc[L]) cudnnDestroyFilterDescriptor(s->w_desc[L]);
     if (s->conv_desc) cudnnDestroyConvolutionDescriptor(s->conv_desc);
     bn_device_free(s->dw);
+    bn_device_free(s->wt);
+    bn_device_free(s->xt);
+    bn_device_free(s->yt);
     bn_device_free(s->bias_parts);
+    for (int i = 0; i < s->num_plans; i++) release_plan(&s->plans[i]);
     free(s->plans);
     free(s);
     *state = NULL;
 }
 
-static bn_status describe_layer(const conv_priv *c, conv_bf16 *s)
+static const cudnnTensorFormat_t formats[LAYOUTS] = {CUDNN_TENSOR_NCHW, CUDNN_TENSOR_NHWC};
+
+static bn_status describe_layer(const bn_layer *l, const conv_priv *c, conv_bf16 *s)
 {
-    BN_CUDNN(cudnnCreateFilterDescriptor(&s->w_desc));
-    BN_CUDNN(cudnnSetFilter4dDescriptor(s->w_desc, CUDNN_DATA_BFLOAT16, CUDNN_TENSOR_NCHW, c->filters, c->g.c, c->size,
-                                        c->size));
+    for (int L = 0; L < LAYOUTS; L++) {
+        BN_CUDNN(cudnnCreateFilterDescriptor(&s->w_desc[L]));
+        BN_CUDNN(cudnnSetFilter4dDescriptor(s->w_desc[L], CUDNN_DATA_BFLOAT16, formats[L], c->filters, c->g.c,
+                                            c->size, c->size));
+    }
     BN_CUDNN(cudnnCreateConvolutionDescriptor(&s->conv_desc));
     BN_CUDNN(cudnnSetConvolution2dDescriptor(s->conv_desc, c->pad, c->pad, c->stride, c->stride, 1, 1,
                                              CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     BN_CUDNN(cudnnSetConvolutionMathType(s->conv_desc, CUDNN_TENSOR_OP_MATH));
     const size_t weights = (size_t)c->filters * c->g.c * c->size * c->size;
     BN_TRY(bn_device_alloc((void **)&s->dw, weights * sizeof(__nv_bfloat16)));
+    BN_TRY(bn_device_alloc((void **)&s->wt, weights * sizeof(__nv_bfloat16)));
+    BN_TRY(bn_device_alloc((void **)&s->xt, l->in->capacity * sizeof(__nv_bfloat16)));
+    BN_TRY(bn_device_alloc((void **)&s->yt, l->out->capacity * sizeof(__nv_bfloat16)));
     return bn_device_alloc((void **)&s->bias_parts, (size_t)c->filters * MAX_PARTS * sizeof(float));
 }
 
@@ -105,62 +148,274 @@ template <typename Perf> static int pick(const Perf *r, int count, const bn_ctx 
     return -1;
 }
 
-static bn_status none_usable(const bn_layer *l, const char *pass)
-{
-    return bn_error(BN_ERR_DEVICE, "layer %s: cuDNN offers no usable BF16 %s algorithm for this shape", l->name,
-                    pass);
-}
-
-/* cuDNN's algorithms for the three passes of the current batch size (timed, or by its heuristics
- * in a deterministic context), and the shared workspace grown to what they need. */
-static bn_status make_plan(bn_layer *l, bn_ctx *ctx, const conv_bf16 *s, bf16_plan *plan)
+/* cuDNN's algorithms for the three passes in layout L at the plan's batch size (timed, or by its
+ * heuristics in a deterministic context), their workspace added to *need. *missing: NULL, or the
+ * pass for which cuDNN offers nothing usable in this layout. */
+static bn_status choose_algos(bn_ctx *ctx, const conv_bf16 *s, bf16_plan *plan, int L, size_t *need,
+                              const char **missing)
 {
     cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
-    BN_TENSOR_DESC(x, l->in);
-    BN_TENSOR_DESC(y, l->out);
+    cudnnTensorDescriptor_t x = plan->x[L], y = plan->y[L];
+    cudnnFilterDescriptor_t wd = s->w_desc[L];
     const bool timed = !ctx->deterministic;
-    size_t need = 0;
+    bf16_algos *a = &plan->algos[L];
     int got = 0, i;
-    plan->n = l->in->n;
-    plan->with_data = l->in_grad != NULL;
+    *missing = NULL;
 
     cudnnConvolutionFwdAlgoPerf_t f[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
     if (timed)
-        BN_CUDNN(cudnnFindConvolutionForwardAlgorithm(h, x, s->w_desc, s->conv_desc, y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+        BN_CUDNN(cudnnFindConvolutionForwardAlgorithm(h, x, wd, s->conv_desc, y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
                                                       &got, f));
     else
-        BN_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(h, x, s->w_desc, s->conv_desc, y,
-                                                        CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, f));
-    if ((i = pick(f, got, ctx, &need)) < 0) return none_usable(l, "forward");
-    plan->fwd = f[i].algo;
+        BN_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(h, x, wd, s->conv_desc, y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                        &got, f));
+    if ((i = pick(f, got, ctx, need)) < 0) {
+        *missing = "forward";
+        return BN_OK;
+    }
+    a->fwd = f[i].algo;
 
     cudnnConvolutionBwdFilterAlgoPerf_t w[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
     if (timed)
-        BN_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithm(h, x, y, s->conv_desc, s->w_desc,
+        BN_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithm(h, x, y, s->conv_desc, wd,
                                                              CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, w));
     else
-        BN_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x, y, s->conv_desc, s->w_desc,
+        BN_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x, y, s->conv_desc, wd,
                                                                CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, w));
-    if ((i = pick(w, got, ctx, &need)) < 0) return none_usable(l, "backward-filter");
-    plan->filter = w[i].algo;
+    if ((i = pick(w, got, ctx, need)) < 0) {
+        *missing = "backward-filter";
+        return BN_OK;
+    }
+    a->filter = w[i].algo;
 
-    plan->data = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
+    a->data = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
     if (plan->with_data) {
         cudnnConvolutionBwdDataAlgoPerf_t d[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
         if (timed)
-            BN_CUDNN(cudnnFindConvolutionBackwardDataAlgorithm(h, s->w_desc, y, s->conv_desc, x,
+            BN_CUDNN(cudnnFindConvolutionBackwardDataAlgorithm(h, wd, y, s->conv_desc, x,
                                                                CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, d));
         else
-            BN_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, s->w_desc, y, s->conv_desc, x,
+            BN_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, wd, y, s->conv_desc, x,
                                                                  CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, d));
-        if ((i = pick(d, got, ctx, &need)) < 0) return none_usable(l, "backward-data");
-        plan->data = d[i].algo;
+        if ((i = pick(d, got, ctx, need)) < 0) {
+            *missing = "backward-data";
+            return BN_OK;
+        }
+        a->data = d[i].algo;
     }
-    return bn_ctx_reserve_workspace(ctx, need);
+    plan->usable[L] = 1;
+    return BN_OK;
+}
+
+/* Whether a rows x cols matrix is its own transpose in memory (one row or one column): then an
+ * array's two layouts coincide and cuDNN reads or writes the blob itself. */
+static bool same_layouts(int rows, int cols)
+{
+    return rows == 1 || cols == 1;
+}
+
+/* src (n images of c channels of hw pixels) as NHWC: itself where the layouts coincide, else its
+ * transpose queued into scratch. */
+static bn_status as_nhwc(const __nv_bfloat16 *src, __nv_bfloat16 *scratch, int n, int c, int hw, bn_ctx *ctx,
+                         const __nv_bfloat16 **out)
+{
+    *out = src;
+    if (same_layouts(c, hw)) return BN_OK;
+    *out = scratch;
+    return bn_gpu_bf16_transpose(scratch, src, n, c, hw, ctx);
+}
+
+/* Where cuDNN writes the NHWC form of dst: dst itself where the layouts coincide, else scratch
+ * (then from_nhwc moves it into dst). */
+static __nv_bfloat16 *nhwc_target(__nv_bfloat16 *dst, __nv_bfloat16 *scratch, int c, int hw)
+{
+    return same_layouts(c, hw) ? dst : scratch;
+}
+
+static bn_status from_nhwc(__nv_bfloat16 *dst, const __nv_bfloat16 *written, int n, int c, int hw, bn_ctx *ctx)
+{
+    return written == dst ? BN_OK : bn_gpu_bf16_transpose(dst, written, n, hw, c, ctx);
+}
+
+/* The filter as KRSC: value16 itself for a 1x1 filter or one input channel, else s->wt. */
+static bn_status filter_krsc(const conv_priv *c, conv_bf16 *s, const __nv_bfloat16 *w, bn_ctx *ctx,
+                             const __nv_bfloat16 **out)
+{
+    return as_nhwc(w, s->wt, c->filters, c->g.c, c->size * c->size, ctx, out);
+}
+
+/* y = the convolution of x by w (no bias) in layout L; x, w and y in the blobs' order. */
+static bn_status conv_forward(const conv_priv *c, conv_bf16 *s, const bf16_plan *plan, int L, bn_ctx *ctx,
+                              const __nv_bfloat16 *x, const __nv_bfloat16 *w, __nv_bfloat16 *y)
+{
+    cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
+    const float one = 1.0f, zero = 0.0f;
+    const int n = plan->n, in_hw = c->g.h * c->g.w, out_hw = c->g.oh * c->g.ow;
+    if (L == NCHW) {
+        BN_CUDNN(cudnnConvolutionForward(h, &one, plan->x[L], x, s->w_desc[L], w, s->conv_desc, plan->algos[L].fwd,
+                                         ctx->workspace, ctx->workspace_size, &zero, plan->y[L], y));
+        return BN_OK;
+    }
+    const __nv_bfloat16 *xt = NULL, *wt = NULL;
+    BN_TRY(as_nhwc(x, s->xt, n, c->g.c, in_hw, ctx, &xt));
+    BN_TRY(filter_krsc(c, s, w, ctx, &wt));
+    __nv_bfloat16 *yt = nhwc_target(y, s->yt, c->filters, out_hw);
+    BN_CUDNN(cudnnConvolutionForward(h, &one, plan->x[L], xt, s->w_desc[L], wt, s->conv_desc, plan->algos[L].fwd,
+                                     ctx->workspace, ctx->workspace_size, &zero, plan->y[L], yt));
+    return from_nhwc(y, yt, n, c->filters, out_hw, ctx);
+}
+
+/* dw (FP32, KCRS) += the filter gradient from x and dy, and, where dx is not NULL, dx = the input
+ * gradient, in layout L; x, w, dy and dx in the blobs' order. */
+static bn_status conv_backward(const conv_priv *c, conv_bf16 *s, const bf16_plan *plan, int L, bn_ctx *ctx,
+                               const __nv_bfloat16 *x, const __nv_bfloat16 *w, const __nv_bfloat16 *dy, float *dw,
+                               __nv_bfloat16 *dx)
+{
+    cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
+    const float one = 1.0f, zero = 0.0f;
+    const int n = plan->n, in_hw = c->g.h * c->g.w, out_hw = c->g.oh * c->g.ow, rs = c->size * c->size;
+    const size_t weights = (size_t)c->filters * c->g.c * rs;
+    const bf16_algos *a = &plan->algos[L];
+    if (L == NCHW) {
+        BN_CUDNN(cudnnConvolutionBackwardFilter(h, &one, plan->x[L], x, plan->y[L], dy, s->conv_desc, a->filter,
+                                                ctx->workspace, ctx->workspace_size, &zero, s->w_desc[L], s->dw));
+        BN_TRY(bn_gpu_add_bf16_to_f32(dw, s->dw, weights, ctx));
+        if (dx)
+            BN_CUDNN(cudnnConvolutionBackwardData(h, &one, s->w_desc[L], w, plan->y[L], dy, s->conv_desc, a->data,
+                                                  ctx->workspace, ctx->workspace_size, &zero, plan->x[L], dx));
+        return BN_OK;
+    }
+    const __nv_bfloat16 *xt = NULL, *dyt = NULL;
+    BN_TRY(as_nhwc(x, s->xt, n, c->g.c, in_hw, ctx, &xt));
+    BN_TRY(as_nhwc(dy, s->yt, n, c->filters, out_hw, ctx, &dyt));
+    BN_CUDNN(cudnnConvolutionBackwardFilter(h, &one, plan->x[L], xt, plan->y[L], dyt, s->conv_desc, a->filter,
+                                            ctx->workspace, ctx->workspace_size, &zero, s->w_desc[L], s->dw));
+    if (same_layouts(rs, c->g.c))
+        BN_TRY(bn_gpu_add_bf16_to_f32(dw, s->dw, weights, ctx));
+    else
+        BN_TRY(bn_gpu_add_bf16_transposed_to_f32(dw, s->dw, c->filters, rs, c->g.c, ctx));
+    if (!dx) return BN_OK;
+    const __nv_bfloat16 *wt = NULL;
+    BN_TRY(filter_krsc(c, s, w, ctx, &wt));
+    /* s->xt is free again: the filter pass queued before this one on the stream has read it. */
+    __nv_bfloat16 *dxt = nhwc_target(dx, s->xt, c->g.c, in_hw);
+    BN_CUDNN(cudnnConvolutionBackwardData(h, &one, s->w_desc[L], wt, plan->y[L], dyt, s->conv_desc, a->data,
+                                          ctx->workspace, ctx->workspace_size, &zero, plan->x[L], dxt));
+    return from_nhwc(dx, dxt, n, c->g.c, in_hw, ctx);
+}
+
+/* Buffers of the plan's sizes that stand in for the blobs while the layouts are timed. */
+typedef struct stand_ins {
+    __nv_bfloat16 *x, *y, *dx;
+    float *dw;
+} stand_ins;
+
+static void free_stand_ins(stand_ins *t)
+{
+    bn_device_free(t->x);
+    bn_device_free(t->y);
+    bn_device_free(t->dx);
+    bn_device_free(t->dw);
+}
+
+static bn_status alloc_stand_ins(const conv_priv *c, int n, stand_ins *t)
+{
+    const size_t in = (size_t)n * c->g.c * c->g.h * c->g.w * sizeof(__nv_bfloat16);
+    const size_t out = (size_t)n * c->filters * c->g.oh * c->g.ow * sizeof(__nv_bfloat16);
+    const size_t weights = (size_t)c->filters * c->g.c * c->size * c->size * sizeof(float);
+    BN_TRY(bn_device_alloc((void **)&t->x, in));
+    BN_TRY(bn_device_alloc((void **)&t->y, out));
+    BN_TRY(bn_device_alloc((void **)&t->dx, in));
+    BN_TRY(bn_device_alloc((void **)&t->dw, weights));
+    BN_TRY(bn_device_zero(t->x, in));
+    BN_TRY(bn_device_zero(t->y, out));
+    BN_TRY(bn_device_zero(t->dx, in));
+    return bn_device_zero(t->dw, weights);
+}
+
+/* One forward and backward pass in layout L on the stand-ins (the output read back as its own
+ * gradient), the bias left out: the same in both layouts. */
+static bn_status pass_pair(const conv_priv *c, conv_bf16 *s, const bf16_plan *plan, int L, bn_ctx *ctx,
+                           const stand_ins *t, const __nv_bfloat16 *w)
+{
+    BN_TRY(conv_forward(c, s, plan, L, ctx, t->x, w, t->y));
+    return conv_backward(c, s, plan, L, ctx, t->x, w, t->y, t->dw, plan->with_data ? t->dx : NULL);
+}
+
+/* plan->ms[L] for each usable layout, measured alike on zeroed stand-ins (values do not change
+ * the kernels' time): after 2 pass pairs to warm up, the least of 3 means of 4 (the least,
+ * because other work on the device only ever adds time), as conv2d.cu times FP32's kernels. */
+static bn_status time_layouts(const conv_priv *c, conv_bf16 *s, bf16_plan *plan, bn_ctx *ctx,
+                              const __nv_bfloat16 *w)
+{
+    stand_ins t;
+    memset(&t, 0, sizeof t);
+    void *start = NULL, *end = NULL;
+    bn_status st = alloc_stand_ins(c, plan->n, &t);
+    if (st == BN_OK) st = bn_event_create(&start);
+    if (st == BN_OK) st = bn_event_create(&end);
+    for (int L = 0; L < LAYOUTS && st == BN_OK; L++) {
+        if (!plan->usable[L]) continue;
+        for (int rep = 0; rep < 2 && st == BN_OK; rep++) st = pass_pair(c, s, plan, L, ctx, &t, w);
+        for (int round = 0; round < 3 && st == BN_OK; round++) {
+            float ms = 0.0f;
+            st = bn_event_record(start);
+            for (int rep = 0; rep < 4 && st == BN_OK; rep++) st = pass_pair(c, s, plan, L, ctx, &t, w);
+            if (st == BN_OK) st = bn_event_record(end);
+            if (st == BN_OK) st = bn_event_elapsed_ms(start, end, &ms);
+            if (st == BN_OK && (round == 0 || ms / 4 < plan->ms[L])) plan->ms[L] = ms / 4;
+        }
+    }
+    if (start) bn_event_destroy(start);
+    if (end) bn_event_destroy(end);
+    free_stand_ins(&t);
+    return st;
+}
+
+static bn_status tensor_desc(cudnnTensorDescriptor_t *d, int L, int n, int c, int h, int w)
+{
+    BN_CUDNN(cudnnCreateTensorDescriptor(d));
+    BN_CUDNN(cudnnSetTensor4dDescriptor(*d, formats[L], CUDNN_DATA_BFLOAT16, n, c, h, w));
+    return BN_OK;
+}
+
+/* The plan for the current batch size: each allowed layout's descriptors and algorithms, the
+ * shared workspace grown to what they need, then the layout. A layout cuDNN cannot serve (no
+ * usable algorithm, or an error of its own) leaves the other; the error names both reasons. */
+static bn_status make_plan(bn_layer *l, bn_ctx *ctx, conv_bf16 *s, bf16_plan *plan)
+{
+    const conv_priv *c = (const conv_priv *)l->priv;
+    plan->n = l->in->n;
+    plan->with_data = l->in_grad != NULL;
+    const int allowed[LAYOUTS] = {forced_layout != BN_CONV_BF16_NHWC, forced_layout != BN_CONV_BF16_NCHW};
+    char why_not[LAYOUTS][256] = {"it is not allowed (bn_conv_bf16_force_layout)",
+                                  "it is not allowed (bn_conv_bf16_force_layout)"};
+    size_t need = 0;
+    for (int L = 0; L < LAYOUTS; L++) {
+        BN_TRY(tensor_desc(&plan->x[L], L, plan->n, c->g.c, c->g.h, c->g.w));
+        BN_TRY(tensor_desc(&plan->y[L], L, plan->n, c->filters, c->g.oh, c->g.ow));
+        if (!allowed[L]) continue;
+        const char *missing = NULL;
+        if (choose_algos(ctx, s, plan, L, &need, &missing) != BN_OK)
+            snprintf(why_not[L], sizeof why_not[L], "%s", bn_last_error());
+        else if (missing)
+            snprintf(why_not[L], sizeof why_not[L], "cuDNN offers no usable %s algorithm", missing);
+    }
+    if (!plan->usable[NCHW] && !plan->usable[NHWC])
+        return bn_error(BN_ERR_DEVICE, "layer %s: no BF16 convolution for this shape: not in NCHW, as %s; not in "
+                        "NHWC, as %s", l->name, why_not[NCHW], why_not[NHWC]);
+    BN_TRY(bn_ctx_reserve_workspace(ctx, need));
+    plan->layout = plan->usable[NHWC] ? NHWC : NCHW;
+    if (plan->usable[NCHW] && plan->usable[NHWC] && !ctx->deterministic) {
+        BN_DEV16_RD(w, l->params[WEIGHT].value16);
+        BN_TRY(time_layouts(c, s, plan, ctx, w));
+        plan->layout = plan->ms[NHWC] < plan->ms[NCHW] ? NHWC : NCHW;
+    }
+    return BN_OK;
 }
 
 /* The BF16 state and the plan for the current batch size, made on first use. */
-static bn_status prepare(bn_layer *l, bn_ctx *ctx, const conv_bf16 **state, const bf16_plan **plan)
+static bn_status prepare(bn_layer *l, bn_ctx *ctx, conv_bf16 **state, const bf16_plan **plan)
 {
     conv_priv *c = (conv_priv *)l->priv;
     if (c->engine == BN_CONV_ENGINE_BLOBNET)
@@ -171,7 +426,7 @@ static bn_status prepare(bn_layer *l, bn_ctx *ctx, const conv_bf16 **state, cons
     if (!c->bf16) {
         c->bf16 = (conv_bf16 *)calloc(1, sizeof *c->bf16);
         if (!c->bf16) return bn_error(BN_ERR_NOMEM, "layer %s: out of host memory", l->name);
-        bn_status st = describe_layer(c, c->bf16);
+        bn_status st = describe_layer(l, c, c->bf16);
         if (st != BN_OK) {
             bn_conv_bf16_release(&c->bf16);
             return st;
@@ -186,9 +441,16 @@ static bn_status prepare(bn_layer *l, bn_ctx *ctx, const conv_bf16 **state, cons
         }
     bf16_plan made;
     memset(&made, 0, sizeof made);
-    BN_TRY(make_plan(l, ctx, s, &made));
-    bf16_plan *grown = (bf16_plan *)realloc(s->plans, (size_t)(s->num_plans + 1) * sizeof *grown);
-    if (!grown) return bn_error(BN_ERR_NOMEM, "layer %s: out of host memory", l->name);
+    bn_status st = make_plan(l, ctx, s, &made);
+    bf16_plan *grown = NULL;
+    if (st == BN_OK) {
+        grown = (bf16_plan *)realloc(s->plans, (size_t)(s->num_plans + 1) * sizeof *grown);
+        if (!grown) st = bn_error(BN_ERR_NOMEM, "layer %s: out of host memory", l->name);
+    }
+    if (st != BN_OK) {
+        release_plan(&made);
+        return st;
+    }
     s->plans = grown;
     s->plans[s->num_plans] = made;
     *plan = &s->plans[s->num_plans++];
@@ -244,18 +506,14 @@ extern "C" bn_status bn_conv_bf16_forward(bn_layer *l, const bn_pass *p)
 {
     bn_ctx *ctx = p->ctx;
     const conv_priv *c = (const conv_priv *)l->priv;
-    const conv_bf16 *s = NULL;
+    conv_bf16 *s = NULL;
     const bf16_plan *plan = NULL;
     BN_TRY(prepare(l, ctx, &s, &plan));
     BN_DEV16_RD(x, l->in);
     BN_DEV16_RD(w, l->params[WEIGHT].value16);
     BN_DEV_RD(b, l->params[BIAS].value);
     BN_DEV16_WR(y, l->out);
-    BN_TENSOR_DESC(xd, l->in);
-    BN_TENSOR_DESC(yd, l->out);
-    const float one = 1.0f, zero = 0.0f;
-    BN_CUDNN(cudnnConvolutionForward((cudnnHandle_t)ctx->cudnn, &one, xd, x, s->w_desc, w, s->conv_desc, plan->fwd,
-                                     ctx->workspace, ctx->workspace_size, &zero, yd, y));
+    BN_TRY(conv_forward(c, s, plan, plan->layout, ctx, x, w, y));
     const size_t total = bn_blob_count(l->out);
     add_bias<<<grid_for(total), THREADS, 0, (cudaStream_t)ctx->stream>>>(y, b, total, c->g.oh * c->g.ow, c->filters);
     BN_CUDA_LAUNCH();
@@ -266,19 +524,15 @@ extern "C" bn_status bn_conv_bf16_backward(bn_layer *l, const bn_pass *p)
 {
     bn_ctx *ctx = p->ctx;
     const conv_priv *c = (const conv_priv *)l->priv;
-    const conv_bf16 *s = NULL;
+    conv_bf16 *s = NULL;
     const bf16_plan *plan = NULL;
     BN_TRY(prepare(l, ctx, &s, &plan));
-    cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
     cudaStream_t stream = (cudaStream_t)ctx->stream;
     BN_DEV16_RD(x, l->in);
     BN_DEV16_RD(dy, l->out_grad);
     BN_DEV16_RD(w, l->params[WEIGHT].value16);
     BN_DEV_WR(dw, l->params[WEIGHT].grad);
     BN_DEV_WR(db, l->params[BIAS].grad);
-    BN_TENSOR_DESC(xd, l->in);
-    BN_TENSOR_DESC(dyd, l->out_grad);
-    const float one = 1.0f, zero = 0.0f;
 
     const int plane = c->g.oh * c->g.ow;
     const long count = (long)l->out_grad->n * plane;
@@ -289,15 +543,9 @@ extern "C" bn_status bn_conv_bf16_backward(bn_layer *l, const bn_pass *p)
     bias_finish<<<(c->filters + 127) / 128, 128, 0, stream>>>(s->bias_parts, c->filters, parts, db);
     BN_CUDA_LAUNCH();
 
-    BN_CUDNN(cudnnConvolutionBackwardFilter(h, &one, xd, x, dyd, dy, s->conv_desc, plan->filter, ctx->workspace,
-                                            ctx->workspace_size, &zero, s->w_desc, s->dw));
-    BN_TRY(bn_gpu_add_bf16_to_f32(dw, s->dw, bn_blob_count(l->params[WEIGHT].grad), ctx));
-    if (!l->in_grad) return BN_OK;
-    BN_DEV16_WR(dx, l->in_grad);
-    BN_TENSOR_DESC(dxd, l->in_grad);
-    BN_CUDNN(cudnnConvolutionBackwardData(h, &one, s->w_desc, w, dyd, dy, s->conv_desc, plan->data, ctx->workspace,
-                                          ctx->workspace_size, &zero, dxd, dx));
-    return BN_OK;
+    __nv_bfloat16 *dx = NULL;
+    if (l->in_grad && !(dx = (__nv_bfloat16 *)bn_blob_dev16_wr(l->in_grad))) return bn_last_status();
+    return conv_backward(c, s, plan, plan->layout, ctx, x, w, dy, dw, dx);
 }
 
 static const char *const fwd_names[] = {"implicit_gemm", "implicit_precomp_gemm", "gemm", "direct",
@@ -316,10 +564,15 @@ extern "C" size_t bn_conv_bf16_describe(const conv_bf16 *state, char *buf, size_
     const int plans = state ? state->num_plans : 0;
     for (int i = 0; i < plans && len < cap; i++) {
         const bf16_plan *pl = &state->plans[i];
-        int w = snprintf(buf + len, cap - len, "%sn=%d: fwd %s, bwd_data %s, bwd_filter %s (bf16)", len ? "; " : "",
-                         pl->n, name_of(fwd_names, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, pl->fwd),
-                         pl->with_data ? name_of(data_names, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, pl->data) : "-",
-                         name_of(filter_names, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, pl->filter));
+        const bf16_algos *a = &pl->algos[pl->layout];
+        char timed[96] = "";
+        if (pl->ms[NCHW] > 0.0f && pl->ms[NHWC] > 0.0f)
+            snprintf(timed, sizeof timed, " timed: nchw %.3f ms, nhwc %.3f ms", pl->ms[NCHW], pl->ms[NHWC]);
+        int w = snprintf(buf + len, cap - len, "%sn=%d: fwd %s, bwd_data %s, bwd_filter %s, %s%s (bf16)",
+                         len ? "; " : "", pl->n, name_of(fwd_names, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, a->fwd),
+                         pl->with_data ? name_of(data_names, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, a->data) : "-",
+                         name_of(filter_names, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, a->filter),
+                         layout_names[pl->layout], timed);
         if (w < 0) break;
         len += (size_t)w;
     }
