@@ -547,6 +547,13 @@ int bn_cmd_train(int argc, char **argv)
     bn_status s = name_rank(&a, run(&a, &r));
     bn_status closed = bn_metrics_log_close(&r.log);
     if (s == BN_OK) s = closed;
+    if (a.rank >= 0 && bn_dist_failed(&r.dist)) {
+        /* The device may hold collectives a lost peer never lets end, and freeing device memory
+         * would wait for them: report, then end without waiting; the driver reclaims the GPU. */
+        int code = bn_fail(s);
+        fflush(NULL);
+        _exit(code);
+    }
     if (a.rank >= 0) bn_dist_close(&r.dist, s != BN_OK);
     bn_optimizer_free(r.opt);
     bn_net_free(r.net);

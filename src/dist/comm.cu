@@ -58,11 +58,15 @@ static void abort_comm(bn_dist *d)
     d->comm = NULL;
 }
 
+/* A failed collective aborts the communicator at once, which is meant to end its kernels still
+ * waiting on a lost peer, so that the device work queued behind them can finish; d is marked
+ * failed (bn_dist_failed) for whoever ends the process. */
 static bn_status nccl_failed(bn_dist *d, ncclResult_t r, const char *file, int line, const char *call)
 {
     const char *detail = ncclGetLastError((ncclComm_t)d->comm);
     bn_status s = bn_error(BN_ERR_DEVICE, "rank %d: %s:%d: %s: %s%s%s", d->rank, file, line, call,
                            ncclGetErrorString(r), detail && detail[0] ? ": " : "", detail ? detail : "");
+    d->failed = 1;
     abort_comm(d);
     return s;
 }
@@ -71,6 +75,7 @@ static bn_status no_progress(bn_dist *d, const char *what)
 {
     bn_status s = bn_error(BN_ERR_DEVICE, "rank %d: no progress from the other ranks for %g s (%s)", d->rank,
                            timeout_of(d), what);
+    d->failed = 1;
     abort_comm(d);
     return s;
 }
@@ -116,13 +121,13 @@ static bn_status wait_stream(bn_dist *d, cudaStream_t s, const char *what)
 
 static bn_status not_open(const bn_dist *d)
 {
-    return bn_error(BN_ERR_INTERNAL, "rank %d: the communicator is not open (closed, or aborted after an error)",
+    return bn_error(BN_ERR_INTERNAL, "rank %d: the communicator is not open (closed, or failed after an error)",
                     d ? d->rank : -1);
 }
 
-#define BN_NEED_OPEN(d)                                 \
-    do {                                                \
-        if (!(d) || !(d)->comm) return not_open(d);     \
+#define BN_NEED_OPEN(d)                                             \
+    do {                                                            \
+        if (!(d) || !(d)->comm || (d)->failed) return not_open(d);  \
     } while (0)
 
 extern "C" int bn_dist_compiled(void)
@@ -364,11 +369,16 @@ extern "C" bn_status bn_dist_check_same(bn_dist *d, bn_ctx *ctx, uint64_t hash, 
                     step, ranks, first, (unsigned long long)hashes[first], (unsigned long long)hashes[0]);
 }
 
+extern "C" int bn_dist_failed(const bn_dist *d)
+{
+    return d && d->failed;
+}
+
 extern "C" void bn_dist_close(bn_dist *d, int aborting)
 {
     if (!d) return;
     comm_state *st = (comm_state *)d->state;
-    if (d->comm && !aborting) {
+    if (d->comm && !aborting && !d->failed) {
         ncclComm_t comm = (ncclComm_t)d->comm;
         for (int i = 0; st && i < st->num_ops; i++)
             if (settle(d, ncclRedOpDestroy(st->ops[i], comm), __FILE__, __LINE__, "ncclRedOpDestroy") != BN_OK) break;

@@ -41,6 +41,7 @@ typedef struct bn_dist {
                                   bytes (whole layers, in the backward pass's order; 0: one per
                                   layer): BN_DIST_BUCKET_BYTES unless $BLOBNET_DIST_BUCKET says */
     void *comm;                /* ncclComm_t */
+    int failed;                /* a collective failed or passed the deadline (bn_dist_failed) */
     void *stream;              /* the communication stream (cudaStream_t), created by comm */
     void *state;               /* comm.cu's own: events, scratch, the reduction op */
 } bn_dist;
@@ -124,8 +125,15 @@ bn_status bn_dist_check_same(bn_dist *d, bn_ctx *ctx, uint64_t hash, long step);
  * past d->timeout_s without progress, aborts the communicator and says so, naming this rank. */
 bn_status bn_dist_wait(bn_dist *d, bn_ctx *ctx);
 
-/* Leaves the group; after an error anywhere, aborts the communicator instead of waiting on
- * the other ranks. NULL or an unopened d is fine. */
+/* Whether a collective of d failed or passed its deadline (the communicator is then aborted and
+ * every later call on d refused). Work queued on the device behind it may still never end if the
+ * abort did not end it, so waiting on the device or freeing device memory may block: a process
+ * that ends because of it should report first and end without them, leaving the driver to
+ * reclaim the device. */
+int bn_dist_failed(const bn_dist *d);
+
+/* Leaves the group; after an error anywhere (or once d failed), aborts the communicator instead
+ * of waiting on the other ranks. NULL or an unopened d is fine. */
 void bn_dist_close(bn_dist *d, int aborting);
 
 #ifdef __cplusplus
