@@ -20,4 +20,8 @@ int ft_write_text(const char *path, const char *text);
  * files and signals, not accuracy, with a test set small enough to evaluate quickly. */
 const char *ft_small_mnist(void);
 
+/* Whether path holds a checkpoint of the model file `model` that a resume accepts; prints why
+ * not to stderr. */
+int ft_checkpoint_loads(const char *model, const char *path);
+
 #endif

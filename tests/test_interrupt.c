@@ -100,22 +100,6 @@ static int run_train(const char *args)
     return bn_test_run(cmd, out, sizeof out);
 }
 
-/* Whether path holds a checkpoint of models/lenet.cfg that a resume accepts. */
-static int resumable(const char *path)
-{
-    bn_net *net = NULL;
-    bn_optimizer *opt = NULL;
-    bn_train_state st;
-    bn_status s = bn_net_from_file("models/lenet.cfg", &net);
-    if (s == BN_OK) s = bn_net_setup(net, 1, NULL, 0, 1);
-    if (s == BN_OK) s = bn_optimizer_create(net, &net->train, &opt);
-    if (s == BN_OK) s = bn_checkpoint_load(path, net, opt, &st);
-    if (s != BN_OK) fprintf(stderr, "    %s\n", bn_last_error());
-    bn_optimizer_free(opt);
-    bn_net_free(net);
-    return s == BN_OK;
-}
-
 /* 600 images in batches of 50: 12 steps an epoch, 24 in all. */
 #define COMMON "models/lenet.cfg --train-limit 600 --batch 50 --epochs 2 --quiet"
 /* Saves pause 300 ms before their rename, so that a signal can be sent while one is under way. */
@@ -246,7 +230,7 @@ BN_TEST(interrupt_sighup_saves_and_stops_like_sigterm)
     char part[512];
     ft_path(part, sizeof part, "part.safetensors");
     CHECK(interrupt_at_step_3("cpu", part, "", SIGHUP) == BN_PASS);
-    CHECK(resumable(part));
+    CHECK(ft_checkpoint_loads("models/lenet.cfg", part));
     return BN_PASS;
 }
 
@@ -386,7 +370,8 @@ BN_TEST(interrupt_sigkill_during_checkpoint_write_keeps_the_previous_one)
         kill(pid, SIGKILL);
         int rc = wait_exit(pid);
         CHECK_MSG(exists && rc == 128 + SIGKILL, "kill %d: exit %d", i, rc);
-        CHECK_MSG(resumable(ck2), "kill %d: the checkpoint left behind is not resumable", i);
+        CHECK_MSG(ft_checkpoint_loads("models/lenet.cfg", ck2), "kill %d: the checkpoint left behind is not resumable",
+                  i);
         left_temp += count_prefixed("random.safetensors.tmp.");
         remove_prefixed("random.safetensors.tmp.");
     }

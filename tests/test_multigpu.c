@@ -524,22 +524,6 @@ BN_TEST(multigpu_killed_rank_ends_the_run_naming_it)
     return BN_PASS;
 }
 
-/* Whether path holds a checkpoint of models/lenet.cfg that a resume accepts. */
-static int resumable(const char *path)
-{
-    bn_net *net = NULL;
-    bn_optimizer *opt = NULL;
-    bn_train_state st;
-    bn_status s = bn_net_from_file("models/lenet.cfg", &net);
-    if (s == BN_OK) s = bn_net_setup(net, 1, NULL, 0, 1);
-    if (s == BN_OK) s = bn_optimizer_create(net, &net->train, &opt);
-    if (s == BN_OK) s = bn_checkpoint_load(path, net, opt, &st);
-    if (s != BN_OK) fprintf(stderr, "    %s\n", bn_last_error());
-    bn_optimizer_free(opt);
-    bn_net_free(net);
-    return s == BN_OK;
-}
-
 /* SIGINT during training to the launcher (to_rank < 0) or to one rank alone (as `kill -INT` of
  * that process would): every rank stops after the same step, rank 0 saves, the launcher exits 130
  * as one-GPU training does (tests/test_interrupt.c), no rank is left and the checkpoint loads. */
@@ -586,7 +570,7 @@ static int interrupt_run(int to_rank, const char *tag)
     long step = atol(msg + strlen("blobnet: interrupted at step "));
     CHECK_MSG(step >= 5, "stopped at step %ld, before the 5 steps logged", step);
     CHECK_MSG(gone, "a rank is still running after the launcher exited");
-    CHECK_MSG(resumable(ck), "the checkpoint %s does not load", ck);
+    CHECK_MSG(ft_checkpoint_loads("models/lenet.cfg", ck), "the checkpoint %s does not load", ck);
     printf("    SIGINT to %s: exit 130 after step %ld, the checkpoint loads\n", to_rank < 0 ? "the launcher" : "rank 1",
            step);
     return BN_PASS;

@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "testing.h"
+#include "train/checkpoint.h"
+#include "train/optimizer.h"
 
 const char *ft_path(char *buf, size_t cap, const char *name)
 {
@@ -38,4 +40,19 @@ const char *ft_small_mnist(void)
         if (made) snprintf(dir, sizeof dir, "%s", made);
     }
     return dir[0] ? dir : NULL;
+}
+
+int ft_checkpoint_loads(const char *model, const char *path)
+{
+    bn_net *net = NULL;
+    bn_optimizer *opt = NULL;
+    bn_train_state st;
+    bn_status s = bn_net_from_file(model, &net);
+    if (s == BN_OK) s = bn_net_setup(net, 1, NULL, 0, 1);
+    if (s == BN_OK) s = bn_optimizer_create(net, &net->train, &opt);
+    if (s == BN_OK) s = bn_checkpoint_load(path, net, opt, &st);
+    if (s != BN_OK) fprintf(stderr, "    %s\n", bn_last_error());
+    bn_optimizer_free(opt);
+    bn_net_free(net);
+    return s == BN_OK;
 }
