@@ -87,6 +87,20 @@ bn_status bn_rendezvous_parse(const char *text, char *host, size_t host_len, int
     return BN_OK;
 }
 
+/* Waits until fd is ready for `events` or deadline passes; 0 when it may be ready (a signal
+ * may also end the wait early: the caller tries again), -1 with errno set (ETIMEDOUT past the
+ * deadline). */
+static int wait_ready(int fd, short events, double deadline)
+{
+    struct pollfd pf = {.fd = fd, .events = events};
+    int left = ms_left(deadline);
+    if (left == 0) {
+        errno = ETIMEDOUT;
+        return -1;
+    }
+    return poll(&pf, 1, left) < 0 && errno != EINTR ? -1 : 0;
+}
+
 /* Writes all n bytes of buf to fd (non-blocking) before deadline; 0 when done, else -1 with errno
  * set (ETIMEDOUT past the deadline). */
 static int send_all(int fd, const void *buf, size_t n, double deadline)
@@ -100,13 +114,7 @@ static int send_all(int fd, const void *buf, size_t n, double deadline)
             continue;
         }
         if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return -1;
-        struct pollfd pf = {.fd = fd, .events = POLLOUT};
-        int left = ms_left(deadline);
-        if (left == 0) {
-            errno = ETIMEDOUT;
-            return -1;
-        }
-        if (poll(&pf, 1, left) < 0 && errno != EINTR) return -1;
+        if (wait_ready(fd, POLLOUT, deadline) != 0) return -1;
     }
     return 0;
 }
@@ -128,13 +136,7 @@ static int recv_all(int fd, void *buf, size_t n, double deadline)
             return -1;
         }
         if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return -1;
-        struct pollfd pf = {.fd = fd, .events = POLLIN};
-        int left = ms_left(deadline);
-        if (left == 0) {
-            errno = ETIMEDOUT;
-            return -1;
-        }
-        if (poll(&pf, 1, left) < 0 && errno != EINTR) return -1;
+        if (wait_ready(fd, POLLIN, deadline) != 0) return -1;
     }
     return 0;
 }
