@@ -14,7 +14,8 @@
 # first epoch in seconds with its kernels timed into an empty kernel cache and again with them
 # read from the cache, PyTorch's times, how many times faster blobnet is than PyTorch's CUDA
 # graph (tf32 against the same; bf16 against PyTorch's bf16 graph), peak device memory without
-# the datasets and test accuracy after the run. Last, LeNet from process start to 99% test
+# the datasets and test accuracy after the run (the default's and PyTorch's graph's, then
+# --precision bf16's and PyTorch's bf16 graph's). Last, LeNet from process start to 99% test
 # accuracy.
 #
 # blobnet's timed kernel choices go to a kernel cache of the bench's own that starts empty, so
@@ -99,7 +100,7 @@ model_batch() {
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { num = "^[0-9]+([.][0-9]*)?$"
                                           if (a !~ num || b !~ num || b == 0) print "-"; else printf "%.2f", a / b }'; }
 
-row='%-16s %5s | %8s %8s %8s %8s %6s | %6s %6s | %8s %8s %8s | %6s %6s %6s | %8s %8s | %6s %6s'
+row='%-16s %5s | %8s %8s %8s %8s %6s | %6s %6s | %8s %8s %8s | %6s %6s %6s | %8s %8s | %6s %6s %6s %6s'
 rows=()
 for entry in "${suite[@]}"; do
     read -r name model dataset batch <<<"$entry"
@@ -114,8 +115,8 @@ for entry in "${suite[@]}"; do
     # The same again for one epoch: its kernel choices now come from the cache.
     ./blobnet train "${args[@]}" --device gpu --epochs 1 >"$logs/$name-cached.log" 2>&1
     read -r tf32 _ _ < <(run_blobnet "$logs/$name-tf32.log" "${args[@]}" --tf32)
-    bf16=n/a
-    [ "$has_bf16" -gt 0 ] && read -r bf16 _ _ < <(run_blobnet "$logs/$name-bf16.log" "${args[@]}" --precision bf16)
+    bf16=n/a bacc=n/a
+    [ "$has_bf16" -gt 0 ] && read -r bf16 _ bacc < <(run_blobnet "$logs/$name-bf16.log" "${args[@]}" --precision bf16)
     read -r auto _ _ < <(run_blobnet "$logs/$name-autotune.log" "${args[@]}" --autotune)
     peer=$logs/$name-pytorch.log
     : >"$peer"
@@ -123,21 +124,23 @@ for entry in "${suite[@]}"; do
         >"$peer" 2>&1 || { echo "pytorch peer of $name failed:" >&2; tail -3 "$peer" >&2; }
     eager=$(peer_field "$peer" eager ms); graph=$(peer_field "$peer" graph ms)
     pbf16=$(peer_field "$peer" graph-bf16 ms); pmem=$(peer_field "$peer" graph mem); pacc=$(peer_field "$peer" graph acc)
+    pbacc=$(peer_field "$peer" graph-bf16 acc)
     rows+=("$(printf "$row" \
         "$name" "$([ "$batch" != - ] && echo "$batch" || model_batch "$model")" \
         "$ms" "$tf32" "$bf16" "$auto" "$(ratio "$ms" "$auto")" \
         "$(first_epoch "$logs/$name-default.log")" "$(first_epoch "$logs/$name-cached.log")" \
         "${eager:--}" "${graph:--}" "${pbf16:--}" \
         "$(ratio "${graph:--}" "$ms")" "$(ratio "${graph:--}" "$tf32")" "$(ratio "${pbf16:--}" "$bf16")" \
-        "${mem:--}" "${pmem:--}" "${acc:--}" "${pacc:--}")")
+        "${mem:--}" "${pmem:--}" "${acc:--}" "${pacc:--}" "${bacc:--}" "${pbacc:--}")")
 done
 
 echo
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 echo "ms per epoch, median of epochs 2-$epochs; x pt: PyTorch's CUDA graph (bf16: its bf16 graph) over blobnet's time"
 echo "1st ep: seconds of the default run's first epoch (its kernels timed into an empty cache); cached: the same from the cache"
+echo "acc: final test accuracy (%) of the default run and PyTorch's graph; bf acc: of --precision bf16 and PyTorch's bf16 graph"
 printf "$row\n" model batch default tf32 bf16 autotune "def/at" "1st ep" cached "pt eager" "pt graph" "pt bf16" \
-    "x pt" "tf32 x" "bf16 x" "MiB" "pt MiB" "acc" "pt acc"
+    "x pt" "tf32 x" "bf16 x" "MiB" "pt MiB" "acc" "pt acc" "bf acc" "pt bf"
 printf '%s\n' "${rows[@]}"
 
 if [ $# -eq 0 ] || [[ " $* " == *" lenet "* ]]; then
