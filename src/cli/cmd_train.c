@@ -524,9 +524,11 @@ static int launch(int argc, char **argv, const train_args *a, const int *devices
 static bn_status name_rank(const train_args *a, bn_status s)
 {
     if (s == BN_OK || s == BN_ERR_INTERRUPTED || a->rank < 0) return s;
-    char why[2048];
+    char why[2048], prefix[32];
     snprintf(why, sizeof why, "%s", bn_last_error());
-    return bn_error(s, "rank %ld: %s", a->rank, why);
+    snprintf(prefix, sizeof prefix, "rank %ld: ", a->rank);
+    if (strncmp(why, prefix, strlen(prefix)) == 0) return s; /* the communicator's errors name it already */
+    return bn_error(s, "%s%s", prefix, why);
 }
 
 int bn_cmd_train(int argc, char **argv)
