@@ -127,6 +127,27 @@ static int wait_exit_within(pid_t pid, double timeout_s)
     }
 }
 
+/* wait_exit_within, but a child still running at the timeout first has its threads' stacks
+ * printed (gdb, where installed; else the kernel's wait channel), to show where it waits. */
+static int wait_exit_or_show(pid_t pid, double timeout_s)
+{
+    double end = now_s() + timeout_s;
+    int st;
+    while (now_s() < end) {
+        pid_t got = waitpid(pid, &st, WNOHANG);
+        if (got == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : BY_SIGNAL + WTERMSIG(st);
+        if (got < 0) return -2;
+        sleep_ms(20);
+    }
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "(gdb -batch -p %d -ex 'thread apply all bt' 2>/dev/null || cat /proc/%d/wchan) "
+             "| grep -E '^#|Thread|^[a-z_]+$' | head -60", (int)pid, (int)pid);
+    printf("    pid %d is still running after %.0f s; where its threads wait:\n", (int)pid, timeout_s);
+    fflush(stdout);
+    if (system(cmd) != 0) printf("    (no stack could be read)\n");
+    return wait_exit_within(pid, 0);
+}
+
 /* The lines of a text file, or -1 when it cannot be read. */
 static int count_lines(const char *path)
 {
@@ -612,7 +633,7 @@ BN_TEST(multigpu_rank_without_its_peer_ends_at_the_deadline)
     int training = wait_for_steps(csv, 6, 120);
     kill(pid[1], SIGKILL);
     double killed_at = now_s();
-    int rc = wait_exit_within(pid[0], 60);
+    int rc = wait_exit_or_show(pid[0], 60);
     double took = now_s() - killed_at;
     wait_exit_within(pid[1], 5);
     CHECK(ft_read_text(logs[0], text, sizeof text) == 0);
