@@ -4,14 +4,15 @@
 #
 #   tools/gpu_check.sh DATA_DIR [STAGE...]
 #
-# Stages: build, test, sanitize, crosscheck, accuracy, speed, peer, graph (default: all).
+# Stages: build, test, sanitize, crosscheck, accuracy, speed, peer, graph, bf16, multigpu (default:
+# all; multigpu needs 2 GPUs and a build with NCCL, and skips itself otherwise).
 # DATA_DIR holds the four MNIST gzip IDX files; the graph stage trains models/resnet_mini.cfg on
 # Fashion-MNIST from $FASHION_DIR (default /usr/share/datasets/fashion-mnist) beside
 # tools/pytorch_peer.py on the same model file.
 set -uo pipefail
 data=${1:?usage: tools/gpu_check.sh DATA_DIR [STAGE...]}
 shift
-stages=${*:-build test sanitize crosscheck accuracy speed peer graph}
+stages=${*:-build test sanitize crosscheck accuracy speed peer graph bf16 multigpu}
 # Logs are written to a scratch folder and packed into one archive under $OUT at the end.
 logs=$(mktemp -d)
 trap 'tar -czf "${OUT:-.}/gpu-logs.tgz" -C "$logs" . 2>/dev/null' EXIT
@@ -92,6 +93,33 @@ if has graph; then
             >"$logs/resnet-mini-peer-$variant.log" 2>&1
         note "resnet_mini $(tail -1 "$logs/resnet-mini-peer-$variant.log")"
     done
+fi
+
+if has bf16; then
+    # --precision bf16 against FP32: the layer tests, then LeNet's 10 epochs (within 0.1 points).
+    for filter in gpu_bf16 bf16_; do
+        BLOBNET_TEST_DATA=$data ./tests/run_tests "$filter" >"$logs/bf16-tests-$filter.log" 2>&1
+        note "run_tests $filter: $(tail -1 "$logs/bf16-tests-$filter.log")"
+        grep -E -A4 "^FAIL" "$logs/bf16-tests-$filter.log" | head -20
+    done
+    for precision in fp32 bf16; do
+        ./blobnet train models/lenet.cfg --device gpu --epochs 10 --precision "$precision" --data "$data" \
+            >"$logs/lenet-$precision.log" 2>&1
+        note "lenet 10 epochs --precision $precision: $(grep '^epoch 10' "$logs/lenet-$precision.log" | awk '{ for (i = 1; i <= NF; i++) if ($i == "s") print $(i - 1) " s per epoch" }'), $(tail -1 "$logs/lenet-$precision.log")"
+    done
+fi
+
+if has multigpu; then
+    if [ "$(nvidia-smi -L | wc -l)" -lt 2 ]; then
+        note "multigpu: skipped, this machine has fewer than 2 GPUs"
+    else
+        BLOBNET_TEST_DATA=$data timeout 400 ./tests/run_tests multigpu >"$logs/multigpu.log" 2>&1
+        note "run_tests multigpu: $(tail -1 "$logs/multigpu.log")"
+        grep -E -B2 -A12 "^FAIL" "$logs/multigpu.log" | head -40
+        BENCH_LOGS=$logs/scale FASHION=${FASHION_DIR:-/usr/share/datasets/fashion-mnist} \
+            timeout 420 tools/scale.sh "$data" >"$logs/scale.log" 2>&1
+        note "tools/scale.sh:"; tail -16 "$logs/scale.log"
+    fi
 fi
 
 echo
