@@ -2,8 +2,8 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "core/rng.h"
 
 /* A point in time on the path the net runs on: an event on the GPU, the clock on the CPU. */
@@ -18,17 +18,10 @@ typedef struct clocks {
     int count;
 } clocks;
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
-
 static bn_status mark(clocks *c, int i)
 {
     if (c->gpu) return bn_event_record(c->marks[i].event);
-    c->marks[i].seconds = now();
+    c->marks[i].seconds = bn_clock_seconds();
     return BN_OK;
 }
 

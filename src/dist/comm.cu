@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "core/nvtx.h"
 #include "dist.h"
 #include "gpu/cuda_check.h"
@@ -37,13 +38,6 @@ typedef struct comm_state {
     ncclRedOp_t ops[MAX_WEIGHTS];
     int num_ops;
 } comm_state;
-
-static double now_seconds(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 static double timeout_of(const bn_dist *d)
 {
@@ -84,9 +78,9 @@ static bn_status no_progress(bn_dist *d, const char *what)
  * work) is polled until it settles, with the deadline. */
 static bn_status settle(bn_dist *d, ncclResult_t r, const char *file, int line, const char *call)
 {
-    double start = now_seconds();
+    double start = bn_clock_seconds();
     while (r == ncclInProgress) {
-        if (now_seconds() - start > timeout_of(d)) return no_progress(d, call);
+        if (bn_clock_seconds() - start > timeout_of(d)) return no_progress(d, call);
         ncclResult_t q = ncclCommGetAsyncError((ncclComm_t)d->comm, &r);
         if (q != ncclSuccess) return nccl_failed(d, q, file, line, "ncclCommGetAsyncError");
         if (r == ncclInProgress) nanosleep(&poll_pause, NULL);
@@ -103,7 +97,7 @@ static bn_status settle(bn_dist *d, ncclResult_t r, const char *file, int line, 
 /* Waits for everything queued on s, watching NCCL's error state; `what` names the wait. */
 static bn_status wait_stream(bn_dist *d, cudaStream_t s, const char *what)
 {
-    double start = now_seconds();
+    double start = bn_clock_seconds();
     for (;;) {
         cudaError_t e = cudaStreamQuery(s);
         if (e == cudaSuccess) return BN_OK;
@@ -114,7 +108,7 @@ static bn_status wait_stream(bn_dist *d, cudaStream_t s, const char *what)
         ncclResult_t q = ncclCommGetAsyncError((ncclComm_t)d->comm, &async);
         if (q != ncclSuccess) return nccl_failed(d, q, __FILE__, __LINE__, "ncclCommGetAsyncError");
         if (async != ncclSuccess && async != ncclInProgress) return nccl_failed(d, async, __FILE__, __LINE__, what);
-        if (now_seconds() - start > timeout_of(d)) return no_progress(d, what);
+        if (bn_clock_seconds() - start > timeout_of(d)) return no_progress(d, what);
         nanosleep(&poll_pause, NULL);
     }
 }

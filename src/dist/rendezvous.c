@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "dist.h"
 
 #define MAGIC 0x424e5256u      /* "BNRV" */
@@ -31,19 +32,11 @@
 #define ACCEPTED 0u
 #define REFUSED 1u
 
-/* Seconds on a clock that never jumps. */
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
-
 /* Milliseconds left before deadline, for poll(): at least 0, rounded up so a wait never ends
  * early. */
 static int ms_left(double deadline)
 {
-    double left = (deadline - now_s()) * 1000.0;
+    double left = (deadline - bn_clock_seconds()) * 1000.0;
     if (left <= 0) return 0;
     return left > 60000.0 ? 60000 : (int)left + 1;
 }
@@ -207,7 +200,7 @@ static bn_status refuse_all(host_state *h, bn_status code)
 {
     char reason[REASON_MAX];
     snprintf(reason, sizeof reason, "%s", bn_last_error());
-    h->deadline = now_s() + 1.0;
+    h->deadline = bn_clock_seconds() + 1.0;
     for (int i = 0; i < h->npeers; i++) reply(h, h->peers[i].fd, REFUSED, reason, strlen(reason));
     return code;
 }
@@ -462,7 +455,7 @@ bn_status bn_rendezvous(const char *host, int port, int rank, int world, uint64_
     if (id_len == 0 || id_len > 4096)
         return bn_error(BN_ERR_USAGE, "rendezvous %s:%d: rank %d: an id of %zu bytes (1-4096)", host, port, rank,
                         id_len);
-    double deadline = now_s() + timeout_s;
+    double deadline = bn_clock_seconds() + timeout_s;
     if (rank != 0) return join_host(host, port, rank, world, fingerprint, id, id_len, deadline, timeout_s);
     if (world == 1) return BN_OK;
     host_state *h = calloc(1, sizeof *h);

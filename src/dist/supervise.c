@@ -17,18 +17,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
+
 typedef struct child {
     pid_t pid;
     int running;
     int status;              /* waitpid's, once it has ended */
 } child;
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 static void write_str(const char *s)
 {
@@ -101,12 +96,12 @@ static void reap(const bn_children *c, child *k, watch *w)
         w->first_after_signal = w->passed != 0 || stopped;
         if (w->passed || count_running(k, c->n) == 0) continue;
         if (stopped) {
-            w->kill_at = now_s() + c->stop_grace_s;
+            w->kill_at = bn_clock_seconds() + c->stop_grace_s;
             continue;
         }
         signal_running(k, c->n, SIGTERM);
         w->stopped_others = 1;
-        w->kill_at = now_s() + c->grace_s;
+        w->kill_at = bn_clock_seconds() + c->grace_s;
     }
 }
 
@@ -118,7 +113,7 @@ static void supervise_loop(const bn_children *c, child *k, const sigset_t *watch
         if (count_running(k, c->n) == 0) return;
         double left = 1.0;
         if (w->kill_at > 0) {
-            left = w->kill_at - now_s();
+            left = w->kill_at - bn_clock_seconds();
             if (left <= 0) {
                 signal_running(k, c->n, SIGKILL);
                 w->kill_at = 0;

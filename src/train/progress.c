@@ -2,17 +2,11 @@
 
 #include <string.h>
 #include <sys/ioctl.h>
-#include <time.h>
+
+#include "core/clock.h"
 
 #define MIN_BAR_CELLS 5
 #define MAX_BAR_CELLS 30
-
-static double monotonic_seconds(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 void bn_progress_init(bn_progress *p, FILE *out)
 {
@@ -102,5 +96,5 @@ bn_status bn_progress_update(bn_progress *p, bn_progress_event event, const bn_s
 
 bn_status bn_progress_hook(void *user, bn_progress_event event, const bn_step_info *info)
 {
-    return bn_progress_update(user, event, info, monotonic_seconds());
+    return bn_progress_update(user, event, info, bn_clock_seconds());
 }

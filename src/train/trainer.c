@@ -3,18 +3,11 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/clock.h"
 #include "core/nvtx.h"
 #include "gpu/graph.h"
 #include "numerics.h"
-
-static double now_seconds(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 unsigned long long bn_epoch_seed(unsigned long long seed, int epoch)
 {
@@ -65,7 +58,7 @@ static bn_status log_step(const bn_trainer_opts *opts, bn_net *net, int epoch, l
     const float *m = bn_blob_host_rd(net->metrics);
     if (!m) return bn_last_status();
     return bn_metrics_log_row(opts->log, "%d,%ld,%.9g,%.9g,%.9g,,,%.3f,\n", epoch, step, lr,
-                              (double)m[0] / net->batch, (double)m[1] / net->batch, now_seconds() - t0);
+                              (double)m[0] / net->batch, (double)m[1] / net->batch, bn_clock_seconds() - t0);
 }
 
 static bn_status log_epoch(const bn_trainer_opts *opts, const bn_epoch_report *r, long step)
@@ -400,7 +393,7 @@ static long steps_for(long count, int batch)
 static bn_status train_epoch(bn_net *net, bn_optimizer *opt, bn_loader *ld, bn_blob *acc, bn_train_state *st,
                              const bn_trainer_opts *opts, bn_step_graph *graph, int *warm, long *checked)
 {
-    double t0 = now_seconds();
+    double t0 = bn_clock_seconds();
     int count = ld->data->count, batch = net->capacity;
     if (st->epoch_seen < 0 || st->epoch_seen > count)
         return bn_error(BN_ERR_INTERNAL, "resuming at example %ld of an epoch of %d examples", st->epoch_seen, count);
@@ -451,7 +444,7 @@ static bn_status train_epoch(bn_net *net, bn_optimizer *opt, bn_loader *ld, bn_b
             info.images += n;
             sums_seen += mine;
             if (dist) info.sums_seen = sums_seen;
-            info.seconds = now_seconds() - t0;
+            info.seconds = bn_clock_seconds() - t0;
             BN_TRY(opts->progress(opts->progress_user, BN_PROGRESS_STEP, &info));
         }
         BN_TRY(after_step(net, opt, acc, st, opts, checked, start + n >= count));
@@ -584,10 +577,10 @@ bn_status bn_train(bn_net *net, bn_optimizer *opt, const bn_dataset *train, cons
         snprintf(range, sizeof range, "epoch %d", st->epoch + 1);
         bn_nvtx_push(range, BN_NVTX_STEP);
         long seen_before = st->epoch_seen;
-        double t0 = now_seconds();
+        double t0 = bn_clock_seconds();
         s = train_epoch(net, opt, &ld, acc, st, opts, &graph, &warm, &checked);
         if (s == BN_OK && net->pass.ctx) s = opts->dist ? bn_dist_wait(opts->dist, net->pass.ctx) : bn_device_sync();
-        double seconds = now_seconds() - t0;
+        double seconds = bn_clock_seconds() - t0;
         bn_nvtx_pop();
         bn_step_info info = {.epoch = st->epoch + 1, .epochs = opts->epochs, .seen = st->epoch_seen, .sums = acc};
         if (s == BN_OK && opts->progress) s = opts->progress(opts->progress_user, BN_PROGRESS_EVAL, &info);
@@ -597,12 +590,12 @@ bn_status bn_train(bn_net *net, bn_optimizer *opt, const bn_dataset *train, cons
                              .train_acc = st->epoch_correct / st->epoch_seen, .seconds = seconds,
                              .images_per_s = (st->epoch_seen - seen_before) / (seconds > 0 ? seconds : 1e-9),
                              .gpus = opts->dist ? opts->dist->world : 1};
-        double eval_start = now_seconds();
+        double eval_start = bn_clock_seconds();
         s = average_buffers(opts, net);
         if (s == BN_OK)
             s = evaluate_with(net, &test_ld, eval_sum, opts->no_graph ? NULL : &eval_graph, opts->dist, &r.test_loss,
                               &r.test_acc);
-        r.eval_seconds = now_seconds() - eval_start;
+        r.eval_seconds = bn_clock_seconds() - eval_start;
         if (s != BN_OK) break;
         *st = (bn_train_state){.seed = st->seed, .epoch = st->epoch + 1, .step = st->step, .examples = st->examples};
         /* The row before the checkpoint: the log then holds every row up to a checkpoint's step, and
