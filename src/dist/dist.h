@@ -1,12 +1,15 @@
 /* dist.h - data-parallel training over several GPUs: one process per GPU ("rank"), the
- * gradients summed by NCCL after every step.
+ * gradients summed by NCCL during every step's backward pass.
  *
- * Three pieces, each in its own file:
+ * The pieces, each in its own file:
+ *   shares.c      which examples of each global batch a rank trains.
  *   rendezvous.c  ranks find each other: rank 0 listens on HOST:PORT, every other rank connects
  *                 and receives NCCL's unique id; all ranks prove they run the same training
  *                 (a fingerprint) before any of them touches NCCL.
  *   launch.c      `blobnet train --gpus N` on one machine: starts N rank processes of this
- *                 program, forwards SIGINT/SIGTERM to them, and ends all of them when one dies.
+ *                 program and keeps them together (supervise.h: signals passed on, the others
+ *                 stopped when one dies).
+ *   join.c        what a rank does before it trains: the rendezvous, then the communicator.
  *   comm.cu       the NCCL communicator of one rank and the collectives the trainer needs
  *                 (comm_none.c stands in for it in a build without NCCL or without CUDA).
  *
@@ -83,6 +86,11 @@ bn_status bn_rendezvous(const char *host, int port, int rank, int world, uint64_
  * its device and how it ended. *exit_code receives the code the CLI should exit with. */
 bn_status bn_launch_ranks(int argc, char **argv, int n, const int *devices, int *exit_code);
 
+/* ---- join.c ---- */
+
+/* The rendezvous, then bn_dist_open: what a rank process does before it trains. */
+bn_status bn_dist_join(bn_dist *d, const char *host, int port, uint64_t fingerprint, bn_ctx *ctx);
+
 /* ---- comm.cu / comm_none.c ---- */
 
 /* Makes a fresh NCCL unique id on rank 0 (id_len >= BN_DIST_ID_BYTES). */
@@ -91,8 +99,6 @@ bn_status bn_dist_unique_id(void *id, size_t id_len);
 /* Joins the group as d->rank of d->world on ctx's device, from the id every rank received. */
 bn_status bn_dist_open(bn_dist *d, const void *id, bn_ctx *ctx);
 
-/* rendezvous + bn_dist_open: what a rank process does before it trains. */
-bn_status bn_dist_join(bn_dist *d, const char *host, int port, uint64_t fingerprint, bn_ctx *ctx);
 
 /* Sums `count` gradients at grads (device) across ranks, in place, each rank's scaled by its
  * weight (its share n_r / n of the global batch, so the sum is the global mean): queued on the
