@@ -27,10 +27,8 @@ mnist=${1:?usage: tools/bench.sh MNIST_DIR FASHION_DIR [MODEL...]}
 fashion=${2:?usage: tools/bench.sh MNIST_DIR FASHION_DIR [MODEL...]}
 shift 2
 epochs=${BENCH_EPOCHS:-3}
-logs=${BENCH_LOGS:-$(mktemp -d)}
-mkdir -p "$logs" || exit 1
-[ -n "${BENCH_LOGS:-}" ] || trap 'rm -rf "$logs"' EXIT
-export BLOBNET_KERNEL_CACHE=$logs/kernel-cache
+source "$(dirname "$0")/bench_common.sh"
+bench_logs
 
 # name, model file, dataset, batch (empty: the model's)
 suite=(
@@ -44,17 +42,8 @@ suite=(
     "resnet_fashion  models/resnet_fashion.cfg   fashion-mnist -"
 )
 
-if ! ./blobnet --version | grep -q CUDA; then
-    echo "tools/bench.sh: ./blobnet is a CPU-only build; the bench needs the CUDA build" >&2
-    exit 2
-fi
+need_cuda_build tools/bench.sh "the bench"
 has_bf16=$(./blobnet train --help 2>&1 | grep -c -- '--precision')
-
-# The median of the numbers on stdin (the mean of the middle two for an even count), or "-".
-median() {
-    sort -g | awk '{ v[NR] = $1 } END { if (!NR) print "-"; else if (NR % 2) print v[(NR + 1) / 2];
-                                        else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
 
 # blobnet's epoch lines: milliseconds of each epoch after the first.
 blobnet_ms() {
@@ -88,12 +77,6 @@ peer_field() { # log variant field
             if (f == "mem" && $i == "memory") print $(i + 1)
         }
     }' "$1"
-}
-
-# The batch of a model file's [train] section (64 when it names none).
-model_batch() {
-    awk -F= '/^\[/ { in_train = $0 ~ /^\[train\]/ } in_train && $1 ~ /^ *batch *$/ { gsub(/ /, "", $2); b = $2 }
-             END { print b ? b : 64 }' "$1"
 }
 
 # a / b to two places, or "-" unless both are numbers.

@@ -24,10 +24,8 @@ mnist=${1:?usage: tools/scale.sh MNIST_DIR [MODEL...]}
 shift
 fashion=${FASHION:-/usr/share/datasets/fashion-mnist}
 epochs=${SCALE_EPOCHS:-2}
-logs=${BENCH_LOGS:-$(mktemp -d)}
-mkdir -p "$logs" || exit 1
-[ -n "${BENCH_LOGS:-}" ] || trap 'rm -rf "$logs"' EXIT
-export BLOBNET_KERNEL_CACHE=$logs/kernel-cache
+source "$(dirname "$0")/bench_common.sh"
+bench_logs
 
 # name, model file, dataset, batch (-: the model's)
 suite=(
@@ -36,20 +34,12 @@ suite=(
     "vgg_fashion    models/vgg_fashion.cfg    fashion-mnist -"
 )
 
-if ! ./blobnet --version | grep -q CUDA; then
-    echo "tools/scale.sh: ./blobnet is a CPU-only build; scaling needs the CUDA build" >&2
-    exit 2
-fi
+need_cuda_build tools/scale.sh "scaling"
 gpus=$(nvidia-smi -L | grep -c '^GPU')
 if [ "$gpus" -lt 2 ]; then
     echo "tools/scale.sh: needs 2 GPUs, this machine has $gpus" >&2
     exit 2
 fi
-
-median() {
-    sort -g | awk '{ v[NR] = $1 } END { if (!NR) print "-"; else if (NR % 2) print v[(NR + 1) / 2];
-                                        else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
 
 # "ms images_per_s" of a blobnet log: medians over the epoch lines after the first. The seconds
 # stand before the word "s", the total images/s before the first "img/s" (a multi-GPU line
@@ -90,11 +80,6 @@ run_peer() {
         return
     fi
     awk -v v="pytorch $label:" 'index($0, v) == 1 && /per epoch/ { print $3 }' "$log" | grep . || echo -
-}
-
-model_batch() {
-    awk -F= '/^\[/ { in_train = $0 ~ /^\[train\]/ } in_train && $1 ~ /^ *batch *$/ { gsub(/ /, "", $2); b = $2 }
-             END { print b ? b : 64 }' "$1"
 }
 
 num() { [[ $1 =~ ^[0-9]+([.][0-9]*)?$ ]]; }
