@@ -5,6 +5,7 @@
 #define BN_FILE_TESTING_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 /* "<test directory>/name" into buf (cap bytes); returns buf. */
 const char *ft_path(char *buf, size_t cap, const char *name);
@@ -19,6 +20,11 @@ int ft_write_text(const char *path, const char *text);
  * the first call (bn_test_synthetic_mnist), or NULL when it cannot be written: for runs about
  * files and signals, not accuracy, with a test set small enough to evaluate quickly. */
 const char *ft_small_mnist(void);
+
+/* Starts `env ENV blobnet train ARGS --data DATA` in the background, stdout and stderr in log;
+ * the pid is blobnet's own (the shell execs it), so signals reach it directly. The caller waits
+ * for it. */
+pid_t ft_start_train(const char *env, const char *args, const char *data, const char *log);
 
 /* Whether path holds a checkpoint of the model file `model` that a resume accepts; prints why
  * not to stderr. */

@@ -24,22 +24,6 @@ static void sleep_ms(long ms)
     nanosleep(&(struct timespec){.tv_sec = ms / 1000, .tv_nsec = ms % 1000 * 1000000L}, NULL);
 }
 
-/* Starts `env ... blobnet train ARGS` in the background with stdout and stderr in log; the pid
- * is blobnet's own, so signals reach it directly. */
-static pid_t start_train(const char *env, const char *args, const char *log)
-{
-    char cmd[4096];
-    snprintf(cmd, sizeof cmd, "exec env %s %s train %s --data %s >'%s' 2>&1", env, bn_test_cli(), args,
-             ft_small_mnist(), log);
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    return pid;
-}
-
 /* The exit code, or 128 + the signal that killed it, as a shell reports them. */
 static int wait_exit(pid_t pid)
 {
@@ -112,7 +96,7 @@ static int interrupt_at_step_3(const char *device, const char *part, const char 
     char args[2048], log[512], text[4096], expected[600];
     ft_path(log, sizeof log, "interrupted.log");
     snprintf(args, sizeof args, COMMON " --device %s --checkpoint-every 3 --save %s %s", device, part, extra);
-    pid_t pid = start_train(PAUSE, args, log);
+    pid_t pid = ft_start_train(PAUSE, args, ft_small_mnist(), log);
     CHECK(pid > 0);
     int saving = wait_for_file("part.safetensors.tmp.", 120000);
     kill(pid, sig);
@@ -301,7 +285,8 @@ BN_TEST(interrupt_sigint_without_save_says_nothing_was_saved)
     char log[512], text[8192];
     ft_path(log, sizeof log, "sigint.log");
     /* The numerics table on stderr shows when training has begun. */
-    pid_t pid = start_train("", "models/lenet.cfg --device cpu --batch 10 --epochs 1 --quiet --debug-numerics 1", log);
+    pid_t pid = ft_start_train("", "models/lenet.cfg --device cpu --batch 10 --epochs 1 --quiet --debug-numerics 1",
+                               ft_small_mnist(), log);
     CHECK(pid > 0);
     int began = 0;
     for (int t = 0; t < 60000 && !began; t += 5) {
@@ -339,7 +324,7 @@ BN_TEST(interrupt_sigkill_during_checkpoint_write_keeps_the_previous_one)
 
     snprintf(args, sizeof args, "models/lenet.cfg --device cpu --train-limit 200 --batch 50 --epochs 2 --quiet "
              "--checkpoint-every 1 --resume %s --save %s", ck, ck);
-    pid_t pid = start_train("BLOBNET_TEST_SAVE_PAUSE_MS=10000", args, log);
+    pid_t pid = ft_start_train("BLOBNET_TEST_SAVE_PAUSE_MS=10000", args, ft_small_mnist(), log);
     CHECK(pid > 0);
     int saving = wait_for_file("kill.safetensors.tmp.", 120000);
     kill(pid, SIGKILL);
@@ -363,7 +348,7 @@ BN_TEST(interrupt_sigkill_during_checkpoint_write_keeps_the_previous_one)
         remove(ck2);
         snprintf(args, sizeof args, "models/lenet.cfg --device cpu --train-limit 400 --batch 20 --epochs 2 --quiet "
                  "--checkpoint-every 1 --save %s", ck2);
-        pid = start_train("", args, log);
+        pid = ft_start_train("", args, ft_small_mnist(), log);
         CHECK(pid > 0);
         int exists = wait_for_path(ck2, 120000);
         sleep_ms(rand() % 300);

@@ -88,22 +88,6 @@ static int train(const char *env, const char *args)
     return bn_test_run(cmd, out, sizeof out);
 }
 
-/* Starts `env ENV blobnet train ARGS --data DATA` in the background, stdout and stderr in log; the
- * pid is blobnet's own (exec), so signals reach it directly. */
-static pid_t start_train(const char *env, const char *args, const char *data, const char *log)
-{
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "exec env %s %s train %s --data %s >'%s' 2>&1", env, bn_test_cli(), args, data, log);
-    fflush(stdout);
-    fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
-        _exit(127);
-    }
-    return pid;
-}
-
 /* What wait_exit_within adds to a signal that ended a child: above every exit code, so that a
  * launcher that exits 137 (passing on a rank killed by signal 9) is not taken for one killed. */
 #define BY_SIGNAL 1000
@@ -516,7 +500,7 @@ BN_TEST(multigpu_killed_rank_ends_the_run_naming_it)
     ft_path(csv, sizeof csv, "killed-rank.csv");
     remove(csv);
     snprintf(args, sizeof args, LENET " --epochs 20 --gpus 2 --log %s --log-every 1", csv);
-    pid_t launcher = start_train("", args, bn_test_data_dir(), log);
+    pid_t launcher = ft_start_train("", args, bn_test_data_dir(), log);
     CHECK(launcher > 0);
     pid_t ranks[8];
     int n = wait_for_children(launcher, ranks, 8, 2, 60);
@@ -560,7 +544,7 @@ static int interrupt_run(int to_rank, const char *tag)
     remove(csv);
     remove(ck);
     snprintf(args, sizeof args, LENET " --epochs 20 --gpus 2 --log %s --log-every 1 --save %s", csv, ck);
-    pid_t launcher = start_train("", args, bn_test_data_dir(), log);
+    pid_t launcher = ft_start_train("", args, bn_test_data_dir(), log);
     CHECK(launcher > 0);
     pid_t ranks[8];
     int n = wait_for_children(launcher, ranks, 8, 2, 60);
@@ -627,7 +611,7 @@ BN_TEST(multigpu_rank_without_its_peer_ends_at_the_deadline)
         ft_path(logs[r], sizeof logs[r], name);
         snprintf(args, sizeof args, LENET " --epochs 20 --rendezvous 127.0.0.1:%d --rank %d --world 2 --device gpu:%d%s%s",
                  port, r, r, r == 0 ? " --log-every 1 --log " : "", r == 0 ? csv : "");
-        pid[r] = start_train("BLOBNET_DIST_TIMEOUT=5", args, bn_test_data_dir(), logs[r]);
+        pid[r] = ft_start_train("BLOBNET_DIST_TIMEOUT=5", args, bn_test_data_dir(), logs[r]);
         CHECK(pid[r] > 0);
     }
     int training = wait_for_steps(csv, 6, 120);
@@ -668,7 +652,7 @@ BN_TEST(multigpu_rendezvous_by_hand_trains_in_step)
         /* 1280 images: 20 steps of 64. */
         snprintf(args, sizeof args, LENET " --train-limit 1280 --epochs 1 --rendezvous 127.0.0.1:%d --rank %d "
                  "--world 2 --device gpu:%d", port, r, r);
-        pid[r] = start_train(env, args, bn_test_data_dir(), logs[r]);
+        pid[r] = ft_start_train(env, args, bn_test_data_dir(), logs[r]);
         CHECK(pid[r] > 0);
     }
     int rc[2];

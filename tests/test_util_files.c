@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "testing.h"
 #include "train/checkpoint.h"
@@ -55,4 +56,18 @@ int ft_checkpoint_loads(const char *model, const char *path)
     bn_optimizer_free(opt);
     bn_net_free(net);
     return s == BN_OK;
+}
+
+pid_t ft_start_train(const char *env, const char *args, const char *data, const char *log)
+{
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "exec env %s %s train %s --data %s >'%s' 2>&1", env, bn_test_cli(), args, data, log);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
 }
