@@ -609,8 +609,9 @@ BN_TEST(multigpu_rank_without_its_peer_ends_at_the_deadline)
     for (int r = 0; r < 2; r++) {
         snprintf(name, sizeof name, "deadline-rank%d.log", r);
         ft_path(logs[r], sizeof logs[r], name);
-        snprintf(args, sizeof args, LENET " --epochs 20 --rendezvous 127.0.0.1:%d --rank %d --world 2 --device gpu:%d%s%s",
-                 port, r, r, r == 0 ? " --log-every 1 --log " : "", r == 0 ? csv : "");
+        snprintf(args, sizeof args,
+                 LENET " --epochs 20 --rendezvous 127.0.0.1:%d --rank %d --world 2 --device gpu:%d%s%s", port, r, r,
+                 r == 0 ? " --log-every 1 --log " : "", r == 0 ? csv : "");
         pid[r] = ft_start_train("BLOBNET_DIST_TIMEOUT=5", args, bn_test_data_dir(), logs[r]);
         CHECK(pid[r] > 0);
     }

@@ -447,7 +447,8 @@ static bn_status device_list(const char *spec, int *devices, int *n)
         long ordinal;
         BN_TRY(bn_cli_int("--device", item, 0, 1024, &ordinal));
         for (int i = 0; i < *n; i++)
-            if (devices[i] == ordinal) return bn_error(BN_ERR_USAGE, "--device %s: gpu %ld is named twice", spec, ordinal);
+            if (devices[i] == ordinal)
+                return bn_error(BN_ERR_USAGE, "--device %s: gpu %ld is named twice", spec, ordinal);
         devices[(*n)++] = (int)ordinal;
         if (!comma) return BN_OK;
         p = comma;

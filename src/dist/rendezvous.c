@@ -73,7 +73,8 @@ bn_status bn_rendezvous_parse(const char *text, char *host, size_t host_len, int
     if (!ok || value < 1 || value > 65535)
         return bn_error(BN_ERR_USAGE, "'%s' is not HOST:PORT (a host name or IPv4 address, and a port 1-65535)",
                         text);
-    if (n >= host_len) return bn_error(BN_ERR_USAGE, "'%s': the host name is longer than %zu bytes", text, host_len - 1);
+    if (n >= host_len)
+        return bn_error(BN_ERR_USAGE, "'%s': the host name is longer than %zu bytes", text, host_len - 1);
     memcpy(host, text, n);
     host[n] = '\0';
     *port = (int)value;
@@ -225,13 +226,15 @@ static bn_status check_hello(host_state *h, int i)
                         h->world - 1);
     for (int j = 0; j < h->npeers; j++)
         if (h->peers[j].rank == rank)
-            return bn_error(BN_ERR_USAGE, "rendezvous %s:%d: rank %ld joined twice (two processes were given --rank %ld)",
-                            h->host, h->port, rank, rank);
+            return bn_error(BN_ERR_USAGE,
+                            "rendezvous %s:%d: rank %ld joined twice (two processes were given --rank %ld)", h->host,
+                            h->port, rank, rank);
     if (fp != h->fingerprint)
-        return bn_error(BN_ERR_USAGE, "rendezvous %s:%d: rank %ld trains something else: its fingerprint %016llx differs "
-                        "from rank 0's %016llx (the model, the training settings, the seed, the training set or "
-                        "the checkpoint resumed differ)", h->host, h->port,
-                        rank, (unsigned long long)fp, (unsigned long long)h->fingerprint);
+        return bn_error(BN_ERR_USAGE,
+                        "rendezvous %s:%d: rank %ld trains something else: its fingerprint %016llx differs from rank "
+                        "0's %016llx (the model, the training settings, the seed, the training set, the checkpoint "
+                        "resumed, --precision, --tf32, --deterministic or BLOBNET_DIST_BUCKET differ)",
+                        h->host, h->port, rank, (unsigned long long)fp, (unsigned long long)h->fingerprint);
     p->rank = (int)rank;
     h->joined++;
     return BN_OK;
