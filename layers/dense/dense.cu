@@ -50,6 +50,7 @@
 #include <cublasLt.h>
 
 #include "dense.h"
+#include "dense_bias.cuh"
 #include "dense_gemm.h"
 #include "dense_kernels.h"
 #include "dense_skinny.h"
@@ -58,11 +59,6 @@
 #include "softmax_ce.h"
 
 enum { WEIGHT, BIAS };
-
-/* Column tile of the bias-gradient kernel: BIAS_COLS columns per block, BIAS_ROWS threads
- * walking down each column. */
-#define BIAS_COLS 32
-#define BIAS_ROWS 16
 
 /* The most workspace one algorithm may ask for (these products are small). */
 #define WORKSPACE_LIMIT ((size_t)8 << 20)
@@ -98,37 +94,6 @@ struct dense_gpu {
     int sms;        /* the device's multiprocessors */
     int tensor_ok;  /* compute capability 8.0 or later: the TF32 tensor cores (OWN_TC64, OWN_TC32) */
 };
-
-/* y[i][o] = b[o] for every row i of the batch (the cublasSgemm fallback only). */
-static __global__ void seed_bias(float *__restrict__ y, const float *__restrict__ b, size_t total, int m)
-{
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) y[i] = b[i % m];
-}
-
-/* db[o] += sum over the n rows of dy[i][o]. Threads of a warp read consecutive columns (coalesced);
- * the BIAS_ROWS partial sums of a column are then added in a fixed order. */
-static __global__ void bias_grad(const float *__restrict__ dy, int n, int m, float *__restrict__ db)
-{
-    __shared__ float part[BIAS_ROWS][BIAS_COLS + 1];
-    int col = blockIdx.x * BIAS_COLS + threadIdx.x;
-    float s = 0.0f;
-    if (col < m)
-        for (int i = threadIdx.y; i < n; i += BIAS_ROWS) s += dy[(size_t)i * m + col];
-    part[threadIdx.y][threadIdx.x] = s;
-    __syncthreads();
-    if (threadIdx.y == 0 && col < m) {
-        float total = 0.0f;
-        for (int r = 0; r < BIAS_ROWS; r++) total += part[r][threadIdx.x];
-        db[col] += total;
-    }
-}
-
-static int grid_for(size_t n)
-{
-    size_t b = (n + 255) / 256;
-    return (int)(b < 1 ? 1 : b > 4096 ? 4096 : b);
-}
 
 /* ---- plans ---- */
 

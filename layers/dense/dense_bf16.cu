@@ -13,45 +13,11 @@
  * passes can be captured in a CUDA graph. blobnet's own product kernels, the cuBLASLt plans and
  * the fusions are FP32 only (the net applies no fusion rule under bf16). */
 #include "dense.h"
+#include "dense_bias.cuh"
 #include "gpu/bf16.cuh"
 #include "gpu/cuda_check.h"
 
 enum { WEIGHT, BIAS };
-
-#define BIAS_COLS 32
-#define BIAS_ROWS 16
-
-/* y[i][o] = b[o] for every row i of the batch: the GEMM then accumulates onto the bias. */
-static __global__ void seed_bias_bf16(__nv_bfloat16 *__restrict__ y, const __nv_bfloat16 *__restrict__ b,
-                                      size_t total, int m)
-{
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) y[i] = b[i % m];
-}
-
-/* db[o] += sum over the n rows of dy[i][o], in FP32: BIAS_ROWS partial sums per column, added in
- * a fixed order. */
-static __global__ void bias_grad_bf16(const __nv_bfloat16 *__restrict__ dy, int n, int m, float *__restrict__ db)
-{
-    __shared__ float part[BIAS_ROWS][BIAS_COLS + 1];
-    int col = blockIdx.x * BIAS_COLS + threadIdx.x;
-    float s = 0.0f;
-    if (col < m)
-        for (int i = threadIdx.y; i < n; i += BIAS_ROWS) s += bn_ld_bf16(dy + (size_t)i * m + col);
-    part[threadIdx.y][threadIdx.x] = s;
-    __syncthreads();
-    if (threadIdx.y == 0 && col < m) {
-        float total = 0.0f;
-        for (int r = 0; r < BIAS_ROWS; r++) total += part[r][threadIdx.x];
-        db[col] += total;
-    }
-}
-
-static int grid_for(size_t n)
-{
-    size_t b = (n + 255) / 256;
-    return (int)(b < 1 ? 1 : b > 4096 ? 4096 : b);
-}
 
 /* The context's cuBLAS handle in its default math mode: the FP32 path may have left it in TF32
  * mode, which does not concern BF16 operands but is reset so that the mode is known. */
@@ -73,7 +39,7 @@ extern "C" bn_status bn_dense_forward_bf16(bn_layer *l, const bn_pass *p)
     cublasHandle_t h;
     BN_TRY(blas_of(p->ctx, &h));
     size_t total = (size_t)n * m;
-    seed_bias_bf16<<<grid_for(total), 256, 0, (cudaStream_t)p->ctx->stream>>>(y, b, total, m);
+    seed_bias<<<grid_for(total), 256, 0, (cudaStream_t)p->ctx->stream>>>(y, b, total, m);
     BN_CUDA_LAUNCH();
     const float one = 1.0f;
     BN_CUBLAS(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w, CUDA_R_16BF, k, x, CUDA_R_16BF, k, &one, y,
@@ -95,7 +61,7 @@ extern "C" bn_status bn_dense_backward_bf16(bn_layer *l, const bn_pass *p)
     BN_CUBLAS(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_T, k, m, n, &one, x, CUDA_R_16BF, k, dy, CUDA_R_16BF, m, &one, dw,
                            CUDA_R_32F, k, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     dim3 threads(BIAS_COLS, BIAS_ROWS);
-    bias_grad_bf16<<<(m + BIAS_COLS - 1) / BIAS_COLS, threads, 0, (cudaStream_t)p->ctx->stream>>>(dy, n, m, db);
+    bias_grad<<<(m + BIAS_COLS - 1) / BIAS_COLS, threads, 0, (cudaStream_t)p->ctx->stream>>>(dy, n, m, db);
     BN_CUDA_LAUNCH();
     if (!l->in_grad) return BN_OK;
     BN_DEV16_RD(w, l->params[WEIGHT].value16);
