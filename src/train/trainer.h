@@ -79,7 +79,8 @@ typedef struct bn_trainer_opts {
 /* Trains net with opt from state st (zeroed for a fresh run; loaded for a resume) until
  * opts->epochs are complete, evaluating on test after every epoch. With opts->dist, this is one
  * rank of data-parallel training (docs/multi-gpu.md): it trains its share of every global batch
- * (net->capacity examples), the gradients summed across ranks layer by layer; every rank must
+ * (net->capacity examples), the gradients summed across ranks in buckets of whole layers during
+ * the backward pass (bn_dist.bucket_bytes); every rank must
  * call it with the same net, settings and state. *last receives the last
  * epoch's report (test_acc is the final accuracy). A loss or parameter that turns NaN or
  * infinite is BN_ERR_NUMERIC naming the steps and the first layer where it shows; no
