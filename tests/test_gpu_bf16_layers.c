@@ -230,8 +230,9 @@ static const char *const layout_names[] = {"either (timed)", "nchw", "nhwc"};
 #endif
 
 /* Every case in each layout conv_bf16 can run (conv_bf16.h): NCHW alone, NHWC alone (the
- * transposes), then the timed choice between them. Transposes only move values, so the
- * tolerances are NCHW's. */
+ * transposes), then the timed choice between them; each with cuDNN's graph-API engines where
+ * they serve (conv_graph.h), then with its legacy algorithms alone. Transposes only move values,
+ * so the tolerances are NCHW's. */
 BN_TEST(gpu_bf16_conv2d_matches_cpu)
 {
     /* 3x7x9 -> 5x4x5 (k3 s2 p1) -> 4x6x7 (k3 s1 p2), then VGG's 3x3 with padding (32 and 64
@@ -262,12 +263,16 @@ BN_TEST(gpu_bf16_conv2d_matches_cpu)
     int r = BN_PASS;
 #ifdef BN_WITH_CUDA
     const int layouts[] = {BN_CONV_BF16_NCHW, BN_CONV_BF16_NHWC, BN_CONV_BF16_EITHER};
-    for (int k = 0; k < 3 && r == BN_PASS; k++) {
-        if (bn_device_count() > 0) printf("    layout: %s\n", layout_names[layouts[k]]);
-        bn_conv_bf16_force_layout(layouts[k]);
-        r = run_cases(cases, sizeof cases / sizeof cases[0]);
-    }
+    for (int legacy = 0; legacy < 2 && r == BN_PASS; legacy++)
+        for (int k = 0; k < 3 && r == BN_PASS; k++) {
+            if (bn_device_count() > 0)
+                printf("    layout: %s, %s\n", layout_names[layouts[k]], legacy ? "legacy algorithms" : "graph API");
+            bn_conv_bf16_force_layout(layouts[k]);
+            bn_conv_bf16_force_legacy(legacy);
+            r = run_cases(cases, sizeof cases / sizeof cases[0]);
+        }
     bn_conv_bf16_force_layout(BN_CONV_BF16_EITHER);
+    bn_conv_bf16_force_legacy(0);
 #else
     r = run_cases(cases, sizeof cases / sizeof cases[0]);
 #endif
@@ -355,6 +360,57 @@ BN_TEST(gpu_bf16_conv2d_plans_each_layout)
               "the timed plan \"%s\" names no layout before its times", plans[2]);
 #endif
     return BN_PASS;
+}
+
+/* The common shapes past LeNet (3x3 padded at 32-64 filters, stride 2, 1x1) take cuDNN's
+ * graph-API engines for all three passes in NHWC, timed and in a deterministic context, and the
+ * filter gradient is written in FP32 (into the gradient slab or FP32 scratch), never summed in
+ * BF16. */
+BN_TEST(gpu_bf16_conv2d_takes_graph_engines)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+#ifdef BN_WITH_CUDA
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    static const char *const texts[] = {
+        "[input]\nchannels=32\nheight=14\nwidth=14\n[conv2d]\nname=c0\nfilters=8\nsize=1\n[conv2d]\nname=c\n"
+        "filters=64\nsize=3\npad=1\n",
+        "[input]\nchannels=24\nheight=14\nwidth=14\n[conv2d]\nname=c0\nfilters=32\nsize=1\n[conv2d]\nname=c\n"
+        "filters=48\nsize=3\nstride=2\npad=1\n",
+        "[input]\nchannels=64\nheight=7\nwidth=7\n[conv2d]\nname=c0\nfilters=64\nsize=3\npad=1\n[conv2d]\nname=c\n"
+        "filters=32\nsize=1\n",
+    };
+    const int was_deterministic = ctx->deterministic;
+    ctx->bf16 = 1;
+    bn_conv_bf16_force_layout(BN_CONV_BF16_NHWC);
+    int r = BN_PASS;
+    for (int t = 0; t < 3 && r == BN_PASS; t++)
+        for (int det = 0; det < 2 && r == BN_PASS; det++) {
+            char plan[1024] = "";
+            bn_net *net = NULL;
+            ctx->deterministic = det;
+            bn_status s = bn_net_from_text(texts[t], "conv", &net);
+            if (s == BN_OK) s = bn_net_setup(net, 32, ctx, 1, 5);
+            if (s == BN_OK) s = bn_net_forward(net, 1);
+            if (s == BN_OK) s = bn_net_backward(net);
+            if (s == BN_OK) bn_conv2d_gpu_describe(bn_net_find_layer(net, "c"), plan, sizeof plan);
+            if (s != BN_OK) printf("    %s\n", bn_last_error());
+            bn_net_free(net);
+            printf("    case %d%s: %s\n", t, det ? " (deterministic)" : "", plan);
+            if (s != BN_OK) r = BN_FAIL;
+            else if (!strstr(plan, "fwd graph eng") || !strstr(plan, "bwd_data graph eng") ||
+                     !strstr(plan, "bwd_filter graph eng") || (!strstr(plan, " to slab,") && !strstr(plan, " f32,"))) {
+                printf("    want graph engines for every pass and an FP32 filter gradient\n");
+                r = BN_FAIL;
+            }
+        }
+    bn_conv_bf16_force_layout(BN_CONV_BF16_EITHER);
+    ctx->bf16 = 0;
+    ctx->deterministic = was_deterministic;
+    return r;
+#else
+    return BN_PASS;
+#endif
 }
 
 /* The general kernel (3x3 windows at stride 2, padded) and the tiled one (2x2, stride 2). */

@@ -14,10 +14,12 @@
 
 #include "conv2d.h"
 #include "conv_bf16.h"
+#include "conv_graph.h"
 #include "core/device.h"
 #include "gpu/bf16.cuh"
 #include "gpu/bf16.h"
 #include "gpu/cuda_check.h"
+#include "gpu/kernel_cache.h"
 
 enum { WEIGHT, BIAS };
 enum { NCHW, NHWC, LAYOUTS };
@@ -33,6 +35,13 @@ static const char *const layout_names[LAYOUTS] = {"nchw", "nhwc"};
 
 /* The layout every plan from now on must use (bn_conv_bf16_force_layout). */
 static int forced_layout = BN_CONV_BF16_EITHER;
+/* Whether plans may take cuDNN's graph API (bn_conv_bf16_force_legacy). */
+static bool use_graph = true;
+
+extern "C" void bn_conv_bf16_force_legacy(int legacy)
+{
+    use_graph = !legacy;
+}
 
 extern "C" void bn_conv_bf16_force_layout(int layout)
 {
@@ -45,6 +54,12 @@ typedef struct bf16_algos {
     cudnnConvolutionBwdFilterAlgo_t filter;
 } bf16_algos;
 
+/* Where a graph-API filter pass writes: the FP32 gradient slab itself (adding to it), FP32
+ * scratch in the layout's filter order (then added), or BF16 scratch (then added), as the
+ * first of those that cuDNN offers an engine for. */
+enum { FILTER_SLAB, FILTER_F32, FILTER_BF16 };
+enum { PASS_FWD = BN_CG_FORWARD, PASS_DATA = BN_CG_DATA, PASS_FILTER = BN_CG_FILTER };
+
 typedef struct bf16_plan {
     int n;         /* batch size the algorithms were chosen for */
     int with_data; /* the layer has an input gradient, so `data` was chosen too */
@@ -54,12 +69,16 @@ typedef struct bf16_plan {
     float ms[LAYOUTS];                    /* one timed forward and backward pass; 0 where not timed */
     cudnnTensorDescriptor_t x[LAYOUTS];   /* the input (and its gradient) at batch n */
     cudnnTensorDescriptor_t y[LAYOUTS];   /* the output (and its gradient) at batch n */
+    bn_cg_plan *g[LAYOUTS][BN_CG_PASSES]; /* the pass through cuDNN's graph API where it has an engine
+                                             (conv_graph.h); else the legacy algorithm in algos */
+    int filter_out[LAYOUTS];              /* FILTER_*: where g's filter pass writes */
 } bf16_plan;
 
 struct conv_bf16 {
     cudnnFilterDescriptor_t w_desc[LAYOUTS]; /* BF16, KCRS and KRSC */
     cudnnConvolutionDescriptor_t conv_desc;  /* FP32 compute, tensor-op math */
     __nv_bfloat16 *dw;     /* cuDNN's filter gradient in the layout's filter order, then added into the FP32 slab */
+    float *dw32;           /* the same in FP32 (FILTER_F32) */
     __nv_bfloat16 *wt;     /* the filter as KRSC */
     __nv_bfloat16 *xt;     /* the input as NHWC (the batch the blob holds at most); then its gradient */
     __nv_bfloat16 *yt;     /* the output, or its gradient, as NHWC */
@@ -73,6 +92,7 @@ static void release_plan(bf16_plan *p)
     for (int L = 0; L < LAYOUTS; L++) {
         if (p->x[L]) cudnnDestroyTensorDescriptor(p->x[L]);
         if (p->y[L]) cudnnDestroyTensorDescriptor(p->y[L]);
+        for (int i = 0; i < BN_CG_PASSES; i++) bn_cg_free(&p->g[L][i]);
     }
 }
 
@@ -84,6 +104,7 @@ extern "C" void bn_conv_bf16_release(conv_bf16 **state)
         if (s->w_desc[L]) cudnnDestroyFilterDescriptor(s->w_desc[L]);
     if (s->conv_desc) cudnnDestroyConvolutionDescriptor(s->conv_desc);
     bn_device_free(s->dw);
+    bn_device_free(s->dw32);
     bn_device_free(s->wt);
     bn_device_free(s->xt);
     bn_device_free(s->yt);
@@ -109,6 +130,7 @@ static bn_status describe_layer(const bn_layer *l, const conv_priv *c, conv_bf16
     BN_CUDNN(cudnnSetConvolutionMathType(s->conv_desc, CUDNN_TENSOR_OP_MATH));
     const size_t weights = (size_t)c->filters * c->g.c * c->size * c->size;
     BN_TRY(bn_device_alloc((void **)&s->dw, weights * sizeof(__nv_bfloat16)));
+    BN_TRY(bn_device_alloc((void **)&s->dw32, weights * sizeof(float)));
     BN_TRY(bn_device_alloc((void **)&s->wt, weights * sizeof(__nv_bfloat16)));
     BN_TRY(bn_device_alloc((void **)&s->xt, l->in->capacity * sizeof(__nv_bfloat16)));
     BN_TRY(bn_device_alloc((void **)&s->yt, l->out->capacity * sizeof(__nv_bfloat16)));
@@ -148,9 +170,10 @@ template <typename Perf> static int pick(const Perf *r, int count, const bn_ctx 
     return -1;
 }
 
-/* cuDNN's algorithms for the three passes in layout L at the plan's batch size (timed, or by its
- * heuristics in a deterministic context), their workspace added to *need. *missing: NULL, or the
- * pass for which cuDNN offers nothing usable in this layout. */
+/* cuDNN's legacy algorithms for the passes in layout L that have no graph-API plan, at the
+ * plan's batch size (timed, or by its heuristics in a deterministic context), their workspace
+ * added to *need. *missing: NULL, or the pass for which cuDNN offers nothing usable in this
+ * layout. */
 static bn_status choose_algos(bn_ctx *ctx, const conv_bf16 *s, bf16_plan *plan, int L, size_t *need,
                               const char **missing)
 {
@@ -161,35 +184,41 @@ static bn_status choose_algos(bn_ctx *ctx, const conv_bf16 *s, bf16_plan *plan, 
     bf16_algos *a = &plan->algos[L];
     int got = 0, i;
     *missing = NULL;
-
-    cudnnConvolutionFwdAlgoPerf_t f[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    if (timed)
-        BN_CUDNN(cudnnFindConvolutionForwardAlgorithm(h, x, wd, s->conv_desc, y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-                                                      &got, f));
-    else
-        BN_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(h, x, wd, s->conv_desc, y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-                                                        &got, f));
-    if ((i = pick(f, got, ctx, need)) < 0) {
-        *missing = "forward";
-        return BN_OK;
-    }
-    a->fwd = f[i].algo;
-
-    cudnnConvolutionBwdFilterAlgoPerf_t w[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    if (timed)
-        BN_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithm(h, x, y, s->conv_desc, wd,
-                                                             CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, w));
-    else
-        BN_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x, y, s->conv_desc, wd,
-                                                               CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, w));
-    if ((i = pick(w, got, ctx, need)) < 0) {
-        *missing = "backward-filter";
-        return BN_OK;
-    }
-    a->filter = w[i].algo;
-
+    a->fwd = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
+    a->filter = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
     a->data = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
-    if (plan->with_data) {
+
+    if (!plan->g[L][PASS_FWD]) {
+        cudnnConvolutionFwdAlgoPerf_t f[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+        if (timed)
+            BN_CUDNN(cudnnFindConvolutionForwardAlgorithm(h, x, wd, s->conv_desc, y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                          &got, f));
+        else
+            BN_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(h, x, wd, s->conv_desc, y,
+                                                            CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, f));
+        if ((i = pick(f, got, ctx, need)) < 0) {
+            *missing = "forward";
+            return BN_OK;
+        }
+        a->fwd = f[i].algo;
+    }
+
+    if (!plan->g[L][PASS_FILTER]) {
+        cudnnConvolutionBwdFilterAlgoPerf_t w[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+        if (timed)
+            BN_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithm(h, x, y, s->conv_desc, wd,
+                                                                 CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, w));
+        else
+            BN_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x, y, s->conv_desc, wd,
+                                                                   CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, w));
+        if ((i = pick(w, got, ctx, need)) < 0) {
+            *missing = "backward-filter";
+            return BN_OK;
+        }
+        a->filter = w[i].algo;
+    }
+
+    if (plan->with_data && !plan->g[L][PASS_DATA]) {
         cudnnConvolutionBwdDataAlgoPerf_t d[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
         if (timed)
             BN_CUDNN(cudnnFindConvolutionBackwardDataAlgorithm(h, wd, y, s->conv_desc, x,
@@ -251,7 +280,9 @@ static bn_status conv_forward(const conv_priv *c, conv_bf16 *s, const bf16_plan 
     cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
     const float one = 1.0f, zero = 0.0f;
     const int n = plan->n, in_hw = c->g.h * c->g.w, out_hw = c->g.oh * c->g.ow;
+    const bn_cg_plan *g = plan->g[L][PASS_FWD];
     if (L == NCHW) {
+        if (g) return bn_cg_run(ctx, g, x, w, y);
         BN_CUDNN(cudnnConvolutionForward(h, &one, plan->x[L], x, s->w_desc[L], w, s->conv_desc, plan->algos[L].fwd,
                                          ctx->workspace, ctx->workspace_size, &zero, plan->y[L], y));
         return BN_OK;
@@ -260,9 +291,76 @@ static bn_status conv_forward(const conv_priv *c, conv_bf16 *s, const bf16_plan 
     BN_TRY(as_nhwc(x, s->xt, n, c->g.c, in_hw, ctx, &xt));
     BN_TRY(filter_krsc(c, s, w, ctx, &wt));
     __nv_bfloat16 *yt = nhwc_target(y, s->yt, c->filters, out_hw);
-    BN_CUDNN(cudnnConvolutionForward(h, &one, plan->x[L], xt, s->w_desc[L], wt, s->conv_desc, plan->algos[L].fwd,
-                                     ctx->workspace, ctx->workspace_size, &zero, plan->y[L], yt));
+    if (g)
+        BN_TRY(bn_cg_run(ctx, g, xt, wt, yt));
+    else
+        BN_CUDNN(cudnnConvolutionForward(h, &one, plan->x[L], xt, s->w_desc[L], wt, s->conv_desc, plan->algos[L].fwd,
+                                         ctx->workspace, ctx->workspace_size, &zero, plan->y[L], yt));
     return from_nhwc(y, yt, n, c->filters, out_hw, ctx);
+}
+
+/* dw[k][j][i] += src[k][i][j] over filters x rs x channels (a KRSC FP32 filter gradient into
+ * KCRS); j < channels, i < rs. Filters are small: one thread per element, no tiling. */
+static __global__ void add_krsc_kernel(float *__restrict__ dw, const float *__restrict__ src, int rs, int channels,
+                                       size_t total)
+{
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (size_t)gridDim.x * blockDim.x) {
+        const size_t per = (size_t)rs * channels, k = e / per, rem = e % per;
+        const size_t j = rem / rs, i = rem % rs;
+        dw[e] += src[k * per + i * channels + j];
+    }
+}
+
+/* dw += the FP32 scratch: as it is (kcrs) or from KRSC. */
+static bn_status add_f32_filter(float *dw, const float *src, int filters, int rs, int channels, bool kcrs,
+                                bn_ctx *ctx)
+{
+    const size_t total = (size_t)filters * rs * channels;
+    size_t blocks = (total + THREADS - 1) / THREADS;
+    if (blocks > 1024) blocks = 1024;
+    add_krsc_kernel<<<(unsigned)blocks, THREADS, 0, (cudaStream_t)ctx->stream>>>(dw, src, kcrs ? 1 : rs,
+                                                                                 kcrs ? rs * channels : channels,
+                                                                                 total);
+    BN_CUDA_LAUNCH();
+    return BN_OK;
+}
+
+/* dw (FP32, KCRS) += the filter gradient of layout L from x and dy (in the layout's order), by
+ * the graph-API plan where there is one (writing where plan->filter_out says), else by the
+ * legacy algorithm (BF16 into s->dw); then the scratch added into dw. */
+static bn_status filter_pass(const conv_priv *c, conv_bf16 *s, const bf16_plan *plan, int L, bn_ctx *ctx,
+                             const __nv_bfloat16 *x, const __nv_bfloat16 *dy, float *dw)
+{
+    const float one = 1.0f, zero = 0.0f;
+    const int rs = c->size * c->size;
+    const size_t weights = (size_t)c->filters * c->g.c * rs;
+    const bn_cg_plan *g = plan->g[L][PASS_FILTER];
+    const int out = g ? plan->filter_out[L] : FILTER_BF16;
+    if (g && out == FILTER_SLAB) return bn_cg_run(ctx, g, x, dw, dy);
+    if (g)
+        BN_TRY(bn_cg_run(ctx, g, x, out == FILTER_F32 ? (void *)s->dw32 : (void *)s->dw, dy));
+    else
+        BN_CUDNN(cudnnConvolutionBackwardFilter((cudnnHandle_t)ctx->cudnn, &one, plan->x[L], x, plan->y[L], dy,
+                                                s->conv_desc, plan->algos[L].filter, ctx->workspace,
+                                                ctx->workspace_size, &zero, s->w_desc[L], s->dw));
+    /* The scratch is KCRS in NCHW and where the two filter orders coincide, else KRSC. */
+    const bool kcrs = L == NCHW || same_layouts(rs, c->g.c);
+    if (out == FILTER_F32) return add_f32_filter(dw, s->dw32, c->filters, rs, c->g.c, kcrs, ctx);
+    return kcrs ? bn_gpu_add_bf16_to_f32(dw, s->dw, weights, ctx)
+                : bn_gpu_add_bf16_transposed_to_f32(dw, s->dw, c->filters, rs, c->g.c, ctx);
+}
+
+/* dx = the input gradient of layout L from w and dy (in the layout's order). */
+static bn_status data_pass(conv_bf16 *s, const bf16_plan *plan, int L, bn_ctx *ctx, const __nv_bfloat16 *w,
+                           const __nv_bfloat16 *dy, __nv_bfloat16 *dx)
+{
+    const float one = 1.0f, zero = 0.0f;
+    const bn_cg_plan *g = plan->g[L][PASS_DATA];
+    if (g) return bn_cg_run(ctx, g, dx, w, dy);
+    BN_CUDNN(cudnnConvolutionBackwardData((cudnnHandle_t)ctx->cudnn, &one, s->w_desc[L], w, plan->y[L], dy,
+                                          s->conv_desc, plan->algos[L].data, ctx->workspace, ctx->workspace_size,
+                                          &zero, plan->x[L], dx));
+    return BN_OK;
 }
 
 /* dw (FP32, KCRS) += the filter gradient from x and dy, and, where dx is not NULL, dx = the input
@@ -271,36 +369,21 @@ static bn_status conv_backward(const conv_priv *c, conv_bf16 *s, const bf16_plan
                                const __nv_bfloat16 *x, const __nv_bfloat16 *w, const __nv_bfloat16 *dy, float *dw,
                                __nv_bfloat16 *dx)
 {
-    cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
-    const float one = 1.0f, zero = 0.0f;
-    const int n = plan->n, in_hw = c->g.h * c->g.w, out_hw = c->g.oh * c->g.ow, rs = c->size * c->size;
-    const size_t weights = (size_t)c->filters * c->g.c * rs;
-    const bf16_algos *a = &plan->algos[L];
+    const int n = plan->n, in_hw = c->g.h * c->g.w, out_hw = c->g.oh * c->g.ow;
     if (L == NCHW) {
-        BN_CUDNN(cudnnConvolutionBackwardFilter(h, &one, plan->x[L], x, plan->y[L], dy, s->conv_desc, a->filter,
-                                                ctx->workspace, ctx->workspace_size, &zero, s->w_desc[L], s->dw));
-        BN_TRY(bn_gpu_add_bf16_to_f32(dw, s->dw, weights, ctx));
-        if (dx)
-            BN_CUDNN(cudnnConvolutionBackwardData(h, &one, s->w_desc[L], w, plan->y[L], dy, s->conv_desc, a->data,
-                                                  ctx->workspace, ctx->workspace_size, &zero, plan->x[L], dx));
-        return BN_OK;
+        BN_TRY(filter_pass(c, s, plan, L, ctx, x, dy, dw));
+        return dx ? data_pass(s, plan, L, ctx, w, dy, dx) : BN_OK;
     }
     const __nv_bfloat16 *xt = NULL, *dyt = NULL;
     BN_TRY(as_nhwc(x, s->xt, n, c->g.c, in_hw, ctx, &xt));
     BN_TRY(as_nhwc(dy, s->yt, n, c->filters, out_hw, ctx, &dyt));
-    BN_CUDNN(cudnnConvolutionBackwardFilter(h, &one, plan->x[L], xt, plan->y[L], dyt, s->conv_desc, a->filter,
-                                            ctx->workspace, ctx->workspace_size, &zero, s->w_desc[L], s->dw));
-    if (same_layouts(rs, c->g.c))
-        BN_TRY(bn_gpu_add_bf16_to_f32(dw, s->dw, weights, ctx));
-    else
-        BN_TRY(bn_gpu_add_bf16_transposed_to_f32(dw, s->dw, c->filters, rs, c->g.c, ctx));
+    BN_TRY(filter_pass(c, s, plan, L, ctx, xt, dyt, dw));
     if (!dx) return BN_OK;
     const __nv_bfloat16 *wt = NULL;
     BN_TRY(filter_krsc(c, s, w, ctx, &wt));
     /* s->xt is free again: the filter pass queued before this one on the stream has read it. */
     __nv_bfloat16 *dxt = nhwc_target(dx, s->xt, c->g.c, in_hw);
-    BN_CUDNN(cudnnConvolutionBackwardData(h, &one, s->w_desc[L], wt, plan->y[L], dyt, s->conv_desc, a->data,
-                                          ctx->workspace, ctx->workspace_size, &zero, plan->x[L], dxt));
+    BN_TRY(data_pass(s, plan, L, ctx, wt, dyt, dxt));
     return from_nhwc(dx, dxt, n, c->g.c, in_hw, ctx);
 }
 
@@ -346,21 +429,18 @@ static bn_status pass_pair(const conv_priv *c, conv_bf16 *s, const bf16_plan *pl
  * the kernels' time): after 2 pass pairs to warm up, the least of 3 means of 4 (the least,
  * because other work on the device only ever adds time), as conv2d.cu times FP32's kernels. */
 static bn_status time_layouts(const conv_priv *c, conv_bf16 *s, bf16_plan *plan, bn_ctx *ctx,
-                              const __nv_bfloat16 *w)
+                              const __nv_bfloat16 *w, const stand_ins *t)
 {
-    stand_ins t;
-    memset(&t, 0, sizeof t);
     void *start = NULL, *end = NULL;
-    bn_status st = alloc_stand_ins(c, plan->n, &t);
-    if (st == BN_OK) st = bn_event_create(&start);
+    bn_status st = bn_event_create(&start);
     if (st == BN_OK) st = bn_event_create(&end);
     for (int L = 0; L < LAYOUTS && st == BN_OK; L++) {
         if (!plan->usable[L]) continue;
-        for (int rep = 0; rep < 2 && st == BN_OK; rep++) st = pass_pair(c, s, plan, L, ctx, &t, w);
+        for (int rep = 0; rep < 2 && st == BN_OK; rep++) st = pass_pair(c, s, plan, L, ctx, t, w);
         for (int round = 0; round < 3 && st == BN_OK; round++) {
             float ms = 0.0f;
             st = bn_event_record(start);
-            for (int rep = 0; rep < 4 && st == BN_OK; rep++) st = pass_pair(c, s, plan, L, ctx, &t, w);
+            for (int rep = 0; rep < 4 && st == BN_OK; rep++) st = pass_pair(c, s, plan, L, ctx, t, w);
             if (st == BN_OK) st = bn_event_record(end);
             if (st == BN_OK) st = bn_event_elapsed_ms(start, end, &ms);
             if (st == BN_OK && (round == 0 || ms / 4 < plan->ms[L])) plan->ms[L] = ms / 4;
@@ -368,7 +448,6 @@ static bn_status time_layouts(const conv_priv *c, conv_bf16 *s, bf16_plan *plan,
     }
     if (start) bn_event_destroy(start);
     if (end) bn_event_destroy(end);
-    free_stand_ins(&t);
     return st;
 }
 
@@ -376,6 +455,71 @@ static bn_status tensor_desc(cudnnTensorDescriptor_t *d, int L, int n, int c, in
 {
     BN_CUDNN(cudnnCreateTensorDescriptor(d));
     BN_CUDNN(cudnnSetTensor4dDescriptor(*d, formats[L], CUDNN_DATA_BFLOAT16, n, c, h, w));
+    return BN_OK;
+}
+
+/* t's align for blob b's data (elem bytes each) when b itself is what the pass reads or writes,
+ * 16 when it is the layer's scratch. */
+static void align_to(bn_cg_tensor *t, const bn_blob *b, size_t elem, bool blob_itself)
+{
+    bn_cg_align(t, blob_itself ? (uintptr_t)(b->offset * elem) : 0);
+}
+
+/* The passes of layout L that cuDNN's graph API has an engine for (conv_graph.h), each chosen
+ * (timed on the stand-ins t, or from the kernel cache) into plan->g[L]. The filter pass tries to
+ * write FP32 straight into the gradient slab first, then FP32 scratch, then BF16 scratch. */
+static bn_status choose_graph(const bn_layer *l, const conv_priv *c, bn_ctx *ctx, conv_bf16 *s, bf16_plan *plan,
+                              int L, const stand_ins *t)
+{
+    const int n = plan->n, rs = c->size * c->size, in_hw = c->g.h * c->g.w, out_hw = c->g.oh * c->g.ow;
+    const int cached = bn_kernel_choice(ctx, 0) == BN_CHOOSE_CACHED;
+    bn_cg_tensor (*make)(int, int, int, int, cudnnDataType_t) = L == NCHW ? bn_cg_nchw : bn_cg_nhwc;
+    /* Which tensors are the blobs themselves rather than NHWC scratch copies. */
+    const bool x_blob = L == NCHW || same_layouts(c->g.c, in_hw), y_blob = L == NCHW || same_layouts(c->filters, out_hw);
+    const bool w_blob = L == NCHW || same_layouts(c->g.c, rs);
+
+    bn_cg_spec spec;
+    memset(&spec, 0, sizeof spec);
+    spec.pad = c->pad;
+    spec.stride = c->stride;
+    spec.x = make(n, c->g.c, c->g.h, c->g.w, CUDNN_DATA_BFLOAT16);
+    spec.w = make(c->filters, c->g.c, c->size, c->size, CUDNN_DATA_BFLOAT16);
+    spec.y = make(n, c->filters, c->g.oh, c->g.ow, CUDNN_DATA_BFLOAT16);
+    const bn_cg_spec base = spec;
+
+    spec.pass = BN_CG_FORWARD;
+    align_to(&spec.x, l->in, 2, x_blob);
+    align_to(&spec.w, l->params[WEIGHT].value16, 2, w_blob);
+    align_to(&spec.y, l->out, 2, y_blob);
+    BN_TRY(bn_cg_choose(ctx, &spec, cached, t->x, s->wt, t->y, &plan->g[L][PASS_FWD]));
+
+    if (plan->with_data) {
+        spec = base;
+        spec.pass = BN_CG_DATA;
+        align_to(&spec.x, l->in_grad, 2, x_blob);
+        align_to(&spec.w, l->params[WEIGHT].value16, 2, w_blob);
+        align_to(&spec.y, l->out_grad, 2, y_blob);
+        BN_TRY(bn_cg_choose(ctx, &spec, cached, t->dx, s->wt, t->y, &plan->g[L][PASS_DATA]));
+    }
+
+    for (int out = FILTER_SLAB; out <= FILTER_BF16 && !plan->g[L][PASS_FILTER]; out++) {
+        spec = base;
+        spec.pass = BN_CG_FILTER;
+        align_to(&spec.x, l->in, 2, x_blob);
+        align_to(&spec.y, l->out_grad, 2, y_blob);
+        void *dw = s->dw;
+        if (out == FILTER_SLAB) {
+            spec.w = bn_cg_nchw(c->filters, c->g.c, c->size, c->size, CUDNN_DATA_FLOAT);
+            align_to(&spec.w, l->params[WEIGHT].grad, 4, true);
+            spec.beta = 1.0f;
+            dw = t->dw;
+        } else if (out == FILTER_F32) {
+            spec.w = make(c->filters, c->g.c, c->size, c->size, CUDNN_DATA_FLOAT);
+            dw = s->dw32;
+        }
+        BN_TRY(bn_cg_choose(ctx, &spec, cached, t->x, dw, t->y, &plan->g[L][PASS_FILTER]));
+        plan->filter_out[L] = out;
+    }
     return BN_OK;
 }
 
@@ -391,27 +535,34 @@ static bn_status make_plan(bn_layer *l, bn_ctx *ctx, conv_bf16 *s, bf16_plan *pl
     char why_not[LAYOUTS][256] = {"it is not allowed (bn_conv_bf16_force_layout)",
                                   "it is not allowed (bn_conv_bf16_force_layout)"};
     size_t need = 0;
-    for (int L = 0; L < LAYOUTS; L++) {
-        BN_TRY(tensor_desc(&plan->x[L], L, plan->n, c->g.c, c->g.h, c->g.w));
-        BN_TRY(tensor_desc(&plan->y[L], L, plan->n, c->filters, c->g.oh, c->g.ow));
-        if (!allowed[L]) continue;
+    stand_ins t;
+    memset(&t, 0, sizeof t);
+    bn_status st = alloc_stand_ins(c, plan->n, &t);
+    for (int L = 0; L < LAYOUTS && st == BN_OK; L++) {
+        st = tensor_desc(&plan->x[L], L, plan->n, c->g.c, c->g.h, c->g.w);
+        if (st == BN_OK) st = tensor_desc(&plan->y[L], L, plan->n, c->filters, c->g.oh, c->g.ow);
+        if (st != BN_OK || !allowed[L]) continue;
         const char *missing = NULL;
+        /* A graph-API failure leaves the layout to the legacy algorithms. */
+        if (use_graph && choose_graph(l, c, ctx, s, plan, L, &t) != BN_OK)
+            for (int i = 0; i < BN_CG_PASSES; i++) bn_cg_free(&plan->g[L][i]);
         if (choose_algos(ctx, s, plan, L, &need, &missing) != BN_OK)
             snprintf(why_not[L], sizeof why_not[L], "%s", bn_last_error());
         else if (missing)
             snprintf(why_not[L], sizeof why_not[L], "cuDNN offers no usable %s algorithm", missing);
     }
-    if (!plan->usable[NCHW] && !plan->usable[NHWC])
-        return bn_error(BN_ERR_DEVICE, "layer %s: no BF16 convolution for this shape: not in NCHW, as %s; not in "
-                        "NHWC, as %s", l->name, why_not[NCHW], why_not[NHWC]);
-    BN_TRY(bn_ctx_reserve_workspace(ctx, need));
-    plan->layout = plan->usable[NHWC] ? NHWC : NCHW;
-    if (plan->usable[NCHW] && plan->usable[NHWC] && !ctx->deterministic) {
-        BN_DEV16_RD(w, l->params[WEIGHT].value16);
-        BN_TRY(time_layouts(c, s, plan, ctx, w));
-        plan->layout = plan->ms[NHWC] < plan->ms[NCHW] ? NHWC : NCHW;
+    if (st == BN_OK && !plan->usable[NCHW] && !plan->usable[NHWC])
+        st = bn_error(BN_ERR_DEVICE, "layer %s: no BF16 convolution for this shape: not in NCHW, as %s; not in "
+                      "NHWC, as %s", l->name, why_not[NCHW], why_not[NHWC]);
+    if (st == BN_OK) st = bn_ctx_reserve_workspace(ctx, need);
+    if (st == BN_OK) plan->layout = plan->usable[NHWC] ? NHWC : NCHW;
+    if (st == BN_OK && plan->usable[NCHW] && plan->usable[NHWC] && !ctx->deterministic) {
+        const __nv_bfloat16 *w = (const __nv_bfloat16 *)bn_blob_dev16_rd(l->params[WEIGHT].value16);
+        st = w ? time_layouts(c, s, plan, ctx, w, &t) : bn_last_status();
+        if (st == BN_OK) plan->layout = plan->ms[NHWC] < plan->ms[NCHW] ? NHWC : NCHW;
     }
-    return BN_OK;
+    free_stand_ins(&t);
+    return st;
 }
 
 /* The BF16 state and the plan for the current batch size, made on first use. */
@@ -564,15 +715,30 @@ extern "C" size_t bn_conv_bf16_describe(const conv_bf16 *state, char *buf, size_
     const int plans = state ? state->num_plans : 0;
     for (int i = 0; i < plans && len < cap; i++) {
         const bf16_plan *pl = &state->plans[i];
-        const bf16_algos *a = &pl->algos[pl->layout];
-        char timed[96] = "";
+        const int L = pl->layout;
+        const bf16_algos *a = &pl->algos[L];
+        char timed[96] = "", names[BN_CG_PASSES][48];
         if (pl->ms[NCHW] > 0.0f && pl->ms[NHWC] > 0.0f)
             snprintf(timed, sizeof timed, " timed: nchw %.3f ms, nhwc %.3f ms", pl->ms[NCHW], pl->ms[NHWC]);
+        const char *legacy[BN_CG_PASSES] = {
+            name_of(fwd_names, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, a->fwd),
+            pl->with_data ? name_of(data_names, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, a->data) : "-",
+            name_of(filter_names, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, a->filter)};
+        static const char *const outs[] = {" to slab", " f32", " bf16"};
+        for (int i = 0; i < BN_CG_PASSES; i++) {
+            const bn_cg_plan *g = pl->g[L][i];
+            if (!g) {
+                snprintf(names[i], sizeof names[i], "%s", legacy[i]);
+                continue;
+            }
+            /* The engine alone: its knobs are in the kernel cache. */
+            const char *name = bn_cg_name(g), *space = strchr(name, ' ');
+            snprintf(names[i], sizeof names[i], "graph %.*s%s", space ? (int)(space - name) : (int)strlen(name), name,
+                     i == PASS_FILTER ? outs[pl->filter_out[L]] : "");
+        }
         int w = snprintf(buf + len, cap - len, "%sn=%d: fwd %s, bwd_data %s, bwd_filter %s, %s%s (bf16)",
-                         len ? "; " : "", pl->n, name_of(fwd_names, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, a->fwd),
-                         pl->with_data ? name_of(data_names, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, a->data) : "-",
-                         name_of(filter_names, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, a->filter),
-                         layout_names[pl->layout], timed);
+                         len ? "; " : "", pl->n, names[PASS_FWD], names[PASS_DATA], names[PASS_FILTER],
+                         layout_names[L], timed);
         if (w < 0) break;
         len += (size_t)w;
     }

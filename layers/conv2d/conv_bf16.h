@@ -44,6 +44,10 @@ size_t bn_conv_bf16_describe(const conv_bf16 *state, char *buf, size_t len, size
 enum { BN_CONV_BF16_EITHER, BN_CONV_BF16_NCHW, BN_CONV_BF16_NHWC };
 void bn_conv_bf16_force_layout(int layout);
 
+/* For tests: plans made from now on take cuDNN's legacy algorithms alone (legacy != 0), or, by
+ * default (0), the graph API's engines (conv_graph.h) for every pass that has one. */
+void bn_conv_bf16_force_legacy(int legacy);
+
 #ifdef __cplusplus
 }
 #endif

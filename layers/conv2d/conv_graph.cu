@@ -1,0 +1,605 @@
+/* conv_graph.cu - convolution passes through cuDNN's graph API (conv_graph.h).
+ *
+ * Every backend descriptor a plan was made from stays alive with it (tensors, convolution,
+ * operation, graph, engine configuration), as the plan refers to them. A variant pack (the
+ * pointers of one run) is made per run: host work of a few microseconds, paid at capture time
+ * only where steps replay as CUDA graphs.
+ *
+ * BLOBNET_CG_VERBOSE=1 prints each candidate of every choice to stderr: its name, the notes that
+ * refused it or the time it took. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "conv_graph.h"
+#include "gpu/cuda_check.h"
+#include "gpu/kernel_cache.h"
+
+/* cuDNN 9 marks the handle attributes deprecated in favour of device properties, which 9.x
+ * releases before 9.10 lack; the handle is still honoured, so it is set by value. */
+#define ATTR_GRAPH_HANDLE ((cudnnBackendAttributeName_t)800)
+#define ATTR_PLAN_HANDLE ((cudnnBackendAttributeName_t)400)
+
+/* The most workspace a candidate may ask for, as for the legacy algorithms (conv2d.cu). */
+#define WORKSPACE_LIMIT ((size_t)256 << 20)
+/* Descriptors one plan keeps: 3 tensors, convolution, operation, graph, configuration, plan,
+ * engine and up to CUDNN_KNOB_TYPE_COUNTS knob choices when rebuilt from the cache. */
+#define MAX_KEPT (10 + CUDNN_KNOB_TYPE_COUNTS)
+#define NAME_MAX_LEN 120
+
+enum { UID_X = 1, UID_W = 2, UID_Y = 3 };
+
+struct bn_cg_plan {
+    cudnnBackendDescriptor_t kept[MAX_KEPT];
+    int num_kept;
+    cudnnBackendDescriptor_t exec; /* the execution plan (also in kept) */
+    size_t workspace;
+    float ms;
+    char name[NAME_MAX_LEN];
+};
+
+static const char *const pass_names[BN_CG_PASSES] = {"forward", "backward-data", "backward-filter"};
+
+/* Returns the error for a failed backend call, naming the pass and the call. */
+#define CG(call)                                                                                            \
+    do {                                                                                                    \
+        cudnnStatus_t cg_e_ = (call);                                                                       \
+        if (cg_e_ != CUDNN_STATUS_SUCCESS)                                                                  \
+            return bn_error(BN_ERR_DEVICE, "%s:%d: %s: %s", __FILE__, __LINE__, #call,                      \
+                            cudnnGetErrorString(cg_e_));                                                    \
+    } while (0)
+
+static int verbose(void)
+{
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("BLOBNET_CG_VERBOSE");
+        v = e && *e && strcmp(e, "0") != 0;
+    }
+    return v;
+}
+
+extern "C" bn_cg_tensor bn_cg_nchw(int n, int c, int h, int w, cudnnDataType_t type)
+{
+    bn_cg_tensor t = {{n, c, h, w}, {(int64_t)c * h * w, (int64_t)h * w, w, 1}, type, 16};
+    return t;
+}
+
+extern "C" bn_cg_tensor bn_cg_nhwc(int n, int c, int h, int w, cudnnDataType_t type)
+{
+    bn_cg_tensor t = {{n, c, h, w}, {(int64_t)c * h * w, 1, (int64_t)w * c, c}, type, 16};
+    return t;
+}
+
+extern "C" void bn_cg_align(bn_cg_tensor *t, uintptr_t address)
+{
+    int align = 16;
+    while (align > 1 && address % (uintptr_t)align) align /= 2;
+    t->align = align;
+}
+
+static void release_all(bn_cg_plan *p)
+{
+    for (int i = p->num_kept - 1; i >= 0; i--) cudnnBackendDestroyDescriptor(p->kept[i]);
+    p->num_kept = 0;
+    p->exec = NULL;
+}
+
+extern "C" void bn_cg_free(bn_cg_plan **plan)
+{
+    if (!*plan) return;
+    release_all(*plan);
+    free(*plan);
+    *plan = NULL;
+}
+
+/* A new descriptor of the type, kept by p (freed with it). */
+static bn_status create(bn_cg_plan *p, cudnnBackendDescriptorType_t type, cudnnBackendDescriptor_t *d)
+{
+    if (p->num_kept == MAX_KEPT) return bn_error(BN_ERR_INTERNAL, "conv_graph: too many descriptors for one plan");
+    CG(cudnnBackendCreateDescriptor(type, d));
+    p->kept[p->num_kept++] = *d;
+    return BN_OK;
+}
+
+static bn_status make_tensor(bn_cg_plan *p, const bn_cg_tensor *t, int64_t uid, cudnnBackendDescriptor_t *d)
+{
+    const int64_t align = t->align;
+    BN_TRY(create(p, CUDNN_BACKEND_TENSOR_DESCRIPTOR, d));
+    CG(cudnnBackendSetAttribute(*d, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &t->type));
+    CG(cudnnBackendSetAttribute(*d, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, t->dims));
+    CG(cudnnBackendSetAttribute(*d, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, t->strides));
+    CG(cudnnBackendSetAttribute(*d, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid));
+    CG(cudnnBackendSetAttribute(*d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align));
+    CG(cudnnBackendFinalize(*d));
+    return BN_OK;
+}
+
+/* The operation graph of the spec's one convolution, kept by p. */
+static bn_status make_graph(bn_ctx *ctx, bn_cg_plan *p, const bn_cg_spec *s, cudnnBackendDescriptor_t *graph)
+{
+    cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
+    cudnnBackendDescriptor_t x, w, y, conv, op;
+    BN_TRY(make_tensor(p, &s->x, UID_X, &x));
+    BN_TRY(make_tensor(p, &s->w, UID_W, &w));
+    BN_TRY(make_tensor(p, &s->y, UID_Y, &y));
+
+    const int64_t dims = 2, pads[2] = {s->pad, s->pad}, strides[2] = {s->stride, s->stride}, dil[2] = {1, 1};
+    const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
+    const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+    BN_TRY(create(p, CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, &conv));
+    CG(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &dims));
+    CG(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp));
+    CG(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode));
+    CG(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pads));
+    CG(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pads));
+    CG(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dil));
+    CG(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, strides));
+    CG(cudnnBackendFinalize(conv));
+
+    static const cudnnBackendDescriptorType_t op_types[BN_CG_PASSES] = {
+        CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
+        CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR,
+        CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR};
+    /* Per pass: alpha, beta, convolution, then the x, w and y attributes. */
+    static const cudnnBackendAttributeName_t attrs[BN_CG_PASSES][6] = {
+        {CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y},
+        {CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY},
+        {CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY}};
+    const cudnnBackendAttributeName_t *a = attrs[s->pass];
+    const float alpha = 1.0f, beta = s->beta;
+    BN_TRY(create(p, op_types[s->pass], &op));
+    CG(cudnnBackendSetAttribute(op, a[0], CUDNN_TYPE_FLOAT, 1, &alpha));
+    CG(cudnnBackendSetAttribute(op, a[1], CUDNN_TYPE_FLOAT, 1, &beta));
+    CG(cudnnBackendSetAttribute(op, a[2], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &conv));
+    CG(cudnnBackendSetAttribute(op, a[3], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x));
+    CG(cudnnBackendSetAttribute(op, a[4], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &w));
+    CG(cudnnBackendSetAttribute(op, a[5], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y));
+    CG(cudnnBackendFinalize(op));
+
+    BN_TRY(create(p, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, graph));
+    CG(cudnnBackendSetAttribute(*graph, ATTR_GRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h));
+    CG(cudnnBackendSetAttribute(*graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op));
+    CG(cudnnBackendFinalize(*graph));
+    return BN_OK;
+}
+
+/* Why the engine may not run the spec (a static string), or NULL when it may. */
+static const char *refusal(cudnnBackendDescriptor_t engine, const bn_cg_spec *s, const bn_ctx *ctx)
+{
+    cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+    int64_t count = 0;
+    if (cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                                 CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &count, notes) != CUDNN_STATUS_SUCCESS)
+        return "its numerical notes cannot be read";
+    for (int64_t i = 0; i < count; i++) switch (notes[i]) {
+        case CUDNN_NUMERICAL_NOTE_FFT: return "FFT";
+        case CUDNN_NUMERICAL_NOTE_WINOGRAD:
+        case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_4x4:
+        case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_6x6:
+        case CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_13x13: return "Winograd";
+        case CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION: return "reduced-precision sums";
+        case CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS:
+            if (!s->allow_down_convert) return "down-converted inputs";
+            break;
+        case CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC:
+            if (ctx->deterministic) return "non-deterministic";
+            break;
+        default: break;
+        }
+    cudnnBackendBehaviorNote_t behaviour[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
+    count = 0;
+    if (cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
+                                 CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &count, behaviour) != CUDNN_STATUS_SUCCESS)
+        return "its behaviour notes cannot be read";
+    for (int64_t i = 0; i < count; i++)
+        if (behaviour[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION) return "compiled at run time";
+    return NULL;
+}
+
+/* The configuration's name, "eng<index>" then " k<type>=<value>" per knob: what the kernel cache
+ * keeps, and what config_from_name rebuilds. */
+static bn_status name_config(cudnnBackendDescriptor_t cfg, cudnnBackendDescriptor_t engine, char *buf, size_t cap)
+{
+    int64_t index = -1, count = 0;
+    CG(cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &count, &index));
+    size_t len = (size_t)snprintf(buf, cap, "eng%lld", (long long)index);
+    cudnnBackendDescriptor_t knobs[CUDNN_KNOB_TYPE_COUNTS];
+    int made = 0;
+    bn_status st = BN_OK;
+    for (; made < CUDNN_KNOB_TYPE_COUNTS; made++)
+        if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, &knobs[made]) != CUDNN_STATUS_SUCCESS) {
+            st = bn_error(BN_ERR_DEVICE, "conv_graph: cannot create knob choice descriptors");
+            break;
+        }
+    count = 0;
+    if (st == BN_OK && cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                                CUDNN_KNOB_TYPE_COUNTS, &count, knobs) != CUDNN_STATUS_SUCCESS)
+        st = bn_error(BN_ERR_DEVICE, "conv_graph: cannot read an engine configuration's knobs");
+    for (int64_t i = 0; st == BN_OK && i < count && len < cap; i++) {
+        cudnnBackendKnobType_t type;
+        int64_t value = 0, got = 0;
+        if (cudnnBackendGetAttribute(knobs[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &got,
+                                     &type) != CUDNN_STATUS_SUCCESS ||
+            cudnnBackendGetAttribute(knobs[i], CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &got,
+                                     &value) != CUDNN_STATUS_SUCCESS) {
+            st = bn_error(BN_ERR_DEVICE, "conv_graph: cannot read a knob choice");
+            break;
+        }
+        len += (size_t)snprintf(buf + len, cap - len, " k%d=%lld", (int)type, (long long)value);
+    }
+    for (int i = 0; i < made; i++) cudnnBackendDestroyDescriptor(knobs[i]);
+    if (st == BN_OK && len >= cap) st = bn_error(BN_ERR_INTERNAL, "conv_graph: configuration name too long");
+    return st;
+}
+
+/* The execution plan of cfg, kept by p, and its workspace. */
+static bn_status make_exec(bn_ctx *ctx, bn_cg_plan *p, cudnnBackendDescriptor_t cfg)
+{
+    cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
+    cudnnBackendDescriptor_t exec;
+    BN_TRY(create(p, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &exec));
+    CG(cudnnBackendSetAttribute(exec, ATTR_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h));
+    CG(cudnnBackendSetAttribute(exec, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                &cfg));
+    CG(cudnnBackendFinalize(exec));
+    int64_t ws = 0, count = 0;
+    CG(cudnnBackendGetAttribute(exec, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &count, &ws));
+    p->exec = exec;
+    p->workspace = (size_t)ws;
+    return BN_OK;
+}
+
+/* Rebuilds the configuration a name gives (name_config) on graph, kept by p, and its plan. */
+static bn_status config_from_name(bn_ctx *ctx, bn_cg_plan *p, cudnnBackendDescriptor_t graph, const char *name)
+{
+    long long index = 0;
+    int used = 0;
+    if (sscanf(name, "eng%lld%n", &index, &used) != 1)
+        return bn_error(BN_ERR_DATA, "conv_graph: '%s' is not an engine configuration", name);
+    cudnnBackendDescriptor_t engine, cfg, knobs[CUDNN_KNOB_TYPE_COUNTS];
+    int num_knobs = 0;
+    const int64_t idx = index;
+    BN_TRY(create(p, CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine));
+    CG(cudnnBackendSetAttribute(engine, CUDNN_ATTR_ENGINE_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph));
+    CG(cudnnBackendSetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &idx));
+    CG(cudnnBackendFinalize(engine));
+    const char *at = name + used;
+    while (*at) {
+        int type = 0, n = 0;
+        long long value = 0;
+        if (sscanf(at, " k%d=%lld%n", &type, &value, &n) != 2 || num_knobs == CUDNN_KNOB_TYPE_COUNTS)
+            return bn_error(BN_ERR_DATA, "conv_graph: '%s' is not an engine configuration", name);
+        at += n;
+        const cudnnBackendKnobType_t kt = (cudnnBackendKnobType_t)type;
+        const int64_t kv = value;
+        cudnnBackendDescriptor_t k;
+        BN_TRY(create(p, CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, &k));
+        CG(cudnnBackendSetAttribute(k, CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &kt));
+        CG(cudnnBackendSetAttribute(k, CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &kv));
+        CG(cudnnBackendFinalize(k));
+        knobs[num_knobs++] = k;
+    }
+    BN_TRY(create(p, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &cfg));
+    CG(cudnnBackendSetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &engine));
+    if (num_knobs)
+        CG(cudnnBackendSetAttribute(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR, num_knobs,
+                                    knobs));
+    CG(cudnnBackendFinalize(cfg));
+    BN_TRY(make_exec(ctx, p, cfg));
+    snprintf(p->name, sizeof p->name, "%s", name);
+    return BN_OK;
+}
+
+static bn_status run_exec(bn_ctx *ctx, cudnnBackendDescriptor_t exec, const void *x, const void *w, void *y,
+                          void *workspace)
+{
+    cudnnBackendDescriptor_t pack;
+    CG(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack));
+    /* The pass writes one of the three; the pack takes them all as writable. */
+    void *ptrs[3] = {(void *)x, (void *)w, y};
+    const int64_t uids[3] = {UID_X, UID_W, UID_Y};
+    cudnnStatus_t e = cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3,
+                                               ptrs);
+    if (e == CUDNN_STATUS_SUCCESS)
+        e = cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, uids);
+    if (e == CUDNN_STATUS_SUCCESS)
+        e = cudnnBackendSetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
+    if (e == CUDNN_STATUS_SUCCESS) e = cudnnBackendFinalize(pack);
+    if (e == CUDNN_STATUS_SUCCESS) e = cudnnBackendExecute((cudnnHandle_t)ctx->cudnn, exec, pack);
+    cudnnBackendDestroyDescriptor(pack);
+    if (e != CUDNN_STATUS_SUCCESS)
+        return bn_error(BN_ERR_DEVICE, "cuDNN graph convolution: cudnnBackendExecute: %s", cudnnGetErrorString(e));
+    return BN_OK;
+}
+
+extern "C" bn_status bn_cg_run(bn_ctx *ctx, const bn_cg_plan *plan, const void *x, const void *w, const void *y)
+{
+    return run_exec(ctx, plan->exec, x, w, (void *)y, ctx->workspace);
+}
+
+extern "C" size_t bn_cg_workspace(const bn_cg_plan *plan)
+{
+    return plan->workspace;
+}
+
+extern "C" const char *bn_cg_name(const bn_cg_plan *plan)
+{
+    return plan->name;
+}
+
+extern "C" float bn_cg_ms(const bn_cg_plan *plan)
+{
+    return plan->ms;
+}
+
+static const char *type_name(cudnnDataType_t t)
+{
+    return t == CUDNN_DATA_FLOAT ? "f32" : t == CUDNN_DATA_BFLOAT16 ? "bf16" : t == CUDNN_DATA_HALF ? "f16" : "other";
+}
+
+/* The kernel cache's key: the device's scope, then everything the spec holds. */
+static bn_status cache_key(const bn_ctx *ctx, const bn_cg_spec *s, char *key, size_t cap)
+{
+    char scope[BN_KERNEL_KEY_MAX];
+    BN_TRY(bn_kernel_cache_scope(ctx, scope, sizeof scope));
+    size_t len = (size_t)snprintf(key, cap, "%s cg %s p%d s%d b%g d%d", scope, pass_names[s->pass], s->pad, s->stride,
+                                  s->beta, s->allow_down_convert);
+    const bn_cg_tensor *t[3] = {&s->x, &s->w, &s->y};
+    for (int i = 0; i < 3 && len < cap; i++) {
+        const int64_t *d = t[i]->dims;
+        const bn_cg_tensor nchw = bn_cg_nchw((int)d[0], (int)d[1], (int)d[2], (int)d[3], t[i]->type);
+        const bn_cg_tensor nhwc = bn_cg_nhwc((int)d[0], (int)d[1], (int)d[2], (int)d[3], t[i]->type);
+        char layout[64];
+        if (memcmp(t[i]->strides, nchw.strides, sizeof nchw.strides) == 0) snprintf(layout, sizeof layout, "nchw");
+        else if (memcmp(t[i]->strides, nhwc.strides, sizeof nhwc.strides) == 0) snprintf(layout, sizeof layout, "nhwc");
+        else
+            snprintf(layout, sizeof layout, "%lld,%lld,%lld,%lld", (long long)t[i]->strides[0],
+                     (long long)t[i]->strides[1], (long long)t[i]->strides[2], (long long)t[i]->strides[3]);
+        len += (size_t)snprintf(key + len, cap - len, " %s:%lldx%lldx%lldx%lld:%s:a%d", type_name(t[i]->type),
+                                (long long)d[0], (long long)d[1], (long long)d[2], (long long)d[3], layout,
+                                t[i]->align);
+    }
+    if (len >= cap) return bn_error(BN_ERR_INTERNAL, "conv_graph: no room for the kernel cache key");
+    return BN_OK;
+}
+
+/* The configurations cuDNN's heuristics give for graph in mode, up to cap (created here; the
+ * caller destroys them). */
+static bn_status heuristics(cudnnBackendDescriptor_t graph, cudnnBackendHeurMode_t mode, cudnnBackendDescriptor_t *cfgs,
+                            int cap, int *count)
+{
+    *count = 0;
+    cudnnBackendDescriptor_t heur;
+    CG(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur));
+    bn_status st = BN_OK;
+    int64_t got = 0;
+    int made = 0;
+    if (cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                 &graph) != CUDNN_STATUS_SUCCESS ||
+        cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode) !=
+            CUDNN_STATUS_SUCCESS ||
+        cudnnBackendFinalize(heur) != CUDNN_STATUS_SUCCESS ||
+        cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &got, NULL) !=
+            CUDNN_STATUS_SUCCESS) {
+        cudnnBackendDestroyDescriptor(heur);
+        return BN_OK; /* no heuristics for this graph in this mode: no candidates from it */
+    }
+    if (got > cap) got = cap;
+    for (; made < got; made++)
+        if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &cfgs[made]) != CUDNN_STATUS_SUCCESS) {
+            st = bn_error(BN_ERR_DEVICE, "conv_graph: cannot create engine configuration descriptors");
+            break;
+        }
+    int64_t filled = 0;
+    if (st == BN_OK && cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                                got, &filled, cfgs) != CUDNN_STATUS_SUCCESS)
+        st = bn_error(BN_ERR_DEVICE, "conv_graph: cannot read the heuristics' results");
+    cudnnBackendDestroyDescriptor(heur);
+    if (st != BN_OK) {
+        for (int i = 0; i < made; i++) cudnnBackendDestroyDescriptor(cfgs[i]);
+        return st;
+    }
+    for (int64_t i = filled; i < made; i++) cudnnBackendDestroyDescriptor(cfgs[i]);
+    *count = (int)filled;
+    return BN_OK;
+}
+
+/* Least time of one run of exec over 3 rounds of 3, after one run to warm up; a run cuDNN
+ * refuses gives *ok = 0. */
+static bn_status time_exec(bn_ctx *ctx, cudnnBackendDescriptor_t exec, void *x, void *w, void *y, void *ws, float *ms,
+                           int *ok)
+{
+    cudaStream_t stream = (cudaStream_t)ctx->stream;
+    *ok = 0;
+    if (run_exec(ctx, exec, x, w, y, ws) != BN_OK) return BN_OK;
+    cudaEvent_t start, end;
+    BN_CUDA(cudaEventCreate(&start));
+    if (cudaEventCreate(&end) != cudaSuccess) {
+        cudaEventDestroy(start);
+        return bn_error(BN_ERR_DEVICE, "conv_graph: cannot create a CUDA event");
+    }
+    bn_status st = BN_OK;
+    float best = 0.0f;
+    for (int round = 0; round < 3 && st == BN_OK; round++) {
+        if (cudaEventRecord(start, stream) != cudaSuccess) st = bn_error(BN_ERR_DEVICE, "conv_graph: event record failed");
+        for (int r = 0; r < 3 && st == BN_OK; r++) st = run_exec(ctx, exec, x, w, y, ws);
+        float t = 0.0f;
+        if (st == BN_OK && (cudaEventRecord(end, stream) != cudaSuccess || cudaEventSynchronize(end) != cudaSuccess ||
+                            cudaEventElapsedTime(&t, start, end) != cudaSuccess))
+            st = bn_error(BN_ERR_DEVICE, "conv_graph: timing a candidate failed: %s",
+                          cudaGetErrorString(cudaGetLastError()));
+        if (st == BN_OK && (round == 0 || t / 3 < best)) best = t / 3;
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(end);
+    if (st != BN_OK) return st;
+    *ms = best;
+    *ok = 1;
+    return BN_OK;
+}
+
+/* One candidate: its engine allowed, its plan made within the workspace limit, then timed
+ * (when timed) on a workspace of its own. *took: 1 when it ran, with *ms its time. */
+static bn_status try_candidate(bn_ctx *ctx, const bn_cg_spec *s, cudnnBackendDescriptor_t cfg, bool timed, void *x, void *w, void *y, char *name,
+                               size_t name_cap, float *ms, size_t *ws_out, int *took)
+{
+    *took = 0;
+    cudnnBackendDescriptor_t engine;
+    CG(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine));
+    int64_t got = 0;
+    const char *why = NULL;
+    bn_status st = BN_OK;
+    if (cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &got, &engine) !=
+        CUDNN_STATUS_SUCCESS)
+        why = "its engine cannot be read";
+    if (!why) st = name_config(cfg, engine, name, name_cap);
+    if (!why && st == BN_OK) why = refusal(engine, s, ctx);
+    cudnnBackendDestroyDescriptor(engine);
+    if (st != BN_OK) return st;
+    if (why) {
+        if (verbose()) fprintf(stderr, "conv_graph: %s %s: refused: %s\n", pass_names[s->pass], name, why);
+        return BN_OK;
+    }
+    /* The plan, made on a scratch plan object to learn its workspace; failures mean "not for this spec". */
+    cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
+    cudnnBackendDescriptor_t exec;
+    int64_t ws = 0;
+    if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &exec) != CUDNN_STATUS_SUCCESS)
+        return bn_error(BN_ERR_DEVICE, "conv_graph: cannot create an execution plan descriptor");
+    if (cudnnBackendSetAttribute(exec, ATTR_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h) != CUDNN_STATUS_SUCCESS ||
+        cudnnBackendSetAttribute(exec, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                 &cfg) != CUDNN_STATUS_SUCCESS ||
+        cudnnBackendFinalize(exec) != CUDNN_STATUS_SUCCESS ||
+        cudnnBackendGetAttribute(exec, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &got, &ws) !=
+            CUDNN_STATUS_SUCCESS) {
+        cudnnBackendDestroyDescriptor(exec);
+        if (verbose()) fprintf(stderr, "conv_graph: %s %s: no plan for this shape\n", pass_names[s->pass], name);
+        return BN_OK;
+    }
+    if ((size_t)ws > WORKSPACE_LIMIT) {
+        cudnnBackendDestroyDescriptor(exec);
+        if (verbose()) fprintf(stderr, "conv_graph: %s %s: workspace %lld too large\n", pass_names[s->pass], name,
+                               (long long)ws);
+        return BN_OK;
+    }
+    *ws_out = (size_t)ws;
+    *ms = 0.0f;
+    if (!timed) {
+        cudnnBackendDestroyDescriptor(exec);
+        *took = 1;
+        return BN_OK;
+    }
+    void *scratch = NULL;
+    if (ws > 0 && cudaMalloc(&scratch, (size_t)ws) != cudaSuccess) {
+        cudaGetLastError();
+        cudnnBackendDestroyDescriptor(exec);
+        return BN_OK; /* no room to try it: not a candidate */
+    }
+    st = time_exec(ctx, exec, x, w, y, scratch, ms, took);
+    if (st == BN_OK && cudaStreamSynchronize((cudaStream_t)ctx->stream) != cudaSuccess)
+        st = bn_error(BN_ERR_DEVICE, "conv_graph: candidate %s failed: %s", name, cudaGetErrorString(cudaGetLastError()));
+    cudaFree(scratch);
+    cudnnBackendDestroyDescriptor(exec);
+    if (verbose() && st == BN_OK)
+        fprintf(stderr, "conv_graph: %s %s: %s %.4f ms (workspace %lld)\n", pass_names[s->pass], name,
+                *took ? "ran" : "failed to run", *ms, (long long)ws);
+    return st;
+}
+
+/* Builds the plan named `name` on a fresh graph of the spec into *out. */
+static bn_status plan_named(bn_ctx *ctx, const bn_cg_spec *s, const char *name, float ms, bn_cg_plan **out)
+{
+    bn_cg_plan *p = (bn_cg_plan *)calloc(1, sizeof *p);
+    if (!p) return bn_error(BN_ERR_NOMEM, "conv_graph: out of host memory");
+    cudnnBackendDescriptor_t graph;
+    bn_status st = make_graph(ctx, p, s, &graph);
+    if (st == BN_OK) st = config_from_name(ctx, p, graph, name);
+    if (st == BN_OK) st = bn_ctx_reserve_workspace(ctx, p->workspace);
+    if (st != BN_OK) {
+        bn_cg_free(&p);
+        return st;
+    }
+    p->ms = ms;
+    *out = p;
+    return BN_OK;
+}
+
+extern "C" bn_status bn_cg_choose(bn_ctx *ctx, const bn_cg_spec *spec, int cached, void *x, void *w, void *y,
+                                  bn_cg_plan **out)
+{
+    *out = NULL;
+    const bool timed = !ctx->deterministic;
+    char key[BN_KERNEL_KEY_MAX] = "";
+    if (timed && cached) {
+        BN_TRY(cache_key(ctx, spec, key, sizeof key));
+        char choice[BN_KERNEL_CHOICE_MAX];
+        int found = 0;
+        BN_TRY(bn_kernel_cache_get(key, choice, sizeof choice, &found));
+        if (found) {
+            if (strcmp(choice, "none") == 0) return BN_OK;
+            if (plan_named(ctx, spec, choice, 0.0f, out) == BN_OK) return BN_OK;
+            /* A cached configuration that no longer builds: time afresh. */
+        }
+    }
+
+    /* The graph the heuristics rank, kept in a holder freed at the end. */
+    bn_cg_plan holder;
+    memset(&holder, 0, sizeof holder);
+    cudnnBackendDescriptor_t graph;
+    bn_status st = make_graph(ctx, &holder, spec, &graph);
+    if (st != BN_OK) {
+        release_all(&holder);
+        /* A graph cuDNN refuses for these tensors (a layout or type it has no engines for). */
+        if (verbose()) fprintf(stderr, "conv_graph: %s: no graph: %s\n", pass_names[spec->pass], bn_last_error());
+        return BN_OK;
+    }
+    cudnnBackendDescriptor_t cfgs[2][BN_CG_CANDIDATES];
+    int counts[2] = {0, 0};
+    const cudnnBackendHeurMode_t modes[2] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
+    for (int m = 0; m < 2 && st == BN_OK; m++) st = heuristics(graph, modes[m], cfgs[m], BN_CG_CANDIDATES, &counts[m]);
+
+    char best_name[NAME_MAX_LEN] = "";
+    float best_ms = 0.0f;
+    char seen[2 * BN_CG_CANDIDATES][NAME_MAX_LEN];
+    int num_seen = 0, tried = 0;
+    for (int m = 0; m < 2 && st == BN_OK; m++)
+        for (int i = 0; i < counts[m] && st == BN_OK && tried < BN_CG_CANDIDATES; i++) {
+            char name[NAME_MAX_LEN] = "";
+            float ms = 0.0f;
+            size_t ws = 0;
+            int took = 0;
+            st = try_candidate(ctx, spec, cfgs[m][i], timed, x, w, y, name, sizeof name, &ms, &ws, &took);
+            if (st != BN_OK || !took) continue;
+            int dup = 0;
+            for (int j = 0; j < num_seen && !dup; j++) dup = strcmp(seen[j], name) == 0;
+            if (dup) continue;
+            snprintf(seen[num_seen++], NAME_MAX_LEN, "%s", name);
+            tried++;
+            if (!best_name[0] || (timed && ms < best_ms)) {
+                snprintf(best_name, sizeof best_name, "%s", name);
+                best_ms = ms;
+            }
+            if (!timed) break; /* the heuristics' first allowed one */
+        }
+    for (int m = 0; m < 2; m++)
+        for (int i = 0; i < counts[m]; i++) cudnnBackendDestroyDescriptor(cfgs[m][i]);
+    release_all(&holder);
+    if (st != BN_OK) return st;
+    if (!best_name[0]) {
+        if (key[0]) BN_TRY(bn_kernel_cache_put(key, "none"));
+        return BN_OK;
+    }
+    BN_TRY(plan_named(ctx, spec, best_name, best_ms, out));
+    if (key[0]) BN_TRY(bn_kernel_cache_put(key, best_name));
+    return BN_OK;
+}
