@@ -66,22 +66,72 @@ static __global__ void act_backward(const T *__restrict__ x, const T *__restrict
     }
 }
 
+/* The same over packs of 16 bytes (bn_pack: 8 BF16 or 4 FP32 values per thread and step), for
+ * 16-byte aligned blobs: a quarter to an eighth of the memory instructions. */
+template <act_kind K, typename T>
+static __global__ void act_forward_packs(const T *__restrict__ x, T *__restrict__ y, size_t packs, float a)
+{
+    const int N = bn_pack<T>::N;
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < packs; i += stride) {
+        float v[N];
+        bn_ld_pack(x + i * N, v);
+#pragma unroll
+        for (int j = 0; j < N; j++) v[j] = act_value<K>(v[j], a);
+        bn_st_pack(y + i * N, v);
+    }
+}
+
+template <act_kind K, typename T>
+static __global__ void act_backward_packs(const T *__restrict__ x, const T *__restrict__ y, const T *__restrict__ dy,
+                                          T *__restrict__ dx, size_t packs, float a)
+{
+    const int N = bn_pack<T>::N;
+    const bool use_x = K != ACT_SIGMOID && K != ACT_TANH, use_y = K != ACT_RELU && K != ACT_LEAKY;
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < packs; i += stride) {
+        float xv[N] = {}, yv[N] = {}, g[N];
+        if (use_x) bn_ld_pack(x + i * N, xv);
+        if (use_y) bn_ld_pack(y + i * N, yv);
+        bn_ld_pack(dy + i * N, g);
+#pragma unroll
+        for (int j = 0; j < N; j++) g[j] = act_grad<K>(xv[j], yv[j], g[j], a);
+        bn_st_pack(dx + i * N, g);
+    }
+}
+
 static int grid_for(size_t n)
 {
     size_t b = (n + 255) / 256;
     return (int)(b < 1 ? 1 : b > 4096 ? 4096 : b);
 }
 
+/* Packs over the aligned body where every pointer is 16-byte aligned, one element per thread
+ * over the rest (the tail, or everything). */
 template <act_kind K, typename T>
 static void launch_forward(const T *x, T *y, size_t count, float a, cudaStream_t s)
 {
-    act_forward<K, T><<<grid_for(count), 256, 0, s>>>(x, y, count, a);
+    size_t done = 0;
+    if (bn_aligned16(x) && bn_aligned16(y)) {
+        const size_t packs = count / bn_pack<T>::N;
+        if (packs) act_forward_packs<K, T><<<grid_for(packs), 256, 0, s>>>(x, y, packs, a);
+        done = packs * bn_pack<T>::N;
+    }
+    if (done < count) act_forward<K, T><<<grid_for(count - done), 256, 0, s>>>(x + done, y + done, count - done, a);
 }
 
 template <act_kind K, typename T>
 static void launch_backward(const T *x, const T *y, const T *dy, T *dx, size_t count, float a, cudaStream_t s)
 {
-    act_backward<K, T><<<grid_for(count), 256, 0, s>>>(x, y, dy, dx, count, a);
+    size_t done = 0;
+    if (bn_aligned16(x) && bn_aligned16(y) && bn_aligned16(dy) && bn_aligned16(dx)) {
+        const size_t packs = count / bn_pack<T>::N;
+        if (packs) act_backward_packs<K, T><<<grid_for(packs), 256, 0, s>>>(x, y, dy, dx, packs, a);
+        done = packs * bn_pack<T>::N;
+    }
+    if (done < count)
+        act_backward<K, T><<<grid_for(count - done), 256, 0, s>>>(x + done, y + done, dy + done, dx + done,
+                                                                  count - done, a);
 }
 
 template <typename T>

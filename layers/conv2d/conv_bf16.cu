@@ -608,12 +608,17 @@ static bn_status prepare(bn_layer *l, bn_ctx *ctx, conv_bf16 **state, const bf16
     return BN_OK;
 }
 
-/* y[e, k, :] += b[k] over total elements of planes of `plane` cells, `filters` channels. */
-static __global__ void add_bias(__nv_bfloat16 *__restrict__ y, const float *__restrict__ b, size_t total, int plane,
+/* y[e, k, :] += b[k] over `planes` = images x filters planes of `plane` cells: blocks along y
+ * take whole planes (one bias value each), blocks along x the cells of one. */
+static __global__ void add_bias(__nv_bfloat16 *__restrict__ y, const float *__restrict__ b, int planes, int plane,
                                 int filters)
 {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x)
-        bn_st(&y[i], bn_ld(&y[i]) + b[(i / (size_t)plane) % (size_t)filters]);
+    for (int row = blockIdx.y; row < planes; row += gridDim.y) {
+        const float bk = b[row % filters];
+        __nv_bfloat16 *yr = y + (size_t)row * plane;
+        for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < plane; i += gridDim.x * blockDim.x)
+            bn_st(&yr[i], bn_ld(&yr[i]) + bk);
+    }
 }
 
 /* Block (part, k): the sum of dy over its span of channel k's count = batch x plane elements. */
@@ -647,12 +652,6 @@ static __global__ void bias_finish(const float *__restrict__ parts, int filters,
     db[k] += acc;
 }
 
-static unsigned grid_for(size_t n)
-{
-    size_t b = (n + THREADS - 1) / THREADS;
-    return (unsigned)(b < 1 ? 1 : b > 4096 ? 4096 : b);
-}
-
 extern "C" bn_status bn_conv_bf16_forward(bn_layer *l, const bn_pass *p)
 {
     bn_ctx *ctx = p->ctx;
@@ -665,8 +664,11 @@ extern "C" bn_status bn_conv_bf16_forward(bn_layer *l, const bn_pass *p)
     BN_DEV_RD(b, l->params[BIAS].value);
     BN_DEV16_WR(y, l->out);
     BN_TRY(conv_forward(c, s, plan, plan->layout, ctx, x, w, y));
-    const size_t total = bn_blob_count(l->out);
-    add_bias<<<grid_for(total), THREADS, 0, (cudaStream_t)ctx->stream>>>(y, b, total, c->g.oh * c->g.ow, c->filters);
+    const int plane = c->g.oh * c->g.ow, planes = l->out->n * c->filters;
+    /* Small planes (4x4 at the end of a strided net) get blocks of one or a few warps. */
+    const int threads = plane >= THREADS ? THREADS : (plane + 31) / 32 * 32;
+    const dim3 grid((unsigned)((plane + threads - 1) / threads), (unsigned)(planes < 65535 ? planes : 65535));
+    add_bias<<<grid, threads, 0, (cudaStream_t)ctx->stream>>>(y, b, planes, plane, c->filters);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }

@@ -23,6 +23,34 @@ static __device__ __forceinline__ float bn_ld(const __nv_bfloat16 *p) { return b
 static __device__ __forceinline__ void bn_st(float *p, float v) { *p = v; }
 static __device__ __forceinline__ void bn_st(__nv_bfloat16 *p, float v) { bn_st_bf16(p, v); }
 
+/* 16 bytes of activations at once (8 BF16 or 4 FP32 values), widened to float; p must be
+ * 16-byte aligned (bn_aligned16). Elementwise kernels take these where every pointer is. */
+template <typename T> struct bn_pack {
+    static const int N = 16 / (int)sizeof(T);
+};
+
+template <typename T> static __device__ __forceinline__ void bn_ld_pack(const T *p, float *v)
+{
+    const uint4 raw = *(const uint4 *)p;
+    const T *e = (const T *)&raw;
+#pragma unroll
+    for (int i = 0; i < bn_pack<T>::N; i++) v[i] = bn_ld(e + i);
+}
+
+template <typename T> static __device__ __forceinline__ void bn_st_pack(T *p, const float *v)
+{
+    uint4 raw;
+    T *e = (T *)&raw;
+#pragma unroll
+    for (int i = 0; i < bn_pack<T>::N; i++) bn_st(e + i, v[i]);
+    *(uint4 *)p = raw;
+}
+
+static inline bool bn_aligned16(const void *p)
+{
+    return ((unsigned long long)p & 15u) == 0;
+}
+
 /* Layer code: the BF16 device data of a blob as __nv_bfloat16, or return the recorded error. */
 #define BN_DEV16_RD(var, blob)                                                         \
     const __nv_bfloat16 *var = (const __nv_bfloat16 *)bn_blob_dev16_rd(blob);          \
