@@ -411,6 +411,57 @@ BN_TEST(gpu_layer_conv2d_lenet_shapes_match_cpu)
     return run_case(&lc);
 }
 
+/* engine = cudnn with cuDNN's graph-API engines forced wherever it has one (conv_graph.h): in the
+ * autotuned run every pass of these shapes runs on one ("graph eng" in the plan), FP32-exact as
+ * the legacy algorithms are (no TF32 tensor cores, no transforms); the first run (kernel cache
+ * or rule) is the normal choice. Shapes: stride 2, padding 2, 3x3 padded at 32 filters, 1x1. */
+BN_TEST(gpu_layer_conv2d_cudnn_graph_matches_cpu)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    static const layer_case cases[] = {
+        {"cudnn graph conv2d 3x7x9 k3s2p1, k3s1p2",
+         "[input]\nchannels=3\nheight=7\nwidth=9\n"
+         "[conv2d]\nfilters=5\nsize=3\nstride=2\npad=1\nengine=cudnn\n"
+         "[conv2d]\nfilters=4\nsize=3\nstride=1\npad=2\ninit=he\nengine=cudnn\n",
+         TOL_GEMM, 0, 0, 0, 1, 0, 0},
+        {"cudnn graph conv2d 16x14x14 k3p1 x32, k1 x8",
+         "[input]\nchannels=16\nheight=14\nwidth=14\n"
+         "[conv2d]\nfilters=32\nsize=3\npad=1\ninit=he\nengine=cudnn\n[conv2d]\nfilters=8\nsize=1\nengine=cudnn\n",
+         TOL_GEMM, 0, 0, 0, 1, 0, 0},
+    };
+    bn_conv2d_gpu_force_graph(1);
+    int r = BN_PASS;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0] && r == BN_PASS; i++) r = run_case(&cases[i]);
+#ifdef BN_WITH_CUDA
+    /* The plan of the second case's layers when chosen by timing. */
+    bn_ctx *ctx = NULL;
+    bn_net *net = NULL;
+    char plans[2][512] = {"", ""};
+    bn_status s = r == BN_PASS ? bn_ctx_open(0, &ctx) : BN_OK;
+    if (r == BN_PASS && s == BN_OK) {
+        const int was = ctx->autotune;
+        ctx->autotune = 1;
+        s = bn_net_from_text(cases[1].text, "graph", &net);
+        if (s == BN_OK) s = bn_net_setup(net, 16, ctx, 1, 3);
+        if (s == BN_OK) s = bn_net_forward(net, 1);
+        if (s == BN_OK) s = bn_net_backward(net);
+        for (int k = 0; k < 2 && s == BN_OK; k++) bn_conv2d_gpu_describe(net->layers[k + 1], plans[k], sizeof plans[k]);
+        bn_net_free(net);
+        ctx->autotune = was;
+    }
+    bn_conv2d_gpu_force_graph(0);
+    CHECK_OK(s);
+    for (int k = 0; k < 2 && r == BN_PASS; k++) {
+        printf("    layer %d: %s\n", k + 1, plans[k]);
+        CHECK_MSG(strstr(plans[k], "fwd graph eng") && strstr(plans[k], "bwd_filter graph eng") &&
+                      (k == 0 || strstr(plans[k], "bwd_data graph eng")),
+                  "layer %d's plan \"%s\" does not run every pass on a graph engine", k + 1, plans[k]);
+    }
+#endif
+    bn_conv2d_gpu_force_graph(0);
+    return r;
+}
+
 /* engine = blobnet: the same comparisons for blobnet's own convolution kernels, on shapes that
  * take each of their launch forms: stride 2 (backward data then falls back to cuDNN), more
  * input channels than one shared-memory chunk holds, split reductions, a position tile per

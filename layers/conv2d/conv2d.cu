@@ -33,6 +33,7 @@
 #include "conv2d.h"
 #include "conv_argmax.h"
 #include "conv_direct.h"
+#include "conv_graph.h"
 #include "conv_igemm.h"
 #include "conv_rows.h"
 #include "conv_tensor.h"
@@ -75,6 +76,8 @@ typedef struct conv_plan {
     bn_rows_plan rows;                         /* of its row-tiled kernels */
     bn_tensor_plan tc;                         /* of its tensor-core kernels */
     bn_argmax_plan am;                         /* and of its filter pass through a max pooling */
+    bn_cg_plan *cg[3];                         /* where cuDNN runs a pass through its graph API
+                                                  (conv_graph.h) instead of the legacy algorithm */
 } conv_plan;
 
 struct conv_gpu {
@@ -100,6 +103,8 @@ extern "C" void bn_conv2d_gpu_release(conv_priv *c)
     if (g->fork) cudaEventDestroy(g->fork);
     if (g->join) cudaEventDestroy(g->join);
     bn_device_free(g->parts);
+    for (int i = 0; i < g->num_plans; i++)
+        for (int k = 0; k < 3; k++) bn_cg_free(&g->plans[i].cg[k]);
     free(g->plans);
     free(g);
     c->gpu = NULL;
@@ -161,7 +166,74 @@ static bn_status none_usable(const bn_layer *l, const char *pass)
     return bn_error(BN_ERR_DEVICE, "layer %s: cuDNN offers no usable %s algorithm for this shape", l->name, pass);
 }
 
-static bn_status choose_fwd(const bn_layer *l, const bn_ctx *ctx, const conv_gpu *g, cudnnTensorDescriptor_t x,
+/* cuDNN's graph-API plan for pass `pass` (BN_CG_*) on the layer's FP32 NCHW tensors at its
+ * current batch (conv_graph.h): TF32 products allowed with ctx->tf32 only; the filter pass adds
+ * into the gradient as the legacy one does. Timed on scratch buffers of the layer's sizes, or
+ * taken from the kernel cache (cached). *out is NULL where cuDNN offers no allowed engine. */
+static bn_status graph_plan(const bn_layer *l, bn_ctx *ctx, int pass, int cached, bn_cg_plan **out)
+{
+    *out = NULL;
+    const conv_priv *c = (const conv_priv *)l->priv;
+    const bn_conv_geom *g = &c->g;
+    const int n = l->in->n;
+    bn_cg_spec spec;
+    memset(&spec, 0, sizeof spec);
+    spec.pass = pass;
+    spec.pad = c->pad;
+    spec.stride = c->stride;
+    spec.allow_down_convert = ctx->tf32;
+    spec.beta = pass == BN_CG_FILTER ? 1.0f : 0.0f;
+    spec.x = bn_cg_nchw(n, g->c, g->h, g->w, CUDNN_DATA_FLOAT);
+    spec.w = bn_cg_nchw(c->filters, g->c, c->size, c->size, CUDNN_DATA_FLOAT);
+    spec.y = bn_cg_nchw(n, c->filters, g->oh, g->ow, CUDNN_DATA_FLOAT);
+    const bn_blob *xb = pass == BN_CG_DATA ? l->in_grad : l->in, *yb = pass == BN_CG_FORWARD ? l->out : l->out_grad;
+    const bn_blob *wb = pass == BN_CG_FILTER ? l->params[WEIGHT].grad : l->params[WEIGHT].value;
+    bn_cg_align(&spec.x, xb->offset * sizeof(float));
+    bn_cg_align(&spec.y, yb->offset * sizeof(float));
+    bn_cg_align(&spec.w, wb->offset * sizeof(float));
+    const size_t in = (size_t)n * g->c * g->h * g->w, outs = (size_t)n * c->filters * g->oh * g->ow;
+    const size_t weights = (size_t)c->filters * g->c * c->size * c->size;
+    float *x = NULL, *w = NULL, *y = NULL;
+    bn_status st = bn_device_alloc((void **)&x, in * sizeof(float));
+    if (st == BN_OK) st = bn_device_alloc((void **)&w, weights * sizeof(float));
+    if (st == BN_OK) st = bn_device_alloc((void **)&y, outs * sizeof(float));
+    if (st == BN_OK) st = bn_device_zero(x, in * sizeof(float));
+    if (st == BN_OK) st = bn_device_zero(w, weights * sizeof(float));
+    if (st == BN_OK) st = bn_device_zero(y, outs * sizeof(float));
+    if (st == BN_OK) st = bn_cg_choose(ctx, &spec, cached, x, w, y, out);
+    bn_device_free(x);
+    bn_device_free(w);
+    bn_device_free(y);
+    return st;
+}
+
+/* Set by bn_conv2d_gpu_force_graph: the graph API's plan wherever it has one, timed or not. */
+static bool graph_forced = false;
+
+extern "C" void bn_conv2d_gpu_force_graph(int on)
+{
+    graph_forced = on != 0;
+}
+
+/* After the legacy algorithm of a pass was measured at legacy_ms: the graph API's plan instead
+ * where it was timed faster (never in a deterministic context, whose runs take the legacy
+ * heuristics' choice). Its workspace joins *need. */
+static bn_status maybe_graph(const bn_layer *l, bn_ctx *ctx, int pass, float legacy_ms, conv_plan *plan, size_t *need)
+{
+    if (ctx->deterministic) return BN_OK;
+    bn_cg_plan *gp = NULL;
+    BN_TRY(graph_plan(l, ctx, pass, 0, &gp));
+    if (!gp || (!graph_forced && bn_cg_ms(gp) >= legacy_ms)) {
+        bn_cg_free(&gp);
+        return BN_OK;
+    }
+    plan->cg[pass] = gp;
+    if (bn_cg_workspace(gp) > *need) *need = bn_cg_workspace(gp);
+    if (pass == BN_CG_DATA) plan->bwd_data_workspace = bn_cg_workspace(gp);
+    return BN_OK;
+}
+
+static bn_status choose_fwd(const bn_layer *l, bn_ctx *ctx, bool graph, const conv_gpu *g, cudnnTensorDescriptor_t x,
                             cudnnTensorDescriptor_t y, conv_plan *plan, size_t *need)
 {
     cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
@@ -177,10 +249,10 @@ static bn_status choose_fwd(const bn_layer *l, const bn_ctx *ctx, const conv_gpu
     if (i < 0) return none_usable(l, "forward");
     plan->fwd = r[i].algo;
     if (r[i].memory > *need) *need = r[i].memory;
-    return BN_OK;
+    return graph ? maybe_graph(l, ctx, BN_CG_FORWARD, r[i].time, plan, need) : BN_OK;
 }
 
-static bn_status choose_bwd_data(const bn_layer *l, const bn_ctx *ctx, const conv_gpu *g, cudnnTensorDescriptor_t dx,
+static bn_status choose_bwd_data(const bn_layer *l, bn_ctx *ctx, bool graph, const conv_gpu *g, cudnnTensorDescriptor_t dx,
                                  cudnnTensorDescriptor_t dy, conv_plan *plan, size_t *need)
 {
     cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
@@ -197,10 +269,10 @@ static bn_status choose_bwd_data(const bn_layer *l, const bn_ctx *ctx, const con
     plan->bwd_data = r[i].algo;
     plan->bwd_data_workspace = r[i].memory;
     if (r[i].memory > *need) *need = r[i].memory;
-    return BN_OK;
+    return graph ? maybe_graph(l, ctx, BN_CG_DATA, r[i].time, plan, need) : BN_OK;
 }
 
-static bn_status choose_bwd_filter(const bn_layer *l, const bn_ctx *ctx, const conv_gpu *g,
+static bn_status choose_bwd_filter(const bn_layer *l, bn_ctx *ctx, bool graph, const conv_gpu *g,
                                    cudnnTensorDescriptor_t x, cudnnTensorDescriptor_t dy, conv_plan *plan,
                                    size_t *need)
 {
@@ -217,7 +289,7 @@ static bn_status choose_bwd_filter(const bn_layer *l, const bn_ctx *ctx, const c
     if (i < 0) return none_usable(l, "backward-filter");
     plan->bwd_filter = r[i].algo;
     if (r[i].memory > *need) *need = r[i].memory;
-    return BN_OK;
+    return graph ? maybe_graph(l, ctx, BN_CG_FILTER, r[i].time, plan, need) : BN_OK;
 }
 
 /* Whether the forward pass by `by` can write a 2x2 max pooling's output instead of its own
@@ -245,8 +317,11 @@ static bn_status forward_pass(int by, const conv_gpu *g, const conv_plan *plan, 
     if (by == BY_TENSOR) return bn_tensor_forward(&plan->tc, ctx->stream, x, w, b, y, pooled);
     cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
     const float one = 1.0f, zero = 0.0f;
-    BN_CUDNN(cudnnConvolutionForward(h, &one, xd, x, g->w_desc, w, g->conv_desc, plan->fwd, ctx->workspace,
-                                     ctx->workspace_size, &zero, yd, y));
+    if (plan->cg[0])
+        BN_TRY(bn_cg_run(ctx, plan->cg[0], x, w, y));
+    else
+        BN_CUDNN(cudnnConvolutionForward(h, &one, xd, x, g->w_desc, w, g->conv_desc, plan->fwd, ctx->workspace,
+                                         ctx->workspace_size, &zero, yd, y));
     BN_CUDNN(cudnnAddTensor(h, &one, g->bias_desc, b, &one, yd, y));
     return BN_OK;
 }
@@ -274,6 +349,7 @@ static bn_status data_pass(int by, const conv_gpu *g, const conv_plan *plan, bn_
     if (by == BY_ROWS) return bn_rows_backward_data(&plan->rows, ctx->stream, dy, w, dx);
     if (by == BY_TENSOR) return bn_tensor_backward_data(&plan->tc, ctx->stream, dy, pooled, w, dx);
     const float one = 1.0f, zero = 0.0f;
+    if (plan->cg[1]) return bn_cg_run(ctx, plan->cg[1], dx, w, dy);
     BN_CUDNN(cudnnConvolutionBackwardData((cudnnHandle_t)ctx->cudnn, &one, g->w_desc, w, dyd, dy, g->conv_desc,
                                           plan->bwd_data, ctx->workspace, ctx->workspace_size, &zero, dxd, dx));
     return BN_OK;
@@ -304,6 +380,7 @@ static bn_status filter_pass(int by, const conv_gpu *g, const conv_plan *plan, b
     cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
     const float one = 1.0f;
     BN_CUDNN(cudnnConvolutionBackwardBias(h, &one, dyd, dy, &one, g->bias_desc, db));
+    if (plan->cg[2]) return bn_cg_run(ctx, plan->cg[2], x, dw, dy);
     BN_CUDNN(cudnnConvolutionBackwardFilter(h, &one, xd, x, dyd, dy, g->conv_desc, plan->bwd_filter, ctx->workspace,
                                             ctx->workspace_size, &one, g->w_desc, dw));
     return BN_OK;
@@ -572,20 +649,21 @@ static bn_status reserve(conv_priv *c, bn_ctx *ctx, const conv_plan *plan, size_
 }
 
 /* Chooses the runners among can and ask: cuDNN's algorithms for the passes it may run (measured,
- * or in a deterministic context by its heuristics), then, where several runners remain, the one
+ * or in a deterministic context by its heuristics; with `graph`, its graph-API engines too where
+ * they were timed faster than the legacy algorithm: maybe_graph), then, where several runners remain, the one
  * timed fastest (pick_runner): forward and filter first, then the data pass timed beside the
  * chosen filter pass, as the backward pass runs the two. */
 static bn_status choose_runners(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *plan, const bool can[3][BY_COUNT],
-                                const bool ask[3])
+                                const bool ask[3], bool graph)
 {
     conv_gpu *g = c->gpu;
     BN_TENSOR_DESC(x, l->in);
     BN_TENSOR_DESC(y, l->out);
     size_t need = 0;
     float ms[3][BY_COUNT] = {{0}};
-    if (ask[0]) BN_TRY(choose_fwd(l, ctx, g, x, y, plan, &need));
-    if (ask[1]) BN_TRY(choose_bwd_data(l, ctx, g, x, y, plan, &need));
-    if (ask[2]) BN_TRY(choose_bwd_filter(l, ctx, g, x, y, plan, &need));
+    if (ask[0]) BN_TRY(choose_fwd(l, ctx, graph, g, x, y, plan, &need));
+    if (ask[1]) BN_TRY(choose_bwd_data(l, ctx, graph, g, x, y, plan, &need));
+    if (ask[2]) BN_TRY(choose_bwd_filter(l, ctx, graph, g, x, y, plan, &need));
     bool own_filter = false, timed[3][BY_COUNT];
     for (int i = 0; i < 3; i++) {
         int candidates = 0;
@@ -625,7 +703,8 @@ static bn_status cache_key(const bn_layer *l, const conv_priv *c, const bn_ctx *
     return BN_OK;
 }
 
-/* Runner names in the cache's choices, by BY_*; cuDNN's carry the algorithm: "cudnn:1". */
+/* Runner names in the cache's choices, by BY_*; cuDNN's carry the algorithm, "cudnn:1", or
+ * "cudnn:g" for its graph API (whose engine the cache keeps under the pass's own key). */
 static const char *const cached_names[BY_COUNT] = {"cudnn", "direct", "igemm", "rows", "tensor", "argmax"};
 
 /* The plan's runners as a cache choice: "fwd=tensor data=cudnn:1 filter=rows" ("data=-" for a
@@ -636,19 +715,25 @@ static void cache_choice(const conv_plan *plan, char *buf, size_t cap)
     char pass[3][24];
     for (int i = 0; i < 3; i++) {
         if (i == 1 && !plan->with_data) snprintf(pass[i], sizeof pass[i], "-");
+        else if (plan->by[i] == BY_CUDNN && plan->cg[i]) snprintf(pass[i], sizeof pass[i], "cudnn:g");
         else if (plan->by[i] == BY_CUDNN) snprintf(pass[i], sizeof pass[i], "cudnn:%d", algo[i]);
         else snprintf(pass[i], sizeof pass[i], "%s", cached_names[plan->by[i]]);
     }
     snprintf(buf, cap, "fwd=%s data=%s filter=%s", pass[0], pass[1], pass[2]);
 }
 
-/* One pass's runner in a cache choice: *by and, for cuDNN, *algo (below `count`); "-" gives
- * *by = -1. 0 when the text is none of these. */
+/* One pass's runner in a cache choice: *by and, for cuDNN, *algo (below `count`, or -1 for its
+ * graph API); "-" gives *by = -1. 0 when the text is none of these. */
 static int read_runner(const char *text, int count, int *by, int *algo)
 {
     *by = -1;
     *algo = 0;
     if (strcmp(text, "-") == 0) return 1;
+    if (strcmp(text, "cudnn:g") == 0) {
+        *by = BY_CUDNN;
+        *algo = -1;
+        return 1;
+    }
     for (int r = BY_DIRECT; r < BY_COUNT; r++)
         if (strcmp(text, cached_names[r]) == 0) {
             *by = r;
@@ -692,8 +777,9 @@ static bn_status from_cache(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *p
     const cudnnConvolutionFwdAlgo_t fwd = (cudnnConvolutionFwdAlgo_t)algo[0];
     const cudnnConvolutionBwdDataAlgo_t data = (cudnnConvolutionBwdDataAlgo_t)algo[1];
     const cudnnConvolutionBwdFilterAlgo_t filter = (cudnnConvolutionBwdFilterAlgo_t)algo[2];
-    if (!ctx->tf32 && ((by[0] == BY_CUDNN && !sums_products(fwd)) || (by[1] == BY_CUDNN && !sums_products(data)) ||
-                       (by[2] == BY_CUDNN && !sums_products(filter))))
+    if (!ctx->tf32 && ((by[0] == BY_CUDNN && algo[0] >= 0 && !sums_products(fwd)) ||
+                       (by[1] == BY_CUDNN && algo[1] >= 0 && !sums_products(data)) ||
+                       (by[2] == BY_CUDNN && algo[2] >= 0 && !sums_products(filter))))
         return BN_OK;
     conv_gpu *g = c->gpu;
     cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
@@ -701,16 +787,31 @@ static bn_status from_cache(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *p
     BN_TENSOR_DESC(y, l->out);
     size_t bytes[3] = {0, 0, 0}, need = 0;
     cudnnStatus_t s[3] = {CUDNN_STATUS_SUCCESS, CUDNN_STATUS_SUCCESS, CUDNN_STATUS_SUCCESS};
-    if (by[0] == BY_CUDNN)
+    if (by[0] == BY_CUDNN && algo[0] >= 0)
         s[0] = cudnnGetConvolutionForwardWorkspaceSize(h, x, g->w_desc, g->conv_desc, y, fwd, &bytes[0]);
-    if (by[1] == BY_CUDNN)
+    if (by[1] == BY_CUDNN && algo[1] >= 0)
         s[1] = cudnnGetConvolutionBackwardDataWorkspaceSize(h, g->w_desc, y, g->conv_desc, x, data, &bytes[1]);
-    if (by[2] == BY_CUDNN)
+    if (by[2] == BY_CUDNN && algo[2] >= 0)
         s[2] = cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x, y, g->conv_desc, g->w_desc, filter, &bytes[2]);
-    for (int i = 0; i < 3; i++) {
-        if (s[i] != CUDNN_STATUS_SUCCESS || bytes[i] > WORKSPACE_LIMIT) return BN_OK;
+    /* The graph-API passes, from the kernel cache's entries of their own (timed afresh if missing). */
+    bn_cg_plan *cg[3] = {NULL, NULL, NULL};
+    bool usable = true;
+    bn_status st = BN_OK;
+    for (int i = 0; i < 3 && st == BN_OK && usable; i++) {
+        if (!needed[i] || by[i] != BY_CUDNN || algo[i] >= 0) continue;
+        st = graph_plan(l, ctx, i, 1, &cg[i]);
+        usable = st == BN_OK && cg[i] != NULL;
+        if (usable) bytes[i] = bn_cg_workspace(cg[i]);
+    }
+    for (int i = 0; i < 3 && usable; i++) {
+        if (s[i] != CUDNN_STATUS_SUCCESS || bytes[i] > WORKSPACE_LIMIT) usable = false;
         if (bytes[i] > need) need = bytes[i];
     }
+    if (st != BN_OK || !usable) {
+        for (int i = 0; i < 3; i++) bn_cg_free(&cg[i]);
+        return st;
+    }
+    for (int i = 0; i < 3; i++) plan->cg[i] = cg[i];
     plan->fwd = fwd;
     plan->bwd_data = data;
     plan->bwd_filter = filter;
@@ -754,7 +855,7 @@ static bn_status make_plan(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *pl
         BN_TRY(from_cache(l, c, ctx, plan, key, can, &hit));
         if (hit) return BN_OK;
     }
-    BN_TRY(choose_runners(l, c, ctx, plan, can, ask));
+    BN_TRY(choose_runners(l, c, ctx, plan, can, ask, mode != BN_CHOOSE_RULE));
     if (!key[0]) return BN_OK;
     char choice[BN_KERNEL_CHOICE_MAX];
     cache_choice(plan, choice, sizeof choice);
@@ -907,6 +1008,16 @@ static const char *runner_name(int by, const char *const *names, int count, int 
     return name_of(names, count, algo);
 }
 
+/* A pass run by cuDNN's graph API: "graph engN" (the engine; its knobs are in the kernel cache),
+ * else the runner's name. */
+static const char *pass_name(const conv_plan *pl, int pass, const char *runner, char *buf, size_t cap)
+{
+    if (pl->by[pass] != BY_CUDNN || !pl->cg[pass]) return runner;
+    const char *name = bn_cg_name(pl->cg[pass]), *space = strchr(name, ' ');
+    snprintf(buf, cap, "graph %.*s", space ? (int)(space - name) : (int)strlen(name), name);
+    return buf;
+}
+
 extern "C" void bn_conv2d_gpu_describe(const bn_layer *l, char *buf, size_t cap)
 {
     const conv_priv *c = (const conv_priv *)l->priv;
@@ -915,13 +1026,19 @@ extern "C" void bn_conv2d_gpu_describe(const bn_layer *l, char *buf, size_t cap)
     int plans = c->gpu ? c->gpu->num_plans : 0;
     for (int i = 0; i < plans && len < cap; i++) {
         const conv_plan *pl = &c->gpu->plans[i];
+        char names[3][48];
         const char *data = !pl->with_data ? "-"
-                                          : runner_name(pl->by[1], bwd_data_names,
-                                                        CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, pl->bwd_data);
+                                          : pass_name(pl, 1, runner_name(pl->by[1], bwd_data_names,
+                                                                         CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+                                                                         pl->bwd_data),
+                                                      names[1], sizeof names[1]);
         int w = snprintf(buf + len, cap - len, "%sn=%d: fwd %s, bwd_data %s, bwd_filter %s", i ? "; " : "", pl->n,
-                         runner_name(pl->by[0], fwd_names, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, pl->fwd), data,
-                         runner_name(pl->by[2], bwd_filter_names, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
-                                     pl->bwd_filter));
+                         pass_name(pl, 0, runner_name(pl->by[0], fwd_names, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, pl->fwd),
+                                   names[0], sizeof names[0]),
+                         data,
+                         pass_name(pl, 2, runner_name(pl->by[2], bwd_filter_names,
+                                                      CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, pl->bwd_filter),
+                                   names[2], sizeof names[2]));
         if (w < 0) break;
         len += (size_t)w;
     }

@@ -74,6 +74,11 @@ enum {
 };
 void bn_conv2d_gpu_force_own(int family);
 
+/* For tests: plans made from now on by timing (not in a deterministic context) run every pass
+ * cuDNN runs through its graph API (conv_graph.h) wherever it offers an allowed engine, instead
+ * of only where that engine was timed faster than the legacy algorithm; 0 restores that. */
+void bn_conv2d_gpu_force_graph(int on);
+
 #ifdef __cplusplus
 }
 #endif

@@ -191,6 +191,10 @@ static const char *refusal(cudnnBackendDescriptor_t engine, const bn_cg_spec *s,
         case CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS:
             if (!s->allow_down_convert) return "down-converted inputs";
             break;
+        case CUDNN_NUMERICAL_NOTE_TENSOR_CORE:
+            /* On FP32 data a tensor core multiplies TF32 (or BF16) at best: not FP32-exact. */
+            if (s->x.type == CUDNN_DATA_FLOAT && !s->allow_down_convert) return "tensor cores on FP32 data";
+            break;
         case CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC:
             if (ctx->deterministic) return "non-deterministic";
             break;
