@@ -180,4 +180,9 @@ void bn_conv2d_gpu_force_own(int family)
 {
     (void)family;
 }
+
+void bn_conv2d_gpu_force_graph(int on)
+{
+    (void)on;
+}
 #endif
