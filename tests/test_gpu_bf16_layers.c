@@ -372,8 +372,9 @@ BN_TEST(gpu_bf16_conv2d_plans_each_layout)
     return BN_PASS;
 }
 
-/* The common shapes past LeNet (3x3 padded at 32-64 filters, stride 2, 1x1) take cuDNN's
- * graph-API engines for all three passes in NHWC, timed and in a deterministic context. (No
+/* The common shapes past LeNet (3x3 padded at 32-64 filters, stride 2, 1x1) and LeNet's conv2
+ * (its channel counts padded to multiples of 8) take cuDNN's graph-API engines for all three
+ * passes in NHWC, timed and in a deterministic context. (No
  * engine of cuDNN 9.14 writes an FP32 filter gradient from BF16 tensors, so the filter pass
  * writes BF16 scratch from FP32 sums: engines with reduced-precision sums are refused.) */
 BN_TEST(gpu_bf16_conv2d_takes_graph_engines)
@@ -389,12 +390,16 @@ BN_TEST(gpu_bf16_conv2d_takes_graph_engines)
         "filters=48\nsize=3\nstride=2\npad=1\n",
         "[input]\nchannels=64\nheight=7\nwidth=7\n[conv2d]\nname=c0\nfilters=64\nsize=3\npad=1\n[conv2d]\nname=c\n"
         "filters=32\nsize=1\n",
+        /* LeNet's conv2: 20 channels and 50 filters, padded to 24 and 56 in NHWC. */
+        "[input]\nchannels=8\nheight=12\nwidth=12\n[conv2d]\nname=c0\nfilters=20\nsize=1\n[conv2d]\nname=c\n"
+        "filters=50\nsize=5\n",
     };
+    static const int cases = (int)(sizeof texts / sizeof texts[0]);
     const int was_deterministic = ctx->deterministic;
     ctx->bf16 = 1;
     bn_conv_bf16_force_layout(BN_CONV_BF16_NHWC);
     int r = BN_PASS;
-    for (int t = 0; t < 3 && r == BN_PASS; t++)
+    for (int t = 0; t < cases && r == BN_PASS; t++)
         for (int det = 0; det < 2 && r == BN_PASS; det++) {
             char plan[1024] = "";
             bn_net *net = NULL;
@@ -411,6 +416,9 @@ BN_TEST(gpu_bf16_conv2d_takes_graph_engines)
             else if (!strstr(plan, "fwd graph eng") || !strstr(plan, "bwd_data graph eng") ||
                      !strstr(plan, "bwd_filter graph eng")) {
                 printf("    want graph engines for every pass\n");
+                r = BN_FAIL;
+            } else if (t == cases - 1 && !strstr(plan, "nhwc padded to 56x24")) {
+                printf("    want the NHWC copies padded to 56 filters of 24 channels\n");
                 r = BN_FAIL;
             }
         }

@@ -75,7 +75,11 @@ typedef struct bf16_plan {
 } bf16_plan;
 
 struct conv_bf16 {
-    cudnnFilterDescriptor_t w_desc[LAYOUTS]; /* BF16, KCRS and KRSC */
+    int channels, filters; /* the layer's */
+    int cp, kp;            /* the NHWC copies' channel and filter counts: the layer's, rounded up to
+                              multiples of 8 (cuDNN's BF16 tensor-core engines want 16-byte rows);
+                              the padding is zeros in inputs and filters, dropped from results */
+    cudnnFilterDescriptor_t w_desc[LAYOUTS]; /* BF16, KCRS and KRSC (kp x cp) */
     cudnnConvolutionDescriptor_t conv_desc;  /* FP32 compute, tensor-op math */
     __nv_bfloat16 *dw;     /* cuDNN's filter gradient in the layout's filter order, then added into the FP32 slab */
     float *dw32;           /* the same in FP32 (FILTER_F32) */
@@ -117,23 +121,44 @@ extern "C" void bn_conv_bf16_release(conv_bf16 **state)
 
 static const cudnnTensorFormat_t formats[LAYOUTS] = {CUDNN_TENSOR_NCHW, CUDNN_TENSOR_NHWC};
 
+/* c rounded up to a multiple of 8. */
+static int pad8(int c)
+{
+    return (c + 7) / 8 * 8;
+}
+
+/* Whether the NHWC copies carry padding channels or filters. */
+static bool padded(const conv_priv *c, const conv_bf16 *s)
+{
+    return s->cp != c->g.c || s->kp != c->filters;
+}
+
 static bn_status describe_layer(const bn_layer *l, const conv_priv *c, conv_bf16 *s)
 {
+    s->channels = c->g.c;
+    s->filters = c->filters;
+    s->cp = pad8(c->g.c);
+    s->kp = pad8(c->filters);
     for (int L = 0; L < LAYOUTS; L++) {
         BN_CUDNN(cudnnCreateFilterDescriptor(&s->w_desc[L]));
-        BN_CUDNN(cudnnSetFilter4dDescriptor(s->w_desc[L], CUDNN_DATA_BFLOAT16, formats[L], c->filters, c->g.c,
-                                            c->size, c->size));
+        BN_CUDNN(cudnnSetFilter4dDescriptor(s->w_desc[L], CUDNN_DATA_BFLOAT16, formats[L],
+                                            L == NHWC ? s->kp : c->filters, L == NHWC ? s->cp : c->g.c, c->size,
+                                            c->size));
     }
     BN_CUDNN(cudnnCreateConvolutionDescriptor(&s->conv_desc));
     BN_CUDNN(cudnnSetConvolution2dDescriptor(s->conv_desc, c->pad, c->pad, c->stride, c->stride, 1, 1,
                                              CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     BN_CUDNN(cudnnSetConvolutionMathType(s->conv_desc, CUDNN_TENSOR_OP_MATH));
-    const size_t weights = (size_t)c->filters * c->g.c * c->size * c->size;
+    /* The NHWC scratch at the padded counts; the filter copy's padding filters stay zero (only
+     * the first c->filters are ever written), its padding channels are written as zeros. */
+    const size_t weights = (size_t)s->kp * s->cp * c->size * c->size;
+    const size_t in = l->in->capacity / (size_t)c->g.c * s->cp, out = l->out->capacity / (size_t)c->filters * s->kp;
     BN_TRY(bn_device_alloc((void **)&s->dw, weights * sizeof(__nv_bfloat16)));
     BN_TRY(bn_device_alloc((void **)&s->dw32, weights * sizeof(float)));
     BN_TRY(bn_device_alloc((void **)&s->wt, weights * sizeof(__nv_bfloat16)));
-    BN_TRY(bn_device_alloc((void **)&s->xt, l->in->capacity * sizeof(__nv_bfloat16)));
-    BN_TRY(bn_device_alloc((void **)&s->yt, l->out->capacity * sizeof(__nv_bfloat16)));
+    BN_TRY(bn_device_zero(s->wt, weights * sizeof(__nv_bfloat16)));
+    BN_TRY(bn_device_alloc((void **)&s->xt, in * sizeof(__nv_bfloat16)));
+    BN_TRY(bn_device_alloc((void **)&s->yt, out * sizeof(__nv_bfloat16)));
     return bn_device_alloc((void **)&s->bias_parts, (size_t)c->filters * MAX_PARTS * sizeof(float));
 }
 
@@ -243,34 +268,85 @@ static bool same_layouts(int rows, int cols)
     return rows == 1 || cols == 1;
 }
 
-/* src (n images of c channels of hw pixels) as NHWC: itself where the layouts coincide, else its
- * transpose queued into scratch. */
-static bn_status as_nhwc(const __nv_bfloat16 *src, __nv_bfloat16 *scratch, int n, int c, int hw, bn_ctx *ctx,
+/* dst[b][p][j] = src[b][j][p] for j < c, 0 for c <= j < cp: n images of c channels of hw pixels
+ * into NHWC rows of cp channels. One thread per element written. */
+static __global__ void to_nhwc_padded(__nv_bfloat16 *__restrict__ dst, const __nv_bfloat16 *__restrict__ src, int c,
+                                      int cp, int hw, size_t total)
+{
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (size_t)gridDim.x * blockDim.x) {
+        const int j = (int)(e % (size_t)cp);
+        const size_t rest = e / (size_t)cp, p = rest % (size_t)hw, b = rest / (size_t)hw;
+        dst[e] = j < c ? src[(b * c + j) * hw + p] : __float2bfloat16_rn(0.0f);
+    }
+}
+
+/* dst[b][j][p] = src[b][p][j] for j < c: NHWC rows of cp channels back to n images of c channels,
+ * the padding dropped. */
+static __global__ void from_nhwc_padded(__nv_bfloat16 *__restrict__ dst, const __nv_bfloat16 *__restrict__ src, int c,
+                                        int cp, int hw, size_t total)
+{
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (size_t)gridDim.x * blockDim.x) {
+        const size_t p = e % (size_t)hw, rest = e / (size_t)hw, j = rest % (size_t)c, b = rest / (size_t)c;
+        dst[e] = src[(b * hw + p) * cp + j];
+    }
+}
+
+static unsigned blocks_for(size_t total)
+{
+    size_t b = (total + THREADS - 1) / THREADS;
+    return (unsigned)(b < 1 ? 1 : b > 4096 ? 4096 : b);
+}
+
+/* src (n images of c channels of hw pixels) as NHWC rows of cp channels: itself where the layouts
+ * coincide and nothing is padded, else queued into scratch (a transpose, or with padding). */
+static bn_status as_nhwc(const __nv_bfloat16 *src, __nv_bfloat16 *scratch, int n, int c, int cp, int hw, bn_ctx *ctx,
                          const __nv_bfloat16 **out)
 {
     *out = src;
-    if (same_layouts(c, hw)) return BN_OK;
+    if (c == cp && same_layouts(c, hw)) return BN_OK;
     *out = scratch;
-    return bn_gpu_bf16_transpose(scratch, src, n, c, hw, ctx);
+    if (c == cp) return bn_gpu_bf16_transpose(scratch, src, n, c, hw, ctx);
+    const size_t total = (size_t)n * hw * cp;
+    to_nhwc_padded<<<blocks_for(total), THREADS, 0, (cudaStream_t)ctx->stream>>>(scratch, src, c, cp, hw, total);
+    BN_CUDA_LAUNCH();
+    return BN_OK;
 }
 
-/* Where cuDNN writes the NHWC form of dst: dst itself where the layouts coincide, else scratch
- * (then from_nhwc moves it into dst). */
-static __nv_bfloat16 *nhwc_target(__nv_bfloat16 *dst, __nv_bfloat16 *scratch, int c, int hw)
+/* Where cuDNN writes the NHWC form of dst (rows of cp channels): dst itself where the layouts
+ * coincide and nothing is padded, else scratch (then from_nhwc moves it into dst). */
+static __nv_bfloat16 *nhwc_target(__nv_bfloat16 *dst, __nv_bfloat16 *scratch, int c, int cp, int hw)
 {
-    return same_layouts(c, hw) ? dst : scratch;
+    return c == cp && same_layouts(c, hw) ? dst : scratch;
 }
 
-static bn_status from_nhwc(__nv_bfloat16 *dst, const __nv_bfloat16 *written, int n, int c, int hw, bn_ctx *ctx)
+static bn_status from_nhwc(__nv_bfloat16 *dst, const __nv_bfloat16 *written, int n, int c, int cp, int hw,
+                           bn_ctx *ctx)
 {
-    return written == dst ? BN_OK : bn_gpu_bf16_transpose(dst, written, n, hw, c, ctx);
+    if (written == dst) return BN_OK;
+    if (c == cp) return bn_gpu_bf16_transpose(dst, written, n, hw, c, ctx);
+    const size_t total = (size_t)n * c * hw;
+    from_nhwc_padded<<<blocks_for(total), THREADS, 0, (cudaStream_t)ctx->stream>>>(dst, written, c, cp, hw, total);
+    BN_CUDA_LAUNCH();
+    return BN_OK;
 }
 
-/* The filter as KRSC: value16 itself for a 1x1 filter or one input channel, else s->wt. */
+/* The filter as KRSC of kp x cp: value16 itself for a 1x1 filter or one input channel when
+ * nothing is padded, else s->wt (its padding filters stay zero: describe_layer). */
 static bn_status filter_krsc(const conv_priv *c, conv_bf16 *s, const __nv_bfloat16 *w, bn_ctx *ctx,
                              const __nv_bfloat16 **out)
 {
-    return as_nhwc(w, s->wt, c->filters, c->g.c, c->size * c->size, ctx, out);
+    if (s->kp != c->filters) {
+        *out = s->wt;
+        const __nv_bfloat16 *ignored = NULL;
+        /* The first c->filters filters, each C x RS -> RS x cp; where that needs no copy (c == cp and
+         * one of C, RS is 1), the filter is copied as it is. */
+        BN_TRY(as_nhwc(w, s->wt, c->filters, c->g.c, s->cp, c->size * c->size, ctx, &ignored));
+        if (ignored == w)
+            BN_CUDA(cudaMemcpyAsync(s->wt, w, (size_t)c->filters * c->g.c * c->size * c->size * sizeof *w,
+                                    cudaMemcpyDeviceToDevice, (cudaStream_t)ctx->stream));
+        return BN_OK;
+    }
+    return as_nhwc(w, s->wt, c->filters, c->g.c, s->cp, c->size * c->size, ctx, out);
 }
 
 /* y = the convolution of x by w (no bias) in layout L; x, w and y in the blobs' order. */
@@ -288,39 +364,43 @@ static bn_status conv_forward(const conv_priv *c, conv_bf16 *s, const bf16_plan 
         return BN_OK;
     }
     const __nv_bfloat16 *xt = NULL, *wt = NULL;
-    BN_TRY(as_nhwc(x, s->xt, n, c->g.c, in_hw, ctx, &xt));
+    BN_TRY(as_nhwc(x, s->xt, n, c->g.c, s->cp, in_hw, ctx, &xt));
     BN_TRY(filter_krsc(c, s, w, ctx, &wt));
-    __nv_bfloat16 *yt = nhwc_target(y, s->yt, c->filters, out_hw);
+    __nv_bfloat16 *yt = nhwc_target(y, s->yt, c->filters, s->kp, out_hw);
     if (g)
         BN_TRY(bn_cg_run(ctx, g, xt, wt, yt));
     else
         BN_CUDNN(cudnnConvolutionForward(h, &one, plan->x[L], xt, s->w_desc[L], wt, s->conv_desc, plan->algos[L].fwd,
                                          ctx->workspace, ctx->workspace_size, &zero, plan->y[L], yt));
-    return from_nhwc(y, yt, n, c->filters, out_hw, ctx);
+    return from_nhwc(y, yt, n, c->filters, s->kp, out_hw, ctx);
 }
 
-/* dw[k][j][i] += src[k][i][j] over filters x rs x channels (a KRSC FP32 filter gradient into
- * KCRS); j < channels, i < rs. Filters are small: one thread per element, no tiling. */
-static __global__ void add_krsc_kernel(float *__restrict__ dw, const float *__restrict__ src, int rs, int channels,
+/* dw[k][j][i] += src[(k * rs + i) * cp + j] over filters x channels x rs (j < channels, i < rs):
+ * a KRSC filter gradient of cp channels per row (FP32 or BF16) into KCRS, its padding dropped.
+ * Filters are small: one thread per element, no tiling. */
+template <typename T>
+static __global__ void add_krsc_kernel(float *__restrict__ dw, const T *__restrict__ src, int rs, int channels, int cp,
                                        size_t total)
 {
     for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (size_t)gridDim.x * blockDim.x) {
         const size_t per = (size_t)rs * channels, k = e / per, rem = e % per;
         const size_t j = rem / rs, i = rem % rs;
-        dw[e] += src[k * per + i * channels + j];
+        dw[e] += bn_ld(&src[(k * rs + i) * cp + j]);
     }
 }
 
-/* dw += the FP32 scratch: as it is (kcrs) or from KRSC. */
-static bn_status add_f32_filter(float *dw, const float *src, int filters, int rs, int channels, bool kcrs,
-                                bn_ctx *ctx)
+/* dw += the filter scratch: as it is where it is KCRS (the NCHW layout: src dense K x C x RS),
+ * else from KRSC rows of cp channels. */
+template <typename T>
+static bn_status add_filter(float *dw, const T *src, const conv_priv *c, int cp, bool kcrs, bn_ctx *ctx)
 {
-    const size_t total = (size_t)filters * rs * channels;
+    const int rs = c->size * c->size;
+    const size_t total = (size_t)c->filters * rs * c->g.c;
     size_t blocks = (total + THREADS - 1) / THREADS;
     if (blocks > 1024) blocks = 1024;
-    add_krsc_kernel<<<(unsigned)blocks, THREADS, 0, (cudaStream_t)ctx->stream>>>(dw, src, kcrs ? 1 : rs,
-                                                                                 kcrs ? rs * channels : channels,
-                                                                                 total);
+    /* KCRS is KRSC with one "pixel" of rs x C channels. */
+    add_krsc_kernel<T><<<(unsigned)blocks, THREADS, 0, (cudaStream_t)ctx->stream>>>(
+        dw, src, kcrs ? 1 : rs, kcrs ? rs * c->g.c : c->g.c, kcrs ? rs * c->g.c : cp, total);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
@@ -343,11 +423,12 @@ static bn_status filter_pass(const conv_priv *c, conv_bf16 *s, const bf16_plan *
         BN_CUDNN(cudnnConvolutionBackwardFilter((cudnnHandle_t)ctx->cudnn, &one, plan->x[L], x, plan->y[L], dy,
                                                 s->conv_desc, plan->algos[L].filter, ctx->workspace,
                                                 ctx->workspace_size, &zero, s->w_desc[L], s->dw));
-    /* The scratch is KCRS in NCHW and where the two filter orders coincide, else KRSC. */
-    const bool kcrs = L == NCHW || same_layouts(rs, c->g.c);
-    if (out == FILTER_F32) return add_f32_filter(dw, s->dw32, c->filters, rs, c->g.c, kcrs, ctx);
-    return kcrs ? bn_gpu_add_bf16_to_f32(dw, s->dw, weights, ctx)
-                : bn_gpu_add_bf16_transposed_to_f32(dw, s->dw, c->filters, rs, c->g.c, ctx);
+    /* The scratch is KCRS in NCHW (dense), else KRSC rows of s->cp channels. */
+    const bool kcrs = L == NCHW;
+    if (out == FILTER_F32) return add_filter(dw, s->dw32, c, s->cp, kcrs, ctx);
+    if (kcrs) return bn_gpu_add_bf16_to_f32(dw, s->dw, weights, ctx);
+    if (!padded(c, s)) return bn_gpu_add_bf16_transposed_to_f32(dw, s->dw, c->filters, rs, c->g.c, ctx);
+    return add_filter(dw, s->dw, c, s->cp, false, ctx);
 }
 
 /* dx = the input gradient of layout L from w and dy (in the layout's order). */
@@ -375,16 +456,16 @@ static bn_status conv_backward(const conv_priv *c, conv_bf16 *s, const bf16_plan
         return dx ? data_pass(s, plan, L, ctx, w, dy, dx) : BN_OK;
     }
     const __nv_bfloat16 *xt = NULL, *dyt = NULL;
-    BN_TRY(as_nhwc(x, s->xt, n, c->g.c, in_hw, ctx, &xt));
-    BN_TRY(as_nhwc(dy, s->yt, n, c->filters, out_hw, ctx, &dyt));
+    BN_TRY(as_nhwc(x, s->xt, n, c->g.c, s->cp, in_hw, ctx, &xt));
+    BN_TRY(as_nhwc(dy, s->yt, n, c->filters, s->kp, out_hw, ctx, &dyt));
     BN_TRY(filter_pass(c, s, plan, L, ctx, xt, dyt, dw));
     if (!dx) return BN_OK;
     const __nv_bfloat16 *wt = NULL;
     BN_TRY(filter_krsc(c, s, w, ctx, &wt));
     /* s->xt is free again: the filter pass queued before this one on the stream has read it. */
-    __nv_bfloat16 *dxt = nhwc_target(dx, s->xt, c->g.c, in_hw);
+    __nv_bfloat16 *dxt = nhwc_target(dx, s->xt, c->g.c, s->cp, in_hw);
     BN_TRY(data_pass(s, plan, L, ctx, wt, dyt, dxt));
-    return from_nhwc(dx, dxt, n, c->g.c, in_hw, ctx);
+    return from_nhwc(dx, dxt, n, c->g.c, s->cp, in_hw, ctx);
 }
 
 /* Buffers of the plan's sizes that stand in for the blobs while the layouts are timed. */
@@ -401,10 +482,11 @@ static void free_stand_ins(stand_ins *t)
     bn_device_free(t->dw);
 }
 
-static bn_status alloc_stand_ins(const conv_priv *c, int n, stand_ins *t)
+/* x, dx and y serve both layouts, so they hold the NHWC copies' padded counts. */
+static bn_status alloc_stand_ins(const conv_priv *c, const conv_bf16 *s, int n, stand_ins *t)
 {
-    const size_t in = (size_t)n * c->g.c * c->g.h * c->g.w * sizeof(__nv_bfloat16);
-    const size_t out = (size_t)n * c->filters * c->g.oh * c->g.ow * sizeof(__nv_bfloat16);
+    const size_t in = (size_t)n * s->cp * c->g.h * c->g.w * sizeof(__nv_bfloat16);
+    const size_t out = (size_t)n * s->kp * c->g.oh * c->g.ow * sizeof(__nv_bfloat16);
     const size_t weights = (size_t)c->filters * c->g.c * c->size * c->size * sizeof(float);
     BN_TRY(bn_device_alloc((void **)&t->x, in));
     BN_TRY(bn_device_alloc((void **)&t->y, out));
@@ -474,17 +556,21 @@ static bn_status choose_graph(const bn_layer *l, const conv_priv *c, bn_ctx *ctx
     const int n = plan->n, rs = c->size * c->size, in_hw = c->g.h * c->g.w, out_hw = c->g.oh * c->g.ow;
     const int cached = bn_kernel_choice(ctx, 0) == BN_CHOOSE_CACHED;
     bn_cg_tensor (*make)(int, int, int, int, cudnnDataType_t) = L == NCHW ? bn_cg_nchw : bn_cg_nhwc;
-    /* Which tensors are the blobs themselves rather than NHWC scratch copies. */
-    const bool x_blob = L == NCHW || same_layouts(c->g.c, in_hw), y_blob = L == NCHW || same_layouts(c->filters, out_hw);
-    const bool w_blob = L == NCHW || same_layouts(c->g.c, rs);
+    /* The channel and filter counts of the layout's tensors, and which tensors are the blobs
+     * themselves rather than NHWC scratch copies. */
+    const int ch = L == NHWC ? s->cp : c->g.c, filters = L == NHWC ? s->kp : c->filters;
+    const bool pad = L == NHWC && padded(c, s);
+    const bool x_blob = L == NCHW || (!pad && same_layouts(c->g.c, in_hw));
+    const bool y_blob = L == NCHW || (!pad && same_layouts(c->filters, out_hw));
+    const bool w_blob = L == NCHW || (!pad && same_layouts(c->g.c, rs));
 
     bn_cg_spec spec;
     memset(&spec, 0, sizeof spec);
     spec.pad = c->pad;
     spec.stride = c->stride;
-    spec.x = make(n, c->g.c, c->g.h, c->g.w, CUDNN_DATA_BFLOAT16);
-    spec.w = make(c->filters, c->g.c, c->size, c->size, CUDNN_DATA_BFLOAT16);
-    spec.y = make(n, c->filters, c->g.oh, c->g.ow, CUDNN_DATA_BFLOAT16);
+    spec.x = make(n, ch, c->g.h, c->g.w, CUDNN_DATA_BFLOAT16);
+    spec.w = make(filters, ch, c->size, c->size, CUDNN_DATA_BFLOAT16);
+    spec.y = make(n, filters, c->g.oh, c->g.ow, CUDNN_DATA_BFLOAT16);
     const bn_cg_spec base = spec;
 
     spec.pass = BN_CG_FORWARD;
@@ -502,7 +588,8 @@ static bn_status choose_graph(const bn_layer *l, const conv_priv *c, bn_ctx *ctx
         BN_TRY(bn_cg_choose(ctx, &spec, cached, t->dx, s->wt, t->y, &plan->g[L][PASS_DATA]));
     }
 
-    for (int out = FILTER_SLAB; out <= FILTER_BF16 && !plan->g[L][PASS_FILTER]; out++) {
+    /* Straight into the slab only where the filter's counts are the layer's own. */
+    for (int out = pad ? FILTER_F32 : FILTER_SLAB; out <= FILTER_BF16 && !plan->g[L][PASS_FILTER]; out++) {
         spec = base;
         spec.pass = BN_CG_FILTER;
         align_to(&spec.x, l->in, 2, x_blob);
@@ -514,7 +601,7 @@ static bn_status choose_graph(const bn_layer *l, const conv_priv *c, bn_ctx *ctx
             spec.beta = 1.0f;
             dw = t->dw;
         } else if (out == FILTER_F32) {
-            spec.w = make(c->filters, c->g.c, c->size, c->size, CUDNN_DATA_FLOAT);
+            spec.w = make(filters, ch, c->size, c->size, CUDNN_DATA_FLOAT);
             dw = s->dw32;
         }
         BN_TRY(bn_cg_choose(ctx, &spec, cached, t->x, dw, t->y, &plan->g[L][PASS_FILTER]));
@@ -537,10 +624,10 @@ static bn_status make_plan(bn_layer *l, bn_ctx *ctx, conv_bf16 *s, bf16_plan *pl
     size_t need = 0;
     stand_ins t;
     memset(&t, 0, sizeof t);
-    bn_status st = alloc_stand_ins(c, plan->n, &t);
+    bn_status st = alloc_stand_ins(c, s, plan->n, &t);
     for (int L = 0; L < LAYOUTS && st == BN_OK; L++) {
-        st = tensor_desc(&plan->x[L], L, plan->n, c->g.c, c->g.h, c->g.w);
-        if (st == BN_OK) st = tensor_desc(&plan->y[L], L, plan->n, c->filters, c->g.oh, c->g.ow);
+        st = tensor_desc(&plan->x[L], L, plan->n, L == NHWC ? s->cp : c->g.c, c->g.h, c->g.w);
+        if (st == BN_OK) st = tensor_desc(&plan->y[L], L, plan->n, L == NHWC ? s->kp : c->filters, c->g.oh, c->g.ow);
         if (st != BN_OK || !allowed[L]) continue;
         const char *missing = NULL;
         /* A graph-API failure leaves the layout to the legacy algorithms. */
@@ -738,9 +825,14 @@ extern "C" size_t bn_conv_bf16_describe(const conv_bf16 *state, char *buf, size_
             snprintf(names[i], sizeof names[i], "graph %.*s%s", space ? (int)(space - name) : (int)strlen(name), name,
                      i == PASS_FILTER ? outs[pl->filter_out[L]] : "");
         }
+        char layout[64];
+        if (L == NHWC && (state->cp != state->channels || state->kp != state->filters))
+            snprintf(layout, sizeof layout, "nhwc padded to %dx%d", state->kp, state->cp);
+        else
+            snprintf(layout, sizeof layout, "%s", layout_names[L]);
         int w = snprintf(buf + len, cap - len, "%sn=%d: fwd %s, bwd_data %s, bwd_filter %s, %s%s (bf16)",
-                         len ? "; " : "", pl->n, names[PASS_FWD], names[PASS_DATA], names[PASS_FILTER],
-                         layout_names[L], timed);
+                         len ? "; " : "", pl->n, names[PASS_FWD], names[PASS_DATA], names[PASS_FILTER], layout,
+                         timed);
         if (w < 0) break;
         len += (size_t)w;
     }
