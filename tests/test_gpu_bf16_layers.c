@@ -228,12 +228,13 @@ static int run_cases(const bf16_case *cases, size_t count)
 }
 
 #ifdef BN_WITH_CUDA
-static const char *const layout_names[] = {"either (timed)", "nchw", "nhwc"};
+static const char *const layout_names[] = {"either (timed)", "nchw", "nhwc", "fp32 copies where they serve"};
 #endif
 
 /* Every case in each layout conv_bf16 can run (conv_bf16.h): NCHW alone, NHWC alone (the
  * transposes), then the timed choice between them; each with cuDNN's graph-API engines where
- * they serve (conv_graph.h), then with its legacy algorithms alone. Transposes only move values,
+ * they serve (conv_graph.h), then with its legacy algorithms alone; last, blobnet's FP32 kernels
+ * on FP32 copies wherever they serve every pass. Transposes only move values,
  * so the tolerances are NCHW's. */
 BN_TEST(gpu_bf16_conv2d_matches_cpu)
 {
@@ -272,9 +273,9 @@ BN_TEST(gpu_bf16_conv2d_matches_cpu)
     memcpy(legacy_cases, cases, sizeof cases);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         if (legacy_cases[i].tol < TOL_LEGACY) legacy_cases[i].tol = TOL_LEGACY;
-    const int layouts[] = {BN_CONV_BF16_NCHW, BN_CONV_BF16_NHWC, BN_CONV_BF16_EITHER};
+    const int layouts[] = {BN_CONV_BF16_NCHW, BN_CONV_BF16_NHWC, BN_CONV_BF16_EITHER, BN_CONV_BF16_FP32};
     for (int legacy = 0; legacy < 2 && r == BN_PASS; legacy++)
-        for (int k = 0; k < 3 && r == BN_PASS; k++) {
+        for (int k = 0; k < (legacy ? 3 : 4) && r == BN_PASS; k++) {
             if (bn_device_count() > 0)
                 printf("    layout: %s, %s\n", layout_names[layouts[k]], legacy ? "legacy algorithms" : "graph API");
             bn_conv_bf16_force_layout(layouts[k]);
@@ -289,8 +290,9 @@ BN_TEST(gpu_bf16_conv2d_matches_cpu)
     return r;
 }
 
-/* Under bf16 only cuDNN runs a convolution's passes (blobnet's kernel families are FP32-only):
- * the plan says so, and a layer that asks for blobnet's engine is refused by name. */
+/* Under bf16 a convolution's passes run on cuDNN's BF16 kernels or on blobnet's FP32 kernels
+ * over FP32 copies, as the timed plan says; a layer that asks for blobnet's engine (which has no
+ * BF16 kernels) is refused by name. */
 BN_TEST(gpu_bf16_conv2d_runs_on_cudnn_only)
 {
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
@@ -319,8 +321,9 @@ BN_TEST(gpu_bf16_conv2d_runs_on_cudnn_only)
     }
     ctx->bf16 = 0;
     CHECK_MSG(s[0] == BN_OK, "LeNet's convolutions under bf16: %s", error);
-    CHECK_MSG(strstr(plan, "n=8: fwd ") && strstr(plan, "(bf16)") && !strstr(plan, "blobnet"),
-              "c2's plan under bf16 is \"%s\": not cuDNN's BF16 passes alone", plan);
+    CHECK_MSG(strstr(plan, "n=8: ") && strstr(plan, "(bf16)") &&
+                  (!strstr(plan, "blobnet") || strstr(plan, "blobnet's FP32 kernels on fp32 copies")),
+              "c2's plan under bf16 is \"%s\": neither cuDNN's BF16 passes nor the FP32 copies", plan);
     CHECK_MSG(s[1] == BN_ERR_USAGE && strstr(error, "c1") && strstr(error, "engine = blobnet"),
               "engine = blobnet under bf16 gave status %d, \"%s\"; want a usage error naming c1 and the key", s[1],
               error);
@@ -366,7 +369,8 @@ BN_TEST(gpu_bf16_conv2d_plans_each_layout)
                   "with layout %s the plan is \"%s\"; want \"%s\" in it", layout_names[layouts[k]], plans[k],
                   want[k]);
     }
-    CHECK_MSG(strstr(plans[2], ", nchw timed: ") || strstr(plans[2], ", nhwc timed: "),
+    CHECK_MSG(strstr(plans[2], ", nchw timed: ") || strstr(plans[2], ", nhwc timed: ") ||
+                  strstr(plans[2], "fp32 copies timed: "),
               "the timed plan \"%s\" names no layout before its times", plans[2]);
 #endif
     return BN_PASS;

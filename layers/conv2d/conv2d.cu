@@ -78,6 +78,9 @@ typedef struct conv_plan {
     bn_argmax_plan am;                         /* and of its filter pass through a max pooling */
     bn_cg_plan *cg[3];                         /* where cuDNN runs a pass through its graph API
                                                   (conv_graph.h) instead of the legacy algorithm */
+    int own_only;                              /* made for FP32 copies under bf16 (bn_conv2d_own_*):
+                                                  blobnet's kernels alone, */
+    int own_ok;                                /* and they serve every pass the layer needs */
 } conv_plan;
 
 struct conv_gpu {
@@ -828,13 +831,17 @@ static bn_status from_cache(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *p
 static bn_status make_plan(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *plan)
 {
     conv_gpu *g = c->gpu;
-    BN_TENSOR_DESC(x, l->in);
-    BN_TENSOR_DESC(y, l->out);
-    int n, k, oh, ow;
-    BN_CUDNN(cudnnGetConvolution2dForwardOutputDim(g->conv_desc, x, g->w_desc, &n, &k, &oh, &ow));
-    if (n != l->in->n || k != c->filters || oh != c->g.oh || ow != c->g.ow)
-        return bn_error(BN_ERR_INTERNAL, "layer %s: cuDNN computes a %dx%dx%dx%d output where blobnet has %dx%dx%dx%d",
-                        l->name, n, k, oh, ow, l->in->n, c->filters, c->g.oh, c->g.ow);
+    int n = l->in->n, k, oh, ow;
+    /* The blobs' descriptors are BF16 ones for an own-only plan, which never calls cuDNN. */
+    if (!plan->own_only) {
+        BN_TENSOR_DESC(x, l->in);
+        BN_TENSOR_DESC(y, l->out);
+        BN_CUDNN(cudnnGetConvolution2dForwardOutputDim(g->conv_desc, x, g->w_desc, &n, &k, &oh, &ow));
+        if (n != l->in->n || k != c->filters || oh != c->g.oh || ow != c->g.ow)
+            return bn_error(BN_ERR_INTERNAL,
+                            "layer %s: cuDNN computes a %dx%dx%dx%d output where blobnet has %dx%dx%dx%d", l->name, n,
+                            k, oh, ow, l->in->n, c->filters, c->g.oh, c->g.ow);
+    }
     plan->n = n;
     plan->with_data = l->in_grad != NULL;
     int sms = 0;
@@ -847,9 +854,23 @@ static bn_status make_plan(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *pl
     const int mode = choice_mode(c, ctx);
     bool can[3][BY_COUNT], ask[3];
     runners(c, plan, mode == BN_CHOOSE_RULE, sms, can, ask);
+    if (plan->own_only) {
+        /* blobnet's kernels alone: without one for a needed pass the FP32 copies cannot serve. */
+        const bool needed[3] = {true, plan->with_data != 0, true};
+        plan->own_ok = 1;
+        for (int i = 0; i < 3; i++) {
+            ask[i] = false;
+            can[i][BY_CUDNN] = false;
+            bool any = false;
+            for (int r = BY_DIRECT; r < BY_COUNT; r++) any = any || can[i][r];
+            if (needed[i] && !any) plan->own_ok = 0;
+        }
+        if (!plan->own_ok) return BN_OK;
+    }
     /* Timed choices are kept in the kernel cache, except those of a forced family. */
     char key[BN_KERNEL_KEY_MAX] = "";
     if (mode != BN_CHOOSE_RULE && !force_family) BN_TRY(cache_key(l, c, ctx, n, key, sizeof key));
+    if (key[0] && plan->own_only) strncat(key, " own", sizeof key - strlen(key) - 1);
     if (mode == BN_CHOOSE_CACHED) {
         bool hit = false;
         BN_TRY(from_cache(l, c, ctx, plan, key, can, &hit));
@@ -866,7 +887,7 @@ static bn_status make_plan(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *pl
 }
 
 /* The GPU state and the plan for the current batch size, made on first use. */
-static bn_status prepare(bn_layer *l, bn_ctx *ctx, const conv_gpu **gpu, const conv_plan **plan)
+static bn_status prepare(bn_layer *l, bn_ctx *ctx, const conv_gpu **gpu, const conv_plan **plan, bool own_only)
 {
     conv_priv *c = (conv_priv *)l->priv;
     if (!c->gpu) {
@@ -881,12 +902,13 @@ static bn_status prepare(bn_layer *l, bn_ctx *ctx, const conv_gpu **gpu, const c
     conv_gpu *g = c->gpu;
     *gpu = g;
     for (int i = 0; i < g->num_plans; i++)
-        if (g->plans[i].n == l->in->n) {
+        if (g->plans[i].n == l->in->n && g->plans[i].own_only == (int)own_only) {
             *plan = &g->plans[i];
             return BN_OK;
         }
     conv_plan made;
     memset(&made, 0, sizeof made);
+    made.own_only = own_only;
     made.fwd = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
     made.bwd_filter = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
     made.bwd_data = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
@@ -905,7 +927,7 @@ extern "C" bn_status bn_conv2d_forward_gpu(bn_layer *l, const bn_pass *p)
     bn_ctx *ctx = p->ctx;
     const conv_gpu *g = NULL;
     const conv_plan *plan = NULL;
-    BN_TRY(prepare(l, ctx, &g, &plan));
+    BN_TRY(prepare(l, ctx, &g, &plan, false));
     BN_DEV_RD(x, l->in);
     BN_DEV_RD(w, l->params[WEIGHT].value);
     BN_DEV_RD(b, l->params[BIAS].value);
@@ -954,7 +976,7 @@ extern "C" bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p)
     bn_ctx *ctx = p->ctx;
     const conv_gpu *g = NULL;
     const conv_plan *plan = NULL;
-    BN_TRY(prepare(l, ctx, &g, &plan));
+    BN_TRY(prepare(l, ctx, &g, &plan, false));
     bn_pooled_dy pd;
     const bn_pooled_dy *pooled = NULL, *filter_pooled = NULL;
     BN_TRY(through_pool(l, plan, p, &pd, &pooled, &filter_pooled));
@@ -973,6 +995,50 @@ extern "C" bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p)
     BN_TENSOR_DESC(dxd, l->in_grad);
     return both_passes(plan->by[2], plan->by[1], g, plan, ctx, xd, dxd, dyd, x, dy, pooled, filter_pooled, w, dw, db,
                        dx, g->parts, p->defer_joins != 0);
+}
+
+extern "C" bn_status bn_conv2d_own_plan(bn_layer *l, bn_ctx *ctx, int *ok)
+{
+    const conv_gpu *g = NULL;
+    const conv_plan *plan = NULL;
+    *ok = 0;
+    BN_TRY(prepare(l, ctx, &g, &plan, true));
+    *ok = plan->own_ok;
+    return BN_OK;
+}
+
+/* The own-only plan for the layer's batch, which must serve (bn_conv2d_own_plan said so). */
+static bn_status own_plan(bn_layer *l, bn_ctx *ctx, const conv_gpu **g, const conv_plan **plan)
+{
+    BN_TRY(prepare(l, ctx, g, plan, true));
+    if (!(*plan)->own_ok)
+        return bn_error(BN_ERR_INTERNAL, "layer %s: blobnet's FP32 kernels cannot run every pass at batch %d", l->name,
+                        l->in->n);
+    return BN_OK;
+}
+
+extern "C" bn_status bn_conv2d_own_forward(bn_layer *l, bn_ctx *ctx, const float *x, float *y)
+{
+    const conv_gpu *g = NULL;
+    const conv_plan *plan = NULL;
+    BN_TRY(own_plan(l, ctx, &g, &plan));
+    BN_DEV_RD(w, l->params[WEIGHT].value);
+    BN_DEV_RD(b, l->params[BIAS].value);
+    return forward_pass(plan->by[0], g, plan, ctx, NULL, NULL, x, w, b, y, NULL);
+}
+
+extern "C" bn_status bn_conv2d_own_backward(bn_layer *l, bn_ctx *ctx, const float *x, const float *dy, float *dx,
+                                            float *dw, float *db)
+{
+    const conv_gpu *g = NULL;
+    const conv_plan *plan = NULL;
+    BN_TRY(own_plan(l, ctx, &g, &plan));
+    BN_DEV_RD(w, l->params[WEIGHT].value);
+    if (!dx)
+        return filter_pass(plan->by[2], g, plan, ctx, (cudaStream_t)ctx->stream, NULL, NULL, x, dy, NULL, dw, db,
+                           g->parts);
+    return both_passes(plan->by[2], plan->by[1], g, plan, ctx, NULL, NULL, NULL, x, dy, NULL, NULL, w, dw, db, dx,
+                       g->parts, false);
 }
 
 extern "C" int bn_conv2d_fuse_next(bn_layer *l, bn_layer *next)

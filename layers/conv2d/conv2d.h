@@ -49,6 +49,16 @@ bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p);
  * Returns BN_FUSED_FORWARD | BN_FUSED_NO_IN | BN_FUSED_BACKWARD | BN_FUSED_NO_IN_GRAD, or 0. */
 int bn_conv2d_fuse_next(bn_layer *l, bn_layer *next);
 
+/* Under --precision bf16 (conv_bf16.cu), blobnet's own FP32 kernels on FP32 copies of the
+ * layer's BF16 blobs, with its FP32 master weight and bias: a plan of blobnet's kernels alone for
+ * the layer's current batch, chosen as conv2d.cu chooses (kernel cache, timing), and *ok = 1
+ * where they serve every pass the layer needs; then the forward pass (bias fused) and the
+ * backward passes (dw and db accumulate; dx NULL for no input gradient) on such copies. */
+bn_status bn_conv2d_own_plan(bn_layer *l, bn_ctx *ctx, int *ok);
+bn_status bn_conv2d_own_forward(bn_layer *l, bn_ctx *ctx, const float *x, float *y);
+bn_status bn_conv2d_own_backward(bn_layer *l, bn_ctx *ctx, const float *x, const float *dy, float *dx, float *dw,
+                                 float *db);
+
 /* Frees the GPU state (descriptors, chosen algorithms), FP32's and BF16's, and sets c->gpu and
  * c->bf16 to NULL. */
 void bn_conv2d_gpu_release(conv_priv *c);

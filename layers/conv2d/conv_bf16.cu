@@ -22,7 +22,10 @@
 #include "gpu/kernel_cache.h"
 
 enum { WEIGHT, BIAS };
-enum { NCHW, NHWC, LAYOUTS };
+/* How the passes run: cuDNN on the blobs' NCHW tensors, cuDNN on NHWC copies, or blobnet's own
+ * FP32 kernels on FP32 copies (conv2d.cu: bn_conv2d_own_*). The first CUDNN_LAYOUTS are cuDNN's. */
+enum { NCHW, NHWC, F32, LAYOUTS };
+#define CUDNN_LAYOUTS 2
 
 /* The most workspace one algorithm may ask for, as in FP32 (conv2d.cu). */
 #define WORKSPACE_LIMIT ((size_t)256 << 20)
@@ -31,7 +34,7 @@ enum { NCHW, NHWC, LAYOUTS };
 #define PART_ELEMENTS 4096
 #define MAX_PARTS 64
 
-static const char *const layout_names[LAYOUTS] = {"nchw", "nhwc"};
+static const char *const layout_names[LAYOUTS] = {"nchw", "nhwc", "fp32 copies"};
 
 /* The layout every plan from now on must use (bn_conv_bf16_force_layout). */
 static int forced_layout = BN_CONV_BF16_EITHER;
@@ -79,7 +82,9 @@ struct conv_bf16 {
     int cp, kp;            /* the NHWC copies' channel and filter counts: the layer's, rounded up to
                               multiples of 8 (cuDNN's BF16 tensor-core engines want 16-byte rows);
                               the padding is zeros in inputs and filters, dropped from results */
-    cudnnFilterDescriptor_t w_desc[LAYOUTS]; /* BF16, KCRS and KRSC (kp x cp) */
+    bn_layer *layer;       /* the layer this state belongs to */
+    cudnnFilterDescriptor_t w_desc[CUDNN_LAYOUTS]; /* BF16, KCRS and KRSC (kp x cp) */
+    float *x32, *dx32, *y32; /* the F32 layout's copies of x, dx and y (or dy); NULL until it is tried */
     cudnnConvolutionDescriptor_t conv_desc;  /* FP32 compute, tensor-op math */
     __nv_bfloat16 *dw;     /* cuDNN's filter gradient in the layout's filter order, then added into the FP32 slab */
     float *dw32;           /* the same in FP32 (FILTER_F32) */
@@ -104,8 +109,11 @@ extern "C" void bn_conv_bf16_release(conv_bf16 **state)
 {
     conv_bf16 *s = *state;
     if (!s) return;
-    for (int L = 0; L < LAYOUTS; L++)
+    for (int L = 0; L < CUDNN_LAYOUTS; L++)
         if (s->w_desc[L]) cudnnDestroyFilterDescriptor(s->w_desc[L]);
+    bn_device_free(s->x32);
+    bn_device_free(s->dx32);
+    bn_device_free(s->y32);
     if (s->conv_desc) cudnnDestroyConvolutionDescriptor(s->conv_desc);
     bn_device_free(s->dw);
     bn_device_free(s->dw32);
@@ -119,7 +127,7 @@ extern "C" void bn_conv_bf16_release(conv_bf16 **state)
     *state = NULL;
 }
 
-static const cudnnTensorFormat_t formats[LAYOUTS] = {CUDNN_TENSOR_NCHW, CUDNN_TENSOR_NHWC};
+static const cudnnTensorFormat_t formats[CUDNN_LAYOUTS] = {CUDNN_TENSOR_NCHW, CUDNN_TENSOR_NHWC};
 
 /* c rounded up to a multiple of 8. */
 static int pad8(int c)
@@ -135,11 +143,12 @@ static bool padded(const conv_priv *c, const conv_bf16 *s)
 
 static bn_status describe_layer(const bn_layer *l, const conv_priv *c, conv_bf16 *s)
 {
+    s->layer = (bn_layer *)l;
     s->channels = c->g.c;
     s->filters = c->filters;
     s->cp = pad8(c->g.c);
     s->kp = pad8(c->filters);
-    for (int L = 0; L < LAYOUTS; L++) {
+    for (int L = 0; L < CUDNN_LAYOUTS; L++) {
         BN_CUDNN(cudnnCreateFilterDescriptor(&s->w_desc[L]));
         BN_CUDNN(cudnnSetFilter4dDescriptor(s->w_desc[L], CUDNN_DATA_BFLOAT16, formats[L],
                                             L == NHWC ? s->kp : c->filters, L == NHWC ? s->cp : c->g.c, c->size,
@@ -356,6 +365,12 @@ static bn_status conv_forward(const conv_priv *c, conv_bf16 *s, const bf16_plan 
     cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
     const float one = 1.0f, zero = 0.0f;
     const int n = plan->n, in_hw = c->g.h * c->g.w, out_hw = c->g.oh * c->g.ow;
+    if (L == F32) {
+        /* blobnet's FP32 kernels, the bias added by them. */
+        BN_TRY(bn_gpu_bf16_to_f32(s->x32, x, (size_t)n * c->g.c * in_hw, ctx));
+        BN_TRY(bn_conv2d_own_forward(s->layer, ctx, s->x32, s->y32));
+        return bn_gpu_f32_to_bf16(y, s->y32, (size_t)n * c->filters * out_hw, ctx);
+    }
     const bn_cg_plan *g = plan->g[L][PASS_FWD];
     if (L == NCHW) {
         if (g) return bn_cg_run(ctx, g, x, w, y);
@@ -445,12 +460,20 @@ static bn_status data_pass(conv_bf16 *s, const bf16_plan *plan, int L, bn_ctx *c
 }
 
 /* dw (FP32, KCRS) += the filter gradient from x and dy, and, where dx is not NULL, dx = the input
- * gradient, in layout L; x, w, dy and dx in the blobs' order. */
+ * gradient, in layout L; x, w, dy and dx in the blobs' order. The F32 layout's kernels also add
+ * the bias gradient into db (the others leave it to the caller). */
 static bn_status conv_backward(const conv_priv *c, conv_bf16 *s, const bf16_plan *plan, int L, bn_ctx *ctx,
                                const __nv_bfloat16 *x, const __nv_bfloat16 *w, const __nv_bfloat16 *dy, float *dw,
-                               __nv_bfloat16 *dx)
+                               float *db, __nv_bfloat16 *dx)
 {
     const int n = plan->n, in_hw = c->g.h * c->g.w, out_hw = c->g.oh * c->g.ow;
+    if (L == F32) {
+        const size_t in = (size_t)n * c->g.c * in_hw;
+        BN_TRY(bn_gpu_bf16_to_f32(s->x32, x, in, ctx));
+        BN_TRY(bn_gpu_bf16_to_f32(s->y32, dy, (size_t)n * c->filters * out_hw, ctx));
+        BN_TRY(bn_conv2d_own_backward(s->layer, ctx, s->x32, s->y32, dx ? s->dx32 : NULL, dw, db));
+        return dx ? bn_gpu_f32_to_bf16(dx, s->dx32, in, ctx) : BN_OK;
+    }
     if (L == NCHW) {
         BN_TRY(filter_pass(c, s, plan, L, ctx, x, dy, dw));
         return dx ? data_pass(s, plan, L, ctx, w, dy, dx) : BN_OK;
@@ -471,7 +494,7 @@ static bn_status conv_backward(const conv_priv *c, conv_bf16 *s, const bf16_plan
 /* Buffers of the plan's sizes that stand in for the blobs while the layouts are timed. */
 typedef struct stand_ins {
     __nv_bfloat16 *x, *y, *dx;
-    float *dw;
+    float *dw, *db;
 } stand_ins;
 
 static void free_stand_ins(stand_ins *t)
@@ -480,6 +503,7 @@ static void free_stand_ins(stand_ins *t)
     bn_device_free(t->y);
     bn_device_free(t->dx);
     bn_device_free(t->dw);
+    bn_device_free(t->db);
 }
 
 /* x, dx and y serve both layouts, so they hold the NHWC copies' padded counts. */
@@ -492,6 +516,8 @@ static bn_status alloc_stand_ins(const conv_priv *c, const conv_bf16 *s, int n, 
     BN_TRY(bn_device_alloc((void **)&t->y, out));
     BN_TRY(bn_device_alloc((void **)&t->dx, in));
     BN_TRY(bn_device_alloc((void **)&t->dw, weights));
+    BN_TRY(bn_device_alloc((void **)&t->db, (size_t)c->filters * sizeof(float)));
+    BN_TRY(bn_device_zero(t->db, (size_t)c->filters * sizeof(float)));
     BN_TRY(bn_device_zero(t->x, in));
     BN_TRY(bn_device_zero(t->y, out));
     BN_TRY(bn_device_zero(t->dx, in));
@@ -499,12 +525,13 @@ static bn_status alloc_stand_ins(const conv_priv *c, const conv_bf16 *s, int n, 
 }
 
 /* One forward and backward pass in layout L on the stand-ins (the output read back as its own
- * gradient), the bias left out: the same in both layouts. */
+ * gradient), the bias left out in cuDNN's layouts (the same in both) and in by the F32 layout's
+ * fused kernels (a little more work there, never less). */
 static bn_status pass_pair(const conv_priv *c, conv_bf16 *s, const bf16_plan *plan, int L, bn_ctx *ctx,
                            const stand_ins *t, const __nv_bfloat16 *w)
 {
     BN_TRY(conv_forward(c, s, plan, L, ctx, t->x, w, t->y));
-    return conv_backward(c, s, plan, L, ctx, t->x, w, t->y, t->dw, plan->with_data ? t->dx : NULL);
+    return conv_backward(c, s, plan, L, ctx, t->x, w, t->y, t->dw, t->db, plan->with_data ? t->dx : NULL);
 }
 
 /* plan->ms[L] for each usable layout, measured alike on zeroed stand-ins (values do not change
@@ -610,6 +637,23 @@ static bn_status choose_graph(const bn_layer *l, const conv_priv *c, bn_ctx *ctx
     return BN_OK;
 }
 
+/* plan->usable[F32]: whether blobnet's FP32 kernels serve every pass of the layer at the plan's
+ * batch (bn_conv2d_own_plan, which chooses them), with the layer's FP32 copies allocated. A
+ * failure there leaves the layout out; an allocation failure is an error. */
+static bn_status f32_usable(bn_layer *l, const conv_priv *c, bn_ctx *ctx, conv_bf16 *s, bf16_plan *plan)
+{
+    int ok = 0;
+    if (bn_conv2d_own_plan(l, ctx, &ok) != BN_OK || !ok) return BN_OK;
+    if (!s->x32) {
+        BN_TRY(bn_device_alloc((void **)&s->x32, l->in->capacity * sizeof(float)));
+        BN_TRY(bn_device_alloc((void **)&s->y32, l->out->capacity * sizeof(float)));
+        if (l->in_grad) BN_TRY(bn_device_alloc((void **)&s->dx32, l->in->capacity * sizeof(float)));
+    }
+    if (plan->with_data && !s->dx32) return BN_OK;
+    plan->usable[F32] = 1;
+    return BN_OK;
+}
+
 /* The plan for the current batch size: each allowed layout's descriptors and algorithms, the
  * shared workspace grown to what they need, then the layout. A layout cuDNN cannot serve (no
  * usable algorithm, or an error of its own) leaves the other; the error names both reasons. */
@@ -618,14 +662,17 @@ static bn_status make_plan(bn_layer *l, bn_ctx *ctx, conv_bf16 *s, bf16_plan *pl
     const conv_priv *c = (const conv_priv *)l->priv;
     plan->n = l->in->n;
     plan->with_data = l->in_grad != NULL;
-    const int allowed[LAYOUTS] = {forced_layout != BN_CONV_BF16_NHWC, forced_layout != BN_CONV_BF16_NCHW};
-    char why_not[LAYOUTS][256] = {"it is not allowed (bn_conv_bf16_force_layout)",
-                                  "it is not allowed (bn_conv_bf16_force_layout)"};
+    /* Forcing the FP32 copies leaves cuDNN's layouts to the shapes they do not serve. */
+    const bool either = forced_layout == BN_CONV_BF16_EITHER || forced_layout == BN_CONV_BF16_FP32;
+    const int allowed[CUDNN_LAYOUTS] = {either || forced_layout == BN_CONV_BF16_NCHW,
+                                        either || forced_layout == BN_CONV_BF16_NHWC};
+    char why_not[CUDNN_LAYOUTS][256] = {"it is not allowed (bn_conv_bf16_force_layout)",
+                                        "it is not allowed (bn_conv_bf16_force_layout)"};
     size_t need = 0;
     stand_ins t;
     memset(&t, 0, sizeof t);
     bn_status st = alloc_stand_ins(c, s, plan->n, &t);
-    for (int L = 0; L < LAYOUTS && st == BN_OK; L++) {
+    for (int L = 0; L < CUDNN_LAYOUTS && st == BN_OK; L++) {
         st = tensor_desc(&plan->x[L], L, plan->n, L == NHWC ? s->cp : c->g.c, c->g.h, c->g.w);
         if (st == BN_OK) st = tensor_desc(&plan->y[L], L, plan->n, L == NHWC ? s->kp : c->filters, c->g.oh, c->g.ow);
         if (st != BN_OK || !allowed[L]) continue;
@@ -638,17 +685,36 @@ static bn_status make_plan(bn_layer *l, bn_ctx *ctx, conv_bf16 *s, bf16_plan *pl
         else if (missing)
             snprintf(why_not[L], sizeof why_not[L], "cuDNN offers no usable %s algorithm", missing);
     }
-    if (st == BN_OK && !plan->usable[NCHW] && !plan->usable[NHWC])
+    /* blobnet's FP32 kernels on FP32 copies: a timed candidate (never in a deterministic
+     * context, unless forced), where they serve every pass. */
+    const bool try_f32 = c->engine == BN_CONV_ENGINE_AUTO &&
+                         (forced_layout == BN_CONV_BF16_FP32 || (forced_layout == BN_CONV_BF16_EITHER && !ctx->deterministic));
+    if (st == BN_OK && try_f32) st = f32_usable(l, c, ctx, s, plan);
+    const bool forced_f32 = forced_layout == BN_CONV_BF16_FP32 && plan->usable[F32];
+    if (st == BN_OK && !plan->usable[NCHW] && !plan->usable[NHWC] && !plan->usable[F32])
         st = bn_error(BN_ERR_DEVICE, "layer %s: no BF16 convolution for this shape: not in NCHW, as %s; not in "
-                      "NHWC, as %s", l->name, why_not[NCHW], why_not[NHWC]);
+                      "NHWC, as %s; and blobnet's FP32 kernels cannot run all its passes", l->name, why_not[NCHW],
+                      why_not[NHWC]);
     if (st == BN_OK) st = bn_ctx_reserve_workspace(ctx, need);
-    if (st == BN_OK) plan->layout = plan->usable[NHWC] ? NHWC : NCHW;
-    if (st == BN_OK && plan->usable[NCHW] && plan->usable[NHWC] && !ctx->deterministic) {
+    if (st == BN_OK) plan->layout = forced_f32 ? F32 : plan->usable[NHWC] ? NHWC : plan->usable[NCHW] ? NCHW : F32;
+    int usable = 0;
+    for (int L = 0; L < LAYOUTS; L++) usable += plan->usable[L];
+    if (st == BN_OK && usable > 1 && !ctx->deterministic && !forced_f32) {
         const __nv_bfloat16 *w = (const __nv_bfloat16 *)bn_blob_dev16_rd(l->params[WEIGHT].value16);
         st = w ? time_layouts(c, s, plan, ctx, w, &t) : bn_last_status();
-        if (st == BN_OK) plan->layout = plan->ms[NHWC] < plan->ms[NCHW] ? NHWC : NCHW;
+        for (int L = 0; L < LAYOUTS && st == BN_OK; L++)
+            if (plan->usable[L] && plan->ms[L] < plan->ms[plan->layout]) plan->layout = L;
     }
     free_stand_ins(&t);
+    /* The FP32 copies (three activations' worth of FP32) are kept only for a plan that runs on them. */
+    bool f32_runs = plan->layout == F32;
+    for (int i = 0; i < s->num_plans; i++) f32_runs = f32_runs || s->plans[i].layout == F32;
+    if (st == BN_OK && !f32_runs && s->x32) {
+        bn_device_free(s->x32);
+        bn_device_free(s->y32);
+        bn_device_free(s->dx32);
+        s->x32 = s->y32 = s->dx32 = NULL;
+    }
     return st;
 }
 
@@ -751,6 +817,7 @@ extern "C" bn_status bn_conv_bf16_forward(bn_layer *l, const bn_pass *p)
     BN_DEV_RD(b, l->params[BIAS].value);
     BN_DEV16_WR(y, l->out);
     BN_TRY(conv_forward(c, s, plan, plan->layout, ctx, x, w, y));
+    if (plan->layout == F32) return BN_OK; /* the bias was added by blobnet's kernels */
     const int plane = c->g.oh * c->g.ow, planes = l->out->n * c->filters;
     /* Small planes (4x4 at the end of a strided net) get blocks of one or a few warps. */
     const int threads = plane >= THREADS ? THREADS : (plane + 31) / 32 * 32;
@@ -774,18 +841,20 @@ extern "C" bn_status bn_conv_bf16_backward(bn_layer *l, const bn_pass *p)
     BN_DEV_WR(dw, l->params[WEIGHT].grad);
     BN_DEV_WR(db, l->params[BIAS].grad);
 
-    const int plane = c->g.oh * c->g.ow;
-    const long count = (long)l->out_grad->n * plane;
-    long want = (count + PART_ELEMENTS - 1) / PART_ELEMENTS;
-    const int parts = (int)(want < 1 ? 1 : want > MAX_PARTS ? MAX_PARTS : want);
-    bias_partials<<<dim3(parts, c->filters), THREADS, 0, stream>>>(dy, c->filters, plane, count, s->bias_parts);
-    BN_CUDA_LAUNCH();
-    bias_finish<<<(c->filters + 127) / 128, 128, 0, stream>>>(s->bias_parts, c->filters, parts, db);
-    BN_CUDA_LAUNCH();
+    if (plan->layout != F32) { /* blobnet's FP32 kernels sum the bias gradient themselves */
+        const int plane = c->g.oh * c->g.ow;
+        const long count = (long)l->out_grad->n * plane;
+        long want = (count + PART_ELEMENTS - 1) / PART_ELEMENTS;
+        const int parts = (int)(want < 1 ? 1 : want > MAX_PARTS ? MAX_PARTS : want);
+        bias_partials<<<dim3(parts, c->filters), THREADS, 0, stream>>>(dy, c->filters, plane, count, s->bias_parts);
+        BN_CUDA_LAUNCH();
+        bias_finish<<<(c->filters + 127) / 128, 128, 0, stream>>>(s->bias_parts, c->filters, parts, db);
+        BN_CUDA_LAUNCH();
+    }
 
     __nv_bfloat16 *dx = NULL;
     if (l->in_grad && !(dx = (__nv_bfloat16 *)bn_blob_dev16_wr(l->in_grad))) return bn_last_status();
-    return conv_backward(c, s, plan, plan->layout, ctx, x, w, dy, dw, dx);
+    return conv_backward(c, s, plan, plan->layout, ctx, x, w, dy, dw, db, dx);
 }
 
 static const char *const fwd_names[] = {"implicit_gemm", "implicit_precomp_gemm", "gemm", "direct",
@@ -809,6 +878,17 @@ extern "C" size_t bn_conv_bf16_describe(const conv_bf16 *state, char *buf, size_
         char timed[96] = "", names[BN_CG_PASSES][48];
         if (pl->ms[NCHW] > 0.0f && pl->ms[NHWC] > 0.0f)
             snprintf(timed, sizeof timed, " timed: nchw %.3f ms, nhwc %.3f ms", pl->ms[NCHW], pl->ms[NHWC]);
+        if (pl->ms[F32] > 0.0f) {
+            const size_t at = strlen(timed);
+            snprintf(timed + at, sizeof timed - at, "%s fp32 %.3f ms", at ? "," : " timed:", pl->ms[F32]);
+        }
+        if (L == F32) { /* the kernels are the FP32 plan's, which bn_conv2d_gpu_describe writes first */
+            int w = snprintf(buf + len, cap - len, "%sn=%d: blobnet's FP32 kernels on fp32 copies%s (bf16)",
+                             len ? "; " : "", pl->n, timed);
+            if (w < 0) break;
+            len += (size_t)w;
+            continue;
+        }
         const char *legacy[BN_CG_PASSES] = {
             name_of(fwd_names, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, a->fwd),
             pl->with_data ? name_of(data_names, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, a->data) : "-",

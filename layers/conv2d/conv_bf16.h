@@ -40,8 +40,10 @@ void bn_conv_bf16_release(conv_bf16 **state);
 size_t bn_conv_bf16_describe(const conv_bf16 *state, char *buf, size_t len, size_t cap);
 
 /* For tests: plans made from now on run on NCHW tensors (BN_CONV_BF16_NCHW) or NHWC ones
- * (BN_CONV_BF16_NHWC) alone; BN_CONV_BF16_EITHER (the default) restores the choice above. */
-enum { BN_CONV_BF16_EITHER, BN_CONV_BF16_NCHW, BN_CONV_BF16_NHWC };
+ * (BN_CONV_BF16_NHWC) alone, or by blobnet's FP32 kernels on FP32 copies wherever those serve
+ * every pass (BN_CONV_BF16_FP32; the normal choice elsewhere); BN_CONV_BF16_EITHER (the default)
+ * restores the choice above. */
+enum { BN_CONV_BF16_EITHER, BN_CONV_BF16_NCHW, BN_CONV_BF16_NHWC, BN_CONV_BF16_FP32 };
 void bn_conv_bf16_force_layout(int layout);
 
 /* For tests: plans made from now on take cuDNN's legacy algorithms alone (legacy != 0), or, by
