@@ -1095,13 +1095,15 @@ extern "C" void bn_conv2d_gpu_describe(const bn_layer *l, char *buf, size_t cap)
     int plans = c->gpu ? c->gpu->num_plans : 0;
     for (int i = 0; i < plans && len < cap; i++) {
         const conv_plan *pl = &c->gpu->plans[i];
+        /* An own-only plan (bf16's FP32 copies) is told where the BF16 plan runs on it. */
+        if (pl->own_only && (!pl->own_ok || !bn_conv_bf16_runs_fp32(c->bf16, pl->n))) continue;
         char names[3][48];
         const char *data = !pl->with_data ? "-"
                                           : pass_name(pl, 1, runner_name(pl->by[1], bwd_data_names,
                                                                          CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
                                                                          pl->bwd_data),
                                                       names[1], sizeof names[1]);
-        int w = snprintf(buf + len, cap - len, "%sn=%d: fwd %s, bwd_data %s, bwd_filter %s", i ? "; " : "", pl->n,
+        int w = snprintf(buf + len, cap - len, "%sn=%d: fwd %s, bwd_data %s, bwd_filter %s", len ? "; " : "", pl->n,
                          pass_name(pl, 0, runner_name(pl->by[0], fwd_names, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, pl->fwd),
                                    names[0], sizeof names[0]),
                          data,

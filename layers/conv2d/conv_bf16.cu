@@ -868,6 +868,13 @@ static const char *name_of(const char *const *names, int count, int algo)
     return algo >= 0 && algo < count ? names[algo] : "?";
 }
 
+extern "C" int bn_conv_bf16_runs_fp32(const conv_bf16 *state, int n)
+{
+    for (int i = 0; state && i < state->num_plans; i++)
+        if (state->plans[i].n == n) return state->plans[i].layout == F32;
+    return 0;
+}
+
 extern "C" size_t bn_conv_bf16_describe(const conv_bf16 *state, char *buf, size_t len, size_t cap)
 {
     const int plans = state ? state->num_plans : 0;

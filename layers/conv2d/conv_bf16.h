@@ -39,6 +39,9 @@ void bn_conv_bf16_release(conv_bf16 **state);
  * backward pass in each layout); returns the new length. */
 size_t bn_conv_bf16_describe(const conv_bf16 *state, char *buf, size_t len, size_t cap);
 
+/* Whether the plan for batch n runs on blobnet's FP32 kernels over FP32 copies (0 without one). */
+int bn_conv_bf16_runs_fp32(const conv_bf16 *state, int n);
+
 /* For tests: plans made from now on run on NCHW tensors (BN_CONV_BF16_NCHW) or NHWC ones
  * (BN_CONV_BF16_NHWC) alone, or by blobnet's FP32 kernels on FP32 copies wherever those serve
  * every pass (BN_CONV_BF16_FP32; the normal choice elsewhere); BN_CONV_BF16_EITHER (the default)
