@@ -22,9 +22,14 @@
  * cores on Ampere and Hopper), and only algorithms that sum products directly are taken. The FFT
  * and Winograd ones trade precision for speed (an FFT backward-filter on LeNet's conv1 measured
  * 1.4e-3 relative error on an H200), so they are allowed with tf32 only; with tf32 the
- * tensor-core family takes one TF32 product per multiply (bn_tensor_plan_make). All layers share
- * the context's one workspace. Under --precision bf16 (BF16 blobs) every pass goes to
- * conv_bf16.cu instead: cuDNN alone, none of the FP32 families above. */
+ * tensor-core family takes one TF32 product per multiply (bn_tensor_plan_make). With tf32 a pass
+ * cuDNN runs may also take an engine of cuDNN's graph API (conv_graph.h: every engine with its
+ * tile and split choices, TF32 tensor cores included) where one was timed faster than the legacy
+ * algorithm; without tf32 the legacy algorithms alone (one graph engine without any note of
+ * reduced precision gave a filter gradient 0.7% of its scale off in FP32). All layers share the
+ * context's one workspace. Under --precision bf16 (BF16 blobs) every pass goes to conv_bf16.cu
+ * instead, which may run blobnet's FP32 families on FP32 copies through bn_conv2d_own_*
+ * (own-only plans: blobnet's kernels alone, chosen as above). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
