@@ -43,15 +43,6 @@ struct bn_cg_plan {
 
 static const char *const pass_names[BN_CG_PASSES] = {"forward", "backward-data", "backward-filter"};
 
-/* Returns the error for a failed backend call, naming the pass and the call. */
-#define CG(call)                                                                                            \
-    do {                                                                                                    \
-        cudnnStatus_t cg_e_ = (call);                                                                       \
-        if (cg_e_ != CUDNN_STATUS_SUCCESS)                                                                  \
-            return bn_error(BN_ERR_DEVICE, "%s:%d: %s: %s", __FILE__, __LINE__, #call,                      \
-                            cudnnGetErrorString(cg_e_));                                                    \
-    } while (0)
-
 static int verbose(void)
 {
     static int v = -1;
@@ -100,7 +91,7 @@ extern "C" void bn_cg_free(bn_cg_plan **plan)
 static bn_status create(bn_cg_plan *p, cudnnBackendDescriptorType_t type, cudnnBackendDescriptor_t *d)
 {
     if (p->num_kept == MAX_KEPT) return bn_error(BN_ERR_INTERNAL, "conv_graph: too many descriptors for one plan");
-    CG(cudnnBackendCreateDescriptor(type, d));
+    BN_CUDNN(cudnnBackendCreateDescriptor(type, d));
     p->kept[p->num_kept++] = *d;
     return BN_OK;
 }
@@ -109,12 +100,12 @@ static bn_status make_tensor(bn_cg_plan *p, const bn_cg_tensor *t, int64_t uid, 
 {
     const int64_t align = t->align;
     BN_TRY(create(p, CUDNN_BACKEND_TENSOR_DESCRIPTOR, d));
-    CG(cudnnBackendSetAttribute(*d, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &t->type));
-    CG(cudnnBackendSetAttribute(*d, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, t->dims));
-    CG(cudnnBackendSetAttribute(*d, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, t->strides));
-    CG(cudnnBackendSetAttribute(*d, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid));
-    CG(cudnnBackendSetAttribute(*d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align));
-    CG(cudnnBackendFinalize(*d));
+    BN_CUDNN(cudnnBackendSetAttribute(*d, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &t->type));
+    BN_CUDNN(cudnnBackendSetAttribute(*d, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, t->dims));
+    BN_CUDNN(cudnnBackendSetAttribute(*d, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, t->strides));
+    BN_CUDNN(cudnnBackendSetAttribute(*d, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid));
+    BN_CUDNN(cudnnBackendSetAttribute(*d, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align));
+    BN_CUDNN(cudnnBackendFinalize(*d));
     return BN_OK;
 }
 
@@ -131,14 +122,14 @@ static bn_status make_graph(bn_ctx *ctx, bn_cg_plan *p, const bn_cg_spec *s, cud
     const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
     const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
     BN_TRY(create(p, CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, &conv));
-    CG(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &dims));
-    CG(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp));
-    CG(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode));
-    CG(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pads));
-    CG(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pads));
-    CG(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dil));
-    CG(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, strides));
-    CG(cudnnBackendFinalize(conv));
+    BN_CUDNN(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &dims));
+    BN_CUDNN(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp));
+    BN_CUDNN(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode));
+    BN_CUDNN(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pads));
+    BN_CUDNN(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pads));
+    BN_CUDNN(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dil));
+    BN_CUDNN(cudnnBackendSetAttribute(conv, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, strides));
+    BN_CUDNN(cudnnBackendFinalize(conv));
 
     static const cudnnBackendDescriptorType_t op_types[BN_CG_PASSES] = {
         CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR,
@@ -158,18 +149,18 @@ static bn_status make_graph(bn_ctx *ctx, bn_cg_plan *p, const bn_cg_spec *s, cud
     const cudnnBackendAttributeName_t *a = attrs[s->pass];
     const float alpha = 1.0f, beta = s->beta;
     BN_TRY(create(p, op_types[s->pass], &op));
-    CG(cudnnBackendSetAttribute(op, a[0], CUDNN_TYPE_FLOAT, 1, &alpha));
-    CG(cudnnBackendSetAttribute(op, a[1], CUDNN_TYPE_FLOAT, 1, &beta));
-    CG(cudnnBackendSetAttribute(op, a[2], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &conv));
-    CG(cudnnBackendSetAttribute(op, a[3], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x));
-    CG(cudnnBackendSetAttribute(op, a[4], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &w));
-    CG(cudnnBackendSetAttribute(op, a[5], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y));
-    CG(cudnnBackendFinalize(op));
+    BN_CUDNN(cudnnBackendSetAttribute(op, a[0], CUDNN_TYPE_FLOAT, 1, &alpha));
+    BN_CUDNN(cudnnBackendSetAttribute(op, a[1], CUDNN_TYPE_FLOAT, 1, &beta));
+    BN_CUDNN(cudnnBackendSetAttribute(op, a[2], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &conv));
+    BN_CUDNN(cudnnBackendSetAttribute(op, a[3], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x));
+    BN_CUDNN(cudnnBackendSetAttribute(op, a[4], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &w));
+    BN_CUDNN(cudnnBackendSetAttribute(op, a[5], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y));
+    BN_CUDNN(cudnnBackendFinalize(op));
 
     BN_TRY(create(p, CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, graph));
-    CG(cudnnBackendSetAttribute(*graph, ATTR_GRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h));
-    CG(cudnnBackendSetAttribute(*graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op));
-    CG(cudnnBackendFinalize(*graph));
+    BN_CUDNN(cudnnBackendSetAttribute(*graph, ATTR_GRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h));
+    BN_CUDNN(cudnnBackendSetAttribute(*graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op));
+    BN_CUDNN(cudnnBackendFinalize(*graph));
     return BN_OK;
 }
 
@@ -215,7 +206,7 @@ static const char *refusal(cudnnBackendDescriptor_t engine, const bn_cg_spec *s,
 static bn_status name_config(cudnnBackendDescriptor_t cfg, cudnnBackendDescriptor_t engine, char *buf, size_t cap)
 {
     int64_t index = -1, count = 0;
-    CG(cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &count, &index));
+    BN_CUDNN(cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &count, &index));
     size_t len = (size_t)snprintf(buf, cap, "eng%lld", (long long)index);
     cudnnBackendDescriptor_t knobs[CUDNN_KNOB_TYPE_COUNTS];
     int made = 0;
@@ -252,12 +243,12 @@ static bn_status make_exec(bn_ctx *ctx, bn_cg_plan *p, cudnnBackendDescriptor_t 
     cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
     cudnnBackendDescriptor_t exec;
     BN_TRY(create(p, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &exec));
-    CG(cudnnBackendSetAttribute(exec, ATTR_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h));
-    CG(cudnnBackendSetAttribute(exec, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+    BN_CUDNN(cudnnBackendSetAttribute(exec, ATTR_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h));
+    BN_CUDNN(cudnnBackendSetAttribute(exec, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
                                 &cfg));
-    CG(cudnnBackendFinalize(exec));
+    BN_CUDNN(cudnnBackendFinalize(exec));
     int64_t ws = 0, count = 0;
-    CG(cudnnBackendGetAttribute(exec, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &count, &ws));
+    BN_CUDNN(cudnnBackendGetAttribute(exec, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &count, &ws));
     p->exec = exec;
     p->workspace = (size_t)ws;
     return BN_OK;
@@ -274,9 +265,9 @@ static bn_status config_from_name(bn_ctx *ctx, bn_cg_plan *p, cudnnBackendDescri
     int num_knobs = 0;
     const int64_t idx = index;
     BN_TRY(create(p, CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine));
-    CG(cudnnBackendSetAttribute(engine, CUDNN_ATTR_ENGINE_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph));
-    CG(cudnnBackendSetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &idx));
-    CG(cudnnBackendFinalize(engine));
+    BN_CUDNN(cudnnBackendSetAttribute(engine, CUDNN_ATTR_ENGINE_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph));
+    BN_CUDNN(cudnnBackendSetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &idx));
+    BN_CUDNN(cudnnBackendFinalize(engine));
     const char *at = name + used;
     while (*at) {
         int type = 0, n = 0;
@@ -288,17 +279,17 @@ static bn_status config_from_name(bn_ctx *ctx, bn_cg_plan *p, cudnnBackendDescri
         const int64_t kv = value;
         cudnnBackendDescriptor_t k;
         BN_TRY(create(p, CUDNN_BACKEND_KNOB_CHOICE_DESCRIPTOR, &k));
-        CG(cudnnBackendSetAttribute(k, CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &kt));
-        CG(cudnnBackendSetAttribute(k, CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &kv));
-        CG(cudnnBackendFinalize(k));
+        BN_CUDNN(cudnnBackendSetAttribute(k, CUDNN_ATTR_KNOB_CHOICE_KNOB_TYPE, CUDNN_TYPE_KNOB_TYPE, 1, &kt));
+        BN_CUDNN(cudnnBackendSetAttribute(k, CUDNN_ATTR_KNOB_CHOICE_KNOB_VALUE, CUDNN_TYPE_INT64, 1, &kv));
+        BN_CUDNN(cudnnBackendFinalize(k));
         knobs[num_knobs++] = k;
     }
     BN_TRY(create(p, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &cfg));
-    CG(cudnnBackendSetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &engine));
+    BN_CUDNN(cudnnBackendSetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &engine));
     if (num_knobs)
-        CG(cudnnBackendSetAttribute(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR, num_knobs,
+        BN_CUDNN(cudnnBackendSetAttribute(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR, num_knobs,
                                     knobs));
-    CG(cudnnBackendFinalize(cfg));
+    BN_CUDNN(cudnnBackendFinalize(cfg));
     BN_TRY(make_exec(ctx, p, cfg));
     snprintf(p->name, sizeof p->name, "%s", name);
     return BN_OK;
@@ -308,7 +299,7 @@ static bn_status run_exec(bn_ctx *ctx, cudnnBackendDescriptor_t exec, const void
                           void *workspace)
 {
     cudnnBackendDescriptor_t pack;
-    CG(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack));
+    BN_CUDNN(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack));
     /* The pass writes one of the three; the pack takes them all as writable. */
     void *ptrs[3] = {(void *)x, (void *)w, y};
     const int64_t uids[3] = {UID_X, UID_W, UID_Y};
@@ -384,7 +375,7 @@ static bn_status heuristics(cudnnBackendDescriptor_t graph, cudnnBackendHeurMode
 {
     *count = 0;
     cudnnBackendDescriptor_t heur;
-    CG(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur));
+    BN_CUDNN(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur));
     bn_status st = BN_OK;
     int64_t got = 0;
     int made = 0;
@@ -459,7 +450,7 @@ static bn_status try_candidate(bn_ctx *ctx, const bn_cg_spec *s, cudnnBackendDes
 {
     *took = 0;
     cudnnBackendDescriptor_t engine;
-    CG(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine));
+    BN_CUDNN(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine));
     int64_t got = 0;
     const char *why = NULL;
     bn_status st = BN_OK;
