@@ -444,7 +444,8 @@ BN_TEST(gpu_layer_conv2d_cudnn_graph_tf32_stays_near_cpu)
         double worst = 0.0;
         for (int k = 0; k < NUM_SIZES && r == BN_PASS; k++)
             r = compare_once(&cases[i], capacities[k], batches[k], seed + (uint64_t)k, ctx, &worst);
-        if (r != BN_PASS) printf("    %s: rerun with BLOBNET_TEST_SEED=%llu\n", cases[i].what, (unsigned long long)seed);
+        if (r != BN_PASS)
+            printf("    %s: rerun with BLOBNET_TEST_SEED=%llu\n", cases[i].what, (unsigned long long)seed);
         else printf("    %s vs cpu: worst difference %.3g of scale (tolerance %g)\n", cases[i].what, worst, TOL_TF32);
     }
     char plans[2][512] = {"", ""};

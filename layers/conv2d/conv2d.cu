@@ -260,7 +260,8 @@ static bn_status choose_fwd(const bn_layer *l, bn_ctx *ctx, bool graph, const co
     return graph ? maybe_graph(l, ctx, BN_CG_FORWARD, r[i].time, plan, need) : BN_OK;
 }
 
-static bn_status choose_bwd_data(const bn_layer *l, bn_ctx *ctx, bool graph, const conv_gpu *g, cudnnTensorDescriptor_t dx,
+static bn_status choose_bwd_data(const bn_layer *l, bn_ctx *ctx, bool graph, const conv_gpu *g,
+                                 cudnnTensorDescriptor_t dx,
                                  cudnnTensorDescriptor_t dy, conv_plan *plan, size_t *need)
 {
     cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;

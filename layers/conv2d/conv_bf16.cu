@@ -692,7 +692,8 @@ static bn_status make_plan(bn_layer *l, bn_ctx *ctx, conv_bf16 *s, bf16_plan *pl
     /* blobnet's FP32 kernels on FP32 copies: a timed candidate (never in a deterministic
      * context, unless forced), where they serve every pass. */
     const bool try_f32 = c->engine == BN_CONV_ENGINE_AUTO &&
-                         (forced_layout == BN_CONV_BF16_FP32 || (forced_layout == BN_CONV_BF16_EITHER && !ctx->deterministic));
+                         (forced_layout == BN_CONV_BF16_FP32 ||
+                          (forced_layout == BN_CONV_BF16_EITHER && !ctx->deterministic));
     if (st == BN_OK && try_f32) st = f32_usable(l, c, ctx, s, plan);
     const bool forced_f32 = forced_layout == BN_CONV_BF16_FP32 && plan->usable[F32];
     if (st == BN_OK && !plan->usable[NCHW] && !plan->usable[NHWC] && !plan->usable[F32])

@@ -248,7 +248,8 @@ static bn_status make_exec(bn_ctx *ctx, bn_cg_plan *p, cudnnBackendDescriptor_t 
                                 &cfg));
     BN_CUDNN(cudnnBackendFinalize(exec));
     int64_t ws = 0, count = 0;
-    BN_CUDNN(cudnnBackendGetAttribute(exec, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &count, &ws));
+    BN_CUDNN(
+        cudnnBackendGetAttribute(exec, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &count, &ws));
     p->exec = exec;
     p->workspace = (size_t)ws;
     return BN_OK;
@@ -265,7 +266,8 @@ static bn_status config_from_name(bn_ctx *ctx, bn_cg_plan *p, cudnnBackendDescri
     int num_knobs = 0;
     const int64_t idx = index;
     BN_TRY(create(p, CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine));
-    BN_CUDNN(cudnnBackendSetAttribute(engine, CUDNN_ATTR_ENGINE_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph));
+    BN_CUDNN(cudnnBackendSetAttribute(engine, CUDNN_ATTR_ENGINE_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                      &graph));
     BN_CUDNN(cudnnBackendSetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &idx));
     BN_CUDNN(cudnnBackendFinalize(engine));
     const char *at = name + used;
@@ -287,7 +289,8 @@ static bn_status config_from_name(bn_ctx *ctx, bn_cg_plan *p, cudnnBackendDescri
     BN_TRY(create(p, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &cfg));
     BN_CUDNN(cudnnBackendSetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &engine));
     if (num_knobs)
-        BN_CUDNN(cudnnBackendSetAttribute(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR, num_knobs,
+        BN_CUDNN(cudnnBackendSetAttribute(cfg, CUDNN_ATTR_ENGINECFG_KNOB_CHOICES, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                          num_knobs,
                                     knobs));
     BN_CUDNN(cudnnBackendFinalize(cfg));
     BN_TRY(make_exec(ctx, p, cfg));
@@ -426,7 +429,8 @@ static bn_status time_exec(bn_ctx *ctx, cudnnBackendDescriptor_t exec, void *x, 
     bn_status st = BN_OK;
     float best = 0.0f;
     for (int round = 0; round < 3 && st == BN_OK; round++) {
-        if (cudaEventRecord(start, stream) != cudaSuccess) st = bn_error(BN_ERR_DEVICE, "conv_graph: event record failed");
+        if (cudaEventRecord(start, stream) != cudaSuccess)
+            st = bn_error(BN_ERR_DEVICE, "conv_graph: event record failed");
         for (int r = 0; r < 3 && st == BN_OK; r++) st = run_exec(ctx, exec, x, w, y, ws);
         float t = 0.0f;
         if (st == BN_OK && (cudaEventRecord(end, stream) != cudaSuccess || cudaEventSynchronize(end) != cudaSuccess ||
@@ -445,8 +449,8 @@ static bn_status time_exec(bn_ctx *ctx, cudnnBackendDescriptor_t exec, void *x, 
 
 /* One candidate: its engine allowed, its plan made within the workspace limit, then timed
  * (when timed) on a workspace of its own. *took: 1 when it ran, with *ms its time. */
-static bn_status try_candidate(bn_ctx *ctx, const bn_cg_spec *s, cudnnBackendDescriptor_t cfg, bool timed, void *x, void *w, void *y, char *name,
-                               size_t name_cap, float *ms, size_t *ws_out, int *took)
+static bn_status try_candidate(bn_ctx *ctx, const bn_cg_spec *s, cudnnBackendDescriptor_t cfg, bool timed, void *x,
+                               void *w, void *y, char *name, size_t name_cap, float *ms, size_t *ws_out, int *took)
 {
     *took = 0;
     cudnnBackendDescriptor_t engine;
@@ -502,7 +506,8 @@ static bn_status try_candidate(bn_ctx *ctx, const bn_cg_spec *s, cudnnBackendDes
     }
     st = time_exec(ctx, exec, x, w, y, scratch, ms, took);
     if (st == BN_OK && cudaStreamSynchronize((cudaStream_t)ctx->stream) != cudaSuccess)
-        st = bn_error(BN_ERR_DEVICE, "conv_graph: candidate %s failed: %s", name, cudaGetErrorString(cudaGetLastError()));
+        st = bn_error(BN_ERR_DEVICE, "conv_graph: candidate %s failed: %s", name,
+                      cudaGetErrorString(cudaGetLastError()));
     cudaFree(scratch);
     cudnnBackendDestroyDescriptor(exec);
     if (verbose() && st == BN_OK)
