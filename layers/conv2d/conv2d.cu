@@ -37,6 +37,7 @@
 
 #include "conv2d.h"
 #include "conv_argmax.h"
+#include "conv_cudnn.cuh"
 #include "conv_direct.h"
 #include "conv_graph.h"
 #include "conv_igemm.h"
@@ -64,8 +65,6 @@ extern "C" void bn_conv2d_gpu_force_own(int family)
     force_family = family > BY_CUDNN && family < BY_COUNT ? family : 0;
 }
 
-/* The most workspace one algorithm may ask for; faster ones that want more are skipped. */
-#define WORKSPACE_LIMIT ((size_t)256 << 20)
 
 /* A blob's cuDNN tensor descriptor for its current shape, or return the recorded error. */
 typedef struct conv_plan {
@@ -134,24 +133,6 @@ static bn_status describe_layer(const conv_priv *c, const bn_ctx *ctx, conv_gpu 
     return BN_OK;
 }
 
-/* Whether an algorithm sums products directly (no FFT or Winograd transform). */
-static bool sums_products(cudnnConvolutionFwdAlgo_t a)
-{
-    return a == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM || a == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM ||
-           a == CUDNN_CONVOLUTION_FWD_ALGO_GEMM || a == CUDNN_CONVOLUTION_FWD_ALGO_DIRECT;
-}
-
-static bool sums_products(cudnnConvolutionBwdDataAlgo_t a)
-{
-    return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 || a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
-}
-
-static bool sums_products(cudnnConvolutionBwdFilterAlgo_t a)
-{
-    return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 || a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1 ||
-           a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3;
-}
-
 /* The first usable result (cuDNN lists the fastest first): it ran, fits the workspace limit,
  * is deterministic when the context asks for that, and, unless the context allows TF32, uses
  * neither tensor-core math nor a transform. -1 when none qualifies. */
@@ -159,10 +140,11 @@ template <typename Perf>
 static int pick(const Perf *r, int count, const bn_ctx *ctx)
 {
     for (int i = 0; i < count; i++) {
-        if (r[i].status != CUDNN_STATUS_SUCCESS || r[i].memory > WORKSPACE_LIMIT) continue;
+        if (r[i].status != CUDNN_STATUS_SUCCESS || r[i].memory > BN_CONV_WORKSPACE_LIMIT) continue;
         if (ctx->deterministic && r[i].determinism != CUDNN_DETERMINISTIC) continue;
         if (!ctx->tf32 && (r[i].mathType == CUDNN_TENSOR_OP_MATH ||
-                           r[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION || !sums_products(r[i].algo)))
+                           r[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION ||
+                           !bn_sums_directly(r[i].algo)))
             continue;
         return i;
     }
@@ -786,9 +768,9 @@ static bn_status from_cache(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *p
     const cudnnConvolutionFwdAlgo_t fwd = (cudnnConvolutionFwdAlgo_t)algo[0];
     const cudnnConvolutionBwdDataAlgo_t data = (cudnnConvolutionBwdDataAlgo_t)algo[1];
     const cudnnConvolutionBwdFilterAlgo_t filter = (cudnnConvolutionBwdFilterAlgo_t)algo[2];
-    if (!ctx->tf32 && ((by[0] == BY_CUDNN && algo[0] >= 0 && !sums_products(fwd)) ||
-                       (by[1] == BY_CUDNN && algo[1] >= 0 && !sums_products(data)) ||
-                       (by[2] == BY_CUDNN && algo[2] >= 0 && !sums_products(filter))))
+    if (!ctx->tf32 && ((by[0] == BY_CUDNN && algo[0] >= 0 && !bn_sums_directly(fwd)) ||
+                       (by[1] == BY_CUDNN && algo[1] >= 0 && !bn_sums_directly(data)) ||
+                       (by[2] == BY_CUDNN && algo[2] >= 0 && !bn_sums_directly(filter))))
         return BN_OK;
     conv_gpu *g = c->gpu;
     cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
@@ -813,7 +795,7 @@ static bn_status from_cache(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *p
         if (usable) bytes[i] = bn_cg_workspace(cg[i]);
     }
     for (int i = 0; i < 3 && usable; i++) {
-        if (s[i] != CUDNN_STATUS_SUCCESS || bytes[i] > WORKSPACE_LIMIT) usable = false;
+        if (s[i] != CUDNN_STATUS_SUCCESS || bytes[i] > BN_CONV_WORKSPACE_LIMIT) usable = false;
         if (bytes[i] > need) need = bytes[i];
     }
     if (st != BN_OK || !usable) {
@@ -1061,33 +1043,19 @@ extern "C" int bn_conv2d_fuse_next(bn_layer *l, bn_layer *next)
     return BN_FUSED_FORWARD | BN_FUSED_NO_IN | BN_FUSED_BACKWARD | BN_FUSED_NO_IN_GRAD;
 }
 
-static const char *const fwd_names[] = {"implicit_gemm", "implicit_precomp_gemm", "gemm", "direct",
-                                        "fft", "fft_tiling", "winograd", "winograd_nonfused"};
-static const char *const bwd_data_names[] = {"algo_0", "algo_1", "fft", "fft_tiling", "winograd",
-                                             "winograd_nonfused"};
-static const char *const bwd_filter_names[] = {"algo_0", "algo_1", "fft", "algo_3", "winograd",
-                                               "winograd_nonfused", "fft_tiling"};
-
-static const char *name_of(const char *const *names, int count, int algo)
+/* Who runs pass `pass` of the plan: one of blobnet's families, cuDNN's graph API ("graph engN";
+ * the engine's knobs are in the kernel cache), or cuDNN's legacy algorithm `legacy`. */
+static const char *pass_name(const conv_plan *pl, int pass, const char *legacy, char *buf, size_t cap)
 {
-    return algo >= 0 && algo < count ? names[algo] : "?";
-}
-
-static const char *runner_name(int by, const char *const *names, int count, int algo)
-{
-    if (by == BY_DIRECT) return "blobnet direct";
-    if (by == BY_IGEMM) return "blobnet igemm";
-    if (by == BY_ROWS) return "blobnet rows";
-    if (by == BY_TENSOR) return "blobnet tensor";
-    if (by == BY_ARGMAX) return "blobnet argmax";
-    return name_of(names, count, algo);
-}
-
-/* A pass run by cuDNN's graph API: "graph engN" (the engine; its knobs are in the kernel cache),
- * else the runner's name. */
-static const char *pass_name(const conv_plan *pl, int pass, const char *runner, char *buf, size_t cap)
-{
-    if (pl->by[pass] != BY_CUDNN || !pl->cg[pass]) return runner;
+    switch (pl->by[pass]) {
+    case BY_DIRECT: return "blobnet direct";
+    case BY_IGEMM: return "blobnet igemm";
+    case BY_ROWS: return "blobnet rows";
+    case BY_TENSOR: return "blobnet tensor";
+    case BY_ARGMAX: return "blobnet argmax";
+    default: break;
+    }
+    if (!pl->cg[pass]) return legacy;
     const char *name = bn_cg_name(pl->cg[pass]), *space = strchr(name, ' ');
     snprintf(buf, cap, "graph %.*s", space ? (int)(space - name) : (int)strlen(name), name);
     return buf;
@@ -1104,18 +1072,12 @@ extern "C" void bn_conv2d_gpu_describe(const bn_layer *l, char *buf, size_t cap)
         /* An own-only plan (bf16's FP32 copies) is told where the BF16 plan runs on it. */
         if (pl->own_only && (!pl->own_ok || !bn_conv_bf16_runs_fp32(c->bf16, pl->n))) continue;
         char names[3][48];
-        const char *data = !pl->with_data ? "-"
-                                          : pass_name(pl, 1, runner_name(pl->by[1], bwd_data_names,
-                                                                         CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
-                                                                         pl->bwd_data),
-                                                      names[1], sizeof names[1]);
+        const char *fwd = pass_name(pl, 0, bn_cudnn_algo_name(pl->fwd), names[0], sizeof names[0]);
+        const char *data =
+            pl->with_data ? pass_name(pl, 1, bn_cudnn_algo_name(pl->bwd_data), names[1], sizeof names[1]) : "-";
+        const char *filter = pass_name(pl, 2, bn_cudnn_algo_name(pl->bwd_filter), names[2], sizeof names[2]);
         int w = snprintf(buf + len, cap - len, "%sn=%d: fwd %s, bwd_data %s, bwd_filter %s", len ? "; " : "", pl->n,
-                         pass_name(pl, 0, runner_name(pl->by[0], fwd_names, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, pl->fwd),
-                                   names[0], sizeof names[0]),
-                         data,
-                         pass_name(pl, 2, runner_name(pl->by[2], bwd_filter_names,
-                                                      CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, pl->bwd_filter),
-                                   names[2], sizeof names[2]));
+                         fwd, data, filter);
         if (w < 0) break;
         len += (size_t)w;
     }

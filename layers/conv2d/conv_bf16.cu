@@ -18,6 +18,7 @@
 
 #include "conv2d.h"
 #include "conv_bf16.h"
+#include "conv_cudnn.cuh"
 #include "conv_graph.h"
 #include "core/device.h"
 #include "gpu/bf16.cuh"
@@ -31,8 +32,6 @@ enum { WEIGHT, BIAS };
 enum { NCHW, NHWC, F32, LAYOUTS };
 #define CUDNN_LAYOUTS 2
 
-/* The most workspace one algorithm may ask for, as in FP32 (conv2d.cu). */
-#define WORKSPACE_LIMIT ((size_t)256 << 20)
 #define THREADS 256
 /* The bias gradient: elements of one channel per block, and the most blocks per channel. */
 #define PART_ELEMENTS 4096
@@ -61,10 +60,6 @@ typedef struct bf16_algos {
     cudnnConvolutionBwdFilterAlgo_t filter;
 } bf16_algos;
 
-/* Where a graph-API filter pass writes: the FP32 gradient slab itself (adding to it), FP32
- * scratch in the layout's filter order (then added), or BF16 scratch (then added), as the
- * first of those that cuDNN offers an engine for. */
-enum { FILTER_SLAB, FILTER_F32, FILTER_BF16 };
 enum { PASS_FWD = BN_CG_FORWARD, PASS_DATA = BN_CG_DATA, PASS_FILTER = BN_CG_FILTER };
 
 typedef struct bf16_plan {
@@ -78,7 +73,6 @@ typedef struct bf16_plan {
     cudnnTensorDescriptor_t y[LAYOUTS];   /* the output (and its gradient) at batch n */
     bn_cg_plan *g[LAYOUTS][BN_CG_PASSES]; /* the pass through cuDNN's graph API where it has an engine
                                              (conv_graph.h); else the legacy algorithm in algos */
-    int filter_out[LAYOUTS];              /* FILTER_*: where g's filter pass writes */
 } bf16_plan;
 
 struct conv_bf16 {
@@ -91,7 +85,6 @@ struct conv_bf16 {
     float *x32, *dx32, *y32; /* the F32 layout's copies of x, dx and y (or dy); NULL until it is tried */
     cudnnConvolutionDescriptor_t conv_desc;  /* FP32 compute, tensor-op math */
     __nv_bfloat16 *dw;     /* cuDNN's filter gradient in the layout's filter order, then added into the FP32 slab */
-    float *dw32;           /* the same in FP32 (FILTER_F32) */
     __nv_bfloat16 *wt;     /* the filter as KRSC */
     __nv_bfloat16 *xt;     /* the input as NHWC (the batch the blob holds at most); then its gradient */
     __nv_bfloat16 *yt;     /* the output, or its gradient, as NHWC */
@@ -120,7 +113,6 @@ extern "C" void bn_conv_bf16_release(conv_bf16 **state)
     bn_device_free(s->y32);
     if (s->conv_desc) cudnnDestroyConvolutionDescriptor(s->conv_desc);
     bn_device_free(s->dw);
-    bn_device_free(s->dw32);
     bn_device_free(s->wt);
     bn_device_free(s->xt);
     bn_device_free(s->yt);
@@ -167,30 +159,11 @@ static bn_status describe_layer(const bn_layer *l, const conv_priv *c, conv_bf16
     const size_t weights = (size_t)s->kp * s->cp * c->size * c->size;
     const size_t in = l->in->capacity / (size_t)c->g.c * s->cp, out = l->out->capacity / (size_t)c->filters * s->kp;
     BN_TRY(bn_device_alloc((void **)&s->dw, weights * sizeof(__nv_bfloat16)));
-    BN_TRY(bn_device_alloc((void **)&s->dw32, weights * sizeof(float)));
     BN_TRY(bn_device_alloc((void **)&s->wt, weights * sizeof(__nv_bfloat16)));
     BN_TRY(bn_device_zero(s->wt, weights * sizeof(__nv_bfloat16)));
     BN_TRY(bn_device_alloc((void **)&s->xt, in * sizeof(__nv_bfloat16)));
     BN_TRY(bn_device_alloc((void **)&s->yt, out * sizeof(__nv_bfloat16)));
     return bn_device_alloc((void **)&s->bias_parts, (size_t)c->filters * MAX_PARTS * sizeof(float));
-}
-
-/* Whether an algorithm sums products directly (no FFT or Winograd transform). */
-static bool sums_directly(cudnnConvolutionFwdAlgo_t a)
-{
-    return a == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM || a == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM ||
-           a == CUDNN_CONVOLUTION_FWD_ALGO_GEMM || a == CUDNN_CONVOLUTION_FWD_ALGO_DIRECT;
-}
-
-static bool sums_directly(cudnnConvolutionBwdDataAlgo_t a)
-{
-    return a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_0 || a == CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
-}
-
-static bool sums_directly(cudnnConvolutionBwdFilterAlgo_t a)
-{
-    return a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0 || a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1 ||
-           a == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3;
 }
 
 /* The first usable result (cuDNN lists the fastest, or the likeliest fastest, first): it ran,
@@ -199,7 +172,8 @@ static bool sums_directly(cudnnConvolutionBwdFilterAlgo_t a)
 template <typename Perf> static int pick(const Perf *r, int count, const bn_ctx *ctx, size_t *need)
 {
     for (int i = 0; i < count; i++) {
-        if (r[i].status != CUDNN_STATUS_SUCCESS || r[i].memory > WORKSPACE_LIMIT || !sums_directly(r[i].algo))
+        if (r[i].status != CUDNN_STATUS_SUCCESS || r[i].memory > BN_CONV_WORKSPACE_LIMIT ||
+            !bn_sums_directly(r[i].algo))
             continue;
         if (ctx->deterministic && r[i].determinism != CUDNN_DETERMINISTIC) continue;
         if (r[i].memory > *need) *need = r[i].memory;
@@ -395,11 +369,10 @@ static bn_status conv_forward(const conv_priv *c, conv_bf16 *s, const bf16_plan 
 }
 
 /* dw[k][j][i] += src[(k * rs + i) * cp + j] over filters x channels x rs (j < channels, i < rs):
- * a KRSC filter gradient of cp channels per row (FP32 or BF16) into KCRS, its padding dropped.
- * Filters are small: one thread per element, no tiling. */
-template <typename T>
-static __global__ void add_krsc_kernel(float *__restrict__ dw, const T *__restrict__ src, int rs, int channels, int cp,
-                                       size_t total)
+ * a padded NHWC copy's KRSC filter gradient (cp channels per row) into KCRS, its padding
+ * dropped. Filters are small: one thread per element, no tiling. */
+static __global__ void add_padded_filter_kernel(float *__restrict__ dw, const __nv_bfloat16 *__restrict__ src, int rs,
+                                                int channels, int cp, size_t total)
 {
     for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (size_t)gridDim.x * blockDim.x) {
         const size_t per = (size_t)rs * channels, k = e / per, rem = e % per;
@@ -408,25 +381,12 @@ static __global__ void add_krsc_kernel(float *__restrict__ dw, const T *__restri
     }
 }
 
-/* dw += the filter scratch: as it is where it is KCRS (the NCHW layout: src dense K x C x RS),
- * else from KRSC rows of cp channels. */
-template <typename T>
-static bn_status add_filter(float *dw, const T *src, const conv_priv *c, int cp, bool kcrs, bn_ctx *ctx)
-{
-    const int rs = c->size * c->size;
-    const size_t total = (size_t)c->filters * rs * c->g.c;
-    size_t blocks = (total + THREADS - 1) / THREADS;
-    if (blocks > 1024) blocks = 1024;
-    /* KCRS is KRSC with one "pixel" of rs x C channels. */
-    add_krsc_kernel<T><<<(unsigned)blocks, THREADS, 0, (cudaStream_t)ctx->stream>>>(
-        dw, src, kcrs ? 1 : rs, kcrs ? rs * c->g.c : c->g.c, kcrs ? rs * c->g.c : cp, total);
-    BN_CUDA_LAUNCH();
-    return BN_OK;
-}
-
-/* dw (FP32, KCRS) += the filter gradient of layout L from x and dy (in the layout's order), by
- * the graph-API plan where there is one (writing where plan->filter_out says), else by the
- * legacy algorithm (BF16 into s->dw); then the scratch added into dw. */
+/* dw (FP32, KCRS) += the filter gradient of layout L from x and dy (in the layout's order).
+ * cuDNN writes it in the filter's type, BF16, into s->dw (cuDNN 9.14's heuristics offered no
+ * engine writing FP32 from BF16 tensors, neither into the slab nor into scratch: version 26 of
+ * docs/performance.md), by the graph-API plan where there is one, else by the legacy algorithm;
+ * then s->dw is added into dw: as it is from NCHW's KCRS, transposed from KRSC, or from a padded
+ * KRSC. */
 static bn_status filter_pass(const conv_priv *c, conv_bf16 *s, const bf16_plan *plan, int L, bn_ctx *ctx,
                              const __nv_bfloat16 *x, const __nv_bfloat16 *dy, float *dw)
 {
@@ -434,20 +394,20 @@ static bn_status filter_pass(const conv_priv *c, conv_bf16 *s, const bf16_plan *
     const int rs = c->size * c->size;
     const size_t weights = (size_t)c->filters * c->g.c * rs;
     const bn_cg_plan *g = plan->g[L][PASS_FILTER];
-    const int out = g ? plan->filter_out[L] : FILTER_BF16;
-    if (g && out == FILTER_SLAB) return bn_cg_run(ctx, g, x, dw, dy);
     if (g)
-        BN_TRY(bn_cg_run(ctx, g, x, out == FILTER_F32 ? (void *)s->dw32 : (void *)s->dw, dy));
+        BN_TRY(bn_cg_run(ctx, g, x, s->dw, dy));
     else
         BN_CUDNN(cudnnConvolutionBackwardFilter((cudnnHandle_t)ctx->cudnn, &one, plan->x[L], x, plan->y[L], dy,
                                                 s->conv_desc, plan->algos[L].filter, ctx->workspace,
                                                 ctx->workspace_size, &zero, s->w_desc[L], s->dw));
-    /* The scratch is KCRS in NCHW (dense), else KRSC rows of s->cp channels. */
-    const bool kcrs = L == NCHW;
-    if (out == FILTER_F32) return add_filter(dw, s->dw32, c, s->cp, kcrs, ctx);
-    if (kcrs) return bn_gpu_add_bf16_to_f32(dw, s->dw, weights, ctx);
+    if (L == NCHW) return bn_gpu_add_bf16_to_f32(dw, s->dw, weights, ctx);
     if (!padded(c, s)) return bn_gpu_add_bf16_transposed_to_f32(dw, s->dw, c->filters, rs, c->g.c, ctx);
-    return add_filter(dw, s->dw, c, s->cp, false, ctx);
+    size_t blocks = (weights + THREADS - 1) / THREADS;
+    if (blocks > 1024) blocks = 1024;
+    add_padded_filter_kernel<<<(unsigned)blocks, THREADS, 0, (cudaStream_t)ctx->stream>>>(dw, s->dw, rs, c->g.c, s->cp,
+                                                                                          weights);
+    BN_CUDA_LAUNCH();
+    return BN_OK;
 }
 
 /* dx = the input gradient of layout L from w and dy (in the layout's order). */
@@ -579,8 +539,8 @@ static void align_to(bn_cg_tensor *t, const bn_blob *b, size_t elem, bool blob_i
 }
 
 /* The passes of layout L that cuDNN's graph API has an engine for (conv_graph.h), each chosen
- * (timed on the stand-ins t, or from the kernel cache) into plan->g[L]. The filter pass tries to
- * write FP32 straight into the gradient slab first, then FP32 scratch, then BF16 scratch. */
+ * (timed on the stand-ins t, or from the kernel cache) into plan->g[L]; the filter pass writes
+ * BF16 scratch (filter_pass). */
 static bn_status choose_graph(const bn_layer *l, const conv_priv *c, bn_ctx *ctx, conv_bf16 *s, bf16_plan *plan,
                               int L, const stand_ins *t)
 {
@@ -588,12 +548,11 @@ static bn_status choose_graph(const bn_layer *l, const conv_priv *c, bn_ctx *ctx
     const int cached = bn_kernel_choice(ctx, 0) == BN_CHOOSE_CACHED;
     bn_cg_tensor (*make)(int, int, int, int, cudnnDataType_t) = L == NCHW ? bn_cg_nchw : bn_cg_nhwc;
     /* The channel and filter counts of the layout's tensors, and which tensors are the blobs
-     * themselves rather than NHWC scratch copies. */
+     * themselves rather than NHWC scratch copies (as as_nhwc, nhwc_target and filter_krsc decide). */
     const int ch = L == NHWC ? s->cp : c->g.c, filters = L == NHWC ? s->kp : c->filters;
-    const bool pad = L == NHWC && padded(c, s);
-    const bool x_blob = L == NCHW || (!pad && same_layouts(c->g.c, in_hw));
-    const bool y_blob = L == NCHW || (!pad && same_layouts(c->filters, out_hw));
-    const bool w_blob = L == NCHW || (!pad && same_layouts(c->g.c, rs));
+    const bool x_blob = L == NCHW || (s->cp == c->g.c && same_layouts(c->g.c, in_hw));
+    const bool y_blob = L == NCHW || (s->kp == c->filters && same_layouts(c->filters, out_hw));
+    const bool w_blob = L == NCHW || (!padded(c, s) && same_layouts(c->g.c, rs));
 
     bn_cg_spec spec;
     memset(&spec, 0, sizeof spec);
@@ -619,26 +578,11 @@ static bn_status choose_graph(const bn_layer *l, const conv_priv *c, bn_ctx *ctx
         BN_TRY(bn_cg_choose(ctx, &spec, cached, t->dx, s->wt, t->y, &plan->g[L][PASS_DATA]));
     }
 
-    /* Straight into the slab only where the filter's counts are the layer's own. */
-    for (int out = pad ? FILTER_F32 : FILTER_SLAB; out <= FILTER_BF16 && !plan->g[L][PASS_FILTER]; out++) {
-        spec = base;
-        spec.pass = BN_CG_FILTER;
-        align_to(&spec.x, l->in, 2, x_blob);
-        align_to(&spec.y, l->out_grad, 2, y_blob);
-        void *dw = s->dw;
-        if (out == FILTER_SLAB) {
-            spec.w = bn_cg_nchw(c->filters, c->g.c, c->size, c->size, CUDNN_DATA_FLOAT);
-            align_to(&spec.w, l->params[WEIGHT].grad, 4, true);
-            spec.beta = 1.0f;
-            dw = t->dw;
-        } else if (out == FILTER_F32) {
-            spec.w = make(filters, ch, c->size, c->size, CUDNN_DATA_FLOAT);
-            dw = s->dw32;
-        }
-        BN_TRY(bn_cg_choose(ctx, &spec, cached, t->x, dw, t->y, &plan->g[L][PASS_FILTER]));
-        plan->filter_out[L] = out;
-    }
-    return BN_OK;
+    spec = base;
+    spec.pass = BN_CG_FILTER;
+    align_to(&spec.x, l->in, 2, x_blob);
+    align_to(&spec.y, l->out_grad, 2, y_blob);
+    return bn_cg_choose(ctx, &spec, cached, t->x, s->dw, t->y, &plan->g[L][PASS_FILTER]);
 }
 
 /* plan->usable[F32]: whether blobnet's FP32 kernels serve every pass of the layer at the plan's
@@ -862,17 +806,6 @@ extern "C" bn_status bn_conv_bf16_backward(bn_layer *l, const bn_pass *p)
     return conv_backward(c, s, plan, plan->layout, ctx, x, w, dy, dw, db, dx);
 }
 
-static const char *const fwd_names[] = {"implicit_gemm", "implicit_precomp_gemm", "gemm", "direct",
-                                        "fft", "fft_tiling", "winograd", "winograd_nonfused"};
-static const char *const data_names[] = {"algo_0", "algo_1", "fft", "fft_tiling", "winograd", "winograd_nonfused"};
-static const char *const filter_names[] = {"algo_0", "algo_1", "fft", "algo_3", "winograd", "winograd_nonfused",
-                                           "fft_tiling"};
-
-static const char *name_of(const char *const *names, int count, int algo)
-{
-    return algo >= 0 && algo < count ? names[algo] : "?";
-}
-
 extern "C" int bn_conv_bf16_runs_fp32(const conv_bf16 *state, int n)
 {
     for (int i = 0; state && i < state->num_plans; i++)
@@ -901,11 +834,9 @@ extern "C" size_t bn_conv_bf16_describe(const conv_bf16 *state, char *buf, size_
             len += (size_t)w;
             continue;
         }
-        const char *legacy[BN_CG_PASSES] = {
-            name_of(fwd_names, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, a->fwd),
-            pl->with_data ? name_of(data_names, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, a->data) : "-",
-            name_of(filter_names, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, a->filter)};
-        static const char *const outs[] = {" to slab", " f32", " bf16"};
+        const char *legacy[BN_CG_PASSES] = {bn_cudnn_algo_name(a->fwd),
+                                            pl->with_data ? bn_cudnn_algo_name(a->data) : "-",
+                                            bn_cudnn_algo_name(a->filter)};
         for (int i = 0; i < BN_CG_PASSES; i++) {
             const bn_cg_plan *g = pl->g[L][i];
             if (!g) {
@@ -914,8 +845,7 @@ extern "C" size_t bn_conv_bf16_describe(const conv_bf16 *state, char *buf, size_
             }
             /* The engine alone: its knobs are in the kernel cache. */
             const char *name = bn_cg_name(g), *space = strchr(name, ' ');
-            snprintf(names[i], sizeof names[i], "graph %.*s%s", space ? (int)(space - name) : (int)strlen(name), name,
-                     i == PASS_FILTER ? outs[pl->filter_out[L]] : "");
+            snprintf(names[i], sizeof names[i], "graph %.*s", space ? (int)(space - name) : (int)strlen(name), name);
         }
         char layout[64];
         if (L == NHWC && (state->cp != state->channels || state->kp != state->filters))

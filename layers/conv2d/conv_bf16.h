@@ -44,7 +44,7 @@ void bn_conv_bf16_release(conv_bf16 **state);
 
 /* Appends "n=<batch>: fwd X, bwd_data Y, bwd_filter Z, <layout>[ timed: nchw A ms, nhwc B ms,
  * fp32 C ms] (bf16)" per batch size to buf, which holds len characters already: X, Y and Z are
- * "graph engN" (graph API; the filter pass's with where it writes) or a legacy algorithm's name,
+ * "graph engN" (an engine of the graph API) or a legacy algorithm's name,
  * the layout "nchw", "nhwc" or "nhwc padded to KxC"; A, B and C are one forward and backward pass
  * in each way. A plan on the FP32 copies reads "n=<batch>: blobnet's FP32 kernels on fp32
  * copies[ timed: ...] (bf16)" (bn_conv2d_gpu_describe writes those kernels before it). Returns

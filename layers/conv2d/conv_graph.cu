@@ -14,6 +14,7 @@
 
 #include <cuda_runtime.h>
 
+#include "conv_cudnn.cuh"
 #include "conv_graph.h"
 #include "gpu/cuda_check.h"
 #include "gpu/kernel_cache.h"
@@ -23,8 +24,6 @@
 #define ATTR_GRAPH_HANDLE ((cudnnBackendAttributeName_t)800)
 #define ATTR_PLAN_HANDLE ((cudnnBackendAttributeName_t)400)
 
-/* The most workspace a candidate may ask for, as for the legacy algorithms (conv2d.cu). */
-#define WORKSPACE_LIMIT ((size_t)256 << 20)
 /* Descriptors one plan keeps: 3 tensors, convolution, operation, graph, configuration, plan,
  * engine and up to CUDNN_KNOB_TYPE_COUNTS knob choices when rebuilt from the cache. */
 #define MAX_KEPT (10 + CUDNN_KNOB_TYPE_COUNTS)
@@ -485,7 +484,7 @@ static bn_status try_candidate(bn_ctx *ctx, const bn_cg_spec *s, cudnnBackendDes
         if (verbose()) fprintf(stderr, "conv_graph: %s %s: no plan for this shape\n", pass_names[s->pass], name);
         return BN_OK;
     }
-    if ((size_t)ws > WORKSPACE_LIMIT) {
+    if ((size_t)ws > BN_CONV_WORKSPACE_LIMIT) {
         cudnnBackendDestroyDescriptor(exec);
         if (verbose()) fprintf(stderr, "conv_graph: %s %s: workspace %lld too large\n", pass_names[s->pass], name,
                                (long long)ws);
