@@ -7,8 +7,9 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-/* "<test directory>/name" into buf (cap bytes); returns buf. */
-const char *ft_path(char *buf, size_t cap, const char *name);
+/* "<test directory>/NAME" into buf (cap bytes), NAME written by the printf format and its
+ * arguments; returns buf. */
+const char *ft_path(char *buf, size_t cap, const char *format, ...) __attribute__((format(printf, 3, 4)));
 
 /* Reads path whole into buf (at most cap - 1 bytes, then a NUL); 0, or -1 when it cannot. */
 int ft_read_text(const char *path, char *buf, size_t cap);

@@ -463,13 +463,10 @@ BN_TEST(multigpu_two_gpus_train_what_one_gpu_trains)
  * far more than WEIGHT_TOL. */
 static int resume_across(const char *first, const char *tag)
 {
-    char part[512], on1[512], on2[512], args[4096], name[64], what[128];
-    snprintf(name, sizeof name, "resume-part-%s.safetensors", tag);
-    ft_path(part, sizeof part, name);
-    snprintf(name, sizeof name, "resume-on-1-%s.safetensors", tag);
-    ft_path(on1, sizeof on1, name);
-    snprintf(name, sizeof name, "resume-on-2-%s.safetensors", tag);
-    ft_path(on2, sizeof on2, name);
+    char part[512], on1[512], on2[512], args[4096], what[128];
+    ft_path(part, sizeof part, "resume-part-%s.safetensors", tag);
+    ft_path(on1, sizeof on1, "resume-on-1-%s.safetensors", tag);
+    ft_path(on2, sizeof on2, "resume-on-2-%s.safetensors", tag);
     snprintf(args, sizeof args, LENET " --train-limit 1600 --epochs 1 %s --save %s", first, part);
     CHECK_MSG(train("", args) == 0, "%s", out);
     snprintf(args, sizeof args, LENET " --train-limit 1600 --epochs 2 --device gpu --resume %s --save %s", part, on1);
@@ -534,13 +531,10 @@ BN_TEST(multigpu_killed_rank_ends_the_run_naming_it)
  * as one-GPU training does (tests/test_interrupt.c), no rank is left and the checkpoint loads. */
 static int interrupt_run(int to_rank, const char *tag)
 {
-    char log[512], csv[512], ck[512], args[4096], text[8192], name[64];
-    snprintf(name, sizeof name, "sigint-%s.log", tag);
-    ft_path(log, sizeof log, name);
-    snprintf(name, sizeof name, "sigint-%s.csv", tag);
-    ft_path(csv, sizeof csv, name);
-    snprintf(name, sizeof name, "sigint-%s.safetensors", tag);
-    ft_path(ck, sizeof ck, name);
+    char log[512], csv[512], ck[512], args[4096], text[8192];
+    ft_path(log, sizeof log, "sigint-%s.log", tag);
+    ft_path(csv, sizeof csv, "sigint-%s.csv", tag);
+    ft_path(ck, sizeof ck, "sigint-%s.safetensors", tag);
     remove(csv);
     remove(ck);
     snprintf(args, sizeof args, LENET " --epochs 20 --gpus 2 --log %s --log-every 1 --save %s", csv, ck);
@@ -602,13 +596,12 @@ BN_TEST(multigpu_rank_without_its_peer_ends_at_the_deadline)
     SKIP_WITHOUT_TWO_GPUS();
     int port = free_port();
     CHECK_MSG(port > 0, "no free TCP port on 127.0.0.1");
-    char logs[2][512], csv[512], args[4096], text[8192], name[64];
+    char logs[2][512], csv[512], args[4096], text[8192];
     ft_path(csv, sizeof csv, "deadline.csv");
     remove(csv);
     pid_t pid[2];
     for (int r = 0; r < 2; r++) {
-        snprintf(name, sizeof name, "deadline-rank%d.log", r);
-        ft_path(logs[r], sizeof logs[r], name);
+        ft_path(logs[r], sizeof logs[r], "deadline-rank%d.log", r);
         snprintf(args, sizeof args,
                  LENET " --epochs 20 --rendezvous 127.0.0.1:%d --rank %d --world 2 --device gpu:%d%s%s", port, r, r,
                  r == 0 ? " --log-every 1 --log " : "", r == 0 ? csv : "");
@@ -640,15 +633,14 @@ BN_TEST(multigpu_rendezvous_by_hand_trains_in_step)
     SKIP_WITHOUT_TWO_GPUS();
     int port = free_port();
     CHECK_MSG(port > 0, "no free TCP port on 127.0.0.1");
-    char dir[512], env[700], logs[2][512], args[4096], text[2][4096], w[2][600], init[512], name[64];
+    char dir[512], env[700], logs[2][512], args[4096], text[2][4096], w[2][600], init[512];
     ft_path(dir, sizeof dir, "by-hand");
     snprintf(args, sizeof args, "rm -rf '%s' && mkdir -p '%s'", dir, dir);
     CHECK(system(args) == 0);
     snprintf(env, sizeof env, "BLOBNET_RANK_WEIGHTS=%s BLOBNET_DIST_TIMEOUT=60", dir);
     pid_t pid[2];
     for (int r = 0; r < 2; r++) {
-        snprintf(name, sizeof name, "by-hand-rank%d.log", r);
-        ft_path(logs[r], sizeof logs[r], name);
+        ft_path(logs[r], sizeof logs[r], "by-hand-rank%d.log", r);
         snprintf(w[r], sizeof w[r], "%s/rank%d.safetensors", dir, r);
         /* 1280 images: 20 steps of 64. */
         snprintf(args, sizeof args, LENET " --train-limit 1280 --epochs 1 --rendezvous 127.0.0.1:%d --rank %d "

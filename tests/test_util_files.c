@@ -1,6 +1,7 @@
 /* test_util_files.c - the helpers of file_testing.h; it holds no tests itself. */
 #include "file_testing.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -9,9 +10,14 @@
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
 
-const char *ft_path(char *buf, size_t cap, const char *name)
+const char *ft_path(char *buf, size_t cap, const char *format, ...)
 {
-    snprintf(buf, cap, "%s/%s", bn_test_tmpdir(), name);
+    int used = snprintf(buf, cap, "%s/", bn_test_tmpdir());
+    if (used < 0 || (size_t)used >= cap) return buf;
+    va_list ap;
+    va_start(ap, format);
+    vsnprintf(buf + used, cap - (size_t)used, format, ap);
+    va_end(ap);
     return buf;
 }
 
