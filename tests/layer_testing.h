@@ -68,6 +68,13 @@ bn_status lt_train_steps(bn_net *net, bn_optimizer *opt, int first, int count, i
 bn_status lt_bf16_vs_cpu(const char *text, int batch, int classes, int train, bn_ctx *ctx, uint64_t seed,
                          double *worst, char *what, size_t cap);
 
+/* Sets text's network up on ctx for `batch` examples from seed, runs one training forward and
+ * backward pass, and writes the kernel plan of each conv2d layer names[i] into plans[i] (cap
+ * bytes; "" without CUDA or for a name the network lacks); the network is freed. Returns the
+ * first failing status, plans then as far as they got. */
+bn_status lt_conv_plans(const char *text, bn_ctx *ctx, int batch, uint64_t seed, const char *const *names,
+                        char *const *plans, int count, size_t cap);
+
 /* Builds text's network for one example and returns its setup status; the network is freed. */
 bn_status lt_setup_status(const char *text);
 

@@ -293,7 +293,7 @@ BN_TEST(gpu_bf16_conv2d_matches_cpu)
 /* Under bf16 a convolution's passes run on cuDNN's BF16 kernels or on blobnet's FP32 kernels
  * over FP32 copies, as the timed plan says; a layer that asks for blobnet's engine (which has no
  * BF16 kernels) is refused by name. */
-BN_TEST(gpu_bf16_conv2d_runs_on_cudnn_only)
+BN_TEST(gpu_bf16_conv2d_reports_its_plan_and_refuses_engine_blobnet)
 {
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
     bn_ctx *ctx;
@@ -306,19 +306,11 @@ BN_TEST(gpu_bf16_conv2d_runs_on_cudnn_only)
     char plan[1024] = "", error[512] = "";
     bn_status s[2] = {BN_OK, BN_OK};
     ctx->bf16 = 1;
-    for (int t = 0; t < 2; t++) {
-        bn_net *net = NULL;
-        s[t] = bn_net_from_text(texts[t], "conv", &net);
-        if (s[t] == BN_OK) s[t] = bn_net_setup(net, 8, ctx, 1, 3);
-        if (s[t] == BN_OK) s[t] = bn_net_forward(net, 1);
-        if (s[t] == BN_OK) s[t] = bn_net_backward(net);
-#ifdef BN_WITH_CUDA /* the plans exist only in a CUDA build */
-        if (s[t] == BN_OK) bn_conv2d_gpu_describe(bn_net_find_layer(net, "c2"), plan, sizeof plan);
-#endif
-        if (s[t] != BN_OK) snprintf(error, sizeof error, "%s", bn_last_error());
-        bn_net_free(net);
-        if (t == 0 && s[t] != BN_OK) break;
-    }
+    static const char *const c2 = "c2";
+    char *const plans[1] = {plan};
+    s[0] = lt_conv_plans(texts[0], ctx, 8, 3, &c2, plans, 1, sizeof plan);
+    if (s[0] == BN_OK) s[1] = lt_conv_plans(texts[1], ctx, 8, 3, NULL, NULL, 0, 0); /* refused at its first pass */
+    if (s[0] != BN_OK || s[1] != BN_OK) snprintf(error, sizeof error, "%s", bn_last_error());
     ctx->bf16 = 0;
     CHECK_MSG(s[0] == BN_OK, "LeNet's convolutions under bf16: %s", error);
     CHECK_MSG(strstr(plan, "n=8: ") && strstr(plan, "(bf16)") &&
@@ -347,17 +339,12 @@ BN_TEST(gpu_bf16_conv2d_plans_each_layout)
     const int was_deterministic = ctx->deterministic;
     ctx->bf16 = 1;
     ctx->deterministic = 0; /* the timed choice is made only then */
+    static const char *const c = "c";
     for (int k = 0; k < 3 && s == BN_OK; k++) {
-        bn_net *net = NULL;
-        plans[k][0] = '\0';
+        char *const plan[1] = {plans[k]};
         bn_conv_bf16_force_layout(layouts[k]);
-        s = bn_net_from_text(text, "conv", &net);
-        if (s == BN_OK) s = bn_net_setup(net, 16, ctx, 1, 5);
-        if (s == BN_OK) s = bn_net_forward(net, 1);
-        if (s == BN_OK) s = bn_net_backward(net);
-        if (s == BN_OK) bn_conv2d_gpu_describe(bn_net_find_layer(net, "c"), plans[k], sizeof plans[k]);
+        s = lt_conv_plans(text, ctx, 16, 5, &c, plan, 1, sizeof plans[k]);
         if (s != BN_OK) printf("    layout %s: %s\n", layout_names[layouts[k]], bn_last_error());
-        bn_net_free(net);
     }
     bn_conv_bf16_force_layout(BN_CONV_BF16_EITHER);
     ctx->bf16 = 0;
@@ -405,16 +392,12 @@ BN_TEST(gpu_bf16_conv2d_takes_graph_engines)
     int r = BN_PASS;
     for (int t = 0; t < cases && r == BN_PASS; t++)
         for (int det = 0; det < 2 && r == BN_PASS; det++) {
+            static const char *const c = "c";
             char plan[1024] = "";
-            bn_net *net = NULL;
+            char *const plans[1] = {plan};
             ctx->deterministic = det;
-            bn_status s = bn_net_from_text(texts[t], "conv", &net);
-            if (s == BN_OK) s = bn_net_setup(net, 32, ctx, 1, 5);
-            if (s == BN_OK) s = bn_net_forward(net, 1);
-            if (s == BN_OK) s = bn_net_backward(net);
-            if (s == BN_OK) bn_conv2d_gpu_describe(bn_net_find_layer(net, "c"), plan, sizeof plan);
+            bn_status s = lt_conv_plans(texts[t], ctx, 32, 5, &c, plans, 1, sizeof plan);
             if (s != BN_OK) printf("    %s\n", bn_last_error());
-            bn_net_free(net);
             printf("    case %d%s: %s\n", t, det ? " (deterministic)" : "", plan);
             if (s != BN_OK) r = BN_FAIL;
             else if (!strstr(plan, "fwd graph eng") || !strstr(plan, "bwd_data graph eng") ||

@@ -448,25 +448,11 @@ BN_TEST(gpu_layer_conv2d_cudnn_graph_tf32_stays_near_cpu)
             printf("    %s: rerun with BLOBNET_TEST_SEED=%llu\n", cases[i].what, (unsigned long long)seed);
         else printf("    %s vs cpu: worst difference %.3g of scale (tolerance %g)\n", cases[i].what, worst, TOL_TF32);
     }
-    char plans[2][512] = {"", ""};
-    bn_status s = BN_OK;
-    (void)plans; /* read only in a CUDA build */
-#ifdef BN_WITH_CUDA
     /* The plans of the second case's layers. */
-    bn_net *net = NULL;
-    if (r == BN_PASS) {
-        s = bn_net_from_text(cases[1].text, "graph", &net);
-        if (s == BN_OK) s = bn_net_setup(net, 16, ctx, 1, 3);
-        if (s == BN_OK) s = bn_net_forward(net, 1);
-        if (s == BN_OK) s = bn_net_backward(net);
-        static const char *const names[2] = {"a", "b"};
-        for (int k = 0; k < 2 && s == BN_OK; k++) {
-            const bn_layer *l = bn_net_find_layer(net, names[k]);
-            if (l) bn_conv2d_gpu_describe(l, plans[k], sizeof plans[k]);
-        }
-        bn_net_free(net);
-    }
-#endif
+    char plans[2][512] = {"", ""};
+    static const char *const names[2] = {"a", "b"};
+    char *const into[2] = {plans[0], plans[1]};
+    bn_status s = r == BN_PASS ? lt_conv_plans(cases[1].text, ctx, 16, 3, names, into, 2, sizeof plans[0]) : BN_OK;
     bn_conv2d_gpu_force_graph(0);
     ctx->tf32 = 0;
     ctx->autotune = was_autotune;

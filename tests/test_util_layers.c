@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "conv2d/conv2d.h"
 #include "core/rng.h"
 #include "testing.h"
 
@@ -274,5 +275,26 @@ bn_status lt_bf16_vs_cpu(const char *text, int batch, int classes, int train, bn
     *worst = p.worst;
     bn_net_free(p.cpu);
     bn_net_free(p.gpu);
+    return s;
+}
+
+bn_status lt_conv_plans(const char *text, bn_ctx *ctx, int batch, uint64_t seed, const char *const *names,
+                        char *const *plans, int count, size_t cap)
+{
+    for (int i = 0; i < count; i++) plans[i][0] = '\0';
+    bn_net *net = NULL;
+    bn_status s = bn_net_from_text(text, "conv", &net);
+    if (s == BN_OK) s = bn_net_setup(net, batch, ctx, 1, seed);
+    if (s == BN_OK) s = bn_net_forward(net, 1);
+    if (s == BN_OK) s = bn_net_backward(net);
+#ifdef BN_WITH_CUDA /* the plans exist only in a CUDA build */
+    for (int i = 0; i < count && s == BN_OK; i++) {
+        const bn_layer *l = bn_net_find_layer(net, names[i]);
+        if (l) bn_conv2d_gpu_describe(l, plans[i], cap);
+    }
+#else
+    (void)names;
+#endif
+    bn_net_free(net);
     return s;
 }
