@@ -2,7 +2,10 @@
  * double by a fixed grid of (part, channel) blocks, then added part by part in order by one
  * thread per channel, which also moves the running averages; the per-element passes use the
  * CPU path's float expressions with rounded operations the compiler may not fuse, so the two
- * paths differ only by the order of the double sums.
+ * paths differ only by the order of the double sums. Every kernel that touches the data reads
+ * and writes 16 bytes at a time where the plane allows (load), with 32-bit index arithmetic
+ * where the blob allows: the 64-bit divisions of a per-element channel index had held these
+ * passes to a third of the memory bandwidth.
  *
  * Scratch (dev_sums, sized for the batch capacity): 2 doubles per (channel, part), then 4 floats
  * per channel: mean, 1 / sqrt(var + eps), and in backward the means of dy and dy * xhat.
@@ -54,34 +57,56 @@ static __device__ void block_sum2(double *a, double *b)
     *b = sb[0];
 }
 
-/* The element offset of the m-th element of channel c. */
-static __device__ size_t at(const bn_geometry g, int c, long m)
+/* The per-element kernels work on packs of N elements (N = 1, or bn_pack<T>::N: 16 bytes, where
+ * every pointer is 16-byte aligned and the plane a multiple of N, so that a pack never spans two
+ * planes) and count packs in the index type I: unsigned where the blob's packs fit in 31 bits
+ * (32-bit divisions, several times cheaper than 64-bit ones), else size_t. */
+template <typename T, int N> static __device__ __forceinline__ void load(const T *p, float *v)
 {
-    long e = m / g.plane;
-    return ((size_t)e * g.channels + c) * (size_t)g.plane + (size_t)(m - e * g.plane);
+    if (N == 1) v[0] = bn_ld(p);
+    else bn_ld_pack(p, v);
 }
 
-/* Block (part, channel): sum x and sum x * x over its span (forward), or sum dy and
- * sum dy * xhat (backward, stats holding each channel's mean and 1 / sqrt(var + eps)). */
-template <typename T>
+template <typename T, int N> static __device__ __forceinline__ void store(T *p, const float *v)
+{
+    if (N == 1) bn_st(p, v[0]);
+    else bn_st_pack(p, v);
+}
+
+/* Block (part, channel): sum x and sum x * x over its span of the channel's packs (forward), or
+ * sum dy and sum dy * xhat (backward, stats holding each channel's mean and 1 / sqrt(var + eps)).
+ * Pack q of the channel is at plane q / row (row: packs per plane), offset q % row in it. */
+template <typename T, int N, typename I>
 static __global__ void __launch_bounds__(THREADS)
     partial_sums(bn_geometry g, const T *__restrict__ x, const T *__restrict__ dy, const float *stats,
                  double *__restrict__ sums)
 {
-    int c = blockIdx.y, part = blockIdx.x;
-    long span = (g.count + g.parts - 1) / g.parts, lo = part * span, hi = min(g.count, lo + span);
+    const int c = blockIdx.y, part = blockIdx.x;
+    const I row = (I)(g.plane / N), packs = (I)(g.count / N), span = (packs + g.parts - 1) / g.parts;
+    const I lo = part * span, hi = lo + span < packs ? lo + span : packs;
     double a = 0.0, b = 0.0;
     float mean = dy ? stats[4 * c] : 0.0f, inv_std = dy ? stats[4 * c + 1] : 0.0f;
-    for (long m = lo + threadIdx.x; m < hi; m += THREADS) {
-        size_t i = at(g, c, m);
+#pragma unroll 4
+    for (I q = lo + threadIdx.x; q < hi; q += THREADS) {
+        const I e = q / row;
+        const size_t i = ((size_t)e * g.channels + c) * (size_t)g.plane + (size_t)(q - e * row) * N;
+        float xv[N];
+        load<T, N>(&x[i], xv);
         if (dy) {
-            float grad = bn_ld(&dy[i]);
-            a += grad;
-            b += (double)grad * __fmul_rn(__fsub_rn(bn_ld(&x[i]), mean), inv_std);
+            float gv[N];
+            load<T, N>(&dy[i], gv);
+#pragma unroll
+            for (int k = 0; k < N; k++) {
+                a += gv[k];
+                b += (double)gv[k] * __fmul_rn(__fsub_rn(xv[k], mean), inv_std);
+            }
         } else {
-            double v = bn_ld(&x[i]);
-            a += v;
-            b += v * v;
+#pragma unroll
+            for (int k = 0; k < N; k++) {
+                const double v = xv[k];
+                a += v;
+                b += v * v;
+            }
         }
     }
     block_sum2(&a, &b);
@@ -134,28 +159,42 @@ static __global__ void backward_stats(bn_geometry g, const double *__restrict__ 
     stats[4 * c + 3] = trained ? (float)(sum_dy_xhat / (double)g.count) : 0.0f;
 }
 
-template <typename T>
-static __global__ void normalize(bn_geometry g, size_t total, const T *__restrict__ x, const float *stats,
+/* Pack i of the blob belongs to channel (i / row) % channels. */
+template <typename T, int N, typename I>
+static __global__ void normalize(bn_geometry g, I packs, const T *__restrict__ x, const float *stats,
                                  const float *__restrict__ w, const float *__restrict__ b, T *__restrict__ y)
 {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
-        int c = (int)((i / (size_t)g.plane) % (size_t)g.channels);
-        float scale = __fmul_rn(w[c], stats[4 * c + 1]);
-        float shift = __fsub_rn(b[c], __fmul_rn(stats[4 * c], scale));
-        bn_st(&y[i], __fadd_rn(__fmul_rn(bn_ld(&x[i]), scale), shift));
+    const I row = (I)(g.plane / N), stride = (I)gridDim.x * blockDim.x;
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < packs; i += stride) {
+        const int c = (int)((i / row) % (I)g.channels);
+        const float scale = __fmul_rn(w[c], stats[4 * c + 1]);
+        const float shift = __fsub_rn(b[c], __fmul_rn(stats[4 * c], scale));
+        float v[N];
+        load<T, N>(&x[(size_t)i * N], v);
+#pragma unroll
+        for (int k = 0; k < N; k++) v[k] = __fadd_rn(__fmul_rn(v[k], scale), shift);
+        store<T, N>(&y[(size_t)i * N], v);
     }
 }
 
-template <typename T>
-static __global__ void input_grad(bn_geometry g, size_t total, const T *__restrict__ x, const T *__restrict__ dy,
+template <typename T, int N, typename I>
+static __global__ void input_grad(bn_geometry g, I packs, const T *__restrict__ x, const T *__restrict__ dy,
                                   const float *stats, const float *__restrict__ w, T *__restrict__ dx)
 {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
-        int c = (int)((i / (size_t)g.plane) % (size_t)g.channels);
+    const I row = (I)(g.plane / N), stride = (I)gridDim.x * blockDim.x;
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < packs; i += stride) {
+        const int c = (int)((i / row) % (I)g.channels);
         const float *s = stats + 4 * c;
-        float scale = __fmul_rn(w[c], s[1]);
-        float xhat = __fmul_rn(__fsub_rn(bn_ld(&x[i]), s[0]), s[1]);
-        bn_st(&dx[i], __fmul_rn(scale, __fsub_rn(__fsub_rn(bn_ld(&dy[i]), s[2]), __fmul_rn(xhat, s[3]))));
+        const float scale = __fmul_rn(w[c], s[1]);
+        float xv[N], gv[N];
+        load<T, N>(&x[(size_t)i * N], xv);
+        load<T, N>(&dy[(size_t)i * N], gv);
+#pragma unroll
+        for (int k = 0; k < N; k++) {
+            const float xhat = __fmul_rn(__fsub_rn(xv[k], s[0]), s[1]);
+            gv[k] = __fmul_rn(scale, __fsub_rn(__fsub_rn(gv[k], s[2]), __fmul_rn(xhat, s[3])));
+        }
+        store<T, N>(&dx[(size_t)i * N], gv);
     }
 }
 
@@ -187,6 +226,58 @@ static bn_status prepare(bn_layer *l, bn_geometry *g, float **stats)
     return BN_OK;
 }
 
+/* One pass's device pointers (dy and dx NULL in the forward pass, y in the backward one). */
+template <typename T> struct bn_args {
+    const T *x, *dy;
+    T *y, *dx;
+    const float *w, *bias;
+    float *rm, *rv, *dw, *db;
+};
+
+template <typename T, int N, typename I>
+static bn_status queue_forward(batchnorm_priv *b, const bn_geometry &g, const bn_args<T> &a, float *stats, int train,
+                               size_t total, cudaStream_t s)
+{
+    if (train) {
+        partial_sums<T, N, I><<<dim3(g.parts, g.channels), THREADS, 0, s>>>(g, a.x, NULL, NULL, b->dev_sums);
+        BN_CUDA_LAUNCH();
+    }
+    forward_stats<<<(g.channels + 127) / 128, 128, 0, s>>>(g, train ? b->dev_sums : NULL, stats, a.rm, a.rv,
+                                                            b->momentum, b->eps);
+    BN_CUDA_LAUNCH();
+    normalize<T, N, I><<<grid_for(total / N), THREADS, 0, s>>>(g, (I)(total / N), a.x, stats, a.w, a.bias, a.y);
+    BN_CUDA_LAUNCH();
+    return BN_OK;
+}
+
+template <typename T, int N, typename I>
+static bn_status queue_backward(batchnorm_priv *b, const bn_geometry &g, const bn_args<T> &a, float *stats,
+                                size_t total, cudaStream_t s)
+{
+    partial_sums<T, N, I><<<dim3(g.parts, g.channels), THREADS, 0, s>>>(g, a.x, a.dy, stats, b->dev_sums);
+    BN_CUDA_LAUNCH();
+    backward_stats<<<(g.channels + 127) / 128, 128, 0, s>>>(g, b->dev_sums, stats, a.dw, a.db, b->trained);
+    BN_CUDA_LAUNCH();
+    if (!a.dx) return BN_OK;
+    input_grad<T, N, I><<<grid_for(total / N), THREADS, 0, s>>>(g, (I)(total / N), a.x, a.dy, stats, a.w, a.dx);
+    BN_CUDA_LAUNCH();
+    return BN_OK;
+}
+
+/* Whether the pass may take packs of bn_pack<T>::N (see load), and whether its index fits 31 bits. */
+template <typename T> static bool packed(const bn_geometry &g, const bn_args<T> &a)
+{
+    const void *p[4] = {a.x, a.dy, a.y, a.dx};
+    bool ok = g.plane % bn_pack<T>::N == 0;
+    for (int i = 0; i < 4; i++) ok = ok && (!p[i] || bn_aligned16(p[i]));
+    return ok;
+}
+
+static bool narrow(size_t total)
+{
+    return total < ((size_t)1 << 31);
+}
+
 template <typename T> static bn_status forward_as(bn_layer *l, const bn_pass *p)
 {
     batchnorm_priv *b = (batchnorm_priv *)l->priv;
@@ -194,24 +285,19 @@ template <typename T> static bn_status forward_as(bn_layer *l, const bn_pass *p)
     float *stats;
     BN_TRY(prepare(l, &g, &stats));
     cudaStream_t s = (cudaStream_t)p->ctx->stream;
-    BN_TYPED_RD(T, x, l->in);
-    BN_DEV_RD(w, l->params[P_WEIGHT].value);
-    BN_DEV_RD(bias, l->params[P_BIAS].value);
-    BN_DEV_WR(rm, l->buffers[B_MEAN].value);
-    BN_DEV_WR(rv, l->buffers[B_VAR].value);
-    BN_TYPED_WR(T, y, l->out);
+    bn_args<T> a = {};
+    if (!(a.x = bn_typed_rd<T>(l->in)) || !(a.w = bn_blob_dev_rd(l->params[P_WEIGHT].value)) ||
+        !(a.bias = bn_blob_dev_rd(l->params[P_BIAS].value)) || !(a.rm = bn_blob_dev_wr(l->buffers[B_MEAN].value)) ||
+        !(a.rv = bn_blob_dev_wr(l->buffers[B_VAR].value)) || !(a.y = bn_typed_wr<T>(l->out)))
+        return bn_last_status();
     b->trained = p->train;
-    if (p->train) {
-        partial_sums<T><<<dim3(g.parts, g.channels), THREADS, 0, s>>>(g, x, NULL, NULL, b->dev_sums);
-        BN_CUDA_LAUNCH();
-    }
-    forward_stats<<<(g.channels + 127) / 128, 128, 0, s>>>(g, p->train ? b->dev_sums : NULL, stats, rm, rv, b->momentum,
-                                                            b->eps);
-    BN_CUDA_LAUNCH();
-    size_t total = bn_blob_count(l->out);
-    normalize<T><<<grid_for(total), THREADS, 0, s>>>(g, total, x, stats, w, bias, y);
-    BN_CUDA_LAUNCH();
-    return BN_OK;
+    const size_t total = bn_blob_count(l->out);
+    const int N = bn_pack<T>::N;
+    if (packed(g, a))
+        return narrow(total) ? queue_forward<T, N, unsigned>(b, g, a, stats, p->train, total, s)
+                             : queue_forward<T, N, size_t>(b, g, a, stats, p->train, total, s);
+    return narrow(total) ? queue_forward<T, 1, unsigned>(b, g, a, stats, p->train, total, s)
+                         : queue_forward<T, 1, size_t>(b, g, a, stats, p->train, total, s);
 }
 
 template <typename T> static bn_status backward_as(bn_layer *l, const bn_pass *p)
@@ -221,21 +307,18 @@ template <typename T> static bn_status backward_as(bn_layer *l, const bn_pass *p
     float *stats;
     BN_TRY(prepare(l, &g, &stats));
     cudaStream_t s = (cudaStream_t)p->ctx->stream;
-    BN_TYPED_RD(T, x, l->in);
-    BN_TYPED_RD(T, dy, l->out_grad);
-    BN_DEV_RD(w, l->params[P_WEIGHT].value);
-    BN_DEV_WR(dw, l->params[P_WEIGHT].grad);
-    BN_DEV_WR(db, l->params[P_BIAS].grad);
-    partial_sums<T><<<dim3(g.parts, g.channels), THREADS, 0, s>>>(g, x, dy, stats, b->dev_sums);
-    BN_CUDA_LAUNCH();
-    backward_stats<<<(g.channels + 127) / 128, 128, 0, s>>>(g, b->dev_sums, stats, dw, db, b->trained);
-    BN_CUDA_LAUNCH();
-    if (!l->in_grad) return BN_OK;
-    BN_TYPED_WR(T, dx, l->in_grad);
-    size_t total = bn_blob_count(l->in);
-    input_grad<T><<<grid_for(total), THREADS, 0, s>>>(g, total, x, dy, stats, w, dx);
-    BN_CUDA_LAUNCH();
-    return BN_OK;
+    bn_args<T> a = {};
+    if (!(a.x = bn_typed_rd<T>(l->in)) || !(a.dy = bn_typed_rd<T>(l->out_grad)) ||
+        !(a.w = bn_blob_dev_rd(l->params[P_WEIGHT].value)) || !(a.dw = bn_blob_dev_wr(l->params[P_WEIGHT].grad)) ||
+        !(a.db = bn_blob_dev_wr(l->params[P_BIAS].grad)) || (l->in_grad && !(a.dx = bn_typed_wr<T>(l->in_grad))))
+        return bn_last_status();
+    const size_t total = bn_blob_count(l->in);
+    const int N = bn_pack<T>::N;
+    if (packed(g, a))
+        return narrow(total) ? queue_backward<T, N, unsigned>(b, g, a, stats, total, s)
+                             : queue_backward<T, N, size_t>(b, g, a, stats, total, s);
+    return narrow(total) ? queue_backward<T, 1, unsigned>(b, g, a, stats, total, s)
+                         : queue_backward<T, 1, size_t>(b, g, a, stats, total, s);
 }
 
 extern "C" bn_status bn_batchnorm_forward_gpu(bn_layer *l, const bn_pass *p)

@@ -537,9 +537,19 @@ static const layer_case batchnorm_case = {"conv 3x9x7 k3 x6, tanh, batchnorm, re
                                           "[dense]\noutputs=20\n[tanh]\n[batchnorm]\nmomentum=0.3\n[softmax_ce]\n",
                                           TOL_GEMM, 7, 0, 0, 0, 0, 0};
 
+/* Planes of 8x8 (and a dense layer's of 1): the per-element kernels' packs of 4 floats, and
+ * their one-element path beside them; the case above has planes of 63. */
+static const layer_case batchnorm_packed_case = {"conv 2x8x8 k3 pad 1 x5, tanh, batchnorm, dense 8, tanh, batchnorm, "
+                                                 "softmax_ce",
+                                                 "[input]\nchannels=2\nheight=8\nwidth=8\n"
+                                                 "[conv2d]\nfilters=5\nsize=3\npad=1\n[tanh]\n[batchnorm]\n"
+                                                 "[dense]\noutputs=8\n[tanh]\n[batchnorm]\n[softmax_ce]\n",
+                                                 TOL_GEMM, 7, 0, 0, 0, 0, 0};
+
 BN_TEST(gpu_layer_batchnorm_matches_cpu_in_training_and_evaluation)
 {
     int r = run_case(&batchnorm_case);
+    if (r == BN_PASS) r = run_case(&batchnorm_packed_case);
     if (r != BN_PASS) return r;
     bn_ctx *ctx;
     CHECK_OK(bn_ctx_open(0, &ctx));
