@@ -448,12 +448,13 @@ BN_TEST(gpu_bf16_batchnorm_matches_cpu)
      * doubled first (an add of it twice): the running variance, which starts at 1, then moves by
      * O(1) towards the batch's 4, and its difference is judged against that move; on the input as
      * drawn (variance 1) the move is of the sampling noise's size, and BF16's rounding a visible
-     * part of it. */
+     * part of it. Eight channels, so that the scale of the bias gradient (the largest of the
+     * channels' sums of dy) is not set by one sum that happens to be small. */
     static const bf16_case cases[] = {{"bf16 batchnorm 6x5x4", "[input]\nchannels=6\nheight=5\nwidth=4\n"
                                        "[add]\nname=twice\ninput=input, input\ncoeff=1.5, 0.5\n"
                                        "[batchnorm]\nmomentum=0.3\n",
                                        TOL_LAYER, 0, 1, 0},
-                                      {"bf16 batchnorm 3x4x6", "[input]\nchannels=3\nheight=4\nwidth=6\n"
+                                      {"bf16 batchnorm 8x4x6", "[input]\nchannels=8\nheight=4\nwidth=6\n"
                                        "[add]\nname=twice\ninput=input, input\ncoeff=1.5, 0.5\n"
                                        "[batchnorm]\nmomentum=0.3\n",
                                        TOL_LAYER, 0, 1, 0}};

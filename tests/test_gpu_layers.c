@@ -414,9 +414,10 @@ BN_TEST(gpu_layer_conv2d_lenet_shapes_match_cpu)
 }
 
 /* engine = cudnn under --tf32 with cuDNN's graph-API engines forced wherever it has one
- * (conv_graph.h; the FP32-exact default keeps the legacy algorithms): timed, every pass of these
- * shapes runs on one ("graph eng" in the plan), and the results stay within TF32's tolerance of
- * the CPU's. Shapes: stride 2, padding 2, 3x3 padded at 32 filters, 1x1. */
+ * (conv_graph.h; the FP32-exact default keeps the legacy algorithms), on the blobs and then on
+ * the layers' NHWC copies (conv_nhwc.h): timed, every pass of these shapes runs on one ("graph
+ * eng" in the plan, with "nhwc" the second way), and the results stay within TF32's tolerance
+ * of the CPU's. Shapes: stride 2, padding 2, 3x3 padded at 32 filters, 1x1. */
 BN_TEST(gpu_layer_conv2d_cudnn_graph_tf32_stays_near_cpu)
 {
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
@@ -432,39 +433,57 @@ BN_TEST(gpu_layer_conv2d_cudnn_graph_tf32_stays_near_cpu)
          "[conv2d]\nname=b\nfilters=8\nsize=1\nengine=cudnn\n",
          TOL_TF32, 0, 0, 0, 0, 0, 0},
     };
+    static const int ways[2] = {BN_CONV_GRAPH_NCHW, BN_CONV_GRAPH_NHWC};
     bn_ctx *ctx;
     CHECK_OK(bn_ctx_open(0, &ctx));
     const uint64_t seed = lt_fresh_seed();
     const int was_autotune = ctx->autotune;
     ctx->tf32 = 1;
     ctx->autotune = 1;
-    bn_conv2d_gpu_force_graph(1);
     int r = BN_PASS;
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0] && r == BN_PASS; i++) {
-        double worst = 0.0;
-        for (int k = 0; k < NUM_SIZES && r == BN_PASS; k++)
-            r = compare_once(&cases[i], capacities[k], batches[k], seed + (uint64_t)k, ctx, &worst);
-        if (r != BN_PASS)
-            printf("    %s: rerun with BLOBNET_TEST_SEED=%llu\n", cases[i].what, (unsigned long long)seed);
-        else printf("    %s vs cpu: worst difference %.3g of scale (tolerance %g)\n", cases[i].what, worst, TOL_TF32);
+    char plans[2][2][512];
+    bn_status s = BN_OK;
+    for (int way = 0; way < 2 && r == BN_PASS && s == BN_OK; way++) {
+        bn_conv2d_gpu_force_graph(ways[way]);
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0] && r == BN_PASS; i++) {
+            double worst = 0.0;
+            for (int k = 0; k < NUM_SIZES && r == BN_PASS; k++)
+                r = compare_once(&cases[i], capacities[k], batches[k], seed + (uint64_t)k, ctx, &worst);
+            if (r != BN_PASS)
+                printf("    %s%s: rerun with BLOBNET_TEST_SEED=%llu\n", cases[i].what, way ? " nhwc" : "",
+                       (unsigned long long)seed);
+            else
+                printf("    %s%s vs cpu: worst difference %.3g of scale (tolerance %g)\n", cases[i].what,
+                       way ? " nhwc" : "", worst, TOL_TF32);
+        }
+        /* The plans of the second case's layers. */
+        static const char *const names[2] = {"a", "b"};
+        char *const into[2] = {plans[way][0], plans[way][1]};
+        if (r == BN_PASS) s = lt_conv_plans(cases[1].text, ctx, 16, 3, names, into, 2, sizeof plans[way][0]);
     }
-    /* The plans of the second case's layers. */
-    char plans[2][512] = {"", ""};
-    static const char *const names[2] = {"a", "b"};
-    char *const into[2] = {plans[0], plans[1]};
-    bn_status s = r == BN_PASS ? lt_conv_plans(cases[1].text, ctx, 16, 3, names, into, 2, sizeof plans[0]) : BN_OK;
-    bn_conv2d_gpu_force_graph(0);
+    bn_conv2d_gpu_force_graph(BN_CONV_GRAPH_TIMED);
     ctx->tf32 = 0;
     ctx->autotune = was_autotune;
     if (r != BN_PASS) return r;
     CHECK_OK(s);
 #ifdef BN_WITH_CUDA
-    for (int k = 0; k < 2; k++) {
-        printf("    layer %s: %s\n", k ? "b" : "a", plans[k]);
-        CHECK_MSG(strstr(plans[k], "fwd graph eng") && strstr(plans[k], "bwd_filter graph eng") &&
-                      (k == 0 || strstr(plans[k], "bwd_data graph eng")),
-                  "layer %s's plan \"%s\" does not run every pass on a graph engine", k ? "b" : "a", plans[k]);
-    }
+    for (int way = 0; way < 2; way++)
+        for (int k = 0; k < 2; k++) {
+            const char *p = plans[way][k];
+            printf("    layer %s%s: %s\n", k ? "b" : "a", way ? " (nhwc forced)" : "", p);
+            const char *fwd = strstr(p, "fwd graph eng"), *data = strstr(p, "bwd_data graph eng");
+            const char *filter = strstr(p, "bwd_filter graph eng");
+            CHECK_MSG(fwd && filter && (k == 0 || data), "layer %s's plan \"%s\" does not run every pass on a graph "
+                      "engine", k ? "b" : "a", p);
+            /* Each pass's name ends at the next comma; on the copies each says so. */
+            const char *const named[3] = {fwd, k ? data : NULL, filter};
+            for (int i = 0; i < 3 && way; i++) {
+                if (!named[i]) continue;
+                const char *comma = strchr(named[i], ','), *tag = strstr(named[i], " nhwc");
+                CHECK_MSG(tag && (!comma || tag < comma), "layer %s's plan \"%s\" runs a pass off the NHWC copies",
+                          k ? "b" : "a", p);
+            }
+        }
 #endif
     return BN_PASS;
 }

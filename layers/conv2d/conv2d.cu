@@ -2,8 +2,8 @@
  * convolutions (cross-correlation, FP32 results), each run either by one of blobnet's four
  * families of own kernels (conv_direct.cu, conv_igemm.cu, conv_rows.cu, conv_tensor.cu: bias and
  * its gradient fused; the tensor-core one keeps FP32 accuracy with split TF32 products; and for
- * the filter pass through a max pooling, conv_argmax.cu) or by cuDNN (the bias added with
- * cudnnAddTensor, its gradient with cudnnConvolutionBackwardBias). The layer's engine key says
+ * the filter pass through a max pooling, conv_argmax.cu) or by cuDNN (the bias and its gradient
+ * then by conv_bias.h's kernels). The layer's engine key says
  * which runners may run a pass; among them a plan for each batch size chooses (choice_mode):
  *
  * - by the fixed rule, blobnet's kernels wherever they apply in a fixed order of preference
@@ -25,7 +25,8 @@
  * tensor-core family takes one TF32 product per multiply (bn_tensor_plan_make). With tf32 a pass
  * cuDNN runs may also take an engine of cuDNN's graph API (conv_graph.h: every engine with its
  * tile and split choices, TF32 tensor cores included) where one was timed faster than the legacy
- * algorithm; without tf32 the legacy algorithms alone (one graph engine without any note of
+ * algorithm, on the blobs or on NHWC copies of them (conv_nhwc.h: copies and engine timed
+ * together); without tf32 the legacy algorithms alone (one graph engine without any note of
  * reduced precision gave a filter gradient 0.7% of its scale off in FP32). All layers share the
  * context's one workspace. Under --precision bf16 (BF16 blobs) every pass goes to conv_bf16.cu
  * instead, which may run blobnet's FP32 families on FP32 copies through bn_conv2d_own_*
@@ -37,10 +38,12 @@
 
 #include "conv2d.h"
 #include "conv_argmax.h"
+#include "conv_bias.h"
 #include "conv_cudnn.cuh"
 #include "conv_direct.h"
 #include "conv_graph.h"
 #include "conv_igemm.h"
+#include "conv_nhwc.h"
 #include "conv_rows.h"
 #include "conv_tensor.h"
 #include "core/device.h"
@@ -81,7 +84,8 @@ typedef struct conv_plan {
     bn_tensor_plan tc;                         /* of its tensor-core kernels */
     bn_argmax_plan am;                         /* and of its filter pass through a max pooling */
     bn_cg_plan *cg[3];                         /* where cuDNN runs a pass through its graph API
-                                                  (conv_graph.h) instead of the legacy algorithm */
+                                                  (conv_graph.h) instead of the legacy algorithm, */
+    int cg_nhwc[3];                            /* on the layer's NHWC copies where set (tf32 only) */
     int own_only;                              /* made for FP32 copies under bf16 (bn_conv2d_own_*):
                                                   blobnet's kernels alone, */
     int own_ok;                                /* and they serve every pass the layer needs */
@@ -90,8 +94,10 @@ typedef struct conv_plan {
 struct conv_gpu {
     cudnnFilterDescriptor_t w_desc;
     cudnnConvolutionDescriptor_t conv_desc;
-    cudnnTensorDescriptor_t bias_desc;         /* (1, filters, 1, 1) */
     cudaEvent_t fork, join;                    /* the filter pass on the side stream */
+    float *xt, *yt, *wt, *dwt;                 /* NHWC copies (conv_nhwc.h) of x or dx, y or dy, w and
+                                                  dw, at the blobs' capacity: while a plan uses them */
+    float *bias_parts;                         /* the bias gradient's partial sums after cuDNN's filter pass */
     float *parts;                              /* partial sums of blobnet's filter passes: the */
     size_t parts_bytes;                        /* layer's own, as the pass may outlive the layer's
                                                   backward on the side stream (bn_pass.defer_joins) */
@@ -106,7 +112,11 @@ extern "C" void bn_conv2d_gpu_release(conv_priv *c)
     if (!g) return;
     if (g->w_desc) cudnnDestroyFilterDescriptor(g->w_desc);
     if (g->conv_desc) cudnnDestroyConvolutionDescriptor(g->conv_desc);
-    if (g->bias_desc) cudnnDestroyTensorDescriptor(g->bias_desc);
+    bn_device_free(g->xt);
+    bn_device_free(g->yt);
+    bn_device_free(g->wt);
+    bn_device_free(g->dwt);
+    bn_device_free(g->bias_parts);
     if (g->fork) cudaEventDestroy(g->fork);
     if (g->join) cudaEventDestroy(g->join);
     bn_device_free(g->parts);
@@ -126,11 +136,9 @@ static bn_status describe_layer(const conv_priv *c, const bn_ctx *ctx, conv_gpu 
     BN_CUDNN(cudnnSetConvolution2dDescriptor(g->conv_desc, c->pad, c->pad, c->stride, c->stride, 1, 1,
                                              CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     BN_CUDNN(cudnnSetConvolutionMathType(g->conv_desc, ctx->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
-    BN_CUDNN(cudnnCreateTensorDescriptor(&g->bias_desc));
-    BN_CUDNN(cudnnSetTensor4dDescriptor(g->bias_desc, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, c->filters, 1, 1));
     BN_CUDA(cudaEventCreateWithFlags(&g->fork, cudaEventDisableTiming));
     BN_CUDA(cudaEventCreateWithFlags(&g->join, cudaEventDisableTiming));
-    return BN_OK;
+    return bn_device_alloc((void **)&g->bias_parts, (size_t)c->filters * BN_CONV_BIAS_PARTS * sizeof(float));
 }
 
 /* The first usable result (cuDNN lists the fastest first): it ran, fits the workspace limit,
@@ -156,11 +164,13 @@ static bn_status none_usable(const bn_layer *l, const char *pass)
     return bn_error(BN_ERR_DEVICE, "layer %s: cuDNN offers no usable %s algorithm for this shape", l->name, pass);
 }
 
-/* cuDNN's graph-API plan for pass `pass` (BN_CG_*) on the layer's FP32 NCHW tensors at its
- * current batch (conv_graph.h): TF32 products allowed with ctx->tf32 only; the filter pass adds
- * into the gradient as the legacy one does. Timed on scratch buffers of the layer's sizes, or
- * taken from the kernel cache (cached). *out is NULL where cuDNN offers no allowed engine. */
-static bn_status graph_plan(const bn_layer *l, bn_ctx *ctx, int pass, int cached, bn_cg_plan **out)
+/* cuDNN's graph-API plan for pass `pass` (BN_CG_*) on the layer's FP32 tensors at its current
+ * batch (conv_graph.h): the NCHW blobs, or with nhwc the layer's NHWC copies (conv_gpu.xt ...).
+ * TF32 products allowed with ctx->tf32 only; on the blobs the filter pass adds into the gradient
+ * as the legacy one does, on the copies it writes the KRSC scratch. Timed on scratch buffers of
+ * the layer's sizes, or taken from the kernel cache (cached). *out is NULL where cuDNN offers no
+ * allowed engine. */
+static bn_status graph_plan(const bn_layer *l, bn_ctx *ctx, int pass, int cached, bool nhwc, bn_cg_plan **out)
 {
     *out = NULL;
     const conv_priv *c = (const conv_priv *)l->priv;
@@ -172,15 +182,19 @@ static bn_status graph_plan(const bn_layer *l, bn_ctx *ctx, int pass, int cached
     spec.pad = c->pad;
     spec.stride = c->stride;
     spec.allow_down_convert = ctx->tf32;
-    spec.beta = pass == BN_CG_FILTER ? 1.0f : 0.0f;
-    spec.x = bn_cg_nchw(n, g->c, g->h, g->w, CUDNN_DATA_FLOAT);
-    spec.w = bn_cg_nchw(c->filters, g->c, c->size, c->size, CUDNN_DATA_FLOAT);
-    spec.y = bn_cg_nchw(n, c->filters, g->oh, g->ow, CUDNN_DATA_FLOAT);
-    const bn_blob *xb = pass == BN_CG_DATA ? l->in_grad : l->in, *yb = pass == BN_CG_FORWARD ? l->out : l->out_grad;
-    const bn_blob *wb = pass == BN_CG_FILTER ? l->params[WEIGHT].grad : l->params[WEIGHT].value;
-    bn_cg_align(&spec.x, xb->offset * sizeof(float));
-    bn_cg_align(&spec.y, yb->offset * sizeof(float));
-    bn_cg_align(&spec.w, wb->offset * sizeof(float));
+    spec.beta = pass == BN_CG_FILTER && !nhwc ? 1.0f : 0.0f;
+    bn_cg_tensor (*make)(int, int, int, int, cudnnDataType_t) = nhwc ? bn_cg_nhwc : bn_cg_nchw;
+    spec.x = make(n, g->c, g->h, g->w, CUDNN_DATA_FLOAT);
+    spec.w = make(c->filters, g->c, c->size, c->size, CUDNN_DATA_FLOAT);
+    spec.y = make(n, c->filters, g->oh, g->ow, CUDNN_DATA_FLOAT);
+    if (!nhwc) { /* the copies are allocations of their own, 16-byte aligned */
+        const bn_blob *xb = pass == BN_CG_DATA ? l->in_grad : l->in;
+        const bn_blob *yb = pass == BN_CG_FORWARD ? l->out : l->out_grad;
+        const bn_blob *wb = pass == BN_CG_FILTER ? l->params[WEIGHT].grad : l->params[WEIGHT].value;
+        bn_cg_align(&spec.x, xb->offset * sizeof(float));
+        bn_cg_align(&spec.y, yb->offset * sizeof(float));
+        bn_cg_align(&spec.w, wb->offset * sizeof(float));
+    }
     const size_t in = (size_t)n * g->c * g->h * g->w, outs = (size_t)n * c->filters * g->oh * g->ow;
     const size_t weights = (size_t)c->filters * g->c * c->size * c->size;
     float *x = NULL, *w = NULL, *y = NULL;
@@ -197,27 +211,167 @@ static bn_status graph_plan(const bn_layer *l, bn_ctx *ctx, int pass, int cached
     return st;
 }
 
-/* Set by bn_conv2d_gpu_force_graph: the graph API's plan wherever it has one, timed or not. */
-static bool graph_forced = false;
-
-extern "C" void bn_conv2d_gpu_force_graph(int on)
+/* The layer's NHWC copies (conv_gpu.xt ...), allocated at the blobs' capacity on first use. */
+static bn_status nhwc_scratch(const bn_layer *l, conv_gpu *g)
 {
-    graph_forced = on != 0;
+    if (g->xt) return BN_OK;
+    const conv_priv *c = (const conv_priv *)l->priv;
+    const size_t weights = (size_t)c->filters * c->g.c * c->size * c->size * sizeof(float);
+    bn_status st = bn_device_alloc((void **)&g->xt, l->in->capacity * sizeof(float));
+    if (st == BN_OK) st = bn_device_alloc((void **)&g->yt, l->out->capacity * sizeof(float));
+    if (st == BN_OK) st = bn_device_alloc((void **)&g->wt, weights);
+    if (st == BN_OK) st = bn_device_alloc((void **)&g->dwt, weights);
+    return st;
+}
+
+static void nhwc_scratch_free(conv_gpu *g)
+{
+    bn_device_free(g->xt);
+    bn_device_free(g->yt);
+    bn_device_free(g->wt);
+    bn_device_free(g->dwt);
+    g->xt = g->yt = g->wt = g->dwt = NULL;
+}
+
+/* Pass `pass` of a batch of n by the NHWC graph plan gp, the layer's blobs copied to and from
+ * its NHWC copies around it: forward, out = y from x and w, the bias b added as y is copied back;
+ * data, out = dx from dy and w; filter, out = dw += the gradient from x and dy (the bias gradient
+ * is the caller's). The copies are the layer's alone, and its passes that use them run in order
+ * on the context's stream (a filter pass by cuDNN never runs on the side stream). */
+static bn_status nhwc_pass(const conv_gpu *g, const bn_conv_geom *cg, int filters, int n, const bn_cg_plan *gp,
+                           int pass, bn_ctx *ctx, const float *x, const float *w, const float *dy, const float *b,
+                           float *out)
+{
+    const int in_hw = cg->h * cg->w, out_hw = cg->oh * cg->ow, rs = cg->k * cg->k;
+    if (pass == BN_CG_FORWARD) {
+        BN_TRY(bn_nhwc_transpose(g->xt, x, n, cg->c, in_hw, NULL, ctx));
+        BN_TRY(bn_nhwc_transpose(g->wt, w, filters, cg->c, rs, NULL, ctx));
+        BN_TRY(bn_cg_run(ctx, gp, g->xt, g->wt, g->yt));
+        return bn_nhwc_transpose(out, g->yt, n, out_hw, filters, b, ctx);
+    }
+    if (pass == BN_CG_DATA) {
+        BN_TRY(bn_nhwc_transpose(g->yt, dy, n, filters, out_hw, NULL, ctx));
+        BN_TRY(bn_nhwc_transpose(g->wt, w, filters, cg->c, rs, NULL, ctx));
+        BN_TRY(bn_cg_run(ctx, gp, g->xt, g->wt, g->yt));
+        return bn_nhwc_transpose(out, g->xt, n, in_hw, cg->c, NULL, ctx);
+    }
+    BN_TRY(bn_nhwc_transpose(g->xt, x, n, cg->c, in_hw, NULL, ctx));
+    BN_TRY(bn_nhwc_transpose(g->yt, dy, n, filters, out_hw, NULL, ctx));
+    BN_TRY(bn_cg_run(ctx, gp, g->xt, g->dwt, g->yt));
+    return bn_nhwc_add_transposed(out, g->dwt, filters, rs, cg->c, ctx);
+}
+
+/* *ms: one call of nhwc_pass with gp, copies included, timed as time_passes times the runners
+ * (2 calls to warm up, the least of 3 means of 4) on zeroed buffers of the layer's sizes. */
+static bn_status time_nhwc(const bn_layer *l, bn_ctx *ctx, const bn_cg_plan *gp, int pass, float *ms)
+{
+    const conv_priv *c = (const conv_priv *)l->priv;
+    const bn_conv_geom *g = &c->g;
+    const int n = l->in->n;
+    const size_t in = (size_t)n * g->c * g->h * g->w, outs = (size_t)n * c->filters * g->oh * g->ow;
+    const size_t weights = (size_t)c->filters * g->c * c->size * c->size;
+    float *x = NULL, *w = NULL, *y = NULL, *b = NULL, *out = NULL;
+    void *start = NULL, *end = NULL;
+    const size_t out_count = pass == BN_CG_FORWARD ? outs : pass == BN_CG_DATA ? in : weights;
+    bn_status st = bn_device_alloc((void **)&x, in * sizeof(float));
+    if (st == BN_OK) st = bn_device_alloc((void **)&w, weights * sizeof(float));
+    if (st == BN_OK) st = bn_device_alloc((void **)&y, outs * sizeof(float));
+    if (st == BN_OK) st = bn_device_alloc((void **)&b, (size_t)c->filters * sizeof(float));
+    if (st == BN_OK) st = bn_device_alloc((void **)&out, out_count * sizeof(float));
+    if (st == BN_OK) st = bn_device_zero(x, in * sizeof(float));
+    if (st == BN_OK) st = bn_device_zero(w, weights * sizeof(float));
+    if (st == BN_OK) st = bn_device_zero(y, outs * sizeof(float));
+    if (st == BN_OK) st = bn_device_zero(b, (size_t)c->filters * sizeof(float));
+    if (st == BN_OK) st = bn_device_zero(out, out_count * sizeof(float));
+    if (st == BN_OK) st = bn_event_create(&start);
+    if (st == BN_OK) st = bn_event_create(&end);
+    for (int rep = 0; rep < 2 && st == BN_OK; rep++)
+        st = nhwc_pass(c->gpu, g, c->filters, n, gp, pass, ctx, x, w, y, b, out);
+    for (int round = 0; round < 3 && st == BN_OK; round++) {
+        float t = 0.0f;
+        st = bn_event_record(start);
+        for (int rep = 0; rep < 4 && st == BN_OK; rep++)
+            st = nhwc_pass(c->gpu, g, c->filters, n, gp, pass, ctx, x, w, y, b, out);
+        if (st == BN_OK) st = bn_event_record(end);
+        if (st == BN_OK) st = bn_event_elapsed_ms(start, end, &t);
+        if (st == BN_OK && (round == 0 || t / 4 < *ms)) *ms = t / 4;
+    }
+    if (start) bn_event_destroy(start);
+    if (end) bn_event_destroy(end);
+    bn_device_free(x);
+    bn_device_free(w);
+    bn_device_free(y);
+    bn_device_free(b);
+    bn_device_free(out);
+    return st;
+}
+
+/* Runner names in the cache's choices, by BY_*; cuDNN's carry the algorithm, "cudnn:1", or
+ * "cudnn:g" for its graph API on the blobs and "cudnn:h" on the NHWC copies (whose engine the
+ * cache keeps under the pass's own key). */
+static const char *const cached_names[BY_COUNT] = {"cudnn", "direct", "igemm", "rows", "tensor", "argmax"};
+
+/* BLOBNET_CONV_VERBOSE=1: every timed choice of a plan to stderr (each runner's milliseconds). */
+static bool verbose(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("BLOBNET_CONV_VERBOSE");
+        on = e && e[0] && strcmp(e, "0") != 0;
+    }
+    return on != 0;
+}
+
+static const char *const pass_names[3] = {"forward", "backward-data", "backward-filter"};
+
+/* Set by bn_conv2d_gpu_force_graph: the graph API's plan wherever it has one, timed or not
+ * (BN_CONV_GRAPH_NCHW on the blobs, BN_CONV_GRAPH_NHWC on the NHWC copies under --tf32). */
+static int graph_forced = 0;
+
+extern "C" void bn_conv2d_gpu_force_graph(int way)
+{
+    graph_forced = way;
 }
 
 /* After the legacy algorithm of a pass was measured at legacy_ms: the graph API's plan instead
  * where it was timed faster (never in a deterministic context, whose runs take the legacy
- * heuristics' choice). Its workspace joins *need. */
+ * heuristics' choice), on the blobs, or under --tf32 on the layer's NHWC copies where the copies
+ * and the engine together were timed faster still. Its workspace joins *need. */
 static bn_status maybe_graph(const bn_layer *l, bn_ctx *ctx, int pass, float legacy_ms, conv_plan *plan, size_t *need)
 {
     if (ctx->deterministic) return BN_OK;
     bn_cg_plan *gp = NULL;
-    BN_TRY(graph_plan(l, ctx, pass, 0, &gp));
-    if (!gp || (!graph_forced && bn_cg_ms(gp) >= legacy_ms)) {
+    float best = legacy_ms;
+    if (graph_forced != BN_CONV_GRAPH_NHWC) BN_TRY(graph_plan(l, ctx, pass, 0, false, &gp));
+    if (gp && (graph_forced == BN_CONV_GRAPH_NCHW || bn_cg_ms(gp) < best)) {
+        plan->cg[pass] = gp;
+        best = bn_cg_ms(gp);
+    } else {
         bn_cg_free(&gp);
-        return BN_OK;
     }
-    plan->cg[pass] = gp;
+    if (ctx->tf32 && graph_forced != BN_CONV_GRAPH_NCHW) {
+        conv_gpu *g = ((const conv_priv *)l->priv)->gpu;
+        float ms = 0.0f;
+        BN_TRY(nhwc_scratch(l, g));
+        BN_TRY(graph_plan(l, ctx, pass, 0, true, &gp));
+        if (gp) BN_TRY(bn_ctx_reserve_workspace(ctx, bn_cg_workspace(gp)));
+        if (gp) BN_TRY(time_nhwc(l, ctx, gp, pass, &ms));
+        if (gp && verbose())
+            fprintf(stderr, "conv2d %s n=%d %s: NHWC copies with %s: %.4f ms, against %.4f\n", l->name, l->in->n,
+                    pass_names[pass], bn_cg_name(gp), ms, best);
+        if (gp && (graph_forced == BN_CONV_GRAPH_NHWC || ms < best)) {
+            bn_cg_free(&plan->cg[pass]);
+            plan->cg[pass] = gp;
+            plan->cg_nhwc[pass] = 1;
+        } else {
+            bn_cg_free(&gp);
+        }
+    }
+    if (verbose())
+        fprintf(stderr, "conv2d %s n=%d %s: cuDNN legacy %.4f ms; %s\n", l->name, l->in->n, pass_names[pass], legacy_ms,
+                !plan->cg[pass] ? "kept" : plan->cg_nhwc[pass] ? "graph on NHWC copies faster" : "graph faster");
+    gp = plan->cg[pass];
+    if (!gp) return BN_OK;
     if (bn_cg_workspace(gp) > *need) *need = bn_cg_workspace(gp);
     if (pass == BN_CG_DATA) plan->bwd_data_workspace = bn_cg_workspace(gp);
     return BN_OK;
@@ -306,6 +460,7 @@ static bn_status forward_pass(int by, const conv_gpu *g, const conv_plan *plan, 
     if (by == BY_IGEMM) return bn_igemm_forward(&plan->ig, &d->g, d->filters, d->n, ctx->stream, x, w, b, y);
     if (by == BY_ROWS) return bn_rows_forward(&plan->rows, ctx->stream, x, w, b, y, pooled);
     if (by == BY_TENSOR) return bn_tensor_forward(&plan->tc, ctx->stream, x, w, b, y, pooled);
+    if (plan->cg_nhwc[0]) return nhwc_pass(g, &d->g, d->filters, d->n, plan->cg[0], BN_CG_FORWARD, ctx, x, w, NULL, b, y);
     cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
     const float one = 1.0f, zero = 0.0f;
     if (plan->cg[0])
@@ -313,8 +468,7 @@ static bn_status forward_pass(int by, const conv_gpu *g, const conv_plan *plan, 
     else
         BN_CUDNN(cudnnConvolutionForward(h, &one, xd, x, g->w_desc, w, g->conv_desc, plan->fwd, ctx->workspace,
                                          ctx->workspace_size, &zero, yd, y));
-    BN_CUDNN(cudnnAddTensor(h, &one, g->bias_desc, b, &one, yd, y));
-    return BN_OK;
+    return bn_conv_bias_add_f32(y, b, d->n, d->filters, d->g.oh * d->g.ow, ctx);
 }
 
 /* Whether pass 1 (data) or 2 (filter) by `by` can read dy through a max pooling
@@ -340,6 +494,7 @@ static bn_status data_pass(int by, const conv_gpu *g, const conv_plan *plan, bn_
     if (by == BY_ROWS) return bn_rows_backward_data(&plan->rows, ctx->stream, dy, w, dx);
     if (by == BY_TENSOR) return bn_tensor_backward_data(&plan->tc, ctx->stream, dy, pooled, w, dx);
     const float one = 1.0f, zero = 0.0f;
+    if (plan->cg_nhwc[1]) return nhwc_pass(g, &d->g, d->filters, d->n, plan->cg[1], BN_CG_DATA, ctx, NULL, w, dy, NULL, dx);
     if (plan->cg[1]) return bn_cg_run(ctx, plan->cg[1], dx, w, dy);
     BN_CUDNN(cudnnConvolutionBackwardData((cudnnHandle_t)ctx->cudnn, &one, g->w_desc, w, dyd, dy, g->conv_desc,
                                           plan->bwd_data, ctx->workspace, ctx->workspace_size, &zero, dxd, dx));
@@ -370,7 +525,8 @@ static bn_status filter_pass(int by, const conv_gpu *g, const conv_plan *plan, b
     }
     cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
     const float one = 1.0f;
-    BN_CUDNN(cudnnConvolutionBackwardBias(h, &one, dyd, dy, &one, g->bias_desc, db));
+    BN_TRY(bn_conv_bias_grad_f32(db, dy, d->n, d->filters, d->g.oh * d->g.ow, g->bias_parts, ctx));
+    if (plan->cg_nhwc[2]) return nhwc_pass(g, &d->g, d->filters, d->n, plan->cg[2], BN_CG_FILTER, ctx, x, NULL, dy, NULL, dw);
     if (plan->cg[2]) return bn_cg_run(ctx, plan->cg[2], x, dw, dy);
     BN_CUDNN(cudnnConvolutionBackwardFilter(h, &one, xd, x, dyd, dy, g->conv_desc, plan->bwd_filter, ctx->workspace,
                                             ctx->workspace_size, &one, g->w_desc, dw));
@@ -674,6 +830,12 @@ static bn_status choose_runners(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_pla
         const int beside = i == 1 && plan->with_data ? plan->by[2] : -1;
         if (timing) BN_TRY(time_passes(c, plan, ctx, x, y, only, beside, ms));
         plan->by[i] = pick_runner(i, can[i], timed[i], ms[i]);
+        if (timing && verbose()) {
+            fprintf(stderr, "conv2d %s n=%d %s:", l->name, plan->n, pass_names[i]);
+            for (int r = 0; r < BY_COUNT; r++)
+                if (timed[i][r]) fprintf(stderr, " %s %.4f ms", cached_names[r], ms[i][r]);
+            fprintf(stderr, "; takes %s\n", cached_names[plan->by[i]]);
+        }
     }
     return BN_OK;
 }
@@ -694,9 +856,6 @@ static bn_status cache_key(const bn_layer *l, const conv_priv *c, const bn_ctx *
     return BN_OK;
 }
 
-/* Runner names in the cache's choices, by BY_*; cuDNN's carry the algorithm, "cudnn:1", or
- * "cudnn:g" for its graph API (whose engine the cache keeps under the pass's own key). */
-static const char *const cached_names[BY_COUNT] = {"cudnn", "direct", "igemm", "rows", "tensor", "argmax"};
 
 /* The plan's runners as a cache choice: "fwd=tensor data=cudnn:1 filter=rows" ("data=-" for a
  * layer without an input gradient). */
@@ -706,23 +865,26 @@ static void cache_choice(const conv_plan *plan, char *buf, size_t cap)
     char pass[3][24];
     for (int i = 0; i < 3; i++) {
         if (i == 1 && !plan->with_data) snprintf(pass[i], sizeof pass[i], "-");
-        else if (plan->by[i] == BY_CUDNN && plan->cg[i]) snprintf(pass[i], sizeof pass[i], "cudnn:g");
+        else if (plan->by[i] == BY_CUDNN && plan->cg[i])
+            snprintf(pass[i], sizeof pass[i], "cudnn:%s", plan->cg_nhwc[i] ? "h" : "g");
         else if (plan->by[i] == BY_CUDNN) snprintf(pass[i], sizeof pass[i], "cudnn:%d", algo[i]);
         else snprintf(pass[i], sizeof pass[i], "%s", cached_names[plan->by[i]]);
     }
     snprintf(buf, cap, "fwd=%s data=%s filter=%s", pass[0], pass[1], pass[2]);
 }
 
-/* One pass's runner in a cache choice: *by and, for cuDNN, *algo (below `count`, or -1 for its
- * graph API); "-" gives *by = -1. 0 when the text is none of these. */
+/* One pass's runner in a cache choice: *by and, for cuDNN, *algo (below `count`, or for its
+ * graph API GRAPH_NCHW or GRAPH_NHWC); "-" gives *by = -1. 0 when the text is none of these. */
+enum { GRAPH_NCHW = -1, GRAPH_NHWC = -2 };
+
 static int read_runner(const char *text, int count, int *by, int *algo)
 {
     *by = -1;
     *algo = 0;
     if (strcmp(text, "-") == 0) return 1;
-    if (strcmp(text, "cudnn:g") == 0) {
+    if (strcmp(text, "cudnn:g") == 0 || strcmp(text, "cudnn:h") == 0) {
         *by = BY_CUDNN;
-        *algo = -1;
+        *algo = text[6] == 'g' ? GRAPH_NCHW : GRAPH_NHWC;
         return 1;
     }
     for (int r = BY_DIRECT; r < BY_COUNT; r++)
@@ -790,7 +952,9 @@ static bn_status from_cache(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *p
     bn_status st = BN_OK;
     for (int i = 0; i < 3 && st == BN_OK && usable; i++) {
         if (!needed[i] || by[i] != BY_CUDNN || algo[i] >= 0) continue;
-        st = graph_plan(l, ctx, i, 1, &cg[i]);
+        if (algo[i] == GRAPH_NHWC && !ctx->tf32) usable = false;
+        if (algo[i] == GRAPH_NHWC && usable) st = nhwc_scratch(l, g);
+        if (st == BN_OK && usable) st = graph_plan(l, ctx, i, 1, algo[i] == GRAPH_NHWC, &cg[i]);
         usable = st == BN_OK && cg[i] != NULL;
         if (usable) bytes[i] = bn_cg_workspace(cg[i]);
     }
@@ -802,7 +966,10 @@ static bn_status from_cache(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *p
         for (int i = 0; i < 3; i++) bn_cg_free(&cg[i]);
         return st;
     }
-    for (int i = 0; i < 3; i++) plan->cg[i] = cg[i];
+    for (int i = 0; i < 3; i++) {
+        plan->cg[i] = cg[i];
+        plan->cg_nhwc[i] = cg[i] && algo[i] == GRAPH_NHWC;
+    }
     plan->fwd = fwd;
     plan->bwd_data = data;
     plan->bwd_filter = filter;
@@ -906,6 +1073,11 @@ static bn_status prepare(bn_layer *l, bn_ctx *ctx, const conv_gpu **gpu, const c
     g->plans = grown;
     g->plans[g->num_plans] = made;
     *plan = &g->plans[g->num_plans++];
+    /* The NHWC copies are kept only while some plan runs a pass on them. */
+    bool nhwc = false;
+    for (int i = 0; i < g->num_plans; i++)
+        for (int k = 0; k < 3; k++) nhwc = nhwc || (g->plans[i].cg_nhwc[k] && g->plans[i].by[k] == BY_CUDNN);
+    if (!nhwc) nhwc_scratch_free(g);
     return BN_OK;
 }
 
@@ -1043,8 +1215,9 @@ extern "C" int bn_conv2d_fuse_next(bn_layer *l, bn_layer *next)
     return BN_FUSED_FORWARD | BN_FUSED_NO_IN | BN_FUSED_BACKWARD | BN_FUSED_NO_IN_GRAD;
 }
 
-/* Who runs pass `pass` of the plan: one of blobnet's families, cuDNN's graph API ("graph engN";
- * the engine's knobs are in the kernel cache), or cuDNN's legacy algorithm `legacy`. */
+/* Who runs pass `pass` of the plan: one of blobnet's families, cuDNN's graph API ("graph engN",
+ * "graph engN nhwc" on the NHWC copies; the engine's knobs are in the kernel cache), or cuDNN's
+ * legacy algorithm `legacy`. */
 static const char *pass_name(const conv_plan *pl, int pass, const char *legacy, char *buf, size_t cap)
 {
     switch (pl->by[pass]) {
@@ -1057,7 +1230,8 @@ static const char *pass_name(const conv_plan *pl, int pass, const char *legacy, 
     }
     if (!pl->cg[pass]) return legacy;
     const char *name = bn_cg_name(pl->cg[pass]), *space = strchr(name, ' ');
-    snprintf(buf, cap, "graph %.*s", space ? (int)(space - name) : (int)strlen(name), name);
+    snprintf(buf, cap, "graph %.*s%s", space ? (int)(space - name) : (int)strlen(name), name,
+             pl->cg_nhwc[pass] ? " nhwc" : "");
     return buf;
 }
 

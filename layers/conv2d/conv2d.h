@@ -86,8 +86,10 @@ void bn_conv2d_gpu_force_own(int family);
 
 /* For tests: plans made from now on by timing (not in a deterministic context) run every pass
  * cuDNN runs through its graph API (conv_graph.h) wherever it offers an allowed engine, instead
- * of only where that engine was timed faster than the legacy algorithm; 0 restores that. */
-void bn_conv2d_gpu_force_graph(int on);
+ * of only where that engine was timed faster than the legacy algorithm: on the blobs (NCHW), or
+ * under --tf32 on the layer's NHWC copies (conv_nhwc.h); BN_CONV_GRAPH_TIMED restores that. */
+enum { BN_CONV_GRAPH_TIMED = 0, BN_CONV_GRAPH_NCHW = 1, BN_CONV_GRAPH_NHWC = 2 };
+void bn_conv2d_gpu_force_graph(int way);
 
 #ifdef __cplusplus
 }

@@ -1,22 +1,22 @@
 /* conv_bf16.cu - conv2d under --precision bf16 (conv_bf16.h): cuDNN's convolutions on BF16
  * tensors and filters with FP32 accumulation (graph-API engines, conv_graph.h, else the legacy
  * algorithms with the descriptor's compute type FLOAT and tensor-op math), or blobnet's FP32
- * kernels on FP32 copies; the bias and its gradient by the kernels below in cuDNN's layouts.
+ * kernels on FP32 copies; the bias and its gradient, in cuDNN's layouts, by conv_bias.h.
  *
  * Only algorithms that sum products directly are taken: the FFT and Winograd transforms add
  * their own rounding (1.4e-3 relative on LeNet's conv1 in FP32, conv2d.cu) on top of BF16's, and
  * the products' accuracy should be BF16's inputs', nothing worse. The graph API's engines with
  * reduced-precision sums are refused too; the legacy API cannot say which of its algorithms
  * have them (its BF16 filter gradients measured up to 2.9% of their scale off FP32 on an H200,
- * against 0.4-0.6% for the graph engines), so it serves only passes the graph API cannot. The bias is added to the
- * output cuDNN wrote (one more BF16 rounding) from the FP32 master copy, and its gradient summed
- * in FP32 in a fixed order (deterministic, no atomics): blocks of (part, channel) write partial
- * sums, then one thread per channel adds them in order into the FP32 gradient. */
+ * against 0.4-0.6% for the graph engines), so it serves only passes the graph API cannot. The
+ * bias is added to the output cuDNN wrote (one more BF16 rounding) from the FP32 master copy,
+ * and its gradient summed in FP32 in a fixed order (conv_bias.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "conv2d.h"
+#include "conv_bias.h"
 #include "conv_bf16.h"
 #include "conv_cudnn.cuh"
 #include "conv_graph.h"
@@ -33,9 +33,6 @@ enum { NCHW, NHWC, F32, LAYOUTS };
 #define CUDNN_LAYOUTS 2
 
 #define THREADS 256
-/* The bias gradient: elements of one channel per block, and the most blocks per channel. */
-#define PART_ELEMENTS 4096
-#define MAX_PARTS 64
 
 static const char *const layout_names[LAYOUTS] = {"nchw", "nhwc", "fp32 copies"};
 
@@ -88,7 +85,7 @@ struct conv_bf16 {
     __nv_bfloat16 *wt;     /* the filter as KRSC */
     __nv_bfloat16 *xt;     /* the input as NHWC (the batch the blob holds at most); then its gradient */
     __nv_bfloat16 *yt;     /* the output, or its gradient, as NHWC */
-    float *bias_parts;     /* the bias gradient's partial sums: MAX_PARTS per filter */
+    float *bias_parts;     /* the bias gradient's partial sums (conv_bias.h) */
     bf16_plan *plans;
     int num_plans;
 };
@@ -163,7 +160,7 @@ static bn_status describe_layer(const bn_layer *l, const conv_priv *c, conv_bf16
     BN_TRY(bn_device_zero(s->wt, weights * sizeof(__nv_bfloat16)));
     BN_TRY(bn_device_alloc((void **)&s->xt, in * sizeof(__nv_bfloat16)));
     BN_TRY(bn_device_alloc((void **)&s->yt, out * sizeof(__nv_bfloat16)));
-    return bn_device_alloc((void **)&s->bias_parts, (size_t)c->filters * MAX_PARTS * sizeof(float));
+    return bn_device_alloc((void **)&s->bias_parts, (size_t)c->filters * BN_CONV_BIAS_PARTS * sizeof(float));
 }
 
 /* The first usable result (cuDNN lists the fastest, or the likeliest fastest, first): it ran,
@@ -710,50 +707,6 @@ static bn_status prepare(bn_layer *l, bn_ctx *ctx, conv_bf16 **state, const bf16
     return BN_OK;
 }
 
-/* y[e, k, :] += b[k] over `planes` = images x filters planes of `plane` cells: blocks along y
- * take whole planes (one bias value each), blocks along x the cells of one. */
-static __global__ void add_bias(__nv_bfloat16 *__restrict__ y, const float *__restrict__ b, int planes, int plane,
-                                int filters)
-{
-    for (int row = blockIdx.y; row < planes; row += gridDim.y) {
-        const float bk = b[row % filters];
-        __nv_bfloat16 *yr = y + (size_t)row * plane;
-        for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < plane; i += gridDim.x * blockDim.x)
-            bn_st(&yr[i], bn_ld(&yr[i]) + bk);
-    }
-}
-
-/* Block (part, k): the sum of dy over its span of channel k's count = batch x plane elements. */
-static __global__ void __launch_bounds__(THREADS)
-    bias_partials(const __nv_bfloat16 *__restrict__ dy, int filters, int plane, long count, float *__restrict__ parts)
-{
-    __shared__ float sum[THREADS];
-    const int k = blockIdx.y, part = blockIdx.x;
-    const long span = (count + gridDim.x - 1) / gridDim.x, lo = part * span, hi = min(count, lo + span);
-    float acc = 0.0f;
-    for (long m = lo + threadIdx.x; m < hi; m += THREADS) {
-        const long e = m / plane;
-        acc += bn_ld(&dy[((size_t)e * filters + k) * (size_t)plane + (size_t)(m - e * plane)]);
-    }
-    sum[threadIdx.x] = acc;
-    __syncthreads();
-    for (int s = THREADS / 2; s > 0; s >>= 1) {
-        if ((int)threadIdx.x < s) sum[threadIdx.x] += sum[threadIdx.x + s];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) parts[(size_t)k * MAX_PARTS + part] = sum[0];
-}
-
-/* One thread per filter: db[k] += its partial sums, in order. */
-static __global__ void bias_finish(const float *__restrict__ parts, int filters, int used, float *__restrict__ db)
-{
-    const int k = blockIdx.x * blockDim.x + threadIdx.x;
-    if (k >= filters) return;
-    float acc = 0.0f;
-    for (int p = 0; p < used; p++) acc += parts[(size_t)k * MAX_PARTS + p];
-    db[k] += acc;
-}
-
 extern "C" bn_status bn_conv_bf16_forward(bn_layer *l, const bn_pass *p)
 {
     bn_ctx *ctx = p->ctx;
@@ -767,13 +720,7 @@ extern "C" bn_status bn_conv_bf16_forward(bn_layer *l, const bn_pass *p)
     BN_DEV16_WR(y, l->out);
     BN_TRY(conv_forward(c, s, plan, plan->layout, ctx, x, w, y));
     if (plan->layout == F32) return BN_OK; /* the bias was added by blobnet's kernels */
-    const int plane = c->g.oh * c->g.ow, planes = l->out->n * c->filters;
-    /* Small planes (4x4 at the end of a strided net) get blocks of one or a few warps. */
-    const int threads = plane >= THREADS ? THREADS : (plane + 31) / 32 * 32;
-    const dim3 grid((unsigned)((plane + threads - 1) / threads), (unsigned)(planes < 65535 ? planes : 65535));
-    add_bias<<<grid, threads, 0, (cudaStream_t)ctx->stream>>>(y, b, planes, plane, c->filters);
-    BN_CUDA_LAUNCH();
-    return BN_OK;
+    return bn_conv_bias_add_bf16(y, b, l->out->n, c->filters, c->g.oh * c->g.ow, ctx);
 }
 
 extern "C" bn_status bn_conv_bf16_backward(bn_layer *l, const bn_pass *p)
@@ -783,23 +730,15 @@ extern "C" bn_status bn_conv_bf16_backward(bn_layer *l, const bn_pass *p)
     conv_bf16 *s = NULL;
     const bf16_plan *plan = NULL;
     BN_TRY(prepare(l, ctx, &s, &plan));
-    cudaStream_t stream = (cudaStream_t)ctx->stream;
     BN_DEV16_RD(x, l->in);
     BN_DEV16_RD(dy, l->out_grad);
     BN_DEV16_RD(w, l->params[WEIGHT].value16);
     BN_DEV_WR(dw, l->params[WEIGHT].grad);
     BN_DEV_WR(db, l->params[BIAS].grad);
 
-    if (plan->layout != F32) { /* blobnet's FP32 kernels sum the bias gradient themselves */
-        const int plane = c->g.oh * c->g.ow;
-        const long count = (long)l->out_grad->n * plane;
-        long want = (count + PART_ELEMENTS - 1) / PART_ELEMENTS;
-        const int parts = (int)(want < 1 ? 1 : want > MAX_PARTS ? MAX_PARTS : want);
-        bias_partials<<<dim3(parts, c->filters), THREADS, 0, stream>>>(dy, c->filters, plane, count, s->bias_parts);
-        BN_CUDA_LAUNCH();
-        bias_finish<<<(c->filters + 127) / 128, 128, 0, stream>>>(s->bias_parts, c->filters, parts, db);
-        BN_CUDA_LAUNCH();
-    }
+    /* blobnet's FP32 kernels sum the bias gradient themselves */
+    if (plan->layout != F32)
+        BN_TRY(bn_conv_bias_grad_bf16(db, dy, l->out_grad->n, c->filters, c->g.oh * c->g.ow, s->bias_parts, ctx));
 
     __nv_bfloat16 *dx = NULL;
     if (l->in_grad && !(dx = (__nv_bfloat16 *)bn_blob_dev16_wr(l->in_grad))) return bn_last_status();

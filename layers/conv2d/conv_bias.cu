@@ -1,0 +1,158 @@
+/* conv_bias.cu - the bias kernels of conv_bias.h. Both read and write 16 bytes at a time where
+ * the plane is a multiple of a pack (bn_pack: 4 FP32 or 8 BF16 values) and the data 16-byte
+ * aligned, and index in 32 bits where the output fits (as batchnorm.cu does). */
+#include "conv_bias.h"
+#include "gpu/bf16.cuh"
+#include "gpu/cuda_check.h"
+
+#define THREADS 256
+/* Elements of one filter per block of the gradient, at least. */
+#define PART_ELEMENTS 4096
+
+template <typename T, int N> static __device__ __forceinline__ void load(const T *p, float *v)
+{
+    if (N == 1) v[0] = bn_ld(p);
+    else bn_ld_pack(p, v);
+}
+
+template <typename T, int N> static __device__ __forceinline__ void store(T *p, const float *v)
+{
+    if (N == 1) bn_st(p, v[0]);
+    else bn_st_pack(p, v);
+}
+
+/* Pack i of y (row: packs per plane) is in plane i / row, of filter (i / row) % filters. */
+template <typename T, int N, typename I>
+static __global__ void add_kernel(T *__restrict__ y, const float *__restrict__ b, I packs, int row, int filters)
+{
+    const I stride = (I)gridDim.x * blockDim.x;
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < packs; i += stride) {
+        const float bk = b[(i / (I)row) % (I)filters];
+        float v[N];
+        load<T, N>(&y[(size_t)i * N], v);
+#pragma unroll
+        for (int k = 0; k < N; k++) v[k] += bk;
+        store<T, N>(&y[(size_t)i * N], v);
+    }
+}
+
+/* Block (part, k): the sum of filter k's packs in its span (of n * row), into parts. */
+template <typename T, int N, typename I>
+static __global__ void __launch_bounds__(THREADS)
+    partial_kernel(const T *__restrict__ dy, int filters, int row, I count, float *__restrict__ parts)
+{
+    __shared__ float sum[THREADS];
+    const int k = blockIdx.y, part = blockIdx.x;
+    const I span = (count + gridDim.x - 1) / gridDim.x, lo = part * span, hi = lo + span < count ? lo + span : count;
+    float acc = 0.0f;
+#pragma unroll 4
+    for (I q = lo + threadIdx.x; q < hi; q += THREADS) {
+        const I e = q / (I)row;
+        float v[N];
+        load<T, N>(&dy[(((size_t)e * filters + k) * row + (size_t)(q - e * (I)row)) * N], v);
+#pragma unroll
+        for (int j = 0; j < N; j++) acc += v[j];
+    }
+    sum[threadIdx.x] = acc;
+    __syncthreads();
+    for (int s = THREADS / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) sum[threadIdx.x] += sum[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) parts[(size_t)k * BN_CONV_BIAS_PARTS + part] = sum[0];
+}
+
+/* One thread per filter: db[k] += its partial sums, in order. */
+static __global__ void finish_kernel(const float *__restrict__ parts, int filters, int used, float *__restrict__ db)
+{
+    const int k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= filters) return;
+    float acc = 0.0f;
+    for (int p = 0; p < used; p++) acc += parts[(size_t)k * BN_CONV_BIAS_PARTS + p];
+    db[k] += acc;
+}
+
+static unsigned blocks_for(size_t n)
+{
+    size_t b = (n + THREADS - 1) / THREADS;
+    return (unsigned)(b < 1 ? 1 : b > 4096 ? 4096 : b);
+}
+
+static bool narrow(size_t total)
+{
+    return total < ((size_t)1 << 31);
+}
+
+template <typename T, int N, typename I>
+static bn_status add_as(T *y, const float *b, int n, int filters, int plane, bn_ctx *ctx)
+{
+    const size_t packs = (size_t)n * filters * plane / N;
+    add_kernel<T, N, I><<<blocks_for(packs), THREADS, 0, (cudaStream_t)ctx->stream>>>(y, b, (I)packs, plane / N,
+                                                                                      filters);
+    BN_CUDA_LAUNCH();
+    return BN_OK;
+}
+
+template <typename T> static bn_status add(T *y, const float *b, int n, int filters, int plane, bn_ctx *ctx)
+{
+    if ((size_t)n * filters * plane == 0) return BN_OK;
+    const int N = bn_pack<T>::N;
+    const bool narrow_ok = narrow((size_t)n * filters * plane);
+    if (plane % N == 0 && bn_aligned16(y))
+        return narrow_ok ? add_as<T, N, unsigned>(y, b, n, filters, plane, ctx)
+                         : add_as<T, N, size_t>(y, b, n, filters, plane, ctx);
+    return narrow_ok ? add_as<T, 1, unsigned>(y, b, n, filters, plane, ctx)
+                     : add_as<T, 1, size_t>(y, b, n, filters, plane, ctx);
+}
+
+template <typename T, int N, typename I>
+static bn_status grad_as(float *db, const T *dy, int n, int filters, int plane, float *parts, bn_ctx *ctx)
+{
+    cudaStream_t s = (cudaStream_t)ctx->stream;
+    const size_t count = (size_t)n * plane;
+    const size_t want = (count + PART_ELEMENTS - 1) / PART_ELEMENTS;
+    const int used = (int)(want < 1 ? 1 : want > BN_CONV_BIAS_PARTS ? BN_CONV_BIAS_PARTS : want);
+    partial_kernel<T, N, I><<<dim3((unsigned)used, (unsigned)filters), THREADS, 0, s>>>(dy, filters, plane / N,
+                                                                                        (I)(count / N), parts);
+    BN_CUDA_LAUNCH();
+    finish_kernel<<<(filters + 127) / 128, 128, 0, s>>>(parts, filters, used, db);
+    BN_CUDA_LAUNCH();
+    return BN_OK;
+}
+
+template <typename T>
+static bn_status grad(float *db, const T *dy, int n, int filters, int plane, float *parts, bn_ctx *ctx)
+{
+    if (filters > 65535)
+        return bn_error(BN_ERR_INTERNAL, "conv2d bias gradient of %d filters: more than 65535", filters);
+    if ((size_t)n * plane == 0 || filters == 0) return BN_OK;
+    const int N = bn_pack<T>::N;
+    const bool narrow_ok = narrow((size_t)n * filters * plane);
+    if (plane % N == 0 && bn_aligned16(dy))
+        return narrow_ok ? grad_as<T, N, unsigned>(db, dy, n, filters, plane, parts, ctx)
+                         : grad_as<T, N, size_t>(db, dy, n, filters, plane, parts, ctx);
+    return narrow_ok ? grad_as<T, 1, unsigned>(db, dy, n, filters, plane, parts, ctx)
+                     : grad_as<T, 1, size_t>(db, dy, n, filters, plane, parts, ctx);
+}
+
+extern "C" bn_status bn_conv_bias_add_f32(float *y, const float *b, int n, int filters, int plane, bn_ctx *ctx)
+{
+    return add(y, b, n, filters, plane, ctx);
+}
+
+extern "C" bn_status bn_conv_bias_add_bf16(void *y, const float *b, int n, int filters, int plane, bn_ctx *ctx)
+{
+    return add((__nv_bfloat16 *)y, b, n, filters, plane, ctx);
+}
+
+extern "C" bn_status bn_conv_bias_grad_f32(float *db, const float *dy, int n, int filters, int plane, float *parts,
+                                           bn_ctx *ctx)
+{
+    return grad(db, dy, n, filters, plane, parts, ctx);
+}
+
+extern "C" bn_status bn_conv_bias_grad_bf16(float *db, const void *dy, int n, int filters, int plane, float *parts,
+                                            bn_ctx *ctx)
+{
+    return grad(db, (const __nv_bfloat16 *)dy, n, filters, plane, parts, ctx);
+}
