@@ -159,6 +159,7 @@ const bn_layer_ops bn_batchnorm_ops = {
     .backward_cpu = batchnorm_backward,
     .forward_gpu = BN_GPU(bn_batchnorm_forward_gpu),
     .backward_gpu = BN_GPU(bn_batchnorm_backward_gpu),
+    .fuse_gpu = BN_GPU(bn_batchnorm_fuse_relu),
     .flops = batchnorm_flops,
     .destroy = batchnorm_destroy,
     .bf16 = 1,

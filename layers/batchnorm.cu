@@ -159,10 +159,12 @@ static __global__ void backward_stats(bn_geometry g, const double *__restrict__ 
     stats[4 * c + 3] = trained ? (float)(sum_dy_xhat / (double)g.count) : 0.0f;
 }
 
-/* Pack i of the blob belongs to channel (i / row) % channels. */
+/* Pack i of the blob belongs to channel (i / row) % channels. A fused ReLU after the layer
+ * (relu_y not NULL) gets its output from the same values, by the CPU's rule (activation.c). */
 template <typename T, int N, typename I>
 static __global__ void normalize(bn_geometry g, I packs, const T *__restrict__ x, const float *stats,
-                                 const float *__restrict__ w, const float *__restrict__ b, T *__restrict__ y)
+                                 const float *__restrict__ w, const float *__restrict__ b, T *__restrict__ y,
+                                 T *__restrict__ relu_y)
 {
     const I row = (I)(g.plane / N), stride = (I)gridDim.x * blockDim.x;
     for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < packs; i += stride) {
@@ -174,12 +176,19 @@ static __global__ void normalize(bn_geometry g, I packs, const T *__restrict__ x
 #pragma unroll
         for (int k = 0; k < N; k++) v[k] = __fadd_rn(__fmul_rn(v[k], scale), shift);
         store<T, N>(&y[(size_t)i * N], v);
+        if (!relu_y) continue;
+#pragma unroll
+        for (int k = 0; k < N; k++) v[k] = v[k] > 0.0f ? v[k] : 0.0f;
+        store<T, N>(&relu_y[(size_t)i * N], v);
     }
 }
 
+/* A fused ReLU before the layer (relu_dx not NULL) gets its input gradient too: dx where the
+ * ReLU's output, this layer's input, is above 0, else 0 (activation.c's rule). */
 template <typename T, int N, typename I>
 static __global__ void input_grad(bn_geometry g, I packs, const T *__restrict__ x, const T *__restrict__ dy,
-                                  const float *stats, const float *__restrict__ w, T *__restrict__ dx)
+                                  const float *stats, const float *__restrict__ w, T *__restrict__ dx,
+                                  T *__restrict__ relu_dx)
 {
     const I row = (I)(g.plane / N), stride = (I)gridDim.x * blockDim.x;
     for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < packs; i += stride) {
@@ -195,6 +204,10 @@ static __global__ void input_grad(bn_geometry g, I packs, const T *__restrict__ 
             gv[k] = __fmul_rn(scale, __fsub_rn(__fsub_rn(gv[k], s[2]), __fmul_rn(xhat, s[3])));
         }
         store<T, N>(&dx[(size_t)i * N], gv);
+        if (!relu_dx) continue;
+#pragma unroll
+        for (int k = 0; k < N; k++) gv[k] = xv[k] > 0.0f ? gv[k] : 0.0f;
+        store<T, N>(&relu_dx[(size_t)i * N], gv);
     }
 }
 
@@ -230,6 +243,7 @@ static bn_status prepare(bn_layer *l, bn_geometry *g, float **stats)
 template <typename T> struct bn_args {
     const T *x, *dy;
     T *y, *dx;
+    T *relu_y, *relu_dx; /* a fused ReLU's output or input gradient, or NULL */
     const float *w, *bias;
     float *rm, *rv, *dw, *db;
 };
@@ -245,7 +259,8 @@ static bn_status queue_forward(batchnorm_priv *b, const bn_geometry &g, const bn
     forward_stats<<<(g.channels + 127) / 128, 128, 0, s>>>(g, train ? b->dev_sums : NULL, stats, a.rm, a.rv,
                                                             b->momentum, b->eps);
     BN_CUDA_LAUNCH();
-    normalize<T, N, I><<<grid_for(total / N), THREADS, 0, s>>>(g, (I)(total / N), a.x, stats, a.w, a.bias, a.y);
+    normalize<T, N, I><<<grid_for(total / N), THREADS, 0, s>>>(g, (I)(total / N), a.x, stats, a.w, a.bias, a.y,
+                                                                 a.relu_y);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
@@ -259,7 +274,8 @@ static bn_status queue_backward(batchnorm_priv *b, const bn_geometry &g, const b
     backward_stats<<<(g.channels + 127) / 128, 128, 0, s>>>(g, b->dev_sums, stats, a.dw, a.db, b->trained);
     BN_CUDA_LAUNCH();
     if (!a.dx) return BN_OK;
-    input_grad<T, N, I><<<grid_for(total / N), THREADS, 0, s>>>(g, (I)(total / N), a.x, a.dy, stats, a.w, a.dx);
+    input_grad<T, N, I><<<grid_for(total / N), THREADS, 0, s>>>(g, (I)(total / N), a.x, a.dy, stats, a.w, a.dx,
+                                                                  a.relu_dx);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
@@ -267,9 +283,9 @@ static bn_status queue_backward(batchnorm_priv *b, const bn_geometry &g, const b
 /* Whether the pass may take packs of bn_pack<T>::N (see load), and whether its index fits 31 bits. */
 template <typename T> static bool packed(const bn_geometry &g, const bn_args<T> &a)
 {
-    const void *p[4] = {a.x, a.dy, a.y, a.dx};
+    const void *p[6] = {a.x, a.dy, a.y, a.dx, a.relu_y, a.relu_dx};
     bool ok = g.plane % bn_pack<T>::N == 0;
-    for (int i = 0; i < 4; i++) ok = ok && (!p[i] || bn_aligned16(p[i]));
+    for (int i = 0; i < 6; i++) ok = ok && (!p[i] || bn_aligned16(p[i]));
     return ok;
 }
 
@@ -288,7 +304,8 @@ template <typename T> static bn_status forward_as(bn_layer *l, const bn_pass *p)
     bn_args<T> a = {};
     if (!(a.x = bn_typed_rd<T>(l->in)) || !(a.w = bn_blob_dev_rd(l->params[P_WEIGHT].value)) ||
         !(a.bias = bn_blob_dev_rd(l->params[P_BIAS].value)) || !(a.rm = bn_blob_dev_wr(l->buffers[B_MEAN].value)) ||
-        !(a.rv = bn_blob_dev_wr(l->buffers[B_VAR].value)) || !(a.y = bn_typed_wr<T>(l->out)))
+        !(a.rv = bn_blob_dev_wr(l->buffers[B_VAR].value)) || !(a.y = bn_typed_wr<T>(l->out)) ||
+        (b->relu_after && !(a.relu_y = bn_typed_wr<T>(b->relu_after->out))))
         return bn_last_status();
     b->trained = p->train;
     const size_t total = bn_blob_count(l->out);
@@ -310,7 +327,8 @@ template <typename T> static bn_status backward_as(bn_layer *l, const bn_pass *p
     bn_args<T> a = {};
     if (!(a.x = bn_typed_rd<T>(l->in)) || !(a.dy = bn_typed_rd<T>(l->out_grad)) ||
         !(a.w = bn_blob_dev_rd(l->params[P_WEIGHT].value)) || !(a.dw = bn_blob_dev_wr(l->params[P_WEIGHT].grad)) ||
-        !(a.db = bn_blob_dev_wr(l->params[P_BIAS].grad)) || (l->in_grad && !(a.dx = bn_typed_wr<T>(l->in_grad))))
+        !(a.db = bn_blob_dev_wr(l->params[P_BIAS].grad)) || (l->in_grad && !(a.dx = bn_typed_wr<T>(l->in_grad))) ||
+        (l->in_grad && b->relu_before && !(a.relu_dx = bn_typed_wr<T>(b->relu_before->in_grad))))
         return bn_last_status();
     const size_t total = bn_blob_count(l->in);
     const int N = bn_pack<T>::N;
@@ -331,4 +349,12 @@ extern "C" bn_status bn_batchnorm_backward_gpu(bn_layer *l, const bn_pass *p)
 {
     if (bn_blob_is_bf16(l->out_grad)) return backward_as<__nv_bfloat16>(l, p);
     return backward_as<float>(l, p);
+}
+
+extern "C" int bn_batchnorm_fuse_relu(bn_layer *l, bn_layer *relu, int after)
+{
+    batchnorm_priv *b = (batchnorm_priv *)l->priv;
+    if (after) b->relu_after = relu;
+    else b->relu_before = relu;
+    return 1;
 }

@@ -25,10 +25,16 @@ typedef struct batchnorm_priv {
     double *dev_sums;      /* GPU scratch: partial sums of every (channel, part), then per
                               channel mean and 1 / sqrt(var + eps); NULL until the first GPU pass */
     int dev_parts;         /* parts per channel the scratch was sized for */
+    bn_layer *relu_after;  /* a ReLU layer whose GPU forward this layer's does (fuse_gpu) */
+    bn_layer *relu_before; /* a ReLU layer whose GPU backward this layer's does (fuse_gpu) */
 } batchnorm_priv;
 
 bn_status bn_batchnorm_forward_gpu(bn_layer *l, const bn_pass *p);
 bn_status bn_batchnorm_backward_gpu(bn_layer *l, const bn_pass *p);
+
+/* bn_layer_ops.fuse_gpu: the normalization also writes a ReLU layer's output after it (after =
+ * 1), or the input gradient also a ReLU layer's input gradient before it (after = 0). */
+int bn_batchnorm_fuse_relu(bn_layer *l, bn_layer *relu, int after);
 
 /* Frees the device scratch. */
 void bn_batchnorm_gpu_release(batchnorm_priv *b);

@@ -234,26 +234,27 @@ static void nhwc_scratch_free(conv_gpu *g)
 }
 
 /* Pass `pass` of a batch of n by the NHWC graph plan gp, the layer's blobs copied to and from
- * its NHWC copies around it: forward, out = y from x and w, the bias b added as y is copied back;
- * data, out = dx from dy and w; filter, out = dw += the gradient from x and dy (the bias gradient
- * is the caller's). The copies are the layer's alone, and its passes that use them run in order
- * on the context's stream (a filter pass by cuDNN never runs on the side stream). */
+ * its NHWC copies around it: forward, out = y from x and w; data, out = dx from dy and w; both
+ * copied back with what `back` asks (the forward's bias, a fused ReLU's output or input
+ * gradient); filter, out = dw += the gradient from x and dy (the bias gradient is the caller's).
+ * The copies are the layer's alone, and its passes that use them run in order on the context's
+ * stream (a filter pass by cuDNN never runs on the side stream). */
 static bn_status nhwc_pass(const conv_gpu *g, const bn_conv_geom *cg, int filters, int n, const bn_cg_plan *gp,
-                           int pass, bn_ctx *ctx, const float *x, const float *w, const float *dy, const float *b,
-                           float *out)
+                           int pass, bn_ctx *ctx, const float *x, const float *w, const float *dy,
+                           const bn_nhwc_extra *back, float *out)
 {
     const int in_hw = cg->h * cg->w, out_hw = cg->oh * cg->ow, rs = cg->k * cg->k;
     if (pass == BN_CG_FORWARD) {
         BN_TRY(bn_nhwc_transpose(g->xt, x, n, cg->c, in_hw, NULL, ctx));
         BN_TRY(bn_nhwc_transpose(g->wt, w, filters, cg->c, rs, NULL, ctx));
         BN_TRY(bn_cg_run(ctx, gp, g->xt, g->wt, g->yt));
-        return bn_nhwc_transpose(out, g->yt, n, out_hw, filters, b, ctx);
+        return bn_nhwc_transpose(out, g->yt, n, out_hw, filters, back, ctx);
     }
     if (pass == BN_CG_DATA) {
         BN_TRY(bn_nhwc_transpose(g->yt, dy, n, filters, out_hw, NULL, ctx));
         BN_TRY(bn_nhwc_transpose(g->wt, w, filters, cg->c, rs, NULL, ctx));
         BN_TRY(bn_cg_run(ctx, gp, g->xt, g->wt, g->yt));
-        return bn_nhwc_transpose(out, g->xt, n, in_hw, cg->c, NULL, ctx);
+        return bn_nhwc_transpose(out, g->xt, n, in_hw, cg->c, back, ctx);
     }
     BN_TRY(bn_nhwc_transpose(g->xt, x, n, cg->c, in_hw, NULL, ctx));
     BN_TRY(bn_nhwc_transpose(g->yt, dy, n, filters, out_hw, NULL, ctx));
@@ -285,13 +286,14 @@ static bn_status time_nhwc(const bn_layer *l, bn_ctx *ctx, const bn_cg_plan *gp,
     if (st == BN_OK) st = bn_device_zero(out, out_count * sizeof(float));
     if (st == BN_OK) st = bn_event_create(&start);
     if (st == BN_OK) st = bn_event_create(&end);
+    const bn_nhwc_extra bias = {b, NULL, NULL, NULL};
     for (int rep = 0; rep < 2 && st == BN_OK; rep++)
-        st = nhwc_pass(c->gpu, g, c->filters, n, gp, pass, ctx, x, w, y, b, out);
+        st = nhwc_pass(c->gpu, g, c->filters, n, gp, pass, ctx, x, w, y, &bias, out);
     for (int round = 0; round < 3 && st == BN_OK; round++) {
         float t = 0.0f;
         st = bn_event_record(start);
         for (int rep = 0; rep < 4 && st == BN_OK; rep++)
-            st = nhwc_pass(c->gpu, g, c->filters, n, gp, pass, ctx, x, w, y, b, out);
+            st = nhwc_pass(c->gpu, g, c->filters, n, gp, pass, ctx, x, w, y, &bias, out);
         if (st == BN_OK) st = bn_event_record(end);
         if (st == BN_OK) st = bn_event_elapsed_ms(start, end, &t);
         if (st == BN_OK && (round == 0 || t / 4 < *ms)) *ms = t / 4;
@@ -448,10 +450,11 @@ static bool writes_pooled(const conv_plan *plan, int by)
 /* The three passes on the given buffers, by blobnet's kernels (own) or by cuDNN's chosen
  * algorithm with its bias operation, which blobnet's kernels fuse. Used by the layer's passes
  * and by the timing that chooses between the two. The forward pass writes y, or with `pooled`
- * (writes_pooled) the pooling's output and mask instead. */
+ * (writes_pooled) the pooling's output and mask instead; by cuDNN, with fx (else NULL), the fused
+ * ReLU's output too (fx->relu_y). */
 static bn_status forward_pass(int by, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
                               cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t yd, const float *x, const float *w,
-                              const float *b, float *y, const bn_pooled_out *pooled)
+                              const float *b, float *y, const bn_pooled_out *pooled, const bn_nhwc_extra *fx)
 {
     const bn_direct_plan *d = &plan->direct;
     if (pooled && !writes_pooled(plan, by))
@@ -460,7 +463,11 @@ static bn_status forward_pass(int by, const conv_gpu *g, const conv_plan *plan, 
     if (by == BY_IGEMM) return bn_igemm_forward(&plan->ig, &d->g, d->filters, d->n, ctx->stream, x, w, b, y);
     if (by == BY_ROWS) return bn_rows_forward(&plan->rows, ctx->stream, x, w, b, y, pooled);
     if (by == BY_TENSOR) return bn_tensor_forward(&plan->tc, ctx->stream, x, w, b, y, pooled);
-    if (plan->cg_nhwc[0]) return nhwc_pass(g, &d->g, d->filters, d->n, plan->cg[0], BN_CG_FORWARD, ctx, x, w, NULL, b, y);
+    float *relu_y = fx ? fx->relu_y : NULL;
+    if (plan->cg_nhwc[0]) {
+        const bn_nhwc_extra back = {b, relu_y, NULL, NULL};
+        return nhwc_pass(g, &d->g, d->filters, d->n, plan->cg[0], BN_CG_FORWARD, ctx, x, w, NULL, &back, y);
+    }
     cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
     const float one = 1.0f, zero = 0.0f;
     if (plan->cg[0])
@@ -468,7 +475,7 @@ static bn_status forward_pass(int by, const conv_gpu *g, const conv_plan *plan, 
     else
         BN_CUDNN(cudnnConvolutionForward(h, &one, xd, x, g->w_desc, w, g->conv_desc, plan->fwd, ctx->workspace,
                                          ctx->workspace_size, &zero, yd, y));
-    return bn_conv_bias_add_f32(y, b, d->n, d->filters, d->g.oh * d->g.ow, ctx);
+    return bn_conv_bias_add_f32(y, b, d->n, d->filters, d->g.oh * d->g.ow, relu_y, ctx);
 }
 
 /* Whether pass 1 (data) or 2 (filter) by `by` can read dy through a max pooling
@@ -481,10 +488,12 @@ static bool reads_pooled(const conv_plan *plan, int by, int pass)
     return by == BY_TENSOR && bn_tensor_pooled_fits(&plan->tc, pass);
 }
 
-/* dx is overwritten. dy is read through `pooled` when it is not NULL (reads_pooled). */
+/* dx is overwritten. dy is read through `pooled` when it is not NULL (reads_pooled). By cuDNN on
+ * the NHWC copies, with fx (else NULL), the fused ReLU's input gradient too (fx->relu_dx, masked
+ * by fx->mask). */
 static bn_status data_pass(int by, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
                            cudnnTensorDescriptor_t dxd, cudnnTensorDescriptor_t dyd, const float *dy,
-                           const bn_pooled_dy *pooled, const float *w, float *dx)
+                           const bn_pooled_dy *pooled, const float *w, float *dx, const bn_nhwc_extra *fx)
 {
     const bn_direct_plan *d = &plan->direct;
     if (pooled && !reads_pooled(plan, by, 1))
@@ -494,7 +503,7 @@ static bn_status data_pass(int by, const conv_gpu *g, const conv_plan *plan, bn_
     if (by == BY_ROWS) return bn_rows_backward_data(&plan->rows, ctx->stream, dy, w, dx);
     if (by == BY_TENSOR) return bn_tensor_backward_data(&plan->tc, ctx->stream, dy, pooled, w, dx);
     const float one = 1.0f, zero = 0.0f;
-    if (plan->cg_nhwc[1]) return nhwc_pass(g, &d->g, d->filters, d->n, plan->cg[1], BN_CG_DATA, ctx, NULL, w, dy, NULL, dx);
+    if (plan->cg_nhwc[1]) return nhwc_pass(g, &d->g, d->filters, d->n, plan->cg[1], BN_CG_DATA, ctx, NULL, w, dy, fx, dx);
     if (plan->cg[1]) return bn_cg_run(ctx, plan->cg[1], dx, w, dy);
     BN_CUDNN(cudnnConvolutionBackwardData((cudnnHandle_t)ctx->cudnn, &one, g->w_desc, w, dyd, dy, g->conv_desc,
                                           plan->bwd_data, ctx->workspace, ctx->workspace_size, &zero, dxd, dx));
@@ -526,7 +535,8 @@ static bn_status filter_pass(int by, const conv_gpu *g, const conv_plan *plan, b
     cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
     const float one = 1.0f;
     BN_TRY(bn_conv_bias_grad_f32(db, dy, d->n, d->filters, d->g.oh * d->g.ow, g->bias_parts, ctx));
-    if (plan->cg_nhwc[2]) return nhwc_pass(g, &d->g, d->filters, d->n, plan->cg[2], BN_CG_FILTER, ctx, x, NULL, dy, NULL, dw);
+    if (plan->cg_nhwc[2])
+        return nhwc_pass(g, &d->g, d->filters, d->n, plan->cg[2], BN_CG_FILTER, ctx, x, NULL, dy, NULL, dw);
     if (plan->cg[2]) return bn_cg_run(ctx, plan->cg[2], x, dw, dy);
     BN_CUDNN(cudnnConvolutionBackwardFilter(h, &one, xd, x, dyd, dy, g->conv_desc, plan->bwd_filter, ctx->workspace,
                                             ctx->workspace_size, &one, g->w_desc, dw));
@@ -556,22 +566,22 @@ static bn_status both_passes(int filter, int data, const conv_gpu *g, const conv
                              cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t dxd, cudnnTensorDescriptor_t dyd,
                              const float *x, const float *dy, const bn_pooled_dy *pooled,
                              const bn_pooled_dy *filter_pooled, const float *w, float *dw, float *db, float *dx,
-                             float *parts, bool defer)
+                             float *parts, bool defer, const bn_nhwc_extra *fx)
 {
     cudaStream_t main_stream = (cudaStream_t)ctx->stream, side = (cudaStream_t)ctx->side_stream;
     if (!overlapped(plan, ctx, filter, data)) {
         BN_TRY(filter_pass(filter, g, plan, ctx, main_stream, xd, dyd, x, dy, filter_pooled, dw, db, parts));
-        return data_pass(data, g, plan, ctx, dxd, dyd, dy, pooled, w, dx);
+        return data_pass(data, g, plan, ctx, dxd, dyd, dy, pooled, w, dx, fx);
     }
     BN_CUDA(cudaEventRecord(g->fork, main_stream));
     BN_CUDA(cudaStreamWaitEvent(side, g->fork, 0));
     BN_TRY(filter_pass(filter, g, plan, ctx, side, xd, dyd, x, dy, filter_pooled, dw, db, parts));
     if (defer) {
         bn_ctx_defer_side(ctx);
-        return data_pass(data, g, plan, ctx, dxd, dyd, dy, pooled, w, dx);
+        return data_pass(data, g, plan, ctx, dxd, dyd, dy, pooled, w, dx, fx);
     }
     BN_CUDA(cudaEventRecord(g->join, side));
-    BN_TRY(data_pass(data, g, plan, ctx, dxd, dyd, dy, pooled, w, dx));
+    BN_TRY(data_pass(data, g, plan, ctx, dxd, dyd, dy, pooled, w, dx, fx));
     BN_CUDA(cudaStreamWaitEvent(main_stream, g->join, 0));
     return BN_OK;
 }
@@ -583,13 +593,13 @@ static bn_status both_passes(int filter, int data, const conv_gpu *g, const conv
 static bn_status run_pass(int pass, int by, int beside, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
                           cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t yd, const scratch *m)
 {
-    if (pass == 0) return forward_pass(by, g, plan, ctx, xd, yd, m->x, m->w, m->b, m->y, NULL);
+    if (pass == 0) return forward_pass(by, g, plan, ctx, xd, yd, m->x, m->w, m->b, m->y, NULL, NULL);
     if (pass == 2)
         return filter_pass(by, g, plan, ctx, (cudaStream_t)ctx->stream, xd, yd, m->x, m->y,
                            by == BY_ARGMAX ? &m->pooled : NULL, m->dw, m->db, m->parts);
-    if (beside < 0) return data_pass(by, g, plan, ctx, xd, yd, m->y, NULL, m->w, m->dx);
+    if (beside < 0) return data_pass(by, g, plan, ctx, xd, yd, m->y, NULL, m->w, m->dx, NULL);
     return both_passes(beside, by, g, plan, ctx, xd, xd, yd, m->x, m->y, NULL, beside == BY_ARGMAX ? &m->pooled : NULL,
-                       m->w, m->dw, m->db, m->dx, m->parts, false);
+                       m->w, m->dw, m->db, m->dx, m->parts, false, NULL);
 }
 
 /* count floats rounded up to a multiple of 64 (256 bytes). */
@@ -1081,9 +1091,26 @@ static bn_status prepare(bn_layer *l, bn_ctx *ctx, const conv_gpu **gpu, const c
     return BN_OK;
 }
 
+/* The ReLU layer after l whose forward l's does (bn_conv2d_fuse_relu): its own pass, after a
+ * forward that did not write its output. */
+static bn_status relu_forward(const bn_layer *l, const bn_pass *p)
+{
+    bn_layer *relu = ((const conv_priv *)l->priv)->relu_after;
+    return relu ? relu->ops->forward_gpu(relu, p) : BN_OK;
+}
+
+static bn_status relu_backward(const bn_layer *l, const bn_pass *p)
+{
+    bn_layer *relu = ((const conv_priv *)l->priv)->relu_before;
+    return relu ? relu->ops->backward_gpu(relu, p) : BN_OK;
+}
+
 extern "C" bn_status bn_conv2d_forward_gpu(bn_layer *l, const bn_pass *p)
 {
-    if (bn_blob_is_bf16(l->out)) return bn_conv_bf16_forward(l, p);
+    if (bn_blob_is_bf16(l->out)) {
+        BN_TRY(bn_conv_bf16_forward(l, p));
+        return relu_forward(l, p);
+    }
     bn_ctx *ctx = p->ctx;
     const conv_gpu *g = NULL;
     const conv_plan *plan = NULL;
@@ -1097,16 +1124,24 @@ extern "C" bn_status bn_conv2d_forward_gpu(bn_layer *l, const bn_pass *p)
     /* The max pooling after the layer, if any (bn_conv2d_fuse_next): its forward pass is this
      * one's, in the kernel's epilogue where the kernel chosen for this batch size can (y is then
      * left unwritten), else by the pooling's own kernel after it. */
-    bn_layer *pool = ((const conv_priv *)l->priv)->pool_after;
-    if (!pool) return forward_pass(plan->by[0], g, plan, ctx, xd, yd, x, w, b, y, NULL);
+    const conv_priv *c = (const conv_priv *)l->priv;
+    bn_layer *pool = c->pool_after;
+    if (!pool) {
+        /* A fused ReLU's output is written by cuDNN's bias kernel or NHWC copy, else by the ReLU. */
+        bn_nhwc_extra fx = {NULL, NULL, NULL, NULL};
+        if (c->relu_after && plan->by[0] == BY_CUDNN && !(fx.relu_y = bn_blob_dev_wr(c->relu_after->out)))
+            return bn_last_status();
+        BN_TRY(forward_pass(plan->by[0], g, plan, ctx, xd, yd, x, w, b, y, NULL, fx.relu_y ? &fx : NULL));
+        return fx.relu_y ? BN_OK : relu_forward(l, p);
+    }
     if (!writes_pooled(plan, plan->by[0])) {
-        BN_TRY(forward_pass(plan->by[0], g, plan, ctx, xd, yd, x, w, b, y, NULL));
+        BN_TRY(forward_pass(plan->by[0], g, plan, ctx, xd, yd, x, w, b, y, NULL, NULL));
         return bn_maxpool_forward_gpu(pool, p);
     }
     const pool_priv *pp = (const pool_priv *)pool->priv;
     bn_pooled_out po = {bn_blob_dev_wr(pool->out), pp->dev_mask, pp->oh, pp->ow};
     if (!po.y) return bn_last_status();
-    return forward_pass(plan->by[0], g, plan, ctx, xd, yd, x, w, b, y, &po);
+    return forward_pass(plan->by[0], g, plan, ctx, xd, yd, x, w, b, y, &po, NULL);
 }
 
 /* The max pooling after the layer, if any (bn_conv2d_fuse_next): *pooled = pd, its gradient
@@ -1132,7 +1167,10 @@ static bn_status through_pool(bn_layer *l, const conv_plan *plan, const bn_pass 
 
 extern "C" bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p)
 {
-    if (bn_blob_is_bf16(l->out_grad)) return bn_conv_bf16_backward(l, p);
+    if (bn_blob_is_bf16(l->out_grad)) {
+        BN_TRY(bn_conv_bf16_backward(l, p));
+        return l->in_grad ? relu_backward(l, p) : BN_OK;
+    }
     bn_ctx *ctx = p->ctx;
     const conv_gpu *g = NULL;
     const conv_plan *plan = NULL;
@@ -1153,8 +1191,16 @@ extern "C" bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p)
                            db, g->parts);
     BN_DEV_WR(dx, l->in_grad);
     BN_TENSOR_DESC(dxd, l->in_grad);
-    return both_passes(plan->by[2], plan->by[1], g, plan, ctx, xd, dxd, dyd, x, dy, pooled, filter_pooled, w, dw, db,
-                       dx, g->parts, p->defer_joins != 0);
+    /* A fused ReLU's input gradient is written by the NHWC data pass's copy back, else by the
+     * ReLU after the data pass. */
+    const conv_priv *c = (const conv_priv *)l->priv;
+    bn_nhwc_extra fx = {NULL, NULL, x, NULL};
+    if (c->relu_before && plan->by[1] == BY_CUDNN && plan->cg_nhwc[1] &&
+        !(fx.relu_dx = bn_blob_dev_wr(c->relu_before->in_grad)))
+        return bn_last_status();
+    BN_TRY(both_passes(plan->by[2], plan->by[1], g, plan, ctx, xd, dxd, dyd, x, dy, pooled, filter_pooled, w, dw, db,
+                       dx, g->parts, p->defer_joins != 0, fx.relu_dx ? &fx : NULL));
+    return fx.relu_dx ? BN_OK : relu_backward(l, p);
 }
 
 extern "C" bn_status bn_conv2d_own_plan(bn_layer *l, bn_ctx *ctx, int *ok)
@@ -1184,7 +1230,7 @@ extern "C" bn_status bn_conv2d_own_forward(bn_layer *l, bn_ctx *ctx, const float
     BN_TRY(own_plan(l, ctx, &g, &plan));
     BN_DEV_RD(w, l->params[WEIGHT].value);
     BN_DEV_RD(b, l->params[BIAS].value);
-    return forward_pass(plan->by[0], g, plan, ctx, NULL, NULL, x, w, b, y, NULL);
+    return forward_pass(plan->by[0], g, plan, ctx, NULL, NULL, x, w, b, y, NULL, NULL);
 }
 
 extern "C" bn_status bn_conv2d_own_backward(bn_layer *l, bn_ctx *ctx, const float *x, const float *dy, float *dx,
@@ -1198,7 +1244,15 @@ extern "C" bn_status bn_conv2d_own_backward(bn_layer *l, bn_ctx *ctx, const floa
         return filter_pass(plan->by[2], g, plan, ctx, (cudaStream_t)ctx->stream, NULL, NULL, x, dy, NULL, dw, db,
                            g->parts);
     return both_passes(plan->by[2], plan->by[1], g, plan, ctx, NULL, NULL, NULL, x, dy, NULL, NULL, w, dw, db, dx,
-                       g->parts, false);
+                       g->parts, false, NULL);
+}
+
+extern "C" int bn_conv2d_fuse_relu(bn_layer *l, bn_layer *relu, int after)
+{
+    conv_priv *c = (conv_priv *)l->priv;
+    if (after) c->relu_after = relu;
+    else c->relu_before = relu;
+    return 1;
 }
 
 extern "C" int bn_conv2d_fuse_next(bn_layer *l, bn_layer *next)

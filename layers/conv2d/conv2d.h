@@ -31,6 +31,8 @@ typedef struct conv_priv {
                              (bn_conv2d_fuse_next), else NULL */
     conv_bf16 *bf16;      /* the passes' state under --precision bf16 (conv_bf16.h): NULL until the
                              first BF16 pass; released by bn_conv2d_gpu_release */
+    bn_layer *relu_after;  /* a ReLU layer whose GPU forward this layer's does (fuse_gpu) */
+    bn_layer *relu_before; /* a ReLU layer whose GPU backward this layer's does (fuse_gpu) */
 } conv_priv;
 
 bn_status bn_conv2d_forward_gpu(bn_layer *l, const bn_pass *p);
@@ -48,6 +50,13 @@ bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p);
  *   (the argmax filter pass, conv_argmax.h, reads the pooled gradient even then).
  * Returns BN_FUSED_FORWARD | BN_FUSED_NO_IN | BN_FUSED_BACKWARD | BN_FUSED_NO_IN_GRAD, or 0. */
 int bn_conv2d_fuse_next(bn_layer *l, bn_layer *next);
+
+/* bn_layer_ops.fuse_gpu: a ReLU layer after this one (after = 1) has its GPU forward done by
+ * this layer's, one before it (after = 0) its GPU backward. Where cuDNN ran the pass, the
+ * kernel that adds the bias (or copies the NHWC result back) writes the ReLU's output, or
+ * copies the input gradient back and writes the ReLU's input gradient beside it; after
+ * blobnet's own kernels and under --precision bf16 the ReLU's own pass runs right after. */
+int bn_conv2d_fuse_relu(bn_layer *l, bn_layer *relu, int after);
 
 /* Under --precision bf16 (conv_bf16.cu), blobnet's own FP32 kernels on FP32 copies of the
  * layer's BF16 blobs, with its FP32 master weight and bias: a plan of blobnet's kernels alone for

@@ -23,7 +23,8 @@ template <typename T, int N> static __device__ __forceinline__ void store(T *p, 
 
 /* Pack i of y (row: packs per plane) is in plane i / row, of filter (i / row) % filters. */
 template <typename T, int N, typename I>
-static __global__ void add_kernel(T *__restrict__ y, const float *__restrict__ b, I packs, int row, int filters)
+static __global__ void add_kernel(T *__restrict__ y, const float *__restrict__ b, I packs, int row, int filters,
+                                  T *__restrict__ relu_y)
 {
     const I stride = (I)gridDim.x * blockDim.x;
     for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < packs; i += stride) {
@@ -33,6 +34,12 @@ static __global__ void add_kernel(T *__restrict__ y, const float *__restrict__ b
 #pragma unroll
         for (int k = 0; k < N; k++) v[k] += bk;
         store<T, N>(&y[(size_t)i * N], v);
+        if (!relu_y) continue;
+        /* From y as stored (BF16: rounded), as the ReLU layer would read it. */
+        if (sizeof(T) != sizeof(float)) load<T, N>(&y[(size_t)i * N], v);
+#pragma unroll
+        for (int k = 0; k < N; k++) v[k] = v[k] > 0.0f ? v[k] : 0.0f;
+        store<T, N>(&relu_y[(size_t)i * N], v);
     }
 }
 
@@ -84,25 +91,26 @@ static bool narrow(size_t total)
 }
 
 template <typename T, int N, typename I>
-static bn_status add_as(T *y, const float *b, int n, int filters, int plane, bn_ctx *ctx)
+static bn_status add_as(T *y, const float *b, int n, int filters, int plane, T *relu_y, bn_ctx *ctx)
 {
     const size_t packs = (size_t)n * filters * plane / N;
     add_kernel<T, N, I><<<blocks_for(packs), THREADS, 0, (cudaStream_t)ctx->stream>>>(y, b, (I)packs, plane / N,
-                                                                                      filters);
+                                                                                      filters, relu_y);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
 
-template <typename T> static bn_status add(T *y, const float *b, int n, int filters, int plane, bn_ctx *ctx)
+template <typename T>
+static bn_status add(T *y, const float *b, int n, int filters, int plane, T *relu_y, bn_ctx *ctx)
 {
     if ((size_t)n * filters * plane == 0) return BN_OK;
     const int N = bn_pack<T>::N;
     const bool narrow_ok = narrow((size_t)n * filters * plane);
-    if (plane % N == 0 && bn_aligned16(y))
-        return narrow_ok ? add_as<T, N, unsigned>(y, b, n, filters, plane, ctx)
-                         : add_as<T, N, size_t>(y, b, n, filters, plane, ctx);
-    return narrow_ok ? add_as<T, 1, unsigned>(y, b, n, filters, plane, ctx)
-                     : add_as<T, 1, size_t>(y, b, n, filters, plane, ctx);
+    if (plane % N == 0 && bn_aligned16(y) && (!relu_y || bn_aligned16(relu_y)))
+        return narrow_ok ? add_as<T, N, unsigned>(y, b, n, filters, plane, relu_y, ctx)
+                         : add_as<T, N, size_t>(y, b, n, filters, plane, relu_y, ctx);
+    return narrow_ok ? add_as<T, 1, unsigned>(y, b, n, filters, plane, relu_y, ctx)
+                     : add_as<T, 1, size_t>(y, b, n, filters, plane, relu_y, ctx);
 }
 
 template <typename T, int N, typename I>
@@ -135,14 +143,16 @@ static bn_status grad(float *db, const T *dy, int n, int filters, int plane, flo
                      : grad_as<T, 1, size_t>(db, dy, n, filters, plane, parts, ctx);
 }
 
-extern "C" bn_status bn_conv_bias_add_f32(float *y, const float *b, int n, int filters, int plane, bn_ctx *ctx)
+extern "C" bn_status bn_conv_bias_add_f32(float *y, const float *b, int n, int filters, int plane, float *relu_y,
+                                          bn_ctx *ctx)
 {
-    return add(y, b, n, filters, plane, ctx);
+    return add(y, b, n, filters, plane, relu_y, ctx);
 }
 
-extern "C" bn_status bn_conv_bias_add_bf16(void *y, const float *b, int n, int filters, int plane, bn_ctx *ctx)
+extern "C" bn_status bn_conv_bias_add_bf16(void *y, const float *b, int n, int filters, int plane, void *relu_y,
+                                           bn_ctx *ctx)
 {
-    return add((__nv_bfloat16 *)y, b, n, filters, plane, ctx);
+    return add((__nv_bfloat16 *)y, b, n, filters, plane, (__nv_bfloat16 *)relu_y, ctx);
 }
 
 extern "C" bn_status bn_conv_bias_grad_f32(float *db, const float *dy, int n, int filters, int plane, float *parts,

@@ -19,9 +19,10 @@ extern "C" {
 #define BN_CONV_BIAS_PARTS 64
 
 /* y[e][k][p] += b[k] over n images of `filters` planes of `plane` values: FP32 y, or BF16 y
- * (rounded once). */
-bn_status bn_conv_bias_add_f32(float *y, const float *b, int n, int filters, int plane, bn_ctx *ctx);
-bn_status bn_conv_bias_add_bf16(void *y, const float *b, int n, int filters, int plane, bn_ctx *ctx);
+ * (rounded once); where relu_y is not NULL, a fused ReLU's output too (max(y, 0) by
+ * activation.c's rule, in y's type and layout). */
+bn_status bn_conv_bias_add_f32(float *y, const float *b, int n, int filters, int plane, float *relu_y, bn_ctx *ctx);
+bn_status bn_conv_bias_add_bf16(void *y, const float *b, int n, int filters, int plane, void *relu_y, bn_ctx *ctx);
 
 /* db[k] += the sum of dy[e][k][p] over e < n, p < plane, with `parts` (filters *
  * BN_CONV_BIAS_PARTS floats of device scratch): FP32 or BF16 dy. */

@@ -7,13 +7,11 @@
 #define TILE 32
 #define TILE_ROWS 8
 
-enum { SET, SET_BIAS, ADD };
-
-/* Block (x, y, z): the tile at rows 32y, columns 32x of matrix z. */
-template <int Mode>
+/* Block (x, y, z): the tile at rows 32y, columns 32x of matrix z; with add, dst accumulates
+ * (and e is unused), else e's extras are done where set. */
+template <bool Add>
 static __global__ void __launch_bounds__(TILE * TILE_ROWS)
-    transpose_kernel(float *__restrict__ dst, const float *__restrict__ src, int rows, int cols,
-                     const float *__restrict__ bias)
+    transpose_kernel(float *__restrict__ dst, const float *__restrict__ src, int rows, int cols, bn_nhwc_extra e)
 {
     __shared__ float tile[TILE][TILE + 1];
     const size_t matrix = (size_t)blockIdx.z * rows * cols;
@@ -26,16 +24,22 @@ static __global__ void __launch_bounds__(TILE * TILE_ROWS)
     for (int r = threadIdx.y; r < TILE; r += TILE_ROWS) {
         const int j = c0 + r, i = r0 + threadIdx.x;
         if (j >= cols || i >= rows) continue;
-        float *q = dst + matrix + (size_t)j * rows + i;
-        const float v = tile[threadIdx.x][r];
-        if (Mode == ADD) *q += v;
-        else if (Mode == SET_BIAS) *q = v + bias[j];
-        else *q = v;
+        const size_t q = matrix + (size_t)j * rows + i;
+        float v = tile[threadIdx.x][r];
+        if (Add) {
+            dst[q] += v;
+            continue;
+        }
+        if (e.bias) v += e.bias[j];
+        dst[q] = v;
+        if (e.relu_y) e.relu_y[q] = v > 0.0f ? v : 0.0f;
+        if (e.relu_dx) e.relu_dx[q] = e.mask[q] > 0.0f ? v : 0.0f;
     }
 }
 
-template <int Mode>
-static bn_status transpose(float *dst, const float *src, int batch, int rows, int cols, const float *bias, bn_ctx *ctx)
+template <bool Add>
+static bn_status transpose(float *dst, const float *src, int batch, int rows, int cols, const bn_nhwc_extra *extra,
+                           bn_ctx *ctx)
 {
     if (batch < 0 || rows < 0 || cols < 0)
         return bn_error(BN_ERR_INTERNAL, "NHWC copy of %d matrices of %d x %d: a negative size", batch, rows, cols);
@@ -44,20 +48,22 @@ static bn_status transpose(float *dst, const float *src, int batch, int rows, in
     if (batch > 65535 || down > 65535)
         return bn_error(BN_ERR_INTERNAL, "NHWC copy of %d matrices of %d x %d: more than 65535 matrices or 65535 "
                         "tiles of %d rows", batch, rows, cols, TILE);
+    bn_nhwc_extra e = {NULL, NULL, NULL, NULL};
+    if (extra) e = *extra;
+    if (!e.mask) e.relu_dx = NULL;
     const dim3 grid((unsigned)((cols + TILE - 1) / TILE), down, (unsigned)batch);
-    transpose_kernel<Mode><<<grid, dim3(TILE, TILE_ROWS), 0, (cudaStream_t)ctx->stream>>>(dst, src, rows, cols, bias);
+    transpose_kernel<Add><<<grid, dim3(TILE, TILE_ROWS), 0, (cudaStream_t)ctx->stream>>>(dst, src, rows, cols, e);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
 
-extern "C" bn_status bn_nhwc_transpose(float *dst, const float *src, int batch, int rows, int cols, const float *bias,
-                                       bn_ctx *ctx)
+extern "C" bn_status bn_nhwc_transpose(float *dst, const float *src, int batch, int rows, int cols,
+                                       const bn_nhwc_extra *extra, bn_ctx *ctx)
 {
-    if (bias) return transpose<SET_BIAS>(dst, src, batch, rows, cols, bias, ctx);
-    return transpose<SET>(dst, src, batch, rows, cols, NULL, ctx);
+    return transpose<false>(dst, src, batch, rows, cols, extra, ctx);
 }
 
 extern "C" bn_status bn_nhwc_add_transposed(float *dst, const float *src, int batch, int rows, int cols, bn_ctx *ctx)
 {
-    return transpose<ADD>(dst, src, batch, rows, cols, NULL, ctx);
+    return transpose<true>(dst, src, batch, rows, cols, NULL, ctx);
 }

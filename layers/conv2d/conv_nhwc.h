@@ -14,9 +14,20 @@
 extern "C" {
 #endif
 
-/* dst[b][j][i] = src[b][i][j] (+ bias[j] where bias is not NULL): with rows = H*W and cols = C,
- * an NHWC result back to NCHW with the layer's bias added on the way. */
-bn_status bn_nhwc_transpose(float *dst, const float *src, int batch, int rows, int cols, const float *bias,
+/* What a copy back to NCHW also does on the way (any member NULL for none): the layer's bias
+ * added, bias[j] to dst[b][j][:]; a fused ReLU's output written from the result, relu_y =
+ * max(dst, 0) by activation.c's rule; a fused ReLU's input gradient written from the result,
+ * relu_dx = dst where mask (the ReLU's output, in dst's layout) is above 0, else 0. */
+typedef struct bn_nhwc_extra {
+    const float *bias;
+    float *relu_y;
+    const float *mask;
+    float *relu_dx;
+} bn_nhwc_extra;
+
+/* dst[b][j][i] = src[b][i][j], with what extra asks (NULL for nothing): with rows = H*W and
+ * cols = C, an NHWC result back to NCHW. */
+bn_status bn_nhwc_transpose(float *dst, const float *src, int batch, int rows, int cols, const bn_nhwc_extra *extra,
                             bn_ctx *ctx);
 
 /* dst[b][j][i] += src[b][i][j]: a KRSC filter gradient (rows = R*S, cols = C) added into the
