@@ -286,7 +286,8 @@ static bn_status time_nhwc(const bn_layer *l, bn_ctx *ctx, const bn_cg_plan *gp,
     if (st == BN_OK) st = bn_device_zero(out, out_count * sizeof(float));
     if (st == BN_OK) st = bn_event_create(&start);
     if (st == BN_OK) st = bn_event_create(&end);
-    const bn_nhwc_extra bias = {b, NULL, NULL, NULL};
+    /* The bias is added on the forward pass's copy back only. */
+    const bn_nhwc_extra bias = {pass == BN_CG_FORWARD ? b : NULL, NULL, NULL, NULL};
     for (int rep = 0; rep < 2 && st == BN_OK; rep++)
         st = nhwc_pass(c->gpu, g, c->filters, n, gp, pass, ctx, x, w, y, &bias, out);
     for (int round = 0; round < 3 && st == BN_OK; round++) {
