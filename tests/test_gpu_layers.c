@@ -414,10 +414,9 @@ BN_TEST(gpu_layer_conv2d_lenet_shapes_match_cpu)
 }
 
 /* engine = cudnn under --tf32 with cuDNN's graph-API engines forced wherever it has one
- * (conv_graph.h; the FP32-exact default keeps the legacy algorithms), on the blobs and then on
- * the layers' NHWC copies (conv_nhwc.h): timed, every pass of these shapes runs on one ("graph
- * eng" in the plan, with "nhwc" the second way), and the results stay within TF32's tolerance
- * of the CPU's. Shapes: stride 2, padding 2, 3x3 padded at 32 filters, 1x1. */
+ * (conv_graph.h; the FP32-exact default keeps the legacy algorithms): timed, every pass of these
+ * shapes runs on one ("graph eng" in the plan), and the results stay within TF32's tolerance of
+ * the CPU's. Shapes: stride 2, padding 2, 3x3 padded at 32 filters, 1x1. */
 BN_TEST(gpu_layer_conv2d_cudnn_graph_tf32_stays_near_cpu)
 {
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
@@ -433,69 +432,49 @@ BN_TEST(gpu_layer_conv2d_cudnn_graph_tf32_stays_near_cpu)
          "[conv2d]\nname=b\nfilters=8\nsize=1\nengine=cudnn\n",
          TOL_TF32, 0, 0, 0, 0, 0, 0},
     };
-    static const int ways[2] = {BN_CONV_GRAPH_NCHW, BN_CONV_GRAPH_NHWC};
     bn_ctx *ctx;
     CHECK_OK(bn_ctx_open(0, &ctx));
     const uint64_t seed = lt_fresh_seed();
     const int was_autotune = ctx->autotune;
     ctx->tf32 = 1;
     ctx->autotune = 1;
+    bn_conv2d_gpu_force_graph(1);
     int r = BN_PASS;
-    char plans[2][2][512];
-    bn_status s = BN_OK;
-    for (int way = 0; way < 2 && r == BN_PASS && s == BN_OK; way++) {
-        bn_conv2d_gpu_force_graph(ways[way]);
-        for (size_t i = 0; i < sizeof cases / sizeof cases[0] && r == BN_PASS; i++) {
-            double worst = 0.0;
-            for (int k = 0; k < NUM_SIZES && r == BN_PASS; k++)
-                r = compare_once(&cases[i], capacities[k], batches[k], seed + (uint64_t)k, ctx, &worst);
-            if (r != BN_PASS)
-                printf("    %s%s: rerun with BLOBNET_TEST_SEED=%llu\n", cases[i].what, way ? " nhwc" : "",
-                       (unsigned long long)seed);
-            else
-                printf("    %s%s vs cpu: worst difference %.3g of scale (tolerance %g)\n", cases[i].what,
-                       way ? " nhwc" : "", worst, TOL_TF32);
-        }
-        /* The plans of the second case's layers. */
-        static const char *const names[2] = {"a", "b"};
-        char *const into[2] = {plans[way][0], plans[way][1]};
-        if (r == BN_PASS) s = lt_conv_plans(cases[1].text, ctx, 16, 3, names, into, 2, sizeof plans[way][0]);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0] && r == BN_PASS; i++) {
+        double worst = 0.0;
+        for (int k = 0; k < NUM_SIZES && r == BN_PASS; k++)
+            r = compare_once(&cases[i], capacities[k], batches[k], seed + (uint64_t)k, ctx, &worst);
+        if (r != BN_PASS)
+            printf("    %s: rerun with BLOBNET_TEST_SEED=%llu\n", cases[i].what, (unsigned long long)seed);
+        else printf("    %s vs cpu: worst difference %.3g of scale (tolerance %g)\n", cases[i].what, worst, TOL_TF32);
     }
-    bn_conv2d_gpu_force_graph(BN_CONV_GRAPH_TIMED);
+    /* The plans of the second case's layers. */
+    char plans[2][512] = {"", ""};
+    static const char *const names[2] = {"a", "b"};
+    char *const into[2] = {plans[0], plans[1]};
+    bn_status s = r == BN_PASS ? lt_conv_plans(cases[1].text, ctx, 16, 3, names, into, 2, sizeof plans[0]) : BN_OK;
+    bn_conv2d_gpu_force_graph(0);
     ctx->tf32 = 0;
     ctx->autotune = was_autotune;
     if (r != BN_PASS) return r;
     CHECK_OK(s);
 #ifdef BN_WITH_CUDA
-    for (int way = 0; way < 2; way++)
-        for (int k = 0; k < 2; k++) {
-            const char *p = plans[way][k];
-            printf("    layer %s%s: %s\n", k ? "b" : "a", way ? " (nhwc forced)" : "", p);
-            const char *fwd = strstr(p, "fwd graph eng"), *data = strstr(p, "bwd_data graph eng");
-            const char *filter = strstr(p, "bwd_filter graph eng");
-            CHECK_MSG(fwd && filter && (k == 0 || data), "layer %s's plan \"%s\" does not run every pass on a graph "
-                      "engine", k ? "b" : "a", p);
-            /* Each pass's name ends at the next comma; on the copies each says so. */
-            const char *const named[3] = {fwd, k ? data : NULL, filter};
-            for (int i = 0; i < 3 && way; i++) {
-                if (!named[i]) continue;
-                const char *comma = strchr(named[i], ','), *tag = strstr(named[i], " nhwc");
-                CHECK_MSG(tag && (!comma || tag < comma), "layer %s's plan \"%s\" runs a pass off the NHWC copies",
-                          k ? "b" : "a", p);
-            }
-        }
+    for (int k = 0; k < 2; k++) {
+        printf("    layer %s: %s\n", k ? "b" : "a", plans[k]);
+        CHECK_MSG(strstr(plans[k], "fwd graph eng") && strstr(plans[k], "bwd_filter graph eng") &&
+                      (k == 0 || strstr(plans[k], "bwd_data graph eng")),
+                  "layer %s's plan \"%s\" does not run every pass on a graph engine", k ? "b" : "a", plans[k]);
+    }
 #endif
     return BN_PASS;
 }
 
-/* ReLU layers fused into convolutions run by cuDNN and into batchnorm layers (fuse_gpu), both
- * ways: a's forward writes ra's output (cuDNN's bias kernel, or the NHWC copy back) and b's
- * backward ra's input gradient (the NHWC data pass's copy back, else ra's own pass after the
- * data pass); bn writes rb's output and c's backward rb's input gradient; bn2's backward writes
- * rc's input gradient (rc's forward stays its own, after a tanh). Every blob still matches the
- * CPU in FP32 on cuDNN's legacy algorithms; then a chain of convolutions and ReLUs under --tf32
- * on its graph engines on the NHWC copies (the batchnorms' gradients, sums of large terms that
- * cancel, came out 1% off there from TF32's products alone). The tanh layers keep the biases
+/* ReLU layers fused into convolutions run by cuDNN and into batchnorm layers (fuse_gpu): a's
+ * forward writes ra's output from cuDNN's bias kernel; bn writes rb's output, bn2 rc's input
+ * gradient (rc's forward stays its own, after a tanh). A convolution leaves a ReLU's backward
+ * pass to the ReLU (ra's and rb's here). Every blob still matches the CPU, on cuDNN's legacy
+ * algorithms; then a convolution and ReLU pair under --tf32 on cuDNN's graph engines, forced, at
+ * the shapes of gpu_layer_conv2d_cudnn_graph_tf32_stays_near_cpu. The tanh layers keep the biases
  * before a batchnorm out of rounding noise (see batchnorm_case), and a convolution between the
  * two batchnorms keeps bn's gradients from the cancellation of two normalizations in a row. */
 BN_TEST(gpu_layer_relu_fused_into_conv2d_and_batchnorm_matches_cpu)
@@ -509,11 +488,10 @@ BN_TEST(gpu_layer_relu_fused_into_conv2d_and_batchnorm_matches_cpu)
          "[relu]\nname=rb\n[conv2d]\nname=c\nfilters=8\nsize=1\nengine=cudnn\n[tanh]\n[relu]\nname=rc\n"
          "[batchnorm]\nname=bn2\n",
          TOL_GEMM, 0, 0, 0, 0, 0, 0},
-        {"conv a, relu, conv b, relu, conv c under tf32 on NHWC copies (relus fused)",
-         "[input]\nchannels=4\nheight=6\nwidth=6\n"
-         "[conv2d]\nname=a\nfilters=8\nsize=3\npad=1\nengine=cudnn\n[relu]\nname=ra\n"
-         "[conv2d]\nname=b\nfilters=8\nsize=3\npad=1\nengine=cudnn\n[relu]\nname=rb\n"
-         "[conv2d]\nname=c\nfilters=8\nsize=1\nengine=cudnn\n",
+        {"conv 16x14x14 k3p1 x32, relu, k1 x8, relu under tf32, graph engines forced (relus fused)",
+         "[input]\nchannels=16\nheight=14\nwidth=14\n"
+         "[conv2d]\nname=a\nfilters=32\nsize=3\npad=1\ninit=he\nengine=cudnn\n[relu]\nname=ra\n"
+         "[conv2d]\nname=b\nfilters=8\nsize=1\nengine=cudnn\n[relu]\nname=rb\n",
          TOL_TF32, 0, 0, 0, 0, 0, 0},
     };
     bn_ctx *ctx;
@@ -522,43 +500,31 @@ BN_TEST(gpu_layer_relu_fused_into_conv2d_and_batchnorm_matches_cpu)
     CHECK_OK(bn_net_from_text(cases[0].text, cases[0].what, &net));
     bn_status s = bn_net_setup(net, 8, ctx, 1, 1);
     static const char *const relus[3] = {"ra", "rb", "rc"};
+    static const int want[3] = {BN_FUSED_FORWARD, BN_FUSED_FORWARD, BN_FUSED_BACKWARD};
     int fused[3] = {-1, -1, -1};
     for (int i = 0; i < 3 && s == BN_OK; i++) fused[i] = bn_net_find_layer(net, relus[i])->gpu_fused;
     bn_net_free(net);
     CHECK_OK(s);
     for (int i = 0; i < 3; i++)
-        CHECK_MSG(fused[i] == (i < 2 ? BN_FUSED_FORWARD | BN_FUSED_BACKWARD : BN_FUSED_BACKWARD),
-                  "%s's fused passes: %d", relus[i], fused[i]);
+        CHECK_MSG(fused[i] == want[i], "%s's fused passes: %d (want %d)", relus[i], fused[i], want[i]);
     const uint64_t seed = lt_fresh_seed();
     const int was_autotune = ctx->autotune;
     int r = BN_PASS;
-    char plans[2][512] = {"", ""};
     for (int way = 0; way < 2 && r == BN_PASS; way++) {
-        const layer_case lc = cases[way];
+        const layer_case *lc = &cases[way];
         ctx->tf32 = way;
         ctx->autotune = way;
-        bn_conv2d_gpu_force_graph(way ? BN_CONV_GRAPH_NHWC : BN_CONV_GRAPH_TIMED);
+        bn_conv2d_gpu_force_graph(way);
         double worst = 0.0;
         for (int k = 0; k < NUM_SIZES && r == BN_PASS; k++)
-            r = compare_once(&lc, capacities[k], batches[k], seed + (uint64_t)k, ctx, &worst);
-        if (r != BN_PASS) printf("    %s: rerun with BLOBNET_TEST_SEED=%llu\n", lc.what, (unsigned long long)seed);
-        else printf("    %s vs cpu: worst difference %.3g of scale (tolerance %g)\n", lc.what, worst, lc.tol);
-        static const char *const names[2] = {"a", "c"};
-        char *const into[2] = {plans[0], plans[1]};
-        if (r == BN_PASS && way) CHECK_OK(lt_conv_plans(lc.text, ctx, 16, 3, names, into, 2, sizeof plans[0]));
+            r = compare_once(lc, capacities[k], batches[k], seed + (uint64_t)k, ctx, &worst);
+        if (r != BN_PASS) printf("    %s: rerun with BLOBNET_TEST_SEED=%llu\n", lc->what, (unsigned long long)seed);
+        else printf("    %s vs cpu: worst difference %.3g of scale (tolerance %g)\n", lc->what, worst, lc->tol);
     }
-    bn_conv2d_gpu_force_graph(BN_CONV_GRAPH_TIMED);
+    bn_conv2d_gpu_force_graph(0);
     ctx->tf32 = 0;
     ctx->autotune = was_autotune;
-    if (r != BN_PASS) return r;
-#ifdef BN_WITH_CUDA
-    /* The fused ReLUs above ran in the NHWC copies back: a's forward and c's data pass on them. */
-    printf("    layer a: %s\n    layer c: %s\n", plans[0], plans[1]);
-    CHECK_MSG(strstr(plans[0], "fwd graph eng") && strstr(plans[0], "nhwc, bwd_data"), "a's forward: %s", plans[0]);
-    CHECK_MSG(strstr(plans[1], "bwd_data graph eng") && strstr(plans[1], "nhwc, bwd_filter"), "c's data pass: %s",
-              plans[1]);
-#endif
-    return BN_PASS;
+    return r;
 }
 
 /* engine = blobnet: the same comparisons for blobnet's own convolution kernels, on shapes that

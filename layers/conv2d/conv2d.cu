@@ -25,8 +25,7 @@
  * tensor-core family takes one TF32 product per multiply (bn_tensor_plan_make). With tf32 a pass
  * cuDNN runs may also take an engine of cuDNN's graph API (conv_graph.h: every engine with its
  * tile and split choices, TF32 tensor cores included) where one was timed faster than the legacy
- * algorithm, on the blobs or on NHWC copies of them (conv_nhwc.h: copies and engine timed
- * together); without tf32 the legacy algorithms alone (one graph engine without any note of
+ * algorithm; without tf32 the legacy algorithms alone (one graph engine without any note of
  * reduced precision gave a filter gradient 0.7% of its scale off in FP32). All layers share the
  * context's one workspace. Under --precision bf16 (BF16 blobs) every pass goes to conv_bf16.cu
  * instead, which may run blobnet's FP32 families on FP32 copies through bn_conv2d_own_*
@@ -43,7 +42,6 @@
 #include "conv_direct.h"
 #include "conv_graph.h"
 #include "conv_igemm.h"
-#include "conv_nhwc.h"
 #include "conv_rows.h"
 #include "conv_tensor.h"
 #include "core/device.h"
@@ -84,8 +82,7 @@ typedef struct conv_plan {
     bn_tensor_plan tc;                         /* of its tensor-core kernels */
     bn_argmax_plan am;                         /* and of its filter pass through a max pooling */
     bn_cg_plan *cg[3];                         /* where cuDNN runs a pass through its graph API
-                                                  (conv_graph.h) instead of the legacy algorithm, */
-    int cg_nhwc[3];                            /* on the layer's NHWC copies where set (tf32 only) */
+                                                  (conv_graph.h) instead of the legacy algorithm */
     int own_only;                              /* made for FP32 copies under bf16 (bn_conv2d_own_*):
                                                   blobnet's kernels alone, */
     int own_ok;                                /* and they serve every pass the layer needs */
@@ -95,8 +92,6 @@ struct conv_gpu {
     cudnnFilterDescriptor_t w_desc;
     cudnnConvolutionDescriptor_t conv_desc;
     cudaEvent_t fork, join;                    /* the filter pass on the side stream */
-    float *xt, *yt, *wt, *dwt;                 /* NHWC copies (conv_nhwc.h) of x or dx, y or dy, w and
-                                                  dw, at the blobs' capacity: while a plan uses them */
     float *bias_parts;                         /* the bias gradient's partial sums after cuDNN's filter pass */
     float *parts;                              /* partial sums of blobnet's filter passes: the */
     size_t parts_bytes;                        /* layer's own, as the pass may outlive the layer's
@@ -112,10 +107,6 @@ extern "C" void bn_conv2d_gpu_release(conv_priv *c)
     if (!g) return;
     if (g->w_desc) cudnnDestroyFilterDescriptor(g->w_desc);
     if (g->conv_desc) cudnnDestroyConvolutionDescriptor(g->conv_desc);
-    bn_device_free(g->xt);
-    bn_device_free(g->yt);
-    bn_device_free(g->wt);
-    bn_device_free(g->dwt);
     bn_device_free(g->bias_parts);
     if (g->fork) cudaEventDestroy(g->fork);
     if (g->join) cudaEventDestroy(g->join);
@@ -164,13 +155,11 @@ static bn_status none_usable(const bn_layer *l, const char *pass)
     return bn_error(BN_ERR_DEVICE, "layer %s: cuDNN offers no usable %s algorithm for this shape", l->name, pass);
 }
 
-/* cuDNN's graph-API plan for pass `pass` (BN_CG_*) on the layer's FP32 tensors at its current
- * batch (conv_graph.h): the NCHW blobs, or with nhwc the layer's NHWC copies (conv_gpu.xt ...).
- * TF32 products allowed with ctx->tf32 only; on the blobs the filter pass adds into the gradient
- * as the legacy one does, on the copies it writes the KRSC scratch. Timed on scratch buffers of
- * the layer's sizes, or taken from the kernel cache (cached). *out is NULL where cuDNN offers no
- * allowed engine. */
-static bn_status graph_plan(const bn_layer *l, bn_ctx *ctx, int pass, int cached, bool nhwc, bn_cg_plan **out)
+/* cuDNN's graph-API plan for pass `pass` (BN_CG_*) on the layer's FP32 NCHW tensors at its
+ * current batch (conv_graph.h): TF32 products allowed with ctx->tf32 only; the filter pass adds
+ * into the gradient as the legacy one does. Timed on scratch buffers of the layer's sizes, or
+ * taken from the kernel cache (cached). *out is NULL where cuDNN offers no allowed engine. */
+static bn_status graph_plan(const bn_layer *l, bn_ctx *ctx, int pass, int cached, bn_cg_plan **out)
 {
     *out = NULL;
     const conv_priv *c = (const conv_priv *)l->priv;
@@ -182,19 +171,15 @@ static bn_status graph_plan(const bn_layer *l, bn_ctx *ctx, int pass, int cached
     spec.pad = c->pad;
     spec.stride = c->stride;
     spec.allow_down_convert = ctx->tf32;
-    spec.beta = pass == BN_CG_FILTER && !nhwc ? 1.0f : 0.0f;
-    bn_cg_tensor (*make)(int, int, int, int, cudnnDataType_t) = nhwc ? bn_cg_nhwc : bn_cg_nchw;
-    spec.x = make(n, g->c, g->h, g->w, CUDNN_DATA_FLOAT);
-    spec.w = make(c->filters, g->c, c->size, c->size, CUDNN_DATA_FLOAT);
-    spec.y = make(n, c->filters, g->oh, g->ow, CUDNN_DATA_FLOAT);
-    if (!nhwc) { /* the copies are allocations of their own, 16-byte aligned */
-        const bn_blob *xb = pass == BN_CG_DATA ? l->in_grad : l->in;
-        const bn_blob *yb = pass == BN_CG_FORWARD ? l->out : l->out_grad;
-        const bn_blob *wb = pass == BN_CG_FILTER ? l->params[WEIGHT].grad : l->params[WEIGHT].value;
-        bn_cg_align(&spec.x, xb->offset * sizeof(float));
-        bn_cg_align(&spec.y, yb->offset * sizeof(float));
-        bn_cg_align(&spec.w, wb->offset * sizeof(float));
-    }
+    spec.beta = pass == BN_CG_FILTER ? 1.0f : 0.0f;
+    spec.x = bn_cg_nchw(n, g->c, g->h, g->w, CUDNN_DATA_FLOAT);
+    spec.w = bn_cg_nchw(c->filters, g->c, c->size, c->size, CUDNN_DATA_FLOAT);
+    spec.y = bn_cg_nchw(n, c->filters, g->oh, g->ow, CUDNN_DATA_FLOAT);
+    const bn_blob *xb = pass == BN_CG_DATA ? l->in_grad : l->in, *yb = pass == BN_CG_FORWARD ? l->out : l->out_grad;
+    const bn_blob *wb = pass == BN_CG_FILTER ? l->params[WEIGHT].grad : l->params[WEIGHT].value;
+    bn_cg_align(&spec.x, xb->offset * sizeof(float));
+    bn_cg_align(&spec.y, yb->offset * sizeof(float));
+    bn_cg_align(&spec.w, wb->offset * sizeof(float));
     const size_t in = (size_t)n * g->c * g->h * g->w, outs = (size_t)n * c->filters * g->oh * g->ow;
     const size_t weights = (size_t)c->filters * g->c * c->size * c->size;
     float *x = NULL, *w = NULL, *y = NULL;
@@ -211,107 +196,8 @@ static bn_status graph_plan(const bn_layer *l, bn_ctx *ctx, int pass, int cached
     return st;
 }
 
-/* The layer's NHWC copies (conv_gpu.xt ...), allocated at the blobs' capacity on first use. */
-static bn_status nhwc_scratch(const bn_layer *l, conv_gpu *g)
-{
-    if (g->xt) return BN_OK;
-    const conv_priv *c = (const conv_priv *)l->priv;
-    const size_t weights = (size_t)c->filters * c->g.c * c->size * c->size * sizeof(float);
-    bn_status st = bn_device_alloc((void **)&g->xt, l->in->capacity * sizeof(float));
-    if (st == BN_OK) st = bn_device_alloc((void **)&g->yt, l->out->capacity * sizeof(float));
-    if (st == BN_OK) st = bn_device_alloc((void **)&g->wt, weights);
-    if (st == BN_OK) st = bn_device_alloc((void **)&g->dwt, weights);
-    return st;
-}
-
-static void nhwc_scratch_free(conv_gpu *g)
-{
-    bn_device_free(g->xt);
-    bn_device_free(g->yt);
-    bn_device_free(g->wt);
-    bn_device_free(g->dwt);
-    g->xt = g->yt = g->wt = g->dwt = NULL;
-}
-
-/* Pass `pass` of a batch of n by the NHWC graph plan gp, the layer's blobs copied to and from
- * its NHWC copies around it: forward, out = y from x and w; data, out = dx from dy and w; both
- * copied back with what `back` asks (the forward's bias, a fused ReLU's output or input
- * gradient); filter, out = dw += the gradient from x and dy (the bias gradient is the caller's).
- * The copies are the layer's alone, and its passes that use them run in order on the context's
- * stream (a filter pass by cuDNN never runs on the side stream). */
-static bn_status nhwc_pass(const conv_gpu *g, const bn_conv_geom *cg, int filters, int n, const bn_cg_plan *gp,
-                           int pass, bn_ctx *ctx, const float *x, const float *w, const float *dy,
-                           const bn_nhwc_extra *back, float *out)
-{
-    const int in_hw = cg->h * cg->w, out_hw = cg->oh * cg->ow, rs = cg->k * cg->k;
-    if (pass == BN_CG_FORWARD) {
-        BN_TRY(bn_nhwc_transpose(g->xt, x, n, cg->c, in_hw, NULL, ctx));
-        BN_TRY(bn_nhwc_transpose(g->wt, w, filters, cg->c, rs, NULL, ctx));
-        BN_TRY(bn_cg_run(ctx, gp, g->xt, g->wt, g->yt));
-        return bn_nhwc_transpose(out, g->yt, n, out_hw, filters, back, ctx);
-    }
-    if (pass == BN_CG_DATA) {
-        BN_TRY(bn_nhwc_transpose(g->yt, dy, n, filters, out_hw, NULL, ctx));
-        BN_TRY(bn_nhwc_transpose(g->wt, w, filters, cg->c, rs, NULL, ctx));
-        BN_TRY(bn_cg_run(ctx, gp, g->xt, g->wt, g->yt));
-        return bn_nhwc_transpose(out, g->xt, n, in_hw, cg->c, back, ctx);
-    }
-    BN_TRY(bn_nhwc_transpose(g->xt, x, n, cg->c, in_hw, NULL, ctx));
-    BN_TRY(bn_nhwc_transpose(g->yt, dy, n, filters, out_hw, NULL, ctx));
-    BN_TRY(bn_cg_run(ctx, gp, g->xt, g->dwt, g->yt));
-    return bn_nhwc_add_transposed(out, g->dwt, filters, rs, cg->c, ctx);
-}
-
-/* *ms: one call of nhwc_pass with gp, copies included, timed as time_passes times the runners
- * (2 calls to warm up, the least of 3 means of 4) on zeroed buffers of the layer's sizes. */
-static bn_status time_nhwc(const bn_layer *l, bn_ctx *ctx, const bn_cg_plan *gp, int pass, float *ms)
-{
-    const conv_priv *c = (const conv_priv *)l->priv;
-    const bn_conv_geom *g = &c->g;
-    const int n = l->in->n;
-    const size_t in = (size_t)n * g->c * g->h * g->w, outs = (size_t)n * c->filters * g->oh * g->ow;
-    const size_t weights = (size_t)c->filters * g->c * c->size * c->size;
-    float *x = NULL, *w = NULL, *y = NULL, *b = NULL, *out = NULL;
-    void *start = NULL, *end = NULL;
-    const size_t out_count = pass == BN_CG_FORWARD ? outs : pass == BN_CG_DATA ? in : weights;
-    bn_status st = bn_device_alloc((void **)&x, in * sizeof(float));
-    if (st == BN_OK) st = bn_device_alloc((void **)&w, weights * sizeof(float));
-    if (st == BN_OK) st = bn_device_alloc((void **)&y, outs * sizeof(float));
-    if (st == BN_OK) st = bn_device_alloc((void **)&b, (size_t)c->filters * sizeof(float));
-    if (st == BN_OK) st = bn_device_alloc((void **)&out, out_count * sizeof(float));
-    if (st == BN_OK) st = bn_device_zero(x, in * sizeof(float));
-    if (st == BN_OK) st = bn_device_zero(w, weights * sizeof(float));
-    if (st == BN_OK) st = bn_device_zero(y, outs * sizeof(float));
-    if (st == BN_OK) st = bn_device_zero(b, (size_t)c->filters * sizeof(float));
-    if (st == BN_OK) st = bn_device_zero(out, out_count * sizeof(float));
-    if (st == BN_OK) st = bn_event_create(&start);
-    if (st == BN_OK) st = bn_event_create(&end);
-    /* The bias is added on the forward pass's copy back only. */
-    const bn_nhwc_extra bias = {pass == BN_CG_FORWARD ? b : NULL, NULL, NULL, NULL};
-    for (int rep = 0; rep < 2 && st == BN_OK; rep++)
-        st = nhwc_pass(c->gpu, g, c->filters, n, gp, pass, ctx, x, w, y, &bias, out);
-    for (int round = 0; round < 3 && st == BN_OK; round++) {
-        float t = 0.0f;
-        st = bn_event_record(start);
-        for (int rep = 0; rep < 4 && st == BN_OK; rep++)
-            st = nhwc_pass(c->gpu, g, c->filters, n, gp, pass, ctx, x, w, y, &bias, out);
-        if (st == BN_OK) st = bn_event_record(end);
-        if (st == BN_OK) st = bn_event_elapsed_ms(start, end, &t);
-        if (st == BN_OK && (round == 0 || t / 4 < *ms)) *ms = t / 4;
-    }
-    if (start) bn_event_destroy(start);
-    if (end) bn_event_destroy(end);
-    bn_device_free(x);
-    bn_device_free(w);
-    bn_device_free(y);
-    bn_device_free(b);
-    bn_device_free(out);
-    return st;
-}
-
 /* Runner names in the cache's choices, by BY_*; cuDNN's carry the algorithm, "cudnn:1", or
- * "cudnn:g" for its graph API on the blobs and "cudnn:h" on the NHWC copies (whose engine the
- * cache keeps under the pass's own key). */
+ * "cudnn:g" for its graph API (whose engine the cache keeps under the pass's own key). */
 static const char *const cached_names[BY_COUNT] = {"cudnn", "direct", "igemm", "rows", "tensor", "argmax"};
 
 /* BLOBNET_CONV_VERBOSE=1: every timed choice of a plan to stderr (each runner's milliseconds). */
@@ -327,54 +213,32 @@ static bool verbose(void)
 
 static const char *const pass_names[3] = {"forward", "backward-data", "backward-filter"};
 
-/* Set by bn_conv2d_gpu_force_graph: the graph API's plan wherever it has one, timed or not
- * (BN_CONV_GRAPH_NCHW on the blobs, BN_CONV_GRAPH_NHWC on the NHWC copies under --tf32). */
-static int graph_forced = 0;
+/* Set by bn_conv2d_gpu_force_graph: the graph API's plan wherever it has one, timed or not. */
+static bool graph_forced = false;
 
-extern "C" void bn_conv2d_gpu_force_graph(int way)
+extern "C" void bn_conv2d_gpu_force_graph(int on)
 {
-    graph_forced = way;
+    graph_forced = on != 0;
 }
 
 /* After the legacy algorithm of a pass was measured at legacy_ms: the graph API's plan instead
  * where it was timed faster (never in a deterministic context, whose runs take the legacy
- * heuristics' choice), on the blobs, or under --tf32 on the layer's NHWC copies where the copies
- * and the engine together were timed faster still. Its workspace joins *need. */
+ * heuristics' choice). Its workspace joins *need. */
 static bn_status maybe_graph(const bn_layer *l, bn_ctx *ctx, int pass, float legacy_ms, conv_plan *plan, size_t *need)
 {
     if (ctx->deterministic) return BN_OK;
     bn_cg_plan *gp = NULL;
-    float best = legacy_ms;
-    if (graph_forced != BN_CONV_GRAPH_NHWC) BN_TRY(graph_plan(l, ctx, pass, 0, false, &gp));
-    if (gp && (graph_forced == BN_CONV_GRAPH_NCHW || bn_cg_ms(gp) < best)) {
-        plan->cg[pass] = gp;
-        best = bn_cg_ms(gp);
-    } else {
-        bn_cg_free(&gp);
-    }
-    if (ctx->tf32 && graph_forced != BN_CONV_GRAPH_NCHW) {
-        conv_gpu *g = ((const conv_priv *)l->priv)->gpu;
-        float ms = 0.0f;
-        BN_TRY(nhwc_scratch(l, g));
-        BN_TRY(graph_plan(l, ctx, pass, 0, true, &gp));
-        if (gp) BN_TRY(bn_ctx_reserve_workspace(ctx, bn_cg_workspace(gp)));
-        if (gp) BN_TRY(time_nhwc(l, ctx, gp, pass, &ms));
-        if (gp && verbose())
-            fprintf(stderr, "conv2d %s n=%d %s: NHWC copies with %s: %.4f ms, against %.4f\n", l->name, l->in->n,
-                    pass_names[pass], bn_cg_name(gp), ms, best);
-        if (gp && (graph_forced == BN_CONV_GRAPH_NHWC || ms < best)) {
-            bn_cg_free(&plan->cg[pass]);
-            plan->cg[pass] = gp;
-            plan->cg_nhwc[pass] = 1;
-        } else {
-            bn_cg_free(&gp);
-        }
-    }
+    BN_TRY(graph_plan(l, ctx, pass, 0, &gp));
+    const bool taken = gp && (graph_forced || bn_cg_ms(gp) < legacy_ms);
     if (verbose())
-        fprintf(stderr, "conv2d %s n=%d %s: cuDNN legacy %.4f ms; %s\n", l->name, l->in->n, pass_names[pass], legacy_ms,
-                !plan->cg[pass] ? "kept" : plan->cg_nhwc[pass] ? "graph on NHWC copies faster" : "graph faster");
-    gp = plan->cg[pass];
-    if (!gp) return BN_OK;
+        fprintf(stderr, "conv2d %s n=%d %s: cuDNN legacy %.4f ms, graph %s %.4f ms; %s\n", l->name, l->in->n,
+                pass_names[pass], legacy_ms, gp ? bn_cg_name(gp) : "(none)", gp ? bn_cg_ms(gp) : 0.0f,
+                taken ? "graph" : "legacy");
+    if (!taken) {
+        bn_cg_free(&gp);
+        return BN_OK;
+    }
+    plan->cg[pass] = gp;
     if (bn_cg_workspace(gp) > *need) *need = bn_cg_workspace(gp);
     if (pass == BN_CG_DATA) plan->bwd_data_workspace = bn_cg_workspace(gp);
     return BN_OK;
@@ -451,11 +315,11 @@ static bool writes_pooled(const conv_plan *plan, int by)
 /* The three passes on the given buffers, by blobnet's kernels (own) or by cuDNN's chosen
  * algorithm with its bias operation, which blobnet's kernels fuse. Used by the layer's passes
  * and by the timing that chooses between the two. The forward pass writes y, or with `pooled`
- * (writes_pooled) the pooling's output and mask instead; by cuDNN, with fx (else NULL), the fused
- * ReLU's output too (fx->relu_y). */
+ * (writes_pooled) the pooling's output and mask instead; by cuDNN, where relu_y is not NULL, the
+ * fused ReLU's output too (from its bias kernel). */
 static bn_status forward_pass(int by, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
                               cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t yd, const float *x, const float *w,
-                              const float *b, float *y, const bn_pooled_out *pooled, const bn_nhwc_extra *fx)
+                              const float *b, float *y, const bn_pooled_out *pooled, float *relu_y)
 {
     const bn_direct_plan *d = &plan->direct;
     if (pooled && !writes_pooled(plan, by))
@@ -464,11 +328,6 @@ static bn_status forward_pass(int by, const conv_gpu *g, const conv_plan *plan, 
     if (by == BY_IGEMM) return bn_igemm_forward(&plan->ig, &d->g, d->filters, d->n, ctx->stream, x, w, b, y);
     if (by == BY_ROWS) return bn_rows_forward(&plan->rows, ctx->stream, x, w, b, y, pooled);
     if (by == BY_TENSOR) return bn_tensor_forward(&plan->tc, ctx->stream, x, w, b, y, pooled);
-    float *relu_y = fx ? fx->relu_y : NULL;
-    if (plan->cg_nhwc[0]) {
-        const bn_nhwc_extra back = {b, relu_y, NULL, NULL};
-        return nhwc_pass(g, &d->g, d->filters, d->n, plan->cg[0], BN_CG_FORWARD, ctx, x, w, NULL, &back, y);
-    }
     cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
     const float one = 1.0f, zero = 0.0f;
     if (plan->cg[0])
@@ -489,12 +348,10 @@ static bool reads_pooled(const conv_plan *plan, int by, int pass)
     return by == BY_TENSOR && bn_tensor_pooled_fits(&plan->tc, pass);
 }
 
-/* dx is overwritten. dy is read through `pooled` when it is not NULL (reads_pooled). By cuDNN on
- * the NHWC copies, with fx (else NULL), the fused ReLU's input gradient too (fx->relu_dx, masked
- * by fx->mask). */
+/* dx is overwritten. dy is read through `pooled` when it is not NULL (reads_pooled). */
 static bn_status data_pass(int by, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
                            cudnnTensorDescriptor_t dxd, cudnnTensorDescriptor_t dyd, const float *dy,
-                           const bn_pooled_dy *pooled, const float *w, float *dx, const bn_nhwc_extra *fx)
+                           const bn_pooled_dy *pooled, const float *w, float *dx)
 {
     const bn_direct_plan *d = &plan->direct;
     if (pooled && !reads_pooled(plan, by, 1))
@@ -504,7 +361,6 @@ static bn_status data_pass(int by, const conv_gpu *g, const conv_plan *plan, bn_
     if (by == BY_ROWS) return bn_rows_backward_data(&plan->rows, ctx->stream, dy, w, dx);
     if (by == BY_TENSOR) return bn_tensor_backward_data(&plan->tc, ctx->stream, dy, pooled, w, dx);
     const float one = 1.0f, zero = 0.0f;
-    if (plan->cg_nhwc[1]) return nhwc_pass(g, &d->g, d->filters, d->n, plan->cg[1], BN_CG_DATA, ctx, NULL, w, dy, fx, dx);
     if (plan->cg[1]) return bn_cg_run(ctx, plan->cg[1], dx, w, dy);
     BN_CUDNN(cudnnConvolutionBackwardData((cudnnHandle_t)ctx->cudnn, &one, g->w_desc, w, dyd, dy, g->conv_desc,
                                           plan->bwd_data, ctx->workspace, ctx->workspace_size, &zero, dxd, dx));
@@ -536,8 +392,6 @@ static bn_status filter_pass(int by, const conv_gpu *g, const conv_plan *plan, b
     cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
     const float one = 1.0f;
     BN_TRY(bn_conv_bias_grad_f32(db, dy, d->n, d->filters, d->g.oh * d->g.ow, g->bias_parts, ctx));
-    if (plan->cg_nhwc[2])
-        return nhwc_pass(g, &d->g, d->filters, d->n, plan->cg[2], BN_CG_FILTER, ctx, x, NULL, dy, NULL, dw);
     if (plan->cg[2]) return bn_cg_run(ctx, plan->cg[2], x, dw, dy);
     BN_CUDNN(cudnnConvolutionBackwardFilter(h, &one, xd, x, dyd, dy, g->conv_desc, plan->bwd_filter, ctx->workspace,
                                             ctx->workspace_size, &one, g->w_desc, dw));
@@ -567,22 +421,22 @@ static bn_status both_passes(int filter, int data, const conv_gpu *g, const conv
                              cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t dxd, cudnnTensorDescriptor_t dyd,
                              const float *x, const float *dy, const bn_pooled_dy *pooled,
                              const bn_pooled_dy *filter_pooled, const float *w, float *dw, float *db, float *dx,
-                             float *parts, bool defer, const bn_nhwc_extra *fx)
+                             float *parts, bool defer)
 {
     cudaStream_t main_stream = (cudaStream_t)ctx->stream, side = (cudaStream_t)ctx->side_stream;
     if (!overlapped(plan, ctx, filter, data)) {
         BN_TRY(filter_pass(filter, g, plan, ctx, main_stream, xd, dyd, x, dy, filter_pooled, dw, db, parts));
-        return data_pass(data, g, plan, ctx, dxd, dyd, dy, pooled, w, dx, fx);
+        return data_pass(data, g, plan, ctx, dxd, dyd, dy, pooled, w, dx);
     }
     BN_CUDA(cudaEventRecord(g->fork, main_stream));
     BN_CUDA(cudaStreamWaitEvent(side, g->fork, 0));
     BN_TRY(filter_pass(filter, g, plan, ctx, side, xd, dyd, x, dy, filter_pooled, dw, db, parts));
     if (defer) {
         bn_ctx_defer_side(ctx);
-        return data_pass(data, g, plan, ctx, dxd, dyd, dy, pooled, w, dx, fx);
+        return data_pass(data, g, plan, ctx, dxd, dyd, dy, pooled, w, dx);
     }
     BN_CUDA(cudaEventRecord(g->join, side));
-    BN_TRY(data_pass(data, g, plan, ctx, dxd, dyd, dy, pooled, w, dx, fx));
+    BN_TRY(data_pass(data, g, plan, ctx, dxd, dyd, dy, pooled, w, dx));
     BN_CUDA(cudaStreamWaitEvent(main_stream, g->join, 0));
     return BN_OK;
 }
@@ -598,9 +452,9 @@ static bn_status run_pass(int pass, int by, int beside, const conv_gpu *g, const
     if (pass == 2)
         return filter_pass(by, g, plan, ctx, (cudaStream_t)ctx->stream, xd, yd, m->x, m->y,
                            by == BY_ARGMAX ? &m->pooled : NULL, m->dw, m->db, m->parts);
-    if (beside < 0) return data_pass(by, g, plan, ctx, xd, yd, m->y, NULL, m->w, m->dx, NULL);
+    if (beside < 0) return data_pass(by, g, plan, ctx, xd, yd, m->y, NULL, m->w, m->dx);
     return both_passes(beside, by, g, plan, ctx, xd, xd, yd, m->x, m->y, NULL, beside == BY_ARGMAX ? &m->pooled : NULL,
-                       m->w, m->dw, m->db, m->dx, m->parts, false, NULL);
+                       m->w, m->dw, m->db, m->dx, m->parts, false);
 }
 
 /* count floats rounded up to a multiple of 64 (256 bytes). */
@@ -876,26 +730,23 @@ static void cache_choice(const conv_plan *plan, char *buf, size_t cap)
     char pass[3][24];
     for (int i = 0; i < 3; i++) {
         if (i == 1 && !plan->with_data) snprintf(pass[i], sizeof pass[i], "-");
-        else if (plan->by[i] == BY_CUDNN && plan->cg[i])
-            snprintf(pass[i], sizeof pass[i], "cudnn:%s", plan->cg_nhwc[i] ? "h" : "g");
+        else if (plan->by[i] == BY_CUDNN && plan->cg[i]) snprintf(pass[i], sizeof pass[i], "cudnn:g");
         else if (plan->by[i] == BY_CUDNN) snprintf(pass[i], sizeof pass[i], "cudnn:%d", algo[i]);
         else snprintf(pass[i], sizeof pass[i], "%s", cached_names[plan->by[i]]);
     }
     snprintf(buf, cap, "fwd=%s data=%s filter=%s", pass[0], pass[1], pass[2]);
 }
 
-/* One pass's runner in a cache choice: *by and, for cuDNN, *algo (below `count`, or for its
- * graph API GRAPH_NCHW or GRAPH_NHWC); "-" gives *by = -1. 0 when the text is none of these. */
-enum { GRAPH_NCHW = -1, GRAPH_NHWC = -2 };
-
+/* One pass's runner in a cache choice: *by and, for cuDNN, *algo (below `count`, or -1 for its
+ * graph API); "-" gives *by = -1. 0 when the text is none of these. */
 static int read_runner(const char *text, int count, int *by, int *algo)
 {
     *by = -1;
     *algo = 0;
     if (strcmp(text, "-") == 0) return 1;
-    if (strcmp(text, "cudnn:g") == 0 || strcmp(text, "cudnn:h") == 0) {
+    if (strcmp(text, "cudnn:g") == 0) {
         *by = BY_CUDNN;
-        *algo = text[6] == 'g' ? GRAPH_NCHW : GRAPH_NHWC;
+        *algo = -1;
         return 1;
     }
     for (int r = BY_DIRECT; r < BY_COUNT; r++)
@@ -963,9 +814,7 @@ static bn_status from_cache(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *p
     bn_status st = BN_OK;
     for (int i = 0; i < 3 && st == BN_OK && usable; i++) {
         if (!needed[i] || by[i] != BY_CUDNN || algo[i] >= 0) continue;
-        if (algo[i] == GRAPH_NHWC && !ctx->tf32) usable = false;
-        if (algo[i] == GRAPH_NHWC && usable) st = nhwc_scratch(l, g);
-        if (st == BN_OK && usable) st = graph_plan(l, ctx, i, 1, algo[i] == GRAPH_NHWC, &cg[i]);
+        st = graph_plan(l, ctx, i, 1, &cg[i]);
         usable = st == BN_OK && cg[i] != NULL;
         if (usable) bytes[i] = bn_cg_workspace(cg[i]);
     }
@@ -977,10 +826,7 @@ static bn_status from_cache(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *p
         for (int i = 0; i < 3; i++) bn_cg_free(&cg[i]);
         return st;
     }
-    for (int i = 0; i < 3; i++) {
-        plan->cg[i] = cg[i];
-        plan->cg_nhwc[i] = cg[i] && algo[i] == GRAPH_NHWC;
-    }
+    for (int i = 0; i < 3; i++) plan->cg[i] = cg[i];
     plan->fwd = fwd;
     plan->bwd_data = data;
     plan->bwd_filter = filter;
@@ -1084,11 +930,6 @@ static bn_status prepare(bn_layer *l, bn_ctx *ctx, const conv_gpu **gpu, const c
     g->plans = grown;
     g->plans[g->num_plans] = made;
     *plan = &g->plans[g->num_plans++];
-    /* The NHWC copies are kept only while some plan runs a pass on them. */
-    bool nhwc = false;
-    for (int i = 0; i < g->num_plans; i++)
-        for (int k = 0; k < 3; k++) nhwc = nhwc || (g->plans[i].cg_nhwc[k] && g->plans[i].by[k] == BY_CUDNN);
-    if (!nhwc) nhwc_scratch_free(g);
     return BN_OK;
 }
 
@@ -1098,12 +939,6 @@ static bn_status relu_forward(const bn_layer *l, const bn_pass *p)
 {
     bn_layer *relu = ((const conv_priv *)l->priv)->relu_after;
     return relu ? relu->ops->forward_gpu(relu, p) : BN_OK;
-}
-
-static bn_status relu_backward(const bn_layer *l, const bn_pass *p)
-{
-    bn_layer *relu = ((const conv_priv *)l->priv)->relu_before;
-    return relu ? relu->ops->backward_gpu(relu, p) : BN_OK;
 }
 
 extern "C" bn_status bn_conv2d_forward_gpu(bn_layer *l, const bn_pass *p)
@@ -1128,12 +963,12 @@ extern "C" bn_status bn_conv2d_forward_gpu(bn_layer *l, const bn_pass *p)
     const conv_priv *c = (const conv_priv *)l->priv;
     bn_layer *pool = c->pool_after;
     if (!pool) {
-        /* A fused ReLU's output is written by cuDNN's bias kernel or NHWC copy, else by the ReLU. */
-        bn_nhwc_extra fx = {NULL, NULL, NULL, NULL};
-        if (c->relu_after && plan->by[0] == BY_CUDNN && !(fx.relu_y = bn_blob_dev_wr(c->relu_after->out)))
+        /* A fused ReLU's output is written by cuDNN's bias kernel, else by the ReLU's own pass. */
+        float *relu_y = NULL;
+        if (c->relu_after && plan->by[0] == BY_CUDNN && !(relu_y = bn_blob_dev_wr(c->relu_after->out)))
             return bn_last_status();
-        BN_TRY(forward_pass(plan->by[0], g, plan, ctx, xd, yd, x, w, b, y, NULL, fx.relu_y ? &fx : NULL));
-        return fx.relu_y ? BN_OK : relu_forward(l, p);
+        BN_TRY(forward_pass(plan->by[0], g, plan, ctx, xd, yd, x, w, b, y, NULL, relu_y));
+        return relu_y ? BN_OK : relu_forward(l, p);
     }
     if (!writes_pooled(plan, plan->by[0])) {
         BN_TRY(forward_pass(plan->by[0], g, plan, ctx, xd, yd, x, w, b, y, NULL, NULL));
@@ -1168,10 +1003,7 @@ static bn_status through_pool(bn_layer *l, const conv_plan *plan, const bn_pass 
 
 extern "C" bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p)
 {
-    if (bn_blob_is_bf16(l->out_grad)) {
-        BN_TRY(bn_conv_bf16_backward(l, p));
-        return l->in_grad ? relu_backward(l, p) : BN_OK;
-    }
+    if (bn_blob_is_bf16(l->out_grad)) return bn_conv_bf16_backward(l, p);
     bn_ctx *ctx = p->ctx;
     const conv_gpu *g = NULL;
     const conv_plan *plan = NULL;
@@ -1192,16 +1024,8 @@ extern "C" bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p)
                            db, g->parts);
     BN_DEV_WR(dx, l->in_grad);
     BN_TENSOR_DESC(dxd, l->in_grad);
-    /* A fused ReLU's input gradient is written by the NHWC data pass's copy back, else by the
-     * ReLU after the data pass. */
-    const conv_priv *c = (const conv_priv *)l->priv;
-    bn_nhwc_extra fx = {NULL, NULL, x, NULL};
-    if (c->relu_before && plan->by[1] == BY_CUDNN && plan->cg_nhwc[1] &&
-        !(fx.relu_dx = bn_blob_dev_wr(c->relu_before->in_grad)))
-        return bn_last_status();
-    BN_TRY(both_passes(plan->by[2], plan->by[1], g, plan, ctx, xd, dxd, dyd, x, dy, pooled, filter_pooled, w, dw, db,
-                       dx, g->parts, p->defer_joins != 0, fx.relu_dx ? &fx : NULL));
-    return fx.relu_dx ? BN_OK : relu_backward(l, p);
+    return both_passes(plan->by[2], plan->by[1], g, plan, ctx, xd, dxd, dyd, x, dy, pooled, filter_pooled, w, dw, db,
+                       dx, g->parts, p->defer_joins != 0);
 }
 
 extern "C" bn_status bn_conv2d_own_plan(bn_layer *l, bn_ctx *ctx, int *ok)
@@ -1245,14 +1069,13 @@ extern "C" bn_status bn_conv2d_own_backward(bn_layer *l, bn_ctx *ctx, const floa
         return filter_pass(plan->by[2], g, plan, ctx, (cudaStream_t)ctx->stream, NULL, NULL, x, dy, NULL, dw, db,
                            g->parts);
     return both_passes(plan->by[2], plan->by[1], g, plan, ctx, NULL, NULL, NULL, x, dy, NULL, NULL, w, dw, db, dx,
-                       g->parts, false, NULL);
+                       g->parts, false);
 }
 
 extern "C" int bn_conv2d_fuse_relu(bn_layer *l, bn_layer *relu, int after)
 {
-    conv_priv *c = (conv_priv *)l->priv;
-    if (after) c->relu_after = relu;
-    else c->relu_before = relu;
+    if (!after) return 0; /* no pass here writes the input gradient that a mask could ride on */
+    ((conv_priv *)l->priv)->relu_after = relu;
     return 1;
 }
 
@@ -1270,9 +1093,8 @@ extern "C" int bn_conv2d_fuse_next(bn_layer *l, bn_layer *next)
     return BN_FUSED_FORWARD | BN_FUSED_NO_IN | BN_FUSED_BACKWARD | BN_FUSED_NO_IN_GRAD;
 }
 
-/* Who runs pass `pass` of the plan: one of blobnet's families, cuDNN's graph API ("graph engN",
- * "graph engN nhwc" on the NHWC copies; the engine's knobs are in the kernel cache), or cuDNN's
- * legacy algorithm `legacy`. */
+/* Who runs pass `pass` of the plan: one of blobnet's families, cuDNN's graph API ("graph engN";
+ * the engine's knobs are in the kernel cache), or cuDNN's legacy algorithm `legacy`. */
 static const char *pass_name(const conv_plan *pl, int pass, const char *legacy, char *buf, size_t cap)
 {
     switch (pl->by[pass]) {
@@ -1285,8 +1107,7 @@ static const char *pass_name(const conv_plan *pl, int pass, const char *legacy, 
     }
     if (!pl->cg[pass]) return legacy;
     const char *name = bn_cg_name(pl->cg[pass]), *space = strchr(name, ' ');
-    snprintf(buf, cap, "graph %.*s%s", space ? (int)(space - name) : (int)strlen(name), name,
-             pl->cg_nhwc[pass] ? " nhwc" : "");
+    snprintf(buf, cap, "graph %.*s", space ? (int)(space - name) : (int)strlen(name), name);
     return buf;
 }
 

@@ -31,8 +31,7 @@ typedef struct conv_priv {
                              (bn_conv2d_fuse_next), else NULL */
     conv_bf16 *bf16;      /* the passes' state under --precision bf16 (conv_bf16.h): NULL until the
                              first BF16 pass; released by bn_conv2d_gpu_release */
-    bn_layer *relu_after;  /* a ReLU layer whose GPU forward this layer's does (fuse_gpu) */
-    bn_layer *relu_before; /* a ReLU layer whose GPU backward this layer's does (fuse_gpu) */
+    bn_layer *relu_after; /* a ReLU layer whose GPU forward this layer's does (bn_conv2d_fuse_relu) */
 } conv_priv;
 
 bn_status bn_conv2d_forward_gpu(bn_layer *l, const bn_pass *p);
@@ -52,10 +51,10 @@ bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p);
 int bn_conv2d_fuse_next(bn_layer *l, bn_layer *next);
 
 /* bn_layer_ops.fuse_gpu: a ReLU layer after this one (after = 1) has its GPU forward done by
- * this layer's, one before it (after = 0) its GPU backward. Where cuDNN ran the pass, the
- * kernel that adds the bias (or copies the NHWC result back) writes the ReLU's output, or
- * copies the input gradient back and writes the ReLU's input gradient beside it; after
- * blobnet's own kernels and under --precision bf16 the ReLU's own pass runs right after. */
+ * this layer's: where cuDNN ran the convolution, the kernel that adds the bias writes the ReLU's
+ * output too; after blobnet's own kernels (whose epilogues do not) and under --precision bf16
+ * the ReLU's own pass runs right after. Refuses after = 0: no pass here writes the input
+ * gradient in a kernel of blobnet's that a mask could ride on. */
 int bn_conv2d_fuse_relu(bn_layer *l, bn_layer *relu, int after);
 
 /* Under --precision bf16 (conv_bf16.cu), blobnet's own FP32 kernels on FP32 copies of the
@@ -95,10 +94,8 @@ void bn_conv2d_gpu_force_own(int family);
 
 /* For tests: plans made from now on by timing (not in a deterministic context) run every pass
  * cuDNN runs through its graph API (conv_graph.h) wherever it offers an allowed engine, instead
- * of only where that engine was timed faster than the legacy algorithm: on the blobs (NCHW), or
- * under --tf32 on the layer's NHWC copies (conv_nhwc.h); BN_CONV_GRAPH_TIMED restores that. */
-enum { BN_CONV_GRAPH_TIMED = 0, BN_CONV_GRAPH_NCHW = 1, BN_CONV_GRAPH_NHWC = 2 };
-void bn_conv2d_gpu_force_graph(int way);
+ * of only where that engine was timed faster than the legacy algorithm; 0 restores that. */
+void bn_conv2d_gpu_force_graph(int on);
 
 #ifdef __cplusplus
 }

@@ -44,7 +44,7 @@ static inline int bn_kernel_choice(const bn_ctx *ctx, int rule_measured)
 
 /* Part of every key: raise it whenever a kernel family, a candidate set or the timing changes,
  * so that choices made by an older build are not taken. */
-#define BN_KERNEL_CACHE_VERSION 3
+#define BN_KERNEL_CACHE_VERSION 4
 
 /* The longest key and choice, with their terminating zeros. */
 #define BN_KERNEL_KEY_MAX 384
