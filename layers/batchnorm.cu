@@ -3,7 +3,7 @@
  * thread per channel, which also moves the running averages; the per-element passes use the
  * CPU path's float expressions with rounded operations the compiler may not fuse, so the two
  * paths differ only by the order of the double sums. Every kernel that touches the data reads
- * and writes 16 bytes at a time where the plane allows (load), with 32-bit index arithmetic
+ * and writes 16 bytes at a time where the plane allows, with 32-bit index arithmetic
  * where the blob allows: the 64-bit divisions of a per-element channel index had held these
  * passes to a third of the memory bandwidth.
  *
@@ -59,21 +59,11 @@ static __device__ void block_sum2(double *a, double *b)
 
 /* The per-element kernels work on packs of N elements (N = 1, or bn_pack<T>::N: 16 bytes, where
  * every pointer is 16-byte aligned and the plane a multiple of N, so that a pack never spans two
- * planes) and count packs in the index type I: unsigned where the blob's packs fit in 31 bits
- * (32-bit divisions, several times cheaper than 64-bit ones), else size_t. */
-template <typename T, int N> static __device__ __forceinline__ void load(const T *p, float *v)
-{
-    if (N == 1) v[0] = bn_ld(p);
-    else bn_ld_pack(p, v);
-}
-
-template <typename T, int N> static __device__ __forceinline__ void store(T *p, const float *v)
-{
-    if (N == 1) bn_st(p, v[0]);
-    else bn_st_pack(p, v);
-}
-
-/* Block (part, channel): sum x and sum x * x over its span of the channel's packs (forward), or
+ * planes; bn_ld_n and bn_st_n in gpu/bf16.cuh) and count packs in the index type I: unsigned
+ * where the blob's packs fit in 31 bits (32-bit divisions, several times cheaper than 64-bit
+ * ones), else size_t.
+ *
+ * Block (part, channel): sum x and sum x * x over its span of the channel's packs (forward), or
  * sum dy and sum dy * xhat (backward, stats holding each channel's mean and 1 / sqrt(var + eps)).
  * Pack q of the channel is at plane q / row (row: packs per plane), offset q % row in it. */
 template <typename T, int N, typename I>
@@ -91,10 +81,10 @@ static __global__ void __launch_bounds__(THREADS)
         const I e = q / row;
         const size_t i = ((size_t)e * g.channels + c) * (size_t)g.plane + (size_t)(q - e * row) * N;
         float xv[N];
-        load<T, N>(&x[i], xv);
+        bn_ld_n<T, N>(&x[i], xv);
         if (dy) {
             float gv[N];
-            load<T, N>(&dy[i], gv);
+            bn_ld_n<T, N>(&dy[i], gv);
 #pragma unroll
             for (int k = 0; k < N; k++) {
                 a += gv[k];
@@ -172,14 +162,14 @@ static __global__ void normalize(bn_geometry g, I packs, const T *__restrict__ x
         const float scale = __fmul_rn(w[c], stats[4 * c + 1]);
         const float shift = __fsub_rn(b[c], __fmul_rn(stats[4 * c], scale));
         float v[N];
-        load<T, N>(&x[(size_t)i * N], v);
+        bn_ld_n<T, N>(&x[(size_t)i * N], v);
 #pragma unroll
         for (int k = 0; k < N; k++) v[k] = __fadd_rn(__fmul_rn(v[k], scale), shift);
-        store<T, N>(&y[(size_t)i * N], v);
+        bn_st_n<T, N>(&y[(size_t)i * N], v);
         if (!relu_y) continue;
 #pragma unroll
         for (int k = 0; k < N; k++) v[k] = v[k] > 0.0f ? v[k] : 0.0f;
-        store<T, N>(&relu_y[(size_t)i * N], v);
+        bn_st_n<T, N>(&relu_y[(size_t)i * N], v);
     }
 }
 
@@ -196,18 +186,18 @@ static __global__ void input_grad(bn_geometry g, I packs, const T *__restrict__ 
         const float *s = stats + 4 * c;
         const float scale = __fmul_rn(w[c], s[1]);
         float xv[N], gv[N];
-        load<T, N>(&x[(size_t)i * N], xv);
-        load<T, N>(&dy[(size_t)i * N], gv);
+        bn_ld_n<T, N>(&x[(size_t)i * N], xv);
+        bn_ld_n<T, N>(&dy[(size_t)i * N], gv);
 #pragma unroll
         for (int k = 0; k < N; k++) {
             const float xhat = __fmul_rn(__fsub_rn(xv[k], s[0]), s[1]);
             gv[k] = __fmul_rn(scale, __fsub_rn(__fsub_rn(gv[k], s[2]), __fmul_rn(xhat, s[3])));
         }
-        store<T, N>(&dx[(size_t)i * N], gv);
+        bn_st_n<T, N>(&dx[(size_t)i * N], gv);
         if (!relu_dx) continue;
 #pragma unroll
         for (int k = 0; k < N; k++) gv[k] = xv[k] > 0.0f ? gv[k] : 0.0f;
-        store<T, N>(&relu_dx[(size_t)i * N], gv);
+        bn_st_n<T, N>(&relu_dx[(size_t)i * N], gv);
     }
 }
 
@@ -280,7 +270,7 @@ static bn_status queue_backward(batchnorm_priv *b, const bn_geometry &g, const b
     return BN_OK;
 }
 
-/* Whether the pass may take packs of bn_pack<T>::N (see load), and whether its index fits 31 bits. */
+/* Whether the pass may take packs of bn_pack<T>::N (see partial_sums). */
 template <typename T> static bool packed(const bn_geometry &g, const bn_args<T> &a)
 {
     const void *p[6] = {a.x, a.dy, a.y, a.dx, a.relu_y, a.relu_dx};

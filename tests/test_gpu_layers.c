@@ -332,6 +332,19 @@ static int compare_once(const layer_case *lc, int capacity, int n, uint64_t seed
     return r;
 }
 
+/* compare_once at every size of capacities and batches in ctx as it is, the worst difference
+ * printed, or how to rerun a failure. */
+static int compare_sizes(const layer_case *lc, bn_ctx *ctx, uint64_t seed)
+{
+    double worst = 0.0;
+    int r = BN_PASS;
+    for (int k = 0; k < NUM_SIZES && r == BN_PASS; k++)
+        r = compare_once(lc, capacities[k], batches[k], seed + (uint64_t)k, ctx, &worst);
+    if (r != BN_PASS) printf("    %s: rerun with BLOBNET_TEST_SEED=%llu\n", lc->what, (unsigned long long)seed);
+    else printf("    %s vs cpu: worst difference %.3g of scale (tolerance %g)\n", lc->what, worst, lc->tol);
+    return r;
+}
+
 static int run_case(const layer_case *lc)
 {
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
@@ -440,14 +453,7 @@ BN_TEST(gpu_layer_conv2d_cudnn_graph_tf32_stays_near_cpu)
     ctx->autotune = 1;
     bn_conv2d_gpu_force_graph(1);
     int r = BN_PASS;
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0] && r == BN_PASS; i++) {
-        double worst = 0.0;
-        for (int k = 0; k < NUM_SIZES && r == BN_PASS; k++)
-            r = compare_once(&cases[i], capacities[k], batches[k], seed + (uint64_t)k, ctx, &worst);
-        if (r != BN_PASS)
-            printf("    %s: rerun with BLOBNET_TEST_SEED=%llu\n", cases[i].what, (unsigned long long)seed);
-        else printf("    %s vs cpu: worst difference %.3g of scale (tolerance %g)\n", cases[i].what, worst, TOL_TF32);
-    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0] && r == BN_PASS; i++) r = compare_sizes(&cases[i], ctx, seed);
     /* The plans of the second case's layers. */
     char plans[2][512] = {"", ""};
     static const char *const names[2] = {"a", "b"};
@@ -511,15 +517,10 @@ BN_TEST(gpu_layer_relu_fused_into_conv2d_and_batchnorm_matches_cpu)
     const int was_autotune = ctx->autotune;
     int r = BN_PASS;
     for (int way = 0; way < 2 && r == BN_PASS; way++) {
-        const layer_case *lc = &cases[way];
         ctx->tf32 = way;
         ctx->autotune = way;
         bn_conv2d_gpu_force_graph(way);
-        double worst = 0.0;
-        for (int k = 0; k < NUM_SIZES && r == BN_PASS; k++)
-            r = compare_once(lc, capacities[k], batches[k], seed + (uint64_t)k, ctx, &worst);
-        if (r != BN_PASS) printf("    %s: rerun with BLOBNET_TEST_SEED=%llu\n", lc->what, (unsigned long long)seed);
-        else printf("    %s vs cpu: worst difference %.3g of scale (tolerance %g)\n", lc->what, worst, lc->tol);
+        r = compare_sizes(&cases[way], ctx, seed);
     }
     bn_conv2d_gpu_force_graph(0);
     ctx->tf32 = 0;

@@ -9,18 +9,6 @@
 /* Elements of one filter per block of the gradient, at least. */
 #define PART_ELEMENTS 4096
 
-template <typename T, int N> static __device__ __forceinline__ void load(const T *p, float *v)
-{
-    if (N == 1) v[0] = bn_ld(p);
-    else bn_ld_pack(p, v);
-}
-
-template <typename T, int N> static __device__ __forceinline__ void store(T *p, const float *v)
-{
-    if (N == 1) bn_st(p, v[0]);
-    else bn_st_pack(p, v);
-}
-
 /* Pack i of y (row: packs per plane) is in plane i / row, of filter (i / row) % filters. */
 template <typename T, int N, typename I>
 static __global__ void add_kernel(T *__restrict__ y, const float *__restrict__ b, I packs, int row, int filters,
@@ -30,16 +18,16 @@ static __global__ void add_kernel(T *__restrict__ y, const float *__restrict__ b
     for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < packs; i += stride) {
         const float bk = b[(i / (I)row) % (I)filters];
         float v[N];
-        load<T, N>(&y[(size_t)i * N], v);
+        bn_ld_n<T, N>(&y[(size_t)i * N], v);
 #pragma unroll
         for (int k = 0; k < N; k++) v[k] += bk;
-        store<T, N>(&y[(size_t)i * N], v);
+        bn_st_n<T, N>(&y[(size_t)i * N], v);
         if (!relu_y) continue;
         /* From y as stored (BF16: rounded), as the ReLU layer would read it. */
-        if (sizeof(T) != sizeof(float)) load<T, N>(&y[(size_t)i * N], v);
+        if (sizeof(T) != sizeof(float)) bn_ld_n<T, N>(&y[(size_t)i * N], v);
 #pragma unroll
         for (int k = 0; k < N; k++) v[k] = v[k] > 0.0f ? v[k] : 0.0f;
-        store<T, N>(&relu_y[(size_t)i * N], v);
+        bn_st_n<T, N>(&relu_y[(size_t)i * N], v);
     }
 }
 
@@ -56,7 +44,7 @@ static __global__ void __launch_bounds__(THREADS)
     for (I q = lo + threadIdx.x; q < hi; q += THREADS) {
         const I e = q / (I)row;
         float v[N];
-        load<T, N>(&dy[(((size_t)e * filters + k) * row + (size_t)(q - e * (I)row)) * N], v);
+        bn_ld_n<T, N>(&dy[(((size_t)e * filters + k) * row + (size_t)(q - e * (I)row)) * N], v);
 #pragma unroll
         for (int j = 0; j < N; j++) acc += v[j];
     }

@@ -46,6 +46,20 @@ template <typename T> static __device__ __forceinline__ void bn_st_pack(T *p, co
     *(uint4 *)p = raw;
 }
 
+/* N values at p widened to float: one (N = 1, any alignment) or a 16-byte pack (N =
+ * bn_pack<T>::N, p 16-byte aligned); kernels written for both take N as a parameter. */
+template <typename T, int N> static __device__ __forceinline__ void bn_ld_n(const T *p, float *v)
+{
+    if (N == 1) v[0] = bn_ld(p);
+    else bn_ld_pack(p, v);
+}
+
+template <typename T, int N> static __device__ __forceinline__ void bn_st_n(T *p, const float *v)
+{
+    if (N == 1) bn_st(p, v[0]);
+    else bn_st_pack(p, v);
+}
+
 static inline bool bn_aligned16(const void *p)
 {
     return ((unsigned long long)p & 15u) == 0;
