@@ -721,7 +721,6 @@ static bn_status cache_key(const bn_layer *l, const conv_priv *c, const bn_ctx *
     return BN_OK;
 }
 
-
 /* The plan's runners as a cache choice: "fwd=tensor data=cudnn:1 filter=rows" ("data=-" for a
  * layer without an input gradient). */
 static void cache_choice(const conv_plan *plan, char *buf, size_t cap)
