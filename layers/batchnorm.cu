@@ -279,11 +279,6 @@ template <typename T> static bool packed(const bn_geometry &g, const bn_args<T> 
     return ok;
 }
 
-static bool narrow(size_t total)
-{
-    return total < ((size_t)1 << 31);
-}
-
 template <typename T> static bn_status forward_as(bn_layer *l, const bn_pass *p)
 {
     batchnorm_priv *b = (batchnorm_priv *)l->priv;
@@ -301,9 +296,9 @@ template <typename T> static bn_status forward_as(bn_layer *l, const bn_pass *p)
     const size_t total = bn_blob_count(l->out);
     const int N = bn_pack<T>::N;
     if (packed(g, a))
-        return narrow(total) ? queue_forward<T, N, unsigned>(b, g, a, stats, p->train, total, s)
+        return bn_index_fits_32(total) ? queue_forward<T, N, unsigned>(b, g, a, stats, p->train, total, s)
                              : queue_forward<T, N, size_t>(b, g, a, stats, p->train, total, s);
-    return narrow(total) ? queue_forward<T, 1, unsigned>(b, g, a, stats, p->train, total, s)
+    return bn_index_fits_32(total) ? queue_forward<T, 1, unsigned>(b, g, a, stats, p->train, total, s)
                          : queue_forward<T, 1, size_t>(b, g, a, stats, p->train, total, s);
 }
 
@@ -323,9 +318,9 @@ template <typename T> static bn_status backward_as(bn_layer *l, const bn_pass *p
     const size_t total = bn_blob_count(l->in);
     const int N = bn_pack<T>::N;
     if (packed(g, a))
-        return narrow(total) ? queue_backward<T, N, unsigned>(b, g, a, stats, total, s)
+        return bn_index_fits_32(total) ? queue_backward<T, N, unsigned>(b, g, a, stats, total, s)
                              : queue_backward<T, N, size_t>(b, g, a, stats, total, s);
-    return narrow(total) ? queue_backward<T, 1, unsigned>(b, g, a, stats, total, s)
+    return bn_index_fits_32(total) ? queue_backward<T, 1, unsigned>(b, g, a, stats, total, s)
                          : queue_backward<T, 1, size_t>(b, g, a, stats, total, s);
 }
 

@@ -720,7 +720,7 @@ extern "C" bn_status bn_conv_bf16_forward(bn_layer *l, const bn_pass *p)
     BN_DEV16_WR(y, l->out);
     BN_TRY(conv_forward(c, s, plan, plan->layout, ctx, x, w, y));
     if (plan->layout == F32) return BN_OK; /* the bias was added by blobnet's kernels */
-    return bn_conv_bias_add_bf16(y, b, l->out->n, c->filters, c->g.oh * c->g.ow, NULL, ctx);
+    return bn_conv_bias_add_bf16(y, b, l->out->n, c->filters, c->g.oh * c->g.ow, ctx);
 }
 
 extern "C" bn_status bn_conv_bf16_backward(bn_layer *l, const bn_pass *p)

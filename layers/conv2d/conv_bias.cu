@@ -23,8 +23,6 @@ static __global__ void add_kernel(T *__restrict__ y, const float *__restrict__ b
         for (int k = 0; k < N; k++) v[k] += bk;
         bn_st_n<T, N>(&y[(size_t)i * N], v);
         if (!relu_y) continue;
-        /* From y as stored (BF16: rounded), as the ReLU layer would read it. */
-        if (sizeof(T) != sizeof(float)) bn_ld_n<T, N>(&y[(size_t)i * N], v);
 #pragma unroll
         for (int k = 0; k < N; k++) v[k] = v[k] > 0.0f ? v[k] : 0.0f;
         bn_st_n<T, N>(&relu_y[(size_t)i * N], v);
@@ -73,11 +71,6 @@ static unsigned blocks_for(size_t n)
     return (unsigned)(b < 1 ? 1 : b > 4096 ? 4096 : b);
 }
 
-static bool narrow(size_t total)
-{
-    return total < ((size_t)1 << 31);
-}
-
 template <typename T, int N, typename I>
 static bn_status add_as(T *y, const float *b, int n, int filters, int plane, T *relu_y, bn_ctx *ctx)
 {
@@ -93,11 +86,11 @@ static bn_status add(T *y, const float *b, int n, int filters, int plane, T *rel
 {
     if ((size_t)n * filters * plane == 0) return BN_OK;
     const int N = bn_pack<T>::N;
-    const bool narrow_ok = narrow((size_t)n * filters * plane);
+    const bool index32 = bn_index_fits_32((size_t)n * filters * plane);
     if (plane % N == 0 && bn_aligned16(y) && (!relu_y || bn_aligned16(relu_y)))
-        return narrow_ok ? add_as<T, N, unsigned>(y, b, n, filters, plane, relu_y, ctx)
+        return index32 ? add_as<T, N, unsigned>(y, b, n, filters, plane, relu_y, ctx)
                          : add_as<T, N, size_t>(y, b, n, filters, plane, relu_y, ctx);
-    return narrow_ok ? add_as<T, 1, unsigned>(y, b, n, filters, plane, relu_y, ctx)
+    return index32 ? add_as<T, 1, unsigned>(y, b, n, filters, plane, relu_y, ctx)
                      : add_as<T, 1, size_t>(y, b, n, filters, plane, relu_y, ctx);
 }
 
@@ -123,11 +116,11 @@ static bn_status grad(float *db, const T *dy, int n, int filters, int plane, flo
         return bn_error(BN_ERR_INTERNAL, "conv2d bias gradient of %d filters: more than 65535", filters);
     if ((size_t)n * plane == 0 || filters == 0) return BN_OK;
     const int N = bn_pack<T>::N;
-    const bool narrow_ok = narrow((size_t)n * filters * plane);
+    const bool index32 = bn_index_fits_32((size_t)n * filters * plane);
     if (plane % N == 0 && bn_aligned16(dy))
-        return narrow_ok ? grad_as<T, N, unsigned>(db, dy, n, filters, plane, parts, ctx)
+        return index32 ? grad_as<T, N, unsigned>(db, dy, n, filters, plane, parts, ctx)
                          : grad_as<T, N, size_t>(db, dy, n, filters, plane, parts, ctx);
-    return narrow_ok ? grad_as<T, 1, unsigned>(db, dy, n, filters, plane, parts, ctx)
+    return index32 ? grad_as<T, 1, unsigned>(db, dy, n, filters, plane, parts, ctx)
                      : grad_as<T, 1, size_t>(db, dy, n, filters, plane, parts, ctx);
 }
 
@@ -137,10 +130,9 @@ extern "C" bn_status bn_conv_bias_add_f32(float *y, const float *b, int n, int f
     return add(y, b, n, filters, plane, relu_y, ctx);
 }
 
-extern "C" bn_status bn_conv_bias_add_bf16(void *y, const float *b, int n, int filters, int plane, void *relu_y,
-                                           bn_ctx *ctx)
+extern "C" bn_status bn_conv_bias_add_bf16(void *y, const float *b, int n, int filters, int plane, bn_ctx *ctx)
 {
-    return add((__nv_bfloat16 *)y, b, n, filters, plane, (__nv_bfloat16 *)relu_y, ctx);
+    return add((__nv_bfloat16 *)y, b, n, filters, plane, (__nv_bfloat16 *)NULL, ctx);
 }
 
 extern "C" bn_status bn_conv_bias_grad_f32(float *db, const float *dy, int n, int filters, int plane, float *parts,

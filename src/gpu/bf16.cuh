@@ -60,6 +60,14 @@ template <typename T, int N> static __device__ __forceinline__ void bn_st_n(T *p
     else bn_st_pack(p, v);
 }
 
+/* Whether an elementwise kernel over `total` elements may index them in 32 bits (unsigned
+ * divisions, several times cheaper than 64-bit ones): below 2^31, so that an index plus a
+ * grid's stride cannot wrap. */
+static inline bool bn_index_fits_32(size_t total)
+{
+    return total < ((size_t)1 << 31);
+}
+
 static inline bool bn_aligned16(const void *p)
 {
     return ((unsigned long long)p & 15u) == 0;
