@@ -480,7 +480,11 @@ BN_TEST(gpu_layer_conv2d_cudnn_graph_tf32_stays_near_cpu)
  * gradient (rc's forward stays its own, after a tanh). A convolution leaves a ReLU's backward
  * pass to the ReLU (ra's and rb's here). Every blob still matches the CPU, on cuDNN's legacy
  * algorithms; then a convolution and ReLU pair under --tf32 on cuDNN's graph engines, forced, at
- * the shapes of gpu_layer_conv2d_cudnn_graph_tf32_stays_near_cpu. The tanh layers keep the biases
+ * the shapes of gpu_layer_conv2d_cudnn_graph_tf32_stays_near_cpu, on the coarse grid of
+ * grid_params: with random data, TF32 products move an output lying within ~1e-3 of zero to the
+ * other side of it, the ReLU's mask then differs from the CPU's and passes or stops a whole
+ * gradient (one such element in 400,000 failed this test by 0.43 of the gradient's scale); on
+ * the grid both sides compute every output exactly. The tanh layers keep the biases
  * before a batchnorm out of rounding noise (see batchnorm_case), and a convolution between the
  * two batchnorms keeps bn's gradients from the cancellation of two normalizations in a row. */
 BN_TEST(gpu_layer_relu_fused_into_conv2d_and_batchnorm_matches_cpu)
@@ -498,7 +502,7 @@ BN_TEST(gpu_layer_relu_fused_into_conv2d_and_batchnorm_matches_cpu)
          "[input]\nchannels=16\nheight=14\nwidth=14\n"
          "[conv2d]\nname=a\nfilters=32\nsize=3\npad=1\ninit=he\nengine=cudnn\n[relu]\nname=ra\n"
          "[conv2d]\nname=b\nfilters=8\nsize=1\nengine=cudnn\n[relu]\nname=rb\n",
-         TOL_TF32, 0, 0, 0, 0, 0, 0},
+         TOL_TF32, 0, 0, 0, 0, 0, 1},
     };
     bn_ctx *ctx;
     CHECK_OK(bn_ctx_open(0, &ctx));
