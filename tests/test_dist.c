@@ -63,7 +63,7 @@ BN_TEST(dist_without_nccl_every_entry_point_says_what_is_missing)
     bn_status calls[] = {bn_dist_unique_id(id, sizeof id), bn_dist_open(&d, id, NULL),
                          bn_dist_allreduce_grads(&d, NULL, NULL, 0, 1.0), bn_dist_join_comm(&d, NULL),
                          bn_dist_average(&d, NULL, NULL, 0),
-                         bn_dist_sum(&d, NULL, v, 2), bn_dist_any(&d, NULL, 1, &any),
+                         bn_dist_sum(&d, NULL, v, 2), bn_dist_max(&d, NULL, 1, &any),
                          bn_dist_check_same(&d, NULL, 0, 0), bn_dist_wait(&d, NULL)};
     for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) CHECK_MSG(calls[i] == BN_ERR_USAGE, "call %zu", i);
     CHECK_MSG(strcmp(bn_last_error(), why) == 0, "%s", bn_last_error());

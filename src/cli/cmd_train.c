@@ -369,7 +369,9 @@ static void print_device_memory(const train_run *r)
 }
 
 /* The signal that asked training to stop (SIGINT, SIGTERM or SIGHUP), 0 while none has. The
- * handler only sets it; the trainer looks at it between steps, saves and returns. */
+ * handler only sets it; the trainer looks at it between steps, saves and returns. A rank of a
+ * run on several GPUs that stops because another rank was signalled finds that signal here
+ * (the trainer writes the agreed one back), so every rank exits with the same code. */
 static volatile sig_atomic_t stop_signal;
 
 static void on_stop_signal(int sig)

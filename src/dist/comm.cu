@@ -4,7 +4,8 @@
  * the host: a call that answers ncclInProgress is polled with ncclCommGetAsyncError until it
  * settles or d->timeout_s passes, and every host wait on the device polls the stream and NCCL's
  * error state the same way. Past the deadline the communicator is aborted (which also releases
- * the kernels stuck waiting on a dead peer) and the error names this rank.
+ * the kernels stuck waiting on a dead peer; NCCL's clean-up gets ABORT_WAIT_S on a thread of its
+ * own, as it can wait on the lost peer too) and the error names this rank.
  *
  * Gradients are summed on a communication stream of the rank's own, forked from the compute
  * streams by an event and joined back to the stream by another at the step's end, so the
@@ -12,6 +13,7 @@
  * inside a captured CUDA graph as well. NVLink multicast
  * (NCCL_NVLS_ENABLE) is left as the environment sets it. */
 #include <nccl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,11 +46,74 @@ static double timeout_of(const bn_dist *d)
     return d->timeout_s > 0 ? d->timeout_s : DEFAULT_TIMEOUT_S;
 }
 
-/* Aborts the communicator (no wait on the other ranks) and forgets it. */
+/* How long abort_comm waits for ncclCommAbort. Its clean-up can wait on a peer that is gone
+ * (seen on 2 H100s: rank 0 blocked in it for over a minute after rank 1 was killed), so it runs
+ * on a thread of its own and is left behind, still running, past this. */
+#define ABORT_WAIT_S 10.0
+
+/* One ncclCommAbort on its own thread; whichever of the thread and the waiter is last to let go
+ * frees it. */
+typedef struct abort_job {
+    ncclComm_t comm;
+    pthread_mutex_t lock;
+    pthread_cond_t done_cv;
+    int done, left_behind;
+} abort_job;
+
+static void *abort_thread(void *arg)
+{
+    abort_job *j = (abort_job *)arg;
+    ncclCommAbort(j->comm);
+    pthread_mutex_lock(&j->lock);
+    j->done = 1;
+    const int left = j->left_behind;
+    pthread_cond_signal(&j->done_cv);
+    pthread_mutex_unlock(&j->lock);
+    if (left) free(j);
+    return NULL;
+}
+
+/* Runs ncclCommAbort(comm) and waits up to ABORT_WAIT_S for it: 1 when it finished, 0 when it
+ * was left running (or could not be started: then the communicator is simply dropped). */
+static int abort_within(ncclComm_t comm)
+{
+    abort_job *j = (abort_job *)calloc(1, sizeof *j);
+    if (!j) return 0;
+    j->comm = comm;
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_mutex_init(&j->lock, NULL);
+    pthread_cond_init(&j->done_cv, &attr);
+    pthread_condattr_destroy(&attr);
+    pthread_t t;
+    if (pthread_create(&t, NULL, abort_thread, j) != 0) {
+        free(j);
+        return 0;
+    }
+    pthread_detach(t);
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += (time_t)ABORT_WAIT_S;
+    pthread_mutex_lock(&j->lock);
+    while (!j->done && pthread_cond_timedwait(&j->done_cv, &j->lock, &until) == 0) {}
+    const int done = j->done;
+    if (!done) j->left_behind = 1;
+    pthread_mutex_unlock(&j->lock);
+    if (done) {
+        pthread_cond_destroy(&j->done_cv);
+        pthread_mutex_destroy(&j->lock);
+        free(j);
+    }
+    return done;
+}
+
+/* Aborts the communicator (no wait on the other ranks, and at most ABORT_WAIT_S on NCCL's
+ * clean-up) and forgets it. */
 static void abort_comm(bn_dist *d)
 {
     if (!d->comm) return;
-    ncclCommAbort((ncclComm_t)d->comm);
+    abort_within((ncclComm_t)d->comm);
     d->comm = NULL;
 }
 
@@ -318,18 +383,18 @@ extern "C" bn_status bn_dist_sum(bn_dist *d, bn_ctx *ctx, double *values, int n)
     return wait_stream(d, s, "summing the metrics");
 }
 
-extern "C" bn_status bn_dist_any(bn_dist *d, bn_ctx *ctx, int flag, int *any)
+extern "C" bn_status bn_dist_max(bn_dist *d, bn_ctx *ctx, int value, int *max)
 {
     BN_NEED_OPEN(d);
     comm_state *st = (comm_state *)d->state;
     cudaStream_t s = (cudaStream_t)ctx->stream;
-    int32_t mine = flag != 0, most = 0;
+    int32_t mine = value, most = 0;
     BN_TRY(wait_stream(d, s, "agreeing on a stop"));
     BN_CUDA(cudaMemcpyAsync(st->scratch, &mine, sizeof mine, cudaMemcpyHostToDevice, s));
     BN_TRY(allreduce_on_stream(d, ctx, st->scratch, 1, ncclInt32, ncclMax, "agreeing on a stop"));
     BN_CUDA(cudaMemcpyAsync(&most, st->scratch, sizeof most, cudaMemcpyDeviceToHost, s));
     BN_TRY(wait_stream(d, s, "agreeing on a stop"));
-    *any = most != 0;
+    *max = most;
     return BN_OK;
 }
 

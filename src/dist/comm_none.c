@@ -51,7 +51,7 @@ bn_status bn_dist_sum(bn_dist *d, bn_ctx *ctx, double *values, int n)
     return missing();
 }
 
-bn_status bn_dist_any(bn_dist *d, bn_ctx *ctx, int flag, int *any)
+bn_status bn_dist_max(bn_dist *d, bn_ctx *ctx, int value, int *max)
 {
     return missing();
 }

@@ -120,8 +120,9 @@ bn_status bn_dist_average(bn_dist *d, bn_ctx *ctx, float *data, size_t count);
 #define BN_DIST_MAX_VALUES 16
 bn_status bn_dist_sum(bn_dist *d, bn_ctx *ctx, double *values, int n);
 
-/* *any = 1 when flag is non-zero on any rank (a stop asked for anywhere), else 0. */
-bn_status bn_dist_any(bn_dist *d, bn_ctx *ctx, int flag, int *any);
+/* *max = the largest of every rank's value (values >= 0): a stop asked for anywhere, and by
+ * which signal, so that every rank ends with the same code. */
+bn_status bn_dist_max(bn_dist *d, bn_ctx *ctx, int value, int *max);
 
 /* Compares every rank's hash of its parameters; a difference is an error naming the ranks
  * whose hashes differ from rank 0's and `step`. */
@@ -132,8 +133,10 @@ bn_status bn_dist_check_same(bn_dist *d, bn_ctx *ctx, uint64_t hash, long step);
 bn_status bn_dist_wait(bn_dist *d, bn_ctx *ctx);
 
 /* Whether a collective of d failed or passed its deadline (the communicator is then aborted and
- * every later call on d refused). Work queued on the device behind it may still never end if the
- * abort did not end it, so waiting on the device or freeing device memory may block: a process
+ * every later call on d refused). NCCL's abort can itself wait on a lost peer: it is given 10 s
+ * on a thread of its own and then left running there, so the call that failed returns in bounded
+ * time. Work queued on the device behind the collective may still never end if the abort did not
+ * end it, so waiting on the device or freeing device memory may block: a process
  * that ends because of it should report first and end without them, leaving the driver to
  * reclaim the device. */
 int bn_dist_failed(const bn_dist *d);

@@ -306,15 +306,20 @@ static bn_status check_same_params(const bn_trainer_opts *opts, bn_net *net, lon
     return bn_dist_check_same(opts->dist, net->pass.ctx, h, step);
 }
 
-/* Whether a stop was asked for: on several GPUs, on any rank (all of them ask together). */
+/* Whether a stop was asked for: on several GPUs, on any rank (all of them ask together, and a
+ * rank stopped by another's request takes its stop value, the largest asked for). */
 static bn_status agree_stop(const bn_trainer_opts *opts, bn_net *net, int *stop)
 {
-    int mine = opts->stop && *opts->stop;
+    int mine = opts->stop ? (int)*opts->stop : 0;
     if (!opts->dist) {
-        *stop = mine;
+        *stop = mine != 0;
         return BN_OK;
     }
-    return bn_dist_any(opts->dist, net->pass.ctx, mine, stop);
+    int agreed = 0;
+    BN_TRY(bn_dist_max(opts->dist, net->pass.ctx, mine < 0 ? 1 : mine, &agreed));
+    if (agreed > 0 && opts->stop) *opts->stop = (sig_atomic_t)agreed;
+    *stop = agreed != 0;
+    return BN_OK;
 }
 
 /* BLOBNET_RANK_WEIGHTS=DIR: every rank also writes its final weights to DIR/rank<R>.safetensors,

@@ -71,8 +71,10 @@ typedef struct bn_trainer_opts {
                              * fraction (0: train all epochs) */
     long checkpoint_every;  /* with save_path: also save every this many steps (0: epochs only) */
     long debug_numerics;    /* print bn_numerics_print's table to stderr every this many steps */
-    const volatile sig_atomic_t *stop; /* when it turns non-zero (a signal handler sets it), training
-                             * stops after the current step, saves, and returns BN_ERR_INTERRUPTED */
+    volatile sig_atomic_t *stop; /* when it turns non-zero (a signal handler sets it, e.g. to the
+                             * signal's number), training stops after the current step, saves,
+                             * and returns BN_ERR_INTERRUPTED; on several GPUs the ranks agree on
+                             * the largest value asked for and write it back here on every rank */
     bn_dist *dist;          /* several GPUs: this rank's group, or NULL */
 } bn_trainer_opts;
 
