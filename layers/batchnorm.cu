@@ -165,11 +165,7 @@ static __global__ void normalize(bn_geometry g, I packs, const T *__restrict__ x
         bn_ld_n<T, N>(&x[(size_t)i * N], v);
 #pragma unroll
         for (int k = 0; k < N; k++) v[k] = __fadd_rn(__fmul_rn(v[k], scale), shift);
-        bn_st_n<T, N>(&y[(size_t)i * N], v);
-        if (!relu_y) continue;
-#pragma unroll
-        for (int k = 0; k < N; k++) v[k] = v[k] > 0.0f ? v[k] : 0.0f;
-        bn_st_n<T, N>(&relu_y[(size_t)i * N], v);
+        bn_st_n_relu<T, N>(y, relu_y, (size_t)i * N, v);
     }
 }
 

@@ -21,11 +21,7 @@ static __global__ void add_kernel(T *__restrict__ y, const float *__restrict__ b
         bn_ld_n<T, N>(&y[(size_t)i * N], v);
 #pragma unroll
         for (int k = 0; k < N; k++) v[k] += bk;
-        bn_st_n<T, N>(&y[(size_t)i * N], v);
-        if (!relu_y) continue;
-#pragma unroll
-        for (int k = 0; k < N; k++) v[k] = v[k] > 0.0f ? v[k] : 0.0f;
-        bn_st_n<T, N>(&relu_y[(size_t)i * N], v);
+        bn_st_n_relu<T, N>(y, relu_y, (size_t)i * N, v);
     }
 }
 

@@ -73,12 +73,12 @@ static void *abort_thread(void *arg)
     return NULL;
 }
 
-/* Runs ncclCommAbort(comm) and waits up to ABORT_WAIT_S for it: 1 when it finished, 0 when it
- * was left running (or could not be started: then the communicator is simply dropped). */
-static int abort_within(ncclComm_t comm)
+/* Runs ncclCommAbort(comm) and waits up to ABORT_WAIT_S for it, then leaves it running (where
+ * no thread can be started, the communicator is simply dropped). */
+static void abort_within(ncclComm_t comm)
 {
     abort_job *j = (abort_job *)calloc(1, sizeof *j);
-    if (!j) return 0;
+    if (!j) return;
     j->comm = comm;
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
@@ -89,7 +89,7 @@ static int abort_within(ncclComm_t comm)
     pthread_t t;
     if (pthread_create(&t, NULL, abort_thread, j) != 0) {
         free(j);
-        return 0;
+        return;
     }
     pthread_detach(t);
     struct timespec until;
@@ -105,7 +105,6 @@ static int abort_within(ncclComm_t comm)
         pthread_mutex_destroy(&j->lock);
         free(j);
     }
-    return done;
 }
 
 /* Aborts the communicator (no wait on the other ranks, and at most ABORT_WAIT_S on NCCL's

@@ -60,6 +60,18 @@ template <typename T, int N> static __device__ __forceinline__ void bn_st_n(T *p
     else bn_st_pack(p, v);
 }
 
+/* A layer's N outputs v at y[at], and where relu_y is not NULL a fused ReLU's, max(v, 0), at
+ * relu_y[at] too (v is clamped in place). */
+template <typename T, int N>
+static __device__ __forceinline__ void bn_st_n_relu(T *y, T *relu_y, size_t at, float *v)
+{
+    bn_st_n<T, N>(&y[at], v);
+    if (!relu_y) return;
+#pragma unroll
+    for (int k = 0; k < N; k++) v[k] = v[k] > 0.0f ? v[k] : 0.0f;
+    bn_st_n<T, N>(&relu_y[at], v);
+}
+
 /* Whether an elementwise kernel over `total` elements may index them in 32 bits (unsigned
  * divisions, several times cheaper than 64-bit ones): below 2^31, so that an index plus a
  * grid's stride cannot wrap. */
