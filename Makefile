@@ -195,7 +195,7 @@ VERSION := $(shell sed -n 's/^\#define BLOBNET_VERSION "\(.*\)"/\1/p' src/cli/ma
 # own headers stay behind); datasets/idx.h beside blobnet.h.
 INSTALL_HEADERS := src/blobnet.h $(foreach d,core gpu io train check dist,$(wildcard src/$(d)/*.h))
 INSTALL_ITEMS   := bin/blobnet=blobnet lib/libblobnet.a=libblobnet.a lib/pkgconfig/blobnet.pc=$(BUILD)/blobnet.pc \
-                   $(foreach h,$(INSTALL_HEADERS),include/blobnet/$(h:src/%=%)=$(h)) include/blobnet/idx.h=datasets/idx.h \
+                   $(foreach h,$(INSTALL_HEADERS),include/blobnet/$(h:src/%=%)=$(h)) include/blobnet/idx.h=datasets/idx.h include/blobnet/dataset.h=datasets/dataset.h \
                    $(foreach m,$(wildcard models/*.cfg),share/blobnet/models/$(notdir $(m))=$(m)) \
                    lib/pkgconfig/blobnet-plugin.pc=$(BUILD)/blobnet-plugin.pc \
                    $(foreach e,$(wildcard layers/examples/*),share/blobnet/examples/$(notdir $(e))=$(e))

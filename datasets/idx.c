@@ -13,12 +13,14 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <dirent.h>
 #include <zlib.h>
 
 #include "core/regular_file.h"
 
 #define IDX_IMAGES_MAGIC 0x00000803u /* unsigned bytes, 3 dimensions: count, rows, columns */
 #define IDX_LABELS_MAGIC 0x00000801u /* unsigned bytes, 1 dimension: count */
+#define IDX_IMAGES4_MAGIC 0x00000804u /* unsigned bytes, 4 dimensions: count, rows, columns, channels */
 
 /* Bounding a file's data by INT_MAX keeps every count, offset and example index an int. */
 #define IDX_MAX_BYTES ((uint64_t)INT_MAX)
@@ -41,6 +43,7 @@ static const char *magic_name(uint32_t magic)
 {
     if (magic == IDX_IMAGES_MAGIC) return "IDX images";
     if (magic == IDX_LABELS_MAGIC) return "IDX labels";
+    if (magic == IDX_IMAGES4_MAGIC) return "IDX images with channels";
     return "unrecognized";
 }
 
@@ -133,133 +136,172 @@ static bn_status read_bytes(gzFile gz, const char *path, unsigned char *buf, uin
     return BN_OK;
 }
 
-/* Parses an open IDX file whose magic must be `magic`. Keeps the first `keep` items (all when
- * keep <= 0 or beyond the count) in a caller-owned *data and reads past the rest, so the whole
- * file is checked whatever is kept. dims receives the header's dimensions. */
-static bn_status idx_parse(gzFile gz, int is_gzip, uint64_t file_size, const char *path, uint32_t magic,
-                           int keep, uint32_t dims[3], unsigned char **data)
-{
-    *data = NULL;
-    const int ndims = (int)(magic & 0xff);
-    unsigned char head[4 * 3];
-    uint64_t got;
+/* An open IDX file between its header and its data. */
+typedef struct idx_file {
+    const char *path;
+    gzFile gz;
+    int is_gzip;
+    uint64_t file_size;
+    int ndims;
+    uint32_t dims[4];
+    uint64_t total;      /* data bytes the header promises */
+    char shape[80];      /* the dimensions, for messages */
+} idx_file;
 
+/* Opens f->path and reads its header, whose magic must be one of magics[0..n). Everything the
+ * header says is checked against the file's size before anything is allocated for it. */
+static bn_status idx_head(const uint32_t *magics, int n, idx_file *f)
+{
+    const char *path = f->path;
+    BN_TRY(idx_open(path, &f->gz, &f->is_gzip, &f->file_size));
+    unsigned char head[4 * 4];
+    uint64_t got;
     /* The magic is read on its own so a file of the wrong kind is named as such rather than
      * reported as a header too short for the dimensions this kind would have. */
-    BN_TRY(read_bytes(gz, path, head, 4, &got));
+    BN_TRY(read_bytes(f->gz, path, head, 4, &got));
     if (got < 4) return bn_error(BN_ERR_DATA, "%s: truncated header (%llu bytes)", path, (unsigned long long)got);
     uint32_t found = be32(head);
-    if (found != magic)
-        return bn_error(BN_ERR_DATA, "%s: wrong magic 0x%08X (%s), expected 0x%08X (%s)", path,
-                        (unsigned)found, magic_name(found), (unsigned)magic, magic_name(magic));
-
-    BN_TRY(read_bytes(gz, path, head, 4 * (uint64_t)ndims, &got));
-    if (got < 4 * (uint64_t)ndims)
+    int ok = 0;
+    for (int i = 0; i < n; i++) ok |= found == magics[i];
+    if (!ok)
+        return bn_error(BN_ERR_DATA, "%s: wrong magic 0x%08X (%s), expected 0x%08X (%s)", path, (unsigned)found,
+                        magic_name(found), (unsigned)magics[0], magic_name(magics[0]));
+    f->ndims = (int)(found & 0xff);
+    BN_TRY(read_bytes(f->gz, path, head, 4 * (uint64_t)f->ndims, &got));
+    if (got < 4 * (uint64_t)f->ndims)
         return bn_error(BN_ERR_DATA, "%s: truncated header (%llu bytes)", path, (unsigned long long)(4 + got));
     /* Each step stays below 2^31 * 2^32, so the product cannot wrap before it is compared. */
     uint64_t total = 1;
     int too_big = 0, has_zero = 0;
-    for (int i = 0; i < ndims; i++) {
-        dims[i] = be32(head + 4 * i);
-        if (dims[i] == 0) has_zero = 1;
-        if (!too_big) total *= dims[i];
+    for (int i = 0; i < f->ndims; i++) {
+        f->dims[i] = be32(head + 4 * i);
+        if (f->dims[i] == 0) has_zero = 1;
+        if (!too_big) total *= f->dims[i];
         if (total > IDX_MAX_BYTES) too_big = 1;
     }
-    char shape[80];
-    format_dims(dims, ndims, shape, sizeof shape);
-    if (has_zero) return bn_error(BN_ERR_DATA, "%s: zero dimension in %s", path, shape);
+    format_dims(f->dims, f->ndims, f->shape, sizeof f->shape);
+    if (has_zero) return bn_error(BN_ERR_DATA, "%s: zero dimension in %s", path, f->shape);
     if (too_big)
-        return bn_error(BN_ERR_DATA, "%s: dimensions %s exceed the limit of %llu bytes", path, shape,
+        return bn_error(BN_ERR_DATA, "%s: dimensions %s exceed the limit of %llu bytes", path, f->shape,
                         (unsigned long long)IDX_MAX_BYTES);
-
+    uint64_t head_bytes = 4 + 4 * (uint64_t)f->ndims;
     /* A header that promises more than the file can hold is caught before the allocation. */
-    if (file_size != UINT64_MAX && !is_gzip && total > file_size - (4 + 4 * (uint64_t)ndims))
+    if (f->file_size != UINT64_MAX && !f->is_gzip && total > f->file_size - head_bytes)
         return bn_error(BN_ERR_DATA, "%s: truncated: the header (%s) promises %llu data bytes, the file has %llu", path,
-                        shape, (unsigned long long)total, (unsigned long long)(file_size - 4 - 4 * (uint64_t)ndims));
-    if (file_size != UINT64_MAX && is_gzip && total > file_size * GZIP_MAX_RATIO)
+                        f->shape, (unsigned long long)total, (unsigned long long)(f->file_size - head_bytes));
+    if (f->file_size != UINT64_MAX && f->is_gzip && total > f->file_size * GZIP_MAX_RATIO)
         return bn_error(BN_ERR_DATA, "%s: truncated: the header (%s) promises %llu data bytes, more than a %llu-byte "
-                        "gzip file can hold", path, shape, (unsigned long long)total, (unsigned long long)file_size);
-
-    const uint64_t item = total / dims[0];
-    const uint64_t kept = keep > 0 && (uint64_t)keep < dims[0] ? (uint64_t)keep : dims[0];
-    unsigned char *buf = malloc(kept * item);
-    if (!buf)
-        return bn_error(BN_ERR_NOMEM, "%s: out of memory for %llu bytes", path,
-                        (unsigned long long)(kept * item));
-
-    uint64_t done;
-    bn_status s = read_bytes(gz, path, buf, kept * item, &done);
-    /* Items past `keep` are read and dropped, so truncation and trailing bytes are still found. */
-    unsigned char scratch[1 << 14];
-    while (s == BN_OK && done < total) {
-        uint64_t want = total - done < sizeof scratch ? total - done : sizeof scratch;
-        s = read_bytes(gz, path, scratch, want, &got);
-        done += got;
-        if (got < want) break;
-    }
-    if (s == BN_OK && done < total)
-        s = bn_error(BN_ERR_DATA, "%s: truncated: the header (%s) promises %llu data bytes, the %s has %llu",
-                     path, shape, (unsigned long long)total, is_gzip ? "decompressed data" : "file",
-                     (unsigned long long)done);
-    if (s == BN_OK) {
-        /* Reading one byte more also makes zlib reach the end of the gzip stream and check its CRC. */
-        s = read_bytes(gz, path, scratch, 1, &got);
-        if (s == BN_OK && got)
-            s = bn_error(BN_ERR_DATA, "%s: trailing data after the %llu bytes the header (%s) promises", path,
-                         (unsigned long long)total, shape);
-    }
-    if (s != BN_OK) {
-        free(buf);
-        return s;
-    }
-    *data = buf;
+                        "gzip file can hold", path, f->shape, (unsigned long long)total,
+                        (unsigned long long)f->file_size);
+    f->total = total;
     return BN_OK;
 }
 
-/* Reads one IDX file; *data is caller-owned on success and NULL on error. */
-static bn_status idx_read(const char *path, uint32_t magic, int keep, uint32_t dims[3], unsigned char **data)
+static void idx_close(idx_file *f)
 {
-    *data = NULL;
-    gzFile gz;
-    int is_gzip;
-    uint64_t file_size;
-    BN_TRY(idx_open(path, &gz, &is_gzip, &file_size));
-    bn_status s = idx_parse(gz, is_gzip, file_size, path, magic, keep, dims, data);
-    gzclose(gz);
+    if (f->gz) gzclose(f->gz);
+    f->gz = NULL;
+}
+
+/* Reads the data after the header: the first `kept` bytes into buf (caller-owned), the rest
+ * read and dropped, so truncation and trailing bytes are found whatever is kept. */
+static bn_status idx_body(idx_file *f, unsigned char *buf, uint64_t kept)
+{
+    uint64_t done, got;
+    bn_status s = read_bytes(f->gz, f->path, buf, kept, &done);
+    unsigned char scratch[1 << 14];
+    while (s == BN_OK && done < f->total) {
+        uint64_t want = f->total - done < sizeof scratch ? f->total - done : sizeof scratch;
+        s = read_bytes(f->gz, f->path, scratch, want, &got);
+        done += got;
+        if (got < want) break;
+    }
+    if (s == BN_OK && done < f->total)
+        s = bn_error(BN_ERR_DATA, "%s: truncated: the header (%s) promises %llu data bytes, the %s has %llu", f->path,
+                     f->shape, (unsigned long long)f->total, f->is_gzip ? "decompressed data" : "file",
+                     (unsigned long long)done);
+    if (s == BN_OK) {
+        /* Reading one byte more also makes zlib reach the end of the gzip stream and check its CRC. */
+        s = read_bytes(f->gz, f->path, scratch, 1, &got);
+        if (s == BN_OK && got)
+            s = bn_error(BN_ERR_DATA, "%s: trailing data after the %llu bytes the header (%s) promises", f->path,
+                         (unsigned long long)f->total, f->shape);
+    }
+    return s;
+}
+
+/* Channels interleaved (H x W x C per example) become planes (C x H x W), in place through tmp. */
+static bn_status to_planes(unsigned char *pixels, int count, int c, int h, int w)
+{
+    if (c == 1) return BN_OK;
+    size_t plane = (size_t)h * w, size = plane * c;
+    unsigned char *tmp = malloc(size);
+    if (!tmp) return bn_error(BN_ERR_NOMEM, "out of memory reordering channels");
+    for (int e = 0; e < count; e++) {
+        unsigned char *ex = pixels + (size_t)e * size;
+        for (size_t p = 0; p < plane; p++)
+            for (int k = 0; k < c; k++) tmp[(size_t)k * plane + p] = ex[p * c + k];
+        memcpy(ex, tmp, size);
+    }
+    free(tmp);
+    return BN_OK;
+}
+
+static const uint32_t image_magics[] = {IDX_IMAGES_MAGIC, IDX_IMAGES4_MAGIC};
+static const uint32_t label_magics[] = {IDX_LABELS_MAGIC};
+
+static bn_status load_pair(idx_file *im, idx_file *lb, int limit, int classes, int nchw, bn_dataset *out)
+{
+    BN_TRY(idx_head(image_magics, 2, im));
+    BN_TRY(idx_head(label_magics, 1, lb));
+    if (lb->ndims != 1 || lb->dims[0] != im->dims[0])
+        return bn_error(BN_ERR_DATA, "%s: %lu labels do not match the %lu images of %s", lb->path,
+                        (unsigned long)lb->dims[0], (unsigned long)im->dims[0], im->path);
+    /* Rank 3 is N x H x W; rank 4 is N x H x W x C, or N x C x H x W with nchw. */
+    const uint32_t *d = im->dims;
+    int c = 1, h = (int)d[1], w = (int)d[2];
+    if (im->ndims == 4 && nchw) c = (int)d[1], h = (int)d[2], w = (int)d[3];
+    else if (im->ndims == 4) c = (int)d[3];
+    const int count = limit > 0 && (uint32_t)limit < d[0] ? limit : (int)d[0];
+    /* Both headers agree: the memory is checked before a byte of data is inflated. */
+    BN_TRY(bn_dataset_alloc(out, im->path, count, c, h, w, classes > 0 ? classes : 1, 0));
+    BN_TRY(idx_body(im, out->pixels, (uint64_t)count * (im->total / d[0])));
+    unsigned char *labels = malloc(lb->total);
+    if (!labels)
+        return bn_error(BN_ERR_NOMEM, "%s: out of memory for %llu labels", lb->path, (unsigned long long)lb->total);
+    /* Every label is read, not just the kept ones, so each one is range-checked. */
+    bn_status s = idx_body(lb, labels, lb->total);
+    int top = 0;
+    for (uint32_t i = 0; s == BN_OK && i < lb->dims[0]; i++) {
+        if (classes > 0 && labels[i] >= classes)
+            s = bn_error(BN_ERR_DATA, "%s: label %u at index %lu is out of range (classes are 0..%d)", lb->path,
+                         (unsigned)labels[i], (unsigned long)i, classes - 1);
+        if (labels[i] > top) top = labels[i];
+    }
+    for (int i = 0; s == BN_OK && i < count; i++) out->labels[i] = labels[i];
+    free(labels);
+    BN_TRY(s);
+    if (classes <= 0) out->num_classes = top + 1;
+    return im->ndims == 4 && !nchw ? to_planes(out->pixels, count, c, h, w) : BN_OK;
+}
+
+bn_status bn_idx_load_pair_as(const char *images_path, const char *labels_path, int limit, int classes, int nchw,
+                              bn_dataset *out)
+{
+    if (!out || !images_path || !labels_path)
+        return bn_error(BN_ERR_INTERNAL, "bn_idx_load_pair: null argument");
+    memset(out, 0, sizeof *out);
+    idx_file im = {.path = images_path}, lb = {.path = labels_path};
+    bn_status s = load_pair(&im, &lb, limit, classes, nchw, out);
+    idx_close(&im);
+    idx_close(&lb);
+    if (s != BN_OK) bn_dataset_free(out);
     return s;
 }
 
 bn_status bn_idx_load_pair(const char *images_path, const char *labels_path, int limit, bn_dataset *out)
 {
-    if (!out || !images_path || !labels_path)
-        return bn_error(BN_ERR_INTERNAL, "bn_idx_load_pair: null argument");
-    memset(out, 0, sizeof *out);
-
-    uint32_t idims[3], ldims[3];
-    unsigned char *pixels, *labels;
-    BN_TRY(idx_read(images_path, IDX_IMAGES_MAGIC, limit, idims, &pixels));
-    /* Every label is loaded, not just the kept ones, so each one is range-checked. */
-    bn_status s = idx_read(labels_path, IDX_LABELS_MAGIC, 0, ldims, &labels);
-    if (s == BN_OK && ldims[0] != idims[0])
-        s = bn_error(BN_ERR_DATA, "%s: %lu labels do not match the %lu images of %s", labels_path,
-                     (unsigned long)ldims[0], (unsigned long)idims[0], images_path);
-    for (uint32_t i = 0; s == BN_OK && i < ldims[0]; i++)
-        if (labels[i] >= BN_IDX_NUM_CLASSES)
-            s = bn_error(BN_ERR_DATA, "%s: label %u at index %lu is out of range (classes are 0..%d)",
-                         labels_path, (unsigned)labels[i], (unsigned long)i, BN_IDX_NUM_CLASSES - 1);
-    if (s != BN_OK) {
-        free(pixels);
-        free(labels);
-        return s;
-    }
-    out->count = limit > 0 && (uint32_t)limit < idims[0] ? limit : (int)idims[0];
-    out->channels = 1;
-    out->height = (int)idims[1];
-    out->width = (int)idims[2];
-    out->num_classes = BN_IDX_NUM_CLASSES;
-    out->pixels = pixels;
-    out->labels = labels;
-    return BN_OK;
+    return bn_idx_load_pair_as(images_path, labels_path, limit, BN_IDX_NUM_CLASSES, 0, out);
 }
 
 /* Sets path to DIR/SPLIT-KIND-ubyte.gz, or to the raw name when only that one exists. */
@@ -292,55 +334,58 @@ bn_status bn_dataset_load(const char *dir, int train, int limit, bn_dataset *out
     return bn_idx_load_pair(images, labels, limit, out);
 }
 
-void bn_dataset_free(bn_dataset *d)
+
+bn_status bn_idx_format_mnist(const bn_data_request *rq, bn_dataset *out)
 {
-    if (!d) return;
-    free(d->pixels);
-    free(d->labels);
-    memset(d, 0, sizeof *d);
+    return bn_dataset_load(rq->path, rq->train, rq->limit, out);
 }
 
-void bn_dataset_gather(const bn_dataset *d, const int *indices, int n, float *x, float *y)
+/* Whether a file name is of the split (train: "train"; test: "t10k" or "test") and the kind
+ * ("images" or "labels"). */
+static int names_split_file(const char *name, int train, const char *kind)
 {
-    const size_t size = (size_t)d->channels * (size_t)d->height * (size_t)d->width;
-    for (int i = 0; i < n; i++) {
-        const unsigned char *src = d->pixels + (size_t)indices[i] * size;
-        float *dst = x + (size_t)i * size;
-        /* A true division keeps 255 at exactly 1.0f, which a multiply by 1/255 does not promise. */
-        for (size_t j = 0; j < size; j++) dst[j] = (float)src[j] / 255.0f;
-        y[i] = (float)d->labels[indices[i]];
+    if (name[0] == '.' || !strstr(name, kind)) return 0;
+    return train ? strstr(name, "train") != NULL : strstr(name, "t10k") != NULL || strstr(name, "test") != NULL;
+}
+
+/* The one file of dir that names the split and kind; an error when none or several do. */
+static bn_status find_idx_file(const char *dir, int train, const char *kind, char *path, size_t cap)
+{
+    DIR *d = opendir(dir);
+    if (!d) return bn_error(BN_ERR_DATA, "%s: cannot open the IDX folder (%s)", dir, strerror(errno));
+    char first[256] = "", second[256] = "";
+    int found = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!names_split_file(e->d_name, train, kind)) continue;
+        snprintf(found ? second : first, sizeof first, "%s", e->d_name);
+        found++;
     }
+    closedir(d);
+    const char *split = train ? "training" : "test";
+    if (found == 0)
+        return bn_error(BN_ERR_DATA, "%s: no %s %s file (a name holding '%s' and '%s')", dir, split, kind,
+                        train ? "train" : "t10k' or 'test", kind);
+    if (found > 1)
+        return bn_error(BN_ERR_DATA, "%s: %d files could be the %s %s (%s, %s, ...); keep one in the folder", dir, found,
+                        split, kind, first, second);
+    if (snprintf(path, cap, "%s/%s", dir, first) >= (int)cap)
+        return bn_error(BN_ERR_USAGE, "%s: data directory path too long", dir);
+    return BN_OK;
 }
 
-/* splitmix64 (Steele, Lea and Flood, 2014): small, full-period, and defined purely by 64-bit
- * integer arithmetic, so a seed yields the same stream on every machine and compiler. */
-static uint64_t splitmix64(uint64_t *state)
+bn_status bn_idx_format_any(const bn_data_request *rq, bn_dataset *out)
 {
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-/* A uniform value in [0, bound): draws below 2^64 mod bound are rejected, since a plain modulo
- * would favour the small results. */
-static uint64_t uniform_below(uint64_t *state, uint64_t bound)
-{
-    const uint64_t threshold = -bound % bound;
-    uint64_t r;
-    do r = splitmix64(state);
-    while (r < threshold);
-    return r % bound;
-}
-
-void bn_dataset_shuffle(int *order, int count, unsigned long long seed)
-{
-    uint64_t state = (uint64_t)seed;
-    for (int i = 0; i < count; i++) order[i] = i;
-    for (int i = count - 1; i > 0; i--) {
-        int j = (int)uniform_below(&state, (uint64_t)i + 1);
-        int t = order[i];
-        order[i] = order[j];
-        order[j] = t;
-    }
+    static const char *const layouts[] = {"nhwc", "nchw", NULL};
+    int classes, layout;
+    BN_TRY(bn_opt_int(rq->opts, "classes", 0, 0, BN_DATASET_MAX_CLASSES, &classes));
+    BN_TRY(bn_opt_choice(rq->opts, "layout", layouts, 0, &layout));
+    struct stat st;
+    if (stat(rq->path, &st) != 0)
+        return bn_error(BN_ERR_DATA, "%s: data folder not found (%s)", rq->path, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return bn_error(BN_ERR_DATA, "%s: not a folder; --data names the folder of the IDX files", rq->path);
+    char images[IDX_PATH_MAX], labels[IDX_PATH_MAX];
+    BN_TRY(find_idx_file(rq->path, rq->train, "images", images, sizeof images));
+    BN_TRY(find_idx_file(rq->path, rq->train, "labels", labels, sizeof labels));
+    return bn_idx_load_pair_as(images, labels, rq->limit, classes, layout == 1, out);
 }

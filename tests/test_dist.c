@@ -149,9 +149,10 @@ static bn_status augmented_share(bn_loader *ld, bn_net *net, int cursor, int n, 
  * 4, every pixel the same; the loader's stride moves a share's cursor past the other shares. */
 static int augmentation_split_matches(bn_ctx *ctx)
 {
-    static unsigned char pixels[DROP_BATCH * AUG_PIXELS], labels[DROP_BATCH];
+    static unsigned char pixels[DROP_BATCH * AUG_PIXELS];
+    static uint16_t labels[DROP_BATCH];
     for (int i = 0; i < DROP_BATCH * AUG_PIXELS; i++) pixels[i] = (unsigned char)(1 + (i * 37) % 250);
-    for (int e = 0; e < DROP_BATCH; e++) labels[e] = (unsigned char)e;
+    for (int e = 0; e < DROP_BATCH; e++) labels[e] = (uint16_t)e;
     bn_dataset d = {.count = DROP_BATCH, .channels = 1, .height = AUG_H, .width = AUG_W, .num_classes = 10,
                     .pixels = pixels, .labels = labels};
     bn_net *net;
@@ -278,11 +279,12 @@ BN_TEST(gpu_dist_one_rank_group_trains_exactly_like_one_gpu)
     CHECK_OK(bn_ctx_open(0, &ctx));
     int was_deterministic = ctx->deterministic;
     ctx->deterministic = 1;
-    static unsigned char pixels[(ONE_TRAIN + ONE_TEST) * ONE_PIXELS], labels[ONE_TRAIN + ONE_TEST];
+    static unsigned char pixels[(ONE_TRAIN + ONE_TEST) * ONE_PIXELS];
+    static uint16_t labels[ONE_TRAIN + ONE_TEST];
     bn_rng r;
     bn_rng_seed(&r, 11, 0);
     for (int e = 0; e < ONE_TRAIN + ONE_TEST; e++) {
-        labels[e] = (unsigned char)bn_rng_below(&r, 4);
+        labels[e] = (uint16_t)bn_rng_below(&r, 4);
         /* Each class lights its own quarter of the image, so the net learns something. */
         for (int i = 0; i < ONE_PIXELS; i++)
             pixels[e * ONE_PIXELS + i] = (unsigned char)((i / 16 == labels[e] ? 160 : 0) + bn_rng_below(&r, 90));

@@ -1,5 +1,6 @@
 /* test_evaluate.c - per-example evaluation against bn_evaluate, and `blobnet test`'s
  * confusion matrix, per-class accuracy and --misclassified images on real MNIST. */
+#include "idx.h"
 #include "testing.h"
 
 #include <dirent.h>
@@ -16,9 +17,10 @@ static const char model[] = "[input]\nchannels=1\nheight=3\nwidth=3\nmean=0.5\ns
 
 BN_TEST(evaluate_each_agrees_with_evaluate_and_keeps_every_output)
 {
-    unsigned char pixels[COUNT * 9], labels[COUNT];
+    unsigned char pixels[COUNT * 9];
+    uint16_t labels[COUNT];
     for (int i = 0; i < COUNT * 9; i++) pixels[i] = (unsigned char)(i * 37 % 256);
-    for (int i = 0; i < COUNT; i++) labels[i] = (unsigned char)(i % 4);
+    for (int i = 0; i < COUNT; i++) labels[i] = (uint16_t)(i % 4);
     bn_dataset d = {.count = COUNT, .channels = 1, .height = 3, .width = 3, .num_classes = 10,
                     .pixels = pixels, .labels = labels};
     bn_net *net;

@@ -10,7 +10,7 @@
 #include "train/loader.h"
 
 static unsigned char pixels[5 * 4];
-static unsigned char labels[5] = {3, 1, 4, 1, 5};
+static uint16_t labels[5] = {3, 1, 4, 1, 5};
 
 BN_TEST(loader_fills_standardised_batches_in_order)
 {
@@ -82,9 +82,10 @@ static void move_by_hand(const unsigned char *image, bn_augment_draw d, unsigned
  * below come out exactly, the pixels moved in at (0 - mean) / std = -2. */
 BN_TEST(loader_shift_and_flip_move_a_hand_made_image)
 {
-    static unsigned char pixels_hm[HAND_COPIES * HAND_PIXELS], labels_hm[HAND_COPIES];
+    static unsigned char pixels_hm[HAND_COPIES * HAND_PIXELS];
+    static uint16_t labels_hm[HAND_COPIES];
     for (int e = 0; e < HAND_COPIES; e++) {
-        labels_hm[e] = (unsigned char)(e % 10);
+        labels_hm[e] = (uint16_t)(e % 10);
         for (int k = 0; k < HAND_PIXELS; k++) pixels_hm[e * HAND_PIXELS + k] = (unsigned char)(10 + 20 * k);
     }
     const unsigned char *image = pixels_hm;
@@ -140,11 +141,12 @@ BN_TEST(loader_shift_and_flip_move_a_hand_made_image)
 /* 51 images of 2 x 7 x 9 random pixels, labels random in [0, 10). */
 static bn_dataset random_images(void)
 {
-    static unsigned char pixels_r[RAND_COUNT * RAND_PER], labels_r[RAND_COUNT];
+    static unsigned char pixels_r[RAND_COUNT * RAND_PER];
+    static uint16_t labels_r[RAND_COUNT];
     bn_rng r;
     bn_rng_seed(&r, 2024, 0);
     for (int i = 0; i < RAND_COUNT * RAND_PER; i++) pixels_r[i] = (unsigned char)bn_rng_below(&r, 256);
-    for (int i = 0; i < RAND_COUNT; i++) labels_r[i] = (unsigned char)bn_rng_below(&r, 10);
+    for (int i = 0; i < RAND_COUNT; i++) labels_r[i] = (uint16_t)bn_rng_below(&r, 10);
     return (bn_dataset){.count = RAND_COUNT, .channels = RAND_C, .height = RAND_H, .width = RAND_W,
                         .num_classes = 10, .pixels = pixels_r, .labels = labels_r};
 }

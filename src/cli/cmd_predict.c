@@ -152,10 +152,10 @@ static bn_status run(const predict_args *a, predict_run *r, int *failures)
     int side = r->net->input_shape.h, n = a->num_images;
     size_t image_bytes = (size_t)side * side;
     r->batch.pixels = malloc((size_t)n * image_bytes);
-    r->batch.labels = calloc((size_t)n, 1);
+    r->batch.labels = calloc((size_t)n, sizeof *r->batch.labels);
     r->read_ok = calloc((size_t)n, sizeof *r->read_ok);
     if (!r->batch.pixels || !r->batch.labels || !r->read_ok) return bn_error(BN_ERR_NOMEM, "out of memory for images");
-    r->batch = (bn_dataset){.channels = 1, .height = side, .width = side, .num_classes = BN_IDX_NUM_CLASSES,
+    r->batch = (bn_dataset){.channels = 1, .height = side, .width = side, .num_classes = bn_output_size(r->net),
                             .pixels = r->batch.pixels, .labels = r->batch.labels};
     for (int i = 0; i < n; i++) {
         bn_status s = fit_image(a->images[i], a->invert, side, r->batch.pixels + r->batch.count * image_bytes);

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "idx.h"
 #include "core/plugin.h"
 #include "io/image.h"
 #include "train/evaluate.h"

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "idx.h"
 #include "core/plugin.h"
 #include "dist/dist.h"
 #include "io/safetensors.h"

@@ -4,7 +4,7 @@
 #define BN_EVALUATE_H
 
 #include "core/net.h"
-#include "idx.h"
+#include "dataset.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -31,13 +31,12 @@ static void gather_augmented(const bn_dataset *d, const int *indices, int n, bn_
     const size_t plane = (size_t)h * (size_t)w, size = (size_t)d->channels * plane;
     for (int e = 0; e < n; e++) {
         bn_augment_draw draw = bn_augment_pick(a, seed, step, (uint64_t)(offset + e));
-        const unsigned char *src = d->pixels + (size_t)indices[e] * size;
         float *dst = x + (size_t)e * size;
-        for (int c = 0; c < d->channels; c++, src += plane, dst += plane)
+        for (int c = 0; c < d->channels; c++, dst += plane)
             for (int r = 0; r < h; r++)
                 for (int col = 0; col < w; col++) {
                     int from = bn_augment_source(draw, h, w, r, col);
-                    dst[r * w + col] = (float)(from < 0 ? 0 : src[from]) / 255.0f;
+                    dst[r * w + col] = from < 0 ? 0.0f : bn_dataset_value(d, (size_t)indices[e], c * plane + from);
                 }
         y[e] = (float)d->labels[indices[e]];
     }

@@ -7,7 +7,7 @@
 #define BN_LOADER_H
 
 #include "core/net.h"
-#include "idx.h"
+#include "dataset.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -11,8 +11,8 @@
  * batch (cursor[1] counts the blocks done). step, when set, is the training step whose draws move
  * the examples as aug says (core/augment.h) from each example's position in the global batch
  * (offset + its place here), and the last block advances it too. The cursor moves by advance. */
-template <typename T>
-__global__ void gather_batch(const unsigned char *__restrict__ pixels, const unsigned char *__restrict__ labels,
+template <typename T, typename S>
+__global__ void gather_batch(const S *__restrict__ pixels, const uint16_t *__restrict__ labels,
                              const int *__restrict__ order, int start, int *cursor, unsigned long long *step,
                              bn_augment aug, unsigned long long seed, int offset, int n, int advance, int height,
                              int width, int per_example, float mean, float std, T *__restrict__ x,
@@ -31,15 +31,26 @@ __global__ void gather_batch(const unsigned char *__restrict__ pixels, const uns
                                              i - c * plane - row * width);
             from = at < 0 ? -1 : c * plane + at;
         }
-        const unsigned char v = from < 0 ? 0 : pixels[(size_t)src * per_example + from];
+        const S v = from < 0 ? S(0) : pixels[(size_t)src * per_example + from];
         /* The CPU path's operations in its order, so both give the same bits. */
-        bn_st(x + (size_t)e * per_example + i, (v / 255.0f - mean) / std);
+        bn_st(x + (size_t)e * per_example + i, (bn_fed_value(v) - mean) / std);
     }
     if (i == 0) y[e] = (float)labels[src];
     if (cursor && bn_last_arrival((unsigned *)(cursor + 1), gridDim.x * gridDim.y) && threadIdx.x == 0) {
         *cursor = start + advance;
         if (step) ++*step;
     }
+}
+
+/* A pixel is fed as pixel/255 (a true division, as on the CPU); a float as it is. */
+__device__ __forceinline__ float bn_fed_value(unsigned char v)
+{
+    return v / 255.0f;
+}
+
+__device__ __forceinline__ float bn_fed_value(float v)
+{
+    return v;
 }
 
 static int per_example(const bn_dataset *d)
@@ -50,17 +61,18 @@ static int per_example(const bn_dataset *d)
 extern "C" bn_status bn_loader_upload(bn_loader *ld)
 {
     const bn_dataset *d = ld->data;
-    size_t pixel_bytes = (size_t)d->count * per_example(d);
+    size_t pixel_bytes = (size_t)d->count * per_example(d) * (d->values ? sizeof(float) : 1);
+    size_t label_bytes = (size_t)d->count * sizeof *d->labels;
     BN_TRY(bn_device_alloc(&ld->dev_pixels, pixel_bytes));
-    BN_TRY(bn_device_alloc(&ld->dev_labels, (size_t)d->count));
+    BN_TRY(bn_device_alloc(&ld->dev_labels, label_bytes));
     BN_TRY(bn_device_alloc(&ld->dev_order, (size_t)d->count * sizeof(int)));
     /* The cursor and the count of gather blocks done with it. */
     BN_TRY(bn_device_alloc((void **)&ld->dev_cursor, 2 * sizeof(int)));
     BN_TRY(bn_device_zero(ld->dev_cursor, 2 * sizeof(int)));
     BN_TRY(bn_device_alloc((void **)&ld->dev_step, sizeof *ld->dev_step));
     BN_TRY(bn_device_zero(ld->dev_step, sizeof *ld->dev_step));
-    BN_TRY(bn_device_h2d(ld->dev_pixels, d->pixels, pixel_bytes));
-    BN_TRY(bn_device_h2d(ld->dev_labels, d->labels, (size_t)d->count));
+    BN_TRY(bn_device_h2d(ld->dev_pixels, d->values ? (const void *)d->values : (const void *)d->pixels, pixel_bytes));
+    BN_TRY(bn_device_h2d(ld->dev_labels, d->labels, label_bytes));
     return bn_loader_upload_order(ld);
 }
 
@@ -72,33 +84,42 @@ extern "C" bn_status bn_loader_upload_order(bn_loader *ld)
     return s;
 }
 
-/* The batch's examples into x, the input's device data (float, or BF16 under --precision bf16). */
-template <typename T>
+/* The batch's examples into x from the device copy of the dataset. */
+template <typename T, typename S>
 static bn_status gather_into(bn_loader *ld, bn_net *net, int start, int *cursor, unsigned long long *step, int n,
-                             T *x)
+                             const S *pixels, T *x)
 {
     BN_DEV_WR(y, net->labels);
     const bn_dataset *d = ld->data;
     int per = per_example(d);
     const int threads = 256;
     const dim3 grid((unsigned)n, (unsigned)((per + threads - 1) / threads));
-    bn_launch_early(gather_batch<T>, grid, dim3(threads), 0, (cudaStream_t)ld->ctx->stream,
-                    (const unsigned char *)ld->dev_pixels, (const unsigned char *)ld->dev_labels,
+    bn_launch_early(gather_batch<T, S>, grid, dim3(threads), 0, (cudaStream_t)ld->ctx->stream,
+                    pixels, (const uint16_t *)ld->dev_labels,
                     (const int *)ld->dev_order, start, cursor, step, net->augment, net->pass.seed, net->pass.offset,
                     n, ld->stride ? ld->stride : n, d->height, d->width, per, net->input_mean, net->input_std, x, y);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
 
+/* The batch into the input's device data (float, or BF16 under --precision bf16). */
+template <typename S>
+static bn_status gather_from(bn_loader *ld, bn_net *net, int start, int *cursor, unsigned long long *step, int n,
+                             const S *pixels)
+{
+    if (bn_blob_is_bf16(net->input)) {
+        BN_DEV16_WR(x, net->input);
+        return gather_into(ld, net, start, cursor, step, n, pixels, x);
+    }
+    BN_DEV_WR(x, net->input);
+    return gather_into(ld, net, start, cursor, step, n, pixels, x);
+}
+
 static bn_status gather(bn_loader *ld, bn_net *net, int start, int *cursor, unsigned long long *step, int n)
 {
     if (n <= 0) return BN_OK;
-    if (bn_blob_is_bf16(net->input)) {
-        BN_DEV16_WR(x, net->input);
-        return gather_into(ld, net, start, cursor, step, n, x);
-    }
-    BN_DEV_WR(x, net->input);
-    return gather_into(ld, net, start, cursor, step, n, x);
+    if (ld->data->values) return gather_from(ld, net, start, cursor, step, n, (const float *)ld->dev_pixels);
+    return gather_from(ld, net, start, cursor, step, n, (const unsigned char *)ld->dev_pixels);
 }
 
 extern "C" bn_status bn_loader_fill_gpu(bn_loader *ld, bn_net *net, int start, int n)

@@ -7,7 +7,7 @@
 
 #include "checkpoint.h"
 #include "dist/dist.h"
-#include "idx.h"
+#include "dataset.h"
 #include "loader.h"
 #include "metrics_log.h"
 #include "optimizer.h"

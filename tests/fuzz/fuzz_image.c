@@ -21,7 +21,7 @@ static bn_net *net;
 
 static void classify(unsigned char *field)
 {
-    unsigned char label = 0;
+    uint16_t label = 0;
     bn_dataset one = {.channels = 1, .height = SIDE, .width = SIDE, .count = 1, .num_classes = 10,
                       .pixels = field, .labels = &label};
     float p[10];
