@@ -70,7 +70,7 @@ BN_TEST(cli_usage_errors_exit_2_with_one_line)
     CHECK_CLI("train models/lenet.cfg --warmup x", 2, "--warmup: 'x' is not an integer");
     CHECK_CLI("train models/lenet.cfg --shift 15", 2, "--shift: 15 is outside 0..14"); /* half of 28 */
     CHECK_CLI("train models/lenet.cfg --shift two", 2, "--shift: 'two' is not an integer");
-    CHECK_CLI("train models/lenet.cfg --dataset cifar", 2, "--dataset: 'cifar' is not one of mnist, fashion-mnist");
+    CHECK_CLI("train models/lenet.cfg --dataset cifar", 2, "--dataset: 'cifar' is not a dataset format; formats are: mnist, fashion-mnist");
     CHECK_CLI("train models/lenet.cfg --device tpu", 2, "--device: 'tpu' is not one of cpu, gpu, gpu:N, auto");
     CHECK_CLI("train models/lenet.cfg --device gpu:x", 2, "--device: 'x' is not an integer");
     CHECK_CLI("train models/none.cfg", 2, "models/none.cfg: cannot open");

@@ -20,7 +20,7 @@ BN_TEST(loader_fills_standardised_batches_in_order)
     bn_net *net;
     CHECK_OK(bn_net_from_text("[input]\nchannels=1\nheight=2\nwidth=2\nmean=0.5\nstd=0.25\n[dense]\noutputs=2\n",
                               "l.cfg", &net));
-    CHECK(net->input_mean == 0.5f && net->input_std == 0.25f);
+    CHECK(net->input_mean[0] == 0.5f && net->input_std[0] == 0.25f);
     CHECK_OK(bn_net_setup(net, 3, NULL, 0, 1));
     bn_loader ld;
     CHECK_OK(bn_loader_init(&ld, &d, NULL));

@@ -12,8 +12,8 @@
 #include "testing.h"
 #include "train/metrics_log.h"
 
-#define HEADER "epoch,step,lr,train_loss,train_acc,test_loss,test_acc,seconds,images_per_s\n"
-#define ROW(step) "1," #step ",0.01,2.3,0.1,,,0.5,\n"
+#define HEADER "epoch,step,lr,train_loss,train_acc,test_loss,test_acc,seconds,images_per_s,val_loss,val_acc\n"
+#define ROW(step) "1," #step ",0.01,2.3,0.1,,,0.5,,,\n"
 
 BN_TEST(metrics_log_create_writes_the_header_and_rows)
 {
@@ -21,7 +21,7 @@ BN_TEST(metrics_log_create_writes_the_header_and_rows)
     bn_metrics_log log;
     CHECK(ft_write_text(ft_path(path, sizeof path, "create.csv"), "old contents\n") == 0);
     CHECK_OK(bn_metrics_log_create(&log, path));
-    CHECK_OK(bn_metrics_log_row(&log, "1,%d,0.01,2.3,0.1,,,0.5,\n", 4));
+    CHECK_OK(bn_metrics_log_row(&log, "1,%d,0.01,2.3,0.1,,,0.5,,,\n", 4));
     CHECK_OK(bn_metrics_log_close(&log));
     CHECK(log.fd == -1);
     CHECK_OK(bn_metrics_log_close(&log));
@@ -57,6 +57,25 @@ BN_TEST(metrics_log_resume_keeps_rows_up_to_the_checkpoint)
     CHECK_OK(bn_metrics_log_resume(&log, path, 8, &dropped));
     CHECK_OK(bn_metrics_log_close(&log));
     CHECK(ft_read_text(path, text, sizeof text) == 0 && strcmp(text, HEADER) == 0 && dropped == 0);
+    return BN_PASS;
+}
+
+/* A log written before the holdout columns resumes as it was: its rows keep their nine fields. */
+#define OLD_HEADER "epoch,step,lr,train_loss,train_acc,test_loss,test_acc,seconds,images_per_s\n"
+BN_TEST(metrics_log_resumes_a_log_without_the_holdout_columns)
+{
+    char path[512], text[1024];
+    bn_metrics_log log;
+    long dropped;
+    CHECK(ft_write_text(ft_path(path, sizeof path, "old.csv"), OLD_HEADER "1,4,0.01,2.3,0.1,,,0.5,\n") == 0);
+    CHECK_OK(bn_metrics_log_resume(&log, path, 4, &dropped));
+    CHECK(log.no_holdout_columns == 1 && dropped == 0);
+    CHECK_OK(bn_metrics_log_close(&log));
+    CHECK(ft_write_text(path, HEADER ROW(4)) == 0);
+    CHECK_OK(bn_metrics_log_resume(&log, path, 4, &dropped));
+    CHECK(log.no_holdout_columns == 0);
+    CHECK_OK(bn_metrics_log_close(&log));
+    CHECK(ft_read_text(path, text, sizeof text) == 0 && strcmp(text, HEADER ROW(4)) == 0);
     return BN_PASS;
 }
 
@@ -114,7 +133,7 @@ static int fill_until_full(const char *path, rlim_t limit)
         if (setrlimit(RLIMIT_FSIZE, &small) != 0 || bn_metrics_log_create(&log, path) != BN_OK) _exit(2);
         bn_status s = BN_OK;
         int rows = 0;
-        while (s == BN_OK && rows < 1000) s = bn_metrics_log_row(&log, "1,%d,0.01,2.345678,0.1,,,0.5,\n", ++rows);
+        while (s == BN_OK && rows < 1000) s = bn_metrics_log_row(&log, "1,%d,0.01,2.345678,0.1,,,0.5,,,\n", ++rows);
         int named = s == BN_ERR_IO && strstr(bn_last_error(), path) && strstr(bn_last_error(), "File too large") &&
                     strstr(bn_last_error(), "cannot write a row of the metrics log");
         struct stat sb;
@@ -140,7 +159,7 @@ BN_TEST(metrics_log_never_holds_half_a_row)
         for (const char *p = text; *p; p++) commas += *p == ',';
         int lines = 0;
         for (const char *p = text; *p; p++) lines += *p == '\n';
-        CHECK_MSG(commas == 8 * lines, "limit %d: a row lacks fields:\n%s", (int)limit, text);
+        CHECK_MSG(commas == 10 * lines, "limit %d: a row lacks fields:\n%s", (int)limit, text);
     }
     return BN_PASS;
 }

@@ -156,13 +156,13 @@ BN_TEST(train_metrics_log_has_a_row_per_n_steps_and_per_epoch)
     while (fgets(line, sizeof line, f)) {
         line[strcspn(line, "\n")] = '\0';
         if (rows++ < 0) {
-            CHECK_MSG(strcmp(line, "epoch,step,lr,train_loss,train_acc,test_loss,test_acc,seconds,images_per_s") == 0,
+            CHECK_MSG(strcmp(line, "epoch,step,lr,train_loss,train_acc,test_loss,test_acc,seconds,images_per_s,val_loss,val_acc") == 0,
                       "header: %s", line);
             continue;
         }
         CHECK_MSG(rows <= 7, "extra row %s", line);
-        char *v[10];
-        CHECK_MSG(split_csv(line, v, 10) == 9, "row %d: %s", rows, line);
+        char *v[12];
+        CHECK_MSG(split_csv(line, v, 12) == 11, "row %d: %s", rows, line);
         CHECK_MSG(atoi(v[0]) == want[rows - 1].epoch && atol(v[1]) == want[rows - 1].step, "row %d: %s", rows, v[0]);
         CHECK(atof(v[2]) > 0.009 && atof(v[2]) <= 0.01); /* inv policy from 0.01 */
         CHECK(atof(v[3]) > 0 && atof(v[4]) >= 0 && atof(v[4]) <= 1 && atof(v[7]) >= 0);
@@ -186,7 +186,7 @@ static int train_synthetic(const char *dir, const char *args, const char *save, 
     return bn_test_run(cmd, out, sizeof out);
 }
 
-/* The epoch row (the last line) of a metrics log, split into v (9 fields); 0 when unreadable. */
+/* The epoch row (the last line) of a metrics log, split into v (11 fields); 0 when unreadable. */
 static int last_epoch_row(const char *path, char *line, size_t cap, char **v)
 {
     FILE *f = fopen(path, "r");
@@ -195,7 +195,7 @@ static int last_epoch_row(const char *path, char *line, size_t cap, char **v)
     while (fgets(line, (int)cap, f)) rows++;
     fclose(f);
     line[strcspn(line, "\n")] = '\0';
-    return rows == 2 && split_csv(line, v, 10) == 9;
+    return rows == 2 && split_csv(line, v, 12) == 11;
 }
 
 /* --shift 2 --flip reaches the training batches and never the evaluation: the run trains
@@ -215,7 +215,7 @@ BN_TEST(train_augments_training_batches_only_and_resumes_exactly)
     snprintf(resumed, sizeof resumed, "%s/augmented-resumed.safetensors", bn_test_tmpdir());
     CHECK_MSG(train_synthetic(dir, "--epochs 1", plain, plain_log) == 0, "%s", out);
     CHECK_MSG(train_synthetic(dir, "--epochs 1 --shift 2 --flip", aug, aug_log) == 0, "%s", out);
-    char plain_row[512], aug_row[512], *p[10], *a[10];
+    char plain_row[512], aug_row[512], *p[12], *a[12];
     CHECK(last_epoch_row(plain_log, plain_row, sizeof plain_row, p));
     CHECK(last_epoch_row(aug_log, aug_row, sizeof aug_row, a));
     CHECK_MSG(strcmp(p[3], a[3]) != 0, "the same training loss %s with and without augmentation", p[3]);
@@ -254,7 +254,7 @@ BN_TEST(train_augment_section_and_its_flags)
     snprintf(cmd, sizeof cmd, "(cat models/lenet.cfg; printf '\\n[augment]\\nflip = 1\\n') > %s", model);
     CHECK(system(cmd) == 0);
     const char *const models[3] = {"models/lenet.cfg", model, model}, *const flags[3] = {"", "", "--no-flip"};
-    char rows[3][512], *v[3][10];
+    char rows[3][512], *v[3][12];
     for (int i = 0; i < 3; i++) {
         snprintf(log[i], sizeof log[i], "%s/flip-%d.csv", bn_test_tmpdir(), i);
         snprintf(cmd, sizeof cmd, "%s train %s --device cpu --data %s --batch 50 --epochs 1 --quiet --save %s "
@@ -285,8 +285,8 @@ BN_TEST(train_metrics_log_records_the_onecycle_and_warmup_rates)
     char line[512];
     int rows = 0;
     while (fgets(line, sizeof line, f)) {
-        char *v[10];
-        if (split_csv(line, v, 10) != 9 || !*v[2] || *v[5]) continue; /* the header and epoch rows */
+        char *v[12];
+        if (split_csv(line, v, 12) != 11 || !*v[2] || *v[5]) continue; /* the header and epoch rows */
         int s = atoi(v[1]) - 1;
         double want = s <= 5 ? 0.1 + (0.004 - 0.1) / 2 * (cos(pi * s / 5) + 1)
                              : 4e-7 + (0.1 - 4e-7) / 2 * (cos(pi * (s - 5) / 14) + 1);

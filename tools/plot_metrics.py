@@ -15,20 +15,24 @@ import os
 import subprocess
 import sys
 
-HEADER = ["epoch", "step", "lr", "train_loss", "train_acc", "test_loss", "test_acc", "seconds", "images_per_s"]
+HEADER = ["epoch", "step", "lr", "train_loss", "train_acc", "test_loss", "test_acc", "seconds", "images_per_s",
+          "val_loss", "val_acc"]
+# Logs written before the holdout set existed end at images_per_s.
+HEADER_BEFORE_HOLDOUT = HEADER[:9]
 
 
 def read_log(path):
     """The step rows and the epoch rows of one log, as lists of dicts of floats."""
     with open(path, newline="") as f:
         rows = list(csv.reader(f))
-    if not rows or rows[0] != HEADER:
+    if not rows or rows[0] not in (HEADER, HEADER_BEFORE_HOLDOUT):
         raise ValueError(f"{path}: not a blobnet metrics log (expected the header {','.join(HEADER)})")
+    header = rows[0]
     steps, epochs = [], []
     for line, row in enumerate(rows[1:], start=2):
-        if len(row) != len(HEADER):
-            raise ValueError(f"{path}:{line}: {len(row)} fields, expected {len(HEADER)}")
-        values = {key: float(text) if text else None for key, text in zip(HEADER, row)}
+        if len(row) != len(header):
+            raise ValueError(f"{path}:{line}: {len(row)} fields, expected {len(header)}")
+        values = {key: float(text) if text else None for key, text in zip(header, row)}
         (epochs if values["test_loss"] is not None else steps).append(values)
     return steps, epochs
 

@@ -113,19 +113,6 @@ bn_status bn_cli_check_output_dir(const char *flag, const char *dir)
     return BN_OK;
 }
 
-bn_status bn_cli_data_dir(const char *flag, const char *dataset, const char **dir)
-{
-    int fashion = strcmp(dataset, "fashion-mnist") == 0;
-    if (!fashion && strcmp(dataset, "mnist") != 0)
-        return bn_error(BN_ERR_USAGE, "--dataset: '%s' is not one of mnist, fashion-mnist", dataset);
-    const char *env = getenv("BLOBNET_DATA");
-    if (flag) *dir = flag;
-    else if (fashion) *dir = "/usr/share/datasets/fashion-mnist";
-    else if (env && *env) *dir = env;
-    else *dir = "data/mnist";
-    return BN_OK;
-}
-
 /* The length of the UTF-8 sequence that starts at p, or 0 when it is not one: a lone
  * continuation byte, a truncated or overlong sequence, or a C1 control (U+0080..U+009F). */
 static int utf8_length(const unsigned char *p)

@@ -37,9 +37,6 @@ void bn_cli_report(const char *kind, const char *fmt, ...)
  * writable directory. A usage error naming the flag and what is wrong otherwise. */
 bn_status bn_cli_check_output_dir(const char *flag, const char *dir);
 
-/* The data directory: flag, else $BLOBNET_DATA (MNIST only), else the dataset's default. */
-bn_status bn_cli_data_dir(const char *flag, const char *dataset, const char **dir);
-
 /* The usage error for getopt's ':' (missing value) or '?' (unknown option) at arg. */
 bn_status bn_cli_option_error(int opt, int optopt_value, const char *arg);
 

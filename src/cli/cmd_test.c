@@ -7,38 +7,42 @@
 #include <sys/stat.h>
 
 #include "cli.h"
-#include "idx.h"
+#include "data_source.h"
 #include "core/plugin.h"
 #include "io/image.h"
 #include "train/evaluate.h"
 #include "train/trainer.h"
 
-enum { OPT_DATA = 256, OPT_DATASET, OPT_DEVICE, OPT_BATCH, OPT_PLUGIN, OPT_MISCLASSIFIED, OPT_PRECISION, OPT_HELP };
+enum { OPT_DATA = 256, OPT_DATASET, OPT_DEVICE, OPT_BATCH, OPT_PLUGIN, OPT_MISCLASSIFIED, OPT_PRECISION,
+       OPT_DATA_OPTION, OPT_HELP };
 
 static const struct option test_options[] = {
     {"data", required_argument, 0, OPT_DATA},   {"dataset", required_argument, 0, OPT_DATASET},
     {"device", required_argument, 0, OPT_DEVICE}, {"batch", required_argument, 0, OPT_BATCH},
     {"plugin", required_argument, 0, OPT_PLUGIN}, {"misclassified", required_argument, 0, OPT_MISCLASSIFIED},
-    {"precision", required_argument, 0, OPT_PRECISION}, {"help", no_argument, 0, OPT_HELP},
+    {"precision", required_argument, 0, OPT_PRECISION}, {"data-option", required_argument, 0, OPT_DATA_OPTION},
+    {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0},
 };
 
 typedef struct test_args {
-    const char *model, *weights, *data, *dataset, *device, *misclassified;
+    const char *model, *weights, *device, *misclassified;
+    bn_data_flags data;
     long batch;
     int bf16;
 } test_args;
 
 static int parse_args(int argc, char **argv, test_args *a)
 {
-    *a = (test_args){.dataset = "mnist", .batch = 1000};
+    *a = (test_args){.batch = 1000, .data = {.holdout = -1}};
     opterr = 0;
     optind = 1;
     int opt;
     while ((opt = getopt_long(argc, argv, ":", test_options, NULL)) != -1) {
         switch (opt) {
-        case OPT_DATA: a->data = optarg; break;
-        case OPT_DATASET: a->dataset = optarg; break;
+        case OPT_DATA: a->data.path = optarg; break;
+        case OPT_DATASET: a->data.dataset = optarg; break;
+        case OPT_DATA_OPTION: BN_TRY(bn_data_flags_add_option(&a->data, optarg)); break;
         case OPT_DEVICE: a->device = optarg; break;
         case OPT_BATCH: BN_TRY(bn_cli_int("--batch", optarg, 1, 65536, &a->batch)); break;
         case OPT_PLUGIN: BN_TRY(bn_plugin_load(optarg)); break;
@@ -83,6 +87,8 @@ static bn_status write_misclassified(const char *dir, const bn_dataset *test, co
 {
     if (mkdir(dir, 0777) != 0 && errno != EEXIST)
         return bn_error(BN_ERR_IO, "%s: cannot create the directory: %s", dir, strerror(errno));
+    if (test->values || test->channels != 1)
+        return bn_error(BN_ERR_USAGE, "--misclassified: %s's examples are not one-channel 8-bit images", dir);
     size_t image_bytes = (size_t)test->channels * test->height * test->width;
     int written = 0;
     for (int i = 0; i < test->count; i++) {
@@ -96,20 +102,16 @@ static bn_status write_misclassified(const char *dir, const bn_dataset *test, co
     return BN_OK;
 }
 
-static bn_status run(const test_args *a, bn_net **net, bn_dataset *test, int **pred)
+static bn_status run(const test_args *a, bn_net **net, bn_data_source *src, bn_dataset *test, int **pred)
 {
     BN_TRY(bn_net_from_file(a->model, net));
-    const char *dir;
     bn_ctx *ctx;
-    BN_TRY(bn_cli_data_dir(a->data, a->dataset, &dir));
+    BN_TRY(bn_data_source_resolve(&a->data, *net, src));
     BN_TRY(bn_cli_open_device(a->device, 0, &ctx));
     BN_TRY(bn_cli_apply_precision(a->bf16, ctx));
-    BN_TRY(bn_dataset_load(dir, 0, 0, test));
-    bn_shape s = (*net)->input_shape;
-    if (s.c != test->channels || s.h != test->height || s.w != test->width)
-        return bn_error(BN_ERR_USAGE, "%s expects %dx%dx%d inputs but %s holds %dx%dx%d images", a->model, s.c, s.h,
-                        s.w, dir, test->channels, test->height, test->width);
+    BN_TRY(bn_data_source_load(src, (*net)->input_shape, 0, 0, 0, test));
     BN_TRY(bn_net_setup(*net, (int)a->batch, ctx, 0, (*net)->train.seed));
+    BN_TRY(bn_data_check_model(*net, test, src, "test"));
     if (!bn_net_loss_layer(*net)) return bn_error(BN_ERR_USAGE, "%s: testing needs a loss layer at the end", a->model);
     BN_TRY(bn_checkpoint_load_weights(a->weights, *net));
     double loss, acc;
@@ -135,11 +137,13 @@ int bn_cmd_test(int argc, char **argv)
     if (p != BN_OK) return bn_fail((bn_status)p);
     bn_net *net = NULL;
     bn_dataset test = {0};
+    bn_data_source src = {0};
     int *pred = NULL;
-    bn_status s = run(&a, &net, &test, &pred);
+    bn_status s = run(&a, &net, &src, &test, &pred);
     free(pred);
     bn_net_free(net);
     bn_dataset_free(&test);
+    bn_data_source_free(&src);
     bn_ctx_close();
     return s == BN_OK ? 0 : bn_fail(s);
 }

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "idx.h"
+#include "data_source.h"
 #include "core/plugin.h"
 #include "dist/dist.h"
 #include "io/safetensors.h"
@@ -18,7 +18,8 @@
 #include "train/trainer.h"
 
 typedef struct train_args {
-    const char *model, *data, *dataset, *device, *save, *resume, *log;
+    const char *model, *device, *save, *resume, *log;
+    bn_data_flags data;     /* --dataset, --data, --data-option, --holdout */
     long epochs, batch, seed, train_limit, log_every, profile_first, profile_last, checkpoint_every, debug_numerics;
     long warmup;
     double lr, momentum, weight_decay;
@@ -39,7 +40,7 @@ enum { OPT_DATA = 256, OPT_DATASET, OPT_DEVICE, OPT_EPOCHS, OPT_BATCH, OPT_LR, O
        OPT_TF32, OPT_DETERMINISTIC, OPT_AUTOTUNE, OPT_PROFILE, OPT_PLUGIN, OPT_NO_GRAPH,
        OPT_SHIFT, OPT_FLIP, OPT_NO_FLIP,
        OPT_UNTIL, OPT_CHECKPOINT_EVERY, OPT_DEBUG_NUMERICS, OPT_OPTIMIZER, OPT_WARMUP, OPT_PRECISION,
-       OPT_GPUS, OPT_RANK, OPT_WORLD, OPT_RENDEZVOUS, OPT_HELP };
+       OPT_GPUS, OPT_RANK, OPT_WORLD, OPT_RENDEZVOUS, OPT_DATA_OPTION, OPT_HOLDOUT, OPT_HELP };
 
 static const struct option train_options[] = {
     {"data", required_argument, 0, OPT_DATA},       {"dataset", required_argument, 0, OPT_DATASET},
@@ -61,6 +62,7 @@ static const struct option train_options[] = {
     {"no-flip", no_argument, 0, OPT_NO_FLIP},       {"precision", required_argument, 0, OPT_PRECISION},
     {"gpus", required_argument, 0, OPT_GPUS},       {"rank", required_argument, 0, OPT_RANK},
     {"world", required_argument, 0, OPT_WORLD},     {"rendezvous", required_argument, 0, OPT_RENDEZVOUS},
+    {"data-option", required_argument, 0, OPT_DATA_OPTION}, {"holdout", required_argument, 0, OPT_HOLDOUT},
     {"help", no_argument, 0, OPT_HELP},             {0, 0, 0, 0},
 };
 
@@ -119,15 +121,17 @@ static bn_status check_rank_flags(train_args *a)
 /* Returns BN_OK, a usage error, or -1 after printing help. */
 static int parse_args(int argc, char **argv, train_args *a)
 {
-    *a = (train_args){.dataset = "mnist", .device = "auto", .epochs = -1, .batch = -1, .seed = -1,
-                      .warmup = -1, .lr = -1, .momentum = -1, .weight_decay = -1, .rank = -1};
+    *a = (train_args){.device = "auto", .epochs = -1, .batch = -1, .seed = -1, .warmup = -1, .lr = -1,
+                      .momentum = -1, .weight_decay = -1, .rank = -1, .data = {.holdout = -1}};
     opterr = 0;
     optind = 1;
     int opt;
     while ((opt = getopt_long(argc, argv, ":", train_options, NULL)) != -1) {
         switch (opt) {
-        case OPT_DATA: a->data = optarg; break;
-        case OPT_DATASET: a->dataset = optarg; break;
+        case OPT_DATA: a->data.path = optarg; break;
+        case OPT_DATASET: a->data.dataset = optarg; break;
+        case OPT_DATA_OPTION: BN_TRY(bn_data_flags_add_option(&a->data, optarg)); break;
+        case OPT_HOLDOUT: BN_TRY(bn_cli_int("--holdout", optarg, 0, 2147483647L, &a->data.holdout)); break;
         case OPT_DEVICE: a->device = optarg; break;
         case OPT_EPOCHS: BN_TRY(bn_cli_int("--epochs", optarg, 0, 1000000, &a->epochs)); break;
         case OPT_BATCH: BN_TRY(bn_cli_int("--batch", optarg, 1, 65536, &a->batch)); break;
@@ -228,16 +232,6 @@ static bn_status apply_augment(const train_args *a, bn_net *net)
     return BN_OK;
 }
 
-/* Data and model must agree on the image shape, in both splits. */
-static bn_status check_input(const bn_net *net, const bn_dataset *d, const char *dir, const char *split)
-{
-    bn_shape s = net->input_shape;
-    if (s.c != d->channels || s.h != d->height || s.w != d->width)
-        return bn_error(BN_ERR_USAGE, "%s expects %dx%dx%d inputs but the %s set in %s holds %dx%dx%d images",
-                        net->source, s.c, s.h, s.w, split, dir, d->channels, d->height, d->width);
-    return BN_OK;
-}
-
 /* A rank of a run on several GPUs other than rank 0: it trains and loads --resume like the
  * others, but prints nothing but errors and writes no file. */
 static int follower(const train_args *a)
@@ -248,11 +242,32 @@ static int follower(const train_args *a)
 typedef struct train_run {
     bn_net *net;
     bn_optimizer *opt;
-    bn_dataset train, test;
+    bn_dataset train, test, holdout;  /* holdout: count 0 without one */
+    bn_data_source data;
     bn_ctx *ctx;
     bn_metrics_log log;     /* fd -1 while not open */
     bn_dist dist;           /* this rank's place in a run on several GPUs, with --rank */
 } train_run;
+
+/* [input]'s `auto` mean or std from the training set (the holdout left out), printed once; a
+ * resumed run takes them from its checkpoint instead. */
+static bn_status auto_input_norm(train_run *r, int print)
+{
+    const int c = r->train.channels;
+    double *mean = malloc(2 * (size_t)c * sizeof *mean);
+    if (!mean) return bn_error(BN_ERR_NOMEM, "out of host memory for the input statistics");
+    bn_dataset_stats(&r->train, mean, mean + c);
+    int mean_auto = r->net->input_norm_auto & BN_NORM_AUTO_MEAN, std_auto = r->net->input_norm_auto & BN_NORM_AUTO_STD;
+    bn_status s = bn_net_set_input_norm(r->net, mean_auto ? mean : NULL, std_auto ? mean + c : NULL);
+    if (s == BN_OK && print) {
+        printf("blobnet: input statistics of the %d training examples:", r->train.count);
+        for (int k = 0; k < c && k < 8; k++)
+            printf("%s mean %.4f std %.4f", k ? "," : "", r->net->input_mean[k], r->net->input_std[k]);
+        printf("%s\n", c > 8 ? ", ..." : "");
+    }
+    free(mean);
+    return s;
+}
 
 /* A fresh run starts its log; a resumed one appends to the log of the run it resumes, without the
  * rows of the steps it trains again. */
@@ -322,8 +337,7 @@ static bn_status prepare(const train_args *a, train_run *r, bn_train_state *st)
     bn_train_config *cfg = &r->net->train;
     BN_TRY(apply_overrides(a, cfg));
     BN_TRY(apply_augment(a, r->net));
-    const char *dir;
-    BN_TRY(bn_cli_data_dir(a->data, a->dataset, &dir));
+    BN_TRY(bn_data_source_resolve(&a->data, r->net, &r->data));
     /* A rank without a GPU is an error (join_ranks), not a warning and a run on the CPU. */
     BN_TRY(bn_cli_open_device(a->device, a->quiet || a->rank >= 0, &r->ctx));
     if (r->ctx) {
@@ -332,11 +346,11 @@ static bn_status prepare(const train_args *a, train_run *r, bn_train_state *st)
         r->ctx->autotune = a->autotune;
     }
     BN_TRY(bn_cli_apply_precision(a->bf16, r->ctx));
-    BN_TRY(bn_dataset_load(dir, 1, (int)a->train_limit, &r->train));
-    BN_TRY(bn_dataset_load(dir, 0, 0, &r->test));
-    BN_TRY(check_input(r->net, &r->train, dir, "training"));
-    BN_TRY(check_input(r->net, &r->test, dir, "test"));
+    int quiet = a->quiet || a->rank >= 0;
+    BN_TRY(bn_data_source_load_all(&r->data, r->net, (int)a->train_limit, quiet, &r->train, &r->test, &r->holdout));
+    if (r->net->input_norm_auto && !a->resume) BN_TRY(auto_input_norm(r, !quiet && !follower(a)));
     BN_TRY(bn_net_setup(r->net, cfg->batch, r->ctx, 0, cfg->seed));
+    BN_TRY(bn_data_check_model(r->net, &r->train, &r->data, "training"));
     BN_TRY(bn_optimizer_create(r->net, cfg, &r->opt));
     *st = (bn_train_state){.seed = cfg->seed, .examples = r->train.count};
     if (a->resume) {
@@ -406,7 +420,8 @@ static bn_status run(const train_args *a, train_run *r)
                             .profile_first = a->profile_first, .profile_last = a->profile_last,
                             .no_graph = a->no_graph, .until_accuracy = a->until_accuracy / 100.0,
                             .checkpoint_every = a->checkpoint_every, .debug_numerics = a->debug_numerics,
-                            .stop = &stop_signal, .dist = a->rank >= 0 ? &r->dist : NULL};
+                            .stop = &stop_signal, .dist = a->rank >= 0 ? &r->dist : NULL,
+                            .holdout = r->holdout.count ? &r->holdout : NULL};
     /* The live line only on a terminal: logs and pipes get the epoch lines alone. */
     bn_progress progress;
     if (!quiet && isatty(fileno(stdout))) {
@@ -565,6 +580,8 @@ int bn_cmd_train(int argc, char **argv)
     bn_net_free(r.net);
     bn_dataset_free(&r.train);
     bn_dataset_free(&r.test);
+    bn_dataset_free(&r.holdout);
+    bn_data_source_free(&r.data);
     bn_ctx_close();
     if (s == BN_ERR_INTERRUPTED) {
         /* "blobnet: interrupted at step S; checkpoint saved to FILE", and the shell's code for

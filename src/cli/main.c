@@ -11,15 +11,20 @@
 #include "core/device.h"
 #include "core/plugin.h"
 #include "core/registry.h"
+#include "dataset.h"
 
 #define BLOBNET_VERSION "0.1.0"
 
 static const char train_usage[] =
     "usage: blobnet train MODEL [options]\n"
-    "Trains the network described by MODEL on MNIST or Fashion-MNIST.\n"
-    "  --data DIR          dataset directory (default: $BLOBNET_DATA, else data/mnist;\n"
-    "                      fashion-mnist: /usr/share/datasets/fashion-mnist)\n"
-    "  --dataset NAME      mnist (default) or fashion-mnist\n"
+    "Trains the network described by MODEL on the data its [data] section names, or on\n"
+    "what the flags name (they override [data]; MNIST without either).\n"
+    "  --dataset NAME      the data's format (the list below; default mnist)\n"
+    "  --data PATH         the dataset's file or folder (default: the format's; for\n"
+    "                      mnist $BLOBNET_DATA, else data/mnist)\n"
+    "  --data-option K=V   a key of the format's (below), over [data]'s; may repeat\n"
+    "  --holdout N         keep the last N training examples apart as a validation set,\n"
+    "                      reported as val acc in every epoch line and in the log\n"
     "  --device SPEC       cpu, gpu, gpu:N or auto (default: auto, the GPU when present),\n"
     "                      or a list gpu:0,1,... to train on those GPUs as --gpus does\n"
     "  --gpus N            train on N GPUs of this machine (gpu 0..N-1), one process each\n"
@@ -78,8 +83,9 @@ static const char train_usage[] =
 static const char test_usage[] =
     "usage: blobnet test MODEL WEIGHTS [options]\n"
     "Evaluates saved weights on the test set and prints the accuracy.\n"
-    "  --data DIR          dataset directory (as for train)\n"
-    "  --dataset NAME      mnist (default) or fashion-mnist\n"
+    "  --dataset NAME      the data's format, over the model's [data] (as for train)\n"
+    "  --data PATH         the dataset's file or folder (as for train)\n"
+    "  --data-option K=V   a key of the format's, over [data]'s; may repeat\n"
     "  --device SPEC       cpu, gpu, gpu:N or auto (default: the GPU when there is one)\n"
     "  --batch N           evaluation batch size (default 1000)\n"
     "  --precision P       fp32 (default) or bf16: evaluate with BF16 activations (GPU only)\n"
@@ -144,7 +150,7 @@ static const char time_usage[] =
     "  --plugin FILE       load a layer plugin (.so) first; may be given several times\n";
 
 const bn_command bn_commands[] = {
-    {"train", "train a model on MNIST", train_usage, bn_cmd_train},
+    {"train", "train a model on MNIST or your own data", train_usage, bn_cmd_train},
     {"test", "evaluate saved weights on the test set", test_usage, bn_cmd_test},
     {"predict", "classify PNG or PGM images with saved weights", predict_usage, bn_cmd_predict},
     {"summary", "print a model's layers, shapes and sizes", summary_usage, bn_cmd_summary},
@@ -244,10 +250,25 @@ static int run_help(int argc, char **argv)
     return 0;
 }
 
+/* The table of dataset formats, for the help of the commands that read data. */
+static void print_data_formats(void)
+{
+    printf("Dataset formats (--dataset NAME --data PATH, or [data] format and path):\n");
+    for (int i = 0; i < bn_data_format_count(); i++) {
+        const bn_data_format *f = bn_data_format_at(i);
+        printf("  %-15s %s\n", f->name, f->reads);
+        if (f->default_path) printf("  %-15s default PATH: %s\n", "", f->default_path);
+        if (f->keys) printf("  %-15s keys: %s\n", "", f->keys);
+    }
+}
+
 void bn_print_command_help(const char *cmd)
 {
-    for (const bn_command *c = bn_commands; c->name; c++)
-        if (strcmp(c->name, cmd) == 0) fputs(c->usage, stdout);
+    for (const bn_command *c = bn_commands; c->name; c++) {
+        if (strcmp(c->name, cmd) != 0) continue;
+        fputs(c->usage, stdout);
+        if (strstr(c->usage, "--dataset")) print_data_formats();
+    }
 }
 
 /* Whether /proc/self/exe is the file this code was loaded from. Under valgrind, or run by a

@@ -100,16 +100,34 @@ static bn_status append_keys(desc_buf *b, const bn_options *o)
     return BN_OK;
 }
 
+/* [input]'s mean or std as the description has it: "auto" (the values come from the data, and a
+ * checkpoint keeps them apart), one value when every channel has it (as a file of one value has
+ * always been described), else one per channel. Kept as floats: their spelling is the float's,
+ * not the file's. */
+static void describe_norm(desc_buf *b, const float *v, int channels, int is_auto)
+{
+    if (is_auto) {
+        append(b, "auto");
+        return;
+    }
+    int same = 1;
+    for (int c = 1; c < channels; c++) same &= v[c] == v[0];
+    for (int c = 0; c < (same ? 1 : channels); c++) {
+        char text[32];
+        describe_float(v[c], text, sizeof text);
+        append(b, "%s%s", c ? "," : "", text);
+    }
+}
+
 bn_status bn_describe_model(const bn_net *net, bn_options *const *sections, char **out)
 {
     *out = NULL;
     desc_buf b = {0};
-    char mean[32], std[32];
-    /* mean and std are kept as floats: their spelling is the float's, not the file's. */
-    describe_float(net->input_mean, mean, sizeof mean);
-    describe_float(net->input_std, std, sizeof std);
-    append(&b, "input %dx%dx%d mean=%s std=%s\n", net->input_shape.c, net->input_shape.h, net->input_shape.w, mean,
-           std);
+    append(&b, "input %dx%dx%d mean=", net->input_shape.c, net->input_shape.h, net->input_shape.w);
+    describe_norm(&b, net->input_mean, net->input_shape.c, net->input_norm_auto & BN_NORM_AUTO_MEAN);
+    append(&b, " std=");
+    describe_norm(&b, net->input_std, net->input_shape.c, net->input_norm_auto & BN_NORM_AUTO_STD);
+    append(&b, "\n");
     bn_status s = BN_OK;
     for (int i = 0; i < net->num_layers && s == BN_OK; i++) {
         const bn_layer *l = net->layers[i];

@@ -20,18 +20,80 @@ static uint64_t fnv1a(const char *s)
     return h;
 }
 
+/* [input]'s mean or std: `auto`, one number for every channel, or one per channel separated by
+ * commas, each in [lo, hi]; out receives channels values. */
+static bn_status parse_norm(bn_options *o, const char *key, double def, double lo, double hi, int channels,
+                            float *out, int *is_auto)
+{
+    const char *text;
+    BN_TRY(bn_opt_str(o, key, NULL, &text));
+    *is_auto = text && strcmp(text, "auto") == 0;
+    for (int c = 0; c < channels; c++) out[c] = (float)def;
+    if (!text || *is_auto) return BN_OK;
+    int n = 0;
+    for (const char *p = text;; n++) {
+        char *end;
+        double v = strtod(p, &end);
+        while (*end == ' ' || *end == '\t') end++;
+        if (end == p || (*end != ',' && *end) || !isfinite(v))
+            return bn_opt_error(o, key, "%s = %s: expected auto, one number, or one per channel separated by commas",
+                                key, text);
+        if (v < lo || v > hi) return bn_opt_error(o, key, "%s = %s: %g is outside %g..%g", key, text, v, lo, hi);
+        if (n >= channels)
+            return bn_opt_error(o, key, "%s = %s: more values than the %d channel%s", key, text, channels,
+                                channels == 1 ? "" : "s");
+        out[n] = (float)v;
+        if (!*end) break;
+        p = end + 1;
+    }
+    if (n == 0)
+        for (int c = 1; c < channels; c++) out[c] = out[0];
+    else if (n + 1 != channels)
+        return bn_opt_error(o, key, "%s = %s: %d values for %d channels (give one, or one per channel)", key, text,
+                            n + 1, channels);
+    return BN_OK;
+}
+
 static bn_status parse_input(bn_options *o, bn_net *net)
 {
     bn_shape *in = &net->input_shape;
-    double mean, std;
     BN_TRY(bn_opt_int_required(o, "channels", 1, 1 << 16, &in->c));
     BN_TRY(bn_opt_int_required(o, "height", 1, 1 << 16, &in->h));
     BN_TRY(bn_opt_int_required(o, "width", 1, 1 << 16, &in->w));
-    BN_TRY(bn_opt_float(o, "mean", 0.0, -1e3, 1e3, &mean));
-    BN_TRY(bn_opt_float(o, "std", 1.0, 1e-6, 1e3, &std));
-    net->input_mean = (float)mean;
-    net->input_std = (float)std;
+    net->input_mean = malloc((size_t)in->c * sizeof *net->input_mean);
+    net->input_std = malloc((size_t)in->c * sizeof *net->input_std);
+    if (!net->input_mean || !net->input_std) return bn_error(BN_ERR_NOMEM, "out of host memory building %s", net->source);
+    int mean_auto, std_auto;
+    BN_TRY(parse_norm(o, "mean", 0.0, -1e3, 1e3, in->c, net->input_mean, &mean_auto));
+    BN_TRY(parse_norm(o, "std", 1.0, 1e-6, 1e3, in->c, net->input_std, &std_auto));
+    net->input_norm_auto = (mean_auto ? BN_NORM_AUTO_MEAN : 0) | (std_auto ? BN_NORM_AUTO_STD : 0);
     return bn_options_check_unused(o);
+}
+
+/* Keeps the [data] section's keys for the program: the core does not read data. */
+static bn_status keep_data_section(const bn_options *o, bn_net *net)
+{
+    net->data.file = net->source;
+    net->data.line = o->line;
+    if (!(net->data.section = strdup("data"))) return bn_error(BN_ERR_NOMEM, "out of host memory building %s", net->source);
+    for (int i = 0; i < o->count; i++) BN_TRY(bn_options_add(&net->data, o->items[i].key, o->items[i].value,
+                                                            o->items[i].line));
+    return BN_OK;
+}
+
+bn_status bn_net_set_input_norm(bn_net *net, const double *mean, const double *std)
+{
+    const int c = net->input_shape.c;
+    for (int k = 0; k < c; k++) {
+        if (mean) net->input_mean[k] = (float)mean[k];
+        if (std) net->input_std[k] = std[k] > 0 ? (float)std[k] : 1.0f;
+    }
+    if (!net->input_norm) return BN_OK;
+    float *norm = bn_blob_host_wr(net->input_norm);
+    if (!norm) return bn_last_status();
+    memcpy(norm, net->input_mean, (size_t)c * sizeof *norm);
+    memcpy(norm + c, net->input_std, (size_t)c * sizeof *norm);
+    return BN_OK;
 }
 
 static bn_status unknown_section(const bn_options *o)
@@ -158,7 +220,7 @@ static bn_status check_all_read(const bn_net *net)
 
 static bn_status build_sections(bn_net *net, bn_modelfile *m, bn_options **layer_opts, const char **layer_inputs)
 {
-    int seen_input = 0, seen_train = 0, seen_augment = 0;
+    int seen_input = 0, seen_train = 0, seen_augment = 0, seen_data = 0;
     for (int i = 0; i < m->count; i++) {
         bn_options *o = &m->sections[i];
         if (strcmp(o->section, "input") == 0) {
@@ -168,6 +230,9 @@ static bn_status build_sections(bn_net *net, bn_modelfile *m, bn_options **layer
             if (seen_train++) return bn_error(BN_ERR_USAGE, "%s:%d: second [train] section", o->file, o->line);
             BN_TRY(bn_train_config_parse(o, &net->train));
             BN_TRY(bn_options_check_unused(o));
+        } else if (strcmp(o->section, "data") == 0) {
+            if (seen_data++) return bn_error(BN_ERR_USAGE, "%s:%d: second [data] section", o->file, o->line);
+            BN_TRY(keep_data_section(o, net));
         } else if (strcmp(o->section, "augment") == 0) {
             if (seen_augment++) return bn_error(BN_ERR_USAGE, "%s:%d: second [augment] section", o->file, o->line);
             /* Its shift is limited by the input's size, which must be known by then. */
@@ -216,7 +281,6 @@ bn_status bn_net_from_text(const char *text, const char *name, bn_net **out)
     snprintf(net->source, sizeof net->source, "%s", name);
     net->text_hash = fnv1a(text);
     net->train = bn_train_config_defaults();
-    net->input_std = 1.0f;
     bn_modelfile m;
     bn_status s = bn_modelfile_parse(text, net->source, &m);
     if (s == BN_OK) {
@@ -353,6 +417,8 @@ static bn_status setup_layers(bn_net *net, int want_input_grad, mem_budget *budg
     BN_TRY(add_bytes(net, blob_floats(net, data, want_input_grad), "the input", budget));
     net->input = new_blob("input", "", net->capacity, data);
     if (!net->input) return bn_last_status();
+    if (!(net->input_norm = bn_blob_new("input.norm", 2 * data.c, 1, 1, 1))) return bn_last_status();
+    BN_TRY(bn_net_set_input_norm(net, NULL, NULL));
     if (want_input_grad && !(net->input_grad = new_blob("input", ".grad", net->capacity, data)))
         return bn_last_status();
     int *first_reader = malloc(((size_t)net->num_layers + 1) * sizeof *first_reader);
@@ -785,11 +851,14 @@ void bn_net_free(bn_net *net)
     for (int i = 0; i < net->num_layers; i++) free_layer(net->layers[i]);
     free(net->layers);
     bn_blob *own[] = {net->input,  net->input_grad, net->labels,  net->metrics,
-                      net->params, net->grads,      net->buffers, net->params16};
+                      net->params, net->grads,      net->buffers, net->params16, net->input_norm};
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) bn_blob_free(own[i]);
     for (int k = 0; k < net->num_input_grad_parts; k++) bn_blob_free(net->input_grad_parts[k]);
     free(net->input_grad_parts);
     free(net->description);
+    free(net->input_mean);
+    free(net->input_std);
+    bn_options_clear(&net->data);
     free(net);
 }
 

@@ -24,7 +24,11 @@ typedef struct bn_net {
     uint64_t text_hash;        /* FNV-1a of the model file's text, which checkpoints of format 1
                                 * were tied to */
     bn_shape input_shape;
-    float input_mean, input_std;  /* [input] mean and std: pixels in [0,1] become (x - mean) / std */
+    float *input_mean, *input_std; /* [input] mean and std, one value per channel (owned): pixels in
+                                * [0,1] become (x - mean[c]) / std[c] */
+    int input_norm_auto;       /* BN_NORM_AUTO_MEAN | BN_NORM_AUTO_STD: `auto` in [input], to be set
+                                * from the training set or a checkpoint (bn_net_set_input_norm) */
+    bn_options data;           /* the [data] section (count 0 when absent), for the program to read */
     bn_train_config train;     /* the [train] section over the defaults */
     bn_layer **layers;
     int num_layers;
@@ -53,10 +57,18 @@ typedef struct bn_net {
                                 * each parameter gradient in the gradient slab, where a write past
                                 * a gradient lands instead of in the next one. The slab then no
                                 * longer mirrors the parameter slab: not for the optimizer. */
+    bn_blob *input_norm;       /* set up: mean[0..C) then std[0..C), what the device gather reads */
     bn_blob *params16;         /* under --precision bf16: the BF16 device copy of the parameter
                                 * slab, same layout, which the layers' products read (each
                                 * bn_param.value16 is a view of it); NULL otherwise */
 } bn_net;
+
+enum { BN_NORM_AUTO_MEAN = 1, BN_NORM_AUTO_STD = 2 };
+
+/* Sets the input's per-channel mean and std (input_shape.c values each; NULL leaves that one),
+ * the values `auto` stands for; after setup the copy the loader reads follows. A std that is
+ * not above 0 (a constant channel) becomes 1. */
+bn_status bn_net_set_input_norm(bn_net *net, const double *mean, const double *std);
 
 /* Reads a model file and creates its layers (not yet set up). *out is owned by the caller
  * (bn_net_free). Errors name file:line. */

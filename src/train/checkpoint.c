@@ -167,7 +167,9 @@ bn_status bn_checkpoint_save(const char *path, bn_net *net, const bn_optimizer *
                                                        state[j] + specs[i].offset};
         bn_checkpoint_fields meta;
         bn_checkpoint_fields_build(&meta, net, opt, st);
-        s = bn_safetensors_save(path, meta.list, meta.count, tensors, k);
+        s = net->input_norm_auto && !meta.input_norm ? bn_error(BN_ERR_NOMEM, "out of host memory saving %s", path)
+                                                     : bn_safetensors_save(path, meta.list, meta.count, tensors, k);
+        bn_checkpoint_fields_free(&meta);
     }
     free(tensors);
     free(specs);
@@ -303,7 +305,9 @@ static bn_status load_open(const bn_safetensors *f, bn_net *net, bn_optimizer *o
     size_t nbuf = net->num_buffer_floats;
     bn_safetensors_entry *found = calloc((size_t)(1 + ns) * n + nb + 1, sizeof *found);
     float *buf = malloc((staged * slab + nbuf) * sizeof *buf); /* the weights, each state slab, the buffers */
-    if (s == BN_OK && (!found || !buf)) s = bn_error(BN_ERR_NOMEM, "out of host memory loading %s", f->path);
+    double *norm = malloc(2 * (size_t)net->input_shape.c * sizeof *norm); /* [input]'s auto mean and std */
+    if (s == BN_OK && (!found || !buf || !norm)) s = bn_error(BN_ERR_NOMEM, "out of host memory loading %s", f->path);
+    if (s == BN_OK) s = bn_checkpoint_meta_input_norm(f, net, norm, norm + net->input_shape.c);
     tensor_lists t = {specs, bspecs, n, nb, names, ns};
     if (s == BN_OK) s = match_tensors(f, &t, cs == NULL, want_state, found);
     for (size_t k = 0; k < staged && s == BN_OK; k++) s = stage_all(f, found + k * n, specs, n, buf + k * slab);
@@ -317,11 +321,13 @@ static bn_status load_open(const bn_safetensors *f, bn_net *net, bn_optimizer *o
             memcpy(dst[k], buf + k * slab, net->num_params * sizeof *buf);
         if (nbuf) memcpy(bdst, buf + staged * slab, nbuf * sizeof *buf);
         if (opt) opt->iter = cs->iter;
+        if (net->input_norm_auto) s = bn_net_set_input_norm(net, norm, norm + net->input_shape.c);
     }
     /* The products under --precision bf16 read the BF16 copy of the weights just loaded. */
     if (s == BN_OK) s = bn_net_refresh_params16(net);
     free(found);
     free(buf);
+    free(norm);
     free(specs);
     free(bspecs);
     return s;

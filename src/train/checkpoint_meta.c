@@ -66,6 +66,48 @@ void bn_checkpoint_fields_build(bn_checkpoint_fields *m, const bn_net *net, cons
     field(m, "has_momentum", opt ? "1" : "0");
     bn_optimizer_kind kind = opt ? opt->cfg.optimizer : BN_OPT_SGD;
     if (kind != BN_OPT_SGD) field(m, "optimizer", bn_optimizer_names[kind]);
+    m->input_norm = NULL;
+    if (net->input_norm_auto) {
+        /* "m0,m1,...;s0,s1,..." at 9 significant digits, which give every float back. */
+        const int c = net->input_shape.c;
+        size_t cap = (size_t)c * 2 * 18 + 2, used = 0;
+        if ((m->input_norm = malloc(cap))) {
+            for (int k = 0; k < 2 * c; k++) {
+                float v = k < c ? net->input_mean[k] : net->input_std[k - c];
+                used += (size_t)snprintf(m->input_norm + used, cap - used, "%s%.9g", k == 0 ? "" : k == c ? ";" : ",",
+                                         (double)v);
+            }
+            field(m, "input_norm", m->input_norm);
+        }
+    }
+}
+
+void bn_checkpoint_fields_free(bn_checkpoint_fields *m)
+{
+    free(m->input_norm);
+    m->input_norm = NULL;
+}
+
+bn_status bn_checkpoint_meta_input_norm(const bn_safetensors *f, const bn_net *net, double *mean, double *std)
+{
+    if (!net->input_norm_auto) return BN_OK;
+    const char *text = bn_safetensors_meta(f, "input_norm");
+    if (!text)
+        return bn_error(BN_ERR_DATA, "%s keeps no input_norm: %s's [input] says auto, but the file does not say what "
+                        "it stood for", f->path, net->source);
+    const int c = net->input_shape.c;
+    const char *p = text;
+    for (int k = 0; k < 2 * c; k++) {
+        char *end;
+        double v = strtod(p, &end);
+        char want = k == 2 * c - 1 ? '\0' : k == c - 1 ? ';' : ',';
+        if (end == p || *end != want || !isfinite(v) || (k >= c && v <= 0))
+            return bn_error(BN_ERR_DATA, "%s: input_norm is not %d means and %d stds (\"m,...;s,...\")", f->path, c, c);
+        if (k < c) mean[k] = v;
+        else std[k - c] = v;
+        p = end + 1;
+    }
+    return BN_OK;
 }
 
 /* ---- read: single fields ------------------------------------------------------------ */

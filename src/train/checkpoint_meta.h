@@ -20,11 +20,20 @@ typedef struct bn_checkpoint_fields {
     size_t count;
     char numbers[BN_CHECKPOINT_FIELDS][32];
     char settings[BN_SETTINGS_MAX];
+    char *input_norm;    /* the "input_norm" field's text when the model's mean or std is auto
+                          * (owned: bn_checkpoint_fields_free) */
 } bn_checkpoint_fields;
 
 /* The fields for net, opt (may be NULL: weights only) and st (may be NULL: a fresh run). */
 void bn_checkpoint_fields_build(bn_checkpoint_fields *m, const bn_net *net, const bn_optimizer *opt,
                                 const bn_train_state *st);
+
+/* Frees what bn_checkpoint_fields_build allocated. */
+void bn_checkpoint_fields_free(bn_checkpoint_fields *m);
+
+/* The per-channel mean and std a file keeps for a model whose [input] says auto (caller-owned
+ * arrays of the input's channel count); nothing when the model has no auto. */
+bn_status bn_checkpoint_meta_input_norm(const bn_safetensors *f, const bn_net *net, double *mean, double *std);
 
 /* What the fields of a file say. */
 typedef struct bn_checkpoint_meta {

@@ -53,11 +53,16 @@ static bn_status fill_host(bn_loader *ld, bn_net *net, int start, int n, int aug
                          x, y);
     else
         bn_dataset_gather(ld->data, ld->order + start, n, x, y);
-    if (net->input_mean != 0.0f || net->input_std != 1.0f) {
-        size_t count = bn_blob_count(net->input);
-        /* The same two operations as the device gather, so both paths see the same bits. */
-        for (size_t i = 0; i < count; i++) x[i] = (x[i] - net->input_mean) / net->input_std;
-    }
+    const int channels = ld->data->channels;
+    const size_t plane = (size_t)ld->data->height * (size_t)ld->data->width;
+    /* The same two operations as the device gather, so both paths see the same bits. */
+    for (int e = 0; e < n; e++)
+        for (int c = 0; c < channels; c++) {
+            const float mean = net->input_mean[c], std = net->input_std[c];
+            if (mean == 0.0f && std == 1.0f) continue;
+            float *p = x + ((size_t)e * channels + c) * plane;
+            for (size_t i = 0; i < plane; i++) p[i] = (p[i] - mean) / std;
+        }
     return BN_OK;
 }
 

@@ -15,7 +15,8 @@ template <typename T, typename S>
 __global__ void gather_batch(const S *__restrict__ pixels, const uint16_t *__restrict__ labels,
                              const int *__restrict__ order, int start, int *cursor, unsigned long long *step,
                              bn_augment aug, unsigned long long seed, int offset, int n, int advance, int height,
-                             int width, int per_example, float mean, float std, T *__restrict__ x,
+                             int width, int per_example, const float *__restrict__ norm, int channels,
+                             T *__restrict__ x,
                              float *__restrict__ y)
 {
     bn_early_entry(); /* pdl.cuh */
@@ -23,9 +24,10 @@ __global__ void gather_batch(const S *__restrict__ pixels, const uint16_t *__res
     const int e = (int)blockIdx.x, src = order[start + e];
     const int i = (int)(blockIdx.y * blockDim.x + threadIdx.x);
     if (i < per_example) {
+        const int plane = height * width, c = channels == 1 ? 0 : i / plane;
         int from = i;
         if (step && bn_augment_active(aug)) {
-            const int plane = height * width, c = i / plane, row = (i - c * plane) / width;
+            const int row = (i - c * plane) / width;
             const unsigned long long place = (unsigned long long)(offset + e);
             const int at = bn_augment_source(bn_augment_pick(aug, seed, *step, place), height, width, row,
                                              i - c * plane - row * width);
@@ -33,7 +35,7 @@ __global__ void gather_batch(const S *__restrict__ pixels, const uint16_t *__res
         }
         const S v = from < 0 ? S(0) : pixels[(size_t)src * per_example + from];
         /* The CPU path's operations in its order, so both give the same bits. */
-        bn_st(x + (size_t)e * per_example + i, (bn_fed_value(v) - mean) / std);
+        bn_st(x + (size_t)e * per_example + i, (bn_fed_value(v) - norm[c]) / norm[channels + c]);
     }
     if (i == 0) y[e] = (float)labels[src];
     if (cursor && bn_last_arrival((unsigned *)(cursor + 1), gridDim.x * gridDim.y) && threadIdx.x == 0) {
@@ -90,6 +92,7 @@ static bn_status gather_into(bn_loader *ld, bn_net *net, int start, int *cursor,
                              const S *pixels, T *x)
 {
     BN_DEV_WR(y, net->labels);
+    BN_DEV_RD(norm, net->input_norm);
     const bn_dataset *d = ld->data;
     int per = per_example(d);
     const int threads = 256;
@@ -97,7 +100,7 @@ static bn_status gather_into(bn_loader *ld, bn_net *net, int start, int *cursor,
     bn_launch_early(gather_batch<T, S>, grid, dim3(threads), 0, (cudaStream_t)ld->ctx->stream,
                     pixels, (const uint16_t *)ld->dev_labels,
                     (const int *)ld->dev_order, start, cursor, step, net->augment, net->pass.seed, net->pass.offset,
-                    n, ld->stride ? ld->stride : n, d->height, d->width, per, net->input_mean, net->input_std, x, y);
+                    n, ld->stride ? ld->stride : n, d->height, d->width, per, norm, d->channels, x, y);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }

@@ -9,7 +9,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-const char bn_metrics_csv_header[] = "epoch,step,lr,train_loss,train_acc,test_loss,test_acc,seconds,images_per_s";
+const char bn_metrics_csv_header[] =
+    "epoch,step,lr,train_loss,train_acc,test_loss,test_acc,seconds,images_per_s,val_loss,val_acc";
+
+/* The header of logs written before the holdout set: their rows end at images_per_s. */
+static const size_t header_before_holdout = sizeof "epoch,step,lr,train_loss,train_acc,test_loss,test_acc,seconds,"
+                                                   "images_per_s" - 1;
 
 /* Opens path with flags once it is known to be a regular file or absent: a FIFO named by mistake
  * would block the open until a reader came. */
@@ -89,9 +94,9 @@ static long row_step(const char *line)
     return end == at || *end != ',' || step < 0 ? -1 : step;
 }
 
-/* Reads the log from its start: checks the header and finds *keep, the length of the part that
+/* Reads the log from its start: checks the header (and notes one of before the holdout columns), finds *keep, the length of the part that
  * ends with the last whole row of a step up to `step`; *dropped counts the lines after it. */
-static bn_status scan(const bn_metrics_log *log, FILE *f, long step, long long *keep, long *dropped)
+static bn_status scan(bn_metrics_log *log, FILE *f, long step, long long *keep, long *dropped)
 {
     char *line = NULL;
     size_t cap = 0;
@@ -106,7 +111,10 @@ static bn_status scan(const bn_metrics_log *log, FILE *f, long step, long long *
         number++;
         int whole = line[n - 1] == '\n';
         if (number == 1) {
-            if (!whole || (size_t)n != header + 1 || memcmp(line, bn_metrics_csv_header, header) != 0)
+            if (whole && (size_t)n == header_before_holdout + 1 &&
+                memcmp(line, bn_metrics_csv_header, header_before_holdout) == 0)
+                log->no_holdout_columns = 1;
+            else if (!whole || (size_t)n != header + 1 || memcmp(line, bn_metrics_csv_header, header) != 0)
                 s = bn_error(BN_ERR_USAGE, "%s: the first line is not a metrics log's header (%s); a resumed run "
                              "appends to the log of the run it resumes: name that log or a new file", log->path,
                              bn_metrics_csv_header);

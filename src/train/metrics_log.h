@@ -18,6 +18,8 @@ typedef struct bn_metrics_log {
     const char *path;   /* the caller's string, named in every message */
     int fd;             /* -1 once closed */
     long long size;     /* bytes of whole lines in the file: a failed row is cut back to this */
+    int no_holdout_columns; /* a resumed log written before val_loss and val_acc: rows end at
+                             * images_per_s */
 } bn_metrics_log;
 
 /* Starts the log of a fresh run at path: a regular file, created or emptied, holding the header.

@@ -57,14 +57,19 @@ static bn_status log_step(const bn_trainer_opts *opts, bn_net *net, int epoch, l
     if (opts->dist) BN_TRY(bn_dist_wait(opts->dist, net->pass.ctx));
     const float *m = bn_blob_host_rd(net->metrics);
     if (!m) return bn_last_status();
-    return bn_metrics_log_row(opts->log, "%d,%ld,%.9g,%.9g,%.9g,,,%.3f,\n", epoch, step, lr,
-                              (double)m[0] / net->batch, (double)m[1] / net->batch, bn_clock_seconds() - t0);
+    return bn_metrics_log_row(opts->log, "%d,%ld,%.9g,%.9g,%.9g,,,%.3f,%s\n", epoch, step, lr,
+                              (double)m[0] / net->batch, (double)m[1] / net->batch, bn_clock_seconds() - t0,
+                              opts->log->no_holdout_columns ? "" : ",,");
 }
 
 static bn_status log_epoch(const bn_trainer_opts *opts, const bn_epoch_report *r, long step)
 {
-    return bn_metrics_log_row(opts->log, "%d,%ld,%.9g,%.9g,%.9g,%.9g,%.9g,%.3f,%.1f\n", r->epoch, step, r->lr,
-                              r->train_loss, r->train_acc, r->test_loss, r->test_acc, r->seconds, r->images_per_s);
+    char val[64] = "";
+    if (!opts->log->no_holdout_columns && r->has_val) snprintf(val, sizeof val, ",%.9g,%.9g", r->val_loss, r->val_acc);
+    else if (!opts->log->no_holdout_columns) snprintf(val, sizeof val, ",,");
+    return bn_metrics_log_row(opts->log, "%d,%ld,%.9g,%.9g,%.9g,%.9g,%.9g,%.3f,%.1f%s\n", r->epoch, step, r->lr,
+                              r->train_loss, r->train_acc, r->test_loss, r->test_acc, r->seconds, r->images_per_s,
+                              val);
 }
 
 bn_status bn_step_running_metrics(const bn_step_info *info, double *loss, double *acc)
@@ -543,12 +548,13 @@ bn_status bn_evaluate(bn_net *net, const bn_dataset *data, double *loss, double 
 static void print_epoch(FILE *out, const bn_epoch_report *r)
 {
     if (!out) return;
-    char per_gpu[48] = "";
+    char per_gpu[48] = "", val[32] = "";
     if (r->gpus > 1) snprintf(per_gpu, sizeof per_gpu, " (%.0f per GPU)", r->images_per_s / r->gpus);
+    if (r->has_val) snprintf(val, sizeof val, "  val acc %6.2f%%", 100.0 * r->val_acc);
     fprintf(out,
-            "epoch %*d/%d  lr %.6f  train loss %.4f  train acc %6.2f%%  test acc %6.2f%%  %7.3f s  %8.0f img/s%s"
+            "epoch %*d/%d  lr %.6f  train loss %.4f  train acc %6.2f%%%s  test acc %6.2f%%  %7.3f s  %8.0f img/s%s"
             "  eval %.1f ms\n",
-            r->epochs >= 10 ? 2 : 1, r->epoch, r->epochs, r->lr, r->train_loss, 100.0 * r->train_acc,
+            r->epochs >= 10 ? 2 : 1, r->epoch, r->epochs, r->lr, r->train_loss, 100.0 * r->train_acc, val,
             100.0 * r->test_acc, r->seconds, r->images_per_s, per_gpu, 1e3 * r->eval_seconds);
     fflush(out);
 }
@@ -568,12 +574,14 @@ bn_status bn_train(bn_net *net, bn_optimizer *opt, const bn_dataset *train, cons
     BN_TRY(bn_loader_init(&ld, train, net->pass.ctx));
     /* Each rank reads its share of every global batch and skips the others'. */
     if (opts->dist) ld.stride = net->capacity;
+    bn_loader val_ld = {0};
     bn_status s = bn_loader_init(&test_ld, test, net->pass.ctx);
+    if (s == BN_OK && opts->holdout) s = bn_loader_init(&val_ld, opts->holdout, net->pass.ctx);
     bn_blob *acc = s == BN_OK ? bn_blob_new("epoch.metrics", 2, 1, 1, 1) : NULL;
     bn_blob *eval_sum = acc ? bn_blob_new("eval.metrics", 2, 1, 1, 1) : NULL;
     if (s == BN_OK && !eval_sum) s = bn_last_status();
     char range[32];
-    bn_step_graph graph = {0}, eval_graph = {0};
+    bn_step_graph graph = {0}, eval_graph = {0}, val_graph = {0};
     int warm = 0;
     long checked = st->step;
     st->examples = train->count;
@@ -600,6 +608,11 @@ bn_status bn_train(bn_net *net, bn_optimizer *opt, const bn_dataset *train, cons
         if (s == BN_OK)
             s = evaluate_with(net, &test_ld, eval_sum, opts->no_graph ? NULL : &eval_graph, opts->dist, &r.test_loss,
                               &r.test_acc);
+        if (s == BN_OK && opts->holdout) {
+            r.has_val = 1;
+            s = evaluate_with(net, &val_ld, eval_sum, opts->no_graph ? NULL : &val_graph, opts->dist, &r.val_loss,
+                              &r.val_acc);
+        }
         r.eval_seconds = bn_clock_seconds() - eval_start;
         if (s != BN_OK) break;
         *st = (bn_train_state){.seed = st->seed, .epoch = st->epoch + 1, .step = st->step, .examples = st->examples};
@@ -623,9 +636,11 @@ bn_status bn_train(bn_net *net, bn_optimizer *opt, const bn_dataset *train, cons
     if (s == BN_OK) s = write_rank_weights(opts, net);
     bn_step_graph_free(&graph);
     bn_step_graph_free(&eval_graph);
+    bn_step_graph_free(&val_graph);
     bn_blob_free(acc);
     bn_blob_free(eval_sum);
     bn_loader_free(&ld);
     bn_loader_free(&test_ld);
+    bn_loader_free(&val_ld);
     return s;
 }

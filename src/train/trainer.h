@@ -22,6 +22,8 @@ typedef struct bn_epoch_report {
     double lr;              /* at the epoch's last step */
     double train_loss, train_acc;
     double test_loss, test_acc;
+    int has_val;            /* a holdout set was evaluated: val_loss and val_acc are set */
+    double val_loss, val_acc;
     double seconds;         /* training time of the epoch, evaluation excluded */
     double eval_seconds;    /* the evaluation of the test set after it */
     double images_per_s;    /* of all GPUs together */
@@ -76,6 +78,8 @@ typedef struct bn_trainer_opts {
                              * and returns BN_ERR_INTERRUPTED; on several GPUs the ranks agree on
                              * the largest value asked for and write it back here on every rank */
     bn_dist *dist;          /* several GPUs: this rank's group, or NULL */
+    const bn_dataset *holdout; /* the validation set held out of the training data, evaluated
+                             * after every epoch beside the test set; NULL for none */
 } bn_trainer_opts;
 
 /* Trains net with opt from state st (zeroed for a fresh run; loaded for a resume) until
