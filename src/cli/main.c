@@ -119,6 +119,18 @@ static const char summary_usage[] =
     "                      (blobnet summary MODEL --dot | dot -Tpng -o model.png)\n"
     "  --plugin FILE       load a layer plugin (.so) first; may be given several times\n";
 
+static const char data_usage[] =
+    "usage: blobnet data [MODEL] [options]\n"
+    "Prints what blobnet sees in a dataset: its format, the examples of each split, their\n"
+    "shape, the classes with their counts, each channel's mean and std, and the first\n"
+    "problem found (a class without training examples, a constant channel). The first\n"
+    "command to run on new data. With MODEL, the data named by its [data] section (the flags\n"
+    "override it) is read as training would read it: images fitted to the model's input.\n"
+    "  --dataset NAME      the data's format (the list below; default mnist)\n"
+    "  --data PATH         the dataset's file or folder\n"
+    "  --data-option K=V   a key of the format's; may repeat\n"
+    "  --plugin FILE       load a layer plugin (.so) first; may be given several times\n";
+
 static const char check_layer_usage[] =
     "usage: blobnet check-layer TYPE [options]\n"
     "Checks a layer type against the layer contract on a one-layer network: shapes at batch 1\n"
@@ -154,6 +166,7 @@ const bn_command bn_commands[] = {
     {"test", "evaluate saved weights on the test set", test_usage, bn_cmd_test},
     {"predict", "classify PNG or PGM images with saved weights", predict_usage, bn_cmd_predict},
     {"summary", "print a model's layers, shapes and sizes", summary_usage, bn_cmd_summary},
+    {"data", "show what blobnet sees in a dataset", data_usage, bn_cmd_data},
     {"check-layer", "check a layer type against the layer contract", check_layer_usage, bn_cmd_check_layer},
     {"time", "time each layer's forward and backward pass", time_usage, bn_cmd_time},
     {NULL, NULL, NULL, NULL},
