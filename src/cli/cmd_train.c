@@ -378,7 +378,8 @@ static void print_device_memory(const train_run *r)
     const bn_dataset *sets[] = {&r->train, &r->test};
     double data = 0;
     for (int i = 0; i < 2; i++)
-        data += (double)sets[i]->count * (sets[i]->channels * sets[i]->height * sets[i]->width + 1 + sizeof(int));
+        data += (double)sets[i]->count * ((double)bn_dataset_example_size(sets[i]) * (sets[i]->values ? 4 : 1) +
+                                          sizeof *sets[i]->labels + sizeof(int));
     printf("peak device memory: %.1f MiB without the datasets (%.1f MiB with them)\n", (peak - data) / 1048576.0,
            peak / 1048576.0);
 }

@@ -1,5 +1,6 @@
 #include "loader.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +13,23 @@ bn_status bn_loader_init(bn_loader *ld, const bn_dataset *data, bn_ctx *ctx)
     if (!ld->order) return bn_error(BN_ERR_NOMEM, "out of host memory for the data order");
     for (int i = 0; i < data->count; i++) ld->order[i] = i;
     return ctx ? bn_loader_upload(ld) : BN_OK;
+}
+
+bn_status bn_loader_data_budget(size_t free_bytes, size_t *budget)
+{
+    const char *env = getenv("BLOBNET_DATA_BUDGET");
+    *budget = free_bytes / 2;
+    if (!env || !*env) return BN_OK;
+    char *end;
+    errno = 0;
+    double v = strtod(env, &end);
+    double unit = *end == 'K' || *end == 'k' ? 1e3 : *end == 'M' || *end == 'm' ? 1e6 : *end == 'G' || *end == 'g' ? 1e9 : 1;
+    if (unit != 1) end++;
+    if (end == env || *end || errno || !(v >= 0) || v * unit > 1e18)
+        return bn_error(BN_ERR_USAGE, "BLOBNET_DATA_BUDGET: '%s' is not a size in bytes (a number, K, M or G after it)",
+                        env);
+    *budget = (size_t)(v * unit);
+    return BN_OK;
 }
 
 bn_status bn_loader_set_order(bn_loader *ld, int shuffle, unsigned long long seed)
@@ -102,7 +120,7 @@ bn_status bn_loader_fill_next(bn_loader *ld, bn_net *net, int n, int train)
 void bn_loader_free(bn_loader *ld)
 {
     free(ld->order);
-    bn_device_free(ld->dev_pixels);
+    if (ld->ctx) bn_loader_release_pixels(ld);
     bn_device_free(ld->dev_labels);
     bn_device_free(ld->dev_order);
     bn_device_free(ld->dev_cursor);

@@ -17,7 +17,9 @@ typedef struct bn_loader {
     const bn_dataset *data;
     int *order;            /* the epoch's order of examples (host) */
     bn_ctx *ctx;           /* NULL on the CPU path */
-    void *dev_pixels;      /* uint8 copy of the dataset on the device */
+    void *dev_pixels;      /* the dataset's values as the device reads them: a copy in device memory,
+                            * or (streamed) the host's own buffer, pinned and mapped */
+    int streamed;          /* 1: the set was past the data budget and stays in host memory */
     void *dev_labels;
     void *dev_order;
     int *dev_cursor;       /* GPU: first example of the next bn_loader_fill_next batch */
@@ -53,8 +55,14 @@ bn_status bn_loader_fill_next(bn_loader *ld, bn_net *net, int n, int train);
 
 void bn_loader_free(bn_loader *ld);
 
+/* The device memory a dataset may take to stay resident: $BLOBNET_DATA_BUDGET (bytes, or with a
+ * K, M or G suffix), else half of the device's free memory. A set past it is streamed: its
+ * buffer is pinned and mapped, and each batch's gather reads its examples over the bus. */
+bn_status bn_loader_data_budget(size_t free_bytes, size_t *budget);
+
 /* Device halves (loader_gpu.cu). */
 bn_status bn_loader_upload(bn_loader *ld);
+void bn_loader_release_pixels(bn_loader *ld);
 bn_status bn_loader_upload_order(bn_loader *ld);
 bn_status bn_loader_fill_gpu(bn_loader *ld, bn_net *net, int start, int n);
 bn_status bn_loader_fill_next_gpu(bn_loader *ld, bn_net *net, int n);

@@ -1,9 +1,22 @@
 /* loader_gpu.cu - batches gathered on the device from the uint8 dataset uploaded once. */
+#include <stdio.h>
+
 #include "gpu/bf16.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/last_arrival.cuh"
 #include "gpu/pdl.cuh"
 #include "loader.h"
+
+/* A pixel is fed as pixel/255 (a true division, as on the CPU); a float as it is. */
+__device__ __forceinline__ float bn_fed_value(unsigned char v)
+{
+    return v / 255.0f;
+}
+
+__device__ __forceinline__ float bn_fed_value(float v)
+{
+    return v;
+}
 
 /* A column of blocks per example (blockIdx.x), a thread per pixel: no divisions unless the
  * example moves, and every load of a thread in flight at once. cursor, when set, gives start:
@@ -44,20 +57,32 @@ __global__ void gather_batch(const S *__restrict__ pixels, const uint16_t *__res
     }
 }
 
-/* A pixel is fed as pixel/255 (a true division, as on the CPU); a float as it is. */
-__device__ __forceinline__ float bn_fed_value(unsigned char v)
-{
-    return v / 255.0f;
-}
-
-__device__ __forceinline__ float bn_fed_value(float v)
-{
-    return v;
-}
-
 static int per_example(const bn_dataset *d)
 {
     return d->channels * d->height * d->width;
+}
+
+/* Leaves the dataset's values in host memory, pinned and mapped, for the gather to read over the
+ * bus: a set past the data budget trains without a device copy. */
+static bn_status stream_pixels(bn_loader *ld, void *host, size_t bytes, size_t budget)
+{
+    static int told;
+    if (!told++)
+        fprintf(stderr, "blobnet: note: a dataset of %.1f MB is past the data budget of %.1f MB "
+                "(BLOBNET_DATA_BUDGET): its batches are read from pinned host memory\n", bytes / 1e6, budget / 1e6);
+    BN_CUDA(cudaHostRegister(host, bytes, cudaHostRegisterMapped));
+    ld->streamed = 1;
+    BN_CUDA(cudaHostGetDevicePointer(&ld->dev_pixels, host, 0));
+    return BN_OK;
+}
+
+extern "C" void bn_loader_release_pixels(bn_loader *ld)
+{
+    const bn_dataset *d = ld->data;
+    if (ld->streamed) cudaHostUnregister(d->values ? (void *)d->values : (void *)d->pixels);
+    else bn_device_free(ld->dev_pixels);
+    ld->streamed = 0;
+    ld->dev_pixels = NULL;
 }
 
 extern "C" bn_status bn_loader_upload(bn_loader *ld)
@@ -65,7 +90,12 @@ extern "C" bn_status bn_loader_upload(bn_loader *ld)
     const bn_dataset *d = ld->data;
     size_t pixel_bytes = (size_t)d->count * per_example(d) * (d->values ? sizeof(float) : 1);
     size_t label_bytes = (size_t)d->count * sizeof *d->labels;
-    BN_TRY(bn_device_alloc(&ld->dev_pixels, pixel_bytes));
+    void *host = d->values ? (void *)d->values : (void *)d->pixels;
+    size_t free_bytes, total_bytes, budget;
+    BN_TRY(bn_ctx_memory(ld->ctx, &free_bytes, &total_bytes));
+    BN_TRY(bn_loader_data_budget(free_bytes, &budget));
+    if (pixel_bytes > budget) BN_TRY(stream_pixels(ld, host, pixel_bytes, budget));
+    else BN_TRY(bn_device_alloc(&ld->dev_pixels, pixel_bytes));
     BN_TRY(bn_device_alloc(&ld->dev_labels, label_bytes));
     BN_TRY(bn_device_alloc(&ld->dev_order, (size_t)d->count * sizeof(int)));
     /* The cursor and the count of gather blocks done with it. */
@@ -73,7 +103,7 @@ extern "C" bn_status bn_loader_upload(bn_loader *ld)
     BN_TRY(bn_device_zero(ld->dev_cursor, 2 * sizeof(int)));
     BN_TRY(bn_device_alloc((void **)&ld->dev_step, sizeof *ld->dev_step));
     BN_TRY(bn_device_zero(ld->dev_step, sizeof *ld->dev_step));
-    BN_TRY(bn_device_h2d(ld->dev_pixels, d->values ? (const void *)d->values : (const void *)d->pixels, pixel_bytes));
+    if (!ld->streamed) BN_TRY(bn_device_h2d(ld->dev_pixels, host, pixel_bytes));
     BN_TRY(bn_device_h2d(ld->dev_labels, d->labels, label_bytes));
     return bn_loader_upload_order(ld);
 }

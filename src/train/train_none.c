@@ -30,6 +30,11 @@ bn_status bn_loader_upload(bn_loader *ld)
     return bn_no_cuda();
 }
 
+void bn_loader_release_pixels(bn_loader *ld)
+{
+    (void)ld;
+}
+
 bn_status bn_loader_upload_order(bn_loader *ld)
 {
     (void)ld;
