@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The PyTorch peer of any blobnet model file: the same layers, wiring, initialisation scheme,
 input scaling, data order policy and recipe ([train] and the flags below), trained on the same
-IDX data, so that blobnet's speed and accuracy can be read beside PyTorch's from one run.
+data (IDX files, or CIFAR-10's binary batches), so that blobnet's speed and accuracy can be read beside PyTorch's from one run.
 
     tools/pytorch_peer.py MODEL --data DIR [--epochs N] [--batch N] [--lr X] [--lr-policy P]
                           [--variant V[,V...]] [--until-accuracy P] [--seed N] [--ddp N]
@@ -62,8 +62,12 @@ def parse_model(path):
 
 
 def input_scaling(o):
-    """An [input] section's standardisation: pixels in [0, 1] become (x - mean) / std."""
-    return float(o.get("mean", 0)), float(o.get("std", 1))
+    """An [input] section's standardisation: pixels in [0, 1] become (x - mean[c]) / std[c], with
+    one value for every channel or one per channel ("auto" is not read here: give the numbers)."""
+    def per_channel(text):
+        values = [float(v) for v in text.split(",")]
+        return torch.tensor(values).view(1, -1, 1, 1) if len(values) > 1 else values[0]
+    return per_channel(o.get("mean", "0")), per_channel(o.get("std", "1"))
 
 
 def window_out(n, size, stride, pad):
@@ -86,7 +90,7 @@ class Net(torch.nn.Module):
                 shapes["input"] = (int(o["channels"]), int(o["height"]), int(o["width"]))
                 self.mean, self.std = input_scaling(o)
                 continue
-            if kind in ("train", "augment"):
+            if kind in ("train", "augment", "data"):
                 continue
             counts[kind] = counts.get(kind, 0) + 1
             name = o.get("name", f"{kind}{counts[kind]}")
@@ -204,20 +208,34 @@ def lr_at(cfg, it, total):
     return rate * (it + 1) / warmup if it < warmup else rate
 
 
-def augment(x, shift, flip, fill, gen):
-    """Each example moved by (dx, dy) in [-shift, shift] with `fill` moved in, then mirrored
-    left-right with probability 1/2 (blobnet draws its own numbers: the same law, not the same
-    draws)."""
+def augment(x, aug, fill, gen):
+    """Each example moved by (dx, dy) in [-shift, shift] with `fill` moved in (or the image
+    reflected, pad = reflect), then mirrored left-right with probability 1/2, then a cutout square
+    set to 0 (blobnet draws its own numbers: the same law, not the same draws)."""
     n, c, h, w = x.shape
+    shift, flip, cutout = aug["shift"], aug["flip"], aug["cutout"]
     if shift:
         d = torch.randint(-shift, shift + 1, (2, n), device=x.device, generator=gen)
-        padded = F.pad(x, (shift, shift, shift, shift), value=fill)
+        if aug["pad"] == "reflect":
+            padded = F.pad(x, (shift, shift, shift, shift), mode="reflect")
+        else:
+            padded = F.pad(x, (shift, shift, shift, shift), value=0.0) + F.pad(
+                torch.zeros_like(x), (shift, shift, shift, shift), value=1.0) * fill
         rows = (shift + d[0])[:, None, None] + torch.arange(h, device=x.device)[None, :, None]
         cols = (shift + d[1])[:, None, None] + torch.arange(w, device=x.device)[None, None, :]
         x = padded.permute(0, 2, 3, 1)[torch.arange(n, device=x.device)[:, None, None], rows, cols].permute(0, 3, 1, 2)
     if flip:
         mirrored = torch.rand(n, device=x.device, generator=gen) < 0.5
         x = torch.where(mirrored[:, None, None, None], x.flip(3), x)
+    if cutout:
+        cy = torch.randint(0, h, (n, 1, 1), device=x.device, generator=gen)
+        cx = torch.randint(0, w, (n, 1, 1), device=x.device, generator=gen)
+        rows = torch.arange(h, device=x.device)[None, :, None]
+        cols = torch.arange(w, device=x.device)[None, None, :]
+        half = cutout // 2
+        inside = ((rows - cy + half) >= 0) & ((rows - cy + half) < cutout) & ((cols - cx + half) >= 0) & (
+            (cols - cx + half) < cutout)
+        x = x.masked_fill(inside[:, None], 0.0)
     return x
 
 
@@ -233,12 +251,31 @@ def read_recipe(sections, a):
         if getattr(a, k) is not None:
             cfg[k] = getattr(a, k)
     aug = dict(next((o for k, o in sections if k == "augment"), {}))
-    return cfg, int(aug.get("shift", 0)), int(aug.get("flip", 0))
+    return cfg, dict(shift=int(aug.get("shift", 0)), flip=int(aug.get("flip", 0)), pad=aug.get("pad", "zero"),
+                     cutout=int(aug.get("cutout", 0)))
 
 
-def load_split(data, prefix, mean, std, dev):
-    x = torch.tensor(read_idx(os.path.join(data, prefix + "-images-idx3-ubyte.gz")), device=dev).float() / 255
-    y = torch.tensor(read_idx(os.path.join(data, prefix + "-labels-idx1-ubyte.gz")).astype(np.int64), device=dev)
+def read_cifar10(data, train):
+    """CIFAR-10's binary batches: a label byte, then 3x32x32 pixel bytes, per record."""
+    names = [f"data_batch_{i}.bin" for i in range(1, 6)] if train else ["test_batch.bin"]
+    blobs = [np.fromfile(os.path.join(data, f), dtype=np.uint8) for f in names if os.path.exists(os.path.join(data, f))]
+    records = np.concatenate(blobs).reshape(-1, 3073)
+    return records[:, 1:].reshape(-1, 3, 32, 32), records[:, 0]
+
+
+def load_split(data, fmt, train, mean, std, dev):
+    if fmt == "cifar10":
+        images, labels = read_cifar10(data, train)
+    else:
+        prefix = "train" if train else "t10k"
+        images = read_idx(os.path.join(data, prefix + "-images-idx3-ubyte.gz"))
+        labels = read_idx(os.path.join(data, prefix + "-labels-idx1-ubyte.gz"))
+    x = torch.tensor(images, device=dev).float() / 255
+    if x.dim() == 3:
+        x = x[:, None]
+    y = torch.tensor(labels.astype(np.int64), device=dev)
+    if torch.is_tensor(mean):
+        mean, std = mean.to(dev), std.to(dev)
     return (x - mean) / std, y
 
 
@@ -255,7 +292,7 @@ def average_buffers(model, world):
             b.div_(world)
 
 
-def train(variant, sections, cfg, shift, flip, data, until_accuracy, rank=0, world=1):
+def train(variant, sections, cfg, aug, data, until_accuracy, rank=0, world=1):
     """One variant's run from fresh weights, as rank `rank` of `world` (DDP when world > 1);
     returns (epoch seconds, final test accuracy, seconds from process start to until_accuracy or
     None)."""
@@ -350,10 +387,12 @@ def train(variant, sections, cfg, shift, flip, data, until_accuracy, rank=0, wor
     # each rank's own: the data order's generator stays the same on every rank.
     aug_gen = order_gen if world == 1 else torch.Generator(device=dev).manual_seed(int(cfg["seed"]) + 1 + rank)
     fill = (0.0 - model.mean) / model.std
+    if torch.is_tensor(fill):
+        fill = fill.to(dev)
 
     def batch(idxs):
         x = xtr[idxs]
-        return augment(x, shift, flip, fill, aug_gen) if shift or flip else x
+        return augment(x, aug, fill, aug_gen) if aug["shift"] or aug["flip"] or aug["cutout"] else x
     label = variant if world == 1 else f"{variant}-ddp{world}"
     eager = variant == "eager"
     it, times, reached = 0, [], None
@@ -428,6 +467,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model")
     ap.add_argument("--data", required=True)
+    ap.add_argument("--dataset", choices=["mnist", "fashion-mnist", "cifar10"],
+                    help="the data's format (default: the model's [data] format, else IDX files)")
     ap.add_argument("--epochs", type=int)
     ap.add_argument("--batch", type=int)
     ap.add_argument("--lr", type=float)
@@ -474,15 +515,16 @@ def run_rank(rank, a, variants, port):
         dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                                 device_id=torch.device("cuda", rank))
     sections = parse_model(a.model)
-    cfg, shift, flip = read_recipe(sections, a)
+    cfg, aug = read_recipe(sections, a)
     mean, std = input_scaling(next(o for k, o in sections if k == "input"))
     dev = torch.device("cuda", rank)
-    data = (load_split(a.data, "train", mean, std, dev), load_split(a.data, "t10k", mean, std, dev))
+    fmt = a.dataset or dict(next((o for k, o in sections if k == "data"), {})).get("format", "mnist")
+    data = (load_split(a.data, fmt, True, mean, std, dev), load_split(a.data, fmt, False, mean, std, dev))
     torch.cuda.synchronize()
     resident = torch.cuda.memory_allocated()  # the datasets, which blobnet's figure leaves out too
     for variant in variants:
         torch.cuda.reset_peak_memory_stats()
-        times, acc, reached = train(variant, sections, cfg, shift, flip, data, a.until_accuracy, rank, world)
+        times, acc, reached = train(variant, sections, cfg, aug, data, a.until_accuracy, rank, world)
         peak = (torch.cuda.max_memory_allocated() - resident) / 1048576
         torch.cuda.empty_cache()
         if rank != 0:
