@@ -24,12 +24,13 @@ bn_status bn_data_flags_add_option(bn_data_flags *flags, const char *text)
     return BN_OK;
 }
 
-/* The [data] key's value, or NULL; marks it read. */
-static const char *data_key(bn_options *data, const char *key)
+/* The [data] key's value, or NULL; marks it read and sets *line to its line. */
+static const char *data_key(bn_options *data, const char *key, int *line)
 {
     for (int i = 0; i < data->count; i++)
         if (strcmp(data->items[i].key, key) == 0) {
             data->items[i].used = 1;
+            *line = data->items[i].line;
             return data->items[i].value;
         }
     return NULL;
@@ -39,17 +40,18 @@ static bn_status resolve(const bn_data_flags *flags, const bn_net *net, bn_data_
 {
     /* Reading marks [data]'s keys used; nothing else reads those marks. */
     bn_options *file = net ? (bn_options *)&net->data : NULL;
-    const char *file_format = file ? data_key(file, "format") : NULL;
+    int line = 0;
+    const char *file_format = file ? data_key(file, "format", &line) : NULL;
     const char *name = flags->dataset ? flags->dataset : file_format ? file_format : "mnist";
     char where[300];
     if (flags->dataset) snprintf(where, sizeof where, "--dataset");
-    else snprintf(where, sizeof where, "%s:%d: [data] format", net ? net->source : "?", file ? file->line : 0);
+    else snprintf(where, sizeof where, "%s:%d: [data] format", net ? net->source : "?", line);
     BN_TRY(bn_data_format_find(name, where, &src->format));
     /* A --dataset that names another format leaves [data]'s path and keys behind: they are the
      * other format's. */
     int file_applies = file && file->count && (!flags->dataset || !file_format || strcmp(file_format, name) == 0);
     const char *env = getenv("BLOBNET_DATA");
-    const char *file_path = file_applies ? data_key(file, "path") : NULL;
+    const char *file_path = file_applies ? data_key(file, "path", &line) : NULL;
     if (flags->path) src->path = flags->path;
     else if (file_path) src->path = file_path;
     else if (strcmp(src->format->name, "mnist") == 0 && env && *env) src->path = env;
