@@ -615,3 +615,112 @@ BN_TEST(idx_real_mnist)
     CHECK(n == 100 && first == 7);
     return BN_PASS;
 }
+
+/* Rank 4 images carry channels: N x H x W x C as images are stored (interleaved), or N x C x H x W
+ * with layout = nchw; either way the set holds channel planes. */
+BN_TEST(idx_rank4_images_read_as_channel_planes)
+{
+    enum { N = 2, H = 2, W = 3, C = 3 };
+    unsigned char hwc[N * H * W * C], labels[N] = {4, 1};
+    for (int i = 0; i < N * H * W * C; i++) hwc[i] = (unsigned char)i;
+    char img[512], lab[512];
+    const uint32_t dims[4] = {N, H, W, C}, ldims[1] = {N};
+    CHECK(write_idx(tmp_path(img, sizeof img, "rgb-images"), 0x804, dims, 4, hwc, sizeof hwc, 1) == 0);
+    CHECK(write_idx(tmp_path(lab, sizeof lab, "rgb-labels"), LABELS_MAGIC, ldims, 1, labels, N, 0) == 0);
+    bn_dataset d;
+    CHECK_OK(bn_idx_load_pair_as(img, lab, 0, 0, 0, &d));
+    CHECK(d.count == N && d.channels == C && d.height == H && d.width == W && d.num_classes == 5);
+    for (int e = 0; e < N; e++)
+        for (int c = 0; c < C; c++)
+            for (int p = 0; p < H * W; p++)
+                CHECK_MSG(d.pixels[(e * C + c) * H * W + p] == hwc[(e * H * W + p) * C + c], "e%d c%d p%d", e, c, p);
+    bn_dataset_free(&d);
+    /* The same bytes read as N x C x H x W: dims (2, 2, 3, 3) are then 2 channels of 3x3. */
+    CHECK_OK(bn_idx_load_pair_as(img, lab, 0, 0, 1, &d));
+    CHECK(d.channels == 2 && d.height == 3 && d.width == 3 && memcmp(d.pixels, hwc, sizeof hwc) == 0);
+    bn_dataset_free(&d);
+    return BN_PASS;
+}
+
+/* The class count comes from the labels (EMNIST's 47, say), or from `classes`, which then bounds them. */
+BN_TEST(idx_class_count_from_the_labels)
+{
+    enum { N = 47 };
+    unsigned char px[N * 4], labels[N];
+    for (int i = 0; i < N; i++) labels[i] = (unsigned char)(N - 1 - i);
+    memset(px, 7, sizeof px);
+    char img[512], lab[512];
+    const uint32_t dims[3] = {N, 2, 2}, ldims[1] = {N};
+    CHECK(write_idx(tmp_path(img, sizeof img, "emnist-balanced-train-images-idx3-ubyte"), IMAGES_MAGIC, dims, 3, px,
+                    sizeof px, 0) == 0);
+    CHECK(write_idx(tmp_path(lab, sizeof lab, "emnist-balanced-train-labels-idx1-ubyte"), LABELS_MAGIC, ldims, 1,
+                    labels, N, 0) == 0);
+    bn_dataset d;
+    CHECK_OK(bn_idx_load_pair_as(img, lab, 0, 0, 0, &d));
+    CHECK(d.num_classes == 47 && d.labels[0] == 46 && d.labels[46] == 0);
+    bn_dataset_free(&d);
+    CHECK_ERR(bn_idx_load_pair_as(img, lab, 0, 40, 0, &d), BN_ERR_DATA, "label 46 at index 0 is out of range (classes are 0..39)");
+    CHECK_ERR(bn_idx_load_pair(img, lab, 0, &d), BN_ERR_DATA, "label 46 at index 0 is out of range (classes are 0..9)");
+    return BN_PASS;
+}
+
+/* A small gzip whose header promises millions of images is refused by comparing the two
+ * headers, before anything is inflated or allocated. */
+BN_TEST(idx_headers_are_compared_before_the_data_is_inflated)
+{
+    enum { PROMISED = 2500000 };
+    /* 2 MB of noise: a gzip that size could hold the promised 1.96 GB, so only the label file's
+     * header tells the lie. */
+    size_t n = 2u << 20;
+    unsigned char *zeros = malloc(n);
+    CHECK(zeros != NULL);
+    uint64_t state = 12345;
+    for (size_t i = 0; i < n; i++) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        zeros[i] = (unsigned char)(state >> 56);
+    }
+    char img[512], lab[512];
+    const uint32_t dims[3] = {PROMISED, 28, 28}, ldims[1] = {3};
+    unsigned char labels[3] = {0, 1, 2};
+    int w = write_idx(tmp_path(img, sizeof img, "bomb-images.gz"), IMAGES_MAGIC, dims, 3, zeros, n, 1);
+    free(zeros);
+    CHECK(w == 0);
+    CHECK(write_idx(tmp_path(lab, sizeof lab, "bomb-labels"), LABELS_MAGIC, ldims, 1, labels, 3, 0) == 0);
+    bn_dataset d;
+    CHECK_ERR(bn_idx_load_pair(img, lab, 0, &d), BN_ERR_DATA, "3 labels do not match the 2500000 images");
+    CHECK(d.pixels == NULL && d.count == 0);
+    return BN_PASS;
+}
+
+/* The `idx` format finds each split's pair by name in its folder. */
+BN_TEST(idx_format_finds_the_pairs_of_a_folder)
+{
+    char dir[512], path[600];
+    tmp_path(dir, sizeof dir, "idx-folder");
+    CHECK(mkdir(dir, 0777) == 0);
+    unsigned char px[3 * 4] = {0}, labels[3] = {0, 2, 1};
+    const uint32_t dims[3] = {3, 2, 2}, ldims[1] = {3};
+    const char *names[][2] = {{"kmnist-train-imgs-images.idx3", "kmnist-train-labels.idx1"},
+                              {"kmnist-test-images.idx3", "kmnist-test-labels.idx1"}};
+    for (int s = 0; s < 2; s++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[s][0]);
+        CHECK(write_idx(path, IMAGES_MAGIC, dims, 3, px, sizeof px, 0) == 0);
+        snprintf(path, sizeof path, "%s/%s", dir, names[s][1]);
+        CHECK(write_idx(path, LABELS_MAGIC, ldims, 1, labels, 3, 0) == 0);
+    }
+    const bn_data_format *f;
+    CHECK_OK(bn_data_format_find("idx", "--dataset", &f));
+    bn_options o = {0};
+    bn_data_request rq = {.format = "idx", .path = dir, .opts = &o, .train = 1};
+    bn_dataset d;
+    CHECK_OK(bn_data_load(f, &rq, &d));
+    CHECK(d.count == 3 && d.num_classes == 3 && d.labels[1] == 2);
+    bn_dataset_free(&d);
+    snprintf(path, sizeof path, "%s/extra-train-images", dir);
+    CHECK(write_idx(path, IMAGES_MAGIC, dims, 3, px, sizeof px, 0) == 0);
+    CHECK_ERR(bn_data_load(f, &rq, &d), BN_ERR_DATA, "2 files could be the training images");
+    CHECK_ERR(bn_data_format_find("tiff", "--dataset", &f), BN_ERR_USAGE,
+              "--dataset: 'tiff' is not a dataset format; formats are: mnist, fashion-mnist, idx");
+    bn_options_clear(&o);
+    return BN_PASS;
+}
