@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cifar.h"
 #include "dataset.h"
 #include "idx.h"
 
@@ -12,6 +13,10 @@ static const bn_data_format formats[] = {
      bn_idx_format_mnist},
     {"idx", "a folder of IDX pairs: *train*images*, *train*labels*, *t10k* or *test* ones", NULL,
      "classes = N (default: largest label + 1), layout = nhwc|nchw (rank 4 images)", bn_idx_format_any},
+    {"cifar10", "a folder of CIFAR-10's binary batches (data_batch_1..5.bin, test_batch.bin)", NULL, NULL,
+     bn_cifar10_load},
+    {"cifar100", "a folder of CIFAR-100's binary files (train.bin, test.bin)", NULL,
+     "label = fine|coarse (default fine)", bn_cifar100_load},
 };
 
 int bn_data_format_count(void)

@@ -1,8 +1,9 @@
-/* make_seeds.c - writes the binary seeds of the fuzz corpora into DIR/idx, DIR/checkpoint and
- * DIR/image (tools/fuzz.sh seeds): small IDX pairs in fuzz_idx's input format, raw and gzip;
- * checkpoints of FUZZ_CHECKPOINT_MODEL as a fresh run, a mid-epoch run and weights alone; and
- * a small digit in every PNG colour type and depth libpng writes (interlaced, with tRNS) and in
- * PGM (P5 at 8 and 16 bits, P2 with comments), in fuzz_image's input format. */
+/* make_seeds.c - writes the binary seeds of the fuzz corpora into DIR/idx, DIR/checkpoint,
+ * DIR/image and DIR/cifar (tools/fuzz.sh seeds): small IDX pairs in fuzz_idx's input format, raw
+ * and gzip; checkpoints of FUZZ_CHECKPOINT_MODEL as a fresh run, a mid-epoch run and weights
+ * alone; a small digit in every PNG colour type and depth libpng writes (interlaced, with tRNS)
+ * and in PGM (P5 at 8 and 16 bits, P2 with comments), in fuzz_image's input format; and CIFAR
+ * folders, valid and not, in fuzz_cifar's. */
 #include <png.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -201,6 +202,71 @@ static void write_images(const char *dir)
     write_pgm_seed(dir, "p2-comments.pgm", 1, 15, 0);
 }
 
+/* ---- CIFAR ---- */
+
+enum { CIFAR_PIXELS = 3 * 32 * 32 };
+
+/* fuzz_cifar's input, built piece by piece. */
+typedef struct cifar_seed {
+    unsigned char bytes[4 * (2 + CIFAR_PIXELS) + 4096];
+    size_t len;
+} cifar_seed;
+
+/* A file of n records: labels[i] as the label (as coarse and fine with two label bytes), then
+ * the pixels; cut_by bytes fewer at the end. */
+static void cifar_piece(cifar_seed *s, int label_bytes, const unsigned char *labels, int n, size_t cut_by)
+{
+    size_t len = (size_t)n * (label_bytes + CIFAR_PIXELS) - cut_by;
+    for (int b = 0; b < 3; b++) s->bytes[s->len++] = (unsigned char)(len >> (8 * b));
+    unsigned char *p = s->bytes + s->len;
+    for (int i = 0; i < n; i++) {
+        for (int k = 0; k < label_bytes; k++) *p++ = labels[i];
+        for (int j = 0; j < CIFAR_PIXELS; j++) *p++ = (unsigned char)((i * 37 + j * 11) % 256);
+    }
+    s->len += len;
+}
+
+/* n class names, one a line, ending in a blank line as CIFAR's own files do. */
+static void cifar_names(cifar_seed *s, int n)
+{
+    for (int i = 0; i < n; i++) s->len += (size_t)sprintf((char *)s->bytes + s->len, "class_%d\n", i);
+    s->bytes[s->len++] = '\n';
+}
+
+static void cifar_save(const char *dir, const char *name, const cifar_seed *s)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/cifar/%s", dir, name);
+    fuzz_write(path, s->bytes, s->len);
+}
+
+static void write_cifar(const char *dir)
+{
+    const unsigned char labels[3] = {3, 9, 0}, bad[2] = {1, 10};
+    cifar_seed s = {.bytes = {0}, .len = 1};
+    cifar_piece(&s, 1, labels, 2, 0);
+    cifar_save(dir, "cifar10-test", &s);
+    s = (cifar_seed){.bytes = {16 | 64 | 2}, .len = 1};
+    cifar_piece(&s, 1, labels, 1, 0);
+    cifar_piece(&s, 1, labels + 1, 2, 0);
+    cifar_names(&s, 10);
+    cifar_save(dir, "cifar10-train-names-limit2", &s);
+    s = (cifar_seed){.bytes = {16}, .len = 1};
+    cifar_piece(&s, 1, labels, 0, 0);
+    cifar_piece(&s, 1, labels, 1, 0);
+    cifar_save(dir, "cifar10-train-gap", &s);
+    s = (cifar_seed){.bytes = {0}, .len = 1};
+    cifar_piece(&s, 1, bad, 2, 0);
+    cifar_save(dir, "cifar10-test-bad-label", &s);
+    s = (cifar_seed){.bytes = {8 | 16 | 32 | 64}, .len = 1};
+    cifar_piece(&s, 2, labels, 3, 0);
+    cifar_names(&s, 20);
+    cifar_save(dir, "cifar100-train-coarse-names", &s);
+    s = (cifar_seed){.bytes = {8}, .len = 1};
+    cifar_piece(&s, 2, labels, 2, 100);
+    cifar_save(dir, "cifar100-test-cut", &s);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -212,5 +278,6 @@ int main(int argc, char **argv)
     write_pair(argv[1], "gzip-pair", 0, 1);
     write_checkpoints(argv[1]);
     write_images(argv[1]);
+    write_cifar(argv[1]);
     return 0;
 }
