@@ -299,3 +299,35 @@ bn_status bn_cifar_write(const bn_dataset *d, const char *path, int cifar100)
     }
     return BN_OK;
 }
+
+/* One split to dir/name, padded to CIFAR's shape first where it is smaller. */
+static bn_status save_split(const bn_dataset *d, const char *dir, const char *name, int cifar100)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
+        return bn_error(BN_ERR_USAGE, "%s: path too long", dir);
+    if (d->channels == CIFAR_CHANNELS && d->height == CIFAR_SIDE && d->width == CIFAR_SIDE)
+        return bn_cifar_write(d, path, cifar100);
+    bn_dataset padded;
+    BN_TRY(bn_dataset_pad_to(d, CIFAR_CHANNELS, CIFAR_SIDE, CIFAR_SIDE, &padded));
+    bn_status s = bn_cifar_write(&padded, path, cifar100);
+    bn_dataset_free(&padded);
+    return s;
+}
+
+static bn_status save_both(const bn_dataset *train, const bn_dataset *test, const char *path, int cifar100)
+{
+    BN_TRY(bn_data_save_folder(path));
+    BN_TRY(save_split(train, path, cifar100 ? "train.bin" : "data_batch_1.bin", cifar100));
+    return save_split(test, path, cifar100 ? "test.bin" : "test_batch.bin", cifar100);
+}
+
+bn_status bn_cifar10_save(const bn_dataset *train, const bn_dataset *test, const char *path)
+{
+    return save_both(train, test, path, 0);
+}
+
+bn_status bn_cifar100_save(const bn_dataset *train, const bn_dataset *test, const char *path)
+{
+    return save_both(train, test, path, 1);
+}

@@ -26,6 +26,12 @@ bn_status bn_cifar100_load(const bn_data_request *rq, bn_dataset *out);
  * error leaves neither a half-written path nor the temporary file. */
 bn_status bn_cifar_write(const bn_dataset *d, const char *path, int cifar100);
 
+/* The table's writers: a folder of data_batch_1.bin (the whole training set) and test_batch.bin
+ * (CIFAR-10), or train.bin and test.bin (CIFAR-100); examples that are not 3x32x32 are centred
+ * on a zero 32x32 field and a gray channel repeated into all three. */
+bn_status bn_cifar10_save(const bn_dataset *train, const bn_dataset *test, const char *path);
+bn_status bn_cifar100_save(const bn_dataset *train, const bn_dataset *test, const char *path);
+
 #ifdef __cplusplus
 }
 #endif

@@ -159,6 +159,28 @@ void bn_dataset_class_counts(const bn_dataset *d, long *counts)
     for (int i = 0; i < d->count; i++) counts[d->labels[i]]++;
 }
 
+bn_status bn_dataset_pad_to(const bn_dataset *in, int channels, int height, int width, bn_dataset *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!in->pixels || height < in->height || width < in->width || (in->channels != 1 && in->channels != channels))
+        return bn_error(BN_ERR_USAGE, "cannot pad %dx%dx%d %s examples to %dx%dx%d", in->channels, in->height,
+                        in->width, in->pixels ? "8-bit" : "float", channels, height, width);
+    BN_TRY(bn_dataset_alloc(out, "padded copy", in->count, channels, height, width, in->num_classes, 0));
+    const int top = (height - in->height) / 2, left = (width - in->width) / 2;
+    const size_t in_plane = (size_t)in->height * in->width, plane = (size_t)height * width;
+    for (int e = 0; e < in->count; e++)
+        for (int c = 0; c < channels; c++) {
+            const unsigned char *src = in->pixels + ((size_t)e * in->channels + (in->channels == 1 ? 0 : c)) * in_plane;
+            unsigned char *dst = out->pixels + ((size_t)e * channels + c) * plane;
+            for (int r = 0; r < in->height; r++)
+                memcpy(dst + (size_t)(top + r) * width + left, src + (size_t)r * in->width, (size_t)in->width);
+        }
+    memcpy(out->labels, in->labels, (size_t)in->count * sizeof *in->labels);
+    bn_status s = in->class_names ? bn_dataset_set_class_names(out, in->class_names) : BN_OK;
+    if (s != BN_OK) bn_dataset_free(out);
+    return s;
+}
+
 bn_status bn_dataset_split_tail(bn_dataset *d, int n, bn_dataset *out)
 {
     memset(out, 0, sizeof *out);

@@ -54,6 +54,9 @@ typedef struct bn_data_format {
     const char *keys;          /* the format's keys for help ("label = fine|coarse"), or NULL */
     /* Reads one split into *out (zeroed on error; owned by the caller, bn_dataset_free). */
     bn_status (*load)(const bn_data_request *rq, bn_dataset *out);
+    /* Writes both splits at path in this format, fitting the examples to what it holds where it
+     * must (blobnet data --write); NULL when the format is only read. */
+    bn_status (*save)(const bn_dataset *train, const bn_dataset *test, const char *path);
 } bn_data_format;
 
 /* The table, in its order (for help). */
@@ -66,6 +69,9 @@ bn_status bn_data_format_find(const char *name, const char *what, const bn_data_
 
 /* "mnist, fashion-mnist, idx, ..." into buf. */
 void bn_data_format_list(char *buf, size_t cap);
+
+/* Makes the folder path for a format's save: created if missing, and empty if it exists. */
+bn_status bn_data_save_folder(const char *path);
 
 /* Reads one split as rq says with the format's reader, then checks what the reader filled
  * (shape, labels below the classes). */
@@ -117,6 +123,11 @@ void bn_dataset_class_counts(const bn_dataset *d, long *counts);
 /* Moves the last n examples of *d (0 < n < d->count) into *out, a new set of the same shape and
  * classes (class names copied); d keeps the first count - n. */
 bn_status bn_dataset_split_tail(bn_dataset *d, int n, bn_dataset *out);
+
+/* A copy of in (8-bit pixels) made channels x height x width by centring each image on a zero
+ * field at least as large as it (padding, never cropping) and repeating a single channel into
+ * every channel; labels and class names copied. *out is the caller's (bn_dataset_free). */
+bn_status bn_dataset_pad_to(const bn_dataset *in, int channels, int height, int width, bn_dataset *out);
 
 /* Sets d's class names to a copy of names[0..num_classes). */
 bn_status bn_dataset_set_class_names(bn_dataset *d, char *const *names);

@@ -1,22 +1,25 @@
 /* formats.c - the table of dataset formats: one line a format. A new format is its reader
  * (datasets/NAME.{h,c}) and a line here; nothing else names formats. */
+#include <dirent.h>
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cifar.h"
 #include "dataset.h"
 #include "idx.h"
 
 static const bn_data_format formats[] = {
-    {"mnist", "a folder of MNIST's four IDX files", "data/mnist", NULL, bn_idx_format_mnist},
+    {"mnist", "a folder of MNIST's four IDX files", "data/mnist", NULL, bn_idx_format_mnist, NULL},
     {"fashion-mnist", "a folder of Fashion-MNIST's four IDX files", "/usr/share/datasets/fashion-mnist", NULL,
-     bn_idx_format_mnist},
+     bn_idx_format_mnist, NULL},
     {"idx", "a folder of IDX pairs: *train*images*, *train*labels*, *t10k* or *test* ones", NULL,
-     "classes = N (default: largest label + 1), layout = nhwc|nchw (rank 4 images)", bn_idx_format_any},
+     "classes = N (default: largest label + 1), layout = nhwc|nchw (rank 4 images)", bn_idx_format_any, NULL},
     {"cifar10", "a folder of CIFAR-10's binary batches (data_batch_1..5.bin, test_batch.bin)", NULL, NULL,
-     bn_cifar10_load},
+     bn_cifar10_load, bn_cifar10_save},
     {"cifar100", "a folder of CIFAR-100's binary files (train.bin, test.bin)", NULL,
-     "label = fine|coarse (default fine)", bn_cifar100_load},
+     "label = fine|coarse (default fine)", bn_cifar100_load, bn_cifar100_save},
 };
 
 int bn_data_format_count(void)
@@ -50,6 +53,18 @@ bn_status bn_data_format_find(const char *name, const char *what, const bn_data_
     char list[512];
     bn_data_format_list(list, sizeof list);
     return bn_error(BN_ERR_USAGE, "%s: '%s' is not a dataset format; formats are: %s", what, name, list);
+}
+
+bn_status bn_data_save_folder(const char *path)
+{
+    if (mkdir(path, 0777) == 0) return BN_OK;
+    if (errno != EEXIST) return bn_error(BN_ERR_IO, "%s: cannot create the folder: %s", path, strerror(errno));
+    DIR *d = opendir(path);
+    if (!d) return bn_error(BN_ERR_IO, "%s: exists and is not a folder that can be read", path);
+    int empty = 1;
+    for (struct dirent *e; empty && (e = readdir(d));) empty = strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0;
+    closedir(d);
+    return empty ? BN_OK : bn_error(BN_ERR_USAGE, "%s: the folder is not empty; name a new or empty one", path);
 }
 
 bn_status bn_data_load(const bn_data_format *f, const bn_data_request *rq, bn_dataset *out)
