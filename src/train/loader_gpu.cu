@@ -1,9 +1,21 @@
-/* loader_gpu.cu - batches gathered on the device from the uint8 dataset uploaded once. */
+/* loader_gpu.cu - batches gathered on the device from the dataset uploaded once (uint8 pixels or
+ * float values). */
 #include "gpu/bf16.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/last_arrival.cuh"
 #include "gpu/pdl.cuh"
 #include "loader.h"
+
+/* A pixel is fed as pixel/255 (a true division, as on the CPU); a float as it is. */
+__device__ __forceinline__ float bn_fed_value(unsigned char v)
+{
+    return v / 255.0f;
+}
+
+__device__ __forceinline__ float bn_fed_value(float v)
+{
+    return v;
+}
 
 /* A column of blocks per example (blockIdx.x), a thread per pixel: no divisions unless the
  * example moves, and every load of a thread in flight at once. cursor, when set, gives start:
@@ -23,34 +35,26 @@ __global__ void gather_batch(const S *__restrict__ pixels, const uint16_t *__res
     const int e = (int)blockIdx.x, src = order[start + e];
     const int i = (int)(blockIdx.y * blockDim.x + threadIdx.x);
     if (i < per_example) {
-        int from = i;
+        int from = i, cut = 0;
         if (step && bn_augment_active(aug)) {
             const int plane = height * width, c = i / plane, row = (i - c * plane) / width;
-            const unsigned long long place = (unsigned long long)(offset + e);
-            const int at = bn_augment_source(bn_augment_pick(aug, seed, *step, place), height, width, row,
-                                             i - c * plane - row * width);
+            const int col = i - c * plane - row * width;
+            const bn_augment_draw d = bn_augment_pick(aug, height, width, seed, *step,
+                                                      (unsigned long long)(offset + e));
+            const int at = bn_augment_source(d, height, width, row, col);
             from = at < 0 ? -1 : c * plane + at;
+            cut = bn_augment_cut(d, row, col);
         }
-        const S v = from < 0 ? S(0) : pixels[(size_t)src * per_example + from];
-        /* The CPU path's operations in its order, so both give the same bits. */
-        bn_st(x + (size_t)e * per_example + i, (bn_fed_value(v) - mean) / std);
+        const S v = from < 0 || cut ? S(0) : pixels[(size_t)src * per_example + from];
+        /* The CPU path's operations in its order, so both give the same bits; a cut pixel is 0
+         * whatever they give. */
+        bn_st(x + (size_t)e * per_example + i, cut ? 0.0f : (bn_fed_value(v) - mean) / std);
     }
     if (i == 0) y[e] = (float)labels[src];
     if (cursor && bn_last_arrival((unsigned *)(cursor + 1), gridDim.x * gridDim.y) && threadIdx.x == 0) {
         *cursor = start + advance;
         if (step) ++*step;
     }
-}
-
-/* A pixel is fed as pixel/255 (a true division, as on the CPU); a float as it is. */
-__device__ __forceinline__ float bn_fed_value(unsigned char v)
-{
-    return v / 255.0f;
-}
-
-__device__ __forceinline__ float bn_fed_value(float v)
-{
-    return v;
 }
 
 static int per_example(const bn_dataset *d)
