@@ -332,7 +332,8 @@ BN_TEST(checkpoint_file_is_plain_safetensors)
         {"model_file", "ckpt_test.cfg"},
         {"settings", "batch=64 epochs=10 optimizer=sgd lr=0.01 momentum=0.9 weight_decay=0.0005 beta1=0.9 "
                      "beta2=0.999 eps=1e-08 lr_policy=fixed gamma=0.0001 power=0.75 stepsize=10000 lr_min=0 "
-                     "pct_start=0.3 div_factor=25 final_div_factor=10000 warmup=0 bias_lr_mult=1 shift=0 flip=0"},
+                     "pct_start=0.3 div_factor=25 final_div_factor=10000 warmup=0 bias_lr_mult=1 shift=0 flip=0 "
+                     "pad=zero cutout=0"},
         {"seed", "2147483647"}, {"epoch", "3"}, {"batch_in_epoch", "17"}, {"step", "4321"}, {"iter", "4321"},
         {"epoch_loss_sum", "0.30000000000000004"}, {"epoch_correct", "33"}, {"epoch_seen", "99"},
         {"examples", "640"}, {"has_momentum", "1"}};
@@ -1036,9 +1037,17 @@ BN_TEST(checkpoint_resume_checks_the_place_against_the_run)
     f.opt->cfg.seed = 5;
     f.opt->cfg.lr = 0.5;
     f.opt->cfg.epochs = 20;
-    f.net->augment.flip = 1;
+    f.net->augment = (bn_augment){.flip = 1, .pad = BN_AUGMENT_PAD_REFLECT, .cutout = 2};
     r.examples = 600;
     CHECK_OK(bn_checkpoint_resume(src, f.net, f.opt, &st, &r));
+    CHECK_MSG(strcmp(r.changes, "epochs 10 -> 20, lr 0.01 -> 0.5, flip 0 -> 1, pad zero -> reflect, cutout 0 -> 2, "
+                                "seed 2147483647 -> 5, training examples 640 -> 600") == 0, "changes: %s", r.changes);
+    CHECK(st.seed == 5 && st.epoch == 4 && st.step == 4400 && st.epoch_seen == 0);
+    /* A file saved before pad and cutout existed resumes; they are not listed as changes. */
+    char old[512];
+    tmp_path(old, sizeof old, "resume-before-cutout.safetensors");
+    CHECK(edit_header(src, old, " pad=zero cutout=0\"", "\"") == 0);
+    CHECK_OK(bn_checkpoint_resume(old, f.net, f.opt, &st, &r));
     CHECK_MSG(strcmp(r.changes, "epochs 10 -> 20, lr 0.01 -> 0.5, flip 0 -> 1, seed 2147483647 -> 5, training "
                                 "examples 640 -> 600") == 0, "changes: %s", r.changes);
     CHECK(st.seed == 5 && st.epoch == 4 && st.step == 4400 && st.epoch_seen == 0);

@@ -18,6 +18,8 @@ BN_TEST(cli_help_and_version)
     CHECK_CLI("help train", 0, "--train-limit N");
     CHECK_CLI("train --help", 0, "--resume FILE");
     CHECK_CLI("train --help", 0, "--flip, --no-flip");
+    CHECK_CLI("train --help", 0, "--pad zero|reflect");
+    CHECK_CLI("train --help", 0, "--cutout N");
     CHECK_CLI("train --help", 0, "--optimizer NAME    sgd (default), adam or adamw");
     CHECK_CLI("train --help", 0, "--warmup N");
     CHECK_CLI("test --help", 0, "usage: blobnet test MODEL WEIGHTS");
@@ -70,6 +72,9 @@ BN_TEST(cli_usage_errors_exit_2_with_one_line)
     CHECK_CLI("train models/lenet.cfg --warmup x", 2, "--warmup: 'x' is not an integer");
     CHECK_CLI("train models/lenet.cfg --shift 15", 2, "--shift: 15 is outside 0..14"); /* half of 28 */
     CHECK_CLI("train models/lenet.cfg --shift two", 2, "--shift: 'two' is not an integer");
+    CHECK_CLI("train models/lenet.cfg --pad mirror", 2, "--pad: 'mirror' is not one of zero, reflect");
+    CHECK_CLI("train models/lenet.cfg --cutout 29", 2, "--cutout: 29 is outside 0..28");
+    CHECK_CLI("train models/lenet.cfg --cutout -1", 2, "--cutout: -1 is outside 0..28");
     CHECK_CLI("train models/lenet.cfg --dataset cifar", 2, "--dataset: 'cifar' is not a dataset format; formats are: mnist, fashion-mnist");
     CHECK_CLI("train models/lenet.cfg --device tpu", 2, "--device: 'tpu' is not one of cpu, gpu, gpu:N, auto");
     CHECK_CLI("train models/lenet.cfg --device gpu:x", 2, "--device: 'x' is not an integer");

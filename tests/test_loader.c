@@ -1,6 +1,7 @@
 /* The batch loader: order, standardisation and partial batches on the CPU path; training
- * batches augmented as [augment] says, evaluation batches never; the GPU's gather against the
- * CPU's, bit for bit, eagerly and through a replayed CUDA graph. */
+ * batches augmented as [augment] says (shift, flip, zero or reflect padding, cutout), evaluation
+ * batches never; the GPU's gather against the CPU's, bit for bit, eagerly and through a replayed
+ * CUDA graph, on pixels and on float values. */
 #include <stdlib.h>
 
 #include "core/rng.h"
@@ -107,7 +108,7 @@ BN_TEST(loader_shift_and_flip_move_a_hand_made_image)
         const float *x = bn_blob_host_rd(net->input), *y = bn_blob_host_rd(net->labels);
         CHECK(x && y);
         for (int e = 0; e < HAND_COPIES; e++) {
-            bn_augment_draw dr = bn_augment_pick(net->augment, 5, step, (uint64_t)e);
+            bn_augment_draw dr = bn_augment_pick(net->augment, HAND_H, HAND_W, 5, step, (uint64_t)e);
             seen[dr.dx + 1][dr.dy + 1][dr.flip] = 1;
             unsigned char want[HAND_PIXELS];
             move_by_hand(image, dr, want);
@@ -132,30 +133,150 @@ BN_TEST(loader_shift_and_flip_move_a_hand_made_image)
     return BN_PASS;
 }
 
+#define COLOUR_C 3
+#define COLOUR_H 5
+#define COLOUR_W 6
+#define COLOUR_PLANE (COLOUR_H * COLOUR_W)
+#define COLOUR_PIXELS (COLOUR_C * COLOUR_PLANE)
+#define COLOUR_PAD 2
+
+/* Pixel k = 6 * row + column of channel c of the colour image. */
+static unsigned char colour_pixel(int c, int k)
+{
+    return (unsigned char)(8 * k + 3 * c + 1);
+}
+
+/* Row or column i of a side of n padded by COLOUR_PAD each way as numpy's np.pad(mode='reflect')
+ * lays it out: the COLOUR_PAD entries before the first one, then the side, then the
+ * COLOUR_PAD entries before the last one, each run mirrored. */
+static int padded_index(int i, int n)
+{
+    if (i < COLOUR_PAD) return COLOUR_PAD - i;
+    if (i < COLOUR_PAD + n) return i - COLOUR_PAD;
+    return n - 2 - (i - COLOUR_PAD - n);
+}
+
+/* Pixel k of channel c of the colour image moved by d as torchvision does it: padded by
+ * COLOUR_PAD with reflection, cropped at row COLOUR_PAD - dy and column COLOUR_PAD - dx, then
+ * mirrored when d.flip is set. */
+static unsigned char move_colour_by_hand(bn_augment_draw d, int c, int k)
+{
+    int r = k / COLOUR_W, col = k % COLOUR_W;
+    if (d.flip) col = COLOUR_W - 1 - col;
+    int pr = COLOUR_PAD - d.dy + r, pc = COLOUR_PAD - d.dx + col;
+    return colour_pixel(c, padded_index(pr, COLOUR_H) * COLOUR_W + padded_index(pc, COLOUR_W));
+}
+
+/* A 3 x 5 x 6 image 16 times over, shift 2, flip, reflect padding and a cutout of 3, as pixels and
+ * as the float values those pixels are fed as: every example of 40 training batches is the image
+ * moved by its draw, standardised, with exactly the square of its draw set to 0 in every channel;
+ * the move written out below (left by 2, down by 2, mirrored) comes out exactly, and both clipped
+ * and whole squares are seen. */
+BN_TEST(loader_reflect_padding_and_cutout_on_a_hand_made_colour_image)
+{
+    static unsigned char pixels_c[HAND_COPIES * COLOUR_PIXELS];
+    static float values_c[HAND_COPIES * COLOUR_PIXELS];
+    static uint16_t labels_c[HAND_COPIES];
+    for (int e = 0; e < HAND_COPIES; e++) {
+        labels_c[e] = (uint16_t)(e % 10);
+        for (int c = 0; c < COLOUR_C; c++)
+            for (int k = 0; k < COLOUR_PLANE; k++) {
+                pixels_c[(e * COLOUR_C + c) * COLOUR_PLANE + k] = colour_pixel(c, k);
+                values_c[(e * COLOUR_C + c) * COLOUR_PLANE + k] = (float)colour_pixel(c, k) / 255.0f;
+            }
+    }
+    /* The source pixel of each pixel moved left by 2, down by 2 and mirrored: rows 2, 1, 0, 1, 2
+     * and columns 3, 4, 5, 4, 3, 2. */
+    static const int written[COLOUR_PLANE] = {15, 16, 17, 16, 15, 14, 9, 10, 11, 10, 9, 8, 3, 4, 5,
+                                              4,  3,  2,  9,  10, 11, 10, 9, 8,  15, 16, 17, 16, 15, 14};
+    for (int as_values = 0; as_values < 2; as_values++) {
+        bn_dataset d = {.count = HAND_COPIES, .channels = COLOUR_C, .height = COLOUR_H, .width = COLOUR_W,
+                        .num_classes = 10, .pixels = as_values ? NULL : pixels_c,
+                        .values = as_values ? values_c : NULL, .labels = labels_c};
+        bn_net *net;
+        CHECK_OK(augmented_net(COLOUR_C, COLOUR_H, COLOUR_W, "[augment]\nshift=2\nflip=1\npad=reflect\ncutout=3\n",
+                               HAND_COPIES, NULL, 5, &net));
+        bn_loader ld;
+        CHECK_OK(bn_loader_init(&ld, &d, NULL));
+        int writtens = 0, clipped = 0, whole = 0;
+        for (unsigned long long step = 0; step < 40; step++) {
+            CHECK_OK(bn_loader_set_cursor(&ld, 0));
+            CHECK_OK(bn_loader_set_step(&ld, step));
+            CHECK_OK(bn_loader_fill_next(&ld, net, HAND_COPIES, 1));
+            const float *x = bn_blob_host_rd(net->input), *y = bn_blob_host_rd(net->labels);
+            CHECK(x && y);
+            for (int e = 0; e < HAND_COPIES; e++) {
+                bn_augment_draw dr = bn_augment_pick(net->augment, COLOUR_H, COLOUR_W, 5, step, (uint64_t)e);
+                const int is_written = dr.dx == -2 && dr.dy == 2 && dr.flip;
+                const int area = (dr.bottom - dr.top) * (dr.right - dr.left);
+                writtens += is_written;
+                clipped += area < 9, whole += area == 9;
+                CHECK_MSG(area > 0 && dr.top >= 0 && dr.bottom <= COLOUR_H && dr.left >= 0 && dr.right <= COLOUR_W,
+                          "step %llu, example %d: rows %d..%d, columns %d..%d", step, e, dr.top, dr.bottom, dr.left,
+                          dr.right);
+                for (int c = 0; c < COLOUR_C; c++)
+                    for (int k = 0; k < COLOUR_PLANE; k++) {
+                        const float got = x[(e * COLOUR_C + c) * COLOUR_PLANE + k];
+                        const int r = k / COLOUR_W, col = k % COLOUR_W;
+                        const int cut = r >= dr.top && r < dr.bottom && col >= dr.left && col < dr.right;
+                        const float want = cut ? 0.0f : standardised(move_colour_by_hand(dr, c, k));
+                        CHECK_MSG(got == want, "%s, step %llu, example %d (dx %d, dy %d, flip %d, rows %d..%d, "
+                                  "columns %d..%d), channel %d, pixel %d: %.9g, expected %.9g",
+                                  as_values ? "values" : "pixels", step, e, dr.dx, dr.dy, dr.flip, dr.top, dr.bottom,
+                                  dr.left, dr.right, c, k, got, want);
+                        if (is_written && !cut)
+                            CHECK_MSG(got == standardised(colour_pixel(c, written[k])), "step %llu, example %d, "
+                                      "channel %d, pixel %d", step, e, c, k);
+                    }
+                CHECK(y[e] == (float)(e % 10));
+            }
+        }
+        CHECK_MSG(writtens > 0 && clipped > 0 && whole > 0, "%d draws of the written move, %d clipped squares and %d "
+                  "whole ones in 640", writtens, clipped, whole);
+        bn_loader_free(&ld);
+        bn_net_free(net);
+    }
+    return BN_PASS;
+}
+
 #define RAND_COUNT 51
 #define RAND_C 2
+#define RAND_MAX_C 3
 #define RAND_H 7
 #define RAND_W 9
 #define RAND_PER (RAND_C * RAND_H * RAND_W)
+#define RAND_MAX_PER (RAND_MAX_C * RAND_H * RAND_W)
 
-/* 51 images of 2 x 7 x 9 random pixels, labels random in [0, 10). */
-static bn_dataset random_images(void)
+/* 51 images of channels x 7 x 9 (at most 3 channels): random pixels, or with as_values random
+ * normal floats; labels random in [0, 10). */
+static bn_dataset random_images_of(int channels, int as_values)
 {
-    static unsigned char pixels_r[RAND_COUNT * RAND_PER];
+    static unsigned char pixels_r[RAND_COUNT * RAND_MAX_PER];
+    static float values_r[RAND_COUNT * RAND_MAX_PER];
     static uint16_t labels_r[RAND_COUNT];
+    const int count = RAND_COUNT * channels * RAND_H * RAND_W;
     bn_rng r;
     bn_rng_seed(&r, 2024, 0);
-    for (int i = 0; i < RAND_COUNT * RAND_PER; i++) pixels_r[i] = (unsigned char)bn_rng_below(&r, 256);
+    for (int i = 0; i < count; i++) pixels_r[i] = (unsigned char)bn_rng_below(&r, 256);
     for (int i = 0; i < RAND_COUNT; i++) labels_r[i] = (uint16_t)bn_rng_below(&r, 10);
-    return (bn_dataset){.count = RAND_COUNT, .channels = RAND_C, .height = RAND_H, .width = RAND_W,
-                        .num_classes = 10, .pixels = pixels_r, .labels = labels_r};
+    bn_rng_seed(&r, 2024, 1);
+    for (int i = 0; i < count; i++) values_r[i] = (float)bn_rng_normal(&r);
+    return (bn_dataset){.count = RAND_COUNT, .channels = channels, .height = RAND_H, .width = RAND_W,
+                        .num_classes = 10, .pixels = as_values ? NULL : pixels_r, .values = as_values ? values_r : NULL,
+                        .labels = labels_r};
+}
+
+/* 51 images of 2 x 7 x 9 random pixels. */
+static bn_dataset random_images(void)
+{
+    return random_images_of(RAND_C, 0);
 }
 
 /* The n examples from the cursor, for training (train) or not, into out. */
 static bn_status next_batch(bn_loader *ld, bn_net *net, int n, int train, float *out)
 {
     BN_TRY(bn_loader_fill_next(ld, net, n, train));
-    return lt_read(net->input, out, (size_t)n * RAND_PER);
+    return lt_read(net->input, out, (size_t)n * bn_dataset_example_size(ld->data));
 }
 
 /* The first n examples of the order as the training batch of `step`, into out. */
@@ -173,7 +294,7 @@ BN_TEST(loader_augmented_batches_repeat_from_seed_and_step)
 {
     bn_dataset d = random_images();
     bn_net *net, *other_seed;
-    const char *aug = "[augment]\nshift=3\nflip=1\n";
+    const char *aug = "[augment]\nshift=3\nflip=1\npad=reflect\ncutout=3\n";
     CHECK_OK(augmented_net(RAND_C, RAND_H, RAND_W, aug, REPEAT_N, NULL, 3, &net));
     CHECK_OK(augmented_net(RAND_C, RAND_H, RAND_W, aug, REPEAT_N, NULL, 4, &other_seed));
     bn_loader ld;
@@ -220,38 +341,44 @@ static int plain_batch_differs(const bn_loader *ld, int start, const float *x, i
     return 0;
 }
 
-/* With shift 3 and flip: the training batch moves, the evaluation batches of bn_loader_fill and
- * of bn_loader_fill_next are the plain examples. */
+/* With shift 3 and flip, or with a cutout alone: the training batch changes, the evaluation
+ * batches of bn_loader_fill and of bn_loader_fill_next are the plain examples. */
 BN_TEST(loader_evaluation_batches_are_never_augmented)
 {
     bn_dataset d = random_images();
-    bn_net *net;
-    CHECK_OK(augmented_net(RAND_C, RAND_H, RAND_W, "[augment]\nshift=3\nflip=1\n", REPEAT_N, NULL, 3, &net));
-    bn_loader ld;
-    CHECK_OK(bn_loader_init(&ld, &d, NULL));
-    CHECK_OK(bn_loader_set_order(&ld, 1, 9));
-    static float x[REPEAT_FLOATS];
-    CHECK_OK(batch_at(&ld, net, 0, REPEAT_N, x));
-    CHECK(plain_batch_differs(&ld, 0, x, REPEAT_N));
-    CHECK_OK(bn_loader_set_cursor(&ld, 0));
-    for (int start = 0; start < 3 * REPEAT_N; start += REPEAT_N) {
-        CHECK_OK(next_batch(&ld, net, REPEAT_N, 0, x));
-        CHECK_MSG(!plain_batch_differs(&ld, start, x, REPEAT_N), "evaluation batch at %d was moved", start);
-        CHECK_OK(bn_loader_fill(&ld, net, start + 1, REPEAT_N));
-        CHECK_OK(lt_read(net->input, x, REPEAT_FLOATS));
-        CHECK_MSG(!plain_batch_differs(&ld, start + 1, x, REPEAT_N), "bn_loader_fill at %d was moved", start + 1);
+    const char *const sections[] = {"[augment]\nshift=3\nflip=1\n", "[augment]\npad=reflect\ncutout=3\n"};
+    for (int i = 0; i < 2; i++) {
+        bn_net *net;
+        CHECK_OK(augmented_net(RAND_C, RAND_H, RAND_W, sections[i], REPEAT_N, NULL, 3, &net));
+        bn_loader ld;
+        CHECK_OK(bn_loader_init(&ld, &d, NULL));
+        CHECK_OK(bn_loader_set_order(&ld, 1, 9));
+        static float x[REPEAT_FLOATS];
+        CHECK_OK(batch_at(&ld, net, 0, REPEAT_N, x));
+        CHECK(plain_batch_differs(&ld, 0, x, REPEAT_N));
+        CHECK_OK(bn_loader_set_cursor(&ld, 0));
+        for (int start = 0; start < 3 * REPEAT_N; start += REPEAT_N) {
+            CHECK_OK(next_batch(&ld, net, REPEAT_N, 0, x));
+            CHECK_MSG(!plain_batch_differs(&ld, start, x, REPEAT_N), "'%s': evaluation batch at %d was changed",
+                      sections[i], start);
+            CHECK_OK(bn_loader_fill(&ld, net, start + 1, REPEAT_N));
+            CHECK_OK(lt_read(net->input, x, REPEAT_FLOATS));
+            CHECK_MSG(!plain_batch_differs(&ld, start + 1, x, REPEAT_N), "'%s': bn_loader_fill at %d was changed",
+                      sections[i], start + 1);
+        }
+        bn_loader_free(&ld);
+        bn_net_free(net);
     }
-    bn_loader_free(&ld);
-    bn_net_free(net);
     return BN_PASS;
 }
 
-/* shift 0 and flip 0, written or left out: a training batch is the plain one, bit for bit. */
+/* shift, flip and cutout 0, written or left out, whatever the pad: a training batch is the plain
+ * one, bit for bit. */
 BN_TEST(loader_without_augmentation_trains_on_the_plain_batch)
 {
     bn_dataset d = random_images();
-    const char *const sections[] = {"", "[augment]\nshift=0\nflip=0\n"};
-    for (int i = 0; i < 2; i++) {
+    const char *const sections[] = {"", "[augment]\nshift=0\nflip=0\n", "[augment]\npad=reflect\ncutout=0\n"};
+    for (int i = 0; i < 3; i++) {
         bn_net *net;
         CHECK_OK(augmented_net(RAND_C, RAND_H, RAND_W, sections[i], REPEAT_N, NULL, 3, &net));
         bn_loader ld;
@@ -287,7 +414,8 @@ static int same_batches(bn_net *gpu, bn_net *cpu, int n)
 {
     const float *gx = bn_blob_host_rd(gpu->input), *gy = bn_blob_host_rd(gpu->labels);
     const float *cx = bn_blob_host_rd(cpu->input), *cy = bn_blob_host_rd(cpu->labels);
-    return gx && gy && cx && cy && memcmp(gx, cx, (size_t)n * RAND_PER * sizeof *gx) == 0 &&
+    const size_t per = (size_t)cpu->input_shape.c * (size_t)cpu->input_shape.h * (size_t)cpu->input_shape.w;
+    return gx && gy && cx && cy && memcmp(gx, cx, (size_t)n * per * sizeof *gx) == 0 &&
            memcmp(gy, cy, (size_t)n * sizeof *gy) == 0;
 }
 
@@ -323,42 +451,53 @@ static int epoch_against_cpu(bn_ctx *ctx, bn_step_graph *g, bn_loader *gld, bn_n
     return BN_PASS;
 }
 
+/* Shift and flip on 2 channels of pixels; reflect padding and a cutout (even and odd sides) on 3
+ * channels of pixels and of float values. */
 BN_TEST(loader_gpu_augmented_gather_matches_cpu_through_graph_replays)
 {
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
     bn_ctx *ctx;
     CHECK_OK(bn_ctx_open(0, &ctx));
-    bn_dataset d = random_images();
-    bn_net *gpu, *cpu;
-    const char *aug = "[augment]\nshift=3\nflip=1\n";
-    CHECK_OK(augmented_net(RAND_C, RAND_H, RAND_W, aug, REPEAT_N, ctx, 11, &gpu));
-    CHECK_OK(augmented_net(RAND_C, RAND_H, RAND_W, aug, REPEAT_N, NULL, 11, &cpu));
-    bn_loader gld, cld;
-    CHECK_OK(bn_loader_init(&gld, &d, ctx));
-    CHECK_OK(bn_loader_init(&cld, &d, NULL));
-    bn_step_graph g = {0};
-    int replays = 0;
-    /* Two epochs in other orders: the replays read the cursor and the step set on the device. */
-    CHECK_OK(bn_loader_set_order(&gld, 1, 21));
-    CHECK_OK(bn_loader_set_order(&cld, 1, 21));
-    CHECK(epoch_against_cpu(ctx, &g, &gld, gpu, &cld, cpu, 1000, &replays) == BN_PASS);
-    CHECK_OK(bn_loader_set_order(&gld, 1, 22));
-    CHECK_OK(bn_loader_set_order(&cld, 1, 22));
-    CHECK(epoch_against_cpu(ctx, &g, &gld, gpu, &cld, cpu, 5000, &replays) == BN_PASS);
-    CHECK_MSG(replays == 9, "%d batches were replays, not 9", replays);
-    /* Evaluation batches: unmoved on both paths, and the step stays where it was. */
-    CHECK_OK(bn_loader_set_cursor(&gld, 0));
-    CHECK_OK(bn_loader_set_cursor(&cld, 0));
-    CHECK_OK(bn_loader_fill_next(&gld, gpu, REPEAT_N, 0));
-    CHECK_OK(bn_loader_fill_next(&cld, cpu, REPEAT_N, 0));
-    CHECK(same_batches(gpu, cpu, REPEAT_N));
-    CHECK_OK(bn_loader_fill_next(&gld, gpu, REPEAT_N, 1));
-    CHECK_OK(bn_loader_fill_next(&cld, cpu, REPEAT_N, 1));
-    CHECK_MSG(same_batches(gpu, cpu, REPEAT_N), "the training batch after an evaluation batch differs");
-    bn_step_graph_free(&g);
-    bn_loader_free(&gld);
-    bn_loader_free(&cld);
-    bn_net_free(gpu);
-    bn_net_free(cpu);
+    static const struct {
+        int channels, as_values;
+        const char *augment;
+    } cases[] = {{RAND_C, 0, "[augment]\nshift=3\nflip=1\n"},
+                 {RAND_MAX_C, 0, "[augment]\nshift=3\nflip=1\npad=reflect\ncutout=4\n"},
+                 {RAND_MAX_C, 1, "[augment]\nshift=2\nflip=1\npad=reflect\ncutout=5\n"},
+                 {RAND_MAX_C, 1, "[augment]\ncutout=7\n"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        bn_dataset d = random_images_of(cases[i].channels, cases[i].as_values);
+        const char *aug = cases[i].augment;
+        bn_net *gpu, *cpu;
+        CHECK_OK(augmented_net(d.channels, RAND_H, RAND_W, aug, REPEAT_N, ctx, 11, &gpu));
+        CHECK_OK(augmented_net(d.channels, RAND_H, RAND_W, aug, REPEAT_N, NULL, 11, &cpu));
+        bn_loader gld, cld;
+        CHECK_OK(bn_loader_init(&gld, &d, ctx));
+        CHECK_OK(bn_loader_init(&cld, &d, NULL));
+        bn_step_graph g = {0};
+        int replays = 0;
+        /* Two epochs in other orders: the replays read the cursor and the step set on the device. */
+        CHECK_OK(bn_loader_set_order(&gld, 1, 21));
+        CHECK_OK(bn_loader_set_order(&cld, 1, 21));
+        CHECK_MSG(epoch_against_cpu(ctx, &g, &gld, gpu, &cld, cpu, 1000, &replays) == BN_PASS, "%s", aug);
+        CHECK_OK(bn_loader_set_order(&gld, 1, 22));
+        CHECK_OK(bn_loader_set_order(&cld, 1, 22));
+        CHECK_MSG(epoch_against_cpu(ctx, &g, &gld, gpu, &cld, cpu, 5000, &replays) == BN_PASS, "%s", aug);
+        CHECK_MSG(replays == 9, "%s: %d batches were replays, not 9", aug, replays);
+        /* Evaluation batches: unchanged on both paths, and the step stays where it was. */
+        CHECK_OK(bn_loader_set_cursor(&gld, 0));
+        CHECK_OK(bn_loader_set_cursor(&cld, 0));
+        CHECK_OK(bn_loader_fill_next(&gld, gpu, REPEAT_N, 0));
+        CHECK_OK(bn_loader_fill_next(&cld, cpu, REPEAT_N, 0));
+        CHECK_MSG(same_batches(gpu, cpu, REPEAT_N), "%s: the evaluation batch differs", aug);
+        CHECK_OK(bn_loader_fill_next(&gld, gpu, REPEAT_N, 1));
+        CHECK_OK(bn_loader_fill_next(&cld, cpu, REPEAT_N, 1));
+        CHECK_MSG(same_batches(gpu, cpu, REPEAT_N), "%s: the training batch after an evaluation batch differs", aug);
+        bn_step_graph_free(&g);
+        bn_loader_free(&gld);
+        bn_loader_free(&cld);
+        bn_net_free(gpu);
+        bn_net_free(cpu);
+    }
     return BN_PASS;
 }

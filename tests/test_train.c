@@ -268,6 +268,38 @@ BN_TEST(train_augment_section_and_its_flags)
     return BN_PASS;
 }
 
+/* [augment]'s pad and cutout train, and their flags override them: LeNet with `shift = 2`, `pad =
+ * reflect` and `cutout = 6` appended trains otherwise than LeNet with --shift 2, exactly like it
+ * with --pad zero --cutout 0, and exactly like LeNet with --shift 2 --pad reflect --cutout 6. */
+BN_TEST(train_pad_and_cutout_keys_and_their_flags)
+{
+    const char *made = bn_test_synthetic_mnist("augment-data", 600, 200);
+    CHECK(made != NULL);
+    char dir[512], model[512], save[512], log[4][512], cmd[2048];
+    snprintf(dir, sizeof dir, "%s", made);
+    snprintf(model, sizeof model, "%s/cutout.cfg", bn_test_tmpdir());
+    snprintf(save, sizeof save, "%s/cutout.safetensors", bn_test_tmpdir());
+    snprintf(cmd, sizeof cmd, "(cat models/lenet.cfg; printf '\\n[augment]\\nshift = 2\\npad = reflect\\n"
+             "cutout = 6\\n') > %s", model);
+    CHECK(system(cmd) == 0);
+    const char *const models[4] = {"models/lenet.cfg", model, model, "models/lenet.cfg"};
+    const char *const flags[4] = {"--shift 2", "", "--pad zero --cutout 0", "--shift 2 --pad reflect --cutout 6"};
+    char rows[4][512], *v[4][10];
+    for (int i = 0; i < 4; i++) {
+        snprintf(log[i], sizeof log[i], "%s/cutout-%d.csv", bn_test_tmpdir(), i);
+        snprintf(cmd, sizeof cmd, "%s train %s --device cpu --data %s --batch 50 --epochs 1 --quiet --save %s "
+                 "--log %s %s", bn_test_cli(), models[i], dir, save, log[i], flags[i]);
+        CHECK_MSG(bn_test_run(cmd, out, sizeof out) == 0, "%s", out);
+        CHECK(last_epoch_row(log[i], rows[i], sizeof rows[i], v[i]));
+    }
+    CHECK_MSG(strcmp(v[0][3], v[1][3]) != 0, "pad = reflect and cutout = 6 trained like --shift 2 alone: loss %s",
+              v[0][3]);
+    CHECK_MSG(strcmp(v[0][3], v[2][3]) == 0, "the section with --pad zero --cutout 0: loss %s, --shift 2 alone %s",
+              v[2][3], v[0][3]);
+    CHECK_MSG(strcmp(v[1][3], v[3][3]) == 0, "the flags: loss %s, the section %s", v[3][3], v[1][3]);
+    return BN_PASS;
+}
+
 /* The log's lr column follows the schedule: onecycle over the run's 20 steps (640 images in
  * batches of 64, 2 epochs) from 0.1 / 25 up to 0.1 at step 0.3 * 20 - 1 = 5 and down to
  * 0.004 / 1e4, under a warmup of 3 steps. Row s (after step s) shows step s - 1's rate. */

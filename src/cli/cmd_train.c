@@ -28,6 +28,8 @@ typedef struct train_args {
     double until_accuracy;
     const char *shift;      /* --shift's text, checked once the model's input size is known */
     int flip;               /* 1 --flip, -1 --no-flip, 0 neither: the model file's [augment] */
+    const char *pad;        /* --pad's text */
+    const char *cutout;     /* --cutout's text, checked once the model's input size is known */
     long gpus;              /* --gpus, 0 when not given */
     long rank, world;       /* --rank (-1 when not given) and --world (0 when not given) */
     const char *rendezvous; /* --rendezvous HOST:PORT */
@@ -38,7 +40,7 @@ typedef struct train_args {
 enum { OPT_DATA = 256, OPT_DATASET, OPT_DEVICE, OPT_EPOCHS, OPT_BATCH, OPT_LR, OPT_MOMENTUM, OPT_WD,
        OPT_POLICY, OPT_SEED, OPT_LIMIT, OPT_SAVE, OPT_RESUME, OPT_QUIET, OPT_LOG, OPT_LOG_EVERY,
        OPT_TF32, OPT_DETERMINISTIC, OPT_AUTOTUNE, OPT_PROFILE, OPT_PLUGIN, OPT_NO_GRAPH,
-       OPT_SHIFT, OPT_FLIP, OPT_NO_FLIP,
+       OPT_SHIFT, OPT_FLIP, OPT_NO_FLIP, OPT_PAD, OPT_CUTOUT,
        OPT_UNTIL, OPT_CHECKPOINT_EVERY, OPT_DEBUG_NUMERICS, OPT_OPTIMIZER, OPT_WARMUP, OPT_PRECISION,
        OPT_GPUS, OPT_RANK, OPT_WORLD, OPT_RENDEZVOUS, OPT_DATA_OPTION, OPT_HOLDOUT, OPT_HELP };
 
@@ -59,7 +61,8 @@ static const struct option train_options[] = {
     {"checkpoint-every", required_argument, 0, OPT_CHECKPOINT_EVERY},
     {"debug-numerics", required_argument, 0, OPT_DEBUG_NUMERICS},
     {"shift", required_argument, 0, OPT_SHIFT},     {"flip", no_argument, 0, OPT_FLIP},
-    {"no-flip", no_argument, 0, OPT_NO_FLIP},       {"precision", required_argument, 0, OPT_PRECISION},
+    {"no-flip", no_argument, 0, OPT_NO_FLIP},       {"pad", required_argument, 0, OPT_PAD},
+    {"cutout", required_argument, 0, OPT_CUTOUT},   {"precision", required_argument, 0, OPT_PRECISION},
     {"gpus", required_argument, 0, OPT_GPUS},       {"rank", required_argument, 0, OPT_RANK},
     {"world", required_argument, 0, OPT_WORLD},     {"rendezvous", required_argument, 0, OPT_RENDEZVOUS},
     {"data-option", required_argument, 0, OPT_DATA_OPTION}, {"holdout", required_argument, 0, OPT_HOLDOUT},
@@ -164,6 +167,8 @@ static int parse_args(int argc, char **argv, train_args *a)
         case OPT_SHIFT: a->shift = optarg; break;
         case OPT_FLIP: a->flip = 1; break;
         case OPT_NO_FLIP: a->flip = -1; break;
+        case OPT_PAD: a->pad = optarg; break;
+        case OPT_CUTOUT: a->cutout = optarg; break;
         case OPT_PRECISION: BN_TRY(bn_cli_precision(optarg, &a->bf16)); break;
         case OPT_GPUS: BN_TRY(bn_cli_int("--gpus", optarg, 1, BN_DIST_MAX_RANKS, &a->gpus)); break;
         case OPT_RANK: BN_TRY(bn_cli_int("--rank", optarg, 0, BN_DIST_MAX_RANKS - 1, &a->rank)); break;
@@ -219,16 +224,21 @@ static bn_status apply_overrides(const train_args *a, bn_train_config *c)
     return BN_OK;
 }
 
-/* --shift and --flip / --no-flip over the model file's [augment]; the shift's limit is the
- * model's (half its input's smaller side). */
+/* --shift, --flip / --no-flip, --pad and --cutout over the model file's [augment]; the shift's
+ * and the cutout's limits are the model's (half its input's smaller side, and that side). */
 static bn_status apply_augment(const train_args *a, bn_net *net)
 {
+    long n;
     if (a->shift) {
-        long shift;
-        BN_TRY(bn_cli_int("--shift", a->shift, 0, bn_augment_max_shift(net->input_shape), &shift));
-        net->augment.shift = (int)shift;
+        BN_TRY(bn_cli_int("--shift", a->shift, 0, bn_augment_max_shift(net->input_shape), &n));
+        net->augment.shift = (int)n;
     }
     if (a->flip) net->augment.flip = a->flip > 0;
+    if (a->pad) BN_TRY(choice("--pad", a->pad, bn_augment_pad_names, &net->augment.pad));
+    if (a->cutout) {
+        BN_TRY(bn_cli_int("--cutout", a->cutout, 0, bn_augment_max_cutout(net->input_shape), &n));
+        net->augment.cutout = (int)n;
+    }
     return BN_OK;
 }
 

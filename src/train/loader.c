@@ -40,21 +40,22 @@ bn_status bn_loader_set_order(bn_loader *ld, int shuffle, unsigned long long see
     return ld->ctx ? bn_loader_upload_order(ld) : BN_OK;
 }
 
-/* bn_dataset_gather's work with each example moved by its draw at training step `step`: the
- * device gather's arithmetic, pixel for pixel. */
+/* bn_dataset_gather's work with each example moved by its draw at training step `step` and
+ * standardised, its cutout then 0: the device gather's arithmetic, pixel for pixel. */
 static void gather_augmented(const bn_dataset *d, const int *indices, int n, bn_augment a, uint64_t seed,
-                             uint64_t step, int offset, float *x, float *y)
+                             uint64_t step, int offset, const float *mean, const float *std, float *x, float *y)
 {
     const int h = d->height, w = d->width;
     const size_t plane = (size_t)h * (size_t)w, size = (size_t)d->channels * plane;
     for (int e = 0; e < n; e++) {
-        bn_augment_draw draw = bn_augment_pick(a, seed, step, (uint64_t)(offset + e));
+        bn_augment_draw draw = bn_augment_pick(a, h, w, seed, step, (uint64_t)(offset + e));
         float *dst = x + (size_t)e * size;
         for (int c = 0; c < d->channels; c++, dst += plane)
             for (int r = 0; r < h; r++)
                 for (int col = 0; col < w; col++) {
                     int from = bn_augment_source(draw, h, w, r, col);
-                    dst[r * w + col] = from < 0 ? 0.0f : bn_dataset_value(d, (size_t)indices[e], c * plane + from);
+                    float v = from < 0 ? 0.0f : bn_dataset_value(d, (size_t)indices[e], c * plane + from);
+                    dst[r * w + col] = bn_augment_cut(draw, r, col) ? 0.0f : (v - mean[c]) / std[c];
                 }
         y[e] = (float)d->labels[indices[e]];
     }
@@ -66,11 +67,12 @@ static bn_status fill_host(bn_loader *ld, bn_net *net, int start, int n, int aug
 {
     BN_HOST_WR(x, net->input);
     BN_HOST_WR(y, net->labels);
-    if (augment && bn_augment_active(net->augment))
+    if (augment && bn_augment_active(net->augment)) {
         gather_augmented(ld->data, ld->order + start, n, net->augment, net->pass.seed, ld->host_step, net->pass.offset,
-                         x, y);
-    else
-        bn_dataset_gather(ld->data, ld->order + start, n, x, y);
+                         net->input_mean, net->input_std, x, y);
+        return BN_OK;
+    }
+    bn_dataset_gather(ld->data, ld->order + start, n, x, y);
     const int channels = ld->data->channels;
     const size_t plane = (size_t)ld->data->height * (size_t)ld->data->width;
     /* The same two operations as the device gather, so both paths see the same bits. */

@@ -1,4 +1,5 @@
-/* loader_gpu.cu - batches gathered on the device from the uint8 dataset uploaded once. */
+/* loader_gpu.cu - batches gathered on the device from the dataset uploaded once (uint8 pixels or
+ * float values), or read from pinned host memory where it is past the data budget. */
 #include <stdio.h>
 
 #include "gpu/bf16.cuh"
@@ -38,17 +39,19 @@ __global__ void gather_batch(const S *__restrict__ pixels, const uint16_t *__res
     const int i = (int)(blockIdx.y * blockDim.x + threadIdx.x);
     if (i < per_example) {
         const int plane = height * width, c = channels == 1 ? 0 : i / plane;
-        int from = i;
+        int from = i, cut = 0;
         if (step && bn_augment_active(aug)) {
-            const int row = (i - c * plane) / width;
-            const unsigned long long place = (unsigned long long)(offset + e);
-            const int at = bn_augment_source(bn_augment_pick(aug, seed, *step, place), height, width, row,
-                                             i - c * plane - row * width);
+            const int row = (i - c * plane) / width, col = i - c * plane - row * width;
+            const bn_augment_draw d = bn_augment_pick(aug, height, width, seed, *step,
+                                                      (unsigned long long)(offset + e));
+            const int at = bn_augment_source(d, height, width, row, col);
             from = at < 0 ? -1 : c * plane + at;
+            cut = bn_augment_cut(d, row, col);
         }
-        const S v = from < 0 ? S(0) : pixels[(size_t)src * per_example + from];
-        /* The CPU path's operations in its order, so both give the same bits. */
-        bn_st(x + (size_t)e * per_example + i, (bn_fed_value(v) - norm[c]) / norm[channels + c]);
+        const S v = from < 0 || cut ? S(0) : pixels[(size_t)src * per_example + from];
+        /* The CPU path's operations in its order, so both give the same bits; a cut pixel is 0
+         * whatever they give. */
+        bn_st(x + (size_t)e * per_example + i, cut ? 0.0f : (bn_fed_value(v) - norm[c]) / norm[channels + c]);
     }
     if (i == 0) y[e] = (float)labels[src];
     if (cursor && bn_last_arrival((unsigned *)(cursor + 1), gridDim.x * gridDim.y) && threadIdx.x == 0) {

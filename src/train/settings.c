@@ -33,6 +33,8 @@ void bn_settings_format(const bn_train_config *c, const bn_augment *aug, char bu
         {"bias_lr_mult", NULL, c->bias_lr_mult},
         {"shift", NULL, aug->shift},
         {"flip", NULL, aug->flip},
+        {"pad", bn_augment_pad_names[aug->pad], 0},
+        {"cutout", NULL, aug->cutout},
     };
     size_t len = 0;
     buf[0] = '\0';
