@@ -10,6 +10,8 @@
 
 #include "core/host_memory.h"
 
+#define BN_DATASET_PAGE 4096
+
 bn_status bn_dataset_check_size(const char *what, uint64_t count, int channels, int height, int width,
                                 int bytes_per_value)
 {
@@ -37,9 +39,15 @@ bn_status bn_dataset_alloc(bn_dataset *d, const char *what, int count, int chann
     if (num_classes <= 0 || num_classes > BN_DATASET_MAX_CLASSES)
         return bn_error(BN_ERR_DATA, "%s: %d classes, outside 1..%d", what, num_classes, BN_DATASET_MAX_CLASSES);
     BN_TRY(bn_dataset_check_size(what, (uint64_t)count, channels, height, width, is_float ? 4 : 1));
-    size_t n = (size_t)count * channels * height * width;
-    if (is_float) d->values = calloc(n, sizeof *d->values);
-    else d->pixels = calloc(n, 1);
+    /* Whole pages of their own: a set streamed to the GPU is pinned by the page, and two sets
+     * sharing a page could not both be. */
+    size_t bytes = (size_t)count * channels * height * width * (is_float ? sizeof(float) : 1);
+    size_t rounded = (bytes + BN_DATASET_PAGE - 1) / BN_DATASET_PAGE * BN_DATASET_PAGE;
+    void *buf = NULL;
+    if (posix_memalign(&buf, BN_DATASET_PAGE, rounded) == 0) memset(buf, 0, rounded);
+    else buf = NULL;
+    if (is_float) d->values = buf;
+    else d->pixels = buf;
     d->labels = calloc((size_t)count, sizeof *d->labels);
     if (!d->labels || !(d->values || d->pixels)) {
         bn_dataset_free(d);

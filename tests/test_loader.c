@@ -41,16 +41,23 @@ BN_TEST(loader_fills_standardised_batches_in_order)
     return BN_PASS;
 }
 
-/* A net over c x h x w inputs standardised with mean 0.5 and std 0.25, with `augment` (a model
- * file's [augment] section, or "") after [input], set up for `batch` examples. */
+/* A net over c x h x w inputs standardised as `norm` says ([input]'s mean and std lines), with
+ * `augment` (a model file's [augment] section, or "") after [input], set up for `batch` examples. */
+static bn_status normed_net(int c, int h, int w, const char *norm, const char *augment, int batch, bn_ctx *ctx,
+                            uint64_t seed, bn_net **net)
+{
+    char text[512];
+    snprintf(text, sizeof text, "[input]\nchannels=%d\nheight=%d\nwidth=%d\n%s%s[dense]\noutputs=2\n", c, h, w, norm,
+             augment);
+    BN_TRY(bn_net_from_text(text, "augment.cfg", net));
+    return bn_net_setup(*net, batch, ctx, 0, seed);
+}
+
+/* The same with mean 0.5 and std 0.25 for every channel. */
 static bn_status augmented_net(int c, int h, int w, const char *augment, int batch, bn_ctx *ctx, uint64_t seed,
                                bn_net **net)
 {
-    char text[512];
-    snprintf(text, sizeof text, "[input]\nchannels=%d\nheight=%d\nwidth=%d\nmean=0.5\nstd=0.25\n%s[dense]\noutputs=2\n",
-             c, h, w, augment);
-    BN_TRY(bn_net_from_text(text, "augment.cfg", net));
-    return bn_net_setup(*net, batch, ctx, 0, seed);
+    return normed_net(c, h, w, "mean=0.5\nstd=0.25\n", augment, batch, ctx, seed, net);
 }
 
 /* A raw pixel as the input sees it, with the nets' mean and std: the loader's two operations. */
@@ -452,27 +459,38 @@ static int epoch_against_cpu(bn_ctx *ctx, bn_step_graph *g, bn_loader *gld, bn_n
 }
 
 /* Shift and flip on 2 channels of pixels; reflect padding and a cutout (even and odd sides) on 3
- * channels of pixels and of float values. */
+ * channels of pixels and of float values; a mean and std per channel; and the same read from
+ * pinned host memory, as a set past the data budget is. */
 BN_TEST(loader_gpu_augmented_gather_matches_cpu_through_graph_replays)
 {
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
     bn_ctx *ctx;
     CHECK_OK(bn_ctx_open(0, &ctx));
+    static const char *const even = "mean=0.5\nstd=0.25\n", *const per_channel = "mean=0.1,0.5,0.9\nstd=0.2,0.3,0.7\n";
     static const struct {
         int channels, as_values;
-        const char *augment;
-    } cases[] = {{RAND_C, 0, "[augment]\nshift=3\nflip=1\n"},
-                 {RAND_MAX_C, 0, "[augment]\nshift=3\nflip=1\npad=reflect\ncutout=4\n"},
-                 {RAND_MAX_C, 1, "[augment]\nshift=2\nflip=1\npad=reflect\ncutout=5\n"},
-                 {RAND_MAX_C, 1, "[augment]\ncutout=7\n"}};
+        const char *norm, *augment;
+        int streamed;
+    } cases[] = {{RAND_C, 0, even, "[augment]\nshift=3\nflip=1\n", 0},
+                 {RAND_MAX_C, 0, even, "[augment]\nshift=3\nflip=1\npad=reflect\ncutout=4\n", 0},
+                 {RAND_MAX_C, 1, even, "[augment]\nshift=2\nflip=1\npad=reflect\ncutout=5\n", 0},
+                 {RAND_MAX_C, 1, even, "[augment]\ncutout=7\n", 0},
+                 {RAND_MAX_C, 0, per_channel, "[augment]\nshift=3\nflip=1\npad=reflect\ncutout=4\n", 0},
+                 {RAND_MAX_C, 0, per_channel, "[augment]\nshift=3\nflip=1\npad=reflect\ncutout=4\n", 1},
+                 {RAND_MAX_C, 1, per_channel, "[augment]\nshift=2\nflip=1\n", 1}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         bn_dataset d = random_images_of(cases[i].channels, cases[i].as_values);
         const char *aug = cases[i].augment;
         bn_net *gpu, *cpu;
-        CHECK_OK(augmented_net(d.channels, RAND_H, RAND_W, aug, REPEAT_N, ctx, 11, &gpu));
-        CHECK_OK(augmented_net(d.channels, RAND_H, RAND_W, aug, REPEAT_N, NULL, 11, &cpu));
+        CHECK_OK(normed_net(d.channels, RAND_H, RAND_W, cases[i].norm, aug, REPEAT_N, ctx, 11, &gpu));
+        CHECK_OK(normed_net(d.channels, RAND_H, RAND_W, cases[i].norm, aug, REPEAT_N, NULL, 11, &cpu));
         bn_loader gld, cld;
-        CHECK_OK(bn_loader_init(&gld, &d, ctx));
+        /* A budget of one byte sends any set to pinned host memory. */
+        if (cases[i].streamed) setenv("BLOBNET_DATA_BUDGET", "1", 1);
+        bn_status up = bn_loader_init(&gld, &d, ctx);
+        unsetenv("BLOBNET_DATA_BUDGET");
+        CHECK_OK(up);
+        CHECK_MSG(gld.streamed == cases[i].streamed, "case %zu: streamed %d", i, gld.streamed);
         CHECK_OK(bn_loader_init(&cld, &d, NULL));
         bn_step_graph g = {0};
         int replays = 0;

@@ -10,13 +10,14 @@
 #include "core/plugin.h"
 #include "data_source.h"
 
-enum { OPT_DATA = 256, OPT_DATASET, OPT_DATA_OPTION, OPT_PLUGIN, OPT_HELP };
+enum { OPT_DATA = 256, OPT_DATASET, OPT_DATA_OPTION, OPT_PLUGIN, OPT_WRITE, OPT_HELP };
 
 static const struct option data_options[] = {
     {"data", required_argument, 0, OPT_DATA},
     {"dataset", required_argument, 0, OPT_DATASET},
     {"data-option", required_argument, 0, OPT_DATA_OPTION},
     {"plugin", required_argument, 0, OPT_PLUGIN},
+    {"write", required_argument, 0, OPT_WRITE},
     {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0},
 };
@@ -24,7 +25,31 @@ static const struct option data_options[] = {
 typedef struct data_args {
     const char *model;   /* NULL: the data as stored */
     bn_data_flags data;
+    const bn_data_format *write;  /* --write FORMAT:PATH: the format that writes the data out */
+    const char *write_path;
 } data_args;
+
+/* --write FORMAT:PATH, FORMAT one with a writer in the table. */
+static bn_status parse_write(const char *text, data_args *a)
+{
+    const char *colon = strchr(text, ':');
+    char name[64];
+    if (!colon || colon == text || !colon[1] || (size_t)(colon - text) >= sizeof name)
+        return bn_error(BN_ERR_USAGE, "--write: '%s' is not FORMAT:PATH", text);
+    snprintf(name, sizeof name, "%.*s", (int)(colon - text), text);
+    BN_TRY(bn_data_format_find(name, "--write", &a->write));
+    if (!a->write->save) {
+        char list[256] = "";
+        for (int i = 0; i < bn_data_format_count(); i++) {
+            const bn_data_format *f = bn_data_format_at(i);
+            size_t len = strlen(list);
+            if (f->save) snprintf(list + len, sizeof list - len, "%s%s", len ? ", " : "", f->name);
+        }
+        return bn_error(BN_ERR_USAGE, "--write: blobnet reads %s but does not write it; it writes %s", name, list);
+    }
+    a->write_path = colon + 1;
+    return BN_OK;
+}
 
 static int parse_args(int argc, char **argv, data_args *a)
 {
@@ -38,6 +63,7 @@ static int parse_args(int argc, char **argv, data_args *a)
         case OPT_DATASET: a->data.dataset = optarg; break;
         case OPT_DATA_OPTION: BN_TRY(bn_data_flags_add_option(&a->data, optarg)); break;
         case OPT_PLUGIN: BN_TRY(bn_plugin_load(optarg)); break;
+        case OPT_WRITE: BN_TRY(parse_write(optarg, a)); break;
         case OPT_HELP: return -1;
         default: return bn_cli_option_error(opt, optopt, argv[optind - 1]);
         }
@@ -138,6 +164,11 @@ static bn_status run(const data_args *a, bn_net **net, bn_data_source *src, bn_d
     }
     free(counts);
     free(stats);
+    if (s == BN_OK && a->write) {
+        BN_TRY(a->write->save(train, test, a->write_path));
+        printf("wrote %d training and %d test examples to %s as %s\n", train->count, test->count, a->write_path,
+               a->write->name);
+    }
     return s;
 }
 

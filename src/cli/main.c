@@ -134,6 +134,8 @@ static const char data_usage[] =
     "  --dataset NAME      the data's format (the list below; default mnist)\n"
     "  --data PATH         the dataset's file or folder\n"
     "  --data-option K=V   a key of the format's; may repeat\n"
+    "  --write FORMAT:PATH write both splits out in another format (one whose line below\n"
+    "                      says it writes), fitted to what that format holds\n"
     "  --plugin FILE       load a layer plugin (.so) first; may be given several times\n";
 
 static const char check_layer_usage[] =
@@ -277,6 +279,7 @@ static void print_data_formats(void)
         printf("  %-15s %s\n", f->name, f->reads);
         if (f->default_path) printf("  %-15s default PATH: %s\n", "", f->default_path);
         if (f->keys) printf("  %-15s keys: %s\n", "", f->keys);
+        if (f->save) printf("  %-15s blobnet data --write %s:PATH writes it\n", "", f->name);
     }
 }
 

@@ -20,6 +20,8 @@ typedef struct bn_loader {
     void *dev_pixels;      /* the dataset's values as the device reads them: a copy in device memory,
                             * or (streamed) the host's own buffer, pinned and mapped */
     int streamed;          /* 1: the set was past the data budget and stays in host memory */
+    void *pinned_copy;     /* streamed from a copy in pinned memory where its own buffer could not
+                            * be pinned; NULL otherwise */
     void *dev_labels;
     void *dev_order;
     int *dev_cursor;       /* GPU: first example of the next bn_loader_fill_next batch */

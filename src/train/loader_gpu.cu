@@ -1,6 +1,7 @@
 /* loader_gpu.cu - batches gathered on the device from the dataset uploaded once (uint8 pixels or
  * float values), or read from pinned host memory where it is past the data budget. */
 #include <stdio.h>
+#include <string.h>
 
 #include "gpu/bf16.cuh"
 #include "gpu/cuda_check.h"
@@ -73,17 +74,29 @@ static bn_status stream_pixels(bn_loader *ld, void *host, size_t bytes, size_t b
     if (!told++)
         fprintf(stderr, "blobnet: note: a dataset of %.1f MB is past the data budget of %.1f MB "
                 "(BLOBNET_DATA_BUDGET): its batches are read from pinned host memory\n", bytes / 1e6, budget / 1e6);
-    BN_CUDA(cudaHostRegister(host, bytes, cudaHostRegisterMapped));
+    cudaError_t e = cudaHostRegister(host, bytes, cudaHostRegisterMapped);
+    if (e == cudaSuccess) {
+        ld->streamed = 1;
+        BN_CUDA(cudaHostGetDevicePointer(&ld->dev_pixels, host, 0));
+        return BN_OK;
+    }
+    /* A buffer sharing a page with one pinned already (a set the caller laid out; the readers'
+     * own sets have whole pages) is copied into pinned memory of its own instead. */
+    (void)cudaGetLastError();
+    BN_CUDA(cudaHostAlloc(&ld->pinned_copy, bytes, cudaHostAllocMapped));
+    memcpy(ld->pinned_copy, host, bytes);
     ld->streamed = 1;
-    BN_CUDA(cudaHostGetDevicePointer(&ld->dev_pixels, host, 0));
+    BN_CUDA(cudaHostGetDevicePointer(&ld->dev_pixels, ld->pinned_copy, 0));
     return BN_OK;
 }
 
 extern "C" void bn_loader_release_pixels(bn_loader *ld)
 {
     const bn_dataset *d = ld->data;
-    if (ld->streamed) cudaHostUnregister(d->values ? (void *)d->values : (void *)d->pixels);
+    if (ld->pinned_copy) cudaFreeHost(ld->pinned_copy);
+    else if (ld->streamed) cudaHostUnregister(d->values ? (void *)d->values : (void *)d->pixels);
     else bn_device_free(ld->dev_pixels);
+    ld->pinned_copy = NULL;
     ld->streamed = 0;
     ld->dev_pixels = NULL;
 }
