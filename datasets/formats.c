@@ -5,6 +5,7 @@
 
 #include "dataset.h"
 #include "idx.h"
+#include "npz.h"
 
 static const bn_data_format formats[] = {
     {"mnist", "a folder of MNIST's four IDX files", "data/mnist", NULL, bn_idx_format_mnist},
@@ -12,6 +13,8 @@ static const bn_data_format formats[] = {
      bn_idx_format_mnist},
     {"idx", "a folder of IDX pairs: *train*images*, *train*labels*, *t10k* or *test* ones", NULL,
      "classes = N (default: largest label + 1), layout = nhwc|nchw (rank 4 images)", bn_idx_format_any},
+    {"npz", "a NumPy .npz with x_train, y_train, x_test, y_test, or a folder of those four .npy files", NULL,
+     "layout = nhwc|nchw, classes = N", bn_npz_load},
 };
 
 int bn_data_format_count(void)
