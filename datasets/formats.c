@@ -9,6 +9,7 @@
 #include "cifar.h"
 #include "dataset.h"
 #include "idx.h"
+#include "npz.h"
 
 static const bn_data_format formats[] = {
     {"mnist", "a folder of MNIST's four IDX files", "data/mnist", NULL, bn_idx_format_mnist, NULL},
@@ -20,6 +21,8 @@ static const bn_data_format formats[] = {
      bn_cifar10_load, bn_cifar10_save},
     {"cifar100", "a folder of CIFAR-100's binary files (train.bin, test.bin)", NULL,
      "label = fine|coarse (default fine)", bn_cifar100_load, bn_cifar100_save},
+    {"npz", "a NumPy .npz with x_train, y_train, x_test, y_test, or a folder of those four .npy files", NULL,
+     "layout = nhwc|nchw, classes = N", bn_npz_load, bn_npz_save},
 };
 
 int bn_data_format_count(void)

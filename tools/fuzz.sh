@@ -3,7 +3,7 @@
 # AddressSanitizer and UndefinedBehaviorSanitizer, then prints its executions, coverage and
 # findings.
 #
-#   tools/fuzz.sh TARGET SECONDS    TARGET: idx, model, checkpoint, image or cifar
+#   tools/fuzz.sh TARGET SECONDS    TARGET: idx, npz, model, checkpoint, image or cifar
 #   tools/fuzz.sh seeds             rewrites the binary seeds under tests/fuzz/corpus
 #
 # Needs clang with its runtime libraries (Debian: clang, libclang-rt-14-dev or the
@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 
 CLANG=${CLANG:-clang}
 build=${FUZZ_BUILD:-build-fuzz}
-usage() { echo "usage: tools/fuzz.sh idx|model|checkpoint|image|cifar SECONDS | tools/fuzz.sh seeds" >&2; exit 2; }
+usage() { echo "usage: tools/fuzz.sh idx|npz|model|checkpoint|image|cifar SECONDS | tools/fuzz.sh seeds" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 target=$1
 
@@ -55,9 +55,11 @@ ar rcs "$lib" "${objs[@]}"
 
 if [ "$target" = seeds ]; then
     "$CLANG" "${cflags[@]}" tests/fuzz/make_seeds.c "$lib" "${libs[@]}" -o "$build/make_seeds"
-    mkdir -p tests/fuzz/corpus/idx tests/fuzz/corpus/checkpoint tests/fuzz/corpus/image tests/fuzz/corpus/cifar
+    mkdir -p tests/fuzz/corpus/idx tests/fuzz/corpus/npz tests/fuzz/corpus/checkpoint tests/fuzz/corpus/image \
+             tests/fuzz/corpus/cifar
     "$build/make_seeds" tests/fuzz/corpus
-    ls -l tests/fuzz/corpus/idx tests/fuzz/corpus/checkpoint tests/fuzz/corpus/image tests/fuzz/corpus/cifar
+    ls -l tests/fuzz/corpus/idx tests/fuzz/corpus/npz tests/fuzz/corpus/checkpoint tests/fuzz/corpus/image \
+          tests/fuzz/corpus/cifar
     exit 0
 fi
 

@@ -4,15 +4,23 @@
 #
 #   tools/gpu_check.sh DATA_DIR [STAGE...]
 #
-# Stages: build, test, sanitize, crosscheck, accuracy, speed, peer, graph, bf16, multigpu (default:
-# all; multigpu needs 2 GPUs and a build with NCCL, and skips itself otherwise).
+# Stages: build, test, sanitize, crosscheck, accuracy, speed, peer, graph, bf16, data, multigpu
+# (default: all; multigpu needs 2 GPUs and a build with NCCL, and skips itself otherwise). The data
+# stage writes Fashion-MNIST out in every format blobnet writes and trains on each, times the
+# streamed path against the resident one, and times models/cifar10_resnet.cfg on Fashion-MNIST
+# written as CIFAR-10 records beside tools/pytorch_peer.py.
 # DATA_DIR holds the four MNIST gzip IDX files; the graph stage trains models/resnet_mini.cfg on
 # Fashion-MNIST from $FASHION_DIR (default /usr/share/datasets/fashion-mnist) beside
 # tools/pytorch_peer.py on the same model file.
 set -uo pipefail
 data=${1:?usage: tools/gpu_check.sh DATA_DIR [STAGE...]}
 shift
-stages=${*:-build test sanitize crosscheck accuracy speed peer graph bf16 multigpu}
+stages=${*:-build test sanitize crosscheck accuracy speed peer graph bf16 data multigpu}
+# The median of the seconds column of a log's epoch lines after the first.
+median_epoch() {
+    awk '/^epoch/ && $2 !~ /^1\// { for (i = 1; i <= NF; i++) if ($i == "s") print $(i - 1) }' "$1" | sort -g |
+        awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'
+}
 # Logs are written to a scratch folder and packed into one archive under $OUT at the end.
 logs=$(mktemp -d)
 trap 'tar -czf "${OUT:-.}/gpu-logs.tgz" -C "$logs" . 2>/dev/null' EXIT
@@ -107,6 +115,54 @@ if has bf16; then
             >"$logs/lenet-$precision.log" 2>&1
         note "lenet 10 epochs --precision $precision: $(grep '^epoch 10' "$logs/lenet-$precision.log" | awk '{ for (i = 1; i <= NF; i++) if ($i == "s") print $(i - 1) " s per epoch" }'), $(tail -1 "$logs/lenet-$precision.log")"
     done
+fi
+
+if has data; then
+    fashion=${FASHION_DIR:-/usr/share/datasets/fashion-mnist}
+    made=$(mktemp -d)
+    # Fashion-MNIST through every format that writes, trained with the same model and seed as IDX.
+    for fmt in idx folder npz cifar10; do
+        path=$fashion
+        if [ "$fmt" != idx ]; then
+            path=$made/fashion-$fmt
+            ./blobnet data --dataset fashion-mnist --data "$fashion" --write "$fmt:$path" >"$logs/write-$fmt.log" 2>&1 ||
+                { note "write $fmt: FAILED: $(tail -1 "$logs/write-$fmt.log")"; continue; }
+        fi
+        model=models/vgg_fashion.cfg
+        if [ "$fmt" = cifar10 ]; then
+            # The same layers on the padded 3x32x32 images.
+            sed 's/^channels = 1$/channels = 3/; s/^height = 28$/height = 32/; s/^width = 28$/width = 32/' \
+                models/vgg_fashion.cfg >"$made/vgg_fashion32.cfg"
+            model=$made/vgg_fashion32.cfg
+        fi
+        dataset=$fmt; [ "$fmt" = idx ] && dataset=fashion-mnist
+        ./blobnet train "$model" --device gpu --epochs 10 --dataset "$dataset" --data "$path" --tf32 \
+            >"$logs/fashion-$fmt.log" 2>&1
+        note "vgg_fashion --tf32 10 epochs from $fmt: $(tail -1 "$logs/fashion-$fmt.log"), median epoch $(median_epoch "$logs/fashion-$fmt.log") s"
+    done
+    # Streamed from pinned host memory against resident, LeNet at batch 256 (the shortest step)
+    # and the colour model.
+    for budget in "" 1; do
+        BLOBNET_DATA_BUDGET=$budget ./blobnet train models/lenet.cfg --device gpu --epochs 5 --batch 256 \
+            --data "$data" >"$logs/stream-lenet-$budget.log" 2>&1
+        note "lenet batch 256 budget '${budget:-default}': median epoch $(median_epoch "$logs/stream-lenet-$budget.log") s, $(tail -1 "$logs/stream-lenet-$budget.log")"
+    done
+    cifar=$made/fashion-cifar10
+    for budget in "" 1; do
+        BLOBNET_DATA_BUDGET=$budget ./blobnet train models/cifar10_resnet.cfg --device gpu --epochs 3 --tf32 \
+            --data "$cifar" >"$logs/stream-cifar-$budget.log" 2>&1
+        note "cifar10_resnet --tf32 budget '${budget:-default}': median epoch $(median_epoch "$logs/stream-cifar-$budget.log") s, $(tail -1 "$logs/stream-cifar-$budget.log")"
+    done
+    for flags in "" "--tf32" "--precision bf16"; do
+        # shellcheck disable=SC2086
+        ./blobnet train models/cifar10_resnet.cfg --device gpu --epochs 3 $flags --data "$cifar" \
+            >"$logs/cifar-blobnet$flags.log" 2>&1
+        note "cifar10_resnet blobnet ${flags:-fp32}: median epoch $(median_epoch "$logs/cifar-blobnet$flags.log") s, $(tail -1 "$logs/cifar-blobnet$flags.log")"
+    done
+    python3 tools/pytorch_peer.py models/cifar10_resnet.cfg --data "$cifar" --epochs 3 --variant graph,graph-bf16 \
+        >"$logs/cifar-peer.log" 2>&1
+    note "cifar10_resnet peer:"; grep '^pytorch' "$logs/cifar-peer.log" || tail -5 "$logs/cifar-peer.log"
+    rm -rf "$made"
 fi
 
 if has multigpu; then

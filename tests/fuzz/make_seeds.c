@@ -1,9 +1,12 @@
-/* make_seeds.c - writes the binary seeds of the fuzz corpora into DIR/idx, DIR/checkpoint,
- * DIR/image and DIR/cifar (tools/fuzz.sh seeds): small IDX pairs in fuzz_idx's input format, raw
- * and gzip; checkpoints of FUZZ_CHECKPOINT_MODEL as a fresh run, a mid-epoch run and weights
- * alone; a small digit in every PNG colour type and depth libpng writes (interlaced, with tRNS)
- * and in PGM (P5 at 8 and 16 bits, P2 with comments), in fuzz_image's input format; and CIFAR
- * folders, valid and not, in fuzz_cifar's. */
+/* make_seeds.c - writes the binary seeds of the fuzz corpora into DIR/idx, DIR/npz,
+ * DIR/checkpoint, DIR/image and DIR/cifar (tools/fuzz.sh seeds): small IDX pairs in fuzz_idx's
+ * input format, raw and gzip; small .npz archives from bn_npz_write (gray, NHWC colour and NCHW
+ * float sets, one with a bad CRC and one cut short; the numpy-*.npz seeds beside them came from
+ * NumPy itself, np.savez_compressed among them, and are kept as they are); checkpoints of
+ * FUZZ_CHECKPOINT_MODEL as a fresh run, a mid-epoch run and weights alone; a small digit in every
+ * PNG colour type and depth libpng writes (interlaced, with tRNS) and in PGM (P5 at 8 and 16
+ * bits, P2 with comments), in fuzz_image's input format; and CIFAR folders, valid and not, in
+ * fuzz_cifar's. */
 #include <png.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -12,6 +15,7 @@
 #include <zlib.h>
 
 #include "fuzz_common.h"
+#include "npz.h"
 #include "train/checkpoint.h"
 
 static _Noreturn void die(const char *what)
@@ -69,6 +73,55 @@ static void write_pair(const char *dir, const char *name, int limit, int gz)
     char path[1024];
     snprintf(path, sizeof path, "%s/idx/%s", dir, name);
     fuzz_write(path, out, len);
+}
+
+/* A set of count examples of c x h x w with pixels (or values) and labels in a fixed pattern. */
+static void make_set(bn_dataset *d, int count, int c, int h, int w, int is_float)
+{
+    if (bn_dataset_alloc(d, "seed", count, c, h, w, 3, is_float) != BN_OK) die("set");
+    size_t n = (size_t)count * c * h * w;
+    for (size_t i = 0; i < n; i++) {
+        if (is_float) d->values[i] = (float)i * 0.125f - 1.0f;
+        else d->pixels[i] = (unsigned char)(i * 37 % 256);
+    }
+    for (int i = 0; i < count; i++) d->labels[i] = (uint16_t)(i * 2 % 3);
+}
+
+/* dir/npz/name from bn_npz_write, then (cut > 0) its first `cut` bytes only, or (flip > 0) byte
+ * `flip` of x_train's data changed: a pixel only the CRC can tell from the right one. */
+static void write_npz(const char *dir, const char *name, int c, int is_float, int nhwc, long cut, long flip)
+{
+    bn_dataset train, test;
+    make_set(&train, 3, c, 5, 6, is_float);
+    make_set(&test, 2, c, 5, 6, is_float);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/npz/%s", dir, name);
+    if (bn_npz_write(&train, &test, path, nhwc) != BN_OK) die(path);
+    bn_dataset_free(&train);
+    bn_dataset_free(&test);
+    if (cut <= 0 && flip <= 0) return;
+    static unsigned char bytes[1 << 16];
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(bytes, 1, sizeof bytes, f) : 0;
+    if (!f || fclose(f) != 0 || n == sizeof bytes) die(path);
+    if (flip > 0) {
+        /* x_train is the first member: its data follows the first .npy preamble */
+        size_t at = 0;
+        while (at + 10 < n && memcmp(bytes + at, "\x93NUMPY", 6) != 0) at++;
+        at += 10 + (size_t)(bytes[at + 8] | bytes[at + 9] << 8) + (size_t)flip;
+        if (at >= n) die(path);
+        bytes[at] ^= 0x20;
+    }
+    fuzz_write(path, bytes, cut > 0 && (size_t)cut < n ? (size_t)cut : n);
+}
+
+static void write_npz_seeds(const char *dir)
+{
+    write_npz(dir, "gray.npz", 1, 0, 1, 0, 0);
+    write_npz(dir, "rgb-nhwc.npz", 3, 0, 1, 0, 0);
+    write_npz(dir, "float-nchw.npz", 3, 1, 0, 0, 0);
+    write_npz(dir, "bad-crc.npz", 1, 0, 1, 0, 5);
+    write_npz(dir, "cut.npz", 1, 0, 1, 300, 0);
 }
 
 static void write_checkpoints(const char *dir)
@@ -276,6 +329,7 @@ int main(int argc, char **argv)
     write_pair(argv[1], "raw-pair", 0, 0);
     write_pair(argv[1], "raw-pair-limit2", 2, 0);
     write_pair(argv[1], "gzip-pair", 0, 1);
+    write_npz_seeds(argv[1]);
     write_checkpoints(argv[1]);
     write_images(argv[1]);
     write_cifar(argv[1]);
