@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "dataset.h"
+#include "folder.h"
 #include "idx.h"
 
 static const bn_data_format formats[] = {
@@ -12,6 +13,8 @@ static const bn_data_format formats[] = {
      bn_idx_format_mnist},
     {"idx", "a folder of IDX pairs: *train*images*, *train*labels*, *t10k* or *test* ones", NULL,
      "classes = N (default: largest label + 1), layout = nhwc|nchw (rank 4 images)", bn_idx_format_any},
+    {"folder", "a folder with train/ and test/, a subfolder of images per class (PNG, PGM, PPM, JPEG)", NULL, NULL,
+     bn_folder_load},
 };
 
 int bn_data_format_count(void)
