@@ -59,6 +59,15 @@ ifneq ($(NVTX_INC),)
 endif
 LDLIBS   := -lopenblas -lpng -lz -lm -lpthread -ldl
 
+# JPEG through libjpeg-turbo when its header is there (Debian: libjpeg62-turbo-dev) and JPEG=0
+# does not turn it off; without it, reading a JPEG is an error that says so.
+WITH_JPEG := $(if $(filter 0,$(JPEG)),,$(if $(wildcard /usr/include/jpeglib.h /usr/local/include/jpeglib.h),1))
+ifeq ($(WITH_JPEG),1)
+  LDLIBS   += -ljpeg
+else
+  CPPFLAGS += -DBN_NO_JPEG
+endif
+
 ifeq ($(SANITIZE),1)
   CFLAGS  += -fsanitize=address,undefined -fno-omit-frame-pointer
   LDFLAGS += -fsanitize=address,undefined
@@ -112,10 +121,17 @@ all: libblobnet.a blobnet tests/run_tests $(NVTX_RECORDER) plugins
 
 # The top-level outputs are shared by every configuration (BUILD, CPU_ONLY, SANITIZE, NVTX):
 # this file changes whenever the configuration does, so switching relinks them.
-CONFIG_ID := $(BUILD) cuda=$(WITH_CUDA) nccl=$(WITH_NCCL) sanitize=$(SANITIZE) nvtx=$(NVTX) opt=$(OPT)
+CONFIG_ID := $(BUILD) cuda=$(WITH_CUDA) nccl=$(WITH_NCCL) jpeg=$(WITH_JPEG) sanitize=$(SANITIZE) nvtx=$(NVTX) opt=$(OPT)
 .build-config: FORCE
 	@echo '$(CONFIG_ID)' | cmp -s - $@ 2>/dev/null || echo '$(CONFIG_ID)' > $@
 .PHONY: FORCE
+
+# The sources that read BN_NO_JPEG are recompiled when JPEG=0 comes or goes in the same BUILD.
+$(addprefix $(BUILD)/,src/io/image_jpeg.o tests/test_image.o tests/test_folder.o tests/test_util_images.o): \
+    $(BUILD)/jpeg-config
+$(BUILD)/jpeg-config: FORCE
+	@mkdir -p $(dir $@)
+	@echo 'jpeg=$(WITH_JPEG)' | cmp -s - $@ 2>/dev/null || echo 'jpeg=$(WITH_JPEG)' > $@
 
 libblobnet.a: $(LIB_OBJS) .build-config
 	@rm -f $@
@@ -192,10 +208,10 @@ train: blobnet
 PREFIX  ?= /usr/local
 VERSION := $(shell sed -n 's/^\#define BLOBNET_VERSION "\(.*\)"/\1/p' src/cli/main.c)
 # The headers of the library, in their folders under include/blobnet/ as under src/ (the CLI's
-# own headers stay behind); datasets/idx.h beside blobnet.h.
+# own headers stay behind); datasets/idx.h, dataset.h and folder.h beside blobnet.h.
 INSTALL_HEADERS := src/blobnet.h $(foreach d,core gpu io train check dist,$(wildcard src/$(d)/*.h))
 INSTALL_ITEMS   := bin/blobnet=blobnet lib/libblobnet.a=libblobnet.a lib/pkgconfig/blobnet.pc=$(BUILD)/blobnet.pc \
-                   $(foreach h,$(INSTALL_HEADERS),include/blobnet/$(h:src/%=%)=$(h)) include/blobnet/idx.h=datasets/idx.h include/blobnet/dataset.h=datasets/dataset.h \
+                   $(foreach h,$(INSTALL_HEADERS),include/blobnet/$(h:src/%=%)=$(h)) include/blobnet/idx.h=datasets/idx.h include/blobnet/dataset.h=datasets/dataset.h include/blobnet/folder.h=datasets/folder.h \
                    $(foreach m,$(wildcard models/*.cfg),share/blobnet/models/$(notdir $(m))=$(m)) \
                    lib/pkgconfig/blobnet-plugin.pc=$(BUILD)/blobnet-plugin.pc \
                    $(foreach e,$(wildcard layers/examples/*),share/blobnet/examples/$(notdir $(e))=$(e))

@@ -8,6 +8,7 @@
 
 #include "cifar.h"
 #include "dataset.h"
+#include "folder.h"
 #include "idx.h"
 #include "npz.h"
 
@@ -21,6 +22,8 @@ static const bn_data_format formats[] = {
      bn_cifar10_load, bn_cifar10_save},
     {"cifar100", "a folder of CIFAR-100's binary files (train.bin, test.bin)", NULL,
      "label = fine|coarse (default fine)", bn_cifar100_load, bn_cifar100_save},
+    {"folder", "a folder with train/ and test/, a subfolder of images per class (PNG, PGM, PPM, JPEG)", NULL, NULL,
+     bn_folder_load, bn_folder_save},
     {"npz", "a NumPy .npz with x_train, y_train, x_test, y_test, or a folder of those four .npy files", NULL,
      "layout = nhwc|nchw, classes = N", bn_npz_load, bn_npz_save},
 };

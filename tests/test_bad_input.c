@@ -224,7 +224,8 @@ static const bad_case cases[] = {
 
     /* ---- images for predict ---- */
     {"image: empty file", RAW, "img", BIN(""), PREDICT, 1, "img: the file is empty"},
-    {"image: not an image", RAW, "img", BIN("hello, world\n"), PREDICT, 1, "not a PNG or PGM (P2/P5) image"},
+    {"image: not an image", RAW, "img", BIN("hello, world\n"), PREDICT, 1,
+     "not a PNG or PGM/PPM (P2, P3, P5, P6) or JPEG image"},
     {"image: PNG signature then garbage", RAW, "img", BIN("\x89PNG\r\n\x1a\n" "garbage garbage garbage"), PREDICT, 1,
      "bad PNG"},
     {"image: PGM with maxval 0", RAW, "img", BIN("P5\n4 4\n0\n0123456789abcdef"), PREDICT, 1, "bad PGM header"},
@@ -233,8 +234,10 @@ static const bad_case cases[] = {
     {"image: PGM of absurd size", RAW, "img", BIN("P5\n1000000 1000000\n255\n"), PREDICT, 1, "is too large"},
     {"image: ASCII PGM pixel above maxval", RAW, "img", BIN("P2\n2 2\n15\n0 3 99 1\n"), PREDICT, 1,
      "PGM pixel 2 is 99, above maxval 15"},
-    {"image: nothing but background", RAW, "img", BIN("P2\n4 4\n255\n0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n"), PREDICT, 1,
-     "no digit"},
+    {"image: PPM cut short", RAW, "img", BIN("P6\n2 2\n255\n\1\2\3"), PREDICT, 1,
+     "truncated PPM: 3 bytes of pixels, expected 12"},
+    /* "bad JPEG", or in a build without libjpeg, that it is a JPEG all the same. */
+    {"image: JPEG markers then garbage", RAW, "img", BIN("\xff\xd8\xff\xe0 garbage garbage"), PREDICT, 1, "JPEG"},
     {"image: a FIFO", FIFO, "img", NONE, PREDICT, 1, "img: is not a regular file but a FIFO (named pipe)"},
     {"image: missing file", KEEP, NULL, NONE, "predict @/m.cfg @/ck.safetensors @/nope.png --device cpu", 1,
      "nope.png: cannot open"},

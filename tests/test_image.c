@@ -1,5 +1,6 @@
-/* test_image.c - PNG of every colour type and depth, PGM P5/P2 at 8 and 16 bits, the PNG
- * writer, and the one-line errors for files that are not images. */
+/* test_image.c - PNG of every colour type and depth, PGM P5/P2 and PPM P6/P3 at 8 and 16 bits,
+ * JPEG (gray, colour, progressive, CMYK), each read as gray, as RGB and as it is, the PNG
+ * writers, and the one-line errors for files that are not images or are damaged. */
 #include "testing.h"
 
 #include <png.h>
@@ -10,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "image_testing.h"
 #include "io/image.h"
 
 static const char *tmp_path(char *buf, size_t cap, const char *name)
@@ -266,4 +268,197 @@ BN_TEST(image_invert_turns_dark_on_light_into_light_on_dark)
     bn_image_invert(&img);
     CHECK(px[0] == 255 && px[1] == 254 && px[2] == 127 && px[3] == 0);
     return BN_PASS;
+}
+
+/* ---- colour ---- */
+
+/* Reads path with `channels` and checks the shape and every byte against want (interleaved). */
+static int check_color(const char *path, int channels, int width, int height, int want_channels,
+                       const unsigned char *want, int tolerance)
+{
+    bn_image img;
+    CHECK_OK(bn_image_read_color(path, channels, &img));
+    CHECK_MSG(img.width == width && img.height == height && img.channels == want_channels,
+              "%s: %dx%d of %d channels, expected %dx%d of %d", path, img.width, img.height, img.channels, width,
+              height, want_channels);
+    for (int i = 0; i < width * height * want_channels; i++)
+        CHECK_MSG(abs(img.pixels[i] - want[i]) <= tolerance, "%s: sample %d is %d, expected %d", path, i,
+                  img.pixels[i], want[i]);
+    bn_image_free(&img);
+    return BN_PASS;
+}
+
+BN_TEST(image_color_png_reads_as_rgb_gray_or_as_it_is)
+{
+    char path[512];
+    unsigned char rgb[5 * 3 * 3], gray[5 * 3], replicated[5 * 3 * 3];
+    for (int i = 0; i < 45; i++) rgb[i] = (unsigned char)(i * 37 + 11);
+    for (int i = 0; i < 15; i++) {
+        gray[i] = bn_image_luminance(rgb[3 * i], rgb[3 * i + 1], rgb[3 * i + 2]);
+        replicated[3 * i] = replicated[3 * i + 1] = replicated[3 * i + 2] = gray[i];
+    }
+    CHECK_OK(bn_image_write_png_color(tmp_path(path, sizeof path, "rgb53.png"), rgb, 3, 5, 3));
+    if (check_color(path, 3, 5, 3, 3, rgb, 0) != BN_PASS) return BN_FAIL;
+    if (check_color(path, 0, 5, 3, 3, rgb, 0) != BN_PASS) return BN_FAIL;
+    /* Gray from colour: libpng's own conversion, which bn_image_luminance matches. */
+    if (check_color(path, 1, 5, 3, 1, gray, 0) != BN_PASS) return BN_FAIL;
+    if (check_read(path, 0, 5, 3, gray) != BN_PASS) return BN_FAIL;
+    CHECK_OK(bn_image_write_png_color(tmp_path(path, sizeof path, "gray53.png"), gray, 1, 5, 3));
+    if (check_color(path, 3, 5, 3, 3, replicated, 0) != BN_PASS) return BN_FAIL;
+    if (check_color(path, 0, 5, 3, 1, gray, 0) != BN_PASS) return BN_FAIL;
+    /* RGBA over black; a palette counts as colour. */
+    const unsigned char rgba[] = {200, 100, 50, 255, 200, 100, 50, 0, 200, 100, 50, 128};
+    png_spec s = {.width = 3, .height = 1, .color = PNG_COLOR_TYPE_RGBA, .depth = 8, .rows = rgba};
+    CHECK(write_png_spec(tmp_path(path, sizeof path, "rgba3.png"), &s) == 0);
+    const unsigned char over_black[] = {200, 100, 50, 0, 0, 0, 100, 50, 25};
+    if (check_color(path, 0, 3, 1, 3, over_black, 0) != BN_PASS) return BN_FAIL;
+    const png_color pal[] = {{10, 20, 30}, {40, 50, 60}};
+    const unsigned char idx[] = {0x40};
+    s = (png_spec){.width = 2, .height = 1, .color = PNG_COLOR_TYPE_PALETTE, .depth = 2, .rows = idx,
+                   .palette = pal, .palette_size = 2};
+    CHECK(write_png_spec(tmp_path(path, sizeof path, "pal2.png"), &s) == 0);
+    const unsigned char pal_want[] = {40, 50, 60, 10, 20, 30};
+    if (check_color(path, 0, 2, 1, 3, pal_want, 0) != BN_PASS) return BN_FAIL;
+    bn_image img;
+    CHECK_ERR(bn_image_read_color(path, 2, &img), BN_ERR_USAGE, "1 or 3 channels (or 0: as it is), not 2");
+    CHECK_ERR(bn_image_write_png_color(path, rgb, 4, 2, 2), BN_ERR_USAGE, "4 channels");
+    return BN_PASS;
+}
+
+BN_TEST(image_ppm_binary_and_ascii_at_8_and_16_bits)
+{
+    char path[512];
+    const unsigned char p6[] = "P6\n# two pixels\n2 1\n255\n\x0a\x14\x1e\xff\x80\x00";
+    CHECK(it_write_bytes(tmp_path(path, sizeof path, "a.ppm"), p6, sizeof p6 - 1) == 0);
+    const unsigned char p6_want[] = {10, 20, 30, 255, 128, 0};
+    if (check_color(path, 3, 2, 1, 3, p6_want, 0) != BN_PASS) return BN_FAIL;
+    if (check_color(path, 0, 2, 1, 3, p6_want, 0) != BN_PASS) return BN_FAIL;
+    const unsigned char p6_gray[] = {bn_image_luminance(10, 20, 30), bn_image_luminance(255, 128, 0)};
+    if (check_read(path, 0, 2, 1, p6_gray) != BN_PASS) return BN_FAIL;
+    const unsigned char p6_16[] = "P6 1 1 65535\n\xff\xff\x80\x80\x00\x00";
+    CHECK(it_write_bytes(tmp_path(path, sizeof path, "b.ppm"), p6_16, sizeof p6_16 - 1) == 0);
+    const unsigned char p6_16_want[] = {255, 128, 0};
+    if (check_color(path, 3, 1, 1, 3, p6_16_want, 0) != BN_PASS) return BN_FAIL;
+    const char p3[] = "P3\n# maxval 15\n1 2\n15\n15 0 7\n0 15 1\n";
+    CHECK(it_write_bytes(tmp_path(path, sizeof path, "c.ppm"), p3, sizeof p3 - 1) == 0);
+    const unsigned char p3_want[] = {255, 0, 119, 0, 255, 17};
+    if (check_color(path, 3, 1, 2, 3, p3_want, 0) != BN_PASS) return BN_FAIL;
+    /* A PGM read as RGB repeats its gray. */
+    const unsigned char p5[] = "P5 2 1 255\n\x07\xf0";
+    CHECK(it_write_bytes(tmp_path(path, sizeof path, "d.pgm"), p5, sizeof p5 - 1) == 0);
+    const unsigned char p5_rgb[] = {7, 7, 7, 240, 240, 240};
+    if (check_color(path, 3, 2, 1, 3, p5_rgb, 0) != BN_PASS) return BN_FAIL;
+    const char short_p6[] = "P6 2 2 255\n\x01\x02\x03";
+    if (read_fails("short.ppm", short_p6, sizeof short_p6 - 1, BN_ERR_DATA,
+                   "truncated PPM: 3 bytes of pixels, expected 12") != BN_PASS)
+        return BN_FAIL;
+    return read_fails("bad.ppm", "P3 1 1 255 1 2 x", 16, BN_ERR_DATA, "bad PPM: sample 2 of 3 is not a number");
+}
+
+/* The gray of a colour is the same whichever file holds it: PPM and JPEG are made gray with
+ * bn_image_luminance, PNG by libpng; 4096 colours, spread over the cube, in both. */
+BN_TEST(image_gray_from_colour_agrees_between_png_and_ppm)
+{
+    enum { W = 64, H = 64 };
+    static unsigned char rgb[W * H * 3];
+    unsigned state = 12345;
+    for (int i = 0; i < W * H * 3; i++) rgb[i] = (unsigned char)((state = state * 1103515245u + 12345u) >> 16);
+    char png[512], ppm[512];
+    CHECK_OK(bn_image_write_png_color(tmp_path(png, sizeof png, "cube.png"), rgb, 3, W, H));
+    static unsigned char ppm_bytes[32 + sizeof rgb];
+    int n = snprintf((char *)ppm_bytes, 32, "P6 %d %d 255\n", W, H);
+    memcpy(ppm_bytes + n, rgb, sizeof rgb);
+    CHECK(it_write_bytes(tmp_path(ppm, sizeof ppm, "cube.ppm"), ppm_bytes, (size_t)n + sizeof rgb) == 0);
+    bn_image a, b;
+    CHECK_OK(bn_image_read(png, 0, &a));
+    CHECK_OK(bn_image_read(ppm, 0, &b));
+    CHECK(a.channels == 1 && b.channels == 1);
+    CHECK_MSG(memcmp(a.pixels, b.pixels, W * H) == 0, "PNG and PPM give different grays");
+    bn_image_free(&a);
+    bn_image_free(&b);
+    return BN_PASS;
+}
+
+/* ---- JPEG ---- */
+
+/* A flat image survives JPEG's loss all but unchanged: within 2 of each value. */
+BN_TEST(image_jpeg_gray_colour_progressive_and_cmyk)
+{
+#ifdef BN_NO_JPEG
+    BN_SKIP_TEST("built without libjpeg");
+#else
+    enum { W = 24, H = 16 };
+    static unsigned char px[W * H * 4], want[W * H * 3];
+    char path[512];
+    for (int i = 0; i < W * H; i++) px[i] = 77;
+    CHECK(it_write_jpeg(tmp_path(path, sizeof path, "gray.jpg"), px, 1, W, H, 95, 0) == 0);
+    memset(want, 77, sizeof want);
+    if (check_color(path, 0, W, H, 1, want, 2) != BN_PASS) return BN_FAIL;
+    if (check_color(path, 3, W, H, 3, want, 2) != BN_PASS) return BN_FAIL;
+    for (int i = 0; i < W * H; i++) px[3 * i] = 200, px[3 * i + 1] = 30, px[3 * i + 2] = 90;
+    for (int progressive = 0; progressive < 2; progressive++) {
+        CHECK(it_write_jpeg(tmp_path(path, sizeof path, progressive ? "rgb-p.jpeg" : "rgb.JPG"), px, 3, W, H, 95,
+                            progressive) == 0);
+        if (check_color(path, 3, W, H, 3, px, 2) != BN_PASS) return BN_FAIL;
+        if (check_color(path, 0, W, H, 3, px, 2) != BN_PASS) return BN_FAIL;
+        memset(want, bn_image_luminance(200, 30, 90), W * H);
+        if (check_color(path, 1, W, H, 1, want, 2) != BN_PASS) return BN_FAIL;
+    }
+    /* CMYK as Adobe stores it (inverted): no cyan, full magenta, half yellow, no black. */
+    for (int i = 0; i < W * H; i++) px[4 * i] = 255, px[4 * i + 1] = 0, px[4 * i + 2] = 128, px[4 * i + 3] = 255;
+    CHECK(it_write_jpeg(tmp_path(path, sizeof path, "cmyk.jpg"), px, 4, W, H, 95, 0) == 0);
+    for (int i = 0; i < W * H; i++) want[3 * i] = 255, want[3 * i + 1] = 0, want[3 * i + 2] = 128;
+    return check_color(path, 0, W, H, 3, want, 2);
+#endif
+}
+
+#ifndef BN_NO_JPEG
+/* A JPEG's bytes into buf (cap); the count. */
+static size_t jpeg_bytes(const char *name, unsigned char *buf, size_t cap)
+{
+    enum { W = 40, H = 40 };
+    static unsigned char px[W * H * 3];
+    for (int i = 0; i < W * H * 3; i++) px[i] = (unsigned char)(i * 7 + i / 120);
+    char path[512];
+    if (it_write_jpeg(tmp_path(path, sizeof path, name), px, 3, W, H, 90, 0) != 0) return 0;
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(buf, 1, cap, f) : 0;
+    if (f) fclose(f);
+    return n;
+}
+
+#endif
+
+/* A build without libjpeg says so for any JPEG. */
+BN_TEST(image_jpeg_errors_are_one_line_naming_the_file)
+{
+#ifdef BN_NO_JPEG
+    return read_fails("any.jpg", "\xff\xd8\xff\xe0", 4, BN_ERR_DATA, "built without libjpeg");
+#else
+    static unsigned char buf[1 << 16];
+    size_t n = jpeg_bytes("whole.jpg", buf, sizeof buf);
+    CHECK(n > 600);
+    /* Cut inside the entropy-coded data: libjpeg warns and would pad with gray. */
+    if (read_fails("cut.jpg", buf, n / 2, BN_ERR_DATA, "bad JPEG: Premature end of JPEG file") != BN_PASS)
+        return BN_FAIL;
+    if (read_fails("head.jpg", buf, 40, BN_ERR_DATA, "bad JPEG") != BN_PASS) return BN_FAIL;
+    if (read_fails("soi.jpg", "\xff\xd8\xff", 3, BN_ERR_DATA, "bad JPEG") != BN_PASS) return BN_FAIL;
+    /* Entropy-coded data overwritten with noise. */
+    static unsigned char noisy[1 << 16];
+    memcpy(noisy, buf, n);
+    for (size_t i = n / 2; i < n - 2; i++) noisy[i] = (unsigned char)(i * 2654435761u >> 24);
+    bn_image img;
+    char path[512];
+    CHECK(it_write_bytes(tmp_path(path, sizeof path, "noise.jpg"), noisy, n) == 0);
+    bn_status s = bn_image_read_color(path, 3, &img);
+    CHECK_MSG(s == BN_ERR_DATA && strncmp(bn_last_error(), path, strlen(path)) == 0 && !strchr(bn_last_error(), '\n'),
+              "status %d: %s", (int)s, bn_last_error());
+    /* A frame header that promises 60000x60000 pixels is refused before any decoding. */
+    size_t sof = 0;
+    for (size_t i = 2; i + 9 < n && !sof; i++)
+        if (buf[i] == 0xff && buf[i + 1] == 0xc0) sof = i;
+    CHECK(sof);
+    buf[sof + 5] = buf[sof + 7] = 0xea, buf[sof + 6] = buf[sof + 8] = 0x60;
+    return read_fails("huge.jpg", buf, n, BN_ERR_DATA, "60000x60000 pixels is too large");
+#endif
 }

@@ -26,7 +26,7 @@ static const folder_rule rules[] = {
     {"layers", "core gpu layers"},
     {"layers/conv2d", "core gpu layers"},
     {"layers/dense", "core gpu layers"},
-    {"datasets", "core datasets"},
+    {"datasets", "core io datasets"},
 };
 
 static int is_file(const char *path)

@@ -1,6 +1,7 @@
 /* test_predict.c - `blobnet predict`: the output formats, one-line errors for files that are
- * not images while the others are still predicted, and agreement with `blobnet test` on
- * MNIST test digits exported as PNG and PGM. */
+ * not images while the others are still predicted, agreement with `blobnet test` on MNIST
+ * test digits exported as PNG and PGM, and for models of other shapes (colour, any size) the
+ * same inputs as the folder dataset format makes of the same files. */
 #include "testing.h"
 
 #include <stdlib.h>
@@ -8,11 +9,14 @@
 #include <unistd.h>
 
 #include "core/net.h"
+#include "folder.h"
 #include "idx.h"
+#include "image_testing.h"
 #include "io/digit.h"
 #include "io/image.h"
 #include "io/json.h"
 #include "train/checkpoint.h"
+#include "train/evaluate.h"
 
 static char out[1 << 16], err[1 << 14];
 
@@ -198,6 +202,122 @@ BN_TEST(predict_json_is_one_object_per_line)
         bn_json_free(v);
         line = end + 1;
     }
+    return BN_PASS;
+}
+
+/* ---- models of other shapes ---- */
+
+/* TMP/NAME.cfg: an input of c x h x w, a dense layer and softmax; its initial weights saved
+ * beside it as NAME.safetensors. */
+static int save_small_model(const char *name, int c, int h, int w, char *cfg, char *weights, size_t cap)
+{
+    char text[256], file[64];
+    snprintf(text, sizeof text, "[input]\nchannels = %d\nheight = %d\nwidth = %d\n[dense]\noutputs = 5\n"
+             "[softmax_ce]\n", c, h, w);
+    snprintf(file, sizeof file, "%s.cfg", name);
+    CHECK(it_write_bytes(tmp_path(cfg, cap, file), text, strlen(text)) == 0);
+    snprintf(file, sizeof file, "%s.safetensors", name);
+    tmp_path(weights, cap, file);
+    bn_net *net;
+    CHECK_OK(bn_net_from_file(cfg, &net));
+    CHECK_OK(bn_net_setup(net, 1, NULL, 0, 3));
+    CHECK_OK(bn_checkpoint_save(weights, net, NULL, NULL));
+    bn_net_free(net);
+    return BN_PASS;
+}
+
+/* For each of a model's shape: the images of ROOT/train/a/ loaded by the folder format and
+ * evaluated, against predict's probabilities for the same files, which must match to the
+ * printed digits and differ between images. */
+BN_TEST(predict_fits_images_for_other_models_as_the_folder_format_does)
+{
+    static const int shapes[][3] = {{3, 8, 8}, {1, 12, 10}, {3, 5, 9}};
+    char root[512], dir[700];
+    tmp_path(root, sizeof root, "predict-folder");
+    snprintf(dir, sizeof dir, "%s/train/a", root);
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+    CHECK(system(cmd) == 0);
+    /* A wide RGB PNG, a tall gray PGM, a tiny RGB PNG and a JPEG of a gradient. */
+    static unsigned char px[40 * 30 * 4];
+    char paths[4][800];
+    unsigned state = 17;
+    for (size_t i = 0; i < sizeof px; i++) px[i] = (unsigned char)((state = state * 1103515245u + 12345u) >> 16);
+    snprintf(paths[0], sizeof paths[0], "%s/0-wide.png", dir);
+    CHECK_OK(bn_image_write_png_color(paths[0], px, 3, 40, 30));
+    snprintf(paths[1], sizeof paths[1], "%s/1-tall.pgm", dir);
+    char header[32];
+    int n = snprintf(header, sizeof header, "P5 13 29 255\n");
+    static unsigned char pgm[32 + 13 * 29];
+    memcpy(pgm, header, (size_t)n);
+    memcpy(pgm + n, px, 13 * 29);
+    CHECK(it_write_bytes(paths[1], pgm, (size_t)n + 13 * 29) == 0);
+    snprintf(paths[2], sizeof paths[2], "%s/2-small.png", dir);
+    CHECK_OK(bn_image_write_png_color(paths[2], px + 100, 3, 3, 4));
+    int images = 3;
+    for (int y = 0; y < 30; y++)
+        for (int x = 0; x < 40; x++) {
+            px[(y * 40 + x) * 3] = (unsigned char)(6 * x);
+            px[(y * 40 + x) * 3 + 1] = (unsigned char)(8 * y);
+        }
+    snprintf(paths[3], sizeof paths[3], "%s/3-photo.jpg", dir);
+    if (it_write_jpeg(paths[3], px, 3, 40, 30, 90, 0) == 0) images = 4;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int c = shapes[s][0], h = shapes[s][1], w = shapes[s][2];
+        char cfg[512], weights[512], name[32], args[4096];
+        snprintf(name, sizeof name, "small%zu", s);
+        if (save_small_model(name, c, h, w, cfg, weights, sizeof cfg) != BN_PASS) return BN_FAIL;
+        bn_data_request rq = {.format = "folder", .path = root, .fit = {.c = c, .h = h, .w = w}, .train = 1,
+                              .quiet = 1};
+        bn_dataset d;
+        CHECK_OK(bn_folder_load(&rq, &d));
+        CHECK(d.count == images);
+        bn_net *net;
+        CHECK_OK(bn_net_from_file(cfg, &net));
+        CHECK_OK(bn_net_setup(net, images, NULL, 0, 1));
+        CHECK_OK(bn_checkpoint_load_weights(weights, net));
+        float probs[4 * 5];
+        CHECK_OK(bn_evaluate_each(net, &d, probs, NULL, NULL, NULL));
+        bn_net_free(net);
+        bn_dataset_free(&d);
+        int len = snprintf(args, sizeof args, "%s %s --json", cfg, weights);
+        for (int i = 0; i < images; i++) len += snprintf(args + len, sizeof args - (size_t)len, " %s", paths[i]);
+        CHECK_MSG(predict(args) == 0 && err[0] == '\0', "%s%s", out, err);
+        CHECK_MSG(count_lines(out) == images, "%s", out);
+        const char *line = out;
+        double first_p[4];
+        for (int i = 0; i < images; i++) {
+            const char *end = strchr(line, '\n');
+            bn_json *v;
+            CHECK_OK(bn_json_parse(line, (size_t)(end - line), &v));
+            const bn_json *top = bn_json_get(v, "top");
+            CHECK(top && top->count == 3);
+            for (size_t t = 0; t < 3; t++) {
+                uint64_t k;
+                CHECK(bn_json_u64(bn_json_get(top->items[t], "class"), &k) && k < 5);
+                double p = bn_json_get(top->items[t], "p")->number;
+                /* predict prints 6 significant digits: within half of the sixth. */
+                CHECK_MSG(fabs(p - probs[i * 5 + k]) <= 1e-5 * probs[i * 5 + k], "%dx%dx%d, %s: class %d: %.7g vs %.7g",
+                          c, h, w, paths[i], (int)k, p, probs[i * 5 + k]);
+                if (t == 0) first_p[i] = p;
+            }
+            bn_json_free(v);
+            line = end + 1;
+        }
+        for (int i = 1; i < images; i++) CHECK_MSG(first_p[i] != first_p[0], "image %d: the same output as image 0", i);
+    }
+    return BN_PASS;
+}
+
+BN_TEST(predict_refuses_models_of_other_channel_counts)
+{
+    char cfg[512], weights[512], png[512], args[2048];
+    if (save_small_model("two", 2, 4, 4, cfg, weights, sizeof cfg) != BN_PASS) return BN_FAIL;
+    static const unsigned char px[16];
+    CHECK_OK(bn_image_write_png(tmp_path(png, sizeof png, "four.png"), px, 4, 4));
+    snprintf(args, sizeof args, "%s %s %s", cfg, weights, png);
+    CHECK(predict(args) == 2);
+    CHECK_MSG(strstr(err, "predict reads images into 1 or 3 channels, not an input of 2x4x4"), "%s", err);
     return BN_PASS;
 }
 

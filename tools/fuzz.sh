@@ -28,6 +28,8 @@ cflags=(-std=c11 -O1 -g -fno-omit-frame-pointer -Wall -Wextra -Wshadow -Wno-unus
         -fsanitize=address,undefined -fno-sanitize-recover=undefined -D_POSIX_C_SOURCE=200809L
         -Isrc -Ilayers -Idatasets -Itests/fuzz ${blas_inc:+-I$blas_inc})
 libs=(-lopenblas -lpng -lz -lm -lpthread -ldl)
+# JPEG as the Makefile finds it: libjpeg-turbo's header, else a build that refuses JPEG files.
+if [ -f /usr/include/jpeglib.h ] || [ -f /usr/local/include/jpeglib.h ]; then libs+=(-ljpeg); else cflags+=(-DBN_NO_JPEG); fi
 
 # The library as the Makefile builds it for CPU_ONLY=1, less the CLI, instrumented for
 # coverage; an object is rebuilt when its source or any header is newer.
@@ -54,7 +56,8 @@ rm -f "$lib"
 ar rcs "$lib" "${objs[@]}"
 
 if [ "$target" = seeds ]; then
-    "$CLANG" "${cflags[@]}" tests/fuzz/make_seeds.c "$lib" "${libs[@]}" -o "$build/make_seeds"
+    "$CLANG" "${cflags[@]}" -Itests tests/fuzz/make_seeds.c tests/test_util_images.c "$lib" "${libs[@]}" \
+        -o "$build/make_seeds"
     mkdir -p tests/fuzz/corpus/idx tests/fuzz/corpus/npz tests/fuzz/corpus/checkpoint tests/fuzz/corpus/image \
              tests/fuzz/corpus/cifar
     "$build/make_seeds" tests/fuzz/corpus

@@ -1,5 +1,6 @@
 /* cmd_predict.c - `blobnet predict MODEL WEIGHTS IMAGE... [options]`: the top classes of
- * each image, read from PNG or PGM and fitted into the model's input as MNIST digits were. */
+ * each image (PNG, PGM, PPM or JPEG), fitted into the model's input as MNIST digits were for
+ * a model of MNIST's shape, else as the folder dataset format fits its images. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 #include "cli.h"
 #include "core/plugin.h"
 #include "io/digit.h"
+#include "io/image_fit.h"
 #include "io/json.h"
 #include "train/checkpoint.h"
 #include "train/evaluate.h"
@@ -60,9 +62,9 @@ static bn_status load_model(const predict_args *a, int batch, bn_net **net)
 {
     BN_TRY(bn_net_from_file(a->model, net));
     bn_shape s = (*net)->input_shape;
-    if (s.c != 1 || s.h != s.w)
-        return bn_error(BN_ERR_USAGE, "%s: predict needs a one-channel square input, not %dx%dx%d", a->model, s.c,
-                        s.h, s.w);
+    if (s.c != 1 && s.c != 3)
+        return bn_error(BN_ERR_USAGE, "%s: predict reads images into 1 or 3 channels, not an input of %dx%dx%d",
+                        a->model, s.c, s.h, s.w);
     if (!bn_net_loss_layer(*net))
         return bn_error(BN_ERR_USAGE, "%s: predict needs class probabilities: a softmax_ce layer at the end", a->model);
     bn_ctx *ctx;
@@ -84,9 +86,12 @@ static void warn_about(const char *path, const bn_image *img, int invert)
                       invert ? " after --invert: is the digit light on dark already?" : ": dark-on-light images need --invert");
 }
 
-/* Reads, converts and fits one image into out (side x side bytes). A blank image draws no
+/* MNIST's shape: its images are digits, fitted as MNIST's were (io/digit.h). */
+static int is_digit_model(bn_shape s) { return s.c == 1 && s.h == 28 && s.w == 28; }
+
+/* Reads, converts and fits one digit into out (side x side bytes). A blank image draws no
  * warning and no hint: its error says what it is, and inverting it would not help. */
-static bn_status fit_image(const char *path, int invert, int side, unsigned char *out)
+static bn_status fit_digit(const char *path, int invert, int side, unsigned char *out)
 {
     bn_image img;
     /* Transparent pixels become background: black for light-on-dark, white for --invert. */
@@ -102,6 +107,25 @@ static bn_status fit_image(const char *path, int invert, int side, unsigned char
         return bn_error(s, "%s: %s%s", path, why, invert || blank ? "" : " (dark-on-light images need --invert)");
     }
     return s;
+}
+
+/* Reads one image into the model's input shape s (out: C x H x W bytes): a digit for a model
+ * of MNIST's shape, else the picture scaled to cover the input and cropped to its centre, as
+ * the folder format makes its training images. */
+static bn_status fit_image(const char *path, int invert, bn_shape s, unsigned char *out)
+{
+    if (is_digit_model(s)) return fit_digit(path, invert, s.h, out);
+    bn_image img;
+    BN_TRY(bn_image_read_color(path, s.c, &img));
+    if (invert) bn_image_invert(&img);
+    bn_status st = bn_image_fit(&img, s.c, s.h, s.w, out);
+    bn_image_free(&img);
+    if (st != BN_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", bn_last_error());
+        st = bn_error(st, "%s: %s", path, why);
+    }
+    return st;
 }
 
 /* Class indices of p[0..k) in order of falling probability (lower class first on ties). */
@@ -149,16 +173,18 @@ typedef struct predict_run {
 static bn_status run(const predict_args *a, predict_run *r, int *failures)
 {
     BN_TRY(load_model(a, a->num_images < 256 ? a->num_images : 256, &r->net));
-    int side = r->net->input_shape.h, n = a->num_images;
-    size_t image_bytes = (size_t)side * side;
+    bn_shape shape = r->net->input_shape;
+    int n = a->num_images;
+    size_t image_bytes = (size_t)shape.c * shape.h * shape.w;
     r->batch.pixels = malloc((size_t)n * image_bytes);
     r->batch.labels = calloc((size_t)n, sizeof *r->batch.labels);
     r->read_ok = calloc((size_t)n, sizeof *r->read_ok);
     if (!r->batch.pixels || !r->batch.labels || !r->read_ok) return bn_error(BN_ERR_NOMEM, "out of memory for images");
-    r->batch = (bn_dataset){.channels = 1, .height = side, .width = side, .num_classes = bn_output_size(r->net),
-                            .pixels = r->batch.pixels, .labels = r->batch.labels};
+    r->batch = (bn_dataset){.channels = shape.c, .height = shape.h, .width = shape.w,
+                            .num_classes = bn_output_size(r->net), .pixels = r->batch.pixels,
+                            .labels = r->batch.labels};
     for (int i = 0; i < n; i++) {
-        bn_status s = fit_image(a->images[i], a->invert, side, r->batch.pixels + r->batch.count * image_bytes);
+        bn_status s = fit_image(a->images[i], a->invert, shape, r->batch.pixels + r->batch.count * image_bytes);
         if (s == BN_ERR_NOMEM || s == BN_ERR_INTERNAL) return s;
         if (s != BN_OK) {
             bn_cli_report("error", "%s", bn_last_error());

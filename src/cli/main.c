@@ -103,19 +103,24 @@ static const char test_usage[] =
 static const char predict_usage[] =
     "usage: blobnet predict MODEL WEIGHTS IMAGE... [options]\n"
     "Prints the 3 most likely classes of each image with their probabilities.\n"
-    "Images are PNG (any colour type and bit depth) or PGM (P5 or P2, maxval up to 65535)\n"
-    "of any size; each is made grayscale and fitted into the model's input as MNIST's\n"
-    "digits were: cropped to the ink, scaled so its longer side is 20 of 28 pixels and\n"
-    "centred by centre of mass. MNIST digits are light on dark.\n"
+    "Images are PNG (any colour type and bit depth), PGM or PPM (P2, P3, P5, P6; maxval\n"
+    "up to 65535) or JPEG, of any size. For a model of MNIST's shape (28x28, one channel)\n"
+    "each is made grayscale and fitted as MNIST's digits were: cropped to the ink, scaled\n"
+    "so its longer side is 20 of 28 pixels and centred by centre of mass; MNIST digits\n"
+    "are light on dark. For any other model (1 or 3 channels, any size) each is made gray\n"
+    "or RGB, scaled to cover the input and cropped to its centre, as the folder dataset\n"
+    "format makes its images (transparent pixels become black).\n"
     "  --invert            the images are dark on light (ink on paper): invert them\n"
-    "                      (transparent pixels count as background either way)\n"
+    "                      (for a digit model transparent pixels count as background\n"
+    "                      either way)\n"
     "  --json              one JSON object per image and line:\n"
     "                      {\"file\":\"7.png\",\"top\":[{\"class\":7,\"p\":0.99},...]}\n"
     "  --device SPEC       cpu, gpu, gpu:N or auto (default: the GPU when there is one)\n"
     "  --plugin FILE       load a layer plugin (.so) first; may be given several times\n"
     "An image that cannot be read, or is blank, gets a one-line error on stderr and the\n"
     "others are still predicted; the exit code is then 1. A light background draws a\n"
-    "warning, and so does an image too small to hold a digit (under 7 pixels).\n";
+    "warning for a digit model, and so does an image too small to hold a digit (under 7\n"
+    "pixels).\n";
 
 static const char summary_usage[] =
     "usage: blobnet summary MODEL [--dot] [--plugin FILE]...\n"

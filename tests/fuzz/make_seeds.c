@@ -4,8 +4,9 @@
  * float sets, one with a bad CRC and one cut short; the numpy-*.npz seeds beside them came from
  * NumPy itself, np.savez_compressed among them, and are kept as they are); checkpoints of
  * FUZZ_CHECKPOINT_MODEL as a fresh run, a mid-epoch run and weights alone; a small digit in every
- * PNG colour type and depth libpng writes (interlaced, with tRNS) and in PGM (P5 at 8 and 16
- * bits, P2 with comments), in fuzz_image's input format; and CIFAR folders, valid and not, in
+ * PNG colour type and depth libpng writes (interlaced, with tRNS), in PGM (P5 at 8 and 16 bits,
+ * P2 with comments), PPM (P6 at 8 and 16 bits, P3) and JPEG (gray, colour, progressive, CMYK), in
+ * fuzz_image's input format, on its digit and picture paths; and CIFAR folders, valid and not, in
  * fuzz_cifar's. */
 #include <png.h>
 #include <stdint.h>
@@ -15,6 +16,7 @@
 #include <zlib.h>
 
 #include "fuzz_common.h"
+#include "image_testing.h"
 #include "npz.h"
 #include "train/checkpoint.h"
 
@@ -157,13 +159,16 @@ static unsigned gray_at(int x, int y, int ink)
     return ink ? 255u - v : v;
 }
 
-/* fuzz_image's input: the flag byte (1: --invert), then the file. */
-static FILE *open_seed(const char *dir, const char *name, int invert)
+/* fuzz_image's input: the flag byte (1: --invert; 2: the picture path; 4: as the file is),
+ * then the file. */
+enum { DIGIT = 0, INVERT = 1, PICTURE = 2, AS_IS = 4 };
+
+static FILE *open_seed(const char *dir, const char *name, int flags)
 {
     char path[1024];
     snprintf(path, sizeof path, "%s/image/%s", dir, name);
     FILE *f = fopen(path, "wb");
-    if (!f || fputc(invert, f) == EOF) die(path);
+    if (!f || fputc(flags, f) == EOF) die(path);
     return f;
 }
 
@@ -189,9 +194,10 @@ static size_t put_pixel(unsigned char *out, int color, int depth, unsigned v)
     return n;
 }
 
-static void write_png_seed(const char *dir, const char *name, int color, int depth, int interlace, int trns, int ink)
+static void write_png_seed(const char *dir, const char *name, int color, int depth, int interlace, int trns,
+                           int flags)
 {
-    FILE *f = open_seed(dir, name, ink);
+    FILE *f = open_seed(dir, name, flags);
     png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
     png_infop info = png ? png_create_info_struct(png) : NULL;
     if (!info || setjmp(png_jmpbuf(png))) die(name);
@@ -216,7 +222,7 @@ static void write_png_seed(const char *dir, const char *name, int color, int dep
     for (int pass = 0; pass < passes; pass++)
         for (int y = 0; y < IMG_H; y++) {
             size_t n = 0;
-            for (int x = 0; x < IMG_W; x++) n += put_pixel(row + n, color, depth, gray_at(x, y, ink));
+            for (int x = 0; x < IMG_W; x++) n += put_pixel(row + n, color, depth, gray_at(x, y, flags & INVERT));
             png_write_row(png, row);
         }
     png_write_end(png, NULL);
@@ -225,18 +231,59 @@ static void write_png_seed(const char *dir, const char *name, int color, int dep
 }
 
 /* A PGM: P5 at maxval 255 or 65535, or P2 at maxval 15 with comments. */
-static void write_pgm_seed(const char *dir, const char *name, int ascii, unsigned maxval, int ink)
+static void write_pgm_seed(const char *dir, const char *name, int ascii, unsigned maxval, int flags)
 {
-    FILE *f = open_seed(dir, name, ink);
+    FILE *f = open_seed(dir, name, flags);
     fprintf(f, ascii ? "P2\n# a bar\n%d %d\n# maxval next\n%u\n" : "P5\n%d %d\n%u\n", IMG_W, IMG_H, maxval);
     for (int y = 0; y < IMG_H; y++)
         for (int x = 0; x < IMG_W; x++) {
-            unsigned v = gray_at(x, y, ink) * maxval / 255;
+            unsigned v = gray_at(x, y, flags & INVERT) * maxval / 255;
             if (ascii) fprintf(f, "%u%c", v, x == IMG_W - 1 ? '\n' : ' ');
             else if (maxval > 255) fputc((int)(v >> 8), f), fputc((int)(v & 0xff), f);
             else fputc((int)v, f);
         }
     if (fclose(f) != 0) die(name);
+}
+
+/* A PPM of the digit in colour (ink red on blue, or the reverse): P6 at maxval 255 or 65535,
+ * or P3 at 15. */
+static void write_ppm_seed(const char *dir, const char *name, int ascii, unsigned maxval, int flags)
+{
+    FILE *f = open_seed(dir, name, flags);
+    fprintf(f, ascii ? "P3\n# a bar\n%d %d\n%u\n" : "P6\n%d %d\n%u\n", IMG_W, IMG_H, maxval);
+    for (int y = 0; y < IMG_H; y++)
+        for (int x = 0; x < IMG_W; x++)
+            for (int k = 0; k < 3; k++) {
+                unsigned g = gray_at(x, y, flags & INVERT), v = (k == 0 ? g : k == 2 ? 255 - g : 40) * maxval / 255;
+                if (ascii) fprintf(f, "%u%c", v, x == IMG_W - 1 && k == 2 ? '\n' : ' ');
+                else if (maxval > 255) fputc((int)(v >> 8), f), fputc((int)(v & 0xff), f);
+                else fputc((int)v, f);
+            }
+    if (fclose(f) != 0) die(name);
+}
+
+/* A JPEG of the digit (gray, RGB or Adobe CMYK), written by libjpeg to a scratch file and
+ * copied behind the flag byte. A build without libjpeg writes none. */
+static void write_jpeg_seed(const char *dir, const char *name, int channels, int progressive, int flags)
+{
+    static unsigned char px[IMG_W * IMG_H * 4];
+    for (int i = 0; i < IMG_W * IMG_H; i++) {
+        unsigned g = gray_at(i % IMG_W, i / IMG_W, flags & INVERT);
+        for (int k = 0; k < channels; k++) px[i * channels + k] = (unsigned char)(k == 1 ? 255 - g : g);
+    }
+    char scratch[1024];
+    snprintf(scratch, sizeof scratch, "%s/image/%s.tmp", dir, name);
+    if (it_write_jpeg(scratch, px, channels, IMG_W, IMG_H, 85, progressive) != 0) {
+        remove(scratch);
+        return;
+    }
+    static unsigned char bytes[1 << 16];
+    FILE *in = fopen(scratch, "rb");
+    size_t n = in ? fread(bytes, 1, sizeof bytes, in) : 0;
+    if (in) fclose(in);
+    remove(scratch);
+    FILE *f = open_seed(dir, name, flags);
+    if (n == 0 || fwrite(bytes, 1, n, f) != n || fclose(f) != 0) die(name);
 }
 
 static void write_images(const char *dir)
@@ -253,6 +300,18 @@ static void write_images(const char *dir)
     write_pgm_seed(dir, "p5-8bit.pgm", 0, 255, 0);
     write_pgm_seed(dir, "p5-16bit-ink-invert.pgm", 0, 65535, 1);
     write_pgm_seed(dir, "p2-comments.pgm", 1, 15, 0);
+    write_ppm_seed(dir, "p6-8bit.ppm", 0, 255, DIGIT);
+    write_ppm_seed(dir, "p6-16bit-picture.ppm", 0, 65535, PICTURE);
+    write_ppm_seed(dir, "p3-picture-as-is-invert.ppm", 1, 15, PICTURE | AS_IS | INVERT);
+    write_png_seed(dir, "rgb8-picture.png", PNG_COLOR_TYPE_RGB, 8, 0, 0, PICTURE);
+    write_png_seed(dir, "gray-alpha8-picture-as-is.png", PNG_COLOR_TYPE_GRAY_ALPHA, 8, 0, 0, PICTURE | AS_IS);
+    write_pgm_seed(dir, "p5-8bit-picture.pgm", 0, 255, PICTURE);
+    write_jpeg_seed(dir, "gray.jpg", 1, 0, DIGIT);
+    write_jpeg_seed(dir, "gray-picture-as-is.jpg", 1, 0, PICTURE | AS_IS);
+    write_jpeg_seed(dir, "rgb-ink-invert.jpg", 3, 0, INVERT);
+    write_jpeg_seed(dir, "rgb-picture.jpg", 3, 0, PICTURE);
+    write_jpeg_seed(dir, "rgb-progressive-picture.jpg", 3, 1, PICTURE);
+    write_jpeg_seed(dir, "cmyk-picture-as-is.jpg", 4, 0, PICTURE | AS_IS);
 }
 
 /* ---- CIFAR ---- */
