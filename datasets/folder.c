@@ -212,13 +212,9 @@ static bn_status decode_one(decode_job *j, int i)
     bn_image img = {0};
     if (!(i == 0 && j->first)) BN_TRY(bn_image_read_color(path, j->channels, &img));
     size_t size = (size_t)j->channels * j->height * j->width;
-    bn_status s = bn_image_fit(img.pixels ? &img : j->first, j->channels, j->height, j->width, j->pixels + i * size);
+    bn_status s = bn_image_fit_from(path, img.pixels ? &img : j->first, j->channels, j->height, j->width,
+                                    j->pixels + i * size);
     bn_image_free(&img);
-    if (s != BN_OK) {
-        char why[512];
-        snprintf(why, sizeof why, "%s", bn_last_error());
-        s = bn_error(s, "%s: %s", path, why);
-    }
     return s;
 }
 

@@ -17,6 +17,9 @@ int ft_read_text(const char *path, char *buf, size_t cap);
 /* Writes text to path, replacing it; 0, or -1 when it cannot. */
 int ft_write_text(const char *path, const char *text);
 
+/* Writes n bytes to path (created or emptied); 0 on success. */
+int ft_write_bytes(const char *path, const void *bytes, size_t n);
+
 /* The directory of a synthetic MNIST-shaped set of 1000 training and 200 test images, made on
  * the first call (bn_test_synthetic_mnist), or NULL when it cannot be written: for runs about
  * files and signals, not accuracy, with a test set small enough to evaluate quickly. */

@@ -12,21 +12,8 @@
 
 #include "core/status.h"
 #include "dataset.h"
+#include "file_testing.h"
 #include "npz.h"
-
-static const char *tmp_path(char *buf, size_t cap, const char *name)
-{
-    snprintf(buf, cap, "%s/%s", bn_test_tmpdir(), name);
-    return buf;
-}
-
-static int write_file(const char *path, const void *bytes, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    if (!f) return -1;
-    int ok = n == 0 || fwrite(bytes, 1, n, f) == n;
-    return fclose(f) == 0 && ok ? 0 : -1;
-}
 
 /* Reads path whole into a malloc'd buffer; its size in *n, NULL when it cannot. */
 static unsigned char *slurp(const char *path, size_t *n)
@@ -105,7 +92,7 @@ static int same_set(const bn_dataset *a, const bn_dataset *b, int count)
 static int roundtrip(const char *name, int c, int h, int w, int is_float, int nhwc, const char *opts)
 {
     char path[512], tmp[600];
-    tmp_path(path, sizeof path, name);
+    ft_path(path, sizeof path, "%s", name);
     bn_dataset train, test, back;
     CHECK(make_set(&train, 7, c, h, w, is_float, 5, 0) == 0);
     CHECK(make_set(&test, 4, c, h, w, is_float, 10, 1) == 0);
@@ -158,7 +145,7 @@ BN_TEST(npz_roundtrip_layout_key_settles_ambiguous_shape)
 BN_TEST(npz_limit_and_classes_key)
 {
     char path[512];
-    tmp_path(path, sizeof path, "limit.npz");
+    ft_path(path, sizeof path, "limit.npz");
     bn_dataset train, test, back;
     CHECK(make_set(&train, 6, 1, 2, 2, 0, 4, 0) == 0);
     CHECK(make_set(&test, 2, 1, 2, 2, 0, 4, 0) == 0);
@@ -184,7 +171,7 @@ BN_TEST(npz_limit_and_classes_key)
 BN_TEST(npz_through_the_format_table)
 {
     char path[512];
-    tmp_path(path, sizeof path, "table.npz");
+    ft_path(path, sizeof path, "table.npz");
     bn_dataset train, test, back;
     CHECK(make_set(&train, 3, 1, 2, 3, 0, 3, 0) == 0);
     CHECK(make_set(&test, 3, 1, 2, 3, 0, 3, 0) == 0);
@@ -205,7 +192,7 @@ BN_TEST(npz_through_the_format_table)
 BN_TEST(npz_write_failure_leaves_no_file)
 {
     char path[512], tmp[600];
-    tmp_path(path, sizeof path, "no-such-dir/out.npz");
+    ft_path(path, sizeof path, "no-such-dir/out.npz");
     bn_dataset set;
     CHECK(make_set(&set, 2, 1, 2, 2, 0, 2, 0) == 0);
     CHECK_ERR(bn_npz_write(&set, &set, path, 1), BN_ERR_IO, "cannot create");
@@ -298,7 +285,7 @@ static int write_zip(const char *path, const member *m, int n)
     unsigned char e[22] = {0};
     le(e, 0x06054b50, 4), le(e + 8, (uint64_t)n, 2), le(e + 10, (uint64_t)n, 2), le(e + 12, cdn, 4), le(e + 16, pos, 4);
     memcpy(out + pos, cd, cdn), memcpy(out + pos + cdn, e, 22);
-    if (r == 0) r = write_file(path, out, pos + cdn + 22);
+    if (r == 0) r = ft_write_bytes(path, out, pos + cdn + 22);
     free(out);
     free(cd);
     return r;
@@ -339,7 +326,7 @@ static int is_small_set(const bn_dataset *d)
 BN_TEST(npz_deflated_members)
 {
     char path[512];
-    tmp_path(path, sizeof path, "deflated.npz");
+    ft_path(path, sizeof path, "deflated.npz");
     member m[4];
     CHECK(small_members(m) == 0);
     m[0].deflate = m[1].deflate = 1;
@@ -368,7 +355,7 @@ static int write_truncated(const char *path, int which, size_t cut, uint32_t cla
 BN_TEST(npz_truncated_members)
 {
     char path[512];
-    tmp_path(path, sizeof path, "truncated.npz");
+    ft_path(path, sizeof path, "truncated.npz");
     CHECK(write_truncated(path, 0, 8, 0) == 0);
     int r = load_fails(path, 1, NULL, "x_train.npy: truncated deflate data");
     if (r == BN_PASS && write_truncated(path, 2, 0, 1000) != 0) r = BN_FAIL;
@@ -379,7 +366,7 @@ BN_TEST(npz_truncated_members)
 BN_TEST(npz_missing_member_lists_the_others)
 {
     char path[512];
-    tmp_path(path, sizeof path, "three.npz");
+    ft_path(path, sizeof path, "three.npz");
     member m[4];
     CHECK(small_members(m) == 0);
     int wrote = write_zip(path, m, 3);
@@ -406,7 +393,7 @@ static int write_with(const char *path, int which, const char *dict, const void 
 BN_TEST(npz_malformed_arrays)
 {
     char path[512];
-    tmp_path(path, sizeof path, "bad-array.npz");
+    ft_path(path, sizeof path, "bad-array.npz");
     static const struct {
         int which;
         const char *dict;
@@ -457,7 +444,7 @@ static int write_npy(const char *dir, const char *name, int version, const char 
     size_t len;
     snprintf(path, sizeof path, "%s/%s", dir, name);
     unsigned char *bytes = npy_bytes(version, dict, data, n, &len);
-    int r = bytes ? write_file(path, bytes, len) : -1;
+    int r = bytes ? ft_write_bytes(path, bytes, len) : -1;
     free(bytes);
     return r;
 }
@@ -465,7 +452,7 @@ static int write_npy(const char *dir, const char *name, int version, const char 
 BN_TEST(npz_folder_of_npy_files)
 {
     char dir[512];
-    tmp_path(dir, sizeof dir, "npy-folder");
+    ft_path(dir, sizeof dir, "npy-folder");
     CHECK(mkdir(dir, 0700) == 0);
     /* float64 x in a version 2.0 file, big-endian int16 labels */
     unsigned char x8[12 * 8], y2[6] = {0, 2, 0, 0, 0, 1}, pix[24], y8[16] = {1, 0, 0, 0, 0, 0, 0, 0, 4};
@@ -507,7 +494,7 @@ BN_TEST(npz_folder_of_npy_files)
 BN_TEST(npz_every_integer_label_type)
 {
     char path[512];
-    tmp_path(path, sizeof path, "label-types.npz");
+    ft_path(path, sizeof path, "label-types.npz");
     static const char *const types[] = {"|u1", "|i1", "<u2", ">u2", "<i2", "<u4", ">i4", "<i4", "<u8", "<i8", ">i8", "u1"};
     static const uint64_t labels[4] = {0, 100, 2, 7};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
@@ -532,7 +519,7 @@ BN_TEST(npz_every_integer_label_type)
 BN_TEST(npz_bad_labels)
 {
     char path[512];
-    tmp_path(path, sizeof path, "bad-labels.npz");
+    ft_path(path, sizeof path, "bad-labels.npz");
     unsigned char i8[32] = {0};
     memset(i8 + 16, 0xff, 8); /* -1 at index 2 */
     CHECK(write_with(path, 1, "{'descr': '<i8', 'fortran_order': False, 'shape': (4,), }", i8, 32) == 0);
@@ -560,7 +547,7 @@ BN_TEST(npz_bad_labels)
 BN_TEST(npz_values_must_be_finite)
 {
     char path[512];
-    tmp_path(path, sizeof path, "nan.npz");
+    ft_path(path, sizeof path, "nan.npz");
     float f[24] = {0};
     f[13] = NAN;
     CHECK(write_with(path, 0, "{'descr': '<f4', 'fortran_order': False, 'shape': (4, 2, 3), }", f, sizeof f) == 0);
@@ -583,7 +570,7 @@ static size_t nth_array_data(const unsigned char *bytes, size_t len, int n)
 BN_TEST(npz_bad_crc_and_truncated_archive)
 {
     char path[512];
-    tmp_path(path, sizeof path, "crc.npz");
+    ft_path(path, sizeof path, "crc.npz");
     bn_dataset train, test;
     CHECK(make_set(&train, 5, 1, 4, 4, 0, 3, 0) == 0);
     CHECK(make_set(&test, 2, 1, 4, 4, 0, 3, 0) == 0);
@@ -598,16 +585,16 @@ BN_TEST(npz_bad_crc_and_truncated_archive)
     int r = BN_PASS;
     /* a pixel changed: only the CRC can tell */
     bytes[x + 3] ^= 0x40;
-    if (write_file(path, bytes, len) != 0) r = BN_FAIL;
+    if (ft_write_bytes(path, bytes, len) != 0) r = BN_FAIL;
     if (r == BN_PASS) r = load_fails(path, 1, NULL, "x_train.npy: CRC-32 mismatch");
     bytes[x + 3] ^= 0x40;
     /* a label's high byte changed: reported as the corruption it is, not as a bad label */
     bytes[y + 7] ^= 0x01;
-    if (r == BN_PASS && write_file(path, bytes, len) != 0) r = BN_FAIL;
+    if (r == BN_PASS && ft_write_bytes(path, bytes, len) != 0) r = BN_FAIL;
     if (r == BN_PASS) r = load_fails(path, 1, NULL, "y_train.npy: CRC-32 mismatch");
     bytes[y + 7] ^= 0x01;
     /* the archive cut short: its end records are gone */
-    if (r == BN_PASS && write_file(path, bytes, len / 2) != 0) r = BN_FAIL;
+    if (r == BN_PASS && ft_write_bytes(path, bytes, len / 2) != 0) r = BN_FAIL;
     if (r == BN_PASS) r = load_fails(path, 1, NULL, "truncated ZIP archive");
     free(bytes);
     return r;
@@ -616,17 +603,17 @@ BN_TEST(npz_bad_crc_and_truncated_archive)
 BN_TEST(npz_not_an_archive)
 {
     char path[512];
-    tmp_path(path, sizeof path, "text.npz");
+    ft_path(path, sizeof path, "text.npz");
     const char text[] = "x_train, y_train: these are not arrays\n";
-    CHECK(write_file(path, text, sizeof text - 1) == 0);
+    CHECK(ft_write_bytes(path, text, sizeof text - 1) == 0);
     int r = load_fails(path, 1, NULL, "not a ZIP archive");
-    tmp_path(path, sizeof path, "empty.npz");
-    if (r == BN_PASS && write_file(path, "", 0) != 0) r = BN_FAIL;
+    ft_path(path, sizeof path, "empty.npz");
+    if (r == BN_PASS && ft_write_bytes(path, "", 0) != 0) r = BN_FAIL;
     if (r == BN_PASS) r = load_fails(path, 1, NULL, "empty file");
-    tmp_path(path, sizeof path, "x_train.npy");
-    if (r == BN_PASS && write_file(path, "\x93NUMPY", 6) != 0) r = BN_FAIL;
+    ft_path(path, sizeof path, "x_train.npy");
+    if (r == BN_PASS && ft_write_bytes(path, "\x93NUMPY", 6) != 0) r = BN_FAIL;
     if (r == BN_PASS) r = load_fails(path, 1, NULL, "one .npy array; the npz format reads an .npz archive or a folder");
-    tmp_path(path, sizeof path, "no-such.npz");
+    ft_path(path, sizeof path, "no-such.npz");
     if (r == BN_PASS) r = load_fails(path, 1, NULL, "not found");
     return r;
 }
@@ -693,10 +680,10 @@ BN_TEST(npz_reads_and_writes_numpy_files)
     const char *python = python_with_numpy();
     if (!python) BN_SKIP_TEST("no python3 with numpy");
     char dir[512], script[600], cmd[2048], out[4096], path[600];
-    tmp_path(dir, sizeof dir, "numpy");
+    ft_path(dir, sizeof dir, "numpy");
     CHECK(mkdir(dir, 0700) == 0);
     snprintf(script, sizeof script, "%s/make.py", dir);
-    CHECK(write_file(script, numpy_script, sizeof numpy_script - 1) == 0);
+    CHECK(ft_write_bytes(script, numpy_script, sizeof numpy_script - 1) == 0);
     snprintf(cmd, sizeof cmd, "%s %s %s", python, script, dir);
     CHECK_MSG(bn_test_run(cmd, out, sizeof out) == 0, "%s:\n%s", cmd, out);
     static const char *const files[] = {"plain.npz", "packed.npz", "folder"};

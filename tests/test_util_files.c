@@ -31,6 +31,14 @@ int ft_read_text(const char *path, char *buf, size_t cap)
     return 0;
 }
 
+int ft_write_bytes(const char *path, const void *bytes, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    int ok = n == 0 || fwrite(bytes, 1, n, f) == n;
+    return fclose(f) == 0 && ok ? 0 : -1;
+}
+
 int ft_write_text(const char *path, const char *text)
 {
     FILE *f = fopen(path, "wb");

@@ -118,13 +118,8 @@ static bn_status fit_image(const char *path, int invert, bn_shape s, unsigned ch
     bn_image img;
     BN_TRY(bn_image_read_color(path, s.c, &img));
     if (invert) bn_image_invert(&img);
-    bn_status st = bn_image_fit(&img, s.c, s.h, s.w, out);
+    bn_status st = bn_image_fit_from(path, &img, s.c, s.h, s.w, out);
     bn_image_free(&img);
-    if (st != BN_OK) {
-        char why[512];
-        snprintf(why, sizeof why, "%s", bn_last_error());
-        st = bn_error(st, "%s: %s", path, why);
-    }
     return st;
 }
 

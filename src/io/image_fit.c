@@ -6,6 +6,7 @@
 
 #include <limits.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -137,4 +138,14 @@ bn_status bn_image_fit(const bn_image *in, int channels, int height, int width, 
     axis_free(&ax);
     free(copy);
     return s;
+}
+
+bn_status bn_image_fit_from(const char *path, const bn_image *in, int channels, int height, int width,
+                            unsigned char *out_nchw)
+{
+    bn_status s = bn_image_fit(in, channels, height, width, out_nchw);
+    if (s == BN_OK) return BN_OK;
+    char why[512];
+    snprintf(why, sizeof why, "%s", bn_last_error());
+    return bn_error(s, "%s: %s", path, why);
 }

@@ -26,6 +26,10 @@ extern "C" {
  * for an image too thin to scale, BN_ERR_NOMEM) do not name a file: the caller adds it. */
 bn_status bn_image_fit(const bn_image *in, int channels, int height, int width, unsigned char *out_nchw);
 
+/* bn_image_fit of the image read from path, an error naming path. */
+bn_status bn_image_fit_from(const char *path, const bn_image *in, int channels, int height, int width,
+                            unsigned char *out_nchw);
+
 #ifdef __cplusplus
 }
 #endif

@@ -13,6 +13,7 @@
 
 #include "cifar.h"
 #include "fuzz_common.h"
+#include "fuzz_dataset.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -31,24 +32,6 @@ static void write_piece(const char *name, const uint8_t **data, size_t *size, in
     char path[640];
     if (len || !skip_empty) fuzz_write(fuzz_path(path, sizeof path, name), *data, len);
     *data += len, *size -= len;
-}
-
-/* Touches every example once, so a count or size that disagrees with the buffers shows. */
-static void walk(const bn_dataset *d)
-{
-    size_t example = bn_dataset_example_size(d);
-    int *order = malloc((size_t)d->count * sizeof *order);
-    float *x = malloc(example * sizeof *x), y;
-    if (!order || !x) abort();
-    bn_dataset_shuffle(order, d->count, 42);
-    for (int i = 0; i < d->count; i++) {
-        bn_dataset_gather(d, &order[i], 1, x, &y);
-        if (y < 0 || y >= d->num_classes) abort();
-    }
-    for (int i = 0; d->class_names && i < d->num_classes; i++)
-        if (!d->class_names[i] || !d->class_names[i][0]) abort();
-    free(order);
-    free(x);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -78,7 +61,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                           .train = train, .limit = flags & 7, .quiet = 1};
     bn_dataset d;
     bn_status s = cifar100 ? bn_cifar100_load(&rq, &d) : bn_cifar10_load(&rq, &d);
-    if (s == BN_OK) walk(&d);
+    if (s == BN_OK) fuzz_walk_dataset(&d);
     else if (d.pixels || d.labels || d.class_names || d.count) abort();
     bn_dataset_free(&d);
     bn_options_clear(&opts);

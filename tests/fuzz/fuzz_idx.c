@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "fuzz_common.h"
+#include "fuzz_dataset.h"
 #include "idx.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -24,18 +25,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     fuzz_write(fuzz_path(labels, sizeof labels, "labels"), data + images_len, size - images_len);
     bn_dataset d;
     if (bn_idx_load_pair(images, labels, limit, &d) != BN_OK) return 0;
-    /* Every example is touched once, so a count or size that disagrees with the buffers shows. */
-    size_t example = (size_t)d.channels * d.height * d.width;
-    int *order = malloc((size_t)d.count * sizeof *order);
-    float *x = malloc(example * sizeof *x), y;
-    if (!order || !x) abort();
-    bn_dataset_shuffle(order, d.count, 42);
-    for (int i = 0; i < d.count; i++) {
-        bn_dataset_gather(&d, &order[i], 1, x, &y);
-        if (y < 0 || y >= d.num_classes) abort();
-    }
-    free(order);
-    free(x);
+    fuzz_walk_dataset(&d);
     bn_dataset_free(&d);
     return 0;
 }

@@ -7,25 +7,10 @@
 #include <string.h>
 
 #include "fuzz_common.h"
+#include "fuzz_dataset.h"
 #include "npz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-/* Every example is touched once, so a count or size that disagrees with the buffers shows. */
-static void walk(const bn_dataset *d)
-{
-    size_t example = bn_dataset_example_size(d);
-    int *order = malloc((size_t)d->count * sizeof *order);
-    float *x = malloc(example * sizeof *x), y;
-    if (!order || !x) abort();
-    bn_dataset_shuffle(order, d->count, 42);
-    for (int i = 0; i < d->count; i++) {
-        bn_dataset_gather(d, &order[i], 1, x, &y);
-        if (y < 0 || y >= d->num_classes) abort();
-    }
-    free(order);
-    free(x);
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -38,7 +23,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (int i = 0; i < 2; i++) {
         bn_dataset d;
         if (bn_npz_load(&rq[i], &d) != BN_OK) continue;
-        walk(&d);
+        fuzz_walk_dataset(&d);
         bn_dataset_free(&d);
     }
     return 0;
