@@ -4,11 +4,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/net.h"
 #include "file_testing.h"
 #include "testing.h"
+#include "cifar.h"
 #include "idx.h"
+#include "io/image.h"
 #include "train/checkpoint.h"
 
 static char out[1 << 16];
@@ -194,5 +198,52 @@ BN_TEST(data_command_shows_what_blobnet_sees)
     CHECK_CLI(args, 0, "model: models/cifar10_resnet.cfg expects 3x32x32 inputs: the data does not fit it");
     CHECK_CLI("data --dataset idx", 2, "the idx format reads a folder of IDX pairs");
     CHECK_CLI("data --help", 0, "Dataset formats (--dataset NAME --data PATH");
+    return BN_PASS;
+}
+
+/* test --misclassified writes colour examples as RGB PNGs, and refuses float examples before
+ * evaluating anything. */
+BN_TEST(data_misclassified_colour_images_are_written_as_rgb)
+{
+    char dir[512], model[512], ckpt[512], mis[512], args[2400], path[700];
+    ft_path(dir, sizeof dir, "mis-cifar");
+    CHECK(mkdir(dir, 0777) == 0);
+    bn_dataset d;
+    CHECK_OK(bn_dataset_alloc(&d, "made", 8, 3, 32, 32, 10, 0));
+    for (size_t i = 0; i < bn_dataset_example_size(&d) * 8; i++) d.pixels[i] = (unsigned char)(i * 7 % 251);
+    for (int i = 0; i < 8; i++) d.labels[i] = (uint16_t)i;
+    snprintf(path, sizeof path, "%s/data_batch_1.bin", dir);
+    CHECK_OK(bn_cifar_write(&d, path, 0));
+    snprintf(path, sizeof path, "%s/test_batch.bin", dir);
+    CHECK_OK(bn_cifar_write(&d, path, 0));
+    CHECK(ft_write_text(ft_path(model, sizeof model, "mis.cfg"),
+                        "[input]\nchannels = 3\nheight = 32\nwidth = 32\n[data]\nformat = cifar10\n"
+                        "[dense]\noutputs = 10\n[softmax_ce]\n") == 0);
+    ft_path(ckpt, sizeof ckpt, "mis.safetensors");
+    ft_path(mis, sizeof mis, "mis-out");
+    snprintf(args, sizeof args, "train %s --device cpu --data %s --epochs 0 --save %s --quiet", model, dir, ckpt);
+    CHECK_CLI(args, 0, "final test accuracy");
+    snprintf(args, sizeof args, "test %s %s --device cpu --data %s --misclassified %s", model, ckpt, dir, mis);
+    CHECK_CLI(args, 0, "misclassified: ");
+    int written = atoi(strstr(out, "misclassified: ") + 15);
+    CHECK_MSG(written > 0, "%s", out);
+    /* The first misclassified example, read back: its pixels are the example's, channels interleaved. */
+    int first = -1;
+    for (int i = 0; i < 8 && first < 0; i++) {
+        char name[700];
+        for (int c = 0; c < 10 && first < 0; c++) {
+            snprintf(name, sizeof name, "%s/%05d-true%d-pred%d.png", mis, i, i, c);
+            if (access(name, F_OK) == 0) first = i, snprintf(path, sizeof path, "%s", name);
+        }
+    }
+    CHECK(first >= 0);
+    bn_image img;
+    CHECK_OK(bn_image_read_color(path, 3, &img));
+    CHECK(img.channels == 3 && img.width == 32 && img.height == 32);
+    const unsigned char *src = d.pixels + (size_t)first * bn_dataset_example_size(&d);
+    for (int p = 0; p < 32 * 32; p++)
+        for (int c = 0; c < 3; c++) CHECK(img.pixels[p * 3 + c] == src[c * 32 * 32 + p]);
+    bn_image_free(&img);
+    bn_dataset_free(&d);
     return BN_PASS;
 }

@@ -82,22 +82,44 @@ static bn_status print_confusion(const bn_dataset *test, const int *pred, int cl
     return BN_OK;
 }
 
-/* Each misclassified image as DIR/<index>-true<label>-pred<class>.png. */
+/* Whether the test set's examples can be written as PNG images: 8-bit, gray or RGB. */
+static bn_status check_writable_images(const bn_dataset *test)
+{
+    if (test->values || (test->channels != 1 && test->channels != 3))
+        return bn_error(BN_ERR_USAGE, "--misclassified: the test examples are %s of %d channel%s; only 8-bit gray or "
+                        "RGB examples are written as images", test->values ? "floats" : "bytes", test->channels,
+                        test->channels == 1 ? "" : "s");
+    return BN_OK;
+}
+
+/* Each misclassified image as DIR/<index>-true<label>-pred<class>.png (channel planes interleaved
+ * into rgb, a caller's buffer of one example). */
+static bn_status write_one(const char *path, const bn_dataset *test, int i, unsigned char *rgb)
+{
+    const size_t plane = (size_t)test->height * test->width, size = plane * test->channels;
+    const unsigned char *src = test->pixels + (size_t)i * size;
+    for (size_t p = 0; p < plane; p++)
+        for (int c = 0; c < test->channels; c++) rgb[p * test->channels + c] = src[c * plane + p];
+    return bn_image_write_png_color(path, rgb, test->channels, test->width, test->height);
+}
+
 static bn_status write_misclassified(const char *dir, const bn_dataset *test, const int *pred)
 {
     if (mkdir(dir, 0777) != 0 && errno != EEXIST)
         return bn_error(BN_ERR_IO, "%s: cannot create the directory: %s", dir, strerror(errno));
-    if (test->values || test->channels != 1)
-        return bn_error(BN_ERR_USAGE, "--misclassified: %s's examples are not one-channel 8-bit images", dir);
-    size_t image_bytes = (size_t)test->channels * test->height * test->width;
+    unsigned char *rgb = malloc(bn_dataset_example_size(test));
+    if (!rgb) return bn_error(BN_ERR_NOMEM, "out of memory for an image");
     int written = 0;
-    for (int i = 0; i < test->count; i++) {
+    bn_status s = BN_OK;
+    for (int i = 0; s == BN_OK && i < test->count; i++) {
         if (pred[i] == test->labels[i]) continue;
         char path[4096];
         snprintf(path, sizeof path, "%s/%05d-true%d-pred%d.png", dir, i, test->labels[i], pred[i]);
-        BN_TRY(bn_image_write_png(path, test->pixels + i * image_bytes, test->width, test->height));
-        written++;
+        s = write_one(path, test, i, rgb);
+        written += s == BN_OK;
     }
+    free(rgb);
+    BN_TRY(s);
     printf("misclassified: %d images written to %s\n", written, dir);
     return BN_OK;
 }
@@ -112,6 +134,7 @@ static bn_status run(const test_args *a, bn_net **net, bn_data_source *src, bn_d
     BN_TRY(bn_data_source_load(src, (*net)->input_shape, 0, 0, 0, test));
     BN_TRY(bn_net_setup(*net, (int)a->batch, ctx, 0, (*net)->train.seed));
     BN_TRY(bn_data_check_model(*net, test, src, "test"));
+    if (a->misclassified) BN_TRY(check_writable_images(test));
     if (!bn_net_loss_layer(*net)) return bn_error(BN_ERR_USAGE, "%s: testing needs a loss layer at the end", a->model);
     BN_TRY(bn_checkpoint_load_weights(a->weights, *net));
     double loss, acc;
