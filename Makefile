@@ -145,8 +145,9 @@ tests/run_tests: $(TEST_OBJS) libblobnet.a
 
 plugins: $(PLUGINS)
 
-$(PLUGINS): $(BUILD)/plugins/%.so: $(BUILD)/plugins/%.o
-	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -shared -o $@ $^ $(PLUGIN_LIBS)
+# A plugin is relinked when the configuration changes: its .cu half comes and goes with CUDA.
+$(PLUGINS): $(BUILD)/plugins/%.so: $(BUILD)/plugins/%.o .build-config
+	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -shared -o $@ $(filter %.o,$^) $(PLUGIN_LIBS)
 
 $(PLUGIN_CUS): $(BUILD)/plugins/%.so: $(BUILD)/plugins/%.cu.o
 
