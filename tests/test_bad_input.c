@@ -92,6 +92,33 @@ static const bad_case cases[] = {
     {"data directory lacks a file", REMOVE, "data/t10k-labels-idx1-ubyte", NONE, TRAIN, 1,
      "neither t10k-labels-idx1-ubyte.gz nor t10k-labels-idx1-ubyte found"},
 
+    /* ---- the other formats, through --dataset and [data] ---- */
+    {"idx: a label past `classes`", KEEP, NULL, NONE, TRAIN " --dataset idx --data-option classes=5", 1,
+     "label 5 at index 5 is out of range (classes are 0..4)"},
+    {"idx: a key the format does not read", KEEP, NULL, NONE, TRAIN " --dataset idx --data-option colour=red", 2,
+     "unknown key 'colour' (the idx format's keys: classes = N"},
+    {"cifar10: a batch that is not whole records", RAW, "data/data_batch_1.bin", BIN("\x01" "0123"), TRAIN
+     " --dataset cifar10", 1, "data_batch_1.bin: 5 bytes is not a whole number of 3073-byte records"},
+    {"cifar10: no batches in the folder", KEEP, NULL, NONE, TRAIN " --dataset cifar10", 1,
+     "data_batch_1.bin: not found"},
+    {"npz: not a ZIP archive", RAW, "data/d.npz", BIN("PK\x03\x04 but nothing after"),
+     "train @/m.cfg --device cpu --dataset npz --data @/data/d.npz --epochs 1 --quiet", 1, "d.npz: "},
+    {"folder: no train/ folder", KEEP, NULL, NONE, TRAIN " --dataset folder", 1,
+     "the folder format reads"},
+    {"flag: --dataset unknown format", KEEP, NULL, NONE, TRAIN " --dataset tiff", 2,
+     "--dataset: 'tiff' is not a dataset format; formats are: mnist, fashion-mnist, idx, cifar10, cifar100, folder, npz"},
+    {"flag: --holdout as large as the training set", KEEP, NULL, NONE, TRAIN " --holdout 20", 2,
+     "holdout = 20: keep 1..19 of the 20 training examples"},
+    {"model: fewer outputs than the data has classes", RAW, "m.cfg",
+     BIN("[input]\nchannels=1\nheight=4\nwidth=4\n[dense]\noutputs=5\n[softmax_ce]\n"), TRAIN, 2,
+     "ends in 5 outputs but the training set of"},
+    {"model: [data] names an unknown format", RAW, "m.cfg",
+     BIN("[input]\nchannels=1\nheight=4\nwidth=4\n[data]\nformat=tiff\n[dense]\noutputs=10\n[softmax_ce]\n"),
+     "train @/m.cfg --device cpu --epochs 1 --quiet", 2, "m.cfg:6: [data] format: 'tiff' is not a dataset format"},
+    {"model: two means for one channel", RAW, "m.cfg",
+     BIN("[input]\nchannels=1\nheight=4\nwidth=4\nmean=0.1,0.2\n[dense]\noutputs=10\n[softmax_ce]\n"), TRAIN, 2,
+     "m.cfg:5: [input] mean = 0.1,0.2: more values than the 1 channel"},
+
     /* ---- model files ---- */
     {"model: empty file", RAW, "m.cfg", BIN(""), TRAIN, 2, "no [input] section"},
     {"model: zero height", RAW, "m.cfg", BIN("[input]\nchannels=1\nheight=0\nwidth=4\n[dense]\noutputs=10\n"), TRAIN, 2,
