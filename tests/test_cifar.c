@@ -2,6 +2,7 @@
  * records of known pixels read back exactly, the splits' files, the limit, the label key and
  * the class names, and every malformed folder the readers must refuse with a message naming the
  * file and what is wrong. */
+#include "file_testing.h"
 #include "testing.h"
 
 #include <stdint.h>
@@ -34,14 +35,6 @@ static const char *in_dir(char *buf, size_t cap, const char *dir, const char *na
 {
     snprintf(buf, cap, "%s/%s", dir, name);
     return buf;
-}
-
-static int write_bytes(const char *path, const void *bytes, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    if (!f) return -1;
-    int ok = n == 0 || fwrite(bytes, 1, n, f) == n;
-    return fclose(f) == 0 && ok ? 0 : -1;
 }
 
 static int label_of(int example)
@@ -135,7 +128,7 @@ BN_TEST(cifar10_record_layout_is_label_then_rgb_planes)
         r[1 + 0 * 1024 + 1 * 32 + 2] = 200; /* red, row 1, column 2 */
         r[1 + 2 * 1024 + 31 * 32 + 31] = 250; /* blue, last row, last column */
     }
-    CHECK(write_bytes(in_dir(path, sizeof path, dir, "test_batch.bin"), rec, sizeof rec) == 0);
+    CHECK(ft_write_bytes(in_dir(path, sizeof path, dir, "test_batch.bin"), rec, sizeof rec) == 0);
     bn_dataset d;
     CHECK_OK(load("cifar10", dir, 0, 0, "", &d));
     int ok = d.count == 2 && d.labels[0] == 7 && d.labels[1] == 8;
@@ -239,7 +232,7 @@ BN_TEST(cifar10_limit_keeps_the_first_and_checks_all)
     /* a bad label past the limit is still found */
     static unsigned char rec[REC10];
     rec[0] = 10;
-    CHECK(write_bytes(in_dir(path, sizeof path, dir, "data_batch_2.bin"), rec, sizeof rec) == 0);
+    CHECK(ft_write_bytes(in_dir(path, sizeof path, dir, "data_batch_2.bin"), rec, sizeof rec) == 0);
     CHECK_ERR(load("cifar10", dir, 1, 1, "", &d), BN_ERR_DATA, "data_batch_2.bin: record 0 has label 10, past the 10 classes");
     CHECK(d.pixels == NULL);
     return BN_PASS;
@@ -279,20 +272,20 @@ BN_TEST(cifar_size_not_a_whole_number_of_records)
     make_dir(dir, sizeof dir, "c-size");
     static unsigned char bytes[11 * REC100];
     in_dir(path, sizeof path, dir, "test_batch.bin");
-    CHECK(write_bytes(path, bytes, 10 * REC10 + 1) == 0);
+    CHECK(ft_write_bytes(path, bytes, 10 * REC10 + 1) == 0);
     int r = load_fails("cifar10", dir, 0, path,
                        "30731 bytes is not a whole number of 3073-byte records (10 records and 1 byte over)");
     if (r != BN_PASS) return r;
     /* a last record cut short */
-    CHECK(write_bytes(path, bytes, 2 * REC10 - 100) == 0);
+    CHECK(ft_write_bytes(path, bytes, 2 * REC10 - 100) == 0);
     r = load_fails("cifar10", dir, 0, path, "(1 record and 2973 bytes over)");
     if (r != BN_PASS) return r;
-    CHECK(write_bytes(path, bytes, 100) == 0);
+    CHECK(ft_write_bytes(path, bytes, 100) == 0);
     r = load_fails("cifar10", dir, 0, path, "(0 records and 100 bytes over)");
     if (r != BN_PASS) return r;
     /* CIFAR-100's records are a byte longer: ten of CIFAR-10's are not a whole number of them */
     in_dir(path, sizeof path, dir, "train.bin");
-    CHECK(write_bytes(path, bytes, 10 * REC10) == 0);
+    CHECK(ft_write_bytes(path, bytes, 10 * REC10) == 0);
     return load_fails("cifar100", dir, 1, path, "30730 bytes is not a whole number of 3074-byte records (9 records and "
                       "3064 bytes over)");
 }
@@ -303,11 +296,11 @@ BN_TEST(cifar_empty_file)
     make_dir(dir, sizeof dir, "c-empty");
     CHECK(write_batch(dir, "data_batch_1.bin", 0, 1, 0) == 0);
     in_dir(path, sizeof path, dir, "data_batch_2.bin");
-    CHECK(write_bytes(path, "", 0) == 0);
+    CHECK(ft_write_bytes(path, "", 0) == 0);
     int r = load_fails("cifar10", dir, 1, path, "empty file");
     if (r != BN_PASS) return r;
     in_dir(path, sizeof path, dir, "test.bin");
-    CHECK(write_bytes(path, "", 0) == 0);
+    CHECK(ft_write_bytes(path, "", 0) == 0);
     return load_fails("cifar100", dir, 0, path, "empty file (no 3074-byte records)");
 }
 
@@ -318,14 +311,14 @@ BN_TEST(cifar_label_past_the_classes)
     static unsigned char rec[3 * REC100];
     in_dir(path, sizeof path, dir, "test_batch.bin");
     rec[0] = 9, rec[REC10] = 3, rec[2 * REC10] = 10;
-    CHECK(write_bytes(path, rec, 3 * REC10) == 0);
+    CHECK(ft_write_bytes(path, rec, 3 * REC10) == 0);
     int r = load_fails("cifar10", dir, 0, path, "record 2 has label 10, past the 10 classes (0..9)");
     if (r != BN_PASS) return r;
     /* CIFAR-100: the fine byte 100 is refused; the same file read for coarse labels is fine */
     memset(rec, 0, sizeof rec);
     rec[REC100] = 19, rec[REC100 + 1] = 100;
     in_dir(path, sizeof path, dir, "test.bin");
-    CHECK(write_bytes(path, rec, 2 * REC100) == 0);
+    CHECK(ft_write_bytes(path, rec, 2 * REC100) == 0);
     r = load_fails("cifar100", dir, 0, path, "record 1 has fine label 100, past the 100 classes (0..99)");
     if (r != BN_PASS) return r;
     bn_dataset d;
@@ -334,7 +327,7 @@ BN_TEST(cifar_label_past_the_classes)
     bn_dataset_free(&d);
     CHECK(ok);
     rec[REC100] = 20, rec[REC100 + 1] = 5;
-    CHECK(write_bytes(path, rec, 2 * REC100) == 0);
+    CHECK(ft_write_bytes(path, rec, 2 * REC100) == 0);
     CHECK_ERR(load("cifar100", dir, 0, 0, "label=coarse", &d), BN_ERR_DATA,
               "test.bin: record 1 has coarse label 20, past the 20 classes (0..19)");
     CHECK(d.pixels == NULL);
@@ -372,7 +365,7 @@ BN_TEST(cifar100_fine_or_coarse_labels)
         rec[i * REC100 + 1] = (unsigned char)(99 - i);
         for (int j = 0; j < PIXELS; j++) rec[i * REC100 + 2 + j] = pixel_at(i, j);
     }
-    CHECK(write_bytes(in_dir(path, sizeof path, dir, "train.bin"), rec, sizeof rec) == 0);
+    CHECK(ft_write_bytes(in_dir(path, sizeof path, dir, "train.bin"), rec, sizeof rec) == 0);
     CHECK(write_batch(dir, "test.bin", 0, 3, 1) == 0);
     bn_dataset d;
     CHECK_OK(load("cifar100", dir, 1, 0, "", &d));
@@ -454,10 +447,10 @@ BN_TEST(cifar_class_names)
     CHECK(write_names(dir, "batches.meta.txt", 5, "\nclass6\nclass7\nclass8\nclass9\n") == 0);
     r = load_fails("cifar10", dir, 0, path, "line 6 is empty");
     if (r != BN_PASS) return r;
-    CHECK(write_bytes(path, "a\0b\nc\n", 6) == 0);
+    CHECK(ft_write_bytes(path, "a\0b\nc\n", 6) == 0);
     r = load_fails("cifar10", dir, 0, path, "holds a NUL byte");
     if (r != BN_PASS) return r;
-    CHECK(write_bytes(path, "", 0) == 0);
+    CHECK(ft_write_bytes(path, "", 0) == 0);
     r = load_fails("cifar10", dir, 0, path, "0 lines of class names, expected 10");
     if (r != BN_PASS) return r;
     in_dir(path, sizeof path, dir, "coarse_label_names.txt");

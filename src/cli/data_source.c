@@ -24,12 +24,11 @@ bn_status bn_data_flags_add_option(bn_data_flags *flags, const char *text)
     return BN_OK;
 }
 
-/* The [data] key's value, or NULL; marks it read and sets *line to its line. */
-static const char *data_key(bn_options *data, const char *key, int *line)
+/* The [data] key's value, or NULL; *line receives its line. */
+static const char *data_key(const bn_options *data, const char *key, int *line)
 {
     for (int i = 0; i < data->count; i++)
         if (strcmp(data->items[i].key, key) == 0) {
-            data->items[i].used = 1;
             *line = data->items[i].line;
             return data->items[i].value;
         }
@@ -38,8 +37,7 @@ static const char *data_key(bn_options *data, const char *key, int *line)
 
 static bn_status resolve(const bn_data_flags *flags, const bn_net *net, bn_data_source *src)
 {
-    /* Reading marks [data]'s keys used; nothing else reads those marks. */
-    bn_options *file = net ? (bn_options *)&net->data : NULL;
+    const bn_options *file = net ? &net->data : NULL;
     int line = 0;
     const char *file_format = file ? data_key(file, "format", &line) : NULL;
     const char *name = flags->dataset ? flags->dataset : file_format ? file_format : "mnist";
