@@ -28,10 +28,10 @@
  *
  * Every pass also checks guard zones after each blob the layer writes (output, input
  * gradients, parameter gradients): a write past one fails the check that ran the pass, naming
- * the blob and the side. Inputs lie in a fixed range whatever the shape (layercheck.c: feed),
- * distinct values 2.5 * eps apart while they fit, all at least 1.25 * eps away from zero. A
- * loss layer gets labels in [0, outputs per example). The passes run at step 0, in training
- * mode except those of the evaluation check. */
+ * the blob and the side. Inputs lie in a fixed range whatever the shape (layercheck_kit.c:
+ * bn_kit_feed), distinct values 2.5 * eps apart while they fit, all at least 1.25 * eps away
+ * from zero. A loss layer gets labels in [0, outputs per example). The passes run at step 0, in
+ * training mode except those of the evaluation check. */
 #ifndef BN_LAYERCHECK_H
 #define BN_LAYERCHECK_H
 
