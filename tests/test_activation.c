@@ -1,5 +1,10 @@
 /* test_activation.c - relu, sigmoid, tanh, leaky_relu and elu: hand values, the derivative
- * conventions at 0, saturation without NaNs, option errors and gradient checks. */
+ * conventions at 0, saturation without NaNs, option errors and gradient checks; on the GPU
+ * against the CPU, and a ReLU whose passes run in a neighbour's kernels (dense, conv2d,
+ * batchnorm) against the CPU. */
+#include "conv2d/conv2d.h"
+#include "core/net.h"
+#include "gpu_testing.h"
 #include "layer_testing.h"
 #include "layers.h"
 #include "testing.h"
@@ -144,4 +149,108 @@ BN_TEST(activation_gradcheck)
                             "[sigmoid]\n[dense]\noutputs=4\n[softmax_ce]\n",
                             "dense-tanh-dense-sigmoid-dense + softmax_ce batch 4", 4, 0, 0, 4, GRAD_TOL) == BN_PASS);
     return BN_PASS;
+}
+
+/* ---- the GPU against the CPU ---- */
+
+BN_TEST(gpu_layer_activations_match_cpu)
+{
+    static const layer_case cases[] = {
+        {"relu", "[input]\nchannels=3\nheight=5\nwidth=7\n[relu]\n", TOL_ELEMENTWISE, 0, 1, 0, 0, 0, 0},
+        {"sigmoid", "[input]\nchannels=3\nheight=5\nwidth=7\n[sigmoid]\n", TOL_ELEMENTWISE, 0, 1, 0, 0, 0, 0},
+        {"tanh", "[input]\nchannels=3\nheight=5\nwidth=7\n[tanh]\n", TOL_ELEMENTWISE, 0, 1, 0, 0, 0, 0},
+        {"leaky_relu", "[input]\nchannels=3\nheight=5\nwidth=7\n[leaky_relu]\nslope=0.1\n", TOL_ELEMENTWISE, 0, 1, 0, 0, 0,
+         0},
+        {"elu", "[input]\nchannels=3\nheight=5\nwidth=7\n[elu]\nalpha=0.7\n", TOL_ELEMENTWISE, 0, 1, 0, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int r = gt_run_case(&cases[i]);
+        if (r != BN_PASS) return r;
+    }
+    return BN_PASS;
+}
+
+/* ---- a ReLU fused into its neighbours on the GPU (core/fusion.c), against the CPU ---- */
+
+/* Between two dense layers a ReLU's GPU passes run in the dense kernels' epilogues
+ * (bn_layer_ops.fuse_gpu): every blob still matches the CPU, with the rule's kernels (the
+ * few-outputs ones for 13 and 6 outputs, split-K for 17) and with the autotuned ones (cuBLASLt's
+ * among them, followed by the ReLU layer's own pass). */
+BN_TEST(gpu_layer_relu_fused_between_dense_layers_matches_cpu)
+{
+    static const layer_case lc = {"dense 13, relu, dense 17, relu, dense 6 (relus fused)",
+                                  "[input]\nchannels=3\nheight=5\nwidth=7\n[dense]\noutputs=13\n[relu]\n"
+                                  "[dense]\noutputs=17\ninit=he\n[relu]\n[dense]\noutputs=6\n",
+                                  TOL_GEMM, 0, 0, 0, 1, 0, 0};
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    bn_net *net;
+    CHECK_OK(bn_net_from_text(lc.text, lc.what, &net));
+    bn_status s = bn_net_setup(net, 8, ctx, 1, 1);
+    const int both = BN_FUSED_FORWARD | BN_FUSED_BACKWARD;
+    const int f1 = s == BN_OK ? net->layers[1]->gpu_fused : -1, f3 = s == BN_OK ? net->layers[3]->gpu_fused : -1;
+    const int others = s == BN_OK ? net->layers[0]->gpu_fused | net->layers[2]->gpu_fused | net->layers[4]->gpu_fused : -1;
+    bn_net_free(net);
+    CHECK_OK(s);
+    CHECK_MSG(f1 == both && f3 == both && others == 0, "fused passes: relus %d and %d, dense layers %d (want %d, %d, 0)",
+              f1, f3, others, both, both);
+    return gt_run_case(&lc);
+}
+
+/* ReLU layers fused into convolutions run by cuDNN and into batchnorm layers (fuse_gpu): a's
+ * forward writes ra's output from cuDNN's bias kernel; bn writes rb's output, bn2 rc's input
+ * gradient (rc's forward stays its own, after a tanh). A convolution leaves a ReLU's backward
+ * pass to the ReLU (ra's and rb's here). Every blob still matches the CPU, on cuDNN's legacy
+ * algorithms; then a convolution and ReLU pair under --tf32 on cuDNN's graph engines, forced, at
+ * the shapes of gpu_layer_conv2d_cudnn_graph_tf32_stays_near_cpu, on the coarse grid of
+ * grid_params: with random data, TF32 products move an output lying within ~1e-3 of zero to the
+ * other side of it, the ReLU's mask then differs from the CPU's and passes or stops a whole
+ * gradient (one such element in 400,000 failed this test by 0.43 of the gradient's scale); on
+ * the grid both sides compute every output exactly. The tanh layers keep the biases
+ * before a batchnorm out of rounding noise (see batchnorm_case), and a convolution between the
+ * two batchnorms keeps bn's gradients from the cancellation of two normalizations in a row. */
+BN_TEST(gpu_layer_relu_fused_into_conv2d_and_batchnorm_matches_cpu)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    static const layer_case cases[2] = {
+        {"conv a, relu, conv b, tanh, batchnorm, relu, conv c, tanh, relu, batchnorm (relus fused)",
+         "[input]\nchannels=4\nheight=6\nwidth=6\n"
+         "[conv2d]\nname=a\nfilters=8\nsize=3\npad=1\nengine=cudnn\n[relu]\nname=ra\n"
+         "[conv2d]\nname=b\nfilters=8\nsize=3\npad=1\nengine=cudnn\n[tanh]\n[batchnorm]\nname=bn\n"
+         "[relu]\nname=rb\n[conv2d]\nname=c\nfilters=8\nsize=1\nengine=cudnn\n[tanh]\n[relu]\nname=rc\n"
+         "[batchnorm]\nname=bn2\n",
+         TOL_GEMM, 0, 0, 0, 0, 0, 0},
+        {"conv 16x14x14 k3p1 x32, relu, k1 x8, relu under tf32, graph engines forced (relus fused)",
+         "[input]\nchannels=16\nheight=14\nwidth=14\n"
+         "[conv2d]\nname=a\nfilters=32\nsize=3\npad=1\ninit=he\nengine=cudnn\n[relu]\nname=ra\n"
+         "[conv2d]\nname=b\nfilters=8\nsize=1\nengine=cudnn\n[relu]\nname=rb\n",
+         TOL_TF32, 0, 0, 0, 0, 0, 1},
+    };
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    bn_net *net;
+    CHECK_OK(bn_net_from_text(cases[0].text, cases[0].what, &net));
+    bn_status s = bn_net_setup(net, 8, ctx, 1, 1);
+    static const char *const relus[3] = {"ra", "rb", "rc"};
+    static const int want[3] = {BN_FUSED_FORWARD, BN_FUSED_FORWARD, BN_FUSED_BACKWARD};
+    int fused[3] = {-1, -1, -1};
+    for (int i = 0; i < 3 && s == BN_OK; i++) fused[i] = bn_net_find_layer(net, relus[i])->gpu_fused;
+    bn_net_free(net);
+    CHECK_OK(s);
+    for (int i = 0; i < 3; i++)
+        CHECK_MSG(fused[i] == want[i], "%s's fused passes: %d (want %d)", relus[i], fused[i], want[i]);
+    const uint64_t seed = lt_fresh_seed();
+    const int was_autotune = ctx->autotune;
+    int r = BN_PASS;
+    for (int way = 0; way < 2 && r == BN_PASS; way++) {
+        ctx->tf32 = way;
+        ctx->autotune = way;
+        bn_conv2d_gpu_force_graph(way);
+        r = gt_compare_sizes(&cases[way], ctx, seed);
+    }
+    bn_conv2d_gpu_force_graph(0);
+    ctx->tf32 = 0;
+    ctx->autotune = was_autotune;
+    return r;
 }

@@ -1,10 +1,13 @@
 /* test_batchnorm.c - the batchnorm layer (layers/batchnorm.c) and layer buffers: gradients at
  * several shapes, the normalization and running averages against hand-worked values, the
- * evaluation pass, and buffers kept apart from parameters. */
+ * evaluation pass, and buffers kept apart from parameters; on the GPU against the CPU in
+ * training and evaluation, and BF16 against FP32. */
 #include <math.h>
 #include <stdlib.h>
 
+#include "bf16_testing.h"
 #include "core/net.h"
+#include "gpu_testing.h"
 #include "layer_testing.h"
 #include "testing.h"
 #include "train/checkpoint.h"
@@ -183,4 +186,87 @@ BN_TEST(batchnorm_buffers_round_trip_through_checkpoints)
     bn_net_free(a);
     bn_net_free(b);
     return BN_PASS;
+}
+
+/* ---- the GPU against the CPU ---- */
+
+/* Batch normalization after a convolution and after a dense layer, in training (the batch's
+ * statistics; run_case compares every blob and gradient) and in evaluation (the running averages
+ * the training passes left, compared too). */
+/* A tanh between each layer and its batchnorm: the normalization takes out the mean, so a bias
+ * right before it gets a gradient of rounding noise only, which no tolerance can compare. */
+static const layer_case batchnorm_case = {"conv 3x9x7 k3 x6, tanh, batchnorm, relu, dense 20, tanh, batchnorm, softmax_ce",
+                                          "[input]\nchannels=3\nheight=9\nwidth=7\n"
+                                          "[conv2d]\nfilters=6\nsize=3\npad=1\n[tanh]\n[batchnorm]\n[relu]\n"
+                                          "[dense]\noutputs=20\n[tanh]\n[batchnorm]\nmomentum=0.3\n[softmax_ce]\n",
+                                          TOL_GEMM, 7, 0, 0, 0, 0, 0};
+
+/* Planes of 8x8 (and a dense layer's of 1): the per-element kernels' packs of 4 floats, and
+ * their one-element path beside them; the case above has planes of 63. */
+static const layer_case batchnorm_packed_case = {"conv 2x8x8 k3 pad 1 x5, tanh, batchnorm, dense 8, tanh, batchnorm, "
+                                                 "softmax_ce",
+                                                 "[input]\nchannels=2\nheight=8\nwidth=8\n"
+                                                 "[conv2d]\nfilters=5\nsize=3\npad=1\n[tanh]\n[batchnorm]\n"
+                                                 "[dense]\noutputs=8\n[tanh]\n[batchnorm]\n[softmax_ce]\n",
+                                                 TOL_GEMM, 7, 0, 0, 0, 0, 0};
+
+BN_TEST(gpu_layer_batchnorm_matches_cpu_in_training_and_evaluation)
+{
+    int r = gt_run_case(&batchnorm_case);
+    if (r == BN_PASS) r = gt_run_case(&batchnorm_packed_case);
+    if (r != BN_PASS) return r;
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    uint64_t seed = lt_fresh_seed();
+    bn_net *cpu, *gpu;
+    CHECK_OK(bn_net_from_text(batchnorm_case.text, "batchnorm", &cpu));
+    CHECK_OK(bn_net_from_text(batchnorm_case.text, "batchnorm", &gpu));
+    CHECK_OK(bn_net_setup(cpu, 64, NULL, 0, seed));
+    CHECK_OK(bn_net_setup(gpu, 64, ctx, 0, seed));
+    float *start = NULL;
+    for (int step = 0; step < 3; step++) {
+        free(start);
+        CHECK_OK(gt_feed(cpu, gpu, &batchnorm_case, seed + (uint64_t)step, &start));
+        CHECK_OK(bn_net_forward(cpu, 1));
+        CHECK_OK(bn_net_forward(gpu, 1));
+    }
+    CHECK_OK(bn_net_forward(cpu, 0));
+    CHECK_OK(bn_net_forward(gpu, 0));
+    free(start);
+    bn_blob *pairs[][2] = {{cpu->buffers, gpu->buffers}, {bn_net_output(cpu), bn_net_output(gpu)},
+                           {cpu->layers[2]->out, gpu->layers[2]->out}};
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        const float *a = bn_blob_host_rd(pairs[i][0]), *b = bn_blob_host_rd(pairs[i][1]);
+        CHECK(a && b);
+        size_t where;
+        double d = lt_rel_diff(b, a, NULL, bn_blob_count(pairs[i][0]), &where);
+        CHECK_MSG(d <= TOL_GEMM, "evaluation: %s differs by %.3g of scale at %zu (seed %llu)", pairs[i][0]->name, d,
+                  where, (unsigned long long)seed);
+    }
+    bn_net_free(cpu);
+    bn_net_free(gpu);
+    return BN_PASS;
+}
+
+/* ---- BF16 on the GPU against FP32 on the CPU ---- */
+
+/* On the input directly, in training (the batch's statistics, the running averages moved) and
+ * then in evaluation (the running averages). */
+BN_TEST(gpu_bf16_batchnorm_matches_cpu)
+{
+    /* Planes of 20 take one element at a time, planes of 24 packs of 8 BF16 values. The input is
+     * doubled first (an add of it twice): the running variance, which starts at 1, then moves by
+     * O(1) towards the batch's 4, and its difference is judged against that move; on the input as
+     * drawn (variance 1) the move is of the sampling noise's size, and BF16's rounding a visible
+     * part of it. Eight channels, so that the scale of the bias gradient (the largest of the
+     * channels' sums of dy) is not set by one sum that happens to be small. */
+    static const bf16_case cases[] = {{"bf16 batchnorm 6x5x4", "[input]\nchannels=6\nheight=5\nwidth=4\n"
+                                       "[add]\nname=twice\ninput=input, input\ncoeff=1.5, 0.5\n"
+                                       "[batchnorm]\nmomentum=0.3\n",
+                                       TOL_LAYER, 0, 1, 0},
+                                      {"bf16 batchnorm 8x4x6", "[input]\nchannels=8\nheight=4\nwidth=6\n"
+                                       "[add]\nname=twice\ninput=input, input\ncoeff=1.5, 0.5\n"
+                                       "[batchnorm]\nmomentum=0.3\n",
+                                       TOL_LAYER, 0, 1, 0}};
+    return gt_bf16_run_cases(cases, sizeof cases / sizeof cases[0]);
 }

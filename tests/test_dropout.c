@@ -1,7 +1,14 @@
 /* test_dropout.c - inverted dropout: scaling and keep rate in training, identity in
- * evaluation, a mask fixed by (seed, step), option errors and gradient checks. */
+ * evaluation, a mask fixed by (seed, step), option errors and gradient checks; on the GPU,
+ * which draws other masks than the CPU, the same structure. */
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "core/net.h"
+#include "core/rng.h"
+#include "gpu_testing.h"
 #include "layer_testing.h"
 #include "layers.h"
 #include "testing.h"
@@ -142,5 +149,140 @@ BN_TEST(dropout_gradcheck)
     CHECK(lt_gradcheck_text("[input]\nchannels=1\nheight=3\nwidth=3\n[dense]\noutputs=8\n[dropout]\n"
                             "[dense]\noutputs=3\n[softmax_ce]\n",
                             "dense-dropout-dense + softmax_ce batch 4", 4, 0, 0, 3, GRAD_TOL) == BN_PASS);
+    return BN_PASS;
+}
+
+/* ---- on the GPU: it draws other masks than the CPU, so its structure is checked instead ---- */
+
+#define DROPOUT_TEXT "[input]\nchannels=16\nheight=5\nwidth=7\n[dropout]\nrate=0.3\n"
+#define DROPOUT_RATE 0.3
+
+/* A GPU dropout net of `capacity` at batch n, fed inputs away from zero (so a dropped element
+ * is exactly the zeros of the output) and a random output gradient. */
+static bn_status dropout_net(int capacity, int n, uint64_t seed, bn_ctx *ctx, bn_net **out)
+{
+    bn_net *net;
+    BN_TRY(bn_net_from_text(DROPOUT_TEXT, "dropout", &net));
+    *out = net;
+    BN_TRY(bn_net_setup(net, capacity, ctx, 1, seed));
+    BN_TRY(bn_net_set_batch(net, n));
+    BN_TRY(lt_fill_normal(net, seed, 1.0, 0.1));
+    bn_rng r;
+    bn_rng_seed(&r, seed, 5);
+    bn_blob *g = net->layers[0]->out_grad;
+    float *dy = bn_blob_host_wr(g);
+    if (!dy) return bn_last_status();
+    for (size_t i = 0; i < g->capacity; i++) dy[i] = (float)bn_rng_normal(&r);
+    return BN_OK;
+}
+
+static int check_dropout_pass(bn_net *net, bn_ctx *ctx, int train, uint64_t seed, double *kept_fraction)
+{
+    bn_layer *l = net->layers[0];
+    CHECK_OK(gt_poison(l->out, ctx));
+    CHECK_OK(gt_poison(net->input_grad, ctx));
+    net->pass.step = 5;
+    CHECK_OK(bn_net_forward(net, train));
+    CHECK_OK(bn_net_backward(net));
+    size_t count = bn_blob_count(l->in);
+    const float *x = bn_blob_host_rd(net->input), *y = bn_blob_host_rd(l->out);
+    const float *dy = bn_blob_host_rd(l->out_grad), *dx = bn_blob_host_rd(net->input_grad);
+    CHECK(x && y && dy && dx);
+    const float scale = 1.0f / (1.0f - (float)DROPOUT_RATE);
+    size_t kept = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (!train) {
+            CHECK_MSG(y[i] == x[i] && dx[i] == dy[i], "eval element %zu: y %g for x %g, dx %g for dy %g", i, y[i],
+                      x[i], dx[i], dy[i]);
+            continue;
+        }
+        if (y[i] == 0.0f) {
+            CHECK_MSG(dx[i] == 0.0f, "dropped element %zu has gradient %g (seed %llu)", i, dx[i],
+                      (unsigned long long)seed);
+            continue;
+        }
+        kept++;
+        CHECK_MSG(y[i] == x[i] * scale, "kept element %zu: y %.9g, x / (1 - rate) %.9g (seed %llu)", i, y[i],
+                  x[i] * scale, (unsigned long long)seed);
+        CHECK_MSG(dx[i] == dy[i] * scale, "kept element %zu: dx %.9g, dy / (1 - rate) %.9g (seed %llu)", i, dx[i],
+                  dy[i] * scale, (unsigned long long)seed);
+    }
+    *kept_fraction = (double)kept / (double)count;
+    return BN_PASS;
+}
+
+BN_TEST(gpu_layer_dropout_keeps_rate_and_scales)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    uint64_t seed = lt_fresh_seed();
+    for (int k = 0; k < GT_NUM_SIZES; k++) {
+        bn_net *net;
+        CHECK_OK(dropout_net(gt_capacities[k], gt_batches[k], seed + (uint64_t)k, ctx, &net));
+        double kept, unused;
+        CHECK(check_dropout_pass(net, ctx, 1, seed, &kept) == BN_PASS);
+        /* Five standard deviations of a binomial fraction over this many elements. */
+        double count = (double)bn_blob_count(net->input);
+        double bound = 5.0 * sqrt(DROPOUT_RATE * (1.0 - DROPOUT_RATE) / count);
+        CHECK_MSG(fabs(kept - (1.0 - DROPOUT_RATE)) <= bound, "batch %d: kept %.4f of %g elements, expected %.2f +- %.4f",
+                  gt_batches[k], kept, count, 1.0 - DROPOUT_RATE, bound);
+        if (gt_batches[k] == 257) printf("    gpu dropout rate 0.3, batch 257: kept fraction %.4f\n", kept);
+        CHECK(check_dropout_pass(net, ctx, 0, seed, &unused) == BN_PASS);
+        bn_net_free(net);
+    }
+    return BN_PASS;
+}
+
+/* The output of one training forward at `step` (count floats into y). */
+static bn_status dropout_output(bn_net *net, unsigned long long step, float *y, size_t count)
+{
+    net->pass.step = step;
+    BN_TRY(bn_net_forward(net, 1));
+    return lt_read(net->layers[0]->out, y, count);
+}
+
+static size_t mask_differences(const float *a, const float *b, size_t count)
+{
+    size_t d = 0;
+    for (size_t i = 0; i < count; i++) d += (a[i] == 0.0f) != (b[i] == 0.0f);
+    return d;
+}
+
+/* The mask depends on (seed, layer, step) alone: a repeated step, and a fresh network replaying
+ * it after other draws, drop the same elements; another step or seed drops others. */
+BN_TEST(gpu_layer_dropout_mask_repeats_per_step)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    uint64_t seed = lt_fresh_seed();
+    bn_net *a, *b, *c;
+    CHECK_OK(dropout_net(64, 64, seed, ctx, &a));
+    size_t count = bn_blob_count(a->input);
+    float *y1 = malloc(count * sizeof *y1), *y2 = malloc(count * sizeof *y2);
+    CHECK(y1 && y2);
+    CHECK_OK(dropout_output(a, 7, y1, count));
+    CHECK_OK(dropout_output(a, 8, y2, count));
+    size_t other_step = mask_differences(y1, y2, count);
+    CHECK_OK(dropout_output(a, 7, y2, count));
+    CHECK_MSG(memcmp(y1, y2, count * sizeof *y1) == 0, "step 7 repeated gives another output (seed %llu)",
+              (unsigned long long)seed);
+    CHECK_OK(dropout_net(64, 64, seed, ctx, &b));
+    CHECK_OK(dropout_output(b, 7, y2, count));
+    CHECK_MSG(memcmp(y1, y2, count * sizeof *y1) == 0, "a fresh network replaying step 7 differs (seed %llu)",
+              (unsigned long long)seed);
+    CHECK_OK(dropout_net(64, 64, seed + 1, ctx, &c));
+    CHECK_OK(dropout_output(c, 7, y2, count));
+    size_t other_seed = mask_differences(y1, y2, count);
+    /* Independent masks disagree on 2 * 0.3 * 0.7 = 42% of the elements. */
+    CHECK_MSG(other_step > count / 4 && other_seed > count / 4,
+              "masks of other steps or seeds differ in only %zu and %zu of %zu elements", other_step, other_seed,
+              count);
+    free(y1);
+    free(y2);
+    bn_net_free(a);
+    bn_net_free(b);
+    bn_net_free(c);
     return BN_PASS;
 }

@@ -1,9 +1,11 @@
 /* test_graph.c - networks that are graphs (src/core/net.c): `input = a, b` in the model file,
  * outputs read by several layers with their gradients summed by the network, the add and
- * concat layers (layers/add.c, layers/concat.c), and every error the graph adds. */
+ * concat layers (layers/add.c, layers/concat.c) in a graph, every error the graph adds, and a
+ * graph on the GPU against the CPU. */
 #include <stdlib.h>
 
 #include "core/net.h"
+#include "gpu_testing.h"
 #include "layer_testing.h"
 #include "testing.h"
 #include "train/optimizer.h"
@@ -49,27 +51,6 @@ BN_TEST(graph_output_read_three_times_gets_the_sum_of_three_gradients)
         double t = tanh(x[i]);
         CHECK_NEAR(dx[i], 6 * dy[i] * (1 - t * t), 1e-5);
     }
-    bn_net_free(net);
-    return BN_PASS;
-}
-
-BN_TEST(graph_concat_places_inputs_along_the_channels)
-{
-    bn_net *net;
-    CHECK_OK(lt_net("[input]\nchannels=1\nheight=1\nwidth=2\n"
-                    "[tanh]\nname=t\n"
-                    "[concat]\ninput=input, t, input\n", 2, 1, &net));
-    bn_layer *cat = net->layers[1];
-    CHECK(cat->out->c == 3 && cat->out->h == 1 && cat->out->w == 2);
-    float x[4] = {0.5f, -1.0f, 2.0f, 0.25f}, y[12];
-    CHECK_OK(lt_write(net->input, x, 4));
-    CHECK_OK(bn_net_forward(net, 1));
-    CHECK_OK(lt_read(cat->out, y, 12));
-    for (int n = 0; n < 2; n++)
-        for (int k = 0; k < 2; k++) {
-            CHECK(y[n * 6 + k] == x[n * 2 + k] && y[n * 6 + 4 + k] == x[n * 2 + k]);
-            CHECK_NEAR(y[n * 6 + 2 + k], tanhf(x[n * 2 + k]), 1e-7);
-        }
     bn_net_free(net);
     return BN_PASS;
 }
@@ -166,4 +147,40 @@ BN_TEST(graph_explicit_chain_trains_bit_for_bit_like_the_implicit_one)
     CHECK(na == nb && na > 50);
     CHECK_MSG(memcmp(a, b, na * sizeof *a) == 0, "the weights differ after three steps");
     return BN_PASS;
+}
+
+/* ---- the GPU against the CPU ---- */
+
+/* A graph: c1's output has two readers (so its pooling is not fused), c1b's one (fused), a
+ * residual sum with coefficients, a channel join with a pooled view of the data, which is read
+ * by three layers, and a dense head with a fused ReLU. */
+static const layer_case graph_case = {"graph: conv read twice, fused and unfused poolings, add, concat, dense head",
+                                      "[input]\nchannels=2\nheight=8\nwidth=8\n"
+                                      "[conv2d]\nname=c1\nfilters=4\nsize=3\npad=1\n"
+                                      "[maxpool]\nname=p1\nsize=2\n"
+                                      "[conv2d]\nname=c1b\ninput=c1\nfilters=4\nsize=1\n"
+                                      "[maxpool]\nname=p2\nsize=2\n"
+                                      "[add]\nname=s\ninput=p1, p2\ncoeff=1, -0.5\n"
+                                      "[relu]\nname=r\n"
+                                      "[avgpool]\nname=a\ninput=input\nsize=2\n"
+                                      "[conv2d]\nname=c0\ninput=input\nfilters=2\nsize=2\nstride=2\n"
+                                      "[concat]\nname=j\ninput=r, a, c0\n"
+                                      "[dense]\nname=d1\noutputs=12\n[relu]\n"
+                                      "[dense]\nname=d2\noutputs=5\n[softmax_ce]\n",
+                                      TOL_GEMM, 5, 0, 0, 0, 1, 0};
+
+BN_TEST(gpu_layer_graph_matches_cpu)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    bn_net *net;
+    CHECK_OK(bn_net_from_text(graph_case.text, graph_case.what, &net));
+    CHECK_OK(bn_net_setup(net, 4, ctx, 0, 1));
+    /* Nothing fuses across a branch: p1 shares c1's output with c1b; p2 is c1b's sole reader. */
+    CHECK_MSG(bn_net_find_layer(net, "p1")->gpu_fused == 0, "p1 was fused into c1, which has two readers");
+    CHECK_MSG(bn_net_find_layer(net, "p2")->gpu_fused & BN_FUSED_BACKWARD, "p2 was not fused into c1b");
+    CHECK(bn_net_find_layer(net, "c1")->num_grad_parts == 1 && net->num_input_grad_parts == 0);
+    bn_net_free(net);
+    return gt_run_case(&graph_case);
 }

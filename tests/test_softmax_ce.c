@@ -1,5 +1,15 @@
 /* test_softmax_ce.c - the loss layer: probabilities, loss and correct count against hand
- * values (large logits included), its gradient, bad labels, shapes and gradient checks. */
+ * values (large logits included), its gradient, bad labels, shapes and gradient checks; on the
+ * GPU against the CPU, with label smoothing, as the dense head that also runs the dense layer
+ * before it, and its loss and accuracy reductions at every batch size. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/net.h"
+#include "core/rng.h"
+#include "gpu_testing.h"
 #include "layer_testing.h"
 #include "layers.h"
 #include "testing.h"
@@ -137,5 +147,226 @@ BN_TEST(softmax_ce_label_smoothing_matches_hand_values)
                             "softmax_ce smoothing 0.1", 4, 0.0, 0.0, 5, GRAD_TOL) == BN_PASS);
     CHECK_ERR(lt_setup_status("[input]\nchannels=5\nheight=1\nwidth=1\n[softmax_ce]\nsmoothing=1\n"), BN_ERR_USAGE,
               "smoothing");
+    return BN_PASS;
+}
+
+/* ---- the GPU against the CPU ---- */
+
+BN_TEST(gpu_layer_softmax_ce_matches_cpu)
+{
+    static const layer_case direct = {"softmax_ce 10 classes", "[input]\nchannels=10\nheight=1\nwidth=1\n[softmax_ce]\n",
+                                      TOL_ELEMENTWISE, 10, 0, 0, 0, 0, 0};
+    static const layer_case after_dense = {"dense 2x3x1 -> 7 + softmax_ce",
+                                           "[input]\nchannels=2\nheight=3\nwidth=1\n[dense]\noutputs=7\n[softmax_ce]\n",
+                                           TOL_GEMM, 7, 0, 0, 0, 0, 0};
+    static const layer_case smoothed = {"softmax_ce 40 classes, smoothing 0.2",
+                                        "[input]\nchannels=40\nheight=1\nwidth=1\n[softmax_ce]\nsmoothing=0.2\n",
+                                        TOL_ELEMENTWISE, 40, 0, 0, 0, 1, 0};
+    int r = gt_run_case(&direct);
+    if (r == BN_PASS) r = gt_run_case(&smoothed);
+    return r == BN_PASS ? gt_run_case(&after_dense) : r;
+}
+
+/* A dense layer of at most 16 outputs before softmax_ce hands its forward pass to the loss
+ * layer's kernel (the dense head, softmax_ce.h), which in the trainer's step also writes the
+ * dense layer's input gradient (and a fused ReLU's): every blob still matches the CPU, with
+ * rows of 1, 2 and 4 floats (13, 6 and 100 inputs), and with the gradient written in the forward
+ * pass or by the backward passes. */
+BN_TEST(gpu_layer_dense_head_matches_cpu)
+{
+    static const layer_case cases[] = {
+        {"dense 6 -> 7, softmax_ce (head)", "[input]\nchannels=2\nheight=3\nwidth=1\n[dense]\noutputs=7\n[softmax_ce]\n",
+         TOL_GEMM, 7, 0, 0, 0, 1, 0},
+        {"dense 35 -> 13, relu, dense 3, softmax_ce (head, relu fused)",
+         "[input]\nchannels=5\nheight=7\nwidth=1\n[dense]\noutputs=13\n[relu]\n[dense]\noutputs=3\n[softmax_ce]\n",
+         TOL_GEMM, 3, 0, 0, 0, 1, 0},
+        {"dense 64 -> 100, relu, dense 10, softmax_ce (head, relu fused)",
+         "[input]\nchannels=4\nheight=4\nwidth=4\n[dense]\noutputs=100\n[relu]\n[dense]\noutputs=10\n[softmax_ce]\n",
+         TOL_GEMM, 10, 0, 0, 0, 1, 0},
+        {"dense 35 -> 13, relu, dense 5, softmax_ce smoothing 0.1 (head, relu fused)",
+         "[input]\nchannels=5\nheight=7\nwidth=1\n[dense]\noutputs=13\n[relu]\n[dense]\noutputs=5\n"
+         "[softmax_ce]\nsmoothing=0.1\n",
+         TOL_GEMM, 5, 0, 0, 0, 1, 0},
+        {"dense 64 -> 100, relu, dense 16, softmax_ce (head, gradient by the backward passes)",
+         "[input]\nchannels=4\nheight=4\nwidth=4\n[dense]\noutputs=100\n[relu]\n[dense]\noutputs=16\n[softmax_ce]\n",
+         TOL_GEMM, 16, 0, 0, 0, 0, 0},
+    };
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    /* Which passes are fused: the loss's forward (the dense head) and the ReLU's two; a dense
+     * layer of 17 outputs is no head. */
+    static const char *const texts[] = {
+        "[input]\nchannels=8\nheight=1\nwidth=1\n[dense]\noutputs=9\n[relu]\n[dense]\noutputs=16\n[softmax_ce]\n",
+        "[input]\nchannels=8\nheight=1\nwidth=1\n[dense]\noutputs=9\n[relu]\n[dense]\noutputs=17\n[softmax_ce]\n"};
+    for (int t = 0; t < 2; t++) {
+        bn_net *net;
+        CHECK_OK(bn_net_from_text(texts[t], "head", &net));
+        bn_status st = bn_net_setup(net, 4, ctx, 1, 1);
+        const int relu = st == BN_OK ? net->layers[1]->gpu_fused : -1, loss = st == BN_OK ? net->layers[3]->gpu_fused : -1;
+        const int dense = st == BN_OK ? net->layers[0]->gpu_fused | net->layers[2]->gpu_fused : -1;
+        bn_net_free(net);
+        CHECK_OK(st);
+        const int want_loss = t == 0 ? BN_FUSED_FORWARD : 0;
+        CHECK_MSG(relu == (BN_FUSED_FORWARD | BN_FUSED_BACKWARD) && loss == want_loss && dense == 0,
+                  "%s outputs: fused passes relu %d, softmax_ce %d, dense layers %d (want 3, %d, 0)",
+                  t == 0 ? "16" : "17", relu, loss, dense, want_loss);
+    }
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int r = gt_run_case(&cases[i]);
+        if (r != BN_PASS) return r;
+    }
+    return BN_PASS;
+}
+
+/* Logits for rows [0, n): normal times 3; every fourth row gets two equal maxima, and its label
+ * is one of the two, so the first-maximum rule decides whether it counts as correct. */
+static void tie_logits(bn_rng *r, int n, int classes, float *z, float *labels)
+{
+    for (int i = 0; i < n; i++) {
+        float *zi = z + (size_t)i * classes;
+        float top = -INFINITY;
+        for (int k = 0; k < classes; k++) {
+            zi[k] = (float)(3.0 * bn_rng_normal(r));
+            if (zi[k] > top) top = zi[k];
+        }
+        labels[i] = (float)bn_rng_below(r, (uint64_t)classes);
+        if (i % 4 == 0) {
+            int a = (int)bn_rng_below(r, (uint64_t)classes), b = (int)bn_rng_below(r, (uint64_t)classes);
+            if (a == b) b = (a + 1) % classes;
+            zi[a] = zi[b] = top + 1.0f;
+            labels[i] = (float)(bn_rng_below(r, 2) ? a : b);
+        }
+    }
+}
+
+/* Batch n of inputs x and labels on both nets, then an evaluation pass on each, the GPU's
+ * metrics poisoned before it. */
+static bn_status eval_both(bn_net *cpu, bn_net *gpu, int n, const float *x, const float *labels, bn_ctx *ctx)
+{
+    BN_TRY(bn_net_set_batch(cpu, n));
+    BN_TRY(bn_net_set_batch(gpu, n));
+    BN_TRY(gt_put(cpu->input, x));
+    BN_TRY(gt_put(gpu->input, x));
+    BN_TRY(gt_put(cpu->labels, labels));
+    BN_TRY(gt_put(gpu->labels, labels));
+    BN_TRY(gt_poison(gpu->metrics, ctx));
+    BN_TRY(bn_net_forward(cpu, 0));
+    return bn_net_forward(gpu, 0);
+}
+
+static int metrics_sweep(int classes, int max_batch, bn_ctx *ctx, uint64_t seed, double *worst)
+{
+    char text[128];
+    snprintf(text, sizeof text, "[input]\nchannels=%d\nheight=1\nwidth=1\n[softmax_ce]\n", classes);
+    bn_net *cpu, *gpu;
+    CHECK_OK(bn_net_from_text(text, "softmax-sweep", &cpu));
+    CHECK_OK(bn_net_from_text(text, "softmax-sweep", &gpu));
+    CHECK_OK(bn_net_setup(cpu, max_batch, NULL, 0, seed));
+    CHECK_OK(bn_net_setup(gpu, max_batch, ctx, 0, seed));
+    size_t cap = (size_t)max_batch * classes;
+    float *z = malloc(cap * sizeof *z), *labels = malloc((size_t)max_batch * sizeof *labels);
+    CHECK(z && labels);
+    bn_rng r;
+    bn_rng_seed(&r, seed, 11);
+    for (int n = 1; n <= max_batch; n++) {
+        for (size_t i = 0; i < cap; i++) z[i] = NAN;
+        for (int i = 0; i < max_batch; i++) labels[i] = -1.0f;
+        tie_logits(&r, n, classes, z, labels);
+        CHECK_OK(eval_both(cpu, gpu, n, z, labels, ctx));
+        double gl, gc, cl, cc;
+        CHECK_OK(bn_net_metrics(gpu, &gl, &gc));
+        CHECK_OK(bn_net_metrics(cpu, &cl, &cc));
+        double d = fabs(gl - cl) / fabs(cl);
+        if (d > *worst) *worst = d;
+        CHECK_MSG(d <= TOL_LOSS_SUM, "%d classes, batch %d: loss sum %.9g on the GPU, %.9g on the CPU (seed %llu)",
+                  classes, n, gl, cl, (unsigned long long)seed);
+        CHECK_MSG(gc == cc, "%d classes, batch %d: %g correct on the GPU, %g on the CPU (seed %llu)", classes, n, gc,
+                  cc, (unsigned long long)seed);
+    }
+    free(z);
+    free(labels);
+    bn_net_free(cpu);
+    bn_net_free(gpu);
+    return BN_PASS;
+}
+
+/* The loss and accuracy reductions for every batch size 1..300: not only powers of two, and
+ * never reading past the batch (the rows past it hold NaN logits and invalid labels). */
+BN_TEST(gpu_layer_softmax_ce_metrics_every_batch_size)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    uint64_t seed = lt_fresh_seed();
+    static const int classes[] = {10, 7, 1000};
+    for (size_t i = 0; i < sizeof classes / sizeof classes[0]; i++) {
+        double worst = 0.0;
+        CHECK(metrics_sweep(classes[i], 300, ctx, seed + i, &worst) == BN_PASS);
+        printf("    softmax_ce metrics, %d classes, batches 1..300: worst relative loss-sum difference %.3g, "
+               "correct counts equal\n", classes[i], worst);
+    }
+    return BN_PASS;
+}
+
+/* The dense head's loss and accuracy for every batch size 1..300 on small integers (inputs in
+ * -2..2, weights and biases in -3..3), so that the logits are exact on both sides and hold many
+ * ties, which the first-maximum rule must break as the CPU does. */
+BN_TEST(gpu_layer_dense_head_metrics_every_batch_size)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    uint64_t seed = lt_fresh_seed();
+    const int max_batch = 300, inputs = 12, classes = 10;
+    const char *text = "[input]\nchannels=12\nheight=1\nwidth=1\n[dense]\noutputs=10\n[softmax_ce]\n";
+    bn_net *cpu, *gpu;
+    CHECK_OK(bn_net_from_text(text, "head-sweep", &cpu));
+    CHECK_OK(bn_net_from_text(text, "head-sweep", &gpu));
+    CHECK_OK(bn_net_setup(cpu, max_batch, NULL, 0, seed));
+    CHECK_OK(bn_net_setup(gpu, max_batch, ctx, 0, seed));
+    CHECK_MSG(gpu->layers[1]->gpu_fused == BN_FUSED_FORWARD, "softmax_ce's forward is not the dense head's");
+    bn_rng r;
+    bn_rng_seed(&r, seed, 13);
+    size_t np = bn_blob_count(cpu->params);
+    float *pv = malloc(np * sizeof *pv), *x = malloc((size_t)max_batch * inputs * sizeof *x),
+          *labels = malloc((size_t)max_batch * sizeof *labels);
+    CHECK(pv && x && labels);
+    for (size_t i = 0; i < np; i++) pv[i] = (float)bn_rng_below(&r, 7) - 3.0f;
+    CHECK_OK(gt_put(cpu->params, pv));
+    CHECK_OK(gt_put(gpu->params, pv));
+    int ties = 0;
+    for (int n = 1; n <= max_batch; n++) {
+        for (int i = 0; i < max_batch * inputs; i++) x[i] = i < n * inputs ? (float)bn_rng_below(&r, 5) - 2.0f : NAN;
+        for (int i = 0; i < max_batch; i++) labels[i] = i < n ? (float)bn_rng_below(&r, (uint64_t)classes) : -1.0f;
+        CHECK_OK(eval_both(cpu, gpu, n, x, labels, ctx));
+        /* The logits are exact, so both sides hold the same bits. */
+        const float *zc = bn_blob_host_rd(cpu->layers[0]->out), *zg = bn_blob_host_rd(gpu->layers[0]->out);
+        CHECK(zc && zg);
+        CHECK_MSG(memcmp(zc, zg, (size_t)n * classes * sizeof *zc) == 0, "batch %d: logits differ (seed %llu)", n,
+                  (unsigned long long)seed);
+        for (int i = 0; i < n; i++) {
+            int top = 0;
+            for (int k = 1; k < classes; k++)
+                if (zc[i * classes + k] == zc[i * classes + top]) ties++;
+                else if (zc[i * classes + k] > zc[i * classes + top]) top = k;
+        }
+        double gl, gc, cl, cc;
+        CHECK_OK(bn_net_metrics(gpu, &gl, &gc));
+        CHECK_OK(bn_net_metrics(cpu, &cl, &cc));
+        CHECK_MSG(fabs(gl - cl) <= TOL_LOSS_SUM * fabs(cl),
+                  "batch %d: loss sum %.9g on the GPU, %.9g on the CPU (seed %llu)", n, gl, cl,
+                  (unsigned long long)seed);
+        CHECK_MSG(gc == cc, "batch %d: %g correct on the GPU, %g on the CPU (seed %llu)", n, gc, cc,
+                  (unsigned long long)seed);
+    }
+    CHECK_MSG(ties > 1000, "only %d ties at a row's running maximum: the data do not test the tie rule", ties);
+    printf("    dense head metrics, batches 1..300: loss sums within %g, correct counts equal, %d ties met\n",
+           TOL_LOSS_SUM, ties);
+    free(pv);
+    free(x);
+    free(labels);
+    bn_net_free(cpu);
+    bn_net_free(gpu);
     return BN_PASS;
 }

@@ -1,0 +1,101 @@
+/* gpu_testing.h - the GPU cases of the layer tests (test_<layer>.c, and test_graph.c and test_net.c
+ * for whole networks): a model's GPU pass against its CPU pass. Defined in test_util_gpu.c.
+ *
+ * Each case builds the same model twice (same seed, so the same weights), one on the CPU and
+ * one on the device, feeds both the same fresh random inputs, labels, output gradient and
+ * starting parameter gradients, runs forward and backward, and compares every output, every
+ * intermediate and input gradient and every parameter gradient. Before the pass the device
+ * copies of all outputs and gradients are poisoned with NaN, and the input rows past the
+ * current batch are NaN on both sides, so an element the GPU forgets to write, or a row it
+ * reads past the batch, fails the comparison. Parameter gradients start from the same random
+ * values rather than zero: both paths must add to them.
+ *
+ * A difference is measured as max |gpu - cpu| over the blob divided by the blob's scale:
+ * max |cpu|, or for a parameter gradient max |cpu - start|, what backward added (1 when that
+ * is all zeros). A failure prints the seed; BLOBNET_TEST_SEED=<seed> replays it. */
+#ifndef BN_GPU_TESTING_H
+#define BN_GPU_TESTING_H
+
+#include <stdint.h>
+
+#include "core/net.h"
+
+/* GEMM-based layers (dense, conv2d) in FP32: the two sides add up to a few hundred products per
+ * element in different orders, and cuDNN may use Winograd or FFT transforms; that moves results
+ * by a few 1e-6 of the blob's scale. TF32 tensor cores (10-bit mantissa) would be off by
+ * about 1e-3, so this bound also catches a silent switch to TF32. */
+#define TOL_GEMM 1e-4
+/* TF32 products (a 10-bit fraction) put a blob about 1e-3 of its scale from the CPU's FP32 sums. */
+#define TOL_TF32 1e-2
+/* Elementwise layers, pooling and softmax: the same formula per element; CUDA's and libm's
+ * exp/tanh differ by a few ulps (pooling itself matches bit for bit: test_pool.c). */
+#define TOL_ELEMENTWISE 1e-5
+/* Weight gradients summed over a batch of 257 behind average pooling: every one of the 16,448
+ * products of a sum is non-zero and they cancel, so two FP32 summation orders (the CPU's GEMM
+ * and blobnet's split sums) end further apart relative to the result (1.03e-4 seen once); still
+ * well below the ~1e-3 of TF32 products. */
+#define TOL_LONG_SUMS 4e-4
+/* The loss sum is accumulated in double on both sides and rounded to float once. */
+#define TOL_LOSS_SUM 1e-5
+
+typedef struct layer_case {
+    const char *what;
+    const char *text;   /* the model; without a loss layer the test sets the last output gradient */
+    double tol;
+    int classes;        /* with a loss layer: labels in [0, classes) */
+    int zeros;          /* put exact zeros among the inputs (the kinks of relu-like layers) */
+    int own_convs;      /* every conv2d pass that blobnet's kernels can run must have run on them */
+    int autotuned_too;  /* run the comparisons a second time with an autotuning context (the
+                           kernels chosen by timing, cuDNN's and cuBLASLt's among them) */
+    int grad_in_forward; /* the loss layer writes its input gradient in the forward pass, as
+                            in the trainer's step (bn_net_fuse_loss) */
+    int exact_convs;    /* inputs and conv2d weights and biases on a coarse grid (grid_params), so
+                           that every convolution's sums are exact in FP32 in any order */
+} layer_case;
+
+/* (capacity, batch) pairs: batch sizes 1, 3, 64, 257, and a last batch smaller than the blobs. */
+#define GT_NUM_SIZES 5
+extern const int gt_capacities[GT_NUM_SIZES];
+extern const int gt_batches[GT_NUM_SIZES];
+
+/* The conv2d kernel family the blobnet-engine cases force (BN_CONV_FAMILY_*): with
+ * layer_case.own_convs, the family every conv2d plan must show. */
+extern int gt_forced_family;
+
+/* Writes the whole capacity of b's host copy (rows past the current batch included). */
+bn_status gt_put(bn_blob *b, const float *v);
+
+/* Fills b's device copy with NaN (the whole capacity); nothing for a NULL blob. */
+bn_status gt_poison(bn_blob *b, bn_ctx *ctx);
+
+/* gt_poison on the input gradient, the metrics and every layer's output and output gradient. */
+bn_status gt_poison_net(bn_net *net, bn_ctx *ctx);
+
+/* Same inputs, labels, last output gradient and starting parameter gradients on both nets;
+ * *start receives the latter (NULL without parameters), freed by the caller. */
+bn_status gt_feed(bn_net *cpu, bn_net *gpu, const layer_case *lc, uint64_t seed, float **start);
+
+/* 1 when every current element of b is NaN (the poison: nothing wrote it), else 0. */
+int gt_all_nan(bn_blob *b);
+
+/* Fails unless gpu is within tol of cpu (over its scale, or over what was added to base);
+ * *worst receives the largest difference seen. */
+int gt_compare_blob(const char *what, int n, bn_blob *gpu, bn_blob *cpu, const float *base, double tol,
+                    uint64_t seed, double *worst);
+
+/* One training forward and backward of lc at batch n of capacity on the CPU and on ctx, every
+ * blob compared. */
+int gt_compare_once(const layer_case *lc, int capacity, int n, uint64_t seed, bn_ctx *ctx, double *worst);
+
+/* gt_compare_once at every size of gt_capacities and gt_batches in ctx as it is, the worst
+ * difference printed, or how to rerun a failure. */
+int gt_compare_sizes(const layer_case *lc, bn_ctx *ctx, uint64_t seed);
+
+/* gt_compare_once at every size on device 0, and again autotuned with lc->autotuned_too;
+ * skipped without a device. */
+int gt_run_case(const layer_case *lc);
+
+/* Fails unless the two blobs' current elements are bit for bit the same. */
+int gt_same_bits(bn_blob *a, bn_blob *b, uint64_t seed);
+
+#endif

@@ -1,0 +1,333 @@
+/* test_util_gpu.c - a model's GPU pass against its CPU pass, for the GPU cases of the layer
+ * tests (gpu_testing.h). */
+#include "gpu_testing.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conv2d/conv2d.h"
+#ifdef BN_WITH_CUDA
+#include "conv2d/conv_rows.h"
+#include "conv2d/conv_tensor.h"
+#endif
+#include "core/rng.h"
+#include "layer_testing.h"
+#include "testing.h"
+
+const int gt_capacities[GT_NUM_SIZES] = {1, 3, 64, 257, 64};
+const int gt_batches[GT_NUM_SIZES] = {1, 3, 64, 257, 37};
+
+/* Writes the whole capacity of b's host copy (rows past the current batch included). */
+bn_status gt_put(bn_blob *b, const float *v)
+{
+    float *h = bn_blob_host_wr(b);
+    if (!h) return bn_last_status();
+    memcpy(h, v, b->capacity * sizeof *h);
+    return BN_OK;
+}
+
+/* Fills b's device copy with NaN (the whole capacity). */
+bn_status gt_poison(bn_blob *b, bn_ctx *ctx)
+{
+    if (!b) return BN_OK;
+    float *d = bn_blob_dev_wr(b);
+    if (!d) return bn_last_status();
+    return bn_gpu_fill(d, NAN, b->capacity, ctx);
+}
+
+bn_status gt_poison_net(bn_net *net, bn_ctx *ctx)
+{
+    BN_TRY(gt_poison(net->input_grad, ctx));
+    BN_TRY(gt_poison(net->metrics, ctx));
+    for (int i = 0; i < net->num_layers; i++) {
+        BN_TRY(gt_poison(net->layers[i]->out, ctx));
+        BN_TRY(gt_poison(net->layers[i]->out_grad, ctx));
+    }
+    return BN_OK;
+}
+
+/* A buffer of b's capacity: normal values times scale for the first `count`, then NaN. Freed
+ * by the caller. */
+static float *random_rows(const bn_blob *b, size_t count, bn_rng *r, double scale, int zeros)
+{
+    float *v = malloc(b->capacity * sizeof *v);
+    if (!v) return NULL;
+    for (size_t i = 0; i < b->capacity; i++) v[i] = i < count ? (float)(scale * bn_rng_normal(r)) : NAN;
+    if (zeros)
+        for (size_t i = 0; i < count; i += 7) v[i] = 0.0f;
+    return v;
+}
+
+/* Writes the same random rows to both blobs; with kept, hands the values to the caller. */
+static bn_status feed_blob(bn_blob *cpu, bn_blob *gpu, bn_rng *r, double scale, int zeros, float **kept)
+{
+    float *v = random_rows(cpu, bn_blob_count(cpu), r, scale, zeros);
+    if (!v) return bn_error(BN_ERR_NOMEM, "test: out of host memory");
+    bn_status s = gt_put(cpu, v);
+    if (s == BN_OK) s = gt_put(gpu, v);
+    if (kept && s == BN_OK) *kept = v;
+    else free(v);
+    return s;
+}
+
+/* A value of the coarse grid: an integer in [-2, 2] times `step`. */
+static float grid_value(bn_rng *r, float step)
+{
+    return (float)((int)bn_rng_below(r, 5) - 2) * step;
+}
+
+/* For layer_case.exact_convs: the same inputs on both nets, integers in [-2, 2] (NaN past the
+ * batch), and every conv2d layer's weights and biases such integers times a power of two near
+ * 1 / sqrt(2 fan-in), which keeps the outputs' spread near the inputs' (and the loss away
+ * from saturation). Each convolution's outputs then stay multiples of a power of two with few
+ * enough significant bits for FP32 and for split TF32 products to hold them exactly, so the CPU
+ * and every GPU kernel get the same bits whatever their order of summation, and a max pooling
+ * after one takes the same cell of every window, ties included. With random FP32 data a
+ * window's two largest outputs can lie closer than the kernels' rounding differences, and the
+ * pooling then routes the gradient to another cell on the GPU. */
+static bn_status grid_params(bn_net *cpu, bn_net *gpu, bn_rng *r)
+{
+    float *x = malloc(cpu->input->capacity * sizeof *x), *p = malloc(cpu->params->capacity * sizeof *p);
+    const float *now = bn_blob_host_rd(cpu->params);
+    bn_status s = x && p ? BN_OK : bn_error(BN_ERR_NOMEM, "test: out of host memory");
+    if (s == BN_OK && !now) s = bn_last_status();
+    if (s == BN_OK) {
+        const size_t count = bn_blob_count(cpu->input);
+        for (size_t i = 0; i < cpu->input->capacity; i++) x[i] = i < count ? grid_value(r, 1.0f) : NAN;
+        memcpy(p, now, cpu->params->capacity * sizeof *p);
+        for (int i = 0; i < cpu->num_layers; i++) {
+            const bn_layer *l = cpu->layers[i];
+            if (strcmp(l->ops->type, "conv2d") != 0) continue;
+            const bn_blob *w = l->params[0].value; /* (filters, channels, k, k) */
+            const double fan_in = (double)bn_blob_count(w) / w->n;
+            const float step = (float)ldexp(1.0, -(int)lround(log2(sqrt(2.0 * fan_in))));
+            for (int k = 0; k < l->num_params; k++) {
+                const bn_blob *v = l->params[k].value;
+                for (size_t e = 0; e < bn_blob_count(v); e++) p[v->offset + e] = grid_value(r, step);
+            }
+        }
+        s = gt_put(cpu->input, x);
+    }
+    if (s == BN_OK) s = gt_put(gpu->input, x);
+    if (s == BN_OK) s = gt_put(cpu->params, p);
+    if (s == BN_OK) s = gt_put(gpu->params, p);
+    free(x);
+    free(p);
+    return s;
+}
+
+/* Same inputs, labels, last output gradient and starting parameter gradients on both nets;
+ * *start receives the latter (NULL without parameters), freed by the caller. */
+bn_status gt_feed(bn_net *cpu, bn_net *gpu, const layer_case *lc, uint64_t seed, float **start)
+{
+    bn_rng r;
+    bn_rng_seed(&r, seed, 7);
+    *start = NULL;
+    if (lc->exact_convs) BN_TRY(grid_params(cpu, gpu, &r));
+    else BN_TRY(feed_blob(cpu->input, gpu->input, &r, 1.0, lc->zeros, NULL));
+    if (lc->classes) {
+        float *y = malloc(cpu->labels->capacity * sizeof *y);
+        if (!y) return bn_error(BN_ERR_NOMEM, "test: out of host memory");
+        /* Past the batch: a label no class has, which the GPU would turn into NaN. */
+        for (size_t i = 0; i < cpu->labels->capacity; i++)
+            y[i] = i < (size_t)cpu->batch ? (float)bn_rng_below(&r, (uint64_t)lc->classes) : -1.0f;
+        bn_status s = gt_put(cpu->labels, y);
+        if (s == BN_OK) s = gt_put(gpu->labels, y);
+        free(y);
+        BN_TRY(s);
+    } else {
+        BN_TRY(feed_blob(cpu->layers[cpu->num_layers - 1]->out_grad, gpu->layers[gpu->num_layers - 1]->out_grad, &r,
+                         1.0, 0, NULL));
+    }
+    if (cpu->grads) BN_TRY(feed_blob(cpu->grads, gpu->grads, &r, 0.1, 0, start));
+    return BN_OK;
+}
+
+/* 1 when every current element of b is NaN (the poison: nothing wrote it), else 0. */
+int gt_all_nan(bn_blob *b)
+{
+    const float *v = bn_blob_host_rd(b);
+    if (!v) return 0;
+    for (size_t i = 0; i < bn_blob_count(b); i++)
+        if (!isnan(v[i])) return 0;
+    return 1;
+}
+
+int gt_compare_blob(const char *what, int n, bn_blob *gpu, bn_blob *cpu, const float *base, double tol,
+                        uint64_t seed, double *worst)
+{
+    const float *g = bn_blob_host_rd(gpu);
+    const float *c = bn_blob_host_rd(cpu);
+    CHECK_MSG(g && c, "%s", bn_last_error());
+    size_t at;
+    double d = lt_rel_diff(g, c, base, bn_blob_count(cpu), &at);
+    if (d > *worst) *worst = d;
+    CHECK_MSG(d <= tol,
+              "%s, batch %d: %s differs by %.3g of its scale (tolerance %g); element %zu: gpu %.9g, cpu %.9g; "
+              "data seed %llu",
+              what, n, cpu->name, d, tol, at, g[at], c[at], (unsigned long long)seed);
+    return BN_PASS;
+}
+
+static int compare_nets(const layer_case *lc, bn_net *gpu, bn_net *cpu, const float *start, uint64_t seed,
+                        double *worst)
+{
+    int n = cpu->batch;
+    for (int i = 0; i < cpu->num_layers; i++) {
+        bn_layer *lg = gpu->layers[i], *lcpu = cpu->layers[i];
+        /* Where the next layer's forward pass is another's that may read past this output (a
+         * max pooling done by the convolution before it), the output is the poison when that
+         * kernel did so, and compared when it did not. */
+        if (!bn_net_blob_unwritten(gpu, i, 0) || !gt_all_nan(lg->out))
+            CHECK(gt_compare_blob(lc->what, n, lg->out, lcpu->out, NULL, lc->tol, seed, worst) == BN_PASS);
+        /* Not where the next layer's backward pass is another's that reads past it (the same
+         * pooling): nothing writes it on the device. */
+        if (i + 1 < cpu->num_layers && !bn_net_blob_unwritten(gpu, i, 1))
+            CHECK(gt_compare_blob(lc->what, n, lg->out_grad, lcpu->out_grad, NULL, lc->tol, seed, worst) == BN_PASS);
+        for (int k = 0; k < lcpu->num_params; k++) {
+            bn_blob *grad = lcpu->params[k].grad;
+            CHECK(gt_compare_blob(lc->what, n, lg->params[k].grad, grad, start + grad->offset, lc->tol, seed, worst) ==
+                  BN_PASS);
+        }
+    }
+    CHECK(gt_compare_blob(lc->what, n, gpu->input_grad, cpu->input_grad, NULL, lc->tol, seed, worst) == BN_PASS);
+    if (lc->classes) {
+        double gl, gc, cl, cc;
+        CHECK_OK(bn_net_metrics(gpu, &gl, &gc));
+        CHECK_OK(bn_net_metrics(cpu, &cl, &cc));
+        CHECK_MSG(fabs(gl - cl) <= TOL_LOSS_SUM * fabs(cl), "%s, batch %d: loss sum %.9g on the GPU, %.9g on the CPU",
+                  lc->what, n, gl, cl);
+        CHECK_MSG(gc == cc, "%s, batch %d: %g correct on the GPU, %g on the CPU", lc->what, n, gc, cc);
+    }
+    return BN_PASS;
+}
+
+/* The conv2d kernel family the blobnet-engine cases force (BN_CONV_FAMILY_*). */
+int gt_forced_family = BN_CONV_FAMILY_ANY;
+
+/* Every conv2d layer's plan for batch n runs forward and backward-filter on blobnet's kernels
+ * (of the forced family, when one is), and backward-data too where there is an input gradient
+ * and the stride is 1. */
+static int check_own_convs(const layer_case *lc, bn_net *net, int n)
+{
+#ifdef BN_WITH_CUDA
+    for (int i = 0; i < net->num_layers; i++) {
+        bn_layer *l = net->layers[i];
+        if (strcmp(l->ops->type, "conv2d") != 0) continue;
+        const conv_priv *c = l->priv;
+        /* The forced family where it can run the pass (its plan says so), else any of blobnet's,
+         * as the plan then times the others. */
+        static const char *const names[] = {"blobnet", "blobnet direct", "blobnet igemm", "blobnet rows",
+                                            "blobnet tensor", "blobnet argmax"};
+        int can[3] = {1, 1, 1};
+        if (gt_forced_family == BN_CONV_FAMILY_ROWS) {
+            bn_rows_plan rp;
+            bn_rows_plan_make(&rp, &c->g, c->filters, n, 1);
+            can[0] = rp.fwd_ok, can[1] = rp.data_ok, can[2] = rp.filter_ok;
+        } else if (gt_forced_family == BN_CONV_FAMILY_TENSOR) {
+            bn_tensor_plan tp;
+            bn_tensor_plan_make(&tp, &c->g, c->filters, n, 1, 0);
+            can[0] = tp.fwd_ok, can[1] = tp.data_ok, can[2] = tp.filter_ok;
+        }
+        const char *pass_family[3];
+        for (int k = 0; k < 3; k++) pass_family[k] = names[can[k] ? gt_forced_family : 0];
+        const char *family = names[gt_forced_family];
+        char buf[1024], head[32];
+        bn_conv2d_gpu_describe(l, buf, sizeof buf);
+        snprintf(head, sizeof head, "n=%d: ", n);
+        char *plan = strstr(buf, head);
+        CHECK_MSG(plan != NULL, "%s, layer %s: no plan for batch %d in \"%s\"", lc->what, l->name, n, buf);
+        char *end = strchr(plan, ';');
+        if (end) *end = '\0';
+        char fwd[64], filter[64], data[64];
+        snprintf(fwd, sizeof fwd, "fwd %s", pass_family[0]);
+        snprintf(filter, sizeof filter, "bwd_filter %s", pass_family[2]);
+        if (!l->in_grad) snprintf(data, sizeof data, "bwd_data -");
+        else if (c->stride == 1) snprintf(data, sizeof data, "bwd_data %s", pass_family[1]);
+        else snprintf(data, sizeof data, "bwd_data");
+        CHECK_MSG(strstr(plan, fwd) && strstr(plan, filter) && strstr(plan, data),
+                  "%s, layer %s: plan \"%s\" does not run %s's kernels where it should", lc->what, l->name, plan,
+                  family);
+    }
+#else
+    (void)lc, (void)net, (void)n;
+#endif
+    return BN_PASS;
+}
+
+int gt_compare_once(const layer_case *lc, int capacity, int n, uint64_t seed, bn_ctx *ctx, double *worst)
+{
+    bn_net *cpu, *gpu;
+    CHECK_OK(bn_net_from_text(lc->text, lc->what, &cpu));
+    CHECK_OK(bn_net_from_text(lc->text, lc->what, &gpu));
+    CHECK_OK(bn_net_setup(cpu, capacity, NULL, 1, seed));
+    CHECK_OK(bn_net_setup(gpu, capacity, ctx, 1, seed));
+    CHECK_OK(bn_net_set_batch(cpu, n));
+    CHECK_OK(bn_net_set_batch(gpu, n));
+    float *start;
+    CHECK_OK(gt_poison_net(gpu, ctx));
+    CHECK_OK(gt_feed(cpu, gpu, lc, seed, &start)); /* after the poison: it sets the last output gradient */
+    if (lc->grad_in_forward)
+        CHECK_MSG(bn_net_fuse_loss(gpu, NULL, 1), "%s: no softmax_ce to fuse", lc->what);
+    CHECK_OK(bn_net_forward(cpu, 1));
+    CHECK_OK(bn_net_forward(gpu, 1));
+    CHECK_OK(bn_net_backward(cpu));
+    CHECK_OK(bn_net_backward(gpu));
+    if (lc->grad_in_forward) bn_net_unfuse_loss(gpu);
+    int r = compare_nets(lc, gpu, cpu, start, seed, worst);
+    if (r == BN_PASS && lc->own_convs) r = check_own_convs(lc, gpu, n);
+    free(start);
+    bn_net_free(cpu);
+    bn_net_free(gpu);
+    return r;
+}
+
+/* compare_once at every size of capacities and batches in ctx as it is, the worst difference
+ * printed, or how to rerun a failure. */
+int gt_compare_sizes(const layer_case *lc, bn_ctx *ctx, uint64_t seed)
+{
+    double worst = 0.0;
+    int r = BN_PASS;
+    for (int k = 0; k < GT_NUM_SIZES && r == BN_PASS; k++)
+        r = gt_compare_once(lc, gt_capacities[k], gt_batches[k], seed + (uint64_t)k, ctx, &worst);
+    if (r != BN_PASS) printf("    %s: rerun with BLOBNET_TEST_SEED=%llu\n", lc->what, (unsigned long long)seed);
+    else printf("    %s vs cpu: worst difference %.3g of scale (tolerance %g)\n", lc->what, worst, lc->tol);
+    return r;
+}
+
+int gt_run_case(const layer_case *lc)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    /* Batch size k draws its data from seed + k; BLOBNET_TEST_SEED sets seed. */
+    uint64_t seed = lt_fresh_seed();
+    for (int tune = 0; tune <= (lc->autotuned_too ? 1 : 0); tune++) {
+        double worst = 0.0;
+        ctx->autotune = tune;
+        int r = BN_PASS;
+        for (int k = 0; k < GT_NUM_SIZES && r == BN_PASS; k++) {
+            r = gt_compare_once(lc, gt_capacities[k], gt_batches[k], seed + (uint64_t)k, ctx, &worst);
+            if (r != BN_PASS)
+                printf("    %s%s, batch %d: rerun with BLOBNET_TEST_SEED=%llu\n", lc->what,
+                       tune ? " (autotuned)" : "", gt_batches[k], (unsigned long long)seed);
+        }
+        ctx->autotune = 0;
+        if (r != BN_PASS) return r;
+        printf("    gpu vs cpu %s%s, batches 1, 3, 64, 257, 37 of 64: worst difference %.3g of scale (tolerance %g)\n",
+               lc->what, tune ? " (autotuned)" : "", worst, lc->tol);
+    }
+    return BN_PASS;
+}
+
+/* Fails unless the two blobs' current elements are bit for bit the same. */
+int gt_same_bits(bn_blob *a, bn_blob *b, uint64_t seed)
+{
+    const float *x = bn_blob_host_rd(a), *y = bn_blob_host_rd(b);
+    CHECK_MSG(x && y, "%s", bn_last_error());
+    CHECK_MSG(memcmp(x, y, bn_blob_count(a) * sizeof *x) == 0, "%s differs between two identical passes (seed %llu)",
+              a->name, (unsigned long long)seed);
+    return BN_PASS;
+}
