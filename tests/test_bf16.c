@@ -7,7 +7,7 @@
  * each, and the products sum in FP32, so an output is off by a few 2^-9 of the blob's scale:
  * TOL_LAYER = 1e-2. Its gradients also go through the rounded output gradient and, behind a loss,
  * the rounded probabilities: TOL_GRAD = 3e-2 (an element of a sum that cancels may lose more of
- * itself, but is measured against the blob's largest value, as in test_gpu_layers.c). Trainings
+ * itself, but is measured against the blob's largest value, as in gpu_testing.h). Trainings
  * drift apart from the first step; after 50 steps the mean loss of the last ten steps is to be
  * within TOL_TRAIN = 10% of FP32's, where a wrong gradient or update is off by far more (the loss
  * of an untrained network is 2.3, these reach 0.2-0.5). */

@@ -176,7 +176,7 @@ static int deterministic_checks(bn_ctx *ctx)
     /* Against the CPU the stack pools by averages: behind two convolutions, two inputs of a
      * max-pool window can lie within rounding of each other, and then the CPU and the GPU may
      * pick different winners and route the gradient differently, which is no error. Max-pool
-     * itself is compared on exact inputs (gpu_layer_maxpool_matches_cpu); the bitwise repeat
+     * itself is compared on exact inputs (gpu_layer_pools_match_cpu); the bitwise repeat
      * below keeps it. */
     static const layer_case lenet_avg = {"LeNet-like with average pooling, deterministic",
                                          "[input]\nchannels=1\nheight=28\nwidth=28\n"
