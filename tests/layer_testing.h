@@ -54,6 +54,17 @@ int lt_gradcheck(bn_net *net, const char *what, uint64_t seed, double eps, doubl
 int lt_gradcheck_text(const char *text, const char *what, int batch, double gap, double spacing,
                       int classes, double tol);
 
+/* One lt_gradcheck_text call's arguments, for a table of cases that differ in shapes or options. */
+typedef struct lt_gradcheck_case {
+    const char *text, *what;
+    int batch;
+    double gap, spacing;
+    int classes;
+} lt_gradcheck_case;
+
+/* lt_gradcheck_text on each case with tol, in order: BN_PASS, or BN_FAIL at the first that fails. */
+int lt_gradcheck_cases(const lt_gradcheck_case *cases, size_t count, double tol);
+
 /* Training steps first .. first + count - 1 of net with opt: each on normal inputs drawn from
  * input_seed + step and labels in [0, classes) from label_seed + step. */
 bn_status lt_train_steps(bn_net *net, bn_optimizer *opt, int first, int count, int classes, uint64_t input_seed,

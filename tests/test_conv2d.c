@@ -128,14 +128,16 @@ BN_TEST(conv2d_col2im_is_adjoint_of_im2col)
 
 BN_TEST(conv2d_gradcheck)
 {
-    CHECK(lt_gradcheck_text("[input]\nchannels=2\nheight=7\nwidth=7\n[conv2d]\nfilters=3\nsize=3\nstride=2\npad=1\n",
-                            "conv2d 2x7x7 k3 s2 p1 batch 3", 3, 0, 0, 0, GRAD_TOL) == BN_PASS);
-    CHECK(lt_gradcheck_text("[input]\nchannels=3\nheight=5\nwidth=6\n[conv2d]\nfilters=2\nsize=2\ninit=he\n",
-                            "conv2d 3x5x6 k2 s1 batch 2", 2, 0, 0, 0, GRAD_TOL) == BN_PASS);
-    CHECK(lt_gradcheck_text("[input]\nchannels=1\nheight=9\nwidth=9\n[conv2d]\nfilters=2\nsize=5\nstride=3\npad=2\n"
-                            "[conv2d]\nfilters=3\nsize=3\n[softmax_ce]\n",
-                            "conv2d k5 s3 p2 -> conv2d k3 + softmax_ce batch 4", 4, 0, 0, 3, GRAD_TOL) == BN_PASS);
-    return BN_PASS;
+    static const lt_gradcheck_case cases[] = {
+        {"[input]\nchannels=2\nheight=7\nwidth=7\n[conv2d]\nfilters=3\nsize=3\nstride=2\npad=1\n",
+         "conv2d 2x7x7 k3 s2 p1 batch 3", 3, 0, 0, 0},
+        {"[input]\nchannels=3\nheight=5\nwidth=6\n[conv2d]\nfilters=2\nsize=2\ninit=he\n", "conv2d 3x5x6 k2 s1 batch 2", 2,
+         0, 0, 0},
+        {"[input]\nchannels=1\nheight=9\nwidth=9\n[conv2d]\nfilters=2\nsize=5\nstride=3\npad=2\n"
+         "[conv2d]\nfilters=3\nsize=3\n[softmax_ce]\n",
+         "conv2d k5 s3 p2 -> conv2d k3 + softmax_ce batch 4", 4, 0, 0, 3},
+    };
+    return lt_gradcheck_cases(cases, sizeof cases / sizeof cases[0], GRAD_TOL);
 }
 
 /* The rows past a partial batch hold other data; neither pass may touch them. */

@@ -114,12 +114,12 @@ BN_TEST(dense_rejects_bad_options)
 
 BN_TEST(dense_gradcheck)
 {
-    CHECK(lt_gradcheck_text("[input]\nchannels=2\nheight=3\nwidth=5\n[dense]\noutputs=4\n",
-                            "dense 2x3x5->4 batch 3", 3, 0, 0, 0, GRAD_TOL) == BN_PASS);
-    CHECK(lt_gradcheck_text("[input]\nchannels=1\nheight=1\nwidth=7\n[dense]\noutputs=5\ninit=he\n"
-                            "[dense]\noutputs=3\n[softmax_ce]\n",
-                            "dense 7->5->3 + softmax_ce batch 5", 5, 0, 0, 3, GRAD_TOL) == BN_PASS);
-    return BN_PASS;
+    static const lt_gradcheck_case cases[] = {
+        {"[input]\nchannels=2\nheight=3\nwidth=5\n[dense]\noutputs=4\n", "dense 2x3x5->4 batch 3", 3, 0, 0, 0},
+        {"[input]\nchannels=1\nheight=1\nwidth=7\n[dense]\noutputs=5\ninit=he\n[dense]\noutputs=3\n[softmax_ce]\n",
+         "dense 7->5->3 + softmax_ce batch 5", 5, 0, 0, 3},
+    };
+    return lt_gradcheck_cases(cases, sizeof cases / sizeof cases[0], GRAD_TOL);
 }
 
 /* A last batch smaller than the capacity must use only its own rows: the rows past it hold

@@ -144,12 +144,12 @@ BN_TEST(dropout_rejects_bad_options)
 /* The check's forward passes all run at one step, so they all see one mask. */
 BN_TEST(dropout_gradcheck)
 {
-    CHECK(lt_gradcheck_text("[input]\nchannels=2\nheight=3\nwidth=5\n[dropout]\nrate=0.3\n",
-                            "dropout 2x3x5 rate 0.3 batch 3", 3, 0, 0, 0, GRAD_TOL) == BN_PASS);
-    CHECK(lt_gradcheck_text("[input]\nchannels=1\nheight=3\nwidth=3\n[dense]\noutputs=8\n[dropout]\n"
-                            "[dense]\noutputs=3\n[softmax_ce]\n",
-                            "dense-dropout-dense + softmax_ce batch 4", 4, 0, 0, 3, GRAD_TOL) == BN_PASS);
-    return BN_PASS;
+    static const lt_gradcheck_case cases[] = {
+        {"[input]\nchannels=2\nheight=3\nwidth=5\n[dropout]\nrate=0.3\n", "dropout 2x3x5 rate 0.3 batch 3", 3, 0, 0, 0},
+        {"[input]\nchannels=1\nheight=3\nwidth=3\n[dense]\noutputs=8\n[dropout]\n[dense]\noutputs=3\n[softmax_ce]\n",
+         "dense-dropout-dense + softmax_ce batch 4", 4, 0, 0, 3},
+    };
+    return lt_gradcheck_cases(cases, sizeof cases / sizeof cases[0], GRAD_TOL);
 }
 
 /* ---- on the GPU: it draws other masks than the CPU, so its structure is checked instead ---- */

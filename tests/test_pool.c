@@ -143,24 +143,21 @@ BN_TEST(pool_help_kind_and_flops)
     return BN_PASS;
 }
 
-BN_TEST(maxpool_gradcheck)
+/* Max pooling on inputs MAX_SPACING apart, so that no perturbation changes a window's winner. */
+BN_TEST(pool_gradcheck)
 {
-    CHECK(lt_gradcheck_text("[input]\nchannels=2\nheight=7\nwidth=7\n[maxpool]\nsize=3\nstride=2\npad=1\n",
-                            "maxpool 2x7x7 k3 s2 p1 batch 3", 3, 0, MAX_SPACING, 0, GRAD_TOL) == BN_PASS);
-    CHECK(lt_gradcheck_text("[input]\nchannels=3\nheight=5\nwidth=5\n[maxpool]\nsize=2\n",
-                            "maxpool 3x5x5 k2 s2 batch 2", 2, 0, MAX_SPACING, 0, GRAD_TOL) == BN_PASS);
-    CHECK(lt_gradcheck_text("[input]\nchannels=1\nheight=6\nwidth=5\n[maxpool]\nsize=2\nstride=1\n[softmax_ce]\n",
-                            "maxpool 1x6x5 k2 s1 + softmax_ce batch 4", 4, 0, MAX_SPACING, 20, GRAD_TOL) == BN_PASS);
-    return BN_PASS;
-}
-
-BN_TEST(avgpool_gradcheck)
-{
-    CHECK(lt_gradcheck_text("[input]\nchannels=2\nheight=7\nwidth=7\n[avgpool]\nsize=3\nstride=2\npad=1\n",
-                            "avgpool 2x7x7 k3 s2 p1 batch 3", 3, 0, 0, 0, GRAD_TOL) == BN_PASS);
-    CHECK(lt_gradcheck_text("[input]\nchannels=1\nheight=5\nwidth=6\n[avgpool]\nsize=2\nstride=1\npad=1\n[softmax_ce]\n",
-                            "avgpool 1x5x6 k2 s1 p1 + softmax_ce batch 2", 2, 0, 0, 42, GRAD_TOL) == BN_PASS);
-    return BN_PASS;
+    static const lt_gradcheck_case cases[] = {
+        {"[input]\nchannels=2\nheight=7\nwidth=7\n[maxpool]\nsize=3\nstride=2\npad=1\n", "maxpool 2x7x7 k3 s2 p1 batch 3",
+         3, 0, MAX_SPACING, 0},
+        {"[input]\nchannels=3\nheight=5\nwidth=5\n[maxpool]\nsize=2\n", "maxpool 3x5x5 k2 s2 batch 2", 2, 0, MAX_SPACING, 0},
+        {"[input]\nchannels=1\nheight=6\nwidth=5\n[maxpool]\nsize=2\nstride=1\n[softmax_ce]\n",
+         "maxpool 1x6x5 k2 s1 + softmax_ce batch 4", 4, 0, MAX_SPACING, 20},
+        {"[input]\nchannels=2\nheight=7\nwidth=7\n[avgpool]\nsize=3\nstride=2\npad=1\n", "avgpool 2x7x7 k3 s2 p1 batch 3",
+         3, 0, 0, 0},
+        {"[input]\nchannels=1\nheight=5\nwidth=6\n[avgpool]\nsize=2\nstride=1\npad=1\n[softmax_ce]\n",
+         "avgpool 1x5x6 k2 s1 p1 + softmax_ce batch 2", 2, 0, 0, 42},
+    };
+    return lt_gradcheck_cases(cases, sizeof cases / sizeof cases[0], GRAD_TOL);
 }
 
 BN_TEST(pool_global_average_is_the_mean_of_each_plane)
@@ -212,8 +209,8 @@ BN_TEST(gpu_layer_pools_match_cpu)
 /* ---- the GPU bit for bit ----
  * The GPU kernels follow the CPU reference exactly: the same window clipping, the first of
  * equal maxima, the same mean divisor and arithmetic, and each input gradient summed in the
- * CPU's order. So these cases compare with memcmp, not a tolerance, over geometries the
- * LeNet-shaped cases above do not reach: overlapping windows, stride larger than size, pads up
+ * CPU's order. So these cases compare with memcmp, not a tolerance, over geometries the cases
+ * above do not reach: overlapping windows, stride larger than size, pads up
  * to size - 1, floor mode dropping cells, one-row inputs, and inputs of a few small integers so
  * that most windows hold equal maxima. Geometries with stride == size and pad 0 take the
  * kernels' non-overlapping path (size 2 with float2 rows when the width is even), with and

@@ -109,11 +109,11 @@ BN_TEST(softmax_ce_shapes_and_flags)
 
 BN_TEST(softmax_ce_gradcheck)
 {
-    CHECK(lt_gradcheck_text("[input]\nchannels=2\nheight=2\nwidth=2\n[softmax_ce]\n",
-                            "softmax_ce 8 classes batch 5", 5, 0, 0, 8, GRAD_TOL) == BN_PASS);
-    CHECK(lt_gradcheck_text("[input]\nchannels=2\nheight=1\nwidth=1\n[softmax_ce]\n",
-                            "softmax_ce 2 classes batch 3", 3, 0, 0, 2, GRAD_TOL) == BN_PASS);
-    return BN_PASS;
+    static const lt_gradcheck_case cases[] = {
+        {"[input]\nchannels=2\nheight=2\nwidth=2\n[softmax_ce]\n", "softmax_ce 8 classes batch 5", 5, 0, 0, 8},
+        {"[input]\nchannels=2\nheight=1\nwidth=1\n[softmax_ce]\n", "softmax_ce 2 classes batch 3", 3, 0, 0, 2},
+    };
+    return lt_gradcheck_cases(cases, sizeof cases / sizeof cases[0], GRAD_TOL);
 }
 
 /* Label smoothing s over K classes: the target (1 - s) onehot + s / K, so the loss is

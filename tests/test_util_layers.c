@@ -153,6 +153,14 @@ int lt_gradcheck_text(const char *text, const char *what, int batch, double gap,
     return r;
 }
 
+int lt_gradcheck_cases(const lt_gradcheck_case *cases, size_t count, double tol)
+{
+    for (size_t i = 0; i < count; i++)
+        CHECK(lt_gradcheck_text(cases[i].text, cases[i].what, cases[i].batch, cases[i].gap, cases[i].spacing,
+                                cases[i].classes, tol) == BN_PASS);
+    return BN_PASS;
+}
+
 bn_status lt_setup_status(const char *text)
 {
     bn_net *net;
