@@ -13,7 +13,8 @@
 
 /* conv2d1.weight [2,1,3,3], conv2d1.bias [2], dense1.weight [3,32], dense1.bias [3]:
  * 119 floats, 476 bytes of weights, then as many of momentum. */
-#define CK_MODEL "[input]\nchannels=1\nheight=6\nwidth=6\n[conv2d]\nfilters=2\nsize=3\n[dense]\noutputs=3\n[softmax_ce]\n"
+#define CK_MODEL \
+    "[input]\nchannels=1\nheight=6\nwidth=6\n[conv2d]\nfilters=2\nsize=3\n[dense]\noutputs=3\n[softmax_ce]\n"
 #define CK_NUM_PARAMS 119
 #define CK_WEIGHT_BYTES (4 * CK_NUM_PARAMS)
 

@@ -147,13 +147,14 @@ BN_TEST(pool_help_kind_and_flops)
 BN_TEST(pool_gradcheck)
 {
     static const lt_gradcheck_case cases[] = {
-        {"[input]\nchannels=2\nheight=7\nwidth=7\n[maxpool]\nsize=3\nstride=2\npad=1\n", "maxpool 2x7x7 k3 s2 p1 batch 3",
-         3, 0, MAX_SPACING, 0},
-        {"[input]\nchannels=3\nheight=5\nwidth=5\n[maxpool]\nsize=2\n", "maxpool 3x5x5 k2 s2 batch 2", 2, 0, MAX_SPACING, 0},
+        {"[input]\nchannels=2\nheight=7\nwidth=7\n[maxpool]\nsize=3\nstride=2\npad=1\n",
+         "maxpool 2x7x7 k3 s2 p1 batch 3", 3, 0, MAX_SPACING, 0},
+        {"[input]\nchannels=3\nheight=5\nwidth=5\n[maxpool]\nsize=2\n", "maxpool 3x5x5 k2 s2 batch 2", 2, 0,
+         MAX_SPACING, 0},
         {"[input]\nchannels=1\nheight=6\nwidth=5\n[maxpool]\nsize=2\nstride=1\n[softmax_ce]\n",
          "maxpool 1x6x5 k2 s1 + softmax_ce batch 4", 4, 0, MAX_SPACING, 20},
-        {"[input]\nchannels=2\nheight=7\nwidth=7\n[avgpool]\nsize=3\nstride=2\npad=1\n", "avgpool 2x7x7 k3 s2 p1 batch 3",
-         3, 0, 0, 0},
+        {"[input]\nchannels=2\nheight=7\nwidth=7\n[avgpool]\nsize=3\nstride=2\npad=1\n",
+         "avgpool 2x7x7 k3 s2 p1 batch 3", 3, 0, 0, 0},
         {"[input]\nchannels=1\nheight=5\nwidth=6\n[avgpool]\nsize=2\nstride=1\npad=1\n[softmax_ce]\n",
          "avgpool 1x5x6 k2 s1 p1 + softmax_ce batch 2", 2, 0, 0, 42},
     };

@@ -284,7 +284,7 @@ int gt_compare_once(const layer_case *lc, int capacity, int n, uint64_t seed, bn
     return r;
 }
 
-/* compare_once at every size of capacities and batches in ctx as it is, the worst difference
+/* gt_compare_once at every size of gt_capacities and gt_batches in ctx as it is, the worst difference
  * printed, or how to rerun a failure. */
 int gt_compare_sizes(const layer_case *lc, bn_ctx *ctx, uint64_t seed)
 {

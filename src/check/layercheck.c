@@ -129,7 +129,8 @@ static bn_status check_gradient(bn_kit *k, bn_check *c)
 
 /* A pass, then a second backward without zeroing, on net: *worst receives how far the second
  * left the parameter gradients from twice the first, *nonzero whether the first gave any. */
-static bn_status accumulate(const bn_kit *k, bn_net *net, bn_kit_gap *worst, int *nonzero, bn_kit_snapshot *once, bn_kit_snapshot *twice)
+static bn_status accumulate(const bn_kit *k, bn_net *net, bn_kit_gap *worst, int *nonzero, bn_kit_snapshot *once,
+                            bn_kit_snapshot *twice)
 {
     BN_TRY(bn_kit_pass_snapshot(k, net, 1, once));
     BN_TRY(bn_kit_arm_guards(net));
@@ -178,7 +179,8 @@ static bn_status check_accumulates(bn_kit *k, bn_check *c)
     if (all_zero)
         bn_kit_set(c, BN_CHECK_SKIP, "the parameter gradients are all zero at this input");
     else
-        bn_kit_set(c, BN_CHECK_PASS, "a second backward doubled the parameter gradients (%s)", k->gpu ? "cpu and gpu" : "cpu");
+        bn_kit_set(c, BN_CHECK_PASS, "a second backward doubled the parameter gradients (%s)",
+                   k->gpu ? "cpu and gpu" : "cpu");
     return BN_OK;
 }
 

@@ -106,8 +106,8 @@ static int eval_pass(bn_kit *k, bn_net *net, bn_check *c, bn_kit_part *out, bn_s
     size_t changed = *s == BN_OK ? first_change(net, &before, s) : 0;
     int ok = 0;
     if (*s == BN_OK && bad) {
-        bn_kit_set(c, BN_CHECK_FAIL, "on the %s the evaluation pass left %zu of %zu outputs NaN or infinite (filled with "
-            "NaN before): it must write every output", side, bad, bn_blob_count(bn_kit_under(net)->out));
+        bn_kit_set(c, BN_CHECK_FAIL, "on the %s the evaluation pass left %zu of %zu outputs NaN or infinite (filled "
+            "with NaN before): it must write every output", side, bad, bn_blob_count(bn_kit_under(net)->out));
     } else if (*s == BN_OK && changed < before.n) {
         char name[96];
         buffer_element(net, changed, name, sizeof name);
@@ -182,8 +182,8 @@ static int training_moves_buffers(bn_kit *k, bn_check *c, bn_status *s)
         if (worst.rel > k->o->device_tolerance) {
             char name[96];
             buffer_element(net, worst.index, name, sizeof name);
-            bn_kit_set(c, BN_CHECK_FAIL, "after one training pass %s is %.7g on the cpu, %.7g on the gpu (difference %.2g "
-                "of the largest > %g): the gpu updates the buffers differently", name, (double)worst.a,
+            bn_kit_set(c, BN_CHECK_FAIL, "after one training pass %s is %.7g on the cpu, %.7g on the gpu (difference "
+                "%.2g of the largest > %g): the gpu updates the buffers differently", name, (double)worst.a,
                 (double)worst.b, worst.rel, k->o->device_tolerance);
             ok = 0;
         }
@@ -240,15 +240,16 @@ done:
 static int modes_agree(bn_kit *k, bn_check *c, const bn_kit_part *evaluated, bn_status *s)
 {
     bn_kit_snapshot trained = {0};
-    if ((*s = bn_net_forward(k->cpu, 1)) != BN_OK || (*s = bn_kit_add_part(&trained, "training output", bn_kit_under(k->cpu)->out)) != BN_OK)
+    if ((*s = bn_net_forward(k->cpu, 1)) != BN_OK ||
+        (*s = bn_kit_add_part(&trained, "training output", bn_kit_under(k->cpu)->out)) != BN_OK)
         return 0;
     bn_kit_gap g = {0};
     bn_kit_widen(&g, &trained.parts[0], evaluated);
     bn_kit_drop(&trained);
     if (g.rel <= SAME_MODE_TOL) return 1;
-    bn_kit_set(c, BN_CHECK_FAIL, "evaluation output[%zu] is %.7g, training gives %.7g (difference %.2g of the largest), "
-        "though the layer keeps no buffers (a layer that draws random numbers in training is checked with "
-        "--stochastic)", g.index,
+    bn_kit_set(c, BN_CHECK_FAIL, "evaluation output[%zu] is %.7g, training gives %.7g (difference %.2g of the "
+        "largest), though the layer keeps no buffers (a layer that draws random numbers in training is checked "
+        "with --stochastic)", g.index,
         (double)g.b, (double)g.a, g.rel);
     return 0;
 }
@@ -274,8 +275,8 @@ static int eval_on_device(bn_kit *k, bn_check *c, const bn_kit_part *on_cpu, dou
         bn_kit_widen(&g, on_cpu, &first);
         *rel = g.rel;
         if (g.rel > k->o->device_tolerance) {
-            bn_kit_set(c, BN_CHECK_FAIL, "evaluation output[%zu]: cpu %.7g, gpu %.7g, difference %.2g of the blob's scale "
-                "> %g", g.index, (double)g.a, (double)g.b, g.rel, k->o->device_tolerance);
+            bn_kit_set(c, BN_CHECK_FAIL, "evaluation output[%zu]: cpu %.7g, gpu %.7g, difference %.2g of the blob's "
+                "scale > %g", g.index, (double)g.a, (double)g.b, g.rel, k->o->device_tolerance);
             ok = 0;
         }
     }

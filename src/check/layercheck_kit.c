@@ -406,7 +406,8 @@ void bn_kit_widen(bn_kit_gap *g, const bn_kit_part *pa, const bn_kit_part *pb)
     for (size_t i = 0; i < pa->n; i++) {
         double rel = fabs((double)pb->v[i] - pa->v[i]) / scale;
         if (!(rel <= g->rel)) { /* NaN, the mark of an unwritten element, always wins */
-            *g = (bn_kit_gap){.rel = isnan(rel) ? INFINITY : rel, .where = pa, .index = i, .a = pa->v[i], .b = pb->v[i]};
+            *g = (bn_kit_gap){.rel = isnan(rel) ? INFINITY : rel, .where = pa, .index = i, .a = pa->v[i],
+                              .b = pb->v[i]};
             if (isinf(g->rel)) return;
         }
     }
