@@ -1,4 +1,6 @@
-/* Network setup: shapes, the parameter slab, initialisation and batch changes. */
+/* test_net.c - network setup: shapes, the parameter slab, initialisation and batch changes; and
+ * whole networks on the GPU: a stack of every kind of layer against the CPU, and a deterministic
+ * context that matches the CPU and repeats its passes bit for bit. */
 #include <stdio.h>
 #include <stdlib.h>
 
