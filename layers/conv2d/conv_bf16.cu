@@ -20,11 +20,12 @@
 #include "conv_bf16.h"
 #include "conv_cudnn.cuh"
 #include "conv_graph.h"
+#include "conv_legacy.h"
 #include "core/device.h"
 #include "gpu/bf16.cuh"
 #include "gpu/bf16.h"
 #include "gpu/cuda_check.h"
-#include "gpu/kernel_cache.h"
+#include "gpu/chooser.h"
 
 enum { WEIGHT, BIAS };
 /* How the passes run: cuDNN on the blobs' NCHW tensors, cuDNN on NHWC copies, or blobnet's own
@@ -163,83 +164,36 @@ static bn_status describe_layer(const bn_layer *l, const conv_priv *c, conv_bf16
     return bn_device_alloc((void **)&s->bias_parts, (size_t)c->filters * BN_CONV_BIAS_PARTS * sizeof(float));
 }
 
-/* The first usable result (cuDNN lists the fastest, or the likeliest fastest, first): it ran,
- * fits the workspace limit, sums directly, and is deterministic when the context asks for that.
- * Adds its workspace to *need; -1 when none qualifies. */
-template <typename Perf> static int pick(const Perf *r, int count, const bn_ctx *ctx, size_t *need)
-{
-    for (int i = 0; i < count; i++) {
-        if (r[i].status != CUDNN_STATUS_SUCCESS || r[i].memory > BN_CONV_WORKSPACE_LIMIT ||
-            !bn_sums_directly(r[i].algo))
-            continue;
-        if (ctx->deterministic && r[i].determinism != CUDNN_DETERMINISTIC) continue;
-        if (r[i].memory > *need) *need = r[i].memory;
-        return i;
-    }
-    return -1;
-}
-
 /* cuDNN's legacy algorithms for the passes in layout L that have no graph-API plan, at the
- * plan's batch size (timed, or by its heuristics in a deterministic context), their workspace
- * added to *need. *missing: NULL, or the pass for which cuDNN offers nothing usable in this
- * layout. */
+ * plan's batch size (conv_legacy.h: measured, or by its heuristics in a deterministic context;
+ * always summing products directly), their workspace added to *need. *missing: NULL, or the
+ * pass for which cuDNN offers nothing usable in this layout. */
 static bn_status choose_algos(bn_ctx *ctx, const conv_bf16 *s, bf16_plan *plan, int L, size_t *need,
                               const char **missing)
 {
-    cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
-    cudnnTensorDescriptor_t x = plan->x[L], y = plan->y[L];
-    cudnnFilterDescriptor_t wd = s->w_desc[L];
-    const bool timed = !ctx->deterministic;
+    static const char *const pass_names[BN_CG_PASSES] = {"forward", "backward-data", "backward-filter"};
+    /* In the order cuDNN measured them before: forward, filter, data. */
+    static const int passes[BN_CG_PASSES] = {PASS_FWD, PASS_FILTER, PASS_DATA};
     bf16_algos *a = &plan->algos[L];
-    int got = 0, i;
     *missing = NULL;
     a->fwd = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
     a->filter = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
     a->data = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
-
-    if (!plan->g[L][PASS_FWD]) {
-        cudnnConvolutionFwdAlgoPerf_t f[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-        if (timed)
-            BN_CUDNN(cudnnFindConvolutionForwardAlgorithm(h, x, wd, s->conv_desc, y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-                                                          &got, f));
-        else
-            BN_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(h, x, wd, s->conv_desc, y,
-                                                            CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, f));
-        if ((i = pick(f, got, ctx, need)) < 0) {
-            *missing = "forward";
+    for (int i = 0; i < BN_CG_PASSES; i++) {
+        const int pass = passes[i];
+        if (plan->g[L][pass] || (pass == PASS_DATA && !plan->with_data)) continue;
+        bn_legacy_algo got;
+        int found = 0;
+        BN_TRY(bn_conv_legacy_choose(ctx, pass, BN_LEGACY_DIRECT_SUMS, plan->x[L], s->w_desc[L], s->conv_desc,
+                                     plan->y[L], &got, &found));
+        if (!found) {
+            *missing = pass_names[pass];
             return BN_OK;
         }
-        a->fwd = f[i].algo;
-    }
-
-    if (!plan->g[L][PASS_FILTER]) {
-        cudnnConvolutionBwdFilterAlgoPerf_t w[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-        if (timed)
-            BN_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithm(h, x, y, s->conv_desc, wd,
-                                                                 CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, w));
-        else
-            BN_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x, y, s->conv_desc, wd,
-                                                                   CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, w));
-        if ((i = pick(w, got, ctx, need)) < 0) {
-            *missing = "backward-filter";
-            return BN_OK;
-        }
-        a->filter = w[i].algo;
-    }
-
-    if (plan->with_data && !plan->g[L][PASS_DATA]) {
-        cudnnConvolutionBwdDataAlgoPerf_t d[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-        if (timed)
-            BN_CUDNN(cudnnFindConvolutionBackwardDataAlgorithm(h, wd, y, s->conv_desc, x,
-                                                               CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, d));
-        else
-            BN_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, wd, y, s->conv_desc, x,
-                                                                 CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, d));
-        if ((i = pick(d, got, ctx, need)) < 0) {
-            *missing = "backward-data";
-            return BN_OK;
-        }
-        a->data = d[i].algo;
+        if (got.memory > *need) *need = got.memory;
+        if (pass == PASS_FWD) a->fwd = (cudnnConvolutionFwdAlgo_t)got.algo;
+        else if (pass == PASS_FILTER) a->filter = (cudnnConvolutionBwdFilterAlgo_t)got.algo;
+        else a->data = (cudnnConvolutionBwdDataAlgo_t)got.algo;
     }
     plan->usable[L] = 1;
     return BN_OK;
@@ -495,30 +449,49 @@ static bn_status pass_pair(const conv_priv *c, conv_bf16 *s, const bf16_plan *pl
     return conv_backward(c, s, plan, L, ctx, t->x, w, t->y, t->dw, t->db, plan->with_data ? t->dx : NULL);
 }
 
+/* The chooser's view of the layouts while they are timed: pass_pair's arguments. */
+typedef struct trial {
+    const conv_priv *c;
+    conv_bf16 *s;
+    const bf16_plan *plan;
+    bn_ctx *ctx;
+    const stand_ins *t;
+    const __nv_bfloat16 *w;
+} trial;
+
+static bn_status run_trial(void *env, int L, int warm, int *ok)
+{
+    const trial *t = (const trial *)env;
+    *ok = 1;
+    return pass_pair(t->c, t->s, t->plan, L, t->ctx, t->t, t->w);
+}
+
+/* After 2 pass pairs to warm up, the least of 3 means of 4, as conv2d.cu times FP32's kernels. */
+static const bn_chooser_timing TIMING = {2, 3, 4};
+
 /* plan->ms[L] for each usable layout, measured alike on zeroed stand-ins (values do not change
- * the kernels' time): after 2 pass pairs to warm up, the least of 3 means of 4 (the least,
- * because other work on the device only ever adds time), as conv2d.cu times FP32's kernels. */
+ * the kernels' time), and plan->layout the fastest of them: on equal times the layout it held
+ * before timing, else the first in LAYOUTS order (the fastest alone, no tie fraction). */
 static bn_status time_layouts(const conv_priv *c, conv_bf16 *s, bf16_plan *plan, bn_ctx *ctx,
                               const __nv_bfloat16 *w, const stand_ins *t)
 {
-    void *start = NULL, *end = NULL;
-    bn_status st = bn_event_create(&start);
-    if (st == BN_OK) st = bn_event_create(&end);
-    for (int L = 0; L < LAYOUTS && st == BN_OK; L++) {
-        if (!plan->usable[L]) continue;
-        for (int rep = 0; rep < 2 && st == BN_OK; rep++) st = pass_pair(c, s, plan, L, ctx, t, w);
-        for (int round = 0; round < 3 && st == BN_OK; round++) {
-            float ms = 0.0f;
-            st = bn_event_record(start);
-            for (int rep = 0; rep < 4 && st == BN_OK; rep++) st = pass_pair(c, s, plan, L, ctx, t, w);
-            if (st == BN_OK) st = bn_event_record(end);
-            if (st == BN_OK) st = bn_event_elapsed_ms(start, end, &ms);
-            if (st == BN_OK && (round == 0 || ms / 4 < plan->ms[L])) plan->ms[L] = ms / 4;
-        }
+    int order[LAYOUTS], count = 0;
+    bool usable[LAYOUTS];
+    order[count++] = plan->layout;
+    for (int L = 0; L < LAYOUTS; L++) {
+        usable[L] = plan->usable[L] != 0;
+        if (L != plan->layout) order[count++] = L;
     }
-    if (start) bn_event_destroy(start);
-    if (end) bn_event_destroy(end);
-    return st;
+    trial tr = {c, s, plan, ctx, t, w};
+    const bn_candidates cands = {LAYOUTS, layout_names, usable, order, count, run_trial, &tr};
+    const bn_chooser chooser = {TIMING, 0.0f, NULL, NULL};
+    float ms[LAYOUTS];
+    int pick = -1;
+    BN_TRY(bn_chooser_timed(&chooser, &cands, ms, &pick));
+    for (int L = 0; L < LAYOUTS; L++)
+        if (usable[L]) plan->ms[L] = ms[L];
+    if (pick >= 0) plan->layout = pick;
+    return BN_OK;
 }
 
 static bn_status tensor_desc(cudnnTensorDescriptor_t *d, int L, int n, int c, int h, int w)
@@ -542,7 +515,7 @@ static bn_status choose_graph(const bn_layer *l, const conv_priv *c, bn_ctx *ctx
                               int L, const stand_ins *t)
 {
     const int n = plan->n, rs = c->size * c->size, in_hw = c->g.h * c->g.w, out_hw = c->g.oh * c->g.ow;
-    const int cached = bn_kernel_choice(ctx, 0) == BN_CHOOSE_CACHED;
+    const int cached = bn_chooser_mode(ctx, 0) == BN_CHOOSE_CACHED;
     bn_cg_tensor (*make)(int, int, int, int, cudnnDataType_t) = L == NCHW ? bn_cg_nchw : bn_cg_nhwc;
     /* The channel and filter counts of the layout's tensors, and which tensors are the blobs
      * themselves rather than NHWC scratch copies (as as_nhwc, nhwc_target and filter_krsc decide). */
@@ -648,8 +621,6 @@ static bn_status make_plan(bn_layer *l, bn_ctx *ctx, conv_bf16 *s, bf16_plan *pl
     if (st == BN_OK && usable > 1 && !ctx->deterministic && !forced_f32) {
         const __nv_bfloat16 *w = (const __nv_bfloat16 *)bn_blob_dev16_rd(l->params[WEIGHT].value16);
         st = w ? time_layouts(c, s, plan, ctx, w, &t) : bn_last_status();
-        for (int L = 0; L < LAYOUTS && st == BN_OK; L++)
-            if (plan->usable[L] && plan->ms[L] < plan->ms[plan->layout]) plan->layout = L;
     }
     free_stand_ins(&t);
     /* The FP32 copies (three activations' worth of FP32) are kept only for a plan that runs on them. */
