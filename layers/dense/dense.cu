@@ -1,6 +1,6 @@
 /* dense.cu - the dense layer on the GPU: its passes and its fusions with the layers around it.
- * The products go through cuBLASLt (or blobnet's kernels), which is column-major: a row-major (r x c) matrix is, read column-major, its (c x r)
- * transpose, so Y = X W^T is computed as Y^T = W X^T, and so on:
+ * The products are read as cuBLASLt reads them, column-major: a row-major (r x c) matrix is, read
+ * column-major, its (c x r) transpose, so Y = X W^T is computed as Y^T = W X^T, and so on:
  *
  *   forward   Y^T (m x n)  = op_T(W: k x m, ld k) * X^T (k x n, ld k)   + b   (bias epilogue)
  *   dW        dW^T (k x m) += X^T (k x n, ld k)  * op_T(dY: m x n, ld m)       (beta = 1)
