@@ -20,8 +20,8 @@
 
 #include "conv_cudnn.cuh"
 #include "conv_graph.h"
-#include "gpu/cuda_check.h"
 #include "gpu/chooser.h"
+#include "gpu/cuda_check.h"
 #include "gpu/kernel_cache.h"
 
 /* cuDNN 9 marks the handle attributes deprecated in favour of device properties, which 9.x
