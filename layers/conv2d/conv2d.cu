@@ -42,11 +42,12 @@
 #include "conv_direct.h"
 #include "conv_graph.h"
 #include "conv_igemm.h"
+#include "conv_legacy.h"
 #include "conv_rows.h"
 #include "conv_tensor.h"
 #include "core/device.h"
 #include "gpu/cuda_check.h"
-#include "gpu/kernel_cache.h"
+#include "gpu/chooser.h"
 #include "layers.h"
 #include "pool.h"
 
@@ -130,24 +131,6 @@ static bn_status describe_layer(const conv_priv *c, const bn_ctx *ctx, conv_gpu 
     BN_CUDA(cudaEventCreateWithFlags(&g->fork, cudaEventDisableTiming));
     BN_CUDA(cudaEventCreateWithFlags(&g->join, cudaEventDisableTiming));
     return bn_device_alloc((void **)&g->bias_parts, (size_t)c->filters * BN_CONV_BIAS_PARTS * sizeof(float));
-}
-
-/* The first usable result (cuDNN lists the fastest first): it ran, fits the workspace limit,
- * is deterministic when the context asks for that, and, unless the context allows TF32, uses
- * neither tensor-core math nor a transform. -1 when none qualifies. */
-template <typename Perf>
-static int pick(const Perf *r, int count, const bn_ctx *ctx)
-{
-    for (int i = 0; i < count; i++) {
-        if (r[i].status != CUDNN_STATUS_SUCCESS || r[i].memory > BN_CONV_WORKSPACE_LIMIT) continue;
-        if (ctx->deterministic && r[i].determinism != CUDNN_DETERMINISTIC) continue;
-        if (!ctx->tf32 && (r[i].mathType == CUDNN_TENSOR_OP_MATH ||
-                           r[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION ||
-                           !bn_sums_directly(r[i].algo)))
-            continue;
-        return i;
-    }
-    return -1;
 }
 
 static bn_status none_usable(const bn_layer *l, const char *pass)
@@ -244,64 +227,50 @@ static bn_status maybe_graph(const bn_layer *l, bn_ctx *ctx, int pass, float leg
     return BN_OK;
 }
 
+/* What cuDNN's legacy algorithms must do in ctx (conv_legacy.h): without TF32, sum products
+ * directly with FP32 FMA math, as the CPU does. */
+static unsigned legacy_needs(const bn_ctx *ctx)
+{
+    return ctx->tf32 ? 0u : (unsigned)(BN_LEGACY_DIRECT_SUMS | BN_LEGACY_FMA_ONLY);
+}
+
 static bn_status choose_fwd(const bn_layer *l, bn_ctx *ctx, bool graph, const conv_gpu *g, cudnnTensorDescriptor_t x,
                             cudnnTensorDescriptor_t y, conv_plan *plan, size_t *need)
 {
-    cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
-    cudnnConvolutionFwdAlgoPerf_t r[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    int got = 0;
-    if (ctx->deterministic)
-        BN_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(h, x, g->w_desc, g->conv_desc, y,
-                                                        CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, r));
-    else
-        BN_CUDNN(cudnnFindConvolutionForwardAlgorithm(h, x, g->w_desc, g->conv_desc, y,
-                                                      CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, r));
-    int i = pick(r, got, ctx);
-    if (i < 0) return none_usable(l, "forward");
-    plan->fwd = r[i].algo;
-    if (r[i].memory > *need) *need = r[i].memory;
-    return graph ? maybe_graph(l, ctx, BN_CG_FORWARD, r[i].time, plan, need) : BN_OK;
+    bn_legacy_algo a;
+    int found = 0;
+    BN_TRY(bn_conv_legacy_choose(ctx, BN_CG_FORWARD, legacy_needs(ctx), x, g->w_desc, g->conv_desc, y, &a, &found));
+    if (!found) return none_usable(l, "forward");
+    plan->fwd = (cudnnConvolutionFwdAlgo_t)a.algo;
+    if (a.memory > *need) *need = a.memory;
+    return graph ? maybe_graph(l, ctx, BN_CG_FORWARD, a.ms, plan, need) : BN_OK;
 }
 
 static bn_status choose_bwd_data(const bn_layer *l, bn_ctx *ctx, bool graph, const conv_gpu *g,
                                  cudnnTensorDescriptor_t dx,
                                  cudnnTensorDescriptor_t dy, conv_plan *plan, size_t *need)
 {
-    cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
-    cudnnConvolutionBwdDataAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    int got = 0;
-    if (ctx->deterministic)
-        BN_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, g->w_desc, dy, g->conv_desc, dx,
-                                                             CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, r));
-    else
-        BN_CUDNN(cudnnFindConvolutionBackwardDataAlgorithm(h, g->w_desc, dy, g->conv_desc, dx,
-                                                           CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, r));
-    int i = pick(r, got, ctx);
-    if (i < 0) return none_usable(l, "backward-data");
-    plan->bwd_data = r[i].algo;
-    plan->bwd_data_workspace = r[i].memory;
-    if (r[i].memory > *need) *need = r[i].memory;
-    return graph ? maybe_graph(l, ctx, BN_CG_DATA, r[i].time, plan, need) : BN_OK;
+    bn_legacy_algo a;
+    int found = 0;
+    BN_TRY(bn_conv_legacy_choose(ctx, BN_CG_DATA, legacy_needs(ctx), dx, g->w_desc, g->conv_desc, dy, &a, &found));
+    if (!found) return none_usable(l, "backward-data");
+    plan->bwd_data = (cudnnConvolutionBwdDataAlgo_t)a.algo;
+    plan->bwd_data_workspace = a.memory;
+    if (a.memory > *need) *need = a.memory;
+    return graph ? maybe_graph(l, ctx, BN_CG_DATA, a.ms, plan, need) : BN_OK;
 }
 
 static bn_status choose_bwd_filter(const bn_layer *l, bn_ctx *ctx, bool graph, const conv_gpu *g,
                                    cudnnTensorDescriptor_t x, cudnnTensorDescriptor_t dy, conv_plan *plan,
                                    size_t *need)
 {
-    cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
-    cudnnConvolutionBwdFilterAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    int got = 0;
-    if (ctx->deterministic)
-        BN_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x, dy, g->conv_desc, g->w_desc,
-                                                               CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, r));
-    else
-        BN_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithm(h, x, dy, g->conv_desc, g->w_desc,
-                                                             CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, r));
-    int i = pick(r, got, ctx);
-    if (i < 0) return none_usable(l, "backward-filter");
-    plan->bwd_filter = r[i].algo;
-    if (r[i].memory > *need) *need = r[i].memory;
-    return graph ? maybe_graph(l, ctx, BN_CG_FILTER, r[i].time, plan, need) : BN_OK;
+    bn_legacy_algo a;
+    int found = 0;
+    BN_TRY(bn_conv_legacy_choose(ctx, BN_CG_FILTER, legacy_needs(ctx), x, g->w_desc, g->conv_desc, dy, &a, &found));
+    if (!found) return none_usable(l, "backward-filter");
+    plan->bwd_filter = (cudnnConvolutionBwdFilterAlgo_t)a.algo;
+    if (a.memory > *need) *need = a.memory;
+    return graph ? maybe_graph(l, ctx, BN_CG_FILTER, a.ms, plan, need) : BN_OK;
 }
 
 /* Whether the forward pass by `by` can write a 2x2 max pooling's output instead of its own
@@ -556,11 +525,11 @@ static bool rule_was_measured(const conv_priv *c)
     return false;
 }
 
-/* How the plan's runners are chosen (bn_kernel_choice); a family forced for tests keeps the
+/* How the plan's runners are chosen (bn_chooser_mode); a family forced for tests keeps the
  * rule, or timing with --autotune, and no cache. */
 static int choice_mode(const conv_priv *c, const bn_ctx *ctx)
 {
-    return bn_kernel_choice(ctx, force_family || rule_was_measured(c));
+    return bn_chooser_mode(ctx, force_family || rule_was_measured(c));
 }
 
 /* Who may run each pass (forward, data, filter) of the plan: can[i][r] for runner r, ask[i]

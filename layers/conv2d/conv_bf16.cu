@@ -10,29 +10,29 @@
  * have them (its BF16 filter gradients measured up to 2.9% of their scale off FP32 on an H200,
  * against 0.4-0.6% for the graph engines), so it serves only passes the graph API cannot. The
  * bias is added to the output cuDNN wrote (one more BF16 rounding) from the FP32 master copy,
- * and its gradient summed in FP32 in a fixed order (conv_bias.h). */
+ * and its gradient summed in FP32 in a fixed order (conv_bias.h).
+ *
+ * This file holds the layer's BF16 state and its plans: per batch size, each layout's engines
+ * (conv_graph.h) or legacy algorithms (conv_legacy.h), and the layout, timed through the chooser
+ * (gpu/chooser.h). conv_bf16_passes.cu runs a plan's passes in its layout. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "conv2d.h"
-#include "conv_bias.h"
 #include "conv_bf16.h"
+#include "conv_bf16_state.cuh"
+#include "conv_bias.h"
 #include "conv_cudnn.cuh"
 #include "conv_graph.h"
+#include "conv_legacy.h"
 #include "core/device.h"
 #include "gpu/bf16.cuh"
 #include "gpu/bf16.h"
+#include "gpu/chooser.h"
 #include "gpu/cuda_check.h"
-#include "gpu/kernel_cache.h"
 
 enum { WEIGHT, BIAS };
-/* How the passes run: cuDNN on the blobs' NCHW tensors, cuDNN on NHWC copies, or blobnet's own
- * FP32 kernels on FP32 copies (conv2d.cu: bn_conv2d_own_*). The first CUDNN_LAYOUTS are cuDNN's. */
-enum { NCHW, NHWC, F32, LAYOUTS };
-#define CUDNN_LAYOUTS 2
-
-#define THREADS 256
 
 static const char *const layout_names[LAYOUTS] = {"nchw", "nhwc", "fp32 copies"};
 
@@ -50,45 +50,6 @@ extern "C" void bn_conv_bf16_force_layout(int layout)
 {
     forced_layout = layout;
 }
-
-typedef struct bf16_algos {
-    cudnnConvolutionFwdAlgo_t fwd;
-    cudnnConvolutionBwdDataAlgo_t data;
-    cudnnConvolutionBwdFilterAlgo_t filter;
-} bf16_algos;
-
-enum { PASS_FWD = BN_CG_FORWARD, PASS_DATA = BN_CG_DATA, PASS_FILTER = BN_CG_FILTER };
-
-typedef struct bf16_plan {
-    int n;         /* batch size the algorithms were chosen for */
-    int with_data; /* the layer has an input gradient, so `data` was chosen too */
-    int layout;    /* the one the passes run in */
-    int usable[LAYOUTS];                  /* cuDNN offered an algorithm for every pass */
-    bf16_algos algos[LAYOUTS];            /* where usable */
-    float ms[LAYOUTS];                    /* one timed forward and backward pass; 0 where not timed */
-    cudnnTensorDescriptor_t x[LAYOUTS];   /* the input (and its gradient) at batch n */
-    cudnnTensorDescriptor_t y[LAYOUTS];   /* the output (and its gradient) at batch n */
-    bn_cg_plan *g[LAYOUTS][BN_CG_PASSES]; /* the pass through cuDNN's graph API where it has an engine
-                                             (conv_graph.h); else the legacy algorithm in algos */
-} bf16_plan;
-
-struct conv_bf16 {
-    int channels, filters; /* the layer's */
-    int cp, kp;            /* the NHWC copies' channel and filter counts: the layer's, rounded up to
-                              multiples of 8 (cuDNN's BF16 tensor-core engines want 16-byte rows);
-                              the padding is zeros in inputs and filters, dropped from results */
-    bn_layer *layer;       /* the layer this state belongs to */
-    cudnnFilterDescriptor_t w_desc[CUDNN_LAYOUTS]; /* BF16, KCRS and KRSC (kp x cp) */
-    float *x32, *dx32, *y32; /* the F32 layout's copies of x, dx and y (or dy); NULL until it is tried */
-    cudnnConvolutionDescriptor_t conv_desc;  /* FP32 compute, tensor-op math */
-    __nv_bfloat16 *dw;     /* cuDNN's filter gradient in the layout's filter order, then added into the FP32 slab */
-    __nv_bfloat16 *wt;     /* the filter as KRSC */
-    __nv_bfloat16 *xt;     /* the input as NHWC (the batch the blob holds at most); then its gradient */
-    __nv_bfloat16 *yt;     /* the output, or its gradient, as NHWC */
-    float *bias_parts;     /* the bias gradient's partial sums (conv_bias.h) */
-    bf16_plan *plans;
-    int num_plans;
-};
 
 static void release_plan(bf16_plan *p)
 {
@@ -128,12 +89,6 @@ static int pad8(int c)
     return (c + 7) / 8 * 8;
 }
 
-/* Whether the NHWC copies carry padding channels or filters. */
-static bool padded(const conv_priv *c, const conv_bf16 *s)
-{
-    return s->cp != c->g.c || s->kp != c->filters;
-}
-
 static bn_status describe_layer(const bn_layer *l, const conv_priv *c, conv_bf16 *s)
 {
     s->layer = (bn_layer *)l;
@@ -163,293 +118,39 @@ static bn_status describe_layer(const bn_layer *l, const conv_priv *c, conv_bf16
     return bn_device_alloc((void **)&s->bias_parts, (size_t)c->filters * BN_CONV_BIAS_PARTS * sizeof(float));
 }
 
-/* The first usable result (cuDNN lists the fastest, or the likeliest fastest, first): it ran,
- * fits the workspace limit, sums directly, and is deterministic when the context asks for that.
- * Adds its workspace to *need; -1 when none qualifies. */
-template <typename Perf> static int pick(const Perf *r, int count, const bn_ctx *ctx, size_t *need)
-{
-    for (int i = 0; i < count; i++) {
-        if (r[i].status != CUDNN_STATUS_SUCCESS || r[i].memory > BN_CONV_WORKSPACE_LIMIT ||
-            !bn_sums_directly(r[i].algo))
-            continue;
-        if (ctx->deterministic && r[i].determinism != CUDNN_DETERMINISTIC) continue;
-        if (r[i].memory > *need) *need = r[i].memory;
-        return i;
-    }
-    return -1;
-}
-
 /* cuDNN's legacy algorithms for the passes in layout L that have no graph-API plan, at the
- * plan's batch size (timed, or by its heuristics in a deterministic context), their workspace
- * added to *need. *missing: NULL, or the pass for which cuDNN offers nothing usable in this
- * layout. */
+ * plan's batch size (conv_legacy.h: measured, or by its heuristics in a deterministic context;
+ * always summing products directly), their workspace added to *need. *missing: NULL, or the
+ * pass for which cuDNN offers nothing usable in this layout. */
 static bn_status choose_algos(bn_ctx *ctx, const conv_bf16 *s, bf16_plan *plan, int L, size_t *need,
                               const char **missing)
 {
-    cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
-    cudnnTensorDescriptor_t x = plan->x[L], y = plan->y[L];
-    cudnnFilterDescriptor_t wd = s->w_desc[L];
-    const bool timed = !ctx->deterministic;
+    static const char *const pass_names[BN_CG_PASSES] = {"forward", "backward-data", "backward-filter"};
+    /* Forward, filter, then data, each measured (or looked up) in turn. */
+    static const int passes[BN_CG_PASSES] = {PASS_FWD, PASS_FILTER, PASS_DATA};
     bf16_algos *a = &plan->algos[L];
-    int got = 0, i;
     *missing = NULL;
     a->fwd = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
     a->filter = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
     a->data = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
-
-    if (!plan->g[L][PASS_FWD]) {
-        cudnnConvolutionFwdAlgoPerf_t f[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-        if (timed)
-            BN_CUDNN(cudnnFindConvolutionForwardAlgorithm(h, x, wd, s->conv_desc, y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-                                                          &got, f));
-        else
-            BN_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(h, x, wd, s->conv_desc, y,
-                                                            CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, f));
-        if ((i = pick(f, got, ctx, need)) < 0) {
-            *missing = "forward";
+    for (int i = 0; i < BN_CG_PASSES; i++) {
+        const int pass = passes[i];
+        if (plan->g[L][pass] || (pass == PASS_DATA && !plan->with_data)) continue;
+        bn_legacy_algo got;
+        int found = 0;
+        BN_TRY(bn_conv_legacy_choose(ctx, pass, BN_LEGACY_DIRECT_SUMS, plan->x[L], s->w_desc[L], s->conv_desc,
+                                     plan->y[L], &got, &found));
+        if (!found) {
+            *missing = pass_names[pass];
             return BN_OK;
         }
-        a->fwd = f[i].algo;
-    }
-
-    if (!plan->g[L][PASS_FILTER]) {
-        cudnnConvolutionBwdFilterAlgoPerf_t w[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-        if (timed)
-            BN_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithm(h, x, y, s->conv_desc, wd,
-                                                                 CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, w));
-        else
-            BN_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x, y, s->conv_desc, wd,
-                                                                   CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, w));
-        if ((i = pick(w, got, ctx, need)) < 0) {
-            *missing = "backward-filter";
-            return BN_OK;
-        }
-        a->filter = w[i].algo;
-    }
-
-    if (plan->with_data && !plan->g[L][PASS_DATA]) {
-        cudnnConvolutionBwdDataAlgoPerf_t d[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-        if (timed)
-            BN_CUDNN(cudnnFindConvolutionBackwardDataAlgorithm(h, wd, y, s->conv_desc, x,
-                                                               CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, d));
-        else
-            BN_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, wd, y, s->conv_desc, x,
-                                                                 CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, d));
-        if ((i = pick(d, got, ctx, need)) < 0) {
-            *missing = "backward-data";
-            return BN_OK;
-        }
-        a->data = d[i].algo;
+        if (got.memory > *need) *need = got.memory;
+        if (pass == PASS_FWD) a->fwd = (cudnnConvolutionFwdAlgo_t)got.algo;
+        else if (pass == PASS_FILTER) a->filter = (cudnnConvolutionBwdFilterAlgo_t)got.algo;
+        else a->data = (cudnnConvolutionBwdDataAlgo_t)got.algo;
     }
     plan->usable[L] = 1;
     return BN_OK;
-}
-
-/* Whether a rows x cols matrix is its own transpose in memory (one row or one column): then an
- * array's two layouts coincide and cuDNN reads or writes the blob itself. */
-static bool same_layouts(int rows, int cols)
-{
-    return rows == 1 || cols == 1;
-}
-
-/* dst[b][p][j] = src[b][j][p] for j < c, 0 for c <= j < cp: n images of c channels of hw pixels
- * into NHWC rows of cp channels. One thread per element written. */
-static __global__ void to_nhwc_padded(__nv_bfloat16 *__restrict__ dst, const __nv_bfloat16 *__restrict__ src, int c,
-                                      int cp, int hw, size_t total)
-{
-    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (size_t)gridDim.x * blockDim.x) {
-        const int j = (int)(e % (size_t)cp);
-        const size_t rest = e / (size_t)cp, p = rest % (size_t)hw, b = rest / (size_t)hw;
-        dst[e] = j < c ? src[(b * c + j) * hw + p] : __float2bfloat16_rn(0.0f);
-    }
-}
-
-/* dst[b][j][p] = src[b][p][j] for j < c: NHWC rows of cp channels back to n images of c channels,
- * the padding dropped. */
-static __global__ void from_nhwc_padded(__nv_bfloat16 *__restrict__ dst, const __nv_bfloat16 *__restrict__ src, int c,
-                                        int cp, int hw, size_t total)
-{
-    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (size_t)gridDim.x * blockDim.x) {
-        const size_t p = e % (size_t)hw, rest = e / (size_t)hw, j = rest % (size_t)c, b = rest / (size_t)c;
-        dst[e] = src[(b * hw + p) * cp + j];
-    }
-}
-
-static unsigned blocks_for(size_t total)
-{
-    size_t b = (total + THREADS - 1) / THREADS;
-    return (unsigned)(b < 1 ? 1 : b > 4096 ? 4096 : b);
-}
-
-/* src (n images of c channels of hw pixels) as NHWC rows of cp channels: itself where the layouts
- * coincide and nothing is padded, else queued into scratch (a transpose, or with padding). */
-static bn_status as_nhwc(const __nv_bfloat16 *src, __nv_bfloat16 *scratch, int n, int c, int cp, int hw, bn_ctx *ctx,
-                         const __nv_bfloat16 **out)
-{
-    *out = src;
-    if (c == cp && same_layouts(c, hw)) return BN_OK;
-    *out = scratch;
-    if (c == cp) return bn_gpu_bf16_transpose(scratch, src, n, c, hw, ctx);
-    const size_t total = (size_t)n * hw * cp;
-    to_nhwc_padded<<<blocks_for(total), THREADS, 0, (cudaStream_t)ctx->stream>>>(scratch, src, c, cp, hw, total);
-    BN_CUDA_LAUNCH();
-    return BN_OK;
-}
-
-/* Where cuDNN writes the NHWC form of dst (rows of cp channels): dst itself where the layouts
- * coincide and nothing is padded, else scratch (then from_nhwc moves it into dst). */
-static __nv_bfloat16 *nhwc_target(__nv_bfloat16 *dst, __nv_bfloat16 *scratch, int c, int cp, int hw)
-{
-    return c == cp && same_layouts(c, hw) ? dst : scratch;
-}
-
-static bn_status from_nhwc(__nv_bfloat16 *dst, const __nv_bfloat16 *written, int n, int c, int cp, int hw,
-                           bn_ctx *ctx)
-{
-    if (written == dst) return BN_OK;
-    if (c == cp) return bn_gpu_bf16_transpose(dst, written, n, hw, c, ctx);
-    const size_t total = (size_t)n * c * hw;
-    from_nhwc_padded<<<blocks_for(total), THREADS, 0, (cudaStream_t)ctx->stream>>>(dst, written, c, cp, hw, total);
-    BN_CUDA_LAUNCH();
-    return BN_OK;
-}
-
-/* The filter as KRSC of kp x cp: value16 itself for a 1x1 filter or one input channel when
- * nothing is padded, else s->wt (its padding filters stay zero: describe_layer). */
-static bn_status filter_krsc(const conv_priv *c, conv_bf16 *s, const __nv_bfloat16 *w, bn_ctx *ctx,
-                             const __nv_bfloat16 **out)
-{
-    if (s->kp != c->filters) {
-        *out = s->wt;
-        const __nv_bfloat16 *ignored = NULL;
-        /* The first c->filters filters, each C x RS -> RS x cp; where that needs no copy (c == cp and
-         * one of C, RS is 1), the filter is copied as it is. */
-        BN_TRY(as_nhwc(w, s->wt, c->filters, c->g.c, s->cp, c->size * c->size, ctx, &ignored));
-        if (ignored == w)
-            BN_CUDA(cudaMemcpyAsync(s->wt, w, (size_t)c->filters * c->g.c * c->size * c->size * sizeof *w,
-                                    cudaMemcpyDeviceToDevice, (cudaStream_t)ctx->stream));
-        return BN_OK;
-    }
-    return as_nhwc(w, s->wt, c->filters, c->g.c, s->cp, c->size * c->size, ctx, out);
-}
-
-/* y = the convolution of x by w (no bias) in layout L; x, w and y in the blobs' order. */
-static bn_status conv_forward(const conv_priv *c, conv_bf16 *s, const bf16_plan *plan, int L, bn_ctx *ctx,
-                              const __nv_bfloat16 *x, const __nv_bfloat16 *w, __nv_bfloat16 *y)
-{
-    cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
-    const float one = 1.0f, zero = 0.0f;
-    const int n = plan->n, in_hw = c->g.h * c->g.w, out_hw = c->g.oh * c->g.ow;
-    if (L == F32) {
-        /* blobnet's FP32 kernels, the bias added by them. */
-        BN_TRY(bn_gpu_bf16_to_f32(s->x32, x, (size_t)n * c->g.c * in_hw, ctx));
-        BN_TRY(bn_conv2d_own_forward(s->layer, ctx, s->x32, s->y32));
-        return bn_gpu_f32_to_bf16(y, s->y32, (size_t)n * c->filters * out_hw, ctx);
-    }
-    const bn_cg_plan *g = plan->g[L][PASS_FWD];
-    if (L == NCHW) {
-        if (g) return bn_cg_run(ctx, g, x, w, y);
-        BN_CUDNN(cudnnConvolutionForward(h, &one, plan->x[L], x, s->w_desc[L], w, s->conv_desc, plan->algos[L].fwd,
-                                         ctx->workspace, ctx->workspace_size, &zero, plan->y[L], y));
-        return BN_OK;
-    }
-    const __nv_bfloat16 *xt = NULL, *wt = NULL;
-    BN_TRY(as_nhwc(x, s->xt, n, c->g.c, s->cp, in_hw, ctx, &xt));
-    BN_TRY(filter_krsc(c, s, w, ctx, &wt));
-    __nv_bfloat16 *yt = nhwc_target(y, s->yt, c->filters, s->kp, out_hw);
-    if (g)
-        BN_TRY(bn_cg_run(ctx, g, xt, wt, yt));
-    else
-        BN_CUDNN(cudnnConvolutionForward(h, &one, plan->x[L], xt, s->w_desc[L], wt, s->conv_desc, plan->algos[L].fwd,
-                                         ctx->workspace, ctx->workspace_size, &zero, plan->y[L], yt));
-    return from_nhwc(y, yt, n, c->filters, s->kp, out_hw, ctx);
-}
-
-/* dw[k][j][i] += src[(k * rs + i) * cp + j] over filters x channels x rs (j < channels, i < rs):
- * a padded NHWC copy's KRSC filter gradient (cp channels per row) into KCRS, its padding
- * dropped. Filters are small: one thread per element, no tiling. */
-static __global__ void add_padded_filter_kernel(float *__restrict__ dw, const __nv_bfloat16 *__restrict__ src, int rs,
-                                                int channels, int cp, size_t total)
-{
-    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (size_t)gridDim.x * blockDim.x) {
-        const size_t per = (size_t)rs * channels, k = e / per, rem = e % per;
-        const size_t j = rem / rs, i = rem % rs;
-        dw[e] += bn_ld(&src[(k * rs + i) * cp + j]);
-    }
-}
-
-/* dw (FP32, KCRS) += the filter gradient of layout L from x and dy (in the layout's order).
- * cuDNN writes it in the filter's type, BF16, into s->dw (cuDNN 9.14's heuristics offered no
- * engine writing FP32 from BF16 tensors, neither into the slab nor into scratch: version 26 of
- * docs/performance.md), by the graph-API plan where there is one, else by the legacy algorithm;
- * then s->dw is added into dw: as it is from NCHW's KCRS, transposed from KRSC, or from a padded
- * KRSC. */
-static bn_status filter_pass(const conv_priv *c, conv_bf16 *s, const bf16_plan *plan, int L, bn_ctx *ctx,
-                             const __nv_bfloat16 *x, const __nv_bfloat16 *dy, float *dw)
-{
-    const float one = 1.0f, zero = 0.0f;
-    const int rs = c->size * c->size;
-    const size_t weights = (size_t)c->filters * c->g.c * rs;
-    const bn_cg_plan *g = plan->g[L][PASS_FILTER];
-    if (g)
-        BN_TRY(bn_cg_run(ctx, g, x, s->dw, dy));
-    else
-        BN_CUDNN(cudnnConvolutionBackwardFilter((cudnnHandle_t)ctx->cudnn, &one, plan->x[L], x, plan->y[L], dy,
-                                                s->conv_desc, plan->algos[L].filter, ctx->workspace,
-                                                ctx->workspace_size, &zero, s->w_desc[L], s->dw));
-    if (L == NCHW) return bn_gpu_add_bf16_to_f32(dw, s->dw, weights, ctx);
-    if (!padded(c, s)) return bn_gpu_add_bf16_transposed_to_f32(dw, s->dw, c->filters, rs, c->g.c, ctx);
-    size_t blocks = (weights + THREADS - 1) / THREADS;
-    if (blocks > 1024) blocks = 1024;
-    add_padded_filter_kernel<<<(unsigned)blocks, THREADS, 0, (cudaStream_t)ctx->stream>>>(dw, s->dw, rs, c->g.c, s->cp,
-                                                                                          weights);
-    BN_CUDA_LAUNCH();
-    return BN_OK;
-}
-
-/* dx = the input gradient of layout L from w and dy (in the layout's order). */
-static bn_status data_pass(conv_bf16 *s, const bf16_plan *plan, int L, bn_ctx *ctx, const __nv_bfloat16 *w,
-                           const __nv_bfloat16 *dy, __nv_bfloat16 *dx)
-{
-    const float one = 1.0f, zero = 0.0f;
-    const bn_cg_plan *g = plan->g[L][PASS_DATA];
-    if (g) return bn_cg_run(ctx, g, dx, w, dy);
-    BN_CUDNN(cudnnConvolutionBackwardData((cudnnHandle_t)ctx->cudnn, &one, s->w_desc[L], w, plan->y[L], dy,
-                                          s->conv_desc, plan->algos[L].data, ctx->workspace, ctx->workspace_size,
-                                          &zero, plan->x[L], dx));
-    return BN_OK;
-}
-
-/* dw (FP32, KCRS) += the filter gradient from x and dy, and, where dx is not NULL, dx = the input
- * gradient, in layout L; x, w, dy and dx in the blobs' order. The F32 layout's kernels also add
- * the bias gradient into db (the others leave it to the caller). */
-static bn_status conv_backward(const conv_priv *c, conv_bf16 *s, const bf16_plan *plan, int L, bn_ctx *ctx,
-                               const __nv_bfloat16 *x, const __nv_bfloat16 *w, const __nv_bfloat16 *dy, float *dw,
-                               float *db, __nv_bfloat16 *dx)
-{
-    const int n = plan->n, in_hw = c->g.h * c->g.w, out_hw = c->g.oh * c->g.ow;
-    if (L == F32) {
-        const size_t in = (size_t)n * c->g.c * in_hw;
-        BN_TRY(bn_gpu_bf16_to_f32(s->x32, x, in, ctx));
-        BN_TRY(bn_gpu_bf16_to_f32(s->y32, dy, (size_t)n * c->filters * out_hw, ctx));
-        BN_TRY(bn_conv2d_own_backward(s->layer, ctx, s->x32, s->y32, dx ? s->dx32 : NULL, dw, db));
-        return dx ? bn_gpu_f32_to_bf16(dx, s->dx32, in, ctx) : BN_OK;
-    }
-    if (L == NCHW) {
-        BN_TRY(filter_pass(c, s, plan, L, ctx, x, dy, dw));
-        return dx ? data_pass(s, plan, L, ctx, w, dy, dx) : BN_OK;
-    }
-    const __nv_bfloat16 *xt = NULL, *dyt = NULL;
-    BN_TRY(as_nhwc(x, s->xt, n, c->g.c, s->cp, in_hw, ctx, &xt));
-    BN_TRY(as_nhwc(dy, s->yt, n, c->filters, s->kp, out_hw, ctx, &dyt));
-    BN_TRY(filter_pass(c, s, plan, L, ctx, xt, dyt, dw));
-    if (!dx) return BN_OK;
-    const __nv_bfloat16 *wt = NULL;
-    BN_TRY(filter_krsc(c, s, w, ctx, &wt));
-    /* s->xt is free again: the filter pass queued before this one on the stream has read it. */
-    __nv_bfloat16 *dxt = nhwc_target(dx, s->xt, c->g.c, s->cp, in_hw);
-    BN_TRY(data_pass(s, plan, L, ctx, wt, dyt, dxt));
-    return from_nhwc(dx, dxt, n, c->g.c, s->cp, in_hw, ctx);
 }
 
 /* Buffers of the plan's sizes that stand in for the blobs while the layouts are timed. */
@@ -491,34 +192,53 @@ static bn_status alloc_stand_ins(const conv_priv *c, const conv_bf16 *s, int n, 
 static bn_status pass_pair(const conv_priv *c, conv_bf16 *s, const bf16_plan *plan, int L, bn_ctx *ctx,
                            const stand_ins *t, const __nv_bfloat16 *w)
 {
-    BN_TRY(conv_forward(c, s, plan, L, ctx, t->x, w, t->y));
-    return conv_backward(c, s, plan, L, ctx, t->x, w, t->y, t->dw, t->db, plan->with_data ? t->dx : NULL);
+    BN_TRY(bn_conv_bf16_run_forward(c, s, plan, L, ctx, t->x, w, t->y));
+    return bn_conv_bf16_run_backward(c, s, plan, L, ctx, t->x, w, t->y, t->dw, t->db, plan->with_data ? t->dx : NULL);
 }
 
+/* The chooser's view of the layouts while they are timed: pass_pair's arguments. */
+typedef struct trial {
+    const conv_priv *c;
+    conv_bf16 *s;
+    const bf16_plan *plan;
+    bn_ctx *ctx;
+    const stand_ins *t;
+    const __nv_bfloat16 *w;
+} trial;
+
+static bn_status run_trial(void *env, int L, int warm, int *ok)
+{
+    const trial *t = (const trial *)env;
+    *ok = 1;
+    return pass_pair(t->c, t->s, t->plan, L, t->ctx, t->t, t->w);
+}
+
+/* After 2 pass pairs to warm up, the least of 3 means of 4, as conv2d.cu times FP32's kernels. */
+static const bn_chooser_timing TIMING = {2, 3, 4};
+
 /* plan->ms[L] for each usable layout, measured alike on zeroed stand-ins (values do not change
- * the kernels' time): after 2 pass pairs to warm up, the least of 3 means of 4 (the least,
- * because other work on the device only ever adds time), as conv2d.cu times FP32's kernels. */
+ * the kernels' time), and plan->layout the fastest of them: on equal times the layout it held
+ * before timing, else the first in LAYOUTS order (the fastest alone, no tie fraction). */
 static bn_status time_layouts(const conv_priv *c, conv_bf16 *s, bf16_plan *plan, bn_ctx *ctx,
                               const __nv_bfloat16 *w, const stand_ins *t)
 {
-    void *start = NULL, *end = NULL;
-    bn_status st = bn_event_create(&start);
-    if (st == BN_OK) st = bn_event_create(&end);
-    for (int L = 0; L < LAYOUTS && st == BN_OK; L++) {
-        if (!plan->usable[L]) continue;
-        for (int rep = 0; rep < 2 && st == BN_OK; rep++) st = pass_pair(c, s, plan, L, ctx, t, w);
-        for (int round = 0; round < 3 && st == BN_OK; round++) {
-            float ms = 0.0f;
-            st = bn_event_record(start);
-            for (int rep = 0; rep < 4 && st == BN_OK; rep++) st = pass_pair(c, s, plan, L, ctx, t, w);
-            if (st == BN_OK) st = bn_event_record(end);
-            if (st == BN_OK) st = bn_event_elapsed_ms(start, end, &ms);
-            if (st == BN_OK && (round == 0 || ms / 4 < plan->ms[L])) plan->ms[L] = ms / 4;
-        }
+    int order[LAYOUTS], count = 0;
+    bool usable[LAYOUTS];
+    order[count++] = plan->layout;
+    for (int L = 0; L < LAYOUTS; L++) {
+        usable[L] = plan->usable[L] != 0;
+        if (L != plan->layout) order[count++] = L;
     }
-    if (start) bn_event_destroy(start);
-    if (end) bn_event_destroy(end);
-    return st;
+    trial tr = {c, s, plan, ctx, t, w};
+    const bn_candidates cands = {LAYOUTS, layout_names, usable, order, count, run_trial, &tr};
+    const bn_chooser chooser = {TIMING, 0.0f, NULL, NULL};
+    float ms[LAYOUTS];
+    int pick = -1;
+    BN_TRY(bn_chooser_timed(&chooser, &cands, ms, &pick));
+    for (int L = 0; L < LAYOUTS; L++)
+        if (usable[L]) plan->ms[L] = ms[L];
+    if (pick >= 0) plan->layout = pick;
+    return BN_OK;
 }
 
 static bn_status tensor_desc(cudnnTensorDescriptor_t *d, int L, int n, int c, int h, int w)
@@ -542,7 +262,7 @@ static bn_status choose_graph(const bn_layer *l, const conv_priv *c, bn_ctx *ctx
                               int L, const stand_ins *t)
 {
     const int n = plan->n, rs = c->size * c->size, in_hw = c->g.h * c->g.w, out_hw = c->g.oh * c->g.ow;
-    const int cached = bn_kernel_choice(ctx, 0) == BN_CHOOSE_CACHED;
+    const int cached = bn_chooser_mode(ctx, 0) == BN_CHOOSE_CACHED;
     bn_cg_tensor (*make)(int, int, int, int, cudnnDataType_t) = L == NCHW ? bn_cg_nchw : bn_cg_nhwc;
     /* The channel and filter counts of the layout's tensors, and which tensors are the blobs
      * themselves rather than NHWC scratch copies (as as_nhwc, nhwc_target and filter_krsc decide). */
@@ -648,8 +368,6 @@ static bn_status make_plan(bn_layer *l, bn_ctx *ctx, conv_bf16 *s, bf16_plan *pl
     if (st == BN_OK && usable > 1 && !ctx->deterministic && !forced_f32) {
         const __nv_bfloat16 *w = (const __nv_bfloat16 *)bn_blob_dev16_rd(l->params[WEIGHT].value16);
         st = w ? time_layouts(c, s, plan, ctx, w, &t) : bn_last_status();
-        for (int L = 0; L < LAYOUTS && st == BN_OK; L++)
-            if (plan->usable[L] && plan->ms[L] < plan->ms[plan->layout]) plan->layout = L;
     }
     free_stand_ins(&t);
     /* The FP32 copies (three activations' worth of FP32) are kept only for a plan that runs on them. */
@@ -718,7 +436,7 @@ extern "C" bn_status bn_conv_bf16_forward(bn_layer *l, const bn_pass *p)
     BN_DEV16_RD(w, l->params[WEIGHT].value16);
     BN_DEV_RD(b, l->params[BIAS].value);
     BN_DEV16_WR(y, l->out);
-    BN_TRY(conv_forward(c, s, plan, plan->layout, ctx, x, w, y));
+    BN_TRY(bn_conv_bf16_run_forward(c, s, plan, plan->layout, ctx, x, w, y));
     if (plan->layout == F32) return BN_OK; /* the bias was added by blobnet's kernels */
     return bn_conv_bias_add_bf16(y, b, l->out->n, c->filters, c->g.oh * c->g.ow, ctx);
 }
@@ -742,7 +460,7 @@ extern "C" bn_status bn_conv_bf16_backward(bn_layer *l, const bn_pass *p)
 
     __nv_bfloat16 *dx = NULL;
     if (l->in_grad && !(dx = (__nv_bfloat16 *)bn_blob_dev16_wr(l->in_grad))) return bn_last_status();
-    return conv_backward(c, s, plan, plan->layout, ctx, x, w, dy, dw, db, dx);
+    return bn_conv_bf16_run_backward(c, s, plan, plan->layout, ctx, x, w, dy, dw, db, dx);
 }
 
 extern "C" int bn_conv_bf16_runs_fp32(const conv_bf16 *state, int n)

@@ -5,8 +5,12 @@
  * pointers of one run) is made per run: host work of a few microseconds, paid at capture time
  * only where steps replay as CUDA graphs.
  *
- * BLOBNET_CG_VERBOSE=1 prints each candidate of every choice to stderr: its name, the notes that
- * refused it or the time it took. */
+ * The choice among the engine configurations goes through the chooser (gpu/chooser.h): its mode
+ * (the heuristics' first allowed one in a deterministic context, else timed or from the kernel
+ * cache), its timing, its tie rule (the fastest alone, the heuristics' order deciding equal times)
+ * and its cache lookup and store. BLOBNET_CG_VERBOSE=1 prints each candidate of every choice to
+ * stderr: its name, the notes that refused it or the time it took. */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +20,7 @@
 
 #include "conv_cudnn.cuh"
 #include "conv_graph.h"
+#include "gpu/chooser.h"
 #include "gpu/cuda_check.h"
 #include "gpu/kernel_cache.h"
 
@@ -42,15 +47,8 @@ struct bn_cg_plan {
 
 static const char *const pass_names[BN_CG_PASSES] = {"forward", "backward-data", "backward-filter"};
 
-static int verbose(void)
-{
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("BLOBNET_CG_VERBOSE");
-        v = e && *e && strcmp(e, "0") != 0;
-    }
-    return v;
-}
+/* The environment variable of the verbose print (bn_chooser_say). */
+#define VERBOSE "BLOBNET_CG_VERBOSE"
 
 extern "C" bn_cg_tensor bn_cg_nchw(int n, int c, int h, int w, cudnnDataType_t type)
 {
@@ -347,12 +345,11 @@ static const char *type_name(cudnnDataType_t t)
 /* The kernel cache's key: the device's scope, then everything the spec holds. */
 static bn_status cache_key(const bn_ctx *ctx, const bn_cg_spec *s, char *key, size_t cap)
 {
-    char scope[BN_KERNEL_KEY_MAX];
-    BN_TRY(bn_kernel_cache_scope(ctx, scope, sizeof scope));
-    size_t len = (size_t)snprintf(key, cap, "%s cg %s p%d s%d b%g d%d", scope, pass_names[s->pass], s->pad, s->stride,
+    char spec[BN_KERNEL_KEY_MAX];
+    size_t len = (size_t)snprintf(spec, sizeof spec, "cg %s p%d s%d b%g d%d", pass_names[s->pass], s->pad, s->stride,
                                   s->beta, s->allow_down_convert);
     const bn_cg_tensor *t[3] = {&s->x, &s->w, &s->y};
-    for (int i = 0; i < 3 && len < cap; i++) {
+    for (int i = 0; i < 3 && len < sizeof spec; i++) {
         const int64_t *d = t[i]->dims;
         const bn_cg_tensor nchw = bn_cg_nchw((int)d[0], (int)d[1], (int)d[2], (int)d[3], t[i]->type);
         const bn_cg_tensor nhwc = bn_cg_nhwc((int)d[0], (int)d[1], (int)d[2], (int)d[3], t[i]->type);
@@ -362,12 +359,12 @@ static bn_status cache_key(const bn_ctx *ctx, const bn_cg_spec *s, char *key, si
         else
             snprintf(layout, sizeof layout, "%lld,%lld,%lld,%lld", (long long)t[i]->strides[0],
                      (long long)t[i]->strides[1], (long long)t[i]->strides[2], (long long)t[i]->strides[3]);
-        len += (size_t)snprintf(key + len, cap - len, " %s:%lldx%lldx%lldx%lld:%s:a%d", type_name(t[i]->type),
+        len += (size_t)snprintf(spec + len, sizeof spec - len, " %s:%lldx%lldx%lldx%lld:%s:a%d", type_name(t[i]->type),
                                 (long long)d[0], (long long)d[1], (long long)d[2], (long long)d[3], layout,
                                 t[i]->align);
     }
-    if (len >= cap) return bn_error(BN_ERR_INTERNAL, "conv_graph: no room for the kernel cache key");
-    return BN_OK;
+    if (len >= sizeof spec) return bn_error(BN_ERR_INTERNAL, "conv_graph: no room for the kernel cache key");
+    return bn_chooser_key(ctx, key, cap, "%s", spec);
 }
 
 /* The configurations cuDNN's heuristics give for graph in mode, up to cap (created here; the
@@ -411,40 +408,29 @@ static bn_status heuristics(cudnnBackendDescriptor_t graph, cudnnBackendHeurMode
     return BN_OK;
 }
 
-/* Least time of one run of exec over 3 rounds of 3, after one run to warm up; a run cuDNN
- * refuses gives *ok = 0. */
-static bn_status time_exec(bn_ctx *ctx, cudnnBackendDescriptor_t exec, void *x, void *w, void *y, void *ws, float *ms,
-                           int *ok)
+/* The chooser's view of one candidate while it is timed: its plan, the buffers and a workspace
+ * of its own. */
+typedef struct trial {
+    bn_ctx *ctx;
+    cudnnBackendDescriptor_t exec;
+    void *x, *w, *y, *ws;
+} trial;
+
+/* One run of the candidate (bn_chooser_run): a run cuDNN refuses at the warm-up leaves the
+ * candidate out; one that ran then and fails later is an error. */
+static bn_status run_trial(void *env, int i, int warm, int *ok)
 {
-    cudaStream_t stream = (cudaStream_t)ctx->stream;
-    *ok = 0;
-    if (run_exec(ctx, exec, x, w, y, ws) != BN_OK) return BN_OK;
-    cudaEvent_t start, end;
-    BN_CUDA(cudaEventCreate(&start));
-    if (cudaEventCreate(&end) != cudaSuccess) {
-        cudaEventDestroy(start);
-        return bn_error(BN_ERR_DEVICE, "conv_graph: cannot create a CUDA event");
+    const trial *t = (const trial *)env;
+    bn_status st = run_exec(t->ctx, t->exec, t->x, t->w, t->y, t->ws);
+    if (st != BN_OK && warm) {
+        *ok = 0;
+        return BN_OK;
     }
-    bn_status st = BN_OK;
-    float best = 0.0f;
-    for (int round = 0; round < 3 && st == BN_OK; round++) {
-        if (cudaEventRecord(start, stream) != cudaSuccess)
-            st = bn_error(BN_ERR_DEVICE, "conv_graph: event record failed");
-        for (int r = 0; r < 3 && st == BN_OK; r++) st = run_exec(ctx, exec, x, w, y, ws);
-        float t = 0.0f;
-        if (st == BN_OK && (cudaEventRecord(end, stream) != cudaSuccess || cudaEventSynchronize(end) != cudaSuccess ||
-                            cudaEventElapsedTime(&t, start, end) != cudaSuccess))
-            st = bn_error(BN_ERR_DEVICE, "conv_graph: timing a candidate failed: %s",
-                          cudaGetErrorString(cudaGetLastError()));
-        if (st == BN_OK && (round == 0 || t / 3 < best)) best = t / 3;
-    }
-    cudaEventDestroy(start);
-    cudaEventDestroy(end);
-    if (st != BN_OK) return st;
-    *ms = best;
-    *ok = 1;
-    return BN_OK;
+    return st;
 }
+
+/* One run to warm up, then the least mean of 3 rounds of 3. */
+static const bn_chooser_timing TIMING = {1, 3, 3};
 
 /* One candidate: its engine allowed, its plan made within the workspace limit, then timed
  * (when timed) on a workspace of its own. *took: 1 when it ran, with *ms its time. */
@@ -465,7 +451,7 @@ static bn_status try_candidate(bn_ctx *ctx, const bn_cg_spec *s, cudnnBackendDes
     cudnnBackendDestroyDescriptor(engine);
     if (st != BN_OK) return st;
     if (why) {
-        if (verbose()) fprintf(stderr, "conv_graph: %s %s: refused: %s\n", pass_names[s->pass], name, why);
+        bn_chooser_say(VERBOSE, "conv_graph: %s %s: refused: %s\n", pass_names[s->pass], name, why);
         return BN_OK;
     }
     /* The plan, made on a scratch plan object to learn its workspace; failures mean "not for this spec". */
@@ -481,13 +467,13 @@ static bn_status try_candidate(bn_ctx *ctx, const bn_cg_spec *s, cudnnBackendDes
         cudnnBackendGetAttribute(exec, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &got, &ws) !=
             CUDNN_STATUS_SUCCESS) {
         cudnnBackendDestroyDescriptor(exec);
-        if (verbose()) fprintf(stderr, "conv_graph: %s %s: no plan for this shape\n", pass_names[s->pass], name);
+        bn_chooser_say(VERBOSE, "conv_graph: %s %s: no plan for this shape\n", pass_names[s->pass], name);
         return BN_OK;
     }
     if ((size_t)ws > BN_CONV_WORKSPACE_LIMIT) {
         cudnnBackendDestroyDescriptor(exec);
-        if (verbose()) fprintf(stderr, "conv_graph: %s %s: workspace %lld too large\n", pass_names[s->pass], name,
-                               (long long)ws);
+        bn_chooser_say(VERBOSE, "conv_graph: %s %s: workspace %lld too large\n", pass_names[s->pass], name,
+                       (long long)ws);
         return BN_OK;
     }
     *ws_out = (size_t)ws;
@@ -503,15 +489,22 @@ static bn_status try_candidate(bn_ctx *ctx, const bn_cg_spec *s, cudnnBackendDes
         cudnnBackendDestroyDescriptor(exec);
         return BN_OK; /* no room to try it: not a candidate */
     }
-    st = time_exec(ctx, exec, x, w, y, scratch, ms, took);
+    trial t = {ctx, exec, x, w, y, scratch};
+    const bn_candidates one = {1, NULL, NULL, NULL, 0, run_trial, &t};
+    float timed_ms = INFINITY;
+    st = bn_chooser_time_one(&TIMING, &one, 0, &timed_ms);
+    if (st == BN_OK && !isinf(timed_ms)) {
+        *ms = timed_ms;
+        *took = 1;
+    }
     if (st == BN_OK && cudaStreamSynchronize((cudaStream_t)ctx->stream) != cudaSuccess)
         st = bn_error(BN_ERR_DEVICE, "conv_graph: candidate %s failed: %s", name,
                       cudaGetErrorString(cudaGetLastError()));
     cudaFree(scratch);
     cudnnBackendDestroyDescriptor(exec);
-    if (verbose() && st == BN_OK)
-        fprintf(stderr, "conv_graph: %s %s: %s %.4f ms (workspace %lld)\n", pass_names[s->pass], name,
-                *took ? "ran" : "failed to run", *ms, (long long)ws);
+    if (st == BN_OK)
+        bn_chooser_say(VERBOSE, "conv_graph: %s %s: %s %.4f ms (workspace %lld)\n", pass_names[s->pass], name,
+                       *took ? "ran" : "failed to run", *ms, (long long)ws);
     return st;
 }
 
@@ -533,22 +526,37 @@ static bn_status plan_named(bn_ctx *ctx, const bn_cg_spec *s, const char *name, 
     return BN_OK;
 }
 
+/* What reading a cached configuration needs: the spec, where its plan goes. */
+typedef struct cached_in {
+    bn_ctx *ctx;
+    const bn_cg_spec *spec;
+    bn_cg_plan **out;
+} cached_in;
+
+/* A cached choice (bn_choice_reader): "none" (cuDNN offers nothing allowed: no plan), else a
+ * configuration's name, stale where it no longer builds. */
+static bn_status read_choice(void *env, const char *choice, int *verdict)
+{
+    const cached_in *in = (const cached_in *)env;
+    *verdict = BN_CHOICE_TAKEN;
+    if (strcmp(choice, "none") == 0) return BN_OK;
+    if (plan_named(in->ctx, in->spec, choice, 0.0f, in->out) != BN_OK) *verdict = BN_CHOICE_STALE;
+    return BN_OK;
+}
+
 extern "C" bn_status bn_cg_choose(bn_ctx *ctx, const bn_cg_spec *spec, int cached, void *x, void *w, void *y,
                                   bn_cg_plan **out)
 {
     *out = NULL;
-    const bool timed = !ctx->deterministic;
+    const int mode = ctx->deterministic ? BN_CHOOSE_RULE : cached ? BN_CHOOSE_CACHED : BN_CHOOSE_TIMED;
+    const bool timed = mode != BN_CHOOSE_RULE;
     char key[BN_KERNEL_KEY_MAX] = "";
-    if (timed && cached) {
+    if (mode == BN_CHOOSE_CACHED) {
         BN_TRY(cache_key(ctx, spec, key, sizeof key));
-        char choice[BN_KERNEL_CHOICE_MAX];
-        int found = 0;
-        BN_TRY(bn_kernel_cache_get(key, choice, sizeof choice, &found));
-        if (found) {
-            if (strcmp(choice, "none") == 0) return BN_OK;
-            if (plan_named(ctx, spec, choice, 0.0f, out) == BN_OK) return BN_OK;
-            /* A cached configuration that no longer builds: time afresh. */
-        }
+        cached_in in = {ctx, spec, out};
+        int hit = 0;
+        BN_TRY(bn_chooser_lookup(key, "a graph convolution", read_choice, &in, &hit));
+        if (hit) return BN_OK;
     }
 
     /* The graph the heuristics rank, kept in a holder freed at the end. */
@@ -559,7 +567,7 @@ extern "C" bn_status bn_cg_choose(bn_ctx *ctx, const bn_cg_spec *spec, int cache
     if (st != BN_OK) {
         release_all(&holder);
         /* A graph cuDNN refuses for these tensors (a layout or type it has no engines for). */
-        if (verbose()) fprintf(stderr, "conv_graph: %s: no graph: %s\n", pass_names[spec->pass], bn_last_error());
+        bn_chooser_say(VERBOSE, "conv_graph: %s: no graph: %s\n", pass_names[spec->pass], bn_last_error());
         return BN_OK;
     }
     cudnnBackendDescriptor_t cfgs[2][BN_CG_CANDIDATES];
@@ -567,9 +575,9 @@ extern "C" bn_status bn_cg_choose(bn_ctx *ctx, const bn_cg_spec *spec, int cache
     const cudnnBackendHeurMode_t modes[2] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
     for (int m = 0; m < 2 && st == BN_OK; m++) st = heuristics(graph, modes[m], cfgs[m], BN_CG_CANDIDATES, &counts[m]);
 
-    char best_name[NAME_MAX_LEN] = "";
-    float best_ms = 0.0f;
+    /* The candidates that ran, in the heuristics' order (A's, then the fallback's), each once. */
     char seen[2 * BN_CG_CANDIDATES][NAME_MAX_LEN];
+    float seen_ms[2 * BN_CG_CANDIDATES];
     int num_seen = 0, tried = 0;
     for (int m = 0; m < 2 && st == BN_OK; m++)
         for (int i = 0; i < counts[m] && st == BN_OK && tried < BN_CG_CANDIDATES; i++) {
@@ -582,23 +590,19 @@ extern "C" bn_status bn_cg_choose(bn_ctx *ctx, const bn_cg_spec *spec, int cache
             int dup = 0;
             for (int j = 0; j < num_seen && !dup; j++) dup = strcmp(seen[j], name) == 0;
             if (dup) continue;
-            snprintf(seen[num_seen++], NAME_MAX_LEN, "%s", name);
+            snprintf(seen[num_seen], NAME_MAX_LEN, "%s", name);
+            seen_ms[num_seen++] = ms;
             tried++;
-            if (!best_name[0] || (timed && ms < best_ms)) {
-                snprintf(best_name, sizeof best_name, "%s", name);
-                best_ms = ms;
-            }
             if (!timed) break; /* the heuristics' first allowed one */
         }
     for (int m = 0; m < 2; m++)
         for (int i = 0; i < counts[m]; i++) cudnnBackendDestroyDescriptor(cfgs[m][i]);
     release_all(&holder);
     if (st != BN_OK) return st;
-    if (!best_name[0]) {
-        if (key[0]) BN_TRY(bn_kernel_cache_put(key, "none"));
-        return BN_OK;
-    }
-    BN_TRY(plan_named(ctx, spec, best_name, best_ms, out));
-    if (key[0]) BN_TRY(bn_kernel_cache_put(key, best_name));
-    return BN_OK;
+    /* The fastest; of equal times the heuristics' earlier. */
+    const bn_candidates ran = {num_seen, NULL, NULL, NULL, 0, NULL, NULL};
+    const int best = bn_chooser_pick(&ran, seen_ms, 0.0f);
+    if (best < 0) return bn_chooser_keep(key, "none");
+    BN_TRY(plan_named(ctx, spec, seen[best], seen_ms[best], out));
+    return bn_chooser_keep(key, seen[best]);
 }

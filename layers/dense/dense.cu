@@ -1,7 +1,6 @@
-/* dense.cu - the dense layer on the GPU: its passes, its fusions with the layers around it, and
- * for each of its three products the plan that says what runs it. The products go through
- * cuBLASLt, which is column-major: a row-major (r x c) matrix is, read column-major, its (c x r)
- * transpose, so Y = X W^T is computed as Y^T = W X^T, and so on:
+/* dense.cu - the dense layer on the GPU: its passes and its fusions with the layers around it.
+ * The products are read as cuBLASLt reads them, column-major: a row-major (r x c) matrix is, read
+ * column-major, its (c x r) transpose, so Y = X W^T is computed as Y^T = W X^T, and so on:
  *
  *   forward   Y^T (m x n)  = op_T(W: k x m, ld k) * X^T (k x n, ld k)   + b   (bias epilogue)
  *   dW        dW^T (k x m) += X^T (k x n, ld k)  * op_T(dY: m x n, ld m)       (beta = 1)
@@ -12,705 +11,20 @@
  * unit, broadcast over the n columns (examples). The bias gradient is a column sum done by a
  * kernel in a fixed order, so it is deterministic, and it accumulates like dW.
  *
- * Each GEMM's algorithm is chosen once per (batch size, pointer alignment, TF32, how it is chosen)
- * and kept in a plan, like conv2d.cu's (choice_mode, bn_kernel_choice): by the fixed rule
- * blobnet's kernels are taken, so that every run makes the same choice, in a deterministic context
- * and for the shapes the rule was measured on (rule_measured: LeNet's); with ctx->autotune the
- * cuBLASLt heuristic results (up to eight) and own_gemm are timed on the context stream and the
- * fastest kept (within_tie); by default elsewhere the choice is the kernel cache's (gpu/kernel_cache.h), timed
- * as --autotune times it where the cache has none and kept there. Plans are made on the first pass
- * for a batch size, which the trainer runs eagerly; once made, a pass only enqueues work (no
- * allocation, synchronisation or timing), so it can be captured in a CUDA graph. A plan asked for
- * while the stream is being captured takes the first heuristic result without timing.
- *
- * A plan may grow the context's shared workspace up to WORKSPACE_LIMIT, whatever the batch size:
- * a graph captured before the workspace was replaced is captured again (graph.h). Only a plan
- * asked for during a capture, when nothing may be allocated, makes do with what is there.
- *
- * Besides cuBLASLt's algorithms, two families of blobnet's own kernels can run a product, each
- * in its own file with the comments on how it works: the split-K GEMMs own_gemm and own_gemm_tc
- * (dense_gemm.cu: FP32 FMA, or the TF32 tensor cores at FP32 accuracy), whose dW launch also
- * adds the bias gradient, so no bias_grad launch follows it; and, for a layer with at most
- * SKINNY_M outputs (LeNet's last), the few-outputs kernels of the forward and input-gradient
- * products (dense_skinny.cu). Both are deterministic. They join the timing, own_gemm in each of
- * its configurations (a cuBLASLt dW candidate is timed together with its bias_grad launch), and
- * run when fastest; the rule takes the few-outputs kernels wherever they fit and own_gemm
- * otherwise: the tensor-core kernel where the device has TF32 tensor cores, and the split by a
- * fixed rule from the shape and the SM count (one inner range for a plan made during capture,
- * which cannot allocate the counters). Their epilogues also take a fused ReLU
- * (bn_dense_fuse_relu).
- *
- * Without ctx->tf32 the compute type is CUBLAS_COMPUTE_32F (plain FP32, like the CPU); with it,
- * CUBLAS_COMPUTE_32F_FAST_TF32, and own_gemm_tc takes one TF32 product per multiply instead of
- * three (own_plan.one_product). Should cuBLASLt offer no algorithm for a product, that product
- * goes through cublasSgemm as before (the bias then seeded into Y first). */
-#include <stdint.h>
+ * Who runs each product (cuBLASLt's algorithms, cublasSgemm, blobnet's own kernels) and how that
+ * is chosen is dense_plan.cu's; this file holds the passes, the two gradients' overlap on the side
+ * stream and the fusions with the layers around the dense layer. */
 #include <stdlib.h>
-
-#include <cublasLt.h>
 
 #include "dense.h"
 #include "dense_bias.cuh"
-#include "dense_gemm.h"
-#include "dense_kernels.h"
+#include "dense_plan.h"
 #include "dense_skinny.h"
 #include "gpu/cuda_check.h"
-#include "gpu/kernel_cache.h"
+#include "gpu/overlap.h"
 #include "softmax_ce.h"
 
 enum { WEIGHT, BIAS };
-
-/* The most workspace one algorithm may ask for (these products are small). */
-#define WORKSPACE_LIMIT ((size_t)8 << 20)
-/* Heuristic results asked for, how many of them are timed, and the launches timed per result. */
-#define HEURISTIC_RESULTS 8
-#define TIMED_RESULTS 8
-#define TIMING_REPS 10
-
-/* Operand slots of a plan's pointer alignments. */
-enum { OPND_A, OPND_B, OPND_D, OPND_BIAS, OPNDS };
-
-typedef struct dense_plan {
-    int kind;                       /* GEMM_FWD, GEMM_DW or GEMM_DX */
-    int n;                          /* batch size */
-    int tf32, mode;                 /* the context's TF32 flag and bn_kernel_choice when made */
-    unsigned align[OPNDS];          /* pointer alignment (bytes) it was chosen for */
-    int use_lt;                     /* 0: cuBLASLt offered nothing, use cublasSgemm */
-    cublasLtMatmulDesc_t op;
-    cublasLtMatrixLayout_t a, b, d; /* C is D (same buffer, same layout) */
-    cublasLtMatmulAlgo_t algo;
-    size_t workspace;               /* bytes the algorithm needs */
-    int forced_cfg, forced_splits;  /* bn_dense_gpu_force_own's setting it was made under */
-    int own;                        /* 1: own_gemm runs the product (then use_lt is unused) */
-    int skinny;                     /* 1: the few-outputs kernels run it (then own and use_lt are unused) */
-    own_plan ow;
-} dense_plan;
-
-struct dense_gpu {
-    cublasLtHandle_t lt;
-    cudaEvent_t fork, join; /* dW on the side stream beside dX */
-    dense_plan **plans;
-    int num_plans;
-    int sms;        /* the device's multiprocessors */
-    int tensor_ok;  /* compute capability 8.0 or later: the TF32 tensor cores (OWN_TC64, OWN_TC32) */
-};
-
-/* ---- plans ---- */
-
-static void plan_free(dense_plan *p)
-{
-    if (!p) return;
-    if (p->a) cublasLtMatrixLayoutDestroy(p->a);
-    if (p->b) cublasLtMatrixLayoutDestroy(p->b);
-    if (p->d) cublasLtMatrixLayoutDestroy(p->d);
-    if (p->op) cublasLtMatmulDescDestroy(p->op);
-    bn_dense_own_free(&p->ow);
-    free(p);
-}
-
-extern "C" void bn_dense_gpu_release(dense_priv *dp)
-{
-    dense_gpu *g = dp->gpu;
-    if (!g) return;
-    for (int i = 0; i < g->num_plans; i++) plan_free(g->plans[i]);
-    free(g->plans);
-    if (g->lt) cublasLtDestroy(g->lt);
-    if (g->fork) cudaEventDestroy(g->fork);
-    if (g->join) cudaEventDestroy(g->join);
-    free(g);
-    dp->gpu = NULL;
-}
-
-/* The largest power of two (at most 256) dividing the address; 256 for NULL. */
-static unsigned align_of(const void *p)
-{
-    uintptr_t a = (uintptr_t)p;
-    if (a == 0) return 256;
-    uintptr_t low = a & (~a + 1);
-    return low >= 256 ? 256u : (unsigned)low;
-}
-
-/* The stored (column-major) shape of a product's operands A, B and D (C is D), and the
- * transposes applied to A and B. Every operand is packed: its leading dimension is its rows. */
-typedef struct gemm_shape {
-    uint64_t rows[3], cols[3];
-    cublasOperation_t ta, tb;
-} gemm_shape;
-
-static void set_operand(gemm_shape *s, int i, int rows, int cols)
-{
-    s->rows[i] = (uint64_t)rows;
-    s->cols[i] = (uint64_t)cols;
-}
-
-static gemm_shape shape_of(int kind, int n, int k, int m)
-{
-    gemm_shape s;
-    switch (kind) {
-    case GEMM_FWD: /* Y^T (m x n) = op_T(W, stored k x m) * X^T (k x n) */
-        set_operand(&s, 0, k, m);
-        set_operand(&s, 1, k, n);
-        set_operand(&s, 2, m, n);
-        s.ta = CUBLAS_OP_T;
-        s.tb = CUBLAS_OP_N;
-        break;
-    case GEMM_DW: /* dW^T (k x m) += X^T (k x n) * op_T(dY^T, stored m x n) */
-        set_operand(&s, 0, k, n);
-        set_operand(&s, 1, m, n);
-        set_operand(&s, 2, k, m);
-        s.ta = CUBLAS_OP_N;
-        s.tb = CUBLAS_OP_T;
-        break;
-    default: /* GEMM_DX: dX^T (k x n) = W^T (stored k x m) * dY^T (m x n) */
-        set_operand(&s, 0, k, m);
-        set_operand(&s, 1, m, n);
-        set_operand(&s, 2, k, n);
-        s.ta = CUBLAS_OP_N;
-        s.tb = CUBLAS_OP_N;
-        break;
-    }
-    return s;
-}
-
-/* One launch of the plan's algorithm: D = alpha op(A) op(B) + beta D (+ bias, set in op). */
-static cublasStatus_t run_lt(const dense_gpu *g, const dense_plan *p, const bn_ctx *ctx, const void *A,
-                             const void *B, float beta, void *D, const cublasLtMatmulAlgo_t *algo)
-{
-    const float one = 1.0f;
-    return cublasLtMatmul(g->lt, p->op, &one, A, p->a, B, p->b, &beta, D, p->d, D, p->d, algo, ctx->workspace,
-                          ctx->workspace_size, (cudaStream_t)ctx->stream);
-}
-
-/* The operation and layout descriptors of a plan for its kind and batch size. */
-static bn_status describe(dense_plan *p, int k, int m, const float *bias)
-{
-    gemm_shape s = shape_of(p->kind, p->n, k, m);
-    BN_CUBLAS(cublasLtMatmulDescCreate(&p->op, p->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
-                                       CUDA_R_32F));
-    BN_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &s.ta, sizeof s.ta));
-    BN_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &s.tb, sizeof s.tb));
-    if (p->kind == GEMM_FWD) {
-        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-        BN_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-        /* The heuristics read the pointer's value for its alignment; each pass sets it again. */
-        BN_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-    }
-    BN_CUBLAS(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_32F, s.rows[0], s.cols[0], (int64_t)s.rows[0]));
-    BN_CUBLAS(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_32F, s.rows[1], s.cols[1], (int64_t)s.rows[1]));
-    BN_CUBLAS(cublasLtMatrixLayoutCreate(&p->d, CUDA_R_32F, s.rows[2], s.cols[2], (int64_t)s.rows[2]));
-    return BN_OK;
-}
-
-/* Asks the heuristics for up to HEURISTIC_RESULTS algorithms that fit `limit` bytes of
- * workspace and the plan's pointer alignments; *got is 0 when cuBLASLt supports none. */
-static bn_status heuristics(const dense_gpu *g, const dense_plan *p, size_t limit,
-                            cublasLtMatmulHeuristicResult_t *r, int *got)
-{
-    *got = 0;
-    cublasLtMatmulPreference_t pref;
-    BN_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
-    uint64_t ws = limit;
-    uint32_t al[4] = {p->align[OPND_A], p->align[OPND_B], p->align[OPND_D], p->align[OPND_D]};
-    cublasStatus_t s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                                            sizeof ws);
-    if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al[0], sizeof al[0]);
-    if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al[1], sizeof al[1]);
-    if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], sizeof al[2]);
-    if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[3], sizeof al[3]);
-    if (s == CUBLAS_STATUS_SUCCESS)
-        s = cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->a, p->b, p->d, p->d, pref, HEURISTIC_RESULTS, r, got);
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (s == CUBLAS_STATUS_NOT_SUPPORTED) { /* no algorithm for this configuration */
-        *got = 0;
-        return BN_OK;
-    }
-    BN_CUBLAS(s);
-    /* Keep the usable results only, in the heuristics' order (fastest estimate first). */
-    int kept = 0;
-    for (int i = 0; i < *got; i++)
-        if (r[i].state == CUBLAS_STATUS_SUCCESS && r[i].workspaceSize <= limit) r[kept++] = r[i];
-    *got = kept;
-    return BN_OK;
-}
-
-/* No fused ReLU. */
-static const relu_epi NO_RELU = {NULL, NULL, NULL};
-
-/* The operands of one product: A, B, D (also C), the bias (forward only), beta, and the bias
- * gradient (DW only: own_gemm adds to it when it runs the product). */
-typedef struct gemm_args {
-    const float *a, *b;
-    float *d;
-    const float *bias;
-    float beta;
-    float *db;
-    relu_epi relu;  /* FWD, DX: a fused ReLU (zeros: none) */
-} gemm_args;
-
-/* The candidates of a plan: `lt` cuBLASLt heuristic results, then `owns` own_gemm layouts, then
- * (skinny = 1) the few-outputs kernels. */
-typedef struct candidates {
-    const cublasLtMatmulHeuristicResult_t *r;
-    int lt;
-    const own_plan *own;
-    int owns;
-    int skinny;
-    int k;        /* the layer's inputs (the few-outputs kernels take the shape) */
-    int rule_own; /* the own_gemm configuration the rule takes for the product */
-} candidates;
-
-/* One launch of candidate i with its output in d (and the bias gradient in db for DW: a
- * cuBLASLt candidate is followed by the bias_grad launch it would need, own_gemm fuses it);
- * *ok is 0 when a cuBLASLt candidate fails to run. */
-static bn_status run_candidate(const dense_gpu *g, const dense_plan *p, const bn_ctx *ctx, const gemm_args *ga,
-                               const candidates *c, int i, float *d, float *db, int n, int m, int *ok)
-{
-    if (i < c->lt) {
-        *ok = run_lt(g, p, ctx, ga->a, ga->b, ga->beta, d, &c->r[i].algo) == CUBLAS_STATUS_SUCCESS;
-        if (*ok && p->kind == GEMM_DW) {
-            dim3 threads(BIAS_COLS, BIAS_ROWS);
-            bias_grad<<<(m + BIAS_COLS - 1) / BIAS_COLS, threads, 0, (cudaStream_t)ctx->stream>>>(ga->b, n, m, db);
-            *ok = cudaGetLastError() == cudaSuccess;
-        }
-        return BN_OK;
-    }
-    cudaGetLastError(); /* nothing left over from a failed cuBLASLt candidate */
-    *ok = 1;
-    if (i == c->lt + c->owns)
-        return bn_dense_run_skinny(p->kind, (cudaStream_t)ctx->stream, ga->a, ga->b, d, ga->bias, n, c->k, m, NO_RELU);
-    return bn_dense_run_own(&c->own[i - c->lt], p->kind, ctx, ga->b, ga->a, d, ga->bias,
-                            p->kind == GEMM_DW ? db : NULL, NO_RELU);
-}
-
-/* Milliseconds per launch of each candidate (INFINITY for one that fails to run), timed on the
- * context stream with D in scratch, so that no real output is touched. */
-static bn_status time_candidates(const dense_gpu *g, const dense_plan *p, const bn_ctx *ctx, const gemm_args *ga,
-                                 const candidates *c, float *scratch, float *scratch_db, int n, int m,
-                                 cudaEvent_t start, cudaEvent_t stop, float *ms)
-{
-    cudaStream_t s = (cudaStream_t)ctx->stream;
-    for (int i = 0; i < c->lt + c->owns + c->skinny; i++) {
-        ms[i] = INFINITY;
-        /* One untimed launch: it must run at all, and it warms caches and lazy loading. */
-        int ok = 0;
-        BN_TRY(run_candidate(g, p, ctx, ga, c, i, scratch, scratch_db, n, m, &ok));
-        if (!ok) continue;
-        BN_CUDA(cudaEventRecord(start, s));
-        for (int rep = 0; rep < TIMING_REPS && ok; rep++)
-            BN_TRY(run_candidate(g, p, ctx, ga, c, i, scratch, scratch_db, n, m, &ok));
-        BN_CUDA(cudaEventRecord(stop, s));
-        BN_CUDA(cudaEventSynchronize(stop));
-        float total = 0.0f;
-        BN_CUDA(cudaEventElapsedTime(&total, start, stop));
-        if (ok) ms[i] = total / TIMING_REPS;
-    }
-    cudaGetLastError(); /* a candidate that failed to launch leaves no error for later checks */
-    return BN_OK;
-}
-
-/* Timed candidates within this fraction of the fastest count as equally fast. */
-#define TIE 0.05f
-
-/* Of the candidates that ran, those within TIE of the fastest taken in the rule's order: the
- * few-outputs kernels, own_gemm in the rule's configuration, in the others, then cuBLASLt's
- * results in the heuristics' order; -1 when none ran. As in conv2d.cu, so that runs of the timing
- * agree where candidates are that close, and a tie goes to blobnet's kernels, whose two
- * gradients overlap on the side stream and which take a fused ReLU, which the timing of one
- * product alone does not see. */
-static int within_tie(const candidates *c, const float *ms)
-{
-    float fastest = INFINITY;
-    for (int i = 0; i < c->lt + c->owns + c->skinny; i++)
-        if (ms[i] < fastest) fastest = ms[i];
-    if (fastest == INFINITY) return -1;
-    int order[HEURISTIC_RESULTS + OWN_CONFIGS + 1], count = 0;
-    if (c->skinny) order[count++] = c->lt + c->owns;
-    order[count++] = c->lt + c->rule_own;
-    for (int o = 0; o < c->owns; o++)
-        if (o != c->rule_own) order[count++] = c->lt + o;
-    for (int i = 0; i < c->lt; i++) order[count++] = i;
-    for (int k = 0; k < count; k++)
-        if (ms[order[k]] <= fastest * (1.0f + TIE)) return order[k];
-    return -1;
-}
-
-/* Times the candidates (scratch and events made and freed here) and returns the fastest in
- * *best, or -1 when none ran. */
-static bn_status fastest(const dense_gpu *g, const dense_plan *p, const bn_ctx *ctx, const gemm_args *ga,
-                         size_t out_bytes, int n, int m, const candidates *c, int *best)
-{
-    *best = -1;
-    void *scratch = NULL;
-    size_t bytes = out_bytes + (size_t)m * sizeof(float);
-    BN_TRY(bn_device_alloc(&scratch, bytes));
-    void *start = NULL, *stop = NULL;
-    float ms[HEURISTIC_RESULTS + OWN_CONFIGS + 1];
-    bn_status st = bn_device_zero(scratch, bytes);
-    if (st == BN_OK) st = bn_event_create(&start);
-    if (st == BN_OK) st = bn_event_create(&stop);
-    if (st == BN_OK)
-        st = time_candidates(g, p, ctx, ga, c, (float *)scratch, (float *)scratch + out_bytes / sizeof(float), n, m,
-                             (cudaEvent_t)start, (cudaEvent_t)stop, ms);
-    bn_event_destroy(start);
-    bn_event_destroy(stop);
-    bn_device_free(scratch); /* after the last timed launch: cudaFree waits for the device */
-    BN_TRY(st);
-    *best = within_tie(c, ms);
-    return BN_OK;
-}
-
-/* Takes cuBLASLt result `pick` of r (or the cublasSgemm fallback when there is none) and
- * reserves the workspace it needs. */
-static bn_status take_lt(dense_plan *p, bn_ctx *ctx, const cublasLtMatmulHeuristicResult_t *r, int got, int pick)
-{
-    if (got == 0) {
-        p->use_lt = 0;
-        return BN_OK;
-    }
-    BN_TRY(bn_ctx_reserve_workspace(ctx, r[pick].workspaceSize));
-    p->use_lt = 1;
-    p->algo = r[pick].algo;
-    p->workspace = r[pick].workspaceSize;
-    return BN_OK;
-}
-
-/* The layer shapes (inputs, outputs) at which the rule was measured against the timed choice,
- * in whole training steps: LeNet's ip1 and ip2 at batches 64 and 256 (docs/performance.md,
- * versions 14-24: by timing, cuBLASLt products for ip1 kept its two gradients from overlapping
- * on the side stream, which only blobnet's kernels do, and LeNet's epoch was the slower). */
-static const struct {
-    int inputs, outputs;
-} rule_measured[] = {{800, 500}, {500, 10}};
-
-/* How the products of a layer of k inputs and m outputs are chosen (bn_kernel_choice). */
-static int choice_mode(const bn_ctx *ctx, int k, int m)
-{
-    int measured = 0;
-    for (size_t i = 0; i < sizeof rule_measured / sizeof rule_measured[0]; i++)
-        measured = measured || (rule_measured[i].inputs == k && rule_measured[i].outputs == m);
-    return bn_kernel_choice(ctx, measured);
-}
-
-/* The own_gemm configuration the rule takes for product `kind` (batch n, k inputs, m outputs). */
-static int own_rule(const dense_gpu *g, int kind, int n, int k, int m)
-{
-    return bn_dense_own_rule(kind, n, k, m, g->sms, g->tensor_ok);
-}
-
-/* own_gemm in configuration cfg for the plan's product, as the timing tries it. */
-static own_plan own_candidate(const dense_gpu *g, const dense_plan *p, int k, int m, int cfg)
-{
-    own_plan o = bn_dense_own_layout(p->kind, p->n, k, m, cfg, g->sms, 0, 0);
-    o.one_product = p->tf32;
-    return o;
-}
-
-/* The kernel cache's key for the plan: the device's scope, the product and its operands'
- * alignments, which the heuristic results depend on. */
-static bn_status cache_key(const bn_ctx *ctx, const dense_plan *p, int k, int m, char *key, size_t cap)
-{
-    char scope[256];
-    BN_TRY(bn_kernel_cache_scope(ctx, scope, sizeof scope));
-    static const char *const kinds[] = {"fwd", "dw", "dx"};
-    int w = snprintf(key, cap, "%s dense %s n%d k%d m%d align%u,%u,%u,%u%s", scope, kinds[p->kind], p->n, k, m,
-                     p->align[OPND_A], p->align[OPND_B], p->align[OPND_D], p->align[OPND_BIAS], p->tf32 ? " tf32" : "");
-    if (w < 0 || (size_t)w >= cap) return bn_error(BN_ERR_INTERNAL, "dense: no room for a kernel cache key");
-    return BN_OK;
-}
-
-/* The cache's choice for the plan, if it has one that can run (*hit): "skinny" (the few-outputs
- * kernels), "own C" (own_gemm in configuration C), "lt I" (the I-th of the `got` heuristic
- * results r) or "sgemm" (no heuristic result). One that cannot be read is an error naming the
- * cache file. */
-static bn_status from_cache(const dense_gpu *g, dense_plan *p, bn_ctx *ctx, const char *key, int k, int m,
-                            bool skinny, const cublasLtMatmulHeuristicResult_t *r, int got, bool *hit)
-{
-    *hit = false;
-    char choice[BN_KERNEL_CHOICE_MAX];
-    int found = 0, index = -1, used = 0;
-    BN_TRY(bn_kernel_cache_get(key, choice, sizeof choice, &found));
-    if (!found) return BN_OK;
-    const int count = got < TIMED_RESULTS ? got : TIMED_RESULTS, owns = g->tensor_ok ? OWN_CONFIGS : OWN_TC64;
-    if (strcmp(choice, "skinny") == 0) {
-        p->skinny = *hit = skinny;
-        return BN_OK;
-    }
-    if (strcmp(choice, "sgemm") == 0) {
-        *hit = got == 0;
-        return *hit ? take_lt(p, ctx, r, 0, 0) : BN_OK;
-    }
-    if (sscanf(choice, "own %d%n", &index, &used) == 1 && !choice[used]) {
-        if (index < 0 || index >= owns) return BN_OK;
-        p->ow = own_candidate(g, p, k, m, index);
-        BN_TRY(bn_dense_own_alloc(&p->ow));
-        p->own = *hit = true;
-        return BN_OK;
-    }
-    if (sscanf(choice, "lt %d%n", &index, &used) == 1 && !choice[used]) {
-        *hit = index >= 0 && index < count;
-        return *hit ? take_lt(p, ctx, r, got, index) : BN_OK;
-    }
-    return bn_error(BN_ERR_DATA, "kernel cache %s: cannot read the choice '%s' of a dense product; delete the file to "
-                    "time again", bn_kernel_cache_path(), choice);
-}
-
-/* Keeps the timed choice (candidate `pick` of `count` cuBLASLt results, `owns` own_gemm
- * configurations and the few-outputs kernels; -1 when none ran) under key, as from_cache reads
- * it. */
-static bn_status remember(const char *key, int pick, int count, int owns, int got)
-{
-    char choice[32];
-    if (pick == count + owns) snprintf(choice, sizeof choice, "skinny");
-    else if (pick >= count) snprintf(choice, sizeof choice, "own %d", pick - count);
-    else if (pick >= 0) snprintf(choice, sizeof choice, "lt %d", pick);
-    else if (got == 0) snprintf(choice, sizeof choice, "sgemm");
-    else return BN_OK;
-    return bn_kernel_cache_put(key, choice);
-}
-
-/* Chooses how a described plan runs (n = p->n, inputs k, outputs m):
- * - forced (bn_dense_gpu_force_own) or by the rule (p->mode): the few-outputs kernels where they
- *   fit (by the rule, or forced to OWN_SKINNY), else own_gemm, its configuration and inner
- *   ranges by a fixed rule (bn_dense_own_rule, bn_dense_own_layout) from the shape and the SM
- *   count, never by timing; a plan made during capture takes one inner range (it cannot
- *   allocate);
- * - during capture (not `measure`): the first usable heuristic result;
- * - from the kernel cache, when the plan's mode takes it and the cache has a choice;
- * - otherwise the fastest of the first TIMED_RESULTS cuBLASLt heuristic results (which fit
- *   `limit` bytes of workspace), own_gemm in each configuration and the few-outputs kernels
- *   where they fit, kept in the cache.
- * Reserves the workspace the chosen cuBLASLt algorithm needs. */
-static bn_status choose(const dense_gpu *g, dense_plan *p, bn_ctx *ctx, const gemm_args *ga, int k, int m,
-                        size_t out_bytes, size_t limit, int measure, int capturing)
-{
-    int n = p->n;
-    const bool skinny = bn_dense_skinny_fits(p->kind, n, k, m), by_rule = p->mode == BN_CHOOSE_RULE;
-    /* The few-outputs kernels when forced, and by the rule wherever they fit. */
-    if (skinny && (p->forced_cfg == OWN_SKINNY || (p->forced_cfg < 0 && by_rule))) {
-        p->skinny = 1;
-        return BN_OK;
-    }
-    if (p->forced_cfg >= 0 || by_rule) {
-        int cfg = p->forced_cfg == OWN_SKINNY ? OWN_FMA32
-                  : p->forced_cfg >= 0       ? p->forced_cfg
-                                             : own_rule(g, p->kind, n, k, m);
-        if ((cfg == OWN_TC64 || cfg == OWN_TC32) && !g->tensor_ok) cfg = cfg == OWN_TC64 ? OWN_FMA64 : OWN_FMA32;
-        p->ow = bn_dense_own_layout(p->kind, n, k, m, cfg, g->sms, p->forced_cfg >= 0 ? p->forced_splits : 0,
-                                    capturing);
-        p->ow.one_product = p->tf32;
-        BN_TRY(bn_dense_own_alloc(&p->ow));
-        p->own = 1;
-        return BN_OK;
-    }
-    cublasLtMatmulHeuristicResult_t r[HEURISTIC_RESULTS];
-    int got = 0;
-    BN_TRY(heuristics(g, p, limit, r, &got));
-    if (!measure) return take_lt(p, ctx, r, got, 0);
-    char key[BN_KERNEL_KEY_MAX];
-    BN_TRY(cache_key(ctx, p, k, m, key, sizeof key));
-    if (p->mode == BN_CHOOSE_CACHED) {
-        bool hit = false;
-        BN_TRY(from_cache(g, p, ctx, key, k, m, skinny, r, got, &hit));
-        if (hit) return BN_OK;
-    }
-    int count = got < TIMED_RESULTS ? got : TIMED_RESULTS;
-    size_t need = 0;
-    for (int i = 0; i < count; i++)
-        if (r[i].workspaceSize > need) need = r[i].workspaceSize;
-    BN_TRY(bn_ctx_reserve_workspace(ctx, need));
-    own_plan own[OWN_CONFIGS] = {};
-    bn_status st = BN_OK;
-    const int owns = g->tensor_ok ? OWN_CONFIGS : OWN_TC64;
-    for (int c = 0; c < owns && st == BN_OK; c++) {
-        own[c] = own_candidate(g, p, k, m, c);
-        st = bn_dense_own_alloc(&own[c]);
-    }
-    candidates cand = {r, count, own, owns, skinny ? 1 : 0, k, own_rule(g, p->kind, n, k, m)};
-    int pick = -1;
-    if (st == BN_OK) st = fastest(g, p, ctx, ga, out_bytes, n, m, &cand, &pick);
-    for (int c = 0; c < owns; c++)
-        if (st != BN_OK || pick != count + c) bn_dense_own_free(&own[c]);
-    BN_TRY(st);
-    BN_TRY(remember(key, pick, count, owns, got));
-    if (pick == count + owns) {
-        p->skinny = 1;
-        return BN_OK;
-    }
-    if (pick >= count) {
-        p->ow = own[pick - count];
-        p->own = 1;
-        return BN_OK;
-    }
-    /* A cuBLASLt result, or none ran while timed: the first (the call reports why). */
-    return take_lt(p, ctx, r, got, pick < 0 ? 0 : pick);
-}
-
-/* Whether plan p serves the product now: forced_cfg and forced_splits are bn_dense_own_forced's,
- * mode the layer's choice_mode. */
-static bool plan_fits(const dense_plan *p, int kind, int n, const bn_ctx *ctx, int mode, const unsigned *align,
-                      int forced_cfg, int forced_splits)
-{
-    if (p->kind != kind || p->n != n || p->tf32 != (ctx->tf32 != 0) || p->mode != mode) return false;
-    if (p->forced_cfg != forced_cfg || p->forced_splits != forced_splits) return false;
-    for (int i = 0; i < OPNDS; i++)
-        if (align[i] < p->align[i]) return false;
-    return true;
-}
-
-/* Makes a plan for the product: descriptors, then the algorithm. */
-static bn_status make_plan(bn_layer *l, dense_gpu *g, bn_ctx *ctx, dense_plan *p, const gemm_args *ga)
-{
-    const dense_priv *dp = (const dense_priv *)l->priv;
-    int k = dp->inputs, m = dp->outputs;
-    BN_TRY(describe(p, k, m, ga->bias));
-    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-    BN_CUDA(cudaStreamIsCapturing((cudaStream_t)ctx->stream, &cap));
-    int capturing = cap != cudaStreamCaptureStatusNone;
-    /* Up to WORKSPACE_LIMIT (see the top of the file), the same for every batch size, so that
-     * a choice does not depend on what other layers reserved. */
-    size_t limit = WORKSPACE_LIMIT;
-    if (capturing && ctx->workspace_size < limit) limit = ctx->workspace_size;
-    gemm_shape s = shape_of(p->kind, p->n, k, m);
-    size_t out_bytes = (size_t)s.rows[2] * s.cols[2] * sizeof(float);
-    return choose(g, p, ctx, ga, k, m, out_bytes, limit, !capturing, capturing);
-}
-
-/* The GPU state and the plan for this product at the current batch size and pointers, made on
- * first use. */
-static bn_status prepare(bn_layer *l, bn_ctx *ctx, int kind, const gemm_args *ga, dense_gpu **gpu,
-                         dense_plan **plan)
-{
-    dense_priv *dp = (dense_priv *)l->priv;
-    if (!dp->gpu) {
-        dp->gpu = (dense_gpu *)calloc(1, sizeof *dp->gpu);
-        if (!dp->gpu) return bn_error(BN_ERR_NOMEM, "layer %s: out of host memory", l->name);
-        cublasLtHandle_t h = NULL;
-        cublasStatus_t s = cublasLtCreate(&h);
-        if (s != CUBLAS_STATUS_SUCCESS) {
-            bn_dense_gpu_release(dp);
-            BN_CUBLAS(s);
-        }
-        dp->gpu->lt = h;
-        if (cudaEventCreateWithFlags(&dp->gpu->fork, cudaEventDisableTiming) != cudaSuccess ||
-            cudaEventCreateWithFlags(&dp->gpu->join, cudaEventDisableTiming) != cudaSuccess) {
-            bn_dense_gpu_release(dp);
-            BN_CUDA(cudaGetLastError());
-        }
-        int sms = 0;
-        if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ctx->device) != cudaSuccess || sms < 1) {
-            cudaGetLastError();
-            sms = 1;
-        }
-        dp->gpu->sms = sms;
-        int major = 0;
-        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ctx->device) != cudaSuccess) {
-            cudaGetLastError();
-            major = 0;
-        }
-        dp->gpu->tensor_ok = major >= 8;
-    }
-    dense_gpu *g = dp->gpu;
-    *gpu = g;
-    int n = l->in->n;
-    unsigned align[OPNDS] = {align_of(ga->a), align_of(ga->b), align_of(ga->d), align_of(ga->bias)};
-    int forced_cfg = -1, forced_splits = 0;
-    bn_dense_own_forced(&forced_cfg, &forced_splits);
-    const int mode = choice_mode(ctx, dp->inputs, dp->outputs);
-    for (int i = 0; i < g->num_plans; i++)
-        if (plan_fits(g->plans[i], kind, n, ctx, mode, align, forced_cfg, forced_splits)) {
-            *plan = g->plans[i];
-            return BN_OK;
-        }
-    dense_plan *p = (dense_plan *)calloc(1, sizeof *p);
-    if (!p) return bn_error(BN_ERR_NOMEM, "layer %s: out of host memory", l->name);
-    p->kind = kind;
-    p->n = n;
-    p->tf32 = ctx->tf32 != 0;
-    p->mode = mode;
-    p->forced_cfg = forced_cfg;
-    p->forced_splits = forced_splits;
-    for (int i = 0; i < OPNDS; i++) p->align[i] = align[i];
-    bn_status s = make_plan(l, g, ctx, p, ga);
-    dense_plan **grown = s == BN_OK ? (dense_plan **)realloc(g->plans, (size_t)(g->num_plans + 1) * sizeof *grown)
-                                    : NULL;
-    if (s == BN_OK && !grown) s = bn_error(BN_ERR_NOMEM, "layer %s: out of host memory", l->name);
-    if (s != BN_OK) {
-        plan_free(p);
-        return s;
-    }
-    g->plans = grown;
-    g->plans[g->num_plans++] = p;
-    *plan = p;
-    return BN_OK;
-}
-
-/* ---- the cublasSgemm fallback ---- */
-
-/* FP32 FMA unless the context allows TF32 tensor cores. The handle is shared, so the mode is
- * set before every use rather than once. */
-static bn_status blas_for(const bn_ctx *ctx, cublasHandle_t *h)
-{
-    *h = (cublasHandle_t)ctx->cublas;
-    BN_CUBLAS(cublasSetMathMode(*h, ctx->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
-    return BN_OK;
-}
-
-/* The product through cublasSgemm, with the operands as shape_of describes them. */
-static bn_status run_sgemm(const bn_ctx *ctx, int kind, int n, int k, int m, const gemm_args *ga)
-{
-    cublasHandle_t h = NULL;
-    BN_TRY(blas_for(ctx, &h));
-    gemm_shape s = shape_of(kind, n, k, m);
-    /* op(A) is (rows of D) x inner, op(B) inner x (cols of D) */
-    int rows = (int)s.rows[2], cols = (int)s.cols[2];
-    int inner = kind == GEMM_FWD ? k : kind == GEMM_DW ? n : m;
-    const float one = 1.0f;
-    BN_CUBLAS(cublasSgemm(h, s.ta, s.tb, rows, cols, inner, &one, ga->a, (int)s.rows[0], ga->b, (int)s.rows[1],
-                          &ga->beta, ga->d, (int)s.rows[2]));
-    return BN_OK;
-}
-
-/* Runs one product through its plan (or the fallback). *fused (DW, may be NULL) is set to 1
- * when the bias gradient ga->db was added too. A fused ReLU (ga->relu) goes into the epilogue of
- * blobnet's kernels; cuBLAS's have none, so *relu_done (may be NULL) says whether it ran. */
-static bn_status gemm(bn_layer *l, bn_ctx *ctx, int kind, const gemm_args *ga, int *fused, int *relu_done)
-{
-    const dense_priv *dp = (const dense_priv *)l->priv;
-    dense_gpu *g = NULL;
-    dense_plan *p = NULL;
-    if (fused) *fused = 0;
-    BN_TRY(prepare(l, ctx, kind, ga, &g, &p));
-    if (relu_done) *relu_done = p->skinny || p->own;
-    int n = l->in->n, k = dp->inputs, m = dp->outputs;
-    if (p->skinny)
-        return bn_dense_run_skinny(kind, (cudaStream_t)ctx->stream, ga->a, ga->b, ga->d, ga->bias, n, k, m, ga->relu);
-    if (p->own) {
-        float *db = kind == GEMM_DW ? ga->db : NULL;
-        BN_TRY(bn_dense_run_own(&p->ow, kind, ctx, ga->b, ga->a, ga->d, ga->bias, db, ga->relu));
-        if (fused) *fused = db != NULL;
-        return BN_OK;
-    }
-    if (!p->use_lt) {
-        if (kind == GEMM_FWD) { /* seed the bias, then accumulate onto it */
-            size_t total = (size_t)n * m;
-            seed_bias<<<grid_for(total), 256, 0, (cudaStream_t)ctx->stream>>>(ga->d, ga->bias, total, m);
-            BN_CUDA_LAUNCH();
-            gemm_args acc = *ga;
-            acc.beta = 1.0f;
-            return run_sgemm(ctx, kind, n, k, m, &acc);
-        }
-        return run_sgemm(ctx, kind, n, k, m, ga);
-    }
-    if (kind == GEMM_FWD)
-        BN_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ga->bias,
-                                                 sizeof ga->bias));
-    BN_CUBLAS(run_lt(g, p, ctx, ga->a, ga->b, ga->beta, ga->d, &p->algo));
-    return BN_OK;
-}
 
 extern "C" bn_status bn_dense_forward_gpu(bn_layer *l, const bn_pass *p)
 {
@@ -738,7 +52,7 @@ extern "C" bn_status bn_dense_forward_gpu(bn_layer *l, const bn_pass *p)
         ga.relu.relu_y = relu_y;
     }
     int relu_done = 0;
-    BN_TRY(gemm(l, p->ctx, GEMM_FWD, &ga, NULL, &relu_done));
+    BN_TRY(bn_dense_gemm(l, p->ctx, GEMM_FWD, &ga, NULL, &relu_done));
     /* After a cuBLAS product the ReLU layer runs its own pass on what it wrote. */
     if (d->relu_after && !relu_done) return d->relu_after->ops->forward_gpu(d->relu_after, p);
     return BN_OK;
@@ -750,6 +64,29 @@ static bn_status run_dx(const dense_plan *px, const bn_ctx *ctx, const gemm_args
     if (px->skinny)
         return bn_dense_run_skinny(GEMM_DX, (cudaStream_t)ctx->stream, gx->a, gx->b, gx->d, NULL, n, k, m, gx->relu);
     return bn_dense_run_own(&px->ow, GEMM_DX, ctx, gx->b, gx->a, gx->d, gx->bias, NULL, gx->relu);
+}
+
+/* The two gradients for bn_overlap_run: dW and db by own_gemm on the side stream, dX by an own
+ * plan on the stream. */
+typedef struct gradients {
+    const dense_plan *pw, *px;
+    const bn_ctx *ctx;
+    const gemm_args *gw, *gx;
+    float *db;
+    int n, k, m;
+} gradients;
+
+static bn_status dw_beside(void *env, void *side)
+{
+    const gradients *t = (const gradients *)env;
+    return bn_dense_run_own_on(&t->pw->ow, GEMM_DW, (cudaStream_t)side, t->gw->b, t->gw->a, t->gw->d, t->gw->bias,
+                               t->db, NO_RELU);
+}
+
+static bn_status dx_here(void *env)
+{
+    const gradients *t = (const gradients *)env;
+    return run_dx(t->px, t->ctx, t->gx, t->n, t->k, t->m);
 }
 
 extern "C" bn_status bn_dense_backward_gpu(bn_layer *l, const bn_pass *p)
@@ -784,25 +121,16 @@ extern "C" bn_status bn_dense_backward_gpu(bn_layer *l, const bn_pass *p)
         gemm_args gx = {w, dy, dx, NULL, 0.0f, NULL, rx};
         dense_gpu *g = NULL;
         dense_plan *pw = NULL, *px = NULL;
-        BN_TRY(prepare(l, p->ctx, GEMM_DW, &gw, &g, &pw));
-        if (!dx_done) BN_TRY(prepare(l, p->ctx, GEMM_DX, &gx, &g, &px));
+        BN_TRY(bn_dense_prepare(l, p->ctx, GEMM_DW, &gw, &g, &pw));
+        if (!dx_done) BN_TRY(bn_dense_prepare(l, p->ctx, GEMM_DX, &gx, &g, &px));
         if (pw->own && (dx_done || px->own || px->skinny)) {
-            cudaStream_t main_stream = (cudaStream_t)p->ctx->stream, side = (cudaStream_t)p->ctx->side_stream;
-            BN_CUDA(cudaEventRecord(g->fork, main_stream));
-            BN_CUDA(cudaStreamWaitEvent(side, g->fork, 0));
-            BN_TRY(bn_dense_run_own_on(&pw->ow, GEMM_DW, side, gw.b, gw.a, gw.d, gw.bias, db, NO_RELU));
-            if (p->defer_joins) {
-                bn_ctx_defer_side(p->ctx);
-                return dx_done ? BN_OK : run_dx(px, p->ctx, &gx, n, d->inputs, m);
-            }
-            BN_CUDA(cudaEventRecord(g->join, side));
-            if (!dx_done) BN_TRY(run_dx(px, p->ctx, &gx, n, d->inputs, m));
-            BN_CUDA(cudaStreamWaitEvent(main_stream, g->join, 0));
-            return BN_OK;
+            const gradients both = {pw, px, p->ctx, &gw, &gx, db, n, d->inputs, m};
+            return bn_overlap_run(p->ctx, &g->side, p->defer_joins, dw_beside, dx_done ? NULL : dx_here,
+                                  (void *)&both);
         }
     }
     int fused = 0;
-    BN_TRY(gemm(l, p->ctx, GEMM_DW, &gw, &fused, NULL));
+    BN_TRY(bn_dense_gemm(l, p->ctx, GEMM_DW, &gw, &fused, NULL));
     if (!fused) { /* db += column sums of dY, unless own_gemm added them with dW */
         dim3 threads(BIAS_COLS, BIAS_ROWS);
         bias_grad<<<(m + BIAS_COLS - 1) / BIAS_COLS, threads, 0, (cudaStream_t)p->ctx->stream>>>(dy, n, m, db);
@@ -812,7 +140,7 @@ extern "C" bn_status bn_dense_backward_gpu(bn_layer *l, const bn_pass *p)
         BN_DEV_WR(dx, l->in_grad);
         gemm_args gx = {w, dy, dx, NULL, 0.0f, NULL, rx};
         int relu_done = 0;
-        BN_TRY(gemm(l, p->ctx, GEMM_DX, &gx, NULL, &relu_done));
+        BN_TRY(bn_dense_gemm(l, p->ctx, GEMM_DX, &gx, NULL, &relu_done));
         /* After a cuBLAS product the ReLU layer runs its own pass on the gradient written. */
         if (d->relu_before && !relu_done) return d->relu_before->ops->backward_gpu(d->relu_before, p);
     }
@@ -834,23 +162,4 @@ extern "C" int bn_dense_fuse_next(bn_layer *l, bn_layer *next)
     d->loss_after = next;
     d->dx_written = 0;
     return BN_FUSED_FORWARD;
-}
-
-extern "C" void bn_dense_gpu_describe(const bn_layer *l, char *buf, size_t cap)
-{
-    static const char *const products[] = {"fwd", "dW", "dX"};
-    static const char *const owns[OWN_CONFIGS] = {"blobnet fma64", "blobnet fma32", "blobnet tc64", "blobnet tc32"};
-    const dense_gpu *g = ((const dense_priv *)l->priv)->gpu;
-    size_t len = 0;
-    if (cap) buf[0] = '\0';
-    for (int i = 0; g && i < g->num_plans && len < cap; i++) {
-        const dense_plan *p = g->plans[i];
-        const char *runner = p->skinny ? "blobnet skinny"
-                             : p->own  ? owns[p->ow.cfg]
-                             : p->use_lt ? "cublasLt"
-                                         : "cublas sgemm";
-        int w = snprintf(buf + len, cap - len, "%sn=%d %s: %s", i ? "; " : "", p->n, products[p->kind], runner);
-        if (w < 0) break;
-        len += (size_t)w;
-    }
 }

@@ -1,6 +1,7 @@
-/* dense.h - the dense layer's private state, shared by dense.c (setup, CPU path) and
- * dense.cu (GPU path), and its GPU entry points (dense.cu; the test hook in dense_gemm.cu). The
- * GPU path keeps its cuBLASLt handle and the GEMM algorithms it chose (per batch size) in `gpu`. */
+/* dense.h - the dense layer's private state, shared by dense.c (setup, CPU path) and the GPU
+ * path (dense.cu, dense_plan.cu), and its GPU entry points (dense.cu and dense_plan.cu; the test
+ * hook in dense_gemm.cu). The GPU path keeps its cuBLASLt handle and the GEMM algorithms it chose
+ * (per batch size) in `gpu`. */
 #ifndef BN_DENSE_H
 #define BN_DENSE_H
 
@@ -10,7 +11,7 @@
 extern "C" {
 #endif
 
-/* The cuBLASLt handle and the chosen GEMM plans; defined in dense.cu. */
+/* The cuBLASLt handle and the chosen GEMM plans; defined in dense_plan.h. */
 typedef struct dense_gpu dense_gpu;
 
 typedef struct dense_priv {

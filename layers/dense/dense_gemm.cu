@@ -6,8 +6,8 @@
  * combined inside the same kernel in a fixed order (per-tile counters the plan owns; no float
  * atomics), so it is deterministic and the fixed rule (bn_ctx_by_rule) can always take them.
  * The dW launch also adds the bias gradient, so no bias_grad launch follows it. Their plans
- * (tiles, inner ranges, counters and partial sums) and that rule are here as well; dense.cu
- * decides when a product runs through one. */
+ * (tiles, inner ranges, counters and partial sums) and that rule are here as well;
+ * dense_plan.cu decides when a product runs through one. */
 #include <stdint.h>
 
 #include <cuda_pipeline.h>
@@ -426,7 +426,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32) own_gemm_tc(own_args p)
 /* ---- own GEMM plans ---- */
 
 /* Forced by bn_dense_gpu_force_own: -1, or the configuration every new plan takes. Kept here,
- * beside the configurations it names; dense.cu reads it through bn_dense_own_forced. */
+ * beside the configurations it names; dense_plan.cu reads it through bn_dense_own_forced. */
 static int force_cfg = -1, force_splits = 0;
 
 extern "C" void bn_dense_gpu_force_own(int config, int splits)

@@ -2,7 +2,7 @@
  * own_gemm (FP32 FMA) and own_gemm_tc (the TF32 tensor cores at FP32 accuracy), the output tiled
  * over the whole GPU and the inner dimension split across blocks, whose partial sums are added in
  * a fixed order. An own_plan fixes how one product is tiled and split and owns the counters and
- * partial sums of its reduction; dense.cu decides when a product runs through one. For .cu
+ * partial sums of its reduction; dense_plan.cu decides when a product runs through one. For .cu
  * files only. */
 #ifndef BN_DENSE_GEMM_H
 #define BN_DENSE_GEMM_H

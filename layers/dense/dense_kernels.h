@@ -1,6 +1,6 @@
 /* dense_kernels.h - the little that the dense layer's GPU files share: the names of its three
- * products and the fused-ReLU epilogue its own kernels take. dense.cu owns the layer's passes
- * and the choice of what runs each product; dense_gemm.cu (dense_gemm.h) owns the split-K GEMM
+ * products and the fused-ReLU epilogue its own kernels take. dense.cu owns the layer's passes,
+ * dense_plan.cu the choice of what runs each product; dense_gemm.cu (dense_gemm.h) owns the split-K GEMM
  * kernels and their plans; dense_skinny.cu (dense_skinny.h) owns the few-outputs kernels. For
  * .cu files only. */
 #ifndef BN_DENSE_KERNELS_H

@@ -1,6 +1,6 @@
 /* dense_skinny.h - the dense layer's few-outputs kernels (dense_skinny.cu): the forward and
  * input-gradient products of a layer with at most SKINNY_M outputs (a classifier's last), where
- * a tiled GEMM has almost nothing to tile. dense.cu decides when they run (by the rule wherever
+ * a tiled GEMM has almost nothing to tile. dense_plan.cu decides when they run (by the rule wherever
  * they fit, else when timed fastest). For .cu files only. */
 #ifndef BN_DENSE_SKINNY_H
 #define BN_DENSE_SKINNY_H

@@ -1,13 +1,16 @@
 /* kernel_cache.h - the kernel choices timed on this machine, kept between runs, so that a layer
  * shape is timed once per device and library versions rather than at every start.
  *
- * A choice is a line of text under a key; the layers that time their kernels (conv2d.cu,
- * dense.cu) build both. A key begins with the scope (bn_kernel_cache_scope): the device, its
- * compute capability and multiprocessors, the CUDA version of its driver, the CUDA runtime, cuDNN
- * and cuBLASLt versions and BN_KERNEL_CACHE_VERSION, so a new driver stack, another GPU or a
- * change to blobnet's kernels finds no old entry and times afresh. Choices live in the process (the first layer of a shape times it, every later one takes
- * its choice) and in a file of lines `KEY<TAB>CHOICE`, read at the first lookup and rewritten
- * whole (through a temporary file renamed over it) at every new choice:
+ * A choice is a line of text under a key; the layers that time their kernels build both, the
+ * key through the chooser (chooser.h: bn_chooser_key), which also reads a choice back and keeps
+ * a new one (bn_chooser_lookup, bn_chooser_keep). A key begins with the scope
+ * (bn_kernel_cache_scope): the device, its compute capability and multiprocessors, the CUDA
+ * version of its driver, the CUDA runtime, cuDNN and cuBLASLt versions and
+ * BN_KERNEL_CACHE_VERSION, so a new driver stack, another GPU or a change to blobnet's kernels
+ * finds no old entry and times afresh. Choices live in the process (the first layer of a shape
+ * times it, every later one takes its choice) and in a file of lines `KEY<TAB>CHOICE`, read at
+ * the first lookup and rewritten whole (through a temporary file renamed over it) at every new
+ * choice:
  *
  *   $BLOBNET_KERNEL_CACHE                       when set; "off" keeps choices in the process only
  *   $XDG_CACHE_HOME/blobnet/kernels.txt         else, when XDG_CACHE_HOME is set
@@ -26,21 +29,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* How a layer chooses the kernels of a plan: by its fixed rule, by timing every candidate, or as
- * the kernel cache says, timing only what the cache lacks. */
-enum { BN_CHOOSE_RULE, BN_CHOOSE_TIMED, BN_CHOOSE_CACHED };
-
-/* The choice for a plan in ctx: the rule in a deterministic context (whose runs must pick the
- * same kernels) and where the layer says its rule was measured (rule_measured: the shape is one
- * the rule's preferences were measured on against the timed choice), timing with --autotune, the
- * cache otherwise. */
-static inline int bn_kernel_choice(const bn_ctx *ctx, int rule_measured)
-{
-    if (ctx->deterministic) return BN_CHOOSE_RULE;
-    if (ctx->autotune) return BN_CHOOSE_TIMED;
-    return rule_measured ? BN_CHOOSE_RULE : BN_CHOOSE_CACHED;
-}
 
 /* Part of every key: raise it whenever a kernel family, a candidate set or the timing changes,
  * so that choices made by an older build are not taken. */

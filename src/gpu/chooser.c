@@ -1,0 +1,146 @@
+/* chooser.c - choosing among a plan's candidates (chooser.h). In C for every build: only the
+ * timing needs a device, and it reaches it through core/device.h's events. */
+#include "chooser.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Candidate k of c's order. */
+static int nth(const bn_candidates *c, int k)
+{
+    return c->order ? c->order[k] : k;
+}
+
+static int order_count(const bn_candidates *c)
+{
+    return c->order ? c->order_count : c->count;
+}
+
+static bool applies(const bn_candidates *c, int i)
+{
+    return !c->applicable || c->applicable[i];
+}
+
+int bn_chooser_rule(const bn_candidates *c)
+{
+    for (int k = 0; k < order_count(c); k++)
+        if (applies(c, nth(c, k))) return nth(c, k);
+    return -1;
+}
+
+bn_status bn_chooser_time_one(const bn_chooser_timing *t, const bn_candidates *c, int i, float *ms)
+{
+    *ms = INFINITY;
+    int ok = 1;
+    bn_status s = BN_OK;
+    for (int w = 0; w < t->warmups && s == BN_OK && ok; w++) s = c->run(c->env, i, 1, &ok);
+    if (s != BN_OK || !ok) return s;
+    void *start = NULL, *end = NULL;
+    s = bn_event_create(&start);
+    if (s == BN_OK) s = bn_event_create(&end);
+    float best = INFINITY;
+    for (int round = 0; round < t->rounds && s == BN_OK && ok; round++) {
+        float total = 0.0f;
+        s = bn_event_record(start);
+        for (int rep = 0; rep < t->reps && s == BN_OK && ok; rep++) s = c->run(c->env, i, 0, &ok);
+        if (s == BN_OK) s = bn_event_record(end);
+        if (s == BN_OK) s = bn_event_elapsed_ms(start, end, &total);
+        if (s == BN_OK && ok && (round == 0 || total / t->reps < best)) best = total / t->reps;
+    }
+    if (start) bn_event_destroy(start);
+    if (end) bn_event_destroy(end);
+    if (s == BN_OK && ok) *ms = best;
+    return s;
+}
+
+int bn_chooser_pick(const bn_candidates *c, const float *ms, float tie)
+{
+    float fastest = INFINITY;
+    for (int i = 0; i < c->count; i++)
+        if (ms[i] < fastest) fastest = ms[i];
+    if (fastest == INFINITY) return -1;
+    for (int k = 0; k < order_count(c); k++)
+        if (ms[nth(c, k)] <= fastest * (1.0f + tie)) return nth(c, k);
+    return -1;
+}
+
+bool bn_chooser_verbose(const char *variable)
+{
+    const char *e = variable ? getenv(variable) : NULL;
+    return e && e[0] && strcmp(e, "0") != 0;
+}
+
+void bn_chooser_say(const char *variable, const char *fmt, ...)
+{
+    if (!bn_chooser_verbose(variable)) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+}
+
+/* The verbose line of a timed choice: each timed candidate's milliseconds, then the one taken. */
+static void report(const bn_chooser *ch, const bn_candidates *c, const float *ms, int pick)
+{
+    if (!c->names || !bn_chooser_verbose(ch->verbose)) return;
+    fprintf(stderr, "%s:", ch->label);
+    for (int i = 0; i < c->count; i++)
+        if (applies(c, i)) fprintf(stderr, " %s %.4f ms", c->names[i], ms[i]);
+    fprintf(stderr, "; takes %s\n", pick >= 0 ? c->names[pick] : "none");
+}
+
+bn_status bn_chooser_timed(const bn_chooser *ch, const bn_candidates *c, float *ms, int *pick)
+{
+    int applicable = 0, only = -1;
+    for (int i = 0; i < c->count; i++) {
+        ms[i] = INFINITY;
+        if (applies(c, i)) {
+            applicable++;
+            only = i;
+        }
+    }
+    *pick = only;
+    if (applicable < 2) return BN_OK;
+    for (int i = 0; i < c->count; i++)
+        if (applies(c, i)) BN_TRY(bn_chooser_time_one(&ch->timing, c, i, &ms[i]));
+    *pick = bn_chooser_pick(c, ms, ch->tie);
+    report(ch, c, ms, *pick);
+    return BN_OK;
+}
+
+bn_status bn_chooser_vkey(const char *scope, char *key, size_t cap, const char *fmt, va_list ap)
+{
+    int w = snprintf(key, cap, "%s ", scope);
+    if (w >= 0 && (size_t)w < cap) {
+        int tail = vsnprintf(key + w, cap - (size_t)w, fmt, ap);
+        w = tail < 0 ? tail : w + tail;
+    }
+    if (w < 0 || (size_t)w >= cap) {
+        if (cap) key[0] = '\0';
+        return bn_error(BN_ERR_INTERNAL, "kernel cache: no room for a key of %zu bytes", cap);
+    }
+    return BN_OK;
+}
+
+bn_status bn_chooser_lookup(const char *key, const char *what, bn_choice_reader read, void *env, int *hit)
+{
+    *hit = 0;
+    if (!key[0]) return BN_OK;
+    char choice[BN_KERNEL_CHOICE_MAX];
+    int found = 0, verdict = BN_CHOICE_STALE;
+    BN_TRY(bn_kernel_cache_get(key, choice, sizeof choice, &found));
+    if (!found) return BN_OK;
+    BN_TRY(read(env, choice, &verdict));
+    if (verdict == BN_CHOICE_UNREADABLE)
+        return bn_error(BN_ERR_DATA, "kernel cache %s: cannot read the choice '%s' of %s; delete the file to time "
+                        "again", bn_kernel_cache_path(), choice, what);
+    *hit = verdict == BN_CHOICE_TAKEN;
+    return BN_OK;
+}
+
+bn_status bn_chooser_keep(const char *key, const char *choice)
+{
+    return key[0] ? bn_kernel_cache_put(key, choice) : BN_OK;
+}

@@ -1,0 +1,142 @@
+/* chooser.h - how a layer chooses among the candidates for a plan (the kernels or library
+ * algorithms that could run one of its products or passes), in one place for every layer that
+ * times its kernels (dense, conv2d, conv2d's BF16 and graph-API paths):
+ *
+ * - the mode: the layer's fixed rule, timing every candidate, or the kernel cache's choice with
+ *   timing only where the cache has none (bn_chooser_mode);
+ * - the candidates: how many, their names, which apply, the rule's order of preference and a
+ *   function that runs one (bn_candidates);
+ * - the timing: warm-up runs, then the least of a few rounds' means (bn_chooser_timing), on
+ *   events of the context stream;
+ * - the tie rule: of the candidates timed within a fraction of the fastest, the first in the
+ *   rule's order (bn_chooser_pick), so that runs of the timing agree where candidates are that
+ *   close and a tie goes where the rule would have gone;
+ * - the kernel cache's key (the device's scope, then the layer's part) and the cached choice,
+ *   read back through the layer, which says whether it can take it (bn_chooser_lookup), and kept
+ *   after timing (bn_chooser_keep);
+ * - the verbose print of a timed choice (bn_chooser_timed, bn_chooser_say).
+ *
+ * The layer keeps what only it knows: its candidates and what running one means, the text of a
+ * choice, and what the rule takes where it differs from "the first that applies". */
+#ifndef BN_CHOOSER_H
+#define BN_CHOOSER_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "core/device.h"
+#include "core/status.h"
+#include "kernel_cache.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* How a layer chooses the kernels of a plan: by its fixed rule, by timing every candidate, or as
+ * the kernel cache says, timing only what the cache lacks. */
+enum { BN_CHOOSE_RULE, BN_CHOOSE_TIMED, BN_CHOOSE_CACHED };
+
+/* The choice for a plan in ctx: the rule in a deterministic context (whose runs must pick the
+ * same kernels) and where the layer says its rule was measured (rule_measured: the shape is one
+ * the rule's preferences were measured on against the timed choice), timing with --autotune, the
+ * cache otherwise. */
+static inline int bn_chooser_mode(const bn_ctx *ctx, int rule_measured)
+{
+    if (ctx->deterministic) return BN_CHOOSE_RULE;
+    if (ctx->autotune) return BN_CHOOSE_TIMED;
+    return rule_measured ? BN_CHOOSE_RULE : BN_CHOOSE_CACHED;
+}
+
+/* The layers' tie: timed candidates within 5% of the fastest count as equally fast. */
+#define BN_CHOOSER_TIE 0.05f
+
+/* Runs candidate i once on the context stream (env: the layer's). *ok = 0 when it could not
+ * run, which leaves it out of the choice; warm = 1 for the untimed warm-up runs (a layer whose
+ * candidates may fail there but not afterwards returns an error for a later failure). A status
+ * other than BN_OK stops the choice. */
+typedef bn_status (*bn_chooser_run)(void *env, int i, int warm, int *ok);
+
+/* A plan's candidates 0 .. count - 1. */
+typedef struct bn_candidates {
+    int count;
+    const char *const *names; /* for the verbose print; NULL: none printed */
+    const bool *applicable;   /* whether each may run here; NULL: all */
+    const int *order;         /* the rule's order of preference, most preferred first: order_count
+                                 candidates; NULL: 0 .. count - 1 */
+    int order_count;
+    bn_chooser_run run;
+    void *env;
+} bn_candidates;
+
+/* How a candidate is timed: `warmups` untimed runs, then `rounds` rounds of `reps` runs between
+ * two events; its time is the least of the rounds' means (the least, because other work on the
+ * device only ever adds time). */
+typedef struct bn_chooser_timing {
+    int warmups, rounds, reps;
+} bn_chooser_timing;
+
+/* How a timed choice is made: the timing, the tie (a fraction of the fastest, BN_CHOOSER_TIE or
+ * 0 for the fastest alone) and the verbose print: when the environment variable `verbose` (may
+ * be NULL) is set and not "0", "<label>: <name> <ms> ms ...; takes <name>" goes to stderr. */
+typedef struct bn_chooser {
+    bn_chooser_timing timing;
+    float tie;
+    const char *verbose;
+    const char *label;
+} bn_chooser;
+
+/* The rule's candidate: the first of c's order that applies; -1 when none does. */
+int bn_chooser_rule(const bn_candidates *c);
+
+/* Candidate i of c timed as t says, in milliseconds per run into *ms; INFINITY when it did not
+ * run (*ok = 0 from c->run). */
+bn_status bn_chooser_time_one(const bn_chooser_timing *t, const bn_candidates *c, int i, float *ms);
+
+/* The tie rule: of the candidates with a time in ms (INFINITY: not timed or did not run), the
+ * first of c's order whose time is within tie of the fastest (ms <= fastest * (1 + tie)); -1
+ * when none ran or none of the order is within. */
+int bn_chooser_pick(const bn_candidates *c, const float *ms, float tie);
+
+/* The timed choice among c: *pick the only candidate that applies, untimed, or of those timed
+ * (ms[i]; INFINITY for the others) the one the tie rule picks, printed when ch says so; -1 when
+ * none applies or none ran. ms holds c->count entries. */
+bn_status bn_chooser_timed(const bn_chooser *ch, const bn_candidates *c, float *ms, int *pick);
+
+/* Whether the environment variable `variable` asks for the verbose print (set and not "0"). */
+bool bn_chooser_verbose(const char *variable);
+
+/* printf to stderr when bn_chooser_verbose(variable): a layer's notes on its candidates. */
+void bn_chooser_say(const char *variable, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Writes the kernel cache key "<scope> <layer's part>" into key (cap bytes), the layer's part
+ * formatted from fmt and ap; an error when it does not fit. scope: bn_kernel_cache_scope's. */
+bn_status bn_chooser_vkey(const char *scope, char *key, size_t cap, const char *fmt, va_list ap);
+
+/* bn_chooser_vkey with the scope of ctx's device (CUDA builds: kernel_scope.cu). */
+bn_status bn_chooser_key(const bn_ctx *ctx, char *key, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* What a layer makes of the choice the cache holds for its plan. */
+enum {
+    BN_CHOICE_TAKEN,     /* the plan runs it */
+    BN_CHOICE_STALE,     /* it cannot here (another set of candidates, a shape it no longer fits) */
+    BN_CHOICE_UNREADABLE /* it is no choice the layer writes */
+};
+
+/* Reads choice into the layer's plan (env) and says which of BN_CHOICE_* it is in *verdict. */
+typedef bn_status (*bn_choice_reader)(void *env, const char *choice, int *verdict);
+
+/* The cache's choice under key, given to read: *hit = 1 when the plan took it. A stale one is
+ * no hit: the plan is timed afresh and its new choice replaces the old (bn_chooser_keep). An
+ * unreadable one is an error naming the cache file, the choice and `what` ("a dense product",
+ * "layer conv1"). An empty key finds nothing. */
+bn_status bn_chooser_lookup(const char *key, const char *what, bn_choice_reader read, void *env, int *hit);
+
+/* Keeps choice under key in the kernel cache (bn_kernel_cache_put); nothing for an empty key. */
+bn_status bn_chooser_keep(const char *key, const char *choice);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,281 @@
+/* test_chooser.c - the chooser (src/gpu/chooser.c) on its own: the mode a context gives, the
+ * rule's first applicable candidate, the tie rule on given timings (5% and the fastest alone),
+ * the key's scope and overflow, a cached choice taken, stale (timed afresh and replaced) or
+ * unreadable (an error naming the file), the verbose switch, the timing's warm-up and lone
+ * candidate without a device, and on a device (skipped without one) the timed choice of runs
+ * whose costs differ and a run that fails after its warm-up. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu/chooser.h"
+#include "testing.h"
+
+BN_TEST(chooser_mode_follows_the_context)
+{
+    bn_ctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    CHECK(bn_chooser_mode(&ctx, 0) == BN_CHOOSE_CACHED);
+    CHECK(bn_chooser_mode(&ctx, 1) == BN_CHOOSE_RULE);
+    ctx.autotune = 1;
+    CHECK(bn_chooser_mode(&ctx, 0) == BN_CHOOSE_TIMED);
+    CHECK(bn_chooser_mode(&ctx, 1) == BN_CHOOSE_TIMED);
+    ctx.deterministic = 1;
+    CHECK(bn_chooser_mode(&ctx, 0) == BN_CHOOSE_RULE);
+    ctx.autotune = 0;
+    CHECK(bn_chooser_mode(&ctx, 0) == BN_CHOOSE_RULE);
+    return BN_PASS;
+}
+
+BN_TEST(chooser_rule_takes_the_first_applicable_in_order)
+{
+    const int order[] = {3, 1, 0, 2};
+    bool applicable[4] = {true, false, true, false};
+    bn_candidates c = {4, NULL, applicable, order, 4, NULL, NULL};
+    CHECK(bn_chooser_rule(&c) == 0);
+    applicable[3] = true;
+    CHECK(bn_chooser_rule(&c) == 3);
+    c.order = NULL;
+    CHECK(bn_chooser_rule(&c) == 0);
+    memset(applicable, 0, sizeof applicable);
+    CHECK(bn_chooser_rule(&c) == -1);
+    return BN_PASS;
+}
+
+BN_TEST(chooser_tie_goes_to_the_preferred_within_the_fraction)
+{
+    /* Candidate 2 is the fastest; 0 is 4% slower, 1 is 6% slower. */
+    const float ms[4] = {1.04f, 1.06f, 1.00f, INFINITY};
+    const int prefer_1[] = {1, 0, 2, 3}, prefer_3[] = {3, 1, 0, 2}, prefer_2[] = {2, 0};
+    bn_candidates c = {4, NULL, NULL, prefer_1, 4, NULL, NULL};
+    CHECK_MSG(bn_chooser_pick(&c, ms, BN_CHOOSER_TIE) == 0, "got %d", bn_chooser_pick(&c, ms, BN_CHOOSER_TIE));
+    CHECK(bn_chooser_pick(&c, ms, 0.10f) == 1);
+    CHECK(bn_chooser_pick(&c, ms, 0.0f) == 2);
+    /* One that did not run (INFINITY) is never taken, wherever it stands in the order. */
+    c.order = prefer_3;
+    CHECK(bn_chooser_pick(&c, ms, BN_CHOOSER_TIE) == 0);
+    /* An order that leaves out every candidate within the tie takes none. */
+    const int only_slow[] = {1};
+    c.order = only_slow;
+    c.order_count = 1;
+    CHECK(bn_chooser_pick(&c, ms, BN_CHOOSER_TIE) == -1);
+    c.order = prefer_2;
+    c.order_count = 2;
+    CHECK(bn_chooser_pick(&c, ms, BN_CHOOSER_TIE) == 2);
+    return BN_PASS;
+}
+
+BN_TEST(chooser_fastest_alone_keeps_the_earlier_of_equal_times)
+{
+    const float ms[4] = {2.0f, 1.5f, 1.5f, 3.0f};
+    bn_candidates c = {4, NULL, NULL, NULL, 0, NULL, NULL};
+    CHECK(bn_chooser_pick(&c, ms, 0.0f) == 1);
+    const int later_first[] = {2, 1, 0, 3};
+    c.order = later_first;
+    c.order_count = 4;
+    CHECK(bn_chooser_pick(&c, ms, 0.0f) == 2);
+    const float none[2] = {INFINITY, INFINITY};
+    bn_candidates two = {2, NULL, NULL, NULL, 0, NULL, NULL};
+    CHECK(bn_chooser_pick(&two, none, BN_CHOOSER_TIE) == -1);
+    return BN_PASS;
+}
+
+/* bn_chooser_vkey through a variadic call, as bn_chooser_key makes it. */
+static bn_status key_of(const char *scope, char *key, size_t cap, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    bn_status s = bn_chooser_vkey(scope, key, cap, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+BN_TEST(chooser_key_is_the_scope_then_the_layers_part)
+{
+    char key[BN_KERNEL_KEY_MAX];
+    CHECK_OK(key_of("GPU sm90 132SM kernels4", key, sizeof key, "dense %s n%d k%d m%d", "fwd", 8, 2304, 24));
+    CHECK_MSG(strcmp(key, "GPU sm90 132SM kernels4 dense fwd n8 k2304 m24") == 0, "%s", key);
+    char small[24];
+    CHECK_ERR(key_of("GPU sm90 132SM kernels4", small, sizeof small, "dense %s", "fwd"), BN_ERR_INTERNAL,
+              "no room");
+    CHECK(small[0] == '\0');
+    CHECK_ERR(key_of("a scope longer than the room", small, sizeof small, "x"), BN_ERR_INTERNAL, "no room");
+    return BN_PASS;
+}
+
+/* A reader that takes "fast", calls "old" stale and cannot read anything else; it counts its
+ * calls and keeps the last choice it took. */
+typedef struct reader_env {
+    int calls;
+    char taken[32];
+} reader_env;
+
+static bn_status read_test_choice(void *env, const char *choice, int *verdict)
+{
+    reader_env *r = (reader_env *)env;
+    r->calls++;
+    if (strcmp(choice, "fast") == 0) {
+        snprintf(r->taken, sizeof r->taken, "%s", choice);
+        *verdict = BN_CHOICE_TAKEN;
+    } else if (strcmp(choice, "old") == 0) {
+        *verdict = BN_CHOICE_STALE;
+    } else {
+        *verdict = BN_CHOICE_UNREADABLE;
+    }
+    return BN_OK;
+}
+
+static int cached_choices(void)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/chooser-cache.txt", bn_test_tmpdir());
+    remove(path);
+    setenv("BLOBNET_KERNEL_CACHE", path, 1);
+    bn_kernel_cache_reset();
+    reader_env r = {0, ""};
+    int hit = -1;
+    /* Nothing kept yet, and an empty key (a plan whose choices are not kept) finds nothing. */
+    CHECK_OK(bn_chooser_lookup("scope layer a", "layer a", read_test_choice, &r, &hit));
+    CHECK(hit == 0 && r.calls == 0);
+    CHECK_OK(bn_chooser_keep("", "fast"));
+    CHECK_OK(bn_chooser_lookup("", "layer a", read_test_choice, &r, &hit));
+    CHECK(hit == 0 && r.calls == 0);
+    /* A choice kept is taken by the next lookup, in this process and from the file. */
+    CHECK_OK(bn_chooser_keep("scope layer a", "fast"));
+    bn_kernel_cache_reset();
+    CHECK_OK(bn_chooser_lookup("scope layer a", "layer a", read_test_choice, &r, &hit));
+    CHECK(hit == 1 && r.calls == 1 && strcmp(r.taken, "fast") == 0);
+    /* A stale one is no hit, and the choice timed afresh replaces it. */
+    CHECK_OK(bn_chooser_keep("scope layer b", "old"));
+    CHECK_OK(bn_chooser_lookup("scope layer b", "layer b", read_test_choice, &r, &hit));
+    CHECK(hit == 0 && r.calls == 2);
+    CHECK_OK(bn_chooser_keep("scope layer b", "fast"));
+    bn_kernel_cache_reset();
+    CHECK_OK(bn_chooser_lookup("scope layer b", "layer b", read_test_choice, &r, &hit));
+    CHECK(hit == 1 && r.calls == 3);
+    /* One the layer cannot read stops the choice, naming the file, the choice and the layer. */
+    CHECK_OK(bn_chooser_keep("scope layer c", "fastest"));
+    hit = -1;
+    CHECK_ERR(bn_chooser_lookup("scope layer c", "layer c", read_test_choice, &r, &hit), BN_ERR_DATA,
+              "cannot read the choice 'fastest' of layer c; delete the file to time again");
+    CHECK_MSG(strstr(bn_last_error(), path) != NULL, "%s", bn_last_error());
+    CHECK(hit == 0);
+    return BN_PASS;
+}
+
+BN_TEST(chooser_cached_choice_is_taken_stale_or_unreadable)
+{
+    const char *old = getenv("BLOBNET_KERNEL_CACHE");
+    char *saved = old ? strdup(old) : NULL;
+    int r = cached_choices();
+    if (saved) setenv("BLOBNET_KERNEL_CACHE", saved, 1);
+    else unsetenv("BLOBNET_KERNEL_CACHE");
+    free(saved);
+    bn_kernel_cache_reset();
+    return r;
+}
+
+BN_TEST(chooser_verbose_reads_its_variable)
+{
+    const char *var = "BLOBNET_CHOOSER_TEST_VERBOSE";
+    unsetenv(var);
+    CHECK(!bn_chooser_verbose(var));
+    CHECK(!bn_chooser_verbose(NULL));
+    setenv(var, "0", 1);
+    CHECK(!bn_chooser_verbose(var));
+    setenv(var, "", 1);
+    CHECK(!bn_chooser_verbose(var));
+    setenv(var, "1", 1);
+    CHECK(bn_chooser_verbose(var));
+    unsetenv(var);
+    return BN_PASS;
+}
+
+/* Candidates for the timing: each run of candidate i counts, fails (at warm-up or after it) as
+ * told, and otherwise spins the device for i's share of work where there is one. */
+typedef struct runs {
+    int calls[4];
+    int fail_warm[4], fail_later[4];
+    float *buf;   /* a MiB of device memory the work zeroes (NULL: no work) */
+    int work[4];  /* times it is zeroed per run */
+} runs;
+
+static bn_status run_test_candidate(void *env, int i, int warm, int *ok)
+{
+    runs *r = (runs *)env;
+    r->calls[i]++;
+    if ((warm && r->fail_warm[i]) || (!warm && r->fail_later[i])) {
+        *ok = 0;
+        return BN_OK;
+    }
+    *ok = 1;
+    for (int m = 0; r->buf && m < r->work[i]; m++) BN_TRY(bn_device_zero(r->buf, (size_t)1 << 20));
+    return BN_OK;
+}
+
+BN_TEST(chooser_warm_up_failure_and_a_lone_candidate_need_no_timing)
+{
+    runs r;
+    memset(&r, 0, sizeof r);
+    r.fail_warm[1] = 1;
+    bn_candidates c = {2, NULL, NULL, NULL, 0, run_test_candidate, &r};
+    const bn_chooser_timing t = {2, 3, 4};
+    float ms = 0.0f;
+    /* A candidate that fails its first warm-up run is left out before any event is made. */
+    CHECK_OK(bn_chooser_time_one(&t, &c, 1, &ms));
+    CHECK(isinf(ms) && r.calls[1] == 1);
+    /* The only candidate that applies is taken without a run. */
+    const bool applicable[2] = {false, true};
+    c.applicable = applicable;
+    const bn_chooser ch = {t, BN_CHOOSER_TIE, NULL, NULL};
+    float all[2] = {0.0f, 0.0f};
+    int pick = -1;
+    CHECK_OK(bn_chooser_timed(&ch, &c, all, &pick));
+    CHECK(pick == 1 && r.calls[0] == 0 && r.calls[1] == 1 && isinf(all[0]) && isinf(all[1]));
+    const bool none[2] = {false, false};
+    c.applicable = none;
+    CHECK_OK(bn_chooser_timed(&ch, &c, all, &pick));
+    CHECK(pick == -1 && r.calls[0] == 0);
+    /* Timing itself needs the device's events. */
+    if (bn_device_count() == 0) {
+        c.applicable = NULL;
+        CHECK_ERR(bn_chooser_time_one(&t, &c, 0, &ms), BN_ERR_DEVICE, "without CUDA");
+        CHECK(r.calls[0] == 2); /* the warm-up runs came first */
+    }
+    return BN_PASS;
+}
+
+static int timed_on_device(void)
+{
+    runs r;
+    memset(&r, 0, sizeof r);
+    CHECK_OK(bn_device_alloc((void **)&r.buf, (size_t)1 << 20));
+    /* Candidate 0 does 8 times the work of 2; 1 fails after its warm-up; 3 fails at it. */
+    r.work[0] = 32, r.work[1] = 1, r.work[2] = 4, r.work[3] = 1;
+    r.fail_later[1] = 1;
+    r.fail_warm[3] = 1;
+    static const char *const names[4] = {"heavy", "flaky", "light", "broken"};
+    const int order[4] = {0, 1, 2, 3};
+    bn_candidates c = {4, names, NULL, order, 4, run_test_candidate, &r};
+    const bn_chooser ch = {{2, 3, 4}, BN_CHOOSER_TIE, NULL, "test"};
+    float ms[4];
+    int pick = -1;
+    bn_status s = bn_chooser_timed(&ch, &c, ms, &pick);
+    bn_device_free(r.buf);
+    CHECK_OK(s);
+    CHECK_MSG(pick == 2, "picked %d: %g %g %g %g ms", pick, ms[0], ms[1], ms[2], ms[3]);
+    CHECK(ms[0] > ms[2] && ms[2] > 0.0f && isinf(ms[1]) && isinf(ms[3]));
+    /* 2 warm-up runs and 3 rounds of 4; the flaky one stops at its first timed run, the broken
+     * one at its first warm-up. */
+    CHECK(r.calls[0] == 14 && r.calls[2] == 14 && r.calls[1] == 3 && r.calls[3] == 1);
+    return BN_PASS;
+}
+
+BN_TEST(gpu_chooser_times_and_picks_the_fastest_that_ran)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx)); /* the events and the work go on its stream */
+    return timed_on_device();
+}
