@@ -12,13 +12,13 @@
 #include <string.h>
 
 #include "conv_argmax.h"
+#include "conv_argmax_limits.h"
 #include "conv_direct.h"
+#include "conv_family.h"
 #include "conv_stage.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/pdl.cuh"
 #include "gpu/smem_opt_in.cuh"
-
-#include "conv_argmax_limits.h"
 
 typedef struct argmax_args {
     bn_argmax_plan s;
@@ -171,4 +171,12 @@ extern "C" bn_status bn_argmax_backward_filter(const bn_argmax_plan *p, void *st
     }
     if (s != BN_OK) return s;
     return bn_direct_finish_filter(stream, workspace, p->spans, p->filters, p->g.c * p->g.k * p->g.k, dw, db);
+}
+
+extern "C" bn_status bn_conv_run_argmax(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass, void *stream,
+                                        const bn_conv_io *io)
+{
+    if (pass != BN_CONV_FILTER) return bn_error(BN_ERR_INTERNAL, "the argmax kernel runs the backward-filter pass only");
+    if (!io->pooled_dy) return bn_error(BN_ERR_INTERNAL, "the argmax backward-filter pass needs dy through a pooling");
+    return bn_argmax_backward_filter(&p->argmax, stream, io->x, io->pooled_dy, io->dw, io->db, io->parts);
 }

@@ -24,6 +24,7 @@
 
 #include "conv_direct.h"
 #include "conv_direct_limits.h"
+#include "conv_family.h"
 #include "gpu/cuda_check.h"
 #include "gpu/pdl.cuh"
 
@@ -456,4 +457,13 @@ extern "C" bn_status bn_direct_finish_filter(void *stream, const float *parts, i
                     filters * taps, dw, db);
     BN_CUDA_LAUNCH();
     return BN_OK;
+}
+
+extern "C" bn_status bn_conv_run_direct(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass, void *stream,
+                                        const bn_conv_io *io)
+{
+    const bn_direct_plan *d = &p->direct;
+    if (pass == BN_CONV_FORWARD) return bn_direct_forward(d, stream, io->x, io->w, io->b, io->y);
+    if (pass == BN_CONV_DATA) return bn_direct_backward_data(d, stream, io->dy, io->w, io->dx);
+    return bn_direct_backward_filter(d, stream, io->x, io->dy, io->dw, io->db, io->parts);
 }

@@ -6,6 +6,8 @@
 
 #include "conv_direct.h"
 #include "conv_direct_limits.h"
+#include "conv_family.h"
+#include "core/layer.h"
 
 /* Shared memory a block may take without opting in: 48 KiB. */
 #define SMEM_FLOATS (48 * 1024 / 4)
@@ -115,3 +117,32 @@ void bn_direct_plan_make(bn_direct_plan *p, const bn_conv_geom *g, int filters, 
     p->workspace = (size_t)splits * filters * (taps + 1) * sizeof(float);
     p->filter_ok = 1;
 }
+
+static void plan(bn_conv_family_plan *p, const bn_conv_shape *s)
+{
+    bn_direct_plan_make(&p->direct, &s->g, s->filters, s->n, s->sms);
+}
+
+static const char *refuses(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass)
+{
+    const int ok[BN_CONV_PASSES] = {p->direct.fwd_ok, p->direct.data_ok, p->direct.filter_ok};
+    if (ok[pass]) return NULL;
+    if (pass == BN_CONV_DATA && s->g.stride != 1) return "its columns do not fit shared memory, and stride > 1";
+    return "shape outside its kernels' limits";
+}
+
+static size_t workspace(const bn_conv_family_plan *p)
+{
+    return p->direct.workspace;
+}
+
+const bn_conv_family bn_conv_family_direct = {
+    .name = "direct",
+    .serves = 1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA | 1u << BN_CONV_FILTER,
+    .offered = 1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA | 1u << BN_CONV_FILTER,
+    .rank = {2, 2, 3},
+    .plan = plan,
+    .refuses = refuses,
+    .workspace = workspace,
+    .run = BN_GPU(bn_conv_run_direct),
+};

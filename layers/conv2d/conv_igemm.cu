@@ -28,6 +28,7 @@
 #include <limits.h>
 #include <string.h>
 
+#include "conv_family.h"
 #include "conv_igemm.h"
 #include "conv_igemm_limits.h"
 #include "gpu/cuda_check.h"
@@ -318,4 +319,15 @@ extern "C" bn_status bn_igemm_backward_filter_parts(const bn_igemm_plan *p, cons
                                                     void *stream, const float *x, const float *dy, float *parts)
 {
     return ig_launch(PASS_FILTER, &p->pass[2], g, filters, n, (cudaStream_t)stream, dy, x, NULL, parts);
+}
+
+extern "C" bn_status bn_conv_run_igemm(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass, void *stream,
+                                       const bn_conv_io *io)
+{
+    const bn_igemm_plan *ig = &p->igemm;
+    if (pass == BN_CONV_FORWARD) return bn_igemm_forward(ig, &s->g, s->filters, s->n, stream, io->x, io->w, io->b, io->y);
+    if (pass == BN_CONV_DATA) return bn_igemm_backward_data(ig, &s->g, s->filters, s->n, stream, io->dy, io->w, io->dx);
+    const bn_igemm_pass *f = &ig->pass[2];
+    BN_TRY(bn_igemm_backward_filter_parts(ig, &s->g, s->filters, s->n, stream, io->x, io->dy, io->parts));
+    return bn_direct_finish_filter(stream, io->parts, f->splits, f->M, f->N, io->dw, io->db);
 }

@@ -5,8 +5,10 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "conv_family.h"
 #include "conv_igemm.h"
 #include "conv_igemm_limits.h"
+#include "core/layer.h"
 
 /* The configuration for a product of M rows and N columns: rows tiles of 32 when M fits them;
  * column tiles of 64 when that still gives at least `blocks` blocks, else 32. */
@@ -58,3 +60,34 @@ void bn_igemm_plan_make(bn_igemm_plan *p, const bn_conv_geom *g, int filters, in
     w->ok = splits <= 65535 && (long long)splits * filters * (w->N + 1) < INT_MAX;
     p->workspace = w->ok ? (size_t)splits * filters * (w->N + 1) * sizeof(float) : 0;
 }
+
+static void plan(bn_conv_family_plan *p, const bn_conv_shape *s)
+{
+    bn_igemm_plan_make(&p->igemm, &s->g, s->filters, s->n, s->sms);
+}
+
+static const char *refuses(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass)
+{
+    if (p->igemm.pass[pass].ok) return NULL;
+    if (pass == BN_CONV_DATA && s->g.stride != 1) return "stride 1 only";
+    return "shape outside its kernels' limits";
+}
+
+static size_t workspace(const bn_conv_family_plan *p)
+{
+    return p->igemm.workspace;
+}
+
+/* The implicit-GEMM forward and data kernels measured 1.7-3.5x slower than the direct ones at
+ * LeNet's sizes (docs/performance.md, version 11): they run when forced (tests) and are not
+ * offered otherwise, which keeps their first-launch and timing cost out of the start-up. */
+const bn_conv_family bn_conv_family_igemm = {
+    .name = "igemm",
+    .serves = 1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA | 1u << BN_CONV_FILTER,
+    .offered = 1u << BN_CONV_FILTER,
+    .rank = {3, 3, 1},
+    .plan = plan,
+    .refuses = refuses,
+    .workspace = workspace,
+    .run = BN_GPU(bn_conv_run_igemm),
+};

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "conv_direct.h"
+#include "conv_family.h"
 #include "conv_rows.h"
 #include "conv_rows_limits.h"
 #include "conv_stage.cuh"
@@ -422,4 +423,13 @@ extern "C" bn_status bn_rows_backward_filter(const bn_rows_plan *p, void *stream
     if (!p->filter_ok) return bn_error(BN_ERR_INTERNAL, "row-tiled convolution cannot run this backward-filter shape");
     BN_TRY(run_filter(p, (cudaStream_t)stream, x, dy, pooled, workspace));
     return bn_direct_finish_filter(stream, workspace, p->filter.spans, p->filters, p->g.c * p->g.k * p->g.k, dw, db);
+}
+
+extern "C" bn_status bn_conv_run_rows(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass, void *stream,
+                                      const bn_conv_io *io)
+{
+    const bn_rows_plan *r = &p->rows;
+    if (pass == BN_CONV_FORWARD) return bn_rows_forward(r, stream, io->x, io->w, io->b, io->y, io->pooled_out);
+    if (pass == BN_CONV_DATA) return bn_rows_backward_data(r, stream, io->dy, io->w, io->dx);
+    return bn_rows_backward_filter(r, stream, io->x, io->dy, io->pooled_dy, io->dw, io->db, io->parts);
 }

@@ -4,8 +4,10 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "conv_family.h"
 #include "conv_rows.h"
 #include "conv_rows_limits.h"
+#include "core/layer.h"
 
 /* Partial sums of the filter pass are kept below this many bytes. */
 #define PARTS_LIMIT ((size_t)2 << 20)
@@ -135,3 +137,45 @@ int bn_rows_pools(const bn_rows_plan *p)
 {
     return p->fwd_ok && p->fwd.pool_smem > 0 && p->g.oh >= 2 && p->g.ow >= 2;
 }
+
+static void plan(bn_conv_family_plan *p, const bn_conv_shape *s)
+{
+    bn_rows_plan_make(&p->rows, &s->g, s->filters, s->n, s->sms);
+}
+
+static const char *refuses(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass)
+{
+    const int ok[BN_CONV_PASSES] = {p->rows.fwd_ok, p->rows.data_ok, p->rows.filter_ok};
+    if (ok[pass]) return NULL;
+    if (s->g.stride != 1) return "stride 1 only";
+    if (!window_ok(s->g.k)) return "windows of 1, 3, 5 or 7 only";
+    return "shape outside its kernels' limits";
+}
+
+static size_t workspace(const bn_conv_family_plan *p)
+{
+    return p->rows.workspace;
+}
+
+static int writes_pooled(const bn_conv_family_plan *p)
+{
+    return bn_rows_pools(&p->rows) != 0;
+}
+
+static int reads_pooled(const bn_conv_family_plan *p, int pass)
+{
+    return pass == BN_CONV_FILTER && p->rows.filter_ok;
+}
+
+const bn_conv_family bn_conv_family_rows = {
+    .name = "rows",
+    .serves = 1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA | 1u << BN_CONV_FILTER,
+    .offered = 1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA | 1u << BN_CONV_FILTER,
+    .rank = {1, 1, 0},
+    .plan = plan,
+    .refuses = refuses,
+    .workspace = workspace,
+    .writes_pooled = writes_pooled,
+    .reads_pooled = reads_pooled,
+    .run = BN_GPU(bn_conv_run_rows),
+};

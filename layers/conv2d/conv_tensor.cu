@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "conv_direct.h"
+#include "conv_family.h"
 #include "conv_stage.cuh"
 #include "conv_tensor.h"
 #include "conv_tensor_limits.h"
@@ -614,4 +615,13 @@ extern "C" bn_status bn_tensor_backward_filter(const bn_tensor_plan *p, void *st
     if (s != BN_OK) return s;
     const bn_conv_geom *g = &p->g;
     return bn_direct_finish_filter(stream, workspace, p->filter.spans, p->filters, g->c * g->k * g->k, dw, db);
+}
+
+extern "C" bn_status bn_conv_run_tensor(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass, void *stream,
+                                        const bn_conv_io *io)
+{
+    const bn_tensor_plan *t = &p->tensor;
+    if (pass == BN_CONV_FORWARD) return bn_tensor_forward(t, stream, io->x, io->w, io->b, io->y, io->pooled_out);
+    if (pass == BN_CONV_DATA) return bn_tensor_backward_data(t, stream, io->dy, io->pooled_dy, io->w, io->dx);
+    return bn_tensor_backward_filter(t, stream, io->x, io->dy, io->pooled_dy, io->dw, io->db, io->parts);
 }

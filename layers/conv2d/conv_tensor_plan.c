@@ -3,8 +3,10 @@
  * so that a build without CUDA can say where the family applies. */
 #include <string.h>
 
+#include "conv_family.h"
 #include "conv_tensor.h"
 #include "conv_tensor_limits.h"
+#include "core/layer.h"
 
 static int round4i(int v)
 {
@@ -170,3 +172,58 @@ int bn_tensor_pooled_fits(const bn_tensor_plan *p, int pass)
     if (pass == 1) return p->data_ok && launch_smem(p->data.smem, &p->g, p->filters, true) <= TENSOR_SMEM;
     return p->filter_ok && launch_smem(p->filter.smem, &p->g, p->filters, true) <= TENSOR_SMEM;
 }
+
+static void plan(bn_conv_family_plan *p, const bn_conv_shape *s)
+{
+    bn_tensor_plan_make(&p->tensor, &s->g, s->filters, s->n, s->sms, s->tf32);
+}
+
+static const char *refuses(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass)
+{
+    const int ok[BN_CONV_PASSES] = {p->tensor.fwd_ok, p->tensor.data_ok, p->tensor.filter_ok};
+    if (ok[pass]) return NULL;
+    if (pass == BN_CONV_DATA && s->g.stride != 1) return "stride 1 only";
+    if (pass != BN_CONV_DATA && s->filters > 64) return "at most 64 filters";
+    return "shape outside its kernels' limits";
+}
+
+static size_t workspace(const bn_conv_family_plan *p)
+{
+    return p->tensor.workspace;
+}
+
+static int writes_pooled(const bn_conv_family_plan *p)
+{
+    return p->tensor.fwd_ok && p->tensor.fwd.pools;
+}
+
+static int reads_pooled(const bn_conv_family_plan *p, int pass)
+{
+    return bn_tensor_pooled_fits(&p->tensor, pass);
+}
+
+/* The fewest filters for which the rule gives a large batch's filter pass to the tensor cores. */
+#define TENSOR_FILTER_MIN 32
+
+/* A layer of at least TENSOR_FILTER_MIN filters takes the tensor cores for its filter pass when
+ * the batch holds at least one image per multiprocessor (LeNet's conv2 at batch 256: its row
+ * tiles, beside the data pass and conv1's filter pass, made the step 18 us longer; at batch 64
+ * they are the faster). */
+static int rule_claim(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass)
+{
+    return pass == BN_CONV_FILTER && s->n >= s->sms && s->filters >= TENSOR_FILTER_MIN;
+}
+
+const bn_conv_family bn_conv_family_tensor = {
+    .name = "tensor",
+    .serves = 1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA | 1u << BN_CONV_FILTER,
+    .offered = 1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA | 1u << BN_CONV_FILTER,
+    .rank = {0, 0, 2},
+    .plan = plan,
+    .refuses = refuses,
+    .workspace = workspace,
+    .writes_pooled = writes_pooled,
+    .reads_pooled = reads_pooled,
+    .rule_claim = rule_claim,
+    .run = BN_GPU(bn_conv_run_tensor),
+};
