@@ -34,6 +34,15 @@ typedef struct conv_priv {
     bn_layer *relu_after; /* a ReLU layer whose GPU forward this layer's does (bn_conv2d_fuse_relu) */
 } conv_priv;
 
+/* The CPU passes on host buffers for a batch of n, as the layer runs them (per example, im2col
+ * then one GEMM; the reference every GPU runner is checked against): forward writes y (bias
+ * added); backward adds into dw and db and, where dx is not NULL, writes dx. col is scratch of
+ * bn_col_count(g) floats. */
+void bn_conv2d_cpu_forward(const bn_conv_geom *g, int filters, int n, const float *x, const float *w, const float *b,
+                           float *y, float *col);
+void bn_conv2d_cpu_backward(const bn_conv_geom *g, int filters, int n, const float *x, const float *w, const float *dy,
+                            float *dx, float *dw, float *db, float *col);
+
 bn_status bn_conv2d_forward_gpu(bn_layer *l, const bn_pass *p);
 bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p);
 
