@@ -176,7 +176,9 @@ extern "C" bn_status bn_argmax_backward_filter(const bn_argmax_plan *p, void *st
 extern "C" bn_status bn_conv_run_argmax(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass, void *stream,
                                         const bn_conv_io *io)
 {
-    if (pass != BN_CONV_FILTER) return bn_error(BN_ERR_INTERNAL, "the argmax kernel runs the backward-filter pass only");
-    if (!io->pooled_dy) return bn_error(BN_ERR_INTERNAL, "the argmax backward-filter pass needs dy through a pooling");
+    if (pass != BN_CONV_FILTER)
+        return bn_error(BN_ERR_INTERNAL, "the argmax kernel runs the backward-filter pass only");
+    if (!io->pooled_dy)
+        return bn_error(BN_ERR_INTERNAL, "the argmax backward-filter pass needs dy through a pooling");
     return bn_argmax_backward_filter(&p->argmax, stream, io->x, io->pooled_dy, io->dw, io->db, io->parts);
 }

@@ -325,8 +325,10 @@ extern "C" bn_status bn_conv_run_igemm(const bn_conv_family_plan *p, const bn_co
                                        const bn_conv_io *io)
 {
     const bn_igemm_plan *ig = &p->igemm;
-    if (pass == BN_CONV_FORWARD) return bn_igemm_forward(ig, &s->g, s->filters, s->n, stream, io->x, io->w, io->b, io->y);
-    if (pass == BN_CONV_DATA) return bn_igemm_backward_data(ig, &s->g, s->filters, s->n, stream, io->dy, io->w, io->dx);
+    if (pass == BN_CONV_FORWARD)
+        return bn_igemm_forward(ig, &s->g, s->filters, s->n, stream, io->x, io->w, io->b, io->y);
+    if (pass == BN_CONV_DATA)
+        return bn_igemm_backward_data(ig, &s->g, s->filters, s->n, stream, io->dy, io->w, io->dx);
     const bn_igemm_pass *f = &ig->pass[2];
     BN_TRY(bn_igemm_backward_filter_parts(ig, &s->g, s->filters, s->n, stream, io->x, io->dy, io->parts));
     return bn_direct_finish_filter(stream, io->parts, f->splits, f->M, f->N, io->dw, io->db);

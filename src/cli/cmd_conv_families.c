@@ -94,6 +94,10 @@ static int parse_args(int argc, char **argv, family_args *a)
     if (a->height + 2 * a->pad < a->size || a->width + 2 * a->pad < a->size)
         return bn_error(BN_ERR_USAGE, "--size: a %ldx%ld window is larger than the padded input %ldx%ld", a->size,
                         a->size, a->height + 2 * a->pad, a->width + 2 * a->pad);
+    const long oh = (a->height + 2 * a->pad - a->size) / a->stride + 1;
+    const long ow = (a->width + 2 * a->pad - a->size) / a->stride + 1;
+    if (a->pooled && (oh < 2 || ow < 2))
+        return bn_error(BN_ERR_USAGE, "--pooled: the %ldx%ld output has no 2x2 window to pool", oh, ow);
     return BN_OK;
 }
 
@@ -106,10 +110,7 @@ static bn_status make_shape(const family_args *a, bn_ctx *ctx, bn_conv_shape *s)
     g->k = (int)a->size, g->stride = (int)a->stride, g->pad = (int)a->pad;
     g->oh = (g->h + 2 * g->pad - g->k) / g->stride + 1;
     g->ow = (g->w + 2 * g->pad - g->k) / g->stride + 1;
-    s->filters = (int)a->filters, s->n = (int)a->batch, s->tf32 = a->tf32;
-    if (a->pooled && (g->oh < 2 || g->ow < 2))
-        return bn_error(BN_ERR_USAGE, "--pooled: the %dx%d output has no 2x2 window to pool", g->oh, g->ow);
-    s->pooled = a->pooled;
+    s->filters = (int)a->filters, s->n = (int)a->batch, s->tf32 = a->tf32, s->pooled = a->pooled;
     return bn_conv_alone_device_shape(ctx, s);
 }
 
