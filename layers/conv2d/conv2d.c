@@ -68,24 +68,29 @@ static bn_status conv_setup(bn_layer *l, bn_shape in, bn_shape *out)
     return BN_OK;
 }
 
+void bn_conv2d_cpu_forward(const bn_conv_geom *g, int filters, int n, const float *x, const float *w, const float *b,
+                           float *y, float *col)
+{
+    int taps = g->c * g->k * g->k, pos = g->oh * g->ow;
+    size_t in_size = (size_t)g->c * g->h * g->w, out_size = (size_t)filters * pos;
+    for (int i = 0; i < n; i++) {
+        float *yi = y + i * out_size;
+        for (int f = 0; f < filters; f++)
+            for (int q = 0; q < pos; q++) yi[(size_t)f * pos + q] = b[f];
+        bn_im2col(g, x + i * in_size, col);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, filters, pos, taps, 1.0f, w,
+                    taps, col, pos, 1.0f, yi, pos);
+    }
+}
+
 static bn_status conv_forward(bn_layer *l, const bn_pass *p)
 {
     conv_priv *c = l->priv;
-    const bn_conv_geom *g = &c->g;
-    int taps = g->c * g->k * g->k, pos = g->oh * g->ow;
-    size_t in_size = (size_t)g->c * g->h * g->w, out_size = (size_t)c->filters * pos;
     BN_HOST_RD(x, l->in);
     BN_HOST_RD(w, l->params[WEIGHT].value);
     BN_HOST_RD(b, l->params[BIAS].value);
     BN_HOST_WR(y, l->out);
-    for (int i = 0; i < l->in->n; i++) {
-        float *yi = y + i * out_size;
-        for (int f = 0; f < c->filters; f++)
-            for (int q = 0; q < pos; q++) yi[(size_t)f * pos + q] = b[f];
-        bn_im2col(g, x + i * in_size, c->col);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, c->filters, pos, taps, 1.0f, w,
-                    taps, c->col, pos, 1.0f, yi, pos);
-    }
+    bn_conv2d_cpu_forward(&c->g, c->filters, l->in->n, x, w, b, y, c->col);
     return BN_OK;
 }
 
@@ -101,12 +106,30 @@ static void add_bias_grad(const float *dy, int n, int filters, int pos, float *d
         }
 }
 
+void bn_conv2d_cpu_backward(const bn_conv_geom *g, int filters, int n, const float *x, const float *w, const float *dy,
+                            float *dx, float *dw, float *db, float *col)
+{
+    int taps = g->c * g->k * g->k, pos = g->oh * g->ow;
+    size_t in_size = (size_t)g->c * g->h * g->w, out_size = (size_t)filters * pos;
+    add_bias_grad(dy, n, filters, pos, db);
+    for (int i = 0; i < n; i++) {
+        const float *dyi = dy + i * out_size;
+        bn_im2col(g, x + i * in_size, col);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, filters, taps, pos, 1.0f, dyi,
+                    pos, col, pos, 1.0f, dw, taps);
+        if (!dx) continue;
+        /* The columns are spent: reuse the buffer for the gradient of the columns. */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, taps, pos, filters, 1.0f, w,
+                    taps, dyi, pos, 0.0f, col, pos);
+        float *dxi = dx + i * in_size;
+        for (size_t j = 0; j < in_size; j++) dxi[j] = 0.0f;
+        bn_col2im_add(g, col, dxi);
+    }
+}
+
 static bn_status conv_backward(bn_layer *l, const bn_pass *p)
 {
     conv_priv *c = l->priv;
-    const bn_conv_geom *g = &c->g;
-    int taps = g->c * g->k * g->k, pos = g->oh * g->ow, n = l->in->n;
-    size_t in_size = (size_t)g->c * g->h * g->w, out_size = (size_t)c->filters * pos;
     BN_HOST_RD(x, l->in);
     BN_HOST_RD(w, l->params[WEIGHT].value);
     BN_HOST_RD(dy, l->out_grad);
@@ -117,20 +140,7 @@ static bn_status conv_backward(bn_layer *l, const bn_pass *p)
         dx = bn_blob_host_wr(l->in_grad);
         if (!dx) return bn_last_status();
     }
-    add_bias_grad(dy, n, c->filters, pos, db);
-    for (int i = 0; i < n; i++) {
-        const float *dyi = dy + i * out_size;
-        bn_im2col(g, x + i * in_size, c->col);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, c->filters, taps, pos, 1.0f, dyi,
-                    pos, c->col, pos, 1.0f, dw, taps);
-        if (!dx) continue;
-        /* The columns are spent: reuse the buffer for the gradient of the columns. */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, taps, pos, c->filters, 1.0f, w,
-                    taps, dyi, pos, 0.0f, c->col, pos);
-        float *dxi = dx + i * in_size;
-        for (size_t j = 0; j < in_size; j++) dxi[j] = 0.0f;
-        bn_col2im_add(g, c->col, dxi);
-    }
+    bn_conv2d_cpu_backward(&c->g, c->filters, l->in->n, x, w, dy, dx, dw, db, c->col);
     return BN_OK;
 }
 

@@ -6,6 +6,7 @@
 #include <stddef.h>
 
 #include "conv_bf16.h"
+#include "conv_family.h"
 #include "core/layer.h"
 #include "im2col.h"
 
@@ -13,13 +14,12 @@
 extern "C" {
 #endif
 
-/* cuDNN descriptors and the algorithms chosen per batch size; defined in conv2d.cu. */
+/* cuDNN descriptors and the plans made per batch size; defined in conv2d_gpu.cuh. */
 typedef struct conv_gpu conv_gpu;
 
 /* Which kernels may run a GPU pass: auto (cuDNN's and blobnet's), cuDNN's only, or blobnet's own
- * (conv_direct.h, conv_igemm.h, conv_rows.h, conv_tensor.h, conv_argmax.h) wherever they apply;
- * conv2d.cu says how one of them is chosen per batch size (the fixed rule, timing, or the kernel
- * cache). The CPU path ignores it. */
+ * (the families of conv_family.h) wherever they apply; conv_plan.cu says how one of them is chosen
+ * per batch size (the fixed rule, timing, or the kernel cache). The CPU path ignores it. */
 enum { BN_CONV_ENGINE_AUTO, BN_CONV_ENGINE_CUDNN, BN_CONV_ENGINE_BLOBNET };
 
 typedef struct conv_priv {
@@ -33,6 +33,15 @@ typedef struct conv_priv {
                              first BF16 pass; released by bn_conv2d_gpu_release */
     bn_layer *relu_after; /* a ReLU layer whose GPU forward this layer's does (bn_conv2d_fuse_relu) */
 } conv_priv;
+
+/* The CPU passes on host buffers for a batch of n, as the layer runs them (per example, im2col
+ * then one GEMM; the reference every GPU runner is checked against): forward writes y (bias
+ * added); backward adds into dw and db and, where dx is not NULL, writes dx. col is scratch of
+ * bn_col_count(g) floats. */
+void bn_conv2d_cpu_forward(const bn_conv_geom *g, int filters, int n, const float *x, const float *w, const float *b,
+                           float *y, float *col);
+void bn_conv2d_cpu_backward(const bn_conv_geom *g, int filters, int n, const float *x, const float *w, const float *dy,
+                            float *dx, float *dw, float *db, float *col);
 
 bn_status bn_conv2d_forward_gpu(bn_layer *l, const bn_pass *p);
 bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p);
@@ -72,24 +81,15 @@ bn_status bn_conv2d_own_backward(bn_layer *l, bn_ctx *ctx, const float *x, const
 void bn_conv2d_gpu_release(conv_priv *c);
 
 /* Writes the algorithms chosen so far, one "n=<batch>: fwd X, bwd_data Y, bwd_filter Z" entry
- * per batch size, into buf (for logs and tests); blobnet's own kernels are named "blobnet
- * direct", "blobnet igemm", "blobnet rows", "blobnet tensor" and "blobnet argmax" (conv_direct.h,
- * conv_igemm.h, conv_rows.h, conv_tensor.h, conv_argmax.h); the entries of BF16 passes end in
- * " (bf16)" (conv_bf16.h). */
+ * per batch size, into buf (for logs and tests); blobnet's own kernels are named "blobnet " and the
+ * family's name (conv_family.h: "blobnet direct", "blobnet igemm", "blobnet rows", "blobnet
+ * tensor", "blobnet argmax"); the entries of BF16 passes end in " (bf16)" (conv_bf16.h). */
 void bn_conv2d_gpu_describe(const bn_layer *l, char *buf, size_t cap);
 
-/* For tests: plans made from now on run blobnet's passes with the direct kernels (family 1), the
- * implicit-GEMM kernels (family 2), the row-tiled kernels (family 3), the tensor-core kernels
- * (family 4) or the argmax filter pass (family 5: the filter pass of a layer whose output a 2x2
- * max pooling reads) wherever that family can; 0 restores the normal choice. */
-enum {
-    BN_CONV_FAMILY_ANY = 0,
-    BN_CONV_FAMILY_DIRECT = 1,
-    BN_CONV_FAMILY_IGEMM = 2,
-    BN_CONV_FAMILY_ROWS = 3,
-    BN_CONV_FAMILY_TENSOR = 4,
-    BN_CONV_FAMILY_ARGMAX = 5
-};
+/* For tests: plans made from now on run blobnet's passes with family `family` (BN_CONV_FAMILY_*,
+ * conv_family.h: the direct kernels 1, the implicit-GEMM kernels 2, the row-tiled kernels 3, the
+ * tensor-core kernels 4, the argmax filter pass 5, for the filter pass of a layer whose output a
+ * 2x2 max pooling reads) wherever that family can; 0 restores the normal choice. */
 void bn_conv2d_gpu_force_own(int family);
 
 /* For tests: plans made from now on by timing (not in a deterministic context) run every pass

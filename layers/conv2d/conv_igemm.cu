@@ -28,18 +28,17 @@
 #include <limits.h>
 #include <string.h>
 
+#include "conv_family.h"
 #include "conv_igemm.h"
+#include "conv_igemm_limits.h"
 #include "gpu/cuda_check.h"
 #include "gpu/smem_opt_in.cuh"
 
-#define BK 16
 /* Stages in the shared-memory ring: STAGES - 1 are in flight while one is used. */
 #define STAGES 4
 /* Extra floats per shared-memory row of a stage: A rows are written along k by consecutive
  * threads, and the padding spreads those writes over the banks. */
 #define ROW_PAD 4
-/* The most summed-index entries a block's table holds (16 bytes each). */
-#define TABLE_MAX 1280
 
 enum { PASS_FWD, PASS_DATA, PASS_FILTER };
 
@@ -248,64 +247,10 @@ static __global__ void __launch_bounds__((BM / TM) * (BN / TN)) igemm(ig_args g)
     }
 }
 
-/* Tile configurations: {BM, BN}; every one has 4x4 sums per thread. */
-static const int ig_tiles[BN_IG_CONFIGS][2] = {{64, 64}, {64, 32}, {32, 64}, {32, 32}};
-
 static size_t ig_smem(int cfg)
 {
     return TABLE_MAX * sizeof(k_entry) +
            (size_t)STAGES * BK * ((ig_tiles[cfg][0] + ROW_PAD) + (ig_tiles[cfg][1] + ROW_PAD)) * sizeof(float);
-}
-
-/* The configuration for a product of M rows and N columns: rows tiles of 32 when M fits them;
- * column tiles of 64 when that still gives at least `blocks` blocks, else 32. */
-static int ig_pick(int M, long long N, long long blocks)
-{
-    const int bm = M <= 32 ? 32 : 64;
-    const long long row_tiles = (M + bm - 1) / bm;
-    const bool wide = row_tiles * ((N + 63) / 64) >= blocks;
-    if (bm == 64) return wide ? 0 : 1;
-    return wide ? 2 : 3;
-}
-
-extern "C" void bn_igemm_plan_make(bn_igemm_plan *p, const bn_conv_geom *g, int filters, int n, int sms)
-{
-    memset(p, 0, sizeof *p);
-    const long long kk = (long long)g->k * g->k, np = (long long)g->oh * g->ow, hw = (long long)g->h * g->w;
-    const long long want = 2LL * (sms > 0 ? sms : 100);
-    /* Every flat index the kernels form stays in an int, and windows fit the packed shifts. */
-    if ((long long)n * g->c * hw >= INT_MAX || (long long)n * filters * np >= INT_MAX) return;
-    if (g->h > 8192 || g->w > 8192 || g->k > 8192) return;
-
-    /* Forward: filters x (n * np), K = c * kk in one table. */
-    bn_igemm_pass *f = &p->pass[0];
-    f->M = filters, f->N = (int)(n * np), f->K = (int)(g->c * kk), f->span = f->K, f->splits = 1;
-    f->cfg = ig_pick(f->M, f->N, want);
-    f->ok = f->K <= TABLE_MAX;
-
-    /* Data: c x (n * hw), K = filters * kk; stride 1 only (a window position then maps to one
-     * dy position per tap). */
-    bn_igemm_pass *d = &p->pass[1];
-    d->M = g->c, d->N = (int)(n * hw), d->K = (int)(filters * kk), d->span = d->K, d->splits = 1;
-    d->cfg = ig_pick(d->M, d->N, want);
-    d->ok = g->stride == 1 && d->K <= TABLE_MAX;
-
-    /* Filter: filters x (c * kk), K = n * np cut into spans for about `want` blocks. */
-    bn_igemm_pass *w = &p->pass[2];
-    w->M = filters, w->N = (int)(g->c * kk), w->K = (int)(n * np);
-    w->cfg = filters <= 32 ? (w->N <= 32 ? 3 : 2) : (w->N <= 32 ? 1 : 0);
-    const long long tiles = (long long)((w->M + ig_tiles[w->cfg][0] - 1) / ig_tiles[w->cfg][0]) *
-                            ((w->N + ig_tiles[w->cfg][1] - 1) / ig_tiles[w->cfg][1]);
-    long long splits = (want + tiles - 1) / tiles;
-    long long span = (w->K + splits - 1) / splits;
-    if (span < 4 * BK) span = 4 * BK;
-    span = (span + BK - 1) / BK * BK;
-    if (span > TABLE_MAX) span = TABLE_MAX;
-    splits = (w->K + span - 1) / span;
-    w->span = (int)span;
-    w->splits = (int)splits;
-    w->ok = splits <= 65535 && (long long)splits * filters * (w->N + 1) < INT_MAX;
-    p->workspace = w->ok ? (size_t)splits * filters * (w->N + 1) * sizeof(float) : 0;
 }
 
 /* Launches one kernel; the first launch of each opts it in to the shared memory it takes
@@ -374,4 +319,17 @@ extern "C" bn_status bn_igemm_backward_filter_parts(const bn_igemm_plan *p, cons
                                                     void *stream, const float *x, const float *dy, float *parts)
 {
     return ig_launch(PASS_FILTER, &p->pass[2], g, filters, n, (cudaStream_t)stream, dy, x, NULL, parts);
+}
+
+extern "C" bn_status bn_conv_run_igemm(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass, void *stream,
+                                       const bn_conv_io *io)
+{
+    const bn_igemm_plan *ig = &p->igemm;
+    if (pass == BN_CONV_FORWARD)
+        return bn_igemm_forward(ig, &s->g, s->filters, s->n, stream, io->x, io->w, io->b, io->y);
+    if (pass == BN_CONV_DATA)
+        return bn_igemm_backward_data(ig, &s->g, s->filters, s->n, stream, io->dy, io->w, io->dx);
+    const bn_igemm_pass *f = &ig->pass[2];
+    BN_TRY(bn_igemm_backward_filter_parts(ig, &s->g, s->filters, s->n, stream, io->x, io->dy, io->parts));
+    return bn_direct_finish_filter(stream, io->parts, f->splits, f->M, f->N, io->dw, io->db);
 }

@@ -13,6 +13,8 @@
 #ifndef BN_CONV_POOLED_H
 #define BN_CONV_POOLED_H
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -36,6 +38,20 @@ typedef struct bn_pooled_out {
 #ifdef __cplusplus
 }
 #endif
+
+/* The plans (host) and the kernels (device) both size the staged cells with it. */
+#ifdef __CUDACC__
+#define BN_POOLED_HD __host__ __device__
+#else
+#define BN_POOLED_HD
+#endif
+
+/* Bytes of one image's pooled gradient and mask staged together by stage_pooled (conv_stage.cuh):
+ * `count` floats, then `count` bytes, rounded up to 16 bytes. */
+static BN_POOLED_HD inline size_t pooled_stage_bytes(int count)
+{
+    return ((size_t)count * 5 + 15) / 16 * 16;
+}
 
 #ifdef __CUDACC__
 /* A 2x2 window's maximum, the first in row-major order on ties (pool.c's rule): a, b its top

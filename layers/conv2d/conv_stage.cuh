@@ -93,13 +93,6 @@ static __device__ void expand_pooled(float *dst, int dst_plane, int dst_row, con
     }
 }
 
-/* Bytes of one image's pooled gradient and mask staged together by stage_pooled: `count`
- * floats, then `count` bytes, rounded up to 16 bytes. */
-static __host__ __device__ inline size_t pooled_stage_bytes(int count)
-{
-    return ((size_t)count * 5 + 15) / 16 * 16;
-}
-
 /* Starts copying `count` consecutive pooled cells' gradients and mask bytes, from cell `first`
  * of pd on, into dst (pooled_stage_bytes(count), 16-byte aligned) with cp.async: 16-byte pieces
  * where source and size allow, else 4-byte ones, the mask byte by byte (at once) when not even

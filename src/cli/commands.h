@@ -19,6 +19,7 @@ int bn_cmd_summary(int argc, char **argv);
 int bn_cmd_check_layer(int argc, char **argv);
 int bn_cmd_time(int argc, char **argv);
 int bn_cmd_data(int argc, char **argv);
+int bn_cmd_conv_families(int argc, char **argv);
 
 extern const bn_command bn_commands[];
 

@@ -173,6 +173,29 @@ static const char time_usage[] =
     "monotonic clock on the CPU. --batch defaults to the model's [train] batch.\n"
     "  --plugin FILE       load a layer plugin (.so) first; may be given several times\n";
 
+static const char conv_families_usage[] =
+    "usage: blobnet conv-families [--batch N] [--channels C] [--height H] [--width W]\n"
+    "                             [--filters F] [--size K] [--stride S] [--pad P] [--pass PASS]\n"
+    "                             [--reps N] [--pooled] [--tf32] [--device SPEC] [--seed N]\n"
+    "Runs each of conv2d's kernel families, and cuDNN, alone on one convolution shape on the\n"
+    "GPU: per pass, each runner's name, whether it applies (or why not), the time per call and\n"
+    "the largest error against the CPU's im2col-and-BLAS result, relative to the output's\n"
+    "largest value. Exits 1 when a runner's error is over its tolerance (1e-4, or 1e-2 with\n"
+    "--tf32). Inputs are random (uniform in [-1, 1]).\n"
+    "  --batch N           images (default 8)\n"
+    "  --channels C        input channels (default 3)\n"
+    "  --height H, --width W  input size (default 16x16)\n"
+    "  --filters F         output channels (default 16)\n"
+    "  --size K            square window (default 3)\n"
+    "  --stride S, --pad P step (default 1) and zero border (default 0, smaller than K)\n"
+    "  --pass PASS         forward, backward-data, backward-filter or all (default)\n"
+    "  --reps N            timed calls after one warm-up call (default 20)\n"
+    "  --pooled            a 2x2 max pooling reads the output (fused): the families that read\n"
+    "                      the gradient through it take a random pooled gradient and argmax\n"
+    "  --tf32              allow TF32 products (blobnet's tensor cores, cuDNN's)\n"
+    "  --device SPEC       gpu or gpu:N (default gpu)\n"
+    "  --seed N            seed of the random inputs (default 1)\n";
+
 const bn_command bn_commands[] = {
     {"train", "train a model on MNIST or your own data", train_usage, bn_cmd_train},
     {"test", "evaluate saved weights on the test set", test_usage, bn_cmd_test},
@@ -181,6 +204,8 @@ const bn_command bn_commands[] = {
     {"data", "show what blobnet sees in a dataset", data_usage, bn_cmd_data},
     {"check-layer", "check a layer type against the layer contract", check_layer_usage, bn_cmd_check_layer},
     {"time", "time each layer's forward and backward pass", time_usage, bn_cmd_time},
+    {"conv-families", "run, check and time each convolution kernel family alone", conv_families_usage,
+     bn_cmd_conv_families},
     {NULL, NULL, NULL, NULL},
 };
 

@@ -1,0 +1,350 @@
+/* conv_choice.cu - conv2d's choice among the runners that may run a pass (conv_plan.cu says which):
+ * each timed alike on scratch buffers of the layer's sizes, the fastest taken with a tie rule, and
+ * the choice kept in the kernel cache (gpu/kernel_cache.h) and read back from it. Every family of
+ * the table (conv_family.h) is timed and named through the table; cuDNN's legacy algorithms are
+ * chosen in conv2d.cu (bn_conv_cudnn_algorithms). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conv2d_gpu.cuh"
+#include "conv_cudnn.cuh"
+#include "core/device.h"
+#include "gpu/cuda_check.h"
+#include "gpu/kernel_cache.h"
+
+/* Runner names in the cache's choices: "cudnn", or a family's name (bn_conv_family.name); cuDNN's
+ * carry the algorithm, "cudnn:1", or "cudnn:g" for its graph API (whose engine the cache keeps
+ * under the pass's own key). */
+static const char *cached_name(int by)
+{
+    return by == BY_CUDNN ? "cudnn" : runner_family(by)->name;
+}
+
+/* Whether runner `by` reads dy only through a fused pooling (its filter pass). */
+static bool needs_pooled(int by)
+{
+    return by > BY_CUDNN && runner_family(by)->needs_pooled;
+}
+
+extern "C" bool bn_conv_verbose(void)
+{
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("BLOBNET_CONV_VERBOSE");
+        on = e && e[0] && strcmp(e, "0") != 0;
+    }
+    return on != 0;
+}
+
+/* Scratch buffers of the layer's sizes for timing the passes. */
+typedef struct scratch {
+    float *x, *dx, *y, *w, *dw, *b, *db, *parts;
+    bn_pooled_dy pooled; /* a pooled gradient and mask of zeros, for a family that reads dy only
+                            through a pooling (needs_pooled) */
+} scratch;
+
+/* One call of a pass on scratch buffers (blobnet's filter passes on scratch partial sums, so
+ * that the workspace is not touched). `beside` >= 0: the data pass runs as the backward pass
+ * runs it, with the filter pass by `beside` (bn_conv_both_passes), so that every data candidate is
+ * timed with the same filter work. */
+static bn_status run_pass(int pass, int by, int beside, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
+                          cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t yd, const scratch *m)
+{
+    if (pass == 0) return bn_conv_forward_pass(by, g, plan, ctx, xd, yd, m->x, m->w, m->b, m->y, NULL, NULL);
+    if (pass == 2)
+        return bn_conv_filter_pass(by, g, plan, ctx, (cudaStream_t)ctx->stream, xd, yd, m->x, m->y,
+                                   needs_pooled(by) ? &m->pooled : NULL, m->dw, m->db, m->parts);
+    if (beside < 0) return bn_conv_data_pass(by, g, plan, ctx, xd, yd, m->y, NULL, m->w, m->dx);
+    return bn_conv_both_passes(beside, by, g, plan, ctx, xd, xd, yd, m->x, m->y, NULL,
+                               needs_pooled(beside) ? &m->pooled : NULL, m->w, m->dw, m->db, m->dx, m->parts, false);
+}
+
+/* count floats rounded up to a multiple of 64 (256 bytes). */
+static size_t round_up(size_t count)
+{
+    return (count + 63) / 64 * 64;
+}
+
+/* The partial sums blobnet's filter pass needs, in bytes: the most any family needs. */
+static size_t own_parts(const conv_plan *plan)
+{
+    size_t most = 0;
+    for (int f = 1; f <= BN_CONV_FAMILY_COUNT; f++) {
+        const size_t bytes = runner_family(f)->workspace(&plan->fam[f - 1]);
+        if (bytes > most) most = bytes;
+    }
+    return most;
+}
+
+/* Milliseconds per call of pass p by runner r where timed[p][r], measured alike for every
+ * runner on zeroed scratch buffers of the layer's sizes (the workspace already reserved for
+ * all): after 2 calls to warm up, the least of 3 means of 4 calls each (the least, because
+ * other work on the device only ever adds time). `beside`: as for run_pass. */
+static bn_status time_passes(const conv_priv *c, const conv_plan *plan, bn_ctx *ctx, cudnnTensorDescriptor_t xd,
+                             cudnnTensorDescriptor_t yd, const bool timed[3][BN_CONV_RUNNERS], int beside,
+                             float ms[3][BN_CONV_RUNNERS])
+{
+    const bn_conv_shape *d = &plan->shape;
+    const bn_conv_geom *g = &c->g;
+    /* The plane a fused 2x2 pooling's gradient would have. */
+    const int ph = g->oh / 2, pw = g->ow / 2;
+    /* Every buffer starts 256-byte aligned, as cudaMalloc's do: cuDNN's vector loads need it. */
+    size_t in = round_up((size_t)d->n * g->c * g->h * g->w), out = round_up((size_t)d->n * c->filters * g->oh * g->ow);
+    size_t wts = round_up((size_t)c->filters * g->c * g->k * g->k), parts = round_up(own_parts(plan) / sizeof(float));
+    size_t bias = round_up((size_t)c->filters);
+    size_t pooled = round_up((size_t)d->n * c->filters * ph * pw);
+    size_t total = 2 * in + out + 2 * wts + 2 * bias + parts + pooled + pooled / 4;
+    float *buf = NULL;
+    BN_TRY(bn_device_alloc((void **)&buf, total * sizeof(float)));
+    scratch m;
+    m.x = buf, m.dx = m.x + in, m.y = m.dx + in, m.w = m.y + out, m.dw = m.w + wts, m.b = m.dw + wts;
+    m.db = m.b + bias, m.parts = m.db + bias;
+    m.pooled.dy = m.parts + parts;
+    m.pooled.mask = (const unsigned char *)(m.pooled.dy + pooled);
+    m.pooled.ph = ph, m.pooled.pw = pw;
+    void *start = NULL, *end = NULL;
+    bn_status s = bn_device_zero(buf, total * sizeof(float));
+    if (s == BN_OK) s = bn_event_create(&start);
+    if (s == BN_OK) s = bn_event_create(&end);
+    for (int pass = 0; pass < 3 && s == BN_OK; pass++) {
+        for (int by = 0; by < BN_CONV_RUNNERS && s == BN_OK; by++) {
+            if (!timed[pass][by]) continue;
+            for (int rep = 0; rep < 2 && s == BN_OK; rep++) s = run_pass(pass, by, beside, c->gpu, plan, ctx, xd, yd, &m);
+            for (int round = 0; round < 3 && s == BN_OK; round++) {
+                float t = 0.0f;
+                s = bn_event_record(start);
+                for (int rep = 0; rep < 4 && s == BN_OK; rep++)
+                    s = run_pass(pass, by, beside, c->gpu, plan, ctx, xd, yd, &m);
+                if (s == BN_OK) s = bn_event_record(end);
+                if (s == BN_OK) s = bn_event_elapsed_ms(start, end, &t);
+                if (s == BN_OK && (round == 0 || t / 4 < ms[pass][by])) ms[pass][by] = t / 4;
+            }
+        }
+    }
+    if (start) bn_event_destroy(start);
+    if (end) bn_event_destroy(end);
+    bn_device_free(buf);
+    return s;
+}
+
+/* Timed runners within this fraction of the fastest count as equally fast. */
+#define TIE 0.05f
+
+/* Pass i's runner among can: the only one, or of those timed within TIE of the fastest the first
+ * in the rule's order (bn_conv_preference), cuDNN after blobnet's families. Taking the fastest alone was not
+ * reproducible: two runs of it gave strided_fashion 205 and 228 ms per epoch
+ * (docs/performance.md, version 24). This way runs agree where runners are that close, and a tie
+ * goes to blobnet's kernels, whose gradients overlap on the side stream and which take a max
+ * pooling's passes, which the timing of a pass alone does not see. */
+static int pick_runner(int i, const bool can[BN_CONV_RUNNERS], const bool timed[BN_CONV_RUNNERS],
+                       const float ms[BN_CONV_RUNNERS])
+{
+    float fastest = INFINITY;
+    int only = BY_CUDNN;
+    for (int r = 0; r < BN_CONV_RUNNERS; r++) {
+        if (can[r]) only = r;
+        if (timed[r] && ms[r] < fastest) fastest = ms[r];
+    }
+    if (fastest == INFINITY) return only;
+    int order[BN_CONV_FAMILY_COUNT];
+    bn_conv_preference(i, order);
+    for (int k = 0; k < BN_CONV_FAMILY_COUNT; k++)
+        if (timed[order[k]] && ms[order[k]] <= fastest * (1.0f + TIE)) return order[k];
+    return BY_CUDNN;
+}
+
+/* Reserves the shared workspace (need bytes) and, when blobnet's kernels may run the filter
+ * pass, the layer's partial sums, before anything is timed or run: every runner then runs as it
+ * will in the steps. */
+static bn_status reserve(conv_priv *c, bn_ctx *ctx, const conv_plan *plan, size_t need, bool own_filter)
+{
+    BN_TRY(bn_ctx_reserve_workspace(ctx, need));
+    conv_gpu *g = c->gpu;
+    if (!own_filter || own_parts(plan) <= g->parts_bytes) return BN_OK;
+    /* cudaFree waits for the device, so no pass still uses the old buffer; a captured step graph
+     * holds its address, so the context's buffer generation moves on. */
+    bn_device_free(g->parts);
+    g->parts = NULL;
+    g->parts_bytes = 0;
+    BN_TRY(bn_device_alloc((void **)&g->parts, own_parts(plan)));
+    g->parts_bytes = own_parts(plan);
+    ctx->buffer_generation++;
+    return BN_OK;
+}
+
+/* Chooses the runners among can and ask: cuDNN's algorithms for the passes it may run (measured,
+ * or in a deterministic context by its heuristics; with `graph`, its graph-API engines too where
+ * they were timed faster than the legacy algorithm: bn_conv_cudnn_algorithms), then, where several
+ * runners remain, the one timed fastest (pick_runner): forward and filter first, then the data pass
+ * timed beside the chosen filter pass, as the backward pass runs the two. */
+extern "C" bn_status bn_conv_choose_runners(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *plan,
+                                            const bool can[3][BN_CONV_RUNNERS], const bool ask[3], bool graph)
+{
+    conv_gpu *g = c->gpu;
+    BN_TENSOR_DESC(x, l->in);
+    BN_TENSOR_DESC(y, l->out);
+    size_t need = 0;
+    float ms[3][BN_CONV_RUNNERS] = {{0}};
+    BN_TRY(bn_conv_cudnn_algorithms(l, ctx, graph, g, x, y, ask, plan, &need));
+    bool own_filter = false, timed[3][BN_CONV_RUNNERS];
+    for (int i = 0; i < 3; i++) {
+        int candidates = 0;
+        for (int r = 0; r < BN_CONV_RUNNERS; r++) candidates += can[i][r];
+        for (int r = 0; r < BN_CONV_RUNNERS; r++) timed[i][r] = candidates > 1 && can[i][r];
+    }
+    for (int r = 1; r < BN_CONV_RUNNERS; r++) own_filter = own_filter || can[2][r];
+    BN_TRY(reserve(c, ctx, plan, need, own_filter));
+    static const int order[3] = {0, 2, 1};
+    for (int o = 0; o < 3; o++) {
+        const int i = order[o];
+        bool timing = false, only[3][BN_CONV_RUNNERS] = {{false}};
+        for (int r = 0; r < BN_CONV_RUNNERS; r++) {
+            only[i][r] = timed[i][r];
+            timing = timing || timed[i][r];
+        }
+        const int beside = i == 1 && plan->with_data ? plan->by[2] : -1;
+        if (timing) BN_TRY(time_passes(c, plan, ctx, x, y, only, beside, ms));
+        plan->by[i] = pick_runner(i, can[i], timed[i], ms[i]);
+        if (timing && bn_conv_verbose()) {
+            fprintf(stderr, "conv2d %s n=%d %s:", l->name, plan->n, bn_conv_pass_name(i));
+            for (int r = 0; r < BN_CONV_RUNNERS; r++)
+                if (timed[i][r]) fprintf(stderr, " %s %.4f ms", cached_name(r), ms[i][r]);
+            fprintf(stderr, "; takes %s\n", cached_name(plan->by[i]));
+        }
+    }
+    return BN_OK;
+}
+
+/* The kernel cache's key for the plan: the device's scope, then everything the candidates and
+ * their timing depend on. */
+extern "C" bn_status bn_conv_cache_key(const bn_layer *l, const conv_priv *c, const bn_ctx *ctx, int n, char *key,
+                                       size_t cap)
+{
+    char scope[256];
+    BN_TRY(bn_kernel_cache_scope(ctx, scope, sizeof scope));
+    static const char *const engines[] = {"", " engine=cudnn", " engine=blobnet"};
+    const bn_conv_geom *g = &c->g;
+    int w = snprintf(key, cap, "%s conv2d %dx%dx%d k%d s%d p%d f%d n%d%s%s%s%s", scope, g->c, g->h, g->w, g->k,
+                     g->stride, g->pad, c->filters, n, l->in_grad ? " data" : "", c->pool_after ? " pooled" : "",
+                     ctx->tf32 ? " tf32" : "", engines[c->engine]);
+    if (w < 0 || (size_t)w >= cap)
+        return bn_error(BN_ERR_INTERNAL, "layer %s: no room for its kernel cache key", l->name);
+    return BN_OK;
+}
+
+/* The plan's runners as a cache choice: "fwd=tensor data=cudnn:1 filter=rows" ("data=-" for a
+ * layer without an input gradient). */
+extern "C" void bn_conv_cache_choice(const conv_plan *plan, char *buf, size_t cap)
+{
+    const int algo[3] = {(int)plan->fwd, (int)plan->bwd_data, (int)plan->bwd_filter};
+    char pass[3][24];
+    for (int i = 0; i < 3; i++) {
+        if (i == 1 && !plan->with_data) snprintf(pass[i], sizeof pass[i], "-");
+        else if (plan->by[i] == BY_CUDNN && plan->cg[i]) snprintf(pass[i], sizeof pass[i], "cudnn:g");
+        else if (plan->by[i] == BY_CUDNN) snprintf(pass[i], sizeof pass[i], "cudnn:%d", algo[i]);
+        else snprintf(pass[i], sizeof pass[i], "%s", cached_name(plan->by[i]));
+    }
+    snprintf(buf, cap, "fwd=%s data=%s filter=%s", pass[0], pass[1], pass[2]);
+}
+
+/* One pass's runner in a cache choice: *by and, for cuDNN, *algo (below `count`, or -1 for its
+ * graph API); "-" gives *by = -1. 0 when the text is none of these. */
+static int read_runner(const char *text, int count, int *by, int *algo)
+{
+    *by = -1;
+    *algo = 0;
+    if (strcmp(text, "-") == 0) return 1;
+    if (strcmp(text, "cudnn:g") == 0) {
+        *by = BY_CUDNN;
+        *algo = -1;
+        return 1;
+    }
+    for (int r = 1; r < BN_CONV_RUNNERS; r++)
+        if (strcmp(text, cached_name(r)) == 0) {
+            *by = r;
+            return 1;
+        }
+    int used = 0;
+    if (sscanf(text, "cudnn:%d%n", algo, &used) != 1 || text[used] || *algo < 0 || *algo >= count) return 0;
+    *by = BY_CUDNN;
+    return 1;
+}
+
+/* The cache's choice for the plan, if it has one that can run: the runners set in plan, cuDNN's
+ * algorithms with their workspace and the buffers reserved, *hit = true. A choice that some
+ * pass cannot take (another engine, an algorithm this context does not allow or cuDNN cannot
+ * run on this shape) is no hit; one that cannot be read is an error naming the cache file. */
+extern "C" bn_status bn_conv_from_cache(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *plan, const char *key,
+                                        const bool can[3][BN_CONV_RUNNERS], bool *hit)
+{
+    *hit = false;
+    char choice[BN_KERNEL_CHOICE_MAX], text[3][24];
+    int found = 0, used = 0;
+    BN_TRY(bn_kernel_cache_get(key, choice, sizeof choice, &found));
+    if (!found) return BN_OK;
+    static const int counts[3] = {CUDNN_CONVOLUTION_FWD_ALGO_COUNT, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
+                                  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT};
+    int by[3], algo[3];
+    bool readable = sscanf(choice, "fwd=%23s data=%23s filter=%23s%n", text[0], text[1], text[2], &used) == 3 &&
+                    !choice[used];
+    for (int i = 0; i < 3 && readable; i++) readable = read_runner(text[i], counts[i], &by[i], &algo[i]);
+    if (!readable)
+        return bn_error(BN_ERR_DATA, "kernel cache %s: cannot read the choice '%s' of layer %s; delete the file to "
+                        "time again", bn_kernel_cache_path(), choice, l->name);
+    const bool needed[3] = {true, plan->with_data != 0, true};
+    for (int i = 0; i < 3; i++) {
+        if (!needed[i]) {
+            if (by[i] != -1) return BN_OK;
+            continue;
+        }
+        if (by[i] < 0 || !can[i][by[i]]) return BN_OK;
+    }
+    const cudnnConvolutionFwdAlgo_t fwd = (cudnnConvolutionFwdAlgo_t)algo[0];
+    const cudnnConvolutionBwdDataAlgo_t data = (cudnnConvolutionBwdDataAlgo_t)algo[1];
+    const cudnnConvolutionBwdFilterAlgo_t filter = (cudnnConvolutionBwdFilterAlgo_t)algo[2];
+    if (!ctx->tf32 && ((by[0] == BY_CUDNN && algo[0] >= 0 && !bn_sums_directly(fwd)) ||
+                       (by[1] == BY_CUDNN && algo[1] >= 0 && !bn_sums_directly(data)) ||
+                       (by[2] == BY_CUDNN && algo[2] >= 0 && !bn_sums_directly(filter))))
+        return BN_OK;
+    conv_gpu *g = c->gpu;
+    cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
+    BN_TENSOR_DESC(x, l->in);
+    BN_TENSOR_DESC(y, l->out);
+    size_t bytes[3] = {0, 0, 0}, need = 0;
+    cudnnStatus_t s[3] = {CUDNN_STATUS_SUCCESS, CUDNN_STATUS_SUCCESS, CUDNN_STATUS_SUCCESS};
+    if (by[0] == BY_CUDNN && algo[0] >= 0)
+        s[0] = cudnnGetConvolutionForwardWorkspaceSize(h, x, g->w_desc, g->conv_desc, y, fwd, &bytes[0]);
+    if (by[1] == BY_CUDNN && algo[1] >= 0)
+        s[1] = cudnnGetConvolutionBackwardDataWorkspaceSize(h, g->w_desc, y, g->conv_desc, x, data, &bytes[1]);
+    if (by[2] == BY_CUDNN && algo[2] >= 0)
+        s[2] = cudnnGetConvolutionBackwardFilterWorkspaceSize(h, x, y, g->conv_desc, g->w_desc, filter, &bytes[2]);
+    /* The graph-API passes, from the kernel cache's entries of their own (timed afresh if missing). */
+    bn_cg_plan *cg[3] = {NULL, NULL, NULL};
+    bool usable = true;
+    bn_status st = BN_OK;
+    for (int i = 0; i < 3 && st == BN_OK && usable; i++) {
+        if (!needed[i] || by[i] != BY_CUDNN || algo[i] >= 0) continue;
+        st = bn_conv_graph_plan(l, ctx, i, 1, &cg[i]);
+        usable = st == BN_OK && cg[i] != NULL;
+        if (usable) bytes[i] = bn_cg_workspace(cg[i]);
+    }
+    for (int i = 0; i < 3 && usable; i++) {
+        if (s[i] != CUDNN_STATUS_SUCCESS || bytes[i] > BN_CONV_WORKSPACE_LIMIT) usable = false;
+        if (bytes[i] > need) need = bytes[i];
+    }
+    if (st != BN_OK || !usable) {
+        for (int i = 0; i < 3; i++) bn_cg_free(&cg[i]);
+        return st;
+    }
+    for (int i = 0; i < 3; i++) plan->cg[i] = cg[i];
+    plan->fwd = fwd;
+    plan->bwd_data = data;
+    plan->bwd_filter = filter;
+    plan->bwd_data_workspace = bytes[1];
+    for (int i = 0; i < 3; i++) plan->by[i] = needed[i] ? by[i] : BY_CUDNN;
+    BN_TRY(reserve(c, ctx, plan, need, by[2] != BY_CUDNN));
+    *hit = true;
+    return BN_OK;
+}

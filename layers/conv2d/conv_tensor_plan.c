@@ -1,0 +1,229 @@
+/* conv_tensor_plan.c - the tensor-core kernels' plans (conv_tensor.h): the launch shape of each
+ * pass for one batch size, or which passes the kernels cannot run. Host code with no device work,
+ * so that a build without CUDA can say where the family applies. */
+#include <string.h>
+
+#include "conv_family.h"
+#include "conv_tensor.h"
+#include "conv_tensor_limits.h"
+#include "core/layer.h"
+
+static int round4i(int v)
+{
+    return (v + 3) & ~3;
+}
+
+/* Fills a shape; 0 when the kernel cannot run it. */
+static int tensor_shape(bn_tensor_conv *d, int ci, int hi, int wi, int pad, int stride, int co, int ho, int wo, int k,
+                        int n, int sms)
+{
+    memset(d, 0, sizeof *d);
+    if (co < 1 || co > 64 || ci < 1 || ho < 1 || wo < 1 || k < 1 || stride < 1 || pad < 0 || n < 1) return 0;
+    d->ci = ci, d->hi = hi, d->wi = wi, d->pad = pad, d->stride = stride;
+    d->co = co, d->ho = ho, d->wo = wo, d->k = k;
+    d->ntiles = (co + 7) / 8;
+    const int npos = ho * wo, mtiles = (npos + 15) / 16;
+    d->mgroups = (mtiles + MW - 1) / MW;
+    if (d->mgroups > MAX_WARPS) return 0;
+    /* An image's positions shared by several blocks while there are fewer images than
+     * multiprocessors. */
+    int mparts = (sms + n - 1) / n;
+    if (mparts > d->mgroups) mparts = d->mgroups;
+    if (mparts < 1) mparts = 1;
+    d->mper = (d->mgroups + mparts - 1) / mparts;
+    d->mparts = (d->mgroups + d->mper - 1) / d->mper;
+    const long long K = (long long)ci * k * k;
+    if (K > (1 << 20)) return 0;
+    d->ksteps = (int)((K + 7) / 8);
+    /* Warps along the reduction: as many as fit, each with at least 4 steps. */
+    int splits = MAX_WARPS / d->mper;
+    if (splits > d->ksteps / 4) splits = d->ksteps / 4;
+    if (splits < 1) splits = 1;
+    d->splits = splits;
+    d->threads = 32 * d->mper * splits;
+    d->hp = (ho - 1) * stride + k;
+    d->wp = round4i((wo - 1) * stride + k);
+    /* Shared memory: the weights, the planes, the two tables, the warps' sums (in floats). */
+    const size_t wcount = (size_t)co * ci * k * k, plane = (size_t)d->hp * d->wp;
+    if (wcount * sizeof(float) > TENSOR_SMEM || plane * (ci + 1) * sizeof(float) > TENSOR_SMEM) return 0;
+    d->a_off = (wcount + 3) / 4 * 4;
+    d->tab_off = d->a_off + (ci + 1) * plane;
+    d->red_off = d->tab_off + (size_t)round4i(2 * d->ksteps * 8);
+    d->smem = (d->red_off + (size_t)d->mper * 32 * d->ntiles * 8) * sizeof(float);
+    if (d->smem > TENSOR_SMEM) return 0;
+    const long long items = (long long)n * d->mparts;
+    if (items > (1LL << 30)) return 0;
+    d->blocks = (int)(items < sms ? items : sms);
+    /* A pooled epilogue needs each share to start on an even output row. */
+    d->pools = ho >= 2 && wo >= 2 && (d->mparts == 1 || (d->mper * 32) % (2 * wo) == 0);
+    return 1;
+}
+
+/* Blocks of `warps` warps and `smem` bytes of shared memory that fit one multiprocessor at once
+ * (228 KiB of shared memory with 1 KiB reserved per block, 64 warps), at least 1. */
+static int resident(size_t smem, int warps)
+{
+    int by_smem = (int)((228 * 1024) / (smem + 1024)), by_warps = 64 / (warps > 0 ? warps : 1);
+    const int r = by_smem < by_warps ? by_smem : by_warps;
+    return r > 0 ? r : 1;
+}
+
+/* Fills the data shape; 0 when the kernel cannot run it. */
+static int data_shape(bn_tensor_data *d, const bn_conv_geom *g, int filters, int n, int sms)
+{
+    memset(d, 0, sizeof *d);
+    if (g->stride != 1 || g->k < 1 || g->k > 7 || g->pad < 0 || filters < 1 || g->c < 1 || n < 1) return 0;
+    d->g = *g;
+    d->filters = filters;
+    if (g->oh < 1 || g->ow < 1) return 0;
+    d->ctiles = (g->c + 7) / 8;
+    d->kp = (filters + 7) / 8 * 8;
+    /* A filter's row of the weight tile: 8 channels' taps, padded to 8 more than a multiple of
+     * 32 floats, so that the 32 lanes' reads (4 filters x 8 channels) fall in different banks
+     * when k * k is odd. */
+    d->ws_row = (8 * g->k * g->k + 23) / 32 * 32 + 8;
+    const long long npos = (long long)g->oh * g->ow;
+    if (npos > 4096) return 0;
+    d->mpasses = (int)((npos + 63) / 64);
+    d->sa = d->mpasses * 64 + 8;
+    d->th = g->oh + g->k - 1, d->tw = g->ow + g->k - 1;
+    /* A warp's plane stride: 4 more than a multiple of 16 floats, so that the lanes' adds for
+     * channels 2 apart (2 tps = 8 mod 32) fall in different banks. */
+    const int tp = d->th * d->tw;
+    d->tps = (tp + 11) / 16 * 16 + 4;
+    const size_t ws = (size_t)d->kp * d->ws_row;
+    d->a_off = (ws + 3) / 4 * 4;
+    d->p_off = d->a_off + (size_t)2 * d->kp * d->sa; /* two buffers */
+    d->smem = (d->p_off + (size_t)g->k * 8 * d->tps) * sizeof(float);
+    if (d->smem > TENSOR_SMEM) return 0;
+    /* About one wave of blocks, the channel tiles together. */
+    const int want = (sms * resident(d->smem, g->k) + d->ctiles - 1) / d->ctiles;
+    d->blocks = n < want ? n : want;
+    if (d->blocks < 1) d->blocks = 1;
+    if (d->blocks > 65535) d->blocks = 65535;
+    return 1;
+}
+
+/* Fills the filter shape; 0 when the kernel cannot run it. */
+static int filter_shape(bn_tensor_filter *d, const bn_conv_geom *g, int filters, int n, int sms)
+{
+    memset(d, 0, sizeof *d);
+    if (filters < 1 || filters > 64 || g->c < 1 || g->k < 1 || g->stride < 1 || n < 1 || g->oh < 1 || g->ow < 1)
+        return 0;
+    d->g = *g;
+    d->filters = filters;
+    d->mt = (filters + 15) / 16;
+    const long long ncols = (long long)g->c * g->k * g->k + 1, npos = (long long)g->oh * g->ow;
+    if (ncols > (1 << 20) || npos > (1 << 16)) return 0;
+    d->ntiles = (int)((ncols + 7) / 8);
+    const int wtiles = (d->ntiles + NTW - 1) / NTW;
+    d->nwarps = wtiles < 4 ? wtiles : 4;
+    d->groups = (wtiles + d->nwarps - 1) / d->nwarps;
+    d->kq = (int)((npos + 7) / 8 * 8);
+    /* Warps along the positions: up to 8 warps a block, each with at least 2 steps of 8. */
+    int ksplit = 8 / d->nwarps;
+    if (ksplit > d->kq / 16) ksplit = d->kq / 16;
+    if (ksplit < 1) ksplit = 1;
+    d->ksplit = ksplit;
+    d->threads = 32 * d->nwarps * ksplit;
+    d->sa = (d->kq + 27) / 32 * 32 + 4;
+    d->hp = (g->oh - 1) * g->stride + g->k;
+    d->wp = round4i((g->ow - 1) * g->stride + g->k);
+    /* Two buffers each of dy and of x (the next image's copies land beside the products). */
+    const size_t rows = (size_t)d->mt * 16, plane = (size_t)d->hp * d->wp;
+    d->x_off = 2 * rows * d->sa;
+    d->q_off = d->x_off + 2 * (g->c + 1) * plane;
+    d->smem = (d->q_off + (size_t)d->kq) * sizeof(float);
+    /* The warps' sums are added where the buffers were. */
+    if (ksplit > 1 && (size_t)d->nwarps * rows * RED_ROW > d->q_off) return 0;
+    /* Offsets into the buffers stay ints, and the staging's indices within div_small's range. */
+    if (d->q_off > (1u << 24)) return 0;
+    if (d->smem > TENSOR_SMEM) return 0;
+    const int per_sm = resident(d->smem, d->threads / 32);
+    /* Spans of images: about one wave of blocks, and at most 8 MiB of partial sums (LeNet's
+     * conv2 at batch 256: 66 spans, a full wave of 264 blocks, where a cap of 4 MiB left 148,
+     * half the multiprocessors' room, and the step 1 ms per epoch longer). */
+    const size_t count = (size_t)filters * (size_t)ncols;
+    long long spans = ((long long)sms * per_sm + d->groups - 1) / d->groups;
+    const long long cap = (long long)((8u << 20) / (count * sizeof(float)));
+    if (spans > cap) spans = cap;
+    if (spans > n) spans = n;
+    if (spans < 1) spans = 1;
+    d->span = (int)((n + spans - 1) / spans);
+    d->spans = (n + d->span - 1) / d->span;
+    if (d->spans > 65535) return 0;
+    d->workspace = (size_t)d->spans * count * sizeof(float);
+    return 1;
+}
+
+void bn_tensor_plan_make(bn_tensor_plan *p, const bn_conv_geom *g, int filters, int n, int sms, int tf32)
+{
+    memset(p, 0, sizeof *p);
+    p->n = n, p->filters = filters, p->g = *g;
+    p->products = tf32 ? 1 : 3;
+    p->fwd_ok = tensor_shape(&p->fwd, g->c, g->h, g->w, g->pad, g->stride, filters, g->oh, g->ow, g->k, n, sms);
+    p->data_ok = data_shape(&p->data, g, filters, n, sms);
+    p->filter_ok = filter_shape(&p->filter, g, filters, n, sms);
+    p->workspace = p->filter_ok ? p->filter.workspace : 0;
+}
+
+int bn_tensor_pooled_fits(const bn_tensor_plan *p, int pass)
+{
+    if (pass == 1) return p->data_ok && launch_smem(p->data.smem, &p->g, p->filters, true) <= TENSOR_SMEM;
+    return p->filter_ok && launch_smem(p->filter.smem, &p->g, p->filters, true) <= TENSOR_SMEM;
+}
+
+static void plan(bn_conv_family_plan *p, const bn_conv_shape *s)
+{
+    bn_tensor_plan_make(&p->tensor, &s->g, s->filters, s->n, s->sms, s->tf32);
+}
+
+static const char *refuses(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass)
+{
+    const int ok[BN_CONV_PASSES] = {p->tensor.fwd_ok, p->tensor.data_ok, p->tensor.filter_ok};
+    if (ok[pass]) return NULL;
+    if (pass == BN_CONV_DATA && s->g.stride != 1) return "stride 1 only";
+    if (pass != BN_CONV_DATA && s->filters > 64) return "at most 64 filters";
+    return "shape outside its kernels' limits";
+}
+
+static size_t workspace(const bn_conv_family_plan *p)
+{
+    return p->tensor.workspace;
+}
+
+static int writes_pooled(const bn_conv_family_plan *p)
+{
+    return p->tensor.fwd_ok && p->tensor.fwd.pools;
+}
+
+static int reads_pooled(const bn_conv_family_plan *p, int pass)
+{
+    return bn_tensor_pooled_fits(&p->tensor, pass);
+}
+
+/* The fewest filters for which the rule gives a large batch's filter pass to the tensor cores. */
+#define TENSOR_FILTER_MIN 32
+
+/* A layer of at least TENSOR_FILTER_MIN filters takes the tensor cores for its filter pass when
+ * the batch holds at least one image per multiprocessor (LeNet's conv2 at batch 256: its row
+ * tiles, beside the data pass and conv1's filter pass, made the step 18 us longer; at batch 64
+ * they are the faster). */
+static int rule_claim(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass)
+{
+    return pass == BN_CONV_FILTER && s->n >= s->sms && s->filters >= TENSOR_FILTER_MIN;
+}
+
+const bn_conv_family bn_conv_family_tensor = {
+    .name = "tensor",
+    .serves = 1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA | 1u << BN_CONV_FILTER,
+    .offered = 1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA | 1u << BN_CONV_FILTER,
+    .rank = {0, 0, 2},
+    .plan = plan,
+    .refuses = refuses,
+    .workspace = workspace,
+    .writes_pooled = writes_pooled,
+    .reads_pooled = reads_pooled,
+    .rule_claim = rule_claim,
+    .run = BN_GPU(bn_conv_run_tensor),
+};

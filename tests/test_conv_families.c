@@ -1,0 +1,248 @@
+/* test_conv_families.c - conv2d's kernel families through their table (conv_family.h) and run
+ * alone (conv_alone.h): the table's names and numbers, its applicability answers for shapes where
+ * they must be yes or no (on the CPU: plans need no device), each family named and run alone on
+ * the shapes it serves against the CPU's im2col-and-BLAS passes (GPU; skipped without one), and
+ * `blobnet conv-families`' flag errors through the CLI. */
+#include <stdint.h>
+#include <string.h>
+
+#include "conv2d/conv_alone.h"
+#include "conv2d/conv_family.h"
+#include "core/device.h"
+#include "testing.h"
+
+static char out[16384];
+
+/* A shape: input channels, height, width, window, stride, pad, filters, batch, pooled. */
+typedef struct shape_row {
+    int c, h, w, k, stride, pad, filters, n, pooled;
+} shape_row;
+
+static bn_conv_shape shape_of(const shape_row *r, int sms)
+{
+    bn_conv_shape s;
+    memset(&s, 0, sizeof s);
+    s.g.c = r->c, s.g.h = r->h, s.g.w = r->w, s.g.k = r->k, s.g.stride = r->stride, s.g.pad = r->pad;
+    s.g.oh = (r->h + 2 * r->pad - r->k) / r->stride + 1;
+    s.g.ow = (r->w + 2 * r->pad - r->k) / r->stride + 1;
+    s.filters = r->filters, s.n = r->n, s.sms = sms, s.pooled = r->pooled;
+    return s;
+}
+
+/* Whether the family numbered f applies to pass `pass` of s; *why as the table says. */
+static int applies(int f, int pass, const bn_conv_shape *s, const char **why)
+{
+    static bn_conv_family_plan plan;
+    const bn_conv_family *fam = bn_conv_families[f - 1];
+    fam->plan(&plan, s);
+    return bn_conv_family_applies(fam, &plan, s, pass, why);
+}
+
+BN_TEST(conv_family_table_names_each_family_by_its_number)
+{
+    static const struct {
+        const char *name;
+        int number;
+    } want[] = {{"direct", BN_CONV_FAMILY_DIRECT}, {"igemm", BN_CONV_FAMILY_IGEMM}, {"rows", BN_CONV_FAMILY_ROWS},
+                {"tensor", BN_CONV_FAMILY_TENSOR}, {"argmax", BN_CONV_FAMILY_ARGMAX}};
+    CHECK(sizeof want / sizeof want[0] == BN_CONV_FAMILY_COUNT);
+    for (int i = 0; i < BN_CONV_FAMILY_COUNT; i++) {
+        CHECK_MSG(strcmp(bn_conv_families[want[i].number - 1]->name, want[i].name) == 0, "family %d is %s", i + 1,
+                  bn_conv_families[want[i].number - 1]->name);
+        CHECK(bn_conv_family_number(want[i].name) == want[i].number);
+        CHECK(bn_conv_family_find(want[i].name) == bn_conv_families[want[i].number - 1]);
+    }
+    CHECK(bn_conv_family_number("cudnn") == 0);
+    CHECK(bn_conv_family_find("winograd") == NULL);
+    CHECK(strcmp(bn_conv_pass_name(BN_CONV_DATA), "backward-data") == 0);
+    return BN_PASS;
+}
+
+/* The rule's order of preference the table's ranks give, per pass: the tensor cores first for
+ * the forward and data passes, the row tiles for the filter pass (docs/performance.md). */
+BN_TEST(conv_family_ranks_give_the_rules_order_of_preference)
+{
+    enum { D = BN_CONV_FAMILY_DIRECT, I = BN_CONV_FAMILY_IGEMM, R = BN_CONV_FAMILY_ROWS, T = BN_CONV_FAMILY_TENSOR };
+    static const int want[BN_CONV_PASSES][BN_CONV_FAMILY_COUNT] = {
+        {T, R, D, I, BN_CONV_FAMILY_ARGMAX}, {T, R, D, I, BN_CONV_FAMILY_ARGMAX}, {R, I, T, D, BN_CONV_FAMILY_ARGMAX}};
+    for (int pass = 0; pass < BN_CONV_PASSES; pass++)
+        for (int k = 0; k < BN_CONV_FAMILY_COUNT; k++)
+            CHECK_MSG(bn_conv_families[want[pass][k] - 1]->rank[pass] == k, "%s: %s ranks %d, not %d",
+                      bn_conv_pass_name(pass), bn_conv_families[want[pass][k] - 1]->name,
+                      bn_conv_families[want[pass][k] - 1]->rank[pass], k);
+    /* The implicit GEMM is offered for the filter pass alone; argmax serves nothing else. */
+    CHECK(bn_conv_families[BN_CONV_FAMILY_IGEMM - 1]->offered == 1u << BN_CONV_FILTER);
+    CHECK(bn_conv_families[BN_CONV_FAMILY_ARGMAX - 1]->serves == 1u << BN_CONV_FILTER);
+    return BN_PASS;
+}
+
+/* LeNet's convolutions, each read by a 2x2 max pooling (the layers the rule was measured on), are
+ * served by every family on every pass it has kernels for, but for conv1's 24x24 output, whose
+ * 576 positions are more than the tensor cores' forward (512) and data kernels take. */
+BN_TEST(conv_family_every_family_applies_to_lenets_layers)
+{
+    static const shape_row lenet[] = {{1, 28, 28, 5, 1, 0, 20, 64, 1}, {20, 12, 12, 5, 1, 0, 50, 256, 1}};
+    for (size_t i = 0; i < sizeof lenet / sizeof lenet[0]; i++) {
+        const bn_conv_shape s = shape_of(&lenet[i], 132);
+        for (int f = 1; f <= BN_CONV_FAMILY_COUNT; f++)
+            for (int pass = 0; pass < BN_CONV_PASSES; pass++) {
+                const char *why = NULL;
+                int served = (bn_conv_families[f - 1]->serves >> pass) & 1;
+                if (i == 0 && f == BN_CONV_FAMILY_TENSOR && pass != BN_CONV_FILTER) served = 0;
+                CHECK_MSG(applies(f, pass, &s, &why) == served, "shape %zu, %s %s: %s", i,
+                          bn_conv_families[f - 1]->name, bn_conv_pass_name(pass), why ? why : "applies");
+                if (!((bn_conv_families[f - 1]->serves >> pass) & 1))
+                    CHECK(strcmp(why, "no kernel for this pass") == 0);
+            }
+        /* The filter pass needs partial sums wherever a family runs it. */
+        static bn_conv_family_plan plan;
+        for (int f = 1; f <= BN_CONV_FAMILY_COUNT; f++) {
+            bn_conv_families[f - 1]->plan(&plan, &s);
+            CHECK_MSG(bn_conv_families[f - 1]->workspace(&plan) > 0, "%s", bn_conv_families[f - 1]->name);
+        }
+    }
+    return BN_PASS;
+}
+
+/* Where the table must say no, and why. */
+BN_TEST(conv_family_refusals_name_the_reason)
+{
+    static const struct {
+        shape_row shape;
+        int family, pass;
+        const char *why;
+    } cases[] = {
+        /* Stride 2: the row tiles, the implicit GEMM's and tensor cores' data pass, argmax. */
+        {{3, 17, 13, 3, 2, 1, 8, 4, 1}, BN_CONV_FAMILY_ROWS, BN_CONV_FORWARD, "stride 1 only"},
+        {{3, 17, 13, 3, 2, 1, 8, 4, 1}, BN_CONV_FAMILY_ROWS, BN_CONV_FILTER, "stride 1 only"},
+        {{3, 17, 13, 3, 2, 1, 8, 4, 1}, BN_CONV_FAMILY_IGEMM, BN_CONV_DATA, "stride 1 only"},
+        {{3, 17, 13, 3, 2, 1, 8, 4, 1}, BN_CONV_FAMILY_TENSOR, BN_CONV_DATA, "stride 1 only"},
+        {{3, 17, 13, 3, 2, 1, 8, 4, 1}, BN_CONV_FAMILY_ARGMAX, BN_CONV_FILTER, "stride 1 only"},
+        /* The row tiles take odd windows up to 7. */
+        {{2, 20, 20, 9, 1, 0, 8, 4, 0}, BN_CONV_FAMILY_ROWS, BN_CONV_FORWARD, "windows of 1, 3, 5 or 7 only"},
+        {{2, 20, 20, 4, 1, 0, 8, 4, 0}, BN_CONV_FAMILY_ROWS, BN_CONV_DATA, "windows of 1, 3, 5 or 7 only"},
+        /* The tensor cores' forward and filter passes take up to 64 filters. */
+        {{4, 10, 10, 3, 1, 1, 80, 4, 0}, BN_CONV_FAMILY_TENSOR, BN_CONV_FORWARD, "at most 64 filters"},
+        {{4, 10, 10, 3, 1, 1, 80, 4, 0}, BN_CONV_FAMILY_TENSOR, BN_CONV_FILTER, "at most 64 filters"},
+        /* The argmax kernel runs only through a fused pooling, and only the filter pass. */
+        {{1, 28, 28, 5, 1, 0, 20, 64, 0}, BN_CONV_FAMILY_ARGMAX, BN_CONV_FILTER,
+         "only through a fused 2x2 max pooling"},
+        {{1, 28, 28, 5, 1, 0, 20, 64, 1}, BN_CONV_FAMILY_ARGMAX, BN_CONV_FORWARD, "no kernel for this pass"},
+        {{1, 28, 28, 9, 1, 0, 20, 64, 1}, BN_CONV_FAMILY_ARGMAX, BN_CONV_FILTER, "windows up to 7 only"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const bn_conv_shape s = shape_of(&cases[i].shape, 132);
+        const char *why = NULL;
+        CHECK_MSG(!applies(cases[i].family, cases[i].pass, &s, &why), "case %zu: %s applies to %s", i,
+                  bn_conv_families[cases[i].family - 1]->name, bn_conv_pass_name(cases[i].pass));
+        CHECK_MSG(why && strcmp(why, cases[i].why) == 0, "case %zu: why is \"%s\", not \"%s\"", i, why ? why : "",
+                  cases[i].why);
+    }
+    /* What still applies at stride 2: the direct kernels' forward and filter passes. */
+    const bn_conv_shape s2 = shape_of(&cases[0].shape, 132);
+    const char *why = NULL;
+    CHECK(applies(BN_CONV_FAMILY_DIRECT, BN_CONV_FORWARD, &s2, &why));
+    CHECK(applies(BN_CONV_FAMILY_DIRECT, BN_CONV_FILTER, &s2, &why));
+    CHECK(applies(BN_CONV_FAMILY_TENSOR, BN_CONV_FORWARD, &s2, &why));
+    return BN_PASS;
+}
+
+BN_TEST(conv_families_command_names_the_bad_flag)
+{
+    CHECK_CLI("conv-families --size 0", 2, "--size");
+    CHECK_CLI("conv-families --batch many", 2, "--batch");
+    CHECK_CLI("conv-families --pass sideways", 2, "--pass");
+    CHECK_CLI("conv-families --size 3 --pad 3", 2, "--pad");
+    CHECK_CLI("conv-families --height 2 --width 2 --size 5", 2, "--size");
+    CHECK_CLI("conv-families --height 3 --width 9 --size 3 --pooled", 2, "--pooled");
+    CHECK_CLI("conv-families --reps 0", 2, "--reps");
+    CHECK_CLI("conv-families --frobnicate", 2, "unknown option");
+    CHECK_CLI("conv-families extra", 2, "unexpected argument");
+    /* Each error is one line. */
+    CHECK_MSG(strchr(out, '\n') == strrchr(out, '\n'), "more than one line:\n%s", out);
+    CHECK_CLI("conv-families --help", 0, "--pooled");
+    return BN_PASS;
+}
+
+/* Without a GPU the command says so in one line and fails; with one it runs a small shape. */
+BN_TEST(conv_families_command_needs_a_gpu)
+{
+    if (bn_device_count() == 0) {
+        CHECK_CLI("conv-families", 1, "blobnet: error:");
+        CHECK_MSG(strchr(out, '\n') == strrchr(out, '\n'), "more than one line:\n%s", out);
+        return BN_PASS;
+    }
+    CHECK_CLI("conv-families --batch 3 --channels 2 --height 9 --width 7 --filters 5 --reps 2", 0, "direct");
+    CHECK(strstr(out, "backward-filter  argmax   no: only through a fused 2x2 max pooling") != NULL);
+    CHECK(strstr(out, "OVER") == NULL);
+    return BN_PASS;
+}
+
+/* The shapes each family runs alone on: odd and non-square sizes, padding, stride 2, 1x1 windows,
+ * LeNet's layers, and fused poolings for the argmax kernel. */
+static const shape_row alone_shapes[] = {
+    {1, 28, 28, 5, 1, 0, 20, 8, 1}, {20, 12, 12, 5, 1, 0, 50, 8, 1}, {3, 13, 9, 3, 1, 1, 8, 5, 0},
+    {4, 11, 15, 3, 2, 1, 12, 3, 0}, {6, 9, 7, 1, 1, 0, 10, 2, 0},    {5, 10, 14, 5, 1, 2, 16, 4, 1},
+    {3, 17, 13, 3, 2, 0, 7, 2, 0},  {2, 7, 11, 7, 1, 3, 9, 3, 1},
+};
+
+/* Runs runner `runner` alone on every shape and pass it applies to, checking each against the
+ * CPU; fails unless it ran at least `least` passes. */
+static int run_alone(int runner, int tf32, int least)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx = NULL;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    int ran = 0;
+    for (size_t i = 0; i < sizeof alone_shapes / sizeof alone_shapes[0]; i++) {
+        bn_conv_shape s = shape_of(&alone_shapes[i], 0);
+        s.tf32 = tf32;
+        CHECK_OK(bn_conv_alone_device_shape(ctx, &s));
+        for (int pass = 0; pass < BN_CONV_PASSES; pass++) {
+            bn_conv_alone_result r;
+            CHECK_OK(bn_conv_alone_run(ctx, runner, pass, &s, 1000 + i, 2, &r));
+            if (!r.applies) continue;
+            ran++;
+            CHECK_MSG(r.max_error <= r.tolerance, "runner %d, shape %zu, %s: error %.3g over %.0e", runner, i,
+                      bn_conv_pass_name(pass), r.max_error, r.tolerance);
+            CHECK(r.ms > 0.0f);
+        }
+    }
+    CHECK_MSG(ran >= least, "runner %d ran %d passes, expected at least %d", runner, ran, least);
+    return BN_PASS;
+}
+
+BN_TEST(conv_family_direct_alone_matches_the_cpu)
+{
+    return run_alone(bn_conv_family_number("direct"), 0, 24);
+}
+
+BN_TEST(conv_family_igemm_alone_matches_the_cpu)
+{
+    return run_alone(bn_conv_family_number("igemm"), 0, 22);
+}
+
+BN_TEST(conv_family_rows_alone_matches_the_cpu)
+{
+    return run_alone(bn_conv_family_number("rows"), 0, 18);
+}
+
+BN_TEST(conv_family_tensor_alone_matches_the_cpu)
+{
+    return run_alone(bn_conv_family_number("tensor"), 0, 20);
+}
+
+BN_TEST(conv_family_tensor_alone_with_tf32_is_within_tf32s_tolerance)
+{
+    return run_alone(bn_conv_family_number("tensor"), 1, 20);
+}
+
+BN_TEST(conv_family_argmax_alone_matches_the_cpu_through_a_pooling)
+{
+    return run_alone(bn_conv_family_number("argmax"), 0, 4);
+}
+
+BN_TEST(conv_cudnn_alone_matches_the_cpu)
+{
+    return run_alone(BN_CONV_ALONE_CUDNN, 0, 24);
+}
