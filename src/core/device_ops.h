@@ -33,9 +33,10 @@ typedef struct bn_device_ops {
     bn_status (*add_bf16)(void *dst, const void *src, size_t n, bn_ctx *ctx);
 } bn_device_ops;
 
-/* Makes ops the device the core calls from now on (gpu/device.cu, when it opens a context). The
- * table is not copied: it must live as long as the process. It stays after the context closes,
- * so that blobs freed later release their device buffers through it. */
+/* Makes ops the device the core calls from now on (gpu/device.cu, when it opens a context); NULL
+ * puts the default table back. The table is not copied: it must live as long as the process. It
+ * stays after the context closes, so that blobs freed later release their device buffers
+ * through it. */
 void bn_device_ops_install(const bn_device_ops *ops);
 
 /* The table the core calls: the one installed last, or the default; owned by whoever installed
