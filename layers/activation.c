@@ -137,7 +137,7 @@ static void act_destroy(bn_layer *l)
     l->priv = NULL;
 }
 
-#define ACTIVATION_OPS(sym, name, parser, text)                   \
+#define ACTIVATION_OPS(sym, name, parser, text, absorbable)       \
     const bn_layer_ops sym = {                                    \
         .type = name,                                             \
         .help = text,                                             \
@@ -152,12 +152,14 @@ static void act_destroy(bn_layer *l)
         .flops = act_flops,                                       \
         .destroy = act_destroy,                                   \
         .bf16 = 1,                                                \
+        .absorbable_as = absorbable,                              \
     }
 
-ACTIVATION_OPS(bn_relu_ops, "relu", parse_relu, "max(x, 0) elementwise; no keys");
-ACTIVATION_OPS(bn_sigmoid_ops, "sigmoid", parse_sigmoid, "1 / (1 + exp(-x)) elementwise; no keys");
-ACTIVATION_OPS(bn_tanh_ops, "tanh", parse_tanh, "tanh(x) elementwise; no keys");
+/* Only the ReLU is declared to its neighbours: their epilogues and masks compute no other kind. */
+ACTIVATION_OPS(bn_relu_ops, "relu", parse_relu, "max(x, 0) elementwise; no keys", BN_ABSORB_RELU);
+ACTIVATION_OPS(bn_sigmoid_ops, "sigmoid", parse_sigmoid, "1 / (1 + exp(-x)) elementwise; no keys", 0);
+ACTIVATION_OPS(bn_tanh_ops, "tanh", parse_tanh, "tanh(x) elementwise; no keys", 0);
 ACTIVATION_OPS(bn_leaky_relu_ops, "leaky_relu", parse_leaky,
-               "x for x > 0, slope * x otherwise; keys: slope (0.01, in [0, 1))");
+               "x for x > 0, slope * x otherwise; keys: slope (0.01, in [0, 1))", 0);
 ACTIVATION_OPS(bn_elu_ops, "elu", parse_elu,
-               "x for x > 0, alpha * (exp(x) - 1) otherwise; keys: alpha (1.0, > 0)");
+               "x for x > 0, alpha * (exp(x) - 1) otherwise; keys: alpha (1.0, > 0)", 0);

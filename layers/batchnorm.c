@@ -160,6 +160,7 @@ const bn_layer_ops bn_batchnorm_ops = {
     .forward_gpu = BN_GPU(bn_batchnorm_forward_gpu),
     .backward_gpu = BN_GPU(bn_batchnorm_backward_gpu),
     .fuse_gpu = BN_GPU(bn_batchnorm_fuse_relu),
+    .absorbs = BN_ABSORB_RELU,
     .flops = batchnorm_flops,
     .destroy = batchnorm_destroy,
     .bf16 = 1,

@@ -208,6 +208,7 @@ const bn_layer_ops bn_maxpool_ops = {
     .flops = pool_flops,
     .destroy = pool_destroy,
     .bf16 = 1,
+    .absorbable_as = BN_ABSORB_MAXPOOL,
 };
 
 const bn_layer_ops bn_avgpool_ops = {

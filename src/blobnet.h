@@ -26,6 +26,10 @@
  *                runs only in the captured step. Left 0 (or without GPU passes), every step of
  *                a network holding the layer launches kernel by kernel: correct, but slower for
  *                small layers, and `blobnet train` says so once on stderr, naming the layer.
+ *   fuse_gpu, fuse_next_gpu, fuse_loss_gpu, absorbable_as, absorbs   GPU fusion with a neighbour
+ *                (layer.h): what the layer computes when a neighbour's kernels may do it in its
+ *                place (absorbable_as, a BN_ABSORB_* bit), which activations its fuse_gpu takes
+ *                (absorbs), and the hooks the network asks (core/fusion.c). Optional (0 / NULL).
  * A loss layer (is_loss = 1) reads pass->labels, writes pass->metrics [loss sum, correct count]
  * and has no out_grad: its backward starts the gradient. Every op returns BN_OK or the status
  * of bn_error / bn_layer_error / bn_opt_error. The framework opens an NVTX range around every
@@ -44,9 +48,10 @@
  * and BN_CUDA_LAUNCH turn a failed call into a status naming file:line.
  *
  * Adding a layer type, in tree: a file pair layers/X.c and layers/X.cu plus one line in the
- * builtin table of src/registry.c. Out of tree: build the pair into a shared library that
- * defines blobnet_plugin_register (below) and run `blobnet train MODEL --plugin FILE.so`; or
- * link the pair into your own program against libblobnet.a and call bn_register_layer. */
+ * builtin table of src/core/registry.c (and its declaration in layers/layers.h). Out of tree:
+ * build the pair into a shared library that defines blobnet_plugin_register (below) and run
+ * `blobnet train MODEL --plugin FILE.so`; or link the pair into your own program against
+ * libblobnet.a and call bn_register_layer. */
 #ifndef BN_BLOBNET_H
 #define BN_BLOBNET_H
 

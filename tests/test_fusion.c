@@ -1,6 +1,8 @@
 /* test_fusion.c - the network's fusion rules (src/core/fusion.c), on the host: which pairs are
- * offered to the layer types' fusion hooks, in which order, and the one-reader condition. The
- * fused kernels themselves are checked against the CPU in test_gpu_layers.c. */
+ * offered to the layer types' fusion hooks, in which order, the one-reader condition, and that an
+ * activation is offered by the kind its ops declare (absorbable_as) to a neighbour that declares
+ * it takes that kind (absorbs), never by its type's name. The fused kernels themselves are
+ * checked against the CPU in test_gpu_layers.c. */
 #include "core/net.h"
 #include "core/registry.h"
 #include "testing.h"
@@ -27,9 +29,9 @@ static bn_status nothing(bn_layer *l, const bn_pass *p)
     return BN_OK;
 }
 
-static int take_relu(bn_layer *l, bn_layer *relu, int after)
+static int take_activation(bn_layer *l, bn_layer *act, int after)
 {
-    note(after ? "%s takes %s fwd; " : "%s takes %s bwd; ", l->name, relu->name);
+    note(after ? "%s takes %s fwd; " : "%s takes %s bwd; ", l->name, act->name);
     return 1;
 }
 
@@ -43,13 +45,35 @@ static int take_next(bn_layer *l, bn_layer *next)
 static const bn_layer_ops fusetest_ops = {
     .type = "fusetest", .help = "test only: identity with fusion hooks", .setup = same_shape,
     .forward_cpu = nothing, .backward_cpu = nothing, .forward_gpu = nothing, .backward_gpu = nothing,
-    .fuse_gpu = take_relu, .fuse_next_gpu = take_next,
+    .fuse_gpu = take_activation, .fuse_next_gpu = take_next, .absorbs = BN_ABSORB_RELU,
+};
+
+/* An identity that declares itself a ReLU to its neighbours: the kind, not the name, counts. */
+static const bn_layer_ops actlike_ops = {
+    .type = "actlike", .help = "test only: declared a ReLU", .setup = same_shape, .forward_cpu = nothing,
+    .backward_cpu = nothing, .forward_gpu = nothing, .backward_gpu = nothing, .absorbable_as = BN_ABSORB_RELU,
+};
+
+/* The same without the declaration. */
+static const bn_layer_ops plainact_ops = {
+    .type = "plainact", .help = "test only: declares nothing", .setup = same_shape, .forward_cpu = nothing,
+    .backward_cpu = nothing, .forward_gpu = nothing, .backward_gpu = nothing,
+};
+
+/* A type with an activation hook that lists no kind it takes. */
+static const bn_layer_ops takesnone_ops = {
+    .type = "takesnone", .help = "test only: fuse_gpu without absorbs", .setup = same_shape,
+    .forward_cpu = nothing, .backward_cpu = nothing, .forward_gpu = nothing, .backward_gpu = nothing,
+    .fuse_gpu = take_activation,
 };
 
 static bn_status fusion_net(const char *layers, bn_net **net)
 {
-    bn_status s = bn_register_layer(&fusetest_ops);
-    if (s != BN_OK && !bn_find_layer("fusetest")) return s;
+    const bn_layer_ops *const types[] = {&fusetest_ops, &actlike_ops, &plainact_ops, &takesnone_ops};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        bn_status s = bn_register_layer(types[i]);
+        if (s != BN_OK && bn_find_layer(types[i]->type) != types[i]) return s;
+    }
     char text[1024];
     snprintf(text, sizeof text, "[input]\nchannels = 1\nheight = 2\nwidth = 2\n%s", layers);
     BN_TRY(bn_net_from_text(text, "fusion.cfg", net));
@@ -102,5 +126,77 @@ BN_TEST(fusion_of_the_loss_needs_a_device)
     CHECK(bn_net_fuse_loss(net, net->metrics, 1) == 0);
     bn_net_unfuse_loss(net);
     bn_net_free(net);
+    return BN_PASS;
+}
+
+BN_TEST(fusion_offers_an_activation_by_its_declared_kind)
+{
+    /* actlike is no "relu" by name, but declares BN_ABSORB_RELU: its passes go to its neighbours
+     * as a ReLU's would. */
+    bn_net *net;
+    CHECK_OK(fusion_net("[fusetest]\nname = a\n[actlike]\nname = r\n[fusetest]\nname = b\n", &net));
+    asked[0] = '\0';
+    bn_net_fuse(net);
+    CHECK_MSG(strcmp(asked, "a takes r fwd; b takes r bwd; ") == 0, "asked: %s", asked);
+    CHECK(net->layers[1]->gpu_fused == (BN_FUSED_FORWARD | BN_FUSED_BACKWARD));
+    bn_net_free(net);
+    return BN_PASS;
+}
+
+BN_TEST(fusion_leaves_a_layer_that_declares_no_kind_alone)
+{
+    /* plainact and the built-in sigmoid are elementwise too, but declare nothing: no neighbour's
+     * activation hook is asked about them (the next-layer hook may see them, and declines). */
+    const char *const middles[] = {"plainact", "sigmoid"};
+    for (size_t i = 0; i < sizeof middles / sizeof middles[0]; i++) {
+        char text[256];
+        snprintf(text, sizeof text, "[fusetest]\nname = a\n[%s]\nname = m\n[fusetest]\nname = b\n", middles[i]);
+        bn_net *net;
+        CHECK_OK(fusion_net(text, &net));
+        asked[0] = '\0';
+        bn_net_fuse(net);
+        CHECK_MSG(!strstr(asked, "takes"), "%s: asked: %s", middles[i], asked);
+        CHECK(net->layers[0]->gpu_fused == 0 && net->layers[1]->gpu_fused == 0 && net->layers[2]->gpu_fused == 0);
+        bn_net_free(net);
+    }
+    return BN_PASS;
+}
+
+BN_TEST(fusion_asks_only_a_layer_that_takes_the_kind)
+{
+    /* takesnone has an activation hook but lists no kind in absorbs: the ReLU beside it stays. */
+    bn_net *net;
+    CHECK_OK(fusion_net("[takesnone]\nname = a\n[relu]\nname = r\n[takesnone]\nname = b\n", &net));
+    asked[0] = '\0';
+    bn_net_fuse(net);
+    CHECK_MSG(asked[0] == '\0', "asked: %s", asked);
+    CHECK(net->layers[1]->gpu_fused == 0);
+    bn_net_free(net);
+    return BN_PASS;
+}
+
+BN_TEST(fusion_kinds_of_the_built_in_types)
+{
+    /* What each built-in type declares; every type not listed declares nothing. These decide
+     * which pairs fuse on a device: relu into or beside dense, conv2d and batchnorm, and a max
+     * pooling into conv2d (whose fuse_next_gpu looks for BN_ABSORB_MAXPOOL). */
+    static const struct {
+        const char *type;
+        unsigned absorbable_as, absorbs;
+    } kinds[] = {
+        {"relu", BN_ABSORB_RELU, 0},     {"maxpool", BN_ABSORB_MAXPOOL, 0}, {"dense", 0, BN_ABSORB_RELU},
+        {"conv2d", 0, BN_ABSORB_RELU},   {"batchnorm", 0, BN_ABSORB_RELU},
+    };
+    int listed = 0;
+    for (int i = 0; i < bn_layer_type_count(); i++) {
+        const bn_layer_ops *ops = bn_layer_type_at(i);
+        if (ops == &fusetest_ops || ops == &actlike_ops || ops == &plainact_ops || ops == &takesnone_ops) continue;
+        unsigned as = 0, takes = 0;
+        for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+            if (strcmp(kinds[k].type, ops->type) == 0) as = kinds[k].absorbable_as, takes = kinds[k].absorbs, listed++;
+        CHECK_MSG(ops->absorbable_as == as && ops->absorbs == takes, "%s declares %u and absorbs %u, not %u and %u",
+                  ops->type, ops->absorbable_as, ops->absorbs, as, takes);
+    }
+    CHECK_MSG(listed == (int)(sizeof kinds / sizeof kinds[0]), "only %d of the listed types are registered", listed);
     return BN_PASS;
 }

@@ -545,7 +545,7 @@ extern "C" int bn_conv2d_fuse_relu(bn_layer *l, bn_layer *relu, int after)
 extern "C" int bn_conv2d_fuse_next(bn_layer *l, bn_layer *next)
 {
     conv_priv *c = (conv_priv *)l->priv;
-    if (next->ops != &bn_maxpool_ops || !l->out_grad || !next->out_grad) return 0;
+    if (!(next->ops->absorbable_as & BN_ABSORB_MAXPOOL) || !l->out_grad || !next->out_grad) return 0;
     pool_priv *pp = (pool_priv *)next->priv;
     if (pp->size != 2 || pp->stride != 2 || pp->pad != 0 || pp->oh < 1 || pp->ow < 1) return 0;
     if (!pp->dev_mask && bn_device_alloc((void **)&pp->dev_mask, next->out->capacity) != BN_OK) {

@@ -107,6 +107,7 @@ const bn_layer_ops bn_dense_ops = {
     .flops = dense_flops,
     .destroy = dense_destroy,
     .fuse_gpu = BN_GPU(bn_dense_fuse_relu),
+    .absorbs = BN_ABSORB_RELU,
     .fuse_next_gpu = BN_GPU(bn_dense_fuse_next),
     .describe_gpu = BN_GPU(bn_dense_gpu_describe),
     .bf16 = 1,

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "device.h"
+#include "device_ops.h"
 #include "nvtx.h"
 
 static int shape_ok(int n, int c, int h, int w)
@@ -62,9 +62,9 @@ void bn_blob_free(bn_blob *b)
     if (!b) return;
     if (b->root == b) {
         free(b->host);
-        bn_device_free(b->dev);
+        bn_device_ops_current()->free(b->dev);
     }
-    bn_tensor_desc_free(b->desc);
+    bn_device_ops_current()->tensor_desc_free(b->desc);
     free(b);
 }
 
@@ -89,7 +89,7 @@ bn_status bn_blob_set_bf16(bn_blob *b)
         return bn_error(BN_ERR_INTERNAL, "blob %s: its device buffer exists already, so it cannot become BF16", r->name);
     r->dev_bf16 = 1;
     /* A descriptor made earlier describes floats. */
-    bn_tensor_desc_free(b->desc);
+    bn_device_ops_current()->tensor_desc_free(b->desc);
     b->desc = NULL;
     return BN_OK;
 }
@@ -119,10 +119,11 @@ bn_status bn_blob_reserve_device(bn_blob *b)
 {
     bn_blob *r = b->root;
     if (r->dev) return BN_OK;
-    BN_TRY(bn_device_alloc((void **)&r->dev, r->capacity * dev_elem_bytes(r)));
-    bn_status s = bn_device_zero(r->dev, r->capacity * dev_elem_bytes(r));
+    const bn_device_ops *dev = bn_device_ops_current();
+    BN_TRY(dev->alloc((void **)&r->dev, r->capacity * dev_elem_bytes(r)));
+    bn_status s = dev->zero(r->dev, r->capacity * dev_elem_bytes(r));
     if (s != BN_OK) {
-        bn_device_free(r->dev);
+        dev->free(r->dev);
         r->dev = NULL;
     }
     return s;
@@ -159,9 +160,9 @@ static bn_status transfer_bf16(bn_blob *r, int to_device)
             stage[i] = bf16_of(r->host[i]);
             r->host[i] = float_of(stage[i]);
         }
-        s = bn_device_h2d(r->dev, stage, r->capacity * sizeof *stage);
+        s = bn_device_ops_current()->h2d(r->dev, stage, r->capacity * sizeof *stage);
     } else {
-        s = bn_device_d2h(stage, r->dev, r->capacity * sizeof *stage);
+        s = bn_device_ops_current()->d2h(stage, r->dev, r->capacity * sizeof *stage);
         for (size_t i = 0; s == BN_OK && i < r->capacity; i++) r->host[i] = float_of(stage[i]);
     }
     free(stage);
@@ -175,9 +176,10 @@ static bn_status transfer(bn_blob *r, int to_device)
     snprintf(range, sizeof range, "%s %s", to_device ? "h2d" : "d2h", r->name);
     bn_nvtx_push(range, BN_NVTX_TRANSFER);
     size_t bytes = r->capacity * sizeof(float);
+    const bn_device_ops *dev = bn_device_ops_current();
     bn_status s = r->dev_bf16 ? transfer_bf16(r, to_device)
-                  : to_device ? bn_device_h2d(r->dev, r->host, bytes)
-                              : bn_device_d2h(r->host, r->dev, bytes);
+                  : to_device ? dev->h2d(r->dev, r->host, bytes)
+                              : dev->d2h(r->host, r->dev, bytes);
     bn_nvtx_pop();
     if (s == BN_OK) r->state = BN_SYNC_BOTH;
     return s;
@@ -267,7 +269,7 @@ bn_status bn_blob_zero(bn_blob *b)
     if (b->root->dev) {
         void *d = b->root->dev_bf16 ? bn_blob_dev16_wr(b) : (void *)bn_blob_dev_wr(b);
         if (!d) return bn_last_status();
-        return bn_device_zero(d, bn_blob_count(b) * dev_elem_bytes(b->root));
+        return bn_device_ops_current()->zero(d, bn_blob_count(b) * dev_elem_bytes(b->root));
     }
     float *h = bn_blob_host_wr(b);
     if (!h) return bn_last_status();
@@ -289,7 +291,8 @@ void *bn_blob_tensor_desc(bn_blob *b)
 {
     int shape[4] = {b->n, b->c, b->h, b->w};
     if (b->desc && memcmp(shape, b->desc_shape, sizeof shape) == 0) return b->desc;
-    if (bn_tensor_desc_set(&b->desc, b->n, b->c, b->h, b->w, b->root->dev_bf16) != BN_OK) return NULL;
+    if (bn_device_ops_current()->tensor_desc_set(&b->desc, b->n, b->c, b->h, b->w, b->root->dev_bf16) != BN_OK)
+        return NULL;
     memcpy(b->desc_shape, shape, sizeof shape);
     return b->desc;
 }

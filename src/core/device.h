@@ -1,6 +1,7 @@
 /* device.h - the CUDA device seen from C: the process's one device context, memory and
  * transfers. Built from device.cu with CUDA, or device_none.c without it, where every
- * call reports that this build has no GPU support. */
+ * call reports that this build has no GPU support. The functions are gpu/'s, for the layers and
+ * the folders above the core; the core's own code reaches the device through device_ops.h. */
 #ifndef BN_DEVICE_H
 #define BN_DEVICE_H
 

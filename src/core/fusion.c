@@ -6,48 +6,53 @@
  * below on each pair in table order:
  *
  *   producer            consumer            what moves
- *   any with fuse_gpu   relu                the ReLU's forward, into the producer's epilogue
- *   relu                any with fuse_gpu   the ReLU's backward, into the consumer's input gradient
+ *   absorbs kind K      an activation of    the activation's forward, into the producer's
+ *                         kind K            epilogue
+ *   an activation of    absorbs kind K      the activation's backward, into the consumer's input
+ *     kind K                                gradient
  *   any with            any                 passes of the consumer that the producer's kernels
  *     fuse_next_gpu                         take (dense -> softmax_ce: the dense head; conv2d ->
  *                                           2x2 maxpool: both of the pooling's passes)
- * A layer type takes part through its ops (fuse_gpu,
- * fuse_next_gpu), which accept only the shapes and kernels they can serve; the rules here say
- * which side may ask.
+ *
+ * No rule names a layer type: an activation is a layer whose ops declare an elementwise kind
+ * (absorbable_as, one of BN_ABSORB_ACTIVATIONS: the relu type's BN_ABSORB_RELU), and the layer
+ * beside it is asked (fuse_gpu) only when its ops list that kind in absorbs (dense, conv2d and
+ * batchnorm list the ReLU). fuse_next_gpu looks at what the next layer declares itself. The
+ * hooks accept only the shapes and kernels they can serve; the rules here say which side may ask.
  *
  * A pair is considered only when the consumer is the producer's one reader and the producer its
- * one input (nothing fuses across a branch or a join): a fused pass may leave a blob or a gradient unwritten (BN_FUSED_NO_IN,
- * BN_FUSED_NO_IN_GRAD), which a second reader would see, and a gradient fed by several readers
- * must be summed before anyone masks it. No pass is taken over twice: a layer whose pass is
- * already done by another's kernels is not offered again.
+ * one input (nothing fuses across a branch or a join): a fused pass may leave a blob or a
+ * gradient unwritten (BN_FUSED_NO_IN, BN_FUSED_NO_IN_GRAD), which a second reader would see, and
+ * a gradient fed by several readers must be summed before anyone masks it. No pass is taken over
+ * twice: a layer whose pass is already done by another's kernels is not offered again.
  *
  * During each step on a device the loss layer may fold more into its forward pass
  * (bn_net_fuse_loss): the metrics' running sums and its input gradient. */
 #include "net.h"
 
-#include <string.h>
-
 /* A rule looks at producer p and its sole consumer c and fuses them when it applies. */
 typedef void (*fusion_rule)(bn_layer *p, bn_layer *c);
 
-static int is_relu(const bn_layer *l)
+/* Whether layer `taker` may be asked to do the passes of its neighbour `act`: act is an
+ * elementwise activation of a kind that taker's fuse_gpu takes. */
+static int may_take_activation(const bn_layer *taker, const bn_layer *act)
 {
-    return strcmp(l->ops->type, "relu") == 0;
+    return (act->ops->absorbable_as & BN_ABSORB_ACTIVATIONS & taker->ops->absorbs) && taker->ops->fuse_gpu;
 }
 
-/* The producer writes the ReLU's output from its epilogue (a dense layer). */
-static void relu_forward_into_producer(bn_layer *p, bn_layer *c)
+/* The producer writes the activation's output from its epilogue (a dense layer). */
+static void activation_forward_into_producer(bn_layer *p, bn_layer *c)
 {
-    if (is_relu(c) && !(c->gpu_fused & BN_FUSED_FORWARD) && p->ops->fuse_gpu && p->ops->fuse_gpu(p, c, 1))
+    if (may_take_activation(p, c) && !(c->gpu_fused & BN_FUSED_FORWARD) && p->ops->fuse_gpu(p, c, 1))
         c->gpu_fused |= BN_FUSED_FORWARD;
 }
 
-/* The consumer writes the ReLU's input gradient: its own input gradient, masked where the
- * ReLU's output is 0 (a dense layer). */
-static void relu_backward_into_consumer(bn_layer *p, bn_layer *c)
+/* The consumer writes the activation's input gradient: its own input gradient, passed through
+ * the activation's derivative (a ReLU's: masked where its output is 0; a dense layer). */
+static void activation_backward_into_consumer(bn_layer *p, bn_layer *c)
 {
-    if (is_relu(p) && !(p->gpu_fused & BN_FUSED_BACKWARD) && p->in_grad && c->in_grad == p->out_grad &&
-        c->ops->fuse_gpu && c->ops->fuse_gpu(c, p, 0))
+    if (may_take_activation(c, p) && !(p->gpu_fused & BN_FUSED_BACKWARD) && p->in_grad && c->in_grad == p->out_grad &&
+        c->ops->fuse_gpu(c, p, 0))
         p->gpu_fused |= BN_FUSED_BACKWARD;
 }
 
@@ -60,8 +65,9 @@ static void consumer_into_producer(bn_layer *p, bn_layer *c)
         c->gpu_fused |= p->ops->fuse_next_gpu(p, c);
 }
 
-/* In this order on each pair: a ReLU taken by its producer is no longer free for the third. */
-static const fusion_rule rules[] = {relu_forward_into_producer, relu_backward_into_consumer, consumer_into_producer};
+/* In this order on each pair: an activation taken by its producer is no longer free for the third. */
+static const fusion_rule rules[] = {activation_forward_into_producer, activation_backward_into_consumer,
+                                    consumer_into_producer};
 
 /* The layer that writes blob b, or NULL for the network's input. */
 static bn_layer *producer_of(const bn_net *net, const bn_blob *b)

@@ -124,6 +124,18 @@ struct bn_layer {
 #define BN_FUSED_NO_IN_GRAD 4
 #define BN_FUSED_NO_IN 8
 
+/* What a layer computes, told to its neighbours' fusion hooks so that they can tell whether their
+ * kernels may do its passes (bn_layer_ops.absorbable_as; absorbs for what fuse_gpu takes). A type
+ * declares a kind only when it computes exactly that, with no state a neighbour would not know. */
+#define BN_ABSORB_RELU 1u    /* elementwise max(x, 0), no parameters: a producer's epilogue may
+                              * write its output, a consumer mask its own input gradient where
+                              * the output is 0 (fusion.c asks fuse_gpu) */
+#define BN_ABSORB_MAXPOOL 2u /* the max pooling of layers/pool.h, its window and argmax mask in
+                              * that file's pool_priv: a producer's kernels may pool their output
+                              * (fuse_next_gpu looks for it) */
+/* The kinds that are elementwise activations: those the network offers to fuse_gpu. */
+#define BN_ABSORB_ACTIVATIONS BN_ABSORB_RELU
+
 struct bn_layer_ops {
     const char *type;          /* the model-file section name, e.g. "conv2d" */
     const char *help;          /* one line: what it computes and its keys */
@@ -149,18 +161,21 @@ struct bn_layer_ops {
     double (*flops)(const bn_layer *l);
     /* Releases l->priv and what it holds. May be NULL (then priv is free()d). */
     void (*destroy)(bn_layer *l);
-    /* GPU fusion with a neighbouring ReLU layer `relu`, asked by the network when it is set up
-     * on a device: `after` = 1: relu reads l's output, and l's GPU forward pass is to write
-     * relu's output too; `after` = 0: l reads relu's output, and l's GPU backward pass is to
-     * write relu's input gradient (its own input gradient masked where relu's output is 0)
-     * instead of its input gradient. Returns 1 when l takes that pass over. May be NULL. */
-    int (*fuse_gpu)(bn_layer *l, bn_layer *relu, int after);
+    /* GPU fusion with a neighbouring elementwise activation `act`, asked by the network when it
+     * is set up on a device, and only about an activation whose absorbable_as names a kind that
+     * l's absorbs lists: `after` = 1: act reads l's output, and l's GPU forward pass is to write
+     * act's output too; `after` = 0: l reads act's output, and l's GPU backward pass is to write
+     * act's input gradient (its own input gradient passed through act's derivative, read from
+     * act's output: for BN_ABSORB_RELU masked where it is 0) instead of its input gradient.
+     * Returns 1 when l takes that pass over. May be NULL. */
+    int (*fuse_gpu)(bn_layer *l, bn_layer *act, int after);
     /* GPU fusion with the layer after it, `next` (which reads l's output, and no other layer
-     * does), asked by the network when it is set up on a device after the ReLU fusions, when
-     * neither layer has a pass fused yet: l's GPU passes are to do some of next's passes too,
-     * which then do nothing. Returns the BN_FUSED_* bits of next's passes that l takes over
-     * (BN_FUSED_FORWARD: l's forward pass does next's; BN_FUSED_BACKWARD: l's backward pass
-     * does next's first), 0 for none. May be NULL. */
+     * does), asked by the network when it is set up on a device after the activation fusions,
+     * when neither layer has a pass fused yet: l's GPU passes are to do some of next's passes
+     * too, which then do nothing (next->ops->absorbable_as says what next computes). Returns
+     * the BN_FUSED_* bits of next's passes that l takes over (BN_FUSED_FORWARD: l's forward
+     * pass does next's; BN_FUSED_BACKWARD: l's backward pass does next's first), 0 for none.
+     * May be NULL. */
     int (*fuse_next_gpu)(bn_layer *l, bn_layer *next);
     /* For a loss layer, asked before each training or evaluation step on a device (never by the
      * network's setup, whose rules are in fusion.c): its following GPU forwards are also to add
@@ -175,6 +190,10 @@ struct bn_layer_ops {
     int bf16;  /* its GPU passes read and write BF16 blobs (--precision bf16): every output,
                 * output gradient and input gradient through bn_blob_dev16_rd/wr, the parameters
                 * through bn_param.value16, and the parameter gradients still FP32 */
+    unsigned absorbable_as; /* what the layer computes, as a neighbour's kernels may compute it in
+                             * its place: one BN_ABSORB_* bit, 0 (the default) for nothing they may */
+    unsigned absorbs;       /* the elementwise activations (BN_ABSORB_* bits) whose passes this
+                             * type's fuse_gpu can do; the network asks it about no other */
 };
 
 /* Declares a parameter of shape (n,c,h,w) during setup; returns its index or -1 on error. */

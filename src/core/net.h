@@ -134,6 +134,18 @@ bn_layer *bn_net_loss_layer(bn_net *net);
 /* The layer named `name`, or NULL. */
 bn_layer *bn_net_find_layer(bn_net *net, const char *name);
 
+/* A function called on blobs of a network by bn_net_each_blob; an error it returns ends the walk. */
+typedef bn_status (*bn_blob_fn)(bn_blob *b, void *arg);
+
+/* Calls fn(b, arg) on every blob of the network that holds a row per example: the input and its
+ * gradient, the labels, each layer's output and output gradient, and the gradient parts of
+ * outputs read several times. Returns fn's first error. */
+bn_status bn_net_each_batch_blob(bn_net *net, bn_blob_fn fn, void *arg);
+
+/* The same, after the blobs the batch size does not shape: the metrics and the parameter,
+ * gradient, buffer and BF16 parameter slabs (not input_norm, which only the host writes). */
+bn_status bn_net_each_blob(bn_net *net, bn_blob_fn fn, void *arg);
+
 /* Marks every blob of the network device-newer: after a replayed graph, whose writes the
  * sync states did not see. */
 void bn_net_mark_device_written(bn_net *net);

@@ -6,6 +6,7 @@
 #include <cuda_profiler_api.h>
 
 #include "core/device.h"
+#include "core/device_ops.h"
 #include "cuda_check.h"
 
 static bn_ctx the_ctx;
@@ -163,6 +164,23 @@ static bn_status open_error(cudaError_t e, int device)
     return bn_error(BN_ERR_DEVICE, "cannot open gpu:%d: %s; %s", device, cudaGetErrorString(e), hint);
 }
 
+/* The device calls of the core's blobs and network (core/device_ops.h), installed when a
+ * context opens; in the order of the struct's members, each named beside its entry. */
+static const bn_device_ops cuda_ops = {
+    bn_device_alloc,     /* alloc */
+    bn_device_free,      /* free */
+    bn_device_zero,      /* zero */
+    bn_device_h2d,       /* h2d */
+    bn_device_d2h,       /* d2h */
+    bn_tensor_desc_set,  /* tensor_desc_set */
+    bn_tensor_desc_free, /* tensor_desc_free */
+    bn_ctx_memory,       /* ctx_memory */
+    bn_ctx_join_side,    /* ctx_join_side */
+    bn_ctx_zero_beside,  /* ctx_zero_beside */
+    bn_gpu_add,          /* add */
+    bn_gpu_add_bf16,     /* add_bf16 */
+};
+
 extern "C" bn_status bn_ctx_open(int device, bn_ctx **out)
 {
     *out = NULL;
@@ -199,6 +217,7 @@ extern "C" bn_status bn_ctx_open(int device, bn_ctx **out)
         bn_ctx_close();
         return s;
     }
+    bn_device_ops_install(&cuda_ops);
     *out = &the_ctx;
     return BN_OK;
 }
