@@ -9,12 +9,13 @@
 
 #include "adam.h"
 #include "adamw.h"
+#include "rmsprop.h"
 #include "sgd.h"
 
 /* Expands X(name) once per optimizer; name's header defines its entry bn_optimizer_<name>, its
  * rule bn_<name>_rule and the count of its state slabs, bn_<name>_state_count, a constant the
  * kernels are built for. */
-#define BN_OPTIMIZERS(X) X(sgd) X(adam) X(adamw)
+#define BN_OPTIMIZERS(X) X(sgd) X(adam) X(adamw) X(rmsprop)
 
 #ifdef __cplusplus
 extern "C" {
