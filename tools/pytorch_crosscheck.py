@@ -9,10 +9,12 @@ lr policy inv) and compares every step's mean loss. TF32 is off on both sides. W
 torch.optim.Adam, AdamW or RMSprop themselves (the same multipliers, the rate set every step).
 The optimizer's and the policy's keys are the model file's [train] values where it gives them
 (models/lenet.cfg gives momentum 0.9, which rmsprop then reads too), else blobnet's defaults;
---momentum overrides momentum on both sides.
+--momentum overrides momentum on both sides. --lr-policy poly trains with Caffe's poly policy,
+lr * (1 - s / T)^power over the run's T = STEPS steps (power from [train], LeNet's 0.75), instead of
+the model's inv.
 
     python3 tools/pytorch_crosscheck.py --data DIR [--blobnet ./blobnet] [--steps 20] [--optimizer NAME]
-                                        [--momentum X]
+                                        [--lr-policy inv|poly] [--momentum X]
     (RMSprop at LeNet's lr 0.01 and momentum 0.9 moves fast; --lr 0.001 keeps the check on a
     smooth path: --optimizer rmsprop --lr 0.001, and --momentum 0 for the plain rule.)
 
@@ -124,6 +126,7 @@ def main():
     ap.add_argument("--tolerance", type=float, default=1e-4)
     ap.add_argument("--lr", type=float, default=None, help="override the model's base learning rate on both sides")
     ap.add_argument("--optimizer", default="sgd", choices=["sgd", "adam", "adamw", "rmsprop"])
+    ap.add_argument("--lr-policy", default="inv", choices=["inv", "poly"])
     ap.add_argument("--momentum", type=float, default=None, help="override momentum on both sides")
     a = ap.parse_args()
     torch.backends.cudnn.allow_tf32 = False
@@ -137,7 +140,7 @@ def main():
         common += ["--lr", repr(a.lr)]
     if a.momentum is not None:
         common += ["--momentum", repr(a.momentum)]
-    common += ["--optimizer", a.optimizer]
+    common += ["--optimizer", a.optimizer, "--lr-policy", a.lr_policy]
     run(common + ["--epochs", "0", "--save", init])
     run(common + ["--epochs", "1", "--train-limit", str(a.steps * a.batch), "--log", log, "--log-every", "1"])
     with open(log) as f:
@@ -160,7 +163,7 @@ def main():
     base_lr = a.lr if a.lr is not None else float(keys.get("lr", 0.01))
     wd, bias_mult = float(keys.get("weight_decay", 5e-4)), float(keys.get("bias_lr_mult", 1.0))
     gamma = float(keys.get("gamma", 1e-4))
-    power = float(keys.get("power", 0.75))
+    power = float(keys.get("power", 0.75 if a.lr_policy == "inv" else 1.0))
     momentum = a.momentum if a.momentum is not None else float(
         keys.get("momentum", 0.0 if a.optimizer == "rmsprop" else 0.9))
     alpha, eps = float(keys.get("alpha", 0.99)), float(keys.get("eps", 1e-8))
@@ -169,7 +172,9 @@ def main():
     mean, std = input_standardisation(a.model)
 
     def rate_at(step):
-        """The model's inv policy at step (from 0)."""
+        """The policy's rate at step (from 0) of the run's a.steps steps."""
+        if a.lr_policy == "poly":
+            return base_lr * (1 - min(step / a.steps, 1.0)) ** power
         return base_lr * (1 + gamma * step) ** -power
 
     def train_torch(params, velocity, nudge):

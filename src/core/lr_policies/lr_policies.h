@@ -12,7 +12,7 @@ extern "C" {
 #endif
 
 /* Expands X(name) once per policy. */
-#define BN_LR_POLICIES(X) X(fixed) X(step) X(inv) X(cosine) X(onecycle)
+#define BN_LR_POLICIES(X) X(fixed) X(step) X(inv) X(cosine) X(onecycle) X(poly)
 
 /* A policy: its name, its rate in one line (help texts), the [train] keys it reads besides lr,
  * and its rate at step iter of a run of max_iter steps (0 when the run's length is unknown, as in
