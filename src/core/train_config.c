@@ -49,22 +49,25 @@ static const bn_train_key *key_in(const bn_train_key *keys, int n, const char *n
     return NULL;
 }
 
-/* The key called name of the optimizer at index i (i < 0: any, the first in table order). */
+/* The key called name of the optimizer, or of the policy, at index i; NULL when it reads none. */
 static const bn_train_key *optimizer_key(int i, const char *name)
 {
-    for (int k = i < 0 ? 0 : i; k < (i < 0 ? bn_optimizer_type_count() : i + 1); k++) {
-        const bn_optimizer_type *t = bn_optimizer_type_at(k);
-        const bn_train_key *key = key_in(t->keys, t->num_keys, name);
-        if (key) return key;
-    }
-    return NULL;
+    const bn_optimizer_type *t = bn_optimizer_type_at(i);
+    return key_in(t->keys, t->num_keys, name);
 }
 
 static const bn_train_key *policy_key(int i, const char *name)
 {
-    for (int k = i < 0 ? 0 : i; k < (i < 0 ? bn_lr_policy_count() : i + 1); k++) {
-        const bn_lr_policy *p = bn_lr_policy_at(k);
-        const bn_train_key *key = key_in(p->keys, p->num_keys, name);
+    const bn_lr_policy *p = bn_lr_policy_at(i);
+    return key_in(p->keys, p->num_keys, name);
+}
+
+/* The key called name of the first optimizer (of_optimizers) or policy that reads it, or NULL. */
+static const bn_train_key *first_key(int of_optimizers, const char *name)
+{
+    int n = of_optimizers ? bn_optimizer_type_count() : bn_lr_policy_count();
+    for (int i = 0; i < n; i++) {
+        const bn_train_key *key = of_optimizers ? optimizer_key(i, name) : policy_key(i, name);
         if (key) return key;
     }
     return NULL;
@@ -76,8 +79,8 @@ double bn_train_value_named(const bn_train_config *c, const char *name)
     if (g) return g->value;
     const bn_train_key *key = optimizer_key(c->optimizer, name);
     if (!key) key = policy_key(c->lr_policy, name);
-    if (!key) key = optimizer_key(-1, name);
-    if (!key) key = policy_key(-1, name);
+    if (!key) key = first_key(1, name);
+    if (!key) key = first_key(0, name);
     return key ? key->def : 0.0;
 }
 
@@ -130,8 +133,8 @@ static bn_status refuse_misplaced(const bn_options *o, const bn_train_config *cf
     for (int i = 0; i < o->count; i++) {
         const char *key = o->items[i].key;
         if (o->items[i].used) continue;
-        int of_optimizer = optimizer_key(-1, key) != NULL;
-        if (!of_optimizer && !policy_key(-1, key)) continue;
+        int of_optimizer = first_key(1, key) != NULL;
+        if (!of_optimizer && !first_key(0, key)) continue;
         char list[256];
         owners(key, of_optimizer, list, sizeof list);
         const char *what = of_optimizer ? "optimizer" : "lr_policy";

@@ -1,6 +1,5 @@
 #include "optimizer.h"
 
-#include <math.h>
 #include <stdlib.h>
 
 #include "core/lr_policies/lr_policies.h"
@@ -102,8 +101,8 @@ static bn_status step_cpu(bn_optimizer *o, bn_net *net, bn_step_rates r)
     BN_HOST_WR(w, net->params);
     BN_HOST_RD(g, net->grads);
     float *state[BN_OPTIMIZER_MAX_STATE];
-    for (int k = 0; k < o->num_state; k++)
-        if (!(state[k] = bn_blob_host_wr(o->state[k]))) return bn_last_status();
+    for (int j = 0; j < o->num_state; j++)
+        if (!(state[j] = bn_blob_host_wr(o->state[j]))) return bn_last_status();
     const float wd = (float)o->cfg.weight_decay;
     const bn_rule_consts k = bn_optimizer_type_at(o->cfg.optimizer)->consts(&o->cfg);
     const cpu_update update = cpu_updates[o->cfg.optimizer];
