@@ -2,8 +2,8 @@
  * state it keeps (slabs of the parameters' layout, saved by checkpoints under their names), the
  * constants its rule reads, what it needs that changes from step to step, and its rule for one
  * element, which the CPU loop (train/optimizer.c) and the GPU kernels (train/optimizer_gpu.cu)
- * both call, so that the two cannot drift apart. Each optimizer is one header of this folder and
- * one line in the table (optimizers.h). */
+ * both call, so that the two cannot drift apart. Each optimizer is one header of this folder,
+ * listed in the table (optimizers.h). */
 #ifndef BN_OPTIMIZER_TYPE_H
 #define BN_OPTIMIZER_TYPE_H
 
