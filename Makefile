@@ -77,7 +77,7 @@ endif
 # file pair per type, a folder for a type with kernel families), datasets/. A file X_none.c
 # stands in for the .cu files of its folder in a build without CUDA; in src/dist, where the .cu
 # file needs NCCL too, in a build without NCCL.
-LIB_DIRS := src/core src/gpu src/io src/train src/check src/dist layers $(filter-out layers/examples/,$(wildcard layers/*/)) datasets
+LIB_DIRS := src/core src/core/optimizers src/core/lr_policies src/gpu src/io src/train src/check src/dist layers $(filter-out layers/examples/,$(wildcard layers/*/)) datasets
 C_SRCS   := $(foreach d,$(LIB_DIRS),$(wildcard $(d:%/=%)/*.c))
 NONE_SRCS := $(filter %_none.c,$(C_SRCS))
 C_SRCS   := $(filter-out $(NONE_SRCS),$(C_SRCS))

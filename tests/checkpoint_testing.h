@@ -30,9 +30,9 @@ const char *ck_tmp_path(char *buf, size_t cap, const char *name);
 /* Distinct values in every element, derived from base. */
 void ck_fill(bn_blob *b, float base);
 
-/* A set-up net with an optimizer of kind whose weights, optimizer state, iter and training
+/* A set-up net with the optimizer called optimizer, whose weights, optimizer state, iter and training
  * state all differ from their defaults, with a few awkward floats. Returns BN_PASS or BN_FAIL. */
-int ck_make_fixture_of(ck_fixture *f, const char *model, float base, bn_optimizer_kind kind);
+int ck_make_fixture_of(ck_fixture *f, const char *model, float base, const char *optimizer);
 
 /* ck_make_fixture_of with SGD. */
 int ck_make_fixture(ck_fixture *f, const char *model, float base);

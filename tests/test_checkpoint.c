@@ -382,7 +382,7 @@ static int copy_state(const ck_fixture *f, float *out[BN_OPTIMIZER_MAX_STATE])
  * metadata names the optimizer, and a load gives all of it back bit for bit; AdamW's too. */
 BN_TEST(checkpoint_adam_round_trip_is_bit_exact)
 {
-    static const bn_optimizer_kind kinds[] = {BN_OPT_ADAM, BN_OPT_ADAMW};
+    static const char *const kinds[] = {"adam", "adamw"};
     for (int i = 0; i < 2; i++) {
         ck_fixture f, g;
         char path[512];
@@ -396,7 +396,7 @@ BN_TEST(checkpoint_adam_round_trip_is_bit_exact)
         CHECK_OK(bn_json_parse(p.header, p.header_len, &h));
         CHECK(h->type == BN_JSON_OBJECT && h->count == 1 + 3 * 4);
         const bn_json *meta = bn_json_get(h, "__metadata__"), *name = bn_json_get(meta, "optimizer");
-        CHECK(name && strcmp(name->text, bn_optimizer_names[kinds[i]]) == 0);
+        CHECK(name && strcmp(name->text, kinds[i]) == 0);
         CHECK(strcmp(bn_json_get(meta, "has_momentum")->text, "1") == 0);
         const struct {
             const char *name;
@@ -447,8 +447,8 @@ BN_TEST(checkpoint_refuses_another_optimizers_state)
     ck_fixture sgd, adam, adamw;
     char sgd_path[512], adam_path[512], path[512], needle[1200];
     CHECK(ck_saved_fixture(&sgd, sgd_path, sizeof sgd_path, "by-sgd.safetensors") == BN_PASS);
-    CHECK(ck_make_fixture_of(&adam, CK_MODEL, 0.5f, BN_OPT_ADAM) == BN_PASS);
-    CHECK(ck_make_fixture_of(&adamw, CK_MODEL, 0.75f, BN_OPT_ADAMW) == BN_PASS);
+    CHECK(ck_make_fixture_of(&adam, CK_MODEL, 0.5f, "adam") == BN_PASS);
+    CHECK(ck_make_fixture_of(&adamw, CK_MODEL, 0.75f, "adamw") == BN_PASS);
     CHECK_OK(bn_checkpoint_save(ck_tmp_path(adam_path, sizeof adam_path, "by-adam.safetensors"), adam.net, adam.opt,
                                 &adam.st));
     snprintf(needle, sizeof needle, "%s holds the state of optimizer sgd, but this run's optimizer is adam", sgd_path);

@@ -20,7 +20,10 @@ BN_TEST(cli_help_and_version)
     CHECK_CLI("train --help", 0, "--flip, --no-flip");
     CHECK_CLI("train --help", 0, "--pad zero|reflect");
     CHECK_CLI("train --help", 0, "--cutout N");
-    CHECK_CLI("train --help", 0, "--optimizer NAME    sgd (default), adam or adamw");
+    CHECK_CLI("train --help", 0, "--optimizer NAME    the optimizer (the list below; default sgd)");
+    CHECK(strstr(out, "\n  adamw           torch.optim.AdamW") && strstr(out, "keys: momentum (0.9)\n"));
+    CHECK(strstr(out, "\n  step            lr * gamma ^ floor(s / stepsize)\n") &&
+          strstr(out, "keys: gamma (0.0001), stepsize (10000)\n"));
     CHECK_CLI("train --help", 0, "--warmup N");
     CHECK_CLI("test --help", 0, "usage: blobnet test MODEL WEIGHTS");
     CHECK_CLI("", 2, "usage: blobnet COMMAND");

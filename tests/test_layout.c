@@ -20,6 +20,8 @@ typedef struct folder_rule {
  * the plugin entry point (blobnet.h); layers see only the core, the GPU helpers and each other. */
 static const folder_rule rules[] = {
     {"src/core", "core layers public"},
+    {"src/core/optimizers", "core core/optimizers"},
+    {"src/core/lr_policies", "core core/lr_policies"},
     {"src/gpu", "core gpu"},
     {"src/io", "core io"},
     {"src/train", "core gpu io train dist datasets"},

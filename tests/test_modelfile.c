@@ -1,5 +1,7 @@
 /* Model-file parsing: every error kind names file:line and the problem. */
+#include "core/lr_policies/lr_policies.h"
 #include "core/net.h"
+#include "core/optimizers/optimizers.h"
 #include "testing.h"
 
 #define INPUT "[input]\nchannels = 1\nheight = 8\nwidth = 8\n"
@@ -49,11 +51,11 @@ BN_TEST(modelfile_semantic_errors_name_the_line)
     CHECK_ERR(build(INPUT "[train]\nlr_policy = warp\n[dense]\noutputs=2\n"), BN_ERR_USAGE, "is not one of: fixed, step, inv, cosine");
     CHECK_ERR(build(INPUT "[train]\nbatchsize = 3\n[dense]\noutputs=2\n"), BN_ERR_USAGE, "m.cfg:6: [train] unknown key 'batchsize'");
     CHECK_ERR(build(INPUT "[train]\noptimizer = lion\n[dense]\noutputs=2\n"), BN_ERR_USAGE, "m.cfg:6: [train] optimizer = 'lion' is not one of: sgd, adam, adamw");
-    CHECK_ERR(build(INPUT "[train]\nlr = 0.1\nbeta1 = 1\n[dense]\noutputs=2\n"), BN_ERR_USAGE, "m.cfg:7: [train] beta1 = 1 is out of range [0, 1)");
-    CHECK_ERR(build(INPUT "[train]\nbeta2 = 1.5\n[dense]\noutputs=2\n"), BN_ERR_USAGE, "m.cfg:6: [train] beta2 = 1.5 is out of range [0, 1]");
+    CHECK_ERR(build(INPUT "[train]\noptimizer = adam\nbeta1 = 1\n[dense]\noutputs=2\n"), BN_ERR_USAGE, "m.cfg:7: [train] beta1 = 1 is out of range [0, 1)");
+    CHECK_ERR(build(INPUT "[train]\noptimizer = adam\nbeta2 = 1.5\n[dense]\noutputs=2\n"), BN_ERR_USAGE, "m.cfg:7: [train] beta2 = 1.5 is out of range [0, 1]");
     CHECK_ERR(build(INPUT "[train]\nwarmup = -3\n[dense]\noutputs=2\n"), BN_ERR_USAGE, "m.cfg:6: [train] warmup = -3 is out of range");
-    CHECK_ERR(build(INPUT "[train]\npct_start = 2\n[dense]\noutputs=2\n"), BN_ERR_USAGE, "m.cfg:6: [train] pct_start = 2 is out of range");
-    CHECK_ERR(build(INPUT "[train]\ndiv_factor = 0\n[dense]\noutputs=2\n"), BN_ERR_USAGE, "m.cfg:6: [train] div_factor = 0 is out of range");
+    CHECK_ERR(build(INPUT "[train]\nlr_policy = onecycle\npct_start = 2\n[dense]\noutputs=2\n"), BN_ERR_USAGE, "m.cfg:7: [train] pct_start = 2 is out of range");
+    CHECK_ERR(build(INPUT "[train]\nlr_policy = onecycle\ndiv_factor = 0\n[dense]\noutputs=2\n"), BN_ERR_USAGE, "m.cfg:7: [train] div_factor = 0 is out of range");
     return BN_PASS;
 }
 
@@ -65,14 +67,18 @@ BN_TEST(modelfile_train_section_reads_optimizer_and_schedule_keys)
                               "lr_policy = onecycle\npct_start = 0.25\ndiv_factor = 10\nfinal_div_factor = 100\n"
                               "warmup = 50\n[dense]\noutputs=2\n", "m.cfg", &net));
     const bn_train_config *c = &net->train;
-    CHECK(c->optimizer == BN_OPT_ADAMW && c->beta1 == 0.8 && c->beta2 == 0.99 && c->eps == 1e-6);
-    CHECK(c->lr_policy == BN_LR_ONECYCLE && c->pct_start == 0.25 && c->div_factor == 10);
-    CHECK(c->final_div_factor == 100 && c->warmup == 50);
+    CHECK(c->optimizer == bn_optimizer_find("adamw") && bn_train_value_named(c, "beta1") == 0.8);
+    CHECK(bn_train_value_named(c, "beta2") == 0.99 && bn_train_value_named(c, "eps") == 1e-6);
+    CHECK(c->lr_policy == bn_lr_policy_find("onecycle") && bn_train_value_named(c, "pct_start") == 0.25);
+    CHECK(bn_train_value_named(c, "div_factor") == 10 && bn_train_value_named(c, "final_div_factor") == 100);
+    CHECK(c->warmup == 50);
     bn_net_free(net);
     CHECK_OK(bn_net_from_text(INPUT "[dense]\noutputs=2\n", "m.cfg", &net));
     c = &net->train;
-    CHECK(c->optimizer == BN_OPT_SGD && c->beta1 == 0.9 && c->beta2 == 0.999 && c->eps == 1e-8 && c->warmup == 0);
-    CHECK(c->pct_start == 0.3 && c->div_factor == 25 && c->final_div_factor == 1e4);
+    CHECK(c->optimizer == bn_optimizer_find("sgd") && bn_train_value_named(c, "beta1") == 0.9);
+    CHECK(bn_train_value_named(c, "beta2") == 0.999 && bn_train_value_named(c, "eps") == 1e-8 && c->warmup == 0);
+    CHECK(bn_train_value_named(c, "pct_start") == 0.3 && bn_train_value_named(c, "div_factor") == 25);
+    CHECK(bn_train_value_named(c, "final_div_factor") == 1e4);
     bn_net_free(net);
     return BN_PASS;
 }

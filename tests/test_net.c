@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/lr_policies/lr_policies.h"
 #include "core/net.h"
 #include "gpu_testing.h"
 #include "layer_testing.h"
@@ -31,7 +32,7 @@ BN_TEST(net_lenet_shapes_and_parameter_count)
     CHECK(strcmp(net->layers[0]->name, "conv1") == 0);
     CHECK(net->layers[0]->in_grad == NULL); /* the input needs no gradient */
     CHECK(net->layers[7]->out_grad == NULL); /* the loss layer has no output gradient */
-    CHECK(net->train.lr_policy == BN_LR_INV && net->train.batch == 64);
+    CHECK(net->train.lr_policy == bn_lr_policy_find("inv") && net->train.batch == 64);
     CHECK(net->train.bias_lr_mult == 2.0);
     bn_net_free(net);
     return BN_PASS;

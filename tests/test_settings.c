@@ -1,13 +1,15 @@
 /* test_settings.c - the training settings a checkpoint records: every [train] key but the seed
  * and the [augment] keys in one line, and the list of what a resumed run changed. */
 #include "testing.h"
+#include "core/lr_policies/lr_policies.h"
+#include "core/optimizers/optimizers.h"
 #include "train/settings.h"
 
 BN_TEST(settings_line_holds_every_training_key)
 {
     bn_train_config c = bn_train_config_defaults();
-    c.optimizer = BN_OPT_ADAMW;
-    c.lr_policy = BN_LR_ONECYCLE;
+    c.optimizer = bn_optimizer_find("adamw");
+    c.lr_policy = bn_lr_policy_find("onecycle");
     c.weight_decay = 5e-4;
     c.warmup = 100;
     bn_augment aug = {.shift = 2, .flip = 1, .pad = BN_AUGMENT_PAD_REFLECT, .cutout = 16};

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "core/optimizers/optimizers.h"
 #include "testing.h"
 
 const char *ck_tmp_path(char *buf, size_t cap, const char *name)
@@ -21,16 +22,16 @@ void ck_fill(bn_blob *b, float base)
     for (size_t i = 0; i < bn_blob_count(b); i++) p[i] = base + 0.013f * (float)i * ((i % 2) ? -1.0f : 1.0f);
 }
 
-/* A set-up net with an optimizer of kind whose weights, optimizer state, iter and training
+/* A set-up net with the optimizer called optimizer, whose weights, optimizer state, iter and training
  * state all differ from their defaults, with a few awkward floats. Returns BN_PASS or BN_FAIL. */
-int ck_make_fixture_of(ck_fixture *f, const char *model, float base, bn_optimizer_kind kind)
+int ck_make_fixture_of(ck_fixture *f, const char *model, float base, const char *optimizer)
 {
     memset(f, 0, sizeof *f);
     CHECK_OK(bn_net_from_text(model, "ckpt_test.cfg", &f->net));
     CHECK_OK(bn_net_setup(f->net, 2, NULL, 0, 7));
     CHECK(f->net->num_params == CK_NUM_PARAMS);
     bn_train_config cfg = f->net->train;
-    cfg.optimizer = kind;
+    CHECK((cfg.optimizer = bn_optimizer_find(optimizer)) >= 0);
     cfg.seed = 2147483647; /* the seed of the progress below */
     CHECK_OK(bn_optimizer_create(f->net, &cfg, &f->opt));
     ck_fill(f->net->params, base);
@@ -45,7 +46,7 @@ int ck_make_fixture_of(ck_fixture *f, const char *model, float base, bn_optimize
 
 int ck_make_fixture(ck_fixture *f, const char *model, float base)
 {
-    return ck_make_fixture_of(f, model, base, BN_OPT_SGD);
+    return ck_make_fixture_of(f, model, base, "sgd");
 }
 
 void ck_free_fixture(ck_fixture *f)

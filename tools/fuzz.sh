@@ -35,11 +35,11 @@ if [ -f /usr/include/jpeglib.h ] || [ -f /usr/local/include/jpeglib.h ]; then li
 # coverage; an object is rebuilt when its source or any header is newer.
 mkdir -p "$build/obj"
 srcs=()
-for f in src/*/*.c layers/*.c layers/*/*.c datasets/*.c; do
+for f in src/*/*.c src/*/*/*.c layers/*.c layers/*/*.c datasets/*.c; do
     case $f in src/cli/*|layers/examples/*) continue ;; esac
     srcs+=("$f")
 done
-newest_header=$(ls -t src/*.h src/*/*.h layers/*.h layers/*/*.h datasets/*.h tests/fuzz/*.h | head -1)
+newest_header=$(ls -t src/*.h src/*/*.h src/*/*/*.h layers/*.h layers/*/*.h datasets/*.h tests/fuzz/*.h | head -1)
 objs=()
 for f in "${srcs[@]}"; do
     o="$build/obj/$(echo "${f%.c}" | tr / _).o"

@@ -5,10 +5,18 @@ with a per-step CSV log. This script loads the same initial weights into a PyTor
 feeds the same batches in the same order (blobnet's shuffle, reimplemented below), applies
 the same SGD rule (Caffe's: v = m*v + lr*mult*(g + wd*w), w -= v; biases: 2x lr, no decay;
 lr policy inv) and compares every step's mean loss. TF32 is off on both sides. With
---optimizer adam or adamw, blobnet trains with that optimizer and the PyTorch side with
-torch.optim.Adam or AdamW themselves (the same multipliers, the rate set every step).
+--optimizer adam, adamw or rmsprop, blobnet trains with that optimizer and the PyTorch side with
+torch.optim.Adam, AdamW or RMSprop themselves (the same multipliers, the rate set every step).
+The optimizer's and the policy's keys are the model file's [train] values where it gives them
+(models/lenet.cfg gives momentum 0.9, which rmsprop then reads too), else blobnet's defaults;
+--momentum overrides momentum on both sides. --lr-policy poly trains with Caffe's poly policy,
+lr * (1 - s / T)^power over the run's T = STEPS steps (power from [train], LeNet's 0.75), instead of
+the model's inv.
 
     python3 tools/pytorch_crosscheck.py --data DIR [--blobnet ./blobnet] [--steps 20] [--optimizer NAME]
+                                        [--lr-policy inv|poly] [--momentum X]
+    (RMSprop at LeNet's lr 0.01 and momentum 0.9 moves fast; --lr 0.001 keeps the check on a
+    smooth path: --optimizer rmsprop --lr 0.001, and --momentum 0 for the plain rule.)
 
 Exit status 0 when every step's relative difference is below --tolerance (1e-4).
 """
@@ -75,21 +83,24 @@ def read_safetensors(path):
     return tensors, meta
 
 
-def input_standardisation(model_path):
-    """The [input] section's mean and std (defaults 0 and 1), as blobnet applies them."""
-    mean, std, section = 0.0, 1.0, None
+def read_section(model_path, name):
+    """The keys of the model file's [name] section, as text."""
+    keys, section = {}, None
     with open(model_path) as f:
         for line in f:
             line = line.split("#")[0].split(";")[0].strip()
             if line.startswith("["):
                 section = line.strip("[] ")
-            elif section == "input" and "=" in line:
+            elif section == name and "=" in line:
                 key, value = (t.strip() for t in line.split("=", 1))
-                if key == "mean":
-                    mean = float(value)
-                elif key == "std":
-                    std = float(value)
-    return np.float32(mean), np.float32(std)
+                keys[key] = value
+    return keys
+
+
+def input_standardisation(model_path):
+    """The [input] section's mean and std (defaults 0 and 1), as blobnet applies them."""
+    keys = read_section(model_path, "input")
+    return np.float32(float(keys.get("mean", 0.0))), np.float32(float(keys.get("std", 1.0)))
 
 
 def lenet_forward(p, x):
@@ -114,7 +125,9 @@ def main():
     ap.add_argument("--device", default="gpu")
     ap.add_argument("--tolerance", type=float, default=1e-4)
     ap.add_argument("--lr", type=float, default=None, help="override the model's base learning rate on both sides")
-    ap.add_argument("--optimizer", default="sgd", choices=["sgd", "adam", "adamw"])
+    ap.add_argument("--optimizer", default="sgd", choices=["sgd", "adam", "adamw", "rmsprop"])
+    ap.add_argument("--lr-policy", default="inv", choices=["inv", "poly"])
+    ap.add_argument("--momentum", type=float, default=None, help="override momentum on both sides")
     a = ap.parse_args()
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -125,7 +138,9 @@ def main():
     common = [a.blobnet, "train", a.model, "--data", a.data, "--device", a.device, "--batch", str(a.batch), "--quiet"]
     if a.lr is not None:
         common += ["--lr", repr(a.lr)]
-    common += ["--optimizer", a.optimizer]
+    if a.momentum is not None:
+        common += ["--momentum", repr(a.momentum)]
+    common += ["--optimizer", a.optimizer, "--lr-policy", a.lr_policy]
     run(common + ["--epochs", "0", "--save", init])
     run(common + ["--epochs", "1", "--train-limit", str(a.steps * a.batch), "--log", log, "--log-every", "1"])
     with open(log) as f:
@@ -135,16 +150,32 @@ def main():
 
     weights, meta = read_safetensors(init)
     dev = torch.device("cuda")
+    # "<layer>.<param>"; the optimizer's state is "<state>.<layer>.<param>".
     params = {k: torch.tensor(v.copy(), device=dev, requires_grad=True) for k, v in weights.items()
-              if not k.startswith(("momentum.", "exp_avg.", "exp_avg_sq."))}
+              if k.count(".") == 1}
     velocity = {k: torch.zeros_like(v) for k, v in params.items()}
     seed = int(meta["seed"])
     count = a.steps * a.batch
     order = blobnet_shuffle(count, epoch_seed(seed, 0))
     images = read_idx(os.path.join(a.data, "train-images-idx3-ubyte.gz"))[:count]
     labels = read_idx(os.path.join(a.data, "train-labels-idx1-ubyte.gz"))[:count]
-    base_lr, gamma, power, momentum, wd, bias_mult = a.lr or 0.01, 1e-4, 0.75, 0.9, 5e-4, 2.0
+    keys = read_section(a.model, "train")
+    base_lr = a.lr if a.lr is not None else float(keys.get("lr", 0.01))
+    wd, bias_mult = float(keys.get("weight_decay", 5e-4)), float(keys.get("bias_lr_mult", 1.0))
+    gamma = float(keys.get("gamma", 1e-4))
+    power = float(keys.get("power", 0.75 if a.lr_policy == "inv" else 1.0))
+    momentum = a.momentum if a.momentum is not None else float(
+        keys.get("momentum", 0.0 if a.optimizer == "rmsprop" else 0.9))
+    alpha, eps = float(keys.get("alpha", 0.99)), float(keys.get("eps", 1e-8))
+    betas = (float(keys.get("beta1", 0.9)), float(keys.get("beta2", 0.999)))
+    centered = int(keys.get("centered", 0)) == 1
     mean, std = input_standardisation(a.model)
+
+    def rate_at(step):
+        """The policy's rate at step (from 0) of the run's a.steps steps."""
+        if a.lr_policy == "poly":
+            return base_lr * (1 - min(step / a.steps, 1.0)) ** power
+        return base_lr * (1 + gamma * step) ** -power
 
     def train_torch(params, velocity, nudge):
         """PyTorch's losses for the run; nudge moves one weight by one float32 ulp, to measure
@@ -158,10 +189,14 @@ def main():
         losses = []
         opt, groups = None, []
         if a.optimizer != "sgd":
-            kind = torch.optim.Adam if a.optimizer == "adam" else torch.optim.AdamW
             groups = [dict(params=[p], mult=bias_mult if k.endswith(".bias") else 1.0,
                            weight_decay=0.0 if k.endswith(".bias") else wd) for k, p in params.items()]
-            opt = kind(groups, lr=base_lr, betas=(0.9, 0.999), eps=1e-8)
+            if a.optimizer == "rmsprop":
+                opt = torch.optim.RMSprop(groups, lr=base_lr, alpha=alpha, eps=eps, momentum=momentum,
+                                          centered=centered)
+            else:
+                kind = torch.optim.Adam if a.optimizer == "adam" else torch.optim.AdamW
+                opt = kind(groups, lr=base_lr, betas=betas, eps=eps)
         for step in range(a.steps):
             idx = order[step * a.batch:(step + 1) * a.batch]
             x = torch.tensor((images[idx].astype(np.float32) / np.float32(255.0) - mean) / std, device=dev)
@@ -170,7 +205,7 @@ def main():
             for p in params.values():
                 p.grad = None
             loss.backward()
-            lr = base_lr * (1 + gamma * step) ** -power
+            lr = rate_at(step)
             if opt:
                 for g in opt.param_groups:
                     g["lr"] = lr * g["mult"]
@@ -200,7 +235,7 @@ def main():
           f"{max(drift):.3e} (steps 1-3: {max(drift[:3]):.1e})")
     worst = 0.0
     for step in range(a.steps):
-        lr = base_lr * (1 + gamma * step) ** -power
+        lr = rate_at(step)
         ours, theirs = blob_losses[step], ref[step]
         rel = abs(ours - theirs) / max(abs(theirs), 1e-12)
         worst = max(worst, rel)

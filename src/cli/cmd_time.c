@@ -4,6 +4,7 @@
 
 #include "check/timing.h"
 #include "cli.h"
+#include "core/optimizers/optimizers.h"
 #include "core/plugin.h"
 
 enum { OPT_BATCH = 256, OPT_ITERS, OPT_DEVICE, OPT_TF32, OPT_AUTOTUNE, OPT_PLUGIN, OPT_PRECISION, OPT_HELP };

@@ -10,6 +10,8 @@
 
 #include "cli.h"
 #include "data_source.h"
+#include "core/lr_policies/lr_policies.h"
+#include "core/optimizers/optimizers.h"
 #include "core/plugin.h"
 #include "dist/dist.h"
 #include "io/safetensors.h"
@@ -208,19 +210,12 @@ static bn_status apply_overrides(const train_args *a, bn_train_config *c)
     if (a->epochs >= 0) c->epochs = (int)a->epochs;
     if (a->batch > 0) c->batch = (int)a->batch;
     if (a->lr >= 0) c->lr = a->lr;
-    if (a->momentum >= 0) c->momentum = a->momentum;
+    if (a->momentum >= 0) BN_TRY(bn_train_config_set(c, "momentum", a->momentum));
     if (a->weight_decay >= 0) c->weight_decay = a->weight_decay;
     if (a->seed >= 0) c->seed = (unsigned long long)a->seed;
     if (a->warmup >= 0) c->warmup = (int)a->warmup;
-    int i;
-    if (a->optimizer) {
-        BN_TRY(choice("--optimizer", a->optimizer, bn_optimizer_names, &i));
-        c->optimizer = (bn_optimizer_kind)i;
-    }
-    if (a->lr_policy) {
-        BN_TRY(choice("--lr-policy", a->lr_policy, bn_lr_policy_names, &i));
-        c->lr_policy = (bn_lr_policy)i;
-    }
+    if (a->optimizer) BN_TRY(choice("--optimizer", a->optimizer, bn_optimizer_names, &c->optimizer));
+    if (a->lr_policy) BN_TRY(choice("--lr-policy", a->lr_policy, bn_lr_policy_names, &c->lr_policy));
     return BN_OK;
 }
 

@@ -9,6 +9,8 @@
 
 #include "cli.h"
 #include "core/device.h"
+#include "core/lr_policies/lr_policies.h"
+#include "core/optimizers/optimizers.h"
 #include "core/plugin.h"
 #include "core/registry.h"
 #include "dataset.h"
@@ -33,11 +35,11 @@ static const char train_usage[] =
     "  --rendezvous H:P    where the ranks meet: rank 0 listens on H:P, the others connect\n"
     "  --epochs N          epochs to train (a resumed run continues up to N)\n"
     "  --batch N           mini-batch size\n"
-    "  --optimizer NAME    sgd (default), adam or adamw\n"
+    "  --optimizer NAME    the optimizer (the list below; default sgd)\n"
     "  --lr X              base learning rate\n"
-    "  --momentum X        SGD momentum\n"
-    "  --weight-decay X    weight decay (L2 for sgd and adam, decoupled for adamw)\n"
-    "  --lr-policy NAME    fixed, step, inv, cosine or onecycle\n"
+    "  --momentum X        momentum, for the optimizers below that read it\n"
+    "  --weight-decay X    weight decay, applied as each optimizer below says\n"
+    "  --lr-policy NAME    the learning-rate policy (the list below; default fixed)\n"
     "  --warmup N          scale the rate of step s < N by (s + 1) / N\n"
     "  --seed N            seed of initial weights, shuffling and dropout\n"
     "  --train-limit N     train on the first N training images only\n"
@@ -313,12 +315,40 @@ static void print_data_formats(void)
     }
 }
 
+/* An optimizer's or a policy's [train] keys with their defaults, under its line. */
+static void print_keys(const bn_train_key *keys, int n)
+{
+    if (!n) return;
+    printf("  %-15s keys:", "");
+    for (int i = 0; i < n; i++) printf("%s %s (%g)", i ? "," : "", keys[i].name, keys[i].def);
+    putchar('\n');
+}
+
+/* The tables of optimizers and learning-rate policies, for train's help. */
+static void print_optimizers_and_policies(void)
+{
+    printf("Optimizers (--optimizer NAME, or [train] optimizer and its keys, defaults in brackets):\n");
+    for (int i = 0; i < bn_optimizer_type_count(); i++) {
+        const bn_optimizer_type *t = bn_optimizer_type_at(i);
+        printf("  %-15s %s\n", t->name, t->rule);
+        print_keys(t->keys, t->num_keys);
+    }
+    printf("Learning-rate policies (--lr-policy NAME, or [train] lr_policy and its keys; the rate\n"
+           "at step s of a run of T steps):\n");
+    for (int i = 0; i < bn_lr_policy_count(); i++) {
+        const bn_lr_policy *p = bn_lr_policy_at(i);
+        printf("  %-15s %s\n", p->name, p->formula);
+        print_keys(p->keys, p->num_keys);
+    }
+}
+
 void bn_print_command_help(const char *cmd)
 {
     for (const bn_command *c = bn_commands; c->name; c++) {
         if (strcmp(c->name, cmd) != 0) continue;
         fputs(c->usage, stdout);
         if (strstr(c->usage, "--dataset")) print_data_formats();
+        if (strstr(c->usage, "--optimizer")) print_optimizers_and_policies();
     }
 }
 

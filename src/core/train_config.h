@@ -1,5 +1,7 @@
 /* train_config.h - the training settings: the [train] section of a model file, which
- * command-line flags then override. */
+ * command-line flags then override. The optimizer and the learning-rate policy are chosen by
+ * name from their tables (optimizers/optimizers.h, lr_policies/lr_policies.h); the keys that
+ * belong to one of them are declared in its entry and kept here as values given by name. */
 #ifndef BN_TRAIN_CONFIG_H
 #define BN_TRAIN_CONFIG_H
 
@@ -9,54 +11,63 @@
 extern "C" {
 #endif
 
-typedef enum bn_lr_policy {
-    BN_LR_FIXED,   /* lr = base */
-    BN_LR_STEP,    /* lr = base * gamma ^ floor(iter / stepsize) */
-    BN_LR_INV,     /* lr = base * (1 + gamma * iter) ^ -power  (Caffe's LeNet) */
-    BN_LR_COSINE,  /* lr = min + (base - min) * (1 + cos(pi * iter / max_iter)) / 2 */
-    BN_LR_ONECYCLE /* PyTorch's OneCycleLR with cosine annealing (optimizer.c spells it out) */
-} bn_lr_policy;
+/* A [train] key of an optimizer or a policy: the default it takes when not given, and the
+ * values it accepts, lo <= value <= hi (value < hi with BN_KEY_BELOW_HI). */
+typedef enum bn_key_form {
+    BN_KEY_REAL,      /* a finite number */
+    BN_KEY_INT,       /* a whole number */
+    BN_KEY_BELOW_HI   /* a finite number short of hi: Adam divides by 1 - beta^t */
+} bn_key_form;
 
-typedef enum bn_optimizer_kind {
-    BN_OPT_SGD,    /* momentum and L2 decay, Caffe's rule */
-    BN_OPT_ADAM,   /* torch.optim.Adam: L2 decay added to the gradient */
-    BN_OPT_ADAMW   /* torch.optim.AdamW: decay applied to the weights, apart from the gradient */
-} bn_optimizer_kind;
+typedef struct bn_train_key {
+    const char *name;
+    double def, lo, hi;
+    bn_key_form form;
+} bn_train_key;
+
+/* The most optimizer and policy keys one run can be given. */
+#define BN_TRAIN_MAX_GIVEN 32
+
+/* A key given in [train] or by a flag; key points to storage that outlives the config. */
+typedef struct bn_given_key {
+    const char *key;
+    double value;
+} bn_given_key;
 
 typedef struct bn_train_config {
     int batch;
     int epochs;
-    bn_optimizer_kind optimizer;
+    int optimizer;         /* index into the optimizer table */
     double lr;
-    double momentum;       /* sgd */
-    double weight_decay;
-    double beta1, beta2;   /* adam, adamw: decay rates of the gradient's running mean and square */
-    double eps;            /* adam, adamw: added to the root of the running square */
-    bn_lr_policy lr_policy;
-    double gamma;          /* step and inv */
-    double power;          /* inv */
-    int stepsize;          /* step: iterations between decays */
-    double lr_min;         /* cosine: the floor it decays to over the whole run */
-    double pct_start;      /* onecycle: the share of the run spent rising to lr */
-    double div_factor;     /* onecycle: lr / div_factor is the starting rate */
-    double final_div_factor; /* onecycle: the starting rate / final_div_factor is the last */
+    double weight_decay;   /* every optimizer's: L2 through the gradient, or decoupled (adamw) */
+    int lr_policy;         /* index into the policy table */
     int warmup;            /* the first warmup steps scale the policy's rate by (step + 1) / warmup */
     double bias_lr_mult;   /* learning-rate multiplier of biases */
     unsigned long long seed;
+    bn_given_key given[BN_TRAIN_MAX_GIVEN]; /* the optimizer's and the policy's keys that were given */
+    int num_given;
 } bn_train_config;
 
-/* The defaults before any [train] key: batch 64, 10 epochs, SGD lr 0.01, momentum 0.9,
- * weight decay 5e-4, Adam's betas 0.9 and 0.999 and eps 1e-8, fixed policy, no warmup,
- * onecycle's pct_start 0.3, div_factor 25 and final_div_factor 1e4 (PyTorch's defaults),
- * bias_lr_mult 1, seed 1. */
+/* The defaults before any [train] key: batch 64, 10 epochs, the first optimizer of the table
+ * (sgd) with lr 0.01 and weight decay 5e-4, the first policy (fixed), no warmup, bias_lr_mult 1,
+ * seed 1; every optimizer and policy key at its entry's default. */
 bn_train_config bn_train_config_defaults(void);
 
-/* Reads the keys of a [train] section over the values already in cfg. */
+/* Reads the keys of a [train] section over the values already in cfg. A key that belongs to an
+ * optimizer or policy other than the section's is an error naming whose key it is. */
 bn_status bn_train_config_parse(bn_options *o, bn_train_config *cfg);
 
-/* Names of the policies and of the optimizers, in enum order, NULL-terminated. */
-extern const char *const bn_lr_policy_names[];
-extern const char *const bn_optimizer_names[];
+/* The value of an optimizer's or a policy's key: the one given by its name, else key->def. */
+double bn_train_key_value(const bn_train_config *c, const bn_train_key *key);
+
+/* The value of the key called name as the settings line records it: the one given, else the
+ * default of the chosen optimizer or policy when it reads the key, else that of the first entry
+ * of the tables that does; 0 for a name no entry reads. */
+double bn_train_value_named(const bn_train_config *c, const char *name);
+
+/* Gives key (which must outlive c) the value, over any given before; an error when the config
+ * holds BN_TRAIN_MAX_GIVEN keys already. */
+bn_status bn_train_config_set(bn_train_config *c, const char *key, double value);
 
 #ifdef __cplusplus
 }

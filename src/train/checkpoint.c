@@ -6,9 +6,10 @@
 #include <string.h>
 
 #include "checkpoint_meta.h"
+#include "core/optimizers/optimizers.h"
 #include "io/safetensors.h"
 
-#define STATE_NAME_MAX 16 /* room for a state slab's name and its dot: "exp_avg_sq." is the longest */
+#define STATE_NAME_MAX 16 /* room for a state slab's name and its dot: "momentum_buffer." is the longest */
 
 /* ---- the net's tensors ------------------------------------------------------------ */
 
@@ -92,9 +93,9 @@ static bn_status list_buffers(bn_net *net, tensor_spec **out, size_t *count)
 /* The optimizer holds one full slab per state name of its kind. */
 static bn_status check_optimizer(const bn_net *net, const bn_optimizer *opt)
 {
-    const char *names[BN_OPTIMIZER_MAX_STATE];
-    int n = bn_optimizer_state_names(opt->cfg.optimizer, names);
-    for (int k = 0; k < n; k++) {
+    const bn_optimizer_type *t = bn_optimizer_type_at(opt->cfg.optimizer);
+    const char *const *names = t->state;
+    for (int k = 0; k < t->num_state; k++) {
         size_t have = k < opt->num_state ? bn_blob_count(opt->state[k]) : 0;
         if (have != net->num_params)
             return bn_error(BN_ERR_INTERNAL, "%s: the optimizer holds %zu %s values for %zu parameters",
@@ -129,8 +130,9 @@ static bn_status refuse_non_finite(const char *path, const char *name, const ten
 
 bn_status bn_checkpoint_save(const char *path, bn_net *net, const bn_optimizer *opt, const bn_train_state *st)
 {
-    const char *names[BN_OPTIMIZER_MAX_STATE];
-    int ns = opt ? bn_optimizer_state_names(opt->cfg.optimizer, names) : 0;
+    const bn_optimizer_type *type = opt ? bn_optimizer_type_at(opt->cfg.optimizer) : NULL;
+    const char *const *names = type ? type->state : NULL;
+    int ns = type ? type->num_state : 0;
     tensor_spec *specs, *bspecs = NULL;
     size_t n, nb = 0;
     BN_TRY(list_params(net, names, ns, &specs, &n));
@@ -198,12 +200,11 @@ static bn_status check_shape(const bn_safetensors *f, const bn_safetensors_entry
 /* Whether e is named as some optimizer's state tensor, "<state>.<...>". */
 static int is_state_tensor(const bn_safetensors_entry *e)
 {
-    for (int kind = 0; bn_optimizer_names[kind]; kind++) {
-        const char *names[BN_OPTIMIZER_MAX_STATE];
-        int n = bn_optimizer_state_names((bn_optimizer_kind)kind, names);
-        for (int k = 0; k < n; k++) {
-            size_t len = strlen(names[k]);
-            if (e->name_len > len + 1 && memcmp(e->name, names[k], len) == 0 && e->name[len] == '.') return 1;
+    for (int i = 0; i < bn_optimizer_type_count(); i++) {
+        const bn_optimizer_type *t = bn_optimizer_type_at(i);
+        for (int k = 0; k < t->num_state; k++) {
+            size_t len = strlen(t->state[k]);
+            if (e->name_len > len + 1 && memcmp(e->name, t->state[k], len) == 0 && e->name[len] == '.') return 1;
         }
     }
     return 0;
@@ -294,8 +295,9 @@ static bn_status stage_all(const bn_safetensors *f, const bn_safetensors_entry *
  * for a weights-only load. */
 static bn_status load_open(const bn_safetensors *f, bn_net *net, bn_optimizer *opt, const bn_checkpoint_meta *cs)
 {
-    const char *names[BN_OPTIMIZER_MAX_STATE];
-    int ns = cs ? bn_optimizer_state_names(cs->optimizer, names) : 0;
+    const bn_optimizer_type *type = cs ? bn_optimizer_type_at(cs->optimizer) : NULL;
+    const char *const *names = type ? type->state : NULL;
+    int ns = type ? type->num_state : 0;
     tensor_spec *specs, *bspecs = NULL;
     size_t n, nb = 0;
     BN_TRY(list_params(net, names, ns, &specs, &n));

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/optimizers/optimizers.h"
+
 #define FORMAT_NAME "blobnet"
 #define FORMAT_VERSION "2"
 #define FORMAT_TEXT_HASH "1"   /* the version whose files carry a hash of the model file's text */
@@ -39,8 +41,8 @@ static void field(bn_checkpoint_fields *m, const char *key, const char *value)
     m->list[m->count++] = (bn_safetensors_field){key, value};
 }
 
-/* An SGD optimizer is not named: a file that names no optimizer holds SGD's state, as files did
- * before there was a choice. */
+/* The optimizer table's first, SGD, is not named: a file that names no optimizer holds SGD's
+ * state, as files did before there was a choice. */
 void bn_checkpoint_fields_build(bn_checkpoint_fields *m, const bn_net *net, const bn_optimizer *opt,
                                 const bn_train_state *st)
 {
@@ -64,8 +66,7 @@ void bn_checkpoint_fields_build(bn_checkpoint_fields *m, const bn_net *net, cons
     field(m, "epoch_seen", number(m, "%ld", st->epoch_seen));
     field(m, "examples", number(m, "%d", st->examples));
     field(m, "has_momentum", opt ? "1" : "0");
-    bn_optimizer_kind kind = opt ? opt->cfg.optimizer : BN_OPT_SGD;
-    if (kind != BN_OPT_SGD) field(m, "optimizer", bn_optimizer_names[kind]);
+    if (opt && opt->cfg.optimizer != 0) field(m, "optimizer", bn_optimizer_names[opt->cfg.optimizer]);
     m->input_norm = NULL;
     if (net->input_norm_auto) {
         /* "m0,m1,...;s0,s1,..." at 9 significant digits, which give every float back. */
@@ -286,13 +287,11 @@ static bn_status read_progress(const bn_safetensors *f, int recorded_examples, b
 
 static bn_status read_optimizer(const bn_safetensors *f, bn_checkpoint_meta *m)
 {
-    m->optimizer = BN_OPT_SGD;
+    m->optimizer = 0;
     const char *text = bn_safetensors_meta(f, "optimizer");
     if (!text) return BN_OK;
-    int k = 0;
-    while (bn_optimizer_names[k] && strcmp(bn_optimizer_names[k], text) != 0) k++;
-    if (!bn_optimizer_names[k]) return bad_field(f, "optimizer", text, "is not an optimizer that blobnet knows");
-    m->optimizer = (bn_optimizer_kind)k;
+    m->optimizer = bn_optimizer_find(text);
+    if (m->optimizer < 0) return bad_field(f, "optimizer", text, "is not an optimizer that blobnet knows");
     return BN_OK;
 }
 

@@ -40,7 +40,8 @@ typedef struct bn_checkpoint_meta {
     bn_train_state st;
     long iter;                    /* the optimizer's step count */
     int has_state;                /* "has_momentum": the file holds the optimizer's state */
-    bn_optimizer_kind optimizer;  /* whose state: "optimizer", SGD's when absent */
+    int optimizer;                /* whose state, an index into the optimizer table: "optimizer",
+                                   * SGD's (the first) when absent */
     const char *settings;         /* the run's training settings; NULL in format 1 (owned by the file) */
     int text_changed;             /* format 1: the model file's text differs from the one saved */
 } bn_checkpoint_meta;

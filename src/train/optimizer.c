@@ -1,22 +1,9 @@
 #include "optimizer.h"
 
-#include <math.h>
 #include <stdlib.h>
 
-#include "update_rules.h"
-
-#define PI 3.14159265358979323846
-
-int bn_optimizer_state_names(bn_optimizer_kind kind, const char *names[BN_OPTIMIZER_MAX_STATE])
-{
-    if (kind == BN_OPT_SGD) {
-        names[0] = "momentum";
-        return 1;
-    }
-    names[0] = "exp_avg";
-    names[1] = "exp_avg_sq";
-    return 2;
-}
+#include "core/lr_policies/lr_policies.h"
+#include "core/optimizers/optimizers.h"
 
 static bn_status build_segments(bn_optimizer *o, bn_net *net)
 {
@@ -44,10 +31,9 @@ static bn_status build_segments(bn_optimizer *o, bn_net *net)
 /* The state slabs, zeroed, on the device too when the net is there. */
 static bn_status create_state(bn_optimizer *o, bn_net *net)
 {
-    const char *names[BN_OPTIMIZER_MAX_STATE];
-    int n = bn_optimizer_state_names(o->cfg.optimizer, names);
-    for (int k = 0; k < n; k++) {
-        bn_blob *b = bn_blob_new(names[k], (int)net->num_params, 1, 1, 1);
+    const bn_optimizer_type *t = bn_optimizer_type_at(o->cfg.optimizer);
+    for (int k = 0; k < t->num_state; k++) {
+        bn_blob *b = bn_blob_new(t->state[k], (int)net->num_params, 1, 1, 1);
         if (!b) return bn_last_status();
         o->state[o->num_state++] = b;
         if (net->pass.ctx) BN_TRY(bn_blob_reserve_device(b));
@@ -72,73 +58,57 @@ bn_status bn_optimizer_create(bn_net *net, const bn_train_config *cfg, bn_optimi
     return BN_OK;
 }
 
-/* PyTorch's OneCycleLR (anneal_strategy 'cos', cycle_momentum off, two phases) over the run's
- * T = max_iter steps, at step s (its last_epoch; a step past the run, as in `blobnet time`,
- * which has no run length and takes T = 1, counts as the last, s = T - 1):
- *     initial = lr / div_factor,  final = initial / final_div_factor
- *     phase 1: steps 0 .. e1 = pct_start * T - 1, from initial up to lr
- *     phase 2: steps e1 .. e2 = T - 1, from lr down to final
- *     in the phase from step a to step b, rising or falling from `from` to `to`:
- *         p = (s - a) / (b - a),  rate = to + (from - to) / 2 * (cos(pi * p) + 1)
- * A step belongs to phase 1 while s <= e1. A phase with b = a (pct_start * T = 1, where
- * PyTorch divides by zero) is taken as ended: p = 1. */
-static double onecycle(const bn_train_config *c, long iter, long max_iter)
-{
-    double total = max_iter > 0 ? (double)max_iter : 1.0;
-    double s = fmin((double)iter, total - 1.0);
-    double initial = c->lr / c->div_factor, final = initial / c->final_div_factor;
-    double e1 = c->pct_start * total - 1.0, a = 0.0, b = e1, from = initial, to = c->lr;
-    if (s > e1) a = e1, b = total - 1.0, from = c->lr, to = final;
-    double p = b > a ? (s - a) / (b - a) : 1.0;
-    return to + (from - to) / 2.0 * (cos(PI * p) + 1.0);
-}
-
-static double policy_lr(const bn_optimizer *o, long iter)
-{
-    const bn_train_config *c = &o->cfg;
-    switch (c->lr_policy) {
-    case BN_LR_FIXED: return c->lr;
-    case BN_LR_STEP: return c->lr * pow(c->gamma, (double)(iter / c->stepsize));
-    case BN_LR_INV: return c->lr * pow(1.0 + c->gamma * (double)iter, -c->power);
-    case BN_LR_COSINE: {
-        double t = o->max_iter > 0 ? fmin((double)iter / (double)o->max_iter, 1.0) : 0.0;
-        return c->lr_min + (c->lr - c->lr_min) * 0.5 * (1.0 + cos(PI * t));
-    }
-    case BN_LR_ONECYCLE: return onecycle(c, iter, o->max_iter);
-    }
-    return c->lr;
-}
-
 double bn_optimizer_lr(const bn_optimizer *o, long iter)
 {
-    double lr = policy_lr(o, iter);
+    double lr = bn_lr_policy_at(o->cfg.lr_policy)->rate(&o->cfg, iter, o->max_iter);
     int warmup = o->cfg.warmup;
     return iter < warmup ? lr * (double)(iter + 1) / (double)warmup : lr;
 }
 
 bn_step_rates bn_optimizer_rates(const bn_optimizer *o, long iter)
 {
-    double t = (double)iter + 1.0;
-    return (bn_step_rates){(float)bn_optimizer_lr(o, iter), (float)(1.0 - pow(o->cfg.beta1, t)),
-                           (float)sqrt(1.0 - pow(o->cfg.beta2, t))};
+    bn_step_rates r = {(float)bn_optimizer_lr(o, iter), {0.0f, 0.0f}};
+    const bn_optimizer_type *t = bn_optimizer_type_at(o->cfg.optimizer);
+    if (t->per_step) t->per_step(&o->cfg, iter, r.per_step);
+    return r;
 }
+
+/* One segment's elements through an optimizer's rule, each element's state values gathered from
+ * the slabs and put back. */
+typedef void (*cpu_update)(float *w, const float *g, float *const *state, const bn_param_segment *seg, float rate,
+                           float decay, bn_step_rates r, bn_rule_consts k);
+
+#define CPU_UPDATE(name)                                                                                          \
+    static void update_##name(float *w, const float *g, float *const *state, const bn_param_segment *seg,          \
+                              float rate, float decay, bn_step_rates r, bn_rule_consts k)                         \
+    {                                                                                                             \
+        const int n = bn_##name##_state_count;                                                                    \
+        for (size_t i = seg->offset; i < seg->offset + seg->count; i++) {                                         \
+            float s[BN_OPTIMIZER_MAX_STATE];                                                                      \
+            for (int j = 0; j < n; j++) s[j] = state[j][i];                                                       \
+            bn_##name##_rule(&w[i], g[i], s, rate, decay, r, k);                                                  \
+            for (int j = 0; j < n; j++) state[j][i] = s[j];                                                       \
+        }                                                                                                         \
+    }
+BN_OPTIMIZERS(CPU_UPDATE)
+
+/* The loops in the optimizer table's order. */
+#define CPU_ENTRY(name) update_##name,
+static const cpu_update cpu_updates[] = {BN_OPTIMIZERS(CPU_ENTRY)};
 
 static bn_status step_cpu(bn_optimizer *o, bn_net *net, bn_step_rates r)
 {
     BN_HOST_WR(w, net->params);
     BN_HOST_RD(g, net->grads);
-    BN_HOST_WR(s0, o->state[0]);
-    float *s1 = NULL;
-    if (o->num_state > 1 && !(s1 = bn_blob_host_wr(o->state[1]))) return bn_last_status();
-    const float mom = (float)o->cfg.momentum, wd = (float)o->cfg.weight_decay;
-    const bn_adam_consts k = bn_adam_consts_of(&o->cfg);
+    float *state[BN_OPTIMIZER_MAX_STATE];
+    for (int j = 0; j < o->num_state; j++)
+        if (!(state[j] = bn_blob_host_wr(o->state[j]))) return bn_last_status();
+    const float wd = (float)o->cfg.weight_decay;
+    const bn_rule_consts k = bn_optimizer_type_at(o->cfg.optimizer)->consts(&o->cfg);
+    const cpu_update update = cpu_updates[o->cfg.optimizer];
     for (int s = 0; s < o->num_segments; s++) {
         const bn_param_segment *seg = &o->segments[s];
-        const float rate = r.lr * seg->lr_mult, decay = wd * seg->decay_mult;
-        for (size_t i = seg->offset; i < seg->offset + seg->count; i++) {
-            if (s1) bn_adam_rule(&w[i], g[i], &s0[i], &s1[i], rate, decay, r, k);
-            else bn_sgd_rule(&w[i], g[i], &s0[i], rate, decay, mom);
-        }
+        update(w, g, state, seg, r.lr * seg->lr_mult, wd * seg->decay_mult, r, k);
     }
     return BN_OK;
 }

@@ -1,17 +1,13 @@
-/* optimizer.h - the optimizers over the network's contiguous parameter slab, with
- * per-parameter multipliers: lr = lr(iter) * lr_mult and wd = weight_decay * decay_mult for
- * each element (update_rules.h holds the per-element rules):
- *   sgd (Caffe's rule):       g = grad + wd * w;  v = momentum * v + lr * g;  w -= v
- *   adam (torch.optim.Adam):  g = grad + wd * w;  m = b1 * m + (1 - b1) * g;
- *                             v = b2 * v + (1 - b2) * g * g;
- *                             w -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
- *   adamw (torch.optim.AdamW): w *= 1 - lr * wd, then adam's update with g = grad
- * where t = iter + 1 is the number of the step. The state (sgd's momentum v, adam's m and v)
- * lives in slabs of the same layout as the parameters. */
+/* optimizer.h - the optimizer of a run over the network's contiguous parameter slab, with
+ * per-parameter multipliers: rate = lr(iter) * lr_mult and decay = weight_decay * decay_mult for
+ * each element. The optimizer itself (its keys, state and rule for one element) is an entry of
+ * the table in core/optimizers/optimizers.h; its state lives in slabs of the same layout as the
+ * parameters. The rate comes from the learning-rate policy's table (core/lr_policies/). */
 #ifndef BN_OPTIMIZER_H
 #define BN_OPTIMIZER_H
 
 #include "core/net.h"
+#include "core/optimizers/optimizer_type.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -23,24 +19,12 @@ typedef struct bn_param_segment {
     float lr_mult, decay_mult;
 } bn_param_segment;
 
-/* What an update reads that changes from step to step: the rate before lr_mult and Adam's
- * bias corrections at step t = iter + 1. On the GPU a table of these, one per step, stays on
- * the device (bn_optimizer_schedule), so that a captured step replays with the right ones. */
-typedef struct bn_step_rates {
-    float lr;
-    float bias1;    /* 1 - beta1^t */
-    float bias2;    /* sqrt(1 - beta2^t) */
-} bn_step_rates;
-
-/* The most state slabs an optimizer keeps. */
-#define BN_OPTIMIZER_MAX_STATE 2
-
 typedef struct bn_optimizer {
-    bn_train_config cfg;        /* cfg.optimizer chooses the rule */
+    bn_train_config cfg;        /* cfg.optimizer: the optimizer table's entry */
     long iter;                  /* steps taken: the lr policy's clock */
-    long max_iter;              /* steps of the whole run, for the cosine and onecycle policies */
-    bn_blob *state[BN_OPTIMIZER_MAX_STATE]; /* named as bn_optimizer_state_names gives, each the
-                                               layout of net->params */
+    long max_iter;              /* steps of the whole run, for the policies that read it */
+    bn_blob *state[BN_OPTIMIZER_MAX_STATE]; /* named as the entry's state, each the layout
+                                               of net->params */
     int num_state;
     bn_param_segment *segments;
     int num_segments;
@@ -50,19 +34,14 @@ typedef struct bn_optimizer {
     long schedule_first, schedule_len, schedule_cap;
 } bn_optimizer;
 
-/* The names of kind's state slabs, which checkpoints put before each parameter's name:
- * "momentum" for sgd, "exp_avg" and "exp_avg_sq" (PyTorch's names) for adam and adamw.
- * Fills names and returns how many. */
-int bn_optimizer_state_names(bn_optimizer_kind kind, const char *names[BN_OPTIMIZER_MAX_STATE]);
-
-/* An optimizer of kind cfg->optimizer for net's parameters with zeroed state; *out is freed
+/* The optimizer cfg->optimizer names for net's parameters with zeroed state; *out is freed
  * with bn_optimizer_free. */
 bn_status bn_optimizer_create(bn_net *net, const bn_train_config *cfg, bn_optimizer **out);
 
-/* The learning rate at step iter: the policy's, scaled during the warmup. */
+/* The learning rate at step iter: cfg.lr_policy's, scaled during the warmup. */
 double bn_optimizer_lr(const bn_optimizer *o, long iter);
 
-/* The rate and bias corrections of step iter. */
+/* The rate of step iter and what the optimizer works out for it (its per_step). */
 bn_step_rates bn_optimizer_rates(const bn_optimizer *o, long iter);
 
 /* Applies one update from net's gradient slab and advances iter. */

@@ -1,11 +1,12 @@
 /* optimizer_gpu.cu - each optimizer's update as one kernel over the parameter slab, or over one
  * layer's run of it. Each element walks the segment table (a handful of entries) to find its
- * multipliers and applies its optimizer's rule from update_rules.h. */
+ * multipliers and applies its optimizer's rule, the one the CPU loop calls
+ * (core/optimizers/). */
+#include "core/optimizers/optimizers.h"
 #include "gpu/bf16.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/last_arrival.cuh"
 #include "optimizer.h"
-#include "update_rules.h"
 
 #include <stdlib.h>
 
@@ -43,47 +44,47 @@ static __device__ __forceinline__ void store_weight(float *w, __nv_bfloat16 *w16
     if (W16) bn_st_bf16(w16 + i, wi);
 }
 
-/* SGD over elements [lo, hi); w, g and v are the weights, gradients and momentum. */
-template <bool W16>
-__global__ void sgd_update(float *__restrict__ w, __nv_bfloat16 *__restrict__ w16, const float *__restrict__ g,
-                           float *__restrict__ v,
-                           const bn_param_segment *__restrict__ segs, int nseg, size_t lo, size_t hi, bn_step_rates r,
-                           const bn_step_rates *__restrict__ schedule, int *cursor, int advance, float mom, float wd)
+/* The state slabs of an update, passed by value. */
+typedef struct state_slabs {
+    float *s[BN_OPTIMIZER_MAX_STATE];
+} state_slabs;
+
+/* An optimizer's rule for one element (core/optimizers/optimizer_type.h). */
+typedef void (*rule_fn)(float *w, float g, float *s, float rate, float decay, bn_step_rates r, bn_rule_consts k);
+
+/* The update of elements [lo, hi) by Rule, which keeps N state slabs: each element's weight and
+ * state values are read, passed through the rule and written back. */
+template <rule_fn Rule, int N, bool W16>
+__global__ void update(float *__restrict__ w, __nv_bfloat16 *__restrict__ w16, const float *__restrict__ g,
+                       state_slabs st, const bn_param_segment *__restrict__ segs, int nseg, size_t lo, size_t hi,
+                       bn_step_rates r, const bn_step_rates *__restrict__ schedule, int *cursor, int advance,
+                       bn_rule_consts k, float wd)
 {
     int at;
     r = step_rates(r, schedule, cursor, &at);
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = lo + (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < hi; i += stride) {
         const bn_param_segment *seg = segment_at(segs, nseg, i);
-        float wi = w[i], vi = v[i];
-        bn_sgd_rule(&wi, g[i], &vi, r.lr * seg->lr_mult, wd * seg->decay_mult, mom);
-        v[i] = vi;
+        float wi = w[i], si[N];
+        for (int j = 0; j < N; j++) si[j] = st.s[j][i];
+        Rule(&wi, g[i], si, r.lr * seg->lr_mult, wd * seg->decay_mult, r, k);
+        for (int j = 0; j < N; j++) st.s[j][i] = si[j];
         store_weight<W16>(w, w16, i, wi);
     }
     finish_step(schedule, cursor, at, advance);
 }
 
-/* Adam or AdamW (k.decoupled) over elements [lo, hi); m and v are the running mean and square. */
-template <bool W16>
-__global__ void adam_update(float *__restrict__ w, __nv_bfloat16 *__restrict__ w16, const float *__restrict__ g,
-                            float *__restrict__ m,
-                            float *__restrict__ v, const bn_param_segment *__restrict__ segs, int nseg, size_t lo,
-                            size_t hi, bn_step_rates r, const bn_step_rates *__restrict__ schedule, int *cursor,
-                            int advance, bn_adam_consts k, float wd)
-{
-    int at;
-    r = step_rates(r, schedule, cursor, &at);
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = lo + (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < hi; i += stride) {
-        const bn_param_segment *seg = segment_at(segs, nseg, i);
-        float wi = w[i], mi = m[i], vi = v[i];
-        bn_adam_rule(&wi, g[i], &mi, &vi, r.lr * seg->lr_mult, wd * seg->decay_mult, r, k);
-        m[i] = mi;
-        v[i] = vi;
-        store_weight<W16>(w, w16, i, wi);
-    }
-    finish_step(schedule, cursor, at, advance);
-}
+typedef void (*update_kernel)(float *, __nv_bfloat16 *, const float *, state_slabs, const bn_param_segment *, int,
+                              size_t, size_t, bn_step_rates, const bn_step_rates *, int *, int, bn_rule_consts, float);
+
+/* Each optimizer's kernels, FP32 and with the BF16 weight copy, in the optimizer table's order. */
+typedef struct optimizer_kernels {
+    update_kernel fp32, w16;
+} optimizer_kernels;
+
+#define KERNELS(name) \
+    {update<bn_##name##_rule, bn_##name##_state_count, false>, update<bn_##name##_rule, bn_##name##_state_count, true>},
+static const optimizer_kernels kernels[] = {BN_OPTIMIZERS(KERNELS)};
 
 static bn_status upload_segments(bn_optimizer *o)
 {
@@ -139,17 +140,13 @@ static bn_status launch(bn_optimizer *o, bn_net *net, size_t lo, size_t hi, bn_s
     int scheduled = o->schedule_len && o->iter >= o->schedule_first && o->iter < o->schedule_first + o->schedule_len;
     const bn_step_rates *schedule = scheduled ? o->dev_schedule : NULL;
     const bn_train_config *c = &o->cfg;
-    BN_DEV_WR(s0, o->state[0]);
-    if (c->optimizer == BN_OPT_SGD) {
-        auto kern = w16 ? sgd_update<true> : sgd_update<false>;
-        kern<<<blocks, threads, 0, s>>>(w, w16, g, s0, segs, nseg, lo, hi, r, schedule, o->dev_cursor, advance,
-                                        (float)c->momentum, (float)c->weight_decay);
-    } else {
-        BN_DEV_WR(s1, o->state[1]);
-        auto kern = w16 ? adam_update<true> : adam_update<false>;
-        kern<<<blocks, threads, 0, s>>>(w, w16, g, s0, s1, segs, nseg, lo, hi, r, schedule, o->dev_cursor, advance,
-                                        bn_adam_consts_of(c), (float)c->weight_decay);
-    }
+    state_slabs st = {};
+    for (int j = 0; j < o->num_state; j++)
+        if (!(st.s[j] = bn_blob_dev_wr(o->state[j]))) return bn_last_status();
+    const bn_rule_consts k = bn_optimizer_type_at(c->optimizer)->consts(c);
+    update_kernel kern = w16 ? kernels[c->optimizer].w16 : kernels[c->optimizer].fp32;
+    kern<<<blocks, threads, 0, s>>>(w, w16, g, st, segs, nseg, lo, hi, r, schedule, o->dev_cursor, advance, k,
+                                    (float)c->weight_decay);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }

@@ -1,7 +1,7 @@
-/* settings.h - a run's training settings as one line of text, "batch=64 epochs=10 ...": every
- * [train] key but the seed (which checkpoints keep apart) and the [augment] keys, in a fixed
- * order, numbers in one spelling (core/describe.h). Checkpoints record it, so that a resumed run
- * can say which settings it changed. */
+/* settings.h - a run's training settings as one line of text, "batch=64 epochs=10 ...": the
+ * [train] keys but the seed (which checkpoints keep apart) and the [augment] keys, in a fixed
+ * order, numbers in one spelling (core/describe.h); settings.c says which optimizer and policy
+ * keys it holds. Checkpoints record it, so that a resumed run can say which settings it changed. */
 #ifndef BN_SETTINGS_H
 #define BN_SETTINGS_H
 
