@@ -2,7 +2,7 @@
  * offered to the layer types' fusion hooks, in which order, the one-reader condition, and that an
  * activation is offered by the kind its ops declare (absorbable_as) to a neighbour that declares
  * it takes that kind (absorbs), never by its type's name. The fused kernels themselves are
- * checked against the CPU in test_gpu_layers.c. */
+ * checked against the CPU in the fusing layers' own tests (test_activation.c, test_conv2d.c). */
 #include "core/net.h"
 #include "core/registry.h"
 #include "testing.h"
