@@ -202,8 +202,12 @@ def lr_at(cfg, it, total):
             rate = annealed(initial, lr, it / up)
         else:
             rate = annealed(lr, initial / cfg["final_div_factor"], min(1.0, (it - up) / (total - 1 - up)))
-    else:
+    elif p == "poly":
+        rate = lr * (1 - min(it / total, 1.0)) ** cfg["poly_power"]
+    elif p == "fixed":
         rate = lr
+    else:
+        sys.exit(f"pytorch_peer: no lr policy {p!r} here (fixed, step, inv, cosine, onecycle, poly)")
     warmup = int(cfg["warmup"])
     return rate * (it + 1) / warmup if it < warmup else rate
 
@@ -244,12 +248,17 @@ def read_recipe(sections, a):
     t = dict(next((o for k, o in sections if k == "train"), {}))
     cfg = dict(batch=64, epochs=10, lr=0.01, momentum=0.9, weight_decay=5e-4, lr_policy="fixed", gamma=1e-4,
                power=0.75, stepsize=10000, lr_min=0.0, bias_lr_mult=1.0, seed=1, optimizer="sgd", beta1=0.9,
-               beta2=0.999, eps=1e-8, warmup=0, pct_start=0.3, div_factor=25.0, final_div_factor=1e4)
+               beta2=0.999, eps=1e-8, warmup=0, pct_start=0.3, div_factor=25.0, final_div_factor=1e4, alpha=0.99,
+               centered=0.0)
     for k, v in t.items():
         cfg[k] = v if k in ("lr_policy", "optimizer") else float(v)
     for k in ("epochs", "batch", "lr", "lr_policy", "seed", "optimizer"):
         if getattr(a, k) is not None:
             cfg[k] = getattr(a, k)
+    # Each table entry has its own defaults: RMSprop's momentum is 0, poly's power 1.
+    if cfg["optimizer"] == "rmsprop" and "momentum" not in t:
+        cfg["momentum"] = 0.0
+    cfg["poly_power"] = float(t.get("power", 1.0))
     aug = dict(next((o for k, o in sections if k == "augment"), {}))
     return cfg, dict(shift=int(aug.get("shift", 0)), flip=int(aug.get("flip", 0)), pad=aug.get("pad", "zero"),
                      cutout=int(aug.get("cutout", 0)))
@@ -315,26 +324,46 @@ def train(variant, sections, cfg, aug, data, until_accuracy, rank=0, world=1):
     steps_per_epoch = (n + bs - 1) // bs
     total = steps_per_epoch * epochs
 
-    params, vel, sq, mult, decay = [], [], [], [], []
+    params, vel, sq, avg_g, mult, decay = [], [], [], [], [], []
     for name, p in model.named_parameters():
         bias = name.endswith("bias")
         params.append(p)
         vel.append(torch.zeros_like(p))
         sq.append(torch.zeros_like(p))
+        avg_g.append(torch.zeros_like(p))
         mult.append(cfg["bias_lr_mult"] if bias else 1.0)
         decay.append(0.0 if bias else cfg["weight_decay"])
     lr_t = torch.zeros((), device=dev)
     t_t = torch.zeros((), device=dev)  # the Adam step, on the device for a replayed graph
     bf16 = variant == "graph-bf16"
     opt, b1, b2, eps = cfg["optimizer"], cfg["beta1"], cfg["beta2"], cfg["eps"]
+    if opt not in ("sgd", "adam", "adamw", "rmsprop"):
+        sys.exit(f"pytorch_peer: no optimizer {opt!r} here (sgd, adam, adamw, rmsprop)")
 
     def update():
-        """blobnet's rules: SGD v = mom v + lr (g + wd w), w -= v; Adam and AdamW as PyTorch's."""
+        """blobnet's rules: SGD v = mom v + lr (g + wd w), w -= v; Adam, AdamW and RMSprop as
+        PyTorch's."""
         if opt == "sgd":
             for p, v, m, d in zip(params, vel, mult, decay):
                 g = p.grad.add(p, alpha=d) if d else p.grad
                 v.mul_(cfg["momentum"]).add_(g * (lr_t * m))
                 p.sub_(v)
+            return
+        if opt == "rmsprop":
+            a, mom = cfg["alpha"], cfg["momentum"]
+            for p, buf, s, ga, m, d in zip(params, vel, sq, avg_g, mult, decay):
+                g = p.grad.add(p, alpha=d) if d else p.grad
+                s.mul_(a).addcmul_(g, g, value=1 - a)
+                if cfg["centered"]:
+                    ga.lerp_(g, 1 - a)
+                    avg = s.addcmul(ga, ga, value=-1).sqrt_().add_(cfg["eps"])
+                else:
+                    avg = s.sqrt().add_(cfg["eps"])
+                if mom > 0:
+                    buf.mul_(mom).addcdiv_(g, avg)
+                    p.sub_(buf * (lr_t * m))
+                else:
+                    p.sub_(g / avg * (lr_t * m))
             return
         t_t.add_(1)
         c1, c2 = 1 - b1 ** t_t, 1 - b2 ** t_t
@@ -474,7 +503,7 @@ def main():
     ap.add_argument("--lr", type=float)
     ap.add_argument("--lr-policy")
     ap.add_argument("--seed", type=int)
-    ap.add_argument("--optimizer", choices=["sgd", "adam", "adamw"])
+    ap.add_argument("--optimizer", choices=["sgd", "adam", "adamw", "rmsprop"])
     ap.add_argument("--variant", default="graph",
                     help="eager, graph or graph-bf16, or several of them separated by commas, run one after "
                          "the other in this process")
