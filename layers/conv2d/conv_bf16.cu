@@ -138,8 +138,8 @@ static bn_status choose_algos(bn_ctx *ctx, const conv_bf16 *s, bf16_plan *plan, 
         if (plan->g[L][pass] || (pass == PASS_DATA && !plan->with_data)) continue;
         bn_legacy_algo got;
         int found = 0;
-        BN_TRY(bn_conv_legacy_choose(ctx, pass, BN_LEGACY_DIRECT_SUMS, plan->x[L], s->w_desc[L], s->conv_desc,
-                                     plan->y[L], &got, &found));
+        BN_TRY(bn_conv_legacy_choose(ctx, pass, BN_LEGACY_AS_CONTEXT, BN_LEGACY_DIRECT_SUMS, plan->x[L], s->w_desc[L],
+                                     s->conv_desc, plan->y[L], &got, &found));
         if (!found) {
             *missing = pass_names[pass];
             return BN_OK;
