@@ -308,7 +308,8 @@ static bn_status data_here(void *env)
  * not NULL) and the data pass by `data` (through pooled). When they overlap
  * (see overlapped) the filter pass runs on the side stream beside the data pass (neither
  * depends on the other), joined back before returning, or with `defer` left for the net to
- * join at the end of its backward pass (bn_overlap_run); else the filter pass runs first. */
+ * join at the end of its backward pass (bn_overlap_run), so that it also runs beside the layers
+ * below; else the filter pass runs first. */
 extern "C" bn_status bn_conv_both_passes(int filter, int data, const conv_gpu *g, const conv_plan *plan,
                                          bn_ctx *ctx, cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t dxd,
                                          cudnnTensorDescriptor_t dyd, const float *x, const float *dy,

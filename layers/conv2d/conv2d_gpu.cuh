@@ -96,7 +96,6 @@ bn_status bn_conv_graph_plan(const bn_layer *l, bn_ctx *ctx, int pass, int cache
  * caller but for own_only and cuDNN's default algorithms). */
 bn_status bn_conv_make_plan(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *plan);
 
-
 /* conv_choice.cu: the runners among can and ask chosen by timing (see there), set in plan. */
 bn_status bn_conv_choose_runners(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *plan,
                                  const bool can[3][BN_CONV_RUNNERS], const bool ask[3], bool graph);
