@@ -213,7 +213,7 @@ static bn_status run_trial(void *env, int L, int warm, int *ok)
     return pass_pair(t->c, t->s, t->plan, L, t->ctx, t->t, t->w);
 }
 
-/* After 2 pass pairs to warm up, the least of 3 means of 4, as conv2d.cu times FP32's kernels. */
+/* After 2 pass pairs to warm up, the least of 3 means of 4, as conv_choice.cu times FP32's kernels. */
 static const bn_chooser_timing TIMING = {2, 3, 4};
 
 /* plan->ms[L] for each usable layout, measured alike on zeroed stand-ins (values do not change
