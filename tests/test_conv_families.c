@@ -1,14 +1,17 @@
 /* test_conv_families.c - conv2d's kernel families through their table (conv_family.h) and run
- * alone (conv_alone.h): the table's names and numbers, its applicability answers for shapes where
- * they must be yes or no (on the CPU: plans need no device), each family named and run alone on
- * the shapes it serves against the CPU's im2col-and-BLAS passes (GPU; skipped without one), and
- * `blobnet conv-families`' flag errors through the CLI. */
+ * alone (conv_alone.h): the table's names and numbers, the rule's order its ranks give and the
+ * ties a timed choice breaks by it, its applicability answers for shapes where they must be yes
+ * or no (on the CPU: plans need no device), each family named and run alone on the shapes it
+ * serves against the CPU's im2col-and-BLAS passes (GPU; skipped without one), and `blobnet
+ * conv-families`' flag errors through the CLI. */
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "conv2d/conv_alone.h"
 #include "conv2d/conv_family.h"
 #include "core/device.h"
+#include "gpu/chooser.h"
 #include "testing.h"
 
 static char out[16384];
@@ -58,21 +61,57 @@ BN_TEST(conv_family_table_names_each_family_by_its_number)
     return BN_PASS;
 }
 
-/* The rule's order of preference the table's ranks give, per pass: the tensor cores first for
- * the forward and data passes, the row tiles for the filter pass (docs/performance.md). */
-BN_TEST(conv_family_ranks_give_the_rules_order_of_preference)
+/* The rule's order of preference the table's ranks give, per pass (bn_conv_family_order): the
+ * tensor cores first for the forward and data passes, the row tiles for the filter pass
+ * (docs/performance.md). */
+BN_TEST(conv_family_order_is_the_rules_order_of_preference)
 {
     enum { D = BN_CONV_FAMILY_DIRECT, I = BN_CONV_FAMILY_IGEMM, R = BN_CONV_FAMILY_ROWS, T = BN_CONV_FAMILY_TENSOR };
     static const int want[BN_CONV_PASSES][BN_CONV_FAMILY_COUNT] = {
         {T, R, D, I, BN_CONV_FAMILY_ARGMAX}, {T, R, D, I, BN_CONV_FAMILY_ARGMAX}, {R, I, T, D, BN_CONV_FAMILY_ARGMAX}};
-    for (int pass = 0; pass < BN_CONV_PASSES; pass++)
+    for (int pass = 0; pass < BN_CONV_PASSES; pass++) {
+        int order[BN_CONV_FAMILY_COUNT];
+        bn_conv_family_order(pass, order);
         for (int k = 0; k < BN_CONV_FAMILY_COUNT; k++)
-            CHECK_MSG(bn_conv_families[want[pass][k] - 1]->rank[pass] == k, "%s: %s ranks %d, not %d",
-                      bn_conv_pass_name(pass), bn_conv_families[want[pass][k] - 1]->name,
-                      bn_conv_families[want[pass][k] - 1]->rank[pass], k);
+            CHECK_MSG(order[k] == want[pass][k], "%s: place %d holds %s, not %s", bn_conv_pass_name(pass), k,
+                      bn_conv_families[order[k] - 1]->name, bn_conv_families[want[pass][k] - 1]->name);
+    }
     /* The implicit GEMM is offered for the filter pass alone; argmax serves nothing else. */
     CHECK(bn_conv_families[BN_CONV_FAMILY_IGEMM - 1]->offered == 1u << BN_CONV_FILTER);
     CHECK(bn_conv_families[BN_CONV_FAMILY_ARGMAX - 1]->serves == 1u << BN_CONV_FILTER);
+    return BN_PASS;
+}
+
+/* A timed choice's tie as conv_choice.cu asks the chooser for it: the families in the rule's order,
+ * then cuDNN (runner 0), so that of the runners timed within 5% of the fastest the rule's first
+ * is taken, and cuDNN only where no family is within. Milliseconds by runner: cuDNN, then the
+ * families by number (direct, igemm, rows, tensor, argmax); INFINITY where not timed. */
+BN_TEST(conv_family_order_breaks_a_timed_choices_ties)
+{
+    static const struct {
+        int pass;
+        float ms[BN_CONV_FAMILY_COUNT + 1];
+        int want;
+    } cases[] = {
+        /* cuDNN fastest, the tensor cores within 5%: the tensor cores. */
+        {BN_CONV_FORWARD, {1.00f, 1.50f, INFINITY, 1.20f, 1.04f, INFINITY}, BN_CONV_FAMILY_TENSOR},
+        /* The row tiles fastest, the tensor cores within 5%: whichever the pass's order puts first. */
+        {BN_CONV_FORWARD, {INFINITY, INFINITY, INFINITY, 1.00f, 1.03f, INFINITY}, BN_CONV_FAMILY_TENSOR},
+        {BN_CONV_FILTER, {INFINITY, INFINITY, INFINITY, 1.03f, 1.00f, INFINITY}, BN_CONV_FAMILY_ROWS},
+        /* No family within 5% of cuDNN. */
+        {BN_CONV_DATA, {1.00f, 1.06f, INFINITY, 1.10f, INFINITY, INFINITY}, 0},
+        /* Nothing within 5% of the fastest family, though the order puts three before it. */
+        {BN_CONV_FILTER, {2.00f, 1.00f, 1.20f, 1.10f, 1.30f, 1.50f}, BN_CONV_FAMILY_DIRECT},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int order[BN_CONV_FAMILY_COUNT + 1];
+        bn_conv_family_order(cases[i].pass, order);
+        order[BN_CONV_FAMILY_COUNT] = 0;
+        const bn_candidates c = {BN_CONV_FAMILY_COUNT + 1, NULL, NULL, order, BN_CONV_FAMILY_COUNT + 1, NULL, NULL};
+        const int got = bn_chooser_pick(&c, cases[i].ms, BN_CHOOSER_TIE);
+        CHECK_MSG(got == cases[i].want, "case %zu (%s): runner %d, not %d", i, bn_conv_pass_name(cases[i].pass), got,
+                  cases[i].want);
+    }
     return BN_PASS;
 }
 

@@ -4,13 +4,12 @@
  * then by conv_bias.h's kernels). A plan per batch size (conv_plan.cu) says who runs each pass;
  * this file runs the passes from it, holds cuDNN's descriptors and chooses its algorithms.
  *
- * cuDNN's algorithms are measured with cudnnFind*, or, in a deterministic context, taken from
- * cudnnGet*_v7's heuristics restricted to deterministic algorithms, so that every run picks the
- * same ones (measured timings vary between runs). Without ctx->tf32 the results must match the
- * CPU's FP32 sums: the math type is CUDNN_FMA_MATH (CUDNN_DEFAULT_MATH would allow TF32 tensor
- * cores on Ampere and Hopper), and only algorithms that sum products directly are taken. The FFT
- * and Winograd ones trade precision for speed (an FFT backward-filter on LeNet's conv1 measured
- * 1.4e-3 relative error on an H200), so they are allowed with tf32 only; with tf32 the
+ * cuDNN's algorithms are measured, or in a deterministic context taken from its heuristics, so
+ * that every run picks the same ones (conv_legacy.h). Without ctx->tf32 the results must match
+ * the CPU's FP32 sums: the math type is CUDNN_FMA_MATH (CUDNN_DEFAULT_MATH would allow TF32 tensor
+ * cores on Ampere and Hopper), and only algorithms that sum products directly with FMA math are
+ * taken. The FFT and Winograd ones trade precision for speed (an FFT backward-filter on LeNet's
+ * conv1 measured 1.4e-3 relative error on an H200), so they are allowed with tf32 only; with tf32 the
  * tensor-core family takes one TF32 product per multiply (bn_tensor_plan_make). With tf32 a pass
  * cuDNN runs may also take an engine of cuDNN's graph API (conv_graph.h: every engine with its
  * tile and split choices, TF32 tensor cores included) where one was timed faster than the legacy
@@ -26,8 +25,11 @@
 #include "conv2d_gpu.cuh"
 #include "conv_bias.h"
 #include "conv_cudnn.cuh"
+#include "conv_legacy.h"
 #include "core/device.h"
+#include "gpu/chooser.h"
 #include "gpu/cuda_check.h"
+#include "gpu/overlap.h"
 #include "layers.h"
 #include "pool.h"
 
@@ -39,8 +41,7 @@ extern "C" void bn_conv2d_gpu_release(conv_priv *c)
     if (g->w_desc) cudnnDestroyFilterDescriptor(g->w_desc);
     if (g->conv_desc) cudnnDestroyConvolutionDescriptor(g->conv_desc);
     bn_device_free(g->bias_parts);
-    if (g->fork) cudaEventDestroy(g->fork);
-    if (g->join) cudaEventDestroy(g->join);
+    bn_overlap_destroy(&g->side);
     bn_device_free(g->parts);
     for (int i = 0; i < g->num_plans; i++)
         for (int k = 0; k < 3; k++) bn_cg_free(&g->plans[i].cg[k]);
@@ -58,27 +59,8 @@ static bn_status describe_layer(const conv_priv *c, const bn_ctx *ctx, conv_gpu 
     BN_CUDNN(cudnnSetConvolution2dDescriptor(g->conv_desc, c->pad, c->pad, c->stride, c->stride, 1, 1,
                                              CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     BN_CUDNN(cudnnSetConvolutionMathType(g->conv_desc, ctx->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
-    BN_CUDA(cudaEventCreateWithFlags(&g->fork, cudaEventDisableTiming));
-    BN_CUDA(cudaEventCreateWithFlags(&g->join, cudaEventDisableTiming));
+    BN_TRY(bn_overlap_create(&g->side));
     return bn_device_alloc((void **)&g->bias_parts, (size_t)c->filters * BN_CONV_BIAS_PARTS * sizeof(float));
-}
-
-/* The first usable result (cuDNN lists the fastest first): it ran, fits the workspace limit,
- * is deterministic when the context asks for that, and, unless the context allows TF32, uses
- * neither tensor-core math nor a transform. -1 when none qualifies. */
-template <typename Perf>
-static int pick(const Perf *r, int count, const bn_ctx *ctx)
-{
-    for (int i = 0; i < count; i++) {
-        if (r[i].status != CUDNN_STATUS_SUCCESS || r[i].memory > BN_CONV_WORKSPACE_LIMIT) continue;
-        if (ctx->deterministic && r[i].determinism != CUDNN_DETERMINISTIC) continue;
-        if (!ctx->tf32 && (r[i].mathType == CUDNN_TENSOR_OP_MATH ||
-                           r[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION ||
-                           !bn_sums_directly(r[i].algo)))
-            continue;
-        return i;
-    }
-    return -1;
 }
 
 static bn_status none_usable(const bn_layer *l, const char *pass)
@@ -144,10 +126,9 @@ static bn_status maybe_graph(const bn_layer *l, bn_ctx *ctx, int pass, float leg
     bn_cg_plan *gp = NULL;
     BN_TRY(bn_conv_graph_plan(l, ctx, pass, 0, &gp));
     const bool taken = gp && (graph_forced || bn_cg_ms(gp) < legacy_ms);
-    if (bn_conv_verbose())
-        fprintf(stderr, "conv2d %s n=%d %s: cuDNN legacy %.4f ms, graph %s %.4f ms; %s\n", l->name, l->in->n,
-                bn_conv_pass_name(pass), legacy_ms, gp ? bn_cg_name(gp) : "(none)", gp ? bn_cg_ms(gp) : 0.0f,
-                taken ? "graph" : "legacy");
+    bn_chooser_say(BN_CONV_VERBOSE, "conv2d %s n=%d %s: cuDNN legacy %.4f ms, graph %s %.4f ms; %s\n", l->name,
+                   l->in->n, bn_conv_pass_name(pass), legacy_ms, gp ? bn_cg_name(gp) : "(none)",
+                   gp ? bn_cg_ms(gp) : 0.0f, taken ? "graph" : "legacy");
     if (!taken) {
         bn_cg_free(&gp);
         return BN_OK;
@@ -158,73 +139,37 @@ static bn_status maybe_graph(const bn_layer *l, bn_ctx *ctx, int pass, float leg
     return BN_OK;
 }
 
-static bn_status choose_fwd(const bn_layer *l, bn_ctx *ctx, bool graph, const conv_gpu *g, cudnnTensorDescriptor_t x,
-                            cudnnTensorDescriptor_t y, conv_plan *plan, size_t *need)
+/* cuDNN's legacy algorithm for pass `pass` (conv_legacy.h; without ctx->tf32, one that sums FP32
+ * products directly with FMA math, as the CPU does) set in plan, its workspace joining *need; with
+ * `graph`, the graph API's plan instead where it was timed faster (maybe_graph). x is the input (or
+ * its gradient), y the output (or its gradient). */
+static bn_status choose_legacy(const bn_layer *l, bn_ctx *ctx, bool graph, const conv_gpu *g, int pass,
+                               cudnnTensorDescriptor_t x, cudnnTensorDescriptor_t y, conv_plan *plan, size_t *need)
 {
-    cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
-    cudnnConvolutionFwdAlgoPerf_t r[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    int got = 0;
-    if (ctx->deterministic)
-        BN_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(h, x, g->w_desc, g->conv_desc, y,
-                                                        CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, r));
-    else
-        BN_CUDNN(cudnnFindConvolutionForwardAlgorithm(h, x, g->w_desc, g->conv_desc, y,
-                                                      CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, r));
-    int i = pick(r, got, ctx);
-    if (i < 0) return none_usable(l, "forward");
-    plan->fwd = r[i].algo;
-    if (r[i].memory > *need) *need = r[i].memory;
-    return graph ? maybe_graph(l, ctx, BN_CG_FORWARD, r[i].time, plan, need) : BN_OK;
-}
-
-static bn_status choose_bwd_data(const bn_layer *l, bn_ctx *ctx, bool graph, const conv_gpu *g,
-                                 cudnnTensorDescriptor_t dx,
-                                 cudnnTensorDescriptor_t dy, conv_plan *plan, size_t *need)
-{
-    cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
-    cudnnConvolutionBwdDataAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    int got = 0;
-    if (ctx->deterministic)
-        BN_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, g->w_desc, dy, g->conv_desc, dx,
-                                                             CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, r));
-    else
-        BN_CUDNN(cudnnFindConvolutionBackwardDataAlgorithm(h, g->w_desc, dy, g->conv_desc, dx,
-                                                           CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, r));
-    int i = pick(r, got, ctx);
-    if (i < 0) return none_usable(l, "backward-data");
-    plan->bwd_data = r[i].algo;
-    plan->bwd_data_workspace = r[i].memory;
-    if (r[i].memory > *need) *need = r[i].memory;
-    return graph ? maybe_graph(l, ctx, BN_CG_DATA, r[i].time, plan, need) : BN_OK;
-}
-
-static bn_status choose_bwd_filter(const bn_layer *l, bn_ctx *ctx, bool graph, const conv_gpu *g,
-                                   cudnnTensorDescriptor_t x, cudnnTensorDescriptor_t dy, conv_plan *plan,
-                                   size_t *need)
-{
-    cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
-    cudnnConvolutionBwdFilterAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    int got = 0;
-    if (ctx->deterministic)
-        BN_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, x, dy, g->conv_desc, g->w_desc,
-                                                               CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, r));
-    else
-        BN_CUDNN(cudnnFindConvolutionBackwardFilterAlgorithm(h, x, dy, g->conv_desc, g->w_desc,
-                                                             CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, r));
-    int i = pick(r, got, ctx);
-    if (i < 0) return none_usable(l, "backward-filter");
-    plan->bwd_filter = r[i].algo;
-    if (r[i].memory > *need) *need = r[i].memory;
-    return graph ? maybe_graph(l, ctx, BN_CG_FILTER, r[i].time, plan, need) : BN_OK;
+    const unsigned needs = ctx->tf32 ? 0u : BN_LEGACY_DIRECT_SUMS | BN_LEGACY_FMA_ONLY;
+    bn_legacy_algo got;
+    int found = 0;
+    BN_TRY(bn_conv_legacy_choose(ctx, pass, BN_LEGACY_AS_CONTEXT, needs, x, g->w_desc, g->conv_desc, y, &got,
+                                 &found));
+    if (!found) return none_usable(l, bn_conv_pass_name(pass));
+    if (pass == BN_CG_FORWARD) {
+        plan->fwd = (cudnnConvolutionFwdAlgo_t)got.algo;
+    } else if (pass == BN_CG_DATA) {
+        plan->bwd_data = (cudnnConvolutionBwdDataAlgo_t)got.algo;
+        plan->bwd_data_workspace = got.memory;
+    } else {
+        plan->bwd_filter = (cudnnConvolutionBwdFilterAlgo_t)got.algo;
+    }
+    if (got.memory > *need) *need = got.memory;
+    return graph ? maybe_graph(l, ctx, pass, got.ms, plan, need) : BN_OK;
 }
 
 extern "C" bn_status bn_conv_cudnn_algorithms(const bn_layer *l, bn_ctx *ctx, bool graph, const conv_gpu *g,
                                               cudnnTensorDescriptor_t x, cudnnTensorDescriptor_t y, const bool ask[3],
                                               conv_plan *plan, size_t *need)
 {
-    if (ask[0]) BN_TRY(choose_fwd(l, ctx, graph, g, x, y, plan, need));
-    if (ask[1]) BN_TRY(choose_bwd_data(l, ctx, graph, g, x, y, plan, need));
-    if (ask[2]) BN_TRY(choose_bwd_filter(l, ctx, graph, g, x, y, plan, need));
+    for (int pass = BN_CG_FORWARD; pass < BN_CG_PASSES; pass++)
+        if (ask[pass]) BN_TRY(choose_legacy(l, ctx, graph, g, pass, x, y, plan, need));
     return BN_OK;
 }
 
@@ -331,34 +276,52 @@ static bool overlapped(const conv_plan *plan, const bn_ctx *ctx, int filter, int
     return filter != BY_CUDNN && ctx->side_stream && (data != BY_CUDNN || plan->bwd_data_workspace == 0);
 }
 
+/* The two gradients of bn_conv_both_passes, for bn_overlap_run. */
+typedef struct gradients {
+    int filter, data;
+    const conv_gpu *g;
+    const conv_plan *plan;
+    bn_ctx *ctx;
+    cudnnTensorDescriptor_t xd, dxd, dyd;
+    const float *x, *dy;
+    const bn_pooled_dy *pooled, *filter_pooled;
+    const float *w;
+    float *dw, *db, *dx, *parts;
+} gradients;
+
+/* The filter pass on `stream` (the side stream where the two overlap). */
+static bn_status filter_on(void *env, void *stream)
+{
+    const gradients *t = (const gradients *)env;
+    return bn_conv_filter_pass(t->filter, t->g, t->plan, t->ctx, (cudaStream_t)stream, t->xd, t->dyd, t->x, t->dy,
+                               t->filter_pooled, t->dw, t->db, t->parts);
+}
+
+/* The data pass on the context stream. */
+static bn_status data_here(void *env)
+{
+    const gradients *t = (const gradients *)env;
+    return bn_conv_data_pass(t->data, t->g, t->plan, t->ctx, t->dxd, t->dyd, t->dy, t->pooled, t->w, t->dx);
+}
+
 /* Both gradients, the filter pass by `filter` (reading dy through filter_pooled when that is
  * not NULL) and the data pass by `data` (through pooled). When they overlap
  * (see overlapped) the filter pass runs on the side stream beside the data pass (neither
  * depends on the other), joined back before returning, or with `defer` left for the net to
- * join at the end of its backward pass (bn_ctx_defer_side), so that it also runs beside the
- * layers below; else the filter pass runs first. */
+ * join at the end of its backward pass (bn_overlap_run), so that it also runs beside the layers
+ * below; else the filter pass runs first. */
 extern "C" bn_status bn_conv_both_passes(int filter, int data, const conv_gpu *g, const conv_plan *plan,
                                          bn_ctx *ctx, cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t dxd,
                                          cudnnTensorDescriptor_t dyd, const float *x, const float *dy,
                                          const bn_pooled_dy *pooled, const bn_pooled_dy *filter_pooled,
                                          const float *w, float *dw, float *db, float *dx, float *parts, bool defer)
 {
-    cudaStream_t main_stream = (cudaStream_t)ctx->stream, side = (cudaStream_t)ctx->side_stream;
+    gradients both = {filter, data, g, plan, ctx, xd, dxd, dyd, x, dy, pooled, filter_pooled, w, dw, db, dx, parts};
     if (!overlapped(plan, ctx, filter, data)) {
-        BN_TRY(bn_conv_filter_pass(filter, g, plan, ctx, main_stream, xd, dyd, x, dy, filter_pooled, dw, db, parts));
-        return bn_conv_data_pass(data, g, plan, ctx, dxd, dyd, dy, pooled, w, dx);
+        BN_TRY(filter_on(&both, ctx->stream));
+        return data_here(&both);
     }
-    BN_CUDA(cudaEventRecord(g->fork, main_stream));
-    BN_CUDA(cudaStreamWaitEvent(side, g->fork, 0));
-    BN_TRY(bn_conv_filter_pass(filter, g, plan, ctx, side, xd, dyd, x, dy, filter_pooled, dw, db, parts));
-    if (defer) {
-        bn_ctx_defer_side(ctx);
-        return bn_conv_data_pass(data, g, plan, ctx, dxd, dyd, dy, pooled, w, dx);
-    }
-    BN_CUDA(cudaEventRecord(g->join, side));
-    BN_TRY(bn_conv_data_pass(data, g, plan, ctx, dxd, dyd, dy, pooled, w, dx));
-    BN_CUDA(cudaStreamWaitEvent(main_stream, g->join, 0));
-    return BN_OK;
+    return bn_overlap_run(ctx, &g->side, defer, filter_on, data_here, &both);
 }
 
 /* The GPU state and the plan for the current batch size, made on first use. */

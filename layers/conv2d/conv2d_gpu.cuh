@@ -12,8 +12,13 @@
 #include "conv_family.h"
 #include "conv_graph.h"
 #include "conv_pooled.h"
+#include "gpu/overlap.h"
 
 enum { WEIGHT, BIAS };
+
+/* The environment variable that, set and not "0", prints every timed choice of a plan and every
+ * graph-API engine weighed against a legacy algorithm to stderr (gpu/chooser.h's verbose print). */
+#define BN_CONV_VERBOSE "BLOBNET_CONV_VERBOSE"
 
 /* Who runs a pass: cuDNN (BY_CUDNN), or a family of the table by its number (BN_CONV_FAMILY_*);
  * BN_CONV_RUNNERS in all. */
@@ -39,7 +44,7 @@ typedef struct conv_plan {
 struct conv_gpu {
     cudnnFilterDescriptor_t w_desc;
     cudnnConvolutionDescriptor_t conv_desc;
-    cudaEvent_t fork, join;                    /* the filter pass on the side stream */
+    bn_overlap side;                           /* the filter pass on the side stream */
     float *bias_parts;                         /* the bias gradient's partial sums after cuDNN's filter pass */
     float *parts;                              /* partial sums of blobnet's filter passes: the */
     size_t parts_bytes;                        /* layer's own, as the pass may outlive the layer's
@@ -91,19 +96,14 @@ bn_status bn_conv_graph_plan(const bn_layer *l, bn_ctx *ctx, int pass, int cache
  * caller but for own_only and cuDNN's default algorithms). */
 bn_status bn_conv_make_plan(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *plan);
 
-/* conv_plan.cu: the families in the fixed rule's order of preference for pass `pass`, as runner
- * numbers (BN_CONV_FAMILY_*). */
-void bn_conv_preference(int pass, int order[BN_CONV_FAMILY_COUNT]);
-
-/* conv_choice.cu: BLOBNET_CONV_VERBOSE=1 prints every timed choice of a plan to stderr. */
-bool bn_conv_verbose(void);
-
 /* conv_choice.cu: the runners among can and ask chosen by timing (see there), set in plan. */
 bn_status bn_conv_choose_runners(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *plan,
                                  const bool can[3][BN_CONV_RUNNERS], const bool ask[3], bool graph);
 
-/* conv_choice.cu: the kernel cache's key for the layer's plan at batch n. */
-bn_status bn_conv_cache_key(const bn_layer *l, const conv_priv *c, const bn_ctx *ctx, int n, char *key, size_t cap);
+/* conv_choice.cu: the kernel cache's key for the layer's plan (its batch size and whether it is
+ * own-only). */
+bn_status bn_conv_cache_key(const bn_layer *l, const conv_priv *c, const bn_ctx *ctx, const conv_plan *plan, char *key,
+                            size_t cap);
 
 /* conv_choice.cu: the plan's runners as a kernel-cache choice. */
 void bn_conv_cache_choice(const conv_plan *plan, char *buf, size_t cap);

@@ -1,11 +1,13 @@
 /* conv_alone_gpu.cu - the device side of conv_alone.h: the device's multiprocessors, and cuDNN
- * run alone on one pass of a shape with the bias kernels conv2d uses beside it (conv_bias.h). */
+ * run alone on one pass of a shape, on the algorithm conv_legacy.h's heuristics give it, with the
+ * bias kernels conv2d uses beside it (conv_bias.h). */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "conv_alone.h"
 #include "conv_bias.h"
 #include "conv_cudnn.cuh"
+#include "conv_legacy.h"
 #include "gpu/cuda_check.h"
 
 struct bn_conv_cudnn_alone {
@@ -51,48 +53,22 @@ static bn_status describe(bn_conv_cudnn_alone *a, const bn_conv_shape *s)
     return bn_device_alloc((void **)&a->bias_parts, (size_t)s->filters * BN_CONV_BIAS_PARTS * sizeof(float));
 }
 
-/* The first of the heuristics' results that ran, fits the workspace limit and, without tf32,
- * sums FP32 products directly; -1 when none does. */
-template <typename Perf>
-static int first_allowed(const Perf *r, int count, int tf32)
-{
-    for (int i = 0; i < count; i++) {
-        if (r[i].status != CUDNN_STATUS_SUCCESS || r[i].memory > BN_CONV_WORKSPACE_LIMIT) continue;
-        if (!tf32 && (r[i].mathType == CUDNN_TENSOR_OP_MATH || r[i].mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION ||
-                      !bn_sums_directly(r[i].algo)))
-            continue;
-        return i;
-    }
-    return -1;
-}
-
-/* The pass's algorithm into a->algo and its workspace reserved; *name its name, NULL for none. */
+/* The pass's algorithm into a->algo and its workspace reserved; *name its name, NULL for none:
+ * the first of the heuristics' results (BN_LEGACY_HEURISTICS, whatever ctx's flags) that ran,
+ * fits the workspace limit and, without tf32, sums FP32 products directly with FMA math. */
 static bn_status choose(bn_conv_cudnn_alone *a, bn_ctx *ctx, const char **name)
 {
-    cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
-    int got = 0, i = -1;
-    size_t bytes = 0;
+    const unsigned needs = a->s.tf32 ? 0u : BN_LEGACY_DIRECT_SUMS | BN_LEGACY_FMA_ONLY;
+    bn_legacy_algo got;
+    int found = 0;
     *name = NULL;
-    if (a->pass == BN_CONV_FORWARD) {
-        cudnnConvolutionFwdAlgoPerf_t r[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-        BN_CUDNN(cudnnGetConvolutionForwardAlgorithm_v7(h, a->x, a->w, a->conv, a->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-                                                        &got, r));
-        if ((i = first_allowed(r, got, a->s.tf32)) >= 0)
-            a->algo = r[i].algo, bytes = r[i].memory, *name = bn_cudnn_algo_name(r[i].algo);
-    } else if (a->pass == BN_CONV_DATA) {
-        cudnnConvolutionBwdDataAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-        BN_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, a->w, a->y, a->conv, a->x,
-                                                             CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got, r));
-        if ((i = first_allowed(r, got, a->s.tf32)) >= 0)
-            a->algo = r[i].algo, bytes = r[i].memory, *name = bn_cudnn_algo_name(r[i].algo);
-    } else {
-        cudnnConvolutionBwdFilterAlgoPerf_t r[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-        BN_CUDNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, a->x, a->y, a->conv, a->w,
-                                                               CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got, r));
-        if ((i = first_allowed(r, got, a->s.tf32)) >= 0)
-            a->algo = r[i].algo, bytes = r[i].memory, *name = bn_cudnn_algo_name(r[i].algo);
-    }
-    return *name ? bn_ctx_reserve_workspace(ctx, bytes) : BN_OK;
+    BN_TRY(bn_conv_legacy_choose(ctx, a->pass, BN_LEGACY_HEURISTICS, needs, a->x, a->w, a->conv, a->y, &got, &found));
+    if (!found) return BN_OK;
+    a->algo = got.algo;
+    if (a->pass == BN_CONV_FORWARD) *name = bn_cudnn_algo_name((cudnnConvolutionFwdAlgo_t)got.algo);
+    else if (a->pass == BN_CONV_DATA) *name = bn_cudnn_algo_name((cudnnConvolutionBwdDataAlgo_t)got.algo);
+    else *name = bn_cudnn_algo_name((cudnnConvolutionBwdFilterAlgo_t)got.algo);
+    return bn_ctx_reserve_workspace(ctx, got.memory);
 }
 
 extern "C" bn_status bn_conv_cudnn_alone_make(bn_ctx *ctx, const bn_conv_shape *s, int pass,

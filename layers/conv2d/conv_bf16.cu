@@ -138,8 +138,8 @@ static bn_status choose_algos(bn_ctx *ctx, const conv_bf16 *s, bf16_plan *plan, 
         if (plan->g[L][pass] || (pass == PASS_DATA && !plan->with_data)) continue;
         bn_legacy_algo got;
         int found = 0;
-        BN_TRY(bn_conv_legacy_choose(ctx, pass, BN_LEGACY_DIRECT_SUMS, plan->x[L], s->w_desc[L], s->conv_desc,
-                                     plan->y[L], &got, &found));
+        BN_TRY(bn_conv_legacy_choose(ctx, pass, BN_LEGACY_AS_CONTEXT, BN_LEGACY_DIRECT_SUMS, plan->x[L], s->w_desc[L],
+                                     s->conv_desc, plan->y[L], &got, &found));
         if (!found) {
             *missing = pass_names[pass];
             return BN_OK;
@@ -213,7 +213,7 @@ static bn_status run_trial(void *env, int L, int warm, int *ok)
     return pass_pair(t->c, t->s, t->plan, L, t->ctx, t->t, t->w);
 }
 
-/* After 2 pass pairs to warm up, the least of 3 means of 4, as conv2d.cu times FP32's kernels. */
+/* After 2 pass pairs to warm up, the least of 3 means of 4, as conv_choice.cu times FP32's kernels. */
 static const bn_chooser_timing TIMING = {2, 3, 4};
 
 /* plan->ms[L] for each usable layout, measured alike on zeroed stand-ins (values do not change

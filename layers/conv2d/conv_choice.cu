@@ -1,18 +1,17 @@
-/* conv_choice.cu - conv2d's choice among the runners that may run a pass (conv_plan.cu says which):
- * each timed alike on scratch buffers of the layer's sizes, the fastest taken with a tie rule, and
- * the choice kept in the kernel cache (gpu/kernel_cache.h) and read back from it. Every family of
- * the table (conv_family.h) is timed and named through the table; cuDNN's legacy algorithms are
- * chosen in conv2d.cu (bn_conv_cudnn_algorithms). */
-#include <math.h>
+/* conv_choice.cu - conv2d's choice among the runners that may run a pass (conv_plan.cu says which),
+ * through the chooser (gpu/chooser.h): each runner timed alike on scratch buffers of the layer's
+ * sizes, the fastest taken by the chooser's tie rule, and the choice kept in the kernel cache under
+ * the chooser's key and read back through it. Every family of the table (conv_family.h) is timed
+ * and named through the table; cuDNN's legacy algorithms are chosen in conv2d.cu
+ * (bn_conv_cudnn_algorithms). */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "conv2d_gpu.cuh"
 #include "conv_cudnn.cuh"
 #include "core/device.h"
+#include "gpu/chooser.h"
 #include "gpu/cuda_check.h"
-#include "gpu/kernel_cache.h"
 
 /* Runner names in the cache's choices: "cudnn", or a family's name (bn_conv_family.name); cuDNN's
  * carry the algorithm, "cudnn:1", or "cudnn:g" for its graph API (whose engine the cache keeps
@@ -26,16 +25,6 @@ static const char *cached_name(int by)
 static bool needs_pooled(int by)
 {
     return by > BY_CUDNN && runner_family(by)->needs_pooled;
-}
-
-extern "C" bool bn_conv_verbose(void)
-{
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("BLOBNET_CONV_VERBOSE");
-        on = e && e[0] && strcmp(e, "0") != 0;
-    }
-    return on != 0;
 }
 
 /* Scratch buffers of the layer's sizes for timing the passes. */
@@ -78,13 +67,8 @@ static size_t own_parts(const conv_plan *plan)
     return most;
 }
 
-/* Milliseconds per call of pass p by runner r where timed[p][r], measured alike for every
- * runner on zeroed scratch buffers of the layer's sizes (the workspace already reserved for
- * all): after 2 calls to warm up, the least of 3 means of 4 calls each (the least, because
- * other work on the device only ever adds time). `beside`: as for run_pass. */
-static bn_status time_passes(const conv_priv *c, const conv_plan *plan, bn_ctx *ctx, cudnnTensorDescriptor_t xd,
-                             cudnnTensorDescriptor_t yd, const bool timed[3][BN_CONV_RUNNERS], int beside,
-                             float ms[3][BN_CONV_RUNNERS])
+/* Zeroed scratch buffers of the layer's sizes in *m, one device allocation in *buf. */
+static bn_status scratch_make(const conv_priv *c, const conv_plan *plan, scratch *m, float **buf)
 {
     const bn_conv_shape *d = &plan->shape;
     const bn_conv_geom *g = &c->g;
@@ -96,63 +80,78 @@ static bn_status time_passes(const conv_priv *c, const conv_plan *plan, bn_ctx *
     size_t bias = round_up((size_t)c->filters);
     size_t pooled = round_up((size_t)d->n * c->filters * ph * pw);
     size_t total = 2 * in + out + 2 * wts + 2 * bias + parts + pooled + pooled / 4;
-    float *buf = NULL;
-    BN_TRY(bn_device_alloc((void **)&buf, total * sizeof(float)));
-    scratch m;
-    m.x = buf, m.dx = m.x + in, m.y = m.dx + in, m.w = m.y + out, m.dw = m.w + wts, m.b = m.dw + wts;
-    m.db = m.b + bias, m.parts = m.db + bias;
-    m.pooled.dy = m.parts + parts;
-    m.pooled.mask = (const unsigned char *)(m.pooled.dy + pooled);
-    m.pooled.ph = ph, m.pooled.pw = pw;
-    void *start = NULL, *end = NULL;
-    bn_status s = bn_device_zero(buf, total * sizeof(float));
-    if (s == BN_OK) s = bn_event_create(&start);
-    if (s == BN_OK) s = bn_event_create(&end);
-    for (int pass = 0; pass < 3 && s == BN_OK; pass++) {
-        for (int by = 0; by < BN_CONV_RUNNERS && s == BN_OK; by++) {
-            if (!timed[pass][by]) continue;
-            for (int rep = 0; rep < 2 && s == BN_OK; rep++) s = run_pass(pass, by, beside, c->gpu, plan, ctx, xd, yd, &m);
-            for (int round = 0; round < 3 && s == BN_OK; round++) {
-                float t = 0.0f;
-                s = bn_event_record(start);
-                for (int rep = 0; rep < 4 && s == BN_OK; rep++)
-                    s = run_pass(pass, by, beside, c->gpu, plan, ctx, xd, yd, &m);
-                if (s == BN_OK) s = bn_event_record(end);
-                if (s == BN_OK) s = bn_event_elapsed_ms(start, end, &t);
-                if (s == BN_OK && (round == 0 || t / 4 < ms[pass][by])) ms[pass][by] = t / 4;
-            }
-        }
-    }
-    if (start) bn_event_destroy(start);
-    if (end) bn_event_destroy(end);
-    bn_device_free(buf);
-    return s;
+    BN_TRY(bn_device_alloc((void **)buf, total * sizeof(float)));
+    m->x = *buf, m->dx = m->x + in, m->y = m->dx + in, m->w = m->y + out, m->dw = m->w + wts, m->b = m->dw + wts;
+    m->db = m->b + bias, m->parts = m->db + bias;
+    m->pooled.dy = m->parts + parts;
+    m->pooled.mask = (const unsigned char *)(m->pooled.dy + pooled);
+    m->pooled.ph = ph, m->pooled.pw = pw;
+    return bn_device_zero(*buf, total * sizeof(float));
 }
 
-/* Timed runners within this fraction of the fastest count as equally fast. */
-#define TIE 0.05f
+/* The chooser's view of one pass's runners while they are timed: run_pass's arguments. */
+typedef struct trial {
+    int pass, beside;
+    const conv_gpu *g;
+    const conv_plan *plan;
+    bn_ctx *ctx;
+    cudnnTensorDescriptor_t xd, yd;
+    const scratch *m;
+} trial;
 
-/* Pass i's runner among can: the only one, or of those timed within TIE of the fastest the first
- * in the rule's order (bn_conv_preference), cuDNN after blobnet's families. Taking the fastest alone was not
- * reproducible: two runs of it gave strided_fashion 205 and 228 ms per epoch
+/* One call of runner `by` (bn_chooser_run): every runner that is a candidate runs. */
+static bn_status run_trial(void *env, int by, int warm, int *ok)
+{
+    const trial *t = (const trial *)env;
+    *ok = 1;
+    return run_pass(t->pass, by, t->beside, t->g, t->plan, t->ctx, t->xd, t->yd, t->m);
+}
+
+/* Each runner measured alike (the workspace already reserved for all): after 2 calls to warm up,
+ * the least of 3 means of 4 calls each. */
+static const bn_chooser_timing TIMING = {2, 3, 4};
+
+/* Pass i's runner among can into *by: the only one, untimed, or of those timed within the tie
+ * (BN_CHOOSER_TIE) of the fastest the first in the rule's order (bn_conv_family_order), cuDNN after
+ * blobnet's families; BY_CUDNN where none can (a pass the layer does not need). Taking the fastest
+ * alone was not reproducible: two runs of it gave strided_fashion 205 and 228 ms per epoch
  * (docs/performance.md, version 24). This way runs agree where runners are that close, and a tie
  * goes to blobnet's kernels, whose gradients overlap on the side stream and which take a max
- * pooling's passes, which the timing of a pass alone does not see. */
-static int pick_runner(int i, const bool can[BN_CONV_RUNNERS], const bool timed[BN_CONV_RUNNERS],
-                       const float ms[BN_CONV_RUNNERS])
+ * pooling's passes, which the timing of a pass alone does not see. `beside`: as for run_pass. */
+static bn_status choose_pass(const bn_layer *l, const conv_priv *c, bn_ctx *ctx, const conv_plan *plan, int i,
+                             int beside, const bool can[BN_CONV_RUNNERS], cudnnTensorDescriptor_t xd,
+                             cudnnTensorDescriptor_t yd, int *by)
 {
-    float fastest = INFINITY;
-    int only = BY_CUDNN;
+    int order[BN_CONV_RUNNERS], candidates = 0;
+    bn_conv_family_order(i, order);
+    order[BN_CONV_FAMILY_COUNT] = BY_CUDNN;
+    const char *names[BN_CONV_RUNNERS];
     for (int r = 0; r < BN_CONV_RUNNERS; r++) {
-        if (can[r]) only = r;
-        if (timed[r] && ms[r] < fastest) fastest = ms[r];
+        names[r] = cached_name(r);
+        candidates += can[r];
     }
-    if (fastest == INFINITY) return only;
-    int order[BN_CONV_FAMILY_COUNT];
-    bn_conv_preference(i, order);
-    for (int k = 0; k < BN_CONV_FAMILY_COUNT; k++)
-        if (timed[order[k]] && ms[order[k]] <= fastest * (1.0f + TIE)) return order[k];
-    return BY_CUDNN;
+    /* Scratch only where the chooser times: with two candidates or more. */
+    scratch m = {};
+    float *buf = NULL;
+    if (candidates > 1) {
+        bn_status s = scratch_make(c, plan, &m, &buf);
+        if (s != BN_OK) {
+            bn_device_free(buf);
+            return s;
+        }
+    }
+    trial t = {i, beside, c->gpu, plan, ctx, xd, yd, &m};
+    const bn_candidates cands = {BN_CONV_RUNNERS, names, can, order, BN_CONV_RUNNERS, run_trial, &t};
+    char label[160];
+    snprintf(label, sizeof label, "conv2d %s n=%d %s", l->name, plan->n, bn_conv_pass_name(i));
+    const bn_chooser chooser = {TIMING, BN_CHOOSER_TIE, BN_CONV_VERBOSE, label};
+    float ms[BN_CONV_RUNNERS];
+    int pick = -1;
+    const bn_status s = bn_chooser_timed(&chooser, &cands, ms, &pick);
+    bn_device_free(buf);
+    BN_TRY(s);
+    *by = pick >= 0 ? pick : BY_CUDNN;
+    return BN_OK;
 }
 
 /* Reserves the shared workspace (need bytes) and, when blobnet's kernels may run the filter
@@ -177,7 +176,7 @@ static bn_status reserve(conv_priv *c, bn_ctx *ctx, const conv_plan *plan, size_
 /* Chooses the runners among can and ask: cuDNN's algorithms for the passes it may run (measured,
  * or in a deterministic context by its heuristics; with `graph`, its graph-API engines too where
  * they were timed faster than the legacy algorithm: bn_conv_cudnn_algorithms), then, where several
- * runners remain, the one timed fastest (pick_runner): forward and filter first, then the data pass
+ * runners remain, the one timed fastest (choose_pass): forward and filter first, then the data pass
  * timed beside the chosen filter pass, as the backward pass runs the two. */
 extern "C" bn_status bn_conv_choose_runners(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *plan,
                                             const bool can[3][BN_CONV_RUNNERS], const bool ask[3], bool graph)
@@ -186,52 +185,30 @@ extern "C" bn_status bn_conv_choose_runners(bn_layer *l, conv_priv *c, bn_ctx *c
     BN_TENSOR_DESC(x, l->in);
     BN_TENSOR_DESC(y, l->out);
     size_t need = 0;
-    float ms[3][BN_CONV_RUNNERS] = {{0}};
     BN_TRY(bn_conv_cudnn_algorithms(l, ctx, graph, g, x, y, ask, plan, &need));
-    bool own_filter = false, timed[3][BN_CONV_RUNNERS];
-    for (int i = 0; i < 3; i++) {
-        int candidates = 0;
-        for (int r = 0; r < BN_CONV_RUNNERS; r++) candidates += can[i][r];
-        for (int r = 0; r < BN_CONV_RUNNERS; r++) timed[i][r] = candidates > 1 && can[i][r];
-    }
+    bool own_filter = false;
     for (int r = 1; r < BN_CONV_RUNNERS; r++) own_filter = own_filter || can[2][r];
     BN_TRY(reserve(c, ctx, plan, need, own_filter));
     static const int order[3] = {0, 2, 1};
     for (int o = 0; o < 3; o++) {
         const int i = order[o];
-        bool timing = false, only[3][BN_CONV_RUNNERS] = {{false}};
-        for (int r = 0; r < BN_CONV_RUNNERS; r++) {
-            only[i][r] = timed[i][r];
-            timing = timing || timed[i][r];
-        }
         const int beside = i == 1 && plan->with_data ? plan->by[2] : -1;
-        if (timing) BN_TRY(time_passes(c, plan, ctx, x, y, only, beside, ms));
-        plan->by[i] = pick_runner(i, can[i], timed[i], ms[i]);
-        if (timing && bn_conv_verbose()) {
-            fprintf(stderr, "conv2d %s n=%d %s:", l->name, plan->n, bn_conv_pass_name(i));
-            for (int r = 0; r < BN_CONV_RUNNERS; r++)
-                if (timed[i][r]) fprintf(stderr, " %s %.4f ms", cached_name(r), ms[i][r]);
-            fprintf(stderr, "; takes %s\n", cached_name(plan->by[i]));
-        }
+        BN_TRY(choose_pass(l, c, ctx, plan, i, beside, can[i], x, y, &plan->by[i]));
     }
     return BN_OK;
 }
 
-/* The kernel cache's key for the plan: the device's scope, then everything the candidates and
- * their timing depend on. */
-extern "C" bn_status bn_conv_cache_key(const bn_layer *l, const conv_priv *c, const bn_ctx *ctx, int n, char *key,
-                                       size_t cap)
+/* The kernel cache's key for the plan (bn_chooser_key): the device's scope, then everything the
+ * candidates and their timing depend on; " own" for an own-only plan. */
+extern "C" bn_status bn_conv_cache_key(const bn_layer *l, const conv_priv *c, const bn_ctx *ctx, const conv_plan *plan,
+                                       char *key, size_t cap)
 {
-    char scope[256];
-    BN_TRY(bn_kernel_cache_scope(ctx, scope, sizeof scope));
     static const char *const engines[] = {"", " engine=cudnn", " engine=blobnet"};
     const bn_conv_geom *g = &c->g;
-    int w = snprintf(key, cap, "%s conv2d %dx%dx%d k%d s%d p%d f%d n%d%s%s%s%s", scope, g->c, g->h, g->w, g->k,
-                     g->stride, g->pad, c->filters, n, l->in_grad ? " data" : "", c->pool_after ? " pooled" : "",
-                     ctx->tf32 ? " tf32" : "", engines[c->engine]);
-    if (w < 0 || (size_t)w >= cap)
-        return bn_error(BN_ERR_INTERNAL, "layer %s: no room for its kernel cache key", l->name);
-    return BN_OK;
+    return bn_chooser_key(ctx, key, cap, "conv2d %dx%dx%d k%d s%d p%d f%d n%d%s%s%s%s%s", g->c, g->h, g->w, g->k,
+                          g->stride, g->pad, c->filters, plan->n, l->in_grad ? " data" : "",
+                          c->pool_after ? " pooled" : "", ctx->tf32 ? " tf32" : "", engines[c->engine],
+                          plan->own_only ? " own" : "");
 }
 
 /* The plan's runners as a cache choice: "fwd=tensor data=cudnn:1 filter=rows" ("data=-" for a
@@ -272,34 +249,42 @@ static int read_runner(const char *text, int count, int *by, int *algo)
     return 1;
 }
 
-/* The cache's choice for the plan, if it has one that can run: the runners set in plan, cuDNN's
- * algorithms with their workspace and the buffers reserved, *hit = true. A choice that some
- * pass cannot take (another engine, an algorithm this context does not allow or cuDNN cannot
- * run on this shape) is no hit; one that cannot be read is an error naming the cache file. */
-extern "C" bn_status bn_conv_from_cache(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *plan, const char *key,
-                                        const bool can[3][BN_CONV_RUNNERS], bool *hit)
+/* What read_choice reads a cached choice into, and what it checks it against. */
+typedef struct cached {
+    bn_layer *l;
+    conv_priv *c;
+    bn_ctx *ctx;
+    conv_plan *plan;
+    const bool (*can)[BN_CONV_RUNNERS];
+} cached;
+
+/* A cached choice read into the plan (bn_choice_reader): taken, with the runners set in the plan,
+ * cuDNN's algorithms with their workspace and the buffers reserved; stale where some pass cannot
+ * take it (another engine, an algorithm this context does not allow or cuDNN cannot run on this
+ * shape); unreadable where it is none of the choices bn_conv_cache_choice writes. */
+static bn_status read_choice(void *env, const char *choice, int *verdict)
 {
-    *hit = false;
-    char choice[BN_KERNEL_CHOICE_MAX], text[3][24];
-    int found = 0, used = 0;
-    BN_TRY(bn_kernel_cache_get(key, choice, sizeof choice, &found));
-    if (!found) return BN_OK;
+    const cached *in = (const cached *)env;
+    bn_layer *l = in->l;
+    bn_ctx *ctx = in->ctx;
+    conv_plan *plan = in->plan;
+    char text[3][24];
+    int used = 0;
     static const int counts[3] = {CUDNN_CONVOLUTION_FWD_ALGO_COUNT, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
                                   CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT};
     int by[3], algo[3];
     bool readable = sscanf(choice, "fwd=%23s data=%23s filter=%23s%n", text[0], text[1], text[2], &used) == 3 &&
                     !choice[used];
     for (int i = 0; i < 3 && readable; i++) readable = read_runner(text[i], counts[i], &by[i], &algo[i]);
-    if (!readable)
-        return bn_error(BN_ERR_DATA, "kernel cache %s: cannot read the choice '%s' of layer %s; delete the file to "
-                        "time again", bn_kernel_cache_path(), choice, l->name);
+    *verdict = readable ? BN_CHOICE_STALE : BN_CHOICE_UNREADABLE;
+    if (!readable) return BN_OK;
     const bool needed[3] = {true, plan->with_data != 0, true};
     for (int i = 0; i < 3; i++) {
         if (!needed[i]) {
             if (by[i] != -1) return BN_OK;
             continue;
         }
-        if (by[i] < 0 || !can[i][by[i]]) return BN_OK;
+        if (by[i] < 0 || !in->can[i][by[i]]) return BN_OK;
     }
     const cudnnConvolutionFwdAlgo_t fwd = (cudnnConvolutionFwdAlgo_t)algo[0];
     const cudnnConvolutionBwdDataAlgo_t data = (cudnnConvolutionBwdDataAlgo_t)algo[1];
@@ -308,7 +293,7 @@ extern "C" bn_status bn_conv_from_cache(bn_layer *l, conv_priv *c, bn_ctx *ctx, 
                        (by[1] == BY_CUDNN && algo[1] >= 0 && !bn_sums_directly(data)) ||
                        (by[2] == BY_CUDNN && algo[2] >= 0 && !bn_sums_directly(filter))))
         return BN_OK;
-    conv_gpu *g = c->gpu;
+    conv_gpu *g = in->c->gpu;
     cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
     BN_TENSOR_DESC(x, l->in);
     BN_TENSOR_DESC(y, l->out);
@@ -344,7 +329,22 @@ extern "C" bn_status bn_conv_from_cache(bn_layer *l, conv_priv *c, bn_ctx *ctx, 
     plan->bwd_filter = filter;
     plan->bwd_data_workspace = bytes[1];
     for (int i = 0; i < 3; i++) plan->by[i] = needed[i] ? by[i] : BY_CUDNN;
-    BN_TRY(reserve(c, ctx, plan, need, by[2] != BY_CUDNN));
-    *hit = true;
+    BN_TRY(reserve(in->c, ctx, plan, need, by[2] != BY_CUDNN));
+    *verdict = BN_CHOICE_TAKEN;
     return BN_OK;
+}
+
+/* The cache's choice for the plan under key, if it has one that can run (bn_chooser_lookup through
+ * read_choice): *hit = true. A stale one is no hit; one that cannot be read is an error naming the
+ * cache file and the layer. */
+extern "C" bn_status bn_conv_from_cache(bn_layer *l, conv_priv *c, bn_ctx *ctx, conv_plan *plan, const char *key,
+                                        const bool can[3][BN_CONV_RUNNERS], bool *hit)
+{
+    cached in = {l, c, ctx, plan, can};
+    char what[80];
+    snprintf(what, sizeof what, "layer %s", l->name);
+    int taken = 0;
+    const bn_status s = bn_chooser_lookup(key, what, read_choice, &in, &taken);
+    *hit = taken != 0;
+    return s;
 }

@@ -39,6 +39,11 @@ int bn_conv_family_applies(const bn_conv_family *f, const bn_conv_family_plan *p
     return *why == NULL;
 }
 
+void bn_conv_family_order(int pass, int order[BN_CONV_FAMILY_COUNT])
+{
+    for (int f = 1; f <= BN_CONV_FAMILY_COUNT; f++) order[bn_conv_families[f - 1]->rank[pass]] = f;
+}
+
 const char *bn_conv_pass_name(int pass)
 {
     static const char *const names[BN_CONV_PASSES] = {"forward", "backward-data", "backward-filter"};

@@ -118,6 +118,10 @@ int bn_conv_family_number(const char *name);
 int bn_conv_family_applies(const bn_conv_family *f, const bn_conv_family_plan *p, const bn_conv_shape *s, int pass,
                            const char **why);
 
+/* The families in the fixed rule's order of preference for pass `pass` (their ranks), by number:
+ * the order the rule takes the first of, and the one a timed choice breaks ties in. */
+void bn_conv_family_order(int pass, int order[BN_CONV_FAMILY_COUNT]);
+
 /* "forward", "backward-data" or "backward-filter". */
 const char *bn_conv_pass_name(int pass);
 

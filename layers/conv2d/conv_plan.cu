@@ -10,8 +10,6 @@
  * - by default elsewhere, the timed choice taken from the kernel cache (gpu/kernel_cache.h),
  *   keyed by the device, the libraries and the layer's shape; a shape the cache lacks is timed
  *   as --autotune times it, once, and its choice is kept there for every later layer and run. */
-#include <string.h>
-
 #include "conv2d_gpu.cuh"
 #include "core/device.h"
 #include "gpu/cuda_check.h"
@@ -24,11 +22,6 @@ static int force_family = 0;
 extern "C" void bn_conv2d_gpu_force_own(int family)
 {
     force_family = family > BY_CUDNN && family < BN_CONV_RUNNERS ? family : 0;
-}
-
-extern "C" void bn_conv_preference(int pass, int order[BN_CONV_FAMILY_COUNT])
-{
-    for (int f = 1; f <= BN_CONV_FAMILY_COUNT; f++) order[runner_family(f)->rank[pass]] = f;
 }
 
 /* The layer shapes at which the rule's order of preference was measured against the timed
@@ -101,7 +94,7 @@ static void runners(const conv_priv *c, const conv_plan *plan, bool by_rule, boo
             if (strength > claim) keep = r, claim = strength;
         }
         int order[BN_CONV_FAMILY_COUNT];
-        bn_conv_preference(i, order);
+        bn_conv_family_order(i, order);
         for (int k = 0; k < BN_CONV_FAMILY_COUNT && keep < 0; k++)
             if (can[i][order[k]]) keep = order[k];
         for (int r = 1; r < BN_CONV_RUNNERS; r++)
@@ -152,8 +145,7 @@ extern "C" bn_status bn_conv_make_plan(bn_layer *l, conv_priv *c, bn_ctx *ctx, c
     }
     /* Timed choices are kept in the kernel cache, except those of a forced family. */
     char key[BN_KERNEL_KEY_MAX] = "";
-    if (mode != BN_CHOOSE_RULE && !force_family) BN_TRY(bn_conv_cache_key(l, c, ctx, n, key, sizeof key));
-    if (key[0] && plan->own_only) strncat(key, " own", sizeof key - strlen(key) - 1);
+    if (mode != BN_CHOOSE_RULE && !force_family) BN_TRY(bn_conv_cache_key(l, c, ctx, plan, key, sizeof key));
     if (mode == BN_CHOOSE_CACHED) {
         bool hit = false;
         BN_TRY(bn_conv_from_cache(l, c, ctx, plan, key, can, &hit));
@@ -163,8 +155,7 @@ extern "C" bn_status bn_conv_make_plan(bn_layer *l, conv_priv *c, bn_ctx *ctx, c
      * algorithms (on LeNet's conv2 shape at 20x24x24 one graph engine without any note of
      * reduced precision gave a filter gradient 0.7% of its scale off the CPU's). */
     BN_TRY(bn_conv_choose_runners(l, c, ctx, plan, can, ask, mode != BN_CHOOSE_RULE && ctx->tf32));
-    if (!key[0]) return BN_OK;
     char choice[BN_KERNEL_CHOICE_MAX];
     bn_conv_cache_choice(plan, choice, sizeof choice);
-    return bn_kernel_cache_put(key, choice);
+    return bn_chooser_keep(key, choice);
 }

@@ -253,10 +253,10 @@ static const bn_chooser_timing TIMING = {1, 1, TIMING_REPS};
 
 /* The rule's order of the candidates into order (returns their count): the few-outputs kernels,
  * own_gemm in the rule's configuration, in the others, then cuBLASLt's results in the heuristics'
- * order. A tie (bn_chooser_pick) goes to the first, as in conv2d.cu, so that runs of the timing
- * agree where candidates are that close, and to blobnet's kernels, whose two gradients overlap
- * on the side stream and which take a fused ReLU, which the timing of one product alone does not
- * see. */
+ * order. A tie (bn_chooser_pick) goes to the first, as in conv_choice.cu, so that runs of the
+ * timing agree where candidates are that close, and to blobnet's kernels, whose two gradients
+ * overlap on the side stream and which take a fused ReLU, which the timing of one product alone
+ * does not see. */
 static int rule_order(const candidates *c, int *order)
 {
     int count = 0;
