@@ -1,12 +1,14 @@
-/* test_readme.c - README.md's lists of optimizers and learning-rate policies against their
- * tables (core/optimizers/, core/lr_policies/), so that the README cannot drift from the code:
- * the flags' rows, the [train] row of the model-file reference and the bullet list of each
- * name every entry once and nothing else. Run from the repository's root, as make test does. */
+/* test_readme.c - README.md's lists of optimizers, learning-rate policies and dataset formats
+ * against their tables (core/optimizers/, core/lr_policies/, datasets/formats.c), so that the
+ * README cannot drift from the code: the flags' rows, the [train] row of the model-file reference
+ * and the bullet list of each name every entry once and nothing else. Run from the repository's
+ * root, as make test does. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/lr_policies/lr_policies.h"
 #include "core/optimizers/optimizers.h"
+#include "dataset.h"
 #include "testing.h"
 
 #define MAX_WORDS 32
@@ -146,6 +148,28 @@ BN_TEST(readme_lists_every_optimizer_and_policy)
         CHECK_MSG(same_names(words, lens, n, lists[i].names, why, sizeof why), "the list after \"%s\": %s",
                   lists[i].intro, why);
     }
+    free(text);
+    return BN_PASS;
+}
+
+/* The --dataset row names every format of the table once, between "format: " and its link. */
+BN_TEST(readme_lists_every_dataset_format)
+{
+    char *text = read_readme();
+    if (!text) BN_SKIP_TEST("README.md not found (not run from the repository's root)");
+    const char *names[MAX_WORDS + 1], *words[MAX_WORDS], *start, *end;
+    size_t lens[MAX_WORDS];
+    char why[128];
+    int count = bn_data_format_count();
+    CHECK(count > 0 && count <= MAX_WORDS);
+    for (int i = 0; i < count; i++) names[i] = bn_data_format_at(i)->name;
+    names[count] = NULL;
+    const char *row = "| `--dataset NAME` | ";
+    CHECK_MSG(find_line(text, row, &start, &end), "README.md has no row %s", row);
+    const char *from = strstr(start, "format: "), *to = from ? strstr(from, " ([") : NULL;
+    CHECK_MSG(from && to && to < end, "the --dataset row does not list the formats as \"format: ... ([\"");
+    int n = backticked(from, to, words, lens);
+    CHECK_MSG(same_names(words, lens, n, names, why, sizeof why), "the --dataset row: %s", why);
     free(text);
     return BN_PASS;
 }
