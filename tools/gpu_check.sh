@@ -63,6 +63,15 @@ if has crosscheck; then
     note "pytorch cross-check, lr 0.001: $(tail -1 "$logs/crosscheck.log")"
     python3 tools/pytorch_crosscheck.py --data "$data" --steps 20 >"$logs/crosscheck-lr0.01.log" 2>&1
     note "pytorch cross-check, lr 0.01: $(tail -1 "$logs/crosscheck-lr0.01.log"); $(grep 'other cuDNN' "$logs/crosscheck-lr0.01.log")"
+    # The tables' recipe additions: poly at SGD's smooth rate; RMSprop's first steps move each
+    # weight by about 10x lr, so 1e-5 is its smooth rate (at 1e-4 PyTorch's own one-ulp spread
+    # is 6e-3).
+    python3 tools/pytorch_crosscheck.py --data "$data" --steps 20 --lr 0.001 --lr-policy poly \
+        >"$logs/crosscheck-poly.log" 2>&1
+    note "pytorch cross-check, poly at lr 0.001: $(tail -1 "$logs/crosscheck-poly.log")"
+    python3 tools/pytorch_crosscheck.py --data "$data" --steps 20 --lr 0.00001 --optimizer rmsprop \
+        >"$logs/crosscheck-rmsprop.log" 2>&1
+    note "pytorch cross-check, rmsprop at lr 1e-5: $(tail -1 "$logs/crosscheck-rmsprop.log")"
 fi
 
 if has accuracy; then
