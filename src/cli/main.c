@@ -327,7 +327,7 @@ static void print_keys(const bn_train_key *keys, int n)
 /* The tables of optimizers and learning-rate policies, for train's help. */
 static void print_optimizers_and_policies(void)
 {
-    printf("Optimizers (--optimizer NAME, or [train] optimizer and its keys, defaults in brackets):\n");
+    printf("Optimizers (--optimizer NAME, or [train] optimizer and its keys, defaults in parentheses):\n");
     for (int i = 0; i < bn_optimizer_type_count(); i++) {
         const bn_optimizer_type *t = bn_optimizer_type_at(i);
         printf("  %-15s %s\n", t->name, t->rule);
