@@ -237,10 +237,11 @@ BN_TEST(chooser_warm_up_failure_and_a_lone_candidate_need_no_timing)
     c.applicable = none;
     CHECK_OK(bn_chooser_timed(&ch, &c, all, &pick));
     CHECK(pick == -1 && r.calls[0] == 0);
-    /* Timing itself needs the device's events. */
+    /* Timing itself needs the device's events: a build without CUDA says so, a CUDA build on a
+     * machine without a GPU passes on its runtime's error. */
     if (bn_device_count() == 0) {
         c.applicable = NULL;
-        CHECK_ERR(bn_chooser_time_one(&t, &c, 0, &ms), BN_ERR_DEVICE, "without CUDA");
+        CHECK(bn_chooser_time_one(&t, &c, 0, &ms) == BN_ERR_DEVICE);
         CHECK(r.calls[0] == 2); /* the warm-up runs came first */
     }
     return BN_PASS;
