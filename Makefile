@@ -210,7 +210,7 @@ PREFIX  ?= /usr/local
 VERSION := $(shell sed -n 's/^\#define BLOBNET_VERSION "\(.*\)"/\1/p' src/cli/main.c)
 # The headers of the library, in their folders under include/blobnet/ as under src/ (the CLI's
 # own headers stay behind); datasets/idx.h, dataset.h and folder.h beside blobnet.h.
-INSTALL_HEADERS := src/blobnet.h $(foreach d,core gpu io train check dist,$(wildcard src/$(d)/*.h))
+INSTALL_HEADERS := src/blobnet.h $(foreach d,core core/optimizers core/lr_policies gpu io train check dist,$(wildcard src/$(d)/*.h))
 INSTALL_ITEMS   := bin/blobnet=blobnet lib/libblobnet.a=libblobnet.a lib/pkgconfig/blobnet.pc=$(BUILD)/blobnet.pc \
                    $(foreach h,$(INSTALL_HEADERS),include/blobnet/$(h:src/%=%)=$(h)) include/blobnet/idx.h=datasets/idx.h include/blobnet/dataset.h=datasets/dataset.h include/blobnet/folder.h=datasets/folder.h \
                    $(foreach m,$(wildcard models/*.cfg),share/blobnet/models/$(notdir $(m))=$(m)) \

@@ -30,6 +30,8 @@ static const char my_layer_c[] =
     "#include <stdio.h>\n"
     "#include \"blobnet.h\"\n"
     "#include \"core/net.h\"\n"
+    "#include \"core/lr_policies/lr_policies.h\"\n"
+    "#include \"train/optimizer.h\"\n"
     "static bn_status setup(bn_layer *l, bn_shape in, bn_shape *out) { (void)l; *out = in; return BN_OK; }\n"
     "static bn_status forward(bn_layer *l, const bn_pass *p)\n"
     "{\n"
@@ -88,7 +90,9 @@ BN_TEST(install_builds_with_pkg_config_and_uninstall_removes_it_all)
     static const char *const installed[] = {
         "bin/blobnet", "lib/libblobnet.a", "lib/pkgconfig/blobnet.pc", "include/blobnet/blobnet.h",
         "include/blobnet/core/layer.h", "include/blobnet/core/net.h", "include/blobnet/core/registry.h",
-        "include/blobnet/core/blob.h", "include/blobnet/core/status.h", "include/blobnet/gpu/cuda_check.h",
+        "include/blobnet/core/blob.h", "include/blobnet/core/status.h",
+        "include/blobnet/core/optimizers/optimizer_type.h", "include/blobnet/core/lr_policies/lr_policies.h",
+        "include/blobnet/gpu/cuda_check.h",
         "include/blobnet/train/trainer.h", "include/blobnet/idx.h", "include/blobnet/io/image.h",
         "share/blobnet/models/lenet.cfg", "share/blobnet/models/mlp.cfg", "share/blobnet/install-manifest.txt"};
     for (size_t i = 0; i < sizeof installed / sizeof *installed; i++)
