@@ -1,13 +1,13 @@
 /* dropout.c - inverted dropout: in training each element is kept with probability
  * 1 - rate and scaled by 1 / (1 - rate), so evaluation is the identity.
  *
- * The mask comes from bn_rng seeded by (run seed, layer index, step): the same step draws
- * the same mask, which lets a gradient check repeat a forward pass exactly. A pass over a share
- * of a global batch (p->offset) takes that share's part of the whole batch's mask. */
+ * The mask is dropout.h's draw from (run seed, layer index, step, place in the global batch):
+ * the same step draws the same mask, which lets a gradient check repeat a forward pass exactly,
+ * the GPU draws the same one, and a pass over a share of a global batch (p->offset) takes that
+ * share's part of the whole batch's mask. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/rng.h"
 #include "dropout.h"
 #include "layers.h"
 
@@ -47,13 +47,11 @@ static bn_status reserve_mask(bn_layer *l, dropout_priv *d)
 static void draw_mask(const bn_layer *l, const bn_pass *p, float *mask, size_t count)
 {
     const dropout_priv *d = l->priv;
-    bn_rng r;
-    bn_rng_seed(&r, p->seed, ((uint64_t)l->index << 40) ^ p->step);
+    const uint64_t key = bn_dropout_key(p->seed, l->index, p->step);
     /* The mask of a share is the part of the whole batch's mask that falls on it. */
-    for (uint64_t skip = (uint64_t)p->offset * (uint64_t)d->per_example; skip > 0; skip--) bn_rng_next(&r);
-    float keep_scale = 1.0f / (1.0f - d->rate);
-    for (size_t i = 0; i < count; i++)
-        mask[i] = bn_rng_uniform(&r) >= d->rate ? keep_scale : 0.0f;
+    const uint64_t first = (uint64_t)p->offset * (uint64_t)d->per_example;
+    const float keep_scale = 1.0f / (1.0f - d->rate);
+    for (size_t i = 0; i < count; i++) mask[i] = bn_dropout_keeps(key, first + i, d->rate) ? keep_scale : 0.0f;
 }
 
 static bn_status dropout_forward(bn_layer *l, const bn_pass *p)
@@ -123,5 +121,6 @@ const bn_layer_ops bn_dropout_ops = {
     .backward_gpu = BN_GPU(bn_dropout_backward_gpu),
     .flops = dropout_flops,
     .destroy = dropout_destroy,
+    .graph_safe = 1,
     .bf16 = 1,
 };

@@ -1,23 +1,24 @@
-/* dropout.cu - inverted dropout on the GPU. cuRAND's Philox generator, reseeded before each
- * draw from (run seed, layer index, step) with its offset reset, fills the mask buffer with
- * uniforms; a kernel turns them in place into the mask (0 or 1 / (1 - rate)) and writes the
- * output. The draw depends on nothing else (not on earlier draws from the shared generator),
- * so a resumed or replayed step drops the same elements. Evaluation copies the input. */
-#include "core/rng.h"
+/* dropout.cu - inverted dropout on the GPU. One kernel draws each element's keep (dropout.h's
+ * counter-based draw, the CPU path's bits), writes the mask (0 or 1 / (1 - rate)) for the
+ * backward pass and the output. It reads the step from device memory where the trainer gives it
+ * (bn_pass.dev_step), so the pass holds no host state that changes from step to step and a step
+ * captured in a CUDA graph draws afresh at each replay. Evaluation copies the input. */
 #include "dropout.h"
 #include "gpu/bf16.cuh"
 #include "gpu/cuda_check.h"
 
 /* T is the blobs' element type on the device: float, or __nv_bfloat16 under --precision bf16;
- * the mask stays float. */
+ * the mask stays float. `first` is the place of element 0 in the global batch. */
 template <typename T>
-static __global__ void apply_mask(const T *__restrict__ x, float *__restrict__ mask, T *__restrict__ y, size_t n,
-                                  float rate, float keep_scale)
+static __global__ void draw_and_apply(const T *__restrict__ x, float *__restrict__ mask, T *__restrict__ y, size_t n,
+                                      float rate, float keep_scale, unsigned long long seed, int layer,
+                                      const unsigned long long *__restrict__ dev_step, unsigned long long step,
+                                      unsigned long long first)
 {
+    const uint64_t key = bn_dropout_key(seed, layer, dev_step ? *dev_step : step);
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        /* cuRAND's uniforms lie in (0, 1]: u > rate keeps with probability 1 - rate. */
-        float m = mask[i] > rate ? keep_scale : 0.0f;
+        float m = bn_dropout_keeps(key, first + i, rate) ? keep_scale : 0.0f;
         mask[i] = m;
         bn_st(y + i, bn_ld(x + i) * m);
     }
@@ -43,15 +44,6 @@ extern "C" void bn_dropout_gpu_release(dropout_priv *d)
     d->dev_mask = NULL;
 }
 
-/* The generator seed of this layer's draw at this step: the CPU path's stream choice, mixed
- * into one 64-bit value. */
-static unsigned long long draw_seed(const bn_layer *l, const bn_pass *p)
-{
-    bn_rng r;
-    bn_rng_seed(&r, p->seed, ((uint64_t)l->index << 40) ^ p->step);
-    return bn_rng_next(&r);
-}
-
 template <typename T>
 static bn_status forward_on(bn_layer *l, const bn_pass *p, const T *x, T *y)
 {
@@ -64,12 +56,10 @@ static bn_status forward_on(bn_layer *l, const bn_pass *p, const T *x, T *y)
         return BN_OK;
     }
     if (!d->dev_mask) BN_TRY(bn_device_alloc((void **)&d->dev_mask, l->in->capacity * sizeof(float)));
-    curandGenerator_t gen = (curandGenerator_t)p->ctx->curand;
-    BN_CURAND(curandSetPseudoRandomGeneratorSeed(gen, draw_seed(l, p)));
-    /* A share of a global batch continues the whole batch's sequence where the share begins. */
-    BN_CURAND(curandSetGeneratorOffset(gen, (unsigned long long)p->offset * (unsigned long long)d->per_example));
-    BN_CURAND(curandGenerateUniform(gen, d->dev_mask, count));
-    apply_mask<T><<<grid_for(count), 256, 0, s>>>(x, d->dev_mask, y, count, d->rate, 1.0f / (1.0f - d->rate));
+    /* A share of a global batch takes the whole batch's draws where the share begins. */
+    const unsigned long long first = (unsigned long long)p->offset * (unsigned long long)d->per_example;
+    draw_and_apply<T><<<grid_for(count), 256, 0, s>>>(x, d->dev_mask, y, count, d->rate, 1.0f / (1.0f - d->rate),
+                                                      p->seed, l->index, p->dev_step, p->step, first);
     BN_CUDA_LAUNCH();
     d->masked = 1;
     return BN_OK;

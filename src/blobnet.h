@@ -21,9 +21,11 @@
  *   graph_safe   set it to 1 to promise that the GPU passes only queue work on pass->ctx->stream
  *                (and side_stream): no host state that changes from step to step (a seed, a
  *                counter, a pointer chosen per step), no synchronisation, no cudaMalloc or
- *                cudaFree, no reading device results on the host. The trainer then captures one
- *                training step as a CUDA graph and replays it, so the host side of those passes
- *                runs only in the captured step. Left 0 (or without GPU passes), every step of
+ *                cudaFree, no reading device results on the host. A layer that draws random
+ *                numbers per step reads the step on the device from pass->dev_step (when set)
+ *                and draws with a counter-based hash (core/counter_rng.h), as dropout does.
+ *                The trainer then captures one training step as a CUDA graph and replays it,
+ *                so the host side of those passes runs only in the captured step. Left 0 (or without GPU passes), every step of
  *                a network holding the layer launches kernel by kernel: correct, but slower for
  *                small layers, and `blobnet train` says so once on stderr, naming the layer.
  *   fuse_gpu, fuse_next_gpu, fuse_loss_gpu, absorbable_as, absorbs   GPU fusion with a neighbour

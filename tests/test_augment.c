@@ -215,7 +215,7 @@ BN_TEST(augment_draws_follow_the_documented_bit_layout)
         const bn_augment a = {.shift = 3, .flip = 1, .pad = BN_AUGMENT_PAD_REFLECT, .cutout = side};
         for (uint64_t p = 0; p < 500; p++) {
             const uint64_t seed = 99 + (uint64_t)side, step = 1000003 * p;
-            uint64_t h = bn_augment_mix(bn_augment_mix(bn_augment_mix(seed) ^ step) ^ p), g = bn_augment_mix(h);
+            uint64_t h = bn_counter_mix(bn_counter_mix(bn_counter_mix(seed) ^ step) ^ p), g = bn_counter_mix(h);
             int dx = (int)(((h & 0xffffff) * 7) >> 24) - 3, dy = (int)((((h >> 24) & 0xffffff) * 7) >> 24) - 3;
             int cy = (int)(((g & 0xffffff) * 9) >> 24), cx = (int)((((g >> 24) & 0xffffff) * 7) >> 24);
             int top = cy - side / 2, left = cx - side / 2, bottom = top + side, right = left + side;

@@ -49,7 +49,7 @@ BN_TEST(cli_help_lists_and_describes_layer_types)
     CHECK_CLI("help softmax_ce", 0, "  a loss layer: reads the labels");
     if (bn_device_compiled()) {
         CHECK_CLI("help relu", 0, "  GPU: forward and backward, graph_safe\n");
-        CHECK_CLI("help dropout", 0, "  GPU: forward and backward, not graph_safe");
+        CHECK_CLI("help dropout", 0, "  GPU: forward and backward, graph_safe\n");
     }
     /* Commands keep their place. */
     CHECK_CLI("help summary", 0, "usage: blobnet summary MODEL");

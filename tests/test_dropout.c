@@ -1,6 +1,7 @@
 /* test_dropout.c - inverted dropout: scaling and keep rate in training, identity in
- * evaluation, a mask fixed by (seed, step), option errors and gradient checks; on the GPU,
- * which draws other masks than the CPU, the same structure. */
+ * evaluation, a mask fixed by (seed, step), option errors and gradient checks; on the GPU the
+ * same structure, the CPU's masks bit for bit (a share of a global batch too), and the step read
+ * from device memory where the pass gives it. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -152,7 +153,7 @@ BN_TEST(dropout_gradcheck)
     return lt_gradcheck_cases(cases, sizeof cases / sizeof cases[0], GRAD_TOL);
 }
 
-/* ---- on the GPU: it draws other masks than the CPU, so its structure is checked instead ---- */
+/* ---- on the GPU ---- */
 
 #define DROPOUT_TEXT "[input]\nchannels=16\nheight=5\nwidth=7\n[dropout]\nrate=0.3\n"
 #define DROPOUT_RATE 0.3
@@ -284,5 +285,62 @@ BN_TEST(gpu_layer_dropout_mask_repeats_per_step)
     bn_net_free(a);
     bn_net_free(b);
     bn_net_free(c);
+    return BN_PASS;
+}
+
+/* One training forward and backward of net at `step`, offset `offset`: its output and input
+ * gradient into y and dx (count floats each). */
+static bn_status pass_at(bn_net *net, unsigned long long step, int offset, float *y, float *dx, size_t count)
+{
+    net->pass.step = step;
+    net->pass.offset = offset;
+    BN_TRY(bn_net_forward(net, 1));
+    BN_TRY(bn_net_backward(net));
+    BN_TRY(lt_read(net->layers[0]->out, y, count));
+    return lt_read(net->input_grad, dx, count);
+}
+
+/* The GPU drops the elements the CPU drops, bit for bit, at every batch size and for a share of a
+ * global batch; with pass.dev_step set it takes the step from there, not from pass.step. */
+BN_TEST(gpu_layer_dropout_matches_cpu_bitwise)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    uint64_t seed = lt_fresh_seed();
+    unsigned long long *dev_step = NULL;
+    CHECK_OK(bn_device_alloc((void **)&dev_step, sizeof *dev_step));
+    for (int k = 0; k < GT_NUM_SIZES; k++) {
+        bn_net *gpu, *cpu;
+        CHECK_OK(dropout_net(gt_capacities[k], gt_batches[k], seed + (uint64_t)k, ctx, &gpu));
+        CHECK_OK(dropout_net(gt_capacities[k], gt_batches[k], seed + (uint64_t)k, NULL, &cpu));
+        size_t count = bn_blob_count(gpu->input);
+        float *y[2], *dx[2];
+        for (int d = 0; d < 2; d++) {
+            y[d] = malloc(count * sizeof(float));
+            dx[d] = malloc(count * sizeof(float));
+            CHECK(y[d] && dx[d]);
+        }
+        static const int offsets[] = {0, 3};
+        for (int o = 0; o < 2; o++) {
+            CHECK_OK(pass_at(cpu, 11, offsets[o], y[0], dx[0], count));
+            CHECK_OK(pass_at(gpu, 11, offsets[o], y[1], dx[1], count));
+            const size_t bytes = count * sizeof(float);
+            CHECK_MSG(memcmp(y[0], y[1], bytes) == 0 && memcmp(dx[0], dx[1], bytes) == 0, "batch %d, offset %d: the GPU's dropout differs from the CPU's (seed %llu)",
+                      gt_batches[k], offsets[o], (unsigned long long)seed);
+        }
+        /* Step 11 on the device, another on the host: the device's wins. */
+        const unsigned long long eleven = 11;
+        CHECK_OK(bn_device_h2d(dev_step, &eleven, sizeof eleven));
+        gpu->pass.dev_step = dev_step;
+        CHECK_OK(pass_at(gpu, 2, 0, y[1], dx[1], count));
+        CHECK_OK(pass_at(cpu, 11, 0, y[0], dx[0], count));
+        CHECK_MSG(memcmp(y[0], y[1], count * sizeof(float)) == 0, "batch %d: the pass did not take the device's step",
+                  gt_batches[k]);
+        for (int d = 0; d < 2; d++) free(y[d]), free(dx[d]);
+        bn_net_free(gpu);
+        bn_net_free(cpu);
+    }
+    bn_device_free(dev_step);
     return BN_PASS;
 }

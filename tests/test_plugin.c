@@ -262,15 +262,39 @@ BN_TEST(plugin_prelu_passes_the_kit_on_gpu)
     return BN_PASS;
 }
 
-/* PReLU says it may be captured in a CUDA graph; dropout, which seeds its generator from the
- * host each step, does not, and the network names it. Without CUDA no layer has GPU passes, so
- * the first one is named. */
+/* A plugin type "rawrelu": the built-in relu's passes under another name, with graph_safe left
+ * unset, as a type that keeps host state per step would leave it. */
+static bn_status build_rawrelu(char *path, size_t cap)
+{
+    static const char source[] =
+        "#include \"blobnet.h\"\n"
+        "#include \"core/registry.h\"\n"
+        "static bn_layer_ops raw;\n"
+        "BN_PLUGIN_EXPORT bn_status blobnet_plugin_register(void)\n"
+        "{\n"
+        "    const bn_layer_ops *relu = bn_find_layer(\"relu\");\n"
+        "    if (!relu) return bn_error(BN_ERR_INTERNAL, \"no relu\");\n"
+        "    raw = *relu;\n"
+        "    raw.type = \"rawrelu\";\n"
+        "    raw.graph_safe = 0;\n"
+        "    raw.absorbable_as = 0;\n"
+        "    return bn_register_layer(&raw);\n"
+        "}\n";
+    return build_plugin("rawrelu", source, path, cap);
+}
+
+/* PReLU says it may be captured in a CUDA graph; rawrelu does not, and the network names it.
+ * Without CUDA no layer has GPU passes, so the first one is named. */
 BN_TEST(plugin_graph_blocker_names_unsafe_layer)
 {
     CHECK_OK(bn_plugin_load(prelu_path()));
     CHECK(bn_find_layer("prelu")->graph_safe);
+    char raw[512];
+    CHECK_OK(build_rawrelu(raw, sizeof raw));
+    if (!bn_find_layer("rawrelu")) CHECK_OK(bn_plugin_load(raw));
+    CHECK(!bn_find_layer("rawrelu")->graph_safe);
     bn_net *net;
-    CHECK_OK(lt_net("[input]\nchannels=2\nheight=1\nwidth=3\n[prelu]\nname=p\n[dropout]\nname=d\n[prelu]\n", 1, 1,
+    CHECK_OK(lt_net("[input]\nchannels=2\nheight=1\nwidth=3\n[prelu]\nname=p\n[rawrelu]\nname=d\n[prelu]\n", 1, 1,
                     &net));
     const bn_layer *b = bn_net_graph_blocker(net);
     CHECK(b != NULL && strcmp(b->name, bn_device_compiled() ? "d" : "p") == 0);
@@ -280,6 +304,38 @@ BN_TEST(plugin_graph_blocker_names_unsafe_layer)
     CHECK((bn_net_graph_blocker(net) == NULL) == bn_device_compiled());
     CHECK(bn_net_graph_safe(net) == bn_device_compiled());
     bn_net_free(net);
+    return BN_PASS;
+}
+
+static int count(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle)) n++;
+    return n;
+}
+
+/* A type that may not be captured keeps every step eager; train says so once, naming the layer,
+ * and nothing when asked for eager steps. */
+BN_TEST(plugin_graph_unsafe_layer_is_named_once)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    const char *data = bn_test_synthetic_mnist("graph-note-data", 640, 100);
+    CHECK(data != NULL);
+    char raw[512], model[512], cmd[2048];
+    CHECK_OK(build_rawrelu(raw, sizeof raw));
+    snprintf(model, sizeof model, "%s/rawrelu.cfg", bn_test_tmpdir());
+    FILE *f = fopen(model, "w");
+    CHECK(f && fputs("[input]\nchannels=1\nheight=28\nwidth=28\n[dense]\nname=ip1\noutputs=32\n[rawrelu]\n"
+                     "name=raw1\n[dense]\noutputs=10\n[softmax_ce]\n", f) >= 0 && fclose(f) == 0);
+    static const char note[] = "blobnet: note: layer raw1 (rawrelu) leaves graph_safe unset, so every training "
+                               "step launches its kernels instead of replaying a CUDA graph\n";
+    snprintf(cmd, sizeof cmd, "%s train %s --plugin %s --device gpu --epochs 2 --batch 64 --quiet --data %s",
+             bn_test_cli(), model, raw, data);
+    CHECK_MSG(bn_test_run(cmd, out, sizeof out) == 0, "%s", out);
+    CHECK_MSG(count(out, "blobnet: note:") == 1 && strstr(out, note), "%s", out);
+    snprintf(cmd, sizeof cmd, "%s train %s --plugin %s --device gpu --epochs 1 --batch 64 --quiet --no-graph --data %s",
+             bn_test_cli(), model, raw, data);
+    CHECK_MSG(bn_test_run(cmd, out, sizeof out) == 0 && !strstr(out, "note:"), "%s", out);
     return BN_PASS;
 }
 

@@ -18,18 +18,12 @@
 
 #include <stdint.h>
 
+#include "counter_rng.h"
 #include "layer.h"
 #include "options.h"
 
 #ifdef __cplusplus
 extern "C" {
-#endif
-
-/* The draws below are compiled for the device too, where a .cu file includes this header. */
-#ifdef __CUDACC__
-#define BN_HOST_DEVICE __host__ __device__
-#else
-#define BN_HOST_DEVICE
 #endif
 
 /* What a shift moves in from outside the image. */
@@ -74,17 +68,6 @@ BN_HOST_DEVICE static inline int bn_augment_active(bn_augment a)
     return a.shift > 0 || a.flip || a.cutout > 0;
 }
 
-/* splitmix64's increment and output mixing (Steele, Lea and Flood, 2014): a bijection of 64-bit
- * integers that spreads every input bit over the result, in integer arithmetic only, so the host
- * and the device compute the same bits. */
-BN_HOST_DEVICE static inline uint64_t bn_augment_mix(uint64_t z)
-{
-    z += 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
 /* A 24-bit field f scaled to an integer of [0, n): f * n >> 24 (uniform to within 2^-24 per
  * value). */
 BN_HOST_DEVICE static inline int bn_augment_scale(uint64_t f, uint64_t n)
@@ -93,8 +76,8 @@ BN_HOST_DEVICE static inline int bn_augment_scale(uint64_t f, uint64_t n)
 }
 
 /* The draw of the example at `position` in the batch of training step `step` of a run seeded
- * `seed`, for inputs height x width: a counter-based hash h = mix(mix(mix(seed) ^ step) ^
- * position), nothing carried from one draw to the next. dx takes bits 0-23 of h and dy bits
+ * `seed`, for inputs height x width: a counter-based hash (counter_rng.h), h =
+ * mix(mix(mix(seed) ^ step) ^ position), nothing carried from one draw to the next. dx takes bits 0-23 of h and dy bits
  * 24-47, each scaled to [0, 2 * shift + 1) and less shift; flip takes bit 63 (bits 48-62 are
  * unused). The cutout's centre comes from a second mix, g = mix(h): its row cy from bits 0-23 of
  * g scaled to [0, height), its column cx from bits 24-47 scaled to [0, width) (bits 48-63 are
@@ -105,7 +88,7 @@ BN_HOST_DEVICE static inline int bn_augment_scale(uint64_t f, uint64_t n)
 BN_HOST_DEVICE static inline bn_augment_draw bn_augment_pick(bn_augment a, int height, int width, uint64_t seed,
                                                              uint64_t step, uint64_t position)
 {
-    uint64_t h = bn_augment_mix(bn_augment_mix(bn_augment_mix(seed) ^ step) ^ position);
+    uint64_t h = bn_counter_mix(bn_counter_mix(bn_counter_mix(seed) ^ step) ^ position);
     uint64_t span = 2 * (uint64_t)a.shift + 1;
     bn_augment_draw d;
     d.dx = bn_augment_scale(h, span) - a.shift;
@@ -114,7 +97,7 @@ BN_HOST_DEVICE static inline bn_augment_draw bn_augment_pick(bn_augment a, int h
     d.reflect = a.pad == BN_AUGMENT_PAD_REFLECT;
     d.top = d.left = d.bottom = d.right = 0;
     if (a.cutout > 0) {
-        uint64_t g = bn_augment_mix(h);
+        uint64_t g = bn_counter_mix(h);
         int top = bn_augment_scale(g, (uint64_t)height) - a.cutout / 2;
         int left = bn_augment_scale(g >> 24, (uint64_t)width) - a.cutout / 2;
         d.top = top < 0 ? 0 : top;

@@ -78,6 +78,11 @@ typedef struct bn_pass {
                                   a rank of data-parallel training holds a share of each batch,
                                   and draws made per example (dropout, augmentation) follow the
                                   example's global position; 0 on one GPU */
+    const unsigned long long *dev_step; /* GPU: device memory that holds `step` while a training
+                                  step's passes run (the loader writes it as it gathers the
+                                  batch), so that a pass captured in a CUDA graph draws with each
+                                  replay's step; NULL where no loader drew the batch: the passes
+                                  take `step` */
 } bn_pass;
 
 typedef struct bn_layer bn_layer;

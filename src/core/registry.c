@@ -41,6 +41,11 @@ bn_status bn_register_layer(const bn_layer_ops *ops)
     return BN_OK;
 }
 
+int bn_layer_builtin_count(void)
+{
+    return BUILTIN_COUNT;
+}
+
 int bn_layer_type_count(void)
 {
     return BUILTIN_COUNT + user_count;

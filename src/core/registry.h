@@ -20,6 +20,9 @@ const bn_layer_ops *bn_find_layer(const char *type);
 int bn_layer_type_count(void);
 const bn_layer_ops *bn_layer_type_at(int i);
 
+/* Number of built-in types: bn_layer_type_at(0 .. count - 1); registered ones follow them. */
+int bn_layer_builtin_count(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -26,7 +26,8 @@ typedef struct bn_loader {
     void *dev_order;
     int *dev_cursor;       /* GPU: first example of the next bn_loader_fill_next batch */
     int host_cursor;       /* the same on the CPU path */
-    unsigned long long *dev_step;  /* GPU: the training step of the next training batch */
+    unsigned long long *dev_step;  /* GPU: [0] the training step of the next training batch, [1]
+                                      the step of the batch gathered last (bn_pass.dev_step) */
     unsigned long long host_step;  /* the same on the CPU path (the GPU path reads only dev_step) */
     int stride;            /* bn_loader_fill_next moves the cursor this many examples on (0: by the
                               batch's size); a data-parallel rank skips the other ranks' shares */

@@ -25,7 +25,9 @@ __device__ __forceinline__ float bn_fed_value(float v)
  * *cursor (a captured step reads its batch's position), and the last block moves it past the
  * batch (cursor[1] counts the blocks done). step, when set, is the training step whose draws move
  * the examples as aug says (core/augment.h) from each example's position in the global batch
- * (offset + its place here), and the last block advances it too. The cursor moves by advance. */
+ * (offset + its place here); the last block leaves that step in step[1], for the passes of the
+ * step that draw (bn_pass.dev_step), and advances step[0] to the next. The cursor moves by
+ * advance. */
 template <typename T, typename S>
 __global__ void gather_batch(const S *__restrict__ pixels, const uint16_t *__restrict__ labels,
                              const int *__restrict__ order, int start, int *cursor, unsigned long long *step,
@@ -57,7 +59,7 @@ __global__ void gather_batch(const S *__restrict__ pixels, const uint16_t *__res
     if (i == 0) y[e] = (float)labels[src];
     if (cursor && bn_last_arrival((unsigned *)(cursor + 1), gridDim.x * gridDim.y) && threadIdx.x == 0) {
         *cursor = start + advance;
-        if (step) ++*step;
+        if (step) step[1] = step[0]++;
     }
 }
 
@@ -117,8 +119,8 @@ extern "C" bn_status bn_loader_upload(bn_loader *ld)
     /* The cursor and the count of gather blocks done with it. */
     BN_TRY(bn_device_alloc((void **)&ld->dev_cursor, 2 * sizeof(int)));
     BN_TRY(bn_device_zero(ld->dev_cursor, 2 * sizeof(int)));
-    BN_TRY(bn_device_alloc((void **)&ld->dev_step, sizeof *ld->dev_step));
-    BN_TRY(bn_device_zero(ld->dev_step, sizeof *ld->dev_step));
+    BN_TRY(bn_device_alloc((void **)&ld->dev_step, 2 * sizeof *ld->dev_step));
+    BN_TRY(bn_device_zero(ld->dev_step, 2 * sizeof *ld->dev_step));
     if (!ld->streamed) BN_TRY(bn_device_h2d(ld->dev_pixels, host, pixel_bytes));
     BN_TRY(bn_device_h2d(ld->dev_labels, d->labels, label_bytes));
     return bn_loader_upload_order(ld);

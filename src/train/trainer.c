@@ -427,6 +427,8 @@ static bn_status train_epoch(bn_net *net, bn_optimizer *opt, bn_loader *ld, bn_b
     if (net->pass.ctx && !bn_blob_dev_wr(acc)) return bn_last_status();
     BN_TRY(bn_loader_set_cursor(ld, first + full_off));
     if (net->pass.ctx) BN_TRY(bn_optimizer_schedule(opt, net, opt->iter, steps_for(count - first, batch)));
+    /* The passes that draw read each step's number where the gather leaves it (bn_pass.dev_step). */
+    net->pass.dev_step = ld->dev_step ? ld->dev_step + 1 : NULL;
     for (int start = first; start < count; start += batch) {
         int n = count - start < batch ? count - start : batch;
         int off = 0, mine = n;
@@ -639,6 +641,7 @@ bn_status bn_train(bn_net *net, bn_optimizer *opt, const bn_dataset *train, cons
     bn_step_graph_free(&val_graph);
     bn_blob_free(acc);
     bn_blob_free(eval_sum);
+    net->pass.dev_step = NULL;
     bn_loader_free(&ld);
     bn_loader_free(&test_ld);
     bn_loader_free(&val_ld);
