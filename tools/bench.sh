@@ -7,16 +7,18 @@
 # For every suite model (or the named ones: lenet, lenet256, mlp, mlp_wide, vgg_fashion,
 # strided_fashion, resnet_mini, resnet_fashion) blobnet trains it with the default kernel choice,
 # with --tf32, with --precision bf16 where the blobnet binary has that option, and with
-# --autotune, and the peer trains it eager, as a whole-step CUDA graph and as a CUDA graph under
-# bf16 autocast. Each run is $BENCH_EPOCHS epochs (default 3); a time is the median epoch time of
-# epochs 2.. (the first holds start-up work: kernel timing, graph capture, cuDNN's autotuner).
-# One table follows: milliseconds per epoch, the default against --autotune, the default run's
-# first epoch in seconds with its kernels timed into an empty kernel cache and again with them
-# read from the cache, PyTorch's times, how many times faster blobnet is than PyTorch's CUDA
-# graph (tf32 against the same; bf16 against PyTorch's bf16 graph), peak device memory without
-# the datasets and test accuracy after the run (the default's and PyTorch's graph's, then
-# --precision bf16's and PyTorch's bf16 graph's). Last, LeNet from process start to 99% test
-# accuracy.
+# --autotune, and the peer trains it eager, as a whole-step CUDA graph under PyTorch's defaults
+# (cuDNN's convolutions may use TF32), as the same graph with TF32 off (FP32 math throughout, as
+# blobnet's default) and as a CUDA graph under bf16 autocast. Each run is $BENCH_EPOCHS epochs
+# (default 3); a time is the median epoch time of epochs 2.. (the first holds start-up work: kernel
+# timing, graph capture, cuDNN's autotuner). One table follows: milliseconds per epoch, the
+# default against --autotune, the default run's first epoch in seconds with its kernels timed into
+# an empty kernel cache and again with them read from the cache, PyTorch's times, how many times
+# faster blobnet is than PyTorch at the same precision (the default against PyTorch's graph with
+# TF32 off, --tf32 against PyTorch's default graph, bf16 against PyTorch's bf16 graph), peak
+# device memory without the datasets and test accuracy after the run (the default's and PyTorch's
+# TF32-off graph's, then --precision bf16's and PyTorch's bf16 graph's). Last, LeNet from process
+# start to 99% test accuracy.
 #
 # blobnet's timed kernel choices go to a kernel cache of the bench's own that starts empty, so
 # the first run of each model measures as a first run on a new machine does.
@@ -83,7 +85,7 @@ peer_field() { # log variant field
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { num = "^[0-9]+([.][0-9]*)?$"
                                           if (a !~ num || b !~ num || b == 0) print "-"; else printf "%.2f", a / b }'; }
 
-row='%-16s %5s | %8s %8s %8s %8s %6s | %6s %6s | %8s %8s %8s | %6s %6s %6s | %8s %8s | %6s %6s %6s %6s'
+row='%-16s %5s | %8s %8s %8s %8s %6s | %6s %6s | %8s %8s %8s %8s | %6s %6s %6s | %8s %8s | %6s %6s %6s %6s'
 rows=()
 for entry in "${suite[@]}"; do
     read -r name model dataset batch <<<"$entry"
@@ -103,27 +105,31 @@ for entry in "${suite[@]}"; do
     read -r auto _ _ < <(run_blobnet "$logs/$name-autotune.log" "${args[@]}" --autotune)
     peer=$logs/$name-pytorch.log
     : >"$peer"
-    [ "${BENCH_PEER:-1}" = 0 ] || python3 tools/pytorch_peer.py "${peer_args[@]}" --variant eager,graph,graph-bf16 \
+    [ "${BENCH_PEER:-1}" = 0 ] || python3 tools/pytorch_peer.py "${peer_args[@]}" --variant eager,graph,graph-fp32,graph-bf16 \
         >"$peer" 2>&1 || { echo "pytorch peer of $name failed:" >&2; tail -3 "$peer" >&2; }
-    eager=$(peer_field "$peer" eager ms); graph=$(peer_field "$peer" graph ms)
-    pbf16=$(peer_field "$peer" graph-bf16 ms); pmem=$(peer_field "$peer" graph mem); pacc=$(peer_field "$peer" graph acc)
-    pbacc=$(peer_field "$peer" graph-bf16 acc)
+    eager=$(peer_field "$peer" eager ms); graph=$(peer_field "$peer" graph ms); pfp32=$(peer_field "$peer" graph-fp32 ms)
+    pbf16=$(peer_field "$peer" graph-bf16 ms); pmem=$(peer_field "$peer" graph-fp32 mem)
+    pacc=$(peer_field "$peer" graph-fp32 acc); pbacc=$(peer_field "$peer" graph-bf16 acc)
     rows+=("$(printf "$row" \
         "$name" "$([ "$batch" != - ] && echo "$batch" || model_batch "$model")" \
         "$ms" "$tf32" "$bf16" "$auto" "$(ratio "$ms" "$auto")" \
         "$(first_epoch "$logs/$name-default.log")" "$(first_epoch "$logs/$name-cached.log")" \
-        "${eager:--}" "${graph:--}" "${pbf16:--}" \
-        "$(ratio "${graph:--}" "$ms")" "$(ratio "${graph:--}" "$tf32")" "$(ratio "${pbf16:--}" "$bf16")" \
+        "${eager:--}" "${graph:--}" "${pfp32:--}" "${pbf16:--}" \
+        "$(ratio "${pfp32:--}" "$ms")" "$(ratio "${graph:--}" "$tf32")" "$(ratio "${pbf16:--}" "$bf16")" \
         "${mem:--}" "${pmem:--}" "${acc:--}" "${pacc:--}" "${bacc:--}" "${pbacc:--}")")
 done
 
 echo
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-echo "ms per epoch, median of epochs 2-$epochs; x pt: PyTorch's CUDA graph (bf16: its bf16 graph) over blobnet's time"
+echo "ms per epoch, median of epochs 2-$epochs; pt graph: PyTorch's CUDA graph under its defaults (TF32 allowed in cuDNN);"
+echo "pt fp32: the same with TF32 off (FP32 math throughout, as blobnet's default); pt bf16: that graph under bf16 autocast"
+echo "fp32 x, tf32 x, bf16 x: PyTorch's time over blobnet's at the same precision: pt fp32 over the default (both without"
+echo "TF32; earlier tables' \"x pt\" took pt graph), pt graph over --tf32, pt bf16 over --precision bf16"
 echo "1st ep: seconds of the default run's first epoch (its kernels timed into an empty cache); cached: the same from the cache"
-echo "acc: final test accuracy (%) of the default run and PyTorch's graph; bf acc: of --precision bf16 and PyTorch's bf16 graph"
-printf "$row\n" model batch default tf32 bf16 autotune "def/at" "1st ep" cached "pt eager" "pt graph" "pt bf16" \
-    "x pt" "tf32 x" "bf16 x" "MiB" "pt MiB" "acc" "pt acc" "bf acc" "pt bf"
+echo "MiB, acc: peak device memory and final test accuracy (%) of the default run and pt fp32; bf acc, pt bf: of --precision"
+echo "bf16 and pt bf16"
+printf "$row\n" model batch default tf32 bf16 autotune "def/at" "1st ep" cached "pt eager" "pt graph" "pt fp32" "pt bf16" \
+    "fp32 x" "tf32 x" "bf16 x" "MiB" "pt MiB" "acc" "pt acc" "bf acc" "pt bf"
 printf '%s\n' "${rows[@]}"
 
 if [ $# -eq 0 ] || [[ " $* " == *" lenet "* ]]; then

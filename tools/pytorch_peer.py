@@ -7,13 +7,16 @@ data (IDX files, or CIFAR-10's binary batches), so that blobnet's speed and accu
                           [--variant V[,V...]] [--until-accuracy P] [--seed N] [--ddp N]
 
 Variants: eager (data on the GPU, one launch per kernel), graph (the whole training step
-captured once as a CUDA graph and replayed; TF32 convolutions, PyTorch's default), graph-bf16
-(the same under bf16 autocast). Several variants separated by commas run one after the other in
-one process, each from fresh weights, on the datasets loaded once. Prints a line per epoch
-(training seconds without the evaluation, as blobnet's epoch lines) and for each variant a last
-line with the median epoch time of epochs 2.., the final test accuracy, the peak device memory
-without the datasets (as blobnet counts its own) and, with --until-accuracy, the seconds from
-process start to that accuracy.
+captured once as a CUDA graph and replayed, under PyTorch's defaults: cuDNN's convolutions may use
+TF32, matrix products do not), graph-fp32 (the same with TF32 off in cuDNN and in matrix products
+too: FP32 math throughout, as blobnet's default), graph-bf16 (the graph under bf16 autocast).
+Each variant sets both TF32 switches for its run (PyTorch's defaults but for graph-fp32) and puts
+back what it found after, so that their order does not change what a variant measures. Several
+variants separated by commas run one after the other in one process, each from fresh weights, on
+the datasets loaded once. Prints a line per epoch (training seconds without the evaluation, as
+blobnet's epoch lines) and for each variant a last line with the median epoch time of epochs 2..,
+the final test accuracy, the peak device memory without the datasets (as blobnet counts its own)
+and, with --until-accuracy, the seconds from process start to that accuracy.
 
 --ddp N trains the same on N GPUs with DistributedDataParallel, as blobnet's --gpus N does: one
 process per GPU (torch.multiprocessing), NCCL on 127.0.0.1, each rank the contiguous share
@@ -30,10 +33,10 @@ biases at bias_lr_mult and no decay, and its learning-rate policies per step. We
 with the model's initialisers (He normal, Xavier uniform, zero biases) from the seed, but from
 PyTorch's generator: the runs start from other values than blobnet's.
 """
-import argparse, math, os, sys, time
+import argparse, contextlib, math, os, sys, time
 
 START = time.perf_counter()
-VARIANTS = ("eager", "graph", "graph-bf16")
+VARIANTS = ("eager", "graph", "graph-fp32", "graph-bf16")
 
 import numpy as np
 import torch
@@ -485,6 +488,21 @@ def train(variant, sections, cfg, aug, data, until_accuracy, rank=0, world=1):
     return times, acc, reached
 
 
+@contextlib.contextmanager
+def tf32_switches(variant):
+    """cuDNN's and the matrix products' TF32 switches as `variant` measures them: off for
+    graph-fp32, else PyTorch's defaults (cuDNN on, products off); the switches found are put back
+    at the end."""
+    cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul
+    found = cudnn.allow_tf32, matmul.allow_tf32
+    cudnn.allow_tf32 = variant != "graph-fp32"
+    matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        cudnn.allow_tf32, matmul.allow_tf32 = found
+
+
 def median_later(times):
     """The median epoch time of epochs 2.. (epoch 1 alone for a one-epoch run)."""
     later = sorted(times[1:] or times)
@@ -505,8 +523,9 @@ def main():
     ap.add_argument("--seed", type=int)
     ap.add_argument("--optimizer", choices=["sgd", "adam", "adamw", "rmsprop"])
     ap.add_argument("--variant", default="graph",
-                    help="eager, graph or graph-bf16, or several of them separated by commas, run one after "
-                         "the other in this process")
+                    help="eager, graph (PyTorch's defaults: TF32 convolutions), graph-fp32 (TF32 off) or "
+                         "graph-bf16, or several of them separated by commas, run one after the other in this "
+                         "process")
     ap.add_argument("--until-accuracy", type=float)
     ap.add_argument("--ddp", type=int, default=1, metavar="N",
                     help="train on N GPUs with DistributedDataParallel, one process per GPU")
@@ -553,7 +572,8 @@ def run_rank(rank, a, variants, port):
     resident = torch.cuda.memory_allocated()  # the datasets, which blobnet's figure leaves out too
     for variant in variants:
         torch.cuda.reset_peak_memory_stats()
-        times, acc, reached = train(variant, sections, cfg, aug, data, a.until_accuracy, rank, world)
+        with tf32_switches(variant):
+            times, acc, reached = train(variant, sections, cfg, aug, data, a.until_accuracy, rank, world)
         peak = (torch.cuda.max_memory_allocated() - resident) / 1048576
         torch.cuda.empty_cache()
         if rank != 0:
