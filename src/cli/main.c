@@ -162,8 +162,8 @@ static const char check_layer_usage[] =
     "  --batch N           examples per pass, also compared with 1 (default 3)\n"
     "  --all-shapes        run the checks at a small shape (3,8,8, batch 3) and a realistic one\n"
     "                      (20,12,12, batch 16, every input); the error names the shape that failed\n"
-    "  --stochastic        the layer's CPU and GPU passes draw different random numbers in\n"
-    "                      training: compare the devices in evaluation mode\n"
+    "  --stochastic        the layer draws random numbers in training (dropout): compare\n"
+    "                      CPU and GPU in evaluation mode\n"
     "  --eval-tolerance X  largest difference between evaluation and training once a layer's\n"
     "                      running statistics settled on one batch, relative (default 0.02)\n";
 
