@@ -75,7 +75,7 @@ BN_TEST(gpu_graph_replay_matches_eager_steps_with_dropout)
     snprintf(model, sizeof model, "%s/lenet_dropout.cfg", bn_test_tmpdir());
     FILE *f = fopen(model, "w");
     CHECK(f && fputs("[input]\nchannels=1\nheight=28\nwidth=28\nstd=255\n[conv2d]\nfilters=8\nsize=5\n[relu]\n"
-                     "[maxpool]\n[dense]\noutputs=64\n[relu]\n[dropout]\nrate=0.4\n[dense]\noutputs=10\n"
+                     "[maxpool]\nsize=2\n[dense]\noutputs=64\n[relu]\n[dropout]\nrate=0.4\n[dense]\noutputs=10\n"
                      "[softmax_ce]\n[train]\nlr=0.01\nmomentum=0.9\n", f) >= 0 && fclose(f) == 0);
     CHECK(compare_runs(model, "3000", "") == BN_PASS);
     return BN_PASS;
