@@ -5,9 +5,9 @@
 #   tools/bench.sh MNIST_DIR FASHION_DIR [MODEL...]
 #
 # For every suite model (or the named ones: lenet, lenet256, mlp, mlp_wide, vgg_fashion,
-# strided_fashion, resnet_mini, resnet_fashion) blobnet trains it with the default kernel choice,
-# with --tf32, with --precision bf16 where the blobnet binary has that option, and with
-# --autotune, and the peer trains it eager, as a whole-step CUDA graph under PyTorch's defaults
+# strided_fashion, resnet_mini, resnet_fashion, resnet_odd, inception, narrow_chain) blobnet
+# trains it with the default kernel choice, with --tf32, with --precision bf16 where the blobnet
+# binary has that option, and with --autotune, and the peer trains it eager, as a whole-step CUDA graph under PyTorch's defaults
 # (cuDNN's convolutions may use TF32), as the same graph with TF32 off (FP32 math throughout, as
 # blobnet's default) and as a CUDA graph under bf16 autocast. Each run is $BENCH_EPOCHS epochs
 # (default 3); a time is the median epoch time of epochs 2.. (the first holds start-up work: kernel
@@ -42,6 +42,9 @@ suite=(
     "strided_fashion models/strided_fashion.cfg  fashion-mnist -"
     "resnet_mini     models/resnet_mini.cfg      fashion-mnist -"
     "resnet_fashion  models/resnet_fashion.cfg   fashion-mnist -"
+    "resnet_odd      models/resnet_odd.cfg       fashion-mnist -"
+    "inception       models/inception_fashion.cfg fashion-mnist -"
+    "narrow_chain    models/narrow_chain.cfg     fashion-mnist -"
 )
 
 need_cuda_build tools/bench.sh "the bench"
