@@ -193,15 +193,9 @@ static int parse_args(int argc, char **argv, train_args *a)
 /* The index of text among names (NULL-terminated); an error naming flag and the choices. */
 static bn_status choice(const char *flag, const char *text, const char *const *names, int *out)
 {
-    char list[128] = "";
-    for (int i = 0; names[i]; i++) {
-        if (strcmp(names[i], text) == 0) {
-            *out = i;
-            return BN_OK;
-        }
-        size_t len = strlen(list);
-        snprintf(list + len, sizeof list - len, "%s%s", i ? ", " : "", names[i]);
-    }
+    if ((*out = bn_name_index(names, text)) >= 0) return BN_OK;
+    char list[128];
+    bn_names_join(names, list, sizeof list);
     return bn_error(BN_ERR_USAGE, "%s: '%s' is not one of %s", flag, text, list);
 }
 

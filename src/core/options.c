@@ -91,6 +91,22 @@ bn_status bn_opt_str(bn_options *o, const char *key, const char *def, const char
     return BN_OK;
 }
 
+int bn_name_index(const char *const *names, const char *name)
+{
+    for (int i = 0; names[i]; i++)
+        if (strcmp(names[i], name) == 0) return i;
+    return -1;
+}
+
+void bn_names_join(const char *const *names, char *buf, size_t cap)
+{
+    buf[0] = '\0';
+    for (int i = 0; names[i]; i++) {
+        size_t len = strlen(buf);
+        snprintf(buf + len, cap - len, "%s%s", i ? ", " : "", names[i]);
+    }
+}
+
 bn_status bn_opt_choice(bn_options *o, const char *key, const char *const *choices, int def, int *out)
 {
     bn_option *it = find(o, key);
@@ -98,15 +114,9 @@ bn_status bn_opt_choice(bn_options *o, const char *key, const char *const *choic
         *out = def;
         return BN_OK;
     }
-    char list[256] = "";
-    for (int i = 0; choices[i]; i++) {
-        if (strcmp(choices[i], it->value) == 0) {
-            *out = i;
-            return BN_OK;
-        }
-        size_t len = strlen(list);
-        snprintf(list + len, sizeof list - len, "%s%s", i ? ", " : "", choices[i]);
-    }
+    if ((*out = bn_name_index(choices, it->value)) >= 0) return BN_OK;
+    char list[256];
+    bn_names_join(choices, list, sizeof list);
     return bn_opt_error(o, key, "%s = '%s' is not one of: %s", key, it->value, list);
 }
 

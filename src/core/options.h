@@ -4,6 +4,8 @@
 #ifndef BN_OPTIONS_H
 #define BN_OPTIONS_H
 
+#include <stddef.h>
+
 #include "status.h"
 
 #ifdef __cplusplus
@@ -36,6 +38,12 @@ bn_status bn_opt_float(bn_options *o, const char *key, double def, double lo, do
 
 /* String option; *out points into the options (valid while they live); `def` when absent. */
 bn_status bn_opt_str(bn_options *o, const char *key, const char *def, const char **out);
+
+/* The index of name in the NULL-terminated list names, or -1. */
+int bn_name_index(const char *const *names, const char *name);
+
+/* names (NULL-terminated) joined by ", " into buf (cap bytes, cut short where it must be). */
+void bn_names_join(const char *const *names, char *buf, size_t cap);
 
 /* One of a NULL-terminated list of words; *out is its index, `def` when absent. */
 bn_status bn_opt_choice(bn_options *o, const char *key, const char *const *choices, int def, int *out);

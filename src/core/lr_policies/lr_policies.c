@@ -1,7 +1,6 @@
 #include "lr_policies.h"
 
 #include <stddef.h>
-#include <string.h>
 
 #define NAME(name) #name,
 const char *const bn_lr_policy_names[] = {BN_LR_POLICIES(NAME) NULL};
@@ -21,7 +20,5 @@ const bn_lr_policy *bn_lr_policy_at(int i)
 
 int bn_lr_policy_find(const char *name)
 {
-    for (int i = 0; i < bn_lr_policy_count(); i++)
-        if (strcmp(table[i]->name, name) == 0) return i;
-    return -1;
+    return bn_name_index(bn_lr_policy_names, name);
 }

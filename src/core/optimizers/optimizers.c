@@ -1,7 +1,6 @@
 #include "optimizers.h"
 
 #include <stddef.h>
-#include <string.h>
 
 #define NAME(name) #name,
 const char *const bn_optimizer_names[] = {BN_OPTIMIZERS(NAME) NULL};
@@ -21,7 +20,5 @@ const bn_optimizer_type *bn_optimizer_type_at(int i)
 
 int bn_optimizer_find(const char *name)
 {
-    for (int i = 0; i < bn_optimizer_type_count(); i++)
-        if (strcmp(table[i]->name, name) == 0) return i;
-    return -1;
+    return bn_name_index(bn_optimizer_names, name);
 }
