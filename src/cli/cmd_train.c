@@ -15,6 +15,7 @@
 #include "core/plugin.h"
 #include "dist/dist.h"
 #include "io/safetensors.h"
+#include "core/timeline.h"
 #include "train/progress.h"
 #include "train/settings.h"
 #include "train/trainer.h"
@@ -332,6 +333,7 @@ static bn_status join_ranks(const train_args *a, train_run *r, const bn_train_st
 
 static bn_status prepare(const train_args *a, train_run *r, bn_train_state *st)
 {
+    bn_timeline_mark("the command begins (program and libraries loaded)");
     BN_TRY(bn_net_from_file(a->model, &r->net));
     bn_train_config *cfg = &r->net->train;
     BN_TRY(apply_overrides(a, cfg));
@@ -339,6 +341,7 @@ static bn_status prepare(const train_args *a, train_run *r, bn_train_state *st)
     BN_TRY(bn_data_source_resolve(&a->data, r->net, &r->data));
     /* A rank without a GPU is an error (join_ranks), not a warning and a run on the CPU. */
     BN_TRY(bn_cli_open_device(a->device, a->quiet || a->rank >= 0, &r->ctx));
+    bn_timeline_mark("model read, device opened");
     if (r->ctx) {
         r->ctx->tf32 = a->tf32;
         r->ctx->deterministic = a->deterministic;
@@ -348,7 +351,9 @@ static bn_status prepare(const train_args *a, train_run *r, bn_train_state *st)
     int quiet = a->quiet || a->rank >= 0;
     BN_TRY(bn_data_source_load_all(&r->data, r->net, (int)a->train_limit, quiet, &r->train, &r->test, &r->holdout));
     if (r->net->input_norm_auto && !a->resume) BN_TRY(auto_input_norm(r, !quiet && !follower(a)));
+    bn_timeline_mark("data read");
     BN_TRY(bn_net_setup(r->net, cfg->batch, r->ctx, 0, cfg->seed));
+    bn_timeline_mark("network set up");
     BN_TRY(bn_data_check_model(r->net, &r->train, &r->data, "training"));
     BN_TRY(bn_optimizer_create(r->net, cfg, &r->opt));
     *st = (bn_train_state){.seed = cfg->seed, .examples = r->train.count};

@@ -6,6 +6,7 @@
 
 #include "core/clock.h"
 #include "core/nvtx.h"
+#include "core/timeline.h"
 #include "gpu/graph.h"
 #include "numerics.h"
 
@@ -442,6 +443,12 @@ static bn_status train_epoch(bn_net *net, bn_optimizer *opt, bn_loader *ld, bn_b
         if (opts->profile_first && st->step + 1 == opts->profile_first) BN_TRY(bn_profiler_start());
         step_body body = {net, opt, ld, acc, mine, dist, (double)mine / n, dist ? dist->bucket_bytes : 0, -1, -1};
         BN_TRY(train_step(&body, graph, warm, full, opts, st->step));
+        /* The run's first steps make the plans (the first) and capture the graph (the second). */
+        static int marked;
+        if (bn_timeline_asked() && marked < 2) {
+            if (net->pass.ctx) BN_TRY(bn_device_sync());
+            bn_timeline_mark(marked++ ? "the second step (graph captured)" : "the first step (plans made)");
+        }
         /* An empty share drew no batch, so the loader's step did not move with the others'. */
         if (mine == 0) BN_TRY(bn_loader_set_step(ld, (unsigned long long)st->step + 1));
         if (opts->profile_first && st->step + 1 == opts->profile_last) BN_TRY(bn_profiler_stop());
@@ -597,6 +604,8 @@ bn_status bn_train(bn_net *net, bn_optimizer *opt, const bn_dataset *train, cons
         if (s == BN_OK && net->pass.ctx) s = opts->dist ? bn_dist_wait(opts->dist, net->pass.ctx) : bn_device_sync();
         double seconds = bn_clock_seconds() - t0;
         bn_nvtx_pop();
+        snprintf(range, sizeof range, "epoch %d trained", st->epoch + 1);
+        bn_timeline_mark(range);
         bn_step_info info = {.epoch = st->epoch + 1, .epochs = opts->epochs, .seen = st->epoch_seen, .sums = acc};
         if (s == BN_OK && opts->progress) s = opts->progress(opts->progress_user, BN_PROGRESS_EVAL, &info);
         if (s != BN_OK) break;
@@ -616,6 +625,8 @@ bn_status bn_train(bn_net *net, bn_optimizer *opt, const bn_dataset *train, cons
                               &r.val_acc);
         }
         r.eval_seconds = bn_clock_seconds() - eval_start;
+        snprintf(range, sizeof range, "epoch %d evaluated", st->epoch + 1);
+        bn_timeline_mark(range);
         if (s != BN_OK) break;
         *st = (bn_train_state){.seed = st->seed, .epoch = st->epoch + 1, .step = st->step, .examples = st->examples};
         /* The row before the checkpoint: the log then holds every row up to a checkpoint's step, and
