@@ -103,12 +103,16 @@ BN_TEST(bf16_setup_refuses_a_layer_without_a_bf16_pass)
 
 BN_TEST(bf16_precision_flag_errors)
 {
-    CHECK_CLI("train models/mlp.cfg --precision fp16", 2, "--precision: 'fp16' is not one of fp32, bf16");
-    CHECK_CLI("time models/mlp.cfg --precision half", 2, "--precision: 'half' is not one of fp32, bf16");
-    CHECK_CLI("test models/mlp.cfg none.safetensors --precision 16", 2, "--precision: '16' is not one of fp32, bf16");
+    CHECK_CLI("train models/mlp.cfg --precision fp16", 2,
+              "--precision: 'fp16' is not one of fp32, bf16, bf16-strict");
+    CHECK_CLI("time models/mlp.cfg --precision half", 2, "--precision: 'half' is not one of fp32, bf16, bf16-strict");
+    CHECK_CLI("test models/mlp.cfg none.safetensors --precision 16", 2,
+              "--precision: '16' is not one of fp32, bf16, bf16-strict");
     CHECK_CLI("time models/mlp.cfg --device cpu --precision bf16 --iters 1", 2,
               "--precision bf16 needs a GPU, and this run is on the CPU");
-    CHECK_CLI("train --help", 0, "--precision P       fp32 (default) or bf16");
+    CHECK_CLI("train models/mlp.cfg --device cpu --precision bf16-strict", 2,
+              "--precision bf16-strict needs a GPU, and this run is on the CPU");
+    CHECK_CLI("train --help", 0, "--precision P       fp32 (default), bf16 or bf16-strict");
     return BN_PASS;
 }
 

@@ -200,3 +200,57 @@ BN_TEST(fusion_kinds_of_the_built_in_types)
     CHECK_MSG(listed == (int)(sizeof kinds / sizeof kinds[0]), "only %d of the listed types are registered", listed);
     return BN_PASS;
 }
+
+/* Under --precision bf16 the same rules run, and each built-in hook takes only what its BF16
+ * passes can do: batchnorm takes the ReLU after it and the one before it (its kernels are the
+ * same in either precision), while dense and conv2d, whose BF16 products have no ReLU or
+ * pooling epilogue, take neither their ReLUs, a 2x2 max pooling nor the softmax head. In FP32
+ * the same network fuses all of them. */
+BN_TEST(gpu_fusion_under_bf16_takes_what_the_bf16_passes_can)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    static const char text[] = "[input]\nchannels = 1\nheight = 12\nwidth = 12\n"
+                               "[conv2d]\nname = c1\nfilters = 8\nsize = 3\npad = 1\n"
+                               "[batchnorm]\nname = bn1\n[relu]\nname = r1\n"
+                               "[conv2d]\nname = c2\nfilters = 8\nsize = 3\npad = 1\n"
+                               "[maxpool]\nname = p2\nsize = 2\nstride = 2\n"
+                               "[conv2d]\nname = c3\nfilters = 8\nsize = 3\npad = 1\n"
+                               "[relu]\nname = r3\n[batchnorm]\nname = bn3\n"
+                               "[dense]\nname = d1\noutputs = 16\n[relu]\nname = r4\n"
+                               "[dense]\nname = d2\noutputs = 10\n[softmax_ce]\nname = loss\n";
+    const unsigned both = BN_FUSED_FORWARD | BN_FUSED_BACKWARD;
+    const struct {
+        const char *name;
+        unsigned fp32, bf16; /* its passes (BN_FUSED_FORWARD | BN_FUSED_BACKWARD) others do */
+    } want[] = {
+        {"r1", BN_FUSED_FORWARD, BN_FUSED_FORWARD}, /* bn1's normalize writes it */
+        {"p2", both, 0},                            /* c2's epilogues in FP32 */
+        {"r3", both, BN_FUSED_BACKWARD},            /* c3's epilogue (FP32); bn3's input_grad */
+        {"r4", both, 0},                            /* d1's epilogue and d2's dX product (FP32) */
+        {"loss", BN_FUSED_FORWARD, 0},              /* the dense head (FP32) */
+    };
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    for (int bf16 = 0; bf16 <= 1; bf16++) {
+        bn_net *net;
+        CHECK_OK(bn_net_from_text(text, "fusion_bf16.cfg", &net));
+        ctx->bf16 = bf16;
+        bn_status s = bn_net_setup(net, 4, ctx, 0, 1);
+        ctx->bf16 = 0;
+        if (s != BN_OK) bn_net_free(net);
+        CHECK_OK(s);
+        int ok = 1;
+        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+            const bn_layer *l = bn_net_find_layer(net, want[i].name);
+            const unsigned expect = bf16 ? want[i].bf16 : want[i].fp32, got = l ? l->gpu_fused & both : 99u;
+            if (got != expect) {
+                printf("    %s: %s has passes %u done by others, expected %u\n", bf16 ? "bf16" : "fp32",
+                       want[i].name, got, expect);
+                ok = 0;
+            }
+        }
+        bn_net_free(net);
+        CHECK_MSG(ok, "%s: the fused passes differ from the hooks' rules", bf16 ? "bf16" : "fp32");
+    }
+    return BN_PASS;
+}

@@ -501,6 +501,7 @@ extern "C" bn_status bn_conv2d_own_backward(bn_layer *l, bn_ctx *ctx, const floa
 extern "C" int bn_conv2d_fuse_relu(bn_layer *l, bn_layer *relu, int after)
 {
     if (!after) return 0; /* no pass here writes the input gradient that a mask could ride on */
+    if (bn_blob_is_bf16(l->out)) return 0; /* conv_bf16.cu's epilogues write no ReLU */
     ((conv_priv *)l->priv)->relu_after = relu;
     return 1;
 }
@@ -509,6 +510,7 @@ extern "C" int bn_conv2d_fuse_next(bn_layer *l, bn_layer *next)
 {
     conv_priv *c = (conv_priv *)l->priv;
     if (!(next->ops->absorbable_as & BN_ABSORB_MAXPOOL) || !l->out_grad || !next->out_grad) return 0;
+    if (bn_blob_is_bf16(l->out)) return 0; /* the pooling epilogues are the FP32 families' */
     pool_priv *pp = (pool_priv *)next->priv;
     if (pp->size != 2 || pp->stride != 2 || pp->pad != 0 || pp->oh < 1 || pp->ow < 1) return 0;
     if (!pp->dev_mask && bn_device_alloc((void **)&pp->dev_mask, next->out->capacity) != BN_OK) {

@@ -150,6 +150,7 @@ extern "C" bn_status bn_dense_backward_gpu(bn_layer *l, const bn_pass *p)
 extern "C" int bn_dense_fuse_relu(bn_layer *l, bn_layer *relu, int after)
 {
     dense_priv *d = (dense_priv *)l->priv;
+    if (bn_blob_is_bf16(l->out)) return 0; /* dense_bf16.cu's products take no ReLU */
     if (after) d->relu_after = relu;
     else d->relu_before = relu;
     return 1;
@@ -158,7 +159,7 @@ extern "C" int bn_dense_fuse_relu(bn_layer *l, bn_layer *relu, int after)
 extern "C" int bn_dense_fuse_next(bn_layer *l, bn_layer *next)
 {
     dense_priv *d = (dense_priv *)l->priv;
-    if (d->relu_after || !bn_softmax_ce_head_fits(next, d->outputs)) return 0;
+    if (bn_blob_is_bf16(l->out) || d->relu_after || !bn_softmax_ce_head_fits(next, d->outputs)) return 0;
     d->loss_after = next;
     d->dx_written = 0;
     return BN_FUSED_FORWARD;

@@ -9,6 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/options.h"
+
 bn_status bn_cli_int(const char *flag, const char *text, long lo, long hi, long *out)
 {
     char *end;
@@ -35,19 +37,19 @@ bn_status bn_cli_float(const char *flag, const char *text, double lo, double hi,
 
 bn_status bn_cli_precision(const char *text, int *bf16)
 {
-    if (strcmp(text, "fp32") == 0 || strcmp(text, "bf16") == 0) {
-        *bf16 = text[0] == 'b';
-        return BN_OK;
-    }
-    return bn_error(BN_ERR_USAGE, "--precision: '%s' is not one of fp32, bf16", text);
+    static const char *const names[] = {"fp32", "bf16", "bf16-strict", NULL}; /* BN_PRECISION_*'s order */
+    if ((*bf16 = bn_name_index(names, text)) >= 0) return BN_OK;
+    char list[64];
+    bn_names_join(names, list, sizeof list);
+    return bn_error(BN_ERR_USAGE, "--precision: '%s' is not one of %s", text, list);
 }
 
 bn_status bn_cli_apply_precision(int bf16, bn_ctx *ctx)
 {
     if (bf16 && !ctx)
-        return bn_error(BN_ERR_USAGE, "--precision bf16 needs a GPU, and this run is on the CPU; use --precision fp32 "
-                        "there");
-    if (ctx) ctx->bf16 = bf16;
+        return bn_error(BN_ERR_USAGE, "--precision %s needs a GPU, and this run is on the CPU; use --precision fp32 "
+                        "there", bf16 == BN_PRECISION_BF16_STRICT ? "bf16-strict" : "bf16");
+    if (ctx) ctx->bf16 = bf16 != 0;
     return BN_OK;
 }
 
@@ -81,6 +83,37 @@ bn_status bn_cli_open_device(const char *spec, int quiet, bn_ctx **ctx)
         BN_TRY(bn_cli_int("--device", spec + 4, 0, 1024, &ordinal));
     }
     return open_ordinal(spec, (int)ordinal, ctx);
+}
+
+static void *open_on_thread(void *arg)
+{
+    bn_cli_opening *o = arg;
+    o->status = bn_cli_open_device(o->spec, o->quiet, &o->ctx);
+    if (o->status != BN_OK) snprintf(o->message, sizeof o->message, "%s", bn_last_error());
+    return NULL;
+}
+
+bn_status bn_cli_open_device_begin(const char *spec, int quiet, bn_cli_opening *o)
+{
+    *o = (bn_cli_opening){.spec = spec, .quiet = quiet};
+    if (pthread_create(&o->thread, NULL, open_on_thread, o) == 0) {
+        o->started = 1;
+    } else {
+        open_on_thread(o); /* no thread to be had: open it here and now */
+    }
+    return BN_OK;
+}
+
+bn_status bn_cli_open_device_end(bn_cli_opening *o, bn_ctx **ctx)
+{
+    *ctx = NULL;
+    if (o->started) pthread_join(o->thread, NULL);
+    o->started = 0;
+    if (o->status != BN_OK) return bn_error(o->status, "%s", o->message);
+    /* The context is the process's; opening it again makes its device current on this thread. */
+    if (o->ctx) BN_TRY(bn_ctx_open(o->ctx->device, &o->ctx));
+    *ctx = o->ctx;
+    return BN_OK;
 }
 
 /* The directory that holds the last name of path ("." when path has no slash). */

@@ -2,6 +2,8 @@
 #ifndef BN_CLI_H
 #define BN_CLI_H
 
+#include <pthread.h>
+
 #include "commands.h"
 #include "core/device.h"
 #include "core/status.h"
@@ -12,17 +14,41 @@ bn_status bn_cli_int(const char *flag, const char *text, long lo, long hi, long 
 /* Parses a whole-string finite number in [lo, hi] given to `flag`. */
 bn_status bn_cli_float(const char *flag, const char *text, double lo, double hi, double *out);
 
-/* Parses --precision's value: *bf16 is 0 for fp32, 1 for bf16; a usage error listing both otherwise. */
+/* --precision's values: FP32; BF16 where it trains faster than FP32 (train/precision.h); BF16
+ * everywhere. */
+enum { BN_PRECISION_FP32, BN_PRECISION_BF16, BN_PRECISION_BF16_STRICT };
+
+/* Parses --precision's value into *bf16, one of BN_PRECISION_*; a usage error listing them
+ * otherwise. */
 bn_status bn_cli_precision(const char *text, int *bf16);
 
-/* Sets the opened device's precision; bf16 without a device (ctx NULL) is a usage error, the CPU
- * path having no BF16. */
+/* Sets the opened device's precision (ctx->bf16 for either BF16 value); BF16 without a device
+ * (ctx NULL) is a usage error, the CPU path having no BF16. */
 bn_status bn_cli_apply_precision(int bf16, bn_ctx *ctx);
 
 /* Opens the device named by spec (cpu, gpu, gpu:N, auto): *ctx is NULL for the CPU. A NULL
  * spec is auto left unsaid: the GPU when there is one, the CPU without a word otherwise; an
  * "auto" falling back to the CPU warns once per process, unless quiet. */
 bn_status bn_cli_open_device(const char *spec, int quiet, bn_ctx **ctx);
+
+/* A device being opened beside other work: bn_cli_open_device on a thread of its own. */
+typedef struct bn_cli_opening {
+    const char *spec;
+    int quiet;
+    int started;         /* the thread runs (else the open was made at once, in begin) */
+    pthread_t thread;
+    bn_ctx *ctx;
+    bn_status status;
+    char message[1024];  /* the thread's error message, when status is not BN_OK */
+} bn_cli_opening;
+
+/* Starts opening the device named by spec as bn_cli_open_device does, on a thread of its own,
+ * so that the caller can read data meanwhile; bn_cli_open_device_end must follow. */
+bn_status bn_cli_open_device_begin(const char *spec, int quiet, bn_cli_opening *o);
+
+/* Waits for the opening begun in o and gives its context (NULL for the CPU) in *ctx, current
+ * on the calling thread too; or its error, as bn_cli_open_device would have returned it. */
+bn_status bn_cli_open_device_end(bn_cli_opening *o, bn_ctx **ctx);
 
 /* Prints "blobnet: KIND: message" on stderr, one line, with control characters and bytes that
  * are not UTF-8 (a binary file's, a strange file name's) escaped as \xNN. */

@@ -16,6 +16,7 @@
 #include "dist/dist.h"
 #include "io/safetensors.h"
 #include "core/timeline.h"
+#include "train/precision.h"
 #include "train/progress.h"
 #include "train/settings.h"
 #include "train/trainer.h"
@@ -232,6 +233,29 @@ static bn_status apply_augment(const train_args *a, bn_net *net)
     return BN_OK;
 }
 
+/* A fresh copy of the model to be trained, with the run's overrides (bn_net_maker). */
+static bn_status make_net(void *env, bn_net **net)
+{
+    const train_args *a = env;
+    BN_TRY(bn_net_from_file(a->model, net));
+    return apply_overrides(a, &(*net)->train);
+}
+
+/* --precision bf16: BF16 where it trains faster than FP32 (train/precision.h); says once when
+ * FP32 is taken instead, and why. Ranks of a run on several GPUs keep BF16 (each would time on
+ * its own and could choose otherwise). */
+static bn_status choose_precision(const train_args *a, bn_ctx *ctx, int batch, int quiet)
+{
+    bn_precision_verdict v;
+    BN_TRY(bn_precision_choose(ctx, make_net, (void *)a, batch, &v));
+    bn_timeline_mark("precision chosen");
+    if (v.bf16 || quiet) return BN_OK;
+    fprintf(stderr, "blobnet: note: --precision bf16: %s trains faster in FP32 on this GPU (a step %.3f ms with "
+            "TF32 products against %.3f ms in BF16, %s); training in FP32. --precision bf16-strict keeps BF16\n",
+            a->model, v.fp32_ms, v.bf16_ms, v.timed ? "timed now" : "timed before, kernel cache");
+    return BN_OK;
+}
+
 /* A rank of a run on several GPUs other than rank 0: it trains and loads --resume like the
  * others, but prints nothing but errors and writes no file. */
 static int follower(const train_args *a)
@@ -339,19 +363,28 @@ static bn_status prepare(const train_args *a, train_run *r, bn_train_state *st)
     BN_TRY(apply_overrides(a, cfg));
     BN_TRY(apply_augment(a, r->net));
     BN_TRY(bn_data_source_resolve(&a->data, r->net, &r->data));
-    /* A rank without a GPU is an error (join_ranks), not a warning and a run on the CPU. */
-    BN_TRY(bn_cli_open_device(a->device, a->quiet || a->rank >= 0, &r->ctx));
-    bn_timeline_mark("model read, device opened");
+    int quiet = a->quiet || a->rank >= 0;
+    /* The device opens (CUDA's context, cuDNN's and cuBLAS's handles) while the data is read: each
+     * takes a fifth of a second or more before LeNet's first step. Its errors, and a precision
+     * the device cannot serve, come before the data's. A rank without a GPU is an error
+     * (join_ranks), not a warning and a run on the CPU. */
+    bn_cli_opening opening;
+    BN_TRY(bn_cli_open_device_begin(a->device, quiet, &opening));
+    bn_timeline_mark("model read");
+    bn_status data = bn_data_source_load_all(&r->data, r->net, (int)a->train_limit, quiet, &r->train, &r->test,
+                                             &r->holdout);
+    bn_timeline_mark("data read");
+    BN_TRY(bn_cli_open_device_end(&opening, &r->ctx));
+    bn_timeline_mark("device open");
     if (r->ctx) {
         r->ctx->tf32 = a->tf32;
         r->ctx->deterministic = a->deterministic;
         r->ctx->autotune = a->autotune;
     }
     BN_TRY(bn_cli_apply_precision(a->bf16, r->ctx));
-    int quiet = a->quiet || a->rank >= 0;
-    BN_TRY(bn_data_source_load_all(&r->data, r->net, (int)a->train_limit, quiet, &r->train, &r->test, &r->holdout));
+    BN_TRY(data);
+    if (a->bf16 == BN_PRECISION_BF16 && a->rank < 0) BN_TRY(choose_precision(a, r->ctx, cfg->batch, quiet));
     if (r->net->input_norm_auto && !a->resume) BN_TRY(auto_input_norm(r, !quiet && !follower(a)));
-    bn_timeline_mark("data read");
     BN_TRY(bn_net_setup(r->net, cfg->batch, r->ctx, 0, cfg->seed));
     bn_timeline_mark("network set up");
     BN_TRY(bn_data_check_model(r->net, &r->train, &r->data, "training"));

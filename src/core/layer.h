@@ -172,7 +172,9 @@ struct bn_layer_ops {
      * act's output too; `after` = 0: l reads act's output, and l's GPU backward pass is to write
      * act's input gradient (its own input gradient passed through act's derivative, read from
      * act's output: for BN_ABSORB_RELU masked where it is 0) instead of its input gradient.
-     * Returns 1 when l takes that pass over. May be NULL. */
+     * Returns 1 when l takes that pass over. Asked under --precision bf16 too, where the blobs
+     * are BF16 by then (bn_blob_is_bf16): a hook whose BF16 passes cannot do it returns 0.
+     * May be NULL. */
     int (*fuse_gpu)(bn_layer *l, bn_layer *act, int after);
     /* GPU fusion with the layer after it, `next` (which reads l's output, and no other layer
      * does), asked by the network when it is set up on a device after the activation fusions,
@@ -180,7 +182,7 @@ struct bn_layer_ops {
      * too, which then do nothing (next->ops->absorbable_as says what next computes). Returns
      * the BN_FUSED_* bits of next's passes that l takes over (BN_FUSED_FORWARD: l's forward
      * pass does next's; BN_FUSED_BACKWARD: l's backward pass does next's first), 0 for none.
-     * May be NULL. */
+     * Asked under --precision bf16 too, as fuse_gpu is. May be NULL. */
     int (*fuse_next_gpu)(bn_layer *l, bn_layer *next);
     /* For a loss layer, asked before each training or evaluation step on a device (never by the
      * network's setup, whose rules are in fusion.c): its following GPU forwards are also to add

@@ -322,8 +322,9 @@ bn_status bn_net_setup(bn_net *net, int batch, bn_ctx *ctx, int want_input_grad,
     net->pass = (bn_pass){.seed = seed, .labels = net->labels, .metrics = net->metrics, .ctx = ctx};
     BN_TRY(reserve_all(net, bn_blob_reserve_host));
     if (ctx) BN_TRY(reserve_all(net, bn_blob_reserve_device));
-    /* The fusion rules' kernels are FP32 only. */
-    if (ctx && !bf16) bn_net_fuse(net);
+    /* Under bf16 the blobs are BF16 by now, and each layer's hook refuses what its BF16 passes
+     * cannot take (batchnorm's kernels take a ReLU in either precision). */
+    if (ctx) bn_net_fuse(net);
     BN_TRY(bn_net_init_params(net, seed));
     return net->grads ? bn_blob_zero(net->grads) : BN_OK;
 }

@@ -188,6 +188,10 @@ extern "C" bn_status bn_ctx_open(int device, bn_ctx **out)
         if (the_ctx.device != device)
             return bn_error(BN_ERR_DEVICE, "a context on gpu:%d is already open; blobnet uses one device per process",
                             the_ctx.device);
+        /* Opened on another thread (the CLI opens it beside the data's reading): the device is made
+         * current on this one, where the runtime would otherwise take device 0. */
+        cudaError_t e = cudaSetDevice(device);
+        if (e != cudaSuccess) return open_error(e, device);
         *out = &the_ctx;
         return BN_OK;
     }

@@ -2,6 +2,7 @@
  * request is refused with a message that says how to get GPU support. Host-side helpers that the
  * CPU path also calls (free, descriptors) are harmless no-ops. */
 #include "core/device.h"
+#include "chooser.h"
 #include "graph.h"
 
 bn_status bn_no_cuda(void)
@@ -175,3 +176,10 @@ bn_status bn_step_graph_run(bn_step_graph *g, bn_ctx *ctx, bn_status (*body)(voi
 }
 
 void bn_step_graph_free(bn_step_graph *g) { (void)g; }
+
+bn_status bn_chooser_key(const bn_ctx *ctx, char *key, size_t cap, const char *fmt, ...)
+{
+    (void)ctx, (void)fmt;
+    if (cap) key[0] = '\0';
+    return bn_no_cuda();
+}
