@@ -490,7 +490,7 @@ static bn_status try_candidate(bn_ctx *ctx, const bn_cg_spec *s, cudnnBackendDes
         return BN_OK; /* no room to try it: not a candidate */
     }
     trial t = {ctx, exec, x, w, y, scratch};
-    const bn_candidates one = {1, NULL, NULL, NULL, 0, run_trial, &t};
+    const bn_candidates one = {1, NULL, NULL, NULL, 0, run_trial, &t, -1, NULL};
     float timed_ms = INFINITY;
     st = bn_chooser_time_one(&TIMING, &one, 0, &timed_ms);
     if (st == BN_OK && !isinf(timed_ms)) {
@@ -600,7 +600,7 @@ extern "C" bn_status bn_cg_choose(bn_ctx *ctx, const bn_cg_spec *spec, int cache
     release_all(&holder);
     if (st != BN_OK) return st;
     /* The fastest; of equal times the heuristics' earlier. */
-    const bn_candidates ran = {num_seen, NULL, NULL, NULL, 0, NULL, NULL};
+    const bn_candidates ran = {num_seen, NULL, NULL, NULL, 0, NULL, NULL, -1, NULL};
     const int best = bn_chooser_pick(&ran, seen_ms, 0.0f);
     if (best < 0) return bn_chooser_keep(key, "none");
     BN_TRY(plan_named(ctx, spec, seen[best], seen_ms[best], out));

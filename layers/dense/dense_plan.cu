@@ -280,7 +280,7 @@ static bn_status fastest(const dense_gpu *g, const dense_plan *p, const bn_ctx *
     trial t = {g, p, ctx, ga, c, (float *)scratch, (float *)scratch + out_bytes / sizeof(float), n, m};
     int order[HEURISTIC_RESULTS + OWN_CONFIGS + 1];
     const int count = c->lt + c->owns + c->skinny, ordered = rule_order(c, order);
-    const bn_candidates cands = {count, NULL, NULL, order, ordered, run_trial, &t};
+    const bn_candidates cands = {count, NULL, NULL, order, ordered, run_trial, &t, -1, NULL};
     const bn_chooser chooser = {TIMING, BN_CHOOSER_TIE, NULL, NULL};
     float ms[HEURISTIC_RESULTS + OWN_CONFIGS + 1];
     bn_status st = bn_device_zero(scratch, bytes);
