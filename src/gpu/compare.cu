@@ -40,14 +40,15 @@ static int blocks_for(size_t n)
     return (int)(b < 1 ? 1 : b > 1024 ? 1024 : b);
 }
 
-extern "C" bn_status bn_gpu_fill_uniform(float *dst, size_t n, uint64_t seed, bn_ctx *ctx)
+extern "C" bn_status bn_gpu_fill_uniform(float *dst, size_t n, uint64_t seed, const bn_ctx *ctx)
 {
     fill_uniform_kernel<<<blocks_for(n), 256, 0, (cudaStream_t)ctx->stream>>>(dst, n, seed);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
 
-extern "C" bn_status bn_gpu_relative_error(const float *out, const float *ref, size_t n, bn_ctx *ctx, double *err)
+extern "C" bn_status bn_gpu_relative_error(const float *out, const float *ref, size_t n, const bn_ctx *ctx,
+                                          double *err)
 {
     cudaStream_t stream = (cudaStream_t)ctx->stream;
     unsigned *most = NULL, host[2] = {0, 0};

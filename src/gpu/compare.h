@@ -17,13 +17,13 @@ extern "C" {
 
 /* dst[i] uniform in [-1, 1) for i < n, a counter-based draw (core/counter_rng.h) of seed and i:
  * the same values on every run and device. */
-bn_status bn_gpu_fill_uniform(float *dst, size_t n, uint64_t seed, bn_ctx *ctx);
+bn_status bn_gpu_fill_uniform(float *dst, size_t n, uint64_t seed, const bn_ctx *ctx);
 
 /* *err = max |out[i] - ref[i]| / max |ref[i]| over i < n (the scale taken as 1 where the
  * reference is all zeros), counting only the elements where ref is finite (the reference cannot
  * judge the others) and a non-finite out there as an infinite difference. Synchronises with the
  * stream to read the result. */
-bn_status bn_gpu_relative_error(const float *out, const float *ref, size_t n, bn_ctx *ctx, double *err);
+bn_status bn_gpu_relative_error(const float *out, const float *ref, size_t n, const bn_ctx *ctx, double *err);
 
 #ifdef __cplusplus
 }
