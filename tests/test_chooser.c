@@ -2,13 +2,17 @@
  * rule's first applicable candidate, the tie rule on given timings (5% and the fastest alone),
  * the key's scope and overflow, a cached choice taken, stale (timed afresh and replaced) or
  * unreadable (an error naming the file), the verbose switch, the timing's warm-up and lone
- * candidate without a device, and on a device (skipped without one) the timed choice of runs
- * whose costs differ and a run that fails after its warm-up. */
+ * candidate without a device, the check of a pick against a reference (a pick that disagrees
+ * dropped, named once on stderr, and the tie rule asked again), and on a device (skipped without
+ * one) the timed choice of runs whose costs differ and a run that fails after its warm-up. */
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "file_testing.h"
 #include "gpu/chooser.h"
 #include "testing.h"
 
@@ -32,7 +36,7 @@ BN_TEST(chooser_rule_takes_the_first_applicable_in_order)
 {
     const int order[] = {3, 1, 0, 2};
     bool applicable[4] = {true, false, true, false};
-    bn_candidates c = {4, NULL, applicable, order, 4, NULL, NULL};
+    bn_candidates c = {4, NULL, applicable, order, 4, NULL, NULL, -1, NULL};
     CHECK(bn_chooser_rule(&c) == 0);
     applicable[3] = true;
     CHECK(bn_chooser_rule(&c) == 3);
@@ -48,7 +52,7 @@ BN_TEST(chooser_tie_goes_to_the_preferred_within_the_fraction)
     /* Candidate 2 is the fastest; 0 is 4% slower, 1 is 6% slower. */
     const float ms[4] = {1.04f, 1.06f, 1.00f, INFINITY};
     const int prefer_1[] = {1, 0, 2, 3}, prefer_3[] = {3, 1, 0, 2}, prefer_2[] = {2, 0};
-    bn_candidates c = {4, NULL, NULL, prefer_1, 4, NULL, NULL};
+    bn_candidates c = {4, NULL, NULL, prefer_1, 4, NULL, NULL, -1, NULL};
     CHECK_MSG(bn_chooser_pick(&c, ms, BN_CHOOSER_TIE) == 0, "got %d", bn_chooser_pick(&c, ms, BN_CHOOSER_TIE));
     CHECK(bn_chooser_pick(&c, ms, 0.10f) == 1);
     CHECK(bn_chooser_pick(&c, ms, 0.0f) == 2);
@@ -69,14 +73,14 @@ BN_TEST(chooser_tie_goes_to_the_preferred_within_the_fraction)
 BN_TEST(chooser_fastest_alone_keeps_the_earlier_of_equal_times)
 {
     const float ms[4] = {2.0f, 1.5f, 1.5f, 3.0f};
-    bn_candidates c = {4, NULL, NULL, NULL, 0, NULL, NULL};
+    bn_candidates c = {4, NULL, NULL, NULL, 0, NULL, NULL, -1, NULL};
     CHECK(bn_chooser_pick(&c, ms, 0.0f) == 1);
     const int later_first[] = {2, 1, 0, 3};
     c.order = later_first;
     c.order_count = 4;
     CHECK(bn_chooser_pick(&c, ms, 0.0f) == 2);
     const float none[2] = {INFINITY, INFINITY};
-    bn_candidates two = {2, NULL, NULL, NULL, 0, NULL, NULL};
+    bn_candidates two = {2, NULL, NULL, NULL, 0, NULL, NULL, -1, NULL};
     CHECK(bn_chooser_pick(&two, none, BN_CHOOSER_TIE) == -1);
     return BN_PASS;
 }
@@ -219,7 +223,7 @@ BN_TEST(chooser_warm_up_failure_and_a_lone_candidate_need_no_timing)
     runs r;
     memset(&r, 0, sizeof r);
     r.fail_warm[1] = 1;
-    bn_candidates c = {2, NULL, NULL, NULL, 0, run_test_candidate, &r};
+    bn_candidates c = {2, NULL, NULL, NULL, 0, run_test_candidate, &r, -1, NULL};
     const bn_chooser_timing t = {2, 3, 4};
     float ms = 0.0f;
     /* A candidate that fails its first warm-up run is left out before any event is made. */
@@ -258,7 +262,7 @@ static int timed_on_device(void)
     r.fail_warm[3] = 1;
     static const char *const names[4] = {"heavy", "flaky", "light", "broken"};
     const int order[4] = {0, 1, 2, 3};
-    bn_candidates c = {4, names, NULL, order, 4, run_test_candidate, &r};
+    bn_candidates c = {4, names, NULL, order, 4, run_test_candidate, &r, -1, NULL};
     const bn_chooser ch = {{2, 3, 4}, BN_CHOOSER_TIE, NULL, "test"};
     float ms[4];
     int pick = -1;
@@ -279,4 +283,147 @@ BN_TEST(gpu_chooser_times_and_picks_the_fastest_that_ran)
     bn_ctx *ctx;
     CHECK_OK(bn_ctx_open(0, &ctx)); /* the events and the work go on its stream */
     return timed_on_device();
+}
+
+/* Candidates whose agreement with the reference is given: candidate i disagrees where wrong[i],
+ * by 5% of the output's scale; every check is counted. */
+typedef struct verdicts {
+    int wrong[4];
+    int checks[4];
+    int reference; /* the reference the chooser passed on the last check */
+} verdicts;
+
+static bn_status agree_test(void *env, int i, int reference, double *err, double *tol, int *agrees)
+{
+    verdicts *v = (verdicts *)env;
+    v->checks[i]++;
+    v->reference = reference;
+    *err = v->wrong[i] ? 0.05 : 1e-6;
+    *tol = 1e-3;
+    *agrees = !v->wrong[i];
+    return BN_OK;
+}
+
+/* stderr sent to the file at path (stderr_begin returns what to restore), then restored with the
+ * text written meanwhile read into buf (stderr_end). */
+static int stderr_begin(const char *path)
+{
+    fflush(stderr);
+    const int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (saved >= 0 && fd >= 0) dup2(fd, 2);
+    if (fd >= 0) close(fd);
+    return saved;
+}
+
+static void stderr_end(int saved, const char *path, char *buf, size_t cap)
+{
+    fflush(stderr);
+    if (saved >= 0) {
+        dup2(saved, 2);
+        close(saved);
+    }
+    if (ft_read_text(path, buf, cap) != 0 && cap) buf[0] = '\0';
+}
+
+/* How often needle occurs in text. */
+static int occurrences(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *at = strstr(text, needle); at; at = strstr(at + 1, needle)) n++;
+    return n;
+}
+
+BN_TEST(chooser_pick_that_disagrees_is_dropped_and_the_next_taken)
+{
+    /* 0 is the fastest, 1 within the tie, 2 and 3 slower; the order prefers 0, then 1. */
+    float ms[4] = {1.00f, 1.03f, 2.0f, 3.0f};
+    static const char *const names[4] = {"fast", "close", "slow", "slowest"};
+    verdicts v;
+    memset(&v, 0, sizeof v);
+    v.wrong[0] = 1;
+    bn_candidates c = {4, names, NULL, NULL, 0, NULL, &v, 3, agree_test};
+    const bn_chooser ch = {{1, 1, 1}, BN_CHOOSER_TIE, NULL, "test pass"};
+    char path[512], text[4096];
+    snprintf(path, sizeof path, "%s/chooser-note.txt", bn_test_tmpdir());
+    const int before = bn_chooser_rejections();
+    int pick = -1;
+    const int saved = stderr_begin(path);
+    const bn_status s = bn_chooser_pick_checked(&ch, &c, ms, &pick);
+    stderr_end(saved, path, text, sizeof text);
+    CHECK_OK(s);
+    CHECK_MSG(pick == 1, "picked %d", pick);
+    CHECK(v.checks[0] == 1 && v.checks[1] == 1 && v.checks[2] == 0 && v.checks[3] == 0 && v.reference == 3);
+    CHECK(isinf(ms[0]) && ms[1] == 1.03f);
+    CHECK(bn_chooser_rejections() == before + 1);
+    const char *note = "blobnet: note: test pass: candidate fast disagrees with the reference (max error 0.05 of "
+                       "the output's scale, tolerance 0.001); not taken\n";
+    CHECK_MSG(occurrences(text, note) == 1 && occurrences(text, "blobnet: note:") == 1, "stderr: \"%s\"", text);
+    return BN_PASS;
+}
+
+BN_TEST(chooser_reference_is_never_checked)
+{
+    /* The reference (2) is the fastest: taken unchecked, whatever its verdict would have been. */
+    float ms[4] = {2.0f, 1.5f, 1.0f, INFINITY};
+    verdicts v;
+    memset(&v, 0, sizeof v);
+    v.wrong[2] = 1;
+    bn_candidates c = {4, NULL, NULL, NULL, 0, NULL, &v, 2, agree_test};
+    const bn_chooser ch = {{1, 1, 1}, 0.0f, NULL, "test pass"};
+    const int before = bn_chooser_rejections();
+    int pick = -1;
+    CHECK_OK(bn_chooser_pick_checked(&ch, &c, ms, &pick));
+    CHECK(pick == 2 && v.checks[2] == 0 && v.checks[0] + v.checks[1] + v.checks[3] == 0);
+    /* Without an agree function nothing is checked, whatever the reference says. */
+    c.agree = NULL;
+    v.wrong[1] = 1;
+    ms[1] = 0.5f;
+    CHECK_OK(bn_chooser_pick_checked(&ch, &c, ms, &pick));
+    CHECK(pick == 1 && v.checks[1] == 0);
+    /* A pick dropped in favour of the reference: 1 disagrees, 2 (the reference) comes next. */
+    c.agree = agree_test;
+    char path[512], text[4096];
+    snprintf(path, sizeof path, "%s/chooser-note-index.txt", bn_test_tmpdir());
+    const int saved = stderr_begin(path);
+    const bn_status s = bn_chooser_pick_checked(&ch, &c, ms, &pick);
+    stderr_end(saved, path, text, sizeof text);
+    CHECK_OK(s);
+    CHECK(pick == 2 && v.checks[1] == 1 && v.checks[2] == 0 && isinf(ms[1]));
+    CHECK_MSG(occurrences(text, "candidate 1 disagrees") == 1, "stderr: \"%s\"", text);
+    CHECK(bn_chooser_rejections() == before + 1);
+    return BN_PASS;
+}
+
+BN_TEST(chooser_none_taken_when_every_pick_disagrees)
+{
+    /* An external reference (-1): every candidate that ran is checked once and disagrees; the one
+     * that did not run (3) is never checked. The note names a candidate by its index where the
+     * candidates have no names. */
+    float ms[4] = {1.0f, 1.2f, 1.1f, INFINITY};
+    verdicts v;
+    memset(&v, 0, sizeof v);
+    for (int i = 0; i < 4; i++) v.wrong[i] = 1;
+    bn_candidates c = {4, NULL, NULL, NULL, 0, NULL, &v, -1, agree_test};
+    const bn_chooser ch = {{1, 1, 1}, BN_CHOOSER_TIE, NULL, "test pass"};
+    char path[512], text[4096];
+    snprintf(path, sizeof path, "%s/chooser-notes.txt", bn_test_tmpdir());
+    const int before = bn_chooser_rejections();
+    int pick = 0;
+    const int saved = stderr_begin(path);
+    const bn_status s = bn_chooser_pick_checked(&ch, &c, ms, &pick);
+    stderr_end(saved, path, text, sizeof text);
+    CHECK_OK(s);
+    CHECK_MSG(pick == -1, "picked %d", pick);
+    CHECK(v.checks[0] == 1 && v.checks[1] == 1 && v.checks[2] == 1 && v.checks[3] == 0 && v.reference == -1);
+    CHECK(bn_chooser_rejections() == before + 3);
+    for (int i = 0; i < 3; i++) {
+        char needle[64];
+        snprintf(needle, sizeof needle, "candidate %d disagrees", i);
+        CHECK_MSG(occurrences(text, needle) == 1, "stderr lacks \"%s\" once: \"%s\"", needle, text);
+    }
+    CHECK(occurrences(text, "blobnet: note: test pass: ") == 3);
+    /* The first of them is dropped first: the tie rule's order is kept among the rest. */
+    CHECK(strstr(text, "candidate 0") < strstr(text, "candidate 2") &&
+          strstr(text, "candidate 2") < strstr(text, "candidate 1"));
+    return BN_PASS;
 }

@@ -3,7 +3,9 @@
  * sizes, the fastest taken by the chooser's tie rule, and the choice kept in the kernel cache under
  * the chooser's key and read back through it. Every family of the table (conv_family.h) is timed
  * and named through the table; cuDNN's legacy algorithms are chosen in conv2d.cu
- * (bn_conv_cudnn_algorithms). */
+ * (bn_conv_cudnn_algorithms). A timed pick is checked against the rule's runner on random inputs
+ * before it is taken (agree_trial): every family and cuDNN are tested against the CPU, so the
+ * rule's runner is the reference here. */
 #include <stdio.h>
 #include <string.h>
 
@@ -11,6 +13,7 @@
 #include "conv_cudnn.cuh"
 #include "core/device.h"
 #include "gpu/chooser.h"
+#include "gpu/compare.h"
 #include "gpu/cuda_check.h"
 
 /* Runner names in the cache's choices: "cudnn", or a family's name (bn_conv_family.name); cuDNN's
@@ -30,6 +33,7 @@ static bool needs_pooled(int by)
 /* Scratch buffers of the layer's sizes for timing the passes. */
 typedef struct scratch {
     float *x, *dx, *y, *w, *dw, *b, *db, *parts;
+    size_t in, out, wts, bias; /* the elements of x (and dx), y, w (and dw), b (and db) */
     bn_pooled_dy pooled; /* a pooled gradient and mask of zeros, for a family that reads dy only
                             through a pooling (needs_pooled) */
 } scratch;
@@ -86,10 +90,13 @@ static bn_status scratch_make(const conv_priv *c, const conv_plan *plan, scratch
     m->pooled.dy = m->parts + parts;
     m->pooled.mask = (const unsigned char *)(m->pooled.dy + pooled);
     m->pooled.ph = ph, m->pooled.pw = pw;
+    m->in = (size_t)d->n * g->c * g->h * g->w, m->out = (size_t)d->n * c->filters * g->oh * g->ow;
+    m->wts = (size_t)c->filters * g->c * g->k * g->k, m->bias = (size_t)c->filters;
     return bn_device_zero(*buf, total * sizeof(float));
 }
 
-/* The chooser's view of one pass's runners while they are timed: run_pass's arguments. */
+/* The chooser's view of one pass's runners while they are timed and checked: run_pass's
+ * arguments, and the reference's outputs set aside by the first check (NULL before it). */
 typedef struct trial {
     int pass, beside;
     const conv_gpu *g;
@@ -97,6 +104,7 @@ typedef struct trial {
     bn_ctx *ctx;
     cudnnTensorDescriptor_t xd, yd;
     const scratch *m;
+    float *ref;
 } trial;
 
 /* One call of runner `by` (bn_chooser_run): every runner that is a candidate runs. */
@@ -105,6 +113,82 @@ static bn_status run_trial(void *env, int by, int warm, int *ok)
     const trial *t = (const trial *)env;
     *ok = 1;
     return run_pass(t->pass, by, t->beside, t->g, t->plan, t->ctx, t->xd, t->yd, t->m);
+}
+
+/* The outputs of t's pass among the scratch buffers (the filter pass writes two: dw and db) into
+ * out and their elements into count; returns how many. */
+static int outputs(const trial *t, float **out, size_t *count)
+{
+    const scratch *m = t->m;
+    if (t->pass == 0) out[0] = m->y, count[0] = m->out;
+    if (t->pass == 1) out[0] = m->dx, count[0] = m->in;
+    if (t->pass != 2) return 1;
+    out[0] = m->dw, count[0] = m->wts;
+    out[1] = m->db, count[1] = m->bias;
+    return 2;
+}
+
+/* Runner `by` once with t's outputs zeroed first (a filter pass adds into its gradients). */
+static bn_status run_fresh(const trial *t, int by)
+{
+    float *out[2] = {NULL, NULL};
+    size_t count[2] = {0, 0};
+    const int outs = outputs(t, out, count);
+    for (int k = 0; k < outs; k++)
+        BN_CUDA(cudaMemsetAsync(out[k], 0, count[k] * sizeof(float), (cudaStream_t)t->ctx->stream));
+    return run_pass(t->pass, by, t->beside, t->g, t->plan, t->ctx, t->xd, t->yd, t->m);
+}
+
+/* The reference's outputs on random inputs into t->ref: the scratch inputs (x, w, b and the
+ * output gradient in y) filled with fixed uniform values in [-1, 1], which have no kinks for two
+ * runners to fall on different sides of (the passes run here fuse no ReLU), then the reference
+ * run and its outputs copied aside. */
+static bn_status reference_outputs(trial *t, int reference)
+{
+    const scratch *m = t->m;
+    float *out[2] = {NULL, NULL};
+    size_t count[2] = {0, 0};
+    const int outs = outputs(t, out, count);
+    BN_TRY(bn_device_alloc((void **)&t->ref, (count[0] + count[1]) * sizeof(float)));
+    BN_TRY(bn_gpu_fill_uniform(m->x, m->in, 1, t->ctx));
+    BN_TRY(bn_gpu_fill_uniform(m->w, m->wts, 2, t->ctx));
+    BN_TRY(bn_gpu_fill_uniform(m->b, m->bias, 3, t->ctx));
+    BN_TRY(bn_gpu_fill_uniform(m->y, m->out, 4, t->ctx));
+    BN_TRY(run_fresh(t, reference));
+    size_t at = 0;
+    for (int k = 0; k < outs; at += count[k], k++)
+        BN_CUDA(cudaMemcpyAsync(t->ref + at, out[k], count[k] * sizeof(float), cudaMemcpyDeviceToDevice,
+                                (cudaStream_t)t->ctx->stream));
+    return BN_OK;
+}
+
+/* Whether runner `by` computes what the rule's runner computes (bn_chooser_agree), on the same
+ * random inputs; FP32 runners differ by the order of their sums alone (a few 1e-6 of the
+ * output's scale), TF32 products (--tf32) by about 1e-3, hence the bounds (conv_reference.cu
+ * gives the same for cuDNN's graph engines). */
+static bn_status agree_trial(void *env, int by, int reference, double *err, double *tol, int *agrees)
+{
+    trial *t = (trial *)env;
+    *tol = t->ctx->tf32 ? 1e-2 : 1e-3;
+    *err = 0.0;
+    *agrees = 1;
+    /* A family whose filter pass reads dy only through a fused pooling (needs_pooled) reads the
+     * pooled gradient and its mask, not dy: beside one that reads dy it computes another thing
+     * from these buffers, so the two are not compared. */
+    if (t->pass == 2 && needs_pooled(by) != needs_pooled(reference)) return BN_OK;
+    if (!t->ref) BN_TRY(reference_outputs(t, reference));
+    BN_TRY(run_fresh(t, by));
+    float *out[2] = {NULL, NULL};
+    size_t count[2] = {0, 0};
+    const int outs = outputs(t, out, count);
+    size_t at = 0;
+    for (int k = 0; k < outs; at += count[k], k++) {
+        double e = 0.0;
+        BN_TRY(bn_gpu_relative_error(out[k], t->ref + at, count[k], t->ctx, &e));
+        if (e > *err) *err = e;
+    }
+    *agrees = *err <= *tol;
+    return BN_OK;
 }
 
 /* Each runner measured alike (the workspace already reserved for all): after 2 calls to warm up,
@@ -140,14 +224,16 @@ static bn_status choose_pass(const bn_layer *l, const conv_priv *c, bn_ctx *ctx,
             return s;
         }
     }
-    trial t = {i, beside, c->gpu, plan, ctx, xd, yd, &m};
-    const bn_candidates cands = {BN_CONV_RUNNERS, names, can, order, BN_CONV_RUNNERS, run_trial, &t};
+    trial t = {i, beside, c->gpu, plan, ctx, xd, yd, &m, NULL};
+    bn_candidates cands = {BN_CONV_RUNNERS, names, can, order, BN_CONV_RUNNERS, run_trial, &t, -1, agree_trial};
+    cands.reference = bn_chooser_rule(&cands);
     char label[160];
     snprintf(label, sizeof label, "conv2d %s n=%d %s", l->name, plan->n, bn_conv_pass_name(i));
     const bn_chooser chooser = {TIMING, BN_CHOOSER_TIE, BN_CONV_VERBOSE, label};
     float ms[BN_CONV_RUNNERS];
     int pick = -1;
     const bn_status s = bn_chooser_timed(&chooser, &cands, ms, &pick);
+    bn_device_free(t.ref);
     bn_device_free(buf);
     BN_TRY(s);
     *by = pick >= 0 ? pick : BY_CUDNN;

@@ -8,8 +8,11 @@
  * The choice among the engine configurations goes through the chooser (gpu/chooser.h): its mode
  * (the heuristics' first allowed one in a deterministic context, else timed or from the kernel
  * cache), its timing, its tie rule (the fastest alone, the heuristics' order deciding equal times)
- * and its cache lookup and store. BLOBNET_CG_VERBOSE=1 prints each candidate of every choice to
- * stderr: its name, the notes that refused it or the time it took. */
+ * and its cache lookup and store. A timed pick is checked before it is taken: run on random
+ * inputs against the reference convolution (conv_reference.h), one that disagrees is dropped and
+ * the next fastest checked alike (bn_chooser_pick_checked), since an engine's notes do not always
+ * say what it changes in the results. BLOBNET_CG_VERBOSE=1 prints each candidate of every choice
+ * to stderr: its name, the notes that refused it or the time it took. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -20,6 +23,7 @@
 
 #include "conv_cudnn.cuh"
 #include "conv_graph.h"
+#include "conv_reference.h"
 #include "gpu/chooser.h"
 #include "gpu/cuda_check.h"
 #include "gpu/kernel_cache.h"
@@ -490,7 +494,7 @@ static bn_status try_candidate(bn_ctx *ctx, const bn_cg_spec *s, cudnnBackendDes
         return BN_OK; /* no room to try it: not a candidate */
     }
     trial t = {ctx, exec, x, w, y, scratch};
-    const bn_candidates one = {1, NULL, NULL, NULL, 0, run_trial, &t};
+    const bn_candidates one = {1, NULL, NULL, NULL, 0, run_trial, &t, -1, NULL};
     float timed_ms = INFINITY;
     st = bn_chooser_time_one(&TIMING, &one, 0, &timed_ms);
     if (st == BN_OK && !isinf(timed_ms)) {
@@ -542,6 +546,36 @@ static bn_status read_choice(void *env, const char *choice, int *verdict)
     if (strcmp(choice, "none") == 0) return BN_OK;
     if (plan_named(in->ctx, in->spec, choice, 0.0f, in->out) != BN_OK) *verdict = BN_CHOICE_STALE;
     return BN_OK;
+}
+
+/* The check of a timed pick (bn_chooser_agree): the configuration names[i] run on random inputs
+ * against the reference convolution, which is made on the first check and kept for the next. */
+typedef struct engine_check {
+    bn_ctx *ctx;
+    const bn_cg_spec *spec;
+    const char *const *names;
+    bn_cg_check *check;
+} engine_check;
+
+static bn_status agree_engine(void *env, int i, int reference, double *err, double *tol, int *agrees)
+{
+    engine_check *e = (engine_check *)env;
+    if (!e->check) BN_TRY(bn_cg_check_open(e->ctx, e->spec, &e->check));
+    bn_cg_plan *p = NULL;
+    BN_TRY(plan_named(e->ctx, e->spec, e->names[i], 0.0f, &p));
+    const bn_status st = bn_cg_check_plan(e->check, p, err, tol, agrees);
+    bn_cg_free(&p);
+    return st;
+}
+
+/* The label of a choice's notes: the pass and the tensors' dims and types. */
+static void choice_label(const bn_cg_spec *s, char *buf, size_t cap)
+{
+    const int64_t *x = s->x.dims, *w = s->w.dims;
+    snprintf(buf, cap, "conv_graph %s x %lldx%lldx%lldx%lld %s, w %lldx%lldx%lldx%lld, pad %d, stride %d",
+             pass_names[s->pass], (long long)x[0], (long long)x[1], (long long)x[2], (long long)x[3],
+             type_name(s->x.type), (long long)w[0], (long long)w[1], (long long)w[2], (long long)w[3], s->pad,
+             s->stride);
 }
 
 extern "C" bn_status bn_cg_choose(bn_ctx *ctx, const bn_cg_spec *spec, int cached, void *x, void *w, void *y,
@@ -599,9 +633,19 @@ extern "C" bn_status bn_cg_choose(bn_ctx *ctx, const bn_cg_spec *spec, int cache
         for (int i = 0; i < counts[m]; i++) cudnnBackendDestroyDescriptor(cfgs[m][i]);
     release_all(&holder);
     if (st != BN_OK) return st;
-    /* The fastest; of equal times the heuristics' earlier. */
-    const bn_candidates ran = {num_seen, NULL, NULL, NULL, 0, NULL, NULL};
-    const int best = bn_chooser_pick(&ran, seen_ms, 0.0f);
+    /* The fastest that agrees with the reference (when timed); of equal times the heuristics'
+     * earlier. None agreeing is as none running: the caller's other way runs. */
+    const char *names[2 * BN_CG_CANDIDATES];
+    for (int i = 0; i < num_seen; i++) names[i] = seen[i];
+    engine_check check = {ctx, spec, names, NULL};
+    const bn_candidates ran = {num_seen, names, NULL, NULL, 0, NULL, &check, -1, timed ? agree_engine : NULL};
+    char label[160];
+    choice_label(spec, label, sizeof label);
+    const bn_chooser chooser = {TIMING, 0.0f, VERBOSE, label};
+    int best = -1;
+    st = bn_chooser_pick_checked(&chooser, &ran, seen_ms, &best);
+    bn_cg_check_close(&check.check);
+    BN_TRY(st);
     if (best < 0) return bn_chooser_keep(key, "none");
     BN_TRY(plan_named(ctx, spec, seen[best], seen_ms[best], out));
     return bn_chooser_keep(key, seen[best]);

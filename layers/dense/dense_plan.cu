@@ -8,9 +8,11 @@
  * cuBLASLt heuristic results (up to eight) and own_gemm are timed on the context stream and the
  * fastest kept (the chooser's tie rule, rule_order); by default elsewhere the choice is the kernel
  * cache's (gpu/kernel_cache.h), timed as --autotune times it where the cache has none and kept
- * there. Plans are made on the first pass for a batch size, which the trainer runs eagerly; once
- * made, a pass only enqueues work (no allocation, synchronisation or timing), so it can be
- * captured in a CUDA graph. A plan asked for while the stream is being captured takes the first
+ * there. A timed pick is checked before it is taken: run against the rule's first candidate
+ * (blobnet's own kernel, tested against the CPU) on the same operands, one whose product
+ * disagrees is dropped and the next checked alike (agree_trial). Plans are made on the first
+ * pass for a batch size, which the trainer runs eagerly; once made, a pass only enqueues work (no
+ * allocation, synchronisation or timing), so it can be captured in a CUDA graph. A plan asked for while the stream is being captured takes the first
  * heuristic result without timing.
  *
  * A plan may grow the context's shared workspace up to WORKSPACE_LIMIT, whatever the batch size:
@@ -44,6 +46,7 @@
 #include "dense_plan.h"
 #include "dense_skinny.h"
 #include "gpu/chooser.h"
+#include "gpu/compare.h"
 #include "gpu/cuda_check.h"
 
 /* The most workspace one algorithm may ask for (these products are small). */
@@ -229,8 +232,9 @@ static bn_status run_candidate(const dense_gpu *g, const dense_plan *p, const bn
                             p->kind == GEMM_DW ? db : NULL, NO_RELU);
 }
 
-/* The chooser's view of a plan's candidates while they are timed: run_candidate's arguments,
- * with D (and the bias gradient) in scratch, so that no real output is touched. */
+/* The chooser's view of a plan's candidates while they are timed and checked: run_candidate's
+ * arguments, with D (and the bias gradient) in scratch, so that no real output is touched, the
+ * scratch's size, and the reference's outputs set aside by the first check (NULL before it). */
 typedef struct trial {
     const dense_gpu *g;
     const dense_plan *p;
@@ -239,12 +243,56 @@ typedef struct trial {
     const candidates *c;
     float *d, *db;
     int n, m;
+    size_t bytes;
+    float *ref;
 } trial;
 
 static bn_status run_trial(void *env, int i, int warm, int *ok)
 {
     const trial *t = (const trial *)env;
     return run_candidate(t->g, t->p, t->ctx, t->ga, t->c, i, t->d, t->db, t->n, t->m, ok);
+}
+
+/* Candidate i once on zeroed scratch (a dW product with beta = 1 adds into it); *ok as for
+ * run_candidate. */
+static bn_status run_fresh(const trial *t, int i, int *ok)
+{
+    BN_CUDA(cudaMemsetAsync(t->d, 0, t->bytes, (cudaStream_t)t->ctx->stream));
+    return run_candidate(t->g, t->p, t->ctx, t->ga, t->c, i, t->d, t->db, t->n, t->m, ok);
+}
+
+/* Whether candidate i's product agrees with the reference's (bn_chooser_agree): both run on the
+ * layer's real operands, which a product reads linearly (no kinks for the two to fall on
+ * different sides of), into zeroed scratch; D, and for dW the bias gradient, compared relative to
+ * the reference's scale. FP32 products differ by the order of their sums (a few 1e-6 of the
+ * scale), TF32 ones (--tf32) by about 1e-3, hence the bounds. A candidate that does not run here
+ * disagrees. */
+static bn_status agree_trial(void *env, int i, int reference, double *err, double *tol, int *agrees)
+{
+    trial *t = (trial *)env;
+    cudaStream_t stream = (cudaStream_t)t->ctx->stream;
+    *tol = t->p->tf32 ? 1e-2 : 1e-3;
+    *err = INFINITY;
+    *agrees = 0;
+    int ok = 1;
+    if (!t->ref) {
+        BN_TRY(bn_device_alloc((void **)&t->ref, t->bytes));
+        BN_TRY(run_fresh(t, reference, &ok));
+        if (!ok) return bn_error(BN_ERR_DEVICE, "dense: the reference product did not run");
+        BN_CUDA(cudaMemcpyAsync(t->ref, t->d, t->bytes, cudaMemcpyDeviceToDevice, stream));
+    }
+    BN_TRY(run_fresh(t, i, &ok));
+    cudaGetLastError(); /* a candidate that failed to launch leaves no error for later checks */
+    if (!ok) return BN_OK;
+    const size_t outs = (size_t)(t->db - t->d);
+    BN_TRY(bn_gpu_relative_error(t->d, t->ref, outs, t->ctx, err));
+    if (t->p->kind == GEMM_DW) {
+        double bias_err = 0.0;
+        BN_TRY(bn_gpu_relative_error(t->db, t->ref + outs, (size_t)t->m, t->ctx, &bias_err));
+        if (bias_err > *err) *err = bias_err;
+    }
+    *agrees = *err <= *tol;
+    return BN_OK;
 }
 
 /* One untimed launch (it must run at all, and it warms caches and lazy loading), then the mean of
@@ -277,15 +325,28 @@ static bn_status fastest(const dense_gpu *g, const dense_plan *p, const bn_ctx *
     void *scratch = NULL;
     size_t bytes = out_bytes + (size_t)m * sizeof(float);
     BN_TRY(bn_device_alloc(&scratch, bytes));
-    trial t = {g, p, ctx, ga, c, (float *)scratch, (float *)scratch + out_bytes / sizeof(float), n, m};
+    trial t = {g, p, ctx, ga, c, (float *)scratch, (float *)scratch + out_bytes / sizeof(float), n, m, bytes, NULL};
     int order[HEURISTIC_RESULTS + OWN_CONFIGS + 1];
     const int count = c->lt + c->owns + c->skinny, ordered = rule_order(c, order);
-    const bn_candidates cands = {count, NULL, NULL, order, ordered, run_trial, &t};
-    const bn_chooser chooser = {TIMING, BN_CHOOSER_TIE, NULL, NULL};
+    /* The candidates' names as the kernel cache keeps them (remember), for a dropped pick's note. */
+    char text[HEURISTIC_RESULTS + OWN_CONFIGS + 1][16];
+    const char *names[HEURISTIC_RESULTS + OWN_CONFIGS + 1];
+    for (int i = 0; i < count; i++) {
+        if (i < c->lt) snprintf(text[i], sizeof text[i], "lt %d", i);
+        else if (i < c->lt + c->owns) snprintf(text[i], sizeof text[i], "own %d", i - c->lt);
+        else snprintf(text[i], sizeof text[i], "skinny");
+        names[i] = text[i];
+    }
+    const bn_candidates cands = {count, names, NULL, order, ordered, run_trial, &t, order[0], agree_trial};
+    static const char *const kinds[] = {"fwd", "dw", "dx"};
+    char label[96];
+    snprintf(label, sizeof label, "dense %s n=%d k=%d m=%d", kinds[p->kind], n, c->k, m);
+    const bn_chooser chooser = {TIMING, BN_CHOOSER_TIE, NULL, label};
     float ms[HEURISTIC_RESULTS + OWN_CONFIGS + 1];
     bn_status st = bn_device_zero(scratch, bytes);
     if (st == BN_OK) st = bn_chooser_timed(&chooser, &cands, ms, best);
     if (st == BN_OK) cudaGetLastError(); /* a candidate that failed to launch leaves no error for later checks */
+    bn_device_free(t.ref);
     bn_device_free(scratch); /* after the last timed launch: cudaFree waits for the device */
     return st;
 }

@@ -91,6 +91,36 @@ static void report(const bn_chooser *ch, const bn_candidates *c, const float *ms
     fprintf(stderr, "; takes %s\n", pick >= 0 ? c->names[pick] : "none");
 }
 
+/* Picks dropped by bn_chooser_pick_checked: choices are made on the host thread that sets a net
+ * up, one at a time, so a plain counter serves. */
+static int rejections = 0;
+
+int bn_chooser_rejections(void)
+{
+    return rejections;
+}
+
+bn_status bn_chooser_pick_checked(const bn_chooser *ch, const bn_candidates *c, float *ms, int *pick)
+{
+    *pick = bn_chooser_pick(c, ms, ch->tie);
+    while (*pick >= 0 && c->agree && *pick != c->reference) {
+        double err = 0.0, tol = 0.0;
+        int agrees = 0;
+        BN_TRY(c->agree(c->env, *pick, c->reference, &err, &tol, &agrees));
+        if (agrees) break;
+        char index[16];
+        snprintf(index, sizeof index, "%d", *pick);
+        fprintf(stderr,
+                "blobnet: note: %s: candidate %s disagrees with the reference (max error %.3g of the output's "
+                "scale, tolerance %.3g); not taken\n",
+                ch->label ? ch->label : "a timed choice", c->names ? c->names[*pick] : index, err, tol);
+        rejections++;
+        ms[*pick] = INFINITY;
+        *pick = bn_chooser_pick(c, ms, ch->tie);
+    }
+    return BN_OK;
+}
+
 bn_status bn_chooser_timed(const bn_chooser *ch, const bn_candidates *c, float *ms, int *pick)
 {
     int applicable = 0, only = -1;
@@ -105,7 +135,7 @@ bn_status bn_chooser_timed(const bn_chooser *ch, const bn_candidates *c, float *
     if (applicable < 2) return BN_OK;
     for (int i = 0; i < c->count; i++)
         if (applies(c, i)) BN_TRY(bn_chooser_time_one(&ch->timing, c, i, &ms[i]));
-    *pick = bn_chooser_pick(c, ms, ch->tie);
+    BN_TRY(bn_chooser_pick_checked(ch, c, ms, pick));
     report(ch, c, ms, *pick);
     return BN_OK;
 }

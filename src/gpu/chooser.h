@@ -14,6 +14,8 @@
  * - the kernel cache's key (the device's scope, then the layer's part) and the cached choice,
  *   read back through the layer, which says whether it can take it (bn_chooser_lookup), and kept
  *   after timing (bn_chooser_keep);
+ * - the check of a timed choice: the pick run against a reference and, where the two disagree,
+ *   dropped and the tie rule asked again (bn_chooser_pick_checked);
  * - the verbose print of a timed choice (bn_chooser_timed, bn_chooser_say).
  *
  * The layer keeps what only it knows: its candidates and what running one means, the text of a
@@ -57,6 +59,13 @@ static inline int bn_chooser_mode(const bn_ctx *ctx, int rule_measured)
  * other than BN_OK stops the choice. */
 typedef bn_status (*bn_chooser_run)(void *env, int i, int warm, int *ok);
 
+/* Whether candidate i computes what the reference computes on the same inputs (env: the
+ * layer's): reference is bn_candidates.reference (a candidate, or -1 for a reference the function
+ * computes itself). *err: the largest difference of the two outputs relative to the reference's
+ * scale; *tol: the bound the layer allows for it; *agrees: 0 where err exceeds tol (or the
+ * output is not finite). A status other than BN_OK stops the choice. */
+typedef bn_status (*bn_chooser_agree)(void *env, int i, int reference, double *err, double *tol, int *agrees);
+
 /* A plan's candidates 0 .. count - 1. */
 typedef struct bn_candidates {
     int count;
@@ -67,6 +76,9 @@ typedef struct bn_candidates {
     int order_count;
     bn_chooser_run run;
     void *env;
+    int reference;            /* with agree: the candidate trusted to be right (never checked), or
+                                 -1 for a reference agree computes itself */
+    bn_chooser_agree agree;   /* NULL: the timed pick is taken unchecked */
 } bn_candidates;
 
 /* How a candidate is timed: `warmups` untimed runs, then `rounds` rounds of `reps` runs between
@@ -98,10 +110,23 @@ bn_status bn_chooser_time_one(const bn_chooser_timing *t, const bn_candidates *c
  * when none ran or none of the order is within. */
 int bn_chooser_pick(const bn_candidates *c, const float *ms, float tie);
 
+/* The tie rule's pick among ms (ch->tie), checked: where c has an agree function and the pick is
+ * not c->reference, the pick runs against the reference; one that disagrees is named once on
+ * stderr ("blobnet: note: <label>: candidate <name> disagrees with the reference ..."), dropped
+ * (its ms set to INFINITY, as if it had not run) and the tie rule picks again among the rest, each
+ * new pick checked alike. *pick: the first pick that agrees (or needs no check); -1 when none ran
+ * or every one that ran disagreed. */
+bn_status bn_chooser_pick_checked(const bn_chooser *ch, const bn_candidates *c, float *ms, int *pick);
+
 /* The timed choice among c: *pick the only candidate that applies, untimed, or of those timed
- * (ms[i]; INFINITY for the others) the one the tie rule picks, printed when ch says so; -1 when
- * none applies or none ran. ms holds c->count entries. */
+ * (ms[i]; INFINITY for the others) the one bn_chooser_pick_checked takes, printed when ch says
+ * so; -1 when none applies, none ran or none that ran agreed with the reference. ms holds
+ * c->count entries. */
 bn_status bn_chooser_timed(const bn_chooser *ch, const bn_candidates *c, float *ms, int *pick);
+
+/* How many picks bn_chooser_pick_checked has dropped in this process: a timed choice that drops
+ * one prints why, and a test that expects none asserts it on this count. */
+int bn_chooser_rejections(void);
 
 /* Whether the environment variable `variable` asks for the verbose print (set and not "0"). */
 bool bn_chooser_verbose(const char *variable);

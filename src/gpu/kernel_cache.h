@@ -30,9 +30,10 @@
 extern "C" {
 #endif
 
-/* Part of every key: raise it whenever a kernel family, a candidate set or the timing changes,
- * so that choices made by an older build are not taken. */
-#define BN_KERNEL_CACHE_VERSION 4
+/* Part of every key: raise it whenever a kernel family, a candidate set, the timing or the check
+ * of a timed pick changes, so that choices made by an older build are not taken (5: picks that
+ * disagree with a reference are no longer taken, and older choices were never checked). */
+#define BN_KERNEL_CACHE_VERSION 5
 
 /* The longest key and choice, with their terminating zeros. */
 #define BN_KERNEL_KEY_MAX 384
