@@ -604,6 +604,7 @@ int bn_cmd_train(int argc, char **argv)
     if (n > 0) return launch(argc, argv, &a, devices, n, flag);
     train_run r = {.log = {.fd = -1}};
     bn_status s = name_rank(&a, run(&a, &r));
+    bn_timeline_mark("training done");
     bn_status closed = bn_metrics_log_close(&r.log);
     if (s == BN_OK) s = closed;
     if (a.rank >= 0 && bn_dist_failed(&r.dist)) {
@@ -621,6 +622,7 @@ int bn_cmd_train(int argc, char **argv)
     bn_dataset_free(&r.holdout);
     bn_data_source_free(&r.data);
     bn_ctx_close();
+    bn_timeline_mark("memory and device released");
     if (s == BN_ERR_INTERRUPTED) {
         /* "blobnet: interrupted at step S; checkpoint saved to FILE", and the shell's code for
          * death by that signal (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP). */
