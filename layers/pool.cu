@@ -8,14 +8,20 @@
  * Backward is a gather with no atomics, so it is deterministic: one thread per input cell
  * walks the windows that cover it in output order (row by row, left to right), which is the
  * order in which the CPU adds into that cell, and overwrites the input gradient with the sum.
- * For max pooling the thread recomputes each covering window's argmax from the input with
- * the CPU's tie rule and takes the window's gradient only when that argmax is its own cell;
- * for average pooling it adds dy / count, the CPU's share. No argmax is stored for the
- * layer's own backward pass, so both passes are plain kernel launches on the context's stream
- * and can be captured in a CUDA graph. Only a max pooling fused with the convolution before it
- * (bn_conv2d_fuse_next) has its forward pass record each window's argmax cell in
- * pool_priv.dev_mask, allocated once when the pair is fused; its own backward pass then reads
- * the mask instead of x, which the convolution may have left unwritten (conv_pooled.h).
+ * For max pooling the thread takes a covering window's gradient only when the window's argmax,
+ * with the CPU's tie rule, is its own cell; for average pooling it adds dy / count, the CPU's
+ * share. The forward pass records each window's argmax as its cell in the window (ky * size +
+ * kx, from the window's unclipped corner) in pool_priv.dev_mask, one byte per output, and the
+ * backward pass compares against it: without the mask it recomputed every covering window's
+ * argmax from x, size * size reads for each of up to size * size windows, which made a 3x3
+ * stride-1 pooling's backward pass the largest of the small layers of an inception-style net
+ * (70 us at batch 160, 7% of its step on an H200). The mask is allocated on the layer's first
+ * forward pass outside a graph capture (the trainer's first step runs eagerly) and kept; a
+ * pass captured before it exists recomputes. A max pooling fused with the convolution before
+ * it (bn_conv2d_fuse_next) has the same mask written by the convolution's epilogue, allocated
+ * when the pair is fused; its own backward pass reads it instead of x, which the convolution
+ * may have left unwritten (conv_pooled.h). Both passes are plain launches on the context's
+ * stream and can be captured in a CUDA graph.
  *
  * Non-overlapping windows (stride == size, pad == 0: the windows tile the input, and floor
  * mode may leave fewer than size rows below and columns to the right that no window covers)
@@ -106,7 +112,8 @@ enum pool_op { MAX_FORWARD, MAX_BACKWARD, AVG_FORWARD, AVG_BACKWARD };
  * x is the input, dy the output gradient (backward only), all of element type T. */
 template <pool_op OP, typename I, typename T>
 static __global__ void __launch_bounds__(THREADS)
-    pool_kernel(const T *__restrict__ x, const T *__restrict__ dy, T *__restrict__ out, I n, geom g)
+    pool_kernel(const T *__restrict__ x, const T *__restrict__ dy, T *__restrict__ out, I n, geom g,
+                unsigned char *__restrict__ mask)
 {
     bn_early_entry(); /* pdl.cuh */
     const I step = (I)gridDim.x * blockDim.x;
@@ -118,7 +125,12 @@ static __global__ void __launch_bounds__(THREADS)
             const T *xp = x + (size_t)(t / (I)g.oh) * ((size_t)g.h * g.w);
             window r = clip(g, oy, ox);
             if constexpr (OP == MAX_FORWARD) {
-                bn_st(&out[i], bn_ld(&xp[argmax_in(xp, g.w, r)]));
+                const int best = argmax_in(xp, g.w, r);
+                bn_st(&out[i], bn_ld(&xp[best]));
+                if (mask) {
+                    const int ky = best / g.w - (oy * g.stride - g.pad), kx = best % g.w - (ox * g.stride - g.pad);
+                    mask[i] = (unsigned char)(ky * g.size + kx);
+                }
             } else {
                 double s = 0.0;
                 for (int yy = r.y0; yy < r.y1; yy++)
@@ -136,11 +148,22 @@ static __global__ void __launch_bounds__(THREADS)
             covering(ix, g, g.ow, &x_lo, &x_hi);
             float acc = 0.0f;
             if constexpr (OP == MAX_BACKWARD) {
-                const T *xp = x + plane * ((size_t)g.h * g.w);
-                const int self = iy * g.w + ix;
-                for (int oy = y_lo; oy <= y_hi; oy++)
-                    for (int ox = x_lo; ox <= x_hi; ox++)
-                        if (argmax_in(xp, g.w, clip(g, oy, ox)) == self) acc += bn_ld(&dyp[oy * g.ow + ox]);
+                if (mask) {
+                    /* Window (oy, ox)'s argmax as recorded: this cell's place in it, or not. */
+                    const unsigned char *mp = mask + plane * ((size_t)g.oh * g.ow);
+                    for (int oy = y_lo; oy <= y_hi; oy++) {
+                        const int ky = iy - (oy * g.stride - g.pad);
+                        for (int ox = x_lo; ox <= x_hi; ox++)
+                            if (mp[oy * g.ow + ox] == ky * g.size + ix - (ox * g.stride - g.pad))
+                                acc += bn_ld(&dyp[oy * g.ow + ox]);
+                    }
+                } else {
+                    const T *xp = x + plane * ((size_t)g.h * g.w);
+                    const int self = iy * g.w + ix;
+                    for (int oy = y_lo; oy <= y_hi; oy++)
+                        for (int ox = x_lo; ox <= x_hi; ox++)
+                            if (argmax_in(xp, g.w, clip(g, oy, ox)) == self) acc += bn_ld(&dyp[oy * g.ow + ox]);
+                }
             } else {
                 for (int oy = y_lo; oy <= y_hi; oy++)
                     for (int ox = x_lo; ox <= x_hi; ox++) {
@@ -311,17 +334,30 @@ static bn_status launch(const bn_pass *pass, const pool_priv *p, size_t planes, 
             bn_launch_early(tiled_kernel<OP, size_t, 0, false, T>, blocks, THREADS, 0, st, x, dy, out, outputs, g, mask);
         }
     } else if (n <= (size_t)INT_MAX) {
-        bn_launch_early(pool_kernel<OP, unsigned, T>, grid_for(n), THREADS, 0, st, x, dy, out, (unsigned)n, g);
+        bn_launch_early(pool_kernel<OP, unsigned, T>, grid_for(n), THREADS, 0, st, x, dy, out, (unsigned)n, g, mask);
     } else {
-        bn_launch_early(pool_kernel<OP, size_t, T>, grid_for(n), THREADS, 0, st, x, dy, out, n, g);
+        bn_launch_early(pool_kernel<OP, size_t, T>, grid_for(n), THREADS, 0, st, x, dy, out, n, g, mask);
     }
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
 
+/* A max pooling's argmax mask, one byte per output (the window's cells numbered below 256),
+ * made on its first forward pass outside a graph capture (no allocation may happen inside one). */
+static bn_status make_mask(bn_layer *l, const bn_pass *pass)
+{
+    pool_priv *p = (pool_priv *)l->priv;
+    if (p->dev_mask || p->size * p->size > 256) return BN_OK;
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    BN_CUDA(cudaStreamIsCapturing((cudaStream_t)pass->ctx->stream, &capturing));
+    if (capturing != cudaStreamCaptureStatusNone) return BN_OK;
+    return bn_device_alloc((void **)&p->dev_mask, l->out->capacity);
+}
+
 template <pool_op OP, typename T>
 static bn_status pool_forward_as(bn_layer *l, const bn_pass *pass)
 {
+    if (OP == MAX_FORWARD) BN_TRY(make_mask(l, pass));
     const pool_priv *p = (const pool_priv *)l->priv;
     BN_TYPED_RD(T, x, l->in);
     BN_TYPED_WR(T, y, l->out);
