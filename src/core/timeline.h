@@ -1,12 +1,13 @@
 /* timeline.h - where the time of a run goes before and between its epochs: with
  * BLOBNET_TIMELINE set (and not "0"), each mark prints one line on stderr,
  *
- *   timeline: <ms since the process started> ms  <ms since the previous mark> ms  <what ended>
+ *   timeline: <ms since the zero> ms  <ms since the previous mark> ms  <what ended>
  *
  * so that the start-up of `blobnet train` (loading the program and its libraries, opening the
  * device, reading the data, setting the network up, the first step) can be measured piece by
- * piece. The process's start is the kernel's record of it (/proc/self/stat, 10 ms ticks), so
- * the first mark includes the loading of the program and its shared libraries. */
+ * piece. The zero is the launch time when the variable holds one, in seconds since the epoch
+ * (BLOBNET_TIMELINE=$(date +%s.%N) blobnet train ...), so that the first mark shows what came
+ * before main; otherwise the first mark. */
 #ifndef BN_TIMELINE_H
 #define BN_TIMELINE_H
 
