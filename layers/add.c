@@ -113,5 +113,7 @@ const bn_layer_ops bn_add_ops = {
     .forward_gpu = BN_GPU(bn_add_forward_gpu),
     .backward_gpu = BN_GPU(bn_add_backward_gpu),
     .flops = add_flops,
+    .fuse_gpu = BN_GPU(bn_add_fuse_relu),
+    .absorbs = BN_ABSORB_RELU,
     .bf16 = 1,
 };

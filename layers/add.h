@@ -16,6 +16,8 @@ extern "C" {
 typedef struct add_priv {
     int num_coeffs;              /* 0: every coefficient is 1 */
     float coeff[BN_MAX_INPUTS];  /* per input, in input order */
+    bn_layer *relu_after;        /* on a device: the ReLU after the layer whose passes the layer's
+                                    kernels do (bn_add_fuse_relu), or NULL */
 } add_priv;
 
 /* The coefficient of input j. */
@@ -26,6 +28,12 @@ static inline float bn_add_coeff(const add_priv *a, int j)
 
 bn_status bn_add_forward_gpu(bn_layer *l, const bn_pass *p);
 bn_status bn_add_backward_gpu(bn_layer *l, const bn_pass *p);
+
+/* Takes both passes of the ReLU that alone reads the layer's output (after = 1): the forward
+ * kernel writes the ReLU's output instead of the sum (which nothing else reads), and the
+ * backward kernel reads the ReLU's output gradient, masked where its output is 0, so that
+ * neither the sum nor its gradient is written on the device. Returns those BN_FUSED_* bits. */
+int bn_add_fuse_relu(bn_layer *l, bn_layer *relu, int after);
 
 #ifdef __cplusplus
 }

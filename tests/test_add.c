@@ -19,6 +19,15 @@ BN_TEST(gpu_bf16_add_matches_cpu)
          "[add]\nname=s\ninput=m, a\ncoeff=1, -0.5\n"
          "[add]\nname=t\ninput=s, m\n",
          TOL_CHAIN, 1, 0, 0},
+        /* A ReLU after a sum runs in the sum's kernels (bn_add_fuse_relu) in BF16 as in FP32. */
+        {"bf16 add of two poolings, its ReLU taken over, and a second add",
+         "[input]\nchannels=3\nheight=6\nwidth=6\n"
+         "[maxpool]\nname=m\nsize=2\n"
+         "[avgpool]\nname=a\ninput=input\nsize=2\n"
+         "[add]\nname=s\ninput=m, a\ncoeff=1, -0.5\n"
+         "[relu]\nname=r\n"
+         "[add]\nname=t\ninput=r, m\n",
+         TOL_CHAIN, 1, 0, 0},
     };
     return gt_bf16_run_cases(cases, sizeof cases / sizeof cases[0]);
 }

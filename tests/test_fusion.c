@@ -178,14 +178,14 @@ BN_TEST(fusion_asks_only_a_layer_that_takes_the_kind)
 BN_TEST(fusion_kinds_of_the_built_in_types)
 {
     /* What each built-in type declares; every type not listed declares nothing. These decide
-     * which pairs fuse on a device: relu into or beside dense, conv2d and batchnorm, and a max
+     * which pairs fuse on a device: relu into or beside dense, conv2d, batchnorm and add, and a max
      * pooling into conv2d (whose fuse_next_gpu looks for BN_ABSORB_MAXPOOL). */
     static const struct {
         const char *type;
         unsigned absorbable_as, absorbs;
     } kinds[] = {
         {"relu", BN_ABSORB_RELU, 0},     {"maxpool", BN_ABSORB_MAXPOOL, 0}, {"dense", 0, BN_ABSORB_RELU},
-        {"conv2d", 0, BN_ABSORB_RELU},   {"batchnorm", 0, BN_ABSORB_RELU},
+        {"conv2d", 0, BN_ABSORB_RELU},   {"batchnorm", 0, BN_ABSORB_RELU}, {"add", 0, BN_ABSORB_RELU},
     };
     int listed = 0;
     for (int i = 0; i < bn_layer_type_count(); i++) {

@@ -152,7 +152,7 @@ BN_TEST(graph_explicit_chain_trains_bit_for_bit_like_the_implicit_one)
 /* ---- the GPU against the CPU ---- */
 
 /* A graph: c1's output has two readers (so its pooling is not fused), c1b's one (fused), a
- * residual sum with coefficients, a channel join with a pooled view of the data, which is read
+ * residual sum with coefficients and the ReLU it takes over, a channel join with a pooled view of the data, which is read
  * by three layers, and a dense head with a fused ReLU. */
 static const layer_case graph_case = {"graph: conv read twice, fused and unfused poolings, add, concat, dense head",
                                       "[input]\nchannels=2\nheight=8\nwidth=8\n"
@@ -180,6 +180,11 @@ BN_TEST(gpu_layer_graph_matches_cpu)
     /* Nothing fuses across a branch: p1 shares c1's output with c1b; p2 is c1b's sole reader. */
     CHECK_MSG(bn_net_find_layer(net, "p1")->gpu_fused == 0, "p1 was fused into c1, which has two readers");
     CHECK_MSG(bn_net_find_layer(net, "p2")->gpu_fused & BN_FUSED_BACKWARD, "p2 was not fused into c1b");
+    /* The residual sum takes both passes of the ReLU after it, and writes neither its own output
+     * nor its output gradient; the comparison below checks what the two compute. */
+    const int both = BN_FUSED_FORWARD | BN_FUSED_BACKWARD | BN_FUSED_NO_IN | BN_FUSED_NO_IN_GRAD;
+    CHECK_MSG(bn_net_find_layer(net, "r")->gpu_fused == both, "r's passes were not taken by s: %d",
+              bn_net_find_layer(net, "r")->gpu_fused);
     CHECK(bn_net_find_layer(net, "c1")->num_grad_parts == 1 && net->num_input_grad_parts == 0);
     bn_net_free(net);
     return gt_run_case(&graph_case);

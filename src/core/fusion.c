@@ -7,7 +7,7 @@
  *
  *   producer            consumer            what moves
  *   absorbs kind K      an activation of    the activation's forward, into the producer's
- *                         kind K            epilogue
+ *                         kind K            epilogue (and its backward where the hook says so)
  *   an activation of    absorbs kind K      the activation's backward, into the consumer's input
  *     kind K                                gradient
  *   any with            any                 passes of the consumer that the producer's kernels
@@ -16,8 +16,8 @@
  *
  * No rule names a layer type: an activation is a layer whose ops declare an elementwise kind
  * (absorbable_as, one of BN_ABSORB_ACTIVATIONS: the relu type's BN_ABSORB_RELU), and the layer
- * beside it is asked (fuse_gpu) only when its ops list that kind in absorbs (dense, conv2d and
- * batchnorm list the ReLU). fuse_next_gpu looks at what the next layer declares itself. The
+ * beside it is asked (fuse_gpu) only when its ops list that kind in absorbs (dense, conv2d,
+ * batchnorm and add list the ReLU). fuse_next_gpu looks at what the next layer declares itself. The
  * hooks accept only the shapes and kernels they can serve; the rules here say which side may ask.
  *
  * A pair is considered only when the consumer is the producer's one reader and the producer its
@@ -40,11 +40,13 @@ static int may_take_activation(const bn_layer *taker, const bn_layer *act)
     return (act->ops->absorbable_as & BN_ABSORB_ACTIVATIONS & taker->ops->absorbs) && taker->ops->fuse_gpu;
 }
 
-/* The producer writes the activation's output from its epilogue (a dense layer). */
+/* The producer writes the activation's output from its epilogue (a dense layer), and may take
+ * its backward pass too (an add, whose backward is elementwise: the hook's BN_FUSED_* bits). */
 static void activation_forward_into_producer(bn_layer *p, bn_layer *c)
 {
-    if (may_take_activation(p, c) && !(c->gpu_fused & BN_FUSED_FORWARD) && p->ops->fuse_gpu(p, c, 1))
-        c->gpu_fused |= BN_FUSED_FORWARD;
+    if (!may_take_activation(p, c) || (c->gpu_fused & BN_FUSED_FORWARD)) return;
+    const int taken = p->ops->fuse_gpu(p, c, 1);
+    if (taken) c->gpu_fused |= taken | BN_FUSED_FORWARD;
 }
 
 /* The consumer writes the activation's input gradient: its own input gradient, passed through

@@ -172,7 +172,11 @@ struct bn_layer_ops {
      * act's output too; `after` = 0: l reads act's output, and l's GPU backward pass is to write
      * act's input gradient (its own input gradient passed through act's derivative, read from
      * act's output: for BN_ABSORB_RELU masked where it is 0) instead of its input gradient.
-     * Returns 1 when l takes that pass over. Asked under --precision bf16 too, where the blobs
+     * Returns 1 when l takes that pass over; with `after` = 1 it may return BN_FUSED_* bits
+     * instead: BN_FUSED_FORWARD | BN_FUSED_BACKWARD when l's backward pass also does act's,
+     * reading act's output gradient (BN_FUSED_NO_IN_GRAD: l's own output gradient is then left
+     * unwritten), BN_FUSED_NO_IN when l's forward pass writes act's output and not its own
+     * (an add, whose passes are elementwise). Asked under --precision bf16 too, where the blobs
      * are BF16 by then (bn_blob_is_bf16): a hook whose BF16 passes cannot do it returns 0.
      * May be NULL. */
     int (*fuse_gpu)(bn_layer *l, bn_layer *act, int after);
