@@ -3,9 +3,15 @@
  * activation is offered by the kind its ops declare (absorbable_as) to a neighbour that declares
  * it takes that kind (absorbs), never by its type's name. The fused kernels themselves are
  * checked against the CPU in the fusing layers' own tests (test_activation.c, test_conv2d.c). */
+#include <stdlib.h>
+
 #include "core/net.h"
 #include "core/registry.h"
+#include "layer_testing.h"
 #include "testing.h"
+#ifdef BN_WITH_CUDA
+#include "conv2d/conv_bf16.h"
+#endif
 
 /* What the hooks of the "fusetest" type were asked, in order. */
 static char asked[512];
@@ -203,9 +209,9 @@ BN_TEST(fusion_kinds_of_the_built_in_types)
 
 /* Under --precision bf16 the same rules run, and each built-in hook takes only what its BF16
  * passes can do: batchnorm takes the ReLU after it and the one before it (its kernels are the
- * same in either precision), while dense and conv2d, whose BF16 products have no ReLU or
- * pooling epilogue, take neither their ReLUs, a 2x2 max pooling nor the softmax head. In FP32
- * the same network fuses all of them. */
+ * same in either precision), conv2d the ReLU after it (written by its bias kernel), while dense,
+ * whose BF16 products have no ReLU epilogue, takes neither of its ReLUs nor the softmax head,
+ * and conv2d no 2x2 max pooling. In FP32 the same network fuses all of them. */
 BN_TEST(gpu_fusion_under_bf16_takes_what_the_bf16_passes_can)
 {
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
@@ -225,7 +231,7 @@ BN_TEST(gpu_fusion_under_bf16_takes_what_the_bf16_passes_can)
     } want[] = {
         {"r1", BN_FUSED_FORWARD, BN_FUSED_FORWARD}, /* bn1's normalize writes it */
         {"p2", both, 0},                            /* c2's epilogues in FP32 */
-        {"r3", both, BN_FUSED_BACKWARD},            /* c3's epilogue (FP32); bn3's input_grad */
+        {"r3", both, both},                         /* c3's epilogue; bn3's input_grad */
         {"r4", both, 0},                            /* d1's epilogue and d2's dX product (FP32) */
         {"loss", BN_FUSED_FORWARD, 0},              /* the dense head (FP32) */
     };
@@ -253,4 +259,58 @@ BN_TEST(gpu_fusion_under_bf16_takes_what_the_bf16_passes_can)
         CHECK_MSG(ok, "%s: the fused passes differ from the hooks' rules", bf16 ? "bf16" : "fp32");
     }
     return BN_PASS;
+}
+
+/* Under bf16 a ReLU after a convolution is written by the convolution's bias kernel where cuDNN
+ * ran it (the NCHW and NHWC layouts), and by its own pass after blobnet's FP32 kernels on FP32
+ * copies: either way the ReLU's output is max(y, 0) of the convolution's BF16 output y, bit for
+ * bit, in every layout. */
+BN_TEST(gpu_bf16_conv2d_relu_is_the_max_of_its_output_in_every_layout)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+#ifndef BN_WITH_CUDA
+    return BN_PASS;
+#else
+    static const char text[] = "[input]\nchannels=8\nheight=9\nwidth=7\n"
+                               "[conv2d]\nname=c\nfilters=16\nsize=3\npad=1\ninit=he\n[relu]\nname=r\n";
+    static const int layouts[] = {BN_CONV_BF16_NCHW, BN_CONV_BF16_NHWC, BN_CONV_BF16_FP32};
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    int r = BN_PASS;
+    for (size_t k = 0; k < sizeof layouts / sizeof *layouts && r == BN_PASS; k++) {
+        bn_conv_bf16_force_layout(layouts[k]);
+        bn_net *net = NULL;
+        ctx->bf16 = 1;
+        bn_status s = bn_net_from_text(text, "conv_relu_bf16.cfg", &net);
+        if (s == BN_OK) s = bn_net_setup(net, 5, ctx, 0, 7);
+        ctx->bf16 = 0;
+        if (s == BN_OK) s = lt_fill_normal(net, 11, 1.0, 0.0);
+        if (s == BN_OK) s = bn_net_forward(net, 1);
+        const size_t n = s == BN_OK ? bn_blob_count(net->layers[0]->out) : 0;
+        float *y = malloc(n * sizeof *y), *ry = malloc(n * sizeof *ry);
+        if (s == BN_OK && (!y || !ry)) s = bn_error(BN_ERR_NOMEM, "out of host memory");
+        if (s == BN_OK) s = lt_read(net->layers[0]->out, y, n);
+        if (s == BN_OK) s = lt_read(net->layers[1]->out, ry, n);
+        if (s != BN_OK) {
+            printf("    layout %d: %s\n", layouts[k], bn_last_error());
+            r = BN_FAIL;
+        }
+        size_t bad = 0, positive = 0;
+        for (size_t i = 0; r == BN_PASS && i < n; i++) {
+            const float want = y[i] > 0.0f ? y[i] : 0.0f;
+            bad += memcmp(&want, &ry[i], sizeof want) != 0;
+            positive += y[i] > 0.0f;
+        }
+        if (r == BN_PASS && (bad || !positive || positive == n || !(net->layers[1]->gpu_fused & BN_FUSED_FORWARD))) {
+            printf("    layout %d: %zu of %zu outputs differ from max(y, 0) (%zu positive), fused %d\n", layouts[k],
+                   bad, n, positive, net->layers[1]->gpu_fused);
+            r = BN_FAIL;
+        }
+        free(y);
+        free(ry);
+        bn_net_free(net);
+    }
+    bn_conv_bf16_force_layout(BN_CONV_BF16_EITHER);
+    return r;
+#endif
 }

@@ -370,8 +370,9 @@ static bn_status relu_forward(const bn_layer *l, const bn_pass *p)
 extern "C" bn_status bn_conv2d_forward_gpu(bn_layer *l, const bn_pass *p)
 {
     if (bn_blob_is_bf16(l->out)) {
-        BN_TRY(bn_conv_bf16_forward(l, p));
-        return relu_forward(l, p);
+        int relu_done = 0;
+        BN_TRY(bn_conv_bf16_forward(l, p, &relu_done));
+        return relu_done ? BN_OK : relu_forward(l, p);
     }
     bn_ctx *ctx = p->ctx;
     const conv_gpu *g = NULL;
@@ -501,7 +502,6 @@ extern "C" bn_status bn_conv2d_own_backward(bn_layer *l, bn_ctx *ctx, const floa
 extern "C" int bn_conv2d_fuse_relu(bn_layer *l, bn_layer *relu, int after)
 {
     if (!after) return 0; /* no pass here writes the input gradient that a mask could ride on */
-    if (bn_blob_is_bf16(l->out)) return 0; /* conv_bf16.cu's epilogues write no ReLU */
     ((conv_priv *)l->priv)->relu_after = relu;
     return 1;
 }

@@ -425,8 +425,9 @@ static bn_status prepare(bn_layer *l, bn_ctx *ctx, conv_bf16 **state, const bf16
     return BN_OK;
 }
 
-extern "C" bn_status bn_conv_bf16_forward(bn_layer *l, const bn_pass *p)
+extern "C" bn_status bn_conv_bf16_forward(bn_layer *l, const bn_pass *p, int *relu_done)
 {
+    *relu_done = 0;
     bn_ctx *ctx = p->ctx;
     const conv_priv *c = (const conv_priv *)l->priv;
     conv_bf16 *s = NULL;
@@ -438,7 +439,12 @@ extern "C" bn_status bn_conv_bf16_forward(bn_layer *l, const bn_pass *p)
     BN_DEV16_WR(y, l->out);
     BN_TRY(bn_conv_bf16_run_forward(c, s, plan, plan->layout, ctx, x, w, y));
     if (plan->layout == F32) return BN_OK; /* the bias was added by blobnet's kernels */
-    return bn_conv_bias_add_bf16(y, b, l->out->n, c->filters, c->g.oh * c->g.ow, ctx);
+    /* A fused ReLU's output is written by the bias kernel (after blobnet's FP32 kernels it runs
+     * its own pass). */
+    __nv_bfloat16 *relu_y = NULL;
+    if (c->relu_after && !(relu_y = (__nv_bfloat16 *)bn_blob_dev16_wr(c->relu_after->out))) return bn_last_status();
+    *relu_done = relu_y != NULL;
+    return bn_conv_bias_add_bf16(y, b, l->out->n, c->filters, c->g.oh * c->g.ow, relu_y, ctx);
 }
 
 extern "C" bn_status bn_conv_bf16_backward(bn_layer *l, const bn_pass *p)

@@ -35,8 +35,10 @@ typedef struct conv_bf16 conv_bf16;
  * copies where they serve every pass (as conv2d.cu chooses them), then the way: the fastest of a
  * timed forward and backward pass in each (transposes and copies included), or NHWC in a
  * deterministic context (a choice that never varies between runs). It allocates and
- * synchronises, so it runs before a step is captured. */
-bn_status bn_conv_bf16_forward(bn_layer *l, const bn_pass *p);
+ * synchronises, so it runs before a step is captured. The forward pass also writes a fused
+ * ReLU's output (conv_priv.relu_after) where the bias kernel runs after cuDNN (*relu_done = 1);
+ * after blobnet's FP32 kernels on FP32 copies it leaves the ReLU to its own pass. */
+bn_status bn_conv_bf16_forward(bn_layer *l, const bn_pass *p, int *relu_done);
 bn_status bn_conv_bf16_backward(bn_layer *l, const bn_pass *p);
 
 /* Frees *state and what it holds and sets it to NULL; NULL is fine. */

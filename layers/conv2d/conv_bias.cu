@@ -126,9 +126,10 @@ extern "C" bn_status bn_conv_bias_add_f32(float *y, const float *b, int n, int f
     return add(y, b, n, filters, plane, relu_y, ctx);
 }
 
-extern "C" bn_status bn_conv_bias_add_bf16(void *y, const float *b, int n, int filters, int plane, bn_ctx *ctx)
+extern "C" bn_status bn_conv_bias_add_bf16(void *y, const float *b, int n, int filters, int plane, void *relu_y,
+                                           bn_ctx *ctx)
 {
-    return add((__nv_bfloat16 *)y, b, n, filters, plane, (__nv_bfloat16 *)NULL, ctx);
+    return add((__nv_bfloat16 *)y, b, n, filters, plane, (__nv_bfloat16 *)relu_y, ctx);
 }
 
 extern "C" bn_status bn_conv_bias_grad_f32(float *db, const float *dy, int n, int filters, int plane, float *parts,

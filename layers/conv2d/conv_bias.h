@@ -18,11 +18,11 @@ extern "C" {
 /* The partial sums bn_conv_bias_grad_* need: this many floats per filter. */
 #define BN_CONV_BIAS_PARTS 64
 
-/* y[e][k][p] += b[k] over n images of `filters` planes of `plane` values: FP32 y, where relu_y
- * is not NULL with a fused ReLU's output too (max(y, 0) by activation.c's rule, y's layout); or
- * BF16 y, rounded once (under bf16 a fused ReLU runs its own pass). */
+/* y[e][k][p] += b[k] over n images of `filters` planes of `plane` values, where relu_y is not
+ * NULL with a fused ReLU's output too (max(y, 0) by activation.c's rule, y's layout): FP32 y, or
+ * BF16 y (and relu_y), rounded once. */
 bn_status bn_conv_bias_add_f32(float *y, const float *b, int n, int filters, int plane, float *relu_y, bn_ctx *ctx);
-bn_status bn_conv_bias_add_bf16(void *y, const float *b, int n, int filters, int plane, bn_ctx *ctx);
+bn_status bn_conv_bias_add_bf16(void *y, const float *b, int n, int filters, int plane, void *relu_y, bn_ctx *ctx);
 
 /* db[k] += the sum of dy[e][k][p] over e < n, p < plane, with `parts` (filters *
  * BN_CONV_BIAS_PARTS floats of device scratch): FP32 or BF16 dy. */
