@@ -261,56 +261,70 @@ BN_TEST(gpu_fusion_under_bf16_takes_what_the_bf16_passes_can)
     return BN_PASS;
 }
 
-/* Under bf16 a ReLU after a convolution is written by the convolution's bias kernel where cuDNN
- * ran it (the NCHW and NHWC layouts), and by its own pass after blobnet's FP32 kernels on FP32
- * copies: either way the ReLU's output is max(y, 0) of the convolution's BF16 output y, bit for
- * bit, in every layout. */
-BN_TEST(gpu_bf16_conv2d_relu_is_the_max_of_its_output_in_every_layout)
+#ifdef BN_WITH_CUDA
+/* Under bf16, net (text: a producer, then a ReLU named r reading it) set up with the
+ * producer's output in y and the ReLU's in ry after one forward pass: fails unless the ReLU's
+ * forward pass was taken by the producer and its output is max(y, 0) bit for bit, with both
+ * signs present. */
+static int relu_is_max_of_output(bn_ctx *ctx, const char *text, const char *producer, const char *what)
+{
+    bn_net *net = NULL;
+    ctx->bf16 = 1;
+    bn_status s = bn_net_from_text(text, what, &net);
+    if (s == BN_OK) s = bn_net_setup(net, 5, ctx, 0, 7);
+    ctx->bf16 = 0;
+    bn_layer *p = s == BN_OK ? bn_net_find_layer(net, producer) : NULL, *relu = p ? bn_net_find_layer(net, "r") : NULL;
+    if (s == BN_OK && (!p || !relu)) s = bn_error(BN_ERR_INTERNAL, "no layers %s and r", producer);
+    if (s == BN_OK) s = lt_fill_normal(net, 11, 1.0, 0.0);
+    if (s == BN_OK) s = bn_net_forward(net, 1);
+    const size_t n = s == BN_OK ? bn_blob_count(p->out) : 0;
+    float *y = malloc((n + 1) * sizeof *y), *ry = malloc((n + 1) * sizeof *ry);
+    if (s == BN_OK && (!y || !ry)) s = bn_error(BN_ERR_NOMEM, "out of host memory");
+    if (s == BN_OK) s = lt_read(p->out, y, n);
+    if (s == BN_OK) s = lt_read(relu->out, ry, n);
+    size_t bad = 0, positive = 0;
+    for (size_t i = 0; s == BN_OK && i < n; i++) {
+        const float want = y[i] > 0.0f ? y[i] : 0.0f;
+        bad += memcmp(&want, &ry[i], sizeof want) != 0;
+        positive += y[i] > 0.0f;
+    }
+    const int fused = relu ? relu->gpu_fused : 0;
+    free(y);
+    free(ry);
+    bn_net_free(net);
+    CHECK_MSG(s == BN_OK, "%s: %s", what, bn_last_error());
+    CHECK_MSG(!bad && positive && positive < n && (fused & BN_FUSED_FORWARD),
+              "%s: %zu of %zu outputs differ from max(y, 0) (%zu positive), fused %d", what, bad, n, positive, fused);
+    return BN_PASS;
+}
+#endif
+
+/* Under bf16 the ReLU after a convolution is written by the convolution's bias kernel where
+ * cuDNN ran it (the NCHW and NHWC layouts) and by its own pass after blobnet's FP32 kernels on
+ * FP32 copies, and the one after a batchnorm by its normalization: each time max(y, 0) of the
+ * producer's BF16 output y, bit for bit. */
+BN_TEST(gpu_bf16_fused_relus_are_the_max_of_their_producers_output)
 {
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
 #ifndef BN_WITH_CUDA
     return BN_PASS;
 #else
-    static const char text[] = "[input]\nchannels=8\nheight=9\nwidth=7\n"
+    static const char conv[] = "[input]\nchannels=8\nheight=9\nwidth=7\n"
                                "[conv2d]\nname=c\nfilters=16\nsize=3\npad=1\ninit=he\n[relu]\nname=r\n";
+    static const char bn[] = "[input]\nchannels=8\nheight=4\nwidth=6\n"
+                             "[batchnorm]\nname=b\n[relu]\nname=r\n";
     static const int layouts[] = {BN_CONV_BF16_NCHW, BN_CONV_BF16_NHWC, BN_CONV_BF16_FP32};
+    static const char *const names[] = {"conv2d then relu, nchw", "conv2d then relu, nhwc",
+                                        "conv2d then relu, fp32 copies"};
     bn_ctx *ctx;
     CHECK_OK(bn_ctx_open(0, &ctx));
     int r = BN_PASS;
     for (size_t k = 0; k < sizeof layouts / sizeof *layouts && r == BN_PASS; k++) {
         bn_conv_bf16_force_layout(layouts[k]);
-        bn_net *net = NULL;
-        ctx->bf16 = 1;
-        bn_status s = bn_net_from_text(text, "conv_relu_bf16.cfg", &net);
-        if (s == BN_OK) s = bn_net_setup(net, 5, ctx, 0, 7);
-        ctx->bf16 = 0;
-        if (s == BN_OK) s = lt_fill_normal(net, 11, 1.0, 0.0);
-        if (s == BN_OK) s = bn_net_forward(net, 1);
-        const size_t n = s == BN_OK ? bn_blob_count(net->layers[0]->out) : 0;
-        float *y = malloc(n * sizeof *y), *ry = malloc(n * sizeof *ry);
-        if (s == BN_OK && (!y || !ry)) s = bn_error(BN_ERR_NOMEM, "out of host memory");
-        if (s == BN_OK) s = lt_read(net->layers[0]->out, y, n);
-        if (s == BN_OK) s = lt_read(net->layers[1]->out, ry, n);
-        if (s != BN_OK) {
-            printf("    layout %d: %s\n", layouts[k], bn_last_error());
-            r = BN_FAIL;
-        }
-        size_t bad = 0, positive = 0;
-        for (size_t i = 0; r == BN_PASS && i < n; i++) {
-            const float want = y[i] > 0.0f ? y[i] : 0.0f;
-            bad += memcmp(&want, &ry[i], sizeof want) != 0;
-            positive += y[i] > 0.0f;
-        }
-        if (r == BN_PASS && (bad || !positive || positive == n || !(net->layers[1]->gpu_fused & BN_FUSED_FORWARD))) {
-            printf("    layout %d: %zu of %zu outputs differ from max(y, 0) (%zu positive), fused %d\n", layouts[k],
-                   bad, n, positive, net->layers[1]->gpu_fused);
-            r = BN_FAIL;
-        }
-        free(y);
-        free(ry);
-        bn_net_free(net);
+        r = relu_is_max_of_output(ctx, conv, "c", names[k]);
     }
     bn_conv_bf16_force_layout(BN_CONV_BF16_EITHER);
+    if (r == BN_PASS) r = relu_is_max_of_output(ctx, bn, "b", "batchnorm then relu");
     return r;
 #endif
 }

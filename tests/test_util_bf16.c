@@ -79,9 +79,12 @@ static int compare_nets(const bf16_case *bc, const char *pass, bn_net *gpu, bn_n
     const int n = cpu->batch;
     for (int i = 0; i < cpu->num_layers; i++) {
         bn_layer *lg = gpu->layers[i], *lc = cpu->layers[i];
-        CHECK(compare(bc, pass, n, lg->out, lc->out, NULL, seed, worst) == BN_PASS);
+        /* An output or gradient a fused neighbour leaves unwritten on the device (an add's sum
+         * under the ReLU it runs) is not compared; as in test_util_gpu.c, one written anyway is. */
+        if (!bn_net_blob_unwritten(gpu, i, 0) || !gt_all_nan(lg->out))
+            CHECK(compare(bc, pass, n, lg->out, lc->out, NULL, seed, worst) == BN_PASS);
         if (!backward) continue;
-        if (i + 1 < cpu->num_layers)
+        if (i + 1 < cpu->num_layers && !bn_net_blob_unwritten(gpu, i, 1))
             CHECK(compare(bc, pass, n, lg->out_grad, lc->out_grad, NULL, seed, worst) == BN_PASS);
         for (int k = 0; k < lc->num_params; k++) {
             bn_blob *grad = lc->params[k].grad;
