@@ -328,7 +328,8 @@ static int read_entry(const bn_data_cache_entry *e, bn_dataset *out, char *why, 
 {
     int fd = open(e->path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        if (errno == ENOENT) return 0;
+        /* None yet, or no folder it could be in. */
+        if (errno == ENOENT || errno == ENOTDIR) return 0;
         snprintf(why, cap, "cannot open (%s)", strerror(errno));
         return -1;
     }
