@@ -1,4 +1,5 @@
 /* main.c - the blobnet command line: dispatch to subcommands, help and version. */
+#include <cblas.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,7 +10,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "cblas.h"
 #include "core/device.h"
 #include "core/lr_policies/lr_policies.h"
 #include "core/optimizers/optimizers.h"
