@@ -57,6 +57,10 @@ typedef struct bn_data_format {
     /* Writes both splits at path in this format, fitting the examples to what it holds where it
      * must (blobnet data --write); NULL when the format is only read. */
     bn_status (*save)(const bn_dataset *train, const bn_dataset *test, const char *path);
+    /* Whether the set rq names decodes slowly enough to be kept in the data cache
+     * (data_cache.h); NULL when it always does. */
+    int (*cache_pays)(const bn_data_request *rq);
+    int progress; /* 1: the reader prints a line unless quiet, and so does a copy from the cache */
 } bn_data_format;
 
 /* The table, in its order (for help). */
@@ -73,8 +77,9 @@ void bn_data_format_list(char *buf, size_t cap);
 /* Makes the folder path for a format's save: created if missing, and empty if it exists. */
 bn_status bn_data_save_folder(const char *path);
 
-/* Reads one split as rq says with the format's reader, then checks what the reader filled
- * (shape, labels below the classes). */
+/* Reads one split as rq says: from the data cache (data_cache.h) when it holds the decoded
+ * set, else with the format's reader, then checks what was filled (shape, labels below the
+ * classes) and keeps a decoded set in the cache. */
 bn_status bn_data_load(const bn_data_format *f, const bn_data_request *rq, bn_dataset *out);
 
 /* For readers: refuses a set of count examples of C x H x W (bytes_per_value each) whose size

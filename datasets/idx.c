@@ -389,3 +389,29 @@ bn_status bn_idx_format_any(const bn_data_request *rq, bn_dataset *out)
     BN_TRY(find_idx_file(rq->path, rq->train, "labels", labels, sizeof labels));
     return bn_idx_load_pair_as(images, labels, rq->limit, classes, layout == 1, out);
 }
+
+/* Whether the file at path begins with gzip's two magic bytes. */
+static int starts_gzip(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return 0;
+    unsigned char head[2];
+    int gz = read(fd, head, sizeof head) == 2 && head[0] == 0x1f && head[1] == 0x8b;
+    close(fd);
+    return gz;
+}
+
+int bn_idx_mnist_compressed(const bn_data_request *rq)
+{
+    char images[IDX_PATH_MAX];
+    return find_split_file(rq->path, rq->train ? "train" : "t10k", "images-idx3", images, sizeof images) == BN_OK &&
+           starts_gzip(images);
+}
+
+int bn_idx_any_compressed(const bn_data_request *rq)
+{
+    char images[IDX_PATH_MAX];
+    return find_idx_file(rq->path, rq->train, "images", images, sizeof images) == BN_OK && starts_gzip(images);
+}

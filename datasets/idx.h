@@ -37,6 +37,11 @@ bn_status bn_dataset_load(const char *dir, int train, int limit, bn_dataset *out
 bn_status bn_idx_format_mnist(const bn_data_request *rq, bn_dataset *out);
 bn_status bn_idx_format_any(const bn_data_request *rq, bn_dataset *out);
 
+/* Whether the training or test images those readers would read are gzip-compressed: a raw IDX
+ * file is read as fast as a decoded copy, so only compressed ones go to the data cache. */
+int bn_idx_mnist_compressed(const bn_data_request *rq);
+int bn_idx_any_compressed(const bn_data_request *rq);
+
 #ifdef __cplusplus
 }
 #endif

@@ -166,6 +166,10 @@ int main(int argc, char **argv)
         if (strcmp(argv[i], "-x") == 0 && i + 1 < argc && excludes < 16) exclude[excludes++] = argv[++i];
         else filter = argv[i];
     }
+    /* Decoded data goes to a cache folder of the run's own, never to the user's. */
+    char cache[320];
+    snprintf(cache, sizeof cache, "%s/data-cache", bn_test_tmpdir());
+    setenv("BLOBNET_DATA_CACHE", cache, 1);
     int passed = 0, failed = 0, skipped = 0;
     size_t n = sizeof all_tests / sizeof all_tests[0];
     for (size_t i = 0; i < n; i++) {

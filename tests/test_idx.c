@@ -44,7 +44,7 @@ static int write_idx(const char *path, uint32_t magic, const uint32_t *dims, int
     size_t len = 4 + 4 * (size_t)ndims + data_len;
     unsigned char *buf = malloc(len);
     if (!buf) return -1;
-    uint32_t words[4] = {magic, 0, 0, 0};
+    uint32_t words[5] = {magic, 0, 0, 0, 0};
     for (int i = 0; i < ndims; i++) words[i + 1] = dims[i];
     for (int i = 0; i <= ndims; i++) {
         buf[4 * i] = (unsigned char)(words[i] >> 24);

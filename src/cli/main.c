@@ -1,4 +1,5 @@
 /* main.c - the blobnet command line: dispatch to subcommands, help and version. */
+#include <cblas.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
