@@ -391,9 +391,6 @@ static int exe_is_this_program(void)
  * OpenBLAS already took kernels of that class for the CPU it recognised: the restart loads the
  * program and its libraries a second time (60 ms with the CUDA libraries, on a warm page
  * cache), before a GPU run that never calls BLAS. */
-/* OpenBLAS's name for the kernels it took (its cblas.h declares it; the layers own that header). */
-char *openblas_get_corename(void);
-
 static int blas_core_is(const char *const *names)
 {
     const char *now = openblas_get_corename();
