@@ -11,6 +11,10 @@
 #ifndef BN_TIMELINE_H
 #define BN_TIMELINE_H
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Whether BLOBNET_TIMELINE asks for the marks (a caller may wait for the device before a mark
  * only then, so that the mark means the work is done). */
 int bn_timeline_asked(void);
@@ -18,4 +22,7 @@ int bn_timeline_asked(void);
 /* Prints the mark `what` when BLOBNET_TIMELINE asks for it; nothing otherwise. */
 void bn_timeline_mark(const char *what);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -7,6 +7,7 @@
 
 #include "core/device.h"
 #include "core/device_ops.h"
+#include "core/timeline.h"
 #include "cuda_check.h"
 
 static bn_ctx the_ctx;
@@ -130,10 +131,12 @@ static bn_status open_handles(bn_ctx *c)
     BN_CUBLAS(cublasCreate(&blas));
     c->cublas = blas;
     BN_CUBLAS(cublasSetStream(blas, s));
+    bn_timeline_mark("cuBLAS's handle");
     cudnnHandle_t dnn;
     BN_CUDNN(cudnnCreate(&dnn));
     c->cudnn = dnn;
     BN_CUDNN(cudnnSetStream(dnn, s));
+    bn_timeline_mark("cuDNN's handle");
     curandGenerator_t gen;
     BN_CURAND(curandCreateGenerator(&gen, CURAND_RNG_PSEUDO_PHILOX4_32_10));
     c->curand = gen;
@@ -197,6 +200,7 @@ extern "C" bn_status bn_ctx_open(int device, bn_ctx **out)
     }
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
+    bn_timeline_mark("the CUDA driver initialised");
     /* Without any driver the runtime says the driver is too old: that is just "no GPU" here. */
     int driver = 0;
     if (e == cudaErrorInsufficientDriver && (cudaDriverGetVersion(&driver) != cudaSuccess || driver == 0))
@@ -210,6 +214,7 @@ extern "C" bn_status bn_ctx_open(int device, bn_ctx **out)
                         device, count, count == 1 ? "" : "s", count - 1);
     /* cudaFree(0) creates the context now, where a busy or failing device says so plainly. */
     if ((e = cudaSetDevice(device)) != cudaSuccess || (e = cudaFree(0)) != cudaSuccess) return open_error(e, device);
+    bn_timeline_mark("the device's context made");
     memset(&the_ctx, 0, sizeof the_ctx);
     the_ctx.device = device;
     cudaDeviceProp prop;
