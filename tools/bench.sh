@@ -131,7 +131,7 @@ echo "fp32 x, tf32 x, bf16 x: PyTorch's time over blobnet's at the same precisio
 echo "TF32; earlier tables' \"x pt\" took pt graph), pt graph over --tf32, pt bf16 over --precision bf16"
 echo "1st ep: seconds of the default run's first epoch (its kernels timed into an empty cache); cached: the same from the cache"
 echo "MiB, acc: peak device memory and final test accuracy (%) of the default run and pt fp32; bf acc, pt bf: of --precision"
-echo "bf16 and pt bf16; bf16 *: --precision bf16 trained that model in FP32 (TF32 products), which it timed faster"
+echo "bf16 and pt bf16; bf16 *: --precision bf16 trained that model in FP32, which it timed faster"
 printf "$row\n" model batch default tf32 bf16 autotune "def/at" "1st ep" cached "pt eager" "pt graph" "pt fp32" "pt bf16" \
     "fp32 x" "tf32 x" "bf16 x" "MiB" "pt MiB" "acc" "pt acc" "bf acc" "pt bf"
 printf '%s\n' "${rows[@]}"

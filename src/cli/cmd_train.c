@@ -250,9 +250,10 @@ static bn_status choose_precision(const train_args *a, bn_ctx *ctx, int batch, i
     BN_TRY(bn_precision_choose(ctx, make_net, (void *)a, batch, &v));
     bn_timeline_mark("precision chosen");
     if (v.bf16 || quiet) return BN_OK;
-    fprintf(stderr, "blobnet: note: --precision bf16: %s trains faster in FP32 on this GPU (a step %.3f ms with "
-            "TF32 products against %.3f ms in BF16, %s); training in FP32. --precision bf16-strict keeps BF16\n",
-            a->model, v.fp32_ms, v.bf16_ms, v.timed ? "timed now" : "timed before, kernel cache");
+    fprintf(stderr, "blobnet: note: --precision bf16: %s trains faster in FP32 on this GPU (a step %.3f ms%s "
+            "against %.3f ms in BF16, %s); training in FP32. --precision bf16-strict keeps BF16\n",
+            a->model, v.fp32_ms, ctx->tf32 ? " with TF32 products" : "", v.bf16_ms,
+            v.timed ? "timed now" : "timed before, kernel cache");
     return BN_OK;
 }
 

@@ -61,7 +61,7 @@ static const char train_usage[] =
     "                      (blobnet's, cuDNN's, cuBLASLt's) instead of by the fixed rule\n"
     "  --precision P       fp32 (default), bf16 or bf16-strict: BF16 activations and\n"
     "                      products with FP32 master weights, gradients and optimizer (GPU\n"
-    "                      only); bf16 trains in FP32 (TF32 products) where a timing finds\n"
+    "                      only); bf16 trains in FP32 (as fp32 would) where a timing finds\n"
     "                      that faster for the model, and says so; bf16-strict never does\n"
     "  --plugin FILE       load a layer plugin (.so) first; may be given several times\n"
     "  --profile-steps A:B profiler capture (cudaProfilerStart/Stop) around steps A..B\n"

@@ -96,7 +96,8 @@ static bn_status read_verdict(void *env, const char *choice, int *verdict)
 
 bn_status bn_precision_key(const bn_ctx *ctx, const bn_net *net, int batch, char *key, size_t cap)
 {
-    return bn_chooser_key(ctx, key, cap, "precision %016llx n=%d", hash_text(net->description), batch);
+    return bn_chooser_key(ctx, key, cap, "precision %016llx n=%d tf32=%d", hash_text(net->description), batch,
+                          ctx->tf32);
 }
 
 /* The kernel cache's key of the network make() builds, at batch examples a step. */
@@ -121,11 +122,10 @@ bn_status bn_precision_choose(bn_ctx *ctx, bn_net_maker make, void *env, int bat
         if (!hit) *out = (bn_precision_verdict){.bf16 = 1};
     }
     if (!out->bf16_ms) {
-        const int tf32 = ctx->tf32;
         BN_TRY(time_step(ctx, make, env, batch, &out->bf16_ms));
-        ctx->bf16 = 0, ctx->tf32 = 1;
+        ctx->bf16 = 0;
         bn_status s = time_step(ctx, make, env, batch, &out->fp32_ms);
-        ctx->bf16 = 1, ctx->tf32 = tf32;
+        ctx->bf16 = 1;
         BN_TRY(s);
         out->timed = 1;
         out->bf16 = !bn_precision_fp32_wins(out->bf16_ms, out->fp32_ms);
@@ -133,6 +133,6 @@ bn_status bn_precision_choose(bn_ctx *ctx, bn_net_maker make, void *env, int bat
         snprintf(choice, sizeof choice, "%s %.4f %.4f", out->bf16 ? "bf16" : "fp32", out->bf16_ms, out->fp32_ms);
         BN_TRY(bn_chooser_keep(key, choice));
     }
-    if (!out->bf16) ctx->bf16 = 0, ctx->tf32 = 1;
+    if (!out->bf16) ctx->bf16 = 0;
     return BN_OK;
 }

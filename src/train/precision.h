@@ -8,10 +8,11 @@
  * network of few, small layers those outweigh the gain, and a user who asks for BF16 expects it
  * never to cost time. So before training, the network is built twice, once in each precision,
  * and a few steps of each are timed as the trainer runs them (CUDA graph replays included); the
- * FP32 build multiplies with TF32, whose inputs keep more bits than BF16's. BF16 is kept unless
- * FP32 is faster by more than BN_PRECISION_TIE; the verdict is kept in the kernel cache
- * (gpu/kernel_cache.h) under the device's scope and a hash of the network and its batch, so
- * later runs time nothing. A deterministic context keeps BF16 untimed (its runs must not depend
+ * FP32 build is the one --precision fp32 runs with the same flags (TF32 products with --tf32,
+ * FP32-exact without; TF32 was tried for it and lost on a residual net whose blobnet kernels beat
+ * cuDNN's TF32 engines). BF16 is kept unless FP32 is faster by more than BN_PRECISION_TIE; the
+ * verdict is kept in the kernel cache (gpu/kernel_cache.h) under the device's scope, a hash of
+ * the network, its batch and --tf32, so later runs time nothing. A deterministic context keeps BF16 untimed (its runs must not depend
  * on a timing), and so does --precision bf16-strict. */
 #ifndef BN_PRECISION_H
 #define BN_PRECISION_H
@@ -34,14 +35,14 @@ typedef bn_status (*bn_net_maker)(void *env, bn_net **net);
 
 /* What the choice found. */
 typedef struct bn_precision_verdict {
-    int bf16;             /* 1: train in BF16; 0: in FP32 with TF32 products */
+    int bf16;             /* 1: train in BF16; 0: in FP32, as --precision fp32 would */
     int timed;            /* 1: timed in this run; 0: from the kernel cache */
     double bf16_ms, fp32_ms; /* a step in each (ms), when timed or cached with the verdict */
 } bn_precision_verdict;
 
 /* Under ctx->bf16 (and not deterministic): chooses the precision of the network make() builds at
- * `batch` examples a step, as the header says, and sets ctx->bf16 (and ctx->tf32 where FP32 wins)
- * to it. *out says what was chosen and why. Leaves ctx unchanged without bf16 or in a
+ * `batch` examples a step, as the header says, and sets ctx->bf16 to it (ctx->tf32 is left as
+ * the run asked). *out says what was chosen and why. Leaves ctx unchanged without bf16 or in a
  * deterministic context (out->bf16 then says whether bf16 was asked). */
 bn_status bn_precision_choose(bn_ctx *ctx, bn_net_maker make, void *env, int batch, bn_precision_verdict *out);
 
