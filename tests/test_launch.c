@@ -159,6 +159,9 @@ static int interrupt_supervisor(const char *dir)
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
+        /* A run started in the background by a non-interactive shell inherits SIGINT ignored, and a
+         * shell that starts with a signal ignored may not trap it: the children would sleep on. */
+        signal(SIGINT, SIG_DFL);
         sh_pair p;
         sh_pair_init(&p, scripts[0], scripts[1], 5);
         int code = -1;
