@@ -116,7 +116,7 @@ PLUGIN_CUS  := $(if $(WITH_CUDA),$(patsubst layers/examples/%.cu,$(BUILD)/plugin
 PLUGIN_LIBS := $(if $(WITH_CUDA),-L$(CUDA_HOME)/lib64 -lcudart)
 EXPORT_LIB  := -rdynamic -Wl,--whole-archive libblobnet.a -Wl,--no-whole-archive
 
-.PHONY: all test clean bench plugins
+.PHONY: test-seeds all test clean bench plugins
 all: libblobnet.a blobnet tests/run_tests $(NVTX_RECORDER) plugins
 
 # The top-level outputs are shared by every configuration (BUILD, CPU_ONLY, SANITIZE, NVTX):
@@ -189,6 +189,16 @@ test: all
 	BLOBNET_CLI=./blobnet BLOBNET_NVTX_RECORDER=$(NVTX_RECORDER) BLOBNET_PLUGINS=$(BUILD)/plugins \
 	  BLOBNET_MAKE='$(MAKE) BUILD=$(BUILD) CPU_ONLY=$(CPU_ONLY) SANITIZE=$(SANITIZE) NVTX=$(NVTX) NCCL=$(NCCL) CUDA_HOME=$(CUDA_HOME)' \
 	  ./tests/run_tests $(TESTS)
+
+# `make test` RUNS times (default 3), each with a fresh seed printed first; a failing run names
+# its seed, which BLOBNET_TEST_SEED=<seed> make test repeats. The exit status is the worst run's.
+RUNS ?= 3
+test-seeds: all
+	@failed=0; for run in $$(seq 1 $(RUNS)); do \
+	    seed=$$(od -An -N6 -tu8 /dev/urandom | tr -d ' '); \
+	    echo "== run $$run of $(RUNS): BLOBNET_TEST_SEED=$$seed"; \
+	    BLOBNET_TEST_SEED=$$seed $(MAKE) --no-print-directory test || { failed=1; echo "== seed $$seed failed"; }; \
+	done; exit $$failed
 
 # The quick start: MNIST fetched into MNIST_DIR when it is not there, then LeNet trained.
 MNIST_DIR   ?= data/mnist

@@ -12,7 +12,7 @@
  *
  * A difference is measured as max |gpu - cpu| over the blob divided by the blob's scale:
  * max |cpu|, or for a parameter gradient max |cpu - start|, what backward added (1 when that
- * is all zeros). A failure prints the seed; BLOBNET_TEST_SEED=<seed> replays it. */
+ * is all zeros). A failure prints the seed and the command that replays it (lt_replay). */
 #ifndef BN_GPU_TESTING_H
 #define BN_GPU_TESTING_H
 

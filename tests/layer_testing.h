@@ -3,8 +3,9 @@
  * prints one line per call:
  *     gradcheck <what>: <checked> coords, worst rel err <e>
  *
- * Inputs come from a fresh seed each run (time and pid), so repeated runs explore new
- * points; a failing check prints its seed, and BLOBNET_TEST_SEED=<seed> replays it. */
+ * Inputs come from seeds derived from the run's (runner.c: BLOBNET_TEST_SEED or a fixed default),
+ * so a run repeats; a failing check prints how to replay it (lt_replay), and `make test-seeds`
+ * explores fresh seeds. */
 #ifndef BN_LAYER_TESTING_H
 #define BN_LAYER_TESTING_H
 
@@ -15,8 +16,13 @@
 #include "core/net.h"
 #include "train/optimizer.h"
 
-/* A seed for this check: BLOBNET_TEST_SEED when set, else new on every call. */
+/* A seed for this check: the n-th call of a test gives a seed of the run's seed, the test's name
+ * and n, the same in every run with that seed whatever else runs. */
 uint64_t lt_fresh_seed(void);
+
+/* "BLOBNET_TEST_SEED=<the run's seed> ./tests/run_tests <test>", the command that replays the
+ * running test's draws, for failure messages (static storage). */
+const char *lt_replay(void);
 
 /* How far g is from c, relative to what c added to base (zeros when base is NULL): max |g - c|
  * over max |c - base| (over 1 when c equals base); infinite when either holds a NaN or an

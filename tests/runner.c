@@ -1,6 +1,13 @@
 /* runner.c - runs every BN_TEST collected by the Makefile and prints the closing count
  * line.  run_tests [-x EXCLUDE]... [FILTER]: only tests whose name contains FILTER, and none
- * whose name contains an EXCLUDE. */
+ * whose name contains an EXCLUDE.
+ *
+ * A run is repeatable: the tests draw their random data from one seed (BN_TEST_DEFAULT_SEED, or
+ * BLOBNET_TEST_SEED), printed first, through lt_fresh_seed, which derives each test's seeds from
+ * it and the test's name, so a test draws the same data whatever runs before it or is filtered
+ * out. And quiet: what a test writes on stderr (its library's notes and warnings, the messages of
+ * the child processes it runs, which inherit the stream) is kept aside and shown only when the
+ * test fails; a test may assert on it (bn_test_stderr). */
 #define _POSIX_C_SOURCE 200809L
 #include "testing.h"
 
@@ -30,6 +37,74 @@ static const struct test_entry all_tests[] = {
 };
 
 static char tmpdir[256];
+
+/* The seed of runs that do not name one. */
+#define BN_TEST_DEFAULT_SEED 20261126ULL
+
+/* The test now running, and the file its stderr goes to. */
+static const char *current_test = "";
+static FILE *captured;
+
+const char *bn_test_name(void)
+{
+    return current_test;
+}
+
+unsigned long long bn_test_seed(void)
+{
+    const char *given = getenv("BLOBNET_TEST_SEED");
+    return given && *given ? strtoull(given, NULL, 10) : BN_TEST_DEFAULT_SEED;
+}
+
+const char *bn_test_stderr(void)
+{
+    static char text[65536];
+    text[0] = '\0';
+    if (!captured) return text;
+    fflush(stderr);
+    long end = ftell(captured);
+    if (end > 0 && fseek(captured, 0, SEEK_SET) == 0) {
+        size_t want = (size_t)end < sizeof text - 1 ? (size_t)end : sizeof text - 1;
+        text[fread(text, 1, want, captured)] = '\0';
+    }
+    fseek(captured, 0, SEEK_END);
+    return text;
+}
+
+/* Sends stderr (fd 2, which child processes inherit) to a fresh temporary file; *saved keeps the
+ * real one. Without a file the stream is left as it is. */
+static void capture_stderr(int *saved)
+{
+    fflush(stderr);
+    *saved = -1;
+    captured = tmpfile();
+    if (!captured) return;
+    *saved = dup(2);
+    if (*saved < 0 || dup2(fileno(captured), 2) < 0) {
+        fclose(captured);
+        captured = NULL;
+    }
+}
+
+/* Puts stderr back; the test's stream is shown when it failed (show) and dropped otherwise. */
+static void release_stderr(int saved, int show)
+{
+    fflush(stderr);
+    if (saved >= 0) {
+        dup2(saved, 2);
+        close(saved);
+    }
+    if (!captured) return;
+    if (show) {
+        rewind(captured);
+        char buf[4096];
+        size_t got;
+        while ((got = fread(buf, 1, sizeof buf, captured)) > 0) fwrite(buf, 1, got, stderr);
+        fflush(stderr);
+    }
+    fclose(captured);
+    captured = NULL;
+}
 
 /* Why the test that just ran skipped, and the distinct reasons of the run with their counts. */
 #define MAX_REASONS 64
@@ -172,6 +247,8 @@ int main(int argc, char **argv)
     setenv("BLOBNET_DATA_CACHE", cache, 1);
     int passed = 0, failed = 0, skipped = 0;
     size_t n = sizeof all_tests / sizeof all_tests[0];
+    printf("seed %llu%s: BLOBNET_TEST_SEED=N runs with another, make test-seeds RUNS=K with K fresh ones\n",
+           bn_test_seed(), getenv("BLOBNET_TEST_SEED") && *getenv("BLOBNET_TEST_SEED") ? "" : " (the default)");
     for (size_t i = 0; i < n; i++) {
         if (filter && !strstr(all_tests[i].name, filter)) continue;
         int excluded = 0;
@@ -182,7 +259,11 @@ int main(int argc, char **argv)
         bn_clear_error();
         skip_reason[0] = '\0';
         fflush(stdout);
+        current_test = all_tests[i].name;
+        int saved;
+        capture_stderr(&saved);
         int r = all_tests[i].fn();
+        release_stderr(saved, r != BN_PASS && r != BN_SKIP);
         clock_gettime(CLOCK_MONOTONIC, &t1);
         double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
         const char *word = r == BN_PASS ? "ok  " : r == BN_SKIP ? "skip" : "FAIL";

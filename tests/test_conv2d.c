@@ -548,7 +548,7 @@ BN_TEST(gpu_layer_tensor_kernels_tf32_stay_near_cpu)
     int r = BN_PASS;
     for (int k = 0; k < GT_NUM_SIZES && r == BN_PASS; k++) {
         r = gt_compare_once(&lc, gt_capacities[k], gt_batches[k], seed + (uint64_t)k, ctx, &worst);
-        if (r != BN_PASS) printf("    batch %d: rerun with BLOBNET_TEST_SEED=%llu\n", gt_batches[k], (unsigned long long)seed);
+        if (r != BN_PASS) printf("    batch %d (seed %llu): rerun: %s\n", gt_batches[k], (unsigned long long)seed, lt_replay());
     }
     ctx->tf32 = 0;
     gt_forced_family = BN_CONV_FAMILY_ANY;

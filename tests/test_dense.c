@@ -3,7 +3,7 @@
  * CPU (a ReLU fused into its kernels: test_activation.c); at LeNet's shapes (800 -> 500 -> 10),
  * where the GEMMs are large enough for split-K algorithms, in each context and with the plans
  * kept per batch size; captured and replayed as a CUDA graph; and its own GEMM kernels forced in
- * each configuration. A failure on the GPU prints the seed; BLOBNET_TEST_SEED=<seed> replays it. */
+ * each configuration. A failure on the GPU prints the seed and the command that replays it. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>

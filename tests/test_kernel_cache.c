@@ -193,6 +193,11 @@ static int unwritable(void)
     CHECK_OK(bn_kernel_cache_put("gpu A dense dx n3", "skinny"));
     CHECK(lookup("gpu A dense dx n3", choice, sizeof choice) == 1 && strcmp(choice, "skinny") == 0);
     CHECK(entries_of(path) == NULL);
+    /* The one warning, naming the file and what follows. */
+    const char *said = bn_test_stderr();
+    CHECK_MSG(strstr(said, "blobnet: warning: kernel cache ") && strstr(said, "kernel-cache-plain-file/kernels.txt") &&
+                  strstr(said, "the kernels timed in this run are not kept for the next"),
+              "stderr: %s", said);
     return BN_PASS;
 }
 

@@ -219,7 +219,7 @@ BN_TEST(gpu_layer_pools_match_cpu)
  * written, as 0); the others take the general kernels. Before each pass the device output and
  * input gradient are poisoned with NaN (a cell left unwritten, or a gradient added to instead of
  * overwritten, fails) and rows past the current batch hold NaN on both sides (a read past the
- * batch fails). A failure prints the seed; BLOBNET_TEST_SEED=<seed> replays it. */
+ * batch fails). A failure prints the seed and the command that replays it. */
 
 typedef struct geometry {
     int c, h, w;
@@ -302,8 +302,8 @@ static int same_bits(const char *what, int n, bn_blob *gpu, bn_blob *cpu, uint64
         memcpy(&gb, &g[i], sizeof gb);
         memcpy(&cb, &c[i], sizeof cb);
         CHECK_MSG(gb == cb, "%s, batch %d: %s element %zu: gpu %.9g (0x%08x), cpu %.9g (0x%08x); seed %llu "
-                  "(rerun with BLOBNET_TEST_SEED=%llu)", what, n, cpu->name, i, g[i], (unsigned)gb, c[i],
-                  (unsigned)cb, (unsigned long long)seed, (unsigned long long)seed);
+                  "(rerun: %s)", what, n, cpu->name, i, g[i], (unsigned)gb, c[i], (unsigned)cb,
+                  (unsigned long long)seed, lt_replay());
     }
     return BN_PASS;
 }

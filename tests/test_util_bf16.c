@@ -166,8 +166,8 @@ int gt_bf16_run_case(const bf16_case *bc)
         for (int k = 0; k < NUM_SIZES && r == BN_PASS; k++) {
             r = compare_once(bc, capacities[k], batches[k], seed + (uint64_t)k, ctx, &worst);
             if (r != BN_PASS)
-                printf("    %s%s, batch %d: rerun with BLOBNET_TEST_SEED=%llu\n", bc->what,
-                       det ? " (deterministic)" : "", batches[k], (unsigned long long)seed);
+                printf("    %s%s, batch %d (seed %llu): rerun: %s\n", bc->what, det ? " (deterministic)" : "",
+                       batches[k], (unsigned long long)seed, lt_replay());
         }
         ctx->bf16 = 0;
         ctx->deterministic = was_deterministic;

@@ -292,7 +292,7 @@ int gt_compare_sizes(const layer_case *lc, bn_ctx *ctx, uint64_t seed)
     int r = BN_PASS;
     for (int k = 0; k < GT_NUM_SIZES && r == BN_PASS; k++)
         r = gt_compare_once(lc, gt_capacities[k], gt_batches[k], seed + (uint64_t)k, ctx, &worst);
-    if (r != BN_PASS) printf("    %s: rerun with BLOBNET_TEST_SEED=%llu\n", lc->what, (unsigned long long)seed);
+    if (r != BN_PASS) printf("    %s (seed %llu): rerun: %s\n", lc->what, (unsigned long long)seed, lt_replay());
     else printf("    %s vs cpu: worst difference %.3g of scale (tolerance %g)\n", lc->what, worst, lc->tol);
     return r;
 }
@@ -302,7 +302,7 @@ int gt_run_case(const layer_case *lc)
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
     bn_ctx *ctx;
     CHECK_OK(bn_ctx_open(0, &ctx));
-    /* Batch size k draws its data from seed + k; BLOBNET_TEST_SEED sets seed. */
+    /* Batch size k draws its data from seed + k (lt_fresh_seed: from the run's seed). */
     uint64_t seed = lt_fresh_seed();
     for (int tune = 0; tune <= (lc->autotuned_too ? 1 : 0); tune++) {
         double worst = 0.0;
@@ -311,8 +311,8 @@ int gt_run_case(const layer_case *lc)
         for (int k = 0; k < GT_NUM_SIZES && r == BN_PASS; k++) {
             r = gt_compare_once(lc, gt_capacities[k], gt_batches[k], seed + (uint64_t)k, ctx, &worst);
             if (r != BN_PASS)
-                printf("    %s%s, batch %d: rerun with BLOBNET_TEST_SEED=%llu\n", lc->what,
-                       tune ? " (autotuned)" : "", gt_batches[k], (unsigned long long)seed);
+                printf("    %s%s, batch %d (seed %llu): rerun: %s\n", lc->what,
+                       tune ? " (autotuned)" : "", gt_batches[k], (unsigned long long)seed, lt_replay());
         }
         ctx->autotune = 0;
         if (r != BN_PASS) return r;

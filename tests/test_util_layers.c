@@ -14,15 +14,22 @@
 
 uint64_t lt_fresh_seed(void)
 {
-    const char *fixed = getenv("BLOBNET_TEST_SEED");
-    if (fixed && *fixed) return strtoull(fixed, NULL, 10);
+    static const char *test;
     static uint64_t calls;
-    struct timespec t;
-    clock_gettime(CLOCK_REALTIME, &t);
-    /* Mixed through the generator so that close times give unrelated seeds. */
+    if (test != bn_test_name()) test = bn_test_name(), calls = 0;
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (const char *p = test; *p; p++) h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
+    /* Mixed through the generator so that neighbouring calls give unrelated seeds. */
     bn_rng r;
-    bn_rng_seed(&r, (uint64_t)t.tv_sec * 1000000007ULL ^ (uint64_t)t.tv_nsec, (uint64_t)getpid() + ++calls);
-    return bn_rng_next(&r) >> 11; /* small enough to print and paste back exactly */
+    bn_rng_seed(&r, bn_test_seed() ^ h, ++calls);
+    return bn_rng_next(&r) >> 11; /* small enough to print exactly */
+}
+
+const char *lt_replay(void)
+{
+    static char text[256];
+    snprintf(text, sizeof text, "BLOBNET_TEST_SEED=%llu ./tests/run_tests %s", bn_test_seed(), bn_test_name());
+    return text;
 }
 
 double lt_rel_diff(const float *g, const float *c, const float *base, size_t count, size_t *where)
@@ -125,8 +132,8 @@ int lt_gradcheck(bn_net *net, const char *what, uint64_t seed, double eps, doubl
     if (res.kinks_skipped) printf(" (%ld kinks skipped)", res.kinks_skipped);
     printf("\n");
     if (s == BN_OK) return BN_PASS;
-    fprintf(stderr, "    gradcheck %s failed (seed %llu; rerun with BLOBNET_TEST_SEED=%llu): %s\n",
-            what, (unsigned long long)seed, (unsigned long long)seed, bn_last_error());
+    fprintf(stderr, "    gradcheck %s failed (seed %llu; rerun: %s): %s\n", what, (unsigned long long)seed,
+            lt_replay(), bn_last_error());
     return BN_FAIL;
 }
 

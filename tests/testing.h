@@ -67,6 +67,16 @@ int bn_test_skip(const char *fmt, ...)
 
 #define BN_SKIP_TEST(...) return bn_test_skip(__VA_ARGS__)
 
+/* The name of the test now running. */
+const char *bn_test_name(void);
+
+/* The run's seed: BLOBNET_TEST_SEED, or the runner's default, so that a run is repeatable. */
+unsigned long long bn_test_seed(void);
+
+/* What the running test has written on stderr so far, itself and the child processes it ran
+ * (the runner keeps it aside, and shows it only when the test fails). */
+const char *bn_test_stderr(void);
+
 /* Directory of the real MNIST files ($BLOBNET_TEST_DATA), or NULL when unset. */
 const char *bn_test_data_dir(void);
 
