@@ -163,6 +163,11 @@ BN_TEST(cli_no_cuda_warning_only_where_auto_was_asked_for)
 BN_TEST(cli_runs_under_valgrind_and_restarts_itself_natively)
 {
     char cmd[1024];
+#if defined(__SANITIZE_ADDRESS__)
+    /* The CLI of this build carries AddressSanitizer's runtime, which refuses to start under
+     * valgrind (both take over the process's memory). */
+    BN_SKIP_TEST("a SANITIZE=1 build: valgrind cannot run a program built with AddressSanitizer");
+#endif
     if (bn_test_run("valgrind --version", out, sizeof out) != 0) BN_SKIP_TEST("no valgrind (Debian: valgrind)");
     snprintf(cmd, sizeof cmd, "{ env -u OPENBLAS_CORETYPE valgrind -q %s --version 2>/dev/null; }", bn_test_cli());
     int rc = bn_test_run(cmd, out, sizeof out);
