@@ -35,6 +35,20 @@ static int files_equal(const char *a, const char *b)
  * the bar, far above chance (10%) and above what a subtly wrong gradient reaches. */
 #define SHORT_RUN_MIN_ACCURACY 90.0
 
+/* --test-limit keeps the first N test images: the run says how many it evaluates on, and an
+ * accuracy over 300 images is a multiple of 1/300. */
+BN_TEST(train_test_limit_evaluates_on_the_first_images)
+{
+    if (!bn_test_data_dir()) BN_SKIP_TEST("BLOBNET_TEST_DATA not set");
+    int rc = train("models/mlp.cfg --epochs 1 --train-limit 640 --test-limit 300");
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, out);
+    CHECK_MSG(strstr(out, "640 train / 300 test images"), "%s", out);
+    const double acc = final_accuracy(), hits = acc * 3.0;
+    CHECK_MSG(acc > 10.0 && fabs(hits - floor(hits + 0.5)) < 0.02, "accuracy %.2f%% is not k/300", acc);
+    CHECK(train("models/mlp.cfg --epochs 1 --test-limit 0") == 2 && strstr(out, "--test-limit: 0 is outside"));
+    return BN_PASS;
+}
+
 BN_TEST(train_lenet_cpu_short_run_learns)
 {
     if (!bn_test_data_dir()) BN_SKIP_TEST("BLOBNET_TEST_DATA not set");
@@ -58,7 +72,7 @@ static int resume_is_bit_exact(const char *extra)
     snprintf(full, sizeof full, "%s/full.safetensors", bn_test_tmpdir());
     snprintf(half, sizeof half, "%s/half.safetensors", bn_test_tmpdir());
     snprintf(resumed, sizeof resumed, "%s/resumed.safetensors", bn_test_tmpdir());
-    snprintf(common, sizeof common, "models/lenet.cfg --train-limit 600 --batch 50 --quiet %s", extra);
+    snprintf(common, sizeof common, "models/lenet.cfg --train-limit 600 --test-limit 500 --batch 50 --quiet %s", extra);
     snprintf(args, sizeof args, "%s --epochs 2 --save %s", common, full);
     CHECK_MSG(train(args) == 0, "%s", out);
     double acc_full = final_accuracy();
@@ -114,7 +128,7 @@ BN_TEST(train_fashion_mnist_from_its_default_directory)
         BN_SKIP_TEST("dataset-fashion-mnist is not installed");
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "%s train models/lenet.cfg --device cpu --dataset fashion-mnist --epochs 1 "
-             "--train-limit 3000 --quiet", bn_test_cli());
+             "--train-limit 3000 --test-limit 2000 --quiet", bn_test_cli());
     int rc = bn_test_run(cmd, out, sizeof out);
     CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
     double acc = final_accuracy();
@@ -144,7 +158,8 @@ BN_TEST(train_metrics_log_has_a_row_per_n_steps_and_per_epoch)
     if (!bn_test_data_dir()) BN_SKIP_TEST("BLOBNET_TEST_DATA not set");
     char path[512], args[1024];
     snprintf(path, sizeof path, "%s/metrics.csv", bn_test_tmpdir());
-    snprintf(args, sizeof args, "models/lenet.cfg --epochs 2 --train-limit 640 --batch 64 --log-every 4 --log %s --quiet",
+    snprintf(args, sizeof args, "models/lenet.cfg --epochs 2 --train-limit 640 --test-limit 500 --batch 64 --log-every 4 "
+             "--log %s --quiet",
              path);
     CHECK_MSG(train(args) == 0, "%s", out);
     FILE *f = fopen(path, "r");
@@ -308,7 +323,7 @@ BN_TEST(train_metrics_log_records_the_onecycle_and_warmup_rates)
     if (!bn_test_data_dir()) BN_SKIP_TEST("BLOBNET_TEST_DATA not set");
     char path[512], args[1024];
     snprintf(path, sizeof path, "%s/onecycle.csv", bn_test_tmpdir());
-    snprintf(args, sizeof args, "models/lenet.cfg --epochs 2 --train-limit 640 --batch 64 --optimizer adam "
+    snprintf(args, sizeof args, "models/lenet.cfg --epochs 2 --train-limit 640 --test-limit 500 --batch 64 --optimizer adam "
              "--lr 0.1 --lr-policy onecycle --warmup 3 --log-every 1 --log %s --quiet", path);
     CHECK_MSG(train(args) == 0, "%s", out);
     FILE *f = fopen(path, "r");

@@ -24,7 +24,7 @@
 typedef struct train_args {
     const char *model, *device, *save, *resume, *log;
     bn_data_flags data;     /* --dataset, --data, --data-option, --holdout */
-    long epochs, batch, seed, train_limit, log_every, profile_first, profile_last, checkpoint_every, debug_numerics;
+    long epochs, batch, seed, train_limit, test_limit, log_every, profile_first, profile_last, checkpoint_every, debug_numerics;
     long warmup;
     double lr, momentum, weight_decay;
     const char *optimizer, *lr_policy;
@@ -42,7 +42,7 @@ typedef struct train_args {
 } train_args;
 
 enum { OPT_DATA = 256, OPT_DATASET, OPT_DEVICE, OPT_EPOCHS, OPT_BATCH, OPT_LR, OPT_MOMENTUM, OPT_WD,
-       OPT_POLICY, OPT_SEED, OPT_LIMIT, OPT_SAVE, OPT_RESUME, OPT_QUIET, OPT_LOG, OPT_LOG_EVERY,
+       OPT_POLICY, OPT_SEED, OPT_LIMIT, OPT_TEST_LIMIT, OPT_SAVE, OPT_RESUME, OPT_QUIET, OPT_LOG, OPT_LOG_EVERY,
        OPT_TF32, OPT_DETERMINISTIC, OPT_AUTOTUNE, OPT_PROFILE, OPT_PLUGIN, OPT_NO_GRAPH,
        OPT_SHIFT, OPT_FLIP, OPT_NO_FLIP, OPT_PAD, OPT_CUTOUT,
        OPT_UNTIL, OPT_CHECKPOINT_EVERY, OPT_DEBUG_NUMERICS, OPT_OPTIMIZER, OPT_WARMUP, OPT_PRECISION,
@@ -55,7 +55,8 @@ static const struct option train_options[] = {
     {"momentum", required_argument, 0, OPT_MOMENTUM}, {"weight-decay", required_argument, 0, OPT_WD},
     {"optimizer", required_argument, 0, OPT_OPTIMIZER}, {"warmup", required_argument, 0, OPT_WARMUP},
     {"lr-policy", required_argument, 0, OPT_POLICY}, {"seed", required_argument, 0, OPT_SEED},
-    {"train-limit", required_argument, 0, OPT_LIMIT}, {"save", required_argument, 0, OPT_SAVE},
+    {"train-limit", required_argument, 0, OPT_LIMIT}, {"test-limit", required_argument, 0, OPT_TEST_LIMIT},
+    {"save", required_argument, 0, OPT_SAVE},
     {"resume", required_argument, 0, OPT_RESUME},   {"quiet", no_argument, 0, OPT_QUIET},
     {"log", required_argument, 0, OPT_LOG},         {"log-every", required_argument, 0, OPT_LOG_EVERY},
     {"tf32", no_argument, 0, OPT_TF32},             {"deterministic", no_argument, 0, OPT_DETERMINISTIC},
@@ -150,6 +151,7 @@ static int parse_args(int argc, char **argv, train_args *a)
         case OPT_POLICY: a->lr_policy = optarg; break;
         case OPT_SEED: BN_TRY(bn_cli_int("--seed", optarg, 0, 2147483647L, &a->seed)); break;
         case OPT_LIMIT: BN_TRY(bn_cli_int("--train-limit", optarg, 1, 2147483647L, &a->train_limit)); break;
+        case OPT_TEST_LIMIT: BN_TRY(bn_cli_int("--test-limit", optarg, 1, 2147483647L, &a->test_limit)); break;
         case OPT_SAVE: a->save = optarg; break;
         case OPT_RESUME: a->resume = optarg; break;
         case OPT_QUIET: a->quiet = 1; break;
@@ -372,8 +374,8 @@ static bn_status prepare(const train_args *a, train_run *r, bn_train_state *st)
     bn_cli_opening opening;
     BN_TRY(bn_cli_open_device_begin(a->device, quiet, &opening));
     bn_timeline_mark("model read");
-    bn_status data = bn_data_source_load_all(&r->data, r->net, (int)a->train_limit, quiet, &r->train, &r->test,
-                                             &r->holdout);
+    bn_status data = bn_data_source_load_all(&r->data, r->net, (int)a->train_limit, (int)a->test_limit, quiet,
+                                             &r->train, &r->test, &r->holdout);
     bn_timeline_mark("data read");
     BN_TRY(bn_cli_open_device_end(&opening, &r->ctx));
     bn_timeline_mark("device open");

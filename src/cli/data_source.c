@@ -129,12 +129,12 @@ static bn_status check_shape(const bn_net *net, const bn_dataset *d, const bn_da
     return BN_OK;
 }
 
-static bn_status load_all(bn_data_source *src, const bn_net *net, int limit, int quiet, bn_dataset *train,
-                          bn_dataset *test, bn_dataset *holdout)
+static bn_status load_all(bn_data_source *src, const bn_net *net, int limit, int test_limit, int quiet,
+                          bn_dataset *train, bn_dataset *test, bn_dataset *holdout)
 {
     BN_TRY(bn_data_source_load(src, net->input_shape, 1, limit, quiet, train));
     BN_TRY(check_shape(net, train, src, "training"));
-    BN_TRY(bn_data_source_load(src, net->input_shape, 0, 0, quiet, test));
+    BN_TRY(bn_data_source_load(src, net->input_shape, 0, test_limit, quiet, test));
     BN_TRY(check_shape(net, test, src, "test"));
     /* A split may lack the top classes (a subset): both take the larger count. */
     int classes = train->num_classes > test->num_classes ? train->num_classes : test->num_classes;
@@ -143,11 +143,11 @@ static bn_status load_all(bn_data_source *src, const bn_net *net, int limit, int
     return BN_OK;
 }
 
-bn_status bn_data_source_load_all(bn_data_source *src, const bn_net *net, int limit, int quiet, bn_dataset *train,
-                                  bn_dataset *test, bn_dataset *holdout)
+bn_status bn_data_source_load_all(bn_data_source *src, const bn_net *net, int limit, int test_limit, int quiet,
+                                  bn_dataset *train, bn_dataset *test, bn_dataset *holdout)
 {
     memset(holdout, 0, sizeof *holdout);
-    bn_status s = load_all(src, net, limit, quiet, train, test, holdout);
+    bn_status s = load_all(src, net, limit, test_limit, quiet, train, test, holdout);
     if (s != BN_OK) {
         bn_dataset_free(train);
         bn_dataset_free(test);

@@ -38,11 +38,12 @@ bn_status bn_data_source_resolve(const bn_data_flags *flags, const bn_net *net, 
  * examples of it (<= 0: all); a key of the format's that no reader used is refused. */
 bn_status bn_data_source_load(bn_data_source *src, bn_shape fit, int train, int limit, int quiet, bn_dataset *out);
 
-/* Loads the training and test splits for net, makes both hold the same class count (the larger),
- * checks them against the model (bn_data_check_model) and splits off the holdout (an empty set
- * when none). The sets are the caller's (bn_dataset_free) and zeroed on error. */
-bn_status bn_data_source_load_all(bn_data_source *src, const bn_net *net, int limit, int quiet, bn_dataset *train,
-                                  bn_dataset *test, bn_dataset *holdout);
+/* Loads the training and test splits for net (the first `limit` and `test_limit` examples of
+ * each; 0: all), makes both hold the same class count (the larger), checks them against the
+ * model (bn_data_check_model) and splits off the holdout (an empty set when none). The sets are
+ * the caller's (bn_dataset_free) and zeroed on error. */
+bn_status bn_data_source_load_all(bn_data_source *src, const bn_net *net, int limit, int test_limit, int quiet,
+                                  bn_dataset *train, bn_dataset *test, bn_dataset *holdout);
 
 /* The model's input against the data's example shape, and its outputs (the last layer's units)
  * against the data's classes: one line naming both on a mismatch. */

@@ -46,6 +46,7 @@ static const char train_usage[] =
     "  --warmup N          scale the rate of step s < N by (s + 1) / N\n"
     "  --seed N            seed of initial weights, shuffling and dropout\n"
     "  --train-limit N     train on the first N training images only\n"
+    "  --test-limit N      evaluate on the first N test images only\n"
     "  --save FILE         write a checkpoint (safetensors) after every epoch\n"
     "  --resume FILE       continue from a checkpoint written by --save\n"
     "  --checkpoint-every N  with --save, also write the checkpoint every N steps (it is\n"
