@@ -18,13 +18,13 @@ static const char *const check_names[BN_CHECK_COUNT] = {
 
 bn_layercheck_opts bn_layercheck_defaults(void)
 {
-    return (bn_layercheck_opts){.input = {3, 8, 8}, .batch = 3, .device_tolerance = 1e-4, .eval_tolerance = 0.02,
+    return (bn_layercheck_opts){.input = {5, 7, 9}, .batch = 3, .device_tolerance = 1e-4, .eval_tolerance = 0.02,
                                 .seed = 1, .grad = bn_gradcheck_defaults()};
 }
 
 const bn_layercheck_shape bn_layercheck_shapes[BN_LAYERCHECK_SHAPES] = {
-    {"small", {3, 8, 8}, 3},
-    {"realistic", {20, 12, 12}, 16},
+    {"small", {5, 7, 9}, 3},
+    {"realistic", {20, 13, 11}, 10},
 };
 
 const char *bn_check_outcome_name(bn_check_outcome c)
