@@ -18,7 +18,11 @@
  *                    training pass (alike on the CPU and the device), and after training passes
  *                    on one batch until they settle its evaluation output must come within
  *                    eval_tolerance of the training output: what the running statistics say. A
- *                    layer without buffers that is not stochastic gives the same in both modes.
+ *                    layer without buffers that is not stochastic gives the same in both modes;
+ *                    when it does not, the detail names a parameter its training pass changed
+ *                    (running statistics belong in buffers: bn_layer_add_buffer), or says whether
+ *                    its training output changes with the step and seed (random numbers, which
+ *                    --stochastic is for) or not (state that belongs in buffers).
  *                    On the device, from the CPU's buffers: writes all, repeats, agrees.
  *   determinism cpu  two identical forward+backward passes give bit-identical outputs, input
  *                    gradient, parameter gradients and metrics
