@@ -547,6 +547,124 @@ BN_TEST(layercheck_gpu_catches_a_wrong_gpu_path)
     return BN_PASS;
 }
 
+/* ---- evaluation differing from training: where the evaluation check's hint points ---- */
+
+/* Batch normalization without scale and shift, y = (x - mean) / sqrt(var + NORM_EPS) per
+ * channel, with the batch's statistics in training and running ones in evaluation. Correct, but
+ * it keeps the running mean and variance as parameters of lr_mult 0 instead of buffers. */
+#define NORM_EPS 1e-5
+
+static bn_status norm_setup(bn_layer *l, bn_shape in, bn_shape *out)
+{
+    static const char *const names[2] = {"running_mean", "running_var"};
+    for (int i = 0; i < 2; i++) {
+        if (bn_layer_add_param(l, names[i], 1, in.c, 1, 1, BN_INIT_CONSTANT, 1, 1) != i) return bn_last_status();
+        l->params[i].init_value = (float)i;
+        l->params[i].lr_mult = l->params[i].decay_mult = 0.0f;
+    }
+    *out = in;
+    return BN_OK;
+}
+
+/* The mean of a[i] * b[i] (b NULL: of a[i]) over channel c of every example of shape. */
+static double channel_mean(const bn_blob *shape, const float *a, const float *b, int c)
+{
+    size_t plane = (size_t)shape->h * shape->w;
+    double sum = 0.0;
+    for (int e = 0; e < shape->n; e++)
+        for (size_t i = ((size_t)e * shape->c + c) * plane, end = i + plane; i < end; i++)
+            sum += a[i] * (b ? b[i] : 1.0);
+    return sum / ((double)shape->n * plane);
+}
+
+static void batch_stats(const bn_blob *in, const float *x, int c, double *mean, double *var)
+{
+    *mean = channel_mean(in, x, NULL, c);
+    *var = channel_mean(in, x, x, c) - *mean * *mean;
+}
+
+static bn_status norm_forward(bn_layer *l, const bn_pass *p)
+{
+    BN_HOST_RD(x, l->in);
+    BN_HOST_WR(running_mean, l->params[0].value);
+    BN_HOST_WR(running_var, l->params[1].value);
+    BN_HOST_WR(y, l->out);
+    size_t plane = (size_t)l->in->h * l->in->w;
+    double m = (double)l->in->n * plane;
+    for (int c = 0; c < l->in->c; c++) {
+        double mean = running_mean[c], var = running_var[c];
+        if (p->train) {
+            batch_stats(l->in, x, c, &mean, &var);
+            running_mean[c] = (float)(0.9 * running_mean[c] + 0.1 * mean);
+            running_var[c] = (float)(0.9 * running_var[c] + 0.1 * var * m / (m - 1.0));
+        }
+        double inv = 1.0 / sqrt(var + NORM_EPS);
+        for (int e = 0; e < l->in->n; e++)
+            for (size_t i = ((size_t)e * l->in->c + c) * plane, end = i + plane; i < end; i++)
+                y[i] = (float)((x[i] - mean) * inv);
+    }
+    return BN_OK;
+}
+
+/* dx = (dy - mean(dy) - xhat mean(dy xhat)) / sqrt(var + eps), xhat the output; the running
+ * statistics get no gradient. */
+static bn_status norm_backward(bn_layer *l, const bn_pass *p)
+{
+    if (!l->in_grad) return BN_OK;
+    BN_HOST_RD(x, l->in);
+    BN_HOST_RD(dy, l->out_grad);
+    BN_HOST_WR(dx, l->in_grad);
+    size_t plane = (size_t)l->in->h * l->in->w;
+    for (int c = 0; c < l->in->c; c++) {
+        double mean, var;
+        batch_stats(l->in, x, c, &mean, &var);
+        double inv = 1.0 / sqrt(var + NORM_EPS), mdy = channel_mean(l->in, dy, NULL, c);
+        double mdy_xhat = inv * (channel_mean(l->in, dy, x, c) - mean * mdy);
+        for (int e = 0; e < l->in->n; e++)
+            for (size_t i = ((size_t)e * l->in->c + c) * plane, end = i + plane; i < end; i++)
+                dx[i] = (float)(inv * (dy[i] - mdy - (x[i] - mean) * inv * mdy_xhat));
+    }
+    return BN_OK;
+}
+
+/* Evaluation computes x instead of 2x: a plain bug, no state and no randomness. */
+static bn_status eval_wrong_forward(bn_layer *l, const bn_pass *p)
+{
+    return times(l, p->train ? 2.0f : 1.0f, bn_blob_count(l->out));
+}
+
+TEST_OPS(norm_ops, "lc_test_norm_in_params", norm_setup, norm_forward, norm_backward);
+TEST_OPS(eval_wrong_ops, "lc_test_eval_wrong", same_setup, eval_wrong_forward, double_backward);
+
+/* The kit on type fails the evaluation check alone, with a message that holds want and not unwanted. */
+static int check_eval_hint(const char *type, const char *options, const char *want, const char *unwanted)
+{
+    bn_layercheck_report r;
+    CHECK_OK(run_kit(type, options, NULL, &r));
+    const char *d = r.checks[BN_CHECK_EVALUATION].detail;
+    CHECK_OUTCOME(type, r, BN_CHECK_EVALUATION, BN_CHECK_FAIL);
+    CHECK_MSG(strstr(d, want) != NULL && strstr(d, unwanted) == NULL, "%s: %s", type, d);
+    CHECK_MSG(r.failed == 1, "%s: %d checks failed", type, r.failed);
+    return BN_PASS;
+}
+
+BN_TEST(layercheck_running_statistics_in_a_parameter_point_to_buffers)
+{
+    CHECK_OK(ensure(&norm_ops));
+    CHECK_OK(ensure(&eval_wrong_ops));
+    int r = check_eval_hint(norm_ops.type, NULL, "a training pass changed parameter running_mean[0]: running "
+                            "statistics belong in buffers (bn_layer_add_buffer), not parameters", "--stochastic");
+    if (r == BN_PASS)
+        r = check_eval_hint(eval_wrong_ops.type, NULL, "it draws no random numbers (its training output is the same "
+                            "at any step and seed): state evaluation reads, such as running statistics, belongs in "
+                            "buffers (bn_layer_add_buffer)", "--stochastic");
+    /* Dropout draws other masks at another step: there the flag is what it needs. */
+    if (r == BN_PASS)
+        r = check_eval_hint("dropout", "rate=0.3", "its training output changes with the step and seed: a layer that "
+                            "draws random numbers is checked with --stochastic", "bn_layer_add_buffer");
+    return r;
+}
+
 /* ---- the command line ---- */
 
 static char out[1 << 15];

@@ -458,7 +458,7 @@ BN_TEST(plugin_cli_trains_lenet_prelu)
     return BN_PASS;
 }
 
-/* A layer whose input gradient is 5% off past the 1,000th element: the small shape (576
+/* A layer whose input gradient is 5% off past the 1,000th element: the small shape (945
  * elements) cannot see it, the realistic one does, and the error says which shape failed. */
 BN_TEST(plugin_cli_all_shapes_names_the_failing_shape)
 {
@@ -468,13 +468,65 @@ BN_TEST(plugin_cli_all_shapes_names_the_failing_shape)
     snprintf(args, sizeof args, "check-layer square_large --plugin %s --device cpu", path);
     CHECK_CLI(args, 0, "5 passed, 0 failed, 3 skipped\n");
     snprintf(args, sizeof args, "check-layer square_large --plugin %s --device cpu --all-shapes", path);
-    CHECK_CLI(args, 1, "realistic shape: check-layer square_large: input 20x12x12, batch 16");
-    CHECK(strstr(out, "small shape: check-layer square_large: input 3x8x8, batch 3") != NULL);
+    CHECK_CLI(args, 1, "realistic shape: check-layer square_large: input 20x13x11, batch 10");
+    CHECK(strstr(out, "small shape: check-layer square_large: input 5x7x9, batch 3") != NULL);
     CHECK(strstr(out, "all shapes: 9 passed, 1 failed, 6 skipped\n") != NULL);
     CHECK_MSG(strstr(out, "blobnet: error: check-layer square_large: 1 of 10 checks failed: gradient at the realistic "
-                          "shape (20x12x12, batch 16)\n") != NULL, "%s", out);
+                          "shape (20x13x11, batch 10)\n") != NULL, "%s", out);
     snprintf(args, sizeof args, "check-layer square_large --plugin %s --all-shapes --batch 4", path);
     CHECK_CLI(args, 2, "--all-shapes picks the shapes and batches; leave out --batch");
+    return BN_PASS;
+}
+
+/* A plugin of type "upsample" repeating each input element in a 2x2 block, whose backward walks
+ * the output gradient's rows `step` apart ("2 * w" is right), built as NAME.so. */
+static bn_status build_upsample(const char *name, const char *step, char *path, size_t cap)
+{
+    char source[2048];
+    snprintf(source, sizeof source,
+             "#include \"blobnet.h\"\n"
+             "static bn_status setup(bn_layer *l, bn_shape in, bn_shape *out)\n"
+             "{ (void)l; *out = (bn_shape){in.c, 2 * in.h, 2 * in.w}; return BN_OK; }\n"
+             "static bn_status fwd(bn_layer *l, const bn_pass *p)\n"
+             "{ (void)p; BN_HOST_RD(x, l->in); BN_HOST_WR(y, l->out);\n"
+             "  size_t h = (size_t)l->in->h, w = (size_t)l->in->w, planes = (size_t)l->in->n * l->in->c;\n"
+             "  for (size_t q = 0; q < planes; q++) for (size_t i = 0; i < 2 * h; i++) for (size_t j = 0; j < 2 * w; j++)\n"
+             "    y[(q * 2 * h + i) * 2 * w + j] = x[(q * h + i / 2) * w + j / 2];\n"
+             "  return BN_OK; }\n"
+             "static bn_status bwd(bn_layer *l, const bn_pass *p)\n"
+             "{ (void)p; if (!l->in_grad) return BN_OK;\n"
+             "  BN_HOST_RD(dy, l->out_grad); BN_HOST_WR(dx, l->in_grad);\n"
+             "  size_t h = (size_t)l->in->h, w = (size_t)l->in->w, planes = (size_t)l->in->n * l->in->c;\n"
+             "  for (size_t q = 0; q < planes; q++) for (size_t i = 0; i < h; i++) for (size_t j = 0; j < w; j++) {\n"
+             "    const float *d = dy + q * 4 * h * w + 2 * i * (%s) + 2 * j;\n"
+             "    dx[(q * h + i) * w + j] = d[0] + d[1] + d[%s] + d[(%s) + 1]; }\n"
+             "  return BN_OK; }\n"
+             "static const bn_layer_ops ops = {.type = \"upsample\", .setup = setup,\n"
+             "                                 .forward_cpu = fwd, .backward_cpu = bwd};\n"
+             "bn_status blobnet_plugin_register(void) { return bn_register_layer(&ops); }\n",
+             step, step, step);
+    return build_plugin(name, source, path, cap);
+}
+
+/* An upsample whose backward steps through the output gradient by the height where it means the
+ * width. The kit's old shapes were square (3x8x8 at batch 3, 20x12x12 at batch 16), where the
+ * two are the same: it passed all 10 checks there, as it still passes at 3x8x8. The shapes now
+ * have a height unlike their width, and the gradient check fails at each of them. */
+BN_TEST(plugin_cli_kit_catches_height_for_width)
+{
+    char good[600], bad[600], args[1400];
+    CHECK_OK(build_upsample("upsample_good", "2 * w", good, sizeof good));
+    CHECK_OK(build_upsample("upsample_hw", "2 * h", bad, sizeof bad));
+    snprintf(args, sizeof args, "check-layer upsample --plugin %s --device cpu --all-shapes", good);
+    CHECK_CLI(args, 0, "all shapes: 10 passed, 0 failed, 6 skipped\n");
+    snprintf(args, sizeof args, "check-layer upsample --plugin %s --device cpu --input 3,8,8", bad);
+    CHECK_CLI(args, 0, "5 passed, 0 failed, 3 skipped\n");
+    snprintf(args, sizeof args, "check-layer upsample --plugin %s --device cpu", bad);
+    CHECK_CLI(args, 1, "blobnet: error: check-layer upsample: 1 of 5 checks failed: gradient\n");
+    CHECK(strstr(out, "gradient         FAIL    gradient check failed at input[") != NULL);
+    snprintf(args, sizeof args, "check-layer upsample --plugin %s --device cpu --all-shapes", bad);
+    CHECK_CLI(args, 1, "blobnet: error: check-layer upsample: 2 of 10 checks failed: gradient at the small shape "
+              "(5x7x9, batch 3); gradient at the realistic shape (20x13x11, batch 10)\n");
     return BN_PASS;
 }
 
@@ -485,7 +537,7 @@ BN_TEST(plugin_batchrms_passes_the_kit_at_all_shapes)
     char args[1400];
     snprintf(args, sizeof args, "check-layer batchrms --plugin %s --device cpu --all-shapes", example_path("batchrms"));
     CHECK_CLI(args, 0, "all shapes: 12 passed, 0 failed, 4 skipped\n");
-    CHECK(strstr(out, "evaluation       pass    writes all 46080 outputs, repeats bit for bit, leaves the buffers, "
+    CHECK(strstr(out, "evaluation       pass    writes all 28600 outputs, repeats bit for bit, leaves the buffers, "
                       "examples independent; buffers moved by training, settled after") != NULL);
     return BN_PASS;
 }
@@ -545,7 +597,7 @@ BN_TEST(plugin_check_layer_catches_evaluation_bugs)
          "the evaluation pass changed running_ms[0]"},
         {"eval_skips_rows", "EACH_ROW(b, n, c, row) for (int k = 0; k < b->plane; k++) y[row + k]",
          "EACH_ROW(b, p->train ? n : 1, c, row) for (int k = 0; k < b->plane; k++) y[row + k]",
-         "the evaluation pass left 384 of 576 outputs NaN or infinite"},
+         "the evaluation pass left 630 of 945 outputs NaN or infinite"},
     };
     for (size_t i = 0; i < sizeof bugs / sizeof bugs[0]; i++) {
         char path[600], args[1400];

@@ -18,7 +18,11 @@
  *                    training pass (alike on the CPU and the device), and after training passes
  *                    on one batch until they settle its evaluation output must come within
  *                    eval_tolerance of the training output: what the running statistics say. A
- *                    layer without buffers that is not stochastic gives the same in both modes.
+ *                    layer without buffers that is not stochastic gives the same in both modes;
+ *                    when it does not, the detail names a parameter its training pass changed
+ *                    (running statistics belong in buffers: bn_layer_add_buffer), or says whether
+ *                    its training output changes with the step and seed (random numbers, which
+ *                    --stochastic is for) or not (state that belongs in buffers).
  *                    On the device, from the CPU's buffers: writes all, repeats, agrees.
  *   determinism cpu  two identical forward+backward passes give bit-identical outputs, input
  *                    gradient, parameter gradients and metrics
@@ -87,7 +91,7 @@ typedef struct bn_layercheck_opts {
     bn_gradcheck_opts grad;    /* the gradient check's eps, tolerance and coordinates */
 } bn_layercheck_opts;
 
-/* Input 3x8x8, batch 3, no options, no device, device tolerance 1e-4 (float32 sums taken in
+/* Input 5x7x9, batch 3 (the small shape below), no options, no device, device tolerance 1e-4 (float32 sums taken in
  * another order, as cuBLAS and cuDNN do, stay near 1e-6; TF32 would be off by 1e-3),
  * evaluation tolerance 0.02 (a running variance kept unbiased, as batch normalization's is,
  * puts evaluation about 1 / (2 m) off training for m values per statistic; the statistics
@@ -95,7 +99,12 @@ typedef struct bn_layercheck_opts {
 bn_layercheck_opts bn_layercheck_defaults(void);
 
 /* The shapes `check-layer --all-shapes` runs: a small one, where a wrong value stands out, and a
- * realistic one (LeNet's second convolution's input), where sums are long and rounding grows. */
+ * realistic one (about LeNet's second convolution's input, 20x12x12), where sums are long and
+ * rounding grows. In each, channels, height and width are odd and differ from each other, the
+ * longer side is the width in one and the height in the other, and no batch is a power of two:
+ * a layer that steps by the height where it means the width, swaps channels and positions or
+ * sums in powers of two reads or writes the wrong elements at either, where a square shape of a
+ * power-of-two batch would let it pass. */
 typedef struct bn_layercheck_shape {
     const char *name;  /* "small", "realistic" */
     bn_shape input;    /* of every input */

@@ -236,22 +236,54 @@ done:
     return ok;
 }
 
+/* Why a layer without buffers computes something else in evaluation than in training, for the
+ * evaluation check's message: a parameter the training pass moved (running statistics kept as
+ * a parameter), random numbers (then --stochastic applies), or state kept out of the kit's
+ * sight. `before` holds the layer's parameters as they were before that training pass. */
+static bn_status mode_gap_hint(bn_kit *k, const bn_kit_snapshot *before, char *hint, size_t cap)
+{
+    bn_layer *l = bn_kit_under(k->cpu);
+    for (int i = 0; i < before->count; i++) {
+        const float *v = bn_blob_host_rd(l->params[i].value);
+        if (!v) return bn_last_status();
+        const bn_kit_part *p = &before->parts[i];
+        for (size_t j = 0; j < p->n; j++)
+            if (memcmp(&v[j], &p->v[j], sizeof *v) != 0) {
+                snprintf(hint, cap, "a training pass changed parameter %s[%zu]: running statistics belong in "
+                         "buffers (bn_layer_add_buffer), not parameters", p->name, j);
+                return BN_OK;
+            }
+    }
+    int random = 0;
+    BN_TRY(bn_kit_draws_random(k, k->cpu, &random));
+    if (random)
+        snprintf(hint, cap, "its training output changes with the step and seed: a layer that draws random "
+                 "numbers is checked with --stochastic");
+    else
+        snprintf(hint, cap, "it draws no random numbers (its training output is the same at any step and seed): "
+                 "state evaluation reads, such as running statistics, belongs in buffers (bn_layer_add_buffer)");
+    return BN_OK;
+}
+
 /* A layer without buffers or randomness computes the same in both modes. */
 static int modes_agree(bn_kit *k, bn_check *c, const bn_kit_part *evaluated, bn_status *s)
 {
-    bn_kit_snapshot trained = {0};
-    if ((*s = bn_net_forward(k->cpu, 1)) != BN_OK ||
-        (*s = bn_kit_add_part(&trained, "training output", bn_kit_under(k->cpu)->out)) != BN_OK)
-        return 0;
+    bn_layer *l = bn_kit_under(k->cpu);
+    bn_kit_snapshot params = {0}, trained = {0};
+    for (int i = 0; i < l->num_params && *s == BN_OK; i++)
+        *s = bn_kit_add_part(&params, l->params[i].name, l->params[i].value);
+    if (*s == BN_OK) *s = bn_net_forward(k->cpu, 1);
+    if (*s == BN_OK) *s = bn_kit_add_part(&trained, "training output", l->out);
     bn_kit_gap g = {0};
-    bn_kit_widen(&g, &trained.parts[0], evaluated);
+    if (*s == BN_OK) bn_kit_widen(&g, &trained.parts[0], evaluated);
+    int ok = *s == BN_OK && g.rel <= SAME_MODE_TOL;
+    char hint[200];
+    if (*s == BN_OK && !ok && (*s = mode_gap_hint(k, &params, hint, sizeof hint)) == BN_OK)
+        bn_kit_set(c, BN_CHECK_FAIL, "evaluation output[%zu] is %.7g, training gives %.7g (difference %.2g of the "
+            "largest) though the layer keeps no buffers; %s", g.index, (double)g.b, (double)g.a, g.rel, hint);
+    bn_kit_drop(&params);
     bn_kit_drop(&trained);
-    if (g.rel <= SAME_MODE_TOL) return 1;
-    bn_kit_set(c, BN_CHECK_FAIL, "evaluation output[%zu] is %.7g, training gives %.7g (difference %.2g of the "
-        "largest), though the layer keeps no buffers (a layer that draws random numbers in training is checked "
-        "with --stochastic)", g.index,
-        (double)g.b, (double)g.a, g.rel);
-    return 0;
+    return ok;
 }
 
 /* The evaluation pass on the device, from the CPU's buffers: it writes every output, leaves the

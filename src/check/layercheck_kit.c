@@ -413,6 +413,49 @@ void bn_kit_widen(bn_kit_gap *g, const bn_kit_part *pa, const bn_kit_part *pb)
     }
 }
 
+/* ---- does the layer draw random numbers? ---- */
+
+/* Copies of the parameter and buffer slabs (those net has) into s, in that order. */
+static bn_status keep_state(bn_net *net, bn_kit_snapshot *s)
+{
+    if (net->params) BN_TRY(bn_kit_add_part(s, "parameters", net->params));
+    if (net->buffers) BN_TRY(bn_kit_add_part(s, "buffers", net->buffers));
+    return BN_OK;
+}
+
+static bn_status restore_state(bn_net *net, const bn_kit_snapshot *s)
+{
+    bn_blob *slabs[2] = {net->params, net->buffers};
+    for (int i = 0, at = 0; i < 2; i++) {
+        if (!slabs[i]) continue;
+        float *v = bn_blob_host_wr(slabs[i]);
+        if (!v) return bn_last_status();
+        memcpy(v, s->parts[at].v, s->parts[at].n * sizeof *v);
+        at++;
+    }
+    return BN_OK;
+}
+
+bn_status bn_kit_draws_random(const bn_kit *k, bn_net *net, int *random)
+{
+    bn_kit_snapshot state = {0}, outs = {0};
+    bn_pass saved = net->pass;
+    bn_status s = keep_state(net, &state);
+    for (unsigned long long i = 0; i < 2 && s == BN_OK; i++) {
+        net->pass.step = saved.step + i;
+        net->pass.seed = saved.seed + i;
+        if ((s = bn_kit_feed(k, net)) == BN_OK && (s = bn_net_forward(net, 1)) == BN_OK)
+            s = bn_kit_add_part(&outs, "training output", bn_kit_under(net)->out);
+        bn_status r = restore_state(net, &state);
+        if (s == BN_OK) s = r;
+    }
+    net->pass = saved;
+    *random = s == BN_OK && memcmp(outs.parts[0].v, outs.parts[1].v, outs.parts[0].n * sizeof(float)) != 0;
+    bn_kit_drop(&state);
+    bn_kit_drop(&outs);
+    return s;
+}
+
 size_t bn_kit_count_nonfinite(bn_blob *b, bn_status *s)
 {
     size_t bad = 0;

@@ -94,6 +94,12 @@ void bn_kit_widen(bn_kit_gap *g, const bn_kit_part *pa, const bn_kit_part *pb);
 /* The number of NaN and infinite current elements of b (0 for a NULL blob); *s gets an error. */
 size_t bn_kit_count_nonfinite(bn_blob *b, bn_status *s);
 
+/* *random receives whether the layer under test draws random numbers in training: whether two
+ * training passes of net (the CPU's) on the same inputs, parameters and buffers, at other steps
+ * and seeds, give different outputs. A layer that computes a function of those alone gives the
+ * same bits. Parameters and buffers are left as they were. */
+bn_status bn_kit_draws_random(const bn_kit *k, bn_net *net, int *random);
+
 /* The evaluation check (layercheck.h): returns an error the caller turns into a failure. */
 bn_status bn_layercheck_evaluation(bn_kit *k, bn_check *c);
 
