@@ -40,6 +40,7 @@ BN_TEST(modelfile_syntax_errors_name_the_line)
 BN_TEST(modelfile_semantic_errors_name_the_line)
 {
     CHECK_ERR(build(INPUT "[convolution]\n"), BN_ERR_USAGE, "m.cfg:5: unknown section [convolution]; layer types are: dense");
+    CHECK_ERR(build(INPUT "[swish]\n"), BN_ERR_USAGE, "; a layer type from a plugin needs --plugin FILE");
     CHECK_ERR(build(INPUT "[dense]\noutputs = 3\ncolour = red\n"), BN_ERR_USAGE, "m.cfg:7: [dense] unknown key 'colour'");
     CHECK_ERR(build(INPUT "[dense]\n"), BN_ERR_USAGE, "m.cfg:5: [dense] missing required key 'outputs'");
     CHECK_ERR(build(INPUT "[dense]\noutputs = ten\n"), BN_ERR_USAGE, "m.cfg:6: [dense] outputs = 'ten' is not an integer");
