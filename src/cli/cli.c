@@ -1,7 +1,6 @@
 #include "cli.h"
 
 #include <errno.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,11 +24,9 @@ bn_status bn_cli_int(const char *flag, const char *text, long lo, long hi, long 
 
 bn_status bn_cli_float(const char *flag, const char *text, double lo, double hi, double *out)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(text, &end);
-    if (!*text || *end || errno == ERANGE || !isfinite(v))
-        return bn_error(BN_ERR_USAGE, "%s: '%s' is not a finite number", flag, text);
+    double v;
+    const char *why = bn_parse_finite(text, &v);
+    if (why) return bn_error(BN_ERR_USAGE, "%s: '%s' %s", flag, text, why);
     if (v < lo || v > hi) return bn_error(BN_ERR_USAGE, "%s: %g is outside %g..%g", flag, v, lo, hi);
     *out = v;
     return BN_OK;
