@@ -155,9 +155,7 @@ static int utf8_length(const unsigned char *p)
     return n;
 }
 
-/* Writes text with every byte that could drive a terminal (control characters, DEL, bytes that
- * are not UTF-8) as \xNN, so that a binary file's bytes echoed in a message stay inert. */
-static void put_escaped(FILE *f, const char *text)
+void bn_cli_put_escaped(FILE *f, const char *text)
 {
     for (const unsigned char *p = (const unsigned char *)text; *p;) {
         int n = *p >= 0x20 && *p < 0x7F ? 1 : *p >= 0x80 ? utf8_length(p) : 0;
@@ -178,7 +176,7 @@ void bn_cli_report(const char *kind, const char *fmt, ...)
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
     fprintf(stderr, "blobnet: %s: ", kind);
-    put_escaped(stderr, text);
+    bn_cli_put_escaped(stderr, text);
     fputc('\n', stderr);
 }
 

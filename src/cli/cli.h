@@ -3,6 +3,7 @@
 #define BN_CLI_H
 
 #include <pthread.h>
+#include <stdio.h>
 
 #include "commands.h"
 #include "core/device.h"
@@ -49,6 +50,10 @@ bn_status bn_cli_open_device_begin(const char *spec, int quiet, bn_cli_opening *
 /* Waits for the opening begun in o and gives its context (NULL for the CPU) in *ctx, current
  * on the calling thread too; or its error, as bn_cli_open_device would have returned it. */
 bn_status bn_cli_open_device_end(bn_cli_opening *o, bn_ctx **ctx);
+
+/* Writes text to f with every byte that could drive a terminal (control characters, DEL, bytes
+ * that are not UTF-8) as \xNN, so that a binary file's bytes or a strange file name stay inert. */
+void bn_cli_put_escaped(FILE *f, const char *text);
 
 /* Prints "blobnet: KIND: message" on stderr, one line, with control characters and bytes that
  * are not UTF-8 (a binary file's, a strange file name's) escaped as \xNN. */
