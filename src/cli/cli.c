@@ -1,6 +1,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -140,6 +141,38 @@ bn_status bn_cli_check_output_dir(const char *flag, const char *dir)
         return bn_error(BN_ERR_USAGE, "%s: cannot create %s: directory %s does not exist", flag, dir, parent);
     if (access(parent, W_OK | X_OK) != 0)
         return bn_error(BN_ERR_USAGE, "%s: cannot create %s in directory %s: %s", flag, dir, parent, strerror(errno));
+    return BN_OK;
+}
+
+bn_status bn_cli_check_output_file(const char *flag, const char *path)
+{
+    if (!path[0]) return bn_error(BN_ERR_USAGE, "%s: an empty path names no file", flag);
+    struct stat sb;
+    int exists = stat(path, &sb) == 0;
+    if (exists && !S_ISREG(sb.st_mode))
+        return bn_error(BN_ERR_USAGE, "%s: %s is %s, not a file that can be written", flag, path,
+                        S_ISDIR(sb.st_mode) ? "a directory" : "not a regular file");
+    if (!exists && errno != ENOENT) return bn_error(BN_ERR_USAGE, "%s: %s: %s", flag, path, strerror(errno));
+    char dir[4096];
+    parent_dir(path, dir, sizeof dir);
+    if (!exists && (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)))
+        return bn_error(BN_ERR_USAGE, "%s: directory %s does not exist", flag, dir);
+    /* Opening says what access() cannot: a read-only file system, or /proc, refuses even root. An
+     * existing file is opened without truncation; for a new one, a file of a name of its own is
+     * made beside it and removed, so that ranks checking the same path at once do not collide. */
+    if (exists) {
+        int fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0) return bn_error(BN_ERR_USAGE, "%s: cannot write %s: %s", flag, path, strerror(errno));
+        close(fd);
+        return BN_OK;
+    }
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/.blobnet-probe-XXXXXX", dir);
+    int fd = mkstemp(probe);
+    if (fd < 0)
+        return bn_error(BN_ERR_USAGE, "%s: cannot create %s in directory %s: %s", flag, path, dir, strerror(errno));
+    close(fd);
+    unlink(probe);
     return BN_OK;
 }
 

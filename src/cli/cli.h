@@ -68,6 +68,11 @@ void bn_cli_report(const char *kind, const char *fmt, ...)
  * writable directory. A usage error naming the flag and what is wrong otherwise. */
 bn_status bn_cli_check_output_dir(const char *flag, const char *dir);
 
+/* Checks before any work that the file given to `flag` can be written: an existing regular file
+ * that may be written, or a name that can be created in an existing, writable directory. A usage
+ * error naming the flag and what is wrong otherwise. */
+bn_status bn_cli_check_output_file(const char *flag, const char *path);
+
 /* The usage error for getopt's ':' (missing value) or '?' (unknown option) at arg. */
 bn_status bn_cli_option_error(int opt, int optopt_value, const char *arg);
 
