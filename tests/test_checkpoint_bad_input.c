@@ -274,7 +274,8 @@ BN_TEST(checkpoint_range_checks_every_progress_field)
         {"\"batch_in_epoch\":\"17\"", "\"batch_in_epoch\":\"0\"", "metadata batch_in_epoch = \"0\" is outside 1..99"},
         {"\"step\":\"4321\"", "\"step\":\"9223372036854775807\"", "metadata step = \"9223372036854775807\" is outside "
                                                                   "4..8589934588"},
-        {"\"step\":\"4321\"", "\"step\":\"3\"", "metadata step = \"3\" is outside 4..8589934588"},
+        {"\"step\":\"4321\"", "\"step\":\"3\"", "metadata step = \"3\" is outside 4..8589934588 (at least one "
+                                              "step for each epoch begun, at most 2147483647 for each up to this one)"},
         {"\"iter\":\"4321\"", "\"iter\":\"9223372036854775807\"", "metadata iter = \"9223372036854775807\" is outside "
                                                                   "4321..4321"},
         {"\"iter\":\"4321\"", "\"iter\":\"-5\"", "metadata iter = \"-5\" is outside 4321..4321"},
@@ -305,6 +306,15 @@ BN_TEST(checkpoint_range_checks_every_progress_field)
     CHECK_OK(bn_checkpoint_load(src, f.net, NULL, &st));
     CHECK(ck_edit_header(src, path, "\"iter\":\"0\"", "\"iter\":\"4322\"") == 0);
     CHECK_ERR(bn_checkpoint_load(path, f.net, NULL, &st), BN_ERR_DATA, "metadata iter = \"4322\" is outside 0..4321");
+    /* Saved at the end of epoch 4: four epochs begun, and five up to the one the file is in. */
+    f.st = (bn_train_state){.seed = 2147483647, .epoch = 4, .step = 4400, .examples = 640};
+    CHECK_OK(bn_checkpoint_save(src, f.net, NULL, &f.st));
+    CHECK(ck_edit_header(src, path, "\"step\":\"4400\"", "\"step\":\"10737418236\"") == 0);
+    CHECK_ERR(bn_checkpoint_load(path, f.net, NULL, &st), BN_ERR_DATA, "metadata step = \"10737418236\" is outside "
+              "4..10737418235 (at least one step for each epoch begun, at most 2147483647 for each up to this one)");
+    CHECK(ck_edit_header(src, path, "\"step\":\"4400\"", "\"step\":\"10737418235\"") == 0);
+    CHECK_OK(bn_checkpoint_load(path, f.net, NULL, &st));
+    CHECK(st.epoch == 4 && st.step == 10737418235L && st.epoch_seen == 0);
     ck_free_fixture(&f);
     return BN_PASS;
 }

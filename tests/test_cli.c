@@ -67,7 +67,9 @@ BN_TEST(cli_usage_errors_exit_2_with_one_line)
     CHECK_CLI("train models/lenet.cfg --epochs abc", 2, "blobnet: error: --epochs: 'abc' is not an integer");
     CHECK_CLI("train models/lenet.cfg --epochs", 2, "blobnet: error: option --epochs needs a value");
     CHECK_CLI("train models/lenet.cfg --batch 0", 2, "--batch: 0 is outside 1..65536");
-    CHECK_CLI("train models/lenet.cfg --lr 1e999", 2, "--lr: '1e999' is not a finite number");
+    CHECK_CLI("train models/lenet.cfg --lr 1e999", 2, "--lr: '1e999' is too large to hold (it overflows to infinity)");
+    CHECK_CLI("train models/lenet.cfg --lr 1e-400", 2, "--lr: '1e-400' is too small to hold (it underflows to 0)");
+    CHECK_CLI("train models/lenet.cfg --lr inf", 2, "--lr: 'inf' is not a finite number");
     CHECK_CLI("train models/lenet.cfg --colour red", 2, "unknown option '--colour'");
     CHECK_CLI("train models/lenet.cfg --lr-policy warp", 2, "--lr-policy: 'warp' is not one of fixed, step, inv, "
               "cosine, onecycle");

@@ -40,6 +40,7 @@ BN_TEST(modelfile_syntax_errors_name_the_line)
 BN_TEST(modelfile_semantic_errors_name_the_line)
 {
     CHECK_ERR(build(INPUT "[convolution]\n"), BN_ERR_USAGE, "m.cfg:5: unknown section [convolution]; layer types are: dense");
+    CHECK_ERR(build(INPUT "[swish]\n"), BN_ERR_USAGE, "; a layer type from a plugin needs --plugin FILE");
     CHECK_ERR(build(INPUT "[dense]\noutputs = 3\ncolour = red\n"), BN_ERR_USAGE, "m.cfg:7: [dense] unknown key 'colour'");
     CHECK_ERR(build(INPUT "[dense]\n"), BN_ERR_USAGE, "m.cfg:5: [dense] missing required key 'outputs'");
     CHECK_ERR(build(INPUT "[dense]\noutputs = ten\n"), BN_ERR_USAGE, "m.cfg:6: [dense] outputs = 'ten' is not an integer");
@@ -48,6 +49,12 @@ BN_TEST(modelfile_semantic_errors_name_the_line)
     CHECK_ERR(build(INPUT "[dense]\noutputs = 99999999999999999999\n"), BN_ERR_USAGE, "not an integer");
     CHECK_ERR(build(INPUT "[train]\nlr = fast\n[dense]\noutputs=2\n"), BN_ERR_USAGE, "m.cfg:6: [train] lr = 'fast' is not a finite number");
     CHECK_ERR(build(INPUT "[train]\nlr = nan\n[dense]\noutputs=2\n"), BN_ERR_USAGE, "not a finite number");
+    CHECK_ERR(build(INPUT "[train]\nlr = 1e-400\n[dense]\noutputs=2\n"), BN_ERR_USAGE,
+              "m.cfg:6: [train] lr = '1e-400' is too small to hold (it underflows to 0)");
+    CHECK_ERR(build(INPUT "[train]\nlr = 1e400\n[dense]\noutputs=2\n"), BN_ERR_USAGE,
+              "m.cfg:6: [train] lr = '1e400' is too large to hold (it overflows to infinity)");
+    CHECK_ERR(build(INPUT "[train]\nlr = -1e400\n[dense]\noutputs=2\n"), BN_ERR_USAGE,
+              "is too large to hold (it overflows to -infinity)");
     CHECK_ERR(build(INPUT "[train]\nlr_policy = warp\n[dense]\noutputs=2\n"), BN_ERR_USAGE, "is not one of: fixed, step, inv, cosine");
     CHECK_ERR(build(INPUT "[train]\nbatchsize = 3\n[dense]\noutputs=2\n"), BN_ERR_USAGE, "m.cfg:6: [train] unknown key 'batchsize'");
     CHECK_ERR(build(INPUT "[train]\noptimizer = lion\n[dense]\noutputs=2\n"), BN_ERR_USAGE, "m.cfg:6: [train] optimizer = 'lion' is not one of: sgd, adam, adamw");

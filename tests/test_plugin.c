@@ -395,6 +395,7 @@ BN_TEST(plugin_cli_loads_and_reports_errors)
     CHECK_CLI(args, 0, "total: 8 layers, 431580 parameters");
     CHECK(strstr(out, "prelu1           prelu          500x   1x1              500") != NULL);
     CHECK_CLI("summary models/lenet_prelu.cfg", 2, "lenet_prelu.cfg:52: unknown section [prelu]");
+    CHECK(strstr(out, ", batchnorm; a layer type from a plugin needs --plugin FILE\n") != NULL);
     CHECK_CLI("summary models/lenet_prelu.cfg --plugin", 2, "option --plugin needs a value");
     CHECK_CLI("summary models/lenet.cfg --plugins x.so", 2, "summary: unknown option");
     CHECK_CLI("train models/lenet.cfg --plugin /nonexistent/x.so", 2,

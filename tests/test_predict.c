@@ -205,6 +205,28 @@ BN_TEST(predict_json_is_one_object_per_line)
     return BN_PASS;
 }
 
+/* A file name holding a newline and an escape byte is printed with them as \xNN, its UTF-8 kept:
+ * one line an image, and nothing that drives the terminal. */
+BN_TEST(predict_escapes_control_bytes_in_file_names)
+{
+    char w[512], dir[512], odd[600], args[2048];
+    if (save_initial_weights(tmp_path(w, sizeof w, "initial.safetensors")) != BN_PASS) return BN_FAIL;
+    static unsigned char px[60 * 90];
+    bar_digit(px);
+    CHECK(mkdir(tmp_path(dir, sizeof dir, "control-names"), 0755) == 0);
+    snprintf(odd, sizeof odd, "%s/two\nlines\x1b[31m na\xc3\xafve.png", dir);
+    CHECK_OK(bn_image_write_png(odd, px, 60, 90));
+    /* The shell's glob passes the name, which quoting could not. */
+    snprintf(args, sizeof args, "models/lenet.cfg %s '%s'/*.png", w, dir);
+    CHECK_MSG(predict(args) == 0 && err[0] == '\0', "stdout:\n%s\nstderr:\n%s", out, err);
+    CHECK_MSG(count_lines(out) == 1, "%s", out);
+    char want[700];
+    snprintf(want, sizeof want, "%s/two\\x0alines\\x1b[31m na\xc3\xafve.png: ", dir);
+    CHECK_MSG(strncmp(out, want, strlen(want)) == 0, "%s lacks %s", out, want);
+    CHECK(strchr(out, '\x1b') == NULL);
+    return BN_PASS;
+}
+
 /* ---- models of other shapes ---- */
 
 /* TMP/NAME.cfg: an input of c x h x w, a dense layer and softmax; its initial weights saved

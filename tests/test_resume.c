@@ -144,8 +144,8 @@ static void expand(const char *text, char *buf, size_t cap)
     buf[n < cap ? n : cap - 1] = '\0';
 }
 
-/* --save naming a directory, a FIFO or a place no file can be made, and --log naming a
- * directory, fail before the first step, in one line. */
+/* --save and --log naming a directory, a FIFO or a place no file can be made fail before the
+ * data is read, in one line, with exit code 2. */
 BN_TEST(resume_save_and_log_targets_are_checked_before_training)
 {
     CHECK(ft_small_mnist() != NULL);
@@ -159,7 +159,11 @@ BN_TEST(resume_save_and_log_targets_are_checked_before_training)
         {"--save", "@/save.fifo", "--save: @/save.fifo is not a regular file, not a file that can be replaced"},
         {"--save", "/proc/blobnet.safetensors", "--save: cannot create a file in directory /proc: "},
         {"--save", "''", "--save: an empty path names no file"},
-        {"--log", "@", "@: the metrics log must be a regular file, and this is a directory"},
+        {"--log", "@", "--log: @ is a directory, not a file that can be written"},
+        {"--log", "@/save.fifo", "--log: @/save.fifo is not a regular file, not a file that can be written"},
+        {"--log", "@/nodir/log.csv", "--log: directory @/nodir does not exist"},
+        {"--log", "/proc/blobnet.csv", "--log: cannot create /proc/blobnet.csv in directory /proc: "},
+        {"--log", "''", "--log: an empty path names no file"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char target[600];

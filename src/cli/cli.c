@@ -1,7 +1,7 @@
 #include "cli.h"
 
 #include <errno.h>
-#include <math.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,11 +25,9 @@ bn_status bn_cli_int(const char *flag, const char *text, long lo, long hi, long 
 
 bn_status bn_cli_float(const char *flag, const char *text, double lo, double hi, double *out)
 {
-    char *end;
-    errno = 0;
-    double v = strtod(text, &end);
-    if (!*text || *end || errno == ERANGE || !isfinite(v))
-        return bn_error(BN_ERR_USAGE, "%s: '%s' is not a finite number", flag, text);
+    double v;
+    const char *why = bn_parse_finite(text, &v);
+    if (why) return bn_error(BN_ERR_USAGE, "%s: '%s' %s", flag, text, why);
     if (v < lo || v > hi) return bn_error(BN_ERR_USAGE, "%s: %g is outside %g..%g", flag, v, lo, hi);
     *out = v;
     return BN_OK;
@@ -146,6 +144,38 @@ bn_status bn_cli_check_output_dir(const char *flag, const char *dir)
     return BN_OK;
 }
 
+bn_status bn_cli_check_output_file(const char *flag, const char *path)
+{
+    if (!path[0]) return bn_error(BN_ERR_USAGE, "%s: an empty path names no file", flag);
+    struct stat sb;
+    int exists = stat(path, &sb) == 0;
+    if (exists && !S_ISREG(sb.st_mode))
+        return bn_error(BN_ERR_USAGE, "%s: %s is %s, not a file that can be written", flag, path,
+                        S_ISDIR(sb.st_mode) ? "a directory" : "not a regular file");
+    if (!exists && errno != ENOENT) return bn_error(BN_ERR_USAGE, "%s: %s: %s", flag, path, strerror(errno));
+    char dir[4096];
+    parent_dir(path, dir, sizeof dir);
+    if (!exists && (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)))
+        return bn_error(BN_ERR_USAGE, "%s: directory %s does not exist", flag, dir);
+    /* Opening says what access() cannot: a read-only file system, or /proc, refuses even root. An
+     * existing file is opened without truncation; for a new one, a file of a name of its own is
+     * made beside it and removed, so that ranks checking the same path at once do not collide. */
+    if (exists) {
+        int fd = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0) return bn_error(BN_ERR_USAGE, "%s: cannot write %s: %s", flag, path, strerror(errno));
+        close(fd);
+        return BN_OK;
+    }
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/.blobnet-probe-XXXXXX", dir);
+    int fd = mkstemp(probe);
+    if (fd < 0)
+        return bn_error(BN_ERR_USAGE, "%s: cannot create %s in directory %s: %s", flag, path, dir, strerror(errno));
+    close(fd);
+    unlink(probe);
+    return BN_OK;
+}
+
 /* The length of the UTF-8 sequence that starts at p, or 0 when it is not one: a lone
  * continuation byte, a truncated or overlong sequence, or a C1 control (U+0080..U+009F). */
 static int utf8_length(const unsigned char *p)
@@ -158,9 +188,7 @@ static int utf8_length(const unsigned char *p)
     return n;
 }
 
-/* Writes text with every byte that could drive a terminal (control characters, DEL, bytes that
- * are not UTF-8) as \xNN, so that a binary file's bytes echoed in a message stay inert. */
-static void put_escaped(FILE *f, const char *text)
+void bn_cli_put_escaped(FILE *f, const char *text)
 {
     for (const unsigned char *p = (const unsigned char *)text; *p;) {
         int n = *p >= 0x20 && *p < 0x7F ? 1 : *p >= 0x80 ? utf8_length(p) : 0;
@@ -181,7 +209,7 @@ void bn_cli_report(const char *kind, const char *fmt, ...)
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
     fprintf(stderr, "blobnet: %s: ", kind);
-    put_escaped(stderr, text);
+    bn_cli_put_escaped(stderr, text);
     fputc('\n', stderr);
 }
 

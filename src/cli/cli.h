@@ -3,6 +3,7 @@
 #define BN_CLI_H
 
 #include <pthread.h>
+#include <stdio.h>
 
 #include "commands.h"
 #include "core/device.h"
@@ -50,6 +51,10 @@ bn_status bn_cli_open_device_begin(const char *spec, int quiet, bn_cli_opening *
  * on the calling thread too; or its error, as bn_cli_open_device would have returned it. */
 bn_status bn_cli_open_device_end(bn_cli_opening *o, bn_ctx **ctx);
 
+/* Writes text to f with every byte that could drive a terminal (control characters, DEL, bytes
+ * that are not UTF-8) as \xNN, so that a binary file's bytes or a strange file name stay inert. */
+void bn_cli_put_escaped(FILE *f, const char *text);
+
 /* Prints "blobnet: KIND: message" on stderr, one line, with control characters and bytes that
  * are not UTF-8 (a binary file's, a strange file name's) escaped as \xNN. */
 void bn_cli_report(const char *kind, const char *fmt, ...)
@@ -62,6 +67,11 @@ void bn_cli_report(const char *kind, const char *fmt, ...)
  * existing directory that may be written, or a name that can be created in an existing,
  * writable directory. A usage error naming the flag and what is wrong otherwise. */
 bn_status bn_cli_check_output_dir(const char *flag, const char *dir);
+
+/* Checks before any work that the file given to `flag` can be written: an existing regular file
+ * that may be written, or a name that can be created in an existing, writable directory. A usage
+ * error naming the flag and what is wrong otherwise. */
+bn_status bn_cli_check_output_file(const char *flag, const char *path);
 
 /* The usage error for getopt's ':' (missing value) or '?' (unknown option) at arg. */
 bn_status bn_cli_option_error(int opt, int optopt_value, const char *arg);

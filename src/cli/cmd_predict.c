@@ -153,7 +153,8 @@ static void print_prediction(const char *path, const float *p, int k, int json)
         printf("]}\n");
         return;
     }
-    printf("%s:", path);
+    bn_cli_put_escaped(stdout, path);
+    putchar(':');
     for (int t = 0; t < n; t++) printf("%s %d (%.2f%%)", t ? "," : "", top[t], 100.0 * p[top[t]]);
     printf("\n");
 }

@@ -187,6 +187,7 @@ static int parse_args(int argc, char **argv, train_args *a)
     if (a->log_every && !a->log) return bn_error(BN_ERR_USAGE, "--log-every needs --log FILE");
     if (a->checkpoint_every && !a->save) return bn_error(BN_ERR_USAGE, "--checkpoint-every needs --save FILE");
     if (a->save) BN_TRY(check_save_path(a->save));
+    if (a->log) BN_TRY(bn_cli_check_output_file("--log", a->log));
     BN_TRY(check_rank_flags(a));
     if (optind >= argc) return bn_error(BN_ERR_USAGE, "train: missing MODEL (see 'blobnet train --help')");
     if (optind + 1 < argc) return bn_error(BN_ERR_USAGE, "train: unexpected argument '%s'", argv[optind + 1]);

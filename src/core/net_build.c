@@ -88,8 +88,8 @@ static bn_status unknown_section(const bn_options *o)
         size_t len = strlen(known);
         snprintf(known + len, sizeof known - len, "%s%s", i ? ", " : "", bn_layer_type_at(i)->type);
     }
-    return bn_error(BN_ERR_USAGE, "%s:%d: unknown section [%s]; layer types are: %s", o->file, o->line,
-                    o->section, known);
+    return bn_error(BN_ERR_USAGE, "%s:%d: unknown section [%s]; layer types are: %s; a layer type from a plugin "
+                    "needs --plugin FILE", o->file, o->line, o->section, known);
 }
 
 static bn_status add_layer(bn_net *net, bn_options *o, const bn_layer_ops *ops, const char **inputs)

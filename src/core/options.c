@@ -66,6 +66,23 @@ bn_status bn_opt_int_required(bn_options *o, const char *key, int lo, int hi, in
     return bn_opt_int(o, key, 0, lo, hi, out);
 }
 
+const char *bn_parse_finite(const char *text, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (end == text || *end) return "is not a finite number";
+    /* strtod says ERANGE for a result past the largest double (it gives +-HUGE_VAL) and for one
+     * past the smallest (it gives 0, or a subnormal, which holds the number and is kept). */
+    if (errno == ERANGE && isinf(v))
+        return v > 0 ? "is too large to hold (it overflows to infinity)"
+                     : "is too large to hold (it overflows to -infinity)";
+    if (errno == ERANGE && v == 0) return "is too small to hold (it underflows to 0)";
+    if (!isfinite(v)) return "is not a finite number";
+    *out = v;
+    return NULL;
+}
+
 bn_status bn_opt_float(bn_options *o, const char *key, double def, double lo, double hi, double *out)
 {
     bn_option *it = find(o, key);
@@ -73,11 +90,9 @@ bn_status bn_opt_float(bn_options *o, const char *key, double def, double lo, do
         *out = def;
         return BN_OK;
     }
-    char *end;
-    errno = 0;
-    double v = strtod(it->value, &end);
-    if (end == it->value || *end != '\0' || errno == ERANGE || !isfinite(v))
-        return bn_opt_error(o, key, "%s = '%s' is not a finite number", key, it->value);
+    double v;
+    const char *why = bn_parse_finite(it->value, &v);
+    if (why) return bn_opt_error(o, key, "%s = '%s' %s", key, it->value, why);
     if (v < lo || v > hi)
         return bn_opt_error(o, key, "%s = %g is out of range [%g, %g]", key, v, lo, hi);
     *out = v;

@@ -36,6 +36,10 @@ bn_status bn_opt_int_required(bn_options *o, const char *key, int lo, int hi, in
 /* Floating-point option (finite), `def` when absent; an error unless lo <= value <= hi. */
 bn_status bn_opt_float(bn_options *o, const char *key, double def, double lo, double hi, double *out);
 
+/* Reads all of text as a finite number: NULL with *out set, or why it is not one, to follow the text
+ * in a message ("is not a finite number", "is too small to hold (it underflows to 0)", ...). */
+const char *bn_parse_finite(const char *text, double *out);
+
 /* String option; *out points into the options (valid while they live); `def` when absent. */
 bn_status bn_opt_str(bn_options *o, const char *key, const char *def, const char **out);
 

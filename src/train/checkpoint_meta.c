@@ -265,9 +265,10 @@ static bn_status read_progress(const bn_safetensors *f, int recorded_examples, b
     BN_TRY(meta_integer(f, "batch_in_epoch", seen > 0, seen,
                         "the epoch's steps: at least one once examples are seen, at most one an example", &v));
     st->batch_in_epoch = (int)v;
+    /* An epoch's steps are counted in an int (batch_in_epoch). */
     long long first = st->epoch + (seen > 0);
     BN_TRY(meta_integer(f, "step", first, (st->epoch + 1LL) * INT_MAX,
-                        "a step at least for every epoch begun, 2147483647 at most", &v));
+                        "at least one step for each epoch begun, at most 2147483647 for each up to this one", &v));
     st->step = (long)v;
     const char *text;
     BN_TRY(meta_required(f, "has_momentum", &text));
