@@ -32,7 +32,7 @@ BN_TEST(net_scale_duplicate_names_are_refused_with_their_lines)
 {
     bn_net *net = NULL;
     CHECK_ERR(bn_net_from_text(INPUT "[relu]\nname=a\n[relu]\n[relu]\nname=a\n", "dup.cfg", &net), BN_ERR_USAGE,
-              "dup.cfg:10: layer name 'a' is used twice (also at line 5)");
+              "dup.cfg:9: [relu] layer name 'a' is used twice (also at line 5)");
     /* A default name counts the layers of its type before it: the third ReLU is relu3, the
      * name the first one took. */
     CHECK_ERR(bn_net_from_text(INPUT "[relu]\nname=relu3\n[relu]\n[relu]\n", "dup.cfg", &net), BN_ERR_USAGE,
