@@ -86,8 +86,8 @@ static void apply_grad(const act_priv *p, const float *x, const float *y, const 
 {
     float a = p->a;
     switch (p->kind) {
-    case ACT_RELU:
-        for (size_t i = 0; i < count; i++) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+    case ACT_RELU: /* y > 0 exactly where x > 0, and y is what a ReLU run in place still has */
+        for (size_t i = 0; i < count; i++) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
         break;
     case ACT_SIGMOID:
         for (size_t i = 0; i < count; i++) dx[i] = dy[i] * y[i] * (1.0f - y[i]);
@@ -153,9 +153,12 @@ static void act_destroy(bn_layer *l)
         .destroy = act_destroy,                                   \
         .bf16 = 1,                                                \
         .absorbable_as = absorbable,                              \
+        .relu_in_place = absorbable == BN_ABSORB_RELU,            \
     }
 
-/* Only the ReLU is declared to its neighbours: their epilogues and masks compute no other kind. */
+/* Only the ReLU is declared to its neighbours: their epilogues and masks compute no other kind.
+ * A ReLU after a ReLU may run in place over its output: the first one's backward pass reads only
+ * the sign of that output, which max(y, 0) keeps. */
 ACTIVATION_OPS(bn_relu_ops, "relu", parse_relu, "max(x, 0) elementwise; no keys", BN_ABSORB_RELU);
 ACTIVATION_OPS(bn_sigmoid_ops, "sigmoid", parse_sigmoid, "1 / (1 + exp(-x)) elementwise; no keys", 0);
 ACTIVATION_OPS(bn_tanh_ops, "tanh", parse_tanh, "tanh(x) elementwise; no keys", 0);

@@ -115,5 +115,6 @@ const bn_layer_ops bn_add_ops = {
     .flops = add_flops,
     .fuse_gpu = BN_GPU(bn_add_fuse_relu),
     .absorbs = BN_ABSORB_RELU,
+    .relu_in_place = 1, /* its backward pass does not read its output */
     .bf16 = 1,
 };

@@ -161,6 +161,7 @@ const bn_layer_ops bn_batchnorm_ops = {
     .backward_gpu = BN_GPU(bn_batchnorm_backward_gpu),
     .fuse_gpu = BN_GPU(bn_batchnorm_fuse_relu),
     .absorbs = BN_ABSORB_RELU,
+    .relu_in_place = 1, /* its backward pass does not read its output */
     .flops = batchnorm_flops,
     .destroy = batchnorm_destroy,
     .bf16 = 1,

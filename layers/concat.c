@@ -68,4 +68,5 @@ const bn_layer_ops bn_concat_ops = {
     .forward_gpu = BN_GPU(bn_concat_forward_gpu),
     .backward_gpu = BN_GPU(bn_concat_backward_gpu),
     .bf16 = 1,
+    .relu_in_place = 1, /* its backward pass does not read its output */
 };

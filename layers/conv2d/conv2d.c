@@ -181,6 +181,7 @@ const bn_layer_ops bn_conv2d_ops = {
     .destroy = conv_destroy,
     .fuse_gpu = BN_GPU(bn_conv2d_fuse_relu),
     .absorbs = BN_ABSORB_RELU,
+    .relu_in_place = 1, /* its backward pass does not read its output */
     .fuse_next_gpu = BN_GPU(bn_conv2d_fuse_next),
     .describe_gpu = BN_GPU(bn_conv2d_gpu_describe),
     .bf16 = 1,

@@ -108,6 +108,7 @@ const bn_layer_ops bn_dense_ops = {
     .destroy = dense_destroy,
     .fuse_gpu = BN_GPU(bn_dense_fuse_relu),
     .absorbs = BN_ABSORB_RELU,
+    .relu_in_place = 1, /* its backward pass does not read its output */
     .fuse_next_gpu = BN_GPU(bn_dense_fuse_next),
     .describe_gpu = BN_GPU(bn_dense_gpu_describe),
     .bf16 = 1,

@@ -69,6 +69,7 @@ static bn_status load_model(const predict_args *a, int batch, bn_net **net)
         return bn_error(BN_ERR_USAGE, "%s: predict needs class probabilities: a softmax_ce layer at the end", a->model);
     bn_ctx *ctx;
     BN_TRY(bn_cli_open_device(a->device, 0, &ctx));
+    (*net)->relu_in_place = 1; /* on the CPU, ReLUs over their input where they may */
     BN_TRY(bn_net_setup(*net, batch, ctx, 0, (*net)->train.seed));
     return bn_checkpoint_load_weights(a->weights, *net);
 }

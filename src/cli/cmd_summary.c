@@ -103,6 +103,7 @@ int bn_cmd_summary(int argc, char **argv)
     }
     bn_net *net = NULL;
     if (s == BN_OK) s = bn_net_from_file(argv[1], &net);
+    if (s == BN_OK) net->relu_in_place = 1; /* the blobs of a long chain of ReLUs once, not each */
     if (s == BN_OK) s = bn_net_setup(net, 1, NULL, 0, net->train.seed);
     if (s == BN_OK) {
         if (dot) print_dot(net);

@@ -132,6 +132,7 @@ static bn_status run(const test_args *a, bn_net **net, bn_data_source *src, bn_d
     BN_TRY(bn_cli_open_device(a->device, 0, &ctx));
     BN_TRY(bn_cli_apply_precision(a->bf16, ctx));
     BN_TRY(bn_data_source_load(src, (*net)->input_shape, 0, 0, 0, test));
+    (*net)->relu_in_place = 1; /* on the CPU, ReLUs over their input where they may */
     BN_TRY(bn_net_setup(*net, (int)a->batch, ctx, 0, (*net)->train.seed));
     BN_TRY(bn_data_check_model(*net, test, src, "test"));
     if (a->misclassified) BN_TRY(check_writable_images(test));

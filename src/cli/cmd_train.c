@@ -389,6 +389,7 @@ static bn_status prepare(const train_args *a, train_run *r, bn_train_state *st)
     BN_TRY(data);
     if (a->bf16 == BN_PRECISION_BF16 && a->rank < 0) BN_TRY(choose_precision(a, r->ctx, cfg->batch, quiet));
     if (r->net->input_norm_auto && !a->resume) BN_TRY(auto_input_norm(r, !quiet && !follower(a)));
+    r->net->relu_in_place = 1; /* on the CPU, ReLUs over their input where they may */
     BN_TRY(bn_net_setup(r->net, cfg->batch, r->ctx, 0, cfg->seed));
     bn_timeline_mark("network set up");
     BN_TRY(bn_data_check_model(r->net, &r->train, &r->data, "training"));
@@ -407,6 +408,8 @@ static bn_status prepare(const train_args *a, train_run *r, bn_train_state *st)
         printf("blobnet: training %s on %s%s%s: %d train / %d test images, batch %d, %zu parameters\n",
                a->model, r->ctx ? "gpu " : "cpu", r->ctx ? r->ctx->name : "", a->resume ? " (resumed)" : "",
                r->train.count, r->test.count, cfg->batch, r->net->num_params);
+    /* Seen at once through a pipe or a log file too, not when the first epoch ends. */
+    fflush(stdout);
     return BN_OK;
 }
 

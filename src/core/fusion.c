@@ -71,31 +71,16 @@ static void consumer_into_producer(bn_layer *p, bn_layer *c)
 static const fusion_rule rules[] = {activation_forward_into_producer, activation_backward_into_consumer,
                                     consumer_into_producer};
 
-/* The layer that writes blob b, or NULL for the network's input. */
-static bn_layer *producer_of(const bn_net *net, const bn_blob *b)
-{
-    for (int i = 0; i < net->num_layers; i++)
-        if (net->layers[i]->out == b) return net->layers[i];
-    return NULL;
-}
-
 bn_layer *bn_net_sole_consumer(const bn_net *net, const bn_layer *l)
 {
-    bn_layer *found = NULL;
-    for (int i = 0; i < net->num_layers; i++)
-        for (int j = 0; j < net->layers[i]->num_inputs; j++) {
-            if (net->layers[i]->inputs[j] != l->out) continue;
-            if (found) return NULL;
-            found = net->layers[i];
-        }
-    return found;
+    return l->num_readers == 1 ? net->layers[l->reader] : NULL;
 }
 
 void bn_net_fuse(bn_net *net)
 {
     for (int i = 0; i < net->num_layers; i++) {
         bn_layer *c = net->layers[i];
-        bn_layer *p = c->num_inputs == 1 ? producer_of(net, c->in) : NULL;
+        bn_layer *p = c->num_inputs == 1 && c->sources[0] >= 0 ? net->layers[c->sources[0]] : NULL;
         if (!p || bn_net_sole_consumer(net, p) != c) continue;
         for (size_t r = 0; r < sizeof rules / sizeof rules[0]; r++) rules[r](p, c);
     }
@@ -117,6 +102,10 @@ void bn_net_unfuse_loss(bn_net *net)
 int bn_net_blob_unwritten(const bn_net *net, int i, int grad)
 {
     if (i < 0 || i >= net->num_layers) return 0;
+    /* A ReLU run in place ends its output gradient as its input gradient, and a layer whose
+     * reader runs in place over it ends the step holding the reader's output. */
+    if (grad && net->layers[i]->in_place) return 1;
     const bn_layer *c = bn_net_sole_consumer(net, net->layers[i]);
+    if (!grad && c && c->in_place) return 1;
     return c && (c->gpu_fused & (grad ? BN_FUSED_NO_IN_GRAD : BN_FUSED_NO_IN)) != 0;
 }

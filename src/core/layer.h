@@ -115,6 +115,10 @@ struct bn_layer {
     int num_grad_parts;
     bn_buffer buffers[BN_MAX_BUFFERS]; /* declared by setup (bn_layer_add_buffer) */
     int num_buffers;
+    int num_readers;           /* inputs of later layers that read `out` (one layer may count twice) */
+    int reader;                /* the index of the first layer that reads `out`, -1 when none does */
+    int in_place;              /* set up to run in place: out and out_grad are the blobs of the layer
+                                  it reads (in == out, in_grad == out_grad), which own them */
 };
 
 /* The bits of bn_layer.gpu_fused: the layer's GPU forward (backward) pass is done by its
@@ -134,7 +138,9 @@ struct bn_layer {
  * declares a kind only when it computes exactly that, with no state a neighbour would not know. */
 #define BN_ABSORB_RELU 1u    /* elementwise max(x, 0), no parameters: a producer's epilogue may
                               * write its output, a consumer mask its own input gradient where
-                              * the output is 0 (fusion.c asks fuse_gpu) */
+                              * the output is 0 (fusion.c asks fuse_gpu), and on the CPU the
+                              * network may run it in place (relu_in_place): its CPU passes then
+                              * find in == out and in_grad == out_grad */
 #define BN_ABSORB_MAXPOOL 2u /* the max pooling of layers/pool.h, its window and argmax mask in
                               * that file's pool_priv: a producer's kernels may pool their output
                               * (fuse_next_gpu looks for it) */
@@ -205,6 +211,11 @@ struct bn_layer_ops {
                              * its place: one BN_ABSORB_* bit, 0 (the default) for nothing they may */
     unsigned absorbs;       /* the elementwise activations (BN_ABSORB_* bits) whose passes this
                              * type's fuse_gpu can do; the network asks it about no other */
+    int relu_in_place;      /* a ReLU that is the only reader of this layer's output may run in place
+                             * over it on the CPU (net_setup.c): the ReLU's forward pass then writes
+                             * max(out, 0) over the output, its backward pass the output gradient
+                             * masked over the output gradient. Set only where the type's backward
+                             * passes never read the output, or (a ReLU's) read only its sign */
 };
 
 /* Declares a parameter of shape (n,c,h,w) during setup; returns its index or -1 on error. */

@@ -23,8 +23,9 @@ bn_status bn_net_each_batch_blob(bn_net *net, bn_blob_fn fn, void *arg)
     BN_TRY(each_of(net->input_grad_parts, net->num_input_grad_parts, fn, arg));
     for (int i = 0; i < net->num_layers; i++) {
         bn_layer *l = net->layers[i];
+        /* A layer run in place has the blobs of the layer it reads: each blob is walked once. */
         bn_blob *own[] = {l->out, l->out_grad};
-        BN_TRY(each_of(own, 2, fn, arg));
+        if (!l->in_place) BN_TRY(each_of(own, 2, fn, arg));
         BN_TRY(each_of(l->grad_parts, l->num_grad_parts, fn, arg));
     }
     return BN_OK;
@@ -165,9 +166,8 @@ bn_layer *bn_net_loss_layer(bn_net *net)
 
 bn_layer *bn_net_find_layer(bn_net *net, const char *name)
 {
-    for (int i = 0; i < net->num_layers; i++)
-        if (strcmp(net->layers[i]->name, name) == 0) return net->layers[i];
-    return NULL;
+    int i = bn_name_table_get(net->names, name);
+    return i >= 0 ? net->layers[i] : NULL;
 }
 
 static void free_layer(bn_layer *l)
@@ -180,8 +180,10 @@ static void free_layer(bn_layer *l)
         bn_blob_free(l->params[k].value16);
     }
     for (int k = 0; k < l->num_buffers; k++) bn_blob_free(l->buffers[k].value);
-    bn_blob_free(l->out);
-    bn_blob_free(l->out_grad);
+    if (!l->in_place) {
+        bn_blob_free(l->out);
+        bn_blob_free(l->out_grad);
+    }
     for (int k = 0; k < l->num_grad_parts; k++) bn_blob_free(l->grad_parts[k]);
     free(l->grad_parts);
     free(l);
@@ -192,6 +194,7 @@ void bn_net_free(bn_net *net)
     if (!net) return;
     for (int i = 0; i < net->num_layers; i++) free_layer(net->layers[i]);
     free(net->layers);
+    bn_name_table_free(net->names);
     bn_blob *own[] = {net->input,  net->input_grad, net->labels,  net->metrics,
                       net->params, net->grads,      net->buffers, net->params16, net->input_norm};
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) bn_blob_free(own[i]);

@@ -12,6 +12,7 @@
 
 #include "augment.h"
 #include "layer.h"
+#include "name_table.h"
 #include "train_config.h"
 
 #ifdef __cplusplus
@@ -32,6 +33,8 @@ typedef struct bn_net {
     bn_train_config train;     /* the [train] section over the defaults */
     bn_layer **layers;
     int num_layers;
+    bn_name_table *names;      /* each layer's name to its index (owned) */
+    int num_input_readers;     /* how many inputs of layers read the data */
 
     /* Filled by bn_net_setup: */
     int capacity;              /* the largest batch the blobs hold */
@@ -58,6 +61,11 @@ typedef struct bn_net {
                                 * a gradient lands instead of in the next one. The slab then no
                                 * longer mirrors the parameter slab: not for the optimizer. */
     bn_blob *input_norm;       /* set up: mean[0..C) then std[0..C), what the device gather reads */
+    int relu_in_place;         /* set before setup: on the CPU, run each ReLU in place over its
+                                * input where the graph allows (bn_layer.in_place), which halves
+                                * the memory of a chain of ReLUs. Off by default: a layer's output
+                                * is then its own blob, which tests comparing each layer of a CPU
+                                * network with a GPU one rely on. The CLI's commands turn it on */
     bn_blob *params16;         /* under --precision bf16: the BF16 device copy of the parameter
                                 * slab, same layout, which the layers' products read (each
                                 * bn_param.value16 is a view of it); NULL otherwise */
@@ -150,7 +158,8 @@ bn_status bn_net_each_blob(bn_net *net, bn_blob_fn fn, void *arg);
  * sync states did not see. */
 void bn_net_mark_device_written(bn_net *net);
 
-/* The one layer that reads l's output, or NULL when none or several do. */
+/* The one layer that reads l's output, or NULL when none or several do (a layer that reads it
+ * twice counts twice). */
 bn_layer *bn_net_sole_consumer(const bn_net *net, const bn_layer *l);
 
 /* Fusion (fusion.c): on a device, hands layers' GPU passes to their neighbours' kernels where
@@ -166,9 +175,11 @@ int bn_net_fuse_loss(bn_net *net, bn_blob *acc, int grad);
 /* Ends what bn_net_fuse_loss asked for, once the step is done. */
 void bn_net_unfuse_loss(bn_net *net);
 
-/* Whether layer i's output (grad = 0) or output gradient (grad = 1) may be left unwritten on
- * the device, its consumer's pass being fused into a neighbour's kernels that read past it
- * (BN_FUSED_NO_IN, BN_FUSED_NO_IN_GRAD): its contents are then not the layer's. */
+/* Whether layer i's output (grad = 0) or output gradient (grad = 1) may hold what is not the
+ * layer's after a step: left unwritten on the device, its consumer's pass being fused into a
+ * neighbour's kernels that read past it (BN_FUSED_NO_IN, BN_FUSED_NO_IN_GRAD), or written over by
+ * a ReLU run in place (bn_layer.in_place: the ReLU's output over its input, its input gradient
+ * over its output gradient). */
 int bn_net_blob_unwritten(const bn_net *net, int i, int grad);
 
 /* The first layer that keeps the network's steps out of a CUDA graph (its type leaves

@@ -9,6 +9,7 @@
 
 #include "describe.h"
 #include "modelfile.h"
+#include "name_table.h"
 #include "registry.h"
 
 #define MAX_MODEL_BYTES (1 << 20)
@@ -92,20 +93,35 @@ static bn_status unknown_section(const bn_options *o)
                     "needs --plugin FILE", o->file, o->line, o->section, known);
 }
 
-static bn_status add_layer(bn_net *net, bn_options *o, const bn_layer_ops *ops, const char **inputs)
+static bn_status out_of_memory(const bn_net *net)
 {
-    bn_layer **grown = realloc(net->layers, (size_t)(net->num_layers + 1) * sizeof *grown);
-    if (!grown) return bn_error(BN_ERR_NOMEM, "out of host memory building %s", net->source);
-    net->layers = grown;
+    return bn_error(BN_ERR_NOMEM, "out of host memory building %s", net->source);
+}
+
+/* Appends a layer for section o. type_counts holds how many layers of each type came before,
+ * for the default names (relu1, relu2, ...); net->names every name so far, for the check that
+ * a name is used once. Both are hash tables: a model of many layers reads in linear time. */
+static bn_status add_layer(bn_net *net, bn_options *o, const bn_layer_ops *ops, const char **inputs,
+                           int *capacity, bn_name_table *type_counts)
+{
+    if (net->num_layers == *capacity) {
+        int cap = *capacity ? 2 * *capacity : 16;
+        bn_layer **grown = realloc(net->layers, (size_t)cap * sizeof *grown);
+        if (!grown) return out_of_memory(net);
+        net->layers = grown;
+        *capacity = cap;
+    }
     bn_layer *l = calloc(1, sizeof *l);
-    if (!l) return bn_error(BN_ERR_NOMEM, "out of host memory building %s", net->source);
+    if (!l) return out_of_memory(net);
     l->ops = ops;
     l->index = net->num_layers;
     l->line = o->line;
+    l->reader = -1;
     net->layers[net->num_layers++] = l;
 
-    int same_type = 0;
-    for (int i = 0; i < l->index; i++) same_type += net->layers[i]->ops == ops;
+    int same_type = bn_name_table_get(type_counts, ops->type);
+    if (same_type < 0) same_type = 0;
+    if (bn_name_table_set(type_counts, ops->type, same_type + 1) != 0) return out_of_memory(net);
     const char *name;
     BN_TRY(bn_opt_str(o, "name", NULL, &name));
     if (name) {
@@ -118,10 +134,11 @@ static bn_status add_layer(bn_net *net, bn_options *o, const bn_layer_ops *ops, 
     }
     if (strcmp(l->name, "input") == 0)
         return bn_opt_error(o, "name", "layer name 'input' is taken: it stands for the data in `input = ...`");
-    for (int i = 0; i < l->index; i++)
-        if (strcmp(net->layers[i]->name, l->name) == 0)
-            return bn_opt_error(o, "name", "layer name '%s' is used twice (also at line %d)", l->name,
-                                net->layers[i]->line);
+    int earlier = bn_name_table_get(net->names, l->name);
+    if (earlier >= 0)
+        return bn_opt_error(o, "name", "layer name '%s' is used twice (also at line %d)", l->name,
+                            net->layers[earlier]->line);
+    if (bn_name_table_set(net->names, l->name, l->index) != 0) return out_of_memory(net);
     BN_TRY(bn_opt_str(o, "input", NULL, inputs));
     if (ops->parse) BN_TRY(ops->parse(l, o));
     return bn_options_check_unused(o);
@@ -134,17 +151,27 @@ static bn_status find_source(const bn_net *net, const bn_layer *l, const bn_opti
         *src = -1;
         return BN_OK;
     }
-    for (int i = 0; i < net->num_layers; i++) {
-        if (strcmp(net->layers[i]->name, name) != 0) continue;
-        if (i == l->index) return bn_opt_error(o, "input", "layer %s cannot read its own output", l->name);
-        if (i > l->index)
-            return bn_opt_error(o, "input", "layer %s reads '%s', which comes later (line %d): a layer reads only "
-                                "the data and the layers above it", l->name, name, net->layers[i]->line);
-        *src = i;
-        return BN_OK;
+    int i = bn_name_table_get(net->names, name);
+    if (i < 0)
+        return bn_opt_error(o, "input", "layer %s reads '%s', but no layer above it has that name ('input' is the "
+                            "data)", l->name, name);
+    if (i == l->index) return bn_opt_error(o, "input", "layer %s cannot read its own output", l->name);
+    if (i > l->index)
+        return bn_opt_error(o, "input", "layer %s reads '%s', which comes later (line %d): a layer reads only "
+                            "the data and the layers above it", l->name, name, net->layers[i]->line);
+    *src = i;
+    return BN_OK;
+}
+
+/* Counts l's reading of source src (-1: the data) in the source's readers. */
+static void count_reader(bn_net *net, const bn_layer *l, int src)
+{
+    if (src < 0) {
+        net->num_input_readers++;
+        return;
     }
-    return bn_opt_error(o, "input", "layer %s reads '%s', but no layer above it has that name ('input' is the data)",
-                        l->name, name);
+    bn_layer *p = net->layers[src];
+    if (p->num_readers++ == 0) p->reader = l->index;
 }
 
 /* Turns l's `input` key (a comma-separated list of names; without it, the layer above) into
@@ -183,6 +210,7 @@ static bn_status resolve_inputs(bn_net *net, bn_layer *l, const bn_options *o, c
         return bn_opt_error(o, "input", "layer %s (%s) takes %d to %d inputs, not %d", l->name, l->ops->type, lo, hi,
                             l->num_inputs);
     }
+    for (int j = 0; j < l->num_inputs; j++) count_reader(net, l, l->sources[j]);
     return BN_OK;
 }
 
@@ -192,10 +220,7 @@ static bn_status check_all_read(const bn_net *net)
 {
     for (int i = 0; i + 1 < net->num_layers; i++) {
         const bn_layer *l = net->layers[i];
-        int read = 0;
-        for (int k = i + 1; k < net->num_layers && !read; k++)
-            for (int j = 0; j < net->layers[k]->num_inputs; j++) read |= net->layers[k]->sources[j] == i;
-        if (!read)
+        if (!l->num_readers)
             return bn_error(BN_ERR_USAGE, "%s:%d: the output of layer %s is read by no layer (only the last "
                             "layer's may be left unread); name it in a later layer's `input`", net->source, l->line,
                             l->name);
@@ -203,9 +228,10 @@ static bn_status check_all_read(const bn_net *net)
     return BN_OK;
 }
 
-static bn_status build_sections(bn_net *net, bn_modelfile *m, bn_options **layer_opts, const char **layer_inputs)
+static bn_status build_sections(bn_net *net, bn_modelfile *m, bn_options **layer_opts, const char **layer_inputs,
+                                bn_name_table *type_counts)
 {
-    int seen_input = 0, seen_train = 0, seen_augment = 0, seen_data = 0;
+    int seen_input = 0, seen_train = 0, seen_augment = 0, seen_data = 0, capacity = 0;
     for (int i = 0; i < m->count; i++) {
         bn_options *o = &m->sections[i];
         if (strcmp(o->section, "input") == 0) {
@@ -229,7 +255,7 @@ static bn_status build_sections(bn_net *net, bn_modelfile *m, bn_options **layer
             const bn_layer_ops *ops = bn_find_layer(o->section);
             if (!ops) return unknown_section(o);
             layer_opts[net->num_layers] = o;
-            BN_TRY(add_layer(net, o, ops, &layer_inputs[net->num_layers]));
+            BN_TRY(add_layer(net, o, ops, &layer_inputs[net->num_layers], &capacity, type_counts));
         }
     }
     if (!seen_input)
@@ -250,9 +276,13 @@ static bn_status build(bn_net *net, bn_modelfile *m)
 {
     bn_options **layer_opts = calloc((size_t)m->count + 1, sizeof *layer_opts);
     const char **layer_inputs = calloc((size_t)m->count + 1, sizeof *layer_inputs);
-    bn_status s = layer_opts && layer_inputs ? build_sections(net, m, layer_opts, layer_inputs)
-                                             : bn_error(BN_ERR_NOMEM, "out of host memory building %s", net->source);
+    bn_name_table *type_counts = bn_name_table_new();
+    net->names = bn_name_table_new();
+    bn_status s = layer_opts && layer_inputs && type_counts && net->names
+                      ? build_sections(net, m, layer_opts, layer_inputs, type_counts)
+                      : out_of_memory(net);
     if (s == BN_OK) s = bn_describe_model(net, layer_opts, &net->description);
+    bn_name_table_free(type_counts);
     free(layer_opts);
     free((void *)layer_inputs);
     return s;

@@ -120,9 +120,12 @@ static bn_status wire_input_grad(bn_net *net, bn_layer *l, int j, int *first_rea
     bn_blob ***parts = src < 0 ? &net->input_grad_parts : &net->layers[src]->grad_parts;
     int *count = src < 0 ? &net->num_input_grad_parts : &net->layers[src]->num_grad_parts;
     BN_TRY(add_bytes(net, (double)bn_blob_count(grad), l->name, budget));
-    bn_blob **grown = realloc(*parts, (size_t)(*count + 1) * sizeof *grown);
-    if (!grown) return bn_error(BN_ERR_NOMEM, "out of host memory setting up %s", net->source);
-    *parts = grown;
+    /* Room for a part per reader but the first, made once: the readers were counted when the
+     * inputs were resolved. */
+    int readers = src < 0 ? net->num_input_readers : net->layers[src]->num_readers;
+    if (!*parts && !(*parts = malloc((size_t)(readers - 1) * sizeof **parts)))
+        return bn_error(BN_ERR_NOMEM, "out of host memory setting up %s", net->source);
+    bn_blob **grown = *parts;
     char what[24];
     snprintf(what, sizeof what, ".grad.%d", *count + 1);
     bn_blob *part;
@@ -134,7 +137,25 @@ static bn_status wire_input_grad(bn_net *net, bn_layer *l, int j, int *first_rea
     return BN_OK;
 }
 
-static bn_status setup_layers(bn_net *net, int want_input_grad, mem_budget *budget)
+/* Whether layer l may run in place over the output of the layer it reads (bn_layer.in_place): l
+ * is a ReLU, its input is a layer's output that nothing else reads, and that layer's backward
+ * pass does not need its output as it was (bn_layer_ops.relu_in_place). Then the ReLU's output
+ * and output gradient are that layer's blobs, which halves what a chain of ReLUs holds.
+ *
+ * Only on the CPU (ctx NULL). On a device the fusion rules (fusion.c) may hand the ReLU's passes
+ * to its neighbours' kernels, which write the producer's output and the ReLU's as two blobs
+ * (a dense or convolution epilogue, batchnorm's and add's kernels) and mask gradients reading the
+ * ReLU's output: with one blob for both those kernels would read what they have just written.
+ * The fusion is decided after the blobs exist, so the setup cannot yet know which ReLUs it takes;
+ * a device also has the memory of these blobs to spare far more often than a long CPU chain. */
+static int runs_in_place(const bn_net *net, const bn_layer *l, const bn_ctx *ctx)
+{
+    if (!net->relu_in_place || ctx || l->num_inputs != 1 || l->sources[0] < 0 || !(l->ops->absorbable_as & BN_ABSORB_RELU)) return 0;
+    const bn_layer *p = net->layers[l->sources[0]];
+    return p->num_readers == 1 && p->ops->relu_in_place && !p->ops->is_loss && p->out_grad;
+}
+
+static bn_status setup_layers(bn_net *net, int want_input_grad, bn_ctx *ctx, mem_budget *budget)
 {
     bn_shape data = net->input_shape;
     BN_TRY(add_bytes(net, blob_floats(net, data, want_input_grad), "the input", budget));
@@ -166,14 +187,20 @@ static bn_status setup_layers(bn_net *net, int want_input_grad, mem_budget *budg
                                                      in.w, out.c, out.h, out.w));
             break;
         }
-        s = add_bytes(net, blob_floats(net, out, !l->ops->is_loss) + param_floats(l), l->name, budget);
+        l->in_place = runs_in_place(net, l, ctx) && out.c == in.c && out.h == in.h && out.w == in.w;
+        s = add_bytes(net, (l->in_place ? 0 : blob_floats(net, out, !l->ops->is_loss)) + param_floats(l), l->name,
+                      budget);
         for (int j = 0; j < l->num_inputs && s == BN_OK; j++) s = wire_input_grad(net, l, j, first_reader, budget);
         if (s != BN_OK) break;
         l->in = l->inputs[0];
         l->in_grad = l->input_grads[0];
-        if (!(l->out = new_blob(l->name, ".out", net->capacity, out)) ||
-            (!l->ops->is_loss && !(l->out_grad = new_blob(l->name, ".grad", net->capacity, out))))
+        if (l->in_place) {
+            l->out = l->in;
+            l->out_grad = net->layers[l->sources[0]]->out_grad;
+        } else if (!(l->out = new_blob(l->name, ".out", net->capacity, out)) ||
+                   (!l->ops->is_loss && !(l->out_grad = new_blob(l->name, ".grad", net->capacity, out)))) {
             s = bn_last_status();
+        }
     }
     free(first_reader);
     return s;
@@ -310,7 +337,7 @@ bn_status bn_net_setup(bn_net *net, int batch, bn_ctx *ctx, int want_input_grad,
     net->capacity = net->batch = batch;
     mem_budget budget;
     budget_start(net, &budget);
-    BN_TRY(setup_layers(net, want_input_grad, &budget));
+    BN_TRY(setup_layers(net, want_input_grad, ctx, &budget));
     if (ctx) BN_TRY(check_device_memory(net, ctx, budget.need));
     /* The activations and their gradients; the labels, made below, stay FP32. */
     if (bf16) BN_TRY(bn_net_each_batch_blob(net, set_bf16, NULL));
