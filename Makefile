@@ -1,5 +1,8 @@
 # blobnet build. `make` builds libblobnet.a, the blobnet CLI and the test runner;
-# `make test` runs every test; `make CPU_ONLY=1` builds without CUDA.
+# `make test` runs every test; `make train` builds the CLI and trains LeNet on MNIST.
+# Every target builds the GPU code only where it can run: nvcc present and a GPU seen
+# (/dev/nvidia0 or `nvidia-smi -L`). CUDA=1 builds it without a GPU, CPU_ONLY=1 (or CUDA=0)
+# never does.
 
 # One job per core unless -j says otherwise (a -j on the command line wins), but not beside
 # a clean, which would race the build. Each step prints one short line; V=1 prints the whole
@@ -19,13 +22,37 @@ CUDA_HOME ?= /usr/local/cuda
 NVCC      ?= $(CUDA_HOME)/bin/nvcc
 CC        ?= cc
 BUILD     ?= build
-# CUDA architectures to build for: Hopper (H100/H200) plus PTX for newer chips.
-CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+NVIDIA_SMI ?= nvidia-smi
+GPU_DEVICE ?= /dev/nvidia0
 
+# A GPU build is worth its minutes of nvcc only where its code can run, and one BUILD folder
+# holds one configuration, so `make`, `make test` and `make train` all decide alike.
+gpu_seen = $(or $(wildcard $(GPU_DEVICE)),$(shell $(NVIDIA_SMI) -L 2>/dev/null | grep '^GPU '))
 ifeq ($(CPU_ONLY),1)
   WITH_CUDA :=
+else ifeq ($(CUDA),0)
+  WITH_CUDA :=
+else ifeq ($(CUDA),1)
+  WITH_CUDA := 1
+  ifeq ($(wildcard $(NVCC)),)
+    $(error CUDA=1 but there is no nvcc at $(NVCC): set CUDA_HOME (or NVCC))
+  endif
 else
-  WITH_CUDA := $(if $(wildcard $(NVCC)),1,)
+  WITH_CUDA := $(if $(wildcard $(NVCC)),$(if $(gpu_seen),1))
+endif
+
+# CUDA architectures, as compute capabilities ("90", "80 90"): machine code for each and PTX for
+# the last, which newer chips compile when they load it. By default those of the GPUs present,
+# else Hopper (H100/H200). Flags given whole (-gencode ...) are passed as they are.
+ifeq ($(WITH_CUDA),1)
+  ifeq ($(origin CUDA_ARCH),undefined)
+    CUDA_ARCH := $(shell $(NVIDIA_SMI) --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | \
+                         grep -E '^[0-9]+\.[0-9]+$$' | tr -d . | sort -n -u)
+    CUDA_ARCH := $(or $(CUDA_ARCH),90)
+  endif
+  CUDA_ARCH_FLAGS := $(strip $(if $(filter -%,$(CUDA_ARCH)),$(CUDA_ARCH),\
+      $(foreach a,$(CUDA_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) \
+      -gencode arch=compute_$(lastword $(CUDA_ARCH)),code=compute_$(lastword $(CUDA_ARCH))))
 endif
 
 # cuDNN lives inside the CUDA tree on some machines and in the multiarch system paths on others.
@@ -90,7 +117,7 @@ ifeq ($(WITH_CUDA),1)
   CPPFLAGS += -DBN_WITH_CUDA -I$(CUDA_HOME)/include $(if $(CUDNN_INC),-I$(CUDNN_INC))
   LDLIBS   := -L$(CUDA_HOME)/lib64 $(if $(CUDNN_LIB),-L$(CUDNN_LIB)) \
               -lcudnn -lcublas -lcublasLt -lcurand -lcudart $(LDLIBS) -lstdc++
-  NVFLAGS  := -std=c++17 -O3 $(CUDA_ARCH) -lineinfo -Isrc -Ilayers -Idatasets \
+  NVFLAGS  := -std=c++17 -O3 $(CUDA_ARCH_FLAGS) -lineinfo -Isrc -Ilayers -Idatasets \
               -I$(CUDNN_INC) -DBN_WITH_CUDA -Xcompiler -Wall,-Wextra,-Wno-unused-parameter
   ifeq ($(WITH_NCCL),1)
     CPPFLAGS += $(NCCL_FLAGS)
@@ -132,6 +159,14 @@ $(addprefix $(BUILD)/,src/io/image_jpeg.o tests/test_image.o tests/test_folder.o
 $(BUILD)/jpeg-config: FORCE
 	@mkdir -p $(dir $@)
 	@echo 'jpeg=$(WITH_JPEG)' | cmp -s - $@ 2>/dev/null || echo 'jpeg=$(WITH_JPEG)' > $@
+
+# Every object of a BUILD folder is recompiled when CUDA or NCCL comes or goes there, or the
+# CUDA architectures change: a build without a GPU then one with CUDA=1 do not mix.
+$(LIB_OBJS) $(TEST_OBJS) $(CLI_SRCS:%.c=$(BUILD)/%.o) $(PLUGINS:.so=.o) $(PLUGIN_CUS:.so=.cu.o): $(BUILD)/cuda-config
+$(BUILD)/cuda-config: FORCE
+	@mkdir -p $(dir $@)
+	@echo 'cuda=$(WITH_CUDA) nccl=$(WITH_NCCL) arch=$(CUDA_ARCH_FLAGS)' | cmp -s - $@ 2>/dev/null || \
+	    echo 'cuda=$(WITH_CUDA) nccl=$(WITH_NCCL) arch=$(CUDA_ARCH_FLAGS)' > $@
 
 libblobnet.a: $(LIB_OBJS) .build-config
 	@rm -f $@
@@ -187,7 +222,7 @@ BLOBNET_TEST_DATA ?= $(if $(strip $(foreach f,$(MNIST_FILES),$(if $(wildcard $(M
 export BLOBNET_TEST_DATA
 test: all
 	BLOBNET_CLI=./blobnet BLOBNET_NVTX_RECORDER=$(NVTX_RECORDER) BLOBNET_PLUGINS=$(BUILD)/plugins \
-	  BLOBNET_MAKE='$(MAKE) BUILD=$(BUILD) CPU_ONLY=$(CPU_ONLY) SANITIZE=$(SANITIZE) NVTX=$(NVTX) NCCL=$(NCCL) CUDA_HOME=$(CUDA_HOME)' \
+	  BLOBNET_MAKE='$(MAKE) BUILD=$(BUILD) CPU_ONLY=$(CPU_ONLY) CUDA=$(if $(WITH_CUDA),1,0) SANITIZE=$(SANITIZE) NVTX=$(NVTX) NCCL=$(NCCL) CUDA_HOME=$(CUDA_HOME)' \
 	  ./tests/run_tests $(TESTS)
 
 # `make test` RUNS times (default 3), each with a fresh seed printed first; a failing run names
@@ -200,14 +235,17 @@ test-seeds: all
 	    BLOBNET_TEST_SEED=$$seed $(MAKE) --no-print-directory test || { failed=1; echo "== seed $$seed failed"; }; \
 	done; exit $$failed
 
-# The quick start: MNIST fetched into MNIST_DIR when it is not there, then LeNet trained.
+# The quick start: MNIST fetched into MNIST_DIR when it is not there, while the CLI builds,
+# then LeNet trained.
 MNIST_DIR   ?= data/mnist
 EPOCHS      ?= 2
 MNIST_FILES := train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte
-train: blobnet
+mnist:
 	@for f in $(MNIST_FILES); do \
 	    [ -f $(MNIST_DIR)/$$f.gz ] || [ -f $(MNIST_DIR)/$$f ] || { tools/fetch_mnist.sh $(MNIST_DIR) && break; } || exit 1; \
 	done
+
+train: blobnet mnist
 	@mkdir -p runs
 	./blobnet train models/lenet.cfg --data $(MNIST_DIR) --epochs $(EPOCHS) \
 	    --save runs/lenet.safetensors --log runs/lenet.csv --log-every 20
@@ -235,7 +273,7 @@ PC_LIBS   := $(strip -L$${libdir} -lblobnet $(LDLIBS) $(if $(filter 1,$(SANITIZE
 # a .so they fail with a TPOFF32 relocation), only the CUDA runtime its .cu file calls. In a
 # CUDA build, nvcc and nvflags say how to compile that file (cuDNN's headers for cuda_check.h).
 PLUGIN_PC_CFLAGS := $(strip -fPIC $(PC_CFLAGS) $(if $(WITH_CUDA),$(if $(CUDNN_INC),-I$(CUDNN_INC:%/=%))))
-PLUGIN_PC_VARS   := $(if $(WITH_CUDA),'nvcc=$(NVCC)' 'nvflags=-std=c++17 -O3 $(CUDA_ARCH)')
+PLUGIN_PC_VARS   := $(if $(WITH_CUDA),'nvcc=$(NVCC)' 'nvflags=-std=c++17 -O3 $(CUDA_ARCH_FLAGS)')
 # The lines of a pkg-config file: name, description, Cflags, Libs, variables of its own.
 pc_lines = 'prefix=$(PREFIX)' 'exec_prefix=$${prefix}' 'libdir=$${exec_prefix}/lib' 'includedir=$${prefix}/include' \
            $(5) '' 'Name: $(1)' 'Description: $(2)' 'Version: $(VERSION)' 'Cflags: $(3)' 'Libs: $(4)'
@@ -251,7 +289,7 @@ install: blobnet libblobnet.a
 uninstall:
 	@tools/install.sh uninstall '$(DESTDIR)$(PREFIX)'
 
-.PHONY: train install uninstall
+.PHONY: mnist train install uninstall
 
 # The model suite on the GPU beside its PyTorch peer (a benchmark, not a test):
 # make bench [DATA=mnist-dir] [FASHION=fashion-mnist-dir] [MODELS="vgg_fashion ..."]

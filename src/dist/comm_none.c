@@ -12,7 +12,7 @@ const char *bn_dist_missing(void)
 #ifdef BN_WITH_CUDA
     return "this blobnet was built without NCCL (nccl.h was not found at build time)";
 #else
-    return "this blobnet was built without CUDA and NCCL (CPU_ONLY=1 or no nvcc)";
+    return "this blobnet was built without CUDA and NCCL (no GPU or no nvcc at build time, or CPU_ONLY=1)";
 #endif
 }
 

@@ -7,8 +7,8 @@
 
 bn_status bn_no_cuda(void)
 {
-    return bn_error(BN_ERR_DEVICE, "this blobnet was built without CUDA (CPU_ONLY=1 or no nvcc); "
-                                   "rebuild with the CUDA toolkit to use a GPU");
+    return bn_error(BN_ERR_DEVICE, "this blobnet was built without CUDA (no GPU or no nvcc at build time, "
+                                   "or CPU_ONLY=1); rebuild where both are, or with make CUDA=1, to use a GPU");
 }
 
 int bn_device_compiled(void) { return 0; }
