@@ -208,9 +208,17 @@ void bn_cli_report(const char *kind, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "blobnet: %s: ", kind);
-    bn_cli_put_escaped(stderr, text);
-    fputc('\n', stderr);
+    /* The line is made whole first and written at once: stderr is unbuffered, and the ranks of
+     * a run on several GPUs share it, so a line written in pieces could interleave with theirs. */
+    char *line = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&line, &len);
+    FILE *to = m ? m : stderr;
+    fprintf(to, "blobnet: %s: ", kind);
+    bn_cli_put_escaped(to, text);
+    fputc('\n', to);
+    if (m && fclose(m) == 0) fwrite(line, 1, len, stderr);
+    free(line);
 }
 
 int bn_fail(bn_status s)

@@ -25,10 +25,11 @@ typedef struct child {
     int status;              /* waitpid's, once it has ended */
 } child;
 
-static void write_str(const char *s)
+/* Appends s to the line at *len (cap bytes, room kept for the final newline), cutting it short
+ * where it does not fit; only plain copies, which are safe after fork. */
+static void append(char *line, size_t cap, size_t *len, const char *s)
 {
-    ssize_t unused = write(STDERR_FILENO, s, strlen(s));
-    (void)unused;
+    while (*s && *len + 2 < cap) line[(*len)++] = *s++;
 }
 
 /* In the child after fork: only calls that are safe there, up to the exec. */
@@ -40,11 +41,16 @@ static void exec_child(const bn_children *c, int i, pid_t parent, const sigset_t
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(137);
     sigprocmask(SIG_SETMASK, mask, NULL);
     execv(c->path, c->argv[i]);
-    write_str("blobnet: error: ");
-    write_str(c->name[i]);
-    write_str(": cannot execute ");
-    write_str(c->path);
-    write_str("\n");
+    /* One write, so that two children failing together cannot interleave their lines. */
+    char line[1024];
+    size_t len = 0;
+    append(line, sizeof line, &len, "blobnet: error: ");
+    append(line, sizeof line, &len, c->name[i]);
+    append(line, sizeof line, &len, ": cannot execute ");
+    append(line, sizeof line, &len, c->path);
+    line[len++] = '\n';
+    ssize_t unused = write(STDERR_FILENO, line, len);
+    (void)unused;
     _exit(127);
 }
 
