@@ -153,7 +153,12 @@ static int diverge_on(const char *device)
     CHECK(system(args) == 0);
     snprintf(args, sizeof args, "--epochs 3 --lr 1000 --resume %s --save %s", ck, ck);
     int rc = train(device, args);
-    printf("    %s: %s", device, out);
+    /* What the run said, each line indented under the test's. */
+    printf("    %s:", device);
+    for (const char *p = out; *p; p++) {
+        if (p == out || p[-1] == '\n') fputs(p == out ? " " : "      ", stdout);
+        putchar(*p);
+    }
     CHECK_MSG(rc == 1, "exit %d: %s", rc, out);
     /* The resume first says which settings it changed, then fails in one line. */
     const char *note = "blobnet: note: resuming ", *changed = "with changed training settings: epochs 1 -> 3, lr 0.01 -> 1000\n";
