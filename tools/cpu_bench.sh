@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The CPU path beside PyTorch's CPU path, at the same thread count, in one run:
+#
+#     tools/cpu_bench.sh MNIST_DIR [THREADS] [TRAIN_IMAGES]
+#
+# For LeNet (batch 64) and resnet_mini (batch 128, on MNIST's shapes: Fashion-MNIST's are the
+# same) it trains one epoch over the first TRAIN_IMAGES (default 6400) images with blobnet
+# (--device cpu, OpenBLAS held to THREADS threads, default 2) and with tools/pytorch_cpu_peer.py
+# (torch.set_num_threads(THREADS); Debian's python3-torch), evaluates the 10,000 test images, and
+# prints images per second of both and blobnet's ratio to PyTorch.
+set -euo pipefail
+mnist=${1:?usage: tools/cpu_bench.sh MNIST_DIR [THREADS] [TRAIN_IMAGES]}
+threads=${2:-2}
+images=${3:-6400}
+[ -x ./blobnet ] || { echo "cpu_bench.sh: build blobnet first (make)" >&2; exit 2; }
+# The first Python that has PyTorch: the one on PATH, else the system's (Debian's python3-torch).
+py=
+for p in python3 /usr/bin/python3; do "$p" -c 'import torch' 2>/dev/null && { py=$p; break; }; done
+[ -n "$py" ] || { echo "cpu_bench.sh: no PyTorch (Debian: python3-torch)" >&2; exit 2; }
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+
+# Images per second of an epoch line's training and of its evaluation: "train eval".
+blobnet_rates() {
+    awk -v n="$images" '/^epoch/ {
+        for (i = 1; i <= NF; i++) {
+            if ($i == "img/s") train = $(i - 1)
+            if ($i == "eval") { ms = $(i + 1); sub("ms", "", ms) }
+        }
+    } END { printf "%.0f %.0f\n", train, (ms > 0 ? 10000 / (ms / 1000) : 0) }' "$1"
+}
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
+
+printf '%-12s %6s | %10s %10s %6s | %10s %10s %6s\n' model batch "train" "pt train" "x" "eval" "pt eval" "x"
+for entry in "lenet 64" "resnet_mini 128"; do
+    read -r model batch <<<"$entry"
+    OPENBLAS_NUM_THREADS=$threads ./blobnet train "models/$model.cfg" --device cpu --data "$mnist" --epochs 1 \
+        --batch "$batch" --train-limit "$images" >"$logs/$model.log" 2>&1 || { cat "$logs/$model.log" >&2; exit 1; }
+    read -r train eval < <(blobnet_rates "$logs/$model.log")
+    "$py" tools/pytorch_cpu_peer.py "models/$model.cfg" --data "$mnist" --threads "$threads" --batch "$batch" \
+        --train-limit "$images" >"$logs/$model-pt.log" 2>&1 || { cat "$logs/$model-pt.log" >&2; exit 1; }
+    pt_train=$(awk '{ for (i = 1; i <= NF; i++) if ($i == "train") print $(i + 1) }' "$logs/$model-pt.log")
+    pt_eval=$(awk '{ for (i = 1; i <= NF; i++) if ($i == "evaluate") print $(i + 1) }' "$logs/$model-pt.log")
+    printf '%-12s %6s | %10s %10s %6s | %10s %10s %6s\n' "$model" "$batch" "$train" "$pt_train" \
+        "$(ratio "$train" "$pt_train")" "$eval" "$pt_eval" "$(ratio "$eval" "$pt_eval")"
+done
+echo "images per second, $threads threads, $(nproc) cores; $(grep -m1 'torch' "$logs/lenet-pt.log" | sed 's/.*(//; s/)//')"
