@@ -65,6 +65,10 @@ extern int gt_forced_family;
 /* Writes the whole capacity of b's host copy (rows past the current batch included). */
 bn_status gt_put(bn_blob *b, const float *v);
 
+/* gt_put of v (the whole capacity's values, malloc'd; NULL: out of memory) into both blobs,
+ * then v freed, or handed to the caller in *kept when kept is not NULL and both were written. */
+bn_status gt_put_both(bn_blob *cpu, bn_blob *gpu, float *v, float **kept);
+
 /* Fills b's device copy with NaN (the whole capacity); nothing for a NULL blob. */
 bn_status gt_poison(bn_blob *b, bn_ctx *ctx);
 

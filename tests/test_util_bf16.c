@@ -47,13 +47,7 @@ static float *rows(const bn_blob *b, bn_rng *r, double scale, int exact)
 /* The same rows into both blobs; with kept, the caller gets them (and frees them). */
 static bn_status feed_both(bn_blob *cpu, bn_blob *gpu, bn_rng *r, double scale, int exact, float **kept)
 {
-    float *v = rows(cpu, r, scale, exact);
-    if (!v) return bn_error(BN_ERR_NOMEM, "test: out of host memory");
-    bn_status s = gt_put(cpu, v);
-    if (s == BN_OK) s = gt_put(gpu, v);
-    if (kept && s == BN_OK) *kept = v;
-    else free(v);
-    return s;
+    return gt_put_both(cpu, gpu, rows(cpu, r, scale, exact), kept);
 }
 
 static int compare(const bf16_case *bc, const char *pass, int n, bn_blob *gpu, bn_blob *cpu, const float *base,

@@ -28,6 +28,16 @@ bn_status gt_put(bn_blob *b, const float *v)
     return BN_OK;
 }
 
+bn_status gt_put_both(bn_blob *cpu, bn_blob *gpu, float *v, float **kept)
+{
+    if (!v) return bn_error(BN_ERR_NOMEM, "test: out of host memory");
+    bn_status s = gt_put(cpu, v);
+    if (s == BN_OK) s = gt_put(gpu, v);
+    if (kept && s == BN_OK) *kept = v;
+    else free(v);
+    return s;
+}
+
 /* Fills b's device copy with NaN (the whole capacity). */
 bn_status gt_poison(bn_blob *b, bn_ctx *ctx)
 {
@@ -63,13 +73,7 @@ static float *random_rows(const bn_blob *b, size_t count, bn_rng *r, double scal
 /* Writes the same random rows to both blobs; with kept, hands the values to the caller. */
 static bn_status feed_blob(bn_blob *cpu, bn_blob *gpu, bn_rng *r, double scale, int zeros, float **kept)
 {
-    float *v = random_rows(cpu, bn_blob_count(cpu), r, scale, zeros);
-    if (!v) return bn_error(BN_ERR_NOMEM, "test: out of host memory");
-    bn_status s = gt_put(cpu, v);
-    if (s == BN_OK) s = gt_put(gpu, v);
-    if (kept && s == BN_OK) *kept = v;
-    else free(v);
-    return s;
+    return gt_put_both(cpu, gpu, random_rows(cpu, bn_blob_count(cpu), r, scale, zeros), kept);
 }
 
 /* A value of the coarse grid: an integer in [-2, 2] times `step`. */

@@ -5,10 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "conv2d/conv2d.h"
+#include "core/hash.h"
 #include "core/rng.h"
 #include "testing.h"
 
@@ -17,8 +16,7 @@ uint64_t lt_fresh_seed(void)
     static const char *test;
     static uint64_t calls;
     if (test != bn_test_name()) test = bn_test_name(), calls = 0;
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (const char *p = test; *p; p++) h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
+    const uint64_t h = bn_fnv1a_text(BN_FNV1A_START, test);
     /* Mixed through the generator so that neighbouring calls give unrelated seeds. */
     bn_rng r;
     bn_rng_seed(&r, bn_test_seed() ^ h, ++calls);

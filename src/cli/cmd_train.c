@@ -15,6 +15,7 @@
 #include "core/plugin.h"
 #include "dist/dist.h"
 #include "io/safetensors.h"
+#include "core/hash.h"
 #include "core/timeline.h"
 #include "train/precision.h"
 #include "train/progress.h"
@@ -310,10 +311,11 @@ static bn_status open_log(const train_args *a, bn_metrics_log *log, long step)
     return BN_OK;
 }
 
+/* h with text fed in, then a byte no text holds, which ends each part. */
 static uint64_t fnv1a(uint64_t h, const char *text)
 {
-    for (const unsigned char *p = (const unsigned char *)text; *p; p++) h = (h ^ *p) * 0x100000001b3ull;
-    return (h ^ 0xffu) * 0x100000001b3ull; /* a byte no text holds ends each part */
+    static const unsigned char end = 0xff;
+    return bn_fnv1a(bn_fnv1a_text(h, text), &end, 1);
 }
 
 /* What every rank must share to train as one: the model's description, the training settings
@@ -327,7 +329,7 @@ static uint64_t training_fingerprint(const train_run *r, const bn_train_state *s
     snprintf(rest, sizeof rest, "seed=%llu train=%d step=%ld seen=%ld bf16=%d tf32=%d deterministic=%d bucket=%zu",
              (unsigned long long)st->seed, r->train.count, st->step, st->epoch_seen, r->ctx->bf16, r->ctx->tf32,
              r->ctx->deterministic, r->dist.bucket_bytes);
-    return fnv1a(fnv1a(fnv1a(0xcbf29ce484222325ull, r->net->description), settings), rest);
+    return fnv1a(fnv1a(fnv1a(BN_FNV1A_START, r->net->description), settings), rest);
 }
 
 /* Every wait of a run on several GPUs: $BLOBNET_DIST_TIMEOUT seconds, or 120. */

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "hash.h"
+
 typedef struct slot {
     char *name; /* NULL: empty */
     int value;
@@ -17,17 +19,10 @@ struct bn_name_table {
     size_t cap, count; /* cap: a power of two */
 };
 
-static uint64_t hash(const char *s)
-{
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
-    return h;
-}
-
 /* The slot that holds name, or the empty one where it would go. */
 static slot *find(const slot *slots, size_t cap, const char *name)
 {
-    size_t i = (size_t)hash(name) & (cap - 1);
+    size_t i = (size_t)bn_fnv1a_text(BN_FNV1A_START, name) & (cap - 1);
     while (slots[i].name && strcmp(slots[i].name, name) != 0) i = (i + 1) & (cap - 1);
     return (slot *)&slots[i];
 }

@@ -8,18 +8,12 @@
 #include <string.h>
 
 #include "describe.h"
+#include "hash.h"
 #include "modelfile.h"
 #include "name_table.h"
 #include "registry.h"
 
 #define MAX_MODEL_BYTES (1 << 20)
-
-static uint64_t fnv1a(const char *s)
-{
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3ULL;
-    return h;
-}
 
 /* [input]'s mean or std: `auto`, one number for every channel, or one per channel separated by
  * commas, each in [lo, hi]; out receives channels values. */
@@ -294,7 +288,7 @@ bn_status bn_net_from_text(const char *text, const char *name, bn_net **out)
     bn_net *net = calloc(1, sizeof *net);
     if (!net) return bn_error(BN_ERR_NOMEM, "out of host memory building %s", name);
     snprintf(net->source, sizeof net->source, "%s", name);
-    net->text_hash = fnv1a(text);
+    net->text_hash = bn_fnv1a_text(BN_FNV1A_START, text);
     net->train = bn_train_config_defaults();
     bn_modelfile m;
     bn_status s = bn_modelfile_parse(text, net->source, &m);

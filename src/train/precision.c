@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/hash.h"
 #include "core/rng.h"
 #include "gpu/chooser.h"
 #include "trainer.h"
@@ -27,14 +28,6 @@ int bn_precision_parse(const char *choice, bn_precision_verdict *out)
     if (strcmp(which, "bf16") != 0 && strcmp(which, "fp32") != 0) return 0;
     *out = (bn_precision_verdict){.bf16 = which[0] == 'b', .timed = 0, .bf16_ms = b, .fp32_ms = f};
     return 1;
-}
-
-/* An FNV-1a hash of text. */
-static unsigned long long hash_text(const char *text)
-{
-    unsigned long long h = 0xcbf29ce484222325ull;
-    for (const unsigned char *p = (const unsigned char *)text; p && *p; p++) h = (h ^ *p) * 0x100000001b3ull;
-    return h;
 }
 
 /* count examples of net's input shape with random pixels and labels below classes, in *d. */
@@ -96,7 +89,7 @@ static bn_status read_verdict(void *env, const char *choice, int *verdict)
 
 bn_status bn_precision_key(const bn_ctx *ctx, const bn_net *net, int batch, char *key, size_t cap)
 {
-    return bn_chooser_key(ctx, key, cap, "precision %016llx n=%d tf32=%d", hash_text(net->description), batch,
+    return bn_chooser_key(ctx, key, cap, "precision %016llx n=%d tf32=%d", (unsigned long long)bn_fnv1a_text(BN_FNV1A_START, net->description), batch,
                           ctx->tf32);
 }
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/clock.h"
+#include "core/hash.h"
 #include "core/nvtx.h"
 #include "core/timeline.h"
 #include "gpu/graph.h"
@@ -264,15 +265,6 @@ static bn_status train_step(step_body *b, bn_step_graph *graph, int *warm, int f
  * host round trip that also keeps the host from queueing steps far ahead of the devices. */
 #define STOP_EVERY 20
 
-/* FNV-1a over the bytes: every rank hashes its parameters alike. */
-static uint64_t hash_bytes(const void *data, size_t n)
-{
-    const unsigned char *p = data;
-    uint64_t h = 0xcbf29ce484222325ULL;
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ULL;
-    return h;
-}
-
 /* Before the host reads what the device holds: with several GPUs, a wait with the group's
  * deadline, so that a dead rank ends the run instead of hanging it. */
 static bn_status settle_group(const bn_trainer_opts *opts, bn_net *net)
@@ -308,7 +300,7 @@ static bn_status check_same_params(const bn_trainer_opts *opts, bn_net *net, lon
     BN_TRY(settle_group(opts, net));
     const float *w = bn_blob_host_rd(net->params);
     if (!w) return bn_last_status();
-    uint64_t h = hash_bytes(w, bn_blob_count(net->params) * sizeof *w);
+    uint64_t h = bn_fnv1a(BN_FNV1A_START, w, bn_blob_count(net->params) * sizeof *w);
     return bn_dist_check_same(opts->dist, net->pass.ctx, h, step);
 }
 
