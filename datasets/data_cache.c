@@ -311,8 +311,8 @@ static int read_all(int fd, void *buf, size_t n, uLong *crc)
     return 0;
 }
 
-/* The class names of an entry: num_classes strings, each ended by a zero byte, filling the
- * block exactly; -1 otherwise. */
+/* The class names of an entry: num_classes strings, none empty, each ended by a zero byte,
+ * filling the block exactly; -1 otherwise. */
 static int take_names(bn_dataset *d, char *block, size_t bytes)
 {
     char **names = malloc((size_t)d->num_classes * sizeof *names);
@@ -321,7 +321,7 @@ static int take_names(bn_dataset *d, char *block, size_t bytes)
     int ok = 1;
     for (int c = 0; ok && c < d->num_classes; c++) {
         char *end = at < bytes ? memchr(block + at, '\0', bytes - at) : NULL;
-        if (!end) ok = 0;
+        if (!end || end == block + at) ok = 0;
         else {
             names[c] = block + at;
             at = (size_t)(end - block) + 1;
@@ -413,6 +413,14 @@ done:
     close(fd);
     if (r != 1) bn_dataset_free(out);
     return r;
+}
+
+int bn_data_cache_read(const char *path, const uint64_t key[3], bn_dataset *out, char *why, size_t cap)
+{
+    bn_data_cache_entry e = {.key = {key[0], key[1], key[2]}};
+    snprintf(e.path, sizeof e.path, "%s", path);
+    memset(out, 0, sizeof *out);
+    return read_entry(&e, out, why, cap);
 }
 
 int bn_data_cache_find(const bn_data_format *f, const bn_data_request *rq, bn_data_cache_entry *e, bn_dataset *out)

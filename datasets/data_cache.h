@@ -58,6 +58,11 @@ int bn_data_cache_find(const bn_data_format *f, const bn_data_request *rq, bn_da
  * unused or d is past the size limit. A failed write is a warning once; nothing is returned. */
 void bn_data_cache_keep(const bn_data_cache_entry *e, const bn_data_request *rq, const bn_dataset *d);
 
+/* Reads the entry file at path, kept under key, into *out: 1 when it is sound, 0 when there is
+ * no such file, -1 with why (cap bytes) saying what is wrong; *out is zeroed unless 1. The
+ * reader bn_data_cache_find uses, alone, for the fuzz target (tests/fuzz/fuzz_datacache.c). */
+int bn_data_cache_read(const char *path, const uint64_t key[3], bn_dataset *out, char *why, size_t cap);
+
 /* Forgets the folder and the warnings given, so that the next call reads the environment
  * again (for tests). */
 void bn_data_cache_reset(void);

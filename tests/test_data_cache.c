@@ -2,7 +2,8 @@
  * of PNGs written here: a miss writes one entry and the next load takes it (proved by a source
  * overwritten under the same size, time and inode), every change of the source or the request
  * misses, a truncated, altered or foreign entry is a warning and the set is decoded again, and
- * "off", an unwritable folder, raw IDX files, fresh sources and the size limit keep nothing. */
+ * "off", an unwritable folder, raw IDX files, fresh sources and the size limit keep nothing; an
+ * entry whose class names hold an empty one is refused. */
 #include "testing.h"
 
 #include <dirent.h>
@@ -517,4 +518,48 @@ static int nothing_kept(const char *cache)
 BN_TEST(data_cache_keeps_nothing_for_raw_idx_fresh_files_large_sets_or_unread_options)
 {
     return with_new_cache("cache-none", nothing_kept);
+}
+
+/* An entry of a 4-class set named cat, dog, emu and fox, kept under key by the cache itself,
+ * read back: 1, and the names as kept. Then its names block rewritten as "cat", "", "odg", ...
+ * (the same bytes, one name empty) with the checksum made right again: refused, since a class
+ * name is never empty (the fuzz target found the reader taking one). */
+static int empty_class_name(const char *cache)
+{
+    static const uint64_t key[3] = {7, 8, 9};
+    bn_dataset d, back;
+    CHECK_OK(bn_dataset_alloc(&d, "names", 2, 1, 1, 2, 4, 0));
+    const char *names[4] = {"cat", "dog", "emu", "fox"};
+    CHECK_OK(bn_dataset_set_class_names(&d, (char **)names));
+    for (int i = 0; i < 4; i++) d.pixels[i] = (unsigned char)(40 * i);
+    d.labels[0] = 3, d.labels[1] = 1;
+    bn_data_cache_entry e = {.key = {key[0], key[1], key[2]}};
+    snprintf(e.path, sizeof e.path, "%s/names-entry", cache);
+    const bn_data_request rq = {.format = "test"};
+    bn_data_cache_keep(&e, &rq, &d);
+    bn_dataset_free(&d);
+    char why[256] = "";
+    CHECK_MSG(bn_data_cache_read(e.path, key, &back, why, sizeof why) == 1, "%s", why);
+    CHECK(back.num_classes == 4 && strcmp(back.class_names[1], "dog") == 0 && back.labels[0] == 3);
+    bn_dataset_free(&back);
+    FILE *f = fopen(e.path, "r+b");
+    unsigned char bytes[4096];
+    const size_t n = f ? fread(bytes, 1, sizeof bytes, f) : 0;
+    CHECK(f && n > 8 && n < sizeof bytes);
+    unsigned char *at = NULL;
+    for (size_t i = 0; !at && i + 8 <= n; i++)
+        if (memcmp(bytes + i, "cat\0dog\0", 8) == 0) at = bytes + i;
+    CHECK(at != NULL);
+    memcpy(at, "cat\0\0odg", 8);
+    const uint64_t crc = crc32(crc32(0, Z_NULL, 0), bytes, (uInt)(n - 8));
+    memcpy(bytes + n - 8, &crc, 8);
+    CHECK(fseek(f, 0, SEEK_SET) == 0 && fwrite(bytes, 1, n, f) == n && fclose(f) == 0);
+    CHECK(bn_data_cache_read(e.path, key, &back, why, sizeof why) == -1);
+    CHECK_MSG(strstr(why, "class names") && !back.class_names && !back.pixels, "%s", why);
+    return BN_PASS;
+}
+
+BN_TEST(data_cache_refuses_an_entry_with_an_empty_class_name)
+{
+    return with_new_cache("data-cache-names", empty_class_name);
 }

@@ -3,7 +3,7 @@
 # AddressSanitizer and UndefinedBehaviorSanitizer, then prints its executions, coverage and
 # findings.
 #
-#   tools/fuzz.sh TARGET SECONDS    TARGET: idx, npz, model, checkpoint, image or cifar
+#   tools/fuzz.sh TARGET SECONDS    TARGET: idx, npz, model, checkpoint, image, cifar or datacache
 #   tools/fuzz.sh seeds             rewrites the binary seeds under tests/fuzz/corpus
 #
 # Needs clang with its runtime libraries (Debian: clang, libclang-rt-14-dev or the
@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 
 CLANG=${CLANG:-clang}
 build=${FUZZ_BUILD:-build-fuzz}
-usage() { echo "usage: tools/fuzz.sh idx|npz|model|checkpoint|image|cifar SECONDS | tools/fuzz.sh seeds" >&2; exit 2; }
+usage() { echo "usage: tools/fuzz.sh idx|npz|model|checkpoint|image|cifar|datacache SECONDS | tools/fuzz.sh seeds" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 target=$1
 
@@ -59,10 +59,10 @@ if [ "$target" = seeds ]; then
     "$CLANG" "${cflags[@]}" -Itests tests/fuzz/make_seeds.c tests/test_util_images.c "$lib" "${libs[@]}" \
         -o "$build/make_seeds"
     mkdir -p tests/fuzz/corpus/idx tests/fuzz/corpus/npz tests/fuzz/corpus/checkpoint tests/fuzz/corpus/image \
-             tests/fuzz/corpus/cifar
+             tests/fuzz/corpus/cifar tests/fuzz/corpus/datacache
     "$build/make_seeds" tests/fuzz/corpus
     ls -l tests/fuzz/corpus/idx tests/fuzz/corpus/npz tests/fuzz/corpus/checkpoint tests/fuzz/corpus/image \
-          tests/fuzz/corpus/cifar
+          tests/fuzz/corpus/cifar tests/fuzz/corpus/datacache
     exit 0
 fi
 

@@ -6,8 +6,9 @@
  * FUZZ_CHECKPOINT_MODEL as a fresh run, a mid-epoch run and weights alone; a small digit in every
  * PNG colour type and depth libpng writes (interlaced, with tRNS), in PGM (P5 at 8 and 16 bits,
  * P2 with comments), PPM (P6 at 8 and 16 bits, P3) and JPEG (gray, colour, progressive, CMYK), in
- * fuzz_image's input format, on its digit and picture paths; and CIFAR folders, valid and not, in
- * fuzz_cifar's. */
+ * fuzz_image's input format, on its digit and picture paths; CIFAR folders, valid and not, in
+ * fuzz_cifar's; and data cache entries written by the cache itself (bytes and floats, with and
+ * without class names), in fuzz_datacache's. */
 #include <png.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -15,6 +16,7 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "data_cache.h"
 #include "fuzz_common.h"
 #include "image_testing.h"
 #include "npz.h"
@@ -379,6 +381,52 @@ static void write_cifar(const char *dir)
     cifar_save(dir, "cifar100-test-cut", &s);
 }
 
+/* One data cache entry of d, written by the cache under a fixed key, as fuzz_datacache's input:
+ * the key, then the entry without its last eight bytes (the CRC the target appends). */
+static void datacache_seed(const char *dir, const char *name, const bn_dataset *d)
+{
+    static const uint64_t key[3] = {0x1111, 0x2222, 0x3333};
+    char cache[640], entry[700], seed[1024];
+    snprintf(cache, sizeof cache, "%s/datacache-scratch", dir);
+    setenv("BLOBNET_DATA_CACHE", cache, 1);
+    bn_data_cache_reset();
+    bn_data_cache_entry e = {.key = {key[0], key[1], key[2]}};
+    snprintf(entry, sizeof entry, "%s/entry", cache);
+    snprintf(e.path, sizeof e.path, "%s", entry);
+    const bn_data_request rq = {.format = "seed"};
+    bn_data_cache_keep(&e, &rq, d);
+    FILE *f = fopen(entry, "rb");
+    unsigned char bytes[1 << 14];
+    size_t n = f ? fread(bytes, 1, sizeof bytes, f) : 0;
+    if (!f || n < 8 || n == sizeof bytes) die("a data cache entry");
+    fclose(f);
+    remove(entry);
+    rmdir(cache);
+    unsigned char out[sizeof key + sizeof bytes];
+    memcpy(out, key, sizeof key);
+    memcpy(out + sizeof key, bytes, n - 8);
+    snprintf(seed, sizeof seed, "%s/datacache/%s", dir, name);
+    fuzz_write(seed, out, sizeof key + n - 8);
+}
+
+static void write_datacache(const char *dir)
+{
+    bn_dataset d;
+    if (bn_dataset_alloc(&d, "seed", 3, 1, 2, 3, 4, 0) != BN_OK) die("a byte set");
+    for (int i = 0; i < 3 * 6; i++) d.pixels[i] = (unsigned char)(i * 13);
+    for (int i = 0; i < 3; i++) d.labels[i] = (uint16_t)(i + 1);
+    datacache_seed(dir, "bytes", &d);
+    const char *names[4] = {"cat", "dog", "emu", "fox"};
+    if (bn_dataset_set_class_names(&d, (char **)names) != BN_OK) die("class names");
+    datacache_seed(dir, "bytes-names", &d);
+    bn_dataset_free(&d);
+    if (bn_dataset_alloc(&d, "seed", 2, 2, 1, 2, 3, 1) != BN_OK) die("a float set");
+    for (int i = 0; i < 2 * 4; i++) d.values[i] = 0.25f * (float)i - 1.0f;
+    for (int i = 0; i < 2; i++) d.labels[i] = (uint16_t)(2 - i);
+    datacache_seed(dir, "floats", &d);
+    bn_dataset_free(&d);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 2) {
@@ -392,5 +440,6 @@ int main(int argc, char **argv)
     write_checkpoints(argv[1]);
     write_images(argv[1]);
     write_cifar(argv[1]);
+    write_datacache(argv[1]);
     return 0;
 }
