@@ -75,7 +75,7 @@ BLAS_INC := $(firstword $(wildcard /usr/include/x86_64-linux-gnu/openblas-pthrea
 NVTX_INC := $(firstword $(dir $(wildcard $(CUDA_HOME)/include/nvtx3/nvToolsExt.h /usr/include/nvtx3/nvToolsExt.h)))
 
 WARN     := -Wall -Wextra -Wshadow -Wno-unused-parameter
-OPT      ?= -O2
+OPT      ?= -O3
 CPPFLAGS := -Isrc -Ilayers -Idatasets -Itests -I$(BUILD) -I$(BLAS_INC) -D_POSIX_C_SOURCE=200809L
 CFLAGS   += -std=c11 $(OPT) -g $(WARN) -fno-strict-aliasing -MMD -MP
 ifneq ($(NVTX_INC),)

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "activation.h"
+#include "core/parallel.h"
 #include "layers.h"
 
 static bn_status make_priv(bn_layer *l, act_kind kind, double a)
@@ -87,7 +88,10 @@ static void apply_grad(const act_priv *p, const float *x, const float *y, const 
     float a = p->a;
     switch (p->kind) {
     case ACT_RELU: /* y > 0 exactly where x > 0, and y is what a ReLU run in place still has */
-        for (size_t i = 0; i < count; i++) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+        for (size_t i = 0; i < count; i++) {
+            float g = dy[i]; /* read whatever the sign, so that the loop is a select, not a branch */
+            dx[i] = y[i] > 0.0f ? g : 0.0f;
+        }
         break;
     case ACT_SIGMOID:
         for (size_t i = 0; i < count; i++) dx[i] = dy[i] * y[i] * (1.0f - y[i]);
@@ -96,7 +100,10 @@ static void apply_grad(const act_priv *p, const float *x, const float *y, const 
         for (size_t i = 0; i < count; i++) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
         break;
     case ACT_LEAKY:
-        for (size_t i = 0; i < count; i++) dx[i] = x[i] > 0.0f ? dy[i] : a * dy[i];
+        for (size_t i = 0; i < count; i++) {
+            float g = dy[i];
+            dx[i] = x[i] > 0.0f ? g : a * g;
+        }
         break;
     case ACT_ELU: /* for x <= 0, d/dx a(e^x - 1) = a e^x = y + a */
         for (size_t i = 0; i < count; i++) dx[i] = x[i] > 0.0f ? dy[i] : dy[i] * (y[i] + a);
@@ -104,11 +111,31 @@ static void apply_grad(const act_priv *p, const float *x, const float *y, const 
     }
 }
 
+/* A pass's buffers, for the pool's ranges. */
+typedef struct act_run {
+    const act_priv *p;
+    const float *x, *y, *dy;
+    float *out;
+} act_run;
+
+static void forward_range(void *arg, size_t lo, size_t hi)
+{
+    const act_run *r = arg;
+    apply(r->p, r->x + lo, r->out + lo, hi - lo);
+}
+
+static void backward_range(void *arg, size_t lo, size_t hi)
+{
+    const act_run *r = arg;
+    apply_grad(r->p, r->x + lo, r->y + lo, r->dy + lo, r->out + lo, hi - lo);
+}
+
 static bn_status act_forward(bn_layer *l, const bn_pass *pass)
 {
     BN_HOST_RD(x, l->in);
     BN_HOST_WR(y, l->out);
-    apply(l->priv, x, y, bn_blob_count(l->in));
+    act_run r = {l->priv, x, NULL, NULL, y};
+    bn_parallel_ranges(bn_blob_count(l->in), 0, forward_range, &r);
     return BN_OK;
 }
 
@@ -119,7 +146,8 @@ static bn_status act_backward(bn_layer *l, const bn_pass *pass)
     BN_HOST_RD(y, l->out);
     BN_HOST_RD(dy, l->out_grad);
     BN_HOST_WR(dx, l->in_grad);
-    apply_grad(l->priv, x, y, dy, dx, bn_blob_count(l->in));
+    act_run r = {l->priv, x, y, dy, dx};
+    bn_parallel_ranges(bn_blob_count(l->in), 0, backward_range, &r);
     return BN_OK;
 }
 

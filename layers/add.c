@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "add.h"
+#include "core/parallel.h"
 #include "layers.h"
 
 /* coeff = a, b, ...: finite numbers, one per input (checked against the inputs in setup). */
@@ -59,34 +60,65 @@ static bn_status add_setup(bn_layer *l, bn_shape in, bn_shape *out)
     return BN_OK;
 }
 
+/* A pass's buffers, for the pool's ranges: out = sum of c_j * in_j (forward), or
+ * out_j = c_j * in_0 for each input gradient (backward). */
+typedef struct add_run {
+    const add_priv *a;
+    int inputs;
+    const float *in[BN_MAX_INPUTS];
+    float *out[BN_MAX_INPUTS];
+} add_run;
+
+static void forward_range(void *arg, size_t lo, size_t hi)
+{
+    const add_run *r = arg;
+    float *y = r->out[0];
+    for (int j = 0; j < r->inputs; j++) {
+        const float *x = r->in[j];
+        float c = bn_add_coeff(r->a, j);
+        if (j == 0 && !r->a->num_coeffs) memcpy(y + lo, x + lo, (hi - lo) * sizeof *y);
+        else if (j == 0) for (size_t i = lo; i < hi; i++) y[i] = c * x[i];
+        else if (!r->a->num_coeffs) for (size_t i = lo; i < hi; i++) y[i] += x[i];
+        else for (size_t i = lo; i < hi; i++) y[i] += c * x[i];
+    }
+}
+
 static bn_status add_forward(bn_layer *l, const bn_pass *p)
 {
-    const add_priv *a = l->priv;
-    size_t count = bn_blob_count(l->out);
+    add_run r = {l->priv, l->num_inputs, {0}, {0}};
     BN_HOST_WR(y, l->out);
+    r.out[0] = y;
     for (int j = 0; j < l->num_inputs; j++) {
         BN_HOST_RD(x, l->inputs[j]);
-        float c = bn_add_coeff(a, j);
-        if (j == 0 && !a->num_coeffs) memcpy(y, x, count * sizeof *y);
-        else if (j == 0) for (size_t i = 0; i < count; i++) y[i] = c * x[i];
-        else if (!a->num_coeffs) for (size_t i = 0; i < count; i++) y[i] += x[i];
-        else for (size_t i = 0; i < count; i++) y[i] += c * x[i];
+        r.in[j] = x;
     }
+    bn_parallel_ranges(bn_blob_count(l->out), 0, forward_range, &r);
     return BN_OK;
+}
+
+static void backward_range(void *arg, size_t lo, size_t hi)
+{
+    const add_run *r = arg;
+    const float *dy = r->in[0];
+    for (int j = 0; j < r->inputs; j++) {
+        float *dx = r->out[j], c = bn_add_coeff(r->a, j);
+        if (!dx) continue;
+        if (!r->a->num_coeffs) memcpy(dx + lo, dy + lo, (hi - lo) * sizeof *dx);
+        else for (size_t i = lo; i < hi; i++) dx[i] = c * dy[i];
+    }
 }
 
 static bn_status add_backward(bn_layer *l, const bn_pass *p)
 {
-    const add_priv *a = l->priv;
-    size_t count = bn_blob_count(l->out);
+    add_run r = {l->priv, l->num_inputs, {0}, {0}};
     BN_HOST_RD(dy, l->out_grad);
+    r.in[0] = dy;
     for (int j = 0; j < l->num_inputs; j++) {
         if (!l->input_grads[j]) continue;
         BN_HOST_WR(dx, l->input_grads[j]);
-        float c = bn_add_coeff(a, j);
-        if (!a->num_coeffs) memcpy(dx, dy, count * sizeof *dx);
-        else for (size_t i = 0; i < count; i++) dx[i] = c * dy[i];
+        r.out[j] = dx;
     }
+    bn_parallel_ranges(bn_blob_count(l->out), 0, backward_range, &r);
     return BN_OK;
 }
 

@@ -7,6 +7,7 @@
  * maximum in row-major window order. */
 #include <stdlib.h>
 
+#include "core/parallel.h"
 #include "layers.h"
 #include "pool.h"
 
@@ -85,13 +86,67 @@ static bn_status reserve_argmax(bn_layer *l, pool_priv *p)
     return BN_OK;
 }
 
+/* The first cell of the window holding its largest value. Selects, not branches: which cell
+ * wins is data, and a mispredicted branch per cell costs more than the compare. */
 static int argmax_in(const float *plane, int w, window r)
 {
     int best = r.y0 * w + r.x0;
+    float top = plane[best];
     for (int y = r.y0; y < r.y1; y++)
-        for (int x = r.x0; x < r.x1; x++)
-            if (plane[y * w + x] > plane[best]) best = y * w + x;
+        for (int x = r.x0; x < r.x1; x++) {
+            float v = plane[y * w + x];
+            int more = v > top;
+            best = more ? y * w + x : best;
+            top = more ? v : top;
+        }
     return best;
+}
+
+/* A pass over whole planes (example and channel), for the pool's ranges. */
+typedef struct pool_run {
+    const pool_priv *p;
+    const float *in;
+    float *out;
+    int *argmax;
+} pool_run;
+
+static void maxpool_planes(void *arg, size_t lo, size_t hi)
+{
+    const pool_run *r = arg;
+    const pool_priv *p = r->p;
+    size_t in_plane = (size_t)p->h * p->w, out_plane = (size_t)p->oh * p->ow;
+    for (size_t pl = lo; pl < hi; pl++) {
+        const float *xp = r->in + pl * in_plane;
+        int *am = r->argmax + pl * out_plane;
+        float *y = r->out + pl * out_plane;
+        for (int oy = 0; oy < p->oh; oy++)
+            for (int ox = 0; ox < p->ow; ox++) {
+                int best = argmax_in(xp, p->w, clip(p, oy, ox));
+                *am++ = best;
+                *y++ = xp[best];
+            }
+    }
+}
+
+static void maxpool_grad_planes(void *arg, size_t lo, size_t hi)
+{
+    const pool_run *r = arg;
+    const pool_priv *p = r->p;
+    size_t in_plane = (size_t)p->h * p->w, out_plane = (size_t)p->oh * p->ow;
+    for (size_t pl = lo; pl < hi; pl++) {
+        float *dxp = r->out + pl * in_plane;
+        for (size_t j = 0; j < in_plane; j++) dxp[j] = 0.0f;
+        const int *am = r->argmax + pl * out_plane;
+        const float *dyp = r->in + pl * out_plane;
+        for (size_t q = 0; q < out_plane; q++) dxp[am[q]] += dyp[q];
+    }
+}
+
+/* Planes per task: about 16K cells of input. */
+static size_t plane_grain(const pool_priv *p)
+{
+    size_t cells = (size_t)p->h * p->w;
+    return cells >= 16384 ? 1 : 16384 / cells;
 }
 
 static bn_status maxpool_forward(bn_layer *l, const bn_pass *pass)
@@ -100,17 +155,8 @@ static bn_status maxpool_forward(bn_layer *l, const bn_pass *pass)
     BN_TRY(reserve_argmax(l, p));
     BN_HOST_RD(x, l->in);
     BN_HOST_WR(y, l->out);
-    size_t planes = (size_t)l->in->n * p->c, in_plane = (size_t)p->h * p->w;
-    int *am = p->argmax;
-    for (size_t pl = 0; pl < planes; pl++) {
-        const float *xp = x + pl * in_plane;
-        for (int oy = 0; oy < p->oh; oy++)
-            for (int ox = 0; ox < p->ow; ox++) {
-                int best = argmax_in(xp, p->w, clip(p, oy, ox));
-                *am++ = best;
-                *y++ = xp[best];
-            }
-    }
+    pool_run r = {p, x, y, p->argmax};
+    bn_parallel_ranges((size_t)l->in->n * p->c, plane_grain(p), maxpool_planes, &r);
     return BN_OK;
 }
 
@@ -122,15 +168,8 @@ static bn_status maxpool_backward(bn_layer *l, const bn_pass *pass)
         return bn_error(BN_ERR_INTERNAL, "layer %s: backward before forward", l->name);
     BN_HOST_RD(dy, l->out_grad);
     BN_HOST_WR(dx, l->in_grad);
-    size_t planes = (size_t)l->in->n * p->c, in_plane = (size_t)p->h * p->w;
-    size_t out_plane = (size_t)p->oh * p->ow;
-    for (size_t pl = 0; pl < planes; pl++) {
-        float *dxp = dx + pl * in_plane;
-        for (size_t j = 0; j < in_plane; j++) dxp[j] = 0.0f;
-        const int *am = p->argmax + pl * out_plane;
-        const float *dyp = dy + pl * out_plane;
-        for (size_t q = 0; q < out_plane; q++) dxp[am[q]] += dyp[q];
-    }
+    pool_run r = {p, dy, dx, p->argmax};
+    bn_parallel_ranges((size_t)l->in->n * p->c, plane_grain(p), maxpool_grad_planes, &r);
     return BN_OK;
 }
 

@@ -114,8 +114,8 @@ BN_TEST(conv2d_col2im_is_adjoint_of_im2col)
     bn_rng_seed(&r, lt_fresh_seed(), 1);
     for (size_t i = 0; i < nx; i++) x[i] = (float)bn_rng_normal(&r);
     for (size_t i = 0; i < nc; i++) c[i] = (float)bn_rng_normal(&r);
-    bn_im2col(&g, x, col);
-    bn_col2im_add(&g, c, back);
+    bn_im2col(&g, x, col, (size_t)g.oh * g.ow);
+    bn_col2im_add(&g, c, (size_t)g.oh * g.ow, back);
     double lhs = 0, rhs = 0;
     for (size_t i = 0; i < nc; i++) lhs += (double)col[i] * c[i];
     for (size_t i = 0; i < nx; i++) rhs += (double)x[i] * back[i];

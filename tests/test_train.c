@@ -243,9 +243,11 @@ BN_TEST(train_augments_training_batches_only_and_resumes_exactly)
     CHECK_OK(bn_dataset_load(dir, 0, 0, &test));
     double loss, acc;
     CHECK_OK(bn_evaluate(net, &test, &loss, &acc));
-    char want[64];
-    snprintf(want, sizeof want, "%.9g", loss);
-    CHECK_MSG(strcmp(a[5], want) == 0, "the run logged test loss %s; its weights, unaugmented, give %s", a[5], want);
+    /* The run evaluates in batches of its own size, this one in batches of 50: the CPU's products
+     * may round the last bits otherwise. Augmentation leaking in would move the loss by far more. */
+    double logged = strtod(a[5], NULL);
+    CHECK_MSG(fabs(logged - loss) <= 1e-6 * fabs(loss), "the run logged test loss %s; its weights, unaugmented, "
+              "give %.9g", a[5], loss);
     bn_dataset_free(&test);
     bn_net_free(net);
 

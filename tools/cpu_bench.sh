@@ -35,7 +35,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else
 printf '%-12s %6s | %10s %10s %6s | %10s %10s %6s\n' model batch "train" "pt train" "x" "eval" "pt eval" "x"
 for entry in "lenet 64" "resnet_mini 128"; do
     read -r model batch <<<"$entry"
-    OPENBLAS_NUM_THREADS=$threads ./blobnet train "models/$model.cfg" --device cpu --data "$mnist" --epochs 1 \
+    BLOBNET_THREADS=$threads ./blobnet train "models/$model.cfg" --device cpu --data "$mnist" --epochs 1 \
         --batch "$batch" --train-limit "$images" >"$logs/$model.log" 2>&1 || { cat "$logs/$model.log" >&2; exit 1; }
     read -r train eval < <(blobnet_rates "$logs/$model.log")
     "$py" tools/pytorch_cpu_peer.py "models/$model.cfg" --data "$mnist" --threads "$threads" --batch "$batch" \

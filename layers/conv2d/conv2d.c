@@ -1,7 +1,6 @@
 /* conv2d.c - 2-D convolution (cross-correlation) with square kernels, zero padding and a
- * stride. CPU path: per example, im2col then one GEMM, W (filters x c*k*k) times the
- * column matrix (c*k*k x oh*ow). */
-#include <cblas.h>
+ * stride: the layer's keys, shapes and parameters; its CPU passes are conv_cpu.c's (im2col
+ * then GEMMs, W (filters x c*k*k) times the column matrix (c*k*k x positions)). */
 #include <stdlib.h>
 
 #include "conv2d.h"
@@ -13,7 +12,8 @@ static const char *const engine_names[] = {"auto", "cudnn", "blobnet", NULL};
 
 enum { WEIGHT, BIAS };
 
-/* 2^28 floats (1 GiB): a bound on the weights and on one example's column buffer. */
+/* 2^28 floats (1 GiB): a bound on the weights and on one example's column matrix (the CPU
+ * passes' scratch holds at least one). */
 #define CONV_MAX_FLOATS (1 << 28)
 
 static bn_status conv_parse(bn_layer *l, bn_options *o)
@@ -43,8 +43,8 @@ static bn_status conv_setup(bn_layer *l, bn_shape in, bn_shape *out)
     if (oh == 0 || ow == 0)
         return bn_layer_error(l, "kernel %dx%d is larger than the padded input %dx%d", c->size,
                               c->size, in.h + 2 * c->pad, in.w + 2 * c->pad);
-    /* The passes count weights and column cells in ints, and the column buffer is allocated
-     * here: sizes past CONV_MAX_FLOATS are refused before either can go wrong. */
+    /* The passes count weights and column cells in ints: sizes past CONV_MAX_FLOATS are refused
+     * before either can go wrong. */
     double weights = (double)c->filters * in.c * c->size * c->size;
     double cols = (double)in.c * c->size * c->size * oh * ow;
     if (weights > CONV_MAX_FLOATS || cols > CONV_MAX_FLOATS)
@@ -59,28 +59,8 @@ static bn_status conv_setup(bn_layer *l, bn_shape in, bn_shape *out)
     if (bn_layer_add_param(l, "bias", c->filters, 1, 1, 1, BN_INIT_ZERO, taps, c->filters) != BIAS)
         return bn_last_status();
     bn_param_mark_bias(l, BIAS);
-    /* Setup does not know the batch, and one example's columns suffice: examples run in turn. */
-    free(c->col);
-    c->col = malloc(bn_col_count(&c->g) * sizeof *c->col);
-    if (!c->col) return bn_layer_error(l, "cannot allocate its %zu-float column buffer",
-                                       bn_col_count(&c->g));
     *out = (bn_shape){c->filters, oh, ow};
     return BN_OK;
-}
-
-void bn_conv2d_cpu_forward(const bn_conv_geom *g, int filters, int n, const float *x, const float *w, const float *b,
-                           float *y, float *col)
-{
-    int taps = g->c * g->k * g->k, pos = g->oh * g->ow;
-    size_t in_size = (size_t)g->c * g->h * g->w, out_size = (size_t)filters * pos;
-    for (int i = 0; i < n; i++) {
-        float *yi = y + i * out_size;
-        for (int f = 0; f < filters; f++)
-            for (int q = 0; q < pos; q++) yi[(size_t)f * pos + q] = b[f];
-        bn_im2col(g, x + i * in_size, col);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, filters, pos, taps, 1.0f, w,
-                    taps, col, pos, 1.0f, yi, pos);
-    }
 }
 
 static bn_status conv_forward(bn_layer *l, const bn_pass *p)
@@ -90,41 +70,7 @@ static bn_status conv_forward(bn_layer *l, const bn_pass *p)
     BN_HOST_RD(w, l->params[WEIGHT].value);
     BN_HOST_RD(b, l->params[BIAS].value);
     BN_HOST_WR(y, l->out);
-    bn_conv2d_cpu_forward(&c->g, c->filters, l->in->n, x, w, b, y, c->col);
-    return BN_OK;
-}
-
-/* Bias gradient: each filter's output-gradient plane summed over positions and examples. */
-static void add_bias_grad(const float *dy, int n, int filters, int pos, float *db)
-{
-    for (int i = 0; i < n; i++)
-        for (int f = 0; f < filters; f++) {
-            const float *plane = dy + ((size_t)i * filters + f) * pos;
-            double s = 0.0;
-            for (int q = 0; q < pos; q++) s += plane[q];
-            db[f] += (float)s;
-        }
-}
-
-void bn_conv2d_cpu_backward(const bn_conv_geom *g, int filters, int n, const float *x, const float *w, const float *dy,
-                            float *dx, float *dw, float *db, float *col)
-{
-    int taps = g->c * g->k * g->k, pos = g->oh * g->ow;
-    size_t in_size = (size_t)g->c * g->h * g->w, out_size = (size_t)filters * pos;
-    add_bias_grad(dy, n, filters, pos, db);
-    for (int i = 0; i < n; i++) {
-        const float *dyi = dy + i * out_size;
-        bn_im2col(g, x + i * in_size, col);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, filters, taps, pos, 1.0f, dyi,
-                    pos, col, pos, 1.0f, dw, taps);
-        if (!dx) continue;
-        /* The columns are spent: reuse the buffer for the gradient of the columns. */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, taps, pos, filters, 1.0f, w,
-                    taps, dyi, pos, 0.0f, col, pos);
-        float *dxi = dx + i * in_size;
-        for (size_t j = 0; j < in_size; j++) dxi[j] = 0.0f;
-        bn_col2im_add(g, col, dxi);
-    }
+    return bn_conv2d_cpu_forward(&c->g, c->filters, l->in->n, x, w, b, y);
 }
 
 static bn_status conv_backward(bn_layer *l, const bn_pass *p)
@@ -140,8 +86,7 @@ static bn_status conv_backward(bn_layer *l, const bn_pass *p)
         dx = bn_blob_host_wr(l->in_grad);
         if (!dx) return bn_last_status();
     }
-    bn_conv2d_cpu_backward(&c->g, c->filters, l->in->n, x, w, dy, dx, dw, db, c->col);
-    return BN_OK;
+    return bn_conv2d_cpu_backward(&c->g, c->filters, l->in->n, x, w, dy, dx, dw, db);
 }
 
 static double conv_flops(const bn_layer *l)
@@ -158,7 +103,6 @@ static void conv_destroy(bn_layer *l)
 #ifdef BN_WITH_CUDA
         bn_conv2d_gpu_release(c);
 #endif
-        free(c->col);
     }
     free(c);
     l->priv = NULL;

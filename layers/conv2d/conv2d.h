@@ -25,7 +25,6 @@ enum { BN_CONV_ENGINE_AUTO, BN_CONV_ENGINE_CUDNN, BN_CONV_ENGINE_BLOBNET };
 typedef struct conv_priv {
     int filters, size, stride, pad, init, engine;
     bn_conv_geom g;  /* from setup */
-    float *col;      /* one example's column matrix, reused by forward and backward */
     conv_gpu *gpu;   /* NULL until the first GPU pass; released by bn_conv2d_gpu_release */
     bn_layer *pool_after; /* a 2x2 max pooling after it whose GPU passes this layer's do
                              (bn_conv2d_fuse_next), else NULL */
@@ -34,14 +33,14 @@ typedef struct conv_priv {
     bn_layer *relu_after; /* a ReLU layer whose GPU forward this layer's does (bn_conv2d_fuse_relu) */
 } conv_priv;
 
-/* The CPU passes on host buffers for a batch of n, as the layer runs them (per example, im2col
- * then one GEMM; the reference every GPU runner is checked against): forward writes y (bias
- * added); backward adds into dw and db and, where dx is not NULL, writes dx. col is scratch of
- * bn_col_count(g) floats. */
-void bn_conv2d_cpu_forward(const bn_conv_geom *g, int filters, int n, const float *x, const float *w, const float *b,
-                           float *y, float *col);
-void bn_conv2d_cpu_backward(const bn_conv_geom *g, int filters, int n, const float *x, const float *w, const float *dy,
-                            float *dx, float *dw, float *db, float *col);
+/* The CPU passes on host buffers for a batch of n, as the layer runs them (conv_cpu.c: chunks
+ * of examples, im2col then GEMMs, on the CPU pool; the reference every GPU runner is checked
+ * against): forward writes y (bias added); backward adds into dw and db and, where dx is not
+ * NULL, writes dx. Fail only where their scratch cannot be allocated. */
+bn_status bn_conv2d_cpu_forward(const bn_conv_geom *g, int filters, int n, const float *x, const float *w,
+                                const float *b, float *y);
+bn_status bn_conv2d_cpu_backward(const bn_conv_geom *g, int filters, int n, const float *x, const float *w,
+                                 const float *dy, float *dx, float *dw, float *db);
 
 bn_status bn_conv2d_forward_gpu(bn_layer *l, const bn_pass *p);
 bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p);

@@ -21,7 +21,6 @@ typedef struct buffers {
     unsigned char *mask;                   /* host argmax mask of the pooled cells */
     float *y, *dx, *dw, *db;               /* host reference outputs */
     float *got;                            /* host copy of a device output */
-    float *col;                            /* the CPU path's column scratch */
     float *dev[8];                         /* x, w, b, dy, y/dx, dw, db, pooled dy and mask */
     void *parts_dev;                       /* the family's partial sums */
 } buffers;
@@ -37,7 +36,7 @@ static void fill(bn_rng *rng, float *v, size_t n)
 static void free_buffers(buffers *m)
 {
     free(m->x), free(m->w), free(m->b), free(m->dy), free(m->pdy), free(m->mask);
-    free(m->y), free(m->dx), free(m->dw), free(m->db), free(m->got), free(m->col);
+    free(m->y), free(m->dx), free(m->dw), free(m->db), free(m->got);
     for (int i = 0; i < 8; i++) bn_device_free(m->dev[i]);
     bn_device_free(m->parts_dev);
 }
@@ -58,9 +57,8 @@ static bn_status make_inputs(const bn_conv_shape *s, int pooled, uint64_t seed, 
     m->dw = calloc(m->wts, sizeof(float)), m->db = calloc((size_t)s->filters, sizeof(float));
     size_t most = m->in > m->out ? m->in : m->out;
     m->got = malloc((most > m->wts ? most : m->wts) * sizeof(float));
-    m->col = malloc(bn_col_count(g) * sizeof(float));
     m->pdy = malloc((m->pooled + 1) * sizeof(float)), m->mask = malloc(m->pooled + 1);
-    if (!m->x || !m->w || !m->b || !m->dy || !m->y || !m->dx || !m->dw || !m->db || !m->got || !m->col || !m->pdy ||
+    if (!m->x || !m->w || !m->b || !m->dy || !m->y || !m->dx || !m->dw || !m->db || !m->got || !m->pdy ||
         !m->mask)
         return bn_error(BN_ERR_NOMEM, "conv-families: out of host memory for %zu inputs", m->in);
     bn_rng rng;
@@ -148,11 +146,11 @@ static bn_status check(runner *rn, bn_ctx *ctx, buffers *m, bn_conv_alone_result
     BN_TRY(run_once(rn, ctx));
     BN_TRY(bn_device_sync());
     if (rn->pass == BN_CONV_FORWARD) {
-        bn_conv2d_cpu_forward(&s->g, s->filters, s->n, m->x, m->w, m->b, m->y, m->col);
+        BN_TRY(bn_conv2d_cpu_forward(&s->g, s->filters, s->n, m->x, m->w, m->b, m->y));
         return relative_error(m->dev[D_OUT], m->y, m->out, m->got, &r->max_error);
     }
-    bn_conv2d_cpu_backward(&s->g, s->filters, s->n, m->x, m->w, m->dy, rn->pass == BN_CONV_DATA ? m->dx : NULL,
-                           m->dw, m->db, m->col);
+    BN_TRY(bn_conv2d_cpu_backward(&s->g, s->filters, s->n, m->x, m->w, m->dy, rn->pass == BN_CONV_DATA ? m->dx : NULL,
+                                  m->dw, m->db));
     if (rn->pass == BN_CONV_DATA) return relative_error(m->dev[D_OUT], m->dx, m->in, m->got, &r->max_error);
     double dw_err = 0.0, db_err = 0.0;
     BN_TRY(relative_error(m->dev[D_DW], m->dw, m->wts, m->got, &dw_err));

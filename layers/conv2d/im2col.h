@@ -19,11 +19,12 @@ typedef struct bn_conv_geom {
 /* Floats in the column matrix of one example: c*k*k*oh*ow. */
 size_t bn_col_count(const bn_conv_geom *g);
 
-/* Copies the windows of x (c*h*w floats) into col (bn_col_count floats). */
-void bn_im2col(const bn_conv_geom *g, const float *x, float *col);
+/* Copies the windows of x (c*h*w floats) into col: c*k*k rows of oh*ow cells, a row starting
+ * every ld floats (ld >= oh*ow; ld > oh*ow leaves room for the columns of other examples). */
+void bn_im2col(const bn_conv_geom *g, const float *x, float *col, size_t ld);
 
 /* Adds every column cell back to the input cell it came from: x += col2im(col). Padding
  * cells are dropped. The inverse in the adjoint sense, which is what backward needs. */
-void bn_col2im_add(const bn_conv_geom *g, const float *col, float *x);
+void bn_col2im_add(const bn_conv_geom *g, const float *col, size_t ld, float *x);
 
 #endif

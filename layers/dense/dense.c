@@ -1,8 +1,9 @@
 /* dense.c - fully connected layer: flattens each example to c*h*w inputs and computes
- * Y = X W^T + b with W of shape (outputs, inputs). CPU path on OpenBLAS. */
-#include <cblas.h>
+ * Y = X W^T + b with W of shape (outputs, inputs). CPU path on OpenBLAS, in bands of rows on the
+ * CPU pool (core/cpu_gemm.h). */
 #include <stdlib.h>
 
+#include "core/cpu_gemm.h"
 #include "dense.h"
 #include "layers.h"
 
@@ -53,7 +54,7 @@ static bn_status dense_forward(bn_layer *l, const bn_pass *p)
     /* Seed every row with the bias so the GEMM can accumulate on top of it (beta = 1). */
     for (int i = 0; i < n; i++)
         for (int o = 0; o < m; o++) y[(size_t)i * m + o] = b[o];
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, m, k, 1.0f, x, k, w, k, 1.0f, y, m);
+    bn_cpu_sgemm(0, 1, n, m, k, 1.0f, x, k, w, k, 1.0f, y, m);
     return BN_OK;
 }
 
@@ -66,12 +67,12 @@ static bn_status dense_backward(bn_layer *l, const bn_pass *p)
     BN_HOST_RD(dy, l->out_grad);
     BN_HOST_WR(dw, l->params[WEIGHT].grad);
     BN_HOST_WR(db, l->params[BIAS].grad);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, m, k, n, 1.0f, dy, m, x, k, 1.0f, dw, k);
+    bn_cpu_sgemm(1, 0, m, k, n, 1.0f, dy, m, x, k, 1.0f, dw, k);
     for (int i = 0; i < n; i++)
         for (int o = 0; o < m; o++) db[o] += dy[(size_t)i * m + o];
     if (l->in_grad) {
         BN_HOST_WR(dx, l->in_grad);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, k, m, 1.0f, dy, m, w, k, 0.0f, dx, k);
+        bn_cpu_sgemm(0, 0, n, k, m, 1.0f, dy, m, w, k, 0.0f, dx, k);
     }
     return BN_OK;
 }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "core/options.h"
+#include "core/parallel.h"
 
 bn_status bn_cli_int(const char *flag, const char *text, long lo, long hi, long *out)
 {
@@ -239,4 +240,24 @@ bn_status bn_cli_option_error(int opt, int optopt_value, const char *arg)
     if (opt == ':') return bn_error(BN_ERR_USAGE, "option %s needs a value", arg);
     (void)optopt_value;
     return bn_error(BN_ERR_USAGE, "unknown option '%s'", arg);
+}
+
+bn_status bn_cli_threads(const char *text)
+{
+    long n = 0;
+    BN_TRY(bn_cli_int("--threads", text, 1, BN_CPU_MAX_THREADS, &n));
+    return bn_cpu_threads_set((int)n);
+}
+
+bn_status bn_cli_threads_env(void)
+{
+    const char *env = getenv("BLOBNET_THREADS");
+    if (!env) return BN_OK;
+    long n = 0;
+    if (bn_cli_int("BLOBNET_THREADS", env, 1, BN_CPU_MAX_THREADS, &n) != BN_OK) {
+        char why[600];
+        snprintf(why, sizeof why, "%s", bn_last_error());
+        return bn_error(BN_ERR_USAGE, "environment: %s", why);
+    }
+    return BN_OK;
 }

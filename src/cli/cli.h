@@ -23,6 +23,12 @@ enum { BN_PRECISION_FP32, BN_PRECISION_BF16, BN_PRECISION_BF16_STRICT };
  * otherwise. */
 bn_status bn_cli_precision(const char *text, int *bf16);
 
+/* --threads N: the CPU pool's size (core/parallel.h), 1..BN_CPU_MAX_THREADS. */
+bn_status bn_cli_threads(const char *text);
+
+/* $BLOBNET_THREADS, where set, checked as --threads is: the error names the variable. */
+bn_status bn_cli_threads_env(void);
+
 /* Sets the opened device's precision (ctx->bf16 for either BF16 value); BF16 without a device
  * (ctx NULL) is a usage error, the CPU path having no BF16. */
 bn_status bn_cli_apply_precision(int bf16, bn_ctx *ctx);

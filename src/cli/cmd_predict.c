@@ -16,11 +16,11 @@
 
 #define TOP_K 3
 
-enum { OPT_INVERT = 256, OPT_JSON, OPT_DEVICE, OPT_PLUGIN, OPT_HELP };
+enum { OPT_INVERT = 256, OPT_JSON, OPT_DEVICE, OPT_THREADS, OPT_PLUGIN, OPT_HELP };
 
 static const struct option predict_options[] = {
     {"invert", no_argument, 0, OPT_INVERT},       {"json", no_argument, 0, OPT_JSON},
-    {"device", required_argument, 0, OPT_DEVICE}, {"plugin", required_argument, 0, OPT_PLUGIN},
+    {"device", required_argument, 0, OPT_DEVICE}, {"threads", required_argument, 0, OPT_THREADS}, {"plugin", required_argument, 0, OPT_PLUGIN},
     {"help", no_argument, 0, OPT_HELP},           {0, 0, 0, 0},
 };
 
@@ -42,6 +42,7 @@ static int parse_args(int argc, char **argv, predict_args *a)
         case OPT_INVERT: a->invert = 1; break;
         case OPT_JSON: a->json = 1; break;
         case OPT_DEVICE: a->device = optarg; break;
+        case OPT_THREADS: BN_TRY(bn_cli_threads(optarg)); break;
         case OPT_PLUGIN: BN_TRY(bn_plugin_load(optarg)); break;
         case OPT_HELP: return -1;
         default: return bn_cli_option_error(opt, optopt, argv[optind - 1]);

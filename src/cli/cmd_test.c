@@ -13,12 +13,12 @@
 #include "train/evaluate.h"
 #include "train/trainer.h"
 
-enum { OPT_DATA = 256, OPT_DATASET, OPT_DEVICE, OPT_BATCH, OPT_PLUGIN, OPT_MISCLASSIFIED, OPT_PRECISION,
+enum { OPT_DATA = 256, OPT_DATASET, OPT_DEVICE, OPT_THREADS, OPT_BATCH, OPT_PLUGIN, OPT_MISCLASSIFIED, OPT_PRECISION,
        OPT_DATA_OPTION, OPT_HELP };
 
 static const struct option test_options[] = {
     {"data", required_argument, 0, OPT_DATA},   {"dataset", required_argument, 0, OPT_DATASET},
-    {"device", required_argument, 0, OPT_DEVICE}, {"batch", required_argument, 0, OPT_BATCH},
+    {"device", required_argument, 0, OPT_DEVICE}, {"threads", required_argument, 0, OPT_THREADS}, {"batch", required_argument, 0, OPT_BATCH},
     {"plugin", required_argument, 0, OPT_PLUGIN}, {"misclassified", required_argument, 0, OPT_MISCLASSIFIED},
     {"precision", required_argument, 0, OPT_PRECISION}, {"data-option", required_argument, 0, OPT_DATA_OPTION},
     {"help", no_argument, 0, OPT_HELP},
@@ -44,6 +44,7 @@ static int parse_args(int argc, char **argv, test_args *a)
         case OPT_DATASET: a->data.dataset = optarg; break;
         case OPT_DATA_OPTION: BN_TRY(bn_data_flags_add_option(&a->data, optarg)); break;
         case OPT_DEVICE: a->device = optarg; break;
+        case OPT_THREADS: BN_TRY(bn_cli_threads(optarg)); break;
         case OPT_BATCH: BN_TRY(bn_cli_int("--batch", optarg, 1, 65536, &a->batch)); break;
         case OPT_PLUGIN: BN_TRY(bn_plugin_load(optarg)); break;
         case OPT_MISCLASSIFIED: a->misclassified = optarg; break;

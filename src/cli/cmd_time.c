@@ -7,11 +7,11 @@
 #include "core/optimizers/optimizers.h"
 #include "core/plugin.h"
 
-enum { OPT_BATCH = 256, OPT_ITERS, OPT_DEVICE, OPT_TF32, OPT_AUTOTUNE, OPT_PLUGIN, OPT_PRECISION, OPT_HELP };
+enum { OPT_BATCH = 256, OPT_ITERS, OPT_DEVICE, OPT_THREADS, OPT_TF32, OPT_AUTOTUNE, OPT_PLUGIN, OPT_PRECISION, OPT_HELP };
 
 static const struct option time_options[] = {
     {"batch", required_argument, 0, OPT_BATCH}, {"iters", required_argument, 0, OPT_ITERS},
-    {"device", required_argument, 0, OPT_DEVICE}, {"tf32", no_argument, 0, OPT_TF32},
+    {"device", required_argument, 0, OPT_DEVICE}, {"threads", required_argument, 0, OPT_THREADS}, {"tf32", no_argument, 0, OPT_TF32},
     {"autotune", no_argument, 0, OPT_AUTOTUNE}, {"plugin", required_argument, 0, OPT_PLUGIN},
     {"precision", required_argument, 0, OPT_PRECISION}, {"help", no_argument, 0, OPT_HELP},
     {0, 0, 0, 0},
@@ -34,6 +34,7 @@ static int parse_args(int argc, char **argv, time_args *a)
         case OPT_BATCH: BN_TRY(bn_cli_int("--batch", optarg, 1, 65536, &a->batch)); break;
         case OPT_ITERS: BN_TRY(bn_cli_int("--iters", optarg, 1, 1000000, &a->iters)); break;
         case OPT_DEVICE: a->device = optarg; break;
+        case OPT_THREADS: BN_TRY(bn_cli_threads(optarg)); break;
         case OPT_TF32: a->tf32 = 1; break;
         case OPT_AUTOTUNE: a->autotune = 1; break;
         case OPT_PLUGIN: BN_TRY(bn_plugin_load(optarg)); break;

@@ -42,7 +42,7 @@ typedef struct train_args {
     int port;
 } train_args;
 
-enum { OPT_DATA = 256, OPT_DATASET, OPT_DEVICE, OPT_EPOCHS, OPT_BATCH, OPT_LR, OPT_MOMENTUM, OPT_WD,
+enum { OPT_DATA = 256, OPT_DATASET, OPT_DEVICE, OPT_THREADS, OPT_EPOCHS, OPT_BATCH, OPT_LR, OPT_MOMENTUM, OPT_WD,
        OPT_POLICY, OPT_SEED, OPT_LIMIT, OPT_TEST_LIMIT, OPT_SAVE, OPT_RESUME, OPT_QUIET, OPT_LOG, OPT_LOG_EVERY,
        OPT_TF32, OPT_DETERMINISTIC, OPT_AUTOTUNE, OPT_PROFILE, OPT_PLUGIN, OPT_NO_GRAPH,
        OPT_SHIFT, OPT_FLIP, OPT_NO_FLIP, OPT_PAD, OPT_CUTOUT,
@@ -51,7 +51,7 @@ enum { OPT_DATA = 256, OPT_DATASET, OPT_DEVICE, OPT_EPOCHS, OPT_BATCH, OPT_LR, O
 
 static const struct option train_options[] = {
     {"data", required_argument, 0, OPT_DATA},       {"dataset", required_argument, 0, OPT_DATASET},
-    {"device", required_argument, 0, OPT_DEVICE},   {"epochs", required_argument, 0, OPT_EPOCHS},
+    {"device", required_argument, 0, OPT_DEVICE}, {"threads", required_argument, 0, OPT_THREADS},   {"epochs", required_argument, 0, OPT_EPOCHS},
     {"batch", required_argument, 0, OPT_BATCH},     {"lr", required_argument, 0, OPT_LR},
     {"momentum", required_argument, 0, OPT_MOMENTUM}, {"weight-decay", required_argument, 0, OPT_WD},
     {"optimizer", required_argument, 0, OPT_OPTIMIZER}, {"warmup", required_argument, 0, OPT_WARMUP},
@@ -142,6 +142,7 @@ static int parse_args(int argc, char **argv, train_args *a)
         case OPT_DATA_OPTION: BN_TRY(bn_data_flags_add_option(&a->data, optarg)); break;
         case OPT_HOLDOUT: BN_TRY(bn_cli_int("--holdout", optarg, 0, 2147483647L, &a->data.holdout)); break;
         case OPT_DEVICE: a->device = optarg; break;
+        case OPT_THREADS: BN_TRY(bn_cli_threads(optarg)); break;
         case OPT_EPOCHS: BN_TRY(bn_cli_int("--epochs", optarg, 0, 1000000, &a->epochs)); break;
         case OPT_BATCH: BN_TRY(bn_cli_int("--batch", optarg, 1, 65536, &a->batch)); break;
         case OPT_LR: BN_TRY(bn_cli_float("--lr", optarg, 0, 1000, &a->lr)); break;

@@ -20,6 +20,11 @@
 
 #define BLOBNET_VERSION "0.1.0"
 
+/* The --threads line of train, test and predict. */
+#define THREADS_HELP                                                                       \
+    "  --threads N         CPU threads for the CPU path (default: one per CPU, or\n"          \
+    "                      $BLOBNET_THREADS); results do not depend on it\n"
+
 static const char train_usage[] =
     "usage: blobnet train MODEL [options]\n"
     "Trains the network described by MODEL on the data its [data] section names, or on\n"
@@ -32,6 +37,7 @@ static const char train_usage[] =
     "                      reported as val acc in every epoch line and in the log\n"
     "  --device SPEC       cpu, gpu, gpu:N or auto (default: auto, the GPU when present),\n"
     "                      or a list gpu:0,1,... to train on those GPUs as --gpus does\n"
+    THREADS_HELP
     "  --gpus N            train on N GPUs of this machine (gpu 0..N-1), one process each\n"
     "  --rank R            with --world and --rendezvous: run as rank R (0..N-1) of N\n"
     "  --world N           processes that train together, on this or other machines\n"
@@ -100,6 +106,7 @@ static const char test_usage[] =
     "  --data PATH         the dataset's file or folder (as for train)\n"
     "  --data-option K=V   a key of the format's, over [data]'s; may repeat\n"
     "  --device SPEC       cpu, gpu, gpu:N or auto (default: the GPU when there is one)\n"
+    THREADS_HELP
     "  --batch N           evaluation batch size (default 1000)\n"
     "  --precision P       fp32 (default) or bf16 (bf16-strict alike): evaluate with BF16\n"
     "                      activations (GPU only)\n"
@@ -125,6 +132,7 @@ static const char predict_usage[] =
     "  --json              one JSON object per image and line:\n"
     "                      {\"file\":\"7.png\",\"top\":[{\"class\":7,\"p\":0.99},...]}\n"
     "  --device SPEC       cpu, gpu, gpu:N or auto (default: the GPU when there is one)\n"
+    THREADS_HELP
     "  --plugin FILE       load a layer plugin (.so) first; may be given several times\n"
     "An image that cannot be read, or is blank, gets a one-line error on stderr and the\n"
     "others are still predicted; the exit code is then 1. A light background draws a\n"
@@ -176,8 +184,8 @@ static const char check_layer_usage[] =
     "                      running statistics settled on one batch, relative (default 0.02)\n";
 
 static const char time_usage[] =
-    "usage: blobnet time MODEL [--batch N] [--iters N] [--device SPEC] [--tf32] [--autotune]\n"
-    "                          [--precision fp32|bf16|bf16-strict] [--plugin FILE]...\n"
+    "usage: blobnet time MODEL [--batch N] [--iters N] [--device SPEC] [--threads N] [--tf32]\n"
+    "                          [--autotune] [--precision fp32|bf16|bf16-strict] [--plugin FILE]...\n"
     "Times each layer's forward and backward pass and the update over N training steps\n"
     "(default 50, after 5 warm-up steps) on random data: CUDA events on the GPU, a\n"
     "monotonic clock on the CPU. --batch defaults to the model's [train] batch.\n"
@@ -425,6 +433,10 @@ int main(int argc, char **argv)
 {
     bn_timeline_mark("main");
     choose_blas_kernels(argv);
+    if (bn_cli_threads_env() != BN_OK) {
+        bn_cli_report("error", "%s", bn_last_error());
+        return 2;
+    }
     if (argc < 2) {
         print_main_help();
         return 2;

@@ -1,0 +1,289 @@
+/* parallel.c - the CPU pool: workers that wait for a generation number to move, then take
+ * tasks from a shared counter until none are left.
+ *
+ * A run's fields (fn, arg, tasks, the counters) are written only while no worker is inside a
+ * run (`inside` is zero), and published by moving `gen`; a worker counts itself inside before
+ * it reads gen, so a worker that looks while the caller writes sees the old gen and leaves.
+ * Workers spin a little before they sleep: the passes of a step follow each other within
+ * microseconds, and a futex wake-up costs tens of them. */
+#define _GNU_SOURCE
+#include "parallel.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define cpu_relax() _mm_pause()
+#else
+#define cpu_relax() ((void)0)
+#endif
+
+/* Pauses a worker spends looking for the next run before it sleeps (about 100 us). */
+#define SPIN_ROUNDS 4000
+
+typedef struct worker_slot {
+    float *buf[BN_CPU_SCRATCH_SLOTS];
+    size_t cap[BN_CPU_SCRATCH_SLOTS];
+} worker_slot;
+
+static struct {
+    pthread_mutex_t lock; /* guards gen changes for sleepers, and quit */
+    pthread_cond_t wake;
+    pthread_mutex_t pass; /* bn_cpu_lock: recursive */
+    int pass_ready;
+    int want;    /* threads asked for; 0: the default */
+    int threads; /* threads of the running pool (1: none started) */
+    int started; /* workers started */
+    pthread_t ids[BN_CPU_MAX_THREADS];
+    int quit;
+    atomic_uint gen;
+    atomic_int inside;
+    atomic_int next, done;
+    bn_task_fn fn;
+    void *arg;
+    int tasks;
+    worker_slot slots[BN_CPU_MAX_THREADS];
+    float *shared;
+    size_t shared_cap;
+} pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
+
+static _Thread_local int in_task, my_worker;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static void make_pass_lock(void)
+{
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&pool.pass, &a);
+    pthread_mutexattr_destroy(&a);
+}
+
+void bn_cpu_lock(void)
+{
+    pthread_once(&once, make_pass_lock);
+    pthread_mutex_lock(&pool.pass);
+}
+
+void bn_cpu_unlock(void)
+{
+    pthread_mutex_unlock(&pool.pass);
+}
+
+static int default_threads(void)
+{
+    const char *env = getenv("BLOBNET_THREADS");
+    if (env && *env) {
+        char *end;
+        errno = 0;
+        long v = strtol(env, &end, 10);
+        if (!errno && !*end && v >= 1 && v <= BN_CPU_MAX_THREADS) return (int)v;
+    }
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        int n = CPU_COUNT(&set);
+        if (n >= 1) return n < BN_CPU_MAX_THREADS ? n : BN_CPU_MAX_THREADS;
+    }
+    return 1;
+}
+
+int bn_cpu_threads(void)
+{
+    return pool.want ? pool.want : default_threads();
+}
+
+/* Runs tasks of the current run until none are left. */
+static void take_tasks(int worker)
+{
+    int t;
+    while ((t = atomic_fetch_add(&pool.next, 1)) < pool.tasks) {
+        pool.fn(pool.arg, t, worker);
+        atomic_fetch_add(&pool.done, 1);
+    }
+}
+
+static void *worker_main(void *p)
+{
+    int me = (int)(size_t)p;
+    unsigned seen = atomic_load(&pool.gen);
+    in_task = 1;
+    my_worker = me;
+    for (;;) {
+        int spins = 0;
+        while (atomic_load(&pool.gen) == seen && spins++ < SPIN_ROUNDS) cpu_relax();
+        if (atomic_load(&pool.gen) == seen) {
+            pthread_mutex_lock(&pool.lock);
+            while (atomic_load(&pool.gen) == seen && !pool.quit) pthread_cond_wait(&pool.wake, &pool.lock);
+            pthread_mutex_unlock(&pool.lock);
+        }
+        if (pool.quit) return NULL;
+        atomic_fetch_add(&pool.inside, 1);
+        unsigned g = atomic_load(&pool.gen);
+        if (g != seen) {
+            seen = g;
+            take_tasks(me);
+        }
+        atomic_fetch_sub(&pool.inside, 1);
+    }
+}
+
+static void stop_workers(void)
+{
+    if (pool.started == 0) return;
+    pthread_mutex_lock(&pool.lock);
+    pool.quit = 1;
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.lock);
+    for (int i = 1; i <= pool.started; i++) pthread_join(pool.ids[i], NULL);
+    pool.started = 0;
+    pool.quit = 0;
+    pool.threads = 1;
+}
+
+/* A forked child has the caller's thread only: it starts its own workers when it needs them. */
+static void after_fork_child(void)
+{
+    pool.started = 0;
+    pool.threads = 1;
+    pool.quit = 0;
+    atomic_store(&pool.inside, 0);
+    pthread_mutex_init(&pool.lock, NULL);
+    pthread_cond_init(&pool.wake, NULL);
+    make_pass_lock();
+}
+
+static void at_exit_stop(void)
+{
+    /* Ends the workers so that tools watching the exit (valgrind) see every thread joined. */
+    if (pool.started) stop_workers();
+}
+
+/* Starts the workers the pool lacks; with none to be had, the caller runs every task. */
+static void ensure_workers(void)
+{
+    static int hooks;
+    int want = bn_cpu_threads();
+    if (pool.threads == want && (want == 1 || pool.started == want - 1)) return;
+    stop_workers();
+    if (!hooks) {
+        hooks = 1;
+        pthread_atfork(NULL, NULL, after_fork_child);
+        atexit(at_exit_stop);
+    }
+    /* The pool is the parallelism: OpenBLAS's own threads would spin against its workers. */
+    openblas_set_num_threads(1);
+    pool.threads = want;
+    for (int i = 1; i < want; i++) {
+        if (pthread_create(&pool.ids[i], NULL, worker_main, (void *)(size_t)i) != 0) break;
+        pool.started = i;
+    }
+    pool.threads = pool.started + 1;
+}
+
+bn_status bn_cpu_threads_set(int n)
+{
+    if (n < 0 || n > BN_CPU_MAX_THREADS)
+        return bn_error(BN_ERR_USAGE, "%d threads: the CPU pool takes 1 to %d (0: one per CPU)", n,
+                        BN_CPU_MAX_THREADS);
+    bn_cpu_lock();
+    pool.want = n;
+    bn_cpu_unlock();
+    return BN_OK;
+}
+
+void bn_parallel_run(int tasks, bn_task_fn fn, void *arg)
+{
+    if (tasks <= 0) return;
+    if (in_task) {
+        for (int t = 0; t < tasks; t++) fn(arg, t, my_worker);
+        return;
+    }
+    bn_cpu_lock();
+    ensure_workers();
+    if (pool.started == 0 || tasks == 1) {
+        for (int t = 0; t < tasks; t++) fn(arg, t, 0);
+        bn_cpu_unlock();
+        return;
+    }
+    while (atomic_load(&pool.inside) != 0) cpu_relax();
+    pool.fn = fn, pool.arg = arg, pool.tasks = tasks;
+    atomic_store(&pool.next, 0);
+    atomic_store(&pool.done, 0);
+    pthread_mutex_lock(&pool.lock);
+    atomic_fetch_add(&pool.gen, 1);
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.lock);
+    in_task = 1;
+    take_tasks(0);
+    in_task = 0;
+    while (atomic_load(&pool.done) != tasks) cpu_relax();
+    bn_cpu_unlock();
+}
+
+typedef struct ranges {
+    size_t count, piece;
+    bn_range_fn fn;
+    void *arg;
+} ranges;
+
+static void range_task(void *p, int task, int worker)
+{
+    const ranges *r = p;
+    size_t lo = (size_t)task * r->piece, hi = lo + r->piece < r->count ? lo + r->piece : r->count;
+    r->fn(r->arg, lo, hi);
+}
+
+void bn_parallel_ranges(size_t count, size_t grain, bn_range_fn fn, void *arg)
+{
+    if (count == 0) return;
+    if (grain == 0) grain = 16384;
+    size_t pieces = (count + grain - 1) / grain;
+    /* More pieces than a few per thread only add hand-overs. */
+    size_t most = 4 * (size_t)bn_cpu_threads();
+    if (pieces > most) pieces = most;
+    ranges r = {count, (count + pieces - 1) / pieces, fn, arg};
+    bn_parallel_run((int)((count + r.piece - 1) / r.piece), range_task, &r);
+}
+
+bn_status bn_cpu_scratch_reserve(int slot, size_t floats)
+{
+    if (slot < 0 || slot >= BN_CPU_SCRATCH_SLOTS)
+        return bn_error(BN_ERR_INTERNAL, "CPU scratch slot %d of %d", slot, BN_CPU_SCRATCH_SLOTS);
+    int n = bn_cpu_threads();
+    for (int w = 0; w < n; w++) {
+        worker_slot *s = &pool.slots[w];
+        if (s->cap[slot] >= floats) continue;
+        float *grown = realloc(s->buf[slot], floats * sizeof *grown);
+        if (!grown)
+            return bn_error(BN_ERR_NOMEM, "cannot allocate %zu floats of CPU scratch for each of %d threads", floats,
+                            n);
+        s->buf[slot] = grown;
+        s->cap[slot] = floats;
+    }
+    return BN_OK;
+}
+
+float *bn_cpu_scratch(int slot, int worker)
+{
+    return pool.slots[worker].buf[slot];
+}
+
+float *bn_cpu_shared_scratch(size_t floats)
+{
+    if (pool.shared_cap >= floats) return pool.shared;
+    float *grown = realloc(pool.shared, floats * sizeof *grown);
+    if (!grown) {
+        bn_error(BN_ERR_NOMEM, "cannot allocate %zu floats of CPU scratch", floats);
+        return NULL;
+    }
+    pool.shared = grown;
+    pool.shared_cap = floats;
+    return grown;
+}

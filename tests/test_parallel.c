@@ -1,0 +1,288 @@
+/* test_parallel.c - the CPU pool (core/parallel.c) and what runs on it: every task run exactly
+ * once at any thread count, nested runs, a forked child's pool; conv2d's chunked CPU passes
+ * against a direct convolution and bit for bit across thread counts; the banded GEMM against
+ * one OpenBLAS call; training on the CPU the same at 1 and 3 threads; --threads and
+ * $BLOBNET_THREADS refused when malformed. */
+#include <cblas.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "conv2d/conv2d.h"
+#include "core/cpu_gemm.h"
+#include "core/parallel.h"
+#include "core/rng.h"
+#include "layers.h"
+#include "testing.h"
+
+static char out[16384];
+
+typedef struct counts {
+    int tasks;
+    atomic_int *seen;
+    atomic_int bad_worker;
+} counts;
+
+static void count_task(void *p, int task, int worker)
+{
+    counts *c = p;
+    atomic_fetch_add(&c->seen[task], 1);
+    if (worker < 0 || worker >= bn_cpu_threads()) atomic_store(&c->bad_worker, 1);
+}
+
+BN_TEST(parallel_runs_every_task_once_at_any_thread_count)
+{
+    static const int threads[] = {1, 2, 3, 7};
+    static const int tasks[] = {1, 2, 5, 64, 1000};
+    for (size_t t = 0; t < sizeof threads / sizeof *threads; t++) {
+        CHECK_OK(bn_cpu_threads_set(threads[t]));
+        CHECK(bn_cpu_threads() == threads[t]);
+        for (size_t k = 0; k < sizeof tasks / sizeof *tasks; k++)
+            for (int rep = 0; rep < 20; rep++) {
+                counts c = {tasks[k], calloc((size_t)tasks[k], sizeof(atomic_int)), 0};
+                CHECK(c.seen != NULL);
+                bn_parallel_run(tasks[k], count_task, &c);
+                for (int i = 0; i < tasks[k]; i++)
+                    CHECK_MSG(atomic_load(&c.seen[i]) == 1, "%d threads, %d tasks: task %d ran %d times", threads[t],
+                              tasks[k], i, atomic_load(&c.seen[i]));
+                CHECK(atomic_load(&c.bad_worker) == 0);
+                free(c.seen);
+            }
+    }
+    CHECK_OK(bn_cpu_threads_set(0));
+    CHECK_ERR(bn_cpu_threads_set(BN_CPU_MAX_THREADS + 1), BN_ERR_USAGE, "the CPU pool takes 1 to");
+    return BN_PASS;
+}
+
+static void inner_task(void *p, int task, int worker)
+{
+    atomic_fetch_add((atomic_int *)p, 1);
+}
+
+static void outer_task(void *p, int task, int worker)
+{
+    bn_parallel_run(10, inner_task, p);
+}
+
+BN_TEST(parallel_nested_run_completes_on_the_calling_thread)
+{
+    CHECK_OK(bn_cpu_threads_set(3));
+    atomic_int total = 0;
+    bn_parallel_run(8, outer_task, &total);
+    CHECK(atomic_load(&total) == 80);
+    CHECK_OK(bn_cpu_threads_set(0));
+    return BN_PASS;
+}
+
+typedef struct sum_arg {
+    const float *v;
+    double *part;
+} sum_arg;
+
+static void sum_range(void *p, size_t lo, size_t hi)
+{
+    const sum_arg *a = p;
+    double s = 0;
+    for (size_t i = lo; i < hi; i++) s += a->v[i];
+    a->part[lo] = s; /* each range writes at its own first index */
+}
+
+BN_TEST(parallel_ranges_cover_the_count_and_survive_fork)
+{
+    CHECK_OK(bn_cpu_threads_set(2));
+    size_t n = 100003;
+    float *v = malloc(n * sizeof *v);
+    double *part = calloc(n, sizeof *part);
+    CHECK(v && part);
+    for (size_t i = 0; i < n; i++) v[i] = (float)(i % 17);
+    sum_arg a = {v, part};
+    bn_parallel_ranges(n, 1000, sum_range, &a);
+    double total = 0, want = 0;
+    for (size_t i = 0; i < n; i++) total += part[i], want += v[i];
+    CHECK_NEAR(total, want, 0.5);
+    /* The pool's workers are the parent's: a forked child starts its own and still finishes. */
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        memset(part, 0, n * sizeof *part);
+        bn_parallel_ranges(n, 1000, sum_range, &a);
+        double t = 0;
+        for (size_t i = 0; i < n; i++) t += part[i];
+        _exit(fabs(t - want) < 0.5 ? 0 : 3);
+    }
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    free(v), free(part);
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child's run ended with status %d", status);
+    CHECK_OK(bn_cpu_threads_set(0));
+    return BN_PASS;
+}
+
+static void fill(bn_rng *r, float *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) v[i] = (float)(2.0 * bn_rng_uniform(r) - 1.0);
+}
+
+/* The convolution written out, in double: y[i][f][oy][ox]. */
+static double direct(const bn_conv_geom *g, const float *x, const float *w, const float *b, int i, int f, int oy,
+                     int ox)
+{
+    double s = b[f];
+    for (int c = 0; c < g->c; c++)
+        for (int ky = 0; ky < g->k; ky++)
+            for (int kx = 0; kx < g->k; kx++) {
+                int iy = oy * g->stride - g->pad + ky, ix = ox * g->stride - g->pad + kx;
+                if (iy < 0 || iy >= g->h || ix < 0 || ix >= g->w) continue;
+                s += (double)w[((f * g->c + c) * g->k + ky) * g->k + kx] *
+                     x[((size_t)(i * g->c + c) * g->h + iy) * g->w + ix];
+            }
+    return s;
+}
+
+typedef struct conv_case {
+    int c, h, w, k, stride, pad, filters, n;
+} conv_case;
+
+/* Forward, input and weight gradients of one case at `threads` threads into y, dx, dw, db. */
+static bn_status conv_passes(const conv_case *cc, int threads, const float *x, const float *wt, const float *b,
+                             const float *dy, float *y, float *dx, float *dw, float *db)
+{
+    bn_conv_geom g = {cc->c, cc->h, cc->w, cc->k, cc->stride, cc->pad, 0, 0};
+    g.oh = bn_window_out(g.h, g.k, g.stride, g.pad), g.ow = bn_window_out(g.w, g.k, g.stride, g.pad);
+    BN_TRY(bn_cpu_threads_set(threads));
+    memset(dw, 0, (size_t)cc->filters * cc->c * cc->k * cc->k * sizeof *dw);
+    memset(db, 0, (size_t)cc->filters * sizeof *db);
+    BN_TRY(bn_conv2d_cpu_forward(&g, cc->filters, cc->n, x, wt, b, y));
+    return bn_conv2d_cpu_backward(&g, cc->filters, cc->n, x, wt, dy, dx, dw, db);
+}
+
+/* Shapes that make chunks of one example (28x28), of many (7x7, 5x3), a pointwise 1x1 and
+ * strides, at batches that leave a short last chunk. */
+BN_TEST(parallel_conv_passes_match_direct_and_do_not_depend_on_threads)
+{
+    static const conv_case cases[] = {
+        {3, 28, 28, 3, 1, 1, 5, 3}, {6, 7, 7, 3, 1, 1, 9, 37}, {4, 5, 3, 1, 1, 0, 7, 50},
+        {5, 9, 11, 3, 2, 1, 4, 13}, {2, 13, 10, 5, 3, 2, 3, 21},
+    };
+    for (size_t t = 0; t < sizeof cases / sizeof *cases; t++) {
+        const conv_case *cc = &cases[t];
+        int oh = bn_window_out(cc->h, cc->k, cc->stride, cc->pad), ow = bn_window_out(cc->w, cc->k, cc->stride, cc->pad);
+        size_t nx = (size_t)cc->n * cc->c * cc->h * cc->w, ny = (size_t)cc->n * cc->filters * oh * ow;
+        size_t nw = (size_t)cc->filters * cc->c * cc->k * cc->k;
+        float *x = malloc(nx * 4), *wt = malloc(nw * 4), *b = malloc((size_t)cc->filters * 4), *dy = malloc(ny * 4);
+        float *y[2] = {malloc(ny * 4), malloc(ny * 4)}, *dx[2] = {malloc(nx * 4), malloc(nx * 4)};
+        float *dw[2] = {malloc(nw * 4), malloc(nw * 4)}, *db[2] = {malloc((size_t)cc->filters * 4),
+                                                                   malloc((size_t)cc->filters * 4)};
+        CHECK(x && wt && b && dy && y[0] && y[1] && dx[0] && dx[1] && dw[0] && dw[1] && db[0] && db[1]);
+        bn_rng r;
+        bn_rng_seed(&r, bn_test_seed(), (uint64_t)t);
+        fill(&r, x, nx), fill(&r, wt, nw), fill(&r, b, (size_t)cc->filters), fill(&r, dy, ny);
+        CHECK_OK(conv_passes(cc, 1, x, wt, b, dy, y[0], dx[0], dw[0], db[0]));
+        CHECK_OK(conv_passes(cc, 3, x, wt, b, dy, y[1], dx[1], dw[1], db[1]));
+        CHECK_MSG(memcmp(y[0], y[1], ny * 4) == 0 && memcmp(dx[0], dx[1], nx * 4) == 0 &&
+                      memcmp(dw[0], dw[1], nw * 4) == 0 && memcmp(db[0], db[1], (size_t)cc->filters * 4) == 0,
+                  "case %zu: 1 and 3 threads differ", t);
+        bn_conv_geom g = {cc->c, cc->h, cc->w, cc->k, cc->stride, cc->pad, oh, ow};
+        for (int i = 0; i < cc->n; i++)
+            for (int f = 0; f < cc->filters; f++)
+                for (int q = 0; q < oh * ow; q++) {
+                    double want = direct(&g, x, wt, b, i, f, q / ow, q % ow);
+                    CHECK_NEAR(y[0][((size_t)i * cc->filters + f) * oh * ow + q], want, 1e-4 * (1 + fabs(want)));
+                }
+        /* dw[f][c][ky][kx] = sum over examples and positions of dy * the input the tap sees. */
+        for (int f = 0; f < cc->filters; f++)
+            for (int c = 0; c < cc->c; c++)
+                for (int ky = 0; ky < cc->k; ky++)
+                    for (int kx = 0; kx < cc->k; kx++) {
+                        double want = 0;
+                        for (int i = 0; i < cc->n; i++)
+                            for (int oy = 0; oy < oh; oy++)
+                                for (int ox = 0; ox < ow; ox++) {
+                                    int iy = oy * cc->stride - cc->pad + ky, ix = ox * cc->stride - cc->pad + kx;
+                                    if (iy < 0 || iy >= cc->h || ix < 0 || ix >= cc->w) continue;
+                                    want += (double)dy[(((size_t)i * cc->filters + f) * oh + oy) * ow + ox] *
+                                            x[(((size_t)i * cc->c + c) * cc->h + iy) * cc->w + ix];
+                                }
+                        CHECK_NEAR(dw[0][((f * cc->c + c) * cc->k + ky) * cc->k + kx], want, 1e-3 * (1 + fabs(want)));
+                    }
+        /* <dy, conv(x)> is linear in x: its gradient dx satisfies <dx, x> = <dy, y - b>. */
+        double lhs = 0, rhs = 0;
+        for (size_t i = 0; i < nx; i++) lhs += (double)dx[0][i] * x[i];
+        for (size_t i = 0; i < ny; i++) rhs += (double)dy[i] * (y[0][i] - b[(i / (oh * ow)) % cc->filters]);
+        CHECK_NEAR(lhs, rhs, 1e-3 * (1 + fabs(rhs)));
+        free(x), free(wt), free(b), free(dy);
+        for (int k = 0; k < 2; k++) free(y[k]), free(dx[k]), free(dw[k]), free(db[k]);
+    }
+    CHECK_OK(bn_cpu_threads_set(0));
+    return BN_PASS;
+}
+
+BN_TEST(parallel_banded_gemm_matches_one_call)
+{
+    static const int shapes[][5] = {{64, 500, 800, 0, 1}, {500, 800, 64, 1, 0}, {129, 33, 257, 0, 0}, {3, 7, 5, 1, 1}};
+    CHECK_OK(bn_cpu_threads_set(3));
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
+        int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2], ta = shapes[s][3], tb = shapes[s][4];
+        float *a = malloc((size_t)m * k * 4), *b = malloc((size_t)k * n * 4);
+        float *c1 = malloc((size_t)m * n * 4), *c2 = malloc((size_t)m * n * 4);
+        CHECK(a && b && c1 && c2);
+        bn_rng r;
+        bn_rng_seed(&r, bn_test_seed(), 100 + (uint64_t)s);
+        fill(&r, a, (size_t)m * k), fill(&r, b, (size_t)k * n), fill(&r, c1, (size_t)m * n);
+        memcpy(c2, c1, (size_t)m * n * 4);
+        int lda = ta ? m : k, ldb = tb ? k : n;
+        bn_cpu_sgemm(ta, tb, m, n, k, 0.5f, a, lda, b, ldb, 1.0f, c1, n);
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, 0.5f, a,
+                    lda, b, ldb, 1.0f, c2, n);
+        for (size_t i = 0; i < (size_t)m * n; i++) CHECK_NEAR(c1[i], c2[i], 1e-4 * (1 + fabs(c2[i])));
+        free(a), free(b), free(c1), free(c2);
+    }
+    CHECK_OK(bn_cpu_threads_set(0));
+    return BN_PASS;
+}
+
+/* The bytes of a file into buf; its length, or -1. */
+static long slurp(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    size_t n = fread(buf, 1, cap, f);
+    fclose(f);
+    return (long)n;
+}
+
+BN_TEST(parallel_cpu_training_same_at_1_and_3_threads)
+{
+    const char *data = bn_test_synthetic_mnist("par_mnist", 600, 100);
+    CHECK(data != NULL);
+    static char saved[2][1 << 20];
+    long len[2];
+    for (int k = 0; k < 2; k++) {
+        char args[1024], path[600];
+        snprintf(path, sizeof path, "%s/par_%d.safetensors", bn_test_tmpdir(), k);
+        snprintf(args, sizeof args, "train models/resnet_mini.cfg --device cpu --data %s --epochs 1 --batch 50 "
+                 "--threads %d --save %s", data, k ? 3 : 1, path);
+        CHECK_MSG(bn_test_cli_run(args, out, sizeof out) == 0, "%s", out);
+        len[k] = slurp(path, saved[k], sizeof saved[k]);
+        CHECK(len[k] > 0 && len[k] < (long)sizeof saved[k]);
+    }
+    /* The checkpoint holds the weights, the momentum and the step: all of them bit for bit. */
+    CHECK_MSG(len[0] == len[1] && memcmp(saved[0], saved[1], (size_t)len[0]) == 0,
+              "the checkpoints of 1 and 3 threads differ");
+    return BN_PASS;
+}
+
+BN_TEST(parallel_threads_flag_and_variable_refused_when_malformed)
+{
+    CHECK_CLI("train models/lenet.cfg --threads 0", 2, "blobnet: error: --threads: 0 is outside 1..256");
+    CHECK_CLI("time models/lenet.cfg --threads many", 2, "--threads: 'many' is not an integer");
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "BLOBNET_THREADS=x2 '%s' summary models/lenet.cfg", bn_test_cli());
+    CHECK(bn_test_run(cmd, out, sizeof out) == 2);
+    CHECK_MSG(strstr(out, "blobnet: error: environment: BLOBNET_THREADS: 'x2' is not an integer"), "%s", out);
+    return BN_PASS;
+}
