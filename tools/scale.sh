@@ -35,19 +35,7 @@ batches=${SCALE_BATCH:--}
 wanted_gpus=${SCALE_GPUS:-1 2 4 8}
 source "$(dirname "$0")/bench_common.sh"
 
-# name, model file, dataset, batch (-: the model's)
-suite=(
-    "lenet          models/lenet.cfg          mnist         64"
-    "resnet_fashion models/resnet_fashion.cfg fashion-mnist -"
-    "vgg_fashion    models/vgg_fashion.cfg    fashion-mnist -"
-)
-
-for m in "$@"; do
-    if ! printf '%s\n' "${suite[@]}" | awk -v m="$m" '$1 == m { found = 1 } END { exit !found }'; then
-        echo "tools/scale.sh: model $m: not one of lenet, resnet_fashion, vgg_fashion" >&2
-        exit 2
-    fi
-done
+check_scale_models tools/scale.sh "$@"
 for b in $batches; do
     if [ "$b" != - ] && ! [[ $b =~ ^[1-9][0-9]*$ ]]; then
         echo "tools/scale.sh: SCALE_BATCH=$batches: $b is neither a positive whole number nor -" >&2
@@ -74,16 +62,6 @@ if [ ${#counts[@]} -eq 0 ]; then
 fi
 [[ " ${counts[*]} " == *" 1 "* ]] || counts=(1 "${counts[@]}")
 bench_logs
-
-# "ms images_per_s" of a blobnet log: medians over the epoch lines after the first. The seconds
-# stand before the word "s", the total images/s before the first "img/s" (a multi-GPU line
-# follows it with the per-GPU figure).
-blobnet_times() {
-    local ms ips
-    ms=$(awk '/^epoch/ && $2 !~ /^1\// { for (i = 1; i <= NF; i++) if ($i == "s") { print $(i - 1) * 1000; break } }' "$1" | median)
-    ips=$(awk '/^epoch/ && $2 !~ /^1\// { for (i = 1; i <= NF; i++) if ($i == "img/s") { print $(i - 1); break } }' "$1" | median)
-    echo "$ms $ips"
-}
 
 # One blobnet run: log, GPUs, args...; prints "ms images_per_s" or "- -".
 run_blobnet() {
@@ -139,7 +117,7 @@ per_gpu() {
 add_run() { [[ " ${runs[*]} " == *" $1 "* ]] || runs+=("$1"); }
 
 rows=()
-for entry in "${suite[@]}"; do
+for entry in "${scale_models[@]}"; do
     read -r name model dataset own <<<"$entry"
     if [ $# -gt 0 ] && [[ " $* " != *" $name "* ]]; then continue; fi
     data=$mnist
