@@ -64,6 +64,7 @@ BN_TEST(dist_without_nccl_every_entry_point_says_what_is_missing)
                          bn_dist_allreduce_grads(&d, NULL, NULL, 0, 1.0), bn_dist_join_comm(&d, NULL),
                          bn_dist_average(&d, NULL, NULL, 0),
                          bn_dist_sum(&d, NULL, v, 2), bn_dist_max(&d, NULL, 1, &any),
+                         bn_dist_max_begin(&d, NULL, 1), bn_dist_max_end(&d, NULL, &any),
                          bn_dist_check_same(&d, NULL, 0, 0), bn_dist_wait(&d, NULL)};
     for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) CHECK_MSG(calls[i] == BN_ERR_USAGE, "call %zu", i);
     CHECK_MSG(strcmp(bn_last_error(), why) == 0, "%s", bn_last_error());
@@ -193,7 +194,9 @@ BN_TEST(gpu_dist_augmentation_share_draws_as_in_the_whole_batch)
     return augmentation_split_matches(ctx);
 }
 
-#define ONE_TRAIN 300
+/* 44 steps of 32 an epoch, the last one short: more than twice the trainer's STOP_EVERY, so that
+ * stop agreements are queued ahead and read later as well as made at once. */
+#define ONE_TRAIN 1400
 #define ONE_TEST 100
 #define ONE_PIXELS 64
 
@@ -268,9 +271,9 @@ static int one_rank_run(bn_ctx *ctx, const bn_dataset *d, const bn_dataset *t, i
 
 /* A group of one rank goes through every collective of the trainer (per-layer all-reduces in
  * the eager steps and in the replayed graph, a short last batch, sharded evaluation, stop
- * agreements, the parameter hash, BLOBNET_RANK_WEIGHTS) and must end with exactly the weights
- * of the same run without a group, replaying graphs and eager: each sum of one rank's gradients
- * scaled by 1 is that gradient. */
+ * agreements queued ahead and made at once, the parameter hash, BLOBNET_RANK_WEIGHTS) and must
+ * end with exactly the weights of the same run without a group, replaying graphs and eager: each
+ * sum of one rank's gradients scaled by 1 is that gradient. */
 BN_TEST(gpu_dist_one_rank_group_trains_exactly_like_one_gpu)
 {
     if (!bn_dist_compiled()) BN_SKIP_TEST("built without NCCL");

@@ -1,7 +1,9 @@
 /* test_multigpu.c - data-parallel training on two GPUs through the CLI (docs/multi-gpu.md): the
  * ranks stay bit-identical, two GPUs train what one GPU trains at the same global batch, a
  * checkpoint moves between 2 and 1 GPUs both ways, a killed rank or a SIGINT ends the whole run,
- * the TCP rendezvous works for ranks started by hand, and a machine or build that cannot train
+ * the TCP rendezvous works for ranks started by hand (over NVLink and over NCCL's socket path, as
+ * between machines: bit-identical, and ended by the deadline when a peer dies), and a machine or
+ * build that cannot train
  * on several GPUs says so in one line. All but the last need NCCL, two devices and real MNIST
  * ($BLOBNET_TEST_DATA); they skip with the reason otherwise. */
 #include "testing.h"
@@ -588,24 +590,34 @@ BN_TEST(multigpu_sigint_to_one_rank_stops_all_and_saves)
     return interrupt_run(1, "rank1");
 }
 
+/* NCCL's environment that keeps its traffic off NVLink, PCIe peer copies and shared memory, so
+ * that it takes the socket path it takes between machines (tools/multinode_sim.sh). */
+#define SOCKET_PATH "NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1 NCCL_NVLS_ENABLE=0"
+
+/* The deadline of ranks started by hand here (BLOBNET_DIST_TIMEOUT), and what a survivor may take
+ * past it: NCCL's abort is given 10 s (comm.cu's ABORT_WAIT_S), and 10 s more cover the start of
+ * the process's exit. */
+#define DEADLINE_S 5
+#define PAST_DEADLINE_S 20
+
 /* Ranks started by hand have no launcher to stop the others when one dies: rank 0, its peer
- * killed in the middle of training, ends with an error at the deadline (BLOBNET_DIST_TIMEOUT)
- * instead of waiting on the collective for ever. */
-BN_TEST(multigpu_rank_without_its_peer_ends_at_the_deadline)
+ * killed in the middle of training, ends with an error by the deadline (BLOBNET_DIST_TIMEOUT) and
+ * NCCL's abort, instead of waiting on the collective for ever. `env` is NCCL's (or ""). */
+static int peer_killed_ends_by_deadline(const char *env, const char *tag)
 {
-    SKIP_WITHOUT_TWO_GPUS();
     int port = free_port();
     CHECK_MSG(port > 0, "no free TCP port on 127.0.0.1");
-    char logs[2][512], csv[512], args[4096], text[8192];
-    ft_path(csv, sizeof csv, "deadline.csv");
+    char logs[2][512], csv[512], args[4096], envs[1024], text[8192];
+    ft_path(csv, sizeof csv, "deadline-%s.csv", tag);
     remove(csv);
+    snprintf(envs, sizeof envs, "BLOBNET_DIST_TIMEOUT=%d %s", DEADLINE_S, env);
     pid_t pid[2];
     for (int r = 0; r < 2; r++) {
-        ft_path(logs[r], sizeof logs[r], "deadline-rank%d.log", r);
+        ft_path(logs[r], sizeof logs[r], "deadline-%s-rank%d.log", tag, r);
         snprintf(args, sizeof args,
                  LENET " --epochs 20 --rendezvous 127.0.0.1:%d --rank %d --world 2 --device gpu:%d%s%s", port, r, r,
                  r == 0 ? " --log-every 1 --log " : "", r == 0 ? csv : "");
-        pid[r] = ft_start_train("BLOBNET_DIST_TIMEOUT=5", args, bn_test_data_dir(), logs[r]);
+        pid[r] = ft_start_train(envs, args, bn_test_data_dir(), logs[r]);
         CHECK(pid[r] > 0);
     }
     int training = wait_for_steps(csv, 6, 120);
@@ -616,36 +628,68 @@ BN_TEST(multigpu_rank_without_its_peer_ends_at_the_deadline)
     wait_exit_within(pid[1], 5);
     CHECK(ft_read_text(logs[0], text, sizeof text) == 0);
     CHECK_MSG(training, "training never logged 5 steps:\n%s", text);
-    CHECK_MSG(rc != -1, "rank 0 was still running 60 s after its peer was killed (deadline 5 s):\n%s", text);
+    CHECK_MSG(rc != -1, "rank 0 was still running 60 s after its peer was killed (deadline %d s):\n%s", DEADLINE_S,
+              text);
     CHECK_MSG(rc > 0 && rc < BY_SIGNAL, "rank 0 %s %d:\n%s", rc >= BY_SIGNAL ? "died of signal" : "exited",
               rc >= BY_SIGNAL ? rc - BY_SIGNAL : rc, text);
+    CHECK_MSG(took <= DEADLINE_S + PAST_DEADLINE_S,
+              "rank 0 ended %.1f s after the kill, past the deadline %d s + %d s:\n%s", took, DEADLINE_S,
+              PAST_DEADLINE_S, text);
     const char *line = strstr(text, "rank 0: ");
     CHECK_MSG(line, "rank 0's error does not name it:\n%s", text);
-    printf("    peer killed, no launcher: rank 0 exited %d after %.1f s: %.*s\n", rc, took, (int)strcspn(line, "\n"),
-           line);
+    printf("    %s: peer killed, no launcher: rank 0 exited %d after %.1f s: %.*s\n", tag, rc, took,
+           (int)strcspn(line, "\n"), line);
+    return BN_PASS;
+}
+
+BN_TEST(multigpu_rank_without_its_peer_ends_at_the_deadline)
+{
+    SKIP_WITHOUT_TWO_GPUS();
+    return peer_killed_ends_by_deadline("", "default");
+}
+
+/* The same over NCCL's socket path, as between two machines: the peer's sockets close with it. */
+BN_TEST(multigpu_socket_path_rank_without_its_peer_ends_by_the_deadline)
+{
+    SKIP_WITHOUT_TWO_GPUS();
+    return peer_killed_ends_by_deadline(SOCKET_PATH, "socket");
+}
+
+/* Fails unless NCCL's logs in dir (NCCL_DEBUG_FILE) show a channel over its socket transport and
+ * none over peer copies or shared memory. */
+static int check_socket_transport(const char *dir)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "grep -qs 'via NET/Socket' '%s'/nccl.*.log", dir);
+    CHECK_MSG(system(cmd) == 0, "no channel 'via NET/Socket' in NCCL's logs %s/nccl.*.log", dir);
+    snprintf(cmd, sizeof cmd, "grep -qsE 'via (P2P|SHM)' '%s'/nccl.*.log", dir);
+    CHECK_MSG(system(cmd) != 0, "a channel via P2P or SHM in NCCL's logs %s/nccl.*.log despite " SOCKET_PATH, dir);
     return BN_PASS;
 }
 
 /* Two rank processes started by hand meet over the TCP rendezvous on 127.0.0.1, train 20 steps
- * and end with the same weights, bit for bit. */
-BN_TEST(multigpu_rendezvous_by_hand_trains_in_step)
+ * and end with the same weights, bit for bit. `env` is NCCL's (or ""); with `socket`, NCCL's
+ * logs must show its socket transport. */
+static int by_hand_in_step(const char *env, const char *tag, int socket)
 {
-    SKIP_WITHOUT_TWO_GPUS();
     int port = free_port();
     CHECK_MSG(port > 0, "no free TCP port on 127.0.0.1");
-    char dir[512], env[700], logs[2][512], args[4096], text[2][4096], w[2][600], init[512];
-    ft_path(dir, sizeof dir, "by-hand");
+    char dir[512], envs[2048], logs[2][512], args[4096], text[2][4096], w[2][600], init[512];
+    ft_path(dir, sizeof dir, "by-hand-%s", tag);
     snprintf(args, sizeof args, "rm -rf '%s' && mkdir -p '%s'", dir, dir);
     CHECK(system(args) == 0);
-    snprintf(env, sizeof env, "BLOBNET_RANK_WEIGHTS=%s BLOBNET_DIST_TIMEOUT=60", dir);
+    snprintf(envs, sizeof envs, "BLOBNET_RANK_WEIGHTS=%s BLOBNET_DIST_TIMEOUT=60 %s", dir, env);
+    if (socket)
+        snprintf(envs + strlen(envs), sizeof envs - strlen(envs),
+                 " NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET NCCL_DEBUG_FILE=%s/nccl.%%p.log", dir);
     pid_t pid[2];
     for (int r = 0; r < 2; r++) {
-        ft_path(logs[r], sizeof logs[r], "by-hand-rank%d.log", r);
+        ft_path(logs[r], sizeof logs[r], "by-hand-%s-rank%d.log", tag, r);
         snprintf(w[r], sizeof w[r], "%s/rank%d.safetensors", dir, r);
         /* 1280 images: 20 steps of 64. */
         snprintf(args, sizeof args, LENET " --train-limit 1280 --epochs 1 --rendezvous 127.0.0.1:%d --rank %d "
                  "--world 2 --device gpu:%d", port, r, r);
-        pid[r] = ft_start_train(env, args, bn_test_data_dir(), logs[r]);
+        pid[r] = ft_start_train(envs, args, bn_test_data_dir(), logs[r]);
         CHECK(pid[r] > 0);
     }
     int rc[2];
@@ -656,11 +700,26 @@ BN_TEST(multigpu_rendezvous_by_hand_trains_in_step)
     }
     CHECK_MSG(access(w[0], F_OK) == 0 && access(w[1], F_OK) == 0, "BLOBNET_RANK_WEIGHTS wrote no %s or %s", w[0], w[1]);
     CHECK_MSG(files_equal(w[0], w[1]), "the ranks' final weights differ");
+    if (socket) CHECK_PASS(check_socket_transport(dir));
     ft_path(init, sizeof init, "init.safetensors");
     CHECK_PASS(initial_weights(init));
     CHECK_PASS(check_trained(w[0], init));
-    printf("    rendezvous on 127.0.0.1:%d: 20 steps, both ranks' weights equal bit for bit\n", port);
+    printf("    %s: rendezvous on 127.0.0.1:%d, 20 steps, both ranks' weights equal bit for bit\n", tag, port);
     return BN_PASS;
+}
+
+BN_TEST(multigpu_rendezvous_by_hand_trains_in_step)
+{
+    SKIP_WITHOUT_TWO_GPUS();
+    return by_hand_in_step("", "default", 0);
+}
+
+/* Ranks started by hand whose NCCL traffic takes the socket path, as between two machines, stay
+ * bit-identical too. */
+BN_TEST(multigpu_socket_path_ranks_by_hand_train_in_step)
+{
+    SKIP_WITHOUT_TWO_GPUS();
+    return by_hand_in_step(SOCKET_PATH, "socket", 1);
 }
 
 /* Asking for more GPUs than can be had is one line and a non-zero exit: without NCCL it names

@@ -1,4 +1,6 @@
-# bench_common.sh - what tools/bench.sh and tools/scale.sh share; sourced, not run.
+# shellcheck shell=bash
+# bench_common.sh - what tools/bench.sh, tools/scale.sh and tools/multinode_sim.sh share; sourced,
+# not run.
 
 # The scratch folder of a benchmark's logs: $BENCH_LOGS (kept) or a temporary one (removed at
 # exit). The run's timed kernel choices go to a cache of its own in it, so that the first run of
@@ -28,4 +30,34 @@ median() {
 model_batch() {
     awk -F= '/^\[/ { in_train = $0 ~ /^\[train\]/ } in_train && $1 ~ /^ *batch *$/ { gsub(/ /, "", $2); b = $2 }
              END { print b ? b : 64 }' "$1"
+}
+
+# "ms images_per_s" of a blobnet log: medians over the epoch lines after the first. The seconds
+# stand before the word "s", the total images/s before the first "img/s" (a multi-GPU line
+# follows it with the per-GPU figure).
+blobnet_times() {
+    local ms ips
+    ms=$(awk '/^epoch/ && $2 !~ /^1\// { for (i = 1; i <= NF; i++) if ($i == "s") { print $(i - 1) * 1000; break } }' "$1" | median)
+    ips=$(awk '/^epoch/ && $2 !~ /^1\// { for (i = 1; i <= NF; i++) if ($i == "img/s") { print $(i - 1); break } }' "$1" | median)
+    echo "$ms $ips"
+}
+
+# The models of the multi-GPU tools (scale.sh, multinode_sim.sh): name, model file, dataset, batch
+# (-: the model's own). The Fashion-MNIST ones read $FASHION.
+scale_models=(
+    "lenet          models/lenet.cfg          mnist         64"
+    "resnet_fashion models/resnet_fashion.cfg fashion-mnist -"
+    "vgg_fashion    models/vgg_fashion.cfg    fashion-mnist -"
+)
+
+# Exits unless every name after the tool's names a model of scale_models: tool, names...
+check_scale_models() {
+    local tool=$1 m
+    shift
+    for m in "$@"; do
+        if ! printf '%s\n' "${scale_models[@]}" | awk -v m="$m" '$1 == m { found = 1 } END { exit !found }'; then
+            echo "$tool: model $m: not one of lenet, resnet_fashion, vgg_fashion" >&2
+            exit 2
+        fi
+    done
 }

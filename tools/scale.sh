@@ -1,55 +1,67 @@
 #!/usr/bin/env bash
-# How blobnet's data-parallel training scales from 1 GPU to 2 (docs/multi-gpu.md), beside
-# PyTorch DDP on the same model file (tools/pytorch_peer.py --ddp 2), in one run.
+# How blobnet's data-parallel training scales over 1, 2, 4 and 8 GPUs of this machine
+# (docs/multi-gpu.md), beside PyTorch DDP on the same model file (tools/pytorch_peer.py --ddp N
+# --variant graph), in one run.
 #
 #   tools/scale.sh MNIST_DIR [MODEL...]
 #
-# For LeNet (MNIST) and the suite's largest models, resnet_fashion and vgg_fashion (Fashion-MNIST
-# from $FASHION, default /usr/share/datasets/fashion-mnist), at the model's batch B (LeNet: 64):
-#   1 GPU at B        the baseline;
-#   2 GPUs at B       the same training, B/2 per GPU: speedup over the baseline / 2 is the scaling
-#                     efficiency;
-#   2 GPUs at 2B      B per GPU: images/s over twice the baseline's is the efficiency;
-#   1 GPU at B/2      the per-GPU batch of the 2-GPU run at B: each rank runs half of the epoch's
-#                     steps at it, so half of this epoch is a rank's work alone, and what the 2-GPU
-#                     run takes more is what the all-reduces and the ranks' waits for each other
-#                     cost (for 2 GPUs at 2B, against half of the baseline's epoch).
-# Each run is $SCALE_EPOCHS epochs (default 2); a time is the median of epochs 2.. (the first holds
-# the kernel timing, the graph capture and NCCL's set-up), as tools/bench.sh measures. The PyTorch
-# column is the peer's CUDA-graph variant on as many GPUs at the same batch (DDP for 2).
-# BENCH_LOGS=DIR keeps every run's log in DIR; BENCH_PEER=0 leaves PyTorch out. About 6 minutes
-# on 2 H200s.
+# MODEL: lenet (MNIST), resnet_fashion, vgg_fashion (Fashion-MNIST from $FASHION, default
+# /usr/share/datasets/fashion-mnist); all three when none is named. For each global batch B
+# ($SCALE_BATCH: one or more, "-" for the model's own; default "-", LeNet's 64):
+#   strong scaling  B on 1, 2, 4, 8 GPUs (B/N per GPU): what a user does to finish the same training
+#                   sooner. Speedup: the 1-GPU epoch's time over the N-GPU epoch's.
+#   weak scaling    B per GPU on N GPUs (N x B in all). Efficiency: images/s over N x the images/s of
+#                   one GPU at B; 1 - it is what the all-reduces and the ranks' waits for each other
+#                   cost, as a share of the epoch.
+# A run that two settings share (2 GPUs at 256 is B=128's weak run and B=256's strong one) runs
+# once and is one row, with every figure its runs allow. SCALE_WEAK=0 leaves out the weak-scaling
+# runs that no strong-scaling setting makes. SCALE_SHARES=1 also runs one GPU at each strong
+# row's per-GPU batch, so that those rows get a weak-scaling efficiency too: it splits what the
+# same global batch on N GPUs loses into the smaller per-GPU batch (each GPU less busy: the 1-GPU
+# run at B/N against B) and the communication and waits (1 - the efficiency).
+#
+# GPU counts come from $SCALE_GPUS (default "1 2 4 8"); counts above what `nvidia-smi -L` lists
+# are skipped, saying so. Each run is $SCALE_EPOCHS epochs (default 2); a time is the median of
+# epochs 2.. (the first holds the kernel timing, the graph capture and NCCL's set-up), as
+# tools/bench.sh measures. The PyTorch columns are the peer's CUDA-graph variant at the same
+# global batch on as many GPUs (DDP from 2). BENCH_LOGS=DIR keeps every run's log in DIR;
+# BENCH_PEER=0 leaves PyTorch out. Each row is also printed to stderr as it is measured.
 set -uo pipefail
 mnist=${1:?usage: tools/scale.sh MNIST_DIR [MODEL...]}
 shift
 fashion=${FASHION:-/usr/share/datasets/fashion-mnist}
 epochs=${SCALE_EPOCHS:-2}
+batches=${SCALE_BATCH:--}
+wanted_gpus=${SCALE_GPUS:-1 2 4 8}
 source "$(dirname "$0")/bench_common.sh"
-bench_logs
 
-# name, model file, dataset, batch (-: the model's)
-suite=(
-    "lenet          models/lenet.cfg          mnist         64"
-    "resnet_fashion models/resnet_fashion.cfg fashion-mnist -"
-    "vgg_fashion    models/vgg_fashion.cfg    fashion-mnist -"
-)
+check_scale_models tools/scale.sh "$@"
+for b in $batches; do
+    if [ "$b" != - ] && ! [[ $b =~ ^[1-9][0-9]*$ ]]; then
+        echo "tools/scale.sh: SCALE_BATCH=$batches: $b is neither a positive whole number nor -" >&2
+        exit 2
+    fi
+done
 
 need_cuda_build tools/scale.sh "scaling"
-gpus=$(nvidia-smi -L | grep -c '^GPU')
-if [ "$gpus" -lt 2 ]; then
-    echo "tools/scale.sh: needs 2 GPUs, this machine has $gpus" >&2
+have=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+counts=() skipped=()
+for n in $wanted_gpus; do
+    if ! [[ $n =~ ^[1-9][0-9]*$ ]]; then
+        echo "tools/scale.sh: SCALE_GPUS=$wanted_gpus: $n is not a positive whole number" >&2
+        exit 2
+    fi
+    if [ "$n" -le "$have" ]; then counts+=("$n"); else skipped+=("$n"); fi
+done
+skip_note=
+[ ${#skipped[@]} -gt 0 ] && skip_note="${skipped[*]} GPUs skipped: this machine has $have"
+[ -n "$skip_note" ] && echo "tools/scale.sh: $skip_note" >&2
+if [ ${#counts[@]} -eq 0 ]; then
+    echo "tools/scale.sh: no GPU count of SCALE_GPUS=$wanted_gpus fits this machine's $have GPUs" >&2
     exit 2
 fi
-
-# "ms images_per_s" of a blobnet log: medians over the epoch lines after the first. The seconds
-# stand before the word "s", the total images/s before the first "img/s" (a multi-GPU line
-# follows it with the per-GPU figure).
-blobnet_times() {
-    local ms ips
-    ms=$(awk '/^epoch/ && $2 !~ /^1\// { for (i = 1; i <= NF; i++) if ($i == "s") { print $(i - 1) * 1000; break } }' "$1" | median)
-    ips=$(awk '/^epoch/ && $2 !~ /^1\// { for (i = 1; i <= NF; i++) if ($i == "img/s") { print $(i - 1); break } }' "$1" | median)
-    echo "$ms $ips"
-}
+[[ " ${counts[*]} " == *" 1 "* ]] || counts=(1 "${counts[@]}")
+bench_logs
 
 # One blobnet run: log, GPUs, args...; prints "ms images_per_s" or "- -".
 run_blobnet() {
@@ -82,54 +94,79 @@ run_peer() {
     awk -v v="pytorch $label:" 'index($0, v) == 1 && /per epoch/ { print $3 }' "$log" | grep . || echo -
 }
 
-num() { [[ $1 =~ ^[0-9]+([.][0-9]*)?$ ]]; }
+num() { [[ ${1:-} =~ ^[0-9]+([.][0-9]*)?$ ]]; }
 
-# Scaling efficiency: (images/s of the run) / (GPUs * images/s of the 1-GPU run at B).
-efficiency() { # ips n base_ips
-    if num "$1" && num "$3"; then awk -v a="$1" -v n="$2" -v b="$3" 'BEGIN { printf "%.2f", a / (n * b) }'
+# a / b to 2 decimals, or "-" unless both are numbers.
+ratio() {
+    if num "$1" && num "$2"; then awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; else echo -; fi
+}
+
+# Weak-scaling efficiency from epoch times: one GPU's epoch at the per-GPU batch over N x the
+# N-GPU epoch (the images of an epoch are the same, so this is images/s over N x images/s).
+weak() { # ms_alone n ms
+    if num "$1" && num "$3"; then awk -v a="$1" -v n="$2" -v m="$3" 'BEGIN { printf "%.2f", a / (n * m) }'
     else echo -; fi
 }
 
-# What the 2-GPU run takes over the same per-GPU work on one GPU: "+X ms (Y%)". Each rank runs
-# half the epoch's steps at the per-GPU batch, so its work alone is half of a whole 1-GPU epoch at
-# that batch (ms_alone).
-overhead() { # ms ms_alone
-    if num "$1" && num "$2"; then
-        awk -v a="$1" -v b="$2" 'BEGIN { b /= 2; printf "%+.1f ms (%+.0f%%)", a - b, 100 * (a - b) / a }'
-    else echo -; fi
+# The per-GPU batch of N GPUs at global batch G: G/N, to 3 digits when N does not divide G.
+per_gpu() {
+    if [ $(($1 % $2)) -eq 0 ]; then echo $(($1 / $2)); else awk -v g="$1" -v n="$2" 'BEGIN { printf "%.3g", g / n }'; fi
 }
+
+# Adds a run ("GPUs:global batch") to `runs` unless it is there already.
+add_run() { [[ " ${runs[*]} " == *" $1 "* ]] || runs+=("$1"); }
 
 rows=()
-for entry in "${suite[@]}"; do
-    read -r name model dataset batch <<<"$entry"
+for entry in "${scale_models[@]}"; do
+    read -r name model dataset own <<<"$entry"
     if [ $# -gt 0 ] && [[ " $* " != *" $name "* ]]; then continue; fi
     data=$mnist
     [ "$dataset" = mnist ] || data=$fashion
-    [ "$batch" = - ] && batch=$(model_batch "$model")
-    half=$((batch / 2)) double=$((batch * 2))
-    echo "== $name (batch $batch)" >&2
+    [ "$own" = - ] && own=$(model_batch "$model")
     args=("$model" --dataset "$dataset" --data "$data")
     peer_args=("$model" --data "$data")
-    read -r ms1 ips1 < <(run_blobnet "$logs/$name-1gpu-b$batch.log" 1 "${args[@]}" --batch "$batch")
-    read -r ms2 ips2 < <(run_blobnet "$logs/$name-2gpu-b$batch.log" 2 "${args[@]}" --batch "$batch")
-    read -r ms2d ips2d < <(run_blobnet "$logs/$name-2gpu-b$double.log" 2 "${args[@]}" --batch "$double")
-    read -r msh ipsh < <(run_blobnet "$logs/$name-1gpu-b$half.log" 1 "${args[@]}" --batch "$half")
-    pt1=$(run_peer "$logs/$name-pytorch-1gpu-b$batch.log" 1 "${peer_args[@]}" --batch "$batch")
-    pt2=$(run_peer "$logs/$name-pytorch-2gpu-b$batch.log" 2 "${peer_args[@]}" --batch "$batch")
-    pt2d=$(run_peer "$logs/$name-pytorch-2gpu-b$double.log" 2 "${peer_args[@]}" --batch "$double")
-    pth=$(run_peer "$logs/$name-pytorch-1gpu-b$half.log" 1 "${peer_args[@]}" --batch "$half")
-    rows+=("| $name | $batch | 1 | $ms1 | $ips1 | 1.00 | - | $pt1 |")
-    rows+=("| $name | $batch | 2 | $ms2 | $ips2 | $(efficiency "$ips2" 2 "$ips1") | $(overhead "$ms2" "$msh") | $pt2 |")
-    rows+=("| $name | $double | 2 | $ms2d | $ips2d | $(efficiency "$ips2d" 2 "$ips1") | $(overhead "$ms2d" "$ms1") | $pt2d |")
-    rows+=("| $name | $half | 1 | $msh | $ipsh | - | - | $pth |")
+    # The runs, as "GPUs:global batch", in the order they are made and without repeats.
+    runs=()
+    for b in $batches; do
+        [ "$b" = - ] && b=$own
+        for n in "${counts[@]}"; do add_run "$n:$b"; done
+        [ "${SCALE_WEAK:-1}" = 0 ] || for n in "${counts[@]}"; do add_run "$n:$((n * b))"; done
+        if [ "${SCALE_SHARES:-0}" = 1 ]; then
+            for n in "${counts[@]}"; do [ $((b % n)) -eq 0 ] && add_run "1:$((b / n))"; done
+        fi
+    done
+    declare -A ms=() ips=() pt=()
+    for run in "${runs[@]}"; do
+        n=${run%%:*} g=${run#*:}
+        read -r t_ms t_ips < <(run_blobnet "$logs/$name-${n}gpu-b$g.log" "$n" "${args[@]}" --batch "$g")
+        ms[$run]=$t_ms ips[$run]=$t_ips
+        pt[$run]=$(run_peer "$logs/$name-pytorch-${n}gpu-b$g.log" "$n" "${peer_args[@]}" --batch "$g")
+        echo "$name: $n GPU(s) at global batch $g: ${ms[$run]} ms/epoch, ${ips[$run]} images/s; PyTorch ${pt[$run]} ms" >&2
+    done
+    # Rows by global batch, then GPUs.
+    while read -r run; do
+        n=${run%%:*} g=${run#*:}
+        one=1:$g alone=-
+        [ $((g % n)) -eq 0 ] && alone=1:$((g / n))
+        speed=- pt_speed=- eff=- pt_eff=-
+        if [ "$n" -gt 1 ]; then
+            speed=$(ratio "${ms[$one]:-}" "${ms[$run]}")
+            pt_speed=$(ratio "${pt[$one]:-}" "${pt[$run]}")
+            eff=$(weak "${ms[$alone]:-}" "$n" "${ms[$run]}")
+            pt_eff=$(weak "${pt[$alone]:-}" "$n" "${pt[$run]}")
+        fi
+        rows+=("| $name | $g | $n | $(per_gpu "$g" "$n") | ${ms[$run]} | ${ips[$run]} | $speed | $eff | ${pt[$run]} | $pt_speed | $pt_eff |")
+    done < <(printf '%s\n' "${runs[@]}" | sort -t: -k2,2n -k1,1n)
+    unset ms ips pt
 done
 
 echo
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | sort | uniq -c
-echo "ms per epoch and images/s: medians of epochs 2-$epochs; efficiency: images/s / (GPUs x 1-GPU images/s at the"
-echo "model's batch); communication: the 2-GPU run's ms over one rank's work alone (half a 1-GPU epoch at the"
-echo "per-GPU batch), as a share of the 2-GPU epoch; PyTorch: tools/pytorch_peer.py's CUDA graph, DDP on 2 GPUs"
+[ -n "$skip_note" ] && echo "$skip_note"
+echo "ms per epoch and images/s: medians of epochs 2-$epochs. speedup: the 1-GPU epoch at the same global batch over"
+echo "this one (strong scaling). weak-scaling efficiency: images/s over GPUs x the images/s of 1 GPU at this per-GPU"
+echo "batch. PyTorch: tools/pytorch_peer.py's CUDA graph, DDP from 2 GPUs, the same two ratios from its epochs."
 echo
-echo "| model | batch | GPUs | ms/epoch | images/s | scaling efficiency | communication overhead | PyTorch (DDP) ms/epoch |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| model | global batch | GPUs | per-GPU batch | ms/epoch | images/s | speedup | weak-scaling efficiency | PyTorch DDP ms/epoch | PyTorch speedup | PyTorch weak-scaling efficiency |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"

@@ -11,7 +11,11 @@
  * streams by an event and joined back to the stream by another at the step's end, so the
  * all-reduce (and update) of one layer runs beside the backward pass of the layers below it,
  * inside a captured CUDA graph as well. NVLink multicast
- * (NCCL_NVLS_ENABLE) is left as the environment sets it. */
+ * (NCCL_NVLS_ENABLE) is left as the environment sets it.
+ *
+ * The stop agreement between steps can also be queued and read later (bn_dist_max_begin and
+ * _end): its value travels through pinned host memory and an event says when it is back, so
+ * that the host never waits for the device to run dry to learn it. */
 #include <nccl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -34,6 +38,10 @@ typedef struct comm_state {
     cudaEvent_t ready;       /* the compute work a collective follows */
     cudaEvent_t done;        /* the collective, for the compute work that follows it */
     void *scratch;           /* device: BN_DIST_MAX_VALUES doubles or BN_DIST_MAX_RANKS hashes */
+    cudaEvent_t agreed;      /* the end of the stop agreement bn_dist_max_begin queued */
+    int32_t *stop_host;      /* pinned host memory: [0] this rank's stop value, [1] the agreed one */
+    int32_t *stop_dev;       /* device: the stop value being agreed on */
+    int stop_pending;        /* an agreement was begun and not ended */
     /* Pre-multiplied sums, one per weight seen: a captured graph keeps using the op it was
      * captured with, so none is destroyed before the communicator. */
     double weights[MAX_WEIGHTS];
@@ -158,16 +166,17 @@ static bn_status settle(bn_dist *d, ncclResult_t r, const char *file, int line, 
         if (bn_r_ != ncclSuccess) BN_TRY(settle((d), bn_r_, __FILE__, __LINE__, #call));      \
     } while (0)
 
-/* Waits for everything queued on s, watching NCCL's error state; `what` names the wait. */
-static bn_status wait_stream(bn_dist *d, cudaStream_t s, const char *what)
+/* Waits until the device has done everything queued on s or, when `done` is set, everything before
+ * that event, watching NCCL's error state; `what` names the wait. */
+static bn_status wait_for(bn_dist *d, cudaStream_t s, cudaEvent_t done, const char *what)
 {
     double start = bn_clock_seconds();
     for (;;) {
-        cudaError_t e = cudaStreamQuery(s);
+        cudaError_t e = done ? cudaEventQuery(done) : cudaStreamQuery(s);
         if (e == cudaSuccess) return BN_OK;
         if (e != cudaErrorNotReady)
-            return bn_error(BN_ERR_DEVICE, "rank %d: %s:%d: cudaStreamQuery (%s): %s", d->rank, __FILE__, __LINE__,
-                            what, cudaGetErrorString(e));
+            return bn_error(BN_ERR_DEVICE, "rank %d: %s:%d: %s (%s): %s", d->rank, __FILE__, __LINE__,
+                            done ? "cudaEventQuery" : "cudaStreamQuery", what, cudaGetErrorString(e));
         ncclResult_t async;
         ncclResult_t q = ncclCommGetAsyncError((ncclComm_t)d->comm, &async);
         if (q != ncclSuccess) return nccl_failed(d, q, __FILE__, __LINE__, "ncclCommGetAsyncError");
@@ -175,6 +184,11 @@ static bn_status wait_stream(bn_dist *d, cudaStream_t s, const char *what)
         if (bn_clock_seconds() - start > timeout_of(d)) return no_progress(d, what);
         nanosleep(&poll_pause, NULL);
     }
+}
+
+static bn_status wait_stream(bn_dist *d, cudaStream_t s, const char *what)
+{
+    return wait_for(d, s, NULL, what);
 }
 
 static bn_status not_open(const bn_dist *d)
@@ -224,6 +238,9 @@ static bn_status make_state(bn_dist *d)
     d->stream = s;
     BN_CUDA(cudaEventCreateWithFlags(&st->ready, cudaEventDisableTiming));
     BN_CUDA(cudaEventCreateWithFlags(&st->done, cudaEventDisableTiming));
+    BN_CUDA(cudaEventCreateWithFlags(&st->agreed, cudaEventDisableTiming));
+    BN_CUDA(cudaHostAlloc((void **)&st->stop_host, 2 * sizeof *st->stop_host, cudaHostAllocDefault));
+    BN_TRY(bn_device_alloc((void **)&st->stop_dev, sizeof *st->stop_dev));
     size_t bytes = BN_DIST_MAX_RANKS * sizeof(uint64_t);
     if (bytes < BN_DIST_MAX_VALUES * sizeof(double)) bytes = BN_DIST_MAX_VALUES * sizeof(double);
     return bn_device_alloc(&st->scratch, bytes);
@@ -235,6 +252,9 @@ static void release_state(bn_dist *d)
     if (st) {
         if (st->ready) cudaEventDestroy(st->ready);
         if (st->done) cudaEventDestroy(st->done);
+        if (st->agreed) cudaEventDestroy(st->agreed);
+        if (st->stop_host) cudaFreeHost(st->stop_host);
+        bn_device_free(st->stop_dev);
         bn_device_free(st->scratch);
         free(st);
     }
@@ -382,18 +402,52 @@ extern "C" bn_status bn_dist_sum(bn_dist *d, bn_ctx *ctx, double *values, int n)
     return wait_stream(d, s, "summing the metrics");
 }
 
+extern "C" bn_status bn_dist_max_begin(bn_dist *d, bn_ctx *ctx, int value)
+{
+    BN_NEED_OPEN(d);
+    comm_state *st = (comm_state *)d->state;
+    if (st->stop_pending)
+        return bn_error(BN_ERR_INTERNAL, "rank %d: a stop agreement was begun before the last one ended", d->rank);
+    cudaStream_t s = (cudaStream_t)ctx->stream;
+    /* The last agreement has ended, so no copy still reads stop_host[0]. */
+    st->stop_host[0] = value;
+    BN_CUDA(cudaMemcpyAsync(st->stop_dev, st->stop_host, sizeof *st->stop_dev, cudaMemcpyHostToDevice, s));
+    BN_TRY(fork_comm(d, s));
+    BN_NCCL(d, ncclAllReduce(st->stop_dev, st->stop_dev, 1, ncclInt32, ncclMax, (ncclComm_t)d->comm,
+                             (cudaStream_t)d->stream));
+    BN_TRY(join_comm(d, s));
+    BN_CUDA(cudaMemcpyAsync(st->stop_host + 1, st->stop_dev, sizeof *st->stop_dev, cudaMemcpyDeviceToHost, s));
+    BN_CUDA(cudaEventRecord(st->agreed, s));
+    st->stop_pending = 1;
+    return BN_OK;
+}
+
+extern "C" bn_status bn_dist_max_end(bn_dist *d, bn_ctx *ctx, int *max)
+{
+    BN_NEED_OPEN(d);
+    comm_state *st = (comm_state *)d->state;
+    *max = 0;
+    if (!st->stop_pending) return BN_OK;
+    BN_TRY(wait_for(d, (cudaStream_t)ctx->stream, st->agreed, "agreeing on a stop"));
+    st->stop_pending = 0;
+    *max = st->stop_host[1];
+    return BN_OK;
+}
+
 extern "C" bn_status bn_dist_max(bn_dist *d, bn_ctx *ctx, int value, int *max)
 {
     BN_NEED_OPEN(d);
     comm_state *st = (comm_state *)d->state;
     cudaStream_t s = (cudaStream_t)ctx->stream;
     int32_t mine = value, most = 0;
+    int earlier = 0;
+    BN_TRY(bn_dist_max_end(d, ctx, &earlier));
     BN_TRY(wait_stream(d, s, "agreeing on a stop"));
     BN_CUDA(cudaMemcpyAsync(st->scratch, &mine, sizeof mine, cudaMemcpyHostToDevice, s));
     BN_TRY(allreduce_on_stream(d, ctx, st->scratch, 1, ncclInt32, ncclMax, "agreeing on a stop"));
     BN_CUDA(cudaMemcpyAsync(&most, st->scratch, sizeof most, cudaMemcpyDeviceToHost, s));
     BN_TRY(wait_stream(d, s, "agreeing on a stop"));
-    *max = most;
+    *max = most > earlier ? most : earlier;
     return BN_OK;
 }
 

@@ -56,6 +56,16 @@ bn_status bn_dist_max(bn_dist *d, bn_ctx *ctx, int value, int *max)
     return missing();
 }
 
+bn_status bn_dist_max_begin(bn_dist *d, bn_ctx *ctx, int value)
+{
+    return missing();
+}
+
+bn_status bn_dist_max_end(bn_dist *d, bn_ctx *ctx, int *max)
+{
+    return missing();
+}
+
 bn_status bn_dist_check_same(bn_dist *d, bn_ctx *ctx, uint64_t hash, long step)
 {
     return missing();

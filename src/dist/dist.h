@@ -121,8 +121,20 @@ bn_status bn_dist_average(bn_dist *d, bn_ctx *ctx, float *data, size_t count);
 bn_status bn_dist_sum(bn_dist *d, bn_ctx *ctx, double *values, int n);
 
 /* *max = the largest of every rank's value (values >= 0): a stop asked for anywhere, and by
- * which signal, so that every rank ends with the same code. */
+ * which signal, so that every rank ends with the same code. Waits for the device to finish what
+ * is queued. An agreement begun with bn_dist_max_begin and not ended is ended first, and its
+ * result counts in *max. */
 bn_status bn_dist_max(bn_dist *d, bn_ctx *ctx, int value, int *max);
+
+/* The same agreement without the host wait: queues it on ctx's stream behind what is queued so
+ * far and returns at once. One at a time: bn_dist_max_end (or bn_dist_max) ends it. Every rank
+ * must begin and end its agreements at the same points, as with every collective. */
+bn_status bn_dist_max_begin(bn_dist *d, bn_ctx *ctx, int value);
+
+/* Waits, with the deadline, for the agreement bn_dist_max_begin queued (only for the device to
+ * reach it, not to finish what was queued after it) and puts its result in *max; 0 when none
+ * was begun. */
+bn_status bn_dist_max_end(bn_dist *d, bn_ctx *ctx, int *max);
 
 /* Compares every rank's hash of its parameters; a difference is an error naming the ranks
  * whose hashes differ from rank 0's and `step`. */

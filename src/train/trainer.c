@@ -261,8 +261,9 @@ static bn_status train_step(step_body *b, bn_step_graph *graph, int *warm, int f
     return s;
 }
 
-/* Several GPUs: the ranks agree on a stop every this many steps (and at every epoch's end), a
- * host round trip that also keeps the host from queueing steps far ahead of the devices. */
+/* Several GPUs: the ranks agree on a stop every this many steps (and at every epoch's end). An
+ * agreement queued after step k is read after step k + STOP_EVERY (agree_stop_ahead), which also
+ * keeps the host from queueing more than 2 x STOP_EVERY steps ahead of the devices. */
 #define STOP_EVERY 20
 
 /* Before the host reads what the device holds: with several GPUs, a wait with the group's
@@ -304,19 +305,44 @@ static bn_status check_same_params(const bn_trainer_opts *opts, bn_net *net, lon
     return bn_dist_check_same(opts->dist, net->pass.ctx, h, step);
 }
 
-/* Whether a stop was asked for: on several GPUs, on any rank (all of them ask together, and a
- * rank stopped by another's request takes its stop value, the largest asked for). */
-static bn_status agree_stop(const bn_trainer_opts *opts, bn_net *net, int *stop)
+/* This process's stop request: the signal that asked for it, 0 for none. */
+static int stop_asked(const bn_trainer_opts *opts)
 {
     int mine = opts->stop ? (int)*opts->stop : 0;
+    return mine < 0 ? 1 : mine;
+}
+
+/* A rank stopped by another's request takes its stop value, the largest asked for. */
+static void take_agreed(const bn_trainer_opts *opts, int agreed, int *stop)
+{
+    if (agreed > 0 && opts->stop) *opts->stop = (sig_atomic_t)agreed;
+    *stop = agreed != 0;
+}
+
+/* Whether a stop was asked for: on several GPUs, on any rank (all of them ask together). */
+static bn_status agree_stop(const bn_trainer_opts *opts, bn_net *net, int *stop)
+{
     if (!opts->dist) {
-        *stop = mine != 0;
+        *stop = stop_asked(opts) != 0;
         return BN_OK;
     }
     int agreed = 0;
-    BN_TRY(bn_dist_max(opts->dist, net->pass.ctx, mine < 0 ? 1 : mine, &agreed));
-    if (agreed > 0 && opts->stop) *opts->stop = (sig_atomic_t)agreed;
-    *stop = agreed != 0;
+    BN_TRY(bn_dist_max(opts->dist, net->pass.ctx, stop_asked(opts), &agreed));
+    take_agreed(opts, agreed, stop);
+    return BN_OK;
+}
+
+/* agree_stop within an epoch on several GPUs, without draining the devices: reads the agreement
+ * queued STOP_EVERY steps ago, which the devices reach while the steps queued since keep them
+ * busy, and queues the next one. Waiting for the whole queue instead would leave each GPU idle
+ * for the host's round trip, every STOP_EVERY steps. Every rank reads the same agreement after
+ * the same step, so all stop together, up to 2 x STOP_EVERY steps after the signal. */
+static bn_status agree_stop_ahead(const bn_trainer_opts *opts, bn_net *net, int *stop)
+{
+    int agreed = 0;
+    BN_TRY(bn_dist_max_end(opts->dist, net->pass.ctx, &agreed));
+    if (agreed == 0) BN_TRY(bn_dist_max_begin(opts->dist, net->pass.ctx, stop_asked(opts)));
+    take_agreed(opts, agreed, stop);
     return BN_OK;
 }
 
@@ -360,7 +386,8 @@ static bn_status after_step(bn_net *net, bn_optimizer *opt, bn_blob *acc, bn_tra
     }
     int stop = 0;
     if (!opts->dist) stop = opts->stop && *opts->stop;
-    else if (st->step % STOP_EVERY == 0 || last_of_epoch) BN_TRY(agree_stop(opts, net, &stop));
+    else if (last_of_epoch) BN_TRY(agree_stop(opts, net, &stop));
+    else if (st->step % STOP_EVERY == 0) BN_TRY(agree_stop_ahead(opts, net, &stop));
     int periodic = opts->checkpoint_every > 0 && st->step % opts->checkpoint_every == 0 && !last_of_epoch;
     /* Only rank 0 has a save path, but every rank joins the collectives of a save. */
     if ((opts->save_path || opts->dist) && (stop || periodic)) {
