@@ -160,13 +160,15 @@ static bn_status conv_passes(const conv_case *cc, int threads, const float *x, c
     return bn_conv2d_cpu_backward(&g, cc->filters, cc->n, x, wt, dy, dx, dw, db);
 }
 
-/* Shapes that make chunks of one example (28x28), of many (7x7, 5x3), a pointwise 1x1 and
- * strides, at batches that leave a short last chunk. */
+/* Shapes that make chunks of one example (28x28), of many (7x7, 5x3), a pointwise 1x1, strides
+ * and the shifted products (an even window too), at batches that leave a short last chunk. */
 BN_TEST(parallel_conv_passes_match_direct_and_do_not_depend_on_threads)
 {
     static const conv_case cases[] = {
         {3, 28, 28, 3, 1, 1, 5, 3}, {6, 7, 7, 3, 1, 1, 9, 37}, {4, 5, 3, 1, 1, 0, 7, 50},
         {5, 9, 11, 3, 2, 1, 4, 13}, {2, 13, 10, 5, 3, 2, 3, 21},
+        /* the shifted products: 8 input channels or more at stride 1 */
+        {9, 12, 10, 3, 1, 1, 6, 11}, {16, 7, 7, 3, 1, 1, 8, 37}, {8, 16, 16, 5, 1, 2, 5, 3}, {12, 6, 9, 2, 1, 0, 7, 4},
     };
     for (size_t t = 0; t < sizeof cases / sizeof *cases; t++) {
         const conv_case *cc = &cases[t];

@@ -1,40 +1,71 @@
-/* conv_cpu.c - conv2d's CPU passes: the batch cut into chunks of a few examples, each chunk's
- * columns side by side in one column matrix (bn_im2col with a row length of the chunk's
- * positions), one GEMM per chunk, the chunks run as tasks of the CPU pool.
+/* conv_cpu.c - conv2d's CPU passes: the batch cut into chunks of a few examples, run as tasks
+ * of the CPU pool, each chunk multiplied by OpenBLAS in one of two ways.
  *
- * One example's positions make a thin product where the output is small (49 columns at 7x7);
- * a chunk widens it to about CHUNK_COLUMNS while its column matrix stays within a core's
- * cache. The chunk size depends on the shapes alone, so the weight gradient (each chunk's
- * product kept apart, then summed in chunk order) is the same for any number of threads. */
+ * - Shifted products (stride 1, a window wider than one cell): the chunk's input is copied once
+ *   into zero-padded planes, each channel's examples one after the other. For a tap (ky, kx) of
+ *   the window, the cells it sees at every output position are that padded row read from
+ *   offset ky * Wp + kx, where Wp is the padded width: the output is laid on a grid of the
+ *   padded width and the taps' products are summed into it, k*k GEMMs over the input channels,
+ *   with no column matrix at all. The grid's cells past a row's last output (and between two
+ *   examples) are computed and dropped; the method is chosen where they are a minority.
+ * - Columns (any stride): each example's windows copied into a column matrix (bn_im2col), the
+ *   chunk's examples side by side, one GEMM over every tap at once.
+ *
+ * A chunk widens the products to about CHUNK_COLUMNS where an example's output is small (49
+ * cells at 7x7) while its buffers stay within a core's cache. The chunks depend on the shapes
+ * alone, so the weight gradient (each chunk's product kept apart, then summed in chunk order) is
+ * the same for any number of threads. */
 #include <cblas.h>
 #include <string.h>
 
 #include "conv2d.h"
 #include "core/parallel.h"
 
-/* Columns a chunk's product aims at, and the floats its column matrix may hold (1 MiB). */
+/* Columns a chunk's product aims at, and the floats one of its buffers may hold (1 MiB). */
 #define CHUNK_COLUMNS 1024
-#define CHUNK_COL_FLOATS (256 * 1024)
+#define CHUNK_FLOATS (256 * 1024)
 /* The floats the chunks' weight-gradient products may take together (64 MiB). */
 #define PARTS_FLOATS (16 * 1024 * 1024)
+/* The shifted products need this many input channels (fewer make each tap's GEMM a sliver)
+ * and this share of the grid's cells to be outputs. */
+#define SHIFTED_MIN_CHANNELS 8
+#define SHIFTED_MIN_USEFUL 0.55
 
-enum { SLOT_COL, SLOT_WIDE };
+/* Each worker's buffers: the columns or padded input; the wide product or output-gradient grid;
+ * the padded input gradient. */
+enum { SLOT_IN, SLOT_WIDE, SLOT_DX };
+/* Shared buffers: the chunks' weight-gradient products; the weights by tap. */
+enum { SHARED_PARTS, SHARED_TAPS };
 
 typedef struct conv_run {
     const bn_conv_geom *g;
-    int filters, n, nb, chunks;
+    int filters, n, nb, chunks, shifted;
     size_t taps, pos, in_size, out_size;
-    const float *x, *w, *b, *dy;
+    size_t hp, wp, img, plane; /* shifted: padded height, width, an example's padded plane, a
+                                  channel's row in the chunk's padded input */
+    const float *x, *w, *b, *dy, *wt;
     float *y, *dx, *parts;
 } conv_run;
+
+/* A 1x1 window at stride 1 without padding: an example's input is its own column matrix. */
+static int pointwise(const bn_conv_geom *g)
+{
+    return g->k == 1 && g->stride == 1 && g->pad == 0;
+}
 
 static void plan(conv_run *r, const bn_conv_geom *g, int filters, int n)
 {
     r->g = g, r->filters = filters, r->n = n;
     r->taps = (size_t)g->c * g->k * g->k, r->pos = (size_t)g->oh * g->ow;
     r->in_size = (size_t)g->c * g->h * g->w, r->out_size = (size_t)filters * r->pos;
-    size_t nb = (CHUNK_COLUMNS + r->pos - 1) / r->pos;
-    while (nb > 1 && nb * r->taps * r->pos > CHUNK_COL_FLOATS) nb--;
+    r->hp = (size_t)g->h + 2 * g->pad, r->wp = (size_t)g->w + 2 * g->pad, r->img = r->hp * r->wp;
+    r->shifted = g->stride == 1 && !pointwise(g) && g->c >= SHIFTED_MIN_CHANNELS &&
+                 (double)r->pos >= SHIFTED_MIN_USEFUL * (double)r->img;
+    /* Per example: the columns, or the larger of the padded input and the output grid. */
+    size_t grid = r->img, wider = (size_t)(g->c > filters ? g->c : filters);
+    size_t step = r->shifted ? grid : r->pos, per = r->shifted ? wider * grid : r->taps * r->pos;
+    size_t nb = (CHUNK_COLUMNS + step - 1) / step;
+    while (nb > 1 && nb * per > CHUNK_FLOATS) nb--;
     if (nb > (size_t)n) nb = n > 0 ? (size_t)n : 1;
     /* Very many chunks of a large filter bank: fewer, wider chunks keep their products in bounds. */
     size_t weights = (size_t)filters * r->taps;
@@ -43,59 +74,179 @@ static void plan(conv_run *r, const bn_conv_geom *g, int filters, int n)
     if ((n + nb - 1) / nb > most_chunks) nb = (n + most_chunks - 1) / most_chunks;
     r->nb = (int)nb;
     r->chunks = (int)((n + nb - 1) / nb);
+    /* Reads of the last tap run k - 1 cells past the last example's plane. */
+    r->plane = (nb * r->img + (size_t)g->k + 15) / 16 * 16;
 }
 
-/* The chunk's examples [*i0, *i0 + *cnt) and its columns. */
+/* The chunk's examples [*i0, *i0 + *cnt) and its product's columns. */
 static size_t chunk_span(const conv_run *r, int chunk, int *i0, int *cnt)
 {
     *i0 = chunk * r->nb;
     *cnt = r->n - *i0 < r->nb ? r->n - *i0 : r->nb;
+    if (r->shifted) return (size_t)(*cnt - 1) * r->img + (size_t)r->g->oh * r->wp;
     return (size_t)*cnt * r->pos;
-}
-
-/* A 1x1 window at stride 1 without padding: an example's input is its own column matrix. */
-static int pointwise(const bn_conv_geom *g)
-{
-    return g->k == 1 && g->stride == 1 && g->pad == 0;
 }
 
 /* The chunk's column matrix: the examples' input itself where one pointwise example is all. */
 static const float *columns(const conv_run *r, int i0, int cnt, size_t cols, int worker)
 {
     if (cnt == 1 && pointwise(r->g)) return r->x + (size_t)i0 * r->in_size;
-    float *col = bn_cpu_scratch(SLOT_COL, worker);
+    float *col = bn_cpu_scratch(SLOT_IN, worker);
     for (int j = 0; j < cnt; j++) bn_im2col(r->g, r->x + (size_t)(i0 + j) * r->in_size, col + j * r->pos, cols);
     return col;
+}
+
+/* The chunk's input in zero-padded planes: channel c's examples one after the other. */
+static const float *padded(const conv_run *r, int i0, int cnt, int worker)
+{
+    const bn_conv_geom *g = r->g;
+    float *xp = bn_cpu_scratch(SLOT_IN, worker);
+    memset(xp, 0, (size_t)g->c * r->plane * sizeof *xp);
+    for (int c = 0; c < g->c; c++)
+        for (int j = 0; j < cnt; j++) {
+            const float *src = r->x + (size_t)(i0 + j) * r->in_size + (size_t)c * g->h * g->w;
+            float *dst = xp + c * r->plane + j * r->img + g->pad * r->wp + g->pad;
+            for (int iy = 0; iy < g->h; iy++) memcpy(dst + iy * r->wp, src + (size_t)iy * g->w, g->w * sizeof *dst);
+        }
+    return xp;
+}
+
+/* Tap t's offset into a padded row. */
+static size_t tap_offset(const conv_run *r, int t)
+{
+    return (size_t)(t / r->g->k) * r->wp + (size_t)(t % r->g->k);
+}
+
+/* The product (filters x cols) into y with the bias: row f holds filter f for every example of
+ * the chunk, at positions of stride `row` (ow for columns, wp for the grid), `per` apart. */
+static void spread(const conv_run *r, const float *wide, size_t cols, int i0, int cnt, size_t per, size_t row)
+{
+    const bn_conv_geom *g = r->g;
+    for (int j = 0; j < cnt; j++) {
+        float *yi = r->y + (size_t)(i0 + j) * r->out_size;
+        for (int f = 0; f < r->filters; f++) {
+            float bias = r->b[f];
+            for (int oy = 0; oy < g->oh; oy++) {
+                const float *src = wide + f * cols + j * per + oy * row;
+                float *dst = yi + f * r->pos + (size_t)oy * g->ow;
+                for (int ox = 0; ox < g->ow; ox++) dst[ox] = src[ox] + bias;
+            }
+        }
+    }
 }
 
 static void forward_chunk(void *p, int chunk, int worker)
 {
     const conv_run *r = p;
-    int i0, cnt, f_n = r->filters;
-    size_t cols = chunk_span(r, chunk, &i0, &cnt), pos = r->pos;
+    int i0, cnt, f_n = r->filters, c_n = r->g->c;
+    size_t cols = chunk_span(r, chunk, &i0, &cnt);
+    float *wide = bn_cpu_scratch(SLOT_WIDE, worker);
+    if (r->shifted) {
+        const float *xp = padded(r, i0, cnt, worker);
+        int taps = r->g->k * r->g->k;
+        for (int t = 0; t < taps; t++)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, f_n, (int)cols, c_n, 1.0f,
+                        r->wt + (size_t)t * f_n * c_n, c_n, xp + tap_offset(r, t), (int)r->plane, t ? 1.0f : 0.0f,
+                        wide, (int)cols);
+        spread(r, wide, cols, i0, cnt, r->img, r->wp);
+        return;
+    }
     const float *col = columns(r, i0, cnt, cols, worker);
-    /* One example's product lands in its output; a chunk's in the wide buffer, whose row f holds
-     * filter f for every example of the chunk. Either way the bias is added after the product. */
-    float *wide = cnt == 1 ? r->y + (size_t)i0 * r->out_size : bn_cpu_scratch(SLOT_WIDE, worker);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, f_n, (int)cols, (int)r->taps, 1.0f, r->w, (int)r->taps, col,
                 (int)cols, 0.0f, wide, (int)cols);
-    for (int j = 0; j < cnt; j++) {
-        float *yi = r->y + (size_t)(i0 + j) * r->out_size;
-        for (int f = 0; f < f_n; f++) {
-            const float *src = wide + f * cols + j * pos;
-            float bias = r->b[f], *dst = yi + f * pos;
-            for (size_t q = 0; q < pos; q++) dst[q] = src[q] + bias;
+    spread(r, wide, cols, i0, cnt, r->pos, (size_t)r->g->ow);
+}
+
+/* The output gradient of the chunk as one matrix of filters x cols: side by side (columns), or
+ * on the grid with zeros in its dropped cells (shifted), which so add nothing to the sums. */
+static const float *gradient_matrix(const conv_run *r, int i0, int cnt, size_t cols, int worker)
+{
+    const bn_conv_geom *g = r->g;
+    const float *dyc = r->dy + (size_t)i0 * r->out_size;
+    if (cnt == 1 && !r->shifted) return dyc;
+    float *wide = bn_cpu_scratch(SLOT_WIDE, worker);
+    if (r->shifted) memset(wide, 0, (size_t)r->filters * cols * sizeof *wide);
+    size_t per = r->shifted ? r->img : r->pos, row = r->shifted ? r->wp : (size_t)g->ow;
+    for (int j = 0; j < cnt; j++)
+        for (int f = 0; f < r->filters; f++)
+            for (int oy = 0; oy < g->oh; oy++)
+                memcpy(wide + f * cols + j * per + oy * row, dyc + (size_t)j * r->out_size + f * r->pos + oy * g->ow,
+                       g->ow * sizeof *wide);
+    return wide;
+}
+
+static void backward_shifted(const conv_run *r, int chunk, int i0, int cnt, size_t cols, int worker)
+{
+    const bn_conv_geom *g = r->g;
+    int f_n = r->filters, c_n = g->c, taps = g->k * g->k;
+    const float *xp = padded(r, i0, cnt, worker), *dyg = gradient_matrix(r, i0, cnt, cols, worker);
+    /* Tap t's weight gradient (c x f) lands where the columns' product puts it: row c*taps + t. */
+    float *part = r->parts + (size_t)chunk * f_n * r->taps;
+    for (int t = 0; t < taps; t++)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, c_n, f_n, (int)cols, 1.0f, xp + tap_offset(r, t),
+                    (int)r->plane, dyg, (int)cols, 0.0f, part + (size_t)t * f_n, taps * f_n);
+    if (!r->dx) return;
+    /* Each tap's input gradient added into the padded planes at the tap's offset. */
+    float *dxp = bn_cpu_scratch(SLOT_DX, worker);
+    memset(dxp, 0, (size_t)c_n * r->plane * sizeof *dxp);
+    for (int t = 0; t < taps; t++)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c_n, (int)cols, f_n, 1.0f, r->wt + (size_t)t * f_n * c_n,
+                    c_n, dyg, (int)cols, 1.0f, dxp + tap_offset(r, t), (int)r->plane);
+    for (int j = 0; j < cnt; j++)
+        for (int c = 0; c < c_n; c++) {
+            const float *src = dxp + c * r->plane + j * r->img + g->pad * r->wp + g->pad;
+            float *dst = r->dx + (size_t)(i0 + j) * r->in_size + (size_t)c * g->h * g->w;
+            for (int iy = 0; iy < g->h; iy++) memcpy(dst + (size_t)iy * g->w, src + iy * r->wp, g->w * sizeof *dst);
         }
+}
+
+static void backward_chunk(void *p, int chunk, int worker)
+{
+    const conv_run *r = p;
+    int i0, cnt, f_n = r->filters;
+    size_t cols = chunk_span(r, chunk, &i0, &cnt), pos = r->pos, taps = r->taps;
+    if (r->shifted) {
+        backward_shifted(r, chunk, i0, cnt, cols, worker);
+        return;
+    }
+    const float *dyc = gradient_matrix(r, i0, cnt, cols, worker);
+    const float *col = columns(r, i0, cnt, cols, worker);
+    /* The weight gradient transposed (taps x filters): OpenBLAS runs this product's shape about
+     * 1.4 times as fast as filters x taps where there are few filters. */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)taps, f_n, (int)cols, 1.0f, col, (int)cols, dyc,
+                (int)cols, 0.0f, r->parts + (size_t)chunk * f_n * taps, f_n);
+    if (!r->dx) return;
+    /* The gradient of the columns, into the worker's own column buffer (the columns are spent). */
+    float *dcol = bn_cpu_scratch(SLOT_IN, worker);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)taps, (int)cols, f_n, 1.0f, r->w, (int)taps, dyc,
+                (int)cols, 0.0f, dcol, (int)cols);
+    for (int j = 0; j < cnt; j++) {
+        float *dxi = r->dx + (size_t)(i0 + j) * r->in_size;
+        memset(dxi, 0, r->in_size * sizeof *dxi);
+        bn_col2im_add(r->g, dcol + j * pos, cols, dxi);
     }
 }
 
-/* Scratch for a run's tasks: each worker's column matrix and wide product. */
-static bn_status reserve(const conv_run *r, int need_wide)
+/* A run's buffers: each worker's, and for the shifted products the weights by tap,
+ * wt[t][f][c] = w[f][c][ky][kx]. */
+static bn_status prepare(conv_run *r)
 {
-    size_t cols = (size_t)r->nb * r->pos;
-    BN_TRY(bn_cpu_scratch_reserve(SLOT_COL, r->taps * cols));
-    size_t wide = (size_t)r->filters * cols;
-    return bn_cpu_scratch_reserve(SLOT_WIDE, need_wide && r->nb > 1 ? wide : 1);
+    const bn_conv_geom *g = r->g;
+    size_t cols = r->shifted ? (size_t)r->nb * r->img : (size_t)r->nb * r->pos;
+    size_t in = r->shifted ? (size_t)g->c * r->plane : r->taps * cols;
+    BN_TRY(bn_cpu_scratch_reserve(SLOT_IN, in));
+    BN_TRY(bn_cpu_scratch_reserve(SLOT_WIDE, (size_t)r->filters * cols));
+    BN_TRY(bn_cpu_scratch_reserve(SLOT_DX, r->shifted && r->dx ? in : 1));
+    if (!r->shifted) return BN_OK;
+    float *wt = bn_cpu_shared_scratch(SHARED_TAPS, (size_t)r->filters * r->taps);
+    if (!wt) return bn_last_status();
+    int taps = g->k * g->k;
+    for (int f = 0; f < r->filters; f++)
+        for (int c = 0; c < g->c; c++)
+            for (int t = 0; t < taps; t++)
+                wt[((size_t)t * r->filters + f) * g->c + c] = r->w[((size_t)f * g->c + c) * taps + t];
+    r->wt = wt;
+    return BN_OK;
 }
 
 bn_status bn_conv2d_cpu_forward(const bn_conv_geom *g, int filters, int n, const float *x, const float *w,
@@ -104,42 +255,12 @@ bn_status bn_conv2d_cpu_forward(const bn_conv_geom *g, int filters, int n, const
     conv_run r = {0};
     plan(&r, g, filters, n);
     r.x = x, r.w = w, r.b = b, r.y = y;
+    if (n == 0) return BN_OK;
     bn_cpu_lock();
-    bn_status st = reserve(&r, 1);
+    bn_status st = prepare(&r);
     if (st == BN_OK) bn_parallel_run(r.chunks, forward_chunk, &r);
     bn_cpu_unlock();
     return st;
-}
-
-static void backward_chunk(void *p, int chunk, int worker)
-{
-    const conv_run *r = p;
-    int i0, cnt, f_n = r->filters;
-    size_t cols = chunk_span(r, chunk, &i0, &cnt), pos = r->pos, taps = r->taps;
-    /* The chunk's output gradient as one matrix of filters x columns. */
-    const float *dyc = r->dy + (size_t)i0 * r->out_size;
-    if (cnt > 1) {
-        float *wide = bn_cpu_scratch(SLOT_WIDE, worker);
-        for (int j = 0; j < cnt; j++)
-            for (int f = 0; f < f_n; f++)
-                memcpy(wide + f * cols + j * pos, dyc + (size_t)j * r->out_size + f * pos, pos * sizeof *wide);
-        dyc = wide;
-    }
-    const float *col = columns(r, i0, cnt, cols, worker);
-    /* The weight gradient transposed (taps x filters): OpenBLAS runs this product's shape about
-     * 1.4 times as fast as filters x taps where there are few filters. */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)taps, f_n, (int)cols, 1.0f, col, (int)cols, dyc,
-                (int)cols, 0.0f, r->parts + (size_t)chunk * f_n * taps, f_n);
-    if (!r->dx) return;
-    /* The gradient of the columns, into the worker's own column buffer (the columns are spent). */
-    float *dcol = bn_cpu_scratch(SLOT_COL, worker);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)taps, (int)cols, f_n, 1.0f, r->w, (int)taps, dyc,
-                (int)cols, 0.0f, dcol, (int)cols);
-    for (int j = 0; j < cnt; j++) {
-        float *dxi = r->dx + (size_t)(i0 + j) * r->in_size;
-        memset(dxi, 0, r->in_size * sizeof *dxi);
-        bn_col2im_add(r->g, dcol + j * pos, cols, dxi);
-    }
 }
 
 typedef struct sums {
@@ -193,9 +314,9 @@ bn_status bn_conv2d_cpu_backward(const bn_conv_geom *g, int filters, int n, cons
     r.x = x, r.w = w, r.dy = dy, r.dx = dx;
     if (n == 0) return BN_OK;
     bn_cpu_lock();
-    bn_status st = reserve(&r, 1);
+    bn_status st = prepare(&r);
     size_t weights = (size_t)filters * r.taps;
-    if (st == BN_OK && !(r.parts = bn_cpu_shared_scratch(weights * r.chunks))) st = bn_last_status();
+    if (st == BN_OK && !(r.parts = bn_cpu_shared_scratch(SHARED_PARTS, weights * r.chunks))) st = bn_last_status();
     if (st == BN_OK) {
         bn_parallel_run(r.chunks, backward_chunk, &r);
         sums s = {&r, dw, db};

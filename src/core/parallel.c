@@ -50,8 +50,8 @@ static struct {
     void *arg;
     int tasks;
     worker_slot slots[BN_CPU_MAX_THREADS];
-    float *shared;
-    size_t shared_cap;
+    float *shared[BN_CPU_SCRATCH_SLOTS];
+    size_t shared_cap[BN_CPU_SCRATCH_SLOTS];
 } pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER};
 
 static _Thread_local int in_task, my_worker;
@@ -275,15 +275,19 @@ float *bn_cpu_scratch(int slot, int worker)
     return pool.slots[worker].buf[slot];
 }
 
-float *bn_cpu_shared_scratch(size_t floats)
+float *bn_cpu_shared_scratch(int slot, size_t floats)
 {
-    if (pool.shared_cap >= floats) return pool.shared;
-    float *grown = realloc(pool.shared, floats * sizeof *grown);
+    if (slot < 0 || slot >= BN_CPU_SCRATCH_SLOTS) {
+        bn_error(BN_ERR_INTERNAL, "CPU scratch slot %d of %d", slot, BN_CPU_SCRATCH_SLOTS);
+        return NULL;
+    }
+    if (pool.shared_cap[slot] >= floats) return pool.shared[slot];
+    float *grown = realloc(pool.shared[slot], floats * sizeof *grown);
     if (!grown) {
         bn_error(BN_ERR_NOMEM, "cannot allocate %zu floats of CPU scratch", floats);
         return NULL;
     }
-    pool.shared = grown;
-    pool.shared_cap = floats;
+    pool.shared[slot] = grown;
+    pool.shared_cap[slot] = floats;
     return grown;
 }

@@ -51,9 +51,10 @@ void bn_parallel_ranges(size_t count, size_t grain, bn_range_fn fn, void *arg);
 bn_status bn_cpu_scratch_reserve(int slot, size_t floats);
 float *bn_cpu_scratch(int slot, int worker);
 
-/* One buffer of at least floats floats that every task of a pass may write parts of, under
- * bn_cpu_lock as above; NULL (with the error set) where it cannot be had. */
-float *bn_cpu_shared_scratch(size_t floats);
+/* Shared buffer s (0..BN_CPU_SCRATCH_SLOTS-1) of at least floats floats, which every task of a
+ * pass may read or write parts of, under bn_cpu_lock as above; NULL (with the error set) where
+ * it cannot be had. */
+float *bn_cpu_shared_scratch(int slot, size_t floats);
 
 /* Holds the pool and its scratch for one pass: two threads of a program running passes on two
  * networks at once take turns. Recursive. */
