@@ -63,8 +63,11 @@ static void apply(const act_priv *p, const float *x, float *y, size_t count)
 {
     float a = p->a;
     switch (p->kind) {
-    case ACT_RELU:
-        for (size_t i = 0; i < count; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    case ACT_RELU: /* the value read once: a select the compiler vectorises, not a branch */
+        for (size_t i = 0; i < count; i++) {
+            float v = x[i];
+            y[i] = v > 0.0f ? v : 0.0f;
+        }
         break;
     case ACT_SIGMOID:
         for (size_t i = 0; i < count; i++) y[i] = sigmoid(x[i]);
@@ -89,8 +92,8 @@ static void apply_grad(const act_priv *p, const float *x, const float *y, const 
     switch (p->kind) {
     case ACT_RELU: /* y > 0 exactly where x > 0, and y is what a ReLU run in place still has */
         for (size_t i = 0; i < count; i++) {
-            float g = dy[i]; /* read whatever the sign, so that the loop is a select, not a branch */
-            dx[i] = y[i] > 0.0f ? g : 0.0f;
+            float v = y[i], g = dy[i]; /* both read whatever the sign: a select, not a branch */
+            dx[i] = v > 0.0f ? g : 0.0f;
         }
         break;
     case ACT_SIGMOID:
@@ -101,8 +104,8 @@ static void apply_grad(const act_priv *p, const float *x, const float *y, const 
         break;
     case ACT_LEAKY:
         for (size_t i = 0; i < count; i++) {
-            float g = dy[i];
-            dx[i] = x[i] > 0.0f ? g : a * g;
+            float v = x[i], g = dy[i];
+            dx[i] = v > 0.0f ? g : a * g;
         }
         break;
     case ACT_ELU: /* for x <= 0, d/dx a(e^x - 1) = a e^x = y + a */

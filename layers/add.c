@@ -61,13 +61,32 @@ static bn_status add_setup(bn_layer *l, bn_shape in, bn_shape *out)
 }
 
 /* A pass's buffers, for the pool's ranges: out = sum of c_j * in_j (forward), or
- * out_j = c_j * in_0 for each input gradient (backward). */
+ * out_j = c_j * in_0 for each input gradient (backward); with the ReLU after it done here
+ * (bn_layer.cpu_relu), max(out, 0), and in_0 read where that output is positive only. */
 typedef struct add_run {
     const add_priv *a;
     int inputs;
     const float *in[BN_MAX_INPUTS];
     float *out[BN_MAX_INPUTS];
+    const float *relu_y; /* the output of a ReLU the forward pass did (bn_layer.cpu_relu), or NULL */
+    int relu;
 } add_run;
+
+/* dx = c * (dy where y > 0, else 0), in the order of the ReLU's pass and then this layer's;
+ * restrict, and the product after the select, so that the compiler vectorises it. */
+static void masked_scale(float *restrict dx, const float *restrict dy, const float *restrict y, float c, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float v = y[i], d = dy[i];
+        float kept = v > 0.0f ? d : 0.0f;
+        dx[i] = c * kept;
+    }
+}
+
+static void relu_over(float *restrict y, size_t n)
+{
+    for (size_t i = 0; i < n; i++) y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+}
 
 static void forward_range(void *arg, size_t lo, size_t hi)
 {
@@ -81,11 +100,12 @@ static void forward_range(void *arg, size_t lo, size_t hi)
         else if (!r->a->num_coeffs) for (size_t i = lo; i < hi; i++) y[i] += x[i];
         else for (size_t i = lo; i < hi; i++) y[i] += c * x[i];
     }
+    if (r->relu) relu_over(y + lo, hi - lo);
 }
 
 static bn_status add_forward(bn_layer *l, const bn_pass *p)
 {
-    add_run r = {l->priv, l->num_inputs, {0}, {0}};
+    add_run r = {l->priv, l->num_inputs, {0}, {0}, NULL, l->cpu_relu};
     BN_HOST_WR(y, l->out);
     r.out[0] = y;
     for (int j = 0; j < l->num_inputs; j++) {
@@ -103,16 +123,18 @@ static void backward_range(void *arg, size_t lo, size_t hi)
     for (int j = 0; j < r->inputs; j++) {
         float *dx = r->out[j], c = bn_add_coeff(r->a, j);
         if (!dx) continue;
-        if (!r->a->num_coeffs) memcpy(dx + lo, dy + lo, (hi - lo) * sizeof *dx);
+        if (r->relu_y) masked_scale(dx + lo, dy + lo, r->relu_y + lo, c, hi - lo);
+        else if (!r->a->num_coeffs) memcpy(dx + lo, dy + lo, (hi - lo) * sizeof *dx);
         else for (size_t i = lo; i < hi; i++) dx[i] = c * dy[i];
     }
 }
 
 static bn_status add_backward(bn_layer *l, const bn_pass *p)
 {
-    add_run r = {l->priv, l->num_inputs, {0}, {0}};
+    add_run r = {l->priv, l->num_inputs, {0}, {0}, NULL, 0};
     BN_HOST_RD(dy, l->out_grad);
     r.in[0] = dy;
+    if (l->cpu_relu && !(r.relu_y = bn_blob_host_rd(l->out))) return bn_last_status();
     for (int j = 0; j < l->num_inputs; j++) {
         if (!l->input_grads[j]) continue;
         BN_HOST_WR(dx, l->input_grads[j]);
@@ -148,5 +170,6 @@ const bn_layer_ops bn_add_ops = {
     .fuse_gpu = BN_GPU(bn_add_fuse_relu),
     .absorbs = BN_ABSORB_RELU,
     .relu_in_place = 1, /* its backward pass does not read its output */
+    .relu_cpu = 1,
     .bf16 = 1,
 };

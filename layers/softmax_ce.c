@@ -74,7 +74,7 @@ static bn_status softmax_forward(bn_layer *l, const bn_pass *pass)
     BN_HOST_WR(prob, l->out);
     double loss = 0.0, correct = 0.0;
     for (int i = 0; i < n; i++) {
-        int label;
+        int label = 0;
         BN_TRY(read_label(l, labels, i, classes, &label));
         const float *zi = z + (size_t)i * classes;
         double lse = softmax_row(zi, classes, prob + (size_t)i * classes);
@@ -103,7 +103,7 @@ static bn_status softmax_backward(bn_layer *l, const bn_pass *pass)
     BN_HOST_WR(dz, l->in_grad);
     float scale = 1.0f / (float)n;
     for (int i = 0; i < n; i++) {
-        int label;
+        int label = 0;
         BN_TRY(read_label(l, labels, i, classes, &label));
         const float *pi = prob + (size_t)i * classes;
         float *di = dz + (size_t)i * classes;

@@ -327,7 +327,7 @@ BN_TEST(folder_writer_round_trips_and_leaves_nothing_on_failure)
     const char *root = root_path("write");
     CHECK(root);
     char top[512], path[1024];
-    snprintf(top, sizeof top, "%s/set", root);
+    CHECK(snprintf(top, sizeof top, "%s/set", root) < (int)sizeof top);
     bn_dataset d;
     CHECK_OK(bn_dataset_alloc(&d, "test", 5, 3, 3, 2, 3, 0));
     unsigned state = 5;

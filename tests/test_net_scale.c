@@ -170,3 +170,47 @@ BN_TEST(net_scale_in_place_relus_give_the_same_gradients)
     bn_net_free(own);
     return BN_PASS;
 }
+
+/* On the CPU a convolution and an add do the passes of the ReLU in place after them
+ * (bn_layer.cpu_relu): the same bits as the ReLU's own passes, which run where nothing is in
+ * place. The convolutions take both of conv2d's CPU methods (8 channels at stride 1: shifted). */
+BN_TEST(net_scale_relus_done_by_their_producers_give_the_same_bits)
+{
+    static const char text[] = "[input]\nchannels=2\nheight=9\nwidth=7\n"
+                               "[conv2d]\nname=a\nfilters=8\nsize=3\npad=1\n[relu]\nname=ra\n"
+                               "[conv2d]\nname=b\nfilters=8\nsize=3\npad=1\n[relu]\nname=rb\n"
+                               "[conv2d]\nname=c\nfilters=8\nsize=3\npad=1\n"
+                               "[add]\nname=s\ninput=c,ra\n[relu]\nname=rs\n"
+                               "[dense]\noutputs=3\n[softmax_ce]\n";
+    bn_net *fused, *own;
+    CHECK_OK(bn_net_from_text(text, "fused.cfg", &fused));
+    CHECK_OK(bn_net_from_text(text, "fused.cfg", &own));
+    fused->relu_in_place = 1;
+    CHECK_OK(bn_net_setup(fused, 5, NULL, 1, 9));
+    CHECK_OK(bn_net_setup(own, 5, NULL, 1, 9));
+    CHECK(bn_net_find_layer(fused, "a")->cpu_relu && bn_net_find_layer(fused, "ra")->cpu_fused);
+    CHECK(bn_net_find_layer(fused, "s")->cpu_relu && bn_net_find_layer(fused, "rs")->cpu_fused);
+    CHECK(!bn_net_find_layer(fused, "c")->cpu_relu && !bn_net_find_layer(own, "a")->cpu_relu);
+    bn_net *nets[2] = {fused, own};
+    for (int k = 0; k < 2; k++) {
+        float *x = bn_blob_host_wr(nets[k]->input), *y = bn_blob_host_wr(nets[k]->labels);
+        CHECK(x && y);
+        for (size_t i = 0; i < bn_blob_count(nets[k]->input); i++) x[i] = (float)((i * 7) % 11) / 5.0f - 1.0f;
+        for (int i = 0; i < 5; i++) y[i] = (float)(i % 3);
+        CHECK_OK(bn_net_zero_grad(nets[k]));
+        CHECK_OK(bn_net_forward(nets[k], 1));
+        CHECK_OK(bn_net_backward(nets[k]));
+    }
+    CHECK(same_floats(fused->grads, own->grads) == BN_PASS);
+    CHECK(same_floats(fused->input_grad, own->input_grad) == BN_PASS);
+    CHECK(same_floats(bn_net_output(fused), bn_net_output(own)) == BN_PASS);
+    for (int i = 0; i + 1 < fused->num_layers; i++) {
+        if (!bn_net_blob_unwritten(fused, i, 0))
+            CHECK(same_floats(fused->layers[i]->out, own->layers[i]->out) == BN_PASS);
+        if (!bn_net_blob_unwritten(fused, i, 1))
+            CHECK(same_floats(fused->layers[i]->out_grad, own->layers[i]->out_grad) == BN_PASS);
+    }
+    bn_net_free(fused);
+    bn_net_free(own);
+    return BN_PASS;
+}

@@ -156,8 +156,8 @@ static bn_status conv_passes(const conv_case *cc, int threads, const float *x, c
     BN_TRY(bn_cpu_threads_set(threads));
     memset(dw, 0, (size_t)cc->filters * cc->c * cc->k * cc->k * sizeof *dw);
     memset(db, 0, (size_t)cc->filters * sizeof *db);
-    BN_TRY(bn_conv2d_cpu_forward(&g, cc->filters, cc->n, x, wt, b, y));
-    return bn_conv2d_cpu_backward(&g, cc->filters, cc->n, x, wt, dy, dx, dw, db);
+    BN_TRY(bn_conv2d_cpu_forward(&g, cc->filters, cc->n, x, wt, b, y, 0));
+    return bn_conv2d_cpu_backward(&g, cc->filters, cc->n, x, wt, dy, NULL, dx, dw, db);
 }
 
 /* Shapes that make chunks of one example (28x28), of many (7x7, 5x3), a pointwise 1x1, strides

@@ -409,7 +409,7 @@ static int export_digit(const unsigned char *px, int i, char *path, size_t cap)
 static int top1(const char *path)
 {
     char key[600];
-    snprintf(key, sizeof key, "%s: ", path);
+    if (snprintf(key, sizeof key, "%s: ", path) >= (int)sizeof key) return -1;
     const char *at = strstr(out, key);
     return at ? atoi(at + strlen(key)) : -1;
 }

@@ -70,7 +70,7 @@ static bn_status conv_forward(bn_layer *l, const bn_pass *p)
     BN_HOST_RD(w, l->params[WEIGHT].value);
     BN_HOST_RD(b, l->params[BIAS].value);
     BN_HOST_WR(y, l->out);
-    return bn_conv2d_cpu_forward(&c->g, c->filters, l->in->n, x, w, b, y);
+    return bn_conv2d_cpu_forward(&c->g, c->filters, l->in->n, x, w, b, y, l->cpu_relu);
 }
 
 static bn_status conv_backward(bn_layer *l, const bn_pass *p)
@@ -86,7 +86,9 @@ static bn_status conv_backward(bn_layer *l, const bn_pass *p)
         dx = bn_blob_host_wr(l->in_grad);
         if (!dx) return bn_last_status();
     }
-    return bn_conv2d_cpu_backward(&c->g, c->filters, l->in->n, x, w, dy, dx, dw, db);
+    const float *relu_y = NULL;
+    if (l->cpu_relu && !(relu_y = bn_blob_host_rd(l->out))) return bn_last_status();
+    return bn_conv2d_cpu_backward(&c->g, c->filters, l->in->n, x, w, dy, relu_y, dx, dw, db);
 }
 
 static double conv_flops(const bn_layer *l)
@@ -126,6 +128,7 @@ const bn_layer_ops bn_conv2d_ops = {
     .fuse_gpu = BN_GPU(bn_conv2d_fuse_relu),
     .absorbs = BN_ABSORB_RELU,
     .relu_in_place = 1, /* its backward pass does not read its output */
+    .relu_cpu = 1,
     .fuse_next_gpu = BN_GPU(bn_conv2d_fuse_next),
     .describe_gpu = BN_GPU(bn_conv2d_gpu_describe),
     .bf16 = 1,

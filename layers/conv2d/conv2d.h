@@ -35,12 +35,14 @@ typedef struct conv_priv {
 
 /* The CPU passes on host buffers for a batch of n, as the layer runs them (conv_cpu.c: chunks
  * of examples, im2col then GEMMs, on the CPU pool; the reference every GPU runner is checked
- * against): forward writes y (bias added); backward adds into dw and db and, where dx is not
- * NULL, writes dx. Fail only where their scratch cannot be allocated. */
+ * against): forward writes y (bias added, then max(y, 0) where relu is set); backward adds into
+ * dw and db and, where dx is not NULL, writes dx, reading dy only where relu_y > 0 when relu_y is
+ * not NULL (the output of a ReLU done by the forward pass). Fail only where their scratch cannot
+ * be allocated. */
 bn_status bn_conv2d_cpu_forward(const bn_conv_geom *g, int filters, int n, const float *x, const float *w,
-                                const float *b, float *y);
+                                const float *b, float *y, int relu);
 bn_status bn_conv2d_cpu_backward(const bn_conv_geom *g, int filters, int n, const float *x, const float *w,
-                                 const float *dy, float *dx, float *dw, float *db);
+                                 const float *dy, const float *relu_y, float *dx, float *dw, float *db);
 
 bn_status bn_conv2d_forward_gpu(bn_layer *l, const bn_pass *p);
 bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p);

@@ -146,10 +146,10 @@ static bn_status check(runner *rn, bn_ctx *ctx, buffers *m, bn_conv_alone_result
     BN_TRY(run_once(rn, ctx));
     BN_TRY(bn_device_sync());
     if (rn->pass == BN_CONV_FORWARD) {
-        BN_TRY(bn_conv2d_cpu_forward(&s->g, s->filters, s->n, m->x, m->w, m->b, m->y));
+        BN_TRY(bn_conv2d_cpu_forward(&s->g, s->filters, s->n, m->x, m->w, m->b, m->y, 0));
         return relative_error(m->dev[D_OUT], m->y, m->out, m->got, &r->max_error);
     }
-    BN_TRY(bn_conv2d_cpu_backward(&s->g, s->filters, s->n, m->x, m->w, m->dy, rn->pass == BN_CONV_DATA ? m->dx : NULL,
+    BN_TRY(bn_conv2d_cpu_backward(&s->g, s->filters, s->n, m->x, m->w, m->dy, NULL, rn->pass == BN_CONV_DATA ? m->dx : NULL,
                                   m->dw, m->db));
     if (rn->pass == BN_CONV_DATA) return relative_error(m->dev[D_OUT], m->dx, m->in, m->got, &r->max_error);
     double dw_err = 0.0, db_err = 0.0;

@@ -34,17 +34,19 @@
 /* Each worker's buffers: the columns or padded input; the wide product or output-gradient grid;
  * the padded input gradient. */
 enum { SLOT_IN, SLOT_WIDE, SLOT_DX };
-/* Shared buffers: the chunks' weight-gradient products; the weights by tap. */
-enum { SHARED_PARTS, SHARED_TAPS };
+/* Shared buffers: the chunks' weight-gradient products; the weights by tap; the chunks' bias
+ * gradients (doubles). */
+enum { SHARED_PARTS, SHARED_TAPS, SHARED_BIAS };
 
 typedef struct conv_run {
     const bn_conv_geom *g;
-    int filters, n, nb, chunks, shifted;
+    int filters, n, nb, chunks, shifted, relu;
     size_t taps, pos, in_size, out_size;
     size_t hp, wp, img, plane; /* shifted: padded height, width, an example's padded plane, a
                                   channel's row in the chunk's padded input */
-    const float *x, *w, *b, *dy, *wt;
+    const float *x, *w, *b, *dy, *wt, *relu_y; /* relu_y: the output of a ReLU the forward did */
     float *y, *dx, *parts;
+    double *bias_parts; /* per chunk and filter */
 } conv_run;
 
 /* A 1x1 window at stride 1 without padding: an example's input is its own column matrix. */
@@ -117,21 +119,38 @@ static size_t tap_offset(const conv_run *r, int t)
     return (size_t)(t / r->g->k) * r->wp + (size_t)(t % r->g->k);
 }
 
-/* The product (filters x cols) into y with the bias: row f holds filter f for every example of
- * the chunk, at positions of stride `row` (ow for columns, wp for the grid), `per` apart. */
+/* Rows of a few dozen floats, written with restrict so that the compiler vectorises them: the
+ * bias added (and the ReLU), and a gradient read where the ReLU's output is positive. */
+static void bias_row(float *restrict dst, const float *restrict src, float bias, int n, int relu)
+{
+    if (relu)
+        for (int i = 0; i < n; i++) {
+            float v = src[i] + bias;
+            dst[i] = v > 0.0f ? v : 0.0f;
+        }
+    else
+        for (int i = 0; i < n; i++) dst[i] = src[i] + bias;
+}
+
+static void masked_row(float *restrict dst, const float *restrict src, const float *restrict y, int n)
+{
+    for (int i = 0; i < n; i++) {
+        float v = y[i], d = src[i];
+        dst[i] = v > 0.0f ? d : 0.0f;
+    }
+}
+
+/* The product (filters x cols) into y with the bias (and the ReLU where r->relu): row f holds
+ * filter f for every example of the chunk, at positions of stride `row` (ow for columns, wp for
+ * the grid), `per` apart. */
 static void spread(const conv_run *r, const float *wide, size_t cols, int i0, int cnt, size_t per, size_t row)
 {
-    const bn_conv_geom *g = r->g;
+    const int oh = r->g->oh, ow = r->g->ow;
     for (int j = 0; j < cnt; j++) {
         float *yi = r->y + (size_t)(i0 + j) * r->out_size;
-        for (int f = 0; f < r->filters; f++) {
-            float bias = r->b[f];
-            for (int oy = 0; oy < g->oh; oy++) {
-                const float *src = wide + f * cols + j * per + oy * row;
-                float *dst = yi + f * r->pos + (size_t)oy * g->ow;
-                for (int ox = 0; ox < g->ow; ox++) dst[ox] = src[ox] + bias;
-            }
-        }
+        for (int f = 0; f < r->filters; f++)
+            for (int oy = 0; oy < oh; oy++)
+                bias_row(yi + f * r->pos + (size_t)oy * ow, wide + f * cols + j * per + oy * row, r->b[f], ow, r->relu);
     }
 }
 
@@ -157,21 +176,47 @@ static void forward_chunk(void *p, int chunk, int worker)
     spread(r, wide, cols, i0, cnt, r->pos, (size_t)r->g->ow);
 }
 
+/* The sum of a plane: eight running sums the compiler keeps in one vector, added in double. */
+static double plane_sum(const float *restrict v, size_t count)
+{
+    float lane[8] = {0};
+    size_t q = 0;
+    for (; q + 8 <= count; q += 8)
+        for (int k = 0; k < 8; k++) lane[k] += v[q + k];
+    double t = 0.0;
+    for (int k = 0; k < 8; k++) t += lane[k];
+    for (; q < count; q++) t += v[q];
+    return t;
+}
+
+/* The chunk's bias gradient: the rows of its output-gradient matrix summed (the dropped cells of
+ * the grid hold zeros). */
+static void chunk_bias_sums(const conv_run *r, int chunk, const float *dyc, size_t cols)
+{
+    for (int f = 0; f < r->filters; f++)
+        r->bias_parts[(size_t)chunk * r->filters + f] = plane_sum(dyc + f * cols, cols);
+}
+
 /* The output gradient of the chunk as one matrix of filters x cols: side by side (columns), or
- * on the grid with zeros in its dropped cells (shifted), which so add nothing to the sums. */
+ * on the grid with zeros in its dropped cells (shifted), which so add nothing to the sums; zero
+ * too where a ReLU done by the forward pass gave 0. */
 static const float *gradient_matrix(const conv_run *r, int i0, int cnt, size_t cols, int worker)
 {
     const bn_conv_geom *g = r->g;
     const float *dyc = r->dy + (size_t)i0 * r->out_size;
-    if (cnt == 1 && !r->shifted) return dyc;
+    if (cnt == 1 && !r->shifted && !r->relu_y) return dyc;
     float *wide = bn_cpu_scratch(SLOT_WIDE, worker);
     if (r->shifted) memset(wide, 0, (size_t)r->filters * cols * sizeof *wide);
     size_t per = r->shifted ? r->img : r->pos, row = r->shifted ? r->wp : (size_t)g->ow;
+    const int oh = g->oh, ow = g->ow;
     for (int j = 0; j < cnt; j++)
         for (int f = 0; f < r->filters; f++)
-            for (int oy = 0; oy < g->oh; oy++)
-                memcpy(wide + f * cols + j * per + oy * row, dyc + (size_t)j * r->out_size + f * r->pos + oy * g->ow,
-                       g->ow * sizeof *wide);
+            for (int oy = 0; oy < oh; oy++) {
+                size_t at = (size_t)j * r->out_size + f * r->pos + (size_t)oy * ow;
+                float *dst = wide + f * cols + j * per + oy * row;
+                if (r->relu_y) masked_row(dst, dyc + at, r->relu_y + (size_t)i0 * r->out_size + at, ow);
+                else memcpy(dst, dyc + at, ow * sizeof *wide);
+            }
     return wide;
 }
 
@@ -180,6 +225,7 @@ static void backward_shifted(const conv_run *r, int chunk, int i0, int cnt, size
     const bn_conv_geom *g = r->g;
     int f_n = r->filters, c_n = g->c, taps = g->k * g->k;
     const float *xp = padded(r, i0, cnt, worker), *dyg = gradient_matrix(r, i0, cnt, cols, worker);
+    chunk_bias_sums(r, chunk, dyg, cols);
     /* Tap t's weight gradient (c x f) lands where the columns' product puts it: row c*taps + t. */
     float *part = r->parts + (size_t)chunk * f_n * r->taps;
     for (int t = 0; t < taps; t++)
@@ -210,6 +256,7 @@ static void backward_chunk(void *p, int chunk, int worker)
         return;
     }
     const float *dyc = gradient_matrix(r, i0, cnt, cols, worker);
+    chunk_bias_sums(r, chunk, dyc, cols);
     const float *col = columns(r, i0, cnt, cols, worker);
     /* The weight gradient transposed (taps x filters): OpenBLAS runs this product's shape about
      * 1.4 times as fast as filters x taps where there are few filters. */
@@ -250,11 +297,11 @@ static bn_status prepare(conv_run *r)
 }
 
 bn_status bn_conv2d_cpu_forward(const bn_conv_geom *g, int filters, int n, const float *x, const float *w,
-                                const float *b, float *y)
+                                const float *b, float *y, int relu)
 {
     conv_run r = {0};
     plan(&r, g, filters, n);
-    r.x = x, r.w = w, r.b = b, r.y = y;
+    r.x = x, r.w = w, r.b = b, r.y = y, r.relu = relu;
     if (n == 0) return BN_OK;
     bn_cpu_lock();
     bn_status st = prepare(&r);
@@ -281,42 +328,33 @@ static void sum_parts(void *p, size_t lo, size_t hi)
     }
 }
 
-/* The sum of a plane: eight running sums the compiler keeps in one vector, added in double. */
-static double plane_sum(const float *v, size_t count)
-{
-    float lane[8] = {0};
-    size_t q = 0;
-    for (; q + 8 <= count; q += 8)
-        for (int k = 0; k < 8; k++) lane[k] += v[q + k];
-    double t = 0.0;
-    for (int k = 0; k < 8; k++) t += lane[k];
-    for (; q < count; q++) t += v[q];
-    return t;
-}
-
-/* db[f] += filter f's output gradient summed over positions and examples. */
+/* db[f] += the chunks' sums of filter f's output gradient, added in chunk order. */
 static void bias_grad(void *p, size_t lo, size_t hi)
 {
     const sums *s = p;
     const conv_run *r = s->r;
     for (size_t f = lo; f < hi; f++) {
         double t = 0.0;
-        for (int i = 0; i < r->n; i++) t += plane_sum(r->dy + (size_t)i * r->out_size + f * r->pos, r->pos);
+        for (int c = 0; c < r->chunks; c++) t += r->bias_parts[(size_t)c * r->filters + f];
         s->db[f] += (float)t;
     }
 }
 
 bn_status bn_conv2d_cpu_backward(const bn_conv_geom *g, int filters, int n, const float *x, const float *w,
-                                 const float *dy, float *dx, float *dw, float *db)
+                                 const float *dy, const float *relu_y, float *dx, float *dw, float *db)
 {
     conv_run r = {0};
     plan(&r, g, filters, n);
-    r.x = x, r.w = w, r.dy = dy, r.dx = dx;
+    r.x = x, r.w = w, r.dy = dy, r.dx = dx, r.relu_y = relu_y;
     if (n == 0) return BN_OK;
     bn_cpu_lock();
     bn_status st = prepare(&r);
     size_t weights = (size_t)filters * r.taps;
     if (st == BN_OK && !(r.parts = bn_cpu_shared_scratch(SHARED_PARTS, weights * r.chunks))) st = bn_last_status();
+    /* Doubles, in a buffer of floats twice their count (realloc's alignment serves either). */
+    float *bias = st == BN_OK ? bn_cpu_shared_scratch(SHARED_BIAS, 2 * (size_t)filters * r.chunks) : NULL;
+    if (st == BN_OK && !bias) st = bn_last_status();
+    r.bias_parts = (double *)bias;
     if (st == BN_OK) {
         bn_parallel_run(r.chunks, backward_chunk, &r);
         sums s = {&r, dw, db};

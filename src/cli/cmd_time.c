@@ -82,6 +82,7 @@ static bn_status run(const time_args *a, bn_net **net, bn_optimizer **opt)
     if (ctx) ctx->tf32 = a->tf32, ctx->autotune = a->autotune;
     BN_TRY(bn_cli_apply_precision(a->bf16, ctx));
     int batch = a->batch ? (int)a->batch : (*net)->train.batch;
+    (*net)->relu_in_place = 1; /* as train sets the network up */
     BN_TRY(bn_net_setup(*net, batch, ctx, 0, (*net)->train.seed));
     BN_TRY(bn_optimizer_create(*net, &(*net)->train, opt));
     bn_time_report r;

@@ -103,9 +103,12 @@ int bn_net_blob_unwritten(const bn_net *net, int i, int grad)
 {
     if (i < 0 || i >= net->num_layers) return 0;
     /* A ReLU run in place ends its output gradient as its input gradient, and a layer whose
-     * reader runs in place over it ends the step holding the reader's output. */
-    if (grad && net->layers[i]->in_place) return 1;
-    const bn_layer *c = bn_net_sole_consumer(net, net->layers[i]);
+     * reader runs in place over it ends the step holding the reader's output. Where the
+     * producer's CPU passes do the ReLU's (cpu_fused), the gradient stays the ReLU's, and the
+     * producer's own (masked) one is never held. */
+    const bn_layer *l = net->layers[i], *c = bn_net_sole_consumer(net, l);
+    if (grad && l->in_place) return !l->cpu_fused;
+    if (grad && c && c->cpu_fused) return 1;
     if (!grad && c && c->in_place) return 1;
     return c && (c->gpu_fused & (grad ? BN_FUSED_NO_IN_GRAD : BN_FUSED_NO_IN)) != 0;
 }

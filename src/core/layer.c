@@ -96,6 +96,8 @@ static bn_status run_pass(bn_layer *l, const bn_pass *p, pass_fn cpu, pass_fn gp
     bn_status s;
     if (p->ctx && gpu && (l->gpu_fused & fused)) {
         s = BN_OK; /* a neighbour's kernels did it (bn_layer_ops.fuse_gpu) */
+    } else if (!p->ctx && l->cpu_fused) {
+        s = BN_OK; /* its producer's CPU passes did it (bn_layer.cpu_relu) */
     } else if (p->ctx && gpu) {
         s = gpu(l, p);
     } else {

@@ -119,6 +119,11 @@ struct bn_layer {
     int reader;                /* the index of the first layer that reads `out`, -1 when none does */
     int in_place;              /* set up to run in place: out and out_grad are the blobs of the layer
                                   it reads (in == out, in_grad == out_grad), which own them */
+    int cpu_relu;              /* the in-place ReLU after it has its CPU passes done by this layer's
+                                  (bn_layer_ops.relu_cpu): the forward pass writes max(y, 0), the
+                                  backward pass reads the output gradient where y > 0 only */
+    int cpu_fused;             /* an in-place ReLU whose CPU passes its producer's do (cpu_relu):
+                                  running them on the CPU does nothing */
 };
 
 /* The bits of bn_layer.gpu_fused: the layer's GPU forward (backward) pass is done by its
@@ -216,6 +221,9 @@ struct bn_layer_ops {
                              * max(out, 0) over the output, its backward pass the output gradient
                              * masked over the output gradient. Set only where the type's backward
                              * passes never read the output, or (a ReLU's) read only its sign */
+    int relu_cpu;           /* with relu_in_place: this type's CPU passes can also do the passes of
+                             * that in-place ReLU (bn_layer.cpu_relu), so they run as one pass over
+                             * the activations instead of two */
 };
 
 /* Declares a parameter of shape (n,c,h,w) during setup; returns its index or -1 on error. */

@@ -179,7 +179,8 @@ void bn_net_unfuse_loss(bn_net *net);
  * layer's after a step: left unwritten on the device, its consumer's pass being fused into a
  * neighbour's kernels that read past it (BN_FUSED_NO_IN, BN_FUSED_NO_IN_GRAD), or written over by
  * a ReLU run in place (bn_layer.in_place: the ReLU's output over its input, its input gradient
- * over its output gradient). */
+ * over its output gradient; where the producer's CPU passes do the ReLU's, bn_layer.cpu_fused,
+ * the shared gradient stays the ReLU's output gradient instead). */
 int bn_net_blob_unwritten(const bn_net *net, int i, int grad);
 
 /* The first layer that keeps the network's steps out of a CUDA graph (its type leaves

@@ -187,6 +187,7 @@ static bn_status setup_layers(bn_net *net, int want_input_grad, bn_ctx *ctx, mem
                                                      in.w, out.c, out.h, out.w));
             break;
         }
+        l->cpu_relu = l->cpu_fused = 0; /* set again by the ReLU after it, below */
         l->in_place = runs_in_place(net, l, ctx) && out.c == in.c && out.h == in.h && out.w == in.w;
         s = add_bytes(net, (l->in_place ? 0 : blob_floats(net, out, !l->ops->is_loss)) + param_floats(l), l->name,
                       budget);
@@ -195,8 +196,10 @@ static bn_status setup_layers(bn_net *net, int want_input_grad, bn_ctx *ctx, mem
         l->in = l->inputs[0];
         l->in_grad = l->input_grads[0];
         if (l->in_place) {
+            bn_layer *producer = net->layers[l->sources[0]];
             l->out = l->in;
-            l->out_grad = net->layers[l->sources[0]]->out_grad;
+            l->out_grad = producer->out_grad;
+            producer->cpu_relu = l->cpu_fused = producer->ops->relu_cpu;
         } else if (!(l->out = new_blob(l->name, ".out", net->capacity, out)) ||
                    (!l->ops->is_loss && !(l->out_grad = new_blob(l->name, ".grad", net->capacity, out)))) {
             s = bn_last_status();
