@@ -1,9 +1,13 @@
-/* parallel.c - the CPU pool: workers that wait for a generation number to move, then take
- * tasks from a shared counter until none are left.
+/* parallel.c - the CPU pool: workers that wait for a run to be published, then take tasks
+ * from a shared counter until none are left.
  *
- * A run's fields (fn, arg, tasks, the counters) are written only while no worker is inside a
- * run (`inside` is zero), and published by moving `gen`; a worker counts itself inside before
- * it reads gen, so a worker that looks while the caller writes sees the old gen and leaves.
+ * `gen` numbers the runs, two apart: odd while the caller writes a run's fields (fn, arg,
+ * tasks, the counters), even once they are published. A worker counts itself `inside` and then
+ * reads gen again, and runs the tasks only when it has not moved; the caller makes gen odd and
+ * then waits until no worker is inside before it writes. Either the caller sees the worker
+ * inside and waits, or the worker sees gen move and backs off (both sides' atomics are
+ * sequentially consistent), so no worker ever reads a run's fields half written or runs a task
+ * of one run with the fields of the next.
  * Workers spin a little before they sleep: the passes of a step follow each other within
  * microseconds, and a futex wake-up costs tens of them. */
 #define _GNU_SOURCE
@@ -109,24 +113,29 @@ static void take_tasks(int worker)
     }
 }
 
+/* Whether gen names a published run the worker has not run yet. */
+static int fresh(unsigned g, unsigned seen)
+{
+    return g != seen && !(g & 1u);
+}
+
 static void *worker_main(void *p)
 {
     int me = (int)(size_t)p;
-    unsigned seen = atomic_load(&pool.gen);
+    unsigned seen = atomic_load(&pool.gen), g;
     in_task = 1;
     my_worker = me;
     for (;;) {
         int spins = 0;
-        while (atomic_load(&pool.gen) == seen && spins++ < SPIN_ROUNDS) cpu_relax();
-        if (atomic_load(&pool.gen) == seen) {
+        while (!fresh(g = atomic_load(&pool.gen), seen) && spins++ < SPIN_ROUNDS) cpu_relax();
+        if (!fresh(g, seen)) {
             pthread_mutex_lock(&pool.lock);
-            while (atomic_load(&pool.gen) == seen && !pool.quit) pthread_cond_wait(&pool.wake, &pool.lock);
+            while (!fresh(g = atomic_load(&pool.gen), seen) && !pool.quit) pthread_cond_wait(&pool.wake, &pool.lock);
             pthread_mutex_unlock(&pool.lock);
         }
         if (pool.quit) return NULL;
         atomic_fetch_add(&pool.inside, 1);
-        unsigned g = atomic_load(&pool.gen);
-        if (g != seen) {
+        if (atomic_load(&pool.gen) == g) {
             seen = g;
             take_tasks(me);
         }
@@ -154,6 +163,7 @@ static void after_fork_child(void)
     pool.threads = 1;
     pool.quit = 0;
     atomic_store(&pool.inside, 0);
+    atomic_store(&pool.gen, 0); /* even: the caller may have forked between its two moves */
     pthread_mutex_init(&pool.lock, NULL);
     pthread_cond_init(&pool.wake, NULL);
     make_pass_lock();
@@ -212,12 +222,13 @@ void bn_parallel_run(int tasks, bn_task_fn fn, void *arg)
         bn_cpu_unlock();
         return;
     }
+    atomic_fetch_add(&pool.gen, 1); /* odd: the fields are about to change */
     while (atomic_load(&pool.inside) != 0) cpu_relax();
     pool.fn = fn, pool.arg = arg, pool.tasks = tasks;
     atomic_store(&pool.next, 0);
     atomic_store(&pool.done, 0);
     pthread_mutex_lock(&pool.lock);
-    atomic_fetch_add(&pool.gen, 1);
+    atomic_fetch_add(&pool.gen, 1); /* even: published */
     pthread_cond_broadcast(&pool.wake);
     pthread_mutex_unlock(&pool.lock);
     in_task = 1;
