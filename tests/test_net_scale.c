@@ -173,10 +173,11 @@ BN_TEST(net_scale_in_place_relus_give_the_same_gradients)
 
 /* On the CPU a convolution and an add do the passes of the ReLU in place after them
  * (bn_layer.cpu_relu): the same bits as the ReLU's own passes, which run where nothing is in
- * place. The convolutions take both of conv2d's CPU methods (8 channels at stride 1: shifted). */
+ * place. The convolutions take conv2d's CPU methods: columns over 2 channels, and over 8 at stride 1
+ * the shifted products, the direct kernel where the CPU has AVX-512 (rows of 13). */
 BN_TEST(net_scale_relus_done_by_their_producers_give_the_same_bits)
 {
-    static const char text[] = "[input]\nchannels=2\nheight=9\nwidth=7\n"
+    static const char text[] = "[input]\nchannels=2\nheight=9\nwidth=13\n"
                                "[conv2d]\nname=a\nfilters=8\nsize=3\npad=1\n[relu]\nname=ra\n"
                                "[conv2d]\nname=b\nfilters=8\nsize=3\npad=1\n[relu]\nname=rb\n"
                                "[conv2d]\nname=c\nfilters=8\nsize=3\npad=1\n"
