@@ -1,16 +1,18 @@
 /* test_parallel.c - the CPU pool (core/parallel.c) and what runs on it: every task run exactly
- * once at any thread count, nested runs, a forked child's pool; conv2d's chunked CPU passes
- * against a direct convolution and bit for bit across thread counts; the banded GEMM against
- * one OpenBLAS call; training on the CPU the same at 1 and 3 threads, for resnet_mini and for a
- * net of batchnorm, concat, dropout, avgpool and softmax_ce under every optimizer; --threads and
- * $BLOBNET_THREADS refused when malformed. */
+ * once at any thread count, also over many runs back to back; nested runs, a forked child's
+ * pool; conv2d's chunked CPU passes against a direct convolution and bit for bit across thread
+ * counts; the banded GEMM against one OpenBLAS call; training on the CPU the same at 1 and 3
+ * threads, for resnet_mini and for a net of batchnorm, concat, dropout, avgpool and softmax_ce
+ * under every optimizer; --threads and $BLOBNET_THREADS refused when malformed. */
 #include <cblas.h>
 #include <math.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "conv2d/conv2d.h"
@@ -122,6 +124,55 @@ BN_TEST(parallel_ranges_cover_the_count_and_survive_fork)
     free(v), free(part);
     CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child's run ended with status %d", status);
     CHECK_OK(bn_cpu_threads_set(0));
+    return BN_PASS;
+}
+
+typedef struct tally {
+    atomic_int ran[32];
+} tally;
+
+static void tally_task(void *p, int task, int worker)
+{
+    atomic_fetch_add(&((tally *)p)->ran[task], 1);
+}
+
+/* Runs of 1 to 31 tasks back to back at `threads` threads, each task checked to run once; on a
+ * 2-core machine 3 threads leave a worker off its core for whole runs, the case where one once
+ * took a run still being written. 0, or 3 at a task that ran other than once. */
+static int back_to_back_runs(int threads, long runs)
+{
+    if (bn_cpu_threads_set(threads) != BN_OK) return 4;
+    static tally t;
+    for (long r = 0; r < runs; r++) {
+        int tasks = 1 + (int)(r % 11) * 3;
+        for (int k = 0; k < tasks; k++) atomic_store(&t.ran[k], 0);
+        bn_parallel_run(tasks, tally_task, &t);
+        for (int k = 0; k < tasks; k++)
+            if (atomic_load(&t.ran[k]) != 1) return 3;
+    }
+    return 0;
+}
+
+BN_TEST(parallel_back_to_back_runs_neither_repeat_nor_lose_a_task)
+{
+    /* In a child with a deadline: what this catches may also show as a run that never ends. */
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        int rc = back_to_back_runs(3, 200000);
+        _exit(rc ? rc : back_to_back_runs(2, 200000));
+    }
+    int status = 0, waited = 0;
+    while (waitpid(pid, &status, WNOHANG) == 0 && waited < 600) {
+        nanosleep(&(struct timespec){0, 100000000}, NULL);
+        waited++;
+    }
+    if (waited == 600) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    CHECK_MSG(waited < 600, "400000 runs did not end within 60 s: one waits for a task that will not end");
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "a task ran other than once (status %d)", status);
     return BN_PASS;
 }
 

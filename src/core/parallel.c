@@ -2,8 +2,13 @@
  * tasks from a shared counter until none are left.
  *
  * A run's fields (fn, arg, tasks, the counters) are written only while no worker is inside a
- * run (`inside` is zero), and published by moving `gen`; a worker counts itself inside before
- * it reads gen, so a worker that looks while the caller writes sees the old gen and leaves.
+ * run: the caller makes gen odd, waits for `inside` to reach zero, writes them, and publishes
+ * them by making gen even again. A worker counts itself inside before it reads gen and takes
+ * tasks only at an even gen it has not seen: either the caller sees the worker inside and waits,
+ * or the worker sees the odd gen and leaves. (With gen moved only to publish, a worker that had
+ * slept through a whole run took the run being written for a new one: it ran a task twice, or
+ * counted one into the next run's `done` after the caller had zeroed it, and the caller waited
+ * forever.)
  * Workers spin a little before they sleep: the passes of a step follow each other within
  * microseconds, and a futex wake-up costs tens of them. */
 #define _GNU_SOURCE
@@ -126,11 +131,13 @@ static void *worker_main(void *p)
         if (pool.quit) return NULL;
         atomic_fetch_add(&pool.inside, 1);
         unsigned g = atomic_load(&pool.gen);
-        if (g != seen) {
+        if (g != seen && !(g & 1)) {
             seen = g;
             take_tasks(me);
         }
         atomic_fetch_sub(&pool.inside, 1);
+        /* The caller is writing a run: wait for it outside, where it does not wait for us. */
+        while (atomic_load(&pool.gen) & 1) cpu_relax();
     }
 }
 
@@ -212,6 +219,7 @@ void bn_parallel_run(int tasks, bn_task_fn fn, void *arg)
         bn_cpu_unlock();
         return;
     }
+    atomic_fetch_add(&pool.gen, 1);
     while (atomic_load(&pool.inside) != 0) cpu_relax();
     pool.fn = fn, pool.arg = arg, pool.tasks = tasks;
     atomic_store(&pool.next, 0);
