@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "batchnorm.h"
+#include "core/parallel.h"
 #include "layers.h"
 
 enum { P_WEIGHT, P_BIAS };
@@ -44,11 +45,97 @@ static bn_status batchnorm_setup(bn_layer *l, bn_shape in, bn_shape *out)
 /* Element k of channel c, example n. */
 #define AT(v, n, c) ((v) + ((size_t)(n) * b->channels + (size_t)(c)) * (size_t)b->plane)
 
+/* A channel's sums run over LANES interleaved partial sums, added at the end in a fixed order:
+ * independent adds that the compiler vectorises where one running sum would wait on each add
+ * before it. The order depends on the plane's size alone. */
+#define LANES 8
+
+static double lanes_total(const double *acc)
+{
+    double t[LANES / 2];
+    for (int j = 0; j < LANES / 2; j++) t[j] = acc[j] + acc[j + LANES / 2];
+    return (t[0] + t[2]) + (t[1] + t[3]);
+}
+
+/* acc[j] += v[k] for the plane's k = j (mod LANES). */
+static void add_plane(double *restrict acc, const float *restrict v, int plane)
+{
+    int k = 0;
+    for (; k + LANES <= plane; k += LANES)
+        for (int j = 0; j < LANES; j++) acc[j] += v[k + j];
+    for (; k < plane; k++) acc[k % LANES] += v[k];
+}
+
+/* acc[j] += (v[k] - m)^2, in the same lanes. */
+static void add_squares(double *restrict acc, const float *restrict v, double m, int plane)
+{
+    int k = 0;
+    for (; k + LANES <= plane; k += LANES)
+        for (int j = 0; j < LANES; j++) {
+            double d = v[k + j] - m;
+            acc[j] += d * d;
+        }
+    for (; k < plane; k++) {
+        double d = v[k] - m;
+        acc[k % LANES] += d * d;
+    }
+}
+
+/* y = x * scale + shift over one plane. */
+static void scale_plane(float *restrict y, const float *restrict x, float scale, float shift, int plane)
+{
+    for (int k = 0; k < plane; k++) y[k] = x[k] * scale + shift;
+}
+
+/* A pass over channels, for the pool's ranges: each task owns whole channels, their sums, running
+ * averages and parameter gradients, so nothing it adds depends on how channels were cut. */
+typedef struct bn_run {
+    batchnorm_priv *b;
+    int n, train;
+    const float *x, *w, *bias, *dy, *rm, *rv; /* rm, rv: the running averages as they stand */
+    float *y, *rm_out, *rv_out, *dx, *dw, *db;
+} bn_run;
+
+static void forward_channels(void *arg, size_t lo, size_t hi)
+{
+    const bn_run *r = arg;
+    batchnorm_priv *b = r->b;
+    int n = r->n;
+    size_t count = (size_t)n * b->plane;
+    for (size_t c = lo; c < hi; c++) {
+        float mean, inv_std;
+        if (r->train) {
+            double acc[LANES] = {0}, sq[LANES] = {0};
+            for (int e = 0; e < n; e++) add_plane(acc, AT(r->x, e, c), b->plane);
+            double m = lanes_total(acc) / (double)count;
+            for (int e = 0; e < n; e++) add_squares(sq, AT(r->x, e, c), m, b->plane);
+            double sum_sq = lanes_total(sq), var = sum_sq / (double)count;
+            mean = (float)m;
+            inv_std = (float)(1.0 / sqrt(var + b->eps));
+            double unbiased = count > 1 ? sum_sq / (double)(count - 1) : var;
+            r->rm_out[c] = (float)((1.0 - b->momentum) * r->rm[c] + b->momentum * m);
+            r->rv_out[c] = (float)((1.0 - b->momentum) * r->rv[c] + b->momentum * unbiased);
+            b->mean[c] = mean;
+            b->inv_std[c] = inv_std;
+        } else {
+            mean = r->rm[c];
+            inv_std = (float)(1.0 / sqrt((double)r->rv[c] + b->eps));
+        }
+        float scale = r->w[c] * inv_std, shift = r->bias[c] - mean * scale;
+        for (int e = 0; e < n; e++) scale_plane(AT(r->y, e, c), AT(r->x, e, c), scale, shift, b->plane);
+    }
+}
+
+/* Channels per task: about 16K elements, at least one channel. */
+static size_t channel_grain(const batchnorm_priv *b, int n)
+{
+    size_t per = (size_t)n * b->plane;
+    return per >= 16384 ? 1 : 16384 / per;
+}
+
 static bn_status batchnorm_forward(bn_layer *l, const bn_pass *p)
 {
     batchnorm_priv *b = l->priv;
-    int n = l->in->n;
-    size_t count = (size_t)n * b->plane;
     BN_HOST_RD(x, l->in);
     BN_HOST_RD(w, l->params[P_WEIGHT].value);
     BN_HOST_RD(bias, l->params[P_BIAS].value);
@@ -56,41 +143,69 @@ static bn_status batchnorm_forward(bn_layer *l, const bn_pass *p)
     BN_HOST_WR(rv, l->buffers[B_VAR].value);
     BN_HOST_WR(y, l->out);
     b->trained = p->train;
-    for (int c = 0; c < b->channels; c++) {
-        float mean, inv_std;
-        if (p->train) {
-            double sum = 0.0, sq = 0.0;
-            for (int e = 0; e < n; e++)
-                for (int k = 0; k < b->plane; k++) sum += AT(x, e, c)[k];
-            double m = sum / (double)count;
-            for (int e = 0; e < n; e++)
-                for (int k = 0; k < b->plane; k++) sq += (AT(x, e, c)[k] - m) * (AT(x, e, c)[k] - m);
-            double var = sq / (double)count;
-            mean = (float)m;
-            inv_std = (float)(1.0 / sqrt(var + b->eps));
-            double unbiased = count > 1 ? sq / (double)(count - 1) : var;
-            rm[c] = (float)((1.0 - b->momentum) * rm[c] + b->momentum * m);
-            rv[c] = (float)((1.0 - b->momentum) * rv[c] + b->momentum * unbiased);
-            b->mean[c] = mean;
-            b->inv_std[c] = inv_std;
-        } else {
-            mean = rm[c];
-            inv_std = (float)(1.0 / sqrt((double)rv[c] + b->eps));
-        }
-        float scale = w[c] * inv_std, shift = bias[c] - mean * scale;
-        for (int e = 0; e < n; e++)
-            for (int k = 0; k < b->plane; k++) AT(y, e, c)[k] = AT(x, e, c)[k] * scale + shift;
-    }
+    bn_run r = {b, l->in->n, p->train, x, w, bias, NULL, rm, rv, y, rm, rv, NULL, NULL, NULL};
+    bn_parallel_ranges((size_t)b->channels, channel_grain(b, r.n), forward_channels, &r);
     return BN_OK;
+}
+
+/* acc_dy[j] += dy[k], acc_dy_xhat[j] += dy[k] * xhat[k], in the lanes of add_plane. */
+static void add_grad_plane(double *restrict acc_dy, double *restrict acc_dy_xhat, const float *restrict dy,
+                           const float *restrict x, float mean, float inv_std, int plane)
+{
+    int k = 0;
+    for (; k + LANES <= plane; k += LANES)
+        for (int j = 0; j < LANES; j++) {
+            float g = dy[k + j], xhat = (x[k + j] - mean) * inv_std;
+            acc_dy[j] += g;
+            acc_dy_xhat[j] += (double)g * xhat;
+        }
+    for (; k < plane; k++) {
+        float g = dy[k], xhat = (x[k] - mean) * inv_std;
+        acc_dy[k % LANES] += g;
+        acc_dy_xhat[k % LANES] += (double)g * xhat;
+    }
+}
+
+/* dx = scale * (dy - mean_dy - xhat * mean_dy_xhat) over one plane. */
+static void grad_plane(float *restrict dx, const float *restrict dy, const float *restrict x, float mean,
+                       float inv_std, float scale, float mean_dy, float mean_dy_xhat, int plane)
+{
+    for (int k = 0; k < plane; k++) {
+        float xhat = (x[k] - mean) * inv_std;
+        dx[k] = scale * (dy[k] - mean_dy - xhat * mean_dy_xhat);
+    }
+}
+
+static void backward_channels(void *arg, size_t lo, size_t hi)
+{
+    const bn_run *r = arg;
+    const batchnorm_priv *b = r->b;
+    int n = r->n;
+    double count = (double)n * b->plane;
+    for (size_t c = lo; c < hi; c++) {
+        float mean = b->trained ? b->mean[c] : r->rm[c];
+        float inv_std = b->trained ? b->inv_std[c] : (float)(1.0 / sqrt((double)r->rv[c] + b->eps));
+        double acc_dy[LANES] = {0}, acc_dy_xhat[LANES] = {0};
+        for (int e = 0; e < n; e++)
+            add_grad_plane(acc_dy, acc_dy_xhat, AT(r->dy, e, c), AT(r->x, e, c), mean, inv_std, b->plane);
+        double sum_dy = lanes_total(acc_dy), sum_dy_xhat = lanes_total(acc_dy_xhat);
+        r->dw[c] += (float)sum_dy_xhat;
+        r->db[c] += (float)sum_dy;
+        if (!r->dx) continue;
+        float scale = r->w[c] * inv_std;
+        float mean_dy = b->trained ? (float)(sum_dy / count) : 0.0f;
+        float mean_dy_xhat = b->trained ? (float)(sum_dy_xhat / count) : 0.0f;
+        for (int e = 0; e < n; e++)
+            grad_plane(AT(r->dx, e, c), AT(r->dy, e, c), AT(r->x, e, c), mean, inv_std, scale, mean_dy, mean_dy_xhat,
+                       b->plane);
+    }
 }
 
 /* After a training forward: the gradient through the batch's statistics; after an evaluation
  * forward: through the fixed running ones (a plain per-channel scale). */
 static bn_status batchnorm_backward(bn_layer *l, const bn_pass *p)
 {
-    const batchnorm_priv *b = l->priv;
-    int n = l->in->n;
-    double count = (double)n * b->plane;
+    batchnorm_priv *b = l->priv;
     BN_HOST_RD(x, l->in);
     BN_HOST_RD(dy, l->out_grad);
     BN_HOST_RD(w, l->params[P_WEIGHT].value);
@@ -100,28 +215,8 @@ static bn_status batchnorm_backward(bn_layer *l, const bn_pass *p)
     BN_HOST_WR(db, l->params[P_BIAS].grad);
     float *dx = NULL;
     if (l->in_grad && !(dx = bn_blob_host_wr(l->in_grad))) return bn_last_status();
-    for (int c = 0; c < b->channels; c++) {
-        float mean = b->trained ? b->mean[c] : rm[c];
-        float inv_std = b->trained ? b->inv_std[c] : (float)(1.0 / sqrt((double)rv[c] + b->eps));
-        double sum_dy = 0.0, sum_dy_xhat = 0.0;
-        for (int e = 0; e < n; e++)
-            for (int k = 0; k < b->plane; k++) {
-                float g = AT(dy, e, c)[k];
-                sum_dy += g;
-                sum_dy_xhat += (double)g * ((AT(x, e, c)[k] - mean) * inv_std);
-            }
-        dw[c] += (float)sum_dy_xhat;
-        db[c] += (float)sum_dy;
-        if (!dx) continue;
-        float scale = w[c] * inv_std;
-        float mean_dy = b->trained ? (float)(sum_dy / count) : 0.0f;
-        float mean_dy_xhat = b->trained ? (float)(sum_dy_xhat / count) : 0.0f;
-        for (int e = 0; e < n; e++)
-            for (int k = 0; k < b->plane; k++) {
-                float xhat = (AT(x, e, c)[k] - mean) * inv_std;
-                AT(dx, e, c)[k] = scale * (AT(dy, e, c)[k] - mean_dy - xhat * mean_dy_xhat);
-            }
-    }
+    bn_run r = {b, l->in->n, 0, x, w, NULL, dy, rm, rv, NULL, NULL, NULL, dx, dw, db};
+    bn_parallel_ranges((size_t)b->channels, channel_grain(b, r.n), backward_channels, &r);
     return BN_OK;
 }
 

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "concat.h"
+#include "core/parallel.h"
 #include "layers.h"
 
 static bn_status concat_setup(bn_layer *l, bn_shape in, bn_shape *out)
@@ -19,10 +20,31 @@ static bn_status concat_setup(bn_layer *l, bn_shape in, bn_shape *out)
     return BN_OK;
 }
 
-/* Copies, per example, each input's block of channels to or from its place in the output. */
+/* A pass's copies, for the pool's ranges of examples: for each input j, block[j] floats of every
+ * example from src[j] to dst[j], their examples src_step[j] and dst_step[j] floats apart (one
+ * side the input's or its gradient's, the other the output's or its gradient's, at the input's
+ * channels). */
+typedef struct concat_run {
+    int inputs;
+    size_t block[BN_MAX_INPUTS], src_step[BN_MAX_INPUTS], dst_step[BN_MAX_INPUTS];
+    const float *src[BN_MAX_INPUTS];
+    float *dst[BN_MAX_INPUTS]; /* NULL: an input without a gradient */
+} concat_run;
+
+static void copy_examples(void *arg, size_t lo, size_t hi)
+{
+    const concat_run *r = arg;
+    for (int j = 0; j < r->inputs; j++) {
+        if (!r->dst[j]) continue;
+        for (size_t n = lo; n < hi; n++)
+            memcpy(r->dst[j] + n * r->dst_step[j], r->src[j] + n * r->src_step[j], r->block[j] * sizeof(float));
+    }
+}
+
 static bn_status concat_copy(bn_layer *l, int backward)
 {
     size_t plane = (size_t)l->out->h * l->out->w, example = l->out->c * plane, offset = 0;
+    concat_run r = {l->num_inputs, {0}, {0}, {0}, {0}, {0}};
     const float *dy = NULL;
     float *y = NULL;
     if (backward) {
@@ -32,15 +54,20 @@ static bn_status concat_copy(bn_layer *l, int backward)
     }
     for (int j = 0; j < l->num_inputs; j++) {
         size_t block = (size_t)l->input_shapes[j].c * plane;
+        r.block[j] = block;
         if (backward && l->input_grads[j]) {
             BN_HOST_WR(dx, l->input_grads[j]);
-            for (int n = 0; n < l->out->n; n++) memcpy(dx + n * block, dy + n * example + offset, block * sizeof *dx);
+            r.src[j] = dy + offset, r.src_step[j] = example;
+            r.dst[j] = dx, r.dst_step[j] = block;
         } else if (!backward) {
             BN_HOST_RD(x, l->inputs[j]);
-            for (int n = 0; n < l->out->n; n++) memcpy(y + n * example + offset, x + n * block, block * sizeof *y);
+            r.src[j] = x, r.src_step[j] = block;
+            r.dst[j] = y + offset, r.dst_step[j] = example;
         }
         offset += block;
     }
+    /* Examples per task: about 16K floats. */
+    bn_parallel_ranges((size_t)l->out->n, example >= 16384 ? 1 : 16384 / example, copy_examples, &r);
     return BN_OK;
 }
 

@@ -173,23 +173,57 @@ static bn_status maxpool_backward(bn_layer *l, const bn_pass *pass)
     return BN_OK;
 }
 
+static void avgpool_planes(void *arg, size_t lo, size_t hi)
+{
+    const pool_run *r = arg;
+    const pool_priv *p = r->p;
+    size_t in_plane = (size_t)p->h * p->w, out_plane = (size_t)p->oh * p->ow;
+    for (size_t pl = lo; pl < hi; pl++) {
+        const float *xp = r->in + pl * in_plane;
+        float *y = r->out + pl * out_plane;
+        for (int oy = 0; oy < p->oh; oy++)
+            for (int ox = 0; ox < p->ow; ox++) {
+                window w = clip(p, oy, ox);
+                double s = 0.0;
+                for (int yy = w.y0; yy < w.y1; yy++)
+                    for (int xx = w.x0; xx < w.x1; xx++) s += xp[yy * p->w + xx];
+                *y++ = (float)(s / ((w.y1 - w.y0) * (w.x1 - w.x0)));
+            }
+    }
+}
+
+/* row[j] += share for j < n; restrict, so that the compiler need not reload the share after each
+ * store. */
+static void add_share(float *restrict row, float share, int n)
+{
+    for (int j = 0; j < n; j++) row[j] += share;
+}
+
+static void avgpool_grad_planes(void *arg, size_t lo, size_t hi)
+{
+    const pool_run *r = arg;
+    const pool_priv *p = r->p;
+    size_t in_plane = (size_t)p->h * p->w, out_plane = (size_t)p->oh * p->ow;
+    for (size_t pl = lo; pl < hi; pl++) {
+        float *dxp = r->out + pl * in_plane;
+        const float *dy = r->in + pl * out_plane;
+        for (size_t j = 0; j < in_plane; j++) dxp[j] = 0.0f;
+        for (int oy = 0; oy < p->oh; oy++)
+            for (int ox = 0; ox < p->ow; ox++) {
+                window w = clip(p, oy, ox);
+                float share = *dy++ / (float)((w.y1 - w.y0) * (w.x1 - w.x0));
+                for (int yy = w.y0; yy < w.y1; yy++) add_share(dxp + yy * p->w + w.x0, share, w.x1 - w.x0);
+            }
+    }
+}
+
 static bn_status avgpool_forward(bn_layer *l, const bn_pass *pass)
 {
     const pool_priv *p = l->priv;
     BN_HOST_RD(x, l->in);
     BN_HOST_WR(y, l->out);
-    size_t planes = (size_t)l->in->n * p->c, in_plane = (size_t)p->h * p->w;
-    for (size_t pl = 0; pl < planes; pl++) {
-        const float *xp = x + pl * in_plane;
-        for (int oy = 0; oy < p->oh; oy++)
-            for (int ox = 0; ox < p->ow; ox++) {
-                window r = clip(p, oy, ox);
-                double s = 0.0;
-                for (int yy = r.y0; yy < r.y1; yy++)
-                    for (int xx = r.x0; xx < r.x1; xx++) s += xp[yy * p->w + xx];
-                *y++ = (float)(s / ((r.y1 - r.y0) * (r.x1 - r.x0)));
-            }
-    }
+    pool_run r = {p, x, y, NULL};
+    bn_parallel_ranges((size_t)l->in->n * p->c, plane_grain(p), avgpool_planes, &r);
     return BN_OK;
 }
 
@@ -199,18 +233,8 @@ static bn_status avgpool_backward(bn_layer *l, const bn_pass *pass)
     if (!l->in_grad) return BN_OK;
     BN_HOST_RD(dy, l->out_grad);
     BN_HOST_WR(dx, l->in_grad);
-    size_t planes = (size_t)l->in->n * p->c, in_plane = (size_t)p->h * p->w;
-    for (size_t pl = 0; pl < planes; pl++) {
-        float *dxp = dx + pl * in_plane;
-        for (size_t j = 0; j < in_plane; j++) dxp[j] = 0.0f;
-        for (int oy = 0; oy < p->oh; oy++)
-            for (int ox = 0; ox < p->ow; ox++) {
-                window r = clip(p, oy, ox);
-                float share = *dy++ / (float)((r.y1 - r.y0) * (r.x1 - r.x0));
-                for (int yy = r.y0; yy < r.y1; yy++)
-                    for (int xx = r.x0; xx < r.x1; xx++) dxp[yy * p->w + xx] += share;
-            }
-    }
+    pool_run r = {p, dy, dx, NULL};
+    bn_parallel_ranges((size_t)l->in->n * p->c, plane_grain(p), avgpool_grad_planes, &r);
     return BN_OK;
 }
 

@@ -16,6 +16,9 @@ extern "C" {
 typedef struct softmax_priv {
     int classes;     /* from setup */
     double smoothing; /* label smoothing s: the target is (1 - s) onehot + s / classes */
+    double *cpu_rows; /* CPU: each row's loss and 1 where its prediction is right, then added in
+                         row order; room for cpu_rows_cap rows */
+    size_t cpu_rows_cap;
     double *dev_rows; /* device scratch: the forward kernel's per-block loss sums, then its
                          per-block correct counts (room for one block per row of capacity
                          each), then the count of blocks done (see softmax_ce.cu); NULL until

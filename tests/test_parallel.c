@@ -1,21 +1,26 @@
 /* test_parallel.c - the CPU pool (core/parallel.c) and what runs on it: every task run exactly
- * once at any thread count, nested runs, a forked child's pool; conv2d's chunked CPU passes
- * against a direct convolution and bit for bit across thread counts; the banded GEMM against
- * one OpenBLAS call; training on the CPU the same at 1 and 3 threads; --threads and
- * $BLOBNET_THREADS refused when malformed. */
+ * once at any thread count, also over many runs back to back; nested runs, a forked child's
+ * pool; conv2d's chunked CPU passes against a direct convolution and bit for bit across thread
+ * counts; the banded GEMM against one OpenBLAS call; training on the CPU the same at 1 and 3
+ * threads, for resnet_mini and for a net of batchnorm, concat, dropout, avgpool and softmax_ce
+ * under every optimizer; --threads and $BLOBNET_THREADS refused when malformed. */
 #include <cblas.h>
 #include <math.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "conv2d/conv2d.h"
 #include "core/cpu_gemm.h"
+#include "core/optimizers/optimizers.h"
 #include "core/parallel.h"
 #include "core/rng.h"
+#include "layer_testing.h"
 #include "layers.h"
 #include "testing.h"
 
@@ -163,6 +168,55 @@ BN_TEST(parallel_ranges_cover_the_count_and_survive_fork)
     free(v), free(part);
     CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child's run ended with status %d", status);
     CHECK_OK(bn_cpu_threads_set(0));
+    return BN_PASS;
+}
+
+typedef struct tally {
+    atomic_int ran[32];
+} tally;
+
+static void tally_task(void *p, int task, int worker)
+{
+    atomic_fetch_add(&((tally *)p)->ran[task], 1);
+}
+
+/* Runs of 1 to 31 tasks back to back at `threads` threads, each task checked to run once; on a
+ * 2-core machine 3 threads leave a worker off its core for whole runs, the case where one once
+ * took a run still being written. 0, or 3 at a task that ran other than once. */
+static int back_to_back_runs(int threads, long runs)
+{
+    if (bn_cpu_threads_set(threads) != BN_OK) return 4;
+    static tally t;
+    for (long r = 0; r < runs; r++) {
+        int tasks = 1 + (int)(r % 11) * 3;
+        for (int k = 0; k < tasks; k++) atomic_store(&t.ran[k], 0);
+        bn_parallel_run(tasks, tally_task, &t);
+        for (int k = 0; k < tasks; k++)
+            if (atomic_load(&t.ran[k]) != 1) return 3;
+    }
+    return 0;
+}
+
+BN_TEST(parallel_back_to_back_runs_neither_repeat_nor_lose_a_task)
+{
+    /* In a child with a deadline: what this catches may also show as a run that never ends. */
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        int rc = back_to_back_runs(3, 200000);
+        _exit(rc ? rc : back_to_back_runs(2, 200000));
+    }
+    int status = 0, waited = 0;
+    while (waitpid(pid, &status, WNOHANG) == 0 && waited < 600) {
+        nanosleep(&(struct timespec){0, 100000000}, NULL);
+        waited++;
+    }
+    if (waited == 600) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    CHECK_MSG(waited < 600, "400000 runs did not end within 60 s: one waits for a task that will not end");
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "a task ran other than once (status %d)", status);
     return BN_PASS;
 }
 
@@ -332,5 +386,100 @@ BN_TEST(parallel_threads_flag_and_variable_refused_when_malformed)
     snprintf(cmd, sizeof cmd, "BLOBNET_THREADS=x2 '%s' summary models/lenet.cfg", bn_test_cli());
     CHECK(bn_test_run(cmd, out, sizeof out) == 2);
     CHECK_MSG(strstr(out, "blobnet: error: environment: BLOBNET_THREADS: 'x2' is not an integer"), "%s", out);
+    return BN_PASS;
+}
+
+/* Every layer type whose CPU passes are cut into tasks other than element by element, with the
+ * optimizer, at shapes that cut each pass into more tasks than a pool of one thread makes (four at
+ * most), so that 1 and 3 threads run different cuts: batchnorm by channels (16 of 18432 values),
+ * concat by examples, the dropout's draws in ranges of its 202752 values, avgpool by planes,
+ * softmax_ce by rows of 40 classes, the update over a slab of 80K parameters. */
+static const char POOL_NET[] = "[input]\nchannels=3\nheight=12\nwidth=12\n"
+                               "[conv2d]\nname=c1\nfilters=16\nsize=3\npad=1\n"
+                               "[batchnorm]\nname=bn1\n[relu]\nname=r1\n"
+                               "[conv2d]\nname=a\ninput=r1\nfilters=6\nsize=1\n"
+                               "[conv2d]\nname=b\ninput=r1\nfilters=5\nsize=3\npad=1\n"
+                               "[concat]\nname=join\ninput=a,b\n"
+                               "[dropout]\nname=drop\nrate=0.3\n"
+                               "[avgpool]\nname=pool\nsize=3\nstride=2\npad=1\n"
+                               "[batchnorm]\nname=bn2\n"
+                               "[dense]\nname=fc1\noutputs=192\n"
+                               "[batchnorm]\nname=bn3\n[relu]\nname=r3\n"
+                               "[dense]\nname=fc2\noutputs=40\n"
+                               "[softmax_ce]\nname=loss\n";
+#define POOL_NET_BATCH 128
+#define POOL_NET_CLASSES 40
+
+/* The values of blobs, one after another. */
+typedef struct snapshot {
+    float *v;
+    size_t len, cap;
+} snapshot;
+
+static bn_status keep_blob(bn_blob *b, void *arg)
+{
+    snapshot *s = arg;
+    size_t n = bn_blob_count(b);
+    const float *v = bn_blob_host_rd(b);
+    if (!v) return bn_last_status();
+    if (s->len + n > s->cap) {
+        size_t cap = 2 * (s->len + n);
+        float *grown = realloc(s->v, cap * sizeof *grown);
+        if (!grown) return bn_error(BN_ERR_NOMEM, "no memory for a snapshot of %zu floats", cap);
+        s->v = grown, s->cap = cap;
+    }
+    memcpy(s->v + s->len, v, n * sizeof *v);
+    s->len += n;
+    return BN_OK;
+}
+
+/* Three training steps of POOL_NET with optimizer kind at `threads` threads, then every blob of
+ * the network (each layer's output and gradient, the parameters, their gradients, the running
+ * averages, the metrics) and the optimizer's state into s; the dropout layer's output into
+ * *dropped as the count of its zeros. */
+static bn_status pool_net_run(int kind, int threads, uint64_t seed, snapshot *s, size_t *dropped)
+{
+    BN_TRY(bn_cpu_threads_set(threads));
+    bn_net *net;
+    BN_TRY(lt_net(POOL_NET, POOL_NET_BATCH, seed, &net));
+    bn_train_config cfg = net->train;
+    cfg.optimizer = kind;
+    cfg.lr = 0.05;
+    cfg.weight_decay = 1e-3;
+    bn_optimizer *o = NULL;
+    bn_status st = bn_optimizer_create(net, &cfg, &o);
+    if (st == BN_OK) st = lt_train_steps(net, o, 0, 3, POOL_NET_CLASSES, seed, seed + 1000);
+    if (st == BN_OK) st = bn_net_each_blob(net, keep_blob, s);
+    for (int k = 0; st == BN_OK && o && k < o->num_state; k++) st = keep_blob(o->state[k], s);
+    const bn_layer *drop = bn_net_find_layer(net, "drop");
+    const float *y = st == BN_OK && drop ? bn_blob_host_rd(drop->out) : NULL;
+    *dropped = 0;
+    for (size_t i = 0; y && i < bn_blob_count(drop->out); i++) *dropped += y[i] == 0.0f;
+    bn_optimizer_free(o);
+    bn_net_free(net);
+    return st;
+}
+
+BN_TEST(parallel_cpu_passes_of_a_net_same_at_1_and_3_threads)
+{
+    uint64_t seed = lt_fresh_seed();
+    for (int kind = 0; kind < bn_optimizer_type_count(); kind++) {
+        snapshot s[2] = {{0}, {0}};
+        size_t dropped[2];
+        CHECK_OK(pool_net_run(kind, 1, seed, &s[0], &dropped[0]));
+        CHECK_OK(pool_net_run(kind, 3, seed, &s[1], &dropped[1]));
+        CHECK(s[0].len == s[1].len && s[0].len > 0);
+        size_t first = s[0].len;
+        for (size_t i = 0; i < s[0].len && first == s[0].len; i++)
+            if (memcmp(&s[0].v[i], &s[1].v[i], sizeof(float)) != 0) first = i;
+        CHECK_MSG(first == s[0].len, "%s: 1 and 3 threads differ first at value %zu of %zu: %.9g against %.9g (%s)",
+                  bn_optimizer_names[kind], first, s[0].len, s[0].v[first], s[1].v[first], lt_replay());
+        /* The dropout's draws ran: about 30% of its values are zero. */
+        size_t count = (size_t)POOL_NET_BATCH * 11 * 12 * 12;
+        CHECK_MSG(dropped[0] > count / 5 && dropped[0] < count * 2 / 5, "%zu of %zu dropped at rate 0.3", dropped[0],
+                  count);
+        for (int k = 0; k < 2; k++) free(s[k].v);
+    }
+    CHECK_OK(bn_cpu_threads_set(0));
     return BN_PASS;
 }

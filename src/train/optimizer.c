@@ -4,6 +4,7 @@
 
 #include "core/lr_policies/lr_policies.h"
 #include "core/optimizers/optimizers.h"
+#include "core/parallel.h"
 
 static bn_status build_segments(bn_optimizer *o, bn_net *net)
 {
@@ -73,21 +74,26 @@ bn_step_rates bn_optimizer_rates(const bn_optimizer *o, long iter)
     return r;
 }
 
-/* One segment's elements through an optimizer's rule, each element's state values gathered from
- * the slabs and put back. */
-typedef void (*cpu_update)(float *w, const float *g, float *const *state, const bn_param_segment *seg, float rate,
-                           float decay, bn_step_rates r, bn_rule_consts k);
+/* n elements through an optimizer's rule, each element's state values gathered from the slabs and
+ * put back. The slabs are parameters of their own, restrict like the weights and the gradient, so
+ * that the compiler may vectorise the loop without checking them for overlap (the slabs of an
+ * optimizer with fewer than BN_OPTIMIZER_MAX_STATE are NULL and never read). */
+typedef void (*cpu_update)(float *restrict w, const float *restrict g, float *restrict s0, float *restrict s1,
+                           float *restrict s2, size_t n, float rate, float decay, bn_step_rates r, bn_rule_consts k);
+_Static_assert(BN_OPTIMIZER_MAX_STATE == 3, "cpu_update takes one pointer per state slab");
 
 #define CPU_UPDATE(name)                                                                                          \
-    static void update_##name(float *w, const float *g, float *const *state, const bn_param_segment *seg,          \
-                              float rate, float decay, bn_step_rates r, bn_rule_consts k)                         \
+    static void update_##name(float *restrict w, const float *restrict g, float *restrict s0, float *restrict s1, \
+                              float *restrict s2, size_t n, float rate, float decay, bn_step_rates r,             \
+                              bn_rule_consts k)                                                                   \
     {                                                                                                             \
-        const int n = bn_##name##_state_count;                                                                    \
-        for (size_t i = seg->offset; i < seg->offset + seg->count; i++) {                                         \
+        const int slabs = bn_##name##_state_count;                                                                \
+        float *const slab[BN_OPTIMIZER_MAX_STATE] = {s0, s1, s2};                                                 \
+        for (size_t i = 0; i < n; i++) {                                                                          \
             float s[BN_OPTIMIZER_MAX_STATE];                                                                      \
-            for (int j = 0; j < n; j++) s[j] = state[j][i];                                                       \
+            for (int j = 0; j < slabs; j++) s[j] = slab[j][i];                                                    \
             bn_##name##_rule(&w[i], g[i], s, rate, decay, r, k);                                                  \
-            for (int j = 0; j < n; j++) state[j][i] = s[j];                                                       \
+            for (int j = 0; j < slabs; j++) slab[j][i] = s[j];                                                    \
         }                                                                                                         \
     }
 BN_OPTIMIZERS(CPU_UPDATE)
@@ -96,20 +102,42 @@ BN_OPTIMIZERS(CPU_UPDATE)
 #define CPU_ENTRY(name) update_##name,
 static const cpu_update cpu_updates[] = {BN_OPTIMIZERS(CPU_ENTRY)};
 
+/* An update of the slab, for the pool's ranges: every element is updated on its own, so however
+ * the slab is cut, each gets the same bits. */
+typedef struct update_run {
+    const bn_optimizer *o;
+    cpu_update update;
+    float *w, *state[BN_OPTIMIZER_MAX_STATE];
+    const float *g;
+    float wd;
+    bn_step_rates r;
+    bn_rule_consts k;
+} update_run;
+
+/* The parts of [lo, hi) that fall in segments, each at its segment's rate and decay. */
+static void update_range(void *arg, size_t lo, size_t hi)
+{
+    const update_run *u = arg;
+    for (int s = 0; s < u->o->num_segments; s++) {
+        const bn_param_segment *seg = &u->o->segments[s];
+        size_t a = seg->offset > lo ? seg->offset : lo, b = seg->offset + seg->count;
+        if (b > hi) b = hi;
+        if (a >= b) continue;
+        float *st[BN_OPTIMIZER_MAX_STATE] = {NULL, NULL, NULL};
+        for (int j = 0; j < u->o->num_state; j++) st[j] = u->state[j] + a;
+        u->update(u->w + a, u->g + a, st[0], st[1], st[2], b - a, u->r.lr * seg->lr_mult, u->wd * seg->decay_mult,
+                  u->r, u->k);
+    }
+}
+
 static bn_status step_cpu(bn_optimizer *o, bn_net *net, bn_step_rates r)
 {
-    BN_HOST_WR(w, net->params);
-    BN_HOST_RD(g, net->grads);
-    float *state[BN_OPTIMIZER_MAX_STATE];
+    update_run u = {o, cpu_updates[o->cfg.optimizer], NULL, {NULL}, NULL, (float)o->cfg.weight_decay, r,
+                    bn_optimizer_type_at(o->cfg.optimizer)->consts(&o->cfg)};
+    if (!(u.w = bn_blob_host_wr(net->params)) || !(u.g = bn_blob_host_rd(net->grads))) return bn_last_status();
     for (int j = 0; j < o->num_state; j++)
-        if (!(state[j] = bn_blob_host_wr(o->state[j]))) return bn_last_status();
-    const float wd = (float)o->cfg.weight_decay;
-    const bn_rule_consts k = bn_optimizer_type_at(o->cfg.optimizer)->consts(&o->cfg);
-    const cpu_update update = cpu_updates[o->cfg.optimizer];
-    for (int s = 0; s < o->num_segments; s++) {
-        const bn_param_segment *seg = &o->segments[s];
-        update(w, g, state, seg, r.lr * seg->lr_mult, wd * seg->decay_mult, r, k);
-    }
+        if (!(u.state[j] = bn_blob_host_wr(o->state[j]))) return bn_last_status();
+    bn_parallel_ranges(net->num_params, 0, update_range, &u);
     return BN_OK;
 }
 
