@@ -49,6 +49,7 @@ static bn_status batchnorm_setup(bn_layer *l, bn_shape in, bn_shape *out)
  * independent adds that the compiler vectorises where one running sum would wait on each add
  * before it. The order depends on the plane's size alone. */
 #define LANES 8
+_Static_assert(LANES == 8, "lanes_total adds eight lanes");
 
 static double lanes_total(const double *acc)
 {
