@@ -63,50 +63,6 @@ BN_TEST(parallel_runs_every_task_once_at_any_thread_count)
     return BN_PASS;
 }
 
-/* One run's own counts: a worker that ran a task of one run with the fields of another, or a
- * task past a run's count, would leave a count other than one here or in the next run's. */
-enum { STAMPED_TASKS = 12 };
-
-typedef struct stamped {
-    int run;
-    atomic_int seen[STAMPED_TASKS + 1];
-    atomic_int wrong;
-} stamped;
-
-static void stamp_task(void *p, int task, int worker)
-{
-    stamped *s = p;
-    /* A little work, so that every worker takes part and the runs overlap their hand-overs. */
-    volatile double x = 0;
-    for (int i = 0; i < 200 + 50 * (task % 3); i++) x += i * 0.5;
-    if (task < 0 || task >= STAMPED_TASKS) atomic_store(&s->wrong, 1);
-    else atomic_fetch_add(&s->seen[task], 1);
-}
-
-/* Runs that follow each other at once, more threads than cores, so that workers still leaving
- * one run meet the next one being written. */
-BN_TEST(parallel_back_to_back_runs_never_mix)
-{
-    CHECK_OK(bn_cpu_threads_set(8));
-    enum { RUNS = 20000 };
-    stamped *runs = calloc(RUNS, sizeof *runs);
-    CHECK(runs != NULL);
-    for (int r = 0; r < RUNS; r++) {
-        runs[r].run = r;
-        bn_parallel_run(STAMPED_TASKS, stamp_task, &runs[r]);
-    }
-    int bad = -1;
-    for (int r = 0; r < RUNS && bad < 0; r++) {
-        if (atomic_load(&runs[r].wrong) || atomic_load(&runs[r].seen[STAMPED_TASKS]) != 0) bad = r;
-        for (int t = 0; t < STAMPED_TASKS; t++)
-            if (atomic_load(&runs[r].seen[t]) != 1) bad = r;
-    }
-    free(runs);
-    CHECK_OK(bn_cpu_threads_set(0));
-    CHECK_MSG(bad < 0, "run %d of %d: a task ran twice, not at all, or with another run's fields", bad, RUNS);
-    return BN_PASS;
-}
-
 static void inner_task(void *p, int task, int worker)
 {
     atomic_fetch_add((atomic_int *)p, 1);
