@@ -63,6 +63,40 @@ BN_TEST(parallel_runs_every_task_once_at_any_thread_count)
     return BN_PASS;
 }
 
+static void nothing_task(void *p, int task, int worker)
+{
+}
+
+/* The pool's workers leave process signals to the threads that wait for them: a SIGCHLD that the
+ * main thread blocks and takes with sigtimedwait (as bn_supervise does) reaches it with workers
+ * running, instead of a worker dropping it. */
+BN_TEST(parallel_workers_leave_signals_to_the_threads_that_wait)
+{
+    CHECK_OK(bn_cpu_threads_set(3));
+    bn_parallel_run(8, nothing_task, NULL);
+    sigset_t chld, old;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    struct sigaction dfl = {.sa_handler = SIG_DFL}, old_action;
+    CHECK(pthread_sigmask(SIG_BLOCK, &chld, &old) == 0 && sigaction(SIGCHLD, &dfl, &old_action) == 0);
+    int got = 0;
+    for (int k = 0; k < 10; k++) {
+        pid_t pid = fork();
+        if (pid == 0) _exit(0);
+        if (pid < 0) break;
+        /* The signal comes while this thread is not yet waiting: the case a worker could take. */
+        nanosleep(&(struct timespec){0, 20000000}, NULL);
+        struct timespec wait = {2, 0};
+        got += sigtimedwait(&chld, NULL, &wait) == SIGCHLD;
+        waitpid(pid, NULL, 0);
+    }
+    sigaction(SIGCHLD, &old_action, NULL);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    CHECK_OK(bn_cpu_threads_set(0));
+    CHECK_MSG(got == 10, "the main thread took %d of 10 SIGCHLDs", got);
+    return BN_PASS;
+}
+
 static void inner_task(void *p, int task, int worker)
 {
     atomic_fetch_add((atomic_int *)p, 1);

@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -190,10 +191,17 @@ static void ensure_workers(void)
     /* The pool is the parallelism: OpenBLAS's own threads would spin against its workers. */
     openblas_set_num_threads(1);
     pool.threads = want;
+    /* Workers are born with every signal blocked: a signal meant for the process (SIGCHLD that a
+     * supervisor waits for with sigtimedwait, SIGINT) must reach the threads that wait for it,
+     * not a worker that would take it and drop it. */
+    sigset_t all, old;
+    sigfillset(&all);
+    int masked = pthread_sigmask(SIG_SETMASK, &all, &old) == 0;
     for (int i = 1; i < want; i++) {
         if (pthread_create(&pool.ids[i], NULL, worker_main, (void *)(size_t)i) != 0) break;
         pool.started = i;
     }
+    if (masked) pthread_sigmask(SIG_SETMASK, &old, NULL);
     pool.threads = pool.started + 1;
 }
 
