@@ -173,8 +173,8 @@ BN_TEST(net_scale_in_place_relus_give_the_same_gradients)
 
 /* On the CPU a convolution and an add do the passes of the ReLU in place after them
  * (bn_layer.cpu_relu): the same bits as the ReLU's own passes, which run where nothing is in
- * place. The convolutions take conv2d's CPU methods: columns over 2 channels, and over 8 at stride 1
- * the shifted products, the direct kernel where the CPU has AVX-512 (rows of 13). */
+ * place. The convolutions take both of conv2d's CPU methods: columns over 2 channels, the shifted
+ * products over 8 at stride 1. */
 BN_TEST(net_scale_relus_done_by_their_producers_give_the_same_bits)
 {
     static const char text[] = "[input]\nchannels=2\nheight=9\nwidth=13\n"

@@ -257,7 +257,7 @@ BN_TEST(parallel_conv_passes_match_direct_and_do_not_depend_on_threads)
         {5, 9, 11, 3, 2, 1, 4, 13}, {2, 13, 10, 5, 3, 2, 3, 21},
         /* the shifted products: 8 input channels or more at stride 1 */
         {9, 12, 10, 3, 1, 1, 6, 11}, {16, 7, 7, 3, 1, 1, 8, 37}, {8, 16, 16, 5, 1, 2, 5, 3}, {12, 6, 9, 2, 1, 0, 7, 4},
-        /* the direct 3x3 kernel (AVX-512, rows of 12 or more): row and filter tails, pads 0 to 2 */
+        /* the shifted products over wider rows: pads 0 to 2, filter counts that are not powers of two */
         {8, 13, 17, 3, 1, 1, 8, 5}, {12, 16, 14, 3, 1, 0, 6, 3}, {10, 12, 12, 3, 1, 2, 5, 2},
     };
     for (size_t t = 0; t < sizeof cases / sizeof *cases; t++) {

@@ -19,7 +19,6 @@
 #include <string.h>
 
 #include "conv2d.h"
-#include "conv_cpu_direct.h"
 #include "core/parallel.h"
 
 /* Columns a chunk's product aims at, and the floats one of its buffers may hold (1 MiB). */
@@ -36,19 +35,16 @@
  * the padded input gradient. */
 enum { SLOT_IN, SLOT_WIDE, SLOT_DX };
 /* Shared buffers: the chunks' weight-gradient products; the weights by tap; the chunks' bias
- * gradients (doubles); the weights flipped and transposed, for the direct input gradient. */
-enum { SHARED_PARTS, SHARED_TAPS, SHARED_BIAS, SHARED_FLIPPED };
+ * gradients (doubles). */
+enum { SHARED_PARTS, SHARED_TAPS, SHARED_BIAS };
 
 typedef struct conv_run {
     const bn_conv_geom *g;
-    int filters, n, nb, chunks, shifted, direct, relu;
+    int filters, n, nb, chunks, shifted, relu;
     size_t taps, pos, in_size, out_size;
     size_t hp, wp, img, plane; /* shifted: padded height, width, an example's padded plane, a
                                   channel's row in the chunk's padded input */
     const float *x, *w, *b, *dy, *wt, *relu_y; /* relu_y: the output of a ReLU the forward did */
-    const float *flipped;      /* direct: wflip[c][f][ky][kx] = w[f][c][2 - ky][2 - kx] */
-    size_t qh, qw, qimg, qplane; /* direct: the output gradient padded by 2 - pad, per example and
-                                    per channel row of the chunk */
     float *y, *dx, *parts;
     double *bias_parts; /* per chunk and filter */
 } conv_run;
@@ -67,10 +63,6 @@ static void plan(conv_run *r, const bn_conv_geom *g, int filters, int n)
     r->hp = (size_t)g->h + 2 * g->pad, r->wp = (size_t)g->w + 2 * g->pad, r->img = r->hp * r->wp;
     r->shifted = g->stride == 1 && !pointwise(g) && g->c >= SHIFTED_MIN_CHANNELS &&
                  (double)r->pos >= SHIFTED_MIN_USEFUL * (double)r->img;
-    /* The direct kernel for the forward and input-gradient products of 3x3 windows (the weight
-     * gradient stays the shifted products'), where rows fill most of its 16 lanes. */
-    r->direct = r->shifted && g->k == 3 && g->ow >= 12 && bn_conv_direct3_available();
-    r->qh = (size_t)g->oh + 2 * (2 - g->pad), r->qw = (size_t)g->ow + 2 * (2 - g->pad), r->qimg = r->qh * r->qw;
     /* Per example: the columns, or the larger of the padded input and the output grid. */
     size_t grid = r->img, wider = (size_t)(g->c > filters ? g->c : filters);
     size_t step = r->shifted ? grid : r->pos, per = r->shifted ? wider * grid : r->taps * r->pos;
@@ -86,7 +78,6 @@ static void plan(conv_run *r, const bn_conv_geom *g, int filters, int n)
     r->chunks = (int)((n + nb - 1) / nb);
     /* Reads of the last tap run k - 1 cells past the last example's plane. */
     r->plane = (nb * r->img + (size_t)g->k + 15) / 16 * 16;
-    r->qplane = (nb * r->qimg + 15) / 16 * 16;
 }
 
 /* The chunk's examples [*i0, *i0 + *cnt) and its product's columns. */
@@ -169,13 +160,6 @@ static void forward_chunk(void *p, int chunk, int worker)
     int i0, cnt, f_n = r->filters, c_n = r->g->c;
     size_t cols = chunk_span(r, chunk, &i0, &cnt);
     float *wide = bn_cpu_scratch(SLOT_WIDE, worker);
-    if (r->direct) {
-        const float *xp = padded(r, i0, cnt, worker);
-        const bn_conv_geom *g = r->g;
-        bn_direct3 d = {c_n, f_n, g->oh, g->ow, r->relu, r->plane, r->wp, (size_t)c_n * 9, 9, r->pos};
-        for (int j = 0; j < cnt; j++) bn_conv_direct3_run(&d, xp + j * r->img, r->w, r->b, r->y + (size_t)(i0 + j) * r->out_size);
-        return;
-    }
     if (r->shifted) {
         const float *xp = padded(r, i0, cnt, worker);
         int taps = r->g->k * r->g->k;
@@ -236,28 +220,6 @@ static const float *gradient_matrix(const conv_run *r, int i0, int cnt, size_t c
     return wide;
 }
 
-/* The input gradient by the direct kernel: the chunk's output gradient (read where the ReLU
- * the forward did is positive) in planes padded by 2 - pad, then per example the product with
- * the flipped, transposed weights, straight into dx. */
-static void direct_input_gradient(const conv_run *r, int i0, int cnt, int worker)
-{
-    const bn_conv_geom *g = r->g;
-    const int q = 2 - g->pad, oh = g->oh, ow = g->ow;
-    float *dyp = bn_cpu_scratch(SLOT_DX, worker);
-    memset(dyp, 0, (size_t)r->filters * r->qplane * sizeof *dyp);
-    for (int f = 0; f < r->filters; f++)
-        for (int j = 0; j < cnt; j++)
-            for (int oy = 0; oy < oh; oy++) {
-                size_t at = (size_t)(i0 + j) * r->out_size + f * r->pos + (size_t)oy * ow;
-                float *dst = dyp + f * r->qplane + j * r->qimg + (oy + q) * r->qw + q;
-                if (r->relu_y) masked_row(dst, r->dy + at, r->relu_y + at, ow);
-                else memcpy(dst, r->dy + at, ow * sizeof *dst);
-            }
-    bn_direct3 d = {r->filters, g->c, g->h, g->w, 0, r->qplane, r->qw, (size_t)r->filters * 9, 9, (size_t)g->h * g->w};
-    for (int j = 0; j < cnt; j++)
-        bn_conv_direct3_run(&d, dyp + j * r->qimg, r->flipped, NULL, r->dx + (size_t)(i0 + j) * r->in_size);
-}
-
 static void backward_shifted(const conv_run *r, int chunk, int i0, int cnt, size_t cols, int worker)
 {
     const bn_conv_geom *g = r->g;
@@ -270,10 +232,6 @@ static void backward_shifted(const conv_run *r, int chunk, int i0, int cnt, size
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, c_n, f_n, (int)cols, 1.0f, xp + tap_offset(r, t),
                     (int)r->plane, dyg, (int)cols, 0.0f, part + (size_t)t * f_n, taps * f_n);
     if (!r->dx) return;
-    if (r->direct) {
-        direct_input_gradient(r, i0, cnt, worker);
-        return;
-    }
     /* Each tap's input gradient added into the padded planes at the tap's offset. */
     float *dxp = bn_cpu_scratch(SLOT_DX, worker);
     memset(dxp, 0, (size_t)c_n * r->plane * sizeof *dxp);
@@ -325,17 +283,7 @@ static bn_status prepare(conv_run *r)
     size_t in = r->shifted ? (size_t)g->c * r->plane : r->taps * cols;
     BN_TRY(bn_cpu_scratch_reserve(SLOT_IN, in));
     BN_TRY(bn_cpu_scratch_reserve(SLOT_WIDE, (size_t)r->filters * cols));
-    size_t dx_floats = !r->dx || !r->shifted ? 1 : r->direct ? (size_t)r->filters * r->qplane : in;
-    BN_TRY(bn_cpu_scratch_reserve(SLOT_DX, dx_floats));
-    if (r->direct && r->dx) {
-        float *fl = bn_cpu_shared_scratch(SHARED_FLIPPED, (size_t)r->filters * r->taps);
-        if (!fl) return bn_last_status();
-        for (int f = 0; f < r->filters; f++)
-            for (int c = 0; c < g->c; c++)
-                for (int t = 0; t < 9; t++)
-                    fl[((size_t)c * r->filters + f) * 9 + (8 - t)] = r->w[((size_t)f * g->c + c) * 9 + t];
-        r->flipped = fl;
-    }
+    BN_TRY(bn_cpu_scratch_reserve(SLOT_DX, r->shifted && r->dx ? in : 1));
     if (!r->shifted) return BN_OK;
     float *wt = bn_cpu_shared_scratch(SHARED_TAPS, (size_t)r->filters * r->taps);
     if (!wt) return bn_last_status();
