@@ -126,6 +126,9 @@ static void supervise_loop(const bn_children *c, child *k, const sigset_t *watch
                 continue;
             }
         }
+        /* At most a second between reaps: a SIGCHLD can be taken by a thread this process did
+         * not make (a device runtime's), which drops it, and then only the reap sees the end. */
+        if (left > 1.0) left = 1.0;
         struct timespec ts = {.tv_sec = (time_t)left, .tv_nsec = (long)((left - (double)(time_t)left) * 1e9)};
         int sig = sigtimedwait(watched, NULL, &ts);
         if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
