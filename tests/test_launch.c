@@ -79,6 +79,29 @@ BN_TEST(supervise_failing_child_stops_the_other)
     return BN_PASS;
 }
 
+/* The launcher blocks the signals it takes before CUDA makes its threads
+ * (bn_supervise_take_signals); its children still start with them unblocked. Each child exits 0
+ * only when its blocked-signal mask is empty. In a child of the test process, whose mask stays
+ * as it was. */
+BN_TEST(supervise_children_start_with_the_taken_signals_unblocked)
+{
+    static const char script[] = "[ \"$(awk '/^SigBlk/ {print $2}' /proc/self/status)\" = 0000000000000000 ]";
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        bn_supervise_take_signals();
+        sh_pair p;
+        sh_pair_init(&p, script, script, 5);
+        int code = -1;
+        _exit(bn_supervise(&p.c, &code) == BN_OK && code == 0 ? 0 : 10 + (code & 0x7f));
+    }
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "a child started with signals blocked (status %d)",
+              status);
+    return BN_PASS;
+}
+
 BN_TEST(supervise_names_a_killed_child)
 {
     sh_pair p;

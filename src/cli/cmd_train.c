@@ -14,6 +14,7 @@
 #include "core/optimizers/optimizers.h"
 #include "core/plugin.h"
 #include "dist/dist.h"
+#include "dist/supervise.h"
 #include "io/safetensors.h"
 #include "core/hash.h"
 #include "core/timeline.h"
@@ -567,6 +568,9 @@ static bn_status check_model(const train_args *a)
 static int launch(int argc, char **argv, const train_args *a, const int *devices, int n, const char *flag)
 {
     if (!bn_dist_compiled()) return bn_fail(bn_error(BN_ERR_DEVICE, "%s: %s", flag, bn_dist_missing()));
+    /* Before CUDA makes its threads (counting the GPUs does), so that they inherit the block and
+     * the signals meant for the supervisor reach it. */
+    bn_supervise_take_signals();
     int count = bn_device_count();
     const char *plural = count == 1 ? "" : "s";
     for (int i = 0; i < n; i++) {

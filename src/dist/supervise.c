@@ -8,6 +8,7 @@
 #include "supervise.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -162,18 +163,30 @@ static bn_status report(const bn_children *c, const child *k, const watch *w, in
                     w->stopped_others ? c->plural : "", w->stopped_others ? " were stopped" : "");
 }
 
+/* The signals the supervisor takes. */
+static const int taken_signals[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP};
+
+static void watched_set(sigset_t *set)
+{
+    sigemptyset(set);
+    for (size_t t = 0; t < sizeof taken_signals / sizeof taken_signals[0]; t++) sigaddset(set, taken_signals[t]);
+}
+
+void bn_supervise_take_signals(void)
+{
+    sigset_t watched;
+    watched_set(&watched);
+    pthread_sigmask(SIG_BLOCK, &watched, NULL);
+}
+
 bn_status bn_supervise(const bn_children *c, int *exit_code)
 {
     *exit_code = 1;
     if (c->n < 1 || c->n > 4096) return bn_error(BN_ERR_USAGE, "cannot run %d %s: 1 to 4096", c->n, c->plural);
     child *k = calloc((size_t)c->n, sizeof *k);
     if (!k) return bn_error(BN_ERR_NOMEM, "no memory to watch %d %s", c->n, c->plural);
-    sigset_t watched, old;
-    sigemptyset(&watched);
-    sigaddset(&watched, SIGCHLD);
-    sigaddset(&watched, SIGINT);
-    sigaddset(&watched, SIGTERM);
-    sigaddset(&watched, SIGHUP);
+    sigset_t watched, old, for_children;
+    watched_set(&watched);
     /* SIGCHLD set to be ignored would reap the children behind waitpid's back. */
     struct sigaction dfl = {.sa_handler = SIG_DFL}, old_chld;
     sigemptyset(&dfl.sa_mask);
@@ -181,12 +194,17 @@ bn_status bn_supervise(const bn_children *c, int *exit_code)
         free(k);
         return bn_error(BN_ERR_IO, "cannot take the signals that %s need: %s", c->plural, strerror(errno));
     }
+    /* The children start with the watched signals unblocked, whatever this thread had blocked
+     * before (bn_supervise_take_signals). */
+    for_children = old;
+    for (size_t t = 0; t < sizeof taken_signals / sizeof taken_signals[0]; t++)
+        sigdelset(&for_children, taken_signals[t]);
     fflush(NULL); /* buffered output must not be written twice, by a child too */
     pid_t self = getpid();
     bn_status s = BN_OK;
     for (int i = 0; i < c->n; i++) {
         pid_t pid = fork();
-        if (pid == 0) exec_child(c, i, self, &old);
+        if (pid == 0) exec_child(c, i, self, &for_children);
         if (pid < 0) {
             s = bn_error(BN_ERR_IO, "cannot start %s: %s", c->name[i], strerror(errno));
             signal_running(k, i, SIGKILL);

@@ -37,6 +37,12 @@ typedef struct bn_children {
  * (Killed); the other ranks were stopped". */
 bn_status bn_supervise(const bn_children *c, int *exit_code);
 
+/* Blocks, in the calling thread, the signals bn_supervise takes (SIGCHLD, SIGINT, SIGTERM,
+ * SIGHUP), so that every thread made afterwards (a device runtime's, when this process asks it
+ * how many GPUs there are) inherits the block and cannot take one of them and drop it or die of
+ * it: called before anything that may make threads. The children start with them unblocked. */
+void bn_supervise_take_signals(void);
+
 #ifdef __cplusplus
 }
 #endif
