@@ -5,7 +5,7 @@
 #
 # For LeNet (batch 64) and resnet_mini (batch 128, on MNIST's shapes: Fashion-MNIST's are the
 # same) it trains one epoch over the first TRAIN_IMAGES (default 6400) images with blobnet
-# (--device cpu, OpenBLAS held to THREADS threads, default 2) and with tools/pytorch_cpu_peer.py
+# (--device cpu, BLOBNET_THREADS=THREADS, default 2) and with tools/pytorch_cpu_peer.py
 # (torch.set_num_threads(THREADS); Debian's python3-torch), evaluates the 10,000 test images, and
 # prints images per second of both and blobnet's ratio to PyTorch.
 set -euo pipefail
