@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "device_ops.h"
+#include "parallel.h"
 
 static bn_status each_of(bn_blob **blobs, int n, bn_blob_fn fn, void *arg)
 {
@@ -60,6 +61,23 @@ bn_status bn_net_forward(bn_net *net, int train)
     return BN_OK;
 }
 
+/* dst += src over a range, for the pool; restrict so that the loop vectorises. */
+typedef struct sum_run {
+    float *dst;
+    const float *src;
+} sum_run;
+
+static void add_into(float *restrict dst, const float *restrict src, size_t n)
+{
+    for (size_t e = 0; e < n; e++) dst[e] += src[e];
+}
+
+static void add_range(void *arg, size_t lo, size_t hi)
+{
+    const sum_run *r = arg;
+    add_into(r->dst + lo, r->src + lo, hi - lo);
+}
+
 /* Adds the gradients that the second and later readers of an output wrote into the gradient
  * its first reader wrote, in reader order: the same float additions on the CPU and the GPU. */
 static bn_status add_grad_parts(bn_net *net, bn_blob *grad, bn_blob **parts, int n)
@@ -81,7 +99,8 @@ static bn_status add_grad_parts(bn_net *net, bn_blob *grad, bn_blob **parts, int
         } else {
             BN_HOST_WR(dst, grad);
             BN_HOST_RD(src, parts[k]);
-            for (size_t e = 0; e < count; e++) dst[e] += src[e];
+            sum_run r = {dst, src};
+            bn_parallel_ranges(count, 0, add_range, &r);
         }
     }
     return BN_OK;
