@@ -62,12 +62,16 @@ const char *bn_test_stderr(void)
     text[0] = '\0';
     if (!captured) return text;
     fflush(stderr);
-    long end = ftell(captured);
-    if (end > 0 && fseek(captured, 0, SEEK_SET) == 0) {
+    /* Through the descriptor that fd 2 shares: the stream's own idea of its position is not
+     * told about writes to fd 2, so a second call would read only as far as the first. pread
+     * leaves the offset where the next write goes. */
+    int fd = fileno(captured);
+    off_t end = lseek(fd, 0, SEEK_END);
+    if (end > 0) {
         size_t want = (size_t)end < sizeof text - 1 ? (size_t)end : sizeof text - 1;
-        text[fread(text, 1, want, captured)] = '\0';
+        ssize_t got = pread(fd, text, want, 0);
+        text[got > 0 ? got : 0] = '\0';
     }
-    fseek(captured, 0, SEEK_END);
     return text;
 }
 

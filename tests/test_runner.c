@@ -33,6 +33,10 @@ BN_TEST(runner_seed_draws)
     fprintf(stderr, "a line on stderr the run keeps aside\n");
     CHECK(a != b);
     CHECK(strstr(bn_test_stderr(), "a line on stderr the run keeps aside\n") != NULL);
+    /* Read again after more is written: the second read sees both lines. */
+    size_t mark = strlen(bn_test_stderr());
+    fprintf(stderr, "and a second one\n");
+    CHECK(strcmp(bn_test_stderr() + mark, "and a second one\n") == 0);
     return BN_PASS;
 }
 
