@@ -19,9 +19,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -42,7 +40,6 @@ static struct {
     pthread_mutex_t lock; /* guards gen changes for sleepers, and quit */
     pthread_cond_t wake;
     pthread_mutex_t pass; /* bn_cpu_lock: recursive */
-    int pass_ready;
     int want;    /* threads asked for; 0: the default */
     int threads; /* threads of the running pool (1: none started) */
     int started; /* workers started */
@@ -82,7 +79,7 @@ void bn_cpu_unlock(void)
     pthread_mutex_unlock(&pool.pass);
 }
 
-static int default_threads(void)
+static int count_default_threads(void)
 {
     const char *env = getenv("BLOBNET_THREADS");
     if (env && *env) {
@@ -97,6 +94,15 @@ static int default_threads(void)
         if (n >= 1) return n < BN_CPU_MAX_THREADS ? n : BN_CPU_MAX_THREADS;
     }
     return 1;
+}
+
+/* $BLOBNET_THREADS, else the CPUs this process may run on; worked out once, since every run
+ * asks (sched_getaffinity is a system call). */
+static int default_threads(void)
+{
+    static int known;
+    if (!known) known = count_default_threads();
+    return known;
 }
 
 int bn_cpu_threads(void)
