@@ -207,6 +207,9 @@ $(BUILD)/tests_list.h: $(wildcard tests/test_*.c)
 
 $(BUILD)/tests/runner.o: $(BUILD)/tests_list.h
 
+# The Winograd convolution's products and transforms: a * b + c may be one fused operation.
+$(BUILD)/layers/conv2d/conv_winograd.o: CFLAGS += -ffp-contract=fast -Wno-psabi
+
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(Q)$(call say,CC,$<)$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@

@@ -110,6 +110,47 @@ typedef struct pool_run {
     int *argmax;
 } pool_run;
 
+/* Windows of 2x2 at stride 2 without padding (the common case), a row of windows at a time:
+ * the same choice as argmax_in (the first of a, b, c, d in row-major order holding the largest,
+ * by strict compares), written as selects over the row so that the compiler vectorises it
+ * (0.39 ms against 1.68 for the general walk on resnet_mini's first pooling, batch 128). The
+ * backward pass stays the general one: zeroing the plane and adding each window's gradient at
+ * its argmax took 0.70 ms there, writing the four cells of each window with selects 1.35. */
+static inline void max2x2_row(const float *restrict r0, const float *restrict r1, int ow, int w, int base,
+                              float *restrict y, int *restrict am)
+{
+    for (int ox = 0; ox < ow; ox++) {
+        float a = r0[2 * ox], b = r0[2 * ox + 1], c = r1[2 * ox], d = r1[2 * ox + 1];
+        int best = 2 * ox;
+        float top = a;
+        best = b > top ? 2 * ox + 1 : best, top = b > top ? b : top;
+        best = c > top ? w + 2 * ox : best, top = c > top ? c : top;
+        best = d > top ? w + 2 * ox + 1 : best, top = d > top ? d : top;
+        y[ox] = top;
+        am[ox] = base + best;
+    }
+}
+
+static void maxpool2x2_planes(void *arg, size_t lo, size_t hi)
+{
+    const pool_run *r = arg;
+    const pool_priv *p = r->p;
+    size_t in_plane = (size_t)p->h * p->w, out_plane = (size_t)p->oh * p->ow;
+    for (size_t pl = lo; pl < hi; pl++) {
+        const float *xp = r->in + pl * in_plane;
+        for (int oy = 0; oy < p->oh; oy++) {
+            const float *r0 = xp + (size_t)2 * oy * p->w;
+            size_t at = pl * out_plane + (size_t)oy * p->ow;
+            max2x2_row(r0, r0 + p->w, p->ow, p->w, 2 * oy * p->w, r->out + at, r->argmax + at);
+        }
+    }
+}
+
+static int is_2x2(const pool_priv *p)
+{
+    return !p->global && p->size == 2 && p->stride == 2 && p->pad == 0;
+}
+
 static void maxpool_planes(void *arg, size_t lo, size_t hi)
 {
     const pool_run *r = arg;
@@ -156,7 +197,7 @@ static bn_status maxpool_forward(bn_layer *l, const bn_pass *pass)
     BN_HOST_RD(x, l->in);
     BN_HOST_WR(y, l->out);
     pool_run r = {p, x, y, p->argmax};
-    bn_parallel_ranges((size_t)l->in->n * p->c, plane_grain(p), maxpool_planes, &r);
+    bn_parallel_ranges((size_t)l->in->n * p->c, plane_grain(p), is_2x2(p) ? maxpool2x2_planes : maxpool_planes, &r);
     return BN_OK;
 }
 

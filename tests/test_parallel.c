@@ -273,6 +273,11 @@ BN_TEST(parallel_conv_passes_match_direct_and_do_not_depend_on_threads)
         {9, 12, 10, 3, 1, 1, 6, 11}, {16, 7, 7, 3, 1, 1, 8, 37}, {8, 16, 16, 5, 1, 2, 5, 3}, {12, 6, 9, 2, 1, 0, 7, 4},
         /* the shifted products over wider rows: pads 0 to 2, filter counts that are not powers of two */
         {8, 13, 17, 3, 1, 1, 8, 5}, {12, 16, 14, 3, 1, 0, 6, 3}, {10, 12, 12, 3, 1, 2, 5, 2},
+        /* Winograd's tiles (3x3 at stride 1, 8 channels and filters or more): outputs that are and
+         * are not multiples of 4, pads 0 to 2, channel and filter counts past one vector of 16
+         * and not multiples of it, a short last chunk */
+        {9, 12, 10, 3, 1, 1, 13, 11}, {20, 13, 11, 3, 1, 2, 17, 7}, {33, 6, 9, 3, 1, 0, 40, 5},
+        {16, 28, 28, 3, 1, 1, 16, 9}, {48, 7, 7, 3, 1, 1, 24, 29},
     };
     for (size_t t = 0; t < sizeof cases / sizeof *cases; t++) {
         const conv_case *cc = &cases[t];
@@ -314,6 +319,25 @@ BN_TEST(parallel_conv_passes_match_direct_and_do_not_depend_on_threads)
                                             x[(((size_t)i * cc->c + c) * cc->h + iy) * cc->w + ix];
                                 }
                         CHECK_NEAR(dw[0][((f * cc->c + c) * cc->k + ky) * cc->k + kx], want, 1e-3 * (1 + fabs(want)));
+                    }
+        /* dx[i][c][iy][ix] = sum over filters and taps of dy at the output the tap reaches * the weight. */
+        for (int i = 0; i < cc->n; i++)
+            for (int c = 0; c < cc->c; c++)
+                for (int iy = 0; iy < cc->h; iy++)
+                    for (int ix = 0; ix < cc->w; ix++) {
+                        double want = 0;
+                        for (int f = 0; f < cc->filters; f++)
+                            for (int ky = 0; ky < cc->k; ky++)
+                                for (int kx = 0; kx < cc->k; kx++) {
+                                    int sy = iy + cc->pad - ky, sx = ix + cc->pad - kx;
+                                    if (sy < 0 || sx < 0 || sy % cc->stride || sx % cc->stride) continue;
+                                    int oy = sy / cc->stride, ox = sx / cc->stride;
+                                    if (oy >= oh || ox >= ow) continue;
+                                    want += (double)dy[(((size_t)i * cc->filters + f) * oh + oy) * ow + ox] *
+                                            wt[((f * cc->c + c) * cc->k + ky) * cc->k + kx];
+                                }
+                        CHECK_NEAR(dx[0][(((size_t)i * cc->c + c) * cc->h + iy) * cc->w + ix], want,
+                                   1e-4 * (1 + fabs(want)));
                     }
         /* <dy, conv(x)> is linear in x: its gradient dx satisfies <dx, x> = <dy, y - b>. */
         double lhs = 0, rhs = 0;

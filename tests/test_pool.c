@@ -107,6 +107,47 @@ BN_TEST(maxpool_ties_go_to_the_first_cell)
     return BN_PASS;
 }
 
+/* 2x2 windows at stride 2 take a path of their own: against the definition, on planes of odd
+ * height and width (a last row and column no window covers, whose gradient must be 0) and
+ * values from four levels, so that windows hold ties; the input gradient starts as NaN so a
+ * cell left unwritten shows. */
+BN_TEST(maxpool_2x2_matches_the_definition_on_odd_planes_with_ties)
+{
+    enum { N = 3, C = 2, H = 5, W = 7, OH = 2, OW = 3 };
+    bn_net *net;
+    CHECK_OK(lt_net("[input]\nchannels=2\nheight=5\nwidth=7\n[maxpool]\nsize=2\n", N, 1, &net));
+    float x[N * C * H * W], y[N * C * OH * OW], dy[N * C * OH * OW], dx[N * C * H * W];
+    bn_rng r;
+    bn_rng_seed(&r, bn_test_seed(), 7);
+    for (int i = 0; i < N * C * H * W; i++) x[i] = (float)(int)(4.0 * bn_rng_uniform(&r)) - 1.5f;
+    for (int i = 0; i < N * C * OH * OW; i++) dy[i] = (float)(i + 1);
+    CHECK_OK(lt_write(net->input, x, N * C * H * W));
+    CHECK_OK(bn_net_forward(net, 1));
+    CHECK_OK(lt_read(bn_net_output(net), y, N * C * OH * OW));
+    for (int i = 0; i < N * C * H * W; i++) dx[i] = NAN;
+    CHECK_OK(lt_write(net->input_grad, dx, N * C * H * W));
+    CHECK_OK(lt_write(net->layers[0]->out_grad, dy, N * C * OH * OW));
+    CHECK_OK(bn_net_backward(net));
+    CHECK_OK(lt_read(net->input_grad, dx, N * C * H * W));
+    float want_dx[N * C * H * W] = {0};
+    for (int pl = 0; pl < N * C; pl++)
+        for (int oy = 0; oy < OH; oy++)
+            for (int ox = 0; ox < OW; ox++) {
+                int best = (2 * oy) * W + 2 * ox;
+                for (int ky = 0; ky < 2; ky++)
+                    for (int kx = 0; kx < 2; kx++) {
+                        int at = (2 * oy + ky) * W + 2 * ox + kx;
+                        if (x[pl * H * W + at] > x[pl * H * W + best]) best = at;
+                    }
+                int q = (pl * OH + oy) * OW + ox;
+                CHECK_MSG(y[q] == x[pl * H * W + best], "y[%d] = %g, expected %g", q, y[q], x[pl * H * W + best]);
+                want_dx[pl * H * W + best] += dy[q];
+            }
+    for (int i = 0; i < N * C * H * W; i++) CHECK_MSG(dx[i] == want_dx[i], "dx[%d] = %g, expected %g", i, dx[i], want_dx[i]);
+    bn_net_free(net);
+    return BN_PASS;
+}
+
 /* Means over the cells inside the input only: -5, (-2 - 3) / 2, (-4 - 7) / 2 and
  * (-1 - 6 - 8 - 9) / 4; backward shares each gradient among those same cells. */
 BN_TEST(avgpool_excludes_padding_from_the_count)

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "conv2d.h"
+#include "conv_winograd.h"
 #include "core/parallel.h"
 
 /* Columns a chunk's product aims at, and the floats one of its buffers may hold (1 MiB). */
@@ -304,8 +305,9 @@ bn_status bn_conv2d_cpu_forward(const bn_conv_geom *g, int filters, int n, const
     r.x = x, r.w = w, r.b = b, r.y = y, r.relu = relu;
     if (n == 0) return BN_OK;
     bn_cpu_lock();
-    bn_status st = prepare(&r);
-    if (st == BN_OK) bn_parallel_run(r.chunks, forward_chunk, &r);
+    bn_status st;
+    if (bn_winograd_fits(g, filters)) st = bn_winograd_forward(g, filters, n, x, w, b, y, relu);
+    else if ((st = prepare(&r)) == BN_OK) bn_parallel_run(r.chunks, forward_chunk, &r);
     bn_cpu_unlock();
     return st;
 }
@@ -348,6 +350,11 @@ bn_status bn_conv2d_cpu_backward(const bn_conv_geom *g, int filters, int n, cons
     r.x = x, r.w = w, r.dy = dy, r.dx = dx, r.relu_y = relu_y;
     if (n == 0) return BN_OK;
     bn_cpu_lock();
+    if (bn_winograd_fits(g, filters)) {
+        bn_status st = bn_winograd_backward(g, filters, n, x, w, dy, relu_y, dx, dw, db);
+        bn_cpu_unlock();
+        return st;
+    }
     bn_status st = prepare(&r);
     size_t weights = (size_t)filters * r.taps;
     if (st == BN_OK && !(r.parts = bn_cpu_shared_scratch(SHARED_PARTS, weights * r.chunks))) st = bn_last_status();

@@ -1,0 +1,679 @@
+/* conv_winograd.c - F(4x4, 3x3) for conv2d's CPU passes (conv_winograd.h).
+ *
+ * Layout. A chunk's examples are copied into zero-padded planes with the channels innermost
+ * (height x width x channels, the channels padded to a multiple of 16), so that every transform
+ * works on vectors of 16 channels at once, the same arithmetic in each lane. Tile p of a chunk
+ * (example j, tile row ty, tile column tx) reads the 6x6 patch at (4 ty, 4 tx) of its padded
+ * example; the padded planes are 4 * tiles + 2 cells a side, so every patch lies inside them
+ * and the cells past the input are zeros. The 36 transformed values of a tile go to 36
+ * matrices, one per point xi of the 6x6 domain, each of tiles x channels:
+ *
+ *     V[xi][p][c]   input, carried in (B^T d B)
+ *     U[xi][c][k]   filter k's weights for channel c, carried in (G g G^T)
+ *     M[xi][p][k] = sum over c of V[xi][p][c] U[xi][c][k]
+ *     y tile      = A^T M A, per filter
+ *
+ * The products are small (a chunk holds a few hundred tiles; channels and filters are tens),
+ * so they are done here with the accumulators of an 8 x 32 block of the result held in
+ * registers, rather than through OpenBLAS, whose per-call cost would be as large as the work.
+ * The hot functions are compiled for AVX-512, AVX2 and the baseline (core/cpu_clones.h). */
+#include <string.h>
+
+#include "conv_winograd.h"
+#include "core/cpu_clones.h"
+#include "core/parallel.h"
+
+#define LANES 16
+/* Points of the transformed tile, and the output cells of one tile a side. */
+#define XI 36
+#define TILE 4
+/* A chunk's planes (input, input gradient, output) aim at this many floats (512 KiB: within a
+ * core's second cache beside the groups' buffers and the transformed weights). */
+#define CHUNK_FLOATS (128 * 1024)
+/* The floats the chunks' weight-gradient products may take together (64 MiB). */
+#define PARTS_FLOATS (16 * 1024 * 1024)
+/* Rows of a product's block held in registers, and the tiles carried in and out together. */
+#define ROWS 8
+#define GROUP 16
+
+typedef float vf __attribute__((vector_size(64)));
+typedef float vfu __attribute__((vector_size(64), aligned(4), may_alias));
+typedef int vi __attribute__((vector_size(64)));
+
+#define HOT BN_CPU_CLONES
+#define INLINE static inline __attribute__((always_inline))
+
+INLINE vf ld(const float *p) { return *(const vfu *)p; }
+INLINE void st(float *p, vf v) { *(vfu *)p = v; }
+INLINE void add_to(float *p, vf v) { *(vfu *)p += v; }
+/* a in every lane: written as a shuffle of lane 0, which compiles to one broadcast (GCC builds an
+ * initialiser of sixteen a's lane by lane). */
+INLINE vf splat(float a)
+{
+    vf v = {a};
+    return __builtin_shufflevector(v, v, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+}
+
+/* The start of each block of 16 cells of a plane of `cells` (>= 16) cells: 0, 16, 32, ... and, where
+ * 16 does not divide it, a last block that ends at the plane's end, overlapping the one before. */
+static size_t block_start(size_t q, size_t cells)
+{
+    return q + LANES <= cells ? q : cells - LANES;
+}
+
+/* Zeros in the cells of cnt planes (height x width cells of `lanes` floats) outside the block of
+ * rows [y0, y0 + rows) and columns [x0, x0 + cols), which are written in full afterwards. */
+static void zero_margins(float *buf, size_t cnt, size_t height, size_t width, size_t y0, size_t rows, size_t x0,
+                         size_t cols, size_t lanes)
+{
+    for (size_t j = 0; j < cnt; j++)
+        for (size_t y = 0; y < height; y++) {
+            float *row = buf + (j * height + y) * width * lanes;
+            if (y < y0 || y >= y0 + rows) {
+                memset(row, 0, width * lanes * sizeof *row);
+                continue;
+            }
+            memset(row, 0, x0 * lanes * sizeof *row);
+            memset(row + (x0 + cols) * lanes, 0, (width - x0 - cols) * lanes * sizeof *row);
+        }
+}
+
+/* Sixteen vectors transposed in place: four rounds of interleaving row i with row i + 8. */
+INLINE void transpose16(vf *r)
+{
+    for (int round = 0; round < 4; round++) {
+        vf t[LANES];
+        for (int i = 0; i < 8; i++) {
+            t[2 * i] = __builtin_shufflevector(r[i], r[i + 8], 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+            t[2 * i + 1] =
+                __builtin_shufflevector(r[i], r[i + 8], 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+        }
+        for (int i = 0; i < LANES; i++) r[i] = t[i];
+    }
+}
+
+/* v where test > 0, else 0 (a NaN test gives 0). */
+INLINE vf where_positive(vf test, vf v)
+{
+    vi keep = test > splat(0.0f);
+    return (vf)((vi)v & keep);
+}
+
+
+static size_t round_up(size_t v, size_t m)
+{
+    return (v + m - 1) / m * m;
+}
+
+/* The transforms along one axis, on six (or four) vectors.
+ * bt6: B^T d, the input's; at6: A^T m, the output's (6 -> 4); a6: A g, the output gradient's
+ * (4 -> 6); b6: B v, the input gradient's. */
+INLINE void bt6(vf d0, vf d1, vf d2, vf d3, vf d4, vf d5, vf *o)
+{
+    vf f = splat(4.0f), five = splat(5.0f), two = splat(2.0f);
+    o[0] = f * d0 - five * d2 + d4;
+    o[1] = (d3 + d4) - f * (d1 + d2);
+    o[2] = (d4 - d3) + f * (d1 - d2);
+    o[3] = (d4 - d2) + two * (d3 - d1);
+    o[4] = (d4 - d2) - two * (d3 - d1);
+    o[5] = f * d1 - five * d3 + d5;
+}
+
+INLINE void at6(vf m0, vf m1, vf m2, vf m3, vf m4, vf m5, vf *o)
+{
+    vf s12 = m1 + m2, d12 = m1 - m2, s34 = m3 + m4, d34 = m3 - m4;
+    o[0] = m0 + s12 + s34;
+    o[1] = d12 + splat(2.0f) * d34;
+    o[2] = s12 + splat(4.0f) * s34;
+    o[3] = d12 + splat(8.0f) * d34 + m5;
+}
+
+INLINE void a6(vf y0, vf y1, vf y2, vf y3, vf *o)
+{
+    vf s02 = y0 + y2, s13 = y1 + y3, q02 = y0 + splat(4.0f) * y2, q13 = splat(2.0f) * y1 + splat(8.0f) * y3;
+    o[0] = y0;
+    o[1] = s02 + s13;
+    o[2] = s02 - s13;
+    o[3] = q02 + q13;
+    o[4] = q02 - q13;
+    o[5] = y3;
+}
+
+INLINE void b6(vf v0, vf v1, vf v2, vf v3, vf v4, vf v5, vf *o)
+{
+    vf f = splat(4.0f), five = splat(5.0f), two = splat(2.0f);
+    o[0] = f * v0;
+    o[1] = f * (v2 - v1) + two * (v4 - v3) + f * v5;
+    o[2] = -(five * v0) - f * (v1 + v2) - (v3 + v4);
+    o[3] = (v1 - v2) + two * (v3 - v4) - five * v5;
+    o[4] = v0 + v1 + v2 + v3 + v4;
+    o[5] = v5;
+}
+
+/* G g for a filter's three values (6 out) and G^T s (6 -> 3), in double. */
+static void g6(double g0, double g1, double g2, double *o)
+{
+    o[0] = g0 / 4.0;
+    o[1] = -(g0 + g1 + g2) / 6.0;
+    o[2] = -(g0 - g1 + g2) / 6.0;
+    o[3] = g0 / 24.0 + g1 / 12.0 + g2 / 6.0;
+    o[4] = g0 / 24.0 - g1 / 12.0 + g2 / 6.0;
+    o[5] = g2;
+}
+
+static void gt6(const double *s, size_t stride, double *o)
+{
+    double s0 = s[0], s1 = s[stride], s2 = s[2 * stride], s3 = s[3 * stride], s4 = s[4 * stride],
+           s5 = s[5 * stride];
+    o[0] = s0 / 4.0 - (s1 + s2) / 6.0 + (s3 + s4) / 24.0;
+    o[1] = (s2 - s1) / 6.0 + (s3 - s4) / 12.0;
+    o[2] = (s3 + s4 - s1 - s2) / 6.0 + s5;
+}
+
+typedef struct wg_run {
+    const bn_conv_geom *g;
+    int C, K, n, nb, chunks, relu;
+    size_t cp, kp;          /* channels and filters padded to a multiple of LANES */
+    size_t th, tw, tiles;   /* tiles of an example: rows, columns, all */
+    size_t hp, wp;          /* an example's padded planes: 4 * tiles + 2 a side */
+    size_t in_f, v_f, m_f, o_f, slab; /* a worker's buffers, floats */
+    const float *x, *b, *dy, *relu_y, *u, *ut;
+    float *y, *dx, *parts;
+    double *bias_parts; /* per chunk and filter */
+} wg_run;
+
+int bn_winograd_fits(const bn_conv_geom *g, int filters)
+{
+    if (g->k != 3 || g->stride != 1 || g->c < 8 || filters < 8 || g->c > 256 || filters > 256) return 0;
+    if ((size_t)g->oh * g->ow < LANES || (size_t)g->h * g->w < LANES) return 0;
+    size_t th = ((size_t)g->oh + TILE - 1) / TILE, tw = ((size_t)g->ow + TILE - 1) / TILE;
+    return 2 * (size_t)g->oh * g->ow >= th * tw * TILE * TILE;
+}
+
+static void plan(wg_run *r, const bn_conv_geom *g, int filters, int n)
+{
+    r->g = g, r->C = g->c, r->K = filters, r->n = n;
+    r->cp = round_up((size_t)g->c, LANES), r->kp = round_up((size_t)filters, LANES);
+    r->th = ((size_t)g->oh + TILE - 1) / TILE, r->tw = ((size_t)g->ow + TILE - 1) / TILE;
+    r->tiles = r->th * r->tw;
+    r->hp = TILE * r->th + 2, r->wp = TILE * r->tw + 2;
+    size_t per_example = 2 * r->hp * r->wp * r->cp + TILE * TILE * r->tiles * r->kp;
+    size_t nb = CHUNK_FLOATS / per_example;
+    if (nb < 1) nb = 1;
+    if (nb > (size_t)n) nb = n > 0 ? (size_t)n : 1;
+    size_t most_chunks = PARTS_FLOATS / (XI * r->cp * r->kp);
+    if (most_chunks < 1) most_chunks = 1;
+    if ((n + nb - 1) / nb > most_chunks) nb = (n + most_chunks - 1) / most_chunks;
+    r->nb = (int)nb;
+    r->chunks = n > 0 ? (int)((n + nb - 1) / nb) : 0;
+    r->in_f = round_up(nb * r->hp * r->wp * r->cp, LANES);
+    r->v_f = XI * GROUP * r->cp;
+    r->m_f = XI * GROUP * r->kp;
+    r->o_f = round_up(nb * TILE * r->th * TILE * r->tw * r->kp, LANES);
+    r->slab = 2 * r->in_f + r->v_f + r->m_f + r->o_f;
+}
+
+/* The weights carried in: u[xi][c][k] (forward) and ut[xi][k][c] (the input gradient's), zero
+ * in the padding. */
+static void transform_weights(const wg_run *r, const float *w, float *u, float *ut)
+{
+    memset(u, 0, XI * r->cp * r->kp * sizeof *u);
+    memset(ut, 0, XI * r->cp * r->kp * sizeof *ut);
+    for (int k = 0; k < r->K; k++)
+        for (int c = 0; c < r->C; c++) {
+            const float *g = w + ((size_t)k * r->C + c) * 9;
+            double t[6][3], v[6];
+            for (int col = 0; col < 3; col++) {
+                g6(g[col], g[3 + col], g[6 + col], v);
+                for (int i = 0; i < 6; i++) t[i][col] = v[i];
+            }
+            for (int i = 0; i < 6; i++) {
+                g6(t[i][0], t[i][1], t[i][2], v);
+                for (int j = 0; j < 6; j++) {
+                    size_t xi = (size_t)i * 6 + j;
+                    u[(xi * r->cp + c) * r->kp + k] = (float)v[j];
+                    ut[(xi * r->kp + k) * r->cp + c] = (float)v[j];
+                }
+            }
+        }
+}
+
+/* out[p][n] (rows x ncols, ncols a multiple of LANES) = sum over q < inner of a[p][q] b[q][n];
+ * rows a multiple of ROWS. */
+INLINE void nn_block(int nv, int inner, const float *a, size_t lda, const float *b, size_t ldb, float *out,
+                     size_t ldo)
+{
+    vf acc[ROWS][2];
+    for (int i = 0; i < ROWS; i++) acc[i][0] = acc[i][1] = splat(0.0f);
+    for (int q = 0; q < inner; q++) {
+        vf b0 = ld(b + q * ldb), b1 = nv > 1 ? ld(b + q * ldb + LANES) : b0;
+        for (int i = 0; i < ROWS; i++) {
+            vf s = splat(a[i * lda + q]);
+            acc[i][0] += s * b0;
+            if (nv > 1) acc[i][1] += s * b1;
+        }
+    }
+    for (int i = 0; i < ROWS; i++) {
+        st(out + i * ldo, acc[i][0]);
+        if (nv > 1) st(out + i * ldo + LANES, acc[i][1]);
+    }
+}
+
+INLINE void gemm_nn(size_t rows, int inner, size_t ncols, const float *a, size_t lda, const float *b, size_t ldb,
+                    float *out, size_t ldo)
+{
+    size_t n0 = 0;
+    for (; n0 + 2 * LANES <= ncols; n0 += 2 * LANES)
+        for (size_t p = 0; p < rows; p += ROWS) nn_block(2, inner, a + p * lda, lda, b + n0, ldb, out + p * ldo + n0, ldo);
+    if (n0 < ncols)
+        for (size_t p = 0; p < rows; p += ROWS) nn_block(1, inner, a + p * lda, lda, b + n0, ldb, out + p * ldo + n0, ldo);
+}
+
+/* out[c][n] (crows x ncols, both multiples of their blocks) += sum over p < count of a[p][c] b[p][n]. */
+INLINE void tn_block(int nv, size_t count, const float *a, size_t lda, const float *b, size_t ldb, float *out,
+                     size_t ldo)
+{
+    vf acc[ROWS][2];
+    for (int i = 0; i < ROWS; i++) {
+        acc[i][0] = ld(out + i * ldo);
+        acc[i][1] = nv > 1 ? ld(out + i * ldo + LANES) : acc[i][0];
+    }
+    for (size_t p = 0; p < count; p++) {
+        vf b0 = ld(b + p * ldb), b1 = nv > 1 ? ld(b + p * ldb + LANES) : b0;
+        for (int i = 0; i < ROWS; i++) {
+            vf s = splat(a[p * lda + i]);
+            acc[i][0] += s * b0;
+            if (nv > 1) acc[i][1] += s * b1;
+        }
+    }
+    for (int i = 0; i < ROWS; i++) {
+        st(out + i * ldo, acc[i][0]);
+        if (nv > 1) st(out + i * ldo + LANES, acc[i][1]);
+    }
+}
+
+INLINE void gemm_tn(size_t count, size_t crows, size_t ncols, const float *a, size_t lda, const float *b, size_t ldb,
+                    float *out, size_t ldo)
+{
+    size_t n0 = 0;
+    for (; n0 + 2 * LANES <= ncols; n0 += 2 * LANES)
+        for (size_t c = 0; c < crows; c += ROWS) tn_block(2, count, a + c, lda, b + n0, ldb, out + c * ldo + n0, ldo);
+    if (n0 < ncols)
+        for (size_t c = 0; c < crows; c += ROWS) tn_block(1, count, a + c, lda, b + n0, ldb, out + c * ldo + n0, ldo);
+}
+
+/* The chunk's examples [i0, i0 + cnt) into padded planes, channels innermost: blocks of 16
+ * channels x 16 cells of a plane (read as one row) transposed in registers, each cell's channels
+ * stored where the cell lies. */
+INLINE void gather_input(const wg_run *r, int i0, int cnt, float *in)
+{
+    const bn_conv_geom *g = r->g;
+    size_t plane = (size_t)g->h * g->w, cp = r->cp;
+    zero_margins(in, (size_t)cnt, r->hp, r->wp, (size_t)g->pad, (size_t)g->h, (size_t)g->pad, (size_t)g->w, cp);
+    for (int j = 0; j < cnt; j++) {
+        const float *src = r->x + (size_t)(i0 + j) * r->C * plane;
+        float *dst = in + (((size_t)j * r->hp + g->pad) * r->wp + g->pad) * cp;
+        for (size_t q = 0; q < plane; q += LANES) {
+            size_t q0 = block_start(q, plane);
+            for (int c0 = 0; c0 < r->C; c0 += LANES) {
+                vf v[LANES];
+                for (int i = 0; i < LANES; i++) v[i] = c0 + i < r->C ? ld(src + (size_t)(c0 + i) * plane + q0) : splat(0.0f);
+                transpose16(v);
+                for (int i = 0; i < LANES; i++) {
+                    size_t cell = q0 + i;
+                    st(dst + ((cell / g->w) * r->wp + cell % g->w) * cp + c0, v[i]);
+                }
+            }
+        }
+    }
+}
+
+/* Example j's tile t: its offset into padded planes of width `width` (cells) and `height`. */
+static size_t tile_at(const wg_run *r, size_t j, size_t t, size_t height, size_t width)
+{
+    size_t ty = t / r->tw, tx = t % r->tw;
+    return (j * height + TILE * ty) * width + TILE * tx;
+}
+
+/* Tiles [p0, p0 + count) of the chunk's padded input carried in: v[xi][p - p0][c], xi's rows
+ * `xs` floats apart; rows count..GROUP-1 zero. */
+INLINE void input_transform(const wg_run *r, size_t p0, size_t count, const float *in, float *v)
+{
+    size_t cp = r->cp, rs = r->wp * cp, xs = GROUP * cp;
+    for (size_t p = 0; p < count; p++) {
+        const float *base = in + tile_at(r, (p0 + p) / r->tiles, (p0 + p) % r->tiles, r->hp, r->wp) * cp;
+        for (size_t c = 0; c < cp; c += LANES) {
+            vf t[6][6], o[6];
+            for (int s = 0; s < 6; s++) {
+                const float *d = base + s * cp + c;
+                bt6(ld(d), ld(d + rs), ld(d + 2 * rs), ld(d + 3 * rs), ld(d + 4 * rs), ld(d + 5 * rs), o);
+                for (int i = 0; i < 6; i++) t[i][s] = o[i];
+            }
+            for (int i = 0; i < 6; i++) {
+                bt6(t[i][0], t[i][1], t[i][2], t[i][3], t[i][4], t[i][5], o);
+                for (int jj = 0; jj < 6; jj++) st(v + (i * 6 + jj) * xs + p * cp + c, o[jj]);
+            }
+        }
+    }
+    if (count < GROUP)
+        for (int xi = 0; xi < XI; xi++) memset(v + xi * xs + count * cp, 0, (GROUP - count) * cp * sizeof *v);
+}
+
+/* Tiles [p0, p0 + count) of M carried back: 4x4 tiles of every filter into o (height 4 th,
+ * width 4 tw, filters innermost). */
+INLINE void output_transform(const wg_run *r, size_t p0, size_t count, const float *m, float *o)
+{
+    size_t kp = r->kp, ow = TILE * r->tw, rs = ow * kp, xs = GROUP * kp;
+    for (size_t p = 0; p < count; p++) {
+        float *base = o + tile_at(r, (p0 + p) / r->tiles, (p0 + p) % r->tiles, TILE * r->th, ow) * kp;
+        for (size_t k = 0; k < kp; k += LANES) {
+            vf t[4][6], q[4];
+            const float *src = m + p * kp + k;
+            for (int j = 0; j < 6; j++) {
+                at6(ld(src + j * xs), ld(src + (6 + j) * xs), ld(src + (12 + j) * xs), ld(src + (18 + j) * xs),
+                    ld(src + (24 + j) * xs), ld(src + (30 + j) * xs), q);
+                for (int a = 0; a < 4; a++) t[a][j] = q[a];
+            }
+            for (int a = 0; a < 4; a++) {
+                at6(t[a][0], t[a][1], t[a][2], t[a][3], t[a][4], t[a][5], q);
+                for (int b = 0; b < 4; b++) st(base + a * rs + b * kp + k, q[b]);
+            }
+        }
+    }
+}
+
+/* o (filters innermost) into y's planes with the bias, and the ReLU where asked: blocks of 16
+ * cells of a plane x 16 filters transposed in registers. */
+INLINE void scatter_output(const wg_run *r, int i0, int cnt, const float *o)
+{
+    const bn_conv_geom *g = r->g;
+    size_t ow4 = TILE * r->tw, oh4 = TILE * r->th, kp = r->kp, plane = (size_t)g->oh * g->ow;
+    for (int j = 0; j < cnt; j++) {
+        float *dst = r->y + (size_t)(i0 + j) * r->K * plane;
+        const float *src = o + (size_t)j * oh4 * ow4 * kp;
+        for (size_t q = 0; q < plane; q += LANES) {
+            size_t q0 = block_start(q, plane);
+            for (int k0 = 0; k0 < r->K; k0 += LANES) {
+                vf v[LANES];
+                for (int i = 0; i < LANES; i++) {
+                    size_t cell = q0 + i;
+                    v[i] = ld(src + ((cell / g->ow) * ow4 + cell % g->ow) * kp + k0);
+                }
+                transpose16(v);
+                for (int k = 0; k < LANES && k0 + k < r->K; k++) {
+                    vf y = v[k] + splat(r->b[k0 + k]);
+                    if (r->relu) y = where_positive(y, y);
+                    st(dst + (size_t)(k0 + k) * plane + q0, y);
+                }
+            }
+        }
+    }
+}
+
+static void chunk_span(const wg_run *r, int chunk, int *i0, int *cnt)
+{
+    *i0 = chunk * r->nb;
+    *cnt = r->n - *i0 < r->nb ? r->n - *i0 : r->nb;
+}
+
+/* A chunk: its input in padded planes; then per group of tiles, the transform in, the 36
+ * products and the transform out, within a core's first caches; then the output into y. */
+HOT static void forward_chunk(void *p, int chunk, int worker)
+{
+    const wg_run *r = p;
+    int i0, cnt;
+    chunk_span(r, chunk, &i0, &cnt);
+    float *in = bn_cpu_scratch(0, worker), *v = in + r->in_f, *m = v + r->v_f, *o = m + r->m_f;
+    size_t cp = r->cp, kp = r->kp, tiles = (size_t)cnt * r->tiles;
+    gather_input(r, i0, cnt, in);
+    for (size_t p0 = 0; p0 < tiles; p0 += GROUP) {
+        size_t count = tiles - p0 < GROUP ? tiles - p0 : GROUP;
+        input_transform(r, p0, count, in, v);
+        for (int xi = 0; xi < XI; xi++)
+            gemm_nn(round_up(count, ROWS), r->C, kp, v + xi * GROUP * cp, cp, r->u + xi * cp * kp, kp,
+                    m + xi * GROUP * kp, kp);
+        output_transform(r, p0, count, m, o);
+    }
+    scatter_output(r, i0, cnt, o);
+}
+
+/* The chunk's output gradient (zero where a ReLU done by the forward pass gave 0) into planes
+ * of 4 th x 4 tw, filters innermost, zeros past the output (blocks of 16 filters x 16 cells
+ * transposed in registers); its sums per filter (an example's in float, the examples' in
+ * double) into the chunk's bias gradient. */
+INLINE void gather_gradient(const wg_run *r, int chunk, int i0, int cnt, float *o)
+{
+    const bn_conv_geom *g = r->g;
+    size_t ow4 = TILE * r->tw, oh4 = TILE * r->th, kp = r->kp, plane = (size_t)g->oh * g->ow;
+    double *sum = r->bias_parts + (size_t)chunk * r->K;
+    zero_margins(o, (size_t)cnt, oh4, ow4, 0, (size_t)g->oh, 0, (size_t)g->ow, kp);
+    for (int k = 0; k < r->K; k++) sum[k] = 0.0;
+    for (int j = 0; j < cnt; j++) {
+        size_t at = (size_t)(i0 + j) * r->K * plane;
+        const float *src = r->dy + at, *y = r->relu_y ? r->relu_y + at : NULL;
+        float *dst = o + (size_t)j * oh4 * ow4 * kp;
+        for (int k0 = 0; k0 < r->K; k0 += LANES) {
+            vf total = splat(0.0f);
+            for (size_t q = 0; q < plane; q += LANES) {
+                size_t q0 = block_start(q, plane);
+                vf v[LANES];
+                for (int i = 0; i < LANES; i++) {
+                    if (k0 + i >= r->K) {
+                        v[i] = splat(0.0f);
+                        continue;
+                    }
+                    v[i] = ld(src + (size_t)(k0 + i) * plane + q0);
+                    if (y) v[i] = where_positive(ld(y + (size_t)(k0 + i) * plane + q0), v[i]);
+                }
+                transpose16(v);
+                for (int i = 0; i < LANES; i++) {
+                    size_t cell = q0 + i;
+                    st(dst + ((cell / g->ow) * ow4 + cell % g->ow) * kp + k0, v[i]);
+                    if (cell >= q) total += v[i]; /* cells of an overlapping block counted once */
+                }
+            }
+            for (int k = 0; k < LANES && k0 + k < r->K; k++) sum[k0 + k] += total[k];
+        }
+    }
+}
+
+/* Tiles [p0, p0 + count) of the output gradient carried in: dm[xi][p - p0][k]; rows
+ * count..GROUP-1 zero. */
+INLINE void gradient_transform(const wg_run *r, size_t p0, size_t count, const float *o, float *dm)
+{
+    size_t kp = r->kp, ow = TILE * r->tw, rs = ow * kp, xs = GROUP * kp;
+    for (size_t p = 0; p < count; p++) {
+        const float *base = o + tile_at(r, (p0 + p) / r->tiles, (p0 + p) % r->tiles, TILE * r->th, ow) * kp;
+        for (size_t k = 0; k < kp; k += LANES) {
+            vf t[6][4], q[6];
+            for (int b = 0; b < 4; b++) {
+                const float *d = base + b * kp + k;
+                a6(ld(d), ld(d + rs), ld(d + 2 * rs), ld(d + 3 * rs), q);
+                for (int i = 0; i < 6; i++) t[i][b] = q[i];
+            }
+            for (int i = 0; i < 6; i++) {
+                a6(t[i][0], t[i][1], t[i][2], t[i][3], q);
+                for (int jj = 0; jj < 6; jj++) st(dm + (i * 6 + jj) * xs + p * kp + k, q[jj]);
+            }
+        }
+    }
+    if (count < GROUP)
+        for (int xi = 0; xi < XI; xi++) memset(dm + xi * xs + count * kp, 0, (GROUP - count) * kp * sizeof *dm);
+}
+
+/* Tiles [p0, p0 + count) of dV carried back into the padded input gradient (channels
+ * innermost), each tile's 6x6 added where its patch lies, tiles in order. */
+INLINE void input_gradient(const wg_run *r, size_t p0, size_t count, const float *dv, float *din)
+{
+    size_t cp = r->cp, rs = r->wp * cp, xs = GROUP * cp;
+    for (size_t p = 0; p < count; p++) {
+        float *base = din + tile_at(r, (p0 + p) / r->tiles, (p0 + p) % r->tiles, r->hp, r->wp) * cp;
+        for (size_t c = 0; c < cp; c += LANES) {
+            vf t[6][6], q[6];
+            const float *src = dv + p * cp + c;
+            for (int j = 0; j < 6; j++) {
+                b6(ld(src + j * xs), ld(src + (6 + j) * xs), ld(src + (12 + j) * xs), ld(src + (18 + j) * xs),
+                   ld(src + (24 + j) * xs), ld(src + (30 + j) * xs), q);
+                for (int a = 0; a < 6; a++) t[a][j] = q[a];
+            }
+            for (int a = 0; a < 6; a++) {
+                b6(t[a][0], t[a][1], t[a][2], t[a][3], t[a][4], t[a][5], q);
+                for (int b = 0; b < 6; b++) add_to(base + a * rs + b * cp + c, q[b]);
+            }
+        }
+    }
+}
+
+/* The padded input gradient's cells inside the input into dx's planes: blocks of 16 cells of a
+ * plane x 16 channels transposed in registers. */
+INLINE void scatter_input_gradient(const wg_run *r, int i0, int cnt, const float *din)
+{
+    const bn_conv_geom *g = r->g;
+    size_t plane = (size_t)g->h * g->w, cp = r->cp;
+    for (int j = 0; j < cnt; j++) {
+        float *dst = r->dx + (size_t)(i0 + j) * r->C * plane;
+        const float *src = din + (((size_t)j * r->hp + g->pad) * r->wp + g->pad) * cp;
+        for (size_t q = 0; q < plane; q += LANES) {
+            size_t q0 = block_start(q, plane);
+            for (int c0 = 0; c0 < r->C; c0 += LANES) {
+                vf v[LANES];
+                for (int i = 0; i < LANES; i++) {
+                    size_t cell = q0 + i;
+                    v[i] = ld(src + ((cell / g->w) * r->wp + cell % g->w) * cp + c0);
+                }
+                transpose16(v);
+                for (int c = 0; c < LANES && c0 + c < r->C; c++) st(dst + (size_t)(c0 + c) * plane + q0, v[c]);
+            }
+        }
+    }
+}
+
+/* A chunk: its input and output gradient in padded planes; then per group of tiles, both
+ * carried in, the weight gradient's 36 products added to the chunk's, the input gradient's 36
+ * products carried back and added up; then the input gradient into dx. */
+HOT static void backward_chunk(void *p, int chunk, int worker)
+{
+    const wg_run *r = p;
+    int i0, cnt;
+    chunk_span(r, chunk, &i0, &cnt);
+    float *in = bn_cpu_scratch(0, worker), *v = in + r->in_f, *dm = v + r->v_f, *o = dm + r->m_f, *din = o + r->o_f;
+    size_t cp = r->cp, kp = r->kp, tiles = (size_t)cnt * r->tiles;
+    float *part = r->parts + (size_t)chunk * XI * cp * kp;
+    memset(part, 0, XI * cp * kp * sizeof *part);
+    gather_input(r, i0, cnt, in);
+    gather_gradient(r, chunk, i0, cnt, o);
+    if (r->dx) memset(din, 0, r->in_f * sizeof *din);
+    for (size_t p0 = 0; p0 < tiles; p0 += GROUP) {
+        size_t count = tiles - p0 < GROUP ? tiles - p0 : GROUP;
+        input_transform(r, p0, count, in, v);
+        gradient_transform(r, p0, count, o, dm);
+        for (int xi = 0; xi < XI; xi++)
+            gemm_tn(count, cp, kp, v + xi * GROUP * cp, cp, dm + xi * GROUP * kp, kp, part + xi * cp * kp, kp);
+        if (!r->dx) continue;
+        /* dV = dM U^T over V's buffer (V is spent), then carried back. */
+        for (int xi = 0; xi < XI; xi++)
+            gemm_nn(round_up(count, ROWS), r->K, cp, dm + xi * GROUP * kp, kp, r->ut + xi * kp * cp, cp,
+                    v + xi * GROUP * cp, cp);
+        input_gradient(r, p0, count, v, din);
+    }
+    if (r->dx) scatter_input_gradient(r, i0, cnt, din);
+}
+
+/* Shared buffers: the weights carried in, both ways; the chunks' weight-gradient products; the
+ * chunks' bias gradients (doubles). */
+enum { SHARED_U, SHARED_UT, SHARED_PARTS, SHARED_BIAS };
+
+static bn_status prepare(wg_run *r, const float *w)
+{
+    BN_TRY(bn_cpu_scratch_reserve(0, r->slab));
+    size_t weights = XI * r->cp * r->kp;
+    float *u = bn_cpu_shared_scratch(SHARED_U, weights), *ut = u ? bn_cpu_shared_scratch(SHARED_UT, weights) : NULL;
+    if (!ut) return bn_last_status();
+    transform_weights(r, w, u, ut);
+    r->u = u, r->ut = ut;
+    return BN_OK;
+}
+
+bn_status bn_winograd_forward(const bn_conv_geom *g, int filters, int n, const float *x, const float *w,
+                              const float *b, float *y, int relu)
+{
+    wg_run r = {0};
+    plan(&r, g, filters, n);
+    if (n == 0) return BN_OK;
+    r.x = x, r.b = b, r.y = y, r.relu = relu;
+    BN_TRY(prepare(&r, w));
+    bn_parallel_run(r.chunks, forward_chunk, &r);
+    return BN_OK;
+}
+
+typedef struct wg_sums {
+    const wg_run *r;
+    float *dw, *db;
+} wg_sums;
+
+/* The chunks' products summed into the first chunk's, in chunk order, over [lo, hi). */
+static void sum_parts(void *p, size_t lo, size_t hi)
+{
+    const wg_sums *s = p;
+    const wg_run *r = s->r;
+    size_t weights = XI * r->cp * r->kp;
+    float *restrict first = r->parts;
+    for (int ch = 1; ch < r->chunks; ch++) {
+        const float *restrict part = r->parts + ch * weights;
+        for (size_t e = lo; e < hi; e++) first[e] += part[e];
+    }
+}
+
+/* dw += G^T (the products' sum) G, for filter/channel pairs [lo, hi). */
+static void weight_grad(void *p, size_t lo, size_t hi)
+{
+    const wg_sums *s = p;
+    const wg_run *r = s->r;
+    size_t cp = r->cp, kp = r->kp;
+    for (size_t e = lo; e < hi; e++) {
+        size_t k = e / (size_t)r->C, c = e % (size_t)r->C;
+        double sum[XI], t[3][6], o[3];
+        for (int xi = 0; xi < XI; xi++) sum[xi] = r->parts[(xi * cp + c) * kp + k];
+        for (int j = 0; j < 6; j++) {
+            gt6(sum + j, 6, o);
+            for (int a = 0; a < 3; a++) t[a][j] = o[a];
+        }
+        float *dst = s->dw + e * 9;
+        for (int a = 0; a < 3; a++) {
+            gt6(t[a], 1, o);
+            for (int b = 0; b < 3; b++) dst[a * 3 + b] += (float)o[b];
+        }
+    }
+}
+
+static void bias_grad(void *p, size_t lo, size_t hi)
+{
+    const wg_sums *s = p;
+    const wg_run *r = s->r;
+    for (size_t f = lo; f < hi; f++) {
+        double t = 0.0;
+        for (int c = 0; c < r->chunks; c++) t += r->bias_parts[(size_t)c * r->K + f];
+        s->db[f] += (float)t;
+    }
+}
+
+bn_status bn_winograd_backward(const bn_conv_geom *g, int filters, int n, const float *x, const float *w,
+                               const float *dy, const float *relu_y, float *dx, float *dw, float *db)
+{
+    wg_run r = {0};
+    plan(&r, g, filters, n);
+    if (n == 0) return BN_OK;
+    r.x = x, r.dy = dy, r.relu_y = relu_y, r.dx = dx;
+    BN_TRY(prepare(&r, w));
+    r.parts = bn_cpu_shared_scratch(SHARED_PARTS, (size_t)r.chunks * XI * r.cp * r.kp);
+    /* Doubles, in a buffer of floats twice their count (realloc's alignment serves either). */
+    float *bias = r.parts ? bn_cpu_shared_scratch(SHARED_BIAS, 2 * (size_t)filters * r.chunks) : NULL;
+    if (!bias) return bn_last_status();
+    r.bias_parts = (double *)bias;
+    bn_parallel_run(r.chunks, backward_chunk, &r);
+    wg_sums s = {&r, dw, db};
+    bn_parallel_ranges(XI * r.cp * r.kp, 1024, sum_parts, &s);
+    bn_parallel_ranges((size_t)filters * g->c, 64, weight_grad, &s);
+    bn_parallel_ranges((size_t)filters, 1, bias_grad, &s);
+    return BN_OK;
+}
