@@ -79,6 +79,15 @@ bn_status gt_poison_net(bn_net *net, bn_ctx *ctx);
  * *start receives the latter (NULL without parameters), freed by the caller. */
 bn_status gt_feed(bn_net *cpu, bn_net *gpu, const layer_case *lc, uint64_t seed, float **start);
 
+/* Keeps the CPU's ReLU inputs at least margin times their scale (max |x|) from the kink at zero:
+ * for each ReLU in layer order whose input a layer with one bias per channel writes (dense,
+ * conv2d), each channel's bias shifted by a few margins where that clears all of the channel's
+ * values, after a forward pass on cpu; the same parameters then put on gpu. Nearer than the
+ * tolerance of the two sides' outputs, an input can lie on the other side of zero on the GPU,
+ * whose sums round differently, and the ReLU then passes a whole gradient the CPU stops, or
+ * stops one it passes. */
+bn_status gt_keep_off_kinks(bn_net *cpu, bn_net *gpu, double margin);
+
 /* 1 when every current element of b is NaN (the poison: nothing wrote it), else 0. */
 int gt_all_nan(bn_blob *b);
 
