@@ -61,6 +61,17 @@ static size_t block_start(size_t q, size_t cells)
     return q + LANES <= cells ? q : cells - LANES;
 }
 
+/* Where the 16 cells from q0 of a plane `width` cells wide lie in planes `stride` cells wide,
+ * worked out with one division. */
+static void cell_offsets(size_t q0, size_t width, size_t stride, size_t *at)
+{
+    size_t y = q0 / width, x = q0 % width;
+    for (int i = 0; i < LANES; i++) {
+        at[i] = y * stride + x;
+        if (++x == width) x = 0, y++;
+    }
+}
+
 /* Zeros in the cells of cnt planes (height x width cells of `lanes` floats) outside the block of
  * rows [y0, y0 + rows) and columns [x0, x0 + cols), which are written in full afterwards. */
 static void zero_margins(float *buf, size_t cnt, size_t height, size_t width, size_t y0, size_t rows, size_t x0,
@@ -314,15 +325,13 @@ INLINE void gather_input(const wg_run *r, int i0, int cnt, float *in)
         const float *src = r->x + (size_t)(i0 + j) * r->C * plane;
         float *dst = in + (((size_t)j * r->hp + g->pad) * r->wp + g->pad) * cp;
         for (size_t q = 0; q < plane; q += LANES) {
-            size_t q0 = block_start(q, plane);
+            size_t q0 = block_start(q, plane), at[LANES];
+            cell_offsets(q0, (size_t)g->w, r->wp, at);
             for (int c0 = 0; c0 < r->C; c0 += LANES) {
                 vf v[LANES];
                 for (int i = 0; i < LANES; i++) v[i] = c0 + i < r->C ? ld(src + (size_t)(c0 + i) * plane + q0) : splat(0.0f);
                 transpose16(v);
-                for (int i = 0; i < LANES; i++) {
-                    size_t cell = q0 + i;
-                    st(dst + ((cell / g->w) * r->wp + cell % g->w) * cp + c0, v[i]);
-                }
+                for (int i = 0; i < LANES; i++) st(dst + at[i] * cp + c0, v[i]);
             }
         }
     }
@@ -392,13 +401,11 @@ INLINE void scatter_output(const wg_run *r, int i0, int cnt, const float *o)
         float *dst = r->y + (size_t)(i0 + j) * r->K * plane;
         const float *src = o + (size_t)j * oh4 * ow4 * kp;
         for (size_t q = 0; q < plane; q += LANES) {
-            size_t q0 = block_start(q, plane);
+            size_t q0 = block_start(q, plane), at[LANES];
+            cell_offsets(q0, (size_t)g->ow, ow4, at);
             for (int k0 = 0; k0 < r->K; k0 += LANES) {
                 vf v[LANES];
-                for (int i = 0; i < LANES; i++) {
-                    size_t cell = q0 + i;
-                    v[i] = ld(src + ((cell / g->ow) * ow4 + cell % g->ow) * kp + k0);
-                }
+                for (int i = 0; i < LANES; i++) v[i] = ld(src + at[i] * kp + k0);
                 transpose16(v);
                 for (int k = 0; k < LANES && k0 + k < r->K; k++) {
                     vf y = v[k] + splat(r->b[k0 + k]);
@@ -455,7 +462,8 @@ INLINE void gather_gradient(const wg_run *r, int chunk, int i0, int cnt, float *
         for (int k0 = 0; k0 < r->K; k0 += LANES) {
             vf total = splat(0.0f);
             for (size_t q = 0; q < plane; q += LANES) {
-                size_t q0 = block_start(q, plane);
+                size_t q0 = block_start(q, plane), cells[LANES];
+                cell_offsets(q0, (size_t)g->ow, ow4, cells);
                 vf v[LANES];
                 for (int i = 0; i < LANES; i++) {
                     if (k0 + i >= r->K) {
@@ -467,9 +475,8 @@ INLINE void gather_gradient(const wg_run *r, int chunk, int i0, int cnt, float *
                 }
                 transpose16(v);
                 for (int i = 0; i < LANES; i++) {
-                    size_t cell = q0 + i;
-                    st(dst + ((cell / g->ow) * ow4 + cell % g->ow) * kp + k0, v[i]);
-                    if (cell >= q) total += v[i]; /* cells of an overlapping block counted once */
+                    st(dst + cells[i] * kp + k0, v[i]);
+                    if (q0 + i >= q) total += v[i]; /* cells of an overlapping block counted once */
                 }
             }
             for (int k = 0; k < LANES && k0 + k < r->K; k++) sum[k0 + k] += total[k];
@@ -534,13 +541,11 @@ INLINE void scatter_input_gradient(const wg_run *r, int i0, int cnt, const float
         float *dst = r->dx + (size_t)(i0 + j) * r->C * plane;
         const float *src = din + (((size_t)j * r->hp + g->pad) * r->wp + g->pad) * cp;
         for (size_t q = 0; q < plane; q += LANES) {
-            size_t q0 = block_start(q, plane);
+            size_t q0 = block_start(q, plane), at[LANES];
+            cell_offsets(q0, (size_t)g->w, r->wp, at);
             for (int c0 = 0; c0 < r->C; c0 += LANES) {
                 vf v[LANES];
-                for (int i = 0; i < LANES; i++) {
-                    size_t cell = q0 + i;
-                    v[i] = ld(src + ((cell / g->w) * r->wp + cell % g->w) * cp + c0);
-                }
+                for (int i = 0; i < LANES; i++) v[i] = ld(src + at[i] * cp + c0);
                 transpose16(v);
                 for (int c = 0; c < LANES && c0 + c < r->C; c++) st(dst + (size_t)(c0 + c) * plane + q0, v[c]);
             }
