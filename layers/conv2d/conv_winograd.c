@@ -161,17 +161,7 @@ INLINE void b6(vf v0, vf v1, vf v2, vf v3, vf v4, vf v5, vf *o)
     o[5] = v5;
 }
 
-/* G g for a filter's three values (6 out) and G^T s (6 -> 3), in double. */
-static void g6(double g0, double g1, double g2, double *o)
-{
-    o[0] = g0 / 4.0;
-    o[1] = -(g0 + g1 + g2) / 6.0;
-    o[2] = -(g0 - g1 + g2) / 6.0;
-    o[3] = g0 / 24.0 + g1 / 12.0 + g2 / 6.0;
-    o[4] = g0 / 24.0 - g1 / 12.0 + g2 / 6.0;
-    o[5] = g2;
-}
-
+/* G^T s (6 -> 3), in double. */
 static void gt6(const double *s, size_t stride, double *o)
 {
     double s0 = s[0], s1 = s[stride], s2 = s[2 * stride], s3 = s[3 * stride], s4 = s[4 * stride],
@@ -224,29 +214,46 @@ static void plan(wg_run *r, const bn_conv_geom *g, int filters, int n)
     r->slab = 2 * r->in_f + r->v_f + r->m_f + r->o_f;
 }
 
-/* The weights carried in: u[xi][c][k] (forward) and ut[xi][k][c] (the input gradient's), zero
- * in the padding. */
-static void transform_weights(const wg_run *r, const float *w, float *u, float *ut)
+/* G g on vectors of 16 filters. */
+INLINE void g6v(vf g0, vf g1, vf g2, vf *o)
 {
-    memset(u, 0, XI * r->cp * r->kp * sizeof *u);
-    memset(ut, 0, XI * r->cp * r->kp * sizeof *ut);
-    for (int k = 0; k < r->K; k++)
-        for (int c = 0; c < r->C; c++) {
-            const float *g = w + ((size_t)k * r->C + c) * 9;
-            double t[6][3], v[6];
+    vf sixth = splat(1.0f / 6.0f), s02 = g0 + g2;
+    o[0] = g0 * splat(0.25f);
+    o[1] = -(s02 + g1) * sixth;
+    o[2] = (g1 - s02) * sixth;
+    o[3] = g0 * splat(1.0f / 24.0f) + g1 * splat(1.0f / 12.0f) + g2 * sixth;
+    o[4] = g0 * splat(1.0f / 24.0f) - g1 * splat(1.0f / 12.0f) + g2 * sixth;
+    o[5] = g2;
+}
+
+/* The weights carried in, 16 filters at a time: u[xi][c][k] (forward), zero in the padding; and
+ * its blocks of 16 x 16 transposed into ut[xi][k][c] (the input gradient's). */
+HOT static void transform_weights(const wg_run *r, const float *w, float *u, float *ut)
+{
+    size_t cp = r->cp, kp = r->kp;
+    for (size_t c = 0; c < cp; c++)
+        for (size_t k0 = 0; k0 < kp; k0 += LANES) {
+            float lanes[9][LANES] = {{0}};
+            for (size_t k = k0; k < k0 + LANES && k < (size_t)r->K && c < (size_t)r->C; k++)
+                for (int t = 0; t < 9; t++) lanes[t][k - k0] = w[(k * r->C + c) * 9 + t];
+            vf t[6][3], o[6];
             for (int col = 0; col < 3; col++) {
-                g6(g[col], g[3 + col], g[6 + col], v);
-                for (int i = 0; i < 6; i++) t[i][col] = v[i];
+                g6v(ld(lanes[col]), ld(lanes[3 + col]), ld(lanes[6 + col]), o);
+                for (int i = 0; i < 6; i++) t[i][col] = o[i];
             }
             for (int i = 0; i < 6; i++) {
-                g6(t[i][0], t[i][1], t[i][2], v);
-                for (int j = 0; j < 6; j++) {
-                    size_t xi = (size_t)i * 6 + j;
-                    u[(xi * r->cp + c) * r->kp + k] = (float)v[j];
-                    ut[(xi * r->kp + k) * r->cp + c] = (float)v[j];
-                }
+                g6v(t[i][0], t[i][1], t[i][2], o);
+                for (int j = 0; j < 6; j++) st(u + (((size_t)i * 6 + j) * cp + c) * kp + k0, o[j]);
             }
         }
+    for (size_t xi = 0; xi < XI; xi++)
+        for (size_t c0 = 0; c0 < cp; c0 += LANES)
+            for (size_t k0 = 0; k0 < kp; k0 += LANES) {
+                vf v[LANES];
+                for (int i = 0; i < LANES; i++) v[i] = ld(u + (xi * cp + c0 + i) * kp + k0);
+                transpose16(v);
+                for (int i = 0; i < LANES; i++) st(ut + (xi * kp + k0 + i) * cp + c0, v[i]);
+            }
 }
 
 /* out[p][n] (rows x ncols, ncols a multiple of LANES) = sum over q < inner of a[p][q] b[q][n];
