@@ -207,8 +207,8 @@ $(BUILD)/tests_list.h: $(wildcard tests/test_*.c)
 
 $(BUILD)/tests/runner.o: $(BUILD)/tests_list.h
 
-# The Winograd convolution's products and transforms: a * b + c may be one fused operation.
-$(BUILD)/layers/conv2d/conv_winograd.o: CFLAGS += -ffp-contract=fast -Wno-psabi
+# The vector code of the Winograd and few-channel convolutions: a * b + c may be one fused operation.
+$(BUILD)/layers/conv2d/conv_winograd.o $(BUILD)/layers/conv2d/conv_few.o: CFLAGS += -ffp-contract=fast -Wno-psabi
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "conv2d.h"
+#include "conv_few.h"
 #include "conv_winograd.h"
 #include "core/parallel.h"
 
@@ -307,6 +308,7 @@ bn_status bn_conv2d_cpu_forward(const bn_conv_geom *g, int filters, int n, const
     bn_cpu_lock();
     bn_status st;
     if (bn_winograd_fits(g, filters)) st = bn_winograd_forward(g, filters, n, x, w, b, y, relu);
+    else if (bn_conv_few_fits(g)) st = bn_conv_few_forward(g, filters, n, x, w, b, y, relu);
     else if ((st = prepare(&r)) == BN_OK) bn_parallel_run(r.chunks, forward_chunk, &r);
     bn_cpu_unlock();
     return st;

@@ -1,0 +1,158 @@
+/* conv_few.c - conv2d's CPU passes for inputs of few channels (conv_few.h).
+ *
+ * A chunk's examples are copied into zero-padded planes with LANES cells of slack after each
+ * row, so a block of 16 output cells reads the 16 + k - 1 cells it needs with plain vector
+ * loads. Where 16 does not divide the output width, a row's last block ends at the row's end
+ * and overlaps the block before it (its overlapping cells stored twice with the same values;
+ * a row narrower than 16 cells is one block whose cells past the row are not stored). */
+#include <string.h>
+
+#include "conv_few.h"
+#include "core/cpu_clones.h"
+#include "core/parallel.h"
+
+#define LANES 16
+#define MAX_CHANNELS 7
+#define MAX_WINDOW 3
+/* A chunk's padded planes aim at this many floats (256 KiB). */
+#define CHUNK_FLOATS (64 * 1024)
+#define INLINE static inline __attribute__((always_inline))
+
+typedef float vf __attribute__((vector_size(64)));
+typedef float vfu __attribute__((vector_size(64), aligned(4), may_alias));
+typedef int vi __attribute__((vector_size(64)));
+
+INLINE vf ld(const float *p) { return *(const vfu *)p; }
+INLINE void st(float *p, vf v) { *(vfu *)p = v; }
+INLINE vf splat(float a)
+{
+    vf v = {a};
+    return __builtin_shufflevector(v, v, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+}
+INLINE vf where_positive(vf test, vf v)
+{
+    vi keep = test > splat(0.0f);
+    return (vf)((vi)v & keep);
+}
+
+typedef struct few_run {
+    const bn_conv_geom *g;
+    int filters, n, nb, chunks, relu, taps; /* taps: c * k * k */
+    size_t hp, wp, img, in_size, out_size;  /* padded plane (wp with a row's slack), per example */
+    const float *x, *w, *b;
+    float *y;
+} few_run;
+
+int bn_conv_few_fits(const bn_conv_geom *g)
+{
+    return g->stride == 1 && g->c >= 1 && g->c <= MAX_CHANNELS && g->k <= MAX_WINDOW && g->ow >= 1 && g->oh >= 1;
+}
+
+static void plan(few_run *r, const bn_conv_geom *g, int filters, int n)
+{
+    r->g = g, r->filters = filters, r->n = n, r->taps = g->c * g->k * g->k;
+    r->hp = (size_t)g->h + 2 * g->pad;
+    r->wp = (size_t)g->w + 2 * g->pad + LANES;
+    r->img = (size_t)g->c * r->hp * r->wp;
+    r->in_size = (size_t)g->c * g->h * g->w, r->out_size = (size_t)filters * g->oh * g->ow;
+    size_t nb = CHUNK_FLOATS / r->img;
+    if (nb < 1) nb = 1;
+    if (nb > (size_t)n) nb = n > 0 ? (size_t)n : 1;
+    r->nb = (int)nb;
+    r->chunks = n > 0 ? (int)((n + nb - 1) / nb) : 0;
+}
+
+/* Example i of the chunk into its padded planes (channels one after the other). */
+static void pad_example(const few_run *r, int i, float *xp)
+{
+    const bn_conv_geom *g = r->g;
+    memset(xp, 0, r->img * sizeof *xp);
+    for (int c = 0; c < g->c; c++)
+        for (int iy = 0; iy < g->h; iy++)
+            memcpy(xp + ((size_t)c * r->hp + iy + g->pad) * r->wp + g->pad,
+                   r->x + (size_t)i * r->in_size + ((size_t)c * g->h + iy) * g->w, (size_t)g->w * sizeof *xp);
+}
+
+/* Where the block of a row's cells from x starts: x, or the row's last 16 cells where fewer than
+ * 16 are left (a row of at least 16). */
+static int block_start(int x, int width)
+{
+    return x + LANES <= width || width < LANES ? x : width - LANES;
+}
+
+/* The C * k * k input rows a block of 16 cells at (oy, x0) reads (nc channels, a window of k:
+ * constants where the caller's switch gives them, so that the loops unroll and the rows stay in
+ * registers). */
+INLINE void load_taps(const few_run *r, int nc, int k, const float *xp, int oy, int x0, vf *in)
+{
+    int t = 0;
+    for (int c = 0; c < nc; c++)
+        for (int ky = 0; ky < k; ky++)
+            for (int kx = 0; kx < k; kx++) in[t++] = ld(xp + ((size_t)c * r->hp + oy + ky) * r->wp + x0 + kx);
+}
+
+/* Calls body(nc, k) with constants for the common first layers (gray or colour, windows of 3),
+ * else with the geometry's values. */
+#define WITH_SHAPE(g, body)                                                                                 \
+    do {                                                                                                    \
+        int shape_ = (g)->c * 16 + (g)->k;                                                                  \
+        switch (shape_) {                                                                                   \
+        case 16 + 3: body(1, 3); break;                                                                     \
+        case 48 + 3: body(3, 3); break;                                                                     \
+        default: body((g)->c, (g)->k); break;                                                               \
+        }                                                                                                   \
+    } while (0)
+
+INLINE void forward_rows(const few_run *r, int nc, int k, const float *xp, float *yi)
+{
+    const bn_conv_geom *g = r->g;
+    size_t plane = (size_t)g->oh * g->ow;
+    int taps = nc * k * k;
+    for (int oy = 0; oy < g->oh; oy++)
+        for (int x = 0; x < g->ow; x += LANES) {
+            int x0 = block_start(x, g->ow), cells = g->ow - x0 < LANES ? g->ow - x0 : LANES;
+            vf in[MAX_CHANNELS * MAX_WINDOW * MAX_WINDOW];
+            load_taps(r, nc, k, xp, oy, x0, in);
+            for (int f = 0; f < r->filters; f++) {
+                const float *wf = r->w + (size_t)f * taps;
+                vf acc = splat(r->b[f]);
+#pragma GCC unroll 16
+                for (int t = 0; t < taps; t++) acc += splat(wf[t]) * in[t];
+                if (r->relu) acc = where_positive(acc, acc);
+                float *dst = yi + f * plane + (size_t)oy * g->ow + x0;
+                if (cells == LANES) {
+                    st(dst, acc);
+                } else {
+                    float lane[LANES];
+                    st(lane, acc);
+                    memcpy(dst, lane, (size_t)cells * sizeof *dst);
+                }
+            }
+        }
+}
+
+BN_CPU_CLONES static void forward_chunk(void *p, int chunk, int worker)
+{
+    const few_run *r = p;
+    float *xp = bn_cpu_scratch(0, worker);
+    int i0 = chunk * r->nb, cnt = r->n - i0 < r->nb ? r->n - i0 : r->nb;
+    for (int j = 0; j < cnt; j++) {
+        pad_example(r, i0 + j, xp);
+        float *yi = r->y + (size_t)(i0 + j) * r->out_size;
+#define FORWARD(nc, k) forward_rows(r, nc, k, xp, yi)
+        WITH_SHAPE(r->g, FORWARD);
+#undef FORWARD
+    }
+}
+
+bn_status bn_conv_few_forward(const bn_conv_geom *g, int filters, int n, const float *x, const float *w,
+                              const float *b, float *y, int relu)
+{
+    few_run r = {0};
+    plan(&r, g, filters, n);
+    if (n == 0) return BN_OK;
+    r.x = x, r.w = w, r.b = b, r.y = y, r.relu = relu;
+    BN_TRY(bn_cpu_scratch_reserve(0, r.img));
+    bn_parallel_run(r.chunks, forward_chunk, &r);
+    return BN_OK;
+}
