@@ -12,6 +12,9 @@
 # Both sides are timed warm: the PyTorch peer leaves its first ten steps out of its clock, and
 # blobnet runs two epochs and reports the second (its first step makes plans and takes the
 # memory of every blob, about three steps' time).
+#
+# Timings on a shared machine move by 10% or more from run to run: CPU_BENCH_RUNS=N (default 1)
+# runs each side N times, blobnet and PyTorch taking turns, and reports each side's median.
 set -euo pipefail
 mnist=${1:?usage: tools/cpu_bench.sh MNIST_DIR [THREADS] [TRAIN_IMAGES]}
 threads=${2:-2}
@@ -34,19 +37,31 @@ blobnet_rates() {
     } END { printf "%.0f %.0f\n", train, (ms > 0 ? 10000 / (ms / 1000) : 0) }' "$1"
 }
 
+runs=${CPU_BENCH_RUNS:-1}
+case $runs in '' | *[!0-9]* | 0) echo "cpu_bench.sh: CPU_BENCH_RUNS=$runs is not a count of runs" >&2; exit 2 ;; esac
+
+# The median of the numbers on standard input.
+median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : int((v[NR / 2] + v[NR / 2 + 1]) / 2)) }'; }
+
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 
 printf '%-12s %6s | %10s %10s %6s | %10s %10s %6s\n' model batch "train" "pt train" "x" "eval" "pt eval" "x"
 for entry in "lenet 64" "resnet_mini 128"; do
     read -r model batch <<<"$entry"
-    BLOBNET_THREADS=$threads ./blobnet train "models/$model.cfg" --device cpu --data "$mnist" --epochs 2 \
-        --batch "$batch" --train-limit "$images" >"$logs/$model.log" 2>&1 || { cat "$logs/$model.log" >&2; exit 1; }
-    read -r train eval < <(blobnet_rates "$logs/$model.log")
-    "$py" tools/pytorch_cpu_peer.py "models/$model.cfg" --data "$mnist" --threads "$threads" --batch "$batch" \
-        --train-limit "$images" >"$logs/$model-pt.log" 2>&1 || { cat "$logs/$model-pt.log" >&2; exit 1; }
-    pt_train=$(awk '{ for (i = 1; i <= NF; i++) if ($i == "train") print $(i + 1) }' "$logs/$model-pt.log")
-    pt_eval=$(awk '{ for (i = 1; i <= NF; i++) if ($i == "evaluate") print $(i + 1) }' "$logs/$model-pt.log")
+    : >"$logs/rates" && : >"$logs/pt-rates"
+    for ((run = 0; run < runs; run++)); do
+        BLOBNET_THREADS=$threads ./blobnet train "models/$model.cfg" --device cpu --data "$mnist" --epochs 2 \
+            --batch "$batch" --train-limit "$images" >"$logs/$model.log" 2>&1 || { cat "$logs/$model.log" >&2; exit 1; }
+        blobnet_rates "$logs/$model.log" >>"$logs/rates"
+        "$py" tools/pytorch_cpu_peer.py "models/$model.cfg" --data "$mnist" --threads "$threads" --batch "$batch" \
+            --train-limit "$images" >"$logs/$model-pt.log" 2>&1 || { cat "$logs/$model-pt.log" >&2; exit 1; }
+        awk '{ for (i = 1; i <= NF; i++) { if ($i == "train") t = $(i + 1); if ($i == "evaluate") e = $(i + 1) } }
+             END { print t, e }' "$logs/$model-pt.log" >>"$logs/pt-rates"
+    done
+    train=$(cut -d' ' -f1 "$logs/rates" | median) eval=$(cut -d' ' -f2 "$logs/rates" | median)
+    pt_train=$(cut -d' ' -f1 "$logs/pt-rates" | median) pt_eval=$(cut -d' ' -f2 "$logs/pt-rates" | median)
     printf '%-12s %6s | %10s %10s %6s | %10s %10s %6s\n' "$model" "$batch" "$train" "$pt_train" \
         "$(ratio "$train" "$pt_train")" "$eval" "$pt_eval" "$(ratio "$eval" "$pt_eval")"
 done
-echo "images per second, $threads threads, $(nproc) cores; $(grep -m1 'torch' "$logs/lenet-pt.log" | sed 's/.*(//; s/)//')"
+echo "images per second (median of $runs run(s) a side), $threads threads, $(nproc) cores;" \
+    "$(grep -m1 'torch' "$logs/lenet-pt.log" | sed 's/.*(//; s/)//')"

@@ -34,7 +34,7 @@
 #define PARTS_FLOATS (16 * 1024 * 1024)
 /* Rows of a product's block held in registers, and the tiles carried in and out together. */
 #define ROWS 8
-#define GROUP 16
+#define GROUP 8
 
 typedef float vf __attribute__((vector_size(64)));
 typedef float vfu __attribute__((vector_size(64), aligned(4), may_alias));
@@ -344,11 +344,18 @@ INLINE void gather_input(const wg_run *r, int i0, int cnt, float *in)
     }
 }
 
-/* Example j's tile t: its offset into padded planes of width `width` (cells) and `height`. */
-static size_t tile_at(const wg_run *r, size_t j, size_t t, size_t height, size_t width)
+/* Where tiles [p0, p0 + count) of the chunk start in planes `height` x `width` cells a side
+ * (cells, not floats), worked out with one division for the group. */
+static void tile_offsets(const wg_run *r, size_t p0, size_t count, size_t height, size_t width, size_t *at)
 {
-    size_t ty = t / r->tw, tx = t % r->tw;
-    return (j * height + TILE * ty) * width + TILE * tx;
+    size_t j = p0 / r->tiles, t = p0 % r->tiles, ty = t / r->tw, tx = t % r->tw;
+    for (size_t p = 0; p < count; p++) {
+        at[p] = (j * height + TILE * ty) * width + TILE * tx;
+        if (++tx == r->tw) {
+            tx = 0;
+            if (++ty == r->th) ty = 0, j++;
+        }
+    }
 }
 
 /* Tiles [p0, p0 + count) of the chunk's padded input carried in: v[xi][p - p0][c], xi's rows
@@ -356,8 +363,10 @@ static size_t tile_at(const wg_run *r, size_t j, size_t t, size_t height, size_t
 INLINE void input_transform(const wg_run *r, size_t p0, size_t count, const float *in, float *v)
 {
     size_t cp = r->cp, rs = r->wp * cp, xs = GROUP * cp;
+    size_t at[GROUP];
+    tile_offsets(r, p0, count, r->hp, r->wp, at);
     for (size_t p = 0; p < count; p++) {
-        const float *base = in + tile_at(r, (p0 + p) / r->tiles, (p0 + p) % r->tiles, r->hp, r->wp) * cp;
+        const float *base = in + at[p] * cp;
         for (size_t c = 0; c < cp; c += LANES) {
             vf t[6][6], o[6];
             for (int s = 0; s < 6; s++) {
@@ -380,8 +389,10 @@ INLINE void input_transform(const wg_run *r, size_t p0, size_t count, const floa
 INLINE void output_transform(const wg_run *r, size_t p0, size_t count, const float *m, float *o)
 {
     size_t kp = r->kp, ow = TILE * r->tw, rs = ow * kp, xs = GROUP * kp;
+    size_t at[GROUP];
+    tile_offsets(r, p0, count, TILE * r->th, ow, at);
     for (size_t p = 0; p < count; p++) {
-        float *base = o + tile_at(r, (p0 + p) / r->tiles, (p0 + p) % r->tiles, TILE * r->th, ow) * kp;
+        float *base = o + at[p] * kp;
         for (size_t k = 0; k < kp; k += LANES) {
             vf t[4][6], q[4];
             const float *src = m + p * kp + k;
@@ -496,8 +507,10 @@ INLINE void gather_gradient(const wg_run *r, int chunk, int i0, int cnt, float *
 INLINE void gradient_transform(const wg_run *r, size_t p0, size_t count, const float *o, float *dm)
 {
     size_t kp = r->kp, ow = TILE * r->tw, rs = ow * kp, xs = GROUP * kp;
+    size_t at[GROUP];
+    tile_offsets(r, p0, count, TILE * r->th, ow, at);
     for (size_t p = 0; p < count; p++) {
-        const float *base = o + tile_at(r, (p0 + p) / r->tiles, (p0 + p) % r->tiles, TILE * r->th, ow) * kp;
+        const float *base = o + at[p] * kp;
         for (size_t k = 0; k < kp; k += LANES) {
             vf t[6][4], q[6];
             for (int b = 0; b < 4; b++) {
@@ -520,8 +533,10 @@ INLINE void gradient_transform(const wg_run *r, size_t p0, size_t count, const f
 INLINE void input_gradient(const wg_run *r, size_t p0, size_t count, const float *dv, float *din)
 {
     size_t cp = r->cp, rs = r->wp * cp, xs = GROUP * cp;
+    size_t at[GROUP];
+    tile_offsets(r, p0, count, r->hp, r->wp, at);
     for (size_t p = 0; p < count; p++) {
-        float *base = din + tile_at(r, (p0 + p) / r->tiles, (p0 + p) % r->tiles, r->hp, r->wp) * cp;
+        float *base = din + at[p] * cp;
         for (size_t c = 0; c < cp; c += LANES) {
             vf t[6][6], q[6];
             const float *src = dv + p * cp + c;
