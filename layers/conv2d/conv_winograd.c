@@ -6,11 +6,12 @@
  * (example j, tile row ty, tile column tx) reads the 6x6 patch at (4 ty, 4 tx) of its padded
  * example; the padded planes are 4 * tiles + 2 cells a side, so every patch lies inside them
  * and the cells past the input are zeros. The 36 transformed values of a tile go to 36
- * matrices, one per point xi of the 6x6 domain, each of tiles x channels:
+ * matrices, one per point xi of the 6x6 domain, each of tiles x channels (stored tile by tile:
+ * a tile's 36 points side by side):
  *
- *     V[xi][p][c]   input, carried in (B^T d B)
+ *     V[p][xi][c]   input, carried in (B^T d B)
  *     U[xi][c][k]   filter k's weights for channel c, carried in (G g G^T)
- *     M[xi][p][k] = sum over c of V[xi][p][c] U[xi][c][k]
+ *     M[p][xi][k] = sum over c of V[p][xi][c] U[xi][c][k]
  *     y tile      = A^T M A, per filter
  *
  * The products are small (a chunk holds a few hundred tiles; channels and filters are tens),
@@ -358,11 +359,12 @@ static void tile_offsets(const wg_run *r, size_t p0, size_t count, size_t height
     }
 }
 
-/* Tiles [p0, p0 + count) of the chunk's padded input carried in: v[xi][p - p0][c], xi's rows
- * `xs` floats apart; rows count..GROUP-1 zero. */
+/* Tiles [p0, p0 + count) of the chunk's padded input carried in: v[p - p0][xi][c] (a tile's 36
+ * vectors of channels side by side, so that its stores fill whole lines; point xi's matrix is
+ * read with a row stride of 36 vectors); rows count..GROUP-1 zero. */
 INLINE void input_transform(const wg_run *r, size_t p0, size_t count, const float *in, float *v)
 {
-    size_t cp = r->cp, rs = r->wp * cp, xs = GROUP * cp;
+    size_t cp = r->cp, rs = r->wp * cp, ts = XI * cp;
     size_t at[GROUP];
     tile_offsets(r, p0, count, r->hp, r->wp, at);
     for (size_t p = 0; p < count; p++) {
@@ -376,26 +378,26 @@ INLINE void input_transform(const wg_run *r, size_t p0, size_t count, const floa
             }
             for (int i = 0; i < 6; i++) {
                 bt6(t[i][0], t[i][1], t[i][2], t[i][3], t[i][4], t[i][5], o);
-                for (int jj = 0; jj < 6; jj++) st(v + (i * 6 + jj) * xs + p * cp + c, o[jj]);
+                for (int jj = 0; jj < 6; jj++) st(v + p * ts + (i * 6 + jj) * cp + c, o[jj]);
             }
         }
     }
     if (count < GROUP)
-        for (int xi = 0; xi < XI; xi++) memset(v + xi * xs + count * cp, 0, (GROUP - count) * cp * sizeof *v);
+        memset(v + count * ts, 0, (GROUP - count) * ts * sizeof *v);
 }
 
 /* Tiles [p0, p0 + count) of M carried back: 4x4 tiles of every filter into o (height 4 th,
  * width 4 tw, filters innermost). */
 INLINE void output_transform(const wg_run *r, size_t p0, size_t count, const float *m, float *o)
 {
-    size_t kp = r->kp, ow = TILE * r->tw, rs = ow * kp, xs = GROUP * kp;
+    size_t kp = r->kp, ow = TILE * r->tw, rs = ow * kp, xs = kp;
     size_t at[GROUP];
     tile_offsets(r, p0, count, TILE * r->th, ow, at);
     for (size_t p = 0; p < count; p++) {
         float *base = o + at[p] * kp;
         for (size_t k = 0; k < kp; k += LANES) {
             vf t[4][6], q[4];
-            const float *src = m + p * kp + k;
+            const float *src = m + p * XI * kp + k;
             for (int j = 0; j < 6; j++) {
                 at6(ld(src + j * xs), ld(src + (6 + j) * xs), ld(src + (12 + j) * xs), ld(src + (18 + j) * xs),
                     ld(src + (24 + j) * xs), ld(src + (30 + j) * xs), q);
@@ -455,8 +457,8 @@ HOT static void forward_chunk(void *p, int chunk, int worker)
         size_t count = tiles - p0 < GROUP ? tiles - p0 : GROUP;
         input_transform(r, p0, count, in, v);
         for (int xi = 0; xi < XI; xi++)
-            gemm_nn(round_up(count, ROWS), r->C, kp, v + xi * GROUP * cp, cp, r->u + xi * cp * kp, kp,
-                    m + xi * GROUP * kp, kp);
+            gemm_nn(round_up(count, ROWS), r->C, kp, v + xi * cp, XI * cp, r->u + xi * cp * kp, kp, m + xi * kp,
+                    XI * kp);
         output_transform(r, p0, count, m, o);
     }
     scatter_output(r, i0, cnt, o);
@@ -502,11 +504,11 @@ INLINE void gather_gradient(const wg_run *r, int chunk, int i0, int cnt, float *
     }
 }
 
-/* Tiles [p0, p0 + count) of the output gradient carried in: dm[xi][p - p0][k]; rows
+/* Tiles [p0, p0 + count) of the output gradient carried in: dm[p - p0][xi][k]; rows
  * count..GROUP-1 zero. */
 INLINE void gradient_transform(const wg_run *r, size_t p0, size_t count, const float *o, float *dm)
 {
-    size_t kp = r->kp, ow = TILE * r->tw, rs = ow * kp, xs = GROUP * kp;
+    size_t kp = r->kp, ow = TILE * r->tw, rs = ow * kp, ts = XI * kp;
     size_t at[GROUP];
     tile_offsets(r, p0, count, TILE * r->th, ow, at);
     for (size_t p = 0; p < count; p++) {
@@ -520,26 +522,26 @@ INLINE void gradient_transform(const wg_run *r, size_t p0, size_t count, const f
             }
             for (int i = 0; i < 6; i++) {
                 a6(t[i][0], t[i][1], t[i][2], t[i][3], q);
-                for (int jj = 0; jj < 6; jj++) st(dm + (i * 6 + jj) * xs + p * kp + k, q[jj]);
+                for (int jj = 0; jj < 6; jj++) st(dm + p * ts + (i * 6 + jj) * kp + k, q[jj]);
             }
         }
     }
     if (count < GROUP)
-        for (int xi = 0; xi < XI; xi++) memset(dm + xi * xs + count * kp, 0, (GROUP - count) * kp * sizeof *dm);
+        memset(dm + count * ts, 0, (GROUP - count) * ts * sizeof *dm);
 }
 
 /* Tiles [p0, p0 + count) of dV carried back into the padded input gradient (channels
  * innermost), each tile's 6x6 added where its patch lies, tiles in order. */
 INLINE void input_gradient(const wg_run *r, size_t p0, size_t count, const float *dv, float *din)
 {
-    size_t cp = r->cp, rs = r->wp * cp, xs = GROUP * cp;
+    size_t cp = r->cp, rs = r->wp * cp, xs = cp;
     size_t at[GROUP];
     tile_offsets(r, p0, count, r->hp, r->wp, at);
     for (size_t p = 0; p < count; p++) {
         float *base = din + at[p] * cp;
         for (size_t c = 0; c < cp; c += LANES) {
             vf t[6][6], q[6];
-            const float *src = dv + p * cp + c;
+            const float *src = dv + p * XI * cp + c;
             for (int j = 0; j < 6; j++) {
                 b6(ld(src + j * xs), ld(src + (6 + j) * xs), ld(src + (12 + j) * xs), ld(src + (18 + j) * xs),
                    ld(src + (24 + j) * xs), ld(src + (30 + j) * xs), q);
@@ -595,12 +597,12 @@ HOT static void backward_chunk(void *p, int chunk, int worker)
         input_transform(r, p0, count, in, v);
         gradient_transform(r, p0, count, o, dm);
         for (int xi = 0; xi < XI; xi++)
-            gemm_tn(count, cp, kp, v + xi * GROUP * cp, cp, dm + xi * GROUP * kp, kp, part + xi * cp * kp, kp);
+            gemm_tn(count, cp, kp, v + xi * cp, XI * cp, dm + xi * kp, XI * kp, part + xi * cp * kp, kp);
         if (!r->dx) continue;
         /* dV = dM U^T over V's buffer (V is spent), then carried back. */
         for (int xi = 0; xi < XI; xi++)
-            gemm_nn(round_up(count, ROWS), r->K, cp, dm + xi * GROUP * kp, kp, r->ut + xi * kp * cp, cp,
-                    v + xi * GROUP * cp, cp);
+            gemm_nn(round_up(count, ROWS), r->K, cp, dm + xi * kp, XI * kp, r->ut + xi * kp * cp, cp, v + xi * cp,
+                    XI * cp);
         input_gradient(r, p0, count, v, din);
     }
     if (r->dx) scatter_input_gradient(r, i0, cnt, din);
