@@ -105,6 +105,7 @@ static void forward_range(void *arg, size_t lo, size_t hi)
 
 static bn_status add_forward(bn_layer *l, const bn_pass *p)
 {
+    if (l->cpu_summed_input) return BN_OK; /* the last input's producer wrote the sum */
     add_run r = {l->priv, l->num_inputs, {0}, {0}, NULL, l->cpu_relu};
     BN_HOST_WR(y, l->out);
     r.out[0] = y;
@@ -136,7 +137,8 @@ static bn_status add_backward(bn_layer *l, const bn_pass *p)
     r.in[0] = dy;
     if (l->cpu_relu && !(r.relu_y = bn_blob_host_rd(l->out))) return bn_last_status();
     for (int j = 0; j < l->num_inputs; j++) {
-        if (!l->input_grads[j]) continue;
+        /* the producer that wrote the sum reads this layer's output gradient itself */
+        if (!l->input_grads[j] || j == l->cpu_summed_input - 1) continue;
         BN_HOST_WR(dx, l->input_grads[j]);
         r.out[j] = dx;
     }
@@ -150,6 +152,13 @@ static double add_flops(const bn_layer *l)
     const add_priv *a = l->priv;
     double per_example = (double)l->out->c * l->out->h * l->out->w;
     return per_example * (l->num_inputs - 1) * (a->num_coeffs ? 2 : 1);
+}
+
+/* A sum without coefficients (bn_layer_ops.cpu_sums_inputs). */
+static int add_sums_inputs(const bn_layer *l)
+{
+    const add_priv *a = l->priv;
+    return a->num_coeffs == 0;
 }
 
 const bn_layer_ops bn_add_ops = {
@@ -171,5 +180,6 @@ const bn_layer_ops bn_add_ops = {
     .absorbs = BN_ABSORB_RELU,
     .relu_in_place = 1, /* its backward pass does not read its output */
     .relu_cpu = 1,
+    .cpu_sums_inputs = add_sums_inputs,
     .bf16 = 1,
 };

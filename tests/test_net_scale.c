@@ -215,3 +215,60 @@ BN_TEST(net_scale_relus_done_by_their_producers_give_the_same_bits)
     bn_net_free(own);
     return BN_PASS;
 }
+
+/* A convolution whose output only a plain sum reads writes that sum from its CPU forward and
+ * reads its gradient (bn_layer.cpu_sum_into), on each of the CPU paths: a few-channel
+ * convolution from the input, a Winograd 3x3 (with the sum's ReLU) and a 1x1 on the column
+ * path. The same network with coefficients of 1 on its sums (which keeps every sum a pass of its
+ * own) gives the same bits. */
+BN_TEST(net_scale_sums_written_by_their_last_producer_give_the_same_bits)
+{
+    static const char body[] = "[input]\nchannels=2\nheight=9\nwidth=13\n"
+                               "[conv2d]\nname=a\nfilters=8\nsize=3\npad=1\n[relu]\nname=ra\n"
+                               "[conv2d]\nname=c1\ninput=input\nfilters=8\nsize=3\npad=1\n"
+                               "[add]\nname=s1\ninput=ra,c1\n%s"
+                               "[conv2d]\nname=c2\nfilters=8\nsize=3\npad=1\n"
+                               "[add]\nname=s2\ninput=c2,s1\n%s[relu]\nname=rs2\n"
+                               "[conv2d]\nname=c3\nfilters=8\nsize=1\n"
+                               "[add]\nname=s3\ninput=rs2,c3\n%s"
+                               "[dense]\noutputs=3\n[softmax_ce]\n";
+    char plain[1024], weighted[1024];
+    snprintf(plain, sizeof plain, body, "", "", "");
+    snprintf(weighted, sizeof weighted, body, "coeff=1,1\n", "coeff=1,1\n", "coeff=1,1\n");
+    bn_net *fused, *own;
+    CHECK_OK(bn_net_from_text(plain, "plain.cfg", &fused));
+    CHECK_OK(bn_net_from_text(weighted, "weighted.cfg", &own));
+    fused->relu_in_place = own->relu_in_place = 1;
+    CHECK_OK(bn_net_setup(fused, 5, NULL, 1, 9));
+    CHECK_OK(bn_net_setup(own, 5, NULL, 1, 9));
+    static const char *const producers[] = {"c1", "c2", "c3"}, *const sums[] = {"s1", "s2", "s3"};
+    for (int k = 0; k < 3; k++) {
+        const bn_layer *p = bn_net_find_layer(fused, producers[k]), *a = bn_net_find_layer(fused, sums[k]);
+        CHECK_MSG(p->cpu_sum_into == a && a->cpu_summed_input > 0, "%s does not write %s", producers[k], sums[k]);
+        CHECK(!bn_net_find_layer(own, producers[k])->cpu_sum_into && !bn_net_find_layer(own, sums[k])->cpu_summed_input);
+    }
+    CHECK(bn_net_find_layer(fused, "s2")->cpu_relu);
+    bn_net *nets[2] = {fused, own};
+    for (int k = 0; k < 2; k++) {
+        float *x = bn_blob_host_wr(nets[k]->input), *y = bn_blob_host_wr(nets[k]->labels);
+        CHECK(x && y);
+        for (size_t i = 0; i < bn_blob_count(nets[k]->input); i++) x[i] = (float)((i * 7) % 11) / 5.0f - 1.0f;
+        for (int i = 0; i < 5; i++) y[i] = (float)(i % 3);
+        CHECK_OK(bn_net_zero_grad(nets[k]));
+        CHECK_OK(bn_net_forward(nets[k], 1));
+        CHECK_OK(bn_net_backward(nets[k]));
+    }
+    CHECK(same_floats(fused->grads, own->grads) == BN_PASS);
+    CHECK(same_floats(bn_net_output(fused), bn_net_output(own)) == BN_PASS);
+    for (int i = 0; i + 1 < fused->num_layers; i++) {
+        if (!bn_net_blob_unwritten(fused, i, 0) && !bn_net_blob_unwritten(own, i, 0))
+            CHECK_MSG(same_floats(fused->layers[i]->out, own->layers[i]->out) == BN_PASS, "%s's output",
+                      fused->layers[i]->name);
+        if (!bn_net_blob_unwritten(fused, i, 1) && !bn_net_blob_unwritten(own, i, 1))
+            CHECK_MSG(same_floats(fused->layers[i]->out_grad, own->layers[i]->out_grad) == BN_PASS, "%s's gradient",
+                      fused->layers[i]->name);
+    }
+    bn_net_free(fused);
+    bn_net_free(own);
+    return BN_PASS;
+}

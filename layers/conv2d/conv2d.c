@@ -63,14 +63,24 @@ static bn_status conv_setup(bn_layer *l, bn_shape in, bn_shape *out)
     return BN_OK;
 }
 
+/* Where the layer writes a plain sum (bn_layer.cpu_sum_into), its output is the sum's, its ReLU
+ * the sum's, and the sum's other inputs are added. */
 static bn_status conv_forward(bn_layer *l, const bn_pass *p)
 {
     conv_priv *c = l->priv;
+    const bn_layer *sum = l->cpu_sum_into;
+    const float *addends[BN_MAX_INPUTS];
+    int num_addends = 0;
+    for (int j = 0; sum && j < sum->num_inputs; j++) {
+        if (j == sum->cpu_summed_input - 1) continue;
+        if (!(addends[num_addends++] = bn_blob_host_rd(sum->inputs[j]))) return bn_last_status();
+    }
     BN_HOST_RD(x, l->in);
     BN_HOST_RD(w, l->params[WEIGHT].value);
     BN_HOST_RD(b, l->params[BIAS].value);
-    BN_HOST_WR(y, l->out);
-    return bn_conv2d_cpu_forward(&c->g, c->filters, l->in->n, x, w, b, y, l->cpu_relu);
+    BN_HOST_WR(y, sum ? sum->out : l->out);
+    return bn_conv2d_cpu_forward_sum(&c->g, c->filters, l->in->n, x, w, b, y, sum ? sum->cpu_relu : l->cpu_relu, addends,
+                                     num_addends);
 }
 
 static bn_status conv_backward(bn_layer *l, const bn_pass *p)
@@ -78,7 +88,8 @@ static bn_status conv_backward(bn_layer *l, const bn_pass *p)
     conv_priv *c = l->priv;
     BN_HOST_RD(x, l->in);
     BN_HOST_RD(w, l->params[WEIGHT].value);
-    BN_HOST_RD(dy, l->out_grad);
+    const bn_layer *sum = l->cpu_sum_into; /* its output gradient is the sum's, masked by its ReLU */
+    BN_HOST_RD(dy, sum ? sum->out_grad : l->out_grad);
     BN_HOST_WR(dw, l->params[WEIGHT].grad);
     BN_HOST_WR(db, l->params[BIAS].grad);
     float *dx = NULL;
@@ -87,7 +98,8 @@ static bn_status conv_backward(bn_layer *l, const bn_pass *p)
         if (!dx) return bn_last_status();
     }
     const float *relu_y = NULL;
-    if (l->cpu_relu && !(relu_y = bn_blob_host_rd(l->out))) return bn_last_status();
+    const bn_layer *masked = sum ? sum : l;
+    if (masked->cpu_relu && !(relu_y = bn_blob_host_rd(masked->out))) return bn_last_status();
     return bn_conv2d_cpu_backward(&c->g, c->filters, l->in->n, x, w, dy, relu_y, dx, dw, db);
 }
 
@@ -129,6 +141,7 @@ const bn_layer_ops bn_conv2d_ops = {
     .absorbs = BN_ABSORB_RELU,
     .relu_in_place = 1, /* its backward pass does not read its output */
     .relu_cpu = 1,
+    .sum_cpu = 1,
     .fuse_next_gpu = BN_GPU(bn_conv2d_fuse_next),
     .describe_gpu = BN_GPU(bn_conv2d_gpu_describe),
     .bf16 = 1,

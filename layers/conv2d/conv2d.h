@@ -41,6 +41,11 @@ typedef struct conv_priv {
  * be allocated. */
 bn_status bn_conv2d_cpu_forward(const bn_conv_geom *g, int filters, int n, const float *x, const float *w,
                                 const float *b, float *y, int relu);
+/* The forward pass adding num_addends blobs of y's shape to the output (after the bias, before
+ * the ReLU, in that order): a plain sum the layer writes (bn_layer.cpu_sum_into). */
+bn_status bn_conv2d_cpu_forward_sum(const bn_conv_geom *g, int filters, int n, const float *x, const float *w,
+                                    const float *b, float *y, int relu, const float *const *addends,
+                                    int num_addends);
 bn_status bn_conv2d_cpu_backward(const bn_conv_geom *g, int filters, int n, const float *x, const float *w,
                                  const float *dy, const float *relu_y, float *dx, float *dw, float *db);
 

@@ -47,6 +47,8 @@ typedef struct conv_run {
     size_t hp, wp, img, plane; /* shifted: padded height, width, an example's padded plane, a
                                   channel's row in the chunk's padded input */
     const float *x, *w, *b, *dy, *wt, *relu_y; /* relu_y: the output of a ReLU the forward did */
+    const float *const *addends; /* blobs of y's shape the forward adds before the ReLU */
+    int num_addends;
     float *y, *dx, *parts;
     double *bias_parts; /* per chunk and filter */
 } conv_run;
@@ -134,6 +136,16 @@ static void bias_row(float *restrict dst, const float *restrict src, float bias,
         for (int i = 0; i < n; i++) dst[i] = src[i] + bias;
 }
 
+static void add_row(float *restrict dst, const float *restrict src, int n)
+{
+    for (int i = 0; i < n; i++) dst[i] += src[i];
+}
+
+static void relu_row(float *restrict dst, int n)
+{
+    for (int i = 0; i < n; i++) dst[i] = dst[i] > 0.0f ? dst[i] : 0.0f;
+}
+
 static void masked_row(float *restrict dst, const float *restrict src, const float *restrict y, int n)
 {
     for (int i = 0; i < n; i++) {
@@ -149,10 +161,19 @@ static void spread(const conv_run *r, const float *wide, size_t cols, int i0, in
 {
     const int oh = r->g->oh, ow = r->g->ow;
     for (int j = 0; j < cnt; j++) {
-        float *yi = r->y + (size_t)(i0 + j) * r->out_size;
+        size_t example = (size_t)(i0 + j) * r->out_size;
+        float *yi = r->y + example;
         for (int f = 0; f < r->filters; f++)
-            for (int oy = 0; oy < oh; oy++)
-                bias_row(yi + f * r->pos + (size_t)oy * ow, wide + f * cols + j * per + oy * row, r->b[f], ow, r->relu);
+            for (int oy = 0; oy < oh; oy++) {
+                size_t at = f * r->pos + (size_t)oy * ow;
+                if (!r->num_addends) {
+                    bias_row(yi + at, wide + f * cols + j * per + oy * row, r->b[f], ow, r->relu);
+                    continue;
+                }
+                bias_row(yi + at, wide + f * cols + j * per + oy * row, r->b[f], ow, 0);
+                for (int a = 0; a < r->num_addends; a++) add_row(yi + at, r->addends[a] + example + at, ow);
+                if (r->relu) relu_row(yi + at, ow);
+            }
     }
 }
 
@@ -301,14 +322,21 @@ static bn_status prepare(conv_run *r)
 bn_status bn_conv2d_cpu_forward(const bn_conv_geom *g, int filters, int n, const float *x, const float *w,
                                 const float *b, float *y, int relu)
 {
+    return bn_conv2d_cpu_forward_sum(g, filters, n, x, w, b, y, relu, NULL, 0);
+}
+
+bn_status bn_conv2d_cpu_forward_sum(const bn_conv_geom *g, int filters, int n, const float *x, const float *w,
+                                    const float *b, float *y, int relu, const float *const *addends,
+                                    int num_addends)
+{
     conv_run r = {0};
     plan(&r, g, filters, n);
-    r.x = x, r.w = w, r.b = b, r.y = y, r.relu = relu;
+    r.x = x, r.w = w, r.b = b, r.y = y, r.relu = relu, r.addends = addends, r.num_addends = num_addends;
     if (n == 0) return BN_OK;
     bn_cpu_lock();
     bn_status st;
-    if (bn_winograd_fits(g, filters)) st = bn_winograd_forward(g, filters, n, x, w, b, y, relu);
-    else if (bn_conv_few_fits(g)) st = bn_conv_few_forward(g, filters, n, x, w, b, y, relu);
+    if (bn_winograd_fits(g, filters)) st = bn_winograd_forward(g, filters, n, x, w, b, y, relu, addends, num_addends);
+    else if (bn_conv_few_fits(g)) st = bn_conv_few_forward(g, filters, n, x, w, b, y, relu, addends, num_addends);
     else if ((st = prepare(&r)) == BN_OK) bn_parallel_run(r.chunks, forward_chunk, &r);
     bn_cpu_unlock();
     return st;

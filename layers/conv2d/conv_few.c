@@ -40,6 +40,8 @@ typedef struct few_run {
     int filters, n, nb, chunks, relu, taps; /* taps: c * k * k */
     size_t hp, wp, img, in_size, out_size;  /* padded plane (wp with a row's slack), per example */
     const float *x, *w, *b;
+    const float *const *addends; /* blobs of y's shape the forward adds before the ReLU */
+    int num_addends;
     float *y;
 } few_run;
 
@@ -103,7 +105,7 @@ INLINE void load_taps(const few_run *r, int nc, int k, const float *xp, int oy, 
         }                                                                                                   \
     } while (0)
 
-INLINE void forward_rows(const few_run *r, int nc, int k, const float *xp, float *yi)
+INLINE void forward_rows(const few_run *r, int nc, int k, const float *xp, size_t example)
 {
     const bn_conv_geom *g = r->g;
     size_t plane = (size_t)g->oh * g->ow;
@@ -118,14 +120,22 @@ INLINE void forward_rows(const few_run *r, int nc, int k, const float *xp, float
                 vf acc = splat(r->b[f]);
 #pragma GCC unroll 16
                 for (int t = 0; t < taps; t++) acc += splat(wf[t]) * in[t];
+                size_t at = example + f * plane + (size_t)oy * g->ow + x0;
+                float lane[LANES] = {0};
+                for (int a = 0; a < r->num_addends; a++) {
+                    if (cells == LANES) {
+                        acc += ld(r->addends[a] + at);
+                        continue;
+                    }
+                    memcpy(lane, r->addends[a] + at, (size_t)cells * sizeof *lane);
+                    acc += ld(lane);
+                }
                 if (r->relu) acc = where_positive(acc, acc);
-                float *dst = yi + f * plane + (size_t)oy * g->ow + x0;
                 if (cells == LANES) {
-                    st(dst, acc);
+                    st(r->y + at, acc);
                 } else {
-                    float lane[LANES];
                     st(lane, acc);
-                    memcpy(dst, lane, (size_t)cells * sizeof *dst);
+                    memcpy(r->y + at, lane, (size_t)cells * sizeof *lane);
                 }
             }
         }
@@ -138,20 +148,20 @@ BN_CPU_CLONES static void forward_chunk(void *p, int chunk, int worker)
     int i0 = chunk * r->nb, cnt = r->n - i0 < r->nb ? r->n - i0 : r->nb;
     for (int j = 0; j < cnt; j++) {
         pad_example(r, i0 + j, xp);
-        float *yi = r->y + (size_t)(i0 + j) * r->out_size;
-#define FORWARD(nc, k) forward_rows(r, nc, k, xp, yi)
+        size_t example = (size_t)(i0 + j) * r->out_size;
+#define FORWARD(nc, k) forward_rows(r, nc, k, xp, example)
         WITH_SHAPE(r->g, FORWARD);
 #undef FORWARD
     }
 }
 
 bn_status bn_conv_few_forward(const bn_conv_geom *g, int filters, int n, const float *x, const float *w,
-                              const float *b, float *y, int relu)
+                              const float *b, float *y, int relu, const float *const *addends, int num_addends)
 {
     few_run r = {0};
     plan(&r, g, filters, n);
     if (n == 0) return BN_OK;
-    r.x = x, r.w = w, r.b = b, r.y = y, r.relu = relu;
+    r.x = x, r.w = w, r.b = b, r.y = y, r.relu = relu, r.addends = addends, r.num_addends = num_addends;
     BN_TRY(bn_cpu_scratch_reserve(0, r.img));
     bn_parallel_run(r.chunks, forward_chunk, &r);
     return BN_OK;

@@ -17,7 +17,7 @@
 /* Whether the forward pass fits: stride 1, 1 to 7 input channels, a window of at most 3x3. */
 int bn_conv_few_fits(const bn_conv_geom *g);
 
-/* As bn_conv2d_cpu_forward (conv2d.h). Called under bn_cpu_lock. */
+/* As bn_conv2d_cpu_forward_sum (conv2d.h). Called under bn_cpu_lock. */
 bn_status bn_conv_few_forward(const bn_conv_geom *g, int filters, int n, const float *x, const float *w,
-                              const float *b, float *y, int relu);
+                              const float *b, float *y, int relu, const float *const *addends, int num_addends);
 #endif

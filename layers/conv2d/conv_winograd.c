@@ -180,6 +180,8 @@ typedef struct wg_run {
     size_t hp, wp;          /* an example's padded planes: 4 * tiles + 2 a side */
     size_t in_f, v_f, m_f, o_f, slab; /* a worker's buffers, floats */
     const float *x, *b, *dy, *relu_y, *u, *ut;
+    const float *const *addends; /* blobs of y's shape the forward adds before the ReLU */
+    int num_addends;
     float *y, *dx, *parts;
     double *bias_parts; /* per chunk and filter */
 } wg_run;
@@ -418,7 +420,8 @@ INLINE void scatter_output(const wg_run *r, int i0, int cnt, const float *o)
     const bn_conv_geom *g = r->g;
     size_t ow4 = TILE * r->tw, oh4 = TILE * r->th, kp = r->kp, plane = (size_t)g->oh * g->ow;
     for (int j = 0; j < cnt; j++) {
-        float *dst = r->y + (size_t)(i0 + j) * r->K * plane;
+        size_t example = (size_t)(i0 + j) * r->K * plane;
+        float *dst = r->y + example;
         const float *src = o + (size_t)j * oh4 * ow4 * kp;
         for (size_t q = 0; q < plane; q += LANES) {
             size_t q0 = block_start(q, plane), at[LANES];
@@ -428,9 +431,11 @@ INLINE void scatter_output(const wg_run *r, int i0, int cnt, const float *o)
                 for (int i = 0; i < LANES; i++) v[i] = ld(src + at[i] * kp + k0);
                 transpose16(v);
                 for (int k = 0; k < LANES && k0 + k < r->K; k++) {
+                    size_t cell = (size_t)(k0 + k) * plane + q0;
                     vf y = v[k] + splat(r->b[k0 + k]);
+                    for (int a = 0; a < r->num_addends; a++) y += ld(r->addends[a] + example + cell);
                     if (r->relu) y = where_positive(y, y);
-                    st(dst + (size_t)(k0 + k) * plane + q0, y);
+                    st(dst + cell, y);
                 }
             }
         }
@@ -624,12 +629,12 @@ static bn_status prepare(wg_run *r, const float *w)
 }
 
 bn_status bn_winograd_forward(const bn_conv_geom *g, int filters, int n, const float *x, const float *w,
-                              const float *b, float *y, int relu)
+                              const float *b, float *y, int relu, const float *const *addends, int num_addends)
 {
     wg_run r = {0};
     plan(&r, g, filters, n);
     if (n == 0) return BN_OK;
-    r.x = x, r.b = b, r.y = y, r.relu = relu;
+    r.x = x, r.b = b, r.y = y, r.relu = relu, r.addends = addends, r.num_addends = num_addends;
     BN_TRY(prepare(&r, w));
     bn_parallel_run(r.chunks, forward_chunk, &r);
     return BN_OK;

@@ -24,10 +24,10 @@
  * least half of whose 4x4 tiles' cells are used. */
 int bn_winograd_fits(const bn_conv_geom *g, int filters);
 
-/* As bn_conv2d_cpu_forward and bn_conv2d_cpu_backward (conv2d.h), for geometries that fit.
+/* As bn_conv2d_cpu_forward_sum and bn_conv2d_cpu_backward (conv2d.h), for geometries that fit.
  * Called under bn_cpu_lock. */
 bn_status bn_winograd_forward(const bn_conv_geom *g, int filters, int n, const float *x, const float *w,
-                              const float *b, float *y, int relu);
+                              const float *b, float *y, int relu, const float *const *addends, int num_addends);
 bn_status bn_winograd_backward(const bn_conv_geom *g, int filters, int n, const float *x, const float *w,
                                const float *dy, const float *relu_y, float *dx, float *dw, float *db);
 #endif

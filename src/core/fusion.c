@@ -1,4 +1,5 @@
-/* fusion.c - which layers' GPU passes run inside a neighbour's kernels: every rule in one place.
+/* fusion.c - which layers' GPU passes run inside a neighbour's kernels, and which plain sums a
+ * producer's CPU forward writes: every rule in one place.
  *
  * On a device two neighbouring layers often cost less as one kernel than as two: a launch and a
  * pass over the activations fewer. The network decides this once, when it is set up on a device,
@@ -27,7 +28,14 @@
  * twice: a layer whose pass is already done by another's kernels is not offered again.
  *
  * During each step on a device the loss layer may fold more into its forward pass
- * (bn_net_fuse_loss): the metrics' running sums and its input gradient. */
+ * (bn_net_fuse_loss): the metrics' running sums and its input gradient.
+ *
+ * On the CPU, a residual join costs a pass over three activations when it runs alone (read two,
+ * write one), and its backward pass writes a gradient copy per input. A convolution whose output
+ * only the join reads writes the join's sum from its own epilogue instead, and reads the join's
+ * output gradient directly (bn_net_fuse_cpu_sums, decided for every network: the flags are read
+ * by CPU passes only, and bn_net_blob_unwritten reports the convolution's output and gradient as
+ * unwritten on both devices, so that comparisons between the two skip them alike). */
 #include "net.h"
 
 /* A rule looks at producer p and its sole consumer c and fuses them when it applies. */
@@ -86,6 +94,27 @@ void bn_net_fuse(bn_net *net)
     }
 }
 
+/* A plain sum's input produced last, when its producer may write the sum (sum_cpu) and the sum
+ * is that producer's one reader, with no ReLU running in place over the producer's output. The
+ * sum's other inputs are all written before that producer runs, so its forward can add them. */
+void bn_net_fuse_cpu_sums(bn_net *net)
+{
+    for (int i = 0; i < net->num_layers; i++) {
+        bn_layer *a = net->layers[i];
+        if (a->num_inputs < 2 || !a->ops->cpu_sums_inputs || !a->ops->cpu_sums_inputs(a)) continue;
+        int last = 0;
+        for (int j = 1; j < a->num_inputs; j++)
+            if (a->sources[j] > a->sources[last]) last = j;
+        if (a->sources[last] < 0) continue;
+        bn_layer *p = net->layers[a->sources[last]];
+        if (!p->ops->sum_cpu || p->num_readers != 1 || bn_net_sole_consumer(net, p) != a || p->cpu_relu ||
+            p->cpu_sum_into)
+            continue;
+        p->cpu_sum_into = a;
+        a->cpu_summed_input = last + 1;
+    }
+}
+
 int bn_net_fuse_loss(bn_net *net, bn_blob *acc, int grad)
 {
     bn_layer *loss = bn_net_loss_layer(net);
@@ -107,6 +136,7 @@ int bn_net_blob_unwritten(const bn_net *net, int i, int grad)
      * producer's CPU passes do the ReLU's (cpu_fused), the gradient stays the ReLU's, and the
      * producer's own (masked) one is never held. */
     const bn_layer *l = net->layers[i], *c = bn_net_sole_consumer(net, l);
+    if (l->cpu_sum_into) return 1; /* its CPU forward wrote the sum it feeds instead */
     if (grad && l->in_place) return !l->cpu_fused;
     if (grad && c && c->cpu_fused) return 1;
     if (!grad && c && c->in_place) return 1;

@@ -124,6 +124,15 @@ struct bn_layer {
                                   backward pass reads the output gradient where y > 0 only */
     int cpu_fused;             /* an in-place ReLU whose CPU passes its producer's do (cpu_relu):
                                   running them on the CPU does nothing */
+    bn_layer *cpu_sum_into;    /* a plain sum (bn_layer_ops.cpu_sums_inputs) whose output this layer's
+                                  CPU forward pass writes, adding the sum's other inputs to its own
+                                  output (and doing the sum's ReLU where it has one, cpu_relu), and
+                                  whose output gradient its CPU backward pass reads; this layer's
+                                  own output and output gradient are then never written
+                                  (bn_net_fuse_cpu_sums). NULL when none */
+    int cpu_summed_input;      /* for such a sum: 1 + the index of the input whose producer's CPU
+                                  forward writes the sum, so this layer's CPU forward does nothing
+                                  and its CPU backward skips that input's gradient; 0 when none */
 };
 
 /* The bits of bn_layer.gpu_fused: the layer's GPU forward (backward) pass is done by its
@@ -224,6 +233,13 @@ struct bn_layer_ops {
     int relu_cpu;           /* with relu_in_place: this type's CPU passes can also do the passes of
                              * that in-place ReLU (bn_layer.cpu_relu), so they run as one pass over
                              * the activations instead of two */
+    int sum_cpu;            /* this type's CPU forward pass can write the sum of its output and
+                             * other blobs of its shape, and its backward read that sum's output
+                             * gradient (bn_layer.cpu_sum_into) */
+    /* For a layer that may be a plain sum: returns 1 when its output is the sum of its inputs with
+     * coefficients 1 (and its CPU forward then may be done by the producer of one input,
+     * bn_layer.cpu_summed_input). May be NULL. */
+    int (*cpu_sums_inputs)(const bn_layer *l);
 };
 
 /* Declares a parameter of shape (n,c,h,w) during setup; returns its index or -1 on error. */

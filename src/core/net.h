@@ -183,6 +183,10 @@ void bn_net_unfuse_loss(bn_net *net);
  * the shared gradient stays the ReLU's output gradient instead). */
 int bn_net_blob_unwritten(const bn_net *net, int i, int grad);
 
+/* Decides, once the network's blobs exist, which plain sums have their CPU forward pass written
+ * by the producer of one input (bn_layer.cpu_sum_into; fusion.c). */
+void bn_net_fuse_cpu_sums(bn_net *net);
+
 /* The first layer that keeps the network's steps out of a CUDA graph (its type leaves
  * bn_layer_ops.graph_safe unset or lacks a GPU pass), or NULL when every layer can be captured. */
 const bn_layer *bn_net_graph_blocker(const bn_net *net);

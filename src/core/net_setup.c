@@ -188,6 +188,7 @@ static bn_status setup_layers(bn_net *net, int want_input_grad, bn_ctx *ctx, mem
             break;
         }
         l->cpu_relu = l->cpu_fused = 0; /* set again by the ReLU after it, below */
+        l->cpu_sum_into = NULL, l->cpu_summed_input = 0; /* set again by bn_net_fuse_cpu_sums */
         l->in_place = runs_in_place(net, l, ctx) && out.c == in.c && out.h == in.h && out.w == in.w;
         s = add_bytes(net, (l->in_place ? 0 : blob_floats(net, out, !l->ops->is_loss)) + param_floats(l), l->name,
                       budget);
@@ -206,6 +207,7 @@ static bn_status setup_layers(bn_net *net, int want_input_grad, bn_ctx *ctx, mem
         }
     }
     free(first_reader);
+    if (s == BN_OK) bn_net_fuse_cpu_sums(net);
     return s;
 }
 
