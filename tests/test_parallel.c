@@ -280,7 +280,7 @@ BN_TEST(parallel_conv_passes_match_direct_and_do_not_depend_on_threads)
         {16, 28, 28, 3, 1, 1, 16, 9}, {48, 7, 7, 3, 1, 1, 24, 29},
         /* the few-channel forward pass (stride 1, under 8 channels, windows up to 3): rows
          * wider than 16 and not a multiple of it, an even window, a ReLU-less 1x1 */
-        {1, 9, 40, 2, 1, 0, 5, 3}, {7, 5, 19, 3, 1, 2, 4, 6},
+        {1, 9, 40, 2, 1, 0, 5, 3}, {7, 5, 19, 3, 1, 2, 4, 6}, {16, 14, 14, 3, 1, 1, 32, 1}, {32, 14, 14, 1, 1, 0, 8, 1},
     };
     for (size_t t = 0; t < sizeof cases / sizeof *cases; t++) {
         const conv_case *cc = &cases[t];

@@ -48,6 +48,10 @@ bn_status bn_conv2d_cpu_forward_sum(const bn_conv_geom *g, int filters, int n, c
                                     int num_addends);
 bn_status bn_conv2d_cpu_backward(const bn_conv_geom *g, int filters, int n, const float *x, const float *w,
                                  const float *dy, const float *relu_y, float *dx, float *dw, float *db);
+/* With on, the CPU passes use direct sums only (no Winograd transforms, conv_winograd.h), which
+ * are exact where the data make every sum exact (the exact-grid comparisons of the tests); off
+ * (the default), the fastest path. Not for use while passes run on other threads. */
+void bn_conv2d_cpu_exact(int on);
 
 bn_status bn_conv2d_forward_gpu(bn_layer *l, const bn_pass *p);
 bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p);

@@ -319,6 +319,19 @@ static bn_status prepare(conv_run *r)
     return BN_OK;
 }
 
+static int exact_only; /* bn_conv2d_cpu_exact */
+
+void bn_conv2d_cpu_exact(int on)
+{
+    exact_only = on;
+}
+
+/* Whether a pass takes the Winograd path. */
+static int winograd(const bn_conv_geom *g, int filters)
+{
+    return !exact_only && bn_winograd_fits(g, filters);
+}
+
 bn_status bn_conv2d_cpu_forward(const bn_conv_geom *g, int filters, int n, const float *x, const float *w,
                                 const float *b, float *y, int relu)
 {
@@ -335,7 +348,7 @@ bn_status bn_conv2d_cpu_forward_sum(const bn_conv_geom *g, int filters, int n, c
     if (n == 0) return BN_OK;
     bn_cpu_lock();
     bn_status st;
-    if (bn_winograd_fits(g, filters)) st = bn_winograd_forward(g, filters, n, x, w, b, y, relu, addends, num_addends);
+    if (winograd(g, filters)) st = bn_winograd_forward(g, filters, n, x, w, b, y, relu, addends, num_addends);
     else if (bn_conv_few_fits(g)) st = bn_conv_few_forward(g, filters, n, x, w, b, y, relu, addends, num_addends);
     else if ((st = prepare(&r)) == BN_OK) bn_parallel_run(r.chunks, forward_chunk, &r);
     bn_cpu_unlock();
@@ -380,7 +393,7 @@ bn_status bn_conv2d_cpu_backward(const bn_conv_geom *g, int filters, int n, cons
     r.x = x, r.w = w, r.dy = dy, r.dx = dx, r.relu_y = relu_y;
     if (n == 0) return BN_OK;
     bn_cpu_lock();
-    if (bn_winograd_fits(g, filters)) {
+    if (winograd(g, filters)) {
         bn_status st = bn_winograd_backward(g, filters, n, x, w, dy, relu_y, dx, dw, db);
         bn_cpu_unlock();
         return st;
