@@ -131,7 +131,10 @@ else
   C_SRCS += $(NONE_SRCS) $(DIST_NONE)
 endif
 
-LIB_OBJS  := $(C_SRCS:%.c=$(BUILD)/%.o) $(CU_SRCS:%.cu=$(BUILD)/%.cu.o)
+# The slowest C file to compile (its vector code three times over, core/cpu_clones.h) first, so
+# that a parallel build does not end waiting on it.
+SLOW_C    := layers/conv2d/conv_winograd.c
+LIB_OBJS  := $(patsubst %.c,$(BUILD)/%.o,$(SLOW_C) $(filter-out $(SLOW_C),$(C_SRCS))) $(CU_SRCS:%.cu=$(BUILD)/%.cu.o)
 TEST_SRCS := $(wildcard tests/test_*.c) tests/runner.c
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 
@@ -172,7 +175,7 @@ libblobnet.a: $(LIB_OBJS) .build-config
 	@rm -f $@
 	$(Q)$(call say,AR,$@)ar rcs $@ $(filter %.o,$^)
 
-blobnet: $(CLI_SRCS:%.c=$(BUILD)/%.o) libblobnet.a
+blobnet: libblobnet.a $(CLI_SRCS:%.c=$(BUILD)/%.o)
 	$(Q)$(call say,LD,$@)$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(EXPORT_LIB) $(LDLIBS)
 
 tests/run_tests: $(TEST_OBJS) libblobnet.a

@@ -188,7 +188,7 @@ static bn_status parse_string(parser *p, bn_json **out)
             text[n++] = to[hit - from];
             p->pos += 2;
         } else if (e == 'u') {
-            unsigned long cp;
+            unsigned long cp = 0;
             BN_TRY(unicode_escape(p, &cp));
             n += utf8_encode(cp, text + n);
         } else {
