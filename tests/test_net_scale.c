@@ -175,6 +175,34 @@ BN_TEST(net_scale_in_place_relus_give_the_same_gradients)
  * (bn_layer.cpu_relu): the same bits as the ReLU's own passes, which run where nothing is in
  * place. The convolutions take both of conv2d's CPU methods: columns over 2 channels, the shifted
  * products over 8 at stride 1. */
+/* One training pass of two networks of the same layers (batch 5, three classes) on the same
+ * data: the same bits in the parameter and input gradients, the output, and every blob that both
+ * write. */
+static int same_training_pass(bn_net *a, bn_net *b)
+{
+    bn_net *nets[2] = {a, b};
+    for (int k = 0; k < 2; k++) {
+        float *x = bn_blob_host_wr(nets[k]->input), *y = bn_blob_host_wr(nets[k]->labels);
+        CHECK(x && y);
+        for (size_t i = 0; i < bn_blob_count(nets[k]->input); i++) x[i] = (float)((i * 7) % 11) / 5.0f - 1.0f;
+        for (int i = 0; i < 5; i++) y[i] = (float)(i % 3);
+        CHECK_OK(bn_net_zero_grad(nets[k]));
+        CHECK_OK(bn_net_forward(nets[k], 1));
+        CHECK_OK(bn_net_backward(nets[k]));
+    }
+    CHECK(same_floats(a->grads, b->grads) == BN_PASS);
+    CHECK(same_floats(a->input_grad, b->input_grad) == BN_PASS);
+    CHECK(same_floats(bn_net_output(a), bn_net_output(b)) == BN_PASS);
+    for (int i = 0; i + 1 < a->num_layers; i++) {
+        if (!bn_net_blob_unwritten(a, i, 0) && !bn_net_blob_unwritten(b, i, 0))
+            CHECK_MSG(same_floats(a->layers[i]->out, b->layers[i]->out) == BN_PASS, "%s's output", a->layers[i]->name);
+        if (!bn_net_blob_unwritten(a, i, 1) && !bn_net_blob_unwritten(b, i, 1))
+            CHECK_MSG(same_floats(a->layers[i]->out_grad, b->layers[i]->out_grad) == BN_PASS, "%s's gradient",
+                      a->layers[i]->name);
+    }
+    return BN_PASS;
+}
+
 BN_TEST(net_scale_relus_done_by_their_producers_give_the_same_bits)
 {
     static const char text[] = "[input]\nchannels=2\nheight=9\nwidth=13\n"
@@ -192,28 +220,10 @@ BN_TEST(net_scale_relus_done_by_their_producers_give_the_same_bits)
     CHECK(bn_net_find_layer(fused, "a")->cpu_relu && bn_net_find_layer(fused, "ra")->cpu_fused);
     CHECK(bn_net_find_layer(fused, "s")->cpu_relu && bn_net_find_layer(fused, "rs")->cpu_fused);
     CHECK(!bn_net_find_layer(fused, "c")->cpu_relu && !bn_net_find_layer(own, "a")->cpu_relu);
-    bn_net *nets[2] = {fused, own};
-    for (int k = 0; k < 2; k++) {
-        float *x = bn_blob_host_wr(nets[k]->input), *y = bn_blob_host_wr(nets[k]->labels);
-        CHECK(x && y);
-        for (size_t i = 0; i < bn_blob_count(nets[k]->input); i++) x[i] = (float)((i * 7) % 11) / 5.0f - 1.0f;
-        for (int i = 0; i < 5; i++) y[i] = (float)(i % 3);
-        CHECK_OK(bn_net_zero_grad(nets[k]));
-        CHECK_OK(bn_net_forward(nets[k], 1));
-        CHECK_OK(bn_net_backward(nets[k]));
-    }
-    CHECK(same_floats(fused->grads, own->grads) == BN_PASS);
-    CHECK(same_floats(fused->input_grad, own->input_grad) == BN_PASS);
-    CHECK(same_floats(bn_net_output(fused), bn_net_output(own)) == BN_PASS);
-    for (int i = 0; i + 1 < fused->num_layers; i++) {
-        if (!bn_net_blob_unwritten(fused, i, 0))
-            CHECK(same_floats(fused->layers[i]->out, own->layers[i]->out) == BN_PASS);
-        if (!bn_net_blob_unwritten(fused, i, 1))
-            CHECK(same_floats(fused->layers[i]->out_grad, own->layers[i]->out_grad) == BN_PASS);
-    }
+    int r = same_training_pass(fused, own);
     bn_net_free(fused);
     bn_net_free(own);
-    return BN_PASS;
+    return r;
 }
 
 /* A convolution whose output only a plain sum reads writes that sum from its CPU forward and
@@ -248,27 +258,8 @@ BN_TEST(net_scale_sums_written_by_their_last_producer_give_the_same_bits)
         CHECK(!bn_net_find_layer(own, producers[k])->cpu_sum_into && !bn_net_find_layer(own, sums[k])->cpu_summed_input);
     }
     CHECK(bn_net_find_layer(fused, "s2")->cpu_relu);
-    bn_net *nets[2] = {fused, own};
-    for (int k = 0; k < 2; k++) {
-        float *x = bn_blob_host_wr(nets[k]->input), *y = bn_blob_host_wr(nets[k]->labels);
-        CHECK(x && y);
-        for (size_t i = 0; i < bn_blob_count(nets[k]->input); i++) x[i] = (float)((i * 7) % 11) / 5.0f - 1.0f;
-        for (int i = 0; i < 5; i++) y[i] = (float)(i % 3);
-        CHECK_OK(bn_net_zero_grad(nets[k]));
-        CHECK_OK(bn_net_forward(nets[k], 1));
-        CHECK_OK(bn_net_backward(nets[k]));
-    }
-    CHECK(same_floats(fused->grads, own->grads) == BN_PASS);
-    CHECK(same_floats(bn_net_output(fused), bn_net_output(own)) == BN_PASS);
-    for (int i = 0; i + 1 < fused->num_layers; i++) {
-        if (!bn_net_blob_unwritten(fused, i, 0) && !bn_net_blob_unwritten(own, i, 0))
-            CHECK_MSG(same_floats(fused->layers[i]->out, own->layers[i]->out) == BN_PASS, "%s's output",
-                      fused->layers[i]->name);
-        if (!bn_net_blob_unwritten(fused, i, 1) && !bn_net_blob_unwritten(own, i, 1))
-            CHECK_MSG(same_floats(fused->layers[i]->out_grad, own->layers[i]->out_grad) == BN_PASS, "%s's gradient",
-                      fused->layers[i]->name);
-    }
+    int r = same_training_pass(fused, own);
     bn_net_free(fused);
     bn_net_free(own);
-    return BN_PASS;
+    return r;
 }
