@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # How blobnet's data-parallel training scales over 1, 2, 4 and 8 GPUs of this machine
 # (docs/multi-gpu.md), beside PyTorch DDP on the same model file (tools/pytorch_peer.py --ddp N
-# --variant graph), in one run.
+# --variant graph-fp32), in one run.
 #
 #   tools/scale.sh MNIST_DIR [MODEL...]
 #
@@ -24,7 +24,8 @@
 # are skipped, saying so. Each run is $SCALE_EPOCHS epochs (default 2); a time is the median of
 # epochs 2.. (the first holds the kernel timing, the graph capture and NCCL's set-up), as
 # tools/bench.sh measures. The PyTorch columns are the peer's CUDA-graph variant at the same
-# global batch on as many GPUs (DDP from 2). BENCH_LOGS=DIR keeps every run's log in DIR;
+# global batch on as many GPUs (DDP from 2): graph-fp32 (TF32 off, the same FP32 arithmetic as
+# blobnet's default), or $SCALE_PEER_VARIANT (graph: PyTorch's defaults, cuDNN on TF32). BENCH_LOGS=DIR keeps every run's log in DIR;
 # BENCH_PEER=0 leaves PyTorch out. Each row is also printed to stderr as it is measured.
 set -uo pipefail
 mnist=${1:?usage: tools/scale.sh MNIST_DIR [MODEL...]}
@@ -83,9 +84,10 @@ run_peer() {
     local log=$1 n=$2
     shift 2
     if [ "${BENCH_PEER:-1}" = 0 ]; then echo -; return; fi
-    local ddp=() label=graph
-    [ "$n" -gt 1 ] && { ddp=(--ddp "$n"); label=graph-ddp$n; }
-    if ! python3 tools/pytorch_peer.py "$@" --epochs "$epochs" --variant graph "${ddp[@]}" >"$log" 2>&1; then
+    local ddp=() variant=${SCALE_PEER_VARIANT:-graph-fp32}
+    local label=$variant
+    [ "$n" -gt 1 ] && { ddp=(--ddp "$n"); label=$variant-ddp$n; }
+    if ! python3 tools/pytorch_peer.py "$@" --epochs "$epochs" --variant "$variant" "${ddp[@]}" >"$log" 2>&1; then
         echo "pytorch peer $* ${ddp[*]} failed:" >&2
         tail -3 "$log" >&2
         echo -
@@ -165,7 +167,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | sort | uniq -
 [ -n "$skip_note" ] && echo "$skip_note"
 echo "ms per epoch and images/s: medians of epochs 2-$epochs. speedup: the 1-GPU epoch at the same global batch over"
 echo "this one (strong scaling). weak-scaling efficiency: images/s over GPUs x the images/s of 1 GPU at this per-GPU"
-echo "batch. PyTorch: tools/pytorch_peer.py's CUDA graph, DDP from 2 GPUs, the same two ratios from its epochs."
+echo "batch. PyTorch: tools/pytorch_peer.py's ${SCALE_PEER_VARIANT:-graph-fp32} variant, DDP from 2 GPUs, the same two ratios from its epochs."
 echo
 echo "| model | global batch | GPUs | per-GPU batch | ms/epoch | images/s | speedup | weak-scaling efficiency | PyTorch DDP ms/epoch | PyTorch speedup | PyTorch weak-scaling efficiency |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
