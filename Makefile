@@ -131,7 +131,7 @@ else
   C_SRCS += $(NONE_SRCS) $(DIST_NONE)
 endif
 
-# The slowest C file to compile (its vector code three times over, core/cpu_clones.h: 14 s) first,
+# The slowest C file to compile (its vector code three times over, core/cpu_vector.h: 14 s) first,
 # so that a parallel build does not end waiting on it.
 SLOW_C    := layers/conv2d/conv_winograd.c
 LIB_OBJS  := $(patsubst %.c,$(BUILD)/%.o,$(SLOW_C) $(filter-out $(SLOW_C),$(C_SRCS))) $(CU_SRCS:%.cu=$(BUILD)/%.cu.o)

@@ -52,6 +52,10 @@ bn_status bn_conv2d_cpu_backward(const bn_conv_geom *g, int filters, int n, cons
  * are exact where the data make every sum exact (the exact-grid comparisons of the tests); off
  * (the default), the fastest path. Not for use while passes run on other threads. */
 void bn_conv2d_cpu_exact(int on);
+/* The last step of every CPU backward path: db[f] += the chunks' sums of filter f's output
+ * gradient (parts[chunk][filter]), added in chunk order, so that it does not depend on the
+ * number of threads. */
+void bn_conv2d_cpu_bias_grad(const double *parts, int chunks, int filters, float *db);
 
 bn_status bn_conv2d_forward_gpu(bn_layer *l, const bn_pass *p);
 bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p);

@@ -357,7 +357,7 @@ bn_status bn_conv2d_cpu_forward_sum(const bn_conv_geom *g, int filters, int n, c
 
 typedef struct sums {
     const conv_run *r;
-    float *dw, *db;
+    float *dw;
 } sums;
 
 /* dw += the chunks' products (each taps x filters), added in chunk order. */
@@ -373,16 +373,26 @@ static void sum_parts(void *p, size_t lo, size_t hi)
     }
 }
 
-/* db[f] += the chunks' sums of filter f's output gradient, added in chunk order. */
-static void bias_grad(void *p, size_t lo, size_t hi)
+typedef struct bias_sums {
+    const double *parts;
+    int chunks, filters;
+    float *db;
+} bias_sums;
+
+static void bias_range(void *p, size_t lo, size_t hi)
 {
-    const sums *s = p;
-    const conv_run *r = s->r;
+    const bias_sums *s = p;
     for (size_t f = lo; f < hi; f++) {
         double t = 0.0;
-        for (int c = 0; c < r->chunks; c++) t += r->bias_parts[(size_t)c * r->filters + f];
+        for (int c = 0; c < s->chunks; c++) t += s->parts[(size_t)c * s->filters + f];
         s->db[f] += (float)t;
     }
+}
+
+void bn_conv2d_cpu_bias_grad(const double *parts, int chunks, int filters, float *db)
+{
+    bias_sums s = {parts, chunks, filters, db};
+    bn_parallel_ranges((size_t)filters, 1, bias_range, &s);
 }
 
 bn_status bn_conv2d_cpu_backward(const bn_conv_geom *g, int filters, int n, const float *x, const float *w,
@@ -407,9 +417,9 @@ bn_status bn_conv2d_cpu_backward(const bn_conv_geom *g, int filters, int n, cons
     r.bias_parts = (double *)bias;
     if (st == BN_OK) {
         bn_parallel_run(r.chunks, backward_chunk, &r);
-        sums s = {&r, dw, db};
+        sums s = {&r, dw};
         bn_parallel_ranges(weights, 4096, sum_parts, &s);
-        bn_parallel_ranges((size_t)filters, 1, bias_grad, &s);
+        bn_conv2d_cpu_bias_grad(r.bias_parts, r.chunks, filters, db);
     }
     bn_cpu_unlock();
     return st;

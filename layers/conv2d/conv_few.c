@@ -1,4 +1,4 @@
-/* conv_few.c - conv2d's CPU passes for inputs of few channels (conv_few.h).
+/* conv_few.c - conv2d's CPU forward pass for inputs of few channels (conv_few.h).
  *
  * A chunk's examples are copied into zero-padded planes with LANES cells of slack after each
  * row, so a block of 16 output cells reads the 16 + k - 1 cells it needs with plain vector
@@ -8,32 +8,15 @@
 #include <string.h>
 
 #include "conv_few.h"
-#include "core/cpu_clones.h"
+#include "core/cpu_vector.h"
 #include "core/parallel.h"
 
-#define LANES 16
+#define LANES BN_VLANES
 #define MAX_CHANNELS 7
 #define MAX_WINDOW 3
 /* A chunk's padded planes aim at this many floats (256 KiB). */
 #define CHUNK_FLOATS (64 * 1024)
-#define INLINE static inline __attribute__((always_inline))
 
-typedef float vf __attribute__((vector_size(64)));
-typedef float vfu __attribute__((vector_size(64), aligned(4), may_alias));
-typedef int vi __attribute__((vector_size(64)));
-
-INLINE vf ld(const float *p) { return *(const vfu *)p; }
-INLINE void st(float *p, vf v) { *(vfu *)p = v; }
-INLINE vf splat(float a)
-{
-    vf v = {a};
-    return __builtin_shufflevector(v, v, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-}
-INLINE vf where_positive(vf test, vf v)
-{
-    vi keep = test > splat(0.0f);
-    return (vf)((vi)v & keep);
-}
 
 typedef struct few_run {
     const bn_conv_geom *g;
@@ -85,12 +68,12 @@ static int block_start(int x, int width)
 /* The C * k * k input rows a block of 16 cells at (oy, x0) reads (nc channels, a window of k:
  * constants where the caller's switch gives them, so that the loops unroll and the rows stay in
  * registers). */
-INLINE void load_taps(const few_run *r, int nc, int k, const float *xp, int oy, int x0, vf *in)
+BN_VINLINE void load_taps(const few_run *r, int nc, int k, const float *xp, int oy, int x0, bn_vf *in)
 {
     int t = 0;
     for (int c = 0; c < nc; c++)
         for (int ky = 0; ky < k; ky++)
-            for (int kx = 0; kx < k; kx++) in[t++] = ld(xp + ((size_t)c * r->hp + oy + ky) * r->wp + x0 + kx);
+            for (int kx = 0; kx < k; kx++) in[t++] = bn_vload(xp + ((size_t)c * r->hp + oy + ky) * r->wp + x0 + kx);
 }
 
 /* Calls body(nc, k) with constants for the common first layers (gray or colour, windows of 3),
@@ -105,7 +88,7 @@ INLINE void load_taps(const few_run *r, int nc, int k, const float *xp, int oy, 
         }                                                                                                   \
     } while (0)
 
-INLINE void forward_rows(const few_run *r, int nc, int k, const float *xp, size_t example)
+BN_VINLINE void forward_rows(const few_run *r, int nc, int k, const float *xp, size_t example)
 {
     const bn_conv_geom *g = r->g;
     size_t plane = (size_t)g->oh * g->ow;
@@ -113,28 +96,28 @@ INLINE void forward_rows(const few_run *r, int nc, int k, const float *xp, size_
     for (int oy = 0; oy < g->oh; oy++)
         for (int x = 0; x < g->ow; x += LANES) {
             int x0 = block_start(x, g->ow), cells = g->ow - x0 < LANES ? g->ow - x0 : LANES;
-            vf in[MAX_CHANNELS * MAX_WINDOW * MAX_WINDOW];
+            bn_vf in[MAX_CHANNELS * MAX_WINDOW * MAX_WINDOW];
             load_taps(r, nc, k, xp, oy, x0, in);
             for (int f = 0; f < r->filters; f++) {
                 const float *wf = r->w + (size_t)f * taps;
-                vf acc = splat(r->b[f]);
+                bn_vf acc = bn_vsplat(r->b[f]);
 #pragma GCC unroll 16
-                for (int t = 0; t < taps; t++) acc += splat(wf[t]) * in[t];
+                for (int t = 0; t < taps; t++) acc += bn_vsplat(wf[t]) * in[t];
                 size_t at = example + f * plane + (size_t)oy * g->ow + x0;
                 float lane[LANES] = {0};
                 for (int a = 0; a < r->num_addends; a++) {
                     if (cells == LANES) {
-                        acc += ld(r->addends[a] + at);
+                        acc += bn_vload(r->addends[a] + at);
                         continue;
                     }
                     memcpy(lane, r->addends[a] + at, (size_t)cells * sizeof *lane);
-                    acc += ld(lane);
+                    acc += bn_vload(lane);
                 }
-                if (r->relu) acc = where_positive(acc, acc);
+                if (r->relu) acc = bn_vwhere_positive(acc, acc);
                 if (cells == LANES) {
-                    st(r->y + at, acc);
+                    bn_vstore(r->y + at, acc);
                 } else {
-                    st(lane, acc);
+                    bn_vstore(lane, acc);
                     memcpy(r->y + at, lane, (size_t)cells * sizeof *lane);
                 }
             }

@@ -1,5 +1,5 @@
-/* conv_few.h - conv2d's CPU passes where the input has few channels (a network's first layer
- * on gray or colour images): stride 1, any window, fewer than 8 input channels.
+/* conv_few.h - conv2d's CPU forward pass where the input has few channels (a network's first
+ * layer on gray or colour images): stride 1, windows up to 3x3, fewer than 8 input channels.
  *
  * With so few channels the products the other paths hand to OpenBLAS have an inner dimension
  * of 1 to 7 times the window (9 for a gray 3x3), too short for its kernels, and the column

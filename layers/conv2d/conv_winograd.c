@@ -17,14 +17,15 @@
  * The products are small (a chunk holds a few hundred tiles; channels and filters are tens),
  * so they are done here with the accumulators of an 8 x 32 block of the result held in
  * registers, rather than through OpenBLAS, whose per-call cost would be as large as the work.
- * The hot functions are compiled for AVX-512, AVX2 and the baseline (core/cpu_clones.h). */
+ * The hot functions are compiled for AVX-512, AVX2 and the baseline (core/cpu_vector.h). */
 #include <string.h>
 
+#include "conv2d.h"
 #include "conv_winograd.h"
-#include "core/cpu_clones.h"
+#include "core/cpu_vector.h"
 #include "core/parallel.h"
 
-#define LANES 16
+#define LANES BN_VLANES
 /* Points of the transformed tile, and the output cells of one tile a side. */
 #define XI 36
 #define TILE 4
@@ -37,23 +38,7 @@
 #define ROWS 8
 #define GROUP 8
 
-typedef float vf __attribute__((vector_size(64)));
-typedef float vfu __attribute__((vector_size(64), aligned(4), may_alias));
-typedef int vi __attribute__((vector_size(64)));
-
-#define HOT BN_CPU_CLONES
-#define INLINE static inline __attribute__((always_inline))
-
-INLINE vf ld(const float *p) { return *(const vfu *)p; }
-INLINE void st(float *p, vf v) { *(vfu *)p = v; }
-INLINE void add_to(float *p, vf v) { *(vfu *)p += v; }
-/* a in every lane: written as a shuffle of lane 0, which compiles to one broadcast (GCC builds an
- * initialiser of sixteen a's lane by lane). */
-INLINE vf splat(float a)
-{
-    vf v = {a};
-    return __builtin_shufflevector(v, v, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
-}
+BN_VINLINE void add_to(float *p, bn_vf v) { bn_vstore(p, bn_vload(p) + v); }
 
 /* The start of each block of 16 cells of a plane of `cells` (>= 16) cells: 0, 16, 32, ... and, where
  * 16 does not divide it, a last block that ends at the plane's end, overlapping the one before. */
@@ -91,10 +76,10 @@ static void zero_margins(float *buf, size_t cnt, size_t height, size_t width, si
 }
 
 /* Sixteen vectors transposed in place: four rounds of interleaving row i with row i + 8. */
-INLINE void transpose16(vf *r)
+BN_VINLINE void transpose16(bn_vf *r)
 {
     for (int round = 0; round < 4; round++) {
-        vf t[LANES];
+        bn_vf t[LANES];
         for (int i = 0; i < 8; i++) {
             t[2 * i] = __builtin_shufflevector(r[i], r[i + 8], 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
             t[2 * i + 1] =
@@ -104,14 +89,6 @@ INLINE void transpose16(vf *r)
     }
 }
 
-/* v where test > 0, else 0 (a NaN test gives 0). */
-INLINE vf where_positive(vf test, vf v)
-{
-    vi keep = test > splat(0.0f);
-    return (vf)((vi)v & keep);
-}
-
-
 static size_t round_up(size_t v, size_t m)
 {
     return (v + m - 1) / m * m;
@@ -120,9 +97,9 @@ static size_t round_up(size_t v, size_t m)
 /* The transforms along one axis, on six (or four) vectors.
  * bt6: B^T d, the input's; at6: A^T m, the output's (6 -> 4); a6: A g, the output gradient's
  * (4 -> 6); b6: B v, the input gradient's. */
-INLINE void bt6(vf d0, vf d1, vf d2, vf d3, vf d4, vf d5, vf *o)
+BN_VINLINE void bt6(bn_vf d0, bn_vf d1, bn_vf d2, bn_vf d3, bn_vf d4, bn_vf d5, bn_vf *o)
 {
-    vf f = splat(4.0f), five = splat(5.0f), two = splat(2.0f);
+    bn_vf f = bn_vsplat(4.0f), five = bn_vsplat(5.0f), two = bn_vsplat(2.0f);
     o[0] = f * d0 - five * d2 + d4;
     o[1] = (d3 + d4) - f * (d1 + d2);
     o[2] = (d4 - d3) + f * (d1 - d2);
@@ -131,18 +108,18 @@ INLINE void bt6(vf d0, vf d1, vf d2, vf d3, vf d4, vf d5, vf *o)
     o[5] = f * d1 - five * d3 + d5;
 }
 
-INLINE void at6(vf m0, vf m1, vf m2, vf m3, vf m4, vf m5, vf *o)
+BN_VINLINE void at6(bn_vf m0, bn_vf m1, bn_vf m2, bn_vf m3, bn_vf m4, bn_vf m5, bn_vf *o)
 {
-    vf s12 = m1 + m2, d12 = m1 - m2, s34 = m3 + m4, d34 = m3 - m4;
+    bn_vf s12 = m1 + m2, d12 = m1 - m2, s34 = m3 + m4, d34 = m3 - m4;
     o[0] = m0 + s12 + s34;
-    o[1] = d12 + splat(2.0f) * d34;
-    o[2] = s12 + splat(4.0f) * s34;
-    o[3] = d12 + splat(8.0f) * d34 + m5;
+    o[1] = d12 + bn_vsplat(2.0f) * d34;
+    o[2] = s12 + bn_vsplat(4.0f) * s34;
+    o[3] = d12 + bn_vsplat(8.0f) * d34 + m5;
 }
 
-INLINE void a6(vf y0, vf y1, vf y2, vf y3, vf *o)
+BN_VINLINE void a6(bn_vf y0, bn_vf y1, bn_vf y2, bn_vf y3, bn_vf *o)
 {
-    vf s02 = y0 + y2, s13 = y1 + y3, q02 = y0 + splat(4.0f) * y2, q13 = splat(2.0f) * y1 + splat(8.0f) * y3;
+    bn_vf s02 = y0 + y2, s13 = y1 + y3, q02 = y0 + bn_vsplat(4.0f) * y2, q13 = bn_vsplat(2.0f) * y1 + bn_vsplat(8.0f) * y3;
     o[0] = y0;
     o[1] = s02 + s13;
     o[2] = s02 - s13;
@@ -151,9 +128,9 @@ INLINE void a6(vf y0, vf y1, vf y2, vf y3, vf *o)
     o[5] = y3;
 }
 
-INLINE void b6(vf v0, vf v1, vf v2, vf v3, vf v4, vf v5, vf *o)
+BN_VINLINE void b6(bn_vf v0, bn_vf v1, bn_vf v2, bn_vf v3, bn_vf v4, bn_vf v5, bn_vf *o)
 {
-    vf f = splat(4.0f), five = splat(5.0f), two = splat(2.0f);
+    bn_vf f = bn_vsplat(4.0f), five = bn_vsplat(5.0f), two = bn_vsplat(2.0f);
     o[0] = f * v0;
     o[1] = f * (v2 - v1) + two * (v4 - v3) + f * v5;
     o[2] = -(five * v0) - f * (v1 + v2) - (v3 + v4);
@@ -218,20 +195,20 @@ static void plan(wg_run *r, const bn_conv_geom *g, int filters, int n)
 }
 
 /* G g on vectors of 16 filters. */
-INLINE void g6v(vf g0, vf g1, vf g2, vf *o)
+BN_VINLINE void g6v(bn_vf g0, bn_vf g1, bn_vf g2, bn_vf *o)
 {
-    vf sixth = splat(1.0f / 6.0f), s02 = g0 + g2;
-    o[0] = g0 * splat(0.25f);
+    bn_vf sixth = bn_vsplat(1.0f / 6.0f), s02 = g0 + g2;
+    o[0] = g0 * bn_vsplat(0.25f);
     o[1] = -(s02 + g1) * sixth;
     o[2] = (g1 - s02) * sixth;
-    o[3] = g0 * splat(1.0f / 24.0f) + g1 * splat(1.0f / 12.0f) + g2 * sixth;
-    o[4] = g0 * splat(1.0f / 24.0f) - g1 * splat(1.0f / 12.0f) + g2 * sixth;
+    o[3] = g0 * bn_vsplat(1.0f / 24.0f) + g1 * bn_vsplat(1.0f / 12.0f) + g2 * sixth;
+    o[4] = g0 * bn_vsplat(1.0f / 24.0f) - g1 * bn_vsplat(1.0f / 12.0f) + g2 * sixth;
     o[5] = g2;
 }
 
 /* The weights carried in, 16 filters at a time: u[xi][c][k] (forward), zero in the padding; and
  * its blocks of 16 x 16 transposed into ut[xi][k][c] (the input gradient's). */
-HOT static void transform_weights(const wg_run *r, const float *w, float *u, float *ut)
+BN_CPU_CLONES static void transform_weights(const wg_run *r, const float *w, float *u, float *ut)
 {
     size_t cp = r->cp, kp = r->kp;
     for (size_t c = 0; c < cp; c++)
@@ -239,48 +216,48 @@ HOT static void transform_weights(const wg_run *r, const float *w, float *u, flo
             float lanes[9][LANES] = {{0}};
             for (size_t k = k0; k < k0 + LANES && k < (size_t)r->K && c < (size_t)r->C; k++)
                 for (int t = 0; t < 9; t++) lanes[t][k - k0] = w[(k * r->C + c) * 9 + t];
-            vf t[6][3], o[6];
+            bn_vf t[6][3], o[6];
             for (int col = 0; col < 3; col++) {
-                g6v(ld(lanes[col]), ld(lanes[3 + col]), ld(lanes[6 + col]), o);
+                g6v(bn_vload(lanes[col]), bn_vload(lanes[3 + col]), bn_vload(lanes[6 + col]), o);
                 for (int i = 0; i < 6; i++) t[i][col] = o[i];
             }
             for (int i = 0; i < 6; i++) {
                 g6v(t[i][0], t[i][1], t[i][2], o);
-                for (int j = 0; j < 6; j++) st(u + (((size_t)i * 6 + j) * cp + c) * kp + k0, o[j]);
+                for (int j = 0; j < 6; j++) bn_vstore(u + (((size_t)i * 6 + j) * cp + c) * kp + k0, o[j]);
             }
         }
     for (size_t xi = 0; xi < XI; xi++)
         for (size_t c0 = 0; c0 < cp; c0 += LANES)
             for (size_t k0 = 0; k0 < kp; k0 += LANES) {
-                vf v[LANES];
-                for (int i = 0; i < LANES; i++) v[i] = ld(u + (xi * cp + c0 + i) * kp + k0);
+                bn_vf v[LANES];
+                for (int i = 0; i < LANES; i++) v[i] = bn_vload(u + (xi * cp + c0 + i) * kp + k0);
                 transpose16(v);
-                for (int i = 0; i < LANES; i++) st(ut + (xi * kp + k0 + i) * cp + c0, v[i]);
+                for (int i = 0; i < LANES; i++) bn_vstore(ut + (xi * kp + k0 + i) * cp + c0, v[i]);
             }
 }
 
 /* out[p][n] (rows x ncols, ncols a multiple of LANES) = sum over q < inner of a[p][q] b[q][n];
  * rows a multiple of ROWS. */
-INLINE void nn_block(int nv, int inner, const float *a, size_t lda, const float *b, size_t ldb, float *out,
+BN_VINLINE void nn_block(int nv, int inner, const float *a, size_t lda, const float *b, size_t ldb, float *out,
                      size_t ldo)
 {
-    vf acc[ROWS][2];
-    for (int i = 0; i < ROWS; i++) acc[i][0] = acc[i][1] = splat(0.0f);
+    bn_vf acc[ROWS][2];
+    for (int i = 0; i < ROWS; i++) acc[i][0] = acc[i][1] = bn_vsplat(0.0f);
     for (int q = 0; q < inner; q++) {
-        vf b0 = ld(b + q * ldb), b1 = nv > 1 ? ld(b + q * ldb + LANES) : b0;
+        bn_vf b0 = bn_vload(b + q * ldb), b1 = nv > 1 ? bn_vload(b + q * ldb + LANES) : b0;
         for (int i = 0; i < ROWS; i++) {
-            vf s = splat(a[i * lda + q]);
+            bn_vf s = bn_vsplat(a[i * lda + q]);
             acc[i][0] += s * b0;
             if (nv > 1) acc[i][1] += s * b1;
         }
     }
     for (int i = 0; i < ROWS; i++) {
-        st(out + i * ldo, acc[i][0]);
-        if (nv > 1) st(out + i * ldo + LANES, acc[i][1]);
+        bn_vstore(out + i * ldo, acc[i][0]);
+        if (nv > 1) bn_vstore(out + i * ldo + LANES, acc[i][1]);
     }
 }
 
-INLINE void gemm_nn(size_t rows, int inner, size_t ncols, const float *a, size_t lda, const float *b, size_t ldb,
+BN_VINLINE void gemm_nn(size_t rows, int inner, size_t ncols, const float *a, size_t lda, const float *b, size_t ldb,
                     float *out, size_t ldo)
 {
     size_t n0 = 0;
@@ -291,29 +268,29 @@ INLINE void gemm_nn(size_t rows, int inner, size_t ncols, const float *a, size_t
 }
 
 /* out[c][n] (crows x ncols, both multiples of their blocks) += sum over p < count of a[p][c] b[p][n]. */
-INLINE void tn_block(int nv, size_t count, const float *a, size_t lda, const float *b, size_t ldb, float *out,
+BN_VINLINE void tn_block(int nv, size_t count, const float *a, size_t lda, const float *b, size_t ldb, float *out,
                      size_t ldo)
 {
-    vf acc[ROWS][2];
+    bn_vf acc[ROWS][2];
     for (int i = 0; i < ROWS; i++) {
-        acc[i][0] = ld(out + i * ldo);
-        acc[i][1] = nv > 1 ? ld(out + i * ldo + LANES) : acc[i][0];
+        acc[i][0] = bn_vload(out + i * ldo);
+        acc[i][1] = nv > 1 ? bn_vload(out + i * ldo + LANES) : acc[i][0];
     }
     for (size_t p = 0; p < count; p++) {
-        vf b0 = ld(b + p * ldb), b1 = nv > 1 ? ld(b + p * ldb + LANES) : b0;
+        bn_vf b0 = bn_vload(b + p * ldb), b1 = nv > 1 ? bn_vload(b + p * ldb + LANES) : b0;
         for (int i = 0; i < ROWS; i++) {
-            vf s = splat(a[p * lda + i]);
+            bn_vf s = bn_vsplat(a[p * lda + i]);
             acc[i][0] += s * b0;
             if (nv > 1) acc[i][1] += s * b1;
         }
     }
     for (int i = 0; i < ROWS; i++) {
-        st(out + i * ldo, acc[i][0]);
-        if (nv > 1) st(out + i * ldo + LANES, acc[i][1]);
+        bn_vstore(out + i * ldo, acc[i][0]);
+        if (nv > 1) bn_vstore(out + i * ldo + LANES, acc[i][1]);
     }
 }
 
-INLINE void gemm_tn(size_t count, size_t crows, size_t ncols, const float *a, size_t lda, const float *b, size_t ldb,
+BN_VINLINE void gemm_tn(size_t count, size_t crows, size_t ncols, const float *a, size_t lda, const float *b, size_t ldb,
                     float *out, size_t ldo)
 {
     size_t n0 = 0;
@@ -326,7 +303,7 @@ INLINE void gemm_tn(size_t count, size_t crows, size_t ncols, const float *a, si
 /* The chunk's examples [i0, i0 + cnt) into padded planes, channels innermost: blocks of 16
  * channels x 16 cells of a plane (read as one row) transposed in registers, each cell's channels
  * stored where the cell lies. */
-INLINE void gather_input(const wg_run *r, int i0, int cnt, float *in)
+BN_VINLINE void gather_input(const wg_run *r, int i0, int cnt, float *in)
 {
     const bn_conv_geom *g = r->g;
     size_t plane = (size_t)g->h * g->w, cp = r->cp;
@@ -338,10 +315,10 @@ INLINE void gather_input(const wg_run *r, int i0, int cnt, float *in)
             size_t q0 = block_start(q, plane), at[LANES];
             cell_offsets(q0, (size_t)g->w, r->wp, at);
             for (int c0 = 0; c0 < r->C; c0 += LANES) {
-                vf v[LANES];
-                for (int i = 0; i < LANES; i++) v[i] = c0 + i < r->C ? ld(src + (size_t)(c0 + i) * plane + q0) : splat(0.0f);
+                bn_vf v[LANES];
+                for (int i = 0; i < LANES; i++) v[i] = c0 + i < r->C ? bn_vload(src + (size_t)(c0 + i) * plane + q0) : bn_vsplat(0.0f);
                 transpose16(v);
-                for (int i = 0; i < LANES; i++) st(dst + at[i] * cp + c0, v[i]);
+                for (int i = 0; i < LANES; i++) bn_vstore(dst + at[i] * cp + c0, v[i]);
             }
         }
     }
@@ -364,7 +341,7 @@ static void tile_offsets(const wg_run *r, size_t p0, size_t count, size_t height
 /* Tiles [p0, p0 + count) of the chunk's padded input carried in: v[p - p0][xi][c] (a tile's 36
  * vectors of channels side by side, so that its stores fill whole lines; point xi's matrix is
  * read with a row stride of 36 vectors); rows count..GROUP-1 zero. */
-INLINE void input_transform(const wg_run *r, size_t p0, size_t count, const float *in, float *v)
+BN_VINLINE void input_transform(const wg_run *r, size_t p0, size_t count, const float *in, float *v)
 {
     size_t cp = r->cp, rs = r->wp * cp, ts = XI * cp;
     size_t at[GROUP];
@@ -372,15 +349,15 @@ INLINE void input_transform(const wg_run *r, size_t p0, size_t count, const floa
     for (size_t p = 0; p < count; p++) {
         const float *base = in + at[p] * cp;
         for (size_t c = 0; c < cp; c += LANES) {
-            vf t[6][6], o[6];
+            bn_vf t[6][6], o[6];
             for (int s = 0; s < 6; s++) {
                 const float *d = base + s * cp + c;
-                bt6(ld(d), ld(d + rs), ld(d + 2 * rs), ld(d + 3 * rs), ld(d + 4 * rs), ld(d + 5 * rs), o);
+                bt6(bn_vload(d), bn_vload(d + rs), bn_vload(d + 2 * rs), bn_vload(d + 3 * rs), bn_vload(d + 4 * rs), bn_vload(d + 5 * rs), o);
                 for (int i = 0; i < 6; i++) t[i][s] = o[i];
             }
             for (int i = 0; i < 6; i++) {
                 bt6(t[i][0], t[i][1], t[i][2], t[i][3], t[i][4], t[i][5], o);
-                for (int jj = 0; jj < 6; jj++) st(v + p * ts + (i * 6 + jj) * cp + c, o[jj]);
+                for (int jj = 0; jj < 6; jj++) bn_vstore(v + p * ts + (i * 6 + jj) * cp + c, o[jj]);
             }
         }
     }
@@ -390,7 +367,7 @@ INLINE void input_transform(const wg_run *r, size_t p0, size_t count, const floa
 
 /* Tiles [p0, p0 + count) of M carried back: 4x4 tiles of every filter into o (height 4 th,
  * width 4 tw, filters innermost). */
-INLINE void output_transform(const wg_run *r, size_t p0, size_t count, const float *m, float *o)
+BN_VINLINE void output_transform(const wg_run *r, size_t p0, size_t count, const float *m, float *o)
 {
     size_t kp = r->kp, ow = TILE * r->tw, rs = ow * kp, xs = kp;
     size_t at[GROUP];
@@ -398,16 +375,16 @@ INLINE void output_transform(const wg_run *r, size_t p0, size_t count, const flo
     for (size_t p = 0; p < count; p++) {
         float *base = o + at[p] * kp;
         for (size_t k = 0; k < kp; k += LANES) {
-            vf t[4][6], q[4];
+            bn_vf t[4][6], q[4];
             const float *src = m + p * XI * kp + k;
             for (int j = 0; j < 6; j++) {
-                at6(ld(src + j * xs), ld(src + (6 + j) * xs), ld(src + (12 + j) * xs), ld(src + (18 + j) * xs),
-                    ld(src + (24 + j) * xs), ld(src + (30 + j) * xs), q);
+                at6(bn_vload(src + j * xs), bn_vload(src + (6 + j) * xs), bn_vload(src + (12 + j) * xs), bn_vload(src + (18 + j) * xs),
+                    bn_vload(src + (24 + j) * xs), bn_vload(src + (30 + j) * xs), q);
                 for (int a = 0; a < 4; a++) t[a][j] = q[a];
             }
             for (int a = 0; a < 4; a++) {
                 at6(t[a][0], t[a][1], t[a][2], t[a][3], t[a][4], t[a][5], q);
-                for (int b = 0; b < 4; b++) st(base + a * rs + b * kp + k, q[b]);
+                for (int b = 0; b < 4; b++) bn_vstore(base + a * rs + b * kp + k, q[b]);
             }
         }
     }
@@ -415,7 +392,7 @@ INLINE void output_transform(const wg_run *r, size_t p0, size_t count, const flo
 
 /* o (filters innermost) into y's planes with the bias, and the ReLU where asked: blocks of 16
  * cells of a plane x 16 filters transposed in registers. */
-INLINE void scatter_output(const wg_run *r, int i0, int cnt, const float *o)
+BN_VINLINE void scatter_output(const wg_run *r, int i0, int cnt, const float *o)
 {
     const bn_conv_geom *g = r->g;
     size_t ow4 = TILE * r->tw, oh4 = TILE * r->th, kp = r->kp, plane = (size_t)g->oh * g->ow;
@@ -427,15 +404,15 @@ INLINE void scatter_output(const wg_run *r, int i0, int cnt, const float *o)
             size_t q0 = block_start(q, plane), at[LANES];
             cell_offsets(q0, (size_t)g->ow, ow4, at);
             for (int k0 = 0; k0 < r->K; k0 += LANES) {
-                vf v[LANES];
-                for (int i = 0; i < LANES; i++) v[i] = ld(src + at[i] * kp + k0);
+                bn_vf v[LANES];
+                for (int i = 0; i < LANES; i++) v[i] = bn_vload(src + at[i] * kp + k0);
                 transpose16(v);
                 for (int k = 0; k < LANES && k0 + k < r->K; k++) {
                     size_t cell = (size_t)(k0 + k) * plane + q0;
-                    vf y = v[k] + splat(r->b[k0 + k]);
-                    for (int a = 0; a < r->num_addends; a++) y += ld(r->addends[a] + example + cell);
-                    if (r->relu) y = where_positive(y, y);
-                    st(dst + cell, y);
+                    bn_vf y = v[k] + bn_vsplat(r->b[k0 + k]);
+                    for (int a = 0; a < r->num_addends; a++) y += bn_vload(r->addends[a] + example + cell);
+                    if (r->relu) y = bn_vwhere_positive(y, y);
+                    bn_vstore(dst + cell, y);
                 }
             }
         }
@@ -450,7 +427,7 @@ static void chunk_span(const wg_run *r, int chunk, int *i0, int *cnt)
 
 /* A chunk: its input in padded planes; then per group of tiles, the transform in, the 36
  * products and the transform out, within a core's first caches; then the output into y. */
-HOT static void forward_chunk(void *p, int chunk, int worker)
+BN_CPU_CLONES static void forward_chunk(void *p, int chunk, int worker)
 {
     const wg_run *r = p;
     int i0, cnt;
@@ -473,7 +450,7 @@ HOT static void forward_chunk(void *p, int chunk, int worker)
  * of 4 th x 4 tw, filters innermost, zeros past the output (blocks of 16 filters x 16 cells
  * transposed in registers); its sums per filter (an example's in float, the examples' in
  * double) into the chunk's bias gradient. */
-INLINE void gather_gradient(const wg_run *r, int chunk, int i0, int cnt, float *o)
+BN_VINLINE void gather_gradient(const wg_run *r, int chunk, int i0, int cnt, float *o)
 {
     const bn_conv_geom *g = r->g;
     size_t ow4 = TILE * r->tw, oh4 = TILE * r->th, kp = r->kp, plane = (size_t)g->oh * g->ow;
@@ -485,22 +462,22 @@ INLINE void gather_gradient(const wg_run *r, int chunk, int i0, int cnt, float *
         const float *src = r->dy + at, *y = r->relu_y ? r->relu_y + at : NULL;
         float *dst = o + (size_t)j * oh4 * ow4 * kp;
         for (int k0 = 0; k0 < r->K; k0 += LANES) {
-            vf total = splat(0.0f);
+            bn_vf total = bn_vsplat(0.0f);
             for (size_t q = 0; q < plane; q += LANES) {
                 size_t q0 = block_start(q, plane), cells[LANES];
                 cell_offsets(q0, (size_t)g->ow, ow4, cells);
-                vf v[LANES];
+                bn_vf v[LANES];
                 for (int i = 0; i < LANES; i++) {
                     if (k0 + i >= r->K) {
-                        v[i] = splat(0.0f);
+                        v[i] = bn_vsplat(0.0f);
                         continue;
                     }
-                    v[i] = ld(src + (size_t)(k0 + i) * plane + q0);
-                    if (y) v[i] = where_positive(ld(y + (size_t)(k0 + i) * plane + q0), v[i]);
+                    v[i] = bn_vload(src + (size_t)(k0 + i) * plane + q0);
+                    if (y) v[i] = bn_vwhere_positive(bn_vload(y + (size_t)(k0 + i) * plane + q0), v[i]);
                 }
                 transpose16(v);
                 for (int i = 0; i < LANES; i++) {
-                    st(dst + cells[i] * kp + k0, v[i]);
+                    bn_vstore(dst + cells[i] * kp + k0, v[i]);
                     if (q0 + i >= q) total += v[i]; /* cells of an overlapping block counted once */
                 }
             }
@@ -511,7 +488,7 @@ INLINE void gather_gradient(const wg_run *r, int chunk, int i0, int cnt, float *
 
 /* Tiles [p0, p0 + count) of the output gradient carried in: dm[p - p0][xi][k]; rows
  * count..GROUP-1 zero. */
-INLINE void gradient_transform(const wg_run *r, size_t p0, size_t count, const float *o, float *dm)
+BN_VINLINE void gradient_transform(const wg_run *r, size_t p0, size_t count, const float *o, float *dm)
 {
     size_t kp = r->kp, ow = TILE * r->tw, rs = ow * kp, ts = XI * kp;
     size_t at[GROUP];
@@ -519,15 +496,15 @@ INLINE void gradient_transform(const wg_run *r, size_t p0, size_t count, const f
     for (size_t p = 0; p < count; p++) {
         const float *base = o + at[p] * kp;
         for (size_t k = 0; k < kp; k += LANES) {
-            vf t[6][4], q[6];
+            bn_vf t[6][4], q[6];
             for (int b = 0; b < 4; b++) {
                 const float *d = base + b * kp + k;
-                a6(ld(d), ld(d + rs), ld(d + 2 * rs), ld(d + 3 * rs), q);
+                a6(bn_vload(d), bn_vload(d + rs), bn_vload(d + 2 * rs), bn_vload(d + 3 * rs), q);
                 for (int i = 0; i < 6; i++) t[i][b] = q[i];
             }
             for (int i = 0; i < 6; i++) {
                 a6(t[i][0], t[i][1], t[i][2], t[i][3], q);
-                for (int jj = 0; jj < 6; jj++) st(dm + p * ts + (i * 6 + jj) * kp + k, q[jj]);
+                for (int jj = 0; jj < 6; jj++) bn_vstore(dm + p * ts + (i * 6 + jj) * kp + k, q[jj]);
             }
         }
     }
@@ -537,7 +514,7 @@ INLINE void gradient_transform(const wg_run *r, size_t p0, size_t count, const f
 
 /* Tiles [p0, p0 + count) of dV carried back into the padded input gradient (channels
  * innermost), each tile's 6x6 added where its patch lies, tiles in order. */
-INLINE void input_gradient(const wg_run *r, size_t p0, size_t count, const float *dv, float *din)
+BN_VINLINE void input_gradient(const wg_run *r, size_t p0, size_t count, const float *dv, float *din)
 {
     size_t cp = r->cp, rs = r->wp * cp, xs = cp;
     size_t at[GROUP];
@@ -545,11 +522,11 @@ INLINE void input_gradient(const wg_run *r, size_t p0, size_t count, const float
     for (size_t p = 0; p < count; p++) {
         float *base = din + at[p] * cp;
         for (size_t c = 0; c < cp; c += LANES) {
-            vf t[6][6], q[6];
+            bn_vf t[6][6], q[6];
             const float *src = dv + p * XI * cp + c;
             for (int j = 0; j < 6; j++) {
-                b6(ld(src + j * xs), ld(src + (6 + j) * xs), ld(src + (12 + j) * xs), ld(src + (18 + j) * xs),
-                   ld(src + (24 + j) * xs), ld(src + (30 + j) * xs), q);
+                b6(bn_vload(src + j * xs), bn_vload(src + (6 + j) * xs), bn_vload(src + (12 + j) * xs), bn_vload(src + (18 + j) * xs),
+                   bn_vload(src + (24 + j) * xs), bn_vload(src + (30 + j) * xs), q);
                 for (int a = 0; a < 6; a++) t[a][j] = q[a];
             }
             for (int a = 0; a < 6; a++) {
@@ -562,7 +539,7 @@ INLINE void input_gradient(const wg_run *r, size_t p0, size_t count, const float
 
 /* The padded input gradient's cells inside the input into dx's planes: blocks of 16 cells of a
  * plane x 16 channels transposed in registers. */
-INLINE void scatter_input_gradient(const wg_run *r, int i0, int cnt, const float *din)
+BN_VINLINE void scatter_input_gradient(const wg_run *r, int i0, int cnt, const float *din)
 {
     const bn_conv_geom *g = r->g;
     size_t plane = (size_t)g->h * g->w, cp = r->cp;
@@ -573,10 +550,10 @@ INLINE void scatter_input_gradient(const wg_run *r, int i0, int cnt, const float
             size_t q0 = block_start(q, plane), at[LANES];
             cell_offsets(q0, (size_t)g->w, r->wp, at);
             for (int c0 = 0; c0 < r->C; c0 += LANES) {
-                vf v[LANES];
-                for (int i = 0; i < LANES; i++) v[i] = ld(src + at[i] * cp + c0);
+                bn_vf v[LANES];
+                for (int i = 0; i < LANES; i++) v[i] = bn_vload(src + at[i] * cp + c0);
                 transpose16(v);
-                for (int c = 0; c < LANES && c0 + c < r->C; c++) st(dst + (size_t)(c0 + c) * plane + q0, v[c]);
+                for (int c = 0; c < LANES && c0 + c < r->C; c++) bn_vstore(dst + (size_t)(c0 + c) * plane + q0, v[c]);
             }
         }
     }
@@ -585,7 +562,7 @@ INLINE void scatter_input_gradient(const wg_run *r, int i0, int cnt, const float
 /* A chunk: its input and output gradient in padded planes; then per group of tiles, both
  * carried in, the weight gradient's 36 products added to the chunk's, the input gradient's 36
  * products carried back and added up; then the input gradient into dx. */
-HOT static void backward_chunk(void *p, int chunk, int worker)
+BN_CPU_CLONES static void backward_chunk(void *p, int chunk, int worker)
 {
     const wg_run *r = p;
     int i0, cnt;
@@ -642,7 +619,7 @@ bn_status bn_winograd_forward(const bn_conv_geom *g, int filters, int n, const f
 
 typedef struct wg_sums {
     const wg_run *r;
-    float *dw, *db;
+    float *dw;
 } wg_sums;
 
 /* The chunks' products summed into the first chunk's, in chunk order, over [lo, hi). */
@@ -680,17 +657,6 @@ static void weight_grad(void *p, size_t lo, size_t hi)
     }
 }
 
-static void bias_grad(void *p, size_t lo, size_t hi)
-{
-    const wg_sums *s = p;
-    const wg_run *r = s->r;
-    for (size_t f = lo; f < hi; f++) {
-        double t = 0.0;
-        for (int c = 0; c < r->chunks; c++) t += r->bias_parts[(size_t)c * r->K + f];
-        s->db[f] += (float)t;
-    }
-}
-
 bn_status bn_winograd_backward(const bn_conv_geom *g, int filters, int n, const float *x, const float *w,
                                const float *dy, const float *relu_y, float *dx, float *dw, float *db)
 {
@@ -705,9 +671,9 @@ bn_status bn_winograd_backward(const bn_conv_geom *g, int filters, int n, const 
     if (!bias) return bn_last_status();
     r.bias_parts = (double *)bias;
     bn_parallel_run(r.chunks, backward_chunk, &r);
-    wg_sums s = {&r, dw, db};
+    wg_sums s = {&r, dw};
     bn_parallel_ranges(XI * r.cp * r.kp, 1024, sum_parts, &s);
     bn_parallel_ranges((size_t)filters * g->c, 64, weight_grad, &s);
-    bn_parallel_ranges((size_t)filters, 1, bias_grad, &s);
+    bn_conv2d_cpu_bias_grad(r.bias_parts, r.chunks, filters, db);
     return BN_OK;
 }
