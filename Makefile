@@ -116,7 +116,7 @@ ifeq ($(WITH_CUDA),1)
   CU_SRCS  := $(foreach d,$(LIB_DIRS),$(wildcard $(d:%/=%)/*.cu))
   CPPFLAGS += -DBN_WITH_CUDA -I$(CUDA_HOME)/include $(if $(CUDNN_INC),-I$(CUDNN_INC))
   LDLIBS   := -L$(CUDA_HOME)/lib64 $(if $(CUDNN_LIB),-L$(CUDNN_LIB)) \
-              -lcudnn -lcublas -lcublasLt -lcurand -lcudart $(LDLIBS) -lstdc++
+              -lcudnn -lcudart $(LDLIBS) -lstdc++
   NVFLAGS  := -std=c++17 -O3 $(CUDA_ARCH_FLAGS) -lineinfo -Isrc -Ilayers -Idatasets \
               -I$(CUDNN_INC) -DBN_WITH_CUDA -Xcompiler -Wall,-Wextra,-Wno-unused-parameter
   ifeq ($(WITH_NCCL),1)

@@ -182,3 +182,22 @@ BN_TEST(cli_runs_under_valgrind_and_restarts_itself_natively)
     }
     return BN_PASS;
 }
+
+/* cuBLAS is opened at run time (gpu/blas_load.cu): a command that uses no GPU never loads it,
+ * which kept 80-100 ms of the dynamic loader's work off every start; one that trains on the GPU
+ * loads it and runs its products. LD_DEBUG=libs makes the loader name each library it starts. */
+BN_TEST(cli_loads_cublas_only_when_a_gpu_computes)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "LD_DEBUG=libs %s --version 2>&1", bn_test_cli());
+    int rc = bn_test_run(cmd, out, sizeof out);
+    CHECK_MSG(rc == 0 && strstr(out, "blobnet "), "exit %d: %.300s", rc, out);
+    CHECK_MSG(!strstr(out, "libcublas"), "--version loaded cuBLAS: %.300s", strstr(out, "libcublas"));
+    if (!bn_device_compiled() || bn_device_count() == 0) BN_SKIP_TEST("no CUDA device: the GPU half does not apply");
+    snprintf(cmd, sizeof cmd, "LD_DEBUG=libs %s time models/mlp.cfg --device gpu --batch 16 --iters 2 2>&1 | "
+             "grep -E 'calling init: .*libcublas|^step:'", bn_test_cli());
+    rc = bn_test_run(cmd, out, sizeof out);
+    CHECK_MSG(rc == 0 && strstr(out, "step:"), "exit %d, no step time: %.400s", rc, out);
+    CHECK_MSG(strstr(out, "calling init: ") && strstr(out, "libcublasLt.so"), "cuBLAS was not loaded for a GPU run");
+    return BN_PASS;
+}

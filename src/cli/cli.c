@@ -11,6 +11,7 @@
 
 #include "core/options.h"
 #include "core/parallel.h"
+#include "core/timeline.h"
 
 bn_status bn_cli_int(const char *flag, const char *text, long lo, long hi, long *out)
 {
@@ -89,6 +90,7 @@ static void *open_on_thread(void *arg)
     bn_cli_opening *o = arg;
     o->status = bn_cli_open_device(o->spec, o->quiet, &o->ctx);
     if (o->status != BN_OK) snprintf(o->message, sizeof o->message, "%s", bn_last_error());
+    __atomic_store_n(&o->done, 1, __ATOMIC_RELEASE);
     return NULL;
 }
 
@@ -106,6 +108,11 @@ bn_status bn_cli_open_device_begin(const char *spec, int quiet, bn_cli_opening *
 bn_status bn_cli_open_device_end(bn_cli_opening *o, bn_ctx **ctx)
 {
     *ctx = NULL;
+    /* Still opening (a GPU or the search for one): cuBLAS's load (80-100 ms) is free now. */
+    if (o->started && (!o->spec || strcmp(o->spec, "cpu") != 0) && !__atomic_load_n(&o->done, __ATOMIC_ACQUIRE)) {
+        bn_device_preload();
+        bn_timeline_mark("cuBLAS loaded");
+    }
     if (o->started) pthread_join(o->thread, NULL);
     o->started = 0;
     if (o->status != BN_OK) return bn_error(o->status, "%s", o->message);

@@ -43,6 +43,7 @@ typedef struct bn_cli_opening {
     const char *spec;
     int quiet;
     int started;         /* the thread runs (else the open was made at once, in begin) */
+    int done;            /* the thread has finished (read and written atomically) */
     pthread_t thread;
     bn_ctx *ctx;
     bn_status status;
@@ -54,7 +55,9 @@ typedef struct bn_cli_opening {
 bn_status bn_cli_open_device_begin(const char *spec, int quiet, bn_cli_opening *o);
 
 /* Waits for the opening begun in o and gives its context (NULL for the CPU) in *ctx, current
- * on the calling thread too; or its error, as bn_cli_open_device would have returned it. */
+ * on the calling thread too; or its error, as bn_cli_open_device would have returned it. While
+ * a GPU is still opening, the calling thread loads the libraries opened at run time (cuBLAS,
+ * bn_device_preload) first, where the wait hides it. */
 bn_status bn_cli_open_device_end(bn_cli_opening *o, bn_ctx **ctx);
 
 /* Writes text to f with every byte that could drive a terminal (control characters, DEL, bytes

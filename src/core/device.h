@@ -14,8 +14,7 @@ extern "C" {
 #endif
 
 /* The device context: one per process. Handles are opaque here so that C code needs no
- * CUDA headers; CUDA code casts them (cudaStream_t, cublasHandle_t, cudnnHandle_t,
- * curandGenerator_t). */
+ * CUDA headers; CUDA code casts them (cudaStream_t, cublasHandle_t, cudnnHandle_t). */
 typedef struct bn_ctx {
     int device;            /* CUDA device ordinal */
     char name[256];        /* device name as the driver reports it */
@@ -28,7 +27,6 @@ typedef struct bn_ctx {
     int side_pending;      /* side_stream holds work that stream has not waited for */
     void *cublas;          /* bound to stream */
     void *cudnn;           /* bound to stream */
-    void *curand;          /* bound to stream */
     void *workspace;       /* cuDNN workspace arena shared by all layers */
     size_t workspace_size;
     unsigned buffer_generation; /* counts replacements of device buffers that steps reuse (the
@@ -75,6 +73,11 @@ const char *bn_device_build_info(void);
 
 /* Number of usable CUDA devices (0 without CUDA, a driver or a device). */
 int bn_device_count(void);
+
+/* Loads the device libraries that are opened at run time (cuBLAS) now, once per process, so
+ * that a caller can pay for it while it waits anyway (the device opening on another thread);
+ * without it the first use loads them. A no-op without CUDA. */
+void bn_device_preload(void);
 
 /* Opens the process context on device ordinal `device`; a second call with the same
  * ordinal returns the same context. The context is owned by the library. */

@@ -1,4 +1,4 @@
-/* cuda_check.h - for .cu files: check every CUDA, cuBLAS, cuDNN and cuRAND call and turn a
+/* cuda_check.h - for .cu files: check every CUDA, cuBLAS and cuDNN call and turn a
  * failure into a bn_status whose message names file:line, the call and the library's own
  * error string. */
 #ifndef BN_CUDA_CHECK_H
@@ -7,21 +7,9 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
-#include <curand.h>
 
 #include "core/blob.h"
 #include "core/status.h"
-
-#ifdef __cplusplus
-extern "C" {
-#endif
-
-/* The library's name for a cuBLAS or cuRAND status (cuBLAS has one, cuRAND has none). */
-const char *bn_curand_status_string(curandStatus_t s);
-
-#ifdef __cplusplus
-}
-#endif
 
 #define BN_CUDA(call)                                                                          \
     do {                                                                                       \
@@ -47,13 +35,6 @@ const char *bn_curand_status_string(curandStatus_t s);
                             cudnnGetErrorString(bn_e_));                                       \
     } while (0)
 
-#define BN_CURAND(call)                                                                        \
-    do {                                                                                       \
-        curandStatus_t bn_e_ = (call);                                                         \
-        if (bn_e_ != CURAND_STATUS_SUCCESS)                                                    \
-            return bn_error(BN_ERR_DEVICE, "%s:%d: %s: %s", __FILE__, __LINE__, #call,         \
-                            bn_curand_status_string(bn_e_));                                   \
-    } while (0)
 
 /* Declares var as the blob's cuDNN descriptor for its current shape, or returns the error. */
 #define BN_TENSOR_DESC(var, blob)                                                        \

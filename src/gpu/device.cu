@@ -8,6 +8,7 @@
 #include "core/device.h"
 #include "core/device_ops.h"
 #include "core/timeline.h"
+#include "blas_load.h"
 #include "cuda_check.h"
 
 static bn_ctx the_ctx;
@@ -63,25 +64,6 @@ static void forget(void *p)
         }
 }
 
-extern "C" const char *bn_curand_status_string(curandStatus_t s)
-{
-    switch (s) {
-    case CURAND_STATUS_SUCCESS: return "success";
-    case CURAND_STATUS_VERSION_MISMATCH: return "header and library versions differ";
-    case CURAND_STATUS_NOT_INITIALIZED: return "generator not initialised";
-    case CURAND_STATUS_ALLOCATION_FAILED: return "memory allocation failed";
-    case CURAND_STATUS_TYPE_ERROR: return "wrong generator type";
-    case CURAND_STATUS_OUT_OF_RANGE: return "argument out of range";
-    case CURAND_STATUS_LENGTH_NOT_MULTIPLE: return "length not a multiple of the dimension";
-    case CURAND_STATUS_DOUBLE_PRECISION_REQUIRED: return "device lacks double precision";
-    case CURAND_STATUS_LAUNCH_FAILURE: return "kernel launch failed";
-    case CURAND_STATUS_PREEXISTING_FAILURE: return "an earlier failure is pending";
-    case CURAND_STATUS_INITIALIZATION_FAILED: return "initialisation failed";
-    case CURAND_STATUS_ARCH_MISMATCH: return "architecture mismatch";
-    case CURAND_STATUS_INTERNAL_ERROR: return "internal error";
-    }
-    return "unknown cuRAND status";
-}
 
 extern "C" int bn_device_compiled(void) { return 1; }
 
@@ -91,6 +73,11 @@ extern "C" const char *bn_device_build_info(void)
     snprintf(info, sizeof info, "CUDA %d.%d, cuDNN %d.%d.%d", CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10,
              CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL);
     return info;
+}
+
+extern "C" void bn_device_preload(void)
+{
+    bn_gpu_blas_load();
 }
 
 extern "C" int bn_device_count(void)
@@ -137,10 +124,6 @@ static bn_status open_handles(bn_ctx *c)
     c->cudnn = dnn;
     BN_CUDNN(cudnnSetStream(dnn, s));
     bn_timeline_mark("cuDNN's handle");
-    curandGenerator_t gen;
-    BN_CURAND(curandCreateGenerator(&gen, CURAND_RNG_PSEUDO_PHILOX4_32_10));
-    c->curand = gen;
-    BN_CURAND(curandSetStream(gen, s));
     return BN_OK;
 }
 
@@ -241,7 +224,6 @@ extern "C" void bn_ctx_close(void)
     if (!ctx_open) return;
     bn_ctx *c = &the_ctx;
     if (c->stream) cudaStreamSynchronize((cudaStream_t)c->stream);
-    if (c->curand) curandDestroyGenerator((curandGenerator_t)c->curand);
     if (c->cudnn) cudnnDestroy((cudnnHandle_t)c->cudnn);
     if (c->cublas) cublasDestroy((cublasHandle_t)c->cublas);
     if (c->workspace) cudaFree(c->workspace);

@@ -14,6 +14,7 @@ bn_status bn_no_cuda(void)
 int bn_device_compiled(void) { return 0; }
 const char *bn_device_build_info(void) { return "CPU only"; }
 int bn_device_count(void) { return 0; }
+void bn_device_preload(void) {}
 
 bn_status bn_ctx_open(int device, bn_ctx **out)
 {

@@ -605,6 +605,7 @@ bn_status bn_train(bn_net *net, bn_optimizer *opt, const bn_dataset *train, cons
     bn_loader val_ld = {0};
     bn_status s = bn_loader_init(&test_ld, test, net->pass.ctx);
     if (s == BN_OK && opts->holdout) s = bn_loader_init(&val_ld, opts->holdout, net->pass.ctx);
+    bn_timeline_mark("the data's loaders ready");
     bn_blob *acc = s == BN_OK ? bn_blob_new("epoch.metrics", 2, 1, 1, 1) : NULL;
     bn_blob *eval_sum = acc ? bn_blob_new("eval.metrics", 2, 1, 1, 1) : NULL;
     if (s == BN_OK && !eval_sum) s = bn_last_status();
