@@ -18,7 +18,7 @@
 # graph with TF32 off, --tf32 against PyTorch's default graph, bf16 against PyTorch's bf16 graph),
 # peak device memory without the datasets and test accuracy after the run (the default's and
 # PyTorch's TF32-off graph's, then --precision bf16's and PyTorch's bf16 graph's). Last, LeNet from
-# process start to 99% test accuracy.
+# process start to 99% test accuracy: to the epoch line that reports it, and to the process's end.
 #
 # blobnet's timed kernel choices go to a kernel cache of the bench's own that starts empty, so
 # the first run of each model measures as a first run on a new machine does.
@@ -138,10 +138,14 @@ printf '%s\n' "${rows[@]}"
 
 if [ $# -eq 0 ] || [[ " $* " == *" lenet "* ]]; then
     echo
+    # The timeline's marks count from the launch: "epoch N evaluated" is the moment epoch N's test
+    # accuracy is known; the process ends after that, when the driver has torn its context down.
     start=$(date +%s.%N)
-    ./blobnet train models/lenet.cfg --device gpu --epochs 10 --until-accuracy 99 --data "$mnist" >"$logs/t99.log" 2>&1
+    BLOBNET_TIMELINE=$start ./blobnet train models/lenet.cfg --device gpu --epochs 10 --until-accuracy 99 \
+        --data "$mnist" >"$logs/t99.log" 2>&1
     end=$(date +%s.%N)
     grep '^epoch' "$logs/t99.log"
-    printf 'process start to 99%% test accuracy: %.2f s wall (models/lenet.cfg, --until-accuracy 99)\n' \
-        "$(awk -v a="$start" -v b="$end" 'BEGIN { print b - a }')"
+    reached=$(awk '/^timeline:.* evaluated$/ { t = $2 } /^epoch/ { for (i = 1; i <= NF; i++) if ($i == "test") { v = $(i + 2); sub("%", "", v); if (v + 0 >= 99.0) { print t / 1000; exit } } }' "$logs/t99.log")
+    printf 'process start to 99%% test accuracy: %s s to the epoch line that reports it, %.2f s to the process'"'"'s end (models/lenet.cfg, --until-accuracy 99)\n' \
+        "${reached:-never}" "$(awk -v a="$start" -v b="$end" 'BEGIN { print b - a }')"
 fi
