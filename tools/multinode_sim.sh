@@ -139,6 +139,7 @@ for entry in "${scale_models[@]}"; do
             notes+=("$name, $mode: FAILED:$bad see $dir")
             tail -3 "$dir"/rank*.log >&2
             rows+=("| $name | $batch | $mode | $(transports "$dir") | - | - | - | - |")
+            echo "${rows[-1]}" >&2
             continue
         fi
         read -r t ips < <(blobnet_times "$dir/rank0.log")
@@ -148,6 +149,7 @@ for entry in "${scale_models[@]}"; do
         [ "$(ranks_equal "$dir")" = 1 ] && equal=yes
         [ "$equal" = yes ] || { failed=1; notes+=("$name, $mode: the ranks' final weights differ ($dir)"); }
         rows+=("| $name | $batch | $mode | $(transports "$dir") | $t | $ips | ${first:--} | $equal |")
+        echo "${rows[-1]}" >&2
     done
     for mode in "${modes[@]}"; do
         [ "$mode" = default ] && continue
@@ -158,6 +160,12 @@ for entry in "${scale_models[@]}"; do
         fi
     done
 done
+
+# A note for the summary, also printed now (a run cut short keeps what it had found).
+note() {
+    notes+=("$1")
+    echo "$1" >&2
+}
 
 # A rank killed in the middle of a socket-path run: the others must end by the deadline.
 kill_check() {
@@ -180,7 +188,7 @@ kill_check() {
     # 26 lines: the header and 25 steps.
     until [ -f "$csv" ] && [ "$(wc -l <"$csv")" -ge 26 ]; do
         if ! kill -0 "${pids[0]}" 2>/dev/null || [ "$(awk -v s="$started" -v n="$(date +%s.%N)" 'BEGIN { print n - s > 300 }')" = 1 ]; then
-            notes+=("kill check: $name never logged 25 steps on the socket path (see $dir)")
+            note "kill check: $name never logged 25 steps on the socket path (see $dir)"
             failed=1
             stop_ranks
             return
@@ -209,11 +217,11 @@ kill_check() {
         if [ "$(awk -v a="$killed" -v b="$now" -v m="$bound" 'BEGIN { print b - a > m }')" = 1 ]; then break; fi
         sleep 0.1
     done
-    notes+=("kill check: $name on the socket path, rank $victim (node ${node_names[$((victim / per_node))]}) killed after step $steps; deadline $deadline s")
+    note "kill check: $name on the socket path, rank $victim (node ${node_names[$((victim / per_node))]}) killed after step $steps; deadline $deadline s"
     for ((r = 0; r < victim; r++)); do
         took=${ended[$r]:-}
         if [ -z "$took" ]; then
-            notes+=("  rank $r: still running ${bound} s after the kill: FAILED (killed now)")
+            note "  rank $r: still running ${bound} s after the kill: FAILED (killed now)"
             failed=1
             continue
         fi
@@ -222,9 +230,9 @@ kill_check() {
         line=$(grep -m1 'error' "$dir/rank$r.log" | cut -c1-160)
         if [ "$code" -eq 0 ] || [ "$code" -ge 128 ] || [ -z "$line" ]; then
             failed=1
-            notes+=("  rank $r: exit $code after $took s, ${line:-no error line}: FAILED (wanted an error exit and line)")
+            note "  rank $r: exit $code after $took s, ${line:-no error line}: FAILED (wanted an error exit and line)"
         else
-            notes+=("  rank $r: exit $code after $took s: $line")
+            note "  rank $r: exit $code after $took s: $line"
         fi
     done
     stop_ranks
