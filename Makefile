@@ -147,7 +147,7 @@ PLUGIN_LIBS := $(if $(WITH_CUDA),-L$(CUDA_HOME)/lib64 -lcudart)
 EXPORT_LIB  := -rdynamic -Wl,--whole-archive libblobnet.a -Wl,--no-whole-archive
 
 .PHONY: test-seeds all test clean bench plugins
-all: libblobnet.a blobnet tests/run_tests $(NVTX_RECORDER) plugins
+all: libblobnet.a blobnet tests/run_tests $(NVTX_RECORDER) plugins $(KERNEL_TRACE)
 
 # The top-level outputs are shared by every configuration (BUILD, CPU_ONLY, SANITIZE, NVTX):
 # this file changes whenever the configuration does, so switching relinks them.
@@ -202,6 +202,19 @@ $(BUILD)/tests/libnvtx_record.so: tests/nvtx_record.c
 	@mkdir -p $(dir $@)
 	$(Q)$(call say,LD,$@)$(CC) -std=c11 -O2 -Wall -Wextra -fPIC -shared -I$(NVTX_INC).. $< -o $@ -ldl
 
+# The kernel tracer (tools/kernel_trace.c), a CUDA injection library on CUPTI: in a CUDA build
+# where CUPTI's header and library are there. `make trace` says why when they are not.
+CUPTI_LIB    := $(firstword $(dir $(wildcard $(CUDA_HOME)/lib64/libcupti.so $(CUDA_HOME)/extras/CUPTI/lib64/libcupti.so)))
+CUPTI_INC    := $(firstword $(dir $(wildcard $(CUDA_HOME)/include/cupti.h $(CUDA_HOME)/extras/CUPTI/include/cupti.h)))
+KERNEL_TRACE := $(if $(WITH_CUDA),$(if $(CUPTI_LIB),$(if $(CUPTI_INC),$(BUILD)/tools/libkernel_trace.so)))
+.PHONY: trace
+trace: $(KERNEL_TRACE)
+	@$(if $(KERNEL_TRACE),:,echo "make trace: needs a CUDA build with CUPTI (cupti.h and libcupti.so under $(CUDA_HOME))"; exit 1)
+$(BUILD)/tools/libkernel_trace.so: tools/kernel_trace.c
+	@mkdir -p $(dir $@)
+	$(Q)$(call say,LD,$@)$(CC) -std=c11 -O2 -Wall -Wextra -fPIC -shared -I$(CUPTI_INC) $< -o $@ \
+	    -L$(CUPTI_LIB) -Wl,-rpath,$(CUPTI_LIB) -lcupti -lpthread
+
 # The list of tests: every BN_TEST(name) in tests/test_*.c, regenerated when they change.
 $(BUILD)/tests_list.h: $(wildcard tests/test_*.c)
 	@mkdir -p $(dir $@)
@@ -230,7 +243,7 @@ $(BUILD)/%.cu.o: %.cu
 BLOBNET_TEST_DATA ?= $(if $(strip $(foreach f,$(MNIST_FILES),$(if $(wildcard $(MNIST_DIR)/$(f) $(MNIST_DIR)/$(f).gz),,$(f)))),,$(abspath $(MNIST_DIR)))
 export BLOBNET_TEST_DATA
 test: all
-	BLOBNET_CLI=./blobnet BLOBNET_NVTX_RECORDER=$(NVTX_RECORDER) BLOBNET_PLUGINS=$(BUILD)/plugins \
+	BLOBNET_CLI=./blobnet BLOBNET_NVTX_RECORDER=$(NVTX_RECORDER) BLOBNET_KERNEL_TRACER=$(KERNEL_TRACE) BLOBNET_PLUGINS=$(BUILD)/plugins \
 	  BLOBNET_MAKE='$(MAKE) BUILD=$(BUILD) CPU_ONLY=$(CPU_ONLY) CUDA=$(if $(WITH_CUDA),1,0) SANITIZE=$(SANITIZE) NVTX=$(NVTX) NCCL=$(NCCL) CUDA_HOME=$(CUDA_HOME)' \
 	  ./tests/run_tests $(TESTS)
 

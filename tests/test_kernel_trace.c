@@ -1,0 +1,73 @@
+/* test_kernel_trace.c - the kernel tracer (tools/kernel_trace.c, a CUPTI injection library) and
+ * its summary (tools/kernel_trace.py): the summary's arithmetic on a trace written here, its
+ * refusal of a file that is not a trace, and on a GPU with CUPTI a real trace of a training run. */
+#include "testing.h"
+
+#include <stdlib.h>
+
+#include "core/device.h"
+
+static char out[1 << 15];
+
+static int write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    fputs(text, f);
+    return fclose(f);
+}
+
+/* Twelve steps of 100 us: a gather (10 us), 2 us idle, a convolution (60 us) with an all-reduce
+ * beside its last 20 us running 10 us past it, 28 us idle. Busy 80 us a step, idle 20. */
+BN_TEST(kernel_trace_summary_measures_steps_and_gaps)
+{
+    if (bn_test_run("python3 --version", out, sizeof out) != 0) BN_SKIP_TEST("no python3");
+    char path[512], bad[512], cmd[2048];
+    snprintf(path, sizeof path, "%s/trace.csv", bn_test_tmpdir());
+    snprintf(bad, sizeof bad, "%s/not_a_trace.csv", bn_test_tmpdir());
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    fputs("kind,device,stream,start_ns,end_ns,what\n", f);
+    for (long s = 0, t = 1000000; s < 12; s++, t += 100000) {
+        fprintf(f, "kernel,0,7,%ld,%ld,\"void gather_rows<float>(int, const float *)\"\n", t, t + 10000);
+        fprintf(f, "kernel,0,7,%ld,%ld,\"conv_forward\"\n", t + 12000, t + 72000);
+        fprintf(f, "kernel,0,9,%ld,%ld,\"ncclDevKernel_AllReduce_Sum_f32_RING_LL(args)\"\n", t + 52000, t + 82000);
+    }
+    CHECK(fclose(f) == 0);
+    snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s --marker gather --skip 1 --steps 10", path);
+    int rc = bn_test_run(cmd, out, sizeof out);
+    CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
+    CHECK_MSG(strstr(out, "10 steps: median 100.0 us"), "%s", out);
+    CHECK_MSG(strstr(out, "busy 80.0 us, idle 20.0 us, NCCL's kernels 30.0 us a step"), "%s", out);
+    CHECK_MSG(strstr(out, "18.0 us at    82.0: after ncclDevKernel_AllReduce_Sum_f32_RING_LL, before gather_rows"), "%s",
+              out);
+    CHECK_MSG(strstr(out, "conv_forward                                          10     0.600    60.00"), "%s", out);
+    CHECK(write_text(bad, "epoch,loss\n1,0.5\n") == 0);
+    snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s", bad);
+    rc = bn_test_run(cmd, out, sizeof out);
+    CHECK_MSG(rc != 0 && strstr(out, "not a kernel trace"), "exit %d: %s", rc, out);
+    return BN_PASS;
+}
+
+/* On a GPU, with the tracer built: LeNet's steps are recorded kernel by kernel, graph replays
+ * included, and the summary cuts them at the batch gather. */
+BN_TEST(kernel_trace_records_a_training_run)
+{
+    if (!bn_device_compiled() || bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    const char *data = getenv("BLOBNET_TEST_DATA");
+    if (!data) BN_SKIP_TEST("BLOBNET_TEST_DATA is not set");
+    const char *lib = getenv("BLOBNET_KERNEL_TRACER");
+    if (!lib || !*lib) BN_SKIP_TEST("the tracer is not built (make trace: a CUDA build with CUPTI)");
+    char path[512], cmd[4096];
+    snprintf(path, sizeof path, "%s/lenet_trace.csv", bn_test_tmpdir());
+    snprintf(cmd, sizeof cmd,
+             "CUDA_INJECTION64_PATH=%s BLOBNET_KERNEL_TRACE=%s %s train models/lenet.cfg --device gpu --epochs 1 "
+             "--train-limit 6400 --data %s --quiet >/dev/null 2>&1 && python3 tools/kernel_trace.py %s --marker gather "
+             "--skip 5 --steps 50",
+             lib, path, bn_test_cli(), data, path);
+    int rc = bn_test_run(cmd, out, sizeof out);
+    CHECK_MSG(rc == 0 && strstr(out, "50 steps: median "), "exit %d: %s", rc, out);
+    double step = atof(strstr(out, "50 steps: median ") + 17);
+    CHECK_MSG(step > 5 && step < 5000, "a LeNet step of %.1f us: %s", step, out);
+    return BN_PASS;
+}

@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""Summarises a kernel trace written by tools/kernel_trace.c (make trace).
+
+    tools/kernel_trace.py TRACE.csv... [--marker REGEX] [--skip N] [--steps N] [--top N]
+
+Prints, for each file (one per process: a rank of a run on several GPUs each), for the GPU time
+it covers: how long the GPU was busy (the union of its kernels,
+copies and fills) and idle, and the kernels that took the most time. With --marker, the kernel
+whose name matches REGEX (the first of a training step, such as the batch gather) cuts the
+timeline into steps; the first --skip steps are left out (warm-up), then up to --steps steps are
+measured: the median step, its busy and idle time, the share of NCCL's kernels, each kernel's
+median time in a step, and the largest idle gaps of a median step with the kernels on each side.
+"""
+import argparse
+import csv
+import re
+import statistics
+import sys
+
+
+def read(path):
+    rows = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            try:
+                start, end = int(r["start_ns"]), int(r["end_ns"])
+            except (KeyError, ValueError):
+                sys.exit(f"{path}: not a kernel trace (a line without start_ns and end_ns)")
+            name = r["what"] if r["kind"] == "kernel" else r["kind"]
+            rows.append((start, end, short(name), r["stream"]))
+    if not rows:
+        sys.exit(f"{path}: no kernels, copies or fills recorded")
+    rows.sort()
+    return rows
+
+
+def short(name):
+    """A kernel's name without its template arguments and parameter list."""
+    depth, out = 0, []
+    for ch in name:
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            depth = max(0, depth - 1)
+        elif depth == 0:
+            out.append(ch)
+    s = "".join(out).strip()
+    return s.split(" ")[-1] if s else name[:60]
+
+
+def busy(rows, lo, hi):
+    """Time in [lo, hi) covered by at least one interval, and the idle gaps as (length, at)."""
+    total, gaps, cur = 0, [], lo
+    for start, end, _, _ in rows:
+        start, end = max(start, lo), min(end, hi)
+        if end <= start:
+            continue
+        if start > cur:
+            gaps.append((start - cur, cur))
+        if end > cur:
+            total += end - max(start, cur)
+            cur = end
+    if hi > cur:
+        gaps.append((hi - cur, cur))
+    return total, gaps
+
+
+def around(rows, t):
+    """The names of the last work to end at or before t and the first to start after it."""
+    before = max((r for r in rows if r[1] <= t), key=lambda r: r[1], default=None)
+    after = min((r for r in rows if r[0] >= t), key=lambda r: r[0], default=None)
+    return (before[2] if before else "-"), (after[2] if after else "-")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("traces", nargs="+", metavar="TRACE")
+    ap.add_argument("--marker", help="regular expression of the kernel that starts each step")
+    ap.add_argument("--skip", type=int, default=20, help="steps left out at the start (default 20)")
+    ap.add_argument("--steps", type=int, default=200, help="steps measured (default 200)")
+    ap.add_argument("--top", type=int, default=15, help="kernels listed (default 15)")
+    a = ap.parse_args()
+    for i, path in enumerate(a.traces):
+        if i:
+            print()
+        summarise(path, a)
+
+
+def summarise(path, a):
+    a.trace = path
+    rows = read(a.trace)
+    lo, hi = rows[0][0], max(r[1] for r in rows)
+    if a.marker:
+        pat = re.compile(a.marker)
+        cuts = [r[0] for r in rows if pat.search(r[2])]
+        cuts = cuts[a.skip:a.skip + a.steps + 1]
+        if len(cuts) < 2:
+            sys.exit(f"{a.trace}: fewer than {a.skip + 2} kernels match --marker {a.marker}")
+        lo, hi = cuts[0], cuts[-1]
+    inside = [r for r in rows if r[1] > lo and r[0] < hi]
+    b, _ = busy(inside, lo, hi)
+    span = hi - lo
+    print(f"{a.trace}: {span / 1e6:.3f} ms, GPU busy {b / 1e6:.3f} ms ({100 * b / span:.1f}%), idle {(span - b) / 1e6:.3f} ms")
+    per = {}
+    for start, end, name, _ in inside:
+        t = per.setdefault(name, [0, 0])
+        t[0] += min(end, hi) - max(start, lo)
+        t[1] += 1
+    print(f"{'kernel':<48} {'calls':>7} {'total ms':>9} {'mean us':>8}")
+    for name, (t, n) in sorted(per.items(), key=lambda kv: -kv[1][0])[: a.top]:
+        print(f"{name[:48]:<48} {n:>7} {t / 1e6:>9.3f} {t / n / 1e3:>8.2f}")
+    if not a.marker:
+        return
+    steps = []
+    for s, e in zip(cuts, cuts[1:]):
+        part = [r for r in inside if r[1] > s and r[0] < e]
+        sb, gaps = busy(part, s, e)
+        nccl = sum(min(r[1], e) - max(r[0], s) for r in part if "nccl" in r[2].lower())
+        steps.append((e - s, sb, nccl, gaps, part, s))
+    lengths = [x[0] for x in steps]
+    med = statistics.median(lengths)
+    print(f"\n{len(steps)} steps: median {med / 1e3:.1f} us (min {min(lengths) / 1e3:.1f}, max {max(lengths) / 1e3:.1f}); "
+          f"busy {statistics.median(x[1] for x in steps) / 1e3:.1f} us, idle {statistics.median(x[0] - x[1] for x in steps) / 1e3:.1f} us, "
+          f"NCCL's kernels {statistics.median(x[2] for x in steps) / 1e3:.1f} us a step")
+    typical = min(steps, key=lambda x: abs(x[0] - med))
+    length, _, _, gaps, _, s = typical
+    print(f"the largest idle gaps of a median step ({length / 1e3:.1f} us), at us from its start:")
+    for g, at in sorted(gaps, reverse=True)[:8]:
+        before, after = around(inside, at + 1)
+        print(f"  {g / 1e3:7.1f} us at {(at - s) / 1e3:7.1f}: after {before[:40]}, before {after[:40]}")
+
+
+if __name__ == "__main__":
+    main()
