@@ -146,6 +146,11 @@ PLUGIN_CUS  := $(if $(WITH_CUDA),$(patsubst layers/examples/%.cu,$(BUILD)/plugin
 PLUGIN_LIBS := $(if $(WITH_CUDA),-L$(CUDA_HOME)/lib64 -lcudart)
 EXPORT_LIB  := -rdynamic -Wl,--whole-archive libblobnet.a -Wl,--no-whole-archive
 
+# The kernel tracer (tools/kernel_trace.c), a CUDA injection library on CUPTI: in a CUDA build
+# where CUPTI's header and library are there. `make trace` says why when they are not.
+CUPTI_LIB    := $(firstword $(dir $(wildcard $(CUDA_HOME)/lib64/libcupti.so $(CUDA_HOME)/extras/CUPTI/lib64/libcupti.so)))
+CUPTI_INC    := $(firstword $(dir $(wildcard $(CUDA_HOME)/include/cupti.h $(CUDA_HOME)/extras/CUPTI/include/cupti.h)))
+KERNEL_TRACE := $(if $(WITH_CUDA),$(if $(CUPTI_LIB),$(if $(CUPTI_INC),$(BUILD)/tools/libkernel_trace.so)))
 .PHONY: test-seeds all test clean bench plugins
 all: libblobnet.a blobnet tests/run_tests $(NVTX_RECORDER) plugins $(KERNEL_TRACE)
 
@@ -202,11 +207,6 @@ $(BUILD)/tests/libnvtx_record.so: tests/nvtx_record.c
 	@mkdir -p $(dir $@)
 	$(Q)$(call say,LD,$@)$(CC) -std=c11 -O2 -Wall -Wextra -fPIC -shared -I$(NVTX_INC).. $< -o $@ -ldl
 
-# The kernel tracer (tools/kernel_trace.c), a CUDA injection library on CUPTI: in a CUDA build
-# where CUPTI's header and library are there. `make trace` says why when they are not.
-CUPTI_LIB    := $(firstword $(dir $(wildcard $(CUDA_HOME)/lib64/libcupti.so $(CUDA_HOME)/extras/CUPTI/lib64/libcupti.so)))
-CUPTI_INC    := $(firstword $(dir $(wildcard $(CUDA_HOME)/include/cupti.h $(CUDA_HOME)/extras/CUPTI/include/cupti.h)))
-KERNEL_TRACE := $(if $(WITH_CUDA),$(if $(CUPTI_LIB),$(if $(CUPTI_INC),$(BUILD)/tools/libkernel_trace.so)))
 .PHONY: trace
 trace: $(KERNEL_TRACE)
 	@$(if $(KERNEL_TRACE),:,echo "make trace: needs a CUDA build with CUPTI (cupti.h and libcupti.so under $(CUDA_HOME))"; exit 1)

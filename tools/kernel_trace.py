@@ -15,6 +15,7 @@ import argparse
 import csv
 import re
 import statistics
+import subprocess
 import sys
 
 
@@ -27,11 +28,25 @@ def read(path):
             except (KeyError, ValueError):
                 sys.exit(f"{path}: not a kernel trace (a line without start_ns and end_ns)")
             name = r["what"] if r["kind"] == "kernel" else r["kind"]
-            rows.append((start, end, short(name), r["stream"]))
+            rows.append((start, end, name, r["stream"]))
     if not rows:
         sys.exit(f"{path}: no kernels, copies or fills recorded")
-    rows.sort()
+    names = demangle(sorted({r[2] for r in rows}))
+    rows = sorted((start, end, short(names.get(name, name)), stream) for start, end, name, stream in rows)
     return rows
+
+
+def demangle(names):
+    """CUPTI names kernels as the compiler mangled them; c++filt, where there is one, reads them."""
+    mangled = [n for n in names if n.startswith("_Z")]
+    if not mangled:
+        return {}
+    try:
+        done = subprocess.run(["c++filt"], input="\n".join(mangled), capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return {}
+    plain = done.stdout.split("\n")
+    return dict(zip(mangled, plain)) if len(plain) >= len(mangled) else {}
 
 
 def short(name):
