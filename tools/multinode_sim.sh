@@ -18,7 +18,8 @@
 #            socket between the nodes, as two machines of 2 GPUs each.
 # For each model and mode: the median epoch time of epochs 2.. ($SIM_EPOCHS epochs, default 2) at
 # the model's batch ($SIM_BATCH for another global batch), the transports NCCL's log names, and
-# whether every rank's final weights (BLOBNET_RANK_WEIGHTS) equal rank 0's byte for byte (cmp).
+# whether every rank's final weights (BLOBNET_RANK_WEIGHTS) equal rank 0's byte for byte (cmp),
+# and the run's wall seconds from the ranks' start to the last one's end (start-up included).
 # Then a socket-path run of the first model is stopped by SIGKILL to the last rank once it has
 # logged 25 steps: every other rank must end on its own, with a non-zero exit and an error line,
 # within the deadline (BLOBNET_DIST_TIMEOUT=$SIM_TIMEOUT, default 20 s) plus NCCL's abort (10 s) and
@@ -128,6 +129,7 @@ for entry in "${scale_models[@]}"; do
     for mode in "${modes[@]}"; do
         dir=$logs/$name-$mode
         echo "== $name, $mode: $world ranks" >&2
+        began=$SECONDS
         start_ranks "$dir" "$mode" "BLOBNET_RANK_WEIGHTS=$dir BLOBNET_DIST_TIMEOUT=60" "${args[@]}" --epochs "$epochs"
         bad=
         for ((r = 0; r < world; r++)); do
@@ -138,7 +140,7 @@ for entry in "${scale_models[@]}"; do
             failed=1
             notes+=("$name, $mode: FAILED:$bad see $dir")
             tail -3 "$dir"/rank*.log >&2
-            rows+=("| $name | $batch | $mode | $(transports "$dir") | - | - | - | - |")
+            rows+=("| $name | $batch | $mode | $(transports "$dir") | - | - | - | - | $((SECONDS - began)) |")
             echo "${rows[-1]}" >&2
             continue
         fi
@@ -148,7 +150,7 @@ for entry in "${scale_models[@]}"; do
         equal=no
         [ "$(ranks_equal "$dir")" = 1 ] && equal=yes
         [ "$equal" = yes ] || { failed=1; notes+=("$name, $mode: the ranks' final weights differ ($dir)"); }
-        rows+=("| $name | $batch | $mode | $(transports "$dir") | $t | $ips | ${first:--} | $equal |")
+        rows+=("| $name | $batch | $mode | $(transports "$dir") | $t | $ips | ${first:--} | $equal | $((SECONDS - began)) |")
         echo "${rows[-1]}" >&2
     done
     for mode in "${modes[@]}"; do
@@ -217,7 +219,7 @@ kill_check() {
         if [ "$(awk -v a="$killed" -v b="$now" -v m="$bound" 'BEGIN { print b - a > m }')" = 1 ]; then break; fi
         sleep 0.1
     done
-    note "kill check: $name on the socket path, rank $victim (node ${node_names[$((victim / per_node))]}) killed after step $steps; deadline $deadline s"
+    note "kill check: $name on the socket path, rank $victim (node ${node_names[$((victim / per_node))]}) killed after step $steps, $(awk -v a="$started" -v b="$killed" 'BEGIN { printf "%.0f", b - a }') s after the ranks started; deadline $deadline s"
     for ((r = 0; r < victim; r++)); do
         took=${ended[$r]:-}
         if [ -z "$took" ]; then
@@ -245,8 +247,8 @@ version=$(cat "$logs"/*/nccl.*.log 2>/dev/null | grep -o 'NCCL version [^ ]*' | 
 echo "simulated nodes: 2 x $per_node rank(s) on $world GPUs; ${version:-NCCL version not logged}; epochs $epochs,"
 echo "ms per epoch and images/s the medians of epochs 2-$epochs on rank 0; first epoch (s) holds NCCL's set-up"
 echo
-echo "| model | global batch | mode | NCCL transports | ms/epoch | images/s | first epoch s | ranks bit-identical |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| model | global batch | mode | NCCL transports | ms/epoch | images/s | first epoch s | ranks bit-identical | run s |"
+echo "|---|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"
 echo
 printf '%s\n' "${notes[@]}"
