@@ -108,12 +108,6 @@ extern "C" int bn_gpu_blas_load(void)
     return loaded;
 }
 
-extern "C" const char *bn_gpu_blas_load_error(void)
-{
-    bn_gpu_blas_load();
-    return loaded ? NULL : why;
-}
-
 /* The entry points: each loads the libraries on first use. Without them every call fails with
  * CUBLAS_STATUS_NOT_INITIALIZED, and the status string names what could not be loaded. */
 template <typename T> static T failed();

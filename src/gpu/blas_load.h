@@ -8,11 +8,9 @@ extern "C" {
 #endif
 
 /* Loads cuBLAS and cuBLASLt now, once per process (later calls return at once): 1 when they
- * are there, 0 when not (bn_gpu_blas_load_error says why). Thread-safe. */
+ * are there, 0 when not (every entry point then fails with CUBLAS_STATUS_NOT_INITIALIZED, and
+ * cublasGetStatusString says what could not be loaded). Thread-safe. */
 int bn_gpu_blas_load(void);
-
-/* Why the libraries could not be loaded; NULL when they were. */
-const char *bn_gpu_blas_load_error(void);
 
 #ifdef __cplusplus
 }
