@@ -102,20 +102,20 @@ def main():
 
 
 def summarise(path, a):
-    a.trace = path
-    rows = read(a.trace)
+    """Prints one file's summary under the options in a."""
+    rows = read(path)
     lo, hi = rows[0][0], max(r[1] for r in rows)
     if a.marker:
         pat = re.compile(a.marker)
         cuts = [r[0] for r in rows if pat.search(r[2])]
         cuts = cuts[a.skip:a.skip + a.steps + 1]
         if len(cuts) < 2:
-            sys.exit(f"{a.trace}: fewer than {a.skip + 2} kernels match --marker {a.marker}")
+            sys.exit(f"{path}: fewer than {a.skip + 2} kernels match --marker {a.marker}")
         lo, hi = cuts[0], cuts[-1]
     inside = [r for r in rows if r[1] > lo and r[0] < hi]
     b, _ = busy(inside, lo, hi)
     span = hi - lo
-    print(f"{a.trace}: {span / 1e6:.3f} ms, GPU busy {b / 1e6:.3f} ms ({100 * b / span:.1f}%), idle {(span - b) / 1e6:.3f} ms")
+    print(f"{path}: {span / 1e6:.3f} ms, GPU busy {b / 1e6:.3f} ms ({100 * b / span:.1f}%), idle {(span - b) / 1e6:.3f} ms")
     per = {}
     for start, end, name, _ in inside:
         t = per.setdefault(name, [0, 0])

@@ -113,6 +113,12 @@ ranks_equal() {
     [ -s "$1/rank0.safetensors" ] && echo 1 || echo 0
 }
 
+# A note for the summary, also printed now (a run cut short keeps what it had found).
+note() {
+    notes+=("$1")
+    echo "$1" >&2
+}
+
 failed=0
 rows=() notes=()
 declare -A ms=()
@@ -138,7 +144,7 @@ for entry in "${scale_models[@]}"; do
         pids=()
         if [ -n "$bad" ]; then
             failed=1
-            notes+=("$name, $mode: FAILED:$bad see $dir")
+            note "$name, $mode: FAILED:$bad see $dir"
             tail -3 "$dir"/rank*.log >&2
             rows+=("| $name | $batch | $mode | $(transports "$dir") | - | - | - | - | $((SECONDS - began)) |")
             echo "${rows[-1]}" >&2
@@ -149,7 +155,7 @@ for entry in "${scale_models[@]}"; do
         first=$(awk '/^epoch +1\// { for (i = 1; i <= NF; i++) if ($i == "s") print $(i - 1) }' "$dir/rank0.log")
         equal=no
         [ "$(ranks_equal "$dir")" = 1 ] && equal=yes
-        [ "$equal" = yes ] || { failed=1; notes+=("$name, $mode: the ranks' final weights differ ($dir)"); }
+        [ "$equal" = yes ] || { failed=1; note "$name, $mode: the ranks' final weights differ ($dir)"; }
         rows+=("| $name | $batch | $mode | $(transports "$dir") | $t | $ips | ${first:--} | $equal | $((SECONDS - began)) |")
         echo "${rows[-1]}" >&2
     done
@@ -157,17 +163,11 @@ for entry in "${scale_models[@]}"; do
         [ "$mode" = default ] && continue
         a=${ms[$name:default]:-} b=${ms[$name:$mode]:-}
         if [[ $a =~ ^[0-9.]+$ && $b =~ ^[0-9.]+$ ]]; then
-            notes+=("$(awk -v n="$name" -v m="$mode" -v a="$a" -v b="$b" \
-                'BEGIN { printf "%s: the %s path takes %+.1f ms an epoch over the default transports (x%.2f)", n, m, b - a, b / a }')")
+            note "$(awk -v n="$name" -v m="$mode" -v a="$a" -v b="$b" \
+                'BEGIN { printf "%s: the %s path takes %+.1f ms an epoch over the default transports (x%.2f)", n, m, b - a, b / a }')"
         fi
     done
 done
-
-# A note for the summary, also printed now (a run cut short keeps what it had found).
-note() {
-    notes+=("$1")
-    echo "$1" >&2
-}
 
 # A rank killed in the middle of a socket-path run: the others must end by the deadline.
 kill_check() {
