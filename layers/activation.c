@@ -185,6 +185,7 @@ static void act_destroy(bn_layer *l)
         .bf16 = 1,                                                \
         .absorbable_as = absorbable,                              \
         .relu_in_place = absorbable == BN_ABSORB_RELU,            \
+        .out_slices = 1,                                          \
     }
 
 /* Only the ReLU is declared to its neighbours: their epilogues and masks compute no other kind.

@@ -2,7 +2,9 @@
  * launch per pass) with the CPU's formulas and kink conventions (activation.c): relu'(0) = 0,
  * leaky_relu'(0) = slope, elu takes its linear branch only for x > 0, and sigmoid and tanh take
  * their derivatives from the output y. Sigmoid evaluates exp of a non-positive argument only,
- * as the CPU does, so neither branch overflows. No cuDNN descriptor is needed any more. */
+ * as the CPU does, so neither branch overflows. No cuDNN descriptor is needed any more. The
+ * output and its gradient may be slices of a channel join's (examples further apart than their
+ * size, blob.h): those passes run by rows. */
 #include "activation.h"
 #include "gpu/bf16.cuh"
 #include "gpu/cuda_check.h"
@@ -100,6 +102,66 @@ static __global__ void act_backward_packs(const T *__restrict__ x, const T *__re
     }
 }
 
+/* The same over `rows` examples of `per` elements whose operands lie `s*` elements from one
+ * example to the next (an output, or its gradient, that is a slice of a channel join's: blob.h),
+ * in units of U elements (U = bn_pack<T>::N where per, the strides and the pointers allow 16-byte
+ * packs, else 1): blockIdx.y walks the examples, x the units of one. */
+typedef struct act_rows {
+    size_t rows, per, sx, sy, sdy, sdx;
+} act_rows;
+
+template <act_kind K, typename T, int U>
+static __global__ void act_forward_rows(const T *__restrict__ x, T *__restrict__ y, act_rows r, float a)
+{
+    const size_t units = r.per / U, step = (size_t)gridDim.x * blockDim.x;
+    for (size_t e = blockIdx.y; e < r.rows; e += gridDim.y)
+        for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < units; i += step) {
+            float v[U];
+            bn_ld_n<T, U>(x + e * r.sx + i * U, v);
+#pragma unroll
+            for (int j = 0; j < U; j++) v[j] = act_value<K>(v[j], a);
+            bn_st_n<T, U>(y + e * r.sy + i * U, v);
+        }
+}
+
+template <act_kind K, typename T, int U>
+static __global__ void act_backward_rows(const T *__restrict__ x, const T *__restrict__ y, const T *__restrict__ dy,
+                                         T *__restrict__ dx, act_rows r, float a)
+{
+    const bool use_x = K != ACT_SIGMOID && K != ACT_TANH, use_y = K != ACT_RELU && K != ACT_LEAKY;
+    const size_t units = r.per / U, step = (size_t)gridDim.x * blockDim.x;
+    for (size_t e = blockIdx.y; e < r.rows; e += gridDim.y)
+        for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < units; i += step) {
+            float xv[U] = {}, yv[U] = {}, g[U];
+            if (use_x) bn_ld_n<T, U>(x + e * r.sx + i * U, xv);
+            if (use_y) bn_ld_n<T, U>(y + e * r.sy + i * U, yv);
+            bn_ld_n<T, U>(dy + e * r.sdy + i * U, g);
+#pragma unroll
+            for (int j = 0; j < U; j++) g[j] = act_grad<K>(xv[j], yv[j], g[j], a);
+            bn_st_n<T, U>(dx + e * r.sdx + i * U, g);
+        }
+}
+
+/* The grid of a rows launch: about 4096 blocks of 256 threads in all. */
+static dim3 rows_grid(const act_rows &r, int unit)
+{
+    size_t across = (r.per / unit + 255) / 256, down = r.rows < 65535 ? r.rows : 65535;
+    if (across < 1) across = 1;
+    size_t cap = 4096 / down > 0 ? 4096 / down : 1;
+    return dim3((unsigned)(across < cap ? across : cap), (unsigned)(down < 1 ? 1 : down));
+}
+
+/* Whether a rows launch over these operands may take 16-byte packs. */
+template <typename T>
+static bool rows_pack(const act_rows &r, const void *const *p, int count)
+{
+    const size_t N = bn_pack<T>::N;
+    if (r.per % N || r.sx % N || r.sy % N || r.sdy % N || r.sdx % N) return false;
+    for (int i = 0; i < count; i++)
+        if (p[i] && !bn_aligned16(p[i])) return false;
+    return true;
+}
+
 static int grid_for(size_t n)
 {
     size_t b = (n + 255) / 256;
@@ -134,66 +196,86 @@ static void launch_backward(const T *x, const T *y, const T *dy, T *dx, size_t c
                                                                   count - done, a);
 }
 
+/* Packed operands (every stride per) as one run of rows x per elements, else by rows. */
+template <act_kind K, typename T>
+static void forward_as(const T *x, T *y, const act_rows &r, float a, cudaStream_t s)
+{
+    if (r.sx == r.per && r.sy == r.per) return launch_forward<K>(x, y, r.rows * r.per, a, s);
+    const void *ptrs[] = {x, y};
+    if (rows_pack<T>(r, ptrs, 2)) act_forward_rows<K, T, bn_pack<T>::N><<<rows_grid(r, bn_pack<T>::N), 256, 0, s>>>(x, y, r, a);
+    else act_forward_rows<K, T, 1><<<rows_grid(r, 1), 256, 0, s>>>(x, y, r, a);
+}
+
+template <act_kind K, typename T>
+static void backward_as(const T *x, const T *y, const T *dy, T *dx, const act_rows &r, float a, cudaStream_t s)
+{
+    if (r.sx == r.per && r.sy == r.per && r.sdy == r.per && r.sdx == r.per)
+        return launch_backward<K>(x, y, dy, dx, r.rows * r.per, a, s);
+    const void *ptrs[] = {x, y, dy, dx};
+    if (rows_pack<T>(r, ptrs, 4))
+        act_backward_rows<K, T, bn_pack<T>::N><<<rows_grid(r, bn_pack<T>::N), 256, 0, s>>>(x, y, dy, dx, r, a);
+    else act_backward_rows<K, T, 1><<<rows_grid(r, 1), 256, 0, s>>>(x, y, dy, dx, r, a);
+}
+
 template <typename T>
-static bn_status forward_on(const act_priv *p, const T *x, T *y, size_t count, cudaStream_t s)
+static bn_status forward_on(const act_priv *p, const T *x, T *y, const act_rows &r, cudaStream_t s)
 {
     switch (p->kind) {
-    case ACT_RELU: launch_forward<ACT_RELU>(x, y, count, p->a, s); break;
-    case ACT_SIGMOID: launch_forward<ACT_SIGMOID>(x, y, count, p->a, s); break;
-    case ACT_TANH: launch_forward<ACT_TANH>(x, y, count, p->a, s); break;
-    case ACT_LEAKY: launch_forward<ACT_LEAKY>(x, y, count, p->a, s); break;
-    case ACT_ELU: launch_forward<ACT_ELU>(x, y, count, p->a, s); break;
+    case ACT_RELU: forward_as<ACT_RELU>(x, y, r, p->a, s); break;
+    case ACT_SIGMOID: forward_as<ACT_SIGMOID>(x, y, r, p->a, s); break;
+    case ACT_TANH: forward_as<ACT_TANH>(x, y, r, p->a, s); break;
+    case ACT_LEAKY: forward_as<ACT_LEAKY>(x, y, r, p->a, s); break;
+    case ACT_ELU: forward_as<ACT_ELU>(x, y, r, p->a, s); break;
     }
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
 
 template <typename T>
-static bn_status backward_on(const act_priv *p, const T *x, const T *y, const T *dy, T *dx, size_t count,
+static bn_status backward_on(const act_priv *p, const T *x, const T *y, const T *dy, T *dx, const act_rows &r,
                              cudaStream_t s)
 {
     switch (p->kind) {
-    case ACT_RELU: launch_backward<ACT_RELU>(x, y, dy, dx, count, p->a, s); break;
-    case ACT_SIGMOID: launch_backward<ACT_SIGMOID>(x, y, dy, dx, count, p->a, s); break;
-    case ACT_TANH: launch_backward<ACT_TANH>(x, y, dy, dx, count, p->a, s); break;
-    case ACT_LEAKY: launch_backward<ACT_LEAKY>(x, y, dy, dx, count, p->a, s); break;
-    case ACT_ELU: launch_backward<ACT_ELU>(x, y, dy, dx, count, p->a, s); break;
+    case ACT_RELU: backward_as<ACT_RELU>(x, y, dy, dx, r, p->a, s); break;
+    case ACT_SIGMOID: backward_as<ACT_SIGMOID>(x, y, dy, dx, r, p->a, s); break;
+    case ACT_TANH: backward_as<ACT_TANH>(x, y, dy, dx, r, p->a, s); break;
+    case ACT_LEAKY: backward_as<ACT_LEAKY>(x, y, dy, dx, r, p->a, s); break;
+    case ACT_ELU: backward_as<ACT_ELU>(x, y, dy, dx, r, p->a, s); break;
     }
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
 
+/* The output and its gradient may be slices of a channel join's (out_slices): every blob is
+ * reached with its stride. */
 extern "C" bn_status bn_activation_forward_gpu(bn_layer *l, const bn_pass *pass)
 {
     const act_priv *p = (const act_priv *)l->priv;
-    size_t count = bn_blob_count(l->in);
+    act_rows r = {};
+    r.rows = (size_t)l->out->n, r.per = (size_t)l->out->c * l->out->h * l->out->w;
+    r.sdy = r.sdx = r.per;
+    const void *x = bn_blob_dev_rows_rd(l->in, &r.sx);
+    void *y = x ? bn_blob_dev_rows_wr(l->out, &r.sy) : NULL;
+    if (!y) return bn_last_status();
     cudaStream_t s = (cudaStream_t)pass->ctx->stream;
-    if (bn_blob_is_bf16(l->out)) {
-        BN_DEV16_RD(x, l->in);
-        BN_DEV16_WR(y, l->out);
-        return forward_on(p, x, y, count, s);
-    }
-    BN_DEV_RD(x, l->in);
-    BN_DEV_WR(y, l->out);
-    return forward_on(p, x, y, count, s);
+    if (bn_blob_is_bf16(l->out)) return forward_on(p, (const __nv_bfloat16 *)x, (__nv_bfloat16 *)y, r, s);
+    return forward_on(p, (const float *)x, (float *)y, r, s);
 }
 
 extern "C" bn_status bn_activation_backward_gpu(bn_layer *l, const bn_pass *pass)
 {
     if (!l->in_grad) return BN_OK;
     const act_priv *p = (const act_priv *)l->priv;
-    size_t count = bn_blob_count(l->in);
+    act_rows r = {};
+    r.rows = (size_t)l->out->n, r.per = (size_t)l->out->c * l->out->h * l->out->w;
+    const void *x = bn_blob_dev_rows_rd(l->in, &r.sx);
+    const void *y = x ? bn_blob_dev_rows_rd(l->out, &r.sy) : NULL;
+    const void *dy = y ? bn_blob_dev_rows_rd(l->out_grad, &r.sdy) : NULL;
+    void *dx = dy ? bn_blob_dev_rows_wr(l->in_grad, &r.sdx) : NULL;
+    if (!dx) return bn_last_status();
     cudaStream_t s = (cudaStream_t)pass->ctx->stream;
-    if (bn_blob_is_bf16(l->out)) {
-        BN_DEV16_RD(x, l->in);
-        BN_DEV16_RD(y, l->out);
-        BN_DEV16_RD(dy, l->out_grad);
-        BN_DEV16_WR(dx, l->in_grad);
-        return backward_on(p, x, y, dy, dx, count, s);
-    }
-    BN_DEV_RD(x, l->in);
-    BN_DEV_RD(y, l->out);
-    BN_DEV_RD(dy, l->out_grad);
-    BN_DEV_WR(dx, l->in_grad);
-    return backward_on(p, x, y, dy, dx, count, s);
+    if (bn_blob_is_bf16(l->out))
+        return backward_on(p, (const __nv_bfloat16 *)x, (const __nv_bfloat16 *)y, (const __nv_bfloat16 *)dy,
+                           (__nv_bfloat16 *)dx, r, s);
+    return backward_on(p, (const float *)x, (const float *)y, (const float *)dy, (float *)dx, r, s);
 }

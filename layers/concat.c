@@ -20,6 +20,13 @@ static bn_status concat_setup(bn_layer *l, bn_shape in, bn_shape *out)
     return BN_OK;
 }
 
+/* Whether input j is a slice of the output that its producer wrote in place (fusion.c): then
+ * neither pass copies it. */
+int bn_concat_in_place(const bn_layer *l, int j)
+{
+    return l->inputs[j]->root == l->out->root;
+}
+
 /* A pass's copies, for the pool's ranges of examples: for each input j, block[j] floats of every
  * example from src[j] to dst[j], their examples src_step[j] and dst_step[j] floats apart (one
  * side the input's or its gradient's, the other the output's or its gradient's, at the input's
@@ -55,7 +62,9 @@ static bn_status concat_copy(bn_layer *l, int backward)
     for (int j = 0; j < l->num_inputs; j++) {
         size_t block = (size_t)l->input_shapes[j].c * plane;
         r.block[j] = block;
-        if (backward && l->input_grads[j]) {
+        if (bn_concat_in_place(l, j)) {
+            /* dst stays NULL: nothing to copy */
+        } else if (backward && l->input_grads[j]) {
             BN_HOST_WR(dx, l->input_grads[j]);
             r.src[j] = dy + offset, r.src_step[j] = example;
             r.dst[j] = dx, r.dst_step[j] = block;
@@ -81,6 +90,26 @@ static bn_status concat_backward(bn_layer *l, const bn_pass *p)
     return concat_copy(l, 1);
 }
 
+/* For `blobnet time`: which inputs their producers write in place, and which are copied. */
+static void concat_describe(const bn_layer *l, char *buf, size_t cap)
+{
+    size_t len = 0;
+    if (cap) buf[0] = '\0';
+    for (int pass = 0; pass < 2; pass++) {
+        int first = 1;
+        for (int j = 0; j < l->num_inputs && len < cap; j++) {
+            if (bn_concat_in_place(l, j) != (pass == 0)) continue;
+            const char *name = l->inputs[j]->name, *dot = strrchr(name, '.');
+            const char *lead = !first ? ", " : pass == 0 ? "in place: " : len ? "; copied: " : "copied: ";
+            int w = snprintf(buf + len, cap - len, "%s%.*s", lead,
+                             dot ? (int)(dot - name) : (int)strlen(name), name);
+            if (w < 0) return;
+            len += (size_t)w;
+            first = 0;
+        }
+    }
+}
+
 const bn_layer_ops bn_concat_ops = {
     .type = "concat",
     .help = "joins 2 to 8 inputs of one height and width along the channels, in input order "
@@ -96,4 +125,6 @@ const bn_layer_ops bn_concat_ops = {
     .backward_gpu = BN_GPU(bn_concat_backward_gpu),
     .bf16 = 1,
     .relu_in_place = 1, /* its backward pass does not read its output */
+    .joins_slices = 1,
+    .describe_gpu = concat_describe,
 };

@@ -1,6 +1,7 @@
 /* concat.cu - the concat layer on the GPU: each input's block of channels is a strided 2-D copy
  * (one row per example) into or out of the output, queued on the context stream, which a
- * captured CUDA graph keeps as copy nodes. Under --precision bf16 the blobs hold 2-byte
+ * captured CUDA graph keeps as copy nodes; an input that is a slice of the output (written in
+ * place by its producer, fusion.c) is not copied either way. Under --precision bf16 the blobs hold 2-byte
  * elements and the same copies move them unchanged. */
 #include <cuda_bf16.h>
 
@@ -34,7 +35,9 @@ static bn_status concat_copy(bn_layer *l, const bn_pass *p, int backward)
     }
     for (int j = 0; j < l->num_inputs; j++) {
         size_t block = (size_t)l->input_shapes[j].c * plane * elem;
-        if (backward && l->input_grads[j]) {
+        if (bn_concat_in_place(l, j)) {
+            /* its producer wrote it there, and reads its gradient there */
+        } else if (backward && l->input_grads[j]) {
             void *dx = device_wr(l->input_grads[j]);
             if (!dx) return bn_last_status();
             BN_CUDA(cudaMemcpy2DAsync(dx, block, (const char *)dy + offset, example, block, rows,

@@ -9,6 +9,9 @@
 extern "C" {
 #endif
 
+/* Whether input j is a slice of the output, written in place by its producer (fusion.c). */
+int bn_concat_in_place(const bn_layer *l, int j);
+
 bn_status bn_concat_forward_gpu(bn_layer *l, const bn_pass *p);
 bn_status bn_concat_backward_gpu(bn_layer *l, const bn_pass *p);
 

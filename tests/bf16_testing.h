@@ -39,7 +39,8 @@ typedef struct bf16_case {
                               cuDNN's heuristics choose instead of its timing) */
 } bf16_case;
 
-/* Fills b's device copy with NaN through its host copy (a BF16 blob converts on the way). */
+/* Fills b's device copy with NaN through its host copy (a BF16 blob converts on the way); nothing
+ * for a slice, whose root is filled whole. */
 bn_status gt_bf16_poison(bn_blob *b);
 
 /* A copy of blob's host data (the whole capacity), or NULL for a NULL blob; freed by the caller. */

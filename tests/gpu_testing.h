@@ -69,7 +69,8 @@ bn_status gt_put(bn_blob *b, const float *v);
  * then v freed, or handed to the caller in *kept when kept is not NULL and both were written. */
 bn_status gt_put_both(bn_blob *cpu, bn_blob *gpu, float *v, float **kept);
 
-/* Fills b's device copy with NaN (the whole capacity); nothing for a NULL blob. */
+/* Fills b's device copy with NaN (the whole capacity); nothing for a NULL blob or a slice (its
+ * root, a channel join's output, is filled whole). */
 bn_status gt_poison(bn_blob *b, bn_ctx *ctx);
 
 /* gt_poison on the input gradient, the metrics and every layer's output and output gradient. */

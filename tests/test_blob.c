@@ -1,4 +1,6 @@
 /* Blob sync-state behaviour on the host side, views and reshape limits. */
+#include <string.h>
+
 #include "core/blob.h"
 #include "core/device.h"
 #include "testing.h"
@@ -46,6 +48,45 @@ BN_TEST(blob_views_share_root_buffer_and_state)
     CHECK(bn_blob_new_view("too big", root, 5, 6, 1, 1, 1) == NULL);
     CHECK(strstr(bn_last_error(), "does not fit") != NULL);
     bn_blob_free(v);
+    bn_blob_free(root);
+    return BN_PASS;
+}
+
+/* A slice of channels 1..2 of a 3-example, 4-channel root of 2-value planes: its host read is
+ * the gathered examples, every packed access is refused by name, and it must fit its root. */
+BN_TEST(blob_slices_gather_their_channels_and_refuse_packed_access)
+{
+    bn_blob *root = bn_blob_new("join.out", 3, 4, 1, 2);
+    float *w = bn_blob_host_wr(root);
+    CHECK(w != NULL);
+    for (int i = 0; i < 24; i++) w[i] = (float)i;
+    bn_blob *s = bn_blob_new_slice("r.out", root, 1, 3, 2);
+    CHECK(s != NULL);
+    CHECK(bn_blob_is_slice(s) && !bn_blob_is_slice(root));
+    CHECK(s->c == 2 && s->h == 1 && s->w == 2 && s->example_stride == 8 && s->offset == 2);
+    const float *g = bn_blob_host_rd(s);
+    CHECK(g != NULL);
+    /* Example e holds root elements 8e + 2 .. 8e + 5. */
+    for (int e = 0; e < 3; e++)
+        for (int k = 0; k < 4; k++) CHECK_MSG(g[e * 4 + k] == (float)(8 * e + 2 + k), "element %d of example %d", k, e);
+    /* The root changes, and a second read sees it; at a smaller batch only those examples. */
+    w = bn_blob_host_wr(root);
+    w[10] = -1.0f;
+    CHECK_OK(bn_blob_reshape(s, 2, 2, 1, 2));
+    g = bn_blob_host_rd(s);
+    CHECK(g[4] == -1.0f && g[7] == 13.0f);
+    bn_clear_error();
+    CHECK(bn_blob_host_wr(s) == NULL);
+    CHECK(strstr(bn_last_error(), "r.out is a slice of join.out's channels") != NULL);
+    CHECK(bn_blob_dev_rd(s) == NULL && strstr(bn_last_error(), "reads its examples as packed") != NULL);
+    CHECK(bn_blob_dev_wr(s) == NULL && strstr(bn_last_error(), "r.out") != NULL);
+    CHECK(bn_blob_dev16_rd(s) == NULL && bn_blob_dev16_wr(s) == NULL);
+    CHECK_ERR(bn_blob_zero(s), BN_ERR_INTERNAL, "zeroed only through that blob");
+    CHECK(bn_blob_tensor_desc(s) == NULL);
+    CHECK(bn_blob_host_rd(root)[10] == -1.0f); /* none of it touched the root */
+    CHECK(bn_blob_new_slice("past", root, 3, 3, 2) == NULL && strstr(bn_last_error(), "channels 3 to 4") != NULL);
+    CHECK(bn_blob_new_slice("more", root, 0, 4, 1) == NULL && strstr(bn_last_error(), "does not fit") != NULL);
+    bn_blob_free(s);
     bn_blob_free(root);
     return BN_PASS;
 }

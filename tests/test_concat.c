@@ -1,11 +1,21 @@
 /* test_concat.c - the concat layer (layers/concat.c), a join of its inputs along the channels:
- * where each input lands, and in BF16 on the GPU against FP32 on the CPU. Its gradients are
+ * where each input lands, and in BF16 on the GPU against FP32 on the CPU; on a device, which
+ * producers write their part of its output in place (slices, fusion.c), those networks against the
+ * CPU, and the bias kernel's strided ReLU output. Its gradients are
  * checked in test_graph.c (a gradient check through a channel join, the errors of its shapes),
  * against the GPU in test_graph.c's graph case, and by the check kit (test_layercheck.c). */
+#include <string.h>
+
 #include "bf16_testing.h"
+#include "core/device.h"
 #include "core/net.h"
+#include "gpu_testing.h"
 #include "layer_testing.h"
 #include "testing.h"
+#ifdef BN_WITH_CUDA
+#include "conv2d/conv_bf16.h"
+#include "conv2d/conv_bias.h"
+#endif
 
 BN_TEST(graph_concat_places_inputs_along_the_channels)
 {
@@ -44,4 +54,156 @@ BN_TEST(gpu_bf16_concat_matches_cpu)
          TOL_LAYER, 1, 0, 0},
     };
     return gt_bf16_run_cases(cases, sizeof cases / sizeof cases[0]);
+}
+
+/* ---- producers that write their part of the join in place (fusion.c, bn_net_join_slices) ---- */
+
+/* Four branches joined: a convolution's fused ReLU, a convolution's sigmoid (its own passes,
+ * whose backward reads its output), a max pooling (which cannot write a slice: copied) and a
+ * convolution's ReLU again; then a convolution reads the join. `plane` 7x7 runs the slices'
+ * passes one value at a time, 8x8 in 16-byte packs. */
+#define BRANCHES(hw)                                                                               \
+    "[input]\nchannels=3\nheight=" hw "\nwidth=" hw "\n"                                           \
+    "[conv2d]\nname=a\nfilters=4\nsize=1\n[relu]\nname=ar\n"                                      \
+    "[conv2d]\nname=b\ninput=input\nfilters=5\nsize=3\npad=1\n[sigmoid]\nname=bs\n"               \
+    "[maxpool]\nname=p\ninput=input\nsize=3\nstride=1\npad=1\n"                                   \
+    "[conv2d]\nname=c\ninput=input\nfilters=3\nsize=3\npad=1\n[relu]\nname=cr\n"                  \
+    "[concat]\nname=j\ninput=ar, bs, p, cr\n"                                                     \
+    "[conv2d]\nname=d\nfilters=4\nsize=3\npad=1\n[relu]\nname=dr\n"                               \
+    "[avgpool]\nname=g\nglobal=1\n[dense]\nname=fc\noutputs=5\n[softmax_ce]\nname=loss\n"
+
+static const char *const branches[] = {BRANCHES("7"), BRANCHES("8")};
+
+/* On the CPU every input keeps blobs of its own; on a device ar, bs and cr become slices of the
+ * join's output and output gradient at their channels, p does not, and the join's passes move
+ * only p's block. */
+BN_TEST(concat_inputs_become_slices_only_on_a_device)
+{
+    bn_net *net;
+    CHECK_OK(lt_net(branches[0], 2, 1, &net));
+    const bn_layer *cat = bn_net_find_layer(net, "j");
+    for (int k = 0; k < 4; k++) CHECK(!bn_blob_is_slice(cat->inputs[k]));
+    char cpu_said[128];
+    cat->ops->describe_gpu(cat, cpu_said, sizeof cpu_said);
+    CHECK_MSG(strcmp(cpu_said, "copied: ar, bs, p, cr") == 0, "on the CPU: \"%s\"", cpu_said);
+    bn_net_free(net);
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device (the CPU half passed)");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    CHECK_OK(bn_net_from_text(branches[0], "branches.cfg", &net));
+    CHECK_OK(bn_net_setup(net, 3, ctx, 0, 1));
+    const bn_layer *j = bn_net_find_layer(net, "j");
+    static const char *const names[] = {"ar", "bs", "p", "cr"};
+    static const int channel[] = {0, 4, 9, 12}, sliced[] = {1, 1, 0, 1};
+    for (int k = 0; k < 4; k++) {
+        const bn_layer *l = bn_net_find_layer(net, names[k]);
+        const int is = bn_blob_is_slice(l->out);
+        CHECK_MSG(is == sliced[k], "%s's output is %sa slice", names[k], is ? "" : "not ");
+        CHECK(j->inputs[k] == l->out && j->input_grads[k] == l->out_grad);
+        if (!is) continue;
+        CHECK(l->out->root == j->out && l->out_grad->root == j->out_grad && bn_blob_is_slice(l->out_grad));
+        CHECK(l->out->offset == (size_t)channel[k] * 49 && l->out->example_stride == 15 * 49);
+        CHECK(l->out_grad->offset == l->out->offset && l->out_grad->example_stride == 15 * 49);
+    }
+    char said[128];
+    j->ops->describe_gpu(j, said, sizeof said);
+    CHECK_MSG(strcmp(said, "in place: ar, bs, cr; copied: p") == 0, "blobnet time would say \"%s\"", said);
+    bn_net_free(net);
+    return BN_PASS;
+}
+
+/* The same networks' every output, gradient and parameter gradient on the GPU against the CPU,
+ * in FP32 (the slices read back through their gather), with the kernels picked by rule and by
+ * timing. */
+BN_TEST(gpu_concat_of_slices_matches_cpu)
+{
+    static const layer_case cases[] = {
+        {"branches joined in place, 7x7", BRANCHES("7"), TOL_GEMM, 5, 0, 0, 1, 1, 0},
+        {"branches joined in place, 8x8", BRANCHES("8"), TOL_GEMM, 5, 0, 0, 1, 1, 0},
+    };
+    int r = BN_PASS;
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0] && r == BN_PASS; k++) r = gt_run_case(&cases[k]);
+    return r;
+}
+
+/* Under bf16, with cuDNN's NCHW and NHWC engines (whose bias kernel writes the fused ReLUs'
+ * slices) and blobnet's FP32 kernels on copies (the ReLUs' own passes write them). */
+BN_TEST(gpu_bf16_concat_of_slices_matches_cpu)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    static const bf16_case cases[] = {
+        {"bf16 branches joined in place, 7x7", BRANCHES("7"), TOL_CHAIN, 0, 0, 1},
+        {"bf16 branches joined in place, 8x8", BRANCHES("8"), TOL_CHAIN, 0, 0, 1},
+    };
+#ifdef BN_WITH_CUDA
+    static const int layouts[] = {BN_CONV_BF16_NCHW, BN_CONV_BF16_NHWC, BN_CONV_BF16_FP32};
+    int r = BN_PASS;
+    for (size_t k = 0; k < sizeof layouts / sizeof *layouts && r == BN_PASS; k++) {
+        bn_conv_bf16_force_layout(layouts[k]);
+        r = gt_bf16_run_cases(cases, sizeof cases / sizeof cases[0]);
+    }
+    bn_conv_bf16_force_layout(BN_CONV_BF16_EITHER);
+    return r;
+#else
+    return gt_bf16_run_cases(cases, sizeof cases / sizeof cases[0]);
+#endif
+}
+
+/* The bias kernel's fused ReLU output at a stride larger than its images (a slice two channels
+ * into a join of filters + 3): every value of the slice max(y + b, 0), every other value of the
+ * join untouched, y itself y + b; FP32 and BF16, planes of 6 (one value at a time) and 8 (packs). */
+BN_TEST(gpu_conv_bias_writes_a_relu_slice_at_its_stride)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+#ifdef BN_WITH_CUDA
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    const int n = 3, filters = 4, wide = filters + 3;
+    for (int bf16 = 0; bf16 <= 1; bf16++)
+        for (int plane = 6; plane <= 8; plane += 2) {
+            bn_blob *y = bn_blob_new("y", n, filters, 1, plane), *b = bn_blob_new("b", filters, 1, 1, 1);
+            bn_blob *join = bn_blob_new("join", n, wide, 1, plane);
+            CHECK(y && b && join);
+            if (bf16) {
+                CHECK_OK(bn_blob_set_bf16(y));
+                CHECK_OK(bn_blob_set_bf16(join));
+            }
+            bn_blob *slice = bn_blob_new_slice("relu", join, 2, n, filters);
+            CHECK(slice != NULL);
+            float *hy = bn_blob_host_wr(y), *hb = bn_blob_host_wr(b), *hj = bn_blob_host_wr(join);
+            /* Multiples of 1/4 in [-4, 4): exact in BF16, and so are their sums with the bias. */
+            for (size_t i = 0; i < bn_blob_count(y); i++) hy[i] = (float)((int)((i * 37) % 32) - 16) / 4.0f;
+            for (int k = 0; k < filters; k++) hb[k] = 0.25f * (float)(k - 2);
+            for (size_t i = 0; i < bn_blob_count(join); i++) hj[i] = 99.0f;
+            size_t stride = 0;
+            void *dy = bf16 ? bn_blob_dev16_wr(y) : (void *)bn_blob_dev_wr(y);
+            const float *db = bn_blob_dev_rd(b);
+            void *dr = bn_blob_dev_rows_wr(slice, &stride);
+            CHECK(dy && db && dr && stride == (size_t)wide * plane);
+            CHECK_OK(bf16 ? bn_conv_bias_add_bf16(dy, db, n, filters, plane, dr, stride, ctx)
+                          : bn_conv_bias_add_f32((float *)dy, db, n, filters, plane, (float *)dr, stride, ctx));
+            float want[3 * 4 * 8];
+            for (size_t i = 0; i < bn_blob_count(y); i++) want[i] = hy[i] + hb[(i / plane) % filters];
+            const float *gy = bn_blob_host_rd(y), *gj = bn_blob_host_rd(join);
+            CHECK(gy && gj);
+            int bad = 0;
+            for (int e = 0; e < n; e++)
+                for (int c = 0; c < wide; c++)
+                    for (int q = 0; q < plane; q++) {
+                        const float got = gj[((size_t)e * wide + c) * plane + q];
+                        const int in = c >= 2 && c < 2 + filters;
+                        const float v = in ? want[((size_t)e * filters + c - 2) * plane + q] : 0.0f;
+                        bad += in ? got != (v > 0.0f ? v : 0.0f) : got != 99.0f;
+                    }
+            for (size_t i = 0; i < bn_blob_count(y); i++) bad += gy[i] != want[i];
+            CHECK_MSG(!bad, "%s, plane %d: %d values wrong", bf16 ? "bf16" : "fp32", plane, bad);
+            bn_blob_free(slice);
+            bn_blob_free(join);
+            bn_blob_free(b);
+            bn_blob_free(y);
+        }
+    return BN_PASS;
+#else
+    return BN_PASS;
+#endif
 }

@@ -41,7 +41,7 @@ bn_status gt_put_both(bn_blob *cpu, bn_blob *gpu, float *v, float **kept)
 /* Fills b's device copy with NaN (the whole capacity). */
 bn_status gt_poison(bn_blob *b, bn_ctx *ctx)
 {
-    if (!b) return BN_OK;
+    if (!b || bn_blob_is_slice(b)) return BN_OK; /* a slice's root (a join's output) is poisoned whole */
     float *d = bn_blob_dev_wr(b);
     if (!d) return bn_last_status();
     return bn_gpu_fill(d, NAN, b->capacity, ctx);

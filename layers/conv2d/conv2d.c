@@ -140,6 +140,7 @@ const bn_layer_ops bn_conv2d_ops = {
     .fuse_gpu = BN_GPU(bn_conv2d_fuse_relu),
     .absorbs = BN_ABSORB_RELU,
     .relu_in_place = 1, /* its backward pass does not read its output */
+    .act_out_slices = 1, /* the bias kernels write a fused ReLU's output at its stride */
     .relu_cpu = 1,
     .sum_cpu = 1,
     .fuse_next_gpu = BN_GPU(bn_conv2d_fuse_next),

@@ -192,11 +192,12 @@ static bn_status family_pass(int by, const conv_plan *plan, int pass, void *stre
  * algorithm with its bias operation, which blobnet's kernels fuse. Used by the layer's passes
  * and by the timing that chooses between the two. The forward pass writes y, or with `pooled`
  * (bn_conv_writes_pooled) the pooling's output and mask instead; by cuDNN, where relu_y is not
- * NULL, the fused ReLU's output too (from its bias kernel). */
+ * NULL, the fused ReLU's output too (from its bias kernel; its images relu_stride elements
+ * apart, more than y's where it is a slice of a channel join's output). */
 extern "C" bn_status bn_conv_forward_pass(int by, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
                                           cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t yd, const float *x,
                                           const float *w, const float *b, float *y, const bn_pooled_out *pooled,
-                                          float *relu_y)
+                                          float *relu_y, size_t relu_stride)
 {
     const bn_conv_shape *s = &plan->shape;
     if (pooled && !bn_conv_writes_pooled(plan, by))
@@ -213,7 +214,7 @@ extern "C" bn_status bn_conv_forward_pass(int by, const conv_gpu *g, const conv_
     else
         BN_CUDNN(cudnnConvolutionForward(h, &one, xd, x, g->w_desc, w, g->conv_desc, plan->fwd, ctx->workspace,
                                          ctx->workspace_size, &zero, yd, y));
-    return bn_conv_bias_add_f32(y, b, s->n, s->filters, s->g.oh * s->g.ow, relu_y, ctx);
+    return bn_conv_bias_add_f32(y, b, s->n, s->filters, s->g.oh * s->g.ow, relu_y, relu_stride, ctx);
 }
 
 /* Whether pass 1 (data) or 2 (filter) by `by` can read dy through a max pooling
@@ -390,21 +391,27 @@ extern "C" bn_status bn_conv2d_forward_gpu(bn_layer *l, const bn_pass *p)
     const conv_priv *c = (const conv_priv *)l->priv;
     bn_layer *pool = c->pool_after;
     if (!pool) {
-        /* A fused ReLU's output is written by cuDNN's bias kernel, else by the ReLU's own pass. */
+        /* A fused ReLU's output is written by cuDNN's bias kernel, else by the ReLU's own pass;
+         * either honours its stride (a slice of a channel join's output: act_out_slices). */
         float *relu_y = NULL;
-        if (c->relu_after && plan->by[0] == BY_CUDNN && !(relu_y = bn_blob_dev_wr(c->relu_after->out)))
-            return bn_last_status();
-        BN_TRY(bn_conv_forward_pass(plan->by[0], g, plan, ctx, xd, yd, x, w, b, y, NULL, relu_y));
+        size_t relu_stride = 0;
+        if (c->relu_after && plan->by[0] == BY_CUDNN) {
+            if (bn_blob_is_bf16(c->relu_after->out))
+                return bn_error(BN_ERR_INTERNAL, "layer %s: the ReLU output %s is BF16", l->name,
+                                c->relu_after->out->name);
+            if (!(relu_y = (float *)bn_blob_dev_rows_wr(c->relu_after->out, &relu_stride))) return bn_last_status();
+        }
+        BN_TRY(bn_conv_forward_pass(plan->by[0], g, plan, ctx, xd, yd, x, w, b, y, NULL, relu_y, relu_stride));
         return relu_y ? BN_OK : relu_forward(l, p);
     }
     if (!bn_conv_writes_pooled(plan, plan->by[0])) {
-        BN_TRY(bn_conv_forward_pass(plan->by[0], g, plan, ctx, xd, yd, x, w, b, y, NULL, NULL));
+        BN_TRY(bn_conv_forward_pass(plan->by[0], g, plan, ctx, xd, yd, x, w, b, y, NULL, NULL, 0));
         return bn_maxpool_forward_gpu(pool, p);
     }
     const pool_priv *pp = (const pool_priv *)pool->priv;
     bn_pooled_out po = {bn_blob_dev_wr(pool->out), pp->dev_mask, pp->oh, pp->ow};
     if (!po.y) return bn_last_status();
-    return bn_conv_forward_pass(plan->by[0], g, plan, ctx, xd, yd, x, w, b, y, &po, NULL);
+    return bn_conv_forward_pass(plan->by[0], g, plan, ctx, xd, yd, x, w, b, y, &po, NULL, 0);
 }
 
 /* The max pooling after the layer, if any (bn_conv2d_fuse_next): *pooled = pd, its gradient
@@ -482,7 +489,7 @@ extern "C" bn_status bn_conv2d_own_forward(bn_layer *l, bn_ctx *ctx, const float
     BN_TRY(own_plan(l, ctx, &g, &plan));
     BN_DEV_RD(w, l->params[WEIGHT].value);
     BN_DEV_RD(b, l->params[BIAS].value);
-    return bn_conv_forward_pass(plan->by[0], g, plan, ctx, NULL, NULL, x, w, b, y, NULL, NULL);
+    return bn_conv_forward_pass(plan->by[0], g, plan, ctx, NULL, NULL, x, w, b, y, NULL, NULL, 0);
 }
 
 extern "C" bn_status bn_conv2d_own_backward(bn_layer *l, bn_ctx *ctx, const float *x, const float *dy, float *dx,

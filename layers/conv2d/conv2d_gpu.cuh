@@ -68,7 +68,8 @@ bool bn_conv_writes_pooled(const conv_plan *plan, int by);
 bool bn_conv_reads_pooled(const conv_plan *plan, int by, int pass);
 bn_status bn_conv_forward_pass(int by, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
                                cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t yd, const float *x, const float *w,
-                               const float *b, float *y, const bn_pooled_out *pooled, float *relu_y);
+                               const float *b, float *y, const bn_pooled_out *pooled, float *relu_y,
+                               size_t relu_stride);
 bn_status bn_conv_data_pass(int by, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
                             cudnnTensorDescriptor_t dxd, cudnnTensorDescriptor_t dyd, const float *dy,
                             const bn_pooled_dy *pooled, const float *w, float *dx);

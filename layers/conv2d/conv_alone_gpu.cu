@@ -102,7 +102,7 @@ extern "C" bn_status bn_conv_cudnn_alone_run(bn_conv_cudnn_alone *a, bn_ctx *ctx
     if (a->pass == BN_CONV_FORWARD) {
         BN_CUDNN(cudnnConvolutionForward(h, &one, a->x, io->x, a->w, io->w, a->conv, (cudnnConvolutionFwdAlgo_t)a->algo,
                                          ctx->workspace, ctx->workspace_size, &zero, a->y, io->y));
-        return bn_conv_bias_add_f32(io->y, io->b, s->n, s->filters, plane, NULL, ctx);
+        return bn_conv_bias_add_f32(io->y, io->b, s->n, s->filters, plane, NULL, 0, ctx);
     }
     if (a->pass == BN_CONV_DATA) {
         BN_CUDNN(cudnnConvolutionBackwardData(h, &one, a->w, io->w, a->y, io->dy, a->conv,

@@ -9,19 +9,26 @@
 /* Elements of one filter per block of the gradient, at least. */
 #define PART_ELEMENTS 4096
 
-/* Pack i of y (row: packs per plane) is in plane i / row, of filter (i / row) % filters. */
+/* Pack i of y (row: packs per plane) is in plane i / row, of filter (i / row) % filters, of
+ * example (i / row) / filters; relu_y's examples are relu_gap elements further apart than y's
+ * (a slice of a channel join's output, blob.h; 0 when packed). */
 template <typename T, int N, typename I>
 static __global__ void add_kernel(T *__restrict__ y, const float *__restrict__ b, I packs, int row, int filters,
-                                  T *__restrict__ relu_y)
+                                  T *__restrict__ relu_y, size_t relu_gap)
 {
     const I stride = (I)gridDim.x * blockDim.x;
     for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < packs; i += stride) {
-        const float bk = b[(i / (I)row) % (I)filters];
+        const I plane = i / (I)row, e = plane / (I)filters;
+        const float bk = b[plane - e * (I)filters];
         float v[N];
         bn_ld_n<T, N>(&y[(size_t)i * N], v);
 #pragma unroll
         for (int k = 0; k < N; k++) v[k] += bk;
-        bn_st_n_relu<T, N>(y, relu_y, (size_t)i * N, v);
+        bn_st_n<T, N>(&y[(size_t)i * N], v);
+        if (!relu_y) continue;
+#pragma unroll
+        for (int k = 0; k < N; k++) v[k] = v[k] > 0.0f ? v[k] : 0.0f;
+        bn_st_n<T, N>(&relu_y[(size_t)i * N + (size_t)e * relu_gap], v);
     }
 }
 
@@ -68,26 +75,32 @@ static unsigned blocks_for(size_t n)
 }
 
 template <typename T, int N, typename I>
-static bn_status add_as(T *y, const float *b, int n, int filters, int plane, T *relu_y, bn_ctx *ctx)
+static bn_status add_as(T *y, const float *b, int n, int filters, int plane, T *relu_y, size_t gap, bn_ctx *ctx)
 {
     const size_t packs = (size_t)n * filters * plane / N;
     add_kernel<T, N, I><<<blocks_for(packs), THREADS, 0, (cudaStream_t)ctx->stream>>>(y, b, (I)packs, plane / N,
-                                                                                      filters, relu_y);
+                                                                                      filters, relu_y, gap);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
 
 template <typename T>
-static bn_status add(T *y, const float *b, int n, int filters, int plane, T *relu_y, bn_ctx *ctx)
+static bn_status add(T *y, const float *b, int n, int filters, int plane, T *relu_y, size_t relu_stride,
+                     bn_ctx *ctx)
 {
-    if ((size_t)n * filters * plane == 0) return BN_OK;
+    const size_t per = (size_t)filters * plane;
+    if (n * per == 0) return BN_OK;
+    if (relu_y && relu_stride < per)
+        return bn_error(BN_ERR_INTERNAL, "conv2d bias: a ReLU output's examples %zu apart, less than their %zu values",
+                        relu_stride, per);
+    const size_t gap = relu_y ? relu_stride - per : 0;
     const int N = bn_pack<T>::N;
-    const bool index32 = bn_index_fits_32((size_t)n * filters * plane);
+    const bool index32 = bn_index_fits_32(n * per);
     if (plane % N == 0 && bn_aligned16(y) && (!relu_y || bn_aligned16(relu_y)))
-        return index32 ? add_as<T, N, unsigned>(y, b, n, filters, plane, relu_y, ctx)
-                         : add_as<T, N, size_t>(y, b, n, filters, plane, relu_y, ctx);
-    return index32 ? add_as<T, 1, unsigned>(y, b, n, filters, plane, relu_y, ctx)
-                     : add_as<T, 1, size_t>(y, b, n, filters, plane, relu_y, ctx);
+        return index32 ? add_as<T, N, unsigned>(y, b, n, filters, plane, relu_y, gap, ctx)
+                         : add_as<T, N, size_t>(y, b, n, filters, plane, relu_y, gap, ctx);
+    return index32 ? add_as<T, 1, unsigned>(y, b, n, filters, plane, relu_y, gap, ctx)
+                     : add_as<T, 1, size_t>(y, b, n, filters, plane, relu_y, gap, ctx);
 }
 
 template <typename T, int N, typename I>
@@ -121,15 +134,15 @@ static bn_status grad(float *db, const T *dy, int n, int filters, int plane, flo
 }
 
 extern "C" bn_status bn_conv_bias_add_f32(float *y, const float *b, int n, int filters, int plane, float *relu_y,
-                                          bn_ctx *ctx)
+                                          size_t relu_stride, bn_ctx *ctx)
 {
-    return add(y, b, n, filters, plane, relu_y, ctx);
+    return add(y, b, n, filters, plane, relu_y, relu_stride, ctx);
 }
 
 extern "C" bn_status bn_conv_bias_add_bf16(void *y, const float *b, int n, int filters, int plane, void *relu_y,
-                                           bn_ctx *ctx)
+                                           size_t relu_stride, bn_ctx *ctx)
 {
-    return add((__nv_bfloat16 *)y, b, n, filters, plane, (__nv_bfloat16 *)relu_y, ctx);
+    return add((__nv_bfloat16 *)y, b, n, filters, plane, (__nv_bfloat16 *)relu_y, relu_stride, ctx);
 }
 
 extern "C" bn_status bn_conv_bias_grad_f32(float *db, const float *dy, int n, int filters, int plane, float *parts,

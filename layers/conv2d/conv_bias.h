@@ -19,10 +19,13 @@ extern "C" {
 #define BN_CONV_BIAS_PARTS 64
 
 /* y[e][k][p] += b[k] over n images of `filters` planes of `plane` values, where relu_y is not
- * NULL with a fused ReLU's output too (max(y, 0) by activation.c's rule, y's layout): FP32 y, or
- * BF16 y (and relu_y), rounded once. */
-bn_status bn_conv_bias_add_f32(float *y, const float *b, int n, int filters, int plane, float *relu_y, bn_ctx *ctx);
-bn_status bn_conv_bias_add_bf16(void *y, const float *b, int n, int filters, int plane, void *relu_y, bn_ctx *ctx);
+ * NULL with a fused ReLU's output too (max(y, 0) by activation.c's rule, y's layout but its
+ * images relu_stride elements apart: filters * plane, or more for a slice of a channel join's
+ * output, blob.h): FP32 y, or BF16 y (and relu_y), rounded once. */
+bn_status bn_conv_bias_add_f32(float *y, const float *b, int n, int filters, int plane, float *relu_y,
+                               size_t relu_stride, bn_ctx *ctx);
+bn_status bn_conv_bias_add_bf16(void *y, const float *b, int n, int filters, int plane, void *relu_y,
+                                size_t relu_stride, bn_ctx *ctx);
 
 /* db[k] += the sum of dy[e][k][p] over e < n, p < plane, with `parts` (filters *
  * BN_CONV_BIAS_PARTS floats of device scratch): FP32 or BF16 dy. */

@@ -45,7 +45,7 @@ typedef struct scratch {
 static bn_status run_pass(int pass, int by, int beside, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
                           cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t yd, const scratch *m)
 {
-    if (pass == 0) return bn_conv_forward_pass(by, g, plan, ctx, xd, yd, m->x, m->w, m->b, m->y, NULL, NULL);
+    if (pass == 0) return bn_conv_forward_pass(by, g, plan, ctx, xd, yd, m->x, m->w, m->b, m->y, NULL, NULL, 0);
     if (pass == 2)
         return bn_conv_filter_pass(by, g, plan, ctx, (cudaStream_t)ctx->stream, xd, yd, m->x, m->y,
                                    needs_pooled(by) ? &m->pooled : NULL, m->dw, m->db, m->parts);

@@ -57,9 +57,37 @@ bn_blob *bn_blob_new_view(const char *name, bn_blob *root, size_t offset, int n,
     return b;
 }
 
+bn_blob *bn_blob_new_slice(const char *name, bn_blob *root, int channel, int n, int c)
+{
+    const size_t plane = (size_t)root->h * root->w;
+    if (root->root != root || channel < 0 || c <= 0 || channel + c > root->c || n <= 0 ||
+        (size_t)n * root->c * plane > root->capacity) {
+        bn_error(BN_ERR_INTERNAL, "slice %s (channels %d to %d) does not fit inside blob %s of %d channels", name,
+                 channel, channel + c - 1, root->name, root->c);
+        return NULL;
+    }
+    bn_blob *b = bn_blob_new_view(name, root, (size_t)channel * plane, n, c, root->h, root->w);
+    if (b) b->example_stride = (size_t)root->c * plane;
+    return b;
+}
+
+int bn_blob_is_slice(const bn_blob *b)
+{
+    return b->example_stride != 0;
+}
+
+/* Refuses a packed access to a slice, naming it: 1 when refused, the error recorded. */
+static int refuses_packed(const bn_blob *b, const char *what)
+{
+    if (!b->example_stride) return 0;
+    bn_error(BN_ERR_INTERNAL, "blob %s is a slice of %s's channels: %s", b->name, b->root->name, what);
+    return 1;
+}
+
 void bn_blob_free(bn_blob *b)
 {
     if (!b) return;
+    free(b->gathered);
     if (b->root == b) {
         free(b->host);
         bn_device_ops_current()->free(b->dev);
@@ -199,17 +227,31 @@ static bn_status make_device_current(bn_blob *r)
     return BN_OK;
 }
 
+/* A slice's examples copied out of its root's host copy into its own packed buffer. */
+static const float *gather_slice(bn_blob *b)
+{
+    const size_t per = (size_t)b->c * b->h * b->w;
+    if (!b->gathered && !(b->gathered = malloc(b->capacity * sizeof *b->gathered))) {
+        bn_error(BN_ERR_NOMEM, "blob %s: cannot allocate %zu floats on the host", b->name, b->capacity);
+        return NULL;
+    }
+    for (int e = 0; e < b->n; e++)
+        memcpy(b->gathered + e * per, b->root->host + b->offset + e * b->example_stride, per * sizeof(float));
+    return b->gathered;
+}
+
 const float *bn_blob_host_rd(bn_blob *b)
 {
     bn_blob *r = b->root;
     if (make_host_current(r) != BN_OK) return NULL;
     if (r->state == BN_SYNC_NONE) r->state = r->dev ? BN_SYNC_BOTH : BN_SYNC_HOST;
-    return r->host + b->offset;
+    return b->example_stride ? gather_slice(b) : r->host + b->offset;
 }
 
 float *bn_blob_host_wr(bn_blob *b)
 {
     bn_blob *r = b->root;
+    if (refuses_packed(b, "it is written on the host only through that blob")) return NULL;
     if (make_host_current(r) != BN_OK) return NULL;
     r->state = BN_SYNC_HOST;
     return r->host + b->offset;
@@ -239,32 +281,55 @@ static void *device_side(bn_blob *b, int write)
     return r->dev;
 }
 
+/* The packed accessors refuse a slice: the pass reading it would take its examples as packed. */
+#define PACKED_ONLY "this pass reads its examples as packed (bn_blob_dev_rows_rd/wr give the stride)"
+
 const float *bn_blob_dev_rd(bn_blob *b)
 {
-    float *d = wrong_type(b, 0) ? NULL : device_side(b, 0);
+    float *d = refuses_packed(b, PACKED_ONLY) || wrong_type(b, 0) ? NULL : device_side(b, 0);
     return d ? d + b->offset : NULL;
 }
 
 float *bn_blob_dev_wr(bn_blob *b)
 {
-    float *d = wrong_type(b, 0) ? NULL : device_side(b, 1);
+    float *d = refuses_packed(b, PACKED_ONLY) || wrong_type(b, 0) ? NULL : device_side(b, 1);
     return d ? d + b->offset : NULL;
 }
 
 const void *bn_blob_dev16_rd(bn_blob *b)
 {
-    uint16_t *d = wrong_type(b, 1) ? NULL : device_side(b, 0);
+    uint16_t *d = refuses_packed(b, PACKED_ONLY) || wrong_type(b, 1) ? NULL : device_side(b, 0);
     return d ? d + b->offset : NULL;
 }
 
 void *bn_blob_dev16_wr(bn_blob *b)
 {
-    uint16_t *d = wrong_type(b, 1) ? NULL : device_side(b, 1);
+    uint16_t *d = refuses_packed(b, PACKED_ONLY) || wrong_type(b, 1) ? NULL : device_side(b, 1);
     return d ? d + b->offset : NULL;
+}
+
+/* Either type's device data at the blob's first element, and its examples' stride. */
+static void *rows_side(bn_blob *b, int write, size_t *stride)
+{
+    char *d = device_side(b, write);
+    if (!d) return NULL;
+    *stride = b->example_stride ? b->example_stride : (size_t)b->c * b->h * b->w;
+    return d + b->offset * dev_elem_bytes(b->root);
+}
+
+const void *bn_blob_dev_rows_rd(bn_blob *b, size_t *stride)
+{
+    return rows_side(b, 0, stride);
+}
+
+void *bn_blob_dev_rows_wr(bn_blob *b, size_t *stride)
+{
+    return rows_side(b, 1, stride);
 }
 
 bn_status bn_blob_zero(bn_blob *b)
 {
+    if (refuses_packed(b, "it is zeroed only through that blob")) return bn_last_status();
     size_t bytes = bn_blob_count(b) * sizeof(float);
     if (b->root->dev) {
         void *d = b->root->dev_bf16 ? bn_blob_dev16_wr(b) : (void *)bn_blob_dev_wr(b);
@@ -289,6 +354,7 @@ bn_sync bn_blob_state(const bn_blob *b)
 
 void *bn_blob_tensor_desc(bn_blob *b)
 {
+    if (refuses_packed(b, "no tensor descriptor describes it")) return NULL;
     int shape[4] = {b->n, b->c, b->h, b->w};
     if (b->desc && memcmp(shape, b->desc_shape, sizeof shape) == 0) return b->desc;
     if (bn_device_ops_current()->tensor_desc_set(&b->desc, b->n, b->c, b->h, b->w, b->root->dev_bf16) != BN_OK)

@@ -8,7 +8,12 @@
  * reader on one side gets a transfer only when the other side wrote last; all transfers
  * go through one function (blob.c: transfer) so a hidden copy shows up in a profile.
  * A view is a window into a larger root blob (parameters live in one slab): it shares the
- * root's buffers and sync state. */
+ * root's buffers and sync state. A slice is a view of some of a root's channels: each example's
+ * channels lie inside the root's example, so consecutive examples are `example_stride` elements
+ * apart, not c*h*w (a producer writing its part of a concat's output, fusion.c). Only passes that
+ * ask for the stride (bn_blob_dev_rows_rd/wr) may reach a slice's device data; the packed
+ * accessors refuse it, so that a kernel written for packed examples fails loudly instead of
+ * reading the wrong elements. Its host copy is read through a packed gather and never written. */
 #ifndef BN_BLOB_H
 #define BN_BLOB_H
 
@@ -40,6 +45,8 @@ struct bn_blob {
     void *desc;          /* cudnnTensorDescriptor_t, made on demand for the current shape */
     int desc_shape[4];
     int dev_bf16;        /* root only: the device buffer holds BF16, 2 bytes per element */
+    size_t example_stride; /* a slice's elements from one example to the next; 0: packed */
+    float *gathered;     /* a slice's packed host copy, made by bn_blob_host_rd */
 };
 
 /* A new root blob of shape (n,c,h,w); no buffer is allocated yet. NULL on allocation failure. */
@@ -47,6 +54,13 @@ bn_blob *bn_blob_new(const char *name, int n, int c, int h, int w);
 
 /* A view of count = n*c*h*w elements of root starting at offset; NULL if it does not fit. */
 bn_blob *bn_blob_new_view(const char *name, bn_blob *root, size_t offset, int n, int c, int h, int w);
+
+/* A slice of root's channels [channel, channel + c) at root's height and width, n examples (the
+ * root's examples root->c*h*w elements apart); NULL, the error recorded, if it does not fit. */
+bn_blob *bn_blob_new_slice(const char *name, bn_blob *root, int channel, int n, int c);
+
+/* Whether b is a slice (its examples further apart than its c*h*w elements). */
+int bn_blob_is_slice(const bn_blob *b);
 
 /* Frees the blob, its buffers (roots only) and its descriptor. NULL is fine. */
 void bn_blob_free(bn_blob *b);
@@ -64,6 +78,13 @@ const float *bn_blob_host_rd(bn_blob *b);
 float *bn_blob_host_wr(bn_blob *b);
 const float *bn_blob_dev_rd(bn_blob *b);
 float *bn_blob_dev_wr(bn_blob *b);
+
+/* The device data of any blob, packed or a slice, for a pass that honours the stride: the first
+ * element (float, or BF16 where bn_blob_is_bf16), with the sync rules of bn_blob_dev_rd/wr, and
+ * in *stride the elements from one example to the next (c*h*w for a packed blob). NULL on
+ * failure, with the error recorded. */
+const void *bn_blob_dev_rows_rd(bn_blob *b, size_t *stride);
+void *bn_blob_dev_rows_wr(bn_blob *b, size_t *stride);
 
 /* Makes the device copy hold BF16; only before any device buffer exists (applies to b's root). */
 bn_status bn_blob_set_bf16(bn_blob *b);

@@ -27,6 +27,15 @@
  * a gradient fed by several readers must be summed before anyone masks it. No pass is taken over
  * twice: a layer whose pass is already done by another's kernels is not offered again.
  *
+ * A channel join (joins_slices: concat) copies each input into its part of its output and its
+ * output gradient back out, a pass over the joined activations each way. On a device an input
+ * whose producer writes nothing else can write its part in place instead: once the rules above
+ * are decided, bn_net_join_slices makes the producer's output and output gradient slices of the
+ * join's (blob.h), and the join's passes skip it. Only where every kernel that reaches those
+ * blobs honours a slice's stride: the producer's type says so of its passes (out_slices), of an
+ * activation's forward pass done by the layer before it that layer's type (act_out_slices), and
+ * a producer whose backward pass a neighbour's kernels do keeps its own blobs.
+ *
  * During each step on a device the loss layer may fold more into its forward pass
  * (bn_net_fuse_loss): the metrics' running sums and its input gradient.
  *
@@ -36,6 +45,9 @@
  * output gradient directly (bn_net_fuse_cpu_sums, decided for every network: the flags are read
  * by CPU passes only, and bn_net_blob_unwritten reports the convolution's output and gradient as
  * unwritten on both devices, so that comparisons between the two skip them alike). */
+#include <stdlib.h>
+#include <string.h>
+
 #include "net.h"
 
 /* A rule looks at producer p and its sole consumer c and fuses them when it applies. */
@@ -141,4 +153,49 @@ int bn_net_blob_unwritten(const bn_net *net, int i, int grad)
     if (grad && c && c->cpu_fused) return 1;
     if (!grad && c && c->in_place) return 1;
     return c && (c->gpu_fused & (grad ? BN_FUSED_NO_IN_GRAD : BN_FUSED_NO_IN)) != 0;
+}
+
+/* Whether input j of join `j` may become a slice of the join's output (bn_net_join_slices). */
+static int may_write_slice(const bn_net *net, const bn_layer *join, int j)
+{
+    const int src = join->sources[j];
+    if (src < 0) return 0;
+    const bn_layer *p = net->layers[src];
+    if (!p->ops->out_slices || p->num_readers != 1 || p->in_place || p->num_grad_parts || !p->out_grad ||
+        !join->out_grad || join->input_grads[j] != p->out_grad || bn_blob_is_bf16(p->out) != bn_blob_is_bf16(join->out))
+        return 0;
+    if (p->gpu_fused & BN_FUSED_BACKWARD) return 0; /* a neighbour's kernels read its gradient packed */
+    if (p->gpu_fused & BN_FUSED_FORWARD)
+        return p->num_inputs == 1 && p->sources[0] >= 0 && net->layers[p->sources[0]]->ops->act_out_slices;
+    return 1;
+}
+
+bn_status bn_net_join_slices(bn_net *net)
+{
+    /* BLOBNET_JOIN_COPIES=1: every join copies, as before slices (for comparisons). */
+    const char *copies = getenv("BLOBNET_JOIN_COPIES");
+    if (copies && copies[0] && strcmp(copies, "0") != 0) return BN_OK;
+    for (int i = 0; i < net->num_layers; i++) {
+        bn_layer *join = net->layers[i];
+        if (!join->ops->joins_slices) continue;
+        int channel = 0;
+        for (int j = 0; j < join->num_inputs; channel += join->input_shapes[j].c, j++) {
+            if (!may_write_slice(net, join, j)) continue;
+            bn_layer *p = net->layers[join->sources[j]];
+            bn_blob *out = bn_blob_new_slice(p->out->name, join->out, channel, p->out->n, p->out->c);
+            bn_blob *grad = out ? bn_blob_new_slice(p->out_grad->name, join->out_grad, channel, p->out->n, p->out->c)
+                                : NULL;
+            if (!grad) {
+                bn_blob_free(out);
+                return bn_last_status();
+            }
+            bn_blob_free(p->out);
+            bn_blob_free(p->out_grad);
+            p->out = join->inputs[j] = out;
+            p->out_grad = join->input_grads[j] = grad;
+        }
+        join->in = join->inputs[0];
+        join->in_grad = join->input_grads[0];
+    }
+    return BN_OK;
 }

@@ -230,6 +230,15 @@ struct bn_layer_ops {
                              * max(out, 0) over the output, its backward pass the output gradient
                              * masked over the output gradient. Set only where the type's backward
                              * passes never read the output, or (a ReLU's) read only its sign */
+    int out_slices;         /* its GPU passes (FP32 and BF16) reach its output and output gradient
+                             * only through bn_blob_dev_rows_rd/wr, honouring the stride: on a device
+                             * they may be slices of a channel join's output (fusion.c) */
+    int act_out_slices;     /* the epilogue that writes the output of an activation whose forward
+                             * this type's fuse_gpu takes honours the stride of a slice likewise */
+    int joins_slices;       /* its output is its inputs' channels one input after the other per
+                             * example: an input whose producer can write a slice of it (out_slices)
+                             * becomes that slice on a device, and the type's passes skip such an
+                             * input (bn_net_join_slices) */
     int relu_cpu;           /* with relu_in_place: this type's CPU passes can also do the passes of
                              * that in-place ReLU (bn_layer.cpu_relu), so they run as one pass over
                              * the activations instead of two */

@@ -166,6 +166,13 @@ bn_layer *bn_net_sole_consumer(const bn_net *net, const bn_layer *l);
  * the network's rules allow it and the layer types accept. Called by bn_net_setup. */
 void bn_net_fuse(bn_net *net);
 
+/* Channel joins without copies (fusion.c): on a device, after bn_net_fuse, each input of a
+ * joins_slices layer whose producer writes nothing else and can write a slice (out_slices, and
+ * act_out_slices for the layer whose kernels do its forward) has its output and output gradient
+ * replaced by slices of the join's, so that it writes its part in place and reads its gradient
+ * where the join's consumers left it. The producer's own blobs are freed. */
+bn_status bn_net_join_slices(bn_net *net);
+
 /* Asks the loss layer to fold into its following GPU forwards the running sum of its metrics
  * (into acc, when not NULL) and, with grad, its input gradient (bn_layer_ops.fuse_loss_gpu).
  * Returns 1 when it will: the caller then must not add the metrics again, and runs the backward

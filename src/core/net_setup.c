@@ -357,6 +357,7 @@ bn_status bn_net_setup(bn_net *net, int batch, bn_ctx *ctx, int want_input_grad,
     /* Under bf16 the blobs are BF16 by now, and each layer's hook refuses what its BF16 passes
      * cannot take (batchnorm's kernels take a ReLU in either precision). */
     if (ctx) bn_net_fuse(net);
+    if (ctx) BN_TRY(bn_net_join_slices(net));
     BN_TRY(bn_net_init_params(net, seed));
     return net->grads ? bn_blob_zero(net->grads) : BN_OK;
 }
