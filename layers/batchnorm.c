@@ -258,6 +258,7 @@ const bn_layer_ops bn_batchnorm_ops = {
     .fuse_gpu = BN_GPU(bn_batchnorm_fuse_relu),
     .absorbs = BN_ABSORB_RELU,
     .relu_in_place = 1, /* its backward pass does not read its output */
+    .act_out_slices = 1, /* normalize writes a fused ReLU's output at its stride */
     .flops = batchnorm_flops,
     .destroy = batchnorm_destroy,
     .bf16 = 1,

@@ -149,23 +149,30 @@ static __global__ void backward_stats(bn_geometry g, const double *__restrict__ 
     stats[4 * c + 3] = trained ? (float)(sum_dy_xhat / (double)g.count) : 0.0f;
 }
 
-/* Pack i of the blob belongs to channel (i / row) % channels. A fused ReLU after the layer
- * (relu_y not NULL) gets its output from the same values, by the CPU's rule (activation.c). */
+/* Pack i of the blob belongs to channel (i / row) % channels of example (i / row) / channels. A
+ * fused ReLU after the layer (relu_y not NULL) gets its output from the same values, by the CPU's
+ * rule (activation.c), its examples relu_gap elements further apart than y's (a slice of a
+ * channel join's output, blob.h; 0 when packed). */
 template <typename T, int N, typename I>
 static __global__ void normalize(bn_geometry g, I packs, const T *__restrict__ x, const float *stats,
                                  const float *__restrict__ w, const float *__restrict__ b, T *__restrict__ y,
-                                 T *__restrict__ relu_y)
+                                 T *__restrict__ relu_y, size_t relu_gap)
 {
     const I row = (I)(g.plane / N), stride = (I)gridDim.x * blockDim.x;
     for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < packs; i += stride) {
-        const int c = (int)((i / row) % (I)g.channels);
+        const I plane = i / row, e = plane / (I)g.channels;
+        const int c = (int)(plane - e * (I)g.channels);
         const float scale = __fmul_rn(w[c], stats[4 * c + 1]);
         const float shift = __fsub_rn(b[c], __fmul_rn(stats[4 * c], scale));
         float v[N];
         bn_ld_n<T, N>(&x[(size_t)i * N], v);
 #pragma unroll
         for (int k = 0; k < N; k++) v[k] = __fadd_rn(__fmul_rn(v[k], scale), shift);
-        bn_st_n_relu<T, N>(y, relu_y, (size_t)i * N, v);
+        bn_st_n<T, N>(&y[(size_t)i * N], v);
+        if (!relu_y) continue;
+#pragma unroll
+        for (int k = 0; k < N; k++) v[k] = v[k] > 0.0f ? v[k] : 0.0f;
+        bn_st_n<T, N>(&relu_y[(size_t)i * N + (size_t)e * relu_gap], v);
     }
 }
 
@@ -230,6 +237,7 @@ template <typename T> struct bn_args {
     const T *x, *dy;
     T *y, *dx;
     T *relu_y, *relu_dx; /* a fused ReLU's output or input gradient, or NULL */
+    size_t relu_gap;     /* relu_y's examples this many elements further apart than y's */
     const float *w, *bias;
     float *rm, *rv, *dw, *db;
 };
@@ -246,7 +254,7 @@ static bn_status queue_forward(batchnorm_priv *b, const bn_geometry &g, const bn
                                                             b->momentum, b->eps);
     BN_CUDA_LAUNCH();
     normalize<T, N, I><<<grid_for(total / N), THREADS, 0, s>>>(g, (I)(total / N), a.x, stats, a.w, a.bias, a.y,
-                                                                 a.relu_y);
+                                                                 a.relu_y, a.relu_gap);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
@@ -285,9 +293,13 @@ template <typename T> static bn_status forward_as(bn_layer *l, const bn_pass *p)
     bn_args<T> a = {};
     if (!(a.x = bn_typed_rd<T>(l->in)) || !(a.w = bn_blob_dev_rd(l->params[P_WEIGHT].value)) ||
         !(a.bias = bn_blob_dev_rd(l->params[P_BIAS].value)) || !(a.rm = bn_blob_dev_wr(l->buffers[B_MEAN].value)) ||
-        !(a.rv = bn_blob_dev_wr(l->buffers[B_VAR].value)) || !(a.y = bn_typed_wr<T>(l->out)) ||
-        (b->relu_after && !(a.relu_y = bn_typed_wr<T>(b->relu_after->out))))
+        !(a.rv = bn_blob_dev_wr(l->buffers[B_VAR].value)) || !(a.y = bn_typed_wr<T>(l->out)))
         return bn_last_status();
+    /* The ReLU's output may be a slice of a channel join's (act_out_slices). */
+    size_t relu_stride = 0;
+    if (b->relu_after && !(a.relu_y = bn_typed_rows_wr<T>(b->relu_after->out, &relu_stride))) return bn_last_status();
+    const size_t per = (size_t)l->out->c * l->out->h * l->out->w;
+    a.relu_gap = a.relu_y ? relu_stride - per : 0;
     b->trained = p->train;
     const size_t total = bn_blob_count(l->out);
     const int N = bn_pack<T>::N;

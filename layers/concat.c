@@ -1,5 +1,6 @@
 /* concat.c - two or more inputs of one height and width joined along the channels, in input
  * order (Inception's and U-Net's joins). */
+#include <stdio.h>
 #include <string.h>
 
 #include "concat.h"

@@ -58,9 +58,10 @@ BN_TEST(gpu_bf16_concat_matches_cpu)
 
 /* ---- producers that write their part of the join in place (fusion.c, bn_net_join_slices) ---- */
 
-/* Four branches joined: a convolution's fused ReLU, a convolution's sigmoid (its own passes,
- * whose backward reads its output), a max pooling (which cannot write a slice: copied) and a
- * convolution's ReLU again; then a convolution reads the join. `plane` 7x7 runs the slices'
+/* Five branches joined: a convolution's fused ReLU, a convolution's sigmoid (its own passes,
+ * whose backward reads its output), a max pooling (which cannot write a slice: copied), a
+ * convolution's ReLU again, and a ReLU written by a batchnorm's normalization; then a
+ * convolution reads the join. `plane` 7x7 runs the slices'
  * passes one value at a time, 8x8 in 16-byte packs. */
 #define BRANCHES(hw)                                                                               \
     "[input]\nchannels=3\nheight=" hw "\nwidth=" hw "\n"                                           \
@@ -68,24 +69,25 @@ BN_TEST(gpu_bf16_concat_matches_cpu)
     "[conv2d]\nname=b\ninput=input\nfilters=5\nsize=3\npad=1\n[sigmoid]\nname=bs\n"               \
     "[maxpool]\nname=p\ninput=input\nsize=3\nstride=1\npad=1\n"                                   \
     "[conv2d]\nname=c\ninput=input\nfilters=3\nsize=3\npad=1\n[relu]\nname=cr\n"                  \
-    "[concat]\nname=j\ninput=ar, bs, p, cr\n"                                                     \
+    "[conv2d]\nname=e\ninput=input\nfilters=2\nsize=1\n[batchnorm]\nname=en\n[relu]\nname=er\n"  \
+    "[concat]\nname=j\ninput=ar, bs, p, cr, er\n"                                                 \
     "[conv2d]\nname=d\nfilters=4\nsize=3\npad=1\n[relu]\nname=dr\n"                               \
     "[avgpool]\nname=g\nglobal=1\n[dense]\nname=fc\noutputs=5\n[softmax_ce]\nname=loss\n"
 
 static const char *const branches[] = {BRANCHES("7"), BRANCHES("8")};
 
-/* On the CPU every input keeps blobs of its own; on a device ar, bs and cr become slices of the
- * join's output and output gradient at their channels, p does not, and the join's passes move
- * only p's block. */
+/* On the CPU every input keeps blobs of its own; on a device ar, bs, cr and er become slices of
+ * the join's output and output gradient at their channels, p does not, and the join's passes
+ * move only p's block. */
 BN_TEST(concat_inputs_become_slices_only_on_a_device)
 {
     bn_net *net;
     CHECK_OK(lt_net(branches[0], 2, 1, &net));
     const bn_layer *cat = bn_net_find_layer(net, "j");
-    for (int k = 0; k < 4; k++) CHECK(!bn_blob_is_slice(cat->inputs[k]));
+    for (int k = 0; k < 5; k++) CHECK(!bn_blob_is_slice(cat->inputs[k]));
     char cpu_said[128];
     cat->ops->describe_gpu(cat, cpu_said, sizeof cpu_said);
-    CHECK_MSG(strcmp(cpu_said, "copied: ar, bs, p, cr") == 0, "on the CPU: \"%s\"", cpu_said);
+    CHECK_MSG(strcmp(cpu_said, "copied: ar, bs, p, cr, er") == 0, "on the CPU: \"%s\"", cpu_said);
     bn_net_free(net);
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device (the CPU half passed)");
     bn_ctx *ctx;
@@ -93,21 +95,21 @@ BN_TEST(concat_inputs_become_slices_only_on_a_device)
     CHECK_OK(bn_net_from_text(branches[0], "branches.cfg", &net));
     CHECK_OK(bn_net_setup(net, 3, ctx, 0, 1));
     const bn_layer *j = bn_net_find_layer(net, "j");
-    static const char *const names[] = {"ar", "bs", "p", "cr"};
-    static const int channel[] = {0, 4, 9, 12}, sliced[] = {1, 1, 0, 1};
-    for (int k = 0; k < 4; k++) {
+    static const char *const names[] = {"ar", "bs", "p", "cr", "er"};
+    static const int channel[] = {0, 4, 9, 12, 15}, sliced[] = {1, 1, 0, 1, 1};
+    for (int k = 0; k < 5; k++) {
         const bn_layer *l = bn_net_find_layer(net, names[k]);
         const int is = bn_blob_is_slice(l->out);
         CHECK_MSG(is == sliced[k], "%s's output is %sa slice", names[k], is ? "" : "not ");
         CHECK(j->inputs[k] == l->out && j->input_grads[k] == l->out_grad);
         if (!is) continue;
         CHECK(l->out->root == j->out && l->out_grad->root == j->out_grad && bn_blob_is_slice(l->out_grad));
-        CHECK(l->out->offset == (size_t)channel[k] * 49 && l->out->example_stride == 15 * 49);
-        CHECK(l->out_grad->offset == l->out->offset && l->out_grad->example_stride == 15 * 49);
+        CHECK(l->out->offset == (size_t)channel[k] * 49 && l->out->example_stride == 17 * 49);
+        CHECK(l->out_grad->offset == l->out->offset && l->out_grad->example_stride == 17 * 49);
     }
     char said[128];
     j->ops->describe_gpu(j, said, sizeof said);
-    CHECK_MSG(strcmp(said, "in place: ar, bs, cr; copied: p") == 0, "blobnet time would say \"%s\"", said);
+    CHECK_MSG(strcmp(said, "in place: ar, bs, cr, er; copied: p") == 0, "blobnet time would say \"%s\"", said);
     bn_net_free(net);
     return BN_PASS;
 }

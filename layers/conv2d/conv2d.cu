@@ -30,6 +30,7 @@
 #include "gpu/chooser.h"
 #include "gpu/cuda_check.h"
 #include "gpu/overlap.h"
+#include "gpu/typed.cuh"
 #include "layers.h"
 #include "pool.h"
 
@@ -395,12 +396,9 @@ extern "C" bn_status bn_conv2d_forward_gpu(bn_layer *l, const bn_pass *p)
          * either honours its stride (a slice of a channel join's output: act_out_slices). */
         float *relu_y = NULL;
         size_t relu_stride = 0;
-        if (c->relu_after && plan->by[0] == BY_CUDNN) {
-            if (bn_blob_is_bf16(c->relu_after->out))
-                return bn_error(BN_ERR_INTERNAL, "layer %s: the ReLU output %s is BF16", l->name,
-                                c->relu_after->out->name);
-            if (!(relu_y = (float *)bn_blob_dev_rows_wr(c->relu_after->out, &relu_stride))) return bn_last_status();
-        }
+        if (c->relu_after && plan->by[0] == BY_CUDNN &&
+            !(relu_y = bn_typed_rows_wr<float>(c->relu_after->out, &relu_stride)))
+            return bn_last_status();
         BN_TRY(bn_conv_forward_pass(plan->by[0], g, plan, ctx, xd, yd, x, w, b, y, NULL, relu_y, relu_stride));
         return relu_y ? BN_OK : relu_forward(l, p);
     }

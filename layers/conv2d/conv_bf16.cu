@@ -31,6 +31,7 @@
 #include "gpu/bf16.h"
 #include "gpu/chooser.h"
 #include "gpu/cuda_check.h"
+#include "gpu/typed.cuh"
 
 enum { WEIGHT, BIAS };
 
@@ -441,13 +442,10 @@ extern "C" bn_status bn_conv_bf16_forward(bn_layer *l, const bn_pass *p, int *re
     if (plan->layout == F32) return BN_OK; /* the bias was added by blobnet's kernels */
     /* A fused ReLU's output is written by the bias kernel (after blobnet's FP32 kernels it runs
      * its own pass). */
-    void *relu_y = NULL;
+    __nv_bfloat16 *relu_y = NULL;
     size_t relu_stride = 0;
-    if (c->relu_after) {
-        if (!bn_blob_is_bf16(c->relu_after->out))
-            return bn_error(BN_ERR_INTERNAL, "layer %s: the ReLU output %s is not BF16", l->name, c->relu_after->out->name);
-        if (!(relu_y = bn_blob_dev_rows_wr(c->relu_after->out, &relu_stride))) return bn_last_status();
-    }
+    if (c->relu_after && !(relu_y = bn_typed_rows_wr<__nv_bfloat16>(c->relu_after->out, &relu_stride)))
+        return bn_last_status();
     *relu_done = relu_y != NULL;
     return bn_conv_bias_add_bf16(y, b, l->out->n, c->filters, c->g.oh * c->g.ow, relu_y, relu_stride, ctx);
 }

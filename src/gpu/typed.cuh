@@ -24,6 +24,19 @@ template <> inline __nv_bfloat16 *bn_typed_wr<__nv_bfloat16>(bn_blob *b)
     return (__nv_bfloat16 *)bn_blob_dev16_wr(b);
 }
 
+/* bn_blob_dev_rows_wr as T, for a pass that honours a slice's stride (*stride, elements between
+ * examples): NULL on failure, the error recorded, a blob that holds the other type among them. */
+template <typename T> T *bn_typed_rows_wr(bn_blob *b, size_t *stride)
+{
+    const bool want16 = sizeof(T) == sizeof(__nv_bfloat16);
+    if (bn_blob_is_bf16(b) != (int)want16) {
+        bn_error(BN_ERR_INTERNAL, "a layer wrote blob %s as %s, but it holds %s", b->name, want16 ? "BF16" : "FP32",
+                 want16 ? "FP32" : "BF16");
+        return NULL;
+    }
+    return (T *)bn_blob_dev_rows_wr(b, stride);
+}
+
 /* Declares var as the blob's device data as T, or returns the recorded error. */
 #define BN_TYPED_RD(T, var, blob) const T *var = bn_typed_rd<T>(blob); if (!var) return bn_last_status()
 #define BN_TYPED_WR(T, var, blob) T *var = bn_typed_wr<T>(blob); if (!var) return bn_last_status()
