@@ -189,7 +189,7 @@ kill_check() {
     started=$(date +%s.%N)
     # 26 lines: the header and 25 steps.
     until [ -f "$csv" ] && [ "$(wc -l <"$csv")" -ge 26 ]; do
-        if ! kill -0 "${pids[0]}" 2>/dev/null || [ "$(awk -v s="$started" -v n="$(date +%s.%N)" 'BEGIN { print n - s > 300 }')" = 1 ]; then
+        if ! kill -0 "${pids[0]}" 2>/dev/null || [ "$(awk -v s="$started" -v n="$(date +%s.%N)" 'BEGIN { print (n - s > 300) }')" = 1 ]; then
             note "kill check: $name never logged 25 steps on the socket path (see $dir)"
             failed=1
             stop_ranks
@@ -216,14 +216,15 @@ kill_check() {
             fi
         done
         [ "$left" = 0 ] && break
-        if [ "$(awk -v a="$killed" -v b="$now" -v m="$bound" 'BEGIN { print b - a > m }')" = 1 ]; then break; fi
+        if [ "$(awk -v a="$killed" -v b="$now" -v m="$bound" 'BEGIN { print (b - a > m) }')" = 1 ]; then break; fi
         sleep 0.1
     done
     note "kill check: $name on the socket path, rank $victim (node ${node_names[$((victim / per_node))]}) killed after step $steps, $(awk -v a="$started" -v b="$killed" 'BEGIN { printf "%.0f", b - a }') s after the ranks started; deadline $deadline s"
     for ((r = 0; r < victim; r++)); do
         took=${ended[$r]:-}
         if [ -z "$took" ]; then
-            note "  rank $r: still running ${bound} s after the kill: FAILED (killed now)"
+            state=$(awk '{ print $3 }' "/proc/${pids[$r]}/stat" 2>/dev/null)
+            note "  rank $r: still running ${bound} s after the kill (process state ${state:-?}), last line: $(tail -1 "$dir/rank$r.log" | cut -c1-120): FAILED (killed now)"
             failed=1
             continue
         fi
