@@ -122,6 +122,8 @@ static int compare_once(const bf16_case *bc, int capacity, int n, uint64_t seed,
     bn_rng r;
     bn_rng_seed(&r, seed, 11);
     float *grads0 = NULL;
+    CHECK_MSG(cpu->layers[cpu->num_layers - 1]->out_grad,
+              "%s: a bf16 case ends without a loss layer (the test sets the last output gradient)", bc->what);
     CHECK_OK(feed_both(cpu->input, gpu->input, &r, 1.0, bc->exact_input, NULL));
     CHECK_OK(feed_both(cpu->layers[cpu->num_layers - 1]->out_grad, gpu->layers[gpu->num_layers - 1]->out_grad, &r,
                        1.0, 0, NULL));
