@@ -667,6 +667,10 @@ bn_status bn_train(bn_net *net, bn_optimizer *opt, const bn_dataset *train, cons
     }
     /* The epoch's end compared the parameters already; these are the final weights. */
     if (s == BN_OK) s = write_rank_weights(opts, net);
+    /* After a failed collective the device may hold kernels that a lost peer never lets end
+     * (NCCL's abort can outlive its wait, comm.cu), and freeing device memory would wait for them
+     * without a deadline: nothing is freed, and the caller ends the process (bn_dist_failed). */
+    if (opts->dist && bn_dist_failed(opts->dist)) return s;
     bn_step_graph_free(&graph);
     bn_step_graph_free(&eval_graph);
     bn_step_graph_free(&val_graph);

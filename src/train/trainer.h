@@ -90,7 +90,9 @@ typedef struct bn_trainer_opts {
  * call it with the same net, settings and state. *last receives the last
  * epoch's report (test_acc is the final accuracy). A loss or parameter that turns NaN or
  * infinite is BN_ERR_NUMERIC naming the steps and the first layer where it shows; no
- * checkpoint is written from then on. */
+ * checkpoint is written from then on. After a failed collective (bn_dist_failed) it returns
+ * without freeing its device memory, which could wait forever on kernels a lost peer holds:
+ * the caller is to end the process. */
 bn_status bn_train(bn_net *net, bn_optimizer *opt, const bn_dataset *train, const bn_dataset *test,
                    const bn_trainer_opts *opts, bn_train_state *st, bn_epoch_report *last);
 
