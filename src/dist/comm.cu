@@ -42,6 +42,9 @@ typedef struct comm_state {
     int32_t *stop_host;      /* pinned host memory: [0] this rank's stop value, [1] the agreed one */
     int32_t *stop_dev;       /* device: the stop value being agreed on */
     int stop_pending;        /* an agreement was begun and not ended */
+    /* The pace of the host (bn_dist_pace): an event after each of the last PACE_STEPS steps. */
+    cudaEvent_t paced[BN_DIST_PACE_STEPS];
+    int pace_next, pace_used;
     /* Pre-multiplied sums, one per weight seen: a captured graph keeps using the op it was
      * captured with, so none is destroyed before the communicator. */
     double weights[MAX_WEIGHTS];
@@ -239,6 +242,8 @@ static bn_status make_state(bn_dist *d)
     BN_CUDA(cudaEventCreateWithFlags(&st->ready, cudaEventDisableTiming));
     BN_CUDA(cudaEventCreateWithFlags(&st->done, cudaEventDisableTiming));
     BN_CUDA(cudaEventCreateWithFlags(&st->agreed, cudaEventDisableTiming));
+    for (int i = 0; i < BN_DIST_PACE_STEPS; i++)
+        BN_CUDA(cudaEventCreateWithFlags(&st->paced[i], cudaEventDisableTiming));
     BN_CUDA(cudaHostAlloc((void **)&st->stop_host, 2 * sizeof *st->stop_host, cudaHostAllocDefault));
     BN_TRY(bn_device_alloc((void **)&st->stop_dev, sizeof *st->stop_dev));
     size_t bytes = BN_DIST_MAX_RANKS * sizeof(uint64_t);
@@ -253,6 +258,8 @@ static void release_state(bn_dist *d)
         if (st->ready) cudaEventDestroy(st->ready);
         if (st->done) cudaEventDestroy(st->done);
         if (st->agreed) cudaEventDestroy(st->agreed);
+        for (int i = 0; i < BN_DIST_PACE_STEPS; i++)
+            if (st->paced[i]) cudaEventDestroy(st->paced[i]);
         if (st->stop_host) cudaFreeHost(st->stop_host);
         bn_device_free(st->stop_dev);
         bn_device_free(st->scratch);
@@ -366,6 +373,19 @@ extern "C" bn_status bn_dist_wait(bn_dist *d, bn_ctx *ctx)
 {
     BN_NEED_OPEN(d);
     return wait_stream(d, (cudaStream_t)ctx->stream, "waiting for the step's collectives");
+}
+
+extern "C" bn_status bn_dist_pace(bn_dist *d, bn_ctx *ctx)
+{
+    BN_NEED_OPEN(d);
+    comm_state *st = (comm_state *)d->state;
+    cudaEvent_t *slot = &st->paced[st->pace_next];
+    /* The slot's event marks the step PACE_STEPS back: wait for it before it is recorded again. */
+    if (st->pace_used == BN_DIST_PACE_STEPS) BN_TRY(wait_for(d, (cudaStream_t)ctx->stream, *slot, "pacing the steps"));
+    BN_CUDA(cudaEventRecord(*slot, (cudaStream_t)ctx->stream));
+    st->pace_next = (st->pace_next + 1) % BN_DIST_PACE_STEPS;
+    if (st->pace_used < BN_DIST_PACE_STEPS) st->pace_used++;
+    return BN_OK;
 }
 
 /* An in-place all-reduce of device data ordered on ctx's stream, waited for with the deadline. */

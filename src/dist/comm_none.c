@@ -76,6 +76,11 @@ bn_status bn_dist_wait(bn_dist *d, bn_ctx *ctx)
     return missing();
 }
 
+bn_status bn_dist_pace(bn_dist *d, bn_ctx *ctx)
+{
+    return missing();
+}
+
 int bn_dist_failed(const bn_dist *d)
 {
     return 0;

@@ -144,6 +144,16 @@ bn_status bn_dist_check_same(bn_dist *d, bn_ctx *ctx, uint64_t hash, long step);
  * past d->timeout_s without progress, aborts the communicator and says so, naming this rank. */
 bn_status bn_dist_wait(bn_dist *d, bn_ctx *ctx);
 
+/* The steps a rank's host may queue ahead of its device (bn_dist_pace). */
+#define BN_DIST_PACE_STEPS 3
+
+/* Called after each training step is queued: waits, with the deadline, until the device has done
+ * the step BN_DIST_PACE_STEPS back. A host that queued steps without bound while a lost peer held
+ * the device's collectives would fill the device's queue, and the next launch would then block
+ * with no deadline (seen: four ranks of a residual network on NCCL's socket path, two of them
+ * still waiting 50 s after a third was killed); with a few steps queued the device never idles. */
+bn_status bn_dist_pace(bn_dist *d, bn_ctx *ctx);
+
 /* Whether a collective of d failed or passed its deadline (the communicator is then aborted and
  * every later call on d refused). NCCL's abort can itself wait on a lost peer: it is given 10 s
  * on a thread of its own and then left running there, so the call that failed returns in bounded

@@ -462,6 +462,7 @@ static bn_status train_epoch(bn_net *net, bn_optimizer *opt, bn_loader *ld, bn_b
         if (opts->profile_first && st->step + 1 == opts->profile_first) BN_TRY(bn_profiler_start());
         step_body body = {net, opt, ld, acc, mine, dist, (double)mine / n, dist ? dist->bucket_bytes : 0, -1, -1};
         BN_TRY(train_step(&body, graph, warm, full, opts, st->step));
+        if (dist) BN_TRY(bn_dist_pace(dist, net->pass.ctx));
         /* The run's first steps make the plans (the first) and capture the graph (the second). */
         static int marked;
         if (bn_timeline_asked() && marked < 2) {
