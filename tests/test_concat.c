@@ -73,7 +73,7 @@ BN_TEST(gpu_bf16_concat_matches_cpu)
     "[conv2d]\nname=c\ninput=input\nfilters=3\nsize=3\npad=1\n[" act "]\nname=cr\n"              \
     "[batchnorm]\nname=en\ninput=input\n[" act "]\nname=er\n"                                    \
     "[concat]\nname=j\ninput=ar, bs, p, cr, er\n"                                                 \
-    "[conv2d]\nname=d\nfilters=4\nsize=3\npad=1\n[relu]\nname=dr\n"                               \
+    "[conv2d]\nname=d\nfilters=4\nsize=3\npad=1\n[" act "]\nname=dr\n"                            \
     "[avgpool]\nname=g\nglobal=1\n[dense]\nname=fc\noutputs=5\n"
 #define BRANCHES(hw) BRANCHES_OF(hw, "relu")
 
@@ -133,9 +133,10 @@ BN_TEST(gpu_concat_of_slices_matches_cpu)
 }
 
 /* Under bf16 against the CPU in FP32, with cuDNN's NCHW and NHWC engines and blobnet's FP32
- * kernels on copies. The joined branches end in tanh here: a product rounded to BF16 near zero
- * may land on the other side of a ReLU's kink than the CPU's, which changes that element's
- * gradient entirely (test_bf16.c); the ReLUs' slices under bf16 are checked bit for bit below. */
+ * kernels on copies. Every activation after a product is tanh here (the joined branches' and the
+ * one after the join's reader): a product rounded to BF16 near zero may land on the other side of
+ * a ReLU's kink than the CPU's, which changes that element's gradient entirely, and everything
+ * upstream of it (test_bf16.c); the ReLUs' slices under bf16 are checked bit for bit below. */
 BN_TEST(gpu_bf16_concat_of_slices_matches_cpu)
 {
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
