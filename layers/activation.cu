@@ -202,7 +202,8 @@ static void forward_as(const T *x, T *y, const act_rows &r, float a, cudaStream_
 {
     if (r.sx == r.per && r.sy == r.per) return launch_forward<K>(x, y, r.rows * r.per, a, s);
     const void *ptrs[] = {x, y};
-    if (rows_pack<T>(r, ptrs, 2)) act_forward_rows<K, T, bn_pack<T>::N><<<rows_grid(r, bn_pack<T>::N), 256, 0, s>>>(x, y, r, a);
+    if (rows_pack<T>(r, ptrs, 2))
+        act_forward_rows<K, T, bn_pack<T>::N><<<rows_grid(r, bn_pack<T>::N), 256, 0, s>>>(x, y, r, a);
     else act_forward_rows<K, T, 1><<<rows_grid(r, 1), 256, 0, s>>>(x, y, r, a);
 }
 

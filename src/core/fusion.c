@@ -155,14 +155,15 @@ int bn_net_blob_unwritten(const bn_net *net, int i, int grad)
     return c && (c->gpu_fused & (grad ? BN_FUSED_NO_IN_GRAD : BN_FUSED_NO_IN)) != 0;
 }
 
-/* Whether input j of join `j` may become a slice of the join's output (bn_net_join_slices). */
+/* Whether input j of `join` may become a slice of the join's output (bn_net_join_slices). */
 static int may_write_slice(const bn_net *net, const bn_layer *join, int j)
 {
     const int src = join->sources[j];
     if (src < 0) return 0;
     const bn_layer *p = net->layers[src];
     if (!p->ops->out_slices || p->num_readers != 1 || p->in_place || p->num_grad_parts || !p->out_grad ||
-        !join->out_grad || join->input_grads[j] != p->out_grad || bn_blob_is_bf16(p->out) != bn_blob_is_bf16(join->out))
+        !join->out_grad || join->input_grads[j] != p->out_grad ||
+        bn_blob_is_bf16(p->out) != bn_blob_is_bf16(join->out))
         return 0;
     if (p->gpu_fused & BN_FUSED_BACKWARD) return 0; /* a neighbour's kernels read its gradient packed */
     if (p->gpu_fused & BN_FUSED_FORWARD)

@@ -42,7 +42,8 @@ typedef struct comm_state {
     int32_t *stop_host;      /* pinned host memory: [0] this rank's stop value, [1] the agreed one */
     int32_t *stop_dev;       /* device: the stop value being agreed on */
     int stop_pending;        /* an agreement was begun and not ended */
-    /* The pace of the host (bn_dist_pace): an event after each of the last PACE_STEPS steps. */
+    /* The pace of the host (bn_dist_pace): an event after each of the last BN_DIST_PACE_STEPS
+     * steps, the next to use and how many were recorded. */
     cudaEvent_t paced[BN_DIST_PACE_STEPS];
     int pace_next, pace_used;
     /* Pre-multiplied sums, one per weight seen: a captured graph keeps using the op it was
@@ -380,8 +381,10 @@ extern "C" bn_status bn_dist_pace(bn_dist *d, bn_ctx *ctx)
     BN_NEED_OPEN(d);
     comm_state *st = (comm_state *)d->state;
     cudaEvent_t *slot = &st->paced[st->pace_next];
-    /* The slot's event marks the step PACE_STEPS back: wait for it before it is recorded again. */
-    if (st->pace_used == BN_DIST_PACE_STEPS) BN_TRY(wait_for(d, (cudaStream_t)ctx->stream, *slot, "pacing the steps"));
+    /* The slot's event marks the step BN_DIST_PACE_STEPS back: wait for it before it is recorded
+     * again. */
+    if (st->pace_used == BN_DIST_PACE_STEPS)
+        BN_TRY(wait_for(d, (cudaStream_t)ctx->stream, *slot, "pacing the steps"));
     BN_CUDA(cudaEventRecord(*slot, (cudaStream_t)ctx->stream));
     st->pace_next = (st->pace_next + 1) % BN_DIST_PACE_STEPS;
     if (st->pace_used < BN_DIST_PACE_STEPS) st->pace_used++;
