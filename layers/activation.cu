@@ -8,6 +8,7 @@
 #include "activation.h"
 #include "gpu/bf16.cuh"
 #include "gpu/cuda_check.h"
+#include "gpu/typed.cuh"
 
 static __device__ __forceinline__ float sigmoid_of(float x)
 {
@@ -247,36 +248,44 @@ static bn_status backward_on(const act_priv *p, const T *x, const T *y, const T 
     return BN_OK;
 }
 
-/* The output and its gradient may be slices of a channel join's (out_slices): every blob is
- * reached with its stride. */
+/* The layer's examples: n of c*h*w elements, every stride that size until a blob says otherwise. */
+static act_rows rows_of(const bn_layer *l)
+{
+    act_rows r = {};
+    r.rows = (size_t)l->out->n;
+    r.per = r.sx = r.sy = r.sdy = r.sdx = (size_t)l->out->c * l->out->h * l->out->w;
+    return r;
+}
+
+/* The passes on blobs of element type T. The output and its gradient may be slices of a channel
+ * join's (out_slices): every blob is reached with its stride. */
+template <typename T> static bn_status forward_typed(bn_layer *l, const bn_pass *pass)
+{
+    act_rows r = rows_of(l);
+    const T *x = bn_typed_rows_rd<T>(l->in, &r.sx);
+    T *y = x ? bn_typed_rows_wr<T>(l->out, &r.sy) : NULL;
+    if (!y) return bn_last_status();
+    return forward_on((const act_priv *)l->priv, x, y, r, (cudaStream_t)pass->ctx->stream);
+}
+
+template <typename T> static bn_status backward_typed(bn_layer *l, const bn_pass *pass)
+{
+    act_rows r = rows_of(l);
+    const T *x = bn_typed_rows_rd<T>(l->in, &r.sx);
+    const T *y = x ? bn_typed_rows_rd<T>(l->out, &r.sy) : NULL;
+    const T *dy = y ? bn_typed_rows_rd<T>(l->out_grad, &r.sdy) : NULL;
+    T *dx = dy ? bn_typed_rows_wr<T>(l->in_grad, &r.sdx) : NULL;
+    if (!dx) return bn_last_status();
+    return backward_on((const act_priv *)l->priv, x, y, dy, dx, r, (cudaStream_t)pass->ctx->stream);
+}
+
 extern "C" bn_status bn_activation_forward_gpu(bn_layer *l, const bn_pass *pass)
 {
-    const act_priv *p = (const act_priv *)l->priv;
-    act_rows r = {};
-    r.rows = (size_t)l->out->n, r.per = (size_t)l->out->c * l->out->h * l->out->w;
-    r.sdy = r.sdx = r.per;
-    const void *x = bn_blob_dev_rows_rd(l->in, &r.sx);
-    void *y = x ? bn_blob_dev_rows_wr(l->out, &r.sy) : NULL;
-    if (!y) return bn_last_status();
-    cudaStream_t s = (cudaStream_t)pass->ctx->stream;
-    if (bn_blob_is_bf16(l->out)) return forward_on(p, (const __nv_bfloat16 *)x, (__nv_bfloat16 *)y, r, s);
-    return forward_on(p, (const float *)x, (float *)y, r, s);
+    return bn_blob_is_bf16(l->out) ? forward_typed<__nv_bfloat16>(l, pass) : forward_typed<float>(l, pass);
 }
 
 extern "C" bn_status bn_activation_backward_gpu(bn_layer *l, const bn_pass *pass)
 {
     if (!l->in_grad) return BN_OK;
-    const act_priv *p = (const act_priv *)l->priv;
-    act_rows r = {};
-    r.rows = (size_t)l->out->n, r.per = (size_t)l->out->c * l->out->h * l->out->w;
-    const void *x = bn_blob_dev_rows_rd(l->in, &r.sx);
-    const void *y = x ? bn_blob_dev_rows_rd(l->out, &r.sy) : NULL;
-    const void *dy = y ? bn_blob_dev_rows_rd(l->out_grad, &r.sdy) : NULL;
-    void *dx = dy ? bn_blob_dev_rows_wr(l->in_grad, &r.sdx) : NULL;
-    if (!dx) return bn_last_status();
-    cudaStream_t s = (cudaStream_t)pass->ctx->stream;
-    if (bn_blob_is_bf16(l->out))
-        return backward_on(p, (const __nv_bfloat16 *)x, (const __nv_bfloat16 *)y, (const __nv_bfloat16 *)dy,
-                           (__nv_bfloat16 *)dx, r, s);
-    return backward_on(p, (const float *)x, (const float *)y, (const float *)dy, (float *)dx, r, s);
+    return bn_blob_is_bf16(l->out) ? backward_typed<__nv_bfloat16>(l, pass) : backward_typed<float>(l, pass);
 }

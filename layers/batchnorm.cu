@@ -168,11 +168,7 @@ static __global__ void normalize(bn_geometry g, I packs, const T *__restrict__ x
         bn_ld_n<T, N>(&x[(size_t)i * N], v);
 #pragma unroll
         for (int k = 0; k < N; k++) v[k] = __fadd_rn(__fmul_rn(v[k], scale), shift);
-        bn_st_n<T, N>(&y[(size_t)i * N], v);
-        if (!relu_y) continue;
-#pragma unroll
-        for (int k = 0; k < N; k++) v[k] = v[k] > 0.0f ? v[k] : 0.0f;
-        bn_st_n<T, N>(&relu_y[(size_t)i * N + (size_t)e * relu_gap], v);
+        bn_st_n_relu<T, N>(y, relu_y, (size_t)i * N, (size_t)i * N + (size_t)e * relu_gap, v);
     }
 }
 
@@ -278,7 +274,7 @@ static bn_status queue_backward(batchnorm_priv *b, const bn_geometry &g, const b
 template <typename T> static bool packed(const bn_geometry &g, const bn_args<T> &a)
 {
     const void *p[6] = {a.x, a.dy, a.y, a.dx, a.relu_y, a.relu_dx};
-    bool ok = g.plane % bn_pack<T>::N == 0;
+    bool ok = g.plane % bn_pack<T>::N == 0 && a.relu_gap % bn_pack<T>::N == 0;
     for (int i = 0; i < 6; i++) ok = ok && (!p[i] || bn_aligned16(p[i]));
     return ok;
 }
@@ -297,7 +293,8 @@ template <typename T> static bn_status forward_as(bn_layer *l, const bn_pass *p)
         return bn_last_status();
     /* The ReLU's output may be a slice of a channel join's (act_out_slices). */
     size_t relu_stride = 0;
-    if (b->relu_after && !(a.relu_y = bn_typed_rows_wr<T>(b->relu_after->out, &relu_stride))) return bn_last_status();
+    if (b->relu_after && !(a.relu_y = bn_typed_rows_wr<T>(b->relu_after->out, &relu_stride)))
+        return bn_last_status();
     const size_t per = (size_t)l->out->c * l->out->h * l->out->w;
     a.relu_gap = a.relu_y ? relu_stride - per : 0;
     b->trained = p->train;

@@ -1,8 +1,8 @@
 /* concat.cu - the concat layer on the GPU: each input's block of channels is a strided 2-D copy
  * (one row per example) into or out of the output, queued on the context stream, which a
  * captured CUDA graph keeps as copy nodes; an input that is a slice of the output (written in
- * place by its producer, fusion.c) is not copied either way. Under --precision bf16 the blobs hold 2-byte
- * elements and the same copies move them unchanged. */
+ * place by its producer, fusion.c) is not copied either way. Under --precision bf16 the blobs
+ * hold 2-byte elements and the same copies move them unchanged. */
 #include <cuda_bf16.h>
 
 #include "concat.h"

@@ -24,11 +24,7 @@ static __global__ void add_kernel(T *__restrict__ y, const float *__restrict__ b
         bn_ld_n<T, N>(&y[(size_t)i * N], v);
 #pragma unroll
         for (int k = 0; k < N; k++) v[k] += bk;
-        bn_st_n<T, N>(&y[(size_t)i * N], v);
-        if (!relu_y) continue;
-#pragma unroll
-        for (int k = 0; k < N; k++) v[k] = v[k] > 0.0f ? v[k] : 0.0f;
-        bn_st_n<T, N>(&relu_y[(size_t)i * N + (size_t)e * relu_gap], v);
+        bn_st_n_relu<T, N>(y, relu_y, (size_t)i * N, (size_t)i * N + (size_t)e * relu_gap, v);
     }
 }
 
@@ -96,7 +92,7 @@ static bn_status add(T *y, const float *b, int n, int filters, int plane, T *rel
     const size_t gap = relu_y ? relu_stride - per : 0;
     const int N = bn_pack<T>::N;
     const bool index32 = bn_index_fits_32(n * per);
-    if (plane % N == 0 && bn_aligned16(y) && (!relu_y || bn_aligned16(relu_y)))
+    if (plane % N == 0 && bn_aligned16(y) && (!relu_y || (bn_aligned16(relu_y) && gap % N == 0)))
         return index32 ? add_as<T, N, unsigned>(y, b, n, filters, plane, relu_y, gap, ctx)
                          : add_as<T, N, size_t>(y, b, n, filters, plane, relu_y, gap, ctx);
     return index32 ? add_as<T, 1, unsigned>(y, b, n, filters, plane, relu_y, gap, ctx)

@@ -61,15 +61,16 @@ template <typename T, int N> static __device__ __forceinline__ void bn_st_n(T *p
 }
 
 /* A layer's N outputs v at y[at], and where relu_y is not NULL a fused ReLU's, max(v, 0), at
- * relu_y[at] too (v is clamped in place). */
+ * relu_y[relu_at] too (at itself where the ReLU's output is packed like y; further on where it is
+ * a slice of a channel join's output, blob.h); v is clamped in place. */
 template <typename T, int N>
-static __device__ __forceinline__ void bn_st_n_relu(T *y, T *relu_y, size_t at, float *v)
+static __device__ __forceinline__ void bn_st_n_relu(T *y, T *relu_y, size_t at, size_t relu_at, float *v)
 {
     bn_st_n<T, N>(&y[at], v);
     if (!relu_y) return;
 #pragma unroll
     for (int k = 0; k < N; k++) v[k] = v[k] > 0.0f ? v[k] : 0.0f;
-    bn_st_n<T, N>(&relu_y[at], v);
+    bn_st_n<T, N>(&relu_y[relu_at], v);
 }
 
 /* Whether an elementwise kernel over `total` elements may index them in 32 bits (unsigned

@@ -24,17 +24,27 @@ template <> inline __nv_bfloat16 *bn_typed_wr<__nv_bfloat16>(bn_blob *b)
     return (__nv_bfloat16 *)bn_blob_dev16_wr(b);
 }
 
-/* bn_blob_dev_rows_wr as T, for a pass that honours a slice's stride (*stride, elements between
- * examples): NULL on failure, the error recorded, a blob that holds the other type among them. */
-template <typename T> T *bn_typed_rows_wr(bn_blob *b, size_t *stride)
+/* Whether b holds T on the device; if not, the error is recorded, naming the blob. */
+template <typename T> bool bn_typed_holds(const bn_blob *b)
 {
     const bool want16 = sizeof(T) == sizeof(__nv_bfloat16);
-    if (bn_blob_is_bf16(b) != (int)want16) {
-        bn_error(BN_ERR_INTERNAL, "a layer wrote blob %s as %s, but it holds %s", b->name, want16 ? "BF16" : "FP32",
-                 want16 ? "FP32" : "BF16");
-        return NULL;
-    }
-    return (T *)bn_blob_dev_rows_wr(b, stride);
+    if (bn_blob_is_bf16(b) == (int)want16) return true;
+    bn_error(BN_ERR_INTERNAL, "a layer reached blob %s as %s, but it holds %s", b->name, want16 ? "BF16" : "FP32",
+             want16 ? "FP32" : "BF16");
+    return false;
+}
+
+/* bn_blob_dev_rows_rd/wr as T, for a pass that honours a slice's stride (*stride, elements
+ * between examples): NULL on failure, the error recorded, a blob that holds the other type
+ * among them. */
+template <typename T> const T *bn_typed_rows_rd(bn_blob *b, size_t *stride)
+{
+    return bn_typed_holds<T>(b) ? (const T *)bn_blob_dev_rows_rd(b, stride) : NULL;
+}
+
+template <typename T> T *bn_typed_rows_wr(bn_blob *b, size_t *stride)
+{
+    return bn_typed_holds<T>(b) ? (T *)bn_blob_dev_rows_wr(b, stride) : NULL;
 }
 
 /* Declares var as the blob's device data as T, or returns the recorded error. */

@@ -262,8 +262,8 @@ static bn_status train_step(step_body *b, bn_step_graph *graph, int *warm, int f
 }
 
 /* Several GPUs: the ranks agree on a stop every this many steps (and at every epoch's end). An
- * agreement queued after step k is read after step k + STOP_EVERY (agree_stop_ahead), which also
- * keeps the host from queueing more than 2 x STOP_EVERY steps ahead of the devices. */
+ * agreement queued after step k is read after step k + STOP_EVERY (agree_stop_ahead); how far
+ * the host queues ahead of its device is bn_dist_pace's bound, a few steps. */
 #define STOP_EVERY 20
 
 /* Before the host reads what the device holds: with several GPUs, a wait with the group's
