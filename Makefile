@@ -151,7 +151,7 @@ EXPORT_LIB  := -rdynamic -Wl,--whole-archive libblobnet.a -Wl,--no-whole-archive
 CUPTI_LIB    := $(firstword $(dir $(wildcard $(CUDA_HOME)/lib64/libcupti.so $(CUDA_HOME)/extras/CUPTI/lib64/libcupti.so)))
 CUPTI_INC    := $(firstword $(dir $(wildcard $(CUDA_HOME)/include/cupti.h $(CUDA_HOME)/extras/CUPTI/include/cupti.h)))
 KERNEL_TRACE := $(if $(WITH_CUDA),$(if $(CUPTI_LIB),$(if $(CUPTI_INC),$(BUILD)/tools/libkernel_trace.so)))
-.PHONY: test-seeds all test clean bench plugins
+.PHONY: test-seeds all test clean bench recipes plugins
 all: libblobnet.a blobnet tests/run_tests $(NVTX_RECORDER) plugins $(KERNEL_TRACE)
 
 # The top-level outputs are shared by every configuration (BUILD, CPU_ONLY, SANITIZE, NVTX):
@@ -317,6 +317,12 @@ uninstall:
 # make bench [DATA=mnist-dir] [FASHION=fashion-mnist-dir] [MODELS="vgg_fashion ..."]
 bench: all
 	tools/bench.sh $(or $(DATA),$(BLOBNET_DATA),data/mnist) $(or $(FASHION),/usr/share/datasets/fashion-mnist) $(MODELS)
+
+# The suite at each model file's whole recipe beside PyTorch, seed by seed (not a test either):
+# make recipes [DATA=..] [FASHION=..] [MODELS=".."] [SEEDS="1 2 3"]
+recipes: all
+	RECIPES_SEEDS="$(or $(SEEDS),1 2)" tools/recipes.sh $(or $(DATA),$(BLOBNET_DATA),data/mnist) \
+		$(or $(FASHION),/usr/share/datasets/fashion-mnist) $(MODELS)
 
 clean:
 	rm -rf $(BUILD) libblobnet.a blobnet tests/run_tests

@@ -32,21 +32,6 @@ epochs=${BENCH_EPOCHS:-3}
 source "$(dirname "$0")/bench_common.sh"
 bench_logs
 
-# name, model file, dataset, batch (empty: the model's)
-suite=(
-    "lenet           models/lenet.cfg            mnist         64"
-    "lenet256        models/lenet.cfg            mnist         256"
-    "mlp             models/mlp.cfg              mnist         -"
-    "mlp_wide        models/mlp_wide.cfg         mnist         -"
-    "vgg_fashion     models/vgg_fashion.cfg      fashion-mnist -"
-    "strided_fashion models/strided_fashion.cfg  fashion-mnist -"
-    "resnet_mini     models/resnet_mini.cfg      fashion-mnist -"
-    "resnet_fashion  models/resnet_fashion.cfg   fashion-mnist -"
-    "resnet_odd      models/resnet_odd.cfg       fashion-mnist -"
-    "inception       models/inception_fashion.cfg fashion-mnist -"
-    "narrow_chain    models/narrow_chain.cfg     fashion-mnist -"
-)
-
 need_cuda_build tools/bench.sh "the bench"
 has_bf16=$(./blobnet train --help 2>&1 | grep -c -- '--precision')
 

@@ -42,6 +42,22 @@ blobnet_times() {
     echo "$ms $ips"
 }
 
+# The model suite of tools/bench.sh and tools/recipes.sh: name, model file, dataset, batch (-: the
+# model's own).
+suite=(
+    "lenet           models/lenet.cfg            mnist         64"
+    "lenet256        models/lenet.cfg            mnist         256"
+    "mlp             models/mlp.cfg              mnist         -"
+    "mlp_wide        models/mlp_wide.cfg         mnist         -"
+    "vgg_fashion     models/vgg_fashion.cfg      fashion-mnist -"
+    "strided_fashion models/strided_fashion.cfg  fashion-mnist -"
+    "resnet_mini     models/resnet_mini.cfg      fashion-mnist -"
+    "resnet_fashion  models/resnet_fashion.cfg   fashion-mnist -"
+    "resnet_odd      models/resnet_odd.cfg       fashion-mnist -"
+    "inception       models/inception_fashion.cfg fashion-mnist -"
+    "narrow_chain    models/narrow_chain.cfg     fashion-mnist -"
+)
+
 # The models of the multi-GPU tools (scale.sh, multinode_sim.sh): name, model file, dataset, batch
 # (-: the model's own). The Fashion-MNIST ones read $FASHION.
 scale_models=(
