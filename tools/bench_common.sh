@@ -66,14 +66,23 @@ scale_models=(
     "vgg_fashion    models/vgg_fashion.cfg    fashion-mnist -"
 )
 
-# Exits unless every name after the tool's names a model of scale_models: tool, names...
-check_scale_models() {
-    local tool=$1 m
-    shift
+# Exits unless every name after the first three is one of `allowed`: tool, allowed (names separated
+# by spaces), what they are (for the error), names...
+check_model_names() {
+    local tool=$1 allowed=$2 what=$3 m
+    shift 3
     for m in "$@"; do
-        if ! printf '%s\n' "${scale_models[@]}" | awk -v m="$m" '$1 == m { found = 1 } END { exit !found }'; then
-            echo "$tool: model $m: not one of lenet, resnet_fashion, vgg_fashion" >&2
+        if [[ " $allowed " != *" $m "* ]]; then
+            echo "$tool: model $m: not $what" >&2
             exit 2
         fi
     done
+}
+
+# Exits unless every name after the tool's names a model of scale_models: tool, names...
+check_scale_models() {
+    local tool=$1
+    shift
+    check_model_names "$tool" "$(printf '%s\n' "${scale_models[@]}" | awk '{ print $1 }' | xargs)" \
+        "one of lenet, resnet_fashion, vgg_fashion" "$@"
 }

@@ -37,12 +37,8 @@ case $device in
     cpu) ;;
     *) echo "tools/recipes.sh: RECIPES_DEVICE is gpu or cpu, not $device" >&2; exit 2 ;;
 esac
-for m in "$@"; do
-    if ! printf '%s\n' "${suite[@]}" | awk -v m="$m" '$1 == m && m != "lenet256" { found = 1 } END { exit !found }'; then
-        echo "tools/recipes.sh: model $m: not a suite model with a recipe (tools/bench_common.sh)" >&2
-        exit 2
-    fi
-done
+check_model_names tools/recipes.sh "$(printf '%s\n' "${suite[@]}" | awk '$1 != "lenet256" { print $1 }' | xargs)" \
+    "a suite model with a recipe (tools/bench_common.sh)" "$@"
 bench_logs
 
 # The suite's models at their own batch that were asked for: "name model dataset".
