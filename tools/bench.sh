@@ -30,6 +30,8 @@ fashion=${2:?usage: tools/bench.sh MNIST_DIR FASHION_DIR [MODEL...]}
 shift 2
 epochs=${BENCH_EPOCHS:-3}
 source "$(dirname "$0")/bench_common.sh"
+check_model_names tools/bench.sh "$(printf '%s\n' "${suite[@]}" | awk '{ print $1 }' | xargs)" \
+    "a suite model (tools/bench_common.sh)" "$@"
 bench_logs
 
 need_cuda_build tools/bench.sh "the bench"
