@@ -321,7 +321,7 @@ bench: all
 # The suite at each model file's whole recipe beside PyTorch, seed by seed (not a test either):
 # make recipes [DATA=..] [FASHION=..] [MODELS=".."] [SEEDS="1 2 3"]
 recipes: all
-	RECIPES_SEEDS="$(or $(SEEDS),1 2)" tools/recipes.sh $(or $(DATA),$(BLOBNET_DATA),data/mnist) \
+	RECIPES_SEEDS="$(or $(SEEDS),$(RECIPES_SEEDS),1 2)" tools/recipes.sh $(or $(DATA),$(BLOBNET_DATA),data/mnist) \
 		$(or $(FASHION),/usr/share/datasets/fashion-mnist) $(MODELS)
 
 clean:
