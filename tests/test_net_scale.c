@@ -66,8 +66,14 @@ BN_TEST(net_scale_twenty_thousand_layers_set_up_in_well_under_a_second)
     net->relu_in_place = 1;
     CHECK_OK(bn_net_setup(net, 4, NULL, 0, 1));
     double seconds = bn_clock_seconds() - start;
-    /* Each layer compared with every one before it took seconds here; a generous bound. */
+    /* Each layer compared with every one before it took seconds here; a generous bound. Under
+     * AddressSanitizer every access is checked and the same work takes several times as long, so
+     * there the time is printed, not bounded. */
+#if defined(__SANITIZE_ADDRESS__)
+    printf("    %d layers read and set up in %.2f s (AddressSanitizer: not bounded)\n", n + 2, seconds);
+#else
     CHECK_MSG(seconds < 2.0, "%d layers read and set up in %.2f s", n + 2, seconds);
+#endif
     CHECK(net->num_layers == n + 2);
     CHECK(bn_net_find_layer(net, "relu20000") == net->layers[n - 1]);
     CHECK(bn_net_find_layer(net, "dense1") == net->layers[n] && bn_net_find_layer(net, "relu20001") == NULL);

@@ -137,6 +137,10 @@ BN_TEST(train_fashion_mnist_from_its_default_directory)
     return BN_PASS;
 }
 
+/* Room for a metrics log row's fields: its 11 columns and one past them, so that a row with more
+ * is told apart from one with 11. */
+enum { ROW_FIELDS = 12 };
+
 /* Splits a CSV line (without its newline) into at most max fields, empty ones included. */
 static int split_csv(char *line, char **fields, int max)
 {
@@ -176,8 +180,8 @@ BN_TEST(train_metrics_log_has_a_row_per_n_steps_and_per_epoch)
             continue;
         }
         CHECK_MSG(rows <= 7, "extra row %s", line);
-        char *v[12];
-        CHECK_MSG(split_csv(line, v, 12) == 11, "row %d: %s", rows, line);
+        char *v[ROW_FIELDS];
+        CHECK_MSG(split_csv(line, v, ROW_FIELDS) == 11, "row %d: %s", rows, line);
         CHECK_MSG(atoi(v[0]) == want[rows - 1].epoch && atol(v[1]) == want[rows - 1].step, "row %d: %s", rows, v[0]);
         CHECK(atof(v[2]) > 0.009 && atof(v[2]) <= 0.01); /* inv policy from 0.01 */
         CHECK(atof(v[3]) > 0 && atof(v[4]) >= 0 && atof(v[4]) <= 1 && atof(v[7]) >= 0);
@@ -201,7 +205,8 @@ static int train_synthetic(const char *dir, const char *args, const char *save, 
     return bn_test_run(cmd, out, sizeof out);
 }
 
-/* The epoch row (the last line) of a metrics log, split into v (11 fields); 0 when unreadable. */
+/* The epoch row (the last line) of a metrics log, split into v (ROW_FIELDS pointers, 11 used); 0
+ * when unreadable. */
 static int last_epoch_row(const char *path, char *line, size_t cap, char **v)
 {
     FILE *f = fopen(path, "r");
@@ -210,7 +215,7 @@ static int last_epoch_row(const char *path, char *line, size_t cap, char **v)
     while (fgets(line, (int)cap, f)) rows++;
     fclose(f);
     line[strcspn(line, "\n")] = '\0';
-    return rows == 2 && split_csv(line, v, 12) == 11;
+    return rows == 2 && split_csv(line, v, ROW_FIELDS) == 11;
 }
 
 /* --shift 2 --flip reaches the training batches and never the evaluation: the run trains
@@ -230,7 +235,7 @@ BN_TEST(train_augments_training_batches_only_and_resumes_exactly)
     snprintf(resumed, sizeof resumed, "%s/augmented-resumed.safetensors", bn_test_tmpdir());
     CHECK_MSG(train_synthetic(dir, "--epochs 1", plain, plain_log) == 0, "%s", out);
     CHECK_MSG(train_synthetic(dir, "--epochs 1 --shift 2 --flip", aug, aug_log) == 0, "%s", out);
-    char plain_row[512], aug_row[512], *p[12], *a[12];
+    char plain_row[512], aug_row[512], *p[ROW_FIELDS], *a[ROW_FIELDS];
     CHECK(last_epoch_row(plain_log, plain_row, sizeof plain_row, p));
     CHECK(last_epoch_row(aug_log, aug_row, sizeof aug_row, a));
     CHECK_MSG(strcmp(p[3], a[3]) != 0, "the same training loss %s with and without augmentation", p[3]);
@@ -271,7 +276,7 @@ BN_TEST(train_augment_section_and_its_flags)
     snprintf(cmd, sizeof cmd, "(cat models/lenet.cfg; printf '\\n[augment]\\nflip = 1\\n') > %s", model);
     CHECK(system(cmd) == 0);
     const char *const models[3] = {"models/lenet.cfg", model, model}, *const flags[3] = {"", "", "--no-flip"};
-    char rows[3][512], *v[3][12];
+    char rows[3][512], *v[3][ROW_FIELDS];
     for (int i = 0; i < 3; i++) {
         snprintf(log[i], sizeof log[i], "%s/flip-%d.csv", bn_test_tmpdir(), i);
         snprintf(cmd, sizeof cmd, "%s train %s --device cpu --data %s --batch 50 --epochs 1 --quiet --save %s "
@@ -301,7 +306,7 @@ BN_TEST(train_pad_and_cutout_keys_and_their_flags)
     CHECK(system(cmd) == 0);
     const char *const models[4] = {"models/lenet.cfg", model, model, "models/lenet.cfg"};
     const char *const flags[4] = {"--shift 2", "", "--pad zero --cutout 0", "--shift 2 --pad reflect --cutout 6"};
-    char rows[4][512], *v[4][10];
+    char rows[4][512], *v[4][ROW_FIELDS];
     for (int i = 0; i < 4; i++) {
         snprintf(log[i], sizeof log[i], "%s/cutout-%d.csv", bn_test_tmpdir(), i);
         snprintf(cmd, sizeof cmd, "%s train %s --device cpu --data %s --batch 50 --epochs 1 --quiet --save %s "
@@ -334,8 +339,8 @@ BN_TEST(train_metrics_log_records_the_onecycle_and_warmup_rates)
     char line[512];
     int rows = 0;
     while (fgets(line, sizeof line, f)) {
-        char *v[12];
-        if (split_csv(line, v, 12) != 11 || !*v[2] || *v[5]) continue; /* the header and epoch rows */
+        char *v[ROW_FIELDS];
+        if (split_csv(line, v, ROW_FIELDS) != 11 || !*v[2] || *v[5]) continue; /* the header and epoch rows */
         int s = atoi(v[1]) - 1;
         double want = s <= 5 ? 0.1 + (0.004 - 0.1) / 2 * (cos(pi * s / 5) + 1)
                              : 4e-7 + (0.1 - 4e-7) / 2 * (cos(pi * (s - 5) / 14) + 1);
