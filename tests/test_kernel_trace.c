@@ -1,6 +1,7 @@
 /* test_kernel_trace.c - the kernel tracer (tools/kernel_trace.c, a CUPTI injection library) and
- * its summary (tools/kernel_trace.py): the summary's arithmetic on a trace written here, its
- * refusal of a file that is not a trace, and on a GPU with CUPTI a real trace of a training run. */
+ * its summary (tools/kernel_trace.py): the summary's arithmetic and a step's timeline on a trace
+ * written here, its refusal of a file that is not a trace, and on a GPU with CUPTI a real trace of
+ * a training run. */
 #include "testing.h"
 
 #include <stdlib.h>
@@ -42,6 +43,18 @@ BN_TEST(kernel_trace_summary_measures_steps_and_gaps)
     CHECK_MSG(strstr(out, "18.0 us at    82.0: after ncclDevKernel_AllReduce_Sum_f32_RING_LL, before gather_rows"), "%s",
               out);
     CHECK_MSG(strstr(out, "conv_forward                                          10     0.600    60.00"), "%s", out);
+    /* --timeline: the median step's work in start order, with what ran beside what. */
+    snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s --marker gather --skip 1 --steps 10 --timeline", path);
+    rc = bn_test_run(cmd, out, sizeof out);
+    CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
+    const char *tl = strstr(out, "that step's work in the order it started");
+    CHECK_MSG(tl != NULL, "%s", out);
+    const char *conv = strstr(tl, "    12.0     72.0     60.0       7  conv_forward\n");
+    const char *nccl = strstr(tl, "    52.0     82.0     30.0       9  ncclDevKernel_AllReduce_Sum_f32_RING_LL\n");
+    CHECK_MSG(strstr(tl, "     0.0     10.0     10.0       7  gather_rows\n") && conv && nccl && conv < nccl, "%s", tl);
+    snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s --timeline", path);
+    rc = bn_test_run(cmd, out, sizeof out);
+    CHECK_MSG(rc != 0 && strstr(out, "--timeline needs --marker"), "exit %d: %s", rc, out);
     CHECK(write_text(bad, "epoch,loss\n1,0.5\n") == 0);
     snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s", bad);
     rc = bn_test_run(cmd, out, sizeof out);

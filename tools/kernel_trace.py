@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Summarises a kernel trace written by tools/kernel_trace.c (make trace).
 
-    tools/kernel_trace.py TRACE.csv... [--marker REGEX] [--skip N] [--steps N] [--top N]
+    tools/kernel_trace.py TRACE.csv... [--marker REGEX] [--skip N] [--steps N] [--top N] [--timeline]
 
 Prints, for each file (one per process: a rank of a run on several GPUs each), for the GPU time
 it covers: how long the GPU was busy (the union of its kernels,
@@ -9,7 +9,9 @@ copies and fills) and idle, and the kernels that took the most time. With --mark
 whose name matches REGEX (the first of a training step, such as the batch gather) cuts the
 timeline into steps; the first --skip steps are left out (warm-up), then up to --steps steps are
 measured: the median step, its busy and idle time, the share of NCCL's kernels, each kernel's
-median time in a step, and the largest idle gaps of a median step with the kernels on each side.
+median time in a step, and the largest idle gaps of a median step with the kernels on each side;
+with --timeline also that step's work in the order it started, each with its start and end (us
+from the step's start), its length and its stream, so that what ran beside what shows.
 """
 import argparse
 import csv
@@ -94,7 +96,11 @@ def main():
     ap.add_argument("--skip", type=int, default=20, help="steps left out at the start (default 20)")
     ap.add_argument("--steps", type=int, default=200, help="steps measured (default 200)")
     ap.add_argument("--top", type=int, default=15, help="kernels listed (default 15)")
+    ap.add_argument("--timeline", action="store_true",
+                    help="with --marker: a median step's kernels, copies and fills in the order they started")
     a = ap.parse_args()
+    if a.timeline and not a.marker:
+        ap.error("--timeline needs --marker (it lists one step)")
     for i, path in enumerate(a.traces):
         if i:
             print()
@@ -138,11 +144,16 @@ def summarise(path, a):
           f"busy {statistics.median(x[1] for x in steps) / 1e3:.1f} us, idle {statistics.median(x[0] - x[1] for x in steps) / 1e3:.1f} us, "
           f"NCCL's kernels {statistics.median(x[2] for x in steps) / 1e3:.1f} us a step")
     typical = min(steps, key=lambda x: abs(x[0] - med))
-    length, _, _, gaps, _, s = typical
+    length, _, _, gaps, part, s = typical
     print(f"the largest idle gaps of a median step ({length / 1e3:.1f} us), at us from its start:")
     for g, at in sorted(gaps, reverse=True)[:8]:
         before, after = around(inside, at + 1)
         print(f"  {g / 1e3:7.1f} us at {(at - s) / 1e3:7.1f}: after {before[:40]}, before {after[:40]}")
+    if a.timeline:
+        print("that step's work in the order it started (us from its start):")
+        print(f"{'start':>8} {'end':>8} {'length':>8}  {'stream':>6}  kernel")
+        for start, end, name, stream in sorted(r for r in part if r[0] >= s):
+            print(f"{(start - s) / 1e3:8.1f} {(end - s) / 1e3:8.1f} {(end - start) / 1e3:8.1f}  {stream:>6}  {name[:60]}")
 
 
 if __name__ == "__main__":
