@@ -32,8 +32,8 @@ train=(./blobnet train models/lenet.cfg --device cpu --data "$data" --train-limi
 # The step a checkpoint was saved at, from its header.
 ckpt_step() { head -c 4096 "$1" | tr ',' '\n' | sed -n 's/^"step":"\([0-9]*\)"$/\1/p'; }
 
-# Lines of a CSV log that are not whole rows: unterminated, or not 9 fields.
-broken_rows() { awk -F, 'NF != 9 { n++ } END { print n + 0 }' "$1"; if [ -s "$1" ] && [ -n "$(tail -c 1 "$1")" ]; then echo "    (no newline at the end)"; fi; }
+# Lines of a CSV log that are not whole rows: unterminated, or not as many fields as its header.
+broken_rows() { awk -F, 'NR == 1 { want = NF } NF != want { n++ } END { print n + 0 }' "$1"; if [ -s "$1" ] && [ -n "$(tail -c 1 "$1")" ]; then echo "    (no newline at the end)"; fi; }
 
 kill_runs() {
     local n=$1 dir=$2 failures=0 inside=0 steps=()
