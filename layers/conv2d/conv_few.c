@@ -17,7 +17,6 @@
 /* A chunk's padded planes aim at this many floats (256 KiB). */
 #define CHUNK_FLOATS (64 * 1024)
 
-
 typedef struct few_run {
     const bn_conv_geom *g;
     int filters, n, nb, chunks, relu, taps; /* taps: c * k * k */

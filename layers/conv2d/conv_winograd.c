@@ -119,7 +119,8 @@ BN_VINLINE void at6(bn_vf m0, bn_vf m1, bn_vf m2, bn_vf m3, bn_vf m4, bn_vf m5, 
 
 BN_VINLINE void a6(bn_vf y0, bn_vf y1, bn_vf y2, bn_vf y3, bn_vf *o)
 {
-    bn_vf s02 = y0 + y2, s13 = y1 + y3, q02 = y0 + bn_vsplat(4.0f) * y2, q13 = bn_vsplat(2.0f) * y1 + bn_vsplat(8.0f) * y3;
+    bn_vf s02 = y0 + y2, s13 = y1 + y3, q02 = y0 + bn_vsplat(4.0f) * y2,
+          q13 = bn_vsplat(2.0f) * y1 + bn_vsplat(8.0f) * y3;
     o[0] = y0;
     o[1] = s02 + s13;
     o[2] = s02 - s13;
@@ -239,7 +240,7 @@ BN_CPU_CLONES static void transform_weights(const wg_run *r, const float *w, flo
 /* out[p][n] (rows x ncols, ncols a multiple of LANES) = sum over q < inner of a[p][q] b[q][n];
  * rows a multiple of ROWS. */
 BN_VINLINE void nn_block(int nv, int inner, const float *a, size_t lda, const float *b, size_t ldb, float *out,
-                     size_t ldo)
+                         size_t ldo)
 {
     bn_vf acc[ROWS][2];
     for (int i = 0; i < ROWS; i++) acc[i][0] = acc[i][1] = bn_vsplat(0.0f);
@@ -258,18 +259,20 @@ BN_VINLINE void nn_block(int nv, int inner, const float *a, size_t lda, const fl
 }
 
 BN_VINLINE void gemm_nn(size_t rows, int inner, size_t ncols, const float *a, size_t lda, const float *b, size_t ldb,
-                    float *out, size_t ldo)
+                        float *out, size_t ldo)
 {
     size_t n0 = 0;
     for (; n0 + 2 * LANES <= ncols; n0 += 2 * LANES)
-        for (size_t p = 0; p < rows; p += ROWS) nn_block(2, inner, a + p * lda, lda, b + n0, ldb, out + p * ldo + n0, ldo);
+        for (size_t p = 0; p < rows; p += ROWS)
+            nn_block(2, inner, a + p * lda, lda, b + n0, ldb, out + p * ldo + n0, ldo);
     if (n0 < ncols)
-        for (size_t p = 0; p < rows; p += ROWS) nn_block(1, inner, a + p * lda, lda, b + n0, ldb, out + p * ldo + n0, ldo);
+        for (size_t p = 0; p < rows; p += ROWS)
+            nn_block(1, inner, a + p * lda, lda, b + n0, ldb, out + p * ldo + n0, ldo);
 }
 
 /* out[c][n] (crows x ncols, both multiples of their blocks) += sum over p < count of a[p][c] b[p][n]. */
 BN_VINLINE void tn_block(int nv, size_t count, const float *a, size_t lda, const float *b, size_t ldb, float *out,
-                     size_t ldo)
+                         size_t ldo)
 {
     bn_vf acc[ROWS][2];
     for (int i = 0; i < ROWS; i++) {
@@ -290,8 +293,8 @@ BN_VINLINE void tn_block(int nv, size_t count, const float *a, size_t lda, const
     }
 }
 
-BN_VINLINE void gemm_tn(size_t count, size_t crows, size_t ncols, const float *a, size_t lda, const float *b, size_t ldb,
-                    float *out, size_t ldo)
+BN_VINLINE void gemm_tn(size_t count, size_t crows, size_t ncols, const float *a, size_t lda, const float *b,
+                        size_t ldb, float *out, size_t ldo)
 {
     size_t n0 = 0;
     for (; n0 + 2 * LANES <= ncols; n0 += 2 * LANES)
@@ -316,7 +319,8 @@ BN_VINLINE void gather_input(const wg_run *r, int i0, int cnt, float *in)
             cell_offsets(q0, (size_t)g->w, r->wp, at);
             for (int c0 = 0; c0 < r->C; c0 += LANES) {
                 bn_vf v[LANES];
-                for (int i = 0; i < LANES; i++) v[i] = c0 + i < r->C ? bn_vload(src + (size_t)(c0 + i) * plane + q0) : bn_vsplat(0.0f);
+                for (int i = 0; i < LANES; i++)
+                    v[i] = c0 + i < r->C ? bn_vload(src + (size_t)(c0 + i) * plane + q0) : bn_vsplat(0.0f);
                 transpose16(v);
                 for (int i = 0; i < LANES; i++) bn_vstore(dst + at[i] * cp + c0, v[i]);
             }
@@ -352,7 +356,8 @@ BN_VINLINE void input_transform(const wg_run *r, size_t p0, size_t count, const 
             bn_vf t[6][6], o[6];
             for (int s = 0; s < 6; s++) {
                 const float *d = base + s * cp + c;
-                bt6(bn_vload(d), bn_vload(d + rs), bn_vload(d + 2 * rs), bn_vload(d + 3 * rs), bn_vload(d + 4 * rs), bn_vload(d + 5 * rs), o);
+                bt6(bn_vload(d), bn_vload(d + rs), bn_vload(d + 2 * rs), bn_vload(d + 3 * rs), bn_vload(d + 4 * rs),
+                    bn_vload(d + 5 * rs), o);
                 for (int i = 0; i < 6; i++) t[i][s] = o[i];
             }
             for (int i = 0; i < 6; i++) {
@@ -378,8 +383,8 @@ BN_VINLINE void output_transform(const wg_run *r, size_t p0, size_t count, const
             bn_vf t[4][6], q[4];
             const float *src = m + p * XI * kp + k;
             for (int j = 0; j < 6; j++) {
-                at6(bn_vload(src + j * xs), bn_vload(src + (6 + j) * xs), bn_vload(src + (12 + j) * xs), bn_vload(src + (18 + j) * xs),
-                    bn_vload(src + (24 + j) * xs), bn_vload(src + (30 + j) * xs), q);
+                at6(bn_vload(src + j * xs), bn_vload(src + (6 + j) * xs), bn_vload(src + (12 + j) * xs),
+                    bn_vload(src + (18 + j) * xs), bn_vload(src + (24 + j) * xs), bn_vload(src + (30 + j) * xs), q);
                 for (int a = 0; a < 4; a++) t[a][j] = q[a];
             }
             for (int a = 0; a < 4; a++) {
@@ -525,8 +530,8 @@ BN_VINLINE void input_gradient(const wg_run *r, size_t p0, size_t count, const f
             bn_vf t[6][6], q[6];
             const float *src = dv + p * XI * cp + c;
             for (int j = 0; j < 6; j++) {
-                b6(bn_vload(src + j * xs), bn_vload(src + (6 + j) * xs), bn_vload(src + (12 + j) * xs), bn_vload(src + (18 + j) * xs),
-                   bn_vload(src + (24 + j) * xs), bn_vload(src + (30 + j) * xs), q);
+                b6(bn_vload(src + j * xs), bn_vload(src + (6 + j) * xs), bn_vload(src + (12 + j) * xs),
+                   bn_vload(src + (18 + j) * xs), bn_vload(src + (24 + j) * xs), bn_vload(src + (30 + j) * xs), q);
                 for (int a = 0; a < 6; a++) t[a][j] = q[a];
             }
             for (int a = 0; a < 6; a++) {

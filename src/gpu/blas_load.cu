@@ -2,10 +2,11 @@
  *
  * Linked the usual way, the two libraries cost a process about 80-100 ms before main on an
  * H200's host (loading their 600 MB: an empty program linked with cuBLASLt alone starts in
- * 97 ms), paid by every command, those that never touch a GPU too. Here the program defines the cuBLAS entry points it calls; each
- * forwards to the library's own, looked up once with dlopen/dlsym. bn_gpu_blas_load() does
- * that on purpose where the wait is hidden (the CLI calls it while the device opens on another
- * thread); the first call of any entry point does it otherwise. */
+ * 97 ms), paid by every command, those that never touch a GPU too. Here the program defines the
+ * cuBLAS entry points it calls; each forwards to the library's own, looked up once with
+ * dlopen/dlsym. bn_gpu_blas_load() does that on purpose where the wait is hidden (the CLI calls
+ * it while the device opens on another thread); the first call of any entry point does it
+ * otherwise. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>

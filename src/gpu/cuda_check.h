@@ -35,7 +35,6 @@
                             cudnnGetErrorString(bn_e_));                                       \
     } while (0)
 
-
 /* Declares var as the blob's cuDNN descriptor for its current shape, or returns the error. */
 #define BN_TENSOR_DESC(var, blob)                                                        \
     cudnnTensorDescriptor_t var = (cudnnTensorDescriptor_t)bn_blob_tensor_desc(blob); \

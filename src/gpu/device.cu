@@ -64,7 +64,6 @@ static void forget(void *p)
         }
 }
 
-
 extern "C" int bn_device_compiled(void) { return 1; }
 
 extern "C" const char *bn_device_build_info(void)
