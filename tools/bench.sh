@@ -57,7 +57,7 @@ run_blobnet() {
         return
     fi
     echo "$(blobnet_ms "$log") $(awk '/^peak device memory/ { print $4 }' "$log") \
-$(awk '/^final test accuracy/ { sub("%", "", $4); print $4 }' "$log")"
+$(final_accuracy "$log")"
 }
 
 # A field of the peer's summary line for a variant: ms, acc or mem.

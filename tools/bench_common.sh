@@ -26,10 +26,23 @@ median() {
                                         else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
+# A key's value in a model file's [SECTION] sections, the last one naming it (DEFAULT when none
+# does): file, section, key, default.
+model_key() {
+    awk -F= -v sec="[$2]" -v key="$3" -v dflt="$4" '
+        /^\[/ { inside = $0 == sec }
+        inside && $1 ~ "^ *" key " *$" { gsub(/ /, "", $2); v = $2 }
+        END { print v != "" ? v : dflt }' "$1"
+}
+
 # The batch of a model file's [train] section (64 when it names none).
-model_batch() {
-    awk -F= '/^\[/ { in_train = $0 ~ /^\[train\]/ } in_train && $1 ~ /^ *batch *$/ { gsub(/ /, "", $2); b = $2 }
-             END { print b ? b : 64 }' "$1"
+model_batch() { model_key "$1" train batch 64; }
+
+# The final test accuracy (%) a run's log reports last: blobnet's "final test accuracy: X%", a
+# PyTorch peer's "... final test accuracy X%, ..."; empty when it reports none.
+final_accuracy() {
+    awk '/final test accuracy/ { for (i = 1; i < NF; i++) if ($i ~ /^accuracy:?$/) { x = $(i + 1); sub("[%,]+$", "", x); v = x } }
+         END { print v }' "$1"
 }
 
 # "ms images_per_s" of a blobnet log: medians over the epoch lines after the first. The seconds

@@ -50,12 +50,6 @@ for entry in "${suite[@]}"; do
     runs+=("$name $model $dataset")
 done
 
-# The classes of a model file's last dense layer (its outputs), 10 when it names none.
-classes() {
-    awk -F= '/^\[/ { d = $0 ~ /^\[dense\]/ } d && $1 ~ /^ *outputs *$/ { gsub(/ /, "", $2); n = $2 }
-             END { print n ? n : 10 }' "$1"
-}
-
 # One training: side (blobnet or pytorch), name, model, dataset, seed. Writes its log and a result
 # file holding the final accuracy, "div" or "failed".
 train_one() {
@@ -66,22 +60,18 @@ train_one() {
     local more=()
     [ -n "${RECIPES_EPOCHS:-}" ] && more=(--epochs "$RECIPES_EPOCHS")
     if [ "$side" = blobnet ]; then
-        ./blobnet train "$model" --dataset "$dataset" --data "$data" --seed "$seed" --device "$device" "${more[@]}" \
-            >"$log" 2>&1
-        acc=$(awk '/^final test accuracy/ { sub("%", "", $4); print $4 }' "$log")
-        [ -z "$acc" ] && grep -q 'became NaN' "$log" && acc=div
+        ./blobnet train "$model" --dataset "$dataset" --data "$data" --seed "$seed" --device "$device" "${more[@]}"
     elif [ "$device" = gpu ]; then
         python3 tools/pytorch_peer.py "$model" --dataset "$dataset" --data "$data" --seed "$seed" \
-            --variant graph-fp32 "${more[@]}" >"$log" 2>&1
-        acc=$(awk '/final test accuracy/ { for (i = 1; i <= NF; i++) if ($i == "accuracy") { x = $(i + 1); sub("[%,]+$", "", x); v = x } }
-                   END { print v }' "$log")
+            --variant graph-fp32 "${more[@]}"
     else
         python3 tools/pytorch_cpu_peer.py "$model" --data "$data" --threads "$(nproc)" --recipe --seed "$seed" \
-            "${more[@]}" >"$log" 2>&1
-        acc=$(awk '/final test accuracy/ { x = $NF; for (i = 1; i <= NF; i++) if ($i == "accuracy") x = $(i + 1); sub("%", "", x); v = x }
-                   END { print v }' "$log")
-    fi
-    chance=$(awk -v c="$(classes "$model")" 'BEGIN { print 100 / c + 1 }')
+            "${more[@]}"
+    fi >"$log" 2>&1
+    acc=$(final_accuracy "$log")
+    [ -z "$acc" ] && [ "$side" = blobnet ] && grep -q 'became NaN' "$log" && acc=div
+    # Chance: one in as many classes as the last dense layer has outputs.
+    chance=$(awk -v c="$(model_key "$model" dense outputs 10)" 'BEGIN { print 100 / c + 1 }')
     if [[ $acc =~ ^[0-9.]+$ ]] && awk -v a="$acc" -v c="$chance" 'BEGIN { exit !(a <= c) }'; then acc=div; fi
     [[ $acc =~ ^[0-9.]+$ ]] || [ "$acc" = div ] || { acc=failed; echo "$side $name seed $seed failed: $(tail -1 "$log")" >&2; }
     echo "$acc" >"$result"
@@ -117,8 +107,7 @@ for seed in $seeds; do header+=" blobnet $seed | PyTorch $seed |"; done
 echo "$header blobnet mean | PyTorch mean | difference | diverged (blobnet, PyTorch) |"
 for entry in "${runs[@]}"; do
     read -r name model dataset <<<"$entry"
-    epochs=${RECIPES_EPOCHS:-$(awk -F= '/^\[/ { t = $0 ~ /^\[train\]/ } t && $1 ~ /^ *epochs *$/ { gsub(/ /, "", $2); e = $2 }
-                                        END { print e ? e : 10 }' "$model")}
+    epochs=${RECIPES_EPOCHS:-$(model_key "$model" train epochs 10)}
     line="| $name | $epochs |"
     for seed in $seeds; do
         for side in blobnet pytorch; do
