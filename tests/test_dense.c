@@ -442,7 +442,8 @@ BN_TEST(gpu_dense_graph_replay_matches_eager_pass)
 
 /* The own kernels in each configuration with the shape's rule and with forced inner
  * ranges (split-K reduced in the kernel through per-tile counters), on shapes whose n, m and k
- * are no multiples of the tiles; two backward passes per step, so dW and db must have
+ * are no multiples of the tiles, with operands at 4-, 8- and 16-byte alignments (the tensor-core
+ * kernel's three copy widths); two backward passes per step, so dW and db must have
  * accumulated twice (and the counters be back at zero between launches). */
 BN_TEST(gpu_dense_own_kernels_match_cpu_on_odd_shapes_and_splits)
 {
@@ -459,6 +460,11 @@ BN_TEST(gpu_dense_own_kernels_match_cpu_on_odd_shapes_and_splits)
         {"[input]\nchannels=500\nheight=1\nwidth=1\n[dense]\noutputs=10\n", 4, {1, 4, 1}, "1x10x500"},
         {"[input]\nchannels=800\nheight=1\nwidth=1\n[dense]\noutputs=500\n", 257, {257, 64, 257}, "257x500x800"},
         {DENSE_TEXT, CAPACITY, {64, 37, 64}, "lenet 800 -> 500 -> 10"},
+        /* The second layer's weights start 2210 floats into the slab (8-byte aligned, as LeNet's
+         * ip1 does) and its rows are 34 long: the tensor-core kernel's 8-byte copies, beside 16-byte
+         * ones for the other operand of each product. */
+        {"[input]\nchannels=64\nheight=1\nwidth=1\n[dense]\noutputs=34\n[dense]\noutputs=48\n", 70, {70, 33, 70},
+         "70x34x64 -> 48, 8-byte aligned rows"},
     };
     /* Configuration 4: the few-outputs kernels for the forward and input-gradient products of
      * layers with at most 16 outputs (here 13 and 10), the 32x32 FMA tiles elsewhere. */

@@ -316,14 +316,108 @@ struct tc_copies {
     }
 };
 
-template <int KIND, int BM, int BN, int P>
+/* The natural layout, for operands whose rows (or slices) start on 8- or 16-byte boundaries: an
+ * operand contiguous along the inner dimension kept row by row, TC_LDV floats apart (rows start
+ * 16-byte aligned, and the eight rows an ldmatrix reads fall in different banks), one contiguous
+ * along the rows or columns slice by slice, side + 8 floats apart. A thread's copies are W floats
+ * each (W = 2 or 4: one cp.async where the 4-byte layout takes W), zeros past the matrix or the
+ * range; the fragments come by ldmatrix (inner) or 4-byte loads (slices), without bank conflicts
+ * at those pitches. */
+#define TC_LDV (OWN_BK + 4)
+
+template <bool INNER, int SIDE, int W>
+static __device__ __forceinline__ int tcv_at(int i, int kk)
+{
+    return INNER ? i * TC_LDV + kk : kk * (SIDE + 8) + i;
+}
+
+/* W floats from global src to shared dst, of which only `bytes` are read (the rest zeros). */
+template <int W>
+static __device__ __forceinline__ void copy_w(uint32_t dst, const float *src, int bytes)
+{
+    if (W == 4)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+
+template <bool INNER, int SIDE, int W>
+struct tcv_copies {
+    static constexpr int NT = TC_WARPS * 32, CH = SIDE * OWN_BK / W, L = (CH + NT - 1) / NT;
+    static constexpr int PER = INNER ? OWN_BK / W : SIDE / W; /* chunks per row (inner) or per slice */
+    const float *src[L];
+    uint32_t dst[L];
+    int kk[L];    /* the chunk's first inner offset within the slice */
+    int bytes[L]; /* inner: W * 4 where the row is in the matrix, else 0; slices: what of the W columns is */
+    size_t step;
+
+    __device__ __forceinline__ void plan(const float *m, int ld, int i0, int count, int k0, float *buf, int tid)
+    {
+#pragma unroll
+        for (int l = 0; l < L; l++) {
+            const int e = tid + l * NT;
+            const int i = INNER ? e / PER : (e % PER) * W, k = INNER ? (e % PER) * W : e / PER;
+            const bool live = e < CH;
+            int have = INNER ? (i0 + i < count ? W : 0) : count - (i0 + i);
+            have = have < 0 ? 0 : have > W ? W : have;
+            bytes[l] = live ? have * 4 : 0;
+            kk[l] = live ? k : OWN_BK;
+            const size_t r = (size_t)(bytes[l] ? i0 + i : 0), c = (size_t)(k0 + k);
+            src[l] = m + (INNER ? r * ld + c : c * ld + r);
+            dst[l] = (uint32_t)__cvta_generic_to_shared(&buf[tcv_at<INNER, SIDE, W>(live ? i : 0, live ? k : 0)]);
+        }
+        step = INNER ? OWN_BK : (size_t)OWN_BK * ld;
+    }
+
+    /* The next slice, `rem` inner offsets of which are in range, `offset` bytes past buffer 0.
+     * An inner chunk partly past the range reads what is in it (rem is not a multiple of W only
+     * at the end of the inner dimension). */
+    __device__ __forceinline__ void copy(uint32_t offset, int rem)
+    {
+#pragma unroll
+        for (int l = 0; l < L; l++) {
+            if (kk[l] < OWN_BK) {
+                int n = bytes[l];
+                if (INNER) n = min(n, max(rem - kk[l], 0) * 4);
+                else if (kk[l] >= rem) n = 0;
+                copy_w<W>(dst[l] + offset, src[l], n);
+            }
+            src[l] += step;
+        }
+    }
+};
+
+/* Four 8 x 4 tiles of 32-bit values from shared memory, one address per lane (lanes 8j .. 8j + 7
+ * name tile j's rows): register j holds, in lane g * 4 + t, row g and column t of tile j. */
+static __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+/* The copies of an operand: 4-byte ones into the permuted layout (W = 1), or W-float ones into
+ * the natural layout. */
+template <bool INNER, int SIDE, int W>
+struct tc_copies_of {
+    typedef tcv_copies<INNER, SIDE, W> type;
+};
+template <bool INNER, int SIDE>
+struct tc_copies_of<INNER, SIDE, 1> {
+    typedef tc_copies<INNER, SIDE> type;
+};
+
+/* WA, WB: each operand's layout and copy width, 1 for the permuted layout, 2 or 4 (floats) for the
+ * natural one (bn_dense_run_own_on takes the widest its address and pitch allow). */
+template <int KIND, int BM, int BN, int P, int WA, int WB>
 __global__ void __launch_bounds__(TC_WARPS * 32) own_gemm_tc(own_args p)
 {
     bn_early_entry(); /* pdl.cuh */
     constexpr int BK = OWN_BK, NT = TC_WARPS * 32;
     constexpr int MT = BM / 32, NTL = BN / 16; /* m16 and n8 products per warp */
     constexpr bool A_INNER = KIND != GEMM_DW, B_INNER = KIND == GEMM_FWD;
-    constexpr int A_SIZE = A_INNER ? BM * TC_LDI : BK * (BM + 8), B_SIZE = B_INNER ? BN * TC_LDI : BK * (BN + 8);
+    constexpr int A_SIZE = A_INNER ? BM * (WA == 1 ? TC_LDI : TC_LDV) : BK * (BM + 8);
+    constexpr int B_SIZE = B_INNER ? BN * (WB == 1 ? TC_LDI : TC_LDV) : BK * (BN + 8);
     static_assert(BM % 32 == 0 && BN % 16 == 0 && BM * BK % NT == 0 && BN * BK % NT == 0 && NT >= BM, "tile shape");
     __shared__ __align__(16) float sa[TC_STAGES][A_SIZE];
     __shared__ __align__(16) float sb[TC_STAGES][B_SIZE];
@@ -337,8 +431,8 @@ __global__ void __launch_bounds__(TC_WARPS * 32) own_gemm_tc(own_args p)
     const int lda = A_INNER ? p.inner : p.rows, ldb = B_INNER ? p.inner : p.cols;
     const bool bias_rows = KIND == GEMM_DW && p.db != NULL && col0 == 0 && tid < BM;
 
-    tc_copies<A_INNER, BM> ca;
-    tc_copies<B_INNER, BN> cb;
+    typename tc_copies_of<A_INNER, BM, WA>::type ca;
+    typename tc_copies_of<B_INNER, BN, WB>::type cb;
     ca.plan(p.a, lda, row0, p.rows, k0, sa[0], tid);
     cb.plan(p.b, ldb, col0, p.cols, k0, sb[0], tid);
     /* The next slice (they are staged in order), inner offsets from kt, into buffer `buf`. */
@@ -363,16 +457,28 @@ __global__ void __launch_bounds__(TC_WARPS * 32) own_gemm_tc(own_args p)
         if (next < slices) stage(buf == 0 ? TC_STAGES - 1 : buf - 1, k0 + next * BK);
         __pipeline_commit();
         const float *A = sa[buf], *B = sb[buf];
+        const uint32_t a_at = (uint32_t)__cvta_generic_to_shared(A), b_at = (uint32_t)__cvta_generic_to_shared(B);
 #pragma unroll
         for (int kb = 0; kb < BK; kb += 8) {
             /* The fragments as pairs: A (g, t) and (g, t+4) or (g, t) and (g+8, t); B (t, g) and
-             * (t+4, g), or the n tiles 2j and 2j+1 at (t, g). */
+             * (t+4, g), or the n tiles 2j and 2j+1 at (t, g). In the natural layout: A's four
+             * tiles, or two n tiles of B, in one ldmatrix where the operand is kept row by row,
+             * else element by element. */
             uint32_t ah[MT][4], al[MT][4];
 #pragma unroll
             for (int mi = 0; mi < MT; mi++) {
                 const int r = wm * (BM / 2) + mi * 16 + g;
                 float2 u, v;
-                if (A_INNER) {
+                if constexpr (WA > 1 && A_INNER) {
+                    const int row = wm * (BM / 2) + mi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+                    uint32_t f[4];
+                    ldmatrix_x4(f, a_at + 4 * (row * TC_LDV + kb + (lane >> 4) * 4));
+                    split_frag_a(__uint_as_float(f[0]), __uint_as_float(f[1]), __uint_as_float(f[2]),
+                                 __uint_as_float(f[3]), ah[mi], al[mi]);
+                } else if constexpr (WA > 1) {
+                    const float *q = A + (kb + t) * (BM + 8) + r;
+                    split_frag_a(q[0], q[8], q[4 * (BM + 8)], q[4 * (BM + 8) + 8], ah[mi], al[mi]);
+                } else if (A_INNER) {
                     u = *(const float2 *)&A[tc_at<true, BM>(r, kb + t)];     /* a0 a2 */
                     v = *(const float2 *)&A[tc_at<true, BM>(r + 8, kb + t)]; /* a1 a3 */
                     split_frag_a(u.x, v.x, u.y, v.y, ah[mi], al[mi]);
@@ -386,7 +492,21 @@ __global__ void __launch_bounds__(TC_WARPS * 32) own_gemm_tc(own_args p)
 #pragma unroll
             for (int ni = 0; ni < NTL; ni++) {
                 const int c = wn * (BN / 2) + ni * 8 + g;
-                if (B_INNER) {
+                if constexpr (WB > 1 && B_INNER) {
+                    if (ni % 2 == 0) {
+                        const int n = wn * (BN / 2) + ni * 8 + (lane & 7) + (lane >> 4) * 8;
+                        uint32_t f[4];
+                        ldmatrix_x4(f, b_at + 4 * (n * TC_LDV + kb + ((lane >> 3) & 1) * 4));
+                        split_tf32(__uint_as_float(f[0]), bh[ni][0], bl[ni][0]);
+                        split_tf32(__uint_as_float(f[1]), bh[ni][1], bl[ni][1]);
+                        split_tf32(__uint_as_float(f[2]), bh[ni + 1][0], bl[ni + 1][0]);
+                        split_tf32(__uint_as_float(f[3]), bh[ni + 1][1], bl[ni + 1][1]);
+                    }
+                } else if constexpr (WB > 1) {
+                    const float *q = B + (kb + t) * (BN + 8) + c;
+                    split_tf32(q[0], bh[ni][0], bl[ni][0]);
+                    split_tf32(q[4 * (BN + 8)], bh[ni][1], bl[ni][1]);
+                } else if (B_INNER) {
                     const float2 u = *(const float2 *)&B[tc_at<true, BN>(c, kb + t)]; /* b0 b1 */
                     split_tf32(u.x, bh[ni][0], bl[ni][0]);
                     split_tf32(u.y, bh[ni][1], bl[ni][1]);
@@ -410,7 +530,8 @@ __global__ void __launch_bounds__(TC_WARPS * 32) own_gemm_tc(own_args p)
         }
         if (bias_rows)
 #pragma unroll
-            for (int kk = 0; kk < BK; kk++) bsum += A[tc_at<A_INNER, BM>(tid, kk)];
+            for (int kk = 0; kk < BK; kk++)
+                bsum += A[WA == 1 ? tc_at<A_INNER, BM>(tid, kk) : tcv_at<A_INNER, BM, WA>(tid, kk)];
         buf = buf == TC_STAGES - 1 ? 0 : buf + 1;
     }
     constexpr int E = MT * NTL * 4;
@@ -515,6 +636,33 @@ extern "C" bn_status bn_dense_own_alloc(own_plan *o)
     return BN_OK;
 }
 
+/* The widest copies (floats) an operand at m with pitch ld takes: 4 where every row or slice
+ * starts 16-byte aligned, 2 where 8-byte, else 1 (the permuted layout). */
+static int copy_width(const float *m, int ld)
+{
+    const uintptr_t at = (uintptr_t)m;
+    if (at % 16 == 0 && ld % 4 == 0) return 4;
+    if (at % 8 == 0 && ld % 2 == 0) return 2;
+    return 1;
+}
+
+/* The 32 x 32 tensor-core kernel in the natural layout, the copy widths wa and wb (2 or 4). */
+template <int K>
+static bn_status run_natural(int one_product, int wa, int wb, dim3 grid, cudaStream_t s, const own_args &x)
+{
+    const dim3 block(TC_WARPS * 32);
+#define NATURAL(WA, WB)                                                                        \
+    if (wa == WA && wb == WB) {                                                                \
+        if (one_product) bn_launch_early(own_gemm_tc<K, 32, 32, 1, WA, WB>, grid, block, 0, s, x); \
+        else bn_launch_early(own_gemm_tc<K, 32, 32, 3, WA, WB>, grid, block, 0, s, x);          \
+    }
+    NATURAL(4, 4)
+    else NATURAL(4, 2) else NATURAL(2, 4) else NATURAL(2, 2)
+#undef NATURAL
+    BN_CUDA_LAUNCH();
+    return BN_OK;
+}
+
 /* One launch of own_gemm for the plan: A, B as own_gemm names them, C the output. */
 extern "C" bn_status bn_dense_run_own_on(const own_plan *o, int kind, cudaStream_t s, const float *a, const float *b,
                                          float *c, const float *bias, float *db, relu_epi e)
@@ -535,6 +683,8 @@ extern "C" bn_status bn_dense_run_own_on(const own_plan *o, int kind, cudaStream
     x.part = o->part;
     x.counters = o->counters;
     dim3 grid((unsigned)o->tiles, (unsigned)o->splits);
+    const int wa = copy_width(a, kind != GEMM_DW ? o->inner : o->rows);
+    const int wb = copy_width(b, kind == GEMM_FWD ? o->inner : o->cols);
     /* The cases follow own_cfg. */
 #define OWN_CASE(K, C, BM, BN, TM, TN)                                              \
     case K * OWN_CONFIGS + C:                                                      \
@@ -542,8 +692,9 @@ extern "C" bn_status bn_dense_run_own_on(const own_plan *o, int kind, cudaStream
         break;
 #define TC_CASE(K, C, BM, BN)                                                                   \
     case K * OWN_CONFIGS + C:                                                                  \
-        if (o->one_product) bn_launch_early(own_gemm_tc<K, BM, BN, 1>, grid, dim3(TC_WARPS * 32), 0, s, x); \
-        else bn_launch_early(own_gemm_tc<K, BM, BN, 3>, grid, dim3(TC_WARPS * 32), 0, s, x);          \
+        if (C == OWN_TC32 && wa > 1 && wb > 1) return run_natural<K>(o->one_product, wa, wb, grid, s, x); \
+        if (o->one_product) bn_launch_early(own_gemm_tc<K, BM, BN, 1, 1, 1>, grid, dim3(TC_WARPS * 32), 0, s, x); \
+        else bn_launch_early(own_gemm_tc<K, BM, BN, 3, 1, 1>, grid, dim3(TC_WARPS * 32), 0, s, x);          \
         break;
     switch (kind * OWN_CONFIGS + o->cfg) {
         OWN_CASE(GEMM_FWD, OWN_FMA64, 64, 64, 4, 4)
