@@ -9,8 +9,18 @@
 #include "conv_rows_limits.h"
 #include "core/layer.h"
 
-/* Partial sums of the filter pass are kept below this many bytes. */
-#define PARTS_LIMIT ((size_t)2 << 20)
+/* Partial sums of the filter pass are kept below this many bytes (LeNet's conv2 at batch 64: 2
+ * MiB held it to 16 spans, 80 blocks on 132 multiprocessors, the step's longest kernel). */
+#define PARTS_LIMIT ((size_t)4 << 20)
+
+/* The registers a thread of the filter kernel takes, by tile width (10, 8, 4) and window (1, 3,
+ * 5, 7): ptxas for sm_90, rounded up to its allocation unit of 8. They decide whether two blocks
+ * fit on a multiprocessor; a few registers more or less only move the number of spans. */
+static int filter_regs(int ct, int k)
+{
+    static const int regs[3][4] = {{64, 96, 112, 120}, {64, 64, 104, 120}, {48, 64, 64, 64}};
+    return regs[ct == 10 ? 0 : ct == 8 ? 1 : 2][k / 2];
+}
 
 static int round4i(int v)
 {
@@ -42,6 +52,11 @@ static int conv_shape(bn_rows_conv *d, int ci, int hi, int wi, int pad, int co, 
     if (!window_ok(k) || ho < 1 || wo < 1 || ci < 1 || co < 1 || pad < 0) return 0;
     d->ci = ci, d->hi = hi, d->wi = wi, d->pad = pad, d->co = co, d->ho = ho, d->wo = wo, d->k = k, d->flip = flip;
     d->ct = pick_ct(co);
+    /* A batch too small for two blocks per multiprocessor takes the narrowest tiles (at most 3
+     * channels padded): more blocks, and shorter chains of multiply-adds in each thread, which is
+     * what a block's time is at these sizes (LeNet's conv1 at batch 64: 128 blocks of 10
+     * channels, 4 warps per multiprocessor). */
+    if ((long long)((co + d->ct - 1) / d->ct) * n < 2LL * sms) d->ct = 4;
     d->groups = (co + d->ct - 1) / d->ct;
     d->segs = (wo + PX - 1) / PX;
     d->cells = d->segs * ho;
@@ -101,9 +116,12 @@ static int filter_shape(bn_rows_filter *f, const bn_conv_geom *g, int filters, i
     f->hp = g->oh + k - 1;
     f->wp = round4i(f->segs * PX + k - 1);
     f->dwp = f->segs * PX;
-    /* Spans: enough blocks for two per multiprocessor, partial sums kept small. */
+    /* Spans: one wave of blocks, two per multiprocessor where their registers allow, else one
+     * (asking for two there made 1.2 waves: LeNet's conv2 at batch 64, 160 blocks of 2 images,
+     * took as long as 80 of 4); partial sums kept small. */
     const size_t count = (size_t)filters * ((size_t)g->c * k * k + 1);
-    long long spans = (2LL * sms + f->groups * f->cgroups - 1) / (f->groups * f->cgroups);
+    const long long resident = (long long)f->threads * filter_regs(f->ct, k) > 32768 ? 1 : 2;
+    long long spans = (resident * sms + f->groups * f->cgroups - 1) / (f->groups * f->cgroups);
     long long most = (long long)(PARTS_LIMIT / (count * sizeof(float)));
     if (spans > most) spans = most;
     if (spans > n) spans = n;
