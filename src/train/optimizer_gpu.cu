@@ -8,6 +8,7 @@
 #include "gpu/last_arrival.cuh"
 #include "optimizer.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 
 /* The segment (of segs, nseg entries, the first holding lo) that holds element i. */
@@ -52,30 +53,82 @@ typedef struct state_slabs {
 /* An optimizer's rule for one element (core/optimizers/optimizer_type.h). */
 typedef void (*rule_fn)(float *w, float g, float *s, float rate, float decay, bn_step_rates r, bn_rule_consts k);
 
-/* The update of elements [lo, hi) by Rule, which keeps N state slabs: each element's weight and
- * state values are read, passed through the rule and written back. */
+/* One element's update: its weight and state values read, passed through the rule, written back. */
+template <rule_fn Rule, int N, bool W16>
+static __device__ __forceinline__ void update_one(float *__restrict__ w, __nv_bfloat16 *__restrict__ w16,
+                                                  const float *__restrict__ g, const state_slabs &st,
+                                                  const bn_param_segment *seg, size_t i, bn_step_rates r,
+                                                  bn_rule_consts k, float wd)
+{
+    float wi = w[i], si[N];
+    for (int j = 0; j < N; j++) si[j] = st.s[j][i];
+    Rule(&wi, g[i], si, r.lr * seg->lr_mult, wd * seg->decay_mult, r, k);
+    for (int j = 0; j < N; j++) st.s[j][i] = si[j];
+    store_weight<W16>(w, w16, i, wi);
+}
+
+/* The update of elements [lo, hi) by Rule, which keeps N state slabs. Where the slabs start
+ * 16-byte aligned (`fours`; element 4q then is too), a thread takes four neighbouring elements at a
+ * time: where the four share a segment, their weights, gradients and state come in 16-byte loads
+ * and the segment is found once for them; the ends of the range and fours that straddle two
+ * segments go element by element. Each element's arithmetic is the rule's either way. */
 template <rule_fn Rule, int N, bool W16>
 __global__ void update(float *__restrict__ w, __nv_bfloat16 *__restrict__ w16, const float *__restrict__ g,
                        state_slabs st, const bn_param_segment *__restrict__ segs, int nseg, size_t lo, size_t hi,
                        bn_step_rates r, const bn_step_rates *__restrict__ schedule, int *cursor, int advance,
-                       bn_rule_consts k, float wd)
+                       bn_rule_consts k, float wd, int fours)
 {
     int at;
     r = step_rates(r, schedule, cursor, &at);
-    size_t stride = (size_t)gridDim.x * blockDim.x;
-    for (size_t i = lo + (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < hi; i += stride) {
-        const bn_param_segment *seg = segment_at(segs, nseg, i);
-        float wi = w[i], si[N];
-        for (int j = 0; j < N; j++) si[j] = st.s[j][i];
-        Rule(&wi, g[i], si, r.lr * seg->lr_mult, wd * seg->decay_mult, r, k);
-        for (int j = 0; j < N; j++) st.s[j][i] = si[j];
-        store_weight<W16>(w, w16, i, wi);
+    const size_t stride = (size_t)gridDim.x * blockDim.x, first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t q0 = (lo + 3) / 4, q1 = hi / 4; /* the whole fours inside [lo, hi) */
+    if (!fours || q0 >= q1) {
+        for (size_t i = lo + first; i < hi; i += stride)
+            update_one<Rule, N, W16>(w, w16, g, st, segment_at(segs, nseg, i), i, r, k, wd);
+    } else {
+        /* The ends: fewer than four elements each, taken by the first threads. */
+        if (first < 4 * q0 - lo) {
+            const size_t i = lo + first;
+            update_one<Rule, N, W16>(w, w16, g, st, segment_at(segs, nseg, i), i, r, k, wd);
+        }
+        if (first < hi - 4 * q1) {
+            const size_t i = 4 * q1 + first;
+            update_one<Rule, N, W16>(w, w16, g, st, segment_at(segs, nseg, i), i, r, k, wd);
+        }
+        for (size_t q = q0 + first; q < q1; q += stride) {
+            const size_t i = 4 * q;
+            const bn_param_segment *seg = segment_at(segs, nseg, i);
+            if (seg != segment_at(segs, nseg, i + 3)) {
+                for (size_t e = i; e < i + 4; e++)
+                    update_one<Rule, N, W16>(w, w16, g, st, segment_at(segs, nseg, e), e, r, k, wd);
+                continue;
+            }
+            float4 wv = *(const float4 *)(w + i), sv[N > 0 ? N : 1];
+            const float4 gv = *(const float4 *)(g + i);
+            for (int j = 0; j < N; j++) sv[j] = *(const float4 *)(st.s[j] + i);
+            const float rate = r.lr * seg->lr_mult, decay = wd * seg->decay_mult;
+            float *wp = &wv.x;
+            const float *gp = &gv.x;
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float si[N > 0 ? N : 1];
+                for (int j = 0; j < N; j++) si[j] = (&sv[j].x)[e];
+                Rule(&wp[e], gp[e], si, rate, decay, r, k);
+                for (int j = 0; j < N; j++) (&sv[j].x)[e] = si[j];
+            }
+            for (int j = 0; j < N; j++) *(float4 *)(st.s[j] + i) = sv[j];
+            *(float4 *)(w + i) = wv;
+            if (W16)
+#pragma unroll
+                for (int e = 0; e < 4; e++) bn_st_bf16(w16 + i + e, wp[e]);
+        }
     }
     finish_step(schedule, cursor, at, advance);
 }
 
 typedef void (*update_kernel)(float *, __nv_bfloat16 *, const float *, state_slabs, const bn_param_segment *, int,
-                              size_t, size_t, bn_step_rates, const bn_step_rates *, int *, int, bn_rule_consts, float);
+                              size_t, size_t, bn_step_rates, const bn_step_rates *, int *, int, bn_rule_consts, float,
+                              int);
 
 /* Each optimizer's kernels, FP32 and with the BF16 weight copy, in the optimizer table's order. */
 typedef struct optimizer_kernels {
@@ -121,6 +174,15 @@ extern "C" bn_status bn_optimizer_schedule(bn_optimizer *o, bn_net *net, long fi
     return s;
 }
 
+#define UPDATE_THREADS 256
+
+/* The blocks of an update of `count` elements: a thread per four with `fours`, else per element. */
+static int update_blocks(size_t count, int fours)
+{
+    const size_t want = ((fours ? (count + 3) / 4 : count) + UPDATE_THREADS - 1) / UPDATE_THREADS;
+    return want < 1 ? 1 : want > 1024 ? 1024 : (int)want;
+}
+
 /* The update of elements [lo, hi) on stream s; `advance`: this launch is the step's last. */
 static bn_status launch(bn_optimizer *o, bn_net *net, size_t lo, size_t hi, bn_step_rates r, int advance,
                         cudaStream_t s)
@@ -134,9 +196,6 @@ static bn_status launch(bn_optimizer *o, bn_net *net, size_t lo, size_t hi, bn_s
     while (seg0 + 1 < o->num_segments && lo >= o->segments[seg0 + 1].offset) seg0++;
     const bn_param_segment *segs = (const bn_param_segment *)o->device_segments + seg0;
     int nseg = o->num_segments - seg0;
-    int threads = 256;
-    size_t want = (hi - lo + threads - 1) / threads;
-    int blocks = want < 1 ? 1 : want > 1024 ? 1024 : (int)want;
     int scheduled = o->schedule_len && o->iter >= o->schedule_first && o->iter < o->schedule_first + o->schedule_len;
     const bn_step_rates *schedule = scheduled ? o->dev_schedule : NULL;
     const bn_train_config *c = &o->cfg;
@@ -145,8 +204,11 @@ static bn_status launch(bn_optimizer *o, bn_net *net, size_t lo, size_t hi, bn_s
         if (!(st.s[j] = bn_blob_dev_wr(o->state[j]))) return bn_last_status();
     const bn_rule_consts k = bn_optimizer_type_at(c->optimizer)->consts(c);
     update_kernel kern = w16 ? kernels[c->optimizer].w16 : kernels[c->optimizer].fp32;
-    kern<<<blocks, threads, 0, s>>>(w, w16, g, st, segs, nseg, lo, hi, r, schedule, o->dev_cursor, advance, k,
-                                    (float)c->weight_decay);
+    int fours = ((uintptr_t)w & 15) == 0 && ((uintptr_t)g & 15) == 0;
+    for (int j = 0; j < o->num_state; j++) fours = fours && ((uintptr_t)st.s[j] & 15) == 0;
+    kern<<<update_blocks(hi - lo, fours), UPDATE_THREADS, 0, s>>>(w, w16, g, st, segs, nseg, lo, hi, r, schedule,
+                                                                  o->dev_cursor, advance, k, (float)c->weight_decay,
+                                                                  fours);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
