@@ -1,6 +1,8 @@
 /* batchnorm.cu - batch normalization on the GPU, deterministic: each channel's sums are taken in
  * double by a fixed grid of (part, channel) blocks, then added part by part in order by one
- * thread per channel, which also moves the running averages; the per-element passes use the
+ * thread of the channel's last block to finish (gpu/last_arrival.cuh: no kernel of its own
+ * between the sums and the per-element pass), which also moves the running averages or adds the
+ * parameter gradients; the per-element passes use the
  * CPU path's float expressions with rounded operations the compiler may not fuse, so the two
  * paths differ only by the order of the double sums. Every kernel that touches the data reads
  * and writes 16 bytes at a time where the plane allows, with 32-bit index arithmetic
@@ -8,7 +10,8 @@
  * passes to a third of the memory bandwidth.
  *
  * Scratch (dev_sums, sized for the batch capacity): 2 doubles per (channel, part), then 4 floats
- * per channel: mean, 1 / sqrt(var + eps), and in backward the means of dy and dy * xhat.
+ * per channel: mean, 1 / sqrt(var + eps), and in backward the means of dy and dy * xhat; then an
+ * arrival counter per channel, zero between launches.
  *
  * Under --precision bf16 the data (x, y, dy, dx) is BF16 and the same kernels read it (element
  * type T, gpu/typed.cuh); the sums, the statistics, the running averages, the parameters (their
@@ -19,6 +22,7 @@
 #include "batchnorm.h"
 #include "gpu/cuda_check.h"
 #include "gpu/bf16.cuh"
+#include "gpu/last_arrival.cuh"
 #include "gpu/typed.cuh"
 
 #define THREADS 256
@@ -57,6 +61,52 @@ static __device__ void block_sum2(double *a, double *b)
     *b = sb[0];
 }
 
+/* Channel c's statistics from its parts' sums, added in part order. Forward in training: the
+ * batch's mean and 1 / sqrt(var + eps), and the running averages moved. */
+static __device__ void channel_forward_stats(const bn_geometry &g, int c, const double *__restrict__ sums, float *stats,
+                                             float *rm, float *rv, double momentum, double eps)
+{
+    double sum = 0.0, sq = 0.0;
+    for (int p = 0; p < g.parts; p++) {
+        sum += sums[2 * ((size_t)c * g.parts + p)];
+        sq += sums[2 * ((size_t)c * g.parts + p) + 1];
+    }
+    double n = (double)g.count, mean = sum / n, var = fmax(sq / n - mean * mean, 0.0);
+    double unbiased = g.count > 1 ? var * n / (n - 1.0) : var;
+    stats[4 * c] = (float)mean;
+    stats[4 * c + 1] = (float)(1.0 / sqrt(var + eps));
+    rm[c] = (float)((1.0 - momentum) * rm[c] + momentum * mean);
+    rv[c] = (float)((1.0 - momentum) * rv[c] + momentum * unbiased);
+}
+
+/* Backward: the parameter gradients added in, and the means of dy and dy * xhat that the input
+ * gradient subtracts (0 after an evaluation forward, whose statistics are fixed). */
+static __device__ void channel_backward_stats(const bn_geometry &g, int c, const double *__restrict__ sums,
+                                              float *stats, float *__restrict__ dw, float *__restrict__ db,
+                                              int trained)
+{
+    double sum_dy = 0.0, sum_dy_xhat = 0.0;
+    for (int p = 0; p < g.parts; p++) {
+        sum_dy += sums[2 * ((size_t)c * g.parts + p)];
+        sum_dy_xhat += sums[2 * ((size_t)c * g.parts + p) + 1];
+    }
+    dw[c] += (float)sum_dy_xhat;
+    db[c] += (float)sum_dy;
+    stats[4 * c + 2] = trained ? (float)(sum_dy / (double)g.count) : 0.0f;
+    stats[4 * c + 3] = trained ? (float)(sum_dy_xhat / (double)g.count) : 0.0f;
+}
+
+/* What the last block of a channel does once every part's sums are in (statistics' kernel
+ * arguments that partial_sums passes on). */
+typedef struct bn_finish {
+    unsigned *arrivals;  /* a counter per channel */
+    float *stats;        /* 4 floats per channel */
+    float *rm, *rv;      /* forward: the running averages */
+    double momentum, eps;
+    float *dw, *db;      /* backward: the parameter gradients */
+    int trained;
+} bn_finish;
+
 /* The per-element kernels work on packs of N elements (N = 1, or bn_pack<T>::N: 16 bytes, where
  * every pointer is 16-byte aligned and the plane a multiple of N, so that a pack never spans two
  * planes; bn_ld_n and bn_st_n in gpu/bf16.cuh) and count packs in the index type I: unsigned
@@ -69,7 +119,7 @@ static __device__ void block_sum2(double *a, double *b)
 template <typename T, int N, typename I>
 static __global__ void __launch_bounds__(THREADS)
     partial_sums(bn_geometry g, const T *__restrict__ x, const T *__restrict__ dy, const float *stats,
-                 double *__restrict__ sums)
+                 double *__restrict__ sums, bn_finish f)
 {
     const int c = blockIdx.y, part = blockIdx.x;
     const I row = (I)(g.plane / N), packs = (I)(g.count / N), span = (packs + g.parts - 1) / g.parts;
@@ -104,49 +154,18 @@ static __global__ void __launch_bounds__(THREADS)
         sums[2 * ((size_t)c * g.parts + part)] = a;
         sums[2 * ((size_t)c * g.parts + part) + 1] = b;
     }
+    if (!bn_last_arrival(&f.arrivals[c], (unsigned)g.parts) || threadIdx.x != 0) return;
+    if (dy) channel_backward_stats(g, c, sums, f.stats, f.dw, f.db, f.trained);
+    else channel_forward_stats(g, c, sums, f.stats, f.rm, f.rv, f.momentum, f.eps);
 }
 
-/* One thread per channel. Forward in training: the batch's mean and 1 / sqrt(var + eps), and
- * the running averages moved; in evaluation: the running averages' (sums NULL). */
-static __global__ void forward_stats(bn_geometry g, const double *__restrict__ sums, float *stats, float *rm, float *rv,
-                                     double momentum, double eps)
+/* One thread per channel, in evaluation: the running averages' statistics. */
+static __global__ void eval_stats(bn_geometry g, float *stats, const float *rm, const float *rv, double eps)
 {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= g.channels) return;
-    if (!sums) {
-        stats[4 * c] = rm[c];
-        stats[4 * c + 1] = (float)(1.0 / sqrt((double)rv[c] + eps));
-        return;
-    }
-    double sum = 0.0, sq = 0.0;
-    for (int p = 0; p < g.parts; p++) {
-        sum += sums[2 * ((size_t)c * g.parts + p)];
-        sq += sums[2 * ((size_t)c * g.parts + p) + 1];
-    }
-    double n = (double)g.count, mean = sum / n, var = fmax(sq / n - mean * mean, 0.0);
-    double unbiased = g.count > 1 ? var * n / (n - 1.0) : var;
-    stats[4 * c] = (float)mean;
-    stats[4 * c + 1] = (float)(1.0 / sqrt(var + eps));
-    rm[c] = (float)((1.0 - momentum) * rm[c] + momentum * mean);
-    rv[c] = (float)((1.0 - momentum) * rv[c] + momentum * unbiased);
-}
-
-/* One thread per channel: the parameter gradients added in, and the means of dy and dy * xhat
- * that the input gradient subtracts (0 after an evaluation forward, whose statistics are fixed). */
-static __global__ void backward_stats(bn_geometry g, const double *__restrict__ sums, float *stats,
-                                      float *__restrict__ dw, float *__restrict__ db, int trained)
-{
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= g.channels) return;
-    double sum_dy = 0.0, sum_dy_xhat = 0.0;
-    for (int p = 0; p < g.parts; p++) {
-        sum_dy += sums[2 * ((size_t)c * g.parts + p)];
-        sum_dy_xhat += sums[2 * ((size_t)c * g.parts + p) + 1];
-    }
-    dw[c] += (float)sum_dy_xhat;
-    db[c] += (float)sum_dy;
-    stats[4 * c + 2] = trained ? (float)(sum_dy / (double)g.count) : 0.0f;
-    stats[4 * c + 3] = trained ? (float)(sum_dy_xhat / (double)g.count) : 0.0f;
+    stats[4 * c] = rm[c];
+    stats[4 * c + 1] = (float)(1.0 / sqrt((double)rv[c] + eps));
 }
 
 /* Pack i of the blob belongs to channel (i / row) % channels of example (i / row) / channels. A
@@ -222,10 +241,17 @@ static bn_status prepare(bn_layer *l, bn_geometry *g, float **stats)
         long cap = (long)(l->in->capacity / ((size_t)b->channels * b->plane));
         b->dev_parts = parts_for(cap * b->plane);
         size_t bytes = 2 * sizeof(double) * (size_t)b->channels * b->dev_parts + 4 * sizeof(float) * b->channels;
-        BN_TRY(bn_device_alloc((void **)&b->dev_sums, bytes));
+        BN_TRY(bn_device_alloc((void **)&b->dev_sums, bytes + sizeof(unsigned) * b->channels));
+        BN_TRY(bn_device_zero((char *)b->dev_sums + bytes, sizeof(unsigned) * b->channels));
     }
     *stats = (float *)(b->dev_sums + 2 * (size_t)b->channels * b->dev_parts);
     return BN_OK;
+}
+
+/* The per-channel arrival counters, after the statistics. */
+static unsigned *arrivals_of(const batchnorm_priv *b, float *stats)
+{
+    return (unsigned *)(stats + 4 * (size_t)b->channels);
 }
 
 /* One pass's device pointers (dy and dx NULL in the forward pass, y in the backward one). */
@@ -243,11 +269,11 @@ static bn_status queue_forward(batchnorm_priv *b, const bn_geometry &g, const bn
                                size_t total, cudaStream_t s)
 {
     if (train) {
-        partial_sums<T, N, I><<<dim3(g.parts, g.channels), THREADS, 0, s>>>(g, a.x, NULL, NULL, b->dev_sums);
-        BN_CUDA_LAUNCH();
+        const bn_finish f = {arrivals_of(b, stats), stats, a.rm, a.rv, b->momentum, b->eps, NULL, NULL, 0};
+        partial_sums<T, N, I><<<dim3(g.parts, g.channels), THREADS, 0, s>>>(g, a.x, NULL, NULL, b->dev_sums, f);
+    } else {
+        eval_stats<<<(g.channels + 127) / 128, 128, 0, s>>>(g, stats, a.rm, a.rv, b->eps);
     }
-    forward_stats<<<(g.channels + 127) / 128, 128, 0, s>>>(g, train ? b->dev_sums : NULL, stats, a.rm, a.rv,
-                                                            b->momentum, b->eps);
     BN_CUDA_LAUNCH();
     normalize<T, N, I><<<grid_for(total / N), THREADS, 0, s>>>(g, (I)(total / N), a.x, stats, a.w, a.bias, a.y,
                                                                  a.relu_y, a.relu_gap);
@@ -259,9 +285,8 @@ template <typename T, int N, typename I>
 static bn_status queue_backward(batchnorm_priv *b, const bn_geometry &g, const bn_args<T> &a, float *stats,
                                 size_t total, cudaStream_t s)
 {
-    partial_sums<T, N, I><<<dim3(g.parts, g.channels), THREADS, 0, s>>>(g, a.x, a.dy, stats, b->dev_sums);
-    BN_CUDA_LAUNCH();
-    backward_stats<<<(g.channels + 127) / 128, 128, 0, s>>>(g, b->dev_sums, stats, a.dw, a.db, b->trained);
+    const bn_finish f = {arrivals_of(b, stats), stats, NULL, NULL, 0.0, 0.0, a.dw, a.db, b->trained};
+    partial_sums<T, N, I><<<dim3(g.parts, g.channels), THREADS, 0, s>>>(g, a.x, a.dy, stats, b->dev_sums, f);
     BN_CUDA_LAUNCH();
     if (!a.dx) return BN_OK;
     input_grad<T, N, I><<<grid_for(total / N), THREADS, 0, s>>>(g, (I)(total / N), a.x, a.dy, stats, a.w, a.dx,
