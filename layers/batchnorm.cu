@@ -43,22 +43,31 @@ static int parts_for(long count)
     return (int)(p < 1 ? 1 : p > MAX_PARTS ? MAX_PARTS : p);
 }
 
-/* Sums of a and b over the block, thread 0 holding them after. */
+/* Sums of a and b over the block, thread 0 holding them after: each warp's by shuffles, then the
+ * warps' in warp order by the first warp, in a fixed order either way. */
 static __device__ void block_sum2(double *a, double *b)
 {
-    __shared__ double sa[THREADS], sb[THREADS];
-    sa[threadIdx.x] = *a;
-    sb[threadIdx.x] = *b;
-    __syncthreads();
-    for (int s = THREADS / 2; s > 0; s >>= 1) {
-        if ((int)threadIdx.x < s) {
-            sa[threadIdx.x] += sa[threadIdx.x + s];
-            sb[threadIdx.x] += sb[threadIdx.x + s];
-        }
-        __syncthreads();
+    __shared__ double sa[THREADS / 32], sb[THREADS / 32];
+    double x = *a, y = *b;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        x += __shfl_down_sync(0xffffffffu, x, o);
+        y += __shfl_down_sync(0xffffffffu, y, o);
     }
-    *a = sa[0];
-    *b = sb[0];
+    const int warp = (int)threadIdx.x / 32, lane = (int)threadIdx.x % 32;
+    if (lane == 0) sa[warp] = x, sb[warp] = y;
+    __syncthreads();
+    if (warp == 0) {
+        x = lane < THREADS / 32 ? sa[lane] : 0.0;
+        y = lane < THREADS / 32 ? sb[lane] : 0.0;
+#pragma unroll
+        for (int o = THREADS / 64; o > 0; o >>= 1) {
+            x += __shfl_down_sync(0xffffffffu, x, o);
+            y += __shfl_down_sync(0xffffffffu, y, o);
+        }
+    }
+    *a = x;
+    *b = y;
 }
 
 /* Channel c's statistics from its parts' sums, added in part order. Forward in training: the
@@ -115,7 +124,8 @@ typedef struct bn_finish {
  *
  * Block (part, channel): sum x and sum x * x over its span of the channel's packs (forward), or
  * sum dy and sum dy * xhat (backward, stats holding each channel's mean and 1 / sqrt(var + eps)).
- * Pack q of the channel is at plane q / row (row: packs per plane), offset q % row in it. */
+ * Pack q of the channel is at plane q / row (row: packs per plane), offset q % row in it. Then
+ * the channel's last block to finish adds the parts (bn_finish). */
 template <typename T, int N, typename I>
 static __global__ void __launch_bounds__(THREADS)
     partial_sums(bn_geometry g, const T *__restrict__ x, const T *__restrict__ dy, const float *stats,
@@ -126,10 +136,17 @@ static __global__ void __launch_bounds__(THREADS)
     const I lo = part * span, hi = lo + span < packs ? lo + span : packs;
     double a = 0.0, b = 0.0;
     float mean = dy ? stats[4 * c] : 0.0f, inv_std = dy ? stats[4 * c + 1] : 0.0f;
+    /* The thread's packs lo + threadIdx.x, then THREADS apart: example e, offset o in its plane,
+     * divided out once and then stepped (de examples and do packs a step, do < row). */
+    const I first = lo + threadIdx.x, de = (I)THREADS / row, dq = (I)THREADS - de * row;
+    I e = first / row, o = first - e * row;
+    const size_t estride = (size_t)g.channels * g.plane;
 #pragma unroll 4
-    for (I q = lo + threadIdx.x; q < hi; q += THREADS) {
-        const I e = q / row;
-        const size_t i = ((size_t)e * g.channels + c) * (size_t)g.plane + (size_t)(q - e * row) * N;
+    for (I q = first; q < hi; q += THREADS) {
+        const size_t i = (size_t)e * estride + (size_t)c * g.plane + (size_t)o * N;
+        e += de;
+        o += dq;
+        if (o >= row) o -= row, e++;
         float xv[N];
         bn_ld_n<T, N>(&x[i], xv);
         if (dy) {
