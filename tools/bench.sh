@@ -23,7 +23,8 @@
 # blobnet's timed kernel choices go to a kernel cache of the bench's own that starts empty, so
 # the first run of each model measures as a first run on a new machine does.
 # BENCH_LOGS=DIR keeps every run's log (and that cache) in DIR; BENCH_PEER=0 leaves PyTorch out
-# (its columns then show "-").
+# (its columns then show "-"). Each row is also printed to stderr as it is measured, so that a run
+# cut short (a time limit, Ctrl-C) still shows the models it finished.
 set -uo pipefail
 mnist=${1:?usage: tools/bench.sh MNIST_DIR FASHION_DIR [MODEL...]}
 fashion=${2:?usage: tools/bench.sh MNIST_DIR FASHION_DIR [MODEL...]}
@@ -108,6 +109,7 @@ for entry in "${suite[@]}"; do
         "${eager:--}" "${graph:--}" "${pfp32:--}" "${pbf16:--}" \
         "$(ratio "${pfp32:--}" "$ms")" "$(ratio "${graph:--}" "$tf32")" "$(ratio "${pbf16:--}" "$bf16")" \
         "${mem:--}" "${pmem:--}" "${acc:--}" "${pacc:--}" "${bacc:--}" "${pbacc:--}")")
+    printf '%s\n' "${rows[-1]}" >&2
 done
 
 echo
