@@ -2,9 +2,9 @@
  * double by a fixed grid of (part, channel) blocks, then added part by part in order by one
  * thread of the channel's last block to finish (gpu/last_arrival.cuh: no kernel of its own
  * between the sums and the per-element pass), which also moves the running averages or adds the
- * parameter gradients; the per-element passes use the
- * CPU path's float expressions with rounded operations the compiler may not fuse, so the two
- * paths differ only by the order of the double sums. Every kernel that touches the data reads
+ * parameter gradients; the per-element passes use the CPU path's float expressions with rounded
+ * operations the compiler may not fuse, so the two paths differ only by the order of the double
+ * sums. Every kernel that touches the data reads
  * and writes 16 bytes at a time where the plane allows, with 32-bit index arithmetic
  * where the blob allows: the 64-bit divisions of a per-element channel index had held these
  * passes to a third of the memory bandwidth.
@@ -137,7 +137,7 @@ static __global__ void __launch_bounds__(THREADS)
     double a = 0.0, b = 0.0;
     float mean = dy ? stats[4 * c] : 0.0f, inv_std = dy ? stats[4 * c + 1] : 0.0f;
     /* The thread's packs lo + threadIdx.x, then THREADS apart: example e, offset o in its plane,
-     * divided out once and then stepped (de examples and do packs a step, do < row). */
+     * divided out once and then stepped (de examples and dq packs a step, dq < row). */
     const I first = lo + threadIdx.x, de = (I)THREADS / row, dq = (I)THREADS - de * row;
     I e = first / row, o = first - e * row;
     const size_t estride = (size_t)g.channels * g.plane;
