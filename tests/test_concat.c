@@ -16,6 +16,11 @@
 #ifdef BN_WITH_CUDA
 #include "conv2d/conv_bf16.h"
 #include "conv2d/conv_bias.h"
+
+/* The bf16 convolution paths the joins are checked through: cuDNN's NCHW and NHWC engines, and
+ * blobnet's FP32 kernels on copies. */
+static const int bf16_layouts[] = {BN_CONV_BF16_NCHW, BN_CONV_BF16_NHWC, BN_CONV_BF16_FP32};
+#define NUM_BF16_LAYOUTS ((int)(sizeof bf16_layouts / sizeof *bf16_layouts))
 #endif
 
 BN_TEST(graph_concat_places_inputs_along_the_channels)
@@ -151,10 +156,9 @@ BN_TEST(gpu_bf16_concat_of_slices_matches_cpu)
         {"bf16 branches joined in place, 8x8", BRANCHES_OF("8", "tanh", "avgpool", DIRECT("tanh")), TOL_CHAIN, 0, 0, 1},
     };
 #ifdef BN_WITH_CUDA
-    static const int layouts[] = {BN_CONV_BF16_NCHW, BN_CONV_BF16_NHWC, BN_CONV_BF16_FP32};
     int r = BN_PASS;
-    for (size_t k = 0; k < sizeof layouts / sizeof *layouts && r == BN_PASS; k++) {
-        bn_conv_bf16_force_layout(layouts[k]);
+    for (int k = 0; k < NUM_BF16_LAYOUTS && r == BN_PASS; k++) {
+        bn_conv_bf16_force_layout(bf16_layouts[k]);
         r = gt_bf16_run_cases(cases, sizeof cases / sizeof cases[0]);
     }
     bn_conv_bf16_force_layout(BN_CONV_BF16_EITHER);
@@ -212,12 +216,11 @@ BN_TEST(gpu_bf16_relu_slices_are_exact)
 #ifdef BN_WITH_CUDA
     bn_ctx *ctx;
     CHECK_OK(bn_ctx_open(0, &ctx));
-    static const int layouts[] = {BN_CONV_BF16_NCHW, BN_CONV_BF16_NHWC, BN_CONV_BF16_FP32};
     int ok = 1;
     char why[256] = "";
-    for (size_t k = 0; k < sizeof layouts / sizeof *layouts && ok; k++)
+    for (int k = 0; k < NUM_BF16_LAYOUTS && ok; k++)
         for (int b = 0; b < 2 && ok; b++) {
-            bn_conv_bf16_force_layout(layouts[k]);
+            bn_conv_bf16_force_layout(bf16_layouts[k]);
             bn_net *net = NULL;
             ctx->bf16 = 1;
             bn_status s = bn_net_from_text(b ? BRANCHES("8") LOSS : BRANCHES("7") LOSS, "branches_bf16.cfg", &net);
@@ -228,7 +231,7 @@ BN_TEST(gpu_bf16_relu_slices_are_exact)
             if (s == BN_OK) s = bn_net_backward(net);
             if (s != BN_OK) snprintf(why, sizeof why, "%s", bn_last_error());
             ok = s == BN_OK && relu_slices_exact(net, why, sizeof why);
-            if (!ok) printf("    layout %d, plane %s: %s\n", layouts[k], b ? "8x8" : "7x7", why);
+            if (!ok) printf("    layout %d, plane %s: %s\n", bf16_layouts[k], b ? "8x8" : "7x7", why);
             bn_net_free(net);
         }
     bn_conv_bf16_force_layout(BN_CONV_BF16_EITHER);

@@ -1,7 +1,7 @@
 /* optimizer_gpu.cu - each optimizer's update as one kernel over the parameter slab, or over one
- * layer's run of it. Each element walks the segment table (a handful of entries) to find its
- * multipliers and applies its optimizer's rule, the one the CPU loop calls
- * (core/optimizers/). */
+ * layer's run of it. Each element (or each four that share a segment) finds its multipliers in
+ * the segment table (a handful of entries) and goes through its optimizer's rule, the one the
+ * CPU loop calls (core/optimizers/). */
 #include "core/optimizers/optimizers.h"
 #include "gpu/bf16.cuh"
 #include "gpu/cuda_check.h"
