@@ -76,8 +76,9 @@ BN_TEST(conv_family_order_is_the_rules_order_of_preference)
             CHECK_MSG(order[k] == want[pass][k], "%s: place %d holds %s, not %s", bn_conv_pass_name(pass), k,
                       bn_conv_families[order[k] - 1]->name, bn_conv_families[want[pass][k] - 1]->name);
     }
-    /* The implicit GEMM is offered for the filter pass alone; argmax serves nothing else. */
-    CHECK(bn_conv_families[BN_CONV_FAMILY_IGEMM - 1]->offered == 1u << BN_CONV_FILTER);
+    /* The implicit GEMM is offered for every pass; argmax serves nothing else. */
+    CHECK(bn_conv_families[BN_CONV_FAMILY_IGEMM - 1]->offered ==
+          (1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA | 1u << BN_CONV_FILTER));
     CHECK(bn_conv_families[BN_CONV_FAMILY_ARGMAX - 1]->serves == 1u << BN_CONV_FILTER);
     return BN_PASS;
 }
@@ -152,10 +153,9 @@ BN_TEST(conv_family_refusals_name_the_reason)
         int family, pass;
         const char *why;
     } cases[] = {
-        /* Stride 2: the row tiles, the implicit GEMM's and tensor cores' data pass, argmax. */
+        /* Stride 2: the row tiles, the tensor cores' data pass, argmax. */
         {{3, 17, 13, 3, 2, 1, 8, 4, 1}, BN_CONV_FAMILY_ROWS, BN_CONV_FORWARD, "stride 1 only"},
         {{3, 17, 13, 3, 2, 1, 8, 4, 1}, BN_CONV_FAMILY_ROWS, BN_CONV_FILTER, "stride 1 only"},
-        {{3, 17, 13, 3, 2, 1, 8, 4, 1}, BN_CONV_FAMILY_IGEMM, BN_CONV_DATA, "stride 1 only"},
         {{3, 17, 13, 3, 2, 1, 8, 4, 1}, BN_CONV_FAMILY_TENSOR, BN_CONV_DATA, "stride 1 only"},
         {{3, 17, 13, 3, 2, 1, 8, 4, 1}, BN_CONV_FAMILY_ARGMAX, BN_CONV_FILTER, "stride 1 only"},
         /* The row tiles take odd windows up to 7. */
@@ -178,12 +178,14 @@ BN_TEST(conv_family_refusals_name_the_reason)
         CHECK_MSG(why && strcmp(why, cases[i].why) == 0, "case %zu: why is \"%s\", not \"%s\"", i, why ? why : "",
                   cases[i].why);
     }
-    /* What still applies at stride 2: the direct kernels' forward and filter passes. */
+    /* What still applies at stride 2: the direct kernels' forward and filter passes, and every
+     * pass of the implicit GEMM (its data pass as stride x stride phases). */
     const bn_conv_shape s2 = shape_of(&cases[0].shape, 132);
     const char *why = NULL;
     CHECK(applies(BN_CONV_FAMILY_DIRECT, BN_CONV_FORWARD, &s2, &why));
     CHECK(applies(BN_CONV_FAMILY_DIRECT, BN_CONV_FILTER, &s2, &why));
     CHECK(applies(BN_CONV_FAMILY_TENSOR, BN_CONV_FORWARD, &s2, &why));
+    for (int pass = 0; pass < BN_CONV_PASSES; pass++) CHECK(applies(BN_CONV_FAMILY_IGEMM, pass, &s2, &why));
     return BN_PASS;
 }
 
@@ -226,16 +228,24 @@ static const shape_row alone_shapes[] = {
     {3, 17, 13, 3, 2, 0, 7, 2, 0},  {2, 7, 11, 7, 1, 3, 9, 3, 1},
 };
 
-/* Runs runner `runner` alone on every shape and pass it applies to, checking each against the
- * CPU; fails unless it ran at least `least` passes. */
-static int run_alone(int runner, int tf32, int least)
+/* Wider layers, for the implicit GEMM's tile configurations: more than 64 and 128 rows (filters
+ * or channels), and a forward reduction (160 x 9) longer than one table of its summed index. */
+static const shape_row wide_shapes[] = {
+    {160, 6, 5, 3, 1, 1, 130, 3, 0}, {40, 9, 9, 3, 1, 1, 72, 4, 0}, {96, 7, 7, 3, 2, 1, 48, 5, 0},
+    {33, 5, 6, 1, 1, 0, 200, 6, 0},  {20, 11, 10, 5, 3, 2, 24, 3, 0}, {36, 9, 8, 1, 2, 0, 70, 4, 0},
+    {12, 2, 3, 3, 4, 1, 16, 3, 0},
+};
+
+/* Runs runner `runner` alone on every shape of `rows` and pass it applies to, checking each
+ * against the CPU; fails unless it ran at least `least` passes. */
+static int run_alone_on(const shape_row *rows, size_t count, int runner, int tf32, int least)
 {
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
     bn_ctx *ctx = NULL;
     CHECK_OK(bn_ctx_open(0, &ctx));
     int ran = 0;
-    for (size_t i = 0; i < sizeof alone_shapes / sizeof alone_shapes[0]; i++) {
-        bn_conv_shape s = shape_of(&alone_shapes[i], 0);
+    for (size_t i = 0; i < count; i++) {
+        bn_conv_shape s = shape_of(&rows[i], 0);
         s.tf32 = tf32;
         CHECK_OK(bn_conv_alone_device_shape(ctx, &s));
         for (int pass = 0; pass < BN_CONV_PASSES; pass++) {
@@ -252,6 +262,11 @@ static int run_alone(int runner, int tf32, int least)
     return BN_PASS;
 }
 
+static int run_alone(int runner, int tf32, int least)
+{
+    return run_alone_on(alone_shapes, sizeof alone_shapes / sizeof alone_shapes[0], runner, tf32, least);
+}
+
 BN_TEST(conv_family_direct_alone_matches_the_cpu)
 {
     return run_alone(bn_conv_family_number("direct"), 0, 24);
@@ -259,7 +274,19 @@ BN_TEST(conv_family_direct_alone_matches_the_cpu)
 
 BN_TEST(conv_family_igemm_alone_matches_the_cpu)
 {
-    return run_alone(bn_conv_family_number("igemm"), 0, 22);
+    return run_alone(bn_conv_family_number("igemm"), 0, 24);
+}
+
+BN_TEST(conv_family_igemm_alone_matches_the_cpu_on_wide_layers)
+{
+    return run_alone_on(wide_shapes, sizeof wide_shapes / sizeof wide_shapes[0], bn_conv_family_number("igemm"), 0,
+                        21);
+}
+
+BN_TEST(conv_family_igemm_alone_with_tf32_is_within_tf32s_tolerance)
+{
+    return run_alone_on(wide_shapes, sizeof wide_shapes / sizeof wide_shapes[0], bn_conv_family_number("igemm"), 1,
+                        21);
 }
 
 BN_TEST(conv_family_rows_alone_matches_the_cpu)

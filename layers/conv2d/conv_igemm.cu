@@ -10,35 +10,34 @@
  *
  * Every A element lies at A + row(m) + kA(k), every B element at B + col(j) + kB(k): one term
  * from the output index and one from the summed index. A block builds a table of the summed
- * index's terms (kA, kB, and the row/column shift of the window it reaches) in shared memory
- * once, so that filling a stage costs a table read and an add per element instead of integer
- * divisions. A B element outside the input (padding, or for the data pass a dy position off the
- * edge) is a zero.
+ * index's terms (kA, kB, and the row/column shift of the window it reaches) in shared memory,
+ * TABLE_MAX entries at a time, so that filling a stage costs a table read and an add per element
+ * instead of integer divisions. A B element outside the input (padding, or for the data pass a
+ * dy position off the edge) is a zero.
  *
- * A block computes a BM x BN tile of C over BK-deep stages of K staged in shared memory by
- * asynchronous copies (a ring of STAGES: the next STAGES - 1 are in flight while one is used,
- * which hides the latency of the copies even with one block per multiprocessor); each
- * thread keeps a TM x TN tile of sums, read from shared memory as float4s. The sums run over K
- * in increasing order in every thread, so the results do not depend on timing. The forward pass
- * adds the bias; the data pass writes dx; the filter pass cuts K into `splits` spans and writes
- * each span's tile of partial sums (and, from the blocks of the first column tile, the sum of dy
- * per filter for the bias gradient) to the workspace, for bn_direct_finish_filter
- * (conv_direct.cu) to add in span order. */
+ * A block of IG_WARPS warps computes a BM x BN tile of C over BK-deep stages of K that cp.async
+ * brings into a ring of STAGES shared buffers (STAGES - 1 in flight while one is used). The
+ * products run on the tensor cores, m16n8k8 with every operand split into a TF32 value and
+ * remainder and three products summed (mma_tf32.cuh: FP32 accuracy), or the value product
+ * alone in a tf32 context. Every thread's sums run over K in increasing order, so the results
+ * do not depend on timing. The forward pass adds the bias; the data pass writes dx; the filter
+ * pass cuts K into `splits` spans and writes each span's tile of partial sums (and, from the
+ * blocks of the first column tile, the sum of dy per filter for the bias gradient) to the
+ * workspace, for bn_direct_finish_filter (conv_direct.cu) to add in span order. */
 #include <cuda_pipeline.h>
 #include <limits.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "conv_family.h"
 #include "conv_igemm.h"
 #include "conv_igemm_limits.h"
 #include "gpu/cuda_check.h"
+#include "gpu/mma_tf32.cuh"
 #include "gpu/smem_opt_in.cuh"
 
 /* Stages in the shared-memory ring: STAGES - 1 are in flight while one is used. */
-#define STAGES 4
-/* Extra floats per shared-memory row of a stage: A rows are written along k by consecutive
- * threads, and the padding spreads those writes over the banks. */
-#define ROW_PAD 4
+#define STAGES 3
 
 enum { PASS_FWD, PASS_DATA, PASS_FILTER };
 
@@ -52,6 +51,7 @@ typedef struct ig_args {
     const float *bias;   /* forward: per filter, or NULL */
     int M, N, K;
     int span;            /* K per block (the filter pass's splits), else K */
+    int tab_len;         /* table entries a block holds at once: min(span, TABLE_MAX) */
     int n, c, h, w, f, k, stride, pad, oh, ow;
 } ig_args;
 
@@ -59,9 +59,34 @@ static __device__ __forceinline__ int pack_yx(int y, int x) { return (y & 0xffff
 static __device__ __forceinline__ int unpack_y(int v) { return (int)(short)(v & 0xffff); }
 static __device__ __forceinline__ int unpack_x(int v) { return v >> 16; }
 
-/* The table entry of summed index k for pass P. */
+/* The data pass at stride s runs as s * s phases, one per blockIdx.z: phase (py, px) takes
+ * the dx positions (y, x) with (y + pad) % s == py and (x + pad) % s == px, whose window taps
+ * ky = py + s a, kx = px + s b reach dy at ((y + pad - py) / s - a, (x + pad - px) / s - b),
+ * a stride-1 product of its own. At stride 1 the one phase is the whole pass. */
+typedef struct ig_phase {
+    int py, px;   /* the residues */
+    int y0, x0;   /* the first dx row and column of the phase */
+    int cy, cx;   /* its rows and columns */
+    int ty, tx;   /* its taps along y and x */
+} ig_phase;
+
+static __device__ ig_phase phase_of(const ig_args &g, int z)
+{
+    ig_phase p;
+    const int s = g.stride;
+    p.py = z / s, p.px = z - p.py * s;
+    p.y0 = ((p.py - g.pad) % s + s) % s, p.x0 = ((p.px - g.pad) % s + s) % s;
+    p.cy = p.y0 < g.h ? (g.h - p.y0 + s - 1) / s : 0;
+    p.cx = p.x0 < g.w ? (g.w - p.x0 + s - 1) / s : 0;
+    p.ty = p.py < g.k ? (g.k - p.py + s - 1) / s : 0;
+    p.tx = p.px < g.k ? (g.k - p.px + s - 1) / s : 0;
+    return p;
+}
+
+/* The table entry of summed index k for pass P (ph: the data pass's phase); w is the tap's
+ * number among the taps the pass's windows take (forward and data). */
 template <int P>
-static __device__ k_entry k_term(const ig_args &g, int k)
+static __device__ k_entry k_term(const ig_args &g, const ig_phase &ph, int k)
 {
     const int kk = g.k * g.k;
     k_entry e;
@@ -71,11 +96,14 @@ static __device__ k_entry k_term(const ig_args &g, int k)
         e.x = k;
         e.y = ch * g.h * g.w + ky * g.w + kx;
         e.z = pack_yx(ky, kx);
-    } else if (P == PASS_DATA) { /* k = (filter, tap): A = w[f][m][tap]; B = dy[img][f][y+pad-ky][x+pad-kx] */
-        int fi = k / kk, tap = k - fi * kk, ky = tap / g.k, kx = tap - ky * g.k;
-        e.x = fi * g.c * kk + tap;
-        e.y = fi * g.oh * g.ow - ky * g.ow - kx;
-        e.z = pack_yx(-ky, -kx);
+        e.w = tap;
+    } else if (P == PASS_DATA) { /* k = (filter, a, b): A = w[f][m][ky][kx]; B = dy[img][f][Y-a][X-b] */
+        int tt = ph.ty * ph.tx, fi = k / tt, r = k - fi * tt, a = r / ph.tx, b = r - a * ph.tx;
+        int ky = ph.py + g.stride * a, kx = ph.px + g.stride * b;
+        e.x = fi * g.c * kk + ky * g.k + kx;
+        e.y = fi * g.oh * g.ow - a * g.ow - b;
+        e.z = pack_yx(-a, -b);
+        e.w = r;
     } else { /* k = (image, out position): A = dy[img][m][pos]; B = x[img][ch][oy*s-pad+ky][ox*s-pad+kx] */
         int np = g.oh * g.ow, img = k / np, pos = k - img * np, oy = pos / g.ow, ox = pos - oy * g.ow;
         int y0 = oy * g.stride - g.pad, x0 = ox * g.stride - g.pad;
@@ -89,15 +117,16 @@ static __device__ k_entry k_term(const ig_args &g, int k)
 /* Column j's B offset and window origin (jy, jx); the B element of (k, j) is inside iff
  * 0 <= jy + y(k) < ly and 0 <= jx + x(k) < lx. */
 template <int P>
-static __device__ void col_term(const ig_args &g, int j, int &off, int &jy, int &jx)
+static __device__ void col_term(const ig_args &g, const ig_phase &ph, int j, int &off, int &jy, int &jx)
 {
     if (P == PASS_FWD) {
         int np = g.oh * g.ow, img = j / np, pos = j - img * np, oy = pos / g.ow, ox = pos - oy * g.ow;
         jy = oy * g.stride - g.pad, jx = ox * g.stride - g.pad;
         off = img * g.c * g.h * g.w + jy * g.w + jx;
     } else if (P == PASS_DATA) {
-        int hw = g.h * g.w, img = j / hw, q = j - img * hw, y = q / g.w, x = q - y * g.w;
-        jy = y + g.pad, jx = x + g.pad;
+        int pc = ph.cy * ph.cx, img = j / pc, q = j - img * pc, yi = q / ph.cx, xi = q - yi * ph.cx;
+        jy = (ph.y0 + yi * g.stride + g.pad - ph.py) / g.stride;
+        jx = (ph.x0 + xi * g.stride + g.pad - ph.px) / g.stride;
         off = img * g.f * g.oh * g.ow + jy * g.ow + jx;
     } else {
         int kk = g.k * g.k, ch = j / kk, tap = j - ch * kk, ky = tap / g.k, kx = tap - ky * g.k;
@@ -106,30 +135,57 @@ static __device__ void col_term(const ig_args &g, int j, int &off, int &jy, int 
     }
 }
 
-/* CHECK: B reads need the window bounds test (padding, or any data pass). */
-template <int P, int BM, int BN, int TM, int TN, bool CHECK>
-static __global__ void __launch_bounds__((BM / TM) * (BN / TN)) igemm(ig_args g)
+/* Shared-memory layout of a stage: A kept row by row (A_LD floats a row of BK: the 16-byte rows
+ * of an ldmatrix fall in different banks), B slice by slice (BN + 8 floats a row: the lanes' (t, g)
+ * reads fall in different banks). */
+#define A_LD (BK + 4)
+static __host__ __device__ constexpr int b_ld(int bn) { return bn + 8; }
+
+static __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr)
 {
-    constexpr int CT = BN / TN, NT = (BM / TM) * CT;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+/* Four bytes from global src to shared dst (a shared-space address) by cp.async, or four zero
+ * bytes when !in (src is then not read). */
+static __device__ __forceinline__ void copy4(uint32_t dst, const float *src, bool in)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(in ? 4 : 0));
+}
+
+/* The kernel: a BM x BN tile of C per block of IG_WARPS warps, WM of them along M, each warp a
+ * (BM / WM) x (BN / (IG_WARPS / WM)) tile of m16n8k8 products; PROD products per multiply (3:
+ * FP32 accuracy, 1: TF32, mma_tf32.cuh). CHECK: B reads need the window bounds test (padding,
+ * or any data pass). */
+template <int P, int BM, int BN, int WM, int PROD, bool CHECK>
+static __global__ void __launch_bounds__(IG_WARPS * 32, 2) igemm(ig_args g)
+{
+    constexpr int NT = IG_WARPS * 32, WN = IG_WARPS / WM;
+    constexpr int MT = BM / WM / 16, NTL = BN / WN / 8; /* m16 and n8 tiles per warp */
     constexpr int LA = BM * BK / NT, LB = BN * BK / NT; /* elements a thread copies per stage */
-    constexpr int JB = BN > NT ? BN / NT : 1;           /* distinct B columns a thread copies */
-    static_assert(BM * BK % NT == 0 && BN * BK % NT == 0, "stages must split evenly");
-    static_assert(NT % BK == 0, "a thread copies A at one k");
-    static_assert(BN % NT == 0 || NT % BN == 0, "a thread copies B at fixed columns");
-    static_assert(TM == 4 && TN == 4, "float4 reads of the thread tiles");
-    constexpr int SA = BM + ROW_PAD, SB = BN + ROW_PAD;
+    constexpr int SB = b_ld(BN), A_SIZE = BM * A_LD, B_SIZE = BK * SB;
+    static_assert(BM % (16 * WM) == 0 && BN % (8 * WN) == 0, "warp tiles of whole m16n8 products");
+    static_assert(BM * BK % NT == 0 && BN * BK % NT == 0 && NT % BK == 0, "stages must split evenly");
+    static_assert(BN <= NT && NT % BN == 0, "a thread copies B at one column");
+    static_assert(NT >= BM, "a thread per row for the bias sums");
 
     extern __shared__ float4 smem4[];
     k_entry *tab = (k_entry *)smem4;
-    float *As = (float *)(tab + TABLE_MAX); /* [STAGES][BK][SA] */
-    float *Bs = As + STAGES * BK * SA;      /* [STAGES][BK][SB] */
+    float *As = (float *)(tab + g.tab_len); /* [STAGES][BM][A_LD] */
+    float *Bs = As + STAGES * A_SIZE;       /* [STAGES][BK][SB] */
 
-    const int tid = threadIdx.x, tc = tid % CT, tr = tid / CT;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gq = lane >> 2, tq = lane & 3;
+    const int wm = warp % WM, wn = warp / WM;
     const int col0 = blockIdx.x * BN, row0 = blockIdx.y * BM;
-    const int kb = blockIdx.z * g.span, ke = min(g.K, kb + g.span), klen = ke - kb;
+    /* The data pass's phase (blockIdx.z), its columns and summed range; the others' span. */
+    const ig_phase ph = P == PASS_DATA ? phase_of(g, blockIdx.z) : ig_phase{0, 0, 0, 0, g.h, g.w, g.k, g.k};
+    const int N = P == PASS_DATA ? g.n * ph.cy * ph.cx : g.N;
+    const int kb = P == PASS_DATA ? 0 : blockIdx.z * g.span;
+    const int ke = P == PASS_DATA ? g.f * ph.ty * ph.tx : min(g.K, kb + g.span);
+    if (col0 >= N) return;
     const int ly = P == PASS_DATA ? g.oh : g.h, lx = P == PASS_DATA ? g.ow : g.w;
-
-    for (int t = tid; t < klen; t += NT) tab[t] = k_term<P>(g, kb + t);
 
     /* A: this thread's k offset in a stage and its LA rows. */
     const int ka = tid % BK;
@@ -137,167 +193,230 @@ static __global__ void __launch_bounds__((BM / TM) * (BN / TN)) igemm(ig_args g)
     const int a_stride = P == PASS_FWD ? g.K : P == PASS_DATA ? g.k * g.k : g.oh * g.ow;
 #pragma unroll
     for (int i = 0; i < LA; i++) {
-        int m = row0 + tid / BK + i * (NT / BK);
+        const int m = row0 + tid / BK + i * (NT / BK);
         arow[i] = m < g.M ? m * a_stride : -1;
     }
-    /* B: this thread's JB columns (an offset may be negative: a window starting in the padding). */
-    int boff[JB], bjy[JB], bjx[JB];
-    bool bval[JB];
-#pragma unroll
-    for (int i = 0; i < JB; i++) {
-        int j = col0 + (tid + i * NT) % BN;
-        bval[i] = j < g.N;
-        if (bval[i]) col_term<P>(g, j, boff[i], bjy[i], bjx[i]);
-        else boff[i] = 0, bjy[i] = 0, bjx[i] = 0;
-    }
-    __syncthreads();
-
-    auto stage = [&](int buf, int k0) {
-        float *as = As + buf * BK * SA, *bs = Bs + buf * BK * SB;
-        const int kl = k0 - kb;
-#pragma unroll
-        for (int i = 0; i < LA; i++) {
-            const int m = tid / BK + i * (NT / BK);
-            const bool live = arow[i] >= 0 && k0 + ka < ke;
-            const float *src = live ? g.a + arow[i] + tab[kl + ka].x : g.a;
-            __pipeline_memcpy_async(as + ka * SA + m, src, sizeof(float), live ? 0 : sizeof(float));
+    /* B: this thread's column (its offset may be negative: a window starting in the padding). */
+    const int jcol = tid % BN, r0 = tid / BN;
+    int boff = 0, bjy = 0, bjx = 0;
+    const bool bval = col0 + jcol < N;
+    if (bval) col_term<P>(g, ph, col0 + jcol, boff, bjy, bjx);
+    /* Forward and data passes with at most 32 taps: which taps of this column's window are
+     * inside, one bit each, so that a copy's bounds test is one bit's. */
+    const int taps = ph.ty * ph.tx;
+    const bool by_mask = CHECK && P != PASS_FILTER && taps <= 32;
+    unsigned inside = 0;
+    if (by_mask && bval)
+        for (int tap = 0; tap < taps; tap++) {
+            const int ty = tap / ph.tx, tx = tap - ty * ph.tx;
+            const int iy = P == PASS_FWD ? bjy + ty : bjy - ty, ix = P == PASS_FWD ? bjx + tx : bjx - tx;
+            if (iy >= 0 && iy < ly && ix >= 0 && ix < lx) inside |= 1u << tap;
         }
-#pragma unroll
-        for (int i = 0; i < LB; i++) {
-            const int e = tid + i * NT, j = e % BN, r = e / BN, c = i % JB;
-            bool live = bval[c] && k0 + r < ke;
-            const k_entry t = tab[live ? kl + r : 0];
-            if (CHECK) {
-                const int iy = bjy[c] + unpack_y(t.z), ix = bjx[c] + unpack_x(t.z);
-                live = live && iy >= 0 && iy < ly && ix >= 0 && ix < lx;
-            }
-            const float *src = live ? g.b + boff[c] + t.y : g.b;
-            __pipeline_memcpy_async(bs + r * SB + j, src, sizeof(float), live ? 0 : sizeof(float));
-        }
-    };
+    const float *bcol = g.b + boff;
 
-    float acc[TM][TN];
-#pragma unroll
-    for (int i = 0; i < TM; i++)
-#pragma unroll
-        for (int j = 0; j < TN; j++) acc[i][j] = 0.0f;
+    float acc[MT][NTL][4] = {};
     /* The filter pass's first column tile also sums dy (its A) per filter, for the bias. */
     const bool bias_rows = P == PASS_FILTER && blockIdx.x == 0 && tid < BM;
     float bsum = 0.0f;
+    const uint32_t a_base = (uint32_t)__cvta_generic_to_shared(As), b_base = (uint32_t)__cvta_generic_to_shared(Bs);
 
-    const int stages = (klen + BK - 1) / BK;
-#pragma unroll
-    for (int s = 0; s < STAGES - 1; s++) {
-        if (s < stages) stage(s, kb + s * BK);
-        __pipeline_commit();
-    }
-    for (int s = 0; s < stages; s++) {
-        /* Stage s has landed (at most STAGES - 2 later groups pending) and every thread is done
-         * with stage s - 1, whose slot the copies issued next reuse. */
-        __pipeline_wait_prior(STAGES - 2);
+    /* The summed range in chunks of at most tab_len, each with its table. */
+    for (int kc = kb; kc < ke; kc += g.tab_len) {
+        const int clen = min(g.tab_len, ke - kc);
+        __syncthreads(); /* every thread is done with the last chunk's table and stages */
+        for (int t = tid; t < clen; t += NT) tab[t] = k_term<P>(g, ph, kc + t);
         __syncthreads();
-        if (s + STAGES - 1 < stages) stage((s + STAGES - 1) % STAGES, kb + (s + STAGES - 1) * BK);
-        __pipeline_commit();
-        const int buf = s % STAGES;
-        const float *as = As + buf * BK * SA, *bs = Bs + buf * BK * SB;
+
+        /* Stage s of the chunk into buffer buf. */
+        auto stage = [&](int buf, int s) {
+            const uint32_t as = a_base + 4 * (buf * A_SIZE + (tid / BK) * A_LD + ka);
+            const uint32_t bs = b_base + 4 * (buf * B_SIZE + r0 * SB + jcol);
+            const int kl = s * BK;
+            const bool alive = kl + ka < clen;
+            const float *ak = g.a + (alive ? tab[kl + ka].x : 0);
 #pragma unroll
-        for (int q = 0; q < BK; q++) {
-            const float4 av = *(const float4 *)(as + q * SA + tr * TM);
-            const float4 bv = *(const float4 *)(bs + q * SB + tc * TN);
-            const float ar[4] = {av.x, av.y, av.z, av.w}, br[4] = {bv.x, bv.y, bv.z, bv.w};
+            for (int i = 0; i < LA; i++) {
+                const bool live = alive && arow[i] >= 0;
+                copy4(as + 4 * i * (NT / BK) * A_LD, live ? ak + arow[i] : g.a, live);
+            }
 #pragma unroll
-            for (int i = 0; i < TM; i++)
+            for (int i = 0; i < LB; i++) {
+                const int r = r0 + i * (NT / BN);
+                bool live = bval && kl + r < clen;
+                const k_entry t = tab[live ? kl + r : 0];
+                if (CHECK && P != PASS_FILTER && by_mask) {
+                    live = live && ((inside >> t.w) & 1);
+                } else if (CHECK) {
+                    const int iy = bjy + unpack_y(t.z), ix = bjx + unpack_x(t.z);
+                    live = live && iy >= 0 && iy < ly && ix >= 0 && ix < lx;
+                }
+                copy4(bs + 4 * i * (NT / BN) * SB, live ? bcol + t.y : g.b, live);
+            }
+        };
+
+        const int stages = (clen + BK - 1) / BK;
 #pragma unroll
-                for (int j = 0; j < TN; j++) acc[i][j] = fmaf(ar[i], br[j], acc[i][j]);
+        for (int s = 0; s < STAGES - 1; s++) {
+            if (s < stages) stage(s, s);
+            __pipeline_commit();
         }
-        if (bias_rows)
+        for (int s = 0; s < stages; s++) {
+            /* Stage s has landed (at most STAGES - 2 later groups pending) and every thread is
+             * done with stage s - 1, whose buffer the copies issued next reuse. */
+            __pipeline_wait_prior(STAGES - 2);
+            __syncthreads();
+            if (s + STAGES - 1 < stages) stage((s + STAGES - 1) % STAGES, s + STAGES - 1);
+            __pipeline_commit();
+            const int buf = s % STAGES;
+            const float *bs = Bs + buf * B_SIZE;
+            const uint32_t a_at = a_base + 4 * buf * A_SIZE;
 #pragma unroll
-            for (int q = 0; q < BK; q++) bsum += as[q * SA + tid];
+            for (int k8 = 0; k8 < BK; k8 += 8) {
+                /* A's four values of each m16 tile in one ldmatrix: lanes 0-7 address rows 0-7
+                 * at k8, 8-15 rows 8-15, 16-23 rows 0-7 at k8 + 4, 24-31 rows 8-15 there. */
+                uint32_t ah[MT][4], al[MT][4];
+#pragma unroll
+                for (int mi = 0; mi < MT; mi++) {
+                    const int row = wm * (BM / WM) + mi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+                    uint32_t f[4];
+                    ldmatrix_x4(f, a_at + 4 * (row * A_LD + k8 + (lane >> 4) * 4));
+                    split_frag_a(__uint_as_float(f[0]), __uint_as_float(f[1]), __uint_as_float(f[2]),
+                                 __uint_as_float(f[3]), ah[mi], al[mi]);
+                }
+#pragma unroll
+                for (int ni = 0; ni < NTL; ni++) {
+                    const float *q = bs + (k8 + tq) * SB + wn * (BN / WN) + ni * 8 + gq;
+                    uint32_t bh0, bl0, bh1, bl1;
+                    split_tf32(q[0], bh0, bl0);
+                    split_tf32(q[4 * SB], bh1, bl1);
+#pragma unroll
+                    for (int mi = 0; mi < MT; mi++) {
+                        if (PROD == 1) mma_tf32(acc[mi][ni], ah[mi], bh0, bh1);
+                        else mma_split(acc[mi][ni], ah[mi], al[mi], bh0, bl0, bh1, bl1);
+                    }
+                }
+            }
+            if (bias_rows) {
+                const float *as = As + buf * A_SIZE + tid * A_LD;
+#pragma unroll
+                for (int q = 0; q < BK; q++) bsum += as[q];
+            }
+        }
+        __pipeline_wait_prior(0);
     }
 
+    /* acc[mi][ni][e] is C at row m_at(mi, e), column j_at(ni, e). */
+    auto m_at = [&](int mi, int e) { return row0 + wm * (BM / WM) + mi * 16 + gq + (e >> 1) * 8; };
+    auto j_at = [&](int ni, int e) { return col0 + wn * (BN / WN) + ni * 8 + 2 * tq + (e & 1); };
     if (P == PASS_FILTER) {
         /* This span's partials: M x N for dw, then M for db. */
         float *out = g.out + (size_t)blockIdx.z * g.M * (g.N + 1);
         if (bias_rows && row0 + tid < g.M) out[(size_t)g.M * g.N + row0 + tid] = bsum;
 #pragma unroll
-        for (int i = 0; i < TM; i++) {
-            const int m = row0 + tr * TM + i;
-            if (m >= g.M) continue;
+        for (int mi = 0; mi < MT; mi++)
 #pragma unroll
-            for (int j = 0; j < TN; j++) {
-                const int col = col0 + tc * TN + j;
-                if (col < g.N) out[(size_t)m * g.N + col] = acc[i][j];
-            }
-        }
+            for (int ni = 0; ni < NTL; ni++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int m = m_at(mi, e), j = j_at(ni, e);
+                    if (m < g.M && j < N) out[(size_t)m * N + j] = acc[mi][ni][e];
+                }
         return;
     }
-    /* Forward and data: C (m, j) is out[img][m][q] with j = (img, q). */
-    const int q_count = P == PASS_FWD ? g.oh * g.ow : g.h * g.w;
+    /* Forward and data: C (m, j) is out[img][m][q] with j = (img, q), q a position of the
+     * output (forward) or of the data pass's phase. */
+    const int q_count = P == PASS_FWD ? g.oh * g.ow : g.h * g.w, pc = ph.cy * ph.cx;
 #pragma unroll
-    for (int j = 0; j < TN; j++) {
-        const int col = col0 + tc * TN + j;
-        if (col >= g.N) continue;
-        const int img = col / q_count, q = col - img * q_count;
-        float *o = g.out + (size_t)img * g.M * q_count + q;
+    for (int mi = 0; mi < MT; mi++) {
+        float bias[2];
 #pragma unroll
-        for (int i = 0; i < TM; i++) {
-            const int m = row0 + tr * TM + i;
-            if (m < g.M) o[(size_t)m * q_count] = acc[i][j] + (P == PASS_FWD && g.bias ? g.bias[m] : 0.0f);
+        for (int h = 0; h < 2; h++) {
+            const int m = m_at(mi, 2 * h);
+            bias[h] = P == PASS_FWD && g.bias && m < g.M ? g.bias[m] : 0.0f;
         }
+#pragma unroll
+        for (int ni = 0; ni < NTL; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int m = m_at(mi, e), j = j_at(ni, e);
+                if (m >= g.M || j >= N) continue;
+                int img, q;
+                if (P == PASS_FWD) {
+                    img = j / q_count, q = j - img * q_count;
+                } else {
+                    img = j / pc;
+                    const int r = j - img * pc, yi = r / ph.cx, xi = r - yi * ph.cx;
+                    q = (ph.y0 + yi * g.stride) * g.w + ph.x0 + xi * g.stride;
+                }
+                g.out[((size_t)img * g.M + m) * q_count + q] = acc[mi][ni][e] + bias[e >> 1];
+            }
     }
 }
 
-static size_t ig_smem(int cfg)
+/* Bytes of shared memory a launch takes: its table and the stages of its configuration. */
+static size_t ig_smem(int cfg, int tab_len)
 {
-    return TABLE_MAX * sizeof(k_entry) +
-           (size_t)STAGES * BK * ((ig_tiles[cfg][0] + ROW_PAD) + (ig_tiles[cfg][1] + ROW_PAD)) * sizeof(float);
+    return (size_t)tab_len * sizeof(k_entry) +
+           (size_t)STAGES * (ig_tiles[cfg][0] * A_LD + BK * b_ld(ig_tiles[cfg][1])) * sizeof(float);
 }
 
-/* Launches one kernel; the first launch of each opts it in to the shared memory it takes
- * (more than the 48 KiB a kernel gets without asking). */
-template <int P, int BM, int BN, bool CHECK>
-static cudaError_t launch_one(const ig_args &a, dim3 grid, size_t smem, cudaStream_t st)
+/* Launches one kernel; the first launch of each opts it in to the most shared memory any of its
+ * launches takes (more than the 48 KiB a kernel gets without asking). */
+template <int P, int BM, int BN, int WM, bool CHECK>
+static cudaError_t launch_one(int products, const ig_args &a, dim3 grid, size_t smem, size_t most, cudaStream_t st)
 {
-    static bool opted;
-    cudaError_t e = bn_smem_opt_in(igemm<P, BM, BN, 4, 4, CHECK>, &opted, smem);
-    if (e != cudaSuccess) return e;
-    igemm<P, BM, BN, 4, 4, CHECK><<<grid, (BM / 4) * (BN / 4), smem, st>>>(a);
+    static bool opted[2];
+    if (products == 1) {
+        cudaError_t e = bn_smem_opt_in(igemm<P, BM, BN, WM, 1, CHECK>, &opted[0], most);
+        if (e != cudaSuccess) return e;
+        igemm<P, BM, BN, WM, 1, CHECK><<<grid, IG_WARPS * 32, smem, st>>>(a);
+    } else {
+        cudaError_t e = bn_smem_opt_in(igemm<P, BM, BN, WM, 3, CHECK>, &opted[1], most);
+        if (e != cudaSuccess) return e;
+        igemm<P, BM, BN, WM, 3, CHECK><<<grid, IG_WARPS * 32, smem, st>>>(a);
+    }
     return cudaSuccess;
 }
 
 template <int P, bool CHECK>
-static cudaError_t launch_cfg(int cfg, const ig_args &a, dim3 grid, size_t smem, cudaStream_t st)
+static cudaError_t launch_cfg(int cfg, int products, const ig_args &a, dim3 grid, size_t smem, cudaStream_t st)
 {
+    const size_t most = ig_smem(cfg, TABLE_MAX);
     switch (cfg) {
-    case 0: return launch_one<P, 64, 64, CHECK>(a, grid, smem, st);
-    case 1: return launch_one<P, 64, 32, CHECK>(a, grid, smem, st);
-    case 2: return launch_one<P, 32, 64, CHECK>(a, grid, smem, st);
-    default: return launch_one<P, 32, 32, CHECK>(a, grid, smem, st);
+    case 0: return launch_one<P, 128, 64, 2, CHECK>(products, a, grid, smem, most, st);
+    case 1: return launch_one<P, 64, 128, 2, CHECK>(products, a, grid, smem, most, st);
+    case 2: return launch_one<P, 64, 64, 2, CHECK>(products, a, grid, smem, most, st);
+    case 3: return launch_one<P, 32, 128, 1, CHECK>(products, a, grid, smem, most, st);
+    default: return launch_one<P, 32, 64, 1, CHECK>(products, a, grid, smem, most, st);
     }
 }
 
-static bn_status ig_launch(int pass, const bn_igemm_pass *ip, const bn_conv_geom *g, int filters, int n,
-                           cudaStream_t st, const float *a, const float *b, const float *bias, float *out)
+static bn_status ig_launch(int pass, const bn_igemm_plan *p, const bn_igemm_pass *ip, const bn_conv_geom *g,
+                           int filters, int n, cudaStream_t st, const float *a, const float *b, const float *bias,
+                           float *out)
 {
     if (!ip->ok) return bn_error(BN_ERR_INTERNAL, "implicit-GEMM convolution cannot run this shape");
     ig_args x;
     x.a = a, x.b = b, x.out = out, x.bias = bias;
     x.M = ip->M, x.N = ip->N, x.K = ip->K, x.span = ip->span;
+    x.tab_len = ip->span < TABLE_MAX ? ip->span : TABLE_MAX;
     x.n = n, x.c = g->c, x.h = g->h, x.w = g->w, x.f = filters, x.k = g->k, x.stride = g->stride, x.pad = g->pad;
     x.oh = g->oh, x.ow = g->ow;
-    const int bm = ig_tiles[ip->cfg][0], bn = ig_tiles[ip->cfg][1];
+    const int cfg = ip->cfg;
+    const int bm = ig_tiles[cfg][0], bn = ig_tiles[cfg][1];
     dim3 grid((ip->N + bn - 1) / bn, (ip->M + bm - 1) / bm, ip->splits);
-    const size_t smem = ig_smem(ip->cfg);
+    const size_t smem = ig_smem(cfg, x.tab_len);
     const bool pad = g->pad != 0;
+    const int pr = p->products;
     cudaError_t e;
     if (pass == PASS_FWD)
-        e = pad ? launch_cfg<PASS_FWD, true>(ip->cfg, x, grid, smem, st)
-                : launch_cfg<PASS_FWD, false>(ip->cfg, x, grid, smem, st);
+        e = pad ? launch_cfg<PASS_FWD, true>(cfg, pr, x, grid, smem, st)
+                : launch_cfg<PASS_FWD, false>(cfg, pr, x, grid, smem, st);
     else if (pass == PASS_DATA)
-        e = launch_cfg<PASS_DATA, true>(ip->cfg, x, grid, smem, st);
+        e = launch_cfg<PASS_DATA, true>(cfg, pr, x, grid, smem, st);
     else
-        e = pad ? launch_cfg<PASS_FILTER, true>(ip->cfg, x, grid, smem, st)
-                : launch_cfg<PASS_FILTER, false>(ip->cfg, x, grid, smem, st);
+        e = pad ? launch_cfg<PASS_FILTER, true>(cfg, pr, x, grid, smem, st)
+                : launch_cfg<PASS_FILTER, false>(cfg, pr, x, grid, smem, st);
     BN_CUDA(e);
     BN_CUDA_LAUNCH();
     return BN_OK;
@@ -306,19 +425,19 @@ static bn_status ig_launch(int pass, const bn_igemm_pass *ip, const bn_conv_geom
 extern "C" bn_status bn_igemm_forward(const bn_igemm_plan *p, const bn_conv_geom *g, int filters, int n, void *stream,
                                       const float *x, const float *w, const float *b, float *y)
 {
-    return ig_launch(PASS_FWD, &p->pass[0], g, filters, n, (cudaStream_t)stream, w, x, b, y);
+    return ig_launch(PASS_FWD, p, &p->pass[0], g, filters, n, (cudaStream_t)stream, w, x, b, y);
 }
 
 extern "C" bn_status bn_igemm_backward_data(const bn_igemm_plan *p, const bn_conv_geom *g, int filters, int n,
                                             void *stream, const float *dy, const float *w, float *dx)
 {
-    return ig_launch(PASS_DATA, &p->pass[1], g, filters, n, (cudaStream_t)stream, w, dy, NULL, dx);
+    return ig_launch(PASS_DATA, p, &p->pass[1], g, filters, n, (cudaStream_t)stream, w, dy, NULL, dx);
 }
 
 extern "C" bn_status bn_igemm_backward_filter_parts(const bn_igemm_plan *p, const bn_conv_geom *g, int filters, int n,
                                                     void *stream, const float *x, const float *dy, float *parts)
 {
-    return ig_launch(PASS_FILTER, &p->pass[2], g, filters, n, (cudaStream_t)stream, dy, x, NULL, parts);
+    return ig_launch(PASS_FILTER, p, &p->pass[2], g, filters, n, (cudaStream_t)stream, dy, x, NULL, parts);
 }
 
 extern "C" bn_status bn_conv_run_igemm(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass, void *stream,

@@ -1,7 +1,9 @@
 /* conv_igemm.h - blobnet's implicit-GEMM convolution kernels (conv_igemm.cu), the conv2d
  * layer's second family of own kernels beside the direct ones (conv_direct.h): each pass one
- * register-tiled matrix product whose operands are read from the tensors through a table of
- * offsets. Deterministic and graph-capturable; the filter pass leaves partial sums that
+ * matrix product on the tensor cores (split TF32, FP32 accuracy; TF32 alone in a tf32 context)
+ * whose operands are read from the tensors through a table of offsets. Any window, stride and
+ * padding for the forward and filter passes, stride 1 for the data pass; any channel count.
+ * Deterministic and graph-capturable; the filter pass leaves partial sums that
  * bn_direct_finish_filter adds up. A plan needs no device work to make. */
 #ifndef BN_CONV_IGEMM_H
 #define BN_CONV_IGEMM_H
@@ -16,7 +18,7 @@ extern "C" {
 #endif
 
 /* Tile configurations (block tile sizes) the kernels come in. */
-enum { BN_IG_CONFIGS = 4 };
+enum { BN_IG_CONFIGS = 5 };
 
 typedef struct bn_igemm_pass {
     int ok;              /* the kernel can run this pass */
@@ -27,12 +29,14 @@ typedef struct bn_igemm_pass {
 
 typedef struct bn_igemm_plan {
     bn_igemm_pass pass[3]; /* forward, data, filter */
+    int products;          /* TF32 products per multiply: 3 (FP32 accuracy), 1 with tf32 */
     size_t workspace;      /* bytes of partial sums the filter pass needs */
 } bn_igemm_plan;
 
-/* Fills a plan for a batch of n; sms is the device's multiprocessor count. Never fails: a pass
- * these kernels cannot run has its ok flag cleared. */
-void bn_igemm_plan_make(bn_igemm_plan *p, const bn_conv_geom *g, int filters, int n, int sms);
+/* Fills a plan for a batch of n; sms is the device's multiprocessor count; tf32 nonzero: one
+ * TF32 product per multiply instead of three. Never fails: a pass these kernels cannot run has
+ * its ok flag cleared. */
+void bn_igemm_plan_make(bn_igemm_plan *p, const bn_conv_geom *g, int filters, int n, int sms, int tf32);
 /* forward writes y (bias added); data writes dx; filter_parts writes the partial sums that
  * bn_direct_finish_filter adds into dw and db (plan->pass[2].splits spans). */
 bn_status bn_igemm_forward(const bn_igemm_plan *p, const bn_conv_geom *g, int filters, int n, void *stream,

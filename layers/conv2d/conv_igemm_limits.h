@@ -9,7 +9,11 @@
 /* The most summed-index entries a block's table holds (16 bytes each). */
 #define TABLE_MAX 1280
 
-/* Tile configurations: {BM, BN}; every one has 4x4 sums per thread. */
-static const int ig_tiles[BN_IG_CONFIGS][2] = {{64, 64}, {64, 32}, {32, 64}, {32, 32}};
+/* Warps per block. */
+#define IG_WARPS 8
+
+/* Tile configurations: {BM, BN} of a block, largest first; the warps are two along M and four
+ * along N, or for 32 rows one along M and eight along N (conv_igemm.cu's launch_cfg). */
+static const int ig_tiles[BN_IG_CONFIGS][2] = {{128, 64}, {64, 128}, {64, 64}, {32, 128}, {32, 64}};
 
 #endif

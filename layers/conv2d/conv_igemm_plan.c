@@ -10,45 +10,58 @@
 #include "conv_igemm_limits.h"
 #include "core/layer.h"
 
-/* The configuration for a product of M rows and N columns: rows tiles of 32 when M fits them;
- * column tiles of 64 when that still gives at least `blocks` blocks, else 32. */
-static int ig_pick(int M, long long N, long long blocks)
+/* Blocks of configuration cfg over an M x N product. */
+static long long ig_blocks(int cfg, int M, long long N)
 {
-    const int bm = M <= 32 ? 32 : 64;
-    const long long row_tiles = (M + bm - 1) / bm;
-    const bool wide = row_tiles * ((N + 63) / 64) >= blocks;
-    if (bm == 64) return wide ? 0 : 1;
-    return wide ? 2 : 3;
+    return (long long)((M + ig_tiles[cfg][0] - 1) / ig_tiles[cfg][0]) * ((N + ig_tiles[cfg][1] - 1) / ig_tiles[cfg][1]);
 }
 
-void bn_igemm_plan_make(bn_igemm_plan *p, const bn_conv_geom *g, int filters, int n, int sms)
+/* The configuration for a product of M rows and N columns: tiles of 32 rows when M fits them, of
+ * 64 up to 64 rows, else of 128; the largest such tile that still gives at least `blocks`
+ * blocks, else the smallest. */
+static int ig_pick(int M, long long N, long long blocks)
+{
+    static const int by_rows[3][3] = {{3, 4, 4}, {1, 2, 2}, {0, 1, 2}};
+    const int *list = by_rows[M <= 32 ? 0 : M <= 64 ? 1 : 2];
+    for (int i = 0; i < 3; i++)
+        if (ig_blocks(list[i], M, N) >= blocks) return list[i];
+    return list[2];
+}
+
+void bn_igemm_plan_make(bn_igemm_plan *p, const bn_conv_geom *g, int filters, int n, int sms, int tf32)
 {
     memset(p, 0, sizeof *p);
+    p->products = tf32 ? 1 : 3;
     const long long kk = (long long)g->k * g->k, np = (long long)g->oh * g->ow, hw = (long long)g->h * g->w;
-    const long long want = 2LL * (sms > 0 ? sms : 100);
+    const long long wave = sms > 0 ? sms : 100;
     /* Every flat index the kernels form stays in an int, and windows fit the packed shifts. */
     if ((long long)n * g->c * hw >= INT_MAX || (long long)n * filters * np >= INT_MAX) return;
+    if ((long long)filters * g->c * kk >= INT_MAX) return;
     if (g->h > 8192 || g->w > 8192 || g->k > 8192) return;
 
-    /* Forward: filters x (n * np), K = c * kk in one table. */
+    /* Forward: filters x (n * np), K = c * kk, the table filled TABLE_MAX entries at a time. */
     bn_igemm_pass *f = &p->pass[0];
     f->M = filters, f->N = (int)(n * np), f->K = (int)(g->c * kk), f->span = f->K, f->splits = 1;
-    f->cfg = ig_pick(f->M, f->N, want);
-    f->ok = f->K <= TABLE_MAX;
+    f->cfg = ig_pick(f->M, f->N, wave);
+    f->ok = 1;
 
-    /* Data: c x (n * hw), K = filters * kk; stride 1 only (a window position then maps to one
-     * dy position per tap). */
+    /* Data: c x (n * hw), K = filters * kk, as stride x stride phases (conv_igemm.cu): N and K
+     * here are the largest phase's, and the splits the phases. */
     bn_igemm_pass *d = &p->pass[1];
-    d->M = g->c, d->N = (int)(n * hw), d->K = (int)(filters * kk), d->span = d->K, d->splits = 1;
-    d->cfg = ig_pick(d->M, d->N, want);
-    d->ok = g->stride == 1 && d->K <= TABLE_MAX;
+    const long long ps = (long long)g->stride, py = (g->h + ps - 1) / ps, px = (g->w + ps - 1) / ps;
+    const long long ty = (g->k + ps - 1) / ps;
+    d->M = g->c, d->N = (int)(n * py * px), d->K = (int)(filters * ty * ty), d->span = d->K;
+    d->splits = (int)(ps * ps);
+    d->cfg = ig_pick(d->M, (long long)n * hw, wave);
+    d->ok = ps * ps <= 65535;
 
-    /* Filter: filters x (c * kk), K = n * np cut into spans for about `want` blocks. */
+    /* Filter: filters x (c * kk), K = n * np cut into spans for about two blocks a
+     * multiprocessor. */
     bn_igemm_pass *w = &p->pass[2];
     w->M = filters, w->N = (int)(g->c * kk), w->K = (int)(n * np);
-    w->cfg = filters <= 32 ? (w->N <= 32 ? 3 : 2) : (w->N <= 32 ? 1 : 0);
-    const long long tiles = (long long)((w->M + ig_tiles[w->cfg][0] - 1) / ig_tiles[w->cfg][0]) *
-                            ((w->N + ig_tiles[w->cfg][1] - 1) / ig_tiles[w->cfg][1]);
+    const int wide = w->N > 64;
+    w->cfg = filters <= 32 ? (wide ? 3 : 4) : filters <= 64 ? (wide ? 1 : 2) : (wide ? 0 : 2);
+    const long long tiles = ig_blocks(w->cfg, w->M, w->N), want = 2 * wave;
     long long splits = (want + tiles - 1) / tiles;
     long long span = (w->K + splits - 1) / splits;
     if (span < 4 * BK) span = 4 * BK;
@@ -63,13 +76,12 @@ void bn_igemm_plan_make(bn_igemm_plan *p, const bn_conv_geom *g, int filters, in
 
 static void plan(bn_conv_family_plan *p, const bn_conv_shape *s)
 {
-    bn_igemm_plan_make(&p->igemm, &s->g, s->filters, s->n, s->sms);
+    bn_igemm_plan_make(&p->igemm, &s->g, s->filters, s->n, s->sms, s->tf32);
 }
 
 static const char *refuses(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass)
 {
     if (p->igemm.pass[pass].ok) return NULL;
-    if (pass == BN_CONV_DATA && s->g.stride != 1) return "stride 1 only";
     return "shape outside its kernels' limits";
 }
 
@@ -78,13 +90,12 @@ static size_t workspace(const bn_conv_family_plan *p)
     return p->igemm.workspace;
 }
 
-/* The implicit-GEMM forward and data kernels measured 1.7-3.5x slower than the direct ones at
- * LeNet's sizes (docs/performance.md, version 11): they run when forced (tests) and are not
- * offered otherwise, which keeps their first-launch and timing cost out of the start-up. */
+/* Offered for every pass: the timed choice takes them where they beat the others (layers of
+ * many channels); the rule, after the families measured at LeNet's sizes. */
 const bn_conv_family bn_conv_family_igemm = {
     .name = "igemm",
     .serves = 1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA | 1u << BN_CONV_FILTER,
-    .offered = 1u << BN_CONV_FILTER,
+    .offered = 1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA | 1u << BN_CONV_FILTER,
     .rank = {3, 3, 1},
     .plan = plan,
     .refuses = refuses,

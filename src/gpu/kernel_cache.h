@@ -33,8 +33,9 @@ extern "C" {
 /* Part of every key: raise it whenever a kernel family, a candidate set, the timing or the check
  * of a timed pick changes, so that choices made by an older build are not taken (5: picks that
  * disagree with a reference are no longer taken, and older choices were never checked; 6: the
- * row-tiled family's small-batch launch shapes). */
-#define BN_KERNEL_CACHE_VERSION 6
+ * row-tiled family's small-batch launch shapes; 7: the implicit GEMM on the tensor cores, offered
+ * for every pass). */
+#define BN_KERNEL_CACHE_VERSION 7
 
 /* The longest key and choice, with their terminating zeros. */
 #define BN_KERNEL_KEY_MAX 384
