@@ -229,7 +229,9 @@ static const shape_row alone_shapes[] = {
 };
 
 /* Wider layers, for the implicit GEMM's tile configurations: more than 64 and 128 rows (filters
- * or channels), and a forward reduction (160 x 9) longer than one table of its summed index. */
+ * or channels), a forward reduction (160 x 9) longer than one table of its summed index, and
+ * its data pass's phases at strides 2, 3 and 4 (with padding, 1x1 windows, and a 2x3 input at
+ * stride 4 whose phases include ones without rows and ones without taps). */
 static const shape_row wide_shapes[] = {
     {160, 6, 5, 3, 1, 1, 130, 3, 0}, {40, 9, 9, 3, 1, 1, 72, 4, 0}, {96, 7, 7, 3, 2, 1, 48, 5, 0},
     {33, 5, 6, 1, 1, 0, 200, 6, 0},  {20, 11, 10, 5, 3, 2, 24, 3, 0}, {36, 9, 8, 1, 2, 0, 70, 4, 0},

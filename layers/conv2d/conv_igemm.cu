@@ -25,13 +25,12 @@
  * blocks of the first column tile, the sum of dy per filter for the bias gradient) to the
  * workspace, for bn_direct_finish_filter (conv_direct.cu) to add in span order. */
 #include <cuda_pipeline.h>
-#include <limits.h>
 #include <stdint.h>
-#include <string.h>
 
 #include "conv_family.h"
 #include "conv_igemm.h"
 #include "conv_igemm_limits.h"
+#include "gpu/cp_async.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/mma_tf32.cuh"
 #include "gpu/smem_opt_in.cuh"
@@ -41,15 +40,16 @@
 
 enum { PASS_FWD, PASS_DATA, PASS_FILTER };
 
-/* One summed index k: A offset, B offset, and the window shift (y in the low 16 bits, x in the
- * high 16, both signed). */
+/* One summed index k: A offset (x), B offset (y), the window shift (z: y in the low 16 bits, x
+ * in the high 16, both signed) and, for the forward and data passes, the tap's number among the
+ * pass's window taps (w: its bit in a column's mask of the taps inside). */
 typedef int4 k_entry;
 
 typedef struct ig_args {
     const float *a, *b;
     float *out;
     const float *bias;   /* forward: per filter, or NULL */
-    int M, N, K;
+    int M, N, K;         /* the product (the data pass: its largest phase's N and K) */
     int span;            /* K per block (the filter pass's splits), else K */
     int tab_len;         /* table entries a block holds at once: min(span, TABLE_MAX) */
     int n, c, h, w, f, k, stride, pad, oh, ow;
@@ -141,20 +141,6 @@ static __device__ void col_term(const ig_args &g, const ig_phase &ph, int j, int
 #define A_LD (BK + 4)
 static __host__ __device__ constexpr int b_ld(int bn) { return bn + 8; }
 
-static __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-
-/* Four bytes from global src to shared dst (a shared-space address) by cp.async, or four zero
- * bytes when !in (src is then not read). */
-static __device__ __forceinline__ void copy4(uint32_t dst, const float *src, bool in)
-{
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(in ? 4 : 0));
-}
-
 /* The kernel: a BM x BN tile of C per block of IG_WARPS warps, WM of them along M, each warp a
  * (BM / WM) x (BN / (IG_WARPS / WM)) tile of m16n8k8 products; PROD products per multiply (3:
  * FP32 accuracy, 1: TF32, mma_tf32.cuh). CHECK: B reads need the window bounds test (padding,
@@ -244,7 +230,7 @@ static __global__ void __launch_bounds__(IG_WARPS * 32, 2) igemm(ig_args g)
                 const int r = r0 + i * (NT / BN);
                 bool live = bval && kl + r < clen;
                 const k_entry t = tab[live ? kl + r : 0];
-                if (CHECK && P != PASS_FILTER && by_mask) {
+                if (by_mask) {
                     live = live && ((inside >> t.w) & 1);
                 } else if (CHECK) {
                     const int iy = bjy + unpack_y(t.z), ix = bjx + unpack_x(t.z);

@@ -1,8 +1,8 @@
 /* conv_igemm.h - blobnet's implicit-GEMM convolution kernels (conv_igemm.cu), the conv2d
  * layer's second family of own kernels beside the direct ones (conv_direct.h): each pass one
  * matrix product on the tensor cores (split TF32, FP32 accuracy; TF32 alone in a tf32 context)
- * whose operands are read from the tensors through a table of offsets. Any window, stride and
- * padding for the forward and filter passes, stride 1 for the data pass; any channel count.
+ * whose operands are read from the tensors through a table of offsets. Any window, stride,
+ * padding and channel count for every pass (the data pass at stride s as s x s phases).
  * Deterministic and graph-capturable; the filter pass leaves partial sums that
  * bn_direct_finish_filter adds up. A plan needs no device work to make. */
 #ifndef BN_CONV_IGEMM_H

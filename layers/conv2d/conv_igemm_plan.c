@@ -53,12 +53,13 @@ void bn_igemm_plan_make(bn_igemm_plan *p, const bn_conv_geom *g, int filters, in
     d->M = g->c, d->N = (int)(n * py * px), d->K = (int)(filters * ty * ty), d->span = d->K;
     d->splits = (int)(ps * ps);
     d->cfg = ig_pick(d->M, (long long)n * hw, wave);
-    d->ok = ps * ps <= 65535;
+    d->ok = ps * ps <= 65535; /* the phases are the grid's z */
 
     /* Filter: filters x (c * kk), K = n * np cut into spans for about two blocks a
      * multiprocessor. */
     bn_igemm_pass *w = &p->pass[2];
     w->M = filters, w->N = (int)(g->c * kk), w->K = (int)(n * np);
+    /* Its tile by the product's shape alone: the spans, not the tile, fill the GPU. */
     const int wide = w->N > 64;
     w->cfg = filters <= 32 ? (wide ? 3 : 4) : filters <= 64 ? (wide ? 1 : 2) : (wide ? 0 : 2);
     const long long tiles = ig_blocks(w->cfg, w->M, w->N), want = 2 * wave;

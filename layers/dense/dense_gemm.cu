@@ -14,6 +14,7 @@
 
 #include "dense.h"
 #include "dense_gemm.h"
+#include "gpu/cp_async.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/last_arrival.cuh"
 #include "gpu/mma_tf32.cuh"
@@ -259,13 +260,6 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) own_gemm(own_args p)
 #define TC_STAGES 3
 #define TC_LDI (OWN_BK + 8)
 
-/* Four bytes from global src to shared dst (a shared-space address) by cp.async, or four zero
- * bytes when !in (src is then not read, and need not be valid). */
-static __device__ __forceinline__ void copy4(uint32_t dst, const float *src, bool in)
-{
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(in ? 4 : 0) : "memory");
-}
-
 /* Where a staged element lives (see above): `i` the row (column) within the tile, kk the inner
  * offset within the slice. */
 template <bool INNER, int SIDE>
@@ -386,15 +380,6 @@ struct tcv_copies {
         }
     }
 };
-
-/* Four 8 x 4 tiles of 32-bit values from shared memory, one address per lane (lanes 8j .. 8j + 7
- * name tile j's rows): register j holds, in lane g * 4 + t, row g and column t of tile j. */
-static __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
 
 /* The copies of an operand: 4-byte ones into the permuted layout (W = 1), or W-float ones into
  * the natural layout. */

@@ -32,6 +32,17 @@ static __device__ __forceinline__ void split_frag_a(float a0, float a1, float a2
     split_tf32(a3, hi[3], lo[3]);
 }
 
+/* Four 8 x 4 tiles of 32-bit values from shared memory, one address per lane (lanes 8j .. 8j + 7
+ * name tile j's rows): register j holds, in lane g * 4 + t, row g and column t of tile j. For
+ * an operand kept row by row, the four tiles of an A fragment (rows 0-7 and 8-15, columns 0-3
+ * and 4-7) or two n tiles of B come in one instruction. */
+static __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
 static __device__ __forceinline__ void mma_tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
 {
     asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
