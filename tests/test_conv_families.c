@@ -47,7 +47,7 @@ BN_TEST(conv_family_table_names_each_family_by_its_number)
         const char *name;
         int number;
     } want[] = {{"direct", BN_CONV_FAMILY_DIRECT}, {"igemm", BN_CONV_FAMILY_IGEMM}, {"rows", BN_CONV_FAMILY_ROWS},
-                {"tensor", BN_CONV_FAMILY_TENSOR}, {"argmax", BN_CONV_FAMILY_ARGMAX}};
+                {"tensor", BN_CONV_FAMILY_TENSOR}, {"argmax", BN_CONV_FAMILY_ARGMAX}, {"halo", BN_CONV_FAMILY_HALO}};
     CHECK(sizeof want / sizeof want[0] == BN_CONV_FAMILY_COUNT);
     for (int i = 0; i < BN_CONV_FAMILY_COUNT; i++) {
         CHECK_MSG(strcmp(bn_conv_families[want[i].number - 1]->name, want[i].name) == 0, "family %d is %s", i + 1,
@@ -66,9 +66,16 @@ BN_TEST(conv_family_table_names_each_family_by_its_number)
  * (docs/performance.md). */
 BN_TEST(conv_family_order_is_the_rules_order_of_preference)
 {
-    enum { D = BN_CONV_FAMILY_DIRECT, I = BN_CONV_FAMILY_IGEMM, R = BN_CONV_FAMILY_ROWS, T = BN_CONV_FAMILY_TENSOR };
+    enum {
+        D = BN_CONV_FAMILY_DIRECT,
+        I = BN_CONV_FAMILY_IGEMM,
+        R = BN_CONV_FAMILY_ROWS,
+        T = BN_CONV_FAMILY_TENSOR,
+        A = BN_CONV_FAMILY_ARGMAX,
+        H = BN_CONV_FAMILY_HALO
+    };
     static const int want[BN_CONV_PASSES][BN_CONV_FAMILY_COUNT] = {
-        {T, R, D, I, BN_CONV_FAMILY_ARGMAX}, {T, R, D, I, BN_CONV_FAMILY_ARGMAX}, {R, I, T, D, BN_CONV_FAMILY_ARGMAX}};
+        {T, R, D, I, A, H}, {T, R, D, I, A, H}, {R, I, T, D, A, H}};
     for (int pass = 0; pass < BN_CONV_PASSES; pass++) {
         int order[BN_CONV_FAMILY_COUNT];
         bn_conv_family_order(pass, order);
@@ -76,17 +83,20 @@ BN_TEST(conv_family_order_is_the_rules_order_of_preference)
             CHECK_MSG(order[k] == want[pass][k], "%s: place %d holds %s, not %s", bn_conv_pass_name(pass), k,
                       bn_conv_families[order[k] - 1]->name, bn_conv_families[want[pass][k] - 1]->name);
     }
-    /* The implicit GEMM is offered for every pass; argmax serves nothing else. */
+    /* The implicit GEMM is offered for every pass; argmax serves nothing else; the halo kernels
+     * serve and are offered for the forward and data passes. */
     CHECK(bn_conv_families[BN_CONV_FAMILY_IGEMM - 1]->offered ==
           (1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA | 1u << BN_CONV_FILTER));
     CHECK(bn_conv_families[BN_CONV_FAMILY_ARGMAX - 1]->serves == 1u << BN_CONV_FILTER);
+    CHECK(bn_conv_families[BN_CONV_FAMILY_HALO - 1]->serves == (1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA));
+    CHECK(bn_conv_families[BN_CONV_FAMILY_HALO - 1]->offered == bn_conv_families[BN_CONV_FAMILY_HALO - 1]->serves);
     return BN_PASS;
 }
 
 /* A timed choice's tie as conv_choice.cu asks the chooser for it: the families in the rule's order,
  * then cuDNN (runner 0), so that of the runners timed within 5% of the fastest the rule's first
  * is taken, and cuDNN only where no family is within. Milliseconds by runner: cuDNN, then the
- * families by number (direct, igemm, rows, tensor, argmax); INFINITY where not timed. */
+ * families by number (direct, igemm, rows, tensor, argmax, halo); INFINITY where not timed. */
 BN_TEST(conv_family_order_breaks_a_timed_choices_ties)
 {
     static const struct {
@@ -95,14 +105,18 @@ BN_TEST(conv_family_order_breaks_a_timed_choices_ties)
         int want;
     } cases[] = {
         /* cuDNN fastest, the tensor cores within 5%: the tensor cores. */
-        {BN_CONV_FORWARD, {1.00f, 1.50f, INFINITY, 1.20f, 1.04f, INFINITY}, BN_CONV_FAMILY_TENSOR},
+        {BN_CONV_FORWARD, {1.00f, 1.50f, INFINITY, 1.20f, 1.04f, INFINITY, INFINITY}, BN_CONV_FAMILY_TENSOR},
         /* The row tiles fastest, the tensor cores within 5%: whichever the pass's order puts first. */
-        {BN_CONV_FORWARD, {INFINITY, INFINITY, INFINITY, 1.00f, 1.03f, INFINITY}, BN_CONV_FAMILY_TENSOR},
-        {BN_CONV_FILTER, {INFINITY, INFINITY, INFINITY, 1.03f, 1.00f, INFINITY}, BN_CONV_FAMILY_ROWS},
+        {BN_CONV_FORWARD, {INFINITY, INFINITY, INFINITY, 1.00f, 1.03f, INFINITY, INFINITY}, BN_CONV_FAMILY_TENSOR},
+        {BN_CONV_FILTER, {INFINITY, INFINITY, INFINITY, 1.03f, 1.00f, INFINITY, INFINITY}, BN_CONV_FAMILY_ROWS},
         /* No family within 5% of cuDNN. */
-        {BN_CONV_DATA, {1.00f, 1.06f, INFINITY, 1.10f, INFINITY, INFINITY}, 0},
+        {BN_CONV_DATA, {1.00f, 1.06f, INFINITY, 1.10f, INFINITY, INFINITY, 1.07f}, 0},
         /* Nothing within 5% of the fastest family, though the order puts three before it. */
-        {BN_CONV_FILTER, {2.00f, 1.00f, 1.20f, 1.10f, 1.30f, 1.50f}, BN_CONV_FAMILY_DIRECT},
+        {BN_CONV_FILTER, {2.00f, 1.00f, 1.20f, 1.10f, 1.30f, 1.50f, INFINITY}, BN_CONV_FAMILY_DIRECT},
+        /* The halo kernels fastest by more than 5%, though the order puts them last. */
+        {BN_CONV_FORWARD, {1.00f, 1.20f, 1.10f, INFINITY, INFINITY, INFINITY, 0.90f}, BN_CONV_FAMILY_HALO},
+        /* ... and within 5% of the implicit GEMM, which the order puts before them. */
+        {BN_CONV_DATA, {1.00f, 1.20f, 0.92f, INFINITY, INFINITY, INFINITY, 0.90f}, BN_CONV_FAMILY_IGEMM},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int order[BN_CONV_FAMILY_COUNT + 1];
@@ -119,7 +133,8 @@ BN_TEST(conv_family_order_breaks_a_timed_choices_ties)
 
 /* LeNet's convolutions, each read by a 2x2 max pooling (the layers the rule was measured on), are
  * served by every family on every pass it has kernels for, but for conv1's 24x24 output, whose
- * 576 positions are more than the tensor cores' forward (512) and data kernels take. */
+ * 576 positions are more than the tensor cores' forward (512) and data kernels take, and for
+ * the halo kernels, built for 3x3 windows. */
 BN_TEST(conv_family_every_family_applies_to_lenets_layers)
 {
     static const shape_row lenet[] = {{1, 28, 28, 5, 1, 0, 20, 64, 1}, {20, 12, 12, 5, 1, 0, 50, 256, 1}};
@@ -130,6 +145,7 @@ BN_TEST(conv_family_every_family_applies_to_lenets_layers)
                 const char *why = NULL;
                 int served = (bn_conv_families[f - 1]->serves >> pass) & 1;
                 if (i == 0 && f == BN_CONV_FAMILY_TENSOR && pass != BN_CONV_FILTER) served = 0;
+                if (f == BN_CONV_FAMILY_HALO) served = 0; /* 3x3 windows only */
                 CHECK_MSG(applies(f, pass, &s, &why) == served, "shape %zu, %s %s: %s", i,
                           bn_conv_families[f - 1]->name, bn_conv_pass_name(pass), why ? why : "applies");
                 if (!((bn_conv_families[f - 1]->serves >> pass) & 1))
@@ -138,6 +154,7 @@ BN_TEST(conv_family_every_family_applies_to_lenets_layers)
         /* The filter pass needs partial sums wherever a family runs it. */
         static bn_conv_family_plan plan;
         for (int f = 1; f <= BN_CONV_FAMILY_COUNT; f++) {
+            if (!(bn_conv_families[f - 1]->serves & 1u << BN_CONV_FILTER)) continue;
             bn_conv_families[f - 1]->plan(&plan, &s);
             CHECK_MSG(bn_conv_families[f - 1]->workspace(&plan) > 0, "%s", bn_conv_families[f - 1]->name);
         }
@@ -169,6 +186,13 @@ BN_TEST(conv_family_refusals_name_the_reason)
          "only through a fused 2x2 max pooling"},
         {{1, 28, 28, 5, 1, 0, 20, 64, 1}, BN_CONV_FAMILY_ARGMAX, BN_CONV_FORWARD, "no kernel for this pass"},
         {{1, 28, 28, 9, 1, 0, 20, 64, 1}, BN_CONV_FAMILY_ARGMAX, BN_CONV_FILTER, "windows up to 7 only"},
+        /* The halo kernels: 3x3 windows, no filter pass, the data pass at stride 1 with padding
+         * inside the window, and input rows that a block can stage. */
+        {{20, 12, 12, 5, 1, 0, 50, 256, 0}, BN_CONV_FAMILY_HALO, BN_CONV_FORWARD, "windows of 3 only"},
+        {{32, 14, 14, 3, 1, 1, 32, 64, 0}, BN_CONV_FAMILY_HALO, BN_CONV_FILTER, "no kernel for this pass"},
+        {{3, 17, 13, 3, 2, 1, 8, 4, 0}, BN_CONV_FAMILY_HALO, BN_CONV_DATA, "stride 1 only"},
+        {{4, 10, 10, 3, 1, 3, 8, 4, 0}, BN_CONV_FAMILY_HALO, BN_CONV_DATA, "padding wider than the window"},
+        {{4, 10, 700, 3, 1, 1, 8, 4, 0}, BN_CONV_FAMILY_HALO, BN_CONV_FORWARD, "input rows too wide to stage"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const bn_conv_shape s = shape_of(&cases[i].shape, 132);
@@ -186,6 +210,12 @@ BN_TEST(conv_family_refusals_name_the_reason)
     CHECK(applies(BN_CONV_FAMILY_DIRECT, BN_CONV_FILTER, &s2, &why));
     CHECK(applies(BN_CONV_FAMILY_TENSOR, BN_CONV_FORWARD, &s2, &why));
     for (int pass = 0; pass < BN_CONV_PASSES; pass++) CHECK(applies(BN_CONV_FAMILY_IGEMM, pass, &s2, &why));
+    CHECK(applies(BN_CONV_FAMILY_HALO, BN_CONV_FORWARD, &s2, &why));
+    /* A 3x3 layer of resnet_fashion's at batch 64: both halo passes. */
+    const shape_row r = {64, 14, 14, 3, 1, 1, 64, 64, 0};
+    const bn_conv_shape s3 = shape_of(&r, 132);
+    CHECK(applies(BN_CONV_FAMILY_HALO, BN_CONV_FORWARD, &s3, &why));
+    CHECK(applies(BN_CONV_FAMILY_HALO, BN_CONV_DATA, &s3, &why));
     return BN_PASS;
 }
 
@@ -289,6 +319,30 @@ BN_TEST(conv_family_igemm_alone_with_tf32_is_within_tf32s_tolerance)
 {
     return run_alone_on(wide_shapes, sizeof wide_shapes / sizeof wide_shapes[0], bn_conv_family_number("igemm"), 1,
                         21);
+}
+
+/* Shapes for the halo kernels: resnet_fashion's 3x3 layers (many blocks, blocks across images),
+ * widths that are not multiples of 4 or 8 (weights copied 4 bytes at a time, a last chunk of
+ * fewer channels), padding 2 (the data pass unpadded), stride 2, more than 128 filters, a single
+ * input channel, and images smaller than a block. */
+static const shape_row halo_shapes[] = {
+    {32, 28, 28, 3, 1, 1, 32, 5, 0}, {64, 14, 14, 3, 1, 1, 64, 6, 0}, {128, 7, 7, 3, 1, 1, 128, 4, 0},
+    {48, 12, 12, 3, 1, 1, 96, 3, 0}, {13, 9, 11, 3, 1, 2, 20, 3, 0},  {30, 16, 16, 3, 2, 1, 36, 4, 0},
+    {8, 5, 40, 3, 1, 0, 200, 2, 0},  {1, 28, 28, 3, 1, 1, 32, 4, 0},  {16, 3, 3, 3, 1, 1, 24, 7, 0},
+};
+
+BN_TEST(conv_family_halo_alone_matches_the_cpu)
+{
+    const int halo = bn_conv_family_number("halo");
+    int r = run_alone(halo, 0, 4);
+    if (r == BN_PASS) r = run_alone_on(wide_shapes, sizeof wide_shapes / sizeof wide_shapes[0], halo, 0, 6);
+    if (r == BN_PASS) r = run_alone_on(halo_shapes, sizeof halo_shapes / sizeof halo_shapes[0], halo, 0, 17);
+    return r;
+}
+
+BN_TEST(conv_family_halo_alone_with_tf32_is_within_tf32s_tolerance)
+{
+    return run_alone_on(halo_shapes, sizeof halo_shapes / sizeof halo_shapes[0], bn_conv_family_number("halo"), 1, 17);
 }
 
 BN_TEST(conv_family_rows_alone_matches_the_cpu)

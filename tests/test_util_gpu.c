@@ -313,7 +313,7 @@ static int check_own_convs(const layer_case *lc, bn_net *net, int n)
         /* The forced family where it can run the pass (its plan says so), else any of blobnet's,
          * as the plan then times the others. */
         static const char *const names[] = {"blobnet", "blobnet direct", "blobnet igemm", "blobnet rows",
-                                            "blobnet tensor", "blobnet argmax"};
+                                            "blobnet tensor", "blobnet argmax", "blobnet halo"};
         int can[3] = {1, 1, 1};
         if (gt_forced_family == BN_CONV_FAMILY_ROWS) {
             bn_rows_plan rp;
@@ -323,6 +323,10 @@ static int check_own_convs(const layer_case *lc, bn_net *net, int n)
             bn_tensor_plan tp;
             bn_tensor_plan_make(&tp, &c->g, c->filters, n, 1, 0);
             can[0] = tp.fwd_ok, can[1] = tp.data_ok, can[2] = tp.filter_ok;
+        } else if (gt_forced_family == BN_CONV_FAMILY_HALO) {
+            bn_halo_plan hp;
+            bn_halo_plan_make(&hp, &c->g, c->filters, n, 1, 0);
+            can[0] = hp.pass[0].ok, can[1] = hp.pass[1].ok, can[2] = 0;
         }
         const char *pass_family[3];
         for (int k = 0; k < 3; k++) pass_family[k] = names[can[k] ? gt_forced_family : 0];

@@ -11,6 +11,7 @@ const bn_conv_family *const bn_conv_families[BN_CONV_FAMILY_COUNT] = {
     &bn_conv_family_rows,
     &bn_conv_family_tensor,
     &bn_conv_family_argmax,
+    &bn_conv_family_halo,
 };
 
 const bn_conv_family *bn_conv_family_find(const char *name)

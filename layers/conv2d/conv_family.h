@@ -19,6 +19,7 @@
 
 #include "conv_argmax.h"
 #include "conv_direct.h"
+#include "conv_halo.h"
 #include "conv_igemm.h"
 #include "conv_pooled.h"
 #include "conv_rows.h"
@@ -42,7 +43,8 @@ enum {
     BN_CONV_FAMILY_ROWS = 3,
     BN_CONV_FAMILY_TENSOR = 4,
     BN_CONV_FAMILY_ARGMAX = 5,
-    BN_CONV_FAMILY_COUNT = 5
+    BN_CONV_FAMILY_HALO = 6,
+    BN_CONV_FAMILY_COUNT = 6
 };
 
 /* What a family is asked about. */
@@ -61,6 +63,7 @@ typedef union bn_conv_family_plan {
     bn_rows_plan rows;
     bn_tensor_plan tensor;
     bn_argmax_plan argmax;
+    bn_halo_plan halo;
 } bn_conv_family_plan;
 
 /* The buffers of one pass (device pointers, NCHW; weights [filters][c][k][k]). */
@@ -127,7 +130,7 @@ const char *bn_conv_pass_name(int pass);
 
 /* The families' descriptors (conv_X_plan.c) and entry points (conv_X.cu). */
 extern const bn_conv_family bn_conv_family_direct, bn_conv_family_igemm, bn_conv_family_rows, bn_conv_family_tensor,
-    bn_conv_family_argmax;
+    bn_conv_family_argmax, bn_conv_family_halo;
 bn_status bn_conv_run_direct(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass, void *stream,
                              const bn_conv_io *io);
 bn_status bn_conv_run_igemm(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass, void *stream,
@@ -138,6 +141,8 @@ bn_status bn_conv_run_tensor(const bn_conv_family_plan *p, const bn_conv_shape *
                              const bn_conv_io *io);
 bn_status bn_conv_run_argmax(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass, void *stream,
                              const bn_conv_io *io);
+bn_status bn_conv_run_halo(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass, void *stream,
+                           const bn_conv_io *io);
 
 #ifdef __cplusplus
 }

@@ -325,16 +325,6 @@ static __device__ __forceinline__ int tcv_at(int i, int kk)
     return INNER ? i * TC_LDV + kk : kk * (SIDE + 8) + i;
 }
 
-/* W floats from global src to shared dst, of which only `bytes` are read (the rest zeros). */
-template <int W>
-static __device__ __forceinline__ void copy_w(uint32_t dst, const float *src, int bytes)
-{
-    if (W == 4)
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-    else
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-
 template <bool INNER, int SIDE, int W>
 struct tcv_copies {
     static constexpr int NT = TC_WARPS * 32, CH = SIDE * OWN_BK / W, L = (CH + NT - 1) / NT;

@@ -35,7 +35,7 @@ extern "C" {
  * disagree with a reference are no longer taken, and older choices were never checked; 6: the
  * row-tiled family's small-batch launch shapes; 7: the implicit GEMM on the tensor cores, offered
  * for every pass). */
-#define BN_KERNEL_CACHE_VERSION 7
+#define BN_KERNEL_CACHE_VERSION 8
 
 /* The longest key and choice, with their terminating zeros. */
 #define BN_KERNEL_KEY_MAX 384

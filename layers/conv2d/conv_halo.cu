@@ -1,0 +1,275 @@
+/* conv_halo.cu - the conv2d layer's halo implicit-GEMM kernels (see conv_halo.h).
+ *
+ * A pass in the forward form (conv_halo_limits.h's hl_form) is one matrix product
+ *
+ *   C (m x N) = A (m x K) B (K x N),  N = images x output positions,  K = channels x taps,
+ *
+ * A the weights and B the input's windows. A block computes a BM x BN tile of C: BM output
+ * channels of BN consecutive output positions. It walks the channels in chunks of HL_BC; for each
+ * chunk it copies into shared memory, by cp.async,
+ *   - the chunk's weights, row by row as they lie in memory (16-byte copies where the rows allow);
+ *   - every input row its positions' windows reach, halo included: the padded images stacked,
+ *     rows first .. first + rows - 1 of them (hl_rows), zeros where they are padding,
+ * two chunks in flight: the next is copied while this one is multiplied. Each 8-deep step of the
+ * product is one tap of the chunk's 8 channels: the A fragment comes from the weights' rows at
+ * that tap, the B fragment from the staged rows at the position shifted by the tap. An input value
+ * is thus copied once per block and read by every tap, where conv_igemm.cu copies it once per tap.
+ *
+ * The products run on the tensor cores, m16n8k8 with every operand split into a TF32 value and
+ * remainder and three products summed (mma_tf32.cuh: FP32 accuracy), or the value product alone
+ * in a tf32 context. Every thread's sums run over the channels and taps in a fixed order, so the
+ * results do not depend on timing.
+ *
+ * The data pass at stride 1 is the forward form over dy: dx's channels are the rows of C, dy's
+ * channels are summed, dy is padded by k - 1 - pad, and each tap (ky, kx) of the weights reads dy
+ * at the turned tap (k - 1 - ky, k - 1 - kx); the weights of dx's channel c and dy's channel f lie
+ * at w + f c_count k^2 + c k^2, which the copies take with other strides (hl_args.wm, wc). */
+#include <cuda_pipeline.h>
+#include <stdint.h>
+
+#include "conv_family.h"
+#include "conv_halo.h"
+#include "conv_halo_limits.h"
+#include "gpu/cp_async.cuh"
+#include "gpu/cuda_check.h"
+#include "gpu/mma_tf32.cuh"
+#include "gpu/smem_opt_in.cuh"
+
+typedef struct hl_args {
+    const float *x;      /* the form's input [n][ci][ih][iw] */
+    const float *w;      /* weights: output channel m, input channel c, tap t at w + m wm + c wc + t */
+    const float *bias;   /* per output channel, or NULL */
+    float *y;            /* the form's output [n][m][oh][ow] */
+    hl_form f;
+    int N;               /* n oh ow */
+    int pitch;           /* floats a staged channel takes */
+    int wm, wc;
+    int vec;             /* the weights' rows are whole 16-byte pieces, each in or out of a chunk */
+} hl_args;
+
+/* The kernel: a BM x BN tile of C per block of HL_WARPS warps, WM of them along the output
+ * channels, each warp a (BM / WM) x (BN / (HL_WARPS / WM)) tile of m16n8k8 products; PROD
+ * products per multiply (3: FP32 accuracy, 1: TF32). TURN: the data pass's turned taps. */
+template <int KS, int BM, int BN, int WM, int PROD, bool TURN>
+static __global__ void __launch_bounds__(HL_WARPS * 32, 2) halo_gemm(hl_args g)
+{
+    constexpr int NT = HL_WARPS * 32, WN = HL_WARPS / WM, KK = KS * KS;
+    constexpr int MT = BM / WM / 16, NTL = BN / WN / 8;    /* m16 and n8 tiles per warp */
+    constexpr int A_LD = HL_BC * KK + 4;                   /* a weight row: A_LD / 4 odd, so that the
+                                                              lanes' (row, channel) reads miss each
+                                                              other's banks */
+    constexpr int PAIRS = (BM * KK + NT - 1) / NT;         /* (row, tap) pairs a thread copies */
+    constexpr int VROW = HL_BC * KK / 4, VECS = (BM * VROW + NT - 1) / NT; /* 16-byte pieces */
+    static_assert(HL_BC == 8, "an 8-deep step is one tap of the chunk's channels");
+    static_assert(HL_BC * KK % 4 == 0, "a chunk's weight row is whole 16-byte pieces");
+    static_assert(BM % (16 * WM) == 0 && BN % (8 * WN) == 0, "warp tiles of whole m16n8 products");
+
+    extern __shared__ float4 smem4[];
+    float *sm = (float *)smem4;
+    const int a_size = BM * A_LD, st_size = a_size + HL_BC * g.pitch;
+
+    const hl_form f = g.f;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gq = lane >> 2, tq = lane & 3;
+    const int wm = warp % WM, wn = warp / WM;
+    const int m0 = blockIdx.y * BM, j0 = blockIdx.x * BN, j1 = min(j0 + BN, g.N) - 1;
+    const int np = f.oh * f.ow, ph = f.ih + 2 * f.pad, rw = f.iw + 2 * f.pad, chw = f.ih * f.iw;
+    int first;
+    const int plane = hl_rows(&f, KS, j0, j1, &first) * rw;
+
+    /* The staged positions of a channel (e < plane, rows x rw): their offset in channel 0 of the
+     * input, or -1 for padding; a table after the stages, made once. */
+    int *hsrc = (int *)(sm + 2 * st_size);
+    for (int e = tid; e < plane; e += NT) {
+        const int r = e / rw, xx = e - r * rw;
+        const int row = first + r, img = row / ph, iy = row - img * ph - f.pad, ix = xx - f.pad;
+        hsrc[e] = img < f.n && iy >= 0 && iy < f.ih && ix >= 0 && ix < f.iw ? img * f.ci * chw + iy * f.iw + ix : -1;
+    }
+    __syncthreads();
+
+    const uint32_t s_base = (uint32_t)__cvta_generic_to_shared(sm);
+    /* Chunk c0's weights and staged rows into stage buf. */
+    auto load = [&](int buf, int c0) {
+        const uint32_t as = s_base + 4 * buf * st_size, bs = as + 4 * a_size;
+        if (g.vec) {
+#pragma unroll
+            for (int i = 0; i < VECS; i++) {
+                const int v = tid + NT * i, r = v / VROW, q = v - r * VROW;
+                if (v < BM * VROW) {
+                    const bool live = m0 + r < f.m && c0 * KK + 4 * q < f.ci * KK;
+                    copy_w<4>(as + 4 * (r * A_LD + 4 * q), live ? g.w + (m0 + r) * g.wm + c0 * KK + 4 * q : g.w,
+                              live ? 16 : 0);
+                }
+            }
+        } else {
+            /* (row, tap) pairs p, each copied for the chunk's channels. */
+#pragma unroll
+            for (int i = 0; i < PAIRS; i++) {
+                const int p = tid + NT * i, r = p / KK, t = p - r * KK;
+                if (p >= BM * KK) break;
+                const bool row_live = m0 + r < f.m;
+                const float *src = g.w + (row_live ? (m0 + r) * g.wm + t : 0);
+#pragma unroll
+                for (int c = 0; c < HL_BC; c++) {
+                    const bool live = row_live && c0 + c < f.ci;
+                    copy4(as + 4 * (r * A_LD + t + c * KK), live ? src + (c0 + c) * g.wc : g.w, live);
+                }
+            }
+        }
+        for (int e = tid; e < plane; e += NT) {
+            const int src = hsrc[e];
+#pragma unroll
+            for (int c = 0; c < HL_BC; c++) {
+                const bool live = src >= 0 && c0 + c < f.ci;
+                copy4(bs + 4 * (c * g.pitch + e), live ? g.x + src + (c0 + c) * chw : g.x, live);
+            }
+        }
+    };
+
+    /* This lane's A rows (row gq of its warp's first m16 tile, channel tq) and its B columns: the
+     * staged position of each n8 tile's column gq (the last one for columns past the end), at
+     * channel tq. */
+    const int a_lane = (wm * (BM / WM) + gq) * A_LD + tq * KK;
+    int bpos[NTL];
+#pragma unroll
+    for (int ni = 0; ni < NTL; ni++) {
+        const int j = min(j0 + wn * (BN / WN) + ni * 8 + gq, j1);
+        const int img = j / np, q = j - img * np, oy = q / f.ow, ox = q - oy * f.ow;
+        bpos[ni] = (img * ph + oy * f.stride - first) * rw + ox * f.stride + tq * g.pitch;
+    }
+
+    float acc[MT][NTL][4] = {};
+    const int chunks = (f.ci + HL_BC - 1) / HL_BC;
+    load(0, 0);
+    __pipeline_commit();
+    for (int ch = 0; ch < chunks; ch++) {
+        if (ch + 1 < chunks) load((ch + 1) & 1, (ch + 1) * HL_BC);
+        __pipeline_commit();
+        __pipeline_wait_prior(1); /* chunk ch has landed */
+        __syncthreads();
+        const float *As = sm + (ch & 1) * st_size, *Bs = As + a_size;
+#pragma unroll 1
+        for (int ky = 0; ky < KS; ky++)
+#pragma unroll
+        for (int kx = 0; kx < KS; kx++) {
+            const int s = ky * KS + kx;
+            const int shift = TURN ? (KS - 1 - ky) * rw + (KS - 1 - kx) : ky * rw + kx;
+            uint32_t ah[MT][4], al[MT][4];
+#pragma unroll
+            for (int mi = 0; mi < MT; mi++) {
+                const float *a = As + a_lane + mi * 16 * A_LD + s;
+                split_frag_a(a[0], a[8 * A_LD], a[4 * KK], a[8 * A_LD + 4 * KK], ah[mi], al[mi]);
+            }
+#pragma unroll
+            for (int ni = 0; ni < NTL; ni++) {
+                const float *b = Bs + bpos[ni] + shift;
+                uint32_t bh0, bl0, bh1, bl1;
+                split_tf32(b[0], bh0, bl0);
+                split_tf32(b[4 * g.pitch], bh1, bl1);
+#pragma unroll
+                for (int mi = 0; mi < MT; mi++) {
+                    if (PROD == 1) mma_tf32(acc[mi][ni], ah[mi], bh0, bh1);
+                    else mma_split(acc[mi][ni], ah[mi], al[mi], bh0, bl0, bh1, bl1);
+                }
+            }
+        }
+        __syncthreads(); /* every warp is done with this stage before the next chunk's copies reuse it */
+    }
+
+    /* acc[mi][ni][e] is C at output channel m, position j. */
+#pragma unroll
+    for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int m = m0 + wm * (BM / WM) + mi * 16 + gq + h * 8;
+            if (m >= f.m) continue;
+            const float bias = g.bias ? g.bias[m] : 0.0f;
+#pragma unroll
+            for (int ni = 0; ni < NTL; ni++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const int j = j0 + wn * (BN / WN) + ni * 8 + 2 * tq + e;
+                    if (j > j1) continue;
+                    const int img = j / np, q = j - img * np;
+                    g.y[((size_t)img * f.m + m) * np + q] = acc[mi][ni][2 * h + e] + bias;
+                }
+        }
+}
+
+/* Launches one kernel; the first launch of each opts it in to the shared memory its launches
+ * may take (more than the 48 KiB a kernel gets without asking). */
+template <int BM, int BN, int WM, bool TURN>
+static cudaError_t launch_one(int products, const hl_args &a, dim3 grid, size_t smem, cudaStream_t st)
+{
+    static bool opted[2];
+    if (products == 1) {
+        cudaError_t e = bn_smem_opt_in(halo_gemm<HL_KS, BM, BN, WM, 1, TURN>, &opted[0], HL_SMEM_MAX);
+        if (e != cudaSuccess) return e;
+        halo_gemm<HL_KS, BM, BN, WM, 1, TURN><<<grid, HL_WARPS * 32, smem, st>>>(a);
+    } else {
+        cudaError_t e = bn_smem_opt_in(halo_gemm<HL_KS, BM, BN, WM, 3, TURN>, &opted[1], HL_SMEM_MAX);
+        if (e != cudaSuccess) return e;
+        halo_gemm<HL_KS, BM, BN, WM, 3, TURN><<<grid, HL_WARPS * 32, smem, st>>>(a);
+    }
+    return cudaSuccess;
+}
+
+template <bool TURN>
+static cudaError_t launch_cfg(int cfg, int products, const hl_args &a, dim3 grid, size_t smem, cudaStream_t st)
+{
+    switch (cfg) {
+    case 0: return launch_one<128, 64, 4, TURN>(products, a, grid, smem, st);
+    case 1: return launch_one<64, 128, 2, TURN>(products, a, grid, smem, st);
+    case 2: return launch_one<64, 64, 2, TURN>(products, a, grid, smem, st);
+    case 3: return launch_one<32, 256, 1, TURN>(products, a, grid, smem, st);
+    default: return launch_one<32, 128, 1, TURN>(products, a, grid, smem, st);
+    }
+}
+
+static bn_status hl_launch(const bn_halo_plan *p, const bn_halo_pass *hp, const hl_form *f, bool turn, int wm,
+                           int wc, cudaStream_t st, const float *x, const float *w, const float *bias, float *y)
+{
+    if (!hp->ok) return bn_error(BN_ERR_INTERNAL, "halo convolution cannot run this shape: %s", hp->why);
+    hl_args a;
+    a.x = x, a.w = w, a.bias = bias, a.y = y, a.f = *f;
+    a.N = f->n * f->oh * f->ow;
+    a.pitch = hp->pitch;
+    a.wm = wm, a.wc = wc;
+    /* Whole 16-byte pieces: the forward pass's rows (c k^2 floats) a multiple of 4 floats from a
+     * 16-byte aligned start, so that a chunk's row starts aligned and its channels past the
+     * last end on a piece's edge. */
+    a.vec = !turn && f->ci % 4 == 0 && ((uintptr_t)w & 15) == 0;
+    const int cfg = hp->cfg;
+    const int bm = hl_tiles[cfg][0], bn = hl_tiles[cfg][1];
+    dim3 grid((a.N + bn - 1) / bn, (f->m + bm - 1) / bm);
+    const size_t smem = (size_t)hl_smem_floats(cfg, HL_KS, hp->pitch) * sizeof(float);
+    cudaError_t e = turn ? launch_cfg<true>(cfg, p->products, a, grid, smem, st)
+                         : launch_cfg<false>(cfg, p->products, a, grid, smem, st);
+    BN_CUDA(e);
+    BN_CUDA_LAUNCH();
+    return BN_OK;
+}
+
+extern "C" bn_status bn_halo_forward(const bn_halo_plan *p, const bn_conv_geom *g, int filters, int n, void *stream,
+                                     const float *x, const float *w, const float *b, float *y)
+{
+    const hl_form f = {n, g->c, g->h, g->w, filters, g->oh, g->ow, g->stride, g->pad};
+    const int kk = g->k * g->k;
+    return hl_launch(p, &p->pass[0], &f, false, g->c * kk, kk, (cudaStream_t)stream, x, w, b, y);
+}
+
+extern "C" bn_status bn_halo_backward_data(const bn_halo_plan *p, const bn_conv_geom *g, int filters, int n,
+                                           void *stream, const float *dy, const float *w, float *dx)
+{
+    const hl_form f = {n, filters, g->oh, g->ow, g->c, g->h, g->w, 1, g->k - 1 - g->pad};
+    const int kk = g->k * g->k;
+    return hl_launch(p, &p->pass[1], &f, true, kk, g->c * kk, (cudaStream_t)stream, dy, w, NULL, dx);
+}
+
+extern "C" bn_status bn_conv_run_halo(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass, void *stream,
+                                      const bn_conv_io *io)
+{
+    const bn_halo_plan *h = &p->halo;
+    if (pass == BN_CONV_FORWARD) return bn_halo_forward(h, &s->g, s->filters, s->n, stream, io->x, io->w, io->b, io->y);
+    if (pass == BN_CONV_DATA) return bn_halo_backward_data(h, &s->g, s->filters, s->n, stream, io->dy, io->w, io->dx);
+    return bn_error(BN_ERR_INTERNAL, "halo convolution has no filter pass");
+}

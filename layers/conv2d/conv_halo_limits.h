@@ -1,0 +1,55 @@
+/* conv_halo_limits.h - the tile configurations, window sizes and staging limits that the halo
+ * implicit-GEMM kernels (conv_halo.cu) and their plan making (conv_halo_plan.c) share, and the
+ * one rule both use for the input rows a block stages. */
+#ifndef BN_CONV_HALO_LIMITS_H
+#define BN_CONV_HALO_LIMITS_H
+
+#include "conv_halo.h"
+
+/* Channels per chunk: a chunk's summed index is its channels x the window's taps, and each
+ * 8-deep step of the products is one tap of the chunk's 8 channels. */
+#define HL_BC 8
+/* Warps per block. */
+#define HL_WARPS 8
+/* A block's staged rows take at most HL_HMAX x HL_WARPS x 32 positions of each channel. */
+#define HL_HMAX 8
+/* Window sizes the kernels are built for. */
+#define HL_KS 3
+/* Shared memory a block may take, so that two blocks share a multiprocessor. */
+#define HL_SMEM_MAX (113 * 1024)
+
+/* Tile configurations: {BM, BN, WM}: BM output channels x BN output positions a block, WM of
+ * its warps along the channels (and HL_WARPS / WM along the positions). */
+static const int hl_tiles[BN_HL_CONFIGS][3] = {{128, 64, 4}, {64, 128, 2}, {64, 64, 2}, {32, 256, 1}, {32, 128, 1}};
+
+/* A pass in the forward form the kernels run: an input of ci channels, ih x iw, padded by pad,
+ * read at stride `stride` by a KS x KS window into m channels of oh x ow. The data pass at
+ * stride 1 is this form over dy, with pad KS - 1 - pad and the window turned half a circle. */
+typedef struct hl_form {
+    int n, ci, ih, iw, m, oh, ow, stride, pad;
+} hl_form;
+
+/* The input rows that output positions j0 .. j1 (j = (image, y, x), flat) read: the padded
+ * images stacked, row P = image * (ih + 2 pad) + row; the first row is *first, the count
+ * returned. */
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+static inline int hl_rows(const hl_form *f, int ks, int j0, int j1, int *first)
+{
+    const int np = f->oh * f->ow, ph = f->ih + 2 * f->pad;
+    const int img0 = j0 / np, oy0 = (j0 - img0 * np) / f->ow;
+    const int img1 = j1 / np, oy1 = (j1 - img1 * np) / f->ow;
+    *first = img0 * ph + oy0 * f->stride;
+    return img1 * ph + oy1 * f->stride + ks - *first;
+}
+
+/* Floats of shared memory a block of configuration cfg takes: two stages, each the chunk's
+ * weights (BM rows of HL_BC x taps, 4 more for the banks) and its staged input, then the table of
+ * a staged channel's sources (pitch ints). */
+static inline long long hl_smem_floats(int cfg, int ks, int pitch)
+{
+    return 2LL * (hl_tiles[cfg][0] * (HL_BC * ks * ks + 4) + (long long)HL_BC * pitch) + pitch;
+}
+
+#endif

@@ -1,0 +1,123 @@
+/* conv_halo_plan.c - the halo implicit-GEMM kernels' plans (conv_halo.h): each pass's tile
+ * configuration, the rows its blocks stage and their pitch in shared memory, or why the kernels
+ * cannot run it. Host code with no device work, so that a build without CUDA can say where the
+ * family applies. */
+#include <limits.h>
+#include <string.h>
+
+#include "conv_family.h"
+#include "conv_halo.h"
+#include "conv_halo_limits.h"
+#include "core/layer.h"
+
+/* Configurations to try for m output channels, in order: the widest tile of channels the count
+ * fills, the tiles of more positions first. */
+static const int *hl_order(int m, int *count)
+{
+    static const int narrow[] = {3, 4}, middle[] = {1, 2}, wide[] = {0, 1, 2};
+    if (m <= 32) return *count = 2, narrow;
+    if (m <= 64) return *count = 2, middle;
+    return *count = 3, wide;
+}
+
+/* The most rows any block of bn positions stages: the blocks' first positions modulo an image's
+ * repeat after at most np blocks, and a shorter last block stages no more. */
+static int hl_most_rows(const hl_form *f, int bn)
+{
+    const long long np = (long long)f->oh * f->ow, total = np * f->n;
+    const long long blocks = (total + bn - 1) / bn, seen = blocks < np ? blocks : np;
+    int most = 0;
+    for (long long b = 0; b < seen; b++) {
+        const long long j0 = b * bn, j1 = j0 + bn - 1 < total ? j0 + bn - 1 : total - 1;
+        int first;
+        const int rows = hl_rows(f, HL_KS, (int)j0, (int)j1, &first);
+        if (rows > most) most = rows;
+    }
+    return most;
+}
+
+static void hl_pass(bn_halo_pass *p, const hl_form *f, int sms)
+{
+    memset(p, 0, sizeof *p);
+    const long long np = (long long)f->oh * f->ow;
+    const long long rw = (long long)f->iw + 2 * f->pad;
+    /* A block stages at least a window's rows of the padded input. */
+    if (rw * HL_KS > (long long)HL_HMAX * HL_WARPS * 32) {
+        p->why = "input rows too wide to stage";
+        return;
+    }
+    int count;
+    const int *order = hl_order(f->m, &count);
+    const long long wave = sms > 0 ? sms : 100;
+    for (int i = 0; i < count; i++) {
+        const int cfg = order[i], bm = hl_tiles[cfg][0], bn = hl_tiles[cfg][1];
+        const long long blocks = ((f->m + bm - 1) / bm) * ((np * f->n + bn - 1) / bn);
+        /* A later configuration only where this one leaves the GPU short of a wave. */
+        if (blocks < wave && i + 1 < count) continue;
+        const int rows = hl_most_rows(f, bn);
+        if ((long long)rows * rw > (long long)HL_HMAX * HL_WARPS * 32) continue;
+        int pitch = (int)(rows * rw);
+        pitch += ((8 - pitch % 32) + 32) % 32; /* pitch = 8 (mod 32): the lanes' channels in other banks */
+        if (hl_smem_floats(cfg, HL_KS, pitch) * (long long)sizeof(float) > HL_SMEM_MAX) continue;
+        p->ok = 1, p->cfg = cfg, p->rows = rows, p->pitch = pitch;
+        return;
+    }
+    p->why = "input rows too many to stage";
+}
+
+void bn_halo_plan_make(bn_halo_plan *p, const bn_conv_geom *g, int filters, int n, int sms, int tf32)
+{
+    memset(p, 0, sizeof *p);
+    p->products = tf32 ? 1 : 3;
+    const char *shape_why = NULL;
+    if (g->k != HL_KS)
+        shape_why = "windows of 3 only";
+    else if ((long long)n * g->c * g->h * g->w >= INT_MAX || (long long)n * filters * g->oh * g->ow >= INT_MAX ||
+             (long long)filters * g->c * g->k * g->k >= INT_MAX)
+        shape_why = "shape outside its kernels' limits";
+    if (shape_why) {
+        p->pass[0].why = p->pass[1].why = shape_why;
+        return;
+    }
+    const hl_form fwd = {n, g->c, g->h, g->w, filters, g->oh, g->ow, g->stride, g->pad};
+    hl_pass(&p->pass[0], &fwd, sms);
+    if (g->stride != 1) {
+        p->pass[1].why = "stride 1 only";
+    } else if (g->pad > g->k - 1) {
+        p->pass[1].why = "padding wider than the window";
+    } else {
+        const hl_form data = {n, filters, g->oh, g->ow, g->c, g->h, g->w, 1, g->k - 1 - g->pad};
+        hl_pass(&p->pass[1], &data, sms);
+    }
+}
+
+static void plan(bn_conv_family_plan *p, const bn_conv_shape *s)
+{
+    bn_halo_plan_make(&p->halo, &s->g, s->filters, s->n, s->sms, s->tf32);
+}
+
+static const char *refuses(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass)
+{
+    (void)s;
+    const bn_halo_pass *h = &p->halo.pass[pass];
+    return h->ok ? NULL : h->why;
+}
+
+static size_t workspace(const bn_conv_family_plan *p)
+{
+    (void)p;
+    return 0;
+}
+
+/* Offered for the passes it serves: the timed choice takes it where it beats the others (3x3
+ * layers of many channels); last in the rule's order, which was measured at LeNet's sizes. */
+const bn_conv_family bn_conv_family_halo = {
+    .name = "halo",
+    .serves = 1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA,
+    .offered = 1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA,
+    .rank = {5, 5, 5},
+    .plan = plan,
+    .refuses = refuses,
+    .workspace = workspace,
+    .run = BN_GPU(bn_conv_run_halo),
+};
