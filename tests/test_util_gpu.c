@@ -326,7 +326,7 @@ static int check_own_convs(const layer_case *lc, bn_net *net, int n)
         } else if (gt_forced_family == BN_CONV_FAMILY_HALO) {
             bn_halo_plan hp;
             bn_halo_plan_make(&hp, &c->g, c->filters, n, 1, 0);
-            can[0] = hp.pass[0].ok, can[1] = hp.pass[1].ok, can[2] = 0;
+            can[0] = hp.pass[0].ok, can[1] = hp.pass[1].ok, can[2] = hp.pass[2].ok;
         }
         const char *pass_family[3];
         for (int k = 0; k < 3; k++) pass_family[k] = names[can[k] ? gt_forced_family : 0];

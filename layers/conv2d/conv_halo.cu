@@ -195,6 +195,152 @@ static __global__ void __launch_bounds__(HL_WARPS * 32, 2) halo_gemm(hl_args g)
         }
 }
 
+/* The filter pass: C (filters x channels k^2) = dy (filters x positions) x windows (positions x
+ * channels k^2), summed over a span of the positions (blockIdx.z). A block of WM x WN warps takes
+ * 32 WM filters and 8 WN channels, each warp 32 filters x 8 channels x every tap; it walks its
+ * span in chunks of HL_KP positions, staging each chunk's dy rows and the input rows (with their
+ * halo) that its windows reach. Each 8-deep step is 8 positions: the A fragment from dy by
+ * ldmatrix, the B fragments from the staged rows at the 8 positions shifted by each tap. */
+typedef struct hf_args {
+    const float *x, *dy;
+    float *parts;        /* [splits][filters][channels k^2 + 1]: dw's sums, then db's */
+    hl_form f;           /* m: the filters */
+    int N;               /* n oh ow, the positions summed */
+    int pitch, span;
+    int vec;             /* dy's rows are whole 16-byte pieces (oh ow a multiple of 4, aligned) */
+} hf_args;
+
+template <int KS, int WM, int WN, int PROD>
+static __global__ void __launch_bounds__(WM * WN * 32, 16 / (WM * WN)) halo_filter(hf_args g)
+{
+    constexpr int NT = WM * WN * 32, KK = KS * KS, BM = 32 * WM, BC = 8 * WN, MT = 2;
+    constexpr int A_LD = HL_KP + 4; /* A_LD / 4 odd: an ldmatrix's eight rows in other banks */
+    extern __shared__ float4 smem4[];
+    float *sm = (float *)smem4;
+    const int a_size = BM * A_LD, st_size = a_size + BC * g.pitch + 2 * HL_KP;
+
+    const hl_form f = g.f;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gq = lane >> 2, tq = lane & 3;
+    const int wm = warp % WM, wn = warp / WM;
+    const int m0 = blockIdx.y * BM, c0 = blockIdx.x * BC;
+    const int kb = blockIdx.z * g.span, ke = min(g.N, kb + g.span);
+    const int np = f.oh * f.ow, ph = f.ih + 2 * f.pad, rw = f.iw + 2 * f.pad, chw = f.ih * f.iw;
+    const int chunks = (ke - kb + HL_KP - 1) / HL_KP;
+
+    /* Chunk jc's tables in stage buf: each position's staged place (pos) and dy offset at filter
+     * 0 (off; -1 past the span). */
+    auto tables = [&](int buf, int jc) {
+        int *pos = (int *)(sm + buf * st_size + a_size + BC * g.pitch), *off = pos + HL_KP;
+        const int jl = min(jc + HL_KP, ke) - 1;
+        int first;
+        hl_rows(&f, KS, jc, jl, &first);
+        for (int k = tid; k < HL_KP; k += NT) {
+            const int j = min(jc + k, jl), img = j / np, q = j - img * np, oy = q / f.ow, ox = q - oy * f.ow;
+            pos[k] = (img * ph + oy * f.stride - first) * rw + ox * f.stride;
+            off[k] = jc + k <= jl ? img * f.m * np + q : -1;
+        }
+    };
+    const uint32_t s_base = (uint32_t)__cvta_generic_to_shared(sm);
+    /* Chunk jc's dy rows and staged input into stage buf (its tables made). */
+    auto load = [&](int buf, int jc) {
+        const uint32_t as = s_base + 4 * buf * st_size, bs = as + 4 * a_size;
+        const int *off = (const int *)(sm + buf * st_size + a_size + BC * g.pitch) + HL_KP;
+        const int jl = min(jc + HL_KP, ke) - 1;
+        int first;
+        const int plane = hl_rows(&f, KS, jc, jl, &first) * rw;
+        if (g.vec) {
+            for (int v = tid; v < BM * HL_KP / 4; v += NT) {
+                const int r = v / (HL_KP / 4), k = (v - r * (HL_KP / 4)) * 4, o = off[k];
+                const bool live = o >= 0 && m0 + r < f.m;
+                copy_w<4>(as + 4 * (r * A_LD + k), live ? g.dy + o + (m0 + r) * np : g.dy, live ? 16 : 0);
+            }
+        } else {
+            for (int e = tid; e < BM * HL_KP; e += NT) {
+                const int r = e / HL_KP, k = e - r * HL_KP, o = off[k];
+                const bool live = o >= 0 && m0 + r < f.m;
+                copy4(as + 4 * (r * A_LD + k), live ? g.dy + o + (m0 + r) * np : g.dy, live);
+            }
+        }
+        for (int e = tid; e < plane; e += NT) {
+            const int r = e / rw, xx = e - r * rw;
+            const int row = first + r, img = row / ph, iy = row - img * ph - f.pad, ix = xx - f.pad;
+            const int src =
+                img < f.n && iy >= 0 && iy < f.ih && ix >= 0 && ix < f.iw ? img * f.ci * chw + iy * f.iw + ix : -1;
+#pragma unroll
+            for (int c = 0; c < BC; c++) {
+                const bool live = src >= 0 && c0 + c < f.ci;
+                copy4(bs + 4 * (c * g.pitch + e), live ? g.x + src + (c0 + c) * chw : g.x, live);
+            }
+        }
+    };
+
+    float acc[MT][KK][4] = {};
+    const bool bias_rows = blockIdx.x == 0 && tid < BM;
+    float bsum = 0.0f;
+    const int b_lane = (wn * 8 + gq) * g.pitch;
+    tables(0, kb);
+    __syncthreads();
+    load(0, kb);
+    __pipeline_commit();
+    for (int ch = 0; ch < chunks; ch++) {
+        const int jn = kb + (ch + 1) * HL_KP;
+        if (ch + 1 < chunks) tables((ch + 1) & 1, jn);
+        __syncthreads(); /* the next chunk's tables are made */
+        if (ch + 1 < chunks) load((ch + 1) & 1, jn);
+        __pipeline_commit();
+        __pipeline_wait_prior(1); /* chunk ch has landed */
+        __syncthreads();
+        const float *As = sm + (ch & 1) * st_size, *Bs = As + a_size;
+        const int *pos = (const int *)(Bs + BC * g.pitch);
+        const uint32_t a_at = s_base + 4 * (ch & 1) * st_size;
+#pragma unroll 1
+        for (int k8 = 0; k8 < HL_KP; k8 += 8) {
+            uint32_t ah[MT][4], al[MT][4];
+#pragma unroll
+            for (int mi = 0; mi < MT; mi++) {
+                const int row = wm * 32 + mi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+                uint32_t fr[4];
+                ldmatrix_x4(fr, a_at + 4 * (row * A_LD + k8 + (lane >> 4) * 4));
+                split_frag_a(__uint_as_float(fr[0]), __uint_as_float(fr[1]), __uint_as_float(fr[2]),
+                             __uint_as_float(fr[3]), ah[mi], al[mi]);
+            }
+            const float *b0p = Bs + b_lane + pos[k8 + tq], *b1p = Bs + b_lane + pos[k8 + tq + 4];
+#pragma unroll
+            for (int t = 0; t < KK; t++) {
+                const int shift = (t / KS) * rw + t % KS;
+                uint32_t bh0, bl0, bh1, bl1;
+                split_tf32(b0p[shift], bh0, bl0);
+                split_tf32(b1p[shift], bh1, bl1);
+#pragma unroll
+                for (int mi = 0; mi < MT; mi++) {
+                    if (PROD == 1) mma_tf32(acc[mi][t], ah[mi], bh0, bh1);
+                    else mma_split(acc[mi][t], ah[mi], al[mi], bh0, bl0, bh1, bl1);
+                }
+            }
+        }
+        if (bias_rows) {
+            const float *a = As + tid * A_LD;
+            for (int k = 0; k < HL_KP; k++) bsum += a[k];
+        }
+        __syncthreads(); /* every warp is done with this stage before the next chunk's tables and
+                            copies reuse it */
+    }
+
+    /* This span's partials: filters x channels k^2 for dw, then filters for db. */
+    const int taps = f.ci * KK;
+    float *out = g.parts + (size_t)blockIdx.z * f.m * (taps + 1);
+    if (bias_rows && m0 + tid < f.m) out[(size_t)f.m * taps + m0 + tid] = bsum;
+#pragma unroll
+    for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int m = m0 + wm * 32 + mi * 16 + gq + (e >> 1) * 8, c = c0 + wn * 8 + 2 * tq + (e & 1);
+            if (m >= f.m || c >= f.ci) continue;
+#pragma unroll
+            for (int t = 0; t < KK; t++) out[(size_t)m * taps + c * KK + t] = acc[mi][t][e];
+        }
+}
+
 /* Launches one kernel; the first launch of each opts it in to the shared memory its launches
  * may take (more than the 48 KiB a kernel gets without asking). */
 template <int BM, int BN, int WM, bool TURN>
@@ -265,11 +411,55 @@ extern "C" bn_status bn_halo_backward_data(const bn_halo_plan *p, const bn_conv_
     return hl_launch(p, &p->pass[1], &f, true, kk, g->c * kk, (cudaStream_t)stream, dy, w, NULL, dx);
 }
 
+template <int WM, int WN>
+static cudaError_t launch_filter(int products, const hf_args &a, dim3 grid, size_t smem, cudaStream_t st)
+{
+    static bool opted[2];
+    if (products == 1) {
+        cudaError_t e = bn_smem_opt_in(halo_filter<HL_KS, WM, WN, 1>, &opted[0], HL_SMEM_MAX);
+        if (e != cudaSuccess) return e;
+        halo_filter<HL_KS, WM, WN, 1><<<grid, WM * WN * 32, smem, st>>>(a);
+    } else {
+        cudaError_t e = bn_smem_opt_in(halo_filter<HL_KS, WM, WN, 3>, &opted[1], HL_SMEM_MAX);
+        if (e != cudaSuccess) return e;
+        halo_filter<HL_KS, WM, WN, 3><<<grid, WM * WN * 32, smem, st>>>(a);
+    }
+    return cudaSuccess;
+}
+
+extern "C" bn_status bn_halo_backward_filter_parts(const bn_halo_plan *p, const bn_conv_geom *g, int filters, int n,
+                                                   void *stream, const float *x, const float *dy, float *parts)
+{
+    const bn_halo_pass *hp = &p->pass[2];
+    if (!hp->ok) return bn_error(BN_ERR_INTERNAL, "halo convolution cannot run this shape: %s", hp->why);
+    hf_args a;
+    a.x = x, a.dy = dy, a.parts = parts;
+    const hl_form form = {n, g->c, g->h, g->w, filters, g->oh, g->ow, g->stride, g->pad};
+    a.f = form;
+    a.N = n * g->oh * g->ow;
+    a.pitch = hp->pitch, a.span = hp->span;
+    a.vec = (g->oh * g->ow) % 4 == 0 && ((uintptr_t)dy & 15) == 0;
+    const int cfg = hp->cfg, wm = hl_filter_tiles[cfg][0], wn = hl_filter_tiles[cfg][1];
+    dim3 grid((g->c + 8 * wn - 1) / (8 * wn), (filters + 32 * wm - 1) / (32 * wm), hp->splits);
+    const size_t smem = (size_t)hl_filter_smem_floats(cfg, hp->pitch) * sizeof(float);
+    cudaError_t e;
+    switch (cfg) {
+    case 0: e = launch_filter<4, 2>(p->products, a, grid, smem, (cudaStream_t)stream); break;
+    case 1: e = launch_filter<2, 4>(p->products, a, grid, smem, (cudaStream_t)stream); break;
+    default: e = launch_filter<1, 4>(p->products, a, grid, smem, (cudaStream_t)stream); break;
+    }
+    BN_CUDA(e);
+    BN_CUDA_LAUNCH();
+    return BN_OK;
+}
+
 extern "C" bn_status bn_conv_run_halo(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass, void *stream,
                                       const bn_conv_io *io)
 {
     const bn_halo_plan *h = &p->halo;
     if (pass == BN_CONV_FORWARD) return bn_halo_forward(h, &s->g, s->filters, s->n, stream, io->x, io->w, io->b, io->y);
     if (pass == BN_CONV_DATA) return bn_halo_backward_data(h, &s->g, s->filters, s->n, stream, io->dy, io->w, io->dx);
-    return bn_error(BN_ERR_INTERNAL, "halo convolution has no filter pass");
+    const bn_halo_pass *fp = &h->pass[2];
+    BN_TRY(bn_halo_backward_filter_parts(h, &s->g, s->filters, s->n, stream, io->x, io->dy, io->parts));
+    return bn_direct_finish_filter(stream, io->parts, fp->splits, s->filters, s->g.c * s->g.k * s->g.k, io->dw, io->db);
 }

@@ -1,10 +1,11 @@
 /* conv_halo.h - blobnet's halo implicit-GEMM convolution kernels (conv_halo.cu), the conv2d
- * layer's family for 3x3 windows of many channels: the forward pass at any stride and the data
- * pass at stride 1, each one matrix product on the tensor cores (split TF32, FP32 accuracy; TF32
+ * layer's family for 3x3 windows of many channels: the forward and filter passes at any stride
+ * and the data pass at stride 1, each one matrix product on the tensor cores (split TF32, FP32 accuracy; TF32
  * alone in a tf32 context) whose input rows a block stages once per chunk of channels, with the
  * rows and columns of their halo, and reads at every tap from there. The implicit GEMM
  * (conv_igemm.h) copies an input value once per tap that reads it; here each value is copied once
- * per block. Deterministic and graph-capturable; a plan needs no device work to make. */
+ * per block (per chunk of output positions, in the filter pass). Deterministic and
+ * graph-capturable; a plan needs no device work to make. */
 #ifndef BN_CONV_HALO_H
 #define BN_CONV_HALO_H
 
@@ -15,8 +16,9 @@
 extern "C" {
 #endif
 
-/* Tile configurations (block tile sizes) the kernels come in. */
-enum { BN_HL_CONFIGS = 5 };
+/* Tile configurations (block tile sizes) the forward and data kernels come in, and the filter
+ * kernel. */
+enum { BN_HL_CONFIGS = 5, BN_HL_FILTER_CONFIGS = 3 };
 
 typedef struct bn_halo_pass {
     int ok;           /* the kernels can run this pass */
@@ -24,22 +26,27 @@ typedef struct bn_halo_pass {
     int cfg;          /* tile configuration */
     int rows;         /* the most input rows (halo included) a block stages */
     int pitch;        /* floats a staged channel takes in shared memory */
+    int span, splits; /* filter pass: output positions per block, and blocks along them */
 } bn_halo_pass;
 
 typedef struct bn_halo_plan {
-    bn_halo_pass pass[2]; /* forward, data */
+    bn_halo_pass pass[3]; /* forward, data, filter */
     int products;         /* TF32 products per multiply: 3 (FP32 accuracy), 1 with tf32 */
+    size_t workspace;     /* bytes of partial sums the filter pass needs */
 } bn_halo_plan;
 
 /* Fills a plan for a batch of n; sms is the device's multiprocessor count; tf32 nonzero: one
  * TF32 product per multiply instead of three. Never fails: a pass these kernels cannot run has
  * its ok flag cleared and its reason set. */
 void bn_halo_plan_make(bn_halo_plan *p, const bn_conv_geom *g, int filters, int n, int sms, int tf32);
-/* forward writes y (bias added, where b is not NULL); data writes dx. */
+/* forward writes y (bias added, where b is not NULL); data writes dx; filter_parts writes the
+ * partial sums that bn_direct_finish_filter adds into dw and db (plan->pass[2].splits spans). */
 bn_status bn_halo_forward(const bn_halo_plan *p, const bn_conv_geom *g, int filters, int n, void *stream,
                           const float *x, const float *w, const float *b, float *y);
 bn_status bn_halo_backward_data(const bn_halo_plan *p, const bn_conv_geom *g, int filters, int n, void *stream,
                                 const float *dy, const float *w, float *dx);
+bn_status bn_halo_backward_filter_parts(const bn_halo_plan *p, const bn_conv_geom *g, int filters, int n,
+                                        void *stream, const float *x, const float *dy, float *parts);
 
 #ifdef __cplusplus
 }

@@ -22,6 +22,11 @@
  * its warps along the channels (and HL_WARPS / WM along the positions). */
 static const int hl_tiles[BN_HL_CONFIGS][3] = {{128, 64, 4}, {64, 128, 2}, {64, 64, 2}, {32, 256, 1}, {32, 128, 1}};
 
+/* The filter pass: {WM, WN} warps along the filters and the channels (8 warps, or 4 for up to 32
+ * filters), each warp 32 filters x 8 channels x the taps; HL_KP output positions a chunk. */
+static const int hl_filter_tiles[BN_HL_FILTER_CONFIGS][2] = {{4, 2}, {2, 4}, {1, 4}};
+#define HL_KP 64
+
 /* A pass in the forward form the kernels run: an input of ci channels, ih x iw, padded by pad,
  * read at stride `stride` by a KS x KS window into m channels of oh x ow. The data pass at
  * stride 1 is this form over dy, with pad KS - 1 - pad and the window turned half a circle. */
@@ -50,6 +55,14 @@ static inline int hl_rows(const hl_form *f, int ks, int j0, int j1, int *first)
 static inline long long hl_smem_floats(int cfg, int ks, int pitch)
 {
     return 2LL * (hl_tiles[cfg][0] * (HL_BC * ks * ks + 4) + (long long)HL_BC * pitch) + pitch;
+}
+
+/* Floats of shared memory a filter block of configuration cfg takes: two stages, each a chunk's
+ * dy (32 WM rows of HL_KP positions, 4 more for the banks), its staged input (8 WN channels) and
+ * its positions' two tables. */
+static inline long long hl_filter_smem_floats(int cfg, int pitch)
+{
+    return 2LL * (32 * hl_filter_tiles[cfg][0] * (HL_KP + 4) + 8LL * hl_filter_tiles[cfg][1] * pitch + 2 * HL_KP);
 }
 
 #endif

@@ -65,6 +65,42 @@ static void hl_pass(bn_halo_pass *p, const hl_form *f, int sms)
     p->why = "input rows too many to stage";
 }
 
+/* The filter pass: the tile by the filters (32 a warp), spans of at least four whole chunks for
+ * about two blocks a multiprocessor. */
+static void hl_filter_pass(bn_halo_pass *p, size_t *workspace, const hl_form *f, int sms)
+{
+    memset(p, 0, sizeof *p);
+    const long long np = (long long)f->oh * f->ow, total = np * f->n, rw = (long long)f->iw + 2 * f->pad;
+    const int rows = hl_most_rows(f, HL_KP);
+    if ((long long)rows * rw > (long long)HL_HMAX * HL_WARPS * 32) {
+        p->why = "input rows too many to stage";
+        return;
+    }
+    const int cfg = f->m <= 32 ? 2 : f->m <= 64 ? 1 : 0;
+    int pitch = (int)(rows * rw);
+    pitch += ((8 - pitch % 32) + 32) % 32;
+    if (hl_filter_smem_floats(cfg, pitch) * (long long)sizeof(float) > HL_SMEM_MAX) {
+        p->why = "input rows too many to stage";
+        return;
+    }
+    const long long tiles = (long long)((f->m + 32 * hl_filter_tiles[cfg][0] - 1) / (32 * hl_filter_tiles[cfg][0])) *
+                            ((f->ci + 8 * hl_filter_tiles[cfg][1] - 1) / (8 * hl_filter_tiles[cfg][1]));
+    const long long want = 2LL * (sms > 0 ? sms : 100);
+    long long splits = (want + tiles - 1) / tiles;
+    long long span = (total + splits - 1) / splits;
+    if (span < 4 * HL_KP) span = 4 * HL_KP;
+    span = (span + HL_KP - 1) / HL_KP * HL_KP;
+    splits = (total + span - 1) / span;
+    const long long taps = (long long)f->ci * HL_KS * HL_KS;
+    if (splits > 65535 || splits * f->m * (taps + 1) >= INT_MAX) {
+        p->why = "shape outside its kernels' limits";
+        return;
+    }
+    p->ok = 1, p->cfg = cfg, p->rows = rows, p->pitch = pitch;
+    p->span = (int)span, p->splits = (int)splits;
+    *workspace = (size_t)splits * f->m * (taps + 1) * sizeof(float);
+}
+
 void bn_halo_plan_make(bn_halo_plan *p, const bn_conv_geom *g, int filters, int n, int sms, int tf32)
 {
     memset(p, 0, sizeof *p);
@@ -76,11 +112,12 @@ void bn_halo_plan_make(bn_halo_plan *p, const bn_conv_geom *g, int filters, int 
              (long long)filters * g->c * g->k * g->k >= INT_MAX)
         shape_why = "shape outside its kernels' limits";
     if (shape_why) {
-        p->pass[0].why = p->pass[1].why = shape_why;
+        p->pass[0].why = p->pass[1].why = p->pass[2].why = shape_why;
         return;
     }
     const hl_form fwd = {n, g->c, g->h, g->w, filters, g->oh, g->ow, g->stride, g->pad};
     hl_pass(&p->pass[0], &fwd, sms);
+    hl_filter_pass(&p->pass[2], &p->workspace, &fwd, sms);
     if (g->stride != 1) {
         p->pass[1].why = "stride 1 only";
     } else if (g->pad > g->k - 1) {
@@ -105,16 +142,15 @@ static const char *refuses(const bn_conv_family_plan *p, const bn_conv_shape *s,
 
 static size_t workspace(const bn_conv_family_plan *p)
 {
-    (void)p;
-    return 0;
+    return p->halo.workspace;
 }
 
-/* Offered for the passes it serves: the timed choice takes it where it beats the others (3x3
- * layers of many channels); last in the rule's order, which was measured at LeNet's sizes. */
+/* Offered for every pass: the timed choice takes it where it beats the others (3x3 layers of
+ * many channels); last in the rule's order, which was measured at LeNet's sizes. */
 const bn_conv_family bn_conv_family_halo = {
     .name = "halo",
-    .serves = 1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA,
-    .offered = 1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA,
+    .serves = 1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA | 1u << BN_CONV_FILTER,
+    .offered = 1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA | 1u << BN_CONV_FILTER,
     .rank = {5, 5, 5},
     .plan = plan,
     .refuses = refuses,
