@@ -87,40 +87,45 @@ static __global__ void __launch_bounds__(HL_WARPS * 32, 2) halo_gemm(hl_args g)
     __syncthreads();
 
     const uint32_t s_base = (uint32_t)__cvta_generic_to_shared(sm);
-    /* Chunk c0's weights and staged rows into stage buf. */
+    /* Chunk c0's weights and staged rows into stage buf. Each copy's source is one 64-bit add
+     * to a base of the chunk, and a valid address where nothing is read (zeros written). */
     auto load = [&](int buf, int c0) {
         const uint32_t as = s_base + 4 * buf * st_size, bs = as + 4 * a_size;
+        const int nc = min(HL_BC, f.ci - c0); /* the chunk's channels */
         if (g.vec) {
+            const float *wb = g.w + c0 * KK;
 #pragma unroll
             for (int i = 0; i < VECS; i++) {
                 const int v = tid + NT * i, r = v / VROW, q = v - r * VROW;
                 if (v < BM * VROW) {
-                    const bool live = m0 + r < f.m && c0 * KK + 4 * q < f.ci * KK;
-                    copy_w<4>(as + 4 * (r * A_LD + 4 * q), live ? g.w + (m0 + r) * g.wm + c0 * KK + 4 * q : g.w,
-                              live ? 16 : 0);
+                    const bool live = m0 + r < f.m && 4 * q < nc * KK;
+                    copy_w<4>(as + 4 * (r * A_LD + 4 * q), wb + (live ? (m0 + r) * g.wm + 4 * q : 0), live ? 16 : 0);
                 }
             }
         } else {
             /* (row, tap) pairs p, each copied for the chunk's channels. */
+            const float *wb = g.w + (size_t)c0 * g.wc;
 #pragma unroll
             for (int i = 0; i < PAIRS; i++) {
                 const int p = tid + NT * i, r = p / KK, t = p - r * KK;
                 if (p >= BM * KK) break;
                 const bool row_live = m0 + r < f.m;
-                const float *src = g.w + (row_live ? (m0 + r) * g.wm + t : 0);
+                const float *src = wb + (row_live ? (m0 + r) * g.wm + t : 0);
 #pragma unroll
                 for (int c = 0; c < HL_BC; c++) {
-                    const bool live = row_live && c0 + c < f.ci;
-                    copy4(as + 4 * (r * A_LD + t + c * KK), live ? src + (c0 + c) * g.wc : g.w, live);
+                    const bool live = row_live && c < nc;
+                    copy4(as + 4 * (r * A_LD + t + c * KK), src + (live ? c * g.wc : 0), live);
                 }
             }
         }
+        const float *xb = g.x + (size_t)c0 * chw;
         for (int e = tid; e < plane; e += NT) {
             const int src = hsrc[e];
+            const float *p = xb + (src >= 0 ? src : 0);
 #pragma unroll
             for (int c = 0; c < HL_BC; c++) {
-                const bool live = src >= 0 && c0 + c < f.ci;
-                copy4(bs + 4 * (c * g.pitch + e), live ? g.x + src + (c0 + c) * chw : g.x, live);
+                const bool live = src >= 0 && c < nc;
+                copy4(bs + 4 * (c * g.pitch + e), p + (live ? c * chw : 0), live);
             }
         }
     };
@@ -252,24 +257,27 @@ static __global__ void __launch_bounds__(WM * WN * 32, 16 / (WM * WN)) halo_filt
             for (int v = tid; v < BM * HL_KP / 4; v += NT) {
                 const int r = v / (HL_KP / 4), k = (v - r * (HL_KP / 4)) * 4, o = off[k];
                 const bool live = o >= 0 && m0 + r < f.m;
-                copy_w<4>(as + 4 * (r * A_LD + k), live ? g.dy + o + (m0 + r) * np : g.dy, live ? 16 : 0);
+                copy_w<4>(as + 4 * (r * A_LD + k), g.dy + (live ? o + (m0 + r) * np : 0), live ? 16 : 0);
             }
         } else {
             for (int e = tid; e < BM * HL_KP; e += NT) {
                 const int r = e / HL_KP, k = e - r * HL_KP, o = off[k];
                 const bool live = o >= 0 && m0 + r < f.m;
-                copy4(as + 4 * (r * A_LD + k), live ? g.dy + o + (m0 + r) * np : g.dy, live);
+                copy4(as + 4 * (r * A_LD + k), g.dy + (live ? o + (m0 + r) * np : 0), live);
             }
         }
+        const int nc = min(BC, f.ci - c0); /* the tile's channels */
+        const float *xb = g.x + (size_t)c0 * chw;
         for (int e = tid; e < plane; e += NT) {
             const int r = e / rw, xx = e - r * rw;
             const int row = first + r, img = row / ph, iy = row - img * ph - f.pad, ix = xx - f.pad;
             const int src =
                 img < f.n && iy >= 0 && iy < f.ih && ix >= 0 && ix < f.iw ? img * f.ci * chw + iy * f.iw + ix : -1;
+            const float *p = xb + (src >= 0 ? src : 0);
 #pragma unroll
             for (int c = 0; c < BC; c++) {
-                const bool live = src >= 0 && c0 + c < f.ci;
-                copy4(bs + 4 * (c * g.pitch + e), live ? g.x + src + (c0 + c) * chw : g.x, live);
+                const bool live = src >= 0 && c < nc;
+                copy4(bs + 4 * (c * g.pitch + e), p + (live ? c * chw : 0), live);
             }
         }
     };
@@ -446,7 +454,8 @@ extern "C" bn_status bn_halo_backward_filter_parts(const bn_halo_plan *p, const 
     switch (cfg) {
     case 0: e = launch_filter<4, 2>(p->products, a, grid, smem, (cudaStream_t)stream); break;
     case 1: e = launch_filter<2, 4>(p->products, a, grid, smem, (cudaStream_t)stream); break;
-    default: e = launch_filter<1, 4>(p->products, a, grid, smem, (cudaStream_t)stream); break;
+    case 2: e = launch_filter<1, 4>(p->products, a, grid, smem, (cudaStream_t)stream); break;
+    default: e = launch_filter<2, 2>(p->products, a, grid, smem, (cudaStream_t)stream); break;
     }
     BN_CUDA(e);
     BN_CUDA_LAUNCH();

@@ -18,7 +18,7 @@ extern "C" {
 
 /* Tile configurations (block tile sizes) the forward and data kernels come in, and the filter
  * kernel. */
-enum { BN_HL_CONFIGS = 5, BN_HL_FILTER_CONFIGS = 3 };
+enum { BN_HL_CONFIGS = 5, BN_HL_FILTER_CONFIGS = 4 };
 
 typedef struct bn_halo_pass {
     int ok;           /* the kernels can run this pass */

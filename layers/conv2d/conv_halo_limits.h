@@ -22,9 +22,9 @@
  * its warps along the channels (and HL_WARPS / WM along the positions). */
 static const int hl_tiles[BN_HL_CONFIGS][3] = {{128, 64, 4}, {64, 128, 2}, {64, 64, 2}, {32, 256, 1}, {32, 128, 1}};
 
-/* The filter pass: {WM, WN} warps along the filters and the channels (8 warps, or 4 for up to 32
- * filters), each warp 32 filters x 8 channels x the taps; HL_KP output positions a chunk. */
-static const int hl_filter_tiles[BN_HL_FILTER_CONFIGS][2] = {{4, 2}, {2, 4}, {1, 4}};
+/* The filter pass: {WM, WN} warps along the filters and the channels (8 warps, or 4), each warp
+ * 32 filters x 8 channels x the taps; HL_KP output positions a chunk. */
+static const int hl_filter_tiles[BN_HL_FILTER_CONFIGS][2] = {{4, 2}, {2, 4}, {1, 4}, {2, 2}};
 #define HL_KP 64
 
 /* A pass in the forward form the kernels run: an input of ci channels, ih x iw, padded by pad,

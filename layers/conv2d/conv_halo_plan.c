@@ -65,32 +65,44 @@ static void hl_pass(bn_halo_pass *p, const hl_form *f, int sms)
     p->why = "input rows too many to stage";
 }
 
-/* The filter pass: the tile by the filters (32 a warp), spans of at least four whole chunks for
- * about two blocks a multiprocessor. */
+/* Blocks of filter configuration cfg, and their span, for spans of at least four whole chunks
+ * and about two blocks a multiprocessor. */
+static long long hl_filter_blocks(const hl_form *f, int cfg, long long wave, long long *span_out)
+{
+    const int bm = 32 * hl_filter_tiles[cfg][0], bc = 8 * hl_filter_tiles[cfg][1];
+    const long long total = (long long)f->oh * f->ow * f->n;
+    const long long tiles = (long long)((f->m + bm - 1) / bm) * ((f->ci + bc - 1) / bc);
+    long long splits = (2 * wave + tiles - 1) / tiles;
+    long long span = (total + splits - 1) / splits;
+    if (span < 4 * HL_KP) span = 4 * HL_KP;
+    span = (span + HL_KP - 1) / HL_KP * HL_KP;
+    *span_out = span;
+    return tiles * ((total + span - 1) / span);
+}
+
+/* The filter pass: the tile by the filters (32 a warp; 8 warps, or 4 where 8 would leave
+ * multiprocessors without a block). */
 static void hl_filter_pass(bn_halo_pass *p, size_t *workspace, const hl_form *f, int sms)
 {
     memset(p, 0, sizeof *p);
-    const long long np = (long long)f->oh * f->ow, total = np * f->n, rw = (long long)f->iw + 2 * f->pad;
+    const long long total = (long long)f->oh * f->ow * f->n, rw = (long long)f->iw + 2 * f->pad;
+    const long long wave = sms > 0 ? sms : 100;
     const int rows = hl_most_rows(f, HL_KP);
     if ((long long)rows * rw > (long long)HL_HMAX * HL_WARPS * 32) {
         p->why = "input rows too many to stage";
         return;
     }
-    const int cfg = f->m <= 32 ? 2 : f->m <= 64 ? 1 : 0;
+    int cfg = f->m <= 32 ? 2 : f->m <= 64 ? 1 : 0;
+    long long span;
+    if (cfg != 2 && hl_filter_blocks(f, cfg, wave, &span) < wave) cfg = 3;
+    hl_filter_blocks(f, cfg, wave, &span);
     int pitch = (int)(rows * rw);
     pitch += ((8 - pitch % 32) + 32) % 32;
     if (hl_filter_smem_floats(cfg, pitch) * (long long)sizeof(float) > HL_SMEM_MAX) {
         p->why = "input rows too many to stage";
         return;
     }
-    const long long tiles = (long long)((f->m + 32 * hl_filter_tiles[cfg][0] - 1) / (32 * hl_filter_tiles[cfg][0])) *
-                            ((f->ci + 8 * hl_filter_tiles[cfg][1] - 1) / (8 * hl_filter_tiles[cfg][1]));
-    const long long want = 2LL * (sms > 0 ? sms : 100);
-    long long splits = (want + tiles - 1) / tiles;
-    long long span = (total + splits - 1) / splits;
-    if (span < 4 * HL_KP) span = 4 * HL_KP;
-    span = (span + HL_KP - 1) / HL_KP * HL_KP;
-    splits = (total + span - 1) / span;
+    const long long splits = (total + span - 1) / span;
     const long long taps = (long long)f->ci * HL_KS * HL_KS;
     if (splits > 65535 || splits * f->m * (taps + 1) >= INT_MAX) {
         p->why = "shape outside its kernels' limits";
