@@ -152,28 +152,30 @@ static __global__ void __launch_bounds__(HL_WARPS * 32, 2) halo_gemm(hl_args g)
         __pipeline_wait_prior(1); /* chunk ch has landed */
         __syncthreads();
         const float *As = sm + (ch & 1) * st_size, *Bs = As + a_size;
+        /* The window's rows one at a time (fewer registers), its taps along a row unrolled. */
 #pragma unroll 1
-        for (int ky = 0; ky < KS; ky++)
+        for (int ky = 0; ky < KS; ky++) {
 #pragma unroll
-        for (int kx = 0; kx < KS; kx++) {
-            const int s = ky * KS + kx;
-            const int shift = TURN ? (KS - 1 - ky) * rw + (KS - 1 - kx) : ky * rw + kx;
-            uint32_t ah[MT][4], al[MT][4];
-#pragma unroll
-            for (int mi = 0; mi < MT; mi++) {
-                const float *a = As + a_lane + mi * 16 * A_LD + s;
-                split_frag_a(a[0], a[8 * A_LD], a[4 * KK], a[8 * A_LD + 4 * KK], ah[mi], al[mi]);
-            }
-#pragma unroll
-            for (int ni = 0; ni < NTL; ni++) {
-                const float *b = Bs + bpos[ni] + shift;
-                uint32_t bh0, bl0, bh1, bl1;
-                split_tf32(b[0], bh0, bl0);
-                split_tf32(b[4 * g.pitch], bh1, bl1);
+            for (int kx = 0; kx < KS; kx++) {
+                const int s = ky * KS + kx;
+                const int shift = TURN ? (KS - 1 - ky) * rw + (KS - 1 - kx) : ky * rw + kx;
+                uint32_t ah[MT][4], al[MT][4];
 #pragma unroll
                 for (int mi = 0; mi < MT; mi++) {
-                    if (PROD == 1) mma_tf32(acc[mi][ni], ah[mi], bh0, bh1);
-                    else mma_split(acc[mi][ni], ah[mi], al[mi], bh0, bl0, bh1, bl1);
+                    const float *a = As + a_lane + mi * 16 * A_LD + s;
+                    split_frag_a(a[0], a[8 * A_LD], a[4 * KK], a[8 * A_LD + 4 * KK], ah[mi], al[mi]);
+                }
+#pragma unroll
+                for (int ni = 0; ni < NTL; ni++) {
+                    const float *b = Bs + bpos[ni] + shift;
+                    uint32_t bh0, bl0, bh1, bl1;
+                    split_tf32(b[0], bh0, bl0);
+                    split_tf32(b[4 * g.pitch], bh1, bl1);
+#pragma unroll
+                    for (int mi = 0; mi < MT; mi++) {
+                        if (PROD == 1) mma_tf32(acc[mi][ni], ah[mi], bh0, bh1);
+                        else mma_split(acc[mi][ni], ah[mi], al[mi], bh0, bl0, bh1, bl1);
+                    }
                 }
             }
         }

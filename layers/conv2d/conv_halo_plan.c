@@ -36,6 +36,14 @@ static int hl_most_rows(const hl_form *f, int bn)
     return most;
 }
 
+/* Floats a staged channel of rows x rw takes: rounded up to 8 (mod 32), so that the lanes'
+ * channels (pitch apart) fall in other banks. */
+static int hl_pitch(int rows, long long rw)
+{
+    const int pitch = (int)(rows * rw);
+    return pitch + ((8 - pitch % 32) + 32) % 32;
+}
+
 static void hl_pass(bn_halo_pass *p, const hl_form *f, int sms)
 {
     memset(p, 0, sizeof *p);
@@ -49,17 +57,25 @@ static void hl_pass(bn_halo_pass *p, const hl_form *f, int sms)
     int count;
     const int *order = hl_order(f->m, &count);
     const long long wave = sms > 0 ? sms : 100;
+    /* The first configuration that fits and gives a wave of blocks (or is the last), else the
+     * first that fits. */
+    bn_halo_pass fits = {0};
     for (int i = 0; i < count; i++) {
         const int cfg = order[i], bm = hl_tiles[cfg][0], bn = hl_tiles[cfg][1];
-        const long long blocks = ((f->m + bm - 1) / bm) * ((np * f->n + bn - 1) / bn);
-        /* A later configuration only where this one leaves the GPU short of a wave. */
-        if (blocks < wave && i + 1 < count) continue;
         const int rows = hl_most_rows(f, bn);
         if ((long long)rows * rw > (long long)HL_HMAX * HL_WARPS * 32) continue;
-        int pitch = (int)(rows * rw);
-        pitch += ((8 - pitch % 32) + 32) % 32; /* pitch = 8 (mod 32): the lanes' channels in other banks */
+        const int pitch = hl_pitch(rows, rw);
         if (hl_smem_floats(cfg, HL_KS, pitch) * (long long)sizeof(float) > HL_SMEM_MAX) continue;
-        p->ok = 1, p->cfg = cfg, p->rows = rows, p->pitch = pitch;
+        const bn_halo_pass here = {1, NULL, cfg, rows, pitch, 0, 0};
+        if (!fits.ok) fits = here;
+        const long long blocks = ((f->m + bm - 1) / bm) * ((np * f->n + bn - 1) / bn);
+        if (blocks >= wave || i + 1 == count) {
+            *p = here;
+            return;
+        }
+    }
+    if (fits.ok) {
+        *p = fits;
         return;
     }
     p->why = "input rows too many to stage";
@@ -96,8 +112,7 @@ static void hl_filter_pass(bn_halo_pass *p, size_t *workspace, const hl_form *f,
     long long span;
     if (cfg != 2 && hl_filter_blocks(f, cfg, wave, &span) < wave) cfg = 3;
     hl_filter_blocks(f, cfg, wave, &span);
-    int pitch = (int)(rows * rw);
-    pitch += ((8 - pitch % 32) + 32) % 32;
+    const int pitch = hl_pitch(rows, rw);
     if (hl_filter_smem_floats(cfg, pitch) * (long long)sizeof(float) > HL_SMEM_MAX) {
         p->why = "input rows too many to stage";
         return;
