@@ -357,16 +357,10 @@ template <int BM, int BN, int WM, bool TURN>
 static cudaError_t launch_one(int products, const hl_args &a, dim3 grid, size_t smem, cudaStream_t st)
 {
     static bool opted[2];
-    if (products == 1) {
-        cudaError_t e = bn_smem_opt_in(halo_gemm<HL_KS, BM, BN, WM, 1, TURN>, &opted[0], HL_SMEM_MAX);
-        if (e != cudaSuccess) return e;
-        halo_gemm<HL_KS, BM, BN, WM, 1, TURN><<<grid, HL_WARPS * 32, smem, st>>>(a);
-    } else {
-        cudaError_t e = bn_smem_opt_in(halo_gemm<HL_KS, BM, BN, WM, 3, TURN>, &opted[1], HL_SMEM_MAX);
-        if (e != cudaSuccess) return e;
-        halo_gemm<HL_KS, BM, BN, WM, 3, TURN><<<grid, HL_WARPS * 32, smem, st>>>(a);
-    }
-    return cudaSuccess;
+    const int nt = HL_WARPS * 32;
+    if (products == 1)
+        return bn_launch_opted(halo_gemm<HL_KS, BM, BN, WM, 1, TURN>, &opted[0], HL_SMEM_MAX, grid, nt, smem, st, a);
+    return bn_launch_opted(halo_gemm<HL_KS, BM, BN, WM, 3, TURN>, &opted[1], HL_SMEM_MAX, grid, nt, smem, st, a);
 }
 
 template <bool TURN>
@@ -421,20 +415,15 @@ extern "C" bn_status bn_halo_backward_data(const bn_halo_plan *p, const bn_conv_
     return hl_launch(p, &p->pass[1], &f, true, kk, g->c * kk, (cudaStream_t)stream, dy, w, NULL, dx);
 }
 
+/* The same for the filter kernel, of WM x WN warps. */
 template <int WM, int WN>
 static cudaError_t launch_filter(int products, const hf_args &a, dim3 grid, size_t smem, cudaStream_t st)
 {
     static bool opted[2];
-    if (products == 1) {
-        cudaError_t e = bn_smem_opt_in(halo_filter<HL_KS, WM, WN, 1>, &opted[0], HL_SMEM_MAX);
-        if (e != cudaSuccess) return e;
-        halo_filter<HL_KS, WM, WN, 1><<<grid, WM * WN * 32, smem, st>>>(a);
-    } else {
-        cudaError_t e = bn_smem_opt_in(halo_filter<HL_KS, WM, WN, 3>, &opted[1], HL_SMEM_MAX);
-        if (e != cudaSuccess) return e;
-        halo_filter<HL_KS, WM, WN, 3><<<grid, WM * WN * 32, smem, st>>>(a);
-    }
-    return cudaSuccess;
+    const int nt = WM * WN * 32;
+    if (products == 1)
+        return bn_launch_opted(halo_filter<HL_KS, WM, WN, 1>, &opted[0], HL_SMEM_MAX, grid, nt, smem, st, a);
+    return bn_launch_opted(halo_filter<HL_KS, WM, WN, 3>, &opted[1], HL_SMEM_MAX, grid, nt, smem, st, a);
 }
 
 extern "C" bn_status bn_halo_backward_filter_parts(const bn_halo_plan *p, const bn_conv_geom *g, int filters, int n,

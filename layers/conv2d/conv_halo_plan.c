@@ -104,6 +104,8 @@ static void hl_filter_pass(bn_halo_pass *p, size_t *workspace, const hl_form *f,
     const long long total = (long long)f->oh * f->ow * f->n, rw = (long long)f->iw + 2 * f->pad;
     const long long wave = sms > 0 ? sms : 100;
     const int rows = hl_most_rows(f, HL_KP);
+    /* The forward kernels' bound on a block's staged positions, which also keeps the pitch an
+     * int; shared memory is the tighter bound where the tiles hold many channels. */
     if ((long long)rows * rw > (long long)HL_HMAX * HL_WARPS * 32) {
         p->why = "input rows too many to stage";
         return;
@@ -111,7 +113,7 @@ static void hl_filter_pass(bn_halo_pass *p, size_t *workspace, const hl_form *f,
     int cfg = f->m <= 32 ? 2 : f->m <= 64 ? 1 : 0;
     long long span;
     if (cfg != 2 && hl_filter_blocks(f, cfg, wave, &span) < wave) cfg = 3;
-    hl_filter_blocks(f, cfg, wave, &span);
+    hl_filter_blocks(f, cfg, wave, &span); /* the span of the tile taken */
     const int pitch = hl_pitch(rows, rw);
     if (hl_filter_smem_floats(cfg, pitch) * (long long)sizeof(float) > HL_SMEM_MAX) {
         p->why = "input rows too many to stage";

@@ -352,16 +352,9 @@ template <int P, int BM, int BN, int WM, bool CHECK>
 static cudaError_t launch_one(int products, const ig_args &a, dim3 grid, size_t smem, size_t most, cudaStream_t st)
 {
     static bool opted[2];
-    if (products == 1) {
-        cudaError_t e = bn_smem_opt_in(igemm<P, BM, BN, WM, 1, CHECK>, &opted[0], most);
-        if (e != cudaSuccess) return e;
-        igemm<P, BM, BN, WM, 1, CHECK><<<grid, IG_WARPS * 32, smem, st>>>(a);
-    } else {
-        cudaError_t e = bn_smem_opt_in(igemm<P, BM, BN, WM, 3, CHECK>, &opted[1], most);
-        if (e != cudaSuccess) return e;
-        igemm<P, BM, BN, WM, 3, CHECK><<<grid, IG_WARPS * 32, smem, st>>>(a);
-    }
-    return cudaSuccess;
+    if (products == 1)
+        return bn_launch_opted(igemm<P, BM, BN, WM, 1, CHECK>, &opted[0], most, grid, IG_WARPS * 32, smem, st, a);
+    return bn_launch_opted(igemm<P, BM, BN, WM, 3, CHECK>, &opted[1], most, grid, IG_WARPS * 32, smem, st, a);
 }
 
 template <int P, bool CHECK>

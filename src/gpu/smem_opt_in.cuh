@@ -1,7 +1,7 @@
 /* smem_opt_in.cuh - a kernel that takes more than the 48 KiB of dynamic shared memory a launch
  * gets without asking must be opted in once (cudaFuncSetAttribute) before its first launch.
- * Each launcher keeps one flag per kernel and calls this before every launch. Device code's
- * host side only. */
+ * Each launcher keeps one flag per kernel and calls this before every launch (or launches
+ * through bn_launch_opted, which does both). Device code's host side only. */
 #ifndef BN_SMEM_OPT_IN_CUH
 #define BN_SMEM_OPT_IN_CUH
 
@@ -13,6 +13,18 @@ static cudaError_t bn_smem_opt_in(Kernel kernel, bool *opted, size_t bytes)
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
     if (e == cudaSuccess) *opted = true;
     return e;
+}
+
+/* Opts `kernel` in as bn_smem_opt_in does, then launches it with one argument struct: for the
+ * kernels that come in a template instance per tile and product count, each with its flag. */
+template <typename Kernel, typename Args>
+static cudaError_t bn_launch_opted(Kernel kernel, bool *opted, size_t bytes, dim3 grid, dim3 block, size_t smem,
+                                   cudaStream_t st, const Args &args)
+{
+    cudaError_t e = bn_smem_opt_in(kernel, opted, bytes);
+    if (e != cudaSuccess) return e;
+    kernel<<<grid, block, smem, st>>>(args);
+    return cudaSuccess;
 }
 
 #endif
