@@ -1,10 +1,13 @@
-/* batchnorm.cu - batch normalization on the GPU, deterministic: each channel's sums are taken in
- * double by a fixed grid of (part, channel) blocks, then added part by part in order by one
- * thread of the channel's last block to finish (gpu/last_arrival.cuh: no kernel of its own
- * between the sums and the per-element pass), which also moves the running averages or adds the
- * parameter gradients; the per-element passes use the CPU path's float expressions with rounded
- * operations the compiler may not fuse, so the two paths differ only by the order of the double
- * sums. Every kernel that touches the data reads and writes 16 bytes at a time where the plane
+/* batchnorm.cu - batch normalization on the GPU, deterministic, a training pass in one of two
+ * ways. Where a channel's values fit in the registers of a cluster of up to 8 blocks (batch x
+ * plane up to 65,536 in 16-byte packs, 32,768 one value at a time: small batches and late
+ * stages), one kernel (fused_pass) reads them once, adds the cluster's sums in rank order and
+ * writes the outputs. Elsewhere two: each channel's sums are taken in double by a fixed grid of
+ * (part, channel) blocks, then added part by part in order by one thread of the channel's last
+ * block to finish (gpu/last_arrival.cuh: no kernel of its own between the sums and the
+ * per-element pass), which also moves the running averages or adds the parameter gradients,
+ * then a per-element kernel. Both use the CPU path's float expressions with rounded operations
+ * the compiler may not fuse, so the paths differ only by the order of the double sums. Every kernel that touches the data reads and writes 16 bytes at a time where the plane
  * allows, with 32-bit index arithmetic where the blob allows: the 64-bit divisions of a
  * per-element channel index had held these passes to a third of the memory bandwidth.
  *
@@ -18,11 +21,15 @@
  * BF16 once. */
 #include <math.h>
 
+#include <cooperative_groups.h>
+
 #include "batchnorm.h"
 #include "gpu/cuda_check.h"
 #include "gpu/bf16.cuh"
 #include "gpu/last_arrival.cuh"
 #include "gpu/typed.cuh"
+
+namespace cg = cooperative_groups;
 
 #define THREADS 256
 #define PART_ELEMENTS 4096
@@ -42,11 +49,11 @@ static int parts_for(long count)
     return (int)(p < 1 ? 1 : p > MAX_PARTS ? MAX_PARTS : p);
 }
 
-/* Sums of a and b over the block, thread 0 holding them after: each warp's by shuffles, then the
- * warps' in warp order by the first warp, in a fixed order either way. */
-static __device__ void block_sum2(double *a, double *b)
+/* Sums of a and b over a block of NT threads, thread 0 holding them after: each warp's by
+ * shuffles, then the warps' in warp order by the first warp, in a fixed order either way. */
+template <int NT> static __device__ void block_sum2(double *a, double *b)
 {
-    __shared__ double sa[THREADS / 32], sb[THREADS / 32];
+    __shared__ double sa[NT / 32], sb[NT / 32];
     double x = *a, y = *b;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
@@ -57,10 +64,10 @@ static __device__ void block_sum2(double *a, double *b)
     if (lane == 0) sa[warp] = x, sb[warp] = y;
     __syncthreads();
     if (warp == 0) {
-        x = lane < THREADS / 32 ? sa[lane] : 0.0;
-        y = lane < THREADS / 32 ? sb[lane] : 0.0;
+        x = lane < NT / 32 ? sa[lane] : 0.0;
+        y = lane < NT / 32 ? sb[lane] : 0.0;
 #pragma unroll
-        for (int o = THREADS / 64; o > 0; o >>= 1) {
+        for (int o = NT / 64; o > 0; o >>= 1) {
             x += __shfl_down_sync(0xffffffffu, x, o);
             y += __shfl_down_sync(0xffffffffu, y, o);
         }
@@ -69,39 +76,81 @@ static __device__ void block_sum2(double *a, double *b)
     *b = y;
 }
 
-/* Channel c's statistics from its parts' sums, added in part order. Forward in training: the
- * batch's mean and 1 / sqrt(var + eps), and the running averages moved. */
-static __device__ void channel_forward_stats(const bn_geometry &g, int c, const double *__restrict__ sums, float *stats,
-                                             float *rm, float *rv, double momentum, double eps)
+/* The per-element arithmetic both kernel sets share, on N values. Forward sums: x and x * x;
+ * backward sums: dy and dy * xhat (mean and inv_std the forward's). */
+template <int N>
+static __device__ __forceinline__ void add_sums(const float *xv, const float *gv, bool back, float mean,
+                                                float inv_std, double *a, double *b)
 {
-    double sum = 0.0, sq = 0.0;
-    for (int p = 0; p < g.parts; p++) {
-        sum += sums[2 * ((size_t)c * g.parts + p)];
-        sq += sums[2 * ((size_t)c * g.parts + p) + 1];
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+        if (back) {
+            *a += gv[k];
+            *b += (double)gv[k] * __fmul_rn(__fsub_rn(xv[k], mean), inv_std);
+        } else {
+            const double v = xv[k];
+            *a += v;
+            *b += v * v;
+        }
     }
+}
+
+/* y = x * scale + shift, scale = weight / std and shift = bias - mean * scale. */
+template <int N> static __device__ __forceinline__ void normalize_n(float *v, float scale, float shift)
+{
+#pragma unroll
+    for (int k = 0; k < N; k++) v[k] = __fadd_rn(__fmul_rn(v[k], scale), shift);
+}
+
+/* dx from x and dy (gv, replaced), the channel's 4 statistics s and scale = weight / std. */
+template <int N>
+static __device__ __forceinline__ void input_grad_n(const float *xv, float *gv, const float *s, float scale)
+{
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+        const float xhat = __fmul_rn(__fsub_rn(xv[k], s[0]), s[1]);
+        gv[k] = __fmul_rn(scale, __fsub_rn(__fsub_rn(gv[k], s[2]), __fmul_rn(xhat, s[3])));
+    }
+}
+
+/* A fused ReLU's input gradient: dx where x, the ReLU's output, is above 0. */
+template <int N> static __device__ __forceinline__ void relu_grad_n(const float *xv, float *gv)
+{
+#pragma unroll
+    for (int k = 0; k < N; k++) gv[k] = xv[k] > 0.0f ? gv[k] : 0.0f;
+}
+
+/* Channel c's statistics from its sums over the batch. Forward in training: the batch's mean and
+ * 1 / sqrt(var + eps), put in st[0..1]; where `owner`, also in the channel's stats and the running
+ * averages moved (the fused kernel's other blocks of the channel compute the same floats). */
+static __device__ void channel_forward_stats(const bn_geometry &g, int c, double sum, double sq, float *st, bool owner,
+                                             float *stats, float *rm, float *rv, double momentum, double eps)
+{
     double n = (double)g.count, mean = sum / n, var = fmax(sq / n - mean * mean, 0.0);
     double unbiased = g.count > 1 ? var * n / (n - 1.0) : var;
-    stats[4 * c] = (float)mean;
-    stats[4 * c + 1] = (float)(1.0 / sqrt(var + eps));
+    st[0] = (float)mean;
+    st[1] = (float)(1.0 / sqrt(var + eps));
+    if (!owner) return;
+    stats[4 * c] = st[0];
+    stats[4 * c + 1] = st[1];
     rm[c] = (float)((1.0 - momentum) * rm[c] + momentum * mean);
     rv[c] = (float)((1.0 - momentum) * rv[c] + momentum * unbiased);
 }
 
-/* Backward: the parameter gradients added in, and the means of dy and dy * xhat that the input
- * gradient subtracts (0 after an evaluation forward, whose statistics are fixed). */
-static __device__ void channel_backward_stats(const bn_geometry &g, int c, const double *__restrict__ sums,
-                                              float *stats, float *__restrict__ dw, float *__restrict__ db,
-                                              int trained)
+/* Backward: the means of dy and dy * xhat that the input gradient subtracts (0 after an
+ * evaluation forward, whose statistics are fixed), put in st[2..3]; where `owner`, also in the
+ * channel's stats, and the parameter gradients added in. */
+static __device__ void channel_backward_stats(const bn_geometry &g, int c, double sum_dy, double sum_dy_xhat,
+                                              float *st, bool owner, float *stats, float *__restrict__ dw,
+                                              float *__restrict__ db, int trained)
 {
-    double sum_dy = 0.0, sum_dy_xhat = 0.0;
-    for (int p = 0; p < g.parts; p++) {
-        sum_dy += sums[2 * ((size_t)c * g.parts + p)];
-        sum_dy_xhat += sums[2 * ((size_t)c * g.parts + p) + 1];
-    }
+    st[2] = trained ? (float)(sum_dy / (double)g.count) : 0.0f;
+    st[3] = trained ? (float)(sum_dy_xhat / (double)g.count) : 0.0f;
+    if (!owner) return;
     dw[c] += (float)sum_dy_xhat;
     db[c] += (float)sum_dy;
-    stats[4 * c + 2] = trained ? (float)(sum_dy / (double)g.count) : 0.0f;
-    stats[4 * c + 3] = trained ? (float)(sum_dy_xhat / (double)g.count) : 0.0f;
+    stats[4 * c + 2] = st[2];
+    stats[4 * c + 3] = st[3];
 }
 
 /* What the last block of a channel does once every part's sums are in (statistics' kernel
@@ -146,33 +195,25 @@ static __global__ void __launch_bounds__(THREADS)
         e += de;
         o += dq;
         if (o >= row) o -= row, e++;
-        float xv[N];
+        float xv[N], gv[N];
         bn_ld_n<T, N>(&x[i], xv);
-        if (dy) {
-            float gv[N];
-            bn_ld_n<T, N>(&dy[i], gv);
-#pragma unroll
-            for (int k = 0; k < N; k++) {
-                a += gv[k];
-                b += (double)gv[k] * __fmul_rn(__fsub_rn(xv[k], mean), inv_std);
-            }
-        } else {
-#pragma unroll
-            for (int k = 0; k < N; k++) {
-                const double v = xv[k];
-                a += v;
-                b += v * v;
-            }
-        }
+        if (dy) bn_ld_n<T, N>(&dy[i], gv);
+        add_sums<N>(xv, gv, dy != NULL, mean, inv_std, &a, &b);
     }
-    block_sum2(&a, &b);
+    block_sum2<THREADS>(&a, &b);
     if (threadIdx.x == 0) {
         sums[2 * ((size_t)c * g.parts + part)] = a;
         sums[2 * ((size_t)c * g.parts + part) + 1] = b;
     }
     if (!bn_last_arrival(&f.arrivals[c], (unsigned)g.parts) || threadIdx.x != 0) return;
-    if (dy) channel_backward_stats(g, c, sums, f.stats, f.dw, f.db, f.trained);
-    else channel_forward_stats(g, c, sums, f.stats, f.rm, f.rv, f.momentum, f.eps);
+    a = b = 0.0;
+    for (int p = 0; p < g.parts; p++) {
+        a += sums[2 * ((size_t)c * g.parts + p)];
+        b += sums[2 * ((size_t)c * g.parts + p) + 1];
+    }
+    float st[4];
+    if (dy) channel_backward_stats(g, c, a, b, st, true, f.stats, f.dw, f.db, f.trained);
+    else channel_forward_stats(g, c, a, b, st, true, f.stats, f.rm, f.rv, f.momentum, f.eps);
 }
 
 /* One thread per channel, in evaluation: the running averages' statistics. */
@@ -201,8 +242,7 @@ static __global__ void normalize(bn_geometry g, I packs, const T *__restrict__ x
         const float shift = __fsub_rn(b[c], __fmul_rn(stats[4 * c], scale));
         float v[N];
         bn_ld_n<T, N>(&x[(size_t)i * N], v);
-#pragma unroll
-        for (int k = 0; k < N; k++) v[k] = __fadd_rn(__fmul_rn(v[k], scale), shift);
+        normalize_n<N>(v, scale, shift);
         bn_st_n_relu<T, N>(y, relu_y, (size_t)i * N, (size_t)i * N + (size_t)e * relu_gap, v);
     }
 }
@@ -222,15 +262,10 @@ static __global__ void input_grad(bn_geometry g, I packs, const T *__restrict__ 
         float xv[N], gv[N];
         bn_ld_n<T, N>(&x[(size_t)i * N], xv);
         bn_ld_n<T, N>(&dy[(size_t)i * N], gv);
-#pragma unroll
-        for (int k = 0; k < N; k++) {
-            const float xhat = __fmul_rn(__fsub_rn(xv[k], s[0]), s[1]);
-            gv[k] = __fmul_rn(scale, __fsub_rn(__fsub_rn(gv[k], s[2]), __fmul_rn(xhat, s[3])));
-        }
+        input_grad_n<N>(xv, gv, s, scale);
         bn_st_n<T, N>(&dx[(size_t)i * N], gv);
         if (!relu_dx) continue;
-#pragma unroll
-        for (int k = 0; k < N; k++) gv[k] = xv[k] > 0.0f ? gv[k] : 0.0f;
+        relu_grad_n<N>(xv, gv);
         bn_st_n<T, N>(&relu_dx[(size_t)i * N], gv);
     }
 }
@@ -280,12 +315,184 @@ template <typename T> struct bn_args {
     float *rm, *rv, *dw, *db;
 };
 
+/* ---- one kernel a pass where a channel fits in a cluster's registers ---- */
+
+/* Blocks of 256 threads: against 512, resnet_fashion's step at batch 64 took 1046 us against
+ * 1082 (more blocks, spread over more multiprocessors, for the same values a thread). */
+#define FUSED_THREADS 256
+#define FUSED_MAX_RANKS 8 /* blocks a cluster: the portable limit */
+
+/* A training forward (BACK false) or a backward pass in one launch, where each channel's values
+ * fit in the registers of a cluster of blocks (grid: ranks x channels, one cluster a channel):
+ * each thread loads its R packs of the channel (x, and dy in backward) once and adds their sums,
+ * the blocks' sums are added in rank order through the cluster's shared memory (the same order
+ * in every block, so every block finishes the same statistics), and each block then writes the
+ * outputs of the values it holds. Against partial_sums and a per-element kernel: one read of the
+ * data instead of two, and no kernel boundary, no global scratch and no arrival counter between
+ * the sums and the outputs; at small batches those fixed costs were most of the layer's time.
+ * Pack q of the channel is the thread's k-th where q = threadIdx.x + FUSED_THREADS * (rank +
+ * ranks * k), its example and offset divided out once and then stepped (as in partial_sums).
+ * Hopper's clusters (sm_90); launch_fused runs it only where the device has them. */
+template <typename T, int N, int R, bool BACK>
+static __global__ void __launch_bounds__(FUSED_THREADS)
+    fused_pass(bn_geometry g, bn_args<T> a, float *stats, bn_finish f)
+{
+#if __CUDA_ARCH__ >= 900
+    cg::cluster_group cluster = cg::this_cluster();
+    const int c = blockIdx.y;
+    const unsigned rank = cluster.block_rank(), ranks = cluster.num_blocks();
+    const unsigned row = (unsigned)(g.plane / N), packs = (unsigned)(g.count / N);
+    const size_t estride = (size_t)g.channels * g.plane, cbase = (size_t)c * g.plane;
+    __shared__ double part[2];
+    __shared__ float st[4];
+    const float mean = BACK ? stats[4 * c] : 0.0f, inv_std = BACK ? stats[4 * c + 1] : 0.0f;
+    /* Every load first, then the sums: loads and sums in one loop, each load behind the last
+     * one's sums, had the packs' latencies one after another (stage one of resnet_fashion at
+     * batch 64: 17.5 us a forward pass against 11 on two kernels). Packs past the channel are
+     * zeros, which add nothing. */
+    const unsigned first = threadIdx.x + FUSED_THREADS * rank, step = FUSED_THREADS * ranks;
+    const unsigned de = step / row, dq = step - de * row, e0 = first / row, o0 = first - e0 * row;
+    float xv[R][N], gv[R][BACK ? N : 1];
+    unsigned e = e0, o = o0;
+#pragma unroll
+    for (int k = 0; k < R; k++) {
+        const unsigned q = first + step * k;
+        const size_t at = (size_t)e * estride + cbase + (size_t)o * N;
+        e += de;
+        o += dq;
+        if (o >= row) o -= row, e++;
+#pragma unroll
+        for (int j = 0; j < N; j++) xv[k][j] = 0.0f;
+        if (BACK) {
+#pragma unroll
+            for (int j = 0; j < N; j++) gv[k][j] = 0.0f;
+        }
+        if (q >= packs) continue;
+        bn_ld_n<T, N>(&a.x[at], xv[k]);
+        if (BACK) bn_ld_n<T, N>(&a.dy[at], gv[k]);
+    }
+    double s0 = 0.0, s1 = 0.0;
+#pragma unroll
+    for (int k = 0; k < R; k++) add_sums<N>(xv[k], gv[k], BACK, mean, inv_std, &s0, &s1);
+    block_sum2<FUSED_THREADS>(&s0, &s1);
+    if (threadIdx.x == 0) part[0] = s0, part[1] = s1;
+    cluster.sync();
+    if (threadIdx.x == 0) {
+        double t0 = 0.0, t1 = 0.0;
+        for (unsigned r = 0; r < ranks; r++) {
+            const double *p = cluster.map_shared_rank(part, r);
+            t0 += p[0];
+            t1 += p[1];
+        }
+        if (BACK) {
+            st[0] = mean;
+            st[1] = inv_std;
+            channel_backward_stats(g, c, t0, t1, st, rank == 0, f.stats, f.dw, f.db, f.trained);
+        } else {
+            channel_forward_stats(g, c, t0, t1, st, rank == 0, f.stats, f.rm, f.rv, f.momentum, f.eps);
+        }
+    }
+    /* After this no block reads another's shared memory, so each may finish on its own. */
+    cluster.sync();
+    if (BACK && !a.dx) return;
+    const float scale = __fmul_rn(a.w[c], st[1]);
+    const float shift = BACK ? 0.0f : __fsub_rn(a.bias[c], __fmul_rn(st[0], scale));
+    e = e0;
+    o = o0;
+#pragma unroll
+    for (int k = 0; k < R; k++) {
+        const unsigned q = first + step * k;
+        const size_t at = (size_t)e * estride + cbase + (size_t)o * N;
+        e += de;
+        o += dq;
+        if (o >= row) o -= row, e++;
+        if (q >= packs) continue;
+        if (BACK) {
+            input_grad_n<N>(xv[k], gv[k], st, scale);
+            bn_st_n<T, N>(&a.dx[at], gv[k]);
+            if (!a.relu_dx) continue;
+            relu_grad_n<N>(xv[k], gv[k]);
+            bn_st_n<T, N>(&a.relu_dx[at], gv[k]);
+        } else {
+            normalize_n<N>(xv[k], scale, shift);
+            bn_st_n_relu<T, N>(a.y, a.relu_y, at, at + (size_t)e * a.relu_gap, xv[k]);
+        }
+    }
+#endif
+}
+
+/* The fused pass's shape for a channel of `packs` packs of N: R packs a thread and the cluster's
+ * blocks, the fewer of two sizes a thread (8 values, or 32 in packs and 16 one at a time, whose
+ * index arithmetic is a division a value) that a cluster of at most 8 blocks can hold; false
+ * where neither can (the two-kernel path then). */
+static bool fused_shape(long packs, int N, int *r, int *ranks)
+{
+    const int sizes[2] = {8 / N, N == 1 ? 16 : 32 / N};
+    for (int i = 0; i < 2; i++) {
+        const long per_block = (long)FUSED_THREADS * sizes[i];
+        const long need = (packs + per_block - 1) / per_block;
+        if (need <= FUSED_MAX_RANKS) {
+            *r = sizes[i];
+            *ranks = (int)(need < 1 ? 1 : need);
+            return true;
+        }
+    }
+    return false;
+}
+
+template <typename T, int N, int R, bool BACK>
+static cudaError_t launch_fused_as(int ranks, const bn_geometry &g, const bn_args<T> &a, float *stats,
+                                   const bn_finish &f, cudaStream_t s)
+{
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned)ranks;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)ranks, (unsigned)g.channels);
+    cfg.blockDim = dim3(FUSED_THREADS);
+    cfg.stream = s;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, fused_pass<T, N, R, BACK>, g, a, stats, f);
+}
+
+/* Queues the fused pass where the device has clusters and the channel fits; false where the
+ * two-kernel path is to run instead (a launch the device refused is remembered, and its error
+ * cleared, so that the layer does not try again). */
+template <typename T, int N, bool BACK>
+static bool launch_fused(batchnorm_priv *b, const bn_pass *p, const bn_geometry &g, const bn_args<T> &a,
+                         float *stats, const bn_finish &f, cudaStream_t s)
+{
+    int r, ranks;
+    if (b->dev_fused == 0) {
+        int yes = 0;
+        b->dev_fused = cudaDeviceGetAttribute(&yes, cudaDevAttrClusterLaunch, p->ctx->device) == cudaSuccess && yes
+                           ? 1 : -1;
+        cudaGetLastError();
+    }
+    if (b->dev_fused < 0 || g.channels > 65535 || !fused_shape(g.count / N, N, &r, &ranks)) return false;
+    cudaError_t e = cudaErrorInvalidValue;
+    if (r == 8 / N) e = launch_fused_as<T, N, 8 / N, BACK>(ranks, g, a, stats, f, s);
+    else e = launch_fused_as<T, N, N == 1 ? 16 : 32 / N, BACK>(ranks, g, a, stats, f, s);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        b->dev_fused = -2;
+        return false;
+    }
+    b->fused_passes++;
+    return true;
+}
+
 template <typename T, int N, typename I>
-static bn_status queue_forward(batchnorm_priv *b, const bn_geometry &g, const bn_args<T> &a, float *stats, int train,
-                               size_t total, cudaStream_t s)
+static bn_status queue_forward(batchnorm_priv *b, const bn_pass *p, const bn_geometry &g, const bn_args<T> &a,
+                               float *stats, int train, size_t total, cudaStream_t s)
 {
     if (train) {
         const bn_finish f = {arrivals_of(b, stats), stats, a.rm, a.rv, b->momentum, b->eps, NULL, NULL, 0};
+        if (launch_fused<T, N, false>(b, p, g, a, stats, f, s)) return BN_OK;
+        b->split_passes++;
         partial_sums<T, N, I><<<dim3(g.parts, g.channels), THREADS, 0, s>>>(g, a.x, NULL, NULL, b->dev_sums, f);
     } else {
         eval_stats<<<(g.channels + 127) / 128, 128, 0, s>>>(g, stats, a.rm, a.rv, b->eps);
@@ -298,10 +505,12 @@ static bn_status queue_forward(batchnorm_priv *b, const bn_geometry &g, const bn
 }
 
 template <typename T, int N, typename I>
-static bn_status queue_backward(batchnorm_priv *b, const bn_geometry &g, const bn_args<T> &a, float *stats,
-                                size_t total, cudaStream_t s)
+static bn_status queue_backward(batchnorm_priv *b, const bn_pass *p, const bn_geometry &g, const bn_args<T> &a,
+                                float *stats, size_t total, cudaStream_t s)
 {
     const bn_finish f = {arrivals_of(b, stats), stats, NULL, NULL, 0.0, 0.0, a.dw, a.db, b->trained};
+    if (launch_fused<T, N, true>(b, p, g, a, stats, f, s)) return BN_OK;
+    b->split_passes++;
     partial_sums<T, N, I><<<dim3(g.parts, g.channels), THREADS, 0, s>>>(g, a.x, a.dy, stats, b->dev_sums, f);
     BN_CUDA_LAUNCH();
     if (!a.dx) return BN_OK;
@@ -342,10 +551,10 @@ template <typename T> static bn_status forward_as(bn_layer *l, const bn_pass *p)
     const size_t total = bn_blob_count(l->out);
     const int N = bn_pack<T>::N;
     if (packed(g, a))
-        return bn_index_fits_32(total) ? queue_forward<T, N, unsigned>(b, g, a, stats, p->train, total, s)
-                             : queue_forward<T, N, size_t>(b, g, a, stats, p->train, total, s);
-    return bn_index_fits_32(total) ? queue_forward<T, 1, unsigned>(b, g, a, stats, p->train, total, s)
-                         : queue_forward<T, 1, size_t>(b, g, a, stats, p->train, total, s);
+        return bn_index_fits_32(total) ? queue_forward<T, N, unsigned>(b, p, g, a, stats, p->train, total, s)
+                             : queue_forward<T, N, size_t>(b, p, g, a, stats, p->train, total, s);
+    return bn_index_fits_32(total) ? queue_forward<T, 1, unsigned>(b, p, g, a, stats, p->train, total, s)
+                         : queue_forward<T, 1, size_t>(b, p, g, a, stats, p->train, total, s);
 }
 
 template <typename T> static bn_status backward_as(bn_layer *l, const bn_pass *p)
@@ -364,10 +573,10 @@ template <typename T> static bn_status backward_as(bn_layer *l, const bn_pass *p
     const size_t total = bn_blob_count(l->in);
     const int N = bn_pack<T>::N;
     if (packed(g, a))
-        return bn_index_fits_32(total) ? queue_backward<T, N, unsigned>(b, g, a, stats, total, s)
-                             : queue_backward<T, N, size_t>(b, g, a, stats, total, s);
-    return bn_index_fits_32(total) ? queue_backward<T, 1, unsigned>(b, g, a, stats, total, s)
-                         : queue_backward<T, 1, size_t>(b, g, a, stats, total, s);
+        return bn_index_fits_32(total) ? queue_backward<T, N, unsigned>(b, p, g, a, stats, total, s)
+                             : queue_backward<T, N, size_t>(b, p, g, a, stats, total, s);
+    return bn_index_fits_32(total) ? queue_backward<T, 1, unsigned>(b, p, g, a, stats, total, s)
+                         : queue_backward<T, 1, size_t>(b, p, g, a, stats, total, s);
 }
 
 extern "C" bn_status bn_batchnorm_forward_gpu(bn_layer *l, const bn_pass *p)

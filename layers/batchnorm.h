@@ -27,6 +27,10 @@ typedef struct batchnorm_priv {
     int dev_parts;         /* parts per channel the scratch was sized for */
     bn_layer *relu_after;  /* a ReLU layer whose GPU forward this layer's does (fuse_gpu) */
     bn_layer *relu_before; /* a ReLU layer whose GPU backward this layer's does (fuse_gpu) */
+    int dev_fused;         /* GPU: whether the one-kernel passes may run: 0 not yet asked, 1
+                              yes, -1 no (the device has no clusters), -2 no (it refused one) */
+    long fused_passes;     /* GPU passes that ran as one kernel, and as two (sums, then the */
+    long split_passes;     /* elements): what the tests check of the choice */
 } batchnorm_priv;
 
 bn_status bn_batchnorm_forward_gpu(bn_layer *l, const bn_pass *p);

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "batchnorm.h"
 #include "bf16_testing.h"
 #include "core/net.h"
 #include "gpu_testing.h"
@@ -245,6 +246,57 @@ BN_TEST(gpu_layer_batchnorm_matches_cpu_in_training_and_evaluation)
     }
     bn_net_free(cpu);
     bn_net_free(gpu);
+    return BN_PASS;
+}
+
+/* The GPU's two ways of a training pass: one kernel, where a cluster of blocks holds each
+ * channel's values (batch x plane up to 8 x 256 x 32 in packs, 8 x 256 x 16 one value at a
+ * time), or two (the partial sums, then the elements). Planes of 24x24 (packs of 4) and 17x17
+ * (one value at a time), with a ReLU fused on each side: every size of gt_run_case against the
+ * CPU, then the way each pass went asserted at batch 64 (one kernel) and 257 (two: 257 x 576 and
+ * 257 x 289 are past both limits). */
+BN_TEST(gpu_batchnorm_one_kernel_and_two_kernel_passes_match_cpu)
+{
+    static const layer_case cases[] = {
+        {"tanh, relu, batchnorm 3x24x24, relu", "[input]\nchannels=3\nheight=24\nwidth=24\n[tanh]\n[relu]\n"
+         "[batchnorm]\nname=bn\nmomentum=0.3\n[relu]\n", TOL_GEMM, 0, 0, 0, 0, 0, 0},
+        {"tanh, relu, batchnorm 2x17x17, relu", "[input]\nchannels=2\nheight=17\nwidth=17\n[tanh]\n[relu]\n"
+         "[batchnorm]\nname=bn\n[relu]\n", TOL_GEMM, 0, 0, 0, 0, 0, 0},
+    };
+    for (int i = 0; i < 2; i++) {
+        int r = gt_run_case(&cases[i]);
+        if (r != BN_PASS) return r;
+    }
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    const uint64_t seed = lt_fresh_seed();
+    for (int i = 0; i < 2; i++) {
+        static const int batches[2] = {64, 257};
+        for (int b = 0; b < 2; b++) {
+            bn_net *cpu, *gpu;
+            CHECK_OK(bn_net_from_text(cases[i].text, cases[i].what, &cpu));
+            CHECK_OK(bn_net_from_text(cases[i].text, cases[i].what, &gpu));
+            bn_status s = bn_net_setup(cpu, 257, NULL, 0, seed);
+            if (s == BN_OK) s = bn_net_setup(gpu, 257, ctx, 0, seed);
+            if (s == BN_OK) s = bn_net_set_batch(cpu, batches[b]);
+            if (s == BN_OK) s = bn_net_set_batch(gpu, batches[b]);
+            float *start = NULL;
+            if (s == BN_OK) s = gt_feed(cpu, gpu, &cases[i], seed, &start);
+            free(start);
+            if (s == BN_OK) s = bn_net_forward(gpu, 1);
+            if (s == BN_OK) s = bn_net_backward(gpu);
+            const batchnorm_priv *p = (const batchnorm_priv *)bn_net_find_layer(gpu, "bn")->priv;
+            const long fused = p->fused_passes, split = p->split_passes;
+            const int clusters = p->dev_fused != -1; /* a device without clusters: two kernels always */
+            bn_net_free(cpu);
+            bn_net_free(gpu);
+            CHECK_OK(s);
+            const long want_fused = b == 0 && clusters ? 2 : 0;
+            CHECK_MSG(fused == want_fused && split == 2 - want_fused,
+                      "%s at batch %d: %ld passes in one kernel, %ld in two (want %ld, %ld)", cases[i].what,
+                      batches[b], fused, split, want_fused, 2 - want_fused);
+        }
+    }
     return BN_PASS;
 }
 
