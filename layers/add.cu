@@ -8,7 +8,7 @@
  * (bn_add_fuse_relu): the forward kernel stores max(sum, 0) in the ReLU's output and not the sum,
  * the backward kernel takes the ReLU's output gradient where the ReLU's output is above 0 (the
  * CPU's rule, dx = x > 0 ? dy : 0, since the output is above 0 exactly where the input is) and 0
- * elsewhere. The values are those of the two layers' own passes, one element at a time: a pass
+ * elsewhere. The values are those of the two layers' own passes, element by element: a pass
  * over the activations and a launch fewer each way. */
 #include "add.h"
 #include "gpu/cuda_check.h"
@@ -23,26 +23,57 @@ template <typename T> struct add_args {
     int scaled; /* 0: every coefficient is 1, no multiply */
 };
 
-/* y = the sum, or with relu (a fused ReLU) its output max(sum, 0). */
-template <typename T>
-static __global__ void add_forward(add_args<T> a, T *__restrict__ y, size_t n, int relu)
+/* The kernels work on packs of N elements (N = 1, or bn_pack<T>::N: 16 bytes, where every
+ * pointer is 16-byte aligned and the count a multiple of N; bn_ld_n and bn_st_n in
+ * gpu/bf16.cuh) counted in the index type I (unsigned where the packs fit in 31 bits): one
+ * element at a time with 64-bit indices, the sums and their gradients of resnet_fashion's step at
+ * batch 64 took 5-21 us a pass over 6.4 MB blobs.
+ *
+ * y = the sum, or with relu (a fused ReLU) its output max(sum, 0). */
+template <typename T, int N, typename I>
+static __global__ void add_forward(add_args<T> a, T *__restrict__ y, I packs, int relu)
 {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float acc = a.scaled ? __fmul_rn(a.coeff[0], bn_ld(&a.x[0][i])) : bn_ld(&a.x[0][i]);
-        for (int j = 1; j < a.inputs; j++)
-            acc = __fadd_rn(acc, a.scaled ? __fmul_rn(a.coeff[j], bn_ld(&a.x[j][i])) : bn_ld(&a.x[j][i]));
-        bn_st(&y[i], relu && !(acc > 0.0f) ? 0.0f : acc);
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < packs; i += (I)gridDim.x * blockDim.x) {
+        const size_t at = (size_t)i * N;
+        float acc[N], v[N];
+        bn_ld_n<T, N>(&a.x[0][at], acc);
+        if (a.scaled) {
+#pragma unroll
+            for (int k = 0; k < N; k++) acc[k] = __fmul_rn(a.coeff[0], acc[k]);
+        }
+        for (int j = 1; j < a.inputs; j++) {
+            bn_ld_n<T, N>(&a.x[j][at], v);
+#pragma unroll
+            for (int k = 0; k < N; k++) acc[k] = __fadd_rn(acc[k], a.scaled ? __fmul_rn(a.coeff[j], v[k]) : v[k]);
+        }
+        if (relu) {
+#pragma unroll
+            for (int k = 0; k < N; k++) acc[k] = !(acc[k] > 0.0f) ? 0.0f : acc[k];
+        }
+        bn_st_n<T, N>(&y[at], acc);
     }
 }
 
 /* dy: the sum's gradient, or with relu_y (a fused ReLU's output) the ReLU's output gradient. */
-template <typename T>
-static __global__ void add_backward(add_args<T> a, const T *__restrict__ dy, const T *__restrict__ relu_y, size_t n)
+template <typename T, int N, typename I>
+static __global__ void add_backward(add_args<T> a, const T *__restrict__ dy, const T *__restrict__ relu_y, I packs)
 {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float g = relu_y && !(bn_ld(&relu_y[i]) > 0.0f) ? 0.0f : bn_ld(&dy[i]);
-        for (int j = 0; j < a.inputs; j++)
-            if (a.dx[j]) bn_st(&a.dx[j][i], a.scaled ? __fmul_rn(a.coeff[j], g) : g);
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < packs; i += (I)gridDim.x * blockDim.x) {
+        const size_t at = (size_t)i * N;
+        float g[N], out[N];
+        bn_ld_n<T, N>(&dy[at], g);
+        if (relu_y) {
+            float r[N];
+            bn_ld_n<T, N>(&relu_y[at], r);
+#pragma unroll
+            for (int k = 0; k < N; k++) g[k] = !(r[k] > 0.0f) ? 0.0f : g[k];
+        }
+        for (int j = 0; j < a.inputs; j++) {
+            if (!a.dx[j]) continue;
+#pragma unroll
+            for (int k = 0; k < N; k++) out[k] = a.scaled ? __fmul_rn(a.coeff[j], g[k]) : g[k];
+            bn_st_n<T, N>(&a.dx[j][at], out);
+        }
     }
 }
 
@@ -50,6 +81,16 @@ static int grid_for(size_t n)
 {
     size_t b = (n + 255) / 256;
     return (int)(b < 1 ? 1 : b > 4096 ? 4096 : b);
+}
+
+/* Whether a pass over n elements may take packs: n a multiple of the pack and every pointer
+ * aligned to it. */
+template <typename T> static bool packed(size_t n, const add_args<T> &a, const void *y, const void *z)
+{
+    bool ok = n % bn_pack<T>::N == 0 && (!y || bn_aligned16(y)) && (!z || bn_aligned16(z));
+    for (int j = 0; j < a.inputs; j++)
+        ok = ok && (!a.x[j] || bn_aligned16(a.x[j])) && (!a.dx[j] || bn_aligned16(a.dx[j]));
+    return ok;
 }
 
 template <typename T> static add_args<T> args_of(const bn_layer *l)
@@ -71,8 +112,19 @@ template <typename T> static bn_status add_forward_as(bn_layer *l, const bn_pass
     }
     const bn_layer *relu = ((const add_priv *)l->priv)->relu_after;
     BN_TYPED_WR(T, y, relu ? relu->out : l->out);
-    size_t n = bn_blob_count(l->out);
-    add_forward<T><<<grid_for(n), 256, 0, (cudaStream_t)p->ctx->stream>>>(a, y, n, relu != NULL);
+    const size_t n = bn_blob_count(l->out), N = bn_pack<T>::N;
+    cudaStream_t s = (cudaStream_t)p->ctx->stream;
+    const int r = relu != NULL;
+    const bool pk = packed(n, a, y, NULL);
+    if (pk && bn_index_fits_32(n)) {
+        add_forward<T, bn_pack<T>::N, unsigned><<<grid_for(n / N), 256, 0, s>>>(a, y, (unsigned)(n / N), r);
+    } else if (pk) {
+        add_forward<T, bn_pack<T>::N, size_t><<<grid_for(n / N), 256, 0, s>>>(a, y, n / N, r);
+    } else if (bn_index_fits_32(n)) {
+        add_forward<T, 1, unsigned><<<grid_for(n), 256, 0, s>>>(a, y, (unsigned)n, r);
+    } else {
+        add_forward<T, 1, size_t><<<grid_for(n), 256, 0, s>>>(a, y, n, r);
+    }
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
@@ -95,8 +147,18 @@ template <typename T> static bn_status add_backward_as(bn_layer *l, const bn_pas
         relu_y = ry;
     }
     BN_TYPED_RD(T, dy, relu ? relu->out_grad : l->out_grad);
-    size_t n = bn_blob_count(l->out);
-    add_backward<T><<<grid_for(n), 256, 0, (cudaStream_t)p->ctx->stream>>>(a, dy, relu_y, n);
+    const size_t n = bn_blob_count(l->out), N = bn_pack<T>::N;
+    cudaStream_t s = (cudaStream_t)p->ctx->stream;
+    const bool pk = packed(n, a, dy, relu_y);
+    if (pk && bn_index_fits_32(n)) {
+        add_backward<T, bn_pack<T>::N, unsigned><<<grid_for(n / N), 256, 0, s>>>(a, dy, relu_y, (unsigned)(n / N));
+    } else if (pk) {
+        add_backward<T, bn_pack<T>::N, size_t><<<grid_for(n / N), 256, 0, s>>>(a, dy, relu_y, n / N);
+    } else if (bn_index_fits_32(n)) {
+        add_backward<T, 1, unsigned><<<grid_for(n), 256, 0, s>>>(a, dy, relu_y, (unsigned)n);
+    } else {
+        add_backward<T, 1, size_t><<<grid_for(n), 256, 0, s>>>(a, dy, relu_y, n);
+    }
     BN_CUDA_LAUNCH();
     return BN_OK;
 }

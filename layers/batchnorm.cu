@@ -401,7 +401,7 @@ static __global__ void __launch_bounds__(FUSED_THREADS)
     o = o0;
 #pragma unroll
     for (int k = 0; k < R; k++) {
-        const unsigned q = first + step * k;
+        const unsigned q = first + step * k, ex = e;
         const size_t at = (size_t)e * estride + cbase + (size_t)o * N;
         e += de;
         o += dq;
@@ -415,7 +415,7 @@ static __global__ void __launch_bounds__(FUSED_THREADS)
             bn_st_n<T, N>(&a.relu_dx[at], gv[k]);
         } else {
             normalize_n<N>(xv[k], scale, shift);
-            bn_st_n_relu<T, N>(a.y, a.relu_y, at, at + (size_t)e * a.relu_gap, xv[k]);
+            bn_st_n_relu<T, N>(a.y, a.relu_y, at, at + (size_t)ex * a.relu_gap, xv[k]);
         }
     }
 #endif

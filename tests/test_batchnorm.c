@@ -252,9 +252,9 @@ BN_TEST(gpu_layer_batchnorm_matches_cpu_in_training_and_evaluation)
 /* The GPU's two ways of a training pass: one kernel, where a cluster of blocks holds each
  * channel's values (batch x plane up to 8 x 256 x 32 in packs, 8 x 256 x 16 one value at a
  * time), or two (the partial sums, then the elements). Planes of 24x24 (packs of 4) and 17x17
- * (one value at a time), with a ReLU fused on each side: every size of gt_run_case against the
- * CPU, then the way each pass went asserted at batch 64 (one kernel) and 257 (two: 257 x 576 and
- * 257 x 289 are past both limits). */
+ * (one value at a time), with a ReLU fused on each side, and one whose ReLU writes a slice of a
+ * channel join: every size of gt_run_case against the CPU, then the way each pass went asserted
+ * at batch 64 (one kernel) and 257 (two: 257 x 576 and 257 x 289 are past both limits). */
 BN_TEST(gpu_batchnorm_one_kernel_and_two_kernel_passes_match_cpu)
 {
     static const layer_case cases[] = {
@@ -262,15 +262,21 @@ BN_TEST(gpu_batchnorm_one_kernel_and_two_kernel_passes_match_cpu)
          "[batchnorm]\nname=bn\nmomentum=0.3\n[relu]\n", TOL_GEMM, 0, 0, 0, 0, 0, 0},
         {"tanh, relu, batchnorm 2x17x17, relu", "[input]\nchannels=2\nheight=17\nwidth=17\n[tanh]\n[relu]\n"
          "[batchnorm]\nname=bn\n[relu]\n", TOL_GEMM, 0, 0, 0, 0, 0, 0},
+        /* The ReLU's output a slice of a channel join's, its examples further apart than the
+         * layer's own output's. */
+        {"tanh, batchnorm 3x24x24, relu joined after a tanh of the input",
+         "[input]\nchannels=3\nheight=24\nwidth=24\n[tanh]\n[batchnorm]\nname=bn\n[relu]\nname=r\n"
+         "[tanh]\nname=u\ninput=input\n[concat]\nname=j\ninput=u, r\n", TOL_GEMM, 0, 0, 0, 0, 0, 0},
     };
-    for (int i = 0; i < 2; i++) {
+    const int ncases = (int)(sizeof cases / sizeof cases[0]);
+    for (int i = 0; i < ncases; i++) {
         int r = gt_run_case(&cases[i]);
         if (r != BN_PASS) return r;
     }
     bn_ctx *ctx;
     CHECK_OK(bn_ctx_open(0, &ctx));
     const uint64_t seed = lt_fresh_seed();
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < ncases; i++) {
         static const int batches[2] = {64, 257};
         for (int b = 0; b < 2; b++) {
             bn_net *cpu, *gpu;
@@ -288,9 +294,12 @@ BN_TEST(gpu_batchnorm_one_kernel_and_two_kernel_passes_match_cpu)
             const batchnorm_priv *p = (const batchnorm_priv *)bn_net_find_layer(gpu, "bn")->priv;
             const long fused = p->fused_passes, split = p->split_passes;
             const int clusters = p->dev_fused != -1; /* a device without clusters: two kernels always */
+            const bn_layer *r = bn_net_find_layer(gpu, "r");
+            const int sliced = r && bn_blob_is_slice(r->out);
             bn_net_free(cpu);
             bn_net_free(gpu);
             CHECK_OK(s);
+            CHECK_MSG(sliced == (i == 2), "%s: the ReLU's output is %sa slice", cases[i].what, sliced ? "" : "not ");
             const long want_fused = b == 0 && clusters ? 2 : 0;
             CHECK_MSG(fused == want_fused && split == 2 - want_fused,
                       "%s at batch %d: %ld passes in one kernel, %ld in two (want %ld, %ld)", cases[i].what,

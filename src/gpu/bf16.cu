@@ -6,6 +6,7 @@
  * the row length is even and the buffer aligned (else as two 2-byte ones). */
 #include <stdint.h>
 
+#include "add_into.cuh"
 #include "bf16.cuh"
 #include "bf16.h"
 #include "cuda_check.h"
@@ -26,12 +27,6 @@ __global__ void add_bf16_to_f32_kernel(float *dst, const __nv_bfloat16 *src, siz
 {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         dst[i] += bn_ld_bf16(src + i);
-}
-
-__global__ void add_bf16_kernel(__nv_bfloat16 *dst, const __nv_bfloat16 *src, size_t n)
-{
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        bn_st_bf16(dst + i, bn_ld_bf16(dst + i) + bn_ld_bf16(src + i));
 }
 
 #define TILE 64
@@ -151,8 +146,7 @@ extern "C" bn_status bn_gpu_add_bf16_to_f32(float *dst, const void *src, size_t 
 
 extern "C" bn_status bn_gpu_add_bf16(void *dst, const void *src, size_t n, bn_ctx *ctx)
 {
-    add_bf16_kernel<<<blocks_for(n), 256, 0, (cudaStream_t)ctx->stream>>>((__nv_bfloat16 *)dst,
-                                                                          (const __nv_bfloat16 *)src, n);
+    bn_queue_add_into((__nv_bfloat16 *)dst, (const __nv_bfloat16 *)src, n, (cudaStream_t)ctx->stream);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }

@@ -1,12 +1,7 @@
 /* kernels.cu - small generic device operations (declared in core/device.h). */
 #include "core/device.h"
+#include "add_into.cuh"
 #include "cuda_check.h"
-
-__global__ void add_kernel(float *dst, const float *src, size_t n)
-{
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        dst[i] += src[i];
-}
 
 __global__ void fill_kernel(float *dst, float value, size_t n)
 {
@@ -22,7 +17,7 @@ static int blocks_for(size_t n)
 
 extern "C" bn_status bn_gpu_add(float *dst, const float *src, size_t n, bn_ctx *ctx)
 {
-    add_kernel<<<blocks_for(n), 256, 0, (cudaStream_t)ctx->stream>>>(dst, src, n);
+    bn_queue_add_into(dst, src, n, (cudaStream_t)ctx->stream);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
