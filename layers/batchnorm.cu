@@ -7,9 +7,10 @@
  * block to finish (gpu/last_arrival.cuh: no kernel of its own between the sums and the
  * per-element pass), which also moves the running averages or adds the parameter gradients,
  * then a per-element kernel. Both use the CPU path's float expressions with rounded operations
- * the compiler may not fuse, so the paths differ only by the order of the double sums. Every kernel that touches the data reads and writes 16 bytes at a time where the plane
- * allows, with 32-bit index arithmetic where the blob allows: the 64-bit divisions of a
- * per-element channel index had held these passes to a third of the memory bandwidth.
+ * the compiler may not fuse, so the paths differ only by the order of the double sums. Every
+ * kernel that touches the data reads and writes 16 bytes at a time where the plane allows, with
+ * 32-bit index arithmetic where the blob allows: the 64-bit divisions of a per-element channel
+ * index had held these passes to a third of the memory bandwidth.
  *
  * Scratch (dev_sums, sized for the batch capacity): 2 doubles per (channel, part), then 4 floats
  * per channel: mean, 1 / sqrt(var + eps), and in backward the means of dy and dy * xhat; then an
