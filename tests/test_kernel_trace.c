@@ -55,6 +55,20 @@ BN_TEST(kernel_trace_summary_measures_steps_and_gaps)
     snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s --timeline", path);
     rc = bn_test_run(cmd, out, sizeof out);
     CHECK_MSG(rc != 0 && strstr(out, "--timeline needs --marker"), "exit %d: %s", rc, out);
+    /* A reader that stops at the first line (| head -1) of a summary longer than a pipe holds:
+     * the summary ends quietly, without a broken pipe's traceback. */
+    char big[512], err[512];
+    snprintf(big, sizeof big, "%s/many_kernels.csv", bn_test_tmpdir());
+    snprintf(err, sizeof err, "%s/many_kernels.err", bn_test_tmpdir());
+    f = fopen(big, "w");
+    CHECK(f != NULL);
+    fputs("kind,device,stream,start_ns,end_ns,what\n", f);
+    for (long k = 0, t = 1000000; k < 6000; k++, t += 2000)
+        fprintf(f, "kernel,0,7,%ld,%ld,\"kernel_%ld_with_a_name_long_enough_to_fill_a_pipe\"\n", t, t + 1000, k);
+    CHECK(fclose(f) == 0);
+    snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s --top 6000 2>%s | head -1; cat %s", big, err, err);
+    rc = bn_test_run(cmd, out, sizeof out);
+    CHECK_MSG(rc == 0 && strstr(out, "GPU busy 6.000 ms") && !strstr(out, "Traceback"), "exit %d: %s", rc, out);
     CHECK(write_text(bad, "epoch,loss\n1,0.5\n") == 0);
     snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s", bad);
     rc = bn_test_run(cmd, out, sizeof out);

@@ -16,6 +16,7 @@ from the step's start), its length and its stream, so that what ran beside what 
 import argparse
 import csv
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -99,6 +100,9 @@ def main():
     ap.add_argument("--timeline", action="store_true",
                     help="with --marker: a median step's kernels, copies and fills in the order they started")
     a = ap.parse_args()
+    # A reader that stops early (| head) ends the summary quietly, as other command-line tools do,
+    # instead of with a broken pipe's traceback.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     if a.timeline and not a.marker:
         ap.error("--timeline needs --marker (it lists one step)")
     for i, path in enumerate(a.traces):
