@@ -8,6 +8,7 @@
 #include "activation.h"
 #include "gpu/bf16.cuh"
 #include "gpu/cuda_check.h"
+#include "gpu/grid_stride.h"
 #include "gpu/typed.cuh"
 
 static __device__ __forceinline__ float sigmoid_of(float x)
@@ -163,12 +164,6 @@ static bool rows_pack(const act_rows &r, const void *const *p, int count)
     return true;
 }
 
-static int grid_for(size_t n)
-{
-    size_t b = (n + 255) / 256;
-    return (int)(b < 1 ? 1 : b > 4096 ? 4096 : b);
-}
-
 /* Packs over the aligned body where every pointer is 16-byte aligned, one element per thread
  * over the rest (the tail, or everything). */
 template <act_kind K, typename T>
@@ -177,10 +172,11 @@ static void launch_forward(const T *x, T *y, size_t count, float a, cudaStream_t
     size_t done = 0;
     if (bn_aligned16(x) && bn_aligned16(y)) {
         const size_t packs = count / bn_pack<T>::N;
-        if (packs) act_forward_packs<K, T><<<grid_for(packs), 256, 0, s>>>(x, y, packs, a);
+        if (packs) act_forward_packs<K, T><<<bn_grid_stride_blocks(packs), 256, 0, s>>>(x, y, packs, a);
         done = packs * bn_pack<T>::N;
     }
-    if (done < count) act_forward<K, T><<<grid_for(count - done), 256, 0, s>>>(x + done, y + done, count - done, a);
+    if (done < count)
+        act_forward<K, T><<<bn_grid_stride_blocks(count - done), 256, 0, s>>>(x + done, y + done, count - done, a);
 }
 
 template <act_kind K, typename T>
@@ -189,12 +185,12 @@ static void launch_backward(const T *x, const T *y, const T *dy, T *dx, size_t c
     size_t done = 0;
     if (bn_aligned16(x) && bn_aligned16(y) && bn_aligned16(dy) && bn_aligned16(dx)) {
         const size_t packs = count / bn_pack<T>::N;
-        if (packs) act_backward_packs<K, T><<<grid_for(packs), 256, 0, s>>>(x, y, dy, dx, packs, a);
+        if (packs) act_backward_packs<K, T><<<bn_grid_stride_blocks(packs), 256, 0, s>>>(x, y, dy, dx, packs, a);
         done = packs * bn_pack<T>::N;
     }
     if (done < count)
-        act_backward<K, T><<<grid_for(count - done), 256, 0, s>>>(x + done, y + done, dy + done, dx + done,
-                                                                  count - done, a);
+        act_backward<K, T><<<bn_grid_stride_blocks(count - done), 256, 0, s>>>(x + done, y + done, dy + done,
+                                                                              dx + done, count - done, a);
 }
 
 /* Packed operands (every stride per) as one run of rows x per elements, else by rows. */

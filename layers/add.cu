@@ -12,6 +12,7 @@
  * over the activations and a launch fewer each way. */
 #include "add.h"
 #include "gpu/cuda_check.h"
+#include "gpu/grid_stride.h"
 #include "gpu/bf16.cuh"
 #include "gpu/typed.cuh"
 
@@ -77,12 +78,6 @@ static __global__ void add_backward(add_args<T> a, const T *__restrict__ dy, con
     }
 }
 
-static int grid_for(size_t n)
-{
-    size_t b = (n + 255) / 256;
-    return (int)(b < 1 ? 1 : b > 4096 ? 4096 : b);
-}
-
 /* Whether a pass over n elements may take packs: n a multiple of the pack and every pointer
  * aligned to it. */
 template <typename T> static bool packed(size_t n, const add_args<T> &a, const void *y, const void *z)
@@ -116,14 +111,15 @@ template <typename T> static bn_status add_forward_as(bn_layer *l, const bn_pass
     cudaStream_t s = (cudaStream_t)p->ctx->stream;
     const int r = relu != NULL;
     const bool pk = packed(n, a, y, NULL);
+    const int packs_grid = bn_grid_stride_blocks(n / N), grid = bn_grid_stride_blocks(n);
     if (pk && bn_index_fits_32(n)) {
-        add_forward<T, bn_pack<T>::N, unsigned><<<grid_for(n / N), 256, 0, s>>>(a, y, (unsigned)(n / N), r);
+        add_forward<T, bn_pack<T>::N, unsigned><<<packs_grid, 256, 0, s>>>(a, y, (unsigned)(n / N), r);
     } else if (pk) {
-        add_forward<T, bn_pack<T>::N, size_t><<<grid_for(n / N), 256, 0, s>>>(a, y, n / N, r);
+        add_forward<T, bn_pack<T>::N, size_t><<<packs_grid, 256, 0, s>>>(a, y, n / N, r);
     } else if (bn_index_fits_32(n)) {
-        add_forward<T, 1, unsigned><<<grid_for(n), 256, 0, s>>>(a, y, (unsigned)n, r);
+        add_forward<T, 1, unsigned><<<grid, 256, 0, s>>>(a, y, (unsigned)n, r);
     } else {
-        add_forward<T, 1, size_t><<<grid_for(n), 256, 0, s>>>(a, y, n, r);
+        add_forward<T, 1, size_t><<<grid, 256, 0, s>>>(a, y, n, r);
     }
     BN_CUDA_LAUNCH();
     return BN_OK;
@@ -150,14 +146,15 @@ template <typename T> static bn_status add_backward_as(bn_layer *l, const bn_pas
     const size_t n = bn_blob_count(l->out), N = bn_pack<T>::N;
     cudaStream_t s = (cudaStream_t)p->ctx->stream;
     const bool pk = packed(n, a, dy, relu_y);
+    const int packs_grid = bn_grid_stride_blocks(n / N), grid = bn_grid_stride_blocks(n);
     if (pk && bn_index_fits_32(n)) {
-        add_backward<T, bn_pack<T>::N, unsigned><<<grid_for(n / N), 256, 0, s>>>(a, dy, relu_y, (unsigned)(n / N));
+        add_backward<T, bn_pack<T>::N, unsigned><<<packs_grid, 256, 0, s>>>(a, dy, relu_y, (unsigned)(n / N));
     } else if (pk) {
-        add_backward<T, bn_pack<T>::N, size_t><<<grid_for(n / N), 256, 0, s>>>(a, dy, relu_y, n / N);
+        add_backward<T, bn_pack<T>::N, size_t><<<packs_grid, 256, 0, s>>>(a, dy, relu_y, n / N);
     } else if (bn_index_fits_32(n)) {
-        add_backward<T, 1, unsigned><<<grid_for(n), 256, 0, s>>>(a, dy, relu_y, (unsigned)n);
+        add_backward<T, 1, unsigned><<<grid, 256, 0, s>>>(a, dy, relu_y, (unsigned)n);
     } else {
-        add_backward<T, 1, size_t><<<grid_for(n), 256, 0, s>>>(a, dy, relu_y, n);
+        add_backward<T, 1, size_t><<<grid, 256, 0, s>>>(a, dy, relu_y, n);
     }
     BN_CUDA_LAUNCH();
     return BN_OK;

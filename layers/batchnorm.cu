@@ -26,13 +26,14 @@
 
 #include "batchnorm.h"
 #include "gpu/cuda_check.h"
+#include "gpu/grid_stride.h"
 #include "gpu/bf16.cuh"
 #include "gpu/last_arrival.cuh"
 #include "gpu/typed.cuh"
 
 namespace cg = cooperative_groups;
 
-#define THREADS 256
+#define THREADS 256 /* the per-element kernels' blocks too, as bn_grid_stride_blocks counts them */
 #define PART_ELEMENTS 4096
 #define MAX_PARTS 128
 
@@ -271,12 +272,6 @@ static __global__ void input_grad(bn_geometry g, I packs, const T *__restrict__ 
     }
 }
 
-static int grid_for(size_t n)
-{
-    size_t b = (n + THREADS - 1) / THREADS;
-    return (int)(b < 1 ? 1 : b > 4096 ? 4096 : b);
-}
-
 extern "C" void bn_batchnorm_gpu_release(batchnorm_priv *b)
 {
     bn_device_free(b->dev_sums);
@@ -499,8 +494,8 @@ static bn_status queue_forward(batchnorm_priv *b, const bn_pass *p, const bn_geo
         eval_stats<<<(g.channels + 127) / 128, 128, 0, s>>>(g, stats, a.rm, a.rv, b->eps);
     }
     BN_CUDA_LAUNCH();
-    normalize<T, N, I><<<grid_for(total / N), THREADS, 0, s>>>(g, (I)(total / N), a.x, stats, a.w, a.bias, a.y,
-                                                                 a.relu_y, a.relu_gap);
+    normalize<T, N, I><<<bn_grid_stride_blocks(total / N), THREADS, 0, s>>>(g, (I)(total / N), a.x, stats, a.w,
+                                                                             a.bias, a.y, a.relu_y, a.relu_gap);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
@@ -515,8 +510,8 @@ static bn_status queue_backward(batchnorm_priv *b, const bn_pass *p, const bn_ge
     partial_sums<T, N, I><<<dim3(g.parts, g.channels), THREADS, 0, s>>>(g, a.x, a.dy, stats, b->dev_sums, f);
     BN_CUDA_LAUNCH();
     if (!a.dx) return BN_OK;
-    input_grad<T, N, I><<<grid_for(total / N), THREADS, 0, s>>>(g, (I)(total / N), a.x, a.dy, stats, a.w, a.dx,
-                                                                  a.relu_dx);
+    input_grad<T, N, I><<<bn_grid_stride_blocks(total / N), THREADS, 0, s>>>(g, (I)(total / N), a.x, a.dy, stats,
+                                                                              a.w, a.dx, a.relu_dx);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }

@@ -6,6 +6,7 @@
 #include "dropout.h"
 #include "gpu/bf16.cuh"
 #include "gpu/cuda_check.h"
+#include "gpu/grid_stride.h"
 
 /* T is the blobs' element type on the device: float, or __nv_bfloat16 under --precision bf16;
  * the mask stays float. `first` is the place of element 0 in the global batch. */
@@ -32,12 +33,6 @@ static __global__ void multiply(const T *__restrict__ a, const float *__restrict
         bn_st(out + i, bn_ld(a + i) * b[i]);
 }
 
-static int grid_for(size_t n)
-{
-    size_t b = (n + 255) / 256;
-    return (int)(b < 1 ? 1 : b > 4096 ? 4096 : b);
-}
-
 extern "C" void bn_dropout_gpu_release(dropout_priv *d)
 {
     bn_device_free(d->dev_mask);
@@ -58,8 +53,9 @@ static bn_status forward_on(bn_layer *l, const bn_pass *p, const T *x, T *y)
     if (!d->dev_mask) BN_TRY(bn_device_alloc((void **)&d->dev_mask, l->in->capacity * sizeof(float)));
     /* A share of a global batch takes the whole batch's draws where the share begins. */
     const unsigned long long first = (unsigned long long)p->offset * (unsigned long long)d->per_example;
-    draw_and_apply<T><<<grid_for(count), 256, 0, s>>>(x, d->dev_mask, y, count, d->rate, 1.0f / (1.0f - d->rate),
-                                                      p->seed, l->index, p->dev_step, p->step, first);
+    draw_and_apply<T><<<bn_grid_stride_blocks(count), 256, 0, s>>>(x, d->dev_mask, y, count, d->rate,
+                                                                  1.0f / (1.0f - d->rate), p->seed, l->index,
+                                                                  p->dev_step, p->step, first);
     BN_CUDA_LAUNCH();
     d->masked = 1;
     return BN_OK;
@@ -88,7 +84,7 @@ static bn_status backward_on(bn_layer *l, const bn_pass *p, const T *dy, T *dx)
         BN_CUDA(cudaMemcpyAsync(dx, dy, count * sizeof *dx, cudaMemcpyDeviceToDevice, s));
         return BN_OK;
     }
-    multiply<T><<<grid_for(count), 256, 0, s>>>(dy, d->dev_mask, dx, count);
+    multiply<T><<<bn_grid_stride_blocks(count), 256, 0, s>>>(dy, d->dev_mask, dx, count);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }

@@ -7,6 +7,7 @@
 #define BN_ADD_INTO_CUH
 
 #include "bf16.cuh"
+#include "grid_stride.h"
 
 template <typename T, int N, typename I>
 static __global__ void bn_add_into_kernel(T *__restrict__ dst, const T *__restrict__ src, I packs)
@@ -21,12 +22,6 @@ static __global__ void bn_add_into_kernel(T *__restrict__ dst, const T *__restri
     }
 }
 
-static inline int bn_add_into_blocks(size_t packs)
-{
-    size_t b = (packs + 255) / 256;
-    return (int)(b < 1 ? 1 : b > 4096 ? 4096 : b);
-}
-
 /* Queues dst += src on s. */
 template <typename T> static void bn_queue_add_into(T *dst, const T *src, size_t n, cudaStream_t s)
 {
@@ -34,13 +29,13 @@ template <typename T> static void bn_queue_add_into(T *dst, const T *src, size_t
     const bool pk = n % P == 0 && bn_aligned16(dst) && bn_aligned16(src);
     const size_t packs = pk ? n / P : n;
     if (pk && bn_index_fits_32(n))
-        bn_add_into_kernel<T, P, unsigned><<<bn_add_into_blocks(packs), 256, 0, s>>>(dst, src, (unsigned)packs);
+        bn_add_into_kernel<T, P, unsigned><<<bn_grid_stride_blocks(packs), 256, 0, s>>>(dst, src, (unsigned)packs);
     else if (pk)
-        bn_add_into_kernel<T, P, size_t><<<bn_add_into_blocks(packs), 256, 0, s>>>(dst, src, packs);
+        bn_add_into_kernel<T, P, size_t><<<bn_grid_stride_blocks(packs), 256, 0, s>>>(dst, src, packs);
     else if (bn_index_fits_32(n))
-        bn_add_into_kernel<T, 1, unsigned><<<bn_add_into_blocks(n), 256, 0, s>>>(dst, src, (unsigned)n);
+        bn_add_into_kernel<T, 1, unsigned><<<bn_grid_stride_blocks(n), 256, 0, s>>>(dst, src, (unsigned)n);
     else
-        bn_add_into_kernel<T, 1, size_t><<<bn_add_into_blocks(n), 256, 0, s>>>(dst, src, n);
+        bn_add_into_kernel<T, 1, size_t><<<bn_grid_stride_blocks(n), 256, 0, s>>>(dst, src, n);
 }
 
 #endif

@@ -10,6 +10,7 @@
 #include "bf16.cuh"
 #include "bf16.h"
 #include "cuda_check.h"
+#include "grid_stride.h"
 
 __global__ void f32_to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n)
 {
@@ -116,30 +117,25 @@ static bn_status transpose(Out *dst, const __nv_bfloat16 *src, int batch, int ro
     return BN_OK;
 }
 
-static int blocks_for(size_t n)
-{
-    size_t b = (n + 255) / 256;
-    return (int)(b < 1 ? 1 : b > 4096 ? 4096 : b);
-}
-
 extern "C" bn_status bn_gpu_f32_to_bf16(void *dst, const float *src, size_t n, bn_ctx *ctx)
 {
-    f32_to_bf16_kernel<<<blocks_for(n), 256, 0, (cudaStream_t)ctx->stream>>>((__nv_bfloat16 *)dst, src, n);
+    f32_to_bf16_kernel<<<bn_grid_stride_blocks(n), 256, 0, (cudaStream_t)ctx->stream>>>((__nv_bfloat16 *)dst, src, n);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
 
 extern "C" bn_status bn_gpu_bf16_to_f32(float *dst, const void *src, size_t n, bn_ctx *ctx)
 {
-    bf16_to_f32_kernel<<<blocks_for(n), 256, 0, (cudaStream_t)ctx->stream>>>(dst, (const __nv_bfloat16 *)src, n);
+    bf16_to_f32_kernel<<<bn_grid_stride_blocks(n), 256, 0, (cudaStream_t)ctx->stream>>>(dst, (const __nv_bfloat16 *)src,
+                                                                                      n);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
 
 extern "C" bn_status bn_gpu_add_bf16_to_f32(float *dst, const void *src, size_t n, bn_ctx *ctx)
 {
-    add_bf16_to_f32_kernel<<<blocks_for(n), 256, 0, (cudaStream_t)ctx->stream>>>(dst, (const __nv_bfloat16 *)src,
-                                                                                  n);
+    add_bf16_to_f32_kernel<<<bn_grid_stride_blocks(n), 256, 0, (cudaStream_t)ctx->stream>>>(
+        dst, (const __nv_bfloat16 *)src, n);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
