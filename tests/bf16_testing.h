@@ -50,6 +50,9 @@ float *gt_snapshot(bn_blob *b);
  * bc->deterministic_too), against the CPU; skipped without a device. */
 int gt_bf16_run_case(const bf16_case *bc);
 
+/* The same, and then at batch `large` too (as its own capacity) where large > 0. */
+int gt_bf16_run_case_also_at(const bf16_case *bc, int large);
+
 /* Each case in turn, stopping at the first that does not pass. */
 int gt_bf16_run_cases(const bf16_case *cases, size_t count);
 

@@ -4,6 +4,7 @@
  * training and evaluation, and BF16 against FP32. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "batchnorm.h"
 #include "bf16_testing.h"
@@ -249,6 +250,39 @@ BN_TEST(gpu_layer_batchnorm_matches_cpu_in_training_and_evaluation)
     return BN_PASS;
 }
 
+/* Which way both passes of a GPU net's batchnorm "bn" went at `batch` (one training forward and
+ * backward on data drawn for the case, in ctx's precision): one kernel each where `fused` and the
+ * device has clusters, else two each. Also that a layer "r" writes a slice of a join exactly
+ * where the case's name says "joined". */
+static int check_paths(bn_ctx *ctx, const layer_case *lc, int batch, uint64_t seed, int fused)
+{
+    bn_net *cpu, *gpu;
+    CHECK_OK(bn_net_from_text(lc->text, lc->what, &cpu));
+    CHECK_OK(bn_net_from_text(lc->text, lc->what, &gpu));
+    bn_status s = bn_net_setup(cpu, batch, NULL, 0, seed);
+    if (s == BN_OK) s = bn_net_setup(gpu, batch, ctx, 0, seed);
+    float *start = NULL;
+    if (s == BN_OK) s = gt_feed(cpu, gpu, lc, seed, &start);
+    free(start);
+    if (s == BN_OK) s = bn_net_forward(gpu, 1);
+    if (s == BN_OK) s = bn_net_backward(gpu);
+    const bn_layer *l = bn_net_find_layer(gpu, "bn");
+    const batchnorm_priv *p = l ? (const batchnorm_priv *)l->priv : NULL;
+    const long one = p ? p->fused_passes : -1, two = p ? p->split_passes : -1;
+    const int clusters = p && p->dev_fused != -1; /* a device without clusters: two kernels always */
+    const bn_layer *r = bn_net_find_layer(gpu, "r");
+    const int sliced = r && bn_blob_is_slice(r->out);
+    bn_net_free(cpu);
+    bn_net_free(gpu);
+    CHECK_OK(s);
+    CHECK_MSG(sliced == (strstr(lc->what, "joined") != NULL), "%s: the ReLU's output is %sa slice", lc->what,
+              sliced ? "" : "not ");
+    const long want = fused && clusters ? 2 : 0;
+    CHECK_MSG(one == want && two == 2 - want, "%s%s at batch %d: %ld passes in one kernel, %ld in two (want %ld, %ld)",
+              lc->what, ctx->bf16 ? " (bf16)" : "", batch, one, two, want, 2 - want);
+    return BN_PASS;
+}
+
 /* The GPU's two ways of a training pass: one kernel, where a cluster of blocks holds each
  * channel's values (batch x plane up to 8 x 256 x 32 in packs, 8 x 256 x 16 one value at a
  * time), or two (the partial sums, then the elements). Planes of 24x24 (packs of 4) and 17x17
@@ -276,36 +310,9 @@ BN_TEST(gpu_batchnorm_one_kernel_and_two_kernel_passes_match_cpu)
     bn_ctx *ctx;
     CHECK_OK(bn_ctx_open(0, &ctx));
     const uint64_t seed = lt_fresh_seed();
-    for (int i = 0; i < ncases; i++) {
-        static const int batches[2] = {64, 257};
-        for (int b = 0; b < 2; b++) {
-            bn_net *cpu, *gpu;
-            CHECK_OK(bn_net_from_text(cases[i].text, cases[i].what, &cpu));
-            CHECK_OK(bn_net_from_text(cases[i].text, cases[i].what, &gpu));
-            bn_status s = bn_net_setup(cpu, 257, NULL, 0, seed);
-            if (s == BN_OK) s = bn_net_setup(gpu, 257, ctx, 0, seed);
-            if (s == BN_OK) s = bn_net_set_batch(cpu, batches[b]);
-            if (s == BN_OK) s = bn_net_set_batch(gpu, batches[b]);
-            float *start = NULL;
-            if (s == BN_OK) s = gt_feed(cpu, gpu, &cases[i], seed, &start);
-            free(start);
-            if (s == BN_OK) s = bn_net_forward(gpu, 1);
-            if (s == BN_OK) s = bn_net_backward(gpu);
-            const batchnorm_priv *p = (const batchnorm_priv *)bn_net_find_layer(gpu, "bn")->priv;
-            const long fused = p->fused_passes, split = p->split_passes;
-            const int clusters = p->dev_fused != -1; /* a device without clusters: two kernels always */
-            const bn_layer *r = bn_net_find_layer(gpu, "r");
-            const int sliced = r && bn_blob_is_slice(r->out);
-            bn_net_free(cpu);
-            bn_net_free(gpu);
-            CHECK_OK(s);
-            CHECK_MSG(sliced == (i == 2), "%s: the ReLU's output is %sa slice", cases[i].what, sliced ? "" : "not ");
-            const long want_fused = b == 0 && clusters ? 2 : 0;
-            CHECK_MSG(fused == want_fused && split == 2 - want_fused,
-                      "%s at batch %d: %ld passes in one kernel, %ld in two (want %ld, %ld)", cases[i].what,
-                      batches[b], fused, split, want_fused, 2 - want_fused);
-        }
-    }
+    static const int batches[2] = {64, 257};
+    for (int i = 0; i < ncases; i++)
+        for (int b = 0; b < 2; b++) CHECK(check_paths(ctx, &cases[i], batches[b], seed, b == 0) == BN_PASS);
     return BN_PASS;
 }
 
@@ -339,4 +346,27 @@ BN_TEST(gpu_bf16_batchnorm_matches_cpu)
                                        "[avgpool]\nsize=1\n[relu]\n[batchnorm]\nmomentum=0.3\n",
                                        TOL_LAYER, 0, 1, 0}};
     return gt_bf16_run_cases(cases, sizeof cases / sizeof cases[0]);
+}
+
+/* Both ways of a training pass under bf16 (packs of 8 values): 8x32x32 takes one kernel at batch
+ * 64 (8,192 packs a channel, what a cluster's registers hold) and two at 257. Against the CPU at
+ * 3, 64, 37 and 257, then the way each pass went asserted. Eight channels, as above, so that no
+ * one small sum sets a gradient's scale. */
+BN_TEST(gpu_bf16_batchnorm_one_kernel_and_two_kernel_passes_match_cpu)
+{
+    static const bf16_case bc = {"bf16 batchnorm 8x32x32", "[input]\nchannels=8\nheight=32\nwidth=32\n"
+                                 "[add]\nname=twice\ninput=input, input\ncoeff=1.5, 0.5\n"
+                                 "[batchnorm]\nname=bn\nmomentum=0.3\n",
+                                 TOL_LAYER, 0, 1, 0};
+    int r = gt_bf16_run_case_also_at(&bc, 257);
+    if (r != BN_PASS) return r;
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    const uint64_t seed = lt_fresh_seed();
+    const layer_case lc = {bc.what, bc.text, bc.tol, 0, 0, 0, 0, 0, 0};
+    ctx->bf16 = 1;
+    r = check_paths(ctx, &lc, 64, seed, 1);
+    if (r == BN_PASS) r = check_paths(ctx, &lc, 257, seed, 0);
+    ctx->bf16 = 0;
+    return r;
 }

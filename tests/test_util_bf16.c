@@ -147,7 +147,7 @@ static int compare_once(const bf16_case *bc, int capacity, int n, uint64_t seed,
     return res;
 }
 
-int gt_bf16_run_case(const bf16_case *bc)
+int gt_bf16_run_case_also_at(const bf16_case *bc, int large)
 {
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
     bn_ctx *ctx;
@@ -159,20 +159,27 @@ int gt_bf16_run_case(const bf16_case *bc)
         double worst = 0.0;
         ctx->bf16 = 1;
         ctx->deterministic = det;
-        for (int k = 0; k < NUM_SIZES && r == BN_PASS; k++) {
-            r = compare_once(bc, capacities[k], batches[k], seed + (uint64_t)k, ctx, &worst);
+        for (int k = 0; k < NUM_SIZES + (large > 0) && r == BN_PASS; k++) {
+            const int n = k < NUM_SIZES ? batches[k] : large;
+            r = compare_once(bc, k < NUM_SIZES ? capacities[k] : n, n, seed + (uint64_t)k, ctx, &worst);
             if (r != BN_PASS)
-                printf("    %s%s, batch %d (seed %llu): rerun: %s\n", bc->what, det ? " (deterministic)" : "",
-                       batches[k], (unsigned long long)seed, lt_replay());
+                printf("    %s%s, batch %d (seed %llu): rerun: %s\n", bc->what, det ? " (deterministic)" : "", n,
+                       (unsigned long long)seed, lt_replay());
         }
         ctx->bf16 = 0;
         ctx->deterministic = was_deterministic;
         if (r == BN_PASS)
-            printf("    gpu bf16 vs cpu fp32 %s%s, batches 3, 64, 37 of 64: worst difference %.3g of scale "
+            printf("    gpu bf16 vs cpu fp32 %s%s, batches 3, 64, 37 of 64%s: worst difference %.3g of scale "
                    "(tolerance %g)\n",
-                   bc->what, det ? " (deterministic)" : "", worst, bc->tol);
+                   bc->what, det ? " (deterministic)" : "", large ? " and a larger one" : "", worst,
+                   bc->tol);
     }
     return r;
+}
+
+int gt_bf16_run_case(const bf16_case *bc)
+{
+    return gt_bf16_run_case_also_at(bc, 0);
 }
 
 /* Each case in turn, stopping at the first that does not pass. */
