@@ -438,6 +438,31 @@ BN_TEST(gpu_dense_graph_replay_matches_eager_pass)
     return r;
 }
 
+/* A data-parallel rank's context (bn_ctx_prioritize): the main stream above the side stream in
+ * priority, a graph that keeps its kernels' priorities, and the same pass bit for bit; then the
+ * streams back as a context opens them. */
+BN_TEST(gpu_prioritized_streams_replay_the_eager_pass)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    int main0, side0, main1, side1, main2, side2;
+    CHECK_OK(bn_ctx_stream_priorities(ctx, &main0, &side0));
+    CHECK_MSG(!ctx->prioritized && main0 == side0, "an opened context: streams of priority %d and %d", main0, side0);
+    CHECK_OK(bn_ctx_prioritize(ctx, 1));
+    bn_status s = bn_ctx_stream_priorities(ctx, &main1, &side1);
+    int r = s == BN_OK && ctx->prioritized && main1 < side1 && side1 == side0
+                ? graph_replay_matches_eager(ctx, "prioritised streams")
+                : BN_FAIL;
+    CHECK_OK(bn_ctx_prioritize(ctx, 0));
+    CHECK_OK(s);
+    CHECK_MSG(r != BN_FAIL || main1 < side1, "prioritised: the main stream at %d, the side stream at %d", main1, side1);
+    CHECK_OK(bn_ctx_stream_priorities(ctx, &main2, &side2));
+    CHECK_MSG(!ctx->prioritized && main2 == main0 && side2 == side0, "back: priorities %d and %d, not %d and %d",
+              main2, side2, main0, side0);
+    return r;
+}
+
 /* ---- the layer's own GEMM kernels, forced ---- */
 
 /* The own kernels in each configuration with the shape's rule and with forced inner

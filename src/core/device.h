@@ -38,6 +38,9 @@ typedef struct bn_ctx {
                               cuBLASLt's included) instead of by the fixed rule; ignored in a
                               deterministic context */
     int bf16;              /* activations and products in BF16 (--precision bf16) */
+    int prioritized;       /* stream runs at the device's greatest priority and side_stream at its
+                              least, and the step's graphs keep each kernel's priority
+                              (bn_ctx_prioritize: a rank of a data-parallel group) */
 } bn_ctx;
 
 /* Whether layers choose their kernels by the fixed rule (blobnet's own kernels wherever they
@@ -88,6 +91,19 @@ bn_ctx *bn_ctx_current(void);
 
 /* Releases the context and its handles. */
 void bn_ctx_close(void);
+
+/* With `on`, gives the context's critical path scheduling priority over its side work: stream is
+ * remade at the device's greatest stream priority (side_stream at its least), and the step's
+ * graphs are instantiated to keep the priority each kernel was captured with; without, both
+ * streams are remade at the least priority and graphs run at the priority they are launched at
+ * (as the context opens). Waits for the device first; a graph captured before is not changed.
+ * A data-parallel rank turns it on when it joins its group (bn_dist_open): there the weight
+ * gradients on side_stream, no longer held back by the updates (which follow the all-reduces on
+ * the communication stream), would otherwise take the SMs the input gradients on stream need. */
+bn_status bn_ctx_prioritize(bn_ctx *ctx, int on);
+
+/* The priorities of the context's two streams (lower numbers run first). */
+bn_status bn_ctx_stream_priorities(const bn_ctx *ctx, int *main_priority, int *side_priority);
 
 /* Marks side_stream as holding work that stream must wait for before the pass ends. */
 void bn_ctx_defer_side(bn_ctx *ctx);

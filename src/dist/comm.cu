@@ -237,8 +237,12 @@ static bn_status make_state(bn_dist *d)
     comm_state *st = (comm_state *)calloc(1, sizeof *st);
     if (!st) return bn_error(BN_ERR_NOMEM, "rank %d: out of host memory for the communicator", d->rank);
     d->state = st;
+    /* At the device's greatest priority, as the compute stream (bn_ctx_prioritize): the
+     * all-reduces and the updates after them start as soon as their gradients are ready. */
+    int least = 0, greatest = 0;
+    BN_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     cudaStream_t s;
-    BN_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    BN_CUDA(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, greatest));
     d->stream = s;
     BN_CUDA(cudaEventCreateWithFlags(&st->ready, cudaEventDisableTiming));
     BN_CUDA(cudaEventCreateWithFlags(&st->done, cudaEventDisableTiming));
@@ -279,6 +283,7 @@ extern "C" bn_status bn_dist_open(bn_dist *d, const void *id, bn_ctx *ctx)
     if (!ctx) return bn_error(BN_ERR_USAGE, "rank %d: training on several GPUs needs a GPU context", d->rank);
     d->device = ctx->device;
     BN_CUDA(cudaSetDevice(ctx->device));
+    if (d->world > 1) BN_TRY(bn_ctx_prioritize(ctx, 1));
     bn_status s = make_state(d);
     if (s != BN_OK) {
         release_state(d);

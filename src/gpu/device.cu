@@ -213,6 +213,45 @@ extern "C" bn_status bn_ctx_open(int device, bn_ctx **out)
     return BN_OK;
 }
 
+extern "C" bn_status bn_ctx_prioritize(bn_ctx *c, int on)
+{
+    on = on != 0;
+    if (c->prioritized == on) return BN_OK;
+    int least = 0, greatest = 0;
+    BN_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    BN_CUDA(cudaDeviceSynchronize());
+    cudaStream_t s = NULL, side = NULL;
+    cudaError_t e = cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, on ? greatest : least);
+    if (e == cudaSuccess) e = cudaStreamCreateWithPriority(&side, cudaStreamNonBlocking, least);
+    if (e != cudaSuccess) {
+        if (s) cudaStreamDestroy(s);
+        cudaGetLastError();
+        return bn_error(BN_ERR_DEVICE, "gpu:%d: cannot make streams of the device's priorities: %s", c->device,
+                        cudaGetErrorString(e));
+    }
+    if (cublasSetStream((cublasHandle_t)c->cublas, s) != CUBLAS_STATUS_SUCCESS ||
+        cudnnSetStream((cudnnHandle_t)c->cudnn, s) != CUDNN_STATUS_SUCCESS) {
+        cublasSetStream((cublasHandle_t)c->cublas, (cudaStream_t)c->stream);
+        cudnnSetStream((cudnnHandle_t)c->cudnn, (cudaStream_t)c->stream);
+        cudaStreamDestroy(s);
+        cudaStreamDestroy(side);
+        return bn_error(BN_ERR_DEVICE, "gpu:%d: cuBLAS or cuDNN refused a stream of another priority", c->device);
+    }
+    cudaStreamDestroy((cudaStream_t)c->stream);
+    cudaStreamDestroy((cudaStream_t)c->side_stream);
+    c->stream = s;
+    c->side_stream = side;
+    c->prioritized = on;
+    return BN_OK;
+}
+
+extern "C" bn_status bn_ctx_stream_priorities(const bn_ctx *c, int *main_priority, int *side_priority)
+{
+    BN_CUDA(cudaStreamGetPriority((cudaStream_t)c->stream, main_priority));
+    BN_CUDA(cudaStreamGetPriority((cudaStream_t)c->side_stream, side_priority));
+    return BN_OK;
+}
+
 extern "C" bn_ctx *bn_ctx_current(void)
 {
     return ctx_open ? &the_ctx : NULL;

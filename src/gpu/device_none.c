@@ -26,6 +26,20 @@ bn_status bn_ctx_open(int device, bn_ctx **out)
 bn_ctx *bn_ctx_current(void) { return NULL; }
 void bn_ctx_close(void) {}
 
+bn_status bn_ctx_prioritize(bn_ctx *ctx, int on)
+{
+    (void)ctx;
+    (void)on;
+    return bn_no_cuda();
+}
+
+bn_status bn_ctx_stream_priorities(const bn_ctx *ctx, int *main_priority, int *side_priority)
+{
+    (void)ctx;
+    *main_priority = *side_priority = 0;
+    return bn_no_cuda();
+}
+
 bn_status bn_ctx_memory(bn_ctx *ctx, size_t *free_bytes, size_t *total_bytes)
 {
     (void)ctx;

@@ -13,7 +13,10 @@ static void abandon_capture(cudaStream_t s)
     cudaGetLastError();
 }
 
-static bn_status capture(bn_step_graph *g, cudaStream_t s, bn_status (*body)(void *), void *arg)
+/* With `prioritized` (bn_ctx_prioritize) the graph keeps the priority of the stream each kernel
+ * was captured from, instead of running every node at the priority of the stream it is launched
+ * into. */
+static bn_status capture(bn_step_graph *g, cudaStream_t s, int prioritized, bn_status (*body)(void *), void *arg)
 {
     BN_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     bn_status st = body(arg);
@@ -24,7 +27,7 @@ static bn_status capture(bn_step_graph *g, cudaStream_t s, bn_status (*body)(voi
     cudaGraph_t graph;
     BN_CUDA(cudaStreamEndCapture(s, &graph));
     cudaGraphExec_t exec;
-    cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+    cudaError_t e = cudaGraphInstantiate(&exec, graph, prioritized ? cudaGraphInstantiateFlagUseNodePriority : 0);
     cudaGraphDestroy(graph);
     if (e != cudaSuccess)
         return bn_error(BN_ERR_DEVICE, "%s:%d: cudaGraphInstantiate: %s", __FILE__, __LINE__, cudaGetErrorString(e));
@@ -41,7 +44,7 @@ extern "C" bn_status bn_step_graph_run(bn_step_graph *g, bn_ctx *ctx, bn_status 
     if (g->exec && g->buffer_generation != ctx->buffer_generation) bn_step_graph_free(g);
     if (!g->exec) {
         g->buffer_generation = ctx->buffer_generation;
-        bn_status st = capture(g, s, body, arg);
+        bn_status st = capture(g, s, ctx->prioritized, body, arg);
         if (st != BN_OK) {
             /* The body's host-side effects have happened once; its device work has not. Run
              * the step eagerly instead and keep doing so. */
