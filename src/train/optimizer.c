@@ -154,29 +154,41 @@ bn_status bn_optimizer_step(bn_optimizer *o, bn_net *net)
     return BN_OK;
 }
 
-/* A layer's update on stream, or on the side stream when stream is NULL. */
-static bn_status update_layer(bn_optimizer *o, bn_net *net, const bn_layer *l, void *stream)
+/* The update of layers first..last (a run of the slab) on stream, or on the side stream when
+ * stream is NULL. The step's last update is the one that reaches its first layer with
+ * parameters. */
+static bn_status update_layers(bn_optimizer *o, bn_net *net, int first, int last_layer, void *stream)
 {
-    if (!l->num_params) return BN_OK;
+    size_t lo = 0, hi = 0;
+    int any = 0, last = 1;
+    for (int i = first; i <= last_layer; i++) {
+        const bn_layer *l = net->layers[i];
+        if (!l->num_params) continue;
+        if (!any) lo = l->params[0].value->offset;
+        any = 1;
+        const bn_blob *end = l->params[l->num_params - 1].value;
+        hi = end->offset + bn_blob_count(end);
+    }
+    if (!any) return BN_OK;
     if (!net->pass.ctx || !net->pass.ctx->side_stream)
-        return bn_error(BN_ERR_INTERNAL, "layer %s: a layer-by-layer update needs a device context", l->name);
-    int last = 1;
-    for (int i = 0; i < l->index; i++)
+        return bn_error(BN_ERR_INTERNAL, "layer %s: a layer-by-layer update needs a device context",
+                        net->layers[first]->name);
+    for (int i = 0; i < first; i++)
         if (net->layers[i]->num_params) last = 0;
     bn_nvtx_push("optimizer/update", BN_NVTX_OPTIMIZER);
-    bn_status s = bn_optimizer_update_layer_gpu(o, net, l, bn_optimizer_rates(o, o->iter), last, stream);
+    bn_status s = bn_optimizer_update_range_gpu(o, net, lo, hi, bn_optimizer_rates(o, o->iter), last, stream);
     bn_nvtx_pop();
     return s;
 }
 
 bn_status bn_optimizer_update_layer(bn_optimizer *o, bn_net *net, const bn_layer *l)
 {
-    return update_layer(o, net, l, NULL);
+    return update_layers(o, net, l->index, l->index, NULL);
 }
 
-bn_status bn_optimizer_update_layer_on(bn_optimizer *o, bn_net *net, const bn_layer *l, void *stream)
+bn_status bn_optimizer_update_layers_on(bn_optimizer *o, bn_net *net, int first, int last, void *stream)
 {
-    return update_layer(o, net, l, stream);
+    return update_layers(o, net, first, last, stream);
 }
 
 void bn_optimizer_end_layered_step(bn_optimizer *o)

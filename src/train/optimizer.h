@@ -56,10 +56,12 @@ bn_status bn_optimizer_step(bn_optimizer *o, bn_net *net);
 bn_status bn_optimizer_update_layer(bn_optimizer *o, bn_net *net, const bn_layer *l);
 void bn_optimizer_end_layered_step(bn_optimizer *o);
 
-/* bn_optimizer_update_layer's update queued on `stream` (a cudaStream_t) instead, which the caller
- * has ordered after the layer's gradients and will join before the parameters are read again:
- * data-parallel training updates each layer where its gradients were all-reduced. */
-bn_status bn_optimizer_update_layer_on(bn_optimizer *o, bn_net *net, const bn_layer *l, void *stream);
+/* bn_optimizer_update_layer's updates of layers first..last (indices; their parameters are one
+ * run of the slab, as the layers are carved in order) in one launch, queued on `stream` (a
+ * cudaStream_t) instead, which the caller has ordered after their gradients and will join before
+ * the parameters are read again: data-parallel training updates each bucket of layers where its
+ * gradients were all-reduced. */
+bn_status bn_optimizer_update_layers_on(bn_optimizer *o, bn_net *net, int first, int last, void *stream);
 
 void bn_optimizer_free(bn_optimizer *o);
 
@@ -68,9 +70,10 @@ void bn_optimizer_free(bn_optimizer *o);
  * with the right ones; otherwise it takes r. */
 bn_status bn_optimizer_step_gpu(bn_optimizer *o, bn_net *net, bn_step_rates r);
 
-/* One layer's update on `stream`, or on the side stream after a fork when stream is NULL
- * (bn_optimizer_update_layer); `last`: the step's last update. */
-bn_status bn_optimizer_update_layer_gpu(bn_optimizer *o, bn_net *net, const bn_layer *l, bn_step_rates r, int last,
+/* The update of slab elements [lo, hi) (a layer's, or a run of layers') on `stream`, or on the side
+ * stream after a fork when stream is NULL (bn_optimizer_update_layer); `last`: the step's last
+ * update. */
+bn_status bn_optimizer_update_range_gpu(bn_optimizer *o, bn_net *net, size_t lo, size_t hi, bn_step_rates r, int last,
                                         void *stream);
 
 /* GPU: uploads the rates of steps first .. first+count-1 (as bn_optimizer_rates gives them)

@@ -11,12 +11,18 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-/* The segment (of segs, nseg entries, the first holding lo) that holds element i. */
+/* The segment (of segs, nseg entries in offset order, the first holding lo) that holds element
+ * i: the last that starts at or before it, by bisection (a bucket's or the slab's update spans
+ * a segment or more a layer). */
 static __device__ __forceinline__ const bn_param_segment *segment_at(const bn_param_segment *segs, int nseg, size_t i)
 {
-    int s = 0;
-    while (s + 1 < nseg && i >= segs[s + 1].offset) s++;
-    return &segs[s];
+    int a = 0, b = nseg - 1;
+    while (a < b) {
+        const int m = (a + b + 1) / 2;
+        if (segs[m].offset <= i) a = m;
+        else b = m - 1;
+    }
+    return &segs[a];
 }
 
 /* The step's rates: schedule[*cursor] while a schedule covers the step, else r. */
@@ -218,11 +224,9 @@ extern "C" bn_status bn_optimizer_step_gpu(bn_optimizer *o, bn_net *net, bn_step
     return launch(o, net, 0, net->num_params, r, 1, (cudaStream_t)net->pass.ctx->stream);
 }
 
-extern "C" bn_status bn_optimizer_update_layer_gpu(bn_optimizer *o, bn_net *net, const bn_layer *l, bn_step_rates r,
-                                                   int last, void *stream)
+extern "C" bn_status bn_optimizer_update_range_gpu(bn_optimizer *o, bn_net *net, size_t lo, size_t hi,
+                                                   bn_step_rates r, int last, void *stream)
 {
-    size_t lo = l->params[0].value->offset, hi = lo;
-    for (int k = 0; k < l->num_params; k++) hi += bn_blob_count(l->params[k].value);
     if (stream) return launch(o, net, lo, hi, r, last, (cudaStream_t)stream);
     bn_ctx *ctx = net->pass.ctx;
     BN_TRY(bn_ctx_fork_side(ctx));

@@ -17,10 +17,10 @@ bn_status bn_optimizer_step_gpu(bn_optimizer *o, bn_net *net, bn_step_rates r)
     return bn_no_cuda();
 }
 
-bn_status bn_optimizer_update_layer_gpu(bn_optimizer *o, bn_net *net, const bn_layer *l, bn_step_rates r, int last,
+bn_status bn_optimizer_update_range_gpu(bn_optimizer *o, bn_net *net, size_t lo, size_t hi, bn_step_rates r, int last,
                                         void *stream)
 {
-    (void)o, (void)net, (void)l, (void)r, (void)last, (void)stream;
+    (void)o, (void)net, (void)lo, (void)hi, (void)r, (void)last, (void)stream;
     return bn_no_cuda();
 }
 

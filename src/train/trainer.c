@@ -110,7 +110,8 @@ static void bucket_range(const step_body *b, size_t *lo, size_t *hi)
 }
 
 /* Sums the bucket's gradients across the ranks in one all-reduce and queues its layers' updates
- * after it, on the communication stream, holding up neither compute stream. */
+ * after it, in one launch (one a layer had left 12 launches, 45 us, at the end of resnet_fashion's
+ * step on two GPUs), on the communication stream, holding up neither compute stream. */
 static bn_status flush_bucket(step_body *b)
 {
     if (b->pend_last < 0) return BN_OK;
@@ -119,8 +120,7 @@ static bn_status flush_bucket(step_body *b)
     float *g = bn_blob_dev_wr(b->net->grads);
     if (!g) return bn_last_status();
     BN_TRY(bn_dist_allreduce_grads(b->dist, b->net->pass.ctx, g + lo, hi - lo, b->weight));
-    for (int i = b->pend_last; i >= b->pend_first; i--)
-        BN_TRY(bn_optimizer_update_layer_on(b->opt, b->net, b->net->layers[i], b->dist->stream));
+    BN_TRY(bn_optimizer_update_layers_on(b->opt, b->net, b->pend_first, b->pend_last, b->dist->stream));
     b->pend_first = b->pend_last = -1;
     return BN_OK;
 }
