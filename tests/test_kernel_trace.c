@@ -1,7 +1,7 @@
 /* test_kernel_trace.c - the kernel tracer (tools/kernel_trace.c, a CUPTI injection library) and
- * its summary (tools/kernel_trace.py): the summary's arithmetic and a step's timeline on a trace
- * written here, its refusal of a file that is not a trace, and on a GPU with CUPTI a real trace of
- * a training run. */
+ * its summary (tools/kernel_trace.py): the summary's arithmetic, a step's timeline and the
+ * comparison with a base trace on traces written here, its refusal of a file that is not a trace,
+ * and on a GPU with CUPTI a real trace of a training run. */
 #include "testing.h"
 
 #include <stdlib.h>
@@ -55,6 +55,36 @@ BN_TEST(kernel_trace_summary_measures_steps_and_gaps)
     snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s --timeline", path);
     rc = bn_test_run(cmd, out, sizeof out);
     CHECK_MSG(rc != 0 && strstr(out, "--timeline needs --marker"), "exit %d: %s", rc, out);
+    /* --against: the same steps of a base trace whose convolution took 45 us and which had no
+     * all-reduce, kernel by kernel, the largest move first. */
+    char base[512];
+    snprintf(base, sizeof base, "%s/base_trace.csv", bn_test_tmpdir());
+    f = fopen(base, "w");
+    CHECK(f != NULL);
+    fputs("kind,device,stream,start_ns,end_ns,what\n", f);
+    for (long s = 0, t = 1000000; s < 12; s++, t += 100000) {
+        fprintf(f, "kernel,0,7,%ld,%ld,\"void gather_rows<float>(int, const float *)\"\n", t, t + 10000);
+        fprintf(f, "kernel,0,7,%ld,%ld,\"conv_forward\"\n", t + 12000, t + 57000);
+    }
+    CHECK(fclose(f) == 0);
+    snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s --marker gather --skip 1 --steps 10 --against %s", path,
+             base);
+    rc = bn_test_run(cmd, out, sizeof out);
+    CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
+    const char *vs = strstr(out, "against the base (10 steps): kernel time a step 55.0 -> 100.0 us\n");
+    CHECK_MSG(vs != NULL, "%s", out);
+    const char *v_nccl = strstr(vs, "ncclDevKernel_AllReduce_Sum_f32_RING_LL                0.0      30.0     "
+                                    "+30.0  - -> 30.00\n");
+    const char *v_conv = strstr(vs, "conv_forward                                          45.0      60.0     "
+                                    "+15.0  45.00 -> 60.00\n");
+    CHECK_MSG(v_nccl && v_conv && v_nccl < v_conv, "%s", vs);
+    snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s --against %s", path, base);
+    rc = bn_test_run(cmd, out, sizeof out);
+    CHECK_MSG(rc != 0 && strstr(out, "--against needs --marker"), "exit %d: %s", rc, out);
+    CHECK(write_text(bad, "epoch,loss\n1,0.5\n") == 0);
+    snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s --marker gather --against %s", path, bad);
+    rc = bn_test_run(cmd, out, sizeof out);
+    CHECK_MSG(rc != 0 && strstr(out, "not_a_trace.csv: not a kernel trace"), "exit %d: %s", rc, out);
     /* A reader that stops at the first line (| head -1) of a summary longer than a pipe holds:
      * the summary ends quietly, without a broken pipe's traceback. */
     char big[512], err[512];

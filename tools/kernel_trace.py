@@ -2,6 +2,7 @@
 """Summarises a kernel trace written by tools/kernel_trace.c (make trace).
 
     tools/kernel_trace.py TRACE.csv... [--marker REGEX] [--skip N] [--steps N] [--top N] [--timeline]
+                          [--against BASE.csv]
 
 Prints, for each file (one per process: a rank of a run on several GPUs each), for the GPU time
 it covers: how long the GPU was busy (the union of its kernels,
@@ -12,6 +13,11 @@ measured: the median step, its busy and idle time, the share of NCCL's kernels, 
 median time in a step, and the largest idle gaps of a median step with the kernels on each side;
 with --timeline also that step's work in the order it started, each with its start and end (us
 from the step's start), its length and its stream, so that what ran beside what shows.
+
+With --against BASE.csv (and --marker), each file's kernels are also set beside the same steps of
+BASE (one GPU's trace beside a rank's, the code before a change beside the code after): each
+kernel's time a step and mean time a call in both, the kernels whose time a step moved most
+first, so that what got slower, or ran more often, shows at once.
 """
 import argparse
 import csv
@@ -99,22 +105,27 @@ def main():
     ap.add_argument("--top", type=int, default=15, help="kernels listed (default 15)")
     ap.add_argument("--timeline", action="store_true",
                     help="with --marker: a median step's kernels, copies and fills in the order they started")
+    ap.add_argument("--against", metavar="BASE",
+                    help="with --marker: each kernel's time a step beside the same steps of trace BASE")
     a = ap.parse_args()
     # A reader that stops early (| head) ends the summary quietly, as other command-line tools do,
     # instead of with a broken pipe's traceback.
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     if a.timeline and not a.marker:
         ap.error("--timeline needs --marker (it lists one step)")
+    if a.against and not a.marker:
+        ap.error("--against needs --marker (it compares steps)")
+    base = window(a.against, a) if a.against else None
     for i, path in enumerate(a.traces):
         if i:
             print()
-        summarise(path, a)
+        summarise(path, a, base)
 
 
-def summarise(path, a):
-    """Prints one file's summary under the options in a."""
+def window(path, a):
+    """The measured part of a trace: (the step cuts or None, lo, hi, the work inside [lo, hi))."""
     rows = read(path)
-    lo, hi = rows[0][0], max(r[1] for r in rows)
+    lo, hi, cuts = rows[0][0], max(r[1] for r in rows), None
     if a.marker:
         pat = re.compile(a.marker)
         cuts = [r[0] for r in rows if pat.search(r[2])]
@@ -122,15 +133,44 @@ def summarise(path, a):
         if len(cuts) < 2:
             sys.exit(f"{path}: fewer than {a.skip + 2} kernels match --marker {a.marker}")
         lo, hi = cuts[0], cuts[-1]
-    inside = [r for r in rows if r[1] > lo and r[0] < hi]
-    b, _ = busy(inside, lo, hi)
-    span = hi - lo
-    print(f"{path}: {span / 1e6:.3f} ms, GPU busy {b / 1e6:.3f} ms ({100 * b / span:.1f}%), idle {(span - b) / 1e6:.3f} ms")
+    return cuts, lo, hi, [r for r in rows if r[1] > lo and r[0] < hi]
+
+
+def per_kernel(inside, lo, hi):
+    """Each name's time inside [lo, hi) and its number of calls."""
     per = {}
     for start, end, name, _ in inside:
         t = per.setdefault(name, [0, 0])
         t[0] += min(end, hi) - max(start, lo)
         t[1] += 1
+    return per
+
+
+def compare(per, steps, base, top):
+    """Each kernel's time a step and mean time a call beside base's (window()), largest move first."""
+    cuts, lo, hi, inside = base
+    bper, bsteps = per_kernel(inside, lo, hi), len(cuts) - 1
+    rows = []
+    for name in set(per) | set(bper):
+        t, n = per.get(name, (0, 0))
+        bt, bn = bper.get(name, (0, 0))
+        mean = lambda total, calls: f"{total / calls / 1e3:.2f}" if calls else "-"
+        rows.append((t / steps - bt / bsteps, name, bt / bsteps, t / steps, mean(bt, bn), mean(t, n)))
+    this = sum(t for t, _ in per.values()) / steps
+    other = sum(t for t, _ in bper.values()) / bsteps
+    print(f"\nagainst the base ({bsteps} steps): kernel time a step {other / 1e3:.1f} -> {this / 1e3:.1f} us")
+    print(f"{'kernel':<48} {'base us':>9} {'us':>9} {'change':>9}  mean us a call")
+    for change, name, was, now, mwas, mnow in sorted(rows, key=lambda r: (-abs(r[0]), r[1]))[:top]:
+        print(f"{name[:48]:<48} {was / 1e3:9.1f} {now / 1e3:9.1f} {change / 1e3:+9.1f}  {mwas} -> {mnow}")
+
+
+def summarise(path, a, base=None):
+    """Prints one file's summary under the options in a (beside base's steps where given)."""
+    cuts, lo, hi, inside = window(path, a)
+    b, _ = busy(inside, lo, hi)
+    span = hi - lo
+    print(f"{path}: {span / 1e6:.3f} ms, GPU busy {b / 1e6:.3f} ms ({100 * b / span:.1f}%), idle {(span - b) / 1e6:.3f} ms")
+    per = per_kernel(inside, lo, hi)
     print(f"{'kernel':<48} {'calls':>7} {'total ms':>9} {'mean us':>8}")
     for name, (t, n) in sorted(per.items(), key=lambda kv: -kv[1][0])[: a.top]:
         print(f"{name[:48]:<48} {n:>7} {t / 1e6:>9.3f} {t / n / 1e3:>8.2f}")
@@ -158,6 +198,8 @@ def summarise(path, a):
         print(f"{'start':>8} {'end':>8} {'length':>8}  {'stream':>6}  kernel")
         for start, end, name, stream in sorted(r for r in part if r[0] >= s):
             print(f"{(start - s) / 1e3:8.1f} {(end - s) / 1e3:8.1f} {(end - start) / 1e3:8.1f}  {stream:>6}  {name[:60]}")
+    if base:
+        compare(per, len(steps), base, a.top)
 
 
 if __name__ == "__main__":
