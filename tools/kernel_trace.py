@@ -146,6 +146,11 @@ def per_kernel(inside, lo, hi):
     return per
 
 
+def per_call(total, calls):
+    """Mean microseconds a call, or "-" for a kernel the trace does not have."""
+    return f"{total / calls / 1e3:.2f}" if calls else "-"
+
+
 def compare(per, steps, base, top):
     """Each kernel's time a step and mean time a call beside base's (window()), largest move first."""
     cuts, lo, hi, inside = base
@@ -154,8 +159,7 @@ def compare(per, steps, base, top):
     for name in set(per) | set(bper):
         t, n = per.get(name, (0, 0))
         bt, bn = bper.get(name, (0, 0))
-        mean = lambda total, calls: f"{total / calls / 1e3:.2f}" if calls else "-"
-        rows.append((t / steps - bt / bsteps, name, bt / bsteps, t / steps, mean(bt, bn), mean(t, n)))
+        rows.append((t / steps - bt / bsteps, name, bt / bsteps, t / steps, per_call(bt, bn), per_call(t, n)))
     this = sum(t for t, _ in per.values()) / steps
     other = sum(t for t, _ in bper.values()) / bsteps
     print(f"\nagainst the base ({bsteps} steps): kernel time a step {other / 1e3:.1f} -> {this / 1e3:.1f} us")

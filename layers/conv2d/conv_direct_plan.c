@@ -138,8 +138,8 @@ static size_t workspace(const bn_conv_family_plan *p)
 
 const bn_conv_family bn_conv_family_direct = {
     .name = "direct",
-    .serves = 1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA | 1u << BN_CONV_FILTER,
-    .offered = 1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA | 1u << BN_CONV_FILTER,
+    .serves = BN_CONV_EVERY_PASS,
+    .offered = BN_CONV_EVERY_PASS,
     .rank = {2, 2, 3},
     .plan = plan,
     .refuses = refuses,

@@ -33,6 +33,8 @@ extern "C" {
 
 /* The passes, in the order plans and choices keep them. */
 enum { BN_CONV_FORWARD, BN_CONV_DATA, BN_CONV_FILTER, BN_CONV_PASSES };
+/* A family's serves or offered mask (bn_conv_family) when that is all three passes. */
+#define BN_CONV_EVERY_PASS (1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA | 1u << BN_CONV_FILTER)
 
 /* The families by number, 1 up in the table's order (0: none, or cuDNN in a plan's runners);
  * bn_conv2d_gpu_force_own (conv2d.h) takes these. */

@@ -178,8 +178,8 @@ static size_t workspace(const bn_conv_family_plan *p)
  * many channels); last in the rule's order, which was measured at LeNet's sizes. */
 const bn_conv_family bn_conv_family_halo = {
     .name = "halo",
-    .serves = 1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA | 1u << BN_CONV_FILTER,
-    .offered = 1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA | 1u << BN_CONV_FILTER,
+    .serves = BN_CONV_EVERY_PASS,
+    .offered = BN_CONV_EVERY_PASS,
     .rank = {5, 5, 5},
     .plan = plan,
     .refuses = refuses,

@@ -95,8 +95,8 @@ static size_t workspace(const bn_conv_family_plan *p)
  * many channels); the rule, after the families measured at LeNet's sizes. */
 const bn_conv_family bn_conv_family_igemm = {
     .name = "igemm",
-    .serves = 1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA | 1u << BN_CONV_FILTER,
-    .offered = 1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA | 1u << BN_CONV_FILTER,
+    .serves = BN_CONV_EVERY_PASS,
+    .offered = BN_CONV_EVERY_PASS,
     .rank = {3, 3, 1},
     .plan = plan,
     .refuses = refuses,

@@ -187,8 +187,8 @@ static int reads_pooled(const bn_conv_family_plan *p, int pass)
 
 const bn_conv_family bn_conv_family_rows = {
     .name = "rows",
-    .serves = 1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA | 1u << BN_CONV_FILTER,
-    .offered = 1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA | 1u << BN_CONV_FILTER,
+    .serves = BN_CONV_EVERY_PASS,
+    .offered = BN_CONV_EVERY_PASS,
     .rank = {1, 1, 0},
     .plan = plan,
     .refuses = refuses,

@@ -216,8 +216,8 @@ static int rule_claim(const bn_conv_family_plan *p, const bn_conv_shape *s, int 
 
 const bn_conv_family bn_conv_family_tensor = {
     .name = "tensor",
-    .serves = 1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA | 1u << BN_CONV_FILTER,
-    .offered = 1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA | 1u << BN_CONV_FILTER,
+    .serves = BN_CONV_EVERY_PASS,
+    .offered = BN_CONV_EVERY_PASS,
     .rank = {0, 0, 2},
     .plan = plan,
     .refuses = refuses,
