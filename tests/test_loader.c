@@ -3,6 +3,7 @@
  * batches never; the GPU's gather against the CPU's, bit for bit, eagerly and through a replayed
  * CUDA graph, on pixels and on float values. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/rng.h"
 #include "gpu/graph.h"
@@ -73,6 +74,46 @@ static float standardised(int v)
 
 /* The example moved by draw d as the section says it is, in two steps: translated by (dx, dy)
  * with 0 moved in, then each row reversed when d.flip is set. */
+/* An order made ahead (bn_loader_prepare_order) is the one set_order would make from its seed,
+ * taken once; a set_order with another seed, or a second one, shuffles as before. */
+BN_TEST(loader_order_made_ahead_is_the_order_of_its_seed)
+{
+    static unsigned char many[60 * 4];
+    static uint16_t many_labels[60];
+    bn_dataset d = {.count = 60, .channels = 1, .height = 2, .width = 2, .num_classes = 10,
+                    .pixels = many, .labels = many_labels};
+    bn_loader ld, ref;
+    CHECK_OK(bn_loader_init(&ld, &d, NULL));
+    CHECK_OK(bn_loader_init(&ref, &d, NULL));
+    CHECK_OK(bn_loader_prepare_order(&ld, 8));
+    CHECK(ld.prepared && ld.prepared_seed == 8);
+    CHECK_OK(bn_loader_set_order(&ref, 1, 8));
+    CHECK(memcmp(ld.order, ref.order, 60 * sizeof(int)) == 0);
+    /* Taken: the order stays, and the mark goes. */
+    ld.order[0] ^= 1; /* would show a second shuffle as a difference from the edit */
+    CHECK_OK(bn_loader_set_order(&ld, 1, 8));
+    CHECK(!ld.prepared && ld.order[0] == (ref.order[0] ^ 1));
+    ld.order[0] ^= 1;
+    /* Not taken twice: a second set_order with the same seed shuffles again, to the same order. */
+    CHECK_OK(bn_loader_set_order(&ld, 1, 8));
+    CHECK(memcmp(ld.order, ref.order, 60 * sizeof(int)) == 0);
+    /* Another seed than the prepared one: shuffled from that seed. */
+    CHECK_OK(bn_loader_prepare_order(&ld, 9));
+    CHECK_OK(bn_loader_set_order(&ld, 1, 10));
+    CHECK_OK(bn_loader_set_order(&ref, 1, 10));
+    CHECK(!ld.prepared && memcmp(ld.order, ref.order, 60 * sizeof(int)) == 0);
+    int moved = 0;
+    for (int i = 0; i < 60; i++) moved += ld.order[i] != i;
+    CHECK_MSG(moved > 30, "seed 10's order leaves %d of 60 examples in place", 60 - moved);
+    /* The natural order never takes a prepared one. */
+    CHECK_OK(bn_loader_prepare_order(&ld, 11));
+    CHECK_OK(bn_loader_set_order(&ld, 0, 11));
+    for (int i = 0; i < 60; i++) CHECK(ld.order[i] == i);
+    bn_loader_free(&ld);
+    bn_loader_free(&ref);
+    return BN_PASS;
+}
+
 static void move_by_hand(const unsigned char *image, bn_augment_draw d, unsigned char *out)
 {
     unsigned char moved[HAND_PIXELS];
@@ -498,7 +539,11 @@ BN_TEST(loader_gpu_augmented_gather_matches_cpu_through_graph_replays)
         CHECK_OK(bn_loader_set_order(&gld, 1, 21));
         CHECK_OK(bn_loader_set_order(&cld, 1, 21));
         CHECK_MSG(epoch_against_cpu(ctx, &g, &gld, gpu, &cld, cpu, 1000, &replays) == BN_PASS, "%s", aug);
+        /* The second order made ahead, as the trainer does after an epoch's last step: its upload
+         * is queued, and set_order finds it in place. */
+        CHECK_OK(bn_loader_prepare_order(&gld, 22));
         CHECK_OK(bn_loader_set_order(&gld, 1, 22));
+        CHECK(!gld.prepared);
         CHECK_OK(bn_loader_set_order(&cld, 1, 22));
         CHECK_MSG(epoch_against_cpu(ctx, &g, &gld, gpu, &cld, cpu, 5000, &replays) == BN_PASS, "%s", aug);
         CHECK_MSG(replays == 9, "%s: %d batches were replays, not 9", aug, replays);

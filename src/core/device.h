@@ -134,6 +134,20 @@ bn_status bn_device_zero(void *ptr, size_t bytes);
 bn_status bn_device_h2d(void *dst, const void *src, size_t bytes);
 bn_status bn_device_d2h(void *dst, const void *src, size_t bytes);
 
+/* A pinned host buffer through which bn_device_h2d_queued queues uploads; zeroed: empty. */
+typedef struct bn_upload_buf {
+    void *host;   /* pinned, cap bytes */
+    size_t cap;
+    void *copied; /* cudaEvent_t after the last upload's copy, NULL before the first */
+} bn_upload_buf;
+
+/* Copies bytes of src into u's pinned buffer and queues their upload to dst on the context
+ * stream, without waiting for it: the upload lands in stream order, after the work queued
+ * before it. The host may reuse src at once. A second upload through u first waits for the
+ * first one's copy (long done where uploads through one buffer are an epoch apart). */
+bn_status bn_device_h2d_queued(bn_upload_buf *u, void *dst, const void *src, size_t bytes);
+void bn_upload_buf_free(bn_upload_buf *u);
+
 /* Waits until everything queued on the context stream has finished. */
 bn_status bn_device_sync(void);
 

@@ -29,8 +29,11 @@
 #include "gpu/cuda_check.h"
 
 #define DEFAULT_TIMEOUT_S 120.0
-/* How long a host wait sleeps between two polls: short beside a step, long beside a spin. */
+/* How long a host wait sleeps between two polls: short beside a step, long beside a spin. The
+ * first SPIN_S of a wait poll without sleeping, as the waits for small collectives at an epoch's
+ * end (tens of microseconds) would otherwise each end a sleep late. */
 static const struct timespec poll_pause = {0, 50000};
+#define SPIN_S 200e-6
 #define MAX_WEIGHTS 8
 
 /* comm.cu's own part of a bn_dist (d->state). */
@@ -40,6 +43,7 @@ typedef struct comm_state {
     void *scratch;           /* device: BN_DIST_MAX_VALUES doubles or BN_DIST_MAX_RANKS hashes */
     cudaEvent_t agreed;      /* the end of the stop agreement bn_dist_max_begin queued */
     int32_t *stop_host;      /* pinned host memory: [0] this rank's stop value, [1] the agreed one */
+    double *values_host;     /* pinned host memory: BN_DIST_MAX_VALUES doubles summed (bn_dist_sum) */
     int32_t *stop_dev;       /* device: the stop value being agreed on */
     int stop_pending;        /* an agreement was begun and not ended */
     /* The pace of the host (bn_dist_pace): an event after each of the last BN_DIST_PACE_STEPS
@@ -185,8 +189,9 @@ static bn_status wait_for(bn_dist *d, cudaStream_t s, cudaEvent_t done, const ch
         ncclResult_t q = ncclCommGetAsyncError((ncclComm_t)d->comm, &async);
         if (q != ncclSuccess) return nccl_failed(d, q, __FILE__, __LINE__, "ncclCommGetAsyncError");
         if (async != ncclSuccess && async != ncclInProgress) return nccl_failed(d, async, __FILE__, __LINE__, what);
-        if (bn_clock_seconds() - start > timeout_of(d)) return no_progress(d, what);
-        nanosleep(&poll_pause, NULL);
+        const double waited = bn_clock_seconds() - start;
+        if (waited > timeout_of(d)) return no_progress(d, what);
+        if (waited > SPIN_S) nanosleep(&poll_pause, NULL);
     }
 }
 
@@ -250,6 +255,8 @@ static bn_status make_state(bn_dist *d)
     for (int i = 0; i < BN_DIST_PACE_STEPS; i++)
         BN_CUDA(cudaEventCreateWithFlags(&st->paced[i], cudaEventDisableTiming));
     BN_CUDA(cudaHostAlloc((void **)&st->stop_host, 2 * sizeof *st->stop_host, cudaHostAllocDefault));
+    BN_CUDA(cudaHostAlloc((void **)&st->values_host, BN_DIST_MAX_VALUES * sizeof *st->values_host,
+                          cudaHostAllocDefault));
     BN_TRY(bn_device_alloc((void **)&st->stop_dev, sizeof *st->stop_dev));
     size_t bytes = BN_DIST_MAX_RANKS * sizeof(uint64_t);
     if (bytes < BN_DIST_MAX_VALUES * sizeof(double)) bytes = BN_DIST_MAX_VALUES * sizeof(double);
@@ -266,6 +273,7 @@ static void release_state(bn_dist *d)
         for (int i = 0; i < BN_DIST_PACE_STEPS; i++)
             if (st->paced[i]) cudaEventDestroy(st->paced[i]);
         if (st->stop_host) cudaFreeHost(st->stop_host);
+        if (st->values_host) cudaFreeHost(st->values_host);
         bn_device_free(st->stop_dev);
         bn_device_free(st->scratch);
         free(st);
@@ -422,12 +430,18 @@ extern "C" bn_status bn_dist_sum(bn_dist *d, bn_ctx *ctx, double *values, int n)
     comm_state *st = (comm_state *)d->state;
     cudaStream_t s = (cudaStream_t)ctx->stream;
     size_t bytes = (size_t)n * sizeof *values;
-    /* A copy from pageable memory may wait for the stream: first wait with the deadline. */
+    /* Through pinned memory, so that nothing waits before the sum's one wait; the last sum's
+     * copy out of values_host was waited for. */
+    memcpy(st->values_host, values, bytes);
+    BN_CUDA(cudaMemcpyAsync(st->scratch, st->values_host, bytes, cudaMemcpyHostToDevice, s));
+    BN_TRY(fork_comm(d, s));
+    BN_NCCL(d, ncclAllReduce(st->scratch, st->scratch, (size_t)n, ncclFloat64, ncclSum, (ncclComm_t)d->comm,
+                             (cudaStream_t)d->stream));
+    BN_TRY(join_comm(d, s));
+    BN_CUDA(cudaMemcpyAsync(st->values_host, st->scratch, bytes, cudaMemcpyDeviceToHost, s));
     BN_TRY(wait_stream(d, s, "summing the metrics"));
-    BN_CUDA(cudaMemcpyAsync(st->scratch, values, bytes, cudaMemcpyHostToDevice, s));
-    BN_TRY(allreduce_on_stream(d, ctx, st->scratch, (size_t)n, ncclFloat64, ncclSum, "summing the metrics"));
-    BN_CUDA(cudaMemcpyAsync(values, st->scratch, bytes, cudaMemcpyDeviceToHost, s));
-    return wait_stream(d, s, "summing the metrics");
+    memcpy(values, st->values_host, bytes);
+    return BN_OK;
 }
 
 extern "C" bn_status bn_dist_max_begin(bn_dist *d, bn_ctx *ctx, int value)
@@ -465,16 +479,12 @@ extern "C" bn_status bn_dist_max_end(bn_dist *d, bn_ctx *ctx, int *max)
 extern "C" bn_status bn_dist_max(bn_dist *d, bn_ctx *ctx, int value, int *max)
 {
     BN_NEED_OPEN(d);
-    comm_state *st = (comm_state *)d->state;
-    cudaStream_t s = (cudaStream_t)ctx->stream;
-    int32_t mine = value, most = 0;
     int earlier = 0;
     BN_TRY(bn_dist_max_end(d, ctx, &earlier));
-    BN_TRY(wait_stream(d, s, "agreeing on a stop"));
-    BN_CUDA(cudaMemcpyAsync(st->scratch, &mine, sizeof mine, cudaMemcpyHostToDevice, s));
-    BN_TRY(allreduce_on_stream(d, ctx, st->scratch, 1, ncclInt32, ncclMax, "agreeing on a stop"));
-    BN_CUDA(cudaMemcpyAsync(&most, st->scratch, sizeof most, cudaMemcpyDeviceToHost, s));
-    BN_TRY(wait_stream(d, s, "agreeing on a stop"));
+    /* The queued agreement's path (pinned memory, one wait at its end), read at once. */
+    BN_TRY(bn_dist_max_begin(d, ctx, value));
+    int most = 0;
+    BN_TRY(bn_dist_max_end(d, ctx, &most));
     *max = most > earlier ? most : earlier;
     return BN_OK;
 }

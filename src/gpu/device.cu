@@ -388,6 +388,42 @@ extern "C" bn_status bn_device_h2d(void *dst, const void *src, size_t bytes)
     return BN_OK;
 }
 
+extern "C" bn_status bn_device_h2d_queued(bn_upload_buf *u, void *dst, const void *src, size_t bytes)
+{
+    if (!bytes) return BN_OK;
+    /* The last upload through u has read its pinned bytes before they are written again. */
+    if (u->copied) BN_CUDA(cudaEventSynchronize((cudaEvent_t)u->copied));
+    if (bytes > u->cap) {
+        if (u->host) BN_CUDA(cudaFreeHost(u->host));
+        u->host = NULL;
+        u->cap = 0;
+        BN_CUDA(cudaHostAlloc(&u->host, bytes, cudaHostAllocDefault));
+        u->cap = bytes;
+    }
+    if (!u->copied) {
+        cudaEvent_t e;
+        BN_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        u->copied = e;
+    }
+    memcpy(u->host, src, bytes);
+    BN_CUDA(cudaMemcpyAsync(dst, u->host, bytes, cudaMemcpyHostToDevice, stream()));
+    BN_CUDA(cudaEventRecord((cudaEvent_t)u->copied, stream()));
+    return BN_OK;
+}
+
+extern "C" void bn_upload_buf_free(bn_upload_buf *u)
+{
+    if (!u) return;
+    /* A copy still queued (behind work that may never end, on a rank whose peer is lost) may yet
+     * read the pinned bytes: they are left to the process's end rather than waited for. */
+    const bool pending = u->copied && cudaEventQuery((cudaEvent_t)u->copied) != cudaSuccess;
+    if (u->copied) cudaEventDestroy((cudaEvent_t)u->copied);
+    if (u->host && !pending) cudaFreeHost(u->host);
+    u->host = NULL;
+    u->cap = 0;
+    u->copied = NULL;
+}
+
 extern "C" bn_status bn_device_d2h(void *dst, const void *src, size_t bytes)
 {
     BN_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream()));

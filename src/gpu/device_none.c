@@ -107,6 +107,17 @@ bn_status bn_device_d2h(void *dst, const void *src, size_t bytes)
     return bn_no_cuda();
 }
 
+bn_status bn_device_h2d_queued(bn_upload_buf *u, void *dst, const void *src, size_t bytes)
+{
+    (void)u, (void)dst, (void)src, (void)bytes;
+    return bn_no_cuda();
+}
+
+void bn_upload_buf_free(bn_upload_buf *u)
+{
+    (void)u;
+}
+
 bn_status bn_device_sync(void) { return bn_no_cuda(); }
 
 bn_status bn_tensor_desc_set(void **desc, int n, int c, int h, int w, int bf16)

@@ -34,6 +34,9 @@ bn_status bn_loader_data_budget(size_t free_bytes, size_t *budget)
 
 bn_status bn_loader_set_order(bn_loader *ld, int shuffle, unsigned long long seed)
 {
+    const int ready = ld->prepared && shuffle && ld->prepared_seed == seed;
+    ld->prepared = 0;
+    if (ready) return BN_OK;
     if (shuffle) bn_dataset_shuffle(ld->order, ld->data->count, seed);
     else
         for (int i = 0; i < ld->data->count; i++) ld->order[i] = i;
@@ -94,6 +97,17 @@ bn_status bn_loader_fill(bn_loader *ld, bn_net *net, int start, int n)
     return ld->ctx ? bn_loader_fill_gpu(ld, net, start, n) : fill_host(ld, net, start, n, 0);
 }
 
+bn_status bn_loader_prepare_order(bn_loader *ld, unsigned long long seed)
+{
+    ld->prepared = 0;
+    bn_dataset_shuffle(ld->order, ld->data->count, seed);
+    if (ld->ctx)
+        BN_TRY(bn_device_h2d_queued(&ld->order_up, ld->dev_order, ld->order, (size_t)ld->data->count * sizeof(int)));
+    ld->prepared = 1;
+    ld->prepared_seed = seed;
+    return BN_OK;
+}
+
 bn_status bn_loader_set_cursor(bn_loader *ld, int start)
 {
     ld->host_cursor = start;
@@ -122,6 +136,7 @@ bn_status bn_loader_fill_next(bn_loader *ld, bn_net *net, int n, int train)
 void bn_loader_free(bn_loader *ld)
 {
     free(ld->order);
+    bn_upload_buf_free(&ld->order_up);
     if (ld->ctx) bn_loader_release_pixels(ld);
     bn_device_free(ld->dev_labels);
     bn_device_free(ld->dev_order);

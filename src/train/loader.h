@@ -6,6 +6,7 @@
 #ifndef BN_LOADER_H
 #define BN_LOADER_H
 
+#include "core/device.h"
 #include "core/net.h"
 #include "dataset.h"
 
@@ -31,6 +32,10 @@ typedef struct bn_loader {
     unsigned long long host_step;  /* the same on the CPU path (the GPU path reads only dev_step) */
     int stride;            /* bn_loader_fill_next moves the cursor this many examples on (0: by the
                               batch's size); a data-parallel rank skips the other ranks' shares */
+    int prepared;          /* the order in place is the shuffle of prepared_seed, made ahead by
+                              bn_loader_prepare_order and not yet taken by bn_loader_set_order */
+    unsigned long long prepared_seed;
+    bn_upload_buf order_up; /* GPU: the pinned buffer a prepared order is uploaded through */
 } bn_loader;
 
 /* Prepares a loader for data (which must outlive it); with ctx, uploads the dataset. */
@@ -38,6 +43,12 @@ bn_status bn_loader_init(bn_loader *ld, const bn_dataset *data, bn_ctx *ctx);
 
 /* Sets the order of examples: shuffled from seed, or 0..count-1 when shuffle is 0. */
 bn_status bn_loader_set_order(bn_loader *ld, int shuffle, unsigned long long seed);
+
+/* Shuffles the order from seed ahead of its epoch, while the steps before it may still be
+ * queued: on the GPU the upload is queued after them, not waited for. A later
+ * bn_loader_set_order(ld, 1, seed) with the same seed then finds it in place. Only where no
+ * step still to be queued reads the order on the host (after an epoch's last step). */
+bn_status bn_loader_prepare_order(bn_loader *ld, unsigned long long seed);
 
 /* Puts examples order[start .. start+n) into net's input (standardised with the model's
  * [input] mean and std; never augmented) and labels, and sets the batch to n. */

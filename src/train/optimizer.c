@@ -203,6 +203,7 @@ void bn_optimizer_free(bn_optimizer *o)
     bn_device_free(o->device_segments);
     bn_device_free(o->dev_schedule);
     bn_device_free(o->dev_cursor);
+    bn_upload_buf_free(&o->schedule_up);
     free(o->segments);
     free(o);
 }

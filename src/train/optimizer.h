@@ -6,6 +6,7 @@
 #ifndef BN_OPTIMIZER_H
 #define BN_OPTIMIZER_H
 
+#include "core/device.h"
 #include "core/net.h"
 #include "core/optimizers/optimizer_type.h"
 
@@ -32,6 +33,9 @@ typedef struct bn_optimizer {
     bn_step_rates *dev_schedule; /* GPU: the rates of a run of steps (bn_optimizer_schedule) */
     int *dev_cursor;            /* GPU: index into dev_schedule of the next update */
     long schedule_first, schedule_len, schedule_cap;
+    int schedule_ahead;         /* GPU: the schedule in place was queued ahead of its run's first
+                                   step (bn_optimizer_schedule_ahead) */
+    bn_upload_buf schedule_up;  /* GPU: the pinned buffer the rates are uploaded through */
 } bn_optimizer;
 
 /* The optimizer cfg->optimizer names for net's parameters with zeroed state; *out is freed
@@ -77,9 +81,17 @@ bn_status bn_optimizer_update_range_gpu(bn_optimizer *o, bn_net *net, size_t lo,
                                         void *stream);
 
 /* GPU: uploads the rates of steps first .. first+count-1 (as bn_optimizer_rates gives them)
- * and points the device cursor at `first`; updates then advance the cursor on the device. A
- * table that has to grow moves, so net's context then tells captured graphs to capture again. */
+ * and points the device cursor at `first`; updates then advance the cursor on the device. The
+ * uploads are queued on the context stream, after the steps queued before them, and not waited
+ * for. A table that has to grow moves, so net's context then tells captured graphs to capture
+ * again. */
 bn_status bn_optimizer_schedule(bn_optimizer *o, bn_net *net, long first, long count);
+
+/* The same, queued while the steps before `first` are still queued (the next epoch's, after the
+ * last step of this one), so that the epoch's start finds its schedule in place
+ * (o->schedule_ahead); where the table would have to grow, nothing is queued and
+ * o->schedule_ahead stays 0. */
+bn_status bn_optimizer_schedule_ahead(bn_optimizer *o, long first, long count);
 
 #ifdef __cplusplus
 }

@@ -152,8 +152,24 @@ static bn_status upload_segments(bn_optimizer *o)
     return bn_device_h2d(o->device_segments, o->segments, bytes);
 }
 
+/* Queues the rates of steps first .. first+count-1 into the table (which holds them) and the
+ * cursor's reset, on the context stream. */
+static bn_status queue_schedule(bn_optimizer *o, long first, long count)
+{
+    bn_step_rates *rates = (bn_step_rates *)malloc((size_t)count * sizeof *rates);
+    if (!rates) return bn_error(BN_ERR_NOMEM, "out of host memory for the learning-rate schedule");
+    for (long i = 0; i < count; i++) rates[i] = bn_optimizer_rates(o, first + i);
+    bn_status s = bn_device_h2d_queued(&o->schedule_up, o->dev_schedule, rates, (size_t)count * sizeof *rates);
+    free(rates);
+    /* The cursor; the count of update blocks done with it beside it is left as it is. */
+    if (s == BN_OK) s = bn_device_zero(o->dev_cursor, sizeof(int));
+    if (s == BN_OK) o->schedule_first = first, o->schedule_len = count;
+    return s;
+}
+
 extern "C" bn_status bn_optimizer_schedule(bn_optimizer *o, bn_net *net, long first, long count)
 {
+    o->schedule_ahead = 0;
     if (count <= 0) return BN_OK;
     if (count > o->schedule_cap) {
         bn_device_free(o->dev_schedule);
@@ -169,15 +185,18 @@ extern "C" bn_status bn_optimizer_schedule(bn_optimizer *o, bn_net *net, long fi
         BN_TRY(bn_device_alloc((void **)&o->dev_cursor, 2 * sizeof(int)));
         BN_TRY(bn_device_zero(o->dev_cursor, 2 * sizeof(int)));
     }
-    bn_step_rates *rates = (bn_step_rates *)malloc((size_t)count * sizeof *rates);
-    if (!rates) return bn_error(BN_ERR_NOMEM, "out of host memory for the learning-rate schedule");
-    for (long i = 0; i < count; i++) rates[i] = bn_optimizer_rates(o, first + i);
-    int zero = 0;
-    bn_status s = bn_device_h2d(o->dev_schedule, rates, (size_t)count * sizeof *rates);
-    if (s == BN_OK) s = bn_device_h2d(o->dev_cursor, &zero, sizeof zero);
-    free(rates);
-    if (s == BN_OK) o->schedule_first = first, o->schedule_len = count;
-    return s;
+    return queue_schedule(o, first, count);
+}
+
+extern "C" bn_status bn_optimizer_schedule_ahead(bn_optimizer *o, long first, long count)
+{
+    o->schedule_ahead = 0;
+    /* A table that would have to grow is left to the epoch's start: freeing the old one would
+     * wait for the steps still queued. */
+    if (count <= 0 || count > o->schedule_cap || !o->dev_cursor) return BN_OK;
+    BN_TRY(queue_schedule(o, first, count));
+    o->schedule_ahead = 1;
+    return BN_OK;
 }
 
 #define UPDATE_THREADS 256

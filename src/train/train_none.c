@@ -11,6 +11,12 @@ bn_status bn_optimizer_schedule(bn_optimizer *o, bn_net *net, long first, long c
     return bn_no_cuda();
 }
 
+bn_status bn_optimizer_schedule_ahead(bn_optimizer *o, long first, long count)
+{
+    (void)o, (void)first, (void)count;
+    return bn_no_cuda();
+}
+
 bn_status bn_optimizer_step_gpu(bn_optimizer *o, bn_net *net, bn_step_rates r)
 {
     (void)o, (void)net, (void)r;
