@@ -173,7 +173,8 @@ def summarise(path, a, base=None):
     cuts, lo, hi, inside = window(path, a)
     b, _ = busy(inside, lo, hi)
     span = hi - lo
-    print(f"{path}: {span / 1e6:.3f} ms, GPU busy {b / 1e6:.3f} ms ({100 * b / span:.1f}%), idle {(span - b) / 1e6:.3f} ms")
+    print(f"{path}: {span / 1e6:.3f} ms, GPU busy {b / 1e6:.3f} ms ({100 * b / span:.1f}%), "
+          f"idle {(span - b) / 1e6:.3f} ms")
     per = per_kernel(inside, lo, hi)
     print(f"{'kernel':<48} {'calls':>7} {'total ms':>9} {'mean us':>8}")
     for name, (t, n) in sorted(per.items(), key=lambda kv: -kv[1][0])[: a.top]:
@@ -188,9 +189,12 @@ def summarise(path, a, base=None):
         steps.append((e - s, sb, nccl, gaps, part, s))
     lengths = [x[0] for x in steps]
     med = statistics.median(lengths)
-    print(f"\n{len(steps)} steps: median {med / 1e3:.1f} us (min {min(lengths) / 1e3:.1f}, max {max(lengths) / 1e3:.1f}); "
-          f"busy {statistics.median(x[1] for x in steps) / 1e3:.1f} us, idle {statistics.median(x[0] - x[1] for x in steps) / 1e3:.1f} us, "
-          f"NCCL's kernels {statistics.median(x[2] for x in steps) / 1e3:.1f} us a step")
+    busy_med = statistics.median(x[1] for x in steps)
+    idle_med = statistics.median(x[0] - x[1] for x in steps)
+    nccl_med = statistics.median(x[2] for x in steps)
+    print(f"\n{len(steps)} steps: median {med / 1e3:.1f} us (min {min(lengths) / 1e3:.1f}, "
+          f"max {max(lengths) / 1e3:.1f}); busy {busy_med / 1e3:.1f} us, idle {idle_med / 1e3:.1f} us, "
+          f"NCCL's kernels {nccl_med / 1e3:.1f} us a step")
     typical = min(steps, key=lambda x: abs(x[0] - med))
     length, _, _, gaps, part, s = typical
     print(f"the largest idle gaps of a median step ({length / 1e3:.1f} us), at us from its start:")
@@ -201,7 +205,8 @@ def summarise(path, a, base=None):
         print("that step's work in the order it started (us from its start):")
         print(f"{'start':>8} {'end':>8} {'length':>8}  {'stream':>6}  kernel")
         for start, end, name, stream in sorted(r for r in part if r[0] >= s):
-            print(f"{(start - s) / 1e3:8.1f} {(end - s) / 1e3:8.1f} {(end - start) / 1e3:8.1f}  {stream:>6}  {name[:60]}")
+            at, till, took = (start - s) / 1e3, (end - s) / 1e3, (end - start) / 1e3
+            print(f"{at:8.1f} {till:8.1f} {took:8.1f}  {stream:>6}  {name[:60]}")
     if base:
         compare(per, len(steps), base, a.top)
 

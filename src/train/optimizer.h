@@ -83,14 +83,14 @@ bn_status bn_optimizer_update_range_gpu(bn_optimizer *o, bn_net *net, size_t lo,
 /* GPU: uploads the rates of steps first .. first+count-1 (as bn_optimizer_rates gives them)
  * and points the device cursor at `first`; updates then advance the cursor on the device. The
  * uploads are queued on the context stream, after the steps queued before them, and not waited
- * for. A table that has to grow moves, so net's context then tells captured graphs to capture
- * again. */
+ * for; where bn_optimizer_schedule_ahead has queued the same run already, nothing more is. A
+ * table that has to grow moves, so net's context then tells captured graphs to capture again. */
 bn_status bn_optimizer_schedule(bn_optimizer *o, bn_net *net, long first, long count);
 
 /* The same, queued while the steps before `first` are still queued (the next epoch's, after the
- * last step of this one), so that the epoch's start finds its schedule in place
- * (o->schedule_ahead); where the table would have to grow, nothing is queued and
- * o->schedule_ahead stays 0. */
+ * last step of this one), so that bn_optimizer_schedule at the epoch's start finds it in place
+ * (o->schedule_ahead); where the table would have to grow, nothing is queued and the epoch's
+ * start uploads it. */
 bn_status bn_optimizer_schedule_ahead(bn_optimizer *o, long first, long count);
 
 #ifdef __cplusplus

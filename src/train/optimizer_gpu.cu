@@ -169,8 +169,10 @@ static bn_status queue_schedule(bn_optimizer *o, long first, long count)
 
 extern "C" bn_status bn_optimizer_schedule(bn_optimizer *o, bn_net *net, long first, long count)
 {
+    /* Taken as it is where bn_optimizer_schedule_ahead queued this very run. */
+    const int queued = o->schedule_ahead && o->schedule_first == first && o->schedule_len == count;
     o->schedule_ahead = 0;
-    if (count <= 0) return BN_OK;
+    if (queued || count <= 0) return BN_OK;
     if (count > o->schedule_cap) {
         bn_device_free(o->dev_schedule);
         o->dev_schedule = NULL;

@@ -459,11 +459,8 @@ static bn_status train_epoch(bn_net *net, bn_optimizer *opt, bn_loader *ld, bn_b
     if (net->pass.ctx && !bn_blob_dev_wr(acc)) return bn_last_status();
     BN_TRY(bn_loader_set_cursor(ld, first + full_off));
     /* The order and the schedule may be in place already, queued behind the last epoch's last
-     * step (prepare_next_epoch). */
-    const long steps = steps_for(count - first, batch);
-    const int scheduled = opt->schedule_ahead && opt->schedule_first == opt->iter && opt->schedule_len == steps;
-    opt->schedule_ahead = 0;
-    if (net->pass.ctx && !scheduled) BN_TRY(bn_optimizer_schedule(opt, net, opt->iter, steps));
+     * step (prepare_next_epoch): set_order and schedule then take them as they are. */
+    if (net->pass.ctx) BN_TRY(bn_optimizer_schedule(opt, net, opt->iter, steps_for(count - first, batch)));
     /* The passes that draw read each step's number where the gather leaves it (bn_pass.dev_step). */
     net->pass.dev_step = ld->dev_step ? ld->dev_step + 1 : NULL;
     for (int start = first; start < count; start += batch) {
@@ -503,8 +500,9 @@ static bn_status train_epoch(bn_net *net, bn_optimizer *opt, bn_loader *ld, bn_b
             info.seconds = bn_clock_seconds() - t0;
             BN_TRY(opts->progress(opts->progress_user, BN_PROGRESS_STEP, &info));
         }
-        if (start + n >= count && st->epoch + 1 < opts->epochs) BN_TRY(prepare_next_epoch(net, opt, ld, st, count, batch));
-        BN_TRY(after_step(net, opt, acc, st, opts, checked, start + n >= count));
+        const int last_of_epoch = start + n >= count;
+        if (last_of_epoch && st->epoch + 1 < opts->epochs) BN_TRY(prepare_next_epoch(net, opt, ld, st, count, batch));
+        BN_TRY(after_step(net, opt, acc, st, opts, checked, last_of_epoch));
     }
     BN_TRY(settle_group(opts, net));
     const float *sums = bn_blob_host_rd(acc);
