@@ -20,6 +20,7 @@
  * finishing kernel adds the partials in span order into dw and sums dy per filter into db. */
 #include <cuda_pipeline.h>
 #include <limits.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "conv_direct.h"
@@ -27,6 +28,7 @@
 #include "conv_family.h"
 #include "gpu/cuda_check.h"
 #include "gpu/pdl.cuh"
+#include "gpu/vec_ops.cuh"
 
 typedef struct direct_args {
     bn_direct_shape s;
@@ -351,42 +353,61 @@ static __global__ void __launch_bounds__((T / 4) * (T / 4)) wgrad_tiles(wgrad_ar
 #define FINISH_COLS 32
 #define FINISH_ROWS (FINISH_THREADS / FINISH_COLS)
 
+/* The sum of spans z = z0, z0 + FINISH_ROWS, ... < splits of the partials at p (span z at p + z
+ * * count), in that order, with up to four loads in flight. T is float, or float4 for four
+ * consecutive elements. */
+template <typename T>
+static __device__ T finish_column(const T *p, int z0, int splits, size_t count)
+{
+    T s = T();
+    const size_t step = count * FINISH_ROWS;
+    int z = z0;
+    for (; z + 3 * FINISH_ROWS < splits; z += 4 * FINISH_ROWS) {
+        const T v0 = p[(size_t)z * count], v1 = p[(size_t)z * count + step], v2 = p[(size_t)z * count + 2 * step],
+                v3 = p[(size_t)z * count + 3 * step];
+        s = add_v(s, v0);
+        s = add_v(s, v1);
+        s = add_v(s, v2);
+        s = add_v(s, v3);
+    }
+    if (z + FINISH_ROWS < splits) {
+        const T v0 = p[(size_t)z * count], v1 = p[(size_t)z * count + step];
+        s = add_v(s, v0);
+        s = add_v(s, v1);
+        z += 2 * FINISH_ROWS;
+    }
+    if (z < splits) s = add_v(s, p[(size_t)z * count]);
+    return s;
+}
+
 /* Element i < count of the partials, summed over the spans z < splits (part[z * count + i]), is
  * added to dw[i] below `split_at` and to db[i - split_at] from there. A block takes FINISH_COLS
- * consecutive elements; its FINISH_ROWS rows of threads each add every FINISH_ROWS-th span (one
- * row's loads are consecutive floats), and the first row adds the rows' sums in row order, so
- * the result does not depend on timing. */
+ * consecutive columns of W elements (W = 4: 16-byte loads, where count is a multiple of 4 and
+ * the partials are aligned); its FINISH_ROWS rows of threads each add every FINISH_ROWS-th span
+ * (one row's loads are consecutive), and the first row adds the rows' sums in row order. Every
+ * element is summed in the same order for either W, and the result does not depend on timing. */
+template <int W>
 static __global__ void __launch_bounds__(FINISH_THREADS)
     wgrad_finish(const float *__restrict__ part, int splits, int count, int split_at, float *__restrict__ dw,
                  float *__restrict__ db)
 {
+    typedef typename vec_of<W>::t T;
     bn_early_entry(); /* pdl.cuh */
-    __shared__ float sums[FINISH_ROWS][FINISH_COLS];
+    __shared__ T sums[FINISH_ROWS][FINISH_COLS];
     const int col = threadIdx.x % FINISH_COLS, row = threadIdx.x / FINISH_COLS;
-    const int g = blockIdx.x * FINISH_COLS + col;
-    float s = 0.0f;
-    if (g < count) {
-        const float *p = part + g;
-        const size_t step = (size_t)count * FINISH_ROWS;
-        int z = row;
-        for (; z + 3 * FINISH_ROWS < splits; z += 4 * FINISH_ROWS) {
-            const float v0 = p[(size_t)z * count], v1 = p[(size_t)z * count + step],
-                        v2 = p[(size_t)z * count + 2 * step], v3 = p[(size_t)z * count + 3 * step];
-            s += v0;
-            s += v1;
-            s += v2;
-            s += v3;
-        }
-        for (; z < splits; z += FINISH_ROWS) s += p[(size_t)z * count];
-    }
-    sums[row][col] = s;
+    const int g = (blockIdx.x * FINISH_COLS + col) * W;
+    sums[row][col] = g < count ? finish_column((const T *)(part + g), row, splits, (size_t)count / W) : T();
     __syncthreads();
     if (row != 0 || g >= count) return;
-    float t = sums[0][col];
+    T t = sums[0][col];
 #pragma unroll
-    for (int r = 1; r < FINISH_ROWS; r++) t += sums[r][col];
-    if (g < split_at) dw[g] += t;
-    else db[g - split_at] += t;
+    for (int r = 1; r < FINISH_ROWS; r++) t = add_v(t, sums[r][col]);
+    const float *v = (const float *)&t;
+#pragma unroll
+    for (int e = 0; e < W; e++) {
+        if (g + e < split_at) dw[g + e] += v[e];
+        else db[g + e - split_at] += v[e];
+    }
 }
 
 static bn_status launch_direct(const bn_direct_shape *s, int n, cudaStream_t stream, const float *in, const float *w,
@@ -452,9 +473,15 @@ extern "C" bn_status bn_direct_finish_filter(void *stream, const float *parts, i
                                              float *dw, float *db)
 {
     const int count = filters * (taps + 1);
-    const int blocks = (count + FINISH_COLS - 1) / FINISH_COLS;
-    bn_launch_early(wgrad_finish, dim3(blocks), dim3(FINISH_THREADS), 0, (cudaStream_t)stream, parts, splits, count,
-                    filters * taps, dw, db);
+    if (count % 4 == 0 && ((uintptr_t)parts & 15) == 0) {
+        const int blocks = (count / 4 + FINISH_COLS - 1) / FINISH_COLS;
+        bn_launch_early(wgrad_finish<4>, dim3(blocks), dim3(FINISH_THREADS), 0, (cudaStream_t)stream, parts, splits,
+                        count, filters * taps, dw, db);
+    } else {
+        const int blocks = (count + FINISH_COLS - 1) / FINISH_COLS;
+        bn_launch_early(wgrad_finish<1>, dim3(blocks), dim3(FINISH_THREADS), 0, (cudaStream_t)stream, parts, splits,
+                        count, filters * taps, dw, db);
+    }
     BN_CUDA_LAUNCH();
     return BN_OK;
 }

@@ -33,6 +33,13 @@ static __device__ __forceinline__ void axpy_v(float s, float4 x, float4 &y)
     y.x = fmaf(s, x.x, y.x), y.y = fmaf(s, x.y, y.y), y.z = fmaf(s, x.z, y.z), y.w = fmaf(s, x.w, y.w);
 }
 
+/* a + b, lane by lane. */
+static __device__ __forceinline__ float add_v(float a, float b) { return a + b; }
+static __device__ __forceinline__ float4 add_v(float4 a, float4 b)
+{
+    return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+}
+
 /* A ReLU's rules (activation.c), so that a fused one gives the CPU's bits: its output, and its
  * input gradient v where its output m is above 0 and 0 elsewhere. */
 static __device__ __forceinline__ float relu_of(float v) { return v > 0.0f ? v : 0.0f; }
