@@ -117,6 +117,7 @@ const bn_layer_ops bn_concat_ops = {
             "(input = a, b, ...); no keys",
     .kind = BN_NVTX_LAYER_OTHER,
     .graph_safe = 1,
+    .forward_beside = bn_layer_beside_always,
     .min_inputs = 2,
     .max_inputs = BN_MAX_INPUTS,
     .setup = concat_setup,

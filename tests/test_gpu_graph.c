@@ -2,8 +2,9 @@
  * algorithms, a run with graphs and one without log the same per-step losses and end in
  * byte-identical checkpoints, for LeNet and for a network that is a graph, with SGD and with
  * Adam and AdamW, whose replayed updates read their rates and bias corrections from the device,
- * for LeNet with the PReLU plugin, whose type says it may be captured, and for a net with
- * dropout, which reads its step on the device. Every built-in type may be captured (a plugin's
+ * for LeNet with the PReLU plugin, whose type says it may be captured, for a net with
+ * dropout, which reads its step on the device, and for nets whose captured forward pass runs
+ * their branches beside each other. Every built-in type may be captured (a plugin's
  * type that may not is named once: test_plugin.c). */
 #include <stdlib.h>
 
@@ -62,6 +63,10 @@ BN_TEST(gpu_graph_replay_matches_eager_steps)
     CHECK(compare_runs("models/lenet.cfg", "3000", "") == BN_PASS);
     /* A graph network: outputs read twice and three times, add, concat. */
     CHECK(compare_runs("models/resnet_mini.cfg", "3000", "") == BN_PASS);
+    /* Branches that the captured forward pass runs beside each other (net_lanes.c): four joined
+     * by a concat, and residual blocks whose projection runs beside their convolutions. */
+    CHECK(compare_runs("models/inception_fashion.cfg", "3200", "") == BN_PASS);
+    CHECK(compare_runs("models/resnet_fashion.cfg", "2560", "") == BN_PASS);
     return BN_PASS;
 }
 

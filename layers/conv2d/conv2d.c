@@ -135,6 +135,7 @@ const bn_layer_ops bn_conv2d_ops = {
     .backward_cpu = conv_backward,
     .forward_gpu = BN_GPU(bn_conv2d_forward_gpu),
     .backward_gpu = BN_GPU(bn_conv2d_backward_gpu),
+    .forward_beside = BN_GPU(bn_conv2d_forward_beside),
     .flops = conv_flops,
     .destroy = conv_destroy,
     .fuse_gpu = BN_GPU(bn_conv2d_fuse_relu),

@@ -361,6 +361,17 @@ static bn_status prepare(bn_layer *l, bn_ctx *ctx, const conv_gpu **gpu, const c
     return BN_OK;
 }
 
+extern "C" int bn_conv2d_forward_beside(const bn_layer *l)
+{
+    const conv_priv *c = (const conv_priv *)l->priv;
+    if (bn_blob_is_bf16(l->out) || !c->gpu) return 0;
+    for (int i = 0; i < c->gpu->num_plans; i++) {
+        const conv_plan *plan = &c->gpu->plans[i];
+        if (plan->n == l->in->n && !plan->own_only) return plan->by[0] != BY_CUDNN;
+    }
+    return 0;
+}
+
 /* The ReLU layer after l whose forward l's does (bn_conv2d_fuse_relu): its own pass, after a
  * forward that did not write its output. */
 static bn_status relu_forward(const bn_layer *l, const bn_pass *p)

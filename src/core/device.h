@@ -13,6 +13,9 @@
 extern "C" {
 #endif
 
+/* Streams a context keeps for a network's independent branches (lane 0 is its stream). */
+#define BN_CTX_LANES 4
+
 /* The device context: one per process. Handles are opaque here so that C code needs no
  * CUDA headers; CUDA code casts them (cudaStream_t, cublasHandle_t, cudnnHandle_t). */
 typedef struct bn_ctx {
@@ -41,6 +44,13 @@ typedef struct bn_ctx {
     int prioritized;       /* stream runs at the device's greatest priority and side_stream at its
                               least, and the step's graphs keep each kernel's priority
                               (bn_ctx_prioritize: a rank of a data-parallel group) */
+    void *lanes[BN_CTX_LANES]; /* lanes[1..num_lanes - 1]: streams at stream's priority, on which a
+                              network's forward pass runs branches beside each other while a step
+                              is captured (bn_net_forward); lanes[0] is unused */
+    int num_lanes;         /* 1 + the lane streams made (bn_ctx_open_lanes) */
+    void *home;            /* while the network runs a layer on a lane: the stream that `stream`
+                              stands for otherwise (bn_ctx_set_lane); NULL else */
+    int capturing;         /* a step is being captured as a CUDA graph (graph.cu) */
 } bn_ctx;
 
 /* Whether layers choose their kernels by the fixed rule (blobnet's own kernels wherever they
@@ -118,6 +128,24 @@ bn_status bn_ctx_fork_side(bn_ctx *ctx);
 
 /* Zeroes bytes at ptr on side_stream after a bn_ctx_fork_side. */
 bn_status bn_ctx_zero_beside(bn_ctx *ctx, void *ptr, size_t bytes);
+
+/* Makes the context's lanes 1..count - 1 that are not made yet (count at most BN_CTX_LANES), at
+ * the priority of its stream; never while a step is captured. */
+bn_status bn_ctx_open_lanes(bn_ctx *ctx, int count);
+
+/* Points ctx's stream at lane `lane` (< num_lanes; 0: the stream it stands for otherwise), so
+ * that a layer's kernels and the device calls it makes go there; bn_ctx_leave_lanes points it
+ * back. The handles (cuBLAS, cuDNN) and the workspace stay with the stream: a layer on another
+ * lane must use neither (bn_layer_ops.forward_beside). */
+bn_status bn_ctx_set_lane(bn_ctx *ctx, int lane);
+void bn_ctx_leave_lanes(bn_ctx *ctx);
+
+/* An event that orders streams (no timing), recorded on ctx's stream as it is now, and a wait of
+ * ctx's stream for the last recording of one. */
+bn_status bn_order_event_create(void **event);
+void bn_order_event_destroy(void *event);
+bn_status bn_ctx_record(bn_ctx *ctx, void *event);
+bn_status bn_ctx_wait(bn_ctx *ctx, void *event);
 
 /* Grows the shared cuDNN workspace to at least bytes (never inside a step). */
 bn_status bn_ctx_reserve_workspace(bn_ctx *ctx, size_t bytes);

@@ -66,6 +66,33 @@ static bn_status none_add_bf16(void *dst, const void *src, size_t n, bn_ctx *ctx
     return no_device();
 }
 
+static bn_status none_ctx_open_lanes(bn_ctx *ctx, int count)
+{
+    (void)ctx, (void)count;
+    return no_device();
+}
+
+static bn_status none_ctx_set_lane(bn_ctx *ctx, int lane)
+{
+    (void)ctx, (void)lane;
+    return no_device();
+}
+
+/* Without a device no lane was ever entered. */
+static void none_ctx_leave_lanes(bn_ctx *ctx) { (void)ctx; }
+
+static bn_status none_order_event_create(void **event)
+{
+    *event = NULL;
+    return no_device();
+}
+
+static bn_status none_ctx_event(bn_ctx *ctx, void *event)
+{
+    (void)ctx, (void)event;
+    return no_device();
+}
+
 static const bn_device_ops none = {
     .alloc = none_alloc,
     .free = none_release,
@@ -79,6 +106,13 @@ static const bn_device_ops none = {
     .ctx_zero_beside = none_ctx_zero_beside,
     .add = none_add,
     .add_bf16 = none_add_bf16,
+    .ctx_open_lanes = none_ctx_open_lanes,
+    .ctx_set_lane = none_ctx_set_lane,
+    .ctx_leave_lanes = none_ctx_leave_lanes,
+    .order_event_create = none_order_event_create,
+    .order_event_destroy = none_release,
+    .ctx_record = none_ctx_event,
+    .ctx_wait = none_ctx_event,
 };
 
 static const bn_device_ops *installed = &none;

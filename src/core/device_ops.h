@@ -31,6 +31,13 @@ typedef struct bn_device_ops {
     bn_status (*ctx_zero_beside)(bn_ctx *ctx, void *ptr, size_t bytes);
     bn_status (*add)(float *dst, const float *src, size_t n, bn_ctx *ctx);
     bn_status (*add_bf16)(void *dst, const void *src, size_t n, bn_ctx *ctx);
+    bn_status (*ctx_open_lanes)(bn_ctx *ctx, int count);
+    bn_status (*ctx_set_lane)(bn_ctx *ctx, int lane);
+    void (*ctx_leave_lanes)(bn_ctx *ctx);
+    bn_status (*order_event_create)(void **event);
+    void (*order_event_destroy)(void *event);
+    bn_status (*ctx_record)(bn_ctx *ctx, void *event);
+    bn_status (*ctx_wait)(bn_ctx *ctx, void *event);
 } bn_device_ops;
 
 /* Makes ops the device the core calls from now on (gpu/device.cu, when it opens a context); NULL

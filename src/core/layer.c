@@ -84,6 +84,12 @@ int bn_window_out(int in, int size, int stride, int pad)
     return (int)(span / stride + 1);
 }
 
+int bn_layer_beside_always(const bn_layer *l)
+{
+    (void)l;
+    return 1;
+}
+
 typedef bn_status (*pass_fn)(bn_layer *, const bn_pass *);
 
 /* The pass runs inside the range path <layer>/<pass>: a range named after the layer holding one

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "device_ops.h"
+#include "net_lanes.h"
 #include "parallel.h"
 
 static bn_status each_of(bn_blob **blobs, int n, bn_blob_fn fn, void *arg)
@@ -57,8 +58,13 @@ bn_status bn_net_set_batch(bn_net *net, int n)
 bn_status bn_net_forward(bn_net *net, int train)
 {
     net->pass.train = train;
+    int ran = 0;
+    if (net->pass.ctx) {
+        bn_status s = bn_net_forward_beside(net, &ran);
+        if (ran || s != BN_OK) return s;
+    }
     for (int i = 0; i < net->num_layers; i++) BN_TRY(bn_layer_forward(net->layers[i], &net->pass));
-    return BN_OK;
+    return net->pass.ctx ? bn_net_lanes_prepare(net) : BN_OK;
 }
 
 /* dst += src over a range, for the pool; restrict so that the loop vectorises. */
@@ -211,6 +217,7 @@ static void free_layer(bn_layer *l)
 void bn_net_free(bn_net *net)
 {
     if (!net) return;
+    bn_net_lanes_free(net);
     for (int i = 0; i < net->num_layers; i++) free_layer(net->layers[i]);
     free(net->layers);
     bn_name_table_free(net->names);

@@ -69,6 +69,11 @@ typedef struct bn_net {
     bn_blob *params16;         /* under --precision bf16: the BF16 device copy of the parameter
                                 * slab, same layout, which the layers' products read (each
                                 * bn_param.value16 is a view of it); NULL otherwise */
+    /* A forward pass with its branches beside each other (net_lanes.c), made on a device: */
+    int *lane;                 /* each layer's lane */
+    unsigned char *lane_mark;  /* each layer: its event is recorded after its forward pass */
+    void **lane_done;          /* an event per layer, and one more for the input */
+    int lanes_used;            /* the lanes the last captured forward pass ran on (1: a chain) */
 } bn_net;
 
 enum { BN_NORM_AUTO_MEAN = 1, BN_NORM_AUTO_STD = 2 };

@@ -164,6 +164,13 @@ static const bn_device_ops cuda_ops = {
     bn_ctx_zero_beside,  /* ctx_zero_beside */
     bn_gpu_add,          /* add */
     bn_gpu_add_bf16,     /* add_bf16 */
+    bn_ctx_open_lanes,   /* ctx_open_lanes */
+    bn_ctx_set_lane,     /* ctx_set_lane */
+    bn_ctx_leave_lanes,  /* ctx_leave_lanes */
+    bn_order_event_create,  /* order_event_create */
+    bn_order_event_destroy, /* order_event_destroy */
+    bn_ctx_record,       /* ctx_record */
+    bn_ctx_wait,         /* ctx_wait */
 };
 
 extern "C" bn_status bn_ctx_open(int device, bn_ctx **out)
@@ -199,6 +206,7 @@ extern "C" bn_status bn_ctx_open(int device, bn_ctx **out)
     bn_timeline_mark("the device's context made");
     memset(&the_ctx, 0, sizeof the_ctx);
     the_ctx.device = device;
+    the_ctx.num_lanes = 1;
     cudaDeviceProp prop;
     BN_CUDA(cudaGetDeviceProperties(&prop, device));
     snprintf(the_ctx.name, sizeof the_ctx.name, "%s", prop.name);
@@ -210,6 +218,72 @@ extern "C" bn_status bn_ctx_open(int device, bn_ctx **out)
     }
     bn_device_ops_install(&cuda_ops);
     *out = &the_ctx;
+    return BN_OK;
+}
+
+/* Destroys the lane streams (after the work queued on them). */
+static void close_lanes(bn_ctx *c)
+{
+    for (int k = 1; k < c->num_lanes; k++) {
+        cudaStreamSynchronize((cudaStream_t)c->lanes[k]);
+        cudaStreamDestroy((cudaStream_t)c->lanes[k]);
+        c->lanes[k] = NULL;
+    }
+    c->num_lanes = 1;
+}
+
+extern "C" bn_status bn_ctx_open_lanes(bn_ctx *c, int count)
+{
+    if (count > BN_CTX_LANES) count = BN_CTX_LANES;
+    if (c->num_lanes < 1) c->num_lanes = 1;
+    if (count <= c->num_lanes) return BN_OK;
+    if (c->capturing || c->home) return bn_error(BN_ERR_INTERNAL, "lane streams asked for inside a step");
+    int priority = 0;
+    BN_CUDA(cudaStreamGetPriority((cudaStream_t)c->stream, &priority));
+    while (c->num_lanes < count) {
+        cudaStream_t s;
+        BN_CUDA(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, priority));
+        c->lanes[c->num_lanes++] = s;
+    }
+    return BN_OK;
+}
+
+extern "C" bn_status bn_ctx_set_lane(bn_ctx *c, int lane)
+{
+    if (lane < 0 || lane >= (c->num_lanes < 1 ? 1 : c->num_lanes))
+        return bn_error(BN_ERR_INTERNAL, "lane %d of a context with %d", lane, c->num_lanes);
+    if (!c->home) c->home = c->stream;
+    c->stream = lane ? c->lanes[lane] : c->home;
+    return BN_OK;
+}
+
+extern "C" void bn_ctx_leave_lanes(bn_ctx *c)
+{
+    if (!c->home) return;
+    c->stream = c->home;
+    c->home = NULL;
+}
+
+extern "C" bn_status bn_order_event_create(void **event)
+{
+    *event = NULL;
+    return new_order_event(event);
+}
+
+extern "C" void bn_order_event_destroy(void *event)
+{
+    if (event) cudaEventDestroy((cudaEvent_t)event);
+}
+
+extern "C" bn_status bn_ctx_record(bn_ctx *c, void *event)
+{
+    BN_CUDA(cudaEventRecord((cudaEvent_t)event, (cudaStream_t)c->stream));
+    return BN_OK;
+}
+
+extern "C" bn_status bn_ctx_wait(bn_ctx *c, void *event)
+{
+    BN_CUDA(cudaStreamWaitEvent((cudaStream_t)c->stream, (cudaEvent_t)event, 0));
     return BN_OK;
 }
 
@@ -242,6 +316,7 @@ extern "C" bn_status bn_ctx_prioritize(bn_ctx *c, int on)
     c->stream = s;
     c->side_stream = side;
     c->prioritized = on;
+    close_lanes(c); /* made again at the stream's new priority when next asked for */
     return BN_OK;
 }
 
@@ -270,6 +345,7 @@ extern "C" void bn_ctx_close(void)
         cudaStreamSynchronize((cudaStream_t)c->side_stream);
         cudaStreamDestroy((cudaStream_t)c->side_stream);
     }
+    close_lanes(c);
     if (c->side_done) cudaEventDestroy((cudaEvent_t)c->side_done);
     if (c->side_fork) cudaEventDestroy((cudaEvent_t)c->side_fork);
     memset(c, 0, sizeof *c);

@@ -72,6 +72,50 @@ bn_status bn_ctx_zero_beside(bn_ctx *ctx, void *ptr, size_t bytes)
     return bn_no_cuda();
 }
 
+bn_status bn_ctx_open_lanes(bn_ctx *ctx, int count)
+{
+    (void)ctx;
+    (void)count;
+    return bn_no_cuda();
+}
+
+bn_status bn_ctx_set_lane(bn_ctx *ctx, int lane)
+{
+    (void)ctx;
+    (void)lane;
+    return bn_no_cuda();
+}
+
+void bn_ctx_leave_lanes(bn_ctx *ctx)
+{
+    (void)ctx;
+}
+
+bn_status bn_order_event_create(void **event)
+{
+    *event = NULL;
+    return bn_no_cuda();
+}
+
+void bn_order_event_destroy(void *event)
+{
+    (void)event;
+}
+
+bn_status bn_ctx_record(bn_ctx *ctx, void *event)
+{
+    (void)ctx;
+    (void)event;
+    return bn_no_cuda();
+}
+
+bn_status bn_ctx_wait(bn_ctx *ctx, void *event)
+{
+    (void)ctx;
+    (void)event;
+    return bn_no_cuda();
+}
+
 bn_status bn_ctx_reserve_workspace(bn_ctx *ctx, size_t bytes)
 {
     (void)ctx;

@@ -44,7 +44,9 @@ extern "C" bn_status bn_step_graph_run(bn_step_graph *g, bn_ctx *ctx, bn_status 
     if (g->exec && g->buffer_generation != ctx->buffer_generation) bn_step_graph_free(g);
     if (!g->exec) {
         g->buffer_generation = ctx->buffer_generation;
+        ctx->capturing = 1;
         bn_status st = capture(g, s, ctx->prioritized, body, arg);
+        ctx->capturing = 0;
         if (st != BN_OK) {
             /* The body's host-side effects have happened once; its device work has not. Run
              * the step eagerly instead and keep doing so. */
