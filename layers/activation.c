@@ -174,7 +174,7 @@ static void act_destroy(bn_layer *l)
         .help = text,                                             \
         .kind = BN_NVTX_LAYER_ACTIVATION,                         \
         .graph_safe = 1,                                          \
-        .forward_beside = bn_layer_beside_always,                 \
+        .beside = bn_layer_beside_always,                         \
         .parse = parser,                                          \
         .setup = act_setup,                                       \
         .forward_cpu = act_forward,                               \

@@ -167,7 +167,7 @@ const bn_layer_ops bn_add_ops = {
             "input, all 1 by default)",
     .kind = BN_NVTX_LAYER_OTHER,
     .graph_safe = 1,
-    .forward_beside = bn_layer_beside_always,
+    .beside = bn_layer_beside_always,
     .min_inputs = 2,
     .max_inputs = BN_MAX_INPUTS,
     .parse = add_parse,

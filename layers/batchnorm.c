@@ -249,7 +249,7 @@ const bn_layer_ops bn_batchnorm_ops = {
             "eps (1e-5)",
     .kind = BN_NVTX_LAYER_OTHER,
     .graph_safe = 1,
-    .forward_beside = bn_layer_beside_always,
+    .beside = bn_layer_beside_always,
     .parse = batchnorm_parse,
     .setup = batchnorm_setup,
     .forward_cpu = batchnorm_forward,

@@ -150,6 +150,6 @@ const bn_layer_ops bn_dropout_ops = {
     .flops = dropout_flops,
     .destroy = dropout_destroy,
     .graph_safe = 1,
-    .forward_beside = bn_layer_beside_always,
+    .beside = bn_layer_beside_always,
     .bf16 = 1,
 };

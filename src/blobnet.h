@@ -28,11 +28,12 @@
  *                so the host side of those passes runs only in the captured step. Left 0 (or without GPU passes), every step of
  *                a network holding the layer launches kernel by kernel: correct, but slower for
  *                small layers, and `blobnet train` says so once on stderr, naming the layer.
- *   forward_beside  return 1 where the GPU forward pass needs nothing but pass->ctx->stream (no
- *                cuBLAS or cuDNN handle, not the context's workspace): a captured step may then
- *                run it on another stream, beside the layers of other branches of the network.
- *                bn_layer_beside_always serves a pass of the layer's own kernels. Optional (NULL:
- *                the layer runs on the context's stream).
+ *   beside       return BN_BESIDE_FORWARD and BN_BESIDE_BACKWARD for the GPU passes that need
+ *                nothing but pass->ctx->stream (and side_stream through bn_overlap_run; no cuBLAS
+ *                or cuDNN handle, not the context's workspace): a captured step may then run them
+ *                on another stream, beside the layers of other branches of the network.
+ *                bn_layer_beside_always serves passes of the layer's own kernels. Optional
+ *                (NULL: the layer runs on the context's stream).
  *   fuse_gpu, fuse_next_gpu, fuse_loss_gpu, absorbable_as, absorbs   GPU fusion with a neighbour
  *                (layer.h): what the layer computes when a neighbour's kernels may do it in its
  *                place (absorbable_as, a BN_ABSORB_* bit), which activations its fuse_gpu takes

@@ -1,7 +1,7 @@
-/* test_lanes.c - a forward pass with its branches beside each other (src/core/net_lanes.c): the
- * lanes planned for an inception-style module and a residual block with a projection, and, on a
- * device, a captured forward pass that runs its branches on lanes and writes every layer's output
- * bit for bit as the same pass in one chain does. */
+/* test_lanes.c - a network's passes with its branches beside each other (src/core/net_lanes.c):
+ * the lanes planned for an inception-style module and a residual block with a projection, and,
+ * on a device, a captured forward pass, and a captured step with its backward pass on lanes too,
+ * that write every output and gradient bit for bit as the same passes in one chain do. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -77,31 +77,87 @@ static bn_status forward(void *net)
     return bn_net_forward((bn_net *)net, 0);
 }
 
+/* A training step's passes without the update: the gradients zeroed, forward, backward. */
+static bn_status step(void *arg)
+{
+    bn_net *net = arg;
+    BN_TRY(bn_net_zero_grad(net));
+    BN_TRY(bn_net_forward(net, 1));
+    return bn_net_backward(net);
+}
+
+/* Copies of every blob the passes write: each layer's output and output gradient, the input
+ * gradient and the parameter gradients. */
+typedef struct written {
+    int count;
+    bn_blob *blob[64];
+    float *copy[64];
+} written;
+
+static void list_blobs(bn_net *net, written *w)
+{
+    w->count = 0;
+    for (int i = 0; i < net->num_layers; i++) {
+        w->blob[w->count++] = net->layers[i]->out;
+        if (net->layers[i]->out_grad) w->blob[w->count++] = net->layers[i]->out_grad;
+    }
+    w->blob[w->count++] = net->input_grad;
+    w->blob[w->count++] = net->grads;
+}
+
+static int keep(bn_net *net, written *w)
+{
+    bn_net_mark_device_written(net);
+    for (int k = 0; k < w->count; k++) {
+        const float *v = bn_blob_host_rd(w->blob[k]);
+        CHECK_MSG(v, "%s", bn_last_error());
+        w->copy[k] = malloc(bn_blob_count(w->blob[k]) * sizeof(float));
+        CHECK(w->copy[k]);
+        memcpy(w->copy[k], v, bn_blob_count(w->blob[k]) * sizeof(float));
+    }
+    return BN_PASS;
+}
+
+static int same(bn_net *net, const written *w, const char *what)
+{
+    bn_net_mark_device_written(net);
+    for (int k = 0; k < w->count; k++) {
+        const float *v = bn_blob_host_rd(w->blob[k]);
+        CHECK_MSG(v, "%s", bn_last_error());
+        CHECK_MSG(memcmp(v, w->copy[k], bn_blob_count(w->blob[k]) * sizeof(float)) == 0,
+                  "%s: %s differs between the pass on lanes and the chain", what, w->blob[k]->name);
+    }
+    return BN_PASS;
+}
+
+/* The net set up on the device with an input and labels; *ctx the context. */
+static int branches_on_gpu(bn_ctx **ctx, bn_net **net)
+{
+    CHECK_OK(bn_ctx_open(0, ctx));
+    CHECK_OK(bn_net_from_text(branches, "branches", net));
+    CHECK_OK(bn_net_setup(*net, 16, *ctx, 1, 7));
+    const size_t in = bn_blob_count((*net)->input);
+    float *x = malloc(in * sizeof *x), labels[16];
+    CHECK(x);
+    for (size_t e = 0; e < in; e++) x[e] = (float)((e * 2654435761u) % 1000) / 500.0f - 1.0f;
+    for (int e = 0; e < 16; e++) labels[e] = (float)(e % 3);
+    CHECK_OK(gt_put((*net)->input, x));
+    CHECK_OK(gt_put((*net)->labels, labels));
+    free(x);
+    return BN_PASS;
+}
+
 BN_TEST(gpu_captured_forward_on_lanes_matches_the_chain_bit_for_bit)
 {
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
     bn_ctx *ctx;
-    CHECK_OK(bn_ctx_open(0, &ctx));
     bn_net *net;
-    CHECK_OK(bn_net_from_text(branches, "branches", &net));
-    CHECK_OK(bn_net_setup(net, 16, ctx, 0, 7));
-    const size_t in = bn_blob_count(net->input);
-    float *x = malloc(in * sizeof *x), *labels = calloc(16, sizeof *labels);
-    float **chain = calloc((size_t)net->num_layers, sizeof *chain);
-    CHECK(x && labels && chain);
-    for (size_t e = 0; e < in; e++) x[e] = (float)((e * 2654435761u) % 1000) / 500.0f - 1.0f;
-    CHECK_OK(gt_put(net->input, x));
-    CHECK_OK(gt_put(net->labels, labels));
+    CHECK(branches_on_gpu(&ctx, &net) == BN_PASS);
+    written w = {0};
+    for (int i = 0; i < net->num_layers; i++) w.blob[w.count++] = net->layers[i]->out;
     /* The eager pass, in one chain, makes every layer's plans, then the lanes and events. */
     CHECK_OK(bn_net_forward(net, 0));
-    for (int i = 0; i < net->num_layers; i++) {
-        const bn_blob *o = net->layers[i]->out;
-        const float *v = bn_blob_host_rd(net->layers[i]->out);
-        CHECK_MSG(v, "%s", bn_last_error());
-        chain[i] = malloc(bn_blob_count(o) * sizeof(float));
-        CHECK(chain[i]);
-        memcpy(chain[i], v, bn_blob_count(o) * sizeof(float));
-    }
+    CHECK(keep(net, &w) == BN_PASS);
     CHECK_MSG(ctx->num_lanes >= 3, "the eager pass made %d lanes for three branches", ctx->num_lanes);
     /* Captured (the pass runs on the lanes as it is captured, then the graph is launched), then
      * replayed over outputs poisoned with NaN. */
@@ -113,19 +169,37 @@ BN_TEST(gpu_captured_forward_on_lanes_matches_the_chain_bit_for_bit)
     CHECK_OK(gt_poison_net(net, ctx));
     CHECK_OK(bn_step_graph_run(&g, ctx, forward, net, &replayed));
     CHECK(replayed == 1);
-    bn_net_mark_device_written(net);
-    for (int i = 0; i < net->num_layers; i++) {
-        const bn_blob *o = net->layers[i]->out;
-        const float *v = bn_blob_host_rd(net->layers[i]->out);
-        CHECK_MSG(v, "%s", bn_last_error());
-        CHECK_MSG(memcmp(v, chain[i], bn_blob_count(o) * sizeof(float)) == 0,
-                  "layer %s: the replayed pass on lanes wrote other values than the chain", net->layers[i]->name);
-    }
+    CHECK(same(net, &w, "forward") == BN_PASS);
     bn_step_graph_free(&g);
-    for (int i = 0; i < net->num_layers; i++) free(chain[i]);
-    free(chain);
-    free(x);
-    free(labels);
+    for (int k = 0; k < w.count; k++) free(w.copy[k]);
+    bn_net_free(net);
+    return BN_PASS;
+}
+
+BN_TEST(gpu_captured_step_with_a_backward_on_lanes_matches_the_chain_bit_for_bit)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    bn_net *net;
+    CHECK(branches_on_gpu(&ctx, &net) == BN_PASS);
+    net->backward_beside = 1;
+    written w;
+    list_blobs(net, &w);
+    CHECK(w.count <= 64);
+    CHECK_OK(step(net));
+    CHECK(keep(net, &w) == BN_PASS);
+    bn_step_graph g = {0};
+    int replayed = 0;
+    CHECK_OK(bn_step_graph_run(&g, ctx, step, net, &replayed));
+    CHECK_MSG(g.exec && !g.failed, "the step was not captured: %s", bn_last_error());
+    CHECK_MSG(net->lanes_used >= 3 && net->backward_lanes_used >= 3, "the captured passes ran on %d and %d lanes",
+              net->lanes_used, net->backward_lanes_used);
+    CHECK_OK(gt_poison_net(net, ctx));
+    CHECK_OK(bn_step_graph_run(&g, ctx, step, net, &replayed));
+    CHECK(replayed == 1);
+    CHECK(same(net, &w, "a step") == BN_PASS);
+    bn_step_graph_free(&g);
+    for (int k = 0; k < w.count; k++) free(w.copy[k]);
     bn_net_free(net);
     return BN_PASS;
 }

@@ -361,13 +361,16 @@ static bn_status prepare(bn_layer *l, bn_ctx *ctx, const conv_gpu **gpu, const c
     return BN_OK;
 }
 
-extern "C" int bn_conv2d_forward_beside(const bn_layer *l)
+extern "C" unsigned bn_conv2d_beside(const bn_layer *l)
 {
     const conv_priv *c = (const conv_priv *)l->priv;
     if (bn_blob_is_bf16(l->out) || !c->gpu) return 0;
     for (int i = 0; i < c->gpu->num_plans; i++) {
         const conv_plan *plan = &c->gpu->plans[i];
-        if (plan->n == l->in->n && !plan->own_only) return plan->by[0] != BY_CUDNN;
+        if (plan->n != l->in->n || plan->own_only) continue;
+        const bool data = !l->in_grad || plan->by[1] != BY_CUDNN;
+        return (plan->by[0] != BY_CUDNN ? BN_BESIDE_FORWARD : 0u) |
+               (data && plan->by[2] != BY_CUDNN ? BN_BESIDE_BACKWARD : 0u);
     }
     return 0;
 }

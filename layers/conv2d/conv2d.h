@@ -60,9 +60,10 @@ void bn_conv2d_cpu_bias_grad(const double *parts, int chunks, int filters, float
 bn_status bn_conv2d_forward_gpu(bn_layer *l, const bn_pass *p);
 bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p);
 
-/* bn_layer_ops.forward_beside: 1 where the forward pass planned for the current batch size is
- * one of blobnet's kernel families (on FP32 blobs), which use neither cuDNN nor the workspace. */
-int bn_conv2d_forward_beside(const bn_layer *l);
+/* bn_layer_ops.beside: each pass whose kernels, as planned for the current batch size, are one of
+ * blobnet's families (on FP32 blobs; in backward both the data and the filter pass), which use
+ * neither cuDNN nor the workspace. */
+unsigned bn_conv2d_beside(const bn_layer *l);
 
 /* bn_layer_ops.fuse_next_gpu: a max pooling of 2x2 windows at stride 2 without padding after
  * the layer has both GPU passes done by this layer's (conv_pooled.h).

@@ -45,11 +45,14 @@ typedef struct bn_ctx {
                               least, and the step's graphs keep each kernel's priority
                               (bn_ctx_prioritize: a rank of a data-parallel group) */
     void *lanes[BN_CTX_LANES]; /* lanes[1..num_lanes - 1]: streams at stream's priority, on which a
-                              network's forward pass runs branches beside each other while a step
-                              is captured (bn_net_forward); lanes[0] is unused */
+                              network's passes run branches beside each other while a step is
+                              captured (core/net_lanes.c); lanes[0] is unused */
+    void *lane_sides[BN_CTX_LANES]; /* each lane's own side stream, at side_stream's priority */
+    int lane_pending[BN_CTX_LANES]; /* each lane's side_pending while another lane is entered */
     int num_lanes;         /* 1 + the lane streams made (bn_ctx_open_lanes) */
-    void *home;            /* while the network runs a layer on a lane: the stream that `stream`
-                              stands for otherwise (bn_ctx_set_lane); NULL else */
+    int lane_now;          /* the lane entered (0: none, or the context's own streams) */
+    void *home, *home_side; /* while the network runs a layer on a lane: the streams that `stream`
+                              and `side_stream` stand for otherwise (bn_ctx_set_lane); NULL else */
     int capturing;         /* a step is being captured as a CUDA graph (graph.cu) */
 } bn_ctx;
 
@@ -133,10 +136,11 @@ bn_status bn_ctx_zero_beside(bn_ctx *ctx, void *ptr, size_t bytes);
  * the priority of its stream; never while a step is captured. */
 bn_status bn_ctx_open_lanes(bn_ctx *ctx, int count);
 
-/* Points ctx's stream at lane `lane` (< num_lanes; 0: the stream it stands for otherwise), so
- * that a layer's kernels and the device calls it makes go there; bn_ctx_leave_lanes points it
- * back. The handles (cuBLAS, cuDNN) and the workspace stay with the stream: a layer on another
- * lane must use neither (bn_layer_ops.forward_beside). */
+/* Points ctx's stream and side stream at lane `lane`'s (< num_lanes; 0: the streams they stand
+ * for otherwise), so that a layer's kernels, its side work and the device calls it makes go
+ * there, with side_pending kept per lane; bn_ctx_leave_lanes points them back (the network has
+ * joined every lane's side work by then). The handles (cuBLAS, cuDNN) and the workspace stay
+ * with the stream: a layer on another lane must use neither (bn_layer_ops.beside). */
 bn_status bn_ctx_set_lane(bn_ctx *ctx, int lane);
 void bn_ctx_leave_lanes(bn_ctx *ctx);
 

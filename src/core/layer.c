@@ -84,10 +84,10 @@ int bn_window_out(int in, int size, int stride, int pad)
     return (int)(span / stride + 1);
 }
 
-int bn_layer_beside_always(const bn_layer *l)
+unsigned bn_layer_beside_always(const bn_layer *l)
 {
     (void)l;
-    return 1;
+    return BN_BESIDE_FORWARD | BN_BESIDE_BACKWARD;
 }
 
 typedef bn_status (*pass_fn)(bn_layer *, const bn_pass *);

@@ -249,17 +249,21 @@ struct bn_layer_ops {
      * coefficients 1 (and its CPU forward then may be done by the producer of one input,
      * bn_layer.cpu_summed_input). May be NULL. */
     int (*cpu_sums_inputs)(const bn_layer *l);
-    /* Returns 1 when the layer's GPU forward pass, as planned for the current batch size, queues
-     * its work only on p->ctx->stream and uses no library handle (cuBLAS, cuDNN) nor the
-     * context's workspace, so that in a captured step the network may run it on another stream,
-     * beside layers of other branches (bn_net_forward). Asked only after a forward pass at that
-     * batch size has run. NULL: never (the layer runs on the context's stream).
+    /* Returns the BN_BESIDE_* bits of the layer's GPU passes, as planned for the current batch
+     * size, that queue their work only on p->ctx->stream (and, in backward, side_stream through
+     * bn_overlap_run) and use no library handle (cuBLAS, cuDNN) nor the context's workspace, so
+     * that in a captured step the network may run them on another stream, beside the layers of
+     * other branches (core/net_lanes.c). Asked only after a training step at that batch size has
+     * run eagerly. NULL: none (the layer runs on the context's stream).
      * bn_layer_beside_always serves types whose GPU passes are all their own kernels. */
-    int (*forward_beside)(const bn_layer *l);
+    unsigned (*beside)(const bn_layer *l);
 };
 
-/* A forward_beside for types whose GPU forward pass launches only their own kernels. */
-int bn_layer_beside_always(const bn_layer *l);
+#define BN_BESIDE_FORWARD 1u
+#define BN_BESIDE_BACKWARD 2u
+
+/* A `beside` for types whose GPU passes launch only their own kernels: both bits. */
+unsigned bn_layer_beside_always(const bn_layer *l);
 
 /* Declares a parameter of shape (n,c,h,w) during setup; returns its index or -1 on error. */
 int bn_layer_add_param(bn_layer *l, const char *name, int n, int c, int h, int w,

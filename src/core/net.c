@@ -139,7 +139,9 @@ bn_status bn_net_backward_each(bn_net *net, bn_status (*done)(void *arg, bn_net 
      * adds into the gradients. */
     if (ctx) BN_TRY(bn_device_ops_current()->ctx_join_side(ctx));
     net->pass.defer_joins = ctx != NULL;
-    for (int i = net->num_layers - 1; i >= 0 && s == BN_OK; i--) {
+    int ran = 0;
+    if (ctx) s = bn_net_backward_beside(net, done, arg, &ran);
+    for (int i = net->num_layers - 1; !ran && i >= 0 && s == BN_OK; i--) {
         s = bn_net_backward_layer(net, i);
         if (s == BN_OK && done) s = done(arg, net, net->layers[i]);
     }

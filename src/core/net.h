@@ -72,8 +72,12 @@ typedef struct bn_net {
     /* A forward pass with its branches beside each other (net_lanes.c), made on a device: */
     int *lane;                 /* each layer's lane */
     unsigned char *lane_mark;  /* each layer: its event is recorded after its forward pass */
-    void **lane_done;          /* an event per layer, and one more for the input */
+    void **lane_done;          /* an event per layer, one for the input, then one per lane */
     int lanes_used;            /* the lanes the last captured forward pass ran on (1: a chain) */
+    int backward_beside;       /* set by the caller: a captured backward pass (bn_net_backward_each)
+                                * may run branches beside each other too, its `done` callback
+                                * queueing only work that follows the layer's own (its update) */
+    int backward_lanes_used;   /* the lanes the last captured backward pass ran on */
 } bn_net;
 
 enum { BN_NORM_AUTO_MEAN = 1, BN_NORM_AUTO_STD = 2 };

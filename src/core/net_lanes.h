@@ -1,10 +1,10 @@
-/* net_lanes.h - a network's forward pass with its independent branches side by side: while a
- * training or evaluation step is captured as a CUDA graph, each layer runs on one of the
- * context's lanes (core/device.h), and events order a layer after the layers it reads that ran on
- * other lanes, so that the graph holds the branches as parallel paths (an inception module's four
- * branches, a residual block's projection beside its convolutions) instead of one chain. Every
- * layer computes what it computes in a chain, with the same kernels: only which kernels may run
- * at the same time changes. */
+/* net_lanes.h - a network's passes with its independent branches side by side: while a training
+ * or evaluation step is captured as a CUDA graph, each layer runs on one of the context's lanes
+ * (core/device.h), and events order a layer after the layers it reads (in backward: the layers
+ * that read it) that ran on other lanes, so that the graph holds the branches as parallel paths
+ * (an inception module's four branches, a residual block's projection beside its convolutions)
+ * instead of one chain. Every layer computes what it computes in a chain, with the same kernels:
+ * only which kernels may run at the same time changes. */
 #ifndef BN_NET_LANES_H
 #define BN_NET_LANES_H
 
@@ -27,6 +27,14 @@ int bn_net_plan_lanes(const bn_net *net, int (*beside)(const bn_layer *l, void *
  * captured and whose lanes and events an eager forward pass before made (bn_net_lanes_prepare):
  * *ran is then 1 and the pass has run (its status returned); else *ran is 0 and nothing ran. */
 bn_status bn_net_forward_beside(bn_net *net, int *ran);
+
+/* The backward pass of bn_net_backward_each (each layer's backward, then done(arg, net, layer))
+ * with branches beside each other, where net->backward_beside is set and the forward pass of
+ * the same captured step ran on lanes: a layer runs on its forward lane after the layers that
+ * read its output on other lanes, and `done` runs on the layer's lane (work it queues follows
+ * the layer's). *ran is then 1; else 0 and nothing ran. */
+bn_status bn_net_backward_beside(bn_net *net, bn_status (*done)(void *arg, bn_net *net, bn_layer *l), void *arg,
+                                 int *ran);
 
 /* After an eager forward pass on a device (every layer's kernels planned for the batch size):
  * the lanes and events that a capture of the same pass will need, where its layers plan more

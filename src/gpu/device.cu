@@ -225,9 +225,14 @@ extern "C" bn_status bn_ctx_open(int device, bn_ctx **out)
 static void close_lanes(bn_ctx *c)
 {
     for (int k = 1; k < c->num_lanes; k++) {
-        cudaStreamSynchronize((cudaStream_t)c->lanes[k]);
-        cudaStreamDestroy((cudaStream_t)c->lanes[k]);
-        c->lanes[k] = NULL;
+        void **s[2] = {&c->lanes[k], &c->lane_sides[k]};
+        for (int j = 0; j < 2; j++) {
+            if (!*s[j]) continue;
+            cudaStreamSynchronize((cudaStream_t)*s[j]);
+            cudaStreamDestroy((cudaStream_t)*s[j]);
+            *s[j] = NULL;
+        }
+        c->lane_pending[k] = 0;
     }
     c->num_lanes = 1;
 }
@@ -238,12 +243,18 @@ extern "C" bn_status bn_ctx_open_lanes(bn_ctx *c, int count)
     if (c->num_lanes < 1) c->num_lanes = 1;
     if (count <= c->num_lanes) return BN_OK;
     if (c->capturing || c->home) return bn_error(BN_ERR_INTERNAL, "lane streams asked for inside a step");
-    int priority = 0;
+    int priority = 0, side_priority = 0;
     BN_CUDA(cudaStreamGetPriority((cudaStream_t)c->stream, &priority));
+    BN_CUDA(cudaStreamGetPriority((cudaStream_t)c->side_stream, &side_priority));
     while (c->num_lanes < count) {
-        cudaStream_t s;
+        const int k = c->num_lanes;
+        cudaStream_t s, side;
         BN_CUDA(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, priority));
-        c->lanes[c->num_lanes++] = s;
+        c->lanes[k] = s;
+        c->num_lanes++; /* so that close_lanes releases it if the next fails */
+        BN_CUDA(cudaStreamCreateWithPriority(&side, cudaStreamNonBlocking, side_priority));
+        c->lane_sides[k] = side;
+        c->lane_pending[k] = 0;
     }
     return BN_OK;
 }
@@ -252,16 +263,25 @@ extern "C" bn_status bn_ctx_set_lane(bn_ctx *c, int lane)
 {
     if (lane < 0 || lane >= (c->num_lanes < 1 ? 1 : c->num_lanes))
         return bn_error(BN_ERR_INTERNAL, "lane %d of a context with %d", lane, c->num_lanes);
-    if (!c->home) c->home = c->stream;
+    if (!c->home) {
+        c->home = c->stream;
+        c->home_side = c->side_stream;
+        c->lane_now = 0;
+    }
+    c->lane_pending[c->lane_now] = c->side_pending;
     c->stream = lane ? c->lanes[lane] : c->home;
+    c->side_stream = lane ? c->lane_sides[lane] : c->home_side;
+    c->side_pending = c->lane_pending[lane];
+    c->lane_now = lane;
     return BN_OK;
 }
 
 extern "C" void bn_ctx_leave_lanes(bn_ctx *c)
 {
     if (!c->home) return;
-    c->stream = c->home;
-    c->home = NULL;
+    bn_ctx_set_lane(c, 0);
+    for (int k = 1; k < c->num_lanes; k++) c->lane_pending[k] = 0;
+    c->home = c->home_side = NULL;
 }
 
 extern "C" bn_status bn_order_event_create(void **event)
