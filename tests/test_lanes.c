@@ -147,6 +147,30 @@ static int branches_on_gpu(bn_ctx **ctx, bn_net **net)
     return BN_PASS;
 }
 
+/* body run eagerly (one chain; it makes every layer's plans, then the lanes and events), then
+ * captured (the passes run on the lanes as they are captured, and the graph is launched), then
+ * replayed over outputs and gradients poisoned with NaN: every blob of w as the chain wrote it. */
+static int chain_against_lanes(bn_ctx *ctx, bn_net *net, bn_status (*body)(void *), written *w, const char *what)
+{
+    CHECK_OK(body(net));
+    CHECK(keep(net, w) == BN_PASS);
+    CHECK_MSG(ctx->num_lanes >= 3, "the eager pass made %d lanes for three branches", ctx->num_lanes);
+    bn_step_graph g = {0};
+    int replayed = 0;
+    CHECK_OK(bn_step_graph_run(&g, ctx, body, net, &replayed));
+    CHECK_MSG(g.exec && !g.failed, "%s was not captured: %s", what, bn_last_error());
+    CHECK_MSG(net->lanes_used >= 3, "the captured forward pass ran on %d lanes", net->lanes_used);
+    CHECK_MSG(!net->backward_beside || net->backward_lanes_used >= 3, "the captured backward pass ran on %d lanes",
+              net->backward_lanes_used);
+    CHECK_OK(gt_poison_net(net, ctx));
+    CHECK_OK(bn_step_graph_run(&g, ctx, body, net, &replayed));
+    CHECK(replayed == 1);
+    CHECK(same(net, w, what) == BN_PASS);
+    bn_step_graph_free(&g);
+    for (int k = 0; k < w->count; k++) free(w->copy[k]);
+    return BN_PASS;
+}
+
 BN_TEST(gpu_captured_forward_on_lanes_matches_the_chain_bit_for_bit)
 {
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
@@ -155,23 +179,7 @@ BN_TEST(gpu_captured_forward_on_lanes_matches_the_chain_bit_for_bit)
     CHECK(branches_on_gpu(&ctx, &net) == BN_PASS);
     written w = {0};
     for (int i = 0; i < net->num_layers; i++) w.blob[w.count++] = net->layers[i]->out;
-    /* The eager pass, in one chain, makes every layer's plans, then the lanes and events. */
-    CHECK_OK(bn_net_forward(net, 0));
-    CHECK(keep(net, &w) == BN_PASS);
-    CHECK_MSG(ctx->num_lanes >= 3, "the eager pass made %d lanes for three branches", ctx->num_lanes);
-    /* Captured (the pass runs on the lanes as it is captured, then the graph is launched), then
-     * replayed over outputs poisoned with NaN. */
-    bn_step_graph g = {0};
-    int replayed = 0;
-    CHECK_OK(bn_step_graph_run(&g, ctx, forward, net, &replayed));
-    CHECK_MSG(g.exec && !g.failed, "the forward pass was not captured: %s", bn_last_error());
-    CHECK_MSG(net->lanes_used >= 3, "the captured pass ran on %d lanes", net->lanes_used);
-    CHECK_OK(gt_poison_net(net, ctx));
-    CHECK_OK(bn_step_graph_run(&g, ctx, forward, net, &replayed));
-    CHECK(replayed == 1);
-    CHECK(same(net, &w, "forward") == BN_PASS);
-    bn_step_graph_free(&g);
-    for (int k = 0; k < w.count; k++) free(w.copy[k]);
+    CHECK(chain_against_lanes(ctx, net, forward, &w, "the forward pass") == BN_PASS);
     bn_net_free(net);
     return BN_PASS;
 }
@@ -186,20 +194,7 @@ BN_TEST(gpu_captured_step_with_a_backward_on_lanes_matches_the_chain_bit_for_bit
     written w;
     list_blobs(net, &w);
     CHECK(w.count <= 64);
-    CHECK_OK(step(net));
-    CHECK(keep(net, &w) == BN_PASS);
-    bn_step_graph g = {0};
-    int replayed = 0;
-    CHECK_OK(bn_step_graph_run(&g, ctx, step, net, &replayed));
-    CHECK_MSG(g.exec && !g.failed, "the step was not captured: %s", bn_last_error());
-    CHECK_MSG(net->lanes_used >= 3 && net->backward_lanes_used >= 3, "the captured passes ran on %d and %d lanes",
-              net->lanes_used, net->backward_lanes_used);
-    CHECK_OK(gt_poison_net(net, ctx));
-    CHECK_OK(bn_step_graph_run(&g, ctx, step, net, &replayed));
-    CHECK(replayed == 1);
-    CHECK(same(net, &w, "a step") == BN_PASS);
-    bn_step_graph_free(&g);
-    for (int k = 0; k < w.count; k++) free(w.copy[k]);
+    CHECK(chain_against_lanes(ctx, net, step, &w, "the step") == BN_PASS);
     bn_net_free(net);
     return BN_PASS;
 }
