@@ -253,8 +253,9 @@ struct bn_layer_ops {
      * size, that queue their work only on p->ctx->stream (and, in backward, side_stream through
      * bn_overlap_run) and use no library handle (cuBLAS, cuDNN) nor the context's workspace, so
      * that in a captured step the network may run them on another stream, beside the layers of
-     * other branches (core/net_lanes.c). Asked only after a training step at that batch size has
-     * run eagerly. NULL: none (the layer runs on the context's stream).
+     * other branches (core/net_lanes.c). Asked only after an eager forward pass at that batch
+     * size, once the layer's GPU forward pass has made its plans (for every pass it will run).
+     * NULL: none (the layer runs on the context's stream).
      * bn_layer_beside_always serves types whose GPU passes are all their own kernels. */
     unsigned (*beside)(const bn_layer *l);
 };
