@@ -64,7 +64,7 @@ bn_status bn_net_forward(bn_net *net, int train)
         if (ran || s != BN_OK) return s;
     }
     for (int i = 0; i < net->num_layers; i++) BN_TRY(bn_layer_forward(net->layers[i], &net->pass));
-    return net->pass.ctx ? bn_net_lanes_prepare(net) : BN_OK;
+    return bn_net_lanes_prepare(net);
 }
 
 /* dst += src over a range, for the pool; restrict so that the loop vectorises. */

@@ -69,9 +69,10 @@ typedef struct bn_net {
     bn_blob *params16;         /* under --precision bf16: the BF16 device copy of the parameter
                                 * slab, same layout, which the layers' products read (each
                                 * bn_param.value16 is a view of it); NULL otherwise */
-    /* A forward pass with its branches beside each other (net_lanes.c), made on a device: */
+    /* Passes with their branches beside each other (net_lanes.c), made on a device: */
     int *lane;                 /* each layer's lane */
-    unsigned char *lane_mark;  /* each layer: its event is recorded after its forward pass */
+    unsigned char *lane_mark;  /* each layer (and the input): its event is recorded after its
+                                * pass, for a layer on another lane to wait for */
     void **lane_done;          /* an event per layer, one for the input, then one per lane */
     int lanes_used;            /* the lanes the last captured forward pass ran on (1: a chain) */
     int backward_beside;       /* set by the caller: a captured backward pass (bn_net_backward_each)

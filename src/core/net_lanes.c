@@ -41,7 +41,13 @@ static int beside_of(const bn_layer *l, void *arg)
     return l->ops->beside && (l->ops->beside(l) & need) == need;
 }
 
-/* The lanes the net's layers plan now (net->lane), after the tables are made. */
+/* The events a net keeps: one a layer, one for the input, one a lane (net->lane_done). */
+static int events_of(const bn_net *net)
+{
+    return net->num_layers + 1 + BN_CTX_LANES;
+}
+
+/* The lanes the net's layers plan now, into net->lane (its tables made on first use). */
 static bn_status plan(bn_net *net, int *lanes)
 {
     const int n = net->num_layers;
@@ -55,17 +61,16 @@ static bn_status plan(bn_net *net, int *lanes)
     return BN_OK;
 }
 
-/* The lanes and events a captured pass will need, made outside the capture: after an eager
- * forward pass, once every layer has planned its kernels for the batch size. */
-static bn_status prepare(bn_net *net)
+bn_status bn_net_lanes_prepare(bn_net *net)
 {
+    if (!net->pass.ctx || net->pass.ctx->capturing || net->num_layers < 2) return BN_OK;
     int lanes;
     BN_TRY(plan(net, &lanes));
     if (lanes < 2) return BN_OK;
     const bn_device_ops *dev = bn_device_ops_current();
     BN_TRY(dev->ctx_open_lanes(net->pass.ctx, lanes));
     if (net->lane_done) return BN_OK;
-    const int n = net->num_layers, events = n + 1 + BN_CTX_LANES;
+    const int events = events_of(net);
     void **done = calloc((size_t)events, sizeof *done);
     if (!done) return bn_error(BN_ERR_NOMEM, "%s: out of host memory", net->source);
     for (int i = 0; i < events; i++) {
@@ -229,18 +234,11 @@ bn_status bn_net_backward_beside(bn_net *net, bn_status (*done)(void *arg, bn_ne
     return join_lanes(net, lanes, s);
 }
 
-bn_status bn_net_lanes_prepare(bn_net *net)
-{
-    bn_ctx *ctx = net->pass.ctx;
-    if (!ctx || ctx->capturing || net->num_layers < 2) return BN_OK;
-    return prepare(net);
-}
-
 void bn_net_lanes_free(bn_net *net)
 {
     if (net->lane_done) {
         const bn_device_ops *dev = bn_device_ops_current();
-        for (int i = 0; i < net->num_layers + 1 + BN_CTX_LANES; i++) dev->order_event_destroy(net->lane_done[i]);
+        for (int i = 0; i < events_of(net); i++) dev->order_event_destroy(net->lane_done[i]);
         free(net->lane_done);
         net->lane_done = NULL;
     }
