@@ -219,6 +219,48 @@ BN_TEST(conv_family_refusals_name_the_reason)
     return BN_PASS;
 }
 
+/* The halo kernels' forward and data passes share a tile's chunks of channels among blocks where
+ * the tiles alone leave multiprocessors without a block (resnet_fashion's last stage at 64
+ * images), and not where they fill the GPU or there is one chunk to share. */
+BN_TEST(conv_family_halo_splits_the_channels_where_the_tiles_are_few)
+{
+    static const struct {
+        shape_row shape;
+        int split[2]; /* splits expected in the forward and data passes */
+    } cases[] = {
+        {{128, 7, 7, 3, 1, 1, 128, 64, 0}, {1, 1}}, {{64, 14, 14, 3, 1, 1, 64, 64, 0}, {1, 1}},
+        {{128, 7, 7, 3, 1, 1, 128, 256, 0}, {0, 0}}, {{64, 14, 14, 3, 1, 1, 64, 256, 0}, {0, 0}},
+        /* One input channel's chunk: the forward pass cannot share it; the data pass sums 16. */
+        {{8, 7, 7, 3, 1, 1, 128, 64, 0}, {0, 1}},
+        /* Stride 2 (no data pass here): its blocks stage twice the rows, and stay whole. */
+        {{64, 14, 14, 3, 2, 1, 128, 64, 0}, {0, 0}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const shape_row *r = &cases[i].shape;
+        const bn_conv_shape s = shape_of(r, 132);
+        bn_halo_plan p;
+        bn_halo_plan_make(&p, &s.g, s.filters, s.n, s.sms, 0);
+        /* The data pass sums over the filters, the forward pass over the channels. */
+        const int chunks[2] = {(r->c + 7) / 8, (r->filters + 7) / 8};
+        for (int pass = 0; pass < (r->stride == 1 ? 2 : 1); pass++) {
+            const bn_halo_pass *h = &p.pass[pass];
+            CHECK_MSG(h->ok, "case %zu, pass %d: %s", i, pass, h->why);
+            CHECK_MSG((h->splits > 1) == cases[i].split[pass], "case %zu, pass %d: %d splits", i, pass, h->splits);
+            /* Every chunk taken once: splits of per chunks, the last one not empty. */
+            CHECK_MSG(h->splits * h->per >= chunks[pass] && (h->splits - 1) * h->per < chunks[pass],
+                      "case %zu, pass %d: %d splits of %d chunks for %d", i, pass, h->splits, h->per, chunks[pass]);
+            CHECK(h->splits == 1 || h->per >= 4);
+        }
+        CHECK_MSG((p.scratch > 0) == (p.pass[0].splits > 1 || p.pass[1].splits > 1), "case %zu: scratch %zu", i,
+                  p.scratch);
+        /* The table's scratch is the plan's. */
+        bn_conv_family_plan fp;
+        bn_conv_family_halo.plan(&fp, &s);
+        CHECK(bn_conv_family_halo.scratch(&fp) == p.scratch);
+    }
+    return BN_PASS;
+}
+
 BN_TEST(conv_families_command_names_the_bad_flag)
 {
     CHECK_CLI("conv-families --size 0", 2, "--size");

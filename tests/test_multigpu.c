@@ -1,5 +1,6 @@
 /* test_multigpu.c - data-parallel training on two GPUs through the CLI (docs/multi-gpu.md): the
- * ranks stay bit-identical, two GPUs train what one GPU trains at the same global batch, a
+ * ranks stay bit-identical, two GPUs train what one GPU trains at the same global batch, replayed
+ * steps with branches on lanes end where eager ones do, a
  * checkpoint moves between 2 and 1 GPUs both ways, a killed rank or a SIGINT ends the whole run,
  * the TCP rendezvous works for ranks started by hand (over NVLink and over NCCL's socket path, as
  * between machines: bit-identical, and ended by the deadline when a peer dies), and a machine or
@@ -452,6 +453,27 @@ BN_TEST(multigpu_two_gpus_train_what_one_gpu_trains)
     CHECK_PASS(check_same_training("2 GPUs against 1, 50 steps", one, two, log1, log2));
     CHECK_PASS(initial_weights(init));
     CHECK_PASS(check_trained(two, init));
+    return BN_PASS;
+}
+
+/* On 2 GPUs, replayed steps that run a network's branches on lanes, each bucket's all-reduce after
+ * every lane (dist/comm.cu), end at the weights and optimizer state of eager steps (a chain), byte
+ * for byte: an all-reduce that left before a lane's gradients were written would sum stale ones. */
+BN_TEST(multigpu_branches_on_lanes_train_as_the_chain)
+{
+    SKIP_WITHOUT_TWO_GPUS();
+    static const char *const models[] = {"models/inception_fashion.cfg", "models/resnet_fashion.cfg"};
+    for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
+        char path[2][512], args[4096];
+        for (int eager = 0; eager < 2; eager++) {
+            ft_path(path[eager], sizeof path[eager], "lanes-%zu-%d.safetensors", i, eager);
+            snprintf(args, sizeof args, "%s --batch 64 --seed 1 --quiet " STEPS_50 " --gpus 2 --save %s%s", models[i],
+                     path[eager], eager ? " --no-graph" : "");
+            CHECK_MSG(train("", args) == 0, "%s", out);
+            CHECK_MSG(eager || strstr(out, "note:") == NULL, "%s: the graph was not used: %s", models[i], out);
+        }
+        CHECK_MSG(files_equal(path[0], path[1]), "%s: replayed and eager steps differ", models[i]);
+    }
     return BN_PASS;
 }
 

@@ -189,6 +189,12 @@ static bn_status family_pass(int by, const conv_plan *plan, int pass, void *stre
     return runner_family(by)->run(&plan->fam[by - 1], &plan->shape, pass, stream, io);
 }
 
+/* The forward and data passes' scratch in the layer's parts (conv_plan). */
+static void *scratch_of(const conv_gpu *g, const conv_plan *plan)
+{
+    return g->parts && plan->scratch_bytes ? (char *)g->parts + plan->filter_bytes : NULL;
+}
+
 /* The three passes on the given buffers, by blobnet's kernels (own) or by cuDNN's chosen
  * algorithm with its bias operation, which blobnet's kernels fuse. Used by the layer's passes
  * and by the timing that chooses between the two. The forward pass writes y, or with `pooled`
@@ -205,7 +211,7 @@ extern "C" bn_status bn_conv_forward_pass(int by, const conv_gpu *g, const conv_
         return bn_error(BN_ERR_INTERNAL, "this forward pass cannot write a pooled output");
     if (by != BY_CUDNN) {
         bn_conv_io io = {};
-        io.x = x, io.w = w, io.b = b, io.y = y, io.pooled_out = pooled;
+        io.x = x, io.w = w, io.b = b, io.y = y, io.pooled_out = pooled, io.scratch = scratch_of(g, plan);
         return family_pass(by, plan, BN_CONV_FORWARD, ctx->stream, &io);
     }
     cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
@@ -236,7 +242,7 @@ extern "C" bn_status bn_conv_data_pass(int by, const conv_gpu *g, const conv_pla
         return bn_error(BN_ERR_INTERNAL, "this backward-data pass cannot read dy through a pooling");
     if (by != BY_CUDNN) {
         bn_conv_io io = {};
-        io.dy = dy, io.pooled_dy = pooled, io.w = w, io.dx = dx;
+        io.dy = dy, io.pooled_dy = pooled, io.w = w, io.dx = dx, io.scratch = scratch_of(g, plan);
         return family_pass(by, plan, BN_CONV_DATA, ctx->stream, &io);
     }
     const float one = 1.0f, zero = 0.0f;

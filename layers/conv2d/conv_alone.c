@@ -16,13 +16,15 @@ double bn_conv_alone_tolerance(const bn_conv_shape *s)
 
 /* The host and device copies of every buffer a pass reads or writes. */
 typedef struct buffers {
-    size_t in, out, wts, pooled, parts;    /* floats (parts: bytes) */
+    size_t in, out, wts, pooled;           /* floats */
+    size_t parts, scratch;                 /* bytes: the filter pass's partial sums (in 256-byte
+                                              units), then the other passes' scratch */
     float *x, *w, *b, *dy, *pdy;           /* host inputs (pdy: the pooled gradient) */
     unsigned char *mask;                   /* host argmax mask of the pooled cells */
     float *y, *dx, *dw, *db;               /* host reference outputs */
     float *got;                            /* host copy of a device output */
     float *dev[8];                         /* x, w, b, dy, y/dx, dw, db, pooled dy and mask */
-    void *parts_dev;                       /* the family's partial sums */
+    void *parts_dev;                       /* the family's partial sums and scratch, zeroed */
 } buffers;
 
 /* The device buffers, by place in buffers.dev. */
@@ -136,6 +138,7 @@ static void bind(runner *rn, const buffers *m, const bn_pooled_dy *pd)
     io->x = m->dev[D_X], io->w = m->dev[D_W], io->b = m->dev[D_B], io->dy = m->dev[D_DY];
     io->y = io->dx = m->dev[D_OUT];
     io->dw = m->dev[D_DW], io->db = m->dev[D_DB], io->parts = m->parts_dev;
+    io->scratch = m->scratch ? (char *)m->parts_dev + m->parts : NULL;
     if (m->pooled) io->pooled_dy = pd;
 }
 
@@ -214,8 +217,10 @@ bn_status bn_conv_alone_run(bn_ctx *ctx, int runner_no, int pass, const bn_conv_
     const int pooled = rn.f && rn.f->needs_pooled && pass == BN_CONV_FILTER;
     st = make_inputs(s, pooled, seed, &m);
     if (st == BN_OK) st = to_device(s, &m);
-    m.parts = rn.f ? rn.f->workspace(&rn.plan) : 0;
-    if (st == BN_OK && m.parts) st = bn_device_alloc(&m.parts_dev, m.parts);
+    m.parts = rn.f ? (rn.f->workspace(&rn.plan) + 255) / 256 * 256 : 0;
+    m.scratch = rn.f && rn.f->scratch ? rn.f->scratch(&rn.plan) : 0;
+    if (st == BN_OK && m.parts + m.scratch) st = bn_device_alloc(&m.parts_dev, m.parts + m.scratch);
+    if (st == BN_OK && m.parts + m.scratch) st = bn_device_zero(m.parts_dev, m.parts + m.scratch);
     bn_pooled_dy pd = {m.dev[D_POOLED], (const unsigned char *)(m.dev[D_POOLED] + m.pooled), s->g.oh / 2,
                        s->g.ow / 2};
     bind(&rn, &m, &pd);

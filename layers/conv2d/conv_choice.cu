@@ -60,15 +60,11 @@ static size_t round_up(size_t count)
     return (count + 63) / 64 * 64;
 }
 
-/* The partial sums blobnet's filter pass needs, in bytes: the most any family needs. */
+/* The bytes of the layer's parts (conv2d_gpu.cuh): blobnet's filter passes' partial sums, then
+ * the scratch of its other passes. */
 static size_t own_parts(const conv_plan *plan)
 {
-    size_t most = 0;
-    for (int f = 1; f <= BN_CONV_FAMILY_COUNT; f++) {
-        const size_t bytes = runner_family(f)->workspace(&plan->fam[f - 1]);
-        if (bytes > most) most = bytes;
-    }
-    return most;
+    return plan->filter_bytes + plan->scratch_bytes;
 }
 
 /* Zeroed scratch buffers of the layer's sizes in *m, one device allocation in *buf. */
@@ -240,14 +236,14 @@ static bn_status choose_pass(const bn_layer *l, const conv_priv *c, bn_ctx *ctx,
     return BN_OK;
 }
 
-/* Reserves the shared workspace (need bytes) and, when blobnet's kernels may run the filter
- * pass, the layer's partial sums, before anything is timed or run: every runner then runs as it
- * will in the steps. */
-static bn_status reserve(conv_priv *c, bn_ctx *ctx, const conv_plan *plan, size_t need, bool own_filter)
+/* Reserves the shared workspace (need bytes) and, when blobnet's kernels may run a pass, the
+ * layer's parts, zeroed, before anything is timed or run: every runner then runs as it will in
+ * the steps. */
+static bn_status reserve(conv_priv *c, bn_ctx *ctx, const conv_plan *plan, size_t need, bool own)
 {
     BN_TRY(bn_ctx_reserve_workspace(ctx, need));
     conv_gpu *g = c->gpu;
-    if (!own_filter || own_parts(plan) <= g->parts_bytes) return BN_OK;
+    if (!own || own_parts(plan) <= g->parts_bytes) return BN_OK;
     /* cudaFree waits for the device, so no pass still uses the old buffer; a captured step graph
      * holds its address, so the context's buffer generation moves on. */
     bn_device_free(g->parts);
@@ -255,6 +251,7 @@ static bn_status reserve(conv_priv *c, bn_ctx *ctx, const conv_plan *plan, size_
     g->parts_bytes = 0;
     BN_TRY(bn_device_alloc((void **)&g->parts, own_parts(plan)));
     g->parts_bytes = own_parts(plan);
+    BN_TRY(bn_device_zero(g->parts, g->parts_bytes));
     ctx->buffer_generation++;
     return BN_OK;
 }
@@ -272,9 +269,10 @@ extern "C" bn_status bn_conv_choose_runners(bn_layer *l, conv_priv *c, bn_ctx *c
     BN_TENSOR_DESC(y, l->out);
     size_t need = 0;
     BN_TRY(bn_conv_cudnn_algorithms(l, ctx, graph, g, x, y, ask, plan, &need));
-    bool own_filter = false;
-    for (int r = 1; r < BN_CONV_RUNNERS; r++) own_filter = own_filter || can[2][r];
-    BN_TRY(reserve(c, ctx, plan, need, own_filter));
+    bool own = false;
+    for (int i = 0; i < 3; i++)
+        for (int r = 1; r < BN_CONV_RUNNERS; r++) own = own || can[i][r];
+    BN_TRY(reserve(c, ctx, plan, need, own));
     static const int order[3] = {0, 2, 1};
     for (int o = 0; o < 3; o++) {
         const int i = order[o];
@@ -415,7 +413,8 @@ static bn_status read_choice(void *env, const char *choice, int *verdict)
     plan->bwd_filter = filter;
     plan->bwd_data_workspace = bytes[1];
     for (int i = 0; i < 3; i++) plan->by[i] = needed[i] ? by[i] : BY_CUDNN;
-    BN_TRY(reserve(in->c, ctx, plan, need, by[2] != BY_CUDNN));
+    const bool own = plan->by[0] != BY_CUDNN || plan->by[1] != BY_CUDNN || plan->by[2] != BY_CUDNN;
+    BN_TRY(reserve(in->c, ctx, plan, need, own));
     *verdict = BN_CHOICE_TAKEN;
     return BN_OK;
 }

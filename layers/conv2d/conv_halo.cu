@@ -32,6 +32,7 @@
 #include "conv_halo_limits.h"
 #include "gpu/cp_async.cuh"
 #include "gpu/cuda_check.h"
+#include "gpu/last_arrival.cuh"
 #include "gpu/mma_tf32.cuh"
 #include "gpu/smem_opt_in.cuh"
 
@@ -45,11 +46,18 @@ typedef struct hl_args {
     int pitch;           /* floats a staged channel takes */
     int wm, wc;
     int vec;             /* the weights' rows are whole 16-byte pieces, each in or out of a chunk */
+    int per;             /* chunks of channels a block takes: blockIdx.z's share */
+    float *part;         /* gridDim.z > 1: tiles x splits slots of BM BN floats (conv_halo_limits.h) */
+    unsigned *counters;  /* gridDim.z > 1: one per tile, zero between launches */
 } hl_args;
 
 /* The kernel: a BM x BN tile of C per block of HL_WARPS warps, WM of them along the output
  * channels, each warp a (BM / WM) x (BN / (HL_WARPS / WM)) tile of m16n8k8 products; PROD
- * products per multiply (3: FP32 accuracy, 1: TF32). TURN: the data pass's turned taps. */
+ * products per multiply (3: FP32 accuracy, 1: TF32). TURN: the data pass's turned taps. With
+ * gridDim.z > 1 the tile's chunks of channels are shared among gridDim.z blocks, g.per each:
+ * every block keeps its sums in its slot, and the tile's last block to finish adds the slots in
+ * split order (its own from registers) before the epilogue, so the result does not depend on
+ * which block finished last. */
 template <int KS, int BM, int BN, int WM, int PROD, bool TURN>
 static __global__ void __launch_bounds__(HL_WARPS * 32, 2) halo_gemm(hl_args g)
 {
@@ -144,14 +152,16 @@ static __global__ void __launch_bounds__(HL_WARPS * 32, 2) halo_gemm(hl_args g)
 
     float acc[MT][NTL][4] = {};
     const int chunks = (f.ci + HL_BC - 1) / HL_BC;
-    load(0, 0);
+    const int cb = blockIdx.z * g.per, ce = min(chunks, cb + g.per); /* this block's chunks */
+    load(0, cb * HL_BC);
     __pipeline_commit();
-    for (int ch = 0; ch < chunks; ch++) {
-        if (ch + 1 < chunks) load((ch + 1) & 1, (ch + 1) * HL_BC);
+    for (int ch = cb; ch < ce; ch++) {
+        const int k = ch - cb;
+        if (ch + 1 < ce) load((k + 1) & 1, (ch + 1) * HL_BC);
         __pipeline_commit();
         __pipeline_wait_prior(1); /* chunk ch has landed */
         __syncthreads();
-        const float *As = sm + (ch & 1) * st_size, *Bs = As + a_size;
+        const float *As = sm + (k & 1) * st_size, *Bs = As + a_size;
         /* The window's rows one at a time (fewer registers), its taps along a row unrolled. */
 #pragma unroll 1
         for (int ky = 0; ky < KS; ky++) {
@@ -180,6 +190,39 @@ static __global__ void __launch_bounds__(HL_WARPS * 32, 2) halo_gemm(hl_args g)
             }
         }
         __syncthreads(); /* every warp is done with this stage before the next chunk's copies reuse it */
+    }
+
+    if (gridDim.z > 1) {
+        /* Slot element ((mi NTL + ni) 4 + e) NT + tid holds acc[mi][ni][e]. */
+        const unsigned splits = gridDim.z, z = blockIdx.z, tile = blockIdx.y * gridDim.x + blockIdx.x;
+        constexpr int SLOT = BM * BN;
+        float *mine = g.part + ((size_t)tile * splits + z) * SLOT;
+#pragma unroll
+        for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+            for (int ni = 0; ni < NTL; ni++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) mine[((mi * NTL + ni) * 4 + e) * NT + tid] = acc[mi][ni][e];
+        if (!bn_last_arrival(&g.counters[tile], splits)) return;
+        float sum[MT][NTL][4] = {};
+        for (unsigned q = 0; q < splits; q++) {
+            const float *slot = g.part + ((size_t)tile * splits + q) * SLOT;
+#pragma unroll
+            for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+                for (int ni = 0; ni < NTL; ni++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const float *at = slot + ((mi * NTL + ni) * 4 + e) * NT + tid;
+                        sum[mi][ni][e] += q == z ? acc[mi][ni][e] : __ldcg(at);
+                    }
+        }
+#pragma unroll
+        for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+            for (int ni = 0; ni < NTL; ni++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[mi][ni][e] = sum[mi][ni][e];
     }
 
     /* acc[mi][ni][e] is C at output channel m, position j. */
@@ -376,9 +419,11 @@ static cudaError_t launch_cfg(int cfg, int products, const hl_args &a, dim3 grid
 }
 
 static bn_status hl_launch(const bn_halo_plan *p, const bn_halo_pass *hp, const hl_form *f, bool turn, int wm,
-                           int wc, cudaStream_t st, const float *x, const float *w, const float *bias, float *y)
+                           int wc, cudaStream_t st, const float *x, const float *w, const float *bias, float *y,
+                           void *scratch)
 {
     if (!hp->ok) return bn_error(BN_ERR_INTERNAL, "halo convolution cannot run this shape: %s", hp->why);
+    if (hp->splits > 1 && !scratch) return bn_error(BN_ERR_INTERNAL, "halo convolution: a split pass without scratch");
     hl_args a;
     a.x = x, a.w = w, a.bias = bias, a.y = y, a.f = *f;
     a.N = f->n * f->oh * f->ow;
@@ -390,7 +435,11 @@ static bn_status hl_launch(const bn_halo_plan *p, const bn_halo_pass *hp, const 
     a.vec = !turn && f->ci % 4 == 0 && ((uintptr_t)w & 15) == 0;
     const int cfg = hp->cfg;
     const int bm = hl_tiles[cfg][0], bn = hl_tiles[cfg][1];
-    dim3 grid((a.N + bn - 1) / bn, (f->m + bm - 1) / bm);
+    dim3 grid((a.N + bn - 1) / bn, (f->m + bm - 1) / bm, hp->splits);
+    a.per = hp->per;
+    a.part = (float *)scratch;
+    a.counters = hp->splits > 1 ? (unsigned *)(a.part + hl_split_floats(cfg, (long long)grid.x * grid.y, hp->splits))
+                                : NULL;
     const size_t smem = (size_t)hl_smem_floats(cfg, HL_KS, hp->pitch) * sizeof(float);
     cudaError_t e = turn ? launch_cfg<true>(cfg, p->products, a, grid, smem, st)
                          : launch_cfg<false>(cfg, p->products, a, grid, smem, st);
@@ -400,19 +449,20 @@ static bn_status hl_launch(const bn_halo_plan *p, const bn_halo_pass *hp, const 
 }
 
 extern "C" bn_status bn_halo_forward(const bn_halo_plan *p, const bn_conv_geom *g, int filters, int n, void *stream,
-                                     const float *x, const float *w, const float *b, float *y)
+                                     const float *x, const float *w, const float *b, float *y, void *scratch)
 {
     const hl_form f = {n, g->c, g->h, g->w, filters, g->oh, g->ow, g->stride, g->pad};
     const int kk = g->k * g->k;
-    return hl_launch(p, &p->pass[0], &f, false, g->c * kk, kk, (cudaStream_t)stream, x, w, b, y);
+    return hl_launch(p, &p->pass[0], &f, false, g->c * kk, kk, (cudaStream_t)stream, x, w, b, y, scratch);
 }
 
 extern "C" bn_status bn_halo_backward_data(const bn_halo_plan *p, const bn_conv_geom *g, int filters, int n,
-                                           void *stream, const float *dy, const float *w, float *dx)
+                                           void *stream, const float *dy, const float *w, float *dx,
+                                           void *scratch)
 {
     const hl_form f = {n, filters, g->oh, g->ow, g->c, g->h, g->w, 1, g->k - 1 - g->pad};
     const int kk = g->k * g->k;
-    return hl_launch(p, &p->pass[1], &f, true, kk, g->c * kk, (cudaStream_t)stream, dy, w, NULL, dx);
+    return hl_launch(p, &p->pass[1], &f, true, kk, g->c * kk, (cudaStream_t)stream, dy, w, NULL, dx, scratch);
 }
 
 /* The same for the filter kernel, of WM x WN warps. */
@@ -457,8 +507,10 @@ extern "C" bn_status bn_conv_run_halo(const bn_conv_family_plan *p, const bn_con
                                       const bn_conv_io *io)
 {
     const bn_halo_plan *h = &p->halo;
-    if (pass == BN_CONV_FORWARD) return bn_halo_forward(h, &s->g, s->filters, s->n, stream, io->x, io->w, io->b, io->y);
-    if (pass == BN_CONV_DATA) return bn_halo_backward_data(h, &s->g, s->filters, s->n, stream, io->dy, io->w, io->dx);
+    if (pass == BN_CONV_FORWARD)
+        return bn_halo_forward(h, &s->g, s->filters, s->n, stream, io->x, io->w, io->b, io->y, io->scratch);
+    if (pass == BN_CONV_DATA)
+        return bn_halo_backward_data(h, &s->g, s->filters, s->n, stream, io->dy, io->w, io->dx, io->scratch);
     const bn_halo_pass *fp = &h->pass[2];
     BN_TRY(bn_halo_backward_filter_parts(h, &s->g, s->filters, s->n, stream, io->x, io->dy, io->parts));
     return bn_direct_finish_filter(stream, io->parts, fp->splits, s->filters, s->g.c * s->g.k * s->g.k, io->dw, io->db);

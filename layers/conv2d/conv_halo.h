@@ -26,13 +26,19 @@ typedef struct bn_halo_pass {
     int cfg;          /* tile configuration */
     int rows;         /* the most input rows (halo included) a block stages */
     int pitch;        /* floats a staged channel takes in shared memory */
-    int span, splits; /* filter pass: output positions per block, and blocks along them */
+    int span, splits; /* filter pass: output positions per block, and blocks along them;
+                         forward and data: 1, or the blocks a tile's chunks of channels are
+                         shared among where the tiles alone are fewer than the multiprocessors */
+    int per;          /* forward and data: chunks of channels a block takes */
 } bn_halo_pass;
 
 typedef struct bn_halo_plan {
     bn_halo_pass pass[3]; /* forward, data, filter */
     int products;         /* TF32 products per multiply: 3 (FP32 accuracy), 1 with tf32 */
     size_t workspace;     /* bytes of partial sums the filter pass needs */
+    size_t scratch;       /* bytes the forward or data pass needs where its tiles are split: the
+                             split tiles' partial sums and a counter per tile (zero between
+                             launches) */
 } bn_halo_plan;
 
 /* Fills a plan for a batch of n; sms is the device's multiprocessor count; tf32 nonzero: one
@@ -40,11 +46,13 @@ typedef struct bn_halo_plan {
  * its ok flag cleared and its reason set. */
 void bn_halo_plan_make(bn_halo_plan *p, const bn_conv_geom *g, int filters, int n, int sms, int tf32);
 /* forward writes y (bias added, where b is not NULL); data writes dx; filter_parts writes the
- * partial sums that bn_direct_finish_filter adds into dw and db (plan->pass[2].splits spans). */
+ * partial sums that bn_direct_finish_filter adds into dw and db (plan->pass[2].splits spans).
+ * scratch: plan->scratch bytes, zeroed before the first call and left zeroed by each (NULL where
+ * that is 0). */
 bn_status bn_halo_forward(const bn_halo_plan *p, const bn_conv_geom *g, int filters, int n, void *stream,
-                          const float *x, const float *w, const float *b, float *y);
+                          const float *x, const float *w, const float *b, float *y, void *scratch);
 bn_status bn_halo_backward_data(const bn_halo_plan *p, const bn_conv_geom *g, int filters, int n, void *stream,
-                                const float *dy, const float *w, float *dx);
+                                const float *dy, const float *w, float *dx, void *scratch);
 bn_status bn_halo_backward_filter_parts(const bn_halo_plan *p, const bn_conv_geom *g, int filters, int n,
                                         void *stream, const float *x, const float *dy, float *parts);
 

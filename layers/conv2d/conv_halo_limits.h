@@ -22,6 +22,21 @@
  * its warps along the channels (and HL_WARPS / WM along the positions). */
 static const int hl_tiles[BN_HL_CONFIGS][3] = {{128, 64, 4}, {64, 128, 2}, {64, 64, 2}, {32, 256, 1}, {32, 128, 1}};
 
+/* A forward or data pass at stride 1 whose tiles alone give fewer blocks than the
+ * multiprocessors shares each tile's chunks of channels among up to HL_SPLIT_MAX blocks of at
+ * least HL_SPLIT_MIN chunks each; the tile's last block to finish adds their partial sums in split
+ * order. Blocks of 2 chunks, and splits at stride 2 (whose blocks stage twice the rows for their
+ * positions), were slower than the tiles unsplit (docs/performance.md, version 45). */
+#define HL_SPLIT_MIN 4
+#define HL_SPLIT_MAX 8
+
+/* Floats of a split pass's partial sums (a slot of BM x BN a block, tile by tile, split by split),
+ * after which the scratch keeps one counter a tile. */
+static inline long long hl_split_floats(int cfg, long long tiles, int splits)
+{
+    return tiles * splits * hl_tiles[cfg][0] * hl_tiles[cfg][1];
+}
+
 /* The filter pass: {WM, WN} warps along the filters and the channels (8 warps, or 4), each warp
  * 32 filters x 8 channels x the taps; HL_KP output positions a chunk. */
 static const int hl_filter_tiles[BN_HL_FILTER_CONFIGS][2] = {{4, 2}, {2, 4}, {1, 4}, {2, 2}};

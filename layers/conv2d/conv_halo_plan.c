@@ -44,7 +44,23 @@ static int hl_pitch(int rows, long long rw)
     return pitch + ((8 - pitch % 32) + 32) % 32;
 }
 
-static void hl_pass(bn_halo_pass *p, const hl_form *f, int sms)
+/* Blocks that share each of `tiles` tiles' `chunks` chunks of channels: 1 where the tiles fill
+ * a wave (`wave` blocks) or there are too few chunks to share, else as many as keep the blocks
+ * within two a multiprocessor (the kernels' bound) with HL_SPLIT_MIN chunks or more each; *per:
+ * the chunks a block takes. */
+static int hl_split(long long tiles, int chunks, long long wave, int *per)
+{
+    *per = chunks;
+    if (tiles >= wave) return 1;
+    long long most = 2 * wave / tiles;
+    if (most > chunks / HL_SPLIT_MIN) most = chunks / HL_SPLIT_MIN;
+    if (most > HL_SPLIT_MAX) most = HL_SPLIT_MAX;
+    if (most < 2) return 1;
+    *per = (int)((chunks + most - 1) / most);
+    return (chunks + *per - 1) / *per;
+}
+
+static void hl_pass(bn_halo_pass *p, size_t *scratch, const hl_form *f, int sms)
 {
     memset(p, 0, sizeof *p);
     const long long np = (long long)f->oh * f->ow;
@@ -57,28 +73,36 @@ static void hl_pass(bn_halo_pass *p, const hl_form *f, int sms)
     int count;
     const int *order = hl_order(f->m, &count);
     const long long wave = sms > 0 ? sms : 100;
-    /* The first configuration that fits and gives a wave of blocks (or is the last), else the
-     * first that fits. */
+    const int chunks = (f->ci + HL_BC - 1) / HL_BC;
+    /* The first configuration that fits and gives a wave of blocks, its tiles split where they
+     * alone do not (or the last that fits), else the first that fits. */
     bn_halo_pass fits = {0};
+    long long tiles = 0, fits_tiles = 0;
     for (int i = 0; i < count; i++) {
         const int cfg = order[i], bm = hl_tiles[cfg][0], bn = hl_tiles[cfg][1];
         const int rows = hl_most_rows(f, bn);
         if ((long long)rows * rw > (long long)HL_HMAX * HL_WARPS * 32) continue;
         const int pitch = hl_pitch(rows, rw);
         if (hl_smem_floats(cfg, HL_KS, pitch) * (long long)sizeof(float) > HL_SMEM_MAX) continue;
-        const bn_halo_pass here = {1, NULL, cfg, rows, pitch, 0, 0};
-        if (!fits.ok) fits = here;
-        const long long blocks = ((f->m + bm - 1) / bm) * ((np * f->n + bn - 1) / bn);
-        if (blocks >= wave || i + 1 == count) {
-            *p = here;
-            return;
+        const long long t = (long long)((f->m + bm - 1) / bm) * ((np * f->n + bn - 1) / bn);
+        bn_halo_pass here = {1, NULL, cfg, rows, pitch, 0, 1, chunks};
+        if (f->stride == 1) here.splits = hl_split(t, chunks, wave, &here.per);
+        if (!fits.ok) fits = here, fits_tiles = t;
+        if (t * here.splits >= wave || i + 1 == count) {
+            *p = here, tiles = t;
+            break;
         }
     }
-    if (fits.ok) {
-        *p = fits;
+    if (!p->ok) *p = fits, tiles = fits_tiles;
+    if (!p->ok) {
+        p->why = "input rows too many to stage";
         return;
     }
-    p->why = "input rows too many to stage";
+    if (p->splits > 1) {
+        const size_t bytes =
+            (size_t)hl_split_floats(p->cfg, tiles, p->splits) * sizeof(float) + (size_t)tiles * sizeof(unsigned);
+        if (bytes > *scratch) *scratch = bytes;
+    }
 }
 
 /* Blocks of filter configuration cfg, and their span, for spans of at least four whole chunks
@@ -145,7 +169,7 @@ void bn_halo_plan_make(bn_halo_plan *p, const bn_conv_geom *g, int filters, int 
         return;
     }
     const hl_form fwd = {n, g->c, g->h, g->w, filters, g->oh, g->ow, g->stride, g->pad};
-    hl_pass(&p->pass[0], &fwd, sms);
+    hl_pass(&p->pass[0], &p->scratch, &fwd, sms);
     hl_filter_pass(&p->pass[2], &p->workspace, &fwd, sms);
     if (g->stride != 1) {
         p->pass[1].why = "stride 1 only";
@@ -153,7 +177,7 @@ void bn_halo_plan_make(bn_halo_plan *p, const bn_conv_geom *g, int filters, int 
         p->pass[1].why = "padding wider than the window";
     } else {
         const hl_form data = {n, filters, g->oh, g->ow, g->c, g->h, g->w, 1, g->k - 1 - g->pad};
-        hl_pass(&p->pass[1], &data, sms);
+        hl_pass(&p->pass[1], &p->scratch, &data, sms);
     }
 }
 
@@ -174,6 +198,11 @@ static size_t workspace(const bn_conv_family_plan *p)
     return p->halo.workspace;
 }
 
+static size_t scratch(const bn_conv_family_plan *p)
+{
+    return p->halo.scratch;
+}
+
 /* Offered for every pass: the timed choice takes it where it beats the others (3x3 layers of
  * many channels); last in the rule's order, which was measured at LeNet's sizes. */
 const bn_conv_family bn_conv_family_halo = {
@@ -184,5 +213,6 @@ const bn_conv_family bn_conv_family_halo = {
     .plan = plan,
     .refuses = refuses,
     .workspace = workspace,
+    .scratch = scratch,
     .run = BN_GPU(bn_conv_run_halo),
 };

@@ -356,14 +356,47 @@ static bn_status join_comm(bn_dist *d, cudaStream_t then)
     return BN_OK;
 }
 
+/* Makes the communication stream follow what `after` holds now, where `after` takes part in the
+ * step being captured (a lane the network has not entered in this capture holds nothing of it). */
+static bn_status fork_comm_captured(bn_dist *d, const bn_ctx *ctx, void *after)
+{
+    if (!after) return BN_OK;
+    if (ctx->capturing) {
+        cudaStreamCaptureStatus status;
+        BN_CUDA(cudaStreamIsCapturing((cudaStream_t)after, &status));
+        if (status != cudaStreamCaptureStatusActive) return BN_OK;
+    }
+    return fork_comm(d, (cudaStream_t)after);
+}
+
+/* While a captured backward pass runs the network's branches on lanes (core/net_lanes.c), a
+ * bucket's layers may have run on any of them: the sum follows every lane's stream, and the side
+ * stream of each lane whose side work is not joined yet. */
+static bn_status fork_comm_lanes(bn_dist *d, const bn_ctx *ctx)
+{
+    for (int k = 0; k < ctx->num_lanes; k++) {
+        const bool here = k == ctx->lane_now;
+        void *stream = here ? ctx->stream : k ? ctx->lanes[k] : ctx->home;
+        void *side = here ? ctx->side_stream : k ? ctx->lane_sides[k] : ctx->home_side;
+        const int pending = here ? ctx->side_pending : ctx->lane_pending[k];
+        BN_TRY(fork_comm_captured(d, ctx, stream));
+        if (pending) BN_TRY(fork_comm_captured(d, ctx, side));
+    }
+    return BN_OK;
+}
+
 static bn_status allreduce_grads(bn_dist *d, bn_ctx *ctx, float *grads, size_t count, double weight)
 {
     ncclRedOp_t op = ncclSum;
     BN_TRY(weighted_sum(d, weight, &op));
     /* The layer's weight gradients may still be in flight on the side stream and its other work
      * on the stream: the sum follows both, and holds up neither. */
-    BN_TRY(fork_comm(d, (cudaStream_t)ctx->stream));
-    if (ctx->side_stream) BN_TRY(fork_comm(d, (cudaStream_t)ctx->side_stream));
+    if (ctx->home) {
+        BN_TRY(fork_comm_lanes(d, ctx));
+    } else {
+        BN_TRY(fork_comm(d, (cudaStream_t)ctx->stream));
+        if (ctx->side_stream) BN_TRY(fork_comm(d, (cudaStream_t)ctx->side_stream));
+    }
     BN_NCCL(d, ncclAllReduce(grads, grads, count, ncclFloat32, op, (ncclComm_t)d->comm, (cudaStream_t)d->stream));
     return BN_OK;
 }

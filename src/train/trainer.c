@@ -172,9 +172,9 @@ static bn_status empty_share_step(step_body *b)
  * beside the backward passes of the layers below it, so that neither waits in line. */
 static bn_status step_passes(step_body *b, int fused)
 {
-    /* A captured backward pass runs branches beside each other on one GPU; on several, a
-     * bucket's all-reduce follows the stream it is queued from, so the backward stays a chain. */
-    b->net->backward_beside = b->dist == NULL;
+    /* A captured backward pass runs branches beside each other; on several GPUs a bucket's
+     * all-reduce then follows every lane its layers may have run on (dist/comm.cu). */
+    b->net->backward_beside = 1;
     BN_TRY(bn_loader_fill_next(b->ld, b->net, b->n, 1));
     BN_TRY(bn_net_zero_grad_beside(b->net));
     BN_TRY(bn_net_forward(b->net, 1));
