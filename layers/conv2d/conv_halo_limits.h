@@ -22,12 +22,10 @@
  * its warps along the channels (and HL_WARPS / WM along the positions). */
 static const int hl_tiles[BN_HL_CONFIGS][3] = {{128, 64, 4}, {64, 128, 2}, {64, 64, 2}, {32, 256, 1}, {32, 128, 1}};
 
-/* A forward or data pass at stride 1 whose tiles alone give fewer blocks than the
- * multiprocessors shares each tile's chunks of channels among up to HL_SPLIT_MAX blocks of at
- * least HL_SPLIT_MIN chunks each; the tile's last block to finish adds their partial sums in split
- * order. Blocks of 2 chunks, and splits at stride 2 (whose blocks stage twice the rows for their
- * positions), were slower than the tiles unsplit (docs/performance.md, version 45). */
-#define HL_SPLIT_MIN 4
+/* A forward or data pass whose tiles alone give fewer blocks than the multiprocessors shares each
+ * tile's chunks of channels among up to HL_SPLIT_MAX blocks of at least HL_SPLIT_MIN chunks each;
+ * the tile's last block to finish adds their partial sums in split order. */
+#define HL_SPLIT_MIN 2
 #define HL_SPLIT_MAX 8
 
 /* Floats of a split pass's partial sums (a slot of BM x BN a block, tile by tile, split by split),
