@@ -100,6 +100,10 @@ int gt_compare_blob(const char *what, int n, bn_blob *gpu, bn_blob *cpu, const f
 /* One training forward and backward of lc at batch n of capacity on the CPU and on ctx, every
  * blob compared. */
 int gt_compare_once(const layer_case *lc, int capacity, int n, uint64_t seed, bn_ctx *ctx, double *worst);
+/* The same on one pair of networks of that capacity, at each batch of ns in turn (batch j's data
+ * from seed + j): the layers' per-batch plans, and anything they keep between passes, alternate. */
+int gt_compare_batches(const layer_case *lc, int capacity, const int *ns, int count, uint64_t seed, bn_ctx *ctx,
+                       double *worst);
 
 /* gt_compare_once at every size of gt_capacities and gt_batches in ctx as it is, the worst
  * difference printed, or how to rerun a failure. */

@@ -272,6 +272,32 @@ BN_TEST(gpu_layer_conv2d_blobnet_engine_matches_cpu)
     return r;
 }
 
+/* The halo kernels' split passes (conv_halo_limits.h) keep counters in the layer's scratch that
+ * each launch leaves at zero: one network run at batches whose plans split the channels in other
+ * ways (64: four blocks a tile, 5: eight; 37) and between them a plan's filter pass writing its
+ * partial sums must still match the CPU at every batch. */
+BN_TEST(gpu_conv2d_halo_split_passes_hold_across_batch_sizes)
+{
+    static const layer_case lc = {"blobnet conv2d 128x7x7 k3p1 x128 x2, halo",
+                                  "[input]\nchannels=128\nheight=7\nwidth=7\n"
+                                  "[conv2d]\nfilters=128\nsize=3\npad=1\nengine=blobnet\n[relu]\n"
+                                  "[conv2d]\nfilters=128\nsize=3\npad=1\nengine=blobnet\n",
+                                  TOL_GEMM, 0, 0, 1, 0, 0, 0};
+    static const int batches[] = {64, 5, 64, 37, 5, 64};
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    gt_forced_family = BN_CONV_FAMILY_HALO;
+    bn_conv2d_gpu_force_own(BN_CONV_FAMILY_HALO);
+    double worst = 0.0;
+    const uint64_t seed = lt_fresh_seed();
+    int r = gt_compare_batches(&lc, 64, batches, (int)(sizeof batches / sizeof batches[0]), seed, ctx, &worst);
+    gt_forced_family = BN_CONV_FAMILY_ANY;
+    bn_conv2d_gpu_force_own(BN_CONV_FAMILY_ANY);
+    if (r != BN_PASS) printf("    seed %llu: rerun: %s\n", (unsigned long long)seed, lt_replay());
+    return r;
+}
+
 /* The gpu_fused bits of the last layer of a model set up on the device. */
 static int fused_bits(const char *text, bn_ctx *ctx)
 {

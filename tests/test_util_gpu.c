@@ -354,40 +354,51 @@ static int check_own_convs(const layer_case *lc, bn_net *net, int n)
     return BN_PASS;
 }
 
-int gt_compare_once(const layer_case *lc, int capacity, int n, uint64_t seed, bn_ctx *ctx, double *worst)
+int gt_compare_batches(const layer_case *lc, int capacity, const int *ns, int count, uint64_t seed, bn_ctx *ctx,
+                       double *worst)
 {
     bn_net *cpu, *gpu;
     CHECK_OK(bn_net_from_text(lc->text, lc->what, &cpu));
     CHECK_OK(bn_net_from_text(lc->text, lc->what, &gpu));
     CHECK_OK(bn_net_setup(cpu, capacity, NULL, 1, seed));
     CHECK_OK(bn_net_setup(gpu, capacity, ctx, 1, seed));
-    CHECK_OK(bn_net_set_batch(cpu, n));
-    CHECK_OK(bn_net_set_batch(gpu, n));
-    float *start;
-    CHECK_OK(gt_poison_net(gpu, ctx));
-    CHECK_OK(gt_feed(cpu, gpu, lc, seed, &start)); /* after the poison: it sets the last output gradient */
-    /* The forward outputs may differ by the tolerance: a ReLU input nearer zero than that may lie
-     * on either side of it on the GPU. The grid's sums are exact on both sides. */
-    if (!lc->exact_convs) CHECK_OK(gt_keep_off_kinks(cpu, gpu, lc->tol));
-    if (lc->grad_in_forward)
-        CHECK_MSG(bn_net_fuse_loss(gpu, NULL, 1), "%s: no softmax_ce to fuse", lc->what);
-    /* The grid's sums are exact only through direct sums: the CPU's Winograd transforms would
-     * round them (and a ReLU input the grid makes exactly 0 would come out a rounding away). */
-    bn_conv2d_cpu_exact(lc->exact_convs);
-    bn_status cpu_fwd = bn_net_forward(cpu, 1);
-    CHECK_OK(bn_net_forward(gpu, 1));
-    bn_status cpu_bwd = cpu_fwd == BN_OK ? bn_net_backward(cpu) : cpu_fwd;
-    bn_conv2d_cpu_exact(0);
-    CHECK_OK(cpu_fwd);
-    CHECK_OK(cpu_bwd);
-    CHECK_OK(bn_net_backward(gpu));
-    if (lc->grad_in_forward) bn_net_unfuse_loss(gpu);
-    int r = compare_nets(lc, gpu, cpu, start, seed, worst);
-    if (r == BN_PASS && lc->own_convs) r = check_own_convs(lc, gpu, n);
-    free(start);
+    int r = BN_PASS;
+    for (int j = 0; j < count && r == BN_PASS; j++) {
+        const int n = ns[j];
+        const uint64_t s = seed + (uint64_t)j;
+        CHECK_OK(bn_net_set_batch(cpu, n));
+        CHECK_OK(bn_net_set_batch(gpu, n));
+        float *start;
+        CHECK_OK(gt_poison_net(gpu, ctx));
+        CHECK_OK(gt_feed(cpu, gpu, lc, s, &start)); /* after the poison: it sets the last output gradient */
+        /* The forward outputs may differ by the tolerance: a ReLU input nearer zero than that may
+         * lie on either side of it on the GPU. The grid's sums are exact on both sides. */
+        if (!lc->exact_convs) CHECK_OK(gt_keep_off_kinks(cpu, gpu, lc->tol));
+        if (lc->grad_in_forward)
+            CHECK_MSG(bn_net_fuse_loss(gpu, NULL, 1), "%s: no softmax_ce to fuse", lc->what);
+        /* The grid's sums are exact only through direct sums: the CPU's Winograd transforms would
+         * round them (and a ReLU input the grid makes exactly 0 would come out a rounding away). */
+        bn_conv2d_cpu_exact(lc->exact_convs);
+        bn_status cpu_fwd = bn_net_forward(cpu, 1);
+        CHECK_OK(bn_net_forward(gpu, 1));
+        bn_status cpu_bwd = cpu_fwd == BN_OK ? bn_net_backward(cpu) : cpu_fwd;
+        bn_conv2d_cpu_exact(0);
+        CHECK_OK(cpu_fwd);
+        CHECK_OK(cpu_bwd);
+        CHECK_OK(bn_net_backward(gpu));
+        if (lc->grad_in_forward) bn_net_unfuse_loss(gpu);
+        r = compare_nets(lc, gpu, cpu, start, s, worst);
+        if (r == BN_PASS && lc->own_convs) r = check_own_convs(lc, gpu, n);
+        free(start);
+    }
     bn_net_free(cpu);
     bn_net_free(gpu);
     return r;
+}
+
+int gt_compare_once(const layer_case *lc, int capacity, int n, uint64_t seed, bn_ctx *ctx, double *worst)
+{
+    return gt_compare_batches(lc, capacity, &n, 1, seed, ctx, worst);
 }
 
 /* gt_compare_once at every size of gt_capacities and gt_batches in ctx as it is, the worst difference

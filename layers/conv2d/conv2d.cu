@@ -44,6 +44,7 @@ extern "C" void bn_conv2d_gpu_release(conv_priv *c)
     bn_device_free(g->bias_parts);
     bn_overlap_destroy(&g->side);
     bn_device_free(g->parts);
+    bn_device_free(g->scratch);
     for (int i = 0; i < g->num_plans; i++)
         for (int k = 0; k < 3; k++) bn_cg_free(&g->plans[i].cg[k]);
     free(g->plans);
@@ -189,10 +190,10 @@ static bn_status family_pass(int by, const conv_plan *plan, int pass, void *stre
     return runner_family(by)->run(&plan->fam[by - 1], &plan->shape, pass, stream, io);
 }
 
-/* The forward and data passes' scratch in the layer's parts (conv_plan). */
+/* The forward and data passes' scratch (NULL where the plan needs none). */
 static void *scratch_of(const conv_gpu *g, const conv_plan *plan)
 {
-    return g->parts && plan->scratch_bytes ? (char *)g->parts + plan->filter_bytes : NULL;
+    return plan->scratch_bytes ? g->scratch : NULL;
 }
 
 /* The three passes on the given buffers, by blobnet's kernels (own) or by cuDNN's chosen

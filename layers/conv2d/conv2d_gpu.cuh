@@ -39,9 +39,8 @@ typedef struct conv_plan {
     int own_only;                              /* made for FP32 copies under bf16 (bn_conv2d_own_*):
                                                   blobnet's kernels alone, */
     int own_ok;                                /* and they serve every pass the layer needs */
-    size_t filter_bytes;                       /* the layer's parts: blobnet's filter passes' partial
-                                                  sums (the most a family needs, in 256-byte units), */
-    size_t scratch_bytes;                      /* then its forward and data passes' scratch */
+    size_t scratch_bytes;                      /* the most scratch a family's forward or data pass
+                                                  needs (bn_conv_family.scratch) */
 } conv_plan;
 
 struct conv_gpu {
@@ -49,10 +48,12 @@ struct conv_gpu {
     cudnnConvolutionDescriptor_t conv_desc;
     bn_overlap side;                           /* the filter pass on the side stream */
     float *bias_parts;                         /* the bias gradient's partial sums after cuDNN's filter pass */
-    float *parts;                              /* partial sums of blobnet's filter passes and the
-                                                  scratch of its other passes (conv_plan): the */
+    float *parts;                              /* partial sums of blobnet's filter passes: the */
     size_t parts_bytes;                        /* layer's own, as the pass may outlive the layer's
                                                   backward on the side stream (bn_pass.defer_joins) */
+    void *scratch;                             /* the forward and data passes' scratch, for every
+                                                  plan (zeroed when made; each pass leaves what it */
+    size_t scratch_bytes;                      /* needs zeroed so, whichever plan ran before) */
     conv_plan *plans;
     int num_plans;
 };

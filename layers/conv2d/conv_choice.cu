@@ -60,11 +60,15 @@ static size_t round_up(size_t count)
     return (count + 63) / 64 * 64;
 }
 
-/* The bytes of the layer's parts (conv2d_gpu.cuh): blobnet's filter passes' partial sums, then
- * the scratch of its other passes. */
+/* The partial sums blobnet's filter pass needs, in bytes: the most any family needs. */
 static size_t own_parts(const conv_plan *plan)
 {
-    return plan->filter_bytes + plan->scratch_bytes;
+    size_t most = 0;
+    for (int f = 1; f <= BN_CONV_FAMILY_COUNT; f++) {
+        const size_t bytes = runner_family(f)->workspace(&plan->fam[f - 1]);
+        if (bytes > most) most = bytes;
+    }
+    return most;
 }
 
 /* Zeroed scratch buffers of the layer's sizes in *m, one device allocation in *buf. */
@@ -236,13 +240,27 @@ static bn_status choose_pass(const bn_layer *l, const conv_priv *c, bn_ctx *ctx,
     return BN_OK;
 }
 
+/* Grows the layer's scratch (zeroed) to what the plan's families need. */
+static bn_status reserve_scratch(conv_gpu *g, bn_ctx *ctx, const conv_plan *plan)
+{
+    if (plan->scratch_bytes <= g->scratch_bytes) return BN_OK;
+    bn_device_free(g->scratch); /* waits for the device: no pass still uses it */
+    g->scratch = NULL;
+    g->scratch_bytes = 0;
+    BN_TRY(bn_device_alloc(&g->scratch, plan->scratch_bytes));
+    g->scratch_bytes = plan->scratch_bytes;
+    ctx->buffer_generation++;
+    return bn_device_zero(g->scratch, g->scratch_bytes);
+}
+
 /* Reserves the shared workspace (need bytes) and, when blobnet's kernels may run a pass, the
- * layer's parts, zeroed, before anything is timed or run: every runner then runs as it will in
- * the steps. */
+ * layer's partial sums and scratch, before anything is timed or run: every runner then runs as
+ * it will in the steps. */
 static bn_status reserve(conv_priv *c, bn_ctx *ctx, const conv_plan *plan, size_t need, bool own)
 {
     BN_TRY(bn_ctx_reserve_workspace(ctx, need));
     conv_gpu *g = c->gpu;
+    if (own) BN_TRY(reserve_scratch(g, ctx, plan));
     if (!own || own_parts(plan) <= g->parts_bytes) return BN_OK;
     /* cudaFree waits for the device, so no pass still uses the old buffer; a captured step graph
      * holds its address, so the context's buffer generation moves on. */
@@ -251,7 +269,6 @@ static bn_status reserve(conv_priv *c, bn_ctx *ctx, const conv_plan *plan, size_
     g->parts_bytes = 0;
     BN_TRY(bn_device_alloc((void **)&g->parts, own_parts(plan)));
     g->parts_bytes = own_parts(plan);
-    BN_TRY(bn_device_zero(g->parts, g->parts_bytes));
     ctx->buffer_generation++;
     return BN_OK;
 }

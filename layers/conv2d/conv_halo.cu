@@ -437,9 +437,8 @@ static bn_status hl_launch(const bn_halo_plan *p, const bn_halo_pass *hp, const 
     const int bm = hl_tiles[cfg][0], bn = hl_tiles[cfg][1];
     dim3 grid((a.N + bn - 1) / bn, (f->m + bm - 1) / bm, hp->splits);
     a.per = hp->per;
-    a.part = (float *)scratch;
-    a.counters = hp->splits > 1 ? (unsigned *)(a.part + hl_split_floats(cfg, (long long)grid.x * grid.y, hp->splits))
-                                : NULL;
+    a.counters = (unsigned *)scratch;
+    a.part = scratch ? (float *)((unsigned *)scratch + HL_SPLIT_COUNTERS) : NULL;
     const size_t smem = (size_t)hl_smem_floats(cfg, HL_KS, hp->pitch) * sizeof(float);
     cudaError_t e = turn ? launch_cfg<true>(cfg, p->products, a, grid, smem, st)
                          : launch_cfg<false>(cfg, p->products, a, grid, smem, st);

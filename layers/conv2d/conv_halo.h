@@ -36,9 +36,8 @@ typedef struct bn_halo_plan {
     bn_halo_pass pass[3]; /* forward, data, filter */
     int products;         /* TF32 products per multiply: 3 (FP32 accuracy), 1 with tf32 */
     size_t workspace;     /* bytes of partial sums the filter pass needs */
-    size_t scratch;       /* bytes the forward or data pass needs where its tiles are split: the
-                             split tiles' partial sums and a counter per tile (zero between
-                             launches) */
+    size_t scratch;       /* bytes the forward or data pass needs where its tiles are split: a
+                             counter per tile (zero between launches), then the partial sums */
 } bn_halo_plan;
 
 /* Fills a plan for a batch of n; sms is the device's multiprocessor count; tf32 nonzero: one
@@ -47,8 +46,8 @@ typedef struct bn_halo_plan {
 void bn_halo_plan_make(bn_halo_plan *p, const bn_conv_geom *g, int filters, int n, int sms, int tf32);
 /* forward writes y (bias added, where b is not NULL); data writes dx; filter_parts writes the
  * partial sums that bn_direct_finish_filter adds into dw and db (plan->pass[2].splits spans).
- * scratch: plan->scratch bytes, zeroed before the first call and left zeroed by each (NULL where
- * that is 0). */
+ * scratch: plan->scratch bytes (NULL where that is 0), zeroed before the first call of any plan
+ * of the layer; each call leaves zeroed what the next needs so. */
 bn_status bn_halo_forward(const bn_halo_plan *p, const bn_conv_geom *g, int filters, int n, void *stream,
                           const float *x, const float *w, const float *b, float *y, void *scratch);
 bn_status bn_halo_backward_data(const bn_halo_plan *p, const bn_conv_geom *g, int filters, int n, void *stream,

@@ -27,9 +27,14 @@ static const int hl_tiles[BN_HL_CONFIGS][3] = {{128, 64, 4}, {64, 128, 2}, {64, 
  * the tile's last block to finish adds their partial sums in split order. */
 #define HL_SPLIT_MIN 2
 #define HL_SPLIT_MAX 8
+/* A split pass's scratch starts with HL_SPLIT_COUNTERS counters, one a tile, where every plan of
+ * the layer finds them (each launch leaves its counters zero, so a plan that ran before with
+ * other tiles left nothing else there); a pass of more tiles is not split. Its partial sums
+ * follow. */
+#define HL_SPLIT_COUNTERS 1024
 
-/* Floats of a split pass's partial sums (a slot of BM x BN a block, tile by tile, split by split),
- * after which the scratch keeps one counter a tile. */
+/* Floats of a split pass's partial sums (a slot of BM x BN a block, tile by tile, split by
+ * split). */
 static inline long long hl_split_floats(int cfg, long long tiles, int splits)
 {
     return tiles * splits * hl_tiles[cfg][0] * hl_tiles[cfg][1];

@@ -51,7 +51,7 @@ static int hl_pitch(int rows, long long rw)
 static int hl_split(long long tiles, int chunks, long long wave, int *per)
 {
     *per = chunks;
-    if (tiles >= wave) return 1;
+    if (tiles >= wave || tiles > HL_SPLIT_COUNTERS) return 1;
     long long most = 2 * wave / tiles;
     if (most > chunks / HL_SPLIT_MIN) most = chunks / HL_SPLIT_MIN;
     if (most > HL_SPLIT_MAX) most = HL_SPLIT_MAX;
@@ -100,7 +100,7 @@ static void hl_pass(bn_halo_pass *p, size_t *scratch, const hl_form *f, int sms)
     }
     if (p->splits > 1) {
         const size_t bytes =
-            (size_t)hl_split_floats(p->cfg, tiles, p->splits) * sizeof(float) + (size_t)tiles * sizeof(unsigned);
+            HL_SPLIT_COUNTERS * sizeof(unsigned) + (size_t)hl_split_floats(p->cfg, tiles, p->splits) * sizeof(float);
         if (bytes > *scratch) *scratch = bytes;
     }
 }

@@ -129,12 +129,9 @@ extern "C" bn_status bn_conv_make_plan(bn_layer *l, conv_priv *c, bn_ctx *ctx, c
     for (int f = 1; f <= BN_CONV_FAMILY_COUNT; f++) {
         const bn_conv_family *fam = runner_family(f);
         fam->plan(&plan->fam[f - 1], s);
-        const size_t parts = fam->workspace(&plan->fam[f - 1]);
         const size_t scratch = fam->scratch ? fam->scratch(&plan->fam[f - 1]) : 0;
-        if (parts > plan->filter_bytes) plan->filter_bytes = parts;
         if (scratch > plan->scratch_bytes) plan->scratch_bytes = scratch;
     }
-    plan->filter_bytes = (plan->filter_bytes + 255) / 256 * 256;
     const int mode = choice_mode(c, ctx);
     bool can[3][BN_CONV_RUNNERS], ask[3];
     runners(c, plan, mode == BN_CHOOSE_RULE, can, ask);
