@@ -473,15 +473,10 @@ extern "C" bn_status bn_direct_finish_filter(void *stream, const float *parts, i
                                              float *dw, float *db)
 {
     const int count = filters * (taps + 1);
-    if (count % 4 == 0 && ((uintptr_t)parts & 15) == 0) {
-        const int blocks = (count / 4 + FINISH_COLS - 1) / FINISH_COLS;
-        bn_launch_early(wgrad_finish<4>, dim3(blocks), dim3(FINISH_THREADS), 0, (cudaStream_t)stream, parts, splits,
-                        count, filters * taps, dw, db);
-    } else {
-        const int blocks = (count + FINISH_COLS - 1) / FINISH_COLS;
-        bn_launch_early(wgrad_finish<1>, dim3(blocks), dim3(FINISH_THREADS), 0, (cudaStream_t)stream, parts, splits,
-                        count, filters * taps, dw, db);
-    }
+    const bool wide = count % 4 == 0 && ((uintptr_t)parts & 15) == 0; /* 16-byte loads */
+    const int blocks = (count / (wide ? 4 : 1) + FINISH_COLS - 1) / FINISH_COLS;
+    bn_launch_early(wide ? wgrad_finish<4> : wgrad_finish<1>, dim3(blocks), dim3(FINISH_THREADS), 0,
+                    (cudaStream_t)stream, parts, splits, count, filters * taps, dw, db);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }

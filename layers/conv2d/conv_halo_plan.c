@@ -46,13 +46,13 @@ static int hl_pitch(int rows, long long rw)
 
 /* Blocks that share each of `tiles` tiles' `chunks` chunks of channels: 1 where the tiles fill
  * a wave (`wave` blocks) or there are too few chunks to share, else as many as keep the blocks
- * within two a multiprocessor (the kernels' bound) with HL_SPLIT_MIN chunks or more each; *per:
- * the chunks a block takes. */
+ * within HL_SPLIT_SLOTS a multiprocessor with HL_SPLIT_MIN chunks or more each; *per: the chunks
+ * a block takes. */
 static int hl_split(long long tiles, int chunks, long long wave, int *per)
 {
     *per = chunks;
     if (tiles >= wave || tiles > HL_SPLIT_COUNTERS) return 1;
-    long long most = 2 * wave / tiles;
+    long long most = HL_SPLIT_SLOTS * wave / tiles;
     if (most > chunks / HL_SPLIT_MIN) most = chunks / HL_SPLIT_MIN;
     if (most > HL_SPLIT_MAX) most = HL_SPLIT_MAX;
     if (most < 2) return 1;
@@ -86,7 +86,7 @@ static void hl_pass(bn_halo_pass *p, size_t *scratch, const hl_form *f, int sms)
         if (hl_smem_floats(cfg, HL_KS, pitch) * (long long)sizeof(float) > HL_SMEM_MAX) continue;
         const long long t = (long long)((f->m + bm - 1) / bm) * ((np * f->n + bn - 1) / bn);
         bn_halo_pass here = {1, NULL, cfg, rows, pitch, 0, 1, chunks};
-        here.splits = hl_split(t, chunks, wave, &here.per);
+        if (f->stride == 1) here.splits = hl_split(t, chunks, wave, &here.per);
         if (!fits.ok) fits = here, fits_tiles = t;
         if (t * here.splits >= wave || i + 1 == count) {
             *p = here, tiles = t;
