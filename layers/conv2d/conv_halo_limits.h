@@ -22,15 +22,16 @@
  * its warps along the channels (and HL_WARPS / WM along the positions). */
 static const int hl_tiles[BN_HL_CONFIGS][3] = {{128, 64, 4}, {64, 128, 2}, {64, 64, 2}, {32, 256, 1}, {32, 128, 1}};
 
-/* A forward or data pass at stride 1 whose tiles alone give fewer blocks than the
- * multiprocessors shares each tile's chunks of channels among up to HL_SPLIT_MAX blocks of at
- * least HL_SPLIT_MIN chunks each, as many as keep HL_SPLIT_SLOTS blocks a multiprocessor or
- * fewer; the tile's last block to finish adds their partial sums in split order. Measured alone
- * at resnet_fashion's shapes (docs/performance.md, version 45): three blocks a multiprocessor
- * beat two by 10-17%, and splits at stride 2 were slower at 64 images. */
+/* A forward or data pass whose tiles alone give fewer blocks than the multiprocessors shares each
+ * tile's chunks of channels among up to HL_SPLIT_MAX blocks of at least HL_SPLIT_MIN chunks each,
+ * as many as keep HL_SPLIT_SLOTS blocks a multiprocessor or fewer; the tile's last block to
+ * finish adds their partial sums in split order. Three blocks a multiprocessor, and no splits at
+ * stride 2, were faster alone and slower in resnet_fashion's steps at 128 images, where the
+ * filter pass runs beside the data pass on the multiprocessors an unsplit pass leaves
+ * (docs/performance.md, version 45). */
 #define HL_SPLIT_MIN 2
 #define HL_SPLIT_MAX 8
-#define HL_SPLIT_SLOTS 3
+#define HL_SPLIT_SLOTS 2
 /* A split pass's scratch starts with HL_SPLIT_COUNTERS counters, one a tile, where every plan of
  * the layer finds them (each launch leaves its counters zero, so a plan that ran before with
  * other tiles left nothing else there); a pass of more tiles is not split. Its partial sums

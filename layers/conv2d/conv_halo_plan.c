@@ -86,7 +86,7 @@ static void hl_pass(bn_halo_pass *p, size_t *scratch, const hl_form *f, int sms)
         if (hl_smem_floats(cfg, HL_KS, pitch) * (long long)sizeof(float) > HL_SMEM_MAX) continue;
         const long long t = (long long)((f->m + bm - 1) / bm) * ((np * f->n + bn - 1) / bn);
         bn_halo_pass here = {1, NULL, cfg, rows, pitch, 0, 1, chunks};
-        if (f->stride == 1) here.splits = hl_split(t, chunks, wave, &here.per);
+        here.splits = hl_split(t, chunks, wave, &here.per);
         if (!fits.ok) fits = here, fits_tiles = t;
         if (t * here.splits >= wave || i + 1 == count) {
             *p = here, tiles = t;
