@@ -80,9 +80,9 @@ typedef struct bn_conv_io {
     float *dx;                        /* data: written */
     float *dw, *db;                   /* filter: added into */
     float *parts;                     /* filter: the family's partial sums (workspace bytes) */
-    void *scratch;                    /* forward, data: the family's scratch (scratch bytes, zero
-                                         between passes), apart from parts: a data pass runs
-                                         beside the filter pass */
+    void *scratch;                    /* forward, data: the family's scratch (scratch bytes), apart
+                                         from parts, since a data pass runs beside the filter
+                                         pass */
 } bn_conv_io;
 
 /* One pass of a family on stream (a cudaStream_t). */
@@ -102,8 +102,9 @@ typedef struct bn_conv_family {
     const char *(*refuses)(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass);
     /* Bytes of partial sums its filter pass needs (0 where it does not run it). */
     size_t (*workspace)(const bn_conv_family_plan *p);
-    /* Bytes of scratch its forward and data passes need, zeroed before their first launch and
-     * left zeroed by each; NULL: none. */
+    /* Bytes of scratch its forward and data passes need, a buffer of the layer's own for every
+     * batch size's plan, zeroed when made: each launch leaves zeroed what the next one needs so.
+     * NULL: none. */
     size_t (*scratch)(const bn_conv_family_plan *p);
     /* Whether its forward pass can write the pooling's output, and whether data (1) or filter (2)
      * can read dy through it; NULL: never. */
