@@ -44,6 +44,13 @@ static int hl_pitch(int rows, long long rw)
     return pitch + ((8 - pitch % 32) + 32) % 32;
 }
 
+/* The tiles of configuration cfg over the form's output: its channels by its positions. */
+static long long hl_tile_count(const hl_form *f, int cfg)
+{
+    const int bm = hl_tiles[cfg][0], bn = hl_tiles[cfg][1];
+    return (long long)((f->m + bm - 1) / bm) * (((long long)f->oh * f->ow * f->n + bn - 1) / bn);
+}
+
 /* Blocks that share each of `tiles` tiles' `chunks` chunks of channels: 1 where the tiles fill
  * a wave (`wave` blocks) or there are too few chunks to share, else as many as keep the blocks
  * within HL_SPLIT_SLOTS a multiprocessor with HL_SPLIT_MIN chunks or more each; *per: the chunks
@@ -63,7 +70,6 @@ static int hl_split(long long tiles, int chunks, long long wave, int *per)
 static void hl_pass(bn_halo_pass *p, size_t *scratch, const hl_form *f, int sms)
 {
     memset(p, 0, sizeof *p);
-    const long long np = (long long)f->oh * f->ow;
     const long long rw = (long long)f->iw + 2 * f->pad;
     /* A block stages at least a window's rows of the padded input. */
     if (rw * HL_KS > (long long)HL_HMAX * HL_WARPS * 32) {
@@ -75,32 +81,31 @@ static void hl_pass(bn_halo_pass *p, size_t *scratch, const hl_form *f, int sms)
     const long long wave = sms > 0 ? sms : 100;
     const int chunks = (f->ci + HL_BC - 1) / HL_BC;
     /* The first configuration that fits and gives a wave of blocks, its tiles split where they
-     * alone do not (or the last that fits), else the first that fits. */
+     * alone do not; else the last of the order, where it fits; else the first that fits. */
     bn_halo_pass fits = {0};
-    long long tiles = 0, fits_tiles = 0;
     for (int i = 0; i < count; i++) {
-        const int cfg = order[i], bm = hl_tiles[cfg][0], bn = hl_tiles[cfg][1];
+        const int cfg = order[i], bn = hl_tiles[cfg][1];
         const int rows = hl_most_rows(f, bn);
         if ((long long)rows * rw > (long long)HL_HMAX * HL_WARPS * 32) continue;
         const int pitch = hl_pitch(rows, rw);
         if (hl_smem_floats(cfg, HL_KS, pitch) * (long long)sizeof(float) > HL_SMEM_MAX) continue;
-        const long long t = (long long)((f->m + bm - 1) / bm) * ((np * f->n + bn - 1) / bn);
+        const long long tiles = hl_tile_count(f, cfg);
         bn_halo_pass here = {1, NULL, cfg, rows, pitch, 0, 1, chunks};
-        here.splits = hl_split(t, chunks, wave, &here.per);
-        if (!fits.ok) fits = here, fits_tiles = t;
-        if (t * here.splits >= wave || i + 1 == count) {
-            *p = here, tiles = t;
+        here.splits = hl_split(tiles, chunks, wave, &here.per);
+        if (!fits.ok) fits = here;
+        if (tiles * here.splits >= wave || i + 1 == count) {
+            *p = here;
             break;
         }
     }
-    if (!p->ok) *p = fits, tiles = fits_tiles;
+    if (!p->ok) *p = fits;
     if (!p->ok) {
         p->why = "input rows too many to stage";
         return;
     }
     if (p->splits > 1) {
-        const size_t bytes =
-            HL_SPLIT_COUNTERS * sizeof(unsigned) + (size_t)hl_split_floats(p->cfg, tiles, p->splits) * sizeof(float);
+        const size_t bytes = HL_SPLIT_COUNTERS * sizeof(unsigned) +
+                             (size_t)hl_split_floats(p->cfg, hl_tile_count(f, p->cfg), p->splits) * sizeof(float);
         if (bytes > *scratch) *scratch = bytes;
     }
 }
