@@ -25,6 +25,7 @@
 #include "dist/dist.h"
 #include "file_testing.h"
 #include "io/safetensors.h"
+#include "multigpu_testing.h"
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
 
@@ -59,29 +60,6 @@ static double now_s(void)
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
-
-/* Why the two-GPU tests cannot run here, or NULL when they can. */
-static const char *cannot_run(void)
-{
-    static char why[256];
-    if (!bn_dist_compiled()) {
-        snprintf(why, sizeof why, "%s", bn_dist_missing());
-        return why;
-    }
-    int n = bn_device_count();
-    if (n < 2) {
-        snprintf(why, sizeof why, "needs 2 CUDA devices, this machine has %d", n);
-        return why;
-    }
-    if (!bn_test_data_dir()) return "BLOBNET_TEST_DATA not set";
-    return NULL;
-}
-
-#define SKIP_WITHOUT_TWO_GPUS()                          \
-    do {                                                 \
-        const char *why_ = cannot_run();                 \
-        if (why_) BN_SKIP_TEST("%s", why_);              \
-    } while (0)
 
 /* Runs `env ENV blobnet train ARGS --data <real MNIST>` to completion; its output lands in out. */
 static int train(const char *env, const char *args)
@@ -199,13 +177,6 @@ static int gone_within(pid_t pid, double timeout_s)
         if (close && close[1] == ' ' && close[2] == 'Z') return 1;
     }
     return 0;
-}
-
-static int files_equal(const char *a, const char *b)
-{
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", a, b);
-    return system(cmd) == 0;
 }
 
 /* A free TCP port on 127.0.0.1 (bound, read and closed: the rendezvous reuses it at once). */
@@ -423,7 +394,7 @@ BN_TEST(multigpu_ranks_are_bit_identical_after_50_steps)
     CHECK_MSG(train(env, args) == 0, "%s", out);
     CHECK_MSG(access(r0, F_OK) == 0 && access(r1, F_OK) == 0, "BLOBNET_RANK_WEIGHTS wrote no %s or %s:\n%s", r0, r1,
               out);
-    CHECK_MSG(files_equal(r0, r1), "rank 0's and rank 1's final weights differ");
+    CHECK_MSG(mg_files_equal(r0, r1), "rank 0's and rank 1's final weights differ");
     weight_diff d;
     CHECK(diff_weights(r0, r1, &d) == 0);
     CHECK_MSG(d.worst == 0, "%s differs by %.3g of its largest weight", d.where, d.worst);
@@ -473,7 +444,7 @@ BN_TEST(multigpu_branches_on_lanes_train_as_the_chain)
             CHECK_MSG(train("", args) == 0, "%s", out);
             CHECK_MSG(eager > 0 || strstr(out, "note:") == NULL, "%s: the graph was not used: %s", models[i], out);
         }
-        CHECK_MSG(files_equal(path[0], path[1]), "%s: replayed and eager steps differ", models[i]);
+        CHECK_MSG(mg_files_equal(path[0], path[1]), "%s: replayed and eager steps differ", models[i]);
     }
     return BN_PASS;
 }
@@ -746,7 +717,7 @@ static int by_hand_in_step(const char *env, const char *tag, int socket)
         CHECK_MSG(rc[r] == 0, "rank %d exited %d:\n%s", r, rc[r], text[r]);
     }
     CHECK_MSG(access(w[0], F_OK) == 0 && access(w[1], F_OK) == 0, "BLOBNET_RANK_WEIGHTS wrote no %s or %s", w[0], w[1]);
-    CHECK_MSG(files_equal(w[0], w[1]), "the ranks' final weights differ");
+    CHECK_MSG(mg_files_equal(w[0], w[1]), "the ranks' final weights differ");
     if (socket) CHECK_PASS(check_socket_transport(dir));
     ft_path(init, sizeof init, "init.safetensors");
     CHECK_PASS(initial_weights(init));

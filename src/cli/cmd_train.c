@@ -18,6 +18,7 @@
 #include "io/safetensors.h"
 #include "core/hash.h"
 #include "core/timeline.h"
+#include "train/dist_schedule.h"
 #include "train/precision.h"
 #include "train/progress.h"
 #include "train/settings.h"
@@ -322,15 +323,17 @@ static uint64_t fnv1a(uint64_t h, const char *text)
 
 /* What every rank must share to train as one: the model's description, the training settings
  * (batch included), the seed, the size of the training set, where a resume starts, the
- * arithmetic (precision, TF32, determinism) and the gradient buckets (ranks that cut them
- * differently would wait on each other's collectives). */
+ * arithmetic (precision, TF32, determinism), the gradient buckets (ranks that cut them
+ * differently would wait on each other's collectives) and when their all-reduces run (a timed
+ * choice's agreement is a collective of its own). */
 static uint64_t training_fingerprint(const train_run *r, const bn_train_state *st)
 {
     char settings[BN_SETTINGS_MAX], rest[160];
     bn_settings_format(&r->net->train, &r->net->augment, settings);
-    snprintf(rest, sizeof rest, "seed=%llu train=%d step=%ld seen=%ld bf16=%d tf32=%d deterministic=%d bucket=%zu",
+    snprintf(rest, sizeof rest,
+             "seed=%llu train=%d step=%ld seen=%ld bf16=%d tf32=%d deterministic=%d bucket=%zu schedule=%d",
              (unsigned long long)st->seed, r->train.count, st->step, st->epoch_seen, r->ctx->bf16, r->ctx->tf32,
-             r->ctx->deterministic, r->dist.bucket_bytes);
+             r->ctx->deterministic, r->dist.bucket_bytes, r->dist.schedule);
     return fnv1a(fnv1a(fnv1a(BN_FNV1A_START, r->net->description), settings), rest);
 }
 
@@ -360,6 +363,7 @@ static bn_status join_ranks(const train_args *a, train_run *r, const bn_train_st
     r->dist = (bn_dist){.rank = (int)a->rank, .world = (int)a->world, .device = r->ctx->device};
     BN_TRY(dist_timeout(&r->dist.timeout_s));
     BN_TRY(dist_bucket(&r->dist.bucket_bytes));
+    BN_TRY(bn_schedule_parse(getenv("BLOBNET_DIST_SCHEDULE"), &r->dist.schedule));
     return bn_dist_join(&r->dist, a->host, a->port, training_fingerprint(r, st), r->ctx);
 }
 

@@ -97,7 +97,10 @@ static const char train_usage[] =
     "\"rank R: ...\". A signal reaches every rank; when one rank fails, the others are\n"
     "stopped and the exit code is the failed rank's. On several machines, start each\n"
     "rank yourself with --rank R --world N --rendezvous HOST:PORT (rank 0's address).\n"
-    "BLOBNET_DIST_TIMEOUT (seconds, default 120) bounds every wait for the other ranks.\n";
+    "BLOBNET_DIST_TIMEOUT (seconds, default 120) bounds every wait for the other ranks.\n"
+    "The first epoch times the gradient all-reduces beside the backward pass and after\n"
+    "it and keeps the faster (the same bits either way); BLOBNET_DIST_SCHEDULE=beside or\n"
+    "after takes one instead.\n";
 
 static const char test_usage[] =
     "usage: blobnet test MODEL WEIGHTS [options]\n"

@@ -43,6 +43,8 @@ typedef struct bn_dist {
     size_t bucket_bytes;       /* the trainer sums gradients in all-reduces of at least this many
                                   bytes (whole layers, in the backward pass's order; 0: one per
                                   layer): BN_DIST_BUCKET_BYTES unless $BLOBNET_DIST_BUCKET says */
+    int schedule;              /* when the buckets' all-reduces run: BN_SCHEDULE_TIMED (0), _BESIDE or
+                                  _AFTER (train/dist_schedule.h), as $BLOBNET_DIST_SCHEDULE says */
     void *comm;                /* ncclComm_t */
     int failed;                /* a collective failed or passed the deadline (bn_dist_failed) */
     void *stream;              /* the communication stream (cudaStream_t), created by comm */

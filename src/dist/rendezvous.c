@@ -233,7 +233,8 @@ static bn_status check_hello(host_state *h, int i)
         return bn_error(BN_ERR_USAGE,
                         "rendezvous %s:%d: rank %ld trains something else: its fingerprint %016llx differs from rank "
                         "0's %016llx (the model, the training settings, the seed, the training set, the checkpoint "
-                        "resumed, --precision, --tf32, --deterministic or BLOBNET_DIST_BUCKET differ)",
+                        "resumed, --precision, --tf32, --deterministic, BLOBNET_DIST_BUCKET or "
+                        "BLOBNET_DIST_SCHEDULE differ)",
                         h->host, h->port, rank, (unsigned long long)fp, (unsigned long long)h->fingerprint);
     p->rank = (int)rank;
     h->joined++;

@@ -8,6 +8,7 @@
 #include "core/hash.h"
 #include "core/nvtx.h"
 #include "core/timeline.h"
+#include "dist_schedule.h"
 #include "gpu/graph.h"
 #include "numerics.h"
 
@@ -97,6 +98,7 @@ typedef struct step_body {
     double weight;          /* as a fraction of the global batch (what its gradient counts for) */
     size_t bucket_bytes;    /* several GPUs: gradients gathered for one all-reduce (0: one per layer) */
     int pend_first, pend_last; /* the layers whose gradients wait in the bucket; -1 when none */
+    bn_schedule *sched;     /* several GPUs: when the buckets' all-reduces run (dist_schedule.h) */
 } step_body;
 
 /* The bucket: layers pend_first..pend_last, whose parameters and gradients are one contiguous
@@ -130,16 +132,36 @@ static bn_status flush_bucket(step_body *b)
  * holds bucket_bytes: one all-reduce per layer costs each layer NCCL's latency, which small
  * layers (biases, batchnorm) do not repay, while one for the whole slab would wait for the end of
  * the backward pass. */
-static bn_status update_layer(void *arg, bn_net *net, bn_layer *l)
+static bn_status bucket_layer(step_body *b, const bn_layer *l)
 {
-    step_body *b = arg;
-    if (!b->dist) return bn_optimizer_update_layer(b->opt, net, l);
-    if (!l->num_params) return BN_OK;
     if (b->pend_last < 0) b->pend_last = l->index;
     b->pend_first = l->index;
     size_t lo, hi;
     bucket_range(b, &lo, &hi);
     return (hi - lo) * sizeof(float) >= b->bucket_bytes ? flush_bucket(b) : BN_OK;
+}
+
+/* On several GPUs whose all-reduces run after the backward pass, the layer only joins the queue
+ * that finish_buckets cuts into the same buckets later. */
+static bn_status update_layer(void *arg, bn_net *net, bn_layer *l)
+{
+    step_body *b = arg;
+    if (!b->dist) return bn_optimizer_update_layer(b->opt, net, l);
+    if (!l->num_params) return BN_OK;
+    bn_schedule *q = b->sched;
+    if (!q || !q->after) return bucket_layer(b, l);
+    if (q->queued >= q->capacity) return bn_error(BN_ERR_INTERNAL, "all-reduce queue full at layer %s", l->name);
+    q->order[q->queued++] = l->index;
+    return BN_OK;
+}
+
+/* The step's remaining all-reduces: the queued layers' buckets, then the last bucket. */
+static bn_status finish_buckets(step_body *b)
+{
+    bn_schedule *q = b->sched;
+    for (int i = 0; q && i < q->queued; i++) BN_TRY(bucket_layer(b, b->net->layers[q->order[i]]));
+    if (q) q->queued = 0;
+    return flush_bucket(b);
 }
 
 /* The whole gradient slab summed across the ranks, before an update of all of it on the stream
@@ -159,7 +181,7 @@ static bn_status empty_share_step(step_body *b)
     BN_TRY(bn_net_zero_grad(b->net));
     if (b->net->pass.ctx->side_stream) {
         for (int i = b->net->num_layers - 1; i >= 0; i--) BN_TRY(update_layer(b, b->net, b->net->layers[i]));
-        BN_TRY(flush_bucket(b));
+        BN_TRY(finish_buckets(b));
         BN_TRY(bn_dist_join_comm(b->dist, b->net->pass.ctx));
         bn_optimizer_end_layered_step(b->opt);
         return BN_OK;
@@ -181,7 +203,7 @@ static bn_status step_passes(step_body *b, int fused)
     if (b->net->pass.ctx && b->net->pass.ctx->side_stream) {
         BN_TRY(bn_net_backward_each(b->net, update_layer, b));
         if (b->dist) {
-            BN_TRY(flush_bucket(b));
+            BN_TRY(finish_buckets(b));
             BN_TRY(bn_dist_join_comm(b->dist, b->net->pass.ctx));
         }
         bn_optimizer_end_layered_step(b->opt);
@@ -436,7 +458,8 @@ static bn_status prepare_next_epoch(bn_net *net, bn_optimizer *opt, bn_loader *l
  * may have another batch size than the run it resumes: the place is kept in examples, not
  * batches); sums of loss and correct answers go into st. */
 static bn_status train_epoch(bn_net *net, bn_optimizer *opt, bn_loader *ld, bn_blob *acc, bn_train_state *st,
-                             const bn_trainer_opts *opts, bn_step_graph *graph, int *warm, long *checked)
+                             const bn_trainer_opts *opts, bn_step_graph *graph, int *warm, long *checked,
+                             bn_schedule *sched)
 {
     double t0 = bn_clock_seconds();
     int count = ld->data->count, batch = net->capacity;
@@ -466,6 +489,7 @@ static bn_status train_epoch(bn_net *net, bn_optimizer *opt, bn_loader *ld, bn_b
     if (net->pass.ctx) BN_TRY(bn_optimizer_schedule(opt, net, opt->iter, steps_for(count - first, batch)));
     /* The passes that draw read each step's number where the gather leaves it (bn_pass.dev_step). */
     net->pass.dev_step = ld->dev_step ? ld->dev_step + 1 : NULL;
+    if (sched) bn_schedule_epoch(sched);
     for (int start = first; start < count; start += batch) {
         int n = count - start < batch ? count - start : batch;
         int off = 0, mine = n;
@@ -477,9 +501,16 @@ static bn_status train_epoch(bn_net *net, bn_optimizer *opt, bn_loader *ld, bn_b
         }
         double lr = bn_optimizer_lr(opt, opt->iter);
         if (opts->profile_first && st->step + 1 == opts->profile_first) BN_TRY(bn_profiler_start());
-        step_body body = {net, opt, ld, acc, mine, dist, (double)mine / n, dist ? dist->bucket_bytes : 0, -1, -1};
+        step_body body = {net, opt, ld, acc, mine, dist, (double)mine / n, dist ? dist->bucket_bytes : 0, -1, -1,
+                          sched};
         BN_TRY(train_step(&body, graph, warm, full, opts, st->step));
         if (dist) BN_TRY(bn_dist_pace(dist, net->pass.ctx));
+        if (sched) {
+            /* A changed way of running the all-reduces is captured again at the next full step. */
+            int changed;
+            BN_TRY(bn_schedule_step(sched, dist, net->pass.ctx, n == batch, opts->out, &changed));
+            if (changed) bn_step_graph_free(graph);
+        }
         /* The run's first steps make the plans (the first) and capture the graph (the second). */
         static int marked;
         if (bn_timeline_asked() && marked < 2) {
@@ -632,6 +663,8 @@ bn_status bn_train(bn_net *net, bn_optimizer *opt, const bn_dataset *train, cons
     char range[32];
     bn_step_graph graph = {0}, eval_graph = {0}, val_graph = {0};
     int warm = 0;
+    bn_schedule sched = {0};
+    if (s == BN_OK && opts->dist) s = bn_schedule_open(&sched, opts->dist->schedule, net->num_layers);
     long checked = st->step;
     st->examples = train->count;
     note_no_replay(net, opts);
@@ -640,7 +673,7 @@ bn_status bn_train(bn_net *net, bn_optimizer *opt, const bn_dataset *train, cons
         bn_nvtx_push(range, BN_NVTX_STEP);
         long seen_before = st->epoch_seen;
         double t0 = bn_clock_seconds();
-        s = train_epoch(net, opt, &ld, acc, st, opts, &graph, &warm, &checked);
+        s = train_epoch(net, opt, &ld, acc, st, opts, &graph, &warm, &checked, opts->dist ? &sched : NULL);
         if (s == BN_OK && net->pass.ctx) s = opts->dist ? bn_dist_wait(opts->dist, net->pass.ctx) : bn_device_sync();
         double seconds = bn_clock_seconds() - t0;
         bn_nvtx_pop();
@@ -691,6 +724,7 @@ bn_status bn_train(bn_net *net, bn_optimizer *opt, const bn_dataset *train, cons
      * (NCCL's abort can outlive its wait, comm.cu), and freeing device memory would wait for them
      * without a deadline: nothing is freed, and the caller ends the process (bn_dist_failed). */
     if (opts->dist && bn_dist_failed(opts->dist)) return s;
+    bn_schedule_close(&sched);
     bn_step_graph_free(&graph);
     bn_step_graph_free(&eval_graph);
     bn_step_graph_free(&val_graph);
