@@ -1,10 +1,12 @@
 /* test_dist.c - what data-parallel training rests on without several GPUs: the split of a
  * global batch into shares, the example offset that makes a share's dropout mask and
  * augmentation draws those of the same examples in the whole batch (CPU path, and GPU path on a
- * device), and the communicator's refusal in a build without NCCL. The collectives themselves
+ * device), the hash the ranks compare their parameters by (on the host and the device), and the
+ * communicator's refusal in a build without NCCL. The collectives themselves
  * are tested on two GPUs (test_multigpu.c). */
 #include <stdlib.h>
 
+#include "core/hash.h"
 #include "core/rng.h"
 #include "dist/dist.h"
 #include "layer_testing.h"
@@ -116,6 +118,57 @@ static int dropout_split_matches(bn_ctx *ctx)
     CHECK_MSG(differ > 0, "the second share's mask at offset 0 equals its mask at offset 4");
     free(in), free(whole), free(split);
     bn_net_free(net);
+    return BN_PASS;
+}
+
+/* The hash the ranks compare their parameters by (core/hash.h): every word and its place count. */
+BN_TEST(dist_word_hash_sees_each_word_and_its_place)
+{
+    enum { N = 4099 };
+    static uint32_t w[N];
+    bn_rng rng;
+    bn_rng_seed(&rng, 7, 0);
+    for (int i = 0; i < N; i++) w[i] = (uint32_t)(bn_rng_next(&rng) >> 32);
+    const uint64_t h = bn_hash_words(w, N);
+    CHECK(h == bn_hash_words(w, N) && h != bn_hash_words(w, N - 1) && bn_hash_words(w, 0) == 0);
+    for (int i = 0; i < N; i += 97) {
+        w[i] ^= 1u << (i % 32);
+        CHECK_MSG(bn_hash_words(w, N) != h, "word %d's bit %d left the hash as it was", i, i % 32);
+        w[i] ^= 1u << (i % 32);
+    }
+    uint32_t t = w[3];
+    w[3] = w[4000], w[4000] = t;
+    CHECK_MSG(bn_hash_words(w, N) != h, "two words swapped left the hash as it was");
+    w[4000] = w[3], w[3] = t;
+    /* A sum of the words' mixes: any order of the words gives it (the device adds in its own). */
+    uint64_t back = 0;
+    for (int i = N - 1; i >= 0; i--) back += bn_hash_word((uint64_t)i, w[i]);
+    CHECK(back == h);
+    return BN_PASS;
+}
+
+BN_TEST(gpu_dist_word_hash_on_the_device_is_the_hosts)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    static const size_t sizes[] = {0, 1, 255, 256, 257, 870634, 3000001};
+    uint32_t *w = malloc(3000001 * sizeof *w);
+    void *d = NULL;
+    CHECK(w != NULL);
+    CHECK_OK(bn_device_alloc(&d, 3000001 * sizeof *w));
+    bn_rng rng;
+    bn_rng_seed(&rng, 11, 0);
+    for (size_t i = 0; i < 3000001; i++) w[i] = (uint32_t)bn_rng_next(&rng);
+    CHECK_OK(bn_device_h2d(d, w, 3000001 * sizeof *w));
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        uint64_t got = 1;
+        CHECK_OK(bn_gpu_hash_words(d, sizes[k], &got, ctx));
+        CHECK_MSG(got == bn_hash_words(w, sizes[k]), "%zu words: the device's hash %016llx, the host's %016llx",
+                  sizes[k], (unsigned long long)got, (unsigned long long)bn_hash_words(w, sizes[k]));
+    }
+    bn_device_free(d);
+    free(w);
     return BN_PASS;
 }
 

@@ -6,6 +6,7 @@
 #define BN_DEVICE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "status.h"
 
@@ -69,6 +70,10 @@ static inline int bn_ctx_by_rule(const bn_ctx *ctx)
  * saying how to get GPU support. */
 bn_status bn_no_cuda(void);
 #endif
+
+/* *hash = bn_hash_words (core/hash.h) of n 32-bit words at src on the device, computed on ctx's
+ * stream and waited for. */
+bn_status bn_gpu_hash_words(const void *src, size_t n, uint64_t *hash, bn_ctx *ctx);
 
 /* dst[i] += src[i] for i < n, queued on ctx's stream. */
 bn_status bn_gpu_add(float *dst, const float *src, size_t n, bn_ctx *ctx);

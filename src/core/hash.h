@@ -1,7 +1,8 @@
 /* hash.h - FNV-1a, the 64-bit hash the project uses wherever it needs one that is the same in
  * every process and on every machine: layer names in the name table, the kernel cache's key of a
- * network, the fingerprint ranks compare before training together, the parameters they compare
- * after it, the seeds tests derive. Not for anything an adversary chooses. */
+ * network, the fingerprint ranks compare before training together, the seeds tests derive; and a
+ * word-wise hash that the device computes too, for the parameters ranks compare after each epoch.
+ * Not for anything an adversary chooses. */
 #ifndef BN_HASH_H
 #define BN_HASH_H
 
@@ -27,6 +28,28 @@ static inline uint64_t bn_fnv1a(uint64_t h, const void *data, size_t n)
 static inline uint64_t bn_fnv1a_text(uint64_t h, const char *text)
 {
     for (const unsigned char *p = (const unsigned char *)text; p && *p; p++) h = (h ^ *p) * 0x100000001b3ULL;
+    return h;
+}
+
+/* A hash of n 32-bit words for comparing large arrays where FNV-1a's byte-by-byte chain is slow
+ * (about 4 ms for 3.5 MB on the host): the wrapping sum over i of a mix of (i, w[i]), so that the
+ * words can be hashed in any order and in parallel (bn_gpu_hash_words gives the same value on the
+ * device), and a word moved, changed or swapped with another changes it. */
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+static inline uint64_t bn_hash_word(uint64_t i, uint32_t w)
+{
+    uint64_t z = (i << 32 | w) + 0x9e3779b97f4a7c15ULL * (i + 1);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static inline uint64_t bn_hash_words(const uint32_t *w, size_t n)
+{
+    uint64_t h = 0;
+    for (size_t i = 0; i < n; i++) h += bn_hash_word(i, w[i]);
     return h;
 }
 

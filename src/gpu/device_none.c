@@ -202,6 +202,13 @@ void bn_event_destroy(void *event) { (void)event; }
 bn_status bn_profiler_start(void) { return BN_OK; }
 bn_status bn_profiler_stop(void) { return BN_OK; }
 
+bn_status bn_gpu_hash_words(const void *src, size_t n, uint64_t *hash, bn_ctx *ctx)
+{
+    (void)src, (void)n, (void)ctx;
+    *hash = 0;
+    return bn_no_cuda();
+}
+
 bn_status bn_gpu_add(float *dst, const float *src, size_t n, bn_ctx *ctx)
 {
     (void)dst, (void)src, (void)n, (void)ctx;
