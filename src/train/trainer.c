@@ -243,13 +243,32 @@ static void step_graphs_free(step_graphs *g)
     bn_step_graph_free(&g->last);
 }
 
-/* The graph a step of n examples may replay, or NULL: on the GPU, with capturable layers and no
- * profiler capture range (its NVTX ranges are per step). */
-static bn_step_graph *replay_graph(step_graphs *g, const bn_net *net, const bn_trainer_opts *opts, int n, int full)
+/* The graph of g a pass over n examples may replay (full: a full batch's), or NULL: on the GPU,
+ * with capturable layers, once an eager pass of that shape ran (step_graphs_ran). */
+static bn_step_graph *step_graphs_pick(step_graphs *g, const bn_net *net, int n, int full)
 {
-    if (!net->pass.ctx || opts->no_graph || opts->profile_first || n <= 0 || !bn_net_graph_safe(net)) return NULL;
+    if (!g || !net->pass.ctx || n <= 0 || !bn_net_graph_safe(net)) return NULL;
     if (n == full) return g->warm ? &g->full : NULL;
     return n == g->last_n ? &g->last : NULL;
+}
+
+/* An eager pass over n examples made that shape's plans: the next one of its shape may capture. */
+static void step_graphs_ran(step_graphs *g, int n, int full)
+{
+    if (!g || n <= 0) return;
+    if (n == full) {
+        g->warm = 1;
+    } else if (n != g->last_n) {
+        bn_step_graph_free(&g->last);
+        g->last_n = n;
+    }
+}
+
+/* The graph a training step of n examples may replay, or NULL; none in a profiler capture range
+ * (its NVTX ranges are per step). */
+static bn_step_graph *replay_graph(step_graphs *g, const bn_net *net, const bn_trainer_opts *opts, int n, int full)
+{
+    return opts->no_graph || opts->profile_first ? NULL : step_graphs_pick(g, net, n, full);
 }
 
 /* Says once, on stderr, which layer keeps the training steps from replaying a CUDA graph when
@@ -295,12 +314,7 @@ static bn_status train_step(step_body *b, step_graphs *graphs, int full, const b
         }
     } else {
         s = run_step_body(b);
-        if (b->n == full) {
-            graphs->warm = 1;
-        } else if (b->n > 0 && b->n != graphs->last_n) {
-            bn_step_graph_free(&graphs->last);
-            graphs->last_n = b->n;
-        }
+        if (s == BN_OK) step_graphs_ran(graphs, b->n, full);
     }
     bn_nvtx_pop();
     return s;
@@ -591,9 +605,10 @@ static bn_status run_eval_body(void *arg)
 }
 
 /* Evaluation over a loader in its natural order, summing into sum (a 2-float scratch blob).
- * With graph (GPU), full batches after the first replay a captured forward pass. With dist, this
- * rank evaluates its share of the dataset and the sums are the whole group's. */
-static bn_status evaluate_with(bn_net *net, bn_loader *ld, bn_blob *sum, bn_step_graph *graph, bn_dist *dist,
+ * With graphs (GPU), a batch replays a captured forward pass once one of its size ran eagerly, in
+ * this evaluation or an earlier one over the same loader. With dist, this rank evaluates its share
+ * of the dataset and the sums are the whole group's. */
+static bn_status evaluate_with(bn_net *net, bn_loader *ld, bn_blob *sum, step_graphs *graphs, bn_dist *dist,
                                double *loss, double *acc)
 {
     int count = ld->data->count, batch = net->capacity, first = 0, mine = count;
@@ -606,9 +621,10 @@ static bn_status evaluate_with(bn_net *net, bn_loader *ld, bn_blob *sum, bn_step
     bn_status s = BN_OK;
     for (int start = first; s == BN_OK && start < end; start += batch) {
         eval_body b = {net, ld, sum, end - start < batch ? end - start : batch};
-        int replayable = graph && net->pass.ctx && b.n == batch && start > first && bn_net_graph_safe(net);
-        if (!replayable) {
+        bn_step_graph *graph = step_graphs_pick(graphs, net, b.n, batch);
+        if (!graph) {
             s = run_eval_body(&b);
+            if (s == BN_OK) step_graphs_ran(graphs, b.n, batch);
             continue;
         }
         int replayed;
@@ -682,8 +698,7 @@ bn_status bn_train(bn_net *net, bn_optimizer *opt, const bn_dataset *train, cons
     bn_blob *eval_sum = acc ? bn_blob_new("eval.metrics", 2, 1, 1, 1) : NULL;
     if (s == BN_OK && !eval_sum) s = bn_last_status();
     char range[48];
-    bn_step_graph eval_graph = {0}, val_graph = {0};
-    step_graphs graphs = {0};
+    step_graphs graphs = {0}, eval_graphs = {0}, val_graphs = {0};
     bn_schedule sched = {0};
     if (s == BN_OK && opts->dist) s = bn_schedule_open(&sched, opts->dist->schedule, net->num_layers);
     long checked = st->step;
@@ -711,11 +726,11 @@ bn_status bn_train(bn_net *net, bn_optimizer *opt, const bn_dataset *train, cons
         double eval_start = bn_clock_seconds();
         s = average_buffers(opts, net);
         if (s == BN_OK)
-            s = evaluate_with(net, &test_ld, eval_sum, opts->no_graph ? NULL : &eval_graph, opts->dist, &r.test_loss,
+            s = evaluate_with(net, &test_ld, eval_sum, opts->no_graph ? NULL : &eval_graphs, opts->dist, &r.test_loss,
                               &r.test_acc);
         if (s == BN_OK && opts->holdout) {
             r.has_val = 1;
-            s = evaluate_with(net, &val_ld, eval_sum, opts->no_graph ? NULL : &val_graph, opts->dist, &r.val_loss,
+            s = evaluate_with(net, &val_ld, eval_sum, opts->no_graph ? NULL : &val_graphs, opts->dist, &r.val_loss,
                               &r.val_acc);
         }
         r.eval_seconds = bn_clock_seconds() - eval_start;
@@ -751,8 +766,8 @@ bn_status bn_train(bn_net *net, bn_optimizer *opt, const bn_dataset *train, cons
     if (opts->dist && bn_dist_failed(opts->dist)) return s;
     bn_schedule_close(&sched);
     step_graphs_free(&graphs);
-    bn_step_graph_free(&eval_graph);
-    bn_step_graph_free(&val_graph);
+    step_graphs_free(&eval_graphs);
+    step_graphs_free(&val_graphs);
     bn_blob_free(acc);
     bn_blob_free(eval_sum);
     net->pass.dev_step = NULL;
