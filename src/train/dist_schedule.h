@@ -5,8 +5,8 @@
  * Beside the backward pass an all-reduce hides behind the convolutions and products still to
  * come, but its kernels hold multiprocessors that those passes' blocks then wait for; after it,
  * nothing is slowed, but the all-reduce is the step's tail. Which costs less depends on the model,
- * its batch and the GPUs (vgg_fashion at 256 images a rank on four H200s: after, 2% faster; at 64
- * images a rank: beside, 4.5% faster; docs/multi-gpu.md). Both ways issue the same collectives
+ * its batch and the GPUs: a step's time each way, per model, is in docs/multi-gpu.md (version 46;
+ * on the suite's models beside was as fast or faster, by up to 10%). Both ways issue the same collectives
  * on the same ranges of the gradient slab, so the sums are the same to the bit: the choice moves
  * time, never arithmetic, and a run repeats whichever way it went.
  *
