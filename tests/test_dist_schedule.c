@@ -1,6 +1,7 @@
-/* test_dist_schedule.c - when a rank's gradient all-reduces run (train/dist_schedule.h): the
- * timed choice's steps on any machine, and on two GPUs that running them beside the backward pass,
- * after it, or as timed trains the same bits. */
+/* test_dist_schedule.c - how a rank's steps are run: when its gradient all-reduces run
+ * (train/dist_schedule.h; the timed choice's steps on any machine, and on two GPUs that running
+ * them beside the backward pass, after it, or as timed trains the same bits), and which captured
+ * graph a short last batch replays. */
 #include "testing.h"
 
 #include <stdio.h>
@@ -102,5 +103,25 @@ BN_TEST(multigpu_all_reduces_beside_or_after_the_backward_train_the_same_bits)
     CHECK_MSG(mg_files_equal(path[0], path[1]), "after the backward pass trained other bits than beside it");
     CHECK_MSG(mg_files_equal(path[0], path[2]), "the timed choice trained other bits than beside the backward pass");
     CHECK_MSG(mg_files_equal(path[1], path[3]), "replayed steps trained other bits than eager ones");
+    return BN_PASS;
+}
+
+/* A short last batch whose share on a rank is as large as that rank's share of a full batch (63 on
+ * 2 GPUs: 31 and 32, a full batch's 32 and 32) replays a graph of its own, not the full batch's,
+ * whose weight in the sum (32 of 64) and place are another's: replayed steps train the bits of
+ * eager ones. */
+BN_TEST(multigpu_short_batch_with_a_full_share_replays_its_own_graph)
+{
+    SKIP_WITHOUT_TWO_GPUS();
+    char path[2][512], cmd[8192];
+    for (int eager = 0; eager < 2; eager++) {
+        ft_path(path[eager], sizeof path[eager], "short-share-%d.safetensors", eager);
+        snprintf(cmd, sizeof cmd,
+                 "%s train models/lenet.cfg --batch 64 --seed 1 --quiet --train-limit 3007 --epochs 3 --gpus 2 "
+                 "--save %s --data %s%s",
+                 bn_test_cli(), path[eager], bn_test_data_dir(), eager ? " --no-graph" : "");
+        CHECK_MSG(bn_test_run(cmd, out, sizeof out) == 0, "%s:\n%s", eager ? "eager" : "replayed", out);
+    }
+    CHECK_MSG(mg_files_equal(path[0], path[1]), "replayed steps trained other bits than eager ones");
     return BN_PASS;
 }

@@ -226,11 +226,13 @@ static bn_status run_step_body(void *arg)
     return s;
 }
 
-/* The training step's captured graphs, each for one shape: full batches (`full` examples: the
- * capacity, or a rank's share of it), and the epoch's last, shorter batch, whose size recurs every
+/* The training step's captured graphs, each for one size of the global batch: full batches (the
+ * capacity; a rank trains its share), and the epoch's last, shorter batch, whose size recurs every
  * epoch (on several GPUs the host queues only a few steps ahead of its device, so a short step run
- * kernel by kernel left the GPUs idle at every epoch's end). A shape replays once one eager step
- * of it has made every layer's per-shape choices. */
+ * kernel by kernel left the GPUs idle at every epoch's end). Keyed by the global size, not a
+ * rank's share: a share of a short batch can have a full batch's share's size (9 on 3 ranks: 3, 3,
+ * 3; 10: 3, 3, 4) while its weight in the sum (its share of the batch) and its place differ. A size
+ * replays once one eager step of it has made every layer's per-shape choices. */
 typedef struct step_graphs {
     bn_step_graph full, last;
     int warm;   /* an eager full step ran */
@@ -294,14 +296,16 @@ static void note_replay(bn_loader *ld, bn_net *net, int n, bn_blob *sums)
     bn_blob_mark_device_written(sums);
 }
 
-static bn_status train_step(step_body *b, step_graphs *graphs, int full, const bn_trainer_opts *opts, long step)
+/* One training step of a global batch of n (this rank's share b->n) out of the capacity `batch`. */
+static bn_status train_step(step_body *b, step_graphs *graphs, int n, int batch, const bn_trainer_opts *opts,
+                            long step)
 {
     char range[48];
     snprintf(range, sizeof range, "step %ld", step + 1);
     bn_nvtx_push(range, BN_NVTX_STEP);
     b->net->pass.step = (unsigned long long)step;
     bn_status s;
-    bn_step_graph *graph = replay_graph(graphs, b->net, opts, b->n, full);
+    bn_step_graph *graph = b->n > 0 ? replay_graph(graphs, b->net, opts, n, batch) : NULL;
     if (graph) {
         int replayed;
         /* Evaluation may have left other shapes on the blobs; the graph has its own. */
@@ -314,7 +318,7 @@ static bn_status train_step(step_body *b, step_graphs *graphs, int full, const b
         }
     } else {
         s = run_step_body(b);
-        if (s == BN_OK) step_graphs_ran(graphs, b->n, full);
+        if (s == BN_OK && b->n > 0) step_graphs_ran(graphs, n, batch);
     }
     bn_nvtx_pop();
     return s;
@@ -503,9 +507,9 @@ static bn_status train_epoch(bn_net *net, bn_optimizer *opt, bn_loader *ld, bn_b
     int first = (int)st->epoch_seen;
     bn_dist *dist = opts->dist;
     int world = dist ? dist->world : 1, rank = dist ? dist->rank : 0;
-    /* A rank trains positions [off, off + mine) of each global batch; `full` of a full one. */
-    int full_off, full;
-    bn_dist_share(batch, world, rank, &full_off, &full);
+    /* A rank trains positions [off, off + mine) of each global batch; [full_off, ..) of a full one. */
+    int full_off, full_count;
+    bn_dist_share(batch, world, rank, &full_off, &full_count);
     bn_step_info info = {.epoch = st->epoch + 1, .epochs = opts->epochs, .batches = (int)steps_for(count, batch),
                          .count = count, .sums = acc, .gpus = world, .dist = dist};
     BN_TRY(bn_loader_set_order(ld, 1, bn_epoch_seed(st->seed, st->epoch)));
@@ -538,7 +542,7 @@ static bn_status train_epoch(bn_net *net, bn_optimizer *opt, bn_loader *ld, bn_b
         if (opts->profile_first && st->step + 1 == opts->profile_first) BN_TRY(bn_profiler_start());
         step_body body = {net, opt, ld, acc, mine, dist, (double)mine / n, dist ? dist->bucket_bytes : 0, -1, -1,
                           sched};
-        BN_TRY(train_step(&body, graphs, full, opts, st->step));
+        BN_TRY(train_step(&body, graphs, n, batch, opts, st->step));
         if (dist) BN_TRY(bn_dist_pace(dist, net->pass.ctx));
         if (sched) {
             /* A changed way of running the all-reduces is captured again at the next full step. */
