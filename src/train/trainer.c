@@ -126,11 +126,9 @@ static bn_status flush_bucket(step_body *b)
     return BN_OK;
 }
 
-/* Called as each layer's backward pass is queued (the last layer first). On one GPU the layer's
- * update follows at once. On several, its gradients join the bucket, which is summed once it
- * holds bucket_bytes: one all-reduce per layer costs each layer NCCL's latency, which small
- * layers (biases, batchnorm) do not repay, while one for the whole slab would wait for the end of
- * the backward pass. */
+/* A layer's gradients join the bucket, which is summed once it holds bucket_bytes: one all-reduce
+ * per layer costs each layer NCCL's latency, which small layers (biases, batchnorm) do not repay,
+ * while one for the whole slab would wait for the end of the backward pass. */
 static bn_status bucket_layer(step_body *b, const bn_layer *l)
 {
     if (b->pend_last < 0) b->pend_last = l->index;
@@ -140,8 +138,10 @@ static bn_status bucket_layer(step_body *b, const bn_layer *l)
     return (hi - lo) * sizeof(float) >= b->bucket_bytes ? flush_bucket(b) : BN_OK;
 }
 
-/* On several GPUs whose all-reduces run after the backward pass, the layer only joins the queue
- * that finish_buckets cuts into the same buckets later. */
+/* Called as each layer's backward pass is queued (the last layer first). On one GPU the layer's
+ * update follows at once. On several, its gradients join the bucket (bucket_layer) or, where the
+ * all-reduces run after the backward pass (dist_schedule.h), the queue that finish_buckets cuts
+ * into the same buckets once the pass is queued. */
 static bn_status update_layer(void *arg, bn_net *net, bn_layer *l)
 {
     step_body *b = arg;
