@@ -187,6 +187,7 @@ static void act_destroy(bn_layer *l)
         .absorbable_as = absorbable,                              \
         .relu_in_place = absorbable == BN_ABSORB_RELU,            \
         .out_slices = 1,                                          \
+        .sums_grad_part = 1,                                      \
     }
 
 /* Only the ReLU is declared to its neighbours: their epilogues and masks compute no other kind.

@@ -6,6 +6,7 @@
  * output and its gradient may be slices of a channel join's (examples further apart than their
  * size, blob.h): those passes run by rows. */
 #include "activation.h"
+#include "gpu/add_into.cuh"
 #include "gpu/bf16.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/grid_stride.h"
@@ -59,14 +60,15 @@ static __global__ void act_forward(const T *__restrict__ x, T *__restrict__ y, s
 
 template <act_kind K, typename T>
 static __global__ void act_backward(const T *__restrict__ x, const T *__restrict__ y, const T *__restrict__ dy,
-                                    T *__restrict__ dx, size_t n, float a)
+                                    const T *__restrict__ part, T *__restrict__ dx, size_t n, float a)
 {
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         /* Only the operands the formula uses are loaded (the compiler drops the others). */
         float xi = K == ACT_SIGMOID || K == ACT_TANH ? 0.0f : bn_ld(x + i);
-        float yi = K == ACT_RELU || K == ACT_LEAKY ? 0.0f : bn_ld(y + i);
-        bn_st(dx + i, act_grad<K>(xi, yi, bn_ld(dy + i), a));
+        float yi = K == ACT_RELU || K == ACT_LEAKY ? 0.0f : bn_ld(y + i), g;
+        bn_ld_grad_n<T, 1>(dy, part, i, &g);
+        bn_st(dx + i, act_grad<K>(xi, yi, g, a));
     }
 }
 
@@ -88,7 +90,7 @@ static __global__ void act_forward_packs(const T *__restrict__ x, T *__restrict_
 
 template <act_kind K, typename T>
 static __global__ void act_backward_packs(const T *__restrict__ x, const T *__restrict__ y, const T *__restrict__ dy,
-                                          T *__restrict__ dx, size_t packs, float a)
+                                          const T *__restrict__ part, T *__restrict__ dx, size_t packs, float a)
 {
     const int N = bn_pack<T>::N;
     const bool use_x = K != ACT_SIGMOID && K != ACT_TANH, use_y = K != ACT_RELU && K != ACT_LEAKY;
@@ -97,7 +99,7 @@ static __global__ void act_backward_packs(const T *__restrict__ x, const T *__re
         float xv[N] = {}, yv[N] = {}, g[N];
         if (use_x) bn_ld_pack(x + i * N, xv);
         if (use_y) bn_ld_pack(y + i * N, yv);
-        bn_ld_pack(dy + i * N, g);
+        bn_ld_grad_n<T, N>(dy, part, i * N, g);
 #pragma unroll
         for (int j = 0; j < N; j++) g[j] = act_grad<K>(xv[j], yv[j], g[j], a);
         bn_st_pack(dx + i * N, g);
@@ -180,17 +182,19 @@ static void launch_forward(const T *x, T *y, size_t count, float a, cudaStream_t
 }
 
 template <act_kind K, typename T>
-static void launch_backward(const T *x, const T *y, const T *dy, T *dx, size_t count, float a, cudaStream_t s)
+static void launch_backward(const T *x, const T *y, const T *dy, const T *part, T *dx, size_t count, float a,
+                            cudaStream_t s)
 {
     size_t done = 0;
-    if (bn_aligned16(x) && bn_aligned16(y) && bn_aligned16(dy) && bn_aligned16(dx)) {
+    if (bn_aligned16(x) && bn_aligned16(y) && bn_aligned16(dy) && bn_aligned16(dx) && (!part || bn_aligned16(part))) {
         const size_t packs = count / bn_pack<T>::N;
-        if (packs) act_backward_packs<K, T><<<bn_grid_stride_blocks(packs), 256, 0, s>>>(x, y, dy, dx, packs, a);
+        if (packs)
+            act_backward_packs<K, T><<<bn_grid_stride_blocks(packs), 256, 0, s>>>(x, y, dy, part, dx, packs, a);
         done = packs * bn_pack<T>::N;
     }
     if (done < count)
-        act_backward<K, T><<<bn_grid_stride_blocks(count - done), 256, 0, s>>>(x + done, y + done, dy + done,
-                                                                              dx + done, count - done, a);
+        act_backward<K, T><<<bn_grid_stride_blocks(count - done), 256, 0, s>>>(
+            x + done, y + done, dy + done, part ? part + done : NULL, dx + done, count - done, a);
 }
 
 /* Packed operands (every stride per) as one run of rows x per elements, else by rows. */
@@ -205,10 +209,11 @@ static void forward_as(const T *x, T *y, const act_rows &r, float a, cudaStream_
 }
 
 template <act_kind K, typename T>
-static void backward_as(const T *x, const T *y, const T *dy, T *dx, const act_rows &r, float a, cudaStream_t s)
+static void backward_as(const T *x, const T *y, const T *dy, const T *part, T *dx, const act_rows &r, float a,
+                        cudaStream_t s)
 {
     if (r.sx == r.per && r.sy == r.per && r.sdy == r.per && r.sdx == r.per)
-        return launch_backward<K>(x, y, dy, dx, r.rows * r.per, a, s);
+        return launch_backward<K>(x, y, dy, part, dx, r.rows * r.per, a, s);
     const void *ptrs[] = {x, y, dy, dx};
     if (rows_pack<T>(r, ptrs, 4))
         act_backward_rows<K, T, bn_pack<T>::N><<<rows_grid(r, bn_pack<T>::N), 256, 0, s>>>(x, y, dy, dx, r, a);
@@ -230,15 +235,15 @@ static bn_status forward_on(const act_priv *p, const T *x, T *y, const act_rows 
 }
 
 template <typename T>
-static bn_status backward_on(const act_priv *p, const T *x, const T *y, const T *dy, T *dx, const act_rows &r,
-                             cudaStream_t s)
+static bn_status backward_on(const act_priv *p, const T *x, const T *y, const T *dy, const T *part, T *dx,
+                             const act_rows &r, cudaStream_t s)
 {
     switch (p->kind) {
-    case ACT_RELU: backward_as<ACT_RELU>(x, y, dy, dx, r, p->a, s); break;
-    case ACT_SIGMOID: backward_as<ACT_SIGMOID>(x, y, dy, dx, r, p->a, s); break;
-    case ACT_TANH: backward_as<ACT_TANH>(x, y, dy, dx, r, p->a, s); break;
-    case ACT_LEAKY: backward_as<ACT_LEAKY>(x, y, dy, dx, r, p->a, s); break;
-    case ACT_ELU: backward_as<ACT_ELU>(x, y, dy, dx, r, p->a, s); break;
+    case ACT_RELU: backward_as<ACT_RELU>(x, y, dy, part, dx, r, p->a, s); break;
+    case ACT_SIGMOID: backward_as<ACT_SIGMOID>(x, y, dy, part, dx, r, p->a, s); break;
+    case ACT_TANH: backward_as<ACT_TANH>(x, y, dy, part, dx, r, p->a, s); break;
+    case ACT_LEAKY: backward_as<ACT_LEAKY>(x, y, dy, part, dx, r, p->a, s); break;
+    case ACT_ELU: backward_as<ACT_ELU>(x, y, dy, part, dx, r, p->a, s); break;
     }
     BN_CUDA_LAUNCH();
     return BN_OK;
@@ -272,7 +277,15 @@ template <typename T> static bn_status backward_typed(bn_layer *l, const bn_pass
     const T *dy = y ? bn_typed_rows_rd<T>(l->out_grad, &r.sdy) : NULL;
     T *dx = dy ? bn_typed_rows_wr<T>(l->in_grad, &r.sdx) : NULL;
     if (!dx) return bn_last_status();
-    return backward_on((const act_priv *)l->priv, x, y, dy, dx, r, (cudaStream_t)pass->ctx->stream);
+    /* A second reader's part (bn_pass.dy_part) comes only with an output gradient of its own: a
+     * slice of a join's has the join as its one reader. */
+    const T *part = NULL;
+    if (pass->dy_part) {
+        if (r.sdy != r.per || r.sdx != r.per || r.sx != r.per || r.sy != r.per)
+            return bn_error(BN_ERR_INTERNAL, "%s: a gradient part given with sliced blobs", l->name);
+        if (!(part = bn_typed_rd<T>(pass->dy_part))) return bn_last_status();
+    }
+    return backward_on((const act_priv *)l->priv, x, y, dy, part, dx, r, (cudaStream_t)pass->ctx->stream);
 }
 
 extern "C" bn_status bn_activation_forward_gpu(bn_layer *l, const bn_pass *pass)

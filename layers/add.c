@@ -182,5 +182,6 @@ const bn_layer_ops bn_add_ops = {
     .relu_in_place = 1, /* its backward pass does not read its output */
     .relu_cpu = 1,
     .cpu_sums_inputs = add_sums_inputs,
+    .sums_grad_part = 1,
     .bf16 = 1,
 };

@@ -11,6 +11,7 @@
  * elsewhere. The values are those of the two layers' own passes, element by element: a pass
  * over the activations and a launch fewer each way. */
 #include "add.h"
+#include "gpu/add_into.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/grid_stride.h"
 #include "gpu/bf16.cuh"
@@ -55,14 +56,16 @@ static __global__ void add_forward(add_args<T> a, T *__restrict__ y, I packs, in
     }
 }
 
-/* dy: the sum's gradient, or with relu_y (a fused ReLU's output) the ReLU's output gradient. */
+/* dy: the sum's gradient, or with relu_y (a fused ReLU's output) the ReLU's output gradient; plus
+ * part where it is not NULL (bn_pass.dy_part). */
 template <typename T, int N, typename I>
-static __global__ void add_backward(add_args<T> a, const T *__restrict__ dy, const T *__restrict__ relu_y, I packs)
+static __global__ void add_backward(add_args<T> a, const T *__restrict__ dy, const T *__restrict__ part,
+                                    const T *__restrict__ relu_y, I packs)
 {
     for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < packs; i += (I)gridDim.x * blockDim.x) {
         const size_t at = (size_t)i * N;
         float g[N], out[N];
-        bn_ld_n<T, N>(&dy[at], g);
+        bn_ld_grad_n<T, N>(dy, part, at, g);
         if (relu_y) {
             float r[N];
             bn_ld_n<T, N>(&relu_y[at], r);
@@ -143,18 +146,23 @@ template <typename T> static bn_status add_backward_as(bn_layer *l, const bn_pas
         relu_y = ry;
     }
     BN_TYPED_RD(T, dy, relu ? relu->out_grad : l->out_grad);
+    const T *part = NULL;
+    if (p->dy_part) {
+        BN_TYPED_RD(T, pt, p->dy_part);
+        part = pt;
+    }
     const size_t n = bn_blob_count(l->out), N = bn_pack<T>::N;
     cudaStream_t s = (cudaStream_t)p->ctx->stream;
-    const bool pk = packed(n, a, dy, relu_y);
+    const bool pk = packed(n, a, dy, relu_y) && (!part || bn_aligned16(part));
     const int packs_grid = bn_grid_stride_blocks(n / N), grid = bn_grid_stride_blocks(n);
     if (pk && bn_index_fits_32(n)) {
-        add_backward<T, bn_pack<T>::N, unsigned><<<packs_grid, 256, 0, s>>>(a, dy, relu_y, (unsigned)(n / N));
+        add_backward<T, bn_pack<T>::N, unsigned><<<packs_grid, 256, 0, s>>>(a, dy, part, relu_y, (unsigned)(n / N));
     } else if (pk) {
-        add_backward<T, bn_pack<T>::N, size_t><<<packs_grid, 256, 0, s>>>(a, dy, relu_y, n / N);
+        add_backward<T, bn_pack<T>::N, size_t><<<packs_grid, 256, 0, s>>>(a, dy, part, relu_y, n / N);
     } else if (bn_index_fits_32(n)) {
-        add_backward<T, 1, unsigned><<<grid, 256, 0, s>>>(a, dy, relu_y, (unsigned)n);
+        add_backward<T, 1, unsigned><<<grid, 256, 0, s>>>(a, dy, part, relu_y, (unsigned)n);
     } else {
-        add_backward<T, 1, size_t><<<grid, 256, 0, s>>>(a, dy, relu_y, n);
+        add_backward<T, 1, size_t><<<grid, 256, 0, s>>>(a, dy, part, relu_y, n);
     }
     BN_CUDA_LAUNCH();
     return BN_OK;

@@ -2,11 +2,13 @@
  * offered to the layer types' fusion hooks, in which order, the one-reader condition, and that an
  * activation is offered by the kind its ops declare (absorbable_as) to a neighbour that declares
  * it takes that kind (absorbs), never by its type's name. The fused kernels themselves are
- * checked against the CPU in the fusing layers' own tests (test_activation.c, test_conv2d.c). */
+ * checked against the CPU in the fusing layers' own tests (test_activation.c, test_conv2d.c);
+ * the gradient parts added by their readers' kernels against the network's own sums here. */
 #include <stdlib.h>
 
 #include "core/net.h"
 #include "core/registry.h"
+#include "gpu_testing.h"
 #include "layer_testing.h"
 #include "testing.h"
 #ifdef BN_WITH_CUDA
@@ -327,4 +329,119 @@ BN_TEST(gpu_bf16_fused_relus_are_the_max_of_their_producers_output)
     if (r == BN_PASS) r = relu_is_max_of_output(ctx, bn, "b", "batchnorm then relu");
     return r;
 #endif
+}
+
+/* ---- a second reader's gradient part, added by the kernels that read the gradient ---- */
+
+/* A residual net in which three outputs have two readers: r0 (a ReLU whose backward pass is its
+ * own), o1 (a ReLU whose backward pass its add's kernels do on a device) and d0 (a dense layer,
+ * whose type adds no part). */
+static const char parts_text[] = "[input]\nchannels = 2\nheight = 6\nwidth = 6\n"
+                                 "[conv2d]\nname = c0\nfilters = 4\nsize = 3\npad = 1\n"
+                                 "[batchnorm]\nname = b0\n[relu]\nname = r0\n"
+                                 "[conv2d]\nname = c1\nfilters = 4\nsize = 3\npad = 1\n"
+                                 "[batchnorm]\nname = b1\n"
+                                 "[add]\nname = s1\ninput = b1, r0\n[relu]\nname = o1\n"
+                                 "[conv2d]\nname = c2\nfilters = 4\nsize = 3\npad = 1\n"
+                                 "[add]\nname = s2\ninput = c2, o1\n"
+                                 "[dense]\nname = d0\noutputs = 6\n"
+                                 "[dense]\nname = d1\noutputs = 6\ninput = d0\n"
+                                 "[add]\nname = s3\ninput = d1, d0\n"
+                                 "[dense]\nname = d2\noutputs = 3\n[softmax_ce]\nname = loss\n";
+
+BN_TEST(fusion_hands_a_second_readers_gradient_part_to_the_kernels_reading_the_gradient)
+{
+    bn_net *net;
+    CHECK_OK(bn_net_from_text(parts_text, "parts.cfg", &net));
+    CHECK_OK(bn_net_setup(net, 2, NULL, 0, 1));
+    /* On the host nothing is fused until asked; the rules are the same as on a device. */
+    bn_layer *r0 = bn_net_find_layer(net, "r0"), *o1 = bn_net_find_layer(net, "o1"), *s1 = bn_net_find_layer(net, "s1");
+    bn_layer *d0 = bn_net_find_layer(net, "d0");
+    CHECK(r0 && o1 && s1 && d0 && r0->num_grad_parts == 1 && o1->num_grad_parts == 1 && d0->num_grad_parts == 1);
+    CHECK(!r0->part_summed && !o1->part_summed && !r0->summed_part && !s1->summed_part);
+    const int o1_by_add = (o1->gpu_fused & BN_FUSED_BACKWARD) != 0;
+    bn_net_fuse_grad_parts(net);
+    CHECK(r0->part_summed && r0->summed_part == r0->grad_parts[0]);
+    CHECK(o1->part_summed);
+    /* o1's gradient is read by its own kernel, or by the add's where the add took its backward
+     * pass (a device build's hook): the part goes to that reader. */
+    CHECK(o1_by_add ? s1->summed_part == o1->grad_parts[0] && !o1->summed_part
+                    : o1->summed_part == o1->grad_parts[0] && !s1->summed_part);
+    CHECK_MSG(!d0->part_summed && !d0->summed_part, "a dense layer's gradient parts are the network's to add");
+    CHECK(bn_net_blob_unwritten(net, r0->index, 1) && bn_net_blob_unwritten(net, o1->index, 1));
+    CHECK(!bn_net_blob_unwritten(net, d0->index, 1));
+    bn_net_free(net);
+    return BN_PASS;
+}
+
+#ifdef BN_WITH_CUDA
+/* Gives every gradient part back to the network to add, as before bn_net_fuse_grad_parts. */
+static void unfuse_parts(bn_net *net)
+{
+    for (int i = 0; i < net->num_layers; i++) {
+        net->layers[i]->part_summed = 0;
+        net->layers[i]->summed_part = NULL;
+    }
+}
+
+/* One training step of parts_text on two nets, one with its parts added by the kernels that read
+ * them and one with the network's sums, in precision bf16 or FP32: every parameter gradient, and
+ * every layer's input gradient that both nets hold whole, must be the same bits. */
+static int parts_same_bits(bn_ctx *ctx, int bf16, int n)
+{
+    const layer_case lc = {.what = "gradient parts", .text = parts_text, .classes = 3};
+    const uint64_t seed = lt_fresh_seed();
+    bn_net *a, *b;
+    float *start = NULL;
+    CHECK_OK(bn_net_from_text(parts_text, "parts.cfg", &a));
+    CHECK_OK(bn_net_from_text(parts_text, "parts.cfg", &b));
+    ctx->bf16 = bf16;
+    bn_status s = bn_net_setup(a, 8, ctx, 0, seed);
+    if (s == BN_OK) s = bn_net_setup(b, 8, ctx, 0, seed);
+    ctx->bf16 = 0;
+    CHECK_OK(s);
+    unfuse_parts(b);
+    int summed = 0;
+    for (int i = 0; i < a->num_layers; i++) summed += a->layers[i]->part_summed;
+    CHECK_MSG(summed == 2, "%s: %d outputs have their part added by a reader's kernels, expected 2 (r0, o1)",
+              bf16 ? "bf16" : "fp32", summed);
+    CHECK_OK(bn_net_set_batch(a, n));
+    CHECK_OK(bn_net_set_batch(b, n));
+    CHECK_OK(gt_poison_net(a, ctx));
+    CHECK_OK(gt_poison_net(b, ctx));
+    CHECK_OK(gt_feed(a, b, &lc, seed, &start));
+    free(start);
+    for (int pass = 0; pass < 2; pass++) {
+        bn_net *net = pass ? b : a;
+        CHECK_OK(bn_net_forward(net, 1));
+        CHECK_OK(bn_net_backward(net));
+    }
+    for (int i = 0; i < a->num_layers; i++) {
+        bn_layer *la = a->layers[i], *lb = b->layers[i];
+        for (int k = 0; k < la->num_params; k++) CHECK(gt_same_bits(la->params[k].grad, lb->params[k].grad, seed) == BN_PASS);
+        const int src = la->sources[0];
+        if (la->in_grad && !bn_net_blob_unwritten(a, src, 1) && !bn_net_blob_unwritten(b, src, 1))
+            CHECK(gt_same_bits(la->in_grad, lb->in_grad, seed) == BN_PASS);
+    }
+    bn_net_free(a);
+    bn_net_free(b);
+    return BN_PASS;
+}
+#endif
+
+BN_TEST(gpu_gradient_parts_added_by_their_readers_give_the_networks_sums_bits)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+#ifdef BN_WITH_CUDA
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    const int sizes[] = {8, 3};
+    for (int bf16 = 0; bf16 <= 1; bf16++)
+        for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++)
+            if (parts_same_bits(ctx, bf16, sizes[k]) != BN_PASS) {
+                printf("    %s at batch %d\n", bf16 ? "bf16" : "fp32", sizes[k]);
+                return BN_FAIL;
+            }
+#endif
+    return BN_PASS;
 }

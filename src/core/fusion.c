@@ -36,6 +36,14 @@
  * activation's forward pass done by the layer before it that layer's type (act_out_slices), and
  * a producer whose backward pass a neighbour's kernels do keeps its own blobs.
  *
+ * A blob read by two layers gets two gradients: the first reader writes the producer's output
+ * gradient, the second a part of its own, and the network adds the part in before the producer's
+ * backward pass, a pass over the gradient (three blobs' bytes) on the backward chain. Where the
+ * kernels that read that output gradient are elementwise (an activation's, an add's, also when
+ * the add does the backward pass of the ReLU after it) and declare it (sums_grad_part), they read
+ * both and add them as they load, the same float sum rounded as a stored one
+ * (bn_net_fuse_grad_parts).
+ *
  * During each step on a device the loss layer may fold more into its forward pass
  * (bn_net_fuse_loss): the metrics' running sums and its input gradient.
  *
@@ -104,6 +112,32 @@ void bn_net_fuse(bn_net *net)
         if (!p || bn_net_sole_consumer(net, p) != c) continue;
         for (size_t r = 0; r < sizeof rules / sizeof rules[0]; r++) rules[r](p, c);
     }
+    bn_net_fuse_grad_parts(net);
+}
+
+/* The layer whose GPU backward pass reads l's output gradient: l's own, or where l's backward
+ * pass is done by its producer's kernels (an activation whose producer took it, the only way a
+ * layer with several readers can have its backward pass done by another) the producer's. */
+static bn_layer *gradient_reader(const bn_net *net, bn_layer *l)
+{
+    if (!(l->gpu_fused & BN_FUSED_BACKWARD)) return l;
+    if (l->num_inputs != 1 || l->sources[0] < 0) return NULL;
+    bn_layer *p = net->layers[l->sources[0]];
+    return bn_net_sole_consumer(net, p) == l ? p : NULL;
+}
+
+void bn_net_fuse_grad_parts(bn_net *net)
+{
+    for (int i = 0; i < net->num_layers; i++) {
+        bn_layer *l = net->layers[i];
+        if (l->num_grad_parts != 1 || !l->out_grad || l->part_summed) continue;
+        bn_layer *r = gradient_reader(net, l);
+        if (!r || !r->ops->sums_grad_part || r->summed_part ||
+            (r != l && r->num_grad_parts) || bn_blob_is_bf16(l->grad_parts[0]) != bn_blob_is_bf16(l->out_grad))
+            continue;
+        l->part_summed = 1;
+        r->summed_part = l->grad_parts[0];
+    }
 }
 
 /* A plain sum's input produced last, when its producer may write the sum (sum_cpu) and the sum
@@ -149,6 +183,7 @@ int bn_net_blob_unwritten(const bn_net *net, int i, int grad)
      * producer's own (masked) one is never held. */
     const bn_layer *l = net->layers[i], *c = bn_net_sole_consumer(net, l);
     if (l->cpu_sum_into) return 1; /* its CPU forward wrote the sum it feeds instead */
+    if (grad && l->part_summed) return 1; /* the first reader's part only (bn_net_fuse_grad_parts) */
     if (grad && l->in_place) return !l->cpu_fused;
     if (grad && c && c->cpu_fused) return 1;
     if (!grad && c && c->in_place) return 1;

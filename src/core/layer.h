@@ -83,6 +83,10 @@ typedef struct bn_pass {
                                   batch), so that a pass captured in a CUDA graph draws with each
                                   replay's step; NULL where no loader drew the batch: the passes
                                   take `step` */
+    bn_blob *dy_part;          /* GPU backward: a second reader's part of the output gradient the
+                                  layer reads, which the network has not added in (only for a type
+                                  with sums_grad_part, bn_layer.summed_part): the gradient is that
+                                  blob plus this one, element by element; NULL otherwise */
 } bn_pass;
 
 typedef struct bn_layer bn_layer;
@@ -133,6 +137,12 @@ struct bn_layer {
     int cpu_summed_input;      /* for such a sum: 1 + the index of the input whose producer's CPU
                                   forward writes the sum, so this layer's CPU forward does nothing
                                   and its CPU backward skips that input's gradient; 0 when none */
+    int part_summed;           /* on a device: its one gradient part is added by the kernels that read
+                                  its output gradient (fusion.c), not into out_grad, which then holds
+                                  the first reader's part only */
+    bn_blob *summed_part;      /* the part this layer's GPU backward pass adds as it reads its output
+                                  gradient (its own, or that of the activation whose backward pass
+                                  its kernels do), passed as bn_pass.dy_part; NULL when none */
 };
 
 /* The bits of bn_layer.gpu_fused: the layer's GPU forward (backward) pass is done by its
@@ -258,6 +268,11 @@ struct bn_layer_ops {
      * NULL: none (the layer runs on the context's stream).
      * bn_layer_beside_always serves types whose GPU passes are all their own kernels. */
     unsigned (*beside)(const bn_layer *l);
+    int sums_grad_part;     /* its GPU backward pass, given bn_pass.dy_part, reads the output
+                             * gradient it reads (its own, or that of an activation whose backward
+                             * pass it does) plus that part, the sum rounded to the blobs' type as
+                             * a stored sum would be, so that the network need not add the part in
+                             * first (a pass over the gradient fewer: fusion.c) */
 };
 
 #define BN_BESIDE_FORWARD 1u

@@ -176,6 +176,12 @@ bn_layer *bn_net_sole_consumer(const bn_net *net, const bn_layer *l);
  * the network's rules allow it and the layer types accept. Called by bn_net_setup. */
 void bn_net_fuse(bn_net *net);
 
+/* Gradient parts added by the kernels that read them (fusion.c): for each layer whose output has
+ * two readers, where the layer whose GPU backward pass reads its output gradient declares
+ * sums_grad_part, marks the layer part_summed and hands that reader the part (summed_part).
+ * Called by bn_net_fuse; its flags act only on a device. */
+void bn_net_fuse_grad_parts(bn_net *net);
+
 /* Channel joins without copies (fusion.c): on a device, after bn_net_fuse, each input of a
  * joins_slices layer whose producer writes nothing else and can write a slice (out_slices, and
  * act_out_slices for the layer whose kernels do its forward) has its output and output gradient

@@ -23,6 +23,13 @@ static __device__ __forceinline__ float bn_ld(const __nv_bfloat16 *p) { return b
 static __device__ __forceinline__ void bn_st(float *p, float v) { *p = v; }
 static __device__ __forceinline__ void bn_st(__nv_bfloat16 *p, float v) { bn_st_bf16(p, v); }
 
+/* v as a store to an element of the pointer's type and a load back would leave it. */
+static __device__ __forceinline__ float bn_rounded(const float *, float v) { return v; }
+static __device__ __forceinline__ float bn_rounded(const __nv_bfloat16 *, float v)
+{
+    return __bfloat162float(__float2bfloat16_rn(v));
+}
+
 /* 16 bytes of activations at once (8 BF16 or 4 FP32 values), widened to float; p must be
  * 16-byte aligned (bn_aligned16). Elementwise kernels take these where every pointer is. */
 template <typename T> struct bn_pack {
