@@ -425,7 +425,8 @@ static int parts_same_bits(bn_ctx *ctx, int bf16, int n)
     }
     for (int i = 0; i < a->num_layers; i++) {
         bn_layer *la = a->layers[i], *lb = b->layers[i];
-        for (int k = 0; k < la->num_params; k++) CHECK(gt_same_bits(la->params[k].grad, lb->params[k].grad, seed) == BN_PASS);
+        for (int k = 0; k < la->num_params; k++)
+            CHECK(gt_same_bits(la->params[k].grad, lb->params[k].grad, seed) == BN_PASS);
         const int src = la->sources[0];
         if (la->in_grad && !bn_net_blob_unwritten(a, src, 1) && !bn_net_blob_unwritten(b, src, 1))
             CHECK(gt_same_bits(la->in_grad, lb->in_grad, seed) == BN_PASS);
