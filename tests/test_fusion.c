@@ -359,16 +359,16 @@ BN_TEST(fusion_hands_a_second_readers_gradient_part_to_the_kernels_reading_the_g
     bn_layer *r0 = bn_net_find_layer(net, "r0"), *o1 = bn_net_find_layer(net, "o1"), *s1 = bn_net_find_layer(net, "s1");
     bn_layer *d0 = bn_net_find_layer(net, "d0");
     CHECK(r0 && o1 && s1 && d0 && r0->num_grad_parts == 1 && o1->num_grad_parts == 1 && d0->num_grad_parts == 1);
-    CHECK(!r0->part_summed && !o1->part_summed && !r0->summed_part && !s1->summed_part);
+    CHECK(!r0->grad_part_to_reader && !o1->grad_part_to_reader && !r0->dy_part && !s1->dy_part);
     const int o1_by_add = (o1->gpu_fused & BN_FUSED_BACKWARD) != 0;
     bn_net_fuse_grad_parts(net);
-    CHECK(r0->part_summed && r0->summed_part == r0->grad_parts[0]);
-    CHECK(o1->part_summed);
+    CHECK(r0->grad_part_to_reader && r0->dy_part == r0->grad_parts[0]);
+    CHECK(o1->grad_part_to_reader);
     /* o1's gradient is read by its own kernel, or by the add's where the add took its backward
      * pass (a device build's hook): the part goes to that reader. */
-    CHECK(o1_by_add ? s1->summed_part == o1->grad_parts[0] && !o1->summed_part
-                    : o1->summed_part == o1->grad_parts[0] && !s1->summed_part);
-    CHECK_MSG(!d0->part_summed && !d0->summed_part, "a dense layer's gradient parts are the network's to add");
+    CHECK(o1_by_add ? s1->dy_part == o1->grad_parts[0] && !o1->dy_part
+                    : o1->dy_part == o1->grad_parts[0] && !s1->dy_part);
+    CHECK_MSG(!d0->grad_part_to_reader && !d0->dy_part, "a dense layer's gradient parts are the network's to add");
     CHECK(bn_net_blob_unwritten(net, r0->index, 1) && bn_net_blob_unwritten(net, o1->index, 1));
     CHECK(!bn_net_blob_unwritten(net, d0->index, 1));
     bn_net_free(net);
@@ -380,8 +380,8 @@ BN_TEST(fusion_hands_a_second_readers_gradient_part_to_the_kernels_reading_the_g
 static void unfuse_parts(bn_net *net)
 {
     for (int i = 0; i < net->num_layers; i++) {
-        net->layers[i]->part_summed = 0;
-        net->layers[i]->summed_part = NULL;
+        net->layers[i]->grad_part_to_reader = 0;
+        net->layers[i]->dy_part = NULL;
     }
 }
 
@@ -403,7 +403,7 @@ static int parts_same_bits(bn_ctx *ctx, int bf16, int n)
     CHECK_OK(s);
     unfuse_parts(b);
     int summed = 0;
-    for (int i = 0; i < a->num_layers; i++) summed += a->layers[i]->part_summed;
+    for (int i = 0; i < a->num_layers; i++) summed += a->layers[i]->grad_part_to_reader;
     CHECK_MSG(summed == 2, "%s: %d outputs have their part added by a reader's kernels, expected 2 (r0, o1)",
               bf16 ? "bf16" : "fp32", summed);
     CHECK_OK(bn_net_set_batch(a, n));

@@ -130,13 +130,11 @@ void bn_net_fuse_grad_parts(bn_net *net)
 {
     for (int i = 0; i < net->num_layers; i++) {
         bn_layer *l = net->layers[i];
-        if (l->num_grad_parts != 1 || !l->out_grad || l->part_summed) continue;
+        if (l->num_grad_parts != 1 || !l->out_grad || l->grad_part_to_reader) continue;
         bn_layer *r = gradient_reader(net, l);
-        if (!r || !r->ops->sums_grad_part || r->summed_part ||
-            (r != l && r->num_grad_parts) || bn_blob_is_bf16(l->grad_parts[0]) != bn_blob_is_bf16(l->out_grad))
-            continue;
-        l->part_summed = 1;
-        r->summed_part = l->grad_parts[0];
+        if (!r || !r->ops->sums_grad_part || r->dy_part || (r != l && r->num_grad_parts)) continue;
+        l->grad_part_to_reader = 1;
+        r->dy_part = l->grad_parts[0];
     }
 }
 
@@ -183,7 +181,7 @@ int bn_net_blob_unwritten(const bn_net *net, int i, int grad)
      * producer's own (masked) one is never held. */
     const bn_layer *l = net->layers[i], *c = bn_net_sole_consumer(net, l);
     if (l->cpu_sum_into) return 1; /* its CPU forward wrote the sum it feeds instead */
-    if (grad && l->part_summed) return 1; /* the first reader's part only (bn_net_fuse_grad_parts) */
+    if (grad && l->grad_part_to_reader) return 1; /* the first reader's part only (bn_net_fuse_grad_parts) */
     if (grad && l->in_place) return !l->cpu_fused;
     if (grad && c && c->cpu_fused) return 1;
     if (!grad && c && c->in_place) return 1;

@@ -85,7 +85,7 @@ typedef struct bn_pass {
                                   take `step` */
     bn_blob *dy_part;          /* GPU backward: a second reader's part of the output gradient the
                                   layer reads, which the network has not added in (only for a type
-                                  with sums_grad_part, bn_layer.summed_part): the gradient is that
+                                  with sums_grad_part, bn_layer.dy_part): the gradient is that
                                   blob plus this one, element by element; NULL otherwise */
 } bn_pass;
 
@@ -137,12 +137,13 @@ struct bn_layer {
     int cpu_summed_input;      /* for such a sum: 1 + the index of the input whose producer's CPU
                                   forward writes the sum, so this layer's CPU forward does nothing
                                   and its CPU backward skips that input's gradient; 0 when none */
-    int part_summed;           /* on a device: its one gradient part is added by the kernels that read
-                                  its output gradient (fusion.c), not into out_grad, which then holds
-                                  the first reader's part only */
-    bn_blob *summed_part;      /* the part this layer's GPU backward pass adds as it reads its output
-                                  gradient (its own, or that of the activation whose backward pass
-                                  its kernels do), passed as bn_pass.dy_part; NULL when none */
+    int grad_part_to_reader;   /* on a device: its one gradient part is left to the kernels that read
+                                  its output gradient (fusion.c), which add it as they load it;
+                                  out_grad then holds the first reader's part only */
+    bn_blob *dy_part;          /* on a device: the part of its output gradient (or of the gradient of
+                                  the activation whose backward pass its kernels do) that this
+                                  layer's GPU backward pass adds in, handed to it as bn_pass.dy_part;
+                                  NULL when none */
 };
 
 /* The bits of bn_layer.gpu_fused: the layer's GPU forward (backward) pass is done by its

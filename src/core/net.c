@@ -115,7 +115,7 @@ static bn_status add_grad_parts(bn_net *net, bn_blob *grad, bn_blob **parts, int
 bn_status bn_net_backward_layer(bn_net *net, int i)
 {
     bn_layer *l = net->layers[i];
-    if (l->num_grad_parts && !(net->pass.ctx && l->part_summed)) {
+    if (l->num_grad_parts && !(net->pass.ctx && l->grad_part_to_reader)) {
         bn_nvtx_push(l->name, l->ops->kind);
         bn_nvtx_push("gradient sum", l->ops->kind);
         bn_status s = add_grad_parts(net, l->out_grad, l->grad_parts, l->num_grad_parts);
@@ -123,7 +123,7 @@ bn_status bn_net_backward_layer(bn_net *net, int i)
         bn_nvtx_pop();
         BN_TRY(s);
     }
-    net->pass.dy_part = net->pass.ctx ? l->summed_part : NULL;
+    net->pass.dy_part = net->pass.ctx ? l->dy_part : NULL;
     bn_status s = bn_layer_backward(l, &net->pass);
     net->pass.dy_part = NULL;
     return s;

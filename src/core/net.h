@@ -178,7 +178,8 @@ void bn_net_fuse(bn_net *net);
 
 /* Gradient parts added by the kernels that read them (fusion.c): for each layer whose output has
  * two readers, where the layer whose GPU backward pass reads its output gradient declares
- * sums_grad_part, marks the layer part_summed and hands that reader the part (summed_part).
+ * sums_grad_part, marks the layer grad_part_to_reader and hands that reader the part (its
+ * dy_part).
  * Called by bn_net_fuse; its flags act only on a device. */
 void bn_net_fuse_grad_parts(bn_net *net);
 
