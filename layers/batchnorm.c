@@ -258,6 +258,7 @@ const bn_layer_ops bn_batchnorm_ops = {
     .backward_gpu = BN_GPU(bn_batchnorm_backward_gpu),
     .fuse_gpu = BN_GPU(bn_batchnorm_fuse_relu),
     .absorbs = BN_ABSORB_RELU,
+    .sums_grad_part = 1, /* its GPU backward pass adds a second reader's part as it loads dy */
     .relu_in_place = 1, /* its backward pass does not read its output */
     .act_out_slices = 1, /* normalize writes a fused ReLU's output at its stride */
     .flops = batchnorm_flops,

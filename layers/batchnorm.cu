@@ -25,6 +25,7 @@
 #include <cooperative_groups.h>
 
 #include "batchnorm.h"
+#include "gpu/add_into.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/grid_stride.h"
 #include "gpu/bf16.cuh"
@@ -122,6 +123,20 @@ template <int N> static __device__ __forceinline__ void relu_grad_n(const float 
     for (int k = 0; k < N; k++) gv[k] = xv[k] > 0.0f ? gv[k] : 0.0f;
 }
 
+/* The backward pass of a fused ReLU after the layer (bn_args.relu_back): the ReLU's output
+ * gradient gv kept where the layer's output is above 0 (activation.c's rule), that output
+ * recomputed from x with the forward pass's expression and rounded to the blobs' type T as the
+ * forward pass stored it, so the mask is the one the ReLU's own pass would take. */
+template <typename T, int N>
+static __device__ __forceinline__ void relu_after_grad_n(const float *xv, float *gv, float scale, float shift)
+{
+#pragma unroll
+    for (int k = 0; k < N; k++) {
+        const float y = bn_rounded((const T *)nullptr, __fadd_rn(__fmul_rn(xv[k], scale), shift));
+        gv[k] = y > 0.0f ? gv[k] : 0.0f;
+    }
+}
+
 /* Channel c's statistics from its sums over the batch. Forward in training: the batch's mean and
  * 1 / sqrt(var + eps), put in st[0..1]; where `owner`, also in the channel's stats and the running
  * averages moved (the fused kernel's other blocks of the channel compute the same floats). */
@@ -166,6 +181,20 @@ typedef struct bn_finish {
     int trained;
 } bn_finish;
 
+/* What the backward pass of a fused ReLU after the layer needs to recompute the layer's output:
+ * the parameters (bias NULL where there is no such ReLU). */
+typedef struct bn_relu_back {
+    const float *w, *bias;
+} bn_relu_back;
+
+/* Channel c's scale and shift, as the forward pass computed them from the same statistics. */
+static __device__ __forceinline__ void relu_back_params(const bn_relu_back &r, const float *stats, int c,
+                                                        float *scale, float *shift)
+{
+    *scale = __fmul_rn(r.w[c], stats[4 * c + 1]);
+    *shift = __fsub_rn(r.bias[c], __fmul_rn(stats[4 * c], *scale));
+}
+
 /* The per-element kernels work on packs of N elements (N = 1, or bn_pack<T>::N: 16 bytes, where
  * every pointer is 16-byte aligned and the plane a multiple of N, so that a pack never spans two
  * planes; bn_ld_n and bn_st_n in gpu/bf16.cuh) and count packs in the index type I: unsigned
@@ -178,14 +207,16 @@ typedef struct bn_finish {
  * the channel's last block to finish adds the parts (bn_finish). */
 template <typename T, int N, typename I>
 static __global__ void __launch_bounds__(THREADS)
-    partial_sums(bn_geometry g, const T *__restrict__ x, const T *__restrict__ dy, const float *stats,
-                 double *__restrict__ sums, bn_finish f)
+    partial_sums(bn_geometry g, const T *__restrict__ x, const T *__restrict__ dy, const T *__restrict__ dy_part,
+                 size_t dy_gap, const float *stats, bn_relu_back r, double *__restrict__ sums, bn_finish f)
 {
     const int c = blockIdx.y, part = blockIdx.x;
     const I row = (I)(g.plane / N), packs = (I)(g.count / N), span = (packs + g.parts - 1) / g.parts;
     const I lo = part * span, hi = lo + span < packs ? lo + span : packs;
     double a = 0.0, b = 0.0;
     float mean = dy ? stats[4 * c] : 0.0f, inv_std = dy ? stats[4 * c + 1] : 0.0f;
+    float r_scale, r_shift;
+    if (r.bias) relu_back_params(r, stats, c, &r_scale, &r_shift);
     /* The thread's packs lo + threadIdx.x, then THREADS apart: example e, offset o in its plane,
      * divided out once and then stepped (de examples and dq packs a step, dq < row). */
     const I first = lo + threadIdx.x, de = (I)THREADS / row, dq = (I)THREADS - de * row;
@@ -193,13 +224,14 @@ static __global__ void __launch_bounds__(THREADS)
     const size_t estride = (size_t)g.channels * g.plane;
 #pragma unroll 4
     for (I q = first; q < hi; q += THREADS) {
-        const size_t i = (size_t)e * estride + (size_t)c * g.plane + (size_t)o * N;
+        const size_t i = (size_t)e * estride + (size_t)c * g.plane + (size_t)o * N, di = i + (size_t)e * dy_gap;
         e += de;
         o += dq;
         if (o >= row) o -= row, e++;
         float xv[N], gv[N];
         bn_ld_n<T, N>(&x[i], xv);
-        if (dy) bn_ld_n<T, N>(&dy[i], gv);
+        if (dy) bn_ld_grad_n<T, N>(dy, dy_part, di, gv);
+        if (dy && r.bias) relu_after_grad_n<T, N>(xv, gv, r_scale, r_shift);
         add_sums<N>(xv, gv, dy != NULL, mean, inv_std, &a, &b);
     }
     block_sum2<THREADS>(&a, &b);
@@ -253,17 +285,20 @@ static __global__ void normalize(bn_geometry g, I packs, const T *__restrict__ x
  * ReLU's output, this layer's input, is above 0, else 0 (activation.c's rule). */
 template <typename T, int N, typename I>
 static __global__ void input_grad(bn_geometry g, I packs, const T *__restrict__ x, const T *__restrict__ dy,
-                                  const float *stats, const float *__restrict__ w, T *__restrict__ dx,
+                                  const T *__restrict__ dy_part, size_t dy_gap, const float *stats,
+                                  const float *__restrict__ w, bn_relu_back r, T *__restrict__ dx,
                                   T *__restrict__ relu_dx)
 {
     const I row = (I)(g.plane / N), stride = (I)gridDim.x * blockDim.x;
     for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < packs; i += stride) {
-        const int c = (int)((i / row) % (I)g.channels);
+        const I plane = i / row, e = plane / (I)g.channels;
+        const int c = (int)(plane - e * (I)g.channels);
         const float *s = stats + 4 * c;
         const float scale = __fmul_rn(w[c], s[1]);
         float xv[N], gv[N];
         bn_ld_n<T, N>(&x[(size_t)i * N], xv);
-        bn_ld_n<T, N>(&dy[(size_t)i * N], gv);
+        bn_ld_grad_n<T, N>(dy, dy_part, (size_t)i * N + (size_t)e * dy_gap, gv);
+        if (r.bias) relu_after_grad_n<T, N>(xv, gv, scale, __fsub_rn(r.bias[c], __fmul_rn(s[0], scale)));
         input_grad_n<N>(xv, gv, s, scale);
         bn_st_n<T, N>(&dx[(size_t)i * N], gv);
         if (!relu_dx) continue;
@@ -304,11 +339,16 @@ static unsigned *arrivals_of(const batchnorm_priv *b, float *stats)
 /* One pass's device pointers (dy and dx NULL in the forward pass, y in the backward one). */
 template <typename T> struct bn_args {
     const T *x, *dy;
-    T *y, *dx;
+    const T *dy_part; /* backward: a second reader's part of dy, added as it is loaded (bn_pass.dy_part) */
+    T *y, *dx;           /* y NULL where a fused ReLU after the layer does not read it (relu_back) */
     T *relu_y, *relu_dx; /* a fused ReLU's output or input gradient, or NULL */
     size_t relu_gap;     /* relu_y's examples this many elements further apart than y's */
+    size_t dy_gap;       /* backward: dy's examples this many elements further apart than x's (the
+                          * output gradient of a ReLU done here that is a slice of a join's) */
     const float *w, *bias;
     float *rm, *rv, *dw, *db;
+    bn_relu_back relu_back; /* backward: the ReLU after the layer's pass done here (bias not NULL), dy
+                             * being its output gradient */
 };
 
 /* ---- one kernel a pass where a channel fits in a cluster's registers ---- */
@@ -353,7 +393,7 @@ static __global__ void __launch_bounds__(FUSED_THREADS)
 #pragma unroll
     for (int k = 0; k < R; k++) {
         const unsigned q = first + step * k;
-        const size_t at = (size_t)e * estride + cbase + (size_t)o * N;
+        const size_t at = (size_t)e * estride + cbase + (size_t)o * N, dy_at = at + (size_t)e * a.dy_gap;
         e += de;
         o += dq;
         if (o >= row) o -= row, e++;
@@ -365,7 +405,13 @@ static __global__ void __launch_bounds__(FUSED_THREADS)
         }
         if (q >= packs) continue;
         bn_ld_n<T, N>(&a.x[at], xv[k]);
-        if (BACK) bn_ld_n<T, N>(&a.dy[at], gv[k]);
+        if (BACK) bn_ld_grad_n<T, N>(a.dy, a.dy_part, dy_at, gv[k]);
+    }
+    if (BACK && a.relu_back.bias) {
+        float r_scale, r_shift;
+        relu_back_params(a.relu_back, stats, c, &r_scale, &r_shift);
+#pragma unroll
+        for (int k = 0; k < R; k++) relu_after_grad_n<T, N>(xv[k], gv[k], r_scale, r_shift);
     }
     double s0 = 0.0, s1 = 0.0;
 #pragma unroll
@@ -489,7 +535,8 @@ static bn_status queue_forward(batchnorm_priv *b, const bn_pass *p, const bn_geo
         const bn_finish f = {arrivals_of(b, stats), stats, a.rm, a.rv, b->momentum, b->eps, NULL, NULL, 0};
         if (launch_fused<T, N, false>(b, p, g, a, stats, f, s)) return BN_OK;
         b->split_passes++;
-        partial_sums<T, N, I><<<dim3(g.parts, g.channels), THREADS, 0, s>>>(g, a.x, NULL, NULL, b->dev_sums, f);
+        partial_sums<T, N, I><<<dim3(g.parts, g.channels), THREADS, 0, s>>>(g, a.x, NULL, NULL, 0, NULL, a.relu_back,
+                                                                            b->dev_sums, f);
     } else {
         eval_stats<<<(g.channels + 127) / 128, 128, 0, s>>>(g, stats, a.rm, a.rv, b->eps);
     }
@@ -507,11 +554,12 @@ static bn_status queue_backward(batchnorm_priv *b, const bn_pass *p, const bn_ge
     const bn_finish f = {arrivals_of(b, stats), stats, NULL, NULL, 0.0, 0.0, a.dw, a.db, b->trained};
     if (launch_fused<T, N, true>(b, p, g, a, stats, f, s)) return BN_OK;
     b->split_passes++;
-    partial_sums<T, N, I><<<dim3(g.parts, g.channels), THREADS, 0, s>>>(g, a.x, a.dy, stats, b->dev_sums, f);
+    partial_sums<T, N, I><<<dim3(g.parts, g.channels), THREADS, 0, s>>>(g, a.x, a.dy, a.dy_part, a.dy_gap, stats, a.relu_back,
+                                                                        b->dev_sums, f);
     BN_CUDA_LAUNCH();
     if (!a.dx) return BN_OK;
-    input_grad<T, N, I><<<bn_grid_stride_blocks(total / N), THREADS, 0, s>>>(g, (I)(total / N), a.x, a.dy, stats,
-                                                                              a.w, a.dx, a.relu_dx);
+    input_grad<T, N, I><<<bn_grid_stride_blocks(total / N), THREADS, 0, s>>>(
+        g, (I)(total / N), a.x, a.dy, a.dy_part, a.dy_gap, stats, a.w, a.relu_back, a.dx, a.relu_dx);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
@@ -519,9 +567,9 @@ static bn_status queue_backward(batchnorm_priv *b, const bn_pass *p, const bn_ge
 /* Whether the pass may take packs of bn_pack<T>::N (see partial_sums). */
 template <typename T> static bool packed(const bn_geometry &g, const bn_args<T> &a)
 {
-    const void *p[6] = {a.x, a.dy, a.y, a.dx, a.relu_y, a.relu_dx};
-    bool ok = g.plane % bn_pack<T>::N == 0 && a.relu_gap % bn_pack<T>::N == 0;
-    for (int i = 0; i < 6; i++) ok = ok && (!p[i] || bn_aligned16(p[i]));
+    const void *p[7] = {a.x, a.dy, a.dy_part, a.y, a.dx, a.relu_y, a.relu_dx};
+    bool ok = g.plane % bn_pack<T>::N == 0 && a.relu_gap % bn_pack<T>::N == 0 && a.dy_gap % bn_pack<T>::N == 0;
+    for (int i = 0; i < 7; i++) ok = ok && (!p[i] || bn_aligned16(p[i]));
     return ok;
 }
 
@@ -535,7 +583,7 @@ template <typename T> static bn_status forward_as(bn_layer *l, const bn_pass *p)
     bn_args<T> a = {};
     if (!(a.x = bn_typed_rd<T>(l->in)) || !(a.w = bn_blob_dev_rd(l->params[P_WEIGHT].value)) ||
         !(a.bias = bn_blob_dev_rd(l->params[P_BIAS].value)) || !(a.rm = bn_blob_dev_wr(l->buffers[B_MEAN].value)) ||
-        !(a.rv = bn_blob_dev_wr(l->buffers[B_VAR].value)) || !(a.y = bn_typed_wr<T>(l->out)))
+        !(a.rv = bn_blob_dev_wr(l->buffers[B_VAR].value)) || (!b->relu_back && !(a.y = bn_typed_wr<T>(l->out))))
         return bn_last_status();
     /* The ReLU's output may be a slice of a channel join's (act_out_slices). */
     size_t relu_stride = 0;
@@ -561,7 +609,20 @@ template <typename T> static bn_status backward_as(bn_layer *l, const bn_pass *p
     BN_TRY(prepare(l, &g, &stats));
     cudaStream_t s = (cudaStream_t)p->ctx->stream;
     bn_args<T> a = {};
-    if (!(a.x = bn_typed_rd<T>(l->in)) || !(a.dy = bn_typed_rd<T>(l->out_grad)) ||
+    /* With the ReLU after it done here, the gradient read is the ReLU's output gradient, which may
+     * be a slice of a channel join's (act_out_slices); a second reader's part comes only with a
+     * whole one. */
+    size_t dy_stride = 0;
+    const size_t per = (size_t)l->out->c * l->out->h * l->out->w;
+    if (b->relu_back && !(a.relu_back.bias = bn_blob_dev_rd(l->params[P_BIAS].value))) return bn_last_status();
+    a.relu_back.w = a.relu_back.bias ? bn_blob_dev_rd(l->params[P_WEIGHT].value) : NULL;
+    if (!(a.dy = bn_typed_rows_rd<T>(b->relu_back ? b->relu_after->out_grad : l->out_grad, &dy_stride)))
+        return bn_last_status();
+    a.dy_gap = dy_stride - per;
+    if (p->dy_part && (a.dy_gap || !(a.dy_part = bn_typed_rd<T>(p->dy_part))))
+        return a.dy_gap ? bn_error(BN_ERR_INTERNAL, "%s: a gradient part given with a sliced gradient", l->name)
+                        : bn_last_status();
+    if (!(a.x = bn_typed_rd<T>(l->in)) ||
         !(a.w = bn_blob_dev_rd(l->params[P_WEIGHT].value)) || !(a.dw = bn_blob_dev_wr(l->params[P_WEIGHT].grad)) ||
         !(a.db = bn_blob_dev_wr(l->params[P_BIAS].grad)) || (l->in_grad && !(a.dx = bn_typed_wr<T>(l->in_grad))) ||
         (l->in_grad && b->relu_before && !(a.relu_dx = bn_typed_wr<T>(b->relu_before->in_grad))))
@@ -590,7 +651,13 @@ extern "C" bn_status bn_batchnorm_backward_gpu(bn_layer *l, const bn_pass *p)
 extern "C" int bn_batchnorm_fuse_relu(bn_layer *l, bn_layer *relu, int after)
 {
     batchnorm_priv *b = (batchnorm_priv *)l->priv;
-    if (after) b->relu_after = relu;
-    else b->relu_before = relu;
-    return 1;
+    if (!after) {
+        b->relu_before = relu;
+        return 1;
+    }
+    b->relu_after = relu;
+    /* The backward pass too where both gradients are kept: the layer's output is then read by
+     * nothing (its backward pass reads its input), so the forward pass stores the ReLU's only. */
+    b->relu_back = relu->out_grad && l->out_grad;
+    return b->relu_back ? BN_FUSED_FORWARD | BN_FUSED_NO_IN | BN_FUSED_BACKWARD | BN_FUSED_NO_IN_GRAD : 1;
 }

@@ -13,6 +13,7 @@
 #include "layer_testing.h"
 #include "testing.h"
 #ifdef BN_WITH_CUDA
+#include "batchnorm.h"
 #include "conv2d/conv_bf16.h"
 #endif
 
@@ -211,8 +212,8 @@ BN_TEST(fusion_kinds_of_the_built_in_types)
 }
 
 /* Under --precision bf16 the same rules run, and each built-in hook takes only what its BF16
- * passes can do: batchnorm takes the ReLU after it and the one before it (its kernels are the
- * same in either precision), conv2d the ReLU after it (written by its bias kernel), while dense,
+ * passes can do: batchnorm takes both passes of the ReLU after it and the backward pass of the
+ * one before it (its kernels are the same in either precision), conv2d the ReLU after it (written by its bias kernel), while dense,
  * whose BF16 products have no ReLU epilogue, takes neither of its ReLUs nor the softmax head,
  * and conv2d no 2x2 max pooling. In FP32 the same network fuses all of them. */
 BN_TEST(gpu_fusion_under_bf16_takes_what_the_bf16_passes_can)
@@ -232,7 +233,7 @@ BN_TEST(gpu_fusion_under_bf16_takes_what_the_bf16_passes_can)
         const char *name;
         unsigned fp32, bf16; /* its passes (BN_FUSED_FORWARD | BN_FUSED_BACKWARD) others do */
     } want[] = {
-        {"r1", BN_FUSED_FORWARD, BN_FUSED_FORWARD}, /* bn1's normalize writes it */
+        {"r1", both, both},                         /* bn1's passes */
         {"p2", both, 0},                            /* c2's epilogues in FP32 */
         {"r3", both, both},                         /* c3's epilogue; bn3's input_grad */
         {"r4", both, 0},                            /* d1's epilogue and d2's dX product (FP32) */
@@ -265,10 +266,27 @@ BN_TEST(gpu_fusion_under_bf16_takes_what_the_bf16_passes_can)
 }
 
 #ifdef BN_WITH_CUDA
+/* Gives the backward pass of the ReLU after each batchnorm of net back to the ReLU, as the
+ * batchnorm's hook took it: the batchnorm's forward pass then stores its own output again. */
+static int relus_apart(bn_net *net)
+{
+    int n = 0;
+    for (int i = 0; i < net->num_layers; i++) {
+        bn_layer *l = net->layers[i];
+        batchnorm_priv *b = strcmp(l->ops->type, "batchnorm") == 0 ? (batchnorm_priv *)l->priv : NULL;
+        if (!b || !b->relu_back) continue;
+        b->relu_back = 0;
+        b->relu_after->gpu_fused &= ~(unsigned)(BN_FUSED_BACKWARD | BN_FUSED_NO_IN | BN_FUSED_NO_IN_GRAD);
+        n++;
+    }
+    return n;
+}
+
 /* Under bf16, net (text: a producer, then a ReLU named r reading it) set up with the
  * producer's output in y and the ReLU's in ry after one forward pass: fails unless the ReLU's
  * forward pass was taken by the producer and its output is max(y, 0) bit for bit, with both
- * signs present. */
+ * signs present. A batchnorm, which stores the ReLU's output only, is asked to store its own too
+ * (relus_apart). */
 static int relu_is_max_of_output(bn_ctx *ctx, const char *text, const char *producer, const char *what)
 {
     bn_net *net = NULL;
@@ -278,6 +296,7 @@ static int relu_is_max_of_output(bn_ctx *ctx, const char *text, const char *prod
     ctx->bf16 = 0;
     bn_layer *p = s == BN_OK ? bn_net_find_layer(net, producer) : NULL, *relu = p ? bn_net_find_layer(net, "r") : NULL;
     if (s == BN_OK && (!p || !relu)) s = bn_error(BN_ERR_INTERNAL, "no layers %s and r", producer);
+    if (s == BN_OK) relus_apart(net);
     if (s == BN_OK) s = lt_fill_normal(net, 11, 1.0, 0.0);
     if (s == BN_OK) s = bn_net_forward(net, 1);
     const size_t n = s == BN_OK ? bn_blob_count(p->out) : 0;
@@ -334,9 +353,9 @@ BN_TEST(gpu_bf16_fused_relus_are_the_max_of_their_producers_output)
 
 /* ---- a second reader's gradient part, added by the kernels that read the gradient ---- */
 
-/* A residual net in which three outputs have two readers: r0 (a ReLU whose backward pass is its
- * own), o1 (a ReLU whose backward pass its add's kernels do on a device) and d0 (a dense layer,
- * whose type adds no part). */
+/* A residual net in which three outputs have two readers: r0 (a ReLU whose backward pass its
+ * batchnorm's kernels do on a device), o1 (a ReLU whose backward pass its add's kernels do on a
+ * device) and d0 (a dense layer, whose type adds no part). */
 static const char parts_text[] = "[input]\nchannels = 2\nheight = 6\nwidth = 6\n"
                                  "[conv2d]\nname = c0\nfilters = 4\nsize = 3\npad = 1\n"
                                  "[batchnorm]\nname = b0\n[relu]\nname = r0\n"
@@ -452,6 +471,136 @@ BN_TEST(gpu_gradient_parts_added_by_their_readers_give_the_networks_sums_bits)
         for (size_t k = 0; k < sizeof sizes / sizeof sizes[0] && r == BN_PASS; k++)
             if ((r = parts_same_bits(ctx, bf16, sizes[k])) != BN_PASS)
                 printf("    %s at batch %d\n", bf16 ? "bf16" : "fp32", sizes[k]);
+    ctx->deterministic = was_deterministic;
+    return r;
+#else
+    return BN_PASS;
+#endif
+}
+
+/* ---- a batchnorm doing the backward pass of the ReLU after it ---- */
+
+/* The ReLUs r0 (two readers: its part goes to b0's kernels), r1 and r4 (one reader each, r4 a
+ * dense layer, which could mask its input gradient itself) have their backward passes done by
+ * their batchnorms; b2 feeds an add, whose kernels do o1's; b3's own output has two readers, so
+ * its part goes to b3's kernels. */
+static const char bnrelu_text[] = "[input]\nchannels = 3\nheight = 6\nwidth = 6\n"
+                                  "[conv2d]\nname = c0\nfilters = 4\nsize = 3\npad = 1\n"
+                                  "[batchnorm]\nname = b0\n[relu]\nname = r0\n"
+                                  "[conv2d]\nname = c1\nfilters = 4\nsize = 3\npad = 1\n"
+                                  "[batchnorm]\nname = b1\n[relu]\nname = r1\n"
+                                  "[conv2d]\nname = c2\nfilters = 4\nsize = 3\npad = 1\n"
+                                  "[batchnorm]\nname = b2\n"
+                                  "[add]\nname = s1\ninput = b2, r0\n[relu]\nname = o1\n"
+                                  "[batchnorm]\nname = b3\n"
+                                  "[conv2d]\nname = c3\nfilters = 4\nsize = 3\npad = 1\n"
+                                  "[add]\nname = s2\ninput = c3, b3\n[relu]\nname = o2\n"
+                                  "[batchnorm]\nname = b4\n[relu]\nname = r4\n"
+                                  "[dense]\nname = d\noutputs = 3\n[softmax_ce]\nname = loss\n";
+
+#ifdef BN_WITH_CUDA
+/* Every batchnorm of net on its two-kernel path (split) or where its channel fits, its one;
+ * returns the passes they have run so far on the one-kernel path, and on the other in *splits. */
+static long bn_paths(bn_net *net, int split, long *splits)
+{
+    long fused = 0;
+    *splits = 0;
+    for (int i = 0; i < net->num_layers; i++) {
+        if (strcmp(net->layers[i]->ops->type, "batchnorm") != 0) continue;
+        batchnorm_priv *b = (batchnorm_priv *)net->layers[i]->priv;
+        if (split >= 0) b->dev_fused = split ? -1 : 0;
+        fused += b->fused_passes;
+        *splits += b->split_passes;
+    }
+    return fused;
+}
+
+/* One training step of bnrelu_text on two nets: one as set up (the batchnorms doing their ReLUs'
+ * backward passes and adding the parts they are handed), one with the ReLUs' own backward passes
+ * and the network's sums of parts. Every parameter gradient, every input gradient and every
+ * output that both nets hold must be the same bits. */
+static int bnrelu_same_bits(bn_ctx *ctx, int bf16, int n, int split)
+{
+    const layer_case lc = {.what = "batchnorm's relus", .text = bnrelu_text, .classes = 3};
+    const uint64_t seed = lt_fresh_seed();
+    const char *what = bf16 ? "bf16" : "fp32";
+    bn_net *a, *b;
+    float *start = NULL;
+    CHECK_OK(bn_net_from_text(bnrelu_text, "bnrelu.cfg", &a));
+    CHECK_OK(bn_net_from_text(bnrelu_text, "bnrelu.cfg", &b));
+    ctx->bf16 = bf16;
+    bn_status s = bn_net_setup(a, 8, ctx, 0, seed);
+    if (s == BN_OK) s = bn_net_setup(b, 8, ctx, 0, seed);
+    ctx->bf16 = 0;
+    CHECK_OK(s);
+    const bn_layer *b0 = bn_net_find_layer(a, "b0"), *b3 = bn_net_find_layer(a, "b3");
+    const bn_layer *r0 = bn_net_find_layer(a, "r0");
+    CHECK(b0 && b3 && r0);
+    CHECK_MSG(b0->dy_part == r0->grad_parts[0] && b3->dy_part == b3->grad_parts[0],
+              "%s: the parts of r0 and b3 are not handed to b0 and b3", what);
+    const int apart = relus_apart(b);
+    unfuse_parts(b);
+    CHECK_MSG(apart == 3, "%s: %d batchnorms do their relu's backward pass, expected 3 (b0, b1, b4)", what, apart);
+    long splits0, splits;
+    const long fused0 = bn_paths(a, split, &splits0);
+    bn_paths(b, split, &splits);
+    CHECK_OK(bn_net_set_batch(a, n));
+    CHECK_OK(bn_net_set_batch(b, n));
+    for (int pass = 0; pass < 2; pass++) {
+        bn_net *net = pass ? b : a;
+        if (!bf16) CHECK_OK(gt_poison_net(net, ctx));
+        for (int i = 0; bf16 && i < net->num_layers; i++) {
+            CHECK_OK(gt_bf16_poison(net->layers[i]->out));
+            CHECK_OK(gt_bf16_poison(net->layers[i]->out_grad));
+        }
+    }
+    CHECK_OK(gt_feed(a, b, &lc, seed, &start));
+    free(start);
+    for (int pass = 0; pass < 2; pass++) {
+        bn_net *net = pass ? b : a;
+        CHECK_OK(bn_net_forward(net, 1));
+        CHECK_OK(bn_net_backward(net));
+    }
+    const long fused = bn_paths(a, -1, &splits) - fused0;
+    splits -= splits0;
+    for (int i = 0; i < a->num_layers; i++) {
+        bn_layer *la = a->layers[i], *lb = b->layers[i];
+        for (int k = 0; k < la->num_params; k++)
+            CHECK(gt_same_bits(la->params[k].grad, lb->params[k].grad, seed) == BN_PASS);
+        if (!bn_net_blob_unwritten(a, i, 0) && !bn_net_blob_unwritten(b, i, 0))
+            CHECK(gt_same_bits(la->out, lb->out, seed) == BN_PASS);
+        const int src = la->sources[0];
+        if (la->in_grad && !bn_net_blob_unwritten(a, src, 1) && !bn_net_blob_unwritten(b, src, 1))
+            CHECK(gt_same_bits(la->in_grad, lb->in_grad, seed) == BN_PASS);
+    }
+    CHECK_MSG(split ? fused == 0 && splits == 10 : splits == 0 && fused == 10,
+              "%s: %ld one-kernel and %ld two-kernel batchnorm passes, expected 10 of the %s", what, fused, splits,
+              split ? "second" : "first");
+    bn_net_free(a);
+    bn_net_free(b);
+    return BN_PASS;
+}
+#endif
+
+/* A batchnorm that does the backward pass of the ReLU after it masks the ReLU's output gradient
+ * by its own output recomputed from its input, and stores only the ReLU's output: the same bits
+ * as the ReLU's own pass over the stored output, in FP32 and bf16, on the one-kernel and the
+ * two-kernel paths, with and without a second reader's part to add. */
+BN_TEST(gpu_batchnorm_doing_its_relus_backward_pass_gives_the_relus_bits)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+#ifdef BN_WITH_CUDA
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    const int was_deterministic = ctx->deterministic, sizes[] = {8, 3};
+    ctx->deterministic = 1;
+    int r = BN_PASS;
+    for (int bf16 = 0; bf16 <= 1 && r == BN_PASS; bf16++)
+        for (int split = 0; split <= 1 && r == BN_PASS; split++)
+            for (size_t k = 0; k < sizeof sizes / sizeof sizes[0] && r == BN_PASS; k++)
+                if ((r = bnrelu_same_bits(ctx, bf16, sizes[k], split)) != BN_PASS)
+                    printf("    %s, %s path, at batch %d\n", bf16 ? "bf16" : "fp32", split ? "two-kernel" : "one-kernel",
+                           sizes[k]);
     ctx->deterministic = was_deterministic;
     return r;
 #else

@@ -33,8 +33,8 @@
  * are decided, bn_net_join_slices makes the producer's output and output gradient slices of the
  * join's (blob.h), and the join's passes skip it. Only where every kernel that reaches those
  * blobs honours a slice's stride: the producer's type says so of its passes (out_slices), of an
- * activation's forward pass done by the layer before it that layer's type (act_out_slices), and
- * a producer whose backward pass a neighbour's kernels do keeps its own blobs.
+ * activation's passes done by the layer before it that layer's type (act_out_slices), and a
+ * producer whose backward pass its consumer's kernels do keeps its own blobs.
  *
  * A blob read by two layers gets two gradients: the first reader writes the producer's output
  * gradient, the second a part of its own, and the network adds the part in before the producer's
@@ -198,9 +198,11 @@ static int may_write_slice(const bn_net *net, const bn_layer *join, int j)
         !join->out_grad || join->input_grads[j] != p->out_grad ||
         bn_blob_is_bf16(p->out) != bn_blob_is_bf16(join->out))
         return 0;
-    if (p->gpu_fused & BN_FUSED_BACKWARD) return 0; /* a neighbour's kernels read its gradient packed */
+    /* An activation whose passes the layer before it does, where that layer's kernels reach the
+     * activation's output, and its gradient where they do its backward pass, at a slice's stride. */
     if (p->gpu_fused & BN_FUSED_FORWARD)
         return p->num_inputs == 1 && p->sources[0] >= 0 && net->layers[p->sources[0]]->ops->act_out_slices;
+    if (p->gpu_fused & BN_FUSED_BACKWARD) return 0; /* a consumer's kernels read its gradient packed */
     return 1;
 }
 

@@ -245,7 +245,9 @@ struct bn_layer_ops {
                              * only through bn_blob_dev_rows_rd/wr, honouring the stride: on a device
                              * they may be slices of a channel join's output (fusion.c) */
     int act_out_slices;     /* the epilogue that writes the output of an activation whose forward
-                             * this type's fuse_gpu takes honours the stride of a slice likewise */
+                             * this type's fuse_gpu takes honours the stride of a slice likewise,
+                             * and so does a backward pass that reads that activation's output
+                             * gradient where the hook takes its backward pass too */
     int joins_slices;       /* its output is its inputs' channels one input after the other per
                              * example: an input whose producer can write a slice of it (out_slices)
                              * becomes that slice on a device, and the type's passes skip such an

@@ -185,7 +185,7 @@ void bn_net_fuse_grad_parts(bn_net *net);
 
 /* Channel joins without copies (fusion.c): on a device, after bn_net_fuse, each input of a
  * joins_slices layer whose producer writes nothing else and can write a slice (out_slices, and
- * act_out_slices for the layer whose kernels do its forward) has its output and output gradient
+ * act_out_slices for the layer whose kernels do its passes) has its output and output gradient
  * replaced by slices of the join's, so that it writes its part in place and reads its gradient
  * where the join's consumers left it. The producer's own blobs are freed. */
 bn_status bn_net_join_slices(bn_net *net);

@@ -67,13 +67,14 @@ template <typename T, int N> static __device__ __forceinline__ void bn_st_n(T *p
     else bn_st_pack(p, v);
 }
 
-/* A layer's N outputs v at y[at], and where relu_y is not NULL a fused ReLU's, max(v, 0), at
- * relu_y[relu_at] too (at itself where the ReLU's output is packed like y; further on where it is
- * a slice of a channel join's output, blob.h); v is clamped in place. */
+/* A layer's N outputs v at y[at] (unless y is NULL: a layer whose output only the fused ReLU
+ * reads, and which does that ReLU's backward pass too), and where relu_y is not NULL a fused
+ * ReLU's, max(v, 0), at relu_y[relu_at] (at itself where the ReLU's output is packed like y;
+ * further on where it is a slice of a channel join's output, blob.h); v is clamped in place. */
 template <typename T, int N>
 static __device__ __forceinline__ void bn_st_n_relu(T *y, T *relu_y, size_t at, size_t relu_at, float *v)
 {
-    bn_st_n<T, N>(&y[at], v);
+    if (y) bn_st_n<T, N>(&y[at], v);
     if (!relu_y) return;
 #pragma unroll
     for (int k = 0; k < N; k++) v[k] = v[k] > 0.0f ? v[k] : 0.0f;
