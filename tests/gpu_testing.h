@@ -116,4 +116,9 @@ int gt_run_case(const layer_case *lc);
 /* Fails unless the two blobs' current elements are bit for bit the same. */
 int gt_same_bits(bn_blob *a, bn_blob *b, uint64_t seed);
 
+/* Gives the backward pass of the ReLU after each batchnorm of net that took it (on a device)
+ * back to the ReLU, so that the batchnorm stores its own output again, as a test that reads
+ * that output needs; returns how many it gave back. */
+int gt_bn_relus_apart(bn_net *net);
+
 #endif

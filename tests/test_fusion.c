@@ -266,27 +266,11 @@ BN_TEST(gpu_fusion_under_bf16_takes_what_the_bf16_passes_can)
 }
 
 #ifdef BN_WITH_CUDA
-/* Gives the backward pass of the ReLU after each batchnorm of net back to the ReLU, as the
- * batchnorm's hook took it: the batchnorm's forward pass then stores its own output again. */
-static int relus_apart(bn_net *net)
-{
-    int n = 0;
-    for (int i = 0; i < net->num_layers; i++) {
-        bn_layer *l = net->layers[i];
-        batchnorm_priv *b = strcmp(l->ops->type, "batchnorm") == 0 ? (batchnorm_priv *)l->priv : NULL;
-        if (!b || !b->relu_back) continue;
-        b->relu_back = 0;
-        b->relu_after->gpu_fused &= ~(unsigned)(BN_FUSED_BACKWARD | BN_FUSED_NO_IN | BN_FUSED_NO_IN_GRAD);
-        n++;
-    }
-    return n;
-}
-
 /* Under bf16, net (text: a producer, then a ReLU named r reading it) set up with the
  * producer's output in y and the ReLU's in ry after one forward pass: fails unless the ReLU's
  * forward pass was taken by the producer and its output is max(y, 0) bit for bit, with both
  * signs present. A batchnorm, which stores the ReLU's output only, is asked to store its own too
- * (relus_apart). */
+ * (gt_bn_relus_apart). */
 static int relu_is_max_of_output(bn_ctx *ctx, const char *text, const char *producer, const char *what)
 {
     bn_net *net = NULL;
@@ -296,7 +280,7 @@ static int relu_is_max_of_output(bn_ctx *ctx, const char *text, const char *prod
     ctx->bf16 = 0;
     bn_layer *p = s == BN_OK ? bn_net_find_layer(net, producer) : NULL, *relu = p ? bn_net_find_layer(net, "r") : NULL;
     if (s == BN_OK && (!p || !relu)) s = bn_error(BN_ERR_INTERNAL, "no layers %s and r", producer);
-    if (s == BN_OK) relus_apart(net);
+    if (s == BN_OK) gt_bn_relus_apart(net);
     if (s == BN_OK) s = lt_fill_normal(net, 11, 1.0, 0.0);
     if (s == BN_OK) s = bn_net_forward(net, 1);
     const size_t n = s == BN_OK ? bn_blob_count(p->out) : 0;
@@ -480,10 +464,10 @@ BN_TEST(gpu_gradient_parts_added_by_their_readers_give_the_networks_sums_bits)
 
 /* ---- a batchnorm doing the backward pass of the ReLU after it ---- */
 
-/* The ReLUs r0 (two readers: its part goes to b0's kernels), r1 and r4 (one reader each, r4 a
- * dense layer, which could mask its input gradient itself) have their backward passes done by
- * their batchnorms; b2 feeds an add, whose kernels do o1's; b3's own output has two readers, so
- * its part goes to b3's kernels. */
+/* The ReLUs r0 (two readers: its part goes to b0's kernels), r1 and r4 (one reader each; r4's a
+ * channel join, of whose output r4's becomes a slice, so that b4 reads r4's gradient at the
+ * join's stride) have their backward passes done by their batchnorms; b2 feeds an add, whose
+ * kernels do o1's; b3's own output has two readers, so its part goes to b3's kernels. */
 static const char bnrelu_text[] = "[input]\nchannels = 3\nheight = 6\nwidth = 6\n"
                                   "[conv2d]\nname = c0\nfilters = 4\nsize = 3\npad = 1\n"
                                   "[batchnorm]\nname = b0\n[relu]\nname = r0\n"
@@ -496,6 +480,8 @@ static const char bnrelu_text[] = "[input]\nchannels = 3\nheight = 6\nwidth = 6\
                                   "[conv2d]\nname = c3\nfilters = 4\nsize = 3\npad = 1\n"
                                   "[add]\nname = s2\ninput = c3, b3\n[relu]\nname = o2\n"
                                   "[batchnorm]\nname = b4\n[relu]\nname = r4\n"
+                                  "[avgpool]\nname = u\nsize = 1\ninput = o2\n"
+                                  "[concat]\nname = j\ninput = r4, u\n"
                                   "[dense]\nname = d\noutputs = 3\n[softmax_ce]\nname = loss\n";
 
 #ifdef BN_WITH_CUDA
@@ -534,11 +520,12 @@ static int bnrelu_same_bits(bn_ctx *ctx, int bf16, int n, int split)
     ctx->bf16 = 0;
     CHECK_OK(s);
     const bn_layer *b0 = bn_net_find_layer(a, "b0"), *b3 = bn_net_find_layer(a, "b3");
-    const bn_layer *r0 = bn_net_find_layer(a, "r0");
-    CHECK(b0 && b3 && r0);
+    const bn_layer *r0 = bn_net_find_layer(a, "r0"), *r4 = bn_net_find_layer(a, "r4");
+    CHECK(b0 && b3 && r0 && r4);
+    CHECK_MSG(bn_blob_is_slice(r4->out) && bn_blob_is_slice(r4->out_grad), "%s: r4 is not a slice of j", what);
     CHECK_MSG(b0->dy_part == r0->grad_parts[0] && b3->dy_part == b3->grad_parts[0],
               "%s: the parts of r0 and b3 are not handed to b0 and b3", what);
-    const int apart = relus_apart(b);
+    const int apart = gt_bn_relus_apart(b);
     unfuse_parts(b);
     CHECK_MSG(apart == 3, "%s: %d batchnorms do their relu's backward pass, expected 3 (b0, b1, b4)", what, apart);
     long splits0, splits;

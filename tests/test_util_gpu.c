@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "batchnorm.h"
 #include "conv2d/conv2d.h"
 #ifdef BN_WITH_CUDA
 #include "conv2d/conv_rows.h"
@@ -447,4 +448,18 @@ int gt_same_bits(bn_blob *a, bn_blob *b, uint64_t seed)
     CHECK_MSG(memcmp(x, y, bn_blob_count(a) * sizeof *x) == 0, "%s differs between two identical passes (seed %llu)",
               a->name, (unsigned long long)seed);
     return BN_PASS;
+}
+
+int gt_bn_relus_apart(bn_net *net)
+{
+    int n = 0;
+    for (int i = 0; i < net->num_layers; i++) {
+        bn_layer *l = net->layers[i];
+        batchnorm_priv *b = strcmp(l->ops->type, "batchnorm") == 0 ? (batchnorm_priv *)l->priv : NULL;
+        if (!b || !b->relu_back) continue;
+        b->relu_back = 0;
+        b->relu_after->gpu_fused &= ~(unsigned)(BN_FUSED_BACKWARD | BN_FUSED_NO_IN | BN_FUSED_NO_IN_GRAD);
+        n++;
+    }
+    return n;
 }
