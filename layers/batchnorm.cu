@@ -368,8 +368,9 @@ template <typename T> struct bn_args {
  * the sums and the outputs; at small batches those fixed costs were most of the layer's time.
  * Pack q of the channel is the thread's k-th where q = threadIdx.x + FUSED_THREADS * (rank +
  * ranks * k), its example and offset divided out once and then stepped (as in partial_sums).
- * Hopper's clusters (sm_90); launch_fused runs it only where the device has them. */
-template <typename T, int N, int R, bool BACK>
+ * XB (backward only): the pass may have extras (bn_args.relu_back, dy_part, dy_gap); without it
+ * they are ignored. Hopper's clusters (sm_90); launch_fused runs it only where the device has them. */
+template <typename T, int N, int R, bool BACK, bool XB>
 static __global__ void __launch_bounds__(FUSED_THREADS)
     fused_pass(bn_geometry g, bn_args<T> a, float *stats, bn_finish f)
 {
@@ -393,7 +394,7 @@ static __global__ void __launch_bounds__(FUSED_THREADS)
 #pragma unroll
     for (int k = 0; k < R; k++) {
         const unsigned q = first + step * k;
-        const size_t at = (size_t)e * estride + cbase + (size_t)o * N, dy_at = at + (size_t)e * a.dy_gap;
+        const size_t at = (size_t)e * estride + cbase + (size_t)o * N, dy_at = XB ? at + (size_t)e * a.dy_gap : at;
         e += de;
         o += dq;
         if (o >= row) o -= row, e++;
@@ -405,9 +406,24 @@ static __global__ void __launch_bounds__(FUSED_THREADS)
         }
         if (q >= packs) continue;
         bn_ld_n<T, N>(&a.x[at], xv[k]);
-        if (BACK) bn_ld_grad_n<T, N>(a.dy, a.dy_part, dy_at, gv[k]);
+        if (BACK) bn_ld_n<T, N>(&a.dy[dy_at], gv[k]);
     }
-    if (BACK && a.relu_back.bias) {
+    /* A second reader's part (with a whole dy only, so at its packs' places), after every load of
+     * dy: a test between the loads had the compiler wait on each before the next. */
+    if (XB && a.dy_part) {
+        e = e0;
+        o = o0;
+#pragma unroll
+        for (int k = 0; k < R; k++) {
+            const unsigned q = first + step * k;
+            const size_t at = (size_t)e * estride + cbase + (size_t)o * N;
+            e += de;
+            o += dq;
+            if (o >= row) o -= row, e++;
+            if (q < packs) bn_add_part_n<T, N>(a.dy_part, at, gv[k]);
+        }
+    }
+    if (XB && a.relu_back.bias) {
         float r_scale, r_shift;
         relu_back_params(a.relu_back, stats, c, &r_scale, &r_shift);
 #pragma unroll
@@ -482,7 +498,7 @@ static bool fused_shape(long packs, int N, int *r, int *ranks)
     return false;
 }
 
-template <typename T, int N, int R, bool BACK>
+template <typename T, int N, int R, bool BACK, bool XB>
 static cudaError_t launch_fused_as(int ranks, const bn_geometry &g, const bn_args<T> &a, float *stats,
                                    const bn_finish &f, cudaStream_t s)
 {
@@ -497,7 +513,7 @@ static cudaError_t launch_fused_as(int ranks, const bn_geometry &g, const bn_arg
     cfg.stream = s;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, fused_pass<T, N, R, BACK>, g, a, stats, f);
+    return cudaLaunchKernelEx(&cfg, fused_pass<T, N, R, BACK, XB>, g, a, stats, f);
 }
 
 /* Queues the fused pass where the device has clusters and the channel fits; false where the
@@ -516,8 +532,13 @@ static bool launch_fused(batchnorm_priv *b, const bn_pass *p, const bn_geometry 
     }
     if (b->dev_fused < 0 || g.channels > 65535 || !fused_shape(g.count / N, N, &r, &ranks)) return false;
     cudaError_t e = cudaErrorInvalidValue;
-    if (r == 8 / N) e = launch_fused_as<T, N, 8 / N, BACK>(ranks, g, a, stats, f, s);
-    else e = launch_fused_as<T, N, N == 1 ? 16 : 32 / N, BACK>(ranks, g, a, stats, f, s);
+    /* The backward pass's extras (a ReLU after it, a part, a sliced dy) in a kernel of their own:
+     * in the plain one they cost bf16's 4-pack pass 3 us of 17 even where none was given. */
+    const bool xb = BACK && (a.relu_back.bias || a.dy_part || a.dy_gap);
+    if (r == 8 / N && xb) e = launch_fused_as<T, N, 8 / N, BACK, BACK>(ranks, g, a, stats, f, s);
+    else if (r == 8 / N) e = launch_fused_as<T, N, 8 / N, BACK, false>(ranks, g, a, stats, f, s);
+    else if (xb) e = launch_fused_as<T, N, N == 1 ? 16 : 32 / N, BACK, BACK>(ranks, g, a, stats, f, s);
+    else e = launch_fused_as<T, N, N == 1 ? 16 : 32 / N, BACK, false>(ranks, g, a, stats, f, s);
     if (e != cudaSuccess) {
         cudaGetLastError();
         b->dev_fused = -2;

@@ -22,19 +22,26 @@ static __global__ void bn_add_into_kernel(T *__restrict__ dst, const T *__restri
     }
 }
 
-/* An output gradient's N values at dy + at, plus those at part + at where part is not NULL (a
- * second reader's part that the network left to the kernel reading the gradient: bn_pass.dy_part),
- * the sum rounded to T as bn_add_into_kernel would store it: the same values either way. */
+/* g (an output gradient's N values) plus a second reader's part at part + at (the part that the
+ * network left to the kernel reading the gradient: bn_pass.dy_part), the sum rounded to T as
+ * bn_add_into_kernel would store it: the same values either way. */
+template <typename T, int N>
+static __device__ __forceinline__ void bn_add_part_n(const T *__restrict__ part, size_t at, float *g)
+{
+    float v[N];
+    bn_ld_n<T, N>(&part[at], v);
+#pragma unroll
+    for (int k = 0; k < N; k++) g[k] = bn_rounded(part, __fadd_rn(g[k], v[k]));
+}
+
+/* An output gradient's N values at dy + at, plus those at part + at where part is not NULL
+ * (bn_add_part_n). */
 template <typename T, int N>
 static __device__ __forceinline__ void bn_ld_grad_n(const T *__restrict__ dy, const T *__restrict__ part, size_t at,
                                                     float *g)
 {
     bn_ld_n<T, N>(&dy[at], g);
-    if (!part) return;
-    float v[N];
-    bn_ld_n<T, N>(&part[at], v);
-#pragma unroll
-    for (int k = 0; k < N; k++) g[k] = bn_rounded(dy, __fadd_rn(g[k], v[k]));
+    if (part) bn_add_part_n<T, N>(part, at, g);
 }
 
 /* Queues dst += src on s. */
