@@ -16,6 +16,11 @@
  * per channel: mean, 1 / sqrt(var + eps), and in backward the means of dy and dy * xhat; then an
  * arrival counter per channel, zero between launches.
  *
+ * A ReLU after the layer (bn_batchnorm_fuse_relu) has both its passes done here: the forward
+ * pass stores the ReLU's output and not the layer's, and the backward pass reads the ReLU's output
+ * gradient, kept where the layer's output, recomputed from x as the forward pass computed and
+ * rounded it, is above 0 (relu_after_grad_n): the ReLU's own mask, without its pass.
+ *
  * Under --precision bf16 the data (x, y, dy, dx) is BF16 and the same kernels read it (element
  * type T, gpu/typed.cuh); the sums, the statistics, the running averages, the parameters (their
  * FP32 master copy) and their gradients stay as in FP32, and each output element is rounded to
