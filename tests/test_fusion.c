@@ -388,6 +388,42 @@ static void unfuse_parts(bn_net *net)
     }
 }
 
+/* One training step of a and b, set up alike, their blobs poisoned first (NaN in FP32, through the
+ * host copies under bf16) and fed alike from lc's data at seed: every parameter gradient, every
+ * layer's input gradient that both nets hold whole and, with outputs, every output that both
+ * write must be the same bits. */
+static int step_same_bits(bn_ctx *ctx, bn_net *a, bn_net *b, const layer_case *lc, int bf16, uint64_t seed,
+                          int outputs)
+{
+    float *start = NULL;
+    for (int pass = 0; pass < 2; pass++) {
+        bn_net *net = pass ? b : a;
+        if (!bf16) CHECK_OK(gt_poison_net(net, ctx));
+        for (int i = 0; bf16 && i < net->num_layers; i++) {
+            CHECK_OK(gt_bf16_poison(net->layers[i]->out));
+            CHECK_OK(gt_bf16_poison(net->layers[i]->out_grad));
+        }
+    }
+    CHECK_OK(gt_feed(a, b, lc, seed, &start));
+    free(start);
+    for (int pass = 0; pass < 2; pass++) {
+        bn_net *net = pass ? b : a;
+        CHECK_OK(bn_net_forward(net, 1));
+        CHECK_OK(bn_net_backward(net));
+    }
+    for (int i = 0; i < a->num_layers; i++) {
+        bn_layer *la = a->layers[i], *lb = b->layers[i];
+        for (int k = 0; k < la->num_params; k++)
+            CHECK(gt_same_bits(la->params[k].grad, lb->params[k].grad, seed) == BN_PASS);
+        if (outputs && !bn_net_blob_unwritten(a, i, 0) && !bn_net_blob_unwritten(b, i, 0))
+            CHECK(gt_same_bits(la->out, lb->out, seed) == BN_PASS);
+        const int src = la->sources[0];
+        if (la->in_grad && !bn_net_blob_unwritten(a, src, 1) && !bn_net_blob_unwritten(b, src, 1))
+            CHECK(gt_same_bits(la->in_grad, lb->in_grad, seed) == BN_PASS);
+    }
+    return BN_PASS;
+}
+
 /* One training step of parts_text on two nets, one with its parts added by the kernels that read
  * them and one with the network's sums, in precision bf16 or FP32: every parameter gradient, and
  * every layer's input gradient that both nets hold whole, must be the same bits. */
@@ -396,7 +432,6 @@ static int parts_same_bits(bn_ctx *ctx, int bf16, int n)
     const layer_case lc = {.what = "gradient parts", .text = parts_text, .classes = 3};
     const uint64_t seed = lt_fresh_seed();
     bn_net *a, *b;
-    float *start = NULL;
     CHECK_OK(bn_net_from_text(parts_text, "parts.cfg", &a));
     CHECK_OK(bn_net_from_text(parts_text, "parts.cfg", &b));
     ctx->bf16 = bf16;
@@ -411,29 +446,7 @@ static int parts_same_bits(bn_ctx *ctx, int bf16, int n)
               bf16 ? "bf16" : "fp32", summed);
     CHECK_OK(bn_net_set_batch(a, n));
     CHECK_OK(bn_net_set_batch(b, n));
-    for (int pass = 0; pass < 2; pass++) {
-        bn_net *net = pass ? b : a;
-        if (!bf16) CHECK_OK(gt_poison_net(net, ctx));
-        for (int i = 0; bf16 && i < net->num_layers; i++) {
-            CHECK_OK(gt_bf16_poison(net->layers[i]->out));
-            CHECK_OK(gt_bf16_poison(net->layers[i]->out_grad));
-        }
-    }
-    CHECK_OK(gt_feed(a, b, &lc, seed, &start));
-    free(start);
-    for (int pass = 0; pass < 2; pass++) {
-        bn_net *net = pass ? b : a;
-        CHECK_OK(bn_net_forward(net, 1));
-        CHECK_OK(bn_net_backward(net));
-    }
-    for (int i = 0; i < a->num_layers; i++) {
-        bn_layer *la = a->layers[i], *lb = b->layers[i];
-        for (int k = 0; k < la->num_params; k++)
-            CHECK(gt_same_bits(la->params[k].grad, lb->params[k].grad, seed) == BN_PASS);
-        const int src = la->sources[0];
-        if (la->in_grad && !bn_net_blob_unwritten(a, src, 1) && !bn_net_blob_unwritten(b, src, 1))
-            CHECK(gt_same_bits(la->in_grad, lb->in_grad, seed) == BN_PASS);
-    }
+    CHECK(step_same_bits(ctx, a, b, &lc, bf16, seed, 0) == BN_PASS);
     bn_net_free(a);
     bn_net_free(b);
     return BN_PASS;
@@ -511,7 +524,6 @@ static int bnrelu_same_bits(bn_ctx *ctx, int bf16, int n, int split)
     const uint64_t seed = lt_fresh_seed();
     const char *what = bf16 ? "bf16" : "fp32";
     bn_net *a, *b;
-    float *start = NULL;
     CHECK_OK(bn_net_from_text(bnrelu_text, "bnrelu.cfg", &a));
     CHECK_OK(bn_net_from_text(bnrelu_text, "bnrelu.cfg", &b));
     ctx->bf16 = bf16;
@@ -533,33 +545,9 @@ static int bnrelu_same_bits(bn_ctx *ctx, int bf16, int n, int split)
     bn_paths(b, split, &splits);
     CHECK_OK(bn_net_set_batch(a, n));
     CHECK_OK(bn_net_set_batch(b, n));
-    for (int pass = 0; pass < 2; pass++) {
-        bn_net *net = pass ? b : a;
-        if (!bf16) CHECK_OK(gt_poison_net(net, ctx));
-        for (int i = 0; bf16 && i < net->num_layers; i++) {
-            CHECK_OK(gt_bf16_poison(net->layers[i]->out));
-            CHECK_OK(gt_bf16_poison(net->layers[i]->out_grad));
-        }
-    }
-    CHECK_OK(gt_feed(a, b, &lc, seed, &start));
-    free(start);
-    for (int pass = 0; pass < 2; pass++) {
-        bn_net *net = pass ? b : a;
-        CHECK_OK(bn_net_forward(net, 1));
-        CHECK_OK(bn_net_backward(net));
-    }
+    CHECK(step_same_bits(ctx, a, b, &lc, bf16, seed, 1) == BN_PASS);
     const long fused = bn_paths(a, -1, &splits) - fused0;
     splits -= splits0;
-    for (int i = 0; i < a->num_layers; i++) {
-        bn_layer *la = a->layers[i], *lb = b->layers[i];
-        for (int k = 0; k < la->num_params; k++)
-            CHECK(gt_same_bits(la->params[k].grad, lb->params[k].grad, seed) == BN_PASS);
-        if (!bn_net_blob_unwritten(a, i, 0) && !bn_net_blob_unwritten(b, i, 0))
-            CHECK(gt_same_bits(la->out, lb->out, seed) == BN_PASS);
-        const int src = la->sources[0];
-        if (la->in_grad && !bn_net_blob_unwritten(a, src, 1) && !bn_net_blob_unwritten(b, src, 1))
-            CHECK(gt_same_bits(la->in_grad, lb->in_grad, seed) == BN_PASS);
-    }
     CHECK_MSG(split ? fused == 0 && splits == 10 : splits == 0 && fused == 10,
               "%s: %ld one-kernel and %ld two-kernel batchnorm passes, expected 10 of the %s", what, fused, splits,
               split ? "second" : "first");
