@@ -580,8 +580,8 @@ static bn_status queue_backward(batchnorm_priv *b, const bn_pass *p, const bn_ge
     const bn_finish f = {arrivals_of(b, stats), stats, NULL, NULL, 0.0, 0.0, a.dw, a.db, b->trained};
     if (launch_fused<T, N, true>(b, p, g, a, stats, f, s)) return BN_OK;
     b->split_passes++;
-    partial_sums<T, N, I><<<dim3(g.parts, g.channels), THREADS, 0, s>>>(g, a.x, a.dy, a.dy_part, a.dy_gap, stats, a.relu_back,
-                                                                        b->dev_sums, f);
+    partial_sums<T, N, I><<<dim3(g.parts, g.channels), THREADS, 0, s>>>(g, a.x, a.dy, a.dy_part, a.dy_gap, stats,
+                                                                        a.relu_back, b->dev_sums, f);
     BN_CUDA_LAUNCH();
     if (!a.dx) return BN_OK;
     input_grad<T, N, I><<<bn_grid_stride_blocks(total / N), THREADS, 0, s>>>(

@@ -201,15 +201,16 @@ BN_TEST(gpu_layer_relu_fused_between_dense_layers_matches_cpu)
 /* ReLU layers fused into convolutions run by cuDNN and into batchnorm layers (fuse_gpu): a's
  * forward writes ra's output from cuDNN's bias kernel; bn does both of rb's passes (and stores
  * rb's output, not its own), bn2 writes rc's input gradient (rc's forward stays its own, after a
- * tanh). A convolution leaves a ReLU's backward pass to the ReLU (ra's here). Every blob still matches the CPU, on cuDNN's legacy
- * algorithms; then a convolution and ReLU pair under --tf32 on cuDNN's graph engines, forced, at
- * the shapes of gpu_layer_conv2d_cudnn_graph_tf32_stays_near_cpu, on the coarse grid of
- * grid_params: with random data, TF32 products move an output lying within ~1e-3 of zero to the
- * other side of it, the ReLU's mask then differs from the CPU's and passes or stops a whole
- * gradient (one such element in 400,000 failed this test by 0.43 of the gradient's scale); on
- * the grid both sides compute every output exactly. The tanh layers keep the biases
- * before a batchnorm out of rounding noise (see batchnorm_case), and a convolution between the
- * two batchnorms keeps bn's gradients from the cancellation of two normalizations in a row. */
+ * tanh). A convolution leaves a ReLU's backward pass to the ReLU (ra's here). Every blob still
+ * matches the CPU, on cuDNN's legacy algorithms; then a convolution and ReLU pair under --tf32 on
+ * cuDNN's graph engines, forced, at the shapes of
+ * gpu_layer_conv2d_cudnn_graph_tf32_stays_near_cpu, on the coarse grid of grid_params: with
+ * random data, TF32 products move an output lying within ~1e-3 of zero to the other side of it,
+ * the ReLU's mask then differs from the CPU's and passes or stops a whole gradient (one such
+ * element in 400,000 failed this test by 0.43 of the gradient's scale); on the grid both sides
+ * compute every output exactly. The tanh layers keep the biases before a batchnorm out of
+ * rounding noise (see batchnorm_case), and a convolution between the two batchnorms keeps bn's
+ * gradients from the cancellation of two normalizations in a row. */
 BN_TEST(gpu_layer_relu_fused_into_conv2d_and_batchnorm_matches_cpu)
 {
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");

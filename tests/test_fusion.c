@@ -213,9 +213,10 @@ BN_TEST(fusion_kinds_of_the_built_in_types)
 
 /* Under --precision bf16 the same rules run, and each built-in hook takes only what its BF16
  * passes can do: batchnorm takes both passes of the ReLU after it and the backward pass of the
- * one before it (its kernels are the same in either precision), conv2d the ReLU after it (written by its bias kernel), while dense,
- * whose BF16 products have no ReLU epilogue, takes neither of its ReLUs nor the softmax head,
- * and conv2d no 2x2 max pooling. In FP32 the same network fuses all of them. */
+ * one before it (its kernels are the same in either precision), conv2d the ReLU after it
+ * (written by its bias kernel), while dense, whose BF16 products have no ReLU epilogue, takes
+ * neither of its ReLUs nor the softmax head, and conv2d no 2x2 max pooling. In FP32 the same
+ * network fuses all of them. */
 BN_TEST(gpu_fusion_under_bf16_takes_what_the_bf16_passes_can)
 {
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
@@ -574,8 +575,8 @@ BN_TEST(gpu_batchnorm_doing_its_relus_backward_pass_gives_the_relus_bits)
         for (int split = 0; split <= 1 && r == BN_PASS; split++)
             for (size_t k = 0; k < sizeof sizes / sizeof sizes[0] && r == BN_PASS; k++)
                 if ((r = bnrelu_same_bits(ctx, bf16, sizes[k], split)) != BN_PASS)
-                    printf("    %s, %s path, at batch %d\n", bf16 ? "bf16" : "fp32", split ? "two-kernel" : "one-kernel",
-                           sizes[k]);
+                    printf("    %s, %s path, at batch %d\n", bf16 ? "bf16" : "fp32",
+                           split ? "two-kernel" : "one-kernel", sizes[k]);
     ctx->deterministic = was_deterministic;
     return r;
 #else
