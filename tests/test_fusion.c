@@ -77,9 +77,24 @@ static const bn_layer_ops takesnone_ops = {
     .fuse_gpu = take_activation,
 };
 
+/* For the slice rule: an activation that reaches its blobs at a slice's stride, and a layer whose
+ * kernels would write such an activation's output, and read its gradient, at that stride. */
+static const bn_layer_ops sliceact_ops = {
+    .type = "sliceact", .help = "test only: declared a ReLU, honours slices", .setup = same_shape,
+    .forward_cpu = nothing, .backward_cpu = nothing, .forward_gpu = nothing, .backward_gpu = nothing,
+    .absorbable_as = BN_ABSORB_RELU, .out_slices = 1,
+};
+
+static const bn_layer_ops slicetaker_ops = {
+    .type = "slicetaker", .help = "test only: reaches an activation's blobs at their stride", .setup = same_shape,
+    .forward_cpu = nothing, .backward_cpu = nothing, .forward_gpu = nothing, .backward_gpu = nothing,
+    .act_out_slices = 1,
+};
+
 static bn_status fusion_net(const char *layers, bn_net **net)
 {
-    const bn_layer_ops *const types[] = {&fusetest_ops, &actlike_ops, &plainact_ops, &takesnone_ops};
+    const bn_layer_ops *const types[] = {&fusetest_ops, &actlike_ops,   &plainact_ops,
+                                         &takesnone_ops, &sliceact_ops, &slicetaker_ops};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         bn_status s = bn_register_layer(types[i]);
         if (s != BN_OK && bn_find_layer(types[i]->type) != types[i]) return s;
@@ -185,6 +200,47 @@ BN_TEST(fusion_asks_only_a_layer_that_takes_the_kind)
     return BN_PASS;
 }
 
+/* An activation feeding a channel join becomes a slice of the join's output only where every pass
+ * that reaches its blobs honours the stride: its own passes (out_slices), and where the layer
+ * before it does its forward pass, or both (the passes' bits set by hand here as that layer's
+ * hook would), that layer's (act_out_slices); a backward pass done by the consumer's kernels
+ * alone keeps its blobs whole. */
+BN_TEST(fusion_slices_an_activation_where_the_layer_doing_its_passes_honours_the_stride)
+{
+    static const struct {
+        unsigned fused;
+        const char *producer;
+        int sliced;
+    } cases[] = {
+        {0, "fusetest", 1},
+        {BN_FUSED_FORWARD, "slicetaker", 1},
+        {BN_FUSED_FORWARD, "fusetest", 0},
+        {BN_FUSED_FORWARD | BN_FUSED_BACKWARD, "slicetaker", 1},
+        {BN_FUSED_FORWARD | BN_FUSED_BACKWARD, "fusetest", 0},
+        {BN_FUSED_BACKWARD, "slicetaker", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[512];
+        snprintf(text, sizeof text,
+                 "[%s]\nname = p\n[sliceact]\nname = a\n[plainact]\nname = u\ninput = input\n"
+                 "[concat]\nname = j\ninput = a, u\n[dense]\nname = d\noutputs = 2\n[softmax_ce]\nname = loss\n",
+                 cases[i].producer);
+        bn_net *net;
+        CHECK_OK(fusion_net(text, &net));
+        bn_layer *a = bn_net_find_layer(net, "a");
+        CHECK(a && !bn_blob_is_slice(a->out));
+        a->gpu_fused = cases[i].fused;
+        bn_status s = bn_net_join_slices(net);
+        const int sliced = bn_blob_is_slice(a->out), grad = bn_blob_is_slice(a->out_grad);
+        bn_net_free(net);
+        CHECK_OK(s);
+        CHECK_MSG(sliced == cases[i].sliced && grad == sliced,
+                  "case %zu (passes %u done by a %s): the output is %sa slice, the gradient %sa slice", i,
+                  cases[i].fused, cases[i].producer, sliced ? "" : "not ", grad ? "" : "not ");
+    }
+    return BN_PASS;
+}
+
 BN_TEST(fusion_kinds_of_the_built_in_types)
 {
     /* What each built-in type declares; every type not listed declares nothing. These decide
@@ -200,7 +256,9 @@ BN_TEST(fusion_kinds_of_the_built_in_types)
     int listed = 0;
     for (int i = 0; i < bn_layer_type_count(); i++) {
         const bn_layer_ops *ops = bn_layer_type_at(i);
-        if (ops == &fusetest_ops || ops == &actlike_ops || ops == &plainact_ops || ops == &takesnone_ops) continue;
+        if (ops == &fusetest_ops || ops == &actlike_ops || ops == &plainact_ops || ops == &takesnone_ops ||
+            ops == &sliceact_ops || ops == &slicetaker_ops)
+            continue;
         unsigned as = 0, takes = 0;
         for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
             if (strcmp(kinds[k].type, ops->type) == 0) as = kinds[k].absorbable_as, takes = kinds[k].absorbs, listed++;
@@ -478,6 +536,7 @@ BN_TEST(gpu_gradient_parts_added_by_their_readers_give_the_networks_sums_bits)
 
 /* ---- a batchnorm doing the backward pass of the ReLU after it ---- */
 
+#ifdef BN_WITH_CUDA
 /* The ReLUs r0 (two readers: its part goes to b0's kernels), r1 and r4 (one reader each; r4's a
  * channel join, of whose output r4's becomes a slice, so that b4 reads r4's gradient at the
  * join's stride) have their backward passes done by their batchnorms; b2 feeds an add, whose
@@ -498,7 +557,6 @@ static const char bnrelu_text[] = "[input]\nchannels = 3\nheight = 6\nwidth = 6\
                                   "[concat]\nname = j\ninput = r4, u\n"
                                   "[dense]\nname = d\noutputs = 3\n[softmax_ce]\nname = loss\n";
 
-#ifdef BN_WITH_CUDA
 /* Every batchnorm of net on its two-kernel path (split) or where its channel fits, its one;
  * returns the passes they have run so far on the one-kernel path, and on the other in *splits. */
 static long bn_paths(bn_net *net, int split, long *splits)
