@@ -103,7 +103,20 @@ static __device__ __forceinline__ void add_sums(const float *xv, const float *gv
     }
 }
 
-/* y = x * scale + shift, scale = weight / std and shift = bias - mean * scale. */
+/* A channel's normalization as y = x * scale + shift: scale = weight / std and shift = bias -
+ * mean * scale, in rounded operations. Every pass takes them from here, so that a backward pass
+ * that recomputes y (relu_after_grad_n) gets the bits the forward pass stored. */
+static __device__ __forceinline__ float channel_scale(float w, float inv_std)
+{
+    return __fmul_rn(w, inv_std);
+}
+
+static __device__ __forceinline__ float channel_shift(float bias, float mean, float scale)
+{
+    return __fsub_rn(bias, __fmul_rn(mean, scale));
+}
+
+/* y = x * scale + shift (channel_scale, channel_shift). */
 template <int N> static __device__ __forceinline__ void normalize_n(float *v, float scale, float shift)
 {
 #pragma unroll
@@ -196,8 +209,8 @@ typedef struct bn_relu_back {
 static __device__ __forceinline__ void relu_back_params(const bn_relu_back &r, const float *stats, int c,
                                                         float *scale, float *shift)
 {
-    *scale = __fmul_rn(r.w[c], stats[4 * c + 1]);
-    *shift = __fsub_rn(r.bias[c], __fmul_rn(stats[4 * c], *scale));
+    *scale = channel_scale(r.w[c], stats[4 * c + 1]);
+    *shift = channel_shift(r.bias[c], stats[4 * c], *scale);
 }
 
 /* The per-element kernels work on packs of N elements (N = 1, or bn_pack<T>::N: 16 bytes, where
@@ -277,8 +290,8 @@ static __global__ void normalize(bn_geometry g, I packs, const T *__restrict__ x
     for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < packs; i += stride) {
         const I plane = i / row, e = plane / (I)g.channels;
         const int c = (int)(plane - e * (I)g.channels);
-        const float scale = __fmul_rn(w[c], stats[4 * c + 1]);
-        const float shift = __fsub_rn(b[c], __fmul_rn(stats[4 * c], scale));
+        const float scale = channel_scale(w[c], stats[4 * c + 1]);
+        const float shift = channel_shift(b[c], stats[4 * c], scale);
         float v[N];
         bn_ld_n<T, N>(&x[(size_t)i * N], v);
         normalize_n<N>(v, scale, shift);
@@ -299,11 +312,11 @@ static __global__ void input_grad(bn_geometry g, I packs, const T *__restrict__ 
         const I plane = i / row, e = plane / (I)g.channels;
         const int c = (int)(plane - e * (I)g.channels);
         const float *s = stats + 4 * c;
-        const float scale = __fmul_rn(w[c], s[1]);
+        const float scale = channel_scale(w[c], s[1]);
         float xv[N], gv[N];
         bn_ld_n<T, N>(&x[(size_t)i * N], xv);
         bn_ld_grad_n<T, N>(dy, dy_part, (size_t)i * N + (size_t)e * dy_gap, gv);
-        if (r.bias) relu_after_grad_n<T, N>(xv, gv, scale, __fsub_rn(r.bias[c], __fmul_rn(s[0], scale)));
+        if (r.bias) relu_after_grad_n<T, N>(xv, gv, scale, channel_shift(r.bias[c], s[0], scale));
         input_grad_n<N>(xv, gv, s, scale);
         bn_st_n<T, N>(&dx[(size_t)i * N], gv);
         if (!relu_dx) continue;
@@ -458,8 +471,8 @@ static __global__ void __launch_bounds__(FUSED_THREADS)
     /* After this no block reads another's shared memory, so each may finish on its own. */
     cluster.sync();
     if (BACK && !a.dx) return;
-    const float scale = __fmul_rn(a.w[c], st[1]);
-    const float shift = BACK ? 0.0f : __fsub_rn(a.bias[c], __fmul_rn(st[0], scale));
+    const float scale = channel_scale(a.w[c], st[1]);
+    const float shift = BACK ? 0.0f : channel_shift(a.bias[c], st[0], scale);
     e = e0;
     o = o0;
 #pragma unroll

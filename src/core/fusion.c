@@ -39,10 +39,10 @@
  * A blob read by two layers gets two gradients: the first reader writes the producer's output
  * gradient, the second a part of its own, and the network adds the part in before the producer's
  * backward pass, a pass over the gradient (three blobs' bytes) on the backward chain. Where the
- * kernels that read that output gradient are elementwise (an activation's, an add's, also when
- * the add does the backward pass of the ReLU after it) and declare it (sums_grad_part), they read
- * both and add them as they load, the same float sum rounded as a stored one
- * (bn_net_fuse_grad_parts).
+ * kernels that read that output gradient load it element by element (an activation's, an add's,
+ * a batchnorm's, also when the add or the batchnorm does the backward pass of the ReLU after it)
+ * and declare it (sums_grad_part), they read both and add them as they load, the same float sum
+ * rounded as a stored one (bn_net_fuse_grad_parts).
  *
  * During each step on a device the loss layer may fold more into its forward pass
  * (bn_net_fuse_loss): the metrics' running sums and its input gradient.
