@@ -312,7 +312,9 @@ static const shape_row wide_shapes[] = {
 
 /* Runs runner `runner` alone on every shape of `rows` and pass it applies to, checking each
  * against the CPU; fails unless it ran at least `least` passes. */
-static int run_alone_on(const shape_row *rows, size_t count, int runner, int tf32, int least)
+/* The passes of `runner` on each shape against the CPU, planned for the device's multiprocessors or,
+ * where `sms` is not 0, for that many (a plan's choices for another device, run on this one). */
+static int run_alone_planned(const shape_row *rows, size_t count, int runner, int tf32, int least, int sms)
 {
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
     bn_ctx *ctx = NULL;
@@ -322,6 +324,7 @@ static int run_alone_on(const shape_row *rows, size_t count, int runner, int tf3
         bn_conv_shape s = shape_of(&rows[i], 0);
         s.tf32 = tf32;
         CHECK_OK(bn_conv_alone_device_shape(ctx, &s));
+        if (sms) s.sms = sms;
         for (int pass = 0; pass < BN_CONV_PASSES; pass++) {
             bn_conv_alone_result r;
             CHECK_OK(bn_conv_alone_run(ctx, runner, pass, &s, 1000 + i, 2, &r));
@@ -334,6 +337,11 @@ static int run_alone_on(const shape_row *rows, size_t count, int runner, int tf3
     }
     CHECK_MSG(ran >= least, "runner %d ran %d passes, expected at least %d", runner, ran, least);
     return BN_PASS;
+}
+
+static int run_alone_on(const shape_row *rows, size_t count, int runner, int tf32, int least)
+{
+    return run_alone_planned(rows, count, runner, tf32, least, 0);
 }
 
 static int run_alone(int runner, int tf32, int least)
@@ -385,6 +393,55 @@ BN_TEST(conv_family_halo_alone_matches_the_cpu)
 BN_TEST(conv_family_halo_alone_with_tf32_is_within_tf32s_tolerance)
 {
     return run_alone_on(halo_shapes, sizeof halo_shapes / sizeof halo_shapes[0], bn_conv_family_number("halo"), 1, 26);
+}
+
+/* Shapes whose plans for 132 multiprocessors take the narrower tiles (hl_tiles' last three), each
+ * in the forward and the data pass: 192 positions of 32 channels, 96 of 64 and 48 of 128 (160
+ * filters: a last tile of 32), the last two split. conv_family_halo_takes_the_width_that_fills_the_
+ * multiprocessors_evenly holds the plans to those tiles. */
+static const shape_row narrower_shapes[] = {
+    {32, 28, 28, 3, 1, 1, 32, 12, 0}, {64, 14, 14, 3, 1, 1, 64, 12, 0}, {128, 7, 7, 3, 1, 1, 128, 22, 0},
+    {48, 12, 12, 3, 1, 1, 96, 20, 0}, {96, 7, 7, 3, 1, 1, 160, 16, 0},
+};
+
+BN_TEST(conv_family_halo_narrower_tiles_match_the_cpu)
+{
+    const int halo = bn_conv_family_number("halo");
+    const size_t count = sizeof narrower_shapes / sizeof narrower_shapes[0];
+    int r = run_alone_planned(narrower_shapes, count, halo, 0, 15, 132);
+    if (r == BN_PASS) r = run_alone_planned(narrower_shapes, count, halo, 1, 15, 132);
+    return r;
+}
+
+/* Of the tiles of a pass's rows of channels, the plan takes the width whose blocks share the
+ * multiprocessors most evenly (the fewest positions times chunks on the fullest one), the widest
+ * of equals: resnet_fashion's 3x3 layers at 64 images take the narrower tiles, and at 256 images
+ * (whole waves either way) the first stage keeps its 256 positions. */
+BN_TEST(conv_family_halo_takes_the_width_that_fills_the_multiprocessors_evenly)
+{
+    static const struct {
+        shape_row shape;
+        int bn; /* the forward and data passes' tile width */
+    } cases[] = {
+        {{32, 28, 28, 3, 1, 1, 32, 64, 0}, 192},  {{64, 14, 14, 3, 1, 1, 64, 64, 0}, 96},
+        {{128, 7, 7, 3, 1, 1, 128, 64, 0}, 48},   {{32, 28, 28, 3, 1, 1, 32, 256, 0}, 256},
+        {{32, 28, 28, 3, 1, 1, 32, 12, 0}, 192},  {{64, 14, 14, 3, 1, 1, 64, 12, 0}, 96},
+        {{128, 7, 7, 3, 1, 1, 128, 22, 0}, 48},   {{48, 12, 12, 3, 1, 1, 96, 20, 0}, 48},
+        {{96, 7, 7, 3, 1, 1, 160, 16, 0}, 48},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const bn_conv_shape s = shape_of(&cases[i].shape, 132);
+        bn_halo_plan p;
+        bn_halo_plan_make(&p, &s.g, s.filters, s.n, s.sms, 0);
+        CHECK_MSG(p.pass[0].ok, "case %zu: %s", i, p.pass[0].why);
+        const int bn = bn_halo_tile_width(p.pass[0].cfg);
+        CHECK_MSG(bn == cases[i].bn, "case %zu: forward tiles of %d positions, expected %d", i, bn, cases[i].bn);
+        /* The data pass of a square layer is the same form. */
+        if (cases[i].shape.c == cases[i].shape.filters)
+            CHECK_MSG(p.pass[1].cfg == p.pass[0].cfg, "case %zu: data pass cfg %d, forward %d", i, p.pass[1].cfg,
+                      p.pass[0].cfg);
+    }
+    return BN_PASS;
 }
 
 BN_TEST(conv_family_rows_alone_matches_the_cpu)

@@ -414,7 +414,10 @@ static cudaError_t launch_cfg(int cfg, int products, const hl_args &a, dim3 grid
     case 1: return launch_one<64, 128, 2, TURN>(products, a, grid, smem, st);
     case 2: return launch_one<64, 64, 2, TURN>(products, a, grid, smem, st);
     case 3: return launch_one<32, 256, 1, TURN>(products, a, grid, smem, st);
-    default: return launch_one<32, 128, 1, TURN>(products, a, grid, smem, st);
+    case 4: return launch_one<32, 128, 1, TURN>(products, a, grid, smem, st);
+    case 5: return launch_one<128, 48, 4, TURN>(products, a, grid, smem, st);
+    case 6: return launch_one<64, 96, 2, TURN>(products, a, grid, smem, st);
+    default: return launch_one<32, 192, 1, TURN>(products, a, grid, smem, st);
     }
 }
 

@@ -18,7 +18,7 @@ extern "C" {
 
 /* Tile configurations (block tile sizes) the forward and data kernels come in, and the filter
  * kernel. */
-enum { BN_HL_CONFIGS = 5, BN_HL_FILTER_CONFIGS = 4 };
+enum { BN_HL_CONFIGS = 8, BN_HL_FILTER_CONFIGS = 4 };
 
 typedef struct bn_halo_pass {
     int ok;           /* the kernels can run this pass */
@@ -44,6 +44,10 @@ typedef struct bn_halo_plan {
  * TF32 product per multiply instead of three. Never fails: a pass these kernels cannot run has
  * its ok flag cleared and its reason set. */
 void bn_halo_plan_make(bn_halo_plan *p, const bn_conv_geom *g, int filters, int n, int sms, int tf32);
+
+/* The output positions a block of the forward and data kernels' tile configuration cfg takes. */
+int bn_halo_tile_width(int cfg);
+
 /* forward writes y (bias added, where b is not NULL); data writes dx; filter_parts writes the
  * partial sums that bn_direct_finish_filter adds into dw and db (plan->pass[2].splits spans).
  * scratch: plan->scratch bytes (NULL where that is 0), zeroed before the first call of any plan

@@ -19,8 +19,12 @@
 #define HL_SMEM_MAX (113 * 1024)
 
 /* Tile configurations: {BM, BN, WM}: BM output channels x BN output positions a block, WM of
- * its warps along the channels (and HL_WARPS / WM along the positions). */
-static const int hl_tiles[BN_HL_CONFIGS][3] = {{128, 64, 4}, {64, 128, 2}, {64, 64, 2}, {32, 256, 1}, {32, 128, 1}};
+ * its warps along the channels (and HL_WARPS / WM along the positions). The last three are
+ * narrower tiles of the first, second and fourth one's rows (three n8 products a warp where those
+ * have four), which a plan takes where its blocks then fill the multiprocessors more evenly
+ * (conv_halo_plan.c, hl_widest_even). */
+static const int hl_tiles[BN_HL_CONFIGS][3] = {{128, 64, 4}, {64, 128, 2}, {64, 64, 2}, {32, 256, 1},
+                                               {32, 128, 1}, {128, 48, 4}, {64, 96, 2}, {32, 192, 1}};
 
 /* A forward or data pass whose tiles alone give fewer blocks than the multiprocessors shares each
  * tile's chunks of channels among up to HL_SPLIT_MAX blocks of at least HL_SPLIT_MIN chunks each,

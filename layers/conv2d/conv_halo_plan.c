@@ -3,6 +3,7 @@
  * cannot run it. Host code with no device work, so that a build without CUDA can say where the
  * family applies. */
 #include <limits.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "conv_family.h"
@@ -67,6 +68,46 @@ static int hl_split(long long tiles, int chunks, long long wave, int *per)
     return (chunks + *per - 1) / *per;
 }
 
+/* Configuration cfg's pass over the form, where its staged rows fit: its rows, pitch and splits
+ * in *out; false where they do not fit. */
+static bool hl_try(bn_halo_pass *out, const hl_form *f, int cfg, int chunks, long long wave)
+{
+    const long long rw = (long long)f->iw + 2 * f->pad;
+    const int rows = hl_most_rows(f, hl_tiles[cfg][1]);
+    if ((long long)rows * rw > (long long)HL_HMAX * HL_WARPS * 32) return false;
+    const int pitch = hl_pitch(rows, rw);
+    if (hl_smem_floats(cfg, HL_KS, pitch) * (long long)sizeof(float) > HL_SMEM_MAX) return false;
+    *out = (bn_halo_pass){1, NULL, cfg, rows, pitch, 0, 1, chunks};
+    out->splits = hl_split(hl_tile_count(f, cfg), chunks, wave, &out->per);
+    return true;
+}
+
+/* A pass's time as the plan reckons it: the blocks the fullest multiprocessor takes, the blocks
+ * spread evenly over `sms`, times a block's work (its positions times its chunks of channels). */
+static long long hl_cost(const hl_form *f, const bn_halo_pass *p, long long sms)
+{
+    const long long blocks = hl_tile_count(f, p->cfg) * p->splits;
+    return (blocks + sms - 1) / sms * hl_tiles[p->cfg][1] * p->per;
+}
+
+/* The chosen tile's siblings (the same channels and warps along them, other widths along the
+ * positions) in its place where their blocks share the multiprocessors more evenly: at 64 images
+ * of 28 x 28, tiles of 256 positions make 196 blocks, two on 64 multiprocessors of 132 and one on
+ * the rest, where tiles of 192 make 262, two on nearly every one, each block a quarter smaller.
+ * Of equal reckonings the widest stays (fewer staged rows an output). */
+static void hl_widest_even(bn_halo_pass *p, const hl_form *f, int chunks, long long sms)
+{
+    const int bm = hl_tiles[p->cfg][0], wm = hl_tiles[p->cfg][2];
+    long long best = hl_cost(f, p, sms);
+    for (int cfg = 0; cfg < BN_HL_CONFIGS; cfg++) {
+        bn_halo_pass here;
+        if (cfg == p->cfg || hl_tiles[cfg][0] != bm || hl_tiles[cfg][2] != wm) continue;
+        if (!hl_try(&here, f, cfg, chunks, sms)) continue;
+        const long long cost = hl_cost(f, &here, sms);
+        if (cost < best || (cost == best && hl_tiles[cfg][1] > hl_tiles[p->cfg][1])) *p = here, best = cost;
+    }
+}
+
 static void hl_pass(bn_halo_pass *p, size_t *scratch, const hl_form *f, int sms)
 {
     memset(p, 0, sizeof *p);
@@ -81,19 +122,14 @@ static void hl_pass(bn_halo_pass *p, size_t *scratch, const hl_form *f, int sms)
     const long long wave = sms > 0 ? sms : 100;
     const int chunks = (f->ci + HL_BC - 1) / HL_BC;
     /* The first configuration that fits and gives a wave of blocks, its tiles split where they
-     * alone do not; else the last of the order, where it fits; else the first that fits. */
+     * alone do not; else the last of the order, where it fits; else the first that fits. Then the
+     * width of its tiles that spreads the blocks most evenly (hl_widest_even). */
     bn_halo_pass fits = {0};
     for (int i = 0; i < count; i++) {
-        const int cfg = order[i], bn = hl_tiles[cfg][1];
-        const int rows = hl_most_rows(f, bn);
-        if ((long long)rows * rw > (long long)HL_HMAX * HL_WARPS * 32) continue;
-        const int pitch = hl_pitch(rows, rw);
-        if (hl_smem_floats(cfg, HL_KS, pitch) * (long long)sizeof(float) > HL_SMEM_MAX) continue;
-        const long long tiles = hl_tile_count(f, cfg);
-        bn_halo_pass here = {1, NULL, cfg, rows, pitch, 0, 1, chunks};
-        here.splits = hl_split(tiles, chunks, wave, &here.per);
+        bn_halo_pass here;
+        if (!hl_try(&here, f, order[i], chunks, wave)) continue;
         if (!fits.ok) fits = here;
-        if (tiles * here.splits >= wave || i + 1 == count) {
+        if (hl_tile_count(f, order[i]) * here.splits >= wave || i + 1 == count) {
             *p = here;
             break;
         }
@@ -103,6 +139,7 @@ static void hl_pass(bn_halo_pass *p, size_t *scratch, const hl_form *f, int sms)
         p->why = "input rows too many to stage";
         return;
     }
+    hl_widest_even(p, f, chunks, wave);
     if (p->splits > 1) {
         const size_t bytes = HL_SPLIT_COUNTERS * sizeof(unsigned) +
                              (size_t)hl_split_floats(p->cfg, hl_tile_count(f, p->cfg), p->splits) * sizeof(float);
@@ -157,6 +194,11 @@ static void hl_filter_pass(bn_halo_pass *p, size_t *workspace, const hl_form *f,
     p->ok = 1, p->cfg = cfg, p->rows = rows, p->pitch = pitch;
     p->span = (int)span, p->splits = (int)splits;
     *workspace = (size_t)splits * f->m * (taps + 1) * sizeof(float);
+}
+
+int bn_halo_tile_width(int cfg)
+{
+    return cfg >= 0 && cfg < BN_HL_CONFIGS ? hl_tiles[cfg][1] : 0;
 }
 
 void bn_halo_plan_make(bn_halo_plan *p, const bn_conv_geom *g, int filters, int n, int sms, int tf32)
