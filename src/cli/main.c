@@ -1,10 +1,8 @@
 /* main.c - the blobnet command line: dispatch to subcommands, help and version. */
-#include <cblas.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -13,6 +11,7 @@
 #include "core/device.h"
 #include "core/lr_policies/lr_policies.h"
 #include "core/optimizers/optimizers.h"
+#include "core/parallel.h"
 #include "core/plugin.h"
 #include "core/registry.h"
 #include "core/timeline.h"
@@ -396,40 +395,18 @@ static int exe_is_this_program(void)
     return same;
 }
 
-/* OpenBLAS picks its GEMM kernels from the CPU model at load time and falls back to its
- * slowest x86-64 kernels on processors it does not recognise, which is what virtual CPUs
- * often report. When the user has not chosen, pick by the instruction sets the CPU really
- * has and restart once, since the choice is read only when the library loads. A program run
- * by a tool (valgrind) is not restarted: OpenBLAS keeps its own choice there. Nor is one whose
- * OpenBLAS already took kernels of that class for the CPU it recognised: the restart loads the
- * program and its libraries a second time (60 ms with the CUDA libraries, on a warm page
- * cache), before a GPU run that never calls BLAS. */
-static int blas_core_is(const char *const *names)
-{
-    const char *now = openblas_get_corename();
-    for (int i = 0; now && names[i]; i++)
-        if (strcasecmp(now, names[i]) == 0) return 1;
-    return 0;
-}
-
+/* OpenBLAS reads its choice of kernels only when the library loads: where the CPU can run a
+ * better class than OpenBLAS took for it (bn_blas_core_wanted), and the user has not chosen, the
+ * program restarts once with that choice. A program run by a tool (valgrind) is not restarted:
+ * OpenBLAS keeps its own choice there. Nor is one whose OpenBLAS already took kernels of that
+ * class: the restart loads the program and its libraries a second time (60 ms with the CUDA
+ * libraries, on a warm page cache), before a GPU run that never calls BLAS. */
 static void choose_blas_kernels(char **argv)
 {
-#if defined(__x86_64__) && defined(__GNUC__)
     if (getenv("OPENBLAS_CORETYPE")) return;
-    /* OpenBLAS's names of the cores with AVX-512 kernels, and of those with AVX2 ones at least. */
-    static const char *const avx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids", NULL};
-    static const char *const avx2[] = {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids", NULL};
-    const char *core = NULL;
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
-        core = blas_core_is(avx512) ? NULL : "SkylakeX";
-    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        core = blas_core_is(avx2) ? NULL : "Haswell";
+    const char *core = bn_blas_core_wanted();
     if (!core || !exe_is_this_program() || setenv("OPENBLAS_CORETYPE", core, 0) != 0) return;
     execv("/proc/self/exe", argv); /* returns only on failure: carry on as we are */
-#else
-    (void)argv;
-#endif
 }
 
 int main(int argc, char **argv)

@@ -20,6 +20,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <strings.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -315,4 +316,27 @@ float *bn_cpu_shared_scratch(int slot, size_t floats)
     pool.shared[slot] = grown;
     pool.shared_cap[slot] = floats;
     return grown;
+}
+
+/* Whether OpenBLAS's loaded core is one of names (NULL-terminated), ignoring case. */
+static int blas_core_is(const char *const *names)
+{
+    const char *now = openblas_get_corename();
+    for (int i = 0; now && names[i]; i++)
+        if (strcasecmp(now, names[i]) == 0) return 1;
+    return 0;
+}
+
+const char *bn_blas_core_wanted(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    /* OpenBLAS's names of the cores with AVX-512 kernels, and of those with AVX2 ones at least. */
+    static const char *const avx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids", NULL};
+    static const char *const avx2[] = {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids", NULL};
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+        return blas_core_is(avx512) ? NULL : "SkylakeX";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return blas_core_is(avx2) ? NULL : "Haswell";
+#endif
+    return NULL;
 }

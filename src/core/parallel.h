@@ -61,6 +61,14 @@ float *bn_cpu_shared_scratch(int slot, size_t floats);
 void bn_cpu_lock(void);
 void bn_cpu_unlock(void);
 
+/* OpenBLAS picks its GEMM kernels from the CPU model when it loads, and falls back to its slowest
+ * x86-64 kernels on processors it does not recognise, as virtual CPUs often report themselves.
+ * The name of OpenBLAS's core (its OPENBLAS_CORETYPE) whose kernels this CPU's instruction sets
+ * can run, where the kernels OpenBLAS loaded are of a lesser class: "SkylakeX" with AVX-512,
+ * "Haswell" with AVX2 and FMA; NULL where they are of that class already, or off x86-64. The CLI
+ * restarts itself once with that choice (cli/main.c). */
+const char *bn_blas_core_wanted(void);
+
 #ifdef __cplusplus
 }
 #endif
