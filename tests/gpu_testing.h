@@ -80,6 +80,10 @@ bn_status gt_poison_net(bn_net *net, bn_ctx *ctx);
  * *start receives the latter (NULL without parameters), freed by the caller. */
 bn_status gt_feed(bn_net *cpu, bn_net *gpu, const layer_case *lc, uint64_t seed, float **start);
 
+/* gt_feed's inputs on both nets (the starting gradients not kept), then one training forward and
+ * backward pass of a, then of b. */
+bn_status gt_step_alike(bn_net *a, bn_net *b, const layer_case *lc, uint64_t seed);
+
 /* Keeps the CPU's ReLU inputs at least margin times their scale (max |x|) from the kink at zero:
  * for each ReLU in layer order whose input a layer with one bias per channel writes (dense,
  * conv2d), each channel's bias shifted by a few margins where that clears all of the channel's

@@ -447,6 +447,21 @@ static void unfuse_parts(bn_net *net)
     }
 }
 
+/* Two nets of `text`, set up alike on ctx for batches up to 8 from seed, in bf16 where bf16 is set
+ * (the context's precision as it was afterwards). */
+static bn_status twin_nets(bn_ctx *ctx, const char *text, const char *name, int bf16, uint64_t seed, bn_net **a,
+                           bn_net **b)
+{
+    BN_TRY(bn_net_from_text(text, name, a));
+    BN_TRY(bn_net_from_text(text, name, b));
+    const int was = ctx->bf16;
+    ctx->bf16 = bf16;
+    bn_status s = bn_net_setup(*a, 8, ctx, 0, seed);
+    if (s == BN_OK) s = bn_net_setup(*b, 8, ctx, 0, seed);
+    ctx->bf16 = was;
+    return s;
+}
+
 /* One training step of a and b, set up alike, their blobs poisoned first (NaN in FP32, through the
  * host copies under bf16) and fed alike from lc's data at seed: every parameter gradient, every
  * layer's input gradient that both nets hold whole and, with outputs, every output that both
@@ -454,7 +469,6 @@ static void unfuse_parts(bn_net *net)
 static int step_same_bits(bn_ctx *ctx, bn_net *a, bn_net *b, const layer_case *lc, int bf16, uint64_t seed,
                           int outputs)
 {
-    float *start = NULL;
     for (int pass = 0; pass < 2; pass++) {
         bn_net *net = pass ? b : a;
         if (!bf16) CHECK_OK(gt_poison_net(net, ctx));
@@ -463,13 +477,7 @@ static int step_same_bits(bn_ctx *ctx, bn_net *a, bn_net *b, const layer_case *l
             CHECK_OK(gt_bf16_poison(net->layers[i]->out_grad));
         }
     }
-    CHECK_OK(gt_feed(a, b, lc, seed, &start));
-    free(start);
-    for (int pass = 0; pass < 2; pass++) {
-        bn_net *net = pass ? b : a;
-        CHECK_OK(bn_net_forward(net, 1));
-        CHECK_OK(bn_net_backward(net));
-    }
+    CHECK_OK(gt_step_alike(a, b, lc, seed));
     for (int i = 0; i < a->num_layers; i++) {
         bn_layer *la = a->layers[i], *lb = b->layers[i];
         for (int k = 0; k < la->num_params; k++)
@@ -517,13 +525,7 @@ static int parts_same_bits(bn_ctx *ctx, int bf16, int n, int split)
     const layer_case lc = {.what = "gradient parts", .text = parts_text, .classes = 3};
     const uint64_t seed = lt_fresh_seed();
     bn_net *a, *b;
-    CHECK_OK(bn_net_from_text(parts_text, "parts.cfg", &a));
-    CHECK_OK(bn_net_from_text(parts_text, "parts.cfg", &b));
-    ctx->bf16 = bf16;
-    bn_status s = bn_net_setup(a, 8, ctx, 0, seed);
-    if (s == BN_OK) s = bn_net_setup(b, 8, ctx, 0, seed);
-    ctx->bf16 = 0;
-    CHECK_OK(s);
+    CHECK_OK(twin_nets(ctx, parts_text, "parts.cfg", bf16, seed, &a, &b));
     unfuse_parts(b);
     int summed = 0;
     for (int i = 0; i < a->num_layers; i++) summed += a->layers[i]->grad_part_to_reader;
@@ -597,13 +599,7 @@ static int bnrelu_same_bits(bn_ctx *ctx, int bf16, int n, int split)
     const uint64_t seed = lt_fresh_seed();
     const char *what = bf16 ? "bf16" : "fp32";
     bn_net *a, *b;
-    CHECK_OK(bn_net_from_text(bnrelu_text, "bnrelu.cfg", &a));
-    CHECK_OK(bn_net_from_text(bnrelu_text, "bnrelu.cfg", &b));
-    ctx->bf16 = bf16;
-    bn_status s = bn_net_setup(a, 8, ctx, 0, seed);
-    if (s == BN_OK) s = bn_net_setup(b, 8, ctx, 0, seed);
-    ctx->bf16 = 0;
-    CHECK_OK(s);
+    CHECK_OK(twin_nets(ctx, bnrelu_text, "bnrelu.cfg", bf16, seed, &a, &b));
     const bn_layer *b0 = bn_net_find_layer(a, "b0"), *b3 = bn_net_find_layer(a, "b3");
     const bn_layer *r0 = bn_net_find_layer(a, "r0"), *r4 = bn_net_find_layer(a, "r4");
     CHECK(b0 && b3 && r0 && r4);

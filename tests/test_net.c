@@ -220,18 +220,11 @@ static int repeat_bitwise(const layer_case *lc, int batch, bn_ctx *ctx)
 {
     uint64_t seed = lt_fresh_seed();
     bn_net *a, *b;
-    float *start;
     CHECK_OK(bn_net_from_text(lc->text, lc->what, &a));
     CHECK_OK(bn_net_from_text(lc->text, lc->what, &b));
     CHECK_OK(bn_net_setup(a, batch, ctx, 1, seed));
     CHECK_OK(bn_net_setup(b, batch, ctx, 1, seed));
-    CHECK_OK(gt_feed(a, b, lc, seed, &start));
-    free(start);
-    for (int pass = 0; pass < 2; pass++) {
-        bn_net *net = pass ? b : a;
-        CHECK_OK(bn_net_forward(net, 1));
-        CHECK_OK(bn_net_backward(net));
-    }
+    CHECK_OK(gt_step_alike(a, b, lc, seed));
     for (int i = 0; i < a->num_layers; i++) {
         CHECK(gt_same_bits(a->layers[i]->out, b->layers[i]->out, seed) == BN_PASS);
         for (int k = 0; k < a->layers[i]->num_params; k++)

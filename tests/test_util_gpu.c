@@ -150,6 +150,19 @@ bn_status gt_feed(bn_net *cpu, bn_net *gpu, const layer_case *lc, uint64_t seed,
     return BN_OK;
 }
 
+bn_status gt_step_alike(bn_net *a, bn_net *b, const layer_case *lc, uint64_t seed)
+{
+    float *start = NULL;
+    BN_TRY(gt_feed(a, b, lc, seed, &start));
+    free(start);
+    for (int pass = 0; pass < 2; pass++) {
+        bn_net *net = pass ? b : a;
+        BN_TRY(bn_net_forward(net, 1));
+        BN_TRY(bn_net_backward(net));
+    }
+    return BN_OK;
+}
+
 /* The bias of l with one value per output channel, or NULL. */
 static bn_param *channel_bias(bn_layer *l)
 {
