@@ -263,9 +263,37 @@ static const char *const GPU_MODEL = "[input]\nchannels=1\nheight=8\nwidth=8\n[t
 #define UPDATE_TOL 1e-3
 #define STATE_TOL 1e-5
 
+/* GPU_MODEL with a hidden layer of 108 x 640 + 640 weights: an update too large to be held. */
+static const char *const GPU_MODEL_WIDE = "[input]\nchannels=1\nheight=8\nwidth=8\n[train]\nbias_lr_mult=2\n"
+                                          "[conv2d]\nfilters=3\nsize=3\n[relu]\n[dense]\noutputs=640\n[tanh]\n"
+                                          "[dense]\noutputs=4\n[softmax_ce]\n";
+
+/* What layered_update saw in a step: the context's side forks after the last update, and how many
+ * layers' updates were held for the next layer's. */
+static unsigned forks_seen;
+static int layers_held;
+
+/* bn_optimizer_update_layer, checking its holding: a layer's update waits for the next layer's
+ * exactly when its backward pass forked the side stream, the next layer's did not in an earlier
+ * step, no update waits already, and it is under 65,536 elements. */
 static bn_status layered_update(void *opt, bn_net *net, bn_layer *l)
 {
-    return bn_optimizer_update_layer(opt, net, l);
+    bn_optimizer *o = opt;
+    const int beside = net->pass.ctx->side_forks != forks_seen, was_held = o->held;
+    BN_TRY(bn_optimizer_update_layer(o, net, l));
+    forks_seen = net->pass.ctx->side_forks;
+    if (!l->num_params) return BN_OK;
+    int next = -1;
+    for (int j = 0; j < l->index; j++)
+        if (net->layers[j]->num_params) next = j;
+    size_t count = 0;
+    for (int k = 0; k < l->num_params; k++) count += bn_blob_count(l->params[k].value);
+    const int want = beside && next >= 0 && o->layer_side[next] == BN_SIDE_NEVER && !was_held && count < 65536;
+    if (o->held != want)
+        return bn_error(BN_ERR_INTERNAL, "layer %s (%zu weights, %s the side stream): update %s", l->name, count,
+                        beside ? "on" : "off", o->held ? "held" : "launched");
+    layers_held += o->held;
+    return BN_OK;
 }
 
 /* Whether a's slab is within tol of b's, relative to what b moved from base (NULL: from 0). */
@@ -285,18 +313,18 @@ static int slab_close(const char *what, int step, bn_blob *a, bn_blob *b, const 
 }
 
 /* Three training steps of kind on the GPU against the CPU's update from the GPU's gradients.
- * layered: the update runs per layer on the side stream during the backward pass, reading its
- * rates from a schedule on the device (a warmup makes each step's rate differ, so a cursor that
- * did not move would show); otherwise one kernel over the slab after it, taking its rates from
- * the host. */
-static int gpu_update_matches_cpu(int kind, int layered)
+ * layered: the update runs per layer on the side stream during the backward pass (a small one
+ * held back for the next layer's), reading its rates from a schedule on the device (a warmup
+ * makes each step's rate differ, so a cursor that did not move would show); otherwise one kernel
+ * over the slab after it, taking its rates from the host. */
+static int gpu_update_matches_cpu(int kind, int layered, const char *model)
 {
     uint64_t seed = lt_fresh_seed();
     bn_ctx *ctx;
     CHECK_OK(bn_ctx_open(0, &ctx));
     bn_net *gpu, *cpu;
-    CHECK_OK(bn_net_from_text(GPU_MODEL, "gpu-opt", &gpu));
-    CHECK_OK(bn_net_from_text(GPU_MODEL, "gpu-opt", &cpu));
+    CHECK_OK(bn_net_from_text(model, "gpu-opt", &gpu));
+    CHECK_OK(bn_net_from_text(model, "gpu-opt", &cpu));
     CHECK_OK(bn_net_setup(gpu, 6, ctx, 0, seed));
     CHECK_OK(bn_net_setup(cpu, 6, NULL, 0, seed));
     bn_train_config cfg = gpu->train;
@@ -320,8 +348,10 @@ static int gpu_update_matches_cpu(int kind, int layered)
         CHECK_OK(bn_net_zero_grad(gpu));
         CHECK_OK(bn_net_forward(gpu, 1));
         if (layered) {
+            forks_seen = go->forks_seen, layers_held = 0;
             CHECK_OK(bn_net_backward_each(gpu, layered_update, go));
-            bn_optimizer_end_layered_step(go);
+            CHECK_MSG(!go->held, "step %d: an update still held after the first layer's", step);
+            CHECK_OK(bn_optimizer_end_layered_step(go, gpu));
         } else {
             CHECK_OK(bn_net_backward(gpu));
             CHECK_OK(bn_optimizer_step(go, gpu));
@@ -334,7 +364,9 @@ static int gpu_update_matches_cpu(int kind, int layered)
             CHECK(slab_close(co->state[k]->name, step, go->state[k], co->state[k], NULL, STATE_TOL) == BN_PASS);
     }
     printf("    %s, %s: 3 steps agree with the CPU's\n", bn_optimizer_names[kind],
-           layered ? "per layer on the side stream, scheduled rates" : "one kernel over the slab");
+           !layered ? "one kernel over the slab"
+           : layers_held ? "per layer on the side stream (one held for the next), scheduled rates"
+                         : "per layer on the side stream (none held), scheduled rates");
     free(buf);
     free(before);
     bn_optimizer_free(go);
@@ -347,13 +379,16 @@ static int gpu_update_matches_cpu(int kind, int layered)
 BN_TEST(gpu_optimizer_slab_updates_match_cpu)
 {
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
-    for (int kind = 0; kind < bn_optimizer_type_count(); kind++) CHECK(gpu_update_matches_cpu(kind, 0) == BN_PASS);
+    for (int kind = 0; kind < bn_optimizer_type_count(); kind++)
+        CHECK(gpu_update_matches_cpu(kind, 0, GPU_MODEL) == BN_PASS);
     return BN_PASS;
 }
 
 BN_TEST(gpu_optimizer_layered_updates_match_cpu)
 {
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
-    for (int kind = 0; kind < bn_optimizer_type_count(); kind++) CHECK(gpu_update_matches_cpu(kind, 1) == BN_PASS);
+    for (int kind = 0; kind < bn_optimizer_type_count(); kind++)
+        CHECK(gpu_update_matches_cpu(kind, 1, GPU_MODEL) == BN_PASS);
+    CHECK(gpu_update_matches_cpu(0, 1, GPU_MODEL_WIDE) == BN_PASS);
     return BN_PASS;
 }

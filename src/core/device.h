@@ -29,6 +29,8 @@ typedef struct bn_ctx {
     void *side_done;       /* event for that late join */
     void *side_fork;       /* event for side work that follows what stream holds (bn_ctx_zero_beside) */
     int side_pending;      /* side_stream holds work that stream has not waited for */
+    unsigned side_forks;   /* side work forked so far (bn_ctx_fork_side, bn_overlap_run): a change
+                              tells that a pass put work on the side stream */
     void *cublas;          /* bound to stream */
     void *cudnn;           /* bound to stream */
     void *workspace;       /* cuDNN workspace arena shared by all layers */

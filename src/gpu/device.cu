@@ -417,6 +417,7 @@ extern "C" bn_status bn_ctx_fork_side(bn_ctx *ctx)
     BN_CUDA(cudaEventRecord((cudaEvent_t)ctx->side_fork, (cudaStream_t)ctx->stream));
     BN_CUDA(cudaStreamWaitEvent((cudaStream_t)ctx->side_stream, (cudaEvent_t)ctx->side_fork, 0));
     ctx->side_pending = 1;
+    ctx->side_forks++;
     return BN_OK;
 }
 

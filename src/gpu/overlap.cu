@@ -25,6 +25,7 @@ extern "C" bn_status bn_overlap_run(bn_ctx *ctx, const bn_overlap *o, int defer,
     cudaStream_t main_stream = (cudaStream_t)ctx->stream, side_stream = (cudaStream_t)ctx->side_stream;
     BN_CUDA(cudaEventRecord((cudaEvent_t)o->fork, main_stream));
     BN_CUDA(cudaStreamWaitEvent(side_stream, (cudaEvent_t)o->fork, 0));
+    ctx->side_forks++;
     BN_TRY(side(env, side_stream));
     if (defer) {
         bn_ctx_defer_side(ctx);

@@ -20,6 +20,10 @@ typedef struct bn_param_segment {
     float lr_mult, decay_mult;
 } bn_param_segment;
 
+/* What a layer's backward pass did with the side stream when last seen (bn_optimizer.layer_side):
+ * not seen yet, put work there, or kept to the context's stream. */
+enum { BN_SIDE_UNSEEN, BN_SIDE_USED, BN_SIDE_NEVER };
+
 typedef struct bn_optimizer {
     bn_train_config cfg;        /* cfg.optimizer: the optimizer table's entry */
     long iter;                  /* steps taken: the lr policy's clock */
@@ -36,6 +40,12 @@ typedef struct bn_optimizer {
     int schedule_ahead;         /* GPU: the schedule in place was queued ahead of its run's first
                                    step (bn_optimizer_schedule_ahead) */
     bn_upload_buf schedule_up;  /* GPU: the pinned buffer the rates are uploaded through */
+    int held;                   /* a layer-by-layer update held back to go with the next layer's: */
+    int held_first, held_last;  /* its layers (indices), */
+    int held_next;              /* and the layer it waits for */
+    unsigned forks_seen;        /* the context's side_forks after the last update queued */
+    unsigned char *layer_side;  /* per layer: what its backward pass last did with the side stream
+                                   (BN_SIDE_*), for the holding of updates (optimizer.c) */
 } bn_optimizer;
 
 /* The optimizer cfg->optimizer names for net's parameters with zeroed state; *out is freed
@@ -54,11 +64,15 @@ bn_status bn_optimizer_step(bn_optimizer *o, bn_net *net);
 /* The same step layer by layer, on the GPU: called after each layer's backward pass (through
  * bn_net_backward_each), it enqueues the update of that layer's parameters on the context's
  * side stream once everything the context stream holds has run, so that it runs beside the
- * backward passes of the layers below; the net's backward pass joins it. The update of the
- * net's first layer with parameters, the last to come, moves the device's schedule cursor.
- * bn_optimizer_end_layered_step then advances iter. Layers without parameters are skipped. */
+ * backward passes of the layers below; the net's backward pass joins it. The small update of a
+ * layer whose weight gradient went to the side stream is held back and launched with the next
+ * layer's where that layer's gradient, in an earlier step, did not, and the backward pass takes
+ * it on the same lane. The update of the net's
+ * first layer with parameters, the last to come, moves the device's schedule cursor.
+ * bn_optimizer_end_layered_step launches an update still held, on the context's stream, and
+ * advances iter. Layers without parameters are skipped. */
 bn_status bn_optimizer_update_layer(bn_optimizer *o, bn_net *net, const bn_layer *l);
-void bn_optimizer_end_layered_step(bn_optimizer *o);
+bn_status bn_optimizer_end_layered_step(bn_optimizer *o, bn_net *net);
 
 /* bn_optimizer_update_layer's updates of layers first..last (indices; their parameters are one
  * run of the slab, as the layers are carved in order) in one launch, queued on `stream` (a

@@ -182,7 +182,7 @@ static bn_status empty_share_step(step_body *b)
         for (int i = b->net->num_layers - 1; i >= 0; i--) BN_TRY(update_layer(b, b->net, b->net->layers[i]));
         BN_TRY(finish_buckets(b));
         BN_TRY(bn_dist_join_comm(b->dist, b->net->pass.ctx));
-        bn_optimizer_end_layered_step(b->opt);
+        BN_TRY(bn_optimizer_end_layered_step(b->opt, b->net));
         return BN_OK;
     }
     BN_TRY(allreduce_all(b));
@@ -205,7 +205,7 @@ static bn_status step_passes(step_body *b, int fused)
             BN_TRY(finish_buckets(b));
             BN_TRY(bn_dist_join_comm(b->dist, b->net->pass.ctx));
         }
-        bn_optimizer_end_layered_step(b->opt);
+        BN_TRY(bn_optimizer_end_layered_step(b->opt, b->net));
     } else {
         BN_TRY(bn_net_backward(b->net));
         if (b->dist) BN_TRY(allreduce_all(b));
