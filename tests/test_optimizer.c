@@ -286,8 +286,7 @@ static bn_status layered_update(void *opt, bn_net *net, bn_layer *l)
     int next = -1;
     for (int j = 0; j < l->index; j++)
         if (net->layers[j]->num_params) next = j;
-    size_t count = 0;
-    for (int k = 0; k < l->num_params; k++) count += bn_blob_count(l->params[k].value);
+    const size_t count = bn_layer_param_count(l);
     const int want = beside && next >= 0 && o->layer_side[next] == BN_SIDE_NEVER && !was_held && count < 65536;
     if (o->held != want)
         return bn_error(BN_ERR_INTERNAL, "layer %s (%zu weights, %s the side stream): update %s", l->name, count,

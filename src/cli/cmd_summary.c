@@ -7,13 +7,6 @@
 #include "core/net.h"
 #include "core/plugin.h"
 
-static size_t layer_params(const bn_layer *l)
-{
-    size_t n = 0;
-    for (int k = 0; k < l->num_params; k++) n += bn_blob_count(l->params[k].value);
-    return n;
-}
-
 /* The names of what layer l reads, comma-separated ("input" for the data). */
 static void input_names(const bn_net *net, const bn_layer *l, char *buf, size_t cap)
 {
@@ -40,7 +33,7 @@ static void print_table(const bn_net *net)
         char inputs[512];
         input_names(net, l, inputs, sizeof inputs);
         printf("%-16s %-12s %5dx%4dx%-5d %12zu %12.3f  %s\n", l->name, l->ops->type, l->out->c, l->out->h, l->out->w,
-               layer_params(l), flops / 1e6, inputs);
+               bn_layer_param_count(l), flops / 1e6, inputs);
     }
     printf("total: %d layers, %zu parameters (%.2f MiB), ", net->num_layers, net->num_params,
            net->num_params * 4.0 / (1 << 20));

@@ -84,6 +84,13 @@ int bn_window_out(int in, int size, int stride, int pad)
     return (int)(span / stride + 1);
 }
 
+size_t bn_layer_param_count(const bn_layer *l)
+{
+    size_t n = 0;
+    for (int k = 0; k < l->num_params; k++) n += bn_blob_count(l->params[k].value);
+    return n;
+}
+
 unsigned bn_layer_beside_always(const bn_layer *l)
 {
     (void)l;

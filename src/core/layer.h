@@ -284,6 +284,9 @@ struct bn_layer_ops {
 /* A `beside` for types whose GPU passes launch only their own kernels: both bits. */
 unsigned bn_layer_beside_always(const bn_layer *l);
 
+/* The elements of all of l's parameters. */
+size_t bn_layer_param_count(const bn_layer *l);
+
 /* Declares a parameter of shape (n,c,h,w) during setup; returns its index or -1 on error. */
 int bn_layer_add_param(bn_layer *l, const char *name, int n, int c, int h, int w,
                        bn_init init, int fan_in, int fan_out);

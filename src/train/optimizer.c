@@ -156,13 +156,22 @@ bn_status bn_optimizer_step(bn_optimizer *o, bn_net *net)
     return BN_OK;
 }
 
+/* The layer with parameters that the backward pass reaches after layer i (the next lower index),
+ * or -1 where i is the first. */
+static int next_with_params(const bn_net *net, int i)
+{
+    for (int j = i - 1; j >= 0; j--)
+        if (net->layers[j]->num_params) return j;
+    return -1;
+}
+
 /* The update of layers first..last (a run of the slab) on stream, or on the side stream when
  * stream is NULL. The step's last update is the one that reaches its first layer with
  * parameters. */
 static bn_status update_layers(bn_optimizer *o, bn_net *net, int first, int last_layer, void *stream)
 {
     size_t lo = 0, hi = 0;
-    int any = 0, last = 1;
+    int any = 0;
     for (int i = first; i <= last_layer; i++) {
         const bn_layer *l = net->layers[i];
         if (!l->num_params) continue;
@@ -175,8 +184,7 @@ static bn_status update_layers(bn_optimizer *o, bn_net *net, int first, int last
     if (!net->pass.ctx || !net->pass.ctx->side_stream)
         return bn_error(BN_ERR_INTERNAL, "layer %s: a layer-by-layer update needs a device context",
                         net->layers[first]->name);
-    for (int i = 0; i < first; i++)
-        if (net->layers[i]->num_params) last = 0;
+    const int last = next_with_params(net, first) < 0;
     bn_nvtx_push("optimizer/update", BN_NVTX_OPTIMIZER);
     bn_status s = bn_optimizer_update_range_gpu(o, net, lo, hi, bn_optimizer_rates(o, o->iter), last, stream);
     bn_nvtx_pop();
@@ -187,22 +195,6 @@ static bn_status update_layers(bn_optimizer *o, bn_net *net, int first, int last
  * it: such an update is mostly its launch (65,536 elements move about 1.3 MB, a third of a
  * microsecond of memory time, against a launch's 3-5 us). */
 #define UPDATE_JOINS_BELOW 65536
-
-/* The layer with parameters that the backward pass reaches after layer i (the next lower index),
- * or -1 where i is the first. */
-static int next_with_params(const bn_net *net, int i)
-{
-    for (int j = i - 1; j >= 0; j--)
-        if (net->layers[j]->num_params) return j;
-    return -1;
-}
-
-static size_t params_of(const bn_layer *l)
-{
-    size_t n = 0;
-    for (int k = 0; k < l->num_params; k++) n += bn_blob_count(l->params[k].value);
-    return n;
-}
 
 /* Whether layer l's update waits for the next layer's. It does where l's backward pass put its
  * weight gradient on the side stream (its update stands there behind it anyway) and the next
@@ -216,7 +208,7 @@ static int holds(const bn_optimizer *o, const bn_net *net, const bn_layer *l, in
 {
     const int next = next_with_params(net, l->index);
     if (!beside || next < 0 || o->held || o->layer_side[next] != BN_SIDE_NEVER) return 0;
-    if (params_of(l) >= UPDATE_JOINS_BELOW) return 0;
+    if (bn_layer_param_count(l) >= UPDATE_JOINS_BELOW) return 0;
     return net->backward_lanes_used <= 1 || !net->lane || net->lane[next] == net->lane[l->index];
 }
 
