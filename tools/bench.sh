@@ -5,7 +5,8 @@
 #   tools/bench.sh MNIST_DIR FASHION_DIR [MODEL...]
 #
 # For every suite model (or the named ones: lenet, lenet256, mlp, mlp_wide, vgg_fashion,
-# strided_fashion, resnet_mini, resnet_fashion, resnet_odd, inception, narrow_chain) blobnet trains
+# strided_fashion, resnet_mini, resnet_fashion, resnet_odd, inception, narrow_chain, cifar10_resnet,
+# the last on Fashion-MNIST written out as CIFAR-10 records) blobnet trains
 # it with the default kernel choice, with --tf32, with --precision bf16 where the blobnet binary has
 # that option, and with --autotune, and the peer trains it eager, as a whole-step CUDA graph under
 # PyTorch's defaults (cuDNN's convolutions may use TF32), as the same graph with TF32 off (FP32 math
@@ -81,8 +82,7 @@ rows=()
 for entry in "${suite[@]}"; do
     read -r name model dataset batch <<<"$entry"
     if [ $# -gt 0 ] && [[ " $* " != *" $name "* ]]; then continue; fi
-    data=$mnist
-    [ "$dataset" = mnist ] || data=$fashion
+    data=$(suite_data "$dataset" "$mnist" "$fashion") || exit 1
     args=("$model" --dataset "$dataset" --data "$data")
     peer_args=("$model" --data "$data" --epochs "$epochs")
     if [ "$batch" != - ]; then args+=(--batch "$batch"); peer_args+=(--batch "$batch"); fi

@@ -56,7 +56,7 @@ blobnet_times() {
 }
 
 # The model suite of tools/bench.sh and tools/recipes.sh: name, model file, dataset, batch (-: the
-# model's own).
+# model's own). cifar10 reads Fashion-MNIST written out as CIFAR-10 records (suite_data).
 suite=(
     "lenet           models/lenet.cfg            mnist         64"
     "lenet256        models/lenet.cfg            mnist         256"
@@ -69,7 +69,26 @@ suite=(
     "resnet_odd      models/resnet_odd.cfg       fashion-mnist -"
     "inception       models/inception_fashion.cfg fashion-mnist -"
     "narrow_chain    models/narrow_chain.cfg     fashion-mnist -"
+    "cifar10_resnet  models/cifar10_resnet.cfg   cifar10       -"
 )
+
+# The data folder of a suite model's dataset (mnist, fashion-mnist or cifar10): the MNIST or the
+# Fashion-MNIST folder given, or for cifar10 Fashion-MNIST written out as CIFAR-10 records
+# (centred on 32x32, the gray channel repeated: blobnet data --write) into $logs, once a run.
+# Call it outside parallel jobs: the first call writes the records.
+suite_data() { # dataset mnist_dir fashion_dir
+    case $1 in
+        mnist) echo "$2" ;;
+        fashion-mnist) echo "$3" ;;
+        cifar10)
+            local dir=$logs/fashion-cifar10
+            if [ ! -f "$dir/test_batch.bin" ]; then
+                ./blobnet data --dataset fashion-mnist --data "$3" --write "cifar10:$dir" >&2 || return 1
+            fi
+            echo "$dir" ;;
+        *) echo "suite_data: no data for the dataset '$1'" >&2; return 1 ;;
+    esac
+}
 
 # The models of the multi-GPU tools (scale.sh, multinode_sim.sh): name, model file, dataset, batch
 # (-: the model's own). The Fashion-MNIST ones read $FASHION.

@@ -41,20 +41,20 @@ check_model_names tools/recipes.sh "$(printf '%s\n' "${suite[@]}" | awk '$1 != "
     "a suite model with a recipe (tools/bench_common.sh)" "$@"
 bench_logs
 
-# The suite's models at their own batch that were asked for: "name model dataset".
+# The suite's models at their own batch that were asked for: "name model dataset data".
 runs=()
 for entry in "${suite[@]}"; do
     read -r name model dataset batch <<<"$entry"
     [ "$batch" = - ] || [ "$batch" = "$(model_batch "$model")" ] || continue
     if [ $# -gt 0 ] && [[ " $* " != *" $name "* ]]; then continue; fi
-    runs+=("$name $model $dataset")
+    data=$(suite_data "$dataset" "$mnist" "$fashion") || exit 1
+    runs+=("$name $model $dataset $data")
 done
 
-# One training: side (blobnet or pytorch), name, model, dataset, seed. Writes its log and a result
-# file holding the final accuracy, "div" or "failed".
+# One training: side (blobnet or pytorch), name, model, dataset, data folder, seed. Writes its log
+# and a result file holding the final accuracy, "div" or "failed".
 train_one() {
-    local side=$1 name=$2 model=$3 dataset=$4 seed=$5 data=$mnist log result acc chance
-    [ "$dataset" = mnist ] || data=$fashion
+    local side=$1 name=$2 model=$3 dataset=$4 data=$5 seed=$6 log result acc chance
     log=$logs/$name-$side-$seed.log
     result=$logs/$name-$side-$seed.result
     local more=()
@@ -78,12 +78,12 @@ train_one() {
 }
 
 for entry in "${runs[@]}"; do
-    read -r name model dataset <<<"$entry"
+    read -r name model dataset data <<<"$entry"
     for seed in $seeds; do
         for side in blobnet pytorch; do
             while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
             echo "== $name, $side, seed $seed" >&2
-            train_one "$side" "$name" "$model" "$dataset" "$seed" &
+            train_one "$side" "$name" "$model" "$dataset" "$data" "$seed" &
         done
     done
 done
@@ -106,7 +106,7 @@ header="| model | epochs |"
 for seed in $seeds; do header+=" blobnet $seed | PyTorch $seed |"; done
 echo "$header blobnet mean | PyTorch mean | difference | diverged (blobnet, PyTorch) |"
 for entry in "${runs[@]}"; do
-    read -r name model dataset <<<"$entry"
+    read -r name model _ <<<"$entry"
     epochs=${RECIPES_EPOCHS:-$(model_key "$model" train epochs 10)}
     line="| $name | $epochs |"
     for seed in $seeds; do
