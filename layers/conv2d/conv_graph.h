@@ -60,12 +60,14 @@ void bn_cg_align(bn_cg_tensor *t, uintptr_t address);
 typedef struct bn_cg_plan bn_cg_plan;
 
 /* Chooses the plan for spec: from the kernel cache when it has one (cached != 0), else by timing
- * up to BN_CG_CANDIDATES of the heuristics' configurations on the buffers given (device memory of
- * the spec's sizes whose contents may be overwritten), keeping the fastest and caching it; in a
- * deterministic context, the heuristics' first that is allowed, untimed. *out is NULL (and the
- * status BN_OK) when cuDNN offers nothing allowed for the spec: the caller's other way runs.
- * Allocates and synchronises: never inside a captured step. */
+ * up to BN_CG_CANDIDATES of the heuristics' configurations of each of two modes, then up to
+ * BN_CG_ENGINES of the graph's engines by index with their default knobs, on the buffers given
+ * (device memory of the spec's sizes whose contents may be overwritten), keeping the fastest and
+ * caching it; in a deterministic context, the heuristics' first that is allowed, untimed. *out is
+ * NULL (and the status BN_OK) when cuDNN offers nothing allowed for the spec: the caller's other
+ * way runs. Allocates and synchronises: never inside a captured step. */
 #define BN_CG_CANDIDATES 24
+#define BN_CG_ENGINES 160
 bn_status bn_cg_choose(bn_ctx *ctx, const bn_cg_spec *spec, int cached, void *x, void *w, void *y,
                        bn_cg_plan **out);
 

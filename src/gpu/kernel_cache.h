@@ -34,8 +34,9 @@ extern "C" {
  * of a timed pick changes, so that choices made by an older build are not taken (5: picks that
  * disagree with a reference are no longer taken, and older choices were never checked; 6: the
  * row-tiled family's small-batch launch shapes; 7: the implicit GEMM on the tensor cores, offered
- * for every pass; 9: the halo family's passes split where their tiles are few). */
-#define BN_KERNEL_CACHE_VERSION 9
+ * for every pass; 9: the halo family's passes split where their tiles are few; 10: cuDNN's graph
+ * passes also time every engine of the graph, not only the heuristics' configurations). */
+#define BN_KERNEL_CACHE_VERSION 10
 
 /* The longest key and choice, with their terminating zeros. */
 #define BN_KERNEL_KEY_MAX 384
