@@ -1,0 +1,57 @@
+/* test_bench_common.c - tools/bench_common.sh's suite_data, which gives tools/bench.sh and
+ * tools/recipes.sh each suite model's data folder: MNIST's and Fashion-MNIST's as given, and for
+ * cifar10 Fashion-MNIST written out as CIFAR-10 records once a run. Run on a small synthetic IDX
+ * set by the CLI that make test builds; skipped without bash or the CLI. */
+#include "testing.h"
+
+#include <sys/stat.h>
+
+static char out[1 << 15];
+
+/* Bytes of the file at path, or -1. */
+static long long file_size(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 ? (long long)st.st_size : -1;
+}
+
+BN_TEST(bench_suite_data_writes_cifar_records_once_and_names_every_suite_dataset)
+{
+    if (system("bash -c true >/dev/null 2>&1") != 0) BN_SKIP_TEST("no bash");
+    if (file_size("./blobnet") < 0) BN_SKIP_TEST("no ./blobnet (make builds it)");
+    char logs[512], cmd[4096];
+    const char *idx = bn_test_synthetic_mnist("suite_idx", 200, 50);
+    CHECK_MSG(idx != NULL, "cannot write the synthetic IDX set in %s", bn_test_tmpdir());
+    snprintf(logs, sizeof logs, "%s/suite_logs", bn_test_tmpdir());
+    /* The records from the IDX set, then again from a folder that does not exist (kept, not
+     * written again), every suite entry's dataset, and a dataset the suite does not have. */
+    snprintf(cmd, sizeof cmd,
+             "bash -c 'source tools/bench_common.sh; logs=%s; mkdir -p \"$logs\"; "
+             "d=$(suite_data cifar10 /no/mnist %s) && echo \"first=$d\"; "
+             "d=$(suite_data cifar10 /no/mnist /no/fashion) && echo \"again=$d\"; "
+             "for e in \"${suite[@]}\"; do read -r name model dataset batch <<<\"$e\"; "
+             "echo \"$name: $(suite_data \"$dataset\" /m /f)\"; done; "
+             "suite_data svhn /m /f; echo \"svhn rc=$?\"'",
+             logs, idx);
+    const int rc = bn_test_run(cmd, out, sizeof out);
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, out);
+    char want[1024];
+    snprintf(want, sizeof want, "first=%s/fashion-cifar10\n", logs);
+    CHECK_MSG(strstr(out, want) != NULL, "no \"%s\" in:\n%s", want, out);
+    snprintf(want, sizeof want, "again=%s/fashion-cifar10\n", logs);
+    CHECK_MSG(strstr(out, want) != NULL, "the records were not kept for the second call:\n%s", out);
+    CHECK_MSG(strstr(out, "lenet: /m\n") && strstr(out, "vgg_fashion: /f\n"), "MNIST and Fashion folders:\n%s", out);
+    snprintf(want, sizeof want, "cifar10_resnet: %s/fashion-cifar10\n", logs);
+    CHECK_MSG(strstr(out, want) != NULL, "cifar10_resnet's folder is not the records':\n%s", out);
+    CHECK_MSG(strstr(out, "no data for the dataset 'svhn'") && strstr(out, "svhn rc=1"), "svhn:\n%s", out);
+    /* Every suite entry got a folder: no entry names a dataset suite_data lacks. */
+    CHECK_MSG(strstr(out, "no data for the dataset") == strstr(out, "no data for the dataset 'svhn'"),
+              "a suite entry has a dataset without data:\n%s", out);
+    /* One record is a label byte and 3x32x32 pixels; the examples as many as the IDX set's. */
+    char path[1024];
+    snprintf(path, sizeof path, "%s/fashion-cifar10/data_batch_1.bin", logs);
+    CHECK_MSG(file_size(path) == 200LL * 3073, "%s: %lld bytes, expected %lld", path, file_size(path), 200LL * 3073);
+    snprintf(path, sizeof path, "%s/fashion-cifar10/test_batch.bin", logs);
+    CHECK_MSG(file_size(path) == 50LL * 3073, "%s: %lld bytes, expected %lld", path, file_size(path), 50LL * 3073);
+    return BN_PASS;
+}
