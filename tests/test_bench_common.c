@@ -4,6 +4,7 @@
  * set by the CLI that make test builds; skipped without bash or the CLI. */
 #include "testing.h"
 
+#include <stdlib.h>
 #include <sys/stat.h>
 
 static char out[1 << 15];
