@@ -10,10 +10,11 @@
  * cache), its timing, its tie rule (the fastest alone, the candidates' order deciding equal times)
  * and its cache lookup and store. Timed, the candidates are the heuristics' (mode A's, then the
  * fallback's) and every engine of the graph with its default knobs; a candidate first runs once,
- * and only one within twice the fastest fully timed before it gets the full timing. A timed pick is checked before it is taken: run on random
- * inputs against the reference convolution (conv_reference.h), one that disagrees is dropped and
- * the next fastest checked alike (bn_chooser_pick_checked), since an engine's notes do not always
- * say what it changes in the results. BLOBNET_CG_VERBOSE=1 prints each candidate of every choice
+ * and only one within twice the fastest fully timed before it gets the full timing. A timed pick
+ * is checked before it is taken: run on random inputs against the reference convolution
+ * (conv_reference.h), one that disagrees is dropped and the next fastest checked alike
+ * (bn_chooser_pick_checked), since an engine's notes do not always say what it changes in the
+ * results. BLOBNET_CG_VERBOSE=1 prints each candidate of every choice
  * to stderr: its name, the notes that refused it or the time it took. */
 #include <math.h>
 #include <stdint.h>
