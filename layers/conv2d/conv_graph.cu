@@ -479,7 +479,9 @@ static const bn_chooser_timing TIMING = {1, 3, 3};
 static const bn_chooser_timing QUICK = {1, 1, 1};
 
 /* One candidate: its engine allowed, its plan made within the workspace limit, then timed
- * (when timed) on a workspace of its own. *took: 1 when it ran, with *ms its time. */
+ * (when timed) on a workspace of its own. *took: 1 when it ran, with *ms its time. With cut_ms
+ * finite it runs once first, and one run slower than cut_ms ends its timing there (*cut = 1,
+ * *ms that run's time): a candidate that cannot win is not given the full timing. */
 static bn_status try_candidate(bn_ctx *ctx, const bn_cg_spec *s, cudnnBackendDescriptor_t cfg, bool timed,
                                float cut_ms, void *x, void *w, void *y, char *name, size_t name_cap, float *ms,
                                size_t *ws_out, int *took, int *cut)
