@@ -10,6 +10,7 @@
 #include "gpu/bf16.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/grid_stride.h"
+#include "gpu/pdl.cuh"
 #include "gpu/typed.cuh"
 
 static __device__ __forceinline__ float sigmoid_of(float x)
@@ -53,6 +54,7 @@ static __device__ __forceinline__ float act_grad(float x, float y, float dy, flo
 template <act_kind K, typename T>
 static __global__ void act_forward(const T *__restrict__ x, T *__restrict__ y, size_t n, float a)
 {
+    bn_early_entry(); /* pdl.cuh */
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
         bn_st(y + i, act_value<K>(bn_ld(x + i), a));
@@ -62,6 +64,7 @@ template <act_kind K, typename T>
 static __global__ void act_backward(const T *__restrict__ x, const T *__restrict__ y, const T *__restrict__ dy,
                                     const T *__restrict__ part, T *__restrict__ dx, size_t n, float a)
 {
+    bn_early_entry(); /* pdl.cuh */
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         /* Only the operands the formula uses are loaded (the compiler drops the others). */
@@ -77,6 +80,7 @@ static __global__ void act_backward(const T *__restrict__ x, const T *__restrict
 template <act_kind K, typename T>
 static __global__ void act_forward_packs(const T *__restrict__ x, T *__restrict__ y, size_t packs, float a)
 {
+    bn_early_entry(); /* pdl.cuh */
     const int N = bn_pack<T>::N;
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < packs; i += stride) {
@@ -92,6 +96,7 @@ template <act_kind K, typename T>
 static __global__ void act_backward_packs(const T *__restrict__ x, const T *__restrict__ y, const T *__restrict__ dy,
                                           const T *__restrict__ part, T *__restrict__ dx, size_t packs, float a)
 {
+    bn_early_entry(); /* pdl.cuh */
     const int N = bn_pack<T>::N;
     const bool use_x = K != ACT_SIGMOID && K != ACT_TANH, use_y = K != ACT_RELU && K != ACT_LEAKY;
     size_t stride = (size_t)gridDim.x * blockDim.x;
@@ -117,6 +122,7 @@ typedef struct act_rows {
 template <act_kind K, typename T, int U>
 static __global__ void act_forward_rows(const T *__restrict__ x, T *__restrict__ y, act_rows r, float a)
 {
+    bn_early_entry(); /* pdl.cuh */
     const size_t units = r.per / U, step = (size_t)gridDim.x * blockDim.x;
     for (size_t e = blockIdx.y; e < r.rows; e += gridDim.y)
         for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < units; i += step) {
@@ -132,6 +138,7 @@ template <act_kind K, typename T, int U>
 static __global__ void act_backward_rows(const T *__restrict__ x, const T *__restrict__ y, const T *__restrict__ dy,
                                          T *__restrict__ dx, act_rows r, float a)
 {
+    bn_early_entry(); /* pdl.cuh */
     const bool use_x = K != ACT_SIGMOID && K != ACT_TANH, use_y = K != ACT_RELU && K != ACT_LEAKY;
     const size_t units = r.per / U, step = (size_t)gridDim.x * blockDim.x;
     for (size_t e = blockIdx.y; e < r.rows; e += gridDim.y)
@@ -174,11 +181,12 @@ static void launch_forward(const T *x, T *y, size_t count, float a, cudaStream_t
     size_t done = 0;
     if (bn_aligned16(x) && bn_aligned16(y)) {
         const size_t packs = count / bn_pack<T>::N;
-        if (packs) act_forward_packs<K, T><<<bn_grid_stride_blocks(packs), 256, 0, s>>>(x, y, packs, a);
+        if (packs) bn_launch_early(act_forward_packs<K, T>, bn_grid_stride_blocks(packs), 256, 0, s, x, y, packs, a);
         done = packs * bn_pack<T>::N;
     }
     if (done < count)
-        act_forward<K, T><<<bn_grid_stride_blocks(count - done), 256, 0, s>>>(x + done, y + done, count - done, a);
+        bn_launch_early(act_forward<K, T>, bn_grid_stride_blocks(count - done), 256, 0, s, x + done, y + done,
+                        count - done, a);
 }
 
 template <act_kind K, typename T>
@@ -189,12 +197,13 @@ static void launch_backward(const T *x, const T *y, const T *dy, const T *part, 
     if (bn_aligned16(x) && bn_aligned16(y) && bn_aligned16(dy) && bn_aligned16(dx) && (!part || bn_aligned16(part))) {
         const size_t packs = count / bn_pack<T>::N;
         if (packs)
-            act_backward_packs<K, T><<<bn_grid_stride_blocks(packs), 256, 0, s>>>(x, y, dy, part, dx, packs, a);
+            bn_launch_early(act_backward_packs<K, T>, bn_grid_stride_blocks(packs), 256, 0, s, x, y, dy, part, dx,
+                            packs, a);
         done = packs * bn_pack<T>::N;
     }
     if (done < count)
-        act_backward<K, T><<<bn_grid_stride_blocks(count - done), 256, 0, s>>>(
-            x + done, y + done, dy + done, part ? part + done : NULL, dx + done, count - done, a);
+        bn_launch_early(act_backward<K, T>, bn_grid_stride_blocks(count - done), 256, 0, s, x + done, y + done,
+                        dy + done, part ? part + done : NULL, dx + done, count - done, a);
 }
 
 /* Packed operands (every stride per) as one run of rows x per elements, else by rows. */
@@ -204,8 +213,8 @@ static void forward_as(const T *x, T *y, const act_rows &r, float a, cudaStream_
     if (r.sx == r.per && r.sy == r.per) return launch_forward<K>(x, y, r.rows * r.per, a, s);
     const void *ptrs[] = {x, y};
     if (rows_pack<T>(r, ptrs, 2))
-        act_forward_rows<K, T, bn_pack<T>::N><<<rows_grid(r, bn_pack<T>::N), 256, 0, s>>>(x, y, r, a);
-    else act_forward_rows<K, T, 1><<<rows_grid(r, 1), 256, 0, s>>>(x, y, r, a);
+        bn_launch_early(act_forward_rows<K, T, bn_pack<T>::N>, rows_grid(r, bn_pack<T>::N), 256, 0, s, x, y, r, a);
+    else bn_launch_early(act_forward_rows<K, T, 1>, rows_grid(r, 1), 256, 0, s, x, y, r, a);
 }
 
 template <act_kind K, typename T>
@@ -216,8 +225,9 @@ static void backward_as(const T *x, const T *y, const T *dy, const T *part, T *d
         return launch_backward<K>(x, y, dy, part, dx, r.rows * r.per, a, s);
     const void *ptrs[] = {x, y, dy, dx};
     if (rows_pack<T>(r, ptrs, 4))
-        act_backward_rows<K, T, bn_pack<T>::N><<<rows_grid(r, bn_pack<T>::N), 256, 0, s>>>(x, y, dy, dx, r, a);
-    else act_backward_rows<K, T, 1><<<rows_grid(r, 1), 256, 0, s>>>(x, y, dy, dx, r, a);
+        bn_launch_early(act_backward_rows<K, T, bn_pack<T>::N>, rows_grid(r, bn_pack<T>::N), 256, 0, s, x, y, dy, dx,
+                        r, a);
+    else bn_launch_early(act_backward_rows<K, T, 1>, rows_grid(r, 1), 256, 0, s, x, y, dy, dx, r, a);
 }
 
 template <typename T>

@@ -14,6 +14,7 @@
 #include "gpu/add_into.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/grid_stride.h"
+#include "gpu/pdl.cuh"
 #include "gpu/bf16.cuh"
 #include "gpu/typed.cuh"
 
@@ -35,6 +36,7 @@ template <typename T> struct add_args {
 template <typename T, int N, typename I>
 static __global__ void add_forward(add_args<T> a, T *__restrict__ y, I packs, int relu)
 {
+    bn_early_entry(); /* pdl.cuh */
     for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < packs; i += (I)gridDim.x * blockDim.x) {
         const size_t at = (size_t)i * N;
         float acc[N], v[N];
@@ -62,6 +64,7 @@ template <typename T, int N, typename I>
 static __global__ void add_backward(add_args<T> a, const T *__restrict__ dy, const T *__restrict__ part,
                                     const T *__restrict__ relu_y, I packs)
 {
+    bn_early_entry(); /* pdl.cuh */
     for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < packs; i += (I)gridDim.x * blockDim.x) {
         const size_t at = (size_t)i * N;
         float g[N], out[N];
@@ -116,13 +119,13 @@ template <typename T> static bn_status add_forward_as(bn_layer *l, const bn_pass
     const bool pk = packed(n, a, y, NULL);
     const int packs_grid = bn_grid_stride_blocks(n / N), grid = bn_grid_stride_blocks(n);
     if (pk && bn_index_fits_32(n)) {
-        add_forward<T, bn_pack<T>::N, unsigned><<<packs_grid, 256, 0, s>>>(a, y, (unsigned)(n / N), r);
+        bn_launch_early(add_forward<T, bn_pack<T>::N, unsigned>, packs_grid, 256, 0, s, a, y, (unsigned)(n / N), r);
     } else if (pk) {
-        add_forward<T, bn_pack<T>::N, size_t><<<packs_grid, 256, 0, s>>>(a, y, n / N, r);
+        bn_launch_early(add_forward<T, bn_pack<T>::N, size_t>, packs_grid, 256, 0, s, a, y, n / N, r);
     } else if (bn_index_fits_32(n)) {
-        add_forward<T, 1, unsigned><<<grid, 256, 0, s>>>(a, y, (unsigned)n, r);
+        bn_launch_early(add_forward<T, 1, unsigned>, grid, 256, 0, s, a, y, (unsigned)n, r);
     } else {
-        add_forward<T, 1, size_t><<<grid, 256, 0, s>>>(a, y, n, r);
+        bn_launch_early(add_forward<T, 1, size_t>, grid, 256, 0, s, a, y, n, r);
     }
     BN_CUDA_LAUNCH();
     return BN_OK;
@@ -156,13 +159,14 @@ template <typename T> static bn_status add_backward_as(bn_layer *l, const bn_pas
     const bool pk = packed(n, a, dy, relu_y) && (!part || bn_aligned16(part));
     const int packs_grid = bn_grid_stride_blocks(n / N), grid = bn_grid_stride_blocks(n);
     if (pk && bn_index_fits_32(n)) {
-        add_backward<T, bn_pack<T>::N, unsigned><<<packs_grid, 256, 0, s>>>(a, dy, part, relu_y, (unsigned)(n / N));
+        bn_launch_early(add_backward<T, bn_pack<T>::N, unsigned>, packs_grid, 256, 0, s, a, dy, part, relu_y,
+                        (unsigned)(n / N));
     } else if (pk) {
-        add_backward<T, bn_pack<T>::N, size_t><<<packs_grid, 256, 0, s>>>(a, dy, part, relu_y, n / N);
+        bn_launch_early(add_backward<T, bn_pack<T>::N, size_t>, packs_grid, 256, 0, s, a, dy, part, relu_y, n / N);
     } else if (bn_index_fits_32(n)) {
-        add_backward<T, 1, unsigned><<<grid, 256, 0, s>>>(a, dy, part, relu_y, (unsigned)n);
+        bn_launch_early(add_backward<T, 1, unsigned>, grid, 256, 0, s, a, dy, part, relu_y, (unsigned)n);
     } else {
-        add_backward<T, 1, size_t><<<grid, 256, 0, s>>>(a, dy, part, relu_y, n);
+        bn_launch_early(add_backward<T, 1, size_t>, grid, 256, 0, s, a, dy, part, relu_y, n);
     }
     BN_CUDA_LAUNCH();
     return BN_OK;

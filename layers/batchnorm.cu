@@ -35,6 +35,7 @@
 #include "gpu/grid_stride.h"
 #include "gpu/bf16.cuh"
 #include "gpu/last_arrival.cuh"
+#include "gpu/pdl.cuh"
 #include "gpu/typed.cuh"
 
 namespace cg = cooperative_groups;
@@ -228,6 +229,7 @@ static __global__ void __launch_bounds__(THREADS)
     partial_sums(bn_geometry g, const T *__restrict__ x, const T *__restrict__ dy, const T *__restrict__ dy_part,
                  size_t dy_gap, const float *stats, bn_relu_back r, double *__restrict__ sums, bn_finish f)
 {
+    bn_early_entry(); /* pdl.cuh */
     const int c = blockIdx.y, part = blockIdx.x;
     const I row = (I)(g.plane / N), packs = (I)(g.count / N), span = (packs + g.parts - 1) / g.parts;
     const I lo = part * span, hi = lo + span < packs ? lo + span : packs;
@@ -271,6 +273,7 @@ static __global__ void __launch_bounds__(THREADS)
 /* One thread per channel, in evaluation: the running averages' statistics. */
 static __global__ void eval_stats(bn_geometry g, float *stats, const float *rm, const float *rv, double eps)
 {
+    bn_early_entry(); /* pdl.cuh */
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= g.channels) return;
     stats[4 * c] = rm[c];
@@ -286,6 +289,7 @@ static __global__ void normalize(bn_geometry g, I packs, const T *__restrict__ x
                                  const float *__restrict__ w, const float *__restrict__ b, T *__restrict__ y,
                                  T *__restrict__ relu_y, size_t relu_gap)
 {
+    bn_early_entry(); /* pdl.cuh */
     const I row = (I)(g.plane / N), stride = (I)gridDim.x * blockDim.x;
     for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < packs; i += stride) {
         const I plane = i / row, e = plane / (I)g.channels;
@@ -307,6 +311,7 @@ static __global__ void input_grad(bn_geometry g, I packs, const T *__restrict__ 
                                   const float *__restrict__ w, bn_relu_back r, T *__restrict__ dx,
                                   T *__restrict__ relu_dx)
 {
+    bn_early_entry(); /* pdl.cuh */
     const I row = (I)(g.plane / N), stride = (I)gridDim.x * blockDim.x;
     for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < packs; i += stride) {
         const I plane = i / row, e = plane / (I)g.channels;
@@ -392,6 +397,7 @@ template <typename T, int N, int R, bool BACK, bool XB>
 static __global__ void __launch_bounds__(FUSED_THREADS)
     fused_pass(bn_geometry g, bn_args<T> a, float *stats, bn_finish f)
 {
+    bn_early_entry(); /* pdl.cuh */
 #if __CUDA_ARCH__ >= 900
     cg::cluster_group cluster = cg::this_cluster();
     const int c = blockIdx.y;
@@ -520,17 +526,19 @@ template <typename T, int N, int R, bool BACK, bool XB>
 static cudaError_t launch_fused_as(int ranks, const bn_geometry &g, const bn_args<T> &a, float *stats,
                                    const bn_finish &f, cudaStream_t s)
 {
-    cudaLaunchAttribute attr[1];
+    cudaLaunchAttribute attr[2];
     attr[0].id = cudaLaunchAttributeClusterDimension;
     attr[0].val.clusterDim.x = (unsigned)ranks;
     attr[0].val.clusterDim.y = 1;
     attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization; /* launched early, as bn_launch_early */
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)ranks, (unsigned)g.channels);
     cfg.blockDim = dim3(FUSED_THREADS);
     cfg.stream = s;
     cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cfg.numAttrs = 2;
     return cudaLaunchKernelEx(&cfg, fused_pass<T, N, R, BACK, XB>, g, a, stats, f);
 }
 
@@ -574,14 +582,14 @@ static bn_status queue_forward(batchnorm_priv *b, const bn_pass *p, const bn_geo
         const bn_finish f = {arrivals_of(b, stats), stats, a.rm, a.rv, b->momentum, b->eps, NULL, NULL, 0};
         if (launch_fused<T, N, false>(b, p, g, a, stats, f, s)) return BN_OK;
         b->split_passes++;
-        partial_sums<T, N, I><<<dim3(g.parts, g.channels), THREADS, 0, s>>>(g, a.x, NULL, NULL, 0, NULL, a.relu_back,
-                                                                            b->dev_sums, f);
+        bn_launch_early(partial_sums<T, N, I>, dim3(g.parts, g.channels), THREADS, 0, s, g, a.x, (const T *)NULL,
+                        (const T *)NULL, (size_t)0, (const float *)NULL, a.relu_back, b->dev_sums, f);
     } else {
-        eval_stats<<<(g.channels + 127) / 128, 128, 0, s>>>(g, stats, a.rm, a.rv, b->eps);
+        bn_launch_early(eval_stats, (g.channels + 127) / 128, 128, 0, s, g, stats, a.rm, a.rv, b->eps);
     }
     BN_CUDA_LAUNCH();
-    normalize<T, N, I><<<bn_grid_stride_blocks(total / N), THREADS, 0, s>>>(g, (I)(total / N), a.x, stats, a.w,
-                                                                             a.bias, a.y, a.relu_y, a.relu_gap);
+    bn_launch_early(normalize<T, N, I>, bn_grid_stride_blocks(total / N), THREADS, 0, s, g, (I)(total / N), a.x, stats,
+                    a.w, a.bias, a.y, a.relu_y, a.relu_gap);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
@@ -593,12 +601,12 @@ static bn_status queue_backward(batchnorm_priv *b, const bn_pass *p, const bn_ge
     const bn_finish f = {arrivals_of(b, stats), stats, NULL, NULL, 0.0, 0.0, a.dw, a.db, b->trained};
     if (launch_fused<T, N, true>(b, p, g, a, stats, f, s)) return BN_OK;
     b->split_passes++;
-    partial_sums<T, N, I><<<dim3(g.parts, g.channels), THREADS, 0, s>>>(g, a.x, a.dy, a.dy_part, a.dy_gap, stats,
-                                                                        a.relu_back, b->dev_sums, f);
+    bn_launch_early(partial_sums<T, N, I>, dim3(g.parts, g.channels), THREADS, 0, s, g, a.x, a.dy, a.dy_part, a.dy_gap,
+                    stats, a.relu_back, b->dev_sums, f);
     BN_CUDA_LAUNCH();
     if (!a.dx) return BN_OK;
-    input_grad<T, N, I><<<bn_grid_stride_blocks(total / N), THREADS, 0, s>>>(
-        g, (I)(total / N), a.x, a.dy, a.dy_part, a.dy_gap, stats, a.w, a.relu_back, a.dx, a.relu_dx);
+    bn_launch_early(input_grad<T, N, I>, bn_grid_stride_blocks(total / N), THREADS, 0, s, g, (I)(total / N), a.x, a.dy,
+                    a.dy_part, a.dy_gap, stats, a.w, a.relu_back, a.dx, a.relu_dx);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }

@@ -7,6 +7,7 @@
 #include "gpu/bf16.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/grid_stride.h"
+#include "gpu/pdl.cuh"
 
 /* T is the blobs' element type on the device: float, or __nv_bfloat16 under --precision bf16;
  * the mask stays float. `first` is the place of element 0 in the global batch. */
@@ -16,6 +17,7 @@ static __global__ void draw_and_apply(const T *__restrict__ x, float *__restrict
                                       const unsigned long long *__restrict__ dev_step, unsigned long long step,
                                       unsigned long long first)
 {
+    bn_early_entry(); /* pdl.cuh */
     const uint64_t key = bn_dropout_key(seed, layer, dev_step ? *dev_step : step);
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -28,6 +30,7 @@ static __global__ void draw_and_apply(const T *__restrict__ x, float *__restrict
 template <typename T>
 static __global__ void multiply(const T *__restrict__ a, const float *__restrict__ b, T *__restrict__ out, size_t n)
 {
+    bn_early_entry(); /* pdl.cuh */
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
         bn_st(out + i, bn_ld(a + i) * b[i]);
@@ -53,9 +56,8 @@ static bn_status forward_on(bn_layer *l, const bn_pass *p, const T *x, T *y)
     if (!d->dev_mask) BN_TRY(bn_device_alloc((void **)&d->dev_mask, l->in->capacity * sizeof(float)));
     /* A share of a global batch takes the whole batch's draws where the share begins. */
     const unsigned long long first = (unsigned long long)p->offset * (unsigned long long)d->per_example;
-    draw_and_apply<T><<<bn_grid_stride_blocks(count), 256, 0, s>>>(x, d->dev_mask, y, count, d->rate,
-                                                                  1.0f / (1.0f - d->rate), p->seed, l->index,
-                                                                  p->dev_step, p->step, first);
+    bn_launch_early(draw_and_apply<T>, bn_grid_stride_blocks(count), 256, 0, s, x, d->dev_mask, y, count, d->rate,
+                    1.0f / (1.0f - d->rate), p->seed, l->index, p->dev_step, p->step, first);
     BN_CUDA_LAUNCH();
     d->masked = 1;
     return BN_OK;
@@ -84,7 +86,7 @@ static bn_status backward_on(bn_layer *l, const bn_pass *p, const T *dy, T *dx)
         BN_CUDA(cudaMemcpyAsync(dx, dy, count * sizeof *dx, cudaMemcpyDeviceToDevice, s));
         return BN_OK;
     }
-    multiply<T><<<bn_grid_stride_blocks(count), 256, 0, s>>>(dy, d->dev_mask, dx, count);
+    bn_launch_early(multiply<T>, bn_grid_stride_blocks(count), 256, 0, s, dy, d->dev_mask, dx, count);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }

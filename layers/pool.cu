@@ -410,6 +410,7 @@ extern "C" bn_status bn_maxpool_backward_gpu(bn_layer *l, const bn_pass *p)
 template <typename T>
 static __global__ void global_avg_forward(const T *__restrict__ x, T *__restrict__ y, size_t planes, int cells)
 {
+    bn_early_entry(); /* pdl.cuh */
     for (size_t pl = (size_t)blockIdx.x * blockDim.x + threadIdx.x; pl < planes; pl += (size_t)gridDim.x * blockDim.x) {
         const T *xp = x + pl * cells;
         double s = 0.0;
@@ -421,6 +422,7 @@ static __global__ void global_avg_forward(const T *__restrict__ x, T *__restrict
 template <typename T>
 static __global__ void global_avg_backward(const T *__restrict__ dy, T *__restrict__ dx, size_t total, int cells)
 {
+    bn_early_entry(); /* pdl.cuh */
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x)
         bn_st(&dx[i], 0.0f + bn_ld(&dy[i / cells]) / (float)cells);
 }
@@ -431,7 +433,8 @@ template <typename T> static bn_status global_forward(bn_layer *l, const bn_pass
     BN_TYPED_RD(T, x, l->in);
     BN_TYPED_WR(T, y, l->out);
     size_t planes = (size_t)l->in->n * pp->c;
-    global_avg_forward<T><<<grid_for(planes), THREADS, 0, (cudaStream_t)p->ctx->stream>>>(x, y, planes, pp->h * pp->w);
+    bn_launch_early(global_avg_forward<T>, grid_for(planes), THREADS, 0, (cudaStream_t)p->ctx->stream, x, y, planes,
+                    pp->h * pp->w);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
@@ -442,7 +445,8 @@ template <typename T> static bn_status global_backward(bn_layer *l, const bn_pas
     BN_TYPED_RD(T, dy, l->out_grad);
     BN_TYPED_WR(T, dx, l->in_grad);
     size_t total = bn_blob_count(l->in_grad);
-    global_avg_backward<T><<<grid_for(total), THREADS, 0, (cudaStream_t)p->ctx->stream>>>(dy, dx, total, pp->h * pp->w);
+    bn_launch_early(global_avg_backward<T>, grid_for(total), THREADS, 0, (cudaStream_t)p->ctx->stream, dy, dx, total,
+                    pp->h * pp->w);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }

@@ -295,6 +295,7 @@ template <typename T>
 static __global__ void softmax_grad(const T *__restrict__ prob, const float *__restrict__ labels, int n, int classes,
                                     float scale, targets t, T *__restrict__ dz)
 {
+    bn_early_entry(); /* pdl.cuh */
     size_t total = (size_t)n * classes, stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
         int row = (int)(i / classes), k = (int)(i % classes);
@@ -438,11 +439,13 @@ extern "C" bn_status bn_softmax_ce_backward_gpu(bn_layer *l, const bn_pass *pass
     if (bn_blob_is_bf16(l->out)) {
         BN_DEV16_RD(prob, l->out);
         BN_DEV16_WR(dz, l->in_grad);
-        softmax_grad<<<grid, 256, 0, s>>>(prob, labels, n, classes, 1.0f / (float)n, targets_of(sp), dz);
+        bn_launch_early(softmax_grad<__nv_bfloat16>, grid, 256, 0, s, prob, labels, n, classes, 1.0f / (float)n,
+                        targets_of(sp), dz);
     } else {
         BN_DEV_RD(prob, l->out);
         BN_DEV_WR(dz, l->in_grad);
-        softmax_grad<<<grid, 256, 0, s>>>(prob, labels, n, classes, 1.0f / (float)n, targets_of(sp), dz);
+        bn_launch_early(softmax_grad<float>, grid, 256, 0, s, prob, labels, n, classes, 1.0f / (float)n,
+                        targets_of(sp), dz);
     }
     BN_CUDA_LAUNCH();
     return BN_OK;

@@ -7,6 +7,7 @@
 #include "conv_bf16_state.cuh"
 #include "gpu/bf16.h"
 #include "gpu/cuda_check.h"
+#include "gpu/pdl.cuh"
 
 #define THREADS 256
 
@@ -15,6 +16,7 @@
 static __global__ void to_nhwc_padded(__nv_bfloat16 *__restrict__ dst, const __nv_bfloat16 *__restrict__ src, int c,
                                       int cp, int hw, size_t total)
 {
+    bn_early_entry(); /* pdl.cuh */
     for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (size_t)gridDim.x * blockDim.x) {
         const int j = (int)(e % (size_t)cp);
         const size_t rest = e / (size_t)cp, p = rest % (size_t)hw, b = rest / (size_t)hw;
@@ -27,6 +29,7 @@ static __global__ void to_nhwc_padded(__nv_bfloat16 *__restrict__ dst, const __n
 static __global__ void from_nhwc_padded(__nv_bfloat16 *__restrict__ dst, const __nv_bfloat16 *__restrict__ src, int c,
                                         int cp, int hw, size_t total)
 {
+    bn_early_entry(); /* pdl.cuh */
     for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (size_t)gridDim.x * blockDim.x) {
         const size_t p = e % (size_t)hw, rest = e / (size_t)hw, j = rest % (size_t)c, b = rest / (size_t)c;
         dst[e] = src[(b * hw + p) * cp + j];
@@ -49,7 +52,8 @@ static bn_status as_nhwc(const __nv_bfloat16 *src, __nv_bfloat16 *scratch, int n
     *out = scratch;
     if (c == cp) return bn_gpu_bf16_transpose(scratch, src, n, c, hw, ctx);
     const size_t total = (size_t)n * hw * cp;
-    to_nhwc_padded<<<blocks_for(total), THREADS, 0, (cudaStream_t)ctx->stream>>>(scratch, src, c, cp, hw, total);
+    bn_launch_early(to_nhwc_padded, blocks_for(total), THREADS, 0, (cudaStream_t)ctx->stream, scratch, src, c, cp, hw,
+                    total);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
@@ -67,7 +71,8 @@ static bn_status from_nhwc(__nv_bfloat16 *dst, const __nv_bfloat16 *written, int
     if (written == dst) return BN_OK;
     if (c == cp) return bn_gpu_bf16_transpose(dst, written, n, hw, c, ctx);
     const size_t total = (size_t)n * c * hw;
-    from_nhwc_padded<<<blocks_for(total), THREADS, 0, (cudaStream_t)ctx->stream>>>(dst, written, c, cp, hw, total);
+    bn_launch_early(from_nhwc_padded, blocks_for(total), THREADS, 0, (cudaStream_t)ctx->stream, dst, written, c, cp, hw,
+                    total);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
@@ -129,6 +134,7 @@ extern "C" bn_status bn_conv_bf16_run_forward(const conv_priv *c, conv_bf16 *s, 
 static __global__ void add_padded_filter_kernel(float *__restrict__ dw, const __nv_bfloat16 *__restrict__ src, int rs,
                                                 int channels, int cp, size_t total)
 {
+    bn_early_entry(); /* pdl.cuh */
     for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (size_t)gridDim.x * blockDim.x) {
         const size_t per = (size_t)rs * channels, k = e / per, rem = e % per;
         const size_t j = rem / rs, i = rem % rs;
@@ -159,8 +165,8 @@ static bn_status filter_pass(const conv_priv *c, conv_bf16 *s, const bf16_plan *
     if (!padded(c, s)) return bn_gpu_add_bf16_transposed_to_f32(dw, s->dw, c->filters, rs, c->g.c, ctx);
     size_t blocks = (weights + THREADS - 1) / THREADS;
     if (blocks > 1024) blocks = 1024;
-    add_padded_filter_kernel<<<(unsigned)blocks, THREADS, 0, (cudaStream_t)ctx->stream>>>(dw, s->dw, rs, c->g.c, s->cp,
-                                                                                          weights);
+    bn_launch_early(add_padded_filter_kernel, (unsigned)blocks, THREADS, 0, (cudaStream_t)ctx->stream, dw, s->dw, rs,
+                    c->g.c, s->cp, weights);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }

@@ -4,6 +4,7 @@
 #include "conv_bias.h"
 #include "gpu/bf16.cuh"
 #include "gpu/cuda_check.h"
+#include "gpu/pdl.cuh"
 
 #define THREADS 256
 /* Elements of one filter per block of the gradient, at least. */
@@ -16,6 +17,7 @@ template <typename T, int N, typename I>
 static __global__ void add_kernel(T *__restrict__ y, const float *__restrict__ b, I packs, int row, int filters,
                                   T *__restrict__ relu_y, size_t relu_gap)
 {
+    bn_early_entry(); /* pdl.cuh */
     const I stride = (I)gridDim.x * blockDim.x;
     for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < packs; i += stride) {
         const I plane = i / (I)row, e = plane / (I)filters;
@@ -33,6 +35,7 @@ template <typename T, int N, typename I>
 static __global__ void __launch_bounds__(THREADS)
     partial_kernel(const T *__restrict__ dy, int filters, int row, I count, float *__restrict__ parts)
 {
+    bn_early_entry(); /* pdl.cuh */
     __shared__ float sum[THREADS];
     const int k = blockIdx.y, part = blockIdx.x;
     const I span = (count + gridDim.x - 1) / gridDim.x, lo = part * span, hi = lo + span < count ? lo + span : count;
@@ -57,6 +60,7 @@ static __global__ void __launch_bounds__(THREADS)
 /* One thread per filter: db[k] += its partial sums, in order. */
 static __global__ void finish_kernel(const float *__restrict__ parts, int filters, int used, float *__restrict__ db)
 {
+    bn_early_entry(); /* pdl.cuh */
     const int k = blockIdx.x * blockDim.x + threadIdx.x;
     if (k >= filters) return;
     float acc = 0.0f;
@@ -74,8 +78,8 @@ template <typename T, int N, typename I>
 static bn_status add_as(T *y, const float *b, int n, int filters, int plane, T *relu_y, size_t gap, bn_ctx *ctx)
 {
     const size_t packs = (size_t)n * filters * plane / N;
-    add_kernel<T, N, I><<<blocks_for(packs), THREADS, 0, (cudaStream_t)ctx->stream>>>(y, b, (I)packs, plane / N,
-                                                                                      filters, relu_y, gap);
+    bn_launch_early(add_kernel<T, N, I>, blocks_for(packs), THREADS, 0, (cudaStream_t)ctx->stream, y, b, (I)packs,
+                    plane / N, filters, relu_y, gap);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
@@ -106,10 +110,10 @@ static bn_status grad_as(float *db, const T *dy, int n, int filters, int plane, 
     const size_t count = (size_t)n * plane;
     const size_t want = (count + PART_ELEMENTS - 1) / PART_ELEMENTS;
     const int used = (int)(want < 1 ? 1 : want > BN_CONV_BIAS_PARTS ? BN_CONV_BIAS_PARTS : want);
-    partial_kernel<T, N, I><<<dim3((unsigned)used, (unsigned)filters), THREADS, 0, s>>>(dy, filters, plane / N,
-                                                                                        (I)(count / N), parts);
+    bn_launch_early(partial_kernel<T, N, I>, dim3((unsigned)used, (unsigned)filters), THREADS, 0, s, dy, filters,
+                    plane / N, (I)(count / N), parts);
     BN_CUDA_LAUNCH();
-    finish_kernel<<<(filters + 127) / 128, 128, 0, s>>>(parts, filters, used, db);
+    bn_launch_early(finish_kernel, (filters + 127) / 128, 128, 0, s, parts, filters, used, db);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }

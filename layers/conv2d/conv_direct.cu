@@ -44,6 +44,7 @@ static __host__ __device__ size_t round4(size_t v) { return (v + 3) & ~(size_t)3
 template <int KT, int K>
 static __global__ void __launch_bounds__(512) direct_conv(direct_args a)
 {
+    bn_early_entry(); /* pdl.cuh */
     extern __shared__ float4 smem4[];
     float *smem = (float *)smem4;
     const bn_direct_shape &s = a.s;
@@ -181,6 +182,7 @@ typedef struct col_args {
  * position, then every dx cell of those channels gathers its column cells (col2im). */
 static __global__ void __launch_bounds__(512) col_dgrad(col_args a)
 {
+    bn_early_entry(); /* pdl.cuh */
     extern __shared__ float4 smem4[];
     float *smem = (float *)smem4;
     const bn_col_shape &s = a.s;
@@ -260,6 +262,7 @@ typedef struct wgrad_args {
 template <int T>
 static __global__ void __launch_bounds__((T / 4) * (T / 4)) wgrad_tiles(wgrad_args a)
 {
+    bn_early_entry(); /* pdl.cuh */
     constexpr int NT = (T / 4) * (T / 4); /* threads */
     constexpr int PER = MT * T / NT;      /* tile cells a thread copies per stage */
     __shared__ __align__(16) float sa[2][MT][T + 4]; /* dy: [stage][m][filter] */
@@ -391,8 +394,8 @@ static __global__ void __launch_bounds__(FINISH_THREADS)
     wgrad_finish(const float *__restrict__ part, int splits, int count, int split_at, float *__restrict__ dw,
                  float *__restrict__ db)
 {
-    typedef typename vec_of<W>::t T;
     bn_early_entry(); /* pdl.cuh */
+    typedef typename vec_of<W>::t T;
     __shared__ T sums[FINISH_ROWS][FINISH_COLS];
     const int col = threadIdx.x % FINISH_COLS, row = threadIdx.x / FINISH_COLS;
     const int g = (blockIdx.x * FINISH_COLS + col) * W;
@@ -418,13 +421,13 @@ static bn_status launch_direct(const bn_direct_shape *s, int n, cudaStream_t str
     int threads = s->threads * s->split;
     /* LeNet's 5x5 and the common 3x3 windows get unrolled taps. */
     if (s->kt == 4) {
-        if (s->k == 5) direct_conv<4, 5><<<grid, threads, s->smem, stream>>>(a);
-        else if (s->k == 3) direct_conv<4, 3><<<grid, threads, s->smem, stream>>>(a);
-        else direct_conv<4, 0><<<grid, threads, s->smem, stream>>>(a);
+        if (s->k == 5) bn_launch_early(direct_conv<4, 5>, grid, threads, s->smem, stream, a);
+        else if (s->k == 3) bn_launch_early(direct_conv<4, 3>, grid, threads, s->smem, stream, a);
+        else bn_launch_early(direct_conv<4, 0>, grid, threads, s->smem, stream, a);
     } else {
-        if (s->k == 5) direct_conv<8, 5><<<grid, threads, s->smem, stream>>>(a);
-        else if (s->k == 3) direct_conv<8, 3><<<grid, threads, s->smem, stream>>>(a);
-        else direct_conv<8, 0><<<grid, threads, s->smem, stream>>>(a);
+        if (s->k == 5) bn_launch_early(direct_conv<8, 5>, grid, threads, s->smem, stream, a);
+        else if (s->k == 3) bn_launch_early(direct_conv<8, 3>, grid, threads, s->smem, stream, a);
+        else bn_launch_early(direct_conv<8, 0>, grid, threads, s->smem, stream, a);
     }
     BN_CUDA_LAUNCH();
     return BN_OK;
@@ -445,7 +448,7 @@ extern "C" bn_status bn_direct_backward_data(const bn_direct_plan *p, void *stre
     const bn_conv_geom *g = &p->g;
     col_args a = {p->cols, dy, w, dx, p->n, g->c, g->h, g->w, g->k, g->stride, g->pad, g->oh, g->ow, p->filters};
     dim3 grid((g->c + p->cols.ct - 1) / p->cols.ct, p->n);
-    col_dgrad<<<grid, p->cols.threads, p->cols.smem, (cudaStream_t)stream>>>(a);
+    bn_launch_early(col_dgrad, grid, p->cols.threads, p->cols.smem, (cudaStream_t)stream, a);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
@@ -462,9 +465,9 @@ extern "C" bn_status bn_direct_backward_filter(const bn_direct_plan *p, void *st
                     p->n * npos, (int)f->span};
     dim3 grid((taps + f->tile - 1) / f->tile, (p->filters + f->tile - 1) / f->tile, f->splits);
     if (f->tile == 64)
-        wgrad_tiles<64><<<grid, 256, 0, st>>>(a);
+        bn_launch_early(wgrad_tiles<64>, grid, 256, 0, st, a);
     else
-        wgrad_tiles<32><<<grid, 64, 0, st>>>(a);
+        bn_launch_early(wgrad_tiles<32>, grid, 64, 0, st, a);
     BN_CUDA_LAUNCH();
     return bn_direct_finish_filter(stream, workspace, f->splits, p->filters, taps, dw, db);
 }

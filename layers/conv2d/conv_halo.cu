@@ -34,6 +34,7 @@
 #include "gpu/cuda_check.h"
 #include "gpu/last_arrival.cuh"
 #include "gpu/mma_tf32.cuh"
+#include "gpu/pdl.cuh"
 #include "gpu/smem_opt_in.cuh"
 
 typedef struct hl_args {
@@ -61,6 +62,7 @@ typedef struct hl_args {
 template <int KS, int BM, int BN, int WM, int PROD, bool TURN>
 static __global__ void __launch_bounds__(HL_WARPS * 32, 2) halo_gemm(hl_args g)
 {
+    bn_early_entry(); /* pdl.cuh */
     constexpr int NT = HL_WARPS * 32, WN = HL_WARPS / WM, KK = KS * KS;
     constexpr int MT = BM / WM / 16, NTL = BN / WN / 8;    /* m16 and n8 tiles per warp */
     constexpr int A_LD = HL_BC * KK + 4;                   /* a weight row: A_LD / 4 odd, so that the
@@ -263,6 +265,7 @@ typedef struct hf_args {
 template <int KS, int WM, int WN, int PROD>
 static __global__ void __launch_bounds__(WM * WN * 32, 16 / (WM * WN)) halo_filter(hf_args g)
 {
+    bn_early_entry(); /* pdl.cuh */
     constexpr int NT = WM * WN * 32, KK = KS * KS, BM = 32 * WM, BC = 8 * WN, MT = 2;
     constexpr int A_LD = HL_KP + 4; /* A_LD / 4 odd: an ldmatrix's eight rows in other banks */
     extern __shared__ float4 smem4[];

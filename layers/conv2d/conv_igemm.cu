@@ -33,6 +33,7 @@
 #include "gpu/cp_async.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/mma_tf32.cuh"
+#include "gpu/pdl.cuh"
 #include "gpu/smem_opt_in.cuh"
 
 /* Stages in the shared-memory ring: STAGES - 1 are in flight while one is used. */
@@ -148,6 +149,7 @@ static __host__ __device__ constexpr int b_ld(int bn) { return bn + 8; }
 template <int P, int BM, int BN, int WM, int PROD, bool CHECK>
 static __global__ void __launch_bounds__(IG_WARPS * 32, 2) igemm(ig_args g)
 {
+    bn_early_entry(); /* pdl.cuh */
     constexpr int NT = IG_WARPS * 32, WN = IG_WARPS / WM;
     constexpr int MT = BM / WM / 16, NTL = BN / WN / 8; /* m16 and n8 tiles per warp */
     constexpr int LA = BM * BK / NT, LB = BN * BK / NT; /* elements a thread copies per stage */

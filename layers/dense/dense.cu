@@ -133,7 +133,8 @@ extern "C" bn_status bn_dense_backward_gpu(bn_layer *l, const bn_pass *p)
     BN_TRY(bn_dense_gemm(l, p->ctx, GEMM_DW, &gw, &fused, NULL));
     if (!fused) { /* db += column sums of dY, unless own_gemm added them with dW */
         dim3 threads(BIAS_COLS, BIAS_ROWS);
-        bias_grad<<<(m + BIAS_COLS - 1) / BIAS_COLS, threads, 0, (cudaStream_t)p->ctx->stream>>>(dy, n, m, db);
+        bn_launch_early(bias_grad<float>, (m + BIAS_COLS - 1) / BIAS_COLS, threads, 0, (cudaStream_t)p->ctx->stream, dy,
+                        n, m, db);
         BN_CUDA_LAUNCH();
     }
     if (l->in_grad && !dx_done) {

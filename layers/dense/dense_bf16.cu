@@ -39,7 +39,7 @@ extern "C" bn_status bn_dense_forward_bf16(bn_layer *l, const bn_pass *p)
     cublasHandle_t h;
     BN_TRY(blas_of(p->ctx, &h));
     size_t total = (size_t)n * m;
-    seed_bias<<<grid_for(total), 256, 0, (cudaStream_t)p->ctx->stream>>>(y, b, total, m);
+    bn_launch_early(seed_bias<__nv_bfloat16>, grid_for(total), 256, 0, (cudaStream_t)p->ctx->stream, y, b, total, m);
     BN_CUDA_LAUNCH();
     const float one = 1.0f;
     BN_CUBLAS(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w, CUDA_R_16BF, k, x, CUDA_R_16BF, k, &one, y,
@@ -61,7 +61,8 @@ extern "C" bn_status bn_dense_backward_bf16(bn_layer *l, const bn_pass *p)
     BN_CUBLAS(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_T, k, m, n, &one, x, CUDA_R_16BF, k, dy, CUDA_R_16BF, m, &one, dw,
                            CUDA_R_32F, k, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     dim3 threads(BIAS_COLS, BIAS_ROWS);
-    bias_grad<<<(m + BIAS_COLS - 1) / BIAS_COLS, threads, 0, (cudaStream_t)p->ctx->stream>>>(dy, n, m, db);
+    bn_launch_early(bias_grad<__nv_bfloat16>, (m + BIAS_COLS - 1) / BIAS_COLS, threads, 0, (cudaStream_t)p->ctx->stream,
+                    dy, n, m, db);
     BN_CUDA_LAUNCH();
     if (!l->in_grad) return BN_OK;
     BN_DEV16_RD(w, l->params[WEIGHT].value16);

@@ -7,6 +7,7 @@
 #include <stddef.h>
 
 #include "gpu/bf16.cuh"
+#include "gpu/pdl.cuh"
 
 /* Column tile of the bias-gradient kernel: BIAS_COLS columns per block, BIAS_ROWS threads
  * walking down each column. */
@@ -17,6 +18,7 @@
 template <typename T>
 static __global__ void seed_bias(T *__restrict__ y, const T *__restrict__ b, size_t total, int m)
 {
+    bn_early_entry(); /* pdl.cuh */
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) y[i] = b[i % m];
 }
@@ -27,6 +29,7 @@ static __global__ void seed_bias(T *__restrict__ y, const T *__restrict__ b, siz
 template <typename T>
 static __global__ void bias_grad(const T *__restrict__ dy, int n, int m, float *__restrict__ db)
 {
+    bn_early_entry(); /* pdl.cuh */
     __shared__ float part[BIAS_ROWS][BIAS_COLS + 1];
     int col = blockIdx.x * BIAS_COLS + threadIdx.x;
     float s = 0.0f;

@@ -219,7 +219,8 @@ static bn_status run_candidate(const dense_gpu *g, const dense_plan *p, const bn
         *ok = run_lt(g, p, ctx, ga->a, ga->b, ga->beta, d, &c->r[i].algo) == CUBLAS_STATUS_SUCCESS;
         if (*ok && p->kind == GEMM_DW) {
             dim3 threads(BIAS_COLS, BIAS_ROWS);
-            bias_grad<<<(m + BIAS_COLS - 1) / BIAS_COLS, threads, 0, (cudaStream_t)ctx->stream>>>(ga->b, n, m, db);
+            bn_launch_early(bias_grad<float>, (m + BIAS_COLS - 1) / BIAS_COLS, threads, 0, (cudaStream_t)ctx->stream,
+                            ga->b, n, m, db);
             *ok = cudaGetLastError() == cudaSuccess;
         }
         return BN_OK;
@@ -693,7 +694,8 @@ extern "C" bn_status bn_dense_gemm(bn_layer *l, bn_ctx *ctx, int kind, const gem
     if (!p->use_lt) {
         if (kind == GEMM_FWD) { /* seed the bias, then accumulate onto it */
             size_t total = (size_t)n * m;
-            seed_bias<<<grid_for(total), 256, 0, (cudaStream_t)ctx->stream>>>(ga->d, ga->bias, total, m);
+            bn_launch_early(seed_bias<float>, grid_for(total), 256, 0, (cudaStream_t)ctx->stream, ga->d, ga->bias,
+                            total, m);
             BN_CUDA_LAUNCH();
             gemm_args acc = *ga;
             acc.beta = 1.0f;

@@ -8,10 +8,12 @@
 
 #include "bf16.cuh"
 #include "grid_stride.h"
+#include "pdl.cuh"
 
 template <typename T, int N, typename I>
 static __global__ void bn_add_into_kernel(T *__restrict__ dst, const T *__restrict__ src, I packs)
 {
+    bn_early_entry(); /* pdl.cuh */
     for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < packs; i += (I)gridDim.x * blockDim.x) {
         float d[N], v[N];
         bn_ld_n<T, N>(&dst[(size_t)i * N], d);
@@ -44,20 +46,21 @@ static __device__ __forceinline__ void bn_ld_grad_n(const T *__restrict__ dy, co
     if (part) bn_add_part_n<T, N>(part, at, g);
 }
 
-/* Queues dst += src on s. */
+/* Queues dst += src on s, launched early (pdl.cuh). */
 template <typename T> static void bn_queue_add_into(T *dst, const T *src, size_t n, cudaStream_t s)
 {
     const int P = bn_pack<T>::N;
     const bool pk = n % P == 0 && bn_aligned16(dst) && bn_aligned16(src);
     const size_t packs = pk ? n / P : n;
     if (pk && bn_index_fits_32(n))
-        bn_add_into_kernel<T, P, unsigned><<<bn_grid_stride_blocks(packs), 256, 0, s>>>(dst, src, (unsigned)packs);
+        bn_launch_early(bn_add_into_kernel<T, P, unsigned>, bn_grid_stride_blocks(packs), 256, 0, s, dst, src,
+                        (unsigned)packs);
     else if (pk)
-        bn_add_into_kernel<T, P, size_t><<<bn_grid_stride_blocks(packs), 256, 0, s>>>(dst, src, packs);
+        bn_launch_early(bn_add_into_kernel<T, P, size_t>, bn_grid_stride_blocks(packs), 256, 0, s, dst, src, packs);
     else if (bn_index_fits_32(n))
-        bn_add_into_kernel<T, 1, unsigned><<<bn_grid_stride_blocks(n), 256, 0, s>>>(dst, src, (unsigned)n);
+        bn_launch_early(bn_add_into_kernel<T, 1, unsigned>, bn_grid_stride_blocks(n), 256, 0, s, dst, src, (unsigned)n);
     else
-        bn_add_into_kernel<T, 1, size_t><<<bn_grid_stride_blocks(n), 256, 0, s>>>(dst, src, n);
+        bn_launch_early(bn_add_into_kernel<T, 1, size_t>, bn_grid_stride_blocks(n), 256, 0, s, dst, src, n);
 }
 
 #endif

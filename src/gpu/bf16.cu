@@ -11,21 +11,25 @@
 #include "bf16.h"
 #include "cuda_check.h"
 #include "grid_stride.h"
+#include "pdl.cuh"
 
 __global__ void f32_to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n)
 {
+    bn_early_entry(); /* pdl.cuh */
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         bn_st_bf16(dst + i, src[i]);
 }
 
 __global__ void bf16_to_f32_kernel(float *dst, const __nv_bfloat16 *src, size_t n)
 {
+    bn_early_entry(); /* pdl.cuh */
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         dst[i] = bn_ld_bf16(src + i);
 }
 
 __global__ void add_bf16_to_f32_kernel(float *dst, const __nv_bfloat16 *src, size_t n)
 {
+    bn_early_entry(); /* pdl.cuh */
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         dst[i] += bn_ld_bf16(src + i);
 }
@@ -59,6 +63,7 @@ __global__ void __launch_bounds__(32 * TILE_ROWS)
     transpose_kernel(Out *__restrict__ dst, const __nv_bfloat16 *__restrict__ src, int rows, int cols, bool pairs_in,
                      bool pairs_out)
 {
+    bn_early_entry(); /* pdl.cuh */
     /* An odd row length in 2-byte elements puts the 32 pairs read down a column in 32 banks. */
     __shared__ __nv_bfloat16 tile[TILE][TILE + 1];
     const size_t matrix = (size_t)blockIdx.z * rows * cols;
@@ -111,31 +116,32 @@ static bn_status transpose(Out *dst, const __nv_bfloat16 *src, int batch, int ro
     const dim3 grid((unsigned)((cols + TILE - 1) / TILE), tiles_down, (unsigned)batch);
     const bool pairs_in = cols % 2 == 0 && aligned(src, 2 * sizeof *src);
     const bool pairs_out = rows % 2 == 0 && aligned(dst, 2 * sizeof *dst);
-    transpose_kernel<Out><<<grid, dim3(32, TILE_ROWS), 0, (cudaStream_t)ctx->stream>>>(dst, src, rows, cols, pairs_in,
-                                                                                        pairs_out);
+    bn_launch_early(transpose_kernel<Out>, grid, dim3(32, TILE_ROWS), 0, (cudaStream_t)ctx->stream, dst, src, rows,
+                    cols, pairs_in, pairs_out);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
 
 extern "C" bn_status bn_gpu_f32_to_bf16(void *dst, const float *src, size_t n, bn_ctx *ctx)
 {
-    f32_to_bf16_kernel<<<bn_grid_stride_blocks(n), 256, 0, (cudaStream_t)ctx->stream>>>((__nv_bfloat16 *)dst, src, n);
+    bn_launch_early(f32_to_bf16_kernel, bn_grid_stride_blocks(n), 256, 0, (cudaStream_t)ctx->stream,
+                    (__nv_bfloat16 *)dst, src, n);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
 
 extern "C" bn_status bn_gpu_bf16_to_f32(float *dst, const void *src, size_t n, bn_ctx *ctx)
 {
-    bf16_to_f32_kernel<<<bn_grid_stride_blocks(n), 256, 0, (cudaStream_t)ctx->stream>>>(dst, (const __nv_bfloat16 *)src,
-                                                                                      n);
+    bn_launch_early(bf16_to_f32_kernel, bn_grid_stride_blocks(n), 256, 0, (cudaStream_t)ctx->stream, dst,
+                    (const __nv_bfloat16 *)src, n);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
 
 extern "C" bn_status bn_gpu_add_bf16_to_f32(float *dst, const void *src, size_t n, bn_ctx *ctx)
 {
-    add_bf16_to_f32_kernel<<<bn_grid_stride_blocks(n), 256, 0, (cudaStream_t)ctx->stream>>>(
-        dst, (const __nv_bfloat16 *)src, n);
+    bn_launch_early(add_bf16_to_f32_kernel, bn_grid_stride_blocks(n), 256, 0, (cudaStream_t)ctx->stream, dst,
+                    (const __nv_bfloat16 *)src, n);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }

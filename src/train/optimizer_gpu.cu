@@ -6,6 +6,7 @@
 #include "gpu/bf16.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/last_arrival.cuh"
+#include "gpu/pdl.cuh"
 #include "optimizer.h"
 
 #include <stdint.h>
@@ -84,6 +85,7 @@ __global__ void update(float *__restrict__ w, __nv_bfloat16 *__restrict__ w16, c
                        bn_step_rates r, const bn_step_rates *__restrict__ schedule, int *cursor, int advance,
                        bn_rule_consts k, float wd, int fours)
 {
+    bn_early_entry(); /* pdl.cuh */
     int at;
     r = step_rates(r, schedule, cursor, &at);
     const size_t stride = (size_t)gridDim.x * blockDim.x, first = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -233,9 +235,8 @@ static bn_status launch(bn_optimizer *o, bn_net *net, size_t lo, size_t hi, bn_s
     update_kernel kern = w16 ? kernels[c->optimizer].w16 : kernels[c->optimizer].fp32;
     int fours = ((uintptr_t)w & 15) == 0 && ((uintptr_t)g & 15) == 0;
     for (int j = 0; j < o->num_state; j++) fours = fours && ((uintptr_t)st.s[j] & 15) == 0;
-    kern<<<update_blocks(hi - lo, fours), UPDATE_THREADS, 0, s>>>(w, w16, g, st, segs, nseg, lo, hi, r, schedule,
-                                                                  o->dev_cursor, advance, k, (float)c->weight_decay,
-                                                                  fours);
+    bn_launch_early(kern, update_blocks(hi - lo, fours), UPDATE_THREADS, 0, s, w, w16, g, st, segs, nseg, lo, hi, r,
+                    schedule, o->dev_cursor, advance, k, (float)c->weight_decay, fours);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
