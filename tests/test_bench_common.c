@@ -56,3 +56,32 @@ BN_TEST(bench_suite_data_writes_cifar_records_once_and_names_every_suite_dataset
     CHECK_MSG(file_size(path) == 50LL * 3073, "%s: %lld bytes, expected %lld", path, file_size(path), 50LL * 3073);
     return BN_PASS;
 }
+
+/* The multi-GPU tools' models (scale_models): each names a model file that exists and a dataset
+ * those tools read (MNIST or Fashion-MNIST), the default names are among them, and a name outside
+ * them is refused with the list. */
+BN_TEST(bench_scale_models_name_existing_files_and_refuse_others)
+{
+    if (system("bash -c true >/dev/null 2>&1") != 0) BN_SKIP_TEST("no bash");
+    const int rc = bn_test_run("bash -c 'source tools/bench_common.sh; "
+                               "for e in \"${scale_models[@]}\"; do read -r name model dataset batch <<<\"$e\"; "
+                               "[ -f \"$model\" ] || echo \"missing $model\"; "
+                               "case $dataset in mnist|fashion-mnist) ;; *) echo \"dataset $dataset of $name\";; esac; "
+                               "echo \"entry $name\"; done; "
+                               "for d in \"${scale_default[@]}\"; do echo \"default $d\"; done; "
+                               "(check_scale_models tools/scale.sh inception_fashion svhn_net); echo \"rc=$?\"'",
+                               out, sizeof out);
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, out);
+    CHECK_MSG(!strstr(out, "missing ") && !strstr(out, "dataset "), "a bad entry:\n%s", out);
+    CHECK_MSG(strstr(out, "entry inception_fashion\n") && strstr(out, "entry narrow_chain\n"), "entries:\n%s", out);
+    const char *defaults[] = {"lenet", "resnet_fashion", "vgg_fashion"};
+    for (int i = 0; i < 3; i++) {
+        char want[64], entry[64];
+        snprintf(want, sizeof want, "default %s\n", defaults[i]);
+        snprintf(entry, sizeof entry, "entry %s\n", defaults[i]);
+        CHECK_MSG(strstr(out, want) && strstr(out, entry), "%s is not a default and an entry:\n%s", defaults[i], out);
+    }
+    CHECK_MSG(strstr(out, "tools/scale.sh: model svhn_net: not one of lenet, resnet_fashion") && strstr(out, "rc=2"),
+              "the refusal:\n%s", out);
+    return BN_PASS;
+}

@@ -93,10 +93,19 @@ suite_data() { # dataset mnist_dir fashion_dir
 # The models of the multi-GPU tools (scale.sh, multinode_sim.sh): name, model file, dataset, batch
 # (-: the model's own). The Fashion-MNIST ones read $FASHION.
 scale_models=(
-    "lenet          models/lenet.cfg          mnist         64"
-    "resnet_fashion models/resnet_fashion.cfg fashion-mnist -"
-    "vgg_fashion    models/vgg_fashion.cfg    fashion-mnist -"
+    "lenet             models/lenet.cfg             mnist         64"
+    "resnet_fashion    models/resnet_fashion.cfg    fashion-mnist -"
+    "vgg_fashion       models/vgg_fashion.cfg       fashion-mnist -"
+    "mlp               models/mlp.cfg               mnist         -"
+    "mlp_wide          models/mlp_wide.cfg          mnist         -"
+    "strided_fashion   models/strided_fashion.cfg   fashion-mnist -"
+    "resnet_mini       models/resnet_mini.cfg       fashion-mnist -"
+    "resnet_odd        models/resnet_odd.cfg        fashion-mnist -"
+    "inception_fashion models/inception_fashion.cfg fashion-mnist -"
+    "narrow_chain      models/narrow_chain.cfg      fashion-mnist -"
 )
+# The models tools/scale.sh and tools/multinode_sim.sh run when none is named.
+scale_default=(lenet resnet_fashion vgg_fashion)
 
 # Exits unless every name after the first three is one of `allowed`: tool, allowed (names separated
 # by spaces), what they are (for the error), names...
@@ -115,6 +124,7 @@ check_model_names() {
 check_scale_models() {
     local tool=$1
     shift
-    check_model_names "$tool" "$(printf '%s\n' "${scale_models[@]}" | awk '{ print $1 }' | xargs)" \
-        "one of lenet, resnet_fashion, vgg_fashion" "$@"
+    local names
+    names=$(printf '%s\n' "${scale_models[@]}" | awk '{ print $1 }' | xargs)
+    check_model_names "$tool" "$names" "one of ${names// /, }" "$@"
 }

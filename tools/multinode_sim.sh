@@ -5,8 +5,9 @@
 #
 #   tools/multinode_sim.sh MNIST_DIR [MODEL...]
 #
-# MODEL: lenet (MNIST), resnet_fashion, vgg_fashion (Fashion-MNIST from $FASHION, default
-# /usr/share/datasets/fashion-mnist); all three when none is named. With 4 GPUs or more the world
+# MODEL: lenet, mlp, mlp_wide (MNIST), resnet_fashion, vgg_fashion, strided_fashion, resnet_mini,
+# resnet_odd, inception_fashion, narrow_chain (Fashion-MNIST from $FASHION, default
+# /usr/share/datasets/fashion-mnist); lenet, resnet_fashion and vgg_fashion when none is named. With 4 GPUs or more the world
 # is 4 ranks, nodes a (GPUs 0, 1) and b (GPUs 2, 3); with 2 or 3, 2 ranks, one a node. Each rank is
 #   blobnet train MODEL ... --rank R --world N --rendezvous 127.0.0.1:PORT --device gpu:R
 # as it would be started on its machine, in these modes:
@@ -35,6 +36,7 @@ epochs=${SIM_EPOCHS:-2}
 deadline=${SIM_TIMEOUT:-20}
 source "$(dirname "$0")/bench_common.sh"
 check_scale_models tools/multinode_sim.sh "$@"
+[ $# -gt 0 ] || set -- "${scale_default[@]}"
 for v in "$epochs" "$deadline" "${SIM_BATCH:-1}"; do
     if ! [[ $v =~ ^[1-9][0-9]*$ ]]; then
         echo "tools/multinode_sim.sh: SIM_EPOCHS, SIM_TIMEOUT and SIM_BATCH are positive whole numbers, not $v" >&2

@@ -5,8 +5,9 @@
 #
 #   tools/scale.sh MNIST_DIR [MODEL...]
 #
-# MODEL: lenet (MNIST), resnet_fashion, vgg_fashion (Fashion-MNIST from $FASHION, default
-# /usr/share/datasets/fashion-mnist); all three when none is named. For each global batch B
+# MODEL: lenet, mlp, mlp_wide (MNIST), resnet_fashion, vgg_fashion, strided_fashion, resnet_mini,
+# resnet_odd, inception_fashion, narrow_chain (Fashion-MNIST from $FASHION, default
+# /usr/share/datasets/fashion-mnist); lenet, resnet_fashion and vgg_fashion when none is named. For each global batch B
 # ($SCALE_BATCH: one or more, "-" for the model's own; default "-", LeNet's 64):
 #   strong scaling  B on 1, 2, 4, 8 GPUs (B/N per GPU): what a user does to finish the same training
 #                   sooner. Speedup: the 1-GPU epoch's time over the N-GPU epoch's.
@@ -37,6 +38,7 @@ wanted_gpus=${SCALE_GPUS:-1 2 4 8}
 source "$(dirname "$0")/bench_common.sh"
 
 check_scale_models tools/scale.sh "$@"
+[ $# -gt 0 ] || set -- "${scale_default[@]}"
 for b in $batches; do
     if [ "$b" != - ] && ! [[ $b =~ ^[1-9][0-9]*$ ]]; then
         echo "tools/scale.sh: SCALE_BATCH=$batches: $b is neither a positive whole number nor -" >&2
