@@ -531,8 +531,7 @@ static cudaError_t launch_fused_as(int ranks, const bn_geometry &g, const bn_arg
     attr[0].val.clusterDim.x = (unsigned)ranks;
     attr[0].val.clusterDim.y = 1;
     attr[0].val.clusterDim.z = 1;
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization; /* launched early, as bn_launch_early */
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    attr[1] = bn_early_attribute(); /* launched early, as bn_launch_early */
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3((unsigned)ranks, (unsigned)g.channels);
     cfg.blockDim = dim3(FUSED_THREADS);

@@ -14,6 +14,10 @@ const char *ft_path(char *buf, size_t cap, const char *format, ...) __attribute_
 /* Reads path whole into buf (at most cap - 1 bytes, then a NUL); 0, or -1 when it cannot. */
 int ft_read_text(const char *path, char *buf, size_t cap);
 
+/* Calls visit(path, name, user) for every regular file under dir and its subfolders (links not
+ * followed, names starting with '.' left out), path being dir/.../name. */
+void ft_each_file(const char *dir, void (*visit)(const char *path, const char *name, void *user), void *user);
+
 /* Writes text to path, replacing it; 0, or -1 when it cannot. */
 int ft_write_text(const char *path, const char *text);
 

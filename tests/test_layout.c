@@ -155,7 +155,7 @@ BN_TEST(layout_src_top_holds_only_public_headers)
 
 /* A symbol and where it was seen: the object for the core's, the folder for the others'. */
 typedef struct sym {
-    char name[128];
+    char name[256]; /* as long as the lines' names read into it */
     char where[160];
 } sym;
 
@@ -336,30 +336,31 @@ static int count_lines(const char *path)
     return lines;
 }
 
+/* The sources past MAX_SOURCE_LINES, as "path (N lines)" joined by ", ", and how many sources
+ * were seen. */
+typedef struct long_list {
+    char *list;
+    size_t cap;
+    int files;
+} long_list;
+
+static void note_if_long(const char *path, const char *name, void *user)
+{
+    long_list *l = user;
+    if (!is_source(name)) return;
+    l->files++;
+    int lines = count_lines(path);
+    size_t len = strlen(l->list);
+    if (lines > MAX_SOURCE_LINES) snprintf(l->list + len, l->cap - len, "%s%s (%d lines)", len ? ", " : "", path, lines);
+}
+
 /* Appends "path (N lines)" to list for each source under dir, its subfolders too, longer than
  * MAX_SOURCE_LINES; counts the sources seen. */
 static void long_sources(const char *dir, char *list, size_t cap, int *files)
 {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.') continue;
-        char path[512];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (lstat(path, &st) != 0) continue;
-        if (S_ISDIR(st.st_mode)) {
-            long_sources(path, list, cap, files);
-            continue;
-        }
-        if (!S_ISREG(st.st_mode) || !is_source(e->d_name)) continue;
-        ++*files;
-        int lines = count_lines(path);
-        size_t len = strlen(list);
-        if (lines > MAX_SOURCE_LINES) snprintf(list + len, cap - len, "%s%s (%d lines)", len ? ", " : "", path, lines);
-    }
-    closedir(d);
+    long_list l = {list, cap, *files};
+    ft_each_file(dir, note_if_long, &l);
+    *files = l.files;
 }
 
 BN_TEST(layout_no_source_file_over_800_lines)

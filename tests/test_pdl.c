@@ -5,43 +5,26 @@
  * without it fails here, on any machine, instead of racing on a GPU now and then. */
 #include "testing.h"
 
-#include <dirent.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "file_testing.h"
+
 /* Kernels launched the ordinary way, outside the step: reference checks and the chooser's tools. */
 static const char *const ordinary[] = {
-    "reference_kernel",  /* layers/conv2d/conv_reference.cu */
-    "gather_kernel",     /* layers/conv2d/conv_reference.cu */
+    "reference_kernel",    /* layers/conv2d/conv_reference.cu */
+    "gather_kernel",       /* layers/conv2d/conv_reference.cu */
     "fill_uniform_kernel", /* src/gpu/compare.cu */
-    "largest_kernel",    /* src/gpu/compare.cu */
-    "fill_kernel",       /* src/gpu/kernels.cu: tests' fills */
-    "hash_words_kernel", /* src/gpu/kernels.cu: the ranks' parameter check, after a wait */
+    "largest_kernel",      /* src/gpu/compare.cu */
+    "fill_kernel",         /* src/gpu/kernels.cu: the tests' fills */
+    "hash_words_kernel",   /* src/gpu/kernels.cu: the ranks' parameter check, after a wait */
 };
 
 typedef struct scan {
-    int kernels;        /* definitions seen */
-    char bad[4096];     /* "file: kernel" lines of those that break the contract */
+    int kernels;    /* definitions seen */
+    char bad[4096]; /* "file: kernel" lines of those that break the contract */
     int bad_count;
 } scan;
-
-static char *read_text(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *t = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (t && fread(t, 1, (size_t)n, f) != (size_t)n) {
-        free(t);
-        t = NULL;
-    }
-    if (t) t[n] = 0;
-    fclose(f);
-    return t;
-}
 
 /* Past spaces and comments. */
 static const char *skip_blank(const char *p)
@@ -109,29 +92,14 @@ static void check_text(scan *s, const char *path, const char *text)
     }
 }
 
-/* Every .cu and .cuh file under dir, but layers/examples (the guide's own kernels, kept plain). */
-static void check_tree(scan *s, const char *dir)
+/* A .cu or .cuh file, but layers/examples' (the guide's own kernels, kept plain): its kernels. */
+static void check_file(const char *path, const char *name, void *user)
 {
-    if (strcmp(dir, "layers/examples") == 0) return;
-    DIR *d = opendir(dir);
-    if (!d) return;
-    for (struct dirent *e; (e = readdir(d));) {
-        if (e->d_name[0] == '.') continue;
-        char path[1024];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        struct stat st;
-        if (stat(path, &st) != 0) continue;
-        if (S_ISDIR(st.st_mode)) {
-            check_tree(s, path);
-            continue;
-        }
-        size_t n = strlen(path);
-        if (!(n > 3 && strcmp(path + n - 3, ".cu") == 0) && !(n > 4 && strcmp(path + n - 4, ".cuh") == 0)) continue;
-        char *text = read_text(path);
-        if (text) check_text(s, path, text);
-        free(text);
-    }
-    closedir(d);
+    static char text[1 << 17]; /* a source file is at most 800 lines of 120 columns */
+    const size_t n = strlen(name);
+    const int cuda = (n > 3 && strcmp(name + n - 3, ".cu") == 0) || (n > 4 && strcmp(name + n - 4, ".cuh") == 0);
+    if (!cuda || strncmp(path, "layers/examples/", 16) == 0) return;
+    if (ft_read_text(path, text, sizeof text) == 0) check_text(user, path, text);
 }
 
 BN_TEST(pdl_every_kernel_waits_before_it_touches_memory)
@@ -140,8 +108,8 @@ BN_TEST(pdl_every_kernel_waits_before_it_touches_memory)
     if (stat("src/gpu/pdl.cuh", &st) != 0) BN_SKIP_TEST("src/gpu/pdl.cuh not found (not run from the repository's root)");
     static scan s;
     memset(&s, 0, sizeof s);
-    check_tree(&s, "src");
-    check_tree(&s, "layers");
+    ft_each_file("src", check_file, &s);
+    ft_each_file("layers", check_file, &s);
     CHECK_MSG(s.kernels >= 50, "found only %d kernel definitions under src and layers", s.kernels);
     CHECK_MSG(s.bad_count == 0, "%d kernels do not start with bn_early_entry() (pdl.cuh):\n%s", s.bad_count, s.bad);
     return BN_PASS;

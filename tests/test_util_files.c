@@ -1,9 +1,11 @@
 /* test_util_files.c - the helpers of file_testing.h; it holds no tests itself. */
 #include "file_testing.h"
 
+#include <dirent.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "testing.h"
@@ -29,6 +31,22 @@ int ft_read_text(const char *path, char *buf, size_t cap)
     buf[n] = '\0';
     fclose(f);
     return 0;
+}
+
+void ft_each_file(const char *dir, void (*visit)(const char *path, const char *name, void *user), void *user)
+{
+    DIR *d = opendir(dir);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (e->d_name[0] == '.') continue;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (lstat(path, &st) != 0) continue;
+        if (S_ISDIR(st.st_mode)) ft_each_file(path, visit, user);
+        else if (S_ISREG(st.st_mode)) visit(path, e->d_name, user);
+    }
+    closedir(d);
 }
 
 int ft_write_bytes(const char *path, const void *bytes, size_t n)

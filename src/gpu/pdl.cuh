@@ -29,6 +29,16 @@ static __device__ __forceinline__ void bn_early_entry()
 #endif
 }
 
+/* The attribute that makes a launch early (cudaLaunchKernelEx); for launches that carry others
+ * too, such as a cluster's shape. */
+static inline cudaLaunchAttribute bn_early_attribute()
+{
+    cudaLaunchAttribute a = {};
+    a.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    a.val.programmaticStreamSerializationAllowed = 1;
+    return a;
+}
+
 /* kern<<<grid, block, smem, s>>>(args...) with the programmatic-serialization attribute; the
  * kernel must start with bn_early_entry(). Errors are reported like those of <<<>>>
  * (cudaGetLastError) and returned. */
@@ -36,9 +46,7 @@ template <typename... Params, typename... Args>
 static cudaError_t bn_launch_early(void (*kern)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
                                    const Args &...args)
 {
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchAttribute attr[1] = {bn_early_attribute()};
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
