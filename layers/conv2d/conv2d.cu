@@ -196,12 +196,21 @@ static void *scratch_of(const conv_gpu *g, const conv_plan *plan)
     return plan->scratch_bytes ? g->scratch : NULL;
 }
 
+/* Whether runner `by` writes a fused ReLU's output (pass BN_CONV_FORWARD) or input gradient
+ * (BN_CONV_DATA) with its own: cuDNN's forward pass (its bias kernel) and the families that say
+ * so (conv_relu.h). */
+extern "C" bool bn_conv_takes_relu(int by, int pass)
+{
+    if (by == BY_CUDNN) return pass == BN_CONV_FORWARD;
+    return (runner_family(by)->takes_relu >> pass) & 1u;
+}
+
 /* The three passes on the given buffers, by blobnet's kernels (own) or by cuDNN's chosen
  * algorithm with its bias operation, which blobnet's kernels fuse. Used by the layer's passes
  * and by the timing that chooses between the two. The forward pass writes y, or with `pooled`
- * (bn_conv_writes_pooled) the pooling's output and mask instead; by cuDNN, where relu_y is not
- * NULL, the fused ReLU's output too (from its bias kernel; its images relu_stride elements
- * apart, more than y's where it is a slice of a channel join's output). */
+ * (bn_conv_writes_pooled) the pooling's output and mask instead; where relu_y is not NULL (only
+ * for a runner that bn_conv_takes_relu), the fused ReLU's output too (its images relu_stride
+ * elements apart, more than y's where it is a slice of a channel join's output). */
 extern "C" bn_status bn_conv_forward_pass(int by, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
                                           cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t yd, const float *x,
                                           const float *w, const float *b, float *y, const bn_pooled_out *pooled,
@@ -210,9 +219,12 @@ extern "C" bn_status bn_conv_forward_pass(int by, const conv_gpu *g, const conv_
     const bn_conv_shape *s = &plan->shape;
     if (pooled && !bn_conv_writes_pooled(plan, by))
         return bn_error(BN_ERR_INTERNAL, "this forward pass cannot write a pooled output");
+    if (relu_y && !bn_conv_takes_relu(by, BN_CONV_FORWARD))
+        return bn_error(BN_ERR_INTERNAL, "this forward pass cannot write a ReLU's output");
     if (by != BY_CUDNN) {
         bn_conv_io io = {};
         io.x = x, io.w = w, io.b = b, io.y = y, io.pooled_out = pooled, io.scratch = scratch_of(g, plan);
+        io.relu = (bn_conv_relu){relu_y, NULL, relu_stride};
         return family_pass(by, plan, BN_CONV_FORWARD, ctx->stream, &io);
     }
     cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
@@ -234,16 +246,21 @@ extern "C" bool bn_conv_reads_pooled(const conv_plan *plan, int by, int pass)
     return f->reads_pooled && f->reads_pooled(&plan->fam[by - 1], pass);
 }
 
-/* dx is overwritten. dy is read through `pooled` when it is not NULL (bn_conv_reads_pooled). */
+/* dx is overwritten. dy is read through `pooled` when it is not NULL (bn_conv_reads_pooled).
+ * Where relu is not NULL (only for a runner that bn_conv_takes_relu), the fused ReLU's input
+ * gradient is written too. */
 extern "C" bn_status bn_conv_data_pass(int by, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
                                        cudnnTensorDescriptor_t dxd, cudnnTensorDescriptor_t dyd, const float *dy,
-                                       const bn_pooled_dy *pooled, const float *w, float *dx)
+                                       const bn_pooled_dy *pooled, const float *w, float *dx, const bn_conv_relu *relu)
 {
     if (pooled && !bn_conv_reads_pooled(plan, by, 1))
         return bn_error(BN_ERR_INTERNAL, "this backward-data pass cannot read dy through a pooling");
+    if (relu && !bn_conv_takes_relu(by, BN_CONV_DATA))
+        return bn_error(BN_ERR_INTERNAL, "this backward-data pass cannot write a ReLU's input gradient");
     if (by != BY_CUDNN) {
         bn_conv_io io = {};
         io.dy = dy, io.pooled_dy = pooled, io.w = w, io.dx = dx, io.scratch = scratch_of(g, plan);
+        if (relu) io.relu = *relu;
         return family_pass(by, plan, BN_CONV_DATA, ctx->stream, &io);
     }
     const float one = 1.0f, zero = 0.0f;
@@ -295,7 +312,9 @@ typedef struct gradients {
     const float *x, *dy;
     const bn_pooled_dy *pooled, *filter_pooled;
     const float *w;
-    float *dw, *db, *dx, *parts;
+    float *dw, *db, *dx;
+    const bn_conv_relu *relu;
+    float *parts;
 } gradients;
 
 /* The filter pass on `stream` (the side stream where the two overlap). */
@@ -310,7 +329,8 @@ static bn_status filter_on(void *env, void *stream)
 static bn_status data_here(void *env)
 {
     const gradients *t = (const gradients *)env;
-    return bn_conv_data_pass(t->data, t->g, t->plan, t->ctx, t->dxd, t->dyd, t->dy, t->pooled, t->w, t->dx);
+    return bn_conv_data_pass(t->data, t->g, t->plan, t->ctx, t->dxd, t->dyd, t->dy, t->pooled, t->w, t->dx,
+                             t->relu);
 }
 
 /* Both gradients, the filter pass by `filter` (reading dy through filter_pooled when that is
@@ -323,9 +343,11 @@ extern "C" bn_status bn_conv_both_passes(int filter, int data, const conv_gpu *g
                                          bn_ctx *ctx, cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t dxd,
                                          cudnnTensorDescriptor_t dyd, const float *x, const float *dy,
                                          const bn_pooled_dy *pooled, const bn_pooled_dy *filter_pooled,
-                                         const float *w, float *dw, float *db, float *dx, float *parts, bool defer)
+                                         const float *w, float *dw, float *db, float *dx, const bn_conv_relu *relu,
+                                         float *parts, bool defer)
 {
-    gradients both = {filter, data, g, plan, ctx, xd, dxd, dyd, x, dy, pooled, filter_pooled, w, dw, db, dx, parts};
+    gradients both = {filter, data, g, plan, ctx, xd, dxd, dyd, x, dy, pooled, filter_pooled, w, dw, db, dx, relu,
+                      parts};
     if (!overlapped(plan, ctx, filter, data)) {
         BN_TRY(filter_on(&both, ctx->stream));
         return data_here(&both);
@@ -413,11 +435,12 @@ extern "C" bn_status bn_conv2d_forward_gpu(bn_layer *l, const bn_pass *p)
     const conv_priv *c = (const conv_priv *)l->priv;
     bn_layer *pool = c->pool_after;
     if (!pool) {
-        /* A fused ReLU's output is written by cuDNN's bias kernel, else by the ReLU's own pass;
-         * either honours its stride (a slice of a channel join's output: act_out_slices). */
+        /* A fused ReLU's output is written by cuDNN's bias kernel or the family's epilogue, else
+         * by the ReLU's own pass; each honours its stride (a slice of a channel join's output:
+         * act_out_slices). */
         float *relu_y = NULL;
         size_t relu_stride = 0;
-        if (c->relu_after && plan->by[0] == BY_CUDNN &&
+        if (c->relu_after && bn_conv_takes_relu(plan->by[0], BN_CONV_FORWARD) &&
             !(relu_y = bn_typed_rows_wr<float>(c->relu_after->out, &relu_stride)))
             return bn_last_status();
         BN_TRY(bn_conv_forward_pass(plan->by[0], g, plan, ctx, xd, yd, x, w, b, y, NULL, relu_y, relu_stride));
@@ -454,9 +477,20 @@ static bn_status through_pool(bn_layer *l, const conv_plan *plan, const bn_pass 
     return BN_OK;
 }
 
+/* The ReLU before the layer whose backward pass this one's does (bn_conv2d_fuse_relu): its own
+ * pass, after a data pass that did not write its input gradient. */
+static bn_status relu_backward(const bn_layer *l, const bn_pass *p)
+{
+    bn_layer *relu = ((const conv_priv *)l->priv)->relu_before;
+    return relu ? relu->ops->backward_gpu(relu, p) : BN_OK;
+}
+
 extern "C" bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p)
 {
-    if (bn_blob_is_bf16(l->out_grad)) return bn_conv_bf16_backward(l, p);
+    if (bn_blob_is_bf16(l->out_grad)) {
+        BN_TRY(bn_conv_bf16_backward(l, p));
+        return relu_backward(l, p);
+    }
     bn_ctx *ctx = p->ctx;
     const conv_gpu *g = NULL;
     const conv_plan *plan = NULL;
@@ -477,8 +511,16 @@ extern "C" bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p)
                                    dw, db, g->parts);
     BN_DEV_WR(dx, l->in_grad);
     BN_TENSOR_DESC(dxd, l->in_grad);
-    return bn_conv_both_passes(plan->by[2], plan->by[1], g, plan, ctx, xd, dxd, dyd, x, dy, pooled, filter_pooled, w,
-                               dw, db, dx, g->parts, p->defer_joins != 0);
+    /* The ReLU before the layer: its input gradient from the data pass's epilogue, or its own
+     * pass after it. */
+    const conv_priv *c = (const conv_priv *)l->priv;
+    bn_conv_relu relu = {NULL, x, 0};
+    const bool in_epilogue = c->relu_before && bn_conv_takes_relu(plan->by[1], BN_CONV_DATA);
+    if (in_epilogue && !(relu.out = bn_typed_rows_wr<float>(c->relu_before->in_grad, &relu.image)))
+        return bn_last_status();
+    BN_TRY(bn_conv_both_passes(plan->by[2], plan->by[1], g, plan, ctx, xd, dxd, dyd, x, dy, pooled, filter_pooled, w,
+                               dw, db, dx, in_epilogue ? &relu : NULL, g->parts, p->defer_joins != 0));
+    return in_epilogue ? BN_OK : relu_backward(l, p);
 }
 
 extern "C" bn_status bn_conv2d_own_plan(bn_layer *l, bn_ctx *ctx, int *ok)
@@ -522,13 +564,18 @@ extern "C" bn_status bn_conv2d_own_backward(bn_layer *l, bn_ctx *ctx, const floa
         return bn_conv_filter_pass(plan->by[2], g, plan, ctx, (cudaStream_t)ctx->stream, NULL, NULL, x, dy, NULL, dw,
                                    db, g->parts);
     return bn_conv_both_passes(plan->by[2], plan->by[1], g, plan, ctx, NULL, NULL, NULL, x, dy, NULL, NULL, w, dw,
-                               db, dx, g->parts, false);
+                               db, dx, NULL, g->parts, false);
 }
 
 extern "C" int bn_conv2d_fuse_relu(bn_layer *l, bn_layer *relu, int after)
 {
-    if (!after) return 0; /* no pass here writes the input gradient that a mask could ride on */
-    ((conv_priv *)l->priv)->relu_after = relu;
+    conv_priv *c = (conv_priv *)l->priv;
+    if (after) {
+        c->relu_after = relu;
+        return 1;
+    }
+    if (bn_blob_is_bf16(l->out)) return 0; /* the BF16 passes take no ReLU before the layer */
+    c->relu_before = relu;
     return 1;
 }
 

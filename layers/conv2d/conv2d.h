@@ -31,6 +31,8 @@ typedef struct conv_priv {
     conv_bf16 *bf16;      /* the passes' state under --precision bf16 (conv_bf16.h): NULL until the
                              first BF16 pass; released by bn_conv2d_gpu_release */
     bn_layer *relu_after; /* a ReLU layer whose GPU forward this layer's does (bn_conv2d_fuse_relu) */
+    bn_layer *relu_before; /* a ReLU layer, this one's input, whose GPU backward this layer's does
+                              (bn_conv2d_fuse_relu) */
 } conv_priv;
 
 /* The CPU passes on host buffers for a batch of n, as the layer runs them (conv_cpu.c: chunks
@@ -80,9 +82,11 @@ int bn_conv2d_fuse_next(bn_layer *l, bn_layer *next);
 
 /* bn_layer_ops.fuse_gpu: a ReLU layer after this one (after = 1) has its GPU forward done by
  * this layer's: where cuDNN ran the convolution, the kernel that adds the bias writes the ReLU's
- * output too; after blobnet's own kernels (whose epilogues do not) and under --precision bf16
- * the ReLU's own pass runs right after. Refuses after = 0: no pass here writes the input
- * gradient in a kernel of blobnet's that a mask could ride on. */
+ * output too, and so do the epilogues of the families that take a ReLU (conv_family.h's
+ * takes_relu, conv_relu.h); after the others and under --precision bf16 the ReLU's own pass runs
+ * right after. A ReLU layer before this one (after = 0, FP32 only) has its GPU backward done by
+ * this layer's: the data pass of a family that takes a ReLU writes the ReLU's input gradient
+ * with dx; after another data pass the ReLU's own backward pass runs right after it. */
 int bn_conv2d_fuse_relu(bn_layer *l, bn_layer *relu, int after);
 
 /* Under --precision bf16 (conv_bf16.cu), blobnet's own FP32 kernels on FP32 copies of the

@@ -75,9 +75,10 @@ bn_status bn_conv_forward_pass(int by, const conv_gpu *g, const conv_plan *plan,
                                cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t yd, const float *x, const float *w,
                                const float *b, float *y, const bn_pooled_out *pooled, float *relu_y,
                                size_t relu_stride);
+bool bn_conv_takes_relu(int by, int pass);
 bn_status bn_conv_data_pass(int by, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
                             cudnnTensorDescriptor_t dxd, cudnnTensorDescriptor_t dyd, const float *dy,
-                            const bn_pooled_dy *pooled, const float *w, float *dx);
+                            const bn_pooled_dy *pooled, const float *w, float *dx, const bn_conv_relu *relu);
 bn_status bn_conv_filter_pass(int by, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx, cudaStream_t stream,
                               cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t dyd, const float *x, const float *dy,
                               const bn_pooled_dy *pooled, float *dw, float *db, float *parts);
@@ -85,7 +86,7 @@ bn_status bn_conv_both_passes(int filter, int data, const conv_gpu *g, const con
                               cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t dxd, cudnnTensorDescriptor_t dyd,
                               const float *x, const float *dy, const bn_pooled_dy *pooled,
                               const bn_pooled_dy *filter_pooled, const float *w, float *dw, float *db, float *dx,
-                              float *parts, bool defer);
+                              const bn_conv_relu *relu, float *parts, bool defer);
 
 /* conv2d.cu: cuDNN's legacy algorithm for each pass in ask (measured, or by heuristics in a
  * deterministic context; with `graph`, its graph-API engine instead where that was timed

@@ -22,6 +22,7 @@
 #include "conv_halo.h"
 #include "conv_igemm.h"
 #include "conv_pooled.h"
+#include "conv_relu.h"
 #include "conv_rows.h"
 #include "conv_tensor.h"
 #include "core/status.h"
@@ -78,6 +79,9 @@ typedef struct bn_conv_io {
     const bn_pooled_dy *pooled_dy;    /* backward: dy read through the pooling instead (only where
                                          reads_pooled says it can), or NULL */
     float *dx;                        /* data: written */
+    bn_conv_relu relu;                /* forward, data: a fused ReLU's output or input gradient
+                                         written too (only where takes_relu says it can), or
+                                         relu.out NULL */
     float *dw, *db;                   /* filter: added into */
     float *parts;                     /* filter: the family's partial sums (workspace bytes) */
     void *scratch;                    /* forward, data: the family's scratch (scratch bytes), apart
@@ -96,6 +100,8 @@ typedef struct bn_conv_family {
     unsigned offered;   /* of those, the passes conv2d's choice offers it for unless it is forced */
     int rank[BN_CONV_PASSES]; /* its place in the fixed rule's order of preference, per pass (0 first) */
     int needs_pooled;   /* its filter pass reads dy only through a fused pooling (never dy itself) */
+    unsigned takes_relu; /* 1 << BN_CONV_FORWARD, _DATA: the passes whose epilogue also writes a
+                            fused ReLU's output or input gradient (bn_conv_io.relu) */
     /* Fills p for shape s; no device work. */
     void (*plan)(bn_conv_family_plan *p, const bn_conv_shape *s);
     /* NULL when its kernels run `pass` (which it serves) of p, else why not, in a few words. */

@@ -23,7 +23,10 @@
  * The data pass at stride 1 is the forward form over dy: dx's channels are the rows of C, dy's
  * channels are summed, dy is padded by k - 1 - pad, and each tap (ky, kx) of the weights reads dy
  * at the turned tap (k - 1 - ky, k - 1 - kx); the weights of dx's channel c and dy's channel f lie
- * at w + f c_count k^2 + c k^2, which the copies take with other strides (hl_args.wm, wc). */
+ * at w + f c_count k^2 + c k^2, which the copies take with other strides (hl_args.wm, wc).
+ *
+ * The forward and data passes also write a fused ReLU's output or input gradient where one is
+ * given (conv_relu.h). */
 #include <cuda_pipeline.h>
 #include <stdint.h>
 
@@ -36,6 +39,7 @@
 #include "gpu/mma_tf32.cuh"
 #include "gpu/pdl.cuh"
 #include "gpu/smem_opt_in.cuh"
+#include "gpu/vec_ops.cuh"
 
 typedef struct hl_args {
     const float *x;      /* the form's input [n][ci][ih][iw] */
@@ -50,6 +54,10 @@ typedef struct hl_args {
     int per;             /* chunks of channels a block takes: blockIdx.z's share */
     float *part;         /* gridDim.z > 1: tiles x splits slots of BM BN floats (conv_halo_limits.h) */
     unsigned *counters;  /* gridDim.z > 1: one per tile, zero between launches */
+    float *relu_out;     /* a fused ReLU's output (forward) or input gradient (data), or NULL */
+    const float *relu_mask; /* data: the layer's input, which the ReLU before it wrote */
+    long long relu_image;   /* floats from one image of relu_out to the next */
+    int staged;          /* the output tile (BM rows of BN + 8 floats) fits in the shared memory */
 } hl_args;
 
 /* The kernel: a BM x BN tile of C per block of HL_WARPS warps, WM of them along the output
@@ -227,7 +235,60 @@ static __global__ void __launch_bounds__(HL_WARPS * 32, 2) halo_gemm(hl_args g)
                 for (int e = 0; e < 4; e++) acc[mi][ni][e] = sum[mi][ni][e];
     }
 
-    /* acc[mi][ni][e] is C at output channel m, position j. */
+    /* acc[mi][ni][e] is C at output channel m, position j. Where the tile fits in the stages'
+     * buffers (g.staged), it goes through shared memory first, so that each warp then stores
+     * whole rows of it (32 lanes, 32 consecutive positions); from the fragments, a warp's store
+     * reaches 8 channels at 4 positions each. */
+    if (g.staged) {
+        constexpr int CP = BN + 8, CK = (BN + 31) / 32;
+        __syncthreads(); /* every warp is done with the stages */
+#pragma unroll
+        for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+            for (int ni = 0; ni < NTL; ni++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int r = wm * (BM / WM) + mi * 16 + gq + h * 8, c = wn * (BN / WN) + ni * 8 + 2 * tq;
+                    *(float2 *)(sm + r * CP + c) = make_float2(acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]);
+                }
+        __syncthreads();
+        /* A lane's positions are the same in every row: their places worked out once. */
+        long long yoff[CK], roff[CK];
+#pragma unroll
+        for (int k = 0; k < CK; k++) {
+            const int c = lane + 32 * k, j = j0 + c, img = j / np, q = j - img * np;
+            yoff[k] = c < BN && j <= j1 ? (long long)img * f.m * np + q : -1;
+            roff[k] = (long long)img * g.relu_image + q;
+        }
+        /* The warp's rows are warp + HL_WARPS u; their biases and a fused ReLU's mask (data)
+         * are all loaded before the first store, so that their latencies overlap. */
+        constexpr int MR = BM / HL_WARPS;
+        static_assert(BM % HL_WARPS == 0, "every warp stores as many rows");
+        float bias[MR], mask[MR][CK];
+        const bool masking = TURN && g.relu_out;
+#pragma unroll
+        for (int u = 0; u < MR; u++) {
+            const int m = m0 + warp + HL_WARPS * u;
+            bias[u] = g.bias && m < f.m ? __ldg(g.bias + m) : 0.0f;
+#pragma unroll
+            for (int k = 0; k < CK; k++)
+                mask[u][k] = masking && m < f.m && yoff[k] >= 0 ? __ldg(g.relu_mask + yoff[k] + (long long)m * np) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < MR; u++) {
+            const int r = warp + HL_WARPS * u, m = m0 + r;
+            if (m >= f.m) break;
+            const long long mq = (long long)m * np;
+#pragma unroll
+            for (int k = 0; k < CK; k++) {
+                if (yoff[k] < 0) continue;
+                const float v = sm[r * CP + lane + 32 * k] + bias[u];
+                g.y[yoff[k] + mq] = v;
+                if (g.relu_out) g.relu_out[roff[k] + mq] = TURN ? masked(v, mask[u][k]) : relu_of(v);
+            }
+        }
+        return;
+    }
 #pragma unroll
     for (int mi = 0; mi < MT; mi++)
 #pragma unroll
@@ -242,7 +303,13 @@ static __global__ void __launch_bounds__(HL_WARPS * 32, 2) halo_gemm(hl_args g)
                     const int j = j0 + wn * (BN / WN) + ni * 8 + 2 * tq + e;
                     if (j > j1) continue;
                     const int img = j / np, q = j - img * np;
-                    g.y[((size_t)img * f.m + m) * np + q] = acc[mi][ni][2 * h + e] + bias;
+                    const size_t at = ((size_t)img * f.m + m) * np + q;
+                    const float v = acc[mi][ni][2 * h + e] + bias;
+                    g.y[at] = v;
+                    if (g.relu_out) {
+                        float *r = g.relu_out + (size_t)img * g.relu_image + (size_t)m * np + q;
+                        *r = TURN ? masked(v, g.relu_mask[at]) : relu_of(v);
+                    }
                 }
         }
 }
@@ -426,12 +493,15 @@ static cudaError_t launch_cfg(int cfg, int products, const hl_args &a, dim3 grid
 
 static bn_status hl_launch(const bn_halo_plan *p, const bn_halo_pass *hp, const hl_form *f, bool turn, int wm,
                            int wc, cudaStream_t st, const float *x, const float *w, const float *bias, float *y,
-                           void *scratch)
+                           void *scratch, const bn_conv_relu *relu)
 {
     if (!hp->ok) return bn_error(BN_ERR_INTERNAL, "halo convolution cannot run this shape: %s", hp->why);
     if (hp->splits > 1 && !scratch) return bn_error(BN_ERR_INTERNAL, "halo convolution: a split pass without scratch");
     hl_args a;
     a.x = x, a.w = w, a.bias = bias, a.y = y, a.f = *f;
+    a.relu_out = relu ? relu->out : NULL;
+    a.relu_mask = relu ? relu->mask : NULL;
+    a.relu_image = relu ? (long long)relu->image : 0;
     a.N = f->n * f->oh * f->ow;
     a.pitch = hp->pitch;
     a.wm = wm, a.wc = wc;
@@ -446,6 +516,7 @@ static bn_status hl_launch(const bn_halo_plan *p, const bn_halo_pass *hp, const 
     a.counters = (unsigned *)scratch;
     a.part = scratch ? (float *)((unsigned *)scratch + HL_SPLIT_COUNTERS) : NULL;
     const size_t smem = (size_t)hl_smem_floats(cfg, HL_KS, hp->pitch) * sizeof(float);
+    a.staged = (long long)bm * (bn + 8) <= hl_smem_floats(cfg, HL_KS, hp->pitch);
     cudaError_t e = turn ? launch_cfg<true>(cfg, p->products, a, grid, smem, st)
                          : launch_cfg<false>(cfg, p->products, a, grid, smem, st);
     BN_CUDA(e);
@@ -454,20 +525,21 @@ static bn_status hl_launch(const bn_halo_plan *p, const bn_halo_pass *hp, const 
 }
 
 extern "C" bn_status bn_halo_forward(const bn_halo_plan *p, const bn_conv_geom *g, int filters, int n, void *stream,
-                                     const float *x, const float *w, const float *b, float *y, void *scratch)
+                                     const float *x, const float *w, const float *b, float *y, void *scratch,
+                                     const bn_conv_relu *relu)
 {
     const hl_form f = {n, g->c, g->h, g->w, filters, g->oh, g->ow, g->stride, g->pad};
     const int kk = g->k * g->k;
-    return hl_launch(p, &p->pass[0], &f, false, g->c * kk, kk, (cudaStream_t)stream, x, w, b, y, scratch);
+    return hl_launch(p, &p->pass[0], &f, false, g->c * kk, kk, (cudaStream_t)stream, x, w, b, y, scratch, relu);
 }
 
 extern "C" bn_status bn_halo_backward_data(const bn_halo_plan *p, const bn_conv_geom *g, int filters, int n,
                                            void *stream, const float *dy, const float *w, float *dx,
-                                           void *scratch)
+                                           void *scratch, const bn_conv_relu *relu)
 {
     const hl_form f = {n, filters, g->oh, g->ow, g->c, g->h, g->w, 1, g->k - 1 - g->pad};
     const int kk = g->k * g->k;
-    return hl_launch(p, &p->pass[1], &f, true, kk, g->c * kk, (cudaStream_t)stream, dy, w, NULL, dx, scratch);
+    return hl_launch(p, &p->pass[1], &f, true, kk, g->c * kk, (cudaStream_t)stream, dy, w, NULL, dx, scratch, relu);
 }
 
 /* The same for the filter kernel, of WM x WN warps. */
@@ -513,9 +585,11 @@ extern "C" bn_status bn_conv_run_halo(const bn_conv_family_plan *p, const bn_con
 {
     const bn_halo_plan *h = &p->halo;
     if (pass == BN_CONV_FORWARD)
-        return bn_halo_forward(h, &s->g, s->filters, s->n, stream, io->x, io->w, io->b, io->y, io->scratch);
+        return bn_halo_forward(h, &s->g, s->filters, s->n, stream, io->x, io->w, io->b, io->y, io->scratch,
+                               &io->relu);
     if (pass == BN_CONV_DATA)
-        return bn_halo_backward_data(h, &s->g, s->filters, s->n, stream, io->dy, io->w, io->dx, io->scratch);
+        return bn_halo_backward_data(h, &s->g, s->filters, s->n, stream, io->dy, io->w, io->dx, io->scratch,
+                                     &io->relu);
     const bn_halo_pass *fp = &h->pass[2];
     BN_TRY(bn_halo_backward_filter_parts(h, &s->g, s->filters, s->n, stream, io->x, io->dy, io->parts));
     return bn_direct_finish_filter(stream, io->parts, fp->splits, s->filters, s->g.c * s->g.k * s->g.k, io->dw, io->db);

@@ -9,6 +9,7 @@
 #ifndef BN_CONV_HALO_H
 #define BN_CONV_HALO_H
 
+#include "conv_relu.h"
 #include "core/status.h"
 #include "im2col.h"
 
@@ -48,14 +49,17 @@ void bn_halo_plan_make(bn_halo_plan *p, const bn_conv_geom *g, int filters, int 
 /* The output positions a block of the forward and data kernels' tile configuration cfg takes. */
 int bn_halo_tile_width(int cfg);
 
-/* forward writes y (bias added, where b is not NULL); data writes dx; filter_parts writes the
+/* forward writes y (bias added, where b is not NULL); data writes dx; both also write a fused
+ * ReLU's output or input gradient where relu is not NULL and relu->out is set (conv_relu.h);
+ * filter_parts writes the
  * partial sums that bn_direct_finish_filter adds into dw and db (plan->pass[2].splits spans).
  * scratch: plan->scratch bytes (NULL where that is 0), zeroed before the first call of any plan
  * of the layer; each call leaves zeroed what the next needs so. */
 bn_status bn_halo_forward(const bn_halo_plan *p, const bn_conv_geom *g, int filters, int n, void *stream,
-                          const float *x, const float *w, const float *b, float *y, void *scratch);
+                          const float *x, const float *w, const float *b, float *y, void *scratch,
+                          const bn_conv_relu *relu);
 bn_status bn_halo_backward_data(const bn_halo_plan *p, const bn_conv_geom *g, int filters, int n, void *stream,
-                                const float *dy, const float *w, float *dx, void *scratch);
+                                const float *dy, const float *w, float *dx, void *scratch, const bn_conv_relu *relu);
 bn_status bn_halo_backward_filter_parts(const bn_halo_plan *p, const bn_conv_geom *g, int filters, int n,
                                         void *stream, const float *x, const float *dy, float *parts);
 

@@ -261,5 +261,6 @@ const bn_conv_family bn_conv_family_halo = {
     .refuses = refuses,
     .workspace = workspace,
     .scratch = scratch,
+    .takes_relu = 1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA,
     .run = BN_GPU(bn_conv_run_halo),
 };

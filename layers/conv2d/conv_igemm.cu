@@ -23,7 +23,9 @@
  * do not depend on timing. The forward pass adds the bias; the data pass writes dx; the filter
  * pass cuts K into `splits` spans and writes each span's tile of partial sums (and, from the
  * blocks of the first column tile, the sum of dy per filter for the bias gradient) to the
- * workspace, for bn_direct_finish_filter (conv_direct.cu) to add in span order. */
+ * workspace, for bn_direct_finish_filter (conv_direct.cu) to add in span order. The forward and
+ * data passes also write a fused ReLU's output or input gradient where one is given
+ * (conv_relu.h). */
 #include <cuda_pipeline.h>
 #include <stdint.h>
 
@@ -35,6 +37,7 @@
 #include "gpu/mma_tf32.cuh"
 #include "gpu/pdl.cuh"
 #include "gpu/smem_opt_in.cuh"
+#include "gpu/vec_ops.cuh"
 
 /* Stages in the shared-memory ring: STAGES - 1 are in flight while one is used. */
 #define STAGES 3
@@ -50,6 +53,9 @@ typedef struct ig_args {
     const float *a, *b;
     float *out;
     const float *bias;   /* forward: per filter, or NULL */
+    float *relu_out;     /* forward, data: a fused ReLU's output or input gradient, or NULL */
+    const float *relu_mask; /* data: the layer's input, which the ReLU before it wrote */
+    long long relu_image;   /* floats from one image of relu_out to the next */
     int M, N, K;         /* the product (the data pass: its largest phase's N and K) */
     int span;            /* K per block (the filter pass's splits), else K */
     int tab_len;         /* table entries a block holds at once: min(span, TABLE_MAX) */
@@ -293,51 +299,83 @@ static __global__ void __launch_bounds__(IG_WARPS * 32, 2) igemm(ig_args g)
         __pipeline_wait_prior(0);
     }
 
-    /* acc[mi][ni][e] is C at row m_at(mi, e), column j_at(ni, e). */
-    auto m_at = [&](int mi, int e) { return row0 + wm * (BM / WM) + mi * 16 + gq + (e >> 1) * 8; };
-    auto j_at = [&](int ni, int e) { return col0 + wn * (BN / WN) + ni * 8 + 2 * tq + (e & 1); };
+    /* The tile goes through shared memory (the stages' buffers, free once every warp is done
+     * with them), so that each warp then stores whole rows of it: 32 lanes, 32 consecutive
+     * columns. Stored straight from the fragments, a warp's store reached 8 rows at 4 columns
+     * each, and the forward and data passes' stores took about as long as their products. */
+    constexpr int CP = BN + 8; /* a tile row: pairs of rows 4 apart fall in other banks */
+    static_assert(BM * CP <= STAGES * (A_SIZE + B_SIZE), "the tile fits in the stages' buffers");
+    static_assert(BN % 32 == 0, "a warp stores whole rows of 32 columns");
+    constexpr int CK = BN / 32; /* columns a lane stores in each row */
+    __syncthreads();
+    float *ct = As;
+#pragma unroll
+    for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+        for (int ni = 0; ni < NTL; ni++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int r = wm * (BM / WM) + mi * 16 + gq + h * 8, c = wn * (BN / WN) + ni * 8 + 2 * tq;
+                *(float2 *)(ct + r * CP + c) = make_float2(acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]);
+            }
+    __syncthreads();
     if (P == PASS_FILTER) {
         /* This span's partials: M x N for dw, then M for db. */
         float *out = g.out + (size_t)blockIdx.z * g.M * (g.N + 1);
         if (bias_rows && row0 + tid < g.M) out[(size_t)g.M * g.N + row0 + tid] = bsum;
+        for (int r = warp; r < BM && row0 + r < g.M; r += IG_WARPS)
 #pragma unroll
-        for (int mi = 0; mi < MT; mi++)
-#pragma unroll
-            for (int ni = 0; ni < NTL; ni++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int m = m_at(mi, e), j = j_at(ni, e);
-                    if (m < g.M && j < N) out[(size_t)m * N + j] = acc[mi][ni][e];
-                }
+            for (int k = 0; k < CK; k++) {
+                const int c = lane + 32 * k;
+                if (col0 + c < N) out[(size_t)(row0 + r) * N + col0 + c] = ct[r * CP + c];
+            }
         return;
     }
     /* Forward and data: C (m, j) is out[img][m][q] with j = (img, q), q a position of the
-     * output (forward) or of the data pass's phase. */
+     * output (forward) or of the data pass's phase; a lane's columns are the same in every row,
+     * so their places are worked out once. */
     const int q_count = P == PASS_FWD ? g.oh * g.ow : g.h * g.w, pc = ph.cy * ph.cx;
+    long long yoff[CK], roff[CK];
 #pragma unroll
-    for (int mi = 0; mi < MT; mi++) {
-        float bias[2];
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int m = m_at(mi, 2 * h);
-            bias[h] = P == PASS_FWD && g.bias && m < g.M ? g.bias[m] : 0.0f;
+    for (int k = 0; k < CK; k++) {
+        const int j = col0 + lane + 32 * k;
+        int img = 0, q = 0;
+        if (P == PASS_FWD) {
+            img = j / q_count, q = j - img * q_count;
+        } else {
+            img = j / pc;
+            const int r = j - img * pc, yi = r / ph.cx, xi = r - yi * ph.cx;
+            q = (ph.y0 + yi * g.stride) * g.w + ph.x0 + xi * g.stride;
         }
+        yoff[k] = j < N ? (long long)img * g.M * q_count + q : -1;
+        roff[k] = (long long)img * g.relu_image + q;
+    }
+    /* The warp's rows are warp + IG_WARPS u; their biases (forward) and a fused ReLU's mask
+     * (data) are all loaded before the first store, so that their latencies overlap. */
+    constexpr int MR = BM / IG_WARPS;
+    static_assert(BM % IG_WARPS == 0, "every warp stores as many rows");
+    float bias[MR], mask[MR][CK];
+    const bool masking = P == PASS_DATA && g.relu_out;
 #pragma unroll
-        for (int ni = 0; ni < NTL; ni++)
+    for (int u = 0; u < MR; u++) {
+        const int m = row0 + warp + IG_WARPS * u;
+        bias[u] = P == PASS_FWD && g.bias && m < g.M ? __ldg(g.bias + m) : 0.0f;
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int m = m_at(mi, e), j = j_at(ni, e);
-                if (m >= g.M || j >= N) continue;
-                int img, q;
-                if (P == PASS_FWD) {
-                    img = j / q_count, q = j - img * q_count;
-                } else {
-                    img = j / pc;
-                    const int r = j - img * pc, yi = r / ph.cx, xi = r - yi * ph.cx;
-                    q = (ph.y0 + yi * g.stride) * g.w + ph.x0 + xi * g.stride;
-                }
-                g.out[((size_t)img * g.M + m) * q_count + q] = acc[mi][ni][e] + bias[e >> 1];
-            }
+        for (int k = 0; k < CK; k++)
+            mask[u][k] = masking && m < g.M && yoff[k] >= 0 ? __ldg(g.relu_mask + yoff[k] + (long long)m * q_count) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < MR; u++) {
+        const int r = warp + IG_WARPS * u, m = row0 + r;
+        if (m >= g.M) break;
+        const long long mq = (long long)m * q_count;
+#pragma unroll
+        for (int k = 0; k < CK; k++) {
+            if (yoff[k] < 0) continue;
+            const float v = ct[r * CP + lane + 32 * k] + bias[u];
+            g.out[yoff[k] + mq] = v;
+            if (g.relu_out) g.relu_out[roff[k] + mq] = P == PASS_FWD ? relu_of(v) : masked(v, mask[u][k]);
+        }
     }
 }
 
@@ -374,11 +412,14 @@ static cudaError_t launch_cfg(int cfg, int products, const ig_args &a, dim3 grid
 
 static bn_status ig_launch(int pass, const bn_igemm_plan *p, const bn_igemm_pass *ip, const bn_conv_geom *g,
                            int filters, int n, cudaStream_t st, const float *a, const float *b, const float *bias,
-                           float *out)
+                           float *out, const bn_conv_relu *relu)
 {
     if (!ip->ok) return bn_error(BN_ERR_INTERNAL, "implicit-GEMM convolution cannot run this shape");
     ig_args x;
     x.a = a, x.b = b, x.out = out, x.bias = bias;
+    x.relu_out = relu ? relu->out : NULL;
+    x.relu_mask = relu ? relu->mask : NULL;
+    x.relu_image = relu ? (long long)relu->image : 0;
     x.M = ip->M, x.N = ip->N, x.K = ip->K, x.span = ip->span;
     x.tab_len = ip->span < TABLE_MAX ? ip->span : TABLE_MAX;
     x.n = n, x.c = g->c, x.h = g->h, x.w = g->w, x.f = filters, x.k = g->k, x.stride = g->stride, x.pad = g->pad;
@@ -404,21 +445,23 @@ static bn_status ig_launch(int pass, const bn_igemm_plan *p, const bn_igemm_pass
 }
 
 extern "C" bn_status bn_igemm_forward(const bn_igemm_plan *p, const bn_conv_geom *g, int filters, int n, void *stream,
-                                      const float *x, const float *w, const float *b, float *y)
+                                      const float *x, const float *w, const float *b, float *y,
+                                      const bn_conv_relu *relu)
 {
-    return ig_launch(PASS_FWD, p, &p->pass[0], g, filters, n, (cudaStream_t)stream, w, x, b, y);
+    return ig_launch(PASS_FWD, p, &p->pass[0], g, filters, n, (cudaStream_t)stream, w, x, b, y, relu);
 }
 
 extern "C" bn_status bn_igemm_backward_data(const bn_igemm_plan *p, const bn_conv_geom *g, int filters, int n,
-                                            void *stream, const float *dy, const float *w, float *dx)
+                                            void *stream, const float *dy, const float *w, float *dx,
+                                            const bn_conv_relu *relu)
 {
-    return ig_launch(PASS_DATA, p, &p->pass[1], g, filters, n, (cudaStream_t)stream, w, dy, NULL, dx);
+    return ig_launch(PASS_DATA, p, &p->pass[1], g, filters, n, (cudaStream_t)stream, w, dy, NULL, dx, relu);
 }
 
 extern "C" bn_status bn_igemm_backward_filter_parts(const bn_igemm_plan *p, const bn_conv_geom *g, int filters, int n,
                                                     void *stream, const float *x, const float *dy, float *parts)
 {
-    return ig_launch(PASS_FILTER, p, &p->pass[2], g, filters, n, (cudaStream_t)stream, dy, x, NULL, parts);
+    return ig_launch(PASS_FILTER, p, &p->pass[2], g, filters, n, (cudaStream_t)stream, dy, x, NULL, parts, NULL);
 }
 
 extern "C" bn_status bn_conv_run_igemm(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass, void *stream,
@@ -426,9 +469,9 @@ extern "C" bn_status bn_conv_run_igemm(const bn_conv_family_plan *p, const bn_co
 {
     const bn_igemm_plan *ig = &p->igemm;
     if (pass == BN_CONV_FORWARD)
-        return bn_igemm_forward(ig, &s->g, s->filters, s->n, stream, io->x, io->w, io->b, io->y);
+        return bn_igemm_forward(ig, &s->g, s->filters, s->n, stream, io->x, io->w, io->b, io->y, &io->relu);
     if (pass == BN_CONV_DATA)
-        return bn_igemm_backward_data(ig, &s->g, s->filters, s->n, stream, io->dy, io->w, io->dx);
+        return bn_igemm_backward_data(ig, &s->g, s->filters, s->n, stream, io->dy, io->w, io->dx, &io->relu);
     const bn_igemm_pass *f = &ig->pass[2];
     BN_TRY(bn_igemm_backward_filter_parts(ig, &s->g, s->filters, s->n, stream, io->x, io->dy, io->parts));
     return bn_direct_finish_filter(stream, io->parts, f->splits, f->M, f->N, io->dw, io->db);

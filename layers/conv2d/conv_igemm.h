@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 
+#include "conv_relu.h"
 #include "core/status.h"
 #include "im2col.h"
 
@@ -37,12 +38,13 @@ typedef struct bn_igemm_plan {
  * TF32 product per multiply instead of three. Never fails: a pass these kernels cannot run has
  * its ok flag cleared. */
 void bn_igemm_plan_make(bn_igemm_plan *p, const bn_conv_geom *g, int filters, int n, int sms, int tf32);
-/* forward writes y (bias added); data writes dx; filter_parts writes the partial sums that
- * bn_direct_finish_filter adds into dw and db (plan->pass[2].splits spans). */
+/* forward writes y (bias added); data writes dx; both also write a fused ReLU's output or input
+ * gradient where relu is not NULL and relu->out is set (conv_relu.h); filter_parts writes the
+ * partial sums that bn_direct_finish_filter adds into dw and db (plan->pass[2].splits spans). */
 bn_status bn_igemm_forward(const bn_igemm_plan *p, const bn_conv_geom *g, int filters, int n, void *stream,
-                           const float *x, const float *w, const float *b, float *y);
+                           const float *x, const float *w, const float *b, float *y, const bn_conv_relu *relu);
 bn_status bn_igemm_backward_data(const bn_igemm_plan *p, const bn_conv_geom *g, int filters, int n, void *stream,
-                                 const float *dy, const float *w, float *dx);
+                                 const float *dy, const float *w, float *dx, const bn_conv_relu *relu);
 bn_status bn_igemm_backward_filter_parts(const bn_igemm_plan *p, const bn_conv_geom *g, int filters, int n,
                                          void *stream, const float *x, const float *dy, float *parts);
 

@@ -101,5 +101,6 @@ const bn_conv_family bn_conv_family_igemm = {
     .plan = plan,
     .refuses = refuses,
     .workspace = workspace,
+    .takes_relu = 1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA,
     .run = BN_GPU(bn_conv_run_igemm),
 };
