@@ -272,7 +272,8 @@ static __global__ void __launch_bounds__(HL_WARPS * 32, 2) halo_gemm(hl_args g)
             bias[u] = g.bias && m < f.m ? __ldg(g.bias + m) : 0.0f;
 #pragma unroll
             for (int k = 0; k < CK; k++)
-                mask[u][k] = masking && m < f.m && yoff[k] >= 0 ? __ldg(g.relu_mask + yoff[k] + (long long)m * np) : 0.0f;
+                mask[u][k] = masking && m < f.m && yoff[k] >= 0 ? __ldg(g.relu_mask + yoff[k] + (long long)m * np)
+                                                                : 0.0f;
         }
 #pragma unroll
         for (int u = 0; u < MR; u++) {

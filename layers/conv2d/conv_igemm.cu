@@ -362,7 +362,8 @@ static __global__ void __launch_bounds__(IG_WARPS * 32, 2) igemm(ig_args g)
         bias[u] = P == PASS_FWD && g.bias && m < g.M ? __ldg(g.bias + m) : 0.0f;
 #pragma unroll
         for (int k = 0; k < CK; k++)
-            mask[u][k] = masking && m < g.M && yoff[k] >= 0 ? __ldg(g.relu_mask + yoff[k] + (long long)m * q_count) : 0.0f;
+            mask[u][k] = masking && m < g.M && yoff[k] >= 0 ? __ldg(g.relu_mask + yoff[k] + (long long)m * q_count)
+                                                            : 0.0f;
     }
 #pragma unroll
     for (int u = 0; u < MR; u++) {
