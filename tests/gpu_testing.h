@@ -120,6 +120,11 @@ int gt_run_case(const layer_case *lc);
 /* Fails unless the two blobs' current elements are bit for bit the same. */
 int gt_same_bits(bn_blob *a, bn_blob *b, uint64_t seed);
 
+/* Whether conv2d layer l's plan for batch n runs `pass` ("fwd", "bwd_data" or "bwd_filter") by
+ * `runner`, as bn_conv2d_gpu_describe names it ("blobnet igemm", ...); 0 where there is no plan
+ * for n, and in a build without CUDA. */
+int gt_conv_runs(const bn_layer *l, int n, const char *pass, const char *runner);
+
 /* Gives the backward pass of the ReLU after each batchnorm of net that took it (on a device)
  * back to the ReLU, so that the batchnorm stores its own output again, as a test that reads
  * that output needs; returns how many it gave back. */

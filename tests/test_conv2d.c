@@ -322,18 +322,7 @@ static void unfuse_pools(bn_net *net)
 /* Whether layer l (a conv2d) runs its filter pass for batch n by the argmax kernel. */
 static int by_argmax(const bn_layer *l, int n)
 {
-#ifndef BN_WITH_CUDA
-    (void)l, (void)n;
-    return 0; /* no GPU plans */
-#else
-    char buf[1024], want[64];
-    bn_conv2d_gpu_describe(l, buf, sizeof buf);
-    snprintf(want, sizeof want, "n=%d: ", n);
-    const char *plan = strstr(buf, want);
-    if (!plan) return 0;
-    const char *end = strchr(plan, ';'), *at = strstr(plan, "bwd_filter blobnet argmax");
-    return at && (!end || at < end);
-#endif
+    return gt_conv_runs(l, n, "bwd_filter", "blobnet argmax");
 }
 
 /* One fused and one unfused net on the same data: every parameter gradient, and every output

@@ -4,7 +4,6 @@
  * write, with each kernel family forced (a family that takes no ReLU leaves the ReLU its own
  * passes), a ReLU whose output is a slice of a channel join's included; and against the CPU. */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "conv2d/conv2d.h"
@@ -45,30 +44,11 @@ static void relus_apart(bn_net *net)
     }
 }
 
-/* Whether layer `name`'s plan for batch n runs `pass` ("fwd", "bwd_data") by family `family`. */
-static int runs_by(bn_net *net, const char *name, int n, const char *pass, const char *family)
-{
-#ifndef BN_WITH_CUDA
-    (void)net, (void)name, (void)n, (void)pass, (void)family;
-    return 0; /* no GPU plans */
-#else
-    char buf[1024], head[32], want[64];
-    bn_conv2d_gpu_describe(bn_net_find_layer(net, name), buf, sizeof buf);
-    snprintf(head, sizeof head, "n=%d: ", n);
-    char *plan = strstr(buf, head);
-    if (!plan) return 0;
-    char *end = strchr(plan, ';');
-    if (end) *end = '\0';
-    snprintf(want, sizeof want, "%s blobnet %s", pass, family);
-    return strstr(plan, want) != NULL;
-#endif
-}
-
 /* One fused and one unfused net, one training step on the same data: every output, output
  * gradient and parameter gradient bit for bit the same (a join's slices through the join's own
- * blobs). With family `family` forced where it takes a ReLU, `conv` must have run its forward and
- * data passes by it at batch 64, so that both epilogues were exercised. */
-static int fused_vs_apart(int family, const char *name, const char *conv, bn_ctx *ctx)
+ * blobs). With family `family` forced where it takes a ReLU, layer `conv` must have run its forward
+ * and data passes by `runner` at batch 64, so that both epilogues were exercised. */
+static int fused_vs_apart(int family, const char *runner, const char *conv, bn_ctx *ctx)
 {
     static const int capacities[] = {64, 64, 8}, batches[] = {64, 37, 3};
     bn_conv2d_gpu_force_own(family);
@@ -101,8 +81,9 @@ static int fused_vs_apart(int family, const char *name, const char *conv, bn_ctx
                 CHECK(gt_same_bits(la->params[p].grad, lb->params[p].grad, seed) == BN_PASS);
         }
         if (conv && batches[k] == 64) {
-            CHECK_MSG(runs_by(a, conv, 64, "fwd", name) && runs_by(a, conv, 64, "bwd_data", name),
-                      "layer %s did not run its forward and data passes by the %s kernels", conv, name);
+            const bn_layer *l = bn_net_find_layer(a, conv);
+            CHECK_MSG(gt_conv_runs(l, 64, "fwd", runner) && gt_conv_runs(l, 64, "bwd_data", runner),
+                      "layer %s did not run its forward and data passes by %s", conv, runner);
         }
         bn_net_free(a);
         bn_net_free(b);
@@ -121,15 +102,15 @@ BN_TEST(gpu_conv2d_relu_fused_matches_apart_bitwise)
     CHECK_OK(bn_ctx_open(0, &ctx));
     static const struct {
         int family;
-        const char *name, *conv;
-    } forced[] = {{BN_CONV_FAMILY_ANY, "", NULL},
-                  {BN_CONV_FAMILY_IGEMM, "igemm", "b"},
-                  {BN_CONV_FAMILY_HALO, "halo", "a2"},
-                  {BN_CONV_FAMILY_DIRECT, "direct", NULL}};
+        const char *runner, *conv;
+    } forced[] = {{BN_CONV_FAMILY_ANY, NULL, NULL},
+                  {BN_CONV_FAMILY_IGEMM, "blobnet igemm", "b"},
+                  {BN_CONV_FAMILY_HALO, "blobnet halo", "a2"},
+                  {BN_CONV_FAMILY_DIRECT, NULL, NULL}};
     ctx->deterministic = 1;
     int r = BN_PASS;
     for (size_t f = 0; f < sizeof forced / sizeof forced[0] && r == BN_PASS; f++) {
-        r = fused_vs_apart(forced[f].family, forced[f].name, forced[f].conv, ctx);
+        r = fused_vs_apart(forced[f].family, forced[f].runner, forced[f].conv, ctx);
         if (r != BN_PASS) printf("    family %d failed\n", forced[f].family);
     }
     bn_conv2d_gpu_force_own(BN_CONV_FAMILY_ANY);

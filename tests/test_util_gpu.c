@@ -463,6 +463,24 @@ int gt_same_bits(bn_blob *a, bn_blob *b, uint64_t seed)
     return BN_PASS;
 }
 
+int gt_conv_runs(const bn_layer *l, int n, const char *pass, const char *runner)
+{
+#ifndef BN_WITH_CUDA
+    (void)l, (void)n, (void)pass, (void)runner;
+    return 0; /* no GPU plans */
+#else
+    char buf[1024], head[32], want[96];
+    bn_conv2d_gpu_describe(l, buf, sizeof buf);
+    snprintf(head, sizeof head, "n=%d: ", n);
+    char *plan = strstr(buf, head);
+    if (!plan) return 0;
+    char *end = strchr(plan, ';');
+    if (end) *end = '\0';
+    snprintf(want, sizeof want, "%s %s", pass, runner);
+    return strstr(plan, want) != NULL;
+#endif
+}
+
 int gt_bn_relus_apart(bn_net *net)
 {
     int n = 0;

@@ -33,6 +33,7 @@
 #include "conv_family.h"
 #include "conv_halo.h"
 #include "conv_halo_limits.h"
+#include "conv_tile_store.cuh"
 #include "gpu/cp_async.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/last_arrival.cuh"
@@ -57,7 +58,7 @@ typedef struct hl_args {
     float *relu_out;     /* a fused ReLU's output (forward) or input gradient (data), or NULL */
     const float *relu_mask; /* data: the layer's input, which the ReLU before it wrote */
     long long relu_image;   /* floats from one image of relu_out to the next */
-    int staged;          /* the output tile (BM rows of BN + 8 floats) fits in the shared memory */
+    int staged;          /* the output tile (BM rows of tile_pitch(BN) floats) fits in the shared memory */
 } hl_args;
 
 /* The kernel: a BM x BN tile of C per block of HL_WARPS warps, WM of them along the output
@@ -236,22 +237,12 @@ static __global__ void __launch_bounds__(HL_WARPS * 32, 2) halo_gemm(hl_args g)
     }
 
     /* acc[mi][ni][e] is C at output channel m, position j. Where the tile fits in the stages'
-     * buffers (g.staged), it goes through shared memory first, so that each warp then stores
-     * whole rows of it (32 lanes, 32 consecutive positions); from the fragments, a warp's store
-     * reaches 8 channels at 4 positions each. */
+     * buffers (g.staged), it goes through shared memory and is stored a row at a time
+     * (conv_tile_store.cuh); else from the fragments, a warp's store reaching 8 channels at 4
+     * positions each. */
     if (g.staged) {
-        constexpr int CP = BN + 8, CK = (BN + 31) / 32;
-        __syncthreads(); /* every warp is done with the stages */
-#pragma unroll
-        for (int mi = 0; mi < MT; mi++)
-#pragma unroll
-            for (int ni = 0; ni < NTL; ni++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int r = wm * (BM / WM) + mi * 16 + gq + h * 8, c = wn * (BN / WN) + ni * 8 + 2 * tq;
-                    *(float2 *)(sm + r * CP + c) = make_float2(acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]);
-                }
-        __syncthreads();
+        constexpr int CK = (BN + 31) / 32;
+        tile_to_shared<BM, BN, WM, WN, MT, NTL>(sm, acc, wm, wn, gq, tq);
         /* A lane's positions are the same in every row: their places worked out once. */
         long long yoff[CK], roff[CK];
 #pragma unroll
@@ -260,34 +251,8 @@ static __global__ void __launch_bounds__(HL_WARPS * 32, 2) halo_gemm(hl_args g)
             yoff[k] = c < BN && j <= j1 ? (long long)img * f.m * np + q : -1;
             roff[k] = (long long)img * g.relu_image + q;
         }
-        /* The warp's rows are warp + HL_WARPS u; their biases and a fused ReLU's mask (data)
-         * are all loaded before the first store, so that their latencies overlap. */
-        constexpr int MR = BM / HL_WARPS;
-        static_assert(BM % HL_WARPS == 0, "every warp stores as many rows");
-        float bias[MR], mask[MR][CK];
-        const bool masking = TURN && g.relu_out;
-#pragma unroll
-        for (int u = 0; u < MR; u++) {
-            const int m = m0 + warp + HL_WARPS * u;
-            bias[u] = g.bias && m < f.m ? __ldg(g.bias + m) : 0.0f;
-#pragma unroll
-            for (int k = 0; k < CK; k++)
-                mask[u][k] = masking && m < f.m && yoff[k] >= 0 ? __ldg(g.relu_mask + yoff[k] + (long long)m * np)
-                                                                : 0.0f;
-        }
-#pragma unroll
-        for (int u = 0; u < MR; u++) {
-            const int r = warp + HL_WARPS * u, m = m0 + r;
-            if (m >= f.m) break;
-            const long long mq = (long long)m * np;
-#pragma unroll
-            for (int k = 0; k < CK; k++) {
-                if (yoff[k] < 0) continue;
-                const float v = sm[r * CP + lane + 32 * k] + bias[u];
-                g.y[yoff[k] + mq] = v;
-                if (g.relu_out) g.relu_out[roff[k] + mq] = TURN ? masked(v, mask[u][k]) : relu_of(v);
-            }
-        }
+        store_tile_rows<BM, BN, HL_WARPS, CK, TURN>(sm, warp, lane, m0, f.m, np, yoff, roff, g.bias, g.y, g.relu_out,
+                                                    g.relu_mask);
         return;
     }
 #pragma unroll
@@ -517,7 +482,7 @@ static bn_status hl_launch(const bn_halo_plan *p, const bn_halo_pass *hp, const 
     a.counters = (unsigned *)scratch;
     a.part = scratch ? (float *)((unsigned *)scratch + HL_SPLIT_COUNTERS) : NULL;
     const size_t smem = (size_t)hl_smem_floats(cfg, HL_KS, hp->pitch) * sizeof(float);
-    a.staged = (long long)bm * (bn + 8) <= hl_smem_floats(cfg, HL_KS, hp->pitch);
+    a.staged = (long long)bm * tile_pitch(bn) <= hl_smem_floats(cfg, HL_KS, hp->pitch);
     cudaError_t e = turn ? launch_cfg<true>(cfg, p->products, a, grid, smem, st)
                          : launch_cfg<false>(cfg, p->products, a, grid, smem, st);
     BN_CUDA(e);

@@ -32,12 +32,12 @@
 #include "conv_family.h"
 #include "conv_igemm.h"
 #include "conv_igemm_limits.h"
+#include "conv_tile_store.cuh"
 #include "gpu/cp_async.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/mma_tf32.cuh"
 #include "gpu/pdl.cuh"
 #include "gpu/smem_opt_in.cuh"
-#include "gpu/vec_ops.cuh"
 
 /* Stages in the shared-memory ring: STAGES - 1 are in flight while one is used. */
 #define STAGES 3
@@ -299,26 +299,14 @@ static __global__ void __launch_bounds__(IG_WARPS * 32, 2) igemm(ig_args g)
         __pipeline_wait_prior(0);
     }
 
-    /* The tile goes through shared memory (the stages' buffers, free once every warp is done
-     * with them), so that each warp then stores whole rows of it: 32 lanes, 32 consecutive
-     * columns. Stored straight from the fragments, a warp's store reached 8 rows at 4 columns
-     * each, and the forward and data passes' stores took about as long as their products. */
-    constexpr int CP = BN + 8; /* a tile row: pairs of rows 4 apart fall in other banks */
+    /* The tile goes through shared memory, in the stages' buffers (free once every warp is done
+     * with them), and is stored a row at a time (conv_tile_store.cuh). */
+    constexpr int CP = tile_pitch(BN);
     static_assert(BM * CP <= STAGES * (A_SIZE + B_SIZE), "the tile fits in the stages' buffers");
     static_assert(BN % 32 == 0, "a warp stores whole rows of 32 columns");
     constexpr int CK = BN / 32; /* columns a lane stores in each row */
-    __syncthreads();
     float *ct = As;
-#pragma unroll
-    for (int mi = 0; mi < MT; mi++)
-#pragma unroll
-        for (int ni = 0; ni < NTL; ni++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int r = wm * (BM / WM) + mi * 16 + gq + h * 8, c = wn * (BN / WN) + ni * 8 + 2 * tq;
-                *(float2 *)(ct + r * CP + c) = make_float2(acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]);
-            }
-    __syncthreads();
+    tile_to_shared<BM, BN, WM, WN, MT, NTL>(ct, acc, wm, wn, gq, tq);
     if (P == PASS_FILTER) {
         /* This span's partials: M x N for dw, then M for db. */
         float *out = g.out + (size_t)blockIdx.z * g.M * (g.N + 1);
@@ -332,8 +320,7 @@ static __global__ void __launch_bounds__(IG_WARPS * 32, 2) igemm(ig_args g)
         return;
     }
     /* Forward and data: C (m, j) is out[img][m][q] with j = (img, q), q a position of the
-     * output (forward) or of the data pass's phase; a lane's columns are the same in every row,
-     * so their places are worked out once. */
+     * output (forward) or of the data pass's phase. */
     const int q_count = P == PASS_FWD ? g.oh * g.ow : g.h * g.w, pc = ph.cy * ph.cx;
     long long yoff[CK], roff[CK];
 #pragma unroll
@@ -350,34 +337,9 @@ static __global__ void __launch_bounds__(IG_WARPS * 32, 2) igemm(ig_args g)
         yoff[k] = j < N ? (long long)img * g.M * q_count + q : -1;
         roff[k] = (long long)img * g.relu_image + q;
     }
-    /* The warp's rows are warp + IG_WARPS u; their biases (forward) and a fused ReLU's mask
-     * (data) are all loaded before the first store, so that their latencies overlap. */
-    constexpr int MR = BM / IG_WARPS;
-    static_assert(BM % IG_WARPS == 0, "every warp stores as many rows");
-    float bias[MR], mask[MR][CK];
-    const bool masking = P == PASS_DATA && g.relu_out;
-#pragma unroll
-    for (int u = 0; u < MR; u++) {
-        const int m = row0 + warp + IG_WARPS * u;
-        bias[u] = P == PASS_FWD && g.bias && m < g.M ? __ldg(g.bias + m) : 0.0f;
-#pragma unroll
-        for (int k = 0; k < CK; k++)
-            mask[u][k] = masking && m < g.M && yoff[k] >= 0 ? __ldg(g.relu_mask + yoff[k] + (long long)m * q_count)
-                                                            : 0.0f;
-    }
-#pragma unroll
-    for (int u = 0; u < MR; u++) {
-        const int r = warp + IG_WARPS * u, m = row0 + r;
-        if (m >= g.M) break;
-        const long long mq = (long long)m * q_count;
-#pragma unroll
-        for (int k = 0; k < CK; k++) {
-            if (yoff[k] < 0) continue;
-            const float v = ct[r * CP + lane + 32 * k] + bias[u];
-            g.out[yoff[k] + mq] = v;
-            if (g.relu_out) g.relu_out[roff[k] + mq] = P == PASS_FWD ? relu_of(v) : masked(v, mask[u][k]);
-        }
-    }
+    store_tile_rows<BM, BN, IG_WARPS, CK, P == PASS_DATA>(ct, warp, lane, row0, g.M, q_count, yoff, roff,
+                                                           P == PASS_FWD ? g.bias : nullptr, g.out, g.relu_out,
+                                                           g.relu_mask);
 }
 
 /* Bytes of shared memory a launch takes: its table and the stages of its configuration. */
