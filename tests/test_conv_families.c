@@ -261,6 +261,56 @@ BN_TEST(conv_family_halo_splits_the_channels_where_the_tiles_are_few)
     return BN_PASS;
 }
 
+/* The implicit GEMM's forward and data passes share a tile's summed index among blocks where the
+ * tiles alone leave multiprocessors without a block (strided_fashion's 7x7 layers at 64 images),
+ * in spans of whole 16-deep stages, at least 4 of them (conv_igemm_limits.h); not where the tiles
+ * fill the GPU, the index is too short to share or sharing it leaves the fullest multiprocessor
+ * as much work. */
+BN_TEST(conv_family_igemm_splits_the_summed_index_where_the_tiles_are_few)
+{
+    static const struct {
+        shape_row shape;
+        int split[2]; /* splits expected in the forward and data passes */
+    } cases[] = {
+        /* 1x1, 64 -> 128 at 7x7: the forward pass sums 64 (too few), the data pass 128. */
+        {{64, 7, 7, 1, 1, 0, 128, 64, 0}, {0, 1}},
+        /* The same at 128 images: 98 tiles of the data pass, and a split of 2 would put two blocks
+         * of half the work on 64 multiprocessors (no gain). */
+        {{64, 7, 7, 1, 1, 0, 128, 128, 0}, {0, 0}},
+        /* 3x3 at stride 2, 7x7 -> 4x4: both; at 128 images the data pass's phases fill the GPU. */
+        {{128, 7, 7, 3, 2, 1, 128, 64, 0}, {1, 1}},
+        {{128, 7, 7, 3, 2, 1, 128, 128, 0}, {1, 0}},
+        /* 3x3 at 14x14, 256 images: the tiles fill the GPU. */
+        {{64, 14, 14, 3, 1, 1, 64, 256, 0}, {0, 0}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const bn_conv_shape s = shape_of(&cases[i].shape, 132);
+        bn_igemm_plan p;
+        bn_igemm_plan_make(&p, &s.g, s.filters, s.n, s.sms, 0);
+        for (int pass = 0; pass < 2; pass++) {
+            const bn_igemm_pass *ip = &p.pass[pass];
+            CHECK_MSG(ip->ok, "case %zu, pass %d", i, pass);
+            CHECK_MSG((ip->splits > 1) == cases[i].split[pass], "case %zu, pass %d: %d splits", i, pass, ip->splits);
+            /* Every summed index taken once: splits of span, the last one not empty. */
+            CHECK_MSG((long long)ip->splits * ip->span >= ip->K && (long long)(ip->splits - 1) * ip->span < ip->K,
+                      "case %zu, pass %d: %d splits of %d for %d", i, pass, ip->splits, ip->span, ip->K);
+            CHECK(ip->splits == 1 || (ip->span >= 64 && ip->span % 16 == 0 && ip->splits <= 8));
+        }
+        /* The forward pass's blocks stay within two a multiprocessor. */
+        const int bm = p.pass[0].cfg == 0 ? 128 : p.pass[0].cfg < 3 ? 64 : 32;
+        const int bn = p.pass[0].cfg == 1 || p.pass[0].cfg == 3 ? 128 : 64;
+        const long long tiles = (long long)((p.pass[0].M + bm - 1) / bm) * ((p.pass[0].N + bn - 1) / bn);
+        CHECK_MSG(p.pass[0].splits == 1 || tiles * p.pass[0].splits <= 2 * 132, "case %zu: %lld tiles x %d", i,
+                  tiles, p.pass[0].splits);
+        CHECK_MSG((p.scratch > 0) == (p.pass[0].splits > 1 || p.pass[1].splits > 1), "case %zu: scratch %zu", i,
+                  p.scratch);
+        bn_conv_family_plan fp;
+        bn_conv_family_igemm.plan(&fp, &s);
+        CHECK(bn_conv_family_igemm.scratch(&fp) == p.scratch);
+    }
+    return BN_PASS;
+}
+
 BN_TEST(conv_families_command_names_the_bad_flag)
 {
     CHECK_CLI("conv-families --size 0", 2, "--size");
@@ -303,11 +353,14 @@ static const shape_row alone_shapes[] = {
 /* Wider layers, for the implicit GEMM's tile configurations: more than 64 and 128 rows (filters
  * or channels), a forward reduction (160 x 9) longer than one table of its summed index, and
  * its data pass's phases at strides 2, 3 and 4 (with padding, 1x1 windows, and a 2x3 input at
- * stride 4 whose phases include ones without rows and ones without taps). */
+ * stride 4 whose phases include ones without rows and ones without taps). Their tiles are few,
+ * so most forward and data passes here share a tile's summed index among blocks: the first two
+ * in both passes, the third's data pass in phases of 3, 2 and 1 spans, and the last's (a 1x1
+ * window at stride 2) in 4 spans where three phases have no taps. */
 static const shape_row wide_shapes[] = {
-    {160, 6, 5, 3, 1, 1, 130, 3, 0}, {40, 9, 9, 3, 1, 1, 72, 4, 0}, {96, 7, 7, 3, 2, 1, 48, 5, 0},
+    {160, 6, 5, 3, 1, 1, 130, 3, 0}, {40, 9, 9, 3, 1, 1, 72, 4, 0},   {96, 7, 7, 3, 2, 1, 48, 5, 0},
     {33, 5, 6, 1, 1, 0, 200, 6, 0},  {20, 11, 10, 5, 3, 2, 24, 3, 0}, {36, 9, 8, 1, 2, 0, 70, 4, 0},
-    {12, 2, 3, 3, 4, 1, 16, 3, 0},
+    {12, 2, 3, 3, 4, 1, 16, 3, 0},   {40, 9, 9, 1, 2, 0, 256, 2, 0},
 };
 
 /* Runs runner `runner` alone on every shape of `rows` and pass it applies to, checking each

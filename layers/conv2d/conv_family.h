@@ -50,6 +50,14 @@ enum {
     BN_CONV_FAMILY_COUNT = 6
 };
 
+/* A split forward or data pass (its tiles' summed index shared among blocks, the last to finish
+ * adding the others' partial sums) keeps its scratch as BN_CONV_SPLIT_COUNTERS counters, one a
+ * tile (a pass of more tiles is not split), then the partial sums. Every family keeps its
+ * counters there, so they sit at the same place for every plan of the layer whichever family runs
+ * it, and each launch leaves its own at zero: no plan finds another's partial sums where it keeps
+ * its counters. */
+#define BN_CONV_SPLIT_COUNTERS 1024
+
 /* What a family is asked about. */
 typedef struct bn_conv_shape {
     bn_conv_geom g;

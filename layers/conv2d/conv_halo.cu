@@ -204,36 +204,8 @@ static __global__ void __launch_bounds__(HL_WARPS * 32, 2) halo_gemm(hl_args g)
     }
 
     if (gridDim.z > 1) {
-        /* Slot element ((mi NTL + ni) 4 + e) NT + tid holds acc[mi][ni][e]. */
-        const unsigned splits = gridDim.z, z = blockIdx.z, tile = blockIdx.y * gridDim.x + blockIdx.x;
-        constexpr int SLOT = BM * BN;
-        float *mine = g.part + ((size_t)tile * splits + z) * SLOT;
-#pragma unroll
-        for (int mi = 0; mi < MT; mi++)
-#pragma unroll
-            for (int ni = 0; ni < NTL; ni++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) mine[((mi * NTL + ni) * 4 + e) * NT + tid] = acc[mi][ni][e];
-        if (!bn_last_arrival(&g.counters[tile], splits)) return;
-        float sum[MT][NTL][4] = {};
-        for (unsigned q = 0; q < splits; q++) {
-            const float *slot = g.part + ((size_t)tile * splits + q) * SLOT;
-#pragma unroll
-            for (int mi = 0; mi < MT; mi++)
-#pragma unroll
-                for (int ni = 0; ni < NTL; ni++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const float *at = slot + ((mi * NTL + ni) * 4 + e) * NT + tid;
-                        sum[mi][ni][e] += q == z ? acc[mi][ni][e] : __ldcg(at);
-                    }
-        }
-#pragma unroll
-        for (int mi = 0; mi < MT; mi++)
-#pragma unroll
-            for (int ni = 0; ni < NTL; ni++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) acc[mi][ni][e] = sum[mi][ni][e];
+        const unsigned splits = gridDim.z, tile = blockIdx.y * gridDim.x + blockIdx.x;
+        if (!split_tile_sum<MT, NTL, NT>(acc, g.part, g.counters, tile, splits, splits, blockIdx.z, tid)) return;
     }
 
     /* acc[mi][ni][e] is C at output channel m, position j. Where the tile fits in the stages'
@@ -480,7 +452,7 @@ static bn_status hl_launch(const bn_halo_plan *p, const bn_halo_pass *hp, const 
     dim3 grid((a.N + bn - 1) / bn, (f->m + bm - 1) / bm, hp->splits);
     a.per = hp->per;
     a.counters = (unsigned *)scratch;
-    a.part = scratch ? (float *)((unsigned *)scratch + HL_SPLIT_COUNTERS) : NULL;
+    a.part = scratch ? (float *)((unsigned *)scratch + BN_CONV_SPLIT_COUNTERS) : NULL;
     const size_t smem = (size_t)hl_smem_floats(cfg, HL_KS, hp->pitch) * sizeof(float);
     a.staged = (long long)bm * tile_pitch(bn) <= hl_smem_floats(cfg, HL_KS, hp->pitch);
     cudaError_t e = turn ? launch_cfg<true>(cfg, p->products, a, grid, smem, st)

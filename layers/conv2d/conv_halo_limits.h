@@ -36,11 +36,6 @@ static const int hl_tiles[BN_HL_CONFIGS][3] = {{128, 64, 4}, {64, 128, 2}, {64, 
 #define HL_SPLIT_MIN 2
 #define HL_SPLIT_MAX 8
 #define HL_SPLIT_SLOTS 2
-/* A split pass's scratch begins with HL_SPLIT_COUNTERS counters, one a tile (a pass of more
- * tiles is not split), then its partial sums. The counters sit at the same place for every plan
- * of the layer, and each launch leaves its own at zero, so a plan never finds another's partial
- * sums where it keeps its counters. */
-#define HL_SPLIT_COUNTERS 1024
 
 /* Floats of a split pass's partial sums (a slot of BM x BN a block, tile by tile, split by
  * split). */

@@ -59,7 +59,7 @@ static long long hl_tile_count(const hl_form *f, int cfg)
 static int hl_split(long long tiles, int chunks, long long wave, int *per)
 {
     *per = chunks;
-    if (tiles >= wave || tiles > HL_SPLIT_COUNTERS) return 1;
+    if (tiles >= wave || tiles > BN_CONV_SPLIT_COUNTERS) return 1;
     long long most = HL_SPLIT_SLOTS * wave / tiles;
     if (most > chunks / HL_SPLIT_MIN) most = chunks / HL_SPLIT_MIN;
     if (most > HL_SPLIT_MAX) most = HL_SPLIT_MAX;
@@ -141,7 +141,7 @@ static void hl_pass(bn_halo_pass *p, size_t *scratch, const hl_form *f, int sms)
     }
     hl_widest_even(p, f, chunks, wave);
     if (p->splits > 1) {
-        const size_t bytes = HL_SPLIT_COUNTERS * sizeof(unsigned) +
+        const size_t bytes = BN_CONV_SPLIT_COUNTERS * sizeof(unsigned) +
                              (size_t)hl_split_floats(p->cfg, hl_tile_count(f, p->cfg), p->splits) * sizeof(float);
         if (bytes > *scratch) *scratch = bytes;
     }

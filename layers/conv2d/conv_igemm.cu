@@ -20,12 +20,14 @@
  * products run on the tensor cores, m16n8k8 with every operand split into a TF32 value and
  * remainder and three products summed (mma_tf32.cuh: FP32 accuracy), or the value product
  * alone in a tf32 context. Every thread's sums run over K in increasing order, so the results
- * do not depend on timing. The forward pass adds the bias; the data pass writes dx; the filter
- * pass cuts K into `splits` spans and writes each span's tile of partial sums (and, from the
- * blocks of the first column tile, the sum of dy per filter for the bias gradient) to the
- * workspace, for bn_direct_finish_filter (conv_direct.cu) to add in span order. The forward and
- * data passes also write a fused ReLU's output or input gradient where one is given
- * (conv_relu.h). */
+ * do not depend on timing. Where a forward or data pass's tiles alone leave multiprocessors
+ * idle, several blocks share a tile's K, and the last to finish adds their partial sums in a fixed
+ * order (split_tile_sum, conv_tile_store.cuh) before the epilogue. The forward pass adds the
+ * bias; the data pass writes dx; the filter pass cuts K into `splits` spans and writes each
+ * span's tile of partial sums (and, from the blocks of the first column tile, the sum of dy per
+ * filter for the bias gradient) to the workspace, for bn_direct_finish_filter (conv_direct.cu) to
+ * add in span order. The forward and data passes also write a fused ReLU's output or input
+ * gradient where one is given (conv_relu.h). */
 #include <cuda_pipeline.h>
 #include <stdint.h>
 
@@ -49,6 +51,8 @@ enum { PASS_FWD, PASS_DATA, PASS_FILTER };
  * pass's window taps (w: its bit in a column's mask of the taps inside). */
 typedef int4 k_entry;
 
+/* A launch's parameters, kept within 128 bytes: at 136, nvcc read some fields through a pointer
+ * into the parameter block instead of at fixed offsets (docs/performance.md, version 54). */
 typedef struct ig_args {
     const float *a, *b;
     float *out;
@@ -57,38 +61,18 @@ typedef struct ig_args {
     const float *relu_mask; /* data: the layer's input, which the ReLU before it wrote */
     long long relu_image;   /* floats from one image of relu_out to the next */
     int M, N, K;         /* the product (the data pass: its largest phase's N and K) */
-    int span;            /* K per block (the filter pass's splits), else K */
+    int span;            /* K per block (the filter pass's spans, a split pass's share), else K */
     int tab_len;         /* table entries a block holds at once: min(span, TABLE_MAX) */
     int n, c, h, w, f, k, stride, pad, oh, ow;
+    int splits;          /* blocks along K: blockIdx.z = phase * splits + split */
+    unsigned *counters;  /* forward, data: a split pass's arrivals, one a tile, then its partial
+                            sums (conv_family.h) */
 } ig_args;
+static_assert(sizeof(ig_args) <= 128, "ig_args within 128 bytes");
 
 static __device__ __forceinline__ int pack_yx(int y, int x) { return (y & 0xffff) | (x << 16); }
 static __device__ __forceinline__ int unpack_y(int v) { return (int)(short)(v & 0xffff); }
 static __device__ __forceinline__ int unpack_x(int v) { return v >> 16; }
-
-/* The data pass at stride s runs as s * s phases, one per blockIdx.z: phase (py, px) takes
- * the dx positions (y, x) with (y + pad) % s == py and (x + pad) % s == px, whose window taps
- * ky = py + s a, kx = px + s b reach dy at ((y + pad - py) / s - a, (x + pad - px) / s - b),
- * a stride-1 product of its own. At stride 1 the one phase is the whole pass. */
-typedef struct ig_phase {
-    int py, px;   /* the residues */
-    int y0, x0;   /* the first dx row and column of the phase */
-    int cy, cx;   /* its rows and columns */
-    int ty, tx;   /* its taps along y and x */
-} ig_phase;
-
-static __device__ ig_phase phase_of(const ig_args &g, int z)
-{
-    ig_phase p;
-    const int s = g.stride;
-    p.py = z / s, p.px = z - p.py * s;
-    p.y0 = ((p.py - g.pad) % s + s) % s, p.x0 = ((p.px - g.pad) % s + s) % s;
-    p.cy = p.y0 < g.h ? (g.h - p.y0 + s - 1) / s : 0;
-    p.cx = p.x0 < g.w ? (g.w - p.x0 + s - 1) / s : 0;
-    p.ty = p.py < g.k ? (g.k - p.py + s - 1) / s : 0;
-    p.tx = p.px < g.k ? (g.k - p.px + s - 1) / s : 0;
-    return p;
-}
 
 /* The table entry of summed index k for pass P (ph: the data pass's phase); w is the tap's
  * number among the taps the pass's windows take (forward and data). */
@@ -151,8 +135,9 @@ static __host__ __device__ constexpr int b_ld(int bn) { return bn + 8; }
 /* The kernel: a BM x BN tile of C per block of IG_WARPS warps, WM of them along M, each warp a
  * (BM / WM) x (BN / (IG_WARPS / WM)) tile of m16n8k8 products; PROD products per multiply (3:
  * FP32 accuracy, 1: TF32, mma_tf32.cuh). CHECK: B reads need the window bounds test (padding,
- * or any data pass). */
-template <int P, int BM, int BN, int WM, int PROD, bool CHECK>
+ * or any data pass). SPLIT: a forward or data pass whose tiles several blocks share (g.splits);
+ * a kernel of its own, so that the unsplit passes keep the code they had without it. */
+template <int P, int BM, int BN, int WM, int PROD, bool CHECK, bool SPLIT>
 static __global__ void __launch_bounds__(IG_WARPS * 32, 2) igemm(ig_args g)
 {
     bn_early_entry(); /* pdl.cuh */
@@ -173,12 +158,19 @@ static __global__ void __launch_bounds__(IG_WARPS * 32, 2) igemm(ig_args g)
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gq = lane >> 2, tq = lane & 3;
     const int wm = warp % WM, wn = warp / WM;
     const int col0 = blockIdx.x * BN, row0 = blockIdx.y * BM;
-    /* The data pass's phase (blockIdx.z), its columns and summed range; the others' span. */
-    const ig_phase ph = P == PASS_DATA ? phase_of(g, blockIdx.z) : ig_phase{0, 0, 0, 0, g.h, g.w, g.k, g.k};
+    /* The data pass's phase, its columns and summed index; this block's span of it. */
+    static_assert(!SPLIT || P != PASS_FILTER, "the filter pass's spans are partial sums of their own");
+    const int zp = P != PASS_DATA ? 0 : SPLIT ? blockIdx.z / g.splits : blockIdx.z;
+    const int zs = P != PASS_DATA ? blockIdx.z : SPLIT ? blockIdx.z - zp * g.splits : 0;
+    const ig_phase ph = P == PASS_DATA ? ig_phase_of(zp, g.stride, g.pad, g.h, g.w, g.k)
+                                          : ig_phase{0, 0, 0, 0, g.h, g.w, g.k, g.k};
     const int N = P == PASS_DATA ? g.n * ph.cy * ph.cx : g.N;
-    const int kb = P == PASS_DATA ? 0 : blockIdx.z * g.span;
-    const int ke = P == PASS_DATA ? g.f * ph.ty * ph.tx : min(g.K, kb + g.span);
-    if (col0 >= N) return;
+    const int K = P == PASS_DATA ? g.f * ph.ty * ph.tx : g.K;
+    const int kb = zs * g.span, ke = P == PASS_DATA && !SPLIT ? K : min(K, kb + g.span);
+    /* A split pass's blocks that share this tile: a phase of fewer taps than the largest has
+     * fewer (and one where it has none: its dx is zeros). */
+    const int sharing = SPLIT ? max(1, (K + g.span - 1) / g.span) : 1;
+    if (col0 >= N || (SPLIT && zs >= sharing)) return;
     const int ly = P == PASS_DATA ? g.oh : g.h, lx = P == PASS_DATA ? g.ow : g.w;
 
     /* A: this thread's k offset in a stage and its LA rows. */
@@ -299,6 +291,13 @@ static __global__ void __launch_bounds__(IG_WARPS * 32, 2) igemm(ig_args g)
         __pipeline_wait_prior(0);
     }
 
+    if (SPLIT && sharing > 1) {
+        /* The tile's slots: g.splits of them, of which a phase of fewer taps fills `sharing`. */
+        const unsigned tile = (zp * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+        float *part = (float *)(g.counters + BN_CONV_SPLIT_COUNTERS);
+        if (!split_tile_sum<MT, NTL, NT>(acc, part, g.counters, tile, g.splits, sharing, zs, tid)) return;
+    }
+
     /* The tile goes through shared memory, in the stages' buffers (free once every warp is done
      * with them), and is stored a row at a time (conv_tile_store.cuh). */
     constexpr int CP = tile_pitch(BN);
@@ -351,80 +350,96 @@ static size_t ig_smem(int cfg, int tab_len)
 
 /* Launches one kernel; the first launch of each opts it in to the most shared memory any of its
  * launches takes (more than the 48 KiB a kernel gets without asking). */
-template <int P, int BM, int BN, int WM, bool CHECK>
+template <int P, int BM, int BN, int WM, bool CHECK, bool SPLIT>
 static cudaError_t launch_one(int products, const ig_args &a, dim3 grid, size_t smem, size_t most, cudaStream_t st)
 {
     static bool opted[2];
     if (products == 1)
-        return bn_launch_opted(igemm<P, BM, BN, WM, 1, CHECK>, &opted[0], most, grid, IG_WARPS * 32, smem, st, a);
-    return bn_launch_opted(igemm<P, BM, BN, WM, 3, CHECK>, &opted[1], most, grid, IG_WARPS * 32, smem, st, a);
+        return bn_launch_opted(igemm<P, BM, BN, WM, 1, CHECK, SPLIT>, &opted[0], most, grid, IG_WARPS * 32, smem,
+                               st, a);
+    return bn_launch_opted(igemm<P, BM, BN, WM, 3, CHECK, SPLIT>, &opted[1], most, grid, IG_WARPS * 32, smem, st,
+                           a);
 }
 
-template <int P, bool CHECK>
+template <int P, bool CHECK, bool SPLIT>
 static cudaError_t launch_cfg(int cfg, int products, const ig_args &a, dim3 grid, size_t smem, cudaStream_t st)
 {
     const size_t most = ig_smem(cfg, TABLE_MAX);
     switch (cfg) {
-    case 0: return launch_one<P, 128, 64, 2, CHECK>(products, a, grid, smem, most, st);
-    case 1: return launch_one<P, 64, 128, 2, CHECK>(products, a, grid, smem, most, st);
-    case 2: return launch_one<P, 64, 64, 2, CHECK>(products, a, grid, smem, most, st);
-    case 3: return launch_one<P, 32, 128, 1, CHECK>(products, a, grid, smem, most, st);
-    default: return launch_one<P, 32, 64, 1, CHECK>(products, a, grid, smem, most, st);
+    case 0: return launch_one<P, 128, 64, 2, CHECK, SPLIT>(products, a, grid, smem, most, st);
+    case 1: return launch_one<P, 64, 128, 2, CHECK, SPLIT>(products, a, grid, smem, most, st);
+    case 2: return launch_one<P, 64, 64, 2, CHECK, SPLIT>(products, a, grid, smem, most, st);
+    case 3: return launch_one<P, 32, 128, 1, CHECK, SPLIT>(products, a, grid, smem, most, st);
+    default: return launch_one<P, 32, 64, 1, CHECK, SPLIT>(products, a, grid, smem, most, st);
     }
+}
+
+/* A forward or data pass, its kernels by whether its tiles are split. */
+template <int P, bool CHECK>
+static cudaError_t launch_split(bool split, int cfg, int products, const ig_args &a, dim3 grid, size_t smem,
+                                cudaStream_t st)
+{
+    return split ? launch_cfg<P, CHECK, true>(cfg, products, a, grid, smem, st)
+                 : launch_cfg<P, CHECK, false>(cfg, products, a, grid, smem, st);
 }
 
 static bn_status ig_launch(int pass, const bn_igemm_plan *p, const bn_igemm_pass *ip, const bn_conv_geom *g,
                            int filters, int n, cudaStream_t st, const float *a, const float *b, const float *bias,
-                           float *out, const bn_conv_relu *relu)
+                           float *out, void *scratch, const bn_conv_relu *relu)
 {
     if (!ip->ok) return bn_error(BN_ERR_INTERNAL, "implicit-GEMM convolution cannot run this shape");
+    if (pass != PASS_FILTER && ip->splits > 1 && !scratch)
+        return bn_error(BN_ERR_INTERNAL, "implicit-GEMM convolution: a split pass without scratch");
     ig_args x;
     x.a = a, x.b = b, x.out = out, x.bias = bias;
     x.relu_out = relu ? relu->out : NULL;
     x.relu_mask = relu ? relu->mask : NULL;
     x.relu_image = relu ? (long long)relu->image : 0;
-    x.M = ip->M, x.N = ip->N, x.K = ip->K, x.span = ip->span;
+    x.counters = (unsigned *)scratch;
+    x.M = ip->M, x.N = ip->N, x.K = ip->K, x.span = ip->span, x.splits = ip->splits;
     x.tab_len = ip->span < TABLE_MAX ? ip->span : TABLE_MAX;
     x.n = n, x.c = g->c, x.h = g->h, x.w = g->w, x.f = filters, x.k = g->k, x.stride = g->stride, x.pad = g->pad;
     x.oh = g->oh, x.ow = g->ow;
     const int cfg = ip->cfg;
     const int bm = ig_tiles[cfg][0], bn = ig_tiles[cfg][1];
-    dim3 grid((ip->N + bn - 1) / bn, (ip->M + bm - 1) / bm, ip->splits);
+    dim3 grid((ip->N + bn - 1) / bn, (ip->M + bm - 1) / bm, ip->phases * ip->splits);
     const size_t smem = ig_smem(cfg, x.tab_len);
-    const bool pad = g->pad != 0;
+    const bool pad = g->pad != 0, split = ip->splits > 1;
     const int pr = p->products;
     cudaError_t e;
     if (pass == PASS_FWD)
-        e = pad ? launch_cfg<PASS_FWD, true>(cfg, pr, x, grid, smem, st)
-                : launch_cfg<PASS_FWD, false>(cfg, pr, x, grid, smem, st);
+        e = pad ? launch_split<PASS_FWD, true>(split, cfg, pr, x, grid, smem, st)
+                : launch_split<PASS_FWD, false>(split, cfg, pr, x, grid, smem, st);
     else if (pass == PASS_DATA)
-        e = launch_cfg<PASS_DATA, true>(cfg, pr, x, grid, smem, st);
+        e = launch_split<PASS_DATA, true>(split, cfg, pr, x, grid, smem, st);
     else
-        e = pad ? launch_cfg<PASS_FILTER, true>(cfg, pr, x, grid, smem, st)
-                : launch_cfg<PASS_FILTER, false>(cfg, pr, x, grid, smem, st);
+        e = pad ? launch_cfg<PASS_FILTER, true, false>(cfg, pr, x, grid, smem, st)
+                : launch_cfg<PASS_FILTER, false, false>(cfg, pr, x, grid, smem, st);
     BN_CUDA(e);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
 
 extern "C" bn_status bn_igemm_forward(const bn_igemm_plan *p, const bn_conv_geom *g, int filters, int n, void *stream,
-                                      const float *x, const float *w, const float *b, float *y,
+                                      const float *x, const float *w, const float *b, float *y, void *scratch,
                                       const bn_conv_relu *relu)
 {
-    return ig_launch(PASS_FWD, p, &p->pass[0], g, filters, n, (cudaStream_t)stream, w, x, b, y, relu);
+    return ig_launch(PASS_FWD, p, &p->pass[0], g, filters, n, (cudaStream_t)stream, w, x, b, y, scratch, relu);
 }
 
 extern "C" bn_status bn_igemm_backward_data(const bn_igemm_plan *p, const bn_conv_geom *g, int filters, int n,
                                             void *stream, const float *dy, const float *w, float *dx,
-                                            const bn_conv_relu *relu)
+                                            void *scratch, const bn_conv_relu *relu)
 {
-    return ig_launch(PASS_DATA, p, &p->pass[1], g, filters, n, (cudaStream_t)stream, w, dy, NULL, dx, relu);
+    return ig_launch(PASS_DATA, p, &p->pass[1], g, filters, n, (cudaStream_t)stream, w, dy, NULL, dx, scratch,
+                     relu);
 }
 
 extern "C" bn_status bn_igemm_backward_filter_parts(const bn_igemm_plan *p, const bn_conv_geom *g, int filters, int n,
                                                     void *stream, const float *x, const float *dy, float *parts)
 {
-    return ig_launch(PASS_FILTER, p, &p->pass[2], g, filters, n, (cudaStream_t)stream, dy, x, NULL, parts, NULL);
+    return ig_launch(PASS_FILTER, p, &p->pass[2], g, filters, n, (cudaStream_t)stream, dy, x, NULL, parts, NULL,
+                     NULL);
 }
 
 extern "C" bn_status bn_conv_run_igemm(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass, void *stream,
@@ -432,9 +447,11 @@ extern "C" bn_status bn_conv_run_igemm(const bn_conv_family_plan *p, const bn_co
 {
     const bn_igemm_plan *ig = &p->igemm;
     if (pass == BN_CONV_FORWARD)
-        return bn_igemm_forward(ig, &s->g, s->filters, s->n, stream, io->x, io->w, io->b, io->y, &io->relu);
+        return bn_igemm_forward(ig, &s->g, s->filters, s->n, stream, io->x, io->w, io->b, io->y, io->scratch,
+                                &io->relu);
     if (pass == BN_CONV_DATA)
-        return bn_igemm_backward_data(ig, &s->g, s->filters, s->n, stream, io->dy, io->w, io->dx, &io->relu);
+        return bn_igemm_backward_data(ig, &s->g, s->filters, s->n, stream, io->dy, io->w, io->dx, io->scratch,
+                                      &io->relu);
     const bn_igemm_pass *f = &ig->pass[2];
     BN_TRY(bn_igemm_backward_filter_parts(ig, &s->g, s->filters, s->n, stream, io->x, io->dy, io->parts));
     return bn_direct_finish_filter(stream, io->parts, f->splits, f->M, f->N, io->dw, io->db);

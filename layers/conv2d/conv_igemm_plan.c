@@ -28,6 +28,67 @@ static int ig_pick(int M, long long N, long long blocks)
     return list[2];
 }
 
+/* Blocks of a forward or data pass (data: the data pass, its phases' own columns and summed
+ * index) whose tiles share their summed index in spans of `span`, IG_SPLIT_MIN or more each; the
+ * tiles in *tiles. A phase of fewer taps has fewer spans (conv_igemm.cu). */
+static long long ig_pass_blocks(const bn_igemm_pass *ip, const bn_conv_geom *g, int n, int filters, bool data,
+                                long long span, long long *tiles)
+{
+    const long long rows = (ip->M + ig_tiles[ip->cfg][0] - 1) / ig_tiles[ip->cfg][0], bn = ig_tiles[ip->cfg][1];
+    long long blocks = 0;
+    *tiles = 0;
+    for (int z = 0; z < ip->phases; z++) {
+        long long cols = ip->N, k = ip->K;
+        if (data) {
+            const ig_phase ph = ig_phase_of(z, g->stride, g->pad, g->h, g->w, g->k);
+            cols = (long long)n * ph.cy * ph.cx, k = (long long)filters * ph.ty * ph.tx;
+        }
+        const long long t = rows * ((cols + bn - 1) / bn), parts = (k + span - 1) / span;
+        *tiles += t;
+        blocks += t * (parts > 1 ? parts : 1);
+    }
+    return blocks;
+}
+
+/* Where a forward or data pass's tiles alone leave multiprocessors idle (fewer than `wave`), the
+ * blocks that share each tile's summed index: up to IG_SPLIT_MAX of IG_SPLIT_MIN indices or more
+ * each, within IG_SPLIT_SLOTS blocks a multiprocessor. Of those the split whose fullest
+ * multiprocessor sums the least (its blocks spread evenly over `wave`, times a block's span), the
+ * fewest blocks of equal reckonings: a tile that two blocks share on a multiprocessor that then
+ * holds two gains nothing, and adding the partial sums costs. The span (K a block, whole stages)
+ * and splits go to *ip; 1 split where the tiles fill a wave or nothing gains. */
+static void ig_split(bn_igemm_pass *ip, const bn_conv_geom *g, int n, int filters, bool data, long long wave)
+{
+    ip->span = ip->K, ip->splits = 1;
+    long long tiles;
+    ig_pass_blocks(ip, g, n, filters, data, ip->K, &tiles);
+    const long long counted = (long long)ip->phases * ((ip->M + ig_tiles[ip->cfg][0] - 1) / ig_tiles[ip->cfg][0]) *
+                              ((ip->N + ig_tiles[ip->cfg][1] - 1) / ig_tiles[ip->cfg][1]);
+    if (tiles >= wave || counted > BN_CONV_SPLIT_COUNTERS) return;
+    long long best = (tiles + wave - 1) / wave * ip->K;
+    for (int most = 2; most <= IG_SPLIT_MAX; most++) {
+        const long long span = ((ip->K + most - 1) / most + BK - 1) / BK * BK;
+        if (span < IG_SPLIT_MIN || span >= ip->span) continue;
+        const long long blocks = ig_pass_blocks(ip, g, n, filters, data, span, &tiles);
+        if (blocks > IG_SPLIT_SLOTS * wave) break;
+        const long long cost = (blocks + wave - 1) / wave * span;
+        if (cost >= best) continue;
+        best = cost;
+        ip->span = (int)span;
+        ip->splits = (int)((ip->K + span - 1) / span);
+    }
+}
+
+/* Bytes of scratch a split forward or data pass takes: the counters, then BM x BN partial sums
+ * for each split of each of its tiles (the data pass's counted as its largest phase's). */
+static size_t ig_split_bytes(const bn_igemm_pass *ip)
+{
+    if (ip->splits < 2) return 0;
+    const long long bm = ig_tiles[ip->cfg][0], bn = ig_tiles[ip->cfg][1];
+    const long long tiles = (long long)ip->phases * ((ip->M + bm - 1) / bm) * ((ip->N + bn - 1) / bn);
+    return BN_CONV_SPLIT_COUNTERS * sizeof(unsigned) + (size_t)(tiles * ip->splits * bm * bn) * sizeof(float);
+}
+
 void bn_igemm_plan_make(bn_igemm_plan *p, const bn_conv_geom *g, int filters, int n, int sms, int tf32)
 {
     memset(p, 0, sizeof *p);
@@ -41,24 +102,30 @@ void bn_igemm_plan_make(bn_igemm_plan *p, const bn_conv_geom *g, int filters, in
 
     /* Forward: filters x (n * np), K = c * kk, the table filled TABLE_MAX entries at a time. */
     bn_igemm_pass *f = &p->pass[0];
-    f->M = filters, f->N = (int)(n * np), f->K = (int)(g->c * kk), f->span = f->K, f->splits = 1;
+    f->M = filters, f->N = (int)(n * np), f->K = (int)(g->c * kk), f->phases = 1;
     f->cfg = ig_pick(f->M, f->N, wave);
+    ig_split(f, g, n, filters, false, wave);
     f->ok = 1;
 
     /* Data: c x (n * hw), K = filters * kk, as stride x stride phases (conv_igemm.cu): N and K
-     * here are the largest phase's, and the splits the phases. */
+     * here are the largest phase's; a split pass cuts every phase's summed index in spans of one
+     * length. */
     bn_igemm_pass *d = &p->pass[1];
     const long long ps = (long long)g->stride, py = (g->h + ps - 1) / ps, px = (g->w + ps - 1) / ps;
     const long long ty = (g->k + ps - 1) / ps;
-    d->M = g->c, d->N = (int)(n * py * px), d->K = (int)(filters * ty * ty), d->span = d->K;
-    d->splits = (int)(ps * ps);
+    d->M = g->c, d->N = (int)(n * py * px), d->K = (int)(filters * ty * ty);
+    d->phases = (int)(ps * ps);
     d->cfg = ig_pick(d->M, (long long)n * hw, wave);
-    d->ok = ps * ps <= 65535; /* the phases are the grid's z */
+    d->ok = ps * ps <= 65535;
+    if (d->ok) ig_split(d, g, n, filters, true, wave);
+    d->ok = d->ok && (long long)d->phases * d->splits <= 65535; /* the phases and splits are the grid's z */
+    p->scratch = ig_split_bytes(f);
+    if (ig_split_bytes(d) > p->scratch) p->scratch = ig_split_bytes(d);
 
     /* Filter: filters x (c * kk), K = n * np cut into spans for about two blocks a
      * multiprocessor. */
     bn_igemm_pass *w = &p->pass[2];
-    w->M = filters, w->N = (int)(g->c * kk), w->K = (int)(n * np);
+    w->M = filters, w->N = (int)(g->c * kk), w->K = (int)(n * np), w->phases = 1;
     /* Its tile by the product's shape alone: the spans, not the tile, fill the GPU. */
     const int wide = w->N > 64;
     w->cfg = filters <= 32 ? (wide ? 3 : 4) : filters <= 64 ? (wide ? 1 : 2) : (wide ? 0 : 2);
@@ -91,6 +158,11 @@ static size_t workspace(const bn_conv_family_plan *p)
     return p->igemm.workspace;
 }
 
+static size_t scratch(const bn_conv_family_plan *p)
+{
+    return p->igemm.scratch;
+}
+
 /* Offered for every pass: the timed choice takes them where they beat the others (layers of
  * many channels); the rule, after the families measured at LeNet's sizes. */
 const bn_conv_family bn_conv_family_igemm = {
@@ -101,6 +173,7 @@ const bn_conv_family bn_conv_family_igemm = {
     .plan = plan,
     .refuses = refuses,
     .workspace = workspace,
+    .scratch = scratch,
     .takes_relu = 1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA,
     .run = BN_GPU(bn_conv_run_igemm),
 };

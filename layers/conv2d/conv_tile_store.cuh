@@ -6,11 +6,12 @@
  * reaches 8 rows at 4 columns each, and at the suite's sizes the forward and data passes' stores
  * took about as long as their products (docs/performance.md, version 53). So the tile goes
  * through shared memory first, and each warp then stores whole rows of it: 32 lanes, 32
- * consecutive columns, which lie next to each other in the output within an image. Device code
- * only. */
+ * consecutive columns, which lie next to each other in the output within an image. A tile whose
+ * summed index several blocks share is added up first (split_tile_sum). Device code only. */
 #ifndef BN_CONV_TILE_STORE_CUH
 #define BN_CONV_TILE_STORE_CUH
 
+#include "gpu/last_arrival.cuh"
 #include "gpu/vec_ops.cuh"
 
 /* Floats from one row of a staged tile of BN columns to the next: rows 4 apart then fall in
@@ -83,6 +84,48 @@ static __device__ __forceinline__ void store_tile_rows(const float *tile, int wa
             if (relu_out) relu_out[roff[k] + mq] = MASKED ? masked(v, mask[u][k]) : relu_of(v);
         }
     }
+}
+
+/* Tile `tile` shared among `splits` blocks along its summed index, this one number z: its NT
+ * threads' accumulators go to its slot of the partial sums (BM x BN floats at part + (tile slots
+ * + z) BM BN, element ((mi NTL + ni) 4 + e) NT + tid holding acc[mi][ni][e]; `slots` at least
+ * `splits`) and its arrival is counted at counters[tile]. Returns false in every block but the
+ * tile's last to arrive, which gets the sum of every slot in split order in acc (its own from
+ * registers), so that the result depends on the split, never on timing; the counter is back at
+ * zero after it. */
+template <int MT, int NTL, int NT>
+static __device__ bool split_tile_sum(float (&acc)[MT][NTL][4], float *part, unsigned *counters, unsigned tile,
+                                      unsigned slots, unsigned splits, unsigned z, int tid)
+{
+    constexpr int SLOT = MT * NTL * 4 * NT;
+    float *mine = part + ((size_t)tile * slots + z) * SLOT;
+#pragma unroll
+    for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+        for (int ni = 0; ni < NTL; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) mine[((mi * NTL + ni) * 4 + e) * NT + tid] = acc[mi][ni][e];
+    if (!bn_last_arrival(&counters[tile], splits)) return false;
+    float sum[MT][NTL][4] = {};
+    for (unsigned q = 0; q < splits; q++) {
+        const float *slot = part + ((size_t)tile * slots + q) * SLOT;
+#pragma unroll
+        for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+            for (int ni = 0; ni < NTL; ni++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const float *at = slot + ((mi * NTL + ni) * 4 + e) * NT + tid;
+                    sum[mi][ni][e] += q == z ? acc[mi][ni][e] : __ldcg(at);
+                }
+    }
+#pragma unroll
+    for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+        for (int ni = 0; ni < NTL; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[mi][ni][e] = sum[mi][ni][e];
+    return true;
 }
 
 #endif
