@@ -1,7 +1,8 @@
 /* test_kernel_trace.c - the kernel tracer (tools/kernel_trace.c, a CUPTI injection library) and
  * its summary (tools/kernel_trace.py): the summary's arithmetic, a step's timeline and the
- * comparison with a base trace on traces written here, its refusal of a file that is not a trace,
- * and on a GPU with CUPTI a real trace of a training run. */
+ * comparison with a base trace (kernel by kernel, and step piece by piece) on traces written
+ * here, its refusal of a file that is not a trace, and on a GPU with CUPTI a real trace of a
+ * training run. */
 #include "testing.h"
 
 #include <stdlib.h>
@@ -40,8 +41,9 @@ BN_TEST(kernel_trace_summary_measures_steps_and_gaps)
     CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
     CHECK_MSG(strstr(out, "10 steps: median 100.0 us"), "%s", out);
     CHECK_MSG(strstr(out, "busy 80.0 us, idle 20.0 us, NCCL's kernels 30.0 us a step"), "%s", out);
-    CHECK_MSG(strstr(out, "18.0 us at    82.0: after ncclDevKernel_AllReduce_Sum_f32_RING_LL, before gather_rows"), "%s",
-              out);
+    CHECK_MSG(strstr(out, "18.0 us at    82.0: after ncclDevKernel_AllReduce_Sum_f32_RING_LL, "
+                          "before gather_rows"),
+              "%s", out);
     CHECK_MSG(strstr(out, "conv_forward                                          10     0.600    60.00"), "%s", out);
     /* --timeline: the median step's work in start order, with what ran beside what. */
     snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s --marker gather --skip 1 --steps 10 --timeline", path);
@@ -78,6 +80,19 @@ BN_TEST(kernel_trace_summary_measures_steps_and_gaps)
     const char *v_conv = strstr(vs, "conv_forward                                          45.0      60.0     "
                                     "+15.0  45.00 -> 60.00\n");
     CHECK_MSG(v_nccl && v_conv && v_nccl < v_conv, "%s", vs);
+    /* --against with --timeline: the steps piece by piece, in the base's order, then what it lacks. */
+    snprintf(cmd, sizeof cmd,
+             "python3 tools/kernel_trace.py %s --marker gather --skip 1 --steps 10 --timeline --against %s", path,
+             base);
+    rc = bn_test_run(cmd, out, sizeof out);
+    CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
+    const char *ps = strstr(out, "the steps beside the base's");
+    CHECK_MSG(ps != NULL, "%s", out);
+    const char *p_gather = strstr(ps, "     0.0     10.0       0.0     10.0     +0.0       7  gather_rows 1\n");
+    const char *p_conv = strstr(ps, "    12.0     45.0      12.0     60.0    +15.0       7  conv_forward 1\n");
+    const char *p_nccl = strstr(ps, "       -        -      52.0     30.0    +30.0       9  "
+                                    "ncclDevKernel_AllReduce_Sum_f32_RING_LL 1\n");
+    CHECK_MSG(p_gather && p_conv && p_nccl && p_gather < p_conv && p_conv < p_nccl, "%s", ps);
     snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s --against %s", path, base);
     rc = bn_test_run(cmd, out, sizeof out);
     CHECK_MSG(rc != 0 && strstr(out, "--against needs --marker"), "exit %d: %s", rc, out);
@@ -103,6 +118,40 @@ BN_TEST(kernel_trace_summary_measures_steps_and_gaps)
     snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s", bad);
     rc = bn_test_run(cmd, out, sizeof out);
     CHECK_MSG(rc != 0 && strstr(out, "not a kernel trace"), "exit %d: %s", rc, out);
+    return BN_PASS;
+}
+
+/* Steps piece by piece: a kernel that runs twice a step on one stream is matched by its number
+ * there (the second call got shorter, the first did not), and one of the same name on another
+ * stream by its stream, though it starts between the two. */
+BN_TEST(kernel_trace_sets_steps_beside_the_base_piece_by_piece)
+{
+    if (bn_test_run("python3 --version", out, sizeof out) != 0) BN_SKIP_TEST("no python3");
+    char path[2][512], cmd[2048];
+    for (int v = 0; v < 2; v++) {
+        snprintf(path[v], sizeof path[v], "%s/pieces_%d.csv", bn_test_tmpdir(), v);
+        FILE *f = fopen(path[v], "w");
+        CHECK(f != NULL);
+        fputs("kind,device,stream,start_ns,end_ns,what\n", f);
+        for (long s = 0, t = 1000000; s < 8; s++, t += 100000) {
+            fprintf(f, "kernel,0,7,%ld,%ld,\"gather\"\n", t, t + 5000);
+            fprintf(f, "kernel,0,7,%ld,%ld,\"conv\"\n", t + 10000, t + 30000);
+            fprintf(f, "kernel,0,9,%ld,%ld,\"conv\"\n", t + 20000, t + 60000);
+            fprintf(f, "kernel,0,7,%ld,%ld,\"conv\"\n", t + 40000, t + (v ? 50000 : 70000));
+        }
+        CHECK(fclose(f) == 0);
+    }
+    snprintf(cmd, sizeof cmd,
+             "python3 tools/kernel_trace.py %s --marker gather --skip 1 --steps 6 --timeline --against %s", path[1],
+             path[0]);
+    int rc = bn_test_run(cmd, out, sizeof out);
+    CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
+    const char *ps = strstr(out, "the steps beside the base's");
+    CHECK_MSG(ps != NULL, "%s", out);
+    const char *first = strstr(ps, "    10.0     20.0      10.0     20.0     +0.0       7  conv 1\n");
+    const char *other = strstr(ps, "    20.0     40.0      20.0     40.0     +0.0       9  conv 1\n");
+    const char *second = strstr(ps, "    40.0     30.0      40.0     10.0    -20.0       7  conv 2\n");
+    CHECK_MSG(first && other && second && first < other && other < second, "%s", ps);
     return BN_PASS;
 }
 

@@ -17,8 +17,14 @@ from the step's start), its length and its stream, so that what ran beside what 
 With --against BASE.csv (and --marker), each file's kernels are also set beside the same steps of
 BASE (one GPU's trace beside a rank's, the code before a change beside the code after): each
 kernel's time a step and mean time a call in both, the kernels whose time a step moved most
-first, so that what got slower, or ran more often, shows at once.
+first, so that what got slower, or ran more often, shows at once. With --timeline as well, the
+steps are set beside BASE's piece by piece: each piece of work matched by its name, its stream and
+its number among that name's pieces on that stream in a step, with its median start (from the
+step's start) and length over the measured steps in both, in the order of BASE's step (then the
+pieces BASE lacks). Where kernels run side by side, a change moves what runs beside it too; this
+shows where in the step the time went.
 """
+import bisect
 import argparse
 import csv
 import re
@@ -168,6 +174,41 @@ def compare(per, steps, base, top):
         print(f"{name[:48]:<48} {was / 1e3:9.1f} {now / 1e3:9.1f} {change / 1e3:+9.1f}  {mwas} -> {mnow}")
 
 
+def pieces(cuts, inside):
+    """Each piece of work of the steps (cuts) by (name, stream, its number among that name's on that
+    stream in its step): the (start from the step's start, length) of each step that has it."""
+    out, seen, step = {}, {}, -1
+    for start, end, name, stream in inside:
+        i = bisect.bisect_right(cuts, start) - 1
+        if i < 0 or i >= len(cuts) - 1:
+            continue
+        if i != step:
+            seen, step = {}, i
+        k = seen[name, stream] = seen.get((name, stream), 0) + 1
+        out.setdefault((name, stream, k), []).append((start - cuts[i], end - start))
+    return out
+
+
+def compare_steps(cuts, inside, base):
+    """The steps beside base's (window()), piece by piece, in the order of base's step."""
+    here, there = pieces(cuts, inside), pieces(base[0], base[3])
+
+    def med(xs, i):
+        return statistics.median(x[i] for x in xs) / 1e3 if xs else None
+
+    def us(v):
+        return f"{v:8.1f}" if v is not None else f"{'-':>8}"
+
+    order = sorted(set(here) | set(there), key=lambda k: (k not in there, med(there.get(k) or here[k], 0), k))
+    print("\nthe steps beside the base's, each piece by its name, stream and number there (median us):")
+    print(f"{'base at':>8} {'length':>8}  {'at':>8} {'length':>8} {'change':>8}  {'stream':>6}  kernel")
+    for key in order:
+        b, h = there.get(key), here.get(key)
+        bs, bl, hs, hl = med(b, 0), med(b, 1), med(h, 0), med(h, 1)
+        change = f"{(hl or 0) - (bl or 0):+8.1f}"
+        print(f"{us(bs)} {us(bl)}  {us(hs)} {us(hl)} {change}  {key[1]:>6}  {key[0][:50]} {key[2]}")
+
+
 def summarise(path, a, base=None):
     """Prints one file's summary under the options in a (beside base's steps where given)."""
     cuts, lo, hi, inside = window(path, a)
@@ -209,6 +250,8 @@ def summarise(path, a, base=None):
             print(f"{at:8.1f} {till:8.1f} {took:8.1f}  {stream:>6}  {name[:60]}")
     if base:
         compare(per, len(steps), base, a.top)
+        if a.timeline:
+            compare_steps(cuts, inside, base)
 
 
 if __name__ == "__main__":
