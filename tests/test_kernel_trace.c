@@ -19,6 +19,14 @@ static int write_text(const char *path, const char *text)
     return fclose(f);
 }
 
+/* Runs a summary command into out; the part of its output from `heading` on, or NULL where the
+ * command failed (*rc its exit status) or printed no such heading. */
+static const char *part_of(const char *cmd, const char *heading, int *rc)
+{
+    *rc = bn_test_run(cmd, out, sizeof out);
+    return *rc == 0 ? strstr(out, heading) : NULL;
+}
+
 /* Twelve steps of 100 us: a gather (10 us), 2 us idle, a convolution (60 us) with an all-reduce
  * beside its last 20 us running 10 us past it, 28 us idle. Busy 80 us a step, idle 20. */
 BN_TEST(kernel_trace_summary_measures_steps_and_gaps)
@@ -47,10 +55,8 @@ BN_TEST(kernel_trace_summary_measures_steps_and_gaps)
     CHECK_MSG(strstr(out, "conv_forward                                          10     0.600    60.00"), "%s", out);
     /* --timeline: the median step's work in start order, with what ran beside what. */
     snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s --marker gather --skip 1 --steps 10 --timeline", path);
-    rc = bn_test_run(cmd, out, sizeof out);
-    CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
-    const char *tl = strstr(out, "that step's work in the order it started");
-    CHECK_MSG(tl != NULL, "%s", out);
+    const char *tl = part_of(cmd, "that step's work in the order it started", &rc);
+    CHECK_MSG(tl != NULL, "exit %d: %s", rc, out);
     const char *conv = strstr(tl, "    12.0     72.0     60.0       7  conv_forward\n");
     const char *nccl = strstr(tl, "    52.0     82.0     30.0       9  ncclDevKernel_AllReduce_Sum_f32_RING_LL\n");
     CHECK_MSG(strstr(tl, "     0.0     10.0     10.0       7  gather_rows\n") && conv && nccl && conv < nccl, "%s", tl);
@@ -84,10 +90,8 @@ BN_TEST(kernel_trace_summary_measures_steps_and_gaps)
     snprintf(cmd, sizeof cmd,
              "python3 tools/kernel_trace.py %s --marker gather --skip 1 --steps 10 --timeline --against %s", path,
              base);
-    rc = bn_test_run(cmd, out, sizeof out);
-    CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
-    const char *ps = strstr(out, "the steps beside the base's");
-    CHECK_MSG(ps != NULL, "%s", out);
+    const char *ps = part_of(cmd, "the steps beside the base's", &rc);
+    CHECK_MSG(ps != NULL, "exit %d: %s", rc, out);
     const char *p_gather = strstr(ps, "     0.0     10.0       0.0     10.0     +0.0       7  gather_rows 1\n");
     const char *p_conv = strstr(ps, "    12.0     45.0      12.0     60.0    +15.0       7  conv_forward 1\n");
     const char *p_nccl = strstr(ps, "       -        -      52.0     30.0    +30.0       9  "
@@ -144,10 +148,9 @@ BN_TEST(kernel_trace_sets_steps_beside_the_base_piece_by_piece)
     snprintf(cmd, sizeof cmd,
              "python3 tools/kernel_trace.py %s --marker gather --skip 1 --steps 6 --timeline --against %s", path[1],
              path[0]);
-    int rc = bn_test_run(cmd, out, sizeof out);
-    CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
-    const char *ps = strstr(out, "the steps beside the base's");
-    CHECK_MSG(ps != NULL, "%s", out);
+    int rc;
+    const char *ps = part_of(cmd, "the steps beside the base's", &rc);
+    CHECK_MSG(ps != NULL, "exit %d: %s", rc, out);
     const char *first = strstr(ps, "    10.0     20.0      10.0     20.0     +0.0       7  conv 1\n");
     const char *other = strstr(ps, "    20.0     40.0      20.0     40.0     +0.0       9  conv 1\n");
     const char *second = strstr(ps, "    40.0     30.0      40.0     10.0    -20.0       7  conv 2\n");
