@@ -12,11 +12,11 @@
 /* Warps per block. */
 #define IG_WARPS 8
 
-/* A forward or data pass whose tiles alone give fewer blocks than the multiprocessors shares each
- * tile's summed index among up to IG_SPLIT_MAX blocks of at least IG_SPLIT_MIN indices each, as
- * many as keep IG_SPLIT_SLOTS blocks a multiprocessor or fewer (the blocks the kernel's launch
- * bounds let one hold); the tile's last block to finish adds their partial sums in split order
- * (conv_tile_store.cuh). */
+/* A forward or data pass whose tiles alone give fewer blocks than the multiprocessors may share
+ * each tile's summed index among up to IG_SPLIT_MAX blocks of at least IG_SPLIT_MIN indices each,
+ * within IG_SPLIT_SLOTS blocks a multiprocessor (the blocks the kernel's launch bounds let one
+ * hold), where that leaves the fullest multiprocessor less to sum (conv_igemm_plan.c); the tile's
+ * last block to finish adds their partial sums in split order (conv_tile_store.cuh). */
 #define IG_SPLIT_MIN (4 * BK)
 #define IG_SPLIT_MAX 8
 #define IG_SPLIT_SLOTS 2
