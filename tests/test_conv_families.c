@@ -10,6 +10,7 @@
 
 #include "conv2d/conv_alone.h"
 #include "conv2d/conv_family.h"
+#include "conv2d/conv_igemm_limits.h"
 #include "core/device.h"
 #include "gpu/chooser.h"
 #include "testing.h"
@@ -219,6 +220,16 @@ BN_TEST(conv_family_refusals_name_the_reason)
     return BN_PASS;
 }
 
+/* A family's plan for s keeps scratch exactly where its forward or data pass splits (split), and
+ * its table entry answers the plan's bytes (scratch). */
+static int scratch_agrees(const bn_conv_family *fam, const bn_conv_shape *s, size_t scratch, int split)
+{
+    if ((scratch > 0) != split) return 0;
+    bn_conv_family_plan fp;
+    fam->plan(&fp, s);
+    return fam->scratch(&fp) == scratch;
+}
+
 /* The halo kernels' forward and data passes share a tile's chunks of channels among blocks where
  * the tiles alone leave multiprocessors without a block (resnet_fashion's last stage at 64
  * images), and not where they fill the GPU or there is one chunk to share. */
@@ -251,21 +262,17 @@ BN_TEST(conv_family_halo_splits_the_channels_where_the_tiles_are_few)
                       "case %zu, pass %d: %d splits of %d chunks for %d", i, pass, h->splits, h->per, chunks[pass]);
             CHECK(h->splits == 1 || h->per >= 2);
         }
-        CHECK_MSG((p.scratch > 0) == (p.pass[0].splits > 1 || p.pass[1].splits > 1), "case %zu: scratch %zu", i,
-                  p.scratch);
-        /* The table's scratch is the plan's. */
-        bn_conv_family_plan fp;
-        bn_conv_family_halo.plan(&fp, &s);
-        CHECK(bn_conv_family_halo.scratch(&fp) == p.scratch);
+        CHECK_MSG(scratch_agrees(&bn_conv_family_halo, &s, p.scratch, p.pass[0].splits > 1 || p.pass[1].splits > 1),
+                  "case %zu: scratch %zu", i, p.scratch);
     }
     return BN_PASS;
 }
 
 /* The implicit GEMM's forward and data passes share a tile's summed index among blocks where the
  * tiles alone leave multiprocessors without a block (strided_fashion's 7x7 layers at 64 images),
- * in spans of whole 16-deep stages, at least 4 of them (conv_igemm_limits.h); not where the tiles
- * fill the GPU, the index is too short to share or sharing it leaves the fullest multiprocessor
- * as much work. */
+ * in spans of whole BK-deep stages, IG_SPLIT_MIN indices or more (conv_igemm_limits.h); not where
+ * the tiles fill the GPU, the index is too short to share or sharing it leaves the fullest
+ * multiprocessor as much work. */
 BN_TEST(conv_family_igemm_splits_the_summed_index_where_the_tiles_are_few)
 {
     static const struct {
@@ -294,19 +301,16 @@ BN_TEST(conv_family_igemm_splits_the_summed_index_where_the_tiles_are_few)
             /* Every summed index taken once: splits of span, the last one not empty. */
             CHECK_MSG((long long)ip->splits * ip->span >= ip->K && (long long)(ip->splits - 1) * ip->span < ip->K,
                       "case %zu, pass %d: %d splits of %d for %d", i, pass, ip->splits, ip->span, ip->K);
-            CHECK(ip->splits == 1 || (ip->span >= 64 && ip->span % 16 == 0 && ip->splits <= 8));
+            CHECK(ip->splits == 1 ||
+                  (ip->span >= IG_SPLIT_MIN && ip->span % BK == 0 && ip->splits <= IG_SPLIT_MAX));
         }
-        /* The forward pass's blocks stay within two a multiprocessor. */
-        const int bm = p.pass[0].cfg == 0 ? 128 : p.pass[0].cfg < 3 ? 64 : 32;
-        const int bn = p.pass[0].cfg == 1 || p.pass[0].cfg == 3 ? 128 : 64;
+        /* The forward pass's blocks stay within IG_SPLIT_SLOTS a multiprocessor. */
+        const int bm = ig_tiles[p.pass[0].cfg][0], bn = ig_tiles[p.pass[0].cfg][1];
         const long long tiles = (long long)((p.pass[0].M + bm - 1) / bm) * ((p.pass[0].N + bn - 1) / bn);
-        CHECK_MSG(p.pass[0].splits == 1 || tiles * p.pass[0].splits <= 2 * 132, "case %zu: %lld tiles x %d", i,
-                  tiles, p.pass[0].splits);
-        CHECK_MSG((p.scratch > 0) == (p.pass[0].splits > 1 || p.pass[1].splits > 1), "case %zu: scratch %zu", i,
-                  p.scratch);
-        bn_conv_family_plan fp;
-        bn_conv_family_igemm.plan(&fp, &s);
-        CHECK(bn_conv_family_igemm.scratch(&fp) == p.scratch);
+        CHECK_MSG(p.pass[0].splits == 1 || tiles * p.pass[0].splits <= IG_SPLIT_SLOTS * 132,
+                  "case %zu: %lld tiles x %d", i, tiles, p.pass[0].splits);
+        CHECK_MSG(scratch_agrees(&bn_conv_family_igemm, &s, p.scratch, p.pass[0].splits > 1 || p.pass[1].splits > 1),
+                  "case %zu: scratch %zu", i, p.scratch);
     }
     return BN_PASS;
 }

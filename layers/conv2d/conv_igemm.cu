@@ -166,6 +166,7 @@ static __global__ void __launch_bounds__(IG_WARPS * 32, 2) igemm(ig_args g)
                                           : ig_phase{0, 0, 0, 0, g.h, g.w, g.k, g.k};
     const int N = P == PASS_DATA ? g.n * ph.cy * ph.cx : g.N;
     const int K = P == PASS_DATA ? g.f * ph.ty * ph.tx : g.K;
+    /* An unsplit data pass sums its phase's whole K (g.span is the largest phase's). */
     const int kb = zs * g.span, ke = P == PASS_DATA && !SPLIT ? K : min(K, kb + g.span);
     /* A split pass's blocks that share this tile: a phase of fewer taps than the largest has
      * fewer (and one where it has none: its dx is zeros). */

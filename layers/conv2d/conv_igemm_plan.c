@@ -34,7 +34,6 @@ static int ig_pick(int M, long long N, long long blocks)
 static long long ig_pass_blocks(const bn_igemm_pass *ip, const bn_conv_geom *g, int n, int filters, bool data,
                                 long long span, long long *tiles)
 {
-    const long long rows = (ip->M + ig_tiles[ip->cfg][0] - 1) / ig_tiles[ip->cfg][0], bn = ig_tiles[ip->cfg][1];
     long long blocks = 0;
     *tiles = 0;
     for (int z = 0; z < ip->phases; z++) {
@@ -43,11 +42,19 @@ static long long ig_pass_blocks(const bn_igemm_pass *ip, const bn_conv_geom *g, 
             const ig_phase ph = ig_phase_of(z, g->stride, g->pad, g->h, g->w, g->k);
             cols = (long long)n * ph.cy * ph.cx, k = (long long)filters * ph.ty * ph.tx;
         }
-        const long long t = rows * ((cols + bn - 1) / bn), parts = (k + span - 1) / span;
+        const long long t = ig_blocks(ip->cfg, ip->M, cols), parts = (k + span - 1) / span;
         *tiles += t;
         blocks += t * (parts > 1 ? parts : 1);
     }
     return blocks;
+}
+
+/* The tiles a forward or data pass's grid counts: every phase as many as the largest phase has
+ * (conv_igemm.cu numbers a tile by its phase, row and column), whether the phase has them or not.
+ * A split pass keeps a counter and its slots of partial sums for each. */
+static long long ig_grid_tiles(const bn_igemm_pass *ip)
+{
+    return ip->phases * ig_blocks(ip->cfg, ip->M, ip->N);
 }
 
 /* Where a forward or data pass's tiles alone leave multiprocessors idle (fewer than `wave`), the
@@ -62,9 +69,7 @@ static void ig_split(bn_igemm_pass *ip, const bn_conv_geom *g, int n, int filter
     ip->span = ip->K, ip->splits = 1;
     long long tiles;
     ig_pass_blocks(ip, g, n, filters, data, ip->K, &tiles);
-    const long long counted = (long long)ip->phases * ((ip->M + ig_tiles[ip->cfg][0] - 1) / ig_tiles[ip->cfg][0]) *
-                              ((ip->N + ig_tiles[ip->cfg][1] - 1) / ig_tiles[ip->cfg][1]);
-    if (tiles >= wave || counted > BN_CONV_SPLIT_COUNTERS) return;
+    if (tiles >= wave || ig_grid_tiles(ip) > BN_CONV_SPLIT_COUNTERS) return;
     long long best = (tiles + wave - 1) / wave * ip->K;
     for (int most = 2; most <= IG_SPLIT_MAX; most++) {
         const long long span = ((ip->K + most - 1) / most + BK - 1) / BK * BK;
@@ -80,13 +85,12 @@ static void ig_split(bn_igemm_pass *ip, const bn_conv_geom *g, int n, int filter
 }
 
 /* Bytes of scratch a split forward or data pass takes: the counters, then BM x BN partial sums
- * for each split of each of its tiles (the data pass's counted as its largest phase's). */
+ * for each split of each of its grid's tiles. */
 static size_t ig_split_bytes(const bn_igemm_pass *ip)
 {
     if (ip->splits < 2) return 0;
-    const long long bm = ig_tiles[ip->cfg][0], bn = ig_tiles[ip->cfg][1];
-    const long long tiles = (long long)ip->phases * ((ip->M + bm - 1) / bm) * ((ip->N + bn - 1) / bn);
-    return BN_CONV_SPLIT_COUNTERS * sizeof(unsigned) + (size_t)(tiles * ip->splits * bm * bn) * sizeof(float);
+    const long long slot = (long long)ig_tiles[ip->cfg][0] * ig_tiles[ip->cfg][1];
+    return BN_CONV_SPLIT_COUNTERS * sizeof(unsigned) + (size_t)(ig_grid_tiles(ip) * ip->splits * slot) * sizeof(float);
 }
 
 void bn_igemm_plan_make(bn_igemm_plan *p, const bn_conv_geom *g, int filters, int n, int sms, int tf32)
