@@ -50,3 +50,21 @@ const char *bn_conv_pass_name(int pass)
     static const char *const names[BN_CONV_PASSES] = {"forward", "backward-data", "backward-filter"};
     return pass >= 0 && pass < BN_CONV_PASSES ? names[pass] : "?";
 }
+
+long long bn_conv_split_share(long long units, long long min_per, long long wave, bn_conv_split_blocks blocks,
+                              const void *pass)
+{
+    const long long whole = blocks(pass, units);
+    if (whole >= wave) return units;
+    long long best = (whole + wave - 1) / wave * units, share = units;
+    for (long long most = 2; most <= BN_CONV_SPLIT_MAX; most++) {
+        const long long per = (units + most - 1) / most;
+        if (per < min_per) break;
+        if (per >= share) continue;
+        const long long b = blocks(pass, per);
+        if (b > BN_CONV_SPLIT_SLOTS * wave) break;
+        const long long cost = (b + wave - 1) / wave * per;
+        if (cost < best) best = cost, share = per;
+    }
+    return share;
+}

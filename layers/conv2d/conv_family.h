@@ -58,6 +58,27 @@ enum {
  * its counters. */
 #define BN_CONV_SPLIT_COUNTERS 1024
 
+/* Where a forward or data pass's tiles alone give fewer blocks than the multiprocessors, the
+ * families that can (the implicit GEMM, the halo kernels) share each tile's summed index among up
+ * to BN_CONV_SPLIT_MAX blocks, within BN_CONV_SPLIT_SLOTS blocks a multiprocessor (the blocks
+ * their launch bounds let one hold). bn_conv_split_share is the one rule both plans take. */
+#define BN_CONV_SPLIT_MAX 8
+#define BN_CONV_SPLIT_SLOTS 2
+
+/* The blocks of a pass whose tiles each share their summed index in pieces of `per` steps. */
+typedef long long (*bn_conv_split_blocks)(const void *pass, long long per);
+
+/* The steps a block of a split pass takes: the summed index is `units` steps long (the implicit
+ * GEMM's BK-deep stages, the halo kernels' chunks of channels), a block takes at least min_per of
+ * them, and blocks(pass, per) counts the pass's blocks at that share. Of the shares of up to
+ * BN_CONV_SPLIT_MAX pieces whose blocks stay within BN_CONV_SPLIT_SLOTS a multiprocessor, the one
+ * whose fullest multiprocessor sums the least (the blocks spread evenly over `wave`, times a
+ * block's steps); of equal reckonings the fewest blocks, since two blocks of half the work on a
+ * multiprocessor that then holds two gain nothing and adding their partial sums costs. Returns
+ * `units` (no split) where the unsplit blocks fill a wave or no share gains. */
+long long bn_conv_split_share(long long units, long long min_per, long long wave, bn_conv_split_blocks blocks,
+                              const void *pass);
+
 /* What a family is asked about. */
 typedef struct bn_conv_shape {
     bn_conv_geom g;

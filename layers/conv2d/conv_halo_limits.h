@@ -26,16 +26,14 @@
 static const int hl_tiles[BN_HL_CONFIGS][3] = {{128, 64, 4}, {64, 128, 2}, {64, 64, 2}, {32, 256, 1},
                                                {32, 128, 1}, {128, 48, 4}, {64, 96, 2}, {32, 192, 1}};
 
-/* A forward or data pass whose tiles alone give fewer blocks than the multiprocessors shares each
- * tile's chunks of channels among up to HL_SPLIT_MAX blocks of at least HL_SPLIT_MIN chunks each,
- * as many as keep HL_SPLIT_SLOTS blocks a multiprocessor or fewer; the tile's last block to
- * finish adds their partial sums in split order. Three blocks a multiprocessor, and no splits at
- * stride 2, were faster alone and slower in resnet_fashion's steps at 128 images, where the
- * filter pass runs beside the data pass on the multiprocessors an unsplit pass leaves
- * (docs/performance.md, version 45). */
+/* A split forward or data pass (conv_family.h, bn_conv_split_share) gives each block HL_SPLIT_MIN
+ * chunks of channels or more; the tile's last block to finish adds their partial sums in split
+ * order. Three blocks a multiprocessor, and no splits at stride 2, were faster alone and slower in
+ * resnet_fashion's steps at 128 images, where the filter pass runs beside the data pass on the
+ * multiprocessors an unsplit pass leaves (docs/performance.md, version 45); as many splits as kept
+ * two blocks a multiprocessor, the rule until version 55, were slower in its steps at 32-128 images
+ * than the split the fullest multiprocessor's reckoning takes. */
 #define HL_SPLIT_MIN 2
-#define HL_SPLIT_MAX 8
-#define HL_SPLIT_SLOTS 2
 
 /* Floats of a split pass's partial sums (a slot of BM x BN a block, tile by tile, split by
  * split). */

@@ -52,19 +52,22 @@ static long long hl_tile_count(const hl_form *f, int cfg)
     return (long long)((f->m + bm - 1) / bm) * (((long long)f->oh * f->ow * f->n + bn - 1) / bn);
 }
 
-/* Blocks that share each of `tiles` tiles' `chunks` chunks of channels: 1 where the tiles fill
- * a wave (`wave` blocks) or there are too few chunks to share, else as many as keep the blocks
- * within HL_SPLIT_SLOTS a multiprocessor with HL_SPLIT_MIN chunks or more each; *per: the chunks
- * a block takes. */
+/* The blocks of a pass of `pass` = {tiles, chunks} at `per` chunks a block (bn_conv_split_blocks). */
+static long long hl_share_blocks(const void *pass, long long per)
+{
+    const long long *tc = (const long long *)pass;
+    return tc[0] * ((tc[1] + per - 1) / per);
+}
+
+/* Blocks that share each of `tiles` tiles' `chunks` chunks of channels (conv_family.h,
+ * bn_conv_split_share), HL_SPLIT_MIN chunks or more each; *per: the chunks a block takes. 1
+ * where the tiles fill a wave, nothing gains or the tiles outnumber the counters. */
 static int hl_split(long long tiles, int chunks, long long wave, int *per)
 {
     *per = chunks;
-    if (tiles >= wave || tiles > BN_CONV_SPLIT_COUNTERS) return 1;
-    long long most = HL_SPLIT_SLOTS * wave / tiles;
-    if (most > chunks / HL_SPLIT_MIN) most = chunks / HL_SPLIT_MIN;
-    if (most > HL_SPLIT_MAX) most = HL_SPLIT_MAX;
-    if (most < 2) return 1;
-    *per = (int)((chunks + most - 1) / most);
+    if (tiles > BN_CONV_SPLIT_COUNTERS) return 1;
+    const long long tc[2] = {tiles, chunks};
+    *per = (int)bn_conv_split_share(chunks, HL_SPLIT_MIN, wave, hl_share_blocks, tc);
     return (chunks + *per - 1) / *per;
 }
 

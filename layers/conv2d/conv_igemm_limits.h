@@ -12,14 +12,10 @@
 /* Warps per block. */
 #define IG_WARPS 8
 
-/* A forward or data pass whose tiles alone give fewer blocks than the multiprocessors may share
- * each tile's summed index among up to IG_SPLIT_MAX blocks of at least IG_SPLIT_MIN indices each,
- * within IG_SPLIT_SLOTS blocks a multiprocessor (the blocks the kernel's launch bounds let one
- * hold), where that leaves the fullest multiprocessor less to sum (conv_igemm_plan.c); the tile's
- * last block to finish adds their partial sums in split order (conv_tile_store.cuh). */
+/* A split forward or data pass (conv_family.h, bn_conv_split_share) gives each block IG_SPLIT_MIN
+ * summed indices or more, in whole BK-deep stages; the tile's last block to finish adds their
+ * partial sums in split order (conv_tile_store.cuh). */
 #define IG_SPLIT_MIN (4 * BK)
-#define IG_SPLIT_MAX 8
-#define IG_SPLIT_SLOTS 2
 
 /* Tile configurations: {BM, BN} of a block, largest first; the warps are two along M and four
  * along N, or for 32 rows one along M and eight along N (conv_igemm.cu's launch_cfg). */

@@ -57,31 +57,35 @@ static long long ig_grid_tiles(const bn_igemm_pass *ip)
     return ip->phases * ig_blocks(ip->cfg, ip->M, ip->N);
 }
 
-/* Where a forward or data pass's tiles alone leave multiprocessors idle (fewer than `wave`), the
- * blocks that share each tile's summed index: up to IG_SPLIT_MAX of IG_SPLIT_MIN indices or more
- * each, within IG_SPLIT_SLOTS blocks a multiprocessor. Of those the split whose fullest
- * multiprocessor sums the least (its blocks spread evenly over `wave`, times a block's span), the
- * fewest blocks of equal reckonings: a tile that two blocks share on a multiprocessor that then
- * holds two gains nothing, and adding the partial sums costs. The span (K a block, whole stages)
- * and splits go to *ip; 1 split where the tiles fill a wave or nothing gains. */
+/* What ig_share_blocks counts the blocks of. */
+typedef struct ig_split_of {
+    const bn_igemm_pass *ip;
+    const bn_conv_geom *g;
+    int n, filters;
+    bool data;
+} ig_split_of;
+
+/* The blocks of the pass at `per` stages a block (bn_conv_split_blocks). */
+static long long ig_share_blocks(const void *pass, long long per)
+{
+    const ig_split_of *o = (const ig_split_of *)pass;
+    long long tiles;
+    return ig_pass_blocks(o->ip, o->g, o->n, o->filters, o->data, per * BK, &tiles);
+}
+
+/* A forward or data pass's split (conv_family.h, bn_conv_split_share), in spans of whole BK-deep
+ * stages, IG_SPLIT_MIN indices or more each: the span (K a block) and splits go to *ip, one split
+ * where the tiles fill a wave, nothing gains or the grid's tiles outnumber the counters. */
 static void ig_split(bn_igemm_pass *ip, const bn_conv_geom *g, int n, int filters, bool data, long long wave)
 {
     ip->span = ip->K, ip->splits = 1;
-    long long tiles;
-    ig_pass_blocks(ip, g, n, filters, data, ip->K, &tiles);
-    if (tiles >= wave || ig_grid_tiles(ip) > BN_CONV_SPLIT_COUNTERS) return;
-    long long best = (tiles + wave - 1) / wave * ip->K;
-    for (int most = 2; most <= IG_SPLIT_MAX; most++) {
-        const long long span = ((ip->K + most - 1) / most + BK - 1) / BK * BK;
-        if (span < IG_SPLIT_MIN || span >= ip->span) continue;
-        const long long blocks = ig_pass_blocks(ip, g, n, filters, data, span, &tiles);
-        if (blocks > IG_SPLIT_SLOTS * wave) break;
-        const long long cost = (blocks + wave - 1) / wave * span;
-        if (cost >= best) continue;
-        best = cost;
-        ip->span = (int)span;
-        ip->splits = (int)((ip->K + span - 1) / span);
-    }
+    if (ig_grid_tiles(ip) > BN_CONV_SPLIT_COUNTERS) return;
+    const ig_split_of of = {ip, g, n, filters, data};
+    const long long stages = (ip->K + BK - 1) / BK;
+    const long long per = bn_conv_split_share(stages, IG_SPLIT_MIN / BK, wave, ig_share_blocks, &of);
+    if (per == stages) return;
+    ip->span = (int)(per * BK);
+    ip->splits = (int)((ip->K + ip->span - 1) / ip->span);
 }
 
 /* Bytes of scratch a split forward or data pass takes: the counters, then BM x BN partial sums
