@@ -232,8 +232,8 @@ static int scratch_agrees(const bn_conv_family *fam, const bn_conv_shape *s, siz
 
 /* The halo kernels' forward and data passes share a tile's chunks of channels among blocks where
  * the tiles alone leave multiprocessors without a block and sharing them leaves the fullest
- * multiprocessor less to sum (resnet_fashion's last stage at 64 images), and not where they fill
- * the GPU, there is one chunk to share or the fullest multiprocessor would sum as much. */
+ * multiprocessor less to sum (resnet_fashion's last stage at 64 images), or as much in a data
+ * pass; not where they fill the GPU or there is one chunk to share. */
 BN_TEST(conv_family_halo_splits_the_channels_where_the_tiles_are_few)
 {
     static const struct {
@@ -242,8 +242,9 @@ BN_TEST(conv_family_halo_splits_the_channels_where_the_tiles_are_few)
     } cases[] = {
         {{128, 7, 7, 3, 1, 1, 128, 64, 0}, {1, 1}}, {{64, 14, 14, 3, 1, 1, 64, 32, 0}, {1, 1}},
         {{128, 7, 7, 3, 1, 1, 128, 256, 0}, {0, 0}}, {{64, 14, 14, 3, 1, 1, 64, 256, 0}, {0, 0}},
-        /* 131 tiles at 64 images: two blocks of half the work on nearly every multiprocessor. */
-        {{64, 14, 14, 3, 1, 1, 64, 64, 0}, {0, 0}},
+        /* 131 tiles at 64 images, split in two or not, reckon the same: the forward pass (alone)
+         * takes whole tiles, the data pass (beside the filter pass) halves. */
+        {{64, 14, 14, 3, 1, 1, 64, 64, 0}, {0, 1}},
         /* One input channel's chunk: the forward pass cannot share it; the data pass sums 16. */
         {{8, 7, 7, 3, 1, 1, 128, 64, 0}, {0, 1}},
         /* Stride 2 (no data pass here). */
@@ -274,8 +275,8 @@ BN_TEST(conv_family_halo_splits_the_channels_where_the_tiles_are_few)
 /* The implicit GEMM's forward and data passes share a tile's summed index among blocks where the
  * tiles alone leave multiprocessors without a block (strided_fashion's 7x7 layers at 64 images),
  * in spans of whole BK-deep stages, IG_SPLIT_MIN indices or more (conv_igemm_limits.h); not where
- * the tiles fill the GPU, the index is too short to share or sharing it leaves the fullest
- * multiprocessor as much work. */
+ * the tiles fill the GPU, the index is too short to share or, in a forward pass, sharing it leaves
+ * the fullest multiprocessor as much work. */
 BN_TEST(conv_family_igemm_splits_the_summed_index_where_the_tiles_are_few)
 {
     static const struct {
@@ -284,9 +285,9 @@ BN_TEST(conv_family_igemm_splits_the_summed_index_where_the_tiles_are_few)
     } cases[] = {
         /* 1x1, 64 -> 128 at 7x7: the forward pass sums 64 (too few), the data pass 128. */
         {{64, 7, 7, 1, 1, 0, 128, 64, 0}, {0, 1}},
-        /* The same at 128 images: 98 tiles of the data pass, and a split of 2 would put two blocks
-         * of half the work on 64 multiprocessors (no gain). */
-        {{64, 7, 7, 1, 1, 0, 128, 128, 0}, {0, 0}},
+        /* The same at 128 images: 98 tiles of the data pass, which a split of 2 reckons the same
+         * (two blocks of half the work on 64 multiprocessors); beside the filter pass it halves. */
+        {{64, 7, 7, 1, 1, 0, 128, 128, 0}, {0, 1}},
         /* 3x3 at stride 2, 7x7 -> 4x4: both; at 128 images the data pass's phases fill the GPU. */
         {{128, 7, 7, 3, 2, 1, 128, 64, 0}, {1, 1}},
         {{128, 7, 7, 3, 2, 1, 128, 128, 0}, {1, 0}},
@@ -482,25 +483,24 @@ BN_TEST(conv_family_halo_takes_the_width_that_fills_the_multiprocessors_evenly)
 {
     static const struct {
         shape_row shape;
-        int bn; /* the forward and data passes' tile width */
+        int bn[2]; /* the forward and data passes' tile widths */
     } cases[] = {
-        {{32, 28, 28, 3, 1, 1, 32, 64, 0}, 192},  {{64, 14, 14, 3, 1, 1, 64, 64, 0}, 96},
-        {{128, 7, 7, 3, 1, 1, 128, 64, 0}, 96},   {{32, 28, 28, 3, 1, 1, 32, 256, 0}, 256},
-        {{32, 28, 28, 3, 1, 1, 32, 12, 0}, 192},  {{64, 14, 14, 3, 1, 1, 64, 12, 0}, 96},
-        {{128, 7, 7, 3, 1, 1, 128, 176, 0}, 48},  {{48, 12, 12, 3, 1, 1, 96, 20, 0}, 96},
-        {{160, 7, 7, 3, 1, 1, 160, 30, 0}, 48},
+        {{32, 28, 28, 3, 1, 1, 32, 64, 0}, {192, 192}}, {{64, 14, 14, 3, 1, 1, 64, 64, 0}, {96, 96}},
+        {{128, 7, 7, 3, 1, 1, 128, 64, 0}, {96, 48}},   {{32, 28, 28, 3, 1, 1, 32, 256, 0}, {256, 256}},
+        {{32, 28, 28, 3, 1, 1, 32, 12, 0}, {192, 192}}, {{64, 14, 14, 3, 1, 1, 64, 12, 0}, {96, 96}},
+        {{128, 7, 7, 3, 1, 1, 128, 176, 0}, {48, 48}},  {{48, 12, 12, 3, 1, 1, 96, 20, 0}, {96, 96}},
+        {{160, 7, 7, 3, 1, 1, 160, 30, 0}, {48, 48}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const bn_conv_shape s = shape_of(&cases[i].shape, 132);
         bn_halo_plan p;
         bn_halo_plan_make(&p, &s.g, s.filters, s.n, s.sms, 0);
-        CHECK_MSG(p.pass[0].ok, "case %zu: %s", i, p.pass[0].why);
-        const int bn = bn_halo_tile_width(p.pass[0].cfg);
-        CHECK_MSG(bn == cases[i].bn, "case %zu: forward tiles of %d positions, expected %d", i, bn, cases[i].bn);
-        /* The data pass of a square layer is the same form. */
-        if (cases[i].shape.c == cases[i].shape.filters)
-            CHECK_MSG(p.pass[1].cfg == p.pass[0].cfg, "case %zu: data pass cfg %d, forward %d", i, p.pass[1].cfg,
-                      p.pass[0].cfg);
+        for (int pass = 0; pass < 2; pass++) {
+            CHECK_MSG(p.pass[pass].ok, "case %zu, pass %d: %s", i, pass, p.pass[pass].why);
+            const int bn = bn_halo_tile_width(p.pass[pass].cfg);
+            CHECK_MSG(bn == cases[i].bn[pass], "case %zu, pass %d: tiles of %d positions, expected %d", i, pass, bn,
+                      cases[i].bn[pass]);
+        }
     }
     return BN_PASS;
 }

@@ -51,8 +51,8 @@ const char *bn_conv_pass_name(int pass)
     return pass >= 0 && pass < BN_CONV_PASSES ? names[pass] : "?";
 }
 
-long long bn_conv_split_share(long long units, long long min_per, long long wave, bn_conv_split_blocks blocks,
-                              const void *pass)
+long long bn_conv_split_share(long long units, long long min_per, long long wave, int beside,
+                              bn_conv_split_blocks blocks, const void *pass)
 {
     const long long whole = blocks(pass, units);
     if (whole >= wave) return units;
@@ -64,7 +64,7 @@ long long bn_conv_split_share(long long units, long long min_per, long long wave
         const long long b = blocks(pass, per);
         if (b > BN_CONV_SPLIT_SLOTS * wave) break;
         const long long cost = (b + wave - 1) / wave * per;
-        if (cost < best) best = cost, share = per;
+        if (cost < best || (beside && cost == best)) best = cost, share = per;
     }
     return share;
 }

@@ -73,11 +73,14 @@ typedef long long (*bn_conv_split_blocks)(const void *pass, long long per);
  * them, and blocks(pass, per) counts the pass's blocks at that share. Of the shares of up to
  * BN_CONV_SPLIT_MAX pieces whose blocks stay within BN_CONV_SPLIT_SLOTS a multiprocessor, the one
  * whose fullest multiprocessor sums the least (the blocks spread evenly over `wave`, times a
- * block's steps); of equal reckonings the fewest blocks, since two blocks of half the work on a
- * multiprocessor that then holds two gain nothing and adding their partial sums costs. Returns
- * `units` (no split) where the unsplit blocks fill a wave or no share gains. */
-long long bn_conv_split_share(long long units, long long min_per, long long wave, bn_conv_split_blocks blocks,
-                              const void *pass);
+ * block's steps). Of equal reckonings: alone on the GPU (a forward pass), the fewest blocks, since
+ * two blocks of half the work on a multiprocessor that then holds two gain nothing and adding their
+ * partial sums costs; `beside` another pass (a data pass, beside its layer's filter pass), the
+ * most, since a wave of whole blocks waits for the multiprocessors the other pass holds, where
+ * smaller blocks go to those that are free. Returns `units` (no split) where the unsplit blocks
+ * fill a wave or no share gains. */
+long long bn_conv_split_share(long long units, long long min_per, long long wave, int beside,
+                              bn_conv_split_blocks blocks, const void *pass);
 
 /* What a family is asked about. */
 typedef struct bn_conv_shape {

@@ -30,9 +30,10 @@ static const int hl_tiles[BN_HL_CONFIGS][3] = {{128, 64, 4}, {64, 128, 2}, {64, 
  * chunks of channels or more; the tile's last block to finish adds their partial sums in split
  * order. Three blocks a multiprocessor, and no splits at stride 2, were faster alone and slower in
  * resnet_fashion's steps at 128 images, where the filter pass runs beside the data pass on the
- * multiprocessors an unsplit pass leaves (docs/performance.md, version 45); as many splits as kept
- * two blocks a multiprocessor, the rule until version 55, were slower in its steps at 32-128 images
- * than the split the fullest multiprocessor's reckoning takes. */
+ * multiprocessors an unsplit pass leaves (docs/performance.md, version 45). Until version 55 the
+ * halo kernels took as many splits as kept two blocks a multiprocessor, which is the shared rule's
+ * choice for a data pass; for a forward pass its ties to fewer blocks were faster in resnet_fashion's
+ * steps at 32-128 images. */
 #define HL_SPLIT_MIN 2
 
 /* Floats of a split pass's partial sums (a slot of BM x BN a block, tile by tile, split by

@@ -60,20 +60,21 @@ static long long hl_share_blocks(const void *pass, long long per)
 }
 
 /* Blocks that share each of `tiles` tiles' `chunks` chunks of channels (conv_family.h,
- * bn_conv_split_share), HL_SPLIT_MIN chunks or more each; *per: the chunks a block takes. 1
- * where the tiles fill a wave, nothing gains or the tiles outnumber the counters. */
-static int hl_split(long long tiles, int chunks, long long wave, int *per)
+ * bn_conv_split_share; beside: the data pass, beside the filter pass), HL_SPLIT_MIN chunks or more
+ * each; *per: the chunks a block takes. 1 where the tiles fill a wave, nothing gains or the tiles
+ * outnumber the counters. */
+static int hl_split(long long tiles, int chunks, long long wave, bool beside, int *per)
 {
     *per = chunks;
     if (tiles > BN_CONV_SPLIT_COUNTERS) return 1;
     const long long tc[2] = {tiles, chunks};
-    *per = (int)bn_conv_split_share(chunks, HL_SPLIT_MIN, wave, hl_share_blocks, tc);
+    *per = (int)bn_conv_split_share(chunks, HL_SPLIT_MIN, wave, beside, hl_share_blocks, tc);
     return (chunks + *per - 1) / *per;
 }
 
 /* Configuration cfg's pass over the form, where its staged rows fit: its rows, pitch and splits
  * in *out; false where they do not fit. */
-static bool hl_try(bn_halo_pass *out, const hl_form *f, int cfg, int chunks, long long wave)
+static bool hl_try(bn_halo_pass *out, const hl_form *f, int cfg, int chunks, long long wave, bool beside)
 {
     const long long rw = (long long)f->iw + 2 * f->pad;
     const int rows = hl_most_rows(f, hl_tiles[cfg][1]);
@@ -81,7 +82,7 @@ static bool hl_try(bn_halo_pass *out, const hl_form *f, int cfg, int chunks, lon
     const int pitch = hl_pitch(rows, rw);
     if (hl_smem_floats(cfg, HL_KS, pitch) * (long long)sizeof(float) > HL_SMEM_MAX) return false;
     *out = (bn_halo_pass){1, NULL, cfg, rows, pitch, 0, 1, chunks};
-    out->splits = hl_split(hl_tile_count(f, cfg), chunks, wave, &out->per);
+    out->splits = hl_split(hl_tile_count(f, cfg), chunks, wave, beside, &out->per);
     return true;
 }
 
@@ -98,20 +99,20 @@ static long long hl_cost(const hl_form *f, const bn_halo_pass *p, long long sms)
  * of 28 x 28, tiles of 256 positions make 196 blocks, two on 64 multiprocessors of 132 and one on
  * the rest, where tiles of 192 make 262, two on nearly every one, each block a quarter smaller.
  * Of equal reckonings the widest stays (fewer staged rows an output). */
-static void hl_widest_even(bn_halo_pass *p, const hl_form *f, int chunks, long long sms)
+static void hl_widest_even(bn_halo_pass *p, const hl_form *f, int chunks, long long sms, bool beside)
 {
     const int bm = hl_tiles[p->cfg][0], wm = hl_tiles[p->cfg][2];
     long long best = hl_cost(f, p, sms);
     for (int cfg = 0; cfg < BN_HL_CONFIGS; cfg++) {
         bn_halo_pass here;
         if (cfg == p->cfg || hl_tiles[cfg][0] != bm || hl_tiles[cfg][2] != wm) continue;
-        if (!hl_try(&here, f, cfg, chunks, sms)) continue;
+        if (!hl_try(&here, f, cfg, chunks, sms, beside)) continue;
         const long long cost = hl_cost(f, &here, sms);
         if (cost < best || (cost == best && hl_tiles[cfg][1] > hl_tiles[p->cfg][1])) *p = here, best = cost;
     }
 }
 
-static void hl_pass(bn_halo_pass *p, size_t *scratch, const hl_form *f, int sms)
+static void hl_pass(bn_halo_pass *p, size_t *scratch, const hl_form *f, int sms, bool beside)
 {
     memset(p, 0, sizeof *p);
     const long long rw = (long long)f->iw + 2 * f->pad;
@@ -130,7 +131,7 @@ static void hl_pass(bn_halo_pass *p, size_t *scratch, const hl_form *f, int sms)
     bn_halo_pass fits = {0};
     for (int i = 0; i < count; i++) {
         bn_halo_pass here;
-        if (!hl_try(&here, f, order[i], chunks, wave)) continue;
+        if (!hl_try(&here, f, order[i], chunks, wave, beside)) continue;
         if (!fits.ok) fits = here;
         if (hl_tile_count(f, order[i]) * here.splits >= wave || i + 1 == count) {
             *p = here;
@@ -142,7 +143,7 @@ static void hl_pass(bn_halo_pass *p, size_t *scratch, const hl_form *f, int sms)
         p->why = "input rows too many to stage";
         return;
     }
-    hl_widest_even(p, f, chunks, wave);
+    hl_widest_even(p, f, chunks, wave, beside);
     if (p->splits > 1) {
         const size_t bytes = BN_CONV_SPLIT_COUNTERS * sizeof(unsigned) +
                              (size_t)hl_split_floats(p->cfg, hl_tile_count(f, p->cfg), p->splits) * sizeof(float);
@@ -219,7 +220,7 @@ void bn_halo_plan_make(bn_halo_plan *p, const bn_conv_geom *g, int filters, int 
         return;
     }
     const hl_form fwd = {n, g->c, g->h, g->w, filters, g->oh, g->ow, g->stride, g->pad};
-    hl_pass(&p->pass[0], &p->scratch, &fwd, sms);
+    hl_pass(&p->pass[0], &p->scratch, &fwd, sms, false);
     hl_filter_pass(&p->pass[2], &p->workspace, &fwd, sms);
     if (g->stride != 1) {
         p->pass[1].why = "stride 1 only";
@@ -227,7 +228,7 @@ void bn_halo_plan_make(bn_halo_plan *p, const bn_conv_geom *g, int filters, int 
         p->pass[1].why = "padding wider than the window";
     } else {
         const hl_form data = {n, filters, g->oh, g->ow, g->c, g->h, g->w, 1, g->k - 1 - g->pad};
-        hl_pass(&p->pass[1], &p->scratch, &data, sms);
+        hl_pass(&p->pass[1], &p->scratch, &data, sms, true);
     }
 }
 

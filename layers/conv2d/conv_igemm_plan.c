@@ -82,7 +82,7 @@ static void ig_split(bn_igemm_pass *ip, const bn_conv_geom *g, int n, int filter
     if (ig_grid_tiles(ip) > BN_CONV_SPLIT_COUNTERS) return;
     const ig_split_of of = {ip, g, n, filters, data};
     const long long stages = (ip->K + BK - 1) / BK;
-    const long long per = bn_conv_split_share(stages, IG_SPLIT_MIN / BK, wave, ig_share_blocks, &of);
+    const long long per = bn_conv_split_share(stages, IG_SPLIT_MIN / BK, wave, data, ig_share_blocks, &of);
     if (per == stages) return;
     ip->span = (int)(per * BK);
     ip->splits = (int)((ip->K + ip->span - 1) / ip->span);
