@@ -230,6 +230,49 @@ static int scratch_agrees(const bn_conv_family *fam, const bn_conv_shape *s, siz
     return fam->scratch(&fp) == scratch;
 }
 
+/* Blocks of `tiles` tiles whose summed index of `units` steps is shared in pieces of `per`: the
+ * count bn_conv_split_share is given (tiles, units). */
+static long long shared_blocks(const void *pass, long long per)
+{
+    const long long *tu = (const long long *)pass;
+    return tu[0] * ((tu[1] + per - 1) / per);
+}
+
+static long long share_of(long long tiles, long long units, long long min_per, int beside)
+{
+    const long long tu[2] = {tiles, units};
+    return bn_conv_split_share(units, min_per, 132, beside, shared_blocks, tu);
+}
+
+/* The split rule both families take (conv_family.h): the share whose fullest multiprocessor sums
+ * the least, ties to the fewest blocks alone and to the most beside another pass, within the
+ * slots, pieces and least share it is given. */
+BN_TEST(conv_split_share_reckons_the_fullest_multiprocessor)
+{
+    /* A wave of tiles or more: whole tiles. */
+    CHECK(share_of(132, 8, 2, 1) == 8 && share_of(500, 8, 2, 0) == 8);
+    /* 131 tiles of 4 steps: whole (a wave, 4 steps) or halves (two waves of 2) reckon the same. */
+    CHECK(share_of(131, 4, 2, 0) == 4);
+    CHECK(share_of(131, 4, 2, 1) == 2);
+    /* 66 tiles of 8: halves (132 blocks, 4 steps) beat whole tiles (8); quarters (264 blocks, two
+     * waves of 2) tie with halves. */
+    CHECK(share_of(66, 8, 2, 0) == 4);
+    CHECK(share_of(66, 8, 2, 1) == 2);
+    /* 40 tiles of 64: thirds (120 blocks, 22 steps) and sixths (240, two waves of 11) tie; sevenths
+     * would be 280 blocks, past two a multiprocessor. */
+    CHECK_MSG(share_of(40, 64, 2, 0) == 22, "%lld", share_of(40, 64, 2, 0));
+    CHECK_MSG(share_of(40, 64, 2, 1) == 11, "%lld", share_of(40, 64, 2, 1));
+    /* 100 tiles of 64: halves (200 blocks, two waves of 32) tie with whole tiles; thirds would be
+     * 300 blocks, past two a multiprocessor (and fifths, 500 of 13, would reckon less). */
+    CHECK(share_of(100, 64, 2, 0) == 64);
+    CHECK(share_of(100, 64, 2, 1) == 32);
+    /* A share below the least is never taken: 5 steps in pieces of 4 or more stay whole. */
+    CHECK(share_of(10, 5, 4, 1) == 5);
+    /* At most BN_CONV_SPLIT_MAX pieces, however long the index. */
+    CHECK(share_of(1, 1000, 1, 1) == (1000 + BN_CONV_SPLIT_MAX - 1) / BN_CONV_SPLIT_MAX);
+    return BN_PASS;
+}
+
 /* The halo kernels' forward and data passes share a tile's chunks of channels among blocks where
  * the tiles alone leave multiprocessors without a block and sharing them leaves the fullest
  * multiprocessor less to sum (resnet_fashion's last stage at 64 images), or as much in a data
