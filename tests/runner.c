@@ -1,6 +1,6 @@
 /* runner.c - runs every BN_TEST collected by the Makefile and prints the closing count
- * line.  run_tests [-x EXCLUDE]... [FILTER]: only tests whose name contains FILTER, and none
- * whose name contains an EXCLUDE.
+ * line.  run_tests [-x EXCLUDE]... [FILTER]...: only tests whose name contains one of the
+ * FILTERs (every test where none is given), and none whose name contains an EXCLUDE.
  *
  * A run is repeatable: the tests draw their random data from one seed (BN_TEST_DEFAULT_SEED, or
  * BLOBNET_TEST_SEED), printed first, through lt_fresh_seed, which derives each test's seeds from
@@ -237,13 +237,32 @@ int bn_test_run(const char *command, char *out, size_t cap)
     return WEXITSTATUS(st);
 }
 
+/* Whether `name` contains one of the n words. */
+static int contains_any(const char *name, const char *const *words, int n)
+{
+    for (int k = 0; k < n; k++)
+        if (strstr(name, words[k])) return 1;
+    return 0;
+}
+
+#define MOST_WORDS 32
+
 int main(int argc, char **argv)
 {
-    const char *filter = NULL, *exclude[16];
-    int excludes = 0;
+    const char *filter[MOST_WORDS], *exclude[MOST_WORDS];
+    int filters = 0, excludes = 0;
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "-x") == 0 && i + 1 < argc && excludes < 16) exclude[excludes++] = argv[++i];
-        else filter = argv[i];
+        const int x = strcmp(argv[i], "-x") == 0;
+        if (x && i + 1 == argc) {
+            fprintf(stderr, "run_tests: -x needs a part of a test's name after it\n");
+            return 2;
+        }
+        if ((x ? excludes : filters) == MOST_WORDS) {
+            fprintf(stderr, "run_tests: at most %d %s\n", MOST_WORDS, x ? "exclusions (-x)" : "filters");
+            return 2;
+        }
+        if (x) exclude[excludes++] = argv[++i];
+        else filter[filters++] = argv[i];
     }
     /* Decoded data goes to a cache folder of the run's own, never to the user's. */
     char cache[320];
@@ -254,10 +273,8 @@ int main(int argc, char **argv)
     printf("seed %llu%s: BLOBNET_TEST_SEED=N runs with another, make test-seeds RUNS=K with K fresh ones\n",
            bn_test_seed(), getenv("BLOBNET_TEST_SEED") && *getenv("BLOBNET_TEST_SEED") ? "" : " (the default)");
     for (size_t i = 0; i < n; i++) {
-        if (filter && !strstr(all_tests[i].name, filter)) continue;
-        int excluded = 0;
-        for (int k = 0; k < excludes; k++) excluded |= strstr(all_tests[i].name, exclude[k]) != NULL;
-        if (excluded) continue;
+        if (filters && !contains_any(all_tests[i].name, filter, filters)) continue;
+        if (contains_any(all_tests[i].name, exclude, excludes)) continue;
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         bn_clear_error();

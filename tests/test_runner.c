@@ -24,6 +24,24 @@ BN_TEST(runner_prints_skip_reasons_in_the_summary)
     return BN_PASS;
 }
 
+/* Several filters run the tests that contain any of them; -x leaves out what it names; a -x
+ * without a name is a one-line error. */
+BN_TEST(runner_takes_several_filters)
+{
+    int rc = bn_test_run("env -u BLOBNET_TEST_DATA tests/run_tests runner_seed_draws digit_fit_is_identity_on_mnist "
+                         "2>/dev/null", out, sizeof out);
+    CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
+    CHECK_MSG(strstr(out, "ok   runner_seed_draws") && strstr(out, "skip digit_fit_is_identity_on_mnist_test_digits"),
+              "%s", out);
+    CHECK_MSG(strstr(out, "\n1 passed, 0 failed, 1 skipped\n"), "%s", out);
+    rc = bn_test_run("tests/run_tests runner_seed_draws digit_fit_is_identity_on_mnist -x digit_fit 2>/dev/null", out,
+                     sizeof out);
+    CHECK_MSG(rc == 0 && strstr(out, "\n1 passed, 0 failed, 0 skipped\n"), "exit %d: %s", rc, out);
+    rc = bn_test_run("tests/run_tests runner_seed_draws -x 2>&1", out, sizeof out);
+    CHECK_MSG(rc == 2 && strstr(out, "-x needs") && strchr(out, '\n') == strrchr(out, '\n'), "exit %d: %s", rc, out);
+    return BN_PASS;
+}
+
 /* Draws two seeds and says so: the run's seed and the test's name make them. Also writes on
  * stderr, which a passing test's run does not show. */
 BN_TEST(runner_seed_draws)
