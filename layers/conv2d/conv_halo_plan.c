@@ -52,7 +52,8 @@ static long long hl_tile_count(const hl_form *f, int cfg)
     return (long long)((f->m + bm - 1) / bm) * (((long long)f->oh * f->ow * f->n + bn - 1) / bn);
 }
 
-/* The blocks of a pass of `pass` = {tiles, chunks} at `per` chunks a block (bn_conv_split_blocks). */
+/* The blocks of a pass whose tiles and chunks `pass` points to, at `per` chunks a block
+ * (bn_conv_split_blocks). */
 static long long hl_share_blocks(const void *pass, long long per)
 {
     const long long *tc = (const long long *)pass;
@@ -112,6 +113,9 @@ static void hl_widest_even(bn_halo_pass *p, const hl_form *f, int chunks, long l
     }
 }
 
+/* The forward or data pass over the form: its configuration, rows and split in *p, and the
+ * scratch a split needs raised into *scratch. beside: the pass runs beside another (the data pass,
+ * beside the filter pass), which sends its split's ties to more blocks (bn_conv_split_share). */
 static void hl_pass(bn_halo_pass *p, size_t *scratch, const hl_form *f, int sms, bool beside)
 {
     memset(p, 0, sizeof *p);

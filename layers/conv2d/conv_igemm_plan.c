@@ -75,7 +75,8 @@ static long long ig_share_blocks(const void *pass, long long per)
 
 /* A forward or data pass's split (conv_family.h, bn_conv_split_share), in spans of whole BK-deep
  * stages, IG_SPLIT_MIN indices or more each: the span (K a block) and splits go to *ip, one split
- * where the tiles fill a wave, nothing gains or the grid's tiles outnumber the counters. */
+ * where the tiles fill a wave, nothing gains or the grid's tiles outnumber the counters. A data
+ * pass runs beside its layer's filter pass, so its ties go to more blocks. */
 static void ig_split(bn_igemm_pass *ip, const bn_conv_geom *g, int n, int filters, bool data, long long wave)
 {
     ip->span = ip->K, ip->splits = 1;
