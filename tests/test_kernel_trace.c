@@ -1,8 +1,8 @@
 /* test_kernel_trace.c - the kernel tracer (tools/kernel_trace.c, a CUPTI injection library) and
  * its summary (tools/kernel_trace.py): the summary's arithmetic, a step's timeline and the
  * comparison with a base trace (kernel by kernel, and step piece by piece) on traces written
- * here, its refusal of a file that is not a trace, and on a GPU with CUPTI a real trace of a
- * training run. */
+ * here, the pieces whose length falls into two groups across the steps, its refusal of a file
+ * that is not a trace, and on a GPU with CUPTI a real trace of a training run. */
 #include "testing.h"
 
 #include <stdlib.h>
@@ -155,6 +155,40 @@ BN_TEST(kernel_trace_sets_steps_beside_the_base_piece_by_piece)
     const char *other = strstr(ps, "    20.0     40.0      20.0     40.0     +0.0       9  conv 1\n");
     const char *second = strstr(ps, "    40.0     30.0      40.0     10.0    -20.0       7  conv 2\n");
     CHECK_MSG(first && other && second && first < other && other < second, "%s", ps);
+    return BN_PASS;
+}
+
+/* Pieces in two groups across the steps: a convolution of 20 us in even steps and 40 us in odd
+ * ones, whose odd steps are 20 us longer; a ReLU of 10 us that jitters by 0.2 us is not listed, nor
+ * is a bias kernel that is slow in a single step (a group needs two); without --marker, an error. */
+BN_TEST(kernel_trace_spread_finds_the_pieces_of_two_lengths)
+{
+    if (bn_test_run("python3 --version", out, sizeof out) != 0) BN_SKIP_TEST("no python3");
+    char path[512], cmd[2048];
+    snprintf(path, sizeof path, "%s/spread.csv", bn_test_tmpdir());
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    fputs("kind,device,stream,start_ns,end_ns,what\n", f);
+    long t = 1000000;
+    for (int s = 0; s < 12; s++) {
+        const long conv = s % 2 ? 40000 : 20000, relu = 10000 + (s % 3) * 100, bias = s == 5 ? 30000 : 5000;
+        fprintf(f, "kernel,0,7,%ld,%ld,\"gather\"\n", t, t + 5000);
+        fprintf(f, "kernel,0,7,%ld,%ld,\"conv\"\n", t + 10000, t + 10000 + conv);
+        fprintf(f, "kernel,0,8,%ld,%ld,\"relu\"\n", t + 10000, t + 10000 + relu);
+        fprintf(f, "kernel,0,8,%ld,%ld,\"bias\"\n", t + 60000, t + 60000 + bias);
+        t += 80000 + conv;
+    }
+    CHECK(fclose(f) == 0);
+    snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s --marker gather --skip 1 --steps 10 --spread", path);
+    int rc;
+    const char *sp = part_of(cmd, "the pieces whose length falls into two groups", &rc);
+    CHECK_MSG(sp != NULL, "exit %d: %s", rc, out);
+    /* Steps 1-10: five odd (40 us, steps of 120) and five even (20 us, steps of 100). */
+    CHECK_MSG(strstr(sp, "     5     20.0    100.0       5     40.0    120.0    +20.0       7  conv 1\n"), "%s", sp);
+    CHECK_MSG(!strstr(sp, "relu") && !strstr(sp, "bias"), "%s", sp);
+    snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s --spread", path);
+    rc = bn_test_run(cmd, out, sizeof out);
+    CHECK_MSG(rc != 0 && strstr(out, "--spread needs --marker"), "exit %d: %s", rc, out);
     return BN_PASS;
 }
 

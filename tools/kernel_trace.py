@@ -2,7 +2,7 @@
 """Summarises a kernel trace written by tools/kernel_trace.c (make trace).
 
     tools/kernel_trace.py TRACE.csv... [--marker REGEX] [--skip N] [--steps N] [--top N] [--timeline]
-                          [--against BASE.csv]
+                          [--against BASE.csv] [--spread]
 
 Prints, for each file (one per process: a rank of a run on several GPUs each), for the GPU time
 it covers: how long the GPU was busy (the union of its kernels,
@@ -23,6 +23,15 @@ its number among that name's pieces on that stream in a step, with its median st
 step's start) and length over the measured steps in both, in the order of BASE's step (then the
 pieces BASE lacks). Where kernels run side by side, a change moves what runs beside it too; this
 shows where in the step the time went.
+
+With --spread (and --marker), the pieces of work (matched as above) whose length falls into two
+groups across the measured steps: a pass that is sometimes fast and sometimes slow, as one is
+when what runs beside it holds multiprocessors at its start in some steps and not in others. Each
+piece's lengths are split at their widest gap (where both groups hold at least two steps and a
+twentieth of them, and the gap is at least 1 us and 15% of the median length); each group's count,
+median length and median step are printed, the pieces whose slow group lengthens the step most
+first, so that what a median step alone hides shows. The two steps' difference is an association:
+pieces slow in the same steps (the pass and what held the GPU at its start) share it.
 """
 import bisect
 import argparse
@@ -113,6 +122,8 @@ def main():
                     help="with --marker: a median step's kernels, copies and fills in the order they started")
     ap.add_argument("--against", metavar="BASE",
                     help="with --marker: each kernel's time a step beside the same steps of trace BASE")
+    ap.add_argument("--spread", action="store_true",
+                    help="with --marker: the pieces of work whose length falls into two groups across the steps")
     a = ap.parse_args()
     # A reader that stops early (| head) ends the summary quietly, as other command-line tools do,
     # instead of with a broken pipe's traceback.
@@ -121,6 +132,8 @@ def main():
         ap.error("--timeline needs --marker (it lists one step)")
     if a.against and not a.marker:
         ap.error("--against needs --marker (it compares steps)")
+    if a.spread and not a.marker:
+        ap.error("--spread needs --marker (it compares steps)")
     base = window(a.against, a) if a.against else None
     for i, path in enumerate(a.traces):
         if i:
@@ -176,7 +189,7 @@ def compare(per, steps, base, top):
 
 def pieces(cuts, inside):
     """Each piece of work of the steps (cuts) by (name, stream, its number among that name's on that
-    stream in its step): the (start from the step's start, length) of each step that has it."""
+    stream in its step): the (start from the step's start, length, step) of each step that has it."""
     out, seen, step = {}, {}, -1
     for start, end, name, stream in inside:
         i = bisect.bisect_right(cuts, start) - 1
@@ -185,8 +198,46 @@ def pieces(cuts, inside):
         if i != step:
             seen, step = {}, i
         k = seen[name, stream] = seen.get((name, stream), 0) + 1
-        out.setdefault((name, stream, k), []).append((start - cuts[i], end - start))
+        out.setdefault((name, stream, k), []).append((start - cuts[i], end - start, i))
     return out
+
+
+def two_groups(lengths):
+    """The threshold that splits lengths at their widest gap, or None where no gap is wide enough
+    (--spread's rule: at least two and a twentieth of them on each side, a gap of 1 us and 15% of
+    the median or more)."""
+    xs = sorted(lengths)
+    least = max(2, (len(xs) + 19) // 20)
+    wide = max(1e3, 0.15 * statistics.median(xs))
+    best = None
+    for j in range(least - 1, len(xs) - least):
+        gap = xs[j + 1] - xs[j]
+        if gap >= wide and (best is None or gap > best[0]):
+            best = (gap, (xs[j] + xs[j + 1]) / 2)
+    return best[1] if best else None
+
+
+def spread(cuts, inside, top):
+    """The pieces whose length falls into two groups across the steps, the largest step change first."""
+    rows = []
+    for key, xs in pieces(cuts, inside).items():
+        cut = two_groups([x[1] for x in xs])
+        if cut is None:
+            continue
+        groups = [[x for x in xs if x[1] <= cut], [x for x in xs if x[1] > cut]]
+        stats = []
+        for g in groups:
+            step = statistics.median(cuts[x[2] + 1] - cuts[x[2]] for x in g)
+            stats.append((len(g), statistics.median(x[1] for x in g) / 1e3, step / 1e3))
+        rows.append((stats[1][2] - stats[0][2], key, stats))
+    print("\nthe pieces whose length falls into two groups across the steps, each group's median length "
+          "and step (us):")
+    print(f"{'short':>6} {'length':>8} {'step':>8}  {'long':>6} {'length':>8} {'step':>8} {'change':>8}  "
+          f"{'stream':>6}  kernel")
+    if not rows:
+        print("  none")
+    for change, (name, stream, k), ((ns, ls, ss), (nl, ll, sl)) in sorted(rows, key=lambda r: (-r[0], r[1]))[:top]:
+        print(f"{ns:6d} {ls:8.1f} {ss:8.1f}  {nl:6d} {ll:8.1f} {sl:8.1f} {change:+8.1f}  {stream:>6}  {name[:50]} {k}")
 
 
 def compare_steps(cuts, inside, base):
@@ -252,6 +303,8 @@ def summarise(path, a, base=None):
         compare(per, len(steps), base, a.top)
         if a.timeline:
             compare_steps(cuts, inside, base)
+    if a.spread:
+        spread(cuts, inside, a.top)
 
 
 if __name__ == "__main__":
