@@ -19,6 +19,16 @@ static int write_text(const char *path, const char *text)
     return fclose(f);
 }
 
+/* Opens a new trace `name` in the test's folder (its path into path, `size` bytes) with the
+ * tracer's header line written; NULL where it cannot. */
+static FILE *new_trace(char *path, size_t size, const char *name)
+{
+    snprintf(path, size, "%s/%s", bn_test_tmpdir(), name);
+    FILE *f = fopen(path, "w");
+    if (f) fputs("kind,device,stream,start_ns,end_ns,what\n", f);
+    return f;
+}
+
 /* Runs a summary command into out; the part of its output from `heading` on, or NULL where the
  * command failed (*rc its exit status) or printed no such heading. */
 static const char *part_of(const char *cmd, const char *heading, int *rc)
@@ -33,11 +43,9 @@ BN_TEST(kernel_trace_summary_measures_steps_and_gaps)
 {
     if (bn_test_run("python3 --version", out, sizeof out) != 0) BN_SKIP_TEST("no python3");
     char path[512], bad[512], cmd[2048];
-    snprintf(path, sizeof path, "%s/trace.csv", bn_test_tmpdir());
     snprintf(bad, sizeof bad, "%s/not_a_trace.csv", bn_test_tmpdir());
-    FILE *f = fopen(path, "w");
+    FILE *f = new_trace(path, sizeof path, "trace.csv");
     CHECK(f != NULL);
-    fputs("kind,device,stream,start_ns,end_ns,what\n", f);
     for (long s = 0, t = 1000000; s < 12; s++, t += 100000) {
         fprintf(f, "kernel,0,7,%ld,%ld,\"void gather_rows<float>(int, const float *)\"\n", t, t + 10000);
         fprintf(f, "kernel,0,7,%ld,%ld,\"conv_forward\"\n", t + 12000, t + 72000);
@@ -66,10 +74,8 @@ BN_TEST(kernel_trace_summary_measures_steps_and_gaps)
     /* --against: the same steps of a base trace whose convolution took 45 us and which had no
      * all-reduce, kernel by kernel, the largest move first. */
     char base[512];
-    snprintf(base, sizeof base, "%s/base_trace.csv", bn_test_tmpdir());
-    f = fopen(base, "w");
+    f = new_trace(base, sizeof base, "base_trace.csv");
     CHECK(f != NULL);
-    fputs("kind,device,stream,start_ns,end_ns,what\n", f);
     for (long s = 0, t = 1000000; s < 12; s++, t += 100000) {
         fprintf(f, "kernel,0,7,%ld,%ld,\"void gather_rows<float>(int, const float *)\"\n", t, t + 10000);
         fprintf(f, "kernel,0,7,%ld,%ld,\"conv_forward\"\n", t + 12000, t + 57000);
@@ -107,11 +113,9 @@ BN_TEST(kernel_trace_summary_measures_steps_and_gaps)
     /* A reader that stops at the first line (| head -1) of a summary longer than a pipe holds:
      * the summary ends quietly, without a broken pipe's traceback. */
     char big[512], err[512];
-    snprintf(big, sizeof big, "%s/many_kernels.csv", bn_test_tmpdir());
     snprintf(err, sizeof err, "%s/many_kernels.err", bn_test_tmpdir());
-    f = fopen(big, "w");
+    f = new_trace(big, sizeof big, "many_kernels.csv");
     CHECK(f != NULL);
-    fputs("kind,device,stream,start_ns,end_ns,what\n", f);
     for (long k = 0, t = 1000000; k < 6000; k++, t += 2000)
         fprintf(f, "kernel,0,7,%ld,%ld,\"kernel_%ld_with_a_name_long_enough_to_fill_a_pipe\"\n", t, t + 1000, k);
     CHECK(fclose(f) == 0);
@@ -133,10 +137,8 @@ BN_TEST(kernel_trace_sets_steps_beside_the_base_piece_by_piece)
     if (bn_test_run("python3 --version", out, sizeof out) != 0) BN_SKIP_TEST("no python3");
     char path[2][512], cmd[2048];
     for (int v = 0; v < 2; v++) {
-        snprintf(path[v], sizeof path[v], "%s/pieces_%d.csv", bn_test_tmpdir(), v);
-        FILE *f = fopen(path[v], "w");
+        FILE *f = new_trace(path[v], sizeof path[v], v ? "pieces_1.csv" : "pieces_0.csv");
         CHECK(f != NULL);
-        fputs("kind,device,stream,start_ns,end_ns,what\n", f);
         for (long s = 0, t = 1000000; s < 8; s++, t += 100000) {
             fprintf(f, "kernel,0,7,%ld,%ld,\"gather\"\n", t, t + 5000);
             fprintf(f, "kernel,0,7,%ld,%ld,\"conv\"\n", t + 10000, t + 30000);
@@ -165,10 +167,8 @@ BN_TEST(kernel_trace_spread_finds_the_pieces_of_two_lengths)
 {
     if (bn_test_run("python3 --version", out, sizeof out) != 0) BN_SKIP_TEST("no python3");
     char path[512], cmd[2048];
-    snprintf(path, sizeof path, "%s/spread.csv", bn_test_tmpdir());
-    FILE *f = fopen(path, "w");
+    FILE *f = new_trace(path, sizeof path, "spread.csv");
     CHECK(f != NULL);
-    fputs("kind,device,stream,start_ns,end_ns,what\n", f);
     long t = 1000000;
     for (int s = 0; s < 12; s++) {
         const long conv = s % 2 ? 40000 : 20000, relu = 10000 + (s % 3) * 100, bias = s == 5 ? 30000 : 5000;

@@ -36,7 +36,6 @@
 #include "conv_tile_store.cuh"
 #include "gpu/cp_async.cuh"
 #include "gpu/cuda_check.h"
-#include "gpu/last_arrival.cuh"
 #include "gpu/mma_tf32.cuh"
 #include "gpu/pdl.cuh"
 #include "gpu/smem_opt_in.cuh"
