@@ -4,12 +4,14 @@
  * unreadable (an error naming the file), the verbose switch, the timing's warm-up and lone
  * candidate without a device, the check of a pick against a reference (a pick that disagrees
  * dropped, named once on stderr, and the tie rule asked again), and on a device (skipped without
- * one) the timed choice of runs whose costs differ and a run that fails after its warm-up. */
+ * one) the timed choice of runs whose costs differ, a run that fails after its warm-up, and a
+ * timing that counts the device's work, not the host's pauses between launches. */
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "file_testing.h"
@@ -283,6 +285,33 @@ BN_TEST(gpu_chooser_times_and_picks_the_fastest_that_ran)
     bn_ctx *ctx;
     CHECK_OK(bn_ctx_open(0, &ctx)); /* the events and the work go on its stream */
     return timed_on_device();
+}
+
+/* A candidate the host queues slowly: a millisecond's sleep, then a zeroing of a few KiB. */
+static bn_status run_slow_host(void *env, int i, int warm, int *ok)
+{
+    (void)i, (void)warm;
+    *ok = 1;
+    nanosleep(&(struct timespec){.tv_nsec = 1000000L}, NULL);
+    return bn_device_zero(env, 4096);
+}
+
+BN_TEST(gpu_chooser_times_the_device_not_the_host)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    void *buf = NULL;
+    CHECK_OK(bn_device_alloc(&buf, 4096));
+    bn_candidates c = {1, NULL, NULL, NULL, 0, run_slow_host, buf, -1, NULL};
+    const bn_chooser_timing t = {1, 2, 4};
+    float ms = 0.0f;
+    const bn_status s = bn_chooser_time_one(&t, &c, 0, &ms);
+    bn_device_free(buf);
+    CHECK_OK(s);
+    /* The zeroing takes microseconds: the host's millisecond before each launch must not count. */
+    CHECK_MSG(ms > 0.0f && ms < 0.2f, "%g ms a run", ms);
+    return BN_PASS;
 }
 
 /* Candidates whose agreement with the reference is given: candidate i disagrees where wrong[i],

@@ -55,6 +55,8 @@
 #define HEURISTIC_RESULTS 8
 #define TIMED_RESULTS 8
 #define TIMING_REPS 10
+/* Set (not "0"), every timed candidate's milliseconds are printed as a product's choice is made. */
+#define DENSE_VERBOSE "BLOBNET_DENSE_VERBOSE"
 
 /* ---- plans ---- */
 
@@ -342,7 +344,7 @@ static bn_status fastest(const dense_gpu *g, const dense_plan *p, const bn_ctx *
     static const char *const kinds[] = {"fwd", "dw", "dx"};
     char label[96];
     snprintf(label, sizeof label, "dense %s n=%d k=%d m=%d", kinds[p->kind], n, c->k, m);
-    const bn_chooser chooser = {TIMING, BN_CHOOSER_TIE, NULL, label};
+    const bn_chooser chooser = {TIMING, BN_CHOOSER_TIE, DENSE_VERBOSE, label};
     float ms[HEURISTIC_RESULTS + OWN_CONFIGS + 1];
     bn_status st = bn_device_zero(scratch, bytes);
     if (st == BN_OK) st = bn_chooser_timed(&chooser, &cands, ms, best);

@@ -201,6 +201,14 @@ bn_status bn_event_record(void *event);
 bn_status bn_event_elapsed_ms(void *start, void *end, float *ms);
 void bn_event_destroy(void *event);
 
+/* A hold on the context stream: bn_stream_hold queues a kernel that waits until the thread's
+ * bn_stream_release (or, should that not come, a tenth of a second), so that the work queued
+ * behind it meanwhile runs back to back however slowly the host queues it. A timing taken
+ * behind a hold measures the device's work, not the host's launches. Release a hold before
+ * waiting for anything queued after it. */
+bn_status bn_stream_hold(void);
+void bn_stream_release(void);
+
 /* Starts and stops profiler capture (cudaProfilerStart/Stop), for `nsys
  * --capture-range=cudaProfilerApi` and `ncu --profile-from-start off`. */
 bn_status bn_profiler_start(void);

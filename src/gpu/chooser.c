@@ -43,9 +43,16 @@ bn_status bn_chooser_time_one(const bn_chooser_timing *t, const bn_candidates *c
     float best = INFINITY;
     for (int round = 0; round < t->rounds && s == BN_OK && ok; round++) {
         float total = 0.0f;
-        s = bn_event_record(start);
+        /* Behind a hold the round's launches run back to back, so the round times the device,
+         * not the host: a cuBLASLt call's host work (10-15 us) outlasts a small product's run
+         * (7 us), and without the hold every algorithm read alike and the pick fell at random
+         * (performance.md, version 57). */
+        s = bn_stream_hold();
+        const int held = s == BN_OK;
+        if (s == BN_OK) s = bn_event_record(start);
         for (int rep = 0; rep < t->reps && s == BN_OK && ok; rep++) s = c->run(c->env, i, 0, &ok);
         if (s == BN_OK) s = bn_event_record(end);
+        if (held) bn_stream_release();
         if (s == BN_OK) s = bn_event_elapsed_ms(start, end, &total);
         if (s == BN_OK && ok && (round == 0 || total / t->reps < best)) best = total / t->reps;
     }

@@ -7,7 +7,8 @@
  * - the candidates: how many, their names, which apply, the rule's order of preference and a
  *   function that runs one (bn_candidates);
  * - the timing: warm-up runs, then the least of a few rounds' means (bn_chooser_timing), on
- *   events of the context stream;
+ *   events of the context stream, each round queued behind a hold of the stream
+ *   (core/device.h: bn_stream_hold) so that it times the device's work, not the launches;
  * - the tie rule: of the candidates timed within a fraction of the fastest, the first in the
  *   rule's order (bn_chooser_pick), so that runs of the timing agree where candidates are that
  *   close and a tie goes where the rule would have gone;
@@ -82,8 +83,9 @@ typedef struct bn_candidates {
 } bn_candidates;
 
 /* How a candidate is timed: `warmups` untimed runs, then `rounds` rounds of `reps` runs between
- * two events; its time is the least of the rounds' means (the least, because other work on the
- * device only ever adds time). */
+ * two events, each round queued behind a hold of the stream and released once queued; its time
+ * is the least of the rounds' means (the least, because other work on the device only ever adds
+ * time). A round whose queueing outlasts the hold's tenth of a second times partly the host. */
 typedef struct bn_chooser_timing {
     int warmups, rounds, reps;
 } bn_chooser_timing;

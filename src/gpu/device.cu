@@ -10,6 +10,7 @@
 #include "core/timeline.h"
 #include "blas_load.h"
 #include "cuda_check.h"
+#include "pdl.cuh"
 
 static bn_ctx the_ctx;
 static int ctx_open;
@@ -581,6 +582,52 @@ extern "C" bn_status bn_event_elapsed_ms(void *start, void *end, float *ms)
 extern "C" void bn_event_destroy(void *event)
 {
     if (event) cudaEventDestroy((cudaEvent_t)event);
+}
+
+/* How long a hold waits for its release at most. */
+#define HOLD_LIMIT_NS 100000000ull
+
+/* The word a hold's kernel reads: pinned host memory the device reads, one per thread (made at
+ * its first hold, kept for the process), and the number of the thread's last hold. A release
+ * writes that number; a hold's kernel waits until the word reaches its own, so a late release
+ * never holds a later kernel. */
+static thread_local volatile unsigned *hold_word;
+static thread_local unsigned hold_count;
+
+__global__ void hold_kernel(const volatile unsigned *word, unsigned number, unsigned long long limit_ns)
+{
+    bn_early_entry();
+#if __CUDA_ARCH__ >= 700
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+        if ((int)(*word - number) >= 0) return;
+        __nanosleep(500);
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (now - start < limit_ns);
+#else
+    (void)word, (void)number, (void)limit_ns; /* before Volta: no hold */
+#endif
+}
+
+extern "C" bn_status bn_stream_hold(void)
+{
+    if (!hold_word) {
+        void *p = NULL;
+        BN_CUDA(cudaHostAlloc(&p, sizeof(unsigned), cudaHostAllocMapped | cudaHostAllocPortable));
+        hold_word = (volatile unsigned *)p;
+        *hold_word = hold_count;
+    }
+    unsigned *device_word = NULL;
+    BN_CUDA(cudaHostGetDevicePointer((void **)&device_word, (void *)hold_word, 0));
+    hold_kernel<<<1, 1, 0, stream()>>>(device_word, ++hold_count, HOLD_LIMIT_NS);
+    BN_CUDA(cudaGetLastError());
+    return BN_OK;
+}
+
+extern "C" void bn_stream_release(void)
+{
+    if (hold_word) *hold_word = hold_count;
 }
 
 extern "C" bn_status bn_profiler_start(void)

@@ -198,6 +198,13 @@ bn_status bn_event_elapsed_ms(void *start, void *end, float *ms)
 
 void bn_event_destroy(void *event) { (void)event; }
 
+bn_status bn_stream_hold(void)
+{
+    return bn_no_cuda();
+}
+
+void bn_stream_release(void) {}
+
 /* Without a GPU there is nothing to capture: the CPU path's NVTX ranges still appear. */
 bn_status bn_profiler_start(void) { return BN_OK; }
 bn_status bn_profiler_stop(void) { return BN_OK; }
