@@ -202,10 +202,11 @@ bn_status bn_event_elapsed_ms(void *start, void *end, float *ms);
 void bn_event_destroy(void *event);
 
 /* A hold on the context stream: bn_stream_hold queues a kernel that waits until the thread's
- * bn_stream_release (or, should that not come, a tenth of a second), so that the work queued
+ * bn_stream_release (or, should that not come, BN_STREAM_HOLD_MS), so that the work queued
  * behind it meanwhile runs back to back however slowly the host queues it. A timing taken
  * behind a hold measures the device's work, not the host's launches. Release a hold before
- * waiting for anything queued after it. */
+ * waiting for anything queued after it: a wait behind the hold lasts until it runs out. */
+#define BN_STREAM_HOLD_MS 100
 bn_status bn_stream_hold(void);
 void bn_stream_release(void);
 

@@ -585,7 +585,7 @@ extern "C" void bn_event_destroy(void *event)
 }
 
 /* How long a hold waits for its release at most. */
-#define HOLD_LIMIT_NS 100000000ull
+#define HOLD_LIMIT_NS (BN_STREAM_HOLD_MS * 1000000ull)
 
 /* The word a hold's kernel reads: pinned host memory the device reads, one per thread (made at
  * its first hold, kept for the process), and the number of the thread's last hold. A release
