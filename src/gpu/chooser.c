@@ -51,13 +51,13 @@ bn_status bn_chooser_time_one(const bn_chooser_timing *t, const bn_candidates *c
     int hold = 1, timed = 0;
     while (timed < t->rounds && s == BN_OK && ok) {
         float total = 0.0f;
-        const double queued = bn_clock_seconds();
+        const double queue_start = bn_clock_seconds();
         if (hold) s = bn_stream_hold();
         if (s == BN_OK) s = bn_event_record(start);
         for (int rep = 0; rep < t->reps && s == BN_OK && ok; rep++) s = c->run(c->env, i, 0, &ok);
         if (s == BN_OK) s = bn_event_record(end);
         if (hold) bn_stream_release();
-        const double queueing_ms = (bn_clock_seconds() - queued) * 1e3;
+        const double queueing_ms = (bn_clock_seconds() - queue_start) * 1e3;
         if (s == BN_OK) s = bn_event_elapsed_ms(start, end, &total);
         if (hold && queueing_ms >= 0.9 * BN_STREAM_HOLD_MS) {
             hold = 0;

@@ -85,7 +85,8 @@ typedef struct bn_candidates {
 /* How a candidate is timed: `warmups` untimed runs, then `rounds` rounds of `reps` runs between
  * two events, each round queued behind a hold of the stream and released once queued; its time
  * is the least of the rounds' means (the least, because other work on the device only ever adds
- * time). A round whose queueing outlasts the hold's tenth of a second times partly the host. */
+ * time). A round whose queueing took as long as the hold (a run that waits for the device
+ * waits it out) is timed again without one, and so are the candidate's later rounds. */
 typedef struct bn_chooser_timing {
     int warmups, rounds, reps;
 } bn_chooser_timing;
