@@ -52,12 +52,16 @@ static long long hl_tile_count(const hl_form *f, int cfg)
     return (long long)((f->m + bm - 1) / bm) * (((long long)f->oh * f->ow * f->n + bn - 1) / bn);
 }
 
-/* The blocks of a pass whose tiles and chunks `pass` points to, at `per` chunks a block
- * (bn_conv_split_blocks). */
+/* What hl_share_blocks counts the blocks of: a pass's tiles, and the chunks of channels each sums. */
+typedef struct hl_split_of {
+    long long tiles, chunks;
+} hl_split_of;
+
+/* The blocks of the pass at `per` chunks a block (bn_conv_split_blocks). */
 static long long hl_share_blocks(const void *pass, long long per)
 {
-    const long long *tc = (const long long *)pass;
-    return tc[0] * ((tc[1] + per - 1) / per);
+    const hl_split_of *o = (const hl_split_of *)pass;
+    return o->tiles * ((o->chunks + per - 1) / per);
 }
 
 /* Blocks that share each of `tiles` tiles' `chunks` chunks of channels (conv_family.h,
@@ -68,8 +72,8 @@ static int hl_split(long long tiles, int chunks, long long wave, bool beside, in
 {
     *per = chunks;
     if (tiles > BN_CONV_SPLIT_COUNTERS) return 1;
-    const long long tc[2] = {tiles, chunks};
-    *per = (int)bn_conv_split_share(chunks, HL_SPLIT_MIN, wave, beside, hl_share_blocks, tc);
+    const hl_split_of of = {tiles, chunks};
+    *per = (int)bn_conv_split_share(chunks, HL_SPLIT_MIN, wave, beside, hl_share_blocks, &of);
     return (chunks + *per - 1) / *per;
 }
 
