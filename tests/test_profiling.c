@@ -2,7 +2,11 @@
  * path <layer>/forward is a range named after the layer holding one named "forward"), and
  * the `blobnet time` table. */
 #include <stdlib.h>
+#include <time.h>
 
+#include "check/timing.h"
+#include "core/device.h"
+#include "core/registry.h"
 #include "testing.h"
 
 static char out[1 << 16];
@@ -122,5 +126,95 @@ BN_TEST(profiling_time_table_has_a_row_per_layer)
     snprintf(cmd, sizeof cmd, "%s time models/lenet.cfg --iters 0", bn_test_cli());
     CHECK(bn_test_run(cmd, out, sizeof out) == 2);
     CHECK(strstr(out, "--iters: 0 is outside") != NULL);
+    return BN_PASS;
+}
+
+/* A layer whose passes take the host a millisecond before one small launch each: on the GPU, a
+ * zeroing of its output (forward) or input gradient (backward); on the CPU, the same zeros. */
+static void host_millisecond(void)
+{
+    nanosleep(&(struct timespec){.tv_nsec = 1000000L}, NULL);
+}
+
+static bn_status slow_setup(bn_layer *l, bn_shape in, bn_shape *shape)
+{
+    (void)l;
+    *shape = in;
+    return BN_OK;
+}
+
+static bn_status slow_forward_cpu(bn_layer *l, const bn_pass *p)
+{
+    (void)p;
+    BN_HOST_WR(y, l->out);
+    memset(y, 0, bn_blob_count(l->out) * sizeof *y);
+    return BN_OK;
+}
+
+static bn_status slow_backward_cpu(bn_layer *l, const bn_pass *p)
+{
+    (void)p;
+    if (!l->in_grad) return BN_OK;
+    BN_HOST_WR(dx, l->in_grad);
+    memset(dx, 0, bn_blob_count(l->in_grad) * sizeof *dx);
+    return BN_OK;
+}
+
+static bn_status slow_forward_gpu(bn_layer *l, const bn_pass *p)
+{
+    (void)p;
+    host_millisecond();
+    BN_DEV_WR(y, l->out);
+    return bn_device_zero(y, bn_blob_count(l->out) * sizeof *y);
+}
+
+static bn_status slow_backward_gpu(bn_layer *l, const bn_pass *p)
+{
+    (void)p;
+    host_millisecond();
+    if (!l->in_grad) return BN_OK;
+    BN_DEV_WR(dx, l->in_grad);
+    return bn_device_zero(dx, bn_blob_count(l->in_grad) * sizeof *dx);
+}
+
+static const bn_layer_ops slow_host_ops = {
+    .type = "test_slow_host",
+    .help = "zeros, launched after a millisecond on the host; test only",
+    .kind = BN_NVTX_LAYER_OTHER,
+    .setup = slow_setup,
+    .forward_cpu = slow_forward_cpu,
+    .backward_cpu = slow_backward_cpu,
+    .forward_gpu = slow_forward_gpu,
+    .backward_gpu = slow_backward_gpu,
+};
+
+/* `blobnet time` on the GPU reads the device's time of each pass: a layer that launches a zeroing
+ * of 1 KiB after a millisecond on the host must read well under that millisecond. */
+BN_TEST(gpu_time_reads_the_device_not_the_host)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    if (!bn_find_layer(slow_host_ops.type)) CHECK_OK(bn_register_layer(&slow_host_ops));
+    bn_net *net = NULL;
+    CHECK_OK(bn_net_from_text("[input]\nchannels=1\nheight=4\nwidth=4\n[dense]\noutputs=16\n[test_slow_host]\n"
+                              "[dense]\noutputs=3\n[softmax_ce]\n",
+                              "slow-host", &net));
+    bn_ctx *ctx = NULL;
+    bn_status s = bn_ctx_open(0, &ctx);
+    if (s == BN_OK) s = bn_net_setup(net, 16, ctx, 0, 7);
+    bn_time_report r = {0};
+    if (s == BN_OK) s = bn_time_net(net, NULL, 2, 4, &r);
+    bn_net_free(net);
+    CHECK_OK(s);
+    const bn_layer_time slow = r.layers[1];
+    const double step = r.step_ms;
+    const int held = r.held;
+    bn_time_report_free(&r);
+    /* The first step uploads the batch and waits for it; it runs without the hold, so the hold
+     * stays for the rest. */
+    CHECK_MSG(held, "the steps ran without the hold");
+    CHECK_MSG(slow.forward_ms > 0.0 && slow.forward_ms < 0.2, "forward %g ms", slow.forward_ms);
+    CHECK_MSG(slow.backward_ms > 0.0 && slow.backward_ms < 0.2, "backward %g ms", slow.backward_ms);
+    /* The step, timed around the whole, is the device's too: not the host's two milliseconds. */
+    CHECK_MSG(step > 0.0 && step < 1.0, "step %g ms", step);
     return BN_PASS;
 }

@@ -70,6 +70,9 @@ suite=(
     "inception       models/inception_fashion.cfg fashion-mnist -"
     "narrow_chain    models/narrow_chain.cfg     fashion-mnist -"
     "cifar10_resnet  models/cifar10_resnet.cfg   cifar10       -"
+    "lenet5_tanh     models/lenet5_tanh.cfg      mnist         -"
+    "mlp_bn          models/mlp_bn.cfg           mnist         -"
+    "densenet        models/densenet_fashion.cfg fashion-mnist -"
 )
 
 # The data folder of a suite model's dataset (mnist, fashion-mnist or cifar10): the MNIST or the

@@ -14,6 +14,7 @@ typedef struct stamp {
 
 typedef struct clocks {
     int gpu;
+    int hold;      /* GPU: each step is queued behind a hold of the stream (core/device.h) */
     stamp *marks;  /* 2 per layer forward, 2 per layer backward, 2 for the update, 2 for the step */
     int count;
 } clocks;
@@ -40,6 +41,7 @@ static bn_status elapsed_ms(clocks *c, int from, double *ms)
 static bn_status clocks_init(clocks *c, int gpu, int count)
 {
     c->gpu = gpu;
+    c->hold = gpu;
     c->count = count;
     c->marks = calloc((size_t)count, sizeof *c->marks);
     if (!c->marks) return bn_error(BN_ERR_NOMEM, "out of host memory for timing");
@@ -66,7 +68,7 @@ static bn_status random_batch(bn_net *net, int classes)
 
 /* One step with a mark around every layer pass; mark indices: layer i forward 4i, backward
  * 4i+2, update 4L, the whole step 4L+2. */
-static bn_status timed_step(bn_net *net, bn_optimizer *opt, clocks *c)
+static bn_status step_marked(bn_net *net, bn_optimizer *opt, clocks *c)
 {
     int L = net->num_layers;
     BN_TRY(mark(c, 4 * L + 2));
@@ -86,6 +88,26 @@ static bn_status timed_step(bn_net *net, bn_optimizer *opt, clocks *c)
     if (opt) BN_TRY(bn_optimizer_step(opt, net));
     BN_TRY(mark(c, 4 * L + 1));
     return mark(c, 4 * L + 3);
+}
+
+/* A step on the GPU is queued behind a hold of the stream and released when queued, so that its
+ * passes run back to back and each mark reads the device's time, not how long the host took to
+ * launch a layer's kernels (a small layer's launches outlast its run). A step that waits for the
+ * device on the way waits out the hold: when queueing it took that long, it is run again
+ * without one, and so is every later step. *redo says to run it again. */
+static bn_status timed_step(bn_net *net, bn_optimizer *opt, clocks *c, int *redo)
+{
+    *redo = 0;
+    if (!c->hold) return step_marked(net, opt, c);
+    const double queue_start = bn_clock_seconds();
+    bn_status s = bn_stream_hold();
+    if (s == BN_OK) s = step_marked(net, opt, c);
+    bn_stream_release();
+    if (s == BN_OK && (bn_clock_seconds() - queue_start) * 1e3 >= 0.9 * BN_STREAM_HOLD_MS) {
+        c->hold = 0;
+        *redo = 1;
+    }
+    return s;
 }
 
 static bn_status accumulate(bn_net *net, clocks *c, bn_time_report *r)
@@ -110,9 +132,16 @@ static bn_status run(bn_net *net, bn_optimizer *opt, int warmup, int iters, cloc
     bn_layer *loss = bn_net_loss_layer(net);
     BN_TRY(random_batch(net, loss ? loss->in->c * loss->in->h * loss->in->w : 1));
     if (!loss) BN_TRY(bn_blob_zero(net->layers[net->num_layers - 1]->out_grad));
-    for (int i = 0; i < warmup; i++) BN_TRY(timed_step(net, opt, c));
+    /* The first step uploads what the host wrote (the batch) and waits for it: it runs without a
+     * hold, so that only a step that waits every time loses the hold. */
+    int redo, hold = c->hold;
+    c->hold = 0;
+    if (warmup > 0) BN_TRY(timed_step(net, opt, c, &redo));
+    c->hold = hold;
+    for (int i = 1; i < warmup; i++) BN_TRY(timed_step(net, opt, c, &redo));
     for (int i = 0; i < iters; i++) {
-        BN_TRY(timed_step(net, opt, c));
+        BN_TRY(timed_step(net, opt, c, &redo));
+        if (redo) BN_TRY(timed_step(net, opt, c, &redo));
         BN_TRY(accumulate(net, c, r));
     }
     for (int i = 0; i < net->num_layers; i++) {
@@ -121,6 +150,7 @@ static bn_status run(bn_net *net, bn_optimizer *opt, int warmup, int iters, cloc
     }
     r->update_ms /= iters;
     r->step_ms /= iters;
+    r->held = c->hold;
     return BN_OK;
 }
 

@@ -1,5 +1,7 @@
 /* timing.h - per-layer forward and backward times of a network, like `caffe time`:
- * CUDA events on the GPU, a monotonic clock on the CPU, after warm-up iterations. */
+ * CUDA events on the GPU, each step queued behind a hold of the stream so that the events read
+ * the device's time rather than the host's launches; a monotonic clock on the CPU; after warm-up
+ * iterations. */
 #ifndef BN_TIMING_H
 #define BN_TIMING_H
 
@@ -21,6 +23,8 @@ typedef struct bn_time_report {
     double update_ms;      /* the optimizer's update */
     double step_ms;        /* forward + backward + update, measured around the whole step */
     int batch, iters;
+    int held;              /* GPU: the steps ran behind a hold (0: a pass waited for the device, so
+                              the figures include the host's launches) */
 } bn_time_report;
 
 /* Times `iters` training steps of a set-up net (after `warmup` untimed ones) on random

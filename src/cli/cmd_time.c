@@ -52,8 +52,10 @@ static void print_report(const bn_net *net, const bn_time_report *r, const char 
 {
     double fwd = 0, bwd = 0;
     for (int i = 0; i < r->num_layers; i++) fwd += r->layers[i].forward_ms, bwd += r->layers[i].backward_ms;
-    printf("blobnet time: %s on %s, batch %d, mean of %d iterations after warm-up\n", net->source, where, r->batch,
-           r->iters);
+    const char *how = !net->pass.ctx ? "" : r->held ? " (device time: each step queued behind a hold)"
+                                                    : " (a pass waits for the device: host launches included)";
+    printf("blobnet time: %s on %s, batch %d, mean of %d iterations after warm-up%s\n", net->source, where, r->batch,
+           r->iters, how);
     printf("%-16s %-12s %12s %12s %8s\n", "layer", "type", "forward ms", "backward ms", "share");
     for (int i = 0; i < r->num_layers; i++) {
         const bn_layer_time *t = &r->layers[i];
