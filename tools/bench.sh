@@ -39,11 +39,6 @@ bench_logs
 need_cuda_build tools/bench.sh "the bench"
 has_bf16=$(./blobnet train --help 2>&1 | grep -c -- '--precision')
 
-# blobnet's epoch lines: milliseconds of each epoch after the first.
-blobnet_ms() {
-    awk '/^epoch/ && $2 !~ /^1\// { for (i = 1; i <= NF; i++) if ($i == "s") print $(i - 1) * 1000 }' "$1" | median
-}
-
 # Seconds of a blobnet log's first epoch, or "-".
 first_epoch() {
     awk '/^epoch +1\// && !t { for (i = 1; i <= NF; i++) if ($i == "s") t = $(i - 1) } END { print t ? t : "-" }' "$1"

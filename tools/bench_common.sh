@@ -38,6 +38,18 @@ model_key() {
 # The batch of a model file's [train] section (64 when it names none).
 model_batch() { model_key "$1" train batch 64; }
 
+# blobnet's epoch lines: milliseconds of each epoch after the first. The line gives seconds to
+# the millisecond, 2.6% of LeNet's epoch at 256, so each is taken instead as the epoch's training
+# images (the log's first line) over its images a second, which the line gives to seven figures;
+# from the seconds where the log names no training images.
+blobnet_ms() {
+    awk '/^blobnet: training .* train \/ / { for (i = 1; i <= NF; i++) if ($i == "train" && $(i + 1) == "/") n = $(i - 1) }
+         /^epoch/ && $2 !~ /^1\// { for (i = 1; i <= NF; i++) if ($i == "img/s") {
+             if (n > 0 && $(i - 1) > 0) printf "%.2f\n", 1000 * n / $(i - 1)
+             else for (j = 1; j < i; j++) if ($j == "s") print $(j - 1) * 1000
+             break } }' "$1" | median
+}
+
 # The final test accuracy (%) a run's log reports last: blobnet's "final test accuracy: X%", a
 # PyTorch peer's "... final test accuracy X%, ..."; empty when it reports none.
 final_accuracy() {
