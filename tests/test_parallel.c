@@ -278,6 +278,11 @@ BN_TEST(parallel_conv_passes_match_direct_and_do_not_depend_on_threads)
          * and not multiples of it, a short last chunk */
         {9, 12, 10, 3, 1, 1, 13, 11}, {20, 13, 11, 3, 1, 2, 17, 7}, {33, 6, 9, 3, 1, 0, 40, 5},
         {16, 28, 28, 3, 1, 1, 16, 9}, {48, 7, 7, 3, 1, 1, 24, 29},
+        /* F(2x2, 5x5): LeNet's conv2 (20 -> 50 at 12x12), outputs that are and are not even, pads 0
+         * to 2, channel and filter counts past one vector and not multiples of it, a short last
+         * chunk */
+        {20, 12, 12, 5, 1, 0, 50, 9}, {9, 13, 11, 5, 1, 2, 13, 7}, {33, 9, 10, 5, 1, 1, 17, 5},
+        {16, 16, 16, 5, 1, 2, 8, 37},
         /* the few-channel forward pass (stride 1, under 8 channels, windows up to 3): rows
          * wider than 16 and not a multiple of it, an even window, a ReLU-less 1x1 */
         {1, 9, 40, 2, 1, 0, 5, 3}, {7, 5, 19, 3, 1, 2, 4, 6}, {16, 14, 14, 3, 1, 1, 32, 1}, {32, 14, 14, 1, 1, 0, 8, 1},

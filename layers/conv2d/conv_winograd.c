@@ -1,10 +1,14 @@
-/* conv_winograd.c - F(4x4, 3x3) for conv2d's CPU passes (conv_winograd.h).
+/* conv_winograd.c - F(4x4, 3x3) and F(2x2, 5x5) for conv2d's CPU passes (conv_winograd.h).
+ *
+ * Both work in a 6x6 domain at the same six points (0, 1, -1, 2, -2 and infinity), so they share
+ * the input's transform B^T d B and its transpose; they differ in the output tile (T = 4 or 2 cells
+ * a side), the output's transform A^T (6 -> T) and the filter's G (k -> 6).
  *
  * Layout. A chunk's examples are copied into zero-padded planes with the channels innermost
  * (height x width x channels, the channels padded to a multiple of 16), so that every transform
  * works on vectors of 16 channels at once, the same arithmetic in each lane. Tile p of a chunk
- * (example j, tile row ty, tile column tx) reads the 6x6 patch at (4 ty, 4 tx) of its padded
- * example; the padded planes are 4 * tiles + 2 cells a side, so every patch lies inside them
+ * (example j, tile row ty, tile column tx) reads the 6x6 patch at (T ty, T tx) of its padded
+ * example; the padded planes are T * tiles + k - 1 cells a side, so every patch lies inside them
  * and the cells past the input are zeros. The 36 transformed values of a tile go to 36
  * matrices, one per point xi of the 6x6 domain, each of tiles x channels (stored tile by tile:
  * a tile's 36 points side by side):
@@ -26,9 +30,9 @@
 #include "core/parallel.h"
 
 #define LANES BN_VLANES
-/* Points of the transformed tile, and the output cells of one tile a side. */
+/* Points of the transformed tile, and the output cells of one tile a side at most. */
 #define XI 36
-#define TILE 4
+#define TILE_MAX 4
 /* A chunk's planes (input, input gradient, output) aim at this many floats (512 KiB: within a
  * core's second cache beside the groups' buffers and the transformed weights). */
 #define CHUNK_FLOATS (128 * 1024)
@@ -94,9 +98,10 @@ static size_t round_up(size_t v, size_t m)
     return (v + m - 1) / m * m;
 }
 
-/* The transforms along one axis, on six (or four) vectors.
- * bt6: B^T d, the input's; at6: A^T m, the output's (6 -> 4); a6: A g, the output gradient's
- * (4 -> 6); b6: B v, the input gradient's. */
+/* The transforms along one axis, on six (or four, or two) vectors.
+ * bt6: B^T d, the input's; at6: A^T m, the output's (6 -> 4, F(4x4, 3x3)); at2: the same for
+ * F(2x2, 5x5) (6 -> 2); a6 and a2: A g, the output gradient's (4 or 2 -> 6); b6: B v, the input
+ * gradient's. */
 BN_VINLINE void bt6(bn_vf d0, bn_vf d1, bn_vf d2, bn_vf d3, bn_vf d4, bn_vf d5, bn_vf *o)
 {
     bn_vf f = bn_vsplat(4.0f), five = bn_vsplat(5.0f), two = bn_vsplat(2.0f);
@@ -115,6 +120,23 @@ BN_VINLINE void at6(bn_vf m0, bn_vf m1, bn_vf m2, bn_vf m3, bn_vf m4, bn_vf m5, 
     o[1] = d12 + bn_vsplat(2.0f) * d34;
     o[2] = s12 + bn_vsplat(4.0f) * s34;
     o[3] = d12 + bn_vsplat(8.0f) * d34 + m5;
+}
+
+BN_VINLINE void at2(bn_vf m0, bn_vf m1, bn_vf m2, bn_vf m3, bn_vf m4, bn_vf m5, bn_vf *o)
+{
+    o[0] = m0 + (m1 + m2) + (m3 + m4);
+    o[1] = (m1 - m2) + bn_vsplat(2.0f) * (m3 - m4) + m5;
+}
+
+BN_VINLINE void a2(bn_vf y0, bn_vf y1, bn_vf *o)
+{
+    bn_vf two = bn_vsplat(2.0f) * y1;
+    o[0] = y0;
+    o[1] = y0 + y1;
+    o[2] = y0 - y1;
+    o[3] = y0 + two;
+    o[4] = y0 - two;
+    o[5] = y1;
 }
 
 BN_VINLINE void a6(bn_vf y0, bn_vf y1, bn_vf y2, bn_vf y3, bn_vf *o)
@@ -140,22 +162,29 @@ BN_VINLINE void b6(bn_vf v0, bn_vf v1, bn_vf v2, bn_vf v3, bn_vf v4, bn_vf v5, b
     o[5] = v5;
 }
 
-/* G^T s (6 -> 3), in double. */
-static void gt6(const double *s, size_t stride, double *o)
+/* G^T s (6 -> k, k = 3 or 5), in double. */
+static void gt6(int k, const double *s, size_t stride, double *o)
 {
     double s0 = s[0], s1 = s[stride], s2 = s[2 * stride], s3 = s[3 * stride], s4 = s[4 * stride],
            s5 = s[5 * stride];
     o[0] = s0 / 4.0 - (s1 + s2) / 6.0 + (s3 + s4) / 24.0;
     o[1] = (s2 - s1) / 6.0 + (s3 - s4) / 12.0;
-    o[2] = (s3 + s4 - s1 - s2) / 6.0 + s5;
+    if (k == 3) {
+        o[2] = (s3 + s4 - s1 - s2) / 6.0 + s5;
+        return;
+    }
+    o[2] = (s3 + s4 - s1 - s2) / 6.0;
+    o[3] = (s2 - s1) / 6.0 + (s3 - s4) / 3.0;
+    o[4] = (s3 + s4) * (2.0 / 3.0) - (s1 + s2) / 6.0 + s5;
 }
 
 typedef struct wg_run {
     const bn_conv_geom *g;
     int C, K, n, nb, chunks, relu;
+    int ks, tile;           /* the window (3 or 5) and the output tile's side (4 or 2) */
     size_t cp, kp;          /* channels and filters padded to a multiple of LANES */
     size_t th, tw, tiles;   /* tiles of an example: rows, columns, all */
-    size_t hp, wp;          /* an example's padded planes: 4 * tiles + 2 a side */
+    size_t hp, wp;          /* an example's padded planes: tile * tiles + ks - 1 a side */
     size_t in_f, v_f, m_f, o_f, slab; /* a worker's buffers, floats */
     const float *x, *b, *dy, *relu_y, *u, *ut;
     const float *const *addends; /* blobs of y's shape the forward adds before the ReLU */
@@ -164,22 +193,31 @@ typedef struct wg_run {
     double *bias_parts; /* per chunk and filter */
 } wg_run;
 
+/* The output tile's side for a window: F(4x4, 3x3) or F(2x2, 5x5); 0 for others. */
+static int tile_of(int k)
+{
+    return k == 3 ? 4 : k == 5 ? 2 : 0;
+}
+
 int bn_winograd_fits(const bn_conv_geom *g, int filters)
 {
-    if (g->k != 3 || g->stride != 1 || g->c < 8 || filters < 8 || g->c > 256 || filters > 256) return 0;
+    const size_t tile = (size_t)tile_of(g->k);
+    if (!tile || g->stride != 1 || g->c < 8 || filters < 8 || g->c > 256 || filters > 256) return 0;
     if ((size_t)g->oh * g->ow < LANES || (size_t)g->h * g->w < LANES) return 0;
-    size_t th = ((size_t)g->oh + TILE - 1) / TILE, tw = ((size_t)g->ow + TILE - 1) / TILE;
-    return 2 * (size_t)g->oh * g->ow >= th * tw * TILE * TILE;
+    size_t th = ((size_t)g->oh + tile - 1) / tile, tw = ((size_t)g->ow + tile - 1) / tile;
+    return 2 * (size_t)g->oh * g->ow >= th * tw * tile * tile;
 }
 
 static void plan(wg_run *r, const bn_conv_geom *g, int filters, int n)
 {
     r->g = g, r->C = g->c, r->K = filters, r->n = n;
+    r->ks = g->k, r->tile = tile_of(g->k);
+    const size_t tile = (size_t)r->tile;
     r->cp = round_up((size_t)g->c, LANES), r->kp = round_up((size_t)filters, LANES);
-    r->th = ((size_t)g->oh + TILE - 1) / TILE, r->tw = ((size_t)g->ow + TILE - 1) / TILE;
+    r->th = ((size_t)g->oh + tile - 1) / tile, r->tw = ((size_t)g->ow + tile - 1) / tile;
     r->tiles = r->th * r->tw;
-    r->hp = TILE * r->th + 2, r->wp = TILE * r->tw + 2;
-    size_t per_example = 2 * r->hp * r->wp * r->cp + TILE * TILE * r->tiles * r->kp;
+    r->hp = tile * r->th + (size_t)g->k - 1, r->wp = tile * r->tw + (size_t)g->k - 1;
+    size_t per_example = 2 * r->hp * r->wp * r->cp + tile * tile * r->tiles * r->kp;
     size_t nb = CHUNK_FLOATS / per_example;
     if (nb < 1) nb = 1;
     if (nb > (size_t)n) nb = n > 0 ? (size_t)n : 1;
@@ -191,11 +229,24 @@ static void plan(wg_run *r, const bn_conv_geom *g, int filters, int n)
     r->in_f = round_up(nb * r->hp * r->wp * r->cp, LANES);
     r->v_f = XI * GROUP * r->cp;
     r->m_f = XI * GROUP * r->kp;
-    r->o_f = round_up(nb * TILE * r->th * TILE * r->tw * r->kp, LANES);
+    r->o_f = round_up(nb * tile * r->th * tile * r->tw * r->kp, LANES);
     r->slab = 2 * r->in_f + r->v_f + r->m_f + r->o_f;
 }
 
-/* G g on vectors of 16 filters. */
+/* G g on vectors of 16 filters: g6v for 3 taps, g6v5 for 5. */
+BN_VINLINE void g6v5(const bn_vf *g, bn_vf *o)
+{
+    bn_vf sixth = bn_vsplat(1.0f / 6.0f), s24 = bn_vsplat(1.0f / 24.0f), even = g[0] + g[2] + g[4],
+          odd = g[1] + g[3], even2 = g[0] + bn_vsplat(4.0f) * g[2] + bn_vsplat(16.0f) * g[4],
+          odd2 = bn_vsplat(2.0f) * g[1] + bn_vsplat(8.0f) * g[3];
+    o[0] = g[0] * bn_vsplat(0.25f);
+    o[1] = -(even + odd) * sixth;
+    o[2] = (odd - even) * sixth;
+    o[3] = (even2 + odd2) * s24;
+    o[4] = (even2 - odd2) * s24;
+    o[5] = g[4];
+}
+
 BN_VINLINE void g6v(bn_vf g0, bn_vf g1, bn_vf g2, bn_vf *o)
 {
     bn_vf sixth = bn_vsplat(1.0f / 6.0f), s02 = g0 + g2;
@@ -212,18 +263,24 @@ BN_VINLINE void g6v(bn_vf g0, bn_vf g1, bn_vf g2, bn_vf *o)
 BN_CPU_CLONES static void transform_weights(const wg_run *r, const float *w, float *u, float *ut)
 {
     size_t cp = r->cp, kp = r->kp;
+    const int ks = r->ks, taps = ks * ks;
     for (size_t c = 0; c < cp; c++)
         for (size_t k0 = 0; k0 < kp; k0 += LANES) {
-            float lanes[9][LANES] = {{0}};
+            float lanes[25][LANES] = {{0}};
             for (size_t k = k0; k < k0 + LANES && k < (size_t)r->K && c < (size_t)r->C; k++)
-                for (int t = 0; t < 9; t++) lanes[t][k - k0] = w[(k * r->C + c) * 9 + t];
-            bn_vf t[6][3], o[6];
-            for (int col = 0; col < 3; col++) {
-                g6v(bn_vload(lanes[col]), bn_vload(lanes[3 + col]), bn_vload(lanes[6 + col]), o);
-                for (int i = 0; i < 6; i++) t[i][col] = o[i];
+                for (int t = 0; t < taps; t++) lanes[t][k - k0] = w[(k * r->C + c) * taps + t];
+            /* Down each column of taps, then along each of the six rows that gives. */
+            bn_vf t[6][5], o[6], col[5];
+            for (int y = 0; y < 5; y++) col[y] = bn_vsplat(0.0f);
+            for (int x = 0; x < ks; x++) {
+                for (int y = 0; y < ks; y++) col[y] = bn_vload(lanes[y * ks + x]);
+                if (ks == 3) g6v(col[0], col[1], col[2], o);
+                else g6v5(col, o);
+                for (int i = 0; i < 6; i++) t[i][x] = o[i];
             }
             for (int i = 0; i < 6; i++) {
-                g6v(t[i][0], t[i][1], t[i][2], o);
+                if (ks == 3) g6v(t[i][0], t[i][1], t[i][2], o);
+                else g6v5(t[i], o);
                 for (int j = 0; j < 6; j++) bn_vstore(u + (((size_t)i * 6 + j) * cp + c) * kp + k0, o[j]);
             }
         }
@@ -334,7 +391,7 @@ static void tile_offsets(const wg_run *r, size_t p0, size_t count, size_t height
 {
     size_t j = p0 / r->tiles, t = p0 % r->tiles, ty = t / r->tw, tx = t % r->tw;
     for (size_t p = 0; p < count; p++) {
-        at[p] = (j * height + TILE * ty) * width + TILE * tx;
+        at[p] = (j * height + (size_t)r->tile * ty) * width + (size_t)r->tile * tx;
         if (++tx == r->tw) {
             tx = 0;
             if (++ty == r->th) ty = 0, j++;
@@ -370,26 +427,34 @@ BN_VINLINE void input_transform(const wg_run *r, size_t p0, size_t count, const 
         memset(v + count * ts, 0, (GROUP - count) * ts * sizeof *v);
 }
 
-/* Tiles [p0, p0 + count) of M carried back: 4x4 tiles of every filter into o (height 4 th,
- * width 4 tw, filters innermost). */
+/* A^T along one axis: 6 -> 4 (F(4x4, 3x3)) or 6 -> 2 (F(2x2, 5x5)). */
+BN_VINLINE void at_of(int tile, bn_vf m0, bn_vf m1, bn_vf m2, bn_vf m3, bn_vf m4, bn_vf m5, bn_vf *o)
+{
+    if (tile == 4) at6(m0, m1, m2, m3, m4, m5, o);
+    else at2(m0, m1, m2, m3, m4, m5, o);
+}
+
+/* Tiles [p0, p0 + count) of M carried back: T x T tiles of every filter into o (height T th,
+ * width T tw, filters innermost). */
 BN_VINLINE void output_transform(const wg_run *r, size_t p0, size_t count, const float *m, float *o)
 {
-    size_t kp = r->kp, ow = TILE * r->tw, rs = ow * kp, xs = kp;
+    const int tile = r->tile;
+    size_t kp = r->kp, ow = (size_t)tile * r->tw, rs = ow * kp, xs = kp;
     size_t at[GROUP];
-    tile_offsets(r, p0, count, TILE * r->th, ow, at);
+    tile_offsets(r, p0, count, (size_t)tile * r->th, ow, at);
     for (size_t p = 0; p < count; p++) {
         float *base = o + at[p] * kp;
         for (size_t k = 0; k < kp; k += LANES) {
-            bn_vf t[4][6], q[4];
+            bn_vf t[TILE_MAX][6], q[TILE_MAX];
             const float *src = m + p * XI * kp + k;
             for (int j = 0; j < 6; j++) {
-                at6(bn_vload(src + j * xs), bn_vload(src + (6 + j) * xs), bn_vload(src + (12 + j) * xs),
-                    bn_vload(src + (18 + j) * xs), bn_vload(src + (24 + j) * xs), bn_vload(src + (30 + j) * xs), q);
-                for (int a = 0; a < 4; a++) t[a][j] = q[a];
+                at_of(tile, bn_vload(src + j * xs), bn_vload(src + (6 + j) * xs), bn_vload(src + (12 + j) * xs),
+                      bn_vload(src + (18 + j) * xs), bn_vload(src + (24 + j) * xs), bn_vload(src + (30 + j) * xs), q);
+                for (int a = 0; a < tile; a++) t[a][j] = q[a];
             }
-            for (int a = 0; a < 4; a++) {
-                at6(t[a][0], t[a][1], t[a][2], t[a][3], t[a][4], t[a][5], q);
-                for (int b = 0; b < 4; b++) bn_vstore(base + a * rs + b * kp + k, q[b]);
+            for (int a = 0; a < tile; a++) {
+                at_of(tile, t[a][0], t[a][1], t[a][2], t[a][3], t[a][4], t[a][5], q);
+                for (int b = 0; b < tile; b++) bn_vstore(base + a * rs + b * kp + k, q[b]);
             }
         }
     }
@@ -400,7 +465,7 @@ BN_VINLINE void output_transform(const wg_run *r, size_t p0, size_t count, const
 BN_VINLINE void scatter_output(const wg_run *r, int i0, int cnt, const float *o)
 {
     const bn_conv_geom *g = r->g;
-    size_t ow4 = TILE * r->tw, oh4 = TILE * r->th, kp = r->kp, plane = (size_t)g->oh * g->ow;
+    size_t ow4 = (size_t)r->tile * r->tw, oh4 = (size_t)r->tile * r->th, kp = r->kp, plane = (size_t)g->oh * g->ow;
     for (int j = 0; j < cnt; j++) {
         size_t example = (size_t)(i0 + j) * r->K * plane;
         float *dst = r->y + example;
@@ -458,7 +523,7 @@ BN_CPU_CLONES static void forward_chunk(void *p, int chunk, int worker)
 BN_VINLINE void gather_gradient(const wg_run *r, int chunk, int i0, int cnt, float *o)
 {
     const bn_conv_geom *g = r->g;
-    size_t ow4 = TILE * r->tw, oh4 = TILE * r->th, kp = r->kp, plane = (size_t)g->oh * g->ow;
+    size_t ow4 = (size_t)r->tile * r->tw, oh4 = (size_t)r->tile * r->th, kp = r->kp, plane = (size_t)g->oh * g->ow;
     double *sum = r->bias_parts + (size_t)chunk * r->K;
     zero_margins(o, (size_t)cnt, oh4, ow4, 0, (size_t)g->oh, 0, (size_t)g->ow, kp);
     for (int k = 0; k < r->K; k++) sum[k] = 0.0;
@@ -495,20 +560,23 @@ BN_VINLINE void gather_gradient(const wg_run *r, int chunk, int i0, int cnt, flo
  * count..GROUP-1 zero. */
 BN_VINLINE void gradient_transform(const wg_run *r, size_t p0, size_t count, const float *o, float *dm)
 {
-    size_t kp = r->kp, ow = TILE * r->tw, rs = ow * kp, ts = XI * kp;
+    const int tile = r->tile;
+    size_t kp = r->kp, ow = (size_t)tile * r->tw, rs = ow * kp, ts = XI * kp;
     size_t at[GROUP];
-    tile_offsets(r, p0, count, TILE * r->th, ow, at);
+    tile_offsets(r, p0, count, (size_t)tile * r->th, ow, at);
     for (size_t p = 0; p < count; p++) {
         const float *base = o + at[p] * kp;
         for (size_t k = 0; k < kp; k += LANES) {
-            bn_vf t[6][4], q[6];
-            for (int b = 0; b < 4; b++) {
+            bn_vf t[6][TILE_MAX], q[6];
+            for (int b = 0; b < tile; b++) {
                 const float *d = base + b * kp + k;
-                a6(bn_vload(d), bn_vload(d + rs), bn_vload(d + 2 * rs), bn_vload(d + 3 * rs), q);
+                if (tile == 4) a6(bn_vload(d), bn_vload(d + rs), bn_vload(d + 2 * rs), bn_vload(d + 3 * rs), q);
+                else a2(bn_vload(d), bn_vload(d + rs), q);
                 for (int i = 0; i < 6; i++) t[i][b] = q[i];
             }
             for (int i = 0; i < 6; i++) {
-                a6(t[i][0], t[i][1], t[i][2], t[i][3], q);
+                if (tile == 4) a6(t[i][0], t[i][1], t[i][2], t[i][3], q);
+                else a2(t[i][0], t[i][1], q);
                 for (int jj = 0; jj < 6; jj++) bn_vstore(dm + p * ts + (i * 6 + jj) * kp + k, q[jj]);
             }
         }
@@ -646,18 +714,19 @@ static void weight_grad(void *p, size_t lo, size_t hi)
     const wg_sums *s = p;
     const wg_run *r = s->r;
     size_t cp = r->cp, kp = r->kp;
+    const int ks = r->ks;
     for (size_t e = lo; e < hi; e++) {
         size_t k = e / (size_t)r->C, c = e % (size_t)r->C;
-        double sum[XI], t[3][6], o[3];
+        double sum[XI], t[5][6], o[5];
         for (int xi = 0; xi < XI; xi++) sum[xi] = r->parts[(xi * cp + c) * kp + k];
         for (int j = 0; j < 6; j++) {
-            gt6(sum + j, 6, o);
-            for (int a = 0; a < 3; a++) t[a][j] = o[a];
+            gt6(ks, sum + j, 6, o);
+            for (int a = 0; a < ks; a++) t[a][j] = o[a];
         }
-        float *dst = s->dw + e * 9;
-        for (int a = 0; a < 3; a++) {
-            gt6(t[a], 1, o);
-            for (int b = 0; b < 3; b++) dst[a * 3 + b] += (float)o[b];
+        float *dst = s->dw + e * (size_t)(ks * ks);
+        for (int a = 0; a < ks; a++) {
+            gt6(ks, t[a], 1, o);
+            for (int b = 0; b < ks; b++) dst[a * ks + b] += (float)o[b];
         }
     }
 }
