@@ -215,10 +215,18 @@ $(BUILD)/tools/libkernel_trace.so: tools/kernel_trace.c
 	$(Q)$(call say,LD,$@)$(CC) -std=c11 -O2 -Wall -Wextra -fPIC -shared -I$(CUPTI_INC) $< -o $@ \
 	    -L$(CUPTI_LIB) -Wl,-rpath,$(CUPTI_LIB) -lcupti -lpthread
 
-# The list of tests: every BN_TEST(name) in tests/test_*.c, regenerated when they change.
-$(BUILD)/tests_list.h: $(wildcard tests/test_*.c)
+# The list of tests: every BN_TEST(name) in tests/test_*.c, regenerated when they change, and
+# when one is added or removed: the files' names are kept in a stamp that is rewritten whenever
+# they differ from it (a removed file changes no file the list depends on).
+TEST_SOURCES := $(sort $(wildcard tests/test_*.c))
+TEST_NAMES_STAMP := $(BUILD)/tests_files.txt
+ifneq ($(MAKECMDGOALS),clean)
+$(shell mkdir -p $(BUILD) && { echo '$(TEST_SOURCES)' | cmp -s - $(TEST_NAMES_STAMP) || \
+	echo '$(TEST_SOURCES)' > $(TEST_NAMES_STAMP); })
+endif
+$(BUILD)/tests_list.h: $(TEST_SOURCES) $(TEST_NAMES_STAMP)
 	@mkdir -p $(dir $@)
-	@grep -ho 'BN_TEST([A-Za-z0-9_]*)' $^ /dev/null | sed 's/BN_TEST(\(.*\))/X(\1)/' > $@.tmp
+	@grep -ho 'BN_TEST([A-Za-z0-9_]*)' $(TEST_SOURCES) /dev/null | sed 's/BN_TEST(\(.*\))/X(\1)/' > $@.tmp
 	@mv $@.tmp $@
 
 $(BUILD)/tests/runner.o: $(BUILD)/tests_list.h

@@ -212,3 +212,32 @@ BN_TEST(makefile_recompiles_a_build_folder_when_cuda_comes_or_goes)
     CHECK_MSG(compile_status("CUDA=0") == 0 && strcmp(out, "  CC    src/core/status.c\n") == 0, "%s", out);
     return BN_PASS;
 }
+
+/* The list of tests follows the test files: one whose file is gone leaves it. A removed file
+ * changes no file the list is made from, so the Makefile keeps the files' names in a stamp and
+ * rewrites it when they differ; here the stamp names a file that is not there, as after a removal,
+ * and the list names that file's test. */
+BN_TEST(makefile_drops_the_tests_of_a_removed_test_file)
+{
+    char build[512], path[600], cmd[2048];
+    snprintf(build, sizeof build, "%s/build-list", bn_test_tmpdir());
+    snprintf(cmd, sizeof cmd, MAKE " BUILD=%s %s/tests_list.h", build, build);
+    CHECK_MSG(bn_test_run(cmd, out, sizeof out) == 0, "%s", out);
+    snprintf(path, sizeof path, "%s/tests_files.txt", build);
+    FILE *f = fopen(path, "w");
+    CHECK_MSG(f != NULL, "no stamp %s", path);
+    fputs("tests/test_gone.c tests/test_makefile.c\n", f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/tests_list.h", build);
+    f = fopen(path, "a");
+    CHECK(f != NULL);
+    fputs("X(a_test_of_a_removed_file)\n", f);
+    fclose(f);
+    /* The list is now newer than every test file. */
+    CHECK(bn_test_run(cmd, out, sizeof out) == 0);
+    snprintf(cmd, sizeof cmd, "cat %s", path);
+    CHECK(bn_test_run(cmd, out, sizeof out) == 0);
+    CHECK_MSG(strstr(out, "X(makefile_drops_the_tests_of_a_removed_test_file)") != NULL, "%.300s", out);
+    CHECK_MSG(strstr(out, "a_test_of_a_removed_file") == NULL, "the removed file's test is still listed");
+    return BN_PASS;
+}
