@@ -5,8 +5,8 @@
 #   tools/bench.sh MNIST_DIR FASHION_DIR [MODEL...]
 #
 # For every suite model (or the named ones: lenet, lenet256, mlp, mlp_wide, vgg_fashion,
-# strided_fashion, resnet_mini, resnet_fashion, resnet_odd, inception, narrow_chain, cifar10_resnet,
-# the last on Fashion-MNIST written out as CIFAR-10 records) blobnet trains
+# strided_fashion, resnet_mini, resnet_fashion, resnet_odd, inception, narrow_chain, cifar10_resnet
+# on Fashion-MNIST written out as CIFAR-10 records, lenet5_tanh, mlp_bn, densenet) blobnet trains
 # it with the default kernel choice, with --tf32, with --precision bf16 where the blobnet binary has
 # that option, and with --autotune, and the peer trains it eager, as a whole-step CUDA graph under
 # PyTorch's defaults (cuDNN's convolutions may use TF32), as the same graph with TF32 off (FP32 math
@@ -109,7 +109,8 @@ done
 
 echo
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-echo "ms per epoch, median of epochs 2-$epochs; pt graph: PyTorch's CUDA graph under its defaults (TF32 allowed in cuDNN);"
+echo "ms per epoch, median of epochs 2-$epochs (blobnet's: the epoch's training images over its images a second);"
+echo "pt graph: PyTorch's CUDA graph under its defaults (TF32 allowed in cuDNN);"
 echo "pt fp32: the same with TF32 off (FP32 math throughout, as blobnet's default); pt bf16: that graph under bf16 autocast"
 echo "fp32 x, tf32 x, bf16 x: PyTorch's time over blobnet's at the same precision: pt fp32 over the default (both without"
 echo "TF32; earlier tables' \"x pt\" took pt graph), pt graph over --tf32, pt bf16 over --precision bf16"
