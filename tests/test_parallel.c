@@ -359,25 +359,35 @@ BN_TEST(parallel_conv_passes_match_direct_and_do_not_depend_on_threads)
     return BN_PASS;
 }
 
+/* Banded products against one cblas_sgemm, and at 1 and 3 threads bit for bit: bands of rows (a
+ * dense layer's weight gradient), and bands of columns where C is at least twice as wide as tall
+ * (its forward pass and input gradient at a small batch, a few outputs' weight gradient), both
+ * ways of transposing, with a last band shorter than the others. */
 BN_TEST(parallel_banded_gemm_matches_one_call)
 {
-    static const int shapes[][5] = {{64, 500, 800, 0, 1}, {500, 800, 64, 1, 0}, {129, 33, 257, 0, 0}, {3, 7, 5, 1, 1}};
-    CHECK_OK(bn_cpu_threads_set(3));
+    static const int shapes[][5] = {{64, 500, 800, 0, 1},  {500, 800, 64, 1, 0}, {129, 33, 257, 0, 0},
+                                    {3, 7, 5, 1, 1},       {64, 800, 500, 0, 0}, {10, 2048, 128, 1, 0},
+                                    {16, 300, 257, 1, 1}, {40, 81, 600, 0, 1}};
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
         int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2], ta = shapes[s][3], tb = shapes[s][4];
         float *a = malloc((size_t)m * k * 4), *b = malloc((size_t)k * n * 4);
-        float *c1 = malloc((size_t)m * n * 4), *c2 = malloc((size_t)m * n * 4);
-        CHECK(a && b && c1 && c2);
+        float *c1 = malloc((size_t)m * n * 4), *c2 = malloc((size_t)m * n * 4), *c3 = malloc((size_t)m * n * 4);
+        CHECK(a && b && c1 && c2 && c3);
         bn_rng r;
         bn_rng_seed(&r, bn_test_seed(), 100 + (uint64_t)s);
         fill(&r, a, (size_t)m * k), fill(&r, b, (size_t)k * n), fill(&r, c1, (size_t)m * n);
         memcpy(c2, c1, (size_t)m * n * 4);
+        memcpy(c3, c1, (size_t)m * n * 4);
         int lda = ta ? m : k, ldb = tb ? k : n;
+        CHECK_OK(bn_cpu_threads_set(3));
         bn_cpu_sgemm(ta, tb, m, n, k, 0.5f, a, lda, b, ldb, 1.0f, c1, n);
+        CHECK_OK(bn_cpu_threads_set(1));
+        bn_cpu_sgemm(ta, tb, m, n, k, 0.5f, a, lda, b, ldb, 1.0f, c3, n);
         cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, 0.5f, a,
                     lda, b, ldb, 1.0f, c2, n);
         for (size_t i = 0; i < (size_t)m * n; i++) CHECK_NEAR(c1[i], c2[i], 1e-4 * (1 + fabs(c2[i])));
-        free(a), free(b), free(c1), free(c2);
+        CHECK_MSG(memcmp(c1, c3, (size_t)m * n * 4) == 0, "shape %zu: 1 and 3 threads differ", s);
+        free(a), free(b), free(c1), free(c2), free(c3);
     }
     CHECK_OK(bn_cpu_threads_set(0));
     return BN_PASS;

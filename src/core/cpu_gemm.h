@@ -1,7 +1,7 @@
 /* cpu_gemm.h - single-precision GEMM on the CPU pool (parallel.h): C = alpha op(A) op(B) +
- * beta C in row-major order, as cblas_sgemm, with C's rows cut into bands that the pool's
- * threads multiply at once. The bands depend on the shapes alone, so the result does not
- * depend on the number of threads. */
+ * beta C in row-major order, as cblas_sgemm, with C's rows (or, where C is at least twice as wide
+ * as it is tall, its columns) cut into bands that the pool's threads multiply at once. The bands
+ * depend on the shapes alone, so the result does not depend on the number of threads. */
 #ifndef BN_CPU_GEMM_H
 #define BN_CPU_GEMM_H
 
