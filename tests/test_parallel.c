@@ -283,6 +283,8 @@ BN_TEST(parallel_conv_passes_match_direct_and_do_not_depend_on_threads)
          * chunk */
         {20, 12, 12, 5, 1, 0, 50, 9}, {9, 13, 11, 5, 1, 2, 13, 7}, {33, 9, 10, 5, 1, 1, 17, 5},
         {16, 16, 16, 5, 1, 2, 8, 37},
+        /* more chunks than the backward pass's tasks: two chunks a task, the last task one */
+        {33, 20, 20, 3, 1, 1, 17, 133},
         /* the few-channel forward pass (stride 1, under 8 channels, windows up to 3): rows
          * wider than 16 and not a multiple of it, an even window, a ReLU-less 1x1 */
         {1, 9, 40, 2, 1, 0, 5, 3}, {7, 5, 19, 3, 1, 2, 4, 6}, {16, 14, 14, 3, 1, 1, 32, 1}, {32, 14, 14, 1, 1, 0, 8, 1},

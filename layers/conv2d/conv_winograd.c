@@ -38,6 +38,10 @@
 #define CHUNK_FLOATS (128 * 1024)
 /* The floats the chunks' weight-gradient products may take together (64 MiB). */
 #define PARTS_FLOATS (16 * 1024 * 1024)
+/* The backward pass's tasks: consecutive chunks share a task, and its weight-gradient products,
+ * down to this many tasks (summing one product per chunk was 15% of vgg_fashion's conv4 backward
+ * pass at 64 chunks). */
+#define BACKWARD_TASKS 32
 /* Rows of a product's block held in registers, and the tiles carried in and out together. */
 #define ROWS 8
 #define GROUP 8
@@ -181,6 +185,7 @@ static void gt6(int k, const double *s, size_t stride, double *o)
 typedef struct wg_run {
     const bn_conv_geom *g;
     int C, K, n, nb, chunks, relu;
+    int group, tasks;       /* backward: consecutive chunks a task takes, and the tasks */
     int ks, tile;           /* the window (3 or 5) and the output tile's side (4 or 2) */
     size_t cp, kp;          /* channels and filters padded to a multiple of LANES */
     size_t th, tw, tiles;   /* tiles of an example: rows, columns, all */
@@ -226,6 +231,8 @@ static void plan(wg_run *r, const bn_conv_geom *g, int filters, int n)
     if ((n + nb - 1) / nb > most_chunks) nb = (n + most_chunks - 1) / most_chunks;
     r->nb = (int)nb;
     r->chunks = n > 0 ? (int)((n + nb - 1) / nb) : 0;
+    r->group = r->chunks > BACKWARD_TASKS ? r->chunks / BACKWARD_TASKS : 1;
+    r->tasks = (r->chunks + r->group - 1) / r->group;
     r->in_f = round_up(nb * r->hp * r->wp * r->cp, LANES);
     r->v_f = XI * GROUP * r->cp;
     r->m_f = XI * GROUP * r->kp;
@@ -517,16 +524,15 @@ BN_CPU_CLONES static void forward_chunk(void *p, int chunk, int worker)
 }
 
 /* The chunk's output gradient (zero where a ReLU done by the forward pass gave 0) into planes
- * of 4 th x 4 tw, filters innermost, zeros past the output (blocks of 16 filters x 16 cells
+ * of T th x T tw, filters innermost, zeros past the output (blocks of 16 filters x 16 cells
  * transposed in registers); its sums per filter (an example's in float, the examples' in
- * double) into the chunk's bias gradient. */
-BN_VINLINE void gather_gradient(const wg_run *r, int chunk, int i0, int cnt, float *o)
+ * double) added to its task's bias gradient. */
+BN_VINLINE void gather_gradient(const wg_run *r, int task, int i0, int cnt, float *o)
 {
     const bn_conv_geom *g = r->g;
     size_t ow4 = (size_t)r->tile * r->tw, oh4 = (size_t)r->tile * r->th, kp = r->kp, plane = (size_t)g->oh * g->ow;
-    double *sum = r->bias_parts + (size_t)chunk * r->K;
+    double *sum = r->bias_parts + (size_t)task * r->K;
     zero_margins(o, (size_t)cnt, oh4, ow4, 0, (size_t)g->oh, 0, (size_t)g->ow, kp);
-    for (int k = 0; k < r->K; k++) sum[k] = 0.0;
     for (int j = 0; j < cnt; j++) {
         size_t at = (size_t)(i0 + j) * r->K * plane;
         const float *src = r->dy + at, *y = r->relu_y ? r->relu_y + at : NULL;
@@ -633,19 +639,17 @@ BN_VINLINE void scatter_input_gradient(const wg_run *r, int i0, int cnt, const f
 }
 
 /* A chunk: its input and output gradient in padded planes; then per group of tiles, both
- * carried in, the weight gradient's 36 products added to the chunk's, the input gradient's 36
+ * carried in, the weight gradient's 36 products added to its task's, the input gradient's 36
  * products carried back and added up; then the input gradient into dx. */
-BN_CPU_CLONES static void backward_chunk(void *p, int chunk, int worker)
+BN_VINLINE void backward_chunk(const wg_run *r, int chunk, int task, int worker)
 {
-    const wg_run *r = p;
     int i0, cnt;
     chunk_span(r, chunk, &i0, &cnt);
     float *in = bn_cpu_scratch(0, worker), *v = in + r->in_f, *dm = v + r->v_f, *o = dm + r->m_f, *din = o + r->o_f;
     size_t cp = r->cp, kp = r->kp, tiles = (size_t)cnt * r->tiles;
-    float *part = r->parts + (size_t)chunk * XI * cp * kp;
-    memset(part, 0, XI * cp * kp * sizeof *part);
+    float *part = r->parts + (size_t)task * XI * cp * kp;
     gather_input(r, i0, cnt, in);
-    gather_gradient(r, chunk, i0, cnt, o);
+    gather_gradient(r, task, i0, cnt, o);
     if (r->dx) memset(din, 0, r->in_f * sizeof *din);
     for (size_t p0 = 0; p0 < tiles; p0 += GROUP) {
         size_t count = tiles - p0 < GROUP ? tiles - p0 : GROUP;
@@ -661,6 +665,17 @@ BN_CPU_CLONES static void backward_chunk(void *p, int chunk, int worker)
         input_gradient(r, p0, count, v, din);
     }
     if (r->dx) scatter_input_gradient(r, i0, cnt, din);
+}
+
+/* A task: its chunks in order, their weight and bias gradients summed in its own products. */
+BN_CPU_CLONES static void backward_task(void *p, int task, int worker)
+{
+    const wg_run *r = p;
+    memset(r->parts + (size_t)task * XI * r->cp * r->kp, 0, XI * r->cp * r->kp * sizeof *r->parts);
+    double *sum = r->bias_parts + (size_t)task * r->K;
+    for (int k = 0; k < r->K; k++) sum[k] = 0.0;
+    const int first = task * r->group, end = first + r->group < r->chunks ? first + r->group : r->chunks;
+    for (int chunk = first; chunk < end; chunk++) backward_chunk(r, chunk, task, worker);
 }
 
 /* Shared buffers: the weights carried in, both ways; the chunks' weight-gradient products; the
@@ -695,14 +710,14 @@ typedef struct wg_sums {
     float *dw;
 } wg_sums;
 
-/* The chunks' products summed into the first chunk's, in chunk order, over [lo, hi). */
+/* The tasks' products summed into the first task's, in task order, over [lo, hi). */
 static void sum_parts(void *p, size_t lo, size_t hi)
 {
     const wg_sums *s = p;
     const wg_run *r = s->r;
     size_t weights = XI * r->cp * r->kp;
     float *restrict first = r->parts;
-    for (int ch = 1; ch < r->chunks; ch++) {
+    for (int ch = 1; ch < r->tasks; ch++) {
         const float *restrict part = r->parts + ch * weights;
         for (size_t e = lo; e < hi; e++) first[e] += part[e];
     }
@@ -739,15 +754,15 @@ bn_status bn_winograd_backward(const bn_conv_geom *g, int filters, int n, const 
     if (n == 0) return BN_OK;
     r.x = x, r.dy = dy, r.relu_y = relu_y, r.dx = dx;
     BN_TRY(prepare(&r, w));
-    r.parts = bn_cpu_shared_scratch(SHARED_PARTS, (size_t)r.chunks * XI * r.cp * r.kp);
+    r.parts = bn_cpu_shared_scratch(SHARED_PARTS, (size_t)r.tasks * XI * r.cp * r.kp);
     /* Doubles, in a buffer of floats twice their count (realloc's alignment serves either). */
-    float *bias = r.parts ? bn_cpu_shared_scratch(SHARED_BIAS, 2 * (size_t)filters * r.chunks) : NULL;
+    float *bias = r.parts ? bn_cpu_shared_scratch(SHARED_BIAS, 2 * (size_t)filters * r.tasks) : NULL;
     if (!bias) return bn_last_status();
     r.bias_parts = (double *)bias;
-    bn_parallel_run(r.chunks, backward_chunk, &r);
+    bn_parallel_run(r.tasks, backward_task, &r);
     wg_sums s = {&r, dw};
     bn_parallel_ranges(XI * r.cp * r.kp, 1024, sum_parts, &s);
     bn_parallel_ranges((size_t)filters * g->c, 64, weight_grad, &s);
-    bn_conv2d_cpu_bias_grad(r.bias_parts, r.chunks, filters, db);
+    bn_conv2d_cpu_bias_grad(r.bias_parts, r.tasks, filters, db);
     return BN_OK;
 }
