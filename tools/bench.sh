@@ -109,7 +109,8 @@ done
 
 echo
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-echo "ms per epoch, median of epochs 2-$epochs (blobnet's: the epoch's training images over its images a second);"
+echo "ms per epoch, median of epochs 2-$epochs (blobnet's: the epoch's training images over its images a"
+echo "second);"
 echo "pt graph: PyTorch's CUDA graph under its defaults (TF32 allowed in cuDNN);"
 echo "pt fp32: the same with TF32 off (FP32 math throughout, as blobnet's default); pt bf16: that graph under bf16 autocast"
 echo "fp32 x, tf32 x, bf16 x: PyTorch's time over blobnet's at the same precision: pt fp32 over the default (both without"

@@ -43,7 +43,8 @@ model_batch() { model_key "$1" train batch 64; }
 # images (the log's first line) over its images a second, which the line gives to seven figures;
 # from the seconds where the log names no training images.
 blobnet_ms() {
-    awk '/^blobnet: training .* train \/ / { for (i = 1; i <= NF; i++) if ($i == "train" && $(i + 1) == "/") n = $(i - 1) }
+    awk '/^blobnet: training .* train \/ / {
+             for (i = 1; i <= NF; i++) if ($i == "train" && $(i + 1) == "/") n = $(i - 1) }
          /^epoch/ && $2 !~ /^1\// { for (i = 1; i <= NF; i++) if ($i == "img/s") {
              if (n > 0 && $(i - 1) > 0) printf "%.2f\n", 1000 * n / $(i - 1)
              else for (j = 1; j < i; j++) if ($j == "s") print $(j - 1) * 1000
