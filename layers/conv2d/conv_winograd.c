@@ -194,8 +194,8 @@ typedef struct wg_run {
     const float *x, *b, *dy, *relu_y, *u, *ut;
     const float *const *addends; /* blobs of y's shape the forward adds before the ReLU */
     int num_addends;
-    float *y, *dx, *parts;
-    double *bias_parts; /* per chunk and filter */
+    float *y, *dx, *parts; /* parts: backward, per task: its weight-gradient products */
+    double *bias_parts; /* backward: per task and filter */
 } wg_run;
 
 /* The output tile's side for a window: F(4x4, 3x3) or F(2x2, 5x5); 0 for others. */
