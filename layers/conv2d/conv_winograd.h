@@ -7,8 +7,9 @@
  * transforms.
  *
  * The backward pass runs in the same domain: the output gradient carried in, the weight
- * gradient as 36 products against the input's transform (kept apart per chunk of examples and
- * summed in chunk order, so the result does not depend on the thread count), the input
+ * gradient as 36 products against the input's transform (kept apart per task of consecutive
+ * chunks of examples, as the shapes alone set them, and summed in task order, so the result does
+ * not depend on the thread count), the input
  * gradient as 36 products against the transformed weights, carried back and its overlapping
  * 6x6 tiles added up.
  *
