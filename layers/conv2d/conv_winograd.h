@@ -9,9 +9,8 @@
  * The backward pass runs in the same domain: the output gradient carried in, the weight
  * gradient as 36 products against the input's transform (kept apart per task of consecutive
  * chunks of examples, as the shapes alone set them, and summed in task order, so the result does
- * not depend on the thread count), the input
- * gradient as 36 products against the transformed weights, carried back and its overlapping
- * 6x6 tiles added up.
+ * not depend on the thread count), the input gradient as 36 products against the transformed
+ * weights, carried back and its overlapping 6x6 tiles added up.
  *
  * The rounding differs from the direct convolution's by a few units in the fifth significant
  * digit at these widths (the transforms' constants 1/6, 1/24 and the sums of up to 36 terms). */
