@@ -265,6 +265,13 @@ BN_VINLINE void g6v(bn_vf g0, bn_vf g1, bn_vf g2, bn_vf *o)
     o[5] = g2;
 }
 
+/* G along one axis: 3 or 5 taps -> 6. */
+BN_VINLINE void g_of(int ks, const bn_vf *g, bn_vf *o)
+{
+    if (ks == 3) g6v(g[0], g[1], g[2], o);
+    else g6v5(g, o);
+}
+
 /* The weights carried in, 16 filters at a time: u[xi][c][k] (forward), zero in the padding; and
  * its blocks of 16 x 16 transposed into ut[xi][k][c] (the input gradient's). */
 BN_CPU_CLONES static void transform_weights(const wg_run *r, const float *w, float *u, float *ut)
@@ -281,13 +288,11 @@ BN_CPU_CLONES static void transform_weights(const wg_run *r, const float *w, flo
             for (int y = 0; y < 5; y++) col[y] = bn_vsplat(0.0f);
             for (int x = 0; x < ks; x++) {
                 for (int y = 0; y < ks; y++) col[y] = bn_vload(lanes[y * ks + x]);
-                if (ks == 3) g6v(col[0], col[1], col[2], o);
-                else g6v5(col, o);
+                g_of(ks, col, o);
                 for (int i = 0; i < 6; i++) t[i][x] = o[i];
             }
             for (int i = 0; i < 6; i++) {
-                if (ks == 3) g6v(t[i][0], t[i][1], t[i][2], o);
-                else g6v5(t[i], o);
+                g_of(ks, t[i], o);
                 for (int j = 0; j < 6; j++) bn_vstore(u + (((size_t)i * 6 + j) * cp + c) * kp + k0, o[j]);
             }
         }
@@ -562,6 +567,13 @@ BN_VINLINE void gather_gradient(const wg_run *r, int task, int i0, int cnt, floa
     }
 }
 
+/* A along one axis: 4 -> 6 (F(4x4, 3x3)) or 2 -> 6 (F(2x2, 5x5)), from `tile` vectors at y. */
+BN_VINLINE void a_of(int tile, const bn_vf *y, bn_vf *o)
+{
+    if (tile == 4) a6(y[0], y[1], y[2], y[3], o);
+    else a2(y[0], y[1], o);
+}
+
 /* Tiles [p0, p0 + count) of the output gradient carried in: dm[p - p0][xi][k]; rows
  * count..GROUP-1 zero. */
 BN_VINLINE void gradient_transform(const wg_run *r, size_t p0, size_t count, const float *o, float *dm)
@@ -573,16 +585,15 @@ BN_VINLINE void gradient_transform(const wg_run *r, size_t p0, size_t count, con
     for (size_t p = 0; p < count; p++) {
         const float *base = o + at[p] * kp;
         for (size_t k = 0; k < kp; k += LANES) {
-            bn_vf t[6][TILE_MAX], q[6];
+            bn_vf t[6][TILE_MAX], q[6], col[TILE_MAX] = {bn_vsplat(0.0f)};
             for (int b = 0; b < tile; b++) {
                 const float *d = base + b * kp + k;
-                if (tile == 4) a6(bn_vload(d), bn_vload(d + rs), bn_vload(d + 2 * rs), bn_vload(d + 3 * rs), q);
-                else a2(bn_vload(d), bn_vload(d + rs), q);
+                for (int a = 0; a < tile; a++) col[a] = bn_vload(d + a * rs);
+                a_of(tile, col, q);
                 for (int i = 0; i < 6; i++) t[i][b] = q[i];
             }
             for (int i = 0; i < 6; i++) {
-                if (tile == 4) a6(t[i][0], t[i][1], t[i][2], t[i][3], q);
-                else a2(t[i][0], t[i][1], q);
+                a_of(tile, t[i], q);
                 for (int jj = 0; jj < 6; jj++) bn_vstore(dm + p * ts + (i * 6 + jj) * kp + k, q[jj]);
             }
         }

@@ -97,16 +97,11 @@ static bn_status step_marked(bn_net *net, bn_optimizer *opt, clocks *c)
  * without one, and so is every later step. *redo says to run it again. */
 static bn_status timed_step(bn_net *net, bn_optimizer *opt, clocks *c, int *redo)
 {
-    *redo = 0;
-    if (!c->hold) return step_marked(net, opt, c);
-    const double queue_start = bn_clock_seconds();
-    bn_status s = bn_stream_hold();
+    bn_held_span held;
+    bn_status s = bn_held_begin(&held, c->hold);
     if (s == BN_OK) s = step_marked(net, opt, c);
-    bn_stream_release();
-    if (s == BN_OK && (bn_clock_seconds() - queue_start) * 1e3 >= 0.9 * BN_STREAM_HOLD_MS) {
-        c->hold = 0;
-        *redo = 1;
-    }
+    *redo = bn_held_end(&held) && s == BN_OK;
+    if (*redo) c->hold = 0;
     return s;
 }
 

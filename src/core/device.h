@@ -210,6 +210,18 @@ void bn_event_destroy(void *event);
 bn_status bn_stream_hold(void);
 void bn_stream_release(void);
 
+/* Work queued behind a hold, for a timing (src/gpu/held.c). bn_held_begin takes the hold where
+ * `hold` is set and notes when the queueing began; bn_held_end releases it and returns 1 where
+ * queueing took as long as the hold: something queued waited for the device, so it waited the hold
+ * out and the timing is the host's. The caller then times that work again without a hold (the
+ * chooser's rounds, `blobnet time`'s steps). */
+typedef struct bn_held_span {
+    int hold;
+    double queued_from;
+} bn_held_span;
+bn_status bn_held_begin(bn_held_span *h, int hold);
+int bn_held_end(bn_held_span *h);
+
 /* Starts and stops profiler capture (cudaProfilerStart/Stop), for `nsys
  * --capture-range=cudaProfilerApi` and `ncu --profile-from-start off`. */
 bn_status bn_profiler_start(void);

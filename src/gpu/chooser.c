@@ -7,8 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/clock.h"
-
 /* Candidate k of c's order. */
 static int nth(const bn_candidates *c, int k)
 {
@@ -51,15 +49,14 @@ bn_status bn_chooser_time_one(const bn_chooser_timing *t, const bn_candidates *c
     int hold = 1, timed = 0;
     while (timed < t->rounds && s == BN_OK && ok) {
         float total = 0.0f;
-        const double queue_start = bn_clock_seconds();
-        if (hold) s = bn_stream_hold();
+        bn_held_span held;
+        s = bn_held_begin(&held, hold);
         if (s == BN_OK) s = bn_event_record(start);
         for (int rep = 0; rep < t->reps && s == BN_OK && ok; rep++) s = c->run(c->env, i, 0, &ok);
         if (s == BN_OK) s = bn_event_record(end);
-        if (hold) bn_stream_release();
-        const double queueing_ms = (bn_clock_seconds() - queue_start) * 1e3;
+        const int waited = bn_held_end(&held);
         if (s == BN_OK) s = bn_event_elapsed_ms(start, end, &total);
-        if (hold && queueing_ms >= 0.9 * BN_STREAM_HOLD_MS) {
+        if (waited) {
             hold = 0;
             continue;
         }
