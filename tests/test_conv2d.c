@@ -260,7 +260,8 @@ BN_TEST(gpu_layer_conv2d_blobnet_engine_matches_cpu)
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
     /* Each case with the normal choice, then with each kernel family forced. */
     static const int families[] = {BN_CONV_FAMILY_ANY,  BN_CONV_FAMILY_DIRECT, BN_CONV_FAMILY_IGEMM,
-                                   BN_CONV_FAMILY_ROWS, BN_CONV_FAMILY_TENSOR, BN_CONV_FAMILY_HALO};
+                                   BN_CONV_FAMILY_ROWS, BN_CONV_FAMILY_TENSOR, BN_CONV_FAMILY_HALO,
+                                   BN_CONV_FAMILY_WINO};
     int r = BN_PASS;
     for (size_t f = 0; f < sizeof families / sizeof families[0] && r == BN_PASS; f++) {
         gt_forced_family = families[f];

@@ -48,7 +48,8 @@ BN_TEST(conv_family_table_names_each_family_by_its_number)
         const char *name;
         int number;
     } want[] = {{"direct", BN_CONV_FAMILY_DIRECT}, {"igemm", BN_CONV_FAMILY_IGEMM}, {"rows", BN_CONV_FAMILY_ROWS},
-                {"tensor", BN_CONV_FAMILY_TENSOR}, {"argmax", BN_CONV_FAMILY_ARGMAX}, {"halo", BN_CONV_FAMILY_HALO}};
+                {"tensor", BN_CONV_FAMILY_TENSOR}, {"argmax", BN_CONV_FAMILY_ARGMAX}, {"halo", BN_CONV_FAMILY_HALO},
+                {"winograd", BN_CONV_FAMILY_WINO}};
     CHECK(sizeof want / sizeof want[0] == BN_CONV_FAMILY_COUNT);
     for (int i = 0; i < BN_CONV_FAMILY_COUNT; i++) {
         CHECK_MSG(strcmp(bn_conv_families[want[i].number - 1]->name, want[i].name) == 0, "family %d is %s", i + 1,
@@ -57,7 +58,7 @@ BN_TEST(conv_family_table_names_each_family_by_its_number)
         CHECK(bn_conv_family_find(want[i].name) == bn_conv_families[want[i].number - 1]);
     }
     CHECK(bn_conv_family_number("cudnn") == 0);
-    CHECK(bn_conv_family_find("winograd") == NULL);
+    CHECK(bn_conv_family_find("fft") == NULL);
     CHECK(strcmp(bn_conv_pass_name(BN_CONV_DATA), "backward-data") == 0);
     return BN_PASS;
 }
@@ -73,10 +74,11 @@ BN_TEST(conv_family_order_is_the_rules_order_of_preference)
         R = BN_CONV_FAMILY_ROWS,
         T = BN_CONV_FAMILY_TENSOR,
         A = BN_CONV_FAMILY_ARGMAX,
-        H = BN_CONV_FAMILY_HALO
+        H = BN_CONV_FAMILY_HALO,
+        W = BN_CONV_FAMILY_WINO
     };
     static const int want[BN_CONV_PASSES][BN_CONV_FAMILY_COUNT] = {
-        {T, R, D, I, A, H}, {T, R, D, I, A, H}, {R, I, T, D, A, H}};
+        {T, R, D, I, A, H, W}, {T, R, D, I, A, H, W}, {R, I, T, D, A, H, W}};
     for (int pass = 0; pass < BN_CONV_PASSES; pass++) {
         int order[BN_CONV_FAMILY_COUNT];
         bn_conv_family_order(pass, order);
@@ -91,13 +93,15 @@ BN_TEST(conv_family_order_is_the_rules_order_of_preference)
     CHECK(bn_conv_families[BN_CONV_FAMILY_ARGMAX - 1]->serves == 1u << BN_CONV_FILTER);
     CHECK(bn_conv_families[BN_CONV_FAMILY_HALO - 1]->offered ==
           (1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA | 1u << BN_CONV_FILTER));
+    CHECK(bn_conv_families[BN_CONV_FAMILY_WINO - 1]->offered ==
+          (1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA | 1u << BN_CONV_FILTER));
     return BN_PASS;
 }
 
 /* A timed choice's tie as conv_choice.cu asks the chooser for it: the families in the rule's order,
  * then cuDNN (runner 0), so that of the runners timed within 5% of the fastest the rule's first
  * is taken, and cuDNN only where no family is within. Milliseconds by runner: cuDNN, then the
- * families by number (direct, igemm, rows, tensor, argmax, halo); INFINITY where not timed. */
+ * families by number (direct, igemm, rows, tensor, argmax, halo, winograd); INFINITY where not timed. */
 BN_TEST(conv_family_order_breaks_a_timed_choices_ties)
 {
     static const struct {
@@ -106,18 +110,23 @@ BN_TEST(conv_family_order_breaks_a_timed_choices_ties)
         int want;
     } cases[] = {
         /* cuDNN fastest, the tensor cores within 5%: the tensor cores. */
-        {BN_CONV_FORWARD, {1.00f, 1.50f, INFINITY, 1.20f, 1.04f, INFINITY, INFINITY}, BN_CONV_FAMILY_TENSOR},
+        {BN_CONV_FORWARD, {1.00f, 1.50f, INFINITY, 1.20f, 1.04f, INFINITY, INFINITY, INFINITY}, BN_CONV_FAMILY_TENSOR},
         /* The row tiles fastest, the tensor cores within 5%: whichever the pass's order puts first. */
-        {BN_CONV_FORWARD, {INFINITY, INFINITY, INFINITY, 1.00f, 1.03f, INFINITY, INFINITY}, BN_CONV_FAMILY_TENSOR},
-        {BN_CONV_FILTER, {INFINITY, INFINITY, INFINITY, 1.03f, 1.00f, INFINITY, INFINITY}, BN_CONV_FAMILY_ROWS},
+        {BN_CONV_FORWARD, {INFINITY, INFINITY, INFINITY, 1.00f, 1.03f, INFINITY, INFINITY, INFINITY},
+         BN_CONV_FAMILY_TENSOR},
+        {BN_CONV_FILTER, {INFINITY, INFINITY, INFINITY, 1.03f, 1.00f, INFINITY, INFINITY, INFINITY},
+         BN_CONV_FAMILY_ROWS},
         /* No family within 5% of cuDNN. */
-        {BN_CONV_DATA, {1.00f, 1.06f, INFINITY, 1.10f, INFINITY, INFINITY, 1.07f}, 0},
+        {BN_CONV_DATA, {1.00f, 1.06f, INFINITY, 1.10f, INFINITY, INFINITY, 1.07f, INFINITY}, 0},
         /* Nothing within 5% of the fastest family, though the order puts three before it. */
-        {BN_CONV_FILTER, {2.00f, 1.00f, 1.20f, 1.10f, 1.30f, 1.50f, INFINITY}, BN_CONV_FAMILY_DIRECT},
+        {BN_CONV_FILTER, {2.00f, 1.00f, 1.20f, 1.10f, 1.30f, 1.50f, INFINITY, INFINITY}, BN_CONV_FAMILY_DIRECT},
         /* The halo kernels fastest by more than 5%, though the order puts them last. */
-        {BN_CONV_FORWARD, {1.00f, 1.20f, 1.10f, INFINITY, INFINITY, INFINITY, 0.90f}, BN_CONV_FAMILY_HALO},
+        {BN_CONV_FORWARD, {1.00f, 1.20f, 1.10f, INFINITY, INFINITY, INFINITY, 0.90f, INFINITY}, BN_CONV_FAMILY_HALO},
         /* ... and within 5% of the implicit GEMM, which the order puts before them. */
-        {BN_CONV_DATA, {1.00f, 1.20f, 0.92f, INFINITY, INFINITY, INFINITY, 0.90f}, BN_CONV_FAMILY_IGEMM},
+        {BN_CONV_DATA, {1.00f, 1.20f, 0.92f, INFINITY, INFINITY, INFINITY, 0.90f, INFINITY}, BN_CONV_FAMILY_IGEMM},
+        /* Winograd fastest by more than 5%; then within 5% of the halo kernels, which go first. */
+        {BN_CONV_FORWARD, {1.00f, 1.20f, 1.10f, INFINITY, INFINITY, INFINITY, 0.90f, 0.80f}, BN_CONV_FAMILY_WINO},
+        {BN_CONV_FILTER, {1.00f, 1.20f, 1.10f, INFINITY, INFINITY, INFINITY, 0.82f, 0.80f}, BN_CONV_FAMILY_HALO},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int order[BN_CONV_FAMILY_COUNT + 1];
@@ -146,7 +155,7 @@ BN_TEST(conv_family_every_family_applies_to_lenets_layers)
                 const char *why = NULL;
                 int served = (bn_conv_families[f - 1]->serves >> pass) & 1;
                 if (i == 0 && f == BN_CONV_FAMILY_TENSOR && pass != BN_CONV_FILTER) served = 0;
-                if (f == BN_CONV_FAMILY_HALO) served = 0; /* 3x3 windows only */
+                if (f == BN_CONV_FAMILY_HALO || f == BN_CONV_FAMILY_WINO) served = 0; /* 3x3 windows only */
                 CHECK_MSG(applies(f, pass, &s, &why) == served, "shape %zu, %s %s: %s", i,
                           bn_conv_families[f - 1]->name, bn_conv_pass_name(pass), why ? why : "applies");
                 if (!((bn_conv_families[f - 1]->serves >> pass) & 1))
@@ -155,7 +164,7 @@ BN_TEST(conv_family_every_family_applies_to_lenets_layers)
         /* The filter pass needs partial sums wherever a family runs it. */
         static bn_conv_family_plan plan;
         for (int f = 1; f <= BN_CONV_FAMILY_COUNT; f++) {
-            if (f == BN_CONV_FAMILY_HALO) continue;
+            if (f == BN_CONV_FAMILY_HALO || f == BN_CONV_FAMILY_WINO) continue;
             bn_conv_families[f - 1]->plan(&plan, &s);
             CHECK_MSG(bn_conv_families[f - 1]->workspace(&plan) > 0, "%s", bn_conv_families[f - 1]->name);
         }
@@ -194,6 +203,12 @@ BN_TEST(conv_family_refusals_name_the_reason)
         {{3, 17, 13, 3, 2, 1, 8, 4, 0}, BN_CONV_FAMILY_HALO, BN_CONV_DATA, "stride 1 only"},
         {{4, 10, 10, 3, 1, 3, 8, 4, 0}, BN_CONV_FAMILY_HALO, BN_CONV_DATA, "padding wider than the window"},
         {{4, 10, 700, 3, 1, 1, 8, 4, 0}, BN_CONV_FAMILY_HALO, BN_CONV_FORWARD, "input rows too wide to stage"},
+        /* Winograd: 3x3 windows at stride 1, padding up to 2, and channels enough to gain. */
+        {{64, 12, 12, 5, 1, 0, 64, 8, 0}, BN_CONV_FAMILY_WINO, BN_CONV_FORWARD, "windows of 3 only"},
+        {{64, 17, 13, 3, 2, 1, 64, 4, 0}, BN_CONV_FAMILY_WINO, BN_CONV_FILTER, "stride 1 only"},
+        {{64, 10, 10, 3, 1, 3, 64, 4, 0}, BN_CONV_FAMILY_WINO, BN_CONV_DATA, "padding wider than the window"},
+        {{32, 10, 10, 3, 1, 1, 64, 4, 0}, BN_CONV_FAMILY_WINO, BN_CONV_FORWARD, "too few channels to gain"},
+        {{64, 10, 10, 3, 1, 1, 47, 4, 0}, BN_CONV_FAMILY_WINO, BN_CONV_DATA, "too few channels to gain"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const bn_conv_shape s = shape_of(&cases[i].shape, 132);
@@ -217,6 +232,7 @@ BN_TEST(conv_family_refusals_name_the_reason)
     const shape_row r = {64, 14, 14, 3, 1, 1, 64, 64, 0};
     const bn_conv_shape s3 = shape_of(&r, 132);
     for (int pass = 0; pass < BN_CONV_PASSES; pass++) CHECK(applies(BN_CONV_FAMILY_HALO, pass, &s3, &why));
+    for (int pass = 0; pass < BN_CONV_PASSES; pass++) CHECK(applies(BN_CONV_FAMILY_WINO, pass, &s3, &why));
     return BN_PASS;
 }
 
@@ -497,6 +513,29 @@ BN_TEST(conv_family_halo_alone_matches_the_cpu)
 BN_TEST(conv_family_halo_alone_with_tf32_is_within_tf32s_tolerance)
 {
     return run_alone_on(halo_shapes, sizeof halo_shapes / sizeof halo_shapes[0], bn_conv_family_number("halo"), 1, 26);
+}
+
+/* Shapes for the Winograd kernels (3x3 at stride 1, 48 channels and filters or more): cifar10_resnet's
+ * l1 (64 -> 128 at 32x32: the filter pass's rows the channels), padding 0 and 2, outputs whose tiles
+ * reach past them, fewer than 64 filters (the forward pass's tiles of 64 x 256), more than 256
+ * filters of a 4x4 image. */
+static const shape_row wino_shapes[] = {
+    {64, 32, 32, 3, 1, 1, 128, 3, 0}, {48, 9, 11, 3, 1, 0, 72, 5, 0}, {72, 7, 6, 3, 1, 2, 50, 4, 0},
+    {200, 4, 4, 3, 1, 1, 264, 6, 0},
+};
+
+BN_TEST(conv_family_winograd_alone_matches_the_cpu)
+{
+    const int wino = bn_conv_family_number("winograd");
+    int r = run_alone_on(wino_shapes, sizeof wino_shapes / sizeof wino_shapes[0], wino, 0, 12);
+    if (r == BN_PASS) r = run_alone_on(halo_shapes, sizeof halo_shapes / sizeof halo_shapes[0], wino, 0, 9);
+    return r;
+}
+
+BN_TEST(conv_family_winograd_alone_with_tf32_is_within_tf32s_tolerance)
+{
+    return run_alone_on(wino_shapes, sizeof wino_shapes / sizeof wino_shapes[0], bn_conv_family_number("winograd"), 1,
+                        12);
 }
 
 /* Shapes whose plans for 132 multiprocessors take the narrower tiles (hl_tiles' last three), each

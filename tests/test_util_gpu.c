@@ -327,7 +327,8 @@ static int check_own_convs(const layer_case *lc, bn_net *net, int n)
         /* The forced family where it can run the pass (its plan says so), else any of blobnet's,
          * as the plan then times the others. */
         static const char *const names[] = {"blobnet", "blobnet direct", "blobnet igemm", "blobnet rows",
-                                            "blobnet tensor", "blobnet argmax", "blobnet halo"};
+                                            "blobnet tensor", "blobnet argmax", "blobnet halo",
+                                            "blobnet winograd"};
         int can[3] = {1, 1, 1};
         if (gt_forced_family == BN_CONV_FAMILY_ROWS) {
             bn_rows_plan rp;
@@ -341,6 +342,10 @@ static int check_own_convs(const layer_case *lc, bn_net *net, int n)
             bn_halo_plan hp;
             bn_halo_plan_make(&hp, &c->g, c->filters, n, 1, 0);
             can[0] = hp.pass[0].ok, can[1] = hp.pass[1].ok, can[2] = hp.pass[2].ok;
+        } else if (gt_forced_family == BN_CONV_FAMILY_WINO) {
+            bn_wino_plan wp;
+            bn_wino_plan_make(&wp, &c->g, c->filters, n, 1, 0);
+            can[0] = wp.pass[0].ok, can[1] = wp.pass[1].ok, can[2] = wp.pass[2].ok;
         }
         const char *pass_family[3];
         for (int k = 0; k < 3; k++) pass_family[k] = names[can[k] ? gt_forced_family : 0];

@@ -25,6 +25,7 @@
 #include "conv_relu.h"
 #include "conv_rows.h"
 #include "conv_tensor.h"
+#include "conv_wino.h"
 #include "core/status.h"
 #include "im2col.h"
 
@@ -47,7 +48,8 @@ enum {
     BN_CONV_FAMILY_TENSOR = 4,
     BN_CONV_FAMILY_ARGMAX = 5,
     BN_CONV_FAMILY_HALO = 6,
-    BN_CONV_FAMILY_COUNT = 6
+    BN_CONV_FAMILY_WINO = 7,
+    BN_CONV_FAMILY_COUNT = 7
 };
 
 /* A split forward or data pass (its tiles' summed index shared among blocks, the last to finish
@@ -99,6 +101,7 @@ typedef union bn_conv_family_plan {
     bn_tensor_plan tensor;
     bn_argmax_plan argmax;
     bn_halo_plan halo;
+    bn_wino_plan wino;
 } bn_conv_family_plan;
 
 /* The buffers of one pass (device pointers, NCHW; weights [filters][c][k][k]). */
@@ -177,7 +180,7 @@ const char *bn_conv_pass_name(int pass);
 
 /* The families' descriptors (conv_X_plan.c) and entry points (conv_X.cu). */
 extern const bn_conv_family bn_conv_family_direct, bn_conv_family_igemm, bn_conv_family_rows, bn_conv_family_tensor,
-    bn_conv_family_argmax, bn_conv_family_halo;
+    bn_conv_family_argmax, bn_conv_family_halo, bn_conv_family_wino;
 bn_status bn_conv_run_direct(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass, void *stream,
                              const bn_conv_io *io);
 bn_status bn_conv_run_igemm(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass, void *stream,
@@ -189,6 +192,8 @@ bn_status bn_conv_run_tensor(const bn_conv_family_plan *p, const bn_conv_shape *
 bn_status bn_conv_run_argmax(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass, void *stream,
                              const bn_conv_io *io);
 bn_status bn_conv_run_halo(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass, void *stream,
+                           const bn_conv_io *io);
+bn_status bn_conv_run_wino(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass, void *stream,
                            const bn_conv_io *io);
 
 #ifdef __cplusplus

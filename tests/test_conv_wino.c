@@ -1,0 +1,113 @@
+/* test_conv_wino.c - the GPU's Winograd convolution family (conv_wino.h) forced on 3x3 layers of
+ * 48 channels or more, against the CPU at every test size: paddings 0, 1 and 2, outputs whose
+ * tiles reach past them, a fused ReLU on both sides, several chunks of images a pass, the filter
+ * pass split along the tiles, and more channels than the CPU's own Winograd path takes (its direct
+ * sums are then the reference). */
+#include <stdio.h>
+
+#include "conv2d/conv2d.h"
+#include "conv2d/conv_family.h"
+#include "core/device.h"
+#include "gpu_testing.h"
+#include "layer_testing.h"
+#include "testing.h"
+
+/* 48x6x5 -> a (pad 1, 56) -> relu -> b (pad 0, 52: 4x3) -> relu -> c (pad 2, 49: 6x5) -> dense 5:
+ * b's and c's data passes write the ReLU's input gradient before them, a's and b's forward passes
+ * the ReLU's output after them. Small images: the ReLUs' inputs of a channel (images x positions)
+ * are few enough that a shift of its bias keeps them all off the kink by the tolerance
+ * (gt_keep_off_kinks), where at 9x7 and 257 images some lay nearer, and the transforms' roundings
+ * put them on the other side on one of the two. */
+static const layer_case chain = {
+    "conv 48x6x5 k3p1 x56, relu, k3 x52, relu, k3p2 x49, dense 5 (Winograd)",
+    "[input]\nchannels=48\nheight=6\nwidth=5\n"
+    "[conv2d]\nname=a\nfilters=56\nsize=3\npad=1\ninit=he\nengine=blobnet\n[relu]\n"
+    "[conv2d]\nname=b\nfilters=52\nsize=3\ninit=he\nengine=blobnet\n[relu]\n"
+    "[conv2d]\nname=c\nfilters=49\nsize=3\npad=2\ninit=he\nengine=blobnet\n"
+    "[dense]\noutputs=5\n[softmax_ce]\n",
+    TOL_GEMM, 5, 0, 1, 0, 0, 0};
+
+/* 264 channels: past the CPU's Winograd path (256), so the CPU sums directly. */
+static const layer_case wide = {
+    "conv 264x6x5 k3p1 x48, relu, k3p1 x48 (Winograd against direct sums)",
+    "[input]\nchannels=264\nheight=6\nwidth=5\n"
+    "[conv2d]\nfilters=48\nsize=3\npad=1\nengine=blobnet\n[relu]\n"
+    "[conv2d]\nfilters=48\nsize=3\npad=1\nengine=blobnet\n",
+    TOL_GEMM, 0, 0, 1, 0, 0, 0};
+
+static int forced_case(const layer_case *lc)
+{
+    gt_forced_family = BN_CONV_FAMILY_WINO;
+    bn_conv2d_gpu_force_own(BN_CONV_FAMILY_WINO);
+    const int r = gt_run_case(lc);
+    gt_forced_family = BN_CONV_FAMILY_ANY;
+    bn_conv2d_gpu_force_own(BN_CONV_FAMILY_ANY);
+    return r;
+}
+
+BN_TEST(gpu_conv2d_winograd_matches_cpu)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    int r = forced_case(&chain);
+    if (r == BN_PASS) r = forced_case(&wide);
+    return r;
+}
+
+/* The same chain with each pass's chunks a few images (a's forward chunks: 3 images), so that
+ * every pass runs chunk after chunk and the filter pass adds each chunk's sums to the last's. */
+BN_TEST(gpu_conv2d_winograd_chunks_match_cpu)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_wino_room(150000);
+    bn_wino_plan p;
+    const bn_conv_geom g = {48, 6, 5, 3, 1, 1, 6, 5};
+    bn_wino_plan_make(&p, &g, 56, 257, 132, 0);
+    int r = BN_PASS;
+    if (p.pass[0].images != 3 || p.pass[1].images != 3 || p.pass[2].images != 10) {
+        printf("    chunks of %d, %d and %d images, not 3, 3 and 10\n", p.pass[0].images, p.pass[1].images,
+               p.pass[2].images);
+        r = BN_FAIL;
+    }
+    if (r == BN_PASS) r = forced_case(&chain);
+    bn_wino_room(0);
+    return r;
+}
+
+/* The plans themselves (no device): chunks within the room, the filter pass split along the tiles
+ * only where a chunk's tiles allow pieces of WG_SPLIT_MIN, and the bytes they need. */
+BN_TEST(conv_winograd_plans_chunk_and_split)
+{
+    bn_wino_plan p;
+    /* cifar10_resnet's l1 at 512 images: 64 -> 128 channels of 32x32, 64 tiles an image. */
+    const bn_conv_geom l1 = {64, 32, 32, 3, 1, 1, 32, 32};
+    bn_wino_plan_make(&p, &l1, 128, 512, 132, 0);
+    CHECK(p.products == 3);
+    for (int i = 0; i < 3; i++) CHECK_MSG(p.pass[i].ok, "pass %d: %s", i, p.pass[i].why);
+    const long long per_image = 36LL * 64 * (64 + 128);
+    CHECK(p.pass[0].images == (int)((16LL * 1024 * 1024 - 36LL * 128 * 64) / per_image));
+    CHECK(p.pass[0].cols == p.pass[0].images * 64);
+    /* Past the split counters that other families' passes of the layer keep at zero. */
+    CHECK(p.scratch == BN_CONV_SPLIT_COUNTERS * sizeof(unsigned) +
+                           (36ULL * 128 * 64 + 36ULL * p.pass[0].cols * (64 + 128)) * sizeof(float));
+    CHECK(p.scratch <= BN_CONV_SPLIT_COUNTERS * sizeof(unsigned) + 16ULL * 1024 * 1024 * sizeof(float));
+    /* The forward pass's products have 128 rows (tiles of 128 x 128), the data pass's 64 (64 x 256). */
+    CHECK(p.pass[0].cfg == 0 && p.pass[1].cfg == 1);
+    /* The filter pass: its rows the 64 channels (tiles of 64 x 128, none wasted, where 128 filters
+     * by 64 channels would waste half of 128 x 128); 36 blocks a chunk without splits, 264 wanted:
+     * 8 splits. */
+    CHECK(p.pass[2].images == (int)(16LL * 1024 * 1024 / per_image));
+    CHECK(p.pass[2].turned == 1 && p.pass[2].cfg == 2);
+    CHECK(p.pass[2].splits == 8);
+    /* A chunk of 2 images of 9 tiles: 18 tiles, no split; 96 filters of 48 channels, turned. */
+    const bn_conv_geom small = {48, 12, 12, 3, 1, 1, 12, 12};
+    bn_wino_plan_make(&p, &small, 96, 2, 132, 1);
+    CHECK(p.products == 1 && p.pass[2].splits == 1 && p.pass[2].cols == 20);
+    CHECK(p.pass[2].turned == 1 && p.pass[2].cfg == 2);
+    /* The data pass's form: dy padded by 2 - pad, the channels' roles swapped. */
+    const bn_conv_geom p0 = {56, 9, 7, 3, 1, 0, 7, 5};
+    bn_wino_plan_make(&p, &p0, 50, 8, 132, 0);
+    CHECK(p.pass[1].f.pad == 2 && p.pass[1].f.ci == 50 && p.pass[1].f.co == 56 && p.pass[1].f.oh == 9);
+    CHECK(p.pass[1].f.th == 3 && p.pass[1].f.tw == 2 && p.pass[1].cip == 52);
+    CHECK(p.pass[0].f.th == 2 && p.pass[0].f.tw == 2 && p.pass[0].cip == 56);
+    return BN_PASS;
+}
