@@ -175,11 +175,12 @@ static __global__ void __launch_bounds__(WG_THREADS) carry_dy(const float *dy, b
 }
 
 /* The weights carried in: U[xi][o][c] = (G g G^T)[xi] (rows rows, cip apart) for the form's
- * output channel o and summed channel c, zeros for c past the channels. w holds [filters][c][3][3];
+ * output channel o and summed channel c, zeros for c past the channels, split into its TF32 value
+ * (u) and remainder (u_lo, mma_tf32.cuh) once here rather than by every warp that reads it. w holds [filters][c][3][3];
  * the forward form's o is the filter and c the channel; `turned` (the data pass): o is the
  * channel, c the filter, and the window turned half a circle. */
 static __global__ void __launch_bounds__(WG_THREADS) carry_w(const float *w, int rows, int sums, int cip, int turned,
-                                                             float *u)
+                                                             float *u, float *u_lo)
 {
     bn_early_entry(); /* pdl.cuh */
     const int i = blockIdx.x * WG_THREADS + threadIdx.x;
@@ -196,15 +197,21 @@ static __global__ void __launch_bounds__(WG_THREADS) carry_w(const float *w, int
         for (int t = 0; t < 36; t++) out[t] = 0.0;
     }
     const size_t point = (size_t)rows * cip;
-    for (int t = 0; t < 36; t++) u[t * point + i] = (float)out[t];
+    for (int t = 0; t < 36; t++) {
+        uint32_t hi, lo;
+        split_tf32((float)out[t], hi, lo);
+        u[t * point + i] = __uint_as_float(hi);
+        u_lo[t * point + i] = __uint_as_float(lo);
+    }
 }
 
 /* The products carried out: y = A^T M A per output channel o and tile t of the chunk, the bias
  * added, cells past the output dropped; with relu_out, a fused ReLU's output (forward) or, with
- * relu_mask too, its input gradient (data). */
+ * relu_mask too, its input gradient (data). vec: rows of 16-byte pieces (ow a multiple of 4, the
+ * buffers and relu_image aligned to them). */
 static __global__ void __launch_bounds__(WG_THREADS) carry_out(const float *m, bn_wino_form f, int img0, int images,
                                                                int cols, const float *bias, float *y, float *relu_out,
-                                                               const float *relu_mask, long long relu_image)
+                                                               const float *relu_mask, long long relu_image, int vec)
 {
     bn_early_entry(); /* pdl.cuh */
     const int tiles = f.th * f.tw;
@@ -224,20 +231,29 @@ static __global__ void __launch_bounds__(WG_THREADS) carry_out(const float *m, b
     const int y0 = tile / f.tw * TL, x0 = tile % f.tw * TL;
     const float b = bias ? bias[o] : 0.0f;
     const size_t plane = (size_t)f.oh * f.ow, at = ((size_t)img * f.co + o) * plane;
+    float *relu_at = relu_out ? relu_out + (size_t)img * relu_image + (size_t)o * plane : NULL;
 #pragma unroll
-    for (int a = 0; a < TL; a++)
+    for (int a = 0; a < TL; a++) {
+        const int yy = y0 + a;
+        if (yy >= f.oh) continue;
+        const size_t row = (size_t)yy * f.ow + x0;
+        if (vec) { /* the row's four cells as one 16-byte piece: ow a multiple of 4, y aligned */
+            const float4 v = make_float4(r[a * TL] + b, r[a * TL + 1] + b, r[a * TL + 2] + b, r[a * TL + 3] + b);
+            *(float4 *)(y + at + row) = v;
+            if (relu_at)
+                *(float4 *)(relu_at + row) =
+                    relu_mask ? masked(v, *(const float4 *)(relu_mask + at + row))
+                              : make_float4(relu_of(v.x), relu_of(v.y), relu_of(v.z), relu_of(v.w));
+            continue;
+        }
 #pragma unroll
         for (int q = 0; q < TL; q++) {
-            const int yy = y0 + a, xx = x0 + q;
-            if (yy >= f.oh || xx >= f.ow) continue;
-            const size_t cell = (size_t)yy * f.ow + xx;
+            if (x0 + q >= f.ow) continue;
             const float v = r[a * TL + q] + b;
-            y[at + cell] = v;
-            if (relu_out) {
-                float *to = relu_out + (size_t)img * relu_image + (size_t)o * plane + cell;
-                *to = relu_mask ? masked(v, relu_mask[at + cell]) : relu_of(v);
-            }
+            y[at + row + q] = v;
+            if (relu_at) relu_at[row + q] = relu_mask ? masked(v, relu_mask[at + row + q]) : relu_of(v);
         }
+    }
 }
 
 /* dw[o][c] += G^T dU G, dU at point xi for filter o and channel c at du + xi point + o so + c sc,
@@ -297,6 +313,7 @@ static __global__ void __launch_bounds__(WG_THREADS) bias_grad(const float *dy, 
  * of 4 and the operands 16-byte aligned, so that every 16-byte piece is wholly in or out. */
 typedef struct wg_gemm_args {
     const float *a, *b;
+    const float *a_lo;  /* A's remainders where A comes split (a its TF32 values), else NULL */
     float *c;
     long long a_xi, b_xi, c_xi, c_split;
     int lda, ldb, ldc;
@@ -304,30 +321,35 @@ typedef struct wg_gemm_args {
     int accumulate; /* add into C (a later chunk's sums) instead of writing it */
 } wg_gemm_args;
 
-template <int BM, int BN, bool BT>
+template <int BM, int BN, bool BT, bool PRE>
 struct wg_smem {
     static constexpr int A_LD = WG_BK + 4;              /* A's rows: (g A_LD + t) % 32 distinct */
     static constexpr int B_LD = BT ? WG_BK + 4 : BN + 8; /* B: likewise, or (t B_LD + g) % 32 */
-    static constexpr int A_FLOATS = BM * A_LD;
+    static constexpr int A_TILE = BM * A_LD;
+    static constexpr int A_FLOATS = (PRE ? 2 : 1) * A_TILE; /* with PRE, the remainders after */
     static constexpr int B_FLOATS = BT ? BN * B_LD : WG_BK * B_LD;
     static constexpr int STAGE = A_FLOATS + B_FLOATS;
     static constexpr size_t BYTES = (size_t)WG_STAGES * STAGE * sizeof(float);
 };
 
 /* Copies stage `kt`'s pieces of A and B into shared memory (zeros past the operands). */
-template <int BM, int BN, bool BT>
-static __device__ __forceinline__ void wg_stage(const wg_gemm_args &g, const float *a, const float *b, int m0, int n0,
-                                                int k0, int r_end, float *sa, float *sb)
+template <int BM, int BN, bool BT, bool PRE>
+static __device__ __forceinline__ void wg_stage(const wg_gemm_args &g, const float *a, const float *a_lo,
+                                                const float *b, int m0, int n0, int k0, int r_end, float *sa,
+                                                float *sb)
 {
-    typedef wg_smem<BM, BN, BT> S;
+    typedef wg_smem<BM, BN, BT, PRE> S;
     const int tid = threadIdx.x;
     /* A: BM rows of WG_BK floats, 4 pieces a row. */
 #pragma unroll
     for (int p = tid; p < BM * (WG_BK / 4); p += WG_THREADS) {
         const int row = p / (WG_BK / 4), col = p % (WG_BK / 4) * 4;
         const bool in = m0 + row < g.m && k0 + col < r_end;
-        const float *src = in ? a + (size_t)(m0 + row) * g.lda + k0 + col : a;
-        copy_w<4>((uint32_t)__cvta_generic_to_shared(sa + row * S::A_LD + col), src, in ? 16 : 0);
+        const size_t at = (size_t)(m0 + row) * g.lda + k0 + col;
+        copy_w<4>((uint32_t)__cvta_generic_to_shared(sa + row * S::A_LD + col), in ? a + at : a, in ? 16 : 0);
+        if (PRE)
+            copy_w<4>((uint32_t)__cvta_generic_to_shared(sa + S::A_TILE + row * S::A_LD + col), in ? a_lo + at : a_lo,
+                      in ? 16 : 0);
     }
     if (BT) {
 #pragma unroll
@@ -351,17 +373,18 @@ static __device__ __forceinline__ void wg_stage(const wg_gemm_args &g, const flo
 /* Eight warps, 2 along the rows and 4 along the columns: a warp takes (BM / 2) x (BN / 4) of the
  * block's BM x BN, as BM / 32 m16 tiles by BN / 32 n8 tiles. P products per multiply
  * (mma_tf32.cuh). */
-template <int BM, int BN, bool BT, int P>
+template <int BM, int BN, bool BT, bool PRE, int P>
 static __global__ void __launch_bounds__(WG_THREADS) wg_gemm(wg_gemm_args g)
 {
     bn_early_entry(); /* pdl.cuh */
-    typedef wg_smem<BM, BN, BT> S;
+    typedef wg_smem<BM, BN, BT, PRE> S;
     constexpr int MT = BM / 32, NTL = BN / 32;
     extern __shared__ __align__(16) float smem[];
     const int xi = blockIdx.z % XI, split = blockIdx.z / XI;
     const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
     const int r_begin = split * g.r_per, r_end = min(g.r, r_begin + g.r_per);
     const float *a = g.a + xi * g.a_xi, *b = g.b + xi * g.b_xi;
+    const float *a_lo = PRE ? g.a_lo + xi * g.a_xi : NULL;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, tq = lane % 4;
     const int wm = warp / 4, wn = warp % 4;
     float acc[MT][NTL][4];
@@ -375,7 +398,7 @@ static __global__ void __launch_bounds__(WG_THREADS) wg_gemm(wg_gemm_args g)
 #pragma unroll
     for (int s = 0; s < WG_STAGES - 1; s++) {
         if (s < steps)
-            wg_stage<BM, BN, BT>(g, a, b, m0, n0, r_begin + s * WG_BK, r_end, smem + s * S::STAGE,
+            wg_stage<BM, BN, BT, PRE>(g, a, a_lo, b, m0, n0, r_begin + s * WG_BK, r_end, smem + s * S::STAGE,
                              smem + s * S::STAGE + S::A_FLOATS);
         __pipeline_commit();
     }
@@ -385,7 +408,7 @@ static __global__ void __launch_bounds__(WG_THREADS) wg_gemm(wg_gemm_args g)
         const int next = kt + WG_STAGES - 1;
         if (next < steps) {
             float *st = smem + (next % WG_STAGES) * S::STAGE;
-            wg_stage<BM, BN, BT>(g, a, b, m0, n0, r_begin + next * WG_BK, r_end, st, st + S::A_FLOATS);
+            wg_stage<BM, BN, BT, PRE>(g, a, a_lo, b, m0, n0, r_begin + next * WG_BK, r_end, st, st + S::A_FLOATS);
         }
         __pipeline_commit();
         const float *sa = smem + (kt % WG_STAGES) * S::STAGE, *sb = sa + S::A_FLOATS;
@@ -394,8 +417,16 @@ static __global__ void __launch_bounds__(WG_THREADS) wg_gemm(wg_gemm_args g)
             uint32_t ah[MT][4], al[MT][4];
 #pragma unroll
             for (int i = 0; i < MT; i++) {
-                const float *p = sa + (wm * (BM / 2) + i * 16 + gq) * S::A_LD + kk + tq;
-                split_frag_a(p[0], p[8 * S::A_LD], p[4], p[8 * S::A_LD + 4], ah[i], al[i]);
+                if (PRE) {
+                    /* Lanes 8j .. 8j + 7 name the rows of the fragment's 8 x 4 tile j (ldmatrix_x4). */
+                    const int row = wm * (BM / 2) + i * 16 + (lane & 7) + 8 * ((lane >> 3) & 1);
+                    const float *p = sa + row * S::A_LD + kk + 4 * (lane >> 4);
+                    ldmatrix_x4(ah[i], (uint32_t)__cvta_generic_to_shared(p));
+                    if (P == 3) ldmatrix_x4(al[i], (uint32_t)__cvta_generic_to_shared(p + S::A_TILE));
+                } else {
+                    const float *p = sa + (wm * (BM / 2) + i * 16 + gq) * S::A_LD + kk + tq;
+                    split_frag_a(p[0], p[8 * S::A_LD], p[4], p[8 * S::A_LD + 4], ah[i], al[i]);
+                }
             }
 #pragma unroll
             for (int j = 0; j < NTL; j++) {
@@ -405,11 +436,16 @@ static __global__ void __launch_bounds__(WG_THREADS) wg_gemm(wg_gemm_args g)
                 uint32_t bh0, bl0, bh1, bl1;
                 split_tf32(b0, bh0, bl0);
                 split_tf32(b1, bh1, bl1);
+                /* The three products of a multiply (mma_split's) go into one sum: each round takes
+                 * every row tile, so that a sum's next product does not wait on its last. */
+                if (P == 3) {
 #pragma unroll
-                for (int i = 0; i < MT; i++) {
-                    if (P == 1) mma_tf32(acc[i][j], ah[i], bh0, bh1);
-                    else mma_split(acc[i][j], ah[i], al[i], bh0, bl0, bh1, bl1);
+                    for (int i = 0; i < MT; i++) mma_tf32(acc[i][j], al[i], bh0, bh1);
+#pragma unroll
+                    for (int i = 0; i < MT; i++) mma_tf32(acc[i][j], ah[i], bl0, bl1);
                 }
+#pragma unroll
+                for (int i = 0; i < MT; i++) mma_tf32(acc[i][j], ah[i], bh0, bh1);
             }
         }
     }
@@ -424,36 +460,51 @@ static __global__ void __launch_bounds__(WG_THREADS) wg_gemm(wg_gemm_args g)
 #pragma unroll
             for (int j = 0; j < NTL; j++) {
                 const int col = n0 + wn * (BN / 4) + j * 8 + 2 * tq;
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    if (col + e >= g.n) continue;
-                    float *to = c + (size_t)row * g.ldc + col + e;
-                    *to = g.accumulate ? *to + acc[i][j][2 * h + e] : acc[i][j][2 * h + e];
+                if (col >= g.n) continue;
+                float *to = c + (size_t)row * g.ldc + col;
+                float2 v = make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+                if (col + 1 < g.n) { /* ldc and the points' strides are even: 8-byte aligned */
+                    if (g.accumulate) {
+                        const float2 was = *(const float2 *)to;
+                        v.x += was.x, v.y += was.y;
+                    }
+                    *(float2 *)to = v;
+                } else {
+                    *to = g.accumulate ? *to + v.x : v.x;
                 }
             }
         }
 }
 
-template <int BM, int BN, bool BT>
+template <int BM, int BN, bool BT, bool PRE>
 static cudaError_t gemm_launch(int products, const wg_gemm_args &a, cudaStream_t st)
 {
     static bool opted[2];
-    typedef wg_smem<BM, BN, BT> S;
+    typedef wg_smem<BM, BN, BT, PRE> S;
     const dim3 grid((a.n + BN - 1) / BN, (a.m + BM - 1) / BM, XI * ((a.r + a.r_per - 1) / a.r_per));
     if (products == 1)
-        return bn_launch_opted(wg_gemm<BM, BN, BT, 1>, &opted[0], S::BYTES, grid, WG_THREADS, S::BYTES, st, a);
-    return bn_launch_opted(wg_gemm<BM, BN, BT, 3>, &opted[1], S::BYTES, grid, WG_THREADS, S::BYTES, st, a);
+        return bn_launch_opted(wg_gemm<BM, BN, BT, PRE, 1>, &opted[0], S::BYTES, grid, WG_THREADS, S::BYTES, st, a);
+    return bn_launch_opted(wg_gemm<BM, BN, BT, PRE, 3>, &opted[1], S::BYTES, grid, WG_THREADS, S::BYTES, st, a);
 }
 
-/* The points' products of a in tile configuration cfg (conv_wino_limits.h). */
-template <bool BT>
-static cudaError_t gemm(int products, int cfg, const wg_gemm_args &a, cudaStream_t st)
+/* The points' products of a in tile configuration cfg (conv_wino_limits.h): the forward form's,
+ * A the split weights and B read along its rows, or the filter pass's, A split by the warps that
+ * read it and B read as its transpose. */
+static cudaError_t gemm(bool filter, int products, int cfg, const wg_gemm_args &a, cudaStream_t st)
 {
-    switch (cfg) {
-    case 0: return gemm_launch<128, 128, BT>(products, a, st);
-    case 1: return gemm_launch<64, 256, BT>(products, a, st);
-    default: return gemm_launch<64, 128, BT>(products, a, st);
+    switch (cfg + (filter ? WG_CONFIGS : 0)) {
+    case 0: return gemm_launch<128, 128, false, true>(products, a, st);
+    case 1: return gemm_launch<64, 256, false, true>(products, a, st);
+    case 2: return gemm_launch<64, 128, false, true>(products, a, st);
+    case WG_CONFIGS + 0: return gemm_launch<128, 128, true, false>(products, a, st);
+    case WG_CONFIGS + 1: return gemm_launch<64, 256, true, false>(products, a, st);
+    default: return gemm_launch<64, 128, true, false>(products, a, st);
     }
+}
+
+static bool aligned16(const void *p)
+{
+    return ((uintptr_t)p & 15) == 0;
 }
 
 static unsigned blocks_for(long long threads)
@@ -476,23 +527,26 @@ static bn_status run_form(const bn_wino_plan *p, const bn_wino_pass *wp, int n, 
     /* Past the split counters every family keeps at the scratch's start (conv_family.h), which
      * another family's pass of the layer may need at zero. */
     float *u = (float *)((unsigned *)scratch + BN_CONV_SPLIT_COUNTERS);
-    float *v = u + (size_t)XI * f.co * cip;
+    float *u_lo = u + (size_t)XI * f.co * cip;
+    float *v = u_lo + (size_t)XI * f.co * cip;
     float *m = v + (size_t)XI * cip * cols;
+    const bool vec = f.ow % 4 == 0 && aligned16(y) &&
+                     (!relu || (aligned16(relu->out) && relu->image % 4 == 0 && (!relu->mask || aligned16(relu->mask))));
     BN_CUDA(bn_launch_early(carry_w, dim3(blocks_for((long long)f.co * cip)), dim3(WG_THREADS), 0, st, w, f.co, f.ci,
-                            cip, turned, u));
+                            cip, turned, u, u_lo));
     for (int img0 = 0; img0 < n; img0 += wp->images) {
         const int images = n - img0 < wp->images ? n - img0 : wp->images;
         BN_CUDA(bn_launch_early(carry_in, dim3(blocks_for((long long)cip * cols)), dim3(WG_THREADS), 0, st, x, f,
                                 img0, images, cip, cols, v));
         wg_gemm_args a = {};
-        a.a = u, a.b = v, a.c = m;
+        a.a = u, a.a_lo = u_lo, a.b = v, a.c = m;
         a.a_xi = (long long)f.co * cip, a.b_xi = (long long)cip * cols, a.c_xi = (long long)f.co * cols;
         a.lda = cip, a.ldb = cols, a.ldc = cols;
         a.m = f.co, a.n = cols, a.r = cip, a.r_per = cip;
-        BN_CUDA(gemm<false>(p->products, wp->cfg, a, st));
+        BN_CUDA(gemm(false, p->products, wp->cfg, a, st));
         BN_CUDA(bn_launch_early(carry_out, dim3(blocks_for((long long)f.co * images * tiles)), dim3(WG_THREADS), 0, st,
                                 (const float *)m, f, img0, images, cols, bias, y, relu ? relu->out : (float *)NULL,
-                                relu ? relu->mask : (const float *)NULL, relu ? (long long)relu->image : 0LL));
+                                relu ? relu->mask : (const float *)NULL, relu ? (long long)relu->image : 0LL, vec));
     }
     return BN_OK;
 }
@@ -543,7 +597,7 @@ extern "C" bn_status bn_wino_backward_filter(const bn_wino_plan *p, int n, void 
         a.lda = cols, a.ldb = cols, a.ldc = ldc;
         a.m = rows, a.n = across, a.r = cols, a.r_per = per;
         a.accumulate = img0 > 0;
-        BN_CUDA(gemm<true>(p->products, wp->cfg, a, st));
+        BN_CUDA(gemm(true, p->products, wp->cfg, a, st));
     }
     const int splits = (cols + per - 1) / per;
     const int so = wp->turned ? 1 : ldc, sc = wp->turned ? ldc : 1;

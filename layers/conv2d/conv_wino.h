@@ -56,8 +56,8 @@ typedef struct bn_wino_plan {
     size_t workspace;     /* bytes the filter pass needs: its carried-in input and output
                              gradient for a chunk, and the 36 points' weight gradients per split */
     size_t scratch;       /* bytes the forward or data pass needs: past the families' split
-                             counters (conv_family.h), the carried-in weights, input and products
-                             for a chunk */
+                             counters (conv_family.h), the carried-in weights (TF32 values and
+                             remainders), and a chunk's carried-in input and products */
 } bn_wino_plan;
 
 /* Fills a plan for a batch of n (sms: the device's multiprocessors; tf32 nonzero: one TF32

@@ -10,7 +10,8 @@
 static const int wg_tiles[WG_CONFIGS][2] = {{128, 128}, {64, 256}, {64, 128}};
 #define WG_BK 16
 
-/* Floats a pass's chunk may take in the layer's scratch or partial sums (64 MiB). */
+/* Floats a pass's chunk of images may take in the layer's scratch or partial sums (64 MiB), the
+ * forward and data passes' carried-in weights apart. */
 #define WG_ROOM_FLOATS (16LL * 1024 * 1024)
 /* The filter pass splits a point's product along the tiles into at most WG_SPLIT_MAX pieces of at
  * least WG_SPLIT_MIN tiles. */

@@ -36,14 +36,14 @@ static int chunk_images(long long room, long long per_image, int n)
     return images > n ? n : (int)images;
 }
 
-/* The forward or data pass over form f: the carried-in weights (co x cip a point), input
- * (cip x cols) and products (co x cols) of a chunk in the scratch. */
+/* The forward or data pass over form f: the carried-in weights (co x cip a point, split in two),
+ * then a chunk's carried-in input (cip x cols) and products (co x cols), in the scratch. */
 static void wg_pass(bn_wino_pass *p, size_t *scratch, const bn_wino_form *f, int n)
 {
     const long long tiles = (long long)f->th * f->tw, cip = round4(f->ci);
-    const long long weights = (long long)BN_WINO_POINTS * f->co * cip;
+    const long long weights = 2LL * BN_WINO_POINTS * f->co * cip; /* TF32 values and remainders */
     const long long per_image = (long long)BN_WINO_POINTS * tiles * (cip + f->co);
-    const int images = chunk_images(room_floats - weights, per_image, n);
+    const int images = chunk_images(room_floats, per_image, n);
     *p = (bn_wino_pass){1, NULL, *f, images, round4(images * tiles), (int)cip, 1, f->co > 64 ? 0 : 1, 0};
     const size_t bytes = BN_CONV_SPLIT_COUNTERS * sizeof(unsigned) +
                          (size_t)(weights + (long long)BN_WINO_POINTS * p->cols * (cip + f->co)) * sizeof(float);
