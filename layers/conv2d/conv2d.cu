@@ -9,7 +9,9 @@
  * the CPU's FP32 sums: the math type is CUDNN_FMA_MATH (CUDNN_DEFAULT_MATH would allow TF32 tensor
  * cores on Ampere and Hopper), and only algorithms that sum products directly with FMA math are
  * taken. The FFT and Winograd ones trade precision for speed (an FFT backward-filter on LeNet's
- * conv1 measured 1.4e-3 relative error on an H200), so they are allowed with tf32 only; with tf32 the
+ * conv1 measured 1.4e-3 relative error on an H200), so they are allowed with tf32 only (blobnet's
+ * own Winograd family, conv_wino.h, sums its points' products with FP32 accuracy and is checked
+ * against the direct sums to the families' tolerance, so it is offered always); with tf32 the
  * tensor-core family takes one TF32 product per multiply (bn_tensor_plan_make). With tf32 a pass
  * cuDNN runs may also take an engine of cuDNN's graph API (conv_graph.h: every engine with its
  * tile and split choices, TF32 tensor cores included) where one was timed faster than the legacy
