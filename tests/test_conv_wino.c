@@ -4,6 +4,7 @@
  * chunks of images a pass, the filter pass split along the tiles, and more channels than the
  * CPU's own Winograd path takes (its direct sums are then the reference). */
 #include <stdio.h>
+#include <string.h>
 
 #include "conv2d/conv2d.h"
 #include "conv2d/conv_family.h"
@@ -121,5 +122,17 @@ BN_TEST(conv_winograd_plans_chunk_and_split)
     CHECK(p.pass[1].f.pad == 2 && p.pass[1].f.ci == 50 && p.pass[1].f.co == 56 && p.pass[1].f.oh == 9);
     CHECK(p.pass[1].f.th == 3 && p.pass[1].f.tw == 2 && p.pass[1].cip == 52);
     CHECK(p.pass[0].f.th == 2 && p.pass[0].f.tw == 2 && p.pass[0].cip == 56);
+    /* An empty batch still has a chunk of columns (the filter pass's split shares divide them). */
+    bn_wino_plan_make(&p, &l1, 128, 0, 132, 0);
+    CHECK(p.pass[0].ok && p.pass[0].images == 1 && p.pass[2].cols == 64 && p.pass[2].splits == 1);
+    /* One image past the room is a chunk of one; a batch whose input passes INT_MAX floats is
+     * refused in every pass. */
+    const bn_conv_geom big = {512, 256, 256, 3, 1, 1, 256, 256};
+    bn_wino_plan_make(&p, &big, 512, 2, 132, 0);
+    CHECK(p.pass[0].ok && p.pass[0].images == 1 && p.pass[0].cols == 64 * 64 && p.pass[2].images == 1);
+    bn_wino_plan_make(&p, &big, 512, 64, 132, 0);
+    for (int i = 0; i < 3; i++)
+        CHECK_MSG(!p.pass[i].ok && strcmp(p.pass[i].why, "shape outside its kernels' limits") == 0, "pass %d: %s", i,
+                  p.pass[i].why ? p.pass[i].why : "ok");
     return BN_PASS;
 }

@@ -28,12 +28,12 @@ static void form_of(bn_wino_form *f, int ci, int ih, int iw, int pad, int co, in
 }
 
 /* Images a chunk takes, where each image needs per_image floats and the chunk may take `room`:
- * at least one, at most n. */
+ * at most n, and at least one (so that a chunk has columns even for an empty batch). */
 static int chunk_images(long long room, long long per_image, int n)
 {
     long long images = per_image > 0 ? room / per_image : n;
-    if (images < 1) images = 1;
-    return images > n ? n : (int)images;
+    if (images > n) images = n;
+    return images < 1 ? 1 : (int)images;
 }
 
 /* The forward or data pass over form f: the carried-in weights (co x cip a point, split in two),

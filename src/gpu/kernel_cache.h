@@ -36,8 +36,9 @@ extern "C" {
  * row-tiled family's small-batch launch shapes; 7: the implicit GEMM on the tensor cores, offered
  * for every pass; 9: the halo family's passes split where their tiles are few; 10: cuDNN's graph
  * passes also time every engine of the graph, not only the heuristics' configurations; 11: every
- * timing queued behind a hold of the stream, so that it times the device, not the host). */
-#define BN_KERNEL_CACHE_VERSION 11
+ * timing queued behind a hold of the stream, so that it times the device, not the host; 12: the
+ * Winograd family, offered for 3x3 layers of 48 channels and filters or more). */
+#define BN_KERNEL_CACHE_VERSION 12
 
 /* The longest key and choice, with their terminating zeros. */
 #define BN_KERNEL_KEY_MAX 384
