@@ -10,6 +10,9 @@
  *   examples) are computed and dropped; the method is chosen where they are a minority.
  * - Columns (any stride): each example's windows copied into a column matrix (bn_im2col), the
  *   chunk's examples side by side, one GEMM over every tap at once.
+ * - Pointwise (a 1x1 window at stride 1, no padding): an example's input is its own column matrix
+ *   and its output the product's, so each example is one GEMM straight from x into y (and from dy
+ *   into dx), with no copy.
  *
  * A chunk widens the products to about CHUNK_COLUMNS where an example's output is small (49
  * cells at 7x7) while its buffers stay within a core's cache. The chunks depend on the shapes
@@ -93,10 +96,9 @@ static size_t chunk_span(const conv_run *r, int chunk, int *i0, int *cnt)
     return (size_t)*cnt * r->pos;
 }
 
-/* The chunk's column matrix: the examples' input itself where one pointwise example is all. */
+/* The chunk's column matrix. */
 static const float *columns(const conv_run *r, int i0, int cnt, size_t cols, int worker)
 {
-    if (cnt == 1 && pointwise(r->g)) return r->x + (size_t)i0 * r->in_size;
     float *col = bn_cpu_scratch(SLOT_IN, worker);
     for (int j = 0; j < cnt; j++) bn_im2col(r->g, r->x + (size_t)(i0 + j) * r->in_size, col + j * r->pos, cols);
     return col;
@@ -134,6 +136,17 @@ static void bias_row(float *restrict dst, const float *restrict src, float bias,
         }
     else
         for (int i = 0; i < n; i++) dst[i] = src[i] + bias;
+}
+
+static void bias_in_place(float *restrict v, float bias, int n, int relu)
+{
+    if (relu)
+        for (int i = 0; i < n; i++) {
+            float t = v[i] + bias;
+            v[i] = t > 0.0f ? t : 0.0f;
+        }
+    else
+        for (int i = 0; i < n; i++) v[i] += bias;
 }
 
 static void add_row(float *restrict dst, const float *restrict src, int n)
@@ -177,11 +190,36 @@ static void spread(const conv_run *r, const float *wide, size_t cols, int i0, in
     }
 }
 
+/* A pointwise chunk, example by example: each example's input is its own column matrix and its
+ * output the product's, so the product goes straight into y, and the bias, the addends and the
+ * ReLU follow in place. */
+static void forward_pointwise(const conv_run *r, int i0, int cnt)
+{
+    const int f_n = r->filters, c_n = r->g->c, pos = (int)r->pos;
+    for (int j = 0; j < cnt; j++) {
+        size_t example = (size_t)(i0 + j) * r->out_size;
+        float *yi = r->y + example;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, f_n, pos, c_n, 1.0f, r->w, c_n,
+                    r->x + (size_t)(i0 + j) * r->in_size, pos, 0.0f, yi, pos);
+        for (int f = 0; f < f_n; f++) {
+            float *row = yi + (size_t)f * pos;
+            bias_in_place(row, r->b[f], pos, r->relu && !r->num_addends);
+            if (!r->num_addends) continue;
+            for (int a = 0; a < r->num_addends; a++) add_row(row, r->addends[a] + example + (size_t)f * pos, pos);
+            if (r->relu) relu_row(row, pos);
+        }
+    }
+}
+
 static void forward_chunk(void *p, int chunk, int worker)
 {
     const conv_run *r = p;
     int i0, cnt, f_n = r->filters, c_n = r->g->c;
     size_t cols = chunk_span(r, chunk, &i0, &cnt);
+    if (pointwise(r->g)) {
+        forward_pointwise(r, i0, cnt);
+        return;
+    }
     float *wide = bn_cpu_scratch(SLOT_WIDE, worker);
     if (r->shifted) {
         const float *xp = padded(r, i0, cnt, worker);
@@ -269,6 +307,33 @@ static void backward_shifted(const conv_run *r, int chunk, int i0, int cnt, size
         }
 }
 
+/* A pointwise chunk, example by example: the output gradient read in place (masked into the
+ * worker's buffer where the forward did a ReLU), the weight gradient (channels x filters, as the
+ * columns' product lays it out) summed over the chunk's examples in order, and the input gradient
+ * written straight into dx. */
+static void backward_pointwise(const conv_run *r, int chunk, int i0, int cnt, int worker)
+{
+    const int f_n = r->filters, c_n = r->g->c, pos = (int)r->pos;
+    float *part = r->parts + (size_t)chunk * f_n * r->taps;
+    double *bias = r->bias_parts + (size_t)chunk * f_n;
+    for (int j = 0; j < cnt; j++) {
+        const size_t example = (size_t)(i0 + j) * r->out_size;
+        const float *dyj = r->dy + example;
+        if (r->relu_y) {
+            float *masked = bn_cpu_scratch(SLOT_WIDE, worker);
+            for (int f = 0; f < f_n; f++)
+                masked_row(masked + (size_t)f * pos, dyj + (size_t)f * pos, r->relu_y + example + (size_t)f * pos, pos);
+            dyj = masked;
+        }
+        for (int f = 0; f < f_n; f++) bias[f] = (j ? bias[f] : 0.0) + plane_sum(dyj + (size_t)f * pos, (size_t)pos);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, c_n, f_n, pos, 1.0f, r->x + (size_t)(i0 + j) * r->in_size,
+                    pos, dyj, pos, j ? 1.0f : 0.0f, part, f_n);
+        if (r->dx)
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c_n, pos, f_n, 1.0f, r->w, c_n, dyj, pos, 0.0f,
+                        r->dx + (size_t)(i0 + j) * r->in_size, pos);
+    }
+}
+
 static void backward_chunk(void *p, int chunk, int worker)
 {
     const conv_run *r = p;
@@ -276,6 +341,10 @@ static void backward_chunk(void *p, int chunk, int worker)
     size_t cols = chunk_span(r, chunk, &i0, &cnt), pos = r->pos, taps = r->taps;
     if (r->shifted) {
         backward_shifted(r, chunk, i0, cnt, cols, worker);
+        return;
+    }
+    if (pointwise(r->g)) {
+        backward_pointwise(r, chunk, i0, cnt, worker);
         return;
     }
     const float *dyc = gradient_matrix(r, i0, cnt, cols, worker);
