@@ -45,6 +45,11 @@
 /* Rows of a product's block held in registers, and the tiles carried in and out together. */
 #define ROWS 8
 #define GROUP 8
+/* The backward pass carries this many tiles in (GROUP at a time) before their weight-gradient
+ * products: each product's accumulators, loaded from and stored to the task's sums (36 x channels
+ * x filters, more than a core's second cache at 64 of each), then pass over that many tiles, not
+ * GROUP (vgg_fashion's conv2 and conv4 backward passes 10-15% shorter at 32 than at 8). */
+#define WGROUP 32
 
 BN_VINLINE void add_to(float *p, bn_vf v) { bn_vstore(p, bn_vload(p) + v); }
 
@@ -234,8 +239,8 @@ static void plan(wg_run *r, const bn_conv_geom *g, int filters, int n)
     r->group = r->chunks > BACKWARD_TASKS ? r->chunks / BACKWARD_TASKS : 1;
     r->tasks = (r->chunks + r->group - 1) / r->group;
     r->in_f = round_up(nb * r->hp * r->wp * r->cp, LANES);
-    r->v_f = XI * GROUP * r->cp;
-    r->m_f = XI * GROUP * r->kp;
+    r->v_f = XI * WGROUP * r->cp;
+    r->m_f = XI * WGROUP * r->kp;
     r->o_f = round_up(nb * tile * r->th * tile * r->tw * r->kp, LANES);
     r->slab = 2 * r->in_f + r->v_f + r->m_f + r->o_f;
 }
@@ -649,9 +654,10 @@ BN_VINLINE void scatter_input_gradient(const wg_run *r, int i0, int cnt, const f
     }
 }
 
-/* A chunk: its input and output gradient in padded planes; then per group of tiles, both
- * carried in, the weight gradient's 36 products added to its task's, the input gradient's 36
- * products carried back and added up; then the input gradient into dx. */
+/* A chunk: its input and output gradient in padded planes; then per block of WGROUP tiles, both
+ * carried in a group at a time, the weight gradient's 36 products over the block added to its
+ * task's, and per group the input gradient's 36 products carried back and added up; then the
+ * input gradient into dx. */
 BN_VINLINE void backward_chunk(const wg_run *r, int chunk, int task, int worker)
 {
     int i0, cnt;
@@ -662,18 +668,27 @@ BN_VINLINE void backward_chunk(const wg_run *r, int chunk, int task, int worker)
     gather_input(r, i0, cnt, in);
     gather_gradient(r, task, i0, cnt, o);
     if (r->dx) memset(din, 0, r->in_f * sizeof *din);
-    for (size_t p0 = 0; p0 < tiles; p0 += GROUP) {
-        size_t count = tiles - p0 < GROUP ? tiles - p0 : GROUP;
-        input_transform(r, p0, count, in, v);
-        gradient_transform(r, p0, count, o, dm);
+    for (size_t q0 = 0; q0 < tiles; q0 += WGROUP) {
+        const size_t block = tiles - q0 < WGROUP ? tiles - q0 : WGROUP;
+        /* The block's tiles carried in, GROUP at a time (a last short group's rows past it zero). */
+        for (size_t p0 = q0; p0 < q0 + block; p0 += GROUP) {
+            size_t count = q0 + block - p0 < GROUP ? q0 + block - p0 : GROUP;
+            input_transform(r, p0, count, in, v + (p0 - q0) * XI * cp);
+            gradient_transform(r, p0, count, o, dm + (p0 - q0) * XI * kp);
+        }
         for (int xi = 0; xi < XI; xi++)
-            gemm_tn(count, cp, kp, v + xi * cp, XI * cp, dm + xi * kp, XI * kp, part + xi * cp * kp, kp);
+            gemm_tn(block, cp, kp, v + xi * cp, XI * cp, dm + xi * kp, XI * kp, part + xi * cp * kp, kp);
         if (!r->dx) continue;
-        /* dV = dM U^T over V's buffer (V is spent), then carried back. */
-        for (int xi = 0; xi < XI; xi++)
-            gemm_nn(round_up(count, ROWS), r->K, cp, dm + xi * kp, XI * kp, r->ut + xi * kp * cp, cp, v + xi * cp,
-                    XI * cp);
-        input_gradient(r, p0, count, v, din);
+        /* dV = dM U^T over V's buffer (V is spent), then carried back, a group at a time. */
+        for (size_t p0 = q0; p0 < q0 + block; p0 += GROUP) {
+            size_t count = q0 + block - p0 < GROUP ? q0 + block - p0 : GROUP;
+            float *vg = v + (p0 - q0) * XI * cp;
+            const float *dmg = dm + (p0 - q0) * XI * kp;
+            for (int xi = 0; xi < XI; xi++)
+                gemm_nn(round_up(count, ROWS), r->K, cp, dmg + xi * kp, XI * kp, r->ut + xi * kp * cp, cp, vg + xi * cp,
+                        XI * cp);
+            input_gradient(r, p0, count, vg, din);
+        }
     }
     if (r->dx) scatter_input_gradient(r, i0, cnt, din);
 }
