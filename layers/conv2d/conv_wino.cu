@@ -530,8 +530,9 @@ static bn_status run_form(const bn_wino_plan *p, const bn_wino_pass *wp, int n, 
     float *u_lo = u + (size_t)XI * f.co * cip;
     float *v = u_lo + (size_t)XI * f.co * cip;
     float *m = v + (size_t)XI * cip * cols;
-    const bool vec = f.ow % 4 == 0 && aligned16(y) &&
-                     (!relu || (aligned16(relu->out) && relu->image % 4 == 0 && (!relu->mask || aligned16(relu->mask))));
+    const bool vec_relu =
+        !relu || (aligned16(relu->out) && relu->image % 4 == 0 && (!relu->mask || aligned16(relu->mask)));
+    const bool vec = f.ow % 4 == 0 && aligned16(y) && vec_relu;
     BN_CUDA(bn_launch_early(carry_w, dim3(blocks_for((long long)f.co * cip)), dim3(WG_THREADS), 0, st, w, f.co, f.ci,
                             cip, turned, u, u_lo));
     for (int img0 = 0; img0 < n; img0 += wp->images) {
