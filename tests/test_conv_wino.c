@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "conv2d/conv2d.h"
+#include "conv2d/conv_bias.h"
 #include "conv2d/conv_family.h"
 #include "core/device.h"
 #include "gpu_testing.h"
@@ -134,5 +135,48 @@ BN_TEST(conv_winograd_plans_chunk_and_split)
     for (int i = 0; i < 3; i++)
         CHECK_MSG(!p.pass[i].ok && strcmp(p.pass[i].why, "shape outside its kernels' limits") == 0, "pass %d: %s", i,
                   p.pass[i].why ? p.pass[i].why : "ok");
+    return BN_PASS;
+}
+
+/* Whether a pass's buffers lie one after the other as conv_wino.h says, each 16-byte aligned. */
+static int layout_holds(const bn_wino_pass *w, int filter)
+{
+    const long long points = 36, product_rows = w->turned ? w->f.ci : w->f.co;
+    if (w->lo % 4 || w->in % 4 || w->dy % 4 || w->out % 4 || w->slot % 4 || w->bias % 4) return 0;
+    if (!filter)
+        return w->lo == points * w->f.co * w->cip && w->in == 2 * w->lo &&
+               w->out == w->in + points * w->cip * w->cols && w->floats == w->out + points * w->f.co * w->cols;
+    return w->in == 0 && w->dy == points * w->cip * w->cols && w->out == w->dy + points * w->f.co * w->cols &&
+           w->slot == points * product_rows * w->ldc && w->bias == w->out + w->splits * w->slot &&
+           w->floats == w->bias + (long long)w->f.co * BN_CONV_BIAS_PARTS;
+}
+
+/* The plan says where each pass's buffers lie and how many floats they take, which the kernels
+ * read: the forward and data passes' in the scratch past the split counters, the filter pass's
+ * in its partial sums, the largest pass sizing each; the filter pass's splits in whole stages
+ * that cover its tiles once. */
+BN_TEST(conv_winograd_plans_lay_out_their_buffers)
+{
+    static const struct {
+        bn_conv_geom g;
+        int filters, n;
+    } cases[] = {
+        {{64, 32, 32, 3, 1, 1, 32, 32}, 128, 512}, {{48, 12, 12, 3, 1, 1, 12, 12}, 96, 2},
+        {{56, 9, 7, 3, 1, 0, 7, 5}, 50, 257},      {{512, 4, 4, 3, 1, 1, 4, 4}, 512, 512},
+        {{72, 7, 6, 3, 1, 2, 8, 8}, 50, 3},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        bn_wino_plan p;
+        bn_wino_plan_make(&p, &cases[i].g, cases[i].filters, cases[i].n, 132, 0);
+        for (int k = 0; k < 3; k++) CHECK_MSG(layout_holds(&p.pass[k], k == 2), "case %zu, pass %d", i, k);
+        const long long most = p.pass[0].floats > p.pass[1].floats ? p.pass[0].floats : p.pass[1].floats;
+        CHECK(p.scratch == BN_CONV_SPLIT_COUNTERS * sizeof(unsigned) + (size_t)most * sizeof(float));
+        CHECK(p.workspace == (size_t)p.pass[2].floats * sizeof(float));
+        const bn_wino_pass *w = &p.pass[2];
+        CHECK_MSG(w->per % 16 == 0 && (long long)w->splits * w->per >= w->cols &&
+                      (long long)(w->splits - 1) * w->per < w->cols,
+                  "case %zu: %d splits of %d tiles for %d", i, w->splits, w->per, w->cols);
+        CHECK(w->ldc == (w->turned ? (w->f.co + 3) / 4 * 4 : w->cip));
+    }
     return BN_PASS;
 }

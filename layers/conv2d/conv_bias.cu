@@ -104,9 +104,8 @@ static bn_status add(T *y, const float *b, int n, int filters, int plane, T *rel
 }
 
 template <typename T, int N, typename I>
-static bn_status grad_as(float *db, const T *dy, int n, int filters, int plane, float *parts, bn_ctx *ctx)
+static bn_status grad_as(float *db, const T *dy, int n, int filters, int plane, float *parts, cudaStream_t s)
 {
-    cudaStream_t s = (cudaStream_t)ctx->stream;
     const size_t count = (size_t)n * plane;
     const size_t want = (count + PART_ELEMENTS - 1) / PART_ELEMENTS;
     const int used = (int)(want < 1 ? 1 : want > BN_CONV_BIAS_PARTS ? BN_CONV_BIAS_PARTS : want);
@@ -119,7 +118,7 @@ static bn_status grad_as(float *db, const T *dy, int n, int filters, int plane, 
 }
 
 template <typename T>
-static bn_status grad(float *db, const T *dy, int n, int filters, int plane, float *parts, bn_ctx *ctx)
+static bn_status grad(float *db, const T *dy, int n, int filters, int plane, float *parts, cudaStream_t s)
 {
     if (filters > 65535)
         return bn_error(BN_ERR_INTERNAL, "conv2d bias gradient of %d filters: more than 65535", filters);
@@ -127,10 +126,10 @@ static bn_status grad(float *db, const T *dy, int n, int filters, int plane, flo
     const int N = bn_pack<T>::N;
     const bool index32 = bn_index_fits_32((size_t)n * filters * plane);
     if (plane % N == 0 && bn_aligned16(dy))
-        return index32 ? grad_as<T, N, unsigned>(db, dy, n, filters, plane, parts, ctx)
-                         : grad_as<T, N, size_t>(db, dy, n, filters, plane, parts, ctx);
-    return index32 ? grad_as<T, 1, unsigned>(db, dy, n, filters, plane, parts, ctx)
-                     : grad_as<T, 1, size_t>(db, dy, n, filters, plane, parts, ctx);
+        return index32 ? grad_as<T, N, unsigned>(db, dy, n, filters, plane, parts, s)
+                         : grad_as<T, N, size_t>(db, dy, n, filters, plane, parts, s);
+    return index32 ? grad_as<T, 1, unsigned>(db, dy, n, filters, plane, parts, s)
+                     : grad_as<T, 1, size_t>(db, dy, n, filters, plane, parts, s);
 }
 
 extern "C" bn_status bn_conv_bias_add_f32(float *y, const float *b, int n, int filters, int plane, float *relu_y,
@@ -148,11 +147,17 @@ extern "C" bn_status bn_conv_bias_add_bf16(void *y, const float *b, int n, int f
 extern "C" bn_status bn_conv_bias_grad_f32(float *db, const float *dy, int n, int filters, int plane, float *parts,
                                            bn_ctx *ctx)
 {
-    return grad(db, dy, n, filters, plane, parts, ctx);
+    return grad(db, dy, n, filters, plane, parts, (cudaStream_t)ctx->stream);
+}
+
+extern "C" bn_status bn_conv_bias_grad_f32_on(void *stream, float *db, const float *dy, int n, int filters,
+                                              int plane, float *parts)
+{
+    return grad(db, dy, n, filters, plane, parts, (cudaStream_t)stream);
 }
 
 extern "C" bn_status bn_conv_bias_grad_bf16(float *db, const void *dy, int n, int filters, int plane, float *parts,
                                             bn_ctx *ctx)
 {
-    return grad(db, (const __nv_bfloat16 *)dy, n, filters, plane, parts, ctx);
+    return grad(db, (const __nv_bfloat16 *)dy, n, filters, plane, parts, (cudaStream_t)ctx->stream);
 }

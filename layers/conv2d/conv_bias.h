@@ -33,6 +33,10 @@ bn_status bn_conv_bias_grad_f32(float *db, const float *dy, int n, int filters, 
                                 bn_ctx *ctx);
 bn_status bn_conv_bias_grad_bf16(float *db, const void *dy, int n, int filters, int plane, float *parts,
                                  bn_ctx *ctx);
+/* bn_conv_bias_grad_f32 queued on `stream` (a cudaStream_t), for a kernel family's filter pass,
+ * which is given a stream rather than the context (conv_family.h). */
+bn_status bn_conv_bias_grad_f32_on(void *stream, float *db, const float *dy, int n, int filters, int plane,
+                                   float *parts);
 
 #ifdef __cplusplus
 }

@@ -16,7 +16,7 @@
  * tiles in by A dy A^T (carry_dy) beside the input's, takes dU[xi][o][c] = sum over t of
  * Dy[xi][o][t] V[xi][c][t] (the point's product with V read along its tiles), split along the
  * tiles where the points' tiles of filters x channels alone leave multiprocessors idle and summed
- * over the chunks in order, then dw += G^T dU G (finish_w) and db += the sum of dy (bias_grad).
+ * over the chunks in order, then dw += G^T dU G (finish_w) and db += the sum of dy (conv_bias.h).
  *
  * The products run on the tensor cores, m16n8k8 with both operands split into TF32 values and
  * remainders (mma_tf32.cuh: FP32 accuracy), or the value product alone in a tf32 context. Sums
@@ -24,6 +24,7 @@
 #include <cuda_pipeline.h>
 #include <stdint.h>
 
+#include "conv_bias.h"
 #include "conv_family.h"
 #include "conv_wino.h"
 #include "conv_wino_limits.h"
@@ -176,9 +177,9 @@ static __global__ void __launch_bounds__(WG_THREADS) carry_dy(const float *dy, b
 
 /* The weights carried in: U[xi][o][c] = (G g G^T)[xi] (rows rows, cip apart) for the form's
  * output channel o and summed channel c, zeros for c past the channels, split into its TF32 value
- * (u) and remainder (u_lo, mma_tf32.cuh) once here rather than by every warp that reads it. w holds [filters][c][3][3];
- * the forward form's o is the filter and c the channel; `turned` (the data pass): o is the
- * channel, c the filter, and the window turned half a circle. */
+ * (u) and remainder (u_lo, mma_tf32.cuh) once here rather than by every warp that reads it.
+ * w holds [filters][c][3][3]; the forward form's o is the filter and c the channel; `turned` (the
+ * data pass): o is the channel, c the filter, and the window turned half a circle. */
 static __global__ void __launch_bounds__(WG_THREADS) carry_w(const float *w, int rows, int sums, int cip, int turned,
                                                              float *u, float *u_lo)
 {
@@ -282,28 +283,6 @@ static __global__ void __launch_bounds__(WG_THREADS) finish_w(const float *du, i
     for (int t = 0; t < 9; t++) to[t] += (float)k[t];
 }
 
-/* db[o] += the sum of dy's channel o over n images of `plane` cells: a block a channel, each
- * thread's cells and then the threads' sums added in a fixed order, in double. */
-static __global__ void __launch_bounds__(WG_THREADS) bias_grad(const float *dy, int n, int co, int plane, float *db)
-{
-    bn_early_entry(); /* pdl.cuh */
-    __shared__ double part[WG_THREADS];
-    const int o = blockIdx.x;
-    double sum = 0.0;
-    const long long cells = (long long)n * plane;
-    for (long long i = threadIdx.x; i < cells; i += WG_THREADS) {
-        const long long img = i / plane, cell = i - img * plane;
-        sum += dy[((size_t)img * co + o) * plane + cell];
-    }
-    part[threadIdx.x] = sum;
-    __syncthreads();
-    for (int half = WG_THREADS / 2; half > 0; half /= 2) {
-        if (threadIdx.x < half) part[threadIdx.x] += part[threadIdx.x + half];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) db[o] += (float)part[0];
-}
-
 /* ---- the 36 points' products ---- */
 
 /* C[xi] (m x n) = A[xi] (m x r) B[xi] (r x n) for the 36 points (blockIdx.z % 36) and the splits
@@ -387,13 +366,13 @@ static __global__ void __launch_bounds__(WG_THREADS) wg_gemm(wg_gemm_args g)
     const float *a_lo = PRE ? g.a_lo + xi * g.a_xi : NULL;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, tq = lane % 4;
     const int wm = warp / 4, wn = warp % 4;
-    float acc[MT][NTL][4];
+    float acc[NTL][MT][4]; /* by column tile, so that mma_tiles_in_rounds takes one's row tiles */
 #pragma unroll
-    for (int i = 0; i < MT; i++)
+    for (int j = 0; j < NTL; j++)
 #pragma unroll
-        for (int j = 0; j < NTL; j++)
+        for (int i = 0; i < MT; i++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
+            for (int e = 0; e < 4; e++) acc[j][i][e] = 0.0f;
     const int steps = r_end > r_begin ? (r_end - r_begin + WG_BK - 1) / WG_BK : 0;
 #pragma unroll
     for (int s = 0; s < WG_STAGES - 1; s++) {
@@ -436,16 +415,7 @@ static __global__ void __launch_bounds__(WG_THREADS) wg_gemm(wg_gemm_args g)
                 uint32_t bh0, bl0, bh1, bl1;
                 split_tf32(b0, bh0, bl0);
                 split_tf32(b1, bh1, bl1);
-                /* The three products of a multiply (mma_split's) go into one sum: each round takes
-                 * every row tile, so that a sum's next product does not wait on its last. */
-                if (P == 3) {
-#pragma unroll
-                    for (int i = 0; i < MT; i++) mma_tf32(acc[i][j], al[i], bh0, bh1);
-#pragma unroll
-                    for (int i = 0; i < MT; i++) mma_tf32(acc[i][j], ah[i], bl0, bl1);
-                }
-#pragma unroll
-                for (int i = 0; i < MT; i++) mma_tf32(acc[i][j], ah[i], bh0, bh1);
+                mma_tiles_in_rounds<P, MT>(acc[j], ah, al, bh0, bl0, bh1, bl1);
             }
         }
     }
@@ -462,7 +432,7 @@ static __global__ void __launch_bounds__(WG_THREADS) wg_gemm(wg_gemm_args g)
                 const int col = n0 + wn * (BN / 4) + j * 8 + 2 * tq;
                 if (col >= g.n) continue;
                 float *to = c + (size_t)row * g.ldc + col;
-                float2 v = make_float2(acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+                float2 v = make_float2(acc[j][i][2 * h], acc[j][i][2 * h + 1]);
                 if (col + 1 < g.n) { /* ldc and the points' strides are even: 8-byte aligned */
                     if (g.accumulate) {
                         const float2 was = *(const float2 *)to;
@@ -492,13 +462,15 @@ static cudaError_t gemm_launch(int products, const wg_gemm_args &a, cudaStream_t
  * read it and B read as its transpose. */
 static cudaError_t gemm(bool filter, int products, int cfg, const wg_gemm_args &a, cudaStream_t st)
 {
-    switch (cfg + (filter ? WG_CONFIGS : 0)) {
-    case 0: return gemm_launch<128, 128, false, true>(products, a, st);
-    case 1: return gemm_launch<64, 256, false, true>(products, a, st);
-    case 2: return gemm_launch<64, 128, false, true>(products, a, st);
-    case WG_CONFIGS + 0: return gemm_launch<128, 128, true, false>(products, a, st);
-    case WG_CONFIGS + 1: return gemm_launch<64, 256, true, false>(products, a, st);
-    default: return gemm_launch<64, 128, true, false>(products, a, st);
+    if (filter) switch (cfg) {
+        case WG_WIDE: return gemm_launch<128, 128, true, false>(products, a, st);
+        case WG_LONG: return gemm_launch<64, 256, true, false>(products, a, st);
+        default: return gemm_launch<64, 128, true, false>(products, a, st);
+        }
+    switch (cfg) {
+    case WG_WIDE: return gemm_launch<128, 128, false, true>(products, a, st);
+    case WG_LONG: return gemm_launch<64, 256, false, true>(products, a, st);
+    default: return gemm_launch<64, 128, false, true>(products, a, st);
     }
 }
 
@@ -527,9 +499,7 @@ static bn_status run_form(const bn_wino_plan *p, const bn_wino_pass *wp, int n, 
     /* Past the split counters every family keeps at the scratch's start (conv_family.h), which
      * another family's pass of the layer may need at zero. */
     float *u = (float *)((unsigned *)scratch + BN_CONV_SPLIT_COUNTERS);
-    float *u_lo = u + (size_t)XI * f.co * cip;
-    float *v = u_lo + (size_t)XI * f.co * cip;
-    float *m = v + (size_t)XI * cip * cols;
+    float *u_lo = u + wp->lo, *v = u + wp->in, *m = u + wp->out;
     const bool vec_relu =
         !relu || (aligned16(relu->out) && relu->image % 4 == 0 && (!relu->mask || aligned16(relu->mask)));
     const bool vec = f.ow % 4 == 0 && aligned16(y) && vec_relu;
@@ -574,15 +544,8 @@ extern "C" bn_status bn_wino_backward_filter(const bn_wino_plan *p, int n, void 
     if (!parts) return bn_error(BN_ERR_INTERNAL, "Winograd convolution: a filter pass without partial sums");
     cudaStream_t st = (cudaStream_t)stream;
     const bn_wino_form f = wp->f;
-    const int cip = wp->cip, cols = wp->cols;
-    /* A split's slot: the 36 points' rows of ldc floats. */
-    const int ldc = wp->turned ? (f.co + 3) / 4 * 4 : cip;
-    const long long slot = (long long)XI * (wp->turned ? f.ci : f.co) * ldc;
-    float *v = (float *)parts;
-    float *dyt = v + (size_t)XI * cip * cols;
-    float *du = dyt + (size_t)XI * f.co * cols;
-    /* Each split's share of the tiles, whole stages: at most wp->splits slots. */
-    const int share = (cols + wp->splits - 1) / wp->splits, per = (share + WG_BK - 1) / WG_BK * WG_BK;
+    const int cip = wp->cip, cols = wp->cols, ldc = wp->ldc;
+    float *v = (float *)parts + wp->in, *dyt = (float *)parts + wp->dy, *du = (float *)parts + wp->out;
     for (int img0 = 0; img0 < n; img0 += wp->images) {
         const int images = n - img0 < wp->images ? n - img0 : wp->images;
         BN_CUDA(bn_launch_early(carry_in, dim3(blocks_for((long long)cip * cols)), dim3(WG_THREADS), 0, st, x, f,
@@ -594,19 +557,17 @@ extern "C" bn_status bn_wino_backward_filter(const bn_wino_plan *p, int n, void 
         wg_gemm_args a = {};
         a.a = wp->turned ? v : dyt, a.b = wp->turned ? dyt : v, a.c = du;
         a.a_xi = (long long)rows * cols, a.b_xi = (long long)across * cols, a.c_xi = (long long)rows * ldc;
-        a.c_split = slot;
+        a.c_split = wp->slot;
         a.lda = cols, a.ldb = cols, a.ldc = ldc;
-        a.m = rows, a.n = across, a.r = cols, a.r_per = per;
+        a.m = rows, a.n = across, a.r = cols, a.r_per = wp->per;
         a.accumulate = img0 > 0;
         BN_CUDA(gemm(true, p->products, wp->cfg, a, st));
     }
-    const int splits = (cols + per - 1) / per;
     const int so = wp->turned ? 1 : ldc, sc = wp->turned ? ldc : 1;
     BN_CUDA(bn_launch_early(finish_w, dim3(blocks_for((long long)f.co * f.ci)), dim3(WG_THREADS), 0, st,
-                            (const float *)du, splits, slot, f.co, f.ci, so, sc, (long long)slot / XI, dw));
-    if (db)
-        BN_CUDA(bn_launch_early(bias_grad, dim3(f.co), dim3(WG_THREADS), 0, st, dy, n, f.co, f.oh * f.ow, db));
-    return BN_OK;
+                            (const float *)du, wp->splits, wp->slot, f.co, f.ci, so, sc, wp->slot / XI, dw));
+    if (!db) return BN_OK;
+    return bn_conv_bias_grad_f32_on(stream, db, dy, n, f.co, f.oh * f.ow, (float *)parts + wp->bias);
 }
 
 extern "C" bn_status bn_conv_run_wino(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass, void *stream,

@@ -45,19 +45,28 @@ typedef struct bn_wino_pass {
     int cols;         /* a chunk's tiles (images x th x tw), rounded up to a multiple of 4 */
     int cip;          /* the summed channels rounded up to a multiple of 4 (forward, data) */
     int splits;       /* filter: the blocks each point's product is split among along the tiles */
+    int per;          /* filter: the tiles a split takes (whole stages of the products) */
     int cfg;          /* the products' tile configuration (conv_wino_limits.h) */
     int turned;       /* filter: the products' rows are the channels and their columns the filters
                          (fewer waste where the channels are 64 or fewer and the filters more) */
+    int ldc;          /* filter: floats a row of a point's weight gradient takes */
+    /* Where the pass's buffers lie, in floats from the start of its scratch past the split
+     * counters (forward, data) or of its partial sums (filter), all 16-byte aligned:
+     * - forward and data: the carried-in weights' TF32 values at 0 and remainders at `lo`, the
+     *   chunk's carried-in input at `in` and the points' products at `out`;
+     * - filter: the chunk's carried-in input at `in` (0) and output gradient at `dy`, the splits'
+     *   weight gradients at `out` (`slot` floats a split), and the bias gradient's partial sums
+     *   (conv_bias.h) at `bias`.
+     * `floats` in all. */
+    long long lo, in, dy, out, slot, bias, floats;
 } bn_wino_pass;
 
 typedef struct bn_wino_plan {
     bn_wino_pass pass[3]; /* forward, data, filter */
     int products;         /* TF32 products per multiply: 3 (FP32 accuracy), 1 with tf32 */
-    size_t workspace;     /* bytes the filter pass needs: its carried-in input and output
-                             gradient for a chunk, and the 36 points' weight gradients per split */
-    size_t scratch;       /* bytes the forward or data pass needs: past the families' split
-                             counters (conv_family.h), the carried-in weights (TF32 values and
-                             remainders), and a chunk's carried-in input and products */
+    size_t workspace;     /* bytes the filter pass needs (its pass's `floats`) */
+    size_t scratch;       /* bytes the forward or data pass needs: the families' split counters
+                             (conv_family.h), then the larger pass's `floats` */
 } bn_wino_plan;
 
 /* Fills a plan for a batch of n (sms: the device's multiprocessors; tf32 nonzero: one TF32

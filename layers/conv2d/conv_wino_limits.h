@@ -4,9 +4,9 @@
 #define BN_CONV_WINO_LIMITS_H
 
 /* The points' products: blocks of rows x columns (wg_tiles), WG_BK of the summed index a stage.
- * Configuration 0 for more than 64 rows, 1 for fewer rows of many columns (the forward and data
- * passes' tiles), 2 for fewer rows of few columns (a filter pass's channels or filters). */
-#define WG_CONFIGS 3
+ * WG_WIDE for more than 64 rows; for 64 or fewer, WG_LONG where the columns are many (the forward
+ * and data passes' tiles), WG_NARROW where they are few (a filter pass's channels or filters). */
+enum { WG_WIDE, WG_LONG, WG_NARROW, WG_CONFIGS };
 static const int wg_tiles[WG_CONFIGS][2] = {{128, 128}, {64, 256}, {64, 128}};
 #define WG_BK 16
 

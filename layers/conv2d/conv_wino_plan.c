@@ -4,6 +4,7 @@
 #include <limits.h>
 #include <string.h>
 
+#include "conv_bias.h"
 #include "conv_family.h"
 #include "conv_wino.h"
 #include "conv_wino_limits.h"
@@ -36,17 +37,21 @@ static int chunk_images(long long room, long long per_image, int n)
     return images < 1 ? 1 : (int)images;
 }
 
-/* The forward or data pass over form f: the carried-in weights (co x cip a point, split in two),
- * then a chunk's carried-in input (cip x cols) and products (co x cols), in the scratch. */
+/* The forward or data pass over form f: the carried-in weights (co x cip a point, TF32 values
+ * and remainders), then a chunk's carried-in input (cip x cols) and products (co x cols), in the
+ * scratch past the split counters. */
 static void wg_pass(bn_wino_pass *p, size_t *scratch, const bn_wino_form *f, int n)
 {
     const long long tiles = (long long)f->th * f->tw, cip = round4(f->ci);
-    const long long weights = 2LL * BN_WINO_POINTS * f->co * cip; /* TF32 values and remainders */
     const long long per_image = (long long)BN_WINO_POINTS * tiles * (cip + f->co);
     const int images = chunk_images(room_floats, per_image, n);
-    *p = (bn_wino_pass){1, NULL, *f, images, round4(images * tiles), (int)cip, 1, f->co > 64 ? 0 : 1, 0};
-    const size_t bytes = BN_CONV_SPLIT_COUNTERS * sizeof(unsigned) +
-                         (size_t)(weights + (long long)BN_WINO_POINTS * p->cols * (cip + f->co)) * sizeof(float);
+    *p = (bn_wino_pass){.ok = 1, .f = *f, .images = images, .cols = round4((long long)images * tiles),
+                        .cip = (int)cip, .splits = 1, .cfg = f->co > 64 ? WG_WIDE : WG_LONG};
+    p->lo = (long long)BN_WINO_POINTS * f->co * cip;
+    p->in = 2 * p->lo;
+    p->out = p->in + (long long)BN_WINO_POINTS * cip * p->cols;
+    p->floats = p->out + (long long)BN_WINO_POINTS * f->co * p->cols;
+    const size_t bytes = BN_CONV_SPLIT_COUNTERS * sizeof(unsigned) + (size_t)p->floats * sizeof(float);
     if (bytes > *scratch) *scratch = bytes;
 }
 
@@ -58,17 +63,17 @@ static long long covered(int cfg, long long rows, long long cols)
 }
 
 /* The filter pass: a chunk's carried-in input (cip x cols) and output gradient (co x cols), then
- * `splits` slots of the 36 points' weight gradients (co x cip each), the product of each point
- * split along the chunk's tiles where its blocks alone leave multiprocessors idle. Its rows are
- * the filters, or the channels (turned) where that wastes fewer of the blocks' cells: configuration
- * 0 for more than 64 rows, else 2. */
+ * `splits` slots of the 36 points' weight gradients, the product of each point split along the
+ * chunk's tiles where its blocks alone leave multiprocessors idle, then the bias gradient's
+ * partial sums. The products' rows are the filters, or the channels (turned) where that wastes
+ * fewer of the blocks' cells. */
 static void wg_filter(bn_wino_pass *p, size_t *workspace, const bn_wino_form *f, int n, int sms)
 {
     const long long tiles = (long long)f->th * f->tw, cip = round4(f->ci);
     const long long per_image = (long long)BN_WINO_POINTS * tiles * (cip + f->co);
     const int images = chunk_images(room_floats, per_image, n);
-    const int cols = round4(images * tiles);
-    const int cfg = f->co > 64 ? 0 : 2, cfg_turned = f->ci > 64 ? 0 : 2;
+    const int cols = round4((long long)images * tiles);
+    const int cfg = f->co > 64 ? WG_WIDE : WG_NARROW, cfg_turned = f->ci > 64 ? WG_WIDE : WG_NARROW;
     const int turned = covered(cfg_turned, f->ci, f->co) < covered(cfg, f->co, f->ci);
     const int rows = turned ? f->ci : f->co, across = turned ? f->co : f->ci, use = turned ? cfg_turned : cfg;
     const long long blocks = (long long)BN_WINO_POINTS * ((rows + wg_tiles[use][0] - 1) / wg_tiles[use][0]) *
@@ -79,10 +84,19 @@ static void wg_filter(bn_wino_pass *p, size_t *workspace, const bn_wino_form *f,
     if (splits > most) splits = most;
     if (splits > WG_SPLIT_MAX) splits = WG_SPLIT_MAX;
     if (splits < 1) splits = 1;
-    *p = (bn_wino_pass){1, NULL, *f, images, cols, (int)cip, (int)splits, use, turned};
-    const size_t bytes =
-        (size_t)((long long)BN_WINO_POINTS * cols * (cip + f->co) + splits * BN_WINO_POINTS * round4(f->co) * cip) *
-        sizeof(float);
+    /* Each split's share of the tiles in whole stages of the products (so the splits may come out
+     * fewer than asked). */
+    const long long share = (cols + splits - 1) / splits, per = (share + WG_BK - 1) / WG_BK * WG_BK;
+    *p = (bn_wino_pass){.ok = 1, .f = *f, .images = images, .cols = cols, .cip = (int)cip,
+                        .splits = (int)((cols + per - 1) / per), .per = (int)per, .cfg = use, .turned = turned,
+                        .ldc = turned ? round4(f->co) : (int)cip};
+    p->in = 0;
+    p->dy = (long long)BN_WINO_POINTS * cip * cols;
+    p->out = p->dy + (long long)BN_WINO_POINTS * f->co * cols;
+    p->slot = (long long)BN_WINO_POINTS * rows * p->ldc;
+    p->bias = p->out + p->splits * p->slot;
+    p->floats = p->bias + (long long)f->co * BN_CONV_BIAS_PARTS;
+    const size_t bytes = (size_t)p->floats * sizeof(float);
     if (bytes > *workspace) *workspace = bytes;
 }
 

@@ -86,4 +86,22 @@ static __device__ __forceinline__ void mma_tiles(float (&acc)[M][4], const uint3
     }
 }
 
+/* The same products as mma_tiles, each round of them (remainder x value, value x remainder,
+ * value x value) taken for every row tile before the next, so that a sum's next product does not
+ * wait on its last: each sum gets its products in mma_split's order. */
+template <int P, int M>
+static __device__ __forceinline__ void mma_tiles_in_rounds(float (&acc)[M][4], const uint32_t (&ah)[M][4],
+                                                           const uint32_t (&al)[M][4], uint32_t bh0, uint32_t bl0,
+                                                           uint32_t bh1, uint32_t bl1)
+{
+    if (P == 3) {
+#pragma unroll
+        for (int i = 0; i < M; i++) mma_tf32(acc[i], al[i], bh0, bh1);
+#pragma unroll
+        for (int i = 0; i < M; i++) mma_tf32(acc[i], ah[i], bl0, bl1);
+    }
+#pragma unroll
+    for (int i = 0; i < M; i++) mma_tf32(acc[i], ah[i], bh0, bh1);
+}
+
 #endif
