@@ -53,6 +53,24 @@ BN_TEST(dist_shares_split_a_batch_in_rank_order)
     return BN_PASS;
 }
 
+/* BLOBNET_DIST_SUM's values, and a one-line error naming the variable for anything else. */
+BN_TEST(dist_sum_setting_reads_auto_peers_and_nccl)
+{
+    static const char *const text[] = {NULL, "", "auto", "peers", "nccl"};
+    static const int want[] = {BN_DIST_SUM_AUTO, BN_DIST_SUM_AUTO, BN_DIST_SUM_AUTO, BN_DIST_SUM_PEERS,
+                               BN_DIST_SUM_NCCL};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        int way = -1;
+        CHECK_MSG(bn_dist_sum_parse(text[i], &way) == BN_OK && way == want[i], "'%s': %d, want %d",
+                  text[i] ? text[i] : "(unset)", way, want[i]);
+    }
+    int way = -1;
+    CHECK(bn_dist_sum_parse("Peers", &way) == BN_ERR_USAGE);
+    CHECK_MSG(strstr(bn_last_error(), "BLOBNET_DIST_SUM=Peers") && strstr(bn_last_error(), "auto, peers, nccl"),
+              "%s", bn_last_error());
+    return BN_PASS;
+}
+
 BN_TEST(dist_without_nccl_every_entry_point_says_what_is_missing)
 {
     if (bn_dist_compiled()) BN_SKIP_TEST("this build has NCCL");
@@ -63,6 +81,7 @@ BN_TEST(dist_without_nccl_every_entry_point_says_what_is_missing)
     double v[2] = {1, 2};
     int any = 7;
     bn_status calls[] = {bn_dist_unique_id(id, sizeof id), bn_dist_open(&d, id, NULL),
+                         bn_dist_attach_grads(&d, NULL, NULL, 0),
                          bn_dist_allreduce_grads(&d, NULL, NULL, 0, 1.0), bn_dist_join_comm(&d, NULL),
                          bn_dist_average(&d, NULL, NULL, 0),
                          bn_dist_sum(&d, NULL, v, 2), bn_dist_max(&d, NULL, 1, &any),

@@ -31,20 +31,6 @@
 
 static char out[1 << 16];
 
-/* 2-GPU and 1-GPU runs differ only in the order of floating-point sums: each rank's cuDNN and
- * cuBLAS kernels sum 32 examples instead of 64 (other algorithms may be picked for the smaller
- * batch), and NCCL adds the two halves. One such step differs by a few float32 ulps (about 1e-7
- * relative); training amplifies it: in LeNet with this seed and data order, one ulp in one weight
- * moves the per-step losses by up to 1e-3 relative by step 50 (tests/test_gpu_training.c), while
- * the weights, which integrate 50 small updates, move far less. 1e-4 of the tensor's largest
- * magnitude is above that drift and far below what a wrong gradient scale does (a missing
- * division by the world size doubles every update: about 1e-1 of the largest weight after 50
- * steps). The test prints the difference it observed, so the bound can be tightened from it. */
-#define WEIGHT_TOL 1e-4
-/* The epoch's mean training loss averages the 50 steps' losses, so the late steps' drift moves
- * it much less than the last step's loss. */
-#define LOSS_TOL 1e-3
-
 /* 3200 training images at LeNet's batch 64: 50 steps an epoch. */
 #define LENET "models/lenet.cfg --batch 64 --seed 1 --quiet"
 #define STEPS_50 "--train-limit 3200 --epochs 1"
@@ -193,145 +179,6 @@ static int free_port(void)
     return port;
 }
 
-/* ---- comparing weight files ---- */
-
-/* How two files' parameter tensors ("<layer>.<param>", one dot: the optimizer's state tensors
- * are "<state>.<layer>.<param>") compare: the largest difference as a fraction of that tensor's
- * largest magnitude, the tensor where it is, and how many parameter tensors there were. */
-typedef struct weight_diff {
-    double worst;
-    char where[128];
-    int tensors;
-} weight_diff;
-
-static int dots(const char *s, size_t len)
-{
-    int n = 0;
-    for (size_t i = 0; i < len; i++) n += s[i] == '.';
-    return n;
-}
-
-/* Finds the entry of b named like ea; 0 when there is one. */
-static int find_entry(const bn_safetensors *b, const bn_safetensors_entry *ea, bn_safetensors_entry *eb)
-{
-    for (size_t j = 0; j < b->num_tensors; j++) {
-        if (bn_safetensors_check_entry(b, j, eb) != BN_OK) return -1;
-        if (eb->name_len == ea->name_len && memcmp(eb->name, ea->name, ea->name_len) == 0) return 0;
-    }
-    return -1;
-}
-
-/* Compares one pair of equally named tensors into d; -1 with a message when they cannot be. */
-static int diff_tensor(const bn_safetensors *a, const bn_safetensors_entry *ea, const bn_safetensors *b,
-                       const bn_safetensors_entry *eb, weight_diff *d)
-{
-    if (ea->count != eb->count || ea->count == 0) {
-        fprintf(stderr, "    %.*s: %llu values against %llu\n", (int)ea->name_len, ea->name,
-                (unsigned long long)ea->count, (unsigned long long)eb->count);
-        return -1;
-    }
-    float *va = malloc(ea->count * sizeof *va), *vb = malloc(eb->count * sizeof *vb);
-    int ok = va && vb && bn_safetensors_read_f32(a, ea, va) == BN_OK && bn_safetensors_read_f32(b, eb, vb) == BN_OK;
-    if (ok) {
-        double big = 0, diff = 0;
-        for (uint64_t i = 0; i < ea->count; i++) {
-            big = fmax(big, fabs(va[i]));
-            diff = fmax(diff, fabs((double)va[i] - vb[i]));
-        }
-        /* An all-zero tensor (a bias that never moved) compares absolutely. */
-        double rel = big > 0 ? diff / big : diff;
-        if (rel >= d->worst) {
-            d->worst = rel;
-            snprintf(d->where, sizeof d->where, "%.*s", (int)ea->name_len, ea->name);
-        }
-        d->tensors++;
-    } else {
-        fprintf(stderr, "    %.*s: %s\n", (int)ea->name_len, ea->name, bn_last_error());
-    }
-    free(va);
-    free(vb);
-    return ok ? 0 : -1;
-}
-
-/* Opens both files; -1 with a message (and nothing left open) when either cannot be. */
-static int open_pair(const char *pa, bn_safetensors *a, const char *pb, bn_safetensors *b)
-{
-    if (bn_safetensors_open(pa, a) != BN_OK) {
-        fprintf(stderr, "    %s\n", bn_last_error());
-        bn_safetensors_close(a);
-        return -1;
-    }
-    if (bn_safetensors_open(pb, b) != BN_OK) {
-        fprintf(stderr, "    %s\n", bn_last_error());
-        bn_safetensors_close(a);
-        bn_safetensors_close(b);
-        return -1;
-    }
-    return 0;
-}
-
-/* Compares the parameter tensors of the weight files a and b; -1 with a message when either
- * cannot be read or their tensors do not match by name and size. */
-static int diff_weights(const char *pa, const char *pb, weight_diff *d)
-{
-    memset(d, 0, sizeof *d);
-    bn_safetensors a, b;
-    if (open_pair(pa, &a, pb, &b) != 0) return -1;
-    int ok = 1;
-    for (size_t i = 0; ok && i < a.num_tensors; i++) {
-        bn_safetensors_entry ea, eb;
-        ok = bn_safetensors_check_entry(&a, i, &ea) == BN_OK;
-        if (!ok || dots(ea.name, ea.name_len) != 1) continue;
-        ok = find_entry(&b, &ea, &eb) == 0;
-        if (!ok) fprintf(stderr, "    %s has no tensor %.*s of %s\n", pb, (int)ea.name_len, ea.name, pa);
-        ok = ok && diff_tensor(&a, &ea, &b, &eb, d) == 0;
-    }
-    bn_safetensors_close(&a);
-    bn_safetensors_close(&b);
-    return ok && d->tensors > 0 ? 0 : -1;
-}
-
-/* The epoch row's training loss of a metrics log (epoch,step,lr,train_loss,...) for the last
- * epoch it holds, or NAN. */
-static double last_epoch_loss(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    if (!f) return NAN;
-    char line[512];
-    double loss = NAN;
-    while (fgets(line, sizeof line, f)) {
-        int epoch;
-        long step;
-        char lr[64], v[64], acc[64], test_loss[64];
-        /* Step rows leave the test fields empty, so only an epoch row fills all six. */
-        if (sscanf(line, "%d,%ld,%63[^,],%63[^,],%63[^,],%63[^,]", &epoch, &step, lr, v, acc, test_loss) == 6)
-            loss = atof(v);
-    }
-    fclose(f);
-    return loss;
-}
-
-/* Fails unless the weights at pa and pb agree to WEIGHT_TOL and, when both logs are given, the
- * last epochs' training losses agree to LOSS_TOL relative; prints what was observed. */
-static int check_same_training(const char *what, const char *pa, const char *pb, const char *log_a,
-                               const char *log_b)
-{
-    weight_diff d;
-    CHECK_MSG(diff_weights(pa, pb, &d) == 0, "%s: cannot compare %s and %s", what, pa, pb);
-    printf("    %s: largest weight difference %.3g of the tensor's largest weight (%s, %d tensors)\n", what, d.worst,
-           d.where, d.tensors);
-    CHECK_MSG(d.worst <= WEIGHT_TOL, "%s: %s differs by %.3g of its largest weight (tolerance %g)", what, d.where,
-              d.worst, WEIGHT_TOL);
-    if (log_a) {
-        double la = last_epoch_loss(log_a), lb = last_epoch_loss(log_b);
-        printf("    %s: training loss %.7g against %.7g\n", what, la, lb);
-        CHECK_MSG(la > 0 && lb > 0, "%s: no epoch row in %s or %s", what, log_a, log_b);
-        CHECK_MSG(fabs(la - lb) <= LOSS_TOL * la, "%s: training loss %.7g against %.7g (tolerance %g relative)", what,
-                  la, lb, LOSS_TOL);
-    }
-    return BN_PASS;
-}
-
 /* The initial weights of LeNet with seed 1, as every run here starts from them. */
 static int initial_weights(const char *path)
 {
@@ -340,41 +187,6 @@ static int initial_weights(const char *path)
     CHECK_MSG(train("", args) == 0, "%s", out);
     return BN_PASS;
 }
-
-/* Fails unless training moved every parameter tensor of path away from init by more than
- * 10 x WEIGHT_TOL: a run that never trained (or trained on zero gradients) cannot pass the
- * comparisons above. */
-static int check_trained(const char *path, const char *init)
-{
-    bn_safetensors a, b;
-    CHECK_MSG(open_pair(path, &a, init, &b) == 0, "cannot read %s or %s", path, init);
-    double least = INFINITY;
-    char where[128] = "";
-    int ok = 1;
-    for (size_t i = 0; ok && i < a.num_tensors; i++) {
-        bn_safetensors_entry ea, eb;
-        ok = bn_safetensors_check_entry(&a, i, &ea) == BN_OK;
-        if (!ok || dots(ea.name, ea.name_len) != 1) continue;
-        weight_diff d = {0};
-        ok = find_entry(&b, &ea, &eb) == 0 && diff_tensor(&a, &ea, &b, &eb, &d) == 0;
-        if (ok && d.worst < least) {
-            least = d.worst;
-            snprintf(where, sizeof where, "%s", d.where);
-        }
-    }
-    bn_safetensors_close(&a);
-    bn_safetensors_close(&b);
-    CHECK_MSG(ok && least < INFINITY, "cannot compare %s with the initial weights %s", path, init);
-    CHECK_MSG(least > 10 * WEIGHT_TOL, "%s: %s moved only %.3g of its largest weight from its initial value", path,
-              where, least);
-    return BN_PASS;
-}
-
-#define CHECK_PASS(expr)                \
-    do {                                \
-        int r_ = (expr);                \
-        if (r_ != BN_PASS) return r_;   \
-    } while (0)
 
 /* ---- the tests ---- */
 
@@ -395,11 +207,11 @@ BN_TEST(multigpu_ranks_are_bit_identical_after_50_steps)
     CHECK_MSG(access(r0, F_OK) == 0 && access(r1, F_OK) == 0, "BLOBNET_RANK_WEIGHTS wrote no %s or %s:\n%s", r0, r1,
               out);
     CHECK_MSG(mg_files_equal(r0, r1), "rank 0's and rank 1's final weights differ");
-    weight_diff d;
-    CHECK(diff_weights(r0, r1, &d) == 0);
+    mg_weight_diff d;
+    CHECK(mg_diff_weights(r0, r1, &d) == 0);
     CHECK_MSG(d.worst == 0, "%s differs by %.3g of its largest weight", d.where, d.worst);
     CHECK_PASS(initial_weights(init));
-    CHECK_PASS(check_trained(r0, init));
+    CHECK_PASS(mg_check_trained(r0, init));
     printf("    50 steps on 2 GPUs: %d parameter tensors equal bit for bit on both ranks, all trained\n", d.tensors);
     return BN_PASS;
 }
@@ -421,9 +233,9 @@ BN_TEST(multigpu_two_gpus_train_what_one_gpu_trains)
     CHECK_MSG(train("", args) == 0, "%s", out);
     snprintf(args, sizeof args, LENET " " STEPS_50 " --gpus 2 --save %s --log %s", two, log2);
     CHECK_MSG(train("", args) == 0, "%s", out);
-    CHECK_PASS(check_same_training("2 GPUs against 1, 50 steps", one, two, log1, log2));
+    CHECK_PASS(mg_check_same_training("2 GPUs against 1, 50 steps", one, two, log1, log2));
     CHECK_PASS(initial_weights(init));
-    CHECK_PASS(check_trained(two, init));
+    CHECK_PASS(mg_check_trained(two, init));
     return BN_PASS;
 }
 
@@ -470,7 +282,7 @@ static int resume_across(const char *first, const char *tag)
     snprintf(args, sizeof args, LENET " --train-limit 1600 --epochs 2 --gpus 2 --resume %s --save %s", part, on2);
     CHECK_MSG(train("", args) == 0, "%s", out);
     snprintf(what, sizeof what, "epoch 1 on %s, epoch 2 on 1 GPU against on 2 GPUs", first);
-    return check_same_training(what, on1, on2, NULL, NULL);
+    return mg_check_same_training(what, on1, on2, NULL, NULL);
 }
 
 /* A checkpoint saved on 2 GPUs and one saved on 1 each resume on 1 GPU and on 2 and end at the
@@ -721,7 +533,7 @@ static int by_hand_in_step(const char *env, const char *tag, int socket)
     if (socket) CHECK_PASS(check_socket_transport(dir));
     ft_path(init, sizeof init, "init.safetensors");
     CHECK_PASS(initial_weights(init));
-    CHECK_PASS(check_trained(w[0], init));
+    CHECK_PASS(mg_check_trained(w[0], init));
     printf("    %s: rendezvous on 127.0.0.1:%d, 20 steps, both ranks' weights equal bit for bit\n", tag, port);
     return BN_PASS;
 }

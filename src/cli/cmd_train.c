@@ -364,6 +364,7 @@ static bn_status join_ranks(const train_args *a, train_run *r, const bn_train_st
     BN_TRY(dist_timeout(&r->dist.timeout_s));
     BN_TRY(dist_bucket(&r->dist.bucket_bytes));
     BN_TRY(bn_schedule_parse(getenv("BLOBNET_DIST_SCHEDULE"), &r->dist.schedule));
+    BN_TRY(bn_dist_sum_parse(getenv("BLOBNET_DIST_SUM"), &r->dist.sum_way));
     return bn_dist_join(&r->dist, a->host, a->port, training_fingerprint(r, st), r->ctx);
 }
 

@@ -13,6 +13,10 @@
  * inside a captured CUDA graph as well. NVLink multicast
  * (NCCL_NVLS_ENABLE) is left as the environment sets it.
  *
+ * Between the GPUs of one machine the gradient slab is summed through the peers' memory instead
+ * (peer_sum.h), where every rank can map every other's (bn_dist_attach_grads): NCCL's ring costs a
+ * small model's few MB of gradients its latency 2(N-1) times over.
+ *
  * The stop agreement between steps can also be queued and read later (bn_dist_max_begin and
  * _end): its value travels through pinned host memory and an event says when it is back, so
  * that the host never waits for the device to run dry to learn it. */
@@ -27,6 +31,7 @@
 #include "core/nvtx.h"
 #include "dist.h"
 #include "gpu/cuda_check.h"
+#include "peer_sum.h"
 
 #define DEFAULT_TIMEOUT_S 120.0
 /* How long a host wait sleeps between two polls: short beside a step, long beside a spin. The
@@ -55,6 +60,7 @@ typedef struct comm_state {
     double weights[MAX_WEIGHTS];
     ncclRedOp_t ops[MAX_WEIGHTS];
     int num_ops;
+    bn_peer_sum *peers;      /* the gradient slab summed through the peers' memory; NULL: by NCCL */
 } comm_state;
 
 static double timeout_of(const bn_dist *d)
@@ -185,6 +191,8 @@ static bn_status wait_for(bn_dist *d, cudaStream_t s, cudaEvent_t done, const ch
         if (e != cudaErrorNotReady)
             return bn_error(BN_ERR_DEVICE, "rank %d: %s:%d: %s (%s): %s", d->rank, __FILE__, __LINE__,
                             done ? "cudaEventQuery" : "cudaStreamQuery", what, cudaGetErrorString(e));
+        const comm_state *st = (const comm_state *)d->state;
+        if (st && bn_peer_sum_stalled(st->peers)) return no_progress(d, "summing the gradients with the peers");
         ncclResult_t async;
         ncclResult_t q = ncclCommGetAsyncError((ncclComm_t)d->comm, &async);
         if (q != ncclSuccess) return nccl_failed(d, q, __FILE__, __LINE__, "ncclCommGetAsyncError");
@@ -397,7 +405,83 @@ static bn_status allreduce_grads(bn_dist *d, bn_ctx *ctx, float *grads, size_t c
         BN_TRY(fork_comm(d, (cudaStream_t)ctx->stream));
         if (ctx->side_stream) BN_TRY(fork_comm(d, (cudaStream_t)ctx->side_stream));
     }
+    comm_state *st = (comm_state *)d->state;
+    if (bn_peer_sum_covers(st->peers, grads, count))
+        return bn_peer_sum_run(st->peers, grads, count, (float)weight, (cudaStream_t)d->stream);
     BN_NCCL(d, ncclAllReduce(grads, grads, count, ncclFloat32, op, (ncclComm_t)d->comm, (cudaStream_t)d->stream));
+    return BN_OK;
+}
+
+/* Every rank's info, gathered through NCCL into all[0..world). */
+static bn_status gather_infos(bn_dist *d, bn_ctx *ctx, const bn_peer_info *mine, bn_peer_info *all)
+{
+    cudaStream_t s = (cudaStream_t)ctx->stream;
+    const size_t one = sizeof *mine;
+    char *dev = NULL;
+    BN_TRY(bn_device_alloc((void **)&dev, one * (size_t)d->world));
+    bn_status r = BN_OK;
+    if (cudaMemcpyAsync(dev + one * (size_t)d->rank, mine, one, cudaMemcpyHostToDevice, s) != cudaSuccess)
+        r = bn_error(BN_ERR_DEVICE, "rank %d: copying its peer info to the device failed", d->rank);
+    if (r == BN_OK) r = fork_comm(d, s);
+    if (r == BN_OK) {
+        ncclResult_t n = ncclAllGather(dev + one * (size_t)d->rank, dev, one, ncclChar, (ncclComm_t)d->comm,
+                                       (cudaStream_t)d->stream);
+        if (n != ncclSuccess) r = settle(d, n, __FILE__, __LINE__, "ncclAllGather (the peers' memory handles)");
+    }
+    if (r == BN_OK) r = join_comm(d, s);
+    if (r == BN_OK) r = wait_stream(d, s, "gathering the peers' memory handles");
+    if (r == BN_OK && cudaMemcpy(all, dev, one * (size_t)d->world, cudaMemcpyDeviceToHost) != cudaSuccess)
+        r = bn_error(BN_ERR_DEVICE, "rank %d: copying the peers' info from the device failed", d->rank);
+    bn_device_free(dev);
+    return r;
+}
+
+extern "C" bn_status bn_dist_attach_grads(bn_dist *d, bn_ctx *ctx, float *slab, size_t count)
+{
+    BN_NEED_OPEN(d);
+    comm_state *st = (comm_state *)d->state;
+    if (st->peers) {
+        BN_TRY(wait_stream(d, (cudaStream_t)ctx->stream, "setting up the gradient sum"));
+        BN_TRY(wait_stream(d, (cudaStream_t)d->stream, "setting up the gradient sum"));
+        bn_peer_sum_close(st->peers, 0);
+        st->peers = NULL;
+    }
+    d->peer_sum = 0;
+    if (d->world < 2 || !slab || !count) return BN_OK;
+    /* Every rank takes part in the gathering and the agreement, whatever it can do itself. */
+    bn_peer_info mine, *all = (bn_peer_info *)calloc((size_t)d->world, sizeof *all);
+    if (!all) return bn_error(BN_ERR_NOMEM, "rank %d: out of host memory for the peers' info", d->rank);
+    bn_peer_sum *ps = NULL;
+    const char *why = NULL;
+    char reason[256] = "";
+    bn_status s = BN_OK;
+    if (d->sum_way == BN_DIST_SUM_NCCL) {
+        memset(&mine, 0, sizeof mine);
+        why = "BLOBNET_DIST_SUM=nccl";
+    } else if (bn_peer_sum_local(&ps, d->rank, d->world, d->device, slab, count, d->timeout_s, &mine, &why) != BN_OK) {
+        snprintf(reason, sizeof reason, "%s", bn_last_error());
+        mine.ok = 0;
+    }
+    if (why) snprintf(reason, sizeof reason, "%s", why);
+    s = gather_infos(d, ctx, &mine, all);
+    int bad = 0;
+    if (s == BN_OK) {
+        for (int q = 0; q < d->world && !reason[0]; q++)
+            if (!all[q].ok) snprintf(reason, sizeof reason, "rank %d cannot take part", q);
+        if (!reason[0] && bn_peer_sum_connect(ps, all) != BN_OK) snprintf(reason, sizeof reason, "%s", bn_last_error());
+        s = bn_dist_max(d, ctx, reason[0] ? 1 : 0, &bad);
+    }
+    free(all);
+    if (s == BN_OK && !bad) {
+        st->peers = ps;
+        d->peer_sum = 1;
+        return BN_OK;
+    }
+    bn_peer_sum_close(ps, 0);
+    BN_TRY(s);
+    if (d->sum_way == BN_DIST_SUM_PEERS)
+        return bn_error(BN_ERR_USAGE, "rank %d: BLOBNET_DIST_SUM=peers: the gradients cannot be summed through the "
+                        "peers' memory (%s)", d->rank, reason[0] ? reason : "another rank cannot take part");
     return BN_OK;
 }
 
@@ -571,5 +655,7 @@ extern "C" void bn_dist_close(bn_dist *d, int aborting)
         d->comm = NULL;
     }
     abort_comm(d);
+    if (st) bn_peer_sum_close(st->peers, aborting || d->failed);
+    if (st) st->peers = NULL;
     release_state(d);
 }

@@ -31,6 +31,11 @@ bn_status bn_dist_open(bn_dist *d, const void *id, bn_ctx *ctx)
     return missing();
 }
 
+bn_status bn_dist_attach_grads(bn_dist *d, bn_ctx *ctx, float *slab, size_t count)
+{
+    return missing();
+}
+
 bn_status bn_dist_allreduce_grads(bn_dist *d, bn_ctx *ctx, float *grads, size_t count, double weight)
 {
     return missing();

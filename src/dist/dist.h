@@ -45,6 +45,10 @@ typedef struct bn_dist {
                                   layer): BN_DIST_BUCKET_BYTES unless $BLOBNET_DIST_BUCKET says */
     int schedule;              /* when the buckets' all-reduces run: BN_SCHEDULE_TIMED (0), _BESIDE or
                                   _AFTER (train/dist_schedule.h), as $BLOBNET_DIST_SCHEDULE says */
+    int sum_way;               /* how the gradients are summed: BN_DIST_SUM_AUTO (0), _PEERS or _NCCL, as
+                                  $BLOBNET_DIST_SUM says (bn_dist_sum_parse) */
+    int peer_sum;              /* set by bn_dist_attach_grads: 1 when the gradient slab is summed
+                                  through the peers' memory (dist/peer_sum.h), 0 by NCCL */
     void *comm;                /* ncclComm_t */
     int failed;                /* a collective failed or passed the deadline (bn_dist_failed) */
     void *stream;              /* the communication stream (cudaStream_t), created by comm */
@@ -101,6 +105,21 @@ bn_status bn_dist_unique_id(void *id, size_t id_len);
 /* Joins the group as d->rank of d->world on ctx's device, from the id every rank received. */
 bn_status bn_dist_open(bn_dist *d, const void *id, bn_ctx *ctx);
 
+
+/* How the gradient slab is summed. AUTO: through the peers' memory where every rank is on one
+ * machine and each GPU can reach the others' memory (and NCCL's peer transport is not switched off
+ * by NCCL_P2P_DISABLE), else by NCCL; PEERS: that way or an error saying why not; NCCL: NCCL's
+ * all-reduce always. */
+enum { BN_DIST_SUM_AUTO, BN_DIST_SUM_PEERS, BN_DIST_SUM_NCCL };
+
+/* Reads BLOBNET_DIST_SUM's value (NULL or empty: auto; "auto", "peers" or "nccl") into *way. */
+bn_status bn_dist_sum_parse(const char *text, int *way);
+
+/* Makes the gradient slab (count floats at slab, device memory of its own allocation) the one
+ * bn_dist_allreduce_grads sums through the peers' memory, where d->sum_way and the machine allow:
+ * a collective that every rank calls with its own slab of the same size before the first step;
+ * d->peer_sum says whether it took. Called again with another slab, it sets that one up instead. */
+bn_status bn_dist_attach_grads(bn_dist *d, bn_ctx *ctx, float *slab, size_t count);
 
 /* Sums `count` gradients at grads (device) across ranks, in place, each rank's scaled by its
  * weight (its share n_r / n of the global batch, so the sum is the global mean): queued on the

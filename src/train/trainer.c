@@ -665,6 +665,14 @@ bn_status bn_evaluate(bn_net *net, const bn_dataset *data, double *loss, double 
     return s;
 }
 
+/* The gradient slab the ranks sum (dist.h: through the peers' memory where they can). */
+static bn_status attach_grads(bn_net *net, bn_dist *dist)
+{
+    float *g = net->grads ? bn_blob_dev_wr(net->grads) : NULL;
+    if (net->grads && !g) return bn_last_status();
+    return bn_dist_attach_grads(dist, net->pass.ctx, g, g ? bn_blob_count(net->grads) : 0);
+}
+
 static void print_epoch(FILE *out, const bn_epoch_report *r)
 {
     if (!out) return;
@@ -705,6 +713,7 @@ bn_status bn_train(bn_net *net, bn_optimizer *opt, const bn_dataset *train, cons
     step_graphs graphs = {0}, eval_graphs = {0}, val_graphs = {0};
     bn_schedule sched = {0};
     if (s == BN_OK && opts->dist) s = bn_schedule_open(&sched, opts->dist->schedule, net->num_layers);
+    if (s == BN_OK && opts->dist) s = attach_grads(net, opts->dist);
     long checked = st->step;
     st->examples = train->count;
     note_no_replay(net, opts);
