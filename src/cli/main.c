@@ -99,7 +99,9 @@ static const char train_usage[] =
     "BLOBNET_DIST_TIMEOUT (seconds, default 120) bounds every wait for the other ranks.\n"
     "The first epoch times the gradient all-reduces beside the backward pass and after\n"
     "it and keeps the faster (the same bits either way); BLOBNET_DIST_SCHEDULE=beside or\n"
-    "after takes one instead.\n";
+    "after takes one instead. Between the GPUs of one machine the gradients are summed\n"
+    "through each other's memory (BLOBNET_DIST_SUM=auto); =peers insists on it, =nccl\n"
+    "takes NCCL's all-reduce.\n";
 
 static const char test_usage[] =
     "usage: blobnet test MODEL WEIGHTS [options]\n"
