@@ -469,6 +469,9 @@ extern "C" bn_status bn_dist_attach_grads(bn_dist *d, bn_ctx *ctx, float *slab, 
         for (int q = 0; q < d->world && !reason[0]; q++)
             if (!all[q].ok) snprintf(reason, sizeof reason, "rank %d cannot take part", q);
         if (!reason[0] && bn_peer_sum_connect(ps, all) != BN_OK) snprintf(reason, sizeof reason, "%s", bn_last_error());
+        /* A refused IPC call leaves CUDA's last error set, which a later launch check would take
+         * for its own. */
+        if (reason[0]) cudaGetLastError();
         s = bn_dist_max(d, ctx, reason[0] ? 1 : 0, &bad);
     }
     free(all);
