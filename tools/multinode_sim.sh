@@ -11,7 +11,8 @@
 # is 4 ranks, nodes a (GPUs 0, 1) and b (GPUs 2, 3); with 2 or 3, 2 ranks, one a node. Each rank is
 #   blobnet train MODEL ... --rank R --world N --rendezvous 127.0.0.1:PORT --device gpu:R
 # as it would be started on its machine, in these modes:
-#   default  NCCL as it is (on one machine: NVLink or PCIe peer copies);
+#   default  as a run on one machine is (the gradients summed through the GPUs' memory of each
+#            other, docs/multi-gpu.md; NCCL's NVLink or PCIe peer copies for the rest);
 #   socket   NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1, and NCCL_HOSTID set per node
 #            so that NCCL also plans for two hosts: every byte crosses TCP, as between two machines
 #            joined by Ethernet (here through the loopback: no wire's bandwidth or latency);
