@@ -485,6 +485,16 @@ BN_TEST(multigpu_socket_path_four_ranks_end_by_the_deadline_when_one_is_killed)
     return peer_killed_ends_by_deadline(SOCKET_PATH, "socket4", 4);
 }
 
+/* Four ranks by hand on one machine, whose gradients are summed through each other's memory (the
+ * default there), the last one killed: the others' sum kernels wait for it against the GPU's clock,
+ * and every rank ends by the deadline as over NCCL. */
+BN_TEST(multigpu_four_ranks_summing_through_peers_end_by_the_deadline_when_one_is_killed)
+{
+    SKIP_WITHOUT_TWO_GPUS();
+    if (bn_device_count() < 4) BN_SKIP_TEST("needs 4 GPUs, this machine has %d", bn_device_count());
+    return peer_killed_ends_by_deadline("BLOBNET_DIST_SUM=peers", "peers4", 4);
+}
+
 /* Fails unless NCCL's logs in dir (NCCL_DEBUG_FILE) show a channel over its socket transport and
  * none over peer copies or shared memory. */
 static int check_socket_transport(const char *dir)
