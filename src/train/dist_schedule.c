@@ -99,7 +99,8 @@ bn_status bn_schedule_step(bn_schedule *s, bn_dist *d, bn_ctx *ctx, int full, FI
     BN_TRY(bn_dist_sum(d, ctx, v, 2));
     *changed = bn_schedule_decide(s, v[0], v[1]);
     if (out)
-        fprintf(out, "gradient all-reduces %s the backward pass: %.3f ms a step after it, %.3f beside it (%d GPUs)\n",
-                s->after ? "after" : "beside", v[1] / d->world, v[0] / d->world, d->world);
+        fprintf(out, "gradient all-reduces %s the backward pass: %.3f ms a step after it, %.3f beside it (%d GPUs%s)\n",
+                s->after ? "after" : "beside", v[1] / d->world, v[0] / d->world, d->world,
+                d->peer_sum ? ", summed through each other's memory" : ", by NCCL");
     return BN_OK;
 }
