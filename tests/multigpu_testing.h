@@ -4,6 +4,8 @@
 #ifndef BN_MULTIGPU_TESTING_H
 #define BN_MULTIGPU_TESTING_H
 
+#include <stddef.h>
+
 /* Why the two-GPU tests cannot run here (no NCCL in the build, fewer than two devices, no
  * $BLOBNET_TEST_DATA), or NULL when they can. */
 const char *mg_cannot_run(void);
@@ -13,6 +15,14 @@ const char *mg_cannot_run(void);
         const char *why_ = mg_cannot_run();              \
         if (why_) BN_SKIP_TEST("%s", why_);              \
     } while (0)
+
+/* The tests' LeNet run: 3200 training images at batch 64 are 50 steps an epoch. */
+#define LENET "models/lenet.cfg --batch 64 --seed 1 --quiet"
+#define STEPS_50 "--train-limit 3200 --epochs 1"
+
+/* Runs `env ENV blobnet train ARGS --data <real MNIST>` to completion, its output into out (cap
+ * bytes); the exit code as bn_test_run gives it. */
+int mg_train(const char *env, const char *args, char *out, size_t cap);
 
 /* Returns a helper's failing result from the test that called it. */
 #define CHECK_PASS(expr)                \

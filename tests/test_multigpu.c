@@ -31,10 +31,6 @@
 
 static char out[1 << 16];
 
-/* 3200 training images at LeNet's batch 64: 50 steps an epoch. */
-#define LENET "models/lenet.cfg --batch 64 --seed 1 --quiet"
-#define STEPS_50 "--train-limit 3200 --epochs 1"
-
 static void sleep_ms(long ms)
 {
     nanosleep(&(struct timespec){.tv_sec = ms / 1000, .tv_nsec = ms % 1000 * 1000000L}, NULL);
@@ -47,12 +43,10 @@ static double now_s(void)
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* Runs `env ENV blobnet train ARGS --data <real MNIST>` to completion; its output lands in out. */
+/* A training run through the CLI; its output lands in out. */
 static int train(const char *env, const char *args)
 {
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "env %s %s train %s --data %s", env, bn_test_cli(), args, bn_test_data_dir());
-    return bn_test_run(cmd, out, sizeof out);
+    return mg_train(env, args, out, sizeof out);
 }
 
 /* What wait_exit_within adds to a signal that ended a child: above every exit code, so that a

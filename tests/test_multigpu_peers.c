@@ -15,17 +15,13 @@
 
 static char out[1 << 16];
 
-/* 3200 training images at LeNet's batch 64: 50 steps an epoch. */
-#define LENET "models/lenet.cfg --batch 64 --seed 1 --quiet"
-#define STEPS_50 "--train-limit 3200 --epochs 1"
+/* 320 training images: 5 steps. */
 #define STEPS_5 "--train-limit 320 --epochs 1"
 
-/* Runs `env ENV blobnet train ARGS --data <real MNIST>` to completion; its output lands in out. */
+/* A training run through the CLI; its output lands in out. */
 static int train(const char *env, const char *args)
 {
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "env %s %s train %s --data %s", env, bn_test_cli(), args, bn_test_data_dir());
-    return bn_test_run(cmd, out, sizeof out);
+    return mg_train(env, args, out, sizeof out);
 }
 
 /* The gradients summed through the peers' memory (BLOBNET_DIST_SUM=peers, an error where that way

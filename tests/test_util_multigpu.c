@@ -28,6 +28,13 @@ const char *mg_cannot_run(void)
     return NULL;
 }
 
+int mg_train(const char *env, const char *args, char *out, size_t cap)
+{
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "env %s %s train %s --data %s", env, bn_test_cli(), args, bn_test_data_dir());
+    return bn_test_run(cmd, out, cap);
+}
+
 int mg_files_equal(const char *a, const char *b)
 {
     char cmd[2048];

@@ -412,26 +412,31 @@ static bn_status allreduce_grads(bn_dist *d, bn_ctx *ctx, float *grads, size_t c
     return BN_OK;
 }
 
-/* Every rank's info, gathered through NCCL into all[0..world). */
-static bn_status gather_infos(bn_dist *d, bn_ctx *ctx, const bn_peer_info *mine, bn_peer_info *all)
+/* Every rank's `one` bytes at mine (host), gathered in rank order into all (host, world x one
+ * bytes) through dev (device, as many), with the deadline on every wait. */
+static bn_status gather_host(bn_dist *d, bn_ctx *ctx, const void *mine, size_t one, void *dev, void *all,
+                             const char *what)
 {
     cudaStream_t s = (cudaStream_t)ctx->stream;
-    const size_t one = sizeof *mine;
-    char *dev = NULL;
-    BN_TRY(bn_device_alloc((void **)&dev, one * (size_t)d->world));
-    bn_status r = BN_OK;
-    if (cudaMemcpyAsync(dev + one * (size_t)d->rank, mine, one, cudaMemcpyHostToDevice, s) != cudaSuccess)
-        r = bn_error(BN_ERR_DEVICE, "rank %d: copying its peer info to the device failed", d->rank);
-    if (r == BN_OK) r = fork_comm(d, s);
-    if (r == BN_OK) {
-        ncclResult_t n = ncclAllGather(dev + one * (size_t)d->rank, dev, one, ncclChar, (ncclComm_t)d->comm,
-                                       (cudaStream_t)d->stream);
-        if (n != ncclSuccess) r = settle(d, n, __FILE__, __LINE__, "ncclAllGather (the peers' memory handles)");
-    }
-    if (r == BN_OK) r = join_comm(d, s);
-    if (r == BN_OK) r = wait_stream(d, s, "gathering the peers' memory handles");
-    if (r == BN_OK && cudaMemcpy(all, dev, one * (size_t)d->world, cudaMemcpyDeviceToHost) != cudaSuccess)
-        r = bn_error(BN_ERR_DEVICE, "rank %d: copying the peers' info from the device failed", d->rank);
+    char *at = (char *)dev;
+    BN_TRY(wait_stream(d, s, what));
+    BN_CUDA(cudaMemcpyAsync(at + one * (size_t)d->rank, mine, one, cudaMemcpyHostToDevice, s));
+    BN_TRY(fork_comm(d, s));
+    BN_NCCL(d, ncclAllGather(at + one * (size_t)d->rank, at, one, ncclChar, (ncclComm_t)d->comm,
+                             (cudaStream_t)d->stream));
+    BN_TRY(join_comm(d, s));
+    /* A copy into pageable memory waits for the stream without a deadline: wait with one first. */
+    BN_TRY(wait_stream(d, s, what));
+    BN_CUDA(cudaMemcpyAsync(all, dev, one * (size_t)d->world, cudaMemcpyDeviceToHost, s));
+    return wait_stream(d, s, what);
+}
+
+/* Every rank's info, gathered into all[0..world). */
+static bn_status gather_infos(bn_dist *d, bn_ctx *ctx, const bn_peer_info *mine, bn_peer_info *all)
+{
+    void *dev = NULL;
+    BN_TRY(bn_device_alloc(&dev, sizeof *mine * (size_t)d->world));
+    bn_status r = gather_host(d, ctx, mine, sizeof *mine, dev, all, "gathering the peers' memory handles");
     bn_device_free(dev);
     return r;
 }
@@ -613,18 +618,8 @@ extern "C" bn_status bn_dist_check_same(bn_dist *d, bn_ctx *ctx, uint64_t hash, 
 {
     BN_NEED_OPEN(d);
     comm_state *st = (comm_state *)d->state;
-    cudaStream_t s = (cudaStream_t)ctx->stream;
-    uint64_t *all = (uint64_t *)st->scratch;
     uint64_t hashes[BN_DIST_MAX_RANKS];
-    BN_TRY(wait_stream(d, s, "comparing the parameters"));
-    BN_CUDA(cudaMemcpyAsync(all + d->rank, &hash, sizeof hash, cudaMemcpyHostToDevice, s));
-    BN_TRY(fork_comm(d, s));
-    BN_NCCL(d, ncclAllGather(all + d->rank, all, 1, ncclUint64, (ncclComm_t)d->comm, (cudaStream_t)d->stream));
-    BN_TRY(join_comm(d, s));
-    /* A copy into pageable memory waits for the stream without a deadline: wait with one first. */
-    BN_TRY(wait_stream(d, s, "comparing the parameters"));
-    BN_CUDA(cudaMemcpyAsync(hashes, all, (size_t)d->world * sizeof *hashes, cudaMemcpyDeviceToHost, s));
-    BN_TRY(wait_stream(d, s, "comparing the parameters"));
+    BN_TRY(gather_host(d, ctx, &hash, sizeof hash, st->scratch, hashes, "comparing the parameters"));
     char ranks[256] = "";
     size_t used = 0;
     int first = 0;

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/hash.h"
 #include "gpu/cuda_check.h"
 #include "gpu/pdl.cuh"
 #include "peer_sum.h"
@@ -158,7 +159,8 @@ static __global__ void __launch_bounds__(PS_THREADS) peer_sum_kernel(sum_args a)
     /* Every thread's writes to the peers are visible before this block says it is done. */
     __threadfence_system();
     __syncthreads();
-    if (threadIdx.x < a.world && !meet(a, END, gen, deadline)) ok = 0;
+    /* A stall here leaves nothing to skip: meet has raised the flag the host reads. */
+    if (threadIdx.x < a.world) meet(a, END, gen, deadline);
     __syncthreads();
     if (threadIdx.x == 0) a.gens[b] = gen;
 }
@@ -167,22 +169,17 @@ static __global__ void __launch_bounds__(PS_THREADS) peer_sum_kernel(sum_args a)
  * several machines on one sets per "machine"). */
 static uint64_t host_hash(void)
 {
-    char text[512] = "";
-    size_t used = 0;
-    if (gethostname(text, 256) != 0) text[0] = '\0';
-    text[255] = '\0';
-    used = strlen(text);
+    char name[256] = "", boot[64] = "";
+    if (gethostname(name, sizeof name) != 0) name[0] = '\0';
+    name[sizeof name - 1] = '\0';
     FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
     if (f) {
-        if (!fgets(text + used, (int)(sizeof text - used - 64), f)) text[used] = '\0';
+        if (!fgets(boot, (int)sizeof boot, f)) boot[0] = '\0';
         fclose(f);
-        used = strlen(text);
     }
+    uint64_t h = bn_fnv1a_text(bn_fnv1a_text(BN_FNV1A_START, name), boot);
     const char *id = getenv("NCCL_HOSTID");
-    if (id) snprintf(text + used, sizeof text - used, "|%.60s", id);
-    uint64_t h = 1469598103934665603ull;
-    for (const char *p = text; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ull;
-    return h;
+    return id ? bn_fnv1a_text(bn_fnv1a_text(h, "|"), id) : h;
 }
 
 extern "C" bn_status bn_peer_sum_local(bn_peer_sum **out, int rank, int world, int device, float *slab,
