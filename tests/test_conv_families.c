@@ -11,6 +11,7 @@
 #include "conv2d/conv_alone.h"
 #include "conv2d/conv_family.h"
 #include "conv2d/conv_igemm_limits.h"
+#include "conv2d/conv_tensor.h"
 #include "core/device.h"
 #include "gpu/chooser.h"
 #include "testing.h"
@@ -595,6 +596,37 @@ BN_TEST(conv_family_rows_alone_matches_the_cpu)
 BN_TEST(conv_family_tensor_alone_matches_the_cpu)
 {
     return run_alone(bn_conv_family_number("tensor"), 0, 20);
+}
+
+/* The forward pass two images a block: planned for 2 multiprocessors, every shape of more than 2
+ * images takes them in pairs (5 and 3 images leave a last block one image and a slot idle), LeNet's
+ * conv2 through its pooling among them. */
+BN_TEST(conv_family_tensor_two_images_a_block_match_the_cpu)
+{
+    return run_alone_planned(alone_shapes, sizeof alone_shapes / sizeof alone_shapes[0],
+                             bn_conv_family_number("tensor"), 0, 20, 2);
+}
+
+/* The forward plan's images a block and its rounds of adding the warps' sums: LeNet's conv2 on an
+ * H200's 132 multiprocessors at batch 256 (two images a block, 4 splits each, added in 2 rounds of
+ * 2 slabs) and at 64 (an image's halves on 128 blocks, 15 splits, 7 slabs), and a batch no larger
+ * than the multiprocessors. */
+BN_TEST(conv_tensor_forward_plan_pairs_images_past_the_multiprocessors)
+{
+    const bn_conv_geom g = {20, 12, 12, 5, 1, 0, 8, 8};
+    bn_tensor_plan p;
+    bn_tensor_plan_make(&p, &g, 50, 256, 132, 0);
+    CHECK(p.fwd_ok && p.fwd.pools);
+    CHECK_MSG(p.fwd.ipi == 2 && p.fwd.mparts == 1 && p.fwd.splits == 4 && p.fwd.slabs == 2,
+              "ipi %d, mparts %d, splits %d, slabs %d", p.fwd.ipi, p.fwd.mparts, p.fwd.splits, p.fwd.slabs);
+    CHECK(p.fwd.threads == 32 * 2 * p.fwd.mper * 4 && p.fwd.blocks == 128 && p.fwd.smem <= 200 * 1024);
+    bn_tensor_plan_make(&p, &g, 50, 64, 132, 0);
+    CHECK_MSG(p.fwd.ipi == 1 && p.fwd.mparts == 2 && p.fwd.splits == 15 && p.fwd.slabs == 7,
+              "ipi %d, mparts %d, splits %d, slabs %d", p.fwd.ipi, p.fwd.mparts, p.fwd.splits, p.fwd.slabs);
+    CHECK(p.fwd.blocks == 128);
+    bn_tensor_plan_make(&p, &g, 50, 132, 132, 0);
+    CHECK(p.fwd_ok && p.fwd.ipi == 1);
+    return BN_PASS;
 }
 
 BN_TEST(conv_family_tensor_alone_with_tf32_is_within_tf32s_tolerance)

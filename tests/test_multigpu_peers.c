@@ -15,9 +15,6 @@
 
 static char out[1 << 16];
 
-/* 320 training images: 5 steps. */
-#define STEPS_5 "--train-limit 320 --epochs 1"
-
 /* A training run through the CLI; its output lands in out. */
 static int train(const char *env, const char *args)
 {

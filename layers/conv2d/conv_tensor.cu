@@ -2,15 +2,18 @@
  * m16n8k8 TF32 products.
  *
  * Forward: one block stages all of the layer's weights in shared memory once, then takes work
- * items in turn, an item being an image or, when there are fewer images than multiprocessors, a
- * share of an image's positions: it stages the image's zero-padded input planes (plus one plane
- * of zeros) and computes out[position][channel] = sum over k = (input channel, tap) of
+ * items in turn, an item being an image, two images at once when there are more images than
+ * multiprocessors (one staging and one adding of sums for both), or, when there are fewer, a
+ * share of an image's positions: it stages the images' zero-padded input planes (plus one plane
+ * of zeros each) and computes out[position][channel] = sum over k = (input channel, tap) of
  * A[position][k] * B[k][channel]. Two tables give, per k, the offset of A's element within the
  * staged planes (for position 0) and of B's element within the weights (for channel 0). k past
- * the reduction reads the zero plane. Each warp owns two 16-position tiles and every channel
- * tile, for every splits-th step of 8 along k; the warps then add their sums into shared memory
- * one split after another, and the block writes the image's outputs with the bias, or, for a
- * 2x2 max pooling after the layer (conv_pooled.h), each window's maximum and its cell.
+ * the reduction reads the zero plane. Each warp owns two 16-position tiles of one image and every
+ * channel tile, for every splits-th step of 8 along k; the warps then add their sums in rounds
+ * through shared memory (the upper half of the splits into the lower, as many at once as the
+ * memory holds: about log2(splits) rounds, in a fixed order), and the block writes the images'
+ * outputs with the bias, or, for a 2x2 max pooling after the layer (conv_pooled.h), each
+ * window's maximum and its cell.
  *
  * Backward data, by scattering rather than by convolving the zero-padded dy: for each tap t,
  * P_t[q][c] = sum over filters o of dy[o][q] * w[o][c][t] is a product with no zeros in it, and
@@ -54,6 +57,46 @@ typedef struct tensor_args {
     bn_pooled_out po; /* po.y set: the 2x2 max pooling's output and mask instead of out */
 } tensor_args;
 
+/* Adds the splits' sums of one image slot (the warps that share its positions) into slab 0 of
+ * `red`: in rounds, the top m splits store into m slabs, the m below them add those into their
+ * own, until split 0 holds the total and stores it (slabs: at least 1). Every warp of the block
+ * takes part in the barriers. */
+template <int NT>
+static __device__ void add_splits(float (&acc)[NT][MW][4], float *red, int slab, int splits, int slabs, int sp,
+                                  int wg, int np, bool mine)
+{
+    const int gid = (threadIdx.x % 32) >> 2, tig = threadIdx.x & 3;
+    int active = splits;
+    while (true) {
+        const int m = active > 1 ? min(slabs, active / 2) : 1;
+        const int top = active - m, low = active > 1 ? active - 2 * m : -1;
+        if (mine && sp >= top && sp < active) {
+            float *r = red + (size_t)(sp - top) * slab;
+#pragma unroll
+            for (int i = 0; i < MW; i++)
+#pragma unroll
+                for (int j = 0; j < NT; j++)
+#pragma unroll
+                    for (int q = 0; q < 4; q++)
+                        r[((wg * MW + i) * 16 + gid + 8 * (q >> 1)) * np + j * 8 + 2 * tig + (q & 1)] = acc[j][i][q];
+        }
+        __syncthreads();
+        if (active == 1) return;
+        if (mine && sp >= low && sp < top) {
+            const float *r = red + (size_t)(sp - low) * slab;
+#pragma unroll
+            for (int i = 0; i < MW; i++)
+#pragma unroll
+                for (int j = 0; j < NT; j++)
+#pragma unroll
+                    for (int q = 0; q < 4; q++)
+                        acc[j][i][q] += r[((wg * MW + i) * 16 + gid + 8 * (q >> 1)) * np + j * 8 + 2 * tig + (q & 1)];
+        }
+        __syncthreads();
+        active = top;
+    }
+}
+
 template <int NT, int P>
 static __global__ void __launch_bounds__(MAX_WARPS * 32) tensor_conv(tensor_args a)
 {
@@ -62,16 +105,18 @@ static __global__ void __launch_bounds__(MAX_WARPS * 32) tensor_conv(tensor_args
     float *smem = (float *)smem4;
     const bn_tensor_conv &s = a.s;
     const int kk = s.k * s.k, K = s.ci * kk, kpad = s.ksteps * 8;
-    const int npos = s.ho * s.wo, plane = s.hp * s.wp, np = NT * 8;
+    const int npos = s.ho * s.wo, plane = s.hp * s.wp, np = NT * 8, img_floats = (s.ci + 1) * plane;
+    const int slab = s.mper * 32 * np;
     /* The weights as stored: (filters, channels, k, k). */
     const int wcount = s.co * s.ci * kk;
     float *sb = smem;
-    float *sa = smem + s.a_off;                 /* [ci + 1][hp][wp], the last plane zeros */
+    float *sa = smem + s.a_off;                 /* [ipi][ci + 1][hp][wp], each image's last plane zeros */
     int *ta = (int *)(smem + s.tab_off);        /* [kpad] */
     int *tb = ta + kpad;                        /* [kpad] */
-    float *red = smem + s.red_off;              /* [mper * 32][np] */
+    float *red = smem + s.red_off;              /* [ipi][slabs][mper * 32][np] */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane >> 2, tig = lane & 3;
-    const int wg = warp % s.mper, sp = warp / s.mper;
+    const int per_img = s.mper * s.splits, slot = warp / per_img, wr = warp - slot * per_img;
+    const int wg = wr % s.mper, sp = wr / s.mper;
 
     /* Weights and tables, once per block. */
     if (((uintptr_t)a.w & 15) == 0) {
@@ -95,10 +140,15 @@ static __global__ void __launch_bounds__(MAX_WARPS * 32) tensor_conv(tensor_args
     int no[NT];
 #pragma unroll
     for (int j = 0; j < NT; j++) no[j] = min(j * 8 + gid, s.co - 1) * nstride;
+    const float *mine_a = sa + (size_t)slot * img_floats;
+    float *mine_red = red + (size_t)slot * s.slabs * slab;
 
-    /* Work items: (image, share of its positions). */
-    for (int item = blockIdx.x; item < a.n * s.mparts; item += gridDim.x) {
-        const int img = item / s.mparts, m0 = (item - img * s.mparts) * s.mper * 32;
+    /* Work items: (ipi images, share of their positions). */
+    const int groups = (a.n + s.ipi - 1) / s.ipi;
+    for (int item = blockIdx.x; item < groups * s.mparts; item += gridDim.x) {
+        const int grp = item / s.mparts, img0 = grp * s.ipi, m0 = (item - grp * s.mparts) * s.mper * 32;
+        const int nimg = min(s.ipi, a.n - img0);
+        const bool live = slot < nimg;
         int mo[MW][2];
 #pragma unroll
         for (int i = 0; i < MW; i++)
@@ -108,9 +158,10 @@ static __global__ void __launch_bounds__(MAX_WARPS * 32) tensor_conv(tensor_args
                 const int oy = m / s.wo, ox = m - oy * s.wo;
                 mo[i][h] = m < npos ? oy * s.stride * s.wp + ox * s.stride : 0;
             }
-        __syncthreads(); /* the previous image's planes and sums are no longer read */
-        stage_planes(sa, a.in + (size_t)img * s.ci * s.hi * s.wi, s.ci + 1, s.ci, s.hi, s.wi, s.pad, s.hp, s.wp,
-                     a.vec);
+        __syncthreads(); /* the previous item's planes and sums are no longer read */
+        for (int im = 0; im < nimg; im++)
+            stage_planes(sa + (size_t)im * img_floats, a.in + (size_t)(img0 + im) * s.ci * s.hi * s.wi, s.ci + 1,
+                         s.ci, s.hi, s.wi, s.pad, s.hp, s.wp, a.vec);
         __pipeline_commit();
         __pipeline_wait_prior(0);
         __syncthreads();
@@ -122,14 +173,14 @@ static __global__ void __launch_bounds__(MAX_WARPS * 32) tensor_conv(tensor_args
             for (int i = 0; i < MW; i++)
 #pragma unroll
                 for (int q = 0; q < 4; q++) acc[j][i][q] = 0.0f;
-        for (int step = sp; step < s.ksteps; step += s.splits) {
+        for (int step = live ? sp : s.ksteps; step < s.ksteps; step += s.splits) {
             const int k0 = step * 8;
             const int ka0 = ta[k0 + tig], ka1 = ta[k0 + tig + 4], kb0 = tb[k0 + tig], kb1 = tb[k0 + tig + 4];
             uint32_t ah[MW][4], al[MW][4];
 #pragma unroll
             for (int i = 0; i < MW; i++) {
-                split_frag_a(sa[mo[i][0] + ka0], sa[mo[i][1] + ka0], sa[mo[i][0] + ka1], sa[mo[i][1] + ka1], ah[i],
-                             al[i]);
+                split_frag_a(mine_a[mo[i][0] + ka0], mine_a[mo[i][1] + ka0], mine_a[mo[i][0] + ka1],
+                             mine_a[mo[i][1] + ka1], ah[i], al[i]);
             }
 #pragma unroll
             for (int j = 0; j < NT; j++) {
@@ -139,32 +190,20 @@ static __global__ void __launch_bounds__(MAX_WARPS * 32) tensor_conv(tensor_args
                 mma_tiles<P>(acc[j], ah, al, bh0, bl0, bh1, bl1);
             }
         }
-        /* The splits' sums into red, one split after another (split 0 stores). */
-        for (int r = 0; r < s.splits; r++) {
-            if (sp == r) {
-#pragma unroll
-                for (int i = 0; i < MW; i++)
-#pragma unroll
-                    for (int j = 0; j < NT; j++)
-#pragma unroll
-                        for (int q = 0; q < 4; q++) {
-                            const int row = (wg * MW + i) * 16 + gid + 8 * (q >> 1), col = j * 8 + 2 * tig + (q & 1);
-                            float *d = red + row * np + col;
-                            *d = r == 0 ? acc[j][i][q] : *d + acc[j][i][q];
-                        }
-            }
-            __syncthreads();
-        }
+        /* Every image's splits added into its first slab. */
+        add_splits<NT>(acc, mine_red, slab, s.splits, s.slabs, sp, wg, np, live);
         const int span = min(s.mper * 32, npos - m0);
         if (a.po.y) {
             /* The windows whose rows lie in this share (it starts on an even row: s.pools). */
             const int pw = a.po.pw, pcells = a.po.ph * pw, py0 = m0 / (2 * s.wo);
             const int prows = min(a.po.ph - py0, span / s.wo / 2), count = prows * pw;
-            const size_t base = (size_t)img * s.co * pcells + (size_t)py0 * pw;
-            for (int e = threadIdx.x; e < s.co * count; e += blockDim.x) {
-                const int o = e / count, c = e - o * count, py = c / pw, px = c - py * pw;
+            for (int e = threadIdx.x; e < nimg * s.co * count; e += blockDim.x) {
+                const int im = e / (s.co * count), oc = e - im * s.co * count, o = oc / count, c = oc - o * count;
+                const int py = c / pw, px = c - py * pw;
+                const size_t base = (size_t)(img0 + im) * s.co * pcells + (size_t)py0 * pw;
                 const float b = a.bias ? a.bias[o] : 0.0f;
-                const float *r = red + (2 * py * s.wo + 2 * px) * np + o; /* the window's top-left */
+                /* The window's top-left. */
+                const float *r = red + (size_t)im * s.slabs * slab + (2 * py * s.wo + 2 * px) * np + o;
                 int cell;
                 const float top = bn_window_max2(r[0] + b, r[np] + b, r[s.wo * np] + b, r[(s.wo + 1) * np] + b, &cell);
                 a.po.y[base + (size_t)o * pcells + c] = top;
@@ -172,10 +211,10 @@ static __global__ void __launch_bounds__(MAX_WARPS * 32) tensor_conv(tensor_args
             }
             continue;
         }
-        float *y = a.out + (size_t)img * s.co * npos;
-        for (int e = threadIdx.x; e < s.co * span; e += blockDim.x) {
-            const int o = e / span, m = e - o * span;
-            y[(size_t)o * npos + m0 + m] = red[m * np + o] + (a.bias ? a.bias[o] : 0.0f);
+        for (int e = threadIdx.x; e < nimg * s.co * span; e += blockDim.x) {
+            const int im = e / (s.co * span), om = e - im * s.co * span, o = om / span, m = om - o * span;
+            float *y = a.out + (size_t)(img0 + im) * s.co * npos;
+            y[(size_t)o * npos + m0 + m] = red[(size_t)im * s.slabs * slab + m * np + o] + (a.bias ? a.bias[o] : 0.0f);
         }
     }
 }

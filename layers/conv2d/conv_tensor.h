@@ -5,8 +5,10 @@
  * the 24 bits of an FP32 product. A plan made with tf32 takes the value x value product alone
  * (TF32's 11 bits, three times fewer products).
  *
- * - forward: per image (or share of an image's positions), positions x output channels summed
- *   over input channels x taps; up to 64 output channels and 512 positions per image.
+ * - forward: per image (two at once in a block when the batch has more than the device's
+ *   multiprocessors, or a share of an image's positions when it has fewer), positions x output
+ *   channels summed over input channels x taps; up to 64 output channels and 512 positions per
+ *   image.
  * - backward data (stride 1, windows up to 7, at most 4096 positions of dy): per image and
  *   tap, positions of dy x 8 input channels summed over the filters, scattered into dx at the
  *   tap's shift; no zero border is multiplied.
@@ -37,10 +39,12 @@ typedef struct bn_tensor_conv {
     int ntiles;                  /* tiles of 8 output channels */
     int mgroups;                 /* groups of 32 positions (two tiles of 16) of an image */
     int mparts, mper;            /* blocks' shares of an image: mper groups each, one per warp */
+    int ipi;                     /* images a block works on at once (whole images only) */
     int ksteps, splits;          /* 8-deep steps of the reduction; warps that share them */
+    int slabs;                   /* the warps' sums an image keeps at once while they are added */
     int hp, wp;                  /* staged plane (wp a multiple of 4) */
     int threads, blocks;
-    size_t a_off, tab_off, red_off; /* floats: staged planes, offset tables, the warps' sums */
+    size_t a_off, tab_off, red_off; /* floats: staged planes (ipi images), offset tables, the warps' sums */
     size_t smem;                 /* bytes */
     int pools;                   /* can write a 2x2 max pooling's output: every share of an
                                     image starts on an even output row */

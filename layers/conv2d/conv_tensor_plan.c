@@ -13,9 +13,9 @@ static int round4i(int v)
     return (v + 3) & ~3;
 }
 
-/* Fills a shape; 0 when the kernel cannot run it. */
-static int tensor_shape(bn_tensor_conv *d, int ci, int hi, int wi, int pad, int stride, int co, int ho, int wo, int k,
-                        int n, int sms)
+/* Fills a shape for `ipi` images a block at once; 0 when the kernel cannot run it. */
+static int tensor_shape_ipi(bn_tensor_conv *d, int ci, int hi, int wi, int pad, int stride, int co, int ho, int wo,
+                            int k, int n, int sms, int ipi)
 {
     memset(d, 0, sizeof *d);
     if (co < 1 || co > 64 || ci < 1 || ho < 1 || wo < 1 || k < 1 || stride < 1 || pad < 0 || n < 1) return 0;
@@ -32,31 +32,48 @@ static int tensor_shape(bn_tensor_conv *d, int ci, int hi, int wi, int pad, int 
     if (mparts < 1) mparts = 1;
     d->mper = (d->mgroups + mparts - 1) / mparts;
     d->mparts = (d->mgroups + d->mper - 1) / d->mper;
+    if (ipi > 1 && (d->mparts > 1 || ipi * d->mper > MAX_WARPS)) return 0;
+    d->ipi = ipi;
     const long long K = (long long)ci * k * k;
     if (K > (1 << 20)) return 0;
     d->ksteps = (int)((K + 7) / 8);
     /* Warps along the reduction: as many as fit, each with at least 4 steps. */
-    int splits = MAX_WARPS / d->mper;
+    int splits = MAX_WARPS / (ipi * d->mper);
     if (splits > d->ksteps / 4) splits = d->ksteps / 4;
     if (splits < 1) splits = 1;
     d->splits = splits;
-    d->threads = 32 * d->mper * splits;
+    d->threads = 32 * ipi * d->mper * splits;
     d->hp = (ho - 1) * stride + k;
     d->wp = round4i((wo - 1) * stride + k);
     /* Shared memory: the weights, the planes, the two tables, the warps' sums (in floats). */
     const size_t wcount = (size_t)co * ci * k * k, plane = (size_t)d->hp * d->wp;
-    if (wcount * sizeof(float) > TENSOR_SMEM || plane * (ci + 1) * sizeof(float) > TENSOR_SMEM) return 0;
+    if (wcount * sizeof(float) > TENSOR_SMEM || plane * (ci + 1) * ipi * sizeof(float) > TENSOR_SMEM) return 0;
     d->a_off = (wcount + 3) / 4 * 4;
-    d->tab_off = d->a_off + (ci + 1) * plane;
+    d->tab_off = d->a_off + (size_t)ipi * (ci + 1) * plane;
     d->red_off = d->tab_off + (size_t)round4i(2 * d->ksteps * 8);
-    d->smem = (d->red_off + (size_t)d->mper * 32 * d->ntiles * 8) * sizeof(float);
-    if (d->smem > TENSOR_SMEM) return 0;
-    const long long items = (long long)n * d->mparts;
+    /* The warps' sums are added in rounds, each adding up to `slabs` of them into as many
+     * others (half the splits: log2 rounds), as many as the memory left holds. */
+    const size_t slab = (size_t)d->mper * 32 * d->ntiles * 8, room = TENSOR_SMEM / sizeof(float);
+    if (d->red_off + ipi * slab > room) return 0;
+    d->slabs = splits / 2 > 1 ? splits / 2 : 1;
+    while (d->slabs > 1 && d->red_off + (size_t)ipi * d->slabs * slab > room) d->slabs--;
+    d->smem = (d->red_off + (size_t)ipi * d->slabs * slab) * sizeof(float);
+    const long long items = (long long)(n + ipi - 1) / ipi * d->mparts;
     if (items > (1LL << 30)) return 0;
     d->blocks = (int)(items < sms ? items : sms);
     /* A pooled epilogue needs each share to start on an even output row. */
     d->pools = ho >= 2 && wo >= 2 && (d->mparts == 1 || (d->mper * 32) % (2 * wo) == 0);
     return 1;
+}
+
+/* Fills a shape; 0 when the kernel cannot run it. Where the batch gives every block more than one
+ * image anyway, a block takes two at once: one staging and one adding of the warps' sums for
+ * both, the reduction split half as many ways. */
+static int tensor_shape(bn_tensor_conv *d, int ci, int hi, int wi, int pad, int stride, int co, int ho, int wo, int k,
+                        int n, int sms)
+{
+    if (n > sms && tensor_shape_ipi(d, ci, hi, wi, pad, stride, co, ho, wo, k, n, sms, 2)) return 1;
+    return tensor_shape_ipi(d, ci, hi, wi, pad, stride, co, ho, wo, k, n, sms, 1);
 }
 
 /* Blocks of `warps` warps and `smem` bytes of shared memory that fit one multiprocessor at once
