@@ -2,7 +2,8 @@
  * its summary (tools/kernel_trace.py): the summary's arithmetic, a step's timeline and the
  * comparison with a base trace (kernel by kernel, and step piece by piece) on traces written
  * here, the pieces whose length falls into two groups across the steps, its refusal of a file
- * that is not a trace, and on a GPU with CUPTI a real trace of a training run. */
+ * that is not a trace, its passing over a file that recorded nothing, and on a GPU with CUPTI a
+ * real trace of a training run. */
 #include "testing.h"
 
 #include <stdlib.h>
@@ -126,6 +127,38 @@ BN_TEST(kernel_trace_summary_measures_steps_and_gaps)
     snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s", bad);
     rc = bn_test_run(cmd, out, sizeof out);
     CHECK_MSG(rc != 0 && strstr(out, "not a kernel trace"), "exit %d: %s", rc, out);
+    return BN_PASS;
+}
+
+/* The traces of a run on several GPUs (BLOBNET_KERNEL_TRACE=...%p...) include the supervisor's,
+ * which opened CUDA and launched nothing: the summary names that file, passes over it and
+ * summarises the ranks' files, and fails only when no file given recorded any work (or when the
+ * base of --against did not). */
+BN_TEST(kernel_trace_summary_passes_over_a_file_that_recorded_nothing)
+{
+    if (bn_test_run("python3 --version", out, sizeof out) != 0) BN_SKIP_TEST("no python3");
+    char empty[512], rank[512], cmd[2048];
+    FILE *f = new_trace(empty, sizeof empty, "supervisor.csv");
+    CHECK(f != NULL && fclose(f) == 0);
+    f = new_trace(rank, sizeof rank, "rank.csv");
+    CHECK(f != NULL);
+    for (long s = 0, t = 1000000; s < 5; s++, t += 50000) {
+        fprintf(f, "kernel,0,7,%ld,%ld,\"gather_rows\"\n", t, t + 10000);
+        fprintf(f, "kernel,0,7,%ld,%ld,\"conv_forward\"\n", t + 10000, t + 40000);
+    }
+    CHECK(fclose(f) == 0);
+    snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s %s --marker gather --skip 1 --steps 2 2>&1", empty, rank);
+    int rc = bn_test_run(cmd, out, sizeof out);
+    CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
+    CHECK_MSG(strstr(out, "supervisor.csv: no kernels, copies or fills recorded: passed over"), "%s", out);
+    CHECK_MSG(strstr(out, "2 steps: median 50.0 us") && strstr(out, "busy 40.0 us, idle 10.0 us"), "%s", out);
+    snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s --marker gather --skip 1 --steps 2 --against %s 2>&1",
+             rank, empty);
+    rc = bn_test_run(cmd, out, sizeof out);
+    CHECK_MSG(rc != 0 && strstr(out, "supervisor.csv: no kernels, copies or fills recorded"), "exit %d: %s", rc, out);
+    snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s 2>&1", empty);
+    rc = bn_test_run(cmd, out, sizeof out);
+    CHECK_MSG(rc != 0 && strstr(out, "no trace given recorded any work"), "exit %d: %s", rc, out);
     return BN_PASS;
 }
 

@@ -4,7 +4,8 @@
     tools/kernel_trace.py TRACE.csv... [--marker REGEX] [--skip N] [--steps N] [--top N] [--timeline]
                           [--against BASE.csv] [--spread]
 
-Prints, for each file (one per process: a rank of a run on several GPUs each), for the GPU time
+Prints, for each file (one per process: a rank of a run on several GPUs each; a file that recorded
+no work, such as the supervising process's, is named on stderr and passed over), for the GPU time
 it covers: how long the GPU was busy (the union of its kernels,
 copies and fills) and idle, and the kernels that took the most time. With --marker, the kernel
 whose name matches REGEX (the first of a training step, such as the batch gather) cuts the
@@ -43,6 +44,11 @@ import subprocess
 import sys
 
 
+class EmptyTrace(Exception):
+    """A trace without a kernel, copy or fill: the file of a process that opened CUDA and launched
+    nothing, as the supervisor of a run on several GPUs does while its ranks work."""
+
+
 def read(path):
     rows = []
     with open(path, newline="") as f:
@@ -54,7 +60,7 @@ def read(path):
             name = r["what"] if r["kind"] == "kernel" else r["kind"]
             rows.append((start, end, name, r["stream"]))
     if not rows:
-        sys.exit(f"{path}: no kernels, copies or fills recorded")
+        raise EmptyTrace(f"{path}: no kernels, copies or fills recorded")
     names = demangle(sorted({r[2] for r in rows}))
     rows = sorted((start, end, short(names.get(name, name)), stream) for start, end, name, stream in rows)
     return rows
@@ -134,11 +140,25 @@ def main():
         ap.error("--against needs --marker (it compares steps)")
     if a.spread and not a.marker:
         ap.error("--spread needs --marker (it compares steps)")
-    base = window(a.against, a) if a.against else None
-    for i, path in enumerate(a.traces):
-        if i:
+    try:
+        base = window(a.against, a) if a.against else None
+    except EmptyTrace as e:
+        sys.exit(str(e))
+    # The files of a run on several GPUs (%p) include the supervisor's, which records nothing:
+    # such a file is named and passed over, and the summary fails only when every file is empty.
+    done = 0
+    for path in a.traces:
+        try:
+            cut = window(path, a)
+        except EmptyTrace as e:
+            print(f"{e}: passed over", file=sys.stderr)
+            continue
+        if done:
             print()
-        summarise(path, a, base)
+        summarise(path, a, base, cut)
+        done += 1
+    if not done:
+        sys.exit("no trace given recorded any work")
 
 
 def window(path, a):
@@ -260,9 +280,10 @@ def compare_steps(cuts, inside, base):
         print(f"{us(bs)} {us(bl)}  {us(hs)} {us(hl)} {change}  {key[1]:>6}  {key[0][:50]} {key[2]}")
 
 
-def summarise(path, a, base=None):
-    """Prints one file's summary under the options in a (beside base's steps where given)."""
-    cuts, lo, hi, inside = window(path, a)
+def summarise(path, a, base, cut):
+    """Prints one file's summary under the options in a (beside base's steps where given), from its
+    measured part cut (window())."""
+    cuts, lo, hi, inside = cut
     b, _ = busy(inside, lo, hi)
     span = hi - lo
     print(f"{path}: {span / 1e6:.3f} ms, GPU busy {b / 1e6:.3f} ms ({100 * b / span:.1f}%), "
