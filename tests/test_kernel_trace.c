@@ -1,6 +1,7 @@
 /* test_kernel_trace.c - the kernel tracer (tools/kernel_trace.c, a CUPTI injection library) and
  * its summary (tools/kernel_trace.py): the summary's arithmetic, a step's timeline and the
- * comparison with a base trace (kernel by kernel, and step piece by piece) on traces written
+ * comparison with a base trace (kernel by kernel, and step piece by piece, by stream or, where the
+ * two number their streams apart, by order) on traces written
  * here, the pieces whose length falls into two groups across the steps, its refusal of a file
  * that is not a trace, its passing over a file that recorded nothing, and on a GPU with CUPTI a
  * real trace of a training run. */
@@ -104,6 +105,24 @@ BN_TEST(kernel_trace_summary_measures_steps_and_gaps)
     const char *p_nccl = strstr(ps, "       -        -      52.0     30.0    +30.0       9  "
                                     "ncclDevKernel_AllReduce_Sum_f32_RING_LL 1\n");
     CHECK_MSG(p_gather && p_conv && p_nccl && p_gather < p_conv && p_conv < p_nccl, "%s", ps);
+    /* A base whose streams are numbered otherwise (another process's, as one GPU's run beside a
+     * rank's): its pieces are matched by name and number in the step, this trace's stream shown. */
+    char other[512];
+    f = new_trace(other, sizeof other, "other_streams.csv");
+    CHECK(f != NULL);
+    for (long s = 0, t = 1000000; s < 12; s++, t += 100000) {
+        fprintf(f, "kernel,0,17,%ld,%ld,\"void gather_rows<float>(int, const float *)\"\n", t, t + 10000);
+        fprintf(f, "kernel,0,17,%ld,%ld,\"conv_forward\"\n", t + 12000, t + 57000);
+    }
+    CHECK(fclose(f) == 0);
+    snprintf(cmd, sizeof cmd,
+             "python3 tools/kernel_trace.py %s --marker gather --skip 1 --steps 10 --timeline --against %s", path,
+             other);
+    ps = part_of(cmd, "each piece by its name and number in the step, the two traces sharing no stream", &rc);
+    CHECK_MSG(ps != NULL, "exit %d: %s", rc, out);
+    p_gather = strstr(ps, "     0.0     10.0       0.0     10.0     +0.0       7  gather_rows 1\n");
+    p_conv = strstr(ps, "    12.0     45.0      12.0     60.0    +15.0       7  conv_forward 1\n");
+    CHECK_MSG(p_gather && p_conv && p_gather < p_conv, "%s", ps);
     snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s --against %s", path, base);
     rc = bn_test_run(cmd, out, sizeof out);
     CHECK_MSG(rc != 0 && strstr(out, "--against needs --marker"), "exit %d: %s", rc, out);

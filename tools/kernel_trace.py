@@ -20,9 +20,11 @@ BASE (one GPU's trace beside a rank's, the code before a change beside the code 
 kernel's time a step and mean time a call in both, the kernels whose time a step moved most
 first, so that what got slower, or ran more often, shows at once. With --timeline as well, the
 steps are set beside BASE's piece by piece: each piece of work matched by its name, its stream and
-its number among that name's pieces on that stream in a step, with its median start (from the
-step's start) and length over the measured steps in both, in the order of BASE's step (then the
-pieces BASE lacks). Where kernels run side by side, a change moves what runs beside it too; this
+its number among that name's pieces on that stream in a step (where the two traces' steps share no
+stream, as another process numbers its own: a rank's beside one GPU's run, by its name and its
+number among that name's pieces in the step, in the order they started), with its median start
+(from the step's start) and length over the measured steps in both, in the order of BASE's step
+(then the pieces BASE lacks). Where kernels run side by side, a change moves what runs beside it too; this
 shows where in the step the time went.
 
 With --spread (and --marker), the pieces of work (matched as above) whose length falls into two
@@ -207,9 +209,11 @@ def compare(per, steps, base, top):
         print(f"{name[:48]:<48} {was / 1e3:9.1f} {now / 1e3:9.1f} {change / 1e3:+9.1f}  {mwas} -> {mnow}")
 
 
-def pieces(cuts, inside):
+def pieces(cuts, inside, by_stream=True):
     """Each piece of work of the steps (cuts) by (name, stream, its number among that name's on that
-    stream in its step): the (start from the step's start, length, step) of each step that has it."""
+    stream in its step), or without by_stream by (name, None, its number among that name's in its
+    step, in the order they started): the (start from the step's start, length, step, stream) of each
+    step that has it."""
     out, seen, step = {}, {}, -1
     for start, end, name, stream in inside:
         i = bisect.bisect_right(cuts, start) - 1
@@ -217,8 +221,9 @@ def pieces(cuts, inside):
             continue
         if i != step:
             seen, step = {}, i
-        k = seen[name, stream] = seen.get((name, stream), 0) + 1
-        out.setdefault((name, stream, k), []).append((start - cuts[i], end - start, i))
+        where = stream if by_stream else None
+        k = seen[name, where] = seen.get((name, where), 0) + 1
+        out.setdefault((name, where, k), []).append((start - cuts[i], end - start, i, stream))
     return out
 
 
@@ -262,7 +267,13 @@ def spread(cuts, inside, top):
 
 def compare_steps(cuts, inside, base):
     """The steps beside base's (window()), piece by piece, in the order of base's step."""
-    here, there = pieces(cuts, inside), pieces(base[0], base[3])
+    # Another process numbers its streams its own way (a rank of a run on several GPUs beside one
+    # GPU's run): where the two steps share no stream, pieces are matched by name and order alone.
+    def streams(c, work):
+        return {r[3] for r in work if c[0] <= r[0] < c[-1]}
+
+    by_stream = bool(streams(cuts, inside) & streams(base[0], base[3]))
+    here, there = pieces(cuts, inside, by_stream), pieces(base[0], base[3], by_stream)
 
     def med(xs, i):
         return statistics.median(x[i] for x in xs) / 1e3 if xs else None
@@ -271,13 +282,18 @@ def compare_steps(cuts, inside, base):
         return f"{v:8.1f}" if v is not None else f"{'-':>8}"
 
     order = sorted(set(here) | set(there), key=lambda k: (k not in there, med(there.get(k) or here[k], 0), k))
-    print("\nthe steps beside the base's, each piece by its name, stream and number there (median us):")
+    if by_stream:
+        print("\nthe steps beside the base's, each piece by its name, stream and number there (median us):")
+    else:
+        print("\nthe steps beside the base's, each piece by its name and number in the step, the two traces "
+              "sharing no stream (median us; the stream this trace ran it on):")
     print(f"{'base at':>8} {'length':>8}  {'at':>8} {'length':>8} {'change':>8}  {'stream':>6}  kernel")
     for key in order:
         b, h = there.get(key), here.get(key)
         bs, bl, hs, hl = med(b, 0), med(b, 1), med(h, 0), med(h, 1)
         change = f"{(hl or 0) - (bl or 0):+8.1f}"
-        print(f"{us(bs)} {us(bl)}  {us(hs)} {us(hl)} {change}  {key[1]:>6}  {key[0][:50]} {key[2]}")
+        stream = key[1] if by_stream else (h or b)[0][3]
+        print(f"{us(bs)} {us(bl)}  {us(hs)} {us(hl)} {change}  {stream:>6}  {key[0][:50]} {key[2]}")
 
 
 def summarise(path, a, base, cut):
