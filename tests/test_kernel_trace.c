@@ -31,6 +31,19 @@ static FILE *new_trace(char *path, size_t size, const char *name)
     return f;
 }
 
+/* The base of the comparisons: twelve steps of 100 us, a gather (10 us) and a convolution (45 us
+ * from 12 us on), on `stream`; 0, or -1 where the file cannot be written. */
+static int base_trace(char *path, size_t size, const char *name, int stream)
+{
+    FILE *f = new_trace(path, size, name);
+    if (!f) return -1;
+    for (long s = 0, t = 1000000; s < 12; s++, t += 100000) {
+        fprintf(f, "kernel,0,%d,%ld,%ld,\"void gather_rows<float>(int, const float *)\"\n", stream, t, t + 10000);
+        fprintf(f, "kernel,0,%d,%ld,%ld,\"conv_forward\"\n", stream, t + 12000, t + 57000);
+    }
+    return fclose(f) == 0 ? 0 : -1;
+}
+
 /* Runs a summary command into out; the part of its output from `heading` on, or NULL where the
  * command failed (*rc its exit status) or printed no such heading. */
 static const char *part_of(const char *cmd, const char *heading, int *rc)
@@ -76,13 +89,7 @@ BN_TEST(kernel_trace_summary_measures_steps_and_gaps)
     /* --against: the same steps of a base trace whose convolution took 45 us and which had no
      * all-reduce, kernel by kernel, the largest move first. */
     char base[512];
-    f = new_trace(base, sizeof base, "base_trace.csv");
-    CHECK(f != NULL);
-    for (long s = 0, t = 1000000; s < 12; s++, t += 100000) {
-        fprintf(f, "kernel,0,7,%ld,%ld,\"void gather_rows<float>(int, const float *)\"\n", t, t + 10000);
-        fprintf(f, "kernel,0,7,%ld,%ld,\"conv_forward\"\n", t + 12000, t + 57000);
-    }
-    CHECK(fclose(f) == 0);
+    CHECK(base_trace(base, sizeof base, "base_trace.csv", 7) == 0);
     snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s --marker gather --skip 1 --steps 10 --against %s", path,
              base);
     rc = bn_test_run(cmd, out, sizeof out);
@@ -108,13 +115,7 @@ BN_TEST(kernel_trace_summary_measures_steps_and_gaps)
     /* A base whose streams are numbered otherwise (another process's, as one GPU's run beside a
      * rank's): its pieces are matched by name and number in the step, this trace's stream shown. */
     char other[512];
-    f = new_trace(other, sizeof other, "other_streams.csv");
-    CHECK(f != NULL);
-    for (long s = 0, t = 1000000; s < 12; s++, t += 100000) {
-        fprintf(f, "kernel,0,17,%ld,%ld,\"void gather_rows<float>(int, const float *)\"\n", t, t + 10000);
-        fprintf(f, "kernel,0,17,%ld,%ld,\"conv_forward\"\n", t + 12000, t + 57000);
-    }
-    CHECK(fclose(f) == 0);
+    CHECK(base_trace(other, sizeof other, "other_streams.csv", 17) == 0);
     snprintf(cmd, sizeof cmd,
              "python3 tools/kernel_trace.py %s --marker gather --skip 1 --steps 10 --timeline --against %s", path,
              other);

@@ -57,6 +57,24 @@ typedef struct tensor_args {
     bn_pooled_out po; /* po.y set: the 2x2 max pooling's output and mask instead of out */
 } tensor_args;
 
+/* A warp's sums (acc: its MW row tiles by NT channel tiles) stored into r, a slab of its image
+ * slot's positions by np channels, or added from it (add). */
+template <int NT>
+static __device__ __forceinline__ void move_sums(float (&acc)[NT][MW][4], float *r, int wg, int np, bool add)
+{
+    const int gid = (threadIdx.x % 32) >> 2, tig = threadIdx.x & 3;
+#pragma unroll
+    for (int i = 0; i < MW; i++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                float &cell = r[((wg * MW + i) * 16 + gid + 8 * (q >> 1)) * np + j * 8 + 2 * tig + (q & 1)];
+                if (add) acc[j][i][q] += cell;
+                else cell = acc[j][i][q];
+            }
+}
+
 /* Adds the splits' sums of one image slot (the warps that share its positions) into slab 0 of
  * `red`: in rounds, the top m splits store into m slabs, the m below them add those into their
  * own, until split 0 holds the total and stores it (slabs: at least 1). Every warp of the block
@@ -65,33 +83,14 @@ template <int NT>
 static __device__ void add_splits(float (&acc)[NT][MW][4], float *red, int slab, int splits, int slabs, int sp,
                                   int wg, int np, bool mine)
 {
-    const int gid = (threadIdx.x % 32) >> 2, tig = threadIdx.x & 3;
     int active = splits;
     while (true) {
         const int m = active > 1 ? min(slabs, active / 2) : 1;
         const int top = active - m, low = active > 1 ? active - 2 * m : -1;
-        if (mine && sp >= top && sp < active) {
-            float *r = red + (size_t)(sp - top) * slab;
-#pragma unroll
-            for (int i = 0; i < MW; i++)
-#pragma unroll
-                for (int j = 0; j < NT; j++)
-#pragma unroll
-                    for (int q = 0; q < 4; q++)
-                        r[((wg * MW + i) * 16 + gid + 8 * (q >> 1)) * np + j * 8 + 2 * tig + (q & 1)] = acc[j][i][q];
-        }
+        if (mine && sp >= top && sp < active) move_sums<NT>(acc, red + (size_t)(sp - top) * slab, wg, np, false);
         __syncthreads();
         if (active == 1) return;
-        if (mine && sp >= low && sp < top) {
-            const float *r = red + (size_t)(sp - low) * slab;
-#pragma unroll
-            for (int i = 0; i < MW; i++)
-#pragma unroll
-                for (int j = 0; j < NT; j++)
-#pragma unroll
-                    for (int q = 0; q < 4; q++)
-                        acc[j][i][q] += r[((wg * MW + i) * 16 + gid + 8 * (q >> 1)) * np + j * 8 + 2 * tig + (q & 1)];
-        }
+        if (mine && sp >= low && sp < top) move_sums<NT>(acc, red + (size_t)(sp - low) * slab, wg, np, true);
         __syncthreads();
         active = top;
     }
