@@ -182,6 +182,45 @@ BN_TEST(kernel_trace_summary_passes_over_a_file_that_recorded_nothing)
     return BN_PASS;
 }
 
+/* --against sums each kernel's time a step over the typical steps only: a step of the base over
+ * twice its median (a plan's timing, an epoch's end: here a 10 ms kernel) is left out and
+ * counted, and the convolution reads 45 -> 60 us a step, not the long step's share. */
+BN_TEST(kernel_trace_against_leaves_out_steps_over_twice_the_median)
+{
+    if (bn_test_run("python3 --version", out, sizeof out) != 0) BN_SKIP_TEST("no python3");
+    char path[512], base[512], cmd[2048];
+    FILE *f = new_trace(path, sizeof path, "typical.csv");
+    CHECK(f != NULL);
+    for (long s = 0, t = 1000000; s < 12; s++, t += 100000) {
+        fprintf(f, "kernel,0,7,%ld,%ld,\"gather_rows\"\n", t, t + 10000);
+        fprintf(f, "kernel,0,7,%ld,%ld,\"conv_forward\"\n", t + 12000, t + 72000);
+    }
+    CHECK(fclose(f) == 0);
+    f = new_trace(base, sizeof base, "long_step.csv");
+    CHECK(f != NULL);
+    for (long s = 0, t = 1000000; s < 12; s++, t += 100000) {
+        fprintf(f, "kernel,0,7,%ld,%ld,\"gather_rows\"\n", t, t + 10000);
+        fprintf(f, "kernel,0,7,%ld,%ld,\"conv_forward\"\n", t + 12000, t + 57000);
+        if (s == 5) {
+            fprintf(f, "kernel,0,7,%ld,%ld,\"timing_run\"\n", t + 57000, t + 10057000);
+            t += 10000000;
+        }
+    }
+    CHECK(fclose(f) == 0);
+    snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s --marker gather --skip 1 --steps 10 --against %s", path,
+             base);
+    int rc = bn_test_run(cmd, out, sizeof out);
+    CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
+    CHECK_MSG(strstr(out, "against the base (9 steps): kernel time a step 55.0 -> 70.0 us\n"
+                          "(steps over twice their trace's median left out: 0 of 10 here, 1 of 10 in the base)"),
+              "%s", out);
+    CHECK_MSG(strstr(out, "conv_forward                                          45.0      60.0     +15.0  "
+                          "45.00 -> 60.00\n"),
+              "%s", out);
+    CHECK_MSG(!strstr(out, "timing_run"), "%s", out);
+    return BN_PASS;
+}
+
 /* Steps piece by piece: a kernel that runs twice a step on one stream is matched by its number
  * there (the second call got shorter, the first did not), and one of the same name on another
  * stream by its stream, though it starts between the two. */

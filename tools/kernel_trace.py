@@ -18,7 +18,8 @@ from the step's start), its length and its stream, so that what ran beside what 
 With --against BASE.csv (and --marker), each file's kernels are also set beside the same steps of
 BASE (one GPU's trace beside a rank's, the code before a change beside the code after): each
 kernel's time a step and mean time a call in both, the kernels whose time a step moved most
-first, so that what got slower, or ran more often, shows at once. With --timeline as well, the
+first, so that what got slower, or ran more often, shows at once; a step over twice its trace's
+median (a plan's timing, an epoch's end) is left out of those sums, and the steps left out counted. With --timeline as well, the
 steps are set beside BASE's piece by piece: each piece of work matched by its name, its stream and
 its number among that name's pieces on that stream in a step (where the two traces' steps share no
 stream, as another process numbers its own: a rank's beside one GPU's run, by its name and its
@@ -192,10 +193,29 @@ def per_call(total, calls):
     return f"{total / calls / 1e3:.2f}" if calls else "-"
 
 
-def compare(per, steps, base, top):
-    """Each kernel's time a step and mean time a call beside base's (window()), largest move first."""
-    cuts, lo, hi, inside = base
-    bper, bsteps = per_kernel(inside, lo, hi), len(cuts) - 1
+def typical(cuts, inside):
+    """Each name's time and calls (per_kernel) over the steps no longer than twice the median step,
+    each piece of work counted in the step it starts in, with the number of steps kept and left out:
+    a step that holds a plan's timing or an epoch's end would outweigh a hundred others."""
+    lengths = [b - a for a, b in zip(cuts, cuts[1:])]
+    most = 2 * statistics.median(lengths)
+    keep = [length <= most for length in lengths]
+    per = {}
+    for start, end, name, _ in inside:
+        i = bisect.bisect_right(cuts, start) - 1
+        if 0 <= i < len(keep) and keep[i]:
+            t = per.setdefault(name, [0, 0])
+            t[0] += min(end, cuts[-1]) - start
+            t[1] += 1
+    kept = sum(keep)
+    return per, kept, len(keep) - kept
+
+
+def compare(cuts, inside, base, top):
+    """Each kernel's time a step and mean time a call beside base's (window()), largest move first,
+    over both traces' typical steps (typical())."""
+    per, steps, out = typical(cuts, inside)
+    bper, bsteps, bout = typical(base[0], base[3])
     rows = []
     for name in set(per) | set(bper):
         t, n = per.get(name, (0, 0))
@@ -204,6 +224,9 @@ def compare(per, steps, base, top):
     this = sum(t for t, _ in per.values()) / steps
     other = sum(t for t, _ in bper.values()) / bsteps
     print(f"\nagainst the base ({bsteps} steps): kernel time a step {other / 1e3:.1f} -> {this / 1e3:.1f} us")
+    if out or bout:
+        print(f"(steps over twice their trace's median left out: {out} of {steps + out} here, "
+              f"{bout} of {bsteps + bout} in the base)")
     print(f"{'kernel':<48} {'base us':>9} {'us':>9} {'change':>9}  mean us a call")
     for change, name, was, now, mwas, mnow in sorted(rows, key=lambda r: (-abs(r[0]), r[1]))[:top]:
         print(f"{name[:48]:<48} {was / 1e3:9.1f} {now / 1e3:9.1f} {change / 1e3:+9.1f}  {mwas} -> {mnow}")
@@ -337,7 +360,7 @@ def summarise(path, a, base, cut):
             at, till, took = (start - s) / 1e3, (end - s) / 1e3, (end - start) / 1e3
             print(f"{at:8.1f} {till:8.1f} {took:8.1f}  {stream:>6}  {name[:60]}")
     if base:
-        compare(per, len(steps), base, a.top)
+        compare(cuts, inside, base, a.top)
         if a.timeline:
             compare_steps(cuts, inside, base)
     if a.spread:
