@@ -31,17 +31,31 @@ static FILE *new_trace(char *path, size_t size, const char *name)
     return f;
 }
 
-/* The base of the comparisons: twelve steps of 100 us, a gather (10 us) and a convolution (45 us
- * from 12 us on), on `stream`; 0, or -1 where the file cannot be written. */
-static int base_trace(char *path, size_t size, const char *name, int stream)
+/* Writes `steps` training steps into f from t0 on (ns), `period` ns apart, each a gather of 10 us
+ * at its start and a convolution from conv_at to conv_end ns into it, on `stream`. */
+static void write_steps(FILE *f, int stream, long t0, int steps, long period, long conv_at, long conv_end)
+{
+    for (long s = 0, t = t0; s < steps; s++, t += period) {
+        fprintf(f, "kernel,0,%d,%ld,%ld,\"void gather_rows<float>(int, const float *)\"\n", stream, t, t + 10000);
+        fprintf(f, "kernel,0,%d,%ld,%ld,\"conv_forward\"\n", stream, t + conv_at, t + conv_end);
+    }
+}
+
+/* A new trace `name` of `steps` steps as write_steps writes them, from 1 ms on; 0, or -1 where
+ * the file cannot be written. */
+static int steps_trace(char *path, size_t size, const char *name, int stream, int steps, long period, long conv_at,
+                       long conv_end)
 {
     FILE *f = new_trace(path, size, name);
     if (!f) return -1;
-    for (long s = 0, t = 1000000; s < 12; s++, t += 100000) {
-        fprintf(f, "kernel,0,%d,%ld,%ld,\"void gather_rows<float>(int, const float *)\"\n", stream, t, t + 10000);
-        fprintf(f, "kernel,0,%d,%ld,%ld,\"conv_forward\"\n", stream, t + 12000, t + 57000);
-    }
+    write_steps(f, stream, 1000000, steps, period, conv_at, conv_end);
     return fclose(f) == 0 ? 0 : -1;
+}
+
+/* The base of the comparisons: twelve steps of 100 us, the convolution 45 us from 12 us on. */
+static int base_trace(char *path, size_t size, const char *name, int stream)
+{
+    return steps_trace(path, size, name, stream, 12, 100000, 12000, 57000);
 }
 
 /* Runs a summary command into out; the part of its output from `heading` on, or NULL where the
@@ -160,13 +174,7 @@ BN_TEST(kernel_trace_summary_passes_over_a_file_that_recorded_nothing)
     char empty[512], rank[512], cmd[2048];
     FILE *f = new_trace(empty, sizeof empty, "supervisor.csv");
     CHECK(f != NULL && fclose(f) == 0);
-    f = new_trace(rank, sizeof rank, "rank.csv");
-    CHECK(f != NULL);
-    for (long s = 0, t = 1000000; s < 5; s++, t += 50000) {
-        fprintf(f, "kernel,0,7,%ld,%ld,\"gather_rows\"\n", t, t + 10000);
-        fprintf(f, "kernel,0,7,%ld,%ld,\"conv_forward\"\n", t + 10000, t + 40000);
-    }
-    CHECK(fclose(f) == 0);
+    CHECK(steps_trace(rank, sizeof rank, "rank.csv", 7, 5, 50000, 10000, 40000) == 0);
     snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s %s --marker gather --skip 1 --steps 2 2>&1", empty, rank);
     int rc = bn_test_run(cmd, out, sizeof out);
     CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
@@ -189,23 +197,13 @@ BN_TEST(kernel_trace_against_leaves_out_steps_over_twice_the_median)
 {
     if (bn_test_run("python3 --version", out, sizeof out) != 0) BN_SKIP_TEST("no python3");
     char path[512], base[512], cmd[2048];
-    FILE *f = new_trace(path, sizeof path, "typical.csv");
+    CHECK(steps_trace(path, sizeof path, "typical.csv", 7, 12, 100000, 12000, 72000) == 0);
+    /* The base's sixth step holds a 10 ms kernel after its convolution, and runs 10 ms longer. */
+    FILE *f = new_trace(base, sizeof base, "long_step.csv");
     CHECK(f != NULL);
-    for (long s = 0, t = 1000000; s < 12; s++, t += 100000) {
-        fprintf(f, "kernel,0,7,%ld,%ld,\"gather_rows\"\n", t, t + 10000);
-        fprintf(f, "kernel,0,7,%ld,%ld,\"conv_forward\"\n", t + 12000, t + 72000);
-    }
-    CHECK(fclose(f) == 0);
-    f = new_trace(base, sizeof base, "long_step.csv");
-    CHECK(f != NULL);
-    for (long s = 0, t = 1000000; s < 12; s++, t += 100000) {
-        fprintf(f, "kernel,0,7,%ld,%ld,\"gather_rows\"\n", t, t + 10000);
-        fprintf(f, "kernel,0,7,%ld,%ld,\"conv_forward\"\n", t + 12000, t + 57000);
-        if (s == 5) {
-            fprintf(f, "kernel,0,7,%ld,%ld,\"timing_run\"\n", t + 57000, t + 10057000);
-            t += 10000000;
-        }
-    }
+    write_steps(f, 7, 1000000, 6, 100000, 12000, 57000);
+    fprintf(f, "kernel,0,7,%ld,%ld,\"timing_run\"\n", 1557000L, 11557000L);
+    write_steps(f, 7, 11600000, 6, 100000, 12000, 57000);
     CHECK(fclose(f) == 0);
     snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s --marker gather --skip 1 --steps 10 --against %s", path,
              base);
