@@ -345,13 +345,14 @@ static bn_status dist_timeout(double *seconds)
     return env && *env ? bn_cli_float("BLOBNET_DIST_TIMEOUT", env, 0.001, 1e6, seconds) : BN_OK;
 }
 
-/* The size of the trainer's gradient all-reduces: $BLOBNET_DIST_BUCKET bytes (0: one per layer), or
- * BN_DIST_BUCKET_BYTES. */
-static bn_status dist_bucket(size_t *bytes)
+/* A size in bytes from the environment variable `name` (0 to 1 GiB), or `fallback`: the trainer's
+ * gradient all-reduces ($BLOBNET_DIST_BUCKET, 0: one per layer) and the buckets pushed to the
+ * peers ($BLOBNET_DIST_PUSH, 0: none). */
+static bn_status dist_bytes(const char *name, long fallback, size_t *bytes)
 {
-    const char *env = getenv("BLOBNET_DIST_BUCKET");
-    long v = BN_DIST_BUCKET_BYTES;
-    if (env && *env) BN_TRY(bn_cli_int("BLOBNET_DIST_BUCKET", env, 0, 1L << 30, &v));
+    const char *env = getenv(name);
+    long v = fallback;
+    if (env && *env) BN_TRY(bn_cli_int(name, env, 0, 1L << 30, &v));
     *bytes = (size_t)v;
     return BN_OK;
 }
@@ -362,7 +363,8 @@ static bn_status join_ranks(const train_args *a, train_run *r, const bn_train_st
     if (!r->ctx) return bn_error(BN_ERR_USAGE, "--device %s: a rank trains on one GPU (gpu:K)", a->device);
     r->dist = (bn_dist){.rank = (int)a->rank, .world = (int)a->world, .device = r->ctx->device};
     BN_TRY(dist_timeout(&r->dist.timeout_s));
-    BN_TRY(dist_bucket(&r->dist.bucket_bytes));
+    BN_TRY(dist_bytes("BLOBNET_DIST_BUCKET", BN_DIST_BUCKET_BYTES, &r->dist.bucket_bytes));
+    BN_TRY(dist_bytes("BLOBNET_DIST_PUSH", BN_DIST_PUSH_BYTES, &r->dist.push_bytes));
     BN_TRY(bn_schedule_parse(getenv("BLOBNET_DIST_SCHEDULE"), &r->dist.schedule));
     BN_TRY(bn_dist_sum_parse(getenv("BLOBNET_DIST_SUM"), &r->dist.sum_way));
     return bn_dist_join(&r->dist, a->host, a->port, training_fingerprint(r, st), r->ctx);

@@ -101,7 +101,9 @@ static const char train_usage[] =
     "it and keeps the faster (the same bits either way); BLOBNET_DIST_SCHEDULE=beside or\n"
     "after takes one instead. Between the GPUs of one machine the gradients are summed\n"
     "through each other's memory (BLOBNET_DIST_SUM=auto); =peers insists on it, =nccl\n"
-    "takes NCCL's all-reduce.\n";
+    "takes NCCL's all-reduce. There, a bucket whose copies to the other ranks come to at\n"
+    "most BLOBNET_DIST_PUSH bytes (default 1048576; 0: none) is written into each\n"
+    "peer's memory and summed there.\n";
 
 static const char test_usage[] =
     "usage: blobnet test MODEL WEIGHTS [options]\n"

@@ -463,7 +463,8 @@ extern "C" bn_status bn_dist_attach_grads(bn_dist *d, bn_ctx *ctx, float *slab, 
     if (d->sum_way == BN_DIST_SUM_NCCL) {
         memset(&mine, 0, sizeof mine);
         why = "BLOBNET_DIST_SUM=nccl";
-    } else if (bn_peer_sum_local(&ps, d->rank, d->world, d->device, slab, count, d->timeout_s, &mine, &why) != BN_OK) {
+    } else if (bn_peer_sum_local(&ps, d->rank, d->world, d->device, slab, count, d->push_bytes, d->timeout_s, &mine,
+                                  &why) != BN_OK) {
         snprintf(reason, sizeof reason, "%s", bn_last_error());
         mine.ok = 0;
     }

@@ -34,6 +34,9 @@ extern "C" {
                                              512 KiB, 2 and 8 MiB for LeNet, resnet_fashion and
                                              vgg_fashion on 2 H200s (docs/multi-gpu.md) */
 
+#define BN_DIST_PUSH_BYTES (1u << 20)    /* 1 MiB a rank pushes a sum: buckets of up to 1 MiB on two
+                                            GPUs, 341 KiB on four (docs/multi-gpu.md, version 62) */
+
 /* One rank's view of the group. Owned by whoever called bn_dist_join (bn_dist_close). */
 typedef struct bn_dist {
     int rank, world;           /* this process's rank, and how many ranks train together */
@@ -45,6 +48,9 @@ typedef struct bn_dist {
                                   layer): BN_DIST_BUCKET_BYTES unless $BLOBNET_DIST_BUCKET says */
     int schedule;              /* when the buckets' all-reduces run: BN_SCHEDULE_TIMED (0), _BESIDE or
                                   _AFTER (train/dist_schedule.h), as $BLOBNET_DIST_SCHEDULE says */
+    size_t push_bytes;         /* summed through the peers' memory, a bucket is pushed (dist/peer_sum.h)
+                                  where its copies to the world - 1 peers come to at most this many
+                                  bytes (0: none): BN_DIST_PUSH_BYTES unless $BLOBNET_DIST_PUSH says */
     int sum_way;               /* how the gradients are summed: BN_DIST_SUM_AUTO (0), _PEERS or _NCCL, as
                                   $BLOBNET_DIST_SUM says (bn_dist_sum_parse) */
     int peer_sum;              /* set by bn_dist_attach_grads: 1 when the gradient slab is summed

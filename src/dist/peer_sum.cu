@@ -15,11 +15,15 @@
 #include "gpu/pdl.cuh"
 #include "peer_sum.h"
 
-/* Blocks of a sum at most, and its threads a block. */
-#define PS_BLOCKS 32
+/* Blocks of a sum at most (a pushed one; met ones take up to PS_MET_BLOCKS), and its threads a block. */
+#define PS_BLOCKS 128
+#define PS_MET_BLOCKS 32
 #define PS_THREADS 512
 /* float4 pieces of a rank's share per block, about (fewer blocks for small buckets). */
 #define PS_PIECES_PER_BLOCK 2048
+/* float4 pieces of a pushed bucket per block, about: 256, 128 or 64 were no faster (vgg_fashion and
+ * strided_fashion on four H200s). */
+#define PS_PUSH_PIECES_PER_BLOCK 1024
 enum { START, END, WEIGHT, KINDS };
 #define FLAG_WORDS (KINDS * PS_BLOCKS * BN_PEER_MAX)
 
@@ -34,12 +38,19 @@ struct bn_peer_sum {
     long long timeout_ns;
     float *peer_slab[BN_PEER_MAX];    /* every rank's slab (this rank's own at [rank]) */
     unsigned *peer_flags[BN_PEER_MAX];
+    size_t push_max;                  /* floats a pushed bucket may hold: this rank's, then the ranks' least */
+    float *stage;                     /* this rank's landing area for pushed buckets: 2 x world x push_max */
+    unsigned *turns;                  /* [0]: the pushed sums done, [1]: blocks done in the current one */
+    float *peer_stage[BN_PEER_MAX];
     int mapped;                       /* the peers' memory is mapped */
 };
 
 typedef struct sum_args {
-    float *buf[BN_PEER_MAX];          /* every rank's copy of the bucket */
+    float *buf[BN_PEER_MAX];          /* every rank's copy of the bucket (pushed: this rank's at [rank] only) */
     unsigned *flags[BN_PEER_MAX];     /* every rank's flag words */
+    float *stage[BN_PEER_MAX];        /* pushed: every rank's landing area */
+    unsigned *turns;
+    size_t span;                      /* pushed: floats a rank's part of a landing area holds */
     unsigned *gens;
     int *stalled;
     long long timeout_ns;
@@ -47,6 +58,14 @@ typedef struct sum_args {
     float weight;
     int rank, world, vec;
 } sum_args;
+
+/* Every thread's writes to the peers made visible before the block flags them. One fence a block
+ * after the barrier, in place of one a thread, measured the same (vgg_fashion on four H200s). */
+static __device__ __forceinline__ void fence_writes()
+{
+    __threadfence_system();
+    __syncthreads();
+}
 
 static __device__ __forceinline__ size_t flag_at(int kind, int block, int rank)
 {
@@ -95,74 +114,152 @@ static __device__ bool meet(const sum_args &a, int kind, unsigned gen, long long
     return true;
 }
 
-static __global__ void __launch_bounds__(PS_THREADS) peer_sum_kernel(sum_args a)
+/* s + w x, for each lane of a float4 alike. */
+static __device__ __forceinline__ float add_scaled(float w, float x, float s)
 {
-    bn_early_entry(); /* pdl.cuh */
-    __shared__ float w[BN_PEER_MAX];
+    return fmaf(w, x, s);
+}
+
+static __device__ __forceinline__ float4 add_scaled(float w, float4 x, float4 s)
+{
+    return make_float4(fmaf(w, x.x, s.x), fmaf(w, x.y, s.y), fmaf(w, x.z, s.z), fmaf(w, x.w, s.w));
+}
+
+/* Thread q (< world) of the block: meets rank q at START and reads q's weight into w[q]. Every
+ * thread returns whether the whole block met its peers. */
+static __device__ bool meet_start(const sum_args &a, unsigned gen, long long deadline, float *w)
+{
     __shared__ int ok;
-    const int b = blockIdx.x;
-    const unsigned gen = a.gens[b] + 1;
-    const long long deadline = gpu_clock_ns() + a.timeout_ns;
     if (threadIdx.x == 0) ok = 1;
     __syncthreads();
     if (threadIdx.x < a.world) {
         if (!meet(a, START, gen, deadline)) ok = 0;
-        else w[threadIdx.x] = __uint_as_float(load_acquire(a.flags[a.rank] + flag_at(WEIGHT, b, threadIdx.x)));
+        else w[threadIdx.x] = __uint_as_float(load_acquire(a.flags[a.rank] + flag_at(WEIGHT, blockIdx.x, threadIdx.x)));
     }
     __syncthreads();
-    if (!ok) return;
+    return ok != 0;
+}
+
+/* Elements [from, to) of the bucket (in T: float4 or float), summed over the ranks in rank order
+ * from every rank's copy and written into every rank's copy. */
+template <typename T>
+static __device__ void sum_everywhere(const sum_args &a, const float *w, size_t from, size_t to)
+{
+    for (size_t i = from + threadIdx.x; i < to; i += blockDim.x) {
+        T x[BN_PEER_MAX];
+#pragma unroll
+        for (int q = 0; q < BN_PEER_MAX; q++)
+            if (q < a.world) x[q] = ((const T *)a.buf[q])[i];
+        T s = T();
+#pragma unroll
+        for (int q = 0; q < BN_PEER_MAX; q++)
+            if (q < a.world) s = add_scaled(w[q], x[q], s);
+#pragma unroll
+        for (int q = 0; q < BN_PEER_MAX; q++)
+            if (q < a.world) ((T *)a.buf[q])[i] = s;
+    }
+}
+
+static __global__ void __launch_bounds__(PS_THREADS) peer_sum_kernel(sum_args a)
+{
+    bn_early_entry(); /* pdl.cuh */
+    __shared__ float w[BN_PEER_MAX];
+    const int b = blockIdx.x;
+    const unsigned gen = a.gens[b] + 1;
+    const long long deadline = gpu_clock_ns() + a.timeout_ns;
+    if (!meet_start(a, gen, deadline, w)) return;
     /* This rank's share of the bucket, in float4 pieces (or floats), and this block's part of it. */
-    const size_t unit = a.vec ? 4 : 1, pieces = a.count / unit;
+    const size_t pieces = a.vec ? a.count / 4 : a.count;
     const size_t lo = pieces * a.rank / a.world, hi = pieces * (a.rank + 1) / a.world;
     const size_t from = lo + (hi - lo) * b / gridDim.x, to = lo + (hi - lo) * (b + 1) / gridDim.x;
-    float wq[BN_PEER_MAX];
-#pragma unroll
-    for (int q = 0; q < BN_PEER_MAX; q++) wq[q] = q < a.world ? w[q] : 0.0f;
-    if (a.vec) {
-        for (size_t i = from + threadIdx.x; i < to; i += blockDim.x) {
-            float4 x[BN_PEER_MAX];
-#pragma unroll
-            for (int q = 0; q < BN_PEER_MAX; q++)
-                if (q < a.world) x[q] = ((const float4 *)a.buf[q])[i];
-            float4 s = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-            for (int q = 0; q < BN_PEER_MAX; q++)
-                if (q < a.world) {
-                    s.x = fmaf(wq[q], x[q].x, s.x);
-                    s.y = fmaf(wq[q], x[q].y, s.y);
-                    s.z = fmaf(wq[q], x[q].z, s.z);
-                    s.w = fmaf(wq[q], x[q].w, s.w);
-                }
-#pragma unroll
-            for (int q = 0; q < BN_PEER_MAX; q++)
-                if (q < a.world) ((float4 *)a.buf[q])[i] = s;
-        }
-    }
-    /* The floats past the last whole piece (all of them without pieces) go to the last rank's
-     * last block, one a thread. */
-    const size_t tail0 = a.vec ? pieces * 4 : from, tail1 = a.vec ? a.count : to;
-    const bool mine = !a.vec || (a.rank == a.world - 1 && b == (int)gridDim.x - 1);
-    if (mine)
-        for (size_t i = tail0 + threadIdx.x; i < tail1; i += blockDim.x) {
-            float x[BN_PEER_MAX];
-#pragma unroll
-            for (int q = 0; q < BN_PEER_MAX; q++)
-                if (q < a.world) x[q] = a.buf[q][i];
-            float s = 0.0f;
-#pragma unroll
-            for (int q = 0; q < BN_PEER_MAX; q++)
-                if (q < a.world) s = fmaf(wq[q], x[q], s);
-#pragma unroll
-            for (int q = 0; q < BN_PEER_MAX; q++)
-                if (q < a.world) a.buf[q][i] = s;
-        }
+    if (a.vec) sum_everywhere<float4>(a, w, from, to);
+    else sum_everywhere<float>(a, w, from, to);
+    /* The floats past the last whole piece go to the last rank's last block. */
+    if (a.vec && a.rank == a.world - 1 && b == (int)gridDim.x - 1) sum_everywhere<float>(a, w, pieces * 4, a.count);
     /* Every thread's writes to the peers are visible before this block says it is done. */
-    __threadfence_system();
-    __syncthreads();
+    fence_writes();
     /* A stall here leaves nothing to skip: meet has raised the flag the host reads. */
     if (threadIdx.x < a.world) meet(a, END, gen, deadline);
     __syncthreads();
     if (threadIdx.x == 0) a.gens[b] = gen;
+}
+
+/* A pushed bucket's landing part for rank `from` in rank q's area, in the half of this sum. */
+static __device__ __forceinline__ float *landing(const sum_args &a, int q, size_t half, int from)
+{
+    return a.stage[q] + (half + (size_t)from) * a.span;
+}
+
+/* Elements [from, to) of this rank's bucket (in T) copied into every peer's landing part for it. */
+template <typename T>
+static __device__ void push_out(const sum_args &a, size_t half, size_t from, size_t to)
+{
+    const T *mine = (const T *)a.buf[a.rank];
+    for (size_t i = from + threadIdx.x; i < to; i += blockDim.x) {
+        const T v = mine[i];
+#pragma unroll
+        for (int q = 0; q < BN_PEER_MAX; q++)
+            if (q < a.world && q != a.rank) ((T *)landing(a, q, half, a.rank))[i] = v;
+    }
+}
+
+/* Elements [from, to) summed over the ranks in rank order, this rank's from its bucket and the
+ * others' from its landing area (read past the caches that a peer's writes do not reach), into
+ * its bucket. */
+template <typename T>
+static __device__ void add_landed(const sum_args &a, const float *w, size_t half, size_t from, size_t to)
+{
+    T *mine = (T *)a.buf[a.rank];
+    for (size_t i = from + threadIdx.x; i < to; i += blockDim.x) {
+        T x[BN_PEER_MAX];
+#pragma unroll
+        for (int q = 0; q < BN_PEER_MAX; q++)
+            if (q < a.world) x[q] = q == a.rank ? mine[i] : __ldcg((const T *)landing(a, a.rank, half, q) + i);
+        T s = T();
+#pragma unroll
+        for (int q = 0; q < BN_PEER_MAX; q++)
+            if (q < a.world) s = add_scaled(w[q], x[q], s);
+        mine[i] = s;
+    }
+}
+
+/* A small bucket, pushed: block b copies its part of this rank's bucket into every peer's landing
+ * area, meets the peers once, then sums the ranks' parts in rank order from its own landing area.
+ * Every rank adds the same numbers in the same order as peer_sum_kernel does, so the bits are the
+ * same either way; one meeting instead of two, and no reads across NVLink, is what a bucket whose
+ * sum is all latency saves.
+ *
+ * The landing area has two halves, which the pushed sums take in turn (turns[0], counted by the
+ * last block to finish each). A rank pushing sum k+2 into a half has met every peer in sum k+1,
+ * and a peer starts its sum k+1 only once its sum k, the last to read that half, has ended. */
+static __global__ void __launch_bounds__(PS_THREADS) push_sum_kernel(sum_args a)
+{
+    bn_early_entry(); /* pdl.cuh */
+    __shared__ float w[BN_PEER_MAX];
+    const int b = blockIdx.x;
+    const unsigned gen = a.gens[b] + 1;
+    const long long deadline = gpu_clock_ns() + a.timeout_ns;
+    const size_t half = (size_t)(*(volatile const unsigned *)a.turns & 1u) * (size_t)a.world;
+    const size_t pieces = a.vec ? a.count / 4 : a.count;
+    const size_t from = pieces * b / gridDim.x, to = pieces * (b + 1) / gridDim.x;
+    const bool tail = a.vec && b == (int)gridDim.x - 1; /* the floats past the last whole piece */
+    if (a.vec) push_out<float4>(a, half, from, to);
+    else push_out<float>(a, half, from, to);
+    if (tail) push_out<float>(a, half, pieces * 4, a.count);
+    fence_writes();
+    if (!meet_start(a, gen, deadline, w)) return;
+    if (a.vec) add_landed<float4>(a, w, half, from, to);
+    else add_landed<float>(a, w, half, from, to);
+    if (tail) add_landed<float>(a, w, half, pieces * 4, a.count);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        a.gens[b] = gen;
+        __threadfence();
+        if (atomicAdd(a.turns + 1, 1u) == gridDim.x - 1) {
+            a.turns[1] = 0;
+            a.turns[0] += 1;
+        }
+    }
 }
 
 /* A hash of this machine: its host name, its boot id and NCCL_HOSTID (which a simulation of
@@ -182,8 +279,18 @@ static uint64_t host_hash(void)
     return id ? bn_fnv1a_text(bn_fnv1a_text(h, "|"), id) : h;
 }
 
+/* Floats a landing part holds where a rank may push push_bytes a sum to its world - 1 peers: at most
+ * the slab, in whole float4s. */
+static size_t push_span(size_t push_bytes, int world, size_t count)
+{
+    size_t n = push_bytes / sizeof(float) / (size_t)(world > 1 ? world - 1 : 1);
+    if (n > count) n = count;
+    return (n + 3) / 4 * 4;
+}
+
 extern "C" bn_status bn_peer_sum_local(bn_peer_sum **out, int rank, int world, int device, float *slab,
-                                       size_t count, double timeout_s, bn_peer_info *mine, const char **why)
+                                       size_t count, size_t push_bytes, double timeout_s, bn_peer_info *mine,
+                                       const char **why)
 {
     *out = NULL;
     memset(mine, 0, sizeof *mine);
@@ -203,12 +310,18 @@ extern "C" bn_status bn_peer_sum_local(bn_peer_sum **out, int rank, int world, i
     BN_CUDA(cudaMalloc((void **)&ps->gens, PS_BLOCKS * sizeof(unsigned)));
     BN_CUDA(cudaMemset(ps->flags, 0, FLAG_WORDS * sizeof(unsigned)));
     BN_CUDA(cudaMemset(ps->gens, 0, PS_BLOCKS * sizeof(unsigned)));
+    ps->push_max = push_span(push_bytes, world, count);
+    BN_CUDA(cudaMalloc((void **)&ps->turns, 2 * sizeof(unsigned)));
+    BN_CUDA(cudaMemset(ps->turns, 0, 2 * sizeof(unsigned)));
+    if (ps->push_max) BN_CUDA(cudaMalloc((void **)&ps->stage, 2 * (size_t)world * ps->push_max * sizeof(float)));
     BN_CUDA(cudaHostAlloc((void **)&ps->stalled, sizeof *ps->stalled, cudaHostAllocMapped));
     *ps->stalled = 0;
     BN_CUDA(cudaHostGetDevicePointer((void **)&ps->stalled_dev, ps->stalled, 0));
     BN_CUDA(cudaDeviceSynchronize()); /* the zeros are in place before any peer can write */
     BN_CUDA(cudaIpcGetMemHandle(&mine->slab, slab));
     BN_CUDA(cudaIpcGetMemHandle(&mine->flags, ps->flags));
+    if (ps->stage) BN_CUDA(cudaIpcGetMemHandle(&mine->stage, ps->stage));
+    mine->push = ps->push_max;
     mine->ok = 1;
     return BN_OK;
 }
@@ -227,10 +340,14 @@ extern "C" bn_status bn_peer_sum_connect(bn_peer_sum *ps, const bn_peer_info *al
         BN_CUDA(cudaDeviceCanAccessPeer(&can, ps->device, dev));
         if (!can) return bn_error(BN_ERR_DEVICE, "this GPU cannot reach rank %d's (%s)", q, all[q].bus);
     }
+    /* Every rank lays out its landing area by the least limit, which every rank's area can hold. */
+    for (int q = 0; q < ps->world; q++)
+        if (all[q].push < ps->push_max) ps->push_max = (size_t)all[q].push;
     for (int q = 0; q < ps->world; q++) {
         if (q == ps->rank) {
             ps->peer_slab[q] = ps->slab;
             ps->peer_flags[q] = ps->flags;
+            ps->peer_stage[q] = ps->stage;
             continue;
         }
         void *p = NULL;
@@ -239,6 +356,10 @@ extern "C" bn_status bn_peer_sum_connect(bn_peer_sum *ps, const bn_peer_info *al
         ps->mapped = 1;
         BN_CUDA(cudaIpcOpenMemHandle(&p, all[q].flags, cudaIpcMemLazyEnablePeerAccess));
         ps->peer_flags[q] = (unsigned *)p;
+        if (ps->push_max) {
+            BN_CUDA(cudaIpcOpenMemHandle(&p, all[q].stage, cudaIpcMemLazyEnablePeerAccess));
+            ps->peer_stage[q] = (float *)p;
+        }
     }
     return BN_OK;
 }
@@ -257,15 +378,20 @@ extern "C" bn_status bn_peer_sum_run(bn_peer_sum *ps, float *grads, size_t count
     for (int q = 0; q < ps->world; q++) {
         a.buf[q] = ps->peer_slab[q] + off;
         a.flags[q] = ps->peer_flags[q];
+        a.stage[q] = ps->peer_stage[q];
     }
-    a.gens = ps->gens, a.stalled = ps->stalled_dev, a.timeout_ns = ps->timeout_ns;
-    a.count = count, a.weight = weight, a.rank = ps->rank, a.world = ps->world;
+    a.gens = ps->gens, a.stalled = ps->stalled_dev, a.timeout_ns = ps->timeout_ns, a.turns = ps->turns;
+    a.count = count, a.weight = weight, a.rank = ps->rank, a.world = ps->world, a.span = ps->push_max;
     /* The slabs start at allocations of the same layout, so one offset aligns every copy alike. */
     a.vec = off % 4 == 0;
-    const size_t per_rank = (a.vec ? count / 4 : count) / ps->world + 1;
-    size_t blocks = (per_rank + PS_PIECES_PER_BLOCK - 1) / PS_PIECES_PER_BLOCK;
-    if (blocks > PS_BLOCKS) blocks = PS_BLOCKS;
-    peer_sum_kernel<<<(unsigned)blocks, PS_THREADS, 0, s>>>(a);
+    const int push = count <= ps->push_max;
+    const size_t pieces = a.vec ? count / 4 : count, share = push ? pieces : pieces / ps->world + 1;
+    const size_t per_block = push ? PS_PUSH_PIECES_PER_BLOCK : PS_PIECES_PER_BLOCK;
+    size_t blocks = (share + per_block - 1) / per_block;
+    if (blocks < 1) blocks = 1;
+    if (blocks > (push ? PS_BLOCKS : PS_MET_BLOCKS)) blocks = push ? PS_BLOCKS : PS_MET_BLOCKS;
+    if (push) push_sum_kernel<<<(unsigned)blocks, PS_THREADS, 0, s>>>(a);
+    else peer_sum_kernel<<<(unsigned)blocks, PS_THREADS, 0, s>>>(a);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
@@ -283,8 +409,11 @@ extern "C" void bn_peer_sum_close(bn_peer_sum *ps, int aborting)
             if (q == ps->rank) continue;
             if (ps->peer_slab[q]) cudaIpcCloseMemHandle(ps->peer_slab[q]);
             if (ps->peer_flags[q]) cudaIpcCloseMemHandle(ps->peer_flags[q]);
+            if (ps->peer_stage[q]) cudaIpcCloseMemHandle(ps->peer_stage[q]);
         }
         if (ps->flags) cudaFree(ps->flags);
+        if (ps->stage) cudaFree(ps->stage);
+        if (ps->turns) cudaFree(ps->turns);
         if (ps->gens) cudaFree(ps->gens);
         if (ps->stalled) cudaFreeHost(ps->stalled);
     }

@@ -10,6 +10,13 @@
  * rank and copied to all, so the ranks hold the same bits; the order (rank 0 first) is fixed, so
  * runs repeat.
  *
+ * A small bucket is pushed instead: every rank writes its whole bucket into a landing area in every
+ * peer's memory, the blocks meet once, and each rank adds the ranks' copies from its own memory, in
+ * the same order and so to the same bits. A rank sends N-1 copies of the bucket where the two
+ * meetings send about twice its size, but a small bucket's sum is all latency: one meeting and no
+ * reads across the link is what it saves. A bucket is pushed where its N-1 copies come to at most
+ * BLOBNET_DIST_PUSH bytes (bn_dist.push_bytes).
+ *
  * A rank whose peer never arrives stops waiting at the deadline (the flags are read against the
  * GPU's clock) and raises a flag in host memory that comm.cu's waits read; the sum is then
  * unfinished and the run ends with an error naming the stall. */
@@ -32,6 +39,8 @@ extern "C" {
 /* What a rank tells the others, through one all-gather. */
 typedef struct bn_peer_info {
     cudaIpcMemHandle_t slab, flags; /* its gradient slab and its flag words */
+    cudaIpcMemHandle_t stage;       /* its landing area for pushed buckets (where push > 0) */
+    uint64_t push;                  /* floats a pushed bucket may hold on its side; 0: it pushes none */
     char bus[32];                   /* its GPU's PCI bus id */
     uint64_t host;                  /* its machine: a hash of the host name, boot id and NCCL_HOSTID */
     int32_t ok;                     /* 1: it can take part (its reason otherwise in its own error) */
@@ -41,11 +50,12 @@ typedef struct bn_peer_info {
 typedef struct bn_peer_sum bn_peer_sum;
 
 /* This rank's part: the flag words (zeroed) and the handles of the slab (count floats at slab,
- * the start of a cudaMalloc allocation) and of the flags, in *mine. mine->ok is 0 with *why
- * saying why where this rank cannot take part (the environment asks for NCCL, NCCL's peer
- * transport is switched off, a group larger than BN_PEER_MAX). */
+ * the start of a cudaMalloc allocation), of the flags and of a landing area for buckets of up to
+ * push_bytes (0: none), in *mine. mine->ok is 0 with *why saying why where this rank cannot take
+ * part (the environment asks for NCCL, NCCL's peer transport is switched off, a group larger than
+ * BN_PEER_MAX). */
 bn_status bn_peer_sum_local(bn_peer_sum **out, int rank, int world, int device, float *slab, size_t count,
-                            double timeout_s, bn_peer_info *mine, const char **why);
+                            size_t push_bytes, double timeout_s, bn_peer_info *mine, const char **why);
 
 /* With every rank's info: checks that all can take part, on one machine, with each GPU able to
  * reach the others' memory, and maps the peers' slabs and flags. An error (with the reason) when
