@@ -84,51 +84,67 @@ BN_TEST(multigpu_peer_sum_asked_for_without_peer_access_says_why)
 static int traces_naming(const char *dir, const char *kernel)
 {
     char cmd[2048], got[64];
-    snprintf(cmd, sizeof cmd, "cat '%s'/*.csv >/dev/null && grep -l '%s' '%s'/*.csv | wc -l", dir, kernel, dir);
+    snprintf(cmd, sizeof cmd, "cat '%s'/*.csv >/dev/null && grep -lE '%s' '%s'/*.csv | wc -l", dir, kernel, dir);
     if (bn_test_run(cmd, got, sizeof got) != 0) return -1;
     return atoi(got);
 }
 
-/* Buckets pushed into the peers' landing areas (BLOBNET_DIST_PUSH bytes and less) add the same
- * numbers in the same order as the two meetings do: LeNet on `gpus` GPUs for 3 epochs of 47 steps
- * (graphs replayed, the halves of the landing area taken in turn) trains the same bits with no
- * bucket pushed, with its last bucket (conv1 and conv2, 102 KB from the slab's start, 2 floats past
- * a whole float4) pushed as the default has it, and with both pushed (ip1's 1.6 MB starts 2 floats
- * into a float4, so the single floats' path runs). With the kernel tracer built, the ranks' traces
- * show that each run summed the way it was asked to. */
-static int pushed_against_met(int gpus)
+/* A small MLP whose first layer holds 5 x 785 = 3925 floats and its second 60: with a bucket a
+ * layer, buckets of an odd count, the second starting at an odd offset. */
+static const char odd_mlp[] = "[input]\nchannels = 1\nheight = 28\nwidth = 28\n"
+                              "[train]\nbatch = 64\nlr = 0.05\nmomentum = 0.9\nseed = 1\n"
+                              "[dense]\nname = fc1\noutputs = 5\n[relu]\nname = relu1\n"
+                              "[dense]\nname = fc2\noutputs = 10\n[softmax_ce]\nname = loss\n";
+
+/* Buckets pushed into the peers' landing areas (BLOBNET_DIST_PUSH) add the same numbers in the same
+ * order as the two meetings do: a model on `gpus` GPUs for 3 epochs of 47 steps (graphs replayed,
+ * the halves of the landing area taken in turn) trains the same bits with no bucket pushed, as the
+ * default has it, and with every bucket pushed. With the kernel tracer built, the ranks' traces
+ * show that each run summed the ways it was asked to (`pushed` and `met`: whether the default
+ * pushes some buckets and meets others). */
+static int pushed_against_met(int gpus, const char *what, const char *model, const char *env0, int pushed, int met)
 {
     static const char *const limits[] = {"0", "", "1073741824"};
-    static const int pushed[] = {0, 1, 1}, met[] = {1, 1, 0};
+    const int pushes[] = {0, pushed, 1}, meets[] = {1, met, 0};
     const char *tracer = getenv("BLOBNET_KERNEL_TRACER");
     char path[3][512], dir[512], env[1400], args[2048];
     for (int i = 0; i < 3; i++) {
-        ft_path(path[i], sizeof path[i], "push-%d-%d.safetensors", gpus, i);
-        ft_path(dir, sizeof dir, "push-trace-%d-%d", gpus, i);
+        ft_path(path[i], sizeof path[i], "push-%s-%d-%d.safetensors", what, gpus, i);
+        ft_path(dir, sizeof dir, "push-trace-%s-%d-%d", what, gpus, i);
         snprintf(args, sizeof args, "rm -rf '%s' && mkdir -p '%s'", dir, dir);
         CHECK(system(args) == 0);
-        int n = snprintf(env, sizeof env, "BLOBNET_DIST_SUM=peers BLOBNET_DIST_PUSH=%s", limits[i]);
+        int n = snprintf(env, sizeof env, "%s BLOBNET_DIST_SUM=peers BLOBNET_DIST_PUSH=%s", env0, limits[i]);
         if (tracer && *tracer)
             snprintf(env + n, sizeof env - (size_t)n, " CUDA_INJECTION64_PATH=%s BLOBNET_KERNEL_TRACE=%s/%%p.csv",
                      tracer, dir);
-        snprintf(args, sizeof args, LENET " --train-limit 3000 --epochs 3 --gpus %d --save %s", gpus, path[i]);
-        CHECK_MSG(train(env, args) == 0, "BLOBNET_DIST_PUSH=%s:\n%s", limits[i], out);
+        snprintf(args, sizeof args, "%s --quiet --train-limit 3000 --epochs 3 --gpus %d --save %s", model, gpus,
+                 path[i]);
+        CHECK_MSG(train(env, args) == 0, "%s, BLOBNET_DIST_PUSH=%s:\n%s", what, limits[i], out);
         if (!tracer || !*tracer) continue;
-        int p = traces_naming(dir, "push_sum_kernel"), m = traces_naming(dir, "peer_sum_kernel");
-        CHECK_MSG(p == (pushed[i] ? gpus : 0) && m == (met[i] ? gpus : 0),
-                  "BLOBNET_DIST_PUSH=%s on %d GPUs: %d ranks' traces show pushed sums and %d met ones", limits[i],
-                  gpus, p, m);
+        int p = traces_naming(dir, "push_lines_kernel"), m = traces_naming(dir, "peer_sum_kernel");
+        CHECK_MSG(p == (pushes[i] ? gpus : 0) && m == (meets[i] ? gpus : 0),
+                  "%s, BLOBNET_DIST_PUSH=%s on %d GPUs: %d ranks' traces show pushed sums and %d met ones", what,
+                  limits[i], gpus, p, m);
     }
-    CHECK_MSG(mg_files_equal(path[0], path[1]), "%d GPUs: the default's pushed last bucket trained other bits", gpus);
-    CHECK_MSG(mg_files_equal(path[0], path[2]), "%d GPUs: every bucket pushed trained other bits", gpus);
+    CHECK_MSG(mg_files_equal(path[0], path[1]), "%s on %d GPUs: the default's pushed buckets trained other bits", what,
+              gpus);
+    CHECK_MSG(mg_files_equal(path[0], path[2]), "%s on %d GPUs: every bucket pushed trained other bits", what, gpus);
     return BN_PASS;
 }
 
+/* LeNet: the default pushes its last bucket (conv1 and conv2, 102 KB) and meets over ip1's 1.6 MB;
+ * the MLP above, a bucket a layer: the default pushes both, and only with every bucket pushed or
+ * none does it differ. */
 BN_TEST(multigpu_pushed_buckets_train_the_bits_of_met_ones)
 {
     SKIP_WITHOUT_TWO_GPUS();
-    CHECK_PASS(pushed_against_met(2));
-    if (bn_device_count() >= 4) CHECK_PASS(pushed_against_met(4));
+    static const char lenet[] = "models/lenet.cfg --batch 64 --seed 1";
+    char mlp[512];
+    ft_path(mlp, sizeof mlp, "odd_mlp.cfg");
+    CHECK(ft_write_text(mlp, odd_mlp) == 0);
+    CHECK_PASS(pushed_against_met(2, "lenet", lenet, "", 1, 1));
+    CHECK_PASS(pushed_against_met(2, "mlp", mlp, "BLOBNET_DIST_BUCKET=0", 1, 0));
+    if (bn_device_count() >= 4) CHECK_PASS(pushed_against_met(4, "lenet", lenet, "", 1, 1));
     return BN_PASS;
 }
 

@@ -15,15 +15,14 @@
 #include "gpu/pdl.cuh"
 #include "peer_sum.h"
 
-/* Blocks of a sum at most (a pushed one; met ones take up to PS_MET_BLOCKS), and its threads a block. */
-#define PS_BLOCKS 128
-#define PS_MET_BLOCKS 32
+/* Blocks of a met sum at most, of a pushed one, and a block's threads. */
+#define PS_BLOCKS 32
+#define PS_PUSH_BLOCKS 128
 #define PS_THREADS 512
 /* float4 pieces of a rank's share per block, about (fewer blocks for small buckets). */
 #define PS_PIECES_PER_BLOCK 2048
-/* float4 pieces of a pushed bucket per block, about: 256, 128 or 64 were no faster (vgg_fashion and
- * strided_fashion on four H200s). */
-#define PS_PUSH_PIECES_PER_BLOCK 1024
+/* Lines (two floats each) of a pushed bucket per block, about. */
+#define PS_LINES_PER_BLOCK 1024
 enum { START, END, WEIGHT, KINDS };
 #define FLAG_WORDS (KINDS * PS_BLOCKS * BN_PEER_MAX)
 
@@ -39,7 +38,8 @@ struct bn_peer_sum {
     float *peer_slab[BN_PEER_MAX];    /* every rank's slab (this rank's own at [rank]) */
     unsigned *peer_flags[BN_PEER_MAX];
     size_t push_max;                  /* floats a pushed bucket may hold: this rank's, then the ranks' least */
-    float *stage;                     /* this rank's landing area for pushed buckets: 2 x world x push_max */
+    float *stage;                     /* this rank's landing area for pushed buckets: two halves of a part
+                                         for each rank, part_floats(push_max) floats a part */
     unsigned *turns;                  /* [0]: the pushed sums done, [1]: blocks done in the current one */
     float *peer_stage[BN_PEER_MAX];
     int mapped;                       /* the peers' memory is mapped */
@@ -58,14 +58,6 @@ typedef struct sum_args {
     float weight;
     int rank, world, vec;
 } sum_args;
-
-/* Every thread's writes to the peers made visible before the block flags them. One fence a block
- * after the barrier, in place of one a thread, measured the same (vgg_fashion on four H200s). */
-static __device__ __forceinline__ void fence_writes()
-{
-    __threadfence_system();
-    __syncthreads();
-}
 
 static __device__ __forceinline__ size_t flag_at(int kind, int block, int rank)
 {
@@ -177,7 +169,8 @@ static __global__ void __launch_bounds__(PS_THREADS) peer_sum_kernel(sum_args a)
     /* The floats past the last whole piece go to the last rank's last block. */
     if (a.vec && a.rank == a.world - 1 && b == (int)gridDim.x - 1) sum_everywhere<float>(a, w, pieces * 4, a.count);
     /* Every thread's writes to the peers are visible before this block says it is done. */
-    fence_writes();
+    __threadfence_system();
+    __syncthreads();
     /* A stall here leaves nothing to skip: meet has raised the flag the host reads. */
     if (threadIdx.x < a.world) meet(a, END, gen, deadline);
     __syncthreads();
@@ -190,74 +183,99 @@ static __device__ __forceinline__ float *landing(const sum_args &a, int q, size_
     return a.stage[q] + (half + (size_t)from) * a.span;
 }
 
-/* Elements [from, to) of this rank's bucket (in T) copied into every peer's landing part for it. */
-template <typename T>
-static __device__ void push_out(const sum_args &a, size_t half, size_t from, size_t to)
+/* A line of a pushed bucket: two floats, each beside the sum's tag, stored in one 16-byte write
+ * whose 8-byte halves a reader sees whole; a reader that finds the tag beside both floats has both. */
+static __device__ __forceinline__ void put_line(float *at, float x0, float x1, unsigned tag)
 {
-    const T *mine = (const T *)a.buf[a.rank];
-    for (size_t i = from + threadIdx.x; i < to; i += blockDim.x) {
-        const T v = mine[i];
-#pragma unroll
-        for (int q = 0; q < BN_PEER_MAX; q++)
-            if (q < a.world && q != a.rank) ((T *)landing(a, q, half, a.rank))[i] = v;
-    }
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(at), "r"(__float_as_uint(x0)), "r"(tag),
+                 "r"(__float_as_uint(x1)), "r"(tag)
+                 : "memory");
 }
 
-/* Elements [from, to) summed over the ranks in rank order, this rank's from its bucket and the
- * others' from its landing area (read past the caches that a peer's writes do not reach), into
- * its bucket. */
-template <typename T>
-static __device__ void add_landed(const sum_args &a, const float *w, size_t half, size_t from, size_t to)
+/* Waits for the line at `at` to carry tag; false after a stall (the deadline passed; the flag in
+ * host memory set). */
+static __device__ bool take_line(const sum_args &a, const float *at, unsigned tag, long long deadline, float *x0,
+                                 float *x1)
 {
-    T *mine = (T *)a.buf[a.rank];
-    for (size_t i = from + threadIdx.x; i < to; i += blockDim.x) {
-        T x[BN_PEER_MAX];
-#pragma unroll
-        for (int q = 0; q < BN_PEER_MAX; q++)
-            if (q < a.world) x[q] = q == a.rank ? mine[i] : __ldcg((const T *)landing(a, a.rank, half, q) + i);
-        T s = T();
-#pragma unroll
-        for (int q = 0; q < BN_PEER_MAX; q++)
-            if (q < a.world) s = add_scaled(w[q], x[q], s);
-        mine[i] = s;
+    unsigned v0, t0, v1, t1;
+    for (;;) {
+        asm volatile("ld.volatile.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(v0), "=r"(t0), "=r"(v1), "=r"(t1)
+                     : "l"(at)
+                     : "memory");
+        if (t0 == tag && t1 == tag) break;
+        if (gpu_clock_ns() > deadline) {
+            *(volatile int *)a.stalled = 1;
+            return false;
+        }
     }
+    *x0 = __uint_as_float(v0), *x1 = __uint_as_float(v1);
+    return true;
 }
 
-/* A small bucket, pushed: block b copies its part of this rank's bucket into every peer's landing
- * area, meets the peers once, then sums the ranks' parts in rank order from its own landing area.
- * Every rank adds the same numbers in the same order as peer_sum_kernel does, so the bits are the
- * same either way; one meeting instead of two, and no reads across NVLink, is what a bucket whose
- * sum is all latency saves.
+/* A small bucket, pushed in tagged lines: block b writes its pairs of this rank's bucket, each with
+ * the sum's tag, into every peer's landing part for this rank (its weight in the line after the
+ * last pair), then reads the peers' lines for the same pairs from its own landing area as each
+ * arrives and sums the ranks' floats in rank order into its bucket. No fence and no meeting: a
+ * float and its tag arrive together. Every rank adds the same numbers in the same order as
+ * peer_sum_kernel does, so the bits are the same either way.
  *
- * The landing area has two halves, which the pushed sums take in turn (turns[0], counted by the
- * last block to finish each). A rank pushing sum k+2 into a half has met every peer in sum k+1,
- * and a peer starts its sum k+1 only once its sum k, the last to read that half, has ended. */
-static __global__ void __launch_bounds__(PS_THREADS) push_sum_kernel(sum_args a)
+ * The tag is the count of pushed sums plus one (turns[0], counted by the last block to finish
+ * each), the same on every rank. The landing area has two halves, which the pushed sums take in
+ * turn: a rank pushing sum k+2 into a half has read every peer's lines of sum k+1, which each
+ * pushed only once its sum k, the last to read that half, had ended. */
+static __global__ void __launch_bounds__(PS_THREADS) push_lines_kernel(sum_args a)
 {
     bn_early_entry(); /* pdl.cuh */
     __shared__ float w[BN_PEER_MAX];
-    const int b = blockIdx.x;
-    const unsigned gen = a.gens[b] + 1;
+    const unsigned turn = *(volatile const unsigned *)a.turns;
+    const unsigned tag = turn + 1;
+    const size_t half = (size_t)(turn & 1u) * (size_t)a.world;
     const long long deadline = gpu_clock_ns() + a.timeout_ns;
-    const size_t half = (size_t)(*(volatile const unsigned *)a.turns & 1u) * (size_t)a.world;
-    const size_t pieces = a.vec ? a.count / 4 : a.count;
-    const size_t from = pieces * b / gridDim.x, to = pieces * (b + 1) / gridDim.x;
-    const bool tail = a.vec && b == (int)gridDim.x - 1; /* the floats past the last whole piece */
-    if (a.vec) push_out<float4>(a, half, from, to);
-    else push_out<float>(a, half, from, to);
-    if (tail) push_out<float>(a, half, pieces * 4, a.count);
-    fence_writes();
-    if (!meet_start(a, gen, deadline, w)) return;
-    if (a.vec) add_landed<float4>(a, w, half, from, to);
-    else add_landed<float>(a, w, half, from, to);
-    if (tail) add_landed<float>(a, w, half, pieces * 4, a.count);
+    const size_t pairs = (a.count + 1) / 2;
+    const size_t from = pairs * blockIdx.x / gridDim.x, to = pairs * (blockIdx.x + 1) / gridDim.x;
+    float *mine = a.buf[a.rank];
+    for (size_t j = from + threadIdx.x; j < to; j += blockDim.x) {
+        const float x0 = mine[2 * j], x1 = 2 * j + 1 < a.count ? mine[2 * j + 1] : 0.0f;
+#pragma unroll
+        for (int q = 0; q < BN_PEER_MAX; q++)
+            if (q < a.world && q != a.rank) put_line(landing(a, q, half, a.rank) + 4 * j, x0, x1, tag);
+    }
+    if (threadIdx.x < a.world) {
+        const int q = threadIdx.x;
+        if (blockIdx.x == 0 && q != a.rank) put_line(landing(a, q, half, a.rank) + 4 * pairs, a.weight, a.weight, tag);
+        float x1;
+        if (q == a.rank) w[q] = a.weight;
+        else if (!take_line(a, landing(a, a.rank, half, q) + 4 * pairs, tag, deadline, &w[q], &x1)) w[q] = 0.0f;
+    }
+    __syncthreads();
+    for (size_t j = from + threadIdx.x; j < to; j += blockDim.x) {
+        float x0[BN_PEER_MAX], x1[BN_PEER_MAX];
+        bool ok = true;
+#pragma unroll
+        for (int q = 0; q < BN_PEER_MAX; q++) {
+            if (q >= a.world) continue;
+            if (q == a.rank) {
+                x0[q] = mine[2 * j];
+                x1[q] = 2 * j + 1 < a.count ? mine[2 * j + 1] : 0.0f;
+            } else if (ok) {
+                ok = take_line(a, landing(a, a.rank, half, q) + 4 * j, tag, deadline, &x0[q], &x1[q]);
+            }
+        }
+        if (!ok) break;
+        float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+        for (int q = 0; q < BN_PEER_MAX; q++)
+            if (q < a.world) s0 = fmaf(w[q], x0[q], s0), s1 = fmaf(w[q], x1[q], s1);
+        mine[2 * j] = s0;
+        if (2 * j + 1 < a.count) mine[2 * j + 1] = s1;
+    }
     __syncthreads();
     if (threadIdx.x == 0) {
-        a.gens[b] = gen;
         __threadfence();
         if (atomicAdd(a.turns + 1, 1u) == gridDim.x - 1) {
             a.turns[1] = 0;
-            a.turns[0] += 1;
+            a.turns[0] = turn + 1;
         }
     }
 }
@@ -277,6 +295,13 @@ static uint64_t host_hash(void)
     uint64_t h = bn_fnv1a_text(bn_fnv1a_text(BN_FNV1A_START, name), boot);
     const char *id = getenv("NCCL_HOSTID");
     return id ? bn_fnv1a_text(bn_fnv1a_text(h, "|"), id) : h;
+}
+
+/* Floats of a landing part for buckets of up to n floats: a 16-byte line for each two, and one for
+ * the weight. */
+static size_t part_floats(size_t n)
+{
+    return 2 * ((n + 1) / 2 * 2) + 4;
 }
 
 /* Floats a landing part holds where a rank may push push_bytes a sum to its world - 1 peers: at most
@@ -313,7 +338,8 @@ extern "C" bn_status bn_peer_sum_local(bn_peer_sum **out, int rank, int world, i
     ps->push_max = push_span(push_bytes, world, count);
     BN_CUDA(cudaMalloc((void **)&ps->turns, 2 * sizeof(unsigned)));
     BN_CUDA(cudaMemset(ps->turns, 0, 2 * sizeof(unsigned)));
-    if (ps->push_max) BN_CUDA(cudaMalloc((void **)&ps->stage, 2 * (size_t)world * ps->push_max * sizeof(float)));
+    if (ps->push_max)
+        BN_CUDA(cudaMalloc((void **)&ps->stage, 2 * (size_t)world * part_floats(ps->push_max) * sizeof(float)));
     BN_CUDA(cudaHostAlloc((void **)&ps->stalled, sizeof *ps->stalled, cudaHostAllocMapped));
     *ps->stalled = 0;
     BN_CUDA(cudaHostGetDevicePointer((void **)&ps->stalled_dev, ps->stalled, 0));
@@ -381,17 +407,19 @@ extern "C" bn_status bn_peer_sum_run(bn_peer_sum *ps, float *grads, size_t count
         a.stage[q] = ps->peer_stage[q];
     }
     a.gens = ps->gens, a.stalled = ps->stalled_dev, a.timeout_ns = ps->timeout_ns, a.turns = ps->turns;
-    a.count = count, a.weight = weight, a.rank = ps->rank, a.world = ps->world, a.span = ps->push_max;
+    a.count = count, a.weight = weight, a.rank = ps->rank, a.world = ps->world, a.span = part_floats(ps->push_max);
     /* The slabs start at allocations of the same layout, so one offset aligns every copy alike. */
     a.vec = off % 4 == 0;
-    const int push = count <= ps->push_max;
-    const size_t pieces = a.vec ? count / 4 : count, share = push ? pieces : pieces / ps->world + 1;
-    const size_t per_block = push ? PS_PUSH_PIECES_PER_BLOCK : PS_PIECES_PER_BLOCK;
-    size_t blocks = (share + per_block - 1) / per_block;
-    if (blocks < 1) blocks = 1;
-    if (blocks > (push ? PS_BLOCKS : PS_MET_BLOCKS)) blocks = push ? PS_BLOCKS : PS_MET_BLOCKS;
-    if (push) push_sum_kernel<<<(unsigned)blocks, PS_THREADS, 0, s>>>(a);
-    else peer_sum_kernel<<<(unsigned)blocks, PS_THREADS, 0, s>>>(a);
+    if (count <= ps->push_max) {
+        size_t blocks = ((count + 1) / 2 + PS_LINES_PER_BLOCK - 1) / PS_LINES_PER_BLOCK;
+        if (blocks > PS_PUSH_BLOCKS) blocks = PS_PUSH_BLOCKS;
+        push_lines_kernel<<<(unsigned)blocks, PS_THREADS, 0, s>>>(a);
+    } else {
+        const size_t share = (a.vec ? count / 4 : count) / ps->world + 1;
+        size_t blocks = (share + PS_PIECES_PER_BLOCK - 1) / PS_PIECES_PER_BLOCK;
+        if (blocks > PS_BLOCKS) blocks = PS_BLOCKS;
+        peer_sum_kernel<<<(unsigned)blocks, PS_THREADS, 0, s>>>(a);
+    }
     BN_CUDA_LAUNCH();
     return BN_OK;
 }

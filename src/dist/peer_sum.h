@@ -11,11 +11,13 @@
  * runs repeat.
  *
  * A small bucket is pushed instead: every rank writes its whole bucket into a landing area in every
- * peer's memory, the blocks meet once, and each rank adds the ranks' copies from its own memory, in
- * the same order and so to the same bits. A rank sends N-1 copies of the bucket where the two
- * meetings send about twice its size, but a small bucket's sum is all latency: one meeting and no
- * reads across the link is what it saves. A bucket is pushed where its N-1 copies come to at most
- * BLOBNET_DIST_PUSH bytes (bn_dist.push_bytes).
+ * peer's memory, in 16-byte lines of two floats each beside the sum's tag, and each rank adds the
+ * ranks' copies from its own memory as their lines arrive, in the same order and so to the same
+ * bits: no meeting and no fence, a float and its tag landing together. A rank sends N-1 copies of
+ * the bucket, each twice its size with the tags, where the two meetings send about twice its size
+ * in all; a small bucket's sum is all latency, which is what pushing saves. A bucket is pushed
+ * where its N-1 copies come to at most BLOBNET_DIST_PUSH bytes (bn_dist.push_bytes), the tags not
+ * counted.
  *
  * A rank whose peer never arrives stops waiting at the deadline (the flags are read against the
  * GPU's clock) and raises a flag in host memory that comm.cu's waits read; the sum is then
