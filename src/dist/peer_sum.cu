@@ -338,8 +338,13 @@ extern "C" bn_status bn_peer_sum_local(bn_peer_sum **out, int rank, int world, i
     ps->push_max = push_span(push_bytes, world, count);
     BN_CUDA(cudaMalloc((void **)&ps->turns, 2 * sizeof(unsigned)));
     BN_CUDA(cudaMemset(ps->turns, 0, 2 * sizeof(unsigned)));
-    if (ps->push_max)
-        BN_CUDA(cudaMalloc((void **)&ps->stage, 2 * (size_t)world * part_floats(ps->push_max) * sizeof(float)));
+    /* Zeroed, as tag 0 is never a sum's: memory that an earlier landing area held could carry the
+     * tags of the first sums and pass for a peer's lines. */
+    const size_t stage_bytes = 2 * (size_t)world * part_floats(ps->push_max) * sizeof(float);
+    if (ps->push_max) {
+        BN_CUDA(cudaMalloc((void **)&ps->stage, stage_bytes));
+        BN_CUDA(cudaMemset(ps->stage, 0, stage_bytes));
+    }
     BN_CUDA(cudaHostAlloc((void **)&ps->stalled, sizeof *ps->stalled, cudaHostAllocMapped));
     *ps->stalled = 0;
     BN_CUDA(cudaHostGetDevicePointer((void **)&ps->stalled_dev, ps->stalled, 0));
