@@ -7,6 +7,7 @@
  * real trace of a training run. */
 #include "testing.h"
 
+#include <stdarg.h>
 #include <stdlib.h>
 
 #include "core/device.h"
@@ -58,12 +59,25 @@ static int base_trace(char *path, size_t size, const char *name, int stream)
     return steps_trace(path, size, name, stream, 12, 100000, 12000, 57000);
 }
 
-/* Runs a summary command into out; the part of its output from `heading` on, or NULL where the
- * command failed (*rc its exit status) or printed no such heading. */
-static const char *part_of(const char *cmd, const char *heading, int *rc)
+/* Runs tools/kernel_trace.py with the arguments that format makes (shell text after the script's
+ * name), its output into out; its exit status. */
+static int summary(const char *format, ...) __attribute__((format(printf, 1, 2)));
+static int summary(const char *format, ...)
 {
-    *rc = bn_test_run(cmd, out, sizeof out);
-    return *rc == 0 ? strstr(out, heading) : NULL;
+    char cmd[4096] = "python3 tools/kernel_trace.py ";
+    const size_t at = strlen(cmd);
+    va_list ap;
+    va_start(ap, format);
+    vsnprintf(cmd + at, sizeof cmd - at, format, ap);
+    va_end(ap);
+    return bn_test_run(cmd, out, sizeof out);
+}
+
+/* The part of a summary's output (in out) from `heading` on, or NULL where the summary failed
+ * (rc, its exit status) or printed no such heading. */
+static const char *part_of(int rc, const char *heading)
+{
+    return rc == 0 ? strstr(out, heading) : NULL;
 }
 
 /* Twelve steps of 100 us: a gather (10 us), 2 us idle, a convolution (60 us) with an all-reduce
@@ -71,7 +85,7 @@ static const char *part_of(const char *cmd, const char *heading, int *rc)
 BN_TEST(kernel_trace_summary_measures_steps_and_gaps)
 {
     if (bn_test_run("python3 --version", out, sizeof out) != 0) BN_SKIP_TEST("no python3");
-    char path[512], bad[512], cmd[2048];
+    char path[512], bad[512];
     snprintf(bad, sizeof bad, "%s/not_a_trace.csv", bn_test_tmpdir());
     FILE *f = new_trace(path, sizeof path, "trace.csv");
     CHECK(f != NULL);
@@ -81,8 +95,7 @@ BN_TEST(kernel_trace_summary_measures_steps_and_gaps)
         fprintf(f, "kernel,0,9,%ld,%ld,\"ncclDevKernel_AllReduce_Sum_f32_RING_LL(args)\"\n", t + 52000, t + 82000);
     }
     CHECK(fclose(f) == 0);
-    snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s --marker gather --skip 1 --steps 10", path);
-    int rc = bn_test_run(cmd, out, sizeof out);
+    int rc = summary("%s --marker gather --skip 1 --steps 10", path);
     CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
     CHECK_MSG(strstr(out, "10 steps: median 100.0 us"), "%s", out);
     CHECK_MSG(strstr(out, "busy 80.0 us, idle 20.0 us, NCCL's kernels 30.0 us a step"), "%s", out);
@@ -91,22 +104,19 @@ BN_TEST(kernel_trace_summary_measures_steps_and_gaps)
               "%s", out);
     CHECK_MSG(strstr(out, "conv_forward                                          10     0.600    60.00"), "%s", out);
     /* --timeline: the median step's work in start order, with what ran beside what. */
-    snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s --marker gather --skip 1 --steps 10 --timeline", path);
-    const char *tl = part_of(cmd, "that step's work in the order it started", &rc);
+    rc = summary("%s --marker gather --skip 1 --steps 10 --timeline", path);
+    const char *tl = part_of(rc, "that step's work in the order it started");
     CHECK_MSG(tl != NULL, "exit %d: %s", rc, out);
     const char *conv = strstr(tl, "    12.0     72.0     60.0       7  conv_forward\n");
     const char *nccl = strstr(tl, "    52.0     82.0     30.0       9  ncclDevKernel_AllReduce_Sum_f32_RING_LL\n");
     CHECK_MSG(strstr(tl, "     0.0     10.0     10.0       7  gather_rows\n") && conv && nccl && conv < nccl, "%s", tl);
-    snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s --timeline", path);
-    rc = bn_test_run(cmd, out, sizeof out);
+    rc = summary("%s --timeline", path);
     CHECK_MSG(rc != 0 && strstr(out, "--timeline needs --marker"), "exit %d: %s", rc, out);
     /* --against: the same steps of a base trace whose convolution took 45 us and which had no
      * all-reduce, kernel by kernel, the largest move first. */
     char base[512];
     CHECK(base_trace(base, sizeof base, "base_trace.csv", 7) == 0);
-    snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s --marker gather --skip 1 --steps 10 --against %s", path,
-             base);
-    rc = bn_test_run(cmd, out, sizeof out);
+    rc = summary("%s --marker gather --skip 1 --steps 10 --against %s", path, base);
     CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
     const char *vs = strstr(out, "against the base (10 steps): kernel time a step 55.0 -> 100.0 us\n");
     CHECK_MSG(vs != NULL, "%s", out);
@@ -116,10 +126,8 @@ BN_TEST(kernel_trace_summary_measures_steps_and_gaps)
                                     "+15.0  45.00 -> 60.00\n");
     CHECK_MSG(v_nccl && v_conv && v_nccl < v_conv, "%s", vs);
     /* --against with --timeline: the steps piece by piece, in the base's order, then what it lacks. */
-    snprintf(cmd, sizeof cmd,
-             "python3 tools/kernel_trace.py %s --marker gather --skip 1 --steps 10 --timeline --against %s", path,
-             base);
-    const char *ps = part_of(cmd, "the steps beside the base's", &rc);
+    rc = summary("%s --marker gather --skip 1 --steps 10 --timeline --against %s", path, base);
+    const char *ps = part_of(rc, "the steps beside the base's");
     CHECK_MSG(ps != NULL, "exit %d: %s", rc, out);
     const char *p_gather = strstr(ps, "     0.0     10.0       0.0     10.0     +0.0       7  gather_rows 1\n");
     const char *p_conv = strstr(ps, "    12.0     45.0      12.0     60.0    +15.0       7  conv_forward 1\n");
@@ -130,20 +138,16 @@ BN_TEST(kernel_trace_summary_measures_steps_and_gaps)
      * rank's): its pieces are matched by name and number in the step, this trace's stream shown. */
     char other[512];
     CHECK(base_trace(other, sizeof other, "other_streams.csv", 17) == 0);
-    snprintf(cmd, sizeof cmd,
-             "python3 tools/kernel_trace.py %s --marker gather --skip 1 --steps 10 --timeline --against %s", path,
-             other);
-    ps = part_of(cmd, "each piece by its name and number in the step, the two traces sharing no stream", &rc);
+    rc = summary("%s --marker gather --skip 1 --steps 10 --timeline --against %s", path, other);
+    ps = part_of(rc, "each piece by its name and number in the step, the two traces sharing no stream");
     CHECK_MSG(ps != NULL, "exit %d: %s", rc, out);
     p_gather = strstr(ps, "     0.0     10.0       0.0     10.0     +0.0       7  gather_rows 1\n");
     p_conv = strstr(ps, "    12.0     45.0      12.0     60.0    +15.0       7  conv_forward 1\n");
     CHECK_MSG(p_gather && p_conv && p_gather < p_conv, "%s", ps);
-    snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s --against %s", path, base);
-    rc = bn_test_run(cmd, out, sizeof out);
+    rc = summary("%s --against %s", path, base);
     CHECK_MSG(rc != 0 && strstr(out, "--against needs --marker"), "exit %d: %s", rc, out);
     CHECK(write_text(bad, "epoch,loss\n1,0.5\n") == 0);
-    snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s --marker gather --against %s", path, bad);
-    rc = bn_test_run(cmd, out, sizeof out);
+    rc = summary("%s --marker gather --against %s", path, bad);
     CHECK_MSG(rc != 0 && strstr(out, "not_a_trace.csv: not a kernel trace"), "exit %d: %s", rc, out);
     /* A reader that stops at the first line (| head -1) of a summary longer than a pipe holds:
      * the summary ends quietly, without a broken pipe's traceback. */
@@ -154,12 +158,10 @@ BN_TEST(kernel_trace_summary_measures_steps_and_gaps)
     for (long k = 0, t = 1000000; k < 6000; k++, t += 2000)
         fprintf(f, "kernel,0,7,%ld,%ld,\"kernel_%ld_with_a_name_long_enough_to_fill_a_pipe\"\n", t, t + 1000, k);
     CHECK(fclose(f) == 0);
-    snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s --top 6000 2>%s | head -1; cat %s", big, err, err);
-    rc = bn_test_run(cmd, out, sizeof out);
+    rc = summary("%s --top 6000 2>%s | head -1; cat %s", big, err, err);
     CHECK_MSG(rc == 0 && strstr(out, "GPU busy 6.000 ms") && !strstr(out, "Traceback"), "exit %d: %s", rc, out);
     CHECK(write_text(bad, "epoch,loss\n1,0.5\n") == 0);
-    snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s", bad);
-    rc = bn_test_run(cmd, out, sizeof out);
+    rc = summary("%s", bad);
     CHECK_MSG(rc != 0 && strstr(out, "not a kernel trace"), "exit %d: %s", rc, out);
     return BN_PASS;
 }
@@ -171,21 +173,17 @@ BN_TEST(kernel_trace_summary_measures_steps_and_gaps)
 BN_TEST(kernel_trace_summary_passes_over_a_file_that_recorded_nothing)
 {
     if (bn_test_run("python3 --version", out, sizeof out) != 0) BN_SKIP_TEST("no python3");
-    char empty[512], rank[512], cmd[2048];
+    char empty[512], rank[512];
     FILE *f = new_trace(empty, sizeof empty, "supervisor.csv");
     CHECK(f != NULL && fclose(f) == 0);
     CHECK(steps_trace(rank, sizeof rank, "rank.csv", 7, 5, 50000, 10000, 40000) == 0);
-    snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s %s --marker gather --skip 1 --steps 2 2>&1", empty, rank);
-    int rc = bn_test_run(cmd, out, sizeof out);
+    int rc = summary("%s %s --marker gather --skip 1 --steps 2 2>&1", empty, rank);
     CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
     CHECK_MSG(strstr(out, "supervisor.csv: no kernels, copies or fills recorded: passed over"), "%s", out);
     CHECK_MSG(strstr(out, "2 steps: median 50.0 us") && strstr(out, "busy 40.0 us, idle 10.0 us"), "%s", out);
-    snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s --marker gather --skip 1 --steps 2 --against %s 2>&1",
-             rank, empty);
-    rc = bn_test_run(cmd, out, sizeof out);
+    rc = summary("%s --marker gather --skip 1 --steps 2 --against %s 2>&1", rank, empty);
     CHECK_MSG(rc != 0 && strstr(out, "supervisor.csv: no kernels, copies or fills recorded"), "exit %d: %s", rc, out);
-    snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s 2>&1", empty);
-    rc = bn_test_run(cmd, out, sizeof out);
+    rc = summary("%s 2>&1", empty);
     CHECK_MSG(rc != 0 && strstr(out, "no trace given recorded any work"), "exit %d: %s", rc, out);
     return BN_PASS;
 }
@@ -196,7 +194,7 @@ BN_TEST(kernel_trace_summary_passes_over_a_file_that_recorded_nothing)
 BN_TEST(kernel_trace_against_leaves_out_steps_over_twice_the_median)
 {
     if (bn_test_run("python3 --version", out, sizeof out) != 0) BN_SKIP_TEST("no python3");
-    char path[512], base[512], cmd[2048];
+    char path[512], base[512];
     CHECK(steps_trace(path, sizeof path, "typical.csv", 7, 12, 100000, 12000, 72000) == 0);
     /* The base's sixth step holds a 10 ms kernel after its convolution, and runs 10 ms longer. */
     FILE *f = new_trace(base, sizeof base, "long_step.csv");
@@ -205,9 +203,7 @@ BN_TEST(kernel_trace_against_leaves_out_steps_over_twice_the_median)
     fprintf(f, "kernel,0,7,%ld,%ld,\"timing_run\"\n", 1557000L, 11557000L);
     write_steps(f, 7, 11600000, 6, 100000, 12000, 57000);
     CHECK(fclose(f) == 0);
-    snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s --marker gather --skip 1 --steps 10 --against %s", path,
-             base);
-    int rc = bn_test_run(cmd, out, sizeof out);
+    int rc = summary("%s --marker gather --skip 1 --steps 10 --against %s", path, base);
     CHECK_MSG(rc == 0, "exit %d: %s", rc, out);
     CHECK_MSG(strstr(out, "against the base (9 steps): kernel time a step 55.0 -> 70.0 us\n"
                           "(steps over twice their trace's median left out: 0 of 10 here, 1 of 10 in the base)"),
@@ -225,7 +221,7 @@ BN_TEST(kernel_trace_against_leaves_out_steps_over_twice_the_median)
 BN_TEST(kernel_trace_sets_steps_beside_the_base_piece_by_piece)
 {
     if (bn_test_run("python3 --version", out, sizeof out) != 0) BN_SKIP_TEST("no python3");
-    char path[2][512], cmd[2048];
+    char path[2][512];
     for (int v = 0; v < 2; v++) {
         FILE *f = new_trace(path[v], sizeof path[v], v ? "pieces_1.csv" : "pieces_0.csv");
         CHECK(f != NULL);
@@ -237,11 +233,8 @@ BN_TEST(kernel_trace_sets_steps_beside_the_base_piece_by_piece)
         }
         CHECK(fclose(f) == 0);
     }
-    snprintf(cmd, sizeof cmd,
-             "python3 tools/kernel_trace.py %s --marker gather --skip 1 --steps 6 --timeline --against %s", path[1],
-             path[0]);
-    int rc;
-    const char *ps = part_of(cmd, "the steps beside the base's", &rc);
+    int rc = summary("%s --marker gather --skip 1 --steps 6 --timeline --against %s", path[1], path[0]);
+    const char *ps = part_of(rc, "the steps beside the base's");
     CHECK_MSG(ps != NULL, "exit %d: %s", rc, out);
     const char *first = strstr(ps, "    10.0     20.0      10.0     20.0     +0.0       7  conv 1\n");
     const char *other = strstr(ps, "    20.0     40.0      20.0     40.0     +0.0       9  conv 1\n");
@@ -256,7 +249,7 @@ BN_TEST(kernel_trace_sets_steps_beside_the_base_piece_by_piece)
 BN_TEST(kernel_trace_spread_finds_the_pieces_of_two_lengths)
 {
     if (bn_test_run("python3 --version", out, sizeof out) != 0) BN_SKIP_TEST("no python3");
-    char path[512], cmd[2048];
+    char path[512];
     FILE *f = new_trace(path, sizeof path, "spread.csv");
     CHECK(f != NULL);
     long t = 1000000;
@@ -269,15 +262,13 @@ BN_TEST(kernel_trace_spread_finds_the_pieces_of_two_lengths)
         t += 80000 + conv;
     }
     CHECK(fclose(f) == 0);
-    snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s --marker gather --skip 1 --steps 10 --spread", path);
-    int rc;
-    const char *sp = part_of(cmd, "the pieces whose length falls into two groups", &rc);
+    int rc = summary("%s --marker gather --skip 1 --steps 10 --spread", path);
+    const char *sp = part_of(rc, "the pieces whose length falls into two groups");
     CHECK_MSG(sp != NULL, "exit %d: %s", rc, out);
     /* Steps 1-10: five odd (40 us, steps of 120) and five even (20 us, steps of 100). */
     CHECK_MSG(strstr(sp, "     5     20.0    100.0       5     40.0    120.0    +20.0       7  conv 1\n"), "%s", sp);
     CHECK_MSG(!strstr(sp, "relu") && !strstr(sp, "bias"), "%s", sp);
-    snprintf(cmd, sizeof cmd, "python3 tools/kernel_trace.py %s --spread", path);
-    rc = bn_test_run(cmd, out, sizeof out);
+    rc = summary("%s --spread", path);
     CHECK_MSG(rc != 0 && strstr(out, "--spread needs --marker"), "exit %d: %s", rc, out);
     return BN_PASS;
 }

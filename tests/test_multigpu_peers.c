@@ -67,17 +67,25 @@ BN_TEST(multigpu_peer_sum_trains_what_nccl_trains)
     return BN_PASS;
 }
 
+/* Fails unless LeNet on two GPUs for `steps`, with env, is refused: a non-zero exit below 128 whose
+ * output names `needle` and, where not NULL, `also`. */
+static int lenet_refused(const char *env, const char *steps, const char *needle, const char *also)
+{
+    char args[4096];
+    snprintf(args, sizeof args, LENET " %s --gpus 2", steps);
+    int rc = train(env, args);
+    CHECK_MSG(rc > 0 && rc < 128, "exited %d:\n%s", rc, out);
+    CHECK_MSG(strstr(out, needle) && (!also || strstr(out, also)), "%s", out);
+    return BN_PASS;
+}
+
 /* A sum through the peers' memory asked for where NCCL's peer transport is switched off is one
  * line naming the variable and the reason, and a non-zero exit. */
 BN_TEST(multigpu_peer_sum_asked_for_without_peer_access_says_why)
 {
     SKIP_WITHOUT_TWO_GPUS();
-    char args[4096];
-    snprintf(args, sizeof args, LENET " " STEPS_50 " --gpus 2");
-    int rc = train("BLOBNET_DIST_SUM=peers NCCL_P2P_DISABLE=1", args);
-    CHECK_MSG(rc > 0 && rc < 128, "exited %d:\n%s", rc, out);
-    CHECK_MSG(strstr(out, "BLOBNET_DIST_SUM=peers") && strstr(out, "NCCL_P2P_DISABLE"), "%s", out);
-    return BN_PASS;
+    return lenet_refused("BLOBNET_DIST_SUM=peers NCCL_P2P_DISABLE=1", STEPS_50, "BLOBNET_DIST_SUM=peers",
+                         "NCCL_P2P_DISABLE");
 }
 
 /* How many of the trace files in dir name `kernel`; -1 when they cannot be read. */
@@ -152,9 +160,5 @@ BN_TEST(multigpu_pushed_buckets_train_the_bits_of_met_ones)
 BN_TEST(multigpu_push_limit_that_is_not_a_size_says_so)
 {
     SKIP_WITHOUT_TWO_GPUS();
-    char args[4096];
-    snprintf(args, sizeof args, LENET " " STEPS_5 " --gpus 2");
-    int rc = train("BLOBNET_DIST_PUSH=lots", args);
-    CHECK_MSG(rc > 0 && rc < 128 && strstr(out, "BLOBNET_DIST_PUSH"), "exited %d:\n%s", rc, out);
-    return BN_PASS;
+    return lenet_refused("BLOBNET_DIST_PUSH=lots", STEPS_5, "BLOBNET_DIST_PUSH", NULL);
 }

@@ -4,7 +4,8 @@
  * (the generation q's block b has reached) and WEIGHT (q's scale for this sum, as float bits),
  * written by rank q into each rank's buffer. The generation is each block's count of sums, kept
  * in device memory so that a replayed graph counts on; every rank launches the same sums with the
- * same blocks, so their counts agree. */
+ * same blocks, so their counts agree. A pushed bucket (push_lines_kernel) uses none of these: its
+ * lines land in each rank's landing area, tagged by the count of pushed sums (turns). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -305,7 +306,7 @@ static size_t part_floats(size_t n)
 }
 
 /* Floats a landing part holds where a rank may push push_bytes a sum to its world - 1 peers: at most
- * the slab, in whole float4s. */
+ * the slab's count, rounded up to a multiple of 4. */
 static size_t push_span(size_t push_bytes, int world, size_t count)
 {
     size_t n = push_bytes / sizeof(float) / (size_t)(world > 1 ? world - 1 : 1);
