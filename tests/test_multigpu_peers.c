@@ -109,7 +109,13 @@ static const char odd_mlp[] = "[input]\nchannels = 1\nheight = 28\nwidth = 28\n"
  * the halves of the landing area taken in turn) trains the same bits with no bucket pushed, as the
  * default has it, and with every bucket pushed. With the kernel tracer built, the ranks' traces
  * show that each run summed the ways it was asked to (`pushed` and `met`: whether the default
- * pushes some buckets and meets others). */
+ * pushes some buckets and meets others).
+ *
+ * Every run takes --deterministic, so that no kernel is timed: a shape the kernel cache lacks is
+ * timed on each rank in the first run that meets it (the MLP's dense layers), and a close race can
+ * pick other kernels than the cache then keeps for later runs, whose products differ in the last
+ * bits. On four H200s just started, the MLP's first run (no bucket pushed) differed from each of
+ * eight later ones, pushed or not; with the cache filled, met, pushed and NCCL runs agreed. */
 static int pushed_against_met(int gpus, const char *what, const char *model, const char *env0, int pushed, int met)
 {
     static const char *const limits[] = {"0", "", "1073741824"};
@@ -125,8 +131,8 @@ static int pushed_against_met(int gpus, const char *what, const char *model, con
         if (tracer && *tracer)
             snprintf(env + n, sizeof env - (size_t)n, " CUDA_INJECTION64_PATH=%s BLOBNET_KERNEL_TRACE=%s/%%p.csv",
                      tracer, dir);
-        snprintf(args, sizeof args, "%s --quiet --train-limit 3000 --epochs 3 --gpus %d --save %s", model, gpus,
-                 path[i]);
+        snprintf(args, sizeof args, "%s --quiet --deterministic --train-limit 3000 --epochs 3 --gpus %d --save %s",
+                 model, gpus, path[i]);
         CHECK_MSG(train(env, args) == 0, "%s, BLOBNET_DIST_PUSH=%s:\n%s", what, limits[i], out);
         if (!tracer || !*tracer) continue;
         int p = traces_naming(dir, "push_lines_kernel"), m = traces_naming(dir, "peer_sum_kernel");
