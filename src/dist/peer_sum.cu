@@ -218,8 +218,8 @@ static __device__ bool take_line(const sum_args &a, const float *at, unsigned ta
  * the sum's tag, into every peer's landing part for this rank (its weight in the line after the
  * last pair), then reads the peers' lines for the same pairs from its own landing area as each
  * arrives and sums the ranks' floats in rank order into its bucket. No fence and no meeting: a
- * float and its tag arrive together (put_line). Every rank adds the same numbers in the same order as
- * peer_sum_kernel does, so the bits are the same either way.
+ * float and its tag arrive together (put_line). Every rank adds the same numbers in the same order
+ * as peer_sum_kernel does, so the bits are the same either way.
  *
  * The tag is the count of pushed sums plus one (turns[0], counted by the last block to finish
  * each), the same on every rank. The landing area has two halves, which the pushed sums take in
