@@ -188,7 +188,7 @@ static __device__ __forceinline__ float *landing(const sum_args &a, int q, size_
  * two 8-byte words (the float's bits low, the tag high). PTX's memory model treats a vector access
  * as one access per element, each element an aligned scalar seen whole, so a float and its tag
  * must share an element: in words of 8 bytes a reader that finds the tag in both has both floats
- * (in four words of 4 bytes, as the lines were first written, it could see a tag before its float). */
+ * (in four words of 4 bytes it could see a tag before its float). */
 static __device__ __forceinline__ void put_line(float *at, float x0, float x1, unsigned tag)
 {
     const unsigned long long lo = (unsigned long long)tag << 32 | __float_as_uint(x0);
