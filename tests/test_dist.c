@@ -79,17 +79,18 @@ BN_TEST(dist_without_nccl_every_entry_point_says_what_is_missing)
     unsigned char id[BN_DIST_ID_BYTES];
     bn_dist d = {.rank = 0, .world = 2};
     double v[2] = {1, 2};
-    int any = 7;
+    int any = 7, updated = 7;
     bn_status calls[] = {bn_dist_unique_id(id, sizeof id), bn_dist_open(&d, id, NULL),
                          bn_dist_attach_grads(&d, NULL, NULL, 0),
-                         bn_dist_allreduce_grads(&d, NULL, NULL, 0, 1.0), bn_dist_join_comm(&d, NULL),
+                         bn_dist_allreduce_grads(&d, NULL, NULL, 0, 1.0),
+                         bn_dist_allreduce_update(&d, NULL, NULL, 0, 1.0, NULL, &updated), bn_dist_join_comm(&d, NULL),
                          bn_dist_average(&d, NULL, NULL, 0),
                          bn_dist_sum(&d, NULL, v, 2), bn_dist_max(&d, NULL, 1, &any),
                          bn_dist_max_begin(&d, NULL, 1), bn_dist_max_end(&d, NULL, &any),
                          bn_dist_check_same(&d, NULL, 0, 0), bn_dist_wait(&d, NULL)};
     for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) CHECK_MSG(calls[i] == BN_ERR_USAGE, "call %zu", i);
     CHECK_MSG(strcmp(bn_last_error(), why) == 0, "%s", bn_last_error());
-    CHECK(v[0] == 1 && v[1] == 2 && any == 7);
+    CHECK(v[0] == 1 && v[1] == 2 && any == 7 && updated == 0);
     bn_dist_close(&d, 0);
     bn_dist_close(NULL, 1);
     return BN_PASS;

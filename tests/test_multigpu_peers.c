@@ -104,10 +104,20 @@ static const char odd_mlp[] = "[input]\nchannels = 1\nheight = 28\nwidth = 28\n"
                               "[dense]\nname = fc1\noutputs = 5\n[relu]\nname = relu1\n"
                               "[dense]\nname = fc2\noutputs = 10\n[softmax_ce]\nname = loss\n";
 
+/* The same MLP trained by Adam with weight decay: two state slabs and per-step bias corrections in
+ * the update that a pushed sum applies. */
+static const char odd_mlp_adam[] = "[input]\nchannels = 1\nheight = 28\nwidth = 28\n"
+                                   "[train]\nbatch = 64\noptimizer = adam\nlr = 0.002\nweight_decay = 1e-4\n"
+                                   "lr_policy = cosine\nseed = 1\n"
+                                   "[dense]\nname = fc1\noutputs = 5\n[relu]\nname = relu1\n"
+                                   "[dense]\nname = fc2\noutputs = 10\n[softmax_ce]\nname = loss\n";
+
 /* Buckets pushed into the peers' landing areas (BLOBNET_DIST_PUSH) add the same numbers in the same
- * order as the two meetings do: a model on `gpus` GPUs for 3 epochs of 47 steps (graphs replayed,
- * the halves of the landing area taken in turn) trains the same bits with no bucket pushed, as the
- * default has it, and with every bucket pushed. With the kernel tracer built, the ranks' traces
+ * order as the two meetings do, and the update a pushed sum applies as it goes is the update
+ * kernels' arithmetic: a model on `gpus` GPUs for 3 epochs of 47 steps (graphs replayed, the halves
+ * of the landing area taken in turn) trains the same bits with no bucket pushed, as the default
+ * has it, with every bucket pushed, and with every bucket pushed but its update a pass of its own
+ * (BLOBNET_DIST_PUSH_UPDATE=0). With the kernel tracer built, the ranks' traces
  * show that each run summed the ways it was asked to (`pushed` and `met`: whether the default
  * pushes some buckets and meets others).
  *
@@ -118,11 +128,11 @@ static const char odd_mlp[] = "[input]\nchannels = 1\nheight = 28\nwidth = 28\n"
  * eight later ones, pushed or not; with the cache filled, met, pushed and NCCL runs agreed. */
 static int pushed_against_met(int gpus, const char *what, const char *model, const char *env0, int pushed, int met)
 {
-    static const char *const limits[] = {"0", "", "1073741824"};
-    const int pushes[] = {0, pushed, 1}, meets[] = {1, met, 0};
+    static const char *const limits[] = {"0", "", "1073741824", "1073741824 BLOBNET_DIST_PUSH_UPDATE=0"};
+    const int pushes[] = {0, pushed, 1, 1}, meets[] = {1, met, 0, 0};
     const char *tracer = getenv("BLOBNET_KERNEL_TRACER");
-    char path[3][512], dir[512], env[1400], args[2048];
-    for (int i = 0; i < 3; i++) {
+    char path[4][512], dir[512], env[1400], args[2048];
+    for (int i = 0; i < 4; i++) {
         ft_path(path[i], sizeof path[i], "push-%s-%d-%d.safetensors", what, gpus, i);
         ft_path(dir, sizeof dir, "push-trace-%s-%d-%d", what, gpus, i);
         snprintf(args, sizeof args, "rm -rf '%s' && mkdir -p '%s'", dir, dir);
@@ -143,12 +153,14 @@ static int pushed_against_met(int gpus, const char *what, const char *model, con
     CHECK_MSG(mg_files_equal(path[0], path[1]), "%s on %d GPUs: the default's pushed buckets trained other bits", what,
               gpus);
     CHECK_MSG(mg_files_equal(path[0], path[2]), "%s on %d GPUs: every bucket pushed trained other bits", what, gpus);
+    CHECK_MSG(mg_files_equal(path[0], path[3]),
+              "%s on %d GPUs: every bucket pushed, updated by a pass of its own, trained other bits", what, gpus);
     return BN_PASS;
 }
 
 /* LeNet: the default pushes its last bucket (conv1 and conv2, 102 KB) and meets over ip1's 1.6 MB;
  * the MLP above, a bucket a layer: the default pushes both, and only with every bucket pushed or
- * none does it differ. */
+ * none does it differ; the MLP again under Adam. */
 BN_TEST(multigpu_pushed_buckets_train_the_bits_of_met_ones)
 {
     SKIP_WITHOUT_TWO_GPUS();
@@ -158,6 +170,9 @@ BN_TEST(multigpu_pushed_buckets_train_the_bits_of_met_ones)
     CHECK(ft_write_text(mlp, odd_mlp) == 0);
     CHECK_PASS(pushed_against_met(2, "lenet", lenet, "", 1, 1));
     CHECK_PASS(pushed_against_met(2, "mlp", mlp, "BLOBNET_DIST_BUCKET=0", 1, 0));
+    ft_path(mlp, sizeof mlp, "odd_mlp_adam.cfg");
+    CHECK(ft_write_text(mlp, odd_mlp_adam) == 0);
+    CHECK_PASS(pushed_against_met(2, "mlp_adam", mlp, "BLOBNET_DIST_BUCKET=0", 1, 0));
     if (bn_device_count() >= 4) CHECK_PASS(pushed_against_met(4, "lenet", lenet, "", 1, 1));
     return BN_PASS;
 }
@@ -167,4 +182,11 @@ BN_TEST(multigpu_push_limit_that_is_not_a_size_says_so)
 {
     SKIP_WITHOUT_TWO_GPUS();
     return lenet_refused("BLOBNET_DIST_PUSH=lots", STEPS_5, "BLOBNET_DIST_PUSH", NULL);
+}
+
+/* BLOBNET_DIST_PUSH_UPDATE other than 0 or 1 is one line naming it, and a non-zero exit. */
+BN_TEST(multigpu_push_update_switch_that_is_not_0_or_1_says_so)
+{
+    SKIP_WITHOUT_TWO_GPUS();
+    return lenet_refused("BLOBNET_DIST_PUSH_UPDATE=maybe", STEPS_5, "BLOBNET_DIST_PUSH_UPDATE", NULL);
 }

@@ -263,6 +263,13 @@ static const char *const GPU_MODEL = "[input]\nchannels=1\nheight=8\nwidth=8\n[t
 #define UPDATE_TOL 1e-3
 #define STATE_TOL 1e-5
 
+/* Five layers with parameters, ten segments of multipliers: more than an update carries in its
+ * arguments (BN_UPDATE_NEAR_SEGS), so one over the slab finds them in the device's table. */
+static const char *const GPU_MODEL_DEEP = "[input]\nchannels=1\nheight=8\nwidth=8\n[train]\nbias_lr_mult=2\n"
+                                          "[conv2d]\nfilters=3\nsize=3\n[relu]\n[dense]\noutputs=16\n[tanh]\n"
+                                          "[dense]\noutputs=12\n[tanh]\n[dense]\noutputs=8\n[tanh]\n"
+                                          "[dense]\noutputs=4\n[softmax_ce]\n";
+
 /* GPU_MODEL with a hidden layer of 108 x 640 + 640 weights: an update too large to be held. */
 static const char *const GPU_MODEL_WIDE = "[input]\nchannels=1\nheight=8\nwidth=8\n[train]\nbias_lr_mult=2\n"
                                           "[conv2d]\nfilters=3\nsize=3\n[relu]\n[dense]\noutputs=640\n[tanh]\n"
@@ -334,6 +341,9 @@ static int gpu_update_matches_cpu(int kind, int layered, const char *model)
     bn_optimizer *go, *co;
     CHECK_OK(bn_optimizer_create(gpu, &cfg, &go));
     CHECK_OK(bn_optimizer_create(cpu, &cfg, &co));
+    if (model == GPU_MODEL_DEEP)
+        CHECK_MSG(go->num_segments > BN_UPDATE_NEAR_SEGS, "%d segments: the device's table is not read",
+                  go->num_segments);
     size_t n = gpu->num_params;
     float *buf = malloc(n * sizeof *buf), *before = malloc(n * sizeof *before);
     CHECK(buf && before);
@@ -378,8 +388,10 @@ static int gpu_update_matches_cpu(int kind, int layered, const char *model)
 BN_TEST(gpu_optimizer_slab_updates_match_cpu)
 {
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
-    for (int kind = 0; kind < bn_optimizer_type_count(); kind++)
+    for (int kind = 0; kind < bn_optimizer_type_count(); kind++) {
         CHECK(gpu_update_matches_cpu(kind, 0, GPU_MODEL) == BN_PASS);
+        CHECK(gpu_update_matches_cpu(kind, 0, GPU_MODEL_DEEP) == BN_PASS);
+    }
     return BN_PASS;
 }
 

@@ -365,6 +365,10 @@ static bn_status join_ranks(const train_args *a, train_run *r, const bn_train_st
     BN_TRY(dist_timeout(&r->dist.timeout_s));
     BN_TRY(dist_bytes("BLOBNET_DIST_BUCKET", BN_DIST_BUCKET_BYTES, &r->dist.bucket_bytes));
     BN_TRY(dist_bytes("BLOBNET_DIST_PUSH", BN_DIST_PUSH_BYTES, &r->dist.push_bytes));
+    const char *apart = getenv("BLOBNET_DIST_PUSH_UPDATE");
+    long fold = 1;
+    if (apart && *apart) BN_TRY(bn_cli_int("BLOBNET_DIST_PUSH_UPDATE", apart, 0, 1, &fold));
+    r->dist.update_apart = !fold;
     BN_TRY(bn_schedule_parse(getenv("BLOBNET_DIST_SCHEDULE"), &r->dist.schedule));
     BN_TRY(bn_dist_sum_parse(getenv("BLOBNET_DIST_SUM"), &r->dist.sum_way));
     return bn_dist_join(&r->dist, a->host, a->port, training_fingerprint(r, st), r->ctx);

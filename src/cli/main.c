@@ -103,7 +103,8 @@ static const char train_usage[] =
     "through each other's memory (BLOBNET_DIST_SUM=auto); =peers insists on it, =nccl\n"
     "takes NCCL's all-reduce. There, a bucket whose copies to the other ranks come to at\n"
     "most BLOBNET_DIST_PUSH bytes (default 1048576; 0: none) is written into each\n"
-    "peer's memory and summed there.\n";
+    "peer's memory and summed there, the sum applying the optimizer's update as it goes\n"
+    "(BLOBNET_DIST_PUSH_UPDATE=0: an update pass after it instead; the same bits).\n";
 
 static const char test_usage[] =
     "usage: blobnet test MODEL WEIGHTS [options]\n"

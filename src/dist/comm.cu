@@ -393,7 +393,10 @@ static bn_status fork_comm_lanes(bn_dist *d, const bn_ctx *ctx)
     return BN_OK;
 }
 
-static bn_status allreduce_grads(bn_dist *d, bn_ctx *ctx, float *grads, size_t count, double weight)
+/* The sum of count gradients at grads; u (or NULL) the update a pushed sum may apply, *updated
+ * (or NULL) set where it did. */
+static bn_status allreduce_grads(bn_dist *d, bn_ctx *ctx, float *grads, size_t count, double weight,
+                                 const bn_update_args *u, int *updated)
 {
     ncclRedOp_t op = ncclSum;
     BN_TRY(weighted_sum(d, weight, &op));
@@ -407,7 +410,7 @@ static bn_status allreduce_grads(bn_dist *d, bn_ctx *ctx, float *grads, size_t c
     }
     comm_state *st = (comm_state *)d->state;
     if (bn_peer_sum_covers(st->peers, grads, count))
-        return bn_peer_sum_run(st->peers, grads, count, (float)weight, (cudaStream_t)d->stream);
+        return bn_peer_sum_run(st->peers, grads, count, (float)weight, u, updated, (cudaStream_t)d->stream);
     BN_NCCL(d, ncclAllReduce(grads, grads, count, ncclFloat32, op, (ncclComm_t)d->comm, (cudaStream_t)d->stream));
     return BN_OK;
 }
@@ -498,7 +501,18 @@ extern "C" bn_status bn_dist_allreduce_grads(bn_dist *d, bn_ctx *ctx, float *gra
 {
     BN_NEED_OPEN(d);
     bn_nvtx_push("allreduce", BN_NVTX_COMM);
-    bn_status s = allreduce_grads(d, ctx, grads, count, weight);
+    bn_status s = allreduce_grads(d, ctx, grads, count, weight, NULL, NULL);
+    bn_nvtx_pop();
+    return s;
+}
+
+extern "C" bn_status bn_dist_allreduce_update(bn_dist *d, bn_ctx *ctx, float *grads, size_t count, double weight,
+                                              const bn_update_args *u, int *updated)
+{
+    *updated = 0;
+    BN_NEED_OPEN(d);
+    bn_nvtx_push("allreduce", BN_NVTX_COMM);
+    bn_status s = allreduce_grads(d, ctx, grads, count, weight, d->update_apart ? NULL : u, updated);
     bn_nvtx_pop();
     return s;
 }

@@ -41,6 +41,13 @@ bn_status bn_dist_allreduce_grads(bn_dist *d, bn_ctx *ctx, float *grads, size_t 
     return missing();
 }
 
+bn_status bn_dist_allreduce_update(bn_dist *d, bn_ctx *ctx, float *grads, size_t count, double weight,
+                                   const bn_update_args *u, int *updated)
+{
+    *updated = 0;
+    return missing();
+}
+
 bn_status bn_dist_join_comm(bn_dist *d, bn_ctx *ctx)
 {
     return missing();

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "core/device.h"
+#include "core/optimizers/update_args.h"
 #include "core/status.h"
 
 #ifdef __cplusplus
@@ -51,6 +52,8 @@ typedef struct bn_dist {
     size_t push_bytes;         /* summed through the peers' memory, a bucket is pushed (dist/peer_sum.h)
                                   where its copies to the world - 1 peers come to at most this many
                                   bytes (0: none): BN_DIST_PUSH_BYTES unless $BLOBNET_DIST_PUSH says */
+    int update_apart;          /* 1: a pushed bucket's update is left to its own launch after the sum
+                                  (bn_dist_allreduce_update), as $BLOBNET_DIST_PUSH_UPDATE=0 asks */
     int sum_way;               /* how the gradients are summed: BN_DIST_SUM_AUTO (0), _PEERS or _NCCL, as
                                   $BLOBNET_DIST_SUM says (bn_dist_sum_parse) */
     int peer_sum;              /* set by bn_dist_attach_grads: 1 when the gradient slab is summed
@@ -134,6 +137,14 @@ bn_status bn_dist_attach_grads(bn_dist *d, bn_ctx *ctx, float *slab, size_t coun
  * bn_dist_join_comm orders ctx's stream after all of it. Capturable in a CUDA graph. NVTX range
  * "allreduce". */
 bn_status bn_dist_allreduce_grads(bn_dist *d, bn_ctx *ctx, float *grads, size_t count, double weight);
+
+/* bn_dist_allreduce_grads, and the update u of the same elements (bn_optimizer_update_args) where
+ * the sum can apply it to each sum as it makes it: a bucket pushed through the peers' memory
+ * (unless d->update_apart), whose kernel reads the weights and state while it waits for
+ * the peers' lines, so that no update launch follows it on the step's tail. *updated says whether
+ * it did; where not, the caller queues the update after the sum as before. */
+bn_status bn_dist_allreduce_update(bn_dist *d, bn_ctx *ctx, float *grads, size_t count, double weight,
+                                   const bn_update_args *u, int *updated);
 
 /* Makes ctx's stream wait for everything queued so far on the communication stream (the end of a
  * step's all-reduces and updates; in a graph capture, the join the capture needs). */

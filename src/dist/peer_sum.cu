@@ -13,6 +13,7 @@
 
 #include "core/hash.h"
 #include "gpu/cuda_check.h"
+#include "gpu/param_update.cuh"
 #include "gpu/pdl.cuh"
 #include "peer_sum.h"
 
@@ -214,6 +215,53 @@ static __device__ bool take_line(const sum_args &a, const float *at, unsigned ta
     return true;
 }
 
+/* Pairs of a thread whose update's reads a pushed sum issues at its start (PS_UPDATE_AHEAD a
+ * thread: all of a bucket of up to 2 x PS_UPDATE_AHEAD x PS_THREADS floats a block). */
+#define PS_UPDATE_AHEAD 2
+
+/* Pair j of a pushed sum: the peers' lines awaited, the ranks' floats summed in rank order into
+ * this rank's bucket, and with UPD the update applied to each sum from the slots read before
+ * (gpu/param_update.cuh). False after a stall. */
+template <bn_rule_fn Rule, int N, bool W16, bool UPD>
+static __device__ __forceinline__ bool sum_pair(const sum_args &a, const bn_update_args &u, bn_step_rates r,
+                                                const float *w, size_t half, unsigned tag, long long deadline,
+                                                size_t j, bn_update_slot<N> &v0, bn_update_slot<N> &v1)
+{
+    float *mine = a.buf[a.rank];
+    const bool two = 2 * j + 1 < a.count;
+    float x0[BN_PEER_MAX], x1[BN_PEER_MAX];
+#pragma unroll
+    for (int q = 0; q < BN_PEER_MAX; q++) {
+        if (q >= a.world) continue;
+        if (q == a.rank) {
+            x0[q] = mine[2 * j];
+            x1[q] = two ? mine[2 * j + 1] : 0.0f;
+        } else if (!take_line(a, landing(a, a.rank, half, q) + 4 * j, tag, deadline, &x0[q], &x1[q])) {
+            return false;
+        }
+    }
+    float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+    for (int q = 0; q < BN_PEER_MAX; q++)
+        if (q < a.world) s0 = fmaf(w[q], x0[q], s0), s1 = fmaf(w[q], x1[q], s1);
+    mine[2 * j] = s0;
+    if (two) mine[2 * j + 1] = s1;
+    if (UPD) {
+        bn_update_write<Rule, N, W16>(u, r, u.lo + 2 * j, s0, v0);
+        if (two) bn_update_write<Rule, N, W16>(u, r, u.lo + 2 * j + 1, s1, v1);
+    }
+    return true;
+}
+
+/* The update's reads for pair j (its second float where the bucket has one). */
+template <int N>
+static __device__ __forceinline__ void read_pair(const sum_args &a, const bn_update_args &u, size_t j,
+                                                 bn_update_slot<N> &v0, bn_update_slot<N> &v1)
+{
+    bn_update_read<N>(u, u.lo + 2 * j, &v0);
+    if (2 * j + 1 < a.count) bn_update_read<N>(u, u.lo + 2 * j + 1, &v1);
+}
+
 /* A small bucket, pushed in tagged lines: block b writes its pairs of this rank's bucket, each with
  * the sum's tag, into every peer's landing part for this rank (its weight in the line after the
  * last pair), then reads the peers' lines for the same pairs from its own landing area as each
@@ -221,11 +269,20 @@ static __device__ bool take_line(const sum_args &a, const float *at, unsigned ta
  * float and its tag arrive together (put_line). Every rank adds the same numbers in the same order
  * as peer_sum_kernel does, so the bits are the same either way.
  *
+ * With UPD the kernel also applies update u (gpu/param_update.cuh) to each sum it makes, by Rule
+ * with N state slabs (W16: the BF16 weight copy as well). The schedule's cursor and a thread's
+ * first PS_UPDATE_AHEAD pairs' weights and state are loaded at the start, and nothing waits for
+ * them until the lines are written (the multipliers come from the arguments where the bucket has
+ * up to BN_UPDATE_NEAR_SEGS segments; with more, the reads follow the writes): the rank that arrives last, which finds its peers' lines waiting, then adds the
+ * step's rates (one load), the rule and the stores, where an update kernel after the sum waited
+ * for its loads one after another. The arithmetic is the update kernels', so the bits are theirs.
+ *
  * The tag is the count of pushed sums plus one (turns[0], counted by the last block to finish
  * each), the same on every rank. The landing area has two halves, which the pushed sums take in
  * turn: a rank pushing sum k+2 into a half has read every peer's lines of sum k+1, which each
  * pushed only once its sum k, the last to read that half, had ended. */
-static __global__ void __launch_bounds__(PS_THREADS) push_lines_kernel(sum_args a)
+template <bn_rule_fn Rule, int N, bool W16, bool UPD>
+static __global__ void __launch_bounds__(PS_THREADS) push_lines_kernel(sum_args a, bn_update_args u)
 {
     bn_early_entry(); /* pdl.cuh */
     __shared__ float w[BN_PEER_MAX];
@@ -235,13 +292,28 @@ static __global__ void __launch_bounds__(PS_THREADS) push_lines_kernel(sum_args 
     const long long deadline = gpu_clock_ns() + a.timeout_ns;
     const size_t pairs = (a.count + 1) / 2;
     const size_t from = pairs * blockIdx.x / gridDim.x, to = pairs * (blockIdx.x + 1) / gridDim.x;
+    const size_t first = from + threadIdx.x, stride = blockDim.x;
     float *mine = a.buf[a.rank];
-    for (size_t j = from + threadIdx.x; j < to; j += blockDim.x) {
+    int at = 0;
+    bn_update_slot<N> ahead[PS_UPDATE_AHEAD][2];
+    /* A bucket of more segments than the arguments carry finds them by a chain of loads, which
+     * would hold up the writes: its reads follow them. */
+    const bool early = u.nseg <= BN_UPDATE_NEAR_SEGS;
+    if (UPD) at = bn_update_cursor(u);
+    if (UPD && early)
+#pragma unroll
+        for (int k = 0; k < PS_UPDATE_AHEAD; k++)
+            if (first + k * stride < to) read_pair<N>(a, u, first + k * stride, ahead[k][0], ahead[k][1]);
+    for (size_t j = first; j < to; j += stride) {
         const float x0 = mine[2 * j], x1 = 2 * j + 1 < a.count ? mine[2 * j + 1] : 0.0f;
 #pragma unroll
         for (int q = 0; q < BN_PEER_MAX; q++)
             if (q < a.world && q != a.rank) put_line(landing(a, q, half, a.rank) + 4 * j, x0, x1, tag);
     }
+    if (UPD && !early)
+#pragma unroll
+        for (int k = 0; k < PS_UPDATE_AHEAD; k++)
+            if (first + k * stride < to) read_pair<N>(a, u, first + k * stride, ahead[k][0], ahead[k][1]);
     if (threadIdx.x < a.world) {
         const int q = threadIdx.x;
         if (blockIdx.x == 0 && q != a.rank) put_line(landing(a, q, half, a.rank) + 4 * pairs, a.weight, a.weight, tag);
@@ -250,39 +322,43 @@ static __global__ void __launch_bounds__(PS_THREADS) push_lines_kernel(sum_args 
         else if (!take_line(a, landing(a, a.rank, half, q) + 4 * pairs, tag, deadline, &w[q], &x1)) w[q] = 0.0f;
     }
     __syncthreads();
-    for (size_t j = from + threadIdx.x; j < to; j += blockDim.x) {
-        float x0[BN_PEER_MAX], x1[BN_PEER_MAX];
-        bool ok = true;
+    const bn_step_rates r = UPD ? bn_update_rates_at(u, at) : bn_step_rates{};
+    bool ok = true;
 #pragma unroll
-        for (int q = 0; q < BN_PEER_MAX; q++) {
-            if (q >= a.world) continue;
-            if (q == a.rank) {
-                x0[q] = mine[2 * j];
-                x1[q] = 2 * j + 1 < a.count ? mine[2 * j + 1] : 0.0f;
-            } else if (ok) {
-                ok = take_line(a, landing(a, a.rank, half, q) + 4 * j, tag, deadline, &x0[q], &x1[q]);
-            }
-        }
-        if (!ok) break;
-        float s0 = 0.0f, s1 = 0.0f;
-#pragma unroll
-        for (int q = 0; q < BN_PEER_MAX; q++)
-            if (q < a.world) s0 = fmaf(w[q], x0[q], s0), s1 = fmaf(w[q], x1[q], s1);
-        mine[2 * j] = s0;
-        if (2 * j + 1 < a.count) mine[2 * j + 1] = s1;
+    for (int k = 0; k < PS_UPDATE_AHEAD; k++) {
+        const size_t j = first + k * stride;
+        if (ok && j < to) ok = sum_pair<Rule, N, W16, UPD>(a, u, r, w, half, tag, deadline, j, ahead[k][0], ahead[k][1]);
     }
-    /* The last block to finish counts the sum. No fence first: nothing waits on the count but the
-     * next pushed sum, which the stream starts after this one; the landing halves' reuse rests on
-     * the lines each rank has read, not on the count. A fence here waited about 2.8 us a block (a
-     * probe on four H200s) for the block's stores to the peers to be acknowledged. */
+    for (size_t j = first + PS_UPDATE_AHEAD * stride; ok && j < to; j += stride) {
+        bn_update_slot<N> v0, v1;
+        if (UPD) read_pair<N>(a, u, j, v0, v1);
+        ok = sum_pair<Rule, N, W16, UPD>(a, u, r, w, half, tag, deadline, j, v0, v1);
+    }
+    /* The last block to finish counts the sum, and moves the schedule's cursor on where its update
+     * is the step's last: every block read the cursor before it came here. No fence first: nothing
+     * waits on the count but the next pushed sum, which the stream starts after this one; the
+     * landing halves' reuse rests on the lines each rank has read, not on the count. A fence here
+     * waited about 2.8 us a block (a probe on four H200s) for the block's stores to the peers to be
+     * acknowledged. */
     __syncthreads();
     if (threadIdx.x == 0) {
         if (atomicAdd(a.turns + 1, 1u) == gridDim.x - 1) {
             a.turns[1] = 0;
             a.turns[0] = turn + 1;
+            if (UPD && u.schedule && u.advance) *u.cursor = at + 1;
         }
     }
 }
+
+typedef void (*push_kernel)(sum_args, bn_update_args);
+
+/* The pushed sum without an update, and with each optimizer's (FP32 weights, and with the BF16
+ * copy), in the optimizer table's order. */
+static const push_kernel push_plain = push_lines_kernel<bn_sgd_rule, 0, false, false>;
+#define PUSH_KERNELS(name)                                                                   \
+    {push_lines_kernel<bn_##name##_rule, bn_##name##_state_count, false, true>,            \
+     push_lines_kernel<bn_##name##_rule, bn_##name##_state_count, true, true>},
+static const push_kernel push_updating[][2] = {BN_OPTIMIZERS(PUSH_KERNELS)};
 
 /* A hash of this machine: its host name, its boot id and NCCL_HOSTID (which a simulation of
  * several machines on one sets per "machine"). */
@@ -404,8 +480,10 @@ extern "C" int bn_peer_sum_covers(const bn_peer_sum *ps, const float *ptr, size_
     return ps && ptr >= ps->slab && count <= ps->count && (size_t)(ptr - ps->slab) <= ps->count - count;
 }
 
-extern "C" bn_status bn_peer_sum_run(bn_peer_sum *ps, float *grads, size_t count, float weight, cudaStream_t s)
+extern "C" bn_status bn_peer_sum_run(bn_peer_sum *ps, float *grads, size_t count, float weight,
+                                     const bn_update_args *u, int *updated, cudaStream_t s)
 {
+    if (updated) *updated = 0;
     if (!count) return BN_OK;
     const size_t off = (size_t)(grads - ps->slab);
     sum_args a;
@@ -422,7 +500,16 @@ extern "C" bn_status bn_peer_sum_run(bn_peer_sum *ps, float *grads, size_t count
     if (count <= ps->push_max) {
         size_t blocks = ((count + 1) / 2 + PS_LINES_PER_BLOCK - 1) / PS_LINES_PER_BLOCK;
         if (blocks > PS_PUSH_BLOCKS) blocks = PS_PUSH_BLOCKS;
-        push_lines_kernel<<<(unsigned)blocks, PS_THREADS, 0, s>>>(a);
+        const int fold = u && updated;
+        if (fold && (u->lo != off || u->hi != off + count || u->optimizer < 0 ||
+                     u->optimizer >= (int)(sizeof push_updating / sizeof push_updating[0])))
+            return bn_error(BN_ERR_INTERNAL, "a pushed sum of slab elements %zu..%zu given the update of %zu..%zu",
+                            off, off + count, u->lo, u->hi);
+        bn_update_args none;
+        memset(&none, 0, sizeof none);
+        push_kernel kern = fold ? push_updating[u->optimizer][u->w16 != NULL] : push_plain;
+        kern<<<(unsigned)blocks, PS_THREADS, 0, s>>>(a, fold ? *u : none);
+        if (fold) *updated = 1;
     } else {
         const size_t share = (a.vec ? count / 4 : count) / ps->world + 1;
         size_t blocks = (share + PS_PIECES_PER_BLOCK - 1) / PS_PIECES_PER_BLOCK;

@@ -29,6 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/optimizers/update_args.h"
 #include "core/status.h"
 
 #ifdef __cplusplus
@@ -65,8 +66,12 @@ bn_status bn_peer_sum_local(bn_peer_sum **out, int rank, int world, int device, 
 bn_status bn_peer_sum_connect(bn_peer_sum *ps, const bn_peer_info *all);
 
 /* Sums count floats at grads (inside this rank's slab) across the ranks, in place, each rank's
- * scaled by its weight, on stream s. Every rank queues the same sums in the same order. */
-bn_status bn_peer_sum_run(bn_peer_sum *ps, float *grads, size_t count, float weight, cudaStream_t s);
+ * scaled by its weight, on stream s. Every rank queues the same sums in the same order. Where the
+ * bucket is pushed and u (or NULL) is given, the kernel also applies update u, which must cover
+ * the same elements, to each sum as it makes it, and sets *updated; u's weights and state are read
+ * while the peers' lines are awaited. */
+bn_status bn_peer_sum_run(bn_peer_sum *ps, float *grads, size_t count, float weight, const bn_update_args *u,
+                          int *updated, cudaStream_t s);
 
 /* Whether a sum stopped waiting for a peer at the deadline. */
 int bn_peer_sum_stalled(const bn_peer_sum *ps);

@@ -165,26 +165,34 @@ static int next_with_params(const bn_net *net, int i)
     return -1;
 }
 
+/* The run [*lo, *hi) of the slab that layers first..last_layer hold, and whether their update is
+ * the step's last (it reaches the net's first layer with parameters); 0 where none has any. */
+static int layers_range(const bn_net *net, int first, int last_layer, size_t *lo, size_t *hi, int *last)
+{
+    int any = 0;
+    for (int i = first; i <= last_layer; i++) {
+        const bn_layer *l = net->layers[i];
+        if (!l->num_params) continue;
+        if (!any) *lo = l->params[0].value->offset;
+        any = 1;
+        const bn_blob *end = l->params[l->num_params - 1].value;
+        *hi = end->offset + bn_blob_count(end);
+    }
+    *last = next_with_params(net, first) < 0;
+    return any;
+}
+
 /* The update of layers first..last (a run of the slab) on stream, or on the side stream when
  * stream is NULL. The step's last update is the one that reaches its first layer with
  * parameters. */
 static bn_status update_layers(bn_optimizer *o, bn_net *net, int first, int last_layer, void *stream)
 {
     size_t lo = 0, hi = 0;
-    int any = 0;
-    for (int i = first; i <= last_layer; i++) {
-        const bn_layer *l = net->layers[i];
-        if (!l->num_params) continue;
-        if (!any) lo = l->params[0].value->offset;
-        any = 1;
-        const bn_blob *end = l->params[l->num_params - 1].value;
-        hi = end->offset + bn_blob_count(end);
-    }
-    if (!any) return BN_OK;
+    int last;
+    if (!layers_range(net, first, last_layer, &lo, &hi, &last)) return BN_OK;
     if (!net->pass.ctx || !net->pass.ctx->side_stream)
         return bn_error(BN_ERR_INTERNAL, "layer %s: a layer-by-layer update needs a device context",
                         net->layers[first]->name);
-    const int last = next_with_params(net, first) < 0;
     bn_nvtx_push("optimizer/update", BN_NVTX_OPTIMIZER);
     bn_status s = bn_optimizer_update_range_gpu(o, net, lo, hi, bn_optimizer_rates(o, o->iter), last, stream);
     bn_nvtx_pop();
@@ -246,6 +254,15 @@ bn_status bn_optimizer_update_layer(bn_optimizer *o, bn_net *net, const bn_layer
 bn_status bn_optimizer_update_layers_on(bn_optimizer *o, bn_net *net, int first, int last, void *stream)
 {
     return update_layers(o, net, first, last, stream);
+}
+
+bn_status bn_optimizer_update_args(bn_optimizer *o, bn_net *net, int first, int last, bn_update_args *u)
+{
+    size_t lo = 0, hi = 0;
+    int final;
+    if (!net->pass.ctx || !layers_range(net, first, last, &lo, &hi, &final))
+        return bn_error(BN_ERR_INTERNAL, "layers %d..%d: no device update to describe", first, last);
+    return bn_optimizer_range_args_gpu(o, net, lo, hi, bn_optimizer_rates(o, o->iter), final, u);
 }
 
 bn_status bn_optimizer_end_layered_step(bn_optimizer *o, bn_net *net)

@@ -9,16 +9,11 @@
 #include "core/device.h"
 #include "core/net.h"
 #include "core/optimizers/optimizer_type.h"
+#include "core/optimizers/update_args.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* A run of the slab sharing one pair of multipliers (one parameter, or several in a row). */
-typedef struct bn_param_segment {
-    size_t offset, count;
-    float lr_mult, decay_mult;
-} bn_param_segment;
 
 /* What a layer's backward pass did with the side stream when last seen (bn_optimizer.layer_side):
  * not seen yet, put work there, or kept to the context's stream. */
@@ -81,6 +76,11 @@ bn_status bn_optimizer_end_layered_step(bn_optimizer *o, bn_net *net);
  * gradients were all-reduced. */
 bn_status bn_optimizer_update_layers_on(bn_optimizer *o, bn_net *net, int first, int last, void *stream);
 
+/* The update bn_optimizer_update_layers_on would launch for layers first..last, described for a
+ * kernel that applies it in its own pass (the gradient sum of a pushed bucket, dist.h) instead; the
+ * caller launches it at most once, where that launch would have stood. GPU only. */
+bn_status bn_optimizer_update_args(bn_optimizer *o, bn_net *net, int first, int last, bn_update_args *u);
+
 void bn_optimizer_free(bn_optimizer *o);
 
 /* The update on the device: one kernel over the slab (optimizer_gpu.cu). While a schedule
@@ -93,6 +93,9 @@ bn_status bn_optimizer_step_gpu(bn_optimizer *o, bn_net *net, bn_step_rates r);
  * update. */
 bn_status bn_optimizer_update_range_gpu(bn_optimizer *o, bn_net *net, size_t lo, size_t hi, bn_step_rates r, int last,
                                         void *stream);
+/* The update of slab elements [lo, hi) with rates r (`last`: the step's last) as a kernel takes it. */
+bn_status bn_optimizer_range_args_gpu(bn_optimizer *o, bn_net *net, size_t lo, size_t hi, bn_step_rates r, int last,
+                                      bn_update_args *u);
 
 /* GPU: uploads the rates of steps first .. first+count-1 (as bn_optimizer_rates gives them)
  * and points the device cursor at `first`; updates then advance the cursor on the device. The

@@ -112,7 +112,8 @@ static void bucket_range(const step_body *b, size_t *lo, size_t *hi)
 
 /* Sums the bucket's gradients across the ranks in one all-reduce and queues its layers' updates
  * after it, in one launch (one a layer had left 12 launches, 33 us, at the end of resnet_fashion's
- * step on two GPUs), on the communication stream, holding up neither compute stream. */
+ * step on two GPUs), on the communication stream, holding up neither compute stream; where the
+ * sum can apply the update itself (a bucket pushed through the peers' memory), no launch. */
 static bn_status flush_bucket(step_body *b)
 {
     if (b->pend_last < 0) return BN_OK;
@@ -120,8 +121,12 @@ static bn_status flush_bucket(step_body *b)
     bucket_range(b, &lo, &hi);
     float *g = bn_blob_dev_wr(b->net->grads);
     if (!g) return bn_last_status();
-    BN_TRY(bn_dist_allreduce_grads(b->dist, b->net->pass.ctx, g + lo, hi - lo, b->weight));
-    BN_TRY(bn_optimizer_update_layers_on(b->opt, b->net, b->pend_first, b->pend_last, b->dist->stream));
+    bn_update_args u;
+    BN_TRY(bn_optimizer_update_args(b->opt, b->net, b->pend_first, b->pend_last, &u));
+    int updated;
+    BN_TRY(bn_dist_allreduce_update(b->dist, b->net->pass.ctx, g + lo, hi - lo, b->weight, &u, &updated));
+    if (!updated)
+        BN_TRY(bn_optimizer_update_layers_on(b->opt, b->net, b->pend_first, b->pend_last, b->dist->stream));
     b->pend_first = b->pend_last = -1;
     return BN_OK;
 }
