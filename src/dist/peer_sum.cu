@@ -273,9 +273,10 @@ static __device__ __forceinline__ void read_pair(const sum_args &a, const bn_upd
  * with N state slabs (W16: the BF16 weight copy as well). The schedule's cursor and a thread's
  * first PS_UPDATE_AHEAD pairs' weights and state are loaded at the start, and nothing waits for
  * them until the lines are written (the multipliers come from the arguments where the bucket has
- * up to BN_UPDATE_NEAR_SEGS segments; with more, the reads follow the writes): the rank that arrives last, which finds its peers' lines waiting, then adds the
- * step's rates (one load), the rule and the stores, where an update kernel after the sum waited
- * for its loads one after another. The arithmetic is the update kernels', so the bits are theirs.
+ * up to BN_UPDATE_NEAR_SEGS segments; with more, the reads follow the writes). The rank that
+ * arrives last, which finds its peers' lines waiting, then adds the step's rates (one load), the
+ * rule and the stores, where an update kernel after the sum waited for its loads one after
+ * another. The arithmetic is the update kernels', so the bits are theirs.
  *
  * The tag is the count of pushed sums plus one (turns[0], counted by the last block to finish
  * each), the same on every rank. The landing area has two halves, which the pushed sums take in
@@ -327,7 +328,8 @@ static __global__ void __launch_bounds__(PS_THREADS) push_lines_kernel(sum_args 
 #pragma unroll
     for (int k = 0; k < PS_UPDATE_AHEAD; k++) {
         const size_t j = first + k * stride;
-        if (ok && j < to) ok = sum_pair<Rule, N, W16, UPD>(a, u, r, w, half, tag, deadline, j, ahead[k][0], ahead[k][1]);
+        if (ok && j < to)
+            ok = sum_pair<Rule, N, W16, UPD>(a, u, r, w, half, tag, deadline, j, ahead[k][0], ahead[k][1]);
     }
     for (size_t j = first + PS_UPDATE_AHEAD * stride; ok && j < to; j += stride) {
         bn_update_slot<N> v0, v1;

@@ -38,7 +38,8 @@ static __device__ __forceinline__ int bn_update_seg(const bn_update_args &u, siz
 }
 
 /* Segment s's multipliers. */
-static __device__ __forceinline__ void bn_update_mults(const bn_update_args &u, int s, float *lr_mult, float *decay_mult)
+static __device__ __forceinline__ void bn_update_mults(const bn_update_args &u, int s, float *lr_mult,
+                                                       float *decay_mult)
 {
     if (u.nseg <= BN_UPDATE_NEAR_SEGS) {
         *lr_mult = u.near[0].lr_mult, *decay_mult = u.near[0].decay_mult;
