@@ -98,19 +98,20 @@ static int traces_naming(const char *dir, const char *kernel)
 }
 
 /* A small MLP whose first layer holds 5 x 785 = 3925 floats and its second 60: with a bucket a
- * layer, buckets of an odd count, the second starting at an odd offset. */
-static const char odd_mlp[] = "[input]\nchannels = 1\nheight = 28\nwidth = 28\n"
-                              "[train]\nbatch = 64\nlr = 0.05\nmomentum = 0.9\nseed = 1\n"
-                              "[dense]\nname = fc1\noutputs = 5\n[relu]\nname = relu1\n"
-                              "[dense]\nname = fc2\noutputs = 10\n[softmax_ce]\nname = loss\n";
+ * layer, buckets of an odd count, the second starting at an odd offset. Its input and layers, and
+ * its [train] section under SGD with momentum and under Adam. */
+#define ODD_MLP_INPUT "[input]\nchannels = 1\nheight = 28\nwidth = 28\n"
+#define ODD_MLP_LAYERS                                             \
+    "[dense]\nname = fc1\noutputs = 5\n[relu]\nname = relu1\n" \
+    "[dense]\nname = fc2\noutputs = 10\n[softmax_ce]\nname = loss\n"
+static const char odd_mlp[] =
+    ODD_MLP_INPUT "[train]\nbatch = 64\nlr = 0.05\nmomentum = 0.9\nseed = 1\n" ODD_MLP_LAYERS;
 
 /* The same MLP trained by Adam with weight decay: two state slabs and per-step bias corrections in
  * the update that a pushed sum applies. */
-static const char odd_mlp_adam[] = "[input]\nchannels = 1\nheight = 28\nwidth = 28\n"
-                                   "[train]\nbatch = 64\noptimizer = adam\nlr = 0.002\nweight_decay = 1e-4\n"
-                                   "lr_policy = cosine\nseed = 1\n"
-                                   "[dense]\nname = fc1\noutputs = 5\n[relu]\nname = relu1\n"
-                                   "[dense]\nname = fc2\noutputs = 10\n[softmax_ce]\nname = loss\n";
+static const char odd_mlp_adam[] = ODD_MLP_INPUT
+    "[train]\nbatch = 64\noptimizer = adam\nlr = 0.002\nweight_decay = 1e-4\nlr_policy = cosine\nseed = 1\n"
+    ODD_MLP_LAYERS;
 
 /* Buckets pushed into the peers' landing areas (BLOBNET_DIST_PUSH) add the same numbers in the same
  * order as the two meetings do, and the update a pushed sum applies as it goes is the update

@@ -503,10 +503,11 @@ extern "C" bn_status bn_peer_sum_run(bn_peer_sum *ps, float *grads, size_t count
         size_t blocks = ((count + 1) / 2 + PS_LINES_PER_BLOCK - 1) / PS_LINES_PER_BLOCK;
         if (blocks > PS_PUSH_BLOCKS) blocks = PS_PUSH_BLOCKS;
         const int fold = u && updated;
-        if (fold && (u->lo != off || u->hi != off + count || u->optimizer < 0 ||
-                     u->optimizer >= (int)(sizeof push_updating / sizeof push_updating[0])))
+        if (fold && (u->lo != off || u->hi != off + count))
             return bn_error(BN_ERR_INTERNAL, "a pushed sum of slab elements %zu..%zu given the update of %zu..%zu",
                             off, off + count, u->lo, u->hi);
+        if (fold && (u->optimizer < 0 || u->optimizer >= (int)(sizeof push_updating / sizeof push_updating[0])))
+            return bn_error(BN_ERR_INTERNAL, "a pushed sum given optimizer %d, outside the table", u->optimizer);
         bn_update_args none;
         memset(&none, 0, sizeof none);
         push_kernel kern = fold ? push_updating[u->optimizer][u->w16 != NULL] : push_plain;
