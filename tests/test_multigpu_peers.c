@@ -161,7 +161,7 @@ static int pushed_against_met(int gpus, const char *what, const char *model, con
 
 /* LeNet: the default pushes its last bucket (conv1 and conv2, 102 KB) and meets over ip1's 1.6 MB;
  * the MLP above, a bucket a layer: the default pushes both, and only with every bucket pushed or
- * none does it differ; the MLP again under Adam. */
+ * none does it differ; the MLP again under Adam; LeNet again in BF16 (--precision bf16-strict). */
 BN_TEST(multigpu_pushed_buckets_train_the_bits_of_met_ones)
 {
     SKIP_WITHOUT_TWO_GPUS();
@@ -174,6 +174,9 @@ BN_TEST(multigpu_pushed_buckets_train_the_bits_of_met_ones)
     ft_path(mlp, sizeof mlp, "odd_mlp_adam.cfg");
     CHECK(ft_write_text(mlp, odd_mlp_adam) == 0);
     CHECK_PASS(pushed_against_met(2, "mlp_adam", mlp, "BLOBNET_DIST_BUCKET=0", 1, 0));
+    /* Under bf16 the update also writes each weight's BF16 copy, the pushed sum's too. */
+    CHECK_PASS(pushed_against_met(2, "lenet_bf16", "models/lenet.cfg --batch 64 --seed 1 --precision bf16-strict", "",
+                                  1, 1));
     if (bn_device_count() >= 4) CHECK_PASS(pushed_against_met(4, "lenet", lenet, "", 1, 1));
     return BN_PASS;
 }
