@@ -3,6 +3,8 @@
 #define _XOPEN_SOURCE 700 /* realpath */
 #include "data_cache.h"
 
+#include "core/options.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -42,6 +44,7 @@ static struct {
     int resolved;
     char *dir; /* NULL: off */
     int warned_write;
+    int warned_limit;
 } cache;
 
 static char *joined(const char *a, const char *b)
@@ -69,18 +72,13 @@ void bn_data_cache_reset(void)
     memset(&cache, 0, sizeof cache);
 }
 
-/* $BLOBNET_DATA_CACHE_MAX, or the default when unset or not a size. */
-static uint64_t max_bytes(void)
+bn_status bn_data_cache_max_bytes(uint64_t *out)
 {
     const char *env = getenv("BLOBNET_DATA_CACHE_MAX");
-    if (!env || !*env) return DEFAULT_MAX_BYTES;
-    char *end;
-    errno = 0;
-    double v = strtod(env, &end);
-    double unit = *end == 'K' || *end == 'k' ? 1e3 : *end == 'M' || *end == 'm' ? 1e6 : *end == 'G' || *end == 'g' ? 1e9 : 1;
-    if (unit != 1) end++;
-    if (end == env || *end || errno || !(v >= 0) || v * unit > 1e18) return DEFAULT_MAX_BYTES;
-    return (uint64_t)(v * unit);
+    *out = DEFAULT_MAX_BYTES;
+    if (!env || !*env) return BN_OK;
+    const char *why = bn_parse_bytes(env, out);
+    return why ? bn_error(BN_ERR_USAGE, "BLOBNET_DATA_CACHE_MAX: '%s' %s", env, why) : BN_OK;
 }
 
 /* ---- the key: two independent 64-bit hashes over the same bytes ---- */
@@ -559,7 +557,14 @@ void bn_data_cache_keep(const bn_data_cache_entry *e, const bn_data_request *rq,
     for (int i = 0; rq->opts && i < rq->opts->count; i++)
         if (!rq->opts->items[i].used) return;
     double bytes = (double)bn_dataset_example_size(d) * d->count * (d->pixels ? 1 : sizeof(float)) + 2.0 * d->count;
-    if (bytes > (double)max_bytes()) return;
+    uint64_t limit;
+    if (bn_data_cache_max_bytes(&limit) != BN_OK) {
+        if (!cache.warned_limit)
+            fprintf(stderr, "blobnet: warning: %s; no decoded data is kept for the next run\n", bn_last_error());
+        cache.warned_limit = 1;
+        return;
+    }
+    if (bytes > (double)limit) return;
     char tmp[PATH_MAX + 32], pattern[PATH_MAX + 32];
     snprintf(pattern, sizeof pattern, "%s/.partial-XXXXXX", dir);
     int err = make_dirs(dir);

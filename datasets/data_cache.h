@@ -54,8 +54,13 @@ const char *bn_data_cache_dir(void);
  * decoded set is to be kept (bn_data_cache_keep). Never an error: a bad entry is a warning. */
 int bn_data_cache_find(const bn_data_format *f, const bn_data_request *rq, bn_data_cache_entry *e, bn_dataset *out);
 
+/* The size limit of a set to be kept: $BLOBNET_DATA_CACHE_MAX, or 4G where it is unset or empty;
+ * a usage error naming the variable where it is not a size (core/options.h, bn_parse_bytes). */
+bn_status bn_data_cache_max_bytes(uint64_t *out);
+
 /* Writes d, the set decoded for rq, as e's entry, unless e keeps nothing, an option of rq is
- * unused or d is past the size limit. A failed write is a warning once; nothing is returned. */
+ * unused or d is past the size limit. A failed write, or a limit that is not a size (which the
+ * CLI refuses before it loads anything), is a warning once; nothing is returned. */
 void bn_data_cache_keep(const bn_data_cache_entry *e, const bn_data_request *rq, const bn_dataset *d);
 
 /* Reads the entry file at path, kept under key, into *out: 1 when it is sound, 0 when there is

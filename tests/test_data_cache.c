@@ -3,7 +3,8 @@
  * overwritten under the same size, time and inode), every change of the source or the request
  * misses, a truncated, altered or foreign entry is a warning and the set is decoded again, and
  * "off", an unwritable folder, raw IDX files, fresh sources and the size limit keep nothing; an
- * entry whose class names hold an empty one is refused. */
+ * entry whose class names hold an empty one is refused. The sizes the cache's limit and the GPU's
+ * data budget are given in, and the CLI's refusal of either when it is not one. */
 #include "testing.h"
 
 #include <dirent.h>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "core/options.h"
 #include "data_cache.h"
 #include "dataset.h"
 #include "io/image.h"
@@ -462,6 +464,19 @@ BN_TEST(data_cache_folder_that_cannot_be_written_is_a_warning_once)
     return with_cache(cache, unwritable);
 }
 
+/* The cache's entries after the gzip MNIST set in dir is loaded under BLOBNET_DATA_CACHE_MAX=limit;
+ * -1 when the load fails. */
+static int entries_with_limit(const char *cache, const char *dir, const char *limit)
+{
+    bn_dataset d;
+    setenv("BLOBNET_DATA_CACHE_MAX", limit, 1);
+    bn_status s = load("mnist", dir, NULL, 1, 0, 1, &d);
+    unsetenv("BLOBNET_DATA_CACHE_MAX");
+    if (s != BN_OK) return -1;
+    bn_dataset_free(&d);
+    return entries(cache, NULL, 0);
+}
+
 static int nothing_kept(const char *cache)
 {
     bn_dataset d;
@@ -479,14 +494,11 @@ static int nothing_kept(const char *cache)
     CHECK(is_written_set(&d, TRAIN_COUNT, 6));
     bn_dataset_free(&d);
     CHECK(entries(cache, NULL, 0) == 0);
-    /* A set past BLOBNET_DATA_CACHE_MAX. */
+    /* A set past BLOBNET_DATA_CACHE_MAX, and a limit that is not a size (a warning: the CLI
+     * refuses it before it loads anything). */
     CHECK(age(dir, 60) == 0);
-    setenv("BLOBNET_DATA_CACHE_MAX", "700", 1);
-    bn_status s = load("mnist", dir, NULL, 1, 0, 1, &d);
-    unsetenv("BLOBNET_DATA_CACHE_MAX");
-    CHECK_OK(s);
-    bn_dataset_free(&d);
-    CHECK(entries(cache, NULL, 0) == 0);
+    CHECK(entries_with_limit(cache, dir, "700") == 0);
+    CHECK(entries_with_limit(cache, dir, "1KB") == 0);
     /* A load that left an option unread, which its caller refuses. */
     bn_options o = {0};
     CHECK_OK(bn_options_add(&o, "colour", "red", 1));
@@ -496,12 +508,7 @@ static int nothing_kept(const char *cache)
     bn_options_clear(&o);
     CHECK(entries(cache, NULL, 0) == 0);
     /* The same set within the limit is kept. */
-    setenv("BLOBNET_DATA_CACHE_MAX", "1K", 1);
-    s = load("mnist", dir, NULL, 1, 0, 1, &d);
-    unsetenv("BLOBNET_DATA_CACHE_MAX");
-    CHECK_OK(s);
-    bn_dataset_free(&d);
-    CHECK(entries(cache, NULL, 0) == 1);
+    CHECK(entries_with_limit(cache, dir, "1K") == 1);
     return BN_PASS;
 }
 
@@ -552,4 +559,52 @@ static int empty_class_name(const char *cache)
 BN_TEST(data_cache_refuses_an_entry_with_an_empty_class_name)
 {
     return with_new_cache("data-cache-names", empty_class_name);
+}
+
+/* Sizes in bytes as $BLOBNET_DATA_CACHE_MAX and $BLOBNET_DATA_BUDGET take them: whole and fractional
+ * numbers with K, M or G (thousands, millions, billions) in either case; no other suffix, nothing
+ * negative, nothing past 1e18 bytes, each refused with why and *out untouched. */
+BN_TEST(data_cache_sizes_are_bytes_with_k_m_or_g_after_them)
+{
+    static const struct {
+        const char *text;
+        uint64_t bytes;
+    } good[] = {{"0", 0},           {"700", 700},       {"1K", 1000},           {"1k", 1000},
+                {"2.5M", 2500000},  {"3m", 3000000},    {"4G", 4000000000ull}, {"0.5g", 500000000},
+                {"1e18", 1000000000000000000ull}};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        uint64_t v = 77;
+        const char *why = bn_parse_bytes(good[i].text, &v);
+        CHECK_MSG(!why && v == good[i].bytes, "'%s': %s, %llu bytes", good[i].text, why ? why : "read",
+                  (unsigned long long)v);
+    }
+    static const char *const bad[] = {"", " ", "K", "lots", "-1", "-2K", "1KB", "1 K", "1T", "nan", "inf", "2e18",
+                                      "1e10G", "1e999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        uint64_t v = 77;
+        const char *why = bn_parse_bytes(bad[i], &v);
+        CHECK_MSG(why && v == 77, "'%s' read as %llu bytes", bad[i], (unsigned long long)v);
+    }
+    CHECK(strcmp(bn_parse_bytes("2e18", &(uint64_t){0}), "is more than 1e18 bytes") == 0);
+    return BN_PASS;
+}
+
+/* Either variable when it is not a size ends any command before it starts: one line naming it and
+ * what is wrong, and exit status 2. */
+BN_TEST(data_cache_size_variables_refused_when_malformed)
+{
+    static const char *const cases[][2] = {
+        {"BLOBNET_DATA_CACHE_MAX=lots", "blobnet: error: environment: BLOBNET_DATA_CACHE_MAX: 'lots' is not a size in "
+                                        "bytes (a number, K, M or G after it)"},
+        {"BLOBNET_DATA_CACHE_MAX=2e18", "blobnet: error: environment: BLOBNET_DATA_CACHE_MAX: '2e18' is more than 1e18 "
+                                        "bytes"},
+        {"BLOBNET_DATA_BUDGET=-1", "blobnet: error: environment: BLOBNET_DATA_BUDGET: '-1' is not a size in bytes"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char cmd[1200];
+        snprintf(cmd, sizeof cmd, "%s '%s' summary models/lenet.cfg", cases[i][0], bn_test_cli());
+        CHECK_MSG(bn_test_run(cmd, err, sizeof err) == 2, "%s:\n%s", cases[i][0], err);
+        const char *nl = strchr(err, '\n');
+        CHECK_MSG(strstr(err, cases[i][1]) && nl && !nl[1], "%s: not the one line expected:\n%s", cases[i][0], err);
+    }
+    return BN_PASS;
 }

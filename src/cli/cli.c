@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,8 @@
 #include "core/options.h"
 #include "core/parallel.h"
 #include "core/timeline.h"
+#include "data_cache.h"
+#include "train/loader.h"
 
 bn_status bn_cli_int(const char *flag, const char *text, long lo, long hi, long *out)
 {
@@ -256,15 +259,22 @@ bn_status bn_cli_threads(const char *text)
     return bn_cpu_threads_set((int)n);
 }
 
-bn_status bn_cli_threads_env(void)
+/* The settings that the environment gives every command, each read as its reader will. */
+static bn_status env_settings(void)
 {
-    const char *env = getenv("BLOBNET_THREADS");
-    if (!env) return BN_OK;
+    const char *threads = getenv("BLOBNET_THREADS");
     long n = 0;
-    if (bn_cli_int("BLOBNET_THREADS", env, 1, BN_CPU_MAX_THREADS, &n) != BN_OK) {
-        char why[600];
-        snprintf(why, sizeof why, "%s", bn_last_error());
-        return bn_error(BN_ERR_USAGE, "environment: %s", why);
-    }
-    return BN_OK;
+    if (threads) BN_TRY(bn_cli_int("BLOBNET_THREADS", threads, 1, BN_CPU_MAX_THREADS, &n));
+    uint64_t limit;
+    BN_TRY(bn_data_cache_max_bytes(&limit));
+    size_t budget;
+    return bn_loader_data_budget(0, &budget);
+}
+
+bn_status bn_cli_check_env(void)
+{
+    if (env_settings() == BN_OK) return BN_OK;
+    char why[600];
+    snprintf(why, sizeof why, "%s", bn_last_error());
+    return bn_error(BN_ERR_USAGE, "environment: %s", why);
 }

@@ -26,8 +26,9 @@ bn_status bn_cli_precision(const char *text, int *bf16);
 /* --threads N: the CPU pool's size (core/parallel.h), 1..BN_CPU_MAX_THREADS. */
 bn_status bn_cli_threads(const char *text);
 
-/* $BLOBNET_THREADS, where set, checked as --threads is: the error names the variable. */
-bn_status bn_cli_threads_env(void);
+/* The environment's settings, where set: $BLOBNET_THREADS checked as --threads is, and the sizes
+ * $BLOBNET_DATA_CACHE_MAX and $BLOBNET_DATA_BUDGET; the error names the variable. */
+bn_status bn_cli_check_env(void);
 
 /* Sets the opened device's precision (ctx->bf16 for either BF16 value); BF16 without a device
  * (ctx NULL) is a usage error, the CPU path having no BF16. */

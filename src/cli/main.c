@@ -418,7 +418,7 @@ int main(int argc, char **argv)
 {
     bn_timeline_mark("main");
     choose_blas_kernels(argv);
-    if (bn_cli_threads_env() != BN_OK) {
+    if (bn_cli_check_env() != BN_OK) {
         bn_cli_report("error", "%s", bn_last_error());
         return 2;
     }

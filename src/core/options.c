@@ -83,6 +83,24 @@ const char *bn_parse_finite(const char *text, double *out)
     return NULL;
 }
 
+const char *bn_parse_bytes(const char *text, uint64_t *out)
+{
+    static const char not_size[] = "is not a size in bytes (a number, K, M or G after it)";
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (end == text || errno == ERANGE || !(v >= 0)) return not_size;
+    double unit = 1;
+    if (*end == 'K' || *end == 'k') unit = 1e3;
+    else if (*end == 'M' || *end == 'm') unit = 1e6;
+    else if (*end == 'G' || *end == 'g') unit = 1e9;
+    if (unit != 1) end++;
+    if (*end) return not_size;
+    if (v * unit > 1e18) return "is more than 1e18 bytes";
+    *out = (uint64_t)(v * unit);
+    return NULL;
+}
+
 bn_status bn_opt_float(bn_options *o, const char *key, double def, double lo, double hi, double *out)
 {
     bn_option *it = find(o, key);

@@ -5,6 +5,7 @@
 #define BN_OPTIONS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "status.h"
 
@@ -39,6 +40,11 @@ bn_status bn_opt_float(bn_options *o, const char *key, double def, double lo, do
 /* Reads all of text as a finite number: NULL with *out set, or why it is not one, to follow the text
  * in a message ("is not a finite number", "is too small to hold (it underflows to 0)", ...). */
 const char *bn_parse_finite(const char *text, double *out);
+
+/* Reads all of text as a size in bytes: a number of at least 0 (fractions allowed), with K, M or G
+ * after it for thousands, millions or billions, at most 1e18 bytes in all. NULL with *out set, or
+ * why it is not one, to follow the text in a message. */
+const char *bn_parse_bytes(const char *text, uint64_t *out);
 
 /* String option; *out points into the options (valid while they live); `def` when absent. */
 bn_status bn_opt_str(bn_options *o, const char *key, const char *def, const char **out);

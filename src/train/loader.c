@@ -1,8 +1,10 @@
 #include "loader.h"
 
-#include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "core/options.h"
 
 bn_status bn_loader_init(bn_loader *ld, const bn_dataset *data, bn_ctx *ctx)
 {
@@ -20,15 +22,10 @@ bn_status bn_loader_data_budget(size_t free_bytes, size_t *budget)
     const char *env = getenv("BLOBNET_DATA_BUDGET");
     *budget = free_bytes / 2;
     if (!env || !*env) return BN_OK;
-    char *end;
-    errno = 0;
-    double v = strtod(env, &end);
-    double unit = *end == 'K' || *end == 'k' ? 1e3 : *end == 'M' || *end == 'm' ? 1e6 : *end == 'G' || *end == 'g' ? 1e9 : 1;
-    if (unit != 1) end++;
-    if (end == env || *end || errno || !(v >= 0) || v * unit > 1e18)
-        return bn_error(BN_ERR_USAGE, "BLOBNET_DATA_BUDGET: '%s' is not a size in bytes (a number, K, M or G after it)",
-                        env);
-    *budget = (size_t)(v * unit);
+    uint64_t v = 0;
+    const char *why = bn_parse_bytes(env, &v);
+    if (why) return bn_error(BN_ERR_USAGE, "BLOBNET_DATA_BUDGET: '%s' %s", env, why);
+    *budget = v > SIZE_MAX ? SIZE_MAX : (size_t)v;
     return BN_OK;
 }
 
