@@ -38,7 +38,8 @@ enum { H_ORDER, H_ID, H_KEY0, H_KEY1, H_COUNT, H_CHANNELS, H_HEIGHT, H_WIDTH, H_
 /* read and write move at most this much a call. */
 #define IO_CHUNK ((size_t)1 << 26)
 
-#define DEFAULT_MAX_BYTES ((uint64_t)4 << 30)
+/* 4G as $BLOBNET_DATA_CACHE_MAX reads it (core/options.h). */
+#define DEFAULT_MAX_BYTES ((uint64_t)4000000000)
 
 static struct {
     int resolved;

@@ -563,7 +563,8 @@ BN_TEST(data_cache_refuses_an_entry_with_an_empty_class_name)
 
 /* Sizes in bytes as $BLOBNET_DATA_CACHE_MAX and $BLOBNET_DATA_BUDGET take them: whole and fractional
  * numbers with K, M or G (thousands, millions, billions) in either case; no other suffix, nothing
- * negative, nothing past 1e18 bytes, each refused with why and *out untouched. */
+ * negative, nothing past 1e18 bytes, each refused with why and *out untouched. The cache's limit
+ * unset or empty is its default, 4G. */
 BN_TEST(data_cache_sizes_are_bytes_with_k_m_or_g_after_them)
 {
     static const struct {
@@ -586,6 +587,15 @@ BN_TEST(data_cache_sizes_are_bytes_with_k_m_or_g_after_them)
         CHECK_MSG(why && v == 77, "'%s' read as %llu bytes", bad[i], (unsigned long long)v);
     }
     CHECK(strcmp(bn_parse_bytes("2e18", &(uint64_t){0}), "is more than 1e18 bytes") == 0);
+    /* The limit's default, 4G, is what the variable set to 4G says. */
+    uint64_t limit = 0, four = 1;
+    unsetenv("BLOBNET_DATA_CACHE_MAX");
+    CHECK_OK(bn_data_cache_max_bytes(&limit));
+    CHECK(!bn_parse_bytes("4G", &four) && limit == four);
+    setenv("BLOBNET_DATA_CACHE_MAX", "", 1);
+    CHECK_OK(bn_data_cache_max_bytes(&limit));
+    unsetenv("BLOBNET_DATA_CACHE_MAX");
+    CHECK(limit == four);
     return BN_PASS;
 }
 
