@@ -259,7 +259,8 @@ bn_status bn_cli_threads(const char *text)
     return bn_cpu_threads_set((int)n);
 }
 
-/* The settings that the environment gives every command, each read as its reader will. */
+/* The settings that the environment gives every command, each read by the function that reads it
+ * for the run (the data budget's with no free memory to take half of: only its text is checked). */
 static bn_status env_settings(void)
 {
     const char *threads = getenv("BLOBNET_THREADS");
