@@ -434,8 +434,10 @@ static const shape_row wide_shapes[] = {
 /* Runs runner `runner` alone on every shape of `rows` and pass it applies to, checking each
  * against the CPU; fails unless it ran at least `least` passes. */
 /* The passes of `runner` on each shape against the CPU, planned for the device's multiprocessors or,
- * where `sms` is not 0, for that many (a plan's choices for another device, run on this one). */
-static int run_alone_planned(const shape_row *rows, size_t count, int runner, int tf32, int least, int sms)
+ * where `sms` is not 0, for that many (a plan's choices for another device, run on this one); with
+ * `beside`, the backward passes in the shapes for running side by side (bn_conv_shape.beside). */
+static int run_alone_planned(const shape_row *rows, size_t count, int runner, int tf32, int least, int sms,
+                             int beside)
 {
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
     bn_ctx *ctx = NULL;
@@ -446,6 +448,7 @@ static int run_alone_planned(const shape_row *rows, size_t count, int runner, in
         s.tf32 = tf32;
         CHECK_OK(bn_conv_alone_device_shape(ctx, &s));
         if (sms) s.sms = sms;
+        s.beside = beside;
         for (int pass = 0; pass < BN_CONV_PASSES; pass++) {
             bn_conv_alone_result r;
             CHECK_OK(bn_conv_alone_run(ctx, runner, pass, &s, 1000 + i, 2, &r));
@@ -462,7 +465,7 @@ static int run_alone_planned(const shape_row *rows, size_t count, int runner, in
 
 static int run_alone_on(const shape_row *rows, size_t count, int runner, int tf32, int least)
 {
-    return run_alone_planned(rows, count, runner, tf32, least, 0);
+    return run_alone_planned(rows, count, runner, tf32, least, 0, 0);
 }
 
 static int run_alone(int runner, int tf32, int least)
@@ -553,8 +556,8 @@ BN_TEST(conv_family_halo_narrower_tiles_match_the_cpu)
 {
     const int halo = bn_conv_family_number("halo");
     const size_t count = sizeof narrower_shapes / sizeof narrower_shapes[0];
-    int r = run_alone_planned(narrower_shapes, count, halo, 0, 15, 132);
-    if (r == BN_PASS) r = run_alone_planned(narrower_shapes, count, halo, 1, 15, 132);
+    int r = run_alone_planned(narrower_shapes, count, halo, 0, 15, 132, 0);
+    if (r == BN_PASS) r = run_alone_planned(narrower_shapes, count, halo, 1, 15, 132, 0);
     return r;
 }
 
@@ -604,7 +607,40 @@ BN_TEST(conv_family_tensor_alone_matches_the_cpu)
 BN_TEST(conv_family_tensor_two_images_a_block_match_the_cpu)
 {
     return run_alone_planned(alone_shapes, sizeof alone_shapes / sizeof alone_shapes[0],
-                             bn_conv_family_number("tensor"), 0, 20, 2);
+                             bn_conv_family_number("tensor"), 0, 20, 2, 0);
+}
+
+/* The two backward passes in the shapes planned for running side by side (half the blocks a
+ * multiprocessor holds of each): the alone shapes planned for 2 multiprocessors, where those of
+ * more than 3 images take them, and LeNet's conv2 at batch 256 planned for an H200's 132, each
+ * against the CPU. */
+BN_TEST(conv_family_tensor_backward_passes_planned_beside_match_the_cpu)
+{
+    static const shape_row lenet[] = {{20, 12, 12, 5, 1, 0, 50, 256, 1}};
+    const int tensor = bn_conv_family_number("tensor");
+    const int r = run_alone_planned(alone_shapes, sizeof alone_shapes / sizeof alone_shapes[0], tensor, 0, 20, 2, 1);
+    return r != BN_PASS ? r : run_alone_planned(lenet, 1, tensor, 0, 3, 132, 1);
+}
+
+/* The backward passes' shapes beside each other: LeNet's conv2 on 132 multiprocessors at batch 256
+ * takes half the data pass's blocks (44 of 88 a channel tile) and half the filter pass's spans (32
+ * of 64, so less workspace); at 64 images a block of the halved data pass would take fewer than
+ * two, so there are none, and the shapes beside are the usual ones. */
+BN_TEST(conv_tensor_backward_plans_halve_their_blocks_beside_each_other)
+{
+    const bn_conv_geom g = {20, 12, 12, 5, 1, 0, 8, 8};
+    bn_tensor_plan p;
+    bn_tensor_plan_make(&p, &g, 50, 256, 132, 0);
+    CHECK(p.data_ok && p.filter_ok && p.beside_ok);
+    CHECK_MSG(p.data.blocks == 88 && p.data_beside.blocks == 44, "data blocks %d, beside %d", p.data.blocks,
+              p.data_beside.blocks);
+    CHECK_MSG(p.filter.spans == 64 && p.filter_beside.spans == 32, "filter spans %d, beside %d", p.filter.spans,
+              p.filter_beside.spans);
+    CHECK(p.filter_beside.workspace < p.workspace && p.data_beside.smem == p.data.smem);
+    bn_tensor_plan_make(&p, &g, 50, 64, 132, 0);
+    CHECK(p.data_ok && p.filter_ok && !p.beside_ok);
+    CHECK(p.data_beside.blocks == p.data.blocks && p.filter_beside.spans == p.filter.spans);
+    return BN_PASS;
 }
 
 /* The forward plan's images a block and its rounds of adding the warps' sums: LeNet's conv2 on an

@@ -250,10 +250,12 @@ extern "C" bool bn_conv_reads_pooled(const conv_plan *plan, int by, int pass)
 
 /* dx is overwritten. dy is read through `pooled` when it is not NULL (bn_conv_reads_pooled).
  * Where relu is not NULL (only for a runner that bn_conv_takes_relu), the fused ReLU's input
- * gradient is written too. */
+ * gradient is written too. `beside`: the filter pass runs beside it by the same family
+ * (bn_conv_io.beside). */
 extern "C" bn_status bn_conv_data_pass(int by, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
                                        cudnnTensorDescriptor_t dxd, cudnnTensorDescriptor_t dyd, const float *dy,
-                                       const bn_pooled_dy *pooled, const float *w, float *dx, const bn_conv_relu *relu)
+                                       const bn_pooled_dy *pooled, const float *w, float *dx, const bn_conv_relu *relu,
+                                       bool beside)
 {
     if (pooled && !bn_conv_reads_pooled(plan, by, 1))
         return bn_error(BN_ERR_INTERNAL, "this backward-data pass cannot read dy through a pooling");
@@ -262,6 +264,7 @@ extern "C" bn_status bn_conv_data_pass(int by, const conv_gpu *g, const conv_pla
     if (by != BY_CUDNN) {
         bn_conv_io io = {};
         io.dy = dy, io.pooled_dy = pooled, io.w = w, io.dx = dx, io.scratch = scratch_of(g, plan);
+        io.beside = beside;
         if (relu) io.relu = *relu;
         return family_pass(by, plan, BN_CONV_DATA, ctx->stream, &io);
     }
@@ -274,11 +277,11 @@ extern "C" bn_status bn_conv_data_pass(int by, const conv_gpu *g, const conv_pla
 
 /* dw and db accumulate (beta = 1 for cuDNN), as the layer contract asks. blobnet's kernels run
  * on `stream` with their partial sums in `parts`; cuDNN's handle is bound to the context stream
- * and uses the context's workspace. */
+ * and uses the context's workspace. `beside`: the data pass runs beside it by the same family. */
 extern "C" bn_status bn_conv_filter_pass(int by, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
                                          cudaStream_t stream, cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t dyd,
                                          const float *x, const float *dy, const bn_pooled_dy *pooled, float *dw,
-                                         float *db, float *parts)
+                                         float *db, float *parts, bool beside)
 {
     const bn_conv_shape *s = &plan->shape;
     if (pooled && !bn_conv_reads_pooled(plan, by, 2))
@@ -286,6 +289,7 @@ extern "C" bn_status bn_conv_filter_pass(int by, const conv_gpu *g, const conv_p
     if (by != BY_CUDNN) {
         bn_conv_io io = {};
         io.x = x, io.dy = dy, io.pooled_dy = pooled, io.dw = dw, io.db = db, io.parts = parts;
+        io.beside = beside;
         return family_pass(by, plan, BN_CONV_FILTER, stream, &io);
     }
     cudnnHandle_t h = (cudnnHandle_t)ctx->cudnn;
@@ -317,6 +321,7 @@ typedef struct gradients {
     float *dw, *db, *dx;
     const bn_conv_relu *relu;
     float *parts;
+    bool beside; /* the two passes run side by side on one family (bn_conv_io.beside) */
 } gradients;
 
 /* The filter pass on `stream` (the side stream where the two overlap). */
@@ -324,7 +329,7 @@ static bn_status filter_on(void *env, void *stream)
 {
     const gradients *t = (const gradients *)env;
     return bn_conv_filter_pass(t->filter, t->g, t->plan, t->ctx, (cudaStream_t)stream, t->xd, t->dyd, t->x, t->dy,
-                               t->filter_pooled, t->dw, t->db, t->parts);
+                               t->filter_pooled, t->dw, t->db, t->parts, t->beside);
 }
 
 /* The data pass on the context stream. */
@@ -332,7 +337,7 @@ static bn_status data_here(void *env)
 {
     const gradients *t = (const gradients *)env;
     return bn_conv_data_pass(t->data, t->g, t->plan, t->ctx, t->dxd, t->dyd, t->dy, t->pooled, t->w, t->dx,
-                             t->relu);
+                             t->relu, t->beside);
 }
 
 /* Both gradients, the filter pass by `filter` (reading dy through filter_pooled when that is
@@ -348,9 +353,10 @@ extern "C" bn_status bn_conv_both_passes(int filter, int data, const conv_gpu *g
                                          const float *w, float *dw, float *db, float *dx, const bn_conv_relu *relu,
                                          float *parts, bool defer)
 {
+    const bool side = overlapped(plan, ctx, filter, data);
     gradients both = {filter, data, g, plan, ctx, xd, dxd, dyd, x, dy, pooled, filter_pooled, w, dw, db, dx, relu,
-                      parts};
-    if (!overlapped(plan, ctx, filter, data)) {
+                      parts, side && filter == data};
+    if (!side) {
         BN_TRY(filter_on(&both, ctx->stream));
         return data_here(&both);
     }
@@ -510,7 +516,7 @@ extern "C" bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p)
     BN_TENSOR_DESC(dyd, l->out_grad);
     if (!l->in_grad)
         return bn_conv_filter_pass(plan->by[2], g, plan, ctx, (cudaStream_t)ctx->stream, xd, dyd, x, dy, filter_pooled,
-                                   dw, db, g->parts);
+                                   dw, db, g->parts, false);
     BN_DEV_WR(dx, l->in_grad);
     BN_TENSOR_DESC(dxd, l->in_grad);
     /* The ReLU before the layer: its input gradient from the data pass's epilogue, or its own
@@ -564,7 +570,7 @@ extern "C" bn_status bn_conv2d_own_backward(bn_layer *l, bn_ctx *ctx, const floa
     BN_DEV_RD(w, l->params[WEIGHT].value);
     if (!dx)
         return bn_conv_filter_pass(plan->by[2], g, plan, ctx, (cudaStream_t)ctx->stream, NULL, NULL, x, dy, NULL, dw,
-                                   db, g->parts);
+                                   db, g->parts, false);
     return bn_conv_both_passes(plan->by[2], plan->by[1], g, plan, ctx, NULL, NULL, NULL, x, dy, NULL, NULL, w, dw,
                                db, dx, NULL, g->parts, false);
 }

@@ -78,10 +78,11 @@ bn_status bn_conv_forward_pass(int by, const conv_gpu *g, const conv_plan *plan,
 bool bn_conv_takes_relu(int by, int pass);
 bn_status bn_conv_data_pass(int by, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
                             cudnnTensorDescriptor_t dxd, cudnnTensorDescriptor_t dyd, const float *dy,
-                            const bn_pooled_dy *pooled, const float *w, float *dx, const bn_conv_relu *relu);
+                            const bn_pooled_dy *pooled, const float *w, float *dx, const bn_conv_relu *relu,
+                            bool beside);
 bn_status bn_conv_filter_pass(int by, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx, cudaStream_t stream,
                               cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t dyd, const float *x, const float *dy,
-                              const bn_pooled_dy *pooled, float *dw, float *db, float *parts);
+                              const bn_pooled_dy *pooled, float *dw, float *db, float *parts, bool beside);
 bn_status bn_conv_both_passes(int filter, int data, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
                               cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t dxd, cudnnTensorDescriptor_t dyd,
                               const float *x, const float *dy, const bn_pooled_dy *pooled,

@@ -139,6 +139,7 @@ static void bind(runner *rn, const buffers *m, const bn_pooled_dy *pd)
     io->y = io->dx = m->dev[D_OUT];
     io->dw = m->dev[D_DW], io->db = m->dev[D_DB], io->parts = m->parts_dev;
     io->scratch = m->scratch ? (char *)m->parts_dev + m->parts : NULL;
+    io->beside = rn->s->beside && rn->pass != BN_CONV_FORWARD;
     if (m->pooled) io->pooled_dy = pd;
 }
 

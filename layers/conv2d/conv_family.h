@@ -91,6 +91,8 @@ typedef struct bn_conv_shape {
     int sms;          /* the device's multiprocessors (launch shapes aim at whole waves) */
     int tf32;         /* TF32 products allowed */
     int pooled;       /* a 2x2 max pooling at stride 2 reads the output, fused (conv_pooled.h) */
+    int beside;       /* runs alone (conv_alone.h): the backward passes as the layer runs them side by
+                         side on one family (bn_conv_io.beside) */
 } bn_conv_shape;
 
 /* One family's launch shapes for one shape: each family reads its own member alone. */
@@ -122,6 +124,9 @@ typedef struct bn_conv_io {
     void *scratch;                    /* forward, data: the family's scratch (scratch bytes), apart
                                          from parts, since a data pass runs beside the filter
                                          pass */
+    int beside;                       /* data, filter: the layer's other backward pass runs on the
+                                         same family at the same time (the family may then size
+                                         both to share the multiprocessors) */
 } bn_conv_io;
 
 /* One pass of a family on stream (a cudaStream_t). */

@@ -608,12 +608,12 @@ static bn_status data_p(const data_args &a, cudaStream_t st)
 }
 
 extern "C" bn_status bn_tensor_backward_data(const bn_tensor_plan *p, void *stream, const float *dy,
-                                             const bn_pooled_dy *pooled, const float *w, float *dx)
+                                             const bn_pooled_dy *pooled, const float *w, float *dx, int beside)
 {
     if (!p->data_ok) return bn_error(BN_ERR_INTERNAL, "tensor-core convolution cannot run this backward-data shape");
     if (pooled && !bn_tensor_pooled_fits(p, 1))
         return bn_error(BN_ERR_INTERNAL, "tensor-core convolution cannot read this dy through a pooling");
-    data_args a = {p->data, p->n, {}, dy, w, dx};
+    data_args a = {beside ? p->data_beside : p->data, p->n, {}, dy, w, dx};
     if (pooled) a.pd = *pooled;
     return BY_PRODUCTS(p, data_p, a, (cudaStream_t)stream);
 }
@@ -642,17 +642,19 @@ static bn_status filter_p(const filter_args &a, cudaStream_t st)
 }
 
 extern "C" bn_status bn_tensor_backward_filter(const bn_tensor_plan *p, void *stream, const float *x, const float *dy,
-                                               const bn_pooled_dy *pooled, float *dw, float *db, float *workspace)
+                                               const bn_pooled_dy *pooled, float *dw, float *db, float *workspace,
+                                               int beside)
 {
     if (!p->filter_ok) return bn_error(BN_ERR_INTERNAL, "tensor-core convolution cannot run this filter shape");
     if (pooled && !bn_tensor_pooled_fits(p, 2))
         return bn_error(BN_ERR_INTERNAL, "tensor-core convolution cannot read this dy through a pooling");
-    filter_args a = {p->filter, p->n, {}, x, dy, workspace};
+    const bn_tensor_filter &shape = beside ? p->filter_beside : p->filter;
+    filter_args a = {shape, p->n, {}, x, dy, workspace};
     if (pooled) a.pd = *pooled;
     const bn_status s = BY_PRODUCTS(p, filter_p, a, (cudaStream_t)stream);
     if (s != BN_OK) return s;
     const bn_conv_geom *g = &p->g;
-    return bn_direct_finish_filter(stream, workspace, p->filter.spans, p->filters, g->c * g->k * g->k, dw, db);
+    return bn_direct_finish_filter(stream, workspace, shape.spans, p->filters, g->c * g->k * g->k, dw, db);
 }
 
 extern "C" bn_status bn_conv_run_tensor(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass, void *stream,
@@ -660,6 +662,6 @@ extern "C" bn_status bn_conv_run_tensor(const bn_conv_family_plan *p, const bn_c
 {
     const bn_tensor_plan *t = &p->tensor;
     if (pass == BN_CONV_FORWARD) return bn_tensor_forward(t, stream, io->x, io->w, io->b, io->y, io->pooled_out);
-    if (pass == BN_CONV_DATA) return bn_tensor_backward_data(t, stream, io->dy, io->pooled_dy, io->w, io->dx);
-    return bn_tensor_backward_filter(t, stream, io->x, io->dy, io->pooled_dy, io->dw, io->db, io->parts);
+    if (pass == BN_CONV_DATA) return bn_tensor_backward_data(t, stream, io->dy, io->pooled_dy, io->w, io->dx, io->beside);
+    return bn_tensor_backward_filter(t, stream, io->x, io->dy, io->pooled_dy, io->dw, io->db, io->parts, io->beside);
 }

@@ -85,6 +85,9 @@ typedef struct bn_tensor_plan {
     bn_tensor_data data;
     bn_tensor_filter filter;
     size_t workspace;            /* bytes of partial sums the filter pass needs */
+    int beside_ok;               /* the two backward passes have shapes for running side by side, */
+    bn_tensor_data data_beside;  /* each with half the blocks a multiprocessor holds of it, so */
+    bn_tensor_filter filter_beside; /* that they share the multiprocessors (else copies of the above) */
 } bn_tensor_plan;
 
 /* Fills a plan for a batch of n; sms is the device's multiprocessor count; tf32 nonzero: one
@@ -95,13 +98,15 @@ void bn_tensor_plan_make(bn_tensor_plan *p, const bn_conv_geom *g, int filters, 
 
 /* forward writes y (bias added), or with `pooled` not NULL the 2x2 max pooling's output and
  * mask instead (y is then not written; p->fwd.pools must hold); data writes dx, filter adds
- * into dw and db and uses workspace (plan->workspace bytes); shapes as in conv_direct.h. */
+ * into dw and db and uses workspace (plan->workspace bytes); shapes as in conv_direct.h. With
+ * `beside`, the two backward passes run side by side, each on the plan's shape for that
+ * (data_beside, filter_beside). */
 bn_status bn_tensor_forward(const bn_tensor_plan *p, void *stream, const float *x, const float *w, const float *b,
                             float *y, const bn_pooled_out *pooled);
 bn_status bn_tensor_backward_data(const bn_tensor_plan *p, void *stream, const float *dy,
-                                  const bn_pooled_dy *pooled, const float *w, float *dx);
+                                  const bn_pooled_dy *pooled, const float *w, float *dx, int beside);
 bn_status bn_tensor_backward_filter(const bn_tensor_plan *p, void *stream, const float *x, const float *dy,
-                                    const bn_pooled_dy *pooled, float *dw, float *db, float *workspace);
+                                    const bn_pooled_dy *pooled, float *dw, float *db, float *workspace, int beside);
 
 /* Whether the data pass (pass 1) or the filter pass (pass 2) of the plan can read dy through a
  * 2x2 max pooling (the `pooled` argument above; conv_pooled.h): its two images' pooled

@@ -21,6 +21,7 @@ enum {
     OPT_REPS,
     OPT_POOLED,
     OPT_TF32,
+    OPT_BESIDE,
     OPT_DEVICE,
     OPT_SEED,
     OPT_HELP
@@ -33,6 +34,7 @@ static const struct option family_options[] = {
     {"stride", required_argument, 0, OPT_STRIDE}, {"pad", required_argument, 0, OPT_PAD},
     {"pass", required_argument, 0, OPT_PASS},     {"reps", required_argument, 0, OPT_REPS},
     {"pooled", no_argument, 0, OPT_POOLED},       {"tf32", no_argument, 0, OPT_TF32},
+    {"beside", no_argument, 0, OPT_BESIDE},
     {"device", required_argument, 0, OPT_DEVICE}, {"seed", required_argument, 0, OPT_SEED},
     {"help", no_argument, 0, OPT_HELP},           {0, 0, 0, 0},
 };
@@ -40,7 +42,7 @@ static const struct option family_options[] = {
 typedef struct family_args {
     long batch, channels, height, width, filters, size, stride, pad, reps, seed;
     int pass;        /* BN_CONV_*, or -1 for all three */
-    int pooled, tf32;
+    int pooled, tf32, beside;
     const char *device;
 } family_args;
 
@@ -79,6 +81,7 @@ static int parse_args(int argc, char **argv, family_args *a)
         case OPT_PASS: BN_TRY(parse_pass(optarg, &a->pass)); break;
         case OPT_REPS: BN_TRY(bn_cli_int("--reps", optarg, 1, 100000, &a->reps)); break;
         case OPT_POOLED: a->pooled = 1; break;
+        case OPT_BESIDE: a->beside = 1; break;
         case OPT_TF32: a->tf32 = 1; break;
         case OPT_DEVICE: a->device = optarg; break;
         case OPT_SEED: BN_TRY(bn_cli_int("--seed", optarg, 0, 2147483647L, &a->seed)); break;
@@ -111,6 +114,7 @@ static bn_status make_shape(const family_args *a, bn_ctx *ctx, bn_conv_shape *s)
     g->oh = (g->h + 2 * g->pad - g->k) / g->stride + 1;
     g->ow = (g->w + 2 * g->pad - g->k) / g->stride + 1;
     s->filters = (int)a->filters, s->n = (int)a->batch, s->tf32 = a->tf32, s->pooled = a->pooled;
+    s->beside = a->beside;
     return bn_conv_alone_device_shape(ctx, s);
 }
 
@@ -143,10 +147,10 @@ static bn_status run(const family_args *a, int *failed)
     ctx->tf32 = a->tf32;
     bn_conv_shape s;
     BN_TRY(make_shape(a, ctx, &s));
-    printf("blobnet conv-families: batch %d, input %dx%dx%d, %d filters of %dx%d, stride %d, pad %d%s%s on %s; "
+    printf("blobnet conv-families: batch %d, input %dx%dx%d, %d filters of %dx%d, stride %d, pad %d%s%s%s on %s; "
            "%ld calls each\n",
            s.n, s.g.c, s.g.h, s.g.w, s.filters, s.g.k, s.g.k, s.g.stride, s.g.pad, s.pooled ? ", pooled" : "",
-           s.tf32 ? ", tf32" : "", ctx->name, a->reps);
+           s.tf32 ? ", tf32" : "", s.beside ? ", backward passes as planned side by side" : "", ctx->name, a->reps);
     for (int pass = 0; pass < BN_CONV_PASSES; pass++)
         if (a->pass < 0 || a->pass == pass) BN_TRY(report_pass(ctx, a, &s, pass, failed));
     return BN_OK;

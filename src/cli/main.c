@@ -201,7 +201,8 @@ static const char time_usage[] =
 static const char conv_families_usage[] =
     "usage: blobnet conv-families [--batch N] [--channels C] [--height H] [--width W]\n"
     "                             [--filters F] [--size K] [--stride S] [--pad P] [--pass PASS]\n"
-    "                             [--reps N] [--pooled] [--tf32] [--device SPEC] [--seed N]\n"
+    "                             [--reps N] [--pooled] [--tf32] [--beside] [--device SPEC]\n"
+    "                             [--seed N]\n"
     "Runs each of conv2d's kernel families, and cuDNN, alone on one convolution shape on the\n"
     "GPU: per pass, each runner's name, whether it applies (or why not), the time per call and\n"
     "the largest error against the CPU's im2col-and-BLAS result, relative to the output's\n"
@@ -218,6 +219,8 @@ static const char conv_families_usage[] =
     "  --pooled            a 2x2 max pooling reads the output (fused): the families that read\n"
     "                      the gradient through it take a random pooled gradient and argmax\n"
     "  --tf32              allow TF32 products (blobnet's tensor cores, cuDNN's)\n"
+    "  --beside            the backward passes in the launch shapes a family gives them when\n"
+    "                      both run side by side (each still runs alone here)\n"
     "  --device SPEC       gpu or gpu:N (default gpu)\n"
     "  --seed N            seed of the random inputs (default 1)\n";
 
