@@ -625,7 +625,8 @@ BN_TEST(conv_family_tensor_backward_passes_planned_beside_match_the_cpu)
 /* The backward passes' shapes beside each other: LeNet's conv2 on 132 multiprocessors at batch 256
  * takes half the data pass's blocks (44 of 88 a channel tile) and half the filter pass's spans (32
  * of 64, so less workspace); at 64 images a block of the halved data pass would take fewer than
- * two, so there are none, and the shapes beside are the usual ones. */
+ * two, and with one TF32 product a multiply they do not pay, so there are none in either, and the
+ * shapes beside are the usual ones. */
 BN_TEST(conv_tensor_backward_plans_halve_their_blocks_beside_each_other)
 {
     const bn_conv_geom g = {20, 12, 12, 5, 1, 0, 8, 8};
@@ -640,6 +641,8 @@ BN_TEST(conv_tensor_backward_plans_halve_their_blocks_beside_each_other)
     bn_tensor_plan_make(&p, &g, 50, 64, 132, 0);
     CHECK(p.data_ok && p.filter_ok && !p.beside_ok);
     CHECK(p.data_beside.blocks == p.data.blocks && p.filter_beside.spans == p.filter.spans);
+    bn_tensor_plan_make(&p, &g, 50, 256, 132, 1);
+    CHECK(p.data_ok && p.filter_ok && !p.beside_ok && p.data_beside.blocks == p.data.blocks);
     return BN_PASS;
 }
 

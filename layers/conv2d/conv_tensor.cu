@@ -662,6 +662,7 @@ extern "C" bn_status bn_conv_run_tensor(const bn_conv_family_plan *p, const bn_c
 {
     const bn_tensor_plan *t = &p->tensor;
     if (pass == BN_CONV_FORWARD) return bn_tensor_forward(t, stream, io->x, io->w, io->b, io->y, io->pooled_out);
-    if (pass == BN_CONV_DATA) return bn_tensor_backward_data(t, stream, io->dy, io->pooled_dy, io->w, io->dx, io->beside);
+    if (pass == BN_CONV_DATA)
+        return bn_tensor_backward_data(t, stream, io->dy, io->pooled_dy, io->w, io->dx, io->beside);
     return bn_tensor_backward_filter(t, stream, io->x, io->dy, io->pooled_dy, io->dw, io->db, io->parts, io->beside);
 }
