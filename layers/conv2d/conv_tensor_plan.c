@@ -10,7 +10,7 @@
 
 /* The fewest images a block of the data pass takes for the two backward passes to be planned
  * side by side (bn_tensor_plan.beside_ok): LeNet's conv2 at batch 64, whose blocks would take 1.45
- * (44 blocks a channel tile), read 2.6% slower that way, where at 256 (5.8) it is 2.5% faster. */
+ * (44 blocks a channel tile), read 2.6% slower that way, where at 256 (5.8) it is 2-2.5% faster. */
 #define TENSOR_BESIDE_IMAGES 2
 
 static int round4i(int v)
