@@ -150,7 +150,8 @@ static bn_status run(const family_args *a, int *failed)
     printf("blobnet conv-families: batch %d, input %dx%dx%d, %d filters of %dx%d, stride %d, pad %d%s%s%s on %s; "
            "%ld calls each\n",
            s.n, s.g.c, s.g.h, s.g.w, s.filters, s.g.k, s.g.k, s.g.stride, s.g.pad, s.pooled ? ", pooled" : "",
-           s.tf32 ? ", tf32" : "", s.beside ? ", backward passes as planned side by side" : "", ctx->name, a->reps);
+           s.tf32 ? ", tf32" : "", s.beside ? ", backward passes in their shapes for side by side (where planned)" : "",
+           ctx->name, a->reps);
     for (int pass = 0; pass < BN_CONV_PASSES; pass++)
         if (a->pass < 0 || a->pass == pass) BN_TRY(report_pass(ctx, a, &s, pass, failed));
     return BN_OK;
