@@ -448,10 +448,9 @@ static int run_alone_planned(const shape_row *rows, size_t count, int runner, in
         s.tf32 = tf32;
         CHECK_OK(bn_conv_alone_device_shape(ctx, &s));
         if (sms) s.sms = sms;
-        s.beside = beside;
         for (int pass = 0; pass < BN_CONV_PASSES; pass++) {
             bn_conv_alone_result r;
-            CHECK_OK(bn_conv_alone_run(ctx, runner, pass, &s, 1000 + i, 2, &r));
+            CHECK_OK(bn_conv_alone_run(ctx, runner, pass, &s, beside, 1000 + i, 2, &r));
             if (!r.applies) continue;
             ran++;
             CHECK_MSG(r.max_error <= r.tolerance, "runner %d, shape %zu, %s: error %.3g over %.0e", runner, i,

@@ -121,6 +121,7 @@ typedef struct runner {
     bn_conv_cudnn_alone *cudnn;
     const bn_conv_shape *s;
     int pass;
+    int beside; /* a backward pass in its shape beside the other (bn_conv_io.beside) */
     bn_conv_io io;
 } runner;
 
@@ -139,7 +140,7 @@ static void bind(runner *rn, const buffers *m, const bn_pooled_dy *pd)
     io->y = io->dx = m->dev[D_OUT];
     io->dw = m->dev[D_DW], io->db = m->dev[D_DB], io->parts = m->parts_dev;
     io->scratch = m->scratch ? (char *)m->parts_dev + m->parts : NULL;
-    io->beside = rn->s->beside && rn->pass != BN_CONV_FORWARD;
+    io->beside = rn->beside && rn->pass != BN_CONV_FORWARD;
     if (m->pooled) io->pooled_dy = pd;
 }
 
@@ -199,15 +200,15 @@ static bn_status prepare(bn_ctx *ctx, int runner_no, const bn_conv_shape *s, int
     return BN_OK;
 }
 
-bn_status bn_conv_alone_run(bn_ctx *ctx, int runner_no, int pass, const bn_conv_shape *s, uint64_t seed, int reps,
-                            bn_conv_alone_result *r)
+bn_status bn_conv_alone_run(bn_ctx *ctx, int runner_no, int pass, const bn_conv_shape *s, int beside, uint64_t seed,
+                            int reps, bn_conv_alone_result *r)
 {
     memset(r, 0, sizeof *r);
     r->tolerance = bn_conv_alone_tolerance(s);
     if (pass < 0 || pass >= BN_CONV_PASSES) return bn_error(BN_ERR_USAGE, "no convolution pass number %d", pass);
     runner rn;
     memset(&rn, 0, sizeof rn);
-    rn.s = s, rn.pass = pass;
+    rn.s = s, rn.pass = pass, rn.beside = beside;
     buffers m;
     memset(&m, 0, sizeof m);
     bn_status st = prepare(ctx, runner_no, s, pass, &rn, r);

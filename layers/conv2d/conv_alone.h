@@ -37,14 +37,16 @@ double bn_conv_alone_tolerance(const bn_conv_shape *s);
 bn_status bn_conv_alone_device_shape(bn_ctx *ctx, bn_conv_shape *s);
 
 /* Runs pass `pass` (BN_CONV_*) of runner `runner` (a family's number, or BN_CONV_ALONE_CUDNN) on
- * shape s on ctx's device: inputs drawn uniformly from [-1, 1] from `seed` (a family whose filter
- * pass reads dy only through a fused pooling gets a random pooled gradient and argmax mask, the
- * CPU the full gradient they stand for), the pass run once on zeroed dw and db and compared with
+ * shape s on ctx's device (a backward pass, with `beside`, in the launch shape its family gives it
+ * where the layer's other backward pass runs beside it on the same family: bn_conv_io.beside):
+ * inputs drawn uniformly from [-1, 1] from `seed` (a family whose filter pass reads dy only through
+ * a fused pooling gets a random pooled gradient and argmax mask, the CPU the full gradient they
+ * stand for), the pass run once on zeroed dw and db and compared with
  * the CPU's, then timed over `reps` calls (none when reps is 0). *r says whether it applies (a
  * family's answer from the table; cuDNN where it offers an algorithm this precision allows), the
  * error and the time. An error status only for what went wrong on the device or the host. */
-bn_status bn_conv_alone_run(bn_ctx *ctx, int runner, int pass, const bn_conv_shape *s, uint64_t seed, int reps,
-                            bn_conv_alone_result *r);
+bn_status bn_conv_alone_run(bn_ctx *ctx, int runner, int pass, const bn_conv_shape *s, int beside, uint64_t seed,
+                            int reps, bn_conv_alone_result *r);
 
 /* conv_alone_gpu.cu: cuDNN alone on one pass of shape s (NULL *out with a reason in *why where
  * it offers no algorithm this precision allows: FP32 sums, or any with s->tf32); the heuristics'

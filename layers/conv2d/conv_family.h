@@ -91,8 +91,6 @@ typedef struct bn_conv_shape {
     int sms;          /* the device's multiprocessors (launch shapes aim at whole waves) */
     int tf32;         /* TF32 products allowed */
     int pooled;       /* a 2x2 max pooling at stride 2 reads the output, fused (conv_pooled.h) */
-    int beside;       /* runs alone (conv_alone.h): the backward passes as the layer runs them side by
-                         side on one family (bn_conv_io.beside) */
 } bn_conv_shape;
 
 /* One family's launch shapes for one shape: each family reads its own member alone. */

@@ -114,7 +114,6 @@ static bn_status make_shape(const family_args *a, bn_ctx *ctx, bn_conv_shape *s)
     g->oh = (g->h + 2 * g->pad - g->k) / g->stride + 1;
     g->ow = (g->w + 2 * g->pad - g->k) / g->stride + 1;
     s->filters = (int)a->filters, s->n = (int)a->batch, s->tf32 = a->tf32, s->pooled = a->pooled;
-    s->beside = a->beside;
     return bn_conv_alone_device_shape(ctx, s);
 }
 
@@ -124,7 +123,7 @@ static bn_status report_pass(bn_ctx *ctx, const family_args *a, const bn_conv_sh
     for (int runner = 0; runner <= BN_CONV_FAMILY_COUNT; runner++) {
         const char *name = runner == BN_CONV_ALONE_CUDNN ? "cudnn" : bn_conv_families[runner - 1]->name;
         bn_conv_alone_result r;
-        BN_TRY(bn_conv_alone_run(ctx, runner, pass, s, (uint64_t)a->seed, (int)a->reps, &r));
+        BN_TRY(bn_conv_alone_run(ctx, runner, pass, s, a->beside, (uint64_t)a->seed, (int)a->reps, &r));
         if (!r.applies) {
             printf("%-16s %-8s no: %s\n", bn_conv_pass_name(pass), name, r.why);
             continue;
@@ -150,8 +149,8 @@ static bn_status run(const family_args *a, int *failed)
     printf("blobnet conv-families: batch %d, input %dx%dx%d, %d filters of %dx%d, stride %d, pad %d%s%s%s on %s; "
            "%ld calls each\n",
            s.n, s.g.c, s.g.h, s.g.w, s.filters, s.g.k, s.g.k, s.g.stride, s.g.pad, s.pooled ? ", pooled" : "",
-           s.tf32 ? ", tf32" : "", s.beside ? ", backward passes in their shapes for side by side (where planned)" : "",
-           ctx->name, a->reps);
+           s.tf32 ? ", tf32" : "",
+           a->beside ? ", backward passes in their shapes for side by side (where planned)" : "", ctx->name, a->reps);
     for (int pass = 0; pass < BN_CONV_PASSES; pass++)
         if (a->pass < 0 || a->pass == pass) BN_TRY(report_pass(ctx, a, &s, pass, failed));
     return BN_OK;
