@@ -1,6 +1,6 @@
 /* dense_gemm.cu - blobnet's own GEMM kernels for the dense layer's small products, beside
  * cuBLASLt's algorithms (dense_gemm.h), in two kinds: own_gemm (FP32 FMA, register-tiled) and
- * own_gemm_tc (the TF32 tensor cores with each operand split in two, so FP32 accuracy;
+ * own_gemm_tc and own_gemm_tck (the TF32 tensor cores with each operand split in two, so FP32 accuracy;
  * mma_tf32.cuh), both with the same outer structure: the output tiled over the whole GPU and,
  * when there are few tiles, the inner dimension split across blocks with the partial sums
  * combined inside the same kernel in a fixed order (per-tile counters the plan owns; no float
@@ -241,8 +241,10 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) own_gemm(own_args p)
                                [&](int e) { return make_int2(tr + (e / TN) * RT, tc + (e % TN) * CT); });
 }
 
-/* The tensor-core kernel (mma_tf32.cuh: split TF32, FP32 accuracy; P = 1, for a tf32 context,
- * the value x value product alone, and `lo` stays zero): a BM x BN tile of C per
+/* The tensor-core kernel of the 64 x 64 tiles, and of the 32 x 32 ones where an operand's rows or
+ * slices are not 8-byte aligned (own_gemm_tck takes the others; mma_tf32.cuh: split TF32, FP32
+ * accuracy; P = 1, for a tf32 context, the value x value product alone, and `lo` stays zero): a
+ * BM x BN tile of C per
  * block of four warps, each warp a (BM / 2) x (BN / 2) quarter (MT x NTL m16n8k8 products per
  * step of 8 along the inner dimension, independent of each other), over OWN_BK-deep slices that
  * cp.async brings into TC_STAGES shared buffers ahead of their use (zeros outside the matrices
@@ -310,25 +312,24 @@ struct tc_copies {
     }
 };
 
-/* The natural layout, for operands whose rows (or slices) start on 8- or 16-byte boundaries: an
- * operand contiguous along the inner dimension kept row by row, TC_LDV floats apart (rows start
- * 16-byte aligned, and the eight rows an ldmatrix reads fall in different banks), one contiguous
- * along the rows or columns slice by slice, side + 8 floats apart. A thread's copies are W floats
- * each (W = 2 or 4: one cp.async where the 4-byte layout takes W), zeros past the matrix or the
- * range; the fragments come by ldmatrix (inner) or 4-byte loads (slices), without bank conflicts
- * at those pitches. */
-#define TC_LDV (OWN_BK + 4)
-
-template <bool INNER, int SIDE, int W>
+/* The natural layout (own_gemm_tck's), for operands whose rows (or slices) start on 8- or
+ * 16-byte boundaries: an operand contiguous along the inner dimension kept row by row, BK + 4
+ * floats apart (rows start 16-byte aligned, and the eight rows an ldmatrix reads fall in
+ * different banks), one contiguous along the rows or columns slice by slice, side + 8 floats
+ * apart. A thread's copies are W floats each (W = 2 or 4: one cp.async where the 4-byte layout
+ * takes W), zeros past the matrix or the range; the fragments come by ldmatrix (inner) or 4-byte
+ * loads (slices), without bank conflicts at those pitches. */
+template <bool INNER, int SIDE, int BK>
 static __device__ __forceinline__ int tcv_at(int i, int kk)
 {
-    return INNER ? i * TC_LDV + kk : kk * (SIDE + 8) + i;
+    return INNER ? i * (BK + 4) + kk : kk * (SIDE + 8) + i;
 }
 
-template <bool INNER, int SIDE, int W>
+/* The copies of slices BK deep. */
+template <bool INNER, int SIDE, int W, int BK>
 struct tcv_copies {
-    static constexpr int NT = TC_WARPS * 32, CH = SIDE * OWN_BK / W, L = (CH + NT - 1) / NT;
-    static constexpr int PER = INNER ? OWN_BK / W : SIDE / W; /* chunks per row (inner) or per slice */
+    static constexpr int NT = TC_WARPS * 32, CH = SIDE * BK / W, L = (CH + NT - 1) / NT;
+    static constexpr int PER = INNER ? BK / W : SIDE / W; /* chunks per row (inner) or per slice */
     const float *src[L];
     uint32_t dst[L];
     int kk[L];    /* the chunk's first inner offset within the slice */
@@ -345,12 +346,12 @@ struct tcv_copies {
             int have = INNER ? (i0 + i < count ? W : 0) : count - (i0 + i);
             have = have < 0 ? 0 : have > W ? W : have;
             bytes[l] = live ? have * 4 : 0;
-            kk[l] = live ? k : OWN_BK;
+            kk[l] = live ? k : BK;
             const size_t r = (size_t)(bytes[l] ? i0 + i : 0), c = (size_t)(k0 + k);
             src[l] = m + (INNER ? r * ld + c : c * ld + r);
-            dst[l] = (uint32_t)__cvta_generic_to_shared(&buf[tcv_at<INNER, SIDE, W>(live ? i : 0, live ? k : 0)]);
+            dst[l] = (uint32_t)__cvta_generic_to_shared(&buf[tcv_at<INNER, SIDE, BK>(live ? i : 0, live ? k : 0)]);
         }
-        step = INNER ? OWN_BK : (size_t)OWN_BK * ld;
+        step = INNER ? BK : (size_t)BK * ld;
     }
 
     /* The next slice, `rem` inner offsets of which are in range, `offset` bytes past buffer 0.
@@ -360,7 +361,7 @@ struct tcv_copies {
     {
 #pragma unroll
         for (int l = 0; l < L; l++) {
-            if (kk[l] < OWN_BK) {
+            if (kk[l] < BK) {
                 int n = bytes[l];
                 if (INNER) n = min(n, max(rem - kk[l], 0) * 4);
                 else if (kk[l] >= rem) n = 0;
@@ -371,28 +372,15 @@ struct tcv_copies {
     }
 };
 
-/* The copies of an operand: 4-byte ones into the permuted layout (W = 1), or W-float ones into
- * the natural layout. */
-template <bool INNER, int SIDE, int W>
-struct tc_copies_of {
-    typedef tcv_copies<INNER, SIDE, W> type;
-};
-template <bool INNER, int SIDE>
-struct tc_copies_of<INNER, SIDE, 1> {
-    typedef tc_copies<INNER, SIDE> type;
-};
-
-/* WA, WB: each operand's layout and copy width, 1 for the permuted layout, 2 or 4 (floats) for the
- * natural one (bn_dense_run_own_on takes the widest its address and pitch allow). */
-template <int KIND, int BM, int BN, int P, int WA, int WB>
+template <int KIND, int BM, int BN, int P>
 __global__ void __launch_bounds__(TC_WARPS * 32) own_gemm_tc(own_args p)
 {
     bn_early_entry(); /* pdl.cuh */
     constexpr int BK = OWN_BK, NT = TC_WARPS * 32;
     constexpr int MT = BM / 32, NTL = BN / 16; /* m16 and n8 products per warp */
     constexpr bool A_INNER = KIND != GEMM_DW, B_INNER = KIND == GEMM_FWD;
-    constexpr int A_SIZE = A_INNER ? BM * (WA == 1 ? TC_LDI : TC_LDV) : BK * (BM + 8);
-    constexpr int B_SIZE = B_INNER ? BN * (WB == 1 ? TC_LDI : TC_LDV) : BK * (BN + 8);
+    constexpr int A_SIZE = A_INNER ? BM * TC_LDI : BK * (BM + 8);
+    constexpr int B_SIZE = B_INNER ? BN * TC_LDI : BK * (BN + 8);
     static_assert(BM % 32 == 0 && BN % 16 == 0 && BM * BK % NT == 0 && BN * BK % NT == 0 && NT >= BM, "tile shape");
     __shared__ __align__(16) float sa[TC_STAGES][A_SIZE];
     __shared__ __align__(16) float sb[TC_STAGES][B_SIZE];
@@ -406,8 +394,8 @@ __global__ void __launch_bounds__(TC_WARPS * 32) own_gemm_tc(own_args p)
     const int lda = A_INNER ? p.inner : p.rows, ldb = B_INNER ? p.inner : p.cols;
     const bool bias_rows = KIND == GEMM_DW && p.db != NULL && col0 == 0 && tid < BM;
 
-    typename tc_copies_of<A_INNER, BM, WA>::type ca;
-    typename tc_copies_of<B_INNER, BN, WB>::type cb;
+    tc_copies<A_INNER, BM> ca;
+    tc_copies<B_INNER, BN> cb;
     ca.plan(p.a, lda, row0, p.rows, k0, sa[0], tid);
     cb.plan(p.b, ldb, col0, p.cols, k0, sb[0], tid);
     /* The next slice (they are staged in order), inner offsets from kt, into buffer `buf`. */
@@ -432,28 +420,16 @@ __global__ void __launch_bounds__(TC_WARPS * 32) own_gemm_tc(own_args p)
         if (next < slices) stage(buf == 0 ? TC_STAGES - 1 : buf - 1, k0 + next * BK);
         __pipeline_commit();
         const float *A = sa[buf], *B = sb[buf];
-        const uint32_t a_at = (uint32_t)__cvta_generic_to_shared(A), b_at = (uint32_t)__cvta_generic_to_shared(B);
 #pragma unroll
         for (int kb = 0; kb < BK; kb += 8) {
             /* The fragments as pairs: A (g, t) and (g, t+4) or (g, t) and (g+8, t); B (t, g) and
-             * (t+4, g), or the n tiles 2j and 2j+1 at (t, g). In the natural layout: A's four
-             * tiles, or two n tiles of B, in one ldmatrix where the operand is kept row by row,
-             * else element by element. */
+             * (t+4, g), or the n tiles 2j and 2j+1 at (t, g). */
             uint32_t ah[MT][4], al[MT][4];
 #pragma unroll
             for (int mi = 0; mi < MT; mi++) {
                 const int r = wm * (BM / 2) + mi * 16 + g;
                 float2 u, v;
-                if constexpr (WA > 1 && A_INNER) {
-                    const int row = wm * (BM / 2) + mi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-                    uint32_t f[4];
-                    ldmatrix_x4(f, a_at + 4 * (row * TC_LDV + kb + (lane >> 4) * 4));
-                    split_frag_a(__uint_as_float(f[0]), __uint_as_float(f[1]), __uint_as_float(f[2]),
-                                 __uint_as_float(f[3]), ah[mi], al[mi]);
-                } else if constexpr (WA > 1) {
-                    const float *q = A + (kb + t) * (BM + 8) + r;
-                    split_frag_a(q[0], q[8], q[4 * (BM + 8)], q[4 * (BM + 8) + 8], ah[mi], al[mi]);
-                } else if (A_INNER) {
+                if (A_INNER) {
                     u = *(const float2 *)&A[tc_at<true, BM>(r, kb + t)];     /* a0 a2 */
                     v = *(const float2 *)&A[tc_at<true, BM>(r + 8, kb + t)]; /* a1 a3 */
                     split_frag_a(u.x, v.x, u.y, v.y, ah[mi], al[mi]);
@@ -467,21 +443,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32) own_gemm_tc(own_args p)
 #pragma unroll
             for (int ni = 0; ni < NTL; ni++) {
                 const int c = wn * (BN / 2) + ni * 8 + g;
-                if constexpr (WB > 1 && B_INNER) {
-                    if (ni % 2 == 0) {
-                        const int n = wn * (BN / 2) + ni * 8 + (lane & 7) + (lane >> 4) * 8;
-                        uint32_t f[4];
-                        ldmatrix_x4(f, b_at + 4 * (n * TC_LDV + kb + ((lane >> 3) & 1) * 4));
-                        split_tf32(__uint_as_float(f[0]), bh[ni][0], bl[ni][0]);
-                        split_tf32(__uint_as_float(f[1]), bh[ni][1], bl[ni][1]);
-                        split_tf32(__uint_as_float(f[2]), bh[ni + 1][0], bl[ni + 1][0]);
-                        split_tf32(__uint_as_float(f[3]), bh[ni + 1][1], bl[ni + 1][1]);
-                    }
-                } else if constexpr (WB > 1) {
-                    const float *q = B + (kb + t) * (BN + 8) + c;
-                    split_tf32(q[0], bh[ni][0], bl[ni][0]);
-                    split_tf32(q[4 * (BN + 8)], bh[ni][1], bl[ni][1]);
-                } else if (B_INNER) {
+                if (B_INNER) {
                     const float2 u = *(const float2 *)&B[tc_at<true, BN>(c, kb + t)]; /* b0 b1 */
                     split_tf32(u.x, bh[ni][0], bl[ni][0]);
                     split_tf32(u.y, bh[ni][1], bl[ni][1]);
@@ -506,7 +468,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32) own_gemm_tc(own_args p)
         if (bias_rows)
 #pragma unroll
             for (int kk = 0; kk < BK; kk++)
-                bsum += A[WA == 1 ? tc_at<A_INNER, BM>(tid, kk) : tcv_at<A_INNER, BM, WA>(tid, kk)];
+                bsum += A[tc_at<A_INNER, BM>(tid, kk)];
         buf = buf == TC_STAGES - 1 ? 0 : buf + 1;
     }
     constexpr int E = MT * NTL * 4;
@@ -517,6 +479,145 @@ __global__ void __launch_bounds__(TC_WARPS * 32) own_gemm_tc(own_args p)
         const int mi = e / (NTL * 4), ni = (e / 4) % NTL, q = e % 4;
         return make_int2(wm * (BM / 2) + mi * 16 + g + (q >> 1) * 8, wn * (BN / 2) + ni * 8 + 2 * t + (q & 1));
     });
+}
+
+/* The 32 x 32 tensor-core kernel in the natural layout (both operands' rows or slices 8- or
+ * 16-byte aligned), its four warps sharing each slice rather than the tile: slices TCK_BK = 32
+ * deep in TCK_STAGES buffers, warp w taking the step of 8 at 8 w of every slice for the whole
+ * tile (2 x 4 m16n8k8 products), so that each A value it splits serves four products and each B
+ * value two, where own_gemm_tc's quarters of 16 x 16 split every value for two and one (LeNet's
+ * ip1 spent 12 instructions a tensor-core product there, most of them splitting and staging).
+ * At the end the warps' sums meet in shared memory, added in warp order (the same bits every
+ * launch), and each thread takes eight outputs of the tile, one row of 32 a warp, to own_tail.
+ * The plan's ranges are whole slices of TCK_BK but at the inner dimension's end
+ * (bn_dense_own_layout). */
+#define TCK_BK 32
+#define TCK_STAGES 4
+#define TCK_PITCH 33 /* a warp's 32 x 32 sums in shared memory, row by row */
+
+template <int KIND, int P, int WA, int WB>
+__global__ void __launch_bounds__(TC_WARPS * 32) own_gemm_tck(own_args p)
+{
+    bn_early_entry(); /* pdl.cuh */
+    constexpr int BM = 32, BN = 32, BK = TCK_BK, NT = TC_WARPS * 32;
+    constexpr bool A_INNER = KIND != GEMM_DW, B_INNER = KIND == GEMM_FWD;
+    constexpr int A_SIZE = A_INNER ? BM * (BK + 4) : BK * (BM + 8);
+    constexpr int B_SIZE = B_INNER ? BN * (BK + 4) : BK * (BN + 8);
+    static_assert(WA > 1 && WB > 1 && BK == 8 * TC_WARPS, "natural layout, a step of 8 a warp");
+    static_assert(TC_WARPS * BM * TCK_PITCH <= TCK_STAGES * A_SIZE, "the warps' sums fit A's buffers");
+    __shared__ __align__(16) float sa[TCK_STAGES][A_SIZE];
+    __shared__ __align__(16) float sb[TCK_STAGES][B_SIZE];
+
+    const int tid = (int)threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
+    const int tile = (int)blockIdx.x, split = (int)blockIdx.y;
+    const int row0 = (tile / p.tiles_n) * BM, col0 = (tile % p.tiles_n) * BN;
+    const int k0 = split * p.ktps * OWN_BK;
+    const int k1 = min(p.inner, k0 + p.ktps * OWN_BK);
+    const int lda = A_INNER ? p.inner : p.rows, ldb = B_INNER ? p.inner : p.cols;
+    const bool bias_rows = KIND == GEMM_DW && p.db != NULL && col0 == 0 && tid < BM;
+
+    tcv_copies<A_INNER, BM, WA, BK> ca;
+    tcv_copies<B_INNER, BN, WB, BK> cb;
+    ca.plan(p.a, lda, row0, p.rows, k0, sa[0], tid);
+    cb.plan(p.b, ldb, col0, p.cols, k0, sb[0], tid);
+    auto stage = [&](int buf, int kt) {
+        ca.copy(buf * (A_SIZE * 4), k1 - kt);
+        cb.copy(buf * (B_SIZE * 4), k1 - kt);
+    };
+
+    float acc[2][4][4] = {}, lo[2][4][4] = {};
+    float bsum = 0.0f;
+    const int slices = k1 > k0 ? (k1 - k0 + BK - 1) / BK : 0;
+#pragma unroll
+    for (int s = 0; s < TCK_STAGES - 1; s++) {
+        if (s < slices) stage(s, k0 + s * BK);
+        __pipeline_commit();
+    }
+    const int kb = warp * 8;
+    int buf = 0;
+    for (int it = 0; it < slices; it++) {
+        __pipeline_wait_prior(TCK_STAGES - 2);
+        __syncthreads(); /* slice it is in, and every warp is done with the buffer refilled next */
+        const int next = it + TCK_STAGES - 1;
+        if (next < slices) stage(buf == 0 ? TCK_STAGES - 1 : buf - 1, k0 + next * BK);
+        __pipeline_commit();
+        const float *A = sa[buf], *B = sb[buf];
+        const uint32_t a_at = (uint32_t)__cvta_generic_to_shared(A), b_at = (uint32_t)__cvta_generic_to_shared(B);
+        /* The fragments as own_gemm_tc's natural layout takes them, at this warp's step. */
+        uint32_t ah[2][4], al[2][4];
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++) {
+            if constexpr (A_INNER) {
+                const int row = mi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+                uint32_t f[4];
+                ldmatrix_x4(f, a_at + 4 * (row * (BK + 4) + kb + (lane >> 4) * 4));
+                split_frag_a(__uint_as_float(f[0]), __uint_as_float(f[1]), __uint_as_float(f[2]),
+                             __uint_as_float(f[3]), ah[mi], al[mi]);
+            } else {
+                const float *q = A + (kb + t) * (BM + 8) + mi * 16 + g;
+                split_frag_a(q[0], q[8], q[4 * (BM + 8)], q[4 * (BM + 8) + 8], ah[mi], al[mi]);
+            }
+        }
+        uint32_t bh[4][2], bl[4][2];
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++) {
+            if constexpr (B_INNER) {
+                if (ni % 2 == 0) {
+                    const int n = ni * 8 + (lane & 7) + (lane >> 4) * 8;
+                    uint32_t f[4];
+                    ldmatrix_x4(f, b_at + 4 * (n * (BK + 4) + kb + ((lane >> 3) & 1) * 4));
+                    split_tf32(__uint_as_float(f[0]), bh[ni][0], bl[ni][0]);
+                    split_tf32(__uint_as_float(f[1]), bh[ni][1], bl[ni][1]);
+                    split_tf32(__uint_as_float(f[2]), bh[ni + 1][0], bl[ni + 1][0]);
+                    split_tf32(__uint_as_float(f[3]), bh[ni + 1][1], bl[ni + 1][1]);
+                }
+            } else {
+                const float *q = B + (kb + t) * (BN + 8) + ni * 8 + g;
+                split_tf32(q[0], bh[ni][0], bl[ni][0]);
+                split_tf32(q[4 * (BN + 8)], bh[ni][1], bl[ni][1]);
+            }
+        }
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int mi = 0; mi < 2; mi++) {
+                if (P == 1) mma_tf32(acc[mi][ni], ah[mi], bh[ni][0], bh[ni][1]);
+                else mma_split_apart(acc[mi][ni], lo[mi][ni], ah[mi], al[mi], bh[ni][0], bl[ni][0], bh[ni][1],
+                                     bl[ni][1]);
+            }
+        if (bias_rows)
+#pragma unroll
+            for (int kk = 0; kk < BK; kk++) bsum += A[tcv_at<A_INNER, BM, BK>(tid, kk)];
+        buf = buf == TCK_STAGES - 1 ? 0 : buf + 1;
+    }
+
+    /* The warps' sums into shared memory (A's buffers, once every copy has landed and every warp
+     * is past its last slice), then each thread's eight outputs added over the warps in order. */
+    __pipeline_wait_prior(0);
+    __syncthreads();
+    float *sums = &sa[0][0] + warp * (BM * TCK_PITCH);
+#pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+            for (int q = 0; q < 4; q++)
+                sums[(mi * 16 + g + (q >> 1) * 8) * TCK_PITCH + ni * 8 + 2 * t + (q & 1)] =
+                    acc[mi][ni][q] + lo[mi][ni][q];
+    __syncthreads();
+    constexpr int E = BM * BN / NT;
+    float flat[E];
+    const float *all = &sa[0][0];
+#pragma unroll
+    for (int e = 0; e < E; e++) {
+        const int at = (e * NT / BN + warp) * TCK_PITCH + lane;
+        float v = all[at];
+#pragma unroll
+        for (int w = 1; w < TC_WARPS; w++) v += all[w * (BM * TCK_PITCH) + at];
+        flat[e] = v;
+    }
+    own_tail<KIND, BM, BN, NT>(p, tile, split, row0, col0, flat, bsum, bias_rows,
+                               [&](int e) { return make_int2(e * NT / BN + warp, lane); });
 }
 
 /* ---- own GEMM plans ---- */
@@ -584,8 +685,10 @@ extern "C" own_plan bn_dense_own_layout(int kind, int n, int k, int m, int cfg, 
     if (s < 1 || no_alloc) s = 1;
     o.splits = (int)s;
     while (o.splits > 1 && own_part_bytes(&o) > OWN_PART_LIMIT) o.splits--;
-    /* Equal ranges, none empty. */
+    /* Equal ranges, none empty; for the 32 x 32 tensor-core tiles whole slices of own_gemm_tck's
+     * (an even count of OWN_BK). */
     o.ktps = (slices + o.splits - 1) / o.splits;
+    if (cfg == OWN_TC32 && o.ktps % 2 && o.ktps < slices) o.ktps++;
     o.splits = (slices + o.ktps - 1) / o.ktps;
     return o;
 }
@@ -621,15 +724,15 @@ static int copy_width(const float *m, int ld)
     return 1;
 }
 
-/* The 32 x 32 tensor-core kernel in the natural layout, the copy widths wa and wb (2 or 4). */
+/* own_gemm_tck, the copy widths wa and wb (2 or 4). */
 template <int K>
 static bn_status run_natural(int one_product, int wa, int wb, dim3 grid, cudaStream_t s, const own_args &x)
 {
     const dim3 block(TC_WARPS * 32);
-#define NATURAL(WA, WB)                                                                        \
-    if (wa == WA && wb == WB) {                                                                \
-        if (one_product) bn_launch_early(own_gemm_tc<K, 32, 32, 1, WA, WB>, grid, block, 0, s, x); \
-        else bn_launch_early(own_gemm_tc<K, 32, 32, 3, WA, WB>, grid, block, 0, s, x);          \
+#define NATURAL(WA, WB)                                                                    \
+    if (wa == WA && wb == WB) {                                                            \
+        if (one_product) bn_launch_early(own_gemm_tck<K, 1, WA, WB>, grid, block, 0, s, x); \
+        else bn_launch_early(own_gemm_tck<K, 3, WA, WB>, grid, block, 0, s, x);          \
     }
     NATURAL(4, 4)
     else NATURAL(4, 2) else NATURAL(2, 4) else NATURAL(2, 2)
@@ -668,8 +771,8 @@ extern "C" bn_status bn_dense_run_own_on(const own_plan *o, int kind, cudaStream
 #define TC_CASE(K, C, BM, BN)                                                                   \
     case K * OWN_CONFIGS + C:                                                                  \
         if (C == OWN_TC32 && wa > 1 && wb > 1) return run_natural<K>(o->one_product, wa, wb, grid, s, x); \
-        if (o->one_product) bn_launch_early(own_gemm_tc<K, BM, BN, 1, 1, 1>, grid, dim3(TC_WARPS * 32), 0, s, x); \
-        else bn_launch_early(own_gemm_tc<K, BM, BN, 3, 1, 1>, grid, dim3(TC_WARPS * 32), 0, s, x);          \
+        if (o->one_product) bn_launch_early(own_gemm_tc<K, BM, BN, 1>, grid, dim3(TC_WARPS * 32), 0, s, x); \
+        else bn_launch_early(own_gemm_tc<K, BM, BN, 3>, grid, dim3(TC_WARPS * 32), 0, s, x);          \
         break;
     switch (kind * OWN_CONFIGS + o->cfg) {
         OWN_CASE(GEMM_FWD, OWN_FMA64, 64, 64, 4, 4)
