@@ -125,20 +125,25 @@ static __global__ void __launch_bounds__(MAX_WARPS * 32) tensor_conv(tensor_args
     } else {
         for (int e = threadIdx.x; e < wcount; e += blockDim.x) __pipeline_memcpy_async(sb + e, a.w + e, 4);
     }
+    /* The tables in bytes, so that an element's address is one addition. */
     for (int k = threadIdx.x; k < kpad; k += blockDim.x) {
         if (k < K) {
             const int c = k / kk, tap = k - c * kk, ky = tap / s.k, kx = tap - ky * s.k;
-            ta[k] = c * plane + ky * s.wp + kx;
-            tb[k] = c * kk + tap;
+            ta[k] = 4 * (c * plane + ky * s.wp + kx);
+            tb[k] = 4 * k;
         } else {
-            ta[k] = s.ci * plane;
+            ta[k] = 4 * s.ci * plane;
             tb[k] = 0;
         }
     }
-    const int nstride = s.ci * kk;
-    int no[NT];
+    /* Each channel tile's weights for this lane (its filter, at its step offset tig): along k
+     * they lie in a row, so a whole step's two values are one address apart by 4 floats; the
+     * last, partial step reads through tb (k past the reduction: the filter's first weight,
+     * against A's zeros). */
+    const float *bw[NT];
 #pragma unroll
-    for (int j = 0; j < NT; j++) no[j] = min(j * 8 + gid, s.co - 1) * nstride;
+    for (int j = 0; j < NT; j++) bw[j] = sb + min(j * 8 + gid, s.co - 1) * K;
+    const int full = K / 8;
     const float *mine_a = sa + (size_t)slot * img_floats;
     float *mine_red = red + (size_t)slot * s.slabs * slab;
 
@@ -148,14 +153,14 @@ static __global__ void __launch_bounds__(MAX_WARPS * 32) tensor_conv(tensor_args
         const int grp = item / s.mparts, img0 = grp * s.ipi, m0 = (item - grp * s.mparts) * s.mper * 32;
         const int nimg = min(s.ipi, a.n - img0);
         const bool live = slot < nimg;
-        int mo[MW][2];
+        const char *ma[MW][2]; /* where this lane's positions start in the image's planes */
 #pragma unroll
         for (int i = 0; i < MW; i++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int m = m0 + (wg * MW + i) * 16 + gid + 8 * h;
                 const int oy = m / s.wo, ox = m - oy * s.wo;
-                mo[i][h] = m < npos ? oy * s.stride * s.wp + ox * s.stride : 0;
+                ma[i][h] = (const char *)(mine_a + (m < npos ? oy * s.stride * s.wp + ox * s.stride : 0));
             }
         __syncthreads(); /* the previous item's planes and sums are no longer read */
         for (int im = 0; im < nimg; im++)
@@ -172,23 +177,28 @@ static __global__ void __launch_bounds__(MAX_WARPS * 32) tensor_conv(tensor_args
             for (int i = 0; i < MW; i++)
 #pragma unroll
                 for (int q = 0; q < 4; q++) acc[j][i][q] = 0.0f;
-        for (int step = live ? sp : s.ksteps; step < s.ksteps; step += s.splits) {
+        /* One step of 8 along k; `tail`: the last, partial one. */
+        auto step_at = [&](int step, bool tail) {
             const int k0 = step * 8;
-            const int ka0 = ta[k0 + tig], ka1 = ta[k0 + tig + 4], kb0 = tb[k0 + tig], kb1 = tb[k0 + tig + 4];
+            const int ka0 = ta[k0 + tig], ka1 = ta[k0 + tig + 4];
             uint32_t ah[MW][4], al[MW][4];
 #pragma unroll
             for (int i = 0; i < MW; i++) {
-                split_frag_a(mine_a[mo[i][0] + ka0], mine_a[mo[i][1] + ka0], mine_a[mo[i][0] + ka1],
-                             mine_a[mo[i][1] + ka1], ah[i], al[i]);
+                split_frag_a(*(const float *)(ma[i][0] + ka0), *(const float *)(ma[i][1] + ka0),
+                             *(const float *)(ma[i][0] + ka1), *(const float *)(ma[i][1] + ka1), ah[i], al[i]);
             }
+            const int kb0 = tail ? tb[k0 + tig] : 4 * (k0 + tig), kb1 = tail ? tb[k0 + tig + 4] : kb0 + 16;
 #pragma unroll
             for (int j = 0; j < NT; j++) {
                 uint32_t bh0, bl0, bh1, bl1;
-                split_tf32(sb[kb0 + no[j]], bh0, bl0);
-                split_tf32(sb[kb1 + no[j]], bh1, bl1);
+                split_tf32(*(const float *)((const char *)bw[j] + kb0), bh0, bl0);
+                split_tf32(*(const float *)((const char *)bw[j] + kb1), bh1, bl1);
                 mma_tiles<P>(acc[j], ah, al, bh0, bl0, bh1, bl1);
             }
-        }
+        };
+        int step = live ? sp : s.ksteps;
+        for (; step < full; step += s.splits) step_at(step, false);
+        if (step < s.ksteps) step_at(step, true);
         /* Every image's splits added into its first slab. */
         add_splits<NT>(acc, mine_red, slab, s.splits, s.slabs, sp, wg, np, live);
         const int span = min(s.mper * 32, npos - m0);
@@ -196,9 +206,12 @@ static __global__ void __launch_bounds__(MAX_WARPS * 32) tensor_conv(tensor_args
             /* The windows whose rows lie in this share (it starts on an even row: s.pools). */
             const int pw = a.po.pw, pcells = a.po.ph * pw, py0 = m0 / (2 * s.wo);
             const int prows = min(a.po.ph - py0, span / s.wo / 2), count = prows * pw;
-            for (int e = threadIdx.x; e < nimg * s.co * count; e += blockDim.x) {
-                const int im = e / (s.co * count), oc = e - im * s.co * count, o = oc / count, c = oc - o * count;
-                const int py = c / pw, px = c - py * pw;
+            const int per_img = s.co * count;
+            const float inv_img = 1.0f / per_img, inv_count = 1.0f / count, inv_pw = 1.0f / pw;
+            for (int e = threadIdx.x; e < nimg * per_img; e += blockDim.x) {
+                int oc, c, px;
+                const int im = div_small(e, per_img, inv_img, oc), o = div_small(oc, count, inv_count, c);
+                const int py = div_small(c, pw, inv_pw, px);
                 const size_t base = (size_t)(img0 + im) * s.co * pcells + (size_t)py0 * pw;
                 const float b = a.bias ? a.bias[o] : 0.0f;
                 /* The window's top-left. */
@@ -210,8 +223,11 @@ static __global__ void __launch_bounds__(MAX_WARPS * 32) tensor_conv(tensor_args
             }
             continue;
         }
-        for (int e = threadIdx.x; e < nimg * s.co * span; e += blockDim.x) {
-            const int im = e / (s.co * span), om = e - im * s.co * span, o = om / span, m = om - o * span;
+        const int per_img = s.co * span;
+        const float inv_img = 1.0f / per_img, inv_span = 1.0f / span;
+        for (int e = threadIdx.x; e < nimg * per_img; e += blockDim.x) {
+            int om, m;
+            const int im = div_small(e, per_img, inv_img, om), o = div_small(om, span, inv_span, m);
             float *y = a.out + (size_t)(img0 + im) * s.co * npos;
             y[(size_t)o * npos + m0 + m] = red[(size_t)im * s.slabs * slab + m * np + o] + (a.bias ? a.bias[o] : 0.0f);
         }
@@ -343,24 +359,30 @@ static __global__ void __launch_bounds__(KW * 32) tensor_data(data_args a)
                 }
             }
             /* Each tap's sums into this warp's planes at the tap's shift; one tap's targets are
-             * all different, the next tap's may meet them, so the lanes agree between taps. */
-            int at[4][2];
+             * all different, so a tap's 16 cells are read, then written, together; the next tap's
+             * may meet them, so the lanes agree between taps. A position past npos adds into the
+             * cells past the plane (tps leaves k of them), and a channel past the layer's into a
+             * plane of its own: neither is read, so no lane tests where it adds. */
+            float *at[4][4]; /* sum q of row tile m: its plane at the tap shift 0 */
 #pragma unroll
             for (int m = 0; m < 4; m++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const int q = mp * 64 + m * 16 + gid + 8 * h, qy = q / g.ow;
-                    at[m][h] = q < npos ? (qy + ky) * s.tw + q - qy * g.ow : -1;
+                    at[m][2 * h] = mine + 2 * tig * s.tps + (q < npos ? (qy + ky) * s.tw + q - qy * g.ow : s.th * s.tw);
+                    at[m][2 * h + 1] = at[m][2 * h] + s.tps;
                 }
 #pragma unroll
             for (int kx = 0; kx < KW; kx++) {
+                float v[4][4];
 #pragma unroll
                 for (int m = 0; m < 4; m++)
 #pragma unroll
-                    for (int q = 0; q < 4; q++) {
-                        const int pos = at[m][q >> 1], cl = 2 * tig + (q & 1);
-                        if (pos >= 0 && cl < cvalid) mine[cl * s.tps + pos + kx] += acc[kx][m][q];
-                    }
+                    for (int q = 0; q < 4; q++) v[m][q] = at[m][q][kx];
+#pragma unroll
+                for (int m = 0; m < 4; m++)
+#pragma unroll
+                    for (int q = 0; q < 4; q++) at[m][q][kx] = v[m][q] + acc[kx][m][q];
                 __syncwarp();
             }
         }

@@ -118,9 +118,10 @@ static int data_shape(bn_tensor_data *d, const bn_conv_geom *g, int filters, int
     d->sa = d->mpasses * 64 + 8;
     d->th = g->oh + g->k - 1, d->tw = g->ow + g->k - 1;
     /* A warp's plane stride: 4 more than a multiple of 16 floats, so that the lanes' adds for
-     * channels 2 apart (2 tps = 8 mod 32) fall in different banks. */
+     * channels 2 apart (2 tps = 8 mod 32) fall in different banks, and at least k cells past the
+     * plane, where the positions past the output add their zeros. */
     const int tp = d->th * d->tw;
-    d->tps = (tp + 11) / 16 * 16 + 4;
+    d->tps = (tp + g->k + 11) / 16 * 16 + 4;
     const size_t ws = (size_t)d->kp * d->ws_row;
     d->a_off = (ws + 3) / 4 * 4;
     d->p_off = d->a_off + (size_t)2 * d->kp * d->sa; /* two buffers */
