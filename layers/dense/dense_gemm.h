@@ -19,6 +19,10 @@
  * can run, else OWN_FMA32. */
 enum { OWN_FMA64, OWN_FMA32, OWN_TC64, OWN_TC32, OWN_CONFIGS, OWN_SKINNY = OWN_CONFIGS };
 
+/* The depth of the inner dimension's slices in own_gemm and own_gemm_tc (own_gemm_tck's are two of
+ * them), and the unit of a plan's inner ranges. */
+#define OWN_BK 16
+
 /* How one product runs through own_gemm, and the counters and partial sums it owns. */
 typedef struct own_plan {
     int cfg;                /* OWN_FMA64 .. OWN_TC32 */
