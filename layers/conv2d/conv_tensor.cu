@@ -6,9 +6,10 @@
  * multiprocessors (one staging and one adding of sums for both), or, when there are fewer, a
  * share of an image's positions: it stages the images' zero-padded input planes (plus one plane
  * of zeros each) and computes out[position][channel] = sum over k = (input channel, tap) of
- * A[position][k] * B[k][channel]. Two tables give, per k, the offset of A's element within the
- * staged planes (for position 0) and of B's element within the weights (for channel 0). k past
- * the reduction reads the zero plane. Each warp owns two 16-position tiles of one image and every
+ * A[position][k] * B[k][channel]. Two tables give, per k, the byte offset of A's element within
+ * the staged planes (for position 0) and of B's element within the weights (for channel 0; B is
+ * read along k directly but in the last, partial step). k past the reduction reads the zero
+ * plane. Each warp owns two 16-position tiles of one image and every
  * channel tile, for every splits-th step of 8 along k; the warps then add their sums in rounds
  * through shared memory (the upper half of the splits into the lower, as many at once as the
  * memory holds: about log2(splits) rounds, in a fixed order), and the block writes the images'
