@@ -468,7 +468,8 @@ BN_TEST(gpu_prioritized_streams_replay_the_eager_pass)
 /* The own kernels in each configuration with the shape's rule and with forced inner
  * ranges (split-K reduced in the kernel through per-tile counters), on shapes whose n, m and k
  * are no multiples of the tiles, with operands at 4-, 8- and 16-byte alignments (the tensor-core
- * kernel's three copy widths); two backward passes per step, so dW and db must have
+ * kernels' three copy widths: 4-byte ones in own_gemm_tc, 8- and 16-byte ones in own_gemm_tck at
+ * 32 x 32 tiles); two backward passes per step, so dW and db must have
  * accumulated twice (and the counters be back at zero between launches). */
 BN_TEST(gpu_dense_own_kernels_match_cpu_on_odd_shapes_and_splits)
 {

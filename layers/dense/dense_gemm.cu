@@ -1,10 +1,11 @@
 /* dense_gemm.cu - blobnet's own GEMM kernels for the dense layer's small products, beside
- * cuBLASLt's algorithms (dense_gemm.h), in two kinds: own_gemm (FP32 FMA, register-tiled) and
- * own_gemm_tc and own_gemm_tck (the TF32 tensor cores with each operand split in two, so FP32 accuracy;
- * mma_tf32.cuh), both with the same outer structure: the output tiled over the whole GPU and,
- * when there are few tiles, the inner dimension split across blocks with the partial sums
- * combined inside the same kernel in a fixed order (per-tile counters the plan owns; no float
- * atomics), so it is deterministic and the fixed rule (bn_ctx_by_rule) can always take them.
+ * cuBLASLt's algorithms (dense_gemm.h), in two kinds: own_gemm (FP32 FMA, register-tiled) and the
+ * TF32 tensor-core kernels with each operand split in two, so FP32 accuracy (mma_tf32.cuh):
+ * own_gemm_tc, and own_gemm_tck for 32 x 32 tiles whose operands allow 8-byte copies. All have
+ * the same outer structure: the output tiled over the whole GPU and, when there are few tiles,
+ * the inner dimension split across blocks with the partial sums combined inside the same kernel
+ * in a fixed order (per-tile counters the plan owns; no float atomics), so it is deterministic
+ * and the fixed rule (bn_ctx_by_rule) can always take them.
  * The dW launch also adds the bias gradient, so no bias_grad launch follows it. Their plans
  * (tiles, inner ranges, counters and partial sums) and the rule are in dense_gemm_plan.cu;
  * dense_plan.cu decides when a product runs through one. */
@@ -484,6 +485,9 @@ __global__ void __launch_bounds__(TC_WARPS * 32) own_gemm_tc(own_args p)
  * (bn_dense_own_layout). */
 #define TCK_BK 32
 #define TCK_STAGES 4
+/* Its cp.async ring is own_gemm_tc's with TCK_STAGES buffers, written out again: as one helper
+ * taking the slice's work as a lambda, the compiler generated different code for all 36 of the
+ * two kernels' instances (up to 54 more PTX lines an instance), which no GPU has timed. */
 #define TCK_PITCH 33 /* a warp's 32 x 32 sums in shared memory, row by row */
 
 template <int KIND, int P, int WA, int WB>

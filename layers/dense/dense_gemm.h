@@ -15,7 +15,8 @@
 
 /* The configurations of own_gemm, by their tiles {BM, BN}: OWN_FMA64 and OWN_FMA32, the FP32
  * FMA kernel (256 threads, 4 x 4 or 2 x 2 outputs each); OWN_TC64 and OWN_TC32, the tensor-core
- * kernel (128 threads). OWN_SKINNY, as a forced configuration: the few-outputs kernels where they
+ * kernels (128 threads: own_gemm_tc, or for OWN_TC32 with operands that allow 8-byte copies
+ * own_gemm_tck). OWN_SKINNY, as a forced configuration: the few-outputs kernels where they
  * can run, else OWN_FMA32. */
 enum { OWN_FMA64, OWN_FMA32, OWN_TC64, OWN_TC32, OWN_CONFIGS, OWN_SKINNY = OWN_CONFIGS };
 
