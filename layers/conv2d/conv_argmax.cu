@@ -33,11 +33,10 @@ static __device__ void stage_x(float *dst, const bn_argmax_plan &s, const float 
 {
     const bn_conv_geom &g = s.g;
     const float *src = x + (size_t)img * g.c * g.h * g.w;
-    const int per_plane = s.hp * s.wv, total = g.c * per_plane;
-    const float inv_plane = 1.0f / per_plane, inv_row = 1.0f / s.wv;
-    for (int e = threadIdx.x; e < total; e += blockDim.x) {
-        int rem, xx;
-        const int c = div_small(e, per_plane, inv_plane, rem), yy = div_small(rem, s.wv, inv_row, xx);
+    const int total = g.c * s.hp * s.wv;
+    bn_digits dg = digits_of(threadIdx.x, blockDim.x, s.hp, s.wv);
+    for (int e = threadIdx.x; e < total; e += blockDim.x, digits_step(dg)) {
+        const int c = dg.a, yy = dg.b, xx = dg.c;
         const int iy = yy - g.pad, ix = xx - g.pad;
         float *d = dst + c * s.plane + yy * s.wp + xx;
         if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w)

@@ -9,6 +9,49 @@
 
 #include "conv_pooled.h"
 
+/* e / d and e % d for 0 <= e < 2^24 and d > 0, given inv = 1.0f / d: a float product and one
+ * correction, far fewer instructions than an integer division by a value known only at run time. */
+static __device__ __forceinline__ int div_small(int e, int d, float inv, int &rem)
+{
+    int q = __float2int_rz(__int2float_rn(e) * inv), r = e - q * d;
+    if (r < 0) q--, r += d;
+    else if (r >= d) q++, r -= d;
+    rem = r;
+    return q;
+}
+
+/* An index e = (a * nb + b) * nc + c kept as its digits (a, b, c) while it steps by a fixed amount
+ * (a block's threads, blockDim.x): each step adds the step's digits with two carries, where
+ * finding them anew from e would take two divisions and the address arithmetic after them. */
+typedef struct bn_digits {
+    int a, b, c;    /* e's digits */
+    int sa, sb, sc; /* the step's */
+    int nb, nc;
+} bn_digits;
+
+/* e's digits and the step's, for 0 <= e, step < 2^24. */
+static __device__ __forceinline__ bn_digits digits_of(int e, int step, int nb, int nc)
+{
+    const float inv_c = 1.0f / nc, inv_b = 1.0f / nb;
+    bn_digits d;
+    d.nb = nb, d.nc = nc;
+    d.a = div_small(div_small(e, nc, inv_c, d.c), nb, inv_b, d.b);
+    d.sa = div_small(div_small(step, nc, inv_c, d.sc), nb, inv_b, d.sb);
+    return d;
+}
+
+/* e += step: c < nc and b < nb before and after (each sum is below twice its radix). */
+static __device__ __forceinline__ void digits_step(bn_digits &d)
+{
+    d.c += d.sc;
+    const int carry_c = d.c >= d.nc;
+    d.c -= carry_c ? d.nc : 0;
+    d.b += d.sb + carry_c;
+    const int carry_b = d.b >= d.nb;
+    d.b -= carry_b ? d.nb : 0;
+    d.a += d.sa + carry_b;
+}
+
 /* Copies `planes` consecutive hi x wi planes from src into shared memory as hp x wp planes, each
  * input value at (row + pad, column + pad), zeros everywhere else; planes from `valid` on are all
  * zeros (src is not read for them). vec: src is 16-byte aligned and wi and pad are multiples of
@@ -39,17 +82,6 @@ static __device__ void stage_planes(float *dst, const float *src, int planes, in
     }
 }
 
-/* e / d and e % d for 0 <= e < 2^24 and d > 0, given inv = 1.0f / d: a float product and one
- * correction, far fewer instructions than an integer division by a value known only at run time. */
-static __device__ __forceinline__ int div_small(int e, int d, float inv, int &rem)
-{
-    int q = __float2int_rz(__int2float_rn(e) * inv), r = e - q * d;
-    if (r < 0) q--, r += d;
-    else if (r >= d) q++, r -= d;
-    rem = r;
-    return q;
-}
-
 /* Writes `filters` planes of a convolution's output gradient (oh x ow) from a 2x2 max pooling's
  * gradient and argmax mask (conv_pooled.h): plane o's cell (y, x) lands at
  * dst[o * dst_plane + y * dst_row + x]. A window's maximum cell gets 0.0f + dy (as the pooling
@@ -68,10 +100,9 @@ static __device__ void expand_pooled(float *dst, int dst_plane, int dst_row, con
                        ((uintptr_t)pdy & 15) == 0 && ((uintptr_t)mask & 3) == 0;
     if (quads) {
         const int qp = pp / 4, qw = pw / 4;
-        const float inv_qp = 1.0f / qp, inv_qw = 1.0f / qw;
-        for (int e = threadIdx.x; e < filters * qp; e += blockDim.x) {
-            int p, qx;
-            const int o = div_small(e, qp, inv_qp, p), py = div_small(p, qw, inv_qw, qx);
+        bn_digits dg = digits_of(threadIdx.x, blockDim.x, ph, qw);
+        for (int e = threadIdx.x; e < filters * qp; e += blockDim.x, digits_step(dg)) {
+            const int o = dg.a, py = dg.b, qx = dg.c;
             const float4 v = ((const float4 *)pdy)[e];
             const uint32_t m = ((const uint32_t *)mask)[e];
             const float x[4] = {0.0f + v.x, 0.0f + v.y, 0.0f + v.z, 0.0f + v.w};
@@ -89,22 +120,23 @@ static __device__ void expand_pooled(float *dst, int dst_plane, int dst_row, con
             d[dst_row / 4 + 1] = make_float4(bottom[4], bottom[5], bottom[6], bottom[7]);
         }
     }
-    const float inv_pp = 1.0f / pp, inv_pw = 1.0f / pw;
-    const bool pairs = ((dst_plane | dst_row) & 1) == 0 && ((uintptr_t)dst & 7) == 0;
-    for (int e = quads ? filters * pp : threadIdx.x; e < filters * pp; e += blockDim.x) {
-        int p, px;
-        const int o = div_small(e, pp, inv_pp, p), py = div_small(p, pw, inv_pw, px);
-        const float v = 0.0f + pdy[e];
-        const int m = mask[e];
-        const float2 top = make_float2(m == 0 ? v : 0.0f, m == 1 ? v : 0.0f);
-        const float2 bottom = make_float2(m == 2 ? v : 0.0f, m == 3 ? v : 0.0f);
-        float *d = dst + o * dst_plane + 2 * py * dst_row + 2 * px;
-        if (pairs) {
-            *(float2 *)d = top;
-            *(float2 *)(d + dst_row) = bottom;
-        } else {
-            d[0] = top.x, d[1] = top.y;
-            d[dst_row] = bottom.x, d[dst_row + 1] = bottom.y;
+    if (!quads) {
+        const bool pairs = ((dst_plane | dst_row) & 1) == 0 && ((uintptr_t)dst & 7) == 0;
+        bn_digits dg = digits_of(threadIdx.x, blockDim.x, ph, pw);
+        for (int e = threadIdx.x; e < filters * pp; e += blockDim.x, digits_step(dg)) {
+            const int o = dg.a, py = dg.b, px = dg.c;
+            const float v = 0.0f + pdy[e];
+            const int m = mask[e];
+            const float2 top = make_float2(m == 0 ? v : 0.0f, m == 1 ? v : 0.0f);
+            const float2 bottom = make_float2(m == 2 ? v : 0.0f, m == 3 ? v : 0.0f);
+            float *d = dst + o * dst_plane + 2 * py * dst_row + 2 * px;
+            if (pairs) {
+                *(float2 *)d = top;
+                *(float2 *)(d + dst_row) = bottom;
+            } else {
+                d[0] = top.x, d[1] = top.y;
+                d[dst_row] = bottom.x, d[dst_row + 1] = bottom.y;
+            }
         }
     }
     if (oh == 2 * ph && ow == 2 * pw) return;

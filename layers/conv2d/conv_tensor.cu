@@ -396,11 +396,10 @@ static __global__ void __launch_bounds__(KW * 32) tensor_data(data_args a)
         const bool quads = g.w % 4 == 0 && g.pad % 4 == 0 && s.tw % 4 == 0 && s.tps % 4 == 0 &&
                            ((uintptr_t)dx & 15) == 0 && ((uintptr_t)priv & 15) == 0;
         if (quads) {
-            const int hw4 = hw / 4, w4 = g.w / 4;
-            const float inv_hw4 = 1.0f / hw4, inv_w4 = 1.0f / w4;
-            for (int e = threadIdx.x; e < cvalid * hw4; e += blockDim.x) {
-                int r, ix;
-                const int cl = div_small(e, hw4, inv_hw4, r), iy = div_small(r, w4, inv_w4, ix);
+            const int hw4 = hw / 4;
+            bn_digits dg = digits_of(threadIdx.x, blockDim.x, g.h, g.w / 4);
+            for (int e = threadIdx.x; e < cvalid * hw4; e += blockDim.x, digits_step(dg)) {
+                const int cl = dg.a, iy = dg.b, ix = dg.c;
                 const float4 *src = (const float4 *)(priv + cl * s.tps + (iy + g.pad) * s.tw + 4 * ix + g.pad);
                 float4 sum = src[0];
 #pragma unroll
@@ -412,10 +411,9 @@ static __global__ void __launch_bounds__(KW * 32) tensor_data(data_args a)
             }
             continue;
         }
-        const float inv_hw = 1.0f / hw, inv_w = 1.0f / g.w;
-        for (int e = threadIdx.x; e < cvalid * hw; e += blockDim.x) {
-            int r, ix;
-            const int cl = div_small(e, hw, inv_hw, r), iy = div_small(r, g.w, inv_w, ix);
+        bn_digits dg = digits_of(threadIdx.x, blockDim.x, g.h, g.w);
+        for (int e = threadIdx.x; e < cvalid * hw; e += blockDim.x, digits_step(dg)) {
+            const int cl = dg.a, iy = dg.b, ix = dg.c;
             const float *src = priv + cl * s.tps + (iy + g.pad) * s.tw + ix + g.pad;
             float sum = src[0];
 #pragma unroll
@@ -435,10 +433,10 @@ typedef struct filter_args {
     float *parts;
 } filter_args;
 
-/* Starts copying image img's dy (rows of npos, or through the pooling into raw) and x (into the
- * zero-bordered planes) into the given buffers. */
-static __device__ void filter_stage(const bn_tensor_filter &s, const filter_args &a, int img, float *dbuf, float *xbuf,
-                                    float *raw)
+/* Starts copying image img's dy (rows of npos, or through the pooling into raw) and x's planes
+ * [c_lo, c_hi) (into the zero-bordered planes) into the given buffers. */
+static __device__ void filter_stage(const bn_tensor_filter &s, const filter_args &a, int c_lo, int c_hi, int img,
+                                    float *dbuf, float *xbuf, float *raw)
 {
     const bn_conv_geom &g = s.g;
     const int npos = g.oh * g.ow;
@@ -446,13 +444,12 @@ static __device__ void filter_stage(const bn_tensor_filter &s, const filter_args
     const float *x = a.x + (size_t)img * g.c * g.h * g.w;
     const int rows = min(g.h, s.hp - g.pad), cols = min(g.w, s.wp - g.pad);
     const bool vec = cols % 4 == 0 && g.w % 4 == 0 && g.pad % 4 == 0 && ((uintptr_t)x & 15) == 0;
-    const int piece = vec ? 4 : 1, per_row = cols / piece;
-    const float inv_row = 1.0f / per_row, inv_rows = 1.0f / rows;
-    for (int e = threadIdx.x; e < g.c * rows * per_row; e += blockDim.x) {
-        int i, iy;
-        const int r = div_small(e, per_row, inv_row, i), c = div_small(r, rows, inv_rows, iy);
-        i *= piece;
-        __pipeline_memcpy_async(xbuf + (size_t)(c * s.hp + iy + g.pad) * s.wp + g.pad + i,
+    const int piece = vec ? 4 : 1, per_row = cols / piece, total = (c_hi - c_lo) * rows * per_row;
+    if (total <= 0) return;
+    bn_digits d = digits_of(threadIdx.x, blockDim.x, rows, per_row);
+    for (int e = threadIdx.x; e < total; e += blockDim.x, digits_step(d)) {
+        const int c = c_lo + d.a, iy = d.b, i = d.c * piece;
+        __pipeline_memcpy_async(xbuf + (c * s.hp + iy + g.pad) * s.wp + g.pad + i,
                                 x + ((size_t)c * g.h + iy) * g.w + i, 4 * piece);
     }
 }
@@ -473,6 +470,9 @@ static __global__ void __launch_bounds__(256) tensor_filter(filter_args a)
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane >> 2, tig = lane & 3;
     const int nw = warp % s.nwarps, ks = warp / s.nwarps;
     const int tile0 = (blockIdx.x * s.nwarps + nw) * NTW;
+    /* The input channels the block's columns read: only their planes are staged. */
+    const int bcols = s.nwarps * NTW * 8, col_lo = blockIdx.x * bcols;
+    const int c_lo = min(col_lo / kk, g.c), c_hi = max(c_lo, min(g.c, (col_lo + bcols - 1) / kk + 1));
 
     /* Both buffers: zeros, and the plane of ones; the copies write only x's and dy's cells. */
     for (int e = threadIdx.x; e < (int)(2 * dsize); e += blockDim.x) dbuf[e] = 0.0f;
@@ -510,13 +510,14 @@ static __global__ void __launch_bounds__(256) tensor_filter(filter_args a)
     float *raw = pooled_raw((float *)smem4, s.smem);
     const size_t rsize = pooled_stage_bytes(pcount) / sizeof(float);
     __syncthreads(); /* the zeros are written before any copy lands beside them */
-    filter_stage(s, a, first, dbuf, xbuf, raw);
+    filter_stage(s, a, c_lo, c_hi, first, dbuf, xbuf, raw);
     __pipeline_commit();
     int b = 0;
     for (int img = first; img < last; img++, b ^= 1) {
         __syncthreads(); /* the other buffers are no longer read */
         if (img + 1 < last)
-            filter_stage(s, a, img + 1, dbuf + (b ^ 1) * dsize, xbuf + (b ^ 1) * xsize, raw + (b ^ 1) * rsize);
+            filter_stage(s, a, c_lo, c_hi, img + 1, dbuf + (b ^ 1) * dsize, xbuf + (b ^ 1) * xsize,
+                         raw + (b ^ 1) * rsize);
         __pipeline_commit();
         __pipeline_wait_prior(1);
         __syncthreads();
