@@ -69,6 +69,31 @@ static __device__ __forceinline__ void own_tail(const own_args &p, int tile, int
                                                 float (&acc)[E], float bsum, bool bias_rows, Pos pos)
 {
     const int tid = (int)threadIdx.x;
+    /* The epilogue reads everything it needs (the bias, the dW and db it adds to, the ReLU's mask)
+     * before its first store: the compiler cannot rule out that a store changes what a later read
+     * gets, so it keeps such reads after the store, and each store would wait for the one read it
+     * needs, one memory latency per output. Where a thread keeps at most 8 outputs (the 32 x 32
+     * tensor tiles), the reads come before the partials are stored and met too, so that the tile's
+     * last block waits on the partials' reads alone, not on these after them (every split's block
+     * reads them, only the last one uses them); with more, the registers they hold through the
+     * products cost the other kernels blocks a multiprocessor. */
+    constexpr bool early = E <= 8;
+    const bool db_row = bias_rows && row0 + tid < p.rows;
+    float db_old = 0.0f, add[E];
+    auto read_epilogue = [&]() {
+        db_old = db_row ? p.db[row0 + tid] : 0.0f;
+#pragma unroll
+        for (int e = 0; e < E; e++) {
+            const int2 at = pos(e);
+            const int r = row0 + at.x, c = col0 + at.y;
+            add[e] = 0.0f;
+            if (KIND == GEMM_FWD && c < p.cols) add[e] = p.bias[c];
+            if (KIND == GEMM_DW && r < p.rows && c < p.cols) add[e] = p.c[(size_t)r * p.cols + c];
+            if (KIND == GEMM_DX && p.relu.relu_dx && r < p.rows && c < p.cols)
+                add[e] = p.relu.mask[(size_t)r * p.cols + c];
+        }
+    };
+    if (early) read_epilogue();
     if (p.splits > 1) {
         constexpr size_t SLOT = (size_t)BM * BN + BM;
         float *mine = p.part + ((size_t)tile * p.splits + split) * SLOT;
@@ -108,23 +133,7 @@ static __device__ __forceinline__ void own_tail(const own_args &p, int tile, int
         for (int e = 0; e < E; e++) acc[e] = sum[e];
         bsum = bias_total;
     }
-
-    /* The epilogue reads everything it needs (the bias, or the dW and db it adds to) before its
-     * first store: the compiler cannot rule out that a store changes what a later read gets, so
-     * it keeps such reads after the store, and each store would wait for the one read it needs,
-     * one memory latency per output. */
-    const bool db_row = bias_rows && row0 + tid < p.rows;
-    const float db_old = db_row ? p.db[row0 + tid] : 0.0f;
-    float add[E];
-#pragma unroll
-    for (int e = 0; e < E; e++) {
-        const int2 at = pos(e);
-        const int r = row0 + at.x, c = col0 + at.y;
-        add[e] = 0.0f;
-        if (KIND == GEMM_FWD && c < p.cols) add[e] = p.bias[c];
-        if (KIND == GEMM_DW && r < p.rows && c < p.cols) add[e] = p.c[(size_t)r * p.cols + c];
-        if (KIND == GEMM_DX && p.relu.relu_dx && r < p.rows && c < p.cols) add[e] = p.relu.mask[(size_t)r * p.cols + c];
-    }
+    if (!early) read_epilogue();
 #pragma unroll
     for (int e = 0; e < E; e++) {
         const int2 at = pos(e);
