@@ -1,6 +1,7 @@
 /* conv_stage.cuh - staging input planes in shared memory for blobnet's convolution kernels
- * (conv_rows.cu, conv_tensor.cu): each plane copied with its zero border, so that the kernels
- * read windows without bounds tests. Device code only. */
+ * (conv_rows.cu, conv_tensor.cu, conv_argmax.cu): each plane copied with its zero border, so that
+ * the kernels read windows without bounds tests, a pooled gradient expanded, and the index
+ * arithmetic their block-strided loops share. Device code only. */
 #ifndef BN_CONV_STAGE_CUH
 #define BN_CONV_STAGE_CUH
 

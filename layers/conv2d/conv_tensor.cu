@@ -25,9 +25,9 @@
  * Backward filter: dw[o][(c, t)] = sum over images and positions q of dy[o][q] * x[c][q
  * shifted by t], one product per block over its span of images (K = positions), the bias
  * gradient as one more column of B that reads a plane of ones. A block takes 4 * warps column
- * tiles; warps that share columns take alternate steps along the positions and add their sums
- * in warp order; each span of images writes its own partial sums, which
- * bn_direct_finish_filter adds in span order.
+ * tiles and stages, of each image's x, only the input planes those columns read; warps that share
+ * columns take alternate steps along the positions and add their sums in warp order; each span of
+ * images writes its own partial sums, which bn_direct_finish_filter adds in span order.
  *
  * Through a max pooling (conv_pooled.h), the data and filter passes stage each image's pooled
  * gradient and argmax mask (two images' worth after the plan's shared memory) and expand them

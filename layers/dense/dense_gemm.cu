@@ -73,7 +73,7 @@ static __device__ __forceinline__ void own_tail(const own_args &p, int tile, int
      * before its first store: the compiler cannot rule out that a store changes what a later read
      * gets, so it keeps such reads after the store, and each store would wait for the one read it
      * needs, one memory latency per output. Where a thread keeps at most 8 outputs (the 32 x 32
-     * tensor tiles), the reads come before the partials are stored and met too, so that the tile's
+     * tiles of every kind), the reads come before the partials are stored and met too, so that the tile's
      * last block waits on the partials' reads alone, not on these after them (every split's block
      * reads them, only the last one uses them); with more, the registers they hold through the
      * products cost the other kernels blocks a multiprocessor. */
