@@ -263,6 +263,38 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) own_gemm(own_args p)
 #define TC_STAGES 3
 #define TC_LDI (OWN_BK + 8)
 
+/* The tensor-core kernels' cp.async ring: `slices` slices of the inner dimension from k0, bk deep,
+ * in STAGES shared buffers; stage(buf, k) starts the copies of the slice at k into buffer buf.
+ * ring_start starts the first STAGES - 1 slices. ring_next, at slice it (in buffer buf), waits for
+ * it to land and for every warp to be done with the buffer refilled next, then starts slice
+ * it + STAGES - 1 there; ring_after gives the buffer of slice it + 1. The slice's products stay in
+ * each kernel's own loop. */
+template <int STAGES, typename Stage>
+static __device__ __forceinline__ void ring_start(const Stage &stage, int slices, int k0, int bk)
+{
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; s++) {
+        if (s < slices) stage(s, k0 + s * bk);
+        __pipeline_commit();
+    }
+}
+
+template <int STAGES, typename Stage>
+static __device__ __forceinline__ void ring_next(const Stage &stage, int it, int buf, int slices, int k0, int bk)
+{
+    __pipeline_wait_prior(STAGES - 2);
+    __syncthreads();
+    const int next = it + STAGES - 1;
+    if (next < slices) stage(buf == 0 ? STAGES - 1 : buf - 1, k0 + next * bk);
+    __pipeline_commit();
+}
+
+template <int STAGES>
+static __device__ __forceinline__ int ring_after(int buf)
+{
+    return buf == STAGES - 1 ? 0 : buf + 1;
+}
+
 /* Where a staged element lives (see above): `i` the row (column) within the tile, kk the inner
  * offset within the slice. */
 template <bool INNER, int SIDE>
@@ -408,18 +440,10 @@ __global__ void __launch_bounds__(TC_WARPS * 32) own_gemm_tc(own_args p)
     float acc[MT][NTL][4] = {}, lo[MT][NTL][4] = {}; /* value x value, and the remainder products */
     float bsum = 0.0f;
     const int slices = k1 > k0 ? (k1 - k0 + BK - 1) / BK : 0;
-#pragma unroll
-    for (int s = 0; s < TC_STAGES - 1; s++) {
-        if (s < slices) stage(s, k0 + s * BK);
-        __pipeline_commit();
-    }
+    ring_start<TC_STAGES>(stage, slices, k0, BK);
     int buf = 0;
     for (int it = 0; it < slices; it++) {
-        __pipeline_wait_prior(TC_STAGES - 2);
-        __syncthreads(); /* slice it is in, and every warp is done with the buffer refilled next */
-        const int next = it + TC_STAGES - 1;
-        if (next < slices) stage(buf == 0 ? TC_STAGES - 1 : buf - 1, k0 + next * BK);
-        __pipeline_commit();
+        ring_next<TC_STAGES>(stage, it, buf, slices, k0, BK);
         const float *A = sa[buf], *B = sb[buf];
 #pragma unroll
         for (int kb = 0; kb < BK; kb += 8) {
@@ -470,7 +494,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32) own_gemm_tc(own_args p)
 #pragma unroll
             for (int kk = 0; kk < BK; kk++)
                 bsum += A[tc_at<A_INNER, BM>(tid, kk)];
-        buf = buf == TC_STAGES - 1 ? 0 : buf + 1;
+        buf = ring_after<TC_STAGES>(buf);
     }
     constexpr int E = MT * NTL * 4;
     float flat[E];
@@ -494,9 +518,6 @@ __global__ void __launch_bounds__(TC_WARPS * 32) own_gemm_tc(own_args p)
  * (bn_dense_own_layout). */
 #define TCK_BK 32
 #define TCK_STAGES 4
-/* Its cp.async ring is own_gemm_tc's with TCK_STAGES buffers, written out again: as one helper
- * taking the slice's work as a lambda, the compiler generated different code for all 36 of the
- * two kernels' instances (up to 54 more PTX lines an instance), which no GPU has timed. */
 #define TCK_PITCH 33 /* a warp's 32 x 32 sums in shared memory, row by row */
 
 template <int KIND, int P, int WA, int WB>
@@ -532,19 +553,11 @@ __global__ void __launch_bounds__(TC_WARPS * 32) own_gemm_tck(own_args p)
     float acc[2][4][4] = {}, lo[2][4][4] = {};
     float bsum = 0.0f;
     const int slices = k1 > k0 ? (k1 - k0 + BK - 1) / BK : 0;
-#pragma unroll
-    for (int s = 0; s < TCK_STAGES - 1; s++) {
-        if (s < slices) stage(s, k0 + s * BK);
-        __pipeline_commit();
-    }
+    ring_start<TCK_STAGES>(stage, slices, k0, BK);
     const int kb = warp * 8;
     int buf = 0;
     for (int it = 0; it < slices; it++) {
-        __pipeline_wait_prior(TCK_STAGES - 2);
-        __syncthreads(); /* slice it is in, and every warp is done with the buffer refilled next */
-        const int next = it + TCK_STAGES - 1;
-        if (next < slices) stage(buf == 0 ? TCK_STAGES - 1 : buf - 1, k0 + next * BK);
-        __pipeline_commit();
+        ring_next<TCK_STAGES>(stage, it, buf, slices, k0, BK);
         const float *A = sa[buf], *B = sb[buf];
         const uint32_t a_at = (uint32_t)__cvta_generic_to_shared(A), b_at = (uint32_t)__cvta_generic_to_shared(B);
         /* The fragments as own_gemm_tc's natural layout takes them, at this warp's step. */
@@ -592,7 +605,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32) own_gemm_tck(own_args p)
         if (bias_rows)
 #pragma unroll
             for (int kk = 0; kk < BK; kk++) bsum += A[tcv_at<A_INNER, BM, BK>(tid, kk)];
-        buf = buf == TCK_STAGES - 1 ? 0 : buf + 1;
+        buf = ring_after<TCK_STAGES>(buf);
     }
 
     /* The warps' sums into shared memory (A's buffers, once every copy has landed and every warp
