@@ -274,8 +274,8 @@ static __global__ void __launch_bounds__(512) rows_filter(filter_args a)
             if (a.pd.dy) {
                 const size_t at = ((size_t)(i0 + i) * a.co + o0) * pp;
                 /* One window a thread: four a thread were measured in the tensor-core passes only. */
-                expand_pooled(sd + i * CT * dplane, dplane, s.dwp, a.pd.dy + at, a.pd.mask + at,
-                              min(CT, a.co - o0), a.ho, a.wo, a.pd.ph, a.pd.pw, false);
+                expand_pooled<false>(sd + i * CT * dplane, dplane, s.dwp, a.pd.dy + at, a.pd.mask + at,
+                                     min(CT, a.co - o0), a.ho, a.wo, a.pd.ph, a.pd.pw, false);
             } else {
                 stage_planes(sd + i * CT * dplane, a.dy + ((size_t)(i0 + i) * a.co + o0) * a.ho * a.wo, CT,
                              min(CT, a.co - o0), a.ho, a.wo, 0, a.ho, s.dwp, a.vec_dy);

@@ -89,43 +89,103 @@ static __device__ void stage_planes(float *dst, const float *src, int planes, in
  * layer's backward pass writes it), its other cells and the cells of a last odd row or column
  * 0.0f. pdy and mask point at the first filter's pooled plane (global or shared memory). Each
  * row of a window is one 8-byte store where dst, dst_plane and dst_row allow it; with `quads`, a
- * thread takes four windows of a row at once where the addresses allow 16-byte pieces. */
+ * thread takes four windows of a row at once where the addresses allow 16-byte pieces.
+ *
+ * DIGITS: the loops step their indices by digits (bn_digits) rather than dividing each anew.
+ * That takes instructions off the tensor-core passes (version 68 of docs/performance.md), but
+ * inlined into the row tiles' filter pass it cost registers even where no pooling is read:
+ * rows_filter<8, 3> took 96 instead of 64, one block of 512 threads a multiprocessor instead of
+ * two, and narrow_chain's 16-channel layers ran slower (version 69). So the row tiles divide. The
+ * two ways are written out whole: sharing the loops' bodies as inlined helpers changed the code
+ * of 22 tensor-core kernels and 12 row-tile ones (compared section by section in the cubins),
+ * where this way each family's kernels are the ones measured (the row tiles version 67's, the
+ * tensor cores version 68's). */
+template <bool DIGITS>
 static __device__ void expand_pooled(float *dst, int dst_plane, int dst_row, const float *pdy,
                                      const unsigned char *mask, int filters, int oh, int ow, int ph, int pw,
                                      bool quads_ok)
 {
-    const int pp = ph * pw;
-    /* Four windows of a row at a time where the pooled rows come in fours and every address
-     * allows 16-byte loads and stores: a thread then divides once and stores 16-byte pieces. */
-    const bool quads = quads_ok && pw % 4 == 0 && ((dst_plane | dst_row) & 3) == 0 && ((uintptr_t)dst & 15) == 0 &&
-                       ((uintptr_t)pdy & 15) == 0 && ((uintptr_t)mask & 3) == 0;
-    if (quads) {
-        const int qp = pp / 4, qw = pw / 4;
-        bn_digits dg = digits_of(threadIdx.x, blockDim.x, ph, qw);
-        for (int e = threadIdx.x; e < filters * qp; e += blockDim.x, digits_step(dg)) {
-            const int o = dg.a, py = dg.b, qx = dg.c;
-            const float4 v = ((const float4 *)pdy)[e];
-            const uint32_t m = ((const uint32_t *)mask)[e];
-            const float x[4] = {0.0f + v.x, 0.0f + v.y, 0.0f + v.z, 0.0f + v.w};
-            float top[8], bottom[8];
+    if constexpr (DIGITS) {
+        const int pp = ph * pw;
+        /* Four windows of a row at a time where the pooled rows come in fours and every address
+         * allows 16-byte loads and stores: a thread then divides once and stores 16-byte pieces. */
+        const bool quads = quads_ok && pw % 4 == 0 && ((dst_plane | dst_row) & 3) == 0 && ((uintptr_t)dst & 15) == 0 &&
+                           ((uintptr_t)pdy & 15) == 0 && ((uintptr_t)mask & 3) == 0;
+        if (quads) {
+            const int qp = pp / 4, qw = pw / 4;
+            bn_digits dg = digits_of(threadIdx.x, blockDim.x, ph, qw);
+            for (int e = threadIdx.x; e < filters * qp; e += blockDim.x, digits_step(dg)) {
+                const int o = dg.a, py = dg.b, qx = dg.c;
+                const float4 v = ((const float4 *)pdy)[e];
+                const uint32_t m = ((const uint32_t *)mask)[e];
+                const float x[4] = {0.0f + v.x, 0.0f + v.y, 0.0f + v.z, 0.0f + v.w};
+                float top[8], bottom[8];
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const uint32_t c = (m >> (8 * i)) & 0xffu;
-                top[2 * i] = c == 0 ? x[i] : 0.0f, top[2 * i + 1] = c == 1 ? x[i] : 0.0f;
-                bottom[2 * i] = c == 2 ? x[i] : 0.0f, bottom[2 * i + 1] = c == 3 ? x[i] : 0.0f;
+                for (int i = 0; i < 4; i++) {
+                    const uint32_t c = (m >> (8 * i)) & 0xffu;
+                    top[2 * i] = c == 0 ? x[i] : 0.0f, top[2 * i + 1] = c == 1 ? x[i] : 0.0f;
+                    bottom[2 * i] = c == 2 ? x[i] : 0.0f, bottom[2 * i + 1] = c == 3 ? x[i] : 0.0f;
+                }
+                float4 *d = (float4 *)(dst + o * dst_plane + 2 * py * dst_row + 8 * qx);
+                d[0] = make_float4(top[0], top[1], top[2], top[3]);
+                d[1] = make_float4(top[4], top[5], top[6], top[7]);
+                d[dst_row / 4] = make_float4(bottom[0], bottom[1], bottom[2], bottom[3]);
+                d[dst_row / 4 + 1] = make_float4(bottom[4], bottom[5], bottom[6], bottom[7]);
             }
-            float4 *d = (float4 *)(dst + o * dst_plane + 2 * py * dst_row + 8 * qx);
-            d[0] = make_float4(top[0], top[1], top[2], top[3]);
-            d[1] = make_float4(top[4], top[5], top[6], top[7]);
-            d[dst_row / 4] = make_float4(bottom[0], bottom[1], bottom[2], bottom[3]);
-            d[dst_row / 4 + 1] = make_float4(bottom[4], bottom[5], bottom[6], bottom[7]);
-        }
     }
-    if (!quads) {
+        if (!quads) {
+            const bool pairs = ((dst_plane | dst_row) & 1) == 0 && ((uintptr_t)dst & 7) == 0;
+            bn_digits dg = digits_of(threadIdx.x, blockDim.x, ph, pw);
+            for (int e = threadIdx.x; e < filters * pp; e += blockDim.x, digits_step(dg)) {
+                const int o = dg.a, py = dg.b, px = dg.c;
+                const float v = 0.0f + pdy[e];
+                const int m = mask[e];
+                const float2 top = make_float2(m == 0 ? v : 0.0f, m == 1 ? v : 0.0f);
+                const float2 bottom = make_float2(m == 2 ? v : 0.0f, m == 3 ? v : 0.0f);
+                float *d = dst + o * dst_plane + 2 * py * dst_row + 2 * px;
+                if (pairs) {
+                    *(float2 *)d = top;
+                    *(float2 *)(d + dst_row) = bottom;
+                } else {
+                    d[0] = top.x, d[1] = top.y;
+                    d[dst_row] = bottom.x, d[dst_row + 1] = bottom.y;
+                }
+            }
+    }
+    } else {
+        const int pp = ph * pw;
+        /* Four windows of a row at a time where the pooled rows come in fours and every address
+         * allows 16-byte loads and stores: a thread then divides once and stores 16-byte pieces. */
+        const bool quads = quads_ok && pw % 4 == 0 && ((dst_plane | dst_row) & 3) == 0 && ((uintptr_t)dst & 15) == 0 &&
+                           ((uintptr_t)pdy & 15) == 0 && ((uintptr_t)mask & 3) == 0;
+        if (quads) {
+            const int qp = pp / 4, qw = pw / 4;
+            const float inv_qp = 1.0f / qp, inv_qw = 1.0f / qw;
+            for (int e = threadIdx.x; e < filters * qp; e += blockDim.x) {
+                int p, qx;
+                const int o = div_small(e, qp, inv_qp, p), py = div_small(p, qw, inv_qw, qx);
+                const float4 v = ((const float4 *)pdy)[e];
+                const uint32_t m = ((const uint32_t *)mask)[e];
+                const float x[4] = {0.0f + v.x, 0.0f + v.y, 0.0f + v.z, 0.0f + v.w};
+                float top[8], bottom[8];
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const uint32_t c = (m >> (8 * i)) & 0xffu;
+                    top[2 * i] = c == 0 ? x[i] : 0.0f, top[2 * i + 1] = c == 1 ? x[i] : 0.0f;
+                    bottom[2 * i] = c == 2 ? x[i] : 0.0f, bottom[2 * i + 1] = c == 3 ? x[i] : 0.0f;
+                }
+                float4 *d = (float4 *)(dst + o * dst_plane + 2 * py * dst_row + 8 * qx);
+                d[0] = make_float4(top[0], top[1], top[2], top[3]);
+                d[1] = make_float4(top[4], top[5], top[6], top[7]);
+                d[dst_row / 4] = make_float4(bottom[0], bottom[1], bottom[2], bottom[3]);
+                d[dst_row / 4 + 1] = make_float4(bottom[4], bottom[5], bottom[6], bottom[7]);
+            }
+    }
+        const float inv_pp = 1.0f / pp, inv_pw = 1.0f / pw;
         const bool pairs = ((dst_plane | dst_row) & 1) == 0 && ((uintptr_t)dst & 7) == 0;
-        bn_digits dg = digits_of(threadIdx.x, blockDim.x, ph, pw);
-        for (int e = threadIdx.x; e < filters * pp; e += blockDim.x, digits_step(dg)) {
-            const int o = dg.a, py = dg.b, px = dg.c;
+        for (int e = quads ? filters * pp : threadIdx.x; e < filters * pp; e += blockDim.x) {
+            int p, px;
+            const int o = div_small(e, pp, inv_pp, p), py = div_small(p, pw, inv_pw, px);
             const float v = 0.0f + pdy[e];
             const int m = mask[e];
             const float2 top = make_float2(m == 0 ? v : 0.0f, m == 1 ? v : 0.0f);
@@ -138,7 +198,7 @@ static __device__ void expand_pooled(float *dst, int dst_plane, int dst_row, con
                 d[0] = top.x, d[1] = top.y;
                 d[dst_row] = bottom.x, d[dst_row + 1] = bottom.y;
             }
-        }
+    }
     }
     if (oh == 2 * ph && ow == 2 * pw) return;
     /* The cells no window covers: column ow - 1 when ow is odd, row oh - 1 when oh is odd. */
@@ -191,8 +251,8 @@ static __device__ void expand_staged(float *dst, int dst_plane, int dst_row, con
                                      int ow, int ph, int pw, bool quads_ok)
 {
     const int count = filters * ph * pw;
-    expand_pooled(dst, dst_plane, dst_row, staged, (const unsigned char *)(staged + count), filters, oh, ow, ph, pw,
-                  quads_ok);
+    expand_pooled<true>(dst, dst_plane, dst_row, staged, (const unsigned char *)(staged + count), filters, oh, ow, ph,
+                        pw, quads_ok);
 }
 
 #endif
