@@ -11,6 +11,7 @@
 #include "conv2d/conv_alone.h"
 #include "conv2d/conv_family.h"
 #include "conv2d/conv_igemm_limits.h"
+#include "conv2d/conv_rows.h"
 #include "conv2d/conv_tensor.h"
 #include "core/device.h"
 #include "gpu/chooser.h"
@@ -430,6 +431,31 @@ static const shape_row wide_shapes[] = {
     {33, 5, 6, 1, 1, 0, 200, 6, 0},  {20, 11, 10, 5, 3, 2, 24, 3, 0}, {36, 9, 8, 1, 2, 0, 70, 4, 0},
     {12, 2, 3, 3, 4, 1, 16, 3, 0},   {40, 9, 9, 1, 2, 0, 256, 2, 0},
 };
+
+/* The row tiles' filter plan takes each kernel's registers from a table (two blocks of up to 512
+ * threads a multiprocessor where their registers fit half the register file): a kernel compiled to
+ * more than its entry runs the spans planned for two blocks in two waves, as rows_filter<8, 3> did
+ * in version 68 (96 registers against 64; narrow_chain's 16-channel layers). */
+BN_TEST(conv_rows_filter_kernels_fit_their_planned_registers)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+#ifdef BN_WITH_CUDA
+    bn_ctx *ctx = NULL;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    static const int cts[] = {4, 8, 10}, ks[] = {1, 3, 5, 7};
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 4; j++) {
+            int regs = 0;
+            CHECK_OK(bn_rows_filter_registers(cts[i], ks[j], &regs));
+            const int planned = bn_rows_filter_planned_registers(cts[i], ks[j]);
+            CHECK_MSG(regs > 0 && regs <= planned, "rows_filter<%d, %d>: %d registers, the plan's table says %d",
+                      cts[i], ks[j], regs, planned);
+        }
+    return BN_PASS;
+#else
+    BN_SKIP_TEST("a build without CUDA");
+#endif
+}
 
 /* Runs runner `runner` alone on every shape of `rows` and pass it applies to, checking each
  * against the CPU; fails unless it ran at least `least` passes. */

@@ -371,6 +371,21 @@ static bn_status launch_filter(dim3 grid, int threads, size_t smem, cudaStream_t
     default: return bn_error(BN_ERR_INTERNAL, "row-tiled convolution: no kernel for %d channels, window %d", ct, k); \
     }
 
+template <int CT, int K>
+static bn_status filter_registers(int *regs)
+{
+    cudaFuncAttributes at;
+    BN_CUDA(cudaFuncGetAttributes(&at, rows_filter<CT, K>));
+    *regs = at.numRegs;
+    return BN_OK;
+}
+
+extern "C" bn_status bn_rows_filter_registers(int ct, int k, int *regs)
+{
+    *regs = 0;
+    ROWS_DISPATCH(filter_registers, ct, k, regs);
+}
+
 static bool aligned16(const void *p)
 {
     return ((uintptr_t)p & 15) == 0;

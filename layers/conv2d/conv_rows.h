@@ -60,6 +60,13 @@ typedef struct bn_rows_plan {
     size_t workspace;                /* bytes of partial sums the filter pass needs */
 } bn_rows_plan;
 
+/* The registers a thread of the filter kernel for tile width ct (4, 8 or 10) and window k (1, 3, 5
+ * or 7) is planned with (their count decides how many blocks share a multiprocessor). */
+int bn_rows_filter_planned_registers(int ct, int k);
+
+/* The registers a thread of that filter kernel takes as compiled, into *regs (GPU builds only). */
+bn_status bn_rows_filter_registers(int ct, int k, int *regs);
+
 /* Fills a plan for a batch of n; sms is the device's multiprocessor count. Never fails: a pass
  * these kernels cannot run has its *_ok flag cleared. */
 void bn_rows_plan_make(bn_rows_plan *p, const bn_conv_geom *g, int filters, int n, int sms);

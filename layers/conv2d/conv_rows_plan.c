@@ -15,8 +15,10 @@
 
 /* The registers a thread of the filter kernel takes, by tile width (10, 8, 4) and window (1, 3,
  * 5, 7): ptxas for sm_90, rounded up to its allocation unit of 8. They decide whether two blocks
- * fit on a multiprocessor; a few registers more or less only move the number of spans. */
-static int filter_regs(int ct, int k)
+ * fit on a multiprocessor; a few registers more or less only move the number of spans, but a
+ * kernel that outgrows its entry runs the spans planned for two blocks a multiprocessor in two
+ * waves (conv_rows_filter_kernels_fit_their_planned_registers holds each kernel to its entry). */
+int bn_rows_filter_planned_registers(int ct, int k)
 {
     static const int regs[3][4] = {{64, 96, 112, 120}, {64, 64, 104, 120}, {48, 64, 64, 64}};
     return regs[ct == 10 ? 0 : ct == 8 ? 1 : 2][k / 2];
@@ -120,7 +122,7 @@ static int filter_shape(bn_rows_filter *f, const bn_conv_geom *g, int filters, i
      * (asking for two there made 1.2 waves: LeNet's conv2 at batch 64, 160 blocks of 2 images,
      * took as long as 80 of 4); partial sums kept small. */
     const size_t count = (size_t)filters * ((size_t)g->c * k * k + 1);
-    const long long resident = (long long)f->threads * filter_regs(f->ct, k) > 32768 ? 1 : 2;
+    const long long resident = (long long)f->threads * bn_rows_filter_planned_registers(f->ct, k) > 32768 ? 1 : 2;
     long long spans = (resident * sms + f->groups * f->cgroups - 1) / (f->groups * f->cgroups);
     long long most = (long long)(PARTS_LIMIT / (count * sizeof(float)));
     if (spans > most) spans = most;
