@@ -83,6 +83,41 @@ static __device__ void stage_planes(float *dst, const float *src, int planes, in
     }
 }
 
+/* The two steps of expand_pooled, for its two ways of finding a pooled element's indices: element
+ * e as four windows of a row (filter o, pooled row py, windows 4 qx .. 4 qx + 3), two 16-byte
+ * pieces in each of its two rows; element e as one window (filter o, window (py, px)), each of its
+ * rows one 8-byte store with `pairs`. Macros, so that each way compiles to the code it had alone
+ * (inlined functions changed the code of 22 tensor-core and 12 row-tile kernels). */
+#define BN_EXPAND_QUAD(e, o, py, qx)                                                                \
+    const float4 v = ((const float4 *)pdy)[e];                                                      \
+    const uint32_t m = ((const uint32_t *)mask)[e];                                                 \
+    const float x[4] = {0.0f + v.x, 0.0f + v.y, 0.0f + v.z, 0.0f + v.w};                            \
+    float top[8], bottom[8];                                                                        \
+    _Pragma("unroll") for (int i = 0; i < 4; i++) {                                                 \
+        const uint32_t c = (m >> (8 * i)) & 0xffu;                                                  \
+        top[2 * i] = c == 0 ? x[i] : 0.0f, top[2 * i + 1] = c == 1 ? x[i] : 0.0f;                   \
+        bottom[2 * i] = c == 2 ? x[i] : 0.0f, bottom[2 * i + 1] = c == 3 ? x[i] : 0.0f;             \
+    }                                                                                               \
+    float4 *d = (float4 *)(dst + (o) * dst_plane + 2 * (py) * dst_row + 8 * (qx));                  \
+    d[0] = make_float4(top[0], top[1], top[2], top[3]);                                             \
+    d[1] = make_float4(top[4], top[5], top[6], top[7]);                                             \
+    d[dst_row / 4] = make_float4(bottom[0], bottom[1], bottom[2], bottom[3]);                       \
+    d[dst_row / 4 + 1] = make_float4(bottom[4], bottom[5], bottom[6], bottom[7]);
+
+#define BN_EXPAND_WINDOW(e, o, py, px)                                                              \
+    const float v = 0.0f + pdy[e];                                                                  \
+    const int m = mask[e];                                                                          \
+    const float2 top = make_float2(m == 0 ? v : 0.0f, m == 1 ? v : 0.0f);                           \
+    const float2 bottom = make_float2(m == 2 ? v : 0.0f, m == 3 ? v : 0.0f);                        \
+    float *d = dst + (o) * dst_plane + 2 * (py) * dst_row + 2 * (px);                               \
+    if (pairs) {                                                                                    \
+        *(float2 *)d = top;                                                                         \
+        *(float2 *)(d + dst_row) = bottom;                                                          \
+    } else {                                                                                        \
+        d[0] = top.x, d[1] = top.y;                                                                 \
+        d[dst_row] = bottom.x, d[dst_row + 1] = bottom.y;                                           \
+    }
+
 /* Writes `filters` planes of a convolution's output gradient (oh x ow) from a 2x2 max pooling's
  * gradient and argmax mask (conv_pooled.h): plane o's cell (y, x) lands at
  * dst[o * dst_plane + y * dst_row + x]. A window's maximum cell gets 0.0f + dy (as the pooling
@@ -95,110 +130,54 @@ static __device__ void stage_planes(float *dst, const float *src, int planes, in
  * That takes instructions off the tensor-core passes (version 68 of docs/performance.md), but
  * inlined into the row tiles' filter pass it cost registers even where no pooling is read:
  * rows_filter<8, 3> took 96 instead of 64, one block of 512 threads a multiprocessor instead of
- * two, and narrow_chain's 16-channel layers ran slower (version 69). So the row tiles divide. The
- * two ways are written out whole: sharing the loops' bodies as inlined helpers changed the code
- * of 22 tensor-core kernels and 12 row-tile ones (compared section by section in the cubins),
- * where this way each family's kernels are the ones measured (the row tiles version 67's, the
+ * the two its plan counts on, and narrow_chain's 16-channel layers ran slower (version 69). So the
+ * row tiles divide: each family's kernels are the ones measured (the row tiles version 67's, the
  * tensor cores version 68's). */
 template <bool DIGITS>
 static __device__ void expand_pooled(float *dst, int dst_plane, int dst_row, const float *pdy,
                                      const unsigned char *mask, int filters, int oh, int ow, int ph, int pw,
                                      bool quads_ok)
 {
+    const int pp = ph * pw;
+    /* Four windows of a row at a time where the pooled rows come in fours and every address
+     * allows 16-byte loads and stores: a thread then finds its indices once for four windows and
+     * stores 16-byte pieces. */
+    const bool quads = quads_ok && pw % 4 == 0 && ((dst_plane | dst_row) & 3) == 0 && ((uintptr_t)dst & 15) == 0 &&
+                       ((uintptr_t)pdy & 15) == 0 && ((uintptr_t)mask & 3) == 0;
     if constexpr (DIGITS) {
-        const int pp = ph * pw;
-        /* Four windows of a row at a time where the pooled rows come in fours and every address
-         * allows 16-byte loads and stores: a thread then divides once and stores 16-byte pieces. */
-        const bool quads = quads_ok && pw % 4 == 0 && ((dst_plane | dst_row) & 3) == 0 && ((uintptr_t)dst & 15) == 0 &&
-                           ((uintptr_t)pdy & 15) == 0 && ((uintptr_t)mask & 3) == 0;
         if (quads) {
             const int qp = pp / 4, qw = pw / 4;
             bn_digits dg = digits_of(threadIdx.x, blockDim.x, ph, qw);
             for (int e = threadIdx.x; e < filters * qp; e += blockDim.x, digits_step(dg)) {
                 const int o = dg.a, py = dg.b, qx = dg.c;
-                const float4 v = ((const float4 *)pdy)[e];
-                const uint32_t m = ((const uint32_t *)mask)[e];
-                const float x[4] = {0.0f + v.x, 0.0f + v.y, 0.0f + v.z, 0.0f + v.w};
-                float top[8], bottom[8];
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    const uint32_t c = (m >> (8 * i)) & 0xffu;
-                    top[2 * i] = c == 0 ? x[i] : 0.0f, top[2 * i + 1] = c == 1 ? x[i] : 0.0f;
-                    bottom[2 * i] = c == 2 ? x[i] : 0.0f, bottom[2 * i + 1] = c == 3 ? x[i] : 0.0f;
-                }
-                float4 *d = (float4 *)(dst + o * dst_plane + 2 * py * dst_row + 8 * qx);
-                d[0] = make_float4(top[0], top[1], top[2], top[3]);
-                d[1] = make_float4(top[4], top[5], top[6], top[7]);
-                d[dst_row / 4] = make_float4(bottom[0], bottom[1], bottom[2], bottom[3]);
-                d[dst_row / 4 + 1] = make_float4(bottom[4], bottom[5], bottom[6], bottom[7]);
+                BN_EXPAND_QUAD(e, o, py, qx)
             }
-    }
+        }
         if (!quads) {
             const bool pairs = ((dst_plane | dst_row) & 1) == 0 && ((uintptr_t)dst & 7) == 0;
             bn_digits dg = digits_of(threadIdx.x, blockDim.x, ph, pw);
             for (int e = threadIdx.x; e < filters * pp; e += blockDim.x, digits_step(dg)) {
                 const int o = dg.a, py = dg.b, px = dg.c;
-                const float v = 0.0f + pdy[e];
-                const int m = mask[e];
-                const float2 top = make_float2(m == 0 ? v : 0.0f, m == 1 ? v : 0.0f);
-                const float2 bottom = make_float2(m == 2 ? v : 0.0f, m == 3 ? v : 0.0f);
-                float *d = dst + o * dst_plane + 2 * py * dst_row + 2 * px;
-                if (pairs) {
-                    *(float2 *)d = top;
-                    *(float2 *)(d + dst_row) = bottom;
-                } else {
-                    d[0] = top.x, d[1] = top.y;
-                    d[dst_row] = bottom.x, d[dst_row + 1] = bottom.y;
-                }
+                BN_EXPAND_WINDOW(e, o, py, px)
             }
-    }
+        }
     } else {
-        const int pp = ph * pw;
-        /* Four windows of a row at a time where the pooled rows come in fours and every address
-         * allows 16-byte loads and stores: a thread then divides once and stores 16-byte pieces. */
-        const bool quads = quads_ok && pw % 4 == 0 && ((dst_plane | dst_row) & 3) == 0 && ((uintptr_t)dst & 15) == 0 &&
-                           ((uintptr_t)pdy & 15) == 0 && ((uintptr_t)mask & 3) == 0;
         if (quads) {
             const int qp = pp / 4, qw = pw / 4;
             const float inv_qp = 1.0f / qp, inv_qw = 1.0f / qw;
             for (int e = threadIdx.x; e < filters * qp; e += blockDim.x) {
                 int p, qx;
                 const int o = div_small(e, qp, inv_qp, p), py = div_small(p, qw, inv_qw, qx);
-                const float4 v = ((const float4 *)pdy)[e];
-                const uint32_t m = ((const uint32_t *)mask)[e];
-                const float x[4] = {0.0f + v.x, 0.0f + v.y, 0.0f + v.z, 0.0f + v.w};
-                float top[8], bottom[8];
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    const uint32_t c = (m >> (8 * i)) & 0xffu;
-                    top[2 * i] = c == 0 ? x[i] : 0.0f, top[2 * i + 1] = c == 1 ? x[i] : 0.0f;
-                    bottom[2 * i] = c == 2 ? x[i] : 0.0f, bottom[2 * i + 1] = c == 3 ? x[i] : 0.0f;
-                }
-                float4 *d = (float4 *)(dst + o * dst_plane + 2 * py * dst_row + 8 * qx);
-                d[0] = make_float4(top[0], top[1], top[2], top[3]);
-                d[1] = make_float4(top[4], top[5], top[6], top[7]);
-                d[dst_row / 4] = make_float4(bottom[0], bottom[1], bottom[2], bottom[3]);
-                d[dst_row / 4 + 1] = make_float4(bottom[4], bottom[5], bottom[6], bottom[7]);
+                BN_EXPAND_QUAD(e, o, py, qx)
             }
-    }
+        }
         const float inv_pp = 1.0f / pp, inv_pw = 1.0f / pw;
         const bool pairs = ((dst_plane | dst_row) & 1) == 0 && ((uintptr_t)dst & 7) == 0;
         for (int e = quads ? filters * pp : threadIdx.x; e < filters * pp; e += blockDim.x) {
             int p, px;
             const int o = div_small(e, pp, inv_pp, p), py = div_small(p, pw, inv_pw, px);
-            const float v = 0.0f + pdy[e];
-            const int m = mask[e];
-            const float2 top = make_float2(m == 0 ? v : 0.0f, m == 1 ? v : 0.0f);
-            const float2 bottom = make_float2(m == 2 ? v : 0.0f, m == 3 ? v : 0.0f);
-            float *d = dst + o * dst_plane + 2 * py * dst_row + 2 * px;
-            if (pairs) {
-                *(float2 *)d = top;
-                *(float2 *)(d + dst_row) = bottom;
-            } else {
-                d[0] = top.x, d[1] = top.y;
-                d[dst_row] = bottom.x, d[dst_row + 1] = bottom.y;
-            }
-    }
+            BN_EXPAND_WINDOW(e, o, py, px)
+        }
     }
     if (oh == 2 * ph && ow == 2 * pw) return;
     /* The cells no window covers: column ow - 1 when ow is odd, row oh - 1 when oh is odd. */
@@ -214,6 +193,9 @@ static __device__ void expand_pooled(float *dst, int dst_plane, int dst_row, con
         }
     }
 }
+
+#undef BN_EXPAND_QUAD
+#undef BN_EXPAND_WINDOW
 
 /* Starts copying `count` consecutive pooled cells' gradients and mask bytes, from cell `first`
  * of pd on, into dst (pooled_stage_bytes(count), 16-byte aligned) with cp.async: 16-byte pieces
