@@ -2,8 +2,9 @@
  * alone (conv_alone.h): the table's names and numbers, the rule's order its ranks give and the
  * ties a timed choice breaks by it, its applicability answers for shapes where they must be yes
  * or no (on the CPU: plans need no device), each family named and run alone on the shapes it
- * serves against the CPU's im2col-and-BLAS passes (GPU; skipped without one), and `blobnet
- * conv-families`' flag errors through the CLI. */
+ * serves against the CPU's im2col-and-BLAS passes (GPU; skipped without one), the row tiles'
+ * filter kernels against the registers their plan counts on (GPU), and `blobnet conv-families`'
+ * flag errors through the CLI. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
