@@ -86,8 +86,9 @@ static __device__ void stage_planes(float *dst, const float *src, int planes, in
 /* The two steps of expand_pooled, for its two ways of finding a pooled element's indices: element
  * e as four windows of a row (filter o, pooled row py, windows 4 qx .. 4 qx + 3), two 16-byte
  * pieces in each of its two rows; element e as one window (filter o, window (py, px)), each of its
- * rows one 8-byte store with `pairs`. Macros, so that each way compiles to the code it had alone
- * (inlined functions changed the code of 22 tensor-core and 12 row-tile kernels). */
+ * rows one 8-byte store with `pairs`. They read expand_pooled's dst, dst_plane, dst_row, pdy, mask
+ * (and pairs), and are undefined after it. Macros, so that each way compiles to the code it had
+ * alone (inlined functions changed the code of 22 tensor-core and 12 row-tile kernels). */
 #define BN_EXPAND_QUAD(e, o, py, qx)                                                                \
     const float4 v = ((const float4 *)pdy)[e];                                                      \
     const uint32_t m = ((const uint32_t *)mask)[e];                                                 \
