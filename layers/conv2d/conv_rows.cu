@@ -273,7 +273,9 @@ static __global__ void __launch_bounds__(512) rows_filter(filter_args a)
                          a.wi, a.pad, s.hp, s.wp, a.vec_x);
             if (a.pd.dy) {
                 const size_t at = ((size_t)(i0 + i) * a.co + o0) * pp;
-                /* One window a thread: four a thread were measured in the tensor-core passes only. */
+                /* One window a thread: four a thread were measured in the tensor-core passes only. By
+                 * divisions, not digits: the digits took this kernel's registers past its plan's
+                 * table (conv_stage.cuh's expand_pooled). */
                 expand_pooled<false>(sd + i * CT * dplane, dplane, s.dwp, a.pd.dy + at, a.pd.mask + at,
                                      min(CT, a.co - o0), a.ho, a.wo, a.pd.ph, a.pd.pw, false);
             } else {
