@@ -172,6 +172,9 @@ static __device__ void expand_pooled(float *dst, int dst_plane, int dst_row, con
                 BN_EXPAND_QUAD(e, o, py, qx)
             }
         }
+        /* One window a thread where the quads did not run: with them, e starts at the end and the
+         * loop does nothing. Written so rather than as the digits' `if (!quads)` because this is
+         * version 67's loop, whose code the row tiles keep (the comment above). */
         const float inv_pp = 1.0f / pp, inv_pw = 1.0f / pw;
         const bool pairs = ((dst_plane | dst_row) & 1) == 0 && ((uintptr_t)dst & 7) == 0;
         for (int e = quads ? filters * pp : threadIdx.x; e < filters * pp; e += blockDim.x) {
