@@ -206,3 +206,45 @@ BN_TEST(cli_loads_cublas_only_when_a_gpu_computes)
     CHECK_MSG(strstr(out, "calling init: ") && strstr(out, "libcublasLt.so"), "cuBLAS was not loaded for a GPU run");
     return BN_PASS;
 }
+
+/* Where mark's line starts in the BLOBNET_TIMELINE lines of text, or -1 when it is not there. */
+static long mark_at(const char *text, const char *mark)
+{
+    const char *p = strstr(text, mark);
+    return p ? (long)(p - text) : -1;
+}
+
+/* Trains LeNet for one short epoch on `device` with the timeline's marks: 0, or the exit status. */
+static int timed_start(const char *device)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "BLOBNET_TIMELINE=1 %s train models/lenet.cfg --device %s --epochs 1 --train-limit 640 "
+             "--test-limit 640 --quiet --data %s", bn_test_cli(), device, bn_test_data_dir());
+    return bn_test_run(cmd, out, sizeof out);
+}
+
+/* On the CPU, `train` neither starts the CUDA driver nor loads cuBLAS. */
+BN_TEST(cli_train_on_the_cpu_starts_no_cuda)
+{
+    if (!bn_test_data_dir()) BN_SKIP_TEST("BLOBNET_TEST_DATA not set");
+    CHECK_MSG(timed_start("cpu") == 0, "%s", out);
+    CHECK_MSG(mark_at(out, "data read") >= 0, "no data read mark: %s", out);
+    CHECK_MSG(mark_at(out, "the CUDA driver") < 0 && mark_at(out, "cuBLAS loaded") < 0, "the CPU run touched CUDA: %s",
+              out);
+    return BN_PASS;
+}
+
+/* On a GPU, `train` reads the data once the CUDA driver has started and loads cuBLAS beside the
+ * context's making (bn_cli_open_device_driver), and the device is open after all three. */
+BN_TEST(cli_train_reads_the_data_once_the_driver_has_started)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    if (!bn_test_data_dir()) BN_SKIP_TEST("BLOBNET_TEST_DATA not set");
+    CHECK_MSG(timed_start("gpu") == 0, "%s", out);
+    const long driver = mark_at(out, "the CUDA driver initialised"), data = mark_at(out, "data read"),
+               blas = mark_at(out, "cuBLAS loaded"), made = mark_at(out, "the device's context made"),
+               open = mark_at(out, "device open");
+    CHECK_MSG(driver >= 0 && data > driver && blas > driver && made > driver, "out of order: %s", out);
+    CHECK_MSG(open > data && open > blas && open > made, "the device was open before its work was done: %s", out);
+    return BN_PASS;
+}

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/options.h"
@@ -88,9 +89,22 @@ bn_status bn_cli_open_device(const char *spec, int quiet, bn_ctx **ctx)
     return open_ordinal(spec, (int)ordinal, ctx);
 }
 
+static void *preload_on_thread(void *arg)
+{
+    (void)arg;
+    bn_device_preload();
+    bn_timeline_mark("cuBLAS loaded");
+    return NULL;
+}
+
 static void *open_on_thread(void *arg)
 {
     bn_cli_opening *o = arg;
+    /* The driver starts alone (bn_cli_open_device_driver), and cuBLAS loads beside the context. */
+    if ((!o->spec || strcmp(o->spec, "cpu") != 0) && bn_device_count() > 0 &&
+        pthread_create(&o->preload, NULL, preload_on_thread, NULL) == 0)
+        o->preloading = 1;
+    __atomic_store_n(&o->driver, 1, __ATOMIC_RELEASE);
     o->status = bn_cli_open_device(o->spec, o->quiet, &o->ctx);
     if (o->status != BN_OK) snprintf(o->message, sizeof o->message, "%s", bn_last_error());
     __atomic_store_n(&o->done, 1, __ATOMIC_RELEASE);
@@ -108,16 +122,19 @@ bn_status bn_cli_open_device_begin(const char *spec, int quiet, bn_cli_opening *
     return BN_OK;
 }
 
+void bn_cli_open_device_driver(bn_cli_opening *o)
+{
+    const struct timespec nap = {0, 200000};
+    while (o->started && !__atomic_load_n(&o->driver, __ATOMIC_ACQUIRE)) nanosleep(&nap, NULL);
+}
+
 bn_status bn_cli_open_device_end(bn_cli_opening *o, bn_ctx **ctx)
 {
     *ctx = NULL;
-    /* Still opening (a GPU or the search for one): cuBLAS's load (80-100 ms) is free now. */
-    if (o->started && (!o->spec || strcmp(o->spec, "cpu") != 0) && !__atomic_load_n(&o->done, __ATOMIC_ACQUIRE)) {
-        bn_device_preload();
-        bn_timeline_mark("cuBLAS loaded");
-    }
     if (o->started) pthread_join(o->thread, NULL);
     o->started = 0;
+    if (o->preloading) pthread_join(o->preload, NULL);
+    o->preloading = 0;
     if (o->status != BN_OK) return bn_error(o->status, "%s", o->message);
     /* The context is the process's; opening it again makes its device current on this thread. */
     if (o->ctx) BN_TRY(bn_ctx_open(o->ctx->device, &o->ctx));

@@ -44,21 +44,30 @@ typedef struct bn_cli_opening {
     const char *spec;
     int quiet;
     int started;         /* the thread runs (else the open was made at once, in begin) */
+    int driver;          /* the CUDA driver has started, or there is none to start (atomic) */
     int done;            /* the thread has finished (read and written atomically) */
-    pthread_t thread;
+    int preloading;      /* a thread of its own loads cuBLAS (bn_device_preload) */
+    pthread_t thread, preload;
     bn_ctx *ctx;
     bn_status status;
     char message[1024];  /* the thread's error message, when status is not BN_OK */
 } bn_cli_opening;
 
 /* Starts opening the device named by spec as bn_cli_open_device does, on a thread of its own,
- * so that the caller can read data meanwhile; bn_cli_open_device_end must follow. */
+ * so that the caller can read data meanwhile; bn_cli_open_device_end must follow. On a GPU the
+ * thread starts the CUDA driver first, then loads the libraries opened at run time (cuBLAS,
+ * bn_device_preload) on a thread of their own while it makes the device's context. */
 bn_status bn_cli_open_device_begin(const char *spec, int quiet, bn_cli_opening *o);
 
+/* Waits until the driver has started (at once where there is none to start). Host work that
+ * maps and fills much memory (reading a dataset, loading a library) beside the driver's start
+ * slows it by half and runs slower itself; beside the making of the context it costs neither: on
+ * an H200's host, LeNet's context was ready about 40 ms sooner with the data read and cuBLAS
+ * loaded after this wait (docs/performance.md, version 71). */
+void bn_cli_open_device_driver(bn_cli_opening *o);
+
 /* Waits for the opening begun in o and gives its context (NULL for the CPU) in *ctx, current
- * on the calling thread too; or its error, as bn_cli_open_device would have returned it. While
- * a GPU is still opening, the calling thread loads the libraries opened at run time (cuBLAS,
- * bn_device_preload) first, where the wait hides it. */
+ * on the calling thread too; or its error, as bn_cli_open_device would have returned it. */
 bn_status bn_cli_open_device_end(bn_cli_opening *o, bn_ctx **ctx);
 
 /* Writes text to f with every byte that could drive a terminal (control characters, DEL, bytes
