@@ -68,9 +68,9 @@ static bn_status open_ordinal(const char *spec, int ordinal, bn_ctx **ctx)
     return bn_error(s, "--device %s: %s", spec, why);
 }
 
-bn_status bn_cli_open_device(const char *spec, int quiet, bn_ctx **ctx)
+/* bn_cli_open_device, once the driver has started. */
+static bn_status open_spec(const char *spec, int quiet, bn_ctx **ctx)
 {
-    *ctx = NULL;
     static int warned;
     if (!spec) return bn_device_count() > 0 ? open_ordinal("auto", 0, ctx) : BN_OK;
     if (strcmp(spec, "cpu") == 0) return BN_OK;
@@ -97,15 +97,30 @@ static void *preload_on_thread(void *arg)
     return NULL;
 }
 
+/* bn_cli_open_device, setting *driver (where not NULL) once the driver has started. The driver
+ * starts first; then cuBLAS (bn_device_preload, 50-70 ms) loads on a thread of its own while
+ * this one makes the context (about 100 ms), rather than after it, when the handles are made. */
+static bn_status open_device(const char *spec, int quiet, bn_ctx **ctx, int *driver)
+{
+    *ctx = NULL;
+    pthread_t preload;
+    const int preloading = (!spec || strcmp(spec, "cpu") != 0) && bn_device_count() > 0 &&
+                           pthread_create(&preload, NULL, preload_on_thread, NULL) == 0;
+    if (driver) __atomic_store_n(driver, 1, __ATOMIC_RELEASE);
+    bn_status s = open_spec(spec, quiet, ctx);
+    if (preloading) pthread_join(preload, NULL);
+    return s;
+}
+
+bn_status bn_cli_open_device(const char *spec, int quiet, bn_ctx **ctx)
+{
+    return open_device(spec, quiet, ctx, NULL);
+}
+
 static void *open_on_thread(void *arg)
 {
     bn_cli_opening *o = arg;
-    /* The driver starts alone (bn_cli_open_device_driver), and cuBLAS loads beside the context. */
-    if ((!o->spec || strcmp(o->spec, "cpu") != 0) && bn_device_count() > 0 &&
-        pthread_create(&o->preload, NULL, preload_on_thread, NULL) == 0)
-        o->preloading = 1;
-    __atomic_store_n(&o->driver, 1, __ATOMIC_RELEASE);
-    o->status = bn_cli_open_device(o->spec, o->quiet, &o->ctx);
+    o->status = open_device(o->spec, o->quiet, &o->ctx, &o->driver);
     if (o->status != BN_OK) snprintf(o->message, sizeof o->message, "%s", bn_last_error());
     __atomic_store_n(&o->done, 1, __ATOMIC_RELEASE);
     return NULL;
@@ -133,8 +148,6 @@ bn_status bn_cli_open_device_end(bn_cli_opening *o, bn_ctx **ctx)
     *ctx = NULL;
     if (o->started) pthread_join(o->thread, NULL);
     o->started = 0;
-    if (o->preloading) pthread_join(o->preload, NULL);
-    o->preloading = 0;
     if (o->status != BN_OK) return bn_error(o->status, "%s", o->message);
     /* The context is the process's; opening it again makes its device current on this thread. */
     if (o->ctx) BN_TRY(bn_ctx_open(o->ctx->device, &o->ctx));

@@ -36,7 +36,9 @@ bn_status bn_cli_apply_precision(int bf16, bn_ctx *ctx);
 
 /* Opens the device named by spec (cpu, gpu, gpu:N, auto): *ctx is NULL for the CPU. A NULL
  * spec is auto left unsaid: the GPU when there is one, the CPU without a word otherwise; an
- * "auto" falling back to the CPU warns once per process, unless quiet. */
+ * "auto" falling back to the CPU warns once per process, unless quiet. On a GPU the CUDA driver
+ * starts first, then the libraries opened at run time (cuBLAS, bn_device_preload) load on a
+ * thread of their own while the device's context is made. */
 bn_status bn_cli_open_device(const char *spec, int quiet, bn_ctx **ctx);
 
 /* A device being opened beside other work: bn_cli_open_device on a thread of its own. */
@@ -46,17 +48,14 @@ typedef struct bn_cli_opening {
     int started;         /* the thread runs (else the open was made at once, in begin) */
     int driver;          /* the CUDA driver has started, or there is none to start (atomic) */
     int done;            /* the thread has finished (read and written atomically) */
-    int preloading;      /* a thread of its own loads cuBLAS (bn_device_preload) */
-    pthread_t thread, preload;
+    pthread_t thread;
     bn_ctx *ctx;
     bn_status status;
     char message[1024];  /* the thread's error message, when status is not BN_OK */
 } bn_cli_opening;
 
 /* Starts opening the device named by spec as bn_cli_open_device does, on a thread of its own,
- * so that the caller can read data meanwhile; bn_cli_open_device_end must follow. On a GPU the
- * thread starts the CUDA driver first, then loads the libraries opened at run time (cuBLAS,
- * bn_device_preload) on a thread of their own while it makes the device's context. */
+ * so that the caller can read data meanwhile; bn_cli_open_device_end must follow. */
 bn_status bn_cli_open_device_begin(const char *spec, int quiet, bn_cli_opening *o);
 
 /* Waits until the driver has started (at once where there is none to start). Host work that

@@ -130,9 +130,14 @@ static bn_status run(const test_args *a, bn_net **net, bn_data_source *src, bn_d
     BN_TRY(bn_net_from_file(a->model, net));
     bn_ctx *ctx;
     BN_TRY(bn_data_source_resolve(&a->data, *net, src));
-    BN_TRY(bn_cli_open_device(a->device, 0, &ctx));
+    /* The test set is read while the device's context is made, as train reads its data. */
+    bn_cli_opening opening;
+    BN_TRY(bn_cli_open_device_begin(a->device, 0, &opening));
+    bn_cli_open_device_driver(&opening);
+    bn_status data = bn_data_source_load(src, (*net)->input_shape, 0, 0, 0, test);
+    BN_TRY(bn_cli_open_device_end(&opening, &ctx));
     BN_TRY(bn_cli_apply_precision(a->bf16, ctx));
-    BN_TRY(bn_data_source_load(src, (*net)->input_shape, 0, 0, 0, test));
+    BN_TRY(data);
     (*net)->relu_in_place = 1; /* on the CPU, ReLUs over their input where they may */
     BN_TRY(bn_net_setup(*net, (int)a->batch, ctx, 0, (*net)->train.seed));
     BN_TRY(bn_data_check_model(*net, test, src, "test"));
