@@ -5,8 +5,8 @@
  * 97 ms), paid by every command, those that never touch a GPU too. Here the program defines the
  * cuBLAS entry points it calls; each forwards to the library's own, looked up once with
  * dlopen/dlsym. bn_gpu_blas_load() does that on purpose where the wait is hidden (the CLI calls
- * it while the device opens on another thread); the first call of any entry point does it
- * otherwise. */
+ * it on a thread of its own while the device's context is made); the first call of any entry
+ * point does it otherwise. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
