@@ -235,7 +235,7 @@ BN_TEST(cli_train_on_the_cpu_starts_no_cuda)
 }
 
 /* On a GPU, `train` reads the data once the CUDA driver has started and loads cuBLAS beside the
- * context's making (bn_cli_open_device_driver), and the device is open after all three. */
+ * context's making (bn_cli_open_device_wait_driver), and the device is open after all three. */
 BN_TEST(cli_train_reads_the_data_once_the_driver_has_started)
 {
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");

@@ -97,16 +97,17 @@ static void *preload_on_thread(void *arg)
     return NULL;
 }
 
-/* bn_cli_open_device, setting *driver (where not NULL) once the driver has started. The driver
- * starts first; then cuBLAS (bn_device_preload, 50-70 ms) loads on a thread of its own while
- * this one makes the context (about 100 ms), rather than after it, when the handles are made. */
-static bn_status open_device(const char *spec, int quiet, bn_ctx **ctx, int *driver)
+/* bn_cli_open_device, setting *driver_started (where not NULL) once the driver has started. The
+ * driver starts first; then cuBLAS (bn_device_preload, 50-70 ms) loads on a thread of its own
+ * while this one makes the context (about 100 ms), rather than after it, when the handles are
+ * made. */
+static bn_status open_device(const char *spec, int quiet, bn_ctx **ctx, int *driver_started)
 {
     *ctx = NULL;
     pthread_t preload;
     const int preloading = (!spec || strcmp(spec, "cpu") != 0) && bn_device_count() > 0 &&
                            pthread_create(&preload, NULL, preload_on_thread, NULL) == 0;
-    if (driver) __atomic_store_n(driver, 1, __ATOMIC_RELEASE);
+    if (driver_started) __atomic_store_n(driver_started, 1, __ATOMIC_RELEASE);
     bn_status s = open_spec(spec, quiet, ctx);
     if (preloading) pthread_join(preload, NULL);
     return s;
@@ -120,9 +121,8 @@ bn_status bn_cli_open_device(const char *spec, int quiet, bn_ctx **ctx)
 static void *open_on_thread(void *arg)
 {
     bn_cli_opening *o = arg;
-    o->status = open_device(o->spec, o->quiet, &o->ctx, &o->driver);
+    o->status = open_device(o->spec, o->quiet, &o->ctx, &o->driver_started);
     if (o->status != BN_OK) snprintf(o->message, sizeof o->message, "%s", bn_last_error());
-    __atomic_store_n(&o->done, 1, __ATOMIC_RELEASE);
     return NULL;
 }
 
@@ -137,10 +137,10 @@ bn_status bn_cli_open_device_begin(const char *spec, int quiet, bn_cli_opening *
     return BN_OK;
 }
 
-void bn_cli_open_device_driver(bn_cli_opening *o)
+void bn_cli_open_device_wait_driver(bn_cli_opening *o)
 {
     const struct timespec nap = {0, 200000};
-    while (o->started && !__atomic_load_n(&o->driver, __ATOMIC_ACQUIRE)) nanosleep(&nap, NULL);
+    while (o->started && !__atomic_load_n(&o->driver_started, __ATOMIC_ACQUIRE)) nanosleep(&nap, NULL);
 }
 
 bn_status bn_cli_open_device_end(bn_cli_opening *o, bn_ctx **ctx)

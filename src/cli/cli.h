@@ -46,8 +46,7 @@ typedef struct bn_cli_opening {
     const char *spec;
     int quiet;
     int started;         /* the thread runs (else the open was made at once, in begin) */
-    int driver;          /* the CUDA driver has started, or there is none to start (atomic) */
-    int done;            /* the thread has finished (read and written atomically) */
+    int driver_started;  /* the CUDA driver has started, or there is none to start (atomic) */
     pthread_t thread;
     bn_ctx *ctx;
     bn_status status;
@@ -60,10 +59,10 @@ bn_status bn_cli_open_device_begin(const char *spec, int quiet, bn_cli_opening *
 
 /* Waits until the driver has started (at once where there is none to start). Host work that
  * maps and fills much memory (reading a dataset, loading a library) beside the driver's start
- * slows it by half and runs slower itself; beside the making of the context it costs neither: on
- * an H200's host, LeNet's context was ready about 40 ms sooner with the data read and cuBLAS
+ * slows it by half and runs slower itself; beside the making of the context it costs much less:
+ * on an H200's host, LeNet's context was ready about 40 ms sooner with the data read and cuBLAS
  * loaded after this wait (docs/performance.md, version 71). */
-void bn_cli_open_device_driver(bn_cli_opening *o);
+void bn_cli_open_device_wait_driver(bn_cli_opening *o);
 
 /* Waits for the opening begun in o and gives its context (NULL for the CPU) in *ctx, current
  * on the calling thread too; or its error, as bn_cli_open_device would have returned it. */

@@ -133,7 +133,7 @@ static bn_status run(const test_args *a, bn_net **net, bn_data_source *src, bn_d
     /* The test set is read while the device's context is made, as train reads its data. */
     bn_cli_opening opening;
     BN_TRY(bn_cli_open_device_begin(a->device, 0, &opening));
-    bn_cli_open_device_driver(&opening);
+    bn_cli_open_device_wait_driver(&opening);
     bn_status data = bn_data_source_load(src, (*net)->input_shape, 0, 0, 0, test);
     BN_TRY(bn_cli_open_device_end(&opening, &ctx));
     BN_TRY(bn_cli_apply_precision(a->bf16, ctx));

@@ -385,13 +385,13 @@ static bn_status prepare(const train_args *a, train_run *r, bn_train_state *st)
     int quiet = a->quiet || a->rank >= 0;
     /* The device opens (CUDA's context, cuDNN's and cuBLAS's handles) while the data is read: each
      * takes a fifth of a second or more before LeNet's first step. The reading waits for the
-     * driver's start, which it would slow (bn_cli_open_device_driver). The device's errors, and a
-     * precision the device cannot serve, come before the data's. A rank without a GPU is an error
-     * (join_ranks), not a warning and a run on the CPU. */
+     * driver's start, which it would slow (bn_cli_open_device_wait_driver). The device's errors,
+     * and a precision the device cannot serve, come before the data's. A rank without a GPU is an
+     * error (join_ranks), not a warning and a run on the CPU. */
     bn_cli_opening opening;
     BN_TRY(bn_cli_open_device_begin(a->device, quiet, &opening));
     bn_timeline_mark("model read");
-    bn_cli_open_device_driver(&opening);
+    bn_cli_open_device_wait_driver(&opening);
     bn_status data = bn_data_source_load_all(&r->data, r->net, (int)a->train_limit, (int)a->test_limit, quiet,
                                              &r->train, &r->test, &r->holdout);
     bn_timeline_mark("data read");
