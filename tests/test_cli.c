@@ -241,7 +241,7 @@ BN_TEST(cli_train_reads_the_data_once_the_driver_has_started)
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
     if (!bn_test_data_dir()) BN_SKIP_TEST("BLOBNET_TEST_DATA not set");
     CHECK_MSG(timed_start("gpu") == 0, "%s", out);
-    const long driver = mark_at(out, "the CUDA driver initialised"), data = mark_at(out, "data read"),
+    const long driver = mark_at(out, "the CUDA driver started"), data = mark_at(out, "data read"),
                blas = mark_at(out, "cuBLAS loaded"), made = mark_at(out, "the device's context made"),
                open = mark_at(out, "device open");
     CHECK_MSG(driver >= 0 && data > driver && blas > driver && made > driver, "out of order: %s", out);

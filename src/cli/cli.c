@@ -105,8 +105,10 @@ static bn_status open_device(const char *spec, int quiet, bn_ctx **ctx, int *dri
 {
     *ctx = NULL;
     pthread_t preload;
-    const int preloading = (!spec || strcmp(spec, "cpu") != 0) && bn_device_count() > 0 &&
-                           pthread_create(&preload, NULL, preload_on_thread, NULL) == 0;
+    const int gpu = (!spec || strcmp(spec, "cpu") != 0) && bn_device_count() > 0;
+    /* Marked before anything waits on the flag, so that the timeline's order is the run's. */
+    if (gpu) bn_timeline_mark("the CUDA driver started");
+    const int preloading = gpu && pthread_create(&preload, NULL, preload_on_thread, NULL) == 0;
     if (driver_started) __atomic_store_n(driver_started, 1, __ATOMIC_RELEASE);
     bn_status s = open_spec(spec, quiet, ctx);
     if (preloading) pthread_join(preload, NULL);
