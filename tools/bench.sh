@@ -6,9 +6,10 @@
 #
 # For every suite model (or the named ones: lenet, lenet256, mlp, mlp_wide, vgg_fashion,
 # strided_fashion, resnet_mini, resnet_fashion, resnet_odd, inception, narrow_chain, cifar10_resnet
-# on Fashion-MNIST written out as CIFAR-10 records, lenet5_tanh, mlp_bn, densenet) blobnet trains
-# it with the default kernel choice, with --tf32, with --precision bf16 where the blobnet binary has
-# that option, and with --autotune, and the peer trains it eager, as a whole-step CUDA graph under
+# on Fashion-MNIST written out as CIFAR-10 records, lenet5_tanh, mlp_bn, densenet, window7, batch32)
+# blobnet trains it with the default kernel choice, with --tf32, with --precision bf16 where the
+# blobnet binary has that option, and with --autotune, and the peer trains it eager, as a
+# whole-step CUDA graph under
 # PyTorch's defaults (cuDNN's convolutions may use TF32), as the same graph with TF32 off (FP32 math
 # throughout, as blobnet's default) and as a CUDA graph under bf16 autocast. Each run is
 # $BENCH_EPOCHS epochs (default 3); a time is the median epoch time of epochs 2.. (the first holds

@@ -86,6 +86,8 @@ suite=(
     "lenet5_tanh     models/lenet5_tanh.cfg      mnist         -"
     "mlp_bn          models/mlp_bn.cfg           mnist         -"
     "densenet        models/densenet_fashion.cfg fashion-mnist -"
+    "window7         models/window7_fashion.cfg  fashion-mnist -"
+    "batch32         models/batch32_fashion.cfg  fashion-mnist -"
 )
 
 # The data folder of a suite model's dataset (mnist, fashion-mnist or cifar10): the MNIST or the
