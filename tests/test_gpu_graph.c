@@ -72,6 +72,38 @@ BN_TEST(gpu_graph_replay_matches_eager_steps)
     return BN_PASS;
 }
 
+/* Four full steps replay as one graph where the host reads nothing between them (trainer.c's
+ * group_steps): the groups train the eager run's bits, with a logged row every 10 steps and a
+ * checkpoint every 7 (never inside a group: the steps around them run one graph each), a short
+ * last batch, and a net of branches on lanes. */
+BN_TEST(gpu_graph_groups_of_steps_match_eager_steps)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    if (!bn_test_data_dir()) BN_SKIP_TEST("BLOBNET_TEST_DATA not set");
+    static const char *const runs[][2] = {{"models/lenet.cfg", "3200"}, {"models/lenet.cfg", "3000"},
+                                          {"models/inception_fashion.cfg", "2600"}};
+    for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+        char path[2][2][512], cmd[4096];
+        for (int g = 0; g < 2; g++) {
+            snprintf(path[g][0], sizeof path[g][0], "%s/group%d-%zu.safetensors", bn_test_tmpdir(), g, r);
+            snprintf(path[g][1], sizeof path[g][1], "%s/group%d-%zu.csv", bn_test_tmpdir(), g, r);
+            snprintf(cmd, sizeof cmd, "BLOBNET_TIMELINE=1 %s train %s --device gpu --deterministic --epochs 2 "
+                     "--train-limit %s --test-limit 500 --quiet --data %s --save %s --checkpoint-every 7 --log %s "
+                     "--log-every 10 %s", bn_test_cli(), runs[r][0], runs[r][1], bn_test_data_dir(), path[g][0],
+                     path[g][1], g ? "--no-graph" : "");
+            CHECK_MSG(bn_test_run(cmd, out, sizeof out) == 0, "%s:\n%s", cmd, out);
+            const int grouped = strstr(out, "the first group of steps captured") != NULL;
+            CHECK_MSG(grouped == !g, "%s: %s", runs[r][0], g ? "an eager run replayed a group" : "no group replayed");
+        }
+        CHECK_MSG(same_losses(path[0][1], path[1][1]), "%s, %s images: grouped and eager runs logged other losses",
+                  runs[r][0], runs[r][1]);
+        snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", path[0][0], path[1][0]);
+        CHECK_MSG(system(cmd) == 0, "%s, %s images: grouped and eager runs ended with other weights or state", runs[r][0],
+                  runs[r][1]);
+    }
+    return BN_PASS;
+}
+
 /* Dropout draws with the step it reads on the device: a replayed step drops what the eager step
  * drops, so both runs log the same losses and end with the same weights. */
 BN_TEST(gpu_graph_replay_matches_eager_steps_with_dropout)

@@ -7,28 +7,13 @@
 #include "core/clock.h"
 #include "core/nvtx.h"
 #include "core/timeline.h"
-#include "dist_schedule.h"
 #include "gpu/graph.h"
 #include "numerics.h"
+#include "step.h"
 
 unsigned long long bn_epoch_seed(unsigned long long seed, int epoch)
 {
     return seed * 0x9e3779b97f4a7c15ULL + (unsigned long long)epoch + 1;
-}
-
-/* Adds the last batch's [loss sum, correct] into acc without a host round trip on the GPU. */
-static bn_status accumulate_metrics(bn_net *net, bn_blob *acc)
-{
-    if (net->pass.ctx) {
-        BN_DEV_WR(dst, acc);
-        BN_DEV_RD(src, net->metrics);
-        return bn_gpu_add(dst, src, 2, net->pass.ctx);
-    }
-    BN_HOST_WR(dst, acc);
-    BN_HOST_RD(src, net->metrics);
-    dst[0] += src[0];
-    dst[1] += src[1];
-    return BN_OK;
 }
 
 /* A loss seen after step `last`, the loss having last been seen finite before step `first`:
@@ -86,151 +71,6 @@ bn_status bn_step_running_metrics(const bn_step_info *info, double *loss, double
     return BN_OK;
 }
 
-/* One training step's work, as one function so that it can be captured as a CUDA graph. */
-typedef struct step_body {
-    bn_net *net;
-    bn_optimizer *opt;
-    bn_loader *ld;
-    bn_blob *acc;
-    int n;                  /* this process's examples of the step */
-    bn_dist *dist;          /* several GPUs: the group, and this rank's share of the global batch */
-    double weight;          /* as a fraction of the global batch (what its gradient counts for) */
-    size_t bucket_bytes;    /* several GPUs: gradients gathered for one all-reduce (0: one per layer) */
-    int pend_first, pend_last; /* the layers whose gradients wait in the bucket; -1 when none */
-    bn_schedule *sched;     /* several GPUs: when the buckets' all-reduces run (dist_schedule.h) */
-} step_body;
-
-/* The bucket: layers pend_first..pend_last, whose parameters and gradients are one contiguous
- * range [*lo, *hi) of the slabs (layers are carved in order), in elements. */
-static void bucket_range(const step_body *b, size_t *lo, size_t *hi)
-{
-    const bn_layer *first = b->net->layers[b->pend_first], *last = b->net->layers[b->pend_last];
-    const bn_blob *end = last->params[last->num_params - 1].value;
-    *lo = first->params[0].value->offset;
-    *hi = end->offset + bn_blob_count(end);
-}
-
-/* Sums the bucket's gradients across the ranks in one all-reduce and queues its layers' updates
- * after it, in one launch (one a layer had left 12 launches, 33 us, at the end of resnet_fashion's
- * step on two GPUs), on the communication stream, holding up neither compute stream; where the
- * sum can apply the update itself (a bucket pushed through the peers' memory), no launch. */
-static bn_status flush_bucket(step_body *b)
-{
-    if (b->pend_last < 0) return BN_OK;
-    size_t lo, hi;
-    bucket_range(b, &lo, &hi);
-    float *g = bn_blob_dev_wr(b->net->grads);
-    if (!g) return bn_last_status();
-    bn_update_args u;
-    BN_TRY(bn_optimizer_update_args(b->opt, b->net, b->pend_first, b->pend_last, &u));
-    int updated;
-    BN_TRY(bn_dist_allreduce_update(b->dist, b->net->pass.ctx, g + lo, hi - lo, b->weight, &u, &updated));
-    if (!updated)
-        BN_TRY(bn_optimizer_update_layers_on(b->opt, b->net, b->pend_first, b->pend_last, b->dist->stream));
-    b->pend_first = b->pend_last = -1;
-    return BN_OK;
-}
-
-/* A layer's gradients join the bucket, which is summed once it holds bucket_bytes: one all-reduce
- * per layer costs each layer NCCL's latency, which small layers (biases, batchnorm) do not repay,
- * while one for the whole slab would wait for the end of the backward pass. */
-static bn_status bucket_layer(step_body *b, const bn_layer *l)
-{
-    if (b->pend_last < 0) b->pend_last = l->index;
-    b->pend_first = l->index;
-    size_t lo, hi;
-    bucket_range(b, &lo, &hi);
-    return (hi - lo) * sizeof(float) >= b->bucket_bytes ? flush_bucket(b) : BN_OK;
-}
-
-/* Called as each layer's backward pass is queued (the last layer first). On one GPU the layer's
- * update follows at once. On several, its gradients join the bucket (bucket_layer) or, where the
- * all-reduces run after the backward pass (dist_schedule.h), the queue that finish_buckets cuts
- * into the same buckets once the pass is queued. */
-static bn_status update_layer(void *arg, bn_net *net, bn_layer *l)
-{
-    step_body *b = arg;
-    if (!b->dist) return bn_optimizer_update_layer(b->opt, net, l);
-    if (!l->num_params) return BN_OK;
-    bn_schedule *q = b->sched;
-    if (!q || !q->after) return bucket_layer(b, l);
-    if (q->queued >= q->capacity) return bn_error(BN_ERR_INTERNAL, "all-reduce queue full at layer %s", l->name);
-    q->order[q->queued++] = l->index;
-    return BN_OK;
-}
-
-/* The step's remaining all-reduces: the queued layers' buckets, then the last bucket. */
-static bn_status finish_buckets(step_body *b)
-{
-    bn_schedule *q = b->sched;
-    for (int i = 0; q && i < q->queued; i++) BN_TRY(bucket_layer(b, b->net->layers[q->order[i]]));
-    if (q) q->queued = 0;
-    return flush_bucket(b);
-}
-
-/* The whole gradient slab summed across the ranks, before an update of all of it on the stream
- * (when no side stream updates layer by layer). */
-static bn_status allreduce_all(step_body *b)
-{
-    float *g = b->net->grads ? bn_blob_dev_wr(b->net->grads) : NULL;
-    if (!g) return b->net->grads ? bn_last_status() : BN_OK;
-    BN_TRY(bn_dist_allreduce_grads(b->dist, b->net->pass.ctx, g, bn_blob_count(b->net->grads), b->weight));
-    return bn_dist_join_comm(b->dist, b->net->pass.ctx);
-}
-
-/* A rank whose share of a short last batch is empty: no examples, but it joins every all-reduce
- * with zero gradients and makes the same update as the others. */
-static bn_status empty_share_step(step_body *b)
-{
-    BN_TRY(bn_net_zero_grad(b->net));
-    if (b->net->pass.ctx->side_stream) {
-        for (int i = b->net->num_layers - 1; i >= 0; i--) BN_TRY(update_layer(b, b->net, b->net->layers[i]));
-        BN_TRY(finish_buckets(b));
-        BN_TRY(bn_dist_join_comm(b->dist, b->net->pass.ctx));
-        BN_TRY(bn_optimizer_end_layered_step(b->opt, b->net));
-        return BN_OK;
-    }
-    BN_TRY(allreduce_all(b));
-    return bn_optimizer_step(b->opt, b->net);
-}
-
-/* On the GPU the gradients are zeroed beside the forward pass and each layer's update runs
- * beside the backward passes of the layers below it, so that neither waits in line. */
-static bn_status step_passes(step_body *b, int fused)
-{
-    /* A captured backward pass runs branches beside each other; on several GPUs a bucket's
-     * all-reduce then follows every lane its layers may have run on (dist/comm.cu). */
-    b->net->backward_beside = 1;
-    BN_TRY(bn_loader_fill_next(b->ld, b->net, b->n, 1));
-    BN_TRY(bn_net_zero_grad_beside(b->net));
-    BN_TRY(bn_net_forward(b->net, 1));
-    if (b->net->pass.ctx && b->net->pass.ctx->side_stream) {
-        BN_TRY(bn_net_backward_each(b->net, update_layer, b));
-        if (b->dist) {
-            BN_TRY(finish_buckets(b));
-            BN_TRY(bn_dist_join_comm(b->dist, b->net->pass.ctx));
-        }
-        BN_TRY(bn_optimizer_end_layered_step(b->opt, b->net));
-    } else {
-        BN_TRY(bn_net_backward(b->net));
-        if (b->dist) BN_TRY(allreduce_all(b));
-        BN_TRY(bn_optimizer_step(b->opt, b->net));
-    }
-    return fused ? BN_OK : accumulate_metrics(b->net, b->acc);
-}
-
-/* The loss layer's forward is the last pass of the forward and its backward the first of the
- * backward, so nothing comes between them to disturb a gradient written in the forward. */
-static bn_status run_step_body(void *arg)
-{
-    step_body *b = arg;
-    if (b->n == 0) return empty_share_step(b);
-    int fused = bn_net_fuse_loss(b->net, b->acc, 1);
-    bn_status s = step_passes(b, fused);
-    if (fused) bn_net_unfuse_loss(b->net);
-    return s;
-}
-
 /* The training step's captured graphs, each for one size of the global batch: full batches (the
  * capacity; a rank trains its share), and the epoch's last, shorter batch, whose size recurs every
  * epoch (on several GPUs the host queues only a few steps ahead of its device, so a short step run
@@ -240,6 +80,7 @@ static bn_status run_step_body(void *arg)
  * replays once one eager step of it has made every layer's per-shape choices. */
 typedef struct step_graphs {
     bn_step_graph full, last;
+    bn_step_graph group; /* GROUP_STEPS full steps one after another (group_steps) */
     int warm;   /* an eager full step ran */
     int last_n; /* the size of the last eager short step; 0 for none */
 } step_graphs;
@@ -248,6 +89,7 @@ static void step_graphs_free(step_graphs *g)
 {
     bn_step_graph_free(&g->full);
     bn_step_graph_free(&g->last);
+    bn_step_graph_free(&g->group);
 }
 
 /* The graph of g a pass over n examples may replay (full: a full batch's), or NULL: on the GPU,
@@ -302,7 +144,7 @@ static void note_replay(bn_loader *ld, bn_net *net, int n, bn_blob *sums)
 }
 
 /* One training step of a global batch of n (this rank's share b->n) out of the capacity `batch`. */
-static bn_status train_step(step_body *b, step_graphs *graphs, int n, int batch, const bn_trainer_opts *opts,
+static bn_status train_step(bn_step_body *b, step_graphs *graphs, int n, int batch, const bn_trainer_opts *opts,
                             long step)
 {
     char range[48];
@@ -315,15 +157,77 @@ static bn_status train_step(step_body *b, step_graphs *graphs, int n, int batch,
         int replayed;
         /* Evaluation may have left other shapes on the blobs; the graph has its own. */
         BN_TRY(bn_net_set_batch(b->net, b->n));
-        s = bn_step_graph_run(graph, b->net->pass.ctx, run_step_body, b, &replayed);
+        s = bn_step_graph_run(graph, b->net->pass.ctx, bn_step_body_run, b, &replayed);
         if (s == BN_OK && replayed) {
             note_replay(b->ld, b->net, b->n, b->acc);
             b->opt->iter++;
             for (int k = 0; k < b->opt->num_state; k++) bn_blob_mark_device_written(b->opt->state[k]);
         }
     } else {
-        s = run_step_body(b);
+        s = bn_step_body_run(b);
         if (s == BN_OK && b->n > 0) step_graphs_ran(graphs, n, batch);
+    }
+    bn_nvtx_pop();
+    return s;
+}
+
+/* Full steps that one graph holds where nothing on the host comes between them: the GPU's gap
+ * between one graph's end and the next one's start (2.6-3.3 us on an H200) then comes once a
+ * group instead of once a step. */
+#define GROUP_STEPS 4
+
+static int every(long period, long step)
+{
+    return period > 0 && step % period == 0;
+}
+
+/* How many steps to launch from the batch at `start` on: GROUP_STEPS where they are all full, the
+ * single step's graph has been captured (so every plan is made), one process trains them, and no
+ * step but the group's last is one after which the host reads or saves (a logged row, a
+ * checkpoint, the numerics' table, a stop asked for already); else 1. */
+static int group_steps(const step_graphs *g, const bn_trainer_opts *opts, const bn_train_state *st, int start,
+                       int count, int batch)
+{
+    if (opts->dist || opts->no_graph || opts->profile_first || !g->full.exec || g->group.failed) return 1;
+    if (count - start < GROUP_STEPS * batch || (opts->stop && *opts->stop)) return 1;
+    for (long done = st->step + 1; done < st->step + GROUP_STEPS; done++)
+        if (every(opts->log ? opts->log_every : 0, done) || every(opts->save_path ? opts->checkpoint_every : 0, done) ||
+            every(opts->debug_numerics, done))
+            return 1;
+    return GROUP_STEPS;
+}
+
+typedef struct group_body {
+    bn_step_body *b;
+    long step; /* the first step's number */
+} group_body;
+
+static bn_status run_group_body(void *arg)
+{
+    group_body *g = arg;
+    for (int i = 0; i < GROUP_STEPS; i++) {
+        g->b->net->pass.step = (unsigned long long)(g->step + i);
+        BN_TRY(bn_step_body_run(g->b));
+    }
+    return BN_OK;
+}
+
+/* GROUP_STEPS full steps from step `step` on, replayed as one graph (captured the first time). */
+static bn_status train_group(bn_step_body *b, step_graphs *graphs, long step)
+{
+    char range[64];
+    snprintf(range, sizeof range, "steps %ld-%ld", step + 1, step + GROUP_STEPS);
+    bn_nvtx_push(range, BN_NVTX_STEP);
+    group_body g = {b, step};
+    int replayed = 0;
+    bn_status s = bn_net_set_batch(b->net, b->n);
+    if (s == BN_OK) s = bn_step_graph_run(&graphs->group, b->net->pass.ctx, run_group_body, &g, &replayed);
+    if (s == BN_OK && replayed) {
+        for (int i = 0; i < GROUP_STEPS; i++) note_replay(b->ld, b->net, b->n, b->acc);
+        b->opt->iter += GROUP_STEPS;
+        for (int k = 0; k < b->opt->num_state; k++) bn_blob_mark_device_written(b->opt->state[k]);
+    } else if (s == BN_OK) {
+        bn_timeline_mark("the first group of steps captured");
     }
     bn_nvtx_pop();
     return s;
@@ -534,6 +438,9 @@ static bn_status train_epoch(bn_net *net, bn_optimizer *opt, bn_loader *ld, bn_b
     /* The passes that draw read each step's number where the gather leaves it (bn_pass.dev_step). */
     net->pass.dev_step = ld->dev_step ? ld->dev_step + 1 : NULL;
     if (sched) bn_schedule_epoch(sched);
+    int queued = 0;       /* steps of a group launched and not yet counted */
+    long iter_at = 0;     /* the optimizer's iteration of the step counted next, within a group */
+    long group_seen = 0;  /* the examples of the epoch a group's launch leaves in the sums */
     for (int start = first; start < count; start += batch) {
         int n = count - start < batch ? count - start : batch;
         int off = 0, mine = n;
@@ -543,11 +450,18 @@ static bn_status train_epoch(bn_net *net, bn_optimizer *opt, bn_loader *ld, bn_b
             if (ld->host_cursor != start + off) BN_TRY(bn_loader_set_cursor(ld, start + off));
             net->pass.offset = off;
         }
-        double lr = bn_optimizer_lr(opt, opt->iter);
+        if (!queued) iter_at = opt->iter;
+        double lr = bn_optimizer_lr(opt, iter_at++);
         if (opts->profile_first && st->step + 1 == opts->profile_first) BN_TRY(bn_profiler_start());
-        step_body body = {net, opt, ld, acc, mine, dist, (double)mine / n, dist ? dist->bucket_bytes : 0, -1, -1,
-                          sched};
-        BN_TRY(train_step(&body, graphs, n, batch, opts, st->step));
+        if (!queued) {
+            bn_step_body body = {net, opt, ld, acc, mine, dist, (double)mine / n, dist ? dist->bucket_bytes : 0, -1, -1,
+                                 sched};
+            queued = group_steps(graphs, opts, st, start, count, batch);
+            group_seen = st->epoch_seen + (long)queued * n;
+            if (queued > 1) BN_TRY(train_group(&body, graphs, st->step));
+            else BN_TRY(train_step(&body, graphs, n, batch, opts, st->step));
+        }
+        queued--;
         if (dist) BN_TRY(bn_dist_pace(dist, net->pass.ctx));
         if (sched) {
             /* A changed way of running the all-reduces is captured again at the next full step. */
@@ -574,13 +488,15 @@ static bn_status train_epoch(bn_net *net, bn_optimizer *opt, bn_loader *ld, bn_b
             info.seen = st->epoch_seen;
             info.images += n;
             sums_seen += mine;
-            if (dist) info.sums_seen = sums_seen;
+            /* Read within a group, the sums already hold its later steps. */
+            info.sums_seen = dist ? sums_seen : queued ? group_seen : 0;
             info.seconds = bn_clock_seconds() - t0;
             BN_TRY(opts->progress(opts->progress_user, BN_PROGRESS_STEP, &info));
         }
         const int last_of_epoch = start + n >= count;
         if (last_of_epoch && st->epoch + 1 < opts->epochs) BN_TRY(prepare_next_epoch(net, opt, ld, st, count, batch));
-        BN_TRY(after_step(net, opt, acc, st, opts, checked, last_of_epoch));
+        /* Within a group the device is steps ahead of the count: a stop or a save waits for its end. */
+        if (!queued) BN_TRY(after_step(net, opt, acc, st, opts, checked, last_of_epoch));
     }
     BN_TRY(settle_group(opts, net));
     const float *sums = bn_blob_host_rd(acc);
@@ -608,7 +524,7 @@ static bn_status run_eval_body(void *arg)
     int fused = bn_net_fuse_loss(b->net, b->sum, 0);
     bn_status s = bn_loader_fill_next(b->ld, b->net, b->n, 0);
     if (s == BN_OK) s = bn_net_forward(b->net, 0);
-    if (s == BN_OK && !fused) s = accumulate_metrics(b->net, b->sum);
+    if (s == BN_OK && !fused) s = bn_step_accumulate_metrics(b->net, b->sum);
     if (fused) bn_net_unfuse_loss(b->net);
     return s;
 }
