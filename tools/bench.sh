@@ -8,19 +8,19 @@
 # strided_fashion, resnet_mini, resnet_fashion, resnet_odd, inception, narrow_chain, cifar10_resnet
 # on Fashion-MNIST written out as CIFAR-10 records, lenet5_tanh, mlp_bn, densenet, window7, batch32)
 # blobnet trains it with the default kernel choice, with --tf32, with --precision bf16 where the
-# blobnet binary has that option, and with --autotune, and the peer trains it eager, as a
-# whole-step CUDA graph under
-# PyTorch's defaults (cuDNN's convolutions may use TF32), as the same graph with TF32 off (FP32 math
-# throughout, as blobnet's default) and as a CUDA graph under bf16 autocast. Each run is
-# $BENCH_EPOCHS epochs (default 3); a time is the median epoch time of epochs 2.. (the first holds
-# start-up work: kernel timing, graph capture, cuDNN's autotuner). One table follows: milliseconds
-# per epoch, the default against --autotune, the default run's first epoch in seconds with its
-# kernels timed into an empty kernel cache and again with them read from the cache, PyTorch's times,
-# how many times faster blobnet is than PyTorch at the same precision (the default against PyTorch's
-# graph with TF32 off, --tf32 against PyTorch's default graph, bf16 against PyTorch's bf16 graph),
-# peak device memory without the datasets and test accuracy after the run (the default's and
-# PyTorch's TF32-off graph's, then --precision bf16's and PyTorch's bf16 graph's). Last, LeNet from
-# process start to 99% test accuracy: to the epoch line that reports it, and to the process's end.
+# blobnet binary has that option, and with --autotune, and the peer trains it eager, as a whole-step
+# CUDA graph under PyTorch's defaults (cuDNN's convolutions may use TF32), as the same graph with
+# TF32 off (FP32 math throughout, as blobnet's default) and as a CUDA graph under bf16 autocast.
+# Each run is $BENCH_EPOCHS epochs (default 3); a time is the median epoch time of epochs 2.. (the
+# first holds start-up work: kernel timing, graph capture, cuDNN's autotuner). One table follows:
+# milliseconds per epoch, the default against --autotune, the default run's first epoch in seconds
+# with its kernels timed into an empty kernel cache and again with them read from the cache,
+# PyTorch's times, how many times faster blobnet is than PyTorch at the same precision (the default
+# against PyTorch's graph with TF32 off, --tf32 against PyTorch's default graph, bf16 against
+# PyTorch's bf16 graph), peak device memory without the datasets and test accuracy after the run
+# (the default's and PyTorch's TF32-off graph's, then --precision bf16's and PyTorch's bf16
+# graph's). Last, LeNet from process start to 99% test accuracy: to the epoch line that reports it,
+# and to the process's end.
 #
 # blobnet's timed kernel choices go to a kernel cache of the bench's own that starts empty, so
 # the first run of each model measures as a first run on a new machine does.

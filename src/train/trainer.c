@@ -143,6 +143,15 @@ static void note_replay(bn_loader *ld, bn_net *net, int n, bn_blob *sums)
     bn_blob_mark_device_written(sums);
 }
 
+/* The host's side of `steps` training steps a graph replayed: the loader's cursor, the network's
+ * and the sums' blobs (note_replay), the optimizer's iteration and its state. */
+static void note_step_replays(bn_step_body *b, int steps)
+{
+    for (int i = 0; i < steps; i++) note_replay(b->ld, b->net, b->n, b->acc);
+    b->opt->iter += steps;
+    for (int k = 0; k < b->opt->num_state; k++) bn_blob_mark_device_written(b->opt->state[k]);
+}
+
 /* One training step of a global batch of n (this rank's share b->n) out of the capacity `batch`. */
 static bn_status train_step(bn_step_body *b, step_graphs *graphs, int n, int batch, const bn_trainer_opts *opts,
                             long step)
@@ -158,11 +167,7 @@ static bn_status train_step(bn_step_body *b, step_graphs *graphs, int n, int bat
         /* Evaluation may have left other shapes on the blobs; the graph has its own. */
         BN_TRY(bn_net_set_batch(b->net, b->n));
         s = bn_step_graph_run(graph, b->net->pass.ctx, bn_step_body_run, b, &replayed);
-        if (s == BN_OK && replayed) {
-            note_replay(b->ld, b->net, b->n, b->acc);
-            b->opt->iter++;
-            for (int k = 0; k < b->opt->num_state; k++) bn_blob_mark_device_written(b->opt->state[k]);
-        }
+        if (s == BN_OK && replayed) note_step_replays(b, 1);
     } else {
         s = bn_step_body_run(b);
         if (s == BN_OK && b->n > 0) step_graphs_ran(graphs, n, batch);
@@ -176,9 +181,22 @@ static bn_status train_step(bn_step_body *b, step_graphs *graphs, int n, int bat
  * group instead of once a step. */
 #define GROUP_STEPS 4
 
-static int every(long period, long step)
+/* What the host reads after step `step` (counted from 1), each asked for every so many steps: a
+ * row of the metrics log, a checkpoint (on several GPUs every rank joins its collectives), the
+ * numerics' table. The loop and after_step act on them; group_steps keeps them out of a group. */
+static int logs_after(const bn_trainer_opts *opts, long step)
 {
-    return period > 0 && step % period == 0;
+    return opts->log && opts->log_every > 0 && step % opts->log_every == 0;
+}
+
+static int saves_after(const bn_trainer_opts *opts, long step)
+{
+    return (opts->save_path || opts->dist) && opts->checkpoint_every > 0 && step % opts->checkpoint_every == 0;
+}
+
+static int prints_numerics_after(const bn_trainer_opts *opts, long step)
+{
+    return opts->debug_numerics > 0 && step % opts->debug_numerics == 0;
 }
 
 /* How many steps to launch from the batch at `start` on: GROUP_STEPS where they are all full, the
@@ -191,9 +209,7 @@ static int group_steps(const step_graphs *g, const bn_trainer_opts *opts, const 
     if (opts->dist || opts->no_graph || opts->profile_first || !g->full.exec || g->group.failed) return 1;
     if (count - start < GROUP_STEPS * batch || (opts->stop && *opts->stop)) return 1;
     for (long done = st->step + 1; done < st->step + GROUP_STEPS; done++)
-        if (every(opts->log ? opts->log_every : 0, done) || every(opts->save_path ? opts->checkpoint_every : 0, done) ||
-            every(opts->debug_numerics, done))
-            return 1;
+        if (logs_after(opts, done) || saves_after(opts, done) || prints_numerics_after(opts, done)) return 1;
     return GROUP_STEPS;
 }
 
@@ -223,9 +239,7 @@ static bn_status train_group(bn_step_body *b, step_graphs *graphs, long step)
     bn_status s = bn_net_set_batch(b->net, b->n);
     if (s == BN_OK) s = bn_step_graph_run(&graphs->group, b->net->pass.ctx, run_group_body, &g, &replayed);
     if (s == BN_OK && replayed) {
-        for (int i = 0; i < GROUP_STEPS; i++) note_replay(b->ld, b->net, b->n, b->acc);
-        b->opt->iter += GROUP_STEPS;
-        for (int k = 0; k < b->opt->num_state; k++) bn_blob_mark_device_written(b->opt->state[k]);
+        note_step_replays(b, GROUP_STEPS);
     } else if (s == BN_OK) {
         bn_timeline_mark("the first group of steps captured");
     }
@@ -354,7 +368,7 @@ static bn_status after_step(bn_net *net, bn_optimizer *opt, bn_blob *acc, bn_tra
         BN_TRY(check_finite(net, m[0], st->step, st->step));
         *checked = st->step;
     }
-    if (opts->debug_numerics > 0 && st->step % opts->debug_numerics == 0) {
+    if (prints_numerics_after(opts, st->step)) {
         if (opts->dist) BN_TRY(bn_dist_wait(opts->dist, net->pass.ctx));
         BN_TRY(bn_numerics_print(net, stderr, st->step));
     }
@@ -362,7 +376,7 @@ static bn_status after_step(bn_net *net, bn_optimizer *opt, bn_blob *acc, bn_tra
     if (!opts->dist) stop = opts->stop && *opts->stop;
     else if (last_of_epoch) BN_TRY(agree_stop(opts, net, &stop));
     else if (st->step % STOP_EVERY == 0) BN_TRY(agree_stop_ahead(opts, net, &stop));
-    int periodic = opts->checkpoint_every > 0 && st->step % opts->checkpoint_every == 0 && !last_of_epoch;
+    int periodic = saves_after(opts, st->step) && !last_of_epoch;
     /* Only rank 0 has a save path, but every rank joins the collectives of a save. */
     if ((opts->save_path || opts->dist) && (stop || periodic)) {
         /* The epoch's running sums go into the checkpoint, so that a resume continues them. */
@@ -479,8 +493,7 @@ static bn_status train_epoch(bn_net *net, bn_optimizer *opt, bn_loader *ld, bn_b
         if (mine == 0) BN_TRY(bn_loader_set_step(ld, (unsigned long long)st->step + 1));
         if (opts->profile_first && st->step + 1 == opts->profile_last) BN_TRY(bn_profiler_stop());
         st->step++;
-        if (opts->log && opts->log_every > 0 && st->step % opts->log_every == 0)
-            BN_TRY(log_step(opts, net, st->epoch + 1, st->step, lr, t0));
+        if (logs_after(opts, st->step)) BN_TRY(log_step(opts, net, st->epoch + 1, st->step, lr, t0));
         st->batch_in_epoch++;
         st->epoch_seen += n;
         if (opts->progress) {
