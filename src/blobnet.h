@@ -50,7 +50,9 @@
  * captured, and a captured graph replays the addresses it saw. The first step always runs
  * eagerly, so an allocation there is never captured. A layer that must replace a buffer later
  * (it needs a larger one) frees the old one, allocates the new one and increments
- * pass->ctx->buffer_generation, so that the step is captured again with the new address.
+ * pass->ctx->buffer_generation, so that the step is captured again with the new address; where no
+ * later step reads the old contents (scratch), it may instead hand the old one to
+ * bn_device_retire, which keeps it for the graphs captured before, so they replay as they are.
  *
  * CUDA files (.cu) including this header also get cuda_check.h: BN_CUDA, BN_CUBLAS, BN_CUDNN
  * and BN_CUDA_LAUNCH turn a failed call into a status naming file:line.

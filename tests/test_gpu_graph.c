@@ -4,8 +4,9 @@
  * Adam and AdamW, whose replayed updates read their rates and bias corrections from the device,
  * for LeNet with the PReLU plugin, whose type says it may be captured, for a net with
  * dropout, which reads its step on the device, and for nets whose captured forward pass runs
- * their branches beside each other. Every built-in type may be captured (a plugin's
- * type that may not is named once: test_plugin.c). */
+ * their branches beside each other. A buffer that another batch size grows after the capture is
+ * kept for the graphs, which are not captured again. Every built-in type may be captured (a
+ * plugin's type that may not is named once: test_plugin.c). */
 #include <stdlib.h>
 
 #include "core/device.h"
@@ -158,5 +159,65 @@ BN_TEST(gpu_graph_replay_matches_eager_steps_with_a_plugin)
      * checkpoints compared hold them too. */
     snprintf(flags, sizeof flags, "--plugin %s/batchrms.so", dir && *dir ? dir : "build/plugins");
     CHECK(compare_runs("models/lenet_batchrms.cfg", "3000", flags) == BN_PASS);
+    return BN_PASS;
+}
+
+/* A buffer that a larger one replaces while a step graph lives is kept until the last graph
+ * goes (bn_device_retire): freed at once without a graph, held with one, freed with it. */
+BN_TEST(gpu_device_retire_keeps_a_buffer_while_a_graph_lives)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    const size_t mib = (size_t)1 << 20;
+    size_t base, now, peak;
+    bn_device_memory(&base, &peak);
+    void *a, *b;
+    CHECK_OK(bn_device_alloc(&a, mib));
+    bn_device_retire(a);
+    bn_device_memory(&now, &peak);
+    CHECK_MSG(now == base, "without a graph a retired buffer is freed at once: %zu bytes held, %zu before", now, base);
+    const unsigned generation = ctx->buffer_generation;
+    bn_device_graphs(1);
+    CHECK_OK(bn_device_alloc(&b, 2 * mib));
+    bn_device_retire(b);
+    bn_device_memory(&now, &peak);
+    CHECK_MSG(now == base + 2 * mib, "with a graph a retired buffer is kept: %zu bytes held, %zu expected", now,
+              base + 2 * mib);
+    CHECK_MSG(ctx->buffer_generation == generation, "a retired buffer moved the buffer generation on");
+    bn_device_graphs(-1);
+    bn_device_memory(&now, &peak);
+    CHECK_MSG(now == base, "the last graph's end frees the retired buffers: %zu bytes held, %zu before", now, base);
+    return BN_PASS;
+}
+
+/* A batch of another size that grows a convolution's scratch or partial sums after the steps
+ * were captured (LeNet at 256: the 16-image last batch of each epoch and of the test set needs
+ * scratch that 256 does not) retires the old buffers instead of freeing them, so the graphs are
+ * captured once and replay on them: the timeline shows one capture of a group of steps (two
+ * before, the second in epoch 2), in the default kernel choice and in the deterministic one, and
+ * the deterministic run logs the eager run's losses and ends with its checkpoint. */
+BN_TEST(gpu_graph_is_captured_once_when_another_batch_size_grows_a_buffer)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    if (!bn_test_data_dir()) BN_SKIP_TEST("BLOBNET_TEST_DATA not set");
+    static const char *const flags[] = {"", "--deterministic", "--deterministic --no-graph"};
+    char path[3][2][512], cmd[4096];
+    for (int r = 0; r < 3; r++) {
+        snprintf(path[r][0], sizeof path[r][0], "%s/grow%d.safetensors", bn_test_tmpdir(), r);
+        snprintf(path[r][1], sizeof path[r][1], "%s/grow%d.csv", bn_test_tmpdir(), r);
+        snprintf(cmd, sizeof cmd, "BLOBNET_TIMELINE=1 %s train models/lenet.cfg --device gpu --epochs 3 --batch 256 "
+                 "--train-limit 2832 --test-limit 272 --quiet --data %s --save %s --log %s --log-every 10 %s",
+                 bn_test_cli(), bn_test_data_dir(), path[r][0], path[r][1], flags[r]);
+        CHECK_MSG(bn_test_run(cmd, out, sizeof out) == 0, "%s:\n%s", cmd, out);
+        int captures = 0;
+        for (const char *p = out; (p = strstr(p, "the first group of steps captured")) != NULL; p++) captures++;
+        const int want = r < 2 ? 1 : 0;
+        CHECK_MSG(captures == want, "'%s': %d captures of a group of steps, %d expected:\n%s", flags[r], captures, want,
+                  out);
+    }
+    CHECK_MSG(same_losses(path[1][1], path[2][1]), "graphed and eager runs logged other losses");
+    snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", path[1][0], path[2][0]);
+    CHECK_MSG(system(cmd) == 0, "graphed and eager runs ended with other weights or state");
     return BN_PASS;
 }

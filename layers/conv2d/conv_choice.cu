@@ -245,12 +245,12 @@ static bn_status choose_pass(const bn_layer *l, const conv_priv *c, bn_ctx *ctx,
 static bn_status reserve_scratch(conv_gpu *g, bn_ctx *ctx, const conv_plan *plan)
 {
     if (plan->scratch_bytes <= g->scratch_bytes) return BN_OK;
-    bn_device_free(g->scratch); /* waits for the device: no pass still uses it */
+    /* A step graph captured before keeps replaying on the old buffer, retired until it goes. */
+    bn_device_retire(g->scratch);
     g->scratch = NULL;
     g->scratch_bytes = 0;
     BN_TRY(bn_device_alloc(&g->scratch, plan->scratch_bytes));
     g->scratch_bytes = plan->scratch_bytes;
-    ctx->buffer_generation++;
     return bn_device_zero(g->scratch, g->scratch_bytes);
 }
 
@@ -263,14 +263,14 @@ static bn_status reserve(conv_priv *c, bn_ctx *ctx, const conv_plan *plan, size_
     conv_gpu *g = c->gpu;
     if (own) BN_TRY(reserve_scratch(g, ctx, plan));
     if (!own || own_parts(plan) <= g->parts_bytes) return BN_OK;
-    /* cudaFree waits for the device, so no pass still uses the old buffer; a captured step graph
-     * holds its address, so the context's buffer generation moves on. */
-    bn_device_free(g->parts);
+    /* A captured step graph holds the old buffer's address: retired, it stays its own until the
+     * graph goes (a pass queued before still finishes on it), so the graph need not be captured
+     * again. */
+    bn_device_retire(g->parts);
     g->parts = NULL;
     g->parts_bytes = 0;
     BN_TRY(bn_device_alloc((void **)&g->parts, own_parts(plan)));
     g->parts_bytes = own_parts(plan);
-    ctx->buffer_generation++;
     return BN_OK;
 }
 

@@ -35,9 +35,10 @@ typedef struct bn_ctx {
     void *cudnn;           /* bound to stream */
     void *workspace;       /* cuDNN workspace arena shared by all layers */
     size_t workspace_size;
-    unsigned buffer_generation; /* counts replacements of device buffers that steps reuse (the
-                                   workspace, a layer's own scratch): a captured graph holds the
-                                   old addresses and must be captured again */
+    unsigned buffer_generation; /* counts replacements of device buffers whose contents steps
+                                   carry (the optimizer's rate table, a user layer's buffers): a
+                                   captured graph holds the old addresses and must be captured
+                                   again; scratch is retired instead (bn_device_retire) */
     int deterministic;     /* restrict cuDNN to deterministic algorithms */
     int tf32;              /* allow TF32 tensor-core math */
     int autotune;          /* choose each layer's kernels by timing the candidates (cuDNN's and
@@ -168,6 +169,16 @@ bn_status bn_ctx_memory(bn_ctx *ctx, size_t *free_bytes, size_t *total_bytes);
 bn_status bn_device_alloc(void **ptr, size_t bytes);
 void bn_device_free(void *ptr);
 bn_status bn_device_zero(void *ptr, size_t bytes);
+
+/* Releases a buffer (from bn_device_alloc) that a larger one replaces, whose contents no later
+ * step needs (a pass's scratch, partial sums, the cuDNN workspace): at once where no step graph
+ * lives, else once the last one is freed, so that a graph captured before the replacement still
+ * replays on memory of its own and need not be captured again (no buffer_generation step). */
+void bn_device_retire(void *ptr);
+
+/* Step graphs (graph.h) count themselves in and out: when the last one goes, the retired
+ * buffers are freed. */
+void bn_device_graphs(int delta);
 
 /* Copies on the context stream; d2h waits for the copy so the host data is usable. */
 bn_status bn_device_h2d(void *dst, const void *src, size_t bytes);

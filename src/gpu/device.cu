@@ -1,6 +1,7 @@
 /* device.cu - the CUDA device context and memory primitives behind device.h. */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cuda_profiler_api.h>
@@ -20,6 +21,15 @@ static int ctx_open;
 #define ALLOC_SLOTS 16384
 static struct { void *ptr; size_t bytes; } allocs[ALLOC_SLOTS];
 static size_t bytes_now, bytes_peak;
+
+/* Buffers replaced while a step graph lived (bn_device_retire), and the graphs alive. */
+static struct {
+    void **ptr;
+    int count, cap;
+    int graphs;
+} retired;
+
+static void free_retired(void);
 
 static size_t slot_of(const void *p)
 {
@@ -360,7 +370,10 @@ extern "C" void bn_ctx_close(void)
     if (c->stream) cudaStreamSynchronize((cudaStream_t)c->stream);
     if (c->cudnn) cudnnDestroy((cudnnHandle_t)c->cudnn);
     if (c->cublas) cublasDestroy((cublasHandle_t)c->cublas);
-    if (c->workspace) cudaFree(c->workspace);
+    bn_device_free(c->workspace);
+    /* Graphs still alive end with the context; so do the buffers they replay on. */
+    retired.graphs = 0;
+    free_retired();
     if (c->stream) cudaStreamDestroy((cudaStream_t)c->stream);
     if (c->side_stream) {
         cudaStreamSynchronize((cudaStream_t)c->side_stream);
@@ -432,21 +445,17 @@ extern "C" bn_status bn_ctx_zero_beside(bn_ctx *ctx, void *ptr, size_t bytes)
 extern "C" bn_status bn_ctx_reserve_workspace(bn_ctx *ctx, size_t bytes)
 {
     if (bytes <= ctx->workspace_size) return BN_OK;
-    if (ctx->workspace) {
-        BN_CUDA(cudaStreamSynchronize((cudaStream_t)ctx->stream));
-        BN_CUDA(cudaFree(ctx->workspace));
-        account(0, ctx->workspace_size);
-        ctx->workspace = NULL;
-        ctx->workspace_size = 0;
-    }
+    /* A step graph captured before replays on the old workspace, kept while it lives. */
+    bn_device_retire(ctx->workspace);
+    ctx->workspace = NULL;
+    ctx->workspace_size = 0;
     cudaError_t e = cudaMalloc(&ctx->workspace, bytes);
     if (e != cudaSuccess) {
         ctx->workspace = NULL;
         return alloc_error(e, bytes, "the cuDNN workspace");
     }
     ctx->workspace_size = bytes;
-    ctx->buffer_generation++;
-    account(bytes, 0);
+    remember(ctx->workspace, bytes);
     /* Zeroed once, so that no algorithm can read uninitialised memory from it. */
     BN_CUDA(cudaMemsetAsync(ctx->workspace, 0, bytes, (cudaStream_t)ctx->stream));
     return BN_OK;
@@ -470,6 +479,41 @@ extern "C" void bn_device_free(void *ptr)
     if (!ptr) return;
     forget(ptr);
     cudaFree(ptr);
+}
+
+static void free_retired(void)
+{
+    for (int i = 0; i < retired.count; i++) bn_device_free(retired.ptr[i]);
+    free(retired.ptr);
+    retired.ptr = NULL;
+    retired.count = retired.cap = 0;
+}
+
+extern "C" void bn_device_retire(void *ptr)
+{
+    if (!ptr) return;
+    if (retired.graphs > 0 && retired.count == retired.cap) {
+        const int cap = retired.cap ? 2 * retired.cap : 16;
+        void **grown = (void **)realloc(retired.ptr, (size_t)cap * sizeof *grown);
+        if (grown) retired.ptr = grown, retired.cap = cap;
+    }
+    /* Without a graph, or without host memory to keep it listed (the graphs are then captured
+     * again: the generation moves on), the buffer goes now. */
+    if (retired.graphs <= 0 || retired.count == retired.cap) {
+        if (retired.graphs > 0 && ctx_open) the_ctx.buffer_generation++;
+        bn_device_free(ptr);
+        return;
+    }
+    retired.ptr[retired.count++] = ptr;
+}
+
+extern "C" void bn_device_graphs(int delta)
+{
+    retired.graphs += delta;
+    if (retired.graphs <= 0) {
+        retired.graphs = 0;
+        free_retired();
+    }
 }
 
 extern "C" bn_status bn_device_zero(void *ptr, size_t bytes)

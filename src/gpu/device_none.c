@@ -131,6 +131,8 @@ bn_status bn_device_alloc(void **ptr, size_t bytes)
 }
 
 void bn_device_free(void *ptr) { (void)ptr; }
+void bn_device_retire(void *ptr) { (void)ptr; }
+void bn_device_graphs(int delta) { (void)delta; }
 
 bn_status bn_device_zero(void *ptr, size_t bytes)
 {

@@ -32,6 +32,7 @@ static bn_status capture(bn_step_graph *g, cudaStream_t s, int prioritized, bn_s
     if (e != cudaSuccess)
         return bn_error(BN_ERR_DEVICE, "%s:%d: cudaGraphInstantiate: %s", __FILE__, __LINE__, cudaGetErrorString(e));
     g->exec = exec;
+    bn_device_graphs(1);
     return BN_OK;
 }
 
@@ -64,6 +65,9 @@ extern "C" bn_status bn_step_graph_run(bn_step_graph *g, bn_ctx *ctx, bn_status 
 
 extern "C" void bn_step_graph_free(bn_step_graph *g)
 {
-    if (g->exec) cudaGraphExecDestroy((cudaGraphExec_t)g->exec);
+    if (g->exec) {
+        cudaGraphExecDestroy((cudaGraphExec_t)g->exec);
+        bn_device_graphs(-1);
+    }
     g->exec = NULL;
 }
