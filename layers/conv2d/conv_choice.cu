@@ -242,7 +242,7 @@ static bn_status choose_pass(const bn_layer *l, const conv_priv *c, bn_ctx *ctx,
 }
 
 /* Grows the layer's scratch (zeroed) to what the plan's families need. */
-static bn_status reserve_scratch(conv_gpu *g, bn_ctx *ctx, const conv_plan *plan)
+static bn_status reserve_scratch(conv_gpu *g, const conv_plan *plan)
 {
     if (plan->scratch_bytes <= g->scratch_bytes) return BN_OK;
     /* A step graph captured before keeps replaying on the old buffer, retired until it goes. */
@@ -261,7 +261,7 @@ static bn_status reserve(conv_priv *c, bn_ctx *ctx, const conv_plan *plan, size_
 {
     BN_TRY(bn_ctx_reserve_workspace(ctx, need));
     conv_gpu *g = c->gpu;
-    if (own) BN_TRY(reserve_scratch(g, ctx, plan));
+    if (own) BN_TRY(reserve_scratch(g, plan));
     if (!own || own_parts(plan) <= g->parts_bytes) return BN_OK;
     /* A captured step graph holds the old buffer's address: retired, it stays its own until the
      * graph goes (a pass queued before still finishes on it), so the graph need not be captured
