@@ -194,9 +194,10 @@ BN_TEST(gpu_device_retire_keeps_a_buffer_while_a_graph_lives)
 /* A batch of another size that grows a convolution's scratch or partial sums after the steps
  * were captured (LeNet at 256: the 16-image last batch of each epoch and of the test set needs
  * scratch that 256 does not) retires the old buffers instead of freeing them, so the graphs are
- * captured once and replay on them: the timeline shows one capture of a group of steps (two
- * before, the second in epoch 2), in the default kernel choice and in the deterministic one, and
- * the deterministic run logs the eager run's losses and ends with its checkpoint. */
+ * captured once and replay on them: the timeline shows one capture of a group of steps (on the
+ * whole of MNIST the code before captured a second in epoch 2), in the default kernel choice and
+ * in the deterministic one, and the deterministic run logs the eager run's losses and ends with
+ * its checkpoint. */
 BN_TEST(gpu_graph_is_captured_once_when_another_batch_size_grows_a_buffer)
 {
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
