@@ -489,22 +489,30 @@ static void free_retired(void)
     retired.count = retired.cap = 0;
 }
 
+/* Adds ptr to the retired buffers; 0 when the host has no memory to list it. */
+static int keep_retired(void *ptr)
+{
+    if (retired.count == retired.cap) {
+        const int cap = retired.cap ? 2 * retired.cap : 16;
+        void **grown = (void **)realloc(retired.ptr, (size_t)cap * sizeof *grown);
+        if (!grown) return 0;
+        retired.ptr = grown, retired.cap = cap;
+    }
+    retired.ptr[retired.count++] = ptr;
+    return 1;
+}
+
 extern "C" void bn_device_retire(void *ptr)
 {
     if (!ptr) return;
-    if (retired.graphs > 0 && retired.count == retired.cap) {
-        const int cap = retired.cap ? 2 * retired.cap : 16;
-        void **grown = (void **)realloc(retired.ptr, (size_t)cap * sizeof *grown);
-        if (grown) retired.ptr = grown, retired.cap = cap;
-    }
-    /* Without a graph, or without host memory to keep it listed (the graphs are then captured
-     * again: the generation moves on), the buffer goes now. */
-    if (retired.graphs <= 0 || retired.count == retired.cap) {
-        if (retired.graphs > 0 && ctx_open) the_ctx.buffer_generation++;
-        bn_device_free(ptr);
+    if (retired.graphs == 0) {
+        bn_device_free(ptr); /* no graph replays on it */
         return;
     }
-    retired.ptr[retired.count++] = ptr;
+    if (keep_retired(ptr)) return;
+    /* Not listed, it cannot outlive the graphs: freed now, they are captured again. */
+    if (ctx_open) the_ctx.buffer_generation++;
+    bn_device_free(ptr);
 }
 
 extern "C" void bn_device_graphs(int delta)

@@ -241,7 +241,8 @@ static bn_status train_group(bn_step_body *b, step_graphs *graphs, long step)
     if (s == BN_OK && replayed) {
         note_step_replays(b, GROUP_STEPS);
     } else if (s == BN_OK) {
-        bn_timeline_mark("the first group of steps captured");
+        /* At every capture (a replaced buffer of the step's can make one again), not only the first. */
+        bn_timeline_mark("a group of steps captured");
     }
     bn_nvtx_pop();
     return s;
