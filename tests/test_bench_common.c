@@ -122,3 +122,25 @@ BN_TEST(bench_epoch_ms_come_from_images_a_second)
     CHECK_MSG(strstr(out, "bare=39\n") != NULL, "%s", out);
     return BN_PASS;
 }
+
+/* Every suite entry's model file builds a network (`blobnet summary`, which parses the file and
+ * sets every layer up for its input), and the two written for shapes the suite lacked hold the
+ * parameters counted by hand: allconv_leaky's six convolutions with their batch normalizations
+ * and classifier (1120 + 14440 + 28880 + 57680 + 115360 + 25760 + 2 * (40 + 40 + 80 + 80 + 160 +
+ * 160) + 1610), mlp_elu's six dense layers (784-600-400-400-300-200-10 with biases), and LeNet (520 + 25050 + 400500 + 5010). */
+BN_TEST(bench_suite_models_build_and_the_new_shapes_hold_their_parameters)
+{
+    if (system("bash -c true >/dev/null 2>&1") != 0) BN_SKIP_TEST("no bash");
+    if (file_size("./blobnet") < 0) BN_SKIP_TEST("no ./blobnet (make builds it)");
+    const int rc = bn_test_run("bash -c 'source tools/bench_common.sh; "
+                               "for e in \"${suite[@]}\"; do read -r name model dataset batch <<<\"$e\"; "
+                               "t=$(./blobnet summary \"$model\" 2>&1 | grep \"^total:\"); "
+                               "echo \"$name: ${t:-failed}\"; done'",
+                               out, sizeof out);
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, out);
+    CHECK_MSG(!strstr(out, ": failed"), "a suite model file does not build:\n%s", out);
+    CHECK_MSG(strstr(out, "allconv_leaky: total: 21 layers, 245970 parameters"), "allconv_leaky:\n%s", out);
+    CHECK_MSG(strstr(out, "mlp_elu: total: 12 layers, 1054310 parameters"), "mlp_elu:\n%s", out);
+    CHECK_MSG(strstr(out, "lenet256: total: 8 layers, 431080 parameters"), "lenet256:\n%s", out);
+    return BN_PASS;
+}

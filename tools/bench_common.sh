@@ -88,6 +88,8 @@ suite=(
     "densenet        models/densenet_fashion.cfg fashion-mnist -"
     "window7         models/window7_fashion.cfg  fashion-mnist -"
     "batch32         models/batch32_fashion.cfg  fashion-mnist -"
+    "allconv_leaky   models/allconv_leaky.cfg    cifar10       -"
+    "mlp_elu         models/mlp_elu.cfg          mnist         -"
 )
 
 # The data folder of a suite model's dataset (mnist, fashion-mnist or cifar10): the MNIST or the
