@@ -6,7 +6,8 @@
  * dropout, which reads its step on the device, and for nets whose captured forward pass runs
  * their branches beside each other. A buffer that another batch size grows after the capture is
  * kept for the graphs, which are not captured again. Every built-in type may be captured (a
- * plugin's type that may not is named once: test_plugin.c). */
+ * plugin's type that may not is named once: test_plugin.c). Groups of steps, whose steps gather
+ * the next one's batch a step ahead, train the eager run's bits too, with draws. */
 #include <stdlib.h>
 
 #include "core/device.h"
@@ -73,6 +74,29 @@ BN_TEST(gpu_graph_replay_matches_eager_steps)
     return BN_PASS;
 }
 
+/* A run of `model` on `limit` images in groups of steps against one without graphs (tag: the
+ * files' names). */
+static int compare_grouped(const char *model, const char *limit, const char *tag)
+{
+    char path[2][2][512], cmd[4096];
+    for (int g = 0; g < 2; g++) {
+        snprintf(path[g][0], sizeof path[g][0], "%s/group%d-%s.safetensors", bn_test_tmpdir(), g, tag);
+        snprintf(path[g][1], sizeof path[g][1], "%s/group%d-%s.csv", bn_test_tmpdir(), g, tag);
+        snprintf(cmd, sizeof cmd, "BLOBNET_TIMELINE=1 %s train %s --device gpu --deterministic --epochs 2 "
+                 "--train-limit %s --test-limit 500 --quiet --data %s --save %s --checkpoint-every 7 --log %s "
+                 "--log-every 10 %s", bn_test_cli(), model, limit, bn_test_data_dir(), path[g][0], path[g][1],
+                 g ? "--no-graph" : "");
+        CHECK_MSG(bn_test_run(cmd, out, sizeof out) == 0, "%s:\n%s", cmd, out);
+        const int grouped = strstr(out, "a group of steps captured") != NULL;
+        CHECK_MSG(grouped == !g, "%s: %s", model, g ? "an eager run replayed a group" : "no group replayed");
+    }
+    CHECK_MSG(same_losses(path[0][1], path[1][1]), "%s, %s images: grouped and eager runs logged other losses", model,
+              limit);
+    snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", path[0][0], path[1][0]);
+    CHECK_MSG(system(cmd) == 0, "%s, %s images: grouped and eager runs ended with other weights or state", model, limit);
+    return BN_PASS;
+}
+
 /* Four full steps replay as one graph where the host reads nothing between them (trainer.c's
  * group_steps): the groups train the eager run's bits, with a logged row every 10 steps and a
  * checkpoint every 7 (never inside a group: the steps around them run one graph each), a short
@@ -81,27 +105,28 @@ BN_TEST(gpu_graph_groups_of_steps_match_eager_steps)
 {
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
     if (!bn_test_data_dir()) BN_SKIP_TEST("BLOBNET_TEST_DATA not set");
-    static const char *const runs[][2] = {{"models/lenet.cfg", "3200"}, {"models/lenet.cfg", "3000"},
-                                          {"models/inception_fashion.cfg", "2600"}};
-    for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
-        char path[2][2][512], cmd[4096];
-        for (int g = 0; g < 2; g++) {
-            snprintf(path[g][0], sizeof path[g][0], "%s/group%d-%zu.safetensors", bn_test_tmpdir(), g, r);
-            snprintf(path[g][1], sizeof path[g][1], "%s/group%d-%zu.csv", bn_test_tmpdir(), g, r);
-            snprintf(cmd, sizeof cmd, "BLOBNET_TIMELINE=1 %s train %s --device gpu --deterministic --epochs 2 "
-                     "--train-limit %s --test-limit 500 --quiet --data %s --save %s --checkpoint-every 7 --log %s "
-                     "--log-every 10 %s", bn_test_cli(), runs[r][0], runs[r][1], bn_test_data_dir(), path[g][0],
-                     path[g][1], g ? "--no-graph" : "");
-            CHECK_MSG(bn_test_run(cmd, out, sizeof out) == 0, "%s:\n%s", cmd, out);
-            const int grouped = strstr(out, "a group of steps captured") != NULL;
-            CHECK_MSG(grouped == !g, "%s: %s", runs[r][0], g ? "an eager run replayed a group" : "no group replayed");
-        }
-        CHECK_MSG(same_losses(path[0][1], path[1][1]), "%s, %s images: grouped and eager runs logged other losses",
-                  runs[r][0], runs[r][1]);
-        snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", path[0][0], path[1][0]);
-        CHECK_MSG(system(cmd) == 0, "%s, %s images: grouped and eager runs ended with other weights or state", runs[r][0],
-                  runs[r][1]);
-    }
+    CHECK(compare_grouped("models/lenet.cfg", "3200", "lenet3200") == BN_PASS);
+    CHECK(compare_grouped("models/lenet.cfg", "3000", "lenet3000") == BN_PASS);
+    CHECK(compare_grouped("models/inception_fashion.cfg", "2600", "inception") == BN_PASS);
+    return BN_PASS;
+}
+
+/* Each step of a group but the last gathers the next one's batch beside its forward pass
+ * (trainer.c): the batches it takes are moved by the draws of their own steps, and a dropout
+ * layer draws with the step of the batch it trains on, so the groups train the eager run's bits
+ * with both. */
+BN_TEST(gpu_graph_groups_stage_batches_drawn_for_their_steps)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    if (!bn_test_data_dir()) BN_SKIP_TEST("BLOBNET_TEST_DATA not set");
+    char model[512];
+    snprintf(model, sizeof model, "%s/lenet_drawn.cfg", bn_test_tmpdir());
+    FILE *f = fopen(model, "w");
+    CHECK(f && fputs("[input]\nchannels=1\nheight=28\nwidth=28\nstd=255\n[augment]\nshift=2\nflip=1\ncutout=6\n"
+                     "[conv2d]\nfilters=8\nsize=5\n[relu]\n[maxpool]\nsize=2\n[dense]\noutputs=64\n[relu]\n"
+                     "[dropout]\nrate=0.4\n[dense]\noutputs=10\n[softmax_ce]\n[train]\nlr=0.01\nmomentum=0.9\n",
+                     f) >= 0 && fclose(f) == 0);
+    CHECK(compare_grouped(model, "3200", "drawn") == BN_PASS);
     return BN_PASS;
 }
 

@@ -1,7 +1,7 @@
 /* The batch loader: order, standardisation and partial batches on the CPU path; training
  * batches augmented as [augment] says (shift, flip, zero or reflect padding, cutout), evaluation
  * batches never; the GPU's gather against the CPU's, bit for bit, eagerly and through a replayed
- * CUDA graph, on pixels and on float values. */
+ * CUDA graph, on pixels and on float values, and so the GPU's batches staged a step ahead. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -556,6 +556,103 @@ BN_TEST(loader_gpu_augmented_gather_matches_cpu_through_graph_replays)
         CHECK_OK(bn_loader_fill_next(&gld, gpu, REPEAT_N, 1));
         CHECK_OK(bn_loader_fill_next(&cld, cpu, REPEAT_N, 1));
         CHECK_MSG(same_batches(gpu, cpu, REPEAT_N), "%s: the training batch after an evaluation batch differs", aug);
+        bn_step_graph_free(&g);
+        bn_loader_free(&gld);
+        bn_loader_free(&cld);
+        bn_net_free(gpu);
+        bn_net_free(cpu);
+    }
+    return BN_PASS;
+}
+
+/* The step of the batch taken last, where the step's draws read it (dev_step[1]). */
+static unsigned long long taken_step(const bn_loader *ld)
+{
+    unsigned long long s = ~0ull;
+    return bn_device_d2h(&s, ld->dev_step + 1, sizeof s) == BN_OK ? s : ~0ull;
+}
+
+/* What a step of a group does with its batch (trainer.c): takes the one staged before it, stages
+ * the next beside it, and ends with the side stream joined, as a step's backward pass joins it. */
+static bn_status take_and_stage(void *arg)
+{
+    fill_args *f = arg;
+    BN_TRY(bn_loader_take(f->ld, f->net, f->n));
+    BN_TRY(bn_loader_stage(f->ld, f->net, f->n));
+    return bn_ctx_join_side(f->net->pass.ctx);
+}
+
+/* A batch staged a step ahead (bn_loader_stage) and taken in the next (bn_loader_take) is the
+ * batch bn_loader_fill_next gives the CPU, bit for bit, augmented with the same draws, and the
+ * step's draws read its step: eagerly, and through a captured step that takes the batch staged
+ * before it and stages the next, replayed (its stage then written and read inside each replay's
+ * turn). Pixels and float values, a mean and std per channel. */
+BN_TEST(loader_gpu_staged_batches_match_the_cpu_through_replays)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    static const struct {
+        int channels, as_values;
+        const char *norm, *augment;
+    } cases[] = {{RAND_C, 0, "mean=0.5\nstd=0.25\n", "[augment]\nshift=3\nflip=1\n"},
+                 {RAND_MAX_C, 1, "mean=0.1,0.5,0.9\nstd=0.2,0.3,0.7\n", "[augment]\nshift=2\nflip=1\npad=reflect\ncutout=4\n"}};
+    const int n = 6; /* 8 batches of the 51 examples */
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        bn_dataset d = random_images_of(cases[i].channels, cases[i].as_values);
+        bn_net *gpu, *cpu;
+        CHECK_OK(normed_net(d.channels, RAND_H, RAND_W, cases[i].norm, cases[i].augment, REPEAT_N, ctx, 11, &gpu));
+        CHECK_OK(normed_net(d.channels, RAND_H, RAND_W, cases[i].norm, cases[i].augment, REPEAT_N, NULL, 11, &cpu));
+        bn_loader gld, cld;
+        CHECK_OK(bn_loader_init(&gld, &d, ctx));
+        CHECK_OK(bn_loader_init(&cld, &d, NULL));
+        CHECK_OK(bn_loader_set_order(&gld, 1, 31));
+        CHECK_OK(bn_loader_set_order(&cld, 1, 31));
+        CHECK_OK(bn_loader_set_step(&gld, 500));
+        CHECK_OK(bn_loader_set_step(&cld, 500));
+        CHECK_OK(bn_loader_reserve_stage(&gld, gpu, n));
+        /* Nothing staged yet: a take is refused. */
+        CHECK(bn_loader_take(&gld, gpu, n) != BN_OK);
+        int batch = 0;
+        CHECK_OK(bn_loader_fill_next(&gld, gpu, n, 1));
+        CHECK_OK(bn_loader_fill_next(&cld, cpu, n, 1));
+        CHECK_MSG(same_batches(gpu, cpu, n) && taken_step(&gld) == 500, "case %zu: the first batch", i);
+        /* Eagerly: two batches staged and taken. */
+        for (batch = 1; batch <= 2; batch++) {
+            CHECK_OK(bn_loader_stage(&gld, gpu, n));
+            CHECK(bn_loader_stage(&gld, gpu, n) != BN_OK); /* one batch staged at a time */
+            CHECK_OK(bn_ctx_join_side(ctx));
+            CHECK_OK(bn_loader_take(&gld, gpu, n));
+            CHECK_OK(bn_loader_fill_next(&cld, cpu, n, 1));
+            CHECK_MSG(same_batches(gpu, cpu, n), "case %zu: staged batch %d differs from the CPU's", i, batch);
+            CHECK_MSG(taken_step(&gld) == 500ull + (unsigned)batch, "case %zu, batch %d: step %llu", i, batch,
+                      taken_step(&gld));
+        }
+        /* Through the graph: batch 3 staged eagerly, then each launch takes one and stages the next. */
+        CHECK_OK(bn_loader_stage(&gld, gpu, n));
+        CHECK_OK(bn_ctx_join_side(ctx));
+        bn_step_graph g = {0};
+        int replays = 0;
+        fill_args f = {&gld, gpu, n};
+        for (batch = 3; batch <= 6; batch++) {
+            int replayed = 0;
+            CHECK_OK(bn_step_graph_run(&g, ctx, take_and_stage, &f, &replayed));
+            if (replayed) {
+                gld.host_cursor += n; /* the stage's host side, which a replay skips */
+                bn_net_mark_device_written(gpu);
+                replays++;
+            }
+            CHECK_OK(bn_loader_fill_next(&cld, cpu, n, 1));
+            CHECK_MSG(same_batches(gpu, cpu, n), "case %zu: batch %d differs from the CPU's%s", i, batch,
+                      replayed ? " (a replay)" : "");
+            CHECK_MSG(taken_step(&gld) == 500ull + (unsigned)batch, "case %zu, batch %d: step %llu", i, batch,
+                      taken_step(&gld));
+        }
+        CHECK_MSG(replays == 3, "case %zu: %d replays, not 3", i, replays);
+        /* The last batch staged by the last replay, taken eagerly. */
+        CHECK_OK(bn_loader_take(&gld, gpu, n));
+        CHECK_OK(bn_loader_fill_next(&cld, cpu, n, 1));
+        CHECK_MSG(same_batches(gpu, cpu, n) && taken_step(&gld) == 507, "case %zu: the last batch", i);
         bn_step_graph_free(&g);
         bn_loader_free(&gld);
         bn_loader_free(&cld);

@@ -117,12 +117,22 @@ bn_status bn_loader_set_step(bn_loader *ld, unsigned long long step)
     return ld->ctx ? bn_device_h2d(ld->dev_step, &step, sizeof step) : BN_OK;
 }
 
+/* The host's side of taking the next n examples: their start, checked against the set, and the
+ * cursor moved past them. */
+static bn_status next_batch(bn_loader *ld, int n, int *start)
+{
+    *start = ld->host_cursor;
+    if (*start < 0 || n <= 0 || *start + n > ld->data->count)
+        return bn_error(BN_ERR_INTERNAL, "batch %d..%d outside the dataset of %d", *start, *start + n,
+                        ld->data->count);
+    ld->host_cursor += ld->stride ? ld->stride : n;
+    return BN_OK;
+}
+
 bn_status bn_loader_fill_next(bn_loader *ld, bn_net *net, int n, int train)
 {
-    int start = ld->host_cursor;
-    if (start < 0 || n <= 0 || start + n > ld->data->count)
-        return bn_error(BN_ERR_INTERNAL, "batch %d..%d outside the dataset of %d", start, start + n, ld->data->count);
-    ld->host_cursor += ld->stride ? ld->stride : n;
+    int start;
+    BN_TRY(next_batch(ld, n, &start));
     BN_TRY(bn_net_set_batch(net, n));
     if (ld->ctx) return train ? bn_loader_fill_train_gpu(ld, net, n) : bn_loader_fill_next_gpu(ld, net, n);
     BN_TRY(fill_host(ld, net, start, n, train));
@@ -130,8 +140,37 @@ bn_status bn_loader_fill_next(bn_loader *ld, bn_net *net, int n, int train)
     return BN_OK;
 }
 
+bn_status bn_loader_reserve_stage(bn_loader *ld, const bn_net *net, int n)
+{
+    if (!ld->ctx || n <= 0) return bn_error(BN_ERR_INTERNAL, "a batch is staged on the GPU only, and not empty");
+    return bn_loader_reserve_stage_gpu(ld, net, n);
+}
+
+bn_status bn_loader_stage(bn_loader *ld, bn_net *net, int n)
+{
+    if (!ld->ctx || !ld->dev_stage || ld->staged || !ld->ctx->side_stream)
+        return bn_error(BN_ERR_INTERNAL, "a batch staged with no stage made, no side stream, or one still staged");
+    int start;
+    BN_TRY(next_batch(ld, n, &start));
+    BN_TRY(bn_loader_stage_gpu(ld, net, n));
+    ld->staged = 1;
+    ld->staged_n = n;
+    return BN_OK;
+}
+
+bn_status bn_loader_take(bn_loader *ld, bn_net *net, int n)
+{
+    if (!ld->staged || ld->staged_n != n)
+        return bn_error(BN_ERR_INTERNAL, "a batch of %d taken where %d are staged", n, ld->staged ? ld->staged_n : 0);
+    BN_TRY(bn_net_set_batch(net, n));
+    BN_TRY(bn_loader_take_gpu(ld, net, n));
+    ld->staged = 0;
+    return BN_OK;
+}
+
 void bn_loader_free(bn_loader *ld)
 {
+    bn_device_free(ld->dev_stage);
     free(ld->order);
     bn_upload_buf_free(&ld->order_up);
     if (ld->ctx) bn_loader_release_pixels(ld);

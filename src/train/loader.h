@@ -28,7 +28,8 @@ typedef struct bn_loader {
     int *dev_cursor;       /* GPU: first example of the next bn_loader_fill_next batch */
     int host_cursor;       /* the same on the CPU path */
     unsigned long long *dev_step;  /* GPU: [0] the training step of the next training batch, [1]
-                                      the step of the batch gathered last (bn_pass.dev_step) */
+                                      the step of the batch gathered last (bn_pass.dev_step), [2]
+                                      the step of the staged batch (bn_loader_stage) */
     unsigned long long host_step;  /* the same on the CPU path (the GPU path reads only dev_step) */
     int stride;            /* bn_loader_fill_next moves the cursor this many examples on (0: by the
                               batch's size); a data-parallel rank skips the other ranks' shares */
@@ -36,6 +37,10 @@ typedef struct bn_loader {
                               bn_loader_prepare_order and not yet taken by bn_loader_set_order */
     unsigned long long prepared_seed;
     bn_upload_buf order_up; /* GPU: the pinned buffer a prepared order is uploaded through */
+    void *dev_stage;       /* GPU: a training batch gathered a step ahead, its labels after it */
+    size_t stage_bytes;    /* dev_stage's size (bn_loader_reserve_stage) */
+    int staged;            /* a batch of `staged_n` is queued into dev_stage and not taken */
+    int staged_n;
 } bn_loader;
 
 /* Prepares a loader for data (which must outlive it); with ctx, uploads the dataset. */
@@ -67,6 +72,18 @@ bn_status bn_loader_set_step(bn_loader *ld, unsigned long long step);
  * so a captured step replays with the following batch and draws each time. */
 bn_status bn_loader_fill_next(bn_loader *ld, bn_net *net, int n, int train);
 
+/* A training batch gathered a step ahead, on the GPU: bn_loader_stage queues the gather of the
+ * next n examples, as bn_loader_fill_next(.., 1) would fill them (the cursor, the step and the
+ * draws move on alike), on the context's side stream into a stage of the loader's, after what the
+ * stream holds and beside what it queues next (the side stream is left pending: the stream joins
+ * it before the backward pass, core/device.h); bn_loader_take, in a later step, puts the staged
+ * batch into the input and labels on the stream, and its step where the step's draws read it. The
+ * stage holds one batch; bn_loader_reserve_stage makes it, outside a captured step, for batches
+ * of up to n. A step graph that stages and takes replays with the batches that follow. */
+bn_status bn_loader_reserve_stage(bn_loader *ld, const bn_net *net, int n);
+bn_status bn_loader_stage(bn_loader *ld, bn_net *net, int n);
+bn_status bn_loader_take(bn_loader *ld, bn_net *net, int n);
+
 void bn_loader_free(bn_loader *ld);
 
 /* The device memory a dataset may take to stay resident: $BLOBNET_DATA_BUDGET (bytes, or with a
@@ -81,6 +98,9 @@ bn_status bn_loader_upload_order(bn_loader *ld);
 bn_status bn_loader_fill_gpu(bn_loader *ld, bn_net *net, int start, int n);
 bn_status bn_loader_fill_next_gpu(bn_loader *ld, bn_net *net, int n);
 bn_status bn_loader_fill_train_gpu(bn_loader *ld, bn_net *net, int n);
+bn_status bn_loader_reserve_stage_gpu(bn_loader *ld, const bn_net *net, int n);
+bn_status bn_loader_stage_gpu(bn_loader *ld, bn_net *net, int n);
+bn_status bn_loader_take_gpu(bn_loader *ld, bn_net *net, int n);
 
 #ifdef __cplusplus
 }

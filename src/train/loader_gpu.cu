@@ -25,13 +25,13 @@ __device__ __forceinline__ float bn_fed_value(float v)
  * *cursor (a captured step reads its batch's position), and the last block moves it past the
  * batch (cursor[1] counts the blocks done). step, when set, is the training step whose draws move
  * the examples as aug says (core/augment.h) from each example's position in the global batch
- * (offset + its place here); the last block leaves that step in step[1], for the passes of the
- * step that draw (bn_pass.dev_step), and advances step[0] to the next. The cursor moves by
- * advance. */
+ * (offset + its place here); the last block leaves that step in step[slot] (1: for the passes of
+ * the step that draw, bn_pass.dev_step; 2: a staged batch's, which bn_loader_take moves to 1), and
+ * advances step[0] to the next. The cursor moves by advance. */
 template <typename T, typename S>
 __global__ void gather_batch(const S *__restrict__ pixels, const uint16_t *__restrict__ labels,
                              const int *__restrict__ order, int start, int *cursor, unsigned long long *step,
-                             bn_augment aug, unsigned long long seed, int offset, int n, int advance, int height,
+                             int slot, bn_augment aug, unsigned long long seed, int offset, int n, int advance, int height,
                              int width, int per_example, const float *__restrict__ norm, int channels,
                              T *__restrict__ x,
                              float *__restrict__ y)
@@ -59,7 +59,7 @@ __global__ void gather_batch(const S *__restrict__ pixels, const uint16_t *__res
     if (i == 0) y[e] = (float)labels[src];
     if (cursor && bn_last_arrival((unsigned *)(cursor + 1), gridDim.x * gridDim.y) && threadIdx.x == 0) {
         *cursor = start + advance;
-        if (step) step[1] = step[0]++;
+        if (step) step[slot] = step[0]++;
     }
 }
 
@@ -119,8 +119,8 @@ extern "C" bn_status bn_loader_upload(bn_loader *ld)
     /* The cursor and the count of gather blocks done with it. */
     BN_TRY(bn_device_alloc((void **)&ld->dev_cursor, 2 * sizeof(int)));
     BN_TRY(bn_device_zero(ld->dev_cursor, 2 * sizeof(int)));
-    BN_TRY(bn_device_alloc((void **)&ld->dev_step, 2 * sizeof *ld->dev_step));
-    BN_TRY(bn_device_zero(ld->dev_step, 2 * sizeof *ld->dev_step));
+    BN_TRY(bn_device_alloc((void **)&ld->dev_step, 3 * sizeof *ld->dev_step));
+    BN_TRY(bn_device_zero(ld->dev_step, 3 * sizeof *ld->dev_step));
     if (!ld->streamed) BN_TRY(bn_device_h2d(ld->dev_pixels, host, pixel_bytes));
     BN_TRY(bn_device_h2d(ld->dev_labels, d->labels, label_bytes));
     return bn_loader_upload_order(ld);
@@ -134,43 +134,68 @@ extern "C" bn_status bn_loader_upload_order(bn_loader *ld)
     return s;
 }
 
-/* The batch's examples into x from the device copy of the dataset. */
+/* Where a gather leaves its batch: the stream it is queued on, x and y (the input's and the
+ * labels' device data, or the loader's stage), and the slot of dev_step that gets its step. */
+typedef struct gather_dest {
+    cudaStream_t stream;
+    void *x;
+    float *y;
+    int slot;
+} gather_dest;
+
+/* The stage's layout (bn_loader_reserve_stage): a batch of n examples of per values of `value`
+ * bytes, then its n labels from the next 256-byte boundary. */
+static size_t stage_labels_at(int n, int per, size_t value)
+{
+    return ((size_t)n * per * value + 255) / 256 * 256;
+}
+
+/* The batch's examples into to's x (or the input's device data) from the device copy of the dataset. */
 template <typename T, typename S>
 static bn_status gather_into(bn_loader *ld, bn_net *net, int start, int *cursor, unsigned long long *step, int n,
-                             const S *pixels, T *x)
+                             const S *pixels, T *x, const gather_dest &to)
 {
-    BN_DEV_WR(y, net->labels);
+    BN_DEV_WR(labels, net->labels);
     BN_DEV_RD(norm, net->input_norm);
     const bn_dataset *d = ld->data;
     int per = per_example(d);
     const int threads = 256;
     const dim3 grid((unsigned)n, (unsigned)((per + threads - 1) / threads));
-    bn_launch_early(gather_batch<T, S>, grid, dim3(threads), 0, (cudaStream_t)ld->ctx->stream,
+    bn_launch_early(gather_batch<T, S>, grid, dim3(threads), 0, to.stream,
                     pixels, (const uint16_t *)ld->dev_labels,
-                    (const int *)ld->dev_order, start, cursor, step, net->augment, net->pass.seed, net->pass.offset,
-                    n, ld->stride ? ld->stride : n, d->height, d->width, per, norm, d->channels, x, y);
+                    (const int *)ld->dev_order, start, cursor, step, to.slot, net->augment, net->pass.seed,
+                    net->pass.offset, n, ld->stride ? ld->stride : n, d->height, d->width, per, norm, d->channels,
+                    to.x ? (T *)to.x : x, to.y ? to.y : labels);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
 
-/* The batch into the input's device data (float, or BF16 under --precision bf16). */
+/* The batch into the input's device data (float, or BF16 under --precision bf16), or to's x. */
 template <typename S>
 static bn_status gather_from(bn_loader *ld, bn_net *net, int start, int *cursor, unsigned long long *step, int n,
-                             const S *pixels)
+                             const S *pixels, const gather_dest &to)
 {
     if (bn_blob_is_bf16(net->input)) {
         BN_DEV16_WR(x, net->input);
-        return gather_into(ld, net, start, cursor, step, n, pixels, x);
+        return gather_into(ld, net, start, cursor, step, n, pixels, x, to);
     }
     BN_DEV_WR(x, net->input);
-    return gather_into(ld, net, start, cursor, step, n, pixels, x);
+    return gather_into(ld, net, start, cursor, step, n, pixels, x, to);
 }
 
-static bn_status gather(bn_loader *ld, bn_net *net, int start, int *cursor, unsigned long long *step, int n)
+static bn_status gather_to(bn_loader *ld, bn_net *net, int start, int *cursor, unsigned long long *step, int n,
+                           const gather_dest &to)
 {
     if (n <= 0) return BN_OK;
-    if (ld->data->values) return gather_from(ld, net, start, cursor, step, n, (const float *)ld->dev_pixels);
-    return gather_from(ld, net, start, cursor, step, n, (const unsigned char *)ld->dev_pixels);
+    if (ld->data->values) return gather_from(ld, net, start, cursor, step, n, (const float *)ld->dev_pixels, to);
+    return gather_from(ld, net, start, cursor, step, n, (const unsigned char *)ld->dev_pixels, to);
+}
+
+/* Into the input and labels, on the context's stream. */
+static bn_status gather(bn_loader *ld, bn_net *net, int start, int *cursor, unsigned long long *step, int n)
+{
+    const gather_dest to = {(cudaStream_t)ld->ctx->stream, NULL, NULL, 1};
+    return gather_to(ld, net, start, cursor, step, n, to);
 }
 
 extern "C" bn_status bn_loader_fill_gpu(bn_loader *ld, bn_net *net, int start, int n)
@@ -186,4 +211,71 @@ extern "C" bn_status bn_loader_fill_next_gpu(bn_loader *ld, bn_net *net, int n)
 extern "C" bn_status bn_loader_fill_train_gpu(bn_loader *ld, bn_net *net, int n)
 {
     return gather(ld, net, 0, ld->dev_cursor, ld->dev_step, n);
+}
+
+/* The bytes of one value of the input as the gather writes it. */
+static size_t input_value_bytes(const bn_net *net)
+{
+    return bn_blob_is_bf16(net->input) ? sizeof(__nv_bfloat16) : sizeof(float);
+}
+
+extern "C" bn_status bn_loader_reserve_stage_gpu(bn_loader *ld, const bn_net *net, int n)
+{
+    const size_t bytes = stage_labels_at(n, per_example(ld->data), input_value_bytes(net)) + (size_t)n * sizeof(float);
+    if (bytes <= ld->stage_bytes) return BN_OK;
+    /* A group captured before reads and writes the old stage within each of its replays: it is
+     * kept while that graph lives. */
+    bn_device_retire(ld->dev_stage);
+    ld->dev_stage = NULL;
+    ld->stage_bytes = 0;
+    BN_TRY(bn_device_alloc(&ld->dev_stage, bytes));
+    ld->stage_bytes = bytes;
+    return BN_OK;
+}
+
+extern "C" bn_status bn_loader_stage_gpu(bn_loader *ld, bn_net *net, int n)
+{
+    bn_ctx *ctx = ld->ctx;
+    const int per = per_example(ld->data);
+    char *stage = (char *)ld->dev_stage;
+    /* After everything the stream holds (the step's own batch taken from the stage), beside what
+     * it queues next; the stream joins the side stream before the backward pass. */
+    BN_TRY(bn_ctx_fork_side(ctx));
+    const gather_dest to = {(cudaStream_t)ctx->side_stream, stage,
+                            (float *)(stage + stage_labels_at(n, per, input_value_bytes(net))), 2};
+    return gather_to(ld, net, 0, ld->dev_cursor, ld->dev_step, n, to);
+}
+
+/* The staged batch (bytes of it from src) into dst, its n labels sy into y, and its step into the
+ * slot the step's draws read: 16 bytes a thread where both batches are 16-byte aligned. */
+__global__ void take_staged(const unsigned char *__restrict__ src, unsigned char *__restrict__ dst, size_t bytes,
+                            int wide, const float *__restrict__ sy, float *__restrict__ y, int n,
+                            unsigned long long *step)
+{
+    bn_early_entry(); /* pdl.cuh */
+    const size_t first = (size_t)blockIdx.x * blockDim.x + threadIdx.x, all = (size_t)gridDim.x * blockDim.x;
+    const size_t body = wide ? bytes / 16 : 0;
+    for (size_t i = first; i < body; i += all) ((uint4 *)dst)[i] = ((const uint4 *)src)[i];
+    for (size_t i = body * 16 + first; i < bytes; i += all) dst[i] = src[i];
+    for (size_t i = first; i < (size_t)n; i += all) y[i] = sy[i];
+    if (first == 0) step[1] = step[2];
+}
+
+extern "C" bn_status bn_loader_take_gpu(bn_loader *ld, bn_net *net, int n)
+{
+    BN_DEV_WR(y, net->labels);
+    void *x = bn_blob_is_bf16(net->input) ? (void *)bn_blob_dev16_wr(net->input) : (void *)bn_blob_dev_wr(net->input);
+    if (!x) return bn_last_status();
+    const int per = per_example(ld->data);
+    const size_t value = input_value_bytes(net), bytes = (size_t)n * per * value;
+    const unsigned char *stage = (const unsigned char *)ld->dev_stage;
+    const int wide = (uintptr_t)x % 16 == 0 && (uintptr_t)stage % 16 == 0;
+    const size_t work = wide ? bytes / 16 : bytes, threads = 256;
+    size_t blocks = (work > (size_t)n ? work : (size_t)n) / threads + 1;
+    if (blocks > 1024) blocks = 1024;
+    bn_launch_early(take_staged, dim3((unsigned)blocks), dim3((unsigned)threads), 0, (cudaStream_t)ld->ctx->stream,
+                    stage, (unsigned char *)x, bytes, wide, (const float *)(stage + stage_labels_at(n, per, value)), y,
+                    n, ld->dev_step);
+    BN_CUDA_LAUNCH();
+    return BN_OK;
 }

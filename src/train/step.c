@@ -116,7 +116,11 @@ static bn_status step_passes(bn_step_body *b, int fused)
     /* A captured backward pass runs branches beside each other; on several GPUs a bucket's
      * all-reduce then follows every lane its layers may have run on (dist/comm.cu). */
     b->net->backward_beside = 1;
-    BN_TRY(bn_loader_fill_next(b->ld, b->net, b->n, 1));
+    if (b->take_staged) BN_TRY(bn_loader_take(b->ld, b->net, b->n));
+    else BN_TRY(bn_loader_fill_next(b->ld, b->net, b->n, 1));
+    /* The next step's batch, gathered on the side stream beside this step's forward pass, once
+     * this one's is taken from the stage. */
+    if (b->stage_next) BN_TRY(bn_loader_stage(b->ld, b->net, b->n));
     BN_TRY(bn_net_zero_grad_beside(b->net));
     BN_TRY(bn_net_forward(b->net, 1));
     if (b->net->pass.ctx && b->net->pass.ctx->side_stream) {

@@ -21,6 +21,8 @@ typedef struct bn_step_body {
     size_t bucket_bytes;    /* several GPUs: gradients gathered for one all-reduce (0: one per layer) */
     int pend_first, pend_last; /* the layers whose gradients wait in the bucket; -1 when none */
     bn_schedule *sched;     /* several GPUs: when the buckets' all-reduces run (dist_schedule.h) */
+    int take_staged;        /* the step's batch is the one the step before staged (bn_loader_take) */
+    int stage_next;         /* the step stages the next step's batch beside its own passes */
 } bn_step_body;
 
 /* Runs the step b describes (arg: a bn_step_body). */

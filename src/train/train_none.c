@@ -65,6 +65,24 @@ bn_status bn_loader_fill_train_gpu(bn_loader *ld, bn_net *net, int n)
     return bn_no_cuda();
 }
 
+bn_status bn_loader_reserve_stage_gpu(bn_loader *ld, const bn_net *net, int n)
+{
+    (void)ld, (void)net, (void)n;
+    return bn_no_cuda();
+}
+
+bn_status bn_loader_stage_gpu(bn_loader *ld, bn_net *net, int n)
+{
+    (void)ld, (void)net, (void)n;
+    return bn_no_cuda();
+}
+
+bn_status bn_loader_take_gpu(bn_loader *ld, bn_net *net, int n)
+{
+    (void)ld, (void)net, (void)n;
+    return bn_no_cuda();
+}
+
 bn_status bn_optimizer_range_args_gpu(bn_optimizer *o, bn_net *net, size_t lo, size_t hi, bn_step_rates r, int last,
                                       bn_update_args *u)
 {

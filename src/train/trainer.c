@@ -215,17 +215,25 @@ static int group_steps(const step_graphs *g, const bn_trainer_opts *opts, const 
 
 typedef struct group_body {
     bn_step_body *b;
-    long step; /* the first step's number */
+    long step;   /* the first step's number */
+    int staging; /* each step but the last stages the next one's batch */
 } group_body;
 
+/* The group's steps; each but the last gathers the next one's batch beside its own forward pass
+ * (bn_loader_stage), so that only the first step's gather stands at the head of its step. */
 static bn_status run_group_body(void *arg)
 {
     group_body *g = arg;
-    for (int i = 0; i < GROUP_STEPS; i++) {
+    bn_status s = BN_OK;
+    for (int i = 0; i < GROUP_STEPS && s == BN_OK; i++) {
         g->b->net->pass.step = (unsigned long long)(g->step + i);
-        BN_TRY(bn_step_body_run(g->b));
+        g->b->take_staged = i > 0 && g->staging;
+        g->b->stage_next = i + 1 < GROUP_STEPS && g->staging;
+        s = bn_step_body_run(g->b);
     }
-    return BN_OK;
+    g->b->take_staged = g->b->stage_next = 0;
+    g->b->ld->staged = 0;
+    return s;
 }
 
 /* GROUP_STEPS full steps from step `step` on, replayed as one graph (captured the first time). */
@@ -234,9 +242,11 @@ static bn_status train_group(bn_step_body *b, step_graphs *graphs, long step)
     char range[64];
     snprintf(range, sizeof range, "steps %ld-%ld", step + 1, step + GROUP_STEPS);
     bn_nvtx_push(range, BN_NVTX_STEP);
-    group_body g = {b, step};
+    /* The stage is made here, outside the capture. */
+    group_body g = {b, step, b->net->pass.ctx->side_stream != NULL};
     int replayed = 0;
-    bn_status s = bn_net_set_batch(b->net, b->n);
+    bn_status s = g.staging ? bn_loader_reserve_stage(b->ld, b->net, b->n) : BN_OK;
+    if (s == BN_OK) s = bn_net_set_batch(b->net, b->n);
     if (s == BN_OK) s = bn_step_graph_run(&graphs->group, b->net->pass.ctx, run_group_body, &g, &replayed);
     if (s == BN_OK && replayed) {
         note_step_replays(b, GROUP_STEPS);
@@ -470,7 +480,7 @@ static bn_status train_epoch(bn_net *net, bn_optimizer *opt, bn_loader *ld, bn_b
         if (opts->profile_first && st->step + 1 == opts->profile_first) BN_TRY(bn_profiler_start());
         if (!queued) {
             bn_step_body body = {net, opt, ld, acc, mine, dist, (double)mine / n, dist ? dist->bucket_bytes : 0, -1, -1,
-                                 sched};
+                                 sched, 0, 0};
             queued = group_steps(graphs, opts, st, start, count, batch);
             group_seen = st->epoch_seen + (long)queued * n;
             if (queued > 1) BN_TRY(train_group(&body, graphs, st->step));
