@@ -97,6 +97,19 @@ static int compare_grouped(const char *model, const char *limit, const char *tag
     return BN_PASS;
 }
 
+/* A small LeNet with a dropout layer, and `augment` (an [augment] section, or "") after its
+ * [input], written as `name` into the tests' folder; path gets its path. 1 when written. */
+static int write_dropout_net(const char *name, const char *augment, char *path, size_t size)
+{
+    snprintf(path, size, "%s/%s", bn_test_tmpdir(), name);
+    FILE *f = fopen(path, "w");
+    if (!f) return 0;
+    const int ok = fprintf(f, "[input]\nchannels=1\nheight=28\nwidth=28\nstd=255\n%s[conv2d]\nfilters=8\nsize=5\n"
+                              "[relu]\n[maxpool]\nsize=2\n[dense]\noutputs=64\n[relu]\n[dropout]\nrate=0.4\n[dense]\n"
+                              "outputs=10\n[softmax_ce]\n[train]\nlr=0.01\nmomentum=0.9\n", augment) > 0;
+    return fclose(f) == 0 && ok;
+}
+
 /* Four full steps replay as one graph where the host reads nothing between them (trainer.c's
  * group_steps): the groups train the eager run's bits, with a logged row every 10 steps and a
  * checkpoint every 7 (never inside a group: the steps around them run one graph each), a short
@@ -120,12 +133,7 @@ BN_TEST(gpu_graph_groups_stage_batches_drawn_for_their_steps)
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
     if (!bn_test_data_dir()) BN_SKIP_TEST("BLOBNET_TEST_DATA not set");
     char model[512];
-    snprintf(model, sizeof model, "%s/lenet_drawn.cfg", bn_test_tmpdir());
-    FILE *f = fopen(model, "w");
-    CHECK(f && fputs("[input]\nchannels=1\nheight=28\nwidth=28\nstd=255\n[augment]\nshift=2\nflip=1\ncutout=6\n"
-                     "[conv2d]\nfilters=8\nsize=5\n[relu]\n[maxpool]\nsize=2\n[dense]\noutputs=64\n[relu]\n"
-                     "[dropout]\nrate=0.4\n[dense]\noutputs=10\n[softmax_ce]\n[train]\nlr=0.01\nmomentum=0.9\n",
-                     f) >= 0 && fclose(f) == 0);
+    CHECK(write_dropout_net("lenet_drawn.cfg", "[augment]\nshift=2\nflip=1\ncutout=6\n", model, sizeof model));
     CHECK(compare_grouped(model, "3200", "drawn") == BN_PASS);
     return BN_PASS;
 }
@@ -137,11 +145,7 @@ BN_TEST(gpu_graph_replay_matches_eager_steps_with_dropout)
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
     if (!bn_test_data_dir()) BN_SKIP_TEST("BLOBNET_TEST_DATA not set");
     char model[512];
-    snprintf(model, sizeof model, "%s/lenet_dropout.cfg", bn_test_tmpdir());
-    FILE *f = fopen(model, "w");
-    CHECK(f && fputs("[input]\nchannels=1\nheight=28\nwidth=28\nstd=255\n[conv2d]\nfilters=8\nsize=5\n[relu]\n"
-                     "[maxpool]\nsize=2\n[dense]\noutputs=64\n[relu]\n[dropout]\nrate=0.4\n[dense]\noutputs=10\n"
-                     "[softmax_ce]\n[train]\nlr=0.01\nmomentum=0.9\n", f) >= 0 && fclose(f) == 0);
+    CHECK(write_dropout_net("lenet_dropout.cfg", "", model, sizeof model));
     CHECK(compare_runs(model, "3000", "") == BN_PASS);
     return BN_PASS;
 }

@@ -467,6 +467,16 @@ static int same_batches(bn_net *gpu, bn_net *cpu, int n)
            memcmp(gy, cy, (size_t)n * sizeof *gy) == 0;
 }
 
+/* What a comparison of the GPU's batches with the CPU's holds: the graph, both loaders and nets. */
+static void free_pair(bn_step_graph *g, bn_loader *gld, bn_loader *cld, bn_net *gpu, bn_net *cpu)
+{
+    bn_step_graph_free(g);
+    bn_loader_free(gld);
+    bn_loader_free(cld);
+    bn_net_free(gpu);
+    bn_net_free(cpu);
+}
+
 /* An epoch of training batches from `step` on both paths, as the trainer runs them on the GPU:
  * the first and the partial last eagerly, the full ones between through the captured graph g
  * (captured by the first of them when g is empty); *replays counts the replayed ones. */
@@ -556,11 +566,7 @@ BN_TEST(loader_gpu_augmented_gather_matches_cpu_through_graph_replays)
         CHECK_OK(bn_loader_fill_next(&gld, gpu, REPEAT_N, 1));
         CHECK_OK(bn_loader_fill_next(&cld, cpu, REPEAT_N, 1));
         CHECK_MSG(same_batches(gpu, cpu, REPEAT_N), "%s: the training batch after an evaluation batch differs", aug);
-        bn_step_graph_free(&g);
-        bn_loader_free(&gld);
-        bn_loader_free(&cld);
-        bn_net_free(gpu);
-        bn_net_free(cpu);
+        free_pair(&g, &gld, &cld, gpu, cpu);
     }
     return BN_PASS;
 }
@@ -653,11 +659,7 @@ BN_TEST(loader_gpu_staged_batches_match_the_cpu_through_replays)
         CHECK_OK(bn_loader_take(&gld, gpu, n));
         CHECK_OK(bn_loader_fill_next(&cld, cpu, n, 1));
         CHECK_MSG(same_batches(gpu, cpu, n) && taken_step(&gld) == 507, "case %zu: the last batch", i);
-        bn_step_graph_free(&g);
-        bn_loader_free(&gld);
-        bn_loader_free(&cld);
-        bn_net_free(gpu);
-        bn_net_free(cpu);
+        free_pair(&g, &gld, &cld, gpu, cpu);
     }
     return BN_PASS;
 }
