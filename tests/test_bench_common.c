@@ -127,7 +127,8 @@ BN_TEST(bench_epoch_ms_come_from_images_a_second)
  * sets every layer up for its input), and the two written for shapes the suite lacked hold the
  * parameters counted by hand: allconv_leaky's six convolutions with their batch normalizations
  * and classifier (1120 + 14440 + 28880 + 57680 + 115360 + 25760 + 2 * (40 + 40 + 80 + 80 + 160 +
- * 160) + 1610), mlp_elu's six dense layers (784-600-400-400-300-200-10 with biases), and LeNet (520 + 25050 + 400500 + 5010). */
+ * 160) + 1610), mlp_elu's six dense layers (784-600-400-400-300-200-10 with biases), and LeNet
+ * (520 + 25050 + 400500 + 5010). */
 BN_TEST(bench_suite_models_build_and_the_new_shapes_hold_their_parameters)
 {
     if (system("bash -c true >/dev/null 2>&1") != 0) BN_SKIP_TEST("no bash");

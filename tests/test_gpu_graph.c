@@ -93,7 +93,8 @@ static int compare_grouped(const char *model, const char *limit, const char *tag
     CHECK_MSG(same_losses(path[0][1], path[1][1]), "%s, %s images: grouped and eager runs logged other losses", model,
               limit);
     snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", path[0][0], path[1][0]);
-    CHECK_MSG(system(cmd) == 0, "%s, %s images: grouped and eager runs ended with other weights or state", model, limit);
+    CHECK_MSG(system(cmd) == 0, "%s, %s images: grouped and eager runs ended with other weights or state", model,
+              limit);
     return BN_PASS;
 }
 

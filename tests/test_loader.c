@@ -602,7 +602,8 @@ BN_TEST(loader_gpu_staged_batches_match_the_cpu_through_replays)
         int channels, as_values;
         const char *norm, *augment;
     } cases[] = {{RAND_C, 0, "mean=0.5\nstd=0.25\n", "[augment]\nshift=3\nflip=1\n"},
-                 {RAND_MAX_C, 1, "mean=0.1,0.5,0.9\nstd=0.2,0.3,0.7\n", "[augment]\nshift=2\nflip=1\npad=reflect\ncutout=4\n"}};
+                 {RAND_MAX_C, 1, "mean=0.1,0.5,0.9\nstd=0.2,0.3,0.7\n",
+                  "[augment]\nshift=2\nflip=1\npad=reflect\ncutout=4\n"}};
     const int n = 6; /* 8 batches of the 51 examples */
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         bn_dataset d = random_images_of(cases[i].channels, cases[i].as_values);

@@ -31,8 +31,8 @@ __device__ __forceinline__ float bn_fed_value(float v)
 template <typename T, typename S>
 __global__ void gather_batch(const S *__restrict__ pixels, const uint16_t *__restrict__ labels,
                              const int *__restrict__ order, int start, int *cursor, unsigned long long *step,
-                             int slot, bn_augment aug, unsigned long long seed, int offset, int n, int advance, int height,
-                             int width, int per_example, const float *__restrict__ norm, int channels,
+                             int slot, bn_augment aug, unsigned long long seed, int offset, int n, int advance,
+                             int height, int width, int per_example, const float *__restrict__ norm, int channels,
                              T *__restrict__ x,
                              float *__restrict__ y)
 {
@@ -150,6 +150,12 @@ static size_t stage_labels_at(int n, int per, size_t value)
     return ((size_t)n * per * value + 255) / 256 * 256;
 }
 
+/* The bytes of a stage for such a batch and its labels. */
+static size_t stage_size(int n, int per, size_t value)
+{
+    return stage_labels_at(n, per, value) + (size_t)n * sizeof(float);
+}
+
 /* The batch's examples into to's x (or the input's device data) from the device copy of the dataset. */
 template <typename T, typename S>
 static bn_status gather_into(bn_loader *ld, bn_net *net, int start, int *cursor, unsigned long long *step, int n,
@@ -221,7 +227,7 @@ static size_t input_value_bytes(const bn_net *net)
 
 extern "C" bn_status bn_loader_reserve_stage_gpu(bn_loader *ld, const bn_net *net, int n)
 {
-    const size_t bytes = stage_labels_at(n, per_example(ld->data), input_value_bytes(net)) + (size_t)n * sizeof(float);
+    const size_t bytes = stage_size(n, per_example(ld->data), input_value_bytes(net));
     if (bytes <= ld->stage_bytes) return BN_OK;
     /* A group captured before reads and writes the old stage within each of its replays: it is
      * kept while that graph lives. */
@@ -237,6 +243,8 @@ extern "C" bn_status bn_loader_stage_gpu(bn_loader *ld, bn_net *net, int n)
 {
     bn_ctx *ctx = ld->ctx;
     const int per = per_example(ld->data);
+    if (stage_size(n, per, input_value_bytes(net)) > ld->stage_bytes)
+        return bn_error(BN_ERR_INTERNAL, "a batch of %d staged in a stage made for fewer", n);
     char *stage = (char *)ld->dev_stage;
     /* After everything the stream holds (the step's own batch taken from the stage), beside what
      * it queues next; the stream joins the side stream before the backward pass. */
