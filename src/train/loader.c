@@ -168,6 +168,11 @@ bn_status bn_loader_take(bn_loader *ld, bn_net *net, int n)
     return BN_OK;
 }
 
+void bn_loader_unstage(bn_loader *ld)
+{
+    ld->staged = 0;
+}
+
 void bn_loader_free(bn_loader *ld)
 {
     bn_device_free(ld->dev_stage);

@@ -83,6 +83,8 @@ bn_status bn_loader_fill_next(bn_loader *ld, bn_net *net, int n, int train);
 bn_status bn_loader_reserve_stage(bn_loader *ld, const bn_net *net, int n);
 bn_status bn_loader_stage(bn_loader *ld, bn_net *net, int n);
 bn_status bn_loader_take(bn_loader *ld, bn_net *net, int n);
+/* Forgets a staged batch that no step will take. */
+void bn_loader_unstage(bn_loader *ld);
 
 void bn_loader_free(bn_loader *ld);
 

@@ -138,7 +138,7 @@ extern "C" bn_status bn_loader_upload_order(bn_loader *ld)
  * labels' device data, or the loader's stage), and the slot of dev_step that gets its step. */
 typedef struct gather_dest {
     cudaStream_t stream;
-    void *x;
+    void *x; /* float, or BF16 under --precision bf16: the input's type */
     float *y;
     int slot;
 } gather_dest;
@@ -156,12 +156,23 @@ static size_t stage_size(int n, int per, size_t value)
     return stage_labels_at(n, per, value) + (size_t)n * sizeof(float);
 }
 
-/* The batch's examples into to's x (or the input's device data) from the device copy of the dataset. */
+/* The bytes of one value of the input as the gather writes it. */
+static size_t input_value_bytes(const bn_net *net)
+{
+    return bn_blob_is_bf16(net->input) ? sizeof(__nv_bfloat16) : sizeof(float);
+}
+
+/* The input's device data, of either type, marked as written there; NULL with the error recorded. */
+static void *input_dev_wr(bn_net *net)
+{
+    return bn_blob_is_bf16(net->input) ? (void *)bn_blob_dev16_wr(net->input) : (void *)bn_blob_dev_wr(net->input);
+}
+
+/* The batch's examples into to.x and their labels into to.y, from the device copy of the dataset. */
 template <typename T, typename S>
 static bn_status gather_into(bn_loader *ld, bn_net *net, int start, int *cursor, unsigned long long *step, int n,
-                             const S *pixels, T *x, const gather_dest &to)
+                             const S *pixels, const gather_dest &to)
 {
-    BN_DEV_WR(labels, net->labels);
     BN_DEV_RD(norm, net->input_norm);
     const bn_dataset *d = ld->data;
     int per = per_example(d);
@@ -171,36 +182,34 @@ static bn_status gather_into(bn_loader *ld, bn_net *net, int start, int *cursor,
                     pixels, (const uint16_t *)ld->dev_labels,
                     (const int *)ld->dev_order, start, cursor, step, to.slot, net->augment, net->pass.seed,
                     net->pass.offset, n, ld->stride ? ld->stride : n, d->height, d->width, per, norm, d->channels,
-                    to.x ? (T *)to.x : x, to.y ? to.y : labels);
+                    (T *)to.x, to.y);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
 
-/* The batch into the input's device data (float, or BF16 under --precision bf16), or to's x. */
-template <typename S>
-static bn_status gather_from(bn_loader *ld, bn_net *net, int start, int *cursor, unsigned long long *step, int n,
-                             const S *pixels, const gather_dest &to)
-{
-    if (bn_blob_is_bf16(net->input)) {
-        BN_DEV16_WR(x, net->input);
-        return gather_into(ld, net, start, cursor, step, n, pixels, x, to);
-    }
-    BN_DEV_WR(x, net->input);
-    return gather_into(ld, net, start, cursor, step, n, pixels, x, to);
-}
-
+/* The same from the dataset's pixels or float values. */
 static bn_status gather_to(bn_loader *ld, bn_net *net, int start, int *cursor, unsigned long long *step, int n,
                            const gather_dest &to)
 {
-    if (n <= 0) return BN_OK;
-    if (ld->data->values) return gather_from(ld, net, start, cursor, step, n, (const float *)ld->dev_pixels, to);
-    return gather_from(ld, net, start, cursor, step, n, (const unsigned char *)ld->dev_pixels, to);
+    const bool bf16 = bn_blob_is_bf16(net->input);
+    if (ld->data->values) {
+        const float *v = (const float *)ld->dev_pixels;
+        return bf16 ? gather_into<__nv_bfloat16>(ld, net, start, cursor, step, n, v, to)
+                    : gather_into<float>(ld, net, start, cursor, step, n, v, to);
+    }
+    const unsigned char *p = (const unsigned char *)ld->dev_pixels;
+    return bf16 ? gather_into<__nv_bfloat16>(ld, net, start, cursor, step, n, p, to)
+                : gather_into<float>(ld, net, start, cursor, step, n, p, to);
 }
 
 /* Into the input and labels, on the context's stream. */
 static bn_status gather(bn_loader *ld, bn_net *net, int start, int *cursor, unsigned long long *step, int n)
 {
-    const gather_dest to = {(cudaStream_t)ld->ctx->stream, NULL, NULL, 1};
+    if (n <= 0) return BN_OK;
+    BN_DEV_WR(y, net->labels);
+    void *x = input_dev_wr(net);
+    if (!x) return bn_last_status();
+    const gather_dest to = {(cudaStream_t)ld->ctx->stream, x, y, 1};
     return gather_to(ld, net, start, cursor, step, n, to);
 }
 
@@ -217,12 +226,6 @@ extern "C" bn_status bn_loader_fill_next_gpu(bn_loader *ld, bn_net *net, int n)
 extern "C" bn_status bn_loader_fill_train_gpu(bn_loader *ld, bn_net *net, int n)
 {
     return gather(ld, net, 0, ld->dev_cursor, ld->dev_step, n);
-}
-
-/* The bytes of one value of the input as the gather writes it. */
-static size_t input_value_bytes(const bn_net *net)
-{
-    return bn_blob_is_bf16(net->input) ? sizeof(__nv_bfloat16) : sizeof(float);
 }
 
 extern "C" bn_status bn_loader_reserve_stage_gpu(bn_loader *ld, const bn_net *net, int n)
@@ -246,8 +249,9 @@ extern "C" bn_status bn_loader_stage_gpu(bn_loader *ld, bn_net *net, int n)
     if (stage_size(n, per, input_value_bytes(net)) > ld->stage_bytes)
         return bn_error(BN_ERR_INTERNAL, "a batch of %d staged in a stage made for fewer", n);
     char *stage = (char *)ld->dev_stage;
-    /* After everything the stream holds (the step's own batch taken from the stage), beside what
-     * it queues next; the stream joins the side stream before the backward pass. */
+    /* After everything the stream holds (the step's own batch, gathered or taken from this
+     * stage), beside what it queues next; the stream joins the side stream before the backward
+     * pass. */
     BN_TRY(bn_ctx_fork_side(ctx));
     const gather_dest to = {(cudaStream_t)ctx->side_stream, stage,
                             (float *)(stage + stage_labels_at(n, per, input_value_bytes(net))), 2};
@@ -255,7 +259,8 @@ extern "C" bn_status bn_loader_stage_gpu(bn_loader *ld, bn_net *net, int n)
 }
 
 /* The staged batch (bytes of it from src) into dst, its n labels sy into y, and its step into the
- * slot the step's draws read: 16 bytes a thread where both batches are 16-byte aligned. */
+ * slot the step's draws read: 16 bytes a thread where both batches are 16-byte aligned. One kernel
+ * where three copies would be three nodes of the step's graph, each with its own start. */
 __global__ void take_staged(const unsigned char *__restrict__ src, unsigned char *__restrict__ dst, size_t bytes,
                             int wide, const float *__restrict__ sy, float *__restrict__ y, int n,
                             unsigned long long *step)
@@ -272,7 +277,7 @@ __global__ void take_staged(const unsigned char *__restrict__ src, unsigned char
 extern "C" bn_status bn_loader_take_gpu(bn_loader *ld, bn_net *net, int n)
 {
     BN_DEV_WR(y, net->labels);
-    void *x = bn_blob_is_bf16(net->input) ? (void *)bn_blob_dev16_wr(net->input) : (void *)bn_blob_dev_wr(net->input);
+    void *x = input_dev_wr(net);
     if (!x) return bn_last_status();
     const int per = per_example(ld->data);
     const size_t value = input_value_bytes(net), bytes = (size_t)n * per * value;

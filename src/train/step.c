@@ -119,7 +119,7 @@ static bn_status step_passes(bn_step_body *b, int fused)
     if (b->take_staged) BN_TRY(bn_loader_take(b->ld, b->net, b->n));
     else BN_TRY(bn_loader_fill_next(b->ld, b->net, b->n, 1));
     /* The next step's batch, gathered on the side stream beside this step's forward pass, once
-     * this one's is taken from the stage. */
+     * this one's is in place. */
     if (b->stage_next) BN_TRY(bn_loader_stage(b->ld, b->net, b->n));
     BN_TRY(bn_net_zero_grad_beside(b->net));
     BN_TRY(bn_net_forward(b->net, 1));

@@ -232,7 +232,7 @@ static bn_status run_group_body(void *arg)
         s = bn_step_body_run(g->b);
     }
     g->b->take_staged = g->b->stage_next = 0;
-    g->b->ld->staged = 0;
+    bn_loader_unstage(g->b->ld); /* a batch staged by a step that failed after it */
     return s;
 }
 
