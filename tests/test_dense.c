@@ -405,7 +405,7 @@ static int graph_replay_matches_eager(bn_ctx *ctx, const char *what)
     for (int round = 0; round < 4; round++) {
         for (int i = 0; i < count; i++) CHECK_OK(poison(blobs[i], ctx));
         int replayed = -1;
-        CHECK_OK(bn_step_graph_run(&graph, ctx, train_body, net, &replayed));
+        CHECK_OK(bn_step_graph_run(&graph, ctx, train_body, NULL, net, &replayed));
         CHECK_MSG(!graph.failed && graph.exec, "the training pass could not be captured");
         CHECK_MSG(replayed == (round > 0), "round %d: replayed %d", round, replayed);
         bn_net_mark_device_written(net);

@@ -74,27 +74,43 @@ BN_TEST(gpu_graph_replay_matches_eager_steps)
     return BN_PASS;
 }
 
+/* Two epochs of `model` on `limit` images (and 500 test images) with the timeline's marks, a
+ * checkpoint every 7 steps and a logged row every 10, into the tests' folder as `name` (.safetensors
+ * and .csv, into path[0] and path[1]); `env`: variables for the command, `flags`: more options. */
+static int train_marked(const char *env, const char *model, const char *limit, const char *flags, const char *name,
+                        char path[2][512])
+{
+    char cmd[4096];
+    snprintf(path[0], 512, "%s/%s.safetensors", bn_test_tmpdir(), name);
+    snprintf(path[1], 512, "%s/%s.csv", bn_test_tmpdir(), name);
+    snprintf(cmd, sizeof cmd, "%s BLOBNET_TIMELINE=1 %s train %s --device gpu --deterministic --epochs 2 "
+             "--train-limit %s --test-limit 500 --quiet --data %s --save %s --checkpoint-every 7 --log %s "
+             "--log-every 10 %s", env, bn_test_cli(), model, limit, bn_test_data_dir(), path[0], path[1], flags);
+    CHECK_MSG(bn_test_run(cmd, out, sizeof out) == 0, "%s:\n%s", cmd, out);
+    return BN_PASS;
+}
+
+/* Whether two runs of train_marked logged the same losses and ended with the same bytes. */
+static int same_runs(char a[2][512], char b[2][512])
+{
+    char cmd[2200];
+    snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", a[0], b[0]);
+    return same_losses(a[1], b[1]) && system(cmd) == 0;
+}
+
 /* A run of `model` on `limit` images in groups of steps against one without graphs (tag: the
  * files' names). */
 static int compare_grouped(const char *model, const char *limit, const char *tag)
 {
-    char path[2][2][512], cmd[4096];
+    char path[2][2][512], name[256];
     for (int g = 0; g < 2; g++) {
-        snprintf(path[g][0], sizeof path[g][0], "%s/group%d-%s.safetensors", bn_test_tmpdir(), g, tag);
-        snprintf(path[g][1], sizeof path[g][1], "%s/group%d-%s.csv", bn_test_tmpdir(), g, tag);
-        snprintf(cmd, sizeof cmd, "BLOBNET_TIMELINE=1 %s train %s --device gpu --deterministic --epochs 2 "
-                 "--train-limit %s --test-limit 500 --quiet --data %s --save %s --checkpoint-every 7 --log %s "
-                 "--log-every 10 %s", bn_test_cli(), model, limit, bn_test_data_dir(), path[g][0], path[g][1],
-                 g ? "--no-graph" : "");
-        CHECK_MSG(bn_test_run(cmd, out, sizeof out) == 0, "%s:\n%s", cmd, out);
+        snprintf(name, sizeof name, "group%d-%s", g, tag);
+        CHECK(train_marked("", model, limit, g ? "--no-graph" : "", name, path[g]) == BN_PASS);
         const int grouped = strstr(out, "a group of steps captured") != NULL;
         CHECK_MSG(grouped == !g, "%s: %s", model, g ? "an eager run replayed a group" : "no group replayed");
     }
-    CHECK_MSG(same_losses(path[0][1], path[1][1]), "%s, %s images: grouped and eager runs logged other losses", model,
-              limit);
-    snprintf(cmd, sizeof cmd, "cmp -s '%s' '%s'", path[0][0], path[1][0]);
-    CHECK_MSG(system(cmd) == 0, "%s, %s images: grouped and eager runs ended with other weights or state", model,
-              limit);
+    CHECK_MSG(same_runs(path[0], path[1]), "%s, %s images: grouped and eager runs logged other losses or ended with "
+              "other weights or state", model, limit);
     return BN_PASS;
 }
 
@@ -136,6 +152,32 @@ BN_TEST(gpu_graph_groups_stage_batches_drawn_for_their_steps)
     char model[512];
     CHECK(write_dropout_net("lenet_drawn.cfg", "[augment]\nshift=2\nflip=1\ncutout=6\n", model, sizeof model));
     CHECK(compare_grouped(model, "3200", "drawn") == BN_PASS);
+    return BN_PASS;
+}
+
+/* A capture the driver refuses (the test hook BLOBNET_TEST_FAIL_CAPTURE=N fails the process's Nth
+ * after its body ran) is said once, and the steps it held run kernel by kernel with their host side
+ * undone first, so the run trains the eager run's bits: the first capture (a single step's: no
+ * graph from then on), the second (the first group's: single steps replay from then on) and the
+ * third (the first evaluation batch's, at the end of epoch 1: that evaluation and the next run
+ * without a graph, the training steps replay in groups). */
+BN_TEST(gpu_graph_a_refused_capture_runs_its_steps_eagerly)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    if (!bn_test_data_dir()) BN_SKIP_TEST("BLOBNET_TEST_DATA not set");
+    char eager[2][512], refused[2][512], env[64], name[64];
+    CHECK(train_marked("", "models/lenet.cfg", "3200", "--no-graph", "refused-eager", eager) == BN_PASS);
+    for (int n = 1; n <= 3; n++) {
+        snprintf(env, sizeof env, "BLOBNET_TEST_FAIL_CAPTURE=%d", n);
+        snprintf(name, sizeof name, "refused-%d", n);
+        CHECK(train_marked(env, "models/lenet.cfg", "3200", "", name, refused) == BN_PASS);
+        const char *said = strstr(out, "cannot capture a step as a CUDA graph");
+        CHECK_MSG(said && strstr(said + 1, "cannot capture") == NULL, "capture %d: not said once:\n%s", n, out);
+        CHECK_MSG(strstr(out, "refused the graph (a test hook)") != NULL, "capture %d: %s", n, out);
+        const int grouped = strstr(out, "a group of steps captured") != NULL;
+        CHECK_MSG(grouped == (n == 3), "capture %d: groups %s", n, grouped ? "captured" : "never captured");
+        CHECK_MSG(same_runs(refused, eager), "capture %d refused: other losses or weights than the eager run's", n);
+    }
     return BN_PASS;
 }
 

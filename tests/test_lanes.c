@@ -164,13 +164,13 @@ static int chain_against_lanes(bn_ctx *ctx, bn_net *net, bn_status (*body)(void 
     CHECK_MSG(ctx->num_lanes >= 3, "the eager pass made %d lanes for three branches", ctx->num_lanes);
     bn_step_graph g = {0};
     int replayed = 0;
-    CHECK_OK(bn_step_graph_run(&g, ctx, body, net, &replayed));
+    CHECK_OK(bn_step_graph_run(&g, ctx, body, NULL, net, &replayed));
     CHECK_MSG(g.exec && !g.failed, "%s was not captured: %s", what, bn_last_error());
     CHECK_MSG(net->lanes_used >= 3, "the captured forward pass ran on %d lanes", net->lanes_used);
     CHECK_MSG(!net->backward_beside || net->backward_lanes_used >= 3, "the captured backward pass ran on %d lanes",
               net->backward_lanes_used);
     CHECK_OK(gt_poison_net(net, ctx));
-    CHECK_OK(bn_step_graph_run(&g, ctx, body, net, &replayed));
+    CHECK_OK(bn_step_graph_run(&g, ctx, body, NULL, net, &replayed));
     CHECK(replayed == 1);
     CHECK(same(net, w, what) == BN_PASS);
     bn_step_graph_free(&g);

@@ -494,7 +494,7 @@ static int epoch_against_cpu(bn_ctx *ctx, bn_step_graph *g, bn_loader *gld, bn_n
             CHECK_OK(training_fill(&f));
         } else {
             CHECK_OK(bn_net_set_batch(gpu, f.n));
-            CHECK_OK(bn_step_graph_run(g, ctx, training_fill, &f, &replayed));
+            CHECK_OK(bn_step_graph_run(g, ctx, training_fill, NULL, &f, &replayed));
         }
         if (replayed) {
             /* What the trainer's note_replay does for the skipped host side. */
@@ -643,7 +643,7 @@ BN_TEST(loader_gpu_staged_batches_match_the_cpu_through_replays)
         fill_args f = {&gld, gpu, n};
         for (batch = 3; batch <= 6; batch++) {
             int replayed = 0;
-            CHECK_OK(bn_step_graph_run(&g, ctx, take_and_stage, &f, &replayed));
+            CHECK_OK(bn_step_graph_run(&g, ctx, take_and_stage, NULL, &f, &replayed));
             if (replayed) {
                 gld.host_cursor += n; /* the stage's host side, which a replay skips */
                 bn_net_mark_device_written(gpu);

@@ -254,9 +254,10 @@ bn_status bn_gpu_fill(float *dst, float value, size_t n, bn_ctx *ctx)
     return bn_no_cuda();
 }
 
-bn_status bn_step_graph_run(bn_step_graph *g, bn_ctx *ctx, bn_status (*body)(void *), void *arg, int *replayed)
+bn_status bn_step_graph_run(bn_step_graph *g, bn_ctx *ctx, bn_status (*body)(void *), void (*rewind)(void *),
+                            void *arg, int *replayed)
 {
-    (void)g, (void)ctx;
+    (void)g, (void)ctx, (void)rewind;
     *replayed = 0;
     return body(arg);
 }

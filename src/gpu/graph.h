@@ -21,10 +21,17 @@ typedef struct bn_step_graph {
 
 /* Runs body(arg) as a captured graph: captures on the first call, replays afterwards.
  * *replayed is 1 when the body did not run (the caller repeats its host-side effects).
- * A capture that fails leaves the graph marked failed and runs the body eagerly. A graph whose
- * capture saw a workspace the context has since replaced (a larger one, for another batch
- * size) is captured again. */
-bn_status bn_step_graph_run(bn_step_graph *g, bn_ctx *ctx, bn_status (*body)(void *), void *arg, int *replayed);
+ * A capture that fails (an error of the body's while it is captured, or the driver's at the
+ * capture's end) leaves the graph marked failed and says so on stderr; its device work never ran,
+ * but its host side did, so rewind(arg) undoes that, and the body then runs eagerly, as it does at
+ * every later call (with rewind NULL, the capture's error is returned instead). A graph whose
+ * capture saw a workspace the context has since replaced (a larger one, for another batch size)
+ * is captured again.
+ *
+ * A test hook: with BLOBNET_TEST_FAIL_CAPTURE=N in the environment, the process's Nth capture
+ * fails after its body ran, as one whose graph the driver refuses does. */
+bn_status bn_step_graph_run(bn_step_graph *g, bn_ctx *ctx, bn_status (*body)(void *), void (*rewind)(void *),
+                            void *arg, int *replayed);
 
 void bn_step_graph_free(bn_step_graph *g);
 

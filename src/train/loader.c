@@ -173,6 +173,20 @@ void bn_loader_unstage(bn_loader *ld)
     ld->staged = 0;
 }
 
+bn_loader_mark bn_loader_marked(const bn_loader *ld)
+{
+    bn_loader_mark m = {ld->host_cursor, ld->staged, ld->staged_n, ld->host_step};
+    return m;
+}
+
+void bn_loader_rewind(bn_loader *ld, const bn_loader_mark *m)
+{
+    ld->host_cursor = m->cursor;
+    ld->staged = m->staged;
+    ld->staged_n = m->staged_n;
+    ld->host_step = m->step;
+}
+
 void bn_loader_free(bn_loader *ld)
 {
     bn_device_free(ld->dev_stage);

@@ -86,6 +86,16 @@ bn_status bn_loader_take(bn_loader *ld, bn_net *net, int n);
 /* Forgets a staged batch that no step will take. */
 void bn_loader_unstage(bn_loader *ld);
 
+/* The host's side of where the loader stands (cursor, step, staged batch): taken before a step
+ * that may be captured and put back where its capture failed (bn_step_graph_run's rewind), whose
+ * host side moved it while the device work that moves the device's copies never ran. */
+typedef struct bn_loader_mark {
+    int cursor, staged, staged_n;
+    unsigned long long step;
+} bn_loader_mark;
+bn_loader_mark bn_loader_marked(const bn_loader *ld);
+void bn_loader_rewind(bn_loader *ld, const bn_loader_mark *m);
+
 void bn_loader_free(bn_loader *ld);
 
 /* The device memory a dataset may take to stay resident: $BLOBNET_DATA_BUDGET (bytes, or with a

@@ -15,6 +15,29 @@ bn_status bn_step_accumulate_metrics(bn_net *net, bn_blob *acc)
     return BN_OK;
 }
 
+void bn_step_body_mark(bn_step_body *b)
+{
+    b->mark.ld = bn_loader_marked(b->ld);
+    b->mark.iter = b->opt->iter;
+    b->mark.held = b->opt->held;
+    b->mark.pend_first = b->pend_first, b->mark.pend_last = b->pend_last;
+    b->mark.queued = b->sched ? b->sched->queued : 0;
+    b->mark.take_staged = b->take_staged, b->mark.stage_next = b->stage_next;
+    b->mark.step = b->net->pass.step;
+}
+
+void bn_step_body_rewind(void *arg)
+{
+    bn_step_body *b = arg;
+    bn_loader_rewind(b->ld, &b->mark.ld);
+    b->opt->iter = b->mark.iter;
+    b->opt->held = b->mark.held;
+    b->pend_first = b->mark.pend_first, b->pend_last = b->mark.pend_last;
+    if (b->sched) b->sched->queued = b->mark.queued;
+    b->take_staged = b->mark.take_staged, b->stage_next = b->mark.stage_next;
+    b->net->pass.step = b->mark.step;
+}
+
 /* The bucket: layers pend_first..pend_last, whose parameters and gradients are one contiguous
  * range [*lo, *hi) of the slabs (layers are carved in order), in elements. */
 static void bucket_range(const bn_step_body *b, size_t *lo, size_t *hi)

@@ -23,7 +23,21 @@ typedef struct bn_step_body {
     bn_schedule *sched;     /* several GPUs: when the buckets' all-reduces run (dist_schedule.h) */
     int take_staged;        /* the step's batch is the one the step before staged (bn_loader_take) */
     int stage_next;         /* the step stages the next step's batch beside its own passes */
+    struct {                /* the host's side before the body ran (bn_step_body_mark) */
+        bn_loader_mark ld;
+        long iter;
+        int held, pend_first, pend_last, queued, take_staged, stage_next;
+        unsigned long long step;
+    } mark;
 } bn_step_body;
+
+/* Notes the host's side of b before its body runs: the loader's place, the optimizer's iteration
+ * and held update, the pass's step, the step's own flags and several GPUs' pending buckets. */
+void bn_step_body_mark(bn_step_body *b);
+
+/* Puts back what bn_step_body_mark noted (arg: a bn_step_body), after a capture of the body
+ * failed (bn_step_graph_run): its host side ran, its device work did not. */
+void bn_step_body_rewind(void *arg);
 
 /* Runs the step b describes (arg: a bn_step_body). */
 bn_status bn_step_body_run(void *arg);

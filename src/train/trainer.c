@@ -166,7 +166,8 @@ static bn_status train_step(bn_step_body *b, step_graphs *graphs, int n, int bat
         int replayed;
         /* Evaluation may have left other shapes on the blobs; the graph has its own. */
         BN_TRY(bn_net_set_batch(b->net, b->n));
-        s = bn_step_graph_run(graph, b->net->pass.ctx, bn_step_body_run, b, &replayed);
+        bn_step_body_mark(b);
+        s = bn_step_graph_run(graph, b->net->pass.ctx, bn_step_body_run, bn_step_body_rewind, b, &replayed);
         if (s == BN_OK && replayed) note_step_replays(b, 1);
     } else {
         s = bn_step_body_run(b);
@@ -236,6 +237,12 @@ static bn_status run_group_body(void *arg)
     return s;
 }
 
+/* What the group's steps did on the host before their capture failed, undone (graph.h). */
+static void rewind_group_body(void *arg)
+{
+    bn_step_body_rewind(((group_body *)arg)->b);
+}
+
 /* GROUP_STEPS full steps from step `step` on, replayed as one graph (captured the first time). */
 static bn_status train_group(bn_step_body *b, step_graphs *graphs, long step)
 {
@@ -247,10 +254,12 @@ static bn_status train_group(bn_step_body *b, step_graphs *graphs, long step)
     int replayed = 0;
     bn_status s = g.staging ? bn_loader_reserve_stage(b->ld, b->net, b->n) : BN_OK;
     if (s == BN_OK) s = bn_net_set_batch(b->net, b->n);
-    if (s == BN_OK) s = bn_step_graph_run(&graphs->group, b->net->pass.ctx, run_group_body, &g, &replayed);
+    bn_step_body_mark(b);
+    if (s == BN_OK)
+        s = bn_step_graph_run(&graphs->group, b->net->pass.ctx, run_group_body, rewind_group_body, &g, &replayed);
     if (s == BN_OK && replayed) {
         note_step_replays(b, GROUP_STEPS);
-    } else if (s == BN_OK) {
+    } else if (s == BN_OK && !graphs->group.failed) {
         /* At every capture (a replaced buffer of the step's can make one again), not only the first. */
         bn_timeline_mark("a group of steps captured");
     }
@@ -479,8 +488,9 @@ static bn_status train_epoch(bn_net *net, bn_optimizer *opt, bn_loader *ld, bn_b
         double lr = bn_optimizer_lr(opt, iter_at++);
         if (opts->profile_first && st->step + 1 == opts->profile_first) BN_TRY(bn_profiler_start());
         if (!queued) {
-            bn_step_body body = {net, opt, ld, acc, mine, dist, (double)mine / n, dist ? dist->bucket_bytes : 0, -1, -1,
-                                 sched, 0, 0};
+            bn_step_body body = {.net = net, .opt = opt, .ld = ld, .acc = acc, .n = mine, .dist = dist,
+                                 .weight = (double)mine / n, .bucket_bytes = dist ? dist->bucket_bytes : 0,
+                                 .pend_first = -1, .pend_last = -1, .sched = sched};
             queued = group_steps(graphs, opts, st, start, count, batch);
             group_seen = st->epoch_seen + (long)queued * n;
             if (queued > 1) BN_TRY(train_group(&body, graphs, st->step));
@@ -540,6 +550,7 @@ typedef struct eval_body {
     bn_loader *ld;
     bn_blob *sum;
     int n;
+    bn_loader_mark mark; /* the loader's place before the batch, for a capture that fails */
 } eval_body;
 
 static bn_status run_eval_body(void *arg)
@@ -551,6 +562,12 @@ static bn_status run_eval_body(void *arg)
     if (s == BN_OK && !fused) s = bn_step_accumulate_metrics(b->net, b->sum);
     if (fused) bn_net_unfuse_loss(b->net);
     return s;
+}
+
+static void rewind_eval_body(void *arg)
+{
+    eval_body *b = arg;
+    bn_loader_rewind(b->ld, &b->mark);
 }
 
 /* Evaluation over a loader in its natural order, summing into sum (a 2-float scratch blob).
@@ -569,7 +586,7 @@ static bn_status evaluate_with(bn_net *net, bn_loader *ld, bn_blob *sum, step_gr
     bn_nvtx_push("eval", BN_NVTX_STEP);
     bn_status s = BN_OK;
     for (int start = first; s == BN_OK && start < end; start += batch) {
-        eval_body b = {net, ld, sum, end - start < batch ? end - start : batch};
+        eval_body b = {net, ld, sum, end - start < batch ? end - start : batch, bn_loader_marked(ld)};
         bn_step_graph *graph = step_graphs_pick(graphs, net, b.n, batch);
         if (!graph) {
             s = run_eval_body(&b);
@@ -578,7 +595,8 @@ static bn_status evaluate_with(bn_net *net, bn_loader *ld, bn_blob *sum, step_gr
         }
         int replayed;
         s = bn_net_set_batch(net, b.n);
-        if (s == BN_OK) s = bn_step_graph_run(graph, net->pass.ctx, run_eval_body, &b, &replayed);
+        if (s == BN_OK)
+            s = bn_step_graph_run(graph, net->pass.ctx, run_eval_body, rewind_eval_body, &b, &replayed);
         if (s == BN_OK && replayed) note_replay(ld, net, b.n, sum);
     }
     bn_nvtx_pop();
