@@ -68,13 +68,13 @@ extern "C" bn_status bn_step_graph_run(bn_step_graph *g, bn_ctx *ctx, bn_status 
         bn_status st = capture(g, s, ctx->prioritized, body, arg);
         ctx->capturing = 0;
         if (st != BN_OK) {
+            g->failed = 1;
+            if (!rewind) return st;
             /* The body's host-side effects have happened (all of them, or up to its error); its
              * device work has not, and neither has the side work it forked or the lanes it
              * entered. Undo the host side, and run the step eagerly now and from now on. */
             fprintf(stderr, "blobnet: warning: cannot capture a step as a CUDA graph (%s); running it kernel by "
                             "kernel\n", bn_last_error());
-            g->failed = 1;
-            if (!rewind) return st;
             bn_ctx_leave_lanes(ctx);
             ctx->side_pending = pending;
             rewind(arg);

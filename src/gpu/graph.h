@@ -22,8 +22,8 @@ typedef struct bn_step_graph {
 /* Runs body(arg) as a captured graph: captures on the first call, replays afterwards.
  * *replayed is 1 when the body did not run (the caller repeats its host-side effects).
  * A capture that fails (an error of the body's while it is captured, or the driver's at the
- * capture's end) leaves the graph marked failed and says so on stderr; its device work never ran,
- * but its host side did, so rewind(arg) undoes that, and the body then runs eagerly, as it does at
+ * capture's end) leaves the graph marked failed; its device work never ran, but its host side did,
+ * so rewind(arg) undoes that, a warning on stderr says so, and the body runs eagerly, as it does at
  * every later call (with rewind NULL, the capture's error is returned instead). A graph whose
  * capture saw a workspace the context has since replaced (a larger one, for another batch size)
  * is captured again.

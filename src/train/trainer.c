@@ -254,9 +254,10 @@ static bn_status train_group(bn_step_body *b, step_graphs *graphs, long step)
     int replayed = 0;
     bn_status s = g.staging ? bn_loader_reserve_stage(b->ld, b->net, b->n) : BN_OK;
     if (s == BN_OK) s = bn_net_set_batch(b->net, b->n);
-    bn_step_body_mark(b);
-    if (s == BN_OK)
+    if (s == BN_OK) {
+        bn_step_body_mark(b);
         s = bn_step_graph_run(&graphs->group, b->net->pass.ctx, run_group_body, rewind_group_body, &g, &replayed);
+    }
     if (s == BN_OK && replayed) {
         note_step_replays(b, GROUP_STEPS);
     } else if (s == BN_OK && !graphs->group.failed) {
