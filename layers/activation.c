@@ -154,12 +154,6 @@ static bn_status act_backward(bn_layer *l, const bn_pass *pass)
     return BN_OK;
 }
 
-bn_act_fn bn_activation_fn(const bn_layer *act)
-{
-    const act_priv *p = act->priv;
-    return (bn_act_fn){.kind = (int)p->kind, .a = p->a};
-}
-
 /* A rough count: one operation for the piecewise-linear types, a few for the others. */
 static double act_flops(const bn_layer *l)
 {
@@ -196,15 +190,13 @@ static void act_destroy(bn_layer *l)
         .sums_grad_part = 1,                                      \
     }
 
-/* Each type is declared to its neighbours by its own kind: the layers whose kernels take only the
- * ReLU (a convolution's epilogues and masks, an add's) absorb only BN_ABSORB_RELU, those that take
- * all five (dense, batchnorm) BN_ABSORB_ACTIVATIONS, and read the kind through bn_activation_fn.
+/* Only the ReLU is declared to its neighbours: their epilogues and masks compute no other kind.
  * A ReLU after a ReLU may run in place over its output: the first one's backward pass reads only
  * the sign of that output, which max(y, 0) keeps. */
 ACTIVATION_OPS(bn_relu_ops, "relu", parse_relu, "max(x, 0) elementwise; no keys", BN_ABSORB_RELU);
-ACTIVATION_OPS(bn_sigmoid_ops, "sigmoid", parse_sigmoid, "1 / (1 + exp(-x)) elementwise; no keys", BN_ABSORB_SIGMOID);
-ACTIVATION_OPS(bn_tanh_ops, "tanh", parse_tanh, "tanh(x) elementwise; no keys", BN_ABSORB_TANH);
+ACTIVATION_OPS(bn_sigmoid_ops, "sigmoid", parse_sigmoid, "1 / (1 + exp(-x)) elementwise; no keys", 0);
+ACTIVATION_OPS(bn_tanh_ops, "tanh", parse_tanh, "tanh(x) elementwise; no keys", 0);
 ACTIVATION_OPS(bn_leaky_relu_ops, "leaky_relu", parse_leaky,
-               "x for x > 0, slope * x otherwise; keys: slope (0.01, in [0, 1))", BN_ABSORB_LEAKY);
+               "x for x > 0, slope * x otherwise; keys: slope (0.01, in [0, 1))", 0);
 ACTIVATION_OPS(bn_elu_ops, "elu", parse_elu,
-               "x for x > 0, alpha * (exp(x) - 1) otherwise; keys: alpha (1.0, > 0)", BN_ABSORB_ELU);
+               "x for x > 0, alpha * (exp(x) - 1) otherwise; keys: alpha (1.0, > 0)", 0);

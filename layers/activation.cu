@@ -1,19 +1,53 @@
 /* activation.cu - the activations on the GPU, all five as elementwise kernels of our own (one
  * launch per pass) with the CPU's formulas and kink conventions (activation.c): relu'(0) = 0,
  * leaky_relu'(0) = slope, elu takes its linear branch only for x > 0, and sigmoid and tanh take
- * their derivatives from the output y; the formulas are activation_fn.cuh's, which the layers
- * that do an activation's passes in its place use too. Sigmoid evaluates exp of a non-positive
- * argument only, as the CPU does, so neither branch overflows. No cuDNN descriptor is needed any
- * more. The output and its gradient may be slices of a channel join's (examples further apart
- * than their size, blob.h): those passes run by rows. */
+ * their derivatives from the output y. Sigmoid evaluates exp of a non-positive argument only,
+ * as the CPU does, so neither branch overflows. No cuDNN descriptor is needed any more. The
+ * output and its gradient may be slices of a channel join's (examples further apart than their
+ * size, blob.h): those passes run by rows. */
 #include "activation.h"
-#include "activation_fn.cuh"
 #include "gpu/add_into.cuh"
 #include "gpu/bf16.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/grid_stride.h"
 #include "gpu/pdl.cuh"
 #include "gpu/typed.cuh"
+
+static __device__ __forceinline__ float sigmoid_of(float x)
+{
+    if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
+    float e = expf(x);
+    return e / (1.0f + e);
+}
+
+/* y = f(x); a is leaky_relu's slope or elu's alpha. */
+template <act_kind K>
+static __device__ __forceinline__ float act_value(float x, float a)
+{
+    switch (K) {
+    case ACT_RELU: return x > 0.0f ? x : 0.0f;
+    case ACT_SIGMOID: return sigmoid_of(x);
+    case ACT_TANH: return tanhf(x);
+    case ACT_LEAKY: return x > 0.0f ? x : a * x;
+    case ACT_ELU: return x > 0.0f ? x : a * expm1f(x);
+    }
+    return x;
+}
+
+/* dx = dy * f'(x), f' written in x (relu-like) or in y = f(x) (sigmoid, tanh, elu's left side,
+ * where a e^x = y + a). */
+template <act_kind K>
+static __device__ __forceinline__ float act_grad(float x, float y, float dy, float a)
+{
+    switch (K) {
+    case ACT_RELU: return x > 0.0f ? dy : 0.0f;
+    case ACT_SIGMOID: return dy * y * (1.0f - y);
+    case ACT_TANH: return dy * (1.0f - y * y);
+    case ACT_LEAKY: return x > 0.0f ? dy : a * dy;
+    case ACT_ELU: return x > 0.0f ? dy : dy * (y + a);
+    }
+    return dy;
+}
 
 /* T is the blobs' element type on the device: float, or __nv_bfloat16 under --precision bf16
  * (loaded as float, the result rounded once on the store). */

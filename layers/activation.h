@@ -11,22 +11,11 @@ extern "C" {
 
 typedef enum act_kind { ACT_RELU, ACT_SIGMOID, ACT_TANH, ACT_LEAKY, ACT_ELU } act_kind;
 
-/* An activation as the layers that do its passes in its place see it (bn_layer_ops.fuse_gpu):
- * its kind and its parameter. */
-typedef struct bn_act_fn {
-    int kind; /* act_kind */
-    float a;  /* leaky_relu: slope; elu: alpha; else 0 */
-} bn_act_fn;
-
 typedef struct act_priv {
     act_kind kind;
     float a;            /* leaky_relu: slope; elu: alpha */
     double per_example; /* elements of one example, from setup */
 } act_priv;
-
-/* The kind and parameter of act, a layer of one of the five types (a neighbour's fuse_gpu is
- * asked only about those: their absorbable_as). */
-bn_act_fn bn_activation_fn(const bn_layer *act);
 
 /* All five as elementwise kernels with the CPU path's formulas, on float blobs or (under
  * --precision bf16) BF16 ones, the arithmetic in float either way; no GPU state. */

@@ -19,11 +19,7 @@
  * A ReLU after the layer (bn_batchnorm_fuse_relu) has both its passes done here: the forward
  * pass stores the ReLU's output and not the layer's, and the backward pass reads the ReLU's output
  * gradient, kept where the layer's output, recomputed from x as the forward pass computed and
- * rounded it, is above 0 (relu_after_grad_n): the ReLU's own mask, without its pass. The other
- * four activations are done the same way, each by its own formulas (activation_fn.cuh) on the
- * values its own passes would read (the layer's output and the activation's, recomputed and
- * rounded as stored), in kernels instanced for them (ACT), so that the ReLU's keep their
- * registers.
+ * rounded it, is above 0 (relu_after_grad_n): the ReLU's own mask, without its pass.
  *
  * Under --precision bf16 the data (x, y, dy, dx) is BF16 and the same kernels read it (element
  * type T, gpu/typed.cuh); the sums, the statistics, the running averages, the parameters (their
@@ -33,7 +29,6 @@
 
 #include <cooperative_groups.h>
 
-#include "activation_fn.cuh"
 #include "batchnorm.h"
 #include "gpu/add_into.cuh"
 #include "gpu/cuda_check.h"
@@ -140,52 +135,25 @@ static __device__ __forceinline__ void input_grad_n(const float *xv, float *gv, 
     }
 }
 
-/* A fused activation's input gradient, the activation before the layer: dx through its
- * derivative taken from x, its output (for a ReLU, dx where x is above 0). */
-template <int N, bool ACT>
-static __device__ __forceinline__ void relu_grad_n(const float *xv, float *gv, bn_act_fn f)
+/* A fused ReLU's input gradient: dx where x, the ReLU's output, is above 0. */
+template <int N> static __device__ __forceinline__ void relu_grad_n(const float *xv, float *gv)
 {
 #pragma unroll
-    for (int k = 0; k < N; k++) gv[k] = ACT ? bn_act_grad_y(f, xv[k], gv[k]) : xv[k] > 0.0f ? gv[k] : 0.0f;
+    for (int k = 0; k < N; k++) gv[k] = xv[k] > 0.0f ? gv[k] : 0.0f;
 }
 
 /* The backward pass of a fused ReLU after the layer (bn_args.relu_back): the ReLU's output
  * gradient gv kept where the layer's output is above 0 (activation.c's rule), that output
  * recomputed from x with the forward pass's expression and rounded to the blobs' type T as the
- * forward pass stored it, so the mask is the one the ReLU's own pass would take. With ACT, any of
- * the five (f): its output recomputed from that one and rounded as stored too, and gv passed
- * through its derivative from both, as its own backward pass takes it. */
-template <typename T, int N, bool ACT>
-static __device__ __forceinline__ void relu_after_grad_n(const float *xv, float *gv, float scale, float shift,
-                                                         bn_act_fn f)
+ * forward pass stored it, so the mask is the one the ReLU's own pass would take. */
+template <typename T, int N>
+static __device__ __forceinline__ void relu_after_grad_n(const float *xv, float *gv, float scale, float shift)
 {
 #pragma unroll
     for (int k = 0; k < N; k++) {
         const float y = bn_rounded((const T *)nullptr, __fadd_rn(__fmul_rn(xv[k], scale), shift));
-        if (!ACT) {
-            gv[k] = y > 0.0f ? gv[k] : 0.0f;
-            continue;
-        }
-        const float ya = bn_rounded((const T *)nullptr, bn_act_value(f, y));
-        gv[k] = bn_act_grad(f, y, ya, gv[k]);
+        gv[k] = y > 0.0f ? gv[k] : 0.0f;
     }
-}
-
-/* The forward pass's stores: the layer's output y (where not NULL), and a fused activation's
- * output act_y (where not NULL): for a ReLU max(v, 0), as bn_st_n_relu; with ACT f of the output
- * as rounded and stored, which is what the activation's own pass would read. */
-template <typename T, int N, bool ACT>
-static __device__ __forceinline__ void store_outputs_n(T *y, T *act_y, size_t at, size_t act_at, float *v, bn_act_fn f)
-{
-    if (!ACT) {
-        bn_st_n_relu<T, N>(y, act_y, at, act_at, v);
-        return;
-    }
-    if (y) bn_st_n<T, N>(&y[at], v);
-    if (!act_y) return;
-#pragma unroll
-    for (int k = 0; k < N; k++) v[k] = bn_act_value(f, bn_rounded((const T *)nullptr, v[k]));
-    bn_st_n<T, N>(&act_y[act_at], v);
 }
 
 /* Channel c's statistics from its sums over the batch. Forward in training: the batch's mean and
@@ -232,11 +200,10 @@ typedef struct bn_finish {
     int trained;
 } bn_finish;
 
-/* What the backward pass of a fused activation after the layer needs to recompute the layer's
- * output: the parameters (bias NULL where there is none), and the activation. */
+/* What the backward pass of a fused ReLU after the layer needs to recompute the layer's output:
+ * the parameters (bias NULL where there is no such ReLU). */
 typedef struct bn_relu_back {
     const float *w, *bias;
-    bn_act_fn act;
 } bn_relu_back;
 
 /* Channel c's scale and shift, as the forward pass computed them from the same statistics. */
@@ -257,7 +224,7 @@ static __device__ __forceinline__ void relu_back_params(const bn_relu_back &r, c
  * sum dy and sum dy * xhat (backward, stats holding each channel's mean and 1 / sqrt(var + eps)).
  * Pack q of the channel is at plane q / row (row: packs per plane), offset q % row in it. Then
  * the channel's last block to finish adds the parts (bn_finish). */
-template <typename T, int N, typename I, bool ACT>
+template <typename T, int N, typename I>
 static __global__ void __launch_bounds__(THREADS)
     partial_sums(bn_geometry g, const T *__restrict__ x, const T *__restrict__ dy, const T *__restrict__ dy_part,
                  size_t dy_gap, const float *stats, bn_relu_back r, double *__restrict__ sums, bn_finish f)
@@ -284,7 +251,7 @@ static __global__ void __launch_bounds__(THREADS)
         float xv[N], gv[N];
         bn_ld_n<T, N>(&x[i], xv);
         if (dy) bn_ld_grad_n<T, N>(dy, dy_part, di, gv);
-        if (dy && r.bias) relu_after_grad_n<T, N, ACT>(xv, gv, r_scale, r_shift, r.act);
+        if (dy && r.bias) relu_after_grad_n<T, N>(xv, gv, r_scale, r_shift);
         add_sums<N>(xv, gv, dy != NULL, mean, inv_std, &a, &b);
     }
     block_sum2<THREADS>(&a, &b);
@@ -317,10 +284,10 @@ static __global__ void eval_stats(bn_geometry g, float *stats, const float *rm, 
  * fused ReLU after the layer (relu_y not NULL) gets its output from the same values, by the CPU's
  * rule (activation.c), its examples relu_gap elements further apart than y's (a slice of a
  * channel join's output, blob.h; 0 when packed). */
-template <typename T, int N, typename I, bool ACT>
+template <typename T, int N, typename I>
 static __global__ void normalize(bn_geometry g, I packs, const T *__restrict__ x, const float *stats,
                                  const float *__restrict__ w, const float *__restrict__ b, T *__restrict__ y,
-                                 T *__restrict__ relu_y, size_t relu_gap, bn_act_fn act)
+                                 T *__restrict__ relu_y, size_t relu_gap)
 {
     bn_early_entry(); /* pdl.cuh */
     const I row = (I)(g.plane / N), stride = (I)gridDim.x * blockDim.x;
@@ -332,17 +299,17 @@ static __global__ void normalize(bn_geometry g, I packs, const T *__restrict__ x
         float v[N];
         bn_ld_n<T, N>(&x[(size_t)i * N], v);
         normalize_n<N>(v, scale, shift);
-        store_outputs_n<T, N, ACT>(y, relu_y, (size_t)i * N, (size_t)i * N + (size_t)e * relu_gap, v, act);
+        bn_st_n_relu<T, N>(y, relu_y, (size_t)i * N, (size_t)i * N + (size_t)e * relu_gap, v);
     }
 }
 
 /* A fused ReLU before the layer (relu_dx not NULL) gets its input gradient too: dx where the
  * ReLU's output, this layer's input, is above 0, else 0 (activation.c's rule). */
-template <typename T, int N, typename I, bool ACT>
+template <typename T, int N, typename I>
 static __global__ void input_grad(bn_geometry g, I packs, const T *__restrict__ x, const T *__restrict__ dy,
                                   const T *__restrict__ dy_part, size_t dy_gap, const float *stats,
                                   const float *__restrict__ w, bn_relu_back r, T *__restrict__ dx,
-                                  T *__restrict__ relu_dx, bn_act_fn before)
+                                  T *__restrict__ relu_dx)
 {
     bn_early_entry(); /* pdl.cuh */
     const I row = (I)(g.plane / N), stride = (I)gridDim.x * blockDim.x;
@@ -354,11 +321,11 @@ static __global__ void input_grad(bn_geometry g, I packs, const T *__restrict__ 
         float xv[N], gv[N];
         bn_ld_n<T, N>(&x[(size_t)i * N], xv);
         bn_ld_grad_n<T, N>(dy, dy_part, (size_t)i * N + (size_t)e * dy_gap, gv);
-        if (r.bias) relu_after_grad_n<T, N, ACT>(xv, gv, scale, channel_shift(r.bias[c], s[0], scale), r.act);
+        if (r.bias) relu_after_grad_n<T, N>(xv, gv, scale, channel_shift(r.bias[c], s[0], scale));
         input_grad_n<N>(xv, gv, s, scale);
         bn_st_n<T, N>(&dx[(size_t)i * N], gv);
         if (!relu_dx) continue;
-        relu_grad_n<N, ACT>(xv, gv, before);
+        relu_grad_n<N>(xv, gv);
         bn_st_n<T, N>(&relu_dx[(size_t)i * N], gv);
     }
 }
@@ -405,15 +372,7 @@ template <typename T> struct bn_args {
     float *rm, *rv, *dw, *db;
     bn_relu_back relu_back; /* backward: the ReLU after the layer's pass done here (bias not NULL), dy
                              * being its output gradient */
-    bn_act_fn act_after, act_before; /* the activations of relu_y (and relu_back) and of relu_dx */
 };
-
-/* Whether a pass's fused activations need the kernels instanced for the other four (ACT). */
-template <typename T> static bool general_act(const bn_args<T> &a)
-{
-    return (a.relu_y && a.act_after.kind != ACT_RELU) || (a.relu_back.bias && a.relu_back.act.kind != ACT_RELU) ||
-           (a.relu_dx && a.act_before.kind != ACT_RELU);
-}
 
 /* ---- one kernel a pass where a channel fits in a cluster's registers ---- */
 
@@ -434,7 +393,7 @@ template <typename T> static bool general_act(const bn_args<T> &a)
  * ranks * k), its example and offset divided out once and then stepped (as in partial_sums).
  * XB (backward only): the pass may have extras (bn_args.relu_back, dy_part, dy_gap); without it
  * they are ignored. Hopper's clusters (sm_90); launch_fused runs it only where the device has them. */
-template <typename T, int N, int R, bool BACK, bool XB, bool ACT>
+template <typename T, int N, int R, bool BACK, bool XB>
 static __global__ void __launch_bounds__(FUSED_THREADS)
     fused_pass(bn_geometry g, bn_args<T> a, float *stats, bn_finish f)
 {
@@ -492,7 +451,7 @@ static __global__ void __launch_bounds__(FUSED_THREADS)
         float r_scale, r_shift;
         relu_back_params(a.relu_back, stats, c, &r_scale, &r_shift);
 #pragma unroll
-        for (int k = 0; k < R; k++) relu_after_grad_n<T, N, ACT>(xv[k], gv[k], r_scale, r_shift, a.relu_back.act);
+        for (int k = 0; k < R; k++) relu_after_grad_n<T, N>(xv[k], gv[k], r_scale, r_shift);
     }
     double s0 = 0.0, s1 = 0.0;
 #pragma unroll
@@ -534,11 +493,11 @@ static __global__ void __launch_bounds__(FUSED_THREADS)
             input_grad_n<N>(xv[k], gv[k], st, scale);
             bn_st_n<T, N>(&a.dx[at], gv[k]);
             if (!a.relu_dx) continue;
-            relu_grad_n<N, ACT>(xv[k], gv[k], a.act_before);
+            relu_grad_n<N>(xv[k], gv[k]);
             bn_st_n<T, N>(&a.relu_dx[at], gv[k]);
         } else {
             normalize_n<N>(xv[k], scale, shift);
-            store_outputs_n<T, N, ACT>(a.y, a.relu_y, at, at + (size_t)ex * a.relu_gap, xv[k], a.act_after);
+            bn_st_n_relu<T, N>(a.y, a.relu_y, at, at + (size_t)ex * a.relu_gap, xv[k]);
         }
     }
 #endif
@@ -563,7 +522,7 @@ static bool fused_shape(long packs, int N, int *r, int *ranks)
     return false;
 }
 
-template <typename T, int N, int R, bool BACK, bool XB, bool ACT>
+template <typename T, int N, int R, bool BACK, bool XB>
 static cudaError_t launch_fused_as(int ranks, const bn_geometry &g, const bn_args<T> &a, float *stats,
                                    const bn_finish &f, cudaStream_t s)
 {
@@ -579,7 +538,7 @@ static cudaError_t launch_fused_as(int ranks, const bn_geometry &g, const bn_arg
     cfg.stream = s;
     cfg.attrs = attr;
     cfg.numAttrs = 2;
-    return cudaLaunchKernelEx(&cfg, fused_pass<T, N, R, BACK, XB, ACT>, g, a, stats, f);
+    return cudaLaunchKernelEx(&cfg, fused_pass<T, N, R, BACK, XB>, g, a, stats, f);
 }
 
 /* Queues the fused pass where the device has clusters and the channel fits; false where the
@@ -601,16 +560,10 @@ static bool launch_fused(batchnorm_priv *b, const bn_pass *p, const bn_geometry 
     /* The backward pass's extras (a ReLU after it, a part, a sliced dy) in a kernel of their own:
      * in the plain one they cost bf16's 4-pack pass 3 us of 17 even where none was given. */
     const bool xb = BACK && (a.relu_back.bias || a.dy_part || a.dy_gap);
-    constexpr int R1 = 8 / N, R2 = N == 1 ? 16 : 32 / N;
-    if (general_act(a)) {
-        if (r == R1 && xb) e = launch_fused_as<T, N, R1, BACK, BACK, true>(ranks, g, a, stats, f, s);
-        else if (r == R1) e = launch_fused_as<T, N, R1, BACK, false, true>(ranks, g, a, stats, f, s);
-        else if (xb) e = launch_fused_as<T, N, R2, BACK, BACK, true>(ranks, g, a, stats, f, s);
-        else e = launch_fused_as<T, N, R2, BACK, false, true>(ranks, g, a, stats, f, s);
-    } else if (r == R1 && xb) e = launch_fused_as<T, N, R1, BACK, BACK, false>(ranks, g, a, stats, f, s);
-    else if (r == R1) e = launch_fused_as<T, N, R1, BACK, false, false>(ranks, g, a, stats, f, s);
-    else if (xb) e = launch_fused_as<T, N, R2, BACK, BACK, false>(ranks, g, a, stats, f, s);
-    else e = launch_fused_as<T, N, R2, BACK, false, false>(ranks, g, a, stats, f, s);
+    if (r == 8 / N && xb) e = launch_fused_as<T, N, 8 / N, BACK, BACK>(ranks, g, a, stats, f, s);
+    else if (r == 8 / N) e = launch_fused_as<T, N, 8 / N, BACK, false>(ranks, g, a, stats, f, s);
+    else if (xb) e = launch_fused_as<T, N, N == 1 ? 16 : 32 / N, BACK, BACK>(ranks, g, a, stats, f, s);
+    else e = launch_fused_as<T, N, N == 1 ? 16 : 32 / N, BACK, false>(ranks, g, a, stats, f, s);
     if (e != cudaSuccess) {
         cudaGetLastError();
         b->dev_fused = -2;
@@ -628,18 +581,14 @@ static bn_status queue_forward(batchnorm_priv *b, const bn_pass *p, const bn_geo
         const bn_finish f = {arrivals_of(b, stats), stats, a.rm, a.rv, b->momentum, b->eps, NULL, NULL, 0};
         if (launch_fused<T, N, false>(b, p, g, a, stats, f, s)) return BN_OK;
         b->split_passes++;
-        bn_launch_early(partial_sums<T, N, I, false>, dim3(g.parts, g.channels), THREADS, 0, s, g, a.x,
-                        (const T *)NULL, (const T *)NULL, (size_t)0, (const float *)NULL, a.relu_back, b->dev_sums, f);
+        bn_launch_early(partial_sums<T, N, I>, dim3(g.parts, g.channels), THREADS, 0, s, g, a.x, (const T *)NULL,
+                        (const T *)NULL, (size_t)0, (const float *)NULL, a.relu_back, b->dev_sums, f);
     } else {
         bn_launch_early(eval_stats, (g.channels + 127) / 128, 128, 0, s, g, stats, a.rm, a.rv, b->eps);
     }
     BN_CUDA_LAUNCH();
-    if (general_act(a))
-        bn_launch_early(normalize<T, N, I, true>, bn_grid_stride_blocks(total / N), THREADS, 0, s, g, (I)(total / N),
-                        a.x, stats, a.w, a.bias, a.y, a.relu_y, a.relu_gap, a.act_after);
-    else
-        bn_launch_early(normalize<T, N, I, false>, bn_grid_stride_blocks(total / N), THREADS, 0, s, g, (I)(total / N),
-                        a.x, stats, a.w, a.bias, a.y, a.relu_y, a.relu_gap, a.act_after);
+    bn_launch_early(normalize<T, N, I>, bn_grid_stride_blocks(total / N), THREADS, 0, s, g, (I)(total / N), a.x, stats,
+                    a.w, a.bias, a.y, a.relu_y, a.relu_gap);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
@@ -651,21 +600,12 @@ static bn_status queue_backward(batchnorm_priv *b, const bn_pass *p, const bn_ge
     const bn_finish f = {arrivals_of(b, stats), stats, NULL, NULL, 0.0, 0.0, a.dw, a.db, b->trained};
     if (launch_fused<T, N, true>(b, p, g, a, stats, f, s)) return BN_OK;
     b->split_passes++;
-    const bool act = general_act(a);
-    if (act)
-        bn_launch_early(partial_sums<T, N, I, true>, dim3(g.parts, g.channels), THREADS, 0, s, g, a.x, a.dy, a.dy_part,
-                        a.dy_gap, stats, a.relu_back, b->dev_sums, f);
-    else
-        bn_launch_early(partial_sums<T, N, I, false>, dim3(g.parts, g.channels), THREADS, 0, s, g, a.x, a.dy,
-                        a.dy_part, a.dy_gap, stats, a.relu_back, b->dev_sums, f);
+    bn_launch_early(partial_sums<T, N, I>, dim3(g.parts, g.channels), THREADS, 0, s, g, a.x, a.dy, a.dy_part, a.dy_gap,
+                    stats, a.relu_back, b->dev_sums, f);
     BN_CUDA_LAUNCH();
     if (!a.dx) return BN_OK;
-    if (act)
-        bn_launch_early(input_grad<T, N, I, true>, bn_grid_stride_blocks(total / N), THREADS, 0, s, g, (I)(total / N),
-                        a.x, a.dy, a.dy_part, a.dy_gap, stats, a.w, a.relu_back, a.dx, a.relu_dx, a.act_before);
-    else
-        bn_launch_early(input_grad<T, N, I, false>, bn_grid_stride_blocks(total / N), THREADS, 0, s, g, (I)(total / N),
-                        a.x, a.dy, a.dy_part, a.dy_gap, stats, a.w, a.relu_back, a.dx, a.relu_dx, a.act_before);
+    bn_launch_early(input_grad<T, N, I>, bn_grid_stride_blocks(total / N), THREADS, 0, s, g, (I)(total / N), a.x, a.dy,
+                    a.dy_part, a.dy_gap, stats, a.w, a.relu_back, a.dx, a.relu_dx);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
@@ -697,7 +637,6 @@ template <typename T> static bn_status forward_as(bn_layer *l, const bn_pass *p)
         return bn_last_status();
     const size_t per = (size_t)l->out->c * l->out->h * l->out->w;
     a.relu_gap = a.relu_y ? relu_stride - per : 0;
-    if (b->relu_after) a.act_after = bn_activation_fn(b->relu_after);
     b->trained = p->train;
     const size_t total = bn_blob_count(l->out);
     const int N = bn_pack<T>::N;
@@ -723,8 +662,6 @@ template <typename T> static bn_status backward_as(bn_layer *l, const bn_pass *p
     const size_t per = (size_t)l->out->c * l->out->h * l->out->w;
     if (b->relu_back && !(a.relu_back.bias = bn_blob_dev_rd(l->params[P_BIAS].value))) return bn_last_status();
     a.relu_back.w = a.relu_back.bias ? bn_blob_dev_rd(l->params[P_WEIGHT].value) : NULL;
-    if (b->relu_back) a.relu_back.act = bn_activation_fn(b->relu_after);
-    if (b->relu_before) a.act_before = bn_activation_fn(b->relu_before);
     if (!(a.dy = bn_typed_rows_rd<T>(b->relu_back ? b->relu_after->out_grad : l->out_grad, &dy_stride)))
         return bn_last_status();
     a.dy_gap = dy_stride - per;

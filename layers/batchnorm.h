@@ -25,13 +25,11 @@ typedef struct batchnorm_priv {
     double *dev_sums;      /* GPU scratch: partial sums of every (channel, part), then per
                               channel mean and 1 / sqrt(var + eps); NULL until the first GPU pass */
     int dev_parts;         /* parts per channel the scratch was sized for */
-    bn_layer *relu_after;  /* an activation layer (any of the five) whose GPU forward this
-                              layer's does (fuse_gpu) */
+    bn_layer *relu_after;  /* a ReLU layer whose GPU forward this layer's does (fuse_gpu) */
     int relu_back;         /* and its backward too: the layer's output is not stored, and its
-                              backward reads the activation's output gradient, passed through
-                              its derivative at the output recomputed from the input (for a
-                              ReLU masked where that output is not above 0) */
-    bn_layer *relu_before; /* an activation layer whose GPU backward this layer's does (fuse_gpu) */
+                              backward reads the ReLU's output gradient, masked where the
+                              output, recomputed from the input, is not above 0 */
+    bn_layer *relu_before; /* a ReLU layer whose GPU backward this layer's does (fuse_gpu) */
     int dev_fused;         /* GPU: whether the one-kernel passes may run: 0 not yet asked, 1
                               yes, -1 no (the device has no clusters), -2 no (it refused one) */
     long fused_passes;     /* GPU passes that ran as one kernel, and as two (sums, then the */
@@ -41,9 +39,9 @@ typedef struct batchnorm_priv {
 bn_status bn_batchnorm_forward_gpu(bn_layer *l, const bn_pass *p);
 bn_status bn_batchnorm_backward_gpu(bn_layer *l, const bn_pass *p);
 
-/* bn_layer_ops.fuse_gpu: the normalization writes an activation layer's output after it instead
- * of its own, and its backward pass does the activation's (after = 1), or the input gradient also
- * an activation layer's input gradient before it (after = 0); any of the five kinds. */
+/* bn_layer_ops.fuse_gpu: the normalization writes a ReLU layer's output after it instead of its
+ * own, and its backward pass does the ReLU's (after = 1), or the input gradient also a ReLU
+ * layer's input gradient before it (after = 0). */
 int bn_batchnorm_fuse_relu(bn_layer *l, bn_layer *relu, int after);
 
 /* Frees the device scratch. */

@@ -35,7 +35,6 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "activation_fn.cuh"
 #include "gpu/bf16.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/last_arrival.cuh"
@@ -206,7 +205,6 @@ typedef struct head_args {
     const float *x, *w, *b, *labels;
     int n, k;
     float *z, *prob, *dz, *dx, *relu_dx;
-    bn_act_fn act; /* relu_dx's activation */
     float scale;
     targets t;
     double *part_loss, *part_correct;
@@ -218,7 +216,7 @@ typedef struct head_args {
  * over every HEAD_PARTS-th piece of 32 V-float groups of the row's inputs; the first warp of a row
  * adds the warps' sums in warp order and runs the loss's row; then every warp takes its pieces
  * of dx. */
-template <int M, int V, bool ACT>
+template <int M, int V>
 static __global__ void __launch_bounds__(HEAD_ROWS * HEAD_PARTS * 32) head_rows(head_args a)
 {
     bn_early_entry(); /* pdl.cuh */
@@ -286,7 +284,7 @@ static __global__ void __launch_bounds__(HEAD_ROWS * HEAD_PARTS * 32) head_rows(
 #pragma unroll
                 for (int o = 0; o < M; o++) axpy_v(d[o], wv[(size_t)o * kv + i], acc);
                 dxr[i] = acc;
-                if (rxr) rxr[i] = ACT ? bn_act_grad_y_v(a.act, xr[i], acc) : masked(acc, xr[i]);
+                if (rxr) rxr[i] = masked(acc, xr[i]);
             }
         }
     }
@@ -380,22 +378,13 @@ extern "C" bn_status bn_softmax_ce_forward_gpu(bn_layer *l, const bn_pass *pass)
     return BN_OK;
 }
 
-template <int M, bool ACT>
-static void launch_head_act(int v, const head_args &a, cudaStream_t s)
-{
-    const dim3 blocks((unsigned)((a.n + HEAD_ROWS - 1) / HEAD_ROWS)), threads(HEAD_ROWS * HEAD_PARTS * 32);
-    if (v == 4) bn_launch_early(head_rows<M, 4, ACT>, blocks, threads, 0, s, a);
-    else if (v == 2) bn_launch_early(head_rows<M, 2, ACT>, blocks, threads, 0, s, a);
-    else bn_launch_early(head_rows<M, 1, ACT>, blocks, threads, 0, s, a);
-}
-
-/* An activation other than a ReLU before the dense layer takes the kernels instanced for it, so
- * that the others keep their registers. */
 template <int M>
 static void launch_head(int v, const head_args &a, cudaStream_t s)
 {
-    if (a.relu_dx && a.act.kind != ACT_RELU) launch_head_act<M, true>(v, a, s);
-    else launch_head_act<M, false>(v, a, s);
+    const dim3 blocks((unsigned)((a.n + HEAD_ROWS - 1) / HEAD_ROWS)), threads(HEAD_ROWS * HEAD_PARTS * 32);
+    if (v == 4) bn_launch_early(head_rows<M, 4>, blocks, threads, 0, s, a);
+    else if (v == 2) bn_launch_early(head_rows<M, 2>, blocks, threads, 0, s, a);
+    else bn_launch_early(head_rows<M, 1>, blocks, threads, 0, s, a);
 }
 
 extern "C" bn_status bn_softmax_ce_head_gpu(bn_layer *l, const bn_pass *pass, const bn_softmax_head *h)
@@ -411,7 +400,7 @@ extern "C" bn_status bn_softmax_ce_head_gpu(bn_layer *l, const bn_pass *pass, co
     fwd_common c;
     BN_TRY(fwd_setup(l, pass, &c));
     head_args a = {h->x, h->w, h->b, c.labels, n, h->k, h->z, (float *)c.prob, (float *)c.dz, c.dz ? h->dx : NULL,
-                   c.dz ? h->relu_dx : NULL, h->act, 1.0f / (float)n, targets_of(sp), c.part_loss, c.part_correct,
+                   c.dz ? h->relu_dx : NULL, 1.0f / (float)n, targets_of(sp), c.part_loss, c.part_correct,
                    c.arrived, c.metrics, c.acc};
     /* The widest loads every row allows (the parameters may sit at any 4-byte offset of their
      * slab). */

@@ -7,7 +7,6 @@
 #ifndef BN_SOFTMAX_CE_H
 #define BN_SOFTMAX_CE_H
 
-#include "activation.h"
 #include "core/layer.h"
 
 #ifdef __cplusplus
@@ -57,10 +56,8 @@ typedef struct bn_softmax_head {
     int k;
     float *z;               /* its output, the loss layer's input: written */
     float *dx;              /* its input gradient (NULL: none) */
-    float *relu_dx;         /* an activation fused before it: that layer's input gradient, dx
-                               passed through its derivative (for a ReLU dx where x > 0 and 0
-                               elsewhere; NULL: none) */
-    bn_act_fn act;          /* that activation (activation.h) */
+    float *relu_dx;         /* a ReLU fused before it: that layer's input gradient, dx where x > 0
+                               and 0 elsewhere (NULL: none) */
 } bn_softmax_head;
 
 /* The target of class k of a row whose label is `label`: (1 - s) [k == label] + s / classes;

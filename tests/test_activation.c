@@ -1,8 +1,7 @@
 /* test_activation.c - relu, sigmoid, tanh, leaky_relu and elu: hand values, the derivative
  * conventions at 0, saturation without NaNs, option errors and gradient checks; on the GPU
- * against the CPU, and activations whose passes run in a neighbour's kernels (a ReLU in dense,
- * conv2d and batchnorm; the other four in dense: test_batchnorm.c has batchnorm's) against the
- * CPU. */
+ * against the CPU, and a ReLU whose passes run in a neighbour's kernels (dense, conv2d,
+ * batchnorm) against the CPU. */
 #include "conv2d/conv2d.h"
 #include "core/net.h"
 #include "gpu_testing.h"
@@ -259,57 +258,4 @@ BN_TEST(gpu_layer_relu_fused_into_conv2d_and_batchnorm_matches_cpu)
     ctx->tf32 = 0;
     ctx->autotune = was_autotune;
     return r;
-}
-
-/* ---- the other four activations fused into dense layers on the GPU, against the CPU ---- */
-
-/* The four types with their parameters, as a model file names them. */
-static const char *const fused_kinds[4][2] = {
-    {"sigmoid", ""}, {"tanh", ""}, {"leaky_relu", "slope=0.1\n"}, {"elu", "alpha=0.7\n"}};
-
-/* Between dense layers each of the four runs in the dense kernels' epilogues as the ReLU does
- * (activation_fn.cuh: the activation layer's own formulas): both passes of each taken (the
- * gpu_fused flags), and every blob matches the CPU with the rule's kernels (the few-outputs ones
- * for 13 and 6 outputs, split-K for 17) and the autotuned ones (cuBLASLt's among them, then the
- * activation's own pass). Then before a dense head of 10 classes, whose kernel writes the
- * activation's input gradient in the forward pass, as the trainer's step asks. */
-BN_TEST(gpu_layer_other_activations_fused_into_dense_layers_match_cpu)
-{
-    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
-    bn_ctx *ctx;
-    CHECK_OK(bn_ctx_open(0, &ctx));
-    for (int k = 0; k < 4; k++) {
-        char what[96], text[384], head_what[96], head_text[384];
-        snprintf(what, sizeof what, "dense 13, %s, dense 17, %s, dense 6 (fused)", fused_kinds[k][0], fused_kinds[k][0]);
-        snprintf(text, sizeof text,
-                 "[input]\nchannels=3\nheight=5\nwidth=7\n[dense]\noutputs=13\n[%s]\nname=a1\n%s"
-                 "[dense]\noutputs=17\ninit=he\n[%s]\nname=a2\n%s[dense]\noutputs=6\n",
-                 fused_kinds[k][0], fused_kinds[k][1], fused_kinds[k][0], fused_kinds[k][1]);
-        snprintf(head_what, sizeof head_what, "dense 24, %s, dense head of 10 classes (fused)", fused_kinds[k][0]);
-        snprintf(head_text, sizeof head_text,
-                 "[input]\nchannels=2\nheight=3\nwidth=5\n[dense]\noutputs=24\n[%s]\nname=a1\n%s"
-                 "[dense]\noutputs=10\n[softmax_ce]\n",
-                 fused_kinds[k][0], fused_kinds[k][1]);
-        const layer_case lc = {what, text, TOL_GEMM, 0, 0, 0, 1, 0, 0};
-        const layer_case head = {head_what, head_text, TOL_GEMM, 10, 0, 0, 0, 1, 0};
-        const int both = BN_FUSED_FORWARD | BN_FUSED_BACKWARD;
-        bn_net *net;
-        CHECK_OK(bn_net_from_text(lc.text, lc.what, &net));
-        bn_status s = bn_net_setup(net, 8, ctx, 1, 1);
-        const int f1 = s == BN_OK ? bn_net_find_layer(net, "a1")->gpu_fused : -1;
-        const int f2 = s == BN_OK ? bn_net_find_layer(net, "a2")->gpu_fused : -1;
-        bn_net_free(net);
-        CHECK_OK(s);
-        CHECK_MSG(f1 == both && f2 == both, "%s: the activations' fused passes %d and %d (want %d)", what, f1, f2, both);
-        CHECK_OK(bn_net_from_text(head.text, head.what, &net));
-        s = bn_net_setup(net, 8, ctx, 1, 1);
-        const int fh = s == BN_OK ? bn_net_find_layer(net, "a1")->gpu_fused : -1;
-        bn_net_free(net);
-        CHECK_OK(s);
-        CHECK_MSG(fh == both, "%s: the activation's fused passes %d (want %d)", head_what, fh, both);
-        int r = gt_run_case(&lc);
-        if (r == BN_PASS) r = gt_run_case(&head);
-        if (r != BN_PASS) return r;
-    }
-    return BN_PASS;
 }

@@ -171,10 +171,6 @@ static bn_param *channel_bias(bn_layer *l)
     return NULL;
 }
 
-/* The activations whose derivative jumps at 0: a value within rounding of 0 may fall on either
- * side on the two devices. */
-#define KINKED (BN_ABSORB_RELU | BN_ABSORB_LEAKY | BN_ABSORB_ELU)
-
 /* Tries on a shift of a channel's bias: 0, +2, -2, +4, -4, ... margins. */
 #define KINK_SHIFTS 64
 
@@ -196,7 +192,7 @@ bn_status gt_keep_off_kinks(bn_net *cpu, bn_net *gpu, double margin)
 {
     for (int i = 0; i < cpu->num_layers; i++) {
         bn_layer *relu = cpu->layers[i];
-        if (!(relu->ops->absorbable_as & KINKED) || relu->num_inputs != 1 || relu->sources[0] < 0) continue;
+        if (!(relu->ops->absorbable_as & BN_ABSORB_RELU) || relu->num_inputs != 1 || relu->sources[0] < 0) continue;
         bn_layer *producer = cpu->layers[relu->sources[0]];
         bn_param *bias = channel_bias(producer);
         if (!bias) continue;
@@ -257,7 +253,7 @@ static int compare_grad_off_kinks(const layer_case *lc, bn_net *gpu, bn_net *cpu
 {
     bn_layer *lg = gpu->layers[i], *lcpu = cpu->layers[i];
     const bn_layer *relu = bn_net_sole_consumer(cpu, lcpu);
-    if (!relu || !(relu->ops->absorbable_as & KINKED) || relu->num_inputs != 1)
+    if (!relu || !(relu->ops->absorbable_as & BN_ABSORB_RELU) || relu->num_inputs != 1)
         return gt_compare_blob(lc->what, cpu->batch, lg->out_grad, lcpu->out_grad, NULL, lc->tol, seed, worst);
     int at = lcpu->reader; /* the ReLU's index: the output's one reader */
     const float *yg = bn_blob_host_rd(gpu->layers[at]->out), *yc = bn_blob_host_rd(cpu->layers[at]->out);

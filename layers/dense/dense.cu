@@ -16,7 +16,6 @@
  * stream and the fusions with the layers around the dense layer. */
 #include <stdlib.h>
 
-#include "activation.h"
 #include "dense.h"
 #include "dense_bias.cuh"
 #include "dense_plan.h"
@@ -36,12 +35,11 @@ extern "C" bn_status bn_dense_forward_gpu(bn_layer *l, const bn_pass *p)
     BN_DEV_WR(y, l->out);
     dense_priv *dp = (dense_priv *)l->priv;
     if (dp->loss_after) { /* the loss layer's kernel computes Y (bn_dense_fuse_next) */
-        bn_softmax_head h = {x, w, b, dp->inputs, y, NULL, NULL, {0, 0.0f}};
+        bn_softmax_head h = {x, w, b, dp->inputs, y, NULL, NULL};
         const int grad = l->in_grad && bn_softmax_ce_grad_in_forward(dp->loss_after, p);
         if (grad && !(h.dx = bn_blob_dev_wr(l->in_grad))) return bn_last_status();
         if (grad && dp->relu_before && !(h.relu_dx = bn_blob_dev_wr(dp->relu_before->in_grad)))
             return bn_last_status();
-        if (h.relu_dx) h.act = bn_activation_fn(dp->relu_before);
         BN_TRY(bn_softmax_ce_head_gpu(dp->loss_after, p, &h));
         dp->dx_written = grad;
         return BN_OK;
@@ -52,7 +50,6 @@ extern "C" bn_status bn_dense_forward_gpu(bn_layer *l, const bn_pass *p)
     if (d->relu_after) {
         BN_DEV_WR(relu_y, d->relu_after->out);
         ga.relu.relu_y = relu_y;
-        ga.relu.act = bn_activation_fn(d->relu_after);
     }
     int relu_done = 0;
     BN_TRY(bn_dense_gemm(l, p->ctx, GEMM_FWD, &ga, NULL, &relu_done));
@@ -114,7 +111,6 @@ extern "C" bn_status bn_dense_backward_gpu(bn_layer *l, const bn_pass *p)
         BN_DEV_WR(relu_dx, d->relu_before->in_grad);
         rx.mask = x;
         rx.relu_dx = relu_dx;
-        rx.act = bn_activation_fn(d->relu_before);
     }
     if (l->in_grad && p->ctx->side_stream) {
         /* When blobnet's kernels run both products (no shared workspace, their own partial

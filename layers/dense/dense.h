@@ -19,9 +19,8 @@ typedef struct dense_priv {
     int init;       /* index into dense.c's init_names */
     int inputs;     /* from setup */
     dense_gpu *gpu; /* NULL until the first GPU pass; released by bn_dense_gpu_release */
-    bn_layer *relu_after;  /* an activation layer (any of the five) whose GPU forward this layer's
-                              does (fuse_gpu) */
-    bn_layer *relu_before; /* an activation layer whose GPU backward this layer's does (fuse_gpu) */
+    bn_layer *relu_after;  /* a ReLU layer whose GPU forward this layer's does (fuse_gpu) */
+    bn_layer *relu_before; /* a ReLU layer whose GPU backward this layer's does (fuse_gpu) */
     bn_layer *loss_after;  /* a softmax_ce layer that runs this layer's GPU forward as its dense
                               head (fuse_next_gpu, softmax_ce.h) */
     int dx_written;        /* the head wrote the input gradient in this step's forward: the GPU
@@ -38,8 +37,8 @@ bn_status bn_dense_backward_gpu(bn_layer *l, const bn_pass *p);
 bn_status bn_dense_forward_bf16(bn_layer *l, const bn_pass *p);
 bn_status bn_dense_backward_bf16(bn_layer *l, const bn_pass *p);
 
-/* bn_layer_ops.fuse_gpu: takes over a neighbouring activation layer's GPU forward (after = 1) or
- * backward (after = 0) pass, any of the five kinds (activation_fn.cuh's formulas). */
+/* bn_layer_ops.fuse_gpu: takes over a neighbouring ReLU layer's GPU forward (after = 1) or
+ * backward (after = 0) pass. */
 int bn_dense_fuse_relu(bn_layer *l, bn_layer *relu, int after);
 /* bn_layer_ops.fuse_next_gpu: a softmax_ce layer after it runs its forward as a dense head. */
 int bn_dense_fuse_next(bn_layer *l, bn_layer *next);

@@ -13,7 +13,6 @@
 
 #include <cuda_pipeline.h>
 
-#include "activation_fn.cuh"
 #include "dense.h"
 #include "dense_gemm.h"
 #include "gpu/cp_async.cuh"
@@ -58,14 +57,14 @@ typedef struct own_args {
     int splits, ktps;    /* inner ranges, and OWN_BK slices per range */
     float *part;         /* splits > 1: tiles x splits slots of BM BN + BM floats */
     unsigned *counters;  /* splits > 1: one per tile, zero between launches */
-    relu_epi relu;       /* FWD, DX: a fused activation, or NULLs */
+    relu_epi relu;       /* FWD, DX: a fused ReLU, or NULLs */
 } own_args;
 
 /* The end of an own_gemm block, whatever computed its E outputs acc[e] at tile positions
  * pos(e) (an int2: row, column within the tile), with bsum its rows' bias-gradient sums when
  * bias_rows: with splits, the partials' reduction in split order by the tile's last block; then
  * the epilogue. Partial e of thread tid is slot element e NT + tid. */
-template <int KIND, int BM, int BN, int NT, bool ACT, int E, typename Pos>
+template <int KIND, int BM, int BN, int NT, int E, typename Pos>
 static __device__ __forceinline__ void own_tail(const own_args &p, int tile, int split, int row0, int col0,
                                                 float (&acc)[E], float bsum, bool bias_rows, Pos pos)
 {
@@ -144,19 +143,19 @@ static __device__ __forceinline__ void own_tail(const own_args &p, int tile, int
         if (KIND == GEMM_FWD) {
             const float v = acc[e] + add[e];
             p.c[i] = v;
-            if (p.relu.relu_y) p.relu.relu_y[i] = ACT ? bn_act_value(p.relu.act, v) : relu_of(v);
+            if (p.relu.relu_y) p.relu.relu_y[i] = relu_of(v);
         } else if (KIND == GEMM_DW) {
             p.c[i] = add[e] + acc[e];
         } else {
             p.c[i] = acc[e];
-            if (p.relu.relu_dx) p.relu.relu_dx[i] = ACT ? bn_act_grad_y(p.relu.act, add[e], acc[e]) : masked(acc[e], add[e]);
+            if (p.relu.relu_dx) p.relu.relu_dx[i] = masked(acc[e], add[e]);
         }
     }
     if (db_row) p.db[row0 + tid] = db_old + bsum;
 }
 
 /* The FP32 FMA kernel: see the comment above. */
-template <int KIND, int BM, int BN, int TM, int TN, bool ACT>
+template <int KIND, int BM, int BN, int TM, int TN>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN)) own_gemm(own_args p)
 {
     bn_early_entry(); /* pdl.cuh */
@@ -239,7 +238,7 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) own_gemm(own_args p)
             for (int kk = 0; kk < OWN_BK; kk++) bsum += As[kk][tid];
         __syncthreads();
     }
-    own_tail<KIND, BM, BN, NT, ACT>(p, tile, split, row0, col0, acc, bsum, bias_rows,
+    own_tail<KIND, BM, BN, NT>(p, tile, split, row0, col0, acc, bsum, bias_rows,
                                [&](int e) { return make_int2(tr + (e / TN) * RT, tc + (e % TN) * CT); });
 }
 
@@ -406,7 +405,7 @@ struct tcv_copies {
     }
 };
 
-template <int KIND, int BM, int BN, int P, bool ACT>
+template <int KIND, int BM, int BN, int P>
 __global__ void __launch_bounds__(TC_WARPS * 32) own_gemm_tc(own_args p)
 {
     bn_early_entry(); /* pdl.cuh */
@@ -501,7 +500,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32) own_gemm_tc(own_args p)
     float flat[E];
 #pragma unroll
     for (int e = 0; e < E; e++) flat[e] = acc[e / (NTL * 4)][(e / 4) % NTL][e % 4] + lo[e / (NTL * 4)][(e / 4) % NTL][e % 4];
-    own_tail<KIND, BM, BN, NT, ACT>(p, tile, split, row0, col0, flat, bsum, bias_rows, [&](int e) {
+    own_tail<KIND, BM, BN, NT>(p, tile, split, row0, col0, flat, bsum, bias_rows, [&](int e) {
         const int mi = e / (NTL * 4), ni = (e / 4) % NTL, q = e % 4;
         return make_int2(wm * (BM / 2) + mi * 16 + g + (q >> 1) * 8, wn * (BN / 2) + ni * 8 + 2 * t + (q & 1));
     });
@@ -521,7 +520,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32) own_gemm_tc(own_args p)
 #define TCK_STAGES 4
 #define TCK_PITCH 33 /* a warp's 32 x 32 sums in shared memory, row by row */
 
-template <int KIND, int P, int WA, int WB, bool ACT>
+template <int KIND, int P, int WA, int WB>
 __global__ void __launch_bounds__(TC_WARPS * 32) own_gemm_tck(own_args p)
 {
     bn_early_entry(); /* pdl.cuh */
@@ -634,7 +633,7 @@ __global__ void __launch_bounds__(TC_WARPS * 32) own_gemm_tck(own_args p)
         for (int w = 1; w < TC_WARPS; w++) v += all[w * (BM * TCK_PITCH) + at];
         flat[e] = v;
     }
-    own_tail<KIND, BM, BN, NT, ACT>(p, tile, split, row0, col0, flat, bsum, bias_rows,
+    own_tail<KIND, BM, BN, NT>(p, tile, split, row0, col0, flat, bsum, bias_rows,
                                [&](int e) { return make_int2(e * NT / BN + warp, lane); });
 }
 
@@ -649,14 +648,14 @@ static int copy_width(const float *m, int ld)
 }
 
 /* own_gemm_tck, the copy widths wa and wb (2 or 4). */
-template <int K, bool ACT>
+template <int K>
 static bn_status run_natural(int one_product, int wa, int wb, dim3 grid, cudaStream_t s, const own_args &x)
 {
     const dim3 block(TC_WARPS * 32);
-#define NATURAL(WA, WB)                                                                         \
-    if (wa == WA && wb == WB) {                                                                 \
-        if (one_product) bn_launch_early(own_gemm_tck<K, 1, WA, WB, ACT>, grid, block, 0, s, x); \
-        else bn_launch_early(own_gemm_tck<K, 3, WA, WB, ACT>, grid, block, 0, s, x);          \
+#define NATURAL(WA, WB)                                                                    \
+    if (wa == WA && wb == WB) {                                                            \
+        if (one_product) bn_launch_early(own_gemm_tck<K, 1, WA, WB>, grid, block, 0, s, x); \
+        else bn_launch_early(own_gemm_tck<K, 3, WA, WB>, grid, block, 0, s, x);          \
     }
     NATURAL(4, 4)
     else NATURAL(4, 2) else NATURAL(2, 4) else NATURAL(2, 2)
@@ -687,27 +686,16 @@ extern "C" bn_status bn_dense_run_own_on(const own_plan *o, int kind, cudaStream
     dim3 grid((unsigned)o->tiles, (unsigned)o->splits);
     const int wa = copy_width(a, kind != GEMM_DW ? o->inner : o->rows);
     const int wb = copy_width(b, kind == GEMM_FWD ? o->inner : o->cols);
-    /* The cases follow own_cfg (dense_gemm_plan.cu). An activation other than a ReLU takes the
-     * kernels instanced for it (ACT), so that the ReLU's and the plain products' keep their
-     * registers; the weight gradient (K = GEMM_DW) has no epilogue activation and no such instance. */
-    const bool act = (e.relu_y || e.relu_dx) && e.act.kind != ACT_RELU;
-#define OWN_LAUNCH(K, BM, BN, TM, TN, A) \
-    bn_launch_early(own_gemm<K, BM, BN, TM, TN, A>, grid, dim3((BM / TM) * (BN / TN)), 0, s, x)
-#define OWN_CASE(K, C, BM, BN, TM, TN)                                  \
-    case K * OWN_CONFIGS + C:                                          \
-        if (act) OWN_LAUNCH(K, BM, BN, TM, TN, K != GEMM_DW);           \
-        else OWN_LAUNCH(K, BM, BN, TM, TN, false);                      \
+    /* The cases follow own_cfg (dense_gemm_plan.cu). */
+#define OWN_CASE(K, C, BM, BN, TM, TN)                                              \
+    case K * OWN_CONFIGS + C:                                                      \
+        bn_launch_early(own_gemm<K, BM, BN, TM, TN>, grid, dim3((BM / TM) * (BN / TN)), 0, s, x); \
         break;
-#define TC_LAUNCH(K, BM, BN, P, A) bn_launch_early(own_gemm_tc<K, BM, BN, P, A>, grid, dim3(TC_WARPS * 32), 0, s, x)
-#define TC_CASE(K, C, BM, BN)                                                                        \
-    case K * OWN_CONFIGS + C:                                                                       \
-        if (C == OWN_TC32 && wa > 1 && wb > 1)                                                      \
-            return act ? run_natural<K, K != GEMM_DW>(o->one_product, wa, wb, grid, s, x)            \
-                       : run_natural<K, false>(o->one_product, wa, wb, grid, s, x);                  \
-        if (act && o->one_product) TC_LAUNCH(K, BM, BN, 1, K != GEMM_DW);                           \
-        else if (act) TC_LAUNCH(K, BM, BN, 3, K != GEMM_DW);                                        \
-        else if (o->one_product) TC_LAUNCH(K, BM, BN, 1, false);                                    \
-        else TC_LAUNCH(K, BM, BN, 3, false);                                                        \
+#define TC_CASE(K, C, BM, BN)                                                                   \
+    case K * OWN_CONFIGS + C:                                                                  \
+        if (C == OWN_TC32 && wa > 1 && wb > 1) return run_natural<K>(o->one_product, wa, wb, grid, s, x); \
+        if (o->one_product) bn_launch_early(own_gemm_tc<K, BM, BN, 1>, grid, dim3(TC_WARPS * 32), 0, s, x); \
+        else bn_launch_early(own_gemm_tc<K, BM, BN, 3>, grid, dim3(TC_WARPS * 32), 0, s, x);          \
         break;
     switch (kind * OWN_CONFIGS + o->cfg) {
         OWN_CASE(GEMM_FWD, OWN_FMA64, 64, 64, 4, 4)
@@ -726,9 +714,7 @@ extern "C" bn_status bn_dense_run_own_on(const own_plan *o, int kind, cudaStream
         return bn_error(BN_ERR_DEVICE, "dense: no kernel for product %d, configuration %d", kind, o->cfg);
     }
 #undef OWN_CASE
-#undef OWN_LAUNCH
 #undef TC_CASE
-#undef TC_LAUNCH
     BN_CUDA_LAUNCH();
     return BN_OK;
 }

@@ -29,8 +29,8 @@
  * run when fastest; the rule takes the few-outputs kernels wherever they fit and own_gemm
  * otherwise: the tensor-core kernel where the device has TF32 tensor cores, and the split by a
  * fixed rule from the shape and the SM count (one inner range for a plan made during capture,
- * which cannot allocate the counters). Their epilogues also take a fused
- * activation (bn_dense_fuse_relu).
+ * which cannot allocate the counters). Their epilogues also take a fused ReLU
+ * (bn_dense_fuse_relu).
  *
  * Without ctx->tf32 the compute type is CUBLAS_COMPUTE_32F (plain FP32, like the CPU); with it,
  * CUBLAS_COMPUTE_32F_FAST_TF32, and own_gemm_tc takes one TF32 product per multiply instead of

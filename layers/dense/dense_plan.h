@@ -43,7 +43,7 @@ struct dense_gpu {
 };
 
 /* No fused ReLU. */
-static const relu_epi NO_RELU = {NULL, NULL, NULL, {0, 0.0f}};
+static const relu_epi NO_RELU = {NULL, NULL, NULL};
 
 /* The operands of one product: A, B, D (also C), the bias (forward only), beta, and the bias
  * gradient (DW only: own_gemm adds to it when it runs the product). */

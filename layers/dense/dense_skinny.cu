@@ -13,7 +13,6 @@
  * input gradient with skinny_dx's expression and order. */
 #include <stdint.h>
 
-#include "activation_fn.cuh"
 #include "dense_skinny.h"
 #include "gpu/cuda_check.h"
 #include "gpu/pdl.cuh"
@@ -24,10 +23,10 @@
 #define SKINNY_ROWS 2
 #define SKINNY_PARTS 4
 
-template <int M, int V, bool ACT>
+template <int M, int V>
 static __global__ void __launch_bounds__(256) skinny_fwd(const float *__restrict__ x, const float *__restrict__ w,
                                                          const float *__restrict__ b, float *__restrict__ y, int n,
-                                                         int k, float *__restrict__ relu_y, bn_act_fn act)
+                                                         int k, float *__restrict__ relu_y)
 {
     bn_early_entry(); /* pdl.cuh */
     typedef typename vec_of<V>::t vt;
@@ -64,16 +63,15 @@ static __global__ void __launch_bounds__(256) skinny_fwd(const float *__restrict
             for (int q = 1; q < SKINNY_PARTS; q++) sum += part[rr][q][o];
             const float v = sum + b[o];
             y[(size_t)orow * M + o] = v;
-            if (relu_y) relu_y[(size_t)orow * M + o] = ACT ? bn_act_value(act, v) : relu_of(v);
+            if (relu_y) relu_y[(size_t)orow * M + o] = relu_of(v);
         }
     }
 }
 
-template <int M, int V, bool ACT>
+template <int M, int V>
 static __global__ void __launch_bounds__(256) skinny_dx(const float *__restrict__ dy, const float *__restrict__ w,
                                                         float *__restrict__ dx, int n, int k,
-                                                        const float *__restrict__ mask, float *__restrict__ relu_dx,
-                                                        bn_act_fn act)
+                                                        const float *__restrict__ mask, float *__restrict__ relu_dx)
 {
     bn_early_entry(); /* pdl.cuh */
     typedef typename vec_of<V>::t vt;
@@ -86,34 +84,22 @@ static __global__ void __launch_bounds__(256) skinny_dx(const float *__restrict_
 #pragma unroll
     for (int o = 0; o < M; o++) axpy_v(d[o], ((const vt *)(w + (size_t)o * k))[g], acc);
     ((vt *)(dx + (size_t)row * k))[g] = acc;
-    if (!relu_dx) return;
-    const vt m = ((const vt *)(mask + (size_t)row * k))[g];
-    ((vt *)(relu_dx + (size_t)row * k))[g] = ACT ? bn_act_grad_y_v(act, m, acc) : masked(acc, m);
-}
-
-/* An activation other than a ReLU takes the kernels instanced for it (ACT), so that the ReLU's and
- * the plain products' keep their registers. */
-template <int M, int V, bool ACT>
-static void launch_skinny_act(int kind, cudaStream_t s, const float *a, const float *b, float *d, const float *bias,
-                              int n, int k, relu_epi e)
-{
-    if (kind == GEMM_FWD) {
-        const unsigned blocks = (unsigned)((n + SKINNY_ROWS - 1) / SKINNY_ROWS);
-        bn_launch_early(skinny_fwd<M, V, ACT>, dim3(blocks), dim3(32 * SKINNY_ROWS * SKINNY_PARTS), 0, s, b, a, bias,
-                        d, n, k, e.relu_y, e.act);
-    } else {
-        const long long threads = (long long)n * (k / V);
-        bn_launch_early(skinny_dx<M, V, ACT>, dim3((unsigned)((threads + 255) / 256)), dim3(256), 0, s, b, a, d, n,
-                        k, e.mask, e.relu_dx, e.act);
-    }
+    if (relu_dx) ((vt *)(relu_dx + (size_t)row * k))[g] = masked(acc, ((const vt *)(mask + (size_t)row * k))[g]);
 }
 
 template <int M, int V>
 static void launch_skinny(int kind, cudaStream_t s, const float *a, const float *b, float *d, const float *bias, int n,
                           int k, relu_epi e)
 {
-    if ((e.relu_y || e.relu_dx) && e.act.kind != ACT_RELU) launch_skinny_act<M, V, true>(kind, s, a, b, d, bias, n, k, e);
-    else launch_skinny_act<M, V, false>(kind, s, a, b, d, bias, n, k, e);
+    if (kind == GEMM_FWD) {
+        const unsigned blocks = (unsigned)((n + SKINNY_ROWS - 1) / SKINNY_ROWS);
+        bn_launch_early(skinny_fwd<M, V>, dim3(blocks), dim3(32 * SKINNY_ROWS * SKINNY_PARTS), 0, s, b, a, bias, d, n,
+                        k, e.relu_y);
+    } else {
+        const long long threads = (long long)n * (k / V);
+        bn_launch_early(skinny_dx<M, V>, dim3((unsigned)((threads + 255) / 256)), dim3(256), 0, s, b, a, d, n, k,
+                        e.mask, e.relu_dx);
+    }
 }
 
 template <int M>

@@ -169,15 +169,8 @@ struct bn_layer {
 #define BN_ABSORB_MAXPOOL 2u /* the max pooling of layers/pool.h, its window and argmax mask in
                               * that file's pool_priv: a producer's kernels may pool their output
                               * (fuse_next_gpu looks for it) */
-/* The other elementwise activations of layers/activation.h, no state but their one parameter
- * (bn_activation_fn): a producer's epilogue may write the output, a consumer pass its own input
- * gradient through the derivative, taken from the output (layers/activation_fn.cuh). */
-#define BN_ABSORB_SIGMOID 4u
-#define BN_ABSORB_TANH 8u
-#define BN_ABSORB_LEAKY 16u
-#define BN_ABSORB_ELU 32u
 /* The kinds that are elementwise activations: those the network offers to fuse_gpu. */
-#define BN_ABSORB_ACTIVATIONS (BN_ABSORB_RELU | BN_ABSORB_SIGMOID | BN_ABSORB_TANH | BN_ABSORB_LEAKY | BN_ABSORB_ELU)
+#define BN_ABSORB_ACTIVATIONS BN_ABSORB_RELU
 
 struct bn_layer_ops {
     const char *type;          /* the model-file section name, e.g. "conv2d" */
