@@ -145,3 +145,57 @@ BN_TEST(bench_suite_models_build_and_the_new_shapes_hold_their_parameters)
     CHECK_MSG(strstr(out, "lenet256: total: 8 layers, 431080 parameters"), "lenet256:\n%s", out);
     return BN_PASS;
 }
+
+/* spread_over_gpus, which runs tools/bench.sh's models and tools/recipes.sh's trainings over
+ * several GPUs: every item runs exactly once, each on its worker's GPU (worker w on GPU w % gpus,
+ * read from CUDA_VISIBLE_DEVICES's list where that is set), on as many workers as asked at a time;
+ * and gpus_asked, which reads BENCH_GPUS and RECIPES_GPUS: a count past the GPUs visible, or not a
+ * positive whole number, is a one-line error and exit 2. Items sleep a little so that the workers
+ * overlap. */
+BN_TEST(bench_spread_over_gpus_runs_each_item_once_on_its_workers_gpu)
+{
+    if (system("bash -c true >/dev/null 2>&1") != 0) BN_SKIP_TEST("no bash");
+    if (system("flock -V >/dev/null 2>&1") != 0) BN_SKIP_TEST("no flock (Debian: util-linux)");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "bash -c 'source tools/bench_common.sh; d=%s/spread; rm -rf \"$d\"; mkdir -p \"$d\"; "
+             "f() { mkdir \"$d/$1.run\" 2>/dev/null || echo \"twice $1\"; echo \"$BENCH_WORKER\" > \"$d/$1.run/w\"; "
+             "sleep 0.0$((RANDOM %% 5)); "
+             "echo \"$1 gpu=$CUDA_VISIBLE_DEVICES w=$BENCH_WORKER\"; }; "
+             "CUDA_VISIBLE_DEVICES= spread_over_gpus 4 2 f a b c d e f g h i | sort; "
+             "CUDA_VISIBLE_DEVICES=5,7 spread_over_gpus 2 2 f x y z | sort; "
+             "echo \"n=$(CUDA_VISIBLE_DEVICES=5,7 gpus_asked t BENCH_GPUS 2)\"; "
+             "(CUDA_VISIBLE_DEVICES=5,7 gpus_asked t BENCH_GPUS 3); echo \"rc3=$?\"; "
+             "(gpus_asked t RECIPES_GPUS two); echo \"rc_two=$?\"; echo \"one=$(gpus_asked t BENCH_GPUS \"\")\"'",
+             bn_test_tmpdir());
+    const int rc = bn_test_run(cmd, out, sizeof out);
+    CHECK_MSG(rc == 0, "exit %d:\n%s", rc, out);
+    CHECK_MSG(!strstr(out, "twice "), "an item ran twice:\n%s", out);
+    /* Worker w's GPU is w % 2: workers 0 and 2 on GPU 0, 1 and 3 on GPU 1; every item once. */
+    const char *items = "abcdefghi";
+    for (int i = 0; items[i]; i++) {
+        char at[8];
+        snprintf(at, sizeof at, "%c gpu=", items[i]);
+        const char *p = strstr(out, at);
+        CHECK_MSG(p != NULL, "item %c did not run:\n%s", items[i], out);
+        int gpu = -1, w = -1;
+        CHECK_MSG(sscanf(p + 6, "%d w=%d", &gpu, &w) == 2 && w >= 0 && w < 4 && gpu == w % 2,
+                  "item %c: gpu %d on worker %d:\n%s", items[i], gpu, w, out);
+    }
+    /* With CUDA_VISIBLE_DEVICES=5,7 the workers' GPUs are 5 and 7, the list's entries. */
+    for (const char *c = "xyz"; *c; c++) {
+        char at[8];
+        snprintf(at, sizeof at, "%c gpu=", *c);
+        const char *p = strstr(out, at);
+        int gpu = -1, w = -1;
+        CHECK_MSG(p && sscanf(p + 6, "%d w=%d", &gpu, &w) == 2 && gpu == (w == 0 ? 5 : 7),
+                  "item %c: not on its worker's GPU of the visible list:\n%s", *c, out);
+    }
+    CHECK_MSG(strstr(out, "n=2\n"), "two of two GPUs:\n%s", out);
+    CHECK_MSG(strstr(out, "t: BENCH_GPUS=3: this machine shows 2 GPU(s)") && strstr(out, "rc3=2\n"), "three of two:\n%s",
+              out);
+    CHECK_MSG(strstr(out, "t: RECIPES_GPUS=two: not a positive whole number of GPUs") && strstr(out, "rc_two=2\n"),
+              "a count that is no number:\n%s", out);
+    CHECK_MSG(strstr(out, "one=1\n"), "the default of one GPU:\n%s", out);
+    return BN_PASS;
+}

@@ -27,7 +27,11 @@
 # the first run of each model measures as a first run on a new machine does.
 # BENCH_LOGS=DIR keeps every run's log (and that cache) in DIR; BENCH_PEER=0 leaves PyTorch out
 # (its columns then show "-"). Each row is also printed to stderr as it is measured, so that a run
-# cut short (a time limit, Ctrl-C) still shows the models it finished.
+# cut short (a time limit, Ctrl-C) still shows the models it finished. BENCH_GPUS=N spreads the
+# models over N GPUs of the machine, one model at a time on each (each GPU's runs alone on it,
+# their kernel choices timed into a cache of that GPU's own), the next model going to the first
+# GPU free; the table keeps the suite's order, and LeNet's start to 99% runs last, alone. The
+# suite takes about 13 minutes on one H200, and half or a quarter of that on two or four.
 set -uo pipefail
 mnist=${1:?usage: tools/bench.sh MNIST_DIR FASHION_DIR [MODEL...]}
 fashion=${2:?usage: tools/bench.sh MNIST_DIR FASHION_DIR [MODEL...]}
@@ -39,6 +43,7 @@ check_model_names tools/bench.sh "$(printf '%s\n' "${suite[@]}" | awk '{ print $
 bench_logs
 
 need_cuda_build tools/bench.sh "the bench"
+gpus=$(gpus_asked tools/bench.sh BENCH_GPUS "${BENCH_GPUS:-1}") || exit 2
 has_bf16=$(./blobnet train --help 2>&1 | grep -c -- '--precision')
 
 # Seconds of a blobnet log's first epoch, or "-".
@@ -75,15 +80,19 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { num = "^[0-9]+([.][0-9]*)?$"
                                           if (a !~ num || b !~ num || b == 0) print "-"; else printf "%.2f", a / b }'; }
 
 row='%-16s %5s | %8s %8s %8s %8s %6s | %6s %6s | %8s %8s %8s %8s | %6s %6s %6s | %8s %8s | %6s %6s %6s %6s'
-rows=()
-for entry in "${suite[@]}"; do
-    read -r name model dataset batch <<<"$entry"
-    if [ $# -gt 0 ] && [[ " $* " != *" $name "* ]]; then continue; fi
-    data=$(suite_data "$dataset" "$mnist" "$fashion") || exit 1
+
+# One suite model's runs and its row, into $logs/rows/K (K its place in the suite) and to stderr:
+# "K name model dataset batch data".
+bench_one() {
+    local k name model dataset batch data
+    read -r k name model dataset batch data <<<"$1"
+    # Each worker of several GPUs times its choices into a cache of its own, so that every model's
+    # first run still starts from an empty one and no two processes write one file.
+    [ "$gpus" -gt 1 ] && export BLOBNET_KERNEL_CACHE=$logs/kernel-cache-$BENCH_WORKER
     args=("$model" --dataset "$dataset" --data "$data")
     peer_args=("$model" --data "$data" --epochs "$epochs")
     if [ "$batch" != - ]; then args+=(--batch "$batch"); peer_args+=(--batch "$batch"); fi
-    echo "== $name" >&2
+    echo "== $name${BENCH_WORKER:+ (GPU $CUDA_VISIBLE_DEVICES)}" >&2
     read -r ms mem acc < <(run_blobnet "$logs/$name-default.log" "${args[@]}")
     # The same again for one epoch: its kernel choices now come from the cache.
     ./blobnet train "${args[@]}" --device gpu --epochs 1 >"$logs/$name-cached.log" 2>&1
@@ -98,16 +107,35 @@ for entry in "${suite[@]}"; do
     eager=$(peer_field "$peer" eager ms); graph=$(peer_field "$peer" graph ms); pfp32=$(peer_field "$peer" graph-fp32 ms)
     pbf16=$(peer_field "$peer" graph-bf16 ms); pmem=$(peer_field "$peer" graph-fp32 mem)
     pacc=$(peer_field "$peer" graph-fp32 acc); pbacc=$(peer_field "$peer" graph-bf16 acc)
-    rows+=("$(printf "$row" \
+    printf "$row\n" \
         "$name" "$([ "$batch" != - ] && echo "$batch" || model_batch "$model")" \
         "$ms" "$tf32" "$bf16$(grep -qs 'trains faster in FP32' "$logs/$name-bf16.log" && echo '*')" "$auto" \
         "$(ratio "$ms" "$auto")" \
         "$(first_epoch "$logs/$name-default.log")" "$(first_epoch "$logs/$name-cached.log")" \
         "${eager:--}" "${graph:--}" "${pfp32:--}" "${pbf16:--}" \
         "$(ratio "${pfp32:--}" "$ms")" "$(ratio "${graph:--}" "$tf32")" "$(ratio "${pbf16:--}" "$bf16")" \
-        "${mem:--}" "${pmem:--}" "${acc:--}" "${pacc:--}" "${bacc:--}" "${pbacc:--}")")
-    printf '%s\n' "${rows[-1]}" >&2
+        "${mem:--}" "${pmem:--}" "${acc:--}" "${pacc:--}" "${bacc:--}" "${pbacc:--}" >"$logs/rows/$k"
+    cat "$logs/rows/$k" >&2
+}
+
+# The models asked for, with their data (resolved here, before any worker starts: the first
+# cifar10 model writes the records).
+todo=()
+k=0
+for entry in "${suite[@]}"; do
+    read -r name model dataset batch <<<"$entry"
+    k=$((k + 1))
+    if [ $# -gt 0 ] && [[ " $* " != *" $name "* ]]; then continue; fi
+    data=$(suite_data "$dataset" "$mnist" "$fashion") || exit 1
+    todo+=("$(printf '%02d' "$k") $name $model $dataset $batch $data")
 done
+rm -rf "$logs/rows"
+mkdir -p "$logs/rows" || exit 1
+if [ "$gpus" -gt 1 ]; then
+    spread_over_gpus "$gpus" "$gpus" bench_one "${todo[@]}"
+else
+    for item in "${todo[@]}"; do bench_one "$item"; done
+fi
 
 echo
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
@@ -122,7 +150,10 @@ echo "MiB, acc: peak device memory and final test accuracy (%) of the default ru
 echo "bf16 and pt bf16; bf16 *: --precision bf16 trained that model in FP32, which it timed faster"
 printf "$row\n" model batch default tf32 bf16 autotune "def/at" "1st ep" cached "pt eager" "pt graph" "pt fp32" "pt bf16" \
     "fp32 x" "tf32 x" "bf16 x" "MiB" "pt MiB" "acc" "pt acc" "bf acc" "pt bf"
-printf '%s\n' "${rows[@]}"
+for item in "${todo[@]}"; do
+    read -r k name _ <<<"$item"
+    if [ -s "$logs/rows/$k" ]; then cat "$logs/rows/$k"; else printf '%-16s (no row: its runs did not finish)\n' "$name"; fi
+done
 
 if [ $# -eq 0 ] || [[ " $* " == *" lenet "* ]]; then
     echo

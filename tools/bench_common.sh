@@ -148,3 +148,54 @@ check_scale_models() {
     names=$(printf '%s\n' "${scale_models[@]}" | awk '{ print $1 }' | xargs)
     check_model_names "$tool" "$names" "one of ${names// /, }" "$@"
 }
+
+# The number of GPUs a tool's variable asks for: tool, variable name, its value (empty: 1). Exits
+# with a one-line error unless it is a positive whole number no larger than the GPUs visible
+# (nvidia-smi's list, or CUDA_VISIBLE_DEVICES's where that is set).
+gpus_asked() {
+    local tool=$1 var=$2 n=${3:-1} have
+    if ! [[ $n =~ ^[1-9][0-9]*$ ]]; then
+        echo "$tool: $var=$n: not a positive whole number of GPUs" >&2
+        exit 2
+    fi
+    [ "$n" -eq 1 ] && { echo 1; return; }
+    if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then
+        have=$(tr ',' '\n' <<<"$CUDA_VISIBLE_DEVICES" | grep -c .)
+    else
+        have=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+    fi
+    if [ "$n" -gt "$have" ]; then
+        echo "$tool: $var=$n: this machine shows $have GPU(s)" >&2
+        exit 2
+    fi
+    echo "$n"
+}
+
+# Runs `fn ITEM` once for each ITEM on `workers` workers at a time, worker w on GPU w % gpus (the
+# w % gpus-th entry of CUDA_VISIBLE_DEVICES where that is set, else that index): each worker takes
+# the next item not yet taken as soon as it is free, so that long items do not hold short ones
+# behind them. fn sees CUDA_VISIBLE_DEVICES set to its one GPU and BENCH_WORKER to its worker's
+# number. Returns when every item has run. Usage: spread_over_gpus workers gpus fn item...
+spread_over_gpus() {
+    local workers=$1 gpus=$2 fn=$3 w list next
+    shift 3
+    local -a items=("$@") visible=()
+    [ -n "${CUDA_VISIBLE_DEVICES:-}" ] && IFS=, read -ra visible <<<"$CUDA_VISIBLE_DEVICES"
+    next=$(mktemp) || return 1
+    echo 0 >"$next"
+    for ((w = 0; w < workers; w++)); do
+        list=$((w % gpus))
+        [ ${#visible[@]} -gt 0 ] && list=${visible[$((w % gpus))]}
+        (
+            export CUDA_VISIBLE_DEVICES=$list BENCH_WORKER=$w
+            while :; do
+                # The queue's next index, read and moved on under a lock on its file.
+                i=$(flock "$next" bash -c 'i=$(cat "$1"); echo $((i + 1)) >"$1"; echo "$i"' _ "$next")
+                [ "$i" -lt ${#items[@]} ] || break
+                "$fn" "${items[$i]}"
+            done
+        ) &
+    done
+    wait
+    rm -f "$next"
+}

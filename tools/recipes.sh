@@ -16,8 +16,10 @@
 #
 # RECIPES_EPOCHS=N cuts every recipe to N epochs (its schedule then spans N); RECIPES_JOBS=N runs N
 # trainings at a time (default 1; on one GPU they share it: the timed kernel choices of a first
-# run can differ from a quiet GPU's, the arithmetic of each choice does not). BENCH_LOGS=DIR keeps
-# every log in DIR. Exits 1 when a run fails other than by diverging.
+# run can differ from a quiet GPU's, the arithmetic of each choice does not); RECIPES_GPUS=N runs
+# them on N GPUs of the machine, RECIPES_JOBS at a time on each, the next training going to the
+# first one free. BENCH_LOGS=DIR keeps every log in DIR. Exits 1 when a run fails other than by
+# diverging.
 set -uo pipefail
 mnist=${1:?usage: tools/recipes.sh MNIST_DIR FASHION_DIR [MODEL...]}
 fashion=${2:?usage: tools/recipes.sh MNIST_DIR FASHION_DIR [MODEL...]}
@@ -32,8 +34,10 @@ for v in $seeds $jobs ${RECIPES_EPOCHS:-1}; do
         exit 2
     fi
 done
+gpus=1
 case $device in
-    gpu) need_cuda_build tools/recipes.sh "RECIPES_DEVICE=gpu" ;;
+    gpu) need_cuda_build tools/recipes.sh "RECIPES_DEVICE=gpu"
+         gpus=$(gpus_asked tools/recipes.sh RECIPES_GPUS "${RECIPES_GPUS:-1}") || exit 2 ;;
     cpu) ;;
     *) echo "tools/recipes.sh: RECIPES_DEVICE is gpu or cpu, not $device" >&2; exit 2 ;;
 esac
@@ -77,17 +81,30 @@ train_one() {
     echo "$acc" >"$result"
 }
 
+# One training of the queue: "side name model dataset seed data".
+train_item() {
+    local side name model dataset seed data
+    read -r side name model dataset seed data <<<"$1"
+    echo "== $name, $side, seed $seed${BENCH_WORKER:+ (GPU $CUDA_VISIBLE_DEVICES)}" >&2
+    train_one "$side" "$name" "$model" "$dataset" "$data" "$seed"
+}
+
+items=()
 for entry in "${runs[@]}"; do
     read -r name model dataset data <<<"$entry"
     for seed in $seeds; do
-        for side in blobnet pytorch; do
-            while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
-            echo "== $name, $side, seed $seed" >&2
-            train_one "$side" "$name" "$model" "$dataset" "$data" "$seed" &
-        done
+        for side in blobnet pytorch; do items+=("$side $name $model $dataset $seed $data"); done
     done
 done
-wait
+if [ "$gpus" -gt 1 ]; then
+    spread_over_gpus $((gpus * jobs)) "$gpus" train_item "${items[@]}"
+else
+    for item in "${items[@]}"; do
+        while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
+        train_item "$item" &
+    done
+    wait
+fi
 
 # "mean count diverged" of a model's results on one side; the mean is "-" when none trained.
 side_mean() { # name side
