@@ -154,6 +154,19 @@ static __device__ __forceinline__ void own_tail(const own_args &p, int tile, int
     if (db_row) p.db[row0 + tid] = db_old + bsum;
 }
 
+/* Element e of a block's share of the slice [kt, kt + OWN_BK) of an operand m (ld floats from one
+ * row or column to the next when INNER, from one inner offset to the next otherwise), the tile's
+ * rows or columns from i0 of `count`: zero outside the matrix or past k1. */
+template <bool INNER, int SIDE>
+static __device__ __forceinline__ float fetch_element(const float *m, int ld, int e, int i0, int count, int kt, int k1)
+{
+    const int i = INNER ? e / OWN_BK : e % SIDE, kk = INNER ? e % OWN_BK : e / SIDE;
+    const int gi = i0 + i, gk = kt + kk;
+    float v = 0.0f;
+    if (gi < count && gk < k1) v = INNER ? m[(size_t)gi * ld + gk] : m[(size_t)gk * ld + gi];
+    return v;
+}
+
 /* The FP32 FMA kernel: see the comment above. */
 template <int KIND, int BM, int BN, int TM, int TN>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN)) own_gemm(own_args p)
@@ -186,23 +199,9 @@ __global__ void __launch_bounds__((BM / TM) * (BN / TN)) own_gemm(own_args p)
     /* Slice [kt, kt + OWN_BK) of A and B into registers, zero outside the matrices or the range. */
     auto fetch = [&](int kt) {
 #pragma unroll
-        for (int l = 0; l < LA; l++) {
-            int e = tid + l * NT;
-            int r = A_INNER ? e / OWN_BK : e % BM, kk = A_INNER ? e % OWN_BK : e / BM;
-            int gr = row0 + r, gk = kt + kk;
-            ra[l] = 0.0f;
-            if (gr < p.rows && gk < k1)
-                ra[l] = A_INNER ? p.a[(size_t)gr * lda + gk] : p.a[(size_t)gk * lda + gr];
-        }
+        for (int l = 0; l < LA; l++) ra[l] = fetch_element<A_INNER, BM>(p.a, lda, tid + l * NT, row0, p.rows, kt, k1);
 #pragma unroll
-        for (int l = 0; l < LB; l++) {
-            int e = tid + l * NT;
-            int c = B_INNER ? e / OWN_BK : e % BN, kk = B_INNER ? e % OWN_BK : e / BN;
-            int gc = col0 + c, gk = kt + kk;
-            rb[l] = 0.0f;
-            if (gc < p.cols && gk < k1)
-                rb[l] = B_INNER ? p.b[(size_t)gc * ldb + gk] : p.b[(size_t)gk * ldb + gc];
-        }
+        for (int l = 0; l < LB; l++) rb[l] = fetch_element<B_INNER, BN>(p.b, ldb, tid + l * NT, col0, p.cols, kt, k1);
     };
 
     if (k0 < k1) fetch(k0);
