@@ -92,7 +92,7 @@ bench_one() {
     args=("$model" --dataset "$dataset" --data "$data")
     peer_args=("$model" --data "$data" --epochs "$epochs")
     if [ "$batch" != - ]; then args+=(--batch "$batch"); peer_args+=(--batch "$batch"); fi
-    echo "== $name${BENCH_WORKER:+ (GPU $CUDA_VISIBLE_DEVICES)}" >&2
+    echo "== $name$([ "$gpus" -gt 1 ] && echo " (GPU $CUDA_VISIBLE_DEVICES)")" >&2
     read -r ms mem acc < <(run_blobnet "$logs/$name-default.log" "${args[@]}")
     # The same again for one epoch: its kernel choices now come from the cache.
     ./blobnet train "${args[@]}" --device gpu --epochs 1 >"$logs/$name-cached.log" 2>&1
@@ -131,11 +131,7 @@ for entry in "${suite[@]}"; do
 done
 rm -rf "$logs/rows"
 mkdir -p "$logs/rows" || exit 1
-if [ "$gpus" -gt 1 ]; then
-    spread_over_gpus "$gpus" "$gpus" bench_one "${todo[@]}"
-else
-    for item in "${todo[@]}"; do bench_one "$item"; done
-fi
+spread_over_gpus "$gpus" "$gpus" bench_one "${todo[@]}"
 
 echo
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader

@@ -85,7 +85,7 @@ train_one() {
 train_item() {
     local side name model dataset seed data
     read -r side name model dataset seed data <<<"$1"
-    echo "== $name, $side, seed $seed${BENCH_WORKER:+ (GPU $CUDA_VISIBLE_DEVICES)}" >&2
+    echo "== $name, $side, seed $seed$([ "$gpus" -gt 1 ] && echo " (GPU $CUDA_VISIBLE_DEVICES)")" >&2
     train_one "$side" "$name" "$model" "$dataset" "$data" "$seed"
 }
 
@@ -96,15 +96,8 @@ for entry in "${runs[@]}"; do
         for side in blobnet pytorch; do items+=("$side $name $model $dataset $seed $data"); done
     done
 done
-if [ "$gpus" -gt 1 ]; then
-    spread_over_gpus $((gpus * jobs)) "$gpus" train_item "${items[@]}"
-else
-    for item in "${items[@]}"; do
-        while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
-        train_item "$item" &
-    done
-    wait
-fi
+# On one GPU (or the CPU) the same queue: RECIPES_JOBS workers, all on the first device.
+spread_over_gpus $((gpus * jobs)) "$gpus" train_item "${items[@]}"
 
 # "mean count diverged" of a model's results on one side; the mean is "-" when none trained.
 side_mean() { # name side
