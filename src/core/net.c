@@ -263,3 +263,46 @@ int bn_net_graph_safe(const bn_net *net)
 {
     return bn_net_graph_blocker(net) == NULL;
 }
+
+/* The `at`-th name of a space-separated list (its length in *len), or NULL past the last. */
+static const char *nth_name(const char *list, int at, size_t *len)
+{
+    for (const char *p = list + strspn(list, " "); *p; p += strspn(p, " ")) {
+        *len = strcspn(p, " ");
+        if (at-- == 0) return p;
+        p += *len;
+    }
+    return NULL;
+}
+
+/* Appends the name (len chars) to buf unless it is listed there already or does not fit. */
+static void add_code_name(char *buf, size_t cap, const char *name, size_t len)
+{
+    size_t used = strlen(buf), have;
+    const char *q;
+    for (int i = 0; (q = nth_name(buf, i, &have)); i++)
+        if (have == len && strncmp(q, name, len) == 0) return;
+    if (used + (used > 0) + len + 1 > cap) return;
+    if (used) buf[used++] = ' ';
+    memcpy(buf + used, name, len);
+    buf[used + len] = '\0';
+}
+
+void bn_net_gpu_code(const bn_net *net, const char *first, char *buf, size_t cap)
+{
+    if (cap == 0) return;
+    buf[0] = '\0';
+    size_t len;
+    const char *name;
+    for (int i = 0; first && (name = nth_name(first, i, &len)); i++) add_code_name(buf, cap, name, len);
+    for (int round = 0, more = 1; more; round++) {
+        more = 0;
+        for (int i = 0; i < net->num_layers; i++) {
+            const char *list = net->layers[i]->ops->gpu_code;
+            if (list && (name = nth_name(list, round, &len))) {
+                add_code_name(buf, cap, name, len);
+                more = 1;
+            }
+        }
+    }
+}
