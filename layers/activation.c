@@ -171,7 +171,6 @@ static void act_destroy(bn_layer *l)
 #define ACTIVATION_OPS(sym, name, parser, text, absorbable)       \
     const bn_layer_ops sym = {                                    \
         .type = name,                                             \
-        .gpu_code = "activation",                                 \
         .help = text,                                             \
         .kind = BN_NVTX_LAYER_ACTIVATION,                         \
         .graph_safe = 1,                                          \

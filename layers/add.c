@@ -163,7 +163,6 @@ static int add_sums_inputs(const bn_layer *l)
 
 const bn_layer_ops bn_add_ops = {
     .type = "add",
-    .gpu_code = "add", /* gpu/code_modules.h */
     .help = "element-wise sum of 2 to 8 inputs of one shape (input = a, b, ...); keys: coeff (a number per "
             "input, all 1 by default)",
     .kind = BN_NVTX_LAYER_OTHER,

@@ -244,7 +244,6 @@ static void batchnorm_destroy(bn_layer *l)
 
 const bn_layer_ops bn_batchnorm_ops = {
     .type = "batchnorm",
-    .gpu_code = "batchnorm", /* gpu/code_modules.h */
     .help = "batch normalization per channel (per feature after a dense layer): batch statistics in "
             "training, running averages in evaluation, learnable weight and bias; keys: momentum (0.1), "
             "eps (1e-5)",

@@ -138,7 +138,6 @@ static void dropout_destroy(bn_layer *l)
 
 const bn_layer_ops bn_dropout_ops = {
     .type = "dropout",
-    .gpu_code = "dropout", /* gpu/code_modules.h */
     .help = "inverted dropout in training (kept elements scaled by 1 / (1 - rate)), identity in "
             "evaluation; keys: rate (0.5, in [0, 1))",
     .kind = BN_NVTX_LAYER_OTHER,

@@ -299,7 +299,6 @@ static void pool_destroy(bn_layer *l)
 
 const bn_layer_ops bn_maxpool_ops = {
     .type = "maxpool",
-    .gpu_code = "pool", /* gpu/code_modules.h */
     .help = "maximum over square windows per channel (padding never wins); keys: size "
             "(required), stride (= size), pad (0, < size)",
     .kind = BN_NVTX_LAYER_POOL,
@@ -319,7 +318,6 @@ const bn_layer_ops bn_maxpool_ops = {
 
 const bn_layer_ops bn_avgpool_ops = {
     .type = "avgpool",
-    .gpu_code = "pool", /* gpu/code_modules.h */
     .help = "mean over square windows per channel, counting only cells inside the input; "
             "keys: size (required), stride (= size), pad (0, < size); or global = 1: the mean of each "
             "whole channel (global average pooling), one output per channel",

@@ -211,7 +211,6 @@ static void softmax_destroy(bn_layer *l)
 
 const bn_layer_ops bn_softmax_ce_ops = {
     .type = "softmax_ce",
-    .gpu_code = "softmax_ce", /* gpu/code_modules.h */
     .help = "softmax over the flattened input and mean cross-entropy against the labels (the "
             "loss layer); keys: smoothing (0; label smoothing, the target (1 - s) onehot + s / classes)",
     .is_loss = 1,

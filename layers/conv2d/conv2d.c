@@ -124,8 +124,6 @@ static void conv_destroy(bn_layer *l)
 
 const bn_layer_ops bn_conv2d_ops = {
     .type = "conv2d",
-    .gpu_code = "conv_direct conv_rows conv_tensor conv_halo"
-                " conv_argmax conv_igemm conv_wino conv_bias conv_bf16_passes conv_reference", /* gpu/code_modules.h */
     .help = "2-D convolution with square kernels; keys: filters (required), size (required), "
             "stride (1), pad (0, < size), init = xavier|he (xavier), engine = auto|cudnn|blobnet (auto: "
             "the faster on the GPU, measured per batch size)",

@@ -95,7 +95,6 @@ static void dense_destroy(bn_layer *l)
 
 const bn_layer_ops bn_dense_ops = {
     .type = "dense",
-    .gpu_code = "dense_gemm dense_skinny dense_plan dense dense_bf16", /* gpu/code_modules.h */
     .help = "fully connected Y = X W^T + b over the flattened input; keys: outputs (required), "
             "init = xavier|he (xavier)",
     .kind = BN_NVTX_LAYER_COMPUTE,

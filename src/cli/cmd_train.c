@@ -403,14 +403,6 @@ static bn_status prepare(const train_args *a, train_run *r, bn_train_state *st)
         r->ctx->autotune = a->autotune;
     }
     BN_TRY(bn_cli_apply_precision(a->bf16, r->ctx));
-    if (r->ctx) {
-        /* The modules of the kernels the first step launches load beside the network's setup and
-         * the data's upload rather than one by one as it first launches each (code_load.cu). */
-        char code[1024];
-        bn_net_gpu_code(r->net, r->ctx->bf16 ? BN_TRAIN_GPU_CODE " " BN_TRAIN_GPU_CODE_BF16 : BN_TRAIN_GPU_CODE,
-                        code, sizeof code);
-        bn_device_code_load_begin(code);
-    }
     BN_TRY(data);
     if (a->bf16 == BN_PRECISION_BF16 && a->rank < 0) BN_TRY(choose_precision(a, r->ctx, cfg->batch, quiet));
     if (r->net->input_norm_auto && !a->resume) BN_TRY(auto_input_norm(r, !quiet && !follower(a)));

@@ -103,15 +103,6 @@ int bn_device_count(void);
  * without it the first use loads them. A no-op without CUDA. */
 void bn_device_preload(void);
 
-/* Loads the GPU code of the library's modules named in `names` (space-separated names from
- * gpu/code_modules.h, the first needed first; other names are skipped) on a thread of its own,
- * so that the caller's first launches do not wait on the driver loading each module: about 4 ms
- * for a large one. A no-op without CUDA or an open context; a load still running is waited for
- * first. bn_ctx_close waits for it too. */
-void bn_device_code_load_begin(const char *names);
-/* Waits for that load; returns the number of modules it loaded (0 when none was begun). */
-int bn_device_code_load_end(void);
-
 /* Opens the process context on device ordinal `device`; a second call with the same
  * ordinal returns the same context. The context is owned by the library. */
 bn_status bn_ctx_open(int device, bn_ctx **out);

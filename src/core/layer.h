@@ -276,11 +276,6 @@ struct bn_layer_ops {
                              * pass it does) plus that part, the sum rounded to the blobs' type as
                              * a stored sum would be, so that the network need not add the part in
                              * first (a pass over the gradient fewer: fusion.c) */
-    const char *gpu_code;   /* the library's GPU code modules its GPU passes launch kernels from,
-                             * space-separated names from gpu/code_modules.h, the likeliest first: a
-                             * training run loads them on a thread beside the network's setup
-                             * (bn_net_gpu_code). NULL: none (a plugin's kernels load at their
-                             * first launch) */
 };
 
 #define BN_BESIDE_FORWARD 1u

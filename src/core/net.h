@@ -219,13 +219,6 @@ const bn_layer *bn_net_graph_blocker(const bn_net *net);
 int bn_net_graph_safe(const bn_net *net);
 
 /* Frees the network, its layers and blobs. NULL is fine. */
-/* Writes into buf (cap bytes) the names of the GPU code modules the network's layers name
- * (bn_layer_ops.gpu_code) after those in `first` (space-separated, may be NULL), each once: each
- * layer's likeliest module in the layers' order, then each one's next, and so on, so that
- * loading them in that order (bn_device_code_load_begin) serves a first step that runs the
- * layers in order. Names that do not fit whole are left out. */
-void bn_net_gpu_code(const bn_net *net, const char *first, char *buf, size_t cap);
-
 void bn_net_free(bn_net *net);
 
 #ifdef __cplusplus

@@ -16,13 +16,6 @@
 extern "C" {
 #endif
 
-/* The GPU code modules a training run's own kernels come from (gpu/code_modules.h), beside those
- * its layers name: the batch's gather, the parameters' update, fills and the checks of timed
- * choices; with BF16 activations, their conversions too. A run loads them first
- * (bn_device_code_load_begin). */
-#define BN_TRAIN_GPU_CODE "loader_gpu optimizer_gpu kernels compare"
-#define BN_TRAIN_GPU_CODE_BF16 "bf16"
-
 typedef struct bn_epoch_report {
     int epoch;              /* 1-based */
     int epochs;
