@@ -241,9 +241,11 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(Q)$(call say,CC,$<)$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
+# BN_CODE_MODULE: the file's name, by which its kernels' first launch notes its module (gpu/pdl.cuh,
+# gpu/code_load.cu).
 $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
-	$(Q)$(call say,NVCC,$<)$(NVCC) $(NVFLAGS) -MMD -MP -c $< -o $@
+	$(Q)$(call say,NVCC,$<)$(NVCC) $(NVFLAGS) '-DBN_CODE_MODULE="$(basename $(notdir $<))"' -MMD -MP -c $< -o $@
 
 # Tests read real MNIST from BLOBNET_TEST_DATA: by default the copy `make train` fetched into
 # MNIST_DIR, when all four files are there. BLOBNET_MAKE is how the install test calls make

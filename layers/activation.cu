@@ -12,6 +12,7 @@
 #include "gpu/grid_stride.h"
 #include "gpu/pdl.cuh"
 #include "gpu/typed.cuh"
+#include "gpu/code_anchor.cuh"
 
 static __device__ __forceinline__ float sigmoid_of(float x)
 {
@@ -308,3 +309,5 @@ extern "C" bn_status bn_activation_backward_gpu(bn_layer *l, const bn_pass *pass
     if (!l->in_grad) return BN_OK;
     return bn_blob_is_bf16(l->out) ? backward_typed<__nv_bfloat16>(l, pass) : backward_typed<float>(l, pass);
 }
+
+BN_CODE_ANCHOR(activation, act_forward<ACT_RELU, float>) /* code_load.cu */

@@ -17,6 +17,7 @@
 #include "gpu/pdl.cuh"
 #include "gpu/bf16.cuh"
 #include "gpu/typed.cuh"
+#include "gpu/code_anchor.cuh"
 
 template <typename T> struct add_args {
     const T *x[BN_MAX_INPUTS];
@@ -190,3 +191,5 @@ extern "C" int bn_add_fuse_relu(bn_layer *l, bn_layer *relu, int after)
     ((add_priv *)l->priv)->relu_after = relu;
     return BN_FUSED_FORWARD | BN_FUSED_NO_IN | BN_FUSED_BACKWARD | BN_FUSED_NO_IN_GRAD;
 }
+
+BN_CODE_ANCHOR(add, add_forward<float, 1, unsigned>) /* code_load.cu */

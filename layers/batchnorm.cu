@@ -37,6 +37,7 @@
 #include "gpu/last_arrival.cuh"
 #include "gpu/pdl.cuh"
 #include "gpu/typed.cuh"
+#include "gpu/code_anchor.cuh"
 
 namespace cg = cooperative_groups;
 
@@ -707,3 +708,5 @@ extern "C" int bn_batchnorm_fuse_relu(bn_layer *l, bn_layer *relu, int after)
     b->relu_back = relu->out_grad && l->out_grad;
     return b->relu_back ? BN_FUSED_FORWARD | BN_FUSED_NO_IN | BN_FUSED_BACKWARD | BN_FUSED_NO_IN_GRAD : 1;
 }
+
+BN_CODE_ANCHOR(batchnorm, eval_stats) /* code_load.cu */

@@ -8,6 +8,7 @@
 #include "gpu/cuda_check.h"
 #include "gpu/grid_stride.h"
 #include "gpu/pdl.cuh"
+#include "gpu/code_anchor.cuh"
 
 /* T is the blobs' element type on the device: float, or __nv_bfloat16 under --precision bf16;
  * the mask stays float. `first` is the place of element 0 in the global batch. */
@@ -103,3 +104,5 @@ extern "C" bn_status bn_dropout_backward_gpu(bn_layer *l, const bn_pass *p)
     BN_DEV_WR(dx, l->in_grad);
     return backward_on(l, p, dy, dx);
 }
+
+BN_CODE_ANCHOR(dropout, multiply<float>) /* code_load.cu */

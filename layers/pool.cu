@@ -52,6 +52,7 @@
 #include "gpu/bf16.cuh"
 #include "gpu/typed.cuh"
 #include "pool.h"
+#include "gpu/code_anchor.cuh"
 
 #define THREADS 256
 /* Enough blocks for one thread per element up to INT_MAX elements; a larger count loops. */
@@ -467,3 +468,5 @@ extern "C" bn_status bn_avgpool_backward_gpu(bn_layer *l, const bn_pass *p)
     if (bn_blob_is_bf16(l->in_grad)) return global_backward<__nv_bfloat16>(l, p);
     return global_backward<float>(l, p);
 }
+
+BN_CODE_ANCHOR(pool, global_avg_forward<float>) /* code_load.cu */

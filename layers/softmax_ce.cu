@@ -41,6 +41,7 @@
 #include "gpu/pdl.cuh"
 #include "gpu/vec_ops.cuh"
 #include "softmax_ce.h"
+#include "gpu/code_anchor.cuh"
 
 #define ROW_THREADS 256            /* 8 warps: 8 rows per block */
 #define HEAD_ROWS 2                /* the dense head: rows per block, */
@@ -450,3 +451,5 @@ extern "C" bn_status bn_softmax_ce_backward_gpu(bn_layer *l, const bn_pass *pass
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
+
+BN_CODE_ANCHOR(softmax_ce, softmax_grad<float>) /* code_load.cu */

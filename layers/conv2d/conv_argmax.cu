@@ -19,6 +19,7 @@
 #include "gpu/cuda_check.h"
 #include "gpu/pdl.cuh"
 #include "gpu/smem_opt_in.cuh"
+#include "gpu/code_anchor.cuh"
 
 typedef struct argmax_args {
     bn_argmax_plan s;
@@ -181,3 +182,5 @@ extern "C" bn_status bn_conv_run_argmax(const bn_conv_family_plan *p, const bn_c
         return bn_error(BN_ERR_INTERNAL, "the argmax backward-filter pass needs dy through a pooling");
     return bn_argmax_backward_filter(&p->argmax, stream, io->x, io->pooled_dy, io->dw, io->db, io->parts);
 }
+
+BN_CODE_ANCHOR(conv_argmax, argmax_filter<1>) /* code_load.cu */

@@ -8,6 +8,7 @@
 #include "gpu/bf16.h"
 #include "gpu/cuda_check.h"
 #include "gpu/pdl.cuh"
+#include "gpu/code_anchor.cuh"
 
 #define THREADS 256
 
@@ -213,3 +214,4 @@ extern "C" bn_status bn_conv_bf16_run_backward(const conv_priv *c, conv_bf16 *s,
     return from_nhwc(dx, dxt, n, c->g.c, s->cp, in_hw, ctx);
 }
 
+BN_CODE_ANCHOR(conv_bf16_passes, to_nhwc_padded) /* code_load.cu */

@@ -5,6 +5,7 @@
 #include "gpu/bf16.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/pdl.cuh"
+#include "gpu/code_anchor.cuh"
 
 #define THREADS 256
 /* Elements of one filter per block of the gradient, at least. */
@@ -161,3 +162,5 @@ extern "C" bn_status bn_conv_bias_grad_bf16(float *db, const void *dy, int n, in
 {
     return grad(db, (const __nv_bfloat16 *)dy, n, filters, plane, parts, (cudaStream_t)ctx->stream);
 }
+
+BN_CODE_ANCHOR(conv_bias, finish_kernel) /* code_load.cu */

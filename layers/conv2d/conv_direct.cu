@@ -29,6 +29,7 @@
 #include "gpu/cuda_check.h"
 #include "gpu/pdl.cuh"
 #include "gpu/vec_ops.cuh"
+#include "gpu/code_anchor.cuh"
 
 typedef struct direct_args {
     bn_direct_shape s;
@@ -492,3 +493,5 @@ extern "C" bn_status bn_conv_run_direct(const bn_conv_family_plan *p, const bn_c
     if (pass == BN_CONV_DATA) return bn_direct_backward_data(d, stream, io->dy, io->w, io->dx);
     return bn_direct_backward_filter(d, stream, io->x, io->dy, io->dw, io->db, io->parts);
 }
+
+BN_CODE_ANCHOR(conv_direct, direct_conv<4, 0>) /* code_load.cu */

@@ -40,6 +40,7 @@
 #include "gpu/pdl.cuh"
 #include "gpu/smem_opt_in.cuh"
 #include "gpu/vec_ops.cuh"
+#include "gpu/code_anchor.cuh"
 
 typedef struct hl_args {
     const float *x;      /* the form's input [n][ci][ih][iw] */
@@ -531,3 +532,5 @@ extern "C" bn_status bn_conv_run_halo(const bn_conv_family_plan *p, const bn_con
     BN_TRY(bn_halo_backward_filter_parts(h, &s->g, s->filters, s->n, stream, io->x, io->dy, io->parts));
     return bn_direct_finish_filter(stream, io->parts, fp->splits, s->filters, s->g.c * s->g.k * s->g.k, io->dw, io->db);
 }
+
+BN_CODE_ANCHOR(conv_halo, halo_filter<3, 1, 4, 1>) /* code_load.cu */

@@ -40,6 +40,7 @@
 #include "gpu/mma_tf32.cuh"
 #include "gpu/pdl.cuh"
 #include "gpu/smem_opt_in.cuh"
+#include "gpu/code_anchor.cuh"
 
 /* Stages in the shared-memory ring: STAGES - 1 are in flight while one is used. */
 #define STAGES 3
@@ -457,3 +458,5 @@ extern "C" bn_status bn_conv_run_igemm(const bn_conv_family_plan *p, const bn_co
     BN_TRY(bn_igemm_backward_filter_parts(ig, &s->g, s->filters, s->n, stream, io->x, io->dy, io->parts));
     return bn_direct_finish_filter(stream, io->parts, f->splits, f->M, f->N, io->dw, io->db);
 }
+
+BN_CODE_ANCHOR(conv_igemm, igemm<0, 128, 64, 2, 1, false, false>) /* code_load.cu */

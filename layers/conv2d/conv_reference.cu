@@ -14,6 +14,7 @@
 #include "gpu/bf16.h"
 #include "gpu/compare.h"
 #include "gpu/cuda_check.h"
+#include "gpu/code_anchor.cuh"
 
 /* A tensor as the kernels read it: dims and strides in elements, BF16 or FP32. */
 typedef struct view {
@@ -246,3 +247,5 @@ extern "C" bn_status bn_cg_check_plan(bn_cg_check *check, const bn_cg_plan *plan
     BN_TRY(bn_cg_run(ctx, plan, check->t[0], check->t[1], check->t[2]));
     return bn_cg_check_output(ctx, &check->spec, check->ref, check->t[writes], err, tol, agrees);
 }
+
+BN_CODE_ANCHOR(conv_reference, gather_kernel) /* code_load.cu */

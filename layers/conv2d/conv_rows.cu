@@ -33,6 +33,7 @@
 #include "gpu/cuda_check.h"
 #include "gpu/pdl.cuh"
 #include "gpu/smem_opt_in.cuh"
+#include "gpu/code_anchor.cuh"
 
 static __host__ __device__ int round4i(int v)
 {
@@ -451,3 +452,5 @@ extern "C" bn_status bn_conv_run_rows(const bn_conv_family_plan *p, const bn_con
     if (pass == BN_CONV_DATA) return bn_rows_backward_data(r, stream, io->dy, io->w, io->dx);
     return bn_rows_backward_filter(r, stream, io->x, io->dy, io->pooled_dy, io->dw, io->db, io->parts);
 }
+
+BN_CODE_ANCHOR(conv_rows, rows_filter<10, 5>) /* code_load.cu */

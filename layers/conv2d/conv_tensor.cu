@@ -48,6 +48,7 @@
 #include "gpu/mma_tf32.cuh"
 #include "gpu/pdl.cuh"
 #include "gpu/smem_opt_in.cuh"
+#include "gpu/code_anchor.cuh"
 
 typedef struct tensor_args {
     bn_tensor_conv s;
@@ -714,3 +715,5 @@ extern "C" bn_status bn_conv_run_tensor(const bn_conv_family_plan *p, const bn_c
         return bn_tensor_backward_data(t, stream, io->dy, io->pooled_dy, io->w, io->dx, io->beside);
     return bn_tensor_backward_filter(t, stream, io->x, io->dy, io->pooled_dy, io->dw, io->db, io->parts, io->beside);
 }
+
+BN_CODE_ANCHOR(conv_tensor, tensor_conv<1, 1>) /* code_load.cu */

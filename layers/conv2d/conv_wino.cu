@@ -34,6 +34,7 @@
 #include "gpu/pdl.cuh"
 #include "gpu/smem_opt_in.cuh"
 #include "gpu/vec_ops.cuh"
+#include "gpu/code_anchor.cuh"
 
 #define XI BN_WINO_POINTS
 #define TL BN_WINO_TILE
@@ -580,3 +581,5 @@ extern "C" bn_status bn_conv_run_wino(const bn_conv_family_plan *p, const bn_con
         return bn_wino_backward_data(w, s->n, stream, io->dy, io->w, io->dx, io->scratch, &io->relu);
     return bn_wino_backward_filter(w, s->n, stream, io->x, io->dy, io->dw, io->db, io->parts);
 }
+
+BN_CODE_ANCHOR(conv_wino, carry_w) /* code_load.cu */

@@ -23,6 +23,7 @@
 #include "gpu/cuda_check.h"
 #include "gpu/overlap.h"
 #include "softmax_ce.h"
+#include "gpu/code_anchor.cuh"
 
 enum { WEIGHT, BIAS };
 
@@ -165,3 +166,5 @@ extern "C" int bn_dense_fuse_next(bn_layer *l, bn_layer *next)
     d->dx_written = 0;
     return BN_FUSED_FORWARD;
 }
+
+BN_CODE_ANCHOR(dense, bias_grad<float>) /* code_load.cu */

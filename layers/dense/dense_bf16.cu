@@ -16,6 +16,7 @@
 #include "dense_bias.cuh"
 #include "gpu/bf16.cuh"
 #include "gpu/cuda_check.h"
+#include "gpu/code_anchor.cuh"
 
 enum { WEIGHT, BIAS };
 
@@ -71,3 +72,5 @@ extern "C" bn_status bn_dense_backward_bf16(bn_layer *l, const bn_pass *p)
                            dx, CUDA_R_16BF, k, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return BN_OK;
 }
+
+BN_CODE_ANCHOR(dense_bf16, seed_bias<__nv_bfloat16>) /* code_load.cu */

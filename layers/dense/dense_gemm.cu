@@ -21,6 +21,7 @@
 #include "gpu/mma_tf32.cuh"
 #include "gpu/pdl.cuh"
 #include "gpu/vec_ops.cuh"
+#include "gpu/code_anchor.cuh"
 
 /* Partial sums a thread of the last block has in flight at once while it adds them up. */
 #define OWN_TAIL_FLOATS 32
@@ -723,3 +724,5 @@ extern "C" bn_status bn_dense_run_own(const own_plan *o, int kind, const bn_ctx 
 {
     return bn_dense_run_own_on(o, kind, (cudaStream_t)ctx->stream, a, b, c, bias, db, e);
 }
+
+BN_CODE_ANCHOR(dense_gemm, own_gemm_tc<0, 32, 32, 1>) /* code_load.cu */

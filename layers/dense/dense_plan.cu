@@ -48,6 +48,7 @@
 #include "gpu/chooser.h"
 #include "gpu/compare.h"
 #include "gpu/cuda_check.h"
+#include "gpu/code_anchor.cuh"
 
 /* The most workspace one algorithm may ask for (these products are small). */
 #define WORKSPACE_LIMIT ((size_t)8 << 20)
@@ -731,3 +732,4 @@ extern "C" void bn_dense_gpu_describe(const bn_layer *l, char *buf, size_t cap)
     }
 }
 
+BN_CODE_ANCHOR(dense_plan, seed_bias<float>) /* code_load.cu */

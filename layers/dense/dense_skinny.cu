@@ -17,6 +17,7 @@
 #include "gpu/cuda_check.h"
 #include "gpu/pdl.cuh"
 #include "gpu/vec_ops.cuh"
+#include "gpu/code_anchor.cuh"
 
 /* Rows per block of skinny_fwd, and warps per row (each takes every SKINNY_PARTS-th piece of the
  * row's inputs). */
@@ -140,3 +141,5 @@ extern "C" bool bn_dense_skinny_fits(int kind, int n, int k, int m)
     /* skinny_dx's grid of n * k threads (at most one per input) stays within 2^31 blocks of 256. */
     return kind != GEMM_DW && m >= 1 && m <= SKINNY_M && k >= 1 && n >= 1 && (long long)n * k < (1LL << 39);
 }
+
+BN_CODE_ANCHOR(dense_skinny, skinny_fwd<10, 1>) /* code_load.cu */

@@ -374,6 +374,15 @@ static bn_status join_ranks(const train_args *a, train_run *r, const bn_train_st
     return bn_dist_join(&r->dist, a->host, a->port, training_fingerprint(r, st), r->ctx);
 }
 
+/* What decides which of the library's GPU modules a run launches kernels from: the model, the batch
+ * and the arithmetic asked for (the kernel cache keeps them under it: code_load.cu). */
+static void code_signature(const train_args *a, const train_run *r, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%016llx batch=%d precision=%d tf32=%d deterministic=%d autotune=%d",
+             (unsigned long long)fnv1a(BN_FNV1A_START, r->net->description), r->net->train.batch, (int)a->bf16,
+             a->tf32, a->deterministic, a->autotune);
+}
+
 static bn_status prepare(const train_args *a, train_run *r, bn_train_state *st)
 {
     bn_timeline_mark("the command begins (program and libraries loaded)");
@@ -404,6 +413,11 @@ static bn_status prepare(const train_args *a, train_run *r, bn_train_state *st)
     }
     BN_TRY(bn_cli_apply_precision(a->bf16, r->ctx));
     BN_TRY(data);
+    char code[256];
+    code_signature(a, r, code, sizeof code);
+    /* The modules this model's last run launched kernels from load beside its setup and the data's
+     * upload, rather than one by one at the first step's first launches (code_load.cu). */
+    bn_device_code_load_for(code);
     if (a->bf16 == BN_PRECISION_BF16 && a->rank < 0) BN_TRY(choose_precision(a, r->ctx, cfg->batch, quiet));
     if (r->net->input_norm_auto && !a->resume) BN_TRY(auto_input_norm(r, !quiet && !follower(a)));
     r->net->relu_in_place = 1; /* on the CPU, ReLUs over their input where they may */
@@ -496,6 +510,9 @@ static bn_status run(const train_args *a, train_run *r)
     bn_status s = bn_train(r->net, r->opt, &r->train, &r->test, &opts, &st, &last);
     if (opts.progress) bn_progress_clear(&progress);
     BN_TRY(s);
+    char code[256];
+    code_signature(a, r, code, sizeof code);
+    bn_device_code_keep_for(code);
     if (last.epoch == 0) {
         /* Nothing left to train: still evaluate, and save (with --epochs 0, the initial weights). */
         BN_TRY(bn_evaluate(r->net, &r->test, &last.test_loss, &last.test_acc));

@@ -103,6 +103,22 @@ int bn_device_count(void);
  * without it the first use loads them. A no-op without CUDA. */
 void bn_device_preload(void);
 
+/* The library's GPU code, loaded ahead of a run's first step (gpu/code_load.cu). Each module
+ * (the code of one of the library's .cu files) is noted at its first launch;
+ * bn_device_code_used writes those noted so far, in that order, one character a module, into buf
+ * (cap bytes). bn_device_code_keep_for keeps that list in the kernel cache under `model` (a text
+ * that names the model and what decides its kernels); bn_device_code_load_for, in a later run,
+ * loads the modules kept under it on a thread of its own, in that order, while the caller sets
+ * the network up and uploads its data, and marks the timeline when done. bn_device_code_load_begin
+ * loads a list of bn_device_code_used's form; bn_device_code_load_end waits for the load and
+ * returns the number of modules it loaded (bn_ctx_close waits for it too). No-ops without CUDA
+ * or an open context; the cache's errors are left to the layers' lookups. */
+void bn_device_code_used(char *buf, size_t cap);
+void bn_device_code_keep_for(const char *model);
+void bn_device_code_load_for(const char *model);
+void bn_device_code_load_begin(const char *list);
+int bn_device_code_load_end(void);
+
 /* Opens the process context on device ordinal `device`; a second call with the same
  * ordinal returns the same context. The context is owned by the library. */
 bn_status bn_ctx_open(int device, bn_ctx **out);

@@ -12,6 +12,7 @@
 #include "cuda_check.h"
 #include "grid_stride.h"
 #include "pdl.cuh"
+#include "gpu/code_anchor.cuh"
 
 __global__ void f32_to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n)
 {
@@ -163,3 +164,5 @@ extern "C" bn_status bn_gpu_add_bf16_transposed_to_f32(float *dst, const void *s
 {
     return transpose(dst, (const __nv_bfloat16 *)src, batch, rows, cols, ctx);
 }
+
+BN_CODE_ANCHOR(bf16, bf16_to_f32_kernel) /* code_load.cu */

@@ -4,6 +4,7 @@
 #include "compare.h"
 #include "core/counter_rng.h"
 #include "cuda_check.h"
+#include "gpu/code_anchor.cuh"
 
 __global__ void fill_uniform_kernel(float *dst, size_t n, uint64_t seed)
 {
@@ -69,3 +70,5 @@ extern "C" bn_status bn_gpu_relative_error(const float *out, const float *ref, s
     *err = (double)diff / (scale > 0.0f ? (double)scale : 1.0);
     return BN_OK;
 }
+
+BN_CODE_ANCHOR(compare, largest_kernel) /* code_load.cu */

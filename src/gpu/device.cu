@@ -366,6 +366,7 @@ extern "C" bn_ctx *bn_ctx_current(void)
 extern "C" void bn_ctx_close(void)
 {
     if (!ctx_open) return;
+    bn_device_code_load_end();
     bn_ctx *c = &the_ctx;
     if (c->stream) cudaStreamSynchronize((cudaStream_t)c->stream);
     if (c->cudnn) cudnnDestroy((cudnnHandle_t)c->cudnn);

@@ -15,6 +15,14 @@ int bn_device_compiled(void) { return 0; }
 const char *bn_device_build_info(void) { return "CPU only"; }
 int bn_device_count(void) { return 0; }
 void bn_device_preload(void) {}
+void bn_device_code_used(char *buf, size_t cap)
+{
+    if (cap) buf[0] = '\0';
+}
+void bn_device_code_keep_for(const char *model) { (void)model; }
+void bn_device_code_load_for(const char *model) { (void)model; }
+void bn_device_code_load_begin(const char *list) { (void)list; }
+int bn_device_code_load_end(void) { return 0; }
 
 bn_status bn_ctx_open(int device, bn_ctx **out)
 {

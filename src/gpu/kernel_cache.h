@@ -16,6 +16,9 @@
  *   $XDG_CACHE_HOME/blobnet/kernels.txt         else, when XDG_CACHE_HOME is set
  *   $HOME/.cache/blobnet/kernels.txt            else
  *
+ * The training command keeps one more kind of entry there: which of the library's GPU code modules
+ * a model's run launched kernels from (gpu/code_load.cu).
+ *
  * Deleting the file makes every shape be timed again. Two processes that time at once may each
  * rewrite the file; the later one's entries win and the other's shapes are timed again later. */
 #ifndef BN_KERNEL_CACHE_H

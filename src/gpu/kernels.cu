@@ -4,6 +4,7 @@
 #include "add_into.cuh"
 #include "cuda_check.h"
 #include "grid_stride.h"
+#include "gpu/code_anchor.cuh"
 
 __global__ void fill_kernel(float *dst, float value, size_t n)
 {
@@ -60,3 +61,5 @@ extern "C" bn_status bn_gpu_fill(float *dst, float value, size_t n, bn_ctx *ctx)
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
+
+BN_CODE_ANCHOR(kernels, fill_kernel) /* code_load.cu */

@@ -22,6 +22,12 @@
 
 #include <cuda_runtime.h>
 
+#ifdef BN_CODE_MODULE
+/* This file's module (the Makefile names it), noted at its first launch (code_load.cu). */
+extern "C" void bn_code_note(const char *module);
+static bool bn_code_noted __attribute__((unused));
+#endif
+
 static __device__ __forceinline__ void bn_early_entry()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -54,6 +60,12 @@ static cudaError_t bn_launch_early(void (*kern)(Params...), dim3 grid, dim3 bloc
     cfg.stream = s;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
+#ifdef BN_CODE_MODULE
+    if (!bn_code_noted) {
+        bn_code_noted = true;
+        bn_code_note(BN_CODE_MODULE);
+    }
+#endif
     return cudaLaunchKernelEx(&cfg, kern, args...);
 }
 

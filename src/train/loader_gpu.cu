@@ -8,6 +8,7 @@
 #include "gpu/last_arrival.cuh"
 #include "gpu/pdl.cuh"
 #include "loader.h"
+#include "gpu/code_anchor.cuh"
 
 /* A pixel is fed as pixel/255 (a true division, as on the CPU); a float as it is. */
 __device__ __forceinline__ float bn_fed_value(unsigned char v)
@@ -292,3 +293,5 @@ extern "C" bn_status bn_loader_take_gpu(bn_loader *ld, bn_net *net, int n)
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
+
+BN_CODE_ANCHOR(loader_gpu, take_staged) /* code_load.cu */

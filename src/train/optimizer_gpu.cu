@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include "gpu/code_anchor.cuh"
 
 /* With a schedule and `advance`, the last block to finish moves the cursor to the next step
  * (cursor[1] counts the blocks done). */
@@ -214,3 +215,5 @@ extern "C" bn_status bn_optimizer_update_range_gpu(bn_optimizer *o, bn_net *net,
     BN_TRY(bn_ctx_fork_side(ctx));
     return launch(o, net, lo, hi, r, last, (cudaStream_t)ctx->side_stream);
 }
+
+BN_CODE_ANCHOR(optimizer_gpu, kernels[0].fp32) /* code_load.cu */
