@@ -61,7 +61,7 @@ typedef struct tensor_args {
 
 /* A warp's sums (acc: its MW row tiles by NT channel tiles) stored into r, a slab of its image
  * slot's positions by np channels, or added from it (add). */
-template <int NT, int MW>
+template <int NT>
 static __device__ __forceinline__ void move_sums(float (&acc)[NT][MW][4], float *r, int wg, int np, bool add)
 {
     const int gid = (threadIdx.x % 32) >> 2, tig = threadIdx.x & 3;
@@ -81,7 +81,7 @@ static __device__ __forceinline__ void move_sums(float (&acc)[NT][MW][4], float 
  * `red`: in rounds, the top m splits store into m slabs, the m below them add those into their
  * own, until split 0 holds the total and stores it (slabs: at least 1). Every warp of the block
  * takes part in the barriers. */
-template <int NT, int MW>
+template <int NT>
 static __device__ void add_splits(float (&acc)[NT][MW][4], float *red, int slab, int splits, int slabs, int sp,
                                   int wg, int np, bool mine)
 {
@@ -89,17 +89,17 @@ static __device__ void add_splits(float (&acc)[NT][MW][4], float *red, int slab,
     while (true) {
         const int m = active > 1 ? min(slabs, active / 2) : 1;
         const int top = active - m, low = active > 1 ? active - 2 * m : -1;
-        if (mine && sp >= top && sp < active) move_sums<NT, MW>(acc, red + (size_t)(sp - top) * slab, wg, np, false);
+        if (mine && sp >= top && sp < active) move_sums<NT>(acc, red + (size_t)(sp - top) * slab, wg, np, false);
         __syncthreads();
         if (active == 1) return;
-        if (mine && sp >= low && sp < top) move_sums<NT, MW>(acc, red + (size_t)(sp - low) * slab, wg, np, true);
+        if (mine && sp >= low && sp < top) move_sums<NT>(acc, red + (size_t)(sp - low) * slab, wg, np, true);
         __syncthreads();
         active = top;
     }
 }
 
-template <int NT, int MW, int P>
-static __global__ void __launch_bounds__(TENSOR_WARPS(MW) * 32) tensor_conv(tensor_args a)
+template <int NT, int P>
+static __global__ void __launch_bounds__(MAX_WARPS * 32) tensor_conv(tensor_args a)
 {
     bn_early_entry(); /* pdl.cuh */
     extern __shared__ float4 smem4[];
@@ -107,14 +107,14 @@ static __global__ void __launch_bounds__(TENSOR_WARPS(MW) * 32) tensor_conv(tens
     const bn_tensor_conv &s = a.s;
     const int kk = s.k * s.k, K = s.ci * kk, kpad = s.ksteps * 8;
     const int npos = s.ho * s.wo, plane = s.hp * s.wp, np = NT * 8, img_floats = (s.ci + 1) * plane;
-    const int slab = s.mper * 16 * MW * np;
+    const int slab = s.mper * 32 * np;
     /* The weights as stored: (filters, channels, k, k). */
     const int wcount = s.co * s.ci * kk;
     float *sb = smem;
     float *sa = smem + s.a_off;                 /* [ipi][ci + 1][hp][wp], each image's last plane zeros */
     int *ta = (int *)(smem + s.tab_off);        /* [kpad] */
     int *tb = ta + kpad;                        /* [kpad] */
-    float *red = smem + s.red_off;              /* [ipi][slabs][mper * 16 * MW][np] */
+    float *red = smem + s.red_off;              /* [ipi][slabs][mper * 32][np] */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane >> 2, tig = lane & 3;
     const int per_img = s.mper * s.splits, slot = warp / per_img, wr = warp - slot * per_img;
     const int wg = wr % s.mper, sp = wr / s.mper;
@@ -152,7 +152,7 @@ static __global__ void __launch_bounds__(TENSOR_WARPS(MW) * 32) tensor_conv(tens
     /* Work items: (ipi images, share of their positions). */
     const int groups = (a.n + s.ipi - 1) / s.ipi;
     for (int item = blockIdx.x; item < groups * s.mparts; item += gridDim.x) {
-        const int grp = item / s.mparts, img0 = grp * s.ipi, m0 = (item - grp * s.mparts) * s.mper * 16 * MW;
+        const int grp = item / s.mparts, img0 = grp * s.ipi, m0 = (item - grp * s.mparts) * s.mper * 32;
         const int nimg = min(s.ipi, a.n - img0);
         const bool live = slot < nimg;
         const char *ma[MW][2]; /* where this lane's positions start in the image's planes */
@@ -202,8 +202,8 @@ static __global__ void __launch_bounds__(TENSOR_WARPS(MW) * 32) tensor_conv(tens
         for (; step < full; step += s.splits) step_at(step, false);
         if (step < s.ksteps) step_at(step, true);
         /* Every image's splits added into its first slab. */
-        add_splits<NT, MW>(acc, mine_red, slab, s.splits, s.slabs, sp, wg, np, live);
-        const int span = min(s.mper * 16 * MW, npos - m0);
+        add_splits<NT>(acc, mine_red, slab, s.splits, s.slabs, sp, wg, np, live);
+        const int span = min(s.mper * 32, npos - m0);
         if (a.po.y) {
             /* The windows whose rows lie in this share (it starts on an even row: s.pools). */
             const int pw = a.po.pw, pcells = a.po.ph * pw, py0 = m0 / (2 * s.wo);
@@ -591,20 +591,14 @@ static __global__ void __launch_bounds__(256) tensor_filter(filter_args a)
 /* F<P>(args...) for the plan's TF32 products per multiply. */
 #define BY_PRODUCTS(p, F, ...) ((p)->products == 1 ? F<1>(__VA_ARGS__) : F<3>(__VA_ARGS__))
 
-template <int NT, int MW, int P>
-static bn_status launch_nt_mw(const tensor_args &a, cudaStream_t st)
-{
-    static bool opted;
-    BN_CUDA(bn_smem_opt_in(tensor_conv<NT, MW, P>, &opted, TENSOR_SMEM));
-    bn_launch_early(tensor_conv<NT, MW, P>, dim3(a.s.blocks), dim3(a.s.threads), a.s.smem, st, a);
-    BN_CUDA_LAUNCH();
-    return BN_OK;
-}
-
 template <int NT, int P>
 static bn_status launch_nt(const tensor_args &a, cudaStream_t st)
 {
-    return a.s.mw == 4 ? launch_nt_mw<NT, 4, P>(a, st) : launch_nt_mw<NT, 2, P>(a, st);
+    static bool opted;
+    BN_CUDA(bn_smem_opt_in(tensor_conv<NT, P>, &opted, TENSOR_SMEM));
+    bn_launch_early(tensor_conv<NT, P>, dim3(a.s.blocks), dim3(a.s.threads), a.s.smem, st, a);
+    BN_CUDA_LAUNCH();
+    return BN_OK;
 }
 
 template <int P>
@@ -722,4 +716,4 @@ extern "C" bn_status bn_conv_run_tensor(const bn_conv_family_plan *p, const bn_c
     return bn_tensor_backward_filter(t, stream, io->x, io->dy, io->pooled_dy, io->dw, io->db, io->parts, io->beside);
 }
 
-BN_CODE_ANCHOR(conv_tensor, tensor_conv<1, 2, 1>) /* code_load.cu */
+BN_CODE_ANCHOR(conv_tensor, tensor_conv<1, 1>) /* code_load.cu */

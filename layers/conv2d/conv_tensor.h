@@ -37,8 +37,7 @@ typedef struct bn_tensor_conv {
     int ci, hi, wi, pad, stride; /* input channels and size as stored, zero border, step */
     int co, ho, wo, k;           /* output channels and size, window */
     int ntiles;                  /* tiles of 8 output channels */
-    int mw;                      /* 16-position tiles a warp takes (2 or 4) */
-    int mgroups;                 /* groups of 16 * mw positions of an image */
+    int mgroups;                 /* groups of 32 positions (two tiles of 16) of an image */
     int mparts, mper;            /* blocks' shares of an image: mper groups each, one per warp */
     int ipi;                     /* images a block works on at once (whole images only) */
     int ksteps, splits;          /* 8-deep steps of the reduction; warps that share them */

@@ -9,11 +9,12 @@
 #include "conv_pooled.h"
 #include "im2col.h"
 
+/* 16-position tiles per warp. */
+#define MW 2
 /* Shared memory a block may take (opted into once per kernel). */
 #define TENSOR_SMEM (200 * 1024)
-/* Warps per block at most in the forward pass, whose warps take `mw` 16-position tiles each (2 or
- * 4): the sums of four tiles by up to eight channel tiles take twice the registers. */
-#define TENSOR_WARPS(mw) ((mw) == 4 ? 8 : 16)
+/* Warps per block at most. */
+#define MAX_WARPS 16
 
 /* Column tiles per warp, and the row of a warp's sums while warps add them (8 floats more than
  * its 32, so that rows 8 apart do not share banks). */

@@ -20,18 +20,16 @@ static int round4i(int v)
 
 /* Fills a shape for `ipi` images a block at once; 0 when the kernel cannot run it. */
 static int tensor_shape_ipi(bn_tensor_conv *d, int ci, int hi, int wi, int pad, int stride, int co, int ho, int wo,
-                            int k, int n, int sms, int ipi, int mw)
+                            int k, int n, int sms, int ipi)
 {
-    const int most = TENSOR_WARPS(mw), rows = 16 * mw;
     memset(d, 0, sizeof *d);
     if (co < 1 || co > 64 || ci < 1 || ho < 1 || wo < 1 || k < 1 || stride < 1 || pad < 0 || n < 1) return 0;
     d->ci = ci, d->hi = hi, d->wi = wi, d->pad = pad, d->stride = stride;
     d->co = co, d->ho = ho, d->wo = wo, d->k = k;
     d->ntiles = (co + 7) / 8;
     const int npos = ho * wo, mtiles = (npos + 15) / 16;
-    d->mw = mw;
-    d->mgroups = (mtiles + mw - 1) / mw;
-    if (d->mgroups > most) return 0;
+    d->mgroups = (mtiles + MW - 1) / MW;
+    if (d->mgroups > MAX_WARPS) return 0;
     /* An image's positions shared by several blocks while there are fewer images than
      * multiprocessors. */
     int mparts = (sms + n - 1) / n;
@@ -39,13 +37,13 @@ static int tensor_shape_ipi(bn_tensor_conv *d, int ci, int hi, int wi, int pad, 
     if (mparts < 1) mparts = 1;
     d->mper = (d->mgroups + mparts - 1) / mparts;
     d->mparts = (d->mgroups + d->mper - 1) / d->mper;
-    if (ipi > 1 && (d->mparts > 1 || ipi * d->mper > most)) return 0;
+    if (ipi > 1 && (d->mparts > 1 || ipi * d->mper > MAX_WARPS)) return 0;
     d->ipi = ipi;
     const long long K = (long long)ci * k * k;
     if (K > (1 << 20)) return 0;
     d->ksteps = (int)((K + 7) / 8);
     /* Warps along the reduction: as many as fit, each with at least 4 steps. */
-    int splits = most / (ipi * d->mper);
+    int splits = MAX_WARPS / (ipi * d->mper);
     if (splits > d->ksteps / 4) splits = d->ksteps / 4;
     if (splits < 1) splits = 1;
     d->splits = splits;
@@ -60,7 +58,7 @@ static int tensor_shape_ipi(bn_tensor_conv *d, int ci, int hi, int wi, int pad, 
     d->red_off = d->tab_off + (size_t)round4i(2 * d->ksteps * 8);
     /* The warps' sums are added in rounds, each adding up to `slabs` of them into as many
      * others (half the splits: log2 rounds), as many as the memory left holds. */
-    const size_t slab = (size_t)d->mper * rows * d->ntiles * 8, room = TENSOR_SMEM / sizeof(float);
+    const size_t slab = (size_t)d->mper * 32 * d->ntiles * 8, room = TENSOR_SMEM / sizeof(float);
     if (d->red_off + ipi * slab > room) return 0;
     d->slabs = splits / 2 > 1 ? splits / 2 : 1;
     while (d->slabs > 1 && d->red_off + (size_t)ipi * d->slabs * slab > room) d->slabs--;
@@ -69,33 +67,18 @@ static int tensor_shape_ipi(bn_tensor_conv *d, int ci, int hi, int wi, int pad, 
     if (items > (1LL << 30)) return 0;
     d->blocks = (int)(items < sms ? items : sms);
     /* A pooled epilogue needs each share to start on an even output row. */
-    d->pools = ho >= 2 && wo >= 2 && (d->mparts == 1 || (d->mper * rows) % (2 * wo) == 0);
+    d->pools = ho >= 2 && wo >= 2 && (d->mparts == 1 || (d->mper * 32) % (2 * wo) == 0);
     return 1;
 }
 
 /* Fills a shape; 0 when the kernel cannot run it. Where the batch gives every block more than one
  * image anyway, a block takes two at once: one staging and one adding of the warps' sums for
  * both, the reduction split half as many ways. */
-static int tensor_shape_mw(bn_tensor_conv *d, int ci, int hi, int wi, int pad, int stride, int co, int ho, int wo,
-                           int k, int n, int sms, int mw)
-{
-    if (n > sms && tensor_shape_ipi(d, ci, hi, wi, pad, stride, co, ho, wo, k, n, sms, 2, mw)) return 1;
-    return tensor_shape_ipi(d, ci, hi, wi, pad, stride, co, ho, wo, k, n, sms, 1, mw);
-}
-
-/* Four position tiles a warp where that makes as many blocks as two do: each weight value split
- * for twice the products. */
 static int tensor_shape(bn_tensor_conv *d, int ci, int hi, int wi, int pad, int stride, int co, int ho, int wo, int k,
                         int n, int sms)
 {
-    bn_tensor_conv four;
-    const int two = tensor_shape_mw(d, ci, hi, wi, pad, stride, co, ho, wo, k, n, sms, 2);
-    if (tensor_shape_mw(&four, ci, hi, wi, pad, stride, co, ho, wo, k, n, sms, 4) &&
-        (!two || four.blocks >= d->blocks)) {
-        *d = four;
-        return 1;
-    }
-    return two;
+    if (n > sms && tensor_shape_ipi(d, ci, hi, wi, pad, stride, co, ho, wo, k, n, sms, 2)) return 1;
+    return tensor_shape_ipi(d, ci, hi, wi, pad, stride, co, ho, wo, k, n, sms, 1);
 }
 
 /* Blocks of `warps` warps and `smem` bytes of shared memory that fit one multiprocessor at once
