@@ -61,10 +61,9 @@ static cudaError_t bn_launch_early(void (*kern)(Params...), dim3 grid, dim3 bloc
     cfg.attrs = attr;
     cfg.numAttrs = 1;
 #ifdef BN_CODE_MODULE
-    if (!bn_code_noted) {
-        bn_code_noted = true;
+    if (!__atomic_load_n(&bn_code_noted, __ATOMIC_RELAXED) &&
+        !__atomic_exchange_n(&bn_code_noted, true, __ATOMIC_RELAXED))
         bn_code_note(BN_CODE_MODULE);
-    }
 #endif
     return cudaLaunchKernelEx(&cfg, kern, args...);
 }
