@@ -1,8 +1,10 @@
 /* test_code_load.c - the library's GPU code loaded ahead of a run's first step (gpu/code_load.cu):
  * each module is noted at its first launch, in order and once; a list of them loads on a thread;
- * and a training run keeps its model's list in the kernel cache, which the next run of that model
- * loads beside its setup. */
+ * a training run keeps its model's list in the kernel cache, which the next run of that model loads
+ * beside its setup; and every library file that launches kernels has its anchor and its row. */
+#include <dirent.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/blob.h"
@@ -12,6 +14,55 @@
 #include "testing.h"
 
 static char out[1 << 16];
+static char source[1 << 20];
+
+/* In each library .cu file of dir (and its folders but layers/examples, whose plugins are out of
+ * tree) that launches kernels through bn_launch_early (or bn_launch_opted, which calls it), an
+ * anchor named after the file, and that name in code_load.cu's table (`table`): else its module
+ * would never be noted nor loaded ahead. Counts the files in *files; NULL, or the first file that
+ * lacks either. */
+static const char *unanchored(const char *dir, const char *table, int *files)
+{
+    static char bad[512];
+    DIR *d = opendir(dir);
+    if (!d) return NULL;
+    struct dirent *e;
+    const char *found = NULL;
+    while (!found && (e = readdir(d))) {
+        char path[512], want[160];
+        const size_t n = strlen(e->d_name);
+        if (e->d_name[0] == '.' || strcmp(e->d_name, "examples") == 0) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (n < 4 || strcmp(e->d_name + n - 3, ".cu") != 0) {
+            found = unanchored(path, table, files); /* a folder, or NULL for any other file */
+            continue;
+        }
+        if (ft_read_text(path, source, sizeof source) != 0 ||
+            (!strstr(source, "bn_launch_early(") && !strstr(source, "bn_launch_opted(")))
+            continue;
+        ++*files;
+        snprintf(want, sizeof want, "BN_CODE_ANCHOR(%.*s,", (int)(n - 3), e->d_name);
+        const int anchored = strstr(source, want) != NULL;
+        snprintf(want, sizeof want, "X(%.*s)", (int)(n - 3), e->d_name);
+        if (!anchored || !strstr(table, want)) found = strcpy(bad, path);
+    }
+    closedir(d);
+    return found;
+}
+
+BN_TEST(code_load_every_library_file_that_launches_has_an_anchor_in_the_table)
+{
+    static char table[1 << 16];
+    CHECK(ft_read_text("src/gpu/code_load.cu", table, sizeof table) == 0);
+    int files = 0;
+    const char *bad = unanchored("src", table, &files);
+    if (!bad) bad = unanchored("layers", table, &files);
+    CHECK_MSG(bad == NULL,
+              "%s launches through bn_launch_early but has no BN_CODE_ANCHOR of its name, or code_load.cu's table "
+              "lacks it", bad);
+    CHECK_MSG(files >= 20, "only %d files found launching kernels", files);
+    return BN_PASS;
+}
 
 BN_TEST(code_load_notes_each_module_once_in_launch_order_and_loads_a_list)
 {
