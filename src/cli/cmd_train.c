@@ -279,6 +279,8 @@ typedef struct train_run {
     bn_ctx *ctx;
     bn_metrics_log log;     /* fd -1 while not open */
     bn_dist dist;           /* this rank's place in a run on several GPUs, with --rank */
+    char code_model[160];   /* what the kernel cache keeps the run's GPU code modules under
+                               (code_signature) */
 } train_run;
 
 /* [input]'s `auto` mean or std from the training set (the holdout left out), printed once; a
@@ -413,11 +415,10 @@ static bn_status prepare(const train_args *a, train_run *r, bn_train_state *st)
     }
     BN_TRY(bn_cli_apply_precision(a->bf16, r->ctx));
     BN_TRY(data);
-    char code[256];
-    code_signature(a, r, code, sizeof code);
+    code_signature(a, r, r->code_model, sizeof r->code_model);
     /* The modules this model's last run launched kernels from load beside its setup and the data's
      * upload, rather than one by one at the first step's first launches (code_load.cu). */
-    bn_device_code_load_for(code);
+    bn_device_code_load_for(r->code_model);
     if (a->bf16 == BN_PRECISION_BF16 && a->rank < 0) BN_TRY(choose_precision(a, r->ctx, cfg->batch, quiet));
     if (r->net->input_norm_auto && !a->resume) BN_TRY(auto_input_norm(r, !quiet && !follower(a)));
     r->net->relu_in_place = 1; /* on the CPU, ReLUs over their input where they may */
@@ -510,9 +511,7 @@ static bn_status run(const train_args *a, train_run *r)
     bn_status s = bn_train(r->net, r->opt, &r->train, &r->test, &opts, &st, &last);
     if (opts.progress) bn_progress_clear(&progress);
     BN_TRY(s);
-    char code[256];
-    code_signature(a, r, code, sizeof code);
-    bn_device_code_keep_for(code);
+    bn_device_code_keep_for(r->code_model);
     if (last.epoch == 0) {
         /* Nothing left to train: still evaluate, and save (with --epochs 0, the initial weights). */
         BN_TRY(bn_evaluate(r->net, &r->test, &last.test_loss, &last.test_acc));

@@ -23,6 +23,7 @@
 #include "core/hash.h"
 #include "core/timeline.h"
 #include "kernel_cache.h"
+#include "pdl.cuh"
 
 /* The modules, each with a kernel of its own (BN_CODE_ANCHOR, code_anchor.cuh); a name here
  * without an anchor fails to link. The kernel cache holds a list as one character a module, its

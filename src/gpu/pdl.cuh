@@ -22,9 +22,10 @@
 
 #include <cuda_runtime.h>
 
-#ifdef BN_CODE_MODULE
-/* This file's module (the Makefile names it), noted at its first launch (code_load.cu). */
+/* Notes a library file's module at the first launch from that file (code_load.cu). */
 extern "C" void bn_code_note(const char *module);
+#ifdef BN_CODE_MODULE
+/* This file's module (the Makefile names it): noted yet. */
 static bool bn_code_noted __attribute__((unused));
 #endif
 
