@@ -241,16 +241,6 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(Q)$(call say,CC,$<)$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
-# conv_wgmma.cu's warpgroup products exist only in Hopper's architecture-specific code: where the
-# architectures hold 90, that file is compiled for sm_90a in place of sm_90 and told so
-# (BN_WGMMA_SM90A); elsewhere its family refuses every shape (conv_wgmma_plan.c).
-comma := ,
-WGMMA_SM90 := arch=compute_90$(comma)code=sm_90
-ifneq ($(findstring $(WGMMA_SM90) ,$(NVFLAGS) ),)
-$(BUILD)/layers/conv2d/conv_wgmma.cu.o: NVFLAGS := \
-    $(subst $(WGMMA_SM90) ,arch=compute_90a$(comma)code=sm_90a ,$(NVFLAGS) ) -DBN_WGMMA_SM90A
-endif
-
 # BN_CODE_MODULE: the file's name, by which its kernels' first launch notes its module (gpu/pdl.cuh,
 # gpu/code_load.cu).
 $(BUILD)/%.cu.o: %.cu

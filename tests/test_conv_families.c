@@ -33,7 +33,6 @@ static bn_conv_shape shape_of(const shape_row *r, int sms)
     s.g.oh = (r->h + 2 * r->pad - r->k) / r->stride + 1;
     s.g.ow = (r->w + 2 * r->pad - r->k) / r->stride + 1;
     s.filters = r->filters, s.n = r->n, s.sms = sms, s.pooled = r->pooled;
-    s.cc = 90; /* the H100 and H200 the shapes' plans were measured on */
     return s;
 }
 
@@ -53,7 +52,7 @@ BN_TEST(conv_family_table_names_each_family_by_its_number)
         int number;
     } want[] = {{"direct", BN_CONV_FAMILY_DIRECT}, {"igemm", BN_CONV_FAMILY_IGEMM}, {"rows", BN_CONV_FAMILY_ROWS},
                 {"tensor", BN_CONV_FAMILY_TENSOR}, {"argmax", BN_CONV_FAMILY_ARGMAX}, {"halo", BN_CONV_FAMILY_HALO},
-                {"winograd", BN_CONV_FAMILY_WINO}, {"wgmma", BN_CONV_FAMILY_WGMMA}};
+                {"winograd", BN_CONV_FAMILY_WINO}};
     CHECK(sizeof want / sizeof want[0] == BN_CONV_FAMILY_COUNT);
     for (int i = 0; i < BN_CONV_FAMILY_COUNT; i++) {
         CHECK_MSG(strcmp(bn_conv_families[want[i].number - 1]->name, want[i].name) == 0, "family %d is %s", i + 1,
@@ -79,11 +78,10 @@ BN_TEST(conv_family_order_is_the_rules_order_of_preference)
         T = BN_CONV_FAMILY_TENSOR,
         A = BN_CONV_FAMILY_ARGMAX,
         H = BN_CONV_FAMILY_HALO,
-        W = BN_CONV_FAMILY_WINO,
-        G = BN_CONV_FAMILY_WGMMA
+        W = BN_CONV_FAMILY_WINO
     };
     static const int want[BN_CONV_PASSES][BN_CONV_FAMILY_COUNT] = {
-        {T, R, D, I, A, H, W, G}, {T, R, D, I, A, H, W, G}, {R, I, T, D, A, H, W, G}};
+        {T, R, D, I, A, H, W}, {T, R, D, I, A, H, W}, {R, I, T, D, A, H, W}};
     for (int pass = 0; pass < BN_CONV_PASSES; pass++) {
         int order[BN_CONV_FAMILY_COUNT];
         bn_conv_family_order(pass, order);
@@ -100,17 +98,13 @@ BN_TEST(conv_family_order_is_the_rules_order_of_preference)
           (1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA | 1u << BN_CONV_FILTER));
     CHECK(bn_conv_families[BN_CONV_FAMILY_WINO - 1]->offered ==
           (1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA | 1u << BN_CONV_FILTER));
-    /* The warpgroup products: the forward pass alone. */
-    CHECK(bn_conv_families[BN_CONV_FAMILY_WGMMA - 1]->serves == 1u << BN_CONV_FORWARD);
-    CHECK(bn_conv_families[BN_CONV_FAMILY_WGMMA - 1]->offered == 1u << BN_CONV_FORWARD);
     return BN_PASS;
 }
 
 /* A timed choice's tie as conv_choice.cu asks the chooser for it: the families in the rule's order,
  * then cuDNN (runner 0), so that of the runners timed within 5% of the fastest the rule's first
  * is taken, and cuDNN only where no family is within. Milliseconds by runner: cuDNN, then the
- * families by number (direct, igemm, rows, tensor, argmax, halo, winograd, wgmma); INFINITY where
- * not timed. */
+ * families by number (direct, igemm, rows, tensor, argmax, halo, winograd); INFINITY where not timed. */
 BN_TEST(conv_family_order_breaks_a_timed_choices_ties)
 {
     static const struct {
@@ -119,29 +113,23 @@ BN_TEST(conv_family_order_breaks_a_timed_choices_ties)
         int want;
     } cases[] = {
         /* cuDNN fastest, the tensor cores within 5%: the tensor cores. */
-        {BN_CONV_FORWARD, {1.00f, 1.50f, INFINITY, 1.20f, 1.04f, INFINITY, INFINITY, INFINITY, INFINITY},
-         BN_CONV_FAMILY_TENSOR},
+        {BN_CONV_FORWARD, {1.00f, 1.50f, INFINITY, 1.20f, 1.04f, INFINITY, INFINITY, INFINITY}, BN_CONV_FAMILY_TENSOR},
         /* The row tiles fastest, the tensor cores within 5%: whichever the pass's order puts first. */
-        {BN_CONV_FORWARD, {INFINITY, INFINITY, INFINITY, 1.00f, 1.03f, INFINITY, INFINITY, INFINITY, INFINITY},
+        {BN_CONV_FORWARD, {INFINITY, INFINITY, INFINITY, 1.00f, 1.03f, INFINITY, INFINITY, INFINITY},
          BN_CONV_FAMILY_TENSOR},
-        {BN_CONV_FILTER, {INFINITY, INFINITY, INFINITY, 1.03f, 1.00f, INFINITY, INFINITY, INFINITY, INFINITY},
+        {BN_CONV_FILTER, {INFINITY, INFINITY, INFINITY, 1.03f, 1.00f, INFINITY, INFINITY, INFINITY},
          BN_CONV_FAMILY_ROWS},
         /* No family within 5% of cuDNN. */
-        {BN_CONV_DATA, {1.00f, 1.06f, INFINITY, 1.10f, INFINITY, INFINITY, 1.07f, INFINITY, INFINITY}, 0},
+        {BN_CONV_DATA, {1.00f, 1.06f, INFINITY, 1.10f, INFINITY, INFINITY, 1.07f, INFINITY}, 0},
         /* Nothing within 5% of the fastest family, though the order puts three before it. */
-        {BN_CONV_FILTER, {2.00f, 1.00f, 1.20f, 1.10f, 1.30f, 1.50f, INFINITY, INFINITY, INFINITY},
-         BN_CONV_FAMILY_DIRECT},
+        {BN_CONV_FILTER, {2.00f, 1.00f, 1.20f, 1.10f, 1.30f, 1.50f, INFINITY, INFINITY}, BN_CONV_FAMILY_DIRECT},
         /* The halo kernels fastest by more than 5%, though the order puts them last. */
-        {BN_CONV_FORWARD, {1.00f, 1.20f, 1.10f, INFINITY, INFINITY, INFINITY, 0.90f, INFINITY, INFINITY},
-         BN_CONV_FAMILY_HALO},
+        {BN_CONV_FORWARD, {1.00f, 1.20f, 1.10f, INFINITY, INFINITY, INFINITY, 0.90f, INFINITY}, BN_CONV_FAMILY_HALO},
         /* ... and within 5% of the implicit GEMM, which the order puts before them. */
-        {BN_CONV_DATA, {1.00f, 1.20f, 0.92f, INFINITY, INFINITY, INFINITY, 0.90f, INFINITY, INFINITY},
-         BN_CONV_FAMILY_IGEMM},
+        {BN_CONV_DATA, {1.00f, 1.20f, 0.92f, INFINITY, INFINITY, INFINITY, 0.90f, INFINITY}, BN_CONV_FAMILY_IGEMM},
         /* Winograd fastest by more than 5%; then within 5% of the halo kernels, which go first. */
-        {BN_CONV_FORWARD, {1.00f, 1.20f, 1.10f, INFINITY, INFINITY, INFINITY, 0.90f, 0.80f, INFINITY},
-         BN_CONV_FAMILY_WINO},
-        {BN_CONV_FILTER, {1.00f, 1.20f, 1.10f, INFINITY, INFINITY, INFINITY, 0.82f, 0.80f, INFINITY},
-         BN_CONV_FAMILY_HALO},
+        {BN_CONV_FORWARD, {1.00f, 1.20f, 1.10f, INFINITY, INFINITY, INFINITY, 0.90f, 0.80f}, BN_CONV_FAMILY_WINO},
+        {BN_CONV_FILTER, {1.00f, 1.20f, 1.10f, INFINITY, INFINITY, INFINITY, 0.82f, 0.80f}, BN_CONV_FAMILY_HALO},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int order[BN_CONV_FAMILY_COUNT + 1];
@@ -171,7 +159,6 @@ BN_TEST(conv_family_every_family_applies_to_lenets_layers)
                 int served = (bn_conv_families[f - 1]->serves >> pass) & 1;
                 if (i == 0 && f == BN_CONV_FAMILY_TENSOR && pass != BN_CONV_FILTER) served = 0;
                 if (f == BN_CONV_FAMILY_HALO || f == BN_CONV_FAMILY_WINO) served = 0; /* 3x3 windows only */
-                if (f == BN_CONV_FAMILY_WGMMA && !bn_wgmma_built()) served = 0;
                 CHECK_MSG(applies(f, pass, &s, &why) == served, "shape %zu, %s %s: %s", i,
                           bn_conv_families[f - 1]->name, bn_conv_pass_name(pass), why ? why : "applies");
                 if (!((bn_conv_families[f - 1]->serves >> pass) & 1))
@@ -180,7 +167,7 @@ BN_TEST(conv_family_every_family_applies_to_lenets_layers)
         /* The filter pass needs partial sums wherever a family runs it. */
         static bn_conv_family_plan plan;
         for (int f = 1; f <= BN_CONV_FAMILY_COUNT; f++) {
-            if (f == BN_CONV_FAMILY_HALO || f == BN_CONV_FAMILY_WINO || f == BN_CONV_FAMILY_WGMMA) continue;
+            if (f == BN_CONV_FAMILY_HALO || f == BN_CONV_FAMILY_WINO) continue;
             bn_conv_families[f - 1]->plan(&plan, &s);
             CHECK_MSG(bn_conv_families[f - 1]->workspace(&plan) > 0, "%s", bn_conv_families[f - 1]->name);
         }
@@ -710,22 +697,6 @@ BN_TEST(conv_tensor_forward_plan_pairs_images_past_the_multiprocessors)
 BN_TEST(conv_family_tensor_alone_with_tf32_is_within_tf32s_tolerance)
 {
     return run_alone(bn_conv_family_number("tensor"), 1, 20);
-}
-
-/* The warpgroup products' forward pass on the alone shapes it takes (the six at stride 1: windows
- * of 1 to 7, padding, odd sizes, partial 8x8 tiles), where the device is of compute capability 9.0
- * and the build holds the kernels. */
-BN_TEST(conv_family_wgmma_alone_matches_the_cpu)
-{
-    if (!bn_wgmma_built()) BN_SKIP_TEST("a build without sm_90a kernels");
-    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
-    bn_ctx *ctx = NULL;
-    CHECK_OK(bn_ctx_open(0, &ctx));
-    bn_conv_shape probe;
-    memset(&probe, 0, sizeof probe);
-    CHECK_OK(bn_conv_alone_device_shape(ctx, &probe));
-    if (probe.cc != 90) BN_SKIP_TEST("no device of compute capability 9.0");
-    return run_alone(bn_conv_family_number("wgmma"), 0, 6);
 }
 
 BN_TEST(conv_family_argmax_alone_matches_the_cpu_through_a_pooling)

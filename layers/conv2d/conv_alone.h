@@ -33,8 +33,7 @@ typedef struct bn_conv_alone_result {
  * product is an FP32 one, 1e-2 with s->tf32 (TF32 keeps 11 bits of each factor). */
 double bn_conv_alone_tolerance(const bn_conv_shape *s);
 
-/* Fills s->sms and s->cc with ctx's multiprocessors and compute capability (the families' launch
- * shapes and kernels depend on them). */
+/* Fills s->sms with ctx's multiprocessors (the families' launch shapes depend on them). */
 bn_status bn_conv_alone_device_shape(bn_ctx *ctx, bn_conv_shape *s);
 
 /* Runs pass `pass` (BN_CONV_*) of runner `runner` (a family's number, or BN_CONV_ALONE_CUDNN) on

@@ -23,10 +23,6 @@ struct bn_conv_cudnn_alone {
 extern "C" bn_status bn_conv_alone_device_shape(bn_ctx *ctx, bn_conv_shape *s)
 {
     BN_CUDA(cudaDeviceGetAttribute(&s->sms, cudaDevAttrMultiProcessorCount, ctx->device));
-    int major = 0, minor = 0;
-    BN_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ctx->device));
-    BN_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, ctx->device));
-    s->cc = major * 10 + minor;
     return BN_OK;
 }
 

@@ -25,7 +25,6 @@
 #include "conv_relu.h"
 #include "conv_rows.h"
 #include "conv_tensor.h"
-#include "conv_wgmma.h"
 #include "conv_wino.h"
 #include "core/status.h"
 #include "im2col.h"
@@ -50,8 +49,7 @@ enum {
     BN_CONV_FAMILY_ARGMAX = 5,
     BN_CONV_FAMILY_HALO = 6,
     BN_CONV_FAMILY_WINO = 7,
-    BN_CONV_FAMILY_WGMMA = 8,
-    BN_CONV_FAMILY_COUNT = 8
+    BN_CONV_FAMILY_COUNT = 7
 };
 
 /* A split forward or data pass (its tiles' summed index shared among blocks, the last to finish
@@ -91,7 +89,6 @@ typedef struct bn_conv_shape {
     bn_conv_geom g;
     int filters, n;   /* output channels, batch size */
     int sms;          /* the device's multiprocessors (launch shapes aim at whole waves) */
-    int cc;           /* the device's compute capability, major * 10 + minor (0: unknown) */
     int tf32;         /* TF32 products allowed */
     int pooled;       /* a 2x2 max pooling at stride 2 reads the output, fused (conv_pooled.h) */
 } bn_conv_shape;
@@ -105,7 +102,6 @@ typedef union bn_conv_family_plan {
     bn_argmax_plan argmax;
     bn_halo_plan halo;
     bn_wino_plan wino;
-    bn_wgmma_plan wgmma;
 } bn_conv_family_plan;
 
 /* The buffers of one pass (device pointers, NCHW; weights [filters][c][k][k]). */
@@ -187,7 +183,7 @@ const char *bn_conv_pass_name(int pass);
 
 /* The families' descriptors (conv_X_plan.c) and entry points (conv_X.cu). */
 extern const bn_conv_family bn_conv_family_direct, bn_conv_family_igemm, bn_conv_family_rows, bn_conv_family_tensor,
-    bn_conv_family_argmax, bn_conv_family_halo, bn_conv_family_wino, bn_conv_family_wgmma;
+    bn_conv_family_argmax, bn_conv_family_halo, bn_conv_family_wino;
 bn_status bn_conv_run_direct(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass, void *stream,
                              const bn_conv_io *io);
 bn_status bn_conv_run_igemm(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass, void *stream,
@@ -202,8 +198,6 @@ bn_status bn_conv_run_halo(const bn_conv_family_plan *p, const bn_conv_shape *s,
                            const bn_conv_io *io);
 bn_status bn_conv_run_wino(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass, void *stream,
                            const bn_conv_io *io);
-bn_status bn_conv_run_wgmma(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass, void *stream,
-                            const bn_conv_io *io);
 
 #ifdef __cplusplus
 }

@@ -123,11 +123,8 @@ extern "C" bn_status bn_conv_make_plan(bn_layer *l, conv_priv *c, bn_ctx *ctx, c
     plan->with_data = l->in_grad != NULL;
     int sms = 0;
     BN_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ctx->device));
-    int major = 0, minor = 0;
-    BN_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ctx->device));
-    BN_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, ctx->device));
     bn_conv_shape *s = &plan->shape;
-    s->g = c->g, s->filters = c->filters, s->n = n, s->sms = sms, s->cc = major * 10 + minor, s->tf32 = ctx->tf32;
+    s->g = c->g, s->filters = c->filters, s->n = n, s->sms = sms, s->tf32 = ctx->tf32;
     s->pooled = c->pool_after != NULL;
     for (int f = 1; f <= BN_CONV_FAMILY_COUNT; f++) {
         const bn_conv_family *fam = runner_family(f);
