@@ -8,11 +8,11 @@
 #include "activation.h"
 #include "gpu/add_into.cuh"
 #include "gpu/bf16.cuh"
+#include "gpu/code_anchor.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/grid_stride.h"
 #include "gpu/pdl.cuh"
 #include "gpu/typed.cuh"
-#include "gpu/code_anchor.cuh"
 
 static __device__ __forceinline__ float sigmoid_of(float x)
 {

@@ -12,12 +12,12 @@
  * over the activations and a launch fewer each way. */
 #include "add.h"
 #include "gpu/add_into.cuh"
+#include "gpu/code_anchor.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/grid_stride.h"
 #include "gpu/pdl.cuh"
 #include "gpu/bf16.cuh"
 #include "gpu/typed.cuh"
-#include "gpu/code_anchor.cuh"
 
 template <typename T> struct add_args {
     const T *x[BN_MAX_INPUTS];

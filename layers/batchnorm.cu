@@ -31,13 +31,13 @@
 
 #include "batchnorm.h"
 #include "gpu/add_into.cuh"
+#include "gpu/code_anchor.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/grid_stride.h"
 #include "gpu/bf16.cuh"
 #include "gpu/last_arrival.cuh"
 #include "gpu/pdl.cuh"
 #include "gpu/typed.cuh"
-#include "gpu/code_anchor.cuh"
 
 namespace cg = cooperative_groups;
 

@@ -5,10 +5,10 @@
  * captured in a CUDA graph draws afresh at each replay. Evaluation copies the input. */
 #include "dropout.h"
 #include "gpu/bf16.cuh"
+#include "gpu/code_anchor.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/grid_stride.h"
 #include "gpu/pdl.cuh"
-#include "gpu/code_anchor.cuh"
 
 /* T is the blobs' element type on the device: float, or __nv_bfloat16 under --precision bf16;
  * the mask stays float. `first` is the place of element 0 in the global batch. */

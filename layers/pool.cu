@@ -47,12 +47,12 @@
 #include <stdint.h>
 
 #include "conv2d/conv_pooled.h"
+#include "gpu/code_anchor.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/pdl.cuh"
 #include "gpu/bf16.cuh"
 #include "gpu/typed.cuh"
 #include "pool.h"
-#include "gpu/code_anchor.cuh"
 
 #define THREADS 256
 /* Enough blocks for one thread per element up to INT_MAX elements; a larger count loops. */

@@ -36,12 +36,12 @@
 #include <stdint.h>
 
 #include "gpu/bf16.cuh"
+#include "gpu/code_anchor.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/last_arrival.cuh"
 #include "gpu/pdl.cuh"
 #include "gpu/vec_ops.cuh"
 #include "softmax_ce.h"
-#include "gpu/code_anchor.cuh"
 
 #define ROW_THREADS 256            /* 8 warps: 8 rows per block */
 #define HEAD_ROWS 2                /* the dense head: rows per block, */

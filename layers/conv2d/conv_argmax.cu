@@ -16,10 +16,10 @@
 #include "conv_direct.h"
 #include "conv_family.h"
 #include "conv_stage.cuh"
+#include "gpu/code_anchor.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/pdl.cuh"
 #include "gpu/smem_opt_in.cuh"
-#include "gpu/code_anchor.cuh"
 
 typedef struct argmax_args {
     bn_argmax_plan s;

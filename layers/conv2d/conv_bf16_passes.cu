@@ -6,9 +6,9 @@
  * layout and which engines run a plan is conv_bf16.cu's. */
 #include "conv_bf16_state.cuh"
 #include "gpu/bf16.h"
+#include "gpu/code_anchor.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/pdl.cuh"
-#include "gpu/code_anchor.cuh"
 
 #define THREADS 256
 

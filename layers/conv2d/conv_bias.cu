@@ -3,9 +3,9 @@
  * aligned, and index in 32 bits where the output fits (as batchnorm.cu does). */
 #include "conv_bias.h"
 #include "gpu/bf16.cuh"
+#include "gpu/code_anchor.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/pdl.cuh"
-#include "gpu/code_anchor.cuh"
 
 #define THREADS 256
 /* Elements of one filter per block of the gradient, at least. */

@@ -26,10 +26,10 @@
 #include "conv_direct.h"
 #include "conv_direct_limits.h"
 #include "conv_family.h"
+#include "gpu/code_anchor.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/pdl.cuh"
 #include "gpu/vec_ops.cuh"
-#include "gpu/code_anchor.cuh"
 
 typedef struct direct_args {
     bn_direct_shape s;

@@ -34,13 +34,13 @@
 #include "conv_halo.h"
 #include "conv_halo_limits.h"
 #include "conv_tile_store.cuh"
+#include "gpu/code_anchor.cuh"
 #include "gpu/cp_async.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/mma_tf32.cuh"
 #include "gpu/pdl.cuh"
 #include "gpu/smem_opt_in.cuh"
 #include "gpu/vec_ops.cuh"
-#include "gpu/code_anchor.cuh"
 
 typedef struct hl_args {
     const float *x;      /* the form's input [n][ci][ih][iw] */

@@ -35,12 +35,12 @@
 #include "conv_igemm.h"
 #include "conv_igemm_limits.h"
 #include "conv_tile_store.cuh"
+#include "gpu/code_anchor.cuh"
 #include "gpu/cp_async.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/mma_tf32.cuh"
 #include "gpu/pdl.cuh"
 #include "gpu/smem_opt_in.cuh"
-#include "gpu/code_anchor.cuh"
 
 /* Stages in the shared-memory ring: STAGES - 1 are in flight while one is used. */
 #define STAGES 3

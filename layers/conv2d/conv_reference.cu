@@ -12,9 +12,9 @@
 
 #include "conv_reference.h"
 #include "gpu/bf16.h"
+#include "gpu/code_anchor.cuh"
 #include "gpu/compare.h"
 #include "gpu/cuda_check.h"
-#include "gpu/code_anchor.cuh"
 
 /* A tensor as the kernels read it: dims and strides in elements, BF16 or FP32. */
 typedef struct view {

@@ -30,10 +30,10 @@
 #include "conv_rows.h"
 #include "conv_rows_limits.h"
 #include "conv_stage.cuh"
+#include "gpu/code_anchor.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/pdl.cuh"
 #include "gpu/smem_opt_in.cuh"
-#include "gpu/code_anchor.cuh"
 
 static __host__ __device__ int round4i(int v)
 {

@@ -44,11 +44,11 @@
 #include "conv_stage.cuh"
 #include "conv_tensor.h"
 #include "conv_tensor_limits.h"
+#include "gpu/code_anchor.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/mma_tf32.cuh"
 #include "gpu/pdl.cuh"
 #include "gpu/smem_opt_in.cuh"
-#include "gpu/code_anchor.cuh"
 
 typedef struct tensor_args {
     bn_tensor_conv s;

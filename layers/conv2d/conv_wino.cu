@@ -28,13 +28,13 @@
 #include "conv_family.h"
 #include "conv_wino.h"
 #include "conv_wino_limits.h"
+#include "gpu/code_anchor.cuh"
 #include "gpu/cp_async.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/mma_tf32.cuh"
 #include "gpu/pdl.cuh"
 #include "gpu/smem_opt_in.cuh"
 #include "gpu/vec_ops.cuh"
-#include "gpu/code_anchor.cuh"
 
 #define XI BN_WINO_POINTS
 #define TL BN_WINO_TILE

@@ -20,10 +20,10 @@
 #include "dense_bias.cuh"
 #include "dense_plan.h"
 #include "dense_skinny.h"
+#include "gpu/code_anchor.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/overlap.h"
 #include "softmax_ce.h"
-#include "gpu/code_anchor.cuh"
 
 enum { WEIGHT, BIAS };
 

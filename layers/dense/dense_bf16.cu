@@ -15,8 +15,8 @@
 #include "dense.h"
 #include "dense_bias.cuh"
 #include "gpu/bf16.cuh"
-#include "gpu/cuda_check.h"
 #include "gpu/code_anchor.cuh"
+#include "gpu/cuda_check.h"
 
 enum { WEIGHT, BIAS };
 

@@ -15,13 +15,13 @@
 
 #include "dense.h"
 #include "dense_gemm.h"
+#include "gpu/code_anchor.cuh"
 #include "gpu/cp_async.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/last_arrival.cuh"
 #include "gpu/mma_tf32.cuh"
 #include "gpu/pdl.cuh"
 #include "gpu/vec_ops.cuh"
-#include "gpu/code_anchor.cuh"
 
 /* Partial sums a thread of the last block has in flight at once while it adds them up. */
 #define OWN_TAIL_FLOATS 32

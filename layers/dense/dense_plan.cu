@@ -46,9 +46,9 @@
 #include "dense_plan.h"
 #include "dense_skinny.h"
 #include "gpu/chooser.h"
+#include "gpu/code_anchor.cuh"
 #include "gpu/compare.h"
 #include "gpu/cuda_check.h"
-#include "gpu/code_anchor.cuh"
 
 /* The most workspace one algorithm may ask for (these products are small). */
 #define WORKSPACE_LIMIT ((size_t)8 << 20)

@@ -14,10 +14,10 @@
 #include <stdint.h>
 
 #include "dense_skinny.h"
+#include "gpu/code_anchor.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/pdl.cuh"
 #include "gpu/vec_ops.cuh"
-#include "gpu/code_anchor.cuh"
 
 /* Rows per block of skinny_fwd, and warps per row (each takes every SKINNY_PARTS-th piece of the
  * row's inputs). */

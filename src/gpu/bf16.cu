@@ -9,10 +9,10 @@
 #include "add_into.cuh"
 #include "bf16.cuh"
 #include "bf16.h"
+#include "code_anchor.cuh"
 #include "cuda_check.h"
 #include "grid_stride.h"
 #include "pdl.cuh"
-#include "gpu/code_anchor.cuh"
 
 __global__ void f32_to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n)
 {

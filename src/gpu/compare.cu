@@ -1,10 +1,10 @@
 /* compare.cu - random inputs and the comparison of a result with a reference (compare.h). */
 #include <string.h>
 
+#include "code_anchor.cuh"
 #include "compare.h"
 #include "core/counter_rng.h"
 #include "cuda_check.h"
-#include "gpu/code_anchor.cuh"
 
 __global__ void fill_uniform_kernel(float *dst, size_t n, uint64_t seed)
 {

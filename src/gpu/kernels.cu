@@ -2,9 +2,9 @@
 #include "core/device.h"
 #include "core/hash.h"
 #include "add_into.cuh"
+#include "code_anchor.cuh"
 #include "cuda_check.h"
 #include "grid_stride.h"
-#include "gpu/code_anchor.cuh"
 
 __global__ void fill_kernel(float *dst, float value, size_t n)
 {

@@ -4,11 +4,11 @@
 #include <string.h>
 
 #include "gpu/bf16.cuh"
+#include "gpu/code_anchor.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/last_arrival.cuh"
 #include "gpu/pdl.cuh"
 #include "loader.h"
-#include "gpu/code_anchor.cuh"
 
 /* A pixel is fed as pixel/255 (a true division, as on the CPU); a float as it is. */
 __device__ __forceinline__ float bn_fed_value(unsigned char v)

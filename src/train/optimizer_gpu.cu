@@ -4,6 +4,7 @@
  * CPU loop calls (core/optimizers/). */
 #include "core/optimizers/optimizers.h"
 #include "gpu/bf16.cuh"
+#include "gpu/code_anchor.cuh"
 #include "gpu/cuda_check.h"
 #include "gpu/last_arrival.cuh"
 #include "gpu/param_update.cuh"
@@ -13,7 +14,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "gpu/code_anchor.cuh"
 
 /* With a schedule and `advance`, the last block to finish moves the cursor to the next step
  * (cursor[1] counts the blocks done). */
