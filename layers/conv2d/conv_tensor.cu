@@ -190,13 +190,13 @@ static __global__ void __launch_bounds__(MAX_WARPS * 32) tensor_conv(tensor_args
                              *(const float *)(ma[i][0] + ka1), *(const float *)(ma[i][1] + ka1), ah[i], al[i]);
             }
             const int kb0 = tail ? tb[k0 + tig] : 4 * (k0 + tig), kb1 = tail ? tb[k0 + tig + 4] : kb0 + 16;
-            uint32_t bh[NT][2], bl[NT][2];
 #pragma unroll
             for (int j = 0; j < NT; j++) {
-                split_tf32(*(const float *)((const char *)bw[j] + kb0), bh[j][0], bl[j][0]);
-                split_tf32(*(const float *)((const char *)bw[j] + kb1), bh[j][1], bl[j][1]);
+                uint32_t bh0, bl0, bh1, bl1;
+                split_tf32(*(const float *)((const char *)bw[j] + kb0), bh0, bl0);
+                split_tf32(*(const float *)((const char *)bw[j] + kb1), bh1, bl1);
+                mma_tiles<P>(acc[j], ah, al, bh0, bl0, bh1, bl1);
             }
-            mma_grid_in_rounds<P>(acc, ah, al, bh, bl);
         };
         int step = live ? sp : s.ksteps;
         for (; step < full; step += s.splits) step_at(step, false);
@@ -352,14 +352,14 @@ static __global__ void __launch_bounds__(KW * 32) tensor_data(data_args a)
                     const int r = mp * 64 + m * 16 + gid, i0 = (k0 + tig) * s.sa + r, i1 = i0 + 4 * s.sa;
                     split_frag_a(av[i0], av[i0 + 8], av[i1], av[i1 + 8], ah[m], al[m]);
                 }
-                uint32_t bh[KW][2], bl[KW][2];
 #pragma unroll
                 for (int kx = 0; kx < KW; kx++) {
                     const float *wt = ws + (k0 + tig) * s.ws_row + gid * KK + ky * KW + kx;
-                    split_tf32(wt[0], bh[kx][0], bl[kx][0]);
-                    split_tf32(wt[4 * s.ws_row], bh[kx][1], bl[kx][1]);
+                    uint32_t bh0, bl0, bh1, bl1;
+                    split_tf32(wt[0], bh0, bl0);
+                    split_tf32(wt[4 * s.ws_row], bh1, bl1);
+                    mma_tiles<P>(acc[kx], ah, al, bh0, bl0, bh1, bl1);
                 }
-                mma_grid_in_rounds<P>(acc, ah, al, bh, bl);
             }
             /* Each tap's sums into this warp's planes at the tap's shift; one tap's targets are
              * all different, so a tap's 16 cells are read, then written, together; the next tap's
@@ -538,13 +538,13 @@ static __global__ void __launch_bounds__(256) tensor_filter(filter_args a)
                 split_frag_a(dv[i0], dv[i1], dv[i0 + 4], dv[i1 + 4], ah[m], al[m]);
             }
             const int q0 = qo[k0 + tig], q1 = qo[k0 + tig + 4];
-            uint32_t bh[NTW][2], bl[NTW][2];
 #pragma unroll
             for (int j = 0; j < NTW; j++) {
-                split_tf32(xv[q0 + tb[j]], bh[j][0], bl[j][0]);
-                split_tf32(xv[q1 + tb[j]], bh[j][1], bl[j][1]);
+                uint32_t bh0, bl0, bh1, bl1;
+                split_tf32(xv[q0 + tb[j]], bh0, bl0);
+                split_tf32(xv[q1 + tb[j]], bh1, bl1);
+                mma_tiles<P>(acc[j], ah, al, bh0, bl0, bh1, bl1);
             }
-            mma_grid_in_rounds<P>(acc, ah, al, bh, bl);
         }
     }
     /* The warps that share columns add their sums in warp order (where the buffers were),

@@ -104,30 +104,4 @@ static __device__ __forceinline__ void mma_tiles_in_rounds(float (&acc)[M][4], c
     for (int i = 0; i < M; i++) mma_tf32(acc[i], ah[i], bh0, bh1);
 }
 
-/* acc[j][i] += a[i] * b[j] for J column fragments (b[j]: bh[j][0..1], bl[j][0..1]) by M row tiles,
- * each round of products (remainder x value, value x remainder, value x value) taken over every
- * (j, i) before the next: J * M independent sums between a sum's product and its next, where
- * mma_tiles leaves none (asm volatile keeps the products in the order written). Each sum gets its
- * products in mma_split's order, so the results are the same bits. */
-template <int P, int J, int M>
-static __device__ __forceinline__ void mma_grid_in_rounds(float (&acc)[J][M][4], const uint32_t (&ah)[M][4],
-                                                          const uint32_t (&al)[M][4], const uint32_t (&bh)[J][2],
-                                                          const uint32_t (&bl)[J][2])
-{
-    if (P == 3) {
-#pragma unroll
-        for (int j = 0; j < J; j++)
-#pragma unroll
-            for (int i = 0; i < M; i++) mma_tf32(acc[j][i], al[i], bh[j][0], bh[j][1]);
-#pragma unroll
-        for (int j = 0; j < J; j++)
-#pragma unroll
-            for (int i = 0; i < M; i++) mma_tf32(acc[j][i], ah[i], bl[j][0], bl[j][1]);
-    }
-#pragma unroll
-    for (int j = 0; j < J; j++)
-#pragma unroll
-        for (int i = 0; i < M; i++) mma_tf32(acc[j][i], ah[i], bh[j][0], bh[j][1]);
-}
-
 #endif
