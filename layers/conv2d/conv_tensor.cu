@@ -19,8 +19,7 @@
  * Backward data, by scattering rather than by convolving the zero-padded dy: for each tap t,
  * P_t[q][c] = sum over filters o of dy[o][q] * w[o][c][t] is a product with no zeros in it, and
  * P_t[q][c] belongs to dx[c] at q shifted by t. A block takes 8 input channels and images in
- * turn; its four warps share the taps and the positions evenly (every other tap, half of the
- * positions: conv_tensor_limits.h), each adding its taps' products, tap after tap, into its own
+ * turn; warp ky computes the taps of window row ky and adds them, tap after tap, into its own
  * copy of the 8 zero-bordered dx planes; the block then adds the warps' copies in warp order.
  *
  * Backward filter: dw[o][(c, t)] = sum over images and positions q of dy[o][q] * x[c][q
@@ -280,23 +279,17 @@ static __device__ void stage_dy(const bn_pooled_dy &pd, const float *dy, int img
 }
 
 template <int KW, int P>
-static __global__ void __launch_bounds__(DATA_WARPS * 32) tensor_data(data_args a)
+static __global__ void __launch_bounds__(KW * 32) tensor_data(data_args a)
 {
     bn_early_entry(); /* pdl.cuh */
     extern __shared__ float4 smem4[];
     const bn_tensor_data &s = a.s;
     const bn_conv_geom &g = s.g;
     constexpr int KK = KW * KW;
-    /* The warps' shares (conv_tensor_limits.h): TG groups of taps (group tg: taps tg, tg + TG,
-     * ...) by DATA_WARPS / TG parts of each pass's 4 row tiles, MTW tiles a part; a warp holds
-     * TR taps' sums at once. */
-    constexpr int TG = KK == 1 ? 1 : 2, MP = DATA_WARPS / TG, MTW = 4 / MP;
-    constexpr int NT = (KK + TG - 1) / TG, TR = NT < DATA_TAPS ? NT : DATA_TAPS;
     float *ws = (float *)smem4;             /* [kp][ws_row]: w[o][c0 + cl][t] at o * ws_row + cl * KK + t */
     float *abuf = ws + s.a_off;             /* [2][kp][sa]: two images' dy[o][q], zeros past f and npos */
-    float *priv = ws + s.p_off;             /* [DATA_WARPS][8][tps]: each warp's zero-bordered dx planes */
+    float *priv = ws + s.p_off;             /* [KW][8][tps]: each warp's zero-bordered dx planes */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane >> 2, tig = lane & 3;
-    const int part = warp % MP, tg = warp / MP, ntaps = (KK - tg + TG - 1) / TG;
     const int c0 = blockIdx.y * 8, cvalid = min(8, g.c - c0), npos = g.oh * g.ow, mtot = s.mpasses * 64;
     const size_t abytes = (size_t)s.kp * s.sa;
 
@@ -305,14 +298,14 @@ static __global__ void __launch_bounds__(DATA_WARPS * 32) tensor_data(data_args 
      * and for the channels past the layer's. */
     copy_rows_async(ws, s.ws_row, a.w + (size_t)c0 * KK, g.c * KK, s.filters, cvalid * KK);
     for (int e = threadIdx.x; e < (s.kp - s.filters) * s.ws_row; e += blockDim.x) ws[s.filters * s.ws_row + e] = 0.0f;
-    for (int o = warp; o < s.filters; o += DATA_WARPS)
+    for (int o = warp; o < s.filters; o += KW)
         for (int i = cvalid * KK + lane; i < 8 * KK; i += 32) ws[o * s.ws_row + i] = 0.0f;
     /* Zeros where dy has no rows or positions, in both buffers (the copies never write there). */
     for (int b = 0; b < 2; b++) {
         float *ab = abuf + b * abytes;
         for (int e = threadIdx.x; e < (s.kp - s.filters) * s.sa; e += blockDim.x) ab[s.filters * s.sa + e] = 0.0f;
         if (npos < mtot)
-            for (int o = warp; o < s.filters; o += DATA_WARPS)
+            for (int o = warp; o < s.filters; o += KW)
                 for (int q = npos + lane; q < mtot; q += 32) ab[o * s.sa + q] = 0.0f;
     }
     /* Through a pooling: two buffers of pooled gradients and masks after the plan's memory, each
@@ -339,69 +332,61 @@ static __global__ void __launch_bounds__(DATA_WARPS * 32) tensor_data(data_args 
             __syncthreads();
         }
 
+        const int ky = warp;
         const float *av = abuf + b * abytes;
         float *mine = priv + (size_t)warp * 8 * s.tps;
         for (int e = lane; e < 2 * s.tps; e += 32) ((float4 *)mine)[e] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         __syncwarp();
         for (int mp = 0; mp < s.mpasses; mp++) {
-            /* Where this lane's sums land for tap 0 (row tile m, value q); a position past npos
-             * adds into the cells past the plane (tps leaves a window's shift of them), a channel
-             * past the layer's into a plane of its own: neither is read, so no lane tests where it
-             * adds. */
-            float *at[MTW][4];
+            float acc[KW][4][4];
 #pragma unroll
-            for (int m = 0; m < MTW; m++)
+            for (int kx = 0; kx < KW; kx++)
+#pragma unroll
+                for (int m = 0; m < 4; m++)
+#pragma unroll
+                    for (int q = 0; q < 4; q++) acc[kx][m][q] = 0.0f;
+            for (int k0 = 0; k0 < s.kp; k0 += 8) {
+                uint32_t ah[4][4], al[4][4];
+#pragma unroll
+                for (int m = 0; m < 4; m++) {
+                    const int r = mp * 64 + m * 16 + gid, i0 = (k0 + tig) * s.sa + r, i1 = i0 + 4 * s.sa;
+                    split_frag_a(av[i0], av[i0 + 8], av[i1], av[i1 + 8], ah[m], al[m]);
+                }
+#pragma unroll
+                for (int kx = 0; kx < KW; kx++) {
+                    const float *wt = ws + (k0 + tig) * s.ws_row + gid * KK + ky * KW + kx;
+                    uint32_t bh0, bl0, bh1, bl1;
+                    split_tf32(wt[0], bh0, bl0);
+                    split_tf32(wt[4 * s.ws_row], bh1, bl1);
+                    mma_tiles<P>(acc[kx], ah, al, bh0, bl0, bh1, bl1);
+                }
+            }
+            /* Each tap's sums into this warp's planes at the tap's shift; one tap's targets are
+             * all different, so a tap's 16 cells are read, then written, together; the next tap's
+             * may meet them, so the lanes agree between taps. A position past npos adds into the
+             * cells past the plane (tps leaves k of them), and a channel past the layer's into a
+             * plane of its own: neither is read, so no lane tests where it adds. */
+            float *at[4][4]; /* sum q of row tile m: its plane at the tap shift 0 */
+#pragma unroll
+            for (int m = 0; m < 4; m++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    const int q = mp * 64 + (part * MTW + m) * 16 + gid + 8 * h, qy = q / g.ow;
-                    at[m][2 * h] = mine + 2 * tig * s.tps + (q < npos ? qy * s.tw + q - qy * g.ow : s.th * s.tw);
+                    const int q = mp * 64 + m * 16 + gid + 8 * h, qy = q / g.ow;
+                    at[m][2 * h] = mine + 2 * tig * s.tps + (q < npos ? (qy + ky) * s.tw + q - qy * g.ow : s.th * s.tw);
                     at[m][2 * h + 1] = at[m][2 * h] + s.tps;
                 }
-            for (int r0 = 0; r0 < ntaps; r0 += TR) {
-                float acc[TR][MTW][4];
 #pragma unroll
-                for (int i = 0; i < TR; i++)
+            for (int kx = 0; kx < KW; kx++) {
+                float v[4][4];
 #pragma unroll
-                    for (int m = 0; m < MTW; m++)
+                for (int m = 0; m < 4; m++)
 #pragma unroll
-                        for (int q = 0; q < 4; q++) acc[i][m][q] = 0.0f;
-                for (int k0 = 0; k0 < s.kp; k0 += 8) {
-                    uint32_t ah[MTW][4], al[MTW][4];
+                    for (int q = 0; q < 4; q++) v[m][q] = at[m][q][kx];
 #pragma unroll
-                    for (int m = 0; m < MTW; m++) {
-                        const int r = mp * 64 + (part * MTW + m) * 16 + gid, i0 = (k0 + tig) * s.sa + r;
-                        const int i1 = i0 + 4 * s.sa;
-                        split_frag_a(av[i0], av[i0 + 8], av[i1], av[i1 + 8], ah[m], al[m]);
-                    }
-                    const float *wk = ws + (k0 + tig) * s.ws_row + gid * KK + tg;
+                for (int m = 0; m < 4; m++)
 #pragma unroll
-                    for (int i = 0; i < TR; i++) {
-                        if (r0 + i >= ntaps) break;
-                        const float *wt = wk + TG * (r0 + i);
-                        uint32_t bh0, bl0, bh1, bl1;
-                        split_tf32(wt[0], bh0, bl0);
-                        split_tf32(wt[4 * s.ws_row], bh1, bl1);
-                        mma_tiles<P>(acc[i], ah, al, bh0, bl0, bh1, bl1);
-                    }
-                }
-                /* Each tap's sums into this warp's planes at the tap's shift; one tap's targets are
-                 * all different, so a tap's cells are read, then written, together; the next tap's
-                 * may meet them, so the lanes agree between taps. */
-#pragma unroll
-                for (int i = 0; i < TR; i++) {
-                    if (r0 + i >= ntaps) break;
-                    const int t = tg + TG * (r0 + i), shift = t / KW * s.tw + t % KW;
-                    float v[MTW][4];
-#pragma unroll
-                    for (int m = 0; m < MTW; m++)
-#pragma unroll
-                        for (int q = 0; q < 4; q++) v[m][q] = at[m][q][shift];
-#pragma unroll
-                    for (int m = 0; m < MTW; m++)
-#pragma unroll
-                        for (int q = 0; q < 4; q++) at[m][q][shift] = v[m][q] + acc[i][m][q];
-                    __syncwarp();
-                }
+                    for (int q = 0; q < 4; q++) at[m][q][kx] = v[m][q] + acc[kx][m][q];
+                __syncwarp();
             }
         }
         __syncthreads();
@@ -419,7 +404,7 @@ static __global__ void __launch_bounds__(DATA_WARPS * 32) tensor_data(data_args 
                 const float4 *src = (const float4 *)(priv + cl * s.tps + (iy + g.pad) * s.tw + 4 * ix + g.pad);
                 float4 sum = src[0];
 #pragma unroll
-                for (int w = 1; w < DATA_WARPS; w++) {
+                for (int w = 1; w < KW; w++) {
                     const float4 v = src[(size_t)w * 2 * s.tps];
                     sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
                 }
@@ -433,7 +418,7 @@ static __global__ void __launch_bounds__(DATA_WARPS * 32) tensor_data(data_args 
             const float *src = priv + cl * s.tps + (iy + g.pad) * s.tw + ix + g.pad;
             float sum = src[0];
 #pragma unroll
-            for (int w = 1; w < DATA_WARPS; w++) sum += src[(size_t)w * 8 * s.tps];
+            for (int w = 1; w < KW; w++) sum += src[(size_t)w * 8 * s.tps];
             dx[e] = sum;
         }
     }
@@ -650,7 +635,7 @@ static bn_status launch_data(const data_args &a, cudaStream_t st)
     static bool opted;
     BN_CUDA(bn_smem_opt_in(tensor_data<KW, P>, &opted, TENSOR_SMEM));
     const size_t smem = launch_smem(a.s.smem, &a.s.g, a.s.filters, a.pd.dy != nullptr);
-    bn_launch_early(tensor_data<KW, P>, dim3(a.s.blocks, a.s.ctiles), dim3(DATA_WARPS * 32), smem, st, a);
+    bn_launch_early(tensor_data<KW, P>, dim3(a.s.blocks, a.s.ctiles), dim3(KW * 32), smem, st, a);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }

@@ -50,7 +50,7 @@ typedef struct bn_tensor_conv {
                                     image starts on an even output row */
 } bn_tensor_conv;
 
-/* Launch shape of the backward-data kernel: blocks of DATA_WARPS warps (conv_tensor_limits.h). */
+/* Launch shape of the backward-data kernel: blocks of k warps (warp ky: window row ky). */
 typedef struct bn_tensor_data {
     bn_conv_geom g;              /* the forward layer's: dx is its input, dy its output */
     int filters;                 /* dy's channels */

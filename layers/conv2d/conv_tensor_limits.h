@@ -16,14 +16,6 @@
 /* Warps per block at most. */
 #define MAX_WARPS 16
 
-/* Warps of a backward-data block, and the taps whose sums a warp holds at once. The warps share
- * a tile's taps and row tiles evenly (two groups of taps by two halves of the row tiles, for
- * windows past 1x1), so that their four schedulers finish together; with a warp per window row,
- * a 5x5 window's five warps left two schedulers twice the others' work, and the block's barrier
- * held the rest (version 79). */
-#define DATA_WARPS 4
-#define DATA_TAPS 13
-
 /* Column tiles per warp, and the row of a warp's sums while warps add them (8 floats more than
  * its 32, so that rows 8 apart do not share banks). */
 #define NTW 4

@@ -118,17 +118,17 @@ static int data_shape(bn_tensor_data *d, const bn_conv_geom *g, int filters, int
     d->sa = d->mpasses * 64 + 8;
     d->th = g->oh + g->k - 1, d->tw = g->ow + g->k - 1;
     /* A warp's plane stride: 4 more than a multiple of 16 floats, so that the lanes' adds for
-     * channels 2 apart (2 tps = 8 mod 32) fall in different banks, and room past the plane for a
-     * window's largest shift, where the positions past the output add their zeros. */
-    const int tp = d->th * d->tw, past = (g->k - 1) * d->tw + g->k;
-    d->tps = (tp + past + 11) / 16 * 16 + 4;
+     * channels 2 apart (2 tps = 8 mod 32) fall in different banks, and at least k cells past the
+     * plane, where the positions past the output add their zeros. */
+    const int tp = d->th * d->tw;
+    d->tps = (tp + g->k + 11) / 16 * 16 + 4;
     const size_t ws = (size_t)d->kp * d->ws_row;
     d->a_off = (ws + 3) / 4 * 4;
     d->p_off = d->a_off + (size_t)2 * d->kp * d->sa; /* two buffers */
-    d->smem = (d->p_off + (size_t)DATA_WARPS * 8 * d->tps) * sizeof(float);
+    d->smem = (d->p_off + (size_t)g->k * 8 * d->tps) * sizeof(float);
     if (d->smem > TENSOR_SMEM) return 0;
     /* About one wave of blocks, the channel tiles together. */
-    const int want = (sms * room(resident(d->smem, DATA_WARPS), beside) + d->ctiles - 1) / d->ctiles;
+    const int want = (sms * room(resident(d->smem, g->k), beside) + d->ctiles - 1) / d->ctiles;
     d->blocks = n < want ? n : want;
     if (d->blocks < 1) d->blocks = 1;
     if (d->blocks > 65535) d->blocks = 65535;
