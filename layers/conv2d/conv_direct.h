@@ -74,7 +74,8 @@ bn_status bn_direct_backward_filter(const bn_direct_plan *p, void *stream, const
                                     float *dw, float *db, float *workspace);
 
 /* Adds the filter pass's partial sums (splits spans of filters * (taps + 1) floats: dw's, then
- * db's) into dw and db, in span order. */
+ * db's) into dw and db, each element's in a fixed order that depends on the gradient's size and
+ * the spans only (conv_direct.cu), so that the result does not depend on timing or alignment. */
 bn_status bn_direct_finish_filter(void *stream, const float *parts, int splits, int filters, int taps, float *dw,
                                   float *db);
 
