@@ -80,32 +80,39 @@ static int finish_matches(int splits, int filters, int taps)
     free(dw16), free(db16), free(dw4), free(db4);
     return BN_PASS;
 }
+
+/* finish_matches on each (spans, filters, taps) of cases. */
+static int finish_all(const int (*cases)[3], int n)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    for (int i = 0; i < n; i++)
+        if (finish_matches(cases[i][0], cases[i][1], cases[i][2]) != BN_PASS) return BN_FAIL;
+    return BN_PASS;
+}
 #endif
+
+/* Run one of the case tables below, or skip where the build has no CUDA. */
+#ifdef BN_WITH_CUDA
+#define FINISH_CASES(cases) return finish_all(cases, (int)(sizeof cases / sizeof cases[0]))
+#else
+#define FINISH_CASES(cases) BN_SKIP_TEST("a build without CUDA")
+#endif
+
+/* LeNet's conv1 at batch 256 through the argmax family (256 spans of 20 x 26), spans that do not
+ * fill the rows' last round, and the fewest spans that take the many-rows shape. */
+static const int small_cases[][3] = {{256, 20, 25}, {130, 8, 9}, {128, 3, 3}};
+/* LeNet's conv2 (50 x 501, 33 spans), a gradient past the many-rows shape's size with many spans,
+ * and a small one with too few spans for it (LeNet's conv1 at batch 64). */
+static const int large_cases[][3] = {{33, 50, 500}, {130, 64, 288}, {64, 20, 25}};
 
 BN_TEST(conv_finish_adds_every_span_of_a_small_gradient_once)
 {
-    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
-#ifdef BN_WITH_CUDA
-    /* LeNet's conv1 at batch 256 through the argmax family: 256 spans of 20 x 26; spans that do
-     * not fill the rows' last round; and the fewest spans that take the many-rows shape. */
-    if (finish_matches(256, 20, 25) != BN_PASS) return BN_FAIL;
-    if (finish_matches(130, 8, 9) != BN_PASS) return BN_FAIL;
-    return finish_matches(128, 3, 3);
-#else
-    BN_SKIP_TEST("a build without CUDA");
-#endif
+    (void)large_cases;
+    FINISH_CASES(small_cases);
 }
 
 BN_TEST(conv_finish_adds_every_span_of_a_large_gradient_once)
 {
-    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
-#ifdef BN_WITH_CUDA
-    /* LeNet's conv2 (50 x 501, 33 spans), a gradient past the many-rows shape's size with many
-     * spans, and a small one with too few spans for it (LeNet's conv1 at batch 64). */
-    if (finish_matches(33, 50, 500) != BN_PASS) return BN_FAIL;
-    if (finish_matches(130, 64, 288) != BN_PASS) return BN_FAIL;
-    return finish_matches(64, 20, 25);
-#else
-    BN_SKIP_TEST("a build without CUDA");
-#endif
+    (void)small_cases;
+    FINISH_CASES(large_cases);
 }
