@@ -1,7 +1,7 @@
 /* test_conv_finish.c - the filter passes' finishing sum (bn_direct_finish_filter, conv_direct.cu),
  * which every family with partial sums ends with: each span's partials added once into dw and
  * db on top of what they held, the same bits whether the partials are read 16 bytes at a time
- * or one float at a time, both for a small gradient with many spans (the sum's many-rows shape,
+ * or one float at a time, both for a small gradient with many spans (its own rows of threads,
  * LeNet's conv1 at 256) and for larger gradients or fewer spans. GPU; skipped without one. */
 #include <math.h>
 #include <stdlib.h>
@@ -56,20 +56,20 @@ static int finish_on_device(int splits, int filters, int taps, int offset, float
 static int finish_matches(int splits, int filters, int taps)
 {
     const size_t count = (size_t)filters * (taps + 1), pcount = (size_t)splits * count;
-    float *dw16 = malloc((size_t)filters * taps * sizeof(float)), *db16 = malloc((size_t)filters * sizeof(float));
-    float *dw4 = malloc((size_t)filters * taps * sizeof(float)), *db4 = malloc((size_t)filters * sizeof(float));
-    CHECK(dw16 && db16 && dw4 && db4);
-    if (finish_on_device(splits, filters, taps, 0, dw16, db16) != BN_PASS) return BN_FAIL;
-    if (finish_on_device(splits, filters, taps, 1, dw4, db4) != BN_PASS) return BN_FAIL;
+    float *dw_wide = malloc((size_t)filters * taps * sizeof(float)), *db_wide = malloc((size_t)filters * sizeof(float));
+    float *dw_one = malloc((size_t)filters * taps * sizeof(float)), *db_one = malloc((size_t)filters * sizeof(float));
+    CHECK(dw_wide && db_wide && dw_one && db_one);
+    if (finish_on_device(splits, filters, taps, 0, dw_wide, db_wide) != BN_PASS) return BN_FAIL;
+    if (finish_on_device(splits, filters, taps, 1, dw_one, db_one) != BN_PASS) return BN_FAIL;
     double worst = 0.0;
     for (size_t i = 0; i < count; i++) {
         double want = value_at((unsigned)(i < (size_t)filters * taps ? pcount + i : 2 * pcount + i - filters * taps));
         for (int z = 0; z < splits; z++) want += value_at((unsigned)((size_t)z * count + i));
         const int is_w = i < (size_t)filters * taps;
-        const float got = is_w ? dw16[i] : db16[i - (size_t)filters * taps];
-        const float got1 = is_w ? dw4[i] : db4[i - (size_t)filters * taps];
-        CHECK_MSG(memcmp(&got, &got1, sizeof got) == 0, "element %zu of %zu: %.9g with 16-byte loads, %.9g without",
-                  i, count, got, got1);
+        const float got = is_w ? dw_wide[i] : db_wide[i - (size_t)filters * taps];
+        const float got_one = is_w ? dw_one[i] : db_one[i - (size_t)filters * taps];
+        CHECK_MSG(memcmp(&got, &got_one, sizeof got) == 0, "element %zu of %zu: %.9g with 16-byte loads, %.9g without",
+                  i, count, got, got_one);
         const double err = fabs(got - want);
         if (err > worst) worst = err;
     }
@@ -77,7 +77,7 @@ static int finish_matches(int splits, int filters, int taps)
      * splits * 2^-24 * splits. */
     CHECK_MSG(worst <= (double)splits * splits * 6e-8 + 1e-6, "%d spans of %d x %d: error %.3g", splits, filters,
               taps + 1, worst);
-    free(dw16), free(db16), free(dw4), free(db4);
+    free(dw_wide), free(db_wide), free(dw_one), free(db_one);
     return BN_PASS;
 }
 
@@ -89,30 +89,25 @@ static int finish_all(const int (*cases)[3], int n)
         if (finish_matches(cases[i][0], cases[i][1], cases[i][2]) != BN_PASS) return BN_FAIL;
     return BN_PASS;
 }
-#endif
 
-/* Run one of the case tables below, or skip where the build has no CUDA. */
-#ifdef BN_WITH_CUDA
+/* LeNet's conv1 at batch 256 through the argmax family (256 spans of 20 x 26), spans that do not
+ * fill the rows' last round, and the fewest spans that take the small gradient's rows. */
+static const int small_cases[][3] = {{256, 20, 25}, {130, 8, 9}, {128, 3, 3}};
+/* LeNet's conv2 (50 x 501, 33 spans), a gradient past the small one's size with many spans, and
+ * a small one with too few spans for its rows (LeNet's conv1 at batch 64). */
+static const int large_cases[][3] = {{33, 50, 500}, {130, 64, 288}, {64, 20, 25}};
+
 #define FINISH_CASES(cases) return finish_all(cases, (int)(sizeof cases / sizeof cases[0]))
 #else
 #define FINISH_CASES(cases) BN_SKIP_TEST("a build without CUDA")
 #endif
 
-/* LeNet's conv1 at batch 256 through the argmax family (256 spans of 20 x 26), spans that do not
- * fill the rows' last round, and the fewest spans that take the many-rows shape. */
-static const int small_cases[][3] = {{256, 20, 25}, {130, 8, 9}, {128, 3, 3}};
-/* LeNet's conv2 (50 x 501, 33 spans), a gradient past the many-rows shape's size with many spans,
- * and a small one with too few spans for it (LeNet's conv1 at batch 64). */
-static const int large_cases[][3] = {{33, 50, 500}, {130, 64, 288}, {64, 20, 25}};
-
 BN_TEST(conv_finish_adds_every_span_of_a_small_gradient_once)
 {
-    (void)large_cases;
     FINISH_CASES(small_cases);
 }
 
 BN_TEST(conv_finish_adds_every_span_of_a_large_gradient_once)
 {
-    (void)small_cases;
     FINISH_CASES(large_cases);
 }

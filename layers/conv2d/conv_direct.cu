@@ -353,16 +353,17 @@ static __global__ void __launch_bounds__((T / 4) * (T / 4)) wgrad_tiles(wgrad_ar
 }
 
 #define FINISH_THREADS 256
-/* Threads per column of a finishing block: 8 (32 columns a block) where the columns fill the GPU,
- * 64 (4 columns) where a layer's gradient is too small to (FINISH_FEW_BELOW elements) and its
- * spans are many (at least FINISH_FEW_SPANS: 16 or more a thread, in rounds of four loads, at 8
- * rows), so that each thread adds 8 times fewer of them one after another: LeNet's conv1 at 256
- * (520 elements, 256 spans) took 3.6 us in 5 blocks, on the step's last chain, and 2.1 in 33 so
- * (version 79). */
-#define FINISH_ROWS_MANY 8
-#define FINISH_ROWS_FEW 64
-#define FINISH_FEW_BELOW 16384
-#define FINISH_FEW_SPANS 128
+/* Rows of threads in a finishing block (each row adds every ROWS-th span of its columns):
+ * FINISH_ROWS as a rule, 32 columns a block. A small gradient (fewer than FINISH_SMALL_BELOW
+ * elements) makes too few such blocks to fill the GPU, and with many spans (FINISH_SMALL_SPANS
+ * or more: 16 or more a thread at 8 rows) each thread adds a long run of them one after another;
+ * there a block takes FINISH_ROWS_SMALL rows and 4 columns. LeNet's conv1 at 256 (520 elements,
+ * 256 spans): 3.6 us in 5 blocks of 8 rows, 2.1 us in 33 of 64, on the step's last chain
+ * (docs/performance.md, version 79). */
+#define FINISH_ROWS 8
+#define FINISH_ROWS_SMALL 64
+#define FINISH_SMALL_BELOW 16384
+#define FINISH_SMALL_SPANS 128
 
 /* The sum of spans z = z0, z0 + ROWS, ... < splits of the partials at p (span z at p + z * count),
  * in that order, with up to four loads in flight. T is float, or float4 for four consecutive
@@ -413,7 +414,7 @@ static __global__ void __launch_bounds__(FINISH_THREADS)
     sums[row][col] = g < count ? finish_column<ROWS>((const T *)(part + g), row, splits, (size_t)count / W) : T();
     __syncthreads();
     T t;
-    if (ROWS <= FINISH_ROWS_MANY) {
+    if constexpr (ROWS == FINISH_ROWS) {
         if (row != 0 || g >= count) return;
         t = sums[0][col];
 #pragma unroll
@@ -500,12 +501,12 @@ extern "C" bn_status bn_direct_finish_filter(void *stream, const float *parts, i
     const int count = filters * (taps + 1);
     const bool wide = count % 4 == 0 && ((uintptr_t)parts & 15) == 0; /* 16-byte loads */
     /* The rows by the gradient's size and spans alone, so that both widths sum alike. */
-    const bool few = count < FINISH_FEW_BELOW && splits >= FINISH_FEW_SPANS;
-    const int cols = FINISH_THREADS / (few ? FINISH_ROWS_FEW : FINISH_ROWS_MANY);
+    const bool small = count < FINISH_SMALL_BELOW && splits >= FINISH_SMALL_SPANS;
+    const int cols = FINISH_THREADS / (small ? FINISH_ROWS_SMALL : FINISH_ROWS);
     const int blocks = (count / (wide ? 4 : 1) + cols - 1) / cols;
     void (*kernel)(const float *, int, int, int, float *, float *) =
-        few ? (wide ? wgrad_finish<4, FINISH_ROWS_FEW> : wgrad_finish<1, FINISH_ROWS_FEW>)
-            : (wide ? wgrad_finish<4, FINISH_ROWS_MANY> : wgrad_finish<1, FINISH_ROWS_MANY>);
+        small ? (wide ? wgrad_finish<4, FINISH_ROWS_SMALL> : wgrad_finish<1, FINISH_ROWS_SMALL>)
+              : (wide ? wgrad_finish<4, FINISH_ROWS> : wgrad_finish<1, FINISH_ROWS>);
     bn_launch_early(kernel, dim3(blocks), dim3(FINISH_THREADS), 0, (cudaStream_t)stream, parts, splits, count,
                     filters * taps, dw, db);
     BN_CUDA_LAUNCH();
