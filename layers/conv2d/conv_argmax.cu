@@ -3,9 +3,10 @@
  *
  * dW[o][c][ky][kx] = sum over images and pooled cells p of g[o][p] * x[c][r + ky][s + kx], where
  * (r, s) is the cell of p's window that held the maximum (x with its zero border); db[o] = sum
- * of g[o][p]. Per image a block stages the input planes it needs twice (the second copy one
- * cell to the left) and its filters' pooled gradients and masks; a thread's step over a cell is a
- * gradient and a mask load, its window's rows in 8-byte loads and k * k multiply-adds. */
+ * of g[o][p]. Per image a block stages the input planes it needs and its filters' pooled
+ * gradients and masks, then turns every (filter, cell) into a pair (gradient, offset of the
+ * window's first tap in a staged plane), so that a thread's step over a cell is one 8-byte
+ * load, k loads of x and k multiply-adds. */
 #include <cuda_pipeline.h>
 #include <stdint.h>
 #include <string.h>
@@ -27,10 +28,9 @@ typedef struct argmax_args {
     float *part;
 } argmax_args;
 
-/* Starts copying image img's input planes into dst twice: plane c's cell (yy, xx) of the hp x wv
- * staged ones at dst[c * plane + yy * wp + xx] (x's value at (yy - pad, xx - pad), or zero), and
- * again one cell to the left, at dst[xb + c * plane + yy * wp + xx - 1]. */
-static __device__ void stage_planes2(float *dst, const bn_argmax_plan &s, const float *x, int img)
+/* Starts copying image img's input planes into dst: plane c's cell (yy, xx) of the hp x wv
+ * staged ones at dst[c * plane + yy * wp + xx], x's value at (yy - pad, xx - pad) or zero. */
+static __device__ void stage_x(float *dst, const bn_argmax_plan &s, const float *x, int img)
 {
     const bn_conv_geom &g = s.g;
     const float *src = x + (size_t)img * g.c * g.h * g.w;
@@ -39,62 +39,12 @@ static __device__ void stage_planes2(float *dst, const bn_argmax_plan &s, const 
     for (int e = threadIdx.x; e < total; e += blockDim.x, digits_step(dg)) {
         const int c = dg.a, yy = dg.b, xx = dg.c;
         const int iy = yy - g.pad, ix = xx - g.pad;
-        float *d = dst + c * s.plane + yy * s.wp + xx, *left = d + s.xb - 1;
-        if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w) {
-            const float *v = src + ((size_t)c * g.h + iy) * g.w + ix;
-            __pipeline_memcpy_async(d, v, 4);
-            if (xx > 0) __pipeline_memcpy_async(left, v, 4);
-        } else {
+        float *d = dst + c * s.plane + yy * s.wp + xx;
+        if (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w)
+            __pipeline_memcpy_async(d, src + ((size_t)c * g.h + iy) * g.w + ix, 4);
+        else
             *d = 0.0f;
-            if (xx > 0) *left = 0.0f;
-        }
     }
-}
-
-/* Starts copying image img's pooled gradients of filters o0 .. o0 + fv - 1 to gd[o * gp + p] and
- * their masks to md[o * mp + p] (o from 0). */
-static __device__ void stage_cells(float *gd, unsigned char *md, const bn_argmax_plan &s, const bn_pooled_dy &pd,
-                                   int img, int o0, int fv)
-{
-    const int pp = s.ph * s.pw;
-    const size_t first = ((size_t)img * s.filters + o0) * pp;
-    const float inv = 1.0f / pp;
-    int p, dp;
-    int o = div_small(threadIdx.x, pp, inv, p);
-    const int dox = div_small(blockDim.x, pp, inv, dp);
-    for (int e = threadIdx.x; e < fv * pp; e += blockDim.x) {
-        __pipeline_memcpy_async(gd + o * s.gp + p, pd.dy + first + e, 4);
-        p += dp, o += dox;
-        if (p >= pp) p -= pp, o++;
-    }
-    const unsigned char *ms = pd.mask + first;
-    if (s.mask_words && ((uintptr_t)ms & 3) == 0) {
-        const int words = pp / 4;
-        const float winv = 1.0f / words;
-        int w, dw;
-        o = div_small(threadIdx.x, words, winv, w);
-        const int dow = div_small(blockDim.x, words, winv, dw);
-        for (int e = threadIdx.x; e < fv * words; e += blockDim.x) {
-            __pipeline_memcpy_async(md + o * s.mp + 4 * w, ms + 4 * e, 4);
-            w += dw, o += dow;
-            if (w >= words) w -= words, o++;
-        }
-    } else {
-        o = div_small(threadIdx.x, pp, inv, p);
-        for (int e = threadIdx.x; e < fv * pp; e += blockDim.x) {
-            md[o * s.mp + p] = ms[e];
-            p += dp, o += dox;
-            if (p >= pp) p -= pp, o++;
-        }
-    }
-}
-
-/* One image's whole stage at dst (s.stage floats). */
-static __device__ void stage_image(float *dst, const argmax_args &a, int img, int o0, int fv)
-{
-    stage_planes2(dst, a.s, a.x, img);
-    float *gd = dst + a.s.xsize;
-    stage_cells(gd, (unsigned char *)(gd + a.s.gsize), a.s, a.pd, img, o0, fv);
 }
 
 template <int K>
@@ -104,85 +54,91 @@ static __global__ void __launch_bounds__(MAX_THREADS) argmax_filter(argmax_args 
     extern __shared__ float4 smem4[];
     const bn_argmax_plan &s = a.s;
     const bn_conv_geom &g = s.g;
-    constexpr int KK = K * K;
-    const int pp = s.ph * s.pw, C = g.c, taps = C * KK;
+    const int pp = s.ph * s.pw, C = g.c, taps = C * K * K;
     const int o0 = blockIdx.x * s.fb, fv = min(s.fb, s.filters - o0);
-    float *buf = (float *)smem4; /* [2][stage]: planes, shifted planes, gradients, masks */
+    float *xb = (float *)smem4;                      /* [2][xsize]: the staged planes */
+    float *pb = xb + 2 * s.xsize;                    /* [2][psize]: pooled gradients, then masks */
+    float2 *pairs = (float2 *)(pb + 2 * s.psize);    /* [pp][fv]: (gradient, window offset) */
     const int tid = threadIdx.x, part = tid / s.items, it = tid - part * s.items;
-    const int ol = it / C, c = it - ol * C;
+    const int c = it % C, r = it / C, ky = r % K, ol = r / K;
     const bool live = part < s.parts && ol < fv;
+    /* The bias gradient: thread (q, o) for q < parts adds filter o's cells q, q + parts, ... */
+    const int bq = tid / s.fb, bo = tid - bq * s.fb;
+    const bool bias = bq < s.parts && bo < fv;
     const int first = blockIdx.y * s.span, last = min(s.n, first + s.span);
-    /* This thread's first cell (its group's number) as a row and column, and the step between its
-     * cells (the groups) as rows and columns. */
-    const int py0 = part / s.pw, px0 = part - py0 * s.pw, dpy = s.parts / s.pw, dpx = s.parts - dpy * s.pw;
+    const int count = fv * pp;
+    const float inv_fv = 1.0f / fv, inv_pw = 1.0f / s.pw;
+    /* Where this thread's first pairs entry is, and how far each next one lies. */
+    int ol0, px0, dol, dpx;
+    const int p0 = div_small(tid, fv, inv_fv, ol0), py0 = div_small(p0, s.pw, inv_pw, px0);
+    const int dp = div_small((int)blockDim.x, fv, inv_fv, dol), dpy = div_small(dp, s.pw, inv_pw, dpx);
 
-    float acc[K][K], accb = 0.0f;
+    float acc[K], accb = 0.0f;
 #pragma unroll
-    for (int ky = 0; ky < K; ky++)
-#pragma unroll
-        for (int kx = 0; kx < K; kx++) acc[ky][kx] = 0.0f;
+    for (int kx = 0; kx < K; kx++) acc[kx] = 0.0f;
 
-    stage_image(buf, a, first, o0, fv);
+    stage_x(xb, s, a.x, first);
+    stage_pooled_cells(pb, a.pd, ((size_t)first * s.filters + o0) * pp, count);
     __pipeline_commit();
     int b = 0;
     for (int img = first; img < last; img++, b ^= 1) {
-        __syncthreads(); /* the other buffer is no longer read */
-        if (img + 1 < last) stage_image(buf + (b ^ 1) * s.stage, a, img + 1, o0, fv);
+        __syncthreads(); /* the other buffers and the pairs are no longer read */
+        if (img + 1 < last) {
+            stage_x(xb + (b ^ 1) * s.xsize, s, a.x, img + 1);
+            stage_pooled_cells(pb + (b ^ 1) * s.psize, a.pd, ((size_t)(img + 1) * s.filters + o0) * pp, count);
+        }
         __pipeline_commit();
         __pipeline_wait_prior(1);
         __syncthreads();
-        if (!live) continue;
-        const float *xs = buf + b * s.stage + c * s.plane;
-        const float *gs = buf + b * s.stage + s.xsize + ol * s.gp;
-        const unsigned char *ms = (const unsigned char *)(buf + b * s.stage + s.xsize + s.gsize) + ol * s.mp;
-        for (int p = part, py = py0, px = px0; p < pp; p += s.parts) {
-            const float gv = gs[p];
-            const int m = ms[p];
-            /* The window's first cell, at an even place of the planes or (an odd one) of the
-             * shifted copy. */
-            const float *w = xs + (2 * py + (m >> 1)) * s.wp + 2 * px + (m & 1) * s.xb;
-#pragma unroll
-            for (int ky = 0; ky < K; ky++) {
-                const float *r = w + ky * s.wp;
-                float v[K];
-#pragma unroll
-                for (int j = 0; j + 1 < K; j += 2) {
-                    const float2 q = *(const float2 *)(r + j);
-                    v[j] = q.x, v[j + 1] = q.y;
-                }
-                if (K % 2) v[K - 1] = r[K - 1];
-#pragma unroll
-                for (int kx = 0; kx < K; kx++) acc[ky][kx] = fmaf(gv, v[kx], acc[ky][kx]);
-            }
-            accb += gv;
-            px += dpx, py += dpy;
+        const float *pg = pb + b * s.psize;
+        const unsigned char *pm = (const unsigned char *)(pg + count);
+        /* Entry e = p * fv + ol, thread tid taking e = tid, tid + step, ...: its (ol, p, py, px)
+         * advance by fixed amounts (worked out once, before the loop). */
+        for (int e = tid, eo = ol0, p = p0, py = py0, px = px0; e < count; e += blockDim.x) {
+            const int at = eo * pp + p, m = pm[at];
+            pairs[e] = make_float2(pg[at], __int_as_float((2 * py + (m >> 1)) * s.wp + 2 * px + (m & 1)));
+            eo += dol, p += dp, px += dpx, py += dpy;
+            if (eo >= fv) eo -= fv, p++, px++;
             if (px >= s.pw) px -= s.pw, py++;
+        }
+        __syncthreads();
+        if (bias)
+            for (int p = bq; p < pp; p += s.parts) accb += pairs[p * fv + bo].x;
+        if (!live) continue;
+        const float *xr = xb + b * s.xsize + c * s.plane + ky * s.wp;
+        for (int p = part; p < pp; p += s.parts) {
+            const float2 v = pairs[p * fv + ol];
+            const float *w = xr + __float_as_int(v.y);
+#pragma unroll
+            for (int kx = 0; kx < K; kx++) acc[kx] = fmaf(v.x, w[kx], acc[kx]);
         }
     }
 
-    /* The groups' sums, [group][item][rs], where the stages were; then each of the block's
-     * sums is added in group order by one thread. */
-    float *red = buf;
-    __syncthreads();
-    if (live) {
-        float *d = red + (size_t)(part * s.items + it) * s.rs;
+    /* The groups' sums, added in group order by group 0 (where the planes were). */
+    float *red = xb, *redb = xb + (size_t)s.parts * s.items * K;
+    if (s.parts > 1) {
+        __syncthreads();
+        if (live) {
+            float *d = red + (size_t)(part * s.items + it) * K;
 #pragma unroll
-        for (int ky = 0; ky < K; ky++)
+            for (int kx = 0; kx < K; kx++) d[kx] = acc[kx];
+        }
+        if (bias) redb[bq * s.fb + bo] = accb;
+        __syncthreads();
+        if (part == 0 && live)
+            for (int q = 1; q < s.parts; q++) {
+                const float *d = red + (size_t)(q * s.items + it) * K;
 #pragma unroll
-            for (int kx = 0; kx < K; kx++) d[ky * K + kx] = acc[ky][kx];
-        d[KK] = accb;
+                for (int kx = 0; kx < K; kx++) acc[kx] += d[kx];
+            }
+        if (bq == 0 && bias)
+            for (int q = 1; q < s.parts; q++) accb += redb[q * s.fb + bo];
     }
-    __syncthreads();
     float *out = a.part + (size_t)blockIdx.y * s.filters * (taps + 1);
-    const int outs = fv * C * (KK + 1);
-    for (int o = tid; o < outs; o += blockDim.x) {
-        const int oi = o / (KK + 1), t = o - oi * (KK + 1), oo = oi / C, oc = oi - oo * C;
-        if (t == KK && oc != 0) continue; /* the bias's sum: channel 0's */
-        float v = 0.0f;
-        for (int q = 0; q < s.parts; q++) v += red[(size_t)(q * s.items + oi) * s.rs + t];
-        if (t < KK) out[(size_t)(o0 + oo) * taps + oc * KK + t] = v;
-        else out[(size_t)s.filters * taps + o0 + oo] = v;
-    }
+    if (bq == 0 && bias) out[(size_t)s.filters * taps + o0 + bo] = accb;
+    if (part != 0 || !live) return;
+#pragma unroll
+    for (int kx = 0; kx < K; kx++) out[(size_t)(o0 + ol) * taps + (c * K + ky) * K + kx] = acc[kx];
 }
 
 template <int K>

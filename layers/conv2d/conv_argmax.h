@@ -9,18 +9,14 @@
  * pooling's forward pass recorded and gathers the input window at the maximum, summing with
  * FP32 multiply-adds. The bias gradient is the sum of the pooled gradient.
  *
- * A block takes `fb` filters (all of them where fb * c threads fit one block) and a span of
- * images. Each thread owns one (filter, input channel) and keeps the k * k sums of its window and
- * the bias's sum; `parts` groups of threads take the pooled cells of an image in turn, and at the
- * end every thread of the block adds a few of the groups' sums in group order. Per image the
- * block stages the input planes (zero border) twice, the second copy one cell to the left, so
- * that a window row is read in 8-byte loads from whichever copy holds its first cell at an even
- * place, and the filters' pooled gradients and masks with per-filter strides that put the
- * filters a warp reads on different banks; the next image's are staged while the current one's
- * are summed. A cell costs a thread one gradient and one mask load, its window's rows in
- * (k + 1) / 2 loads each and k * k multiply-adds. Each span writes its own partial sums, which
- * bn_direct_finish_filter adds in span order, so the result is deterministic. Stride 1, windows
- * up to 7; other shapes clear ok. */
+ * A block takes `fb` filters (all of them where fb * c * k threads fit one block) and a span of
+ * images. Each thread owns one (filter, window row, input channel) and keeps the k sums of that
+ * row's taps; `parts` groups of threads take the
+ * pooled cells of an image in turn and add their sums in group order at the end. Per image the
+ * block stages the input planes (zero border) and the filters' pooled gradients and masks,
+ * the next image's while it sums the current one's. Each span writes its own partial sums,
+ * which bn_direct_finish_filter adds in span order, so the result is deterministic. Stride 1,
+ * windows up to 7; other shapes clear ok. */
 #ifndef BN_CONV_ARGMAX_H
 #define BN_CONV_ARGMAX_H
 
@@ -40,18 +36,13 @@ typedef struct bn_argmax_plan {
     bn_conv_geom g;
     int ph, pw;          /* the pooled plane */
     int fb, groups;      /* filters per block, blocks along the filters */
-    int items;           /* fb * c: the threads of one group */
+    int items;           /* fb * c * k: the threads of one group */
     int parts;           /* groups of threads that take the pooled cells in turn */
     int threads;         /* items * parts, rounded up to whole warps */
     int span, spans;     /* images per block, blocks along the images */
     int hp, wv;          /* staged rows and columns of an input plane (those a window can reach) */
-    int wp, plane;       /* their strides in shared memory, floats (both even) */
-    int xb;              /* where the shifted copy of the planes starts, floats */
-    int gp, mp;          /* a filter's stride among the staged gradients (floats) and masks (bytes) */
-    int mask_words;      /* 1: the masks are staged four bytes a copy */
-    int rs;              /* a thread's stride among the groups' sums, floats */
-    size_t xsize, gsize; /* floats: one image's two copies of the planes; its gradients */
-    size_t stage;        /* floats: one image's whole stage (planes, gradients, masks) */
+    int wp, plane;       /* their strides in shared memory, floats (chosen against bank conflicts) */
+    size_t xsize, psize; /* floats: one image's staged planes; its staged pooled cells and masks */
     size_t smem;         /* bytes per block */
     size_t workspace;    /* bytes of partial sums */
 } bn_argmax_plan;

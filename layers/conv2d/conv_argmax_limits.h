@@ -3,9 +3,8 @@
 #ifndef BN_CONV_ARGMAX_LIMITS_H
 #define BN_CONV_ARGMAX_LIMITS_H
 
-/* Threads a block takes at most (the kernel's launch bound: a thread keeps k * k sums, 49 at a
- * 7x7 window, which 1,024 threads' 64 registers each would not hold). */
-#define MAX_THREADS 512
+/* Threads a block takes at most. */
+#define MAX_THREADS 1024
 /* Shared memory a block may take (opted into once per kernel). */
 #define ARGMAX_SMEM (100 * 1024)
 
