@@ -148,7 +148,7 @@ bn_status bn_loader_reserve_stage(bn_loader *ld, const bn_net *net, int n)
 
 bn_status bn_loader_stage(bn_loader *ld, bn_net *net, int n)
 {
-    if (!ld->ctx || !ld->dev_stage || ld->staged || ld->taken || !ld->ctx->side_stream)
+    if (!ld->ctx || !ld->dev_stage || ld->staged || !ld->ctx->side_stream)
         return bn_error(BN_ERR_INTERNAL, "a batch staged with no stage made, no side stream, or one still staged");
     int start;
     BN_TRY(next_batch(ld, n, &start));
@@ -160,12 +160,6 @@ bn_status bn_loader_stage(bn_loader *ld, bn_net *net, int n)
 
 bn_status bn_loader_take(bn_loader *ld, bn_net *net, int n)
 {
-    if (ld->taken) {
-        if (ld->staged_n != n)
-            return bn_error(BN_ERR_INTERNAL, "a batch of %d taken where %d were taken ahead", n, ld->staged_n);
-        ld->taken = 0;
-        return bn_net_set_batch(net, n);
-    }
     if (!ld->staged || ld->staged_n != n)
         return bn_error(BN_ERR_INTERNAL, "a batch of %d taken where %d are staged", n, ld->staged ? ld->staged_n : 0);
     BN_TRY(bn_net_set_batch(net, n));
@@ -174,21 +168,14 @@ bn_status bn_loader_take(bn_loader *ld, bn_net *net, int n)
     return BN_OK;
 }
 
-bn_status bn_loader_take_ahead(bn_loader *ld, bn_net *net, int n)
-{
-    BN_TRY(bn_loader_take(ld, net, n));
-    ld->taken = 1;
-    return BN_OK;
-}
-
 void bn_loader_unstage(bn_loader *ld)
 {
-    ld->staged = ld->taken = 0;
+    ld->staged = 0;
 }
 
 bn_loader_mark bn_loader_marked(const bn_loader *ld)
 {
-    bn_loader_mark m = {ld->host_cursor, ld->staged, ld->staged_n, ld->taken, ld->host_step};
+    bn_loader_mark m = {ld->host_cursor, ld->staged, ld->staged_n, ld->host_step};
     return m;
 }
 
@@ -197,7 +184,6 @@ void bn_loader_rewind(bn_loader *ld, const bn_loader_mark *m)
     ld->host_cursor = m->cursor;
     ld->staged = m->staged;
     ld->staged_n = m->staged_n;
-    ld->taken = m->taken;
     ld->host_step = m->step;
 }
 

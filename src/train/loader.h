@@ -41,8 +41,6 @@ typedef struct bn_loader {
     size_t stage_bytes;    /* dev_stage's size (bn_loader_reserve_stage) */
     int staged;            /* a batch of `staged_n` is queued into dev_stage and not taken */
     int staged_n;
-    int taken;             /* the staged batch of `staged_n` is already in the input, taken ahead
-                              by the step before the one it is for (bn_loader_take_ahead) */
 } bn_loader;
 
 /* Prepares a loader for data (which must outlive it); with ctx, uploads the dataset. */
@@ -85,19 +83,14 @@ bn_status bn_loader_fill_next(bn_loader *ld, bn_net *net, int n, int train);
 bn_status bn_loader_reserve_stage(bn_loader *ld, const bn_net *net, int n);
 bn_status bn_loader_stage(bn_loader *ld, bn_net *net, int n);
 bn_status bn_loader_take(bn_loader *ld, bn_net *net, int n);
-/* bn_loader_take at the end of the step that staged the batch, once everything that reads this
- * step's input and labels is queued before it on the stream, so that the copy runs beside what
- * the step queues after it (its last update); the take of the step the batch is for then only
- * sets the batch size. */
-bn_status bn_loader_take_ahead(bn_loader *ld, bn_net *net, int n);
-/* Forgets a staged batch that no step will take, or one taken ahead. */
+/* Forgets a staged batch that no step will take. */
 void bn_loader_unstage(bn_loader *ld);
 
 /* The host's side of where the loader stands (cursor, step, staged batch): taken before a step
  * that may be captured and put back where its capture failed (bn_step_graph_run's rewind), whose
  * host side moved it while the device work that moves the device's copies never ran. */
 typedef struct bn_loader_mark {
-    int cursor, staged, staged_n, taken;
+    int cursor, staged, staged_n;
     unsigned long long step;
 } bn_loader_mark;
 bn_loader_mark bn_loader_marked(const bn_loader *ld);

@@ -1,8 +1,6 @@
 /* step.c - one training step's work (step.h). */
 #include "step.h"
 
-#include "core/device_ops.h"
-
 bn_status bn_step_accumulate_metrics(bn_net *net, bn_blob *acc)
 {
     if (net->pass.ctx) {
@@ -87,28 +85,9 @@ static bn_status bucket_layer(bn_step_body *b, const bn_layer *l)
  * update follows at once. On several, its gradients join the bucket (bucket_layer) or, where the
  * all-reduces run after the backward pass (dist_schedule.h), the queue that finish_buckets cuts
  * into the same buckets once the pass is queued. */
-/* Whether the next step's batch, staged by this one, goes into the input beside layer l's update:
- * on one GPU, where l's is the step's last update and no layer below l has a backward pass to run
- * (none has parameters or an input gradient), so that no pass still to be queued reads the input
- * or the labels. */
-static int takes_ahead(const bn_step_body *b, const bn_net *net, const bn_layer *l)
-{
-    if (!b->stage_next || b->dist || net->input_grad || !l->num_params) return 0;
-    for (int i = 0; i < l->index; i++)
-        if (net->layers[i]->num_params || net->layers[i]->in_grad) return 0;
-    return 1;
-}
-
 static bn_status update_layer(void *arg, bn_net *net, bn_layer *l)
 {
     bn_step_body *b = arg;
-    if (takes_ahead(b, net, l)) {
-        /* Every pass queued so far, on every stream, ends before the copy replaces the input and
-         * labels they read; the update, forked from the stream before the copy, runs beside it. */
-        BN_TRY(bn_device_ops_current()->ctx_join_side(net->pass.ctx));
-        BN_TRY(bn_optimizer_update_layer(b->opt, net, l));
-        return bn_loader_take_ahead(b->ld, net, b->n);
-    }
     if (!b->dist) return bn_optimizer_update_layer(b->opt, net, l);
     if (!l->num_params) return BN_OK;
     bn_schedule *q = b->sched;

@@ -22,8 +22,7 @@ typedef struct bn_step_body {
     int pend_first, pend_last; /* the layers whose gradients wait in the bucket; -1 when none */
     bn_schedule *sched;     /* several GPUs: when the buckets' all-reduces run (dist_schedule.h) */
     int take_staged;        /* the step's batch is the one the step before staged (bn_loader_take) */
-    int stage_next;         /* the step stages the next step's batch beside its own passes, and on one
-                               GPU puts it into the input beside its last update (step.c) */
+    int stage_next;         /* the step stages the next step's batch beside its own passes */
     struct {                /* the host's side before the body ran (bn_step_body_mark) */
         bn_loader_mark ld;
         long iter;

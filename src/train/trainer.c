@@ -221,8 +221,7 @@ typedef struct group_body {
 } group_body;
 
 /* The group's steps; each but the last gathers the next one's batch beside its own forward pass
- * (bn_loader_stage) and copies it into the input beside its last update (step.c), so that only
- * the first step's gather stands at the head of its step. */
+ * (bn_loader_stage), so that only the first step's gather stands at the head of its step. */
 static bn_status run_group_body(void *arg)
 {
     group_body *g = arg;
