@@ -326,12 +326,6 @@ static int by_argmax(const bn_layer *l, int n)
     return gt_conv_runs(l, n, "bwd_filter", "blobnet argmax");
 }
 
-/* Whether the next convolution's data pass ran l's filter pass at batch n (conv_first.h). */
-static int by_next(const bn_layer *l, int n)
-{
-    return gt_conv_runs(l, n, "bwd_filter", "in ");
-}
-
 /* One fused and one unfused net on the same data: every parameter gradient, and every output
  * and output gradient outside the fused pairs, bit for bit the same. `out`, for every
  * convolution a pooling reads (1: its forward kernel wrote the pooled output, so its own output
@@ -339,9 +333,8 @@ static int by_next(const bn_layer *l, int n)
  * `through`, per such convolution (1: its kernels read the pooled gradient, so its own output
  * gradient stays the poison; 0: the pooling's backward pass wrote it, the same as the unfused
  * net's; -1: either). A convolution whose fused filter pass is the argmax kernel (which needs
- * the pooling, so the unfused net cannot run it), or ran in the next convolution's data pass
- * (conv_first.h), sums other products in another order: its parameter gradients must agree
- * within TOL_GEMM of their scale instead. */
+ * the pooling, so the unfused net cannot run it) sums other products in another order: its
+ * parameter gradients must agree within TOL_GEMM of their scale instead. */
 static int fused_vs_unfused(const layer_case *lc, int capacity, int n, int out, const int *through, bn_ctx *ctx)
 {
     uint64_t seed = lt_fresh_seed();
@@ -373,7 +366,7 @@ static int fused_vs_unfused(const layer_case *lc, int capacity, int n, int out, 
                       out ? "the pooled one written instead" : "written");
             if (!unwritten) CHECK(gt_same_bits(la->out, lb->out, seed) == BN_PASS);
         }
-        const int argmax = strcmp(la->ops->type, "conv2d") == 0 && (by_argmax(la, n) || by_next(la, n));
+        const int argmax = strcmp(la->ops->type, "conv2d") == 0 && by_argmax(la, n);
         for (int k = 0; k < la->num_params; k++) {
             if (!argmax) {
                 CHECK(gt_same_bits(la->params[k].grad, lb->params[k].grad, seed) == BN_PASS);

@@ -145,7 +145,6 @@ const bn_layer_ops bn_conv2d_ops = {
     .relu_cpu = 1,
     .sum_cpu = 1,
     .fuse_next_gpu = BN_GPU(bn_conv2d_fuse_next),
-    .fuse_filter_before_gpu = BN_GPU(bn_conv2d_fuse_filter_before),
     .describe_gpu = BN_GPU(bn_conv2d_gpu_describe),
     .bf16 = 1,
 };

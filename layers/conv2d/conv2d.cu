@@ -251,15 +251,12 @@ extern "C" bool bn_conv_reads_pooled(const conv_plan *plan, int by, int pass)
 /* dx is overwritten. dy is read through `pooled` when it is not NULL (bn_conv_reads_pooled).
  * Where relu is not NULL (only for a runner that bn_conv_takes_relu), the fused ReLU's input
  * gradient is written too. `beside`: the filter pass runs beside it by the same family
- * (bn_conv_io.beside). `first`: the filter pass of the convolution before is done too
- * (first_fused). */
+ * (bn_conv_io.beside). */
 extern "C" bn_status bn_conv_data_pass(int by, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
                                        cudnnTensorDescriptor_t dxd, cudnnTensorDescriptor_t dyd, const float *dy,
                                        const bn_pooled_dy *pooled, const float *w, float *dx, const bn_conv_relu *relu,
-                                       bool beside, const bn_first_filter *first)
+                                       bool beside)
 {
-    if (first && (by == BY_CUDNN || runner_family(by) != &bn_conv_family_tensor))
-        return bn_error(BN_ERR_INTERNAL, "only the tensor cores' data pass does the layer before's filter pass");
     if (pooled && !bn_conv_reads_pooled(plan, by, 1))
         return bn_error(BN_ERR_INTERNAL, "this backward-data pass cannot read dy through a pooling");
     if (relu && !bn_conv_takes_relu(by, BN_CONV_DATA))
@@ -267,7 +264,7 @@ extern "C" bn_status bn_conv_data_pass(int by, const conv_gpu *g, const conv_pla
     if (by != BY_CUDNN) {
         bn_conv_io io = {};
         io.dy = dy, io.pooled_dy = pooled, io.w = w, io.dx = dx, io.scratch = scratch_of(g, plan);
-        io.beside = beside, io.first = first;
+        io.beside = beside;
         if (relu) io.relu = *relu;
         return family_pass(by, plan, BN_CONV_DATA, ctx->stream, &io);
     }
@@ -325,7 +322,6 @@ typedef struct gradients {
     const bn_conv_relu *relu;
     float *parts;
     bool beside; /* the two passes run side by side on one family (bn_conv_io.beside) */
-    const bn_first_filter *first;
 } gradients;
 
 /* The filter pass on `stream` (the side stream where the two overlap). */
@@ -341,12 +337,11 @@ static bn_status data_here(void *env)
 {
     const gradients *t = (const gradients *)env;
     return bn_conv_data_pass(t->data, t->g, t->plan, t->ctx, t->dxd, t->dyd, t->dy, t->pooled, t->w, t->dx,
-                             t->relu, t->beside, t->first);
+                             t->relu, t->beside);
 }
 
 /* Both gradients, the filter pass by `filter` (reading dy through filter_pooled when that is
- * not NULL) and the data pass by `data` (through pooled; with `first`, the filter pass of the
- * convolution before too). When they overlap
+ * not NULL) and the data pass by `data` (through pooled). When they overlap
  * (see overlapped) the filter pass runs on the side stream beside the data pass (neither
  * depends on the other), joined back before returning, or with `defer` left for the net to
  * join at the end of its backward pass (bn_overlap_run), so that it also runs beside the layers
@@ -356,11 +351,11 @@ extern "C" bn_status bn_conv_both_passes(int filter, int data, const conv_gpu *g
                                          cudnnTensorDescriptor_t dyd, const float *x, const float *dy,
                                          const bn_pooled_dy *pooled, const bn_pooled_dy *filter_pooled,
                                          const float *w, float *dw, float *db, float *dx, const bn_conv_relu *relu,
-                                         float *parts, bool defer, const bn_first_filter *first)
+                                         float *parts, bool defer)
 {
     const bool side = overlapped(plan, ctx, filter, data);
     gradients both = {filter, data, g, plan, ctx, xd, dxd, dyd, x, dy, pooled, filter_pooled, w, dw, db, dx, relu,
-                      parts, side && filter == data, first};
+                      parts, side && filter == data};
     if (!side) {
         BN_TRY(filter_on(&both, ctx->stream));
         return data_here(&both);
@@ -490,53 +485,6 @@ static bn_status through_pool(bn_layer *l, const conv_plan *plan, const bn_pass 
     return BN_OK;
 }
 
-/* The convolution whose filter pass l's data pass does at l's batch (conv_first.h), its buffers
- * and the data pass's blocks in *f; NULL where each layer runs its own. `plan` is l's for the
- * batch. Asked by l's backward pass, then by that convolution's, with the same answer: the
- * kernels chosen for the batch, the family not forced (tests), both layers in FP32, and the
- * tensor cores' data pass able to (bn_tensor_first_fits, on the shape its overlap takes), into a
- * partial-sum buffer of the convolution's own that holds a span per data block. */
-static bn_layer *first_fused(const bn_layer *l, const conv_plan *plan, const bn_ctx *ctx, bn_first_filter *f)
-{
-    bn_layer *before = ((const conv_priv *)l->priv)->filter_before;
-    if (!before || !plan || plan->own_only || bn_conv2d_gpu_forced() || !l->in_grad || bn_blob_is_bf16(l->out_grad) ||
-        bn_blob_is_bf16(before->out))
-        return NULL;
-    if (plan->by[1] == BY_CUDNN || runner_family(plan->by[1]) != &bn_conv_family_tensor) return NULL;
-    const conv_priv *cb = (const conv_priv *)before->priv;
-    if (!cb->gpu || !cb->pool_after || cb->g.stride != 1) return NULL;
-    const pool_priv *pp = (const pool_priv *)cb->pool_after->priv;
-    const bn_conv_geom *g1 = &cb->g;
-    memset(f, 0, sizeof *f);
-    f->x = bn_blob_dev_rd(before->in);
-    f->mask = pp->dev_mask;
-    f->parts = cb->gpu->parts;
-    f->c = g1->c, f->h = g1->h, f->w = g1->w, f->k = g1->k, f->pad = g1->pad;
-    f->hp = 2 * pp->oh + g1->k - 1, f->wv = 2 * pp->ow + g1->k - 1;
-    if (!f->x || !f->mask || !f->parts) return NULL;
-    const bool beside = overlapped(plan, ctx, plan->by[2], plan->by[1]) && plan->by[2] == plan->by[1];
-    f->spans = bn_tensor_first_fits(&plan->fam[plan->by[1] - 1].tensor, beside, f);
-    const size_t need = (size_t)f->spans * cb->filters * ((size_t)g1->c * g1->k * g1->k + 1) * sizeof(float);
-    return f->spans && need <= cb->gpu->parts_bytes ? before : NULL;
-}
-
-/* The backward pass of a convolution whose filter pass the layer after did (first_fused): the
- * spans' sums added into dw and db, on the stream after that layer's data pass. */
-static bn_status finish_first(bn_layer *l, bn_ctx *ctx)
-{
-    const conv_priv *c = (const conv_priv *)l->priv;
-    const conv_gpu *g2 = NULL;
-    const conv_plan *plan2 = NULL;
-    BN_TRY(prepare(c->filter_by, ctx, &g2, &plan2, false));
-    bn_first_filter f;
-    if (first_fused(c->filter_by, plan2, ctx, &f) != l)
-        return bn_error(BN_ERR_INTERNAL, "layer %s: layer %s no longer does its filter pass", l->name,
-                        c->filter_by->name);
-    BN_DEV_WR(dw, l->params[WEIGHT].grad);
-    BN_DEV_WR(db, l->params[BIAS].grad);
-    return bn_direct_finish_filter(ctx->stream, f.parts, f.spans, c->filters, c->g.c * c->g.k * c->g.k, dw, db);
-}
-
 /* The ReLU before the layer whose backward pass this one's does (bn_conv2d_fuse_relu): its own
  * pass, after a data pass that did not write its input gradient. */
 static bn_status relu_backward(const bn_layer *l, const bn_pass *p)
@@ -547,9 +495,6 @@ static bn_status relu_backward(const bn_layer *l, const bn_pass *p)
 
 extern "C" bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p)
 {
-    conv_priv *c = (conv_priv *)l->priv;
-    conv_priv *cb = c->filter_before ? (conv_priv *)c->filter_before->priv : NULL;
-    if (cb) cb->filter_by_n = 0;
     if (bn_blob_is_bf16(l->out_grad)) {
         BN_TRY(bn_conv_bf16_backward(l, p));
         return relu_backward(l, p);
@@ -558,12 +503,6 @@ extern "C" bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p)
     const conv_gpu *g = NULL;
     const conv_plan *plan = NULL;
     BN_TRY(prepare(l, ctx, &g, &plan, false));
-    /* The layer after did this one's filter pass in its data pass (conv_first.h). */
-    if (c->filter_by && c->filter_by_n == l->in->n && !l->in_grad) return finish_first(l, ctx);
-    /* This one's data pass does the filter pass of the convolution before (conv_first.h). */
-    bn_first_filter first;
-    const bool does_first = first_fused(l, plan, ctx, &first) != NULL;
-    if (does_first) cb->filter_by_n = l->in->n;
     bn_pooled_dy pd;
     const bn_pooled_dy *pooled = NULL, *filter_pooled = NULL;
     BN_TRY(through_pool(l, plan, p, &pd, &pooled, &filter_pooled));
@@ -582,13 +521,13 @@ extern "C" bn_status bn_conv2d_backward_gpu(bn_layer *l, const bn_pass *p)
     BN_TENSOR_DESC(dxd, l->in_grad);
     /* The ReLU before the layer: its input gradient from the data pass's epilogue, or its own
      * pass after it. */
+    const conv_priv *c = (const conv_priv *)l->priv;
     bn_conv_relu relu = {NULL, x, 0};
     const bool in_epilogue = c->relu_before && bn_conv_takes_relu(plan->by[1], BN_CONV_DATA);
     if (in_epilogue && !(relu.out = bn_typed_rows_wr<float>(c->relu_before->in_grad, &relu.image)))
         return bn_last_status();
     BN_TRY(bn_conv_both_passes(plan->by[2], plan->by[1], g, plan, ctx, xd, dxd, dyd, x, dy, pooled, filter_pooled, w,
-                               dw, db, dx, in_epilogue ? &relu : NULL, g->parts, p->defer_joins != 0,
-                               does_first ? &first : NULL));
+                               dw, db, dx, in_epilogue ? &relu : NULL, g->parts, p->defer_joins != 0));
     return in_epilogue ? BN_OK : relu_backward(l, p);
 }
 
@@ -633,7 +572,7 @@ extern "C" bn_status bn_conv2d_own_backward(bn_layer *l, bn_ctx *ctx, const floa
         return bn_conv_filter_pass(plan->by[2], g, plan, ctx, (cudaStream_t)ctx->stream, NULL, NULL, x, dy, NULL, dw,
                                    db, g->parts, false);
     return bn_conv_both_passes(plan->by[2], plan->by[1], g, plan, ctx, NULL, NULL, NULL, x, dy, NULL, NULL, w, dw,
-                               db, dx, NULL, g->parts, false, NULL);
+                               db, dx, NULL, g->parts, false);
 }
 
 extern "C" int bn_conv2d_fuse_relu(bn_layer *l, bn_layer *relu, int after)
@@ -661,17 +600,6 @@ extern "C" int bn_conv2d_fuse_next(bn_layer *l, bn_layer *next)
     }
     c->pool_after = next;
     return BN_FUSED_FORWARD | BN_FUSED_NO_IN | BN_FUSED_BACKWARD | BN_FUSED_NO_IN_GRAD;
-}
-
-extern "C" int bn_conv2d_fuse_filter_before(bn_layer *l, bn_layer *mid, bn_layer *before)
-{
-    if (before->ops != l->ops) return 0;
-    conv_priv *c = (conv_priv *)l->priv, *cb = (conv_priv *)before->priv;
-    if (cb->pool_after != mid || cb->g.stride != 1 || cb->g.k > 7 || cb->filter_by || c->filter_before) return 0;
-    c->filter_before = before;
-    cb->filter_by = l;
-    cb->filter_by_n = 0;
-    return 1;
 }
 
 /* Who runs pass `pass` of the plan: one of blobnet's families, cuDNN's graph API ("graph engN";
@@ -703,12 +631,6 @@ extern "C" void bn_conv2d_gpu_describe(const bn_layer *l, char *buf, size_t cap)
         const char *data =
             pl->with_data ? pass_name(pl, 1, bn_cudnn_algo_name(pl->bwd_data), names[1], sizeof names[1]) : "-";
         const char *filter = pass_name(pl, 2, bn_cudnn_algo_name(pl->bwd_filter), names[2], sizeof names[2]);
-        /* Done by the layer after in its last backward pass at this batch (conv_first.h). */
-        char by_next[96];
-        if (c->filter_by && c->filter_by_n == pl->n && !pl->own_only) {
-            snprintf(by_next, sizeof by_next, "in %s's data pass", c->filter_by->name);
-            filter = by_next;
-        }
         int w = snprintf(buf + len, cap - len, "%sn=%d: fwd %s, bwd_data %s, bwd_filter %s", len ? "; " : "", pl->n,
                          fwd, data, filter);
         if (w < 0) break;

@@ -33,11 +33,6 @@ typedef struct conv_priv {
     bn_layer *relu_after; /* a ReLU layer whose GPU forward this layer's does (bn_conv2d_fuse_relu) */
     bn_layer *relu_before; /* a ReLU layer, this one's input, whose GPU backward this layer's does
                               (bn_conv2d_fuse_relu) */
-    bn_layer *filter_before; /* the convolution before the pooling this one reads, whose filter pass
-                                this one's data pass may do (bn_conv2d_fuse_filter_before) */
-    bn_layer *filter_by;     /* that convolution's: the layer after, whose data pass may do its
-                                filter pass, */
-    int filter_by_n;         /* and the batch size at which it did in its last backward pass (0: not) */
 } conv_priv;
 
 /* The CPU passes on host buffers for a batch of n, as the layer runs them (conv_cpu.c: chunks
@@ -84,9 +79,6 @@ unsigned bn_conv2d_beside(const bn_layer *l);
  *   (the argmax filter pass, conv_argmax.h, reads the pooled gradient even then).
  * Returns BN_FUSED_FORWARD | BN_FUSED_NO_IN | BN_FUSED_BACKWARD | BN_FUSED_NO_IN_GRAD, or 0. */
 int bn_conv2d_fuse_next(bn_layer *l, bn_layer *next);
-/* fuse_filter_before_gpu (layer.h): l's data pass may do the filter pass of `before`, a
- * convolution whose fused 2x2 max pooling `mid` l reads (conv_first.h). */
-int bn_conv2d_fuse_filter_before(bn_layer *l, bn_layer *mid, bn_layer *before);
 
 /* bn_layer_ops.fuse_gpu: a ReLU layer after this one (after = 1) has its GPU forward done by
  * this layer's: where cuDNN ran the convolution, the kernel that adds the bias writes the ReLU's

@@ -79,7 +79,7 @@ bool bn_conv_takes_relu(int by, int pass);
 bn_status bn_conv_data_pass(int by, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
                             cudnnTensorDescriptor_t dxd, cudnnTensorDescriptor_t dyd, const float *dy,
                             const bn_pooled_dy *pooled, const float *w, float *dx, const bn_conv_relu *relu,
-                            bool beside, const bn_first_filter *first);
+                            bool beside);
 bn_status bn_conv_filter_pass(int by, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx, cudaStream_t stream,
                               cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t dyd, const float *x, const float *dy,
                               const bn_pooled_dy *pooled, float *dw, float *db, float *parts, bool beside);
@@ -87,10 +87,7 @@ bn_status bn_conv_both_passes(int filter, int data, const conv_gpu *g, const con
                               cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t dxd, cudnnTensorDescriptor_t dyd,
                               const float *x, const float *dy, const bn_pooled_dy *pooled,
                               const bn_pooled_dy *filter_pooled, const float *w, float *dw, float *db, float *dx,
-                              const bn_conv_relu *relu, float *parts, bool defer, const bn_first_filter *first);
-
-/* conv_plan.cu: whether a family is forced on every plan (bn_conv2d_gpu_force_own: tests). */
-int bn_conv2d_gpu_forced(void);
+                              const bn_conv_relu *relu, float *parts, bool defer);
 
 /* conv2d.cu: cuDNN's legacy algorithm for each pass in ask (measured, or by heuristics in a
  * deterministic context; with `graph`, its graph-API engine instead where that was timed

@@ -49,10 +49,10 @@ static bn_status run_pass(int pass, int by, int beside, const conv_gpu *g, const
     if (pass == 2)
         return bn_conv_filter_pass(by, g, plan, ctx, (cudaStream_t)ctx->stream, xd, yd, m->x, m->y,
                                    needs_pooled(by) ? &m->pooled : NULL, m->dw, m->db, m->parts, false);
-    if (beside < 0) return bn_conv_data_pass(by, g, plan, ctx, xd, yd, m->y, NULL, m->w, m->dx, NULL, false, NULL);
+    if (beside < 0) return bn_conv_data_pass(by, g, plan, ctx, xd, yd, m->y, NULL, m->w, m->dx, NULL, false);
     return bn_conv_both_passes(beside, by, g, plan, ctx, xd, xd, yd, m->x, m->y, NULL,
                                needs_pooled(beside) ? &m->pooled : NULL, m->w, m->dw, m->db, m->dx, NULL, m->parts,
-                               false, NULL);
+                               false);
 }
 
 /* count floats rounded up to a multiple of 64 (256 bytes). */

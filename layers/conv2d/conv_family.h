@@ -19,7 +19,6 @@
 
 #include "conv_argmax.h"
 #include "conv_direct.h"
-#include "conv_first.h"
 #include "conv_halo.h"
 #include "conv_igemm.h"
 #include "conv_pooled.h"
@@ -126,9 +125,6 @@ typedef struct bn_conv_io {
     int beside;                       /* data, filter: the layer's other backward pass runs on the
                                          same family at the same time (the family may then size
                                          both to share the multiprocessors) */
-    const bn_first_filter *first;     /* data: the filter pass of the convolution before the
-                                         pooling this layer reads, done too (conv_first.h; only
-                                         where bn_tensor_first_fits), or NULL */
 } bn_conv_io;
 
 /* One pass of a family on stream (a cudaStream_t). */

@@ -24,11 +24,6 @@ extern "C" void bn_conv2d_gpu_force_own(int family)
     force_family = family > BY_CUDNN && family < BN_CONV_RUNNERS ? family : 0;
 }
 
-extern "C" int bn_conv2d_gpu_forced(void)
-{
-    return force_family != 0;
-}
-
 /* The layer shapes at which the rule's order of preference was measured against the timed
  * choice, in whole training steps: LeNet's two convolutions, each read by a 2x2 max pooling, at
  * batches 64 and 256 (docs/performance.md, versions 12-21; 83 against 89 ms per epoch at batch

@@ -41,7 +41,6 @@
 
 #include "conv_direct.h"
 #include "conv_family.h"
-#include "conv_first.cuh"
 #include "conv_stage.cuh"
 #include "conv_tensor.h"
 #include "conv_tensor_limits.h"
@@ -245,7 +244,6 @@ typedef struct data_args {
     bn_pooled_dy pd; /* pd.dy set: dy given through a max pooling, staged after the plan's shared memory */
     const float *dy, *w;
     float *dx;
-    bn_first_filter first; /* first.x set: the filter pass of the convolution before, too (conv_first.h) */
 } data_args;
 
 /* Starts copying `rows` rows of `count` floats, src + r * src_step to dst + r * dst_step (shared
@@ -280,11 +278,8 @@ static __device__ void stage_dy(const bn_pooled_dy &pd, const float *dy, int img
     else copy_rows_async(rows, row, dy + (size_t)img * filters * npos, npos, filters, npos);
 }
 
-/* FIRST: a.first is set (conv_first.h), a kernel of its own so that the others keep their
- * registers; up to 5x5 windows held to what lets two blocks (or one beside a filter block) share
- * a multiprocessor, as the plan counts. */
-template <int KW, int P, bool FIRST>
-static __global__ void __launch_bounds__(KW * 32, FIRST && KW <= 5 ? 2 : 0) tensor_data(data_args a)
+template <int KW, int P>
+static __global__ void __launch_bounds__(KW * 32) tensor_data(data_args a)
 {
     bn_early_entry(); /* pdl.cuh */
     extern __shared__ float4 smem4[];
@@ -320,10 +315,6 @@ static __global__ void __launch_bounds__(KW * 32, FIRST && KW <= 5 ? 2 : 0) tens
     const size_t rbytes = pooled_stage_bytes(pcount) / sizeof(float);
     if (blockIdx.x < a.n) stage_dy(a.pd, a.dy, blockIdx.x, s.filters, npos, abuf, s.sa, raw, pcount);
     __pipeline_commit();
-    /* The first layer's sums (conv_first.h), where asked for. */
-    first_role fr;
-    if constexpr (FIRST) fr = first_role_of(a.first, cvalid, g.w);
-    float facc[7] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f}, faccb = 0.0f;
 
     int b = 0;
     for (int img = blockIdx.x; img < a.n; img += gridDim.x, b ^= 1) {
@@ -402,13 +393,6 @@ static __global__ void __launch_bounds__(KW * 32, FIRST && KW <= 5 ? 2 : 0) tens
         /* dx = the warps' planes added in warp order, without their border. */
         float *dx = a.dx + ((size_t)img * g.c + c0) * g.h * g.w;
         const int hw = g.h * g.w;
-        /* The first layer's stage in this image's dy buffer, read no more: the pooled gradient
-         * (this pass's dx) [cl][hw] at fs, the mask, the input planes (first_parts). */
-        float *fs = abuf + b * abytes;
-        if constexpr (FIRST) {
-            first_stage(a.first, img, g.c, c0, cvalid, hw, first_planes(fs, hw), first_masks(fs, hw));
-            __pipeline_commit();
-        }
         /* Four cells of a row at a time where rows come in fours and 16-byte pieces line up. */
         const bool quads = g.w % 4 == 0 && g.pad % 4 == 0 && s.tw % 4 == 0 && s.tps % 4 == 0 &&
                            ((uintptr_t)dx & 15) == 0 && ((uintptr_t)priv & 15) == 0;
@@ -425,37 +409,19 @@ static __global__ void __launch_bounds__(KW * 32, FIRST && KW <= 5 ? 2 : 0) tens
                     sum.x += v.x, sum.y += v.y, sum.z += v.z, sum.w += v.w;
                 }
                 ((float4 *)dx)[e] = sum;
-                if constexpr (FIRST) ((float4 *)fs)[e] = sum;
             }
-            if constexpr (!FIRST) continue;
+            continue;
         }
-        if (!quads) {
-            bn_digits dg = digits_of(threadIdx.x, blockDim.x, g.h, g.w);
-            for (int e = threadIdx.x; e < cvalid * hw; e += blockDim.x, digits_step(dg)) {
-                const int cl = dg.a, iy = dg.b, ix = dg.c;
-                const float *src = priv + cl * s.tps + (iy + g.pad) * s.tw + ix + g.pad;
-                float sum = src[0];
+        bn_digits dg = digits_of(threadIdx.x, blockDim.x, g.h, g.w);
+        for (int e = threadIdx.x; e < cvalid * hw; e += blockDim.x, digits_step(dg)) {
+            const int cl = dg.a, iy = dg.b, ix = dg.c;
+            const float *src = priv + cl * s.tps + (iy + g.pad) * s.tw + ix + g.pad;
+            float sum = src[0];
 #pragma unroll
-                for (int w = 1; w < KW; w++) sum += src[(size_t)w * 8 * s.tps];
-                dx[e] = sum;
-                if constexpr (FIRST) fs[e] = sum;
-            }
-        }
-        if constexpr (FIRST) {
-            __pipeline_wait_prior(0);
-            __syncthreads();
-            first_add(a.first, fr, fs, first_masks(fs, hw), first_planes(fs, hw), hw, g.w, facc, faccb);
-            /* The stage lay over dy's rows of filters only (bn_tensor_first_fits); the positions
-             * past npos there are zeros again, as the products read them. */
-            if (npos < mtot) {
-                __syncthreads();
-                const int rows = (int)((bn_first_stage_floats(hw, &a.first) + s.sa - 1) / s.sa);
-                for (int o = warp; o < rows; o += KW)
-                    for (int q = npos + lane; q < mtot; q += 32) fs[o * s.sa + q] = 0.0f;
-            }
+            for (int w = 1; w < KW; w++) sum += src[(size_t)w * 8 * s.tps];
+            dx[e] = sum;
         }
     }
-    if constexpr (FIRST) first_store(a.first, fr, g.c, c0, cvalid, blockIdx.x, facc, faccb, abuf);
 }
 
 /* ---- Backward filter ---- */
@@ -663,21 +629,15 @@ extern "C" bn_status bn_tensor_forward(const bn_tensor_plan *p, void *stream, co
     return BY_PRODUCTS(p, forward_p, a, (cudaStream_t)stream);
 }
 
-template <int KW, int P, bool FIRST>
-static bn_status launch_data_as(const data_args &a, cudaStream_t st)
-{
-    static bool opted;
-    BN_CUDA(bn_smem_opt_in(tensor_data<KW, P, FIRST>, &opted, TENSOR_SMEM));
-    const size_t smem = launch_smem(a.s.smem, &a.s.g, a.s.filters, a.pd.dy != nullptr);
-    bn_launch_early(tensor_data<KW, P, FIRST>, dim3(a.s.blocks, a.s.ctiles), dim3(KW * 32), smem, st, a);
-    BN_CUDA_LAUNCH();
-    return BN_OK;
-}
-
 template <int KW, int P>
 static bn_status launch_data(const data_args &a, cudaStream_t st)
 {
-    return a.first.x ? launch_data_as<KW, P, true>(a, st) : launch_data_as<KW, P, false>(a, st);
+    static bool opted;
+    BN_CUDA(bn_smem_opt_in(tensor_data<KW, P>, &opted, TENSOR_SMEM));
+    const size_t smem = launch_smem(a.s.smem, &a.s.g, a.s.filters, a.pd.dy != nullptr);
+    bn_launch_early(tensor_data<KW, P>, dim3(a.s.blocks, a.s.ctiles), dim3(KW * 32), smem, st, a);
+    BN_CUDA_LAUNCH();
+    return BN_OK;
 }
 
 template <int P>
@@ -697,17 +657,13 @@ static bn_status data_p(const data_args &a, cudaStream_t st)
 }
 
 extern "C" bn_status bn_tensor_backward_data(const bn_tensor_plan *p, void *stream, const float *dy,
-                                             const bn_pooled_dy *pooled, const float *w, float *dx, int beside,
-                                             const bn_first_filter *first)
+                                             const bn_pooled_dy *pooled, const float *w, float *dx, int beside)
 {
     if (!p->data_ok) return bn_error(BN_ERR_INTERNAL, "tensor-core convolution cannot run this backward-data shape");
     if (pooled && !bn_tensor_pooled_fits(p, 1))
         return bn_error(BN_ERR_INTERNAL, "tensor-core convolution cannot read this dy through a pooling");
-    if (first && (!first->x || bn_tensor_first_fits(p, beside, first) != first->spans))
-        return bn_error(BN_ERR_INTERNAL, "tensor-core data pass cannot do the first layer's filter pass");
-    data_args a = {beside ? p->data_beside : p->data, p->n, {}, dy, w, dx, {}};
+    data_args a = {beside ? p->data_beside : p->data, p->n, {}, dy, w, dx};
     if (pooled) a.pd = *pooled;
-    if (first) a.first = *first;
     return BY_PRODUCTS(p, data_p, a, (cudaStream_t)stream);
 }
 
@@ -756,7 +712,7 @@ extern "C" bn_status bn_conv_run_tensor(const bn_conv_family_plan *p, const bn_c
     const bn_tensor_plan *t = &p->tensor;
     if (pass == BN_CONV_FORWARD) return bn_tensor_forward(t, stream, io->x, io->w, io->b, io->y, io->pooled_out);
     if (pass == BN_CONV_DATA)
-        return bn_tensor_backward_data(t, stream, io->dy, io->pooled_dy, io->w, io->dx, io->beside, io->first);
+        return bn_tensor_backward_data(t, stream, io->dy, io->pooled_dy, io->w, io->dx, io->beside);
     return bn_tensor_backward_filter(t, stream, io->x, io->dy, io->pooled_dy, io->dw, io->db, io->parts, io->beside);
 }
 

@@ -25,7 +25,6 @@
 
 #include <stddef.h>
 
-#include "conv_first.h"
 #include "conv_pooled.h"
 #include "core/status.h"
 #include "im2col.h"
@@ -105,8 +104,7 @@ void bn_tensor_plan_make(bn_tensor_plan *p, const bn_conv_geom *g, int filters, 
 bn_status bn_tensor_forward(const bn_tensor_plan *p, void *stream, const float *x, const float *w, const float *b,
                             float *y, const bn_pooled_out *pooled);
 bn_status bn_tensor_backward_data(const bn_tensor_plan *p, void *stream, const float *dy,
-                                  const bn_pooled_dy *pooled, const float *w, float *dx, int beside,
-                                  const bn_first_filter *first);
+                                  const bn_pooled_dy *pooled, const float *w, float *dx, int beside);
 bn_status bn_tensor_backward_filter(const bn_tensor_plan *p, void *stream, const float *x, const float *dy,
                                     const bn_pooled_dy *pooled, float *dw, float *db, float *workspace, int beside);
 
@@ -114,13 +112,6 @@ bn_status bn_tensor_backward_filter(const bn_tensor_plan *p, void *stream, const
  * 2x2 max pooling (the `pooled` argument above; conv_pooled.h): its two images' pooled
  * gradients and masks must fit in shared memory beside the plan's buffers. */
 int bn_tensor_pooled_fits(const bn_tensor_plan *p, int pass);
-
-/* Where the data pass (its shape `beside` or not) can also do the filter pass of the convolution
- * before the pooling its layer reads (conv_first.h: f's geometry; f->spans is not read): its
- * blocks along the images, which that filter pass's partial sums then number as spans; else 0. A
- * thread for each (filter of 8, input channel, window row), and the image's staged planes, mask
- * and pooled gradient in one of the block's dy buffers. */
-int bn_tensor_first_fits(const bn_tensor_plan *p, int beside, const bn_first_filter *f);
 
 #ifdef __cplusplus
 }

@@ -217,20 +217,6 @@ int bn_tensor_pooled_fits(const bn_tensor_plan *p, int pass)
     return p->filter_ok && launch_smem(p->filter.smem, &p->g, p->filters, true) <= TENSOR_SMEM;
 }
 
-int bn_tensor_first_fits(const bn_tensor_plan *p, int beside, const bn_first_filter *f)
-{
-    const bn_tensor_data *s = beside ? &p->data_beside : &p->data;
-    if (!p->data_ok || (beside && !p->beside_ok) || f->k < 1 || f->k > 7 || f->c < 1) return 0;
-    const long long threads = (long long)s->g.k * 32, items = BN_FIRST_ITEMS((long long)f->c, f->k);
-    const size_t room = (size_t)s->kp * s->sa;
-    /* The stage lies over dy's rows of filters (the zero rows past them stay). */
-    if (items > threads || bn_first_stage_floats(s->g.h * s->g.w, f) > (size_t)s->filters * s->sa || (size_t)threads * 8 > 2 * room)
-        return 0;
-    /* The windows at the maxima stay inside the staged rows and columns. */
-    if (f->hp != 2 * s->g.h + f->k - 1 || f->wv != 2 * s->g.w + f->k - 1) return 0;
-    return s->blocks;
-}
-
 static void plan(bn_conv_family_plan *p, const bn_conv_shape *s)
 {
     bn_tensor_plan_make(&p->tensor, &s->g, s->filters, s->n, s->sms, s->tf32);

@@ -15,12 +15,6 @@
  *     fuse_next_gpu                         take (dense -> softmax_ce: the dense head; conv2d ->
  *                                           2x2 maxpool: both of the pooling's passes)
  *
- * and then, on each consumer c of a layer m whose passes m's producer b took:
- *
- *   b: no input         c with              b's weight-gradient pass, into c's data pass, which
- *     gradient            fuse_filter_       writes m's output gradient (conv2d -> 2x2 maxpool ->
- *                         before_gpu         conv2d: LeNet's conv1's filter pass in conv2's)
- *
  * No rule names a layer type: an activation is a layer whose ops declare an elementwise kind
  * (absorbable_as, one of BN_ABSORB_ACTIVATIONS: the relu type's BN_ABSORB_RELU), and the layer
  * beside it is asked (fuse_gpu) only when its ops list that kind in absorbs (dense, conv2d,
@@ -110,34 +104,13 @@ bn_layer *bn_net_sole_consumer(const bn_net *net, const bn_layer *l)
     return l->num_readers == 1 ? net->layers[l->reader] : NULL;
 }
 
-/* The producer of l's one input, where l is that producer's one reader; else NULL. */
-static bn_layer *sole_producer(const bn_net *net, const bn_layer *l)
-{
-    bn_layer *p = l->num_inputs == 1 && l->sources[0] >= 0 ? net->layers[l->sources[0]] : NULL;
-    return p && bn_net_sole_consumer(net, p) == l ? p : NULL;
-}
-
-/* c reads m, whose passes (both) its producer b's kernels do; b has no input gradient: c's data
- * pass may do b's filter pass (fuse_filter_before_gpu). */
-static void filter_pass_into_next(const bn_net *net, bn_layer *m, bn_layer *c)
-{
-    bn_layer *b = sole_producer(net, m);
-    const int both = BN_FUSED_FORWARD | BN_FUSED_BACKWARD;
-    if (b && (m->gpu_fused & both) == both && !b->in_grad && b->num_params && c->in_grad &&
-        c->ops->fuse_filter_before_gpu)
-        c->ops->fuse_filter_before_gpu(c, m, b);
-}
-
 void bn_net_fuse(bn_net *net)
 {
     for (int i = 0; i < net->num_layers; i++) {
-        bn_layer *c = net->layers[i], *p = sole_producer(net, c);
-        if (!p) continue;
+        bn_layer *c = net->layers[i];
+        bn_layer *p = c->num_inputs == 1 && c->sources[0] >= 0 ? net->layers[c->sources[0]] : NULL;
+        if (!p || bn_net_sole_consumer(net, p) != c) continue;
         for (size_t r = 0; r < sizeof rules / sizeof rules[0]; r++) rules[r](p, c);
-    }
-    for (int i = 0; i < net->num_layers; i++) {
-        bn_layer *c = net->layers[i], *m = sole_producer(net, c);
-        if (m) filter_pass_into_next(net, m, c);
     }
     bn_net_fuse_grad_parts(net);
 }

@@ -219,14 +219,6 @@ struct bn_layer_ops {
      * pass does next's; BN_FUSED_BACKWARD: l's backward pass does next's first), 0 for none.
      * Asked under --precision bf16 too, as fuse_gpu is. May be NULL. */
     int (*fuse_next_gpu)(bn_layer *l, bn_layer *next);
-    /* GPU fusion across a layer whose passes another's kernels do: l reads the output of `mid`,
-     * whose passes its producer `before` does (fuse_next_gpu), and `before` has no input gradient
-     * (a network's first layer). l's data pass, which writes mid's output gradient, may then also
-     * do before's weight-gradient pass from it, before's backward pass only adding up the sums.
-     * Asked by the network when it is set up on a device, after the rules above; returns 1 when l
-     * may (the two layers then settle at each backward pass whether the kernels chosen for the
-     * batch size can: l's pass first). May be NULL. */
-    int (*fuse_filter_before_gpu)(bn_layer *l, bn_layer *mid, bn_layer *before);
     /* For a loss layer, asked before each training or evaluation step on a device (never by the
      * network's setup, whose rules are in fusion.c): its following GPU forwards are also to add
      * the batch's [loss sum, correct count] into acc (2 floats; when not NULL) and, with grad in
