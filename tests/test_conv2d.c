@@ -261,7 +261,7 @@ BN_TEST(gpu_layer_conv2d_blobnet_engine_matches_cpu)
     /* Each case with the normal choice, then with each kernel family forced. */
     static const int families[] = {BN_CONV_FAMILY_ANY,  BN_CONV_FAMILY_DIRECT, BN_CONV_FAMILY_IGEMM,
                                    BN_CONV_FAMILY_ROWS, BN_CONV_FAMILY_TENSOR, BN_CONV_FAMILY_HALO,
-                                   BN_CONV_FAMILY_WINO};
+                                   BN_CONV_FAMILY_WINO, BN_CONV_FAMILY_FMA};
     int r = BN_PASS;
     for (size_t f = 0; f < sizeof families / sizeof families[0] && r == BN_PASS; f++) {
         gt_forced_family = families[f];

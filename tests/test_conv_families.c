@@ -52,7 +52,7 @@ BN_TEST(conv_family_table_names_each_family_by_its_number)
         int number;
     } want[] = {{"direct", BN_CONV_FAMILY_DIRECT}, {"igemm", BN_CONV_FAMILY_IGEMM}, {"rows", BN_CONV_FAMILY_ROWS},
                 {"tensor", BN_CONV_FAMILY_TENSOR}, {"argmax", BN_CONV_FAMILY_ARGMAX}, {"halo", BN_CONV_FAMILY_HALO},
-                {"winograd", BN_CONV_FAMILY_WINO}};
+                {"winograd", BN_CONV_FAMILY_WINO}, {"fma", BN_CONV_FAMILY_FMA}};
     CHECK(sizeof want / sizeof want[0] == BN_CONV_FAMILY_COUNT);
     for (int i = 0; i < BN_CONV_FAMILY_COUNT; i++) {
         CHECK_MSG(strcmp(bn_conv_families[want[i].number - 1]->name, want[i].name) == 0, "family %d is %s", i + 1,
@@ -78,10 +78,11 @@ BN_TEST(conv_family_order_is_the_rules_order_of_preference)
         T = BN_CONV_FAMILY_TENSOR,
         A = BN_CONV_FAMILY_ARGMAX,
         H = BN_CONV_FAMILY_HALO,
-        W = BN_CONV_FAMILY_WINO
+        W = BN_CONV_FAMILY_WINO,
+        F = BN_CONV_FAMILY_FMA
     };
     static const int want[BN_CONV_PASSES][BN_CONV_FAMILY_COUNT] = {
-        {T, R, D, I, A, H, W}, {T, R, D, I, A, H, W}, {R, I, T, D, A, H, W}};
+        {T, R, D, I, A, H, W, F}, {T, R, D, I, A, H, W, F}, {R, I, T, D, A, H, W, F}};
     for (int pass = 0; pass < BN_CONV_PASSES; pass++) {
         int order[BN_CONV_FAMILY_COUNT];
         bn_conv_family_order(pass, order);
@@ -90,10 +91,12 @@ BN_TEST(conv_family_order_is_the_rules_order_of_preference)
                       bn_conv_families[order[k] - 1]->name, bn_conv_families[want[pass][k] - 1]->name);
     }
     /* The implicit GEMM and the halo kernels are offered for every pass; argmax serves nothing
-     * else. */
+     * else, and the FP32 tiles the data pass alone. */
     CHECK(bn_conv_families[BN_CONV_FAMILY_IGEMM - 1]->offered ==
           (1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA | 1u << BN_CONV_FILTER));
     CHECK(bn_conv_families[BN_CONV_FAMILY_ARGMAX - 1]->serves == 1u << BN_CONV_FILTER);
+    CHECK(bn_conv_families[BN_CONV_FAMILY_FMA - 1]->serves == 1u << BN_CONV_DATA);
+    CHECK(bn_conv_families[BN_CONV_FAMILY_FMA - 1]->offered == 1u << BN_CONV_DATA);
     CHECK(bn_conv_families[BN_CONV_FAMILY_HALO - 1]->offered ==
           (1u << BN_CONV_FORWARD | 1u << BN_CONV_DATA | 1u << BN_CONV_FILTER));
     CHECK(bn_conv_families[BN_CONV_FAMILY_WINO - 1]->offered ==
@@ -104,7 +107,7 @@ BN_TEST(conv_family_order_is_the_rules_order_of_preference)
 /* A timed choice's tie as conv_choice.cu asks the chooser for it: the families in the rule's order,
  * then cuDNN (runner 0), so that of the runners timed within 5% of the fastest the rule's first
  * is taken, and cuDNN only where no family is within. Milliseconds by runner: cuDNN, then the
- * families by number (direct, igemm, rows, tensor, argmax, halo, winograd); INFINITY where not timed. */
+ * families by number (direct, igemm, rows, tensor, argmax, halo, winograd, fma); INFINITY where not timed. */
 BN_TEST(conv_family_order_breaks_a_timed_choices_ties)
 {
     static const struct {
@@ -113,23 +116,35 @@ BN_TEST(conv_family_order_breaks_a_timed_choices_ties)
         int want;
     } cases[] = {
         /* cuDNN fastest, the tensor cores within 5%: the tensor cores. */
-        {BN_CONV_FORWARD, {1.00f, 1.50f, INFINITY, 1.20f, 1.04f, INFINITY, INFINITY, INFINITY}, BN_CONV_FAMILY_TENSOR},
-        /* The row tiles fastest, the tensor cores within 5%: whichever the pass's order puts first. */
-        {BN_CONV_FORWARD, {INFINITY, INFINITY, INFINITY, 1.00f, 1.03f, INFINITY, INFINITY, INFINITY},
+        {BN_CONV_FORWARD, {1.00f, 1.50f, INFINITY, 1.20f, 1.04f, INFINITY, INFINITY, INFINITY, INFINITY},
          BN_CONV_FAMILY_TENSOR},
-        {BN_CONV_FILTER, {INFINITY, INFINITY, INFINITY, 1.03f, 1.00f, INFINITY, INFINITY, INFINITY},
+        /* The row tiles fastest, the tensor cores within 5%: whichever the pass's order puts first. */
+        {BN_CONV_FORWARD, {INFINITY, INFINITY, INFINITY, 1.00f, 1.03f, INFINITY, INFINITY, INFINITY, INFINITY},
+         BN_CONV_FAMILY_TENSOR},
+        {BN_CONV_FILTER, {INFINITY, INFINITY, INFINITY, 1.03f, 1.00f, INFINITY, INFINITY, INFINITY, INFINITY},
          BN_CONV_FAMILY_ROWS},
         /* No family within 5% of cuDNN. */
-        {BN_CONV_DATA, {1.00f, 1.06f, INFINITY, 1.10f, INFINITY, INFINITY, 1.07f, INFINITY}, 0},
+        {BN_CONV_DATA, {1.00f, 1.06f, INFINITY, 1.10f, INFINITY, INFINITY, 1.07f, INFINITY, INFINITY}, 0},
         /* Nothing within 5% of the fastest family, though the order puts three before it. */
-        {BN_CONV_FILTER, {2.00f, 1.00f, 1.20f, 1.10f, 1.30f, 1.50f, INFINITY, INFINITY}, BN_CONV_FAMILY_DIRECT},
+        {BN_CONV_FILTER, {2.00f, 1.00f, 1.20f, 1.10f, 1.30f, 1.50f, INFINITY, INFINITY, INFINITY},
+         BN_CONV_FAMILY_DIRECT},
         /* The halo kernels fastest by more than 5%, though the order puts them last. */
-        {BN_CONV_FORWARD, {1.00f, 1.20f, 1.10f, INFINITY, INFINITY, INFINITY, 0.90f, INFINITY}, BN_CONV_FAMILY_HALO},
+        {BN_CONV_FORWARD, {1.00f, 1.20f, 1.10f, INFINITY, INFINITY, INFINITY, 0.90f, INFINITY, INFINITY},
+         BN_CONV_FAMILY_HALO},
         /* ... and within 5% of the implicit GEMM, which the order puts before them. */
-        {BN_CONV_DATA, {1.00f, 1.20f, 0.92f, INFINITY, INFINITY, INFINITY, 0.90f, INFINITY}, BN_CONV_FAMILY_IGEMM},
+        {BN_CONV_DATA, {1.00f, 1.20f, 0.92f, INFINITY, INFINITY, INFINITY, 0.90f, INFINITY, INFINITY},
+         BN_CONV_FAMILY_IGEMM},
         /* Winograd fastest by more than 5%; then within 5% of the halo kernels, which go first. */
-        {BN_CONV_FORWARD, {1.00f, 1.20f, 1.10f, INFINITY, INFINITY, INFINITY, 0.90f, 0.80f}, BN_CONV_FAMILY_WINO},
-        {BN_CONV_FILTER, {1.00f, 1.20f, 1.10f, INFINITY, INFINITY, INFINITY, 0.82f, 0.80f}, BN_CONV_FAMILY_HALO},
+        {BN_CONV_FORWARD, {1.00f, 1.20f, 1.10f, INFINITY, INFINITY, INFINITY, 0.90f, 0.80f, INFINITY},
+         BN_CONV_FAMILY_WINO},
+        {BN_CONV_FILTER, {1.00f, 1.20f, 1.10f, INFINITY, INFINITY, INFINITY, 0.82f, 0.80f, INFINITY},
+         BN_CONV_FAMILY_HALO},
+        /* The FP32 tiles fastest for a data pass by more than 5%, though the order puts them last;
+         * within 5% of the tensor cores, the tensor cores. */
+        {BN_CONV_DATA, {1.00f, INFINITY, INFINITY, 1.10f, 0.90f, INFINITY, INFINITY, INFINITY, 0.80f},
+         BN_CONV_FAMILY_FMA},
+        {BN_CONV_DATA, {1.00f, INFINITY, INFINITY, 1.10f, 0.82f, INFINITY, INFINITY, INFINITY, 0.80f},
+         BN_CONV_FAMILY_TENSOR},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int order[BN_CONV_FAMILY_COUNT + 1];
@@ -159,6 +174,7 @@ BN_TEST(conv_family_every_family_applies_to_lenets_layers)
                 int served = (bn_conv_families[f - 1]->serves >> pass) & 1;
                 if (i == 0 && f == BN_CONV_FAMILY_TENSOR && pass != BN_CONV_FILTER) served = 0;
                 if (f == BN_CONV_FAMILY_HALO || f == BN_CONV_FAMILY_WINO) served = 0; /* 3x3 windows only */
+                if (i == 0 && f == BN_CONV_FAMILY_FMA) served = 0; /* 576 positions of dy */
                 CHECK_MSG(applies(f, pass, &s, &why) == served, "shape %zu, %s %s: %s", i,
                           bn_conv_families[f - 1]->name, bn_conv_pass_name(pass), why ? why : "applies");
                 if (!((bn_conv_families[f - 1]->serves >> pass) & 1))
@@ -167,7 +183,7 @@ BN_TEST(conv_family_every_family_applies_to_lenets_layers)
         /* The filter pass needs partial sums wherever a family runs it. */
         static bn_conv_family_plan plan;
         for (int f = 1; f <= BN_CONV_FAMILY_COUNT; f++) {
-            if (f == BN_CONV_FAMILY_HALO || f == BN_CONV_FAMILY_WINO) continue;
+            if (f == BN_CONV_FAMILY_HALO || f == BN_CONV_FAMILY_WINO || f == BN_CONV_FAMILY_FMA) continue;
             bn_conv_families[f - 1]->plan(&plan, &s);
             CHECK_MSG(bn_conv_families[f - 1]->workspace(&plan) > 0, "%s", bn_conv_families[f - 1]->name);
         }
@@ -212,6 +228,12 @@ BN_TEST(conv_family_refusals_name_the_reason)
         {{64, 10, 10, 3, 1, 3, 64, 4, 0}, BN_CONV_FAMILY_WINO, BN_CONV_DATA, "padding wider than the window"},
         {{32, 10, 10, 3, 1, 1, 64, 4, 0}, BN_CONV_FAMILY_WINO, BN_CONV_FORWARD, "too few channels to gain"},
         {{64, 10, 10, 3, 1, 1, 47, 4, 0}, BN_CONV_FAMILY_WINO, BN_CONV_DATA, "too few channels to gain"},
+        /* The FP32 tiles: the data pass alone, at stride 1, windows up to 7, images of up to 512
+         * positions of dy. */
+        {{20, 12, 12, 5, 1, 0, 50, 256, 1}, BN_CONV_FAMILY_FMA, BN_CONV_FILTER, "no kernel for this pass"},
+        {{3, 17, 13, 3, 2, 1, 8, 4, 0}, BN_CONV_FAMILY_FMA, BN_CONV_DATA, "stride 1 only"},
+        {{2, 20, 20, 9, 1, 0, 8, 4, 0}, BN_CONV_FAMILY_FMA, BN_CONV_DATA, "windows up to 7 only"},
+        {{1, 28, 28, 5, 1, 0, 20, 64, 1}, BN_CONV_FAMILY_FMA, BN_CONV_DATA, "images of more than 512 positions"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const bn_conv_shape s = shape_of(&cases[i].shape, 132);
@@ -702,6 +724,58 @@ BN_TEST(conv_family_tensor_alone_with_tf32_is_within_tf32s_tolerance)
 BN_TEST(conv_family_argmax_alone_matches_the_cpu_through_a_pooling)
 {
     return run_alone(bn_conv_family_number("argmax"), 0, 4);
+}
+
+/* Shapes for the FP32 tiles' data pass: LeNet's conv2 through its pooling at 256 images (two a
+ * block), filters in three staged chunks (130) with a last channel group of fewer channels (7 of
+ * 5 a block), 400 and 224 positions of dy (the tiles of 64 and 32 rows), a 1x1 window of 150
+ * channels (128 a block), a 7x7 window through a pooling of odd planes. */
+static const shape_row fma_shapes[] = {
+    {20, 12, 12, 5, 1, 0, 50, 256, 1}, {7, 9, 9, 5, 1, 2, 130, 3, 0}, {4, 20, 20, 3, 1, 1, 6, 2, 0},
+    {150, 6, 6, 1, 1, 0, 40, 5, 0},    {3, 16, 14, 7, 1, 3, 5, 3, 1},
+};
+
+BN_TEST(conv_family_fma_alone_matches_the_cpu)
+{
+    const int fma = bn_conv_family_number("fma");
+    const int r = run_alone(fma, 0, 5);
+    return r != BN_PASS ? r : run_alone_on(fma_shapes, sizeof fma_shapes / sizeof fma_shapes[0], fma, 0, 5);
+}
+
+/* The FP32 tiles' plan: the tile shape of the fewest waves (then the most useful cells), the
+ * channels a block by the window, the images a block by dy's positions, filters staged in chunks
+ * that fit beside the tile's rows and positions in 64 KiB. */
+BN_TEST(conv_fma_plan_takes_the_tile_of_the_fewest_waves)
+{
+    static const struct {
+        bn_conv_geom g;
+        int filters, n;
+        int wr, cb, groups, ib, blocks, fc;
+    } cases[] = {
+        /* LeNet's conv2 at 256: 4 groups of 5 channels (125 of 128 rows) by 128 pairs of images. */
+        {{20, 12, 12, 5, 1, 0, 8, 8}, 50, 256, 4, 5, 4, 2, 128, 50},
+        /* 14x14 of dy (196 positions): only the tiles of 256 or 512 positions hold an image. */
+        {{16, 16, 16, 3, 1, 0, 14, 14}, 32, 64, 2, 7, 3, 1, 64, 32},
+        /* 20x20 (400): the tiles of 512 positions alone; 130 filters in chunks of 30. */
+        {{4, 20, 20, 3, 1, 1, 20, 20}, 130, 8, 1, 3, 2, 1, 8, 30},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        bn_fma_plan p;
+        bn_fma_plan_make(&p, &cases[i].g, cases[i].filters, cases[i].n, 132);
+        const bn_fma_data *d = &p.data;
+        CHECK_MSG(p.data_ok && d->wr == cases[i].wr && d->cb == cases[i].cb && d->groups == cases[i].groups &&
+                      d->ib == cases[i].ib && d->blocks == cases[i].blocks && d->fc == cases[i].fc,
+                  "case %zu: wr %d, cb %d, groups %d, ib %d, blocks %d, fc %d", i, d->wr, d->cb, d->groups, d->ib,
+                  d->blocks, d->fc);
+        CHECK(d->smem == 64 * 1024 && d->rm == 32 * d->wr && d->pn * d->wr == 512);
+        CHECK((size_t)d->fc * (d->rm + d->pn) * sizeof(float) <= d->smem);
+    }
+    /* 24x24 of dy (576 positions) is past every tile. */
+    const bn_conv_geom big = {1, 28, 28, 5, 1, 0, 24, 24};
+    bn_fma_plan p;
+    bn_fma_plan_make(&p, &big, 20, 64, 132);
+    CHECK(!p.data_ok);
+    return BN_PASS;
 }
 
 BN_TEST(conv_cudnn_alone_matches_the_cpu)

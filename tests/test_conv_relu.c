@@ -119,11 +119,12 @@ BN_TEST(gpu_conv2d_relu_fused_matches_apart_bitwise)
 }
 
 /* The fused net against the CPU at every test size, with the normal choice and with the
- * implicit-GEMM and halo kernels forced. */
+ * implicit-GEMM, halo and FP32 tile kernels forced. */
 BN_TEST(gpu_layer_conv2d_relu_fused_matches_cpu)
 {
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
-    static const int families[] = {BN_CONV_FAMILY_ANY, BN_CONV_FAMILY_IGEMM, BN_CONV_FAMILY_HALO};
+    static const int families[] = {BN_CONV_FAMILY_ANY, BN_CONV_FAMILY_IGEMM, BN_CONV_FAMILY_HALO,
+                                   BN_CONV_FAMILY_FMA};
     int r = BN_PASS;
     for (size_t f = 0; f < sizeof families / sizeof families[0] && r == BN_PASS; f++) {
         gt_forced_family = families[f];

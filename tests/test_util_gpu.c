@@ -328,7 +328,7 @@ static int check_own_convs(const layer_case *lc, bn_net *net, int n)
          * as the plan then times the others. */
         static const char *const names[] = {"blobnet", "blobnet direct", "blobnet igemm", "blobnet rows",
                                             "blobnet tensor", "blobnet argmax", "blobnet halo",
-                                            "blobnet winograd"};
+                                            "blobnet winograd", "blobnet fma"};
         int can[3] = {1, 1, 1};
         if (gt_forced_family == BN_CONV_FAMILY_ROWS) {
             bn_rows_plan rp;
@@ -346,6 +346,10 @@ static int check_own_convs(const layer_case *lc, bn_net *net, int n)
             bn_wino_plan wp;
             bn_wino_plan_make(&wp, &c->g, c->filters, n, 1, 0);
             can[0] = wp.pass[0].ok, can[1] = wp.pass[1].ok, can[2] = wp.pass[2].ok;
+        } else if (gt_forced_family == BN_CONV_FAMILY_FMA) {
+            bn_fma_plan fp;
+            bn_fma_plan_make(&fp, &c->g, c->filters, n, 1);
+            can[0] = 0, can[1] = fp.data_ok, can[2] = 0;
         }
         const char *pass_family[3];
         for (int k = 0; k < 3; k++) pass_family[k] = names[can[k] ? gt_forced_family : 0];

@@ -216,7 +216,11 @@ bn_status bn_conv_alone_run(bn_ctx *ctx, int runner_no, int pass, const bn_conv_
         bn_conv_cudnn_alone_free(rn.cudnn);
         return st;
     }
-    const int pooled = rn.f && rn.f->needs_pooled && pass == BN_CONV_FILTER;
+    /* dy through a fused pooling where the family's filter pass needs one, and where the shape has
+     * one and the family's data pass reads dy through it, as a network's backward pass runs it. */
+    const int pooled = rn.f && ((rn.f->needs_pooled && pass == BN_CONV_FILTER) ||
+                                (pass == BN_CONV_DATA && s->pooled && rn.f->reads_pooled &&
+                                 rn.f->reads_pooled(&rn.plan, BN_CONV_DATA)));
     st = make_inputs(s, pooled, seed, &m);
     if (st == BN_OK) st = to_device(s, &m);
     m.parts = rn.f ? (rn.f->workspace(&rn.plan) + 255) / 256 * 256 : 0;

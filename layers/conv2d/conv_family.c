@@ -13,6 +13,7 @@ const bn_conv_family *const bn_conv_families[BN_CONV_FAMILY_COUNT] = {
     &bn_conv_family_argmax,
     &bn_conv_family_halo,
     &bn_conv_family_wino,
+    &bn_conv_family_fma,
 };
 
 const bn_conv_family *bn_conv_family_find(const char *name)

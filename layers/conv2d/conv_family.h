@@ -19,6 +19,7 @@
 
 #include "conv_argmax.h"
 #include "conv_direct.h"
+#include "conv_fma.h"
 #include "conv_halo.h"
 #include "conv_igemm.h"
 #include "conv_pooled.h"
@@ -49,7 +50,8 @@ enum {
     BN_CONV_FAMILY_ARGMAX = 5,
     BN_CONV_FAMILY_HALO = 6,
     BN_CONV_FAMILY_WINO = 7,
-    BN_CONV_FAMILY_COUNT = 7
+    BN_CONV_FAMILY_FMA = 8,
+    BN_CONV_FAMILY_COUNT = 8
 };
 
 /* A split forward or data pass (its tiles' summed index shared among blocks, the last to finish
@@ -102,6 +104,7 @@ typedef union bn_conv_family_plan {
     bn_argmax_plan argmax;
     bn_halo_plan halo;
     bn_wino_plan wino;
+    bn_fma_plan fma;
 } bn_conv_family_plan;
 
 /* The buffers of one pass (device pointers, NCHW; weights [filters][c][k][k]). */
@@ -183,7 +186,7 @@ const char *bn_conv_pass_name(int pass);
 
 /* The families' descriptors (conv_X_plan.c) and entry points (conv_X.cu). */
 extern const bn_conv_family bn_conv_family_direct, bn_conv_family_igemm, bn_conv_family_rows, bn_conv_family_tensor,
-    bn_conv_family_argmax, bn_conv_family_halo, bn_conv_family_wino;
+    bn_conv_family_argmax, bn_conv_family_halo, bn_conv_family_wino, bn_conv_family_fma;
 bn_status bn_conv_run_direct(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass, void *stream,
                              const bn_conv_io *io);
 bn_status bn_conv_run_igemm(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass, void *stream,
@@ -198,6 +201,8 @@ bn_status bn_conv_run_halo(const bn_conv_family_plan *p, const bn_conv_shape *s,
                            const bn_conv_io *io);
 bn_status bn_conv_run_wino(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass, void *stream,
                            const bn_conv_io *io);
+bn_status bn_conv_run_fma(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass, void *stream,
+                          const bn_conv_io *io);
 
 #ifdef __cplusplus
 }
