@@ -729,17 +729,18 @@ BN_TEST(conv_family_argmax_alone_matches_the_cpu_through_a_pooling)
 /* Shapes for the FP32 tiles' data pass: LeNet's conv2 through its pooling at 256 images (two a
  * block), filters in three staged chunks (130) with a last channel group of fewer channels (7 of
  * 5 a block), 400 and 224 positions of dy (the tiles of 64 and 32 rows), a 1x1 window of 150
- * channels (128 a block), a 7x7 window through a pooling of odd planes. */
+ * channels (128 a block), a 7x7 window through a pooling of odd planes, and 312 blocks of 5 images
+ * (more than a wave of 264). */
 static const shape_row fma_shapes[] = {
     {20, 12, 12, 5, 1, 0, 50, 256, 1}, {7, 9, 9, 5, 1, 2, 130, 3, 0}, {4, 20, 20, 3, 1, 1, 6, 2, 0},
-    {150, 6, 6, 1, 1, 0, 40, 5, 0},    {3, 16, 14, 7, 1, 3, 5, 3, 1},
+    {150, 6, 6, 1, 1, 0, 40, 5, 0},    {3, 16, 14, 7, 1, 3, 5, 3, 1},   {16, 10, 10, 3, 1, 1, 16, 257, 0},
 };
 
 BN_TEST(conv_family_fma_alone_matches_the_cpu)
 {
     const int fma = bn_conv_family_number("fma");
     const int r = run_alone(fma, 0, 5);
-    return r != BN_PASS ? r : run_alone_on(fma_shapes, sizeof fma_shapes / sizeof fma_shapes[0], fma, 0, 5);
+    return r != BN_PASS ? r : run_alone_on(fma_shapes, sizeof fma_shapes / sizeof fma_shapes[0], fma, 0, 6);
 }
 
 /* The FP32 tiles' plan: the tile shape of the fewest waves (then the most useful cells), the

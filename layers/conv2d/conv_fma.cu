@@ -118,26 +118,30 @@ static __global__ void __launch_bounds__(FMA_THREADS, 2) fma_data(fma_args a)
     }
     __syncthreads();
 
-    /* dx cell (image il, channel cl, y, x): its taps' products in window order. */
-    const int hw = g.h * g.w, cells = iv * cv * hw;
-    for (int e = threadIdx.x; e < cells; e += FMA_THREADS) {
-        const int il = e / (cv * hw), rem = e - il * cv * hw, cl = rem / hw, pix = rem - cl * hw;
-        const int y = pix / g.w, x = pix - (pix / g.w) * g.w;
-        const float *base = ts + (size_t)cl * kk * PN + il * s.q;
+    /* dx cell (image il, channel cl, y, x): its taps' products in window order, over the taps whose
+     * position of dy lies in the plane (rows ky0 .. ky1 - 1, columns kx0 .. kx1 - 1 of the window).
+     * Tap (ky, kx) reads the tile at row cl k k + ky k + kx, position il q + (y + pad - ky) ow + (x +
+     * pad - kx): one step of PN - 1 floats a column of the window, k PN - ow a row. */
+    const int hw = g.h * g.w, planes = iv * cv, cells = planes * hw;
+    const int col_step = PN - 1, row_step = g.k * PN - g.ow;
+    const float inv_cv = 1.0f / cv;
+    bn_digits dg = digits_of(threadIdx.x, FMA_THREADS, g.h, g.w);
+    for (int e = threadIdx.x; e < cells; e += FMA_THREADS, digits_step(dg)) {
+        int cl;
+        const int il = div_small(dg.a, cv, inv_cv, cl), y = dg.b, x = dg.c;
+        const int ky0 = max(0, y + g.pad - g.oh + 1), ky1 = min(g.k, y + g.pad + 1);
+        const int kx0 = max(0, x + g.pad - g.ow + 1), kx1 = min(g.k, x + g.pad + 1);
+        const float *t = ts + (size_t)cl * kk * PN + il * s.q + (y + g.pad) * g.ow + (x + g.pad) + ky0 * row_step +
+                         kx0 * col_step;
         float sum = 0.0f;
-        for (int ky = 0; ky < g.k; ky++) {
-            const int oy = y + g.pad - ky;
-            if (oy < 0 || oy >= g.oh) continue;
-            for (int kx = 0; kx < g.k; kx++) {
-                const int ox = x + g.pad - kx;
-                if (ox < 0 || ox >= g.ow) continue;
-                sum += base[(size_t)(ky * g.k + kx) * PN + oy * g.ow + ox];
-            }
+        for (int ky = ky0; ky < ky1; ky++, t += row_step) {
+            const float *u = t;
+            for (int kx = kx0; kx < kx1; kx++, u += col_step) sum += *u;
         }
-        const size_t at = ((size_t)(img0 + il) * g.c + c0 + cl) * hw + pix;
+        const size_t at = ((size_t)(img0 + il) * g.c + c0 + cl) * hw + y * g.w + x;
         a.dx[at] = sum;
         if (a.relu.out)
-            a.relu.out[(size_t)(img0 + il) * a.relu.image + (size_t)(c0 + cl) * hw + pix] =
+            a.relu.out[(size_t)(img0 + il) * a.relu.image + (size_t)(c0 + cl) * hw + y * g.w + x] =
                 masked(sum, __ldg(a.relu.mask + at));
     }
 }
