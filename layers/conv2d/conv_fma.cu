@@ -1,5 +1,7 @@
 /* conv_fma.cu - the conv2d layer's backward-data pass as FP32 multiply-adds in 8 x 8 register
  * tiles (see conv_fma.h). */
+#include <cuda_pipeline.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "conv_family.h"
@@ -27,37 +29,84 @@ typedef struct fma_args {
     bn_conv_relu relu;
 } fma_args;
 
-/* Stages filters f0 .. f0 + fv - 1 of the block's weights (rows: its channels' taps, zero past
- * them) and dy (its images' positions) into ws [fv][RM] and ds [fv][PN]. */
+/* Starts copying filters f0 .. f0 + fv - 1 of the block's weights (rows: its channels' taps, zero
+ * past them) and dy (its images' positions, zero past them) into ws [fv][RM] and ds [fv][PN] with
+ * cp.async, a warp a filter, its lanes along the row; or with a pooling, expands the pooled
+ * gradient into ds at once. The caller waits for the copies (__pipeline_wait_prior). */
 template <int RM, int PN>
 static __device__ void stage_chunk(const fma_args &a, float *ws, float *ds, int c0, int rows, int img0, int iv, int f0,
                                    int fv)
 {
     const bn_fma_data &s = a.s;
-    const int kk = a.g.k * a.g.k, taps = a.g.c * kk;
-    const float *wsrc = a.w + (size_t)f0 * taps + (size_t)c0 * kk;
-    for (int e = threadIdx.x; e < fv * RM; e += FMA_THREADS) {
-        const int f = e / RM, r = e - f * RM;
-        ws[e] = r < rows ? __ldg(wsrc + (size_t)f * taps + r) : 0.0f;
-    }
-    if (a.pd.dy) {
-        const int pp = a.pd.ph * a.pd.pw;
+    const int kk = a.g.k * a.g.k, taps = a.g.c * kk, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int q = s.q, used = iv * q;
+    for (int f = warp; f < fv; f += FMA_THREADS / 32) {
+        const float *src = a.w + (size_t)(f0 + f) * taps + (size_t)c0 * kk;
+        float *dst = ws + f * RM;
+        for (int r = lane; r < RM; r += 32) {
+            if (r < rows) __pipeline_memcpy_async(dst + r, src + r, 4);
+            else dst[r] = 0.0f;
+        }
+        if (a.pd.dy) continue;
+        float *drow = ds + f * PN;
         for (int il = 0; il < iv; il++) {
-            const size_t first = ((size_t)(img0 + il) * a.filters + f0) * pp;
-            expand_pooled<true>(ds + il * s.q, PN, a.g.ow, a.pd.dy + first, a.pd.mask + first, fv, a.g.oh, a.g.ow,
-                                a.pd.ph, a.pd.pw, true);
+            const float *dsrc = a.dy + ((size_t)(img0 + il) * a.filters + f0 + f) * q;
+            for (int e = lane; e < q; e += 32) __pipeline_memcpy_async(drow + il * q + e, dsrc + e, 4);
         }
-    } else {
-        const int q = s.q, used = iv * q;
-        for (int e = threadIdx.x; e < fv * PN; e += FMA_THREADS) {
-            const int f = e / PN, p = e - f * PN;
-            float v = 0.0f;
-            if (p < used) {
-                const int il = p / q, qq = p - il * q;
-                v = __ldg(a.dy + ((size_t)(img0 + il) * a.filters + f0 + f) * q + qq);
+        for (int e = used + lane; e < PN; e += 32) drow[e] = 0.0f;
+    }
+    __pipeline_commit();
+    if (!a.pd.dy) return;
+    const int pp = a.pd.ph * a.pd.pw;
+    for (int il = 0; il < iv; il++) {
+        const size_t first = ((size_t)(img0 + il) * a.filters + f0) * pp;
+        expand_pooled<true>(ds + il * q, PN, a.g.ow, a.pd.dy + first, a.pd.mask + first, fv, a.g.oh, a.g.ow, a.pd.ph,
+                            a.pd.pw, true);
+    }
+}
+
+/* Writes dx (and a fused ReLU's input gradient) for the block's cells (image il, channel cl, y, x)
+ * from its tile ts [RM][PN]: each cell's taps' products in window order, over the taps whose
+ * position of dy lies in the plane (rows ky0 .. ky1 - 1, columns kx0 .. kx1 - 1 of the window).
+ * Tap (ky, kx) reads the tile at row cl k k + ky k + kx, position il q + (y + pad - ky) ow + (x +
+ * pad - kx): one step of PN - 1 floats a column of the window, k PN - ow a row. K: the window
+ * as a constant (every tap unrolled), or 0 for any window. */
+template <int K, int PN>
+static __device__ void sum_taps(const fma_args &a, const float *ts, int c0, int cv, int img0, int iv)
+{
+    const bn_conv_geom &g = a.g;
+    const int k = K ? K : g.k, kk = k * k, hw = g.h * g.w, cells = iv * cv * hw;
+    const int col_step = PN - 1, row_step = k * PN - g.ow;
+    const float inv_cv = 1.0f / cv;
+    bn_digits dg = digits_of(threadIdx.x, FMA_THREADS, g.h, g.w);
+    for (int e = threadIdx.x; e < cells; e += FMA_THREADS, digits_step(dg)) {
+        int cl;
+        const int il = div_small(dg.a, cv, inv_cv, cl), y = dg.b, x = dg.c;
+        const int ky0 = max(0, y + g.pad - g.oh + 1), ky1 = min(k, y + g.pad + 1);
+        const int kx0 = max(0, x + g.pad - g.ow + 1), kx1 = min(k, x + g.pad + 1);
+        /* Tap (0, 0)'s place, which lies outside the tile where that tap does not reach dy. */
+        const float *t = ts + (ptrdiff_t)cl * kk * PN + il * a.s.q + (y + g.pad) * g.ow + (x + g.pad);
+        float sum = 0.0f;
+        if constexpr (K > 0) {
+#pragma unroll
+            for (int ky = 0; ky < K; ky++) {
+                const bool row = ky >= ky0 && ky < ky1;
+#pragma unroll
+                for (int kx = 0; kx < K; kx++)
+                    if (row && kx >= kx0 && kx < kx1) sum += t[ky * row_step + kx * col_step];
             }
-            ds[e] = v;
+        } else {
+            t += ky0 * row_step + kx0 * col_step;
+            for (int ky = ky0; ky < ky1; ky++, t += row_step) {
+                const float *u = t;
+                for (int kx = kx0; kx < kx1; kx++, u += col_step) sum += *u;
+            }
         }
+        const size_t at = ((size_t)(img0 + il) * g.c + c0 + cl) * hw + y * g.w + x;
+        a.dx[at] = sum;
+        if (a.relu.out)
+            a.relu.out[(size_t)(img0 + il) * a.relu.image + (size_t)(c0 + cl) * hw + y * g.w + x] =
+                masked(sum, __ldg(a.relu.mask + at));
     }
 }
 
@@ -92,6 +141,7 @@ static __global__ void __launch_bounds__(FMA_THREADS, 2) fma_data(fma_args a)
         const int fv = min(s.fc, a.filters - f0);
         if (f0) __syncthreads();
         stage_chunk<RM, PN>(a, ws, ds, c0, rows, img0, iv, f0, fv);
+        __pipeline_wait_prior(0);
         __syncthreads();
         const float *wp = ws + r0, *dp = ds + p0;
 #pragma unroll 2
@@ -118,31 +168,11 @@ static __global__ void __launch_bounds__(FMA_THREADS, 2) fma_data(fma_args a)
     }
     __syncthreads();
 
-    /* dx cell (image il, channel cl, y, x): its taps' products in window order, over the taps whose
-     * position of dy lies in the plane (rows ky0 .. ky1 - 1, columns kx0 .. kx1 - 1 of the window).
-     * Tap (ky, kx) reads the tile at row cl k k + ky k + kx, position il q + (y + pad - ky) ow + (x +
-     * pad - kx): one step of PN - 1 floats a column of the window, k PN - ow a row. */
-    const int hw = g.h * g.w, planes = iv * cv, cells = planes * hw;
-    const int col_step = PN - 1, row_step = g.k * PN - g.ow;
-    const float inv_cv = 1.0f / cv;
-    bn_digits dg = digits_of(threadIdx.x, FMA_THREADS, g.h, g.w);
-    for (int e = threadIdx.x; e < cells; e += FMA_THREADS, digits_step(dg)) {
-        int cl;
-        const int il = div_small(dg.a, cv, inv_cv, cl), y = dg.b, x = dg.c;
-        const int ky0 = max(0, y + g.pad - g.oh + 1), ky1 = min(g.k, y + g.pad + 1);
-        const int kx0 = max(0, x + g.pad - g.ow + 1), kx1 = min(g.k, x + g.pad + 1);
-        const float *t = ts + (size_t)cl * kk * PN + il * s.q + (y + g.pad) * g.ow + (x + g.pad) + ky0 * row_step +
-                         kx0 * col_step;
-        float sum = 0.0f;
-        for (int ky = ky0; ky < ky1; ky++, t += row_step) {
-            const float *u = t;
-            for (int kx = kx0; kx < kx1; kx++, u += col_step) sum += *u;
-        }
-        const size_t at = ((size_t)(img0 + il) * g.c + c0 + cl) * hw + y * g.w + x;
-        a.dx[at] = sum;
-        if (a.relu.out)
-            a.relu.out[(size_t)(img0 + il) * a.relu.image + (size_t)(c0 + cl) * hw + y * g.w + x] =
-                masked(sum, __ldg(a.relu.mask + at));
+    switch (g.k) {
+    case 1: sum_taps<1, PN>(a, ts, c0, cv, img0, iv); break;
+    case 3: sum_taps<3, PN>(a, ts, c0, cv, img0, iv); break;
+    case 5: sum_taps<5, PN>(a, ts, c0, cv, img0, iv); break;
+    default: sum_taps<0, PN>(a, ts, c0, cv, img0, iv); break;
     }
 }
 
