@@ -17,7 +17,10 @@
 /* 3x10x10 -> a (3x3) -> ra -> a2 (3x3: the halo kernels' data pass behind ra) -> ra2 -> b (1x1)
  * -> rb -> c (3x3 at stride 2: 8x5x5) -> rc, read by d (3x3) -> rd and by e (1x1) -> re, joined
  * (rd's and re's outputs slices of the join's) -> dense 5. rc has two readers, so its backward
- * pass stays its own; rd and re feed the join, so theirs too. */
+ * pass stays its own; rd and re feed the join, so theirs too. Its data and weights lie on the
+ * coarse grid (exact_convs): at 257 images a ReLU's channel holds 25,700 inputs, too many for a
+ * shift of its bias to clear them all of zero by the tolerance, and one that falls on the other
+ * side of zero on the GPU sends another gradient to the layers before it (seed 3 did so). */
 static const layer_case chain = {
     "conv k3p1 x16, relu, k3p1 x16, relu, k1 x12, relu, k3s2p1 x8, relu, concat of (k3p1 x8, relu) and "
     "(k1 x4, relu), dense 5",
@@ -29,7 +32,7 @@ static const layer_case chain = {
     "[conv2d]\nname=d\nfilters=8\nsize=3\npad=1\ninit=he\ninput=rc\n[relu]\nname=rd\n"
     "[conv2d]\nname=e\nfilters=4\nsize=1\ninit=he\ninput=rc\n[relu]\nname=re\n"
     "[concat]\nname=j\ninput=rd, re\n[dense]\noutputs=5\n[softmax_ce]\n",
-    TOL_GEMM, 5, 0, 0, 0, 0, 0};
+    TOL_GEMM, 5, 0, 0, 0, 0, 1};
 
 /* Gives every ReLU's passes back to the ReLU: the convolutions write only their own outputs and
  * input gradients, as before the fusion (the join's slices stay as they were decided). */
