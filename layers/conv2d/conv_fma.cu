@@ -43,6 +43,7 @@ static __device__ void stage_chunk(const fma_args &a, float *ws, float *ds, int 
     for (int f = warp; f < fv; f += FMA_THREADS / 32) {
         const float *src = a.w + (size_t)(f0 + f) * taps + (size_t)c0 * kk;
         float *dst = ws + f * RM;
+#pragma unroll
         for (int r = lane; r < RM; r += 32) {
             if (r < rows) __pipeline_memcpy_async(dst + r, src + r, 4);
             else dst[r] = 0.0f;
@@ -84,19 +85,22 @@ static __device__ void sum_taps(const fma_args &a, const float *ts, int c0, int 
         const int il = div_small(dg.a, cv, inv_cv, cl), y = dg.b, x = dg.c;
         const int ky0 = max(0, y + g.pad - g.oh + 1), ky1 = min(k, y + g.pad + 1);
         const int kx0 = max(0, x + g.pad - g.ow + 1), kx1 = min(k, x + g.pad + 1);
-        /* Tap (0, 0)'s place, which lies outside the tile where that tap does not reach dy. */
-        const float *t = ts + (ptrdiff_t)cl * kk * PN + il * a.s.q + (y + g.pad) * g.ow + (x + g.pad);
+        /* Tap (0, 0)'s place, outside the tile where that tap does not reach dy. */
+        const int t0 = cl * kk * PN + il * a.s.q + (y + g.pad) * g.ow + (x + g.pad);
         float sum = 0.0f;
         if constexpr (K > 0) {
+            /* The window's columns that reach dy, as bits. */
+            const unsigned cols = ((1u << kx1) - 1u) & ~((1u << kx0) - 1u);
 #pragma unroll
             for (int ky = 0; ky < K; ky++) {
-                const bool row = ky >= ky0 && ky < ky1;
+                if (ky < ky0 || ky >= ky1) continue;
+                const float *r = ts + t0 + ky * row_step;
 #pragma unroll
                 for (int kx = 0; kx < K; kx++)
-                    if (row && kx >= kx0 && kx < kx1) sum += t[ky * row_step + kx * col_step];
+                    if (cols & (1u << kx)) sum += r[kx * col_step];
             }
         } else {
-            t += ky0 * row_step + kx0 * col_step;
+            const float *t = ts + t0 + ky0 * row_step + kx0 * col_step;
             for (int ky = ky0; ky < ky1; ky++, t += row_step) {
                 const float *u = t;
                 for (int kx = kx0; kx < kx1; kx++, u += col_step) sum += *u;
