@@ -40,8 +40,9 @@ extern "C" {
  * for every pass; 9: the halo family's passes split where their tiles are few; 10: cuDNN's graph
  * passes also time every engine of the graph, not only the heuristics' configurations; 11: every
  * timing queued behind a hold of the stream, so that it times the device, not the host; 12: the
- * Winograd family, offered for 3x3 layers of 48 channels and filters or more). */
-#define BN_KERNEL_CACHE_VERSION 12
+ * Winograd family, offered for 3x3 layers of 48 channels and filters or more; 13: the FP32 tiles'
+ * data pass, offered for stride 1, windows up to 7 and up to 512 positions of dy). */
+#define BN_KERNEL_CACHE_VERSION 13
 
 /* The longest key and choice, with their terminating zeros. */
 #define BN_KERNEL_KEY_MAX 384
