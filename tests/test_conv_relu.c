@@ -87,7 +87,7 @@ static int fused_vs_apart(int family, const char *runner, const char *conv, bn_c
         }
         if (conv && batches[k] == 64) {
             const bn_layer *l = bn_net_find_layer(a, conv);
-            const int forward = (bn_conv_families[family - 1]->serves >> BN_CONV_FORWARD) & 1;
+            const int forward = family < 1 || ((bn_conv_families[family - 1]->serves >> BN_CONV_FORWARD) & 1);
             CHECK_MSG((!forward || gt_conv_runs(l, 64, "fwd", runner)) && gt_conv_runs(l, 64, "bwd_data", runner),
                       "layer %s did not run its passes by %s", conv, runner);
         }
@@ -99,8 +99,8 @@ static int fused_vs_apart(int family, const char *runner, const char *conv, bn_c
 
 /* Fused and apart, bit for bit: with the normal choice, and with the implicit-GEMM kernels (b's
  * passes), the halo kernels (a2's), the FP32 tiles (a2's data pass) and the direct kernels (no ReLU
- * in their epilogues: the ReLUs' own passes run) forced. The rule chooses for both nets (a deterministic context), so that both
- * sum in the same order. */
+ * in their epilogues: the ReLUs' own passes run) forced. The rule chooses for both nets (a
+ * deterministic context), so that both sum in the same order. */
 BN_TEST(gpu_conv2d_relu_fused_matches_apart_bitwise)
 {
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
