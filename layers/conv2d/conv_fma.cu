@@ -6,6 +6,7 @@
 
 #include "conv_family.h"
 #include "conv_fma.h"
+#include "conv_fma_limits.h"
 #include "conv_stage.cuh"
 #include "gpu/code_anchor.cuh"
 #include "gpu/cuda_check.h"
@@ -13,10 +14,8 @@
 #include "gpu/smem_opt_in.cuh"
 #include "gpu/vec_ops.cuh"
 
-/* Threads a block: 8 warps. */
-#define FMA_THREADS 256
-/* Shared memory a block takes at most: the tile of 32 WR x 64 (8 / WR) floats. */
-#define FMA_SMEM (64 * 1024)
+/* Shared memory a block takes: its tile of 32 WR x 64 (8 / WR) floats. */
+#define FMA_SMEM (FMA_FLOATS * sizeof(float))
 
 typedef struct fma_args {
     bn_fma_data s;
@@ -120,10 +119,10 @@ static __device__ void sum_taps(const fma_args &a, const float *ts, int c0, int 
  * pg .. + 3, so that each 16-byte load of a filter's weights is one of 4 addresses and each of
  * its dy one of 8 consecutive ones. */
 template <int WR>
-static __global__ void __launch_bounds__(FMA_THREADS, 2) fma_data(fma_args a)
+static __global__ void __launch_bounds__(FMA_THREADS, FMA_RESIDENT) fma_data(fma_args a)
 {
     bn_early_entry(); /* pdl.cuh */
-    constexpr int WC = 8 / WR, RM = 32 * WR, PN = 64 * WC;
+    constexpr int RM = FMA_WARP_ROWS * WR, PN = FMA_WARP_POSITIONS * (FMA_WARPS / WR);
     extern __shared__ float4 smem4[];
     float *sm = (float *)smem4;
     const bn_fma_data &s = a.s;
@@ -132,7 +131,8 @@ static __global__ void __launch_bounds__(FMA_THREADS, 2) fma_data(fma_args a)
     const int c0 = blockIdx.x * s.cb, cv = min(s.cb, g.c - c0), rows = cv * kk;
     const int img0 = blockIdx.y * s.ib, iv = min(s.ib, a.n - img0);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int r0 = (warp % WR) * 32 + (lane >> 3) * 4, p0 = (warp / WR) * 64 + (lane & 7) * 4;
+    const int r0 = (warp % WR) * FMA_WARP_ROWS + (lane >> 3) * 4;
+    const int p0 = (warp / WR) * FMA_WARP_POSITIONS + (lane & 7) * 4;
     float *ws = sm, *ds = sm + s.fc * RM;
 
     float acc[8][8];

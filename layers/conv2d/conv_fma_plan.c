@@ -5,13 +5,8 @@
 
 #include "conv_family.h"
 #include "conv_fma.h"
+#include "conv_fma_limits.h"
 #include "core/layer.h"
-
-/* Floats of shared memory a block takes: the tile it keeps for the sums of its taps (32 wr x 64
- * (8 / wr)), and as many for the filters it stages at once (their rows and positions). */
-#define FMA_FLOATS (16 * 1024)
-/* Blocks a multiprocessor holds (the kernel's launch bounds). */
-#define FMA_RESIDENT 2
 
 void bn_fma_plan_make(bn_fma_plan *p, const bn_conv_geom *g, int filters, int n, int sms)
 {
@@ -19,13 +14,13 @@ void bn_fma_plan_make(bn_fma_plan *p, const bn_conv_geom *g, int filters, int n,
     p->n = n, p->filters = filters, p->g = *g;
     if (g->stride != 1 || g->k < 1 || g->k > 7 || g->pad < 0 || g->c < 1 || filters < 1 || n < 1 || sms < 1) return;
     const long long kk = (long long)g->k * g->k, q = (long long)g->oh * g->ow;
-    if (q < 1 || q > 512) return;
+    if (q < 1 || q > FMA_MOST_POSITIONS) return;
     /* Of the three tile shapes, the one that takes the fewest waves of blocks; of equals, the
      * one whose tile holds the most useful cells. */
     long long best_waves = 0;
     double best_use = 0.0;
     for (int wr = 4; wr >= 1; wr /= 2) {
-        const int rm = 32 * wr, pn = 64 * (8 / wr);
+        const int rm = FMA_WARP_ROWS * wr, pn = FMA_WARP_POSITIONS * (FMA_WARPS / wr);
         if (kk > rm || q > pn) continue;
         long long cb = rm / kk, ib = pn / q;
         if (cb > g->c) cb = g->c;
@@ -60,7 +55,7 @@ static const char *refuses(const bn_conv_family_plan *p, const bn_conv_shape *s,
     if (p->fma.data_ok) return NULL;
     if (s->g.stride != 1) return "stride 1 only";
     if (s->g.k > 7) return "windows up to 7 only";
-    if ((long long)s->g.oh * s->g.ow > 512) return "images of more than 512 positions";
+    if ((long long)s->g.oh * s->g.ow > FMA_MOST_POSITIONS) return "images of more than 512 positions";
     return "shape outside its kernel's limits";
 }
 
