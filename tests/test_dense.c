@@ -465,26 +465,6 @@ BN_TEST(gpu_prioritized_streams_replay_the_eager_pass)
 
 /* ---- the layer's own GEMM kernels, forced ---- */
 
-/* Shapes whose n, m and k are no multiples of the tiles, with operands at 4-, 8- and 16-byte
- * alignments, each at three batches. */
-static const struct {
-    const char *text;
-    int capacity;
-    int batches[3];
-    const char *what;
-} odd_nets[] = {
-    {"[input]\nchannels=29\nheight=1\nwidth=1\n[dense]\noutputs=13\n", 37, {37, 5, 37}, "37x13x29"},
-    {"[input]\nchannels=500\nheight=1\nwidth=1\n[dense]\noutputs=10\n", 4, {1, 4, 1}, "1x10x500"},
-    {"[input]\nchannels=800\nheight=1\nwidth=1\n[dense]\noutputs=500\n", 257, {257, 64, 257}, "257x500x800"},
-    {DENSE_TEXT, CAPACITY, {64, 37, 64}, "lenet 800 -> 500 -> 10"},
-    /* The second layer's weights start 2210 floats into the slab (8-byte aligned, as LeNet's
-     * ip1 does) and its rows are 34 long: the tensor-core kernel's 8-byte copies, beside 16-byte
-     * ones for the other operand of each product. */
-    {"[input]\nchannels=64\nheight=1\nwidth=1\n[dense]\noutputs=34\n[dense]\noutputs=48\n", 70, {70, 33, 70},
-     "70x34x64 -> 48, 8-byte aligned rows"},
-};
-#define ODD_NETS ((int)(sizeof odd_nets / sizeof odd_nets[0]))
-
 /* The own kernels in each configuration with the shape's rule and with forced inner
  * ranges (split-K reduced in the kernel through per-tile counters), on shapes whose n, m and k
  * are no multiples of the tiles, with operands at 4-, 8- and 16-byte alignments (the tensor-core
@@ -496,20 +476,35 @@ BN_TEST(gpu_dense_own_kernels_match_cpu_on_odd_shapes_and_splits)
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
     bn_ctx *ctx;
     CHECK_OK(bn_ctx_open(0, &ctx));
+    static const struct {
+        const char *text;
+        int capacity;
+        int batches[3];
+        const char *what;
+    } nets[] = {
+        {"[input]\nchannels=29\nheight=1\nwidth=1\n[dense]\noutputs=13\n", 37, {37, 5, 37}, "37x13x29"},
+        {"[input]\nchannels=500\nheight=1\nwidth=1\n[dense]\noutputs=10\n", 4, {1, 4, 1}, "1x10x500"},
+        {"[input]\nchannels=800\nheight=1\nwidth=1\n[dense]\noutputs=500\n", 257, {257, 64, 257}, "257x500x800"},
+        {DENSE_TEXT, CAPACITY, {64, 37, 64}, "lenet 800 -> 500 -> 10"},
+        /* The second layer's weights start 2210 floats into the slab (8-byte aligned, as LeNet's
+         * ip1 does) and its rows are 34 long: the tensor-core kernel's 8-byte copies, beside 16-byte
+         * ones for the other operand of each product. */
+        {"[input]\nchannels=64\nheight=1\nwidth=1\n[dense]\noutputs=34\n[dense]\noutputs=48\n", 70, {70, 33, 70},
+         "70x34x64 -> 48, 8-byte aligned rows"},
+    };
     /* Configuration 4: the few-outputs kernels for the forward and input-gradient products of
      * layers with at most 16 outputs (here 13 and 10), the 32x32 FMA tiles elsewhere. */
     static const int forced[][2] = {{0, 0}, {1, 0}, {0, 3}, {1, 7}, {1, 32}, {2, 0},
                                     {2, 5}, {3, 0}, {3, 3}, {3, 32}, {4, 0}};
     static const char *const tiles[] = {"64x64", "32x32", "tensor-core 64x64", "tensor-core 32x32", "few-outputs"};
     int r = BN_PASS;
-    for (int i = 0; i < ODD_NETS && r == BN_PASS; i++)
+    for (size_t i = 0; i < sizeof nets / sizeof nets[0] && r == BN_PASS; i++)
         for (size_t f = 0; f < sizeof forced / sizeof forced[0] && r == BN_PASS; f++) {
             char what[160];
-            snprintf(what, sizeof what, "own kernels %s, tiles %s, splits %d, backward twice", odd_nets[i].what,
+            snprintf(what, sizeof what, "own kernels %s, tiles %s, splits %d, backward twice", nets[i].what,
                      tiles[forced[f][0]], forced[f][1]);
             bn_dense_gpu_force_own(forced[f][0], forced[f][1]);
-            r = net_batches_against_cpu(ctx, odd_nets[i].text, odd_nets[i].capacity, odd_nets[i].batches, 3, TOL_FP32,
-                                        2, what);
+            r = net_batches_against_cpu(ctx, nets[i].text, nets[i].capacity, nets[i].batches, 3, TOL_FP32, 2, what);
         }
     bn_dense_gpu_force_own(-1, 0);
     return r;
@@ -533,68 +528,6 @@ BN_TEST(gpu_dense_own_kernels_graph_replay_is_bit_exact)
     }
     bn_dense_gpu_force_own(-1, 0);
     return r;
-}
-
-/* The tensor cores' 32x32 tiles with each count of warps a block (own_gemm_tck: 4, 8 and 16 warps
- * sharing a slice's steps), with the rule's inner ranges and forced ones, on the odd shapes against
- * the CPU, two backward passes a step; then a step of each captured and replayed bit for bit. */
-BN_TEST(gpu_dense_tensor_tiles_match_cpu_with_each_warp_count)
-{
-    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
-    bn_ctx *ctx;
-    CHECK_OK(bn_ctx_open(0, &ctx));
-    static const int warps[] = {4, 8, 16}, splits[] = {0, 3, 32};
-    int r = BN_PASS;
-    for (int w = 0; w < 3 && r == BN_PASS; w++) {
-        bn_dense_gpu_force_warps(warps[w]);
-        for (int i = 0; i < ODD_NETS && r == BN_PASS; i++)
-            for (int s = 0; s < 3 && r == BN_PASS; s++) {
-                char what[160];
-                snprintf(what, sizeof what, "tensor-core 32x32 tiles, %d warps, %s, splits %d, backward twice",
-                         warps[w], odd_nets[i].what, splits[s]);
-                bn_dense_gpu_force_own(3, splits[s]);
-                r = net_batches_against_cpu(ctx, odd_nets[i].text, odd_nets[i].capacity, odd_nets[i].batches, 3,
-                                            TOL_FP32, 2, what);
-            }
-        for (int s = 0; s < 2 && r == BN_PASS; s++) {
-            char what[96];
-            snprintf(what, sizeof what, "tensor-core 32x32 tiles, %d warps, splits %d", warps[w], splits[s]);
-            bn_dense_gpu_force_own(3, splits[s]);
-            r = graph_replay_matches_eager(ctx, what);
-        }
-    }
-    bn_dense_gpu_force_warps(0);
-    bn_dense_gpu_force_own(-1, 0);
-    return r;
-}
-
-/* The tensor cores' 32x32 tiles take 16 warps a block where the tiles fit one a multiprocessor, 8
- * where they fit two, else 4, and inner ranges only while the blocks still fit one wave, each at
- * least one slice (8 warps x 8 deep) long: LeNet's ip1 and ip2 on 132 and 114 multiprocessors. */
-BN_TEST(dense_tensor_tiles_take_warps_by_their_tiles)
-{
-    int warps = 0, splits = 0;
-    if (!bn_dense_gpu_tiling(0, 256, 800, 500, 132, &warps, &splits)) BN_SKIP_TEST("built without CUDA");
-    static const struct {
-        int kind, n, k, m, sms, warps, splits;
-    } cases[] = {
-        {0, 256, 800, 500, 132, 16, 1}, /* 8 x 16 tiles */
-        {2, 256, 800, 500, 132, 8, 1},  /* 8 x 25 */
-        {1, 256, 800, 500, 132, 4, 1},  /* 16 x 25 */
-        {0, 64, 800, 500, 132, 16, 4},  /* 2 x 16 tiles, 50 slices of 16 in ranges of 16 */
-        {1, 256, 500, 10, 132, 16, 2},  /* 1 x 16 tiles; 256 deep: two ranges of 128 */
-        {0, 256, 800, 500, 114, 8, 1},
-        {2, 4096, 800, 500, 132, 4, 1},
-        {0, 16, 40, 20, 132, 16, 1},    /* one slice */
-    };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        CHECK(bn_dense_gpu_tiling(cases[i].kind, cases[i].n, cases[i].k, cases[i].m, cases[i].sms, &warps, &splits));
-        CHECK_MSG(warps == cases[i].warps && splits == cases[i].splits,
-                  "product %d, %d x %d -> %d on %d multiprocessors: %d warps and %d ranges, not %d and %d",
-                  cases[i].kind, cases[i].n, cases[i].k, cases[i].m, cases[i].sms, warps, splits, cases[i].warps,
-                  cases[i].splits);
-    }
-    return BN_PASS;
 }
 
 /* A deterministic context takes the own kernels by a fixed rule: two networks built alike give

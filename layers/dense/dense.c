@@ -122,16 +122,4 @@ void bn_dense_gpu_force_own(int config, int splits)
     (void)config;
     (void)splits;
 }
-
-void bn_dense_gpu_force_warps(int warps)
-{
-    (void)warps;
-}
-
-int bn_dense_gpu_tiling(int kind, int n, int k, int m, int sms, int *warps, int *splits)
-{
-    (void)kind, (void)n, (void)k, (void)m, (void)sms;
-    *warps = *splits = 0;
-    return 0;
-}
 #endif

@@ -51,14 +51,6 @@ int bn_dense_fuse_next(bn_layer *l, bn_layer *next);
  * products of a layer with at most 16 outputs and config 1 for the rest; config -1 restores the
  * normal choice. Plans made under another setting are not reused. */
 void bn_dense_gpu_force_own(int config, int splits);
-/* Test hook: the tensor cores' 32x32 tiles (config 3 above, or the rule's) run with `warps` warps a
- * block (4, 8 or 16) in every plan made from now on, wherever their operands take the wide copies;
- * 0 restores the layout's rule. Plans made under another setting are not reused. */
-void bn_dense_gpu_force_warps(int warps);
-/* How the tensor cores' 32x32 tiles would run product `kind` (0 forward, 1 weight gradient, 2
- * input gradient) of a layer of k inputs and m outputs at batch n on a device of `sms`
- * multiprocessors: *warps a block and *splits inner ranges. Returns 0 without CUDA, else 1. */
-int bn_dense_gpu_tiling(int kind, int n, int k, int m, int sms, int *warps, int *splits);
 
 /* Writes who runs each product planned so far, one "n=<batch> <product>: <runner>" entry per
  * plan ("fwd", "dW", "dX"; runners "blobnet fma64", "fma32", "tc64", "tc32" for own_gemm's

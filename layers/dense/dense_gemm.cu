@@ -21,7 +21,6 @@
 #include "gpu/last_arrival.cuh"
 #include "gpu/mma_tf32.cuh"
 #include "gpu/pdl.cuh"
-#include "gpu/smem_opt_in.cuh"
 #include "gpu/vec_ops.cuh"
 
 /* Partial sums a thread of the last block has in flight at once while it adds them up. */
@@ -359,10 +358,10 @@ static __device__ __forceinline__ int tcv_at(int i, int kk)
     return INNER ? i * (BK + 4) + kk : kk * (SIDE + 8) + i;
 }
 
-/* The copies of slices BK deep by NT threads. */
-template <bool INNER, int SIDE, int W, int BK, int NT>
+/* The copies of slices BK deep. */
+template <bool INNER, int SIDE, int W, int BK>
 struct tcv_copies {
-    static constexpr int CH = SIDE * BK / W, L = (CH + NT - 1) / NT;
+    static constexpr int NT = TC_WARPS * 32, CH = SIDE * BK / W, L = (CH + NT - 1) / NT;
     static constexpr int PER = INNER ? BK / W : SIDE / W; /* chunks per row (inner) or per slice */
     const float *src[L];
     uint32_t dst[L];
@@ -508,42 +507,31 @@ __global__ void __launch_bounds__(TC_WARPS * 32) own_gemm_tc(own_args p)
 }
 
 /* The 32 x 32 tensor-core kernel in the natural layout (both operands' rows or slices 8- or
- * 16-byte aligned), its NW warps sharing each slice rather than the tile: slices 8 NW deep in
- * TCK_STAGES buffers, warp w taking the step of 8 at 8 w of every slice for the whole tile (2 x 4
- * m16n8k8 products), so that each A value it splits serves four products and each B value two,
- * where own_gemm_tc's quarters of 16 x 16 split every value for two and one (LeNet's ip1 spent 12
- * instructions a tensor-core product there, most of them splitting and staging). NW is 4, or 8
- * and 16 where the tiles alone leave the GPU part idle (bn_dense_own_layout): a block's time is
- * its chain of slices, each a few hundred cycles of dependent loads, splits and products for one
- * warp a scheduler, so warps that share the tile's inner dimension shorten it without partial
- * sums across blocks. At the end the warps' sums meet in shared memory, added in warp order (the
- * same bits every launch), and each thread takes 32 / NW outputs of the tile to own_tail. The
- * plan's ranges are whole slices but at the inner dimension's end. */
+ * 16-byte aligned), its four warps sharing each slice rather than the tile: slices TCK_BK = 32
+ * deep in TCK_STAGES buffers, warp w taking the step of 8 at 8 w of every slice for the whole
+ * tile (2 x 4 m16n8k8 products), so that each A value it splits serves four products and each B
+ * value two, where own_gemm_tc's quarters of 16 x 16 split every value for two and one (LeNet's
+ * ip1 spent 12 instructions a tensor-core product there, most of them splitting and staging).
+ * At the end the warps' sums meet in shared memory, added in warp order (the same bits every
+ * launch), and each thread takes eight outputs of the tile, one row of 32 a warp, to own_tail.
+ * The plan's ranges are whole slices of TCK_BK but at the inner dimension's end
+ * (bn_dense_own_layout). */
+#define TCK_BK 32
 #define TCK_STAGES 4
 #define TCK_PITCH 33 /* a warp's 32 x 32 sums in shared memory, row by row */
 
-/* The staging buffers of own_gemm_tck<KIND, .., NW>, in floats: one slice of A and of B. */
-template <int KIND, int NW>
-struct tck_shape {
-    static constexpr int BM = 32, BN = 32, BK = 8 * NW;
-    static constexpr bool A_INNER = KIND != GEMM_DW, B_INNER = KIND == GEMM_FWD;
-    static constexpr int A_SIZE = A_INNER ? BM * (BK + 4) : BK * (BM + 8);
-    static constexpr int B_SIZE = B_INNER ? BN * (BK + 4) : BK * (BN + 8);
-    static constexpr size_t BYTES = (size_t)TCK_STAGES * (A_SIZE + B_SIZE) * sizeof(float);
-};
-
-template <int KIND, int P, int WA, int WB, int NW>
-__global__ void __launch_bounds__(NW * 32, NW == OWN_TCK_WARPS_MIN ? 0 : 16 / NW) own_gemm_tck(own_args p)
+template <int KIND, int P, int WA, int WB>
+__global__ void __launch_bounds__(TC_WARPS * 32) own_gemm_tck(own_args p)
 {
     bn_early_entry(); /* pdl.cuh */
-    using S = tck_shape<KIND, NW>;
-    constexpr int BM = S::BM, BN = S::BN, BK = S::BK, NT = NW * 32;
-    constexpr bool A_INNER = S::A_INNER, B_INNER = S::B_INNER;
-    constexpr int A_SIZE = S::A_SIZE, B_SIZE = S::B_SIZE;
-    static_assert(WA > 1 && WB > 1, "natural layout");
-    static_assert(NW * BM * TCK_PITCH <= TCK_STAGES * (A_SIZE + B_SIZE), "the warps' sums fit the buffers");
-    extern __shared__ __align__(16) float tck_buffers[];
-    float *const sa = tck_buffers, *const sb = tck_buffers + TCK_STAGES * A_SIZE;
+    constexpr int BM = 32, BN = 32, BK = TCK_BK, NT = TC_WARPS * 32;
+    constexpr bool A_INNER = KIND != GEMM_DW, B_INNER = KIND == GEMM_FWD;
+    constexpr int A_SIZE = A_INNER ? BM * (BK + 4) : BK * (BM + 8);
+    constexpr int B_SIZE = B_INNER ? BN * (BK + 4) : BK * (BN + 8);
+    static_assert(WA > 1 && WB > 1 && BK == 8 * TC_WARPS, "natural layout, a step of 8 a warp");
+    static_assert(TC_WARPS * BM * TCK_PITCH <= TCK_STAGES * A_SIZE, "the warps' sums fit A's buffers");
+    __shared__ __align__(16) float sa[TCK_STAGES][A_SIZE];
+    __shared__ __align__(16) float sb[TCK_STAGES][B_SIZE];
 
     const int tid = (int)threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
     const int tile = (int)blockIdx.x, split = (int)blockIdx.y;
@@ -553,10 +541,10 @@ __global__ void __launch_bounds__(NW * 32, NW == OWN_TCK_WARPS_MIN ? 0 : 16 / NW
     const int lda = A_INNER ? p.inner : p.rows, ldb = B_INNER ? p.inner : p.cols;
     const bool bias_rows = KIND == GEMM_DW && p.db != NULL && col0 == 0 && tid < BM;
 
-    tcv_copies<A_INNER, BM, WA, BK, NT> ca;
-    tcv_copies<B_INNER, BN, WB, BK, NT> cb;
-    ca.plan(p.a, lda, row0, p.rows, k0, sa, tid);
-    cb.plan(p.b, ldb, col0, p.cols, k0, sb, tid);
+    tcv_copies<A_INNER, BM, WA, BK> ca;
+    tcv_copies<B_INNER, BN, WB, BK> cb;
+    ca.plan(p.a, lda, row0, p.rows, k0, sa[0], tid);
+    cb.plan(p.b, ldb, col0, p.cols, k0, sb[0], tid);
     auto stage = [&](int buf, int kt) {
         ca.copy(buf * (A_SIZE * 4), k1 - kt);
         cb.copy(buf * (B_SIZE * 4), k1 - kt);
@@ -570,7 +558,7 @@ __global__ void __launch_bounds__(NW * 32, NW == OWN_TCK_WARPS_MIN ? 0 : 16 / NW
     int buf = 0;
     for (int it = 0; it < slices; it++) {
         ring_next<TCK_STAGES>(stage, it, buf, slices, k0, BK);
-        const float *A = sa + buf * A_SIZE, *B = sb + buf * B_SIZE;
+        const float *A = sa[buf], *B = sb[buf];
         const uint32_t a_at = (uint32_t)__cvta_generic_to_shared(A), b_at = (uint32_t)__cvta_generic_to_shared(B);
         /* The fragments as own_gemm_tc's natural layout takes them, at this warp's step. */
         uint32_t ah[2][4], al[2][4];
@@ -620,12 +608,11 @@ __global__ void __launch_bounds__(NW * 32, NW == OWN_TCK_WARPS_MIN ? 0 : 16 / NW
         buf = ring_after<TCK_STAGES>(buf);
     }
 
-    /* The warps' sums into shared memory (the staging buffers, once every copy has landed and
-     * every warp is past its last slice), then each thread's outputs added over the warps in
-     * order. */
+    /* The warps' sums into shared memory (A's buffers, once every copy has landed and every warp
+     * is past its last slice), then each thread's eight outputs added over the warps in order. */
     __pipeline_wait_prior(0);
     __syncthreads();
-    float *sums = tck_buffers + warp * (BM * TCK_PITCH);
+    float *sums = &sa[0][0] + warp * (BM * TCK_PITCH);
 #pragma unroll
     for (int mi = 0; mi < 2; mi++)
 #pragma unroll
@@ -637,12 +624,13 @@ __global__ void __launch_bounds__(NW * 32, NW == OWN_TCK_WARPS_MIN ? 0 : 16 / NW
     __syncthreads();
     constexpr int E = BM * BN / NT;
     float flat[E];
+    const float *all = &sa[0][0];
 #pragma unroll
     for (int e = 0; e < E; e++) {
         const int at = (e * NT / BN + warp) * TCK_PITCH + lane;
-        float v = tck_buffers[at];
+        float v = all[at];
 #pragma unroll
-        for (int w = 1; w < NW; w++) v += tck_buffers[w * (BM * TCK_PITCH) + at];
+        for (int w = 1; w < TC_WARPS; w++) v += all[w * (BM * TCK_PITCH) + at];
         flat[e] = v;
     }
     own_tail<KIND, BM, BN, NT>(p, tile, split, row0, col0, flat, bsum, bias_rows,
@@ -659,50 +647,20 @@ static int copy_width(const float *m, int ld)
     return 1;
 }
 
-/* One launch of own_gemm_tck<K, P, WA, WB, NW>, opted in to its shared memory once. */
-template <int K, int P, int WA, int WB, int NW>
-static cudaError_t launch_natural(dim3 grid, cudaStream_t s, const own_args &x)
-{
-    static bool opted;
-    const size_t bytes = tck_shape<K, NW>::BYTES;
-    return bn_launch_opted(own_gemm_tck<K, P, WA, WB, NW>, &opted, bytes, grid, dim3(NW * 32), bytes, s, x);
-}
-
-/* The case of own_gemm_tck's instance with nw warps, copy widths wa and wb, and `one` product. */
-static constexpr int natural_case(int nw, int wa, int wb, int one)
-{
-    return (nw == OWN_TCK_WARPS_MAX ? 2 : nw == OWN_TCK_WARPS_MID ? 1 : 0) * 8 + (wa == 4) * 4 + (wb == 4) * 2 + one;
-}
-
-/* own_gemm_tck with `warps` warps, the copy widths wa and wb (2 or 4). The kernels of 8 and 16
- * warps take at least one operand in 4-float copies: with two of 2-float ones they would spill at
- * their 128 registers a thread, so those run with 4 warps on the plan's ranges (the same sums in
- * another order, as any plan's warps give). */
+/* own_gemm_tck, the copy widths wa and wb (2 or 4). */
 template <int K>
-static bn_status run_natural(int one_product, int warps, int wa, int wb, dim3 grid, cudaStream_t s,
-                             const own_args &x)
+static bn_status run_natural(int one_product, int wa, int wb, dim3 grid, cudaStream_t s, const own_args &x)
 {
-    if (wa == 2 && wb == 2) warps = OWN_TCK_WARPS_MIN;
-    cudaError_t e = cudaErrorInvalidValue;
-#define NATURAL(NW, WA, WB)                                                                 \
-    case natural_case(NW, WA, WB, 0): e = launch_natural<K, 3, WA, WB, NW>(grid, s, x); break; \
-    case natural_case(NW, WA, WB, 1): e = launch_natural<K, 1, WA, WB, NW>(grid, s, x); break;
-    switch (natural_case(warps, wa, wb, one_product != 0)) {
-        NATURAL(4, 4, 4)
-        NATURAL(4, 4, 2)
-        NATURAL(4, 2, 4)
-        NATURAL(4, 2, 2)
-        NATURAL(8, 4, 4)
-        NATURAL(8, 4, 2)
-        NATURAL(8, 2, 4)
-        NATURAL(16, 4, 4)
-        NATURAL(16, 4, 2)
-        NATURAL(16, 2, 4)
-    default:
-        break;
+    const dim3 block(TC_WARPS * 32);
+#define NATURAL(WA, WB)                                                                    \
+    if (wa == WA && wb == WB) {                                                            \
+        if (one_product) bn_launch_early(own_gemm_tck<K, 1, WA, WB>, grid, block, 0, s, x); \
+        else bn_launch_early(own_gemm_tck<K, 3, WA, WB>, grid, block, 0, s, x);          \
     }
+    NATURAL(4, 4)
+    else NATURAL(4, 2) else NATURAL(2, 4) else NATURAL(2, 2)
 #undef NATURAL
-    BN_CUDA(e);
+    BN_CUDA_LAUNCH();
     return BN_OK;
 }
 
@@ -735,7 +693,7 @@ extern "C" bn_status bn_dense_run_own_on(const own_plan *o, int kind, cudaStream
         break;
 #define TC_CASE(K, C, BM, BN)                                                                   \
     case K * OWN_CONFIGS + C:                                                                  \
-        if (C == OWN_TC32 && wa > 1 && wb > 1) return run_natural<K>(o->one_product, o->warps, wa, wb, grid, s, x); \
+        if (C == OWN_TC32 && wa > 1 && wb > 1) return run_natural<K>(o->one_product, wa, wb, grid, s, x); \
         if (o->one_product) bn_launch_early(own_gemm_tc<K, BM, BN, 1>, grid, dim3(TC_WARPS * 32), 0, s, x); \
         else bn_launch_early(own_gemm_tc<K, BM, BN, 3>, grid, dim3(TC_WARPS * 32), 0, s, x);          \
         break;

@@ -33,14 +33,7 @@ typedef struct own_plan {
     unsigned *counters;     /* splits > 1: per-tile counters, zeroed at creation */
     float *part;            /* splits > 1: partial tiles */
     int one_product;        /* tensor cores: one TF32 product per multiply (tf32), not three */
-    int warps;              /* OWN_TC32: own_gemm_tck's warps a block (OWN_TCK_WARPS_*), each a step of 8 of
-                               every slice; 4 elsewhere */
 } own_plan;
-
-/* own_gemm_tck's warps a block: 4 where the tiles alone fill the GPU; 8 (two blocks a
- * multiprocessor) or 16 (one) where they do not, so that a tile's slices are 64 or 128 deep and a
- * block's chain of slices two or four times shorter without partial sums across blocks. */
-enum { OWN_TCK_WARPS_MIN = 4, OWN_TCK_WARPS_MID = 8, OWN_TCK_WARPS_MAX = 16 };
 
 #ifdef __cplusplus
 extern "C" {
@@ -64,9 +57,8 @@ bn_status bn_dense_run_own_on(const own_plan *o, int kind, cudaStream_t s, const
 /* bn_dense_run_own_on on the context stream. */
 bn_status bn_dense_run_own(const own_plan *o, int kind, const bn_ctx *ctx, const float *a, const float *b, float *c,
                            const float *bias, float *db, relu_epi e);
-/* What bn_dense_gpu_force_own and bn_dense_gpu_force_warps (dense.h) set: *config -1 when nothing
- * is forced, *warps 0 when own_gemm_tck's warps follow the layout's rule. */
-void bn_dense_own_forced(int *config, int *splits, int *warps);
+/* What bn_dense_gpu_force_own (dense.h) set: *config -1 when nothing is forced. */
+void bn_dense_own_forced(int *config, int *splits);
 
 #ifdef __cplusplus
 }

@@ -16,7 +16,7 @@ static const int own_cfg[OWN_CONFIGS][2] = {{64, 64}, {32, 32}, {64, 64}, {32, 3
 
 /* Forced by bn_dense_gpu_force_own: -1, or the configuration every new plan takes. Kept here,
  * beside the configurations it names; dense_plan.cu reads it through bn_dense_own_forced. */
-static int force_cfg = -1, force_splits = 0, force_warps = 0;
+static int force_cfg = -1, force_splits = 0;
 
 extern "C" void bn_dense_gpu_force_own(int config, int splits)
 {
@@ -24,16 +24,10 @@ extern "C" void bn_dense_gpu_force_own(int config, int splits)
     force_splits = splits > 0 ? splits : 0;
 }
 
-extern "C" void bn_dense_gpu_force_warps(int warps)
-{
-    force_warps = warps == OWN_TCK_WARPS_MIN || warps == OWN_TCK_WARPS_MID || warps == OWN_TCK_WARPS_MAX ? warps : 0;
-}
-
-extern "C" void bn_dense_own_forced(int *config, int *splits, int *warps)
+extern "C" void bn_dense_own_forced(int *config, int *splits)
 {
     *config = force_cfg;
     *splits = force_splits;
-    *warps = force_warps;
 }
 
 extern "C" void bn_dense_own_free(own_plan *o)
@@ -50,16 +44,6 @@ static size_t own_part_bytes(const own_plan *o)
     return (size_t)o->tiles * o->splits * ((size_t)c[0] * c[1] + c[0]) * sizeof(float);
 }
 
-/* own_gemm_tck's warps a block for a product of `tiles` 32 x 32 tiles (or the forced count): as
- * many as keep every tile in one wave of blocks, since a block's time is its chain of slices. */
-static int tck_warps(int tiles, int sms)
-{
-    if (force_warps) return force_warps;
-    if (tiles <= sms) return OWN_TCK_WARPS_MAX;
-    if (tiles <= 2 * sms) return OWN_TCK_WARPS_MID;
-    return OWN_TCK_WARPS_MIN;
-}
-
 /* The tiling of the product for configuration cfg: inner ranges enough for about two blocks per
  * SM (for the tensor-core kernel too: on an H100, one, four or eight per SM, or ranges of two
  * slices, gave LeNet's epochs no gain or a loss), but none shorter than OWN_MIN_SLICES slices
@@ -67,10 +51,7 @@ static int tck_warps(int tiles, int sms)
  * when `no_alloc` (a plan made during capture cannot allocate counters). A block waits about one memory latency per slice of its
  * range, and the last block of a tile then about one per OWN_TAIL_FLOATS / (TM TN) of the
  * splits it adds up: more, shorter ranges shorten the first part but lengthen the second, so
- * both bounds keep the sum short.
- * The 32 x 32 tensor-core tiles with 8 or 16 warps a block (tck_warps) fill the GPU with the tiles
- * themselves, at two blocks and one a multiprocessor: ranges are added only while the blocks still
- * fit one wave, each at least one of their slices deep (64 or 128 along the inner dimension). */
+ * both bounds keep the sum short. */
 extern "C" own_plan bn_dense_own_layout(int kind, int n, int k, int m, int cfg, int sms, int want_splits,
                                         int no_alloc)
 {
@@ -82,20 +63,11 @@ extern "C" own_plan bn_dense_own_layout(int kind, int n, int k, int m, int cfg, 
     const int bm = own_cfg[cfg][0], bn = own_cfg[cfg][1];
     o.tiles_n = (o.cols + bn - 1) / bn;
     o.tiles = ((o.rows + bm - 1) / bm) * o.tiles_n;
-    if (sms < 1) sms = 1;
-    o.warps = cfg == OWN_TC32 ? tck_warps(o.tiles, sms) : OWN_TCK_WARPS_MIN;
-    /* A range is whole slices of the kernel's (unit of OWN_BK) but at the inner dimension's end. */
-    const int unit = cfg == OWN_TC32 ? o.warps / 2 : 1;
-    const int wide = o.warps > OWN_TCK_WARPS_MIN;
     int slices = (o.inner + OWN_BK - 1) / OWN_BK;
     long s;
     if (want_splits > 0) s = want_splits;
-    else if (wide) {
-        s = (long)sms * (OWN_TCK_WARPS_MAX / o.warps) / o.tiles;
-        if (s > slices / unit) s = slices / unit;
-        if (s > OWN_RULE_SPLITS) s = OWN_RULE_SPLITS;
-    } else {
-        long target = 2L * sms;
+    else {
+        long target = 2L * (sms > 0 ? sms : 1);
         s = (target + o.tiles - 1) / o.tiles;
         if (s > slices / OWN_MIN_SLICES) s = slices / OWN_MIN_SLICES;
         if (s > OWN_RULE_SPLITS) s = OWN_RULE_SPLITS;
@@ -105,19 +77,12 @@ extern "C" own_plan bn_dense_own_layout(int kind, int n, int k, int m, int cfg, 
     if (s < 1 || no_alloc) s = 1;
     o.splits = (int)s;
     while (o.splits > 1 && own_part_bytes(&o) > OWN_PART_LIMIT) o.splits--;
-    /* Equal ranges, none empty. */
+    /* Equal ranges, none empty; for the 32 x 32 tensor-core tiles whole slices of own_gemm_tck's
+     * (an even count of OWN_BK). */
     o.ktps = (slices + o.splits - 1) / o.splits;
-    if (o.ktps < slices) o.ktps = (o.ktps + unit - 1) / unit * unit;
+    if (cfg == OWN_TC32 && o.ktps % 2 && o.ktps < slices) o.ktps++;
     o.splits = (slices + o.ktps - 1) / o.ktps;
     return o;
-}
-
-extern "C" int bn_dense_gpu_tiling(int kind, int n, int k, int m, int sms, int *warps, int *splits)
-{
-    const own_plan o = bn_dense_own_layout(kind, n, k, m, OWN_TC32, sms, 0, 0);
-    *warps = o.warps;
-    *splits = o.splits;
-    return 1;
 }
 
 /* The configuration the rule takes: the tensor-core kernel's 32x32 tiles where the device has

@@ -553,13 +553,13 @@ static bn_status choose(const dense_gpu *g, dense_plan *p, bn_ctx *ctx, const ge
     return take_lt(p, ctx, r, got, pick < 0 ? 0 : pick);
 }
 
-/* Whether plan p serves the product now: forced holds bn_dense_own_forced's configuration, splits
- * and warps, mode the layer's choice_mode. */
+/* Whether plan p serves the product now: forced_cfg and forced_splits are bn_dense_own_forced's,
+ * mode the layer's choice_mode. */
 static bool plan_fits(const dense_plan *p, int kind, int n, const bn_ctx *ctx, int mode, const unsigned *align,
-                      const int *forced)
+                      int forced_cfg, int forced_splits)
 {
     if (p->kind != kind || p->n != n || p->tf32 != (ctx->tf32 != 0) || p->mode != mode) return false;
-    if (p->forced_cfg != forced[0] || p->forced_splits != forced[1] || p->forced_warps != forced[2]) return false;
+    if (p->forced_cfg != forced_cfg || p->forced_splits != forced_splits) return false;
     for (int i = 0; i < OPNDS; i++)
         if (align[i] < p->align[i]) return false;
     return true;
@@ -619,11 +619,11 @@ extern "C" bn_status bn_dense_prepare(bn_layer *l, bn_ctx *ctx, int kind, const 
     *gpu = g;
     int n = l->in->n;
     unsigned align[OPNDS] = {align_of(ga->a), align_of(ga->b), align_of(ga->d), align_of(ga->bias)};
-    int forced[3] = {-1, 0, 0};
-    bn_dense_own_forced(&forced[0], &forced[1], &forced[2]);
+    int forced_cfg = -1, forced_splits = 0;
+    bn_dense_own_forced(&forced_cfg, &forced_splits);
     const int mode = choice_mode(ctx, dp->inputs, dp->outputs);
     for (int i = 0; i < g->num_plans; i++)
-        if (plan_fits(g->plans[i], kind, n, ctx, mode, align, forced)) {
+        if (plan_fits(g->plans[i], kind, n, ctx, mode, align, forced_cfg, forced_splits)) {
             *plan = g->plans[i];
             return BN_OK;
         }
@@ -633,9 +633,8 @@ extern "C" bn_status bn_dense_prepare(bn_layer *l, bn_ctx *ctx, int kind, const 
     p->n = n;
     p->tf32 = ctx->tf32 != 0;
     p->mode = mode;
-    p->forced_cfg = forced[0];
-    p->forced_splits = forced[1];
-    p->forced_warps = forced[2];
+    p->forced_cfg = forced_cfg;
+    p->forced_splits = forced_splits;
     for (int i = 0; i < OPNDS; i++) p->align[i] = align[i];
     bn_status s = make_plan(l, g, ctx, p, ga);
     dense_plan **grown = s == BN_OK ? (dense_plan **)realloc(g->plans, (size_t)(g->num_plans + 1) * sizeof *grown)

@@ -28,7 +28,6 @@ typedef struct dense_plan {
     cublasLtMatmulAlgo_t algo;
     size_t workspace;               /* bytes the algorithm needs */
     int forced_cfg, forced_splits;  /* bn_dense_gpu_force_own's setting it was made under */
-    int forced_warps;               /* and bn_dense_gpu_force_warps's */
     int own;                        /* 1: own_gemm runs the product (then use_lt is unused) */
     int skinny;                     /* 1: the few-outputs kernels run it (then own and use_lt are unused) */
     own_plan ow;
