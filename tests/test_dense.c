@@ -530,6 +530,33 @@ BN_TEST(gpu_dense_own_kernels_graph_replay_is_bit_exact)
     return r;
 }
 
+/* The tensor cores' 32x32 tiles split their inner dimension only while their blocks stay at most
+ * one a multiprocessor, each range at least OWN_MIN_SLICES (4) slices of 16: LeNet's ip1 and ip2
+ * at 256 and 64 images on 132 and 114 multiprocessors. */
+BN_TEST(dense_tensor_tiles_split_while_their_blocks_fit_one_a_multiprocessor)
+{
+    int splits = 0;
+    if (!bn_dense_gpu_tiling(0, 256, 800, 500, 132, &splits)) BN_SKIP_TEST("built without CUDA");
+    static const struct {
+        int kind, n, k, m, sms, splits;
+    } cases[] = {
+        {0, 256, 800, 500, 132, 1}, /* 8 x 16 tiles */
+        {2, 256, 800, 500, 132, 1}, /* 8 x 25 */
+        {1, 256, 800, 500, 132, 1}, /* 16 x 25 */
+        {0, 64, 800, 500, 132, 4},  /* 2 x 16: four ranges of 14 slices (even: 32-deep copies), the last 8 */
+        {2, 64, 800, 500, 132, 2},  /* 2 x 25, 32 slices */
+        {1, 256, 500, 10, 132, 4},  /* 1 x 16, 16 slices */
+        {0, 256, 800, 500, 114, 1},
+        {0, 16, 40, 20, 132, 1},    /* one tile of 3 slices */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        CHECK(bn_dense_gpu_tiling(cases[i].kind, cases[i].n, cases[i].k, cases[i].m, cases[i].sms, &splits));
+        CHECK_MSG(splits == cases[i].splits, "product %d, %d x %d -> %d on %d multiprocessors: %d ranges, not %d",
+                  cases[i].kind, cases[i].n, cases[i].k, cases[i].m, cases[i].sms, splits, cases[i].splits);
+    }
+    return BN_PASS;
+}
+
 /* A deterministic context takes the own kernels by a fixed rule: two networks built alike give
  * the same bits, and they match the CPU. */
 BN_TEST(gpu_dense_deterministic_own_kernels_repeat_bit_for_bit)

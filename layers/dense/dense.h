@@ -51,6 +51,10 @@ int bn_dense_fuse_next(bn_layer *l, bn_layer *next);
  * products of a layer with at most 16 outputs and config 1 for the rest; config -1 restores the
  * normal choice. Plans made under another setting are not reused. */
 void bn_dense_gpu_force_own(int config, int splits);
+/* The inner ranges (*splits) the tensor cores' 32x32 tiles take for product `kind` (0 forward, 1
+ * weight gradient, 2 input gradient) of a layer of k inputs and m outputs at batch n on a device of
+ * `sms` multiprocessors. Returns 0 without CUDA, else 1. */
+int bn_dense_gpu_tiling(int kind, int n, int k, int m, int sms, int *splits);
 
 /* Writes who runs each product planned so far, one "n=<batch> <product>: <runner>" entry per
  * plan ("fwd", "dW", "dX"; runners "blobnet fma64", "fma32", "tc64", "tc32" for own_gemm's

@@ -45,13 +45,16 @@ static size_t own_part_bytes(const own_plan *o)
 }
 
 /* The tiling of the product for configuration cfg: inner ranges enough for about two blocks per
- * SM (for the tensor-core kernel too: on an H100, one, four or eight per SM, or ranges of two
- * slices, gave LeNet's epochs no gain or a loss), but none shorter than OWN_MIN_SLICES slices
- * and at most OWN_RULE_SPLITS of them (want_splits > 0 asks for that many instead); one range
- * when `no_alloc` (a plan made during capture cannot allocate counters). A block waits about one memory latency per slice of its
- * range, and the last block of a tile then about one per OWN_TAIL_FLOATS / (TM TN) of the
- * splits it adds up: more, shorter ranges shorten the first part but lengthen the second, so
- * both bounds keep the sum short. */
+ * SM, but none shorter than OWN_MIN_SLICES slices and at most OWN_RULE_SPLITS of them (want_splits
+ * > 0 asks for that many instead); one range when `no_alloc` (a plan made during capture cannot
+ * allocate counters). A block waits about one memory latency per slice of its range, and the last
+ * block of a tile then about one per OWN_TAIL_FLOATS / (TM TN) of the splits it adds up: more,
+ * shorter ranges shorten the first part but lengthen the second, so both bounds keep the sum
+ * short. The tensor cores' 32 x 32 tiles take ranges only while the blocks stay at most one a
+ * multiprocessor: on an H200 the rounding up to two a multiprocessor cost LeNet's ip1 0.5 us of
+ * 9.6 in the forward product and 3 of 12.7 in the input gradient at 256 images, 1.4-1.7 us at 64,
+ * while one range a tile or as many as fit one a multiprocessor were the fastest of one to
+ * sixteen (docs/performance.md, version 82). */
 extern "C" own_plan bn_dense_own_layout(int kind, int n, int k, int m, int cfg, int sms, int want_splits,
                                         int no_alloc)
 {
@@ -66,7 +69,11 @@ extern "C" own_plan bn_dense_own_layout(int kind, int n, int k, int m, int cfg, 
     int slices = (o.inner + OWN_BK - 1) / OWN_BK;
     long s;
     if (want_splits > 0) s = want_splits;
-    else {
+    else if (cfg == OWN_TC32) {
+        s = (sms > 0 ? sms : 1) / o.tiles;
+        if (s > slices / OWN_MIN_SLICES) s = slices / OWN_MIN_SLICES;
+        if (s > OWN_RULE_SPLITS) s = OWN_RULE_SPLITS;
+    } else {
         long target = 2L * (sms > 0 ? sms : 1);
         s = (target + o.tiles - 1) / o.tiles;
         if (s > slices / OWN_MIN_SLICES) s = slices / OWN_MIN_SLICES;
@@ -83,6 +90,12 @@ extern "C" own_plan bn_dense_own_layout(int kind, int n, int k, int m, int cfg, 
     if (cfg == OWN_TC32 && o.ktps % 2 && o.ktps < slices) o.ktps++;
     o.splits = (slices + o.ktps - 1) / o.ktps;
     return o;
+}
+
+extern "C" int bn_dense_gpu_tiling(int kind, int n, int k, int m, int sms, int *splits)
+{
+    *splits = bn_dense_own_layout(kind, n, k, m, OWN_TC32, sms, 0, 0).splits;
+    return 1;
 }
 
 /* The configuration the rule takes: the tensor-core kernel's 32x32 tiles where the device has
