@@ -531,8 +531,9 @@ BN_TEST(gpu_dense_own_kernels_graph_replay_is_bit_exact)
 }
 
 /* The tensor cores' 32x32 tiles split their inner dimension only while their blocks stay at most
- * one a multiprocessor, each range at least OWN_MIN_SLICES (4) slices of 16: LeNet's ip1 and ip2
- * at 256 and 64 images on 132 and 114 multiprocessors. */
+ * one a multiprocessor or a range would be longer than 64 slices of 16, each range at least
+ * OWN_MIN_SLICES (4) slices: LeNet's ip1 and ip2 at 256 and 64 images on 132 and 114
+ * multiprocessors, and mlp_wide's 2048-wide layer. */
 BN_TEST(dense_tensor_tiles_split_while_their_blocks_fit_one_a_multiprocessor)
 {
     int splits = 0;
@@ -548,6 +549,8 @@ BN_TEST(dense_tensor_tiles_split_while_their_blocks_fit_one_a_multiprocessor)
         {1, 256, 500, 10, 132, 4},  /* 1 x 16, 16 slices */
         {0, 256, 800, 500, 114, 1},
         {0, 16, 40, 20, 132, 1},    /* one tile of 3 slices */
+        {0, 128, 2048, 2048, 132, 2}, /* 4 x 64 tiles, 128 slices: ranges of 64 */
+        {2, 128, 784, 2048, 132, 2},  /* 4 x 25 tiles, 128 slices */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         CHECK(bn_dense_gpu_tiling(cases[i].kind, cases[i].n, cases[i].k, cases[i].m, cases[i].sms, &splits));

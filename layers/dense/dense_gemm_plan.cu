@@ -13,6 +13,8 @@ static const int own_cfg[OWN_CONFIGS][2] = {{64, 64}, {32, 32}, {64, 64}, {32, 3
 #define OWN_RULE_SPLITS 16
 #define OWN_MIN_SLICES 4
 #define OWN_PART_LIMIT ((size_t)32 << 20)
+/* The tensor cores' 32 x 32 tiles: no range longer than OWN_TC_LONG slices where more fit. */
+#define OWN_TC_LONG 64
 
 /* Forced by bn_dense_gpu_force_own: -1, or the configuration every new plan takes. Kept here,
  * beside the configurations it names; dense_plan.cu reads it through bn_dense_own_forced. */
@@ -51,7 +53,7 @@ static size_t own_part_bytes(const own_plan *o)
  * block of a tile then about one per OWN_TAIL_FLOATS / (TM TN) of the splits it adds up: more,
  * shorter ranges shorten the first part but lengthen the second, so both bounds keep the sum
  * short. The tensor cores' 32 x 32 tiles take ranges only while the blocks stay at most one a
- * multiprocessor: on an H200 the rounding up to two a multiprocessor cost LeNet's ip1 0.5 us of
+ * multiprocessor, or where a range would be longer than OWN_TC_LONG slices: on an H200 the rounding up to two a multiprocessor cost LeNet's ip1 0.5 us of
  * 9.6 in the forward product and 3 of 12.7 in the input gradient at 256 images, 1.4-1.7 us at 64,
  * while one range a tile or as many as fit one a multiprocessor were the fastest of one to
  * sixteen (docs/performance.md, version 82). */
@@ -71,6 +73,7 @@ extern "C" own_plan bn_dense_own_layout(int kind, int n, int k, int m, int cfg, 
     if (want_splits > 0) s = want_splits;
     else if (cfg == OWN_TC32) {
         s = (sms > 0 ? sms : 1) / o.tiles;
+        if (s < (slices + OWN_TC_LONG - 1) / OWN_TC_LONG) s = (slices + OWN_TC_LONG - 1) / OWN_TC_LONG;
         if (s > slices / OWN_MIN_SLICES) s = slices / OWN_MIN_SLICES;
         if (s > OWN_RULE_SPLITS) s = OWN_RULE_SPLITS;
     } else {
