@@ -530,27 +530,28 @@ BN_TEST(gpu_dense_own_kernels_graph_replay_is_bit_exact)
     return r;
 }
 
-/* The tensor cores' 32x32 tiles split their inner dimension only while their blocks stay at most
- * one a multiprocessor or a range would be longer than 64 slices of 16, each range at least
- * OWN_MIN_SLICES (4) slices: LeNet's ip1 and ip2 at 256 and 64 images on 132 and 114
- * multiprocessors, and mlp_wide's 2048-wide layer. */
-BN_TEST(dense_tensor_tiles_split_while_their_blocks_fit_one_a_multiprocessor)
+/* The tensor cores' 32x32 tiles split their inner dimension for about two blocks a multiprocessor,
+ * at most 16 ranges, each at least 4 slices of 16 in a weight gradient and 12 in the forward and
+ * input-gradient products (even counts: 32-deep copies): LeNet's ip1 and ip2 at 256, 128 and 64
+ * images on 132 and 114 multiprocessors, and mlp_wide's 2048-wide layer. */
+BN_TEST(dense_tensor_tiles_split_for_two_blocks_a_multiprocessor)
 {
     int splits = 0;
     if (!bn_dense_gpu_tiling(0, 256, 800, 500, 132, &splits)) BN_SKIP_TEST("built without CUDA");
     static const struct {
         int kind, n, k, m, sms, splits;
     } cases[] = {
-        {0, 256, 800, 500, 132, 1}, /* 8 x 16 tiles */
-        {2, 256, 800, 500, 132, 1}, /* 8 x 25 */
-        {1, 256, 800, 500, 132, 1}, /* 16 x 25 */
-        {0, 64, 800, 500, 132, 4},  /* 2 x 16: four ranges of 14 slices (even: 32-deep copies), the last 8 */
-        {2, 64, 800, 500, 132, 2},  /* 2 x 25, 32 slices */
-        {1, 256, 500, 10, 132, 4},  /* 1 x 16, 16 slices */
-        {0, 256, 800, 500, 114, 1},
-        {0, 16, 40, 20, 132, 1},    /* one tile of 3 slices */
-        {0, 128, 2048, 2048, 132, 2}, /* 4 x 64 tiles, 128 slices: ranges of 64 */
-        {2, 128, 784, 2048, 132, 2},  /* 4 x 25 tiles, 128 slices */
+        {0, 256, 800, 500, 132, 3},   /* 8 x 16 tiles, 50 slices: ranges of 18 */
+        {2, 256, 800, 500, 132, 2},   /* 8 x 25 tiles, 32 slices */
+        {1, 256, 800, 500, 132, 1},   /* 16 x 25 */
+        {0, 64, 800, 500, 132, 4},    /* 2 x 16 tiles: nine wanted, four of 12 slices (14, even) fit */
+        {2, 64, 800, 500, 132, 2},    /* 2 x 25 tiles: six wanted, two of 16 slices */
+        {0, 128, 800, 500, 132, 4},   /* 4 x 16: five wanted */
+        {1, 256, 500, 10, 132, 4},    /* 1 x 16 tiles, 16 slices: ranges of 4 */
+        {0, 256, 800, 500, 114, 2},   /* 228 blocks wanted */
+        {0, 16, 40, 20, 132, 1},      /* one tile of 3 slices */
+        {0, 128, 2048, 2048, 132, 2}, /* 4 x 64 tiles, 128 slices */
+        {2, 4096, 800, 500, 132, 1},  /* 128 x 25 tiles */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         CHECK(bn_dense_gpu_tiling(cases[i].kind, cases[i].n, cases[i].k, cases[i].m, cases[i].sms, &splits));

@@ -12,9 +12,10 @@ static const int own_cfg[OWN_CONFIGS][2] = {{64, 64}, {32, 32}, {64, 64}, {32, 3
 #define OWN_MAX_SPLITS 32
 #define OWN_RULE_SPLITS 16
 #define OWN_MIN_SLICES 4
+/* The tensor cores' 32 x 32 tiles in a forward or input-gradient product: at least OWN_TC_MIN_SLICES
+ * slices a range. */
+#define OWN_TC_MIN_SLICES 12
 #define OWN_PART_LIMIT ((size_t)32 << 20)
-/* The tensor cores' 32 x 32 tiles: no range longer than OWN_TC_LONG slices where more fit. */
-#define OWN_TC_LONG 64
 
 /* Forced by bn_dense_gpu_force_own: -1, or the configuration every new plan takes. Kept here,
  * beside the configurations it names; dense_plan.cu reads it through bn_dense_own_forced. */
@@ -47,16 +48,18 @@ static size_t own_part_bytes(const own_plan *o)
 }
 
 /* The tiling of the product for configuration cfg: inner ranges enough for about two blocks per
- * SM, but none shorter than OWN_MIN_SLICES slices and at most OWN_RULE_SPLITS of them (want_splits
- * > 0 asks for that many instead); one range when `no_alloc` (a plan made during capture cannot
- * allocate counters). A block waits about one memory latency per slice of its range, and the last
- * block of a tile then about one per OWN_TAIL_FLOATS / (TM TN) of the splits it adds up: more,
- * shorter ranges shorten the first part but lengthen the second, so both bounds keep the sum
- * short. The tensor cores' 32 x 32 tiles take ranges only while the blocks stay at most one a
- * multiprocessor, or where a range would be longer than OWN_TC_LONG slices: on an H200 the rounding up to two a multiprocessor cost LeNet's ip1 0.5 us of
- * 9.6 in the forward product and 3 of 12.7 in the input gradient at 256 images, 1.4-1.7 us at 64,
- * while one range a tile or as many as fit one a multiprocessor were the fastest of one to
- * sixteen (docs/performance.md, version 82). */
+ * SM (for the tensor-core kernel too: on an H100, one, four or eight per SM, or ranges of two
+ * slices, gave LeNet's epochs no gain or a loss), but none shorter than OWN_MIN_SLICES slices
+ * and at most OWN_RULE_SPLITS of them (want_splits > 0 asks for that many instead); one range
+ * when `no_alloc` (a plan made during capture cannot allocate counters). A block waits about one
+ * memory latency per slice of its range, and the last block of a tile then about one per
+ * OWN_TAIL_FLOATS / (TM TN) of the splits it adds up: more, shorter ranges shorten the first part
+ * but lengthen the second, so both bounds keep the sum short.
+ * The forward and input-gradient products of the tensor cores' 32 x 32 tiles, which the step waits
+ * for, take ranges of at least OWN_TC_MIN_SLICES: at batches of 64 and 128 the rule's six to nine
+ * ranges spent more on their sum than they saved (LeNet at 64 +3.6% with two to four, mlp +2.2%,
+ * docs/performance.md, version 82). A weight gradient, which runs beside other passes on the side
+ * stream, keeps the short ranges that let its blocks fill what those leave. */
 extern "C" own_plan bn_dense_own_layout(int kind, int n, int k, int m, int cfg, int sms, int want_splits,
                                         int no_alloc)
 {
@@ -71,15 +74,11 @@ extern "C" own_plan bn_dense_own_layout(int kind, int n, int k, int m, int cfg, 
     int slices = (o.inner + OWN_BK - 1) / OWN_BK;
     long s;
     if (want_splits > 0) s = want_splits;
-    else if (cfg == OWN_TC32) {
-        s = (sms > 0 ? sms : 1) / o.tiles;
-        if (s < (slices + OWN_TC_LONG - 1) / OWN_TC_LONG) s = (slices + OWN_TC_LONG - 1) / OWN_TC_LONG;
-        if (s > slices / OWN_MIN_SLICES) s = slices / OWN_MIN_SLICES;
-        if (s > OWN_RULE_SPLITS) s = OWN_RULE_SPLITS;
-    } else {
+    else {
         long target = 2L * (sms > 0 ? sms : 1);
         s = (target + o.tiles - 1) / o.tiles;
-        if (s > slices / OWN_MIN_SLICES) s = slices / OWN_MIN_SLICES;
+        const int shortest = cfg == OWN_TC32 && kind != GEMM_DW ? OWN_TC_MIN_SLICES : OWN_MIN_SLICES;
+        if (s > slices / shortest) s = slices / shortest;
         if (s > OWN_RULE_SPLITS) s = OWN_RULE_SPLITS;
     }
     if (s > OWN_MAX_SPLITS) s = OWN_MAX_SPLITS;
