@@ -42,8 +42,8 @@ extern "C" {
  * timing queued behind a hold of the stream, so that it times the device, not the host; 12: the
  * Winograd family, offered for 3x3 layers of 48 channels and filters or more; 13: the FP32 tiles'
  * data pass, offered for stride 1, windows up to 7 and up to 512 positions of dy; 14: the dense
- * layer's 32 x 32 tensor-core tiles split their inner dimension only while their blocks fit one a
- * multiprocessor). */
+ * layer's 32 x 32 tensor-core tiles in fewer, longer ranges for the forward and input-gradient
+ * products). */
 #define BN_KERNEL_CACHE_VERSION 14
 
 /* The longest key and choice, with their terminating zeros. */
