@@ -57,7 +57,7 @@ static size_t own_part_bytes(const own_plan *o)
  * but lengthen the second, so both bounds keep the sum short.
  * The forward and input-gradient products of the tensor cores' 32 x 32 tiles, which the step waits
  * for, take ranges of at least OWN_TC_MIN_SLICES: at batches of 64 and 128 the rule's six to nine
- * ranges spent more on their sum than they saved (LeNet at 64 +3.6% with two to four, mlp +2.2%,
+ * ranges spent more on their sum than they saved (LeNet at 64 3.8% faster with four and two, mlp 2.6%,
  * docs/performance.md, version 82). A weight gradient, which runs beside other passes on the side
  * stream, keeps the short ranges that let its blocks fill what those leave. */
 extern "C" own_plan bn_dense_own_layout(int kind, int n, int k, int m, int cfg, int sms, int want_splits,
