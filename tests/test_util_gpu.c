@@ -314,6 +314,15 @@ static int compare_nets(const layer_case *lc, bn_net *gpu, bn_net *cpu, const fl
 /* The conv2d kernel family the blobnet-engine cases force (BN_CONV_FAMILY_*). */
 int gt_forced_family = BN_CONV_FAMILY_ANY;
 
+#ifdef BN_WITH_CUDA
+/* The name a plan's description gives blobnet's kernels of family f (0: any of them). */
+static void own_runner_name(int f, char *buf, size_t cap)
+{
+    if (f > 0) snprintf(buf, cap, "blobnet %s", bn_conv_families[f - 1]->name);
+    else snprintf(buf, cap, "blobnet");
+}
+#endif
+
 /* Every conv2d layer's plan for batch n runs forward and backward-filter on blobnet's kernels
  * (of the forced family, when one is), and backward-data too where there is an input gradient
  * and the stride is 1. */
@@ -326,9 +335,6 @@ static int check_own_convs(const layer_case *lc, bn_net *net, int n)
         const conv_priv *c = l->priv;
         /* The forced family where it can run the pass (its plan says so), else any of blobnet's,
          * as the plan then times the others. */
-        static const char *const names[] = {"blobnet", "blobnet direct", "blobnet igemm", "blobnet rows",
-                                            "blobnet tensor", "blobnet argmax", "blobnet halo",
-                                            "blobnet winograd", "blobnet fma"};
         int can[3] = {1, 1, 1};
         if (gt_forced_family == BN_CONV_FAMILY_ROWS) {
             bn_rows_plan rp;
@@ -351,9 +357,11 @@ static int check_own_convs(const layer_case *lc, bn_net *net, int n)
             bn_fma_plan_make(&fp, &c->g, c->filters, n, 1);
             can[0] = 0, can[1] = fp.data_ok, can[2] = 0;
         }
-        const char *pass_family[3];
-        for (int k = 0; k < 3; k++) pass_family[k] = names[can[k] ? gt_forced_family : 0];
-        const char *family = names[gt_forced_family];
+        /* Runner names as bn_conv2d_gpu_describe writes them: "blobnet", or "blobnet <family>". */
+        char pass_family[3][48], family[48];
+        for (int k = 0; k < 3; k++)
+            own_runner_name(can[k] ? gt_forced_family : 0, pass_family[k], sizeof pass_family[k]);
+        own_runner_name(gt_forced_family, family, sizeof family);
         char buf[1024], head[32];
         bn_conv2d_gpu_describe(l, buf, sizeof buf);
         snprintf(head, sizeof head, "n=%d: ", n);

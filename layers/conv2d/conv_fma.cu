@@ -14,9 +14,6 @@
 #include "gpu/smem_opt_in.cuh"
 #include "gpu/vec_ops.cuh"
 
-/* Shared memory a block takes: its tile of 32 WR x 64 (8 / WR) floats. */
-#define FMA_SMEM (FMA_FLOATS * sizeof(float))
-
 typedef struct fma_args {
     bn_fma_data s;
     bn_conv_geom g;
@@ -184,7 +181,7 @@ template <int WR>
 static bn_status launch(const fma_args &a, cudaStream_t st)
 {
     static bool opted;
-    BN_CUDA(bn_smem_opt_in(fma_data<WR>, &opted, FMA_SMEM));
+    BN_CUDA(bn_smem_opt_in(fma_data<WR>, &opted, FMA_SMEM_BYTES));
     bn_launch_early(fma_data<WR>, dim3(a.s.groups, a.s.blocks), dim3(FMA_THREADS), a.s.smem, st, a);
     BN_CUDA_LAUNCH();
     return BN_OK;
@@ -194,7 +191,8 @@ extern "C" bn_status bn_fma_backward_data(const bn_fma_plan *p, void *stream, co
                                           const bn_pooled_dy *pooled, const float *w, float *dx,
                                           const bn_conv_relu *relu)
 {
-    if (!p->data_ok || p->data.smem > FMA_SMEM) return bn_error(BN_ERR_INTERNAL, "fma data pass cannot run this shape");
+    if (!p->data_ok || p->data.smem > FMA_SMEM_BYTES)
+        return bn_error(BN_ERR_INTERNAL, "fma data pass cannot run this shape");
     if (pooled && (pooled->ph != p->g.oh / 2 || pooled->pw != p->g.ow / 2))
         return bn_error(BN_ERR_INTERNAL, "fma data pass: the pooling's plane does not match the layer's output");
     fma_args a;

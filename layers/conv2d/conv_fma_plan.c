@@ -12,7 +12,9 @@ void bn_fma_plan_make(bn_fma_plan *p, const bn_conv_geom *g, int filters, int n,
 {
     memset(p, 0, sizeof *p);
     p->n = n, p->filters = filters, p->g = *g;
-    if (g->stride != 1 || g->k < 1 || g->k > 7 || g->pad < 0 || g->c < 1 || filters < 1 || n < 1 || sms < 1) return;
+    if (g->stride != 1 || g->k < 1 || g->k > FMA_WIDEST_WINDOW || g->pad < 0 || g->c < 1 || filters < 1 || n < 1 ||
+        sms < 1)
+        return;
     const long long kk = (long long)g->k * g->k, q = (long long)g->oh * g->ow;
     if (q < 1 || q > FMA_MOST_POSITIONS) return;
     /* Of the three tile shapes, the one that takes the fewest waves of blocks; of equals, the
@@ -40,7 +42,7 @@ void bn_fma_plan_make(bn_fma_plan *p, const bn_conv_geom *g, int filters, int n,
     bn_fma_data *d = &p->data;
     const int fc = FMA_FLOATS / (d->rm + d->pn);
     d->fc = filters < fc ? filters : fc;
-    d->smem = (size_t)FMA_FLOATS * sizeof(float);
+    d->smem = FMA_SMEM_BYTES;
     p->data_ok = 1;
 }
 
@@ -54,7 +56,7 @@ static const char *refuses(const bn_conv_family_plan *p, const bn_conv_shape *s,
     (void)pass;
     if (p->fma.data_ok) return NULL;
     if (s->g.stride != 1) return "stride 1 only";
-    if (s->g.k > 7) return "windows up to 7 only";
+    if (s->g.k > FMA_WIDEST_WINDOW) return "windows up to 7 only";
     if ((long long)s->g.oh * s->g.ow > FMA_MOST_POSITIONS) return "images of more than 512 positions";
     return "shape outside its kernel's limits";
 }
