@@ -571,28 +571,62 @@ BN_TEST(loader_gpu_augmented_gather_matches_cpu_through_graph_replays)
     return BN_PASS;
 }
 
-/* The step of the batch taken last, where the step's draws read it (dev_step[1]). */
-static unsigned long long taken_step(const bn_loader *ld)
+/* The step of the batch the net reads, where the step's draws read it (bn_pass.dev_step). */
+static unsigned long long taken_step(const bn_net *net)
 {
     unsigned long long s = ~0ull;
-    return bn_device_d2h(&s, ld->dev_step + 1, sizeof s) == BN_OK ? s : ~0ull;
+    return net->pass.dev_step && bn_device_d2h(&s, net->pass.dev_step, sizeof s) == BN_OK ? s : ~0ull;
 }
 
-/* What a step of a group does with its batch (trainer.c): takes the one staged before it, stages
- * the next beside it, and ends with the side stream joined, as a step's backward pass joins it. */
-static bn_status take_and_stage(void *arg)
+/* Two steps of a group (trainer.c), each taking the batch staged before it, staging the next beside
+ * it and ending with the side stream joined, as a step's backward pass joins it: the first reads
+ * the stage, the second its own buffers, so each launch starts and ends as the one before. The
+ * first one's batch is copied into snap (input, then labels) for the comparison after the launch. */
+typedef struct two_steps {
+    bn_loader *ld;
+    bn_net *net;
+    int n;
+    float *snap;
+} two_steps;
+
+static bn_status take_and_stage_twice(void *arg)
 {
-    fill_args *f = arg;
-    BN_TRY(bn_loader_take(f->ld, f->net, f->n));
-    BN_TRY(bn_loader_stage(f->ld, f->net, f->n));
-    return bn_ctx_join_side(f->net->pass.ctx);
+    two_steps *t = arg;
+    bn_ctx *ctx = t->net->pass.ctx;
+    const size_t xs = (size_t)t->n * t->net->input->c * t->net->input->h * t->net->input->w;
+    for (int k = 0; k < 2; k++) {
+        BN_TRY(bn_loader_take(t->ld, t->net, t->n));
+        if (k == 0) {
+            BN_TRY(bn_gpu_fill(t->snap, 0.0f, xs + (size_t)t->n, ctx));
+            BN_TRY(bn_gpu_add(t->snap, bn_blob_dev_rd(t->net->input), xs, ctx));
+            BN_TRY(bn_gpu_add(t->snap + xs, bn_blob_dev_rd(t->net->labels), (size_t)t->n, ctx));
+        }
+        BN_TRY(bn_loader_stage(t->ld, t->net, t->n));
+        BN_TRY(bn_ctx_join_side(ctx));
+    }
+    return BN_OK;
+}
+
+/* The snapshot of two_steps against the CPU's batch, bit for bit (the snapshot adds each value to
+ * +0, which keeps every value the loader makes: none is -0). */
+static int same_snapshot(const float *snap, bn_net *cpu, int n)
+{
+    const size_t xs = (size_t)n * cpu->input_shape.c * cpu->input_shape.h * cpu->input_shape.w;
+    float *host = malloc((xs + (size_t)n) * sizeof *host);
+    const float *cx = bn_blob_host_rd(cpu->input), *cy = bn_blob_host_rd(cpu->labels);
+    int same = host && cx && cy && bn_device_d2h(host, snap, (xs + (size_t)n) * sizeof *host) == BN_OK &&
+               memcmp(host, cx, xs * sizeof *host) == 0 && memcmp(host + xs, cy, (size_t)n * sizeof *host) == 0;
+    free(host);
+    return same;
 }
 
 /* A batch staged a step ahead (bn_loader_stage) and taken in the next (bn_loader_take) is the
  * batch bn_loader_fill_next gives the CPU, bit for bit, augmented with the same draws, and the
- * step's draws read its step: eagerly, and through a captured step that takes the batch staged
- * before it and stages the next, replayed (its stage then written and read inside each replay's
- * turn). Pixels and float values, a mean and std per channel. */
+ * step's draws read its step: eagerly (the batches taking turns between the stage and the input's
+ * own buffers, read where they lie), and through a captured pair of steps replayed (the stage and
+ * the own buffers each written and read inside each replay). While the input reads the stage a
+ * gather into it is refused; bn_loader_read_own points it back. Pixels and float values, a mean
+ * and std per channel. */
 BN_TEST(loader_gpu_staged_batches_match_the_cpu_through_replays)
 {
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
@@ -604,7 +638,7 @@ BN_TEST(loader_gpu_staged_batches_match_the_cpu_through_replays)
     } cases[] = {{RAND_C, 0, "mean=0.5\nstd=0.25\n", "[augment]\nshift=3\nflip=1\n"},
                  {RAND_MAX_C, 1, "mean=0.1,0.5,0.9\nstd=0.2,0.3,0.7\n",
                   "[augment]\nshift=2\nflip=1\npad=reflect\ncutout=4\n"}};
-    const int n = 6; /* 8 batches of the 51 examples */
+    const int n = 4; /* 12 batches of the 51 examples */
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         bn_dataset d = random_images_of(cases[i].channels, cases[i].as_values);
         bn_net *gpu, *cpu;
@@ -617,49 +651,68 @@ BN_TEST(loader_gpu_staged_batches_match_the_cpu_through_replays)
         CHECK_OK(bn_loader_set_order(&cld, 1, 31));
         CHECK_OK(bn_loader_set_step(&gld, 500));
         CHECK_OK(bn_loader_set_step(&cld, 500));
+        gpu->pass.dev_step = gld.dev_step + 1; /* as a training run sets it */
         CHECK_OK(bn_loader_reserve_stage(&gld, gpu, n));
         /* Nothing staged yet: a take is refused. */
         CHECK(bn_loader_take(&gld, gpu, n) != BN_OK);
         int batch = 0;
         CHECK_OK(bn_loader_fill_next(&gld, gpu, n, 1));
         CHECK_OK(bn_loader_fill_next(&cld, cpu, n, 1));
-        CHECK_MSG(same_batches(gpu, cpu, n) && taken_step(&gld) == 500, "case %zu: the first batch", i);
-        /* Eagerly: two batches staged and taken. */
+        float *own = bn_blob_dev_wr(gpu->input);
+        CHECK_MSG(same_batches(gpu, cpu, n) && taken_step(gpu) == 500, "case %zu: the first batch", i);
+        /* Eagerly: two batches staged and taken, the first read in the stage, the second in the own
+         * buffers again. */
         for (batch = 1; batch <= 2; batch++) {
             CHECK_OK(bn_loader_stage(&gld, gpu, n));
             CHECK(bn_loader_stage(&gld, gpu, n) != BN_OK); /* one batch staged at a time */
             CHECK_OK(bn_ctx_join_side(ctx));
             CHECK_OK(bn_loader_take(&gld, gpu, n));
+            CHECK_MSG((bn_blob_dev_wr(gpu->input) == own) == (batch == 2), "case %zu, batch %d: read in the %s", i,
+                      batch, batch == 2 ? "stage" : "own buffer");
             CHECK_OK(bn_loader_fill_next(&cld, cpu, n, 1));
             CHECK_MSG(same_batches(gpu, cpu, n), "case %zu: staged batch %d differs from the CPU's", i, batch);
-            CHECK_MSG(taken_step(&gld) == 500ull + (unsigned)batch, "case %zu, batch %d: step %llu", i, batch,
-                      taken_step(&gld));
+            CHECK_MSG(taken_step(gpu) == 500ull + (unsigned)batch, "case %zu, batch %d: step %llu", i, batch,
+                      taken_step(gpu));
         }
-        /* Through the graph: batch 3 staged eagerly, then each launch takes one and stages the next. */
+        /* Through the graph: batch 3 staged eagerly, then each launch takes two and stages the next. */
         CHECK_OK(bn_loader_stage(&gld, gpu, n));
         CHECK_OK(bn_ctx_join_side(ctx));
+        float *snap = NULL;
+        CHECK_OK(bn_device_alloc((void **)&snap, (bn_blob_count(gpu->input) + (size_t)n) * sizeof *snap));
         bn_step_graph g = {0};
         int replays = 0;
-        fill_args f = {&gld, gpu, n};
-        for (batch = 3; batch <= 6; batch++) {
+        two_steps t = {&gld, gpu, n, snap};
+        for (batch = 3; batch <= 10; batch += 2) {
             int replayed = 0;
-            CHECK_OK(bn_step_graph_run(&g, ctx, take_and_stage, NULL, &f, &replayed));
+            CHECK_OK(bn_step_graph_run(&g, ctx, take_and_stage_twice, NULL, &t, &replayed));
             if (replayed) {
-                gld.host_cursor += n; /* the stage's host side, which a replay skips */
+                gld.host_cursor += 2 * n; /* the stages' host side, which a replay skips */
                 bn_net_mark_device_written(gpu);
                 replays++;
             }
             CHECK_OK(bn_loader_fill_next(&cld, cpu, n, 1));
-            CHECK_MSG(same_batches(gpu, cpu, n), "case %zu: batch %d differs from the CPU's%s", i, batch,
+            CHECK_MSG(same_snapshot(snap, cpu, n), "case %zu: batch %d differs from the CPU's%s", i, batch,
                       replayed ? " (a replay)" : "");
-            CHECK_MSG(taken_step(&gld) == 500ull + (unsigned)batch, "case %zu, batch %d: step %llu", i, batch,
-                      taken_step(&gld));
+            CHECK_OK(bn_loader_fill_next(&cld, cpu, n, 1));
+            CHECK_MSG(same_batches(gpu, cpu, n), "case %zu: batch %d differs from the CPU's%s", i, batch + 1,
+                      replayed ? " (a replay)" : "");
+            CHECK_MSG(taken_step(gpu) == 500ull + (unsigned)batch + 1, "case %zu, batch %d: step %llu", i, batch + 1,
+                      taken_step(gpu));
         }
         CHECK_MSG(replays == 3, "case %zu: %d replays, not 3", i, replays);
-        /* The last batch staged by the last replay, taken eagerly. */
+        bn_device_free(snap);
+        /* The last batch staged by the last replay, taken eagerly: read in the stage, where a
+         * gather into the input is refused until the input reads its own buffer again. */
         CHECK_OK(bn_loader_take(&gld, gpu, n));
         CHECK_OK(bn_loader_fill_next(&cld, cpu, n, 1));
-        CHECK_MSG(same_batches(gpu, cpu, n) && taken_step(&gld) == 507, "case %zu: the last batch", i);
+        CHECK_MSG(same_batches(gpu, cpu, n) && taken_step(gpu) == 511, "case %zu: the last batch", i);
+        CHECK(bn_loader_fill(&gld, gpu, 0, n) != BN_OK);
+        bn_loader_read_own(&gld, gpu);
+        CHECK_MSG(bn_blob_dev_wr(gpu->input) == own && gpu->pass.dev_step == gld.dev_step + 1,
+                  "case %zu: the input reads the stage after bn_loader_read_own", i);
+        CHECK_OK(bn_loader_fill(&gld, gpu, 0, n));
+        CHECK_OK(bn_loader_fill(&cld, cpu, 0, n));
+        CHECK_MSG(same_batches(gpu, cpu, n), "case %zu: a batch filled after the stage's differs", i);
         free_pair(&g, &gld, &cld, gpu, cpu);
     }
     return BN_PASS;

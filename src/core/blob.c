@@ -347,6 +347,14 @@ void bn_blob_mark_device_written(bn_blob *b)
     if (b && b->root->dev) b->root->state = BN_SYNC_DEVICE;
 }
 
+void *bn_blob_swap_device(bn_blob *b, void *buf)
+{
+    void *old = b->dev;
+    b->dev = buf;
+    b->state = BN_SYNC_DEVICE;
+    return old;
+}
+
 bn_sync bn_blob_state(const bn_blob *b)
 {
     return b->root->state;

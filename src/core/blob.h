@@ -108,6 +108,13 @@ bn_status bn_blob_zero(bn_blob *b);
  * it): a blob with a device buffer becomes device-newer, so the next host read transfers. */
 void bn_blob_mark_device_written(bn_blob *b);
 
+/* Points root blob b's device data at buf (a device buffer of at least its capacity's values,
+ * owned by the caller) and returns the buffer it pointed at, which the caller puts back with the
+ * same call before the blob is freed or its buffer is used for anything but this data. The blob
+ * becomes device-newer: buf holds data written on the device. A loader reads a batch where it
+ * was gathered instead of copying it (train/loader_gpu.cu). */
+void *bn_blob_swap_device(bn_blob *b, void *buf);
+
 /* The sync state of the blob's root. */
 bn_sync bn_blob_state(const bn_blob *b);
 

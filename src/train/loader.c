@@ -155,6 +155,7 @@ bn_status bn_loader_stage(bn_loader *ld, bn_net *net, int n)
     BN_TRY(bn_loader_stage_gpu(ld, net, n));
     ld->staged = 1;
     ld->staged_n = n;
+    ld->staged_own = ld->reading_stage;
     return BN_OK;
 }
 
@@ -168,6 +169,11 @@ bn_status bn_loader_take(bn_loader *ld, bn_net *net, int n)
     return BN_OK;
 }
 
+void bn_loader_read_own(bn_loader *ld, bn_net *net)
+{
+    if (ld->ctx) bn_loader_read_own_gpu(ld, net);
+}
+
 void bn_loader_unstage(bn_loader *ld)
 {
     ld->staged = 0;
@@ -175,7 +181,7 @@ void bn_loader_unstage(bn_loader *ld)
 
 bn_loader_mark bn_loader_marked(const bn_loader *ld)
 {
-    bn_loader_mark m = {ld->host_cursor, ld->staged, ld->staged_n, ld->host_step};
+    bn_loader_mark m = {ld->host_cursor, ld->staged, ld->staged_n, ld->staged_own, ld->host_step};
     return m;
 }
 
@@ -184,6 +190,7 @@ void bn_loader_rewind(bn_loader *ld, const bn_loader_mark *m)
     ld->host_cursor = m->cursor;
     ld->staged = m->staged;
     ld->staged_n = m->staged_n;
+    ld->staged_own = m->staged_own;
     ld->host_step = m->step;
 }
 

@@ -28,8 +28,9 @@ typedef struct bn_loader {
     int *dev_cursor;       /* GPU: first example of the next bn_loader_fill_next batch */
     int host_cursor;       /* the same on the CPU path */
     unsigned long long *dev_step;  /* GPU: [0] the training step of the next training batch, [1]
-                                      the step of the batch gathered last (bn_pass.dev_step), [2]
-                                      the step of the staged batch (bn_loader_stage) */
+                                      the step of the batch in the input's own buffer, [2] the
+                                      step of the batch in the stage (bn_pass.dev_step points at
+                                      the slot of the batch the net reads) */
     unsigned long long host_step;  /* the same on the CPU path (the GPU path reads only dev_step) */
     int stride;            /* bn_loader_fill_next moves the cursor this many examples on (0: by the
                               batch's size); a data-parallel rank skips the other ranks' shares */
@@ -39,8 +40,13 @@ typedef struct bn_loader {
     bn_upload_buf order_up; /* GPU: the pinned buffer a prepared order is uploaded through */
     void *dev_stage;       /* GPU: a training batch gathered a step ahead, its labels after it */
     size_t stage_bytes;    /* dev_stage's size (bn_loader_reserve_stage) */
-    int staged;            /* a batch of `staged_n` is queued into dev_stage and not taken */
+    int staged;            /* a batch of `staged_n` is queued and not taken */
     int staged_n;
+    int staged_own;        /* the staged batch went into the input's and labels' own buffers (it was
+                              staged while the net read the stage), not into dev_stage */
+    int reading_stage;     /* the net's input and labels read dev_stage (bn_loader_take) */
+    void *own_x;           /* while reading_stage: the input's and labels' own device buffers */
+    void *own_y;
 } bn_loader;
 
 /* Prepares a loader for data (which must outlive it); with ctx, uploads the dataset. */
@@ -74,15 +80,24 @@ bn_status bn_loader_fill_next(bn_loader *ld, bn_net *net, int n, int train);
 
 /* A training batch gathered a step ahead, on the GPU: bn_loader_stage queues the gather of the
  * next n examples, as bn_loader_fill_next(.., 1) would fill them (the cursor, the step and the
- * draws move on alike), on the context's side stream into a stage of the loader's, after what the
- * stream holds and beside what it queues next (the side stream is left pending: the stream joins
- * it before the backward pass, core/device.h); bn_loader_take, in a later step, puts the staged
- * batch into the input and labels on the stream, and its step where the step's draws read it. The
- * stage holds one batch; bn_loader_reserve_stage makes it, outside a captured step, for batches
- * of up to n. A step graph that stages and takes replays with the batches that follow. */
+ * draws move on alike), on the context's side stream, after what the stream holds and beside what
+ * it queues next (the side stream is left pending: the stream joins it before the backward pass,
+ * core/device.h); bn_loader_take, in a later step, makes it the step's batch without copying it.
+ * The batches take turns between two places: a stage of the loader's, and the input's and
+ * labels' own buffers. A batch staged while the net reads its own buffers goes into the stage, and
+ * its take points the input, the labels and the step's draws (bn_pass.dev_step) at the stage; one
+ * staged while the net reads the stage goes into the own buffers, and its take points them back.
+ * So the batch a step reads stays in place through its backward pass while the next one is
+ * gathered beside it. bn_loader_read_own points them back where a run of such steps ends; it must
+ * come before the net is freed or fills a batch any other way. The stage holds one batch;
+ * bn_loader_reserve_stage makes it, outside a captured step, for batches of up to n. A step graph
+ * replays with the batches that follow where it starts and ends reading the own buffers (an even
+ * number of takes, or ending with bn_loader_read_own) with nothing staged or a batch staged in
+ * the stage. */
 bn_status bn_loader_reserve_stage(bn_loader *ld, const bn_net *net, int n);
 bn_status bn_loader_stage(bn_loader *ld, bn_net *net, int n);
 bn_status bn_loader_take(bn_loader *ld, bn_net *net, int n);
+void bn_loader_read_own(bn_loader *ld, bn_net *net);
 /* Forgets a staged batch that no step will take. */
 void bn_loader_unstage(bn_loader *ld);
 
@@ -90,7 +105,7 @@ void bn_loader_unstage(bn_loader *ld);
  * that may be captured and put back where its capture failed (bn_step_graph_run's rewind), whose
  * host side moved it while the device work that moves the device's copies never ran. */
 typedef struct bn_loader_mark {
-    int cursor, staged, staged_n;
+    int cursor, staged, staged_n, staged_own;
     unsigned long long step;
 } bn_loader_mark;
 bn_loader_mark bn_loader_marked(const bn_loader *ld);
@@ -113,6 +128,7 @@ bn_status bn_loader_fill_train_gpu(bn_loader *ld, bn_net *net, int n);
 bn_status bn_loader_reserve_stage_gpu(bn_loader *ld, const bn_net *net, int n);
 bn_status bn_loader_stage_gpu(bn_loader *ld, bn_net *net, int n);
 bn_status bn_loader_take_gpu(bn_loader *ld, bn_net *net, int n);
+void bn_loader_read_own_gpu(bn_loader *ld, bn_net *net);
 
 #ifdef __cplusplus
 }

@@ -221,7 +221,9 @@ typedef struct group_body {
 } group_body;
 
 /* The group's steps; each but the last gathers the next one's batch beside its own forward pass
- * (bn_loader_stage), so that only the first step's gather stands at the head of its step. */
+ * (bn_loader_stage), and each but the first reads its batch where the step before gathered it
+ * (bn_loader_take), so that only the first step's gather stands at the head of its step and no
+ * copy stands at the others'. */
 static bn_status run_group_body(void *arg)
 {
     group_body *g = arg;
@@ -233,6 +235,7 @@ static bn_status run_group_body(void *arg)
         s = bn_step_body_run(g->b);
     }
     g->b->take_staged = g->b->stage_next = 0;
+    bn_loader_read_own(g->b->ld, g->b->net); /* the last step read the batch where it was staged */
     bn_loader_unstage(g->b->ld); /* a batch staged by a step that failed after it */
     return s;
 }
