@@ -63,7 +63,10 @@ bn_status bn_net_forward(bn_net *net, int train)
         bn_status s = bn_net_forward_beside(net, &ran);
         if (ran || s != BN_OK) return s;
     }
-    for (int i = 0; i < net->num_layers; i++) BN_TRY(bn_layer_forward(net->layers[i], &net->pass));
+    for (int i = 0; i < net->num_layers; i++) {
+        BN_TRY(bn_layer_forward(net->layers[i], &net->pass));
+        if (i == 0 && net->after_first) BN_TRY(net->after_first(net->after_first_arg));
+    }
     return bn_net_lanes_prepare(net);
 }
 

@@ -79,6 +79,10 @@ typedef struct bn_net {
                                 * may run branches beside each other too, its `done` callback
                                 * queueing only work that follows the layer's own (its update) */
     int backward_lanes_used;   /* the lanes the last captured backward pass ran on */
+    bn_status (*after_first)(void *arg); /* set by the caller: queued once the forward pass has
+                                * queued its first layer's pass (the next batch's gather, beside
+                                * the passes after it, not ahead of the first); NULL for none */
+    void *after_first_arg;
 } bn_net;
 
 enum { BN_NORM_AUTO_MEAN = 1, BN_NORM_AUTO_STD = 2 };
@@ -116,7 +120,8 @@ bn_status bn_net_refresh_params16(bn_net *net);
 /* Uses the first n (<= capacity) examples of every blob for the following passes. */
 bn_status bn_net_set_batch(bn_net *net, int n);
 
-/* Forward through every layer; train selects training behaviour (dropout). */
+/* Forward through every layer; train selects training behaviour (dropout). After the first
+ * layer's pass it calls net->after_first where set. */
 bn_status bn_net_forward(bn_net *net, int train);
 
 /* Backward from the loss layer (or, without one, from the output gradient already in the

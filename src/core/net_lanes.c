@@ -172,6 +172,11 @@ bn_status bn_net_forward_beside(bn_net *net, int *ran)
                 s = dev->ctx_wait(ctx, net->lane_done[l->sources[j] < 0 ? n : l->sources[j]]);
         if (s == BN_OK) s = bn_layer_forward(l, &net->pass);
         if (s == BN_OK && net->lane_mark[i]) s = dev->ctx_record(ctx, net->lane_done[i]);
+        if (s == BN_OK && i == 0 && net->after_first) {
+            /* On the context's own stream, as before the forward pass. */
+            s = dev->ctx_set_lane(ctx, 0);
+            if (s == BN_OK) s = net->after_first(net->after_first_arg);
+        }
     }
     return join_lanes(net, lanes, s);
 }

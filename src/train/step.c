@@ -132,6 +132,13 @@ static bn_status empty_share_step(bn_step_body *b)
     return bn_optimizer_step(b->opt, b->net);
 }
 
+/* The next step's batch into the loader's stage (net->after_first). */
+static bn_status stage_next_batch(void *arg)
+{
+    bn_step_body *b = arg;
+    return bn_loader_stage(b->ld, b->net, b->n);
+}
+
 /* On the GPU the gradients are zeroed beside the forward pass and each layer's update runs
  * beside the backward passes of the layers below it, so that neither waits in line. */
 static bn_status step_passes(bn_step_body *b, int fused)
@@ -141,11 +148,15 @@ static bn_status step_passes(bn_step_body *b, int fused)
     b->net->backward_beside = 1;
     if (b->take_staged) BN_TRY(bn_loader_take(b->ld, b->net, b->n));
     else BN_TRY(bn_loader_fill_next(b->ld, b->net, b->n, 1));
-    /* The next step's batch, gathered on the side stream beside this step's forward pass, once
-     * this one's is in place. */
-    if (b->stage_next) BN_TRY(bn_loader_stage(b->ld, b->net, b->n));
     BN_TRY(bn_net_zero_grad_beside(b->net));
-    BN_TRY(bn_net_forward(b->net, 1));
+    /* The next step's batch, gathered on the side stream beside this step's forward pass once its
+     * first layer's pass is done: queued ahead of that pass, the gather held it back (LeNet's
+     * first convolution started 2.8 us into the step). */
+    b->net->after_first = b->stage_next ? stage_next_batch : NULL;
+    b->net->after_first_arg = b;
+    bn_status s = bn_net_forward(b->net, 1);
+    b->net->after_first = NULL;
+    BN_TRY(s);
     if (b->net->pass.ctx && b->net->pass.ctx->side_stream) {
         BN_TRY(bn_net_backward_each(b->net, update_layer, b));
         if (b->dist) {
