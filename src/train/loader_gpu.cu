@@ -21,9 +21,8 @@ __device__ __forceinline__ float bn_fed_value(float v)
     return v;
 }
 
-/* A column of blocks per example (blockIdx.x; a column takes every gridDim.x-th example where
- * the grid has fewer columns than the batch examples), a thread per pixel: no divisions unless
- * the example moves, and every load of a thread in flight at once. cursor, when set, gives start:
+/* A column of blocks per example (blockIdx.x), a thread per pixel: no divisions unless the
+ * example moves, and every load of a thread in flight at once. cursor, when set, gives start:
  * *cursor (a captured step reads its batch's position), and the last block moves it past the
  * batch (cursor[1] counts the blocks done). step, when set, is the training step whose draws move
  * the examples as aug says (core/augment.h) from each example's position in the global batch
@@ -40,27 +39,25 @@ __global__ void gather_batch(const S *__restrict__ pixels, const uint16_t *__res
 {
     bn_early_entry(); /* pdl.cuh */
     if (cursor) start = *cursor;
+    const int e = (int)blockIdx.x, src = order[start + e];
     const int i = (int)(blockIdx.y * blockDim.x + threadIdx.x);
-    for (int e = (int)blockIdx.x; e < n; e += (int)gridDim.x) {
-        const int src = order[start + e];
-        if (i < per_example) {
-            const int plane = height * width, c = channels == 1 ? 0 : i / plane;
-            int from = i, cut = 0;
-            if (step && bn_augment_active(aug)) {
-                const int row = (i - c * plane) / width, col = i - c * plane - row * width;
-                const bn_augment_draw d = bn_augment_pick(aug, height, width, seed, *step,
-                                                          (unsigned long long)(offset + e));
-                const int at = bn_augment_source(d, height, width, row, col);
-                from = at < 0 ? -1 : c * plane + at;
-                cut = bn_augment_cut(d, row, col);
-            }
-            const S v = from < 0 || cut ? S(0) : pixels[(size_t)src * per_example + from];
-            /* The CPU path's operations in its order, so both give the same bits; a cut pixel is 0
-             * whatever they give. */
-            bn_st(x + (size_t)e * per_example + i, cut ? 0.0f : (bn_fed_value(v) - norm[c]) / norm[channels + c]);
+    if (i < per_example) {
+        const int plane = height * width, c = channels == 1 ? 0 : i / plane;
+        int from = i, cut = 0;
+        if (step && bn_augment_active(aug)) {
+            const int row = (i - c * plane) / width, col = i - c * plane - row * width;
+            const bn_augment_draw d = bn_augment_pick(aug, height, width, seed, *step,
+                                                      (unsigned long long)(offset + e));
+            const int at = bn_augment_source(d, height, width, row, col);
+            from = at < 0 ? -1 : c * plane + at;
+            cut = bn_augment_cut(d, row, col);
         }
-        if (i == 0) y[e] = (float)labels[src];
+        const S v = from < 0 || cut ? S(0) : pixels[(size_t)src * per_example + from];
+        /* The CPU path's operations in its order, so both give the same bits; a cut pixel is 0
+         * whatever they give. */
+        bn_st(x + (size_t)e * per_example + i, cut ? 0.0f : (bn_fed_value(v) - norm[c]) / norm[channels + c]);
     }
+    if (i == 0) y[e] = (float)labels[src];
     if (cursor && bn_last_arrival((unsigned *)(cursor + 1), gridDim.x * gridDim.y) && threadIdx.x == 0) {
         *cursor = start + advance;
         if (step) step[slot] = step[0]++;
@@ -145,7 +142,6 @@ typedef struct gather_dest {
     void *x; /* float, or BF16 under --precision bf16: the input's type */
     float *y;
     int slot;
-    int beside; /* queued beside the step's passes (a staged batch): a grid that leaves them room */
 } gather_dest;
 
 /* The stage's layout (bn_loader_reserve_stage): a batch of n examples of per values of `value`
@@ -181,14 +177,8 @@ static bn_status gather_into(bn_loader *ld, bn_net *net, int start, int *cursor,
     BN_DEV_RD(norm, net->input_norm);
     const bn_dataset *d = ld->data;
     int per = per_example(d);
-    const int threads = 256, chunks = (per + threads - 1) / threads;
-    /* A column of blocks an example, or beside the step's passes about one block a multiprocessor:
-     * the step's first pass is queued after the gather, and a grid of a column an example filled
-     * the GPU before it (LeNet's first convolution started 2.8 us into its step, not at once). */
-    int columns = n, sms = 0;
-    if (to.beside && cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, ld->ctx->device) == cudaSuccess)
-        columns = sms / chunks < 1 ? 1 : sms / chunks < n ? sms / chunks : n;
-    const dim3 grid((unsigned)columns, (unsigned)chunks);
+    const int threads = 256;
+    const dim3 grid((unsigned)n, (unsigned)((per + threads - 1) / threads));
     bn_launch_early(gather_batch<T, S>, grid, dim3(threads), 0, to.stream,
                     pixels, (const uint16_t *)ld->dev_labels,
                     (const int *)ld->dev_order, start, cursor, step, to.slot, net->augment, net->pass.seed,
@@ -223,7 +213,7 @@ static bn_status gather(bn_loader *ld, bn_net *net, int start, int *cursor, unsi
     BN_DEV_WR(y, net->labels);
     void *x = input_dev_wr(net);
     if (!x) return bn_last_status();
-    const gather_dest to = {(cudaStream_t)ld->ctx->stream, x, y, 1, 0};
+    const gather_dest to = {(cudaStream_t)ld->ctx->stream, x, y, 1};
     return gather_to(ld, net, start, cursor, step, n, to);
 }
 
@@ -274,9 +264,9 @@ extern "C" bn_status bn_loader_stage_gpu(bn_loader *ld, bn_net *net, int n)
      * the stage, the batch goes into the input's own buffers, which the step before read: its
      * passes are behind the stream's join. */
     BN_TRY(bn_ctx_fork_side(ctx));
-    const gather_dest own = {(cudaStream_t)ctx->side_stream, ld->own_x, (float *)ld->own_y, 1, 1};
+    const gather_dest own = {(cudaStream_t)ctx->side_stream, ld->own_x, (float *)ld->own_y, 1};
     float *stage_y = (float *)(stage + stage_labels_at(n, per, value));
-    const gather_dest staged = {(cudaStream_t)ctx->side_stream, stage, stage_y, 2, 1};
+    const gather_dest staged = {(cudaStream_t)ctx->side_stream, stage, stage_y, 2};
     return gather_to(ld, net, 0, ld->dev_cursor, ld->dev_step, n, ld->reading_stage ? own : staged);
 }
 
