@@ -80,17 +80,20 @@ bn_status bn_loader_fill_next(bn_loader *ld, bn_net *net, int n, int train);
 
 /* A training batch gathered a step ahead, on the GPU: bn_loader_stage queues the gather of the
  * next n examples, as bn_loader_fill_next(.., 1) would fill them (the cursor, the step and the
- * draws move on alike), on the context's side stream, after what the stream holds and beside what
- * it queues next (the side stream is left pending: the stream joins it before the backward pass,
- * core/device.h); bn_loader_take, in a later step, makes it the step's batch without copying it.
- * The batches take turns between two places: a stage of the loader's, and the input's and
- * labels' own buffers. A batch staged while the net reads its own buffers goes into the stage, and
- * its take points the input, the labels and the step's draws (bn_pass.dev_step) at the stage; one
- * staged while the net reads the stage goes into the own buffers, and its take points them back.
+ * draws move on alike), on the context's side stream beside what the stream queues next: after
+ * the side stream's last fork where one is pending (a step's start, where the gradients' zeroing
+ * forks it), else after what the stream holds (the side stream is left pending: the stream joins
+ * it before the backward pass, core/device.h). bn_loader_take, in a later step, makes it the
+ * step's batch without copying it. The batches take turns between two places: a stage of the
+ * loader's, and the input's and labels' own buffers. A batch staged while the net reads its own
+ * buffers goes into the stage, and its take points the input, the labels and the step's draws
+ * (bn_pass.dev_step) at the stage; one staged while the net reads the stage goes into the own
+ * buffers, and its take points them back.
  * So the batch a step reads stays in place through its backward pass while the next one is
  * gathered beside it. bn_loader_read_own points them back where a run of such steps ends; it must
  * come before the net is freed or fills a batch any other way. The stage holds one batch;
- * bn_loader_reserve_stage makes it, outside a captured step, for batches of up to n. A step graph
+ * bn_loader_reserve_stage makes it, outside a captured step, for batches of up to n and at least
+ * the net's capacity (as the net reads it there, as its own buffers). A step graph
  * replays with the batches that follow where it starts and ends reading the own buffers (an even
  * number of takes, or ending with bn_loader_read_own) with nothing staged or a batch staged in
  * the stage. */

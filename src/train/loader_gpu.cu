@@ -259,11 +259,13 @@ extern "C" bn_status bn_loader_stage_gpu(bn_loader *ld, bn_net *net, int n)
     if (ld->reading_stage && ((size_t)n * per > net->input->capacity || (size_t)n > net->labels->capacity))
         return bn_error(BN_ERR_INTERNAL, "a batch of %d staged into an input made for fewer", n);
     char *stage = (char *)ld->dev_stage;
-    /* After everything the stream holds (the step's own batch, gathered or taken), beside what it
-     * queues next; the stream joins the side stream before the backward pass. Where the net reads
-     * the stage, the batch goes into the input's own buffers, which the step before read: its
-     * passes are behind the stream's join. */
-    BN_TRY(bn_ctx_fork_side(ctx));
+    /* Beside what the stream queues next, after what it held when the side stream was last forked
+     * in this step (the step's start, where the gradients' zeroing forks it: a fork after the
+     * first layer's pass, which the trainer queues this behind, made the gather wait for that
+     * pass), else after everything it holds; the stream joins the side stream before the backward
+     * pass. Where the net reads the stage, the batch goes into the input's own buffers, which the
+     * step before read: its passes are behind the stream's join. */
+    if (!ctx->side_pending) BN_TRY(bn_ctx_fork_side(ctx));
     const gather_dest own = {(cudaStream_t)ctx->side_stream, ld->own_x, (float *)ld->own_y, 1};
     float *stage_y = (float *)(stage + stage_labels_at(n, per, value));
     const gather_dest staged = {(cudaStream_t)ctx->side_stream, stage, stage_y, 2};

@@ -149,9 +149,10 @@ static bn_status step_passes(bn_step_body *b, int fused)
     if (b->take_staged) BN_TRY(bn_loader_take(b->ld, b->net, b->n));
     else BN_TRY(bn_loader_fill_next(b->ld, b->net, b->n, 1));
     BN_TRY(bn_net_zero_grad_beside(b->net));
-    /* The next step's batch, gathered on the side stream beside this step's forward pass once its
-     * first layer's pass is done: queued ahead of that pass, the gather held it back (LeNet's
-     * first convolution started 2.8 us into the step). */
+    /* The next step's batch, gathered on the side stream beside this step's forward pass, queued
+     * once the first layer's pass is: queued ahead of that pass, the gather ran first and held it
+     * back (LeNet's first convolution started 2.8 us into the step). It still waits only for the
+     * step's start, where the zeroing forked the side stream. */
     b->net->after_first = b->stage_next ? stage_next_batch : NULL;
     b->net->after_first_arg = b;
     bn_status s = bn_net_forward(b->net, 1);
