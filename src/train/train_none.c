@@ -83,6 +83,11 @@ bn_status bn_loader_take_gpu(bn_loader *ld, bn_net *net, int n)
     return bn_no_cuda();
 }
 
+void bn_loader_read_own_gpu(bn_loader *ld, bn_net *net)
+{
+    (void)ld, (void)net; /* a loader without a device never reads a stage */
+}
+
 bn_status bn_optimizer_range_args_gpu(bn_optimizer *o, bn_net *net, size_t lo, size_t hi, bn_step_rates r, int last,
                                       bn_update_args *u)
 {
