@@ -1,7 +1,7 @@
-/* test_net.c - network setup: shapes, the parameter slab, initialisation and batch changes; and
- * whole networks on the GPU: a stack of every kind of layer against the CPU, a deterministic
- * context that matches the CPU and repeats its passes bit for bit, and the comparison's data kept
- * off a ReLU's kink. */
+/* test_net.c - network setup: shapes, the parameter slab, initialisation and batch changes; the
+ * forward pass's call after its first layer (net->after_first); and whole networks on the GPU: a
+ * stack of every kind of layer against the CPU, a deterministic context that matches the CPU and
+ * repeats its passes bit for bit, and the comparison's data kept off a ReLU's kink. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,6 +124,63 @@ BN_TEST(net_set_batch_reshapes_every_blob)
     double loss, correct;
     CHECK_OK(bn_net_metrics(net, &loss, &correct));
     CHECK(loss > 0 && isfinite(loss) && correct >= 0 && correct <= 3);
+    bn_net_free(net);
+    return BN_PASS;
+}
+
+/* What net->after_first saw when it was called: layer 0's output, layer 1's and the last one's. */
+typedef struct first_seen {
+    bn_net *net;
+    int calls;
+    float first_out, second_out, last_out;
+    int refuse; /* return an error */
+} first_seen;
+
+static bn_status note_first(void *arg)
+{
+    first_seen *f = arg;
+    f->calls++;
+    const float *a = bn_blob_host_rd(f->net->layers[0]->out);
+    const float *b = bn_blob_host_rd(f->net->layers[1]->out);
+    const float *z = bn_blob_host_rd(f->net->layers[f->net->num_layers - 1]->out);
+    if (!a || !b || !z) return bn_last_status();
+    f->first_out = a[0];
+    f->second_out = b[0];
+    f->last_out = z[0];
+    return f->refuse ? bn_error(BN_ERR_INTERNAL, "a refusal of the test's") : BN_OK;
+}
+
+/* The forward pass calls net->after_first once, after the first layer's pass and before the
+ * second's (the trainer queues the next batch's gather there), and stops with its error. */
+BN_TEST(net_forward_calls_after_first_between_the_first_two_layers)
+{
+    bn_net *net;
+    CHECK_OK(load_lenet(&net));
+    CHECK_OK(bn_net_setup(net, 2, NULL, 0, 1));
+    float *x = bn_blob_host_wr(net->input);
+    for (size_t i = 0; i < bn_blob_count(net->input); i++) x[i] = (float)(i % 11) / 11.0f;
+    const int last = net->num_layers - 1;
+    bn_blob_host_wr(net->layers[1]->out)[0] = -7.0f; /* no pass of these weights gives that */
+    bn_blob_host_wr(net->layers[last]->out)[0] = -7.0f;
+    first_seen f = {net, 0, 0.0f, 0.0f, 0.0f, 0};
+    net->after_first = note_first;
+    net->after_first_arg = &f;
+    CHECK_OK(bn_net_forward(net, 0));
+    CHECK_MSG(f.calls == 1, "after_first called %d times", f.calls);
+    const float *a = bn_blob_host_rd(net->layers[0]->out), *b = bn_blob_host_rd(net->layers[1]->out);
+    const float *z = bn_blob_host_rd(net->layers[last]->out);
+    CHECK_MSG(f.first_out == a[0] && f.first_out != 0.0f, "layer 0's output %g when called, %g after", f.first_out,
+              a[0]);
+    CHECK_MSG(f.second_out == -7.0f && b[0] != -7.0f, "layer 1's output %g when called, %g after", f.second_out,
+              b[0]);
+    CHECK_MSG(f.last_out == -7.0f && z[0] != -7.0f, "the last layer's output %g when called, %g after", f.last_out,
+              z[0]);
+    f.refuse = 1;
+    bn_blob_host_wr(net->layers[last]->out)[0] = -7.0f;
+    CHECK_ERR(bn_net_forward(net, 0), BN_ERR_INTERNAL, "a refusal of the test's");
+    CHECK_MSG(f.calls == 2 && bn_blob_host_rd(net->layers[last]->out)[0] == -7.0f,
+              "the forward pass went on past a refusal (%d calls)", f.calls);
+    net->after_first = NULL;
     bn_net_free(net);
     return BN_PASS;
 }
