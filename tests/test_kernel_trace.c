@@ -1,10 +1,10 @@
 /* test_kernel_trace.c - the kernel tracer (tools/kernel_trace.c, a CUPTI injection library) and
  * its summary (tools/kernel_trace.py): the summary's arithmetic, a step's timeline and the
  * comparison with a base trace (kernel by kernel, and step piece by piece, by stream or, where the
- * two number their streams apart, by order) on traces written
- * here, the pieces whose length falls into two groups across the steps, its refusal of a file
- * that is not a trace, its passing over a file that recorded nothing, and on a GPU with CUPTI a
- * real trace of a training run. */
+ * two number their streams apart, by order) on traces written here, the pieces whose length falls
+ * into two groups across the steps, each epoch's training steps, its refusal of a file that is not
+ * a trace, its passing over a file that recorded nothing, and on a GPU with CUPTI a real trace of a
+ * training run. */
 #include "testing.h"
 
 #include <stdarg.h>
@@ -270,6 +270,44 @@ BN_TEST(kernel_trace_spread_finds_the_pieces_of_two_lengths)
     CHECK_MSG(!strstr(sp, "relu") && !strstr(sp, "bias"), "%s", sp);
     rc = summary("%s --spread", path);
     CHECK_MSG(rc != 0 && strstr(out, "--spread needs --marker"), "exit %d: %s", rc, out);
+    return BN_PASS;
+}
+
+/* Two epochs of five training steps (a gather, and an update 50 us in), each followed by steps of
+ * an evaluation (a gather alone, 30 us); the second epoch's third step takes 300 us, the others
+ * 100. --epochs cuts the whole trace (--skip and --steps aside) and sums each run of steps that
+ * hold an update; --train names another kernel. */
+BN_TEST(kernel_trace_epochs_sum_each_run_of_training_steps)
+{
+    if (bn_test_run("python3 --version", out, sizeof out) != 0) BN_SKIP_TEST("no python3");
+    char path[512];
+    FILE *f = new_trace(path, sizeof path, "epochs.csv");
+    CHECK(f != NULL);
+    long t = 1000000;
+    for (int e = 0; e < 2; e++) {
+        for (int s = 0; s < 5; s++) {
+            fprintf(f, "kernel,0,7,%ld,%ld,\"gather\"\n", t, t + 10000);
+            fprintf(f, "kernel,0,8,%ld,%ld,\"update\"\n", t + 50000, t + 60000);
+            t += e == 1 && s == 2 ? 300000 : 100000;
+        }
+        for (int s = 0; s < 3; s++, t += 30000) fprintf(f, "kernel,0,7,%ld,%ld,\"gather\"\n", t, t + 10000);
+    }
+    CHECK(fclose(f) == 0);
+    int rc = summary("%s --marker gather --skip 2 --steps 3 --epochs", path);
+    const char *ep = part_of(rc, "epochs: runs of steps holding a kernel that matches ^update");
+    CHECK_MSG(ep != NULL, "exit %d: %s", rc, out);
+    CHECK_MSG(strstr(ep, "  epoch 1: 5 steps, 0.500 ms; median 100.0, mean 100.0, 90th percentile 100.0, "
+                         "longest 100.0\n"),
+              "%s", ep);
+    CHECK_MSG(strstr(ep, "  epoch 2: 5 steps, 0.700 ms; median 100.0, mean 140.0, 90th percentile 300.0, "
+                         "longest 300.0\n"),
+              "%s", ep);
+    CHECK_MSG(!strstr(ep, "epoch 3"), "%s", ep);
+    rc = summary("%s --marker gather --skip 0 --epochs --train nothing_of_the_kind", path);
+    ep = part_of(rc, "epochs: runs of steps holding a kernel that matches nothing_of_the_kind");
+    CHECK_MSG(ep && strstr(ep, "  none\n"), "exit %d: %s", rc, out);
+    rc = summary("%s --epochs", path);
+    CHECK_MSG(rc != 0 && strstr(out, "--epochs needs --marker"), "exit %d: %s", rc, out);
     return BN_PASS;
 }
 

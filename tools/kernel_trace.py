@@ -2,7 +2,7 @@
 """Summarises a kernel trace written by tools/kernel_trace.c (make trace).
 
     tools/kernel_trace.py TRACE.csv... [--marker REGEX] [--skip N] [--steps N] [--top N] [--timeline]
-                          [--against BASE.csv] [--spread]
+                          [--against BASE.csv] [--spread] [--epochs] [--train REGEX]
 
 Prints, for each file (one per process: a rank of a run on several GPUs each; a file that recorded
 no work, such as the supervising process's, is named on stderr and passed over), for the GPU time
@@ -36,6 +36,12 @@ twentieth of them, and the gap is at least 1 us and 15% of the median length); e
 median length and median step are printed, the pieces whose slow group lengthens the step most
 first, so that what a median step alone hides shows. The two steps' difference is an association:
 pieces slow in the same steps (the pass and what held the GPU at its start) share it.
+
+With --epochs (and --marker), every step of the whole trace (--skip and --steps aside) is a
+training step where it holds a kernel whose name matches --train (default ^update, the
+optimizer's), and each run of training steps between other work (an evaluation's steps) is an
+epoch: its steps, their sum, and a step's median, mean, 90th percentile and longest, so that an
+epoch slower than the next shows, and whether all its steps or a few long ones made it so.
 """
 import bisect
 import argparse
@@ -133,6 +139,10 @@ def main():
                     help="with --marker: each kernel's time a step beside the same steps of trace BASE")
     ap.add_argument("--spread", action="store_true",
                     help="with --marker: the pieces of work whose length falls into two groups across the steps")
+    ap.add_argument("--epochs", action="store_true",
+                    help="with --marker: each run of training steps of the whole trace, its sum and its spread")
+    ap.add_argument("--train", default="^update", metavar="REGEX",
+                    help="with --epochs: a kernel only training steps hold (default ^update)")
     a = ap.parse_args()
     # A reader that stops early (| head) ends the summary quietly, as other command-line tools do,
     # instead of with a broken pipe's traceback.
@@ -143,6 +153,8 @@ def main():
         ap.error("--against needs --marker (it compares steps)")
     if a.spread and not a.marker:
         ap.error("--spread needs --marker (it compares steps)")
+    if a.epochs and not a.marker:
+        ap.error("--epochs needs --marker (it cuts the epochs into steps)")
     try:
         base = window(a.against, a) if a.against else None
     except EmptyTrace as e:
@@ -319,6 +331,34 @@ def compare_steps(cuts, inside, base):
         print(f"{us(bs)} {us(bl)}  {us(hs)} {us(hl)} {change}  {stream:>6}  {key[0][:50]} {key[2]}")
 
 
+def epochs(path, a):
+    """Each run of training steps (steps cut at --marker over the whole trace that hold a kernel
+    matching --train), one line each."""
+    rows = read(path)
+    mark, train = re.compile(a.marker), re.compile(a.train)
+    cuts = [r[0] for r in rows if mark.search(r[2])]
+    runs, run = [], []
+    for s, e in zip(cuts, cuts[1:]):
+        lo = bisect.bisect_left(rows, (s,))
+        hi = bisect.bisect_left(rows, (e,))
+        if any(train.search(r[2]) for r in rows[lo:hi]):
+            run.append(e - s)
+        elif run:
+            runs.append(run)
+            run = []
+    if run:
+        runs.append(run)
+    print(f"\nepochs: runs of steps holding a kernel that matches {a.train} (us a step)")
+    for k, steps in enumerate(runs):
+        order = sorted(steps)
+        p90 = order[max(0, -(-9 * len(order) // 10) - 1)]
+        print(f"  epoch {k + 1}: {len(steps)} steps, {sum(steps) / 1e6:.3f} ms; median "
+              f"{statistics.median(steps) / 1e3:.1f}, mean {statistics.mean(steps) / 1e3:.1f}, "
+              f"90th percentile {p90 / 1e3:.1f}, longest {order[-1] / 1e3:.1f}")
+    if not runs:
+        print("  none")
+
+
 def summarise(path, a, base, cut):
     """Prints one file's summary under the options in a (beside base's steps where given), from its
     measured part cut (window())."""
@@ -365,6 +405,8 @@ def summarise(path, a, base, cut):
             compare_steps(cuts, inside, base)
     if a.spread:
         spread(cuts, inside, a.top)
+    if a.epochs:
+        epochs(path, a)
 
 
 if __name__ == "__main__":
