@@ -273,18 +273,14 @@ BN_TEST(kernel_trace_spread_finds_the_pieces_of_two_lengths)
     return BN_PASS;
 }
 
-/* Two epochs of five training steps (a gather, and an update 50 us in), each followed by steps of
- * an evaluation (a gather alone, 30 us); the second epoch's third step takes 300 us, the others
- * 100. --epochs cuts the whole trace (--skip and --steps aside) and sums each run of steps that
- * hold an update; --train names another kernel. */
-BN_TEST(kernel_trace_epochs_sum_each_run_of_training_steps)
+/* A new trace of two epochs of five training steps (a gather, and an update 50 us in), each
+ * followed by three steps of an evaluation (a gather alone, 30 us); the second epoch's third step
+ * takes 300 us, the others 100. 0, or -1 where the file cannot be written. */
+static int epochs_trace(char *path, size_t size)
 {
-    if (bn_test_run("python3 --version", out, sizeof out) != 0) BN_SKIP_TEST("no python3");
-    char path[512];
-    FILE *f = new_trace(path, sizeof path, "epochs.csv");
-    CHECK(f != NULL);
-    long t = 1000000;
-    for (int e = 0; e < 2; e++) {
+    FILE *f = new_trace(path, size, "epochs.csv");
+    if (!f) return -1;
+    for (long e = 0, t = 1000000; e < 2; e++) {
         for (int s = 0; s < 5; s++) {
             fprintf(f, "kernel,0,7,%ld,%ld,\"gather\"\n", t, t + 10000);
             fprintf(f, "kernel,0,8,%ld,%ld,\"update\"\n", t + 50000, t + 60000);
@@ -292,7 +288,16 @@ BN_TEST(kernel_trace_epochs_sum_each_run_of_training_steps)
         }
         for (int s = 0; s < 3; s++, t += 30000) fprintf(f, "kernel,0,7,%ld,%ld,\"gather\"\n", t, t + 10000);
     }
-    CHECK(fclose(f) == 0);
+    return fclose(f) == 0 ? 0 : -1;
+}
+
+/* --epochs cuts the whole trace (--skip and --steps aside) and sums each run of steps that hold an
+ * update; --train names another kernel. */
+BN_TEST(kernel_trace_epochs_sum_each_run_of_training_steps)
+{
+    if (bn_test_run("python3 --version", out, sizeof out) != 0) BN_SKIP_TEST("no python3");
+    char path[512];
+    CHECK(epochs_trace(path, sizeof path) == 0);
     int rc = summary("%s --marker gather --skip 2 --steps 3 --epochs", path);
     const char *ep = part_of(rc, "epochs: runs of steps holding a kernel that matches ^update");
     CHECK_MSG(ep != NULL, "exit %d: %s", rc, out);
