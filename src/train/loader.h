@@ -74,8 +74,9 @@ bn_status bn_loader_set_step(bn_loader *ld, unsigned long long step);
 
 /* Fills the next n examples from the cursor and advances it. With train, the examples are
  * augmented as net->augment says, drawn from (net->pass.seed, the loader's step, position in the
- * global batch: net->pass.offset plus the position in this share), and the step advances by one. On the GPU the cursor and the step live on the device,
- * so a captured step replays with the following batch and draws each time. */
+ * global batch: net->pass.offset plus the position in this share), and the step advances by one.
+ * On the GPU the cursor and the step live on the device, so a captured step replays with the
+ * following batch and draws each time. */
 bn_status bn_loader_fill_next(bn_loader *ld, bn_net *net, int n, int train);
 
 /* A training batch gathered a step ahead, on the GPU: bn_loader_stage queues the gather of the
@@ -92,8 +93,8 @@ bn_status bn_loader_fill_next(bn_loader *ld, bn_net *net, int n, int train);
  * So the batch a step reads stays in place through its backward pass while the next one is
  * gathered beside it. bn_loader_read_own points them back where a run of such steps ends; it must
  * come before the net is freed or fills a batch any other way. The stage holds one batch;
- * bn_loader_reserve_stage makes it, outside a captured step, for batches of up to n and at least
- * the net's capacity (as the net reads it there, as its own buffers). A step graph
+ * bn_loader_reserve_stage makes it, outside a captured step, for batches of up to n and never
+ * smaller than the net's capacity, since the net reads it as its input. A step graph
  * replays with the batches that follow where it starts and ends reading the own buffers (an even
  * number of takes, or ending with bn_loader_read_own) with nothing staged or a batch staged in
  * the stage. */

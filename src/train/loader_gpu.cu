@@ -272,8 +272,8 @@ extern "C" bn_status bn_loader_stage_gpu(bn_loader *ld, bn_net *net, int n)
     return gather_to(ld, net, 0, ld->dev_cursor, ld->dev_step, n, ld->reading_stage ? own : staged);
 }
 
-/* The net's input, labels and draws' step pointed at the stage (to_stage) or back at their own
- * buffers. */
+/* The net's input, labels and draws' step pointed at the stage (to_stage: a batch of n there) or
+ * back at their own buffers. */
 static void point_input(bn_loader *ld, bn_net *net, int to_stage, int n)
 {
     if (to_stage == ld->reading_stage) return;
@@ -295,7 +295,8 @@ static void point_input(bn_loader *ld, bn_net *net, int to_stage, int n)
  * as soon as the step before ends (a copy of LeNet's batch of 256 took 1.7 us on an H200). */
 extern "C" bn_status bn_loader_take_gpu(bn_loader *ld, bn_net *net, int n)
 {
-    /* The own buffers exist before any batch is staged into them: a step gathered into them first. */
+    /* Where the net turns to the stage, its own buffers must exist: the next batch is staged into
+     * them. A gather into them made them already; reserving again costs nothing. */
     if (!ld->staged_own) {
         BN_TRY(bn_blob_reserve_device(net->input));
         BN_TRY(bn_blob_reserve_device(net->labels));
