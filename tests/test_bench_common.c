@@ -127,8 +127,10 @@ BN_TEST(bench_epoch_ms_come_from_images_a_second)
  * sets every layer up for its input), and the two written for shapes the suite lacked hold the
  * parameters counted by hand: allconv_leaky's six convolutions with their batch normalizations
  * and classifier (1120 + 14440 + 28880 + 57680 + 115360 + 25760 + 2 * (40 + 40 + 80 + 80 + 160 +
- * 160) + 1610), mlp_elu's six dense layers (784-600-400-400-300-200-10 with biases), and LeNet
- * (520 + 25050 + 400500 + 5010). */
+ * 160) + 1610), mlp_elu's six dense layers (784-600-400-400-300-200-10 with biases), LeNet
+ * (520 + 25050 + 400500 + 5010) and cifar_dropout, whose dense layer reads the 6x6 maps that its
+ * unpadded windows and odd pooling leave (896 + 9248 + 18496 + 36928 + 64 * 6 * 6 * 512 + 512 +
+ * 5130). */
 BN_TEST(bench_suite_models_build_and_the_new_shapes_hold_their_parameters)
 {
     if (system("bash -c true >/dev/null 2>&1") != 0) BN_SKIP_TEST("no bash");
@@ -143,6 +145,7 @@ BN_TEST(bench_suite_models_build_and_the_new_shapes_hold_their_parameters)
     CHECK_MSG(strstr(out, "allconv_leaky: total: 21 layers, 245970 parameters"), "allconv_leaky:\n%s", out);
     CHECK_MSG(strstr(out, "mlp_elu: total: 12 layers, 1054310 parameters"), "mlp_elu:\n%s", out);
     CHECK_MSG(strstr(out, "lenet256: total: 8 layers, 431080 parameters"), "lenet256:\n%s", out);
+    CHECK_MSG(strstr(out, "cifar_dropout: total: 17 layers, 1250858 parameters"), "cifar_dropout:\n%s", out);
     return BN_PASS;
 }
 

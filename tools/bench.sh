@@ -7,7 +7,7 @@
 # For every suite model (or the named ones: lenet, lenet256, mlp, mlp_wide, vgg_fashion,
 # strided_fashion, resnet_mini, resnet_fashion, resnet_odd, inception, narrow_chain, cifar10_resnet
 # on Fashion-MNIST written out as CIFAR-10 records, lenet5_tanh, mlp_bn, densenet, window7, batch32,
-# allconv_leaky on the same records, mlp_elu)
+# allconv_leaky and cifar_dropout on the same records, mlp_elu)
 # blobnet trains it with the default kernel choice, with --tf32, with --precision bf16 where the
 # blobnet binary has that option, and with --autotune, and the peer trains it eager, as a whole-step
 # CUDA graph under PyTorch's defaults (cuDNN's convolutions may use TF32), as the same graph with

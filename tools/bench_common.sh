@@ -90,6 +90,7 @@ suite=(
     "batch32         models/batch32_fashion.cfg  fashion-mnist -"
     "allconv_leaky   models/allconv_leaky.cfg    cifar10       -"
     "mlp_elu         models/mlp_elu.cfg          mnist         -"
+    "cifar_dropout   models/cifar_dropout.cfg    cifar10       -"
 )
 
 # The data folder of a suite model's dataset (mnist, fashion-mnist or cifar10): the MNIST or the
