@@ -98,8 +98,9 @@ static int fused_vs_apart(int family, const char *runner, const char *conv, bn_c
 }
 
 /* Fused and apart, bit for bit: with the normal choice, and with the implicit-GEMM kernels (b's
- * passes), the halo kernels (a2's), the FP32 tiles (a2's data pass) and the direct kernels (no ReLU
- * in their epilogues: the ReLUs' own passes run) forced. The rule chooses for both nets (a
+ * passes), the halo kernels (a2's), the FP32 tiles (a2's data pass) and the direct kernels (a2's
+ * passes: a ReLU after them in their forward epilogue, the one before them in its own pass)
+ * forced. The rule chooses for both nets (a
  * deterministic context), so that both sum in the same order. */
 BN_TEST(gpu_conv2d_relu_fused_matches_apart_bitwise)
 {
@@ -113,7 +114,7 @@ BN_TEST(gpu_conv2d_relu_fused_matches_apart_bitwise)
                   {BN_CONV_FAMILY_IGEMM, "blobnet igemm", "b"},
                   {BN_CONV_FAMILY_HALO, "blobnet halo", "a2"},
                   {BN_CONV_FAMILY_FMA, "blobnet fma", "a2"},
-                  {BN_CONV_FAMILY_DIRECT, NULL, NULL}};
+                  {BN_CONV_FAMILY_DIRECT, "blobnet direct", "a2"}};
     ctx->deterministic = 1;
     int r = BN_PASS;
     for (size_t f = 0; f < sizeof forced / sizeof forced[0] && r == BN_PASS; f++) {
@@ -126,12 +127,12 @@ BN_TEST(gpu_conv2d_relu_fused_matches_apart_bitwise)
 }
 
 /* The fused net against the CPU at every test size, with the normal choice and with the
- * implicit-GEMM, halo and FP32 tile kernels forced. */
+ * implicit-GEMM, halo, FP32 tile and direct kernels forced. */
 BN_TEST(gpu_layer_conv2d_relu_fused_matches_cpu)
 {
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
     static const int families[] = {BN_CONV_FAMILY_ANY, BN_CONV_FAMILY_IGEMM, BN_CONV_FAMILY_HALO,
-                                   BN_CONV_FAMILY_FMA};
+                                   BN_CONV_FAMILY_FMA, BN_CONV_FAMILY_DIRECT};
     int r = BN_PASS;
     for (size_t f = 0; f < sizeof families / sizeof families[0] && r == BN_PASS; f++) {
         gt_forced_family = families[f];

@@ -36,6 +36,8 @@ typedef struct direct_args {
     int n;
     const float *in, *w, *bias;
     float *out;
+    float *relu_out;       /* forward: a fused ReLU's output, max(y, 0), or NULL */
+    long long relu_image;  /* floats from one image of relu_out to the next */
 } direct_args;
 
 static __host__ __device__ size_t round4(size_t v) { return (v + 3) & ~(size_t)3; }
@@ -163,10 +165,14 @@ static __global__ void __launch_bounds__(512) direct_conv(direct_args a)
     for (int j = 0; j < PT; j++) {
         if (!valid[j]) continue;
         float *y = a.out + ((size_t)(n0 + img[j]) * s.co) * npos + pos[j];
+        float *r = a.relu_out ? a.relu_out + (size_t)(n0 + img[j]) * a.relu_image + pos[j] : NULL;
 #pragma unroll
         for (int i = 0; i < KT; i++) {
             int o = o0 + i;
-            if (o < s.co) y[(size_t)o * npos] = acc[j][i] + (a.bias ? a.bias[o] : 0.0f);
+            if (o >= s.co) continue;
+            const float v = acc[j][i] + (a.bias ? a.bias[o] : 0.0f);
+            y[(size_t)o * npos] = v;
+            if (r) r[(size_t)o * npos] = relu_of(v);
         }
     }
 }
@@ -437,9 +443,9 @@ static __global__ void __launch_bounds__(FINISH_THREADS)
 }
 
 static bn_status launch_direct(const bn_direct_shape *s, int n, cudaStream_t stream, const float *in, const float *w,
-                               const float *bias, float *out)
+                               const float *bias, float *out, const bn_conv_relu *relu)
 {
-    direct_args a = {*s, n, in, w, bias, out};
+    direct_args a = {*s, n, in, w, bias, out, relu ? relu->out : NULL, relu ? (long long)relu->image : 0};
     dim3 grid((s->co + s->kt - 1) / s->kt, (n + s->images - 1) / s->images, s->tiles);
     int threads = s->threads * s->split;
     /* LeNet's 5x5 and the common 3x3 windows get unrolled taps. */
@@ -457,17 +463,17 @@ static bn_status launch_direct(const bn_direct_shape *s, int n, cudaStream_t str
 }
 
 extern "C" bn_status bn_direct_forward(const bn_direct_plan *p, void *stream, const float *x, const float *w,
-                                       const float *b, float *y)
+                                       const float *b, float *y, const bn_conv_relu *relu)
 {
     if (!p->fwd_ok) return bn_error(BN_ERR_INTERNAL, "direct convolution cannot run this forward shape");
-    return launch_direct(&p->fwd, p->n, (cudaStream_t)stream, x, w, b, y);
+    return launch_direct(&p->fwd, p->n, (cudaStream_t)stream, x, w, b, y, relu && relu->out ? relu : NULL);
 }
 
 extern "C" bn_status bn_direct_backward_data(const bn_direct_plan *p, void *stream, const float *dy, const float *w,
                                              float *dx)
 {
     if (!p->data_ok) return bn_error(BN_ERR_INTERNAL, "direct convolution cannot run this backward-data shape");
-    if (!p->data_cols) return launch_direct(&p->data, p->n, (cudaStream_t)stream, dy, w, NULL, dx);
+    if (!p->data_cols) return launch_direct(&p->data, p->n, (cudaStream_t)stream, dy, w, NULL, dx, NULL);
     const bn_conv_geom *g = &p->g;
     col_args a = {p->cols, dy, w, dx, p->n, g->c, g->h, g->w, g->k, g->stride, g->pad, g->oh, g->ow, p->filters};
     dim3 grid((g->c + p->cols.ct - 1) / p->cols.ct, p->n);
@@ -517,7 +523,7 @@ extern "C" bn_status bn_conv_run_direct(const bn_conv_family_plan *p, const bn_c
                                         const bn_conv_io *io)
 {
     const bn_direct_plan *d = &p->direct;
-    if (pass == BN_CONV_FORWARD) return bn_direct_forward(d, stream, io->x, io->w, io->b, io->y);
+    if (pass == BN_CONV_FORWARD) return bn_direct_forward(d, stream, io->x, io->w, io->b, io->y, &io->relu);
     if (pass == BN_CONV_DATA) return bn_direct_backward_data(d, stream, io->dy, io->w, io->dx);
     return bn_direct_backward_filter(d, stream, io->x, io->dy, io->dw, io->db, io->parts);
 }

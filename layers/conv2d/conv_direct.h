@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 
+#include "conv_relu.h"
 #include "core/status.h"
 #include "im2col.h"
 
@@ -64,10 +65,11 @@ typedef struct bn_direct_plan {
 void bn_direct_plan_make(bn_direct_plan *p, const bn_conv_geom *g, int filters, int n, int sms);
 
 /* The three passes on stream (a cudaStream_t). x (n,c,h,w), w (filters,c,k,k), b (filters),
- * y and dy (n,filters,oh,ow). forward writes y; data writes dx; filter adds into dw and db and
- * uses workspace (plan->workspace bytes). */
+ * y and dy (n,filters,oh,ow). forward writes y, and a fused ReLU's output where relu is not NULL
+ * and relu->out is set (conv_relu.h); data writes dx; filter adds into dw and db and uses
+ * workspace (plan->workspace bytes). */
 bn_status bn_direct_forward(const bn_direct_plan *p, void *stream, const float *x, const float *w,
-                            const float *b, float *y);
+                            const float *b, float *y, const bn_conv_relu *relu);
 bn_status bn_direct_backward_data(const bn_direct_plan *p, void *stream, const float *dy, const float *w,
                                   float *dx);
 bn_status bn_direct_backward_filter(const bn_direct_plan *p, void *stream, const float *x, const float *dy,

@@ -140,6 +140,7 @@ const bn_conv_family bn_conv_family_direct = {
     .name = "direct",
     .serves = BN_CONV_EVERY_PASS,
     .offered = BN_CONV_EVERY_PASS,
+    .takes_relu = 1u << BN_CONV_FORWARD,
     .rank = {2, 2, 3},
     .plan = plan,
     .refuses = refuses,
