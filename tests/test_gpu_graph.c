@@ -75,7 +75,7 @@ BN_TEST(gpu_graph_replay_matches_eager_steps)
 }
 
 /* Two epochs of `model` on `limit` images (and 500 test images) with the timeline's marks, a
- * checkpoint every 7 steps and a logged row every 10, into the tests' folder as `name` (.safetensors
+ * checkpoint every 11 steps and a logged row every 10, into the tests' folder as `name` (.safetensors
  * and .csv, into path[0] and path[1]); `env`: variables for the command, `flags`: more options. */
 static int train_marked(const char *env, const char *model, const char *limit, const char *flags, const char *name,
                         char path[2][512])
@@ -84,7 +84,7 @@ static int train_marked(const char *env, const char *model, const char *limit, c
     snprintf(path[0], 512, "%s/%s.safetensors", bn_test_tmpdir(), name);
     snprintf(path[1], 512, "%s/%s.csv", bn_test_tmpdir(), name);
     snprintf(cmd, sizeof cmd, "%s BLOBNET_TIMELINE=1 %s train %s --device gpu --deterministic --epochs 2 "
-             "--train-limit %s --test-limit 500 --quiet --data %s --save %s --checkpoint-every 7 --log %s "
+             "--train-limit %s --test-limit 500 --quiet --data %s --save %s --checkpoint-every 11 --log %s "
              "--log-every 10 %s", env, bn_test_cli(), model, limit, bn_test_data_dir(), path[0], path[1], flags);
     CHECK_MSG(bn_test_run(cmd, out, sizeof out) == 0, "%s:\n%s", cmd, out);
     return BN_PASS;
@@ -127,9 +127,9 @@ static int write_dropout_net(const char *name, const char *augment, char *path, 
     return fclose(f) == 0 && ok;
 }
 
-/* Four full steps replay as one graph where the host reads nothing between them (trainer.c's
+/* Eight full steps replay as one graph where the host reads nothing between them (trainer.c's
  * group_steps): the groups train the eager run's bits, with a logged row every 10 steps and a
- * checkpoint every 7 (never inside a group: the steps around them run one graph each), a short
+ * checkpoint every 11 (never inside a group: the steps around them run one graph each), a short
  * last batch, and a net of branches on lanes. */
 BN_TEST(gpu_graph_groups_of_steps_match_eager_steps)
 {
