@@ -180,7 +180,7 @@ static bn_status train_step(bn_step_body *b, step_graphs *graphs, int n, int bat
 /* Full steps that one graph holds where nothing on the host comes between them: the GPU's gap
  * between one graph's end and the next one's start (2.6-3.3 us on an H200), and the gather of
  * the group's first batch at the head of its first step, then come once a group instead of once a
- * step. Eight: mlp 2.3% and LeNet at 64 0.8% faster than four, no suite row measured slower beyond
+ * step. Eight: mlp 2.5% and LeNet at 64 0.6% faster than four, no suite row measured slower beyond
  * its spread (docs/performance.md, version 84); sixteen gained mlp another 1% and left up to 15
  * steps an epoch outside any group. */
 #define GROUP_STEPS 8
