@@ -100,8 +100,8 @@ static int fused_vs_apart(int family, const char *runner, const char *conv, bn_c
 /* Fused and apart, bit for bit: with the normal choice, and with the implicit-GEMM kernels (b's
  * passes), the halo kernels (a2's), the FP32 tiles (a2's data pass) and the direct kernels (a2's
  * passes: a ReLU after them in their forward epilogue, the one before them in its own pass)
- * forced. The rule chooses for both nets (a
- * deterministic context), so that both sum in the same order. */
+ * forced. The rule chooses for both nets (a deterministic context), so that both sum in the same
+ * order. */
 BN_TEST(gpu_conv2d_relu_fused_matches_apart_bitwise)
 {
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
