@@ -75,19 +75,29 @@ BN_TEST(gpu_graph_replay_matches_eager_steps)
 }
 
 /* Two epochs of `model` on `limit` images (and 500 test images) with the timeline's marks, a
- * checkpoint every 11 steps and a logged row every 10, into the tests' folder as `name` (.safetensors
- * and .csv, into path[0] and path[1]); `env`: variables for the command, `flags`: more options. */
-static int train_marked(const char *env, const char *model, const char *limit, const char *flags, const char *name,
-                        char path[2][512])
+ * checkpoint every `save` steps and a logged row every `log`, into the tests' folder as `name`
+ * (.safetensors and .csv, into path[0] and path[1]); `env`: variables for the command, `flags`:
+ * more options. */
+static int train_marked_every(const char *env, const char *model, const char *limit, const char *flags,
+                              const char *name, char path[2][512], int save, int log)
 {
     char cmd[4096];
     snprintf(path[0], 512, "%s/%s.safetensors", bn_test_tmpdir(), name);
     snprintf(path[1], 512, "%s/%s.csv", bn_test_tmpdir(), name);
     snprintf(cmd, sizeof cmd, "%s BLOBNET_TIMELINE=1 %s train %s --device gpu --deterministic --epochs 2 "
-             "--train-limit %s --test-limit 500 --quiet --data %s --save %s --checkpoint-every 11 --log %s "
-             "--log-every 10 %s", env, bn_test_cli(), model, limit, bn_test_data_dir(), path[0], path[1], flags);
+             "--train-limit %s --test-limit 500 --quiet --data %s --save %s --checkpoint-every %d --log %s "
+             "--log-every %d %s", env, bn_test_cli(), model, limit, bn_test_data_dir(), path[0], save, path[1], log,
+             flags);
     CHECK_MSG(bn_test_run(cmd, out, sizeof out) == 0, "%s:\n%s", cmd, out);
     return BN_PASS;
+}
+
+/* The same with a checkpoint every 11 steps and a row every 10: groups of eight fit between them
+ * (bn_trainer_group_size). */
+static int train_marked(const char *env, const char *model, const char *limit, const char *flags, const char *name,
+                        char path[2][512])
+{
+    return train_marked_every(env, model, limit, flags, name, path, 11, 10);
 }
 
 /* Whether two runs of train_marked logged the same losses and ended with the same bytes. */
@@ -99,19 +109,25 @@ static int same_runs(char a[2][512], char b[2][512])
 }
 
 /* A run of `model` on `limit` images in groups of steps against one without graphs (tag: the
- * files' names). */
-static int compare_grouped(const char *model, const char *limit, const char *tag)
+ * files' names), a checkpoint every `save` steps and a row every `log`. */
+static int compare_grouped_every(const char *model, const char *limit, const char *tag, int save, int log)
 {
     char path[2][2][512], name[256];
     for (int g = 0; g < 2; g++) {
         snprintf(name, sizeof name, "group%d-%s", g, tag);
-        CHECK(train_marked("", model, limit, g ? "--no-graph" : "", name, path[g]) == BN_PASS);
+        CHECK(train_marked_every("", model, limit, g ? "--no-graph" : "", name, path[g], save, log) == BN_PASS);
         const int grouped = strstr(out, "a group of steps captured") != NULL;
         CHECK_MSG(grouped == !g, "%s: %s", model, g ? "an eager run replayed a group" : "no group replayed");
     }
     CHECK_MSG(same_runs(path[0], path[1]), "%s, %s images: grouped and eager runs logged other losses or ended with "
               "other weights or state", model, limit);
     return BN_PASS;
+}
+
+/* The same with a checkpoint every 11 steps and a row every 10. */
+static int compare_grouped(const char *model, const char *limit, const char *tag)
+{
+    return compare_grouped_every(model, limit, tag, 11, 10);
 }
 
 /* A small LeNet with a dropout layer, and `augment` (an [augment] section, or "") after its
@@ -138,6 +154,16 @@ BN_TEST(gpu_graph_groups_of_steps_match_eager_steps)
     CHECK(compare_grouped("models/lenet.cfg", "3200", "lenet3200") == BN_PASS);
     CHECK(compare_grouped("models/lenet.cfg", "3000", "lenet3000") == BN_PASS);
     CHECK(compare_grouped("models/inception_fashion.cfg", "2600", "inception") == BN_PASS);
+    return BN_PASS;
+}
+
+/* A run whose host reads every 6 or 7 steps replays groups of four (bn_trainer_group_size: no
+ * group of eight fits between its reads), and they train the eager run's bits too. */
+BN_TEST(gpu_graph_groups_of_four_where_the_host_reads_every_few_steps)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    if (!bn_test_data_dir()) BN_SKIP_TEST("BLOBNET_TEST_DATA not set");
+    CHECK(compare_grouped_every("models/lenet.cfg", "3200", "lenet-few", 7, 6) == BN_PASS);
     return BN_PASS;
 }
 

@@ -352,3 +352,22 @@ BN_TEST(train_metrics_log_records_the_onecycle_and_warmup_rates)
     CHECK_MSG(rows == 20, "%d step rows", rows);
     return BN_PASS;
 }
+
+/* A run's group of steps: eight, or four where the host's shortest cadence leaves fewer graph
+ * heads with four: a row every 10 steps is one group of eight and two single steps (three heads)
+ * against two groups of four and two (four); every 12, one and four (five) against three; every
+ * 5, five single steps against one group and one (two); under four, no group fits either way. */
+BN_TEST(train_group_size_leaves_the_fewest_heads_between_reads)
+{
+    CHECK(bn_trainer_group_size(0, 0, 0) == 8);
+    CHECK(bn_trainer_group_size(10, 0, 0) == 8);
+    CHECK(bn_trainer_group_size(0, 12, 0) == 4);
+    CHECK(bn_trainer_group_size(0, 0, 5) == 4);
+    CHECK(bn_trainer_group_size(16, 0, 0) == 8);
+    CHECK(bn_trainer_group_size(7, 0, 0) == 4);
+    CHECK(bn_trainer_group_size(3, 0, 0) == 8);
+    /* The shortest cadence decides: 10 (eight) before 12 (four), 6 (four) before 100. */
+    CHECK(bn_trainer_group_size(12, 10, 0) == 8);
+    CHECK(bn_trainer_group_size(100, 0, 6) == 4);
+    return BN_PASS;
+}

@@ -80,7 +80,8 @@ bn_status bn_step_running_metrics(const bn_step_info *info, double *loss, double
  * replays once one eager step of it has made every layer's per-shape choices. */
 typedef struct step_graphs {
     bn_step_graph full, last;
-    bn_step_graph group; /* GROUP_STEPS full steps one after another (group_steps) */
+    bn_step_graph group; /* group_size full steps one after another (group_steps) */
+    int group_size;      /* the steps group holds; 0 before it is first captured */
     int warm;   /* an eager full step ran */
     int last_n; /* the size of the last eager short step; 0 for none */
 } step_graphs;
@@ -182,8 +183,30 @@ static bn_status train_step(bn_step_body *b, step_graphs *graphs, int n, int bat
  * the group's first batch at the head of its first step, then come once a group instead of once a
  * step. Eight: mlp 2.5% and LeNet at 64 0.6% faster than four, no suite row measured slower beyond
  * its spread (docs/performance.md, version 84); sixteen gained mlp another 1% and left up to 15
- * steps an epoch outside any group. */
+ * steps an epoch outside any group. Where the host reads every few steps, four can leave fewer
+ * heads (bn_trainer_group_size). */
 #define GROUP_STEPS 8
+
+int bn_trainer_group_size(long log_every, long checkpoint_every, long numerics_every)
+{
+    const long every[] = {log_every, checkpoint_every, numerics_every};
+    long c = 0;
+    for (int i = 0; i < 3; i++)
+        if (every[i] > 0 && (c == 0 || every[i] < c)) c = every[i];
+    if (c == 0) return GROUP_STEPS;
+    const int half = GROUP_STEPS / 2;
+    /* Between two reads c steps apart: the groups' first steps and the steps outside a group. */
+    const long heads = c / GROUP_STEPS + c % GROUP_STEPS, heads_half = c / half + c % half;
+    return heads <= heads_half ? GROUP_STEPS : half;
+}
+
+/* This run's group size, from the cadences its options read at (logs_after, saves_after,
+ * prints_numerics_after). */
+static int run_group_size(const bn_trainer_opts *opts)
+{
+    return bn_trainer_group_size(opts->log ? opts->log_every : 0,
+                                 opts->save_path || opts->dist ? opts->checkpoint_every : 0, opts->debug_numerics);
+}
 
 /* What the host reads after step `step` (counted from 1), each asked for every so many steps: a
  * row of the metrics log, a checkpoint (on several GPUs every rank joins its collectives), the
@@ -203,23 +226,25 @@ static int prints_numerics_after(const bn_trainer_opts *opts, long step)
     return opts->debug_numerics > 0 && step % opts->debug_numerics == 0;
 }
 
-/* How many steps to launch from the batch at `start` on: GROUP_STEPS where they are all full, the
- * single step's graph has been captured (so every plan is made), one process trains them, and no
- * step but the group's last is one after which the host reads or saves (a logged row, a
- * checkpoint, the numerics' table, a stop asked for already); else 1. */
+/* How many steps to launch from the batch at `start` on: the run's group size where they are all
+ * full, the single step's graph has been captured (so every plan is made), one process trains
+ * them, and no step but the group's last is one after which the host reads or saves (a logged
+ * row, a checkpoint, the numerics' table, a stop asked for already); else 1. */
 static int group_steps(const step_graphs *g, const bn_trainer_opts *opts, const bn_train_state *st, int start,
                        int count, int batch)
 {
     if (opts->dist || opts->no_graph || opts->profile_first || !g->full.exec || g->group.failed) return 1;
-    if (count - start < GROUP_STEPS * batch || (opts->stop && *opts->stop)) return 1;
-    for (long done = st->step + 1; done < st->step + GROUP_STEPS; done++)
+    const int size = run_group_size(opts);
+    if (count - start < size * batch || (opts->stop && *opts->stop)) return 1;
+    for (long done = st->step + 1; done < st->step + size; done++)
         if (logs_after(opts, done) || saves_after(opts, done) || prints_numerics_after(opts, done)) return 1;
-    return GROUP_STEPS;
+    return size;
 }
 
 typedef struct group_body {
     bn_step_body *b;
     long step;   /* the first step's number */
+    int size;    /* its steps */
     int staging; /* each step but the last stages the next one's batch */
 } group_body;
 
@@ -231,10 +256,10 @@ static bn_status run_group_body(void *arg)
 {
     group_body *g = arg;
     bn_status s = BN_OK;
-    for (int i = 0; i < GROUP_STEPS && s == BN_OK; i++) {
+    for (int i = 0; i < g->size && s == BN_OK; i++) {
         g->b->net->pass.step = (unsigned long long)(g->step + i);
         g->b->take_staged = i > 0 && g->staging;
-        g->b->stage_next = i + 1 < GROUP_STEPS && g->staging;
+        g->b->stage_next = i + 1 < g->size && g->staging;
         s = bn_step_body_run(g->b);
     }
     g->b->take_staged = g->b->stage_next = 0;
@@ -249,14 +274,19 @@ static void rewind_group_body(void *arg)
     bn_step_body_rewind(((group_body *)arg)->b);
 }
 
-/* GROUP_STEPS full steps from step `step` on, replayed as one graph (captured the first time). */
-static bn_status train_group(bn_step_body *b, step_graphs *graphs, long step)
+/* `size` full steps from step `step` on, replayed as one graph (captured the first time; a run's
+ * groups all have one size, but a graph of another size is never replayed for them). */
+static bn_status train_group(bn_step_body *b, step_graphs *graphs, long step, int size)
 {
     char range[64];
-    snprintf(range, sizeof range, "steps %ld-%ld", step + 1, step + GROUP_STEPS);
+    snprintf(range, sizeof range, "steps %ld-%ld", step + 1, step + size);
     bn_nvtx_push(range, BN_NVTX_STEP);
+    if (graphs->group_size != size) {
+        bn_step_graph_free(&graphs->group);
+        graphs->group_size = size;
+    }
     /* The stage is made here, outside the capture. */
-    group_body g = {b, step, b->net->pass.ctx->side_stream != NULL};
+    group_body g = {b, step, size, b->net->pass.ctx->side_stream != NULL};
     int replayed = 0;
     bn_status s = g.staging ? bn_loader_reserve_stage(b->ld, b->net, b->n) : BN_OK;
     if (s == BN_OK) s = bn_net_set_batch(b->net, b->n);
@@ -265,7 +295,7 @@ static bn_status train_group(bn_step_body *b, step_graphs *graphs, long step)
         s = bn_step_graph_run(&graphs->group, b->net->pass.ctx, run_group_body, rewind_group_body, &g, &replayed);
     }
     if (s == BN_OK && replayed) {
-        note_step_replays(b, GROUP_STEPS);
+        note_step_replays(b, size);
     } else if (s == BN_OK && !graphs->group.failed) {
         /* At every capture (a replaced buffer of the step's can make one again), not only the first. */
         bn_timeline_mark("a group of steps captured");
@@ -500,7 +530,7 @@ static bn_status train_epoch(bn_net *net, bn_optimizer *opt, bn_loader *ld, bn_b
                                  .pend_first = -1, .pend_last = -1, .sched = sched};
             queued = group_steps(graphs, opts, st, start, count, batch);
             group_seen = st->epoch_seen + (long)queued * n;
-            if (queued > 1) BN_TRY(train_group(&body, graphs, st->step));
+            if (queued > 1) BN_TRY(train_group(&body, graphs, st->step, queued));
             else BN_TRY(train_step(&body, graphs, n, batch, opts, st->step));
         }
         queued--;

@@ -96,6 +96,13 @@ typedef struct bn_trainer_opts {
 bn_status bn_train(bn_net *net, bn_optimizer *opt, const bn_dataset *train, const bn_dataset *test,
                    const bn_trainer_opts *opts, bn_train_state *st, bn_epoch_report *last);
 
+/* The full steps a group replayed as one CUDA graph holds (trainer.c) in a run whose host reads
+ * every log_every, checkpoint_every and numerics_every steps (0: never between epochs): eight, or
+ * four where the shortest of those cadences leaves fewer steps at the head of a graph with four
+ * (a group's first and every step outside a group: 12 steps are one group of eight and four
+ * single steps, or three groups of four). */
+int bn_trainer_group_size(long log_every, long checkpoint_every, long numerics_every);
+
 /* Mean loss and accuracy of net over the whole dataset, in batches of the net's capacity. */
 bn_status bn_evaluate(bn_net *net, const bn_dataset *data, double *loss, double *acc);
 
