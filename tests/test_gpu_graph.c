@@ -100,7 +100,7 @@ static int train_marked(const char *env, const char *model, const char *limit, c
     return train_marked_every(env, model, limit, flags, name, path, 11, 10);
 }
 
-/* Whether two runs of train_marked logged the same losses and ended with the same bytes. */
+/* Whether two runs of train_marked_every logged the same losses and ended with the same bytes. */
 static int same_runs(char a[2][512], char b[2][512])
 {
     char cmd[2200];

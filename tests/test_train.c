@@ -1,5 +1,6 @@
 /* Real training on MNIST through the CLI: accuracy after a short run, exact resume (SGD,
- * Adam, AdamW) and the metrics log; augmentation of the training batches only. */
+ * Adam, AdamW) and the metrics log; augmentation of the training batches only; and the size of
+ * the groups of steps a GPU run replays as one graph (bn_trainer_group_size). */
 #include <math.h>
 #include <stdlib.h>
 

@@ -51,6 +51,9 @@ static void plan(bn_conv_family_plan *p, const bn_conv_shape *s)
     bn_fma_plan_make(&p->fma, &s->g, s->filters, s->n, s->sms);
 }
 
+/* The reasons below name the limits' values. */
+_Static_assert(FMA_WIDEST_WINDOW == 7 && FMA_MOST_POSITIONS == 512, "refuses() names the windows and positions");
+
 static const char *refuses(const bn_conv_family_plan *p, const bn_conv_shape *s, int pass)
 {
     (void)pass;
