@@ -4,9 +4,10 @@
  * unreadable (an error naming the file), the verbose switch, the timing's warm-up and lone
  * candidate without a device, the check of a pick against a reference (a pick that disagrees
  * dropped, named once on stderr, and the tie rule asked again), and on a device (skipped without
- * one) the timed choice of runs whose costs differ, a run that fails after its warm-up, and a
+ * one) the timed choice of runs whose costs differ, a run that fails after its warm-up, a
  * timing that counts the device's work, not the host's pauses between launches, nor a hold that
- * a run waiting for the device waits out. */
+ * a run waiting for the device waits out, a near tie timed again before the rule settles it, and
+ * rounds that leave out the side work their settle joins. */
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -40,7 +41,7 @@ BN_TEST(chooser_rule_takes_the_first_applicable_in_order)
 {
     const int order[] = {3, 1, 0, 2};
     bool applicable[4] = {true, false, true, false};
-    bn_candidates c = {4, NULL, applicable, order, 4, NULL, NULL, -1, NULL};
+    bn_candidates c = {4, NULL, applicable, order, 4, NULL, NULL, -1, NULL, NULL};
     CHECK(bn_chooser_rule(&c) == 0);
     applicable[3] = true;
     CHECK(bn_chooser_rule(&c) == 3);
@@ -56,7 +57,7 @@ BN_TEST(chooser_tie_goes_to_the_preferred_within_the_fraction)
     /* Candidate 2 is the fastest; 0 is 4% slower, 1 is 6% slower. */
     const float ms[4] = {1.04f, 1.06f, 1.00f, INFINITY};
     const int prefer_1[] = {1, 0, 2, 3}, prefer_3[] = {3, 1, 0, 2}, prefer_2[] = {2, 0};
-    bn_candidates c = {4, NULL, NULL, prefer_1, 4, NULL, NULL, -1, NULL};
+    bn_candidates c = {4, NULL, NULL, prefer_1, 4, NULL, NULL, -1, NULL, NULL};
     CHECK_MSG(bn_chooser_pick(&c, ms, BN_CHOOSER_TIE) == 0, "got %d", bn_chooser_pick(&c, ms, BN_CHOOSER_TIE));
     CHECK(bn_chooser_pick(&c, ms, 0.10f) == 1);
     CHECK(bn_chooser_pick(&c, ms, 0.0f) == 2);
@@ -77,14 +78,14 @@ BN_TEST(chooser_tie_goes_to_the_preferred_within_the_fraction)
 BN_TEST(chooser_fastest_alone_keeps_the_earlier_of_equal_times)
 {
     const float ms[4] = {2.0f, 1.5f, 1.5f, 3.0f};
-    bn_candidates c = {4, NULL, NULL, NULL, 0, NULL, NULL, -1, NULL};
+    bn_candidates c = {4, NULL, NULL, NULL, 0, NULL, NULL, -1, NULL, NULL};
     CHECK(bn_chooser_pick(&c, ms, 0.0f) == 1);
     const int later_first[] = {2, 1, 0, 3};
     c.order = later_first;
     c.order_count = 4;
     CHECK(bn_chooser_pick(&c, ms, 0.0f) == 2);
     const float none[2] = {INFINITY, INFINITY};
-    bn_candidates two = {2, NULL, NULL, NULL, 0, NULL, NULL, -1, NULL};
+    bn_candidates two = {2, NULL, NULL, NULL, 0, NULL, NULL, -1, NULL, NULL};
     CHECK(bn_chooser_pick(&two, none, BN_CHOOSER_TIE) == -1);
     return BN_PASS;
 }
@@ -227,7 +228,7 @@ BN_TEST(chooser_warm_up_failure_and_a_lone_candidate_need_no_timing)
     runs r;
     memset(&r, 0, sizeof r);
     r.fail_warm[1] = 1;
-    bn_candidates c = {2, NULL, NULL, NULL, 0, run_test_candidate, &r, -1, NULL};
+    bn_candidates c = {2, NULL, NULL, NULL, 0, run_test_candidate, &r, -1, NULL, NULL};
     const bn_chooser_timing t = {2, 3, 4};
     float ms = 0.0f;
     /* A candidate that fails its first warm-up run is left out before any event is made. */
@@ -266,7 +267,7 @@ static int timed_on_device(void)
     r.fail_warm[3] = 1;
     static const char *const names[4] = {"heavy", "flaky", "light", "broken"};
     const int order[4] = {0, 1, 2, 3};
-    bn_candidates c = {4, names, NULL, order, 4, run_test_candidate, &r, -1, NULL};
+    bn_candidates c = {4, names, NULL, order, 4, run_test_candidate, &r, -1, NULL, NULL};
     const bn_chooser ch = {{2, 3, 4}, BN_CHOOSER_TIE, NULL, "test"};
     float ms[4];
     int pick = -1;
@@ -314,7 +315,7 @@ BN_TEST(gpu_chooser_times_the_device_not_the_host)
     CHECK_OK(bn_ctx_open(0, &ctx));
     void *buf = NULL;
     CHECK_OK(bn_device_alloc(&buf, 4096));
-    bn_candidates c = {1, NULL, NULL, NULL, 0, run_slow_host, buf, -1, NULL};
+    bn_candidates c = {1, NULL, NULL, NULL, 0, run_slow_host, buf, -1, NULL, NULL};
     const bn_chooser_timing t = {1, 2, 4};
     float ms = 0.0f;
     const bn_status s = bn_chooser_time_one(&t, &c, 0, &ms);
@@ -334,6 +335,113 @@ BN_TEST(gpu_chooser_times_the_device_not_the_host)
     CHECK_OK(w);
     CHECK_MSG(ms > 0.0f && ms < 5.0f, "%g ms a run", ms);
     CHECK_MSG(took < 2.5 * BN_STREAM_HOLD_MS * 1e-3, "the timing took %g s", took);
+    return BN_PASS;
+}
+
+/* Candidates of fixed work (zeroings of a MiB a run), but for candidate i's first slow_runs[i]
+ * runs, which do slow_work[i]: a first timing that reads slower than the candidate is. */
+typedef struct drifting {
+    int calls[2];
+    int work[2], slow_work[2], slow_runs[2];
+    float *buf;
+} drifting;
+
+static bn_status run_drifting(void *env, int i, int warm, int *ok)
+{
+    drifting *d = (drifting *)env;
+    (void)warm;
+    *ok = 1;
+    const int work = d->calls[i]++ < d->slow_runs[i] ? d->slow_work[i] : d->work[i];
+    for (int m = 0; m < work; m++) BN_TRY(bn_device_zero(d->buf, (size_t)1 << 20));
+    return BN_OK;
+}
+
+BN_TEST(gpu_chooser_times_a_near_tie_again_before_taking_the_slower)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    float *buf = NULL;
+    CHECK_OK(bn_device_alloc((void **)&buf, (size_t)1 << 20));
+    /* Candidate 0, the rule's first, zeroes 100 MiB a run; candidate 1 zeroes 70, but 97 in its
+     * first timing's 14 runs (2 warm-ups, 3 rounds of 4): timed once each, 1 is the fastest by 3%,
+     * inside the tie, and the rule would take 0. Timed again, 1 is 30% faster and is taken. */
+    drifting d = {{0, 0}, {100, 70}, {100, 97}, {0, 14}, buf};
+    bn_candidates c = {2, NULL, NULL, NULL, 0, run_drifting, &d, -1, NULL, NULL};
+    const bn_chooser ch = {{2, 3, 4}, BN_CHOOSER_TIE, NULL, NULL};
+    float ms[2] = {0.0f, 0.0f};
+    int pick = -1;
+    bn_status s = bn_chooser_timed(&ch, &c, ms, &pick);
+    /* Two candidates of the same work tie however often they are timed: the rule's first is kept,
+     * after two more timings of each at most. */
+    drifting e = {{0, 0}, {100, 100}, {0, 0}, {0, 0}, buf};
+    bn_candidates same = {2, NULL, NULL, NULL, 0, run_drifting, &e, -1, NULL, NULL};
+    float ms_same[2] = {0.0f, 0.0f};
+    int pick_same = -1;
+    if (s == BN_OK) s = bn_chooser_timed(&ch, &same, ms_same, &pick_same);
+    bn_device_free(buf);
+    CHECK_OK(s);
+    CHECK_MSG(pick == 1 && ms[1] * 1.05f < ms[0], "took %d (%g ms against %g)", pick, ms[1], ms[0]);
+    CHECK_MSG(d.calls[0] >= 28 && d.calls[1] >= 28, "runs %d and %d", d.calls[0], d.calls[1]);
+    CHECK_MSG(pick_same == 0, "took %d (%g ms against %g)", pick_same, ms_same[1], ms_same[0]);
+    CHECK_MSG(e.calls[0] <= 3 * 14 + 6 && e.calls[1] <= 3 * 14 + 6, "runs %d and %d", e.calls[0], e.calls[1]);
+    return BN_PASS;
+}
+
+/* Candidates that queue a large zeroing on the context's side stream beside a small one on its
+ * stream: candidate 0 leaves the side work pending for the chooser's settle, candidate 1 joins it
+ * in every run, as a pair of passes timed to the end of both would. */
+typedef struct beside_runs {
+    bn_ctx *ctx;
+    void *big, *small;
+    size_t big_bytes;
+    int settles;
+} beside_runs;
+
+static bn_status run_beside(void *env, int i, int warm, int *ok)
+{
+    beside_runs *b = (beside_runs *)env;
+    (void)warm;
+    *ok = 1;
+    BN_TRY(bn_ctx_fork_side(b->ctx));
+    BN_TRY(bn_ctx_zero_beside(b->ctx, b->big, b->big_bytes));
+    BN_TRY(bn_device_zero(b->small, 4096));
+    return i == 1 ? bn_ctx_join_side(b->ctx) : BN_OK;
+}
+
+static bn_status settle_beside(void *env)
+{
+    beside_runs *b = (beside_runs *)env;
+    b->settles++;
+    return bn_ctx_join_side(b->ctx);
+}
+
+BN_TEST(gpu_chooser_settle_leaves_the_side_work_out_of_a_round)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    beside_runs b = {0};
+    CHECK_OK(bn_ctx_open(0, &b.ctx));
+    b.big_bytes = (size_t)256 << 20;
+    CHECK_OK(bn_device_alloc(&b.big, b.big_bytes));
+    CHECK_OK(bn_device_alloc(&b.small, 4096));
+    bn_candidates c = {2, NULL, NULL, NULL, 0, run_beside, &b, -1, NULL, settle_beside};
+    const bn_chooser_timing t = {1, 3, 4};
+    float pending = 0.0f, joined = 0.0f;
+    bn_status s = bn_chooser_time_one(&t, &c, 0, &pending);
+    const int settles = b.settles, left = b.ctx->side_pending;
+    if (s == BN_OK) s = bn_chooser_time_one(&t, &c, 1, &joined);
+    const bn_status synced = bn_device_sync();
+    bn_device_free(b.big);
+    bn_device_free(b.small);
+    CHECK_OK(s);
+    CHECK_OK(synced);
+    /* Settled after the warm-up and after every round (a round timed again settles again), and
+     * nothing is left pending once the candidate is timed. */
+    CHECK_MSG(settles >= 1 + t.rounds, "%d settles", settles);
+    CHECK(left == 0 && b.ctx->side_pending == 0);
+    /* 256 MiB zeroed beside each run: tens of microseconds a run when joined, none when settled. */
+    CHECK_MSG(pending > 0.0f && joined > 0.02f && pending < 0.5f * joined, "pending %g ms, joined %g ms a run",
+              pending, joined);
     return BN_PASS;
 }
 
@@ -393,7 +501,7 @@ BN_TEST(chooser_pick_that_disagrees_is_dropped_and_the_next_taken)
     verdicts v;
     memset(&v, 0, sizeof v);
     v.wrong[0] = 1;
-    bn_candidates c = {4, names, NULL, NULL, 0, NULL, &v, 3, agree_test};
+    bn_candidates c = {4, names, NULL, NULL, 0, NULL, &v, 3, agree_test, NULL};
     const bn_chooser ch = {{1, 1, 1}, BN_CHOOSER_TIE, NULL, "test pass"};
     char path[512], text[4096];
     snprintf(path, sizeof path, "%s/chooser-note.txt", bn_test_tmpdir());
@@ -420,7 +528,7 @@ BN_TEST(chooser_reference_is_never_checked)
     verdicts v;
     memset(&v, 0, sizeof v);
     v.wrong[2] = 1;
-    bn_candidates c = {4, NULL, NULL, NULL, 0, NULL, &v, 2, agree_test};
+    bn_candidates c = {4, NULL, NULL, NULL, 0, NULL, &v, 2, agree_test, NULL};
     const bn_chooser ch = {{1, 1, 1}, 0.0f, NULL, "test pass"};
     const int before = bn_chooser_rejections();
     int pick = -1;
@@ -455,7 +563,7 @@ BN_TEST(chooser_none_taken_when_every_pick_disagrees)
     verdicts v;
     memset(&v, 0, sizeof v);
     for (int i = 0; i < 4; i++) v.wrong[i] = 1;
-    bn_candidates c = {4, NULL, NULL, NULL, 0, NULL, &v, -1, agree_test};
+    bn_candidates c = {4, NULL, NULL, NULL, 0, NULL, &v, -1, agree_test, NULL};
     const bn_chooser ch = {{1, 1, 1}, BN_CHOOSER_TIE, NULL, "test pass"};
     char path[512], text[4096];
     snprintf(path, sizeof path, "%s/chooser-notes.txt", bn_test_tmpdir());

@@ -151,7 +151,7 @@ BN_TEST(conv_family_order_breaks_a_timed_choices_ties)
         bn_conv_family_order(cases[i].pass, order);
         order[BN_CONV_FAMILY_COUNT] = 0;
         const bn_candidates c = {BN_CONV_FAMILY_COUNT + 1, NULL, NULL, order, BN_CONV_FAMILY_COUNT + 1,
-                                 NULL, NULL, -1, NULL};
+                                 NULL, NULL, -1, NULL, NULL};
         const int got = bn_chooser_pick(&c, cases[i].ms, BN_CHOOSER_TIE);
         CHECK_MSG(got == cases[i].want, "case %zu (%s): runner %d, not %d", i, bn_conv_pass_name(cases[i].pass), got,
                   cases[i].want);

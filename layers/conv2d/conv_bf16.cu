@@ -231,7 +231,7 @@ static bn_status time_layouts(const conv_priv *c, conv_bf16 *s, bf16_plan *plan,
         if (L != plan->layout) order[count++] = L;
     }
     trial tr = {c, s, plan, ctx, t, w};
-    const bn_candidates cands = {LAYOUTS, layout_names, usable, order, count, run_trial, &tr, -1, NULL};
+    const bn_candidates cands = {LAYOUTS, layout_names, usable, order, count, run_trial, &tr, -1, NULL, NULL};
     const bn_chooser chooser = {TIMING, 0.0f, NULL, NULL};
     float ms[LAYOUTS];
     int pick = -1;

@@ -41,9 +41,10 @@ typedef struct scratch {
 /* One call of a pass on scratch buffers (blobnet's filter passes on scratch partial sums, so
  * that the workspace is not touched). `beside` >= 0: the data pass runs as the backward pass
  * runs it, with the filter pass by `beside` (bn_conv_both_passes), so that every data candidate is
- * timed with the same filter work. */
-static bn_status run_pass(int pass, int by, int beside, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
-                          cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t yd, const scratch *m)
+ * timed with the same filter work; with `defer` the filter pass's join is left pending, as the net
+ * leaves it to the end of its backward pass. */
+static bn_status run_pass(int pass, int by, int beside, bool defer, const conv_gpu *g, const conv_plan *plan,
+                          bn_ctx *ctx, cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t yd, const scratch *m)
 {
     if (pass == 0) return bn_conv_forward_pass(by, g, plan, ctx, xd, yd, m->x, m->w, m->b, m->y, NULL, NULL, 0);
     if (pass == 2)
@@ -52,7 +53,7 @@ static bn_status run_pass(int pass, int by, int beside, const conv_gpu *g, const
     if (beside < 0) return bn_conv_data_pass(by, g, plan, ctx, xd, yd, m->y, NULL, m->w, m->dx, NULL, false);
     return bn_conv_both_passes(beside, by, g, plan, ctx, xd, xd, yd, m->x, m->y, NULL,
                                needs_pooled(beside) ? &m->pooled : NULL, m->w, m->dw, m->db, m->dx, NULL, m->parts,
-                               false);
+                               defer);
 }
 
 /* count floats rounded up to a multiple of 64 (256 bytes). */
@@ -100,6 +101,7 @@ static bn_status scratch_make(const conv_priv *c, const conv_plan *plan, scratch
  * arguments, and the reference's outputs set aside by the first check (NULL before it). */
 typedef struct trial {
     int pass, beside;
+    bool defer; /* the filter pass beside a data pass left pending (run_pass) */
     const conv_gpu *g;
     const conv_plan *plan;
     bn_ctx *ctx;
@@ -113,7 +115,13 @@ static bn_status run_trial(void *env, int by, int warm, int *ok)
 {
     const trial *t = (const trial *)env;
     *ok = 1;
-    return run_pass(t->pass, by, t->beside, t->g, t->plan, t->ctx, t->xd, t->yd, t->m);
+    return run_pass(t->pass, by, t->beside, t->defer, t->g, t->plan, t->ctx, t->xd, t->yd, t->m);
+}
+
+/* Joins the filter passes that deferred data-pass runs left on the side stream (bn_chooser_settle). */
+static bn_status settle_trial(void *env)
+{
+    return bn_ctx_join_side(((const trial *)env)->ctx);
 }
 
 /* The outputs of t's pass among the scratch buffers (the filter pass writes two: dw and db) into
@@ -137,7 +145,7 @@ static bn_status run_fresh(const trial *t, int by)
     const int outs = outputs(t, out, count);
     for (int k = 0; k < outs; k++)
         BN_CUDA(cudaMemsetAsync(out[k], 0, count[k] * sizeof(float), (cudaStream_t)t->ctx->stream));
-    return run_pass(t->pass, by, t->beside, t->g, t->plan, t->ctx, t->xd, t->yd, t->m);
+    return run_pass(t->pass, by, t->beside, t->defer, t->g, t->plan, t->ctx, t->xd, t->yd, t->m);
 }
 
 /* The reference's outputs on random inputs into t->ref: the scratch inputs (x, w, b and the
@@ -196,6 +204,47 @@ static bn_status agree_trial(void *env, int by, int reference, double *err, doub
  * the least of 3 means of 4 calls each. */
 static const bn_chooser_timing TIMING = {2, 3, 4};
 
+/* The data pass's runners whose pair times (each beside the chosen filter pass, to the end of
+ * both: ms) tie with the fastest's, timed again to the end of the data pass alone, the filter pass
+ * left running beside it; the tie rule then takes among those times (*pick: its pick, or as it was
+ * where none of them ran). Of runners that cost the GPU alike, that is the one that hands the input
+ * gradient on sooner: the next layer's passes wait for it, while the net joins the filter pass only
+ * at the end of its backward pass. lenet5_tanh's c3 drew the direct kernels, within 5% of the fma
+ * family beside the tensor cores' filter pass, in three runs of six, and trained 7% slower for
+ * them: in the step the fma data pass took 10.3 us and the direct one 15.3. The time to the data
+ * pass's end as the only measure took slower runners where the pair's time is what counts
+ * (resnet_odd and cifar10_resnet 4-5% slower: performance.md, version 85). */
+static bn_status data_tie(const bn_layer *l, trial *t, const bn_candidates *cands, const float *ms, int *pick)
+{
+    float fastest = INFINITY;
+    for (int r = 0; r < BN_CONV_RUNNERS; r++)
+        if (ms[r] < fastest) fastest = ms[r];
+    bool tied[BN_CONV_RUNNERS];
+    int count = 0;
+    for (int r = 0; r < BN_CONV_RUNNERS; r++) {
+        tied[r] = fastest < INFINITY && ms[r] <= fastest * (1.0f + BN_CHOOSER_TIE);
+        count += tied[r];
+    }
+    if (count < 2) return BN_OK;
+    bn_candidates own = *cands;
+    own.applicable = tied;
+    own.settle = settle_trial;
+    char label[160];
+    snprintf(label, sizeof label, "conv2d %s n=%d backward-data to its end", l->name, t->plan->n);
+    const bn_chooser chooser = {TIMING, BN_CHOOSER_TIE, BN_CONV_VERBOSE, label};
+    float own_ms[BN_CONV_RUNNERS];
+    int own_pick = -1;
+    t->defer = true;
+    bn_status s = bn_chooser_timed(&chooser, &own, own_ms, &own_pick);
+    t->defer = false;
+    /* The checks' runs (agree_trial) leave their filter passes pending too. */
+    const bn_status joined = bn_ctx_join_side(t->ctx);
+    BN_TRY(s);
+    BN_TRY(joined);
+    if (own_pick >= 0) *pick = own_pick;
+    return BN_OK;
+}
+
 /* Pass i's runner among can into *by: the only one, untimed, or of those timed within the tie
  * (BN_CHOOSER_TIE) of the fastest the first in the rule's order (bn_conv_family_order), cuDNN after
  * blobnet's families; BY_CUDNN where none can (a pass the layer does not need). Taking the fastest
@@ -225,15 +274,16 @@ static bn_status choose_pass(const bn_layer *l, const conv_priv *c, bn_ctx *ctx,
             return s;
         }
     }
-    trial t = {i, beside, c->gpu, plan, ctx, xd, yd, &m, NULL};
-    bn_candidates cands = {BN_CONV_RUNNERS, names, can, order, BN_CONV_RUNNERS, run_trial, &t, -1, agree_trial};
+    trial t = {i, beside, false, c->gpu, plan, ctx, xd, yd, &m, NULL};
+    bn_candidates cands = {BN_CONV_RUNNERS, names, can, order, BN_CONV_RUNNERS, run_trial, &t, -1, agree_trial, NULL};
     cands.reference = bn_chooser_rule(&cands);
     char label[160];
     snprintf(label, sizeof label, "conv2d %s n=%d %s", l->name, plan->n, bn_conv_pass_name(i));
     const bn_chooser chooser = {TIMING, BN_CHOOSER_TIE, BN_CONV_VERBOSE, label};
     float ms[BN_CONV_RUNNERS];
     int pick = -1;
-    const bn_status s = bn_chooser_timed(&chooser, &cands, ms, &pick);
+    bn_status s = bn_chooser_timed(&chooser, &cands, ms, &pick);
+    if (s == BN_OK && i == 1 && beside >= 0 && pick >= 0) s = data_tie(l, &t, &cands, ms, &pick);
     bn_device_free(t.ref);
     bn_device_free(buf);
     BN_TRY(s);

@@ -540,7 +540,7 @@ static bn_status try_candidate(bn_ctx *ctx, const bn_cg_spec *s, cudnnBackendDes
         return BN_OK; /* no room to try it: not a candidate */
     }
     trial t = {ctx, exec, x, w, y, scratch};
-    const bn_candidates one = {1, NULL, NULL, NULL, 0, run_trial, &t, -1, NULL};
+    const bn_candidates one = {1, NULL, NULL, NULL, 0, run_trial, &t, -1, NULL, NULL};
     float timed_ms = INFINITY;
     if (!isinf(cut_ms)) {
         st = bn_chooser_time_one(&QUICK, &one, 0, &timed_ms);
@@ -702,7 +702,7 @@ extern "C" bn_status bn_cg_choose(bn_ctx *ctx, const bn_cg_spec *spec, int cache
     if (st == BN_OK) {
         for (int i = 0; i < num_seen; i++) names[i] = seen[i];
         engine_check check = {ctx, spec, names, NULL};
-        const bn_candidates ran = {num_seen, names, NULL, NULL, 0, NULL, &check, -1, timed ? agree_engine : NULL};
+        const bn_candidates ran = {num_seen, names, NULL, NULL, 0, NULL, &check, -1, timed ? agree_engine : NULL, NULL};
         char label[160];
         choice_label(spec, label, sizeof label);
         const bn_chooser chooser = {TIMING, 0.0f, VERBOSE, label};

@@ -341,7 +341,7 @@ static bn_status fastest(const dense_gpu *g, const dense_plan *p, const bn_ctx *
         else snprintf(text[i], sizeof text[i], "skinny");
         names[i] = text[i];
     }
-    const bn_candidates cands = {count, names, NULL, order, ordered, run_trial, &t, order[0], agree_trial};
+    const bn_candidates cands = {count, names, NULL, order, ordered, run_trial, &t, order[0], agree_trial, NULL};
     static const char *const kinds[] = {"fwd", "dw", "dx"};
     char label[96];
     snprintf(label, sizeof label, "dense %s n=%d k=%d m=%d", kinds[p->kind], n, c->k, m);

@@ -8,10 +8,14 @@
  *   function that runs one (bn_candidates);
  * - the timing: warm-up runs, then the least of a few rounds' means (bn_chooser_timing), on
  *   events of the context stream, each round queued behind a hold of the stream
- *   (core/device.h: bn_stream_hold) so that it times the device's work, not the launches;
+ *   (core/device.h: bn_stream_hold) so that it times the device's work, not the launches, and
+ *   ended where the stream's own work ends, what the runs left beside it joined afterwards
+ *   (bn_chooser_settle);
  * - the tie rule: of the candidates timed within a fraction of the fastest, the first in the
  *   rule's order (bn_chooser_pick), so that runs of the timing agree where candidates are that
- *   close and a tie goes where the rule would have gone;
+ *   close and a tie goes where the rule would have gone; where that pick is not the fastest, the
+ *   two are timed again before the rule is asked again, so that a near tie is judged on more
+ *   than one timing of each;
  * - the kernel cache's key (the device's scope, then the layer's part) and the cached choice,
  *   read back through the layer, which says whether it can take it (bn_chooser_lookup), and kept
  *   after timing (bn_chooser_keep);
@@ -67,6 +71,14 @@ typedef bn_status (*bn_chooser_run)(void *env, int i, int warm, int *ok);
  * output is not finite). A status other than BN_OK stops the choice. */
 typedef bn_status (*bn_chooser_agree)(void *env, int i, int reference, double *err, double *tol, int *agrees);
 
+/* After a candidate's warm-up runs, and after each of its timed rounds once the round's end is
+ * recorded (env: the layer's): joins what its runs left pending on another stream. A run may queue
+ * work beside it that the step does not wait for at that point (a weight gradient whose join the
+ * net defers to the end of its backward pass); the round then times only what the stream itself
+ * waits for, and the next round starts with nothing left beside it. A status other than BN_OK
+ * stops the choice. */
+typedef bn_status (*bn_chooser_settle)(void *env);
+
 /* A plan's candidates 0 .. count - 1. */
 typedef struct bn_candidates {
     int count;
@@ -80,6 +92,7 @@ typedef struct bn_candidates {
     int reference;            /* with agree: the candidate trusted to be right (never checked), or
                                  -1 for a reference agree computes itself */
     bn_chooser_agree agree;   /* NULL: the timed pick is taken unchecked */
+    bn_chooser_settle settle; /* NULL: the runs leave nothing pending */
 } bn_candidates;
 
 /* How a candidate is timed: `warmups` untimed runs, then `rounds` rounds of `reps` runs between
@@ -123,8 +136,9 @@ bn_status bn_chooser_pick_checked(const bn_chooser *ch, const bn_candidates *c, 
 
 /* The timed choice among c: *pick the only candidate that applies, untimed, or of those timed
  * (ms[i]; INFINITY for the others) the one bn_chooser_pick_checked takes, printed when ch says
- * so; -1 when none applies, none ran or none that ran agreed with the reference. ms holds
- * c->count entries. */
+ * so; -1 when none applies, none ran or none that ran agreed with the reference. Where the tie
+ * rule's pick is not the fastest, the two are timed again, the pick first, each keeping the
+ * least of its times, up to twice while that holds. ms holds c->count entries. */
 bn_status bn_chooser_timed(const bn_chooser *ch, const bn_candidates *c, float *ms, int *pick);
 
 /* How many picks bn_chooser_pick_checked has dropped in this process: a timed choice that drops
