@@ -173,10 +173,11 @@ bn_status bn_chooser_timed(const bn_chooser *ch, const bn_candidates *c, float *
     for (int i = 0; i < c->count; i++)
         if (applies(c, i)) BN_TRY(bn_chooser_time_one(&ch->timing, c, i, &ms[i]));
     /* A pick within the tie that is not the fastest turns on a few percent, about what two
-     * timings of one candidate differ by: lenet5_tanh's c3 data pass drew the direct kernels
-     * (within 5% of the fma family's) in three runs of six, and trained 7% slower for it
-     * (performance.md, version 85). The two are timed again, one after the other, each keeping
-     * its least time, until the pick is the fastest or CONTESTS rounds are spent. */
+     * timings of one candidate differ by, so the two are timed again, one after the other, each
+     * keeping its least time, until the pick is the fastest or CONTESTS rounds are spent. Measured
+     * in version 85 (performance.md): inception_fashion's 1x1 data pass left the tensor cores for
+     * the implicit GEMM in every draw (+2%); lenet5_tanh's c3 data pass still tied in half the
+     * draws, which conv2d's data_tie settles. */
     for (int r = 0; r < CONTESTS; r++) {
         const int first = bn_chooser_pick(c, ms, ch->tie), fastest = fastest_of(c, ms);
         if (first < 0 || first == fastest) break;
