@@ -1,6 +1,6 @@
 /* test_chooser.c - the chooser (src/gpu/chooser.c) on its own: the mode a context gives, the
- * rule's first applicable candidate, the tie rule on given timings (5% and the fastest alone),
- * the key's scope and overflow, a cached choice taken, stale (timed afresh and replaced) or
+ * rule's first applicable candidate, the tie rule on given timings (5% and the fastest alone) and
+ * the candidates it counts as tied, the key's scope and overflow, a cached choice taken, stale (timed afresh and replaced) or
  * unreadable (an error naming the file), the verbose switch, the timing's warm-up and lone
  * candidate without a device, the check of a pick against a reference (a pick that disagrees
  * dropped, named once on stderr, and the tie rule asked again), and on a device (skipped without
@@ -72,6 +72,25 @@ BN_TEST(chooser_tie_goes_to_the_preferred_within_the_fraction)
     c.order = prefer_2;
     c.order_count = 2;
     CHECK(bn_chooser_pick(&c, ms, BN_CHOOSER_TIE) == 2);
+    return BN_PASS;
+}
+
+BN_TEST(chooser_tied_marks_every_candidate_within_the_fraction)
+{
+    /* Candidate 2 is the fastest; 0 is 4% slower, 1 is 6% slower, 3 did not run. */
+    const float ms[4] = {1.04f, 1.06f, 1.00f, INFINITY};
+    bn_candidates c = {4, NULL, NULL, NULL, 0, NULL, NULL, -1, NULL, NULL};
+    bool tied[4] = {false, false, false, true};
+    CHECK(bn_chooser_tied(&c, ms, BN_CHOOSER_TIE, tied) == 2);
+    CHECK(tied[0] && !tied[1] && tied[2] && !tied[3]);
+    CHECK(bn_chooser_tied(&c, ms, 0.10f, tied) == 3);
+    CHECK(tied[0] && tied[1] && tied[2] && !tied[3]);
+    CHECK(bn_chooser_tied(&c, ms, 0.0f, tied) == 1);
+    CHECK(!tied[0] && !tied[1] && tied[2] && !tied[3]);
+    /* None ran: none ties. */
+    const float none[4] = {INFINITY, INFINITY, INFINITY, INFINITY};
+    CHECK(bn_chooser_tied(&c, none, BN_CHOOSER_TIE, tied) == 0);
+    CHECK(!tied[0] && !tied[1] && !tied[2] && !tied[3]);
     return BN_PASS;
 }
 

@@ -214,18 +214,11 @@ static const bn_chooser_timing TIMING = {2, 3, 4};
  * them: in the step the fma data pass took 10.3 us and the direct one 15.3. The time to the data
  * pass's end as the only measure took slower runners where the pair's time is what counts
  * (resnet_odd and cifar10_resnet 4-5% slower: performance.md, version 85). */
-static bn_status data_tie(const bn_layer *l, trial *t, const bn_candidates *cands, const float *ms, int *pick)
+static bn_status break_data_tie(const bn_layer *l, trial *t, const bn_candidates *cands, const float *ms,
+                                int *pick)
 {
-    float fastest = INFINITY;
-    for (int r = 0; r < BN_CONV_RUNNERS; r++)
-        if (ms[r] < fastest) fastest = ms[r];
     bool tied[BN_CONV_RUNNERS];
-    int count = 0;
-    for (int r = 0; r < BN_CONV_RUNNERS; r++) {
-        tied[r] = fastest < INFINITY && ms[r] <= fastest * (1.0f + BN_CHOOSER_TIE);
-        count += tied[r];
-    }
-    if (count < 2) return BN_OK;
+    if (bn_chooser_tied(cands, ms, BN_CHOOSER_TIE, tied) < 2) return BN_OK;
     bn_candidates own = *cands;
     own.applicable = tied;
     own.settle = settle_trial;
@@ -283,7 +276,7 @@ static bn_status choose_pass(const bn_layer *l, const conv_priv *c, bn_ctx *ctx,
     float ms[BN_CONV_RUNNERS];
     int pick = -1;
     bn_status s = bn_chooser_timed(&chooser, &cands, ms, &pick);
-    if (s == BN_OK && i == 1 && beside >= 0 && pick >= 0) s = data_tie(l, &t, &cands, ms, &pick);
+    if (s == BN_OK && i == 1 && beside >= 0 && pick >= 0) s = break_data_tie(l, &t, &cands, ms, &pick);
     bn_device_free(t.ref);
     bn_device_free(buf);
     BN_TRY(s);

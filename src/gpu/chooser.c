@@ -74,15 +74,38 @@ bn_status bn_chooser_time_one(const bn_chooser_timing *t, const bn_candidates *c
     return s;
 }
 
-int bn_chooser_pick(const bn_candidates *c, const float *ms, float tie)
+/* The least of the candidates' times; INFINITY when none ran. */
+static float least_time(const bn_candidates *c, const float *ms)
 {
     float fastest = INFINITY;
     for (int i = 0; i < c->count; i++)
         if (ms[i] < fastest) fastest = ms[i];
-    if (fastest == INFINITY) return -1;
+    return fastest;
+}
+
+/* The tie rule's measure: a time within tie of the fastest (which ran). */
+static bool within_tie(float ms, float fastest, float tie)
+{
+    return fastest < INFINITY && ms <= fastest * (1.0f + tie);
+}
+
+int bn_chooser_pick(const bn_candidates *c, const float *ms, float tie)
+{
+    const float fastest = least_time(c, ms);
     for (int k = 0; k < order_count(c); k++)
-        if (ms[nth(c, k)] <= fastest * (1.0f + tie)) return nth(c, k);
+        if (within_tie(ms[nth(c, k)], fastest, tie)) return nth(c, k);
     return -1;
+}
+
+int bn_chooser_tied(const bn_candidates *c, const float *ms, float tie, bool *tied)
+{
+    const float fastest = least_time(c, ms);
+    int count = 0;
+    for (int i = 0; i < c->count; i++) {
+        tied[i] = within_tie(ms[i], fastest, tie);
+        count += tied[i];
+    }
+    return count;
 }
 
 bool bn_chooser_verbose(const char *variable)
@@ -177,7 +200,7 @@ bn_status bn_chooser_timed(const bn_chooser *ch, const bn_candidates *c, float *
      * keeping its least time, until the pick is the fastest or CONTESTS rounds are spent. Measured
      * in version 85 (performance.md): inception_fashion's 1x1 data pass left the tensor cores for
      * the implicit GEMM in every draw (+2%); lenet5_tanh's c3 data pass still tied in half the
-     * draws, which conv2d's data_tie settles. */
+     * draws, which conv2d's break_data_tie settles. */
     for (int r = 0; r < CONTESTS; r++) {
         const int first = bn_chooser_pick(c, ms, ch->tie), fastest = fastest_of(c, ms);
         if (first < 0 || first == fastest) break;

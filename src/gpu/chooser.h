@@ -126,6 +126,10 @@ bn_status bn_chooser_time_one(const bn_chooser_timing *t, const bn_candidates *c
  * when none ran or none of the order is within. */
 int bn_chooser_pick(const bn_candidates *c, const float *ms, float tie);
 
+/* The candidates the tie rule counts as fast as the fastest (a time in ms within tie of the
+ * least), marked in tied (c->count entries); returns how many, 0 when none ran. */
+int bn_chooser_tied(const bn_candidates *c, const float *ms, float tie, bool *tied);
+
 /* The tie rule's pick among ms (ch->tie), checked: where c has an agree function and the pick is
  * not c->reference, the pick runs against the reference; one that disagrees is named once on
  * stderr ("blobnet: note: <label>: candidate <name> disagrees with the reference ..."), dropped
