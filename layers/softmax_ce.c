@@ -176,6 +176,9 @@ static int softmax_fuse_loss(bn_layer *l, const bn_pass *pass, bn_blob *acc, int
     p->acc = acc;
     p->grad_in_forward = grad;
     p->grad_written = 0;
+    /* A sum still left here belongs to a step whose backward pass was never queued (it failed
+     * before): nothing reads that step's metrics. */
+    p->metrics_pending = 0;
     return 1;
 }
 
@@ -222,6 +225,7 @@ const bn_layer_ops bn_softmax_ce_ops = {
     .backward_cpu = softmax_backward,
     .forward_gpu = BN_GPU(bn_softmax_ce_forward_gpu),
     .backward_gpu = BN_GPU(bn_softmax_ce_backward_gpu),
+    .finish_gpu = BN_GPU(bn_softmax_ce_finish_gpu),
     .flops = softmax_flops,
     .destroy = softmax_destroy,
     .bf16 = 1,

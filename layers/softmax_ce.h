@@ -34,10 +34,20 @@ typedef struct softmax_priv {
     int grad_written; /* set by a GPU forward that wrote in_grad, cleared by the backward after
                          it, which then has nothing to do: both happen in the same step body,
                          so a captured step holds the same launches as an eager one */
+    /* Set by a GPU forward that wrote in_grad: it left the sum over its blocks' metrics (the
+     * kernel's last part, which the whole backward pass would otherwise wait for) to
+     * bn_softmax_ce_finish_gpu, which the network calls at the end of the backward pass, and the
+     * launch's block count. */
+    int metrics_pending;
+    unsigned pending_blocks;
 } softmax_priv;
 
 bn_status bn_softmax_ce_forward_gpu(bn_layer *l, const bn_pass *p);
 bn_status bn_softmax_ce_backward_gpu(bn_layer *l, const bn_pass *p);
+
+/* bn_layer_ops.finish_gpu: the sum over the blocks of the last forward's metrics into
+ * pass->metrics (and the fusion's acc), where that forward left it; else nothing. */
+bn_status bn_softmax_ce_finish_gpu(bn_layer *l, const bn_pass *p);
 
 /* Frees the device scratch rows and sets p->dev_rows to NULL. */
 void bn_softmax_ce_gpu_release(softmax_priv *p);

@@ -370,3 +370,65 @@ BN_TEST(gpu_layer_dense_head_metrics_every_batch_size)
     bn_net_free(gpu);
     return BN_PASS;
 }
+
+/* In a training step the loss's forward leaves the sum over its blocks' metrics to the end of the
+ * backward pass, which would otherwise wait for it: after the forward the metrics are not yet
+ * written, and after the backward they hold the bits an evaluation forward writes, added once
+ * into the step's accumulator. Through the dense head (10 classes) and the plain kernel (20,
+ * more than a head takes), over several blocks of each. */
+BN_TEST(gpu_loss_metrics_left_to_the_end_of_the_backward_pass)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    const uint64_t seed = lt_fresh_seed();
+    const int n = 300, inputs = 12, classes[] = {10, 20};
+    float *x = malloc((size_t)n * inputs * sizeof *x), *labels = malloc((size_t)n * sizeof *labels);
+    CHECK(x && labels);
+    for (int t = 0; t < 2; t++) {
+        char text[160];
+        snprintf(text, sizeof text, "[input]\nchannels=%d\nheight=1\nwidth=1\n[dense]\noutputs=%d\n[softmax_ce]\n", inputs,
+                 classes[t]);
+        bn_net *gpu;
+        CHECK_OK(bn_net_from_text(text, "left-sum", &gpu));
+        CHECK_OK(bn_net_setup(gpu, n, ctx, 0, seed));
+        const int head = gpu->layers[1]->gpu_fused == BN_FUSED_FORWARD;
+        CHECK_MSG(head == (t == 0), "%d classes: dense head %d", classes[t], head);
+        bn_rng r;
+        bn_rng_seed(&r, seed, 17 + (uint64_t)t);
+        for (int i = 0; i < n * inputs; i++) x[i] = (float)bn_rng_normal(&r);
+        for (int i = 0; i < n; i++) labels[i] = (float)bn_rng_below(&r, (uint64_t)classes[t]);
+        CHECK_OK(gt_put(gpu->input, x));
+        CHECK_OK(gt_put(gpu->labels, labels));
+        /* An evaluation forward: its last block adds the sums. */
+        CHECK_OK(bn_net_forward(gpu, 0));
+        float want[2], got[2], acc_got[2];
+        CHECK_OK(lt_read(gpu->metrics, want, 2));
+        CHECK_MSG(isfinite(want[0]) && want[0] > 0.0f && want[1] >= 0.0f && want[1] <= n,
+                  "%d classes: evaluation metrics %g, %g", classes[t], want[0], want[1]);
+        bn_blob *acc = bn_blob_new("left-sum.acc", 2, 1, 1, 1);
+        CHECK(acc != NULL);
+        static const float zeros[2] = {0.0f, 0.0f};
+        CHECK_OK(gt_put(acc, zeros));
+        CHECK_OK(gt_poison(gpu->metrics, ctx));
+        CHECK(bn_net_fuse_loss(gpu, acc, 1));
+        CHECK_OK(bn_net_forward(gpu, 1));
+        CHECK_OK(lt_read(gpu->metrics, got, 2));
+        CHECK_MSG(isnan(got[0]) && isnan(got[1]), "%d classes: the training forward wrote the metrics (%g, %g)",
+                  classes[t], got[0], got[1]);
+        CHECK_OK(bn_net_backward(gpu));
+        bn_net_unfuse_loss(gpu);
+        CHECK_OK(lt_read(gpu->metrics, got, 2));
+        CHECK_OK(lt_read(acc, acc_got, 2));
+        CHECK_MSG(memcmp(got, want, sizeof got) == 0 && memcmp(acc_got, want, sizeof acc_got) == 0,
+                  "%d classes: metrics %.9g, %g and accumulated %.9g, %g after the backward pass, want %.9g, %g",
+                  classes[t], got[0], got[1], acc_got[0], acc_got[1], want[0], want[1]);
+        printf("    %s, batch %d: loss sum %.9g, %g correct, after the backward pass as in evaluation\n",
+               head ? "dense head" : "plain kernel", n, got[0], got[1]);
+        bn_blob_free(acc);
+        bn_net_free(gpu);
+    }
+    free(x);
+    free(labels);
+    return BN_PASS;
+}

@@ -226,6 +226,12 @@ struct bn_layer_ops {
      * backward which follows launches nothing. Called again with (NULL, 0) when the step is
      * done. Returns 1 when l takes the request. May be NULL. */
     int (*fuse_loss_gpu)(bn_layer *l, const bn_pass *pass, bn_blob *acc, int grad);
+    /* GPU work the layer's forward pass left for the end of the backward pass, queued on
+     * pass->ctx->stream by the network once every layer's backward pass (and update) is queued and
+     * before it joins the side stream: a loss layer's forward that wrote its input gradient leaves
+     * the last sum of its metrics there, so that the backward pass does not wait for it. Does
+     * nothing when nothing was left. May be NULL. */
+    bn_status (*finish_gpu)(bn_layer *l, const bn_pass *pass);
     /* Writes which kernels run the layer's GPU passes at the current batch size into buf (for
      * `blobnet time`), or leaves buf empty when there is nothing to say. May be NULL. */
     void (*describe_gpu)(const bn_layer *l, char *buf, size_t cap);

@@ -152,6 +152,11 @@ bn_status bn_net_backward_each(bn_net *net, bn_status (*done)(void *arg, bn_net 
         if (s == BN_OK && done) s = done(arg, net, net->layers[i]);
     }
     if (s == BN_OK) s = add_grad_parts(net, net->input_grad, net->input_grad_parts, net->num_input_grad_parts);
+    /* What the forward left for here (the loss's metrics), beside the side stream's last work. */
+    for (int i = 0; ctx && s == BN_OK && i < net->num_layers; i++) {
+        bn_layer *l = net->layers[i];
+        if (l->ops->finish_gpu) s = l->ops->finish_gpu(l, &net->pass);
+    }
     net->pass.defer_joins = 0;
     /* Work the layers left on the side stream (weight gradients) ends here, before anything
      * reads the gradients. */
