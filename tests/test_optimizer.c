@@ -355,6 +355,7 @@ static int gpu_update_matches_cpu(int kind, int layered, const char *model)
     for (int step = 1; step <= 3; step++) {
         CHECK_OK(lt_read(cpu->params, before, n));
         CHECK_OK(bn_net_zero_grad(gpu));
+        CHECK_OK(bn_optimizer_begin_step(go, gpu));
         CHECK_OK(bn_net_forward(gpu, 1));
         if (layered) {
             forks_seen = go->forks_seen, layers_held = 0;

@@ -52,10 +52,11 @@ static __device__ __forceinline__ void bn_update_mults(const bn_update_args &u, 
 }
 
 /* The schedule's index of this step (0 without a schedule), and the rates at it: u.r where no
- * schedule covers the step. Apart, so that a kernel can read the index early and the rates later. */
+ * schedule covers the step. Apart, so that a kernel can read the index early and the rates later.
+ * The cursor stands one past the index: the step moved it on at its start. */
 static __device__ __forceinline__ int bn_update_cursor(const bn_update_args &u)
 {
-    return u.schedule ? *u.cursor : 0;
+    return u.schedule ? *u.cursor - 1 : 0;
 }
 
 static __device__ __forceinline__ bn_step_rates bn_update_rates_at(const bn_update_args &u, int at)

@@ -165,9 +165,8 @@ static int next_with_params(const bn_net *net, int i)
     return -1;
 }
 
-/* The run [*lo, *hi) of the slab that layers first..last_layer hold, and whether their update is
- * the step's last (it reaches the net's first layer with parameters); 0 where none has any. */
-static int layers_range(const bn_net *net, int first, int last_layer, size_t *lo, size_t *hi, int *last)
+/* The run [*lo, *hi) of the slab that layers first..last_layer hold; 0 where none has any. */
+static int layers_range(const bn_net *net, int first, int last_layer, size_t *lo, size_t *hi)
 {
     int any = 0;
     for (int i = first; i <= last_layer; i++) {
@@ -178,23 +177,20 @@ static int layers_range(const bn_net *net, int first, int last_layer, size_t *lo
         const bn_blob *end = l->params[l->num_params - 1].value;
         *hi = end->offset + bn_blob_count(end);
     }
-    *last = next_with_params(net, first) < 0;
     return any;
 }
 
 /* The update of layers first..last (a run of the slab) on stream, or on the side stream when
- * stream is NULL. The step's last update is the one that reaches its first layer with
- * parameters. */
+ * stream is NULL. */
 static bn_status update_layers(bn_optimizer *o, bn_net *net, int first, int last_layer, void *stream)
 {
     size_t lo = 0, hi = 0;
-    int last;
-    if (!layers_range(net, first, last_layer, &lo, &hi, &last)) return BN_OK;
+    if (!layers_range(net, first, last_layer, &lo, &hi)) return BN_OK;
     if (!net->pass.ctx || !net->pass.ctx->side_stream)
         return bn_error(BN_ERR_INTERNAL, "layer %s: a layer-by-layer update needs a device context",
                         net->layers[first]->name);
     bn_nvtx_push("optimizer/update", BN_NVTX_OPTIMIZER);
-    bn_status s = bn_optimizer_update_range_gpu(o, net, lo, hi, bn_optimizer_rates(o, o->iter), last, stream);
+    bn_status s = bn_optimizer_update_range_gpu(o, net, lo, hi, bn_optimizer_rates(o, o->iter), stream);
     bn_nvtx_pop();
     return s;
 }
@@ -259,10 +255,14 @@ bn_status bn_optimizer_update_layers_on(bn_optimizer *o, bn_net *net, int first,
 bn_status bn_optimizer_update_args(bn_optimizer *o, bn_net *net, int first, int last, bn_update_args *u)
 {
     size_t lo = 0, hi = 0;
-    int final;
-    if (!net->pass.ctx || !layers_range(net, first, last, &lo, &hi, &final))
+    if (!net->pass.ctx || !layers_range(net, first, last, &lo, &hi))
         return bn_error(BN_ERR_INTERNAL, "layers %d..%d: no device update to describe", first, last);
-    return bn_optimizer_range_args_gpu(o, net, lo, hi, bn_optimizer_rates(o, o->iter), final, u);
+    return bn_optimizer_range_args_gpu(o, net, lo, hi, bn_optimizer_rates(o, o->iter), u);
+}
+
+bn_status bn_optimizer_begin_step(bn_optimizer *o, bn_net *net)
+{
+    return net->pass.ctx ? bn_optimizer_begin_step_gpu(o, net) : BN_OK;
 }
 
 bn_status bn_optimizer_end_layered_step(bn_optimizer *o, bn_net *net)

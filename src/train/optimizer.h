@@ -30,7 +30,8 @@ typedef struct bn_optimizer {
     int num_segments;
     void *device_segments;      /* the segment table on the device (GPU path) */
     bn_step_rates *dev_schedule; /* GPU: the rates of a run of steps (bn_optimizer_schedule) */
-    int *dev_cursor;            /* GPU: index into dev_schedule of the next update */
+    int *dev_cursor;            /* GPU: one past the index into dev_schedule of the step under way
+                                   (bn_optimizer_begin_step moves it on) */
     long schedule_first, schedule_len, schedule_cap;
     int schedule_ahead;         /* GPU: the schedule in place was queued ahead of its run's first
                                    step (bn_optimizer_schedule_ahead) */
@@ -53,6 +54,15 @@ double bn_optimizer_lr(const bn_optimizer *o, long iter);
 /* The rate of step iter and what the optimizer works out for it (its per_step). */
 bn_step_rates bn_optimizer_rates(const bn_optimizer *o, long iter);
 
+/* Starts a training step on the GPU (nothing on the CPU): while a schedule covers the step, moves
+ * the device's schedule cursor on to it, on the side stream (where there is one) after what the
+ * context stream holds, so that the backward pass's join orders it before every update of the
+ * step, and after every update of the step before. Each training step calls it once, before its
+ * forward pass; the updates then read their rates at the cursor, wherever and in whatever order
+ * they run. */
+bn_status bn_optimizer_begin_step(bn_optimizer *o, bn_net *net);
+bn_status bn_optimizer_begin_step_gpu(bn_optimizer *o, bn_net *net);
+
 /* Applies one update from net's gradient slab and advances iter. */
 bn_status bn_optimizer_step(bn_optimizer *o, bn_net *net);
 
@@ -62,8 +72,7 @@ bn_status bn_optimizer_step(bn_optimizer *o, bn_net *net);
  * backward passes of the layers below; the net's backward pass joins it. The small update of a
  * layer whose weight gradient went to the side stream is held back and launched with the next
  * layer's where that layer's gradient, in an earlier step, did not, and the backward pass takes
- * it on the same lane. The update of the net's
- * first layer with parameters, the last to come, moves the device's schedule cursor.
+ * it on the same lane.
  * bn_optimizer_end_layered_step launches an update still held, on the context's stream, and
  * advances iter. Layers without parameters are skipped. */
 bn_status bn_optimizer_update_layer(bn_optimizer *o, bn_net *net, const bn_layer *l);
@@ -89,16 +98,16 @@ void bn_optimizer_free(bn_optimizer *o);
 bn_status bn_optimizer_step_gpu(bn_optimizer *o, bn_net *net, bn_step_rates r);
 
 /* The update of slab elements [lo, hi) (a layer's, or a run of layers') on `stream`, or on the side
- * stream after a fork when stream is NULL (bn_optimizer_update_layer); `last`: the step's last
- * update. */
-bn_status bn_optimizer_update_range_gpu(bn_optimizer *o, bn_net *net, size_t lo, size_t hi, bn_step_rates r, int last,
+ * stream after a fork when stream is NULL (bn_optimizer_update_layer). */
+bn_status bn_optimizer_update_range_gpu(bn_optimizer *o, bn_net *net, size_t lo, size_t hi, bn_step_rates r,
                                         void *stream);
-/* The update of slab elements [lo, hi) with rates r (`last`: the step's last) as a kernel takes it. */
-bn_status bn_optimizer_range_args_gpu(bn_optimizer *o, bn_net *net, size_t lo, size_t hi, bn_step_rates r, int last,
+/* The update of slab elements [lo, hi) with rates r as a kernel takes it. */
+bn_status bn_optimizer_range_args_gpu(bn_optimizer *o, bn_net *net, size_t lo, size_t hi, bn_step_rates r,
                                       bn_update_args *u);
 
 /* GPU: uploads the rates of steps first .. first+count-1 (as bn_optimizer_rates gives them)
- * and points the device cursor at `first`; updates then advance the cursor on the device. The
+ * and sets the device cursor before `first` (its first step's bn_optimizer_begin_step moves it
+ * there). The
  * uploads are queued on the context stream, after the steps queued before them, and not waited
  * for; where bn_optimizer_schedule_ahead has queued the same run already, nothing more is. A
  * table that has to grow moves, so net's context then tells captured graphs to capture again. */

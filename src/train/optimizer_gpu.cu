@@ -15,12 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* With a schedule and `advance`, the last block to finish moves the cursor to the next step
- * (cursor[1] counts the blocks done). */
-static __device__ __forceinline__ void finish_step(const bn_update_args &u, int at)
+/* Moves the schedule's cursor on to the step that starts (bn_optimizer_begin_step). */
+__global__ void cursor_step(int *cursor)
 {
-    if (u.schedule && u.advance && bn_last_arrival((unsigned *)(u.cursor + 1), gridDim.x) && threadIdx.x == 0)
-        *u.cursor = at + 1;
+    bn_early_entry(); /* pdl.cuh */
+    *cursor += 1;
 }
 
 /* One element's update from the gradient slab (gpu/param_update.cuh). */
@@ -81,7 +80,6 @@ __global__ void update(bn_update_args u, int fours)
                 for (int e = 0; e < 4; e++) bn_st_bf16((__nv_bfloat16 *)u.w16 + i + e, wp[e]);
         }
     }
-    finish_step(u, at);
 }
 
 typedef void (*update_kernel)(bn_update_args, int);
@@ -111,7 +109,7 @@ static bn_status queue_schedule(bn_optimizer *o, long first, long count)
     for (long i = 0; i < count; i++) rates[i] = bn_optimizer_rates(o, first + i);
     bn_status s = bn_device_h2d_queued(&o->schedule_up, o->dev_schedule, rates, (size_t)count * sizeof *rates);
     free(rates);
-    /* The cursor; the count of update blocks done with it beside it is left as it is. */
+    /* The cursor: the run's first step moves it to 1 (bn_optimizer_begin_step). */
     if (s == BN_OK) s = bn_device_zero(o->dev_cursor, sizeof(int));
     if (s == BN_OK) o->schedule_first = first, o->schedule_len = count;
     return s;
@@ -132,10 +130,9 @@ extern "C" bn_status bn_optimizer_schedule(bn_optimizer *o, bn_net *net, long fi
         /* A step captured earlier reads the old table. */
         net->pass.ctx->buffer_generation++;
     }
-    /* The cursor and the count of update blocks done with it. */
     if (!o->dev_cursor) {
-        BN_TRY(bn_device_alloc((void **)&o->dev_cursor, 2 * sizeof(int)));
-        BN_TRY(bn_device_zero(o->dev_cursor, 2 * sizeof(int)));
+        BN_TRY(bn_device_alloc((void **)&o->dev_cursor, sizeof(int)));
+        BN_TRY(bn_device_zero(o->dev_cursor, sizeof(int)));
     }
     return queue_schedule(o, first, count);
 }
@@ -153,6 +150,26 @@ extern "C" bn_status bn_optimizer_schedule_ahead(bn_optimizer *o, long first, lo
 
 #define UPDATE_THREADS 256
 
+/* Whether the rates of step o->iter come from the device's schedule. */
+static int scheduled(const bn_optimizer *o)
+{
+    return o->schedule_len && o->iter >= o->schedule_first && o->iter < o->schedule_first + o->schedule_len;
+}
+
+extern "C" bn_status bn_optimizer_begin_step_gpu(bn_optimizer *o, bn_net *net)
+{
+    if (!scheduled(o) || !o->dev_cursor) return BN_OK;
+    bn_ctx *ctx = net->pass.ctx;
+    cudaStream_t s = (cudaStream_t)ctx->stream;
+    if (ctx->side_stream) {
+        BN_TRY(bn_ctx_fork_side(ctx));
+        s = (cudaStream_t)ctx->side_stream;
+    }
+    bn_launch_early(cursor_step, dim3(1), dim3(1), 0, s, o->dev_cursor);
+    BN_CUDA_LAUNCH();
+    return BN_OK;
+}
+
 /* The blocks of an update of `count` elements: a thread per four with `fours`, else per element. */
 static int update_blocks(size_t count, int fours)
 {
@@ -161,7 +178,7 @@ static int update_blocks(size_t count, int fours)
 }
 
 extern "C" bn_status bn_optimizer_range_args_gpu(bn_optimizer *o, bn_net *net, size_t lo, size_t hi, bn_step_rates r,
-                                                 int last, bn_update_args *u)
+                                                 bn_update_args *u)
 {
     if (!o->device_segments) BN_TRY(upload_segments(o));
     memset(u, 0, sizeof *u);
@@ -175,9 +192,8 @@ extern "C" bn_status bn_optimizer_range_args_gpu(bn_optimizer *o, bn_net *net, s
     while (seg0 + u->nseg < o->num_segments && o->segments[seg0 + u->nseg].offset < hi) u->nseg++;
     if (u->nseg <= BN_UPDATE_NEAR_SEGS)
         for (int j = 0; j < u->nseg; j++) u->near[j] = o->segments[seg0 + j];
-    u->lo = lo, u->hi = hi, u->r = r, u->advance = last;
-    int scheduled = o->schedule_len && o->iter >= o->schedule_first && o->iter < o->schedule_first + o->schedule_len;
-    u->schedule = scheduled ? o->dev_schedule : NULL;
+    u->lo = lo, u->hi = hi, u->r = r;
+    u->schedule = scheduled(o) ? o->dev_schedule : NULL;
     u->cursor = o->dev_cursor;
     const bn_train_config *c = &o->cfg;
     for (int j = 0; j < o->num_state; j++)
@@ -188,12 +204,11 @@ extern "C" bn_status bn_optimizer_range_args_gpu(bn_optimizer *o, bn_net *net, s
     return BN_OK;
 }
 
-/* The update of elements [lo, hi) on stream s; `advance`: this launch is the step's last. */
-static bn_status launch(bn_optimizer *o, bn_net *net, size_t lo, size_t hi, bn_step_rates r, int advance,
-                        cudaStream_t s)
+/* The update of elements [lo, hi) on stream s. */
+static bn_status launch(bn_optimizer *o, bn_net *net, size_t lo, size_t hi, bn_step_rates r, cudaStream_t s)
 {
     bn_update_args u;
-    BN_TRY(bn_optimizer_range_args_gpu(o, net, lo, hi, r, advance, &u));
+    BN_TRY(bn_optimizer_range_args_gpu(o, net, lo, hi, r, &u));
     update_kernel kern = u.w16 ? kernels[u.optimizer].w16 : kernels[u.optimizer].fp32;
     int fours = ((uintptr_t)u.w & 15) == 0 && ((uintptr_t)u.g & 15) == 0;
     for (int j = 0; j < o->num_state; j++) fours = fours && ((uintptr_t)u.state[j] & 15) == 0;
@@ -204,16 +219,16 @@ static bn_status launch(bn_optimizer *o, bn_net *net, size_t lo, size_t hi, bn_s
 
 extern "C" bn_status bn_optimizer_step_gpu(bn_optimizer *o, bn_net *net, bn_step_rates r)
 {
-    return launch(o, net, 0, net->num_params, r, 1, (cudaStream_t)net->pass.ctx->stream);
+    return launch(o, net, 0, net->num_params, r, (cudaStream_t)net->pass.ctx->stream);
 }
 
 extern "C" bn_status bn_optimizer_update_range_gpu(bn_optimizer *o, bn_net *net, size_t lo, size_t hi,
-                                                   bn_step_rates r, int last, void *stream)
+                                                   bn_step_rates r, void *stream)
 {
-    if (stream) return launch(o, net, lo, hi, r, last, (cudaStream_t)stream);
+    if (stream) return launch(o, net, lo, hi, r, (cudaStream_t)stream);
     bn_ctx *ctx = net->pass.ctx;
     BN_TRY(bn_ctx_fork_side(ctx));
-    return launch(o, net, lo, hi, r, last, (cudaStream_t)ctx->side_stream);
+    return launch(o, net, lo, hi, r, (cudaStream_t)ctx->side_stream);
 }
 
 BN_CODE_ANCHOR(optimizer_gpu, kernels[0].fp32) /* code_load.cu */

@@ -120,6 +120,7 @@ static bn_status allreduce_all(bn_step_body *b)
  * with zero gradients and makes the same update as the others. */
 static bn_status empty_share_step(bn_step_body *b)
 {
+    BN_TRY(bn_optimizer_begin_step(b->opt, b->net));
     BN_TRY(bn_net_zero_grad(b->net));
     if (b->net->pass.ctx->side_stream) {
         for (int i = b->net->num_layers - 1; i >= 0; i--) BN_TRY(update_layer(b, b->net, b->net->layers[i]));
@@ -149,6 +150,7 @@ static bn_status step_passes(bn_step_body *b, int fused)
     if (b->take_staged) BN_TRY(bn_loader_take(b->ld, b->net, b->n));
     else BN_TRY(bn_loader_fill_next(b->ld, b->net, b->n, 1));
     BN_TRY(bn_net_zero_grad_beside(b->net));
+    BN_TRY(bn_optimizer_begin_step(b->opt, b->net));
     /* The next step's batch, gathered on the side stream beside this step's forward pass, queued
      * once the first layer's pass is: queued ahead of that pass, the gather ran first and held it
      * back (LeNet's first convolution started 2.8 us into the step). It still waits only for the

@@ -23,10 +23,10 @@ bn_status bn_optimizer_step_gpu(bn_optimizer *o, bn_net *net, bn_step_rates r)
     return bn_no_cuda();
 }
 
-bn_status bn_optimizer_update_range_gpu(bn_optimizer *o, bn_net *net, size_t lo, size_t hi, bn_step_rates r, int last,
+bn_status bn_optimizer_update_range_gpu(bn_optimizer *o, bn_net *net, size_t lo, size_t hi, bn_step_rates r,
                                         void *stream)
 {
-    (void)o, (void)net, (void)lo, (void)hi, (void)r, (void)last, (void)stream;
+    (void)o, (void)net, (void)lo, (void)hi, (void)r, (void)stream;
     return bn_no_cuda();
 }
 
@@ -88,9 +88,15 @@ void bn_loader_read_own_gpu(bn_loader *ld, bn_net *net)
     (void)ld, (void)net; /* a loader without a device never reads a stage */
 }
 
-bn_status bn_optimizer_range_args_gpu(bn_optimizer *o, bn_net *net, size_t lo, size_t hi, bn_step_rates r, int last,
+bn_status bn_optimizer_range_args_gpu(bn_optimizer *o, bn_net *net, size_t lo, size_t hi, bn_step_rates r,
                                       bn_update_args *u)
 {
-    (void)o, (void)net, (void)lo, (void)hi, (void)r, (void)last, (void)u;
+    (void)o, (void)net, (void)lo, (void)hi, (void)r, (void)u;
+    return bn_no_cuda();
+}
+
+bn_status bn_optimizer_begin_step_gpu(bn_optimizer *o, bn_net *net)
+{
+    (void)o, (void)net;
     return bn_no_cuda();
 }

@@ -37,8 +37,9 @@ typedef struct bn_update_args {
     size_t lo, hi;
     bn_step_rates r;                       /* the rates, where no schedule covers the step */
     const bn_step_rates *schedule;         /* the schedule's rates by step, or NULL */
-    int *cursor;                           /* the schedule's index of this step; [1] counts blocks */
-    int advance;                           /* the step's last update: it moves the cursor on */
+    int *cursor;                           /* one past the schedule's index of this step: each
+                                              training step moves it on before its first update
+                                              (bn_optimizer_begin_step) */
     bn_rule_consts k;
     float wd;                              /* the weight decay before decay_mult */
     int optimizer;                         /* index into the table (core/optimizers/optimizers.h) */
