@@ -195,8 +195,9 @@ static __global__ void metrics_sum(const double *part_loss, const double *part_c
 }
 
 /* One row per warp as described above; `arrived` counts the blocks that are done (zero before
- * the launch, and again after it). With dz, also the rows' input gradients (scale = 1/n); with
- * acc, the last block also adds the metrics into acc[0..1]. */
+ * the launch, and again after it; NULL: the sum over the blocks is left to metrics_sum). With dz,
+ * also the rows' input gradients (scale = 1/n); with acc, the sum also adds the metrics into
+ * acc[0..1]. */
 template <typename T>
 static __global__ void softmax_rows(const T *__restrict__ z, const float *__restrict__ labels, int n, int classes,
                                     T *__restrict__ prob, T *__restrict__ dz, float scale, targets t,

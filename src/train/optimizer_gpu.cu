@@ -6,7 +6,6 @@
 #include "gpu/bf16.cuh"
 #include "gpu/code_anchor.cuh"
 #include "gpu/cuda_check.h"
-#include "gpu/last_arrival.cuh"
 #include "gpu/param_update.cuh"
 #include "gpu/pdl.cuh"
 #include "optimizer.h"
@@ -16,7 +15,7 @@
 #include <string.h>
 
 /* Moves the schedule's cursor on to the step that starts (bn_optimizer_begin_step). */
-__global__ void cursor_step(int *cursor)
+static __global__ void cursor_step(int *cursor)
 {
     bn_early_entry(); /* pdl.cuh */
     *cursor += 1;
