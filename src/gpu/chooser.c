@@ -74,13 +74,20 @@ bn_status bn_chooser_time_one(const bn_chooser_timing *t, const bn_candidates *c
     return s;
 }
 
+/* The candidate with the least time (the first of equal ones); -1 when none ran. */
+static int fastest_of(const bn_candidates *c, const float *ms)
+{
+    int best = -1;
+    for (int i = 0; i < c->count; i++)
+        if (ms[i] < INFINITY && (best < 0 || ms[i] < ms[best])) best = i;
+    return best;
+}
+
 /* The least of the candidates' times; INFINITY when none ran. */
 static float least_time(const bn_candidates *c, const float *ms)
 {
-    float fastest = INFINITY;
-    for (int i = 0; i < c->count; i++)
-        if (ms[i] < fastest) fastest = ms[i];
-    return fastest;
+    const int i = fastest_of(c, ms);
+    return i < 0 ? INFINITY : ms[i];
 }
 
 /* The tie rule's measure: a time within tie of the fastest (which ran). */
@@ -161,15 +168,6 @@ bn_status bn_chooser_pick_checked(const bn_chooser *ch, const bn_candidates *c, 
         *pick = bn_chooser_pick(c, ms, ch->tie);
     }
     return BN_OK;
-}
-
-/* The candidate with the least time (the first of equal ones); -1 when none ran. */
-static int fastest_of(const bn_candidates *c, const float *ms)
-{
-    int best = -1;
-    for (int i = 0; i < c->count; i++)
-        if (ms[i] < INFINITY && (best < 0 || ms[i] < ms[best])) best = i;
-    return best;
 }
 
 /* Candidate i timed again, its time the least of the two timings. */
