@@ -34,6 +34,8 @@ static int finish_on_device(int splits, int filters, int taps, int offset, float
     for (size_t i = 0; i < (size_t)filters * taps; i++) dw_out[i] = value_at((unsigned)(pcount + i));
     for (int i = 0; i < filters; i++) db_out[i] = value_at((unsigned)(2 * pcount + i));
     void *dparts = NULL, *ddw = NULL, *ddb = NULL;
+    bn_ctx *ctx; /* the device's context, which its memory needs: run alone, no earlier test opened it */
+    CHECK_OK(bn_ctx_open(0, &ctx));
     CHECK_OK(bn_device_alloc(&dparts, (pcount + offset) * sizeof(float)));
     CHECK_OK(bn_device_alloc(&ddw, (size_t)filters * taps * sizeof(float)));
     CHECK_OK(bn_device_alloc(&ddb, (size_t)filters * sizeof(float)));

@@ -217,11 +217,7 @@ bn_status bn_net_backward_beside(bn_net *net, bn_status (*done)(void *arg, bn_ne
      * readers of the network's input write parts of its gradient, which the net adds after the
      * lanes are joined. */
     memset(net->lane_mark, 0, (size_t)n + 1);
-    int first_params = n;
-    for (int i = n - 1; i >= 0; i--) {
-        BN_TRY(each_reader(net, i, mark_reader, &net->lane[i]));
-        if (net->layers[i]->num_params) first_params = i;
-    }
+    for (int i = n - 1; i >= 0; i--) BN_TRY(each_reader(net, i, mark_reader, &net->lane[i]));
     bn_ctx *ctx = net->pass.ctx;
     const bn_device_ops *dev = bn_device_ops_current();
     *ran = 1;
@@ -230,9 +226,6 @@ bn_status bn_net_backward_beside(bn_net *net, bn_status (*done)(void *arg, bn_ne
         s = dev->ctx_set_lane(ctx, net->lane[i]);
         if (s == BN_OK) s = each_reader(net, i, wait_reader, &net->lane[i]);
         if (s == BN_OK) s = bn_net_backward_layer(net, i);
-        /* What done queues for the first layer with parameters (the step's last update, which
-         * moves the optimizer's schedule on) comes after everything the other lanes queued. */
-        if (s == BN_OK && done && i == first_params) s = settle(net, lanes, net->lane[i]);
         if (s == BN_OK && done) s = done(arg, net, net->layers[i]);
         if (s == BN_OK && net->lane_mark[i]) s = dev->ctx_record(ctx, net->lane_done[i]);
     }
