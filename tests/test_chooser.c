@@ -1,13 +1,13 @@
 /* test_chooser.c - the chooser (src/gpu/chooser.c) on its own: the mode a context gives, the
  * rule's first applicable candidate, the tie rule on given timings (5% and the fastest alone) and
- * the candidates it counts as tied, the key's scope and overflow, a cached choice taken, stale (timed afresh and replaced) or
- * unreadable (an error naming the file), the verbose switch, the timing's warm-up and lone
- * candidate without a device, the check of a pick against a reference (a pick that disagrees
- * dropped, named once on stderr, and the tie rule asked again), and on a device (skipped without
- * one) the timed choice of runs whose costs differ, a run that fails after its warm-up, a
- * timing that counts the device's work, not the host's pauses between launches, nor a hold that
- * a run waiting for the device waits out, a near tie timed again before the rule settles it, and
- * rounds that leave out the side work their settle joins. */
+ * the candidates it counts as tied, the key's scope and overflow, a cached choice taken, stale
+ * (timed afresh and replaced) or unreadable (an error naming the file), the verbose switch, the
+ * timing's warm-up and lone candidate without a device, the check of a pick against a reference (a
+ * pick that disagrees dropped, named once on stderr, and the tie rule asked again), and on a
+ * device (skipped without one) the timed choice of runs whose costs differ, a run that fails after
+ * its warm-up, a timing that counts the device's work, not the host's pauses between launches, nor
+ * a hold that a run waiting for the device waits out, a near tie timed again before the rule
+ * settles it, and rounds that leave out the side work their settle joins. */
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>

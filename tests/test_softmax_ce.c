@@ -387,8 +387,8 @@ BN_TEST(gpu_loss_metrics_left_to_the_end_of_the_backward_pass)
     CHECK(x && labels);
     for (int t = 0; t < 2; t++) {
         char text[160];
-        snprintf(text, sizeof text, "[input]\nchannels=%d\nheight=1\nwidth=1\n[dense]\noutputs=%d\n[softmax_ce]\n", inputs,
-                 classes[t]);
+        snprintf(text, sizeof text, "[input]\nchannels=%d\nheight=1\nwidth=1\n[dense]\noutputs=%d\n[softmax_ce]\n",
+                 inputs, classes[t]);
         bn_net *gpu;
         CHECK_OK(bn_net_from_text(text, "left-sum", &gpu));
         CHECK_OK(bn_net_setup(gpu, n, ctx, 0, seed));

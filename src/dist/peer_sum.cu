@@ -336,11 +336,10 @@ static __global__ void __launch_bounds__(PS_THREADS) push_lines_kernel(sum_args 
         if (UPD) read_pair<N>(a, u, j, v0, v1);
         ok = sum_pair<Rule, N, W16, UPD>(a, u, r, w, half, tag, deadline, j, v0, v1);
     }
-    /* The last block to finish counts the sum. No fence first: nothing
-     * waits on the count but the next pushed sum, which the stream starts after this one; the
-     * landing halves' reuse rests on the lines each rank has read, not on the count. A fence here
-     * waited about 2.8 us a block (a probe on four H200s) for the block's stores to the peers to be
-     * acknowledged. */
+    /* The last block to finish counts the sum. No fence first: nothing waits on the count but the
+     * next pushed sum, which the stream starts after this one; the landing halves' reuse rests on
+     * the lines each rank has read, not on the count. A fence here waited about 2.8 us a block (a
+     * probe on four H200s) for the block's stores to the peers to be acknowledged. */
     __syncthreads();
     if (threadIdx.x == 0) {
         if (atomicAdd(a.turns + 1, 1u) == gridDim.x - 1) {
