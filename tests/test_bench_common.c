@@ -124,13 +124,16 @@ BN_TEST(bench_epoch_ms_come_from_images_a_second)
 }
 
 /* Every suite entry's model file builds a network (`blobnet summary`, which parses the file and
- * sets every layer up for its input), and the two written for shapes the suite lacked hold the
+ * sets every layer up for its input), and those written for shapes the suite lacked hold the
  * parameters counted by hand: allconv_leaky's six convolutions with their batch normalizations
  * and classifier (1120 + 14440 + 28880 + 57680 + 115360 + 25760 + 2 * (40 + 40 + 80 + 80 + 160 +
  * 160) + 1610), mlp_elu's six dense layers (784-600-400-400-300-200-10 with biases), LeNet
  * (520 + 25050 + 400500 + 5010) and cifar_dropout, whose dense layer reads the 6x6 maps that its
  * unpadded windows and odd pooling leave (896 + 9248 + 18496 + 36928 + 64 * 6 * 6 * 512 + 512 +
- * 5130). */
+ * 5130), and photo64's stem, residual blocks and classifier (480 + 4704 + 14624 + 57920 + 230528 +
+ * 1290, each block its convolutions, projection and batch normalizations) and bottleneck64's
+ * (4800 + 19392 + 96128 + 380672 + 5130: the 7x7 stem, then each stage's 1x1, 3x3 and widening
+ * 1x1 convolutions and projection with their batch normalizations, and the classifier). */
 BN_TEST(bench_suite_models_build_and_the_new_shapes_hold_their_parameters)
 {
     if (system("bash -c true >/dev/null 2>&1") != 0) BN_SKIP_TEST("no bash");
@@ -146,6 +149,8 @@ BN_TEST(bench_suite_models_build_and_the_new_shapes_hold_their_parameters)
     CHECK_MSG(strstr(out, "mlp_elu: total: 12 layers, 1054310 parameters"), "mlp_elu:\n%s", out);
     CHECK_MSG(strstr(out, "lenet256: total: 8 layers, 431080 parameters"), "lenet256:\n%s", out);
     CHECK_MSG(strstr(out, "cifar_dropout: total: 17 layers, 1250858 parameters"), "cifar_dropout:\n%s", out);
+    CHECK_MSG(strstr(out, "photo64: total: 40 layers, 309546 parameters"), "photo64:\n%s", out);
+    CHECK_MSG(strstr(out, "bottleneck64: total: 43 layers, 506122 parameters"), "bottleneck64:\n%s", out);
     return BN_PASS;
 }
 

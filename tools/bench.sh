@@ -7,7 +7,8 @@
 # For every suite model (or the named ones: lenet, lenet256, mlp, mlp_wide, vgg_fashion,
 # strided_fashion, resnet_mini, resnet_fashion, resnet_odd, inception, narrow_chain, cifar10_resnet
 # on Fashion-MNIST written out as CIFAR-10 records, lenet5_tanh, mlp_bn, densenet, window7, batch32,
-# allconv_leaky and cifar_dropout on the same records, mlp_elu)
+# allconv_leaky and cifar_dropout on the same records, mlp_elu, photo64 and bottleneck64 on
+# Fashion-MNIST written out as an image folder and fitted to their 64x64 colour input)
 # blobnet trains it with the default kernel choice, with --tf32, with --precision bf16 where the
 # blobnet binary has that option, and with --autotune, and the peer trains it eager, as a whole-step
 # CUDA graph under PyTorch's defaults (cuDNN's convolutions may use TF32), as the same graph with
@@ -90,7 +91,7 @@ bench_one() {
     # first run still starts from an empty one and no two processes write one file.
     [ "$gpus" -gt 1 ] && export BLOBNET_KERNEL_CACHE=$logs/kernel-cache-$BENCH_WORKER
     args=("$model" --dataset "$dataset" --data "$data")
-    peer_args=("$model" --data "$data" --epochs "$epochs")
+    peer_args=("$model" --dataset "$dataset" --data "$data" --epochs "$epochs")
     if [ "$batch" != - ]; then args+=(--batch "$batch"); peer_args+=(--batch "$batch"); fi
     echo "== $name$([ "$gpus" -gt 1 ] && echo " (GPU $CUDA_VISIBLE_DEVICES)")" >&2
     read -r ms mem acc < <(run_blobnet "$logs/$name-default.log" "${args[@]}")

@@ -91,12 +91,17 @@ suite=(
     "allconv_leaky   models/allconv_leaky.cfg    cifar10       -"
     "mlp_elu         models/mlp_elu.cfg          mnist         -"
     "cifar_dropout   models/cifar_dropout.cfg    cifar10       -"
+    "photo64         models/photo64.cfg          npz           -"
+    "bottleneck64    models/bottleneck64.cfg     npz           -"
 )
 
-# The data folder of a suite model's dataset (mnist, fashion-mnist or cifar10): the MNIST or the
-# Fashion-MNIST folder given, or for cifar10 Fashion-MNIST written out as CIFAR-10 records
-# (centred on 32x32, the gray channel repeated: blobnet data --write) into $logs, once a run.
-# Call it outside parallel jobs: the first call writes the records.
+# The data of a suite model's dataset (mnist, fashion-mnist, cifar10 or npz): the MNIST or the
+# Fashion-MNIST folder given; for cifar10 Fashion-MNIST written out as CIFAR-10 records (centred
+# on 32x32, the gray channel repeated: blobnet data --write); for npz Fashion-MNIST written out as
+# an image folder of PNGs, read back as a user's pictures are (resized to the 3x64x64 input of
+# models/photo64.cfg and bottleneck64.cfg, the gray channel repeated) and kept as a NumPy
+# archive. Written into $logs once a run; call it outside parallel jobs: the first call writes
+# the files.
 suite_data() { # dataset mnist_dir fashion_dir
     case $1 in
         mnist) echo "$2" ;;
@@ -107,6 +112,15 @@ suite_data() { # dataset mnist_dir fashion_dir
                 ./blobnet data --dataset fashion-mnist --data "$3" --write "cifar10:$dir" >&2 || return 1
             fi
             echo "$dir" ;;
+        npz)
+            local png=$logs/fashion-png npz=$logs/fashion64.npz
+            if [ ! -f "$npz" ]; then
+                if [ ! -d "$png/test" ]; then
+                    ./blobnet data --dataset fashion-mnist --data "$3" --write "folder:$png" >&2 || return 1
+                fi
+                ./blobnet data models/photo64.cfg --data "$png" --write "npz:$npz" >&2 || return 1
+            fi
+            echo "$npz" ;;
         *) echo "suite_data: no data for the dataset '$1'" >&2; return 1 ;;
     esac
 }

@@ -275,9 +275,26 @@ def read_cifar10(data, train):
     return records[:, 1:].reshape(-1, 3, 32, 32), records[:, 0]
 
 
+def read_npz(data, train):
+    """A NumPy archive of x_train, y_train, x_test and y_test (Keras's names), or a folder of those
+    four .npy files; x as uint8 pixels in (N, H, W) or (N, H, W, C), channels last, as blobnet
+    writes it (blobnet data --write npz:PATH)."""
+    split = "train" if train else "test"
+    if os.path.isdir(data):
+        x, y = (np.load(os.path.join(data, f"{k}_{split}.npy")) for k in ("x", "y"))
+    else:
+        with np.load(data) as z:
+            x, y = z[f"x_{split}"], z[f"y_{split}"]
+    if x.dtype != np.uint8:
+        raise SystemExit(f"{data}: x_{split} holds {x.dtype}; this peer reads uint8 pixels only")
+    return (x.transpose(0, 3, 1, 2) if x.ndim == 4 else x), y
+
+
 def load_split(data, fmt, train, mean, std, dev):
     if fmt == "cifar10":
         images, labels = read_cifar10(data, train)
+    elif fmt == "npz":
+        images, labels = read_npz(data, train)
     else:
         prefix = "train" if train else "t10k"
         images = read_idx(os.path.join(data, prefix + "-images-idx3-ubyte.gz"))
@@ -514,7 +531,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("model")
     ap.add_argument("--data", required=True)
-    ap.add_argument("--dataset", choices=["mnist", "fashion-mnist", "cifar10"],
+    ap.add_argument("--dataset", choices=["mnist", "fashion-mnist", "cifar10", "npz"],
                     help="the data's format (default: the model's [data] format, else IDX files)")
     ap.add_argument("--epochs", type=int)
     ap.add_argument("--batch", type=int)
