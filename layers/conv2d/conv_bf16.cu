@@ -74,7 +74,9 @@ extern "C" void bn_conv_bf16_release(conv_bf16 **state)
     bn_device_free(s->dw);
     bn_device_free(s->wt);
     bn_device_free(s->xt);
+    bn_device_free(s->dxt);
     bn_device_free(s->yt);
+    bn_overlap_destroy(&s->side);
     bn_device_free(s->bias_parts);
     for (int i = 0; i < s->num_plans; i++) release_plan(&s->plans[i]);
     free(s->plans);
@@ -115,7 +117,9 @@ static bn_status describe_layer(const bn_layer *l, const conv_priv *c, conv_bf16
     BN_TRY(bn_device_alloc((void **)&s->wt, weights * sizeof(__nv_bfloat16)));
     BN_TRY(bn_device_zero(s->wt, weights * sizeof(__nv_bfloat16)));
     BN_TRY(bn_device_alloc((void **)&s->xt, in * sizeof(__nv_bfloat16)));
+    if (l->in_grad) BN_TRY(bn_device_alloc((void **)&s->dxt, in * sizeof(__nv_bfloat16)));
     BN_TRY(bn_device_alloc((void **)&s->yt, out * sizeof(__nv_bfloat16)));
+    BN_TRY(bn_overlap_create(&s->side));
     return bn_device_alloc((void **)&s->bias_parts, (size_t)c->filters * BN_CONV_BIAS_PARTS * sizeof(float));
 }
 
@@ -146,9 +150,14 @@ static bn_status choose_algos(bn_ctx *ctx, const conv_bf16 *s, bf16_plan *plan, 
             return BN_OK;
         }
         if (got.memory > *need) *need = got.memory;
-        if (pass == PASS_FWD) a->fwd = (cudnnConvolutionFwdAlgo_t)got.algo;
-        else if (pass == PASS_FILTER) a->filter = (cudnnConvolutionBwdFilterAlgo_t)got.algo;
-        else a->data = (cudnnConvolutionBwdDataAlgo_t)got.algo;
+        if (pass == PASS_FWD) {
+            a->fwd = (cudnnConvolutionFwdAlgo_t)got.algo;
+        } else if (pass == PASS_FILTER) {
+            a->filter = (cudnnConvolutionBwdFilterAlgo_t)got.algo;
+            plan->filter_memory[L] = got.memory;
+        } else {
+            a->data = (cudnnConvolutionBwdDataAlgo_t)got.algo;
+        }
     }
     plan->usable[L] = 1;
     return BN_OK;
@@ -194,7 +203,8 @@ static bn_status pass_pair(const conv_priv *c, conv_bf16 *s, const bf16_plan *pl
                            const stand_ins *t, const __nv_bfloat16 *w)
 {
     BN_TRY(bn_conv_bf16_run_forward(c, s, plan, L, ctx, t->x, w, t->y));
-    return bn_conv_bf16_run_backward(c, s, plan, L, ctx, t->x, w, t->y, t->dw, t->db, plan->with_data ? t->dx : NULL);
+    return bn_conv_bf16_run_backward(c, s, plan, L, ctx, t->x, w, t->y, t->dw, t->db, plan->with_data ? t->dx : NULL,
+                                     0);
 }
 
 /* The chooser's view of the layouts while they are timed: pass_pair's arguments. */
@@ -363,6 +373,9 @@ static bn_status make_plan(bn_layer *l, bn_ctx *ctx, conv_bf16 *s, bf16_plan *pl
                       "NHWC, as %s; and blobnet's FP32 kernels cannot run all its passes", l->name, why_not[NCHW],
                       why_not[NHWC]);
     if (st == BN_OK) st = bn_ctx_reserve_workspace(ctx, need);
+    /* The filter pass may run on the side stream, on a workspace of its own. */
+    for (int L = 0; L < CUDNN_LAYOUTS && st == BN_OK && ctx->side_stream && plan->with_data; L++)
+        if (plan->usable[L]) st = bn_ctx_reserve_side_workspace(ctx, filter_workspace(plan, L));
     if (st == BN_OK) plan->layout = forced_f32 ? F32 : plan->usable[NHWC] ? NHWC : plan->usable[NCHW] ? NCHW : F32;
     int usable = 0;
     for (int L = 0; L < LAYOUTS; L++) usable += plan->usable[L];
@@ -469,7 +482,7 @@ extern "C" bn_status bn_conv_bf16_backward(bn_layer *l, const bn_pass *p)
 
     __nv_bfloat16 *dx = NULL;
     if (l->in_grad && !(dx = (__nv_bfloat16 *)bn_blob_dev16_wr(l->in_grad))) return bn_last_status();
-    return bn_conv_bf16_run_backward(c, s, plan, plan->layout, ctx, x, w, dy, dw, db, dx);
+    return bn_conv_bf16_run_backward(c, s, plan, plan->layout, ctx, x, w, dy, dw, db, dx, p->defer_joins);
 }
 
 extern "C" int bn_conv_bf16_runs_fp32(const conv_bf16 *state, int n)

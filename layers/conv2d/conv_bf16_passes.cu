@@ -185,9 +185,46 @@ static bn_status data_pass(conv_bf16 *s, const bf16_plan *plan, int L, bn_ctx *c
     return BN_OK;
 }
 
+/* The two passes of bn_conv_bf16_run_backward in a cuDNN layout, with their operands in its
+ * order, for bn_overlap_run. */
+typedef struct gradients {
+    const conv_priv *c;
+    conv_bf16 *s;
+    const bf16_plan *plan;
+    int L;
+    bn_ctx *ctx;
+    const __nv_bfloat16 *x, *w, *dy;
+    float *dw;
+    __nv_bfloat16 *dx, *dxt;
+} gradients;
+
+/* The filter pass on the side stream: the context turned to it and back, either way. */
+static bn_status filter_beside(void *env, void *stream)
+{
+    (void)stream; /* the turn makes it the context's */
+    const gradients *t = (const gradients *)env;
+    BN_TRY(bn_ctx_side_turn(t->ctx));
+    const bn_status s = filter_pass(t->c, t->s, t->plan, t->L, t->ctx, t->x, t->dy, t->dw);
+    const bn_status back = bn_ctx_side_turn(t->ctx);
+    return s != BN_OK ? s : back;
+}
+
+/* The data pass into dxt, then dxt into dx where they differ (NHWC's copy back). */
+static bn_status data_here(void *env)
+{
+    const gradients *t = (const gradients *)env;
+    const __nv_bfloat16 *wt = t->w;
+    if (t->L == NHWC) BN_TRY(filter_krsc(t->c, t->s, t->w, t->ctx, &wt));
+    BN_TRY(data_pass(t->s, t->plan, t->L, t->ctx, wt, t->dy, t->dxt));
+    if (t->L == NCHW) return BN_OK;
+    const conv_priv *c = t->c;
+    return from_nhwc(t->dx, t->dxt, t->plan->n, c->g.c, t->s->cp, c->g.h * c->g.w, t->ctx);
+}
+
 extern "C" bn_status bn_conv_bf16_run_backward(const conv_priv *c, conv_bf16 *s, const bf16_plan *plan, int L,
                                                bn_ctx *ctx, const __nv_bfloat16 *x, const __nv_bfloat16 *w,
-                                               const __nv_bfloat16 *dy, float *dw, float *db, __nv_bfloat16 *dx)
+                                               const __nv_bfloat16 *dy, float *dw, float *db, __nv_bfloat16 *dx,
+                                               int defer)
 {
     const int n = plan->n, in_hw = c->g.h * c->g.w, out_hw = c->g.oh * c->g.ow;
     if (L == F32) {
@@ -197,21 +234,18 @@ extern "C" bn_status bn_conv_bf16_run_backward(const conv_priv *c, conv_bf16 *s,
         BN_TRY(bn_conv2d_own_backward(s->layer, ctx, s->x32, s->y32, dx ? s->dx32 : NULL, dw, db));
         return dx ? bn_gpu_f32_to_bf16(dx, s->dx32, in, ctx) : BN_OK;
     }
-    if (L == NCHW) {
-        BN_TRY(filter_pass(c, s, plan, L, ctx, x, dy, dw));
-        return dx ? data_pass(s, plan, L, ctx, w, dy, dx) : BN_OK;
+    gradients t = {c, s, plan, L, ctx, x, w, dy, dw, dx, dx};
+    if (L == NHWC) {
+        BN_TRY(as_nhwc(x, s->xt, n, c->g.c, s->cp, in_hw, ctx, &t.x));
+        BN_TRY(as_nhwc(dy, s->yt, n, c->filters, s->kp, out_hw, ctx, &t.dy));
     }
-    const __nv_bfloat16 *xt = NULL, *dyt = NULL;
-    BN_TRY(as_nhwc(x, s->xt, n, c->g.c, s->cp, in_hw, ctx, &xt));
-    BN_TRY(as_nhwc(dy, s->yt, n, c->filters, s->kp, out_hw, ctx, &dyt));
-    BN_TRY(filter_pass(c, s, plan, L, ctx, xt, dyt, dw));
-    if (!dx) return BN_OK;
-    const __nv_bfloat16 *wt = NULL;
-    BN_TRY(filter_krsc(c, s, w, ctx, &wt));
-    /* s->xt is free again: the filter pass queued before this one on the stream has read it. */
-    __nv_bfloat16 *dxt = nhwc_target(dx, s->xt, c->g.c, s->cp, in_hw);
-    BN_TRY(data_pass(s, plan, L, ctx, wt, dyt, dxt));
-    return from_nhwc(dx, dxt, n, c->g.c, s->cp, in_hw, ctx);
+    const bool beside = dx && ctx->side_stream && !ctx->home && s->side.fork && (L == NCHW || s->dxt) &&
+                        filter_workspace(plan, L) <= ctx->side_workspace_size;
+    if (L == NHWC && dx) t.dxt = nhwc_target(dx, beside ? s->dxt : s->xt, c->g.c, s->cp, in_hw);
+    if (beside) return bn_overlap_run(ctx, &s->side, defer, filter_beside, data_here, &t);
+    BN_TRY(filter_pass(c, s, plan, L, ctx, t.x, t.dy, dw));
+    /* s->xt is free again for dxt: the filter pass queued before the data pass has read it. */
+    return dx ? data_here(&t) : BN_OK;
 }
 
 BN_CODE_ANCHOR(conv_bf16_passes, to_nhwc_padded) /* code_load.cu */

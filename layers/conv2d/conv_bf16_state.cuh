@@ -13,6 +13,7 @@
 #include "conv_bf16.h"
 #include "conv_graph.h"
 #include "gpu/bf16.cuh"
+#include "gpu/overlap.h"
 
 /* How the passes run: cuDNN on the blobs' NCHW tensors, cuDNN on NHWC copies, or blobnet's own
  * FP32 kernels on FP32 copies (conv2d.cu: bn_conv2d_own_*). The first CUDNN_LAYOUTS are cuDNN's. */
@@ -38,7 +39,15 @@ typedef struct bf16_plan {
     cudnnTensorDescriptor_t y[LAYOUTS];   /* the output (and its gradient) at batch n */
     bn_cg_plan *g[LAYOUTS][BN_CG_PASSES]; /* the pass through cuDNN's graph API where it has an engine
                                              (conv_graph.h); else the legacy algorithm in algos */
+    size_t filter_memory[LAYOUTS];        /* the workspace the legacy filter algorithm needs */
 } bf16_plan;
+
+/* The workspace the filter pass in layout L needs: its graph-API plan's, else its legacy
+ * algorithm's. */
+static inline size_t filter_workspace(const bf16_plan *plan, int L)
+{
+    return plan->g[L][PASS_FILTER] ? bn_cg_workspace(plan->g[L][PASS_FILTER]) : plan->filter_memory[L];
+}
 
 struct conv_bf16 {
     int channels, filters; /* the layer's */
@@ -51,7 +60,11 @@ struct conv_bf16 {
     cudnnConvolutionDescriptor_t conv_desc;  /* FP32 compute, tensor-op math */
     __nv_bfloat16 *dw;     /* cuDNN's filter gradient in the layout's filter order, then added into the FP32 slab */
     __nv_bfloat16 *wt;     /* the filter as KRSC */
-    __nv_bfloat16 *xt;     /* the input as NHWC (the batch the blob holds at most); then its gradient */
+    __nv_bfloat16 *xt;     /* the input as NHWC (the batch the blob holds at most); then its gradient,
+                              where the filter pass runs before the data pass */
+    __nv_bfloat16 *dxt;    /* the input gradient as NHWC where the filter pass, still reading xt,
+                              runs beside the data pass; NULL for a layer without one */
+    bn_overlap side;       /* the filter pass on the side stream beside the data pass */
     __nv_bfloat16 *yt;     /* the output, or its gradient, as NHWC */
     float *bias_parts;     /* the bias gradient's partial sums (conv_bias.h) */
     bf16_plan *plans;
@@ -82,9 +95,13 @@ bn_status bn_conv_bf16_run_forward(const conv_priv *c, conv_bf16 *s, const bf16_
 /* dw (FP32, KCRS) += the filter gradient from x and dy, and, where dx is not NULL, dx = the input
  * gradient, in layout L of plan; x, w, dy and dx in the blobs' order. The F32 layout's kernels
  * also add the bias gradient into db (the others leave it to the caller). */
+/* The backward pass in layout L. In cuDNN's layouts, with an input gradient and a side stream,
+ * the filter pass runs on the side stream beside the data pass (bn_ctx_side_turn: its own
+ * workspace), joined back before returning, or left pending for the net with `defer`
+ * (bn_overlap_run). */
 bn_status bn_conv_bf16_run_backward(const conv_priv *c, conv_bf16 *s, const bf16_plan *plan, int L, bn_ctx *ctx,
                                     const __nv_bfloat16 *x, const __nv_bfloat16 *w, const __nv_bfloat16 *dy,
-                                    float *dw, float *db, __nv_bfloat16 *dx);
+                                    float *dw, float *db, __nv_bfloat16 *dx, int defer);
 
 #ifdef __cplusplus
 }

@@ -372,6 +372,7 @@ extern "C" void bn_ctx_close(void)
     if (c->cudnn) cudnnDestroy((cudnnHandle_t)c->cudnn);
     if (c->cublas) cublasDestroy((cublasHandle_t)c->cublas);
     bn_device_free(c->workspace);
+    bn_device_free(c->side_workspace);
     /* Graphs still alive end with the context; so do the buffers they replay on. */
     retired.graphs = 0;
     free_retired();
@@ -443,22 +444,46 @@ extern "C" bn_status bn_ctx_zero_beside(bn_ctx *ctx, void *ptr, size_t bytes)
     return BN_OK;
 }
 
+/* *ws (of *size bytes) grown to at least bytes, zeroed on ctx's stream. */
+static bn_status grow_workspace(bn_ctx *ctx, void **ws, size_t *size, size_t bytes, const char *what)
+{
+    if (bytes <= *size) return BN_OK;
+    /* A step graph captured before replays on the old workspace, kept while it lives. */
+    bn_device_retire(*ws);
+    *ws = NULL;
+    *size = 0;
+    cudaError_t e = cudaMalloc(ws, bytes);
+    if (e != cudaSuccess) {
+        *ws = NULL;
+        return alloc_error(e, bytes, what);
+    }
+    *size = bytes;
+    remember(*ws, bytes);
+    /* Zeroed once, so that no algorithm can read uninitialised memory from it. */
+    BN_CUDA(cudaMemsetAsync(*ws, 0, bytes, (cudaStream_t)ctx->stream));
+    return BN_OK;
+}
+
 extern "C" bn_status bn_ctx_reserve_workspace(bn_ctx *ctx, size_t bytes)
 {
-    if (bytes <= ctx->workspace_size) return BN_OK;
-    /* A step graph captured before replays on the old workspace, kept while it lives. */
-    bn_device_retire(ctx->workspace);
-    ctx->workspace = NULL;
-    ctx->workspace_size = 0;
-    cudaError_t e = cudaMalloc(&ctx->workspace, bytes);
-    if (e != cudaSuccess) {
-        ctx->workspace = NULL;
-        return alloc_error(e, bytes, "the cuDNN workspace");
-    }
-    ctx->workspace_size = bytes;
-    remember(ctx->workspace, bytes);
-    /* Zeroed once, so that no algorithm can read uninitialised memory from it. */
-    BN_CUDA(cudaMemsetAsync(ctx->workspace, 0, bytes, (cudaStream_t)ctx->stream));
+    return grow_workspace(ctx, &ctx->workspace, &ctx->workspace_size, bytes, "the cuDNN workspace");
+}
+
+extern "C" bn_status bn_ctx_reserve_side_workspace(bn_ctx *ctx, size_t bytes)
+{
+    return grow_workspace(ctx, &ctx->side_workspace, &ctx->side_workspace_size, bytes,
+                          "the side stream's cuDNN workspace");
+}
+
+extern "C" bn_status bn_ctx_side_turn(bn_ctx *ctx)
+{
+    if (ctx->home) return bn_error(BN_ERR_INTERNAL, "a side turn inside a lane, whose handles stay on its home stream");
+    void *s = ctx->stream, *w = ctx->workspace;
+    const size_t size = ctx->workspace_size;
+    ctx->stream = ctx->side_stream, ctx->side_stream = s;
+    ctx->workspace = ctx->side_workspace, ctx->side_workspace = w;
+    ctx->workspace_size = ctx->side_workspace_size, ctx->side_workspace_size = size;
+    BN_CUDNN(cudnnSetStream((cudnnHandle_t)ctx->cudnn, (cudaStream_t)ctx->stream));
     return BN_OK;
 }
 
