@@ -32,7 +32,7 @@
 # models over N GPUs of the machine, one model at a time on each (each GPU's runs alone on it,
 # their kernel choices timed into a cache of that GPU's own), the next model going to the first
 # GPU free; the table keeps the suite's order, and LeNet's start to 99% runs last, alone. The
-# suite takes about 13 minutes on one H200, and half or a quarter of that on two or four.
+# suite takes about 16 minutes on one H200, and half or a quarter of that on two or four.
 set -uo pipefail
 mnist=${1:?usage: tools/bench.sh MNIST_DIR FASHION_DIR [MODEL...]}
 fashion=${2:?usage: tools/bench.sh MNIST_DIR FASHION_DIR [MODEL...]}
