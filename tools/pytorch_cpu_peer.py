@@ -6,6 +6,8 @@ epoch over the first --train-limit images at the model's batch, then evaluated o
     tools/pytorch_cpu_peer.py MODEL --data DIR --threads N [--train-limit N] [--batch N] [--eval-batch N]
     tools/pytorch_cpu_peer.py MODEL --data DIR --threads N --recipe [--epochs N] [--seed N]
 
+--dataset names the data's format as tools/pytorch_peer.py does (default: IDX files).
+
 Prints one line: "pytorch cpu: train <images/s> images/s, evaluate <images/s> images/s" (the
 first ten steps are not timed: PyTorch's first steps allocate and warm its caches).
 
@@ -30,6 +32,8 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("model")
     p.add_argument("--data", required=True)
+    p.add_argument("--dataset", choices=["mnist", "fashion-mnist", "cifar10", "npz"], default="mnist",
+                   help="the data's format (default: IDX files)")
     p.add_argument("--threads", type=int, required=True)
     p.add_argument("--train-limit", type=int, default=6400)
     p.add_argument("--batch", type=int)
@@ -48,8 +52,8 @@ def main():
     gen = torch.Generator().manual_seed(int(t.get("seed", 1)))
     model = Net(sections, gen)
     dev = torch.device("cpu")
-    xtr, ytr = load_split(a.data, "mnist", True, mean, std, dev)
-    xte, yte = load_split(a.data, "mnist", False, mean, std, dev)
+    xtr, ytr = load_split(a.data, a.dataset, True, mean, std, dev)
+    xte, yte = load_split(a.data, a.dataset, False, mean, std, dev)
     xtr, ytr = xtr[: a.train_limit], ytr[: a.train_limit]
     opt = torch.optim.SGD(model.parameters(), lr=float(t.get("lr", 0.01)), momentum=float(t.get("momentum", 0.9)),
                           weight_decay=float(t.get("weight_decay", 5e-4)))
@@ -98,8 +102,8 @@ def recipe(a):
     bs, epochs = int(cfg["batch"]), int(cfg["epochs"])
     mean, std = input_scaling(next(o for k, o in sections if k == "input"))
     dev = torch.device("cpu")
-    xtr, ytr = load_split(a.data, "mnist", True, mean, std, dev)
-    xte, yte = load_split(a.data, "mnist", False, mean, std, dev)
+    xtr, ytr = load_split(a.data, a.dataset, True, mean, std, dev)
+    xte, yte = load_split(a.data, a.dataset, False, mean, std, dev)
     torch.manual_seed(int(cfg["seed"]))
     model = Net(sections, torch.Generator().manual_seed(int(cfg["seed"])))
     params, vel, mult, decay = [], [], [], []
