@@ -1,7 +1,8 @@
 /* test_bench_common.c - tools/bench_common.sh's suite_data, which gives tools/bench.sh and
- * tools/recipes.sh each suite model's data folder: MNIST's and Fashion-MNIST's as given, and for
- * cifar10 Fashion-MNIST written out as CIFAR-10 records once a run. Run on a small synthetic IDX
- * set by the CLI that make test builds; skipped without bash or the CLI. */
+ * tools/recipes.sh each suite model's data folder: MNIST's and Fashion-MNIST's as given, for
+ * cifar10 Fashion-MNIST written out as CIFAR-10 records once a run, and for npz Fashion-MNIST
+ * written out as a folder of PNGs and fitted to the 64x64 rows' input as a NumPy archive. Run on a
+ * small synthetic IDX set by the CLI that make test builds; skipped without bash or the CLI. */
 #include "testing.h"
 
 #include <stdlib.h>
@@ -30,10 +31,12 @@ BN_TEST(bench_suite_data_writes_cifar_records_once_and_names_every_suite_dataset
              "bash -c 'source tools/bench_common.sh; logs=%s; mkdir -p \"$logs\"; "
              "d=$(suite_data cifar10 /no/mnist %s) && echo \"first=$d\"; "
              "d=$(suite_data cifar10 /no/mnist /no/fashion) && echo \"again=$d\"; "
+             "d=$(suite_data npz /no/mnist %s) && echo \"npz=$d\"; "
+             "d=$(suite_data npz /no/mnist /no/fashion) && echo \"npz again=$d\"; "
              "for e in \"${suite[@]}\"; do read -r name model dataset batch <<<\"$e\"; "
              "echo \"$name: $(suite_data \"$dataset\" /m /f)\"; done; "
              "suite_data svhn /m /f; echo \"svhn rc=$?\"'",
-             logs, idx);
+             logs, idx, idx);
     const int rc = bn_test_run(cmd, out, sizeof out);
     CHECK_MSG(rc == 0, "exit %d:\n%s", rc, out);
     char want[1024];
@@ -54,6 +57,18 @@ BN_TEST(bench_suite_data_writes_cifar_records_once_and_names_every_suite_dataset
     CHECK_MSG(file_size(path) == 200LL * 3073, "%s: %lld bytes, expected %lld", path, file_size(path), 200LL * 3073);
     snprintf(path, sizeof path, "%s/fashion-cifar10/test_batch.bin", logs);
     CHECK_MSG(file_size(path) == 50LL * 3073, "%s: %lld bytes, expected %lld", path, file_size(path), 50LL * 3073);
+    /* The archive, kept for the second call, and the 64x64 rows' data: 250 examples of 3x64x64
+     * bytes, with their headers and labels. */
+    snprintf(want, sizeof want, "npz=%s/fashion64.npz\n", logs);
+    CHECK_MSG(strstr(out, want) != NULL, "no \"%s\" in:\n%s", want, out);
+    snprintf(want, sizeof want, "npz again=%s/fashion64.npz\n", logs);
+    CHECK_MSG(strstr(out, want) != NULL, "the archive was not kept for the second call:\n%s", out);
+    snprintf(want, sizeof want, "photo64: %s/fashion64.npz\n", logs);
+    CHECK_MSG(strstr(out, want) != NULL, "photo64's data is not the archive:\n%s", out);
+    snprintf(path, sizeof path, "%s/fashion64.npz", logs);
+    const long long pixels = 250LL * 3 * 64 * 64;
+    CHECK_MSG(file_size(path) > pixels && file_size(path) < pixels + 64 * 1024,
+              "%s: %lld bytes, expected %lld and headers", path, file_size(path), pixels);
     return BN_PASS;
 }
 
