@@ -69,8 +69,8 @@ train_one() {
         python3 tools/pytorch_peer.py "$model" --dataset "$dataset" --data "$data" --seed "$seed" \
             --variant graph-fp32 "${more[@]}"
     else
-        python3 tools/pytorch_cpu_peer.py "$model" --dataset "$dataset" --data "$data" --threads "$(nproc)" --recipe --seed "$seed" \
-            "${more[@]}"
+        python3 tools/pytorch_cpu_peer.py "$model" --dataset "$dataset" --data "$data" --threads "$(nproc)" \
+            --recipe --seed "$seed" "${more[@]}"
     fi >"$log" 2>&1
     acc=$(final_accuracy "$log")
     [ -z "$acc" ] && [ "$side" = blobnet ] && grep -q 'became NaN' "$log" && acc=div

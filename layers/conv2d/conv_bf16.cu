@@ -154,7 +154,7 @@ static bn_status choose_algos(bn_ctx *ctx, const conv_bf16 *s, bf16_plan *plan, 
             a->fwd = (cudnnConvolutionFwdAlgo_t)got.algo;
         } else if (pass == PASS_FILTER) {
             a->filter = (cudnnConvolutionBwdFilterAlgo_t)got.algo;
-            plan->filter_memory[L] = got.memory;
+            plan->legacy_filter_workspace[L] = got.memory;
         } else {
             a->data = (cudnnConvolutionBwdDataAlgo_t)got.algo;
         }

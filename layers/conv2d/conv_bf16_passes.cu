@@ -2,8 +2,10 @@
  * (conv_bf16_state.cuh): cuDNN on the blobs' NCHW tensors, cuDNN on NHWC copies (the transposes
  * into and out of them, their padding channels and filters, the filter gradient added back from
  * KRSC), and blobnet's FP32 kernels on FP32 copies (conv2d.h: bn_conv2d_own_*). Each pass runs on
- * its graph-API plan where the plan has one (conv_graph.h), else on its legacy algorithm. Which
- * layout and which engines run a plan is conv_bf16.cu's. */
+ * its graph-API plan where the plan has one (conv_graph.h), else on its legacy algorithm. In
+ * cuDNN's layouts the filter pass runs on the side stream beside the data pass where it can
+ * (bn_ctx_side_turn), as blobnet's own filter passes do. Which layout and which engines run a
+ * plan is conv_bf16.cu's. */
 #include "conv_bf16_state.cuh"
 #include "gpu/bf16.h"
 #include "gpu/code_anchor.cuh"
@@ -221,6 +223,16 @@ static bn_status data_here(void *env)
     return from_nhwc(t->dx, t->dxt, t->plan->n, c->g.c, t->s->cp, c->g.h * c->g.w, t->ctx);
 }
 
+/* Whether the filter pass in layout L can run on the side stream beside the data pass: the
+ * context has a side stream and is not inside a lane (bn_ctx_side_turn turns only its own two
+ * streams), the layer has the events for the fork and, in NHWC, the input gradient's own scratch,
+ * and the side workspace holds what the filter pass needs (else it runs on the stream, as before). */
+static bool filter_fits_beside(const bn_ctx *ctx, const conv_bf16 *s, const bf16_plan *plan, int L)
+{
+    return ctx->side_stream && !ctx->home && s->side.fork && (L == NCHW || s->dxt) &&
+           filter_workspace(plan, L) <= ctx->side_workspace_size;
+}
+
 extern "C" bn_status bn_conv_bf16_run_backward(const conv_priv *c, conv_bf16 *s, const bf16_plan *plan, int L,
                                                bn_ctx *ctx, const __nv_bfloat16 *x, const __nv_bfloat16 *w,
                                                const __nv_bfloat16 *dy, float *dw, float *db, __nv_bfloat16 *dx,
@@ -239,8 +251,7 @@ extern "C" bn_status bn_conv_bf16_run_backward(const conv_priv *c, conv_bf16 *s,
         BN_TRY(as_nhwc(x, s->xt, n, c->g.c, s->cp, in_hw, ctx, &t.x));
         BN_TRY(as_nhwc(dy, s->yt, n, c->filters, s->kp, out_hw, ctx, &t.dy));
     }
-    const bool beside = dx && ctx->side_stream && !ctx->home && s->side.fork && (L == NCHW || s->dxt) &&
-                        filter_workspace(plan, L) <= ctx->side_workspace_size;
+    const bool beside = dx && filter_fits_beside(ctx, s, plan, L);
     if (L == NHWC && dx) t.dxt = nhwc_target(dx, beside ? s->dxt : s->xt, c->g.c, s->cp, in_hw);
     if (beside) return bn_overlap_run(ctx, &s->side, defer, filter_beside, data_here, &t);
     BN_TRY(filter_pass(c, s, plan, L, ctx, t.x, t.dy, dw));

@@ -39,14 +39,15 @@ typedef struct bf16_plan {
     cudnnTensorDescriptor_t y[LAYOUTS];   /* the output (and its gradient) at batch n */
     bn_cg_plan *g[LAYOUTS][BN_CG_PASSES]; /* the pass through cuDNN's graph API where it has an engine
                                              (conv_graph.h); else the legacy algorithm in algos */
-    size_t filter_memory[LAYOUTS];        /* the workspace the legacy filter algorithm needs */
+    size_t legacy_filter_workspace[LAYOUTS]; /* what the legacy filter algorithm needs (where it runs) */
 } bf16_plan;
 
 /* The workspace the filter pass in layout L needs: its graph-API plan's, else its legacy
  * algorithm's. */
 static inline size_t filter_workspace(const bf16_plan *plan, int L)
 {
-    return plan->g[L][PASS_FILTER] ? bn_cg_workspace(plan->g[L][PASS_FILTER]) : plan->filter_memory[L];
+    const bn_cg_plan *g = plan->g[L][PASS_FILTER];
+    return g ? bn_cg_workspace(g) : plan->legacy_filter_workspace[L];
 }
 
 struct conv_bf16 {
