@@ -140,6 +140,7 @@ static bn_status maybe_graph(const bn_layer *l, bn_ctx *ctx, int pass, float leg
     plan->cg[pass] = gp;
     if (bn_cg_workspace(gp) > *need) *need = bn_cg_workspace(gp);
     if (pass == BN_CG_DATA) plan->bwd_data_workspace = bn_cg_workspace(gp);
+    if (pass == BN_CG_FILTER) plan->bwd_filter_workspace = bn_cg_workspace(gp);
     return BN_OK;
 }
 
@@ -163,6 +164,7 @@ static bn_status choose_legacy(const bn_layer *l, bn_ctx *ctx, bool graph, const
         plan->bwd_data_workspace = got.memory;
     } else {
         plan->bwd_filter = (cudnnConvolutionBwdFilterAlgo_t)got.algo;
+        plan->bwd_filter_workspace = got.memory;
     }
     if (got.memory > *need) *need = got.memory;
     return graph ? maybe_graph(l, ctx, pass, got.ms, plan, need) : BN_OK;
@@ -301,11 +303,22 @@ extern "C" bn_status bn_conv_filter_pass(int by, const conv_gpu *g, const conv_p
     return BN_OK;
 }
 
-/* Whether the backward pass runs the filter pass (by `filter`) on the side stream beside the
- * data pass (by `data`): blobnet's filter pass, and a data pass that needs no workspace. */
-static bool overlapped(const conv_plan *plan, const bn_ctx *ctx, int filter, int data)
+/* Whether the backward pass runs the filter pass (by `filter`) on the side stream beside the data
+ * pass. blobnet's filter passes write only the layer's own partial sums, so they always can. cuDNN's
+ * runs there through a turn of the context (bn_ctx_side_turn: its handle and the side workspace),
+ * which a lane cannot take (its handles stay on its home stream), and only where the side workspace
+ * holds what the pass needs (bn_conv_reserve_beside grew it when the plan was made); else it runs on
+ * the stream before the data pass. */
+static bool overlapped(const conv_plan *plan, const bn_ctx *ctx, int filter)
 {
-    return filter != BY_CUDNN && ctx->side_stream && (data != BY_CUDNN || plan->bwd_data_workspace == 0);
+    if (!ctx->side_stream) return false;
+    return filter != BY_CUDNN || (!ctx->home && plan->bwd_filter_workspace <= ctx->side_workspace_size);
+}
+
+extern "C" bn_status bn_conv_reserve_beside(const conv_plan *plan, bn_ctx *ctx)
+{
+    if (plan->by[2] != BY_CUDNN || !plan->with_data || !ctx->side_stream || ctx->home) return BN_OK;
+    return bn_ctx_reserve_side_workspace(ctx, plan->bwd_filter_workspace);
 }
 
 /* The two gradients of bn_conv_both_passes, for bn_overlap_run. */
@@ -324,12 +337,24 @@ typedef struct gradients {
     bool beside; /* the two passes run side by side on one family (bn_conv_io.beside) */
 } gradients;
 
-/* The filter pass on `stream` (the side stream where the two overlap). */
+/* The filter pass on `stream`. */
 static bn_status filter_on(void *env, void *stream)
 {
     const gradients *t = (const gradients *)env;
     return bn_conv_filter_pass(t->filter, t->g, t->plan, t->ctx, (cudaStream_t)stream, t->xd, t->dyd, t->x, t->dy,
                                t->filter_pooled, t->dw, t->db, t->parts, t->beside);
+}
+
+/* The filter pass on the side stream (`stream`): cuDNN's with the context turned to it and back,
+ * either way, so that its handle, workspace and bias-gradient kernels go there too. */
+static bn_status filter_beside(void *env, void *stream)
+{
+    const gradients *t = (const gradients *)env;
+    if (t->filter != BY_CUDNN) return filter_on(env, stream);
+    BN_TRY(bn_ctx_side_turn(t->ctx));
+    const bn_status s = filter_on(env, t->ctx->stream);
+    const bn_status back = bn_ctx_side_turn(t->ctx);
+    return s != BN_OK ? s : back;
 }
 
 /* The data pass on the context stream. */
@@ -353,14 +378,14 @@ extern "C" bn_status bn_conv_both_passes(int filter, int data, const conv_gpu *g
                                          const float *w, float *dw, float *db, float *dx, const bn_conv_relu *relu,
                                          float *parts, bool defer)
 {
-    const bool side = overlapped(plan, ctx, filter, data);
+    const bool side = overlapped(plan, ctx, filter);
     gradients both = {filter, data, g, plan, ctx, xd, dxd, dyd, x, dy, pooled, filter_pooled, w, dw, db, dx, relu,
                       parts, side && filter == data};
     if (!side) {
         BN_TRY(filter_on(&both, ctx->stream));
         return data_here(&both);
     }
-    return bn_overlap_run(ctx, &g->side, defer, filter_on, data_here, &both);
+    return bn_overlap_run(ctx, &g->side, defer, filter_beside, data_here, &both);
 }
 
 /* The GPU state and the plan for the current batch size, made on first use. */

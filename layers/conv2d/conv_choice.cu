@@ -338,6 +338,8 @@ extern "C" bn_status bn_conv_choose_runners(bn_layer *l, conv_priv *c, bn_ctx *c
     for (int o = 0; o < 3; o++) {
         const int i = order[o];
         const int beside = i == 1 && plan->with_data ? plan->by[2] : -1;
+        /* The data pass is timed beside the chosen filter pass, as the step runs them. */
+        if (i == 1) BN_TRY(bn_conv_reserve_beside(plan, ctx));
         BN_TRY(choose_pass(l, c, ctx, plan, i, beside, can[i], x, y, &plan->by[i]));
     }
     return BN_OK;
@@ -473,9 +475,11 @@ static bn_status read_choice(void *env, const char *choice, int *verdict)
     plan->bwd_data = data;
     plan->bwd_filter = filter;
     plan->bwd_data_workspace = bytes[1];
+    plan->bwd_filter_workspace = bytes[2];
     for (int i = 0; i < 3; i++) plan->by[i] = needed[i] ? by[i] : BY_CUDNN;
     const bool own = plan->by[0] != BY_CUDNN || plan->by[1] != BY_CUDNN || plan->by[2] != BY_CUDNN;
     BN_TRY(reserve(in->c, ctx, plan, need, own));
+    BN_TRY(bn_conv_reserve_beside(plan, ctx));
     *verdict = BN_CHOICE_TAKEN;
     return BN_OK;
 }
