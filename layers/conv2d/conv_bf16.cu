@@ -117,7 +117,6 @@ static bn_status describe_layer(const bn_layer *l, const conv_priv *c, conv_bf16
     BN_TRY(bn_device_alloc((void **)&s->wt, weights * sizeof(__nv_bfloat16)));
     BN_TRY(bn_device_zero(s->wt, weights * sizeof(__nv_bfloat16)));
     BN_TRY(bn_device_alloc((void **)&s->xt, in * sizeof(__nv_bfloat16)));
-    if (l->in_grad) BN_TRY(bn_device_alloc((void **)&s->dxt, in * sizeof(__nv_bfloat16)));
     BN_TRY(bn_device_alloc((void **)&s->yt, out * sizeof(__nv_bfloat16)));
     BN_TRY(bn_overlap_create(&s->side));
     return bn_device_alloc((void **)&s->bias_parts, (size_t)c->filters * BN_CONV_BIAS_PARTS * sizeof(float));
@@ -373,9 +372,13 @@ static bn_status make_plan(bn_layer *l, bn_ctx *ctx, conv_bf16 *s, bf16_plan *pl
                       "NHWC, as %s; and blobnet's FP32 kernels cannot run all its passes", l->name, why_not[NCHW],
                       why_not[NHWC]);
     if (st == BN_OK) st = bn_ctx_reserve_workspace(ctx, need);
-    /* The filter pass may run on the side stream, on a workspace of its own. */
+    /* The filter pass may run on the side stream, on a workspace of its own; in NHWC the data pass
+     * beside it then writes the input gradient into scratch of its own, made while a plan may use it
+     * (timed or chosen). */
     for (int L = 0; L < CUDNN_LAYOUTS && st == BN_OK && ctx->side_stream && plan->with_data; L++)
         if (plan->usable[L]) st = bn_ctx_reserve_side_workspace(ctx, filter_workspace(plan, L));
+    if (st == BN_OK && ctx->side_stream && plan->with_data && plan->usable[NHWC] && !s->dxt && nhwc_dx_apart(c, s))
+        st = bn_device_alloc((void **)&s->dxt, l->in->capacity / (size_t)c->g.c * s->cp * sizeof(__nv_bfloat16));
     if (st == BN_OK) plan->layout = forced_f32 ? F32 : plan->usable[NHWC] ? NHWC : plan->usable[NCHW] ? NCHW : F32;
     int usable = 0;
     for (int L = 0; L < LAYOUTS; L++) usable += plan->usable[L];
@@ -384,14 +387,22 @@ static bn_status make_plan(bn_layer *l, bn_ctx *ctx, conv_bf16 *s, bf16_plan *pl
         st = w ? time_layouts(c, s, plan, ctx, w, &t) : bn_last_status();
     }
     free_stand_ins(&t);
-    /* The FP32 copies (three activations' worth of FP32) are kept only for a plan that runs on them. */
-    bool f32_runs = plan->layout == F32;
-    for (int i = 0; i < s->num_plans; i++) f32_runs = f32_runs || s->plans[i].layout == F32;
+    /* The FP32 copies (three activations' worth of FP32) are kept only for a plan that runs on them,
+     * the NHWC input gradient's scratch only for one that runs NHWC. */
+    bool f32_runs = plan->layout == F32, nhwc_runs = plan->layout == NHWC;
+    for (int i = 0; i < s->num_plans; i++) {
+        f32_runs = f32_runs || s->plans[i].layout == F32;
+        nhwc_runs = nhwc_runs || s->plans[i].layout == NHWC;
+    }
     if (st == BN_OK && !f32_runs && s->x32) {
         bn_device_free(s->x32);
         bn_device_free(s->y32);
         bn_device_free(s->dx32);
         s->x32 = s->y32 = s->dx32 = NULL;
+    }
+    if (st == BN_OK && !nhwc_runs && s->dxt) {
+        bn_device_free(s->dxt);
+        s->dxt = NULL;
     }
     return st;
 }

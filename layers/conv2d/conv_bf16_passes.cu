@@ -225,11 +225,13 @@ static bn_status data_here(void *env)
 
 /* Whether the filter pass in layout L can run on the side stream beside the data pass: the
  * context has a side stream and is not inside a lane (bn_ctx_side_turn turns only its own two
- * streams), the layer has the events for the fork and, in NHWC, the input gradient's own scratch,
- * and the side workspace holds what the filter pass needs (else it runs on the stream, as before). */
-static bool filter_fits_beside(const bn_ctx *ctx, const conv_bf16 *s, const bf16_plan *plan, int L)
+ * streams), the layer has the events for the fork and, in NHWC where the input gradient is written
+ * apart from the blob, that gradient's own scratch, and the side workspace holds what the filter
+ * pass needs (else it runs on the stream, as before). */
+static bool filter_fits_beside(const bn_ctx *ctx, const conv_priv *c, const conv_bf16 *s, const bf16_plan *plan,
+                               int L)
 {
-    return ctx->side_stream && !ctx->home && s->side.fork && (L == NCHW || s->dxt) &&
+    return ctx->side_stream && !ctx->home && s->side.fork && (L == NCHW || s->dxt || !nhwc_dx_apart(c, s)) &&
            filter_workspace(plan, L) <= ctx->side_workspace_size;
 }
 
@@ -251,7 +253,7 @@ extern "C" bn_status bn_conv_bf16_run_backward(const conv_priv *c, conv_bf16 *s,
         BN_TRY(as_nhwc(x, s->xt, n, c->g.c, s->cp, in_hw, ctx, &t.x));
         BN_TRY(as_nhwc(dy, s->yt, n, c->filters, s->kp, out_hw, ctx, &t.dy));
     }
-    const bool beside = dx && filter_fits_beside(ctx, s, plan, L);
+    const bool beside = dx && filter_fits_beside(ctx, c, s, plan, L);
     if (L == NHWC && dx) t.dxt = nhwc_target(dx, beside ? s->dxt : s->xt, c->g.c, s->cp, in_hw);
     if (beside) return bn_overlap_run(ctx, &s->side, defer, filter_beside, data_here, &t);
     BN_TRY(filter_pass(c, s, plan, L, ctx, t.x, t.dy, dw));

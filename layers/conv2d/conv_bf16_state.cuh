@@ -64,7 +64,8 @@ struct conv_bf16 {
     __nv_bfloat16 *xt;     /* the input as NHWC (the batch the blob holds at most); then its gradient,
                               where the filter pass runs before the data pass */
     __nv_bfloat16 *dxt;    /* the input gradient as NHWC where the filter pass, still reading xt,
-                              runs beside the data pass; NULL for a layer without one */
+                              runs beside the data pass; made only while a plan may run NHWC beside
+                              (make_plan), NULL otherwise */
     bn_overlap side;       /* the filter pass on the side stream beside the data pass */
     __nv_bfloat16 *yt;     /* the output, or its gradient, as NHWC */
     float *bias_parts;     /* the bias gradient's partial sums (conv_bias.h) */
@@ -77,6 +78,13 @@ struct conv_bf16 {
 static inline bool same_layouts(int rows, int cols)
 {
     return rows == 1 || cols == 1;
+}
+
+/* Whether the input gradient in NHWC is written to scratch (xt, or dxt beside the filter pass)
+ * rather than to the blob itself. */
+static inline bool nhwc_dx_apart(const conv_priv *c, const conv_bf16 *s)
+{
+    return !(s->cp == c->g.c && same_layouts(c->g.c, c->g.h * c->g.w));
 }
 
 /* Whether the NHWC copies carry padding channels or filters. */
