@@ -1,8 +1,9 @@
 /* test_bench_common.c - tools/bench_common.sh's suite_data, which gives tools/bench.sh and
  * tools/recipes.sh each suite model's data folder: MNIST's and Fashion-MNIST's as given, for
  * cifar10 Fashion-MNIST written out as CIFAR-10 records once a run, and for npz Fashion-MNIST
- * written out as a folder of PNGs and fitted to the 64x64 rows' input as a NumPy archive. Run on a
- * small synthetic IDX set by the CLI that make test builds; skipped without bash or the CLI. */
+ * written out as a folder of PNGs and fitted to the model's input as a NumPy archive, one for each
+ * input shape. Run on a small synthetic IDX set by the CLI that make test builds; skipped without
+ * bash or the CLI. */
 #include "testing.h"
 
 #include <stdlib.h>
@@ -26,15 +27,17 @@ BN_TEST(bench_suite_data_writes_cifar_records_once_and_names_every_suite_dataset
     CHECK_MSG(idx != NULL, "cannot write the synthetic IDX set in %s", bn_test_tmpdir());
     snprintf(logs, sizeof logs, "%s/suite_logs", bn_test_tmpdir());
     /* The records from the IDX set, then again from a folder that does not exist (kept, not
-     * written again), every suite entry's dataset, and a dataset the suite does not have. */
+     * written again); the archive likewise, then one of another input shape from the PNG folder
+     * already written; every suite entry's dataset, and a dataset the suite does not have. */
     snprintf(cmd, sizeof cmd,
              "bash -c 'source tools/bench_common.sh; logs=%s; mkdir -p \"$logs\"; "
              "d=$(suite_data cifar10 /no/mnist %s) && echo \"first=$d\"; "
              "d=$(suite_data cifar10 /no/mnist /no/fashion) && echo \"again=$d\"; "
              "d=$(suite_data npz /no/mnist %s) && echo \"npz=$d\"; "
              "d=$(suite_data npz /no/mnist /no/fashion) && echo \"npz again=$d\"; "
+             "d=$(suite_data npz /no/mnist /no/fashion models/vgg48x64.cfg) && echo \"npz 48x64=$d\"; "
              "for e in \"${suite[@]}\"; do read -r name model dataset batch <<<\"$e\"; "
-             "echo \"$name: $(suite_data \"$dataset\" /m /f)\"; done; "
+             "echo \"$name: $(suite_data \"$dataset\" /m /f \"$model\")\"; done; "
              "suite_data svhn /m /f; echo \"svhn rc=$?\"'",
              logs, idx, idx);
     const int rc = bn_test_run(cmd, out, sizeof out);
@@ -57,18 +60,27 @@ BN_TEST(bench_suite_data_writes_cifar_records_once_and_names_every_suite_dataset
     CHECK_MSG(file_size(path) == 200LL * 3073, "%s: %lld bytes, expected %lld", path, file_size(path), 200LL * 3073);
     snprintf(path, sizeof path, "%s/fashion-cifar10/test_batch.bin", logs);
     CHECK_MSG(file_size(path) == 50LL * 3073, "%s: %lld bytes, expected %lld", path, file_size(path), 50LL * 3073);
-    /* The archive, kept for the second call, and the 64x64 rows' data: 250 examples of 3x64x64
-     * bytes, with their headers and labels. */
-    snprintf(want, sizeof want, "npz=%s/fashion64.npz\n", logs);
+    /* The archives: 3x64x64, kept for the second call and the 64x64 rows' data, and 3x48x64,
+     * vgg48x64's; 250 examples of their bytes each, with their headers and labels. */
+    snprintf(want, sizeof want, "npz=%s/fashion-3x64x64.npz\n", logs);
     CHECK_MSG(strstr(out, want) != NULL, "no \"%s\" in:\n%s", want, out);
-    snprintf(want, sizeof want, "npz again=%s/fashion64.npz\n", logs);
+    snprintf(want, sizeof want, "npz again=%s/fashion-3x64x64.npz\n", logs);
     CHECK_MSG(strstr(out, want) != NULL, "the archive was not kept for the second call:\n%s", out);
-    snprintf(want, sizeof want, "photo64: %s/fashion64.npz\n", logs);
+    snprintf(want, sizeof want, "photo64: %s/fashion-3x64x64.npz\n", logs);
     CHECK_MSG(strstr(out, want) != NULL, "photo64's data is not the archive:\n%s", out);
-    snprintf(path, sizeof path, "%s/fashion64.npz", logs);
-    const long long pixels = 250LL * 3 * 64 * 64;
-    CHECK_MSG(file_size(path) > pixels && file_size(path) < pixels + 64 * 1024,
-              "%s: %lld bytes, expected %lld and headers", path, file_size(path), pixels);
+    snprintf(want, sizeof want, "bottleneck64: %s/fashion-3x64x64.npz\n", logs);
+    CHECK_MSG(strstr(out, want) != NULL, "bottleneck64's data is not the archive:\n%s", out);
+    snprintf(want, sizeof want, "npz 48x64=%s/fashion-3x48x64.npz\n", logs);
+    CHECK_MSG(strstr(out, want) != NULL, "no \"%s\" in:\n%s", want, out);
+    snprintf(want, sizeof want, "vgg48x64: %s/fashion-3x48x64.npz\n", logs);
+    CHECK_MSG(strstr(out, want) != NULL, "vgg48x64's data is not its archive:\n%s", out);
+    static const int shapes[2][2] = {{64, 64}, {48, 64}};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/fashion-3x%dx%d.npz", logs, shapes[i][0], shapes[i][1]);
+        const long long pixels = 250LL * 3 * shapes[i][0] * shapes[i][1];
+        CHECK_MSG(file_size(path) > pixels && file_size(path) < pixels + 64 * 1024,
+                  "%s: %lld bytes, expected %lld and headers", path, file_size(path), pixels);
+    }
     return BN_PASS;
 }
 
@@ -146,9 +158,11 @@ BN_TEST(bench_epoch_ms_come_from_images_a_second)
  * (520 + 25050 + 400500 + 5010) and cifar_dropout, whose dense layer reads the 6x6 maps that its
  * unpadded windows and odd pooling leave (896 + 9248 + 18496 + 36928 + 64 * 6 * 6 * 512 + 512 +
  * 5130), and photo64's stem, residual blocks and classifier (480 + 4704 + 14624 + 57920 + 230528 +
- * 1290, each block its convolutions, projection and batch normalizations) and bottleneck64's
+ * 1290, each block its convolutions, projection and batch normalizations), bottleneck64's
  * (4800 + 19392 + 96128 + 380672 + 5130: the 7x7 stem, then each stage's 1x1, 3x3 and widening
- * 1x1 convolutions and projection with their batch normalizations, and the classifier). */
+ * 1x1 convolutions and projection with their batch normalizations, and the classifier) and
+ * vgg48x64's six 3x3 convolutions with their batch normalizations and classifier (672 + 5208 +
+ * 10416 + 20784 + 41568 + 83040 + 2 * (24 + 24 + 48 + 48 + 96 + 96) + 970). */
 BN_TEST(bench_suite_models_build_and_the_new_shapes_hold_their_parameters)
 {
     if (system("bash -c true >/dev/null 2>&1") != 0) BN_SKIP_TEST("no bash");
@@ -166,6 +180,7 @@ BN_TEST(bench_suite_models_build_and_the_new_shapes_hold_their_parameters)
     CHECK_MSG(strstr(out, "cifar_dropout: total: 17 layers, 1250858 parameters"), "cifar_dropout:\n%s", out);
     CHECK_MSG(strstr(out, "photo64: total: 40 layers, 309546 parameters"), "photo64:\n%s", out);
     CHECK_MSG(strstr(out, "bottleneck64: total: 43 layers, 506122 parameters"), "bottleneck64:\n%s", out);
+    CHECK_MSG(strstr(out, "vgg48x64: total: 24 layers, 163330 parameters"), "vgg48x64:\n%s", out);
     return BN_PASS;
 }
 

@@ -127,7 +127,7 @@ for entry in "${suite[@]}"; do
     read -r name model dataset batch <<<"$entry"
     k=$((k + 1))
     if [ $# -gt 0 ] && [[ " $* " != *" $name "* ]]; then continue; fi
-    data=$(suite_data "$dataset" "$mnist" "$fashion") || exit 1
+    data=$(suite_data "$dataset" "$mnist" "$fashion" "$model") || exit 1
     todo+=("$(printf '%02d' "$k") $name $model $dataset $batch $data")
 done
 rm -rf "$logs/rows"

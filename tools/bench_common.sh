@@ -93,16 +93,17 @@ suite=(
     "cifar_dropout   models/cifar_dropout.cfg    cifar10       -"
     "photo64         models/photo64.cfg          npz           -"
     "bottleneck64    models/bottleneck64.cfg     npz           -"
+    "vgg48x64        models/vgg48x64.cfg         npz           -"
 )
 
 # The data of a suite model's dataset (mnist, fashion-mnist, cifar10 or npz): the MNIST or the
 # Fashion-MNIST folder given; for cifar10 Fashion-MNIST written out as CIFAR-10 records (centred
 # on 32x32, the gray channel repeated: blobnet data --write); for npz Fashion-MNIST written out as
-# an image folder of PNGs, read back as a user's pictures are (resized to the 3x64x64 input of
-# models/photo64.cfg and bottleneck64.cfg, the gray channel repeated) and kept as a NumPy
-# archive. Written into $logs once a run; call it outside parallel jobs: the first call writes
-# the files.
-suite_data() { # dataset mnist_dir fashion_dir
+# an image folder of PNGs, read back as a user's pictures are (fitted to the model's input: resized
+# to cover it and centre-cropped, the gray channel repeated) and kept as a NumPy archive, one for
+# each input shape (models/photo64.cfg's 3x64x64 where no model is given). Written into $logs once a
+# run; call it outside parallel jobs: the first call writes the files.
+suite_data() { # dataset mnist_dir fashion_dir [model]
     case $1 in
         mnist) echo "$2" ;;
         fashion-mnist) echo "$3" ;;
@@ -113,12 +114,16 @@ suite_data() { # dataset mnist_dir fashion_dir
             fi
             echo "$dir" ;;
         npz)
-            local png=$logs/fashion-png npz=$logs/fashion64.npz
+            local model=${4:-models/photo64.cfg} c h w
+            c=$(model_key "$model" input channels 1)
+            h=$(model_key "$model" input height 0)
+            w=$(model_key "$model" input width 0)
+            local png=$logs/fashion-png npz=$logs/fashion-${c}x${h}x${w}.npz
             if [ ! -f "$npz" ]; then
                 if [ ! -d "$png/test" ]; then
                     ./blobnet data --dataset fashion-mnist --data "$3" --write "folder:$png" >&2 || return 1
                 fi
-                ./blobnet data models/photo64.cfg --data "$png" --write "npz:$npz" >&2 || return 1
+                ./blobnet data "$model" --data "$png" --write "npz:$npz" >&2 || return 1
             fi
             echo "$npz" ;;
         *) echo "suite_data: no data for the dataset '$1'" >&2; return 1 ;;

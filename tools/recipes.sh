@@ -51,7 +51,7 @@ for entry in "${suite[@]}"; do
     read -r name model dataset batch <<<"$entry"
     [ "$batch" = - ] || [ "$batch" = "$(model_batch "$model")" ] || continue
     if [ $# -gt 0 ] && [[ " $* " != *" $name "* ]]; then continue; fi
-    data=$(suite_data "$dataset" "$mnist" "$fashion") || exit 1
+    data=$(suite_data "$dataset" "$mnist" "$fashion" "$model") || exit 1
     runs+=("$name $model $dataset $data")
 done
 
