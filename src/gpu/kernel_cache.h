@@ -44,8 +44,9 @@ extern "C" {
  * data pass, offered for stride 1, windows up to 7 and up to 512 positions of dy; 14: the dense
  * layer's 32 x 32 tensor-core tiles in fewer, longer ranges for the forward and input-gradient
  * products; 15: a tie rule's pick that is not the fastest timed again beside the fastest, and the
- * data pass's runners that tie beside their filter pass timed to the data pass's own end). */
-#define BN_KERNEL_CACHE_VERSION 15
+ * data pass's runners that tie beside their filter pass timed to the data pass's own end; 16: a
+ * data pass timed beside a cuDNN filter pass, which now runs on the side stream as in the step). */
+#define BN_KERNEL_CACHE_VERSION 16
 
 /* The longest key and choice, with their terminating zeros. */
 #define BN_KERNEL_KEY_MAX 384
