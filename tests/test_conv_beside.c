@@ -1,5 +1,5 @@
 /* test_conv_beside.c - a convolution with an input gradient runs cuDNN's filter pass on the side
- * stream beside its data pass, on a workspace of its own (bn_ctx_side_turn): under --precision
+ * stream beside its data pass, on a workspace of its own (bn_ctx_on_side): under --precision
  * bf16 in each of cuDNN's two layouts (conv_bf16_passes.cu), and in FP32 and TF32 where the layer
  * runs on cuDNN (conv2d.cu). A backward pass forks the side stream once for each such layer, and
  * its gradients (the weights' and every layer's input gradient) are the same bits as those of the
@@ -77,30 +77,57 @@ static int run_net(bn_ctx *ctx, const char *text, uint64_t seed, int inline_only
     return BN_PASS;
 }
 
-/* The network run beside and in line on ctx: 3 forks beside, none in line, and the same bits in
- * every gradient; `what` names the case in what it prints. */
-static int compare_beside(bn_ctx *ctx, const char *text, const char *what)
+/* One case: the network's text, and how the context runs it (bf16, with a forced layout, or
+ * FP32 with or without TF32). */
+typedef struct beside_case {
+    const char *name, *text;
+    int bf16, layout, tf32;
+} beside_case;
+
+/* The case's network run beside and in line on ctx, in a deterministic context: 3 forks beside,
+ * none in line, and the same bits in every gradient. The context's flags are restored after. */
+static int compare_beside(bn_ctx *ctx, const beside_case *k)
 {
+    const int was_deterministic = ctx->deterministic, was_tf32 = ctx->tf32, was_bf16 = ctx->bf16;
+    ctx->deterministic = 1;
+    ctx->bf16 = k->bf16;
+    ctx->tf32 = k->tf32;
+    if (k->bf16) bn_conv_bf16_force_layout(k->layout);
     const uint64_t seed = lt_fresh_seed();
     bn_net *beside = NULL, *in_line = NULL;
     unsigned forks_beside = 0, forks_in_line = 0;
-    int r = run_net(ctx, text, seed, 0, &beside, &forks_beside);
-    if (r == BN_PASS) r = run_net(ctx, text, seed, 1, &in_line, &forks_in_line);
+    int r = run_net(ctx, k->text, seed, 0, &beside, &forks_beside);
+    if (r == BN_PASS) r = run_net(ctx, k->text, seed, 1, &in_line, &forks_in_line);
     if (r == BN_PASS) {
-        printf("    %s: %u side forks beside, %u in line\n", what, forks_beside, forks_in_line);
+        printf("    %s: %u side forks beside, %u in line\n", k->name, forks_beside, forks_in_line);
         if (forks_beside != 3 || forks_in_line != 0) r = BN_FAIL;
         if (!same_bits(beside->grads, in_line->grads)) {
-            printf("    %s: the weight gradients differ\n", what);
+            printf("    %s: the weight gradients differ\n", k->name);
             r = BN_FAIL;
         }
         for (int i = 0; i < beside->num_layers; i++)
             if (beside->layers[i]->in_grad && !same_bits(beside->layers[i]->in_grad, in_line->layers[i]->in_grad)) {
-                printf("    %s: layer %d's input gradient differs\n", what, i);
+                printf("    %s: layer %d's input gradient differs\n", k->name, i);
                 r = BN_FAIL;
             }
     }
     bn_net_free(beside);
     bn_net_free(in_line);
+    ctx->bf16 = was_bf16;
+    ctx->tf32 = was_tf32;
+    ctx->deterministic = was_deterministic;
+    bn_conv_bf16_force_layout(BN_CONV_BF16_EITHER);
+    return r;
+}
+
+/* Each of count cases on the process's context, until one fails. */
+static int compare_cases(const beside_case *cases, int count)
+{
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    CHECK(ctx->side_stream != NULL);
+    int r = BN_PASS;
+    for (int k = 0; k < count && r == BN_PASS; k++) r = compare_beside(ctx, &cases[k]);
     return r;
 }
 
@@ -110,23 +137,9 @@ BN_TEST(gpu_bf16_conv2d_filter_pass_beside_the_data_pass_gives_the_same_bits)
 {
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
 #ifdef BN_WITH_CUDA
-    bn_ctx *ctx;
-    CHECK_OK(bn_ctx_open(0, &ctx));
-    CHECK(ctx->side_stream != NULL);
-    const int was_deterministic = ctx->deterministic;
-    static const int layouts[] = {BN_CONV_BF16_NCHW, BN_CONV_BF16_NHWC};
-    static const char *const names[] = {"NCHW", "NHWC"};
-    int r = BN_PASS;
-    for (int k = 0; k < 2 && r == BN_PASS; k++) {
-        ctx->bf16 = 1;
-        ctx->deterministic = 1;
-        bn_conv_bf16_force_layout(layouts[k]);
-        r = compare_beside(ctx, model, names[k]);
-        ctx->bf16 = 0;
-        ctx->deterministic = was_deterministic;
-        bn_conv_bf16_force_layout(BN_CONV_BF16_EITHER);
-    }
-    return r;
+    static const beside_case cases[] = {{"NCHW", model, 1, BN_CONV_BF16_NCHW, 0},
+                                        {"NHWC", model, 1, BN_CONV_BF16_NHWC, 0}};
+    return compare_cases(cases, 2);
 #else
     return BN_PASS;
 #endif
@@ -136,20 +149,9 @@ BN_TEST(gpu_conv2d_cudnn_filter_pass_beside_the_data_pass_gives_the_same_bits)
 {
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
 #ifdef BN_WITH_CUDA
-    bn_ctx *ctx;
-    CHECK_OK(bn_ctx_open(0, &ctx));
-    CHECK(ctx->side_stream != NULL);
-    const int was_deterministic = ctx->deterministic, was_tf32 = ctx->tf32;
-    static const char *const names[] = {"FP32", "TF32"};
-    int r = BN_PASS;
-    for (int k = 0; k < 2 && r == BN_PASS; k++) {
-        ctx->tf32 = k;
-        ctx->deterministic = 1;
-        r = compare_beside(ctx, model_cudnn, names[k]);
-        ctx->tf32 = was_tf32;
-        ctx->deterministic = was_deterministic;
-    }
-    return r;
+    static const beside_case cases[] = {{"FP32", model_cudnn, 0, BN_CONV_BF16_EITHER, 0},
+                                        {"TF32", model_cudnn, 0, BN_CONV_BF16_EITHER, 1}};
+    return compare_cases(cases, 2);
 #else
     return BN_PASS;
 #endif

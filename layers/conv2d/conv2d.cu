@@ -305,7 +305,7 @@ extern "C" bn_status bn_conv_filter_pass(int by, const conv_gpu *g, const conv_p
 
 /* Whether the backward pass runs the filter pass (by `filter`) on the side stream beside the data
  * pass. blobnet's filter passes write only the layer's own partial sums, so they always can. cuDNN's
- * runs there through a turn of the context (bn_ctx_side_turn: its handle and the side workspace),
+ * runs there with the context turned to the side stream (bn_ctx_on_side: its handle and the side workspace),
  * which a lane cannot take (its handles stay on its home stream), and only where the side workspace
  * holds what the pass needs (bn_conv_reserve_beside grew it when the plan was made); else it runs on
  * the stream before the data pass. */
@@ -345,16 +345,19 @@ static bn_status filter_on(void *env, void *stream)
                                t->filter_pooled, t->dw, t->db, t->parts, t->beside);
 }
 
-/* The filter pass on the side stream (`stream`): cuDNN's with the context turned to it and back,
- * either way, so that its handle, workspace and bias-gradient kernels go there too. */
+/* The filter pass on the stream the context is turned to (bn_ctx_on_side). */
+static bn_status filter_turned(void *env)
+{
+    const gradients *t = (const gradients *)env;
+    return filter_on(env, t->ctx->stream);
+}
+
+/* The filter pass on the side stream (`stream`): cuDNN's with the context turned there, so that
+ * its handle, workspace and bias-gradient kernel go there too. */
 static bn_status filter_beside(void *env, void *stream)
 {
     const gradients *t = (const gradients *)env;
-    if (t->filter != BY_CUDNN) return filter_on(env, stream);
-    BN_TRY(bn_ctx_side_turn(t->ctx));
-    const bn_status s = filter_on(env, t->ctx->stream);
-    const bn_status back = bn_ctx_side_turn(t->ctx);
-    return s != BN_OK ? s : back;
+    return t->filter == BY_CUDNN ? bn_ctx_on_side(t->ctx, filter_turned, env) : filter_on(env, stream);
 }
 
 /* The data pass on the context stream. */

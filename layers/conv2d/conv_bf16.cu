@@ -92,6 +92,13 @@ static int pad8(int c)
     return (c + 7) / 8 * 8;
 }
 
+/* Elements of the input as NHWC with its channels padded to s->cp, at the batch the blob holds at
+ * most: the size of xt and of dxt. */
+static size_t nhwc_in_count(const bn_layer *l, const conv_priv *c, const conv_bf16 *s)
+{
+    return l->in->capacity / (size_t)c->g.c * s->cp;
+}
+
 static bn_status describe_layer(const bn_layer *l, const conv_priv *c, conv_bf16 *s)
 {
     s->layer = (bn_layer *)l;
@@ -112,7 +119,7 @@ static bn_status describe_layer(const bn_layer *l, const conv_priv *c, conv_bf16
     /* The NHWC scratch at the padded counts; the filter copy's padding filters stay zero (only
      * the first c->filters are ever written), its padding channels are written as zeros. */
     const size_t weights = (size_t)s->kp * s->cp * c->size * c->size;
-    const size_t in = l->in->capacity / (size_t)c->g.c * s->cp, out = l->out->capacity / (size_t)c->filters * s->kp;
+    const size_t in = nhwc_in_count(l, c, s), out = l->out->capacity / (size_t)c->filters * s->kp;
     BN_TRY(bn_device_alloc((void **)&s->dw, weights * sizeof(__nv_bfloat16)));
     BN_TRY(bn_device_alloc((void **)&s->wt, weights * sizeof(__nv_bfloat16)));
     BN_TRY(bn_device_zero(s->wt, weights * sizeof(__nv_bfloat16)));
@@ -378,7 +385,7 @@ static bn_status make_plan(bn_layer *l, bn_ctx *ctx, conv_bf16 *s, bf16_plan *pl
     for (int L = 0; L < CUDNN_LAYOUTS && st == BN_OK && ctx->side_stream && plan->with_data; L++)
         if (plan->usable[L]) st = bn_ctx_reserve_side_workspace(ctx, filter_workspace(plan, L));
     if (st == BN_OK && ctx->side_stream && plan->with_data && plan->usable[NHWC] && !s->dxt && nhwc_dx_apart(c, s))
-        st = bn_device_alloc((void **)&s->dxt, l->in->capacity / (size_t)c->g.c * s->cp * sizeof(__nv_bfloat16));
+        st = bn_device_alloc((void **)&s->dxt, nhwc_in_count(l, c, s) * sizeof(__nv_bfloat16));
     if (st == BN_OK) plan->layout = forced_f32 ? F32 : plan->usable[NHWC] ? NHWC : plan->usable[NCHW] ? NCHW : F32;
     int usable = 0;
     for (int L = 0; L < LAYOUTS; L++) usable += plan->usable[L];

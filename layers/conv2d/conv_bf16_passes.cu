@@ -4,7 +4,7 @@
  * KRSC), and blobnet's FP32 kernels on FP32 copies (conv2d.h: bn_conv2d_own_*). Each pass runs on
  * its graph-API plan where the plan has one (conv_graph.h), else on its legacy algorithm. In
  * cuDNN's layouts the filter pass runs on the side stream beside the data pass where it can
- * (bn_ctx_side_turn), as blobnet's own filter passes do. Which layout and which engines run a
+ * (bn_ctx_on_side), as blobnet's own filter passes do. Which layout and which engines run a
  * plan is conv_bf16.cu's. */
 #include "conv_bf16_state.cuh"
 #include "gpu/bf16.h"
@@ -200,15 +200,18 @@ typedef struct gradients {
     __nv_bfloat16 *dx, *dxt;
 } gradients;
 
-/* The filter pass on the side stream: the context turned to it and back, either way. */
+/* The filter pass on the stream the context is turned to (bn_ctx_on_side). */
+static bn_status filter_turned(void *env)
+{
+    const gradients *t = (const gradients *)env;
+    return filter_pass(t->c, t->s, t->plan, t->L, t->ctx, t->x, t->dy, t->dw);
+}
+
+/* The filter pass on the side stream, with the context turned there. */
 static bn_status filter_beside(void *env, void *stream)
 {
     (void)stream; /* the turn makes it the context's */
-    const gradients *t = (const gradients *)env;
-    BN_TRY(bn_ctx_side_turn(t->ctx));
-    const bn_status s = filter_pass(t->c, t->s, t->plan, t->L, t->ctx, t->x, t->dy, t->dw);
-    const bn_status back = bn_ctx_side_turn(t->ctx);
-    return s != BN_OK ? s : back;
+    return bn_ctx_on_side(((const gradients *)env)->ctx, filter_turned, env);
 }
 
 /* The data pass into dxt, then dxt into dx where they differ (NHWC's copy back). */
@@ -224,7 +227,7 @@ static bn_status data_here(void *env)
 }
 
 /* Whether the filter pass in layout L can run on the side stream beside the data pass: the
- * context has a side stream and is not inside a lane (bn_ctx_side_turn turns only its own two
+ * context has a side stream and is not inside a lane (bn_ctx_on_side turns only its own two
  * streams), the layer has the events for the fork and, in NHWC where the input gradient is written
  * apart from the blob, that gradient's own scratch, and the side workspace holds what the filter
  * pass needs (else it runs on the stream, as before). */

@@ -105,7 +105,7 @@ bn_status bn_conv_bf16_run_forward(const conv_priv *c, conv_bf16 *s, const bf16_
  * gradient, in layout L of plan; x, w, dy and dx in the blobs' order. The F32 layout's kernels
  * also add the bias gradient into db (the others leave it to the caller). In cuDNN's layouts,
  * with an input gradient and a side stream, the filter pass runs on the side stream beside the
- * data pass (bn_ctx_side_turn: a workspace of its own), joined back before returning, or left
+ * data pass (bn_ctx_on_side: a workspace of its own), joined back before returning, or left
  * pending for the net to join with `defer` (bn_overlap_run). */
 bn_status bn_conv_bf16_run_backward(const conv_priv *c, conv_bf16 *s, const bf16_plan *plan, int L, bn_ctx *ctx,
                                     const __nv_bfloat16 *x, const __nv_bfloat16 *w, const __nv_bfloat16 *dy,

@@ -35,7 +35,7 @@ typedef struct bn_ctx {
     void *cudnn;           /* bound to stream */
     void *workspace;       /* cuDNN workspace arena shared by all layers */
     size_t workspace_size;
-    void *side_workspace;  /* the same for library passes on side_stream (bn_ctx_side_turn) */
+    void *side_workspace;  /* the same for library passes on side_stream (bn_ctx_on_side) */
     size_t side_workspace_size;
     unsigned buffer_generation; /* counts replacements of device buffers whose contents steps
                                    carry (the optimizer's rate table, a user layer's buffers): a
@@ -162,12 +162,13 @@ bn_status bn_ctx_zero_beside(bn_ctx *ctx, void *ptr, size_t bytes);
  * bn_ctx_reserve_workspace grows the stream's. */
 bn_status bn_ctx_reserve_side_workspace(bn_ctx *ctx, size_t bytes);
 
-/* Swaps stream with side_stream and workspace with side_workspace, the cuDNN handle rebound to
- * the new stream: a pass written for the stream, called between two turns, queues its kernels and
- * its cuDNN calls on the side stream, with a workspace of its own (cuBLAS's handle stays: such a
- * pass makes no cuBLAS call). The second turn restores the context. Not inside a lane
- * (bn_ctx_set_lane): only the context's own two streams turn. */
-bn_status bn_ctx_side_turn(bn_ctx *ctx);
+/* Runs fn(env) with the context turned to its side stream: stream swapped with side_stream,
+ * workspace with side_workspace, and the cuDNN handle rebound to the stream now current, so that a
+ * pass written for the stream queues its kernels and its cuDNN calls on the side stream, with a
+ * workspace of its own (cuBLAS's handle stays: such a pass makes no cuBLAS call). The context is
+ * turned back whatever fn returns; fn's error comes first. Not inside a lane (bn_ctx_set_lane):
+ * only the context's own two streams turn. */
+bn_status bn_ctx_on_side(bn_ctx *ctx, bn_status (*fn)(void *env), void *env);
 
 /* Makes the context's lanes 1..count - 1 that are not made yet (count at most BN_CTX_LANES), at
  * the priority of its stream; never while a step is captured. */

@@ -475,9 +475,10 @@ extern "C" bn_status bn_ctx_reserve_side_workspace(bn_ctx *ctx, size_t bytes)
                           "the side stream's cuDNN workspace");
 }
 
-extern "C" bn_status bn_ctx_side_turn(bn_ctx *ctx)
+/* Swaps the context's stream and workspace with its side stream's, and rebinds cuDNN to the
+ * stream now current: the same call turns it there and back (bn_ctx_on_side). */
+static bn_status side_turn(bn_ctx *ctx)
 {
-    if (ctx->home) return bn_error(BN_ERR_INTERNAL, "a side turn inside a lane, whose handles stay on its home stream");
     void *s = ctx->stream, *w = ctx->workspace;
     const size_t size = ctx->workspace_size;
     ctx->stream = ctx->side_stream, ctx->side_stream = s;
@@ -485,6 +486,15 @@ extern "C" bn_status bn_ctx_side_turn(bn_ctx *ctx)
     ctx->workspace_size = ctx->side_workspace_size, ctx->side_workspace_size = size;
     BN_CUDNN(cudnnSetStream((cudnnHandle_t)ctx->cudnn, (cudaStream_t)ctx->stream));
     return BN_OK;
+}
+
+extern "C" bn_status bn_ctx_on_side(bn_ctx *ctx, bn_status (*fn)(void *env), void *env)
+{
+    if (ctx->home) return bn_error(BN_ERR_INTERNAL, "a side turn inside a lane, whose handles stay on its home stream");
+    BN_TRY(side_turn(ctx));
+    const bn_status s = fn(env);
+    const bn_status back = side_turn(ctx);
+    return s != BN_OK ? s : back;
 }
 
 extern "C" bn_status bn_device_alloc(void **ptr, size_t bytes)
