@@ -4,7 +4,7 @@
  * Adam and AdamW, whose replayed updates read their rates and bias corrections from the device,
  * for LeNet with the PReLU plugin, whose type says it may be captured, for a net with
  * dropout, which reads its step on the device, and for nets whose captured forward pass runs
- * their branches beside each other. A buffer that another batch size grows after the capture is
+ * their branches beside each other, on blobnet's kernels and on cuDNN's (FP32 and bf16). A buffer that another batch size grows after the capture is
  * kept for the graphs, which are not captured again. Every built-in type may be captured (a
  * plugin's type that may not is named once: test_plugin.c). Groups of steps, whose steps gather
  * the next one's batch a step ahead, train the eager run's bits too, with draws. */
@@ -71,6 +71,37 @@ BN_TEST(gpu_graph_replay_matches_eager_steps)
      * images: the short batch of 4 replayed in the third epoch on lanes too). */
     CHECK(compare_runs("models/inception_fashion.cfg", "3200", "") == BN_PASS);
     CHECK(compare_runs("models/resnet_fashion.cfg", "2500", "--epochs 3") == BN_PASS);
+    return BN_PASS;
+}
+
+/* A module of two branches on cuDNN's passes joined by a concat, then a convolution on cuDNN and
+ * the classifier: captured, the branches run on lanes of their own with cuDNN bound to each. */
+static int write_cudnn_branches(char *path, size_t size)
+{
+    snprintf(path, size, "%s/cudnn_branches.cfg", bn_test_tmpdir());
+    FILE *f = fopen(path, "w");
+    if (!f) return 0;
+    const int ok = fprintf(f, "[input]\nchannels=1\nheight=28\nwidth=28\nstd=255\n"
+                              "[conv2d]\nname=a\nfilters=8\nsize=3\npad=1\nengine=cudnn\n[relu]\nname=ar\n"
+                              "[conv2d]\nname=b\ninput=input\nfilters=8\nsize=5\npad=2\nengine=cudnn\n"
+                              "[relu]\nname=br\n[concat]\nname=ab\ninput=ar, br\n[maxpool]\nsize=2\n"
+                              "[conv2d]\nfilters=16\nsize=3\npad=1\nengine=cudnn\n[relu]\n[maxpool]\nsize=2\n"
+                              "[dense]\noutputs=10\n[softmax_ce]\n[train]\nlr=0.01\nmomentum=0.9\n") > 0;
+    return fclose(f) == 0 && ok;
+}
+
+/* Branches whose convolutions run on cuDNN (every one under bf16) take lanes too: the captured
+ * run trains the eager run's bits, in FP32 on cuDNN's passes and under bf16, and for the
+ * inception-style suite model under bf16 (its four branches a module on four lanes). */
+BN_TEST(gpu_graph_replay_matches_eager_steps_with_cudnn_passes_on_lanes)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    if (!bn_test_data_dir()) BN_SKIP_TEST("BLOBNET_TEST_DATA not set");
+    char model[512];
+    CHECK(write_cudnn_branches(model, sizeof model));
+    CHECK(compare_runs(model, "3000", "--epochs 3") == BN_PASS);
+    CHECK(compare_runs(model, "3000", "--epochs 3 --precision bf16") == BN_PASS);
+    CHECK(compare_runs("models/inception_fashion.cfg", "3200", "--precision bf16") == BN_PASS);
     return BN_PASS;
 }
 

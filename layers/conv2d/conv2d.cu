@@ -305,19 +305,19 @@ extern "C" bn_status bn_conv_filter_pass(int by, const conv_gpu *g, const conv_p
 
 /* Whether the backward pass runs the filter pass (by `filter`) on the side stream beside the data
  * pass. blobnet's filter passes write only the layer's own partial sums, so they always can. cuDNN's
- * runs there with the context turned to the side stream (bn_ctx_on_side: its handle and the side workspace),
- * which a lane cannot take (its handles stay on its home stream), and only where the side workspace
- * holds what the pass needs (bn_conv_reserve_beside grew it when the plan was made); else it runs on
- * the stream before the data pass. */
+ * runs there with the context turned to the side stream (bn_ctx_on_side: its handle and the side
+ * workspace, a lane's own on a lane), and only where the side workspace holds what the pass needs
+ * (bn_conv_reserve_beside grew it when the plan was made); else it runs on the stream before the
+ * data pass. */
 static bool overlapped(const conv_plan *plan, const bn_ctx *ctx, int filter)
 {
     if (!ctx->side_stream) return false;
-    return filter != BY_CUDNN || (!ctx->home && plan->bwd_filter_workspace <= ctx->side_workspace_size);
+    return filter != BY_CUDNN || plan->bwd_filter_workspace <= ctx->side_workspace_size;
 }
 
 extern "C" bn_status bn_conv_reserve_beside(const conv_plan *plan, bn_ctx *ctx)
 {
-    if (plan->by[2] != BY_CUDNN || !plan->with_data || !ctx->side_stream || ctx->home) return BN_OK;
+    if (plan->by[2] != BY_CUDNN || !plan->with_data || !ctx->side_stream) return BN_OK;
     return bn_ctx_reserve_side_workspace(ctx, plan->bwd_filter_workspace);
 }
 
@@ -426,16 +426,16 @@ static bn_status prepare(bn_layer *l, bn_ctx *ctx, const conv_gpu **gpu, const c
     return BN_OK;
 }
 
+/* Every pass may run on a lane once the layer's plans are made: cuDNN's passes, in FP32 as in
+ * BF16, take the lane's stream and workspaces from the context (bn_ctx_set_lane). */
 extern "C" unsigned bn_conv2d_beside(const bn_layer *l)
 {
     const conv_priv *c = (const conv_priv *)l->priv;
-    if (bn_blob_is_bf16(l->out) || !c->gpu) return 0;
+    if (bn_blob_is_bf16(l->out)) return c->bf16 ? BN_BESIDE_FORWARD | BN_BESIDE_BACKWARD : 0u;
+    if (!c->gpu) return 0;
     for (int i = 0; i < c->gpu->num_plans; i++) {
         const conv_plan *plan = &c->gpu->plans[i];
-        if (plan->n != l->in->n || plan->own_only) continue;
-        const bool data = !l->in_grad || plan->by[1] != BY_CUDNN;
-        return (plan->by[0] != BY_CUDNN ? BN_BESIDE_FORWARD : 0u) |
-               (data && plan->by[2] != BY_CUDNN ? BN_BESIDE_BACKWARD : 0u);
+        if (plan->n == l->in->n && !plan->own_only) return BN_BESIDE_FORWARD | BN_BESIDE_BACKWARD;
     }
     return 0;
 }

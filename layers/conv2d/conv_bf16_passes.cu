@@ -227,14 +227,14 @@ static bn_status data_here(void *env)
 }
 
 /* Whether the filter pass in layout L can run on the side stream beside the data pass: the
- * context has a side stream and is not inside a lane (bn_ctx_on_side turns only its own two
- * streams), the layer has the events for the fork and, in NHWC where the input gradient is written
- * apart from the blob, that gradient's own scratch, and the side workspace holds what the filter
- * pass needs (else it runs on the stream, as before). */
+ * context has a side stream (a lane's own on a lane), the layer has the events for the fork and,
+ * in NHWC where the input gradient is written apart from the blob, that gradient's own scratch,
+ * and the side workspace holds what the filter pass needs (else it runs on the stream, as
+ * before). */
 static bool filter_fits_beside(const bn_ctx *ctx, const conv_priv *c, const conv_bf16 *s, const bf16_plan *plan,
                                int L)
 {
-    return ctx->side_stream && !ctx->home && s->side.fork && (L == NCHW || s->dxt || !nhwc_dx_apart(c, s)) &&
+    return ctx->side_stream && s->side.fork && (L == NCHW || s->dxt || !nhwc_dx_apart(c, s)) &&
            filter_workspace(plan, L) <= ctx->side_workspace_size;
 }
 

@@ -17,6 +17,12 @@ extern "C" {
 /* Streams a context keeps for a network's independent branches (lane 0 is its stream). */
 #define BN_CTX_LANES 4
 
+/* A lane's workspaces for library passes: on its stream and on its side stream. */
+typedef struct bn_lane_workspaces {
+    void *main, *side;
+    size_t main_size, side_size;
+} bn_lane_workspaces;
+
 /* The device context: one per process. Handles are opaque here so that C code needs no
  * CUDA headers; CUDA code casts them (cudaStream_t, cublasHandle_t, cudnnHandle_t). */
 typedef struct bn_ctx {
@@ -33,7 +39,7 @@ typedef struct bn_ctx {
                               tells that a pass put work on the side stream */
     void *cublas;          /* bound to stream */
     void *cudnn;           /* bound to stream */
-    void *workspace;       /* cuDNN workspace arena shared by all layers */
+    void *workspace;       /* cuDNN workspace arena shared by the layers on stream */
     size_t workspace_size;
     void *side_workspace;  /* the same for library passes on side_stream (bn_ctx_on_side) */
     size_t side_workspace_size;
@@ -55,6 +61,9 @@ typedef struct bn_ctx {
                               captured (core/net_lanes.c); lanes[0] is unused */
     void *lane_sides[BN_CTX_LANES]; /* each lane's own side stream, at side_stream's priority */
     int lane_pending[BN_CTX_LANES]; /* each lane's side_pending while another lane is entered */
+    bn_lane_workspaces lane_ws[BN_CTX_LANES]; /* each lane's own two workspaces, as large as the
+                              context's (lanes 1..; slot 0 keeps the context's own while a lane is
+                              entered): a library pass on a lane uses them (bn_ctx_set_lane) */
     int num_lanes;         /* 1 + the lane streams made (bn_ctx_open_lanes) */
     int lane_now;          /* the lane entered (0: none, or the context's own streams) */
     void *home, *home_side; /* while the network runs a layer on a lane: the streams that `stream`
@@ -158,16 +167,16 @@ bn_status bn_ctx_fork_side(bn_ctx *ctx);
 /* Zeroes bytes at ptr on side_stream after a bn_ctx_fork_side. */
 bn_status bn_ctx_zero_beside(bn_ctx *ctx, void *ptr, size_t bytes);
 
-/* Grows the side stream's workspace (side_workspace) to at least bytes, as
- * bn_ctx_reserve_workspace grows the stream's. */
+/* Grows the side stream's workspace (side_workspace) to at least bytes, and every lane's side
+ * workspace with it, as bn_ctx_reserve_workspace grows the stream's. */
 bn_status bn_ctx_reserve_side_workspace(bn_ctx *ctx, size_t bytes);
 
 /* Runs fn(env) with the context turned to its side stream: stream swapped with side_stream,
  * workspace with side_workspace, and the cuDNN handle rebound to the stream now current, so that a
  * pass written for the stream queues its kernels and its cuDNN calls on the side stream, with a
  * workspace of its own (cuBLAS's handle stays: such a pass makes no cuBLAS call). The context is
- * turned back whatever fn returns; fn's error comes first. Not inside a lane (bn_ctx_set_lane):
- * only the context's own two streams turn. */
+ * turned back whatever fn returns; fn's error comes first. Inside a lane (bn_ctx_set_lane) it
+ * turns to that lane's side stream and side workspace. */
 bn_status bn_ctx_on_side(bn_ctx *ctx, bn_status (*fn)(void *env), void *env);
 
 /* Makes the context's lanes 1..count - 1 that are not made yet (count at most BN_CTX_LANES), at
@@ -177,8 +186,11 @@ bn_status bn_ctx_open_lanes(bn_ctx *ctx, int count);
 /* Points ctx's stream and side stream at lane `lane`'s (< num_lanes; 0: the streams they stand
  * for otherwise), so that a layer's kernels, its side work and the device calls it makes go
  * there, with side_pending kept per lane; bn_ctx_leave_lanes points them back (the network has
- * joined every lane's side work by then). The handles (cuBLAS, cuDNN) and the workspace stay
- * with the stream: a layer on another lane must use neither (bn_layer_ops.beside). */
+ * joined every lane's side work by then). cuDNN's handle is bound to the lane's stream and the
+ * workspaces are the lane's own, so a cuDNN pass on one lane never shares a workspace with a pass
+ * on another: every lane's are as large as the context's (bn_ctx_reserve_workspace grows them
+ * all). cuBLAS's handle stays on the context's stream: a layer that calls it stays off the lanes
+ * (bn_layer_ops.beside). */
 bn_status bn_ctx_set_lane(bn_ctx *ctx, int lane);
 void bn_ctx_leave_lanes(bn_ctx *ctx);
 
@@ -189,7 +201,7 @@ void bn_order_event_destroy(void *event);
 bn_status bn_ctx_record(bn_ctx *ctx, void *event);
 bn_status bn_ctx_wait(bn_ctx *ctx, void *event);
 
-/* Grows the shared cuDNN workspace to at least bytes (never inside a step). */
+/* Grows the cuDNN workspace to at least bytes, and every lane's with it (never inside a step). */
 bn_status bn_ctx_reserve_workspace(bn_ctx *ctx, size_t bytes);
 
 /* The free and total memory of ctx's device, as the CUDA runtime reports them now. */

@@ -270,9 +270,10 @@ struct bn_layer_ops {
     int (*cpu_sums_inputs)(const bn_layer *l);
     /* Returns the BN_BESIDE_* bits of the layer's GPU passes, as planned for the current batch
      * size, that queue their work only on p->ctx->stream (and, in backward, side_stream through
-     * bn_overlap_run) and use no library handle (cuBLAS, cuDNN) nor the context's workspace, so
-     * that in a captured step the network may run them on another stream, beside the layers of
-     * other branches (core/net_lanes.c). Asked only after an eager forward pass at that batch
+     * bn_overlap_run or bn_ctx_on_side) and use no cuBLAS handle, cuDNN only through the
+     * context's handle and workspaces (a lane's own on a lane: bn_ctx_set_lane), so that in a
+     * captured step the network may run them on another stream, beside the layers of other
+     * branches (core/net_lanes.c). Asked only after an eager forward pass at that batch
      * size, once the layer's GPU forward pass has made its plans (for every pass it will run).
      * NULL: none (the layer runs on the context's stream).
      * bn_layer_beside_always serves types whose GPU passes are all their own kernels. */

@@ -30,6 +30,7 @@ static struct {
 } retired;
 
 static void free_retired(void);
+static bn_status grow_workspace(bn_ctx *ctx, void **ws, size_t *size, size_t bytes, const char *what);
 
 static size_t slot_of(const void *p)
 {
@@ -232,10 +233,13 @@ extern "C" bn_status bn_ctx_open(int device, bn_ctx **out)
     return BN_OK;
 }
 
-/* Destroys the lane streams (after the work queued on them). */
+/* Destroys the lane streams (after the work queued on them) and their workspaces. */
 static void close_lanes(bn_ctx *c)
 {
     for (int k = 1; k < c->num_lanes; k++) {
+        bn_device_retire(c->lane_ws[k].main);
+        bn_device_retire(c->lane_ws[k].side);
+        memset(&c->lane_ws[k], 0, sizeof c->lane_ws[k]);
         void **s[2] = {&c->lanes[k], &c->lane_sides[k]};
         for (int j = 0; j < 2; j++) {
             if (!*s[j]) continue;
@@ -266,6 +270,9 @@ extern "C" bn_status bn_ctx_open_lanes(bn_ctx *c, int count)
         BN_CUDA(cudaStreamCreateWithPriority(&side, cudaStreamNonBlocking, side_priority));
         c->lane_sides[k] = side;
         c->lane_pending[k] = 0;
+        bn_lane_workspaces *w = &c->lane_ws[k];
+        BN_TRY(grow_workspace(c, &w->main, &w->main_size, c->workspace_size, "a lane's cuDNN workspace"));
+        BN_TRY(grow_workspace(c, &w->side, &w->side_size, c->side_workspace_size, "a lane's side cuDNN workspace"));
     }
     return BN_OK;
 }
@@ -280,10 +287,16 @@ extern "C" bn_status bn_ctx_set_lane(bn_ctx *c, int lane)
         c->lane_now = 0;
     }
     c->lane_pending[c->lane_now] = c->side_pending;
+    bn_lane_workspaces *was = &c->lane_ws[c->lane_now], *now = &c->lane_ws[lane];
+    was->main = c->workspace, was->main_size = c->workspace_size;
+    was->side = c->side_workspace, was->side_size = c->side_workspace_size;
+    c->workspace = now->main, c->workspace_size = now->main_size;
+    c->side_workspace = now->side, c->side_workspace_size = now->side_size;
     c->stream = lane ? c->lanes[lane] : c->home;
     c->side_stream = lane ? c->lane_sides[lane] : c->home_side;
     c->side_pending = c->lane_pending[lane];
     c->lane_now = lane;
+    BN_CUDNN(cudnnSetStream((cudnnHandle_t)c->cudnn, (cudaStream_t)c->stream));
     return BN_OK;
 }
 
@@ -464,15 +477,30 @@ static bn_status grow_workspace(bn_ctx *ctx, void **ws, size_t *size, size_t byt
     return BN_OK;
 }
 
+/* The workspaces of the lanes whose buffers the context does not hold now (every lane but the
+ * one entered; slot 0 holds the context's own only while another is entered). */
+static bn_status grow_lanes(bn_ctx *ctx, bool side, size_t bytes)
+{
+    for (int k = 0; k < ctx->num_lanes; k++) {
+        if (k == ctx->lane_now) continue;
+        bn_lane_workspaces *w = &ctx->lane_ws[k];
+        if (side) BN_TRY(grow_workspace(ctx, &w->side, &w->side_size, bytes, "a lane's side cuDNN workspace"));
+        else BN_TRY(grow_workspace(ctx, &w->main, &w->main_size, bytes, "a lane's cuDNN workspace"));
+    }
+    return BN_OK;
+}
+
 extern "C" bn_status bn_ctx_reserve_workspace(bn_ctx *ctx, size_t bytes)
 {
-    return grow_workspace(ctx, &ctx->workspace, &ctx->workspace_size, bytes, "the cuDNN workspace");
+    BN_TRY(grow_workspace(ctx, &ctx->workspace, &ctx->workspace_size, bytes, "the cuDNN workspace"));
+    return grow_lanes(ctx, false, bytes);
 }
 
 extern "C" bn_status bn_ctx_reserve_side_workspace(bn_ctx *ctx, size_t bytes)
 {
-    return grow_workspace(ctx, &ctx->side_workspace, &ctx->side_workspace_size, bytes,
-                          "the side stream's cuDNN workspace");
+    BN_TRY(grow_workspace(ctx, &ctx->side_workspace, &ctx->side_workspace_size, bytes,
+                          "the side stream's cuDNN workspace"));
+    return grow_lanes(ctx, true, bytes);
 }
 
 /* Swaps the context's stream and workspace with its side stream's, and rebinds cuDNN to the
@@ -490,7 +518,6 @@ static bn_status side_turn(bn_ctx *ctx)
 
 extern "C" bn_status bn_ctx_on_side(bn_ctx *ctx, bn_status (*fn)(void *env), void *env)
 {
-    if (ctx->home) return bn_error(BN_ERR_INTERNAL, "a side turn inside a lane, whose handles stay on its home stream");
     BN_TRY(side_turn(ctx));
     const bn_status s = fn(env);
     const bn_status back = side_turn(ctx);
