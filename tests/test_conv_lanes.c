@@ -19,7 +19,8 @@ static const char model[] = "[input]\nchannels=3\nheight=12\nwidth=12\n"
                             "[conv2d]\nname=b\ninput=input\nfilters=8\nsize=3\npad=1\ninit=he\nengine=cudnn\n"
                             "[concat]\nname=ab\ninput=a, b\n";
 
-/* The lanes the network plans after an eager forward pass of `bf16`: the two branches apart. */
+/* Whether an eager forward pass of the model (in bf16 where `bf16`, else FP32 on cuDNN) plans its
+ * two branches on different lanes, with the lanes made. */
 static int branches_apart(bn_ctx *ctx, int bf16)
 {
     const int was_bf16 = ctx->bf16, was_deterministic = ctx->deterministic;

@@ -85,9 +85,9 @@ bn_status bn_conv_data_pass(int by, const conv_gpu *g, const conv_plan *plan, bn
 bn_status bn_conv_filter_pass(int by, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx, cudaStream_t stream,
                               cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t dyd, const float *x, const float *dy,
                               const bn_pooled_dy *pooled, float *dw, float *db, float *parts, bool beside);
-/* Grows the context's side workspace to what the plan's cuDNN filter pass needs, where the
- * backward pass can run it beside the data pass (a side stream, outside a lane, an input gradient):
- * before anything is timed or captured, as the shared workspace is. */
+/* Grows the context's side workspace (and every lane's with it) to what the plan's cuDNN filter
+ * pass needs, where the backward pass can run it beside the data pass (a side stream and an input
+ * gradient): before anything is timed or captured, as the shared workspace is. */
 bn_status bn_conv_reserve_beside(const conv_plan *plan, bn_ctx *ctx);
 bn_status bn_conv_both_passes(int filter, int data, const conv_gpu *g, const conv_plan *plan, bn_ctx *ctx,
                               cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t dxd, cudnnTensorDescriptor_t dyd,
