@@ -261,6 +261,7 @@ const bn_layer_ops bn_batchnorm_ops = {
     .sums_grad_part = 1, /* its GPU backward pass adds a second reader's part as it loads dy */
     .relu_in_place = 1, /* its backward pass does not read its output */
     .act_out_slices = 1, /* normalize writes a fused ReLU's output at its stride */
+    .in_slices = 1,      /* every GPU kernel reads x at its stride (bn_args.x_gap) */
     .flops = batchnorm_flops,
     .destroy = batchnorm_destroy,
     .bf16 = 1,

@@ -227,8 +227,9 @@ static __device__ __forceinline__ void relu_back_params(const bn_relu_back &r, c
  * the channel's last block to finish adds the parts (bn_finish). */
 template <typename T, int N, typename I>
 static __global__ void __launch_bounds__(THREADS)
-    partial_sums(bn_geometry g, const T *__restrict__ x, const T *__restrict__ dy, const T *__restrict__ dy_part,
-                 size_t dy_gap, const float *stats, bn_relu_back r, double *__restrict__ sums, bn_finish f)
+    partial_sums(bn_geometry g, const T *__restrict__ x, size_t x_gap, const T *__restrict__ dy,
+                 const T *__restrict__ dy_part, size_t dy_gap, const float *stats, bn_relu_back r,
+                 double *__restrict__ sums, bn_finish f)
 {
     bn_early_entry(); /* pdl.cuh */
     const int c = blockIdx.y, part = blockIdx.x;
@@ -246,11 +247,12 @@ static __global__ void __launch_bounds__(THREADS)
 #pragma unroll 4
     for (I q = first; q < hi; q += THREADS) {
         const size_t i = (size_t)e * estride + (size_t)c * g.plane + (size_t)o * N, di = i + (size_t)e * dy_gap;
+        const size_t xi = i + (size_t)e * x_gap;
         e += de;
         o += dq;
         if (o >= row) o -= row, e++;
         float xv[N], gv[N];
-        bn_ld_n<T, N>(&x[i], xv);
+        bn_ld_n<T, N>(&x[xi], xv);
         if (dy) bn_ld_grad_n<T, N>(dy, dy_part, di, gv);
         if (dy && r.bias) relu_after_grad_n<T, N>(xv, gv, r_scale, r_shift);
         add_sums<N>(xv, gv, dy != NULL, mean, inv_std, &a, &b);
@@ -284,9 +286,10 @@ static __global__ void eval_stats(bn_geometry g, float *stats, const float *rm, 
 /* Pack i of the blob belongs to channel (i / row) % channels of example (i / row) / channels. A
  * fused ReLU after the layer (relu_y not NULL) gets its output from the same values, by the CPU's
  * rule (activation.c), its examples relu_gap elements further apart than y's (a slice of a
- * channel join's output, blob.h; 0 when packed). */
+ * channel join's output, blob.h; 0 when packed). x's examples are x_gap elements further apart
+ * than y's (a join's output nested in a later join's, fusion.c). */
 template <typename T, int N, typename I>
-static __global__ void normalize(bn_geometry g, I packs, const T *__restrict__ x, const float *stats,
+static __global__ void normalize(bn_geometry g, I packs, const T *__restrict__ x, size_t x_gap, const float *stats,
                                  const float *__restrict__ w, const float *__restrict__ b, T *__restrict__ y,
                                  T *__restrict__ relu_y, size_t relu_gap)
 {
@@ -298,7 +301,7 @@ static __global__ void normalize(bn_geometry g, I packs, const T *__restrict__ x
         const float scale = channel_scale(w[c], stats[4 * c + 1]);
         const float shift = channel_shift(b[c], stats[4 * c], scale);
         float v[N];
-        bn_ld_n<T, N>(&x[(size_t)i * N], v);
+        bn_ld_n<T, N>(&x[(size_t)i * N + (size_t)e * x_gap], v);
         normalize_n<N>(v, scale, shift);
         bn_st_n_relu<T, N>(y, relu_y, (size_t)i * N, (size_t)i * N + (size_t)e * relu_gap, v);
     }
@@ -307,7 +310,7 @@ static __global__ void normalize(bn_geometry g, I packs, const T *__restrict__ x
 /* A fused ReLU before the layer (relu_dx not NULL) gets its input gradient too: dx where the
  * ReLU's output, this layer's input, is above 0, else 0 (activation.c's rule). */
 template <typename T, int N, typename I>
-static __global__ void input_grad(bn_geometry g, I packs, const T *__restrict__ x, const T *__restrict__ dy,
+static __global__ void input_grad(bn_geometry g, I packs, const T *__restrict__ x, size_t x_gap, const T *__restrict__ dy,
                                   const T *__restrict__ dy_part, size_t dy_gap, const float *stats,
                                   const float *__restrict__ w, bn_relu_back r, T *__restrict__ dx,
                                   T *__restrict__ relu_dx)
@@ -320,7 +323,7 @@ static __global__ void input_grad(bn_geometry g, I packs, const T *__restrict__ 
         const float *s = stats + 4 * c;
         const float scale = channel_scale(w[c], s[1]);
         float xv[N], gv[N];
-        bn_ld_n<T, N>(&x[(size_t)i * N], xv);
+        bn_ld_n<T, N>(&x[(size_t)i * N + (size_t)e * x_gap], xv);
         bn_ld_grad_n<T, N>(dy, dy_part, (size_t)i * N + (size_t)e * dy_gap, gv);
         if (r.bias) relu_after_grad_n<T, N>(xv, gv, scale, channel_shift(r.bias[c], s[0], scale));
         input_grad_n<N>(xv, gv, s, scale);
@@ -367,8 +370,10 @@ template <typename T> struct bn_args {
     T *y, *dx;           /* y NULL where a fused ReLU after the layer does not read it (relu_back) */
     T *relu_y, *relu_dx; /* a fused ReLU's output or input gradient, or NULL */
     size_t relu_gap;     /* relu_y's examples this many elements further apart than y's */
-    size_t dy_gap;       /* backward: dy's examples this many elements further apart than x's (the
-                          * output gradient of a ReLU done here that is a slice of a join's) */
+    size_t dy_gap;       /* backward: dy's examples this many elements further apart than a packed
+                          * blob's (the output gradient of a ReLU done here that is a slice of a
+                          * join's) */
+    size_t x_gap;        /* x's likewise (a join's output nested in a later join's: in_slices) */
     const float *w, *bias;
     float *rm, *rv, *dw, *db;
     bn_relu_back relu_back; /* backward: the ReLU after the layer's pass done here (bias not NULL), dy
@@ -392,8 +397,8 @@ template <typename T> struct bn_args {
  * the sums and the outputs; at small batches those fixed costs were most of the layer's time.
  * Pack q of the channel is the thread's k-th where q = threadIdx.x + FUSED_THREADS * (rank +
  * ranks * k), its example and offset divided out once and then stepped (as in partial_sums).
- * XB (backward only): the pass may have extras (bn_args.relu_back, dy_part, dy_gap); without it
- * they are ignored. Hopper's clusters (sm_90); launch_fused runs it only where the device has them. */
+ * XB: the pass may have extras (a sliced x, bn_args.x_gap; in backward also relu_back, dy_part,
+ * dy_gap); without it they are ignored. Hopper's clusters (sm_90); launch_fused runs it only where the device has them. */
 template <typename T, int N, int R, bool BACK, bool XB>
 static __global__ void __launch_bounds__(FUSED_THREADS)
     fused_pass(bn_geometry g, bn_args<T> a, float *stats, bn_finish f)
@@ -420,6 +425,7 @@ static __global__ void __launch_bounds__(FUSED_THREADS)
     for (int k = 0; k < R; k++) {
         const unsigned q = first + step * k;
         const size_t at = (size_t)e * estride + cbase + (size_t)o * N, dy_at = XB ? at + (size_t)e * a.dy_gap : at;
+        const size_t x_at = XB ? at + (size_t)e * a.x_gap : at;
         e += de;
         o += dq;
         if (o >= row) o -= row, e++;
@@ -430,7 +436,7 @@ static __global__ void __launch_bounds__(FUSED_THREADS)
             for (int j = 0; j < N; j++) gv[k][j] = 0.0f;
         }
         if (q >= packs) continue;
-        bn_ld_n<T, N>(&a.x[at], xv[k]);
+        bn_ld_n<T, N>(&a.x[x_at], xv[k]);
         if (BACK) bn_ld_n<T, N>(&a.dy[dy_at], gv[k]);
     }
     /* A second reader's part (with a whole dy only, so at its packs' places), after every load of
@@ -558,12 +564,12 @@ static bool launch_fused(batchnorm_priv *b, const bn_pass *p, const bn_geometry 
     }
     if (b->dev_fused < 0 || g.channels > 65535 || !fused_shape(g.count / N, N, &r, &ranks)) return false;
     cudaError_t e = cudaErrorInvalidValue;
-    /* The backward pass's extras (a ReLU after it, a part, a sliced dy) in a kernel of their own:
-     * in the plain one they cost bf16's 4-pack pass 3 us of 17 even where none was given. */
-    const bool xb = BACK && (a.relu_back.bias || a.dy_part || a.dy_gap);
-    if (r == 8 / N && xb) e = launch_fused_as<T, N, 8 / N, BACK, BACK>(ranks, g, a, stats, f, s);
+    /* The extras (a sliced x; in backward a ReLU after it, a part, a sliced dy) in a kernel of
+     * their own: in the plain one they cost bf16's 4-pack pass 3 us of 17 even where none was given. */
+    const bool xb = a.x_gap || (BACK && (a.relu_back.bias || a.dy_part || a.dy_gap));
+    if (r == 8 / N && xb) e = launch_fused_as<T, N, 8 / N, BACK, true>(ranks, g, a, stats, f, s);
     else if (r == 8 / N) e = launch_fused_as<T, N, 8 / N, BACK, false>(ranks, g, a, stats, f, s);
-    else if (xb) e = launch_fused_as<T, N, N == 1 ? 16 : 32 / N, BACK, BACK>(ranks, g, a, stats, f, s);
+    else if (xb) e = launch_fused_as<T, N, N == 1 ? 16 : 32 / N, BACK, true>(ranks, g, a, stats, f, s);
     else e = launch_fused_as<T, N, N == 1 ? 16 : 32 / N, BACK, false>(ranks, g, a, stats, f, s);
     if (e != cudaSuccess) {
         cudaGetLastError();
@@ -582,13 +588,14 @@ static bn_status queue_forward(batchnorm_priv *b, const bn_pass *p, const bn_geo
         const bn_finish f = {arrivals_of(b, stats), stats, a.rm, a.rv, b->momentum, b->eps, NULL, NULL, 0};
         if (launch_fused<T, N, false>(b, p, g, a, stats, f, s)) return BN_OK;
         b->split_passes++;
-        bn_launch_early(partial_sums<T, N, I>, dim3(g.parts, g.channels), THREADS, 0, s, g, a.x, (const T *)NULL,
-                        (const T *)NULL, (size_t)0, (const float *)NULL, a.relu_back, b->dev_sums, f);
+        bn_launch_early(partial_sums<T, N, I>, dim3(g.parts, g.channels), THREADS, 0, s, g, a.x, a.x_gap,
+                        (const T *)NULL, (const T *)NULL, (size_t)0, (const float *)NULL, a.relu_back, b->dev_sums, f);
     } else {
         bn_launch_early(eval_stats, (g.channels + 127) / 128, 128, 0, s, g, stats, a.rm, a.rv, b->eps);
     }
     BN_CUDA_LAUNCH();
-    bn_launch_early(normalize<T, N, I>, bn_grid_stride_blocks(total / N), THREADS, 0, s, g, (I)(total / N), a.x, stats,
+    bn_launch_early(normalize<T, N, I>, bn_grid_stride_blocks(total / N), THREADS, 0, s, g, (I)(total / N), a.x,
+                    a.x_gap, stats,
                     a.w, a.bias, a.y, a.relu_y, a.relu_gap);
     BN_CUDA_LAUNCH();
     return BN_OK;
@@ -601,12 +608,12 @@ static bn_status queue_backward(batchnorm_priv *b, const bn_pass *p, const bn_ge
     const bn_finish f = {arrivals_of(b, stats), stats, NULL, NULL, 0.0, 0.0, a.dw, a.db, b->trained};
     if (launch_fused<T, N, true>(b, p, g, a, stats, f, s)) return BN_OK;
     b->split_passes++;
-    bn_launch_early(partial_sums<T, N, I>, dim3(g.parts, g.channels), THREADS, 0, s, g, a.x, a.dy, a.dy_part, a.dy_gap,
-                    stats, a.relu_back, b->dev_sums, f);
+    bn_launch_early(partial_sums<T, N, I>, dim3(g.parts, g.channels), THREADS, 0, s, g, a.x, a.x_gap, a.dy, a.dy_part,
+                    a.dy_gap, stats, a.relu_back, b->dev_sums, f);
     BN_CUDA_LAUNCH();
     if (!a.dx) return BN_OK;
-    bn_launch_early(input_grad<T, N, I>, bn_grid_stride_blocks(total / N), THREADS, 0, s, g, (I)(total / N), a.x, a.dy,
-                    a.dy_part, a.dy_gap, stats, a.w, a.relu_back, a.dx, a.relu_dx);
+    bn_launch_early(input_grad<T, N, I>, bn_grid_stride_blocks(total / N), THREADS, 0, s, g, (I)(total / N), a.x,
+                    a.x_gap, a.dy, a.dy_part, a.dy_gap, stats, a.w, a.relu_back, a.dx, a.relu_dx);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
@@ -615,7 +622,8 @@ static bn_status queue_backward(batchnorm_priv *b, const bn_pass *p, const bn_ge
 template <typename T> static bool packed(const bn_geometry &g, const bn_args<T> &a)
 {
     const void *p[7] = {a.x, a.dy, a.dy_part, a.y, a.dx, a.relu_y, a.relu_dx};
-    bool ok = g.plane % bn_pack<T>::N == 0 && a.relu_gap % bn_pack<T>::N == 0 && a.dy_gap % bn_pack<T>::N == 0;
+    bool ok = g.plane % bn_pack<T>::N == 0 && a.relu_gap % bn_pack<T>::N == 0 && a.dy_gap % bn_pack<T>::N == 0 &&
+              a.x_gap % bn_pack<T>::N == 0;
     for (int i = 0; i < 7; i++) ok = ok && (!p[i] || bn_aligned16(p[i]));
     return ok;
 }
@@ -628,7 +636,12 @@ template <typename T> static bn_status forward_as(bn_layer *l, const bn_pass *p)
     BN_TRY(prepare(l, &g, &stats));
     cudaStream_t s = (cudaStream_t)p->ctx->stream;
     bn_args<T> a = {};
-    if (!(a.x = bn_typed_rd<T>(l->in)) || !(a.w = bn_blob_dev_rd(l->params[P_WEIGHT].value)) ||
+    /* x may be a join's output nested in a later join's (in_slices). */
+    const size_t per = (size_t)l->out->c * l->out->h * l->out->w;
+    size_t x_stride = 0;
+    if (!(a.x = bn_typed_rows_rd<T>(l->in, &x_stride))) return bn_last_status();
+    a.x_gap = x_stride - per;
+    if (!(a.w = bn_blob_dev_rd(l->params[P_WEIGHT].value)) ||
         !(a.bias = bn_blob_dev_rd(l->params[P_BIAS].value)) || !(a.rm = bn_blob_dev_wr(l->buffers[B_MEAN].value)) ||
         !(a.rv = bn_blob_dev_wr(l->buffers[B_VAR].value)) || (!b->relu_back && !(a.y = bn_typed_wr<T>(l->out))))
         return bn_last_status();
@@ -636,7 +649,6 @@ template <typename T> static bn_status forward_as(bn_layer *l, const bn_pass *p)
     size_t relu_stride = 0;
     if (b->relu_after && !(a.relu_y = bn_typed_rows_wr<T>(b->relu_after->out, &relu_stride)))
         return bn_last_status();
-    const size_t per = (size_t)l->out->c * l->out->h * l->out->w;
     a.relu_gap = a.relu_y ? relu_stride - per : 0;
     b->trained = p->train;
     const size_t total = bn_blob_count(l->out);
@@ -669,8 +681,10 @@ template <typename T> static bn_status backward_as(bn_layer *l, const bn_pass *p
     if (p->dy_part && (a.dy_gap || !(a.dy_part = bn_typed_rd<T>(p->dy_part))))
         return a.dy_gap ? bn_error(BN_ERR_INTERNAL, "%s: a gradient part given with a sliced gradient", l->name)
                         : bn_last_status();
-    if (!(a.x = bn_typed_rd<T>(l->in)) ||
-        !(a.w = bn_blob_dev_rd(l->params[P_WEIGHT].value)) || !(a.dw = bn_blob_dev_wr(l->params[P_WEIGHT].grad)) ||
+    size_t x_stride = 0;
+    if (!(a.x = bn_typed_rows_rd<T>(l->in, &x_stride))) return bn_last_status();
+    a.x_gap = x_stride - per;
+    if (!(a.w = bn_blob_dev_rd(l->params[P_WEIGHT].value)) || !(a.dw = bn_blob_dev_wr(l->params[P_WEIGHT].grad)) ||
         !(a.db = bn_blob_dev_wr(l->params[P_BIAS].grad)) || (l->in_grad && !(a.dx = bn_typed_wr<T>(l->in_grad))) ||
         (l->in_grad && b->relu_before && !(a.relu_dx = bn_typed_wr<T>(b->relu_before->in_grad))))
         return bn_last_status();

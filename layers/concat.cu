@@ -1,15 +1,16 @@
 /* concat.cu - the concat layer on the GPU: each input's block of channels is a strided 2-D copy
  * (one row per example) into or out of the output, queued on the context stream, which a
  * captured CUDA graph keeps as copy nodes; an input that is a slice of the output (written in
- * place by its producer, fusion.c) is not copied either way. Under --precision bf16 the blobs
+ * place by its producer, fusion.c) is not copied either way, and the output may itself be a slice
+ * of a later join's (its rows then that join's examples apart). Under --precision bf16 the blobs
  * hold 2-byte elements and the same copies move them unchanged. */
 #include <cuda_bf16.h>
 
 #include "concat.h"
 #include "gpu/cuda_check.h"
 
-/* The layer's blobs' device data, for reading (forward) or writing (backward), whatever
- * precision they hold; NULL on failure with the error recorded. */
+/* An input's (forward) or input gradient's (backward) device data, whatever precision it holds;
+ * NULL on failure with the error recorded. */
 static const void *device_rd(bn_blob *b)
 {
     return bn_blob_is_bf16(b) ? bn_blob_dev16_rd(b) : (const void *)bn_blob_dev_rd(b);
@@ -24,15 +25,17 @@ static bn_status concat_copy(bn_layer *l, const bn_pass *p, int backward)
 {
     cudaStream_t s = (cudaStream_t)p->ctx->stream;
     const size_t elem = bn_blob_is_bf16(l->out) ? sizeof(__nv_bfloat16) : sizeof(float);
-    size_t plane = (size_t)l->out->h * l->out->w, example = l->out->c * plane * elem, offset = 0;
+    size_t plane = (size_t)l->out->h * l->out->w, stride = 0, offset = 0;
     size_t rows = (size_t)l->out->n;
     const void *dy = NULL;
     void *y = NULL;
+    /* The output and its gradient at their stride: a slice of a later join's (fusion.c). */
     if (backward) {
-        if (!(dy = device_rd(l->out_grad))) return bn_last_status();
-    } else if (!(y = device_wr(l->out))) {
+        if (!(dy = bn_blob_dev_rows_rd(l->out_grad, &stride))) return bn_last_status();
+    } else if (!(y = bn_blob_dev_rows_wr(l->out, &stride))) {
         return bn_last_status();
     }
+    const size_t example = stride * elem;
     for (int j = 0; j < l->num_inputs; j++) {
         size_t block = (size_t)l->input_shapes[j].c * plane * elem;
         if (bn_concat_in_place(l, j)) {

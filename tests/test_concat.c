@@ -1,7 +1,8 @@
 /* test_concat.c - the concat layer (layers/concat.c), a join of its inputs along the channels:
  * where each input lands, and in BF16 on the GPU against FP32 on the CPU; on a device, which
  * producers write their part of its output in place (slices, fusion.c), those networks against
- * the CPU, their ReLU slices under bf16 bit for bit, and the bias kernel's strided ReLU output.
+ * the CPU, their ReLU slices under bf16 bit for bit, the bias kernel's strided ReLU output, and
+ * joins nested in joins (dense blocks) sharing one buffer.
  * Its gradients are checked in test_graph.c (a gradient check through a channel join, the errors of its shapes),
  * against the GPU in test_graph.c's graph case, and by the check kit (test_layercheck.c). */
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include "layer_testing.h"
 #include "testing.h"
 #ifdef BN_WITH_CUDA
+#include "batchnorm.h"
 #include "conv2d/conv_bf16.h"
 #include "conv2d/conv_bias.h"
 
@@ -165,6 +167,170 @@ BN_TEST(gpu_bf16_concat_of_slices_matches_cpu)
     return r;
 #else
     return gt_bf16_run_cases(cases, sizeof cases / sizeof cases[0]);
+#endif
+}
+
+/* ---- joins nested in joins: a dense block (fusion.c, nesting_partner) ---- */
+
+/* Two dense blocks: in the first, j1 joins the stem (read by n1 too, so it is copied) and c1; j2
+ * joins j1 and c2, j3 joins j2 and c3, each join but the last also read by a batchnorm; an average
+ * pooling and a second block whose first join k1 joins the pooling and d1. The convolutions'
+ * outputs (no out_slices) and the pooling's are copied, into the nested joins' parts at the outer
+ * join's stride. On a device j1 and j2 become slices of j3's output, k1 of k2's. The last joins
+ * are read without a batchnorm, so that the convolutions' biases have gradients that are not
+ * all rounding (a batchnorm after them cancels theirs). */
+#define DENSE_OF(hw)                                                                               \
+    "[input]\nchannels=3\nheight=" hw "\nwidth=" hw "\n"                                           \
+    "[conv2d]\nname=stem\nfilters=4\nsize=3\npad=1\n"                                              \
+    "[batchnorm]\nname=n1\ninput=stem\n[relu]\nname=r1\n[conv2d]\nname=c1\nfilters=2\nsize=3\npad=1\n" \
+    "[concat]\nname=j1\ninput=stem, c1\n"                                                          \
+    "[batchnorm]\nname=n2\ninput=j1\n[relu]\nname=r2\n[conv2d]\nname=c2\nfilters=2\nsize=3\npad=1\n" \
+    "[concat]\nname=j2\ninput=j1, c2\n"                                                            \
+    "[batchnorm]\nname=n3\ninput=j2\n[relu]\nname=r3\n[conv2d]\nname=c3\nfilters=2\nsize=3\npad=1\n" \
+    "[concat]\nname=j3\ninput=j2, c3\n"                                                            \
+    "[avgpool]\nname=p\nsize=2\n"                                                                \
+    "[batchnorm]\nname=m1\ninput=p\n[relu]\nname=mr1\n[conv2d]\nname=d1\nfilters=2\nsize=3\npad=1\n" \
+    "[concat]\nname=k1\ninput=p, d1\n"                                                             \
+    "[batchnorm]\nname=m2\ninput=k1\n[relu]\nname=mr2\n[conv2d]\nname=d2\nfilters=2\nsize=3\npad=1\n" \
+    "[concat]\nname=k2\ninput=k1, d2\n"                                                            \
+    "[tanh]\nname=fr\n[avgpool]\nname=g\nglobal=1\n[dense]\nname=fc\noutputs=3\n"
+
+/* Where a layer's output should lie on a device: a slice of `root`'s output at `channel`, or its
+ * own blob (root NULL). */
+typedef struct nested_place {
+    const char *layer, *root;
+    int channel;
+} nested_place;
+
+/* On a device the dense blocks' joins share one buffer each: j1 and j2 are the first 6 and 8 of
+ * j3's 10 channels, k1 the first 12 of k2's 14, every other layer's output a blob of its own; j1's
+ * reader n2 reads it at j3's stride and writes a gradient part that the network adds into j1's
+ * gradient, which j2's gradient holds. */
+BN_TEST(gpu_joins_of_joins_share_one_buffer)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    bn_net *net;
+    CHECK_OK(bn_net_from_text(DENSE_OF("6") LOSS, "dense.cfg", &net));
+    CHECK_OK(bn_net_setup(net, 3, ctx, 0, 1));
+    static const nested_place places[] = {
+        {"stem", NULL, 0}, {"c1", NULL, 0}, {"j1", "j3", 0}, {"c2", NULL, 0}, {"j2", "j3", 0}, {"c3", NULL, 0},
+        {"j3", NULL, 0},   {"p", NULL, 0},  {"d1", NULL, 0}, {"k1", "k2", 0}, {"d2", NULL, 0},  {"k2", NULL, 0},
+    };
+    for (size_t k = 0; k < sizeof places / sizeof *places; k++) {
+        const bn_layer *l = bn_net_find_layer(net, places[k].layer);
+        CHECK(l != NULL);
+        if (!places[k].root) {
+            CHECK_MSG(!bn_blob_is_slice(l->out) && l->out->root == l->out, "%s's output is not its own",
+                      places[k].layer);
+            continue;
+        }
+        const bn_layer *r = bn_net_find_layer(net, places[k].root);
+        CHECK_MSG(l->out->root == r->out && l->out_grad->root == r->out_grad && bn_blob_is_slice(l->out),
+                  "%s is not a slice of %s", places[k].layer, places[k].root);
+        CHECK_MSG(l->out->offset == (size_t)places[k].channel * 36 && l->out->example_stride == (size_t)r->out->c * 36 &&
+                      l->out_grad->offset == l->out->offset,
+                  "%s lies at element %zu of %s's examples of %zu", places[k].layer, l->out->offset, places[k].root,
+                  l->out->example_stride);
+    }
+    const bn_layer *j1 = bn_net_find_layer(net, "j1"), *j2 = bn_net_find_layer(net, "j2");
+    const bn_layer *j3 = bn_net_find_layer(net, "j3"), *n2 = bn_net_find_layer(net, "n2");
+    const bn_layer *k1 = bn_net_find_layer(net, "k1"), *k2 = bn_net_find_layer(net, "k2");
+    CHECK(n2->in == j1->out && n2->in_grad == j1->grad_parts[0] && j2->input_grads[0] == j1->out_grad);
+    CHECK(j2->grad_shared && j3->grad_shared && k2->grad_shared && !j1->grad_shared && !k1->grad_shared);
+    char said[128];
+    k1->ops->describe_gpu(k1, said, sizeof said);
+    CHECK_MSG(strcmp(said, "copied: p, d1") == 0, "k1: \"%s\"", said);
+    j3->ops->describe_gpu(j3, said, sizeof said);
+    CHECK_MSG(strcmp(said, "in place: j2; copied: c3") == 0, "j3: \"%s\"", said);
+    bn_net_free(net);
+    return BN_PASS;
+}
+
+/* The dense blocks' every output, gradient and parameter gradient on the GPU against the CPU (where
+ * every join copies), planes of 7 and 8 (one value at a time, and packs). */
+BN_TEST(gpu_joins_of_joins_match_cpu)
+{
+    static const layer_case cases[] = {
+        {"dense blocks, 7x7", DENSE_OF("7") LOSS, TOL_GEMM, 3, 0, 0, 1, 1, 0},
+        {"dense blocks, 8x8", DENSE_OF("8") LOSS, TOL_GEMM, 3, 0, 0, 1, 1, 0},
+    };
+    int r = BN_PASS;
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0] && r == BN_PASS; k++) r = gt_run_case(&cases[k]);
+    return r;
+}
+
+#ifdef BN_WITH_CUDA
+/* One training step of the 8x8 dense blocks at batch n, FP32 or bf16, on two nets set up alike
+ * from one seed, one with its joins nested and one copying every join (BLOBNET_JOIN_COPIES=1),
+ * the batchnorms on their one-kernel path or (split) on their two-kernel one: every parameter
+ * gradient, every output and every output gradient that both nets hold must be the same bits. */
+static int nested_same_bits(bn_ctx *ctx, int bf16, int n, int split)
+{
+    const layer_case lc = {.what = "dense blocks", .text = DENSE_OF("8") LOSS, .classes = 3};
+    const uint64_t seed = lt_fresh_seed();
+    const char *what = bf16 ? "bf16" : "fp32";
+    bn_net *a = NULL, *b = NULL;
+    CHECK_OK(bn_net_from_text(lc.text, "dense.cfg", &a));
+    CHECK_OK(bn_net_from_text(lc.text, "dense.cfg", &b));
+    const int was = ctx->bf16;
+    ctx->bf16 = bf16;
+    bn_status s = bn_net_setup(a, 8, ctx, 0, seed);
+    setenv("BLOBNET_JOIN_COPIES", "1", 1);
+    if (s == BN_OK) s = bn_net_setup(b, 8, ctx, 0, seed);
+    unsetenv("BLOBNET_JOIN_COPIES");
+    ctx->bf16 = was;
+    CHECK_OK(s);
+    CHECK_MSG(bn_blob_is_slice(bn_net_find_layer(a, "j1")->out) && !bn_blob_is_slice(bn_net_find_layer(b, "j1")->out),
+              "%s: j1 is not nested in one net and copied in the other", what);
+    for (int pass = 0; pass < 2; pass++) {
+        bn_net *net = pass ? b : a;
+        for (int i = 0; i < net->num_layers; i++)
+            if (strcmp(net->layers[i]->ops->type, "batchnorm") == 0)
+                ((batchnorm_priv *)net->layers[i]->priv)->dev_fused = split ? -1 : 0;
+        CHECK_OK(bn_net_set_batch(net, n));
+        if (!bf16) CHECK_OK(gt_poison_net(net, ctx));
+    }
+    CHECK_OK(gt_step_alike(a, b, &lc, seed));
+    for (int i = 0; i < a->num_layers; i++) {
+        bn_layer *la = a->layers[i], *lb = b->layers[i];
+        for (int k = 0; k < la->num_params; k++)
+            CHECK(gt_same_bits(la->params[k].grad, lb->params[k].grad, seed) == BN_PASS);
+        if (!bn_net_blob_unwritten(a, i, 0) && !bn_net_blob_unwritten(b, i, 0))
+            CHECK(gt_same_bits(la->out, lb->out, seed) == BN_PASS);
+        if (la->out_grad && !bn_net_blob_unwritten(a, i, 1) && !bn_net_blob_unwritten(b, i, 1))
+            CHECK(gt_same_bits(la->out_grad, lb->out_grad, seed) == BN_PASS);
+    }
+    bn_net_free(a);
+    bn_net_free(b);
+    return BN_PASS;
+}
+#endif
+
+/* Nested joins give the copies' bits: the same floats added in the same order (a batchnorm's part
+ * into the later join's gradient slice instead of the join's copied part into the batchnorm's
+ * gradient), in FP32 and bf16, on both batchnorm paths, at batches 8 and 3, in a deterministic
+ * context (both nets then take the same kernels). */
+BN_TEST(gpu_joins_of_joins_give_the_copies_bits)
+{
+    if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
+#ifdef BN_WITH_CUDA
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    const int was_deterministic = ctx->deterministic, sizes[] = {8, 3};
+    ctx->deterministic = 1;
+    int r = BN_PASS;
+    for (int bf16 = 0; bf16 <= 1 && r == BN_PASS; bf16++)
+        for (int split = 0; split <= 1 && r == BN_PASS; split++)
+            for (int k = 0; k < 2 && r == BN_PASS; k++)
+                if ((r = nested_same_bits(ctx, bf16, sizes[k], split)) != BN_PASS)
+                    printf("    %s, %s path, batch %d\n", bf16 ? "bf16" : "fp32", split ? "two-kernel" : "one-kernel",
+                           sizes[k]);
+    ctx->deterministic = was_deterministic;
+    return r;
+#else
+    return BN_PASS;
 #endif
 }
 

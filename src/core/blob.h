@@ -56,7 +56,9 @@ bn_blob *bn_blob_new(const char *name, int n, int c, int h, int w);
 bn_blob *bn_blob_new_view(const char *name, bn_blob *root, size_t offset, int n, int c, int h, int w);
 
 /* A slice of root's channels [channel, channel + c) at root's height and width, n examples (the
- * root's examples root->c*h*w elements apart); NULL, the error recorded, if it does not fit. */
+ * root's examples root->c*h*w elements apart); NULL, the error recorded, if it does not fit. root
+ * may itself be a slice: the new one is then a slice of root's root, at root's channels plus
+ * `channel` (a join nested in another, fusion.c). */
 bn_blob *bn_blob_new_slice(const char *name, bn_blob *root, int channel, int n, int c);
 
 /* Whether b is a slice (its examples further apart than its c*h*w elements). */

@@ -34,7 +34,14 @@
  * join's (blob.h), and the join's passes skip it. Only where every kernel that reaches those
  * blobs honours a slice's stride: the producer's type says so of its passes (out_slices), of an
  * activation's passes done by the layer before it that layer's type (act_out_slices), and a
- * producer whose backward pass its consumer's kernels do keeps its own blobs.
+ * producer whose backward pass its consumer's kernels do keeps its own blobs. A join may itself be
+ * an input of a later join, as in a dense block (each join the first input of the next, and read
+ * by a batchnorm too): when its one other reader reads its input at the stride (in_slices), the
+ * earlier join becomes a slice of the later one's output and gradient, so that a block's joins
+ * share one buffer and none copies the one before it. The later join then writes the earlier
+ * one's gradient (in place), the other reader a part, which the network adds into the slice
+ * (nesting_partner). Joins are taken last first, so that a nested join's inputs become slices of
+ * its slice.
  *
  * A blob read by two layers gets two gradients: the first reader writes the producer's output
  * gradient, the second a part of its own, and the network adds the part in before the producer's
@@ -182,6 +189,7 @@ int bn_net_blob_unwritten(const bn_net *net, int i, int grad)
     const bn_layer *l = net->layers[i], *c = bn_net_sole_consumer(net, l);
     if (l->cpu_sum_into) return 1; /* its CPU forward wrote the sum it feeds instead */
     if (grad && l->grad_part_to_reader) return 1; /* the first reader's part only (bn_net_fuse_grad_parts) */
+    if (grad && l->grad_shared) return 1; /* its first channels end as a nested join's summed gradient */
     if (grad && l->in_place) return !l->cpu_fused;
     if (grad && c && c->cpu_fused) return 1;
     if (!grad && c && c->in_place) return 1;
@@ -206,16 +214,83 @@ static int may_write_slice(const bn_net *net, const bn_layer *join, int j)
     return 1;
 }
 
+/* The other reader of input j of `join` where that input is itself a channel join whose output
+ * may become a slice of join's (a join nested in another: a dense block's joins, each the first
+ * input of the next), else NULL. The nested join's output has exactly two readers: `join`, at
+ * input j only, and one layer that reads it as its one input at its stride (in_slices) with passes
+ * of its own. Its output gradient then is a slice of join's, written in place by join's (skipped)
+ * backward copy; the other reader's gradient is its one part, which the network adds into that
+ * slice before the nested join's backward pass (add_grad_parts): the same two floats added as
+ * when the join's copy was the part, so the sums match the copies bit for bit. */
+static bn_layer *nesting_partner(const bn_net *net, const bn_layer *join, int j)
+{
+    const int src = join->sources[j];
+    if (src < 0) return NULL;
+    const bn_layer *p = net->layers[src];
+    if (!p->ops->joins_slices || p->num_readers != 2 || p->num_grad_parts != 1 || p->grad_part_to_reader ||
+        p->in_place || p->gpu_fused || !p->out_grad || !join->out_grad ||
+        bn_blob_is_bf16(p->out) != bn_blob_is_bf16(join->out))
+        return NULL;
+    for (int k = 0; k < join->num_inputs; k++)
+        if (k != j && join->sources[k] == src) return NULL;
+    bn_layer *other = NULL;
+    for (int i = p->index + 1; i < net->num_layers; i++) {
+        bn_layer *r = net->layers[i];
+        if (r == join) continue;
+        for (int k = 0; k < r->num_inputs; k++)
+            if (r->sources[k] == src) {
+                if (other) return NULL;
+                other = r;
+            }
+    }
+    if (!other || !other->ops->in_slices || other->num_inputs != 1 || other->gpu_fused || !other->in_grad)
+        return NULL;
+    /* One of the two holds the gradient, the other its one part. */
+    bn_blob *part = p->grad_parts[0];
+    const int ok = (join->input_grads[j] == p->out_grad && other->in_grad == part) ||
+                   (join->input_grads[j] == part && other->in_grad == p->out_grad);
+    return ok ? other : NULL;
+}
+
+/* Makes input j of `join`, a channel join whose passes its partner `other` shares (nesting_partner),
+ * a slice of join's output and output gradient, at `channel`; join then writes that gradient and
+ * `other` the part. */
+static bn_status nest_join(bn_net *net, bn_layer *join, int j, bn_layer *other, int channel)
+{
+    bn_layer *p = net->layers[join->sources[j]];
+    bn_blob *part = p->grad_parts[0];
+    bn_blob *out = bn_blob_new_slice(p->out->name, join->out, channel, p->out->n, p->out->c);
+    bn_blob *grad = out ? bn_blob_new_slice(p->out_grad->name, join->out_grad, channel, p->out->n, p->out->c) : NULL;
+    if (!grad) {
+        bn_blob_free(out);
+        return bn_last_status();
+    }
+    bn_blob_free(p->out);
+    bn_blob_free(p->out_grad);
+    p->out = join->inputs[j] = other->inputs[0] = other->in = out;
+    p->out_grad = join->input_grads[j] = grad;
+    other->input_grads[0] = other->in_grad = part;
+    join->grad_shared = 1;
+    return BN_OK;
+}
+
 bn_status bn_net_join_slices(bn_net *net)
 {
     /* BLOBNET_JOIN_COPIES=1: every join copies, as before slices (for comparisons). */
     const char *copies = getenv("BLOBNET_JOIN_COPIES");
     if (copies && copies[0] && strcmp(copies, "0") != 0) return BN_OK;
-    for (int i = 0; i < net->num_layers; i++) {
+    /* Last join first: a join nested in a later one becomes its slice before its own inputs
+     * become slices of it (slices of that slice: blob.h). */
+    for (int i = net->num_layers - 1; i >= 0; i--) {
         bn_layer *join = net->layers[i];
         if (!join->ops->joins_slices) continue;
         int channel = 0;
         for (int j = 0; j < join->num_inputs; channel += join->input_shapes[j].c, j++) {
+            bn_layer *other = nesting_partner(net, join, j);
+            if (other) {
+                BN_TRY(nest_join(net, join, j, other, channel));
+                continue;
+            }
             if (!may_write_slice(net, join, j)) continue;
             bn_layer *p = net->layers[join->sources[j]];
             bn_blob *out = bn_blob_new_slice(p->out->name, join->out, channel, p->out->n, p->out->c);

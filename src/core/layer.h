@@ -144,6 +144,11 @@ struct bn_layer {
                                   the activation whose backward pass its kernels do) that this
                                   layer's GPU backward pass adds in, handed to it as bn_pass.dy_part;
                                   NULL when none */
+    int grad_shared;           /* on a device, a channel join whose output holds a join it reads
+                                  (bn_net_join_slices): that join's output gradient is the first
+                                  channels of this one's, and the network adds the other reader's
+                                  part into them before that join's backward pass, so after the
+                                  backward pass they hold that sum, not this layer's gradient */
 };
 
 /* The bits of bn_layer.gpu_fused: the layer's GPU forward (backward) pass is done by its
@@ -257,7 +262,13 @@ struct bn_layer_ops {
     int joins_slices;       /* its output is its inputs' channels one input after the other per
                              * example: an input whose producer can write a slice of it (out_slices)
                              * becomes that slice on a device, and the type's passes skip such an
-                             * input (bn_net_join_slices) */
+                             * input (bn_net_join_slices); its GPU passes reach its own output and
+                             * output gradient at their stride, so that it may be a slice of a later
+                             * join's in turn */
+    int in_slices;          /* its GPU passes read its one input only through bn_blob_dev_rows_rd,
+                             * honouring the stride (its input gradient stays packed): on a device
+                             * the input may be a join's output that is a slice of a later join's
+                             * (bn_net_join_slices) */
     int relu_cpu;           /* with relu_in_place: this type's CPU passes can also do the passes of
                              * that in-place ReLU (bn_layer.cpu_relu), so they run as one pass over
                              * the activations instead of two */
