@@ -136,6 +136,21 @@ static __device__ __forceinline__ void input_grad_n(const float *xv, float *gv, 
     }
 }
 
+/* Stores an input gradient's N values at dx + at, or (add) adds them into those there: each value
+ * rounded to T first, as a stored gradient part would be, then the sum rounded once, so that the
+ * result is the bits of the network's sum of that part (add_into.cuh). */
+template <typename T, int N>
+static __device__ __forceinline__ void store_dx_n(T *__restrict__ dx, size_t at, float *gv, bool add)
+{
+    if (add) {
+        float old[N];
+        bn_ld_n<T, N>(&dx[at], old);
+#pragma unroll
+        for (int k = 0; k < N; k++) gv[k] = __fadd_rn(old[k], bn_rounded(dx, gv[k]));
+    }
+    bn_st_n<T, N>(&dx[at], gv);
+}
+
 /* A fused ReLU's input gradient: dx where x, the ReLU's output, is above 0. */
 template <int N> static __device__ __forceinline__ void relu_grad_n(const float *xv, float *gv)
 {
@@ -308,12 +323,14 @@ static __global__ void normalize(bn_geometry g, I packs, const T *__restrict__ x
 }
 
 /* A fused ReLU before the layer (relu_dx not NULL) gets its input gradient too: dx where the
- * ReLU's output, this layer's input, is above 0, else 0 (activation.c's rule). */
+ * ReLU's output, this layer's input, is above 0, else 0 (activation.c's rule). dx's examples are
+ * dx_gap elements further apart than a packed blob's, and with dx_add the gradient is added into
+ * them (a nested join's gradient, bn_layer.adds_in_grad). */
 template <typename T, int N, typename I>
 static __global__ void input_grad(bn_geometry g, I packs, const T *__restrict__ x, size_t x_gap, const T *__restrict__ dy,
                                   const T *__restrict__ dy_part, size_t dy_gap, const float *stats,
-                                  const float *__restrict__ w, bn_relu_back r, T *__restrict__ dx,
-                                  T *__restrict__ relu_dx)
+                                  const float *__restrict__ w, bn_relu_back r, T *__restrict__ dx, size_t dx_gap,
+                                  bool dx_add, T *__restrict__ relu_dx)
 {
     bn_early_entry(); /* pdl.cuh */
     const I row = (I)(g.plane / N), stride = (I)gridDim.x * blockDim.x;
@@ -327,7 +344,7 @@ static __global__ void input_grad(bn_geometry g, I packs, const T *__restrict__ 
         bn_ld_grad_n<T, N>(dy, dy_part, (size_t)i * N + (size_t)e * dy_gap, gv);
         if (r.bias) relu_after_grad_n<T, N>(xv, gv, scale, channel_shift(r.bias[c], s[0], scale));
         input_grad_n<N>(xv, gv, s, scale);
-        bn_st_n<T, N>(&dx[(size_t)i * N], gv);
+        store_dx_n<T, N>(dx, (size_t)i * N + (size_t)e * dx_gap, gv, dx_add);
         if (!relu_dx) continue;
         relu_grad_n<N>(xv, gv);
         bn_st_n<T, N>(&relu_dx[(size_t)i * N], gv);
@@ -374,6 +391,8 @@ template <typename T> struct bn_args {
                           * blob's (the output gradient of a ReLU done here that is a slice of a
                           * join's) */
     size_t x_gap;        /* x's likewise (a join's output nested in a later join's: in_slices) */
+    size_t dx_gap;       /* backward: dx's likewise, where it is that join's gradient */
+    bool dx_add;         /* backward: dx is added into that gradient, not stored (adds_in_grad) */
     const float *w, *bias;
     float *rm, *rv, *dw, *db;
     bn_relu_back relu_back; /* backward: the ReLU after the layer's pass done here (bias not NULL), dy
@@ -398,7 +417,7 @@ template <typename T> struct bn_args {
  * Pack q of the channel is the thread's k-th where q = threadIdx.x + FUSED_THREADS * (rank +
  * ranks * k), its example and offset divided out once and then stepped (as in partial_sums).
  * XB: the pass may have extras (a sliced x, bn_args.x_gap; in backward also relu_back, dy_part,
- * dy_gap); without it they are ignored. Hopper's clusters (sm_90); launch_fused runs it only where the device has them. */
+ * dy_gap, and dx_gap and dx_add); without it they are ignored. Hopper's clusters (sm_90); launch_fused runs it only where the device has them. */
 template <typename T, int N, int R, bool BACK, bool XB>
 static __global__ void __launch_bounds__(FUSED_THREADS)
     fused_pass(bn_geometry g, bn_args<T> a, float *stats, bn_finish f)
@@ -498,7 +517,8 @@ static __global__ void __launch_bounds__(FUSED_THREADS)
         if (q >= packs) continue;
         if (BACK) {
             input_grad_n<N>(xv[k], gv[k], st, scale);
-            bn_st_n<T, N>(&a.dx[at], gv[k]);
+            if (XB) store_dx_n<T, N>(a.dx, at + (size_t)ex * a.dx_gap, gv[k], a.dx_add);
+            else bn_st_n<T, N>(&a.dx[at], gv[k]);
             if (!a.relu_dx) continue;
             relu_grad_n<N>(xv[k], gv[k]);
             bn_st_n<T, N>(&a.relu_dx[at], gv[k]);
@@ -566,7 +586,7 @@ static bool launch_fused(batchnorm_priv *b, const bn_pass *p, const bn_geometry 
     cudaError_t e = cudaErrorInvalidValue;
     /* The extras (a sliced x; in backward a ReLU after it, a part, a sliced dy) in a kernel of
      * their own: in the plain one they cost bf16's 4-pack pass 3 us of 17 even where none was given. */
-    const bool xb = a.x_gap || (BACK && (a.relu_back.bias || a.dy_part || a.dy_gap));
+    const bool xb = a.x_gap || (BACK && (a.relu_back.bias || a.dy_part || a.dy_gap || a.dx_gap || a.dx_add));
     if (r == 8 / N && xb) e = launch_fused_as<T, N, 8 / N, BACK, true>(ranks, g, a, stats, f, s);
     else if (r == 8 / N) e = launch_fused_as<T, N, 8 / N, BACK, false>(ranks, g, a, stats, f, s);
     else if (xb) e = launch_fused_as<T, N, N == 1 ? 16 : 32 / N, BACK, true>(ranks, g, a, stats, f, s);
@@ -613,7 +633,7 @@ static bn_status queue_backward(batchnorm_priv *b, const bn_pass *p, const bn_ge
     BN_CUDA_LAUNCH();
     if (!a.dx) return BN_OK;
     bn_launch_early(input_grad<T, N, I>, bn_grid_stride_blocks(total / N), THREADS, 0, s, g, (I)(total / N), a.x,
-                    a.x_gap, a.dy, a.dy_part, a.dy_gap, stats, a.w, a.relu_back, a.dx, a.relu_dx);
+                    a.x_gap, a.dy, a.dy_part, a.dy_gap, stats, a.w, a.relu_back, a.dx, a.dx_gap, a.dx_add, a.relu_dx);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
@@ -623,7 +643,7 @@ template <typename T> static bool packed(const bn_geometry &g, const bn_args<T> 
 {
     const void *p[7] = {a.x, a.dy, a.dy_part, a.y, a.dx, a.relu_y, a.relu_dx};
     bool ok = g.plane % bn_pack<T>::N == 0 && a.relu_gap % bn_pack<T>::N == 0 && a.dy_gap % bn_pack<T>::N == 0 &&
-              a.x_gap % bn_pack<T>::N == 0;
+              a.x_gap % bn_pack<T>::N == 0 && a.dx_gap % bn_pack<T>::N == 0;
     for (int i = 0; i < 7; i++) ok = ok && (!p[i] || bn_aligned16(p[i]));
     return ok;
 }
@@ -685,9 +705,18 @@ template <typename T> static bn_status backward_as(bn_layer *l, const bn_pass *p
     if (!(a.x = bn_typed_rows_rd<T>(l->in, &x_stride))) return bn_last_status();
     a.x_gap = x_stride - per;
     if (!(a.w = bn_blob_dev_rd(l->params[P_WEIGHT].value)) || !(a.dw = bn_blob_dev_wr(l->params[P_WEIGHT].grad)) ||
-        !(a.db = bn_blob_dev_wr(l->params[P_BIAS].grad)) || (l->in_grad && !(a.dx = bn_typed_wr<T>(l->in_grad))) ||
+        !(a.db = bn_blob_dev_wr(l->params[P_BIAS].grad)) ||
         (l->in_grad && b->relu_before && !(a.relu_dx = bn_typed_wr<T>(b->relu_before->in_grad))))
         return bn_last_status();
+    /* The input gradient: stored, or added at its stride into a nested join's (adds_in_grad). */
+    if (l->in_grad && l->adds_in_grad) {
+        size_t dx_stride = 0;
+        if (!(a.dx = bn_typed_rows_wr<T>(l->in_grad, &dx_stride))) return bn_last_status();
+        a.dx_gap = dx_stride - per;
+        a.dx_add = true;
+    } else if (l->in_grad && !(a.dx = bn_typed_wr<T>(l->in_grad))) {
+        return bn_last_status();
+    }
     const size_t total = bn_blob_count(l->in);
     const int N = bn_pack<T>::N;
     if (packed(g, a))

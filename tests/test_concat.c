@@ -204,8 +204,7 @@ typedef struct nested_place {
 
 /* On a device the dense blocks' joins share one buffer each: j1 and j2 are the first 6 and 8 of
  * j3's 10 channels, k1 the first 12 of k2's 14, every other layer's output a blob of its own; j1's
- * reader n2 reads it at j3's stride and writes a gradient part that the network adds into j1's
- * gradient, which j2's gradient holds. */
+ * reader n2 reads it at j3's stride and adds its input gradient into j1's, which j2's holds. */
 BN_TEST(gpu_joins_of_joins_share_one_buffer)
 {
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
@@ -229,15 +228,17 @@ BN_TEST(gpu_joins_of_joins_share_one_buffer)
         const bn_layer *r = bn_net_find_layer(net, places[k].root);
         CHECK_MSG(l->out->root == r->out && l->out_grad->root == r->out_grad && bn_blob_is_slice(l->out),
                   "%s is not a slice of %s", places[k].layer, places[k].root);
-        CHECK_MSG(l->out->offset == (size_t)places[k].channel * 36 && l->out->example_stride == (size_t)r->out->c * 36 &&
-                      l->out_grad->offset == l->out->offset,
+        const size_t plane = (size_t)r->out->h * r->out->w; /* 36, or 9 after the pooling */
+        CHECK_MSG(l->out->offset == (size_t)places[k].channel * plane &&
+                      l->out->example_stride == (size_t)r->out->c * plane && l->out_grad->offset == l->out->offset,
                   "%s lies at element %zu of %s's examples of %zu", places[k].layer, l->out->offset, places[k].root,
                   l->out->example_stride);
     }
     const bn_layer *j1 = bn_net_find_layer(net, "j1"), *j2 = bn_net_find_layer(net, "j2");
     const bn_layer *j3 = bn_net_find_layer(net, "j3"), *n2 = bn_net_find_layer(net, "n2");
     const bn_layer *k1 = bn_net_find_layer(net, "k1"), *k2 = bn_net_find_layer(net, "k2");
-    CHECK(n2->in == j1->out && n2->in_grad == j1->grad_parts[0] && j2->input_grads[0] == j1->out_grad);
+    CHECK(n2->in == j1->out && n2->in_grad == j1->out_grad && j2->input_grads[0] == j1->out_grad);
+    CHECK(n2->adds_in_grad && j1->num_grad_parts == 0 && bn_net_find_layer(net, "m2")->adds_in_grad);
     CHECK(j2->grad_shared && j3->grad_shared && k2->grad_shared && !j1->grad_shared && !k1->grad_shared);
     char said[128];
     k1->ops->describe_gpu(k1, said, sizeof said);
@@ -308,10 +309,10 @@ static int nested_same_bits(bn_ctx *ctx, int bf16, int n, int split)
 }
 #endif
 
-/* Nested joins give the copies' bits: the same floats added in the same order (a batchnorm's part
- * into the later join's gradient slice instead of the join's copied part into the batchnorm's
- * gradient), in FP32 and bf16, on both batchnorm paths, at batches 8 and 3, in a deterministic
- * context (both nets then take the same kernels). */
+/* Nested joins give the copies' bits: the same floats added (a batchnorm's input gradient, rounded
+ * as its part would be, into the later join's gradient slice, instead of the join's copied part
+ * into the batchnorm's gradient), in FP32 and bf16, on both batchnorm paths, at batches 8 and 3,
+ * in a deterministic context (both nets then take the same kernels). */
 BN_TEST(gpu_joins_of_joins_give_the_copies_bits)
 {
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");

@@ -96,11 +96,6 @@ bn_status bn_gpu_add(float *dst, const float *src, size_t n, bn_ctx *ctx);
  * ctx's stream: the network's sum of an output's gradients under --precision bf16. */
 bn_status bn_gpu_add_bf16(void *dst, const void *src, size_t n, bn_ctx *ctx);
 
-/* dst += src over `rows` rows of `per` elements, FP32 or (bf16) BF16 as bn_gpu_add and
- * bn_gpu_add_bf16, dst's rows `stride` elements apart (a slice of a join's output gradient),
- * src's packed, queued on ctx's stream. */
-bn_status bn_gpu_add_rows(void *dst, size_t stride, const void *src, size_t per, size_t rows, int bf16, bn_ctx *ctx);
-
 /* Sets n floats to value, queued on ctx's stream (poisoning outputs in tests, fills). */
 bn_status bn_gpu_fill(float *dst, float value, size_t n, bn_ctx *ctx);
 

@@ -66,13 +66,6 @@ static bn_status none_add_bf16(void *dst, const void *src, size_t n, bn_ctx *ctx
     return no_device();
 }
 
-static bn_status none_add_rows(void *dst, size_t stride, const void *src, size_t per, size_t rows, int bf16,
-                               bn_ctx *ctx)
-{
-    (void)dst, (void)stride, (void)src, (void)per, (void)rows, (void)bf16, (void)ctx;
-    return no_device();
-}
-
 static bn_status none_ctx_open_lanes(bn_ctx *ctx, int count)
 {
     (void)ctx, (void)count;
@@ -113,7 +106,6 @@ static const bn_device_ops none = {
     .ctx_zero_beside = none_ctx_zero_beside,
     .add = none_add,
     .add_bf16 = none_add_bf16,
-    .add_rows = none_add_rows,
     .ctx_open_lanes = none_ctx_open_lanes,
     .ctx_set_lane = none_ctx_set_lane,
     .ctx_leave_lanes = none_ctx_leave_lanes,

@@ -31,7 +31,6 @@ typedef struct bn_device_ops {
     bn_status (*ctx_zero_beside)(bn_ctx *ctx, void *ptr, size_t bytes);
     bn_status (*add)(float *dst, const float *src, size_t n, bn_ctx *ctx);
     bn_status (*add_bf16)(void *dst, const void *src, size_t n, bn_ctx *ctx);
-    bn_status (*add_rows)(void *dst, size_t stride, const void *src, size_t per, size_t rows, int bf16, bn_ctx *ctx);
     bn_status (*ctx_open_lanes)(bn_ctx *ctx, int count);
     bn_status (*ctx_set_lane)(bn_ctx *ctx, int lane);
     void (*ctx_leave_lanes)(bn_ctx *ctx);

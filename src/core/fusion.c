@@ -39,9 +39,8 @@
  * by a batchnorm too): when its one other reader reads its input at the stride (in_slices), the
  * earlier join becomes a slice of the later one's output and gradient, so that a block's joins
  * share one buffer and none copies the one before it. The later join then writes the earlier
- * one's gradient (in place), the other reader a part, which the network adds into the slice
- * (nesting_partner). Joins are taken last first, so that a nested join's inputs become slices of
- * its slice.
+ * one's gradient (in place), and the other reader adds its own into it (nesting_partner). Joins
+ * are taken last first, so that a nested join's inputs become slices of its slice.
  *
  * A blob read by two layers gets two gradients: the first reader writes the producer's output
  * gradient, the second a part of its own, and the network adds the part in before the producer's
@@ -219,9 +218,9 @@ static int may_write_slice(const bn_net *net, const bn_layer *join, int j)
  * input of the next), else NULL. The nested join's output has exactly two readers: `join`, at
  * input j only, and one layer that reads it as its one input at its stride (in_slices) with passes
  * of its own. Its output gradient then is a slice of join's, written in place by join's (skipped)
- * backward copy; the other reader's gradient is its one part, which the network adds into that
- * slice before the nested join's backward pass (add_grad_parts): the same two floats added as
- * when the join's copy was the part, so the sums match the copies bit for bit. */
+ * backward copy, and the other reader adds its input gradient into it (adds_in_grad), rounded as
+ * its part would have been: the same two floats added as when the join's copy was the part that
+ * the network added, so the sums match the copies bit for bit. */
 static bn_layer *nesting_partner(const bn_net *net, const bn_layer *join, int j)
 {
     const int src = join->sources[j];
@@ -252,13 +251,12 @@ static bn_layer *nesting_partner(const bn_net *net, const bn_layer *join, int j)
     return ok ? other : NULL;
 }
 
-/* Makes input j of `join`, a channel join whose passes its partner `other` shares (nesting_partner),
- * a slice of join's output and output gradient, at `channel`; join then writes that gradient and
- * `other` the part. */
+/* Makes input j of `join`, a channel join read also by `other` (nesting_partner), a slice of
+ * join's output and output gradient, at `channel`: join then writes that gradient in place, and
+ * other's backward pass adds its input gradient into it instead of writing a part. */
 static bn_status nest_join(bn_net *net, bn_layer *join, int j, bn_layer *other, int channel)
 {
     bn_layer *p = net->layers[join->sources[j]];
-    bn_blob *part = p->grad_parts[0];
     bn_blob *out = bn_blob_new_slice(p->out->name, join->out, channel, p->out->n, p->out->c);
     bn_blob *grad = out ? bn_blob_new_slice(p->out_grad->name, join->out_grad, channel, p->out->n, p->out->c) : NULL;
     if (!grad) {
@@ -268,8 +266,12 @@ static bn_status nest_join(bn_net *net, bn_layer *join, int j, bn_layer *other, 
     bn_blob_free(p->out);
     bn_blob_free(p->out_grad);
     p->out = join->inputs[j] = other->inputs[0] = other->in = out;
-    p->out_grad = join->input_grads[j] = grad;
-    other->input_grads[0] = other->in_grad = part;
+    p->out_grad = join->input_grads[j] = other->input_grads[0] = other->in_grad = grad;
+    other->adds_in_grad = 1;
+    /* The gradient part, which neither reader writes now. */
+    bn_blob_free(p->grad_parts[0]);
+    p->grad_parts[0] = NULL;
+    p->num_grad_parts = 0;
     join->grad_shared = 1;
     return BN_OK;
 }

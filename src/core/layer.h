@@ -146,9 +146,13 @@ struct bn_layer {
                                   NULL when none */
     int grad_shared;           /* on a device, a channel join whose output holds a join it reads
                                   (bn_net_join_slices): that join's output gradient is the first
-                                  channels of this one's, and the network adds the other reader's
-                                  part into them before that join's backward pass, so after the
-                                  backward pass they hold that sum, not this layer's gradient */
+                                  channels of this one's, into which the join's other reader adds
+                                  its input gradient, so after the backward pass they hold that
+                                  sum, not this layer's gradient */
+    int adds_in_grad;          /* on a device: its GPU backward pass adds its input gradient into
+                                  in_grad, a nested join's gradient (a slice, bn_net_join_slices),
+                                  each value rounded as a stored gradient part would be, instead of
+                                  storing it (a type with in_slices) */
 };
 
 /* The bits of bn_layer.gpu_fused: the layer's GPU forward (backward) pass is done by its
@@ -266,8 +270,9 @@ struct bn_layer_ops {
                              * output gradient at their stride, so that it may be a slice of a later
                              * join's in turn */
     int in_slices;          /* its GPU passes read its one input only through bn_blob_dev_rows_rd,
-                             * honouring the stride (its input gradient stays packed): on a device
-                             * the input may be a join's output that is a slice of a later join's
+                             * honouring the stride, and where bn_layer.adds_in_grad is set add
+                             * their input gradient into in_grad at its stride: on a device the
+                             * input may be a join's output that is a slice of a later join's
                              * (bn_net_join_slices) */
     int relu_cpu;           /* with relu_in_place: this type's CPU passes can also do the passes of
                              * that in-place ReLU (bn_layer.cpu_relu), so they run as one pass over

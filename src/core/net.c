@@ -88,8 +88,7 @@ static void add_range(void *arg, size_t lo, size_t hi)
 }
 
 /* Adds the gradients that the second and later readers of an output wrote into the gradient
- * its first reader wrote, in reader order: the same float additions on the CPU and the GPU. On a
- * device that gradient may be a slice of a later join's (a join nested in another, fusion.c). */
+ * its first reader wrote, in reader order: the same float additions on the CPU and the GPU. */
 static bn_status add_grad_parts(bn_net *net, bn_blob *grad, bn_blob **parts, int n)
 {
     if (!grad || n == 0) return BN_OK;
@@ -97,15 +96,7 @@ static bn_status add_grad_parts(bn_net *net, bn_blob *grad, bn_blob **parts, int
     bn_ctx *ctx = net->pass.ctx;
     const bn_device_ops *dev = bn_device_ops_current();
     for (int k = 0; k < n; k++) {
-        if (ctx && bn_blob_is_slice(grad)) {
-            /* A nested join's gradient, the first channels of a later join's (fusion.c). */
-            size_t stride = 0;
-            const int bf16 = bn_blob_is_bf16(grad);
-            void *dst = bn_blob_dev_rows_wr(grad, &stride);
-            const void *src = !dst ? NULL : bf16 ? bn_blob_dev16_rd(parts[k]) : (const void *)bn_blob_dev_rd(parts[k]);
-            if (!src) return bn_last_status();
-            BN_TRY(dev->add_rows(dst, stride, src, count / (size_t)grad->n, (size_t)grad->n, bf16, ctx));
-        } else if (ctx && bn_blob_is_bf16(grad)) {
+        if (ctx && bn_blob_is_bf16(grad)) {
             void *dst = bn_blob_dev16_wr(grad);
             const void *src = dst ? bn_blob_dev16_rd(parts[k]) : NULL;
             if (!src) return bn_last_status();

@@ -63,39 +63,4 @@ template <typename T> static void bn_queue_add_into(T *dst, const T *src, size_t
         bn_launch_early(bn_add_into_kernel<T, 1, size_t>, bn_grid_stride_blocks(n), 256, 0, s, dst, src, n);
 }
 
-/* The same sum where dst's rows of `per` elements lie per + gap apart (an output gradient that is
- * a slice of a later join's, core/net.c) and src is packed: pack i of src is in row i / row_packs. */
-template <typename T, int N>
-static __global__ void bn_add_rows_kernel(T *__restrict__ dst, const T *__restrict__ src, unsigned row_packs,
-                                          unsigned packs, size_t gap)
-{
-    bn_early_entry(); /* pdl.cuh */
-    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < packs; i += gridDim.x * blockDim.x) {
-        const size_t at = (size_t)i * N + (size_t)(i / row_packs) * gap;
-        float d[N], v[N];
-        bn_ld_n<T, N>(&dst[at], d);
-        bn_ld_n<T, N>(&src[(size_t)i * N], v);
-#pragma unroll
-        for (int k = 0; k < N; k++) d[k] = __fadd_rn(d[k], v[k]);
-        bn_st_n<T, N>(&dst[at], d);
-    }
-}
-
-/* Queues dst += src on s for `rows` rows of `per` elements, dst's rows `stride` apart (stride >=
- * per), src's packed; false where the rows' elements do not fit 32-bit indices (not queued). */
-template <typename T>
-static bool bn_queue_add_rows(T *dst, size_t stride, const T *src, size_t per, size_t rows, cudaStream_t s)
-{
-    const int P = bn_pack<T>::N;
-    const size_t n = per * rows;
-    if (!bn_index_fits_32(n)) return false;
-    if (per % P == 0 && stride % P == 0 && bn_aligned16(dst) && bn_aligned16(src))
-        bn_launch_early(bn_add_rows_kernel<T, P>, bn_grid_stride_blocks(n / P), 256, 0, s, dst, src,
-                        (unsigned)(per / P), (unsigned)(n / P), stride - per);
-    else
-        bn_launch_early(bn_add_rows_kernel<T, 1>, bn_grid_stride_blocks(n), 256, 0, s, dst, src, (unsigned)per,
-                        (unsigned)n, stride - per);
-    return true;
-}
-
 #endif

@@ -176,7 +176,6 @@ static const bn_device_ops cuda_ops = {
     bn_ctx_zero_beside,  /* ctx_zero_beside */
     bn_gpu_add,          /* add */
     bn_gpu_add_bf16,     /* add_bf16 */
-    bn_gpu_add_rows,     /* add_rows */
     bn_ctx_open_lanes,   /* ctx_open_lanes */
     bn_ctx_set_lane,     /* ctx_set_lane */
     bn_ctx_leave_lanes,  /* ctx_leave_lanes */

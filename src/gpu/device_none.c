@@ -238,12 +238,6 @@ bn_status bn_gpu_add_bf16(void *dst, const void *src, size_t n, bn_ctx *ctx)
     return bn_no_cuda();
 }
 
-bn_status bn_gpu_add_rows(void *dst, size_t stride, const void *src, size_t per, size_t rows, int bf16, bn_ctx *ctx)
-{
-    (void)dst, (void)stride, (void)src, (void)per, (void)rows, (void)bf16, (void)ctx;
-    return bn_no_cuda();
-}
-
 bn_status bn_gpu_f32_to_bf16(void *dst, const float *src, size_t n, bn_ctx *ctx)
 {
     (void)dst, (void)src, (void)n, (void)ctx;

@@ -19,19 +19,6 @@ extern "C" bn_status bn_gpu_add(float *dst, const float *src, size_t n, bn_ctx *
     return BN_OK;
 }
 
-extern "C" bn_status bn_gpu_add_rows(void *dst, size_t stride, const void *src, size_t per, size_t rows, int bf16,
-                                    bn_ctx *ctx)
-{
-    cudaStream_t s = (cudaStream_t)ctx->stream;
-    const bool queued = bf16 ? bn_queue_add_rows((__nv_bfloat16 *)dst, stride, (const __nv_bfloat16 *)src, per, rows, s)
-                             : bn_queue_add_rows((float *)dst, stride, (const float *)src, per, rows, s);
-    if (!queued)
-        return bn_error(BN_ERR_DEVICE, "a gradient sum of %zu rows of %zu elements does not fit 32-bit indices", rows,
-                        per);
-    BN_CUDA_LAUNCH();
-    return BN_OK;
-}
-
 /* Each thread adds its words' mixes; a warp's lanes, then the block's warps, add theirs, and
  * one 64-bit atomic add a block: integer sums, so the order does not change the value. */
 __global__ void hash_words_kernel(const uint32_t *w, size_t n, unsigned long long *out)
