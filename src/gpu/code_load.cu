@@ -32,7 +32,7 @@
     X(loader_gpu) X(optimizer_gpu) X(kernels) X(compare) X(bf16) X(activation) X(add) X(batchnorm)    \
     X(dropout) X(pool) X(softmax_ce) X(dense) X(dense_plan) X(dense_gemm) X(dense_skinny) X(dense_bf16) \
     X(conv_direct) X(conv_rows) X(conv_tensor) X(conv_argmax) X(conv_bias) X(conv_halo) X(conv_igemm)  \
-    X(conv_wino) X(conv_bf16_passes) X(conv_reference) X(conv_fma)
+    X(conv_wino) X(conv_bf16_passes) X(conv_reference) X(conv_fma) X(concat)
 
 #define DECLARE(module) extern "C" const void *bn_code_anchor_##module(void);
 CODE_MODULES(DECLARE)
