@@ -117,6 +117,16 @@ int gt_compare_sizes(const layer_case *lc, bn_ctx *ctx, uint64_t seed);
  * skipped without a device. */
 int gt_run_case(const layer_case *lc);
 
+/* One comparison of two nets at a precision and a batch, on the batchnorms' one-kernel path or
+ * their two-kernel one (split), where the comparison tells the two apart: BN_PASS or not. */
+typedef int (*gt_same_bits_case)(bn_ctx *ctx, int bf16, int n, int split);
+
+/* same_bits in FP32 and bf16, at batches 8 and 3, on `paths` ways (1: as the nets run; 2: the
+ * one-kernel and the two-kernel path), in a deterministic context of device 0: both nets then
+ * take the same kernels (under bf16 cuDNN's, whose algorithms are otherwise chosen by timing each
+ * net's passes). The case that failed is printed. */
+int gt_same_bits_cases(gt_same_bits_case same_bits, int paths);
+
 /* Fails unless the two blobs' current elements are bit for bit the same. */
 int gt_same_bits(bn_blob *a, bn_blob *b, uint64_t seed);
 

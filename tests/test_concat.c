@@ -89,6 +89,14 @@ BN_TEST(gpu_bf16_concat_matches_cpu)
 #define LOSS "[softmax_ce]\nname=loss\n"
 static const char *const branches[] = {BRANCHES("7") LOSS, BRANCHES("8") LOSS};
 
+/* gt_run_case on each of `count` cases, up to the first failure. */
+static int run_cases(const layer_case *cases, size_t count)
+{
+    int r = BN_PASS;
+    for (size_t k = 0; k < count && r == BN_PASS; k++) r = gt_run_case(&cases[k]);
+    return r;
+}
+
 /* On the CPU every input keeps blobs of its own; on a device ar, bs, cr and er become slices of
  * the join's output and output gradient at their channels, p does not, and the join's passes
  * move only p's block. */
@@ -136,9 +144,7 @@ BN_TEST(gpu_concat_of_slices_matches_cpu)
         {"branches joined in place, 7x7", BRANCHES("7") LOSS, TOL_GEMM, 5, 0, 0, 1, 1, 0},
         {"branches joined in place, 8x8", BRANCHES("8") LOSS, TOL_GEMM, 5, 0, 0, 1, 1, 0},
     };
-    int r = BN_PASS;
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0] && r == BN_PASS; k++) r = gt_run_case(&cases[k]);
-    return r;
+    return run_cases(cases, sizeof cases / sizeof cases[0]);
 }
 
 /* Under bf16 against the CPU in FP32, with cuDNN's NCHW and NHWC engines and blobnet's FP32
@@ -257,9 +263,7 @@ BN_TEST(gpu_joins_of_joins_match_cpu)
         {"dense blocks, 7x7", DENSE_OF("7") LOSS, TOL_GEMM, 3, 0, 0, 1, 1, 0},
         {"dense blocks, 8x8", DENSE_OF("8") LOSS, TOL_GEMM, 3, 0, 0, 1, 1, 0},
     };
-    int r = BN_PASS;
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0] && r == BN_PASS; k++) r = gt_run_case(&cases[k]);
-    return r;
+    return run_cases(cases, sizeof cases / sizeof cases[0]);
 }
 
 #ifdef BN_WITH_CUDA
@@ -317,19 +321,7 @@ BN_TEST(gpu_joins_of_joins_give_the_copies_bits)
 {
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
 #ifdef BN_WITH_CUDA
-    bn_ctx *ctx;
-    CHECK_OK(bn_ctx_open(0, &ctx));
-    const int was_deterministic = ctx->deterministic, sizes[] = {8, 3};
-    ctx->deterministic = 1;
-    int r = BN_PASS;
-    for (int bf16 = 0; bf16 <= 1 && r == BN_PASS; bf16++)
-        for (int split = 0; split <= 1 && r == BN_PASS; split++)
-            for (int k = 0; k < 2 && r == BN_PASS; k++)
-                if ((r = nested_same_bits(ctx, bf16, sizes[k], split)) != BN_PASS)
-                    printf("    %s, %s path, batch %d\n", bf16 ? "bf16" : "fp32", split ? "two-kernel" : "one-kernel",
-                           sizes[k]);
-    ctx->deterministic = was_deterministic;
-    return r;
+    return gt_same_bits_cases(nested_same_bits, 2);
 #else
     return BN_PASS;
 #endif

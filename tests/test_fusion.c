@@ -491,31 +491,6 @@ static int step_same_bits(bn_ctx *ctx, bn_net *a, bn_net *b, const layer_case *l
     return BN_PASS;
 }
 
-/* One comparison of two nets at a precision and a batch, on the batchnorms' one-kernel path or
- * their two-kernel one (split), where the comparison tells the two apart. */
-typedef int (*same_bits_case)(bn_ctx *ctx, int bf16, int n, int split);
-
-/* same_bits in FP32 and bf16, at batches 8 and 3, on `paths` ways (1: as the nets run; 2: the
- * one-kernel and the two-kernel path), in a deterministic context: both nets then take the same
- * kernels (under bf16 cuDNN's, whose algorithms are otherwise chosen by timing each net's
- * passes). The case that failed is printed. */
-static int same_bits_cases(same_bits_case same_bits, int paths)
-{
-    bn_ctx *ctx;
-    CHECK_OK(bn_ctx_open(0, &ctx));
-    const int was_deterministic = ctx->deterministic, sizes[] = {8, 3};
-    ctx->deterministic = 1;
-    int r = BN_PASS;
-    for (int bf16 = 0; bf16 <= 1 && r == BN_PASS; bf16++)
-        for (int split = 0; split < paths && r == BN_PASS; split++)
-            for (size_t k = 0; k < sizeof sizes / sizeof sizes[0] && r == BN_PASS; k++)
-                if ((r = same_bits(ctx, bf16, sizes[k], split)) != BN_PASS)
-                    printf("    %s%s at batch %d\n", bf16 ? "bf16" : "fp32",
-                           paths == 1 ? "" : split ? ", two-kernel path," : ", one-kernel path,", sizes[k]);
-    ctx->deterministic = was_deterministic;
-    return r;
-}
-
 /* One training step of parts_text on two nets, one with its parts added by the kernels that read
  * them and one with the network's sums, in precision bf16 or FP32: every parameter gradient, and
  * every layer's input gradient that both nets hold whole, must be the same bits. */
@@ -544,7 +519,7 @@ BN_TEST(gpu_gradient_parts_added_by_their_readers_give_the_networks_sums_bits)
 {
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
 #ifdef BN_WITH_CUDA
-    return same_bits_cases(parts_same_bits, 1);
+    return gt_same_bits_cases(parts_same_bits, 1);
 #else
     return BN_PASS;
 #endif
@@ -634,7 +609,7 @@ BN_TEST(gpu_batchnorm_doing_its_relus_backward_pass_gives_the_relus_bits)
 {
     if (bn_device_count() == 0) BN_SKIP_TEST("no CUDA device");
 #ifdef BN_WITH_CUDA
-    return same_bits_cases(bnrelu_same_bits, 2);
+    return gt_same_bits_cases(bnrelu_same_bits, 2);
 #else
     return BN_PASS;
 #endif

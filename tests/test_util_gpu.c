@@ -470,6 +470,23 @@ int gt_run_case(const layer_case *lc)
     return BN_PASS;
 }
 
+int gt_same_bits_cases(gt_same_bits_case same_bits, int paths)
+{
+    bn_ctx *ctx;
+    CHECK_OK(bn_ctx_open(0, &ctx));
+    const int was_deterministic = ctx->deterministic, sizes[] = {8, 3};
+    ctx->deterministic = 1;
+    int r = BN_PASS;
+    for (int bf16 = 0; bf16 <= 1 && r == BN_PASS; bf16++)
+        for (int split = 0; split < paths && r == BN_PASS; split++)
+            for (size_t k = 0; k < sizeof sizes / sizeof sizes[0] && r == BN_PASS; k++)
+                if ((r = same_bits(ctx, bf16, sizes[k], split)) != BN_PASS)
+                    printf("    %s%s at batch %d\n", bf16 ? "bf16" : "fp32",
+                           paths == 1 ? "" : split ? ", two-kernel path," : ", one-kernel path,", sizes[k]);
+    ctx->deterministic = was_deterministic;
+    return r;
+}
+
 /* Fails unless the two blobs' current elements are bit for bit the same. */
 int gt_same_bits(bn_blob *a, bn_blob *b, uint64_t seed)
 {
