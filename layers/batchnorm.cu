@@ -327,10 +327,10 @@ static __global__ void normalize(bn_geometry g, I packs, const T *__restrict__ x
  * dx_gap elements further apart than a packed blob's, and with dx_add the gradient is added into
  * them (a nested join's gradient, bn_layer.adds_in_grad). */
 template <typename T, int N, typename I>
-static __global__ void input_grad(bn_geometry g, I packs, const T *__restrict__ x, size_t x_gap, const T *__restrict__ dy,
-                                  const T *__restrict__ dy_part, size_t dy_gap, const float *stats,
-                                  const float *__restrict__ w, bn_relu_back r, T *__restrict__ dx, size_t dx_gap,
-                                  bool dx_add, T *__restrict__ relu_dx)
+static __global__ void input_grad(bn_geometry g, I packs, const T *__restrict__ x, size_t x_gap,
+                                  const T *__restrict__ dy, const T *__restrict__ dy_part, size_t dy_gap,
+                                  const float *stats, const float *__restrict__ w, bn_relu_back r,
+                                  T *__restrict__ dx, size_t dx_gap, bool dx_add, T *__restrict__ relu_dx)
 {
     bn_early_entry(); /* pdl.cuh */
     const I row = (I)(g.plane / N), stride = (I)gridDim.x * blockDim.x;
@@ -417,7 +417,8 @@ template <typename T> struct bn_args {
  * Pack q of the channel is the thread's k-th where q = threadIdx.x + FUSED_THREADS * (rank +
  * ranks * k), its example and offset divided out once and then stepped (as in partial_sums).
  * XB: the pass may have extras (a sliced x, bn_args.x_gap; in backward also relu_back, dy_part,
- * dy_gap, and dx_gap and dx_add); without it they are ignored. Hopper's clusters (sm_90); launch_fused runs it only where the device has them. */
+ * dy_gap, and dx_gap and dx_add); without it they are ignored. Hopper's clusters (sm_90);
+ * launch_fused runs it only where the device has them. */
 template <typename T, int N, int R, bool BACK, bool XB>
 static __global__ void __launch_bounds__(FUSED_THREADS)
     fused_pass(bn_geometry g, bn_args<T> a, float *stats, bn_finish f)
@@ -615,8 +616,7 @@ static bn_status queue_forward(batchnorm_priv *b, const bn_pass *p, const bn_geo
     }
     BN_CUDA_LAUNCH();
     bn_launch_early(normalize<T, N, I>, bn_grid_stride_blocks(total / N), THREADS, 0, s, g, (I)(total / N), a.x,
-                    a.x_gap, stats,
-                    a.w, a.bias, a.y, a.relu_y, a.relu_gap);
+                    a.x_gap, stats, a.w, a.bias, a.y, a.relu_y, a.relu_gap);
     BN_CUDA_LAUNCH();
     return BN_OK;
 }
