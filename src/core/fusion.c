@@ -242,7 +242,10 @@ static bn_layer *nesting_partner(const bn_net *net, const bn_layer *join, int j)
                 other = r;
             }
     }
-    if (!other || !other->ops->in_slices || other->num_inputs != 1 || other->gpu_fused || !other->in_grad)
+    /* Its passes must run on the device: a pass that falls back to the CPU reads and writes the
+     * host copies, and a slice's is never written. */
+    if (!other || !other->ops->in_slices || !other->ops->forward_gpu || !other->ops->backward_gpu ||
+        other->num_inputs != 1 || other->gpu_fused || !other->in_grad)
         return NULL;
     /* One of the two holds the gradient, the other its one part. */
     bn_blob *part = p->grad_parts[0];
