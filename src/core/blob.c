@@ -60,10 +60,12 @@ bn_blob *bn_blob_new_view(const char *name, bn_blob *root, size_t offset, int n,
 bn_blob *bn_blob_new_slice(const char *name, bn_blob *root, int channel, int n, int c)
 {
     const size_t plane = (size_t)root->h * root->w;
-    /* A slice of a slice is a slice of the same root, its channels counted from the root's. */
-    const bn_blob *base = bn_blob_is_slice(root) ? root->root : root;
-    const int first = bn_blob_is_slice(root) ? (int)(root->offset / plane) : 0;
-    if ((base == root && root->root != root) || channel < 0 || c <= 0 || channel + c > root->c || n <= 0 ||
+    /* A slice of a slice is a slice of the same root, its channels counted from the root's; any
+     * other view refuses. */
+    const int nested = bn_blob_is_slice(root);
+    const bn_blob *base = root->root;
+    const int first = nested ? (int)(root->offset / plane) : 0;
+    if ((!nested && base != root) || channel < 0 || c <= 0 || channel + c > root->c || n <= 0 ||
         (size_t)n * base->c * plane > base->capacity) {
         bn_error(BN_ERR_INTERNAL, "slice %s (channels %d to %d) does not fit inside blob %s of %d channels", name,
                  channel, channel + c - 1, root->name, root->c);
