@@ -162,7 +162,12 @@ BN_TEST(bench_epoch_ms_come_from_images_a_second)
  * (4800 + 19392 + 96128 + 380672 + 5130: the 7x7 stem, then each stage's 1x1, 3x3 and widening
  * 1x1 convolutions and projection with their batch normalizations, and the classifier) and
  * vgg48x64's six 3x3 convolutions with their batch normalizations and classifier (672 + 5208 +
- * 10416 + 20784 + 41568 + 83040 + 2 * (24 + 24 + 48 + 48 + 96 + 96) + 970). */
+ * 10416 + 20784 + 41568 + 83040 + 2 * (24 + 24 + 48 + 48 + 96 + 96) + 970), wide_shallow's three
+ * 3x3 convolutions with their batch normalizations and classifier (1280 + 184480 + 461120 + 2 * (128
+ * + 160 + 320) + 3210), stem7's 7x7 stem, two blocks and projection (3200 + 2 * 36928 + 73856 +
+ * 147584 + 8320 + 2 * (64 + 64 + 64 + 128 + 128 + 128) + 1290), overlap_pool's convolutions and
+ * the dense layer that reads the 6x6 maps its overlapping poolings leave (1040 + 28880 + 9720 +
+ * 120 * 6 * 6 * 200 + 200 + 2010) and mlp_odd's four dense layers (784-1000-700-300-10). */
 BN_TEST(bench_suite_models_build_and_the_new_shapes_hold_their_parameters)
 {
     if (system("bash -c true >/dev/null 2>&1") != 0) BN_SKIP_TEST("no bash");
@@ -181,6 +186,10 @@ BN_TEST(bench_suite_models_build_and_the_new_shapes_hold_their_parameters)
     CHECK_MSG(strstr(out, "photo64: total: 40 layers, 309546 parameters"), "photo64:\n%s", out);
     CHECK_MSG(strstr(out, "bottleneck64: total: 43 layers, 506122 parameters"), "bottleneck64:\n%s", out);
     CHECK_MSG(strstr(out, "vgg48x64: total: 24 layers, 163330 parameters"), "vgg48x64:\n%s", out);
+    CHECK_MSG(strstr(out, "wide_shallow: total: 14 layers, 651306 parameters"), "wide_shallow:\n%s", out);
+    CHECK_MSG(strstr(out, "stem7: total: 23 layers, 309258 parameters"), "stem7:\n%s", out);
+    CHECK_MSG(strstr(out, "overlap_pool: total: 12 layers, 905850 parameters"), "overlap_pool:\n%s", out);
+    CHECK_MSG(strstr(out, "mlp_odd: total: 8 layers, 1699010 parameters"), "mlp_odd:\n%s", out);
     return BN_PASS;
 }
 

@@ -94,6 +94,10 @@ suite=(
     "photo64         models/photo64.cfg          npz           -"
     "bottleneck64    models/bottleneck64.cfg     npz           -"
     "vgg48x64        models/vgg48x64.cfg         npz           -"
+    "wide_shallow    models/wide_shallow.cfg     fashion-mnist -"
+    "stem7           models/stem7.cfg            fashion-mnist -"
+    "overlap_pool    models/overlap_pool.cfg     mnist         -"
+    "mlp_odd         models/mlp_odd.cfg          mnist         -"
 )
 
 # The data of a suite model's dataset (mnist, fashion-mnist, cifar10 or npz): the MNIST or the
