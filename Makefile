@@ -74,7 +74,10 @@ BLAS_INC := $(firstword $(wildcard /usr/include/x86_64-linux-gnu/openblas-pthrea
 # NVTX v3 is header-only: its headers come with the CUDA toolkit; CPU-only builds use them too.
 NVTX_INC := $(firstword $(dir $(wildcard $(CUDA_HOME)/include/nvtx3/nvToolsExt.h /usr/include/nvtx3/nvToolsExt.h)))
 
-WARN     := -Wall -Wextra -Wshadow -Wno-unused-parameter
+# A call without a declaration is an error, not a warning: built against another BLAS's cblas.h,
+# which lacks OpenBLAS's own calls (openblas_get_corename), the program would take the pointer that
+# call returns for an int and crash at its start.
+WARN     := -Wall -Wextra -Wshadow -Wno-unused-parameter -Werror=implicit-function-declaration
 OPT      ?= -O3
 CPPFLAGS := -Isrc -Ilayers -Idatasets -Itests -I$(BUILD) -I$(BLAS_INC) -D_POSIX_C_SOURCE=200809L
 CFLAGS   += -std=c11 $(OPT) -g $(WARN) -fno-strict-aliasing -MMD -MP
