@@ -1,6 +1,8 @@
 /* Tests of the kernel cache (src/gpu/kernel_cache.c): where the file lives, choices kept in the
- * process and in the file, rewritten whole, malformed files refused with file and line, and a
- * file that cannot be written costing nothing but the warning. */
+ * process and in the file, rewritten whole, malformed files refused with file and line, a folder
+ * given for the file refused naming it, and a file that cannot be written costing nothing but the
+ * warning. */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -204,4 +206,39 @@ static int unwritable(void)
 BN_TEST(kernel_cache_unwritable_file_keeps_choices_in_the_process)
 {
     return with_saved_env(unwritable);
+}
+
+/* BLOBNET_KERNEL_CACHE naming a folder (where the file was meant to go): one error naming the
+ * folder and what the variable takes, at the first lookup and at the first choice kept, and
+ * nothing written into the folder. */
+static int refuses_folder(void)
+{
+    char dir[512];
+    const char *file = fresh_path("folder-made");
+    use_file(file);
+    CHECK_OK(bn_kernel_cache_put("made", "the tests' folder")); /* makes the folders above */
+    CHECK(snprintf(dir, sizeof dir, "%s", file) > 0);
+    *strrchr(dir, '/') = '\0'; /* the folder that holds it */
+    use_file(dir);
+    char choice[BN_KERNEL_CHOICE_MAX];
+    int found = -1;
+    CHECK_ERR(bn_kernel_cache_get("gpu A conv2d 1x8x8", choice, sizeof choice, &found), BN_ERR_IO, "is a folder");
+    CHECK_MSG(strstr(bn_last_error(), dir) && strstr(bn_last_error(), "BLOBNET_KERNEL_CACHE names the cache's file"),
+              "%s", bn_last_error());
+    CHECK(found == 0);
+    CHECK_ERR(bn_kernel_cache_put("gpu A conv2d 1x8x8", "halo"), BN_ERR_IO, "is a folder");
+    /* The folder still holds the one file, unchanged. */
+    CHECK_MSG(strcmp(entries_of(file), "made\tthe tests' folder") == 0, "%s", entries_of(file));
+    DIR *d = opendir(dir);
+    CHECK(d);
+    int files = 0;
+    for (struct dirent *e; (e = readdir(d));) files += e->d_name[0] != '.';
+    closedir(d);
+    CHECK_MSG(files == 1, "%d files in %s", files, dir);
+    return BN_PASS;
+}
+
+BN_TEST(kernel_cache_refuses_a_folder_naming_it)
+{
+    return with_saved_env(refuses_folder);
 }

@@ -119,11 +119,19 @@ static bn_status load(void)
         cache.loaded = 1;
         return BN_OK;
     }
+    /* A folder opens for reading, and fails only at its first read. */
+    struct stat st;
+    if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+        fclose(f);
+        return bn_error(BN_ERR_IO, "kernel cache %s is a folder: BLOBNET_KERNEL_CACHE names the cache's file (such as "
+                        "%s/kernels.txt), or off", cache.path, cache.path);
+    }
     char *line = NULL;
     size_t cap = 0;
     long number = 0;
     ssize_t got;
     bn_status s = BN_OK;
+    errno = 0;
     while (s == BN_OK && (got = getline(&line, &cap, f)) >= 0) {
         number++;
         while (got > 0 && (line[got - 1] == '\n' || line[got - 1] == '\r')) line[--got] = '\0';
@@ -132,7 +140,8 @@ static bn_status load(void)
                          cache.path, number);
         else s = read_line(line, number);
     }
-    if (s == BN_OK && ferror(f)) s = bn_error(BN_ERR_IO, "kernel cache %s: read failed", cache.path);
+    if (s == BN_OK && ferror(f))
+        s = bn_error(BN_ERR_IO, "kernel cache %s: read failed (%s)", cache.path, errno ? strerror(errno) : "I/O error");
     free(line);
     fclose(f);
     if (s == BN_OK) cache.loaded = 1;
