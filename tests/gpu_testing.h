@@ -130,6 +130,20 @@ int gt_same_bits_cases(gt_same_bits_case same_bits, int paths);
 /* Fails unless the two blobs' current elements are bit for bit the same. */
 int gt_same_bits(bn_blob *a, bn_blob *b, uint64_t seed);
 
+/* Two nets of `text`, set up alike on ctx for batches up to 8 from seed, in bf16 where bf16 is set
+ * (the context's precision as it was afterwards). b_switch, where not NULL, names an environment
+ * variable set to 1 while b alone is set up (a switch that makes b the plain form to compare with). */
+bn_status gt_twin_nets(bn_ctx *ctx, const char *text, const char *name, int bf16, uint64_t seed, const char *b_switch,
+                       bn_net **a, bn_net **b);
+
+/* What gt_nets_same_bits compares besides every parameter gradient, where both nets write it
+ * (bn_net_blob_unwritten): each layer's output, its input gradient, its output gradient. */
+enum { GT_BITS_OUTPUTS = 1, GT_BITS_IN_GRADS = 2, GT_BITS_OUT_GRADS = 4 };
+
+/* Fails unless a and b, set up alike and stepped alike, hold the same bits in every parameter
+ * gradient and in the blobs `which` names. */
+int gt_nets_same_bits(bn_net *a, bn_net *b, uint64_t seed, int which);
+
 /* Whether conv2d layer l's plan for batch n runs `pass` ("fwd", "bwd_data" or "bwd_filter") by
  * `runner`, as bn_conv2d_gpu_describe names it ("blobnet igemm", ...); 0 where there is no plan
  * for n, and in a build without CUDA. */

@@ -277,16 +277,7 @@ static int nested_same_bits(bn_ctx *ctx, int bf16, int n, int split)
     const uint64_t seed = lt_fresh_seed();
     const char *what = bf16 ? "bf16" : "fp32";
     bn_net *a = NULL, *b = NULL;
-    CHECK_OK(bn_net_from_text(lc.text, "dense.cfg", &a));
-    CHECK_OK(bn_net_from_text(lc.text, "dense.cfg", &b));
-    const int was = ctx->bf16;
-    ctx->bf16 = bf16;
-    bn_status s = bn_net_setup(a, 8, ctx, 0, seed);
-    setenv("BLOBNET_JOIN_COPIES", "1", 1);
-    if (s == BN_OK) s = bn_net_setup(b, 8, ctx, 0, seed);
-    unsetenv("BLOBNET_JOIN_COPIES");
-    ctx->bf16 = was;
-    CHECK_OK(s);
+    CHECK_OK(gt_twin_nets(ctx, lc.text, "dense.cfg", bf16, seed, "BLOBNET_JOIN_COPIES", &a, &b));
     CHECK_MSG(bn_blob_is_slice(bn_net_find_layer(a, "j1")->out) && !bn_blob_is_slice(bn_net_find_layer(b, "j1")->out),
               "%s: j1 is not nested in one net and copied in the other", what);
     for (int pass = 0; pass < 2; pass++) {
@@ -298,15 +289,7 @@ static int nested_same_bits(bn_ctx *ctx, int bf16, int n, int split)
         if (!bf16) CHECK_OK(gt_poison_net(net, ctx));
     }
     CHECK_OK(gt_step_alike(a, b, &lc, seed));
-    for (int i = 0; i < a->num_layers; i++) {
-        bn_layer *la = a->layers[i], *lb = b->layers[i];
-        for (int k = 0; k < la->num_params; k++)
-            CHECK(gt_same_bits(la->params[k].grad, lb->params[k].grad, seed) == BN_PASS);
-        if (!bn_net_blob_unwritten(a, i, 0) && !bn_net_blob_unwritten(b, i, 0))
-            CHECK(gt_same_bits(la->out, lb->out, seed) == BN_PASS);
-        if (la->out_grad && !bn_net_blob_unwritten(a, i, 1) && !bn_net_blob_unwritten(b, i, 1))
-            CHECK(gt_same_bits(la->out_grad, lb->out_grad, seed) == BN_PASS);
-    }
+    CHECK(gt_nets_same_bits(a, b, seed, GT_BITS_OUTPUTS | GT_BITS_OUT_GRADS) == BN_PASS);
     bn_net_free(a);
     bn_net_free(b);
     return BN_PASS;

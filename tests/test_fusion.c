@@ -447,21 +447,6 @@ static void unfuse_parts(bn_net *net)
     }
 }
 
-/* Two nets of `text`, set up alike on ctx for batches up to 8 from seed, in bf16 where bf16 is set
- * (the context's precision as it was afterwards). */
-static bn_status twin_nets(bn_ctx *ctx, const char *text, const char *name, int bf16, uint64_t seed, bn_net **a,
-                           bn_net **b)
-{
-    BN_TRY(bn_net_from_text(text, name, a));
-    BN_TRY(bn_net_from_text(text, name, b));
-    const int was = ctx->bf16;
-    ctx->bf16 = bf16;
-    bn_status s = bn_net_setup(*a, 8, ctx, 0, seed);
-    if (s == BN_OK) s = bn_net_setup(*b, 8, ctx, 0, seed);
-    ctx->bf16 = was;
-    return s;
-}
-
 /* One training step of a and b, set up alike, their blobs poisoned first (NaN in FP32, through the
  * host copies under bf16) and fed alike from lc's data at seed: every parameter gradient, every
  * layer's input gradient that both nets hold whole and, with outputs, every output that both
@@ -478,17 +463,7 @@ static int step_same_bits(bn_ctx *ctx, bn_net *a, bn_net *b, const layer_case *l
         }
     }
     CHECK_OK(gt_step_alike(a, b, lc, seed));
-    for (int i = 0; i < a->num_layers; i++) {
-        bn_layer *la = a->layers[i], *lb = b->layers[i];
-        for (int k = 0; k < la->num_params; k++)
-            CHECK(gt_same_bits(la->params[k].grad, lb->params[k].grad, seed) == BN_PASS);
-        if (outputs && !bn_net_blob_unwritten(a, i, 0) && !bn_net_blob_unwritten(b, i, 0))
-            CHECK(gt_same_bits(la->out, lb->out, seed) == BN_PASS);
-        const int src = la->sources[0];
-        if (la->in_grad && !bn_net_blob_unwritten(a, src, 1) && !bn_net_blob_unwritten(b, src, 1))
-            CHECK(gt_same_bits(la->in_grad, lb->in_grad, seed) == BN_PASS);
-    }
-    return BN_PASS;
+    return gt_nets_same_bits(a, b, seed, GT_BITS_IN_GRADS | (outputs ? GT_BITS_OUTPUTS : 0));
 }
 
 /* One training step of parts_text on two nets, one with its parts added by the kernels that read
@@ -500,7 +475,7 @@ static int parts_same_bits(bn_ctx *ctx, int bf16, int n, int split)
     const layer_case lc = {.what = "gradient parts", .text = parts_text, .classes = 3};
     const uint64_t seed = lt_fresh_seed();
     bn_net *a, *b;
-    CHECK_OK(twin_nets(ctx, parts_text, "parts.cfg", bf16, seed, &a, &b));
+    CHECK_OK(gt_twin_nets(ctx, parts_text, "parts.cfg", bf16, seed, NULL, &a, &b));
     unfuse_parts(b);
     int summed = 0;
     for (int i = 0; i < a->num_layers; i++) summed += a->layers[i]->grad_part_to_reader;
@@ -574,7 +549,7 @@ static int bnrelu_same_bits(bn_ctx *ctx, int bf16, int n, int split)
     const uint64_t seed = lt_fresh_seed();
     const char *what = bf16 ? "bf16" : "fp32";
     bn_net *a, *b;
-    CHECK_OK(twin_nets(ctx, bnrelu_text, "bnrelu.cfg", bf16, seed, &a, &b));
+    CHECK_OK(gt_twin_nets(ctx, bnrelu_text, "bnrelu.cfg", bf16, seed, NULL, &a, &b));
     const bn_layer *b0 = bn_net_find_layer(a, "b0"), *b3 = bn_net_find_layer(a, "b3");
     const bn_layer *r0 = bn_net_find_layer(a, "r0"), *r4 = bn_net_find_layer(a, "r4");
     CHECK(b0 && b3 && r0 && r4);

@@ -497,6 +497,40 @@ int gt_same_bits(bn_blob *a, bn_blob *b, uint64_t seed)
     return BN_PASS;
 }
 
+bn_status gt_twin_nets(bn_ctx *ctx, const char *text, const char *name, int bf16, uint64_t seed, const char *b_switch,
+                       bn_net **a, bn_net **b)
+{
+    BN_TRY(bn_net_from_text(text, name, a));
+    BN_TRY(bn_net_from_text(text, name, b));
+    const int was = ctx->bf16;
+    ctx->bf16 = bf16;
+    bn_status s = bn_net_setup(*a, 8, ctx, 0, seed);
+    if (b_switch) setenv(b_switch, "1", 1);
+    if (s == BN_OK) s = bn_net_setup(*b, 8, ctx, 0, seed);
+    if (b_switch) unsetenv(b_switch);
+    ctx->bf16 = was;
+    return s;
+}
+
+int gt_nets_same_bits(bn_net *a, bn_net *b, uint64_t seed, int which)
+{
+    for (int i = 0; i < a->num_layers; i++) {
+        bn_layer *la = a->layers[i], *lb = b->layers[i];
+        for (int k = 0; k < la->num_params; k++)
+            CHECK(gt_same_bits(la->params[k].grad, lb->params[k].grad, seed) == BN_PASS);
+        if ((which & GT_BITS_OUTPUTS) && !bn_net_blob_unwritten(a, i, 0) && !bn_net_blob_unwritten(b, i, 0))
+            CHECK(gt_same_bits(la->out, lb->out, seed) == BN_PASS);
+        const int src = la->sources[0];
+        if ((which & GT_BITS_IN_GRADS) && la->in_grad && !bn_net_blob_unwritten(a, src, 1) &&
+            !bn_net_blob_unwritten(b, src, 1))
+            CHECK(gt_same_bits(la->in_grad, lb->in_grad, seed) == BN_PASS);
+        if ((which & GT_BITS_OUT_GRADS) && la->out_grad && !bn_net_blob_unwritten(a, i, 1) &&
+            !bn_net_blob_unwritten(b, i, 1))
+            CHECK(gt_same_bits(la->out_grad, lb->out_grad, seed) == BN_PASS);
+    }
+    return BN_PASS;
+}
+
 int gt_conv_runs(const bn_layer *l, int n, const char *pass, const char *runner)
 {
 #ifndef BN_WITH_CUDA
