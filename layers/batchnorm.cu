@@ -416,10 +416,12 @@ template <typename T> struct bn_args {
  * the sums and the outputs; at small batches those fixed costs were most of the layer's time.
  * Pack q of the channel is the thread's k-th where q = threadIdx.x + FUSED_THREADS * (rank +
  * ranks * k), its example and offset divided out once and then stepped (as in partial_sums).
- * XB: the pass may have extras (a sliced x, bn_args.x_gap; in backward also relu_back, dy_part,
- * dy_gap, and dx_gap and dx_add); without it they are ignored. Hopper's clusters (sm_90);
+ * XB (backward only): the pass may have extras (bn_args.relu_back, dy_part, dy_gap); SL: x, and in
+ * backward dx, may be a nested join's slices (x_gap, dx_gap, dx_add). Without them those are
+ * ignored: in the extras' kernel the slices' arithmetic cost mlp_bn's two backward passes 4.9 us a
+ * step where no slice was given (version 93). Hopper's clusters (sm_90);
  * launch_fused runs it only where the device has them. */
-template <typename T, int N, int R, bool BACK, bool XB>
+template <typename T, int N, int R, bool BACK, bool XB, bool SL>
 static __global__ void __launch_bounds__(FUSED_THREADS)
     fused_pass(bn_geometry g, bn_args<T> a, float *stats, bn_finish f)
 {
@@ -445,7 +447,7 @@ static __global__ void __launch_bounds__(FUSED_THREADS)
     for (int k = 0; k < R; k++) {
         const unsigned q = first + step * k;
         const size_t at = (size_t)e * estride + cbase + (size_t)o * N, dy_at = XB ? at + (size_t)e * a.dy_gap : at;
-        const size_t x_at = XB ? at + (size_t)e * a.x_gap : at;
+        const size_t x_at = SL ? at + (size_t)e * a.x_gap : at;
         e += de;
         o += dq;
         if (o >= row) o -= row, e++;
@@ -518,7 +520,7 @@ static __global__ void __launch_bounds__(FUSED_THREADS)
         if (q >= packs) continue;
         if (BACK) {
             input_grad_n<N>(xv[k], gv[k], st, scale);
-            if (XB) store_dx_n<T, N>(a.dx, at + (size_t)ex * a.dx_gap, gv[k], a.dx_add);
+            if (SL) store_dx_n<T, N>(a.dx, at + (size_t)ex * a.dx_gap, gv[k], a.dx_add);
             else bn_st_n<T, N>(&a.dx[at], gv[k]);
             if (!a.relu_dx) continue;
             relu_grad_n<N>(xv[k], gv[k]);
@@ -550,7 +552,7 @@ static bool fused_shape(long packs, int N, int *r, int *ranks)
     return false;
 }
 
-template <typename T, int N, int R, bool BACK, bool XB>
+template <typename T, int N, int R, bool BACK, bool XB, bool SL>
 static cudaError_t launch_fused_as(int ranks, const bn_geometry &g, const bn_args<T> &a, float *stats,
                                    const bn_finish &f, cudaStream_t s)
 {
@@ -566,7 +568,18 @@ static cudaError_t launch_fused_as(int ranks, const bn_geometry &g, const bn_arg
     cfg.stream = s;
     cfg.attrs = attr;
     cfg.numAttrs = 2;
-    return cudaLaunchKernelEx(&cfg, fused_pass<T, N, R, BACK, XB>, g, a, stats, f);
+    return cudaLaunchKernelEx(&cfg, fused_pass<T, N, R, BACK, XB, SL>, g, a, stats, f);
+}
+
+/* The fused pass at R packs a thread, in the kernel that has the extras asked for and no others: the
+ * slices' (sl) also have every backward extra, so that there are three kernels a direction, not four. */
+template <typename T, int N, int R, bool BACK>
+static cudaError_t launch_fused_kind(bool xb, bool sl, int ranks, const bn_geometry &g, const bn_args<T> &a,
+                                     float *stats, const bn_finish &f, cudaStream_t s)
+{
+    if (sl) return launch_fused_as<T, N, R, BACK, BACK, true>(ranks, g, a, stats, f, s);
+    if (xb) return launch_fused_as<T, N, R, BACK, BACK, false>(ranks, g, a, stats, f, s);
+    return launch_fused_as<T, N, R, BACK, false, false>(ranks, g, a, stats, f, s);
 }
 
 /* Queues the fused pass where the device has clusters and the channel fits; false where the
@@ -585,13 +598,13 @@ static bool launch_fused(batchnorm_priv *b, const bn_pass *p, const bn_geometry 
     }
     if (b->dev_fused < 0 || g.channels > 65535 || !fused_shape(g.count / N, N, &r, &ranks)) return false;
     cudaError_t e = cudaErrorInvalidValue;
-    /* The extras (a sliced x; in backward a ReLU after it, a part, a sliced dy) in a kernel of
-     * their own: in the plain one they cost bf16's 4-pack pass 3 us of 17 even where none was given. */
-    const bool xb = a.x_gap || (BACK && (a.relu_back.bias || a.dy_part || a.dy_gap || a.dx_gap || a.dx_add));
-    if (r == 8 / N && xb) e = launch_fused_as<T, N, 8 / N, BACK, true>(ranks, g, a, stats, f, s);
-    else if (r == 8 / N) e = launch_fused_as<T, N, 8 / N, BACK, false>(ranks, g, a, stats, f, s);
-    else if (xb) e = launch_fused_as<T, N, N == 1 ? 16 : 32 / N, BACK, true>(ranks, g, a, stats, f, s);
-    else e = launch_fused_as<T, N, N == 1 ? 16 : 32 / N, BACK, false>(ranks, g, a, stats, f, s);
+    /* The extras (in backward a ReLU after it, a part, a sliced dy) and the nested join's slices
+     * in kernels of their own: in the plain one the extras cost bf16's 4-pack pass 3 us of 17 even
+     * where none was given. */
+    const bool xb = BACK && (a.relu_back.bias || a.dy_part || a.dy_gap);
+    const bool sl = a.x_gap || (BACK && (a.dx_gap || a.dx_add));
+    if (r == 8 / N) e = launch_fused_kind<T, N, 8 / N, BACK>(xb, sl, ranks, g, a, stats, f, s);
+    else e = launch_fused_kind<T, N, N == 1 ? 16 : 32 / N, BACK>(xb, sl, ranks, g, a, stats, f, s);
     if (e != cudaSuccess) {
         cudaGetLastError();
         b->dev_fused = -2;
