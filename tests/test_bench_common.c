@@ -167,7 +167,11 @@ BN_TEST(bench_epoch_ms_come_from_images_a_second)
  * + 160 + 320) + 3210), stem7's 7x7 stem, two blocks and projection (3200 + 2 * 36928 + 73856 +
  * 147584 + 8320 + 2 * (64 + 64 + 64 + 128 + 128 + 128) + 1290), overlap_pool's convolutions and
  * the dense layer that reads the 6x6 maps its overlapping poolings leave (1040 + 28880 + 9720 +
- * 120 * 6 * 6 * 200 + 200 + 2010) and mlp_odd's four dense layers (784-1000-700-300-10). */
+ * 120 * 6 * 6 * 200 + 200 + 2010), mlp_odd's four dense layers (784-1000-700-300-10), dcgan_disc's
+ * three 4x4 stride-2 convolutions, two batch normalizations and the dense layer that reads their
+ * 3x3 maps (1088 + 131200 + 524544 + 2 * (128 + 256) + 256 * 3 * 3 * 10 + 10) and patch4's 4x4
+ * stride-4 stem and four 3x3 convolutions with their batch normalizations and classifier (1632 +
+ * 4 * 83040 + 5 * 2 * 96 + 970). */
 BN_TEST(bench_suite_models_build_and_the_new_shapes_hold_their_parameters)
 {
     if (system("bash -c true >/dev/null 2>&1") != 0) BN_SKIP_TEST("no bash");
@@ -190,6 +194,8 @@ BN_TEST(bench_suite_models_build_and_the_new_shapes_hold_their_parameters)
     CHECK_MSG(strstr(out, "stem7: total: 23 layers, 309258 parameters"), "stem7:\n%s", out);
     CHECK_MSG(strstr(out, "overlap_pool: total: 12 layers, 905850 parameters"), "overlap_pool:\n%s", out);
     CHECK_MSG(strstr(out, "mlp_odd: total: 8 layers, 1699010 parameters"), "mlp_odd:\n%s", out);
+    CHECK_MSG(strstr(out, "dcgan_disc: total: 10 layers, 680650 parameters"), "dcgan_disc:\n%s", out);
+    CHECK_MSG(strstr(out, "patch4: total: 20 layers, 335722 parameters"), "patch4:\n%s", out);
     return BN_PASS;
 }
 

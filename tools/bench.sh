@@ -9,7 +9,7 @@
 # on Fashion-MNIST written out as CIFAR-10 records, lenet5_tanh, mlp_bn, densenet, window7, batch32,
 # allconv_leaky and cifar_dropout on the same records, mlp_elu, photo64 and bottleneck64 on
 # Fashion-MNIST written out as an image folder and fitted to their 64x64 colour input, vgg48x64 on
-# the same fitted to 48x64, wide_shallow, stem7, overlap_pool and mlp_odd)
+# the same fitted to 48x64, wide_shallow, stem7, overlap_pool, mlp_odd, dcgan_disc and patch4)
 # blobnet trains it with the default kernel choice, with --tf32, with --precision bf16 where the
 # blobnet binary has that option, and with --autotune, and the peer trains it eager, as a whole-step
 # CUDA graph under PyTorch's defaults (cuDNN's convolutions may use TF32), as the same graph with
@@ -33,7 +33,7 @@
 # models over N GPUs of the machine, one model at a time on each (each GPU's runs alone on it,
 # their kernel choices timed into a cache of that GPU's own), the next model going to the first
 # GPU free; the table keeps the suite's order, and LeNet's start to 99% runs last, alone. The
-# suite takes about 19 minutes on one H200, and half or a quarter of that on two or four.
+# suite takes about 20 minutes on one H200, and half or a quarter of that on two or four.
 set -uo pipefail
 mnist=${1:?usage: tools/bench.sh MNIST_DIR FASHION_DIR [MODEL...]}
 fashion=${2:?usage: tools/bench.sh MNIST_DIR FASHION_DIR [MODEL...]}

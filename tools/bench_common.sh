@@ -98,6 +98,8 @@ suite=(
     "stem7           models/stem7.cfg            fashion-mnist -"
     "overlap_pool    models/overlap_pool.cfg     mnist         -"
     "mlp_odd         models/mlp_odd.cfg          mnist         -"
+    "dcgan_disc      models/dcgan_disc.cfg       fashion-mnist -"
+    "patch4          models/patch4.cfg           fashion-mnist -"
 )
 
 # The data of a suite model's dataset (mnist, fashion-mnist, cifar10 or npz): the MNIST or the
