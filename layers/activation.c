@@ -6,7 +6,9 @@
  * slope, and elu takes its linear branch only for x > 0. Sigmoid and tanh take their
  * derivatives from the output, which is what backward has at hand without recomputing. */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "activation.h"
 #include "core/parallel.h"
@@ -59,6 +61,23 @@ static float sigmoid(float x)
     return e / (1.0f + e);
 }
 
+/* yes where test > 0, else no, chosen by their bits: both are worked out, and the loops that use
+ * it become vector selects. Written as `test > 0 ? yes : no`, a product on one side only may not
+ * run speculatively (it could trap), so GCC branched on each value's sign and mispredicted half of
+ * them: a leaky ReLU took 2.3-2.8 ms a pass over dcgan_disc's 0.6-1.3M values at batch 100 on two
+ * threads, against 0.16 ms for a ReLU (version 93). */
+static inline float where_positive(float test, float yes, float no)
+{
+    uint32_t y, n;
+    memcpy(&y, &yes, sizeof y);
+    memcpy(&n, &no, sizeof n);
+    const uint32_t keep = -(uint32_t)(test > 0.0f);
+    y = (y & keep) | (n & ~keep);
+    float r;
+    memcpy(&r, &y, sizeof r);
+    return r;
+}
+
 static void apply(const act_priv *p, const float *x, float *y, size_t count)
 {
     float a = p->a;
@@ -76,7 +95,7 @@ static void apply(const act_priv *p, const float *x, float *y, size_t count)
         for (size_t i = 0; i < count; i++) y[i] = tanhf(x[i]);
         break;
     case ACT_LEAKY:
-        for (size_t i = 0; i < count; i++) y[i] = x[i] > 0.0f ? x[i] : a * x[i];
+        for (size_t i = 0; i < count; i++) y[i] = where_positive(x[i], x[i], a * x[i]);
         break;
     case ACT_ELU:
         for (size_t i = 0; i < count; i++) y[i] = x[i] > 0.0f ? x[i] : a * expm1f(x[i]);
@@ -103,13 +122,10 @@ static void apply_grad(const act_priv *p, const float *x, const float *y, const 
         for (size_t i = 0; i < count; i++) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
         break;
     case ACT_LEAKY:
-        for (size_t i = 0; i < count; i++) {
-            float v = x[i], g = dy[i];
-            dx[i] = v > 0.0f ? g : a * g;
-        }
+        for (size_t i = 0; i < count; i++) dx[i] = where_positive(x[i], dy[i], a * dy[i]);
         break;
     case ACT_ELU: /* for x <= 0, d/dx a(e^x - 1) = a e^x = y + a */
-        for (size_t i = 0; i < count; i++) dx[i] = x[i] > 0.0f ? dy[i] : dy[i] * (y[i] + a);
+        for (size_t i = 0; i < count; i++) dx[i] = where_positive(x[i], dy[i], dy[i] * (y[i] + a));
         break;
     }
 }
