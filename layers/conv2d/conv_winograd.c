@@ -38,9 +38,9 @@
 #define CHUNK_FLOATS (128 * 1024)
 /* The floats the chunks' weight-gradient products may take together (64 MiB). */
 #define PARTS_FLOATS (16 * 1024 * 1024)
-/* The backward pass's tasks: consecutive chunks share a task, and its weight-gradient products,
- * down to this many tasks (summing one product per chunk was 15% of vgg_fashion's conv4 backward
- * pass at 64 chunks). */
+/* The backward pass's tasks: consecutive chunks share a task and its weight-gradient products, down to this many
+ * tasks (summing one product per chunk was 15% of vgg_fashion's conv4 backward pass at 64 chunks) and until its
+ * tiles outweigh its products (plan): by the shapes alone, so the sums are the same for any number of threads. */
 #define BACKWARD_TASKS 32
 /* Rows of a product's block held in registers, and the tiles carried in and out together. */
 #define ROWS 8
@@ -237,6 +237,10 @@ static void plan(wg_run *r, const bn_conv_geom *g, int filters, int n)
     r->nb = (int)nb;
     r->chunks = n > 0 ? (int)((n + nb - 1) / nb) : 0;
     r->group = r->chunks > BACKWARD_TASKS ? r->chunks / BACKWARD_TASKS : 1;
+    /* Tiles of 36 x (C + K) floats against products of 36 x C x K: clearing and summing the products took a third
+     * of patch4's 3x3 backward passes (96 channels, 7x7 maps: 24 tasks of 20 tiles 13.1-14.0 ms, 8 of 60 10.2-12.4). */
+    const size_t chunk_tiles = nb * r->tiles, least = (r->cp * r->kp / (r->cp + r->kp) + chunk_tiles - 1) / chunk_tiles;
+    if ((size_t)r->group < least) r->group = least < (size_t)r->chunks ? (int)least : r->chunks;
     r->tasks = (r->chunks + r->group - 1) / r->group;
     r->in_f = round_up(nb * r->hp * r->wp * r->cp, LANES);
     r->v_f = XI * WGROUP * r->cp;
@@ -344,14 +348,14 @@ BN_VINLINE void gemm_nn(size_t rows, int inner, size_t ncols, const float *a, si
             nn_block(1, inner, a + p * lda, lda, b + n0, ldb, out + p * ldo + n0, ldo);
 }
 
-/* out[c][n] (crows x ncols, both multiples of their blocks) += sum over p < count of a[p][c] b[p][n]. */
-BN_VINLINE void tn_block(int nv, size_t count, const float *a, size_t lda, const float *b, size_t ldb, float *out,
-                         size_t ldo)
+/* out[c][n] (crows x ncols, multiples of their blocks) += (or, `fresh`, =) sum over p < count of a[p][c] b[p][n]. */
+BN_VINLINE void tn_block(int nv, int fresh, size_t count, const float *a, size_t lda, const float *b, size_t ldb,
+                         float *out, size_t ldo)
 {
     bn_vf acc[ROWS][2];
     for (int i = 0; i < ROWS; i++) {
-        acc[i][0] = bn_vload(out + i * ldo);
-        acc[i][1] = nv > 1 ? bn_vload(out + i * ldo + LANES) : acc[i][0];
+        acc[i][0] = fresh ? bn_vsplat(0.0f) : bn_vload(out + i * ldo);
+        acc[i][1] = nv > 1 && !fresh ? bn_vload(out + i * ldo + LANES) : acc[i][0];
     }
     for (size_t p = 0; p < count; p++) {
         bn_vf b0 = bn_vload(b + p * ldb), b1 = nv > 1 ? bn_vload(b + p * ldb + LANES) : b0;
@@ -367,14 +371,16 @@ BN_VINLINE void tn_block(int nv, size_t count, const float *a, size_t lda, const
     }
 }
 
-BN_VINLINE void gemm_tn(size_t count, size_t crows, size_t ncols, const float *a, size_t lda, const float *b,
-                        size_t ldb, float *out, size_t ldo)
+BN_VINLINE void gemm_tn(int fresh, size_t count, size_t crows, size_t ncols, const float *a, size_t lda,
+                        const float *b, size_t ldb, float *out, size_t ldo)
 {
     size_t n0 = 0;
     for (; n0 + 2 * LANES <= ncols; n0 += 2 * LANES)
-        for (size_t c = 0; c < crows; c += ROWS) tn_block(2, count, a + c, lda, b + n0, ldb, out + c * ldo + n0, ldo);
+        for (size_t c = 0; c < crows; c += ROWS)
+            tn_block(2, fresh, count, a + c, lda, b + n0, ldb, out + c * ldo + n0, ldo);
     if (n0 < ncols)
-        for (size_t c = 0; c < crows; c += ROWS) tn_block(1, count, a + c, lda, b + n0, ldb, out + c * ldo + n0, ldo);
+        for (size_t c = 0; c < crows; c += ROWS)
+            tn_block(1, fresh, count, a + c, lda, b + n0, ldb, out + c * ldo + n0, ldo);
 }
 
 /* The chunk's examples [i0, i0 + cnt) into padded planes, channels innermost: blocks of 16
@@ -656,9 +662,9 @@ BN_VINLINE void scatter_input_gradient(const wg_run *r, int i0, int cnt, const f
 
 /* A chunk: its input and output gradient in padded planes; then per block of WGROUP tiles, both
  * carried in a group at a time, the weight gradient's 36 products over the block added to its
- * task's, and per group the input gradient's 36 products carried back and added up; then the
- * input gradient into dx. */
-BN_VINLINE void backward_chunk(const wg_run *r, int chunk, int task, int worker)
+ * task's (written, not added, for the task's first block: `first`), and per group the input
+ * gradient's 36 products carried back and added up; then the input gradient into dx. */
+BN_VINLINE void backward_chunk(const wg_run *r, int chunk, int task, int worker, int first)
 {
     int i0, cnt;
     chunk_span(r, chunk, &i0, &cnt);
@@ -677,7 +683,8 @@ BN_VINLINE void backward_chunk(const wg_run *r, int chunk, int task, int worker)
             gradient_transform(r, p0, count, o, dm + (p0 - q0) * XI * kp);
         }
         for (int xi = 0; xi < XI; xi++)
-            gemm_tn(block, cp, kp, v + xi * cp, XI * cp, dm + xi * kp, XI * kp, part + xi * cp * kp, kp);
+            gemm_tn(first && q0 == 0, block, cp, kp, v + xi * cp, XI * cp, dm + xi * kp, XI * kp,
+                    part + xi * cp * kp, kp);
         if (!r->dx) continue;
         /* dV = dM U^T over V's buffer (V is spent), then carried back, a group at a time. */
         for (size_t p0 = q0; p0 < q0 + block; p0 += GROUP) {
@@ -693,15 +700,14 @@ BN_VINLINE void backward_chunk(const wg_run *r, int chunk, int task, int worker)
     if (r->dx) scatter_input_gradient(r, i0, cnt, din);
 }
 
-/* A task: its chunks in order, their weight and bias gradients summed in its own products. */
+/* A task: its chunks in order, their weight and bias gradients summed in its own products (written by its first). */
 BN_CPU_CLONES static void backward_task(void *p, int task, int worker)
 {
     const wg_run *r = p;
-    memset(r->parts + (size_t)task * XI * r->cp * r->kp, 0, XI * r->cp * r->kp * sizeof *r->parts);
     double *sum = r->bias_parts + (size_t)task * r->K;
     for (int k = 0; k < r->K; k++) sum[k] = 0.0;
     const int first = task * r->group, end = first + r->group < r->chunks ? first + r->group : r->chunks;
-    for (int chunk = first; chunk < end; chunk++) backward_chunk(r, chunk, task, worker);
+    for (int chunk = first; chunk < end; chunk++) backward_chunk(r, chunk, task, worker, chunk == first);
 }
 
 /* Shared buffers: the weights carried in, both ways; the chunks' weight-gradient products; the
