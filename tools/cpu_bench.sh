@@ -15,6 +15,9 @@
 #
 # Timings on a shared machine move by 10% or more from run to run: CPU_BENCH_RUNS=N (default 1)
 # runs each side N times, blobnet and PyTorch taking turns, and reports each side's median.
+#
+# CPU_BENCH_MODELS names other models of 28x28 gray input (default "lenet:64 resnet_mini:128"):
+# each NAME is models/NAME.cfg, NAME:BATCH trains it at that batch, NAME alone at its own.
 set -euo pipefail
 mnist=${1:?usage: tools/cpu_bench.sh MNIST_DIR [THREADS] [TRAIN_IMAGES]}
 threads=${2:-2}
@@ -39,6 +42,12 @@ blobnet_rates() {
 
 runs=${CPU_BENCH_RUNS:-1}
 case $runs in '' | *[!0-9]* | 0) echo "cpu_bench.sh: CPU_BENCH_RUNS=$runs is not a count of runs" >&2; exit 2 ;; esac
+entries=${CPU_BENCH_MODELS:-lenet:64 resnet_mini:128}
+for entry in $entries; do
+    [ -f "models/${entry%%:*}.cfg" ] || { echo "cpu_bench.sh: CPU_BENCH_MODELS: no models/${entry%%:*}.cfg" >&2; exit 2; }
+    case $entry in *:*) case ${entry#*:} in '' | *[!0-9]* | 0)
+        echo "cpu_bench.sh: CPU_BENCH_MODELS: $entry: the batch after ':' is not a count" >&2; exit 2 ;; esac ;; esac
+done
 
 # The median of the numbers on standard input.
 median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : int((v[NR / 2] + v[NR / 2 + 1]) / 2)) }'; }
@@ -46,14 +55,15 @@ median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] :
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 
 printf '%-12s %6s | %10s %10s %6s | %10s %10s %6s\n' model batch "train" "pt train" "x" "eval" "pt eval" "x"
-for entry in "lenet 64" "resnet_mini 128"; do
-    read -r model batch <<<"$entry"
+for entry in $entries; do
+    model=${entry%%:*} batch=- batch_arg=()
+    case $entry in *:*) batch=${entry#*:} batch_arg=(--batch "$batch") ;; esac
     : >"$logs/rates" && : >"$logs/pt-rates"
     for ((run = 0; run < runs; run++)); do
         BLOBNET_THREADS=$threads ./blobnet train "models/$model.cfg" --device cpu --data "$mnist" --epochs 2 \
-            --batch "$batch" --train-limit "$images" >"$logs/$model.log" 2>&1 || { cat "$logs/$model.log" >&2; exit 1; }
+            "${batch_arg[@]}" --train-limit "$images" >"$logs/$model.log" 2>&1 || { cat "$logs/$model.log" >&2; exit 1; }
         blobnet_rates "$logs/$model.log" >>"$logs/rates"
-        "$py" tools/pytorch_cpu_peer.py "models/$model.cfg" --data "$mnist" --threads "$threads" --batch "$batch" \
+        "$py" tools/pytorch_cpu_peer.py "models/$model.cfg" --data "$mnist" --threads "$threads" "${batch_arg[@]}" \
             --train-limit "$images" >"$logs/$model-pt.log" 2>&1 || { cat "$logs/$model-pt.log" >&2; exit 1; }
         awk '{ for (i = 1; i <= NF; i++) { if ($i == "train") t = $(i + 1); if ($i == "evaluate") e = $(i + 1) } }
              END { print t, e }' "$logs/$model-pt.log" >>"$logs/pt-rates"
@@ -64,4 +74,4 @@ for entry in "lenet 64" "resnet_mini 128"; do
         "$(ratio "$train" "$pt_train")" "$eval" "$pt_eval" "$(ratio "$eval" "$pt_eval")"
 done
 echo "images per second (median of $runs run(s) a side), $threads threads, $(nproc) cores;" \
-    "$(grep -m1 'torch' "$logs/lenet-pt.log" | sed 's/.*(//; s/)//')"
+    "$(grep -m1 'torch' "$logs/$model-pt.log" | sed 's/.*(//; s/)//')"

@@ -429,16 +429,31 @@ typedef struct sums {
     float *dw;
 } sums;
 
-/* dw += the chunks' products (each taps x filters), added in chunk order. */
+/* The chunks' products (each taps x filters) added into the first's in chunk order, over [lo, hi)
+ * of their own layout, which is read in order. Summed for dw's order instead, each value read was
+ * a cache line of its own: a fifth of dcgan_disc's CPU step (version 93). */
 static void sum_parts(void *p, size_t lo, size_t hi)
 {
     const sums *s = p;
-    size_t filters = (size_t)s->r->filters, taps = s->r->taps, weights = filters * taps;
-    for (size_t e = lo; e < hi; e++) {
-        size_t at = (e % taps) * filters + e / taps;
-        float t = 0.0f;
-        for (int c = 0; c < s->r->chunks; c++) t += s->r->parts[c * weights + at];
-        s->dw[e] += t;
+    const size_t weights = (size_t)s->r->filters * s->r->taps;
+    float *restrict first = s->r->parts;
+    for (int c = 1; c < s->r->chunks; c++) {
+        const float *restrict part = s->r->parts + c * weights;
+        for (size_t e = lo; e < hi; e++) first[e] += part[e];
+    }
+}
+
+/* dw (filters x taps) += the summed products (taps x filters), filters [lo, hi) in blocks of 16:
+ * each line of the sums read serves 16 rows of dw. */
+static void add_transposed(void *p, size_t lo, size_t hi)
+{
+    const sums *s = p;
+    const size_t filters = (size_t)s->r->filters, taps = s->r->taps;
+    const float *sum = s->r->parts;
+    for (size_t f0 = lo; f0 < hi; f0 += 16) {
+        const size_t f1 = f0 + 16 < hi ? f0 + 16 : hi;
+        for (size_t t = 0; t < taps; t++)
+            for (size_t f = f0; f < f1; f++) s->dw[f * taps + t] += sum[t * filters + f];
     }
 }
 
@@ -488,6 +503,7 @@ bn_status bn_conv2d_cpu_backward(const bn_conv_geom *g, int filters, int n, cons
         bn_parallel_run(r.chunks, backward_chunk, &r);
         sums s = {&r, dw};
         bn_parallel_ranges(weights, 4096, sum_parts, &s);
+        bn_parallel_ranges((size_t)filters, 16, add_transposed, &s);
         bn_conv2d_cpu_bias_grad(r.bias_parts, r.chunks, filters, db);
     }
     bn_cpu_unlock();
