@@ -2,6 +2,9 @@
  * conventions at 0, saturation without NaNs, option errors and gradient checks; on the GPU
  * against the CPU, and a ReLU whose passes run in a neighbour's kernels (dense, conv2d,
  * batchnorm) against the CPU. */
+#include <math.h>
+#include <stdlib.h>
+
 #include "conv2d/conv2d.h"
 #include "core/net.h"
 #include "gpu_testing.h"
@@ -91,6 +94,45 @@ BN_TEST(activation_saturates_without_nan)
         if (t == 1) CHECK(y[0] == -1.0f && y[4] == 1.0f);
         if (t == 2) CHECK(y[0] == -1.0f && y[4] == 1000.0f);
     }
+    return BN_PASS;
+}
+
+/* tanh's CPU pass (its own arithmetic, not libm's) against tanh in double at 119,992 values over
+ * [-12, 12] and the special ones: within 2.5 units in the last place of the exact value (glibc's
+ * tanhf reaches 2.19 by the same measure), NaN kept, zero's sign kept, and the limits exact. */
+BN_TEST(activation_tanh_within_its_units_in_the_last_place)
+{
+    enum { N = 119992, SPECIAL = 8 }; /* 300 x 400 values in all */
+    float *x = malloc((N + SPECIAL) * sizeof *x), *y = malloc((N + SPECIAL) * sizeof *y);
+    CHECK(x && y);
+    for (int i = 0; i < N; i++) x[i] = -12.0f + 24.0f * (float)i / (N - 1);
+    const float special[SPECIAL] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-30f, 1e-40f, 9.0f};
+    for (int i = 0; i < SPECIAL; i++) x[N + i] = special[i];
+    char text[128];
+    snprintf(text, sizeof text, "[input]\nchannels=1\nheight=300\nwidth=400\n[tanh]\n");
+    bn_net *net;
+    CHECK_OK(lt_net(text, 1, 1, &net));
+    CHECK_OK(lt_write(net->input, x, N + SPECIAL));
+    CHECK_OK(bn_net_forward(net, 1));
+    CHECK_OK(lt_read(bn_net_output(net), y, N + SPECIAL));
+    bn_net_free(net);
+    double worst = 0.0;
+    int at = 0;
+    for (int i = 0; i < N + SPECIAL - 3; i++) {
+        if (isnan(x[i])) continue;
+        const double want = tanh((double)x[i]);
+        const float w = (float)want;
+        const double ulp = (double)nextafterf(fabsf(w), INFINITY) - fabs((double)w);
+        const double err = fabs((double)y[i] - want) / ulp;
+        if (err > worst) worst = err, at = i;
+    }
+    CHECK_MSG(worst <= 2.5, "tanh(%.9g) = %.9g: %.2f units in the last place from %.9g", x[at], y[at], worst,
+              tanh((double)x[at]));
+    CHECK(isnan(y[N]) && y[N + 1] == 1.0f && y[N + 2] == -1.0f);
+    CHECK(y[N + 3] == 0.0f && !signbit(y[N + 3]) && y[N + 4] == 0.0f && signbit(y[N + 4]));
+    CHECK(y[N + 5] == 1e-30f && y[N + 6] == 1e-40f && y[N + 7] == 1.0f);
+    free(x);
+    free(y);
     return BN_PASS;
 }
 
