@@ -4,6 +4,7 @@
  * batchnorm) against the CPU. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "conv2d/conv2d.h"
 #include "core/net.h"
@@ -97,78 +98,81 @@ BN_TEST(activation_saturates_without_nan)
     return BN_PASS;
 }
 
-/* The CPU pass of `section` (a layer of blobnet's own arithmetic, not libm's) on 119,992 values
- * spread evenly over [lo, hi] and eight special ones after them, into y (120,000 floats, x's
- * shape); the worst error of the spread values against want (in double), in units in the last
- * place of the exact value, into *worst, and its place into *at. */
-static bn_status sweep(const char *section, float lo, float hi, const float special[8], double (*want)(double),
-                       float *x, float *y, double *worst, int *at)
+/* An accuracy sweep of one activation's CPU pass (blobnet's own arithmetic, not libm's): 119,992
+ * values spread evenly over [lo, hi] against want (in double), within tol units in the last place
+ * of the exact value, and eight special values after them. */
+typedef struct sweep_case {
+    const char *section, *name;
+    float lo, hi;
+    double (*want)(double);
+    double tol;
+    float special[8];
+} sweep_case;
+
+/* Runs the sweep (a layer on 120,000 values, x's shape 1x300x400) and checks its spread values;
+ * the special values' outputs into out. */
+static int sweep(const sweep_case *c, float out[8])
 {
     enum { N = 119992 };
-    for (int i = 0; i < N; i++) x[i] = lo + (hi - lo) * (float)i / (N - 1);
-    for (int i = 0; i < 8; i++) x[N + i] = special[i];
+    float *x = malloc((N + 8) * sizeof *x), *y = malloc((N + 8) * sizeof *y);
+    CHECK(x && y);
+    for (int i = 0; i < N; i++) x[i] = c->lo + (c->hi - c->lo) * (float)i / (N - 1);
+    memcpy(x + N, c->special, sizeof c->special);
     char text[128];
-    snprintf(text, sizeof text, "[input]\nchannels=1\nheight=300\nwidth=400\n%s", section);
+    snprintf(text, sizeof text, "[input]\nchannels=1\nheight=300\nwidth=400\n%s", c->section);
     bn_net *net;
-    BN_TRY(lt_net(text, 1, 1, &net));
-    bn_status st = lt_write(net->input, x, N + 8);
-    if (st == BN_OK) st = bn_net_forward(net, 1);
-    if (st == BN_OK) st = lt_read(bn_net_output(net), y, N + 8);
+    CHECK_OK(lt_net(text, 1, 1, &net));
+    CHECK_OK(lt_write(net->input, x, N + 8));
+    CHECK_OK(bn_net_forward(net, 1));
+    CHECK_OK(lt_read(bn_net_output(net), y, N + 8));
     bn_net_free(net);
-    *worst = 0.0, *at = 0;
+    double worst = 0.0;
+    int at = 0;
     for (int i = 0; i < N; i++) {
-        const double w = want((double)x[i]);
+        const double w = c->want((double)x[i]);
         const float wf = (float)w;
         const double ulp = (double)nextafterf(fabsf(wf), INFINITY) - fabs((double)wf);
         const double err = fabs((double)y[i] - w) / ulp;
-        if (err > *worst) *worst = err, *at = i;
+        if (err > worst) worst = err, at = i;
     }
-    return st;
-}
-
-/* tanh against tanh in double over [-12, 12]: within 2.5 units in the last place of the exact
- * value (glibc's tanhf reaches 2.19 by the same measure), NaN kept, zero's sign kept, and the
- * limits exact. */
-BN_TEST(activation_tanh_within_its_units_in_the_last_place)
-{
-    const float special[8] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-30f, 1e-40f, 9.0f};
-    float *x = malloc(120000 * sizeof *x), *y = malloc(120000 * sizeof *y);
-    CHECK(x && y);
-    double worst;
-    int at, n = 119992;
-    CHECK_OK(sweep("[tanh]\n", -12.0f, 12.0f, special, tanh, x, y, &worst, &at));
-    CHECK_MSG(worst <= 2.5, "tanh(%.9g) = %.9g: %.2f units in the last place from %.9g", x[at], y[at], worst,
-              tanh((double)x[at]));
-    CHECK(isnan(y[n]) && y[n + 1] == 1.0f && y[n + 2] == -1.0f);
-    CHECK(y[n + 3] == 0.0f && !signbit(y[n + 3]) && y[n + 4] == 0.0f && signbit(y[n + 4]));
-    CHECK(y[n + 5] == 1e-30f && y[n + 6] == 1e-40f && y[n + 7] == 1.0f);
+    CHECK_MSG(worst <= c->tol, "%s(%.9g) = %.9g: %.2f units in the last place from %.9g", c->name, x[at], y[at],
+              worst, c->want((double)x[at]));
+    memcpy(out, y + N, 8 * sizeof *out);
     free(x);
     free(y);
     return BN_PASS;
 }
 
-/* ELU's e^x - 1 (alpha 1) against expm1 in double over [-30, 0.5]: within 2 units in the last
- * place, the positive side x itself, NaN kept, -0 kept, and -1 at minus infinity. */
+/* tanh over [-12, 12] within 2.5 units (glibc's tanhf reaches 2.19 by the same measure), NaN
+ * kept, zero's sign kept, and the limits exact. */
+BN_TEST(activation_tanh_within_its_units_in_the_last_place)
+{
+    static const sweep_case c = {"[tanh]\n", "tanh", -12.0f, 12.0f, tanh, 2.5,
+                                 {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-30f, 1e-40f, 9.0f}};
+    float y[8];
+    if (sweep(&c, y) != BN_PASS) return BN_FAIL;
+    CHECK(isnan(y[0]) && y[1] == 1.0f && y[2] == -1.0f);
+    CHECK(y[3] == 0.0f && !signbit(y[3]) && y[4] == 0.0f && signbit(y[4]));
+    CHECK(y[5] == 1e-30f && y[6] == 1e-40f && y[7] == 1.0f);
+    return BN_PASS;
+}
+
 static double elu_exact(double x)
 {
     return x > 0.0 ? x : expm1(x);
 }
 
+/* ELU's e^x - 1 (alpha 1) over [-30, 0.5] within 2 units, the positive side x itself, NaN kept,
+ * -0 kept, and -1 at minus infinity. */
 BN_TEST(activation_elu_within_its_units_in_the_last_place)
 {
-    const float special[8] = {NAN, -INFINITY, -0.0f, 0.0f, -1e-40f, -1e-30f, -100.0f, 3.0f};
-    float *x = malloc(120000 * sizeof *x), *y = malloc(120000 * sizeof *y);
-    CHECK(x && y);
-    double worst;
-    int at, n = 119992;
-    CHECK_OK(sweep("[elu]\n", -30.0f, 0.5f, special, elu_exact, x, y, &worst, &at));
-    CHECK_MSG(worst <= 2.0, "elu(%.9g) = %.9g: %.2f units in the last place from %.9g", x[at], y[at], worst,
-              elu_exact((double)x[at]));
-    CHECK(isnan(y[n]) && y[n + 1] == -1.0f && y[n + 2] == 0.0f && signbit(y[n + 2]));
-    CHECK(y[n + 3] == 0.0f && !signbit(y[n + 3]) && y[n + 4] == -1e-40f && y[n + 5] == -1e-30f);
-    CHECK(y[n + 6] == -1.0f && y[n + 7] == 3.0f);
-    free(x);
-    free(y);
+    static const sweep_case c = {"[elu]\n", "elu", -30.0f, 0.5f, elu_exact, 2.0,
+                                 {NAN, -INFINITY, -0.0f, 0.0f, -1e-40f, -1e-30f, -100.0f, 3.0f}};
+    float y[8];
+    if (sweep(&c, y) != BN_PASS) return BN_FAIL;
+    CHECK(isnan(y[0]) && y[1] == -1.0f && y[2] == 0.0f && signbit(y[2]));
+    CHECK(y[3] == 0.0f && !signbit(y[3]) && y[4] == -1e-40f && y[5] == -1e-30f);
+    CHECK(y[6] == -1.0f && y[7] == 3.0f);
     return BN_PASS;
 }
 
