@@ -107,44 +107,60 @@ BN_TEST(maxpool_ties_go_to_the_first_cell)
     return BN_PASS;
 }
 
-/* 2x2 windows at stride 2 take a path of their own: against the definition, on planes of odd
- * height and width (a last row and column no window covers, whose gradient must be 0) and
- * values from four levels, so that windows hold ties; the input gradient starts as NaN so a
+/* Max pooling against the definition (the window clipped to the plane, padding never winning, ties
+ * to the first cell in row-major order), on planes of odd height and width and values from four
+ * levels, so that windows hold ties: 2x2 windows at stride 2 (a path of their own, with a last row
+ * and column no window covers, whose gradient must be 0), and windows that overlap, with and
+ * without padding, and on a plane smaller than a window. The input gradient starts as NaN so a
  * cell left unwritten shows. */
-BN_TEST(maxpool_2x2_matches_the_definition_on_odd_planes_with_ties)
+BN_TEST(maxpool_matches_the_definition_on_odd_planes_with_ties)
 {
-    enum { N = 3, C = 2, H = 5, W = 7, OH = 2, OW = 3 };
-    bn_net *net;
-    CHECK_OK(lt_net("[input]\nchannels=2\nheight=5\nwidth=7\n[maxpool]\nsize=2\n", N, 1, &net));
-    float x[N * C * H * W], y[N * C * OH * OW], dy[N * C * OH * OW], dx[N * C * H * W];
-    bn_rng r;
-    bn_rng_seed(&r, bn_test_seed(), 7);
-    for (int i = 0; i < N * C * H * W; i++) x[i] = (float)(int)(4.0 * bn_rng_uniform(&r)) - 1.5f;
-    for (int i = 0; i < N * C * OH * OW; i++) dy[i] = (float)(i + 1);
-    CHECK_OK(lt_write(net->input, x, N * C * H * W));
-    CHECK_OK(bn_net_forward(net, 1));
-    CHECK_OK(lt_read(bn_net_output(net), y, N * C * OH * OW));
-    for (int i = 0; i < N * C * H * W; i++) dx[i] = NAN;
-    CHECK_OK(lt_write(net->input_grad, dx, N * C * H * W));
-    CHECK_OK(lt_write(net->layers[0]->out_grad, dy, N * C * OH * OW));
-    CHECK_OK(bn_net_backward(net));
-    CHECK_OK(lt_read(net->input_grad, dx, N * C * H * W));
-    float want_dx[N * C * H * W] = {0};
-    for (int pl = 0; pl < N * C; pl++)
-        for (int oy = 0; oy < OH; oy++)
-            for (int ox = 0; ox < OW; ox++) {
-                int best = (2 * oy) * W + 2 * ox;
-                for (int ky = 0; ky < 2; ky++)
-                    for (int kx = 0; kx < 2; kx++) {
-                        int at = (2 * oy + ky) * W + 2 * ox + kx;
-                        if (x[pl * H * W + at] > x[pl * H * W + best]) best = at;
-                    }
-                int q = (pl * OH + oy) * OW + ox;
-                CHECK_MSG(y[q] == x[pl * H * W + best], "y[%d] = %g, expected %g", q, y[q], x[pl * H * W + best]);
-                want_dx[pl * H * W + best] += dy[q];
-            }
-    for (int i = 0; i < N * C * H * W; i++) CHECK_MSG(dx[i] == want_dx[i], "dx[%d] = %g, expected %g", i, dx[i], want_dx[i]);
-    bn_net_free(net);
+    static const struct { int size, stride, pad, h, w; } cases[] = {
+        {2, 2, 0, 5, 7}, {3, 2, 0, 13, 11}, {3, 2, 1, 9, 14}, {3, 1, 1, 7, 9}, {5, 3, 2, 11, 10}, {3, 2, 1, 2, 2},
+    };
+    enum { N = 3, C = 2, MAXC = 14 * 14 };
+    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+        const int k = cases[t].size, st = cases[t].stride, pd = cases[t].pad, H = cases[t].h, W = cases[t].w;
+        const int OH = (H + 2 * pd - k) / st + 1, OW = (W + 2 * pd - k) / st + 1;
+        char text[160];
+        snprintf(text, sizeof text,
+                 "[input]\nchannels=%d\nheight=%d\nwidth=%d\n[maxpool]\nsize=%d\nstride=%d\npad=%d\n", C, H, W, k,
+                 st, pd);
+        bn_net *net;
+        CHECK_OK(lt_net(text, N, 1, &net));
+        float x[N * C * MAXC], y[N * C * MAXC], dy[N * C * MAXC], dx[N * C * MAXC], want_dx[N * C * MAXC];
+        bn_rng r;
+        bn_rng_seed(&r, bn_test_seed(), 7 + t);
+        for (int i = 0; i < N * C * H * W; i++) x[i] = (float)(int)(4.0 * bn_rng_uniform(&r)) - 1.5f;
+        for (int i = 0; i < N * C * OH * OW; i++) dy[i] = (float)(i + 1);
+        CHECK_OK(lt_write(net->input, x, N * C * H * W));
+        CHECK_OK(bn_net_forward(net, 1));
+        CHECK_OK(lt_read(bn_net_output(net), y, N * C * OH * OW));
+        for (int i = 0; i < N * C * H * W; i++) dx[i] = NAN, want_dx[i] = 0.0f;
+        CHECK_OK(lt_write(net->input_grad, dx, N * C * H * W));
+        CHECK_OK(lt_write(net->layers[0]->out_grad, dy, N * C * OH * OW));
+        CHECK_OK(bn_net_backward(net));
+        CHECK_OK(lt_read(net->input_grad, dx, N * C * H * W));
+        bn_net_free(net);
+        for (int pl = 0; pl < N * C; pl++)
+            for (int oy = 0; oy < OH; oy++)
+                for (int ox = 0; ox < OW; ox++) {
+                    int best = -1;
+                    for (int ky = 0; ky < k; ky++)
+                        for (int kx = 0; kx < k; kx++) {
+                            const int iy = oy * st - pd + ky, ix = ox * st - pd + kx, at = iy * W + ix;
+                            if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+                            if (best < 0 || x[pl * H * W + at] > x[pl * H * W + best]) best = at;
+                        }
+                    const int q = (pl * OH + oy) * OW + ox;
+                    CHECK_MSG(y[q] == x[pl * H * W + best], "%dx%d stride %d pad %d on %dx%d: y[%d] = %g, expected %g",
+                              k, k, st, pd, H, W, q, y[q], x[pl * H * W + best]);
+                    want_dx[pl * H * W + best] += dy[q];
+                }
+        for (int i = 0; i < N * C * H * W; i++)
+            CHECK_MSG(dx[i] == want_dx[i], "%dx%d stride %d pad %d on %dx%d: dx[%d] = %g, expected %g", k, k, st, pd, H,
+                      W, i, dx[i], want_dx[i]);
+    }
     return BN_PASS;
 }
 
